@@ -1,0 +1,31 @@
+// memplan: plan GPU memory for training steps that do not fit. This file only wires the
+// subcommands together and turns errors into one line and an exit status:
+// 0 success, 1 an expected negative outcome a command reports (e.g. a plan that does not fit),
+// 2 bad input (a trace, a plan, a flag).
+#include <exception>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "cli/commands.hpp"
+#include "sim/input_error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"memplan: simulate, search and validate memory plans for GPU training steps"};
+  app.name("memplan");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "memplan 0.1.0");
+  memplan::cli::add_info_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "memplan: {} (see memplan --help)\n", e.what());
+    return 2;
+  } catch (const memplan::sim::InputError& e) {
+    fmt::print(stderr, "memplan: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

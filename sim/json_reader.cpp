@@ -1,0 +1,98 @@
+#include "sim/json_reader.hpp"
+
+#include <cmath>
+
+#include <fmt/core.h>
+
+#include "sim/input_error.hpp"
+
+namespace memplan::sim {
+namespace {
+
+std::string_view type_name(const nlohmann::json& v) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::null: return "null";
+    case nlohmann::json::value_t::object: return "an object";
+    case nlohmann::json::value_t::array: return "an array";
+    case nlohmann::json::value_t::string: return "a string";
+    case nlohmann::json::value_t::boolean: return "a boolean";
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned: return "an integer";
+    case nlohmann::json::value_t::number_float: return "a number with a fraction";
+    default: return "something else";
+  }
+}
+
+}  // namespace
+
+void JsonReader::fail(const std::string& problem) const {
+  throw InputError(fmt::format("{}: {}", source_, path_), problem);
+}
+
+JsonReader JsonReader::at(std::string_view key) const {
+  if (!value_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*value_)));
+  auto it = value_->find(key);
+  if (it == value_->end()) fail(fmt::format("missing field '{}'", key));
+  return JsonReader(*it, source_, fmt::format("{}.{}", path_, key));
+}
+
+std::optional<JsonReader> JsonReader::find(std::string_view key) const {
+  if (!value_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*value_)));
+  auto it = value_->find(key);
+  if (it == value_->end() || it->is_null()) return std::nullopt;
+  return JsonReader(*it, source_, fmt::format("{}.{}", path_, key));
+}
+
+std::vector<JsonReader> JsonReader::elements() const {
+  if (!value_->is_array()) fail(fmt::format("expected an array, found {}", type_name(*value_)));
+  std::vector<JsonReader> result;
+  result.reserve(value_->size());
+  std::size_t i = 0;
+  for (const auto& element : *value_) {
+    result.emplace_back(element, source_, fmt::format("{}[{}]", path_, i++));
+  }
+  return result;
+}
+
+void JsonReader::reject_unknown_keys(std::initializer_list<std::string_view> known) const {
+  if (!value_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*value_)));
+  for (const auto& [key, _] : value_->items()) {
+    bool found = false;
+    for (auto k : known) found = found || k == key;
+    if (!found) fail(fmt::format("unknown field '{}'", key));
+  }
+}
+
+std::string JsonReader::as_string() const {
+  if (!value_->is_string()) fail(fmt::format("expected a string, found {}", type_name(*value_)));
+  return value_->get<std::string>();
+}
+
+std::int64_t JsonReader::as_int(std::int64_t min, std::int64_t max) const {
+  std::int64_t v = 0;
+  if (value_->is_number_unsigned()) {
+    const auto u = value_->get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(max)) fail(fmt::format("{} is out of range [{}, {}]", u, min, max));
+    v = static_cast<std::int64_t>(u);
+  } else if (value_->is_number_integer()) {
+    v = value_->get<std::int64_t>();
+  } else {
+    fail(fmt::format("expected an integer, found {}", type_name(*value_)));
+  }
+  if (v < min || v > max) fail(fmt::format("{} is out of range [{}, {}]", v, min, max));
+  return v;
+}
+
+double JsonReader::as_number() const {
+  if (!value_->is_number()) fail(fmt::format("expected a number, found {}", type_name(*value_)));
+  const auto v = value_->get<double>();
+  if (!std::isfinite(v)) fail("expected a finite number");
+  return v;
+}
+
+bool JsonReader::as_bool() const {
+  if (!value_->is_boolean()) fail(fmt::format("expected true or false, found {}", type_name(*value_)));
+  return value_->get<bool>();
+}
+
+}  // namespace memplan::sim

@@ -1,0 +1,305 @@
+#include "sim/trace_io.hpp"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <system_error>
+#include <unistd.h>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "sim/input_error.hpp"
+#include "sim/json_reader.hpp"
+
+namespace memplan::sim {
+namespace {
+
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
+
+constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kMinInt = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max();
+
+std::int32_t read_id(const JsonReader& r) { return static_cast<std::int32_t>(r.as_int(0, kMaxId)); }
+
+std::int32_t read_optional_id(const JsonReader& object, std::string_view key) {
+  auto r = object.find(key);
+  return r ? read_id(*r) : kNoId;
+}
+
+std::vector<TensorId> read_ids(const JsonReader& r) {
+  std::vector<TensorId> ids;
+  for (const auto& e : r.elements()) ids.push_back(read_id(e));
+  return ids;
+}
+
+std::string read_optional_string(const JsonReader& object, std::string_view key) {
+  auto r = object.find(key);
+  return r ? r->as_string() : std::string();
+}
+
+std::optional<double> read_optional_positive(const JsonReader& object, std::string_view key) {
+  auto r = object.find(key);
+  if (!r) return std::nullopt;
+  const double v = r->as_number();
+  if (v <= 0) r->fail(fmt::format("{} must be positive", v));
+  return v;
+}
+
+DeviceInfo read_device(const JsonReader& r) {
+  r.reject_unknown_keys({"name", "memory_bytes", "h2d_bytes_per_s", "d2h_bytes_per_s", "copy_latency_ns",
+                         "memory_bandwidth_bytes_per_s", "peak_flops_per_s"});
+  DeviceInfo d;
+  d.name = r.at("name").as_string();
+  d.memory_bytes = r.at("memory_bytes").as_int(kMinInt, kMaxInt);
+  d.h2d_bytes_per_s = read_optional_positive(r, "h2d_bytes_per_s");
+  d.d2h_bytes_per_s = read_optional_positive(r, "d2h_bytes_per_s");
+  if (auto l = r.find("copy_latency_ns")) d.copy_latency_ns = l->as_int(0, kNanosecondsPerSecond);
+  d.memory_bandwidth_bytes_per_s = read_optional_positive(r, "memory_bandwidth_bytes_per_s");
+  d.peak_flops_per_s = read_optional_positive(r, "peak_flops_per_s");
+  return d;
+}
+
+Provenance read_provenance(const JsonReader& r) {
+  r.reject_unknown_keys({"source", "backend", "file", "step", "cost_model", "device", "note"});
+  Provenance p;
+  p.source = r.at("source").as_string();
+  if (p.source != "recorded" && p.source != "imported" && p.source != "modeled" &&
+      p.source != "hand-written") {
+    r.at("source").fail(fmt::format("'{}' is not one of recorded, imported, modeled, hand-written", p.source));
+  }
+  p.backend = read_optional_string(r, "backend");
+  p.file = read_optional_string(r, "file");
+  if (auto s = r.find("step")) p.step = s->as_int(0, kMaxInt);
+  p.cost_model = read_optional_string(r, "cost_model");
+  p.device = read_optional_string(r, "device");
+  p.note = read_optional_string(r, "note");
+  return p;
+}
+
+Tensor read_tensor(const JsonReader& r) {
+  r.reject_unknown_keys({"id", "name", "bytes", "kind", "shape", "dtype", "producer", "in_place_of"});
+  Tensor t;
+  t.id = read_id(r.at("id"));
+  t.name = r.at("name").as_string();
+  t.bytes = r.at("bytes").as_int(kMinInt, kMaxInt);
+  const auto kind_reader = r.at("kind");
+  const std::string kind = kind_reader.as_string();
+  auto parsed = parse_tensor_kind(kind);
+  if (!parsed) {
+    kind_reader.fail(fmt::format(
+        "unknown kind '{}' (activation, parameter, gradient, optimizer_state, workspace, input)", kind));
+  }
+  t.kind = *parsed;
+  if (auto s = r.find("shape")) {
+    for (const auto& e : s->elements()) t.shape.push_back(e.as_int(kMinInt, kMaxInt));
+  }
+  t.dtype = read_optional_string(r, "dtype");
+  if (!r.value().contains("producer")) r.fail("missing field 'producer' (null for tensors that exist before the step)");
+  t.producer = read_optional_id(r, "producer");
+  t.in_place_of = read_optional_id(r, "in_place_of");
+  return t;
+}
+
+Op read_op(const JsonReader& r) {
+  r.reject_unknown_keys({"id", "name", "layer", "phase", "inputs", "outputs", "workspace_bytes",
+                         "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms"});
+  Op op;
+  op.id = read_id(r.at("id"));
+  op.name = r.at("name").as_string();
+  op.layer = r.at("layer").as_string();
+  const auto phase_reader = r.at("phase");
+  const std::string phase = phase_reader.as_string();
+  auto parsed = parse_phase(phase);
+  if (!parsed) phase_reader.fail(fmt::format("unknown phase '{}' (forward, backward, update)", phase));
+  op.phase = *parsed;
+  op.inputs = read_ids(r.at("inputs"));
+  op.outputs = read_ids(r.at("outputs"));
+  op.workspace_bytes = r.at("workspace_bytes").as_int(kMinInt, kMaxInt);
+  op.duration_ns = r.at("duration_ns").as_int(kMinInt, kMaxInt);
+  if (auto f = r.find("flops")) op.flops = f->as_number();
+  if (auto b = r.find("bytes_moved")) op.bytes_moved = b->as_int(kMinInt, kMaxInt);
+  op.differentiates = read_optional_id(r, "differentiates");
+  if (auto algos = r.find("algorithms")) {
+    for (const auto& a : algos->elements()) {
+      a.reject_unknown_keys({"name", "workspace_bytes", "duration_ns"});
+      op.algorithms.push_back({a.at("name").as_string(), a.at("workspace_bytes").as_int(kMinInt, kMaxInt),
+                               a.at("duration_ns").as_int(kMinInt, kMaxInt)});
+    }
+  }
+  return op;
+}
+
+OrderedJson device_json(const DeviceInfo& d) {
+  OrderedJson j;
+  j["name"] = d.name;
+  j["memory_bytes"] = d.memory_bytes;
+  if (d.h2d_bytes_per_s) j["h2d_bytes_per_s"] = *d.h2d_bytes_per_s;
+  if (d.d2h_bytes_per_s) j["d2h_bytes_per_s"] = *d.d2h_bytes_per_s;
+  if (d.copy_latency_ns) j["copy_latency_ns"] = *d.copy_latency_ns;
+  if (d.memory_bandwidth_bytes_per_s) j["memory_bandwidth_bytes_per_s"] = *d.memory_bandwidth_bytes_per_s;
+  if (d.peak_flops_per_s) j["peak_flops_per_s"] = *d.peak_flops_per_s;
+  return j;
+}
+
+OrderedJson provenance_json(const Provenance& p) {
+  OrderedJson j;
+  j["source"] = p.source;
+  auto put = [&](const char* key, const std::string& v) {
+    if (!v.empty()) j[key] = v;
+  };
+  put("backend", p.backend);
+  put("file", p.file);
+  if (p.step) j["step"] = *p.step;
+  put("cost_model", p.cost_model);
+  put("device", p.device);
+  put("note", p.note);
+  return j;
+}
+
+OrderedJson id_or_null(std::int32_t id) { return id == kNoId ? OrderedJson(nullptr) : OrderedJson(id); }
+
+OrderedJson tensor_json(const Tensor& t) {
+  OrderedJson j;
+  j["id"] = t.id;
+  j["name"] = t.name;
+  j["bytes"] = t.bytes;
+  j["kind"] = std::string(to_string(t.kind));
+  if (!t.shape.empty()) j["shape"] = t.shape;
+  if (!t.dtype.empty()) j["dtype"] = t.dtype;
+  j["producer"] = id_or_null(t.producer);
+  if (t.in_place_of != kNoId) j["in_place_of"] = t.in_place_of;
+  return j;
+}
+
+OrderedJson op_json(const Op& op) {
+  OrderedJson j;
+  j["id"] = op.id;
+  j["name"] = op.name;
+  j["layer"] = op.layer;
+  j["phase"] = std::string(to_string(op.phase));
+  j["inputs"] = op.inputs;
+  j["outputs"] = op.outputs;
+  j["workspace_bytes"] = op.workspace_bytes;
+  j["duration_ns"] = op.duration_ns;
+  if (op.flops) j["flops"] = *op.flops;
+  if (op.bytes_moved) j["bytes_moved"] = *op.bytes_moved;
+  if (op.differentiates != kNoId) j["differentiates"] = op.differentiates;
+  if (!op.algorithms.empty()) {
+    OrderedJson algos = OrderedJson::array();
+    for (const auto& a : op.algorithms) {
+      OrderedJson aj;
+      aj["name"] = a.name;
+      aj["workspace_bytes"] = a.workspace_bytes;
+      aj["duration_ns"] = a.duration_ns;
+      algos.push_back(std::move(aj));
+    }
+    j["algorithms"] = std::move(algos);
+  }
+  return j;
+}
+
+}  // namespace
+
+Workload trace_from_json(const Json& document, std::string_view source) {
+  const JsonReader root(document, source);
+  root.reject_unknown_keys({"format", "version", "provenance", "device", "tensors", "ops"});
+  const auto format = root.at("format");
+  if (format.as_string() != kTraceFormatName) {
+    format.fail(fmt::format("format '{}' is not '{}'", format.as_string(), kTraceFormatName));
+  }
+  const auto version = root.at("version");
+  if (version.as_int(kMinInt, kMaxInt) != kTraceFormatVersion) {
+    version.fail(fmt::format("version {} is not supported (this memplan reads version {})",
+                             version.value().dump(), kTraceFormatVersion));
+  }
+  Workload w;
+  w.provenance = read_provenance(root.at("provenance"));
+  w.device = read_device(root.at("device"));
+  for (const auto& t : root.at("tensors").elements()) w.tensors.push_back(read_tensor(t));
+  for (const auto& o : root.at("ops").elements()) w.ops.push_back(read_op(o));
+  validate(w, source);
+  return w;
+}
+
+Workload parse_trace(std::string_view text, std::string_view source) {
+  Json document;
+  try {
+    document = Json::parse(text.begin(), text.end());
+  } catch (const Json::parse_error& e) {
+    // nlohmann's message names the line and column; strip its "[json.exception...] " prefix.
+    std::string message = e.what();
+    if (auto pos = message.find("] "); pos != std::string::npos) message = message.substr(pos + 2);
+    throw InputError(std::string(source), fmt::format("not valid JSON ({})", message));
+  }
+  return trace_from_json(document, source);
+}
+
+Workload read_trace(const std::filesystem::path& path) {
+  return parse_trace(read_file(path), path.string());
+}
+
+std::string write_trace(const Workload& workload) {
+  std::string out;
+  out += "{\n";
+  out += fmt::format("\"format\": \"{}\",\n", kTraceFormatName);
+  out += fmt::format("\"version\": {},\n", kTraceFormatVersion);
+  out += fmt::format("\"provenance\": {},\n", provenance_json(workload.provenance).dump());
+  out += fmt::format("\"device\": {},\n", device_json(workload.device).dump());
+  auto list = [&out](const char* key, const auto& items, auto to_json, bool last) {
+    out += fmt::format("\"{}\": [", key);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      out += i == 0 ? "\n  " : ",\n  ";
+      out += to_json(items[i]).dump();
+    }
+    out += items.empty() ? "]" : "\n]";
+    out += last ? "\n" : ",\n";
+  };
+  list("tensors", workload.tensors, tensor_json, false);
+  list("ops", workload.ops, op_json, true);
+  out += "}\n";
+  return out;
+}
+
+void write_trace_file(const Workload& workload, const std::filesystem::path& path) {
+  write_file_atomically(path, write_trace(workload));
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+  const std::filesystem::path temp =
+      path.parent_path() / fmt::format(".{}.tmp.{}", path.filename().string(), ::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path.string(), "cannot open for writing");
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(temp, ignored);
+      throw InputError(path.string(), "write failed (disk full?)");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
+    throw InputError(path.string(), fmt::format("cannot write: {}", ec.message()));
+  }
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path.string(), "is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path.string(), "cannot open for reading (does it exist?)");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw InputError(path.string(), "read failed");
+  return buffer.str();
+}
+
+}  // namespace memplan::sim

@@ -1,0 +1,41 @@
+#pragma once
+// Trace format v1 (traces/FORMAT.md): reading into a Workload and writing back. Reading checks
+// every field's presence and type and then validate()s the workload, so a Workload that comes out
+// of here is sound. Writing is stable: read -> write -> read -> write gives the same bytes.
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "sim/workload.hpp"
+
+namespace memplan::sim {
+
+inline constexpr std::string_view kTraceFormatName = "memplan-trace";
+inline constexpr int kTraceFormatVersion = 1;
+
+/// Reads and validates a trace file. Throws InputError naming the file and JSON path.
+Workload read_trace(const std::filesystem::path& path);
+
+/// Parses and validates trace text; `source` names it in errors (a file name, "<stdin>").
+Workload parse_trace(std::string_view text, std::string_view source);
+
+/// Converts an already-parsed JSON document; `source` names it in errors.
+Workload trace_from_json(const nlohmann::json& document, std::string_view source);
+
+/// The trace as text: one line per tensor and per op, keys in a fixed order.
+std::string write_trace(const Workload& workload);
+
+/// Writes the trace to `path` atomically (a temporary file renamed into place), so a failure
+/// never leaves a half-written file. Throws InputError when the file cannot be written.
+void write_trace_file(const Workload& workload, const std::filesystem::path& path);
+
+/// Writes `text` to `path` through a temporary file and a rename. Shared by every command that
+/// writes an output file. Throws InputError when the file cannot be written.
+void write_file_atomically(const std::filesystem::path& path, std::string_view text);
+
+/// Reads a whole file. Throws InputError when it cannot be read.
+std::string read_file(const std::filesystem::path& path);
+
+}  // namespace memplan::sim

@@ -1,0 +1,143 @@
+#pragma once
+// Workload: one training iteration as memplan sees it — ops in issue order and the tensors they
+// read and write, with sizes, kinds and measured or modeled costs. Every source of work (a recorded
+// trace, an imported profiler trace, the zoo's cost model) produces one, and everything downstream
+// (plans, lowering, simulation, execution) reads it. Its file form is trace format v1
+// (traces/FORMAT.md, sim/trace_io.hpp).
+//
+// Ids are positions: tensor `i` is `tensors[i]`, op `i` is `ops[i]`. validate() enforces every
+// structural rule, so code that takes a validated Workload can index without checking.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/units.hpp"
+
+namespace memplan::sim {
+
+using TensorId = std::int32_t;
+using OpId = std::int32_t;
+inline constexpr std::int32_t kNoId = -1;
+
+enum class Phase : std::uint8_t { kForward, kBackward, kUpdate };
+inline constexpr int kPhaseCount = 3;
+
+enum class TensorKind : std::uint8_t {
+  kActivation,
+  kParameter,
+  kGradient,
+  kOptimizerState,
+  kWorkspace,
+  kInput,
+};
+inline constexpr int kTensorKindCount = 6;
+
+std::string_view to_string(Phase phase);
+std::string_view to_string(TensorKind kind);
+std::optional<Phase> parse_phase(std::string_view text);
+std::optional<TensorKind> parse_tensor_kind(std::string_view text);
+
+/// Bytes per element of a dtype name ("float32" → 4), or nullopt when memplan does not know it.
+std::optional<Bytes> dtype_bytes(std::string_view dtype);
+
+/// Tensors that exist before the step starts and outlive it (weights, optimizer state).
+constexpr bool is_persistent(TensorKind kind) {
+  return kind == TensorKind::kParameter || kind == TensorKind::kOptimizerState;
+}
+/// Tensors that may have no producer op: they are resident when the step starts.
+constexpr bool is_preexisting(TensorKind kind) {
+  return is_persistent(kind) || kind == TensorKind::kInput;
+}
+
+struct Tensor {
+  TensorId id = kNoId;
+  std::string name;
+  Bytes bytes = 0;
+  TensorKind kind = TensorKind::kActivation;
+  std::vector<std::int64_t> shape;  // empty when unknown
+  std::string dtype;                // empty when unknown
+  OpId producer = kNoId;            // kNoId for inputs, parameters, optimizer state
+  /// When set, this tensor is written over the buffer of that input of its producer (an in-place
+  /// ReLU, say): it takes over that buffer instead of allocating its own.
+  TensorId in_place_of = kNoId;
+
+  friend bool operator==(const Tensor&, const Tensor&) = default;
+};
+
+/// Another way to run the same op (a convolution algorithm): vDNN picks per layer between the
+/// fastest one and the memory-optimal one.
+struct Algorithm {
+  std::string name;
+  Bytes workspace_bytes = 0;
+  Nanoseconds duration_ns = 0;
+
+  friend bool operator==(const Algorithm&, const Algorithm&) = default;
+};
+
+struct Op {
+  OpId id = kNoId;
+  std::string name;
+  std::string layer;  // layer type: "conv2d", "relu", "linear", ...
+  Phase phase = Phase::kForward;
+  std::vector<TensorId> inputs;
+  std::vector<TensorId> outputs;
+  Bytes workspace_bytes = 0;
+  Nanoseconds duration_ns = 0;
+  std::optional<double> flops;
+  std::optional<Bytes> bytes_moved;
+  /// For a backward op: the forward op it differentiates (kNoId when not known).
+  OpId differentiates = kNoId;
+  /// Alternatives to the default algorithm above (empty for most layers).
+  std::vector<Algorithm> algorithms;
+
+  friend bool operator==(const Op&, const Op&) = default;
+};
+
+/// The device the trace was recorded on or modeled for, with link bandwidths when known.
+struct DeviceInfo {
+  std::string name;
+  Bytes memory_bytes = 0;
+  std::optional<BytesPerSecond> h2d_bytes_per_s;
+  std::optional<BytesPerSecond> d2h_bytes_per_s;
+  std::optional<Nanoseconds> copy_latency_ns;
+  std::optional<BytesPerSecond> memory_bandwidth_bytes_per_s;
+  std::optional<double> peak_flops_per_s;
+
+  friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
+};
+
+/// Where the numbers come from: recorded by a backend, imported from a profiler file, modeled by
+/// a cost model for a device, or written by hand.
+struct Provenance {
+  std::string source;  // "recorded" | "imported" | "modeled" | "hand-written"
+  std::string backend;
+  std::string file;
+  std::optional<std::int64_t> step;
+  std::string cost_model;
+  std::string device;
+  std::string note;
+
+  friend bool operator==(const Provenance&, const Provenance&) = default;
+};
+
+struct Workload {
+  Provenance provenance;
+  DeviceInfo device;
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;
+
+  [[nodiscard]] const Tensor& tensor(TensorId id) const { return tensors[static_cast<std::size_t>(id)]; }
+  [[nodiscard]] const Op& op(OpId id) const { return ops[static_cast<std::size_t>(id)]; }
+
+  friend bool operator==(const Workload&, const Workload&) = default;
+};
+
+/// Checks every structural rule of trace format v1 and throws InputError naming `source` and the
+/// JSON path of the first problem: ids equal positions, references in range, sizes and durations
+/// sane and consistent with shape and dtype, producers consistent with op outputs, no cycle, no
+/// tensor read before it is produced, in-place outputs that really take over a dead input.
+void validate(const Workload& workload, std::string_view source);
+
+}  // namespace memplan::sim

@@ -1,0 +1,46 @@
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "sim/input_error.hpp"
+#include "sim/trace_io.hpp"
+#include "tests/support/run_command.hpp"
+
+using namespace memplan::sim;
+using memplan::test::source_path;
+
+TEST_CASE("read -> write -> read gives the same workload and the same bytes", "[sim][trace_io]") {
+  for (const char* name : {"traces/mlp4.json", "traces/resnet_tiny.json"}) {
+    CAPTURE(name);
+    const Workload first = read_trace(source_path(name));
+    const std::string text = write_trace(first);
+    const Workload second = parse_trace(text, "<written>");
+    CHECK(second == first);
+    CHECK(write_trace(second) == text);
+  }
+}
+
+TEST_CASE("write_trace_file replaces the file atomically and leaves no temporary", "[sim][trace_io]") {
+  const Workload w = read_trace(source_path("traces/mlp4.json"));
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  const auto path = dir / "out.json";
+  write_trace_file(w, path);
+  CHECK(read_trace(path) == w);
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir)) ++files;
+  CHECK(files == 1);
+  CHECK_THROWS_AS(write_trace_file(w, dir / "missing-dir" / "out.json"), InputError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("optional fields survive the round trip", "[sim][trace_io]") {
+  const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
+  const Op& conv2 = w.op(2);
+  REQUIRE(conv2.algorithms.size() == 1);
+  CHECK(conv2.algorithms[0].name == "memory_optimal");
+  CHECK(conv2.algorithms[0].duration_ns == 7000);
+  CHECK(w.tensor(11).in_place_of == 10);
+  CHECK(w.device.copy_latency_ns == 10000);
+  CHECK(w.op(16).differentiates == 2);
+}

@@ -1,0 +1,54 @@
+#include "tests/support/run_command.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace memplan::test {
+namespace {
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+std::string source_path(const std::string& relative) {
+  return std::string(MEMPLAN_SOURCE_DIR) + "/" + relative;
+}
+
+std::string temp_dir() {
+  static std::atomic<int> counter{0};
+  auto dir = std::filesystem::temp_directory_path() /
+             ("memplan-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+CommandResult run_memplan(const std::string& args) {
+  const std::string dir = temp_dir();
+  const std::string out_path = dir + "/stdout";
+  const std::string err_path = dir + "/stderr";
+  const std::string command = std::string("'") + MEMPLAN_BINARY + "' " + args + " >'" + out_path +
+                              "' 2>'" + err_path + "' </dev/null";
+  const int status = std::system(command.c_str());
+  if (status == -1) throw std::runtime_error("could not run: " + command);
+  CommandResult result;
+  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = slurp(out_path);
+  result.err = slurp(err_path);
+  std::filesystem::remove_all(dir);
+  return result;
+}
+
+}  // namespace memplan::test
