@@ -4,8 +4,8 @@
 // 2 bad input (a trace, a plan, a flag).
 #include <exception>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
 #include "sim/input_error.hpp"

@@ -11,7 +11,9 @@ void throw_cuda_error(const char* library, const char* call, const char* error, 
                   std::to_string(line) + ")");
 }
 
-const char* cublas_status_string(cublasStatus_t status) { return cublasGetStatusString(status); }
+const char* cublas_status_string(cublasStatus_t status) {
+  return cublasGetStatusString(status);
+}
 
 CudaEnvironment probe_cuda() {
   CudaEnvironment env;

@@ -9,8 +9,8 @@ namespace memplan::sim {
                                std::string_view file, int line);
 }  // namespace memplan::sim
 
-#define MEMPLAN_CHECK(condition, invariant)                                              \
-  do {                                                                                   \
-    if (!(condition)) [[unlikely]]                                                       \
-      ::memplan::sim::check_failed(#condition, (invariant), __FILE__, __LINE__);         \
+#define MEMPLAN_CHECK(condition, invariant)                                      \
+  do {                                                                           \
+    if (!(condition)) [[unlikely]]                                               \
+      ::memplan::sim::check_failed(#condition, (invariant), __FILE__, __LINE__); \
   } while (false)

@@ -11,15 +11,23 @@ namespace {
 
 std::string_view type_name(const nlohmann::json& v) {
   switch (v.type()) {
-    case nlohmann::json::value_t::null: return "null";
-    case nlohmann::json::value_t::object: return "an object";
-    case nlohmann::json::value_t::array: return "an array";
-    case nlohmann::json::value_t::string: return "a string";
-    case nlohmann::json::value_t::boolean: return "a boolean";
+    case nlohmann::json::value_t::null:
+      return "null";
+    case nlohmann::json::value_t::object:
+      return "an object";
+    case nlohmann::json::value_t::array:
+      return "an array";
+    case nlohmann::json::value_t::string:
+      return "a string";
+    case nlohmann::json::value_t::boolean:
+      return "a boolean";
     case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: return "an integer";
-    case nlohmann::json::value_t::number_float: return "a number with a fraction";
-    default: return "something else";
+    case nlohmann::json::value_t::number_unsigned:
+      return "an integer";
+    case nlohmann::json::value_t::number_float:
+      return "a number with a fraction";
+    default:
+      return "something else";
   }
 }
 
@@ -72,7 +80,8 @@ std::int64_t JsonReader::as_int(std::int64_t min, std::int64_t max) const {
   std::int64_t v = 0;
   if (value_->is_number_unsigned()) {
     const auto u = value_->get<std::uint64_t>();
-    if (u > static_cast<std::uint64_t>(max)) fail(fmt::format("{} is out of range [{}, {}]", u, min, max));
+    if (u > static_cast<std::uint64_t>(max))
+      fail(fmt::format("{} is out of range [{}, {}]", u, min, max));
     v = static_cast<std::int64_t>(u);
   } else if (value_->is_number_integer()) {
     v = value_->get<std::int64_t>();
@@ -91,7 +100,8 @@ double JsonReader::as_number() const {
 }
 
 bool JsonReader::as_bool() const {
-  if (!value_->is_boolean()) fail(fmt::format("expected true or false, found {}", type_name(*value_)));
+  if (!value_->is_boolean())
+    fail(fmt::format("expected true or false, found {}", type_name(*value_)));
   return value_->get<bool>();
 }
 

@@ -49,7 +49,8 @@ Liveness analyze_liveness(const Workload& workload) {
     // nothing reads it.
     OpId last = kNoId;
     for (TensorId t : s.tensors) {
-      last = std::max({last, result.last_use[static_cast<std::size_t>(t)], workload.tensor(t).producer});
+      last = std::max(
+          {last, result.last_use[static_cast<std::size_t>(t)], workload.tensor(t).producer});
     }
     s.last = last;
   }

@@ -12,8 +12,8 @@ namespace memplan::sim {
 /// for tensors that already exist: first == kNoId) and freed after op `last` ends (last ==
 /// ops.size() for tensors that outlive the step).
 struct Storage {
-  TensorId root = kNoId;           // the tensor that allocates the buffer
-  std::vector<TensorId> tensors;   // root first, then tensors written in place over it
+  TensorId root = kNoId;          // the tensor that allocates the buffer
+  std::vector<TensorId> tensors;  // root first, then tensors written in place over it
   Bytes bytes = 0;
   OpId first = kNoId;
   OpId last = kNoId;
@@ -30,8 +30,8 @@ struct Liveness {
 Liveness analyze_liveness(const Workload& workload);
 
 struct InCorePeak {
-  Bytes bytes = 0;   // live buffers plus the op's workspace, at the worst op
-  OpId op = kNoId;   // the op where the peak is reached (kNoId for an empty workload)
+  Bytes bytes = 0;  // live buffers plus the op's workspace, at the worst op
+  OpId op = kNoId;  // the op where the peak is reached (kNoId for an empty workload)
 };
 
 /// Peak device bytes when nothing is swapped, recomputed or encoded and every buffer dies right

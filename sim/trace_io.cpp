@@ -1,10 +1,10 @@
 #include "sim/trace_io.hpp"
 
+#include <unistd.h>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <system_error>
-#include <unistd.h>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -22,7 +22,9 @@ constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMinInt = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max();
 
-std::int32_t read_id(const JsonReader& r) { return static_cast<std::int32_t>(r.as_int(0, kMaxId)); }
+std::int32_t read_id(const JsonReader& r) {
+  return static_cast<std::int32_t>(r.as_int(0, kMaxId));
+}
 
 std::int32_t read_optional_id(const JsonReader& object, std::string_view key) {
   auto r = object.find(key);
@@ -49,8 +51,8 @@ std::optional<double> read_optional_positive(const JsonReader& object, std::stri
 }
 
 DeviceInfo read_device(const JsonReader& r) {
-  r.reject_unknown_keys({"name", "memory_bytes", "h2d_bytes_per_s", "d2h_bytes_per_s", "copy_latency_ns",
-                         "memory_bandwidth_bytes_per_s", "peak_flops_per_s"});
+  r.reject_unknown_keys({"name", "memory_bytes", "h2d_bytes_per_s", "d2h_bytes_per_s",
+                         "copy_latency_ns", "memory_bandwidth_bytes_per_s", "peak_flops_per_s"});
   DeviceInfo d;
   d.name = r.at("name").as_string();
   d.memory_bytes = r.at("memory_bytes").as_int(kMinInt, kMaxInt);
@@ -68,7 +70,8 @@ Provenance read_provenance(const JsonReader& r) {
   p.source = r.at("source").as_string();
   if (p.source != "recorded" && p.source != "imported" && p.source != "modeled" &&
       p.source != "hand-written") {
-    r.at("source").fail(fmt::format("'{}' is not one of recorded, imported, modeled, hand-written", p.source));
+    r.at("source").fail(
+        fmt::format("'{}' is not one of recorded, imported, modeled, hand-written", p.source));
   }
   p.backend = read_optional_string(r, "backend");
   p.file = read_optional_string(r, "file");
@@ -80,7 +83,8 @@ Provenance read_provenance(const JsonReader& r) {
 }
 
 Tensor read_tensor(const JsonReader& r) {
-  r.reject_unknown_keys({"id", "name", "bytes", "kind", "shape", "dtype", "producer", "in_place_of"});
+  r.reject_unknown_keys(
+      {"id", "name", "bytes", "kind", "shape", "dtype", "producer", "in_place_of"});
   Tensor t;
   t.id = read_id(r.at("id"));
   t.name = r.at("name").as_string();
@@ -90,14 +94,16 @@ Tensor read_tensor(const JsonReader& r) {
   auto parsed = parse_tensor_kind(kind);
   if (!parsed) {
     kind_reader.fail(fmt::format(
-        "unknown kind '{}' (activation, parameter, gradient, optimizer_state, workspace, input)", kind));
+        "unknown kind '{}' (activation, parameter, gradient, optimizer_state, workspace, input)",
+        kind));
   }
   t.kind = *parsed;
   if (auto s = r.find("shape")) {
     for (const auto& e : s->elements()) t.shape.push_back(e.as_int(kMinInt, kMaxInt));
   }
   t.dtype = read_optional_string(r, "dtype");
-  if (!r.value().contains("producer")) r.fail("missing field 'producer' (null for tensors that exist before the step)");
+  if (!r.value().contains("producer"))
+    r.fail("missing field 'producer' (null for tensors that exist before the step)");
   t.producer = read_optional_id(r, "producer");
   t.in_place_of = read_optional_id(r, "in_place_of");
   return t;
@@ -113,7 +119,8 @@ Op read_op(const JsonReader& r) {
   const auto phase_reader = r.at("phase");
   const std::string phase = phase_reader.as_string();
   auto parsed = parse_phase(phase);
-  if (!parsed) phase_reader.fail(fmt::format("unknown phase '{}' (forward, backward, update)", phase));
+  if (!parsed)
+    phase_reader.fail(fmt::format("unknown phase '{}' (forward, backward, update)", phase));
   op.phase = *parsed;
   op.inputs = read_ids(r.at("inputs"));
   op.outputs = read_ids(r.at("outputs"));
@@ -125,7 +132,8 @@ Op read_op(const JsonReader& r) {
   if (auto algos = r.find("algorithms")) {
     for (const auto& a : algos->elements()) {
       a.reject_unknown_keys({"name", "workspace_bytes", "duration_ns"});
-      op.algorithms.push_back({a.at("name").as_string(), a.at("workspace_bytes").as_int(kMinInt, kMaxInt),
+      op.algorithms.push_back({a.at("name").as_string(),
+                               a.at("workspace_bytes").as_int(kMinInt, kMaxInt),
                                a.at("duration_ns").as_int(kMinInt, kMaxInt)});
     }
   }
@@ -139,7 +147,8 @@ OrderedJson device_json(const DeviceInfo& d) {
   if (d.h2d_bytes_per_s) j["h2d_bytes_per_s"] = *d.h2d_bytes_per_s;
   if (d.d2h_bytes_per_s) j["d2h_bytes_per_s"] = *d.d2h_bytes_per_s;
   if (d.copy_latency_ns) j["copy_latency_ns"] = *d.copy_latency_ns;
-  if (d.memory_bandwidth_bytes_per_s) j["memory_bandwidth_bytes_per_s"] = *d.memory_bandwidth_bytes_per_s;
+  if (d.memory_bandwidth_bytes_per_s)
+    j["memory_bandwidth_bytes_per_s"] = *d.memory_bandwidth_bytes_per_s;
   if (d.peak_flops_per_s) j["peak_flops_per_s"] = *d.peak_flops_per_s;
   return j;
 }
@@ -159,7 +168,9 @@ OrderedJson provenance_json(const Provenance& p) {
   return j;
 }
 
-OrderedJson id_or_null(std::int32_t id) { return id == kNoId ? OrderedJson(nullptr) : OrderedJson(id); }
+OrderedJson id_or_null(std::int32_t id) {
+  return id == kNoId ? OrderedJson(nullptr) : OrderedJson(id);
+}
 
 OrderedJson tensor_json(const Tensor& t) {
   OrderedJson j;
@@ -293,7 +304,8 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view t
 
 std::string read_file(const std::filesystem::path& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw InputError(path.string(), "is a directory, not a file");
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path.string(), "is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path.string(), "cannot open for reading (does it exist?)");
   std::ostringstream buffer;

@@ -21,8 +21,10 @@ struct Suffix {
 // Splits "12.5GB/s" into 12.5 and "GB/s"; throws when the number part is missing or malformed.
 std::pair<double, std::string_view> split_number(std::string_view text, std::string_view where,
                                                  std::string_view what) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
+    text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    text.remove_suffix(1);
   double value = 0;
   const auto* begin = text.data();
   const auto* end = text.data() + text.size();
@@ -31,7 +33,8 @@ std::pair<double, std::string_view> split_number(std::string_view text, std::str
     throw InputError(std::string(where), fmt::format("'{}' is not a {}", text, what));
   }
   std::string_view rest(ptr, static_cast<std::size_t>(end - ptr));
-  while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) rest.remove_prefix(1);
+  while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front())))
+    rest.remove_prefix(1);
   if (!std::isfinite(value) || value < 0) {
     throw InputError(std::string(where), fmt::format("'{}' is not a non-negative {}", text, what));
   }
@@ -45,8 +48,8 @@ double apply_suffix(std::string_view text, std::string_view where, std::string_v
   for (const auto& s : suffixes) {
     if (rest == s.name) return value * s.factor;
   }
-  throw InputError(std::string(where),
-                   fmt::format("'{}': unknown unit '{}' for a {} (use {})", text, rest, what, examples));
+  throw InputError(std::string(where), fmt::format("'{}': unknown unit '{}' for a {} (use {})",
+                                                   text, rest, what, examples));
 }
 
 std::int64_t to_integer(double value, std::string_view text, std::string_view where,
@@ -86,9 +89,9 @@ BytesPerSecond parse_bandwidth(std::string_view text, std::string_view where) {
                                                     {"KiB/s", 1024.0},
                                                     {"MiB/s", 1024.0 * 1024},
                                                     {"GiB/s", 1024.0 * 1024 * 1024}}};
-  const double value =
-      apply_suffix(text, where, "bandwidth", kSuffixes, "B/s, MB/s, GB/s, GiB/s");
-  if (value <= 0) throw InputError(std::string(where), fmt::format("'{}': bandwidth must be positive", text));
+  const double value = apply_suffix(text, where, "bandwidth", kSuffixes, "B/s, MB/s, GB/s, GiB/s");
+  if (value <= 0)
+    throw InputError(std::string(where), fmt::format("'{}': bandwidth must be positive", text));
   return value;
 }
 

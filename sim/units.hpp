@@ -16,7 +16,9 @@ using BytesPerSecond = double;
 inline constexpr Nanoseconds kNanosecondsPerSecond = 1'000'000'000;
 
 /// Seconds as a double, for printing and JSON output only; the simulator never computes in it.
-constexpr double to_seconds(Nanoseconds ns) { return static_cast<double>(ns) * 1e-9; }
+constexpr double to_seconds(Nanoseconds ns) {
+  return static_cast<double>(ns) * 1e-9;
+}
 
 /// "16GiB", "12GB", "512MiB", "4096" (bytes), "1.5GiB". Throws InputError naming `where`.
 Bytes parse_bytes(std::string_view text, std::string_view where);

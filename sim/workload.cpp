@@ -27,7 +27,9 @@ constexpr Nanoseconds kMaxOpDuration = Nanoseconds{3600} * kNanosecondsPerSecond
   throw InputError(fmt::format("{}: {}", source, path), what);
 }
 
-std::string op_label(const Op& op) { return fmt::format("op {} '{}'", op.id, op.name); }
+std::string op_label(const Op& op) {
+  return fmt::format("op {} '{}'", op.id, op.name);
+}
 
 void validate_tensors(const Workload& w, std::string_view source) {
   const auto op_count = static_cast<OpId>(w.ops.size());
@@ -48,7 +50,8 @@ void validate_tensors(const Workload& w, std::string_view source) {
       Bytes elements = 1;
       for (std::size_t d = 0; d < t.shape.size(); ++d) {
         if (t.shape[d] < 0) {
-          fail(source, fmt::format("{}.shape[{}]", at, d), fmt::format("negative extent {}", t.shape[d]));
+          fail(source, fmt::format("{}.shape[{}]", at, d),
+               fmt::format("negative extent {}", t.shape[d]));
         }
         if (t.shape[d] != 0 && elements > kMaxTensorBytes / t.shape[d]) {
           fail(source, at + ".shape", "absurd shape (more than 2^50 elements)");
@@ -57,17 +60,18 @@ void validate_tensors(const Workload& w, std::string_view source) {
       }
       if (auto item = dtype_bytes(t.dtype); item && elements * *item != t.bytes) {
         fail(source, at + ".bytes",
-             fmt::format("{} bytes, but shape [{}] of {} needs {}", t.bytes, fmt::join(t.shape, ", "),
-                         t.dtype, elements * *item));
+             fmt::format("{} bytes, but shape [{}] of {} needs {}", t.bytes,
+                         fmt::join(t.shape, ", "), t.dtype, elements * *item));
       }
     }
     if (t.producer != kNoId && (t.producer < 0 || t.producer >= op_count)) {
       fail(source, at + ".producer", fmt::format("unknown op id {}", t.producer));
     }
     if (t.producer != kNoId && is_persistent(t.kind)) {
-      fail(source, at + ".producer",
-           fmt::format("tensor '{}' is a {}, which exists before the step, yet names producer op {}",
-                       t.name, to_string(t.kind), t.producer));
+      fail(
+          source, at + ".producer",
+          fmt::format("tensor '{}' is a {}, which exists before the step, yet names producer op {}",
+                      t.name, to_string(t.kind), t.producer));
     }
     if (t.producer != kNoId) {
       const auto& outs = w.op(t.producer).outputs;
@@ -95,7 +99,8 @@ void validate_ops(const Workload& w, std::string_view source) {
     auto check_refs = [&](const std::vector<TensorId>& refs, std::string_view field) {
       for (std::size_t k = 0; k < refs.size(); ++k) {
         if (refs[k] < 0 || refs[k] >= tensor_count) {
-          fail(source, fmt::format("{}.{}[{}]", at, field, k), fmt::format("unknown tensor id {}", refs[k]));
+          fail(source, fmt::format("{}.{}[{}]", at, field, k),
+               fmt::format("unknown tensor id {}", refs[k]));
         }
         for (std::size_t j = 0; j < k; ++j) {
           if (refs[j] == refs[k]) {
@@ -119,18 +124,23 @@ void validate_ops(const Workload& w, std::string_view source) {
       const Tensor& t = w.tensor(op.outputs[k]);
       if (t.producer != op.id) {
         fail(source, fmt::format("{}.outputs[{}]", at, k),
-             fmt::format("writes tensor {} '{}', whose producer is {}", t.id, t.name,
-                         t.producer == kNoId ? std::string("none") : fmt::format("op {}", t.producer)));
+             fmt::format(
+                 "writes tensor {} '{}', whose producer is {}", t.id, t.name,
+                 t.producer == kNoId ? std::string("none") : fmt::format("op {}", t.producer)));
       }
     }
     auto check_cost = [&](Bytes workspace, Nanoseconds duration, const std::string& where) {
-      if (workspace < 0) fail(source, where + ".workspace_bytes", fmt::format("negative size {}", workspace));
+      if (workspace < 0)
+        fail(source, where + ".workspace_bytes", fmt::format("negative size {}", workspace));
       if (workspace > kMaxTensorBytes) {
-        fail(source, where + ".workspace_bytes", fmt::format("absurd size {} bytes (over 1 PiB)", workspace));
+        fail(source, where + ".workspace_bytes",
+             fmt::format("absurd size {} bytes (over 1 PiB)", workspace));
       }
-      if (duration < 0) fail(source, where + ".duration_ns", fmt::format("negative duration {}", duration));
+      if (duration < 0)
+        fail(source, where + ".duration_ns", fmt::format("negative duration {}", duration));
       if (duration > kMaxOpDuration) {
-        fail(source, where + ".duration_ns", fmt::format("absurd duration {} ns (over an hour)", duration));
+        fail(source, where + ".duration_ns",
+             fmt::format("absurd duration {} ns (over an hour)", duration));
       }
     };
     check_cost(op.workspace_bytes, op.duration_ns, at);
@@ -181,7 +191,8 @@ void validate_order(const Workload& w, std::string_view source) {
     const bool forward = std::all_of(cycle->begin(), cycle->end(),
                                      [&](OpId id) { return w.op(id).phase == Phase::kForward; });
     fail(source, fmt::format("$.ops[{}]", cycle->front()),
-         fmt::format("cycle in the {} graph: {}", forward ? "forward" : "op", fmt::join(names, " -> ")));
+         fmt::format("cycle in the {} graph: {}", forward ? "forward" : "op",
+                     fmt::join(names, " -> ")));
   }
   for (const Op& op : w.ops) {
     for (std::size_t k = 0; k < op.inputs.size(); ++k) {
@@ -189,12 +200,15 @@ void validate_order(const Workload& w, std::string_view source) {
       const std::string at = fmt::format("$.ops[{}].inputs[{}]", op.id, k);
       if (t.producer == kNoId) continue;
       if (t.producer == op.id) {
-        fail(source, at, fmt::format("{} reads tensor {} '{}' that it writes itself", op_label(op), t.id, t.name));
+        fail(source, at,
+             fmt::format("{} reads tensor {} '{}' that it writes itself", op_label(op), t.id,
+                         t.name));
       }
       if (t.producer > op.id) {
         fail(source, at,
-             fmt::format("{} reads tensor {} '{}' before it is produced (by {}, later in issue order)",
-                         op_label(op), t.id, t.name, op_label(w.op(t.producer))));
+             fmt::format(
+                 "{} reads tensor {} '{}' before it is produced (by {}, later in issue order)",
+                 op_label(op), t.id, t.name, op_label(w.op(t.producer))));
       }
     }
   }
@@ -212,26 +226,36 @@ void validate_in_place(const Workload& w, std::string_view source) {
     if (t.in_place_of < 0 || t.in_place_of >= static_cast<TensorId>(w.tensors.size())) {
       fail(source, at, fmt::format("unknown tensor id {}", t.in_place_of));
     }
-    if (t.producer == kNoId) fail(source, at, "only a tensor written by an op can be written in place");
+    if (t.producer == kNoId)
+      fail(source, at, "only a tensor written by an op can be written in place");
     const Op& producer = w.op(t.producer);
     const Tensor& base = w.tensor(t.in_place_of);
-    if (std::find(producer.inputs.begin(), producer.inputs.end(), base.id) == producer.inputs.end()) {
-      fail(source, at, fmt::format("tensor {} is not an input of the producer {}", base.id, op_label(producer)));
+    if (std::find(producer.inputs.begin(), producer.inputs.end(), base.id) ==
+        producer.inputs.end()) {
+      fail(
+          source, at,
+          fmt::format("tensor {} is not an input of the producer {}", base.id, op_label(producer)));
     }
     if (is_preexisting(base.kind)) {
-      fail(source, at, fmt::format("cannot write over {} tensor {}", to_string(base.kind), base.id));
+      fail(source, at,
+           fmt::format("cannot write over {} tensor {}", to_string(base.kind), base.id));
     }
     if (t.bytes > base.bytes) {
-      fail(source, at, fmt::format("{} bytes do not fit in the {} bytes of tensor {}", t.bytes, base.bytes, base.id));
+      fail(source, at,
+           fmt::format("{} bytes do not fit in the {} bytes of tensor {}", t.bytes, base.bytes,
+                       base.id));
     }
     if (last_read[static_cast<std::size_t>(base.id)] != producer.id) {
       fail(source, at,
-           fmt::format("tensor {} '{}' is still read after {} (by op {}), so it cannot be overwritten",
-                       base.id, base.name, op_label(producer), last_read[static_cast<std::size_t>(base.id)]));
+           fmt::format(
+               "tensor {} '{}' is still read after {} (by op {}), so it cannot be overwritten",
+               base.id, base.name, op_label(producer),
+               last_read[static_cast<std::size_t>(base.id)]));
     }
     for (const Tensor& other : w.tensors) {
       if (other.id != t.id && other.in_place_of == base.id) {
-        fail(source, at, fmt::format("tensor {} is already overwritten by tensor {}", base.id, other.id));
+        fail(source, at,
+             fmt::format("tensor {} is already overwritten by tensor {}", base.id, other.id));
       }
     }
   }
@@ -239,8 +263,12 @@ void validate_in_place(const Workload& w, std::string_view source) {
 
 }  // namespace
 
-std::string_view to_string(Phase phase) { return kPhaseNames[static_cast<std::size_t>(phase)]; }
-std::string_view to_string(TensorKind kind) { return kKindNames[static_cast<std::size_t>(kind)]; }
+std::string_view to_string(Phase phase) {
+  return kPhaseNames[static_cast<std::size_t>(phase)];
+}
+std::string_view to_string(TensorKind kind) {
+  return kKindNames[static_cast<std::size_t>(kind)];
+}
 
 std::optional<Phase> parse_phase(std::string_view text) {
   for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
@@ -281,7 +309,8 @@ std::optional<Bytes> dtype_bytes(std::string_view dtype) {
 
 void validate(const Workload& workload, std::string_view source) {
   if (workload.device.memory_bytes < 0) {
-    fail(source, "$.device.memory_bytes", fmt::format("negative size {}", workload.device.memory_bytes));
+    fail(source, "$.device.memory_bytes",
+         fmt::format("negative size {}", workload.device.memory_bytes));
   }
   validate_tensors(workload, source);
   validate_ops(workload, source);

@@ -128,7 +128,9 @@ struct Workload {
   std::vector<Tensor> tensors;
   std::vector<Op> ops;
 
-  [[nodiscard]] const Tensor& tensor(TensorId id) const { return tensors[static_cast<std::size_t>(id)]; }
+  [[nodiscard]] const Tensor& tensor(TensorId id) const {
+    return tensors[static_cast<std::size_t>(id)];
+  }
   [[nodiscard]] const Op& op(OpId id) const { return ops[static_cast<std::size_t>(id)]; }
 
   friend bool operator==(const Workload&, const Workload&) = default;

@@ -19,7 +19,9 @@ using Edge = boost::graph_traits<Graph>::edge_descriptor;
 struct CycleFinder : boost::default_dfs_visitor {
   std::vector<Vertex>* parent;
   std::optional<Edge>* first_back_edge;
-  void tree_edge(Edge e, const Graph& g) const { (*parent)[boost::target(e, g)] = boost::source(e, g); }
+  void tree_edge(Edge e, const Graph& g) const {
+    (*parent)[boost::target(e, g)] = boost::source(e, g);
+  }
   void back_edge(Edge e, const Graph& /*g*/) const {
     if (!first_back_edge->has_value()) *first_back_edge = e;
   }
@@ -48,9 +50,9 @@ std::optional<std::vector<OpId>> WorkloadGraph::find_cycle() const {
   visitor.parent = &parent;
   visitor.first_back_edge = &back;
   std::vector<boost::default_color_type> colors(n);
-  boost::depth_first_search(
-      graph_, boost::visitor(visitor).color_map(boost::make_iterator_property_map(
-                  colors.begin(), boost::get(boost::vertex_index, graph_))));
+  boost::depth_first_search(graph_,
+                            boost::visitor(visitor).color_map(boost::make_iterator_property_map(
+                                colors.begin(), boost::get(boost::vertex_index, graph_))));
   if (!back) return std::nullopt;
   // The back edge u -> v closes the tree path v -> ... -> u.
   const Vertex u = boost::source(*back, graph_);

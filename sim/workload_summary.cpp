@@ -46,7 +46,8 @@ nlohmann::ordered_json to_json(const WorkloadSummary& s, const Workload& workloa
     const auto phase = std::string(to_string(static_cast<Phase>(p)));
     compute[phase] = to_seconds(s.compute_ns[static_cast<std::size_t>(p)]);
     by_layer[phase] = nlohmann::ordered_json::object();
-    for (const auto& [layer, count] : s.ops_by_layer[static_cast<std::size_t>(p)]) by_layer[phase][layer] = count;
+    for (const auto& [layer, count] : s.ops_by_layer[static_cast<std::size_t>(p)])
+      by_layer[phase][layer] = count;
   }
   j["compute_s"] = std::move(compute);
   j["ops_by_phase_and_layer"] = std::move(by_layer);
@@ -83,10 +84,11 @@ std::string to_text(const WorkloadSummary& s, const Workload& workload) {
   for (int k = 0; k < kTensorKindCount; ++k) {
     const auto& totals = s.tensors_by_kind[static_cast<std::size_t>(k)];
     if (totals.count == 0) continue;
-    out += fmt::format("  {:<16} {:>6}  {:>12}\n", to_string(static_cast<TensorKind>(k)), totals.count,
-                       format_bytes(totals.bytes));
+    out += fmt::format("  {:<16} {:>6}  {:>12}\n", to_string(static_cast<TensorKind>(k)),
+                       totals.count, format_bytes(totals.bytes));
   }
-  out += fmt::format("feature maps {} ({})\n", s.feature_map_count, format_bytes(s.feature_map_bytes));
+  out +=
+      fmt::format("feature maps {} ({})\n", s.feature_map_count, format_bytes(s.feature_map_bytes));
   out += fmt::format("in-core peak {} at op '{}'\n", format_bytes(s.peak.bytes),
                      s.peak.op == kNoId ? std::string("-") : workload.op(s.peak.op).name);
   out += "compute time";

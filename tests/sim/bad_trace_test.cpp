@@ -9,7 +9,8 @@
 
 using namespace memplan::sim;
 
-TEST_CASE("every bad trace is rejected with the place and the problem", "[sim][trace_io][bad_input]") {
+TEST_CASE("every bad trace is rejected with the place and the problem",
+          "[sim][trace_io][bad_input]") {
   for (const auto& bad : memplan::test::bad_traces()) {
     CAPTURE(bad.name);
     try {

@@ -43,61 +43,136 @@ std::vector<BadTrace> bad_traces() {
   raw("truncated JSON", good.substr(0, good.size() / 2), "bad.json", "not valid JSON");
   raw("empty file", "", "bad.json", "not valid JSON");
   raw("not an object", "[1, 2, 3]", "$", "expected an object");
-  mutate("wrong format name", [](json& j) { j["format"] = "chrome-trace"; }, "$.format", "is not 'memplan-trace'");
-  mutate("wrong version", [](json& j) { j["version"] = 2; }, "$.version", "version 2 is not supported");
-  mutate("missing ops", [](json& j) { j.erase("ops"); }, "$", "missing field 'ops'");
-  mutate("missing tensor bytes", [](json& j) { j["tensors"][2].erase("bytes"); }, "$.tensors[2]", "missing field 'bytes'");
-  mutate("missing producer", [](json& j) { j["tensors"][2].erase("producer"); }, "$.tensors[2]", "missing field 'producer'");
-  mutate("mistyped bytes", [](json& j) { j["tensors"][2]["bytes"] = "64"; }, "$.tensors[2].bytes", "expected an integer, found a string");
-  mutate("fractional duration", [](json& j) { j["ops"][0]["duration_ns"] = 1.5; }, "$.ops[0].duration_ns", "expected an integer");
-  mutate("mistyped inputs", [](json& j) { j["ops"][0]["inputs"] = 0; }, "$.ops[0].inputs", "expected an array");
-  mutate("unknown field", [](json& j) { j["ops"][1]["duraton_ns"] = 5; }, "$.ops[1]", "unknown field 'duraton_ns'");
-  mutate("unknown kind", [](json& j) { j["tensors"][2]["kind"] = "feature"; }, "$.tensors[2].kind", "unknown kind 'feature'");
-  mutate("unknown phase", [](json& j) { j["ops"][1]["phase"] = "sideways"; }, "$.ops[1].phase", "unknown phase 'sideways'");
-  mutate("duplicate tensor id", [](json& j) { j["tensors"][3]["id"] = 2; }, "$.tensors[3].id", "id 2 where 3 was expected");
-  mutate("duplicate op id", [](json& j) { j["ops"][2]["id"] = 1; }, "$.ops[2].id", "id 1 where 2 was expected");
-  mutate("unknown input tensor", [](json& j) { j["ops"][2]["inputs"][1] = 99; }, "$.ops[2].inputs[1]", "unknown tensor id 99");
-  mutate("unknown producer op", [](json& j) { j["tensors"][3]["producer"] = 42; }, "$.tensors[3].producer", "unknown op id 42");
-  mutate("negative id", [](json& j) { j["ops"][0]["inputs"][0] = -1; }, "$.ops[0].inputs[0]", "out of range");
-  mutate("negative size", [](json& j) { j["tensors"][3]["bytes"] = -64; }, "$.tensors[3].bytes", "negative size -64");
-  mutate("absurd size", [](json& j) { j["tensors"][3]["bytes"] = 1LL << 60; }, "$.tensors[3].bytes", "absurd size");
-  mutate("size beyond 64 bits", [](json& j) { j["tensors"][3]["bytes"] = 18446744073709551615ULL; }, "$.tensors[3].bytes", "out of range");
-  mutate("size disagrees with shape", [](json& j) { j["tensors"][2]["bytes"] = 60; }, "$.tensors[2].bytes", "needs 64");
-  mutate("negative duration", [](json& j) { j["ops"][1]["duration_ns"] = -10; }, "$.ops[1].duration_ns", "negative duration");
-  mutate("absurd duration", [](json& j) { j["ops"][1]["duration_ns"] = 10'000'000'000'000LL; }, "$.ops[1].duration_ns", "absurd duration");
-  mutate("negative workspace", [](json& j) { j["ops"][0]["workspace_bytes"] = -1; }, "$.ops[0].workspace_bytes", "negative size");
-  mutate("producer does not list output",
-         [](json& j) { j["ops"][1]["outputs"] = json::array(); }, "$.tensors[3].producer", "does not list tensor 3");
-  mutate("output claimed by another op", [](json& j) { j["ops"][0]["outputs"] = {2, 3}; }, "$.ops[0].outputs[1]", "whose producer is op 1");
-  mutate("parameter with a producer", [](json& j) { j["tensors"][1]["producer"] = 0; }, "$.tensors[1].producer", "exists before the step");
-  mutate("cycle in the forward graph",
-         [](json& j) {
-           j["ops"][0]["inputs"] = {0, 1, 3};  // fc reads relu's output, relu reads fc's
-         },
-         "$.ops[0]", "cycle in the forward graph: 'fc' -> 'relu' -> 'fc'");
-  mutate("backward reads a tensor no op produced",
-         [](json& j) {
-           j["tensors"].push_back({{"id", 5}, {"name", "ghost"}, {"bytes", 64}, {"kind", "gradient"}, {"producer", nullptr}});
-           j["ops"][2]["inputs"].push_back(5);
-         },
-         "$.ops[2].inputs[2]", "reads gradient tensor 5 'ghost' that no op produces");
-  mutate("used before produced",
-         [](json& j) {
-           // fc_bwd moves before relu, so it reads relu's output before relu runs.
-           std::swap(j["ops"][1], j["ops"][2]);
-           j["ops"][1]["id"] = 1;
-           j["ops"][2]["id"] = 2;
-           j["tensors"][3]["producer"] = 2;
-           j["tensors"][4]["producer"] = 1;
-         },
-         "$.ops[1].inputs[0]", "before it is produced");
-  mutate("reads its own output", [](json& j) { j["ops"][1]["inputs"] = {2, 3}; }, "$.ops[1]", "cycle");
-  mutate("differentiates a backward op", [](json& j) { j["ops"][2]["differentiates"] = 2; }, "$.ops[2].differentiates", "is not a forward op");
-  mutate("in place over a tensor still read",
-         [](json& j) { j["tensors"][3]["in_place_of"] = 2; j["ops"][2]["inputs"] = {3, 0, 2}; },
-         "$.tensors[3].in_place_of", "still read after");
-  mutate("bad device memory", [](json& j) { j["device"]["memory_bytes"] = "lots"; }, "$.device.memory_bytes", "expected an integer");
-  mutate("bad provenance", [](json& j) { j["provenance"]["source"] = "dreamt"; }, "$.provenance.source", "is not one of");
+  mutate(
+      "wrong format name", [](json& j) { j["format"] = "chrome-trace"; }, "$.format",
+      "is not 'memplan-trace'");
+  mutate(
+      "wrong version", [](json& j) { j["version"] = 2; }, "$.version",
+      "version 2 is not supported");
+  mutate(
+      "missing ops", [](json& j) { j.erase("ops"); }, "$", "missing field 'ops'");
+  mutate(
+      "missing tensor bytes", [](json& j) { j["tensors"][2].erase("bytes"); }, "$.tensors[2]",
+      "missing field 'bytes'");
+  mutate(
+      "missing producer", [](json& j) { j["tensors"][2].erase("producer"); }, "$.tensors[2]",
+      "missing field 'producer'");
+  mutate(
+      "mistyped bytes", [](json& j) { j["tensors"][2]["bytes"] = "64"; }, "$.tensors[2].bytes",
+      "expected an integer, found a string");
+  mutate(
+      "fractional duration", [](json& j) { j["ops"][0]["duration_ns"] = 1.5; },
+      "$.ops[0].duration_ns", "expected an integer");
+  mutate(
+      "mistyped inputs", [](json& j) { j["ops"][0]["inputs"] = 0; }, "$.ops[0].inputs",
+      "expected an array");
+  mutate(
+      "unknown field", [](json& j) { j["ops"][1]["duraton_ns"] = 5; }, "$.ops[1]",
+      "unknown field 'duraton_ns'");
+  mutate(
+      "unknown kind", [](json& j) { j["tensors"][2]["kind"] = "feature"; }, "$.tensors[2].kind",
+      "unknown kind 'feature'");
+  mutate(
+      "unknown phase", [](json& j) { j["ops"][1]["phase"] = "sideways"; }, "$.ops[1].phase",
+      "unknown phase 'sideways'");
+  mutate(
+      "duplicate tensor id", [](json& j) { j["tensors"][3]["id"] = 2; }, "$.tensors[3].id",
+      "id 2 where 3 was expected");
+  mutate(
+      "duplicate op id", [](json& j) { j["ops"][2]["id"] = 1; }, "$.ops[2].id",
+      "id 1 where 2 was expected");
+  mutate(
+      "unknown input tensor", [](json& j) { j["ops"][2]["inputs"][1] = 99; }, "$.ops[2].inputs[1]",
+      "unknown tensor id 99");
+  mutate(
+      "unknown producer op", [](json& j) { j["tensors"][3]["producer"] = 42; },
+      "$.tensors[3].producer", "unknown op id 42");
+  mutate(
+      "negative id", [](json& j) { j["ops"][0]["inputs"][0] = -1; }, "$.ops[0].inputs[0]",
+      "out of range");
+  mutate(
+      "negative size", [](json& j) { j["tensors"][3]["bytes"] = -64; }, "$.tensors[3].bytes",
+      "negative size -64");
+  mutate(
+      "absurd size", [](json& j) { j["tensors"][3]["bytes"] = 1LL << 60; }, "$.tensors[3].bytes",
+      "absurd size");
+  mutate(
+      "size beyond 64 bits", [](json& j) { j["tensors"][3]["bytes"] = 18446744073709551615ULL; },
+      "$.tensors[3].bytes", "out of range");
+  mutate(
+      "size disagrees with shape", [](json& j) { j["tensors"][2]["bytes"] = 60; },
+      "$.tensors[2].bytes", "needs 64");
+  mutate(
+      "negative duration", [](json& j) { j["ops"][1]["duration_ns"] = -10; },
+      "$.ops[1].duration_ns", "negative duration");
+  mutate(
+      "absurd duration", [](json& j) { j["ops"][1]["duration_ns"] = 10'000'000'000'000LL; },
+      "$.ops[1].duration_ns", "absurd duration");
+  mutate(
+      "negative workspace", [](json& j) { j["ops"][0]["workspace_bytes"] = -1; },
+      "$.ops[0].workspace_bytes", "negative size");
+  mutate(
+      "producer does not list output", [](json& j) { j["ops"][1]["outputs"] = json::array(); },
+      "$.tensors[3].producer", "does not list tensor 3");
+  mutate(
+      "output claimed by another op",
+      [](json& j) {
+        j["ops"][0]["outputs"] = {2, 3};
+      },
+      "$.ops[0].outputs[1]", "whose producer is op 1");
+  mutate(
+      "parameter with a producer", [](json& j) { j["tensors"][1]["producer"] = 0; },
+      "$.tensors[1].producer", "exists before the step");
+  mutate(
+      "cycle in the forward graph",
+      [](json& j) {
+        j["ops"][0]["inputs"] = {0, 1, 3};  // fc reads relu's output, relu reads fc's
+      },
+      "$.ops[0]", "cycle in the forward graph: 'fc' -> 'relu' -> 'fc'");
+  mutate(
+      "backward reads a tensor no op produced",
+      [](json& j) {
+        j["tensors"].push_back({{"id", 5},
+                                {"name", "ghost"},
+                                {"bytes", 64},
+                                {"kind", "gradient"},
+                                {"producer", nullptr}});
+        j["ops"][2]["inputs"].push_back(5);
+      },
+      "$.ops[2].inputs[2]", "reads gradient tensor 5 'ghost' that no op produces");
+  mutate(
+      "used before produced",
+      [](json& j) {
+        // fc_bwd moves before relu, so it reads relu's output before relu runs.
+        std::swap(j["ops"][1], j["ops"][2]);
+        j["ops"][1]["id"] = 1;
+        j["ops"][2]["id"] = 2;
+        j["tensors"][3]["producer"] = 2;
+        j["tensors"][4]["producer"] = 1;
+      },
+      "$.ops[1].inputs[0]", "before it is produced");
+  mutate(
+      "reads its own output",
+      [](json& j) {
+        j["ops"][1]["inputs"] = {2, 3};
+      },
+      "$.ops[1]", "cycle");
+  mutate(
+      "differentiates a backward op", [](json& j) { j["ops"][2]["differentiates"] = 2; },
+      "$.ops[2].differentiates", "is not a forward op");
+  mutate(
+      "in place over a tensor still read",
+      [](json& j) {
+        j["tensors"][3]["in_place_of"] = 2;
+        j["ops"][2]["inputs"] = {3, 0, 2};
+      },
+      "$.tensors[3].in_place_of", "still read after");
+  mutate(
+      "bad device memory", [](json& j) { j["device"]["memory_bytes"] = "lots"; },
+      "$.device.memory_bytes", "expected an integer");
+  mutate(
+      "bad provenance", [](json& j) { j["provenance"]["source"] = "dreamt"; },
+      "$.provenance.source", "is not one of");
   return cases;
 }
 

@@ -6,7 +6,8 @@
 
 using namespace memplan::sim;
 
-TEST_CASE("feature maps are the activations forward writes and backward reads", "[sim][feature_maps]") {
+TEST_CASE("feature maps are the activations forward writes and backward reads",
+          "[sim][feature_maps]") {
   const Workload w = read_trace(memplan::test::source_path("traces/mlp4.json"));
   const auto maps = find_feature_maps(w);
   std::vector<std::string> names;

@@ -12,8 +12,8 @@ TEST_CASE("in-place tensors share one buffer that lives until the last reader", 
   const Storage& s = l.storages[l.storage_of[11]];  // relu1_out, in place over conv1_out
   CHECK(s.root == 10);
   CHECK(s.tensors == std::vector<TensorId>{10, 11});
-  CHECK(s.first == 0);   // conv1
-  CHECK(s.last == 18);   // relu1_bwd
+  CHECK(s.first == 0);  // conv1
+  CHECK(s.last == 18);  // relu1_bwd
   CHECK(l.storage_of[10] == l.storage_of[11]);
 }
 

@@ -21,7 +21,8 @@ TEST_CASE("read -> write -> read gives the same workload and the same bytes", "[
   }
 }
 
-TEST_CASE("write_trace_file replaces the file atomically and leaves no temporary", "[sim][trace_io]") {
+TEST_CASE("write_trace_file replaces the file atomically and leaves no temporary",
+          "[sim][trace_io]") {
   const Workload w = read_trace(source_path("traces/mlp4.json"));
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
   const auto path = dir / "out.json";

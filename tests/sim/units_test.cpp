@@ -13,7 +13,8 @@ TEST_CASE("sizes, bandwidths and durations parse with their units", "[sim][units
   CHECK(parse_bandwidth("12.5GB/s", "--h2d") == 12.5e9);
   CHECK(parse_duration("10us", "--latency") == 10'000);
   CHECK(parse_duration("1.5ms", "--latency") == 1'500'000);
-  CHECK_THROWS_WITH(parse_bytes("16 parsecs", "--memory"), Catch::Contains("--memory") && Catch::Contains("unknown unit"));
+  CHECK_THROWS_WITH(parse_bytes("16 parsecs", "--memory"),
+                    Catch::Contains("--memory") && Catch::Contains("unknown unit"));
   CHECK_THROWS_AS(parse_bytes("-5GB", "--memory"), InputError);
   CHECK_THROWS_AS(parse_bandwidth("0GB/s", "--h2d"), InputError);
   CHECK_THROWS_AS(parse_bytes("1e30", "--memory"), InputError);

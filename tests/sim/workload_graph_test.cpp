@@ -17,7 +17,8 @@ TEST_CASE("the op graph of a valid trace has no cycle and a topological order", 
   for (const Op& op : w.ops) {
     for (TensorId t : op.inputs) {
       const OpId p = w.tensor(t).producer;
-      if (p != kNoId) CHECK(position[static_cast<std::size_t>(p)] < position[static_cast<std::size_t>(op.id)]);
+      if (p != kNoId)
+        CHECK(position[static_cast<std::size_t>(p)] < position[static_cast<std::size_t>(op.id)]);
     }
   }
 }
@@ -25,7 +26,8 @@ TEST_CASE("the op graph of a valid trace has no cycle and a topological order", 
 TEST_CASE("ancestors of an op are everything it depends on", "[sim][graph]") {
   const Workload w = read_trace(memplan::test::source_path("traces/resnet_tiny.json"));
   const WorkloadGraph g(w);
-  // add1 (op 5) reads conv3 (4) and relu1 (1); conv3 reads relu2 (3) <- conv2 (2) <- relu1 <- conv1 (0).
+  // add1 (op 5) reads conv3 (4) and relu1 (1); conv3 reads relu2 (3) <- conv2 (2) <- relu1 <- conv1
+  // (0).
   CHECK(g.ancestors(5) == std::vector<OpId>{0, 1, 2, 3, 4});
   CHECK(g.ancestors(0).empty());
 }
