@@ -1,0 +1,294 @@
+#include "host_backend/layer_kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <Eigen/Core>
+
+namespace memplan::host_backend {
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMatrix>;
+using Map = Eigen::Map<RowMatrix>;
+using ConstVector = Eigen::Map<const Eigen::VectorXf>;
+using Vector = Eigen::Map<Eigen::VectorXf>;
+
+// SplitMix64: a counter-based generator, so the dropout mask of an element does not depend on the
+// order in which elements are visited or on how many threads visit them.
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void relu_forward(std::int64_t n, const float* x, float* y) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void relu_backward(std::int64_t n, const float* dy, const float* y, float* dx) {
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void batch_norm_forward(const BatchNormShape& s, const float* x, const float* gamma,
+                        const float* beta, float* y, float* save_mean, float* save_invstd) {
+  const std::int64_t count = s.batch * s.spatial;
+  for (std::int64_t c = 0; c < s.channels; ++c) {
+    double sum = 0.0;
+    for (std::int64_t n = 0; n < s.batch; ++n) {
+      sum += ConstVector(x + (n * s.channels + c) * s.spatial, s.spatial).cast<double>().sum();
+    }
+    const double mean = sum / static_cast<double>(count);
+    double sq = 0.0;
+    for (std::int64_t n = 0; n < s.batch; ++n) {
+      sq += (ConstVector(x + (n * s.channels + c) * s.spatial, s.spatial).cast<double>().array() -
+             mean)
+                .square()
+                .sum();
+    }
+    const double var = sq / static_cast<double>(count);  // biased, as used for normalisation
+    const auto invstd = static_cast<float>(1.0 / std::sqrt(var + s.epsilon));
+    save_mean[c] = static_cast<float>(mean);
+    save_invstd[c] = invstd;
+    const float scale = gamma[c] * invstd;
+    const float shift = beta[c] - static_cast<float>(mean) * scale;
+    for (std::int64_t n = 0; n < s.batch; ++n) {
+      const std::int64_t off = (n * s.channels + c) * s.spatial;
+      Vector(y + off, s.spatial) =
+          (ConstVector(x + off, s.spatial).array() * scale + shift).matrix();
+    }
+  }
+}
+
+void batch_norm_backward(const BatchNormShape& s, const float* x, const float* gamma,
+                         const float* save_mean, const float* save_invstd, const float* dy,
+                         float* dx, float* dgamma, float* dbeta) {
+  const auto count = static_cast<double>(s.batch * s.spatial);
+  for (std::int64_t c = 0; c < s.channels; ++c) {
+    const double mean = save_mean[c];
+    const double invstd = save_invstd[c];
+    double sum_dy = 0.0, sum_dy_xhat = 0.0;
+    for (std::int64_t n = 0; n < s.batch; ++n) {
+      const std::int64_t off = (n * s.channels + c) * s.spatial;
+      const auto g = ConstVector(dy + off, s.spatial).cast<double>().array();
+      const auto xhat = (ConstVector(x + off, s.spatial).cast<double>().array() - mean) * invstd;
+      sum_dy += g.sum();
+      sum_dy_xhat += (g * xhat).sum();
+    }
+    dgamma[c] = static_cast<float>(sum_dy_xhat);
+    dbeta[c] = static_cast<float>(sum_dy);
+    const double k = gamma[c] * invstd;
+    for (std::int64_t n = 0; n < s.batch; ++n) {
+      const std::int64_t off = (n * s.channels + c) * s.spatial;
+      for (std::int64_t i = 0; i < s.spatial; ++i) {
+        const double xhat = (x[off + i] - mean) * invstd;
+        dx[off + i] =
+            static_cast<float>(k * (dy[off + i] - sum_dy / count - xhat * sum_dy_xhat / count));
+      }
+    }
+  }
+}
+
+void PoolShape::check() const {
+  if (batch <= 0 || channels <= 0 || in_h <= 0 || in_w <= 0 || kernel_h <= 0 || kernel_w <= 0 ||
+      stride_h <= 0 || stride_w <= 0 || pad_h < 0 || pad_w < 0 || out_h() <= 0 || out_w() <= 0) {
+    throw std::invalid_argument("pooling: inconsistent extents");
+  }
+}
+
+void max_pool_forward(const PoolShape& s, const float* x, float* y, std::int64_t* indices) {
+  s.check();
+  const std::int64_t oh = s.out_h(), ow = s.out_w(), plane = s.in_h * s.in_w;
+  for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
+    const float* in = x + p * plane;
+    for (std::int64_t i = 0; i < oh; ++i) {
+      for (std::int64_t j = 0; j < ow; ++j) {
+        float best = -std::numeric_limits<float>::infinity();
+        std::int64_t best_index = -1;
+        for (std::int64_t r = 0; r < s.kernel_h; ++r) {
+          const std::int64_t iy = i * s.stride_h - s.pad_h + r;
+          if (iy < 0 || iy >= s.in_h) continue;
+          for (std::int64_t c = 0; c < s.kernel_w; ++c) {
+            const std::int64_t ix = j * s.stride_w - s.pad_w + c;
+            if (ix < 0 || ix >= s.in_w) continue;
+            const float v = in[iy * s.in_w + ix];
+            if (best_index < 0 || v > best || std::isnan(v)) {
+              best = v;
+              best_index = iy * s.in_w + ix;
+            }
+          }
+        }
+        y[(p * oh + i) * ow + j] = best;
+        indices[(p * oh + i) * ow + j] = best_index;
+      }
+    }
+  }
+}
+
+void max_pool_backward(const PoolShape& s, const float* dy, const std::int64_t* indices,
+                       float* dx) {
+  s.check();
+  const std::int64_t plane = s.in_h * s.in_w, out_plane = s.out_h() * s.out_w();
+  std::fill(dx, dx + s.input_elements(), 0.0f);
+  for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
+    for (std::int64_t o = 0; o < out_plane; ++o) {
+      dx[p * plane + indices[p * out_plane + o]] += dy[p * out_plane + o];
+    }
+  }
+}
+
+void avg_pool_forward(const PoolShape& s, const float* x, float* y) {
+  s.check();
+  const std::int64_t oh = s.out_h(), ow = s.out_w(), plane = s.in_h * s.in_w;
+  const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
+  for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
+    for (std::int64_t i = 0; i < oh; ++i) {
+      for (std::int64_t j = 0; j < ow; ++j) {
+        float sum = 0.0f;
+        for (std::int64_t r = 0; r < s.kernel_h; ++r) {
+          const std::int64_t iy = i * s.stride_h - s.pad_h + r;
+          if (iy < 0 || iy >= s.in_h) continue;
+          for (std::int64_t c = 0; c < s.kernel_w; ++c) {
+            const std::int64_t ix = j * s.stride_w - s.pad_w + c;
+            if (ix >= 0 && ix < s.in_w) sum += x[p * plane + iy * s.in_w + ix];
+          }
+        }
+        y[(p * oh + i) * ow + j] = sum * inv;
+      }
+    }
+  }
+}
+
+void avg_pool_backward(const PoolShape& s, const float* dy, float* dx) {
+  s.check();
+  const std::int64_t oh = s.out_h(), ow = s.out_w(), plane = s.in_h * s.in_w;
+  const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
+  std::fill(dx, dx + s.input_elements(), 0.0f);
+  for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
+    for (std::int64_t i = 0; i < oh; ++i) {
+      for (std::int64_t j = 0; j < ow; ++j) {
+        const float g = dy[(p * oh + i) * ow + j] * inv;
+        for (std::int64_t r = 0; r < s.kernel_h; ++r) {
+          const std::int64_t iy = i * s.stride_h - s.pad_h + r;
+          if (iy < 0 || iy >= s.in_h) continue;
+          for (std::int64_t c = 0; c < s.kernel_w; ++c) {
+            const std::int64_t ix = j * s.stride_w - s.pad_w + c;
+            if (ix >= 0 && ix < s.in_w) dx[p * plane + iy * s.in_w + ix] += g;
+          }
+        }
+      }
+    }
+  }
+}
+
+void linear_forward(std::int64_t n, std::int64_t in, std::int64_t out, const float* x,
+                    const float* w, const float* b, float* y) {
+  Map result(y, n, out);
+  result.noalias() = ConstMap(x, n, in) * ConstMap(w, in, out);
+  if (b != nullptr) result.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b, out);
+}
+
+void linear_backward(std::int64_t n, std::int64_t in, std::int64_t out, const float* x,
+                     const float* w, const float* dy, float* dx, float* dw, float* db) {
+  const ConstMap grad(dy, n, out);
+  if (dx != nullptr) Map(dx, n, in).noalias() = grad * ConstMap(w, in, out).transpose();
+  Map(dw, in, out).noalias() = ConstMap(x, n, in).transpose() * grad;
+  if (db != nullptr) Eigen::Map<Eigen::RowVectorXf>(db, out) = grad.colwise().sum();
+}
+
+void add_forward(std::int64_t n, const float* a, const float* b, float* y) {
+  Vector(y, n) = ConstVector(a, n) + ConstVector(b, n);
+}
+
+void concat_forward(std::int64_t batch, std::int64_t spatial, int count,
+                    const std::int64_t* channels, const float* const* parts, float* y) {
+  std::int64_t total = 0;
+  for (int i = 0; i < count; ++i) total += channels[i];
+  for (std::int64_t n = 0; n < batch; ++n) {
+    std::int64_t offset = 0;
+    for (int i = 0; i < count; ++i) {
+      const std::int64_t len = channels[i] * spatial;
+      std::copy_n(parts[i] + n * len, len, y + (n * total + offset) * spatial);
+      offset += channels[i];
+    }
+  }
+}
+
+void concat_backward(std::int64_t batch, std::int64_t spatial, int count,
+                     const std::int64_t* channels, const float* dy, float* const* dparts) {
+  std::int64_t total = 0;
+  for (int i = 0; i < count; ++i) total += channels[i];
+  for (std::int64_t n = 0; n < batch; ++n) {
+    std::int64_t offset = 0;
+    for (int i = 0; i < count; ++i) {
+      const std::int64_t len = channels[i] * spatial;
+      std::copy_n(dy + (n * total + offset) * spatial, len, dparts[i] + n * len);
+      offset += channels[i];
+    }
+  }
+}
+
+void dropout_forward(std::int64_t n, float p, std::uint64_t seed, const float* x, float* y,
+                     std::uint8_t* mask) {
+  if (!(p >= 0.0f && p < 1.0f)) throw std::invalid_argument("dropout: p must be in [0, 1)");
+  const float scale = 1.0f / (1.0f - p);
+  const auto threshold =
+      static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool keep = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(i))) >= threshold;
+    mask[i] = keep ? 1 : 0;
+    y[i] = keep ? x[i] * scale : 0.0f;
+  }
+}
+
+void dropout_backward(std::int64_t n, float p, const float* dy, const std::uint8_t* mask,
+                      float* dx) {
+  const float scale = 1.0f / (1.0f - p);
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = mask[i] != 0 ? dy[i] * scale : 0.0f;
+}
+
+float softmax_cross_entropy_forward(std::int64_t n, std::int64_t classes, const float* logits,
+                                    const std::int64_t* labels, float* probs) {
+  double loss = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* row = logits + i * classes;
+    float* p = probs + i * classes;
+    const float max = *std::max_element(row, row + classes);
+    double sum = 0.0;
+    for (std::int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c] - max));
+    const double log_sum = std::log(sum);
+    for (std::int64_t c = 0; c < classes; ++c) {
+      p[c] = static_cast<float>(std::exp(static_cast<double>(row[c] - max) - log_sum));
+    }
+    if (labels[i] < 0 || labels[i] >= classes)
+      throw std::invalid_argument("softmax cross-entropy: label out of range");
+    loss -= static_cast<double>(row[labels[i]] - max) - log_sum;
+  }
+  return static_cast<float>(loss / static_cast<double>(n));
+}
+
+void softmax_cross_entropy_backward(std::int64_t n, std::int64_t classes, const float* probs,
+                                    const std::int64_t* labels, float* dlogits) {
+  const float inv = 1.0f / static_cast<float>(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t c = 0; c < classes; ++c) {
+      dlogits[i * classes + c] = (probs[i * classes + c] - (c == labels[i] ? 1.0f : 0.0f)) * inv;
+    }
+  }
+}
+
+void sgd_momentum_update(std::int64_t n, float lr, float momentum, float weight_decay, float* w,
+                         const float* grad, float* velocity) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = grad[i] + weight_decay * w[i];
+    velocity[i] = momentum * velocity[i] + g;
+    w[i] -= lr * velocity[i];
+  }
+}
+
+}  // namespace memplan::host_backend
