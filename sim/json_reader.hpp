@@ -18,6 +18,7 @@ class JsonReader {
       : value_(&value), source_(source), path_(std::move(path)) {}
 
   [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] std::string_view source() const { return source_; }
   [[nodiscard]] const nlohmann::json& value() const { return *value_; }
 
   /// Throws InputError at this reader's path.

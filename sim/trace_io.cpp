@@ -1,6 +1,7 @@
 #include "sim/trace_io.hpp"
 
 #include <unistd.h>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -111,7 +112,8 @@ Tensor read_tensor(const JsonReader& r) {
 
 Op read_op(const JsonReader& r) {
   r.reject_unknown_keys({"id", "name", "layer", "phase", "inputs", "outputs", "workspace_bytes",
-                         "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms"});
+                         "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms",
+                         "attributes"});
   Op op;
   op.id = read_id(r.at("id"));
   op.name = r.at("name").as_string();
@@ -135,6 +137,20 @@ Op read_op(const JsonReader& r) {
       op.algorithms.push_back({a.at("name").as_string(),
                                a.at("workspace_bytes").as_int(kMinInt, kMaxInt),
                                a.at("duration_ns").as_int(kMinInt, kMaxInt)});
+    }
+  }
+  if (auto attrs = r.find("attributes")) {
+    if (!attrs->value().is_object())
+      attrs->fail("expected an object of numbers or lists of numbers");
+    for (const auto& [key, value] : attrs->value().items()) {
+      const JsonReader entry(value, attrs->source(), fmt::format("{}.{}", attrs->path(), key));
+      std::vector<double> numbers;
+      if (value.is_array()) {
+        for (const auto& e : entry.elements()) numbers.push_back(e.as_number());
+      } else {
+        numbers.push_back(entry.as_number());
+      }
+      op.attributes.emplace(key, std::move(numbers));
     }
   }
   return op;
@@ -166,6 +182,12 @@ OrderedJson provenance_json(const Provenance& p) {
   put("device", p.device);
   put("note", p.note);
   return j;
+}
+
+// Whole numbers are written as integers ("stride": [2, 2], not [2.0, 2.0]).
+OrderedJson number_json(double v) {
+  if (std::trunc(v) == v && std::fabs(v) < 9.0e15) return OrderedJson(static_cast<std::int64_t>(v));
+  return OrderedJson(v);
 }
 
 OrderedJson id_or_null(std::int32_t id) {
@@ -208,6 +230,15 @@ OrderedJson op_json(const Op& op) {
       algos.push_back(std::move(aj));
     }
     j["algorithms"] = std::move(algos);
+  }
+  if (!op.attributes.empty()) {
+    OrderedJson attrs = OrderedJson::object();
+    for (const auto& [key, values] : op.attributes) {
+      OrderedJson list = OrderedJson::array();
+      for (double v : values) list.push_back(number_json(v));
+      attrs[key] = values.size() == 1 ? list[0] : list;
+    }
+    j["attributes"] = std::move(attrs);
   }
   return j;
 }

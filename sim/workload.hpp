@@ -8,6 +8,8 @@
 // Ids are positions: tensor `i` is `tensors[i]`, op `i` is `ops[i]`. validate() enforces every
 // structural rule, so code that takes a validated Workload can index without checking.
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -76,6 +78,11 @@ struct Algorithm {
   friend bool operator==(const Algorithm&, const Algorithm&) = default;
 };
 
+/// Layer hyper-parameters a backend needs to run an op for real and a cost model may use:
+/// "kernel", "stride", "padding", "groups" for convolutions and pooling, "p" for dropout,
+/// "epsilon" for batch-norm, ... Each value is a list of numbers (a scalar is a list of one).
+using Attributes = std::map<std::string, std::vector<double>, std::less<>>;
+
 struct Op {
   OpId id = kNoId;
   std::string name;
@@ -91,6 +98,7 @@ struct Op {
   OpId differentiates = kNoId;
   /// Alternatives to the default algorithm above (empty for most layers).
   std::vector<Algorithm> algorithms;
+  Attributes attributes;
 
   friend bool operator==(const Op&, const Op&) = default;
 };

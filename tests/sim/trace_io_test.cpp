@@ -44,4 +44,9 @@ TEST_CASE("optional fields survive the round trip", "[sim][trace_io]") {
   CHECK(w.tensor(11).in_place_of == 10);
   CHECK(w.device.copy_latency_ns == 10000);
   CHECK(w.op(16).differentiates == 2);
+  CHECK(conv2.attributes.at("stride") == std::vector<double>{1, 1});
+  CHECK(conv2.attributes.at("groups") == std::vector<double>{1});
+  CHECK(write_trace(w).find(
+            R"("attributes":{"groups":1,"kernel":[3,3],"padding":[1,1],"stride":[1,1]})") !=
+        std::string::npos);
 }

@@ -36,8 +36,15 @@ TEST_CASE("a cycle is found and reported in order", "[sim][graph]") {
   Workload w;
   w.tensors = {{0, "a", 4, TensorKind::kActivation, {}, "", 1, kNoId},
                {1, "b", 4, TensorKind::kActivation, {}, "", 0, kNoId}};
-  w.ops = {{0, "f", "relu", Phase::kForward, {0}, {1}, 0, 1, {}, {}, kNoId, {}},
-           {1, "g", "relu", Phase::kForward, {1}, {0}, 0, 1, {}, {}, kNoId, {}}};
+  for (OpId id : {0, 1}) {
+    Op op;
+    op.id = id;
+    op.name = id == 0 ? "f" : "g";
+    op.layer = "relu";
+    op.inputs = {id};
+    op.outputs = {1 - id};
+    w.ops.push_back(op);
+  }
   const auto cycle = WorkloadGraph(w).find_cycle();
   REQUIRE(cycle.has_value());
   CHECK(cycle->size() == 2);
