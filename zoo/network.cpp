@@ -43,7 +43,10 @@ double product(const Shape& s, std::size_t from = 0) {
 
 std::string join_shape(const Shape& s) {
   std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "x" : "") + std::to_string(s[i]);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i > 0) out += 'x';
+    out += std::to_string(s[i]);
+  }
   return out;
 }
 

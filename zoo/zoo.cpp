@@ -47,7 +47,10 @@ sim::Workload make_workload(const ZooRequest& request) {
   } else {
     const Shape& in = request.options.input.empty() ? model->default_input : request.options.input;
     std::string dims;
-    for (std::size_t i = 0; i < in.size(); ++i) dims += (i ? "x" : "") + std::to_string(in[i]);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (i > 0) dims += 'x';
+      dims += std::to_string(in[i]);
+    }
     what += " input " + dims;
   }
   w.provenance.note =
