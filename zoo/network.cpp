@@ -84,6 +84,14 @@ TensorId Network::new_tensor(const std::string& name, TensorKind kind, const Sha
   const Bytes item = sim::dtype_bytes(dtype).value();
   const std::int64_t elements =
       checked_elements(shape, item, fmt::format("{} tensor '{}'", model_, name));
+  // validate() takes a tensor over 1 PiB for a corrupt trace; say so here, with the layer's name.
+  constexpr Bytes kMaxTensorBytes = Bytes{1} << 50;
+  if (elements > kMaxTensorBytes / item) {
+    throw sim::InputError(
+        "", fmt::format("{} tensor '{}' of shape {} would need {} bytes, over the 1 PiB a trace "
+                        "may hold",
+                        model_, name, join_shape(shape), elements * item));
+  }
   sim::Tensor t;
   t.id = static_cast<TensorId>(workload_.tensors.size());
   t.name = name;
@@ -174,8 +182,8 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
     const std::int64_t o = window_out(x.shape[d + 2], spec.kernel[d], stride[d], padding[d], false);
     if (o < 1) {
       throw sim::InputError(
-          "--input", fmt::format("{}: input {} is too small for layer '{}' (it sees {})", model_,
-                                 join_shape(x.shape), name, join_shape(x.shape)));
+          "--input", fmt::format("{}: input is too small for layer '{}' (it sees {})", model_, name,
+                                 join_shape(x.shape)));
     }
     out.push_back(o);
   }

@@ -64,6 +64,7 @@ TEST_CASE("memplan zoo: bad input is one line, exit 2, no file", "[cli][zoo][bad
       {"zoo resnet50 --batch 0 --device v100-16gb -o " + out, "batch 0"},
       {"zoo resnet --depth 1519 --batch 1 --device k40c -o " + out, "depth 1519"},
       {"zoo resnet50 --batch 1125899906842624 --device v100-16gb -o " + out, "64 bits"},
+      {"zoo resnet50 --batch 1099511627776 --device v100-16gb -o " + out, "1 PiB"},
       {"zoo vgg16 --batch 1 --input 16x16 --device v100-16gb -o " + out, "too small"},
       {"zoo alexnet --batch 1 --input 224 --device v100-16gb -o " + out, "HxW"},
       {"zoo alexnet --batch 1 --input 22Ox224 --device v100-16gb -o " + out, "22Ox224"},
