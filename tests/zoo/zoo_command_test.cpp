@@ -1,5 +1,6 @@
 #include <filesystem>
 
+#include <fmt/core.h>
 #include <catch2/catch.hpp>
 
 #include "sim/trace_io.hpp"
@@ -13,7 +14,7 @@ TEST_CASE("memplan zoo writes a modeled trace that reads back", "[cli][zoo]") {
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
   const auto path = dir / "r50.json";
   const auto r =
-      run_memplan("zoo resnet50 --batch 4 --device a100-40gb -o '" + path.string() + "'");
+      run_memplan(fmt::format("zoo resnet50 --batch 4 --device a100-40gb -o '{}'", path.string()));
   CHECK(r.exit_status == 0);
   CHECK(r.err.empty());
   const memplan::sim::Workload w = memplan::sim::read_trace(path);
@@ -22,20 +23,22 @@ TEST_CASE("memplan zoo writes a modeled trace that reads back", "[cli][zoo]") {
   CHECK(w.provenance.cost_model == "roofline-v1");
   CHECK(w.device.h2d_bytes_per_s == 32e9);
   CHECK(w.tensors.front().shape == std::vector<std::int64_t>{4, 3, 224, 224});
-  const auto info = run_memplan("info '" + path.string() + "'");
+  const auto info = run_memplan(fmt::format("info '{}'", path.string()));
   CHECK(info.exit_status == 0);
   const auto clip = dir / "clip.json";
-  CHECK(run_memplan("zoo resnext101-3d --batch 1 --input 8x64x64 --device v100-32gb -o '" +
-                    clip.string() + "'")
-            .exit_status == 0);
+  const std::string clip_args = fmt::format(
+      "zoo resnext101-3d --batch 1 --input 8x64x64 --device v100-32gb -o '{}'", clip.string());
+  CHECK(run_memplan(clip_args).exit_status == 0);
   CHECK(memplan::sim::read_trace(clip).tensors.front().shape ==
         std::vector<std::int64_t>{1, 3, 8, 64, 64});
   const auto gpt = dir / "gpt.json";
-  CHECK(run_memplan("zoo gpt --batch 2 --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 1000 "
-                    "--device h100-80gb "
-                    "-o '" +
-                    gpt.string() + "'")
-            .exit_status == 0);
+  const std::string gpt_args = fmt::format(
+      "zoo gpt --batch 2 --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 1000 --device "
+      "h100-80gb "
+      "-o '{}'",
+      gpt.string());
+  CHECK(run_memplan(gpt_args).exit_status == 0);
+  CHECK(memplan::sim::read_trace(gpt).provenance.device == "h100-80gb");
   std::filesystem::remove_all(dir);
 }
 
@@ -44,17 +47,17 @@ TEST_CASE("memplan zoo --list names every model and device on its own line", "[c
   REQUIRE(r.exit_status == 0);
   for (const auto& m : memplan::zoo::models()) {
     CAPTURE(m.name);
-    CHECK(r.out.find("\n  " + std::string(m.name) + " ") != std::string::npos);
+    CHECK(r.out.find(fmt::format("\n  {} ", m.name)) != std::string::npos);
   }
   for (const auto& d : memplan::zoo::devices()) {
     CAPTURE(d.name);
-    CHECK(r.out.find("\n  " + std::string(d.name) + " ") != std::string::npos);
+    CHECK(r.out.find(fmt::format("\n  {} ", d.name)) != std::string::npos);
   }
 }
 
 TEST_CASE("memplan zoo: bad input is one line, exit 2, no file", "[cli][zoo][bad_input]") {
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
-  const std::string out = "'" + (dir / "out.json").string() + "'";
+  const std::string out = fmt::format("'{}'", (dir / "out.json").string());
   const struct {
     std::string args;
     std::string says;
