@@ -445,7 +445,7 @@ Value Network::attention_context(const std::string& name, const Value& probs, co
   return y;
 }
 
-void Network::contribute(TensorId tensor, TensorId gradient, OpId /*differentiates*/) {
+void Network::contribute(TensorId tensor, TensorId gradient) {
   const auto t = static_cast<std::size_t>(tensor);
   MEMPLAN_CHECK(expected_grads_[t] > 0, "a tensor receives as many gradients as it has consumers");
   --expected_grads_[t];
@@ -503,7 +503,7 @@ sim::Workload Network::finish() {
     MEMPLAN_CHECK(grad_out != kNoId,
                   "every consumer's gradient has arrived when a layer's turn comes");
     if (layer.pass_through) {
-      for (TensorId t : layer.differentiable_inputs) contribute(t, grad_out, layer.forward);
+      for (TensorId t : layer.differentiable_inputs) contribute(t, grad_out);
       continue;
     }
     const sim::Op& fwd = workload_.op(layer.forward);
@@ -533,7 +533,7 @@ sim::Workload Network::finish() {
     op.workspace_bytes = layer.backward_workspace;
     if (layer.backward_has_memory_optimal) op.algorithms.push_back({"memory_optimal", 0, 0});
     workload_.ops.push_back(std::move(op));
-    for (const auto& [t, g] : produced) contribute(t, g, layer.forward);
+    for (const auto& [t, g] : produced) contribute(t, g);
   }
 
   // SGD with momentum: m = μ·m + g; p -= lr·m, over every trainable parameter at once.

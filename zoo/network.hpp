@@ -118,7 +118,8 @@ class Network {
                            const std::string& dtype);
   Value activation(const std::string& name, const Shape& shape,
                    const std::string& dtype = "float32");
-  /// Appends a forward op reading `inputs` and writing the tensors created since `first_output`.
+  /// Appends a forward op reading `inputs` and writing `outputs`, with its flops and bytes moved;
+  /// an output needs a gradient when any input does.
   sim::OpId forward_op(const std::string& name, const std::string& layer,
                        const std::vector<sim::TensorId>& inputs, std::vector<sim::TensorId> outputs,
                        double flops);
@@ -128,7 +129,8 @@ class Network {
                   bool saves_output, double flops_per_element);
   Value pool(const std::string& name, const std::string& layer, const Value& x,
              const PoolSpec& spec, bool with_indices);
-  void contribute(sim::TensorId tensor, sim::TensorId gradient, sim::OpId differentiates);
+  /// Hands `gradient` to `tensor`, summing it with what arrived before (a fan-out).
+  void contribute(sim::TensorId tensor, sim::TensorId gradient);
 
   std::string model_;
   std::int64_t batch_;

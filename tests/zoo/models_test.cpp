@@ -1,6 +1,7 @@
 #include <map>
 #include <set>
 
+#include <fmt/core.h>
 #include <catch2/catch.hpp>
 
 #include "sim/input_error.hpp"
@@ -243,4 +244,22 @@ TEST_CASE("bad options are InputErrors, not crashes", "[zoo][bad_input]") {
   CHECK_THROWS_WITH(zoo::make_workload(request), Catch::Contains("resnet50"));
   request = {"resnet50", "v100-17gb", {}};
   CHECK_THROWS_WITH(zoo::make_workload(request), Catch::Contains("a100-80gb"));
+}
+
+TEST_CASE("validate still rejects two tensors written in place over one buffer",
+          "[zoo][validate]") {
+  // sim::validate() runs on every zoo workload; its overwrite check was made linear for the
+  // 2500-layer network, and must keep rejecting a buffer taken over twice.
+  sim::Workload w = build("alexnet").workload;
+  REQUIRE_NOTHROW(sim::validate(w, "alexnet"));
+  const sim::Tensor& relu = tensor_named(w, "features.1");
+  const sim::TensorId base = relu.in_place_of;
+  sim::Tensor twin = relu;
+  twin.id = static_cast<sim::TensorId>(w.tensors.size());
+  twin.name = "features.1.twin";
+  w.ops[static_cast<std::size_t>(relu.producer)].outputs.push_back(twin.id);
+  w.tensors.push_back(twin);
+  CHECK_THROWS_WITH(
+      sim::validate(w, "alexnet"),
+      Catch::Contains(fmt::format("tensor {} is already overwritten by tensor", base)));
 }
