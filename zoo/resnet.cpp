@@ -50,12 +50,15 @@ Value bottleneck(Network& net, const std::string& p, const Value& x, std::int64_
 // Note [Deep residual depth]
 // Depth counts weighted layers as He et al. do: the stem conv, the convs of the residual blocks
 // and the classifier (projection shortcuts are not counted). ResNet-18/34/50/101/152 use
-// torchvision's stage layouts. Any other depth D keeps ResNet-152's shape and grows its third
-// stage (Layrub and SuperNeurons scale ResNet the same way, by stacking blocks at 14x14):
+// torchvision's stage layouts. ResNet-2500 is SuperNeurons' own network, bottleneck stages of
+// 6/32/788/6 blocks (linnanwang/superneurons-release, testing/residual_imagenet_max.cpp): 2,498
+// weighted layers, 2,500 once its two pooling layers are counted as SuperNeurons does.
+// Any other depth D keeps ResNet-152's shape and grows its third stage (Layrub and SuperNeurons
+// scale ResNet the same way, by stacking blocks at 14x14):
 //   (D - 2) divisible by 3 → bottleneck blocks [3, 8, n, 3], n = (D - 2)/3 - 14 ≥ 1;
 //   otherwise (D - 2) even → basic blocks [3, 4, n, 3],     n = (D - 2)/2 - 10 ≥ 1.
-// ResNet-1517 (Layrub) is bottleneck with n = 491; ResNet-2500 (SuperNeurons) is basic with
-// n = 1239. Depths fitting neither rule (or too shallow) are rejected.
+// ResNet-1517 (Layrub) is bottleneck with n = 491. Depths fitting neither rule (or too shallow)
+// are rejected.
 ResidualLayout residual_layout(std::int64_t depth) {
   switch (depth) {
     case 18:
@@ -68,6 +71,8 @@ ResidualLayout residual_layout(std::int64_t depth) {
       return {true, {3, 4, 23, 3}};
     case 152:
       return {true, {3, 8, 36, 3}};
+    case 2500:
+      return {true, {6, 32, 788, 6}};
     default:
       break;
   }

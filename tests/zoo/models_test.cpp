@@ -74,6 +74,7 @@ TEST_CASE("saved activations at batch 1 agree with PyTorch's saved-tensor hooks"
   // statistics, the probabilities and the labels.
   CHECK(zoo::saved_activation_bytes(build("alexnet").workload) == 3'705'256);
   CHECK(zoo::saved_activation_bytes(build("resnet18").workload) == 22'222'248);
+  CHECK(zoo::saved_activation_bytes(build("overfeat").workload) == 5'765'364);
 }
 
 TEST_CASE("saved activations grow linearly with the batch", "[zoo][memory]") {
@@ -203,17 +204,21 @@ TEST_CASE("the deep residual family reaches 1517 and 2500 layers", "[zoo][depth]
     }
     return n;
   };
-  for (std::int64_t depth : {18, 50, 152, 110, 1517, 2500}) {
+  for (std::int64_t depth : {18, 50, 152, 110, 1517, 1000, 2500}) {
     CAPTURE(depth);
     zoo::ModelOptions options;
     options.depth = depth;
     const zoo::BuiltModel built = zoo::build_model(*zoo::find_model("resnet"), options);
-    CHECK(weighted_layers(built.workload) == static_cast<std::size_t>(depth));
+    // SuperNeurons' ResNet-2500 has 2,498 weighted layers and counts its two pools as well.
+    const std::size_t pools = depth == 2500 ? 2 : 0;
+    CHECK(weighted_layers(built.workload) + pools == static_cast<std::size_t>(depth));
   }
   CHECK(zoo::residual_layout(1517).bottleneck);
   CHECK(zoo::residual_layout(1517).blocks == std::vector<std::int64_t>{3, 8, 491, 3});
-  CHECK(!zoo::residual_layout(2500).bottleneck);
-  CHECK(zoo::residual_layout(2500).blocks == std::vector<std::int64_t>{3, 4, 1239, 3});
+  CHECK(zoo::residual_layout(2500).bottleneck);
+  CHECK(zoo::residual_layout(2500).blocks == std::vector<std::int64_t>{6, 32, 788, 6});
+  CHECK(!zoo::residual_layout(1000).bottleneck);
+  CHECK(zoo::residual_layout(1000).blocks == std::vector<std::int64_t>{3, 4, 489, 3});
   for (std::int64_t bad : {0, 7, 23, 1519, 1'000'001}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(zoo::residual_layout(bad), sim::InputError);
