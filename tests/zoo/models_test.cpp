@@ -268,3 +268,21 @@ TEST_CASE("validate still rejects two tensors written in place over one buffer",
       sim::validate(w, "alexnet"),
       Catch::Contains(fmt::format("tensor {} is already overwritten by tensor", base)));
 }
+
+TEST_CASE("a transformer layer saves what Korthikanti et al. count", "[zoo][memory]") {
+  // Korthikanti et al. 2022 ("Reducing activation recomputation in large transformer models",
+  // eq. 1): one layer saves s·b·h·(34 + 5·a·s/h) bytes in 16-bit with 1-byte dropout masks —
+  // 16 s·b·h-sized values, 2 s·b·h masks, and per head 2 s² values (softmax and dropout outputs)
+  // plus 1 s² mask. In fp32 the values take 4 bytes: s·b·h·(66 + 9·a·s/h). Exact.
+  auto saved = [](std::int64_t layers) {
+    zoo::ModelOptions options;
+    options.batch = 3;
+    options.transformer = {layers, 256, 8, 128, 1000};
+    return zoo::saved_activation_bytes(zoo::build_model(*zoo::find_model("gpt"), options).workload);
+  };
+  const std::int64_t s = 128, b = 3, h = 256, a = 8;
+  // Their count leaves out the two layer-norms' per-row mean and rstd (4 fp32 values per token).
+  const std::int64_t per_layer = s * b * h * 66 + 9 * a * s * s * b + 4 * s * b * 4;
+  CHECK(saved(3) - saved(2) == per_layer);
+  CHECK(saved(5) - saved(2) == 3 * per_layer);
+}
