@@ -52,7 +52,7 @@ struct PoolSpec {
 
 class Network {
  public:
-  /// `model` prefixes nothing but names the workload; `batch` is the leading extent of inputs.
+  /// `model` names the network in error messages; `batch` is the leading extent of every input.
   Network(std::string model, std::int64_t batch);
 
   [[nodiscard]] std::int64_t batch() const { return batch_; }
