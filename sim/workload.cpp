@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <unordered_set>
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -96,17 +97,17 @@ void validate_ops(const Workload& w, std::string_view source) {
                        "duplicate or skipped id breaks that)",
                        op.id, i));
     }
+    // Linear in the list's length: an update op may read tens of thousands of tensors.
     auto check_refs = [&](const std::vector<TensorId>& refs, std::string_view field) {
+      std::unordered_set<TensorId> seen;
+      seen.reserve(refs.size());
       for (std::size_t k = 0; k < refs.size(); ++k) {
         if (refs[k] < 0 || refs[k] >= tensor_count) {
           fail(source, fmt::format("{}.{}[{}]", at, field, k),
                fmt::format("unknown tensor id {}", refs[k]));
         }
-        for (std::size_t j = 0; j < k; ++j) {
-          if (refs[j] == refs[k]) {
-            fail(source, fmt::format("{}.{}[{}]", at, field, k),
-                 fmt::format("tensor {} listed twice", refs[k]));
-          }
+        if (!seen.insert(refs[k]).second) {
+          fail(source, fmt::format("{}.{}[{}]", at, field, k), fmt::format("tensor {} listed twice", refs[k]));
         }
       }
     };
@@ -220,6 +221,19 @@ void validate_in_place(const Workload& w, std::string_view source) {
   for (const Op& op : w.ops) {
     for (TensorId t : op.inputs) last_read[static_cast<std::size_t>(t)] = op.id;
   }
+  // The first two tensors (in id order) written in place over each tensor: finding whether another
+  // tensor overwrites the same buffer stays linear in the number of tensors.
+  const auto tensor_count = static_cast<TensorId>(w.tensors.size());
+  std::vector<std::array<TensorId, 2>> overwriters(w.tensors.size(), {kNoId, kNoId});
+  for (const Tensor& t : w.tensors) {
+    if (t.in_place_of < 0 || t.in_place_of >= tensor_count) continue;
+    auto& slots = overwriters[static_cast<std::size_t>(t.in_place_of)];
+    if (slots[0] == kNoId) {
+      slots[0] = t.id;
+    } else if (slots[1] == kNoId) {
+      slots[1] = t.id;
+    }
+  }
   for (const Tensor& t : w.tensors) {
     if (t.in_place_of == kNoId) continue;
     const std::string at = fmt::format("$.tensors[{}].in_place_of", t.id);
@@ -252,11 +266,9 @@ void validate_in_place(const Workload& w, std::string_view source) {
                base.id, base.name, op_label(producer),
                last_read[static_cast<std::size_t>(base.id)]));
     }
-    for (const Tensor& other : w.tensors) {
-      if (other.id != t.id && other.in_place_of == base.id) {
-        fail(source, at,
-             fmt::format("tensor {} is already overwritten by tensor {}", base.id, other.id));
-      }
+    const auto& slots = overwriters[static_cast<std::size_t>(base.id)];
+    if (const TensorId other = slots[0] != t.id ? slots[0] : slots[1]; other != kNoId) {
+      fail(source, at, fmt::format("tensor {} is already overwritten by tensor {}", base.id, other));
     }
   }
 }

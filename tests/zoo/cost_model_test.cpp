@@ -1,0 +1,98 @@
+#include <map>
+
+#include <catch2/catch.hpp>
+
+#include "tests/zoo/zoo_test_support.hpp"
+#include "zoo/cost_model.hpp"
+#include "zoo/devices.hpp"
+#include "zoo/zoo.hpp"
+
+namespace zoo = memplan::zoo;
+namespace sim = memplan::sim;
+
+namespace {
+
+sim::Workload modeled(const std::string& model, const std::string& device, std::int64_t batch) {
+  zoo::ZooRequest request{model, device, {}};
+  request.options.batch = batch;
+  return zoo::make_workload(request);
+}
+
+double total_ms(const sim::Workload& w) {
+  sim::Nanoseconds ns = 0;
+  for (const sim::Op& op : w.ops) ns += op.duration_ns;
+  return static_cast<double>(ns) / 1e6;
+}
+
+}  // namespace
+
+TEST_CASE("ResNet-50 batch 32 on a V100 matches the measured step", "[zoo][cost]") {
+  // Kineto profile of torchvision ResNet-50, batch 32, fp32 SGD on a V100 (../shared/data/kineto,
+  // profiler step 6): 97.5 ms of CUDA kernels; per operator type (ms) below. The model was
+  // calibrated on this profile; the issue asks for 25%, these checks hold it to 10% overall and
+  // 25% per operator family.
+  const sim::Workload w = modeled("resnet50", "v100-32gb", 32);
+  CHECK(total_ms(w) == Approx(97.5).epsilon(0.10));
+  std::map<std::string, double> ms;
+  for (const sim::Op& op : w.ops) {
+    const char* phase = op.phase == sim::Phase::kForward    ? "fwd"
+                        : op.phase == sim::Phase::kBackward ? "bwd"
+                                                            : "upd";
+    ms[op.layer + "." + phase] += static_cast<double>(op.duration_ns) / 1e6;
+  }
+  CHECK(ms["conv2d.fwd"] == Approx(21.1).epsilon(0.25));
+  CHECK(ms["conv2d.bwd"] == Approx(44.7).epsilon(0.25));
+  CHECK(ms["batch_norm.fwd"] + ms["batch_norm.bwd"] == Approx(15.8).epsilon(0.25));
+  CHECK(ms["relu.fwd"] + ms["relu.bwd"] == Approx(7.5).epsilon(0.25));
+  CHECK(ms["add.fwd"] + ms["grad_accumulate.bwd"] == Approx(5.3).epsilon(0.25));
+}
+
+TEST_CASE("faster devices give shorter steps; time scales with the batch", "[zoo][cost]") {
+  const double k40 = total_ms(modeled("resnet50", "k40c", 16));
+  const double v100 = total_ms(modeled("resnet50", "v100-16gb", 16));
+  const double h100 = total_ms(modeled("resnet50", "h100-80gb", 16));
+  CHECK(k40 > 2.5 * v100);
+  CHECK(v100 > 2.5 * h100);
+  const double big = total_ms(modeled("vgg16", "titanx-maxwell", 64));
+  const double small = total_ms(modeled("vgg16", "titanx-maxwell", 32));
+  CHECK(big == Approx(2 * small).epsilon(0.05));
+}
+
+TEST_CASE("convolutions carry a memory-optimal algorithm without workspace", "[zoo][cost]") {
+  const sim::Workload w = modeled("vgg16", "titanx-maxwell", 8);
+  const sim::Op& conv = memplan::test::op_named(w, "features.2");
+  REQUIRE(conv.workspace_bytes > 0);
+  REQUIRE(conv.algorithms.size() == 1);
+  CHECK(conv.algorithms[0].name == "memory_optimal");
+  CHECK(conv.algorithms[0].workspace_bytes == 0);
+  CHECK(conv.algorithms[0].duration_ns > conv.duration_ns);
+  const sim::Op& bwd = memplan::test::op_named(w, "features.2_bwd");
+  CHECK(bwd.workspace_bytes > 0);
+  CHECK(bwd.algorithms.size() == 1);
+  CHECK(bwd.duration_ns > conv.duration_ns);
+  // A 1x1 stride-1 conv is a plain GEMM: no workspace, no alternative.
+  const sim::Workload r = modeled("resnet50", "v100-16gb", 2);
+  CHECK(memplan::test::op_named(r, "layer1.0.conv1").workspace_bytes == 0);
+  CHECK(memplan::test::op_named(r, "layer1.0.conv1").algorithms.empty());
+}
+
+TEST_CASE("device presets carry capacity, peak rates and their link", "[zoo][devices]") {
+  const std::map<std::string, std::pair<double, double>> capacity_and_link{
+      {"titanx-maxwell", {12, 16e9}}, {"k40c", {12, 16e9}},      {"p100-16gb", {16, 16e9}},
+      {"v100-16gb", {16, 16e9}},      {"v100-32gb", {32, 16e9}}, {"v100-16gb-nvlink", {16, 75e9}},
+      {"a100-40gb", {40, 32e9}},      {"a100-80gb", {80, 32e9}}, {"h100-80gb", {80, 64e9}},
+      {"gh200", {96, 450e9}},
+  };
+  CHECK(zoo::devices().size() == capacity_and_link.size());
+  for (const zoo::Device& d : zoo::devices()) {
+    CAPTURE(d.name);
+    const auto& [gib, link] = capacity_and_link.at(std::string(d.name));
+    const sim::DeviceInfo info = zoo::device_info(d);
+    CHECK(static_cast<double>(info.memory_bytes) == gib * (1 << 30));
+    CHECK(info.h2d_bytes_per_s == link);
+    CHECK(info.d2h_bytes_per_s == link);
+    CHECK(info.copy_latency_ns.value() > 0);
+    CHECK(info.peak_flops_per_s.value() > 1e12);
+    CHECK(info.memory_bandwidth_bytes_per_s.value() > 1e11);
+  }
+}

@@ -1,0 +1,40 @@
+#pragma once
+// CostModel: the analytic time of every op of a workload on a device, so that networks can be
+// planned for GPUs the user does not have. Each op's time is a roofline — the larger of its flops
+// over the device's peak and its bytes over the memory bandwidth — scaled by an efficiency factor
+// per layer type and phase, plus a fixed per-kernel overhead. The factors are calibrated against a
+// real profile (Note [Cost model calibration] in cost_model.cpp).
+#include <string_view>
+
+#include "sim/workload.hpp"
+#include "zoo/devices.hpp"
+
+namespace memplan::zoo {
+
+/// How well one kind of layer uses the device: the fraction of peak flops it reaches when compute
+/// bound and of memory bandwidth when memory bound.
+struct Efficiency {
+  double compute = 0.5;
+  double memory = 0.5;
+};
+
+class CostModel {
+ public:
+  static constexpr std::string_view kName = "roofline-v1";
+
+  explicit CostModel(const Device& device) : device_(device) {}
+
+  /// Time of `op` with its default (fastest) algorithm, or with the memory-optimal one.
+  [[nodiscard]] sim::Nanoseconds duration(const sim::Op& op, bool memory_optimal = false) const;
+
+  /// Fills duration_ns of every op and of every alternative algorithm.
+  void apply(sim::Workload& workload) const;
+
+  /// The factors used for a layer type in a phase.
+  [[nodiscard]] static Efficiency efficiency(std::string_view layer, sim::Phase phase);
+
+ private:
+  const Device& device_;
+};
+
+}  // namespace memplan::zoo

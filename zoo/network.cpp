@@ -1,0 +1,568 @@
+#include "zoo/network.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/core.h>
+
+#include "sim/check.hpp"
+#include "sim/input_error.hpp"
+
+namespace memplan::zoo {
+namespace {
+
+using sim::Bytes;
+using sim::kNoId;
+using sim::OpId;
+using sim::TensorId;
+using sim::TensorKind;
+
+// The loss has no gradient tensor: backward starts from an implicit 1.
+constexpr TensorId kSeedGradient = -2;
+
+// Output extent of a sliding window (PyTorch's rule, including ceil_mode's "the last window must
+// start inside the input or its left padding").
+std::int64_t window_out(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p,
+                        bool ceil_mode) {
+  const std::int64_t span = in + 2 * p - k;
+  if (span < 0) return 0;
+  std::int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+Shape or_fill(const Shape& given, std::size_t n, std::int64_t fill) {
+  return given.empty() ? Shape(n, fill) : given;
+}
+
+double product(const Shape& s, std::size_t from = 0) {
+  double p = 1;
+  for (std::size_t i = from; i < s.size(); ++i) p *= static_cast<double>(s[i]);
+  return p;
+}
+
+std::string join_shape(const Shape& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i > 0) out += 'x';
+    out += std::to_string(s[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::int64_t checked_elements(const Shape& shape, std::int64_t item_bytes,
+                              const std::string& what) {
+  std::int64_t elements = 1;
+  for (std::int64_t extent : shape) {
+    if (extent <= 0) {
+      throw sim::InputError(
+          "", fmt::format("{}: extent {} in shape {} (every extent must be positive)", what, extent,
+                          join_shape(shape)));
+    }
+    if (__builtin_mul_overflow(elements, extent, &elements)) {
+      throw sim::InputError("", fmt::format("{}: shape {} has more elements than 64 bits can count",
+                                            what, join_shape(shape)));
+    }
+  }
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(elements, item_bytes, &bytes)) {
+    throw sim::InputError("", fmt::format("{}: shape {} needs more bytes than 64 bits can count",
+                                          what, join_shape(shape)));
+  }
+  return elements;
+}
+
+Network::Network(std::string model, std::int64_t batch) : model_(std::move(model)), batch_(batch) {
+  if (batch_ <= 0)
+    throw sim::InputError("--batch", fmt::format("batch {} (must be at least 1)", batch_));
+}
+
+TensorId Network::new_tensor(const std::string& name, TensorKind kind, const Shape& shape,
+                             const std::string& dtype) {
+  const Bytes item = sim::dtype_bytes(dtype).value();
+  const std::int64_t elements =
+      checked_elements(shape, item, fmt::format("{} tensor '{}'", model_, name));
+  // validate() takes a tensor over 1 PiB for a corrupt trace; say so here, with the layer's name.
+  constexpr Bytes kMaxTensorBytes = Bytes{1} << 50;
+  if (elements > kMaxTensorBytes / item) {
+    throw sim::InputError(
+        "", fmt::format("{} tensor '{}' of shape {} would need {} bytes, over the 1 PiB a trace "
+                        "may hold",
+                        model_, name, join_shape(shape), elements * item));
+  }
+  sim::Tensor t;
+  t.id = static_cast<TensorId>(workload_.tensors.size());
+  t.name = name;
+  t.bytes = elements * item;
+  t.kind = kind;
+  t.shape = shape;
+  t.dtype = dtype;
+  workload_.tensors.push_back(std::move(t));
+  requires_grad_.push_back(kind == TensorKind::kParameter ? 1 : 0);
+  return workload_.tensors.back().id;
+}
+
+Value Network::activation(const std::string& name, const Shape& shape, const std::string& dtype) {
+  return {new_tensor(name, TensorKind::kActivation, shape, dtype), shape};
+}
+
+Value Network::input(const std::string& name, const Shape& dims) {
+  Shape shape{batch_};
+  shape.insert(shape.end(), dims.begin(), dims.end());
+  return {new_tensor(name, TensorKind::kInput, shape, "float32"), shape};
+}
+
+Value Network::int_input(const std::string& name, const Shape& dims) {
+  Shape shape{batch_};
+  shape.insert(shape.end(), dims.begin(), dims.end());
+  return {new_tensor(name, TensorKind::kInput, shape, "int64"), shape};
+}
+
+Value Network::parameter(const std::string& name, const Shape& shape) {
+  const TensorId id = new_tensor(name, TensorKind::kParameter, shape, "float32");
+  params_.push_back(id);
+  parameter_elements_ += workload_.tensor(id).bytes / 4;
+  return {id, shape};
+}
+
+OpId Network::forward_op(const std::string& name, const std::string& layer,
+                         const std::vector<TensorId>& inputs, std::vector<TensorId> outputs,
+                         double flops) {
+  MEMPLAN_CHECK(!finished_, "layers are added before finish()");
+  sim::Op op;
+  op.id = static_cast<OpId>(workload_.ops.size());
+  op.name = name;
+  op.layer = layer;
+  op.phase = sim::Phase::kForward;
+  op.inputs = inputs;
+  op.outputs = std::move(outputs);
+  op.flops = flops;
+  Bytes moved = 0;
+  bool needs_grad = false;
+  for (TensorId t : op.inputs) {
+    moved += workload_.tensor(t).bytes;
+    needs_grad = needs_grad || requires_grad_[static_cast<std::size_t>(t)] != 0;
+  }
+  for (TensorId t : op.outputs) {
+    moved += workload_.tensor(t).bytes;
+    workload_.tensors[static_cast<std::size_t>(t)].producer = op.id;
+    requires_grad_[static_cast<std::size_t>(t)] = needs_grad ? 1 : 0;
+  }
+  op.bytes_moved = moved;
+  workload_.ops.push_back(std::move(op));
+  return workload_.ops.back().id;
+}
+
+Network::Layer& Network::record(OpId op, const std::vector<TensorId>& inputs, TensorId output,
+                                std::vector<TensorId> saved) {
+  Layer layer;
+  layer.forward = op;
+  for (TensorId t : inputs) {
+    if (requires_grad_[static_cast<std::size_t>(t)] != 0) layer.differentiable_inputs.push_back(t);
+  }
+  layer.saved = std::move(saved);
+  layer.output = output;
+  layers_.push_back(std::move(layer));
+  return layers_.back();
+}
+
+Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spec) {
+  const std::size_t dims = spec.kernel.size();
+  MEMPLAN_CHECK(dims == 2 || dims == 3, "conv2d or conv3d");
+  MEMPLAN_CHECK(x.shape.size() == dims + 2, "conv input is [N, C, spatial...]");
+  const std::int64_t in_channels = x.shape[1];
+  MEMPLAN_CHECK(in_channels % spec.groups == 0 && spec.out_channels % spec.groups == 0,
+                "groups divide both channel counts");
+  const Shape stride = or_fill(spec.stride, dims, 1);
+  const Shape padding = or_fill(spec.padding, dims, 0);
+  Shape out{x.shape[0], spec.out_channels};
+  for (std::size_t d = 0; d < dims; ++d) {
+    const std::int64_t o = window_out(x.shape[d + 2], spec.kernel[d], stride[d], padding[d], false);
+    if (o < 1) {
+      throw sim::InputError(
+          "--input", fmt::format("{}: input is too small for layer '{}' (it sees {})", model_, name,
+                                 join_shape(x.shape)));
+    }
+    out.push_back(o);
+  }
+  Shape w_shape{spec.out_channels, in_channels / spec.groups};
+  w_shape.insert(w_shape.end(), spec.kernel.begin(), spec.kernel.end());
+  const Value w = parameter(name + ".weight", w_shape);
+  std::vector<TensorId> inputs{x.id, w.id};
+  if (spec.bias) inputs.push_back(parameter(name + ".bias", {spec.out_channels}).id);
+  const Value y = activation(name, out);
+  // 2 flops per multiply-add: every output element sums (C/g)·prod(kernel) products.
+  const double macs_per_output =
+      static_cast<double>(in_channels / spec.groups) * product(spec.kernel);
+  const double flops = 2.0 * product(out) * macs_per_output;
+  const OpId op = forward_op(name, dims == 2 ? "conv2d" : "conv3d", inputs, {y.id}, flops);
+  // Note [Convolution workspace]: the fast algorithm is modeled as one that lowers the input to a
+  // matrix (im2col, cuDNN's GEMM and the Winograd/FFT variants need buffers of that order), capped
+  // at kMaxConvWorkspace as frameworks cap the workspace they let cuDNN take; a 1x1 stride-1 conv
+  // is a plain GEMM and needs none. The memory-optimal algorithm (implicit GEMM) needs none either.
+  constexpr Bytes kMaxConvWorkspace = Bytes{1} << 30;
+  const bool pointwise = product(spec.kernel) == 1 && product(stride) == 1;
+  Bytes workspace = 0;
+  if (!pointwise) {
+    const double lowered = product(out) / static_cast<double>(spec.out_channels) *
+                           static_cast<double>(in_channels) * product(spec.kernel) * 4.0;
+    workspace = static_cast<Bytes>(std::min(lowered, static_cast<double>(kMaxConvWorkspace)));
+  }
+  sim::Op& fop = workload_.ops.back();
+  fop.workspace_bytes = workspace;
+  if (workspace > 0) fop.algorithms.push_back({"memory_optimal", 0, 0});
+  Layer& layer = record(op, inputs, y.id, {x.id, w.id});
+  const bool input_grad = requires_grad_[static_cast<std::size_t>(x.id)] != 0;
+  layer.backward_flops = flops * (input_grad ? 2.0 : 1.0);  // dgrad (when needed) + wgrad
+  layer.backward_workspace = workspace;
+  layer.backward_has_memory_optimal = workspace > 0;
+  return y;
+}
+
+Value Network::batch_norm(const std::string& name, const Value& x) {
+  const std::int64_t c = x.shape[1];
+  const Value weight = parameter(name + ".weight", {c});
+  const Value bias = parameter(name + ".bias", {c});
+  // Running mean and variance: persistent buffers without a gradient (not trainable parameters).
+  const TensorId running =
+      new_tensor(name + ".running_stats", TensorKind::kParameter, {2, c}, "float32");
+  const Value y = activation(name, x.shape);
+  const Value mean = activation(name + ".save_mean", {c});
+  const Value invstd = activation(name + ".save_invstd", {c});
+  const double elements = product(x.shape);
+  const std::vector<TensorId> inputs{x.id, weight.id, bias.id, running};
+  const OpId op =
+      forward_op(name, "batch_norm", inputs, {y.id, mean.id, invstd.id}, 8.0 * elements);
+  Layer& layer = record(op, inputs, y.id, {x.id, weight.id, mean.id, invstd.id});
+  layer.backward_flops = 12.0 * elements;
+  return y;
+}
+
+Value Network::pointwise(const std::string& name, const std::string& layer_type, const Value& x,
+                         bool in_place, bool saves_output, double flops_per_element) {
+  const Value y = activation(name, x.shape);
+  if (in_place) workload_.tensors[static_cast<std::size_t>(y.id)].in_place_of = x.id;
+  const OpId op =
+      forward_op(name, layer_type, {x.id}, {y.id}, flops_per_element * product(x.shape));
+  Layer& layer = record(op, {x.id}, y.id, {saves_output ? y.id : x.id});
+  layer.backward_flops = 2.0 * product(x.shape);
+  return {y.id, x.shape};
+}
+
+Value Network::relu(const std::string& name, const Value& x, bool in_place) {
+  return pointwise(name, "relu", x, in_place, true, 1.0);
+}
+
+Value Network::relu6(const std::string& name, const Value& x, bool in_place) {
+  return pointwise(name, "relu6", x, in_place, true, 2.0);
+}
+
+Value Network::gelu(const std::string& name, const Value& x) {
+  return pointwise(name, "gelu", x, false, false, 8.0);
+}
+
+Value Network::pool(const std::string& name, const std::string& layer_type, const Value& x,
+                    const PoolSpec& spec, bool with_indices) {
+  const std::size_t dims = spec.kernel.size();
+  MEMPLAN_CHECK(x.shape.size() == dims + 2, "pool input is [N, C, spatial...]");
+  const Shape stride = spec.stride.empty() ? spec.kernel : spec.stride;
+  const Shape padding = or_fill(spec.padding, dims, 0);
+  Shape out{x.shape[0], x.shape[1]};
+  for (std::size_t d = 0; d < dims; ++d) {
+    const std::int64_t o =
+        window_out(x.shape[d + 2], spec.kernel[d], stride[d], padding[d], spec.ceil_mode);
+    if (o < 1) {
+      throw sim::InputError(
+          "--input", fmt::format("{}: input is too small for layer '{}' (it sees {})", model_, name,
+                                 join_shape(x.shape)));
+    }
+    out.push_back(o);
+  }
+  const Value y = activation(name, out);
+  std::vector<TensorId> outputs{y.id};
+  std::vector<TensorId> saved{x.id};
+  if (with_indices) {
+    const Value indices = activation(name + ".indices", out, "int64");
+    outputs.push_back(indices.id);
+    saved.push_back(indices.id);
+  }
+  const OpId op =
+      forward_op(name, layer_type, {x.id}, outputs, product(out) * product(spec.kernel));
+  Layer& layer = record(op, {x.id}, y.id, saved);
+  layer.backward_flops = product(x.shape);
+  return y;
+}
+
+Value Network::max_pool(const std::string& name, const Value& x, const PoolSpec& spec) {
+  return pool(name, spec.kernel.size() == 2 ? "max_pool2d" : "max_pool3d", x, spec, true);
+}
+
+Value Network::avg_pool(const std::string& name, const Value& x, const PoolSpec& spec) {
+  return pool(name, spec.kernel.size() == 2 ? "avg_pool2d" : "avg_pool3d", x, spec, false);
+}
+
+Value Network::adaptive_avg_pool(const std::string& name, const Value& x, const Shape& out_dims) {
+  MEMPLAN_CHECK(x.shape.size() == out_dims.size() + 2, "adaptive pool input is [N, C, spatial...]");
+  Shape out{x.shape[0], x.shape[1]};
+  out.insert(out.end(), out_dims.begin(), out_dims.end());
+  const Value y = activation(name, out);
+  const OpId op = forward_op(name, "adaptive_avg_pool", {x.id}, {y.id}, product(x.shape));
+  Layer& layer = record(op, {x.id}, y.id, {x.id});
+  layer.backward_flops = product(x.shape);
+  return y;
+}
+
+Value Network::flatten(const Value& x) {
+  return {x.id, {x.shape[0], static_cast<std::int64_t>(product(x.shape, 1))}};
+}
+
+Value Network::linear(const std::string& name, const Value& x, std::int64_t out_features,
+                      bool bias) {
+  const Value w = parameter(name + ".weight", {out_features, x.shape.back()});
+  return linear_with(name, x, w, bias);
+}
+
+Value Network::linear_with(const std::string& name, const Value& x, const Value& weight,
+                           bool bias) {
+  MEMPLAN_CHECK(weight.shape.size() == 2 && weight.shape[1] == x.shape.back(),
+                "weight is [out, in]");
+  const std::int64_t out_features = weight.shape[0];
+  Shape out = x.shape;
+  out.back() = out_features;
+  std::vector<TensorId> inputs{x.id, weight.id};
+  if (bias) inputs.push_back(parameter(name + ".bias", {out_features}).id);
+  const Value y = activation(name, out);
+  const double flops = 2.0 * product(x.shape) * static_cast<double>(out_features);
+  const OpId op = forward_op(name, "linear", inputs, {y.id}, flops);
+  Layer& layer = record(op, inputs, y.id, {x.id, weight.id});
+  layer.backward_flops = flops * (requires_grad_[static_cast<std::size_t>(x.id)] != 0 ? 2.0 : 1.0);
+  return y;
+}
+
+Value Network::add(const std::string& name, const Value& a, const Value& b, bool in_place) {
+  MEMPLAN_CHECK(product(a.shape) == product(b.shape), "add of equal shapes");
+  const Value y = activation(name, a.shape);
+  if (in_place) workload_.tensors[static_cast<std::size_t>(y.id)].in_place_of = a.id;
+  const OpId op = forward_op(name, "add", {a.id, b.id}, {y.id}, product(a.shape));
+  Layer& layer = record(op, {a.id, b.id}, y.id, {});
+  layer.pass_through = true;
+  return y;
+}
+
+Value Network::concat(const std::string& name, const std::vector<Value>& parts) {
+  MEMPLAN_CHECK(!parts.empty(), "concat of at least one part");
+  Shape out = parts.front().shape;
+  out[1] = 0;
+  std::vector<TensorId> inputs;
+  for (const Value& p : parts) {
+    out[1] += p.shape[1];
+    inputs.push_back(p.id);
+  }
+  const Value y = activation(name, out);
+  const OpId op = forward_op(name, "concat", inputs, {y.id}, 0.0);
+  Layer& layer = record(op, inputs, y.id, {});
+  layer.backward_flops = 0.0;
+  return y;
+}
+
+Value Network::dropout(const std::string& name, const Value& x) {
+  const Value y = activation(name, x.shape);
+  const Value mask = activation(name + ".mask", x.shape, "bool");
+  const OpId op = forward_op(name, "dropout", {x.id}, {y.id, mask.id}, 2.0 * product(x.shape));
+  Layer& layer = record(op, {x.id}, y.id, {mask.id});
+  layer.backward_flops = product(x.shape);
+  return {y.id, x.shape};
+}
+
+Value Network::softmax_cross_entropy(const std::string& name, const Value& logits,
+                                     const Value& labels) {
+  MEMPLAN_CHECK(loss_.empty(), "one loss per network");
+  const Value loss = activation(name, {1});
+  const Value probs = activation(name + ".probs", logits.shape);
+  const OpId op = forward_op(name, "softmax_cross_entropy", {logits.id, labels.id},
+                             {loss.id, probs.id}, 5.0 * product(logits.shape));
+  Layer& layer = record(op, {logits.id}, loss.id, {probs.id, labels.id});
+  layer.backward_flops = 2.0 * product(logits.shape);
+  loss_.push_back(loss.id);
+  return loss;
+}
+
+Value Network::layer_norm(const std::string& name, const Value& x) {
+  const std::int64_t h = x.shape.back();
+  const Value weight = parameter(name + ".weight", {h});
+  const Value bias = parameter(name + ".bias", {h});
+  const Shape rows(x.shape.begin(), x.shape.end() - 1);
+  const Value y = activation(name, x.shape);
+  const Value mean = activation(name + ".mean", rows);
+  const Value rstd = activation(name + ".rstd", rows);
+  const std::vector<TensorId> inputs{x.id, weight.id, bias.id};
+  const OpId op =
+      forward_op(name, "layer_norm", inputs, {y.id, mean.id, rstd.id}, 8.0 * product(x.shape));
+  Layer& layer = record(op, inputs, y.id, {x.id, weight.id, mean.id, rstd.id});
+  layer.backward_flops = 12.0 * product(x.shape);
+  return y;
+}
+
+Value Network::embedding(const std::string& name, const Value& indices, const Value& table) {
+  Shape out = indices.shape;
+  out.push_back(table.shape[1]);
+  const Value y = activation(name, out);
+  const OpId op = forward_op(name, "embedding", {indices.id, table.id}, {y.id}, 0.0);
+  Layer& layer = record(op, {indices.id, table.id}, y.id, {indices.id});
+  layer.backward_flops = product(out);
+  return y;
+}
+
+Value Network::attention_scores(const std::string& name, const Value& qkv, std::int64_t heads) {
+  MEMPLAN_CHECK(qkv.shape.size() == 3 && qkv.shape[2] % (3 * heads) == 0, "qkv is [B, S, 3H]");
+  const std::int64_t b = qkv.shape[0];
+  const std::int64_t s = qkv.shape[1];
+  const Value y = activation(name, {b, heads, s, s});
+  const double flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) *
+                       static_cast<double>(s) * static_cast<double>(qkv.shape[2] / 3);
+  const OpId op = forward_op(name, "attention_scores", {qkv.id}, {y.id}, flops);
+  Layer& layer = record(op, {qkv.id}, y.id, {qkv.id});
+  layer.backward_flops = 2.0 * flops;
+  return y;
+}
+
+Value Network::softmax(const std::string& name, const Value& x) {
+  return pointwise(name, "softmax", x, false, true, 5.0);
+}
+
+Value Network::attention_context(const std::string& name, const Value& probs, const Value& qkv) {
+  const std::int64_t b = qkv.shape[0];
+  const std::int64_t s = qkv.shape[1];
+  const std::int64_t h = qkv.shape[2] / 3;
+  const Value y = activation(name, {b, s, h});
+  const double flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) *
+                       static_cast<double>(s) * static_cast<double>(h);
+  const OpId op = forward_op(name, "attention_context", {probs.id, qkv.id}, {y.id}, flops);
+  Layer& layer = record(op, {probs.id, qkv.id}, y.id, {probs.id, qkv.id});
+  layer.backward_flops = 2.0 * flops;
+  return y;
+}
+
+void Network::contribute(TensorId tensor, TensorId gradient) {
+  const auto t = static_cast<std::size_t>(tensor);
+  MEMPLAN_CHECK(expected_grads_[t] > 0, "a tensor receives as many gradients as it has consumers");
+  --expected_grads_[t];
+  if (grad_[t] == kNoId) {
+    grad_[t] = gradient;
+    return;
+  }
+  // Fan-out: autograd sums the gradients as they arrive (its input buffer accumulates).
+  const sim::Tensor base = workload_.tensor(tensor);  // a copy: new_tensor() grows the list
+  const std::string prefix = base.kind == TensorKind::kParameter ? "g_" : "d_";
+  const TensorId sum =
+      new_tensor(fmt::format("{}{}.acc{}", prefix, base.name, workload_.ops.size()),
+                 TensorKind::kGradient, base.shape, base.dtype);
+  sim::Op op;
+  op.id = static_cast<OpId>(workload_.ops.size());
+  op.name = fmt::format("{}.grad_accumulate", base.name);
+  op.layer = "grad_accumulate";
+  op.phase = sim::Phase::kBackward;
+  op.inputs = {grad_[t], gradient};
+  op.outputs = {sum};
+  op.flops = static_cast<double>(base.bytes) / 4.0;
+  op.bytes_moved = 3 * base.bytes;
+  workload_.tensors[static_cast<std::size_t>(sum)].producer = op.id;
+  workload_.ops.push_back(std::move(op));
+  grad_[t] = sum;
+}
+
+sim::Workload Network::finish() {
+  MEMPLAN_CHECK(!finished_, "finish() once");
+  MEMPLAN_CHECK(loss_.size() == 1, "a network ends in a loss");
+  finished_ = true;
+  const std::size_t forward_tensors = workload_.tensors.size();
+  // Layers on the path to the loss; only they send gradients back.
+  std::vector<char> reaches(forward_tensors, 0);
+  reaches[static_cast<std::size_t>(loss_.front())] = 1;
+  std::vector<char> on_path(layers_.size(), 0);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    if (reaches[static_cast<std::size_t>(layers_[i].output)] == 0) continue;
+    on_path[i] = 1;
+    for (TensorId t : layers_[i].differentiable_inputs) reaches[static_cast<std::size_t>(t)] = 1;
+  }
+  expected_grads_.assign(forward_tensors, 0);
+  grad_.assign(forward_tensors, kNoId);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (on_path[i] == 0) continue;
+    for (TensorId t : layers_[i].differentiable_inputs)
+      ++expected_grads_[static_cast<std::size_t>(t)];
+  }
+  grad_[static_cast<std::size_t>(loss_.front())] = kSeedGradient;
+
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    if (on_path[i] == 0) continue;
+    const Layer& layer = layers_[i];
+    const TensorId grad_out = grad_[static_cast<std::size_t>(layer.output)];
+    MEMPLAN_CHECK(grad_out != kNoId,
+                  "every consumer's gradient has arrived when a layer's turn comes");
+    if (layer.pass_through) {
+      for (TensorId t : layer.differentiable_inputs) contribute(t, grad_out);
+      continue;
+    }
+    const sim::Op& fwd = workload_.op(layer.forward);
+    sim::Op op;
+    op.id = static_cast<OpId>(workload_.ops.size());
+    op.name = fwd.name + "_bwd";
+    op.layer = fwd.layer;
+    op.phase = sim::Phase::kBackward;
+    op.differentiates = fwd.id;
+    if (grad_out != kSeedGradient) op.inputs.push_back(grad_out);
+    op.inputs.insert(op.inputs.end(), layer.saved.begin(), layer.saved.end());
+    std::vector<std::pair<TensorId, TensorId>> produced;  // (tensor, its gradient)
+    for (TensorId t : layer.differentiable_inputs) {
+      const sim::Tensor base = workload_.tensor(t);
+      const std::string prefix = base.kind == TensorKind::kParameter ? "g_" : "d_";
+      const TensorId g =
+          new_tensor(prefix + base.name, TensorKind::kGradient, base.shape, base.dtype);
+      workload_.tensors[static_cast<std::size_t>(g)].producer = op.id;
+      op.outputs.push_back(g);
+      produced.emplace_back(t, g);
+    }
+    op.flops = layer.backward_flops;
+    Bytes moved = 0;
+    for (TensorId t : op.inputs) moved += workload_.tensor(t).bytes;
+    for (TensorId t : op.outputs) moved += workload_.tensor(t).bytes;
+    op.bytes_moved = moved;
+    op.workspace_bytes = layer.backward_workspace;
+    if (layer.backward_has_memory_optimal) op.algorithms.push_back({"memory_optimal", 0, 0});
+    workload_.ops.push_back(std::move(op));
+    for (const auto& [t, g] : produced) contribute(t, g);
+  }
+
+  // SGD with momentum: m = μ·m + g; p -= lr·m, over every trainable parameter at once.
+  sim::Op update;
+  update.id = static_cast<OpId>(workload_.ops.size());
+  update.name = "sgd";
+  update.layer = "sgd";
+  update.phase = sim::Phase::kUpdate;
+  std::vector<TensorId> grads;
+  std::vector<TensorId> momenta;
+  double elements = 0;
+  for (TensorId p : params_) {
+    const TensorId g = grad_[static_cast<std::size_t>(p)];
+    MEMPLAN_CHECK(g != kNoId && expected_grads_[static_cast<std::size_t>(p)] == 0,
+                  "every parameter has its full gradient before the update");
+    const sim::Tensor param = workload_.tensor(p);  // a copy: new_tensor() grows the list
+    grads.push_back(g);
+    momenta.push_back(
+        new_tensor("m_" + param.name, TensorKind::kOptimizerState, param.shape, param.dtype));
+    elements += static_cast<double>(param.bytes) / 4.0;
+  }
+  update.inputs = params_;
+  update.inputs.insert(update.inputs.end(), grads.begin(), grads.end());
+  update.inputs.insert(update.inputs.end(), momenta.begin(), momenta.end());
+  update.flops = 4.0 * elements;
+  update.bytes_moved = static_cast<Bytes>(5.0 * 4.0 * elements);
+  workload_.ops.push_back(std::move(update));
+  workload_.provenance.note = model_;
+  return std::move(workload_);
+}
+
+}  // namespace memplan::zoo

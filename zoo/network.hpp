@@ -1,0 +1,152 @@
+#pragma once
+// Network: a small builder that turns a sequence of layer calls with exact shapes into one training
+// iteration as a sim::Workload — forward ops, the tensors each layer saves for backward (following
+// PyTorch autograd's choices, Note [Saved tensors]), backward ops in reverse order with gradient
+// accumulation where a tensor fans out, parameters with gradients and SGD momentum, and one update
+// op. Model families (zoo/alexnet.cpp, zoo/resnet.cpp, ...) are written against this API; costs
+// are filled in afterwards by the cost model (zoo/cost_model.hpp), so structure and time stay
+// apart.
+//
+// Note [Saved tensors]
+// What a layer's backward op reads besides the gradient of its output is what autograd saves:
+//   conv: input and weight; batch-norm: input, weight and the per-channel save_mean/save_invstd;
+//   relu/relu6: its output (in place over its input where torchvision uses inplace=True);
+//   max-pool: input and int64 indices; avg-pool and adaptive avg-pool: input (for its shape);
+//   linear: input and weight; add and concat: nothing; dropout: its bool mask;
+//   softmax cross-entropy: the probabilities and the labels; layer-norm: input, weight, mean, rstd;
+//   GELU: input; embedding: the indices; attention scores (Q·Kᵀ): the fused QKV buffer;
+//   softmax: its output; attention context (P·V): the probabilities and the QKV buffer.
+// A view (flatten, split of QKV) shares its base's buffer, so it is the same tensor here.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/workload.hpp"
+
+namespace memplan::zoo {
+
+using Shape = std::vector<std::int64_t>;
+
+/// A value flowing through the network: a tensor and the shape the next layer sees (a flatten is
+/// a view: same tensor, other shape).
+struct Value {
+  sim::TensorId id = sim::kNoId;
+  Shape shape;
+};
+
+struct ConvSpec {
+  std::int64_t out_channels = 0;
+  Shape kernel;   // 2 or 3 extents (conv2d or conv3d)
+  Shape stride;   // empty = all 1
+  Shape padding;  // empty = all 0
+  std::int64_t groups = 1;
+  bool bias = false;
+};
+
+struct PoolSpec {
+  Shape kernel;
+  Shape stride;   // empty = kernel
+  Shape padding;  // empty = all 0
+  bool ceil_mode = false;
+};
+
+class Network {
+ public:
+  /// `model` names the network in error messages; `batch` is the leading extent of every input.
+  Network(std::string model, std::int64_t batch);
+
+  [[nodiscard]] std::int64_t batch() const { return batch_; }
+
+  /// A float32 input of shape [batch, dims...] that needs no gradient (the image).
+  Value input(const std::string& name, const Shape& dims);
+  /// An int64 input of shape [batch, dims...] (labels, token ids).
+  Value int_input(const std::string& name, const Shape& dims);
+  /// A trainable float32 parameter (with a gradient and a momentum buffer).
+  Value parameter(const std::string& name, const Shape& shape);
+
+  Value conv(const std::string& name, const Value& x, const ConvSpec& spec);
+  Value batch_norm(const std::string& name, const Value& x);
+  /// ReLU; in place over x when `in_place` (torchvision's ReLU(inplace=True)).
+  Value relu(const std::string& name, const Value& x, bool in_place);
+  Value relu6(const std::string& name, const Value& x, bool in_place);
+  Value max_pool(const std::string& name, const Value& x, const PoolSpec& spec);
+  Value avg_pool(const std::string& name, const Value& x, const PoolSpec& spec);
+  /// Adaptive average pooling to `out` spatial extents (PyTorch's start/end index rule).
+  Value adaptive_avg_pool(const std::string& name, const Value& x, const Shape& out);
+  /// A view [batch, rest...] → [batch, product]; no op, no copy.
+  static Value flatten(const Value& x);
+  Value linear(const std::string& name, const Value& x, std::int64_t out_features,
+               bool bias = true);
+  /// Linear with a given weight [out, in] (tied weights: the gradients of both uses accumulate).
+  Value linear_with(const std::string& name, const Value& x, const Value& weight, bool bias);
+  /// a + b; written over a when `in_place` (torchvision's `out += identity`).
+  Value add(const std::string& name, const Value& a, const Value& b, bool in_place);
+  Value concat(const std::string& name, const std::vector<Value>& parts);
+  Value dropout(const std::string& name, const Value& x);
+  /// Softmax cross-entropy over the last axis of `logits` against int64 `labels`: the loss.
+  Value softmax_cross_entropy(const std::string& name, const Value& logits, const Value& labels);
+  Value layer_norm(const std::string& name, const Value& x);
+  Value gelu(const std::string& name, const Value& x);
+  /// Rows of `table` [rows, dim] picked by int64 `indices` [...] → [..., dim].
+  Value embedding(const std::string& name, const Value& indices, const Value& table);
+  /// Q·Kᵀ/√d from a fused QKV buffer [B, S, 3H] → scores [B, heads, S, S], causal mask applied.
+  Value attention_scores(const std::string& name, const Value& qkv, std::int64_t heads);
+  Value softmax(const std::string& name, const Value& x);
+  /// P·V with V from the fused QKV buffer, heads merged back → [B, S, H].
+  Value attention_context(const std::string& name, const Value& probs, const Value& qkv);
+
+  /// Emits the backward pass from the loss and the SGD-with-momentum update; returns the
+  /// workload (durations still zero: the cost model fills them). Call once, after the loss.
+  sim::Workload finish();
+
+  /// Trainable parameter elements (what torchvision's sum(p.numel()) reports).
+  [[nodiscard]] std::int64_t parameter_count() const { return parameter_elements_; }
+
+ private:
+  struct Layer {
+    sim::OpId forward = sim::kNoId;
+    std::vector<sim::TensorId> differentiable_inputs;  // inputs whose gradient backward produces
+    std::vector<sim::TensorId> saved;                  // what backward reads (Note [Saved tensors])
+    sim::TensorId output = sim::kNoId;                 // the output whose gradient flows back
+    bool pass_through = false;  // add: the output gradient is each input's gradient, no op
+    double backward_flops = 0;  // flops of the backward op
+    sim::Bytes backward_workspace = 0;
+    bool backward_has_memory_optimal = false;
+  };
+
+  sim::TensorId new_tensor(const std::string& name, sim::TensorKind kind, const Shape& shape,
+                           const std::string& dtype);
+  Value activation(const std::string& name, const Shape& shape,
+                   const std::string& dtype = "float32");
+  /// Appends a forward op reading `inputs` and writing `outputs`, with its flops and bytes moved;
+  /// an output needs a gradient when any input does.
+  sim::OpId forward_op(const std::string& name, const std::string& layer,
+                       const std::vector<sim::TensorId>& inputs, std::vector<sim::TensorId> outputs,
+                       double flops);
+  Layer& record(sim::OpId op, const std::vector<sim::TensorId>& inputs, sim::TensorId output,
+                std::vector<sim::TensorId> saved);
+  Value pointwise(const std::string& name, const std::string& layer, const Value& x, bool in_place,
+                  bool saves_output, double flops_per_element);
+  Value pool(const std::string& name, const std::string& layer, const Value& x,
+             const PoolSpec& spec, bool with_indices);
+  /// Hands `gradient` to `tensor`, summing it with what arrived before (a fan-out).
+  void contribute(sim::TensorId tensor, sim::TensorId gradient);
+
+  std::string model_;
+  std::int64_t batch_;
+  sim::Workload workload_;
+  std::vector<Layer> layers_;
+  std::vector<char> requires_grad_;    // per tensor
+  std::vector<sim::TensorId> params_;  // trainable, in creation order
+  std::vector<sim::TensorId> loss_;    // the loss tensor (one)
+  // Backward bookkeeping, per tensor.
+  std::vector<int> expected_grads_;  // backward contributions still to come
+  std::vector<sim::TensorId> grad_;  // running (or final) gradient
+  std::int64_t parameter_elements_ = 0;
+  bool finished_ = false;
+};
+
+/// Elements of a shape, throwing InputError when the count or its bytes overflow 64 bits.
+std::int64_t checked_elements(const Shape& shape, std::int64_t item_bytes, const std::string& what);
+
+}  // namespace memplan::zoo

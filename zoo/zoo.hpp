@@ -1,0 +1,29 @@
+#pragma once
+// The zoo's front door: a model name, a device name and options in, a modeled workload out
+// (trace format v1, provenance "modeled" naming the cost model and device). `memplan zoo` is a
+// thin wrapper around make_workload() and list_text().
+#include <string>
+
+#include "sim/workload.hpp"
+#include "zoo/models.hpp"
+
+namespace memplan::zoo {
+
+struct ZooRequest {
+  std::string model;
+  std::string device;
+  ModelOptions options;
+};
+
+/// Builds the model, applies the cost model for the device, validates the result. Throws
+/// InputError for an unknown model or device (listing the valid ones) or bad options.
+sim::Workload make_workload(const ZooRequest& request);
+
+/// One line per model and per device, for `memplan zoo --list`.
+std::string list_text();
+
+/// "alexnet, overfeat, ..." and "titanx-maxwell, k40c, ...".
+std::string model_names();
+std::string device_names();
+
+}  // namespace memplan::zoo
