@@ -50,6 +50,9 @@ std::string join_shape(const Shape& s) {
   return out;
 }
 
+// Extents as trace attributes (lists of numbers).
+std::vector<double> as_numbers(const Shape& extents) { return {extents.begin(), extents.end()}; }
+
 }  // namespace
 
 std::int64_t checked_elements(const Shape& shape, std::int64_t item_bytes,
@@ -211,6 +214,10 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
     workspace = static_cast<Bytes>(std::min(lowered, static_cast<double>(kMaxConvWorkspace)));
   }
   sim::Op& fop = workload_.ops.back();
+  fop.attributes = {{"kernel", as_numbers(spec.kernel)},
+                    {"stride", as_numbers(stride)},
+                    {"padding", as_numbers(padding)},
+                    {"groups", {static_cast<double>(spec.groups)}}};
   fop.workspace_bytes = workspace;
   if (workspace > 0) fop.algorithms.push_back({"memory_optimal", 0, 0});
   Layer& layer = record(op, inputs, y.id, {x.id, w.id});
@@ -290,6 +297,10 @@ Value Network::pool(const std::string& name, const std::string& layer_type, cons
   }
   const OpId op =
       forward_op(name, layer_type, {x.id}, outputs, product(out) * product(spec.kernel));
+  workload_.ops.back().attributes = {{"kernel", as_numbers(spec.kernel)},
+                                     {"stride", as_numbers(stride)},
+                                     {"padding", as_numbers(padding)},
+                                     {"ceil_mode", {spec.ceil_mode ? 1.0 : 0.0}}};
   Layer& layer = record(op, {x.id}, y.id, saved);
   layer.backward_flops = product(x.shape);
   return y;
@@ -513,6 +524,7 @@ sim::Workload Network::finish() {
     op.layer = fwd.layer;
     op.phase = sim::Phase::kBackward;
     op.differentiates = fwd.id;
+    op.attributes = fwd.attributes;
     if (grad_out != kSeedGradient) op.inputs.push_back(grad_out);
     op.inputs.insert(op.inputs.end(), layer.saved.begin(), layer.saved.end());
     std::vector<std::pair<TensorId, TensorId>> produced;  // (tensor, its gradient)

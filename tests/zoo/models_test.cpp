@@ -286,3 +286,21 @@ TEST_CASE("a transformer layer saves what Korthikanti et al. count", "[zoo][memo
   CHECK(saved(3) - saved(2) == per_layer);
   CHECK(saved(5) - saved(2) == 3 * per_layer);
 }
+
+TEST_CASE("convolutions and pools carry the attributes a backend needs to run them", "[zoo]") {
+  const zoo::BuiltModel built = build("resnet50");
+  const sim::Op& conv1 = op_named(built.workload, "conv1");
+  CHECK(conv1.attributes.at("kernel") == std::vector<double>{7, 7});
+  CHECK(conv1.attributes.at("stride") == std::vector<double>{2, 2});
+  CHECK(conv1.attributes.at("padding") == std::vector<double>{3, 3});
+  CHECK(conv1.attributes.at("groups") == std::vector<double>{1});
+  const sim::Op& backward = op_named(built.workload, "conv1_bwd");
+  CHECK(backward.attributes == conv1.attributes);
+  for (const sim::Op& op : built.workload.ops) {
+    if (op.layer == "conv2d" || op.layer == "max_pool2d") {
+      CAPTURE(op.name);
+      CHECK(op.attributes.count("kernel") == 1);
+      CHECK(op.attributes.count("stride") == 1);
+    }
+  }
+}
