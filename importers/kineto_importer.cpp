@@ -144,6 +144,7 @@ enum class Layer : std::uint8_t {
   kLinear,
   kAdd,
   kView,
+  kIdentity,
   kCrossEntropy,
   kGeneric,
   kGlue,
@@ -173,6 +174,7 @@ struct Value {
   std::string dtype;
   bool overwritten = false;  // written over in place: no longer readable
   bool merged = false;       // read by an add already
+  bool read = false;         // read by some op already
   bool activation = false;   // produced by a forward op
 };
 
@@ -239,6 +241,10 @@ Layer classify_forward(const CpuEvent& e) {
   }
   if (name == "flatten" || name == "view" || name == "reshape" || name == "_unsafe_view") {
     return x.empty() ? Layer::kGlue : Layer::kView;
+  }
+  // Copies to the device or to another layout: the same tensor as far as the step is concerned.
+  if (name == "to" || name == "_to_copy" || name == "contiguous" || name == "detach" || name == "copy_") {
+    return x.empty() ? Layer::kGlue : Layer::kIdentity;
   }
   if (name == "cross_entropy_loss") return x.size() == 2 ? Layer::kCrossEntropy : Layer::kGlue;
   // Any other op that reads a tensor of rank 2 or more is kept as a generic layer.
@@ -605,8 +611,9 @@ std::size_t Importer::resolve(const Shape& shape, const std::string& dtype, bool
   };
   if (first && last_output_ && usable(*last_output_)) return *last_output_;
   if (for_merge) {
+    // A branch output that nothing has read yet is waiting for this merge.
     for (std::size_t v = values_.size(); v-- > 0;) {
-      if (usable(v) && values_[v].activation && !values_[v].merged) return v;
+      if (usable(v) && values_[v].activation && !values_[v].merged && !values_[v].read) return v;
     }
   }
   for (std::size_t v = merge_boundary_; v < values_.size(); ++v) {
@@ -647,9 +654,9 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   const CpuEvent& e = event(unit);
   const Shape& x_shape = dims(e, 0);
   const std::string dtype = dtype_of(e, 0);
-  if (unit.layer == Layer::kView) {
+  if (unit.layer == Layer::kView || unit.layer == Layer::kIdentity) {
     const std::size_t x = resolve(x_shape, dtype, true);
-    const Shape to = lookahead_view(position, x_shape);
+    const Shape to = unit.layer == Layer::kView ? lookahead_view(position, x_shape) : x_shape;
     last_output_ = new_value(values_[x].tensor, to, dtype, values_[x].activation);
     fold(unit);
     return;
@@ -667,6 +674,7 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   info.layer = unit.layer;
   info.name = name;
   auto read = [&](std::size_t v) {
+    values_[v].read = true;
     add_input(o, values_[v].tensor);
     if (tensor(values_[v].tensor).kind == TensorKind::kActivation) info.data_inputs.push_back(values_[v].tensor);
     return values_[v].tensor;
