@@ -175,6 +175,7 @@ struct Value {
   bool overwritten = false;  // written over in place: no longer readable
   bool merged = false;       // read by an add already
   bool read = false;         // read by some op already
+  bool superseded = false;   // read by a normalisation or activation: its output carries on
   bool activation = false;   // produced by a forward op
 };
 
@@ -616,8 +617,10 @@ std::size_t Importer::resolve(const Shape& shape, const std::string& dtype, bool
       if (usable(v) && values_[v].activation && !values_[v].merged && !values_[v].read) return v;
     }
   }
-  for (std::size_t v = merge_boundary_; v < values_.size(); ++v) {
-    if (usable(v) && values_[v].activation) return v;
+  for (bool allow_superseded : {false, true}) {
+    for (std::size_t v = merge_boundary_; v < values_.size(); ++v) {
+      if (usable(v) && values_[v].activation && (allow_superseded || !values_[v].superseded)) return v;
+    }
   }
   for (std::size_t v = values_.size(); v-- > 0;) {
     if (usable(v)) return v;
@@ -819,6 +822,12 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
     }
   }
   saved_.insert(info.saved.begin(), info.saved.end());
+  if (!info.data_inputs.empty() &&
+      (unit.layer == Layer::kBatchNorm || unit.layer == Layer::kLayerNorm || unit.layer == Layer::kRelu)) {
+    for (std::size_t v = 0; v < values_.size(); ++v) {
+      if (values_[v].tensor == info.data_inputs.front()) values_[v].superseded = true;
+    }
+  }
   last_output_ = out_value;
   for (std::int64_t s : unit.sequences) op_of_sequence_[s] = o;
   unit.op = o;
