@@ -50,7 +50,8 @@ std::string decompress_if_gzip(std::string data, std::string_view source, std::s
       throw sim::InputError(std::string(source),
                             "truncated gzip data (the file ends in the middle of the stream)");
     }
-    const std::string message = stream.msg != nullptr ? stream.msg : fmt::format("zlib error {}", status);
+    const std::string message =
+        stream.msg != nullptr ? stream.msg : fmt::format("zlib error {}", status);
     inflateEnd(&stream);
     throw sim::InputError(std::string(source), "corrupt gzip data: " + message);
   }

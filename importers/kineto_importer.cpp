@@ -58,7 +58,9 @@ using Shape = std::vector<std::int64_t>;
 constexpr std::string_view kStepPrefix = "ProfilerStep#";
 constexpr std::string_view kEvaluatePrefix = "autograd::engine::evaluate_function: ";
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
@@ -128,7 +130,8 @@ Bytes checked_bytes(const Shape& shape, Bytes item, const std::string& where) {
   constexpr Bytes kMax = Bytes{1} << 50;
   Bytes n = item;
   for (std::int64_t e : shape) {
-    if (e != 0 && n > kMax / e) throw sim::InputError(where, "absurd tensor shape (over 2^50 bytes)");
+    if (e != 0 && n > kMax / e)
+      throw sim::InputError(where, "absurd tensor shape (over 2^50 bytes)");
     n *= e;
   }
   return n;
@@ -180,10 +183,10 @@ struct Value {
 };
 
 struct ForwardInfo {
-  std::vector<TensorId> data_inputs;      // activations and inputs, for gradients
-  std::vector<TensorId> params;           // trainable
-  std::vector<TensorId> saved;            // read by the backward op
-  TensorId output = kNoId;                // the primary output
+  std::vector<TensorId> data_inputs;  // activations and inputs, for gradients
+  std::vector<TensorId> params;       // trainable
+  std::vector<TensorId> saved;        // read by the backward op
+  TensorId output = kNoId;            // the primary output
   Layer layer = Layer::kGlue;
   std::string name;
   bool has_backward = false;
@@ -191,16 +194,26 @@ struct ForwardInfo {
 
 std::string layer_string(Layer layer, const std::string& fallback) {
   switch (layer) {
-    case Layer::kConv: return "conv2d";
-    case Layer::kBatchNorm: return "batch_norm";
-    case Layer::kLayerNorm: return "layer_norm";
-    case Layer::kRelu: return "relu";
-    case Layer::kMaxPool: return "max_pool2d";
-    case Layer::kAvgPool: return "avg_pool2d";
-    case Layer::kLinear: return "linear";
-    case Layer::kAdd: return "add";
-    case Layer::kCrossEntropy: return "softmax_cross_entropy";
-    default: return fallback;
+    case Layer::kConv:
+      return "conv2d";
+    case Layer::kBatchNorm:
+      return "batch_norm";
+    case Layer::kLayerNorm:
+      return "layer_norm";
+    case Layer::kRelu:
+      return "relu";
+    case Layer::kMaxPool:
+      return "max_pool2d";
+    case Layer::kAvgPool:
+      return "avg_pool2d";
+    case Layer::kLinear:
+      return "linear";
+    case Layer::kAdd:
+      return "add";
+    case Layer::kCrossEntropy:
+      return "softmax_cross_entropy";
+    default:
+      return fallback;
   }
 }
 
@@ -225,7 +238,8 @@ Layer classify_forward(const CpuEvent& e) {
   if (name == "batch_norm" || name == "native_batch_norm" || name == "cudnn_batch_norm") {
     return x.size() >= 2 ? Layer::kBatchNorm : Layer::kGlue;
   }
-  if (name == "layer_norm" || name == "native_layer_norm") return x.empty() ? Layer::kGlue : Layer::kLayerNorm;
+  if (name == "layer_norm" || name == "native_layer_norm")
+    return x.empty() ? Layer::kGlue : Layer::kLayerNorm;
   if (name == "relu" || name == "relu_") return x.empty() ? Layer::kGlue : Layer::kRelu;
   if (name == "max_pool2d" || name == "max_pool2d_with_indices") {
     return x.size() >= 3 ? Layer::kMaxPool : Layer::kGlue;
@@ -244,7 +258,8 @@ Layer classify_forward(const CpuEvent& e) {
     return x.empty() ? Layer::kGlue : Layer::kView;
   }
   // Copies to the device or to another layout: the same tensor as far as the step is concerned.
-  if (name == "to" || name == "_to_copy" || name == "contiguous" || name == "detach" || name == "copy_") {
+  if (name == "to" || name == "_to_copy" || name == "contiguous" || name == "detach" ||
+      name == "copy_") {
     return x.empty() ? Layer::kGlue : Layer::kIdentity;
   }
   if (name == "cross_entropy_loss") return x.size() == 2 ? Layer::kCrossEntropy : Layer::kGlue;
@@ -273,7 +288,9 @@ class Importer {
   ImportResult run();
 
  private:
-  [[noreturn]] void fail(const std::string& what) const { throw sim::InputError(trace_.source, what); }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw sim::InputError(trace_.source, what);
+  }
   const CpuEvent& event(const Unit& u) const { return trace_.cpu_events[u.event]; }
 
   StepWindow choose_step();
@@ -293,15 +310,19 @@ class Importer {
   Shape lookahead_view(std::size_t position, const Shape& from) const;
   std::size_t resolve(const Shape& shape, const std::string& dtype, bool first,
                       std::size_t exclude = SIZE_MAX, bool for_merge = false);
-  TensorId param(const std::string& name, const Shape& shape, const std::string& dtype, bool trainable);
-  std::size_t new_value(TensorId tensor, const Shape& shape, const std::string& dtype, bool activation);
-  TensorId add_tensor(std::string name, TensorKind kind, const Shape& shape, const std::string& dtype,
-                      OpId producer, TensorId in_place_of = kNoId);
+  TensorId param(const std::string& name, const Shape& shape, const std::string& dtype,
+                 bool trainable);
+  std::size_t new_value(TensorId tensor, const Shape& shape, const std::string& dtype,
+                        bool activation);
+  TensorId add_tensor(std::string name, TensorKind kind, const Shape& shape,
+                      const std::string& dtype, OpId producer, TensorId in_place_of = kNoId);
   OpId add_op(std::string name, std::string layer, Phase phase, const Unit& unit);
   void add_input(OpId op, TensorId t);
   void contribute_gradient(TensorId forward_tensor, TensorId grad, OpId op);
   sim::Op& op(OpId id) { return workload_.ops[static_cast<std::size_t>(id)]; }
-  const sim::Tensor& tensor(TensorId id) const { return workload_.tensors[static_cast<std::size_t>(id)]; }
+  const sim::Tensor& tensor(TensorId id) const {
+    return workload_.tensors[static_cast<std::size_t>(id)];
+  }
 
   const KinetoTrace& trace_;
   const ImportOptions& options_;
@@ -347,8 +368,9 @@ bool Importer::step_complete(const StepWindow& step) const {
 StepWindow Importer::choose_step() {
   const std::vector<StepWindow> steps = list_steps(trace_);
   if (steps.empty()) {
-    fail("no 'ProfilerStep#N' events: profile with torch.profiler.profile(schedule=...) and call "
-         "prof.step() once per iteration, so that the importer can find one training step");
+    fail(
+        "no 'ProfilerStep#N' events: profile with torch.profiler.profile(schedule=...) and call "
+        "prof.step() once per iteration, so that the importer can find one training step");
   }
   std::vector<std::int64_t> numbers;
   for (const auto& s : steps) numbers.push_back(s.number);
@@ -363,9 +385,10 @@ StepWindow Importer::choose_step() {
   for (const auto& s : steps) {
     if (step_complete(s)) return s;
   }
-  fail(fmt::format("no complete step: in each of ProfilerStep#{} some kernel launch has no kernel in "
-                   "the trace; pass --step N to import one anyway",
-                   fmt::join(numbers, ", #")));
+  fail(fmt::format(
+      "no complete step: in each of ProfilerStep#{} some kernel launch has no kernel in "
+      "the trace; pass --step N to import one anyway",
+      fmt::join(numbers, ", #")));
 }
 
 void Importer::collect_under(std::size_t parent) {
@@ -385,7 +408,8 @@ void Importer::collect_units(const StepWindow& step) {
     const CpuEvent& e = trace_.cpu_events[i];
     if (e.start_ns < step.start_ns || e.start_ns >= step.end_ns) continue;
     if (e.thread == step.thread) {
-      if (e.start_ns == step.start_ns && e.end_ns() == step.end_ns && step_number(e.name)) collect_under(i);
+      if (e.start_ns == step.start_ns && e.end_ns() == step.end_ns && step_number(e.name))
+        collect_under(i);
     } else if (nesting_.parent[i] == SIZE_MAX) {
       if (is_layer_event(e.name)) {
         units_.push_back(make_unit(i));
@@ -414,7 +438,8 @@ void Importer::attribute_device_time() {
   }
   // Units of one thread do not overlap and are sorted by start.
   std::unordered_map<std::string, std::vector<std::size_t>> units_of_thread;
-  for (std::size_t u = 0; u < units_.size(); ++u) units_of_thread[event(units_[u]).thread].push_back(u);
+  for (std::size_t u = 0; u < units_.size(); ++u)
+    units_of_thread[event(units_[u]).thread].push_back(u);
   for (const GpuEvent& g : trace_.gpu_events) {
     if (g.kind == GpuKind::kMemcpy) continue;
     const std::string* thread = nullptr;
@@ -448,16 +473,17 @@ void Importer::measure_workspace() {
   const std::int64_t device = report_.gpu ? 1 : 0;
   std::unordered_map<std::string, std::vector<std::size_t>> by_thread;
   for (std::size_t i = 0; i < trace_.memory_events.size(); ++i) {
-    if (trace_.memory_events[i].device_type == device) by_thread[trace_.memory_events[i].thread].push_back(i);
+    if (trace_.memory_events[i].device_type == device)
+      by_thread[trace_.memory_events[i].thread].push_back(i);
   }
   for (Unit& u : units_) {
     const CpuEvent& e = event(u);
     auto list = by_thread.find(e.thread);
     if (list == by_thread.end()) continue;
     const auto& ids = list->second;
-    auto it = std::lower_bound(ids.begin(), ids.end(), e.start_ns, [&](std::size_t m, Nanoseconds t) {
-      return trace_.memory_events[m].time_ns < t;
-    });
+    auto it = std::lower_bound(
+        ids.begin(), ids.end(), e.start_ns,
+        [&](std::size_t m, Nanoseconds t) { return trace_.memory_events[m].time_ns < t; });
     Bytes level = 0;
     Bytes high = 0;
     for (; it != ids.end() && trace_.memory_events[*it].time_ns < e.end_ns(); ++it) {
@@ -516,7 +542,8 @@ void Importer::classify_units() {
         state_names_ = {"state"};
       }
       optimizer_name_.clear();
-      for (char ch : cls) optimizer_name_ += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      for (char ch : cls)
+        optimizer_name_ += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       if (optimizer_name_.empty()) optimizer_name_ = "optimizer";
     } else if (starts_with(e.name, "Optimizer.zero_grad")) {
       if (subtree_has(u.event, "zero_")) report_.persistent_grads = true;
@@ -537,7 +564,8 @@ void Importer::classify_units() {
   report_.optimizer_states_per_parameter = static_cast<int>(state_names_.size());
 }
 
-std::size_t Importer::new_value(TensorId t, const Shape& shape, const std::string& dtype, bool activation) {
+std::size_t Importer::new_value(TensorId t, const Shape& shape, const std::string& dtype,
+                                bool activation) {
   Value v;
   v.tensor = t;
   v.shape = shape;
@@ -547,8 +575,8 @@ std::size_t Importer::new_value(TensorId t, const Shape& shape, const std::strin
   return values_.size() - 1;
 }
 
-TensorId Importer::add_tensor(std::string name, TensorKind kind, const Shape& shape, const std::string& dtype,
-                              OpId producer, TensorId in_place_of) {
+TensorId Importer::add_tensor(std::string name, TensorKind kind, const Shape& shape,
+                              const std::string& dtype, OpId producer, TensorId in_place_of) {
   sim::Tensor t;
   t.id = static_cast<TensorId>(workload_.tensors.size());
   t.kind = kind;
@@ -592,12 +620,14 @@ void Importer::fold(const Unit& unit) {
   }
 }
 
-TensorId Importer::param(const std::string& name, const Shape& shape, const std::string& dtype, bool trainable) {
+TensorId Importer::param(const std::string& name, const Shape& shape, const std::string& dtype,
+                         bool trainable) {
   const TensorId p = add_tensor(name, TensorKind::kParameter, shape, dtype, kNoId);
   if (!trainable) return p;
   trainable_.push_back(p);
   for (const std::string& state : state_names_) {
-    optimizer_state_.push_back(add_tensor(name + "." + state, TensorKind::kOptimizerState, shape, dtype, kNoId));
+    optimizer_state_.push_back(
+        add_tensor(name + "." + state, TensorKind::kOptimizerState, shape, dtype, kNoId));
   }
   if (report_.persistent_grads) {
     param_grad_[p] = add_tensor(name + ".grad", TensorKind::kOptimizerState, shape, dtype, kNoId);
@@ -605,8 +635,8 @@ TensorId Importer::param(const std::string& name, const Shape& shape, const std:
   return p;
 }
 
-std::size_t Importer::resolve(const Shape& shape, const std::string& dtype, bool first, std::size_t exclude,
-                              bool for_merge) {
+std::size_t Importer::resolve(const Shape& shape, const std::string& dtype, bool first,
+                              std::size_t exclude, bool for_merge) {
   auto usable = [&](std::size_t v) {
     return v != exclude && !values_[v].overwritten && values_[v].shape == shape;
   };
@@ -619,13 +649,15 @@ std::size_t Importer::resolve(const Shape& shape, const std::string& dtype, bool
   }
   for (bool allow_superseded : {false, true}) {
     for (std::size_t v = merge_boundary_; v < values_.size(); ++v) {
-      if (usable(v) && values_[v].activation && (allow_superseded || !values_[v].superseded)) return v;
+      if (usable(v) && values_[v].activation && (allow_superseded || !values_[v].superseded))
+        return v;
     }
   }
   for (std::size_t v = values_.size(); v-- > 0;) {
     if (usable(v)) return v;
   }
-  const TensorId t = add_tensor(fmt::format("input{}", input_count_++), TensorKind::kInput, shape, dtype, kNoId);
+  const TensorId t =
+      add_tensor(fmt::format("input{}", input_count_++), TensorKind::kInput, shape, dtype, kNoId);
   return new_value(t, shape, dtype, false);
 }
 
@@ -679,10 +711,12 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   auto read = [&](std::size_t v) {
     values_[v].read = true;
     add_input(o, values_[v].tensor);
-    if (tensor(values_[v].tensor).kind == TensorKind::kActivation) info.data_inputs.push_back(values_[v].tensor);
+    if (tensor(values_[v].tensor).kind == TensorKind::kActivation)
+      info.data_inputs.push_back(values_[v].tensor);
     return values_[v].tensor;
   };
-  auto produce = [&](const std::string& suffix, const Shape& shape, const std::string& dt, TensorId in_place = kNoId) {
+  auto produce = [&](const std::string& suffix, const Shape& shape, const std::string& dt,
+                     TensorId in_place = kNoId) {
     const TensorId t = add_tensor(name + suffix, TensorKind::kActivation, shape, dt, o, in_place);
     return t;
   };
@@ -694,7 +728,8 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   };
   // Written in place over `base` when the op is an in-place one and nothing else needs `base`.
   auto in_place_ok = [&](std::size_t base) {
-    return ends_with(e.name, "_") && values_[base].activation && saved_.count(values_[base].tensor) == 0;
+    return ends_with(e.name, "_") && values_[base].activation &&
+           saved_.count(values_[base].tensor) == 0;
   };
   std::size_t out_value = SIZE_MAX;
   switch (unit.layer) {
@@ -765,7 +800,8 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
       const std::size_t wk = addmm ? 2 : 1;
       const std::size_t bk = addmm ? 0 : 2;
       const Shape& in_shape = dims(e, xk);
-      if (in_shape.empty()) fail(fmt::format("'{}' at {} us has no input shape", e.name, e.start_ns / 1000));
+      if (in_shape.empty())
+        fail(fmt::format("'{}' at {} us has no input shape", e.name, e.start_ns / 1000));
       const TensorId x = read(resolve(in_shape, dtype_of(e, xk), true));
       const TensorId w = weight(".weight", wk, true);
       if (dims(e, bk).size() == 1) weight(".bias", bk, true);
@@ -823,7 +859,8 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   }
   saved_.insert(info.saved.begin(), info.saved.end());
   if (!info.data_inputs.empty() &&
-      (unit.layer == Layer::kBatchNorm || unit.layer == Layer::kLayerNorm || unit.layer == Layer::kRelu)) {
+      (unit.layer == Layer::kBatchNorm || unit.layer == Layer::kLayerNorm ||
+       unit.layer == Layer::kRelu)) {
     for (std::size_t v = 0; v < values_.size(); ++v) {
       if (values_[v].tensor == info.data_inputs.front()) values_[v].superseded = true;
     }
@@ -878,7 +915,8 @@ void Importer::build_backward(Unit& unit) {
     for (TensorId x : info.data_inputs) {
       if (grad_of_.count(x) != 0 || gy == kNoId) {
         const sim::Tensor& xt = tensor(x);
-        contribute_gradient(x, add_tensor("grad." + xt.name, TensorKind::kGradient, xt.shape, xt.dtype, o), o);
+        contribute_gradient(
+            x, add_tensor("grad." + xt.name, TensorKind::kGradient, xt.shape, xt.dtype, o), o);
       } else {
         grad_of_[x] = gy;
       }
@@ -888,7 +926,8 @@ void Importer::build_backward(Unit& unit) {
       const sim::Tensor& xt = tensor(x);
       const Shape shape = xt.shape;
       const std::string dtype = xt.dtype;
-      contribute_gradient(x, add_tensor("grad." + xt.name, TensorKind::kGradient, shape, dtype, o), o);
+      contribute_gradient(x, add_tensor("grad." + xt.name, TensorKind::kGradient, shape, dtype, o),
+                          o);
     }
   }
   for (TensorId p : info.params) {
@@ -931,8 +970,12 @@ ImportResult Importer::run() {
   for (std::size_t i = 0; i < units_.size(); ++i) {
     Unit& u = units_[i];
     switch (u.role) {
-      case Unit::Role::kForward: build_forward(u, i); break;
-      case Unit::Role::kBackward: build_backward(u); break;
+      case Unit::Role::kForward:
+        build_forward(u, i);
+        break;
+      case Unit::Role::kBackward:
+        build_backward(u);
+        break;
       case Unit::Role::kUpdate:
         if (updated) {
           fold(u);
@@ -941,13 +984,16 @@ ImportResult Importer::run() {
           updated = true;
         }
         break;
-      case Unit::Role::kGlue: fold(u); break;
+      case Unit::Role::kGlue:
+        fold(u);
+        break;
     }
   }
   if (report_.forward_ops == 0) {
-    fail(fmt::format("ProfilerStep#{} has no forward layer op (no aten:: operator with recorded "
-                     "input shapes): record with torch.profiler.profile(record_shapes=True)",
-                     report_.step.number));
+    fail(
+        fmt::format("ProfilerStep#{} has no forward layer op (no aten:: operator with recorded "
+                    "input shapes): record with torch.profiler.profile(record_shapes=True)",
+                    report_.step.number));
   }
   if (pending_ns_ > 0) op(0).duration_ns += pending_ns_;
   for (const sim::Op& o : workload_.ops) report_.op_time_ns += o.duration_ns;
@@ -961,7 +1007,8 @@ ImportResult Importer::run() {
       trace_.format == KinetoFormat::k2021 ? "2021" : "current", report_.step.number,
       report_.gpu ? "op durations are the device time of the kernels each op launched"
                   : "CPU-only trace: op durations are CPU times");
-  workload_.device.name = report_.gpu ? (trace_.device_name.empty() ? "cuda" : trace_.device_name) : "cpu";
+  workload_.device.name =
+      report_.gpu ? (trace_.device_name.empty() ? "cuda" : trace_.device_name) : "cpu";
   workload_.device.memory_bytes = report_.gpu ? trace_.device_memory : 0;
   sim::validate(workload_, trace_.source);
   return ImportResult{std::move(workload_), report_};
@@ -977,7 +1024,8 @@ std::vector<StepWindow> list_steps(const KinetoTrace& trace) {
   return steps;
 }
 
-ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& options, const std::string& file_label) {
+ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& options,
+                           const std::string& file_label) {
   return Importer(trace, options, file_label).run();
 }
 

@@ -26,9 +26,9 @@ class EventReader {
       : event_(event), source_(source), index_(index) {}
 
   [[noreturn]] void fail(std::string_view field, const std::string& what) const {
-    throw sim::InputError(fmt::format("{}: $.traceEvents[{}]{}{}", source_, index_,
-                                      field.empty() ? "" : ".", field),
-                          what);
+    throw sim::InputError(
+        fmt::format("{}: $.traceEvents[{}]{}{}", source_, index_, field.empty() ? "" : ".", field),
+        what);
   }
 
   const json* find(const json& object, std::string_view key) const {
@@ -158,9 +158,11 @@ Category categorize(std::string_view cat, KinetoFormat& format) {
     if (format == KinetoFormat::kUnknown) format = f;
   };
   if (cat == "Operator") return mark(KinetoFormat::k2021), Category::kCpu;
-  if (cat == "cpu_op" || cat == "user_annotation") return mark(KinetoFormat::kCurrent), Category::kCpu;
+  if (cat == "cpu_op" || cat == "user_annotation")
+    return mark(KinetoFormat::kCurrent), Category::kCpu;
   if (cat == "Runtime") return mark(KinetoFormat::k2021), Category::kRuntime;
-  if (cat == "cuda_runtime" || cat == "cuda_driver") return mark(KinetoFormat::kCurrent), Category::kRuntime;
+  if (cat == "cuda_runtime" || cat == "cuda_driver")
+    return mark(KinetoFormat::kCurrent), Category::kRuntime;
   if (cat == "Kernel") return mark(KinetoFormat::k2021), Category::kKernel;
   if (cat == "kernel") return mark(KinetoFormat::kCurrent), Category::kKernel;
   if (cat == "Memcpy" || cat == "gpu_memcpy") return Category::kMemcpy;
@@ -173,8 +175,10 @@ void read_device(const json& document, KinetoTrace& trace) {
   if (it == document.end() || !it->is_array() || it->empty()) return;
   const json& d = it->front();
   if (!d.is_object()) return;
-  if (auto n = d.find("name"); n != d.end() && n->is_string()) trace.device_name = n->get<std::string>();
-  if (auto m = d.find("totalGlobalMem"); m != d.end() && m->is_number_integer() && m->get<std::int64_t>() > 0) {
+  if (auto n = d.find("name"); n != d.end() && n->is_string())
+    trace.device_name = n->get<std::string>();
+  if (auto m = d.find("totalGlobalMem");
+      m != d.end() && m->is_number_integer() && m->get<std::int64_t>() > 0) {
     trace.device_memory = m->get<std::int64_t>();
   }
 }
@@ -186,8 +190,12 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
   try {
     document = json::parse(text);
   } catch (const json::parse_error& e) {
-    throw sim::InputError(std::string(source),
-                          fmt::format("not complete JSON (truncated or corrupt?) at byte {}", e.byte));
+    throw sim::InputError(
+        std::string(source),
+        fmt::format("not complete JSON (truncated or corrupt?) at byte {}", e.byte));
+  } catch (const json::exception& e) {
+    // A number too large for any JSON number type (out_of_range.406), and the like.
+    throw sim::InputError(std::string(source), fmt::format("unreadable JSON: {}", e.what()));
   }
   KinetoTrace trace;
   trace.source = std::string(source);
@@ -198,7 +206,8 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
       throw sim::InputError(fmt::format("{}: $", source),
                             "no 'traceEvents': not a Chrome trace from the PyTorch profiler");
     }
-    if (!it->is_array()) throw sim::InputError(fmt::format("{}: $.traceEvents", source), "expected an array");
+    if (!it->is_array())
+      throw sim::InputError(fmt::format("{}: $.traceEvents", source), "expected an array");
     events = &*it;
     read_device(document, trace);
   } else if (document.is_array()) {
@@ -235,7 +244,8 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
     }
     if ((ph == "s" || ph == "f") && cat == "ac2g") {
       const json* id = r.find(e, "id");
-      if (id == nullptr || !id->is_number_integer()) r.fail("id", "expected the integer correlation id");
+      if (id == nullptr || !id->is_number_integer())
+        r.fail("id", "expected the integer correlation id");
       if (ph == "f") flow_ends[{thread, r.time_field("ts")}] = id->get<std::int64_t>();
       continue;
     }
@@ -292,16 +302,19 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
   // Flow ends may come after their GPU events in the file.
   for (const auto& [index, thread] : unresolved) {
     GpuEvent& g = trace.gpu_events[index];
-    if (auto f = flow_ends.find({thread, g.start_ns}); f != flow_ends.end()) g.correlation = f->second;
+    if (auto f = flow_ends.find({thread, g.start_ns}); f != flow_ends.end())
+      g.correlation = f->second;
   }
-  std::stable_sort(trace.cpu_events.begin(), trace.cpu_events.end(), [](const CpuEvent& a, const CpuEvent& b) {
-    if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
-    return a.duration_ns > b.duration_ns;
-  });
+  std::stable_sort(trace.cpu_events.begin(), trace.cpu_events.end(),
+                   [](const CpuEvent& a, const CpuEvent& b) {
+                     if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
+                     return a.duration_ns > b.duration_ns;
+                   });
   std::stable_sort(trace.gpu_events.begin(), trace.gpu_events.end(),
                    [](const GpuEvent& a, const GpuEvent& b) { return a.start_ns < b.start_ns; });
-  std::stable_sort(trace.memory_events.begin(), trace.memory_events.end(),
-                   [](const MemoryEvent& a, const MemoryEvent& b) { return a.time_ns < b.time_ns; });
+  std::stable_sort(
+      trace.memory_events.begin(), trace.memory_events.end(),
+      [](const MemoryEvent& a, const MemoryEvent& b) { return a.time_ns < b.time_ns; });
   return trace;
 }
 

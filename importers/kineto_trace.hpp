@@ -74,11 +74,11 @@ enum class KinetoFormat : std::uint8_t { k2021, kCurrent, kUnknown };
 struct KinetoTrace {
   std::string source;  // the file name, for errors and provenance
   KinetoFormat format = KinetoFormat::kUnknown;
-  std::string device_name;        // from deviceProperties, empty when absent
-  sim::Bytes device_memory = 0;   // totalGlobalMem, 0 when absent
+  std::string device_name;           // from deviceProperties, empty when absent
+  sim::Bytes device_memory = 0;      // totalGlobalMem, 0 when absent
   std::vector<CpuEvent> cpu_events;  // sorted by (start, longer first)
   std::vector<RuntimeEvent> runtime_events;
-  std::vector<GpuEvent> gpu_events;  // sorted by start
+  std::vector<GpuEvent> gpu_events;        // sorted by start
   std::vector<MemoryEvent> memory_events;  // sorted by time, stable
 };
 

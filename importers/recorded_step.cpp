@@ -52,7 +52,8 @@ RecordedStep measure_recorded_step(const KinetoTrace& trace, const StepWindow& s
     if (m.time_ns < step.start_ns) continue;
     r.peak_above_start_bytes = std::max(r.peak_above_start_bytes, level - at_start);
     if (m.total_allocated) {
-      r.peak_total_allocated_bytes = std::max(r.peak_total_allocated_bytes.value_or(0), *m.total_allocated);
+      r.peak_total_allocated_bytes =
+          std::max(r.peak_total_allocated_bytes.value_or(0), *m.total_allocated);
     }
   }
   return r;

@@ -43,7 +43,8 @@ TEST_CASE("memplan import kineto writes a valid trace from .json and .json.gz", 
   }
 }
 
-TEST_CASE("memplan import kineto: bad input is one line and exit 2, no output file", "[cli][import][bad_input]") {
+TEST_CASE("memplan import kineto: bad input is one line and exit 2, no output file",
+          "[cli][import][bad_input]") {
   const std::string dir = memplan::test::temp_dir();
   const std::string out = dir + "/never.json";
   const std::string text = synthetic_kineto().dump();
@@ -56,23 +57,28 @@ TEST_CASE("memplan import kineto: bad input is one line and exit 2, no output fi
   }
   SECTION("truncated gzip") {
     const auto f = write_temp("cut.json.gz", gz.substr(0, gz.size() / 2));
-    check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"), "truncated gzip data");
+    check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"),
+                         "truncated gzip data");
   }
   SECTION("corrupt gzip") {
     std::string bad = gz;
-    for (std::size_t i = 20; i < 60 && i < bad.size(); ++i) bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    for (std::size_t i = 20; i < 60 && i < bad.size(); ++i)
+      bad[i] = static_cast<char>(bad[i] ^ 0x5a);
     const auto f = write_temp("bad.json.gz", bad);
     check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"), "gzip data");
   }
   SECTION("truncated JSON") {
     const auto f = write_temp("cut.json", text.substr(0, text.size() - 100));
-    check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"), "not complete JSON");
+    check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"),
+                         "not complete JSON");
   }
   SECTION("a missing file") {
-    check_one_line_error(run_memplan("import kineto '" + dir + "/nope.json' -o '" + out + "'"), "nope.json");
+    check_one_line_error(run_memplan("import kineto '" + dir + "/nope.json' -o '" + out + "'"),
+                         "nope.json");
   }
   SECTION("a step that is not there") {
-    check_one_line_error(run_memplan("import kineto '" + good + "' --step 4 -o '" + out + "'"), "no ProfilerStep#4");
+    check_one_line_error(run_memplan("import kineto '" + good + "' --step 4 -o '" + out + "'"),
+                         "no ProfilerStep#4");
   }
   CHECK_FALSE(std::filesystem::exists(out));
 }

@@ -21,7 +21,8 @@ using namespace memplan;
 namespace {
 
 const std::filesystem::path kTrace =
-    std::filesystem::path(MEMPLAN_SOURCE_DIR) / "../shared/data/kineto/resnet50_b32_v100_worker0.pt.trace.json.gz";
+    std::filesystem::path(MEMPLAN_SOURCE_DIR) /
+    "../shared/data/kineto/resnet50_b32_v100_worker0.pt.trace.json.gz";
 
 // The trace is large: parse it once for all test cases.
 const importers::KinetoTrace* real_trace() {
@@ -32,11 +33,11 @@ const importers::KinetoTrace* real_trace() {
   return trace;
 }
 
-#define REQUIRE_REAL_TRACE()                                                             \
-  const importers::KinetoTrace* trace = real_trace();                                    \
-  if (trace == nullptr) {                                                                \
-    WARN("skipped: " << kTrace << " is not present");                                   \
-    return;                                                                              \
+#define REQUIRE_REAL_TRACE()                          \
+  const importers::KinetoTrace* trace = real_trace(); \
+  if (trace == nullptr) {                             \
+    WARN("skipped: " << kTrace << " is not present"); \
+    return;                                           \
   }
 
 const importers::ImportResult& imported(std::int64_t step) {
@@ -45,7 +46,8 @@ const importers::ImportResult& imported(std::int64_t step) {
   if (it == cache.end()) {
     importers::ImportOptions o;
     o.step = step;
-    it = cache.emplace(step, importers::import_kineto(*real_trace(), o, kTrace.filename().string())).first;
+    it = cache.emplace(step, importers::import_kineto(*real_trace(), o, kTrace.filename().string()))
+             .first;
   }
   return it->second;
 }
@@ -59,7 +61,9 @@ sim::Nanoseconds recorded_busy_ns(const importers::KinetoTrace& t, const importe
   }
   std::vector<std::pair<sim::Nanoseconds, sim::Nanoseconds>> iv;
   for (const auto& g : t.gpu_events) {
-    if (g.kind == importers::GpuKind::kMemcpy || !g.correlation || launch.count(*g.correlation) == 0) continue;
+    if (g.kind == importers::GpuKind::kMemcpy || !g.correlation ||
+        launch.count(*g.correlation) == 0)
+      continue;
     const auto at = launch[*g.correlation];
     if (at >= s.start_ns && at < s.end_ns) iv.emplace_back(g.start_ns, g.start_ns + g.duration_ns);
   }
@@ -75,7 +79,8 @@ sim::Nanoseconds recorded_busy_ns(const importers::KinetoTrace& t, const importe
 }
 
 // Peak of the CUDA allocation curve inside the step, above its level when the step starts.
-sim::Bytes recorded_peak_above_start(const importers::KinetoTrace& t, const importers::StepWindow& s) {
+sim::Bytes recorded_peak_above_start(const importers::KinetoTrace& t,
+                                     const importers::StepWindow& s) {
   sim::Bytes level = 0;
   sim::Bytes start = 0;
   sim::Bytes peak = 0;
@@ -112,11 +117,13 @@ TEST_CASE("real trace: six steps, the first complete one is #5", "[importers][ki
   CHECK(r.report.step_was_chosen);
 }
 
-TEST_CASE("real trace: 53 convolutions forward and backward, ResNet-50's parameters", "[importers][kineto][real]") {
+TEST_CASE("real trace: 53 convolutions forward and backward, ResNet-50's parameters",
+          "[importers][kineto][real]") {
   REQUIRE_REAL_TRACE();
   const auto& w = imported(5).workload;
   auto count = [&](sim::Phase phase, const std::string& layer) {
-    return std::count_if(w.ops.begin(), w.ops.end(), [&](const auto& op) { return op.phase == phase && op.layer == layer; });
+    return std::count_if(w.ops.begin(), w.ops.end(),
+                         [&](const auto& op) { return op.phase == phase && op.layer == layer; });
   };
   CHECK(count(sim::Phase::kForward, "conv2d") == 53);
   CHECK(count(sim::Phase::kBackward, "conv2d") == 53);
@@ -144,7 +151,8 @@ TEST_CASE("real trace: 53 convolutions forward and backward, ResNet-50's paramet
   }
 }
 
-TEST_CASE("real trace: in-core replay time matches the recorded device busy time within 5%", "[importers][kineto][real]") {
+TEST_CASE("real trace: in-core replay time matches the recorded device busy time within 5%",
+          "[importers][kineto][real]") {
   REQUIRE_REAL_TRACE();
   for (std::int64_t step : {5, 8}) {
     const auto& r = imported(step);
@@ -157,7 +165,8 @@ TEST_CASE("real trace: in-core replay time matches the recorded device busy time
   }
 }
 
-TEST_CASE("real trace: in-core peak matches the recorded allocation peak within 5%", "[importers][kineto][real]") {
+TEST_CASE("real trace: in-core peak matches the recorded allocation peak within 5%",
+          "[importers][kineto][real]") {
   REQUIRE_REAL_TRACE();
   const auto& r = imported(5);
   // The memory events start after the weights, their gradients and the momentum buffers were
@@ -176,6 +185,7 @@ TEST_CASE("real trace: in-core peak matches the recorded allocation peak within 
 
 TEST_CASE("the shipped trace is the import of step 5", "[importers][kineto][real]") {
   REQUIRE_REAL_TRACE();
-  const auto shipped = sim::read_trace(std::filesystem::path(MEMPLAN_SOURCE_DIR) / "traces/resnet50_b32_v100.json");
+  const auto shipped =
+      sim::read_trace(std::filesystem::path(MEMPLAN_SOURCE_DIR) / "traces/resnet50_b32_v100.json");
   CHECK(shipped == imported(5).workload);
 }

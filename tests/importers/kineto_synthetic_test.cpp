@@ -13,9 +13,9 @@
 #include "sim/liveness.hpp"
 #include "tests/importers/synthetic_kineto.hpp"
 
+using memplan::importers::import_kineto;
 using memplan::importers::ImportOptions;
 using memplan::importers::ImportResult;
-using memplan::importers::import_kineto;
 using memplan::importers::parse_kineto_trace;
 using memplan::sim::InputError;
 using memplan::sim::Phase;
@@ -49,22 +49,24 @@ std::string import_error(const std::string& text, ImportOptions options = {}) {
 }
 
 const memplan::sim::Op& op_named(const memplan::sim::Workload& w, const std::string& name) {
-  auto it = std::find_if(w.ops.begin(), w.ops.end(), [&](const auto& op) { return op.name == name; });
+  auto it =
+      std::find_if(w.ops.begin(), w.ops.end(), [&](const auto& op) { return op.name == name; });
   REQUIRE(it != w.ops.end());
   return *it;
 }
 
 }  // namespace
 
-TEST_CASE("current format: layer ops, backward ops, optimizer and device times", "[importers][kineto]") {
+TEST_CASE("current format: layer ops, backward ops, optimizer and device times",
+          "[importers][kineto]") {
   const auto r = import_json(synthetic_kineto());
   const auto& w = r.workload;
   CHECK(layers(w, Phase::kForward) ==
-        std::vector<std::string>{"conv2d", "batch_norm", "relu", "conv2d", "batch_norm", "add", "relu",
-                                 "avg_pool2d", "linear", "softmax_cross_entropy"});
+        std::vector<std::string>{"conv2d", "batch_norm", "relu", "conv2d", "batch_norm", "add",
+                                 "relu", "avg_pool2d", "linear", "softmax_cross_entropy"});
   CHECK(layers(w, Phase::kBackward) ==
-        std::vector<std::string>{"softmax_cross_entropy", "linear", "avg_pool2d", "relu", "add", "batch_norm",
-                                 "conv2d", "relu", "batch_norm", "conv2d"});
+        std::vector<std::string>{"softmax_cross_entropy", "linear", "avg_pool2d", "relu", "add",
+                                 "batch_norm", "conv2d", "relu", "batch_norm", "conv2d"});
   CHECK(layers(w, Phase::kUpdate) == std::vector<std::string>{"sgd"});
   CHECK(r.report.op_time_ns == memplan::test::synthetic_step_kernel_ns());
   CHECK(r.report.persistent_grads);
@@ -123,7 +125,8 @@ TEST_CASE("recorded step: busy time and Total Allocated", "[importers][kineto]")
   CHECK(rec.device_busy_ns == memplan::test::synthetic_step_kernel_ns());
   std::int64_t most = 0;
   for (const auto& e : doc.at("traceEvents")) {
-    if (e.value("name", "") == "[memory]") most = std::max(most, e.at("args").at("Total Allocated").get<std::int64_t>());
+    if (e.value("name", "") == "[memory]")
+      most = std::max(most, e.at("args").at("Total Allocated").get<std::int64_t>());
   }
   REQUIRE(rec.peak_total_allocated_bytes.has_value());
   CHECK(*rec.peak_total_allocated_bytes == most);
@@ -141,7 +144,8 @@ TEST_CASE("a CPU-only trace gives a CPU workload timed by CPU durations", "[impo
   CHECK(r.report.op_time_ns == 26 * 40'000);
 }
 
-TEST_CASE("several steps: the first complete one by default, or the one asked for", "[importers][kineto]") {
+TEST_CASE("several steps: the first complete one by default, or the one asked for",
+          "[importers][kineto]") {
   SyntheticOptions o;
   o.steps = 3;
   const json doc = synthetic_kineto(o);
@@ -162,18 +166,27 @@ TEST_CASE("several steps: the first complete one by default, or the one asked fo
   auto& ev = cut.at("traceEvents");
   std::int64_t step1_end = 0;
   for (const auto& e1 : ev) {
-    if (e1.value("name", "") == "ProfilerStep#1") step1_end = e1.at("ts").get<std::int64_t>() + e1.at("dur").get<std::int64_t>();
+    if (e1.value("name", "") == "ProfilerStep#1")
+      step1_end = e1.at("ts").get<std::int64_t>() + e1.at("dur").get<std::int64_t>();
   }
-  ev.erase(std::remove_if(ev.begin(), ev.end(), [&](const json& e1) {
-             return e1.value("cat", "") == "kernel" && e1.at("ts").get<std::int64_t>() < step1_end;
-           }), ev.end());
+  ev.erase(std::remove_if(ev.begin(), ev.end(),
+                          [&](const json& e1) {
+                            return e1.value("cat", "") == "kernel" &&
+                                   e1.at("ts").get<std::int64_t>() < step1_end;
+                          }),
+           ev.end());
   CHECK(import_json(cut).workload.provenance.step == 2);
 }
 
 TEST_CASE("bad input: a clear error, never a crash", "[importers][kineto][bad_input]") {
   const std::string good = synthetic_kineto().dump();
   SECTION("truncated JSON") {
-    CHECK(import_error(good.substr(0, good.size() / 2)).find("not complete JSON") != std::string::npos);
+    CHECK(import_error(good.substr(0, good.size() / 2)).find("not complete JSON") !=
+          std::string::npos);
+  }
+  SECTION("a number too large for JSON (found by the fuzzer)") {
+    CHECK(import_error(R"({"traceEvents": [{"ph": "X", "ts": 1400e01475}]})")
+              .find("unreadable JSON") != std::string::npos);
   }
   SECTION("not a profiler trace") {
     CHECK(import_error(R"({"ops": []})").find("no 'traceEvents'") != std::string::npos);
@@ -182,13 +195,15 @@ TEST_CASE("bad input: a clear error, never a crash", "[importers][kineto][bad_in
   SECTION("no steps") {
     json doc = synthetic_kineto();
     auto& ev = doc.at("traceEvents");
-    ev.erase(std::remove_if(ev.begin(), ev.end(), [](const json& e) {
-               return e.value("name", "").rfind("ProfilerStep#", 0) == 0;
-             }), ev.end());
+    ev.erase(std::remove_if(
+                 ev.begin(), ev.end(),
+                 [](const json& e) { return e.value("name", "").rfind("ProfilerStep#", 0) == 0; }),
+             ev.end());
     CHECK(import_error(doc.dump()).find("no 'ProfilerStep#N' events") != std::string::npos);
   }
   SECTION("an empty trace") {
-    CHECK(import_error(R"({"traceEvents": []})").find("no 'ProfilerStep#N' events") != std::string::npos);
+    CHECK(import_error(R"({"traceEvents": []})").find("no 'ProfilerStep#N' events") !=
+          std::string::npos);
   }
   SECTION("a step without forward ops (shapes not recorded)") {
     json doc = synthetic_kineto();

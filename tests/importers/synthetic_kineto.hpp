@@ -14,8 +14,8 @@ struct SyntheticOptions {
   bool current_format = true;  // false: the 2021 categories and argument spellings
   int steps = 1;               // ProfilerStep#1..#steps
   bool gpu = true;             // false: no runtime calls, no kernels (a CPU-only training run)
-  bool flows_only = false;     // kernels carry no correlation/external id, only ac2g flows link them
-  bool memory = true;          // [memory] events
+  bool flows_only = false;  // kernels carry no correlation/external id, only ac2g flows link them
+  bool memory = true;       // [memory] events
 };
 
 /// The trace as a JSON document.
