@@ -11,6 +11,7 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include "importers/saturating_add.hpp"
 #include "sim/input_error.hpp"
 
 // Note [Kineto dataflow]
@@ -465,7 +466,7 @@ void Importer::attribute_device_time() {
     });
     if (it == ids.begin()) continue;
     Unit& unit = units_[*std::prev(it)];
-    if (at < event(unit).end_ns()) unit.device_ns += g.duration_ns;
+    if (at < event(unit).end_ns()) unit.device_ns = saturating_add(unit.device_ns, g.duration_ns);
   }
 }
 
@@ -487,7 +488,7 @@ void Importer::measure_workspace() {
     Bytes level = 0;
     Bytes high = 0;
     for (; it != ids.end() && trace_.memory_events[*it].time_ns < e.end_ns(); ++it) {
-      level += trace_.memory_events[*it].bytes;
+      level = saturating_add(level, trace_.memory_events[*it].bytes);
       high = std::max(high, level);
     }
     // Memory allocated and freed again inside the op: scratch space (cuDNN workspace).
@@ -598,7 +599,7 @@ OpId Importer::add_op(std::string name, std::string layer, Phase phase, const Un
   o.name = std::move(name);
   o.layer = std::move(layer);
   o.phase = phase;
-  o.duration_ns = unit.device_ns + pending_ns_;
+  o.duration_ns = saturating_add(unit.device_ns, pending_ns_);
   o.workspace_bytes = unit.workspace;
   pending_ns_ = 0;
   workload_.ops.push_back(std::move(o));
@@ -614,9 +615,9 @@ void Importer::add_input(OpId o, TensorId t) {
 void Importer::fold(const Unit& unit) {
   ++report_.folded_events;
   if (last_op_ == kNoId) {
-    pending_ns_ += unit.device_ns;
+    pending_ns_ = saturating_add(pending_ns_, unit.device_ns);
   } else {
-    op(last_op_).duration_ns += unit.device_ns;
+    op(last_op_).duration_ns = saturating_add(op(last_op_).duration_ns, unit.device_ns);
   }
 }
 
@@ -934,7 +935,7 @@ void Importer::build_backward(Unit& unit) {
     if (report_.persistent_grads) {
       // Accumulated into the persistent .grad buffer; the fresh gradient is scratch space.
       add_input(o, param_grad_.at(p));
-      op(o).workspace_bytes += tensor(p).bytes;
+      op(o).workspace_bytes = saturating_add(op(o).workspace_bytes, tensor(p).bytes);
     } else {
       const sim::Tensor& pt = tensor(p);
       const Shape shape = pt.shape;
@@ -995,8 +996,7 @@ ImportResult Importer::run() {
                     "input shapes): record with torch.profiler.profile(record_shapes=True)",
                     report_.step.number));
   }
-  if (pending_ns_ > 0) op(0).duration_ns += pending_ns_;
-  for (const sim::Op& o : workload_.ops) report_.op_time_ns += o.duration_ns;
+  if (pending_ns_ > 0) op(0).duration_ns = saturating_add(op(0).duration_ns, pending_ns_);
 
   workload_.provenance.source = "imported";
   workload_.provenance.file = file_label_;
@@ -1011,6 +1011,7 @@ ImportResult Importer::run() {
       report_.gpu ? (trace_.device_name.empty() ? "cuda" : trace_.device_name) : "cpu";
   workload_.device.memory_bytes = report_.gpu ? trace_.device_memory : 0;
   sim::validate(workload_, trace_.source);
+  for (const sim::Op& o : workload_.ops) report_.op_time_ns += o.duration_ns;  // each under an hour
   return ImportResult{std::move(workload_), report_};
 }
 

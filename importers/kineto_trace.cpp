@@ -16,9 +16,13 @@ namespace {
 
 using nlohmann::json;
 
-// Timestamps beyond this many microseconds (about 31 years past the epoch's 1970 start plus
-// slack) are taken as corrupt; it also keeps the conversion to nanoseconds far from overflow.
-constexpr double kMaxMicroseconds = 1e16;
+// Timestamps beyond this many microseconds (the year 2096 counted from the Unix epoch) are taken
+// as corrupt; durations beyond a day likewise. These bounds keep every sum of times in the
+// importer far from integer overflow.
+constexpr double kMaxMicroseconds = 4e15;
+constexpr double kMaxDurationMicroseconds = 86400e6;
+// Allocations over 1 PiB are corrupt.
+constexpr std::int64_t kMaxAllocationBytes = std::int64_t{1} << 50;
 
 class EventReader {
  public:
@@ -68,6 +72,8 @@ class EventReader {
   sim::Nanoseconds duration_field() const {
     const sim::Nanoseconds d = time_field("dur");
     if (d < 0) fail("dur", "negative duration");
+    if (static_cast<double>(d) > kMaxDurationMicroseconds * 1000.0)
+      fail("dur", "implausible duration (over a day)");
     return d;
   }
 
@@ -236,6 +242,9 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
       m.time_ns = r.time_field("ts");
       const auto bytes = r.int_arg({"Bytes"});
       if (!bytes) r.fail("args.Bytes", "missing field (a [memory] event without its size)");
+      if (*bytes > kMaxAllocationBytes || *bytes < -kMaxAllocationBytes) {
+        r.fail("args.Bytes", fmt::format("implausible allocation size {}", *bytes));
+      }
       m.bytes = *bytes;
       m.device_type = r.int_arg({"Device Type"}).value_or(0);
       m.total_allocated = r.int_arg({"Total Allocated"});

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "importers/saturating_add.hpp"
+
 namespace memplan::importers {
 
 RecordedStep measure_recorded_step(const KinetoTrace& trace, const StepWindow& step, bool gpu) {
@@ -48,9 +50,9 @@ RecordedStep measure_recorded_step(const KinetoTrace& trace, const StepWindow& s
       at_start = level;
       started = true;
     }
-    level += m.bytes;
+    level = saturating_add(level, m.bytes);
     if (m.time_ns < step.start_ns) continue;
-    r.peak_above_start_bytes = std::max(r.peak_above_start_bytes, level - at_start);
+    r.peak_above_start_bytes = std::max(r.peak_above_start_bytes, saturating_add(level, -at_start));
     if (m.total_allocated) {
       r.peak_total_allocated_bytes =
           std::max(r.peak_total_allocated_bytes.value_or(0), *m.total_allocated);

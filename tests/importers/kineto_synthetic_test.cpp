@@ -253,6 +253,21 @@ TEST_CASE("bad input: a clear error, never a crash", "[importers][kineto][bad_in
             return true;
           }).find("negative duration") != std::string::npos);
     CHECK(with([](json& e) {
+            if (e.value("cat", "") != "kernel") return false;
+            e["dur"] = 1e12;
+            return true;
+          }).find("implausible duration") != std::string::npos);
+    CHECK(with([](json& e) {
+            if (e.value("name", "") != "[memory]") return false;
+            e["args"]["Bytes"] = std::int64_t{1} << 62;
+            return true;
+          }).find("implausible allocation size") != std::string::npos);
+    CHECK(with([](json& e) {
+            if (e.value("cat", "") != "cpu_op") return false;
+            e["ts"] = 1e300;
+            return true;
+          }).find("implausible time") != std::string::npos);
+    CHECK(with([](json& e) {
             e.erase("ph");
             return true;
           }).find(".ph: missing field") != std::string::npos);
