@@ -892,7 +892,7 @@ void Importer::build_backward(Unit& unit) {
   if (!f) {
     // A node of an op that is not a layer op (a view, a transpose) or of a forward op outside the
     // step: its time goes to the previous backward op.
-    if (!unit.sequence || op_of_sequence_.empty()) ++report_.unmatched_backward;
+    ++report_.unmatched_backward;
     fold(unit);
     return;
   }

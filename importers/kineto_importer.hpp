@@ -39,9 +39,11 @@ struct ImportReport {
   std::size_t forward_ops = 0;
   std::size_t backward_ops = 0;
   std::size_t update_ops = 0;
-  std::size_t folded_events = 0;       // top-level events folded into a neighbouring op
-  std::size_t unmatched_backward = 0;  // backward events whose forward op was not found
-  bool persistent_grads = false;       // zero_grad zeroes .grad instead of freeing it
+  std::size_t folded_events = 0;  // top-level events folded into a neighbouring op
+  /// Backward nodes whose sequence number no forward layer op recorded (views, transposes, ops
+  /// before the step): folded into the previous op.
+  std::size_t unmatched_backward = 0;
+  bool persistent_grads = false;  // zero_grad zeroes .grad instead of freeing it
   int optimizer_states_per_parameter = 0;
   sim::Nanoseconds op_time_ns = 0;  // sum of op durations
 };
