@@ -47,8 +47,10 @@ void add_import_command(CLI::App& app) {
         "imported ProfilerStep#{}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
         r.step.number, r.step_was_chosen ? " (the first complete step)" : "", options->file,
         r.forward_ops, r.backward_ops, r.update_ops, result.workload.tensors.size());
-    fmt::print("folded into neighbouring ops: {} events ({} backward nodes of non-layer ops)\n",
-               r.folded_events, r.unmatched_backward);
+    fmt::print(
+        "folded into the previous op: {} non-layer events, {} of them backward nodes without a "
+        "forward layer op\n",
+        r.folded_events, r.unmatched_backward);
     fmt::print("{} time: in-core replay {:.3f} ms, recorded busy {:.3f} ms\n",
                r.gpu ? "device" : "CPU", static_cast<double>(r.op_time_ns) / 1e6,
                static_cast<double>(recorded.device_busy_ns) / 1e6);
