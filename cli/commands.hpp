@@ -7,5 +7,6 @@ namespace memplan::cli {
 
 void add_info_command(CLI::App& app);
 void add_zoo_command(CLI::App& app);
+void add_import_command(CLI::App& app);
 
 }  // namespace memplan::cli

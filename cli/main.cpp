@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "memplan 0.1.0");
   memplan::cli::add_info_command(app);
   memplan::cli::add_zoo_command(app);
+  memplan::cli::add_import_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

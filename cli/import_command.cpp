@@ -1,0 +1,74 @@
+#include <filesystem>
+
+#include <fmt/core.h>
+
+#include "cli/commands.hpp"
+#include "importers/kineto_importer.hpp"
+#include "importers/kineto_trace.hpp"
+#include "importers/recorded_step.hpp"
+#include "sim/liveness.hpp"
+#include "sim/trace_io.hpp"
+#include "sim/units.hpp"
+
+namespace memplan::cli {
+
+void add_import_command(CLI::App& app) {
+  struct Options {
+    std::string file;
+    std::int64_t step = -1;
+    std::string output;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("import", "Turn a profiler trace into a memplan trace");
+  cmd->require_subcommand(1);
+  auto* kineto = cmd->add_subcommand(
+      "kineto",
+      "PyTorch profiler (Kineto) Chrome trace, .json or .json.gz (docs/kineto-import.md)");
+  kineto->add_option("FILE", options->file, "profiler trace")->required();
+  kineto->add_option("--step", options->step,
+                     "the N of ProfilerStep#N (default: the first complete step)");
+  kineto->add_option("-o,--output", options->output, "memplan trace to write")->required();
+  kineto->callback([options] {
+    const importers::KinetoTrace trace = importers::read_kineto_trace(options->file);
+    importers::ImportOptions import_options;
+    if (options->step >= 0) import_options.step = options->step;
+    const importers::ImportResult result = importers::import_kineto(
+        trace, import_options, std::filesystem::path(options->file).filename().string());
+    sim::write_trace_file(result.workload, options->output);
+
+    const auto& r = result.report;
+    const auto recorded = importers::measure_recorded_step(trace, r.step, r.gpu);
+    const auto peak = sim::incore_peak(result.workload);
+    sim::Bytes preexisting = 0;
+    for (const auto& t : result.workload.tensors) {
+      if (sim::is_persistent(t.kind)) preexisting += t.bytes;
+    }
+    fmt::print(
+        "imported ProfilerStep#{}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
+        r.step.number, r.step_was_chosen ? " (the first complete step)" : "", options->file,
+        r.forward_ops, r.backward_ops, r.update_ops, result.workload.tensors.size());
+    fmt::print(
+        "folded into the previous op: {} non-layer events, {} of them backward nodes without a "
+        "forward layer op\n",
+        r.folded_events, r.unmatched_backward);
+    fmt::print("{} time: in-core replay {:.3f} ms, recorded busy {:.3f} ms\n",
+               r.gpu ? "device" : "CPU", static_cast<double>(r.op_time_ns) / 1e6,
+               static_cast<double>(recorded.device_busy_ns) / 1e6);
+    if (recorded.peak_total_allocated_bytes) {
+      fmt::print("peak: in-core {:.1f} MiB, recorded Total Allocated {:.1f} MiB\n",
+                 static_cast<double>(peak.bytes) / (1 << 20),
+                 static_cast<double>(*recorded.peak_total_allocated_bytes) / (1 << 20));
+    } else {
+      fmt::print(
+          "peak: in-core {:.1f} MiB, recorded {:.1f} MiB above the step's start + {:.1f} MiB of "
+          "parameters and optimizer state from the model's shapes = {:.1f} MiB\n",
+          static_cast<double>(peak.bytes) / (1 << 20),
+          static_cast<double>(recorded.peak_above_start_bytes) / (1 << 20),
+          static_cast<double>(preexisting) / (1 << 20),
+          static_cast<double>(recorded.peak_above_start_bytes + preexisting) / (1 << 20));
+    }
+    fmt::print("wrote {}\n", options->output);
+  });
+}
+
+}  // namespace memplan::cli

@@ -1,0 +1,33 @@
+// libFuzzer target for the Kineto importer: any bytes (gzip or not) go through decompression,
+// parsing and import. Bad input must end in InputError; anything else (a crash, a sanitizer
+// report, another exception, a failed MEMPLAN_CHECK) is a bug. Built with -DMEMPLAN_FUZZ=ON and
+// clang; scripts/fuzz-import builds and runs it.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "importers/compressed_file.hpp"
+#include "importers/kineto_importer.hpp"
+#include "importers/kineto_trace.hpp"
+#include "importers/recorded_step.hpp"
+#include "sim/input_error.hpp"
+#include "sim/liveness.hpp"
+#include "sim/trace_io.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace memplan;
+  try {
+    std::string text(reinterpret_cast<const char*>(data), size);
+    // A small cap keeps decompression bombs from exhausting the fuzzer's memory.
+    text = importers::decompress_if_gzip(std::move(text), "fuzz", std::size_t{64} << 20);
+    const importers::KinetoTrace trace = importers::parse_kineto_trace(text, "fuzz");
+    const importers::ImportResult result = importers::import_kineto(trace, {}, "fuzz");
+    (void)importers::measure_recorded_step(trace, result.report.step, result.report.gpu);
+    (void)sim::incore_peak(result.workload);
+    // What the importer writes must read back as the same workload.
+    if (sim::parse_trace(sim::write_trace(result.workload), "fuzz-out") != result.workload)
+      __builtin_trap();
+  } catch (const sim::InputError&) {
+  }
+  return 0;
+}

@@ -1,0 +1,1033 @@
+#include "importers/kineto_importer.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string_view>
+#include <unordered_map>
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include "importers/saturating_add.hpp"
+#include "sim/input_error.hpp"
+
+// Note [Kineto dataflow]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// The profiler records, for each operator, its name, its input shapes and dtypes, and for ops that
+// autograd differentiates a sequence number; it does not record which tensor an op read. The
+// importer rebuilds the layer-level dataflow as follows.
+//
+//  - Layer ops are the top-level operators of the step on the thread that calls prof.step() (the
+//    forward ops, the optimizer step), and the top-level events of the other threads inside the
+//    step window (the autograd engine's backward nodes). Annotations (nn.Module, user ranges) are
+//    looked through; the data loader's `enumerate(DataLoader)` is skipped.
+//  - Forward ops run in program order. An op's first data input is the previous layer op's output
+//    when the shapes agree (a chain). When they do not, the op starts a branch, and its input is
+//    the oldest live tensor of that shape produced since the last merge (a residual add): that is
+//    the block input a downsample branch reads. The second input of an add (the skip) is the most
+//    recent live tensor of that shape that no add has read yet. A tensor written over in place is
+//    no longer a candidate. Inputs that match nothing are the network's inputs.
+//  - Output shapes that the profiler does not record (convolution, pooling) are taken from the
+//    next forward op that reads a tensor of the expected batch and channel extents.
+//  - A backward node belongs to the forward op whose subtree recorded its sequence number (the
+//    last such op: an op that creates no autograd node records the number the next node gets).
+//    Each forward op's first backward node is its backward op; later ones (TBackward of a linear)
+//    and AccumulateGrad are folded into it. Saved tensors follow PyTorch's autograd formulas.
+//  - Top-level events that are not layer ops (BatchNorm's num_batches_tracked += 1, zero_grad,
+//    ones_like, AccumulateGrad, the gradient sums at forks) are folded: their device time is added
+//    to the previous layer op, so that the step's total device time is preserved.
+// It can be wrong when two live tensors of one shape could both be the input of a branch (the
+// rule picks the oldest since the last merge), for ops with several tensor outputs other than the
+// known ones, for tensors that are reused far apart (weight sharing, RNN loops), and for
+// concatenations (DenseNet), whose inputs are resolved one by one by the same rules.
+
+namespace memplan::importers {
+namespace {
+
+using sim::Bytes;
+using sim::kNoId;
+using sim::Nanoseconds;
+using sim::OpId;
+using sim::Phase;
+using sim::TensorId;
+using sim::TensorKind;
+using Shape = std::vector<std::int64_t>;
+
+constexpr std::string_view kStepPrefix = "ProfilerStep#";
+constexpr std::string_view kEvaluatePrefix = "autograd::engine::evaluate_function: ";
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::optional<std::int64_t> step_number(std::string_view name) {
+  if (!starts_with(name, kStepPrefix)) return std::nullopt;
+  std::string_view digits = name.substr(kStepPrefix.size());
+  std::int64_t n = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return n;
+}
+
+// The PyTorch dtype names of "Input type" to memplan's.
+std::string dtype_name(std::string_view t) {
+  if (t == "float" || t == "Float") return "float32";
+  if (t == "double" || t == "Double") return "float64";
+  if (t == "c10::Half" || t == "Half") return "float16";
+  if (t == "c10::BFloat16" || t == "BFloat16") return "bfloat16";
+  if (t == "long int" || t == "long" || t == "Long" || t == "int64_t") return "int64";
+  if (t == "int" || t == "Int32") return "int32";
+  if (t == "short int" || t == "short") return "int16";
+  if (t == "signed char") return "int8";
+  if (t == "unsigned char" || t == "Byte") return "uint8";
+  if (t == "bool" || t == "Bool") return "bool";
+  return "float32";
+}
+
+// Backward node name without the engine prefix, or empty when the event is not a backward node.
+std::string backward_node(std::string_view name) {
+  if (starts_with(name, kEvaluatePrefix)) name.remove_prefix(kEvaluatePrefix.size());
+  std::string_view core = name;
+  while (!core.empty() && core.back() >= '0' && core.back() <= '9') core.remove_suffix(1);
+  if (ends_with(core, "Backward") || ends_with(name, "AccumulateGrad")) return std::string(name);
+  return {};
+}
+
+bool is_layer_event(std::string_view name) {
+  return starts_with(name, "aten::") || starts_with(name, "Optimizer.") ||
+         starts_with(name, kEvaluatePrefix) || !backward_node(name).empty();
+}
+
+// Nesting of CPU events on each thread: parent index or SIZE_MAX.
+struct Nesting {
+  std::vector<std::size_t> parent;
+  std::vector<std::vector<std::size_t>> children;
+};
+
+Nesting nest(const std::vector<CpuEvent>& events) {
+  Nesting n;
+  n.parent.assign(events.size(), SIZE_MAX);
+  n.children.resize(events.size());
+  std::unordered_map<std::string, std::vector<std::size_t>> stacks;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    auto& stack = stacks[events[i].thread];
+    while (!stack.empty() && events[stack.back()].end_ns() < events[i].end_ns()) stack.pop_back();
+    if (!stack.empty()) {
+      n.parent[i] = stack.back();
+      n.children[stack.back()].push_back(i);
+    }
+    stack.push_back(i);
+  }
+  return n;
+}
+
+Bytes checked_bytes(const Shape& shape, Bytes item, const std::string& where) {
+  constexpr Bytes kMax = Bytes{1} << 50;
+  Bytes n = item;
+  for (std::int64_t e : shape) {
+    if (e != 0 && n > kMax / e)
+      throw sim::InputError(where, "absurd tensor shape (over 2^50 bytes)");
+    n *= e;
+  }
+  return n;
+}
+
+enum class Layer : std::uint8_t {
+  kConv,
+  kBatchNorm,
+  kLayerNorm,
+  kRelu,
+  kMaxPool,
+  kAvgPool,
+  kLinear,
+  kAdd,
+  kView,
+  kIdentity,
+  kCrossEntropy,
+  kGeneric,
+  kGlue,
+};
+
+struct Unit {
+  std::size_t event = 0;
+  enum class Role : std::uint8_t { kForward, kBackward, kUpdate, kGlue } role = Role::kGlue;
+  Layer layer = Layer::kGlue;
+  Nanoseconds device_ns = 0;
+  Bytes workspace = 0;
+  std::optional<std::int64_t> sequence;  // for backward nodes
+  std::set<std::int64_t> sequences;      // for forward ops: every number in the subtree
+  OpId op = kNoId;
+};
+
+Unit make_unit(std::size_t event) {
+  Unit u;
+  u.event = event;
+  return u;
+}
+
+// A forward value: a tensor as a shape (a view gives the same tensor another shape).
+struct Value {
+  TensorId tensor = kNoId;
+  Shape shape;
+  std::string dtype;
+  bool overwritten = false;  // written over in place: no longer readable
+  bool merged = false;       // read by an add already
+  bool read = false;         // read by some op already
+  bool superseded = false;   // read by a normalisation or activation: its output carries on
+  bool activation = false;   // produced by a forward op
+};
+
+struct ForwardInfo {
+  std::vector<TensorId> data_inputs;  // activations and inputs, for gradients
+  std::vector<TensorId> params;       // trainable
+  std::vector<TensorId> saved;        // read by the backward op
+  TensorId output = kNoId;            // the primary output
+  Layer layer = Layer::kGlue;
+  std::string name;
+  bool has_backward = false;
+};
+
+std::string layer_string(Layer layer, const std::string& fallback) {
+  switch (layer) {
+    case Layer::kConv:
+      return "conv2d";
+    case Layer::kBatchNorm:
+      return "batch_norm";
+    case Layer::kLayerNorm:
+      return "layer_norm";
+    case Layer::kRelu:
+      return "relu";
+    case Layer::kMaxPool:
+      return "max_pool2d";
+    case Layer::kAvgPool:
+      return "avg_pool2d";
+    case Layer::kLinear:
+      return "linear";
+    case Layer::kAdd:
+      return "add";
+    case Layer::kCrossEntropy:
+      return "softmax_cross_entropy";
+    default:
+      return fallback;
+  }
+}
+
+// Shape of the recorded input k, or empty.
+const Shape& dims(const CpuEvent& e, std::size_t k) {
+  static const Shape kEmpty;
+  return k < e.input_dims.size() ? e.input_dims[k] : kEmpty;
+}
+std::string dtype_of(const CpuEvent& e, std::size_t k) {
+  return k < e.input_types.size() ? dtype_name(e.input_types[k]) : std::string("float32");
+}
+
+Layer classify_forward(const CpuEvent& e) {
+  std::string_view name = e.name;
+  if (!starts_with(name, "aten::")) return Layer::kGlue;
+  name.remove_prefix(6);
+  const Shape& x = dims(e, 0);
+  if (name == "conv1d" || name == "conv2d" || name == "conv3d" || name == "convolution" ||
+      name == "_convolution" || name == "cudnn_convolution") {
+    return x.size() >= 3 && dims(e, 1).size() == x.size() ? Layer::kConv : Layer::kGlue;
+  }
+  if (name == "batch_norm" || name == "native_batch_norm" || name == "cudnn_batch_norm") {
+    return x.size() >= 2 ? Layer::kBatchNorm : Layer::kGlue;
+  }
+  if (name == "layer_norm" || name == "native_layer_norm")
+    return x.empty() ? Layer::kGlue : Layer::kLayerNorm;
+  if (name == "relu" || name == "relu_") return x.empty() ? Layer::kGlue : Layer::kRelu;
+  if (name == "max_pool2d" || name == "max_pool2d_with_indices") {
+    return x.size() >= 3 ? Layer::kMaxPool : Layer::kGlue;
+  }
+  if (name == "adaptive_avg_pool2d" || name == "avg_pool2d" || name == "_adaptive_avg_pool2d") {
+    return x.size() >= 3 ? Layer::kAvgPool : Layer::kGlue;
+  }
+  if (name == "linear" || name == "addmm") {
+    const Shape& w = name == "linear" ? dims(e, 1) : dims(e, 2);
+    return !x.empty() && w.size() == 2 ? Layer::kLinear : Layer::kGlue;
+  }
+  if (name == "add" || name == "add_") {
+    return !x.empty() && dims(e, 1) == x ? Layer::kAdd : Layer::kGlue;
+  }
+  if (name == "flatten" || name == "view" || name == "reshape" || name == "_unsafe_view") {
+    return x.empty() ? Layer::kGlue : Layer::kView;
+  }
+  // Copies to the device or to another layout: the same tensor as far as the step is concerned.
+  if (name == "to" || name == "_to_copy" || name == "contiguous" || name == "detach" ||
+      name == "copy_") {
+    return x.empty() ? Layer::kGlue : Layer::kIdentity;
+  }
+  if (name == "cross_entropy_loss") return x.size() == 2 ? Layer::kCrossEntropy : Layer::kGlue;
+  // Any other op that reads a tensor of rank 2 or more is kept as a generic layer.
+  for (const Shape& s : e.input_dims) {
+    if (s.size() >= 2) return Layer::kGeneric;
+  }
+  return Layer::kGlue;
+}
+
+bool same_shape_prefix(const Shape& s, std::int64_t n, std::int64_t c, std::size_t rank) {
+  return s.size() == rank && rank >= 2 && s[0] == n && s[1] == c;
+}
+
+std::size_t numel(const Shape& s) {
+  std::size_t n = 1;
+  for (std::int64_t e : s) n *= static_cast<std::size_t>(e);
+  return n;
+}
+
+class Importer {
+ public:
+  Importer(const KinetoTrace& trace, const ImportOptions& options, std::string file_label)
+      : trace_(trace), options_(options), file_label_(std::move(file_label)) {}
+
+  ImportResult run();
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw sim::InputError(trace_.source, what);
+  }
+  const CpuEvent& event(const Unit& u) const { return trace_.cpu_events[u.event]; }
+
+  StepWindow choose_step();
+  bool step_complete(const StepWindow& step) const;
+  void collect_units(const StepWindow& step);
+  void collect_under(std::size_t event);
+  void attribute_device_time();
+  void measure_workspace();
+  void classify_units();
+  void build_forward(Unit& unit, std::size_t position);
+  void build_backward(Unit& unit);
+  void build_update(Unit& unit);
+  void fold(const Unit& unit);
+
+  Shape lookahead(std::size_t position, std::int64_t n, std::int64_t c, std::size_t rank,
+                  const Shape& fallback) const;
+  Shape lookahead_view(std::size_t position, const Shape& from) const;
+  std::size_t resolve(const Shape& shape, const std::string& dtype, bool first,
+                      std::size_t exclude = SIZE_MAX, bool for_merge = false);
+  TensorId param(const std::string& name, const Shape& shape, const std::string& dtype,
+                 bool trainable);
+  std::size_t new_value(TensorId tensor, const Shape& shape, const std::string& dtype,
+                        bool activation);
+  TensorId add_tensor(std::string name, TensorKind kind, const Shape& shape,
+                      const std::string& dtype, OpId producer, TensorId in_place_of = kNoId);
+  OpId add_op(std::string name, std::string layer, Phase phase, const Unit& unit);
+  void add_input(OpId op, TensorId t);
+  void contribute_gradient(TensorId forward_tensor, TensorId grad, OpId op);
+  sim::Op& op(OpId id) { return workload_.ops[static_cast<std::size_t>(id)]; }
+  const sim::Tensor& tensor(TensorId id) const {
+    return workload_.tensors[static_cast<std::size_t>(id)];
+  }
+
+  const KinetoTrace& trace_;
+  const ImportOptions& options_;
+  std::string file_label_;
+  sim::Workload workload_;
+  ImportReport report_;
+  Nesting nesting_;
+  std::vector<Unit> units_;
+  std::unordered_map<OpId, ForwardInfo> forward_;
+  std::vector<Value> values_;
+  std::optional<std::size_t> last_output_;  // value index
+  std::size_t merge_boundary_ = 0;          // values from here on were made since the last merge
+  std::map<std::int64_t, OpId> op_of_sequence_;
+  std::unordered_map<TensorId, TensorId> grad_of_;  // forward tensor -> its current gradient
+  std::vector<TensorId> trainable_;
+  std::vector<TensorId> optimizer_state_;
+  std::unordered_map<TensorId, TensorId> param_grad_;  // parameter -> gradient or .grad buffer
+  std::set<TensorId> saved_;                           // tensors a backward op will read
+  std::vector<std::string> state_names_;
+  std::string optimizer_name_ = "optimizer";
+  OpId last_op_ = kNoId;
+  Nanoseconds pending_ns_ = 0;  // folded time that came before the first op
+  std::size_t input_count_ = 0;
+  std::map<std::string, int> layer_counts_;
+};
+
+bool Importer::step_complete(const StepWindow& step) const {
+  if (!report_.gpu) return true;
+  std::set<std::int64_t> seen;
+  for (const GpuEvent& g : trace_.gpu_events) {
+    if (g.correlation) seen.insert(*g.correlation);
+  }
+  bool launched = false;
+  for (const RuntimeEvent& r : trace_.runtime_events) {
+    if (r.start_ns < step.start_ns || r.start_ns >= step.end_ns || !r.correlation) continue;
+    if (r.name.find("Launch") == std::string::npos) continue;
+    launched = true;
+    if (seen.count(*r.correlation) == 0) return false;
+  }
+  return launched;
+}
+
+StepWindow Importer::choose_step() {
+  const std::vector<StepWindow> steps = list_steps(trace_);
+  if (steps.empty()) {
+    fail(
+        "no 'ProfilerStep#N' events: profile with torch.profiler.profile(schedule=...) and call "
+        "prof.step() once per iteration, so that the importer can find one training step");
+  }
+  std::vector<std::int64_t> numbers;
+  for (const auto& s : steps) numbers.push_back(s.number);
+  if (options_.step) {
+    for (const auto& s : steps) {
+      if (s.number == *options_.step) return s;
+    }
+    fail(fmt::format("no ProfilerStep#{} in the trace (it has ProfilerStep#{})", *options_.step,
+                     fmt::join(numbers, ", #")));
+  }
+  report_.step_was_chosen = true;
+  for (const auto& s : steps) {
+    if (step_complete(s)) return s;
+  }
+  fail(fmt::format(
+      "no complete step: in each of ProfilerStep#{} some kernel launch has no kernel in "
+      "the trace; pass --step N to import one anyway",
+      fmt::join(numbers, ", #")));
+}
+
+void Importer::collect_under(std::size_t parent) {
+  for (std::size_t child : nesting_.children[parent]) {
+    const std::string& name = trace_.cpu_events[child].name;
+    if (starts_with(name, "enumerate(DataLoader)")) continue;
+    if (is_layer_event(name)) {
+      units_.push_back(make_unit(child));
+    } else {
+      collect_under(child);
+    }
+  }
+}
+
+void Importer::collect_units(const StepWindow& step) {
+  for (std::size_t i = 0; i < trace_.cpu_events.size(); ++i) {
+    const CpuEvent& e = trace_.cpu_events[i];
+    if (e.start_ns < step.start_ns || e.start_ns >= step.end_ns) continue;
+    if (e.thread == step.thread) {
+      if (e.start_ns == step.start_ns && e.end_ns() == step.end_ns && step_number(e.name))
+        collect_under(i);
+    } else if (nesting_.parent[i] == SIZE_MAX) {
+      if (is_layer_event(e.name)) {
+        units_.push_back(make_unit(i));
+      } else {
+        collect_under(i);
+      }
+    }
+  }
+  std::stable_sort(units_.begin(), units_.end(), [&](const Unit& a, const Unit& b) {
+    return trace_.cpu_events[a.event].start_ns < trace_.cpu_events[b.event].start_ns;
+  });
+}
+
+void Importer::attribute_device_time() {
+  if (!report_.gpu) {
+    for (Unit& u : units_) u.device_ns = event(u).duration_ns;
+    return;
+  }
+  std::unordered_map<std::int64_t, std::size_t> by_external;
+  for (std::size_t i = 0; i < trace_.cpu_events.size(); ++i) {
+    if (auto x = trace_.cpu_events[i].external_id) by_external.emplace(*x, i);
+  }
+  std::unordered_map<std::int64_t, std::size_t> by_correlation;
+  for (std::size_t i = 0; i < trace_.runtime_events.size(); ++i) {
+    if (auto c = trace_.runtime_events[i].correlation) by_correlation.emplace(*c, i);
+  }
+  // Units of one thread do not overlap and are sorted by start.
+  std::unordered_map<std::string, std::vector<std::size_t>> units_of_thread;
+  for (std::size_t u = 0; u < units_.size(); ++u)
+    units_of_thread[event(units_[u]).thread].push_back(u);
+  for (const GpuEvent& g : trace_.gpu_events) {
+    if (g.kind == GpuKind::kMemcpy) continue;
+    const std::string* thread = nullptr;
+    Nanoseconds at = 0;
+    if (g.correlation) {
+      if (auto r = by_correlation.find(*g.correlation); r != by_correlation.end()) {
+        thread = &trace_.runtime_events[r->second].thread;
+        at = trace_.runtime_events[r->second].start_ns;
+      }
+    }
+    if (thread == nullptr && g.external_id) {
+      if (auto c = by_external.find(*g.external_id); c != by_external.end()) {
+        thread = &trace_.cpu_events[c->second].thread;
+        at = trace_.cpu_events[c->second].start_ns;
+      }
+    }
+    if (thread == nullptr) continue;
+    auto list = units_of_thread.find(*thread);
+    if (list == units_of_thread.end()) continue;
+    const auto& ids = list->second;
+    auto it = std::upper_bound(ids.begin(), ids.end(), at, [&](Nanoseconds t, std::size_t u) {
+      return t < event(units_[u]).start_ns;
+    });
+    if (it == ids.begin()) continue;
+    Unit& unit = units_[*std::prev(it)];
+    if (at < event(unit).end_ns()) unit.device_ns = saturating_add(unit.device_ns, g.duration_ns);
+  }
+}
+
+void Importer::measure_workspace() {
+  const std::int64_t device = report_.gpu ? 1 : 0;
+  std::unordered_map<std::string, std::vector<std::size_t>> by_thread;
+  for (std::size_t i = 0; i < trace_.memory_events.size(); ++i) {
+    if (trace_.memory_events[i].device_type == device)
+      by_thread[trace_.memory_events[i].thread].push_back(i);
+  }
+  for (Unit& u : units_) {
+    const CpuEvent& e = event(u);
+    auto list = by_thread.find(e.thread);
+    if (list == by_thread.end()) continue;
+    const auto& ids = list->second;
+    auto it = std::lower_bound(
+        ids.begin(), ids.end(), e.start_ns,
+        [&](std::size_t m, Nanoseconds t) { return trace_.memory_events[m].time_ns < t; });
+    Bytes level = 0;
+    Bytes high = 0;
+    for (; it != ids.end() && trace_.memory_events[*it].time_ns < e.end_ns(); ++it) {
+      level = saturating_add(level, trace_.memory_events[*it].bytes);
+      high = std::max(high, level);
+    }
+    // Memory allocated and freed again inside the op: scratch space (cuDNN workspace).
+    u.workspace = std::max<Bytes>(0, high - std::max<Bytes>(0, level));
+  }
+}
+
+void Importer::classify_units() {
+  auto subtree_has = [&](std::size_t root, std::string_view needle) {
+    std::vector<std::size_t> todo{root};
+    while (!todo.empty()) {
+      const std::size_t i = todo.back();
+      todo.pop_back();
+      if (trace_.cpu_events[i].name.find(needle) != std::string::npos) return true;
+      todo.insert(todo.end(), nesting_.children[i].begin(), nesting_.children[i].end());
+    }
+    return false;
+  };
+  auto collect_sequences = [&](std::size_t root, std::set<std::int64_t>& out) {
+    std::vector<std::size_t> todo{root};
+    while (!todo.empty()) {
+      const std::size_t i = todo.back();
+      todo.pop_back();
+      if (auto s = trace_.cpu_events[i].sequence_number) out.insert(*s);
+      todo.insert(todo.end(), nesting_.children[i].begin(), nesting_.children[i].end());
+    }
+  };
+  auto first_sequence = [&](std::size_t root) -> std::optional<std::int64_t> {
+    std::vector<std::size_t> todo{root};
+    while (!todo.empty()) {
+      const std::size_t i = todo.front();
+      todo.erase(todo.begin());
+      if (auto s = trace_.cpu_events[i].sequence_number) return s;
+      todo.insert(todo.end(), nesting_.children[i].begin(), nesting_.children[i].end());
+    }
+    return std::nullopt;
+  };
+  bool backward_started = false;
+  for (Unit& u : units_) {
+    const CpuEvent& e = event(u);
+    const std::string node = backward_node(e.name);
+    if (starts_with(e.name, "Optimizer.step")) {
+      u.role = Unit::Role::kUpdate;
+      const auto hash = e.name.find('#');
+      std::string cls = e.name.substr(hash == std::string::npos ? 0 : hash + 1);
+      cls = cls.substr(0, cls.find('.'));
+      if (cls == "SGD") {
+        if (subtree_has(u.event, "mul_")) state_names_ = {"momentum"};
+      } else if (cls == "Adam" || cls == "AdamW") {
+        state_names_ = {"exp_avg", "exp_avg_sq"};
+      } else if (cls == "RMSprop" || cls == "Adagrad" || cls == "Adadelta") {
+        state_names_ = {"state"};
+      }
+      optimizer_name_.clear();
+      for (char ch : cls)
+        optimizer_name_ += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (optimizer_name_.empty()) optimizer_name_ = "optimizer";
+    } else if (starts_with(e.name, "Optimizer.zero_grad")) {
+      if (subtree_has(u.event, "zero_")) report_.persistent_grads = true;
+    } else if (!node.empty()) {
+      backward_started = true;
+      if (!ends_with(node, "AccumulateGrad")) {
+        u.role = Unit::Role::kBackward;
+        u.sequence = e.sequence_number ? e.sequence_number : first_sequence(u.event);
+      }
+    } else if (!backward_started) {
+      u.layer = classify_forward(e);
+      if (u.layer != Layer::kGlue) {
+        u.role = Unit::Role::kForward;
+        collect_sequences(u.event, u.sequences);
+      }
+    }
+  }
+  report_.optimizer_states_per_parameter = static_cast<int>(state_names_.size());
+}
+
+std::size_t Importer::new_value(TensorId t, const Shape& shape, const std::string& dtype,
+                                bool activation) {
+  Value v;
+  v.tensor = t;
+  v.shape = shape;
+  v.dtype = dtype;
+  v.activation = activation;
+  values_.push_back(std::move(v));
+  return values_.size() - 1;
+}
+
+TensorId Importer::add_tensor(std::string name, TensorKind kind, const Shape& shape,
+                              const std::string& dtype, OpId producer, TensorId in_place_of) {
+  sim::Tensor t;
+  t.id = static_cast<TensorId>(workload_.tensors.size());
+  t.kind = kind;
+  t.shape = shape;
+  t.dtype = dtype;
+  t.bytes = checked_bytes(shape, sim::dtype_bytes(dtype).value_or(4),
+                          fmt::format("{}: tensor '{}'", trace_.source, name));
+  t.name = std::move(name);
+  t.producer = producer;
+  t.in_place_of = in_place_of;
+  if (producer != kNoId) op(producer).outputs.push_back(t.id);
+  workload_.tensors.push_back(std::move(t));
+  return workload_.tensors.back().id;
+}
+
+OpId Importer::add_op(std::string name, std::string layer, Phase phase, const Unit& unit) {
+  sim::Op o;
+  o.id = static_cast<OpId>(workload_.ops.size());
+  o.name = std::move(name);
+  o.layer = std::move(layer);
+  o.phase = phase;
+  o.duration_ns = saturating_add(unit.device_ns, pending_ns_);
+  o.workspace_bytes = unit.workspace;
+  pending_ns_ = 0;
+  workload_.ops.push_back(std::move(o));
+  last_op_ = workload_.ops.back().id;
+  return last_op_;
+}
+
+void Importer::add_input(OpId o, TensorId t) {
+  auto& in = op(o).inputs;
+  if (std::find(in.begin(), in.end(), t) == in.end()) in.push_back(t);
+}
+
+void Importer::fold(const Unit& unit) {
+  ++report_.folded_events;
+  if (last_op_ == kNoId) {
+    pending_ns_ = saturating_add(pending_ns_, unit.device_ns);
+  } else {
+    op(last_op_).duration_ns = saturating_add(op(last_op_).duration_ns, unit.device_ns);
+  }
+}
+
+TensorId Importer::param(const std::string& name, const Shape& shape, const std::string& dtype,
+                         bool trainable) {
+  const TensorId p = add_tensor(name, TensorKind::kParameter, shape, dtype, kNoId);
+  if (!trainable) return p;
+  trainable_.push_back(p);
+  for (const std::string& state : state_names_) {
+    optimizer_state_.push_back(
+        add_tensor(name + "." + state, TensorKind::kOptimizerState, shape, dtype, kNoId));
+  }
+  if (report_.persistent_grads) {
+    param_grad_[p] = add_tensor(name + ".grad", TensorKind::kOptimizerState, shape, dtype, kNoId);
+  }
+  return p;
+}
+
+std::size_t Importer::resolve(const Shape& shape, const std::string& dtype, bool first,
+                              std::size_t exclude, bool for_merge) {
+  auto usable = [&](std::size_t v) {
+    return v != exclude && !values_[v].overwritten && values_[v].shape == shape;
+  };
+  if (first && last_output_ && usable(*last_output_)) return *last_output_;
+  if (for_merge) {
+    // A branch output that nothing has read yet is waiting for this merge.
+    for (std::size_t v = values_.size(); v-- > 0;) {
+      if (usable(v) && values_[v].activation && !values_[v].merged && !values_[v].read) return v;
+    }
+  }
+  for (bool allow_superseded : {false, true}) {
+    for (std::size_t v = merge_boundary_; v < values_.size(); ++v) {
+      if (usable(v) && values_[v].activation && (allow_superseded || !values_[v].superseded))
+        return v;
+    }
+  }
+  for (std::size_t v = values_.size(); v-- > 0;) {
+    if (usable(v)) return v;
+  }
+  const TensorId t =
+      add_tensor(fmt::format("input{}", input_count_++), TensorKind::kInput, shape, dtype, kNoId);
+  return new_value(t, shape, dtype, false);
+}
+
+Shape Importer::lookahead(std::size_t position, std::int64_t n, std::int64_t c, std::size_t rank,
+                          const Shape& fallback) const {
+  for (std::size_t j = position + 1; j < units_.size(); ++j) {
+    if (units_[j].role != Unit::Role::kForward) continue;
+    const CpuEvent& e = event(units_[j]);
+    const std::size_t inputs = units_[j].layer == Layer::kAdd ? 2 : 1;
+    for (std::size_t k = 0; k < inputs; ++k) {
+      if (same_shape_prefix(dims(e, k), n, c, rank)) return dims(e, k);
+    }
+  }
+  return fallback;
+}
+
+Shape Importer::lookahead_view(std::size_t position, const Shape& from) const {
+  for (std::size_t j = position + 1; j < units_.size(); ++j) {
+    if (units_[j].role != Unit::Role::kForward) continue;
+    const Shape& s = dims(event(units_[j]), 0);
+    if (!s.empty() && s != from && numel(s) == numel(from)) return s;
+  }
+  Shape flat{from[0], 1};
+  for (std::size_t d = 1; d < from.size(); ++d) flat[1] *= from[d];
+  return flat;
+}
+
+void Importer::build_forward(Unit& unit, std::size_t position) {
+  const CpuEvent& e = event(unit);
+  const Shape& x_shape = dims(e, 0);
+  const std::string dtype = dtype_of(e, 0);
+  if (unit.layer == Layer::kView || unit.layer == Layer::kIdentity) {
+    const std::size_t x = resolve(x_shape, dtype, true);
+    const Shape to = unit.layer == Layer::kView ? lookahead_view(position, x_shape) : x_shape;
+    last_output_ = new_value(values_[x].tensor, to, dtype, values_[x].activation);
+    fold(unit);
+    return;
+  }
+  std::string layer = layer_string(unit.layer, "");
+  if (layer.empty()) {
+    std::string_view n = e.name;
+    n.remove_prefix(6);  // "aten::"
+    while (!n.empty() && n.back() == '_') n.remove_suffix(1);
+    layer = std::string(n);
+  }
+  const std::string name = fmt::format("{}_{}", layer, ++layer_counts_[layer]);
+  const OpId o = add_op(name, layer, Phase::kForward, unit);
+  ForwardInfo info;
+  info.layer = unit.layer;
+  info.name = name;
+  auto read = [&](std::size_t v) {
+    values_[v].read = true;
+    add_input(o, values_[v].tensor);
+    if (tensor(values_[v].tensor).kind == TensorKind::kActivation)
+      info.data_inputs.push_back(values_[v].tensor);
+    return values_[v].tensor;
+  };
+  auto produce = [&](const std::string& suffix, const Shape& shape, const std::string& dt,
+                     TensorId in_place = kNoId) {
+    const TensorId t = add_tensor(name + suffix, TensorKind::kActivation, shape, dt, o, in_place);
+    return t;
+  };
+  auto weight = [&](const std::string& suffix, std::size_t k, bool trainable) {
+    const TensorId p = param(name + suffix, dims(e, k), dtype_of(e, k), trainable);
+    add_input(o, p);
+    if (trainable) info.params.push_back(p);
+    return p;
+  };
+  // Written in place over `base` when the op is an in-place one and nothing else needs `base`.
+  auto in_place_ok = [&](std::size_t base) {
+    return ends_with(e.name, "_") && values_[base].activation &&
+           saved_.count(values_[base].tensor) == 0;
+  };
+  std::size_t out_value = SIZE_MAX;
+  switch (unit.layer) {
+    case Layer::kConv: {
+      const std::size_t xv = resolve(x_shape, dtype, true);
+      const TensorId x = read(xv);
+      const TensorId w = weight(".weight", 1, true);
+      if (dims(e, 2).size() == 1) weight(".bias", 2, true);
+      const Shape& ws = dims(e, 1);
+      Shape fallback = x_shape;
+      fallback[1] = ws[0];
+      const Shape out = lookahead(position, x_shape[0], ws[0], x_shape.size(), fallback);
+      info.output = produce(".out", out, dtype);
+      info.saved = {x, w};
+      out_value = new_value(info.output, out, dtype, true);
+      break;
+    }
+    case Layer::kBatchNorm: {
+      const TensorId x = read(resolve(x_shape, dtype, true));
+      const Shape channels{x_shape[1]};
+      TensorId gamma = kNoId;
+      if (dims(e, 1).size() == 1) gamma = weight(".weight", 1, true);
+      if (dims(e, 2).size() == 1) weight(".bias", 2, true);
+      if (dims(e, 3).size() == 1) weight(".running_mean", 3, false);
+      if (dims(e, 4).size() == 1) weight(".running_var", 4, false);
+      info.output = produce(".out", x_shape, dtype);
+      const TensorId mean = produce(".save_mean", channels, "float32");
+      const TensorId invstd = produce(".save_invstd", channels, "float32");
+      info.saved = {x, mean, invstd};
+      if (gamma != kNoId) info.saved.push_back(gamma);
+      out_value = new_value(info.output, x_shape, dtype, true);
+      break;
+    }
+    case Layer::kLayerNorm: {
+      const TensorId x = read(resolve(x_shape, dtype, true));
+      if (dims(e, 2).size() >= 1) weight(".weight", 2, true);
+      if (dims(e, 3).size() >= 1) weight(".bias", 3, true);
+      info.output = produce(".out", x_shape, dtype);
+      info.saved = {x};
+      out_value = new_value(info.output, x_shape, dtype, true);
+      break;
+    }
+    case Layer::kRelu: {
+      const std::size_t xv = resolve(x_shape, dtype, true);
+      read(xv);
+      const bool in_place = in_place_ok(xv);
+      info.output = produce(".out", x_shape, dtype, in_place ? values_[xv].tensor : kNoId);
+      if (in_place) values_[xv].overwritten = true;
+      info.saved = {info.output};
+      out_value = new_value(info.output, x_shape, dtype, true);
+      break;
+    }
+    case Layer::kMaxPool:
+    case Layer::kAvgPool: {
+      const TensorId x = read(resolve(x_shape, dtype, true));
+      const Shape out = lookahead(position, x_shape[0], x_shape[1], x_shape.size(), x_shape);
+      info.output = produce(".out", out, dtype);
+      if (unit.layer == Layer::kMaxPool) {
+        const TensorId indices = produce(".indices", out, "int64");
+        info.saved = {x, indices};
+      }
+      out_value = new_value(info.output, out, dtype, true);
+      break;
+    }
+    case Layer::kLinear: {
+      const bool addmm = ends_with(e.name, "addmm");
+      const std::size_t xk = addmm ? 1 : 0;
+      const std::size_t wk = addmm ? 2 : 1;
+      const std::size_t bk = addmm ? 0 : 2;
+      const Shape& in_shape = dims(e, xk);
+      if (in_shape.empty())
+        fail(fmt::format("'{}' at {} us has no input shape", e.name, e.start_ns / 1000));
+      const TensorId x = read(resolve(in_shape, dtype_of(e, xk), true));
+      const TensorId w = weight(".weight", wk, true);
+      if (dims(e, bk).size() == 1) weight(".bias", bk, true);
+      Shape out = in_shape;
+      out.back() = addmm ? dims(e, wk)[1] : dims(e, wk)[0];
+      info.output = produce(".out", out, dtype_of(e, xk));
+      info.saved = {x, w};
+      out_value = new_value(info.output, out, dtype_of(e, xk), true);
+      break;
+    }
+    case Layer::kAdd: {
+      const std::size_t av = resolve(x_shape, dtype, true);
+      const std::size_t bv = resolve(dims(e, 1), dtype_of(e, 1), false, av, true);
+      read(av);
+      read(bv);
+      values_[av].merged = true;
+      values_[bv].merged = true;
+      const bool in_place = in_place_ok(av);
+      info.output = produce(".out", x_shape, dtype, in_place ? values_[av].tensor : kNoId);
+      if (in_place) values_[av].overwritten = true;
+      out_value = new_value(info.output, x_shape, dtype, true);
+      merge_boundary_ = out_value;
+      break;
+    }
+    case Layer::kCrossEntropy: {
+      const TensorId logits = read(resolve(x_shape, dtype, true));
+      (void)logits;
+      TensorId target = kNoId;
+      if (!dims(e, 1).empty()) target = read(resolve(dims(e, 1), dtype_of(e, 1), false));
+      info.output = produce(".loss", {}, dtype);
+      const TensorId log_probs = produce(".log_probs", x_shape, dtype);
+      info.saved = {log_probs};
+      if (target != kNoId) info.saved.push_back(target);
+      out_value = new_value(info.output, {}, dtype, true);
+      break;
+    }
+    default: {  // generic: reads every tensor argument, writes one tensor shaped like the first
+      bool first = true;
+      Shape out;
+      std::string out_dtype = dtype;
+      for (std::size_t k = 0; k < e.input_dims.size(); ++k) {
+        if (e.input_dims[k].empty()) continue;
+        const std::size_t v = resolve(e.input_dims[k], dtype_of(e, k), first);
+        info.saved.push_back(read(v));
+        if (first) {
+          out = e.input_dims[k];
+          out_dtype = dtype_of(e, k);
+        }
+        first = false;
+      }
+      info.output = produce(".out", out, out_dtype);
+      out_value = new_value(info.output, out, out_dtype, true);
+      break;
+    }
+  }
+  saved_.insert(info.saved.begin(), info.saved.end());
+  if (!info.data_inputs.empty() &&
+      (unit.layer == Layer::kBatchNorm || unit.layer == Layer::kLayerNorm ||
+       unit.layer == Layer::kRelu)) {
+    for (std::size_t v = 0; v < values_.size(); ++v) {
+      if (values_[v].tensor == info.data_inputs.front()) values_[v].superseded = true;
+    }
+  }
+  last_output_ = out_value;
+  for (std::int64_t s : unit.sequences) op_of_sequence_[s] = o;
+  unit.op = o;
+  forward_[o] = std::move(info);
+  ++report_.forward_ops;
+}
+
+void Importer::contribute_gradient(TensorId forward_tensor, TensorId grad, OpId o) {
+  auto it = grad_of_.find(forward_tensor);
+  if (it != grad_of_.end()) {
+    // A fork: the tensor was read by several ops, its gradient is the sum of their contributions.
+    add_input(o, it->second);
+    it->second = grad;
+  } else {
+    grad_of_[forward_tensor] = grad;
+  }
+}
+
+void Importer::build_backward(Unit& unit) {
+  std::optional<OpId> f;
+  if (unit.sequence) {
+    if (auto it = op_of_sequence_.find(*unit.sequence); it != op_of_sequence_.end()) f = it->second;
+  }
+  if (!f) {
+    // A node of an op that is not a layer op (a view, a transpose) or of a forward op outside the
+    // step: its time goes to the previous backward op.
+    ++report_.unmatched_backward;
+    fold(unit);
+    return;
+  }
+  ForwardInfo& info = forward_.at(*f);
+  if (info.has_backward) {
+    fold(unit);
+    return;
+  }
+  info.has_backward = true;
+  const std::string layer = workload_.ops[static_cast<std::size_t>(*f)].layer;
+  const OpId o = add_op(info.name + "_bwd", layer, Phase::kBackward, unit);
+  op(o).differentiates = *f;
+  TensorId gy = kNoId;
+  if (auto it = grad_of_.find(info.output); it != grad_of_.end()) {
+    gy = it->second;
+    add_input(o, gy);
+  }
+  for (TensorId s : info.saved) add_input(o, s);
+  if (info.layer == Layer::kAdd) {
+    // The gradient passes through to both inputs unchanged; only a fork needs a new tensor.
+    for (TensorId x : info.data_inputs) {
+      if (grad_of_.count(x) != 0 || gy == kNoId) {
+        const sim::Tensor& xt = tensor(x);
+        contribute_gradient(
+            x, add_tensor("grad." + xt.name, TensorKind::kGradient, xt.shape, xt.dtype, o), o);
+      } else {
+        grad_of_[x] = gy;
+      }
+    }
+  } else {
+    for (TensorId x : info.data_inputs) {
+      const sim::Tensor& xt = tensor(x);
+      const Shape shape = xt.shape;
+      const std::string dtype = xt.dtype;
+      contribute_gradient(x, add_tensor("grad." + xt.name, TensorKind::kGradient, shape, dtype, o),
+                          o);
+    }
+  }
+  for (TensorId p : info.params) {
+    if (report_.persistent_grads) {
+      // Accumulated into the persistent .grad buffer; the fresh gradient is scratch space.
+      add_input(o, param_grad_.at(p));
+      op(o).workspace_bytes = saturating_add(op(o).workspace_bytes, tensor(p).bytes);
+    } else {
+      const sim::Tensor& pt = tensor(p);
+      const Shape shape = pt.shape;
+      const std::string dtype = pt.dtype;
+      param_grad_[p] = add_tensor("grad." + pt.name, TensorKind::kGradient, shape, dtype, o);
+    }
+  }
+  unit.op = o;
+  ++report_.backward_ops;
+}
+
+void Importer::build_update(Unit& unit) {
+  const OpId o = add_op(optimizer_name_ + "_step", optimizer_name_, Phase::kUpdate, unit);
+  for (TensorId p : trainable_) {
+    add_input(o, p);
+    if (auto g = param_grad_.find(p); g != param_grad_.end()) add_input(o, g->second);
+  }
+  for (TensorId s : optimizer_state_) add_input(o, s);
+  unit.op = o;
+  ++report_.update_ops;
+}
+
+ImportResult Importer::run() {
+  report_.gpu = std::any_of(trace_.gpu_events.begin(), trace_.gpu_events.end(),
+                            [](const GpuEvent& g) { return g.kind != GpuKind::kMemcpy; });
+  nesting_ = nest(trace_.cpu_events);
+  report_.step = choose_step();
+  collect_units(report_.step);
+  attribute_device_time();
+  measure_workspace();
+  classify_units();
+  bool updated = false;
+  for (std::size_t i = 0; i < units_.size(); ++i) {
+    Unit& u = units_[i];
+    switch (u.role) {
+      case Unit::Role::kForward:
+        build_forward(u, i);
+        break;
+      case Unit::Role::kBackward:
+        build_backward(u);
+        break;
+      case Unit::Role::kUpdate:
+        if (updated) {
+          fold(u);
+        } else {
+          build_update(u);
+          updated = true;
+        }
+        break;
+      case Unit::Role::kGlue:
+        fold(u);
+        break;
+    }
+  }
+  if (report_.forward_ops == 0) {
+    fail(
+        fmt::format("ProfilerStep#{} has no forward layer op (no aten:: operator with recorded "
+                    "input shapes): record with torch.profiler.profile(record_shapes=True)",
+                    report_.step.number));
+  }
+  if (pending_ns_ > 0) op(0).duration_ns = saturating_add(op(0).duration_ns, pending_ns_);
+
+  workload_.provenance.source = "imported";
+  workload_.provenance.file = file_label_;
+  workload_.provenance.step = report_.step.number;
+  workload_.provenance.note = fmt::format(
+      "PyTorch profiler ({} format) ProfilerStep#{}; layer-level dataflow reconstructed from "
+      "program order, shapes and autograd sequence numbers (docs/kineto-import.md); {}",
+      trace_.format == KinetoFormat::k2021 ? "2021" : "current", report_.step.number,
+      report_.gpu ? "op durations are the device time of the kernels each op launched"
+                  : "CPU-only trace: op durations are CPU times");
+  workload_.device.name =
+      report_.gpu ? (trace_.device_name.empty() ? "cuda" : trace_.device_name) : "cpu";
+  workload_.device.memory_bytes = report_.gpu ? trace_.device_memory : 0;
+  sim::validate(workload_, trace_.source);
+  for (const sim::Op& o : workload_.ops) report_.op_time_ns += o.duration_ns;  // each under an hour
+  return ImportResult{std::move(workload_), report_};
+}
+
+}  // namespace
+
+std::vector<StepWindow> list_steps(const KinetoTrace& trace) {
+  std::vector<StepWindow> steps;
+  for (const CpuEvent& e : trace.cpu_events) {
+    if (auto n = step_number(e.name)) steps.push_back({*n, e.thread, e.start_ns, e.end_ns()});
+  }
+  return steps;
+}
+
+ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& options,
+                           const std::string& file_label) {
+  return Importer(trace, options, file_label).run();
+}
+
+}  // namespace memplan::importers
