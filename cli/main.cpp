@@ -4,8 +4,8 @@
 // 2 bad input (a trace, a plan, a flag).
 #include <exception>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
 #include "sim/input_error.hpp"
@@ -15,7 +15,9 @@ int main(int argc, char** argv) {
   app.name("memplan");
   app.require_subcommand(1);
   app.set_version_flag("--version", "memplan 0.1.0");
+  int exit_status = 0;
   memplan::cli::add_info_command(app);
+  memplan::cli::add_simulate_command(app, exit_status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -27,5 +29,5 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "memplan: {}\n", e.what());
     return 2;
   }
-  return 0;
+  return exit_status;
 }

@@ -1,0 +1,82 @@
+#include "sim/device_arena.hpp"
+
+#include "sim/check.hpp"
+
+namespace memplan::sim {
+
+DeviceArena::DeviceArena(Size capacity) {
+  reset(capacity);
+}
+
+void DeviceArena::reset(Size capacity) {
+  MEMPLAN_CHECK(capacity >= 0, "an arena's capacity is not negative");
+  free_by_size_.clear();
+  free_by_offset_.clear();
+  allocated_.clear();
+  capacity_ = capacity / kAlignment * kAlignment;
+  live_ = 0;
+  peak_live_ = 0;
+  peak_reserved_ = 0;
+  if (capacity_ > 0) insert_free(0, capacity_);
+}
+
+void DeviceArena::insert_free(Offset offset, Size size) {
+  free_by_offset_.emplace(offset, size);
+  free_by_size_.emplace(size, offset);
+}
+
+void DeviceArena::erase_free(std::pmr::map<Offset, Size>::iterator it) {
+  free_by_size_.erase({it->second, it->first});
+  free_by_offset_.erase(it);
+}
+
+std::optional<DeviceArena::Offset> DeviceArena::allocate(Size bytes) {
+  const Size size = aligned_size(bytes);
+  auto fit = free_by_size_.lower_bound({size, 0});
+  if (fit == free_by_size_.end()) return std::nullopt;
+  const auto [block_size, offset] = *fit;
+  free_by_size_.erase(fit);
+  free_by_offset_.erase(offset);
+  if (block_size > size) insert_free(offset + size, block_size - size);
+  allocated_.emplace(offset, size);
+  live_ += size;
+  if (live_ > peak_live_) peak_live_ = live_;
+  if (offset + size > peak_reserved_) peak_reserved_ = offset + size;
+  return offset;
+}
+
+void DeviceArena::release(Offset offset) {
+  auto it = allocated_.find(offset);
+  MEMPLAN_CHECK(it != allocated_.end(), "only a block that is handed out can be released");
+  Offset start = offset;
+  Size size = it->second;
+  allocated_.erase(it);
+  live_ -= size;
+  // Coalesce with the free neighbours on both sides.
+  auto next = free_by_offset_.lower_bound(offset);
+  if (next != free_by_offset_.end() && next->first == offset + size) {
+    size += next->second;
+    auto after = std::next(next);
+    erase_free(next);
+    next = after;
+  }
+  if (next != free_by_offset_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      size += prev->second;
+      erase_free(prev);
+    }
+  }
+  insert_free(start, size);
+}
+
+DeviceArena::Size DeviceArena::reserved_bytes() const {
+  return allocated_.empty() ? 0 : allocated_.rbegin()->first + allocated_.rbegin()->second;
+}
+
+DeviceArena::Size DeviceArena::largest_free_block() const {
+  return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+}
+
+}  // namespace memplan::sim

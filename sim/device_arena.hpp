@@ -1,0 +1,71 @@
+#pragma once
+// DeviceArena: the one allocator of device memory, shared by the simulator and by the host and
+// CUDA backends for their real arena. It manages offsets within [0, capacity) of one capped region:
+// best fit (the smallest free block that is large enough, lowest offset among equals), sizes
+// rounded up to 512 bytes, neighbouring free blocks coalesced on release. Because the backends run
+// the same sequence of allocate/release calls as the simulator, they get the same offsets, and
+// fragmentation predicted is fragmentation measured.
+//
+// Nothing here knows about tensors or programs: only sizes and offsets. allocate and release are
+// O(log n) in the number of blocks; node memory comes from a pool owned by the arena and is
+// recycled, so a reset() arena that is used again does not touch the system heap.
+#include <cstdint>
+#include <map>
+#include <memory_resource>
+#include <optional>
+#include <set>
+#include <utility>
+
+namespace memplan::sim {
+
+class DeviceArena {
+ public:
+  using Size = std::int64_t;
+  using Offset = std::int64_t;
+  static constexpr Size kAlignment = 512;
+
+  explicit DeviceArena(Size capacity = 0);
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+
+  /// Forgets every allocation and sets a new capacity; keeps the node pool for reuse.
+  void reset(Size capacity);
+
+  /// Size actually taken for a request: rounded up to the alignment, at least one unit.
+  static constexpr Size aligned_size(Size bytes) {
+    return bytes <= 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
+  /// The offset of a new block of aligned_size(bytes), or nullopt when no free block is large
+  /// enough (the arena is unchanged then).
+  [[nodiscard]] std::optional<Offset> allocate(Size bytes);
+  /// Returns the block that starts at `offset` (which allocate returned and was not released yet).
+  void release(Offset offset);
+
+  [[nodiscard]] Size capacity() const { return capacity_; }
+  /// Aligned bytes of the blocks currently handed out.
+  [[nodiscard]] Size live_bytes() const { return live_; }
+  [[nodiscard]] Size peak_live_bytes() const { return peak_live_; }
+  /// End of the highest block handed out now.
+  [[nodiscard]] Size reserved_bytes() const;
+  /// High-water mark of the end of any block handed out since reset: what a real arena must map.
+  [[nodiscard]] Size peak_reserved_bytes() const { return peak_reserved_; }
+  [[nodiscard]] Size largest_free_block() const;
+  [[nodiscard]] std::size_t allocation_count() const { return allocated_.size(); }
+  [[nodiscard]] std::size_t free_block_count() const { return free_by_offset_.size(); }
+
+ private:
+  void insert_free(Offset offset, Size size);
+  void erase_free(std::pmr::map<Offset, Size>::iterator it);
+
+  std::pmr::unsynchronized_pool_resource pool_;
+  std::pmr::set<std::pair<Size, Offset>> free_by_size_{&pool_};
+  std::pmr::map<Offset, Size> free_by_offset_{&pool_};
+  std::pmr::map<Offset, Size> allocated_{&pool_};
+  Size capacity_ = 0;
+  Size live_ = 0;
+  Size peak_live_ = 0;
+  Size peak_reserved_ = 0;
+};
+
+}  // namespace memplan::sim
