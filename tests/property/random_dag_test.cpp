@@ -38,7 +38,9 @@ Workload random_workload(Rng& rng) {
   };
   std::vector<Layer> layers_done;
   std::vector<bool> dead;  // overwritten in place: nobody may read it again
-  auto is_dead = [&](TensorId t) { return static_cast<std::size_t>(t) < dead.size() && dead[static_cast<std::size_t>(t)]; };
+  auto is_dead = [&](TensorId t) {
+    return static_cast<std::size_t>(t) < dead.size() && dead[static_cast<std::size_t>(t)];
+  };
   for (int i = 0; i < layers; ++i) {
     const std::string name = "f" + std::to_string(i);
     const TensorId last = live.back();
@@ -53,22 +55,25 @@ Workload random_workload(Rng& rng) {
     }
     std::vector<TensorId> reads = {live.back()};
     if (live.size() > 1 && uniform(rng, 0, 2) == 0) {
-      const TensorId skip = live[static_cast<std::size_t>(uniform(rng, 0, static_cast<std::int64_t>(live.size()) - 2))];
+      const TensorId skip = live[static_cast<std::size_t>(
+          uniform(rng, 0, static_cast<std::int64_t>(live.size()) - 2))];
       if (std::find(reads.begin(), reads.end(), skip) == reads.end()) reads.push_back(skip);
     }
     if (uniform(rng, 0, 1) == 0) {
       params.push_back(b.parameter("w" + std::to_string(i), uniform(rng, 1, 2000)));
       reads.push_back(params.back());
     }
-    b.op(name, uniform(rng, 0, 1) ? "conv2d" : "linear", Phase::kForward, reads, {{name + "_out", uniform(rng, 1, 6000)}},
-         uniform(rng, 1, 5000), uniform(rng, 0, 2) == 0 ? uniform(rng, 1, 3000) : 0);
+    b.op(name, uniform(rng, 0, 1) ? "conv2d" : "linear", Phase::kForward, reads,
+         {{name + "_out", uniform(rng, 1, 6000)}}, uniform(rng, 1, 5000),
+         uniform(rng, 0, 2) == 0 ? uniform(rng, 1, 3000) : 0);
     const TensorId out = b.workload().ops.back().outputs[0];
     live.push_back(out);
     layers_done.push_back({reads, out});
   }
   dead.resize(b.workload().tensors.size(), false);
   // Backward in reverse: each reads the running gradient and some of its layer's live tensors.
-  TensorId grad = b.backward("loss_bwd", {live.back()}, uniform(rng, 1, 2000), uniform(rng, 1, 2000));
+  TensorId grad =
+      b.backward("loss_bwd", {live.back()}, uniform(rng, 1, 2000), uniform(rng, 1, 2000));
   for (int i = layers - 1; i >= 0; --i) {
     std::vector<TensorId> reads = {grad};
     auto consider = [&](TensorId t) {
@@ -93,16 +98,24 @@ Plan random_plan(const Workload& w, Rng& rng) {
   for (std::size_t i = 0; i < maps.size(); ++i) {
     Decision& d = plan.decisions[i];
     switch (uniform(rng, 0, 4)) {
-      case 0: d.action = Action::kKeep; break;
+      case 0:
+        d.action = Action::kKeep;
+        break;
       case 1:
       case 2: {
         d.action = Action::kSwap;
         const OpId producer = w.tensor(d.tensor).producer;
-        const OpId drop = maps[i].forward_uses.empty() ? producer : std::max(producer, maps[i].forward_uses.back());
-        if (uniform(rng, 0, 1) == 0) d.prefetch_before = static_cast<OpId>(uniform(rng, drop + 1, maps[i].backward_uses.front()));
+        const OpId drop = maps[i].forward_uses.empty()
+                              ? producer
+                              : std::max(producer, maps[i].forward_uses.back());
+        if (uniform(rng, 0, 1) == 0)
+          d.prefetch_before =
+              static_cast<OpId>(uniform(rng, drop + 1, maps[i].backward_uses.front()));
         break;
       }
-      case 3: d.action = Action::kRecompute; break;
+      case 3:
+        d.action = Action::kRecompute;
+        break;
       default:
         d.action = Action::kEncode;
         d.encoding = uniform(rng, 0, 1) ? Encoding::kFp16 : Encoding::kFp8;
@@ -168,14 +181,15 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
     }
     auto use = [&](BufferId b) {
       auto& l = life[static_cast<std::size_t>(b)];
-      REQUIRE(l.alloc_at < i);                                            // allocated before use
-      REQUIRE(l.free_at == std::numeric_limits<std::size_t>::max());     // nothing used after free
+      REQUIRE(l.alloc_at < i);                                        // allocated before use
+      REQUIRE(l.free_at == std::numeric_limits<std::size_t>::max());  // nothing used after free
       REQUIRE(l.alloc_ns <= start[i]);
       if (l.first_use_end_ns < 0) l.first_use_end_ns = end[i];
     };
     if (in.kind == InstrKind::kRun || in.kind == InstrKind::kRecompute) {
       REQUIRE(in.operand_count >= 0);
-      for (std::int32_t k = 0; k < in.operand_count; ++k) use(p.operands[static_cast<std::size_t>(in.operands_begin + k)]);
+      for (std::int32_t k = 0; k < in.operand_count; ++k)
+        use(p.operands[static_cast<std::size_t>(in.operands_begin + k)]);
     } else if (in.kind == InstrKind::kEncode || in.kind == InstrKind::kDecode) {
       use(in.buffer);
       use(in.aux);
@@ -200,7 +214,8 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
         bool reads = false;
         if (c.kind == InstrKind::kRun || c.kind == InstrKind::kRecompute) {
           for (std::int32_t k = 0; k < c.operand_count; ++k) {
-            reads = reads || p.operands[static_cast<std::size_t>(c.operands_begin + k)] == in.buffer;
+            reads =
+                reads || p.operands[static_cast<std::size_t>(c.operands_begin + k)] == in.buffer;
           }
         }
         if (reads) REQUIRE(start[i] >= s.end_ns);
@@ -258,7 +273,8 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
     const Plan plan = random_plan(w, rng);
     const Bytes peak = incore_peak(w).bytes;
     Machine m;
-    m.memory_bytes = uniform(rng, 0, 2) == 0 ? peak * 4 + 65536 : uniform(rng, peak / 3 + 512, peak * 2 + 4096);
+    m.memory_bytes =
+        uniform(rng, 0, 2) == 0 ? peak * 4 + 65536 : uniform(rng, peak / 3 + 512, peak * 2 + 4096);
     m.h2d_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
     m.d2h_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
     m.copy_latency_ns = uniform(rng, 0, 2000);
