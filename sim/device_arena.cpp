@@ -1,8 +1,47 @@
 #include "sim/device_arena.hpp"
 
+#include <algorithm>
+
 #include "sim/check.hpp"
 
 namespace memplan::sim {
+
+NodePool::~NodePool() {
+  for (void* chunk : chunks_) ::operator delete(chunk);
+}
+
+void* NodePool::do_allocate(std::size_t bytes, std::size_t alignment) {
+  MEMPLAN_CHECK(alignment <= kGranule, "tree nodes need at most 16-byte alignment");
+  const std::size_t size = (std::max<std::size_t>(bytes, 1) + kGranule - 1) / kGranule * kGranule;
+  if (size > kMaxNode) return ::operator new(bytes);
+  FreeNode*& head = free_[size / kGranule];
+  if (head != nullptr) {
+    FreeNode* node = head;
+    head = node->next;
+    return node;
+  }
+  if (chunk_left_ < size) {
+    chunks_.push_back(::operator new(kChunkBytes));
+    chunk_next_ = static_cast<char*>(chunks_.back());
+    chunk_left_ = kChunkBytes;
+  }
+  void* node = chunk_next_;
+  chunk_next_ += size;
+  chunk_left_ -= size;
+  return node;
+}
+
+void NodePool::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
+  (void)alignment;
+  const std::size_t size = (std::max<std::size_t>(bytes, 1) + kGranule - 1) / kGranule * kGranule;
+  if (size > kMaxNode) {
+    ::operator delete(p);
+    return;
+  }
+  auto* node = static_cast<FreeNode*>(p);
+  node->next = free_[size / kGranule];
+  free_[size / kGranule] = node;
+}
 
 DeviceArena::DeviceArena(Size capacity) {
   reset(capacity);

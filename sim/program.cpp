@@ -79,7 +79,8 @@ std::string instruction_label(const Instruction& in, const Program& p, const Wor
     case InstrKind::kRecompute:
       return fmt::format("{} (recompute)", w.op(in.op).name);
     case InstrKind::kEncode:  // named after the map as stored, not the buffer's first tensor
-      return fmt::format("encode {}", w.tensor(p.buffers[static_cast<std::size_t>(in.aux)].tensor).name);
+      return fmt::format("encode {}",
+                         w.tensor(p.buffers[static_cast<std::size_t>(in.aux)].tensor).name);
     case InstrKind::kDecode:
     case InstrKind::kAlloc:
     case InstrKind::kFree:

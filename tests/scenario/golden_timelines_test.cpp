@@ -34,7 +34,8 @@ Workload chain3(Bytes a_bytes) {
 
 TEST_CASE("a swap completely hidden by compute", "[scenario]") {
   const Workload w = chain3(1000);
-  const auto s = memplan::test::simulate(w, plan_with(w, {{"f1_out", Action::kSwap}}), test_machine(kPlenty));
+  const auto s =
+      memplan::test::simulate(w, plan_with(w, {{"f1_out", Action::kSwap}}), test_machine(kPlenty));
   // f1 [0,1000]; the copy-out runs during f2 [1000,3000] and ends at 2000, before f2 ends, so the
   // buffer is freed without waiting. The prefetch is issued before g2 (the op before g1, the first
   // backward use), at 7000, and lands at 8000, before g2 ends at 9000.
@@ -56,7 +57,8 @@ TEST_CASE("a swap completely hidden by compute", "[scenario]") {
 
 TEST_CASE("a swap that is not hidden stalls compute twice", "[scenario]") {
   const Workload w = chain3(5000);
-  const auto s = memplan::test::simulate(w, plan_with(w, {{"f1_out", Action::kSwap}}), test_machine(kPlenty));
+  const auto s =
+      memplan::test::simulate(w, plan_with(w, {{"f1_out", Action::kSwap}}), test_machine(kPlenty));
   // The 5000-byte copy-out [1000,6000] outlasts f2 [1000,3000]: compute waits 3000 ns before it can
   // free f1_out. The copy-in [10000,15000] outlasts g2 [10000,12000]: g1 waits 3000 ns.
   REQUIRE(s.timeline.feasible);
@@ -125,7 +127,8 @@ TEST_CASE("host-to-device and device-to-host copies overlap", "[scenario]") {
   b.backward("g1", {gc, a}, 10, 1000);
   const Workload w = b.build();
   const auto s = memplan::test::simulate(
-      w, plan_with(w, {{"f1_out", Action::kSwap, Encoding::kNone, "f3"}, {"f2_out", Action::kSwap}}),
+      w,
+      plan_with(w, {{"f1_out", Action::kSwap, Encoding::kNone, "f3"}, {"f2_out", Action::kSwap}}),
       test_machine(kPlenty));
   // f1_out is prefetched early (before f3, at 2500) while f2_out is being copied out: the two
   // directions run at the same time.
@@ -155,15 +158,16 @@ TEST_CASE("a recompute chain of three ops", "[scenario]") {
   const auto ga = b.backward("g2", {gb, a}, 100, 1000);
   b.backward("g1", {ga, x}, 100, 1000);
   const Workload w = b.build();
-  const auto s = memplan::test::simulate(
-      w,
-      plan_with(w, {{"f1_out", Action::kRecompute}, {"f2_out", Action::kRecompute}, {"f3_out", Action::kRecompute}}),
-      test_machine(kPlenty));
+  const auto s = memplan::test::simulate(w,
+                                         plan_with(w, {{"f1_out", Action::kRecompute},
+                                                       {"f2_out", Action::kRecompute},
+                                                       {"f3_out", Action::kRecompute}}),
+                                         test_machine(kPlenty));
   // g4 needs f3_out, whose producer needs f2_out, whose producer needs f1_out, whose producer needs
   // x (resident): f1, f2, f3 run again in that order; f1_out and f2_out then stay for g3 and g2.
   CHECK(span_labels(s, w, StreamId::kCompute) ==
-        std::vector<std::string>{"f1", "f2", "f3", "f4", "f1 (recompute)", "f2 (recompute)", "f3 (recompute)",
-                                 "g4", "g3", "g2", "g1"});
+        std::vector<std::string>{"f1", "f2", "f3", "f4", "f1 (recompute)", "f2 (recompute)",
+                                 "f3 (recompute)", "g4", "g3", "g2", "g1"});
   CHECK(span_of(s, w, StreamId::kCompute, "f1 (recompute)") == Interval{6500, 7500});
   CHECK(span_of(s, w, StreamId::kCompute, "f2 (recompute)") == Interval{7500, 9500});
   CHECK(span_of(s, w, StreamId::kCompute, "f3 (recompute)") == Interval{9500, 12500});
@@ -214,7 +218,8 @@ TEST_CASE("fragmentation makes infeasible a plan that live bytes alone would all
   b.forward("f3", {bb, x}, 1024, 1000);
   const Workload w = b.build();
   // x [0,512), f1_out [512,1024), f2_out [1024,1536); f1_out dies after f2, leaving two 512-byte
-  // holes around f2_out. f3_out needs 1024: live 1024 + 1024 = 2048 fits the capacity, no block does.
+  // holes around f2_out. f3_out needs 1024: live 1024 + 1024 = 2048 fits the capacity, no block
+  // does.
   const auto s = memplan::test::simulate(w, plan_with(w, {}), test_machine(2048));
   REQUIRE_FALSE(s.timeline.feasible);
   CHECK(w.op(s.timeline.oom->op).name == "f3");
@@ -227,7 +232,8 @@ TEST_CASE("fragmentation makes infeasible a plan that live bytes alone would all
   CHECK(roomy.timeline.peak_reserved_bytes == 2560);
 }
 
-TEST_CASE("an encoded map is encoded after its last forward use and decoded before backward", "[scenario]") {
+TEST_CASE("an encoded map is encoded after its last forward use and decoded before backward",
+          "[scenario]") {
   WorkloadBuilder b;
   const auto x = b.input("x", 100);
   const auto conv = b.forward("conv", {x}, 64000, 1000, "conv2d");
@@ -241,8 +247,8 @@ TEST_CASE("an encoded map is encoded after its last forward use and decoded befo
   const auto s = memplan::test::simulate(
       w, plan_with(w, {{"relu_out", Action::kEncode, Encoding::kBinarize}}), m);
   CHECK(span_labels(s, w, StreamId::kCompute) ==
-        std::vector<std::string>{"conv", "relu", "pool", "encode relu_out", "decode relu_out", "pool_bwd",
-                                 "conv_bwd"});
+        std::vector<std::string>{"conv", "relu", "pool", "encode relu_out", "decode relu_out",
+                                 "pool_bwd", "conv_bwd"});
   CHECK(span_of(s, w, StreamId::kCompute, "encode relu_out") == Interval{2100, 3100});
   CHECK(span_of(s, w, StreamId::kCompute, "decode relu_out") == Interval{3100, 4100});
   CHECK(s.timeline.stall_ns_by_cause[static_cast<int>(StallCause::kCodec)] == 2000);

@@ -50,7 +50,8 @@ std::pair<Nanoseconds, Nanoseconds> span_of(const Simulation& s, const Workload&
   for (const Span& span : s.timeline.spans) {
     if (span.stream != stream) continue;
     const Instruction& in = s.program.stream(stream)[static_cast<std::size_t>(span.index)];
-    if (instruction_label(in, s.program, w) == label && nth-- == 0) return {span.start_ns, span.end_ns};
+    if (instruction_label(in, s.program, w) == label && nth-- == 0)
+      return {span.start_ns, span.end_ns};
   }
   throw std::logic_error("no span " + label);
 }
@@ -59,7 +60,8 @@ std::vector<std::string> span_labels(const Simulation& s, const Workload& w, Str
   std::vector<std::string> labels;
   for (const Span& span : s.timeline.spans) {
     if (span.stream != stream) continue;
-    labels.push_back(instruction_label(s.program.stream(stream)[static_cast<std::size_t>(span.index)], s.program, w));
+    labels.push_back(instruction_label(
+        s.program.stream(stream)[static_cast<std::size_t>(span.index)], s.program, w));
   }
   return labels;
 }

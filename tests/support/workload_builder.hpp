@@ -18,17 +18,19 @@ class WorkloadBuilder {
   /// (name, bytes); returns the op id. Outputs are activations in forward, gradients otherwise.
   sim::OpId op(const std::string& name, const std::string& layer, sim::Phase phase,
                const std::vector<sim::TensorId>& inputs,
-               const std::vector<std::pair<std::string, sim::Bytes>>& outputs, sim::Nanoseconds duration_ns,
-               sim::Bytes workspace_bytes = 0);
+               const std::vector<std::pair<std::string, sim::Bytes>>& outputs,
+               sim::Nanoseconds duration_ns, sim::Bytes workspace_bytes = 0);
   /// Forward op with one output; returns the output tensor.
-  sim::TensorId forward(const std::string& name, const std::vector<sim::TensorId>& inputs, sim::Bytes bytes,
-                        sim::Nanoseconds duration_ns, const std::string& layer = "linear");
+  sim::TensorId forward(const std::string& name, const std::vector<sim::TensorId>& inputs,
+                        sim::Bytes bytes, sim::Nanoseconds duration_ns,
+                        const std::string& layer = "linear");
   /// Forward op writing its output over `base` (an in-place ReLU); returns the output tensor.
-  sim::TensorId forward_in_place(const std::string& name, sim::TensorId base, sim::Nanoseconds duration_ns,
-                                 const std::string& layer = "relu");
+  sim::TensorId forward_in_place(const std::string& name, sim::TensorId base,
+                                 sim::Nanoseconds duration_ns, const std::string& layer = "relu");
   /// Backward op with one gradient output; returns the output tensor.
-  sim::TensorId backward(const std::string& name, const std::vector<sim::TensorId>& inputs, sim::Bytes bytes,
-                         sim::Nanoseconds duration_ns, const std::string& layer = "linear");
+  sim::TensorId backward(const std::string& name, const std::vector<sim::TensorId>& inputs,
+                         sim::Bytes bytes, sim::Nanoseconds duration_ns,
+                         const std::string& layer = "linear");
   sim::OpId last_op() const { return static_cast<sim::OpId>(w_.ops.size()) - 1; }
   sim::Workload& workload() { return w_; }
 
@@ -36,7 +38,8 @@ class WorkloadBuilder {
   sim::Workload build() const;
 
  private:
-  sim::TensorId tensor(const std::string& name, sim::Bytes bytes, sim::TensorKind kind, sim::OpId producer);
+  sim::TensorId tensor(const std::string& name, sim::Bytes bytes, sim::TensorKind kind,
+                       sim::OpId producer);
   sim::Workload w_;
 };
 
