@@ -12,8 +12,10 @@ void add_info_command(CLI::App& app) {
     bool json = false;
   };
   auto options = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("info", "Summarise a trace: ops, tensors, feature maps, in-core peak");
-  cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")->required();
+  auto* cmd =
+      app.add_subcommand("info", "Summarise a trace: ops, tensors, feature maps, in-core peak");
+  cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
+      ->required();
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->callback([options] {
     const sim::Workload workload = sim::read_trace(options->trace);

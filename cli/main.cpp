@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   int exit_status = 0;
   memplan::cli::add_info_command(app);
   memplan::cli::add_simulate_command(app, exit_status);
+  memplan::cli::add_compare_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

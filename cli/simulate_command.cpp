@@ -4,6 +4,9 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/machine_flags.hpp"
+#include "search/gist.hpp"
+#include "search/policy.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
@@ -19,44 +22,38 @@ struct SimulateOptions {
   std::string trace;
   std::string plan;
   std::string policy;
-  std::string memory;
-  std::string link;
-  std::string h2d;
-  std::string d2h;
-  std::string latency;
-  std::string host_memory;
+  std::string encode;
+  MachineFlags machine;
   bool json = false;
   std::string timeline;
   std::string memory_csv;
   std::string plan_out;
 };
 
+// The policies of search/ first, then the simulator's own basic plans (swap-all, recompute-all).
+sim::Plan plan_from_policy(const std::string& name, const sim::Workload& workload,
+                           const sim::Machine& machine) {
+  if (const search::Policy* policy = search::find_policy(name)) {
+    search::Evaluator evaluator(workload, machine);
+    return policy->decide(evaluator, search::NetworkView(workload)).plan;
+  }
+  if (auto basic = sim::basic_plan(name, workload)) return std::move(*basic);
+  std::string names;
+  for (const auto& p : search::policies())
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
+  for (auto n : sim::basic_plan_names()) {
+    if (!search::find_policy(n)) names += fmt::format(", {}", n);
+  }
+  throw sim::InputError("--policy", fmt::format("unknown policy '{}' (known: {})", name, names));
+}
+
 int simulate(const SimulateOptions& o) {
   const sim::Workload workload = sim::read_trace(o.trace);
-  sim::MachineOverrides overrides;
-  if (!o.memory.empty()) overrides.memory_bytes = sim::parse_bytes(o.memory, "--memory");
-  if (!o.link.empty()) overrides.link = o.link;
-  if (!o.h2d.empty()) overrides.h2d_bytes_per_s = sim::parse_bandwidth(o.h2d, "--h2d");
-  if (!o.d2h.empty()) overrides.d2h_bytes_per_s = sim::parse_bandwidth(o.d2h, "--d2h");
-  if (!o.latency.empty()) overrides.copy_latency_ns = sim::parse_duration(o.latency, "--latency");
-  if (!o.host_memory.empty())
-    overrides.host_memory_bytes = sim::parse_bytes(o.host_memory, "--host-memory");
-  const sim::Machine machine = sim::make_machine(workload.device, overrides);
-
-  sim::Plan plan;
-  if (!o.plan.empty()) {
-    plan = sim::read_plan(o.plan, workload);
-  } else {
-    auto basic = sim::basic_plan(o.policy, workload);
-    if (!basic) {
-      std::string names;
-      for (auto n : sim::basic_plan_names())
-        names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
-      throw sim::InputError("--policy",
-                            fmt::format("unknown policy '{}' (known: {})", o.policy, names));
-    }
-    plan = std::move(*basic);
-  }
+  const sim::Machine machine = machine_from_flags(workload, o.machine);
+  const search::EncodingOptions encodings = search::parse_encoding_options(o.encode, "--encode");
+  sim::Plan plan = o.plan.empty() ? plan_from_policy(o.policy, workload, machine)
+                                  : sim::read_plan(o.plan, workload);
+  plan = search::apply_encodings(plan, search::NetworkView(workload), encodings);
   const sim::Program program = sim::lower(workload, plan);
   sim::Engine engine;
   const sim::Timeline& timeline = engine.run(program, machine);
@@ -92,17 +89,13 @@ void add_simulate_command(CLI::App& app, int& exit_status) {
       ->required();
   auto* plan = cmd->add_option("--plan", options->plan, "plan file (JSON, see docs/simulator.md)");
   auto* policy = cmd->add_option("--policy", options->policy,
-                                 "built-in plan: in-core, swap-all, recompute-all");
+                                 "a policy (see memplan compare) or swap-all, recompute-all");
   plan->excludes(policy);
   policy->excludes(plan);
-  cmd->add_option("--memory", options->memory,
-                  "device memory capacity, e.g. 16GiB (default: the trace's)");
-  cmd->add_option("--link", options->link, "link preset: pcie3, pcie4, pcie5, nvlink2, c2c");
-  cmd->add_option("--h2d", options->h2d, "host-to-device bandwidth, e.g. 12.5GB/s");
-  cmd->add_option("--d2h", options->d2h, "device-to-host bandwidth, e.g. 12.5GB/s");
-  cmd->add_option("--latency", options->latency, "cost of issuing one copy, e.g. 10us");
-  cmd->add_option("--host-memory", options->host_memory,
-                  "pinned host memory for swapped maps (default: unlimited)");
+  cmd->add_option("--encode", options->encode,
+                  "Gist encodings for kept maps: binarize, sparse, dpr, fp16, fp10, fp8, all "
+                  "(comma-separated)");
+  add_machine_flags(*cmd, options->machine);
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->add_option("--timeline", options->timeline, "write a Chrome/Perfetto trace JSON of the run");
   cmd->add_option("--memory-csv", options->memory_csv, "write the device memory curve as CSV");

@@ -28,36 +28,40 @@ PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view) {
 
   struct Candidate {
     int map;
-    bool hides;                  // a swap round trip fits in the free time
-    sim::Nanoseconds free_ns;    // for ranking swaps
-    double msps;                 // for ranking recomputes
+    bool hides;                // a swap round trip fits in the free time
+    sim::Nanoseconds free_ns;  // for ranking swaps
+    double msps;               // for ranking recomputes
   };
   std::vector<Candidate> candidates;
   for (std::size_t m = 0; m < n; ++m) {
     const int map = static_cast<int>(m);
     const sim::Nanoseconds ft = free_time(view, schedule, map);
-    const sim::Nanoseconds regen = std::max<sim::Nanoseconds>(1, w.op(view.producer(map)).duration_ns);
+    const sim::Nanoseconds regen =
+        std::max<sim::Nanoseconds>(1, w.op(view.producer(map)).duration_ns);
     candidates.push_back({map, ft >= swap_round_trip_ns(view, machine, map), ft,
                           static_cast<double>(view.map_bytes(map)) / static_cast<double>(regen)});
   }
   // Swaps that hide, by free time; then the rest, by memory saved per second of recompute.
-  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.hides != b.hides) return a.hides;
-    return a.hides ? a.free_ns > b.free_ns : a.msps > b.msps;
-  });
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     if (a.hides != b.hides) return a.hides;
+                     return a.hides ? a.free_ns > b.free_ns : a.msps > b.msps;
+                   });
 
   const sim::Bytes to_save = sim::incore_peak(w).bytes - machine.memory_bytes;
   sim::Bytes saved = 0;
   std::size_t next = 0;
   auto take = [&] {
     const Candidate& c = candidates[next++];
-    plan.decisions[static_cast<std::size_t>(c.map)].action = c.hides ? sim::Action::kSwap : sim::Action::kRecompute;
+    plan.decisions[static_cast<std::size_t>(c.map)].action =
+        c.hides ? sim::Action::kSwap : sim::Action::kRecompute;
     saved += view.map_bytes(c.map);
   };
   while (next < candidates.size() && saved < to_save) take();
   while (next < candidates.size() && !evaluator.evaluate(plan).feasible) take();
   const auto counts = plan.action_counts();
-  std::string note = fmt::format("{} swapped (free time hides them), {} recomputed by MSPS", counts[1], counts[2]);
+  std::string note =
+      fmt::format("{} swapped (free time hides them), {} recomputed by MSPS", counts[1], counts[2]);
   return {std::move(plan), false, std::move(note)};
 }
 

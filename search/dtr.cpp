@@ -53,14 +53,17 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
     for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
       if (plan.decisions[m].action != sim::Action::kKeep) continue;
       const auto& fm = view.feature_maps()[m];
-      if (view.producer(static_cast<int>(m)) >= at || fm.backward_uses.back() < at) continue;  // not resident
-      if (std::find(reads.begin(), reads.end(), fm.tensor) != reads.end()) continue;          // in use
+      if (view.producer(static_cast<int>(m)) >= at || fm.backward_uses.back() < at)
+        continue;  // not resident
+      if (std::find(reads.begin(), reads.end(), fm.tensor) != reads.end()) continue;  // in use
       std::vector<char> visited(plan.decisions.size(), 0);
-      const auto cost = static_cast<double>(neighbourhood_cost(view, plan, static_cast<int>(m), visited));
+      const auto cost =
+          static_cast<double>(neighbourhood_cost(view, plan, static_cast<int>(m), visited));
       const sim::OpId touched = last_touch_before(view, static_cast<int>(m), at);
-      const double staleness =
-          static_cast<double>(std::max<sim::Nanoseconds>(1, now - schedule.end_ns[static_cast<std::size_t>(touched)]));
-      const double h = cost / (static_cast<double>(view.map_bytes(static_cast<int>(m))) * staleness);
+      const double staleness = static_cast<double>(
+          std::max<sim::Nanoseconds>(1, now - schedule.end_ns[static_cast<std::size_t>(touched)]));
+      const double h =
+          cost / (static_cast<double>(view.map_bytes(static_cast<int>(m))) * staleness);
       if (h < best) {
         best = h;
         victim = static_cast<int>(m);

@@ -10,7 +10,8 @@ EncodingOptions parse_encoding_options(std::string_view list, std::string_view w
   EncodingOptions options;
   auto set_precision = [&](sim::Encoding e, std::string_view item) {
     if (options.precision_reduction && *options.precision_reduction != e) {
-      throw sim::InputError(std::string(where), fmt::format("'{}': only one precision reduction at a time", item));
+      throw sim::InputError(std::string(where),
+                            fmt::format("'{}': only one precision reduction at a time", item));
     }
     options.precision_reduction = e;
   };
@@ -32,14 +33,16 @@ EncodingOptions parse_encoding_options(std::string_view list, std::string_view w
       options.binarize = options.sparse = true;
       set_precision(sim::Encoding::kFp16, item);
     } else {
-      throw sim::InputError(std::string(where),
-                            fmt::format("unknown encoding '{}' (binarize, sparse, dpr, fp16, fp10, fp8, all)", item));
+      throw sim::InputError(
+          std::string(where),
+          fmt::format("unknown encoding '{}' (binarize, sparse, dpr, fp16, fp10, fp8, all)", item));
     }
   }
   return options;
 }
 
-sim::Plan apply_encodings(const sim::Plan& plan, const NetworkView& view, const EncodingOptions& options) {
+sim::Plan apply_encodings(const sim::Plan& plan, const NetworkView& view,
+                          const EncodingOptions& options) {
   sim::Plan result = plan;
   if (!options.any()) return result;
   result.policy += "+gist";

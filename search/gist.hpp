@@ -27,6 +27,7 @@ EncodingOptions parse_encoding_options(std::string_view list, std::string_view w
 
 /// The plan with its kept maps encoded where an enabled encoding applies. The policy name gains
 /// "+gist".
-sim::Plan apply_encodings(const sim::Plan& plan, const NetworkView& view, const EncodingOptions& options);
+sim::Plan apply_encodings(const sim::Plan& plan, const NetworkView& view,
+                          const EncodingOptions& options);
 
 }  // namespace memplan::search

@@ -2,7 +2,9 @@
 
 namespace memplan::search {
 
-bool is_conv_layer(std::string_view layer) { return layer.substr(0, 4) == "conv"; }
+bool is_conv_layer(std::string_view layer) {
+  return layer.substr(0, 4) == "conv";
+}
 
 NetworkView::NetworkView(const sim::Workload& workload)
     : workload_(&workload), maps_(sim::find_feature_maps(workload)) {

@@ -21,15 +21,23 @@ PolicyDecision decide_in_core(Evaluator& /*evaluator*/, const NetworkView& view)
 const std::vector<Policy>& policies() {
   static const std::vector<Policy> kPolicies{
       {"in-core", "keep every feature map on the device", decide_in_core},
-      {"vdnn-all", "vDNN: swap the input of every layer, prefetch one layer ahead", decide_vdnn_all},
-      {"vdnn-conv", "vDNN: swap the inputs of conv layers, prefetch up to the next conv", decide_vdnn_conv},
-      {"layrub", "Layrub: migrate every feature map to host, bring it back layer by layer", decide_layrub},
-      {"checkpoint-sqrt", "Chen et al.: keep every sqrt(n)-th map, recompute the rest", decide_checkpoint_sqrt},
-      {"superneurons", "SuperNeurons: recompute cheap layers, LRU-swap checkpoints on demand", decide_superneurons},
-      {"pooch", "PoocH: profile all-swap, enumerate keep/swap, then swap->recompute by r(X)", decide_pooch},
-      {"capuchin", "Capuchin: swap where free time hides it, else recompute by memory saved per second",
+      {"vdnn-all", "vDNN: swap the input of every layer, prefetch one layer ahead",
+       decide_vdnn_all},
+      {"vdnn-conv", "vDNN: swap the inputs of conv layers, prefetch up to the next conv",
+       decide_vdnn_conv},
+      {"layrub", "Layrub: migrate every feature map to host, bring it back layer by layer",
+       decide_layrub},
+      {"checkpoint-sqrt", "Chen et al.: keep every sqrt(n)-th map, recompute the rest",
+       decide_checkpoint_sqrt},
+      {"superneurons", "SuperNeurons: recompute cheap layers, LRU-swap checkpoints on demand",
+       decide_superneurons},
+      {"pooch", "PoocH: profile all-swap, enumerate keep/swap, then swap->recompute by r(X)",
+       decide_pooch},
+      {"capuchin",
+       "Capuchin: swap where free time hides it, else recompute by memory saved per second",
        decide_capuchin},
-      {"dtr", "DTR: evict by recompute cost / (bytes x staleness) when memory runs out", decide_dtr},
+      {"dtr", "DTR: evict by recompute cost / (bytes x staleness) when memory runs out",
+       decide_dtr},
   };
   return kPolicies;
 }

@@ -68,7 +68,8 @@ PoochProfile pooch_profile(Evaluator& evaluator, const NetworkView& view) {
   }
   auto& l_i = profile.swap_in_exposed;
   std::stable_sort(l_i.begin(), l_i.end(), [&](int a, int b) {
-    return exposed[static_cast<std::size_t>(a)].swap_in_ns > exposed[static_cast<std::size_t>(b)].swap_in_ns;
+    return exposed[static_cast<std::size_t>(a)].swap_in_ns >
+           exposed[static_cast<std::size_t>(b)].swap_in_ns;
   });
   // From the output layer backwards: maps with later producers first.
   std::stable_sort(profile.swap_out_only_exposed.begin(), profile.swap_out_only_exposed.end(),
@@ -131,7 +132,8 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
       recompute.decisions[m].prefetch_before = sim::kNoId;
       const Evaluation e = evaluator.evaluate(recompute);
       if (!e.feasible) continue;
-      const double r = static_cast<double>(e.iteration_ns - base) / static_cast<double>(swap_overhead);
+      const double r =
+          static_cast<double>(e.iteration_ns - base) / static_cast<double>(swap_overhead);
       if (r < chosen_r) {
         chosen_r = r;
         chosen = static_cast<int>(m);
@@ -143,8 +145,9 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
     ++recomputed;
   }
   const auto counts = plan.action_counts();
-  std::string note = fmt::format("|L_I|={} (enumerated {}), |L_O\\L_I|={}; {} keep / {} swap / {} recompute",
-                                 l_i.size(), enumerated, l_o_only.size(), counts[0], counts[1], counts[2]);
+  std::string note =
+      fmt::format("|L_I|={} (enumerated {}), |L_O\\L_I|={}; {} keep / {} swap / {} recompute",
+                  l_i.size(), enumerated, l_o_only.size(), counts[0], counts[1], counts[2]);
   return {std::move(plan), false, std::move(note)};
 }
 

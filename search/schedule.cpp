@@ -17,7 +17,8 @@ InCoreSchedule in_core_schedule(const sim::Workload& workload) {
 
 sim::Nanoseconds free_time(const NetworkView& view, const InCoreSchedule& schedule, int map) {
   const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(map)];
-  const sim::OpId last_forward = fm.forward_uses.empty() ? view.producer(map) : fm.forward_uses.back();
+  const sim::OpId last_forward =
+      fm.forward_uses.empty() ? view.producer(map) : fm.forward_uses.back();
   return schedule.start_ns[static_cast<std::size_t>(fm.backward_uses.front())] -
          schedule.end_ns[static_cast<std::size_t>(last_forward)];
 }

@@ -59,7 +59,8 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
     for (std::size_t m = 0; m < checkpoint.size(); ++m) {
       if (!checkpoint[m] || plan.decisions[m].action != sim::Action::kKeep) continue;
       const auto& fm = view.feature_maps()[m];
-      if (view.producer(static_cast<int>(m)) >= e.oom_op || fm.backward_uses.front() <= e.oom_op) continue;
+      if (view.producer(static_cast<int>(m)) >= e.oom_op || fm.backward_uses.front() <= e.oom_op)
+        continue;
       const sim::OpId touched = last_touch_before(view, static_cast<int>(m), e.oom_op);
       if (victim < 0 || touched < victim_touch) {
         victim = static_cast<int>(m);
@@ -69,13 +70,15 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
     if (victim < 0) break;  // nothing left to swap: the caller reports the plan does not fit
     sim::Decision& d = plan.decisions[static_cast<std::size_t>(victim)];
     d.action = sim::Action::kSwap;
-    const sim::OpId at = conv_prefetch_point(view, view.feature_maps()[static_cast<std::size_t>(victim)].backward_uses.front());
+    const sim::OpId at = conv_prefetch_point(
+        view, view.feature_maps()[static_cast<std::size_t>(victim)].backward_uses.front());
     if (at != sim::kNoId) d.prefetch_before = at;
     ++swapped;
   }
   const auto counts = plan.action_counts();
-  std::string note = fmt::format("{} recomputed, {} checkpoints swapped by the pool",
-                                 counts[static_cast<std::size_t>(sim::Action::kRecompute)], swapped);
+  std::string note =
+      fmt::format("{} recomputed, {} checkpoints swapped by the pool",
+                  counts[static_cast<std::size_t>(sim::Action::kRecompute)], swapped);
   return {std::move(plan), false, std::move(note)};
 }
 

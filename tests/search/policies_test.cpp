@@ -16,8 +16,8 @@ namespace {
 // relu1_out (relu1_bwd, pool1_bwd), pool1_out (conv2_bwd), relu2_out (conv3_bwd, relu2_bwd),
 // relu3_out (fc_bwd, relu3_bwd), fc_out (loss_bwd). Backward op ids: loss_bwd 9 ... conv1_bwd 17.
 Workload three_convs(Bytes memory = Bytes{1} << 40) {
-  return layer_chain({conv("conv1"), relu("relu1"), pool("pool1"), conv("conv2"), relu("relu2"), conv("conv3"),
-                      relu("relu3"), linear("fc"), loss("loss")},
+  return layer_chain({conv("conv1"), relu("relu1"), pool("pool1"), conv("conv2"), relu("relu2"),
+                      conv("conv3"), relu("relu3"), linear("fc"), loss("loss")},
                      memory);
 }
 
@@ -43,14 +43,16 @@ PolicyDecision run(const char* name, const Workload& w, const Machine& m) {
 
 }  // namespace
 
-TEST_CASE("vdnn-conv swaps exactly the conv inputs; its prefetch walk stops at a conv", "[search][vdnn]") {
+TEST_CASE("vdnn-conv swaps exactly the conv inputs; its prefetch walk stops at a conv",
+          "[search][vdnn]") {
   const Workload w = three_convs();
   const auto d = run("vdnn-conv", w, test_machine(Bytes{1} << 40));
   // relu2_out is found from loss_bwd (walking fc, relu3, then conv3 which reads it). From fc_bwd
   // and relu3_bwd the walk meets conv3 (already prefetched) and stops. conv3_bwd finds pool1_out
   // behind relu2 at conv2.
   CHECK(describe(w, d.plan) ==
-        "relu1_out=keep pool1_out=swap@conv3_bwd relu2_out=swap@loss_bwd relu3_out=keep fc_out=keep ");
+        "relu1_out=keep pool1_out=swap@conv3_bwd relu2_out=swap@loss_bwd relu3_out=keep "
+        "fc_out=keep ");
 }
 
 TEST_CASE("vdnn-all swaps every layer input and prefetches one layer ahead", "[search][vdnn]") {
@@ -67,21 +69,24 @@ TEST_CASE("vdnn-all swaps every layer input and prefetches one layer ahead", "[s
 
 TEST_CASE("checkpoint-sqrt keeps every sqrt(n)-th map", "[search][checkpoint]") {
   // Nine ReLU/linear pairs give 9 ReLU outputs read by relu_bwd and linear_bwd, plus the last
-  // linear's output read by the loss: 10 maps... so use 9 layers of relu only: each output is a map.
+  // linear's output read by the loss: 10 maps... so use 9 layers of relu only: each output is a
+  // map.
   std::vector<LayerSpec> layers;
   for (int i = 0; i < 9; ++i) layers.push_back(relu("r" + std::to_string(i)));
   const Workload w = layer_chain(layers);
   const auto d = run("checkpoint-sqrt", w, test_machine(Bytes{1} << 40));
-  CHECK(describe(w, d.plan) ==
-        "r0_out=recompute r1_out=recompute r2_out=keep r3_out=recompute r4_out=recompute r5_out=keep "
-        "r6_out=recompute r7_out=recompute r8_out=keep ");
+  CHECK(
+      describe(w, d.plan) ==
+      "r0_out=recompute r1_out=recompute r2_out=keep r3_out=recompute r4_out=recompute r5_out=keep "
+      "r6_out=recompute r7_out=recompute r8_out=keep ");
 }
 
 TEST_CASE("superneurons recomputes exactly the non-checkpoint layers", "[search][superneurons]") {
   const Workload w = three_convs();
   const auto d = run("superneurons", w, test_machine(Bytes{1} << 40));
   CHECK(describe(w, d.plan) ==
-        "relu1_out=recompute pool1_out=recompute relu2_out=recompute relu3_out=recompute fc_out=keep ");
+        "relu1_out=recompute pool1_out=recompute relu2_out=recompute relu3_out=recompute "
+        "fc_out=keep ");
 }
 
 TEST_CASE("layrub migrates every feature map", "[search][layrub]") {
@@ -90,7 +95,8 @@ TEST_CASE("layrub migrates every feature map", "[search][layrub]") {
   CHECK(d.plan.action_counts()[static_cast<std::size_t>(Action::kSwap)] == 5);
 }
 
-TEST_CASE("every policy gives a valid plan; the ones that adapt fit where in-core does not", "[search]") {
+TEST_CASE("every policy gives a valid plan; the ones that adapt fit where in-core does not",
+          "[search]") {
   // In-core needs 7168 bytes of arena (sizes round up to 512); swap-all needs 5120.
   const Workload w = three_convs(6144);
   const Machine m = test_machine(6144);
@@ -101,7 +107,8 @@ TEST_CASE("every policy gives a valid plan; the ones that adapt fit where in-cor
     const bool fits = simulate(w, d.plan, m).timeline.feasible;
     // SuperNeurons does not fit here: its peak is in backward, where recomputed maps come back
     // and no kept checkpoint is left to swap — the situation in which PoocH reports it failing.
-    if (p.name == "pooch" || p.name == "capuchin" || p.name == "dtr" || p.name == "layrub") CHECK(fits);
+    if (p.name == "pooch" || p.name == "capuchin" || p.name == "dtr" || p.name == "layrub")
+      CHECK(fits);
     if (p.name == "in-core" || p.name == "superneurons") CHECK_FALSE(fits);
   }
 }

@@ -26,7 +26,8 @@ LayerSpec loss(const std::string& name, sim::Bytes bytes = 100, sim::Nanoseconds
 
 /// x (input) -> layers in order; backward in reverse. Forward op of layer i has id i; its backward
 /// op has id 2n-1-i. Device memory is `memory_bytes`.
-sim::Workload layer_chain(const std::vector<LayerSpec>& layers, sim::Bytes memory_bytes = sim::Bytes{1} << 40,
+sim::Workload layer_chain(const std::vector<LayerSpec>& layers,
+                          sim::Bytes memory_bytes = sim::Bytes{1} << 40,
                           sim::Bytes input_bytes = 1000);
 
 }  // namespace memplan::test
