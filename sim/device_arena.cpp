@@ -74,9 +74,22 @@ std::optional<DeviceArena::Offset> DeviceArena::allocate(Size bytes) {
   auto fit = free_by_size_.lower_bound({size, 0});
   if (fit == free_by_size_.end()) return std::nullopt;
   const auto [block_size, offset] = *fit;
-  free_by_size_.erase(fit);
-  free_by_offset_.erase(offset);
-  if (block_size > size) insert_free(offset + size, block_size - size);
+  auto by_offset = free_by_offset_.find(offset);
+  if (block_size > size) {
+    // The remainder keeps both tree nodes: re-keyed, not freed and allocated again. By offset it
+    // stays between the same neighbours, so the old position is an exact hint.
+    auto size_node = free_by_size_.extract(fit);
+    size_node.value() = {block_size - size, offset + size};
+    free_by_size_.insert(std::move(size_node));
+    const auto hint = std::next(by_offset);
+    auto offset_node = free_by_offset_.extract(by_offset);
+    offset_node.key() = offset + size;
+    offset_node.mapped() = block_size - size;
+    free_by_offset_.insert(hint, std::move(offset_node));
+  } else {
+    free_by_size_.erase(fit);
+    free_by_offset_.erase(by_offset);
+  }
   allocated_.emplace(offset, size);
   live_ += size;
   if (live_ > peak_live_) peak_live_ = live_;

@@ -258,3 +258,17 @@ TEST_CASE("an encoded map is encoded after its last forward use and decoded befo
   }
   CHECK(encoded == 2000);  // 1/32
 }
+
+TEST_CASE("swapped maps beyond the pinned host memory are infeasible", "[scenario]") {
+  const Workload w = chain3(1000);
+  Machine m = test_machine(kPlenty);
+  m.host_memory_bytes = 999;
+  const auto s = memplan::test::simulate(w, plan_with(w, {{"f1_out", Action::kSwap}}), m);
+  REQUIRE_FALSE(s.timeline.feasible);
+  REQUIRE(s.timeline.oom);
+  CHECK(s.timeline.oom->host);
+  CHECK(s.timeline.oom->time_ns == 1000);  // the copy-out starts
+  CHECK(s.timeline.oom->bytes_missing == 1);
+  m.host_memory_bytes = 1000;
+  CHECK(memplan::test::simulate(w, plan_with(w, {{"f1_out", Action::kSwap}}), m).timeline.feasible);
+}
