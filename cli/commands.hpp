@@ -9,5 +9,7 @@ void add_info_command(CLI::App& app);
 /// Sets `exit_status` to 1 when the simulated plan does not fit.
 void add_simulate_command(CLI::App& app, int& exit_status);
 void add_compare_command(CLI::App& app);
+/// Sets `exit_status` to 1 when no plan that fits was found.
+void add_search_command(CLI::App& app, int& exit_status);
 
 }  // namespace memplan::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   memplan::cli::add_info_command(app);
   memplan::cli::add_simulate_command(app, exit_status);
   memplan::cli::add_compare_command(app);
+  memplan::cli::add_search_command(app, exit_status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
