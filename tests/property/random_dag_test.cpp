@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "sim/basic_plans.hpp"
@@ -42,7 +43,7 @@ Workload random_workload(Rng& rng) {
     return static_cast<std::size_t>(t) < dead.size() && dead[static_cast<std::size_t>(t)];
   };
   for (int i = 0; i < layers; ++i) {
-    const std::string name = "f" + std::to_string(i);
+    const std::string name = fmt::format("f{}", i);
     const TensorId last = live.back();
     const bool can_in_place = b.workload().tensor(last).kind == TensorKind::kActivation;
     if (can_in_place && uniform(rng, 0, 3) == 0) {
@@ -60,11 +61,11 @@ Workload random_workload(Rng& rng) {
       if (std::find(reads.begin(), reads.end(), skip) == reads.end()) reads.push_back(skip);
     }
     if (uniform(rng, 0, 1) == 0) {
-      params.push_back(b.parameter("w" + std::to_string(i), uniform(rng, 1, 2000)));
+      params.push_back(b.parameter(fmt::format("w{}", i), uniform(rng, 1, 2000)));
       reads.push_back(params.back());
     }
     b.op(name, uniform(rng, 0, 1) ? "conv2d" : "linear", Phase::kForward, reads,
-         {{name + "_out", uniform(rng, 1, 6000)}}, uniform(rng, 1, 5000),
+         {{fmt::format("{}_out", name), uniform(rng, 1, 6000)}}, uniform(rng, 1, 5000),
          uniform(rng, 0, 2) == 0 ? uniform(rng, 1, 3000) : 0);
     const TensorId out = b.workload().ops.back().outputs[0];
     live.push_back(out);
@@ -82,7 +83,7 @@ Workload random_workload(Rng& rng) {
     };
     for (TensorId t : layers_done[static_cast<std::size_t>(i)].reads) consider(t);
     consider(layers_done[static_cast<std::size_t>(i)].out);
-    grad = b.backward("g" + std::to_string(i), reads, uniform(rng, 1, 4000), uniform(rng, 1, 5000));
+    grad = b.backward(fmt::format("g{}", i), reads, uniform(rng, 1, 4000), uniform(rng, 1, 5000));
   }
   if (!params.empty()) {
     std::vector<TensorId> reads = params;
