@@ -56,6 +56,7 @@ int simulate(const SimulateOptions& o) {
                             fmt::format("unknown policy '{}' (known: {})", o.policy, names));
     }
     plan = std::move(*basic);
+    sim::validate_plan(plan, workload, o.policy);
   }
   const sim::Program program = sim::lower(workload, plan);
   sim::Engine engine;
