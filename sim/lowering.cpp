@@ -154,27 +154,33 @@ EventId Lowerer::new_event(WaitCause cause, TensorId t) {
   return static_cast<EventId>(program_->events.size()) - 1;
 }
 
+bool Lowerer::restorable(TensorId t) const {
+  const Decision* d = decision_[at(t)];
+  if (d == nullptr) return false;
+  return (d->action == Action::kSwap && slot_[at(t)] >= 0) ||
+         (d->action == Action::kEncode && encoded_[at(t)] >= 0);
+}
+
 // Makes tensor t resident before `for_op` runs and returns its buffer.
 BufferId Lowerer::ensure(TensorId t, OpId for_op) {
+  if (loc_[at(t)] < 0 && !restorable(t)) regenerate(t);
+  return make_resident(t, for_op);
+}
+
+// Brings back a resident-or-restorable tensor (prefetch wait, on-demand prefetch or decode).
+BufferId Lowerer::make_resident(TensorId t, OpId for_op) {
   const auto ti = at(t);
   if (loc_[ti] < 0) {
-    const Decision* d = decision_[ti];
-    if (d != nullptr && d->action == Action::kSwap && slot_[ti] >= 0) {
+    MEMPLAN_CHECK(restorable(t), "a tensor that is gone is restored or regenerated");
+    if (decision_[ti]->action == Action::kSwap) {
       issue_prefetch(t, for_op);
-    } else if (d != nullptr && d->action == Action::kEncode && encoded_[ti] >= 0) {
+    } else {
       const BufferId b = new_tensor_buffer(t, for_op);
       const BufferId e = encoded_[ti];
       const auto when = emit({InstrKind::kDecode, for_op, b, e, 0, 0, 0});
       touch(b, when);
       touch(e, when);
       loc_[ti] = b;
-    } else {
-      // Regenerate: run the producer again (it makes its own inputs resident, recursively).
-      const Tensor& tensor = w_.tensor(t);
-      MEMPLAN_CHECK(tensor.producer != kNoId && w_.op(tensor.producer).phase == Phase::kForward,
-                    "only tensors written by forward ops are regenerated");
-      emit_op(w_.op(tensor.producer), InstrKind::kRecompute);
-      MEMPLAN_CHECK(loc_[ti] >= 0, "a regenerated tensor is resident");
     }
   }
   if (awaiting_in_[ti] != 0) {
@@ -185,15 +191,48 @@ BufferId Lowerer::ensure(TensorId t, OpId for_op) {
   return loc_[ti];
 }
 
-// Emits op (run or recompute) with its inputs made resident, outputs and workspace allocated.
+// Re-runs the producer of t, after making its inputs resident; inputs that are gone too are
+// regenerated first. An explicit stack of frames instead of recursion: a 1517-layer chain of
+// recomputed maps is thousands of ops deep.
+void Lowerer::regenerate(TensorId t) {
+  auto push = [&](TensorId tensor) {
+    const OpId producer = w_.tensor(tensor).producer;
+    MEMPLAN_CHECK(producer != kNoId && w_.op(producer).phase == Phase::kForward,
+                  "only tensors written by forward ops are regenerated (validate_plan)");
+    frames_.push_back({tensor, producer, 0, operand_stack_.size()});
+  };
+  push(t);
+  while (!frames_.empty()) {
+    const Frame frame = frames_.back();
+    const Op& op = w_.op(frame.op);
+    if (frame.next_input < op.inputs.size()) {
+      const TensorId x = op.inputs[frame.next_input];
+      if (loc_[at(x)] < 0 && !restorable(x)) {
+        push(x);  // come back to this input once x is regenerated
+        continue;
+      }
+      operand_stack_.push_back(make_resident(x, op.id));
+      ++frames_.back().next_input;
+    } else {
+      frames_.pop_back();
+      finish_op(op, InstrKind::kRecompute, frame.operand_base);
+      MEMPLAN_CHECK(loc_[at(frame.wanted)] >= 0, "a regenerated tensor is resident");
+    }
+  }
+}
+
 void Lowerer::emit_op(const Op& op, InstrKind kind) {
-  // Operands go on a stack: ensure() may recurse into emit_op for a recompute, which pushes its
-  // own operands above ours and pops them before returning.
   const std::size_t base = operand_stack_.size();
   for (TensorId x : op.inputs) {
     const BufferId b = ensure(x, op.id);
     operand_stack_.push_back(b);
   }
+  finish_op(op, kind, base);
+}
+
+// With the op's input buffers on the operand stack above `base`: allocates outputs and workspace,
+// emits the op and pops its operands.
+void Lowerer::finish_op(const Op& op, InstrKind kind, std::size_t base) {
   for (TensorId o : op.outputs) {
     const Tensor& out = w_.tensor(o);
     BufferId b = -1;

@@ -37,8 +37,19 @@ class Lowerer {
     void build(std::size_t op_count, const std::vector<std::pair<OpId, TensorId>>& entries);
   };
 
+  struct Frame {
+    TensorId wanted;  // the tensor this re-run is for
+    OpId op;
+    std::size_t next_input;
+    std::size_t operand_base;
+  };
+
   void emit_op(const Op& op, InstrKind kind);
+  void finish_op(const Op& op, InstrKind kind, std::size_t base);
   BufferId ensure(TensorId t, OpId for_op);
+  BufferId make_resident(TensorId t, OpId for_op);
+  void regenerate(TensorId t);
+  [[nodiscard]] bool restorable(TensorId t) const;
   void issue_copy_out(TensorId t, OpId producer);
   void issue_prefetch(TensorId t, OpId at_op);
   void forward_drop(TensorId t, OpId op);
@@ -71,7 +82,8 @@ class Lowerer {
   PerOp forward_drop_at_;
   std::vector<Instruction> body_;  // the compute stream before frees are placed
   std::vector<std::int64_t> last_ref_;
-  std::vector<BufferId> operand_stack_;
+  std::vector<BufferId> operand_stack_;  // operands of the ops being emitted, innermost on top
+  std::vector<Frame> frames_;            // regenerations in progress
   std::vector<std::int32_t> free_begin_;
   std::vector<BufferId> free_items_;
 };
