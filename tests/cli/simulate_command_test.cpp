@@ -93,6 +93,12 @@ TEST_CASE("a plan that does not fit exits 1 with the diagnosis", "[cli][simulate
   CHECK(oom.at("live_bytes_by_kind").contains("parameter"));
 }
 
+TEST_CASE("memory too small for the parameters fails before the first op", "[cli][simulate]") {
+  const auto r = run_memplan("simulate " + tiny() + " --policy in-core --memory 4KiB");
+  CHECK(r.exit_status == 1);
+  CHECK(r.err.find("out of device memory before the first op") != std::string::npos);
+}
+
 TEST_CASE("simulate writes the timeline, the memory curve and the plan", "[cli][simulate]") {
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
   const auto timeline = dir / "t.json";

@@ -313,6 +313,20 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
     }
     REQUIRE(second.memory.size() == first.memory.size());
 
+    // Recording nothing changes no total.
+    EngineOptions lean;
+    lean.record_spans = false;
+    lean.record_memory = false;
+    lean.record_stalls = false;
+    const Timeline& quiet = fresh.run(program, m, lean);
+    REQUIRE(quiet.feasible == first.feasible);
+    REQUIRE(quiet.iteration_ns == first.iteration_ns);
+    REQUIRE(quiet.peak_bytes == first.peak_bytes);
+    REQUIRE(quiet.peak_reserved_bytes == first.peak_reserved_bytes);
+    REQUIRE(quiet.stall_ns_by_cause == first.stall_ns_by_cause);
+    REQUIRE(quiet.spans.empty());
+    REQUIRE(quiet.memory.empty());
+
     // In core with room to spare: nothing else runs, so the iteration is the summed compute time
     // and the peak is the liveness peak.
     const Program in_core = lower(w, in_core_plan(w));
