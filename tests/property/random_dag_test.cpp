@@ -64,7 +64,8 @@ Workload random_workload(Rng& rng) {
       params.push_back(b.parameter(fmt::format("w{}", i), uniform(rng, 1, 2000)));
       reads.push_back(params.back());
     }
-    b.op(name, uniform(rng, 0, 1) ? "conv2d" : "linear", Phase::kForward, reads,
+    static const char* const kLayers[] = {"conv2d", "linear", "max_pool2d"};
+    b.op(name, kLayers[uniform(rng, 0, 2)], Phase::kForward, reads,
          {{fmt::format("{}_out", name), uniform(rng, 1, 6000)}}, uniform(rng, 1, 5000),
          uniform(rng, 0, 2) == 0 ? uniform(rng, 1, 3000) : 0);
     const TensorId out = b.workload().ops.back().outputs[0];
@@ -119,7 +120,9 @@ Plan random_plan(const Workload& w, Rng& rng) {
         break;
       default:
         d.action = Action::kEncode;
-        d.encoding = uniform(rng, 0, 1) ? Encoding::kFp16 : Encoding::kFp8;
+        // Lossless Gist schemes where the map allows them, else a lossy one.
+        d.encoding = static_cast<Encoding>(uniform(rng, 1, 5));
+        if (!decision_problem(d, maps[i], w).empty()) d.encoding = Encoding::kFp16;
         break;
     }
   }
@@ -267,6 +270,7 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   Engine engine;  // reused across cases, as a search would
   int infeasible = 0;
   int with_copies = 0;
+  int lossless = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed));
@@ -285,6 +289,9 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
     check_run(w, program, first, m);
     if (!first.feasible) ++infeasible;
     if (!program.stream(StreamId::kD2H).empty()) ++with_copies;
+    for (const Decision& d : plan.decisions) {
+      lossless += d.encoding == Encoding::kBinarize || d.encoding == Encoding::kSparse ? 1 : 0;
+    }
 
     // Same input, same output: lowering again (with a reused Lowerer that lowered another plan
     // first) and simulating on a fresh engine.
@@ -345,4 +352,5 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   CHECK(infeasible > kCases / 20);
   CHECK(infeasible < kCases);
   CHECK(with_copies > kCases / 2);
+  CHECK(lossless > kCases / 100);  // binarize and sparse maps do occur
 }
