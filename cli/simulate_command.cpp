@@ -35,9 +35,14 @@ sim::Plan plan_from_policy(const std::string& name, const sim::Workload& workloa
                            const sim::Machine& machine) {
   if (const search::Policy* policy = search::find_policy(name)) {
     search::Evaluator evaluator(workload, machine);
-    return policy->decide(evaluator, search::NetworkView(workload)).plan;
+    sim::Plan plan = policy->decide(evaluator, search::NetworkView(workload)).plan;
+    sim::validate_plan(plan, workload, name);
+    return plan;
   }
-  if (auto basic = sim::basic_plan(name, workload)) return std::move(*basic);
+  if (auto basic = sim::basic_plan(name, workload)) {
+    sim::validate_plan(*basic, workload, name);
+    return std::move(*basic);
+  }
   std::string names;
   for (const auto& p : search::policies())
     names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);

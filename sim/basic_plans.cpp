@@ -21,7 +21,12 @@ Plan swap_all_plan(const Workload& workload) {
   return make_uniform_plan(workload, Action::kSwap, "swap-all");
 }
 Plan recompute_all_plan(const Workload& workload) {
-  return make_uniform_plan(workload, Action::kRecompute, "recompute-all");
+  Plan plan = make_uniform_plan(workload, Action::kRecompute, "recompute-all");
+  const std::vector<bool> regenerable = regenerable_tensors(workload);
+  for (Decision& d : plan.decisions) {
+    if (!regenerable[static_cast<std::size_t>(d.tensor)]) d.action = Action::kKeep;
+  }
+  return plan;
 }
 
 const std::vector<std::string_view>& basic_plan_names() {

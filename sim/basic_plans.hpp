@@ -1,7 +1,8 @@
 #pragma once
 // The three plans every simulator needs before any policy exists: keep everything (the in-core
-// baseline), swap every feature map (default prefetch points), recompute every feature map
-// (regenerated tensors are memoised until their last backward use). Policy families proper live in
+// baseline), swap every feature map (default prefetch points), recompute every feature map that
+// can be recomputed and keep the rest (regenerated tensors are memoised until their last backward
+// use). Policy families proper live in
 // search/; these stay here so the simulator can be exercised and tested on its own.
 #include <optional>
 #include <string_view>

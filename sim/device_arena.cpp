@@ -124,7 +124,10 @@ void DeviceArena::release(Offset offset) {
 }
 
 DeviceArena::Size DeviceArena::reserved_bytes() const {
-  return allocated_.empty() ? 0 : allocated_.rbegin()->first + allocated_.rbegin()->second;
+  // Everything above the last block in use is one free block that ends at the capacity.
+  if (free_by_offset_.empty()) return capacity_;
+  const auto& [offset, size] = *free_by_offset_.rbegin();
+  return offset + size == capacity_ ? offset : capacity_;
 }
 
 DeviceArena::Size DeviceArena::largest_free_block() const {

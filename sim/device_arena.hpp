@@ -15,6 +15,7 @@
 #include <memory_resource>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -93,7 +94,7 @@ class DeviceArena {
   NodePool pool_;
   std::pmr::set<std::pair<Size, Offset>> free_by_size_{&pool_};
   std::pmr::map<Offset, Size> free_by_offset_{&pool_};
-  std::pmr::map<Offset, Size> allocated_{&pool_};
+  std::pmr::unordered_map<Offset, Size> allocated_{&pool_};  // offset -> aligned size
   Size capacity_ = 0;
   Size live_ = 0;
   Size peak_live_ = 0;

@@ -185,6 +185,19 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
   return {};
 }
 
+std::vector<bool> regenerable_tensors(const Workload& workload) {
+  // Ops are in issue order, so producers come before readers.
+  std::vector<bool> regenerable(workload.tensors.size(), false);
+  for (const Tensor& t : workload.tensors)
+    regenerable[static_cast<std::size_t>(t.id)] = is_preexisting(t.kind);
+  for (const Op& op : workload.ops) {
+    bool ok = op.phase == Phase::kForward;
+    for (TensorId in : op.inputs) ok = ok && regenerable[static_cast<std::size_t>(in)];
+    for (TensorId out : op.outputs) regenerable[static_cast<std::size_t>(out)] = ok;
+  }
+  return regenerable;
+}
+
 void validate_plan(const Plan& plan, const Workload& workload, std::string_view source) {
   const std::uint64_t expected = workload_fingerprint(workload);
   if (plan.fingerprint != expected) {
@@ -200,6 +213,7 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
                      fmt::format("the plan decides {} maps, the workload has {} feature maps",
                                  plan.decisions.size(), maps.size()));
   }
+  const std::vector<bool> regenerable = regenerable_tensors(workload);
   for (std::size_t i = 0; i < maps.size(); ++i) {
     const Decision& d = plan.decisions[i];
     if (d.tensor != maps[i].tensor) {
@@ -210,6 +224,13 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
     if (auto problem = decision_problem(d, maps[i], workload); !problem.empty()) {
       throw InputError(fmt::format("{}: $.maps[{}]", source, i),
                        fmt::format("tensor '{}': {}", workload.tensor(d.tensor).name, problem));
+    }
+    if (d.action == Action::kRecompute && !regenerable[static_cast<std::size_t>(d.tensor)]) {
+      throw InputError(
+          fmt::format("{}: $.maps[{}]", source, i),
+          fmt::format("tensor '{}' cannot be recomputed: its producer reads, directly or "
+                      "through other forward ops, a tensor that no forward op writes",
+                      workload.tensor(d.tensor).name));
     }
   }
 }

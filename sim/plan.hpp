@@ -6,11 +6,12 @@
 // durations: a re-recorded trace of the same network keeps its plans).
 //
 // Which maps may take which action (validate_plan):
-//   keep, swap, recompute  any feature map. Recompute is always possible: the producer of a
-//                          feature map is a forward op, and every input of a forward op is either
-//                          pre-existing (the lowering keeps it resident while a regeneration may
-//                          need it) or itself produced by a forward op, so regeneration recurses to
-//                          tensors that are resident.
+//   keep, swap             any feature map.
+//   recompute              a feature map whose producer chain bottoms out in pre-existing tensors:
+//                          the producer is a forward op, and each of its inputs is pre-existing
+//                          (the lowering keeps it resident while a regeneration may need it) or
+//                          written by a forward op from such inputs, recursively. In a normal trace
+//                          that is every feature map; a forward op reading a gradient breaks it.
 //   encode:binarize        a ReLU output that a max-pool reads in forward (Gist, lossless).
 //   encode:sparse          a ReLU output that a convolution reads in forward (Gist, lossless).
 //   encode:fp16|fp10|fp8   any feature map (Gist delayed precision reduction, lossy).
@@ -75,6 +76,10 @@ std::uint64_t workload_fingerprint(const Workload& workload);
 /// Why `decision` is not allowed for the map (empty when it is). `map` is the map it names.
 std::string decision_problem(const Decision& decision, const FeatureMap& map,
                              const Workload& workload);
+
+/// Per tensor: can it be rebuilt by re-running forward ops from pre-existing tensors? (Pre-existing
+/// tensors themselves count as regenerable: they stay resident.)
+std::vector<bool> regenerable_tensors(const Workload& workload);
 
 /// Checks that the plan was made for this workload, names each feature map once (in order) and
 /// gives each an action it can take. Throws InputError naming `source`.

@@ -12,9 +12,6 @@ double to_us(Nanoseconds ns) {
   return static_cast<double>(ns) / 1000.0;
 }
 
-std::string op_name(OpId op, const Workload& w) {
-  return op == kNoId ? "?" : w.op(op).name;
-}
 }  // namespace
 
 std::string chrome_trace_json(const Timeline& tl, const Program& program, const Workload& w) {
@@ -127,13 +124,13 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
                          format_bytes(oom.live_encoded_bytes));
   Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
   return fmt::format(
-      "out of device memory at op '{}' (t={:.3f} us): {} needs {}, largest free block {}, {} "
-      "missing; "
+      "out of device memory {} (t={:.3f} us): {} needs {}, largest free block {}, {} missing; "
       "live {} of {} ({})",
-      op_name(oom.op, w), to_us(oom.time_ns), instruction_label(alloc, program, w),
-      format_bytes(oom.requested_bytes), format_bytes(oom.largest_free_block),
-      format_bytes(oom.bytes_missing), format_bytes(oom.live_bytes),
-      format_bytes(oom.capacity_bytes), kinds);
+      oom.op == kNoId ? std::string("before the first op (tensors that exist before the step)")
+                      : fmt::format("at op '{}'", w.op(oom.op).name),
+      to_us(oom.time_ns), instruction_label(alloc, program, w), format_bytes(oom.requested_bytes),
+      format_bytes(oom.largest_free_block), format_bytes(oom.bytes_missing),
+      format_bytes(oom.live_bytes), format_bytes(oom.capacity_bytes), kinds);
 }
 
 nlohmann::json summary_json(const Timeline& tl, const Program& program, const Workload& w,

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "sim/basic_plans.hpp"
@@ -42,7 +43,7 @@ Workload random_workload(Rng& rng) {
     return static_cast<std::size_t>(t) < dead.size() && dead[static_cast<std::size_t>(t)];
   };
   for (int i = 0; i < layers; ++i) {
-    const std::string name = "f" + std::to_string(i);
+    const std::string name = fmt::format("f{}", i);
     const TensorId last = live.back();
     const bool can_in_place = b.workload().tensor(last).kind == TensorKind::kActivation;
     if (can_in_place && uniform(rng, 0, 3) == 0) {
@@ -60,11 +61,12 @@ Workload random_workload(Rng& rng) {
       if (std::find(reads.begin(), reads.end(), skip) == reads.end()) reads.push_back(skip);
     }
     if (uniform(rng, 0, 1) == 0) {
-      params.push_back(b.parameter("w" + std::to_string(i), uniform(rng, 1, 2000)));
+      params.push_back(b.parameter(fmt::format("w{}", i), uniform(rng, 1, 2000)));
       reads.push_back(params.back());
     }
-    b.op(name, uniform(rng, 0, 1) ? "conv2d" : "linear", Phase::kForward, reads,
-         {{name + "_out", uniform(rng, 1, 6000)}}, uniform(rng, 1, 5000),
+    static const char* const kLayers[] = {"conv2d", "linear", "max_pool2d"};
+    b.op(name, kLayers[uniform(rng, 0, 2)], Phase::kForward, reads,
+         {{fmt::format("{}_out", name), uniform(rng, 1, 6000)}}, uniform(rng, 1, 5000),
          uniform(rng, 0, 2) == 0 ? uniform(rng, 1, 3000) : 0);
     const TensorId out = b.workload().ops.back().outputs[0];
     live.push_back(out);
@@ -82,7 +84,7 @@ Workload random_workload(Rng& rng) {
     };
     for (TensorId t : layers_done[static_cast<std::size_t>(i)].reads) consider(t);
     consider(layers_done[static_cast<std::size_t>(i)].out);
-    grad = b.backward("g" + std::to_string(i), reads, uniform(rng, 1, 4000), uniform(rng, 1, 5000));
+    grad = b.backward(fmt::format("g{}", i), reads, uniform(rng, 1, 4000), uniform(rng, 1, 5000));
   }
   if (!params.empty()) {
     std::vector<TensorId> reads = params;
@@ -118,7 +120,9 @@ Plan random_plan(const Workload& w, Rng& rng) {
         break;
       default:
         d.action = Action::kEncode;
-        d.encoding = uniform(rng, 0, 1) ? Encoding::kFp16 : Encoding::kFp8;
+        // Lossless Gist schemes where the map allows them, else a lossy one.
+        d.encoding = static_cast<Encoding>(uniform(rng, 1, 5));
+        if (!decision_problem(d, maps[i], w).empty()) d.encoding = Encoding::kFp16;
         break;
     }
   }
@@ -266,6 +270,7 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   Engine engine;  // reused across cases, as a search would
   int infeasible = 0;
   int with_copies = 0;
+  int lossless = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed));
@@ -284,9 +289,23 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
     check_run(w, program, first, m);
     if (!first.feasible) ++infeasible;
     if (!program.stream(StreamId::kD2H).empty()) ++with_copies;
+    for (const Decision& d : plan.decisions) {
+      lossless += d.encoding == Encoding::kBinarize || d.encoding == Encoding::kSparse ? 1 : 0;
+    }
 
-    // Same input, same output: lowering again and simulating on a fresh engine.
-    const Program again = lower(w, plan);
+    // Same input, same output: lowering again (with a reused Lowerer that lowered another plan
+    // first) and simulating on a fresh engine.
+    Lowerer lowerer(w);
+    Program again;
+    lowerer.lower(in_core_plan(w), again);
+    lowerer.lower(plan, again);
+    for (int s = 0; s < kStreamCount; ++s) {
+      REQUIRE(again.streams[static_cast<std::size_t>(s)].size() ==
+              program.streams[static_cast<std::size_t>(s)].size());
+    }
+    REQUIRE(again.operands == program.operands);
+    REQUIRE(again.buffers.size() == program.buffers.size());
+    REQUIRE(again.action_counts == program.action_counts);
     Engine fresh;
     const Timeline& second = fresh.run(again, m);
     REQUIRE(again.instruction_count() == program.instruction_count());
@@ -300,6 +319,20 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
       REQUIRE(second.spans[i].end_ns == first.spans[i].end_ns);
     }
     REQUIRE(second.memory.size() == first.memory.size());
+
+    // Recording nothing changes no total.
+    EngineOptions lean;
+    lean.record_spans = false;
+    lean.record_memory = false;
+    lean.record_stalls = false;
+    const Timeline& quiet = fresh.run(program, m, lean);
+    REQUIRE(quiet.feasible == first.feasible);
+    REQUIRE(quiet.iteration_ns == first.iteration_ns);
+    REQUIRE(quiet.peak_bytes == first.peak_bytes);
+    REQUIRE(quiet.peak_reserved_bytes == first.peak_reserved_bytes);
+    REQUIRE(quiet.stall_ns_by_cause == first.stall_ns_by_cause);
+    REQUIRE(quiet.spans.empty());
+    REQUIRE(quiet.memory.empty());
 
     // In core with room to spare: nothing else runs, so the iteration is the summed compute time
     // and the peak is the liveness peak.
@@ -319,4 +352,5 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   CHECK(infeasible > kCases / 20);
   CHECK(infeasible < kCases);
   CHECK(with_copies > kCases / 2);
+  CHECK(lossless > kCases / 100);  // binarize and sparse maps do occur
 }

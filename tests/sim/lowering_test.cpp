@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "sim/basic_plans.hpp"
@@ -6,6 +7,7 @@
 #include "sim/lowering.hpp"
 #include "sim/trace_io.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/workload_builder.hpp"
 
 using namespace memplan::sim;
 
@@ -87,4 +89,29 @@ TEST_CASE("every basic plan runs on the shipped traces and lowers deterministica
       CHECK(engine.run(a, m).feasible);
     }
   }
+}
+
+TEST_CASE("recomputing a very deep chain needs no deep recursion", "[sim][lowering]") {
+  // The first backward op needs the last map, which needs every map before it: 30000 re-runs in
+  // one regeneration (recursion this deep overflows the stack; the lowering uses its own stack).
+  constexpr int kDepth = 30000;
+  memplan::test::WorkloadBuilder b;
+  std::vector<TensorId> maps = {b.input("x", 512)};
+  for (int i = 0; i < kDepth; ++i)
+    maps.push_back(b.forward(fmt::format("f{}", i), {maps.back()}, 512, 1));
+  TensorId grad = b.backward("loss_bwd", {maps.back()}, 512, 1);
+  for (int i = kDepth - 1; i >= 0; --i) {
+    grad = b.backward(fmt::format("g{}", i), {grad, maps[static_cast<std::size_t>(i)]}, 512, 1);
+  }
+  const Workload w = b.build();
+  const Program p = lower(w, recompute_all_plan(w));
+  std::size_t recomputes = 0;
+  for (const Instruction& in : p.stream(StreamId::kCompute))
+    recomputes += in.kind == InstrKind::kRecompute;
+  CHECK(recomputes == kDepth);
+  Engine engine;
+  Machine m = make_machine(w.device);
+  const Timeline& tl = engine.run(p, m);
+  CHECK(tl.feasible);
+  CHECK(tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kRecompute)] == kDepth);
 }

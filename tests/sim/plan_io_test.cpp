@@ -6,6 +6,7 @@
 #include "sim/trace_io.hpp"
 #include "tests/sim/bad_plans.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/workload_builder.hpp"
 
 using namespace memplan::sim;
 using memplan::test::plan_text;
@@ -82,4 +83,26 @@ TEST_CASE("bad plans are input errors naming the file and the problem", "[sim][p
       CHECK(message.find(bad.problem) != std::string::npos);
     }
   }
+}
+
+TEST_CASE("recompute is refused when regeneration would need a backward tensor",
+          "[sim][plan][bad_input]") {
+  // A (contrived but valid) trace where a forward op reads a gradient: f2_out cannot be rebuilt.
+  memplan::test::WorkloadBuilder b;
+  const auto x = b.input("x", 100);
+  const auto a = b.forward("f1", {x}, 100, 10);
+  const auto ga = b.backward("early_bwd", {a}, 100, 10);
+  const auto c = b.forward("f2", {ga}, 100, 10);
+  b.backward("g", {c, a}, 100, 10);
+  const Workload w = b.build();
+  CHECK_THROWS_WITH(
+      parse_plan(plan_text(w, R"([{"tensor":"f2_out","action":"recompute"}])"), "p.json", w),
+      Catch::Contains("tensor 'f2_out' cannot be recomputed"));
+  // recompute-all keeps what it cannot recompute, and its plan lowers and runs.
+  const Plan all = recompute_all_plan(w);
+  CHECK(all.action_counts() == std::array<std::size_t, kActionCount>{1, 0, 1, 0});
+  CHECK_NOTHROW(validate_plan(all, w, "recompute-all"));
+  // f1_out is fine: x is an input.
+  CHECK_NOTHROW(
+      parse_plan(plan_text(w, R"([{"tensor":"f1_out","action":"recompute"}])"), "p.json", w));
 }
