@@ -3,7 +3,7 @@
 namespace memplan::search {
 
 Evaluator::Evaluator(const sim::Workload& workload, const sim::Machine& machine)
-    : workload_(&workload), machine_(&machine) {}
+    : workload_(&workload), machine_(&machine), lowerer_(workload) {}
 
 Evaluation summarize(const sim::Timeline& timeline) {
   Evaluation e;
@@ -21,21 +21,21 @@ Evaluation summarize(const sim::Timeline& timeline) {
 
 Evaluation Evaluator::evaluate(const sim::Plan& plan) {
   ++count_;
-  const sim::Program program = sim::lower(*workload_, plan);
+  lowerer_.lower(plan, program_);
   sim::EngineOptions options;
   options.record_spans = false;
   options.record_memory = false;
   options.record_stalls = false;
-  return summarize(engine_.run(program, *machine_, options));
+  return summarize(engine_.run(program_, *machine_, options));
 }
 
 const sim::Timeline& Evaluator::simulate(const sim::Plan& plan) {
   ++count_;
-  const sim::Program program = sim::lower(*workload_, plan);
+  lowerer_.lower(plan, program_);
   sim::EngineOptions options;
   options.record_spans = false;
   options.record_memory = false;
-  return engine_.run(program, *machine_, options);
+  return engine_.run(program_, *machine_, options);
 }
 
 }  // namespace memplan::search

@@ -1,7 +1,7 @@
 #pragma once
 // Evaluator: the simulator as an oracle for policies and the search — lower a Plan, run it on the
-// Machine, return what it costs. It owns its Engine (and so its buffers), which makes repeated
-// evaluation cheap; use one Evaluator per thread.
+// Machine, return what it costs. It owns its Lowerer, Program and Engine (and so their buffers),
+// which makes repeated evaluation cheap; use one Evaluator per thread.
 #include <cstddef>
 
 #include "sim/engine.hpp"
@@ -41,6 +41,8 @@ class Evaluator {
  private:
   const sim::Workload* workload_;
   const sim::Machine* machine_;
+  sim::Lowerer lowerer_;
+  sim::Program program_;  // reused between plans
   sim::Engine engine_;
   std::size_t count_ = 0;
 };
