@@ -6,6 +6,11 @@
 namespace memplan::cli {
 
 void add_info_command(CLI::App& app);
+/// Sets `exit_status` to 1 when the simulated plan does not fit.
+void add_simulate_command(CLI::App& app, int& exit_status);
+void add_compare_command(CLI::App& app);
+/// Sets `exit_status` to 1 when no plan that fits was found.
+void add_search_command(CLI::App& app, int& exit_status);
 void add_zoo_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 

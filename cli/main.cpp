@@ -15,7 +15,11 @@ int main(int argc, char** argv) {
   app.name("memplan");
   app.require_subcommand(1);
   app.set_version_flag("--version", "memplan 0.1.0");
+  int exit_status = 0;
   memplan::cli::add_info_command(app);
+  memplan::cli::add_simulate_command(app, exit_status);
+  memplan::cli::add_compare_command(app);
+  memplan::cli::add_search_command(app, exit_status);
   memplan::cli::add_zoo_command(app);
   memplan::cli::add_import_command(app);
   try {
@@ -29,5 +33,5 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "memplan: {}\n", e.what());
     return 2;
   }
-  return 0;
+  return exit_status;
 }

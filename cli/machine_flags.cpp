@@ -1,0 +1,29 @@
+#include "cli/machine_flags.hpp"
+
+namespace memplan::cli {
+
+void add_machine_flags(CLI::App& command, MachineFlags& flags) {
+  command.add_option("--memory", flags.memory,
+                     "device memory capacity, e.g. 16GiB (default: the trace's)");
+  command.add_option("--link", flags.link, "link preset: pcie3, pcie4, pcie5, nvlink2, c2c");
+  command.add_option("--h2d", flags.h2d, "host-to-device bandwidth, e.g. 12.5GB/s");
+  command.add_option("--d2h", flags.d2h, "device-to-host bandwidth, e.g. 12.5GB/s");
+  command.add_option("--latency", flags.latency, "cost of issuing one copy, e.g. 10us");
+  command.add_option("--host-memory", flags.host_memory,
+                     "pinned host memory for swapped maps (default: unlimited)");
+}
+
+sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags) {
+  sim::MachineOverrides overrides;
+  if (!flags.memory.empty()) overrides.memory_bytes = sim::parse_bytes(flags.memory, "--memory");
+  if (!flags.link.empty()) overrides.link = flags.link;
+  if (!flags.h2d.empty()) overrides.h2d_bytes_per_s = sim::parse_bandwidth(flags.h2d, "--h2d");
+  if (!flags.d2h.empty()) overrides.d2h_bytes_per_s = sim::parse_bandwidth(flags.d2h, "--d2h");
+  if (!flags.latency.empty())
+    overrides.copy_latency_ns = sim::parse_duration(flags.latency, "--latency");
+  if (!flags.host_memory.empty())
+    overrides.host_memory_bytes = sim::parse_bytes(flags.host_memory, "--host-memory");
+  return sim::make_machine(workload.device, overrides);
+}
+
+}  // namespace memplan::cli

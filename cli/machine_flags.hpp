@@ -1,0 +1,27 @@
+#pragma once
+// The what-if flags every command that simulates shares (--memory, --link, --h2d, --d2h,
+// --latency, --host-memory), parsed the same way everywhere.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "sim/machine.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::cli {
+
+struct MachineFlags {
+  std::string memory;
+  std::string link;
+  std::string h2d;
+  std::string d2h;
+  std::string latency;
+  std::string host_memory;
+};
+
+void add_machine_flags(CLI::App& command, MachineFlags& flags);
+
+/// The trace's device with the flags applied. Throws InputError naming the bad flag.
+sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags);
+
+}  // namespace memplan::cli

@@ -1,0 +1,117 @@
+// `memplan search`: the best plan the search finds, starting from every policy.
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include "cli/commands.hpp"
+#include "cli/machine_flags.hpp"
+#include "search/plan_search.hpp"
+#include "sim/engine.hpp"
+#include "sim/input_error.hpp"
+#include "sim/lowering.hpp"
+#include "sim/plan_io.hpp"
+#include "sim/timeline_export.hpp"
+#include "sim/trace_io.hpp"
+
+namespace memplan::cli {
+
+void add_search_command(CLI::App& app, int& exit_status) {
+  struct Options {
+    std::string trace;
+    std::string encode;
+    MachineFlags machine;
+    int threads = 0;
+    double time_limit_s = 10.0;
+    std::size_t rounds = 0;
+    std::uint64_t seed = 1;
+    bool deterministic = false;
+    std::string output;
+    bool json = false;
+  };
+  auto options = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("search", "Search for a plan better than every policy's");
+  cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
+      ->required();
+  add_machine_flags(*cmd, options->machine);
+  cmd->add_option("--encode", options->encode,
+                  "Gist encodings the search may use: binarize, sparse, dpr, fp16, fp10, fp8, all");
+  cmd->add_option("--threads", options->threads, "worker threads (default: every core)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--time-limit", options->time_limit_s,
+                  "seconds for the improvement rounds (default 10)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--rounds", options->rounds,
+                  "stop after this many rounds (default: until converged)");
+  cmd->add_option("--seed", options->seed, "seed of the move sampler (default 1)");
+  cmd->add_flag("--deterministic", options->deterministic,
+                "the same plan for any number of threads");
+  cmd->add_option("-o,--output", options->output, "write the plan found (JSON)");
+  cmd->add_flag("--json", options->json, "print one JSON object");
+  cmd->callback([options, &exit_status] {
+    const sim::Workload workload = sim::read_trace(options->trace);
+    const sim::Machine machine = machine_from_flags(workload, options->machine);
+    search::SearchOptions so;
+    so.threads = options->threads;
+    so.time_limit_s = options->time_limit_s;
+    so.max_rounds = options->rounds;
+    so.seed = options->seed;
+    so.deterministic = options->deterministic;
+    so.encodings = search::parse_encoding_options(options->encode, "--encode");
+    const bool terminal = ::isatty(STDERR_FILENO) != 0 && !options->json;
+    if (terminal) {
+      so.on_progress = [](const search::SearchProgress& p) {
+        fmt::print(
+            stderr, "\rsearch: round {:>4}  best {:>10}  {:>8} plans  {:>8.0f} plans/s   ", p.round,
+            p.best.feasible ? fmt::format("{:.3f} ms", sim::to_seconds(p.best.iteration_ns) * 1e3)
+                            : std::string("no fit"),
+            p.evaluated, static_cast<double>(p.evaluated) / std::max(p.elapsed_s, 1e-9));
+      };
+    }
+    const search::SearchResult result = search::search_plan(workload, machine, so);
+    if (terminal) fmt::print(stderr, "\n");
+
+    const sim::Program program = sim::lower(workload, result.plan);
+    sim::Engine engine;
+    const sim::Timeline& timeline = engine.run(program, machine);
+    if (!options->output.empty()) {
+      sim::write_file_atomically(options->output, sim::write_plan(result.plan, workload));
+    }
+    const double policy_s = sim::to_seconds(result.best_policy_evaluation.iteration_ns);
+    if (options->json) {
+      nlohmann::json j = sim::summary_json(timeline, program, workload, machine);
+      j["policy"] = result.plan.policy;
+      j["best_policy"] = result.best_policy;
+      j["best_policy_feasible"] = result.best_policy_evaluation.feasible;
+      j["best_policy_iteration_s"] = result.best_policy_evaluation.feasible
+                                         ? nlohmann::json(policy_s)
+                                         : nlohmann::json(nullptr);
+      j["evaluated"] = result.evaluated;
+      j["rounds"] = result.rounds;
+      j["converged"] = result.converged;
+      j["search_s"] = result.elapsed_s;
+      fmt::print("{}\n", j.dump(2));
+    } else {
+      fmt::print("{}", sim::summary_text(timeline, program, workload, machine, "search"));
+      if (result.best_policy_evaluation.feasible && timeline.feasible) {
+        fmt::print("against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n",
+                   result.best_policy, policy_s * 1e3, sim::to_seconds(timeline.iteration_ns) * 1e3,
+                   (sim::to_seconds(timeline.iteration_ns) / policy_s - 1.0) * 100);
+      } else {
+        fmt::print("best policy: {} ({})\n", result.best_policy,
+                   result.best_policy_evaluation.feasible ? "fits" : "does not fit");
+      }
+      fmt::print("{} plans evaluated in {:.2f} s over {} rounds ({})\n", result.evaluated,
+                 result.elapsed_s, result.rounds,
+                 result.converged ? "converged" : "stopped by a limit");
+    }
+    if (!timeline.feasible) {
+      if (!options->json) {
+        fmt::print(stderr, "memplan: no plan found that fits: {}\n",
+                   sim::oom_to_text(*timeline.oom, program, workload));
+      }
+      exit_status = 1;
+    }
+  });
+}
+
+}  // namespace memplan::cli

@@ -1,0 +1,68 @@
+// Capuchin (Peng et al., ASPLOS 2020): tensor-access-driven swap and recompute.
+//
+// Note [Capuchin in a plan]
+// Capuchin measures, on one in-core iteration, each tensor's free time (FT: from the end of its
+// last forward access to the start of its first backward access) and, for recomputation, its
+// memory saving per second (MSPS: bytes freed / time to regenerate). It then picks tensors until
+// the memory to save (in-core peak minus capacity) is covered: swap first, for the candidates
+// whose FT can hide a round trip over the link (largest FT first); then recompute, for the
+// others, highest MSPS first. memplan reads FT from the in-core schedule and regeneration time from
+// the producer's duration, then simulates; while the plan still does not fit it takes the next
+// candidate (swap where it would hide, recompute otherwise), as Capuchin's feedback pass does.
+#include <algorithm>
+
+#include <fmt/core.h>
+
+#include "search/policy.hpp"
+#include "search/schedule.hpp"
+#include "sim/liveness.hpp"
+
+namespace memplan::search {
+
+PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view) {
+  const sim::Workload& w = view.workload();
+  const sim::Machine& machine = evaluator.machine();
+  sim::Plan plan = keep_all(view, "capuchin");
+  const std::size_t n = plan.decisions.size();
+  const InCoreSchedule schedule = in_core_schedule(w);
+
+  struct Candidate {
+    int map;
+    bool hides;                // a swap round trip fits in the free time
+    sim::Nanoseconds free_ns;  // for ranking swaps
+    double msps;               // for ranking recomputes
+  };
+  std::vector<Candidate> candidates;
+  for (std::size_t m = 0; m < n; ++m) {
+    const int map = static_cast<int>(m);
+    const sim::Nanoseconds ft = free_time(view, schedule, map);
+    const sim::Nanoseconds regen =
+        std::max<sim::Nanoseconds>(1, w.op(view.producer(map)).duration_ns);
+    candidates.push_back({map, ft >= swap_round_trip_ns(view, machine, map), ft,
+                          static_cast<double>(view.map_bytes(map)) / static_cast<double>(regen)});
+  }
+  // Swaps that hide, by free time; then the rest, by memory saved per second of recompute.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     if (a.hides != b.hides) return a.hides;
+                     return a.hides ? a.free_ns > b.free_ns : a.msps > b.msps;
+                   });
+
+  const sim::Bytes to_save = sim::incore_peak(w).bytes - machine.memory_bytes;
+  sim::Bytes saved = 0;
+  std::size_t next = 0;
+  auto take = [&] {
+    const Candidate& c = candidates[next++];
+    plan.decisions[static_cast<std::size_t>(c.map)].action =
+        c.hides ? sim::Action::kSwap : sim::Action::kRecompute;
+    saved += view.map_bytes(c.map);
+  };
+  while (next < candidates.size() && saved < to_save) take();
+  while (next < candidates.size() && !evaluator.evaluate(plan).feasible) take();
+  const auto counts = plan.action_counts();
+  std::string note =
+      fmt::format("{} swapped (free time hides them), {} recomputed by MSPS", counts[1], counts[2]);
+  return {std::move(plan), false, std::move(note)};
+}
+
+}  // namespace memplan::search

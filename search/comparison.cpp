@@ -1,0 +1,112 @@
+#include "search/comparison.hpp"
+
+#include <chrono>
+#include <limits>
+
+#include <fmt/core.h>
+
+#include "sim/basic_plans.hpp"
+#include "sim/engine.hpp"
+#include "sim/lowering.hpp"
+#include "sim/timeline_export.hpp"
+
+namespace memplan::search {
+
+sim::Nanoseconds ideal_iteration_ns(const sim::Workload& workload, const sim::Machine& machine) {
+  sim::Machine unlimited = machine;
+  unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
+  sim::Engine engine;
+  sim::EngineOptions quiet{false, false, false};
+  return engine.run(sim::lower(workload, sim::in_core_plan(workload)), unlimited, quiet)
+      .iteration_ns;
+}
+
+Comparison compare_policies(const sim::Workload& workload, const sim::Machine& machine,
+                            const EncodingOptions& encodings) {
+  Comparison result;
+  result.ideal_ns = ideal_iteration_ns(workload, machine);
+  const NetworkView view(workload);
+  sim::Engine engine;
+  for (const Policy& policy : policies()) {
+    Evaluator evaluator(workload, machine);
+    const auto start = std::chrono::steady_clock::now();
+    PolicyDecision decision = policy.decide(evaluator, view);
+    decision.plan = apply_encodings(decision.plan, view, encodings);
+    const auto stop = std::chrono::steady_clock::now();
+    ComparisonRow row;
+    row.policy = decision.plan.policy;
+    row.decide_s = std::chrono::duration<double>(stop - start).count();
+    row.program = sim::lower(workload, decision.plan);
+    row.timeline = engine.run(row.program, machine, {false, false, false});
+    row.decision = std::move(decision);
+    if (row.timeline.feasible && result.ideal_ns > 0) {
+      row.overhead =
+          static_cast<double>(row.timeline.iteration_ns) / static_cast<double>(result.ideal_ns) -
+          1.0;
+    }
+    result.rows.push_back(std::move(row));
+  }
+  return result;
+}
+
+nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload& workload,
+                               const sim::Machine& machine) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ComparisonRow& row : comparison.rows) {
+    nlohmann::json j = sim::summary_json(row.timeline, row.program, workload, machine);
+    j["policy"] = row.policy;
+    j["overhead"] = row.timeline.feasible ? nlohmann::json(row.overhead) : nlohmann::json(nullptr);
+    j["decide_s"] = row.decide_s;
+    j["note"] = row.decision.note;
+    j["gave_up"] = row.decision.gave_up;
+    rows.push_back(std::move(j));
+  }
+  return {{"ideal_s", sim::to_seconds(comparison.ideal_ns)}, {"rows", std::move(rows)}};
+}
+
+std::string comparison_text(const Comparison& comparison, const sim::Workload& workload,
+                            const sim::Machine& machine) {
+  std::string out =
+      fmt::format("device memory {}, H2D {:.1f} GB/s, D2H {:.1f} GB/s; ideal iteration {:.3f} ms\n",
+                  sim::format_bytes(machine.memory_bytes), machine.h2d_bytes_per_s / 1e9,
+                  machine.d2h_bytes_per_s / 1e9, sim::to_seconds(comparison.ideal_ns) * 1e3);
+  out += fmt::format("{:<22} {:>4} {:>12} {:>9} {:>12} {:>5} {:>5} {:>5} {:>5} {:>9}  {}\n",
+                     "policy", "fits", "iteration", "overhead", "peak", "keep", "swap", "recmp",
+                     "enc", "decide", "note");
+  for (const ComparisonRow& row : comparison.rows) {
+    const auto counts = row.decision.plan.action_counts();
+    const bool fits = row.timeline.feasible;
+    out += fmt::format(
+        "{:<22} {:>4} {:>12} {:>9} {:>12} {:>5} {:>5} {:>5} {:>5} {:>8.3f}s  {}\n", row.policy,
+        fits ? "yes" : "no",
+        fits ? fmt::format("{:.3f} ms", sim::to_seconds(row.timeline.iteration_ns) * 1e3) : "-",
+        fits ? fmt::format("{:+.1f}%", row.overhead * 100) : "-",
+        sim::format_bytes(row.timeline.peak_bytes), counts[0], counts[1], counts[2], counts[3],
+        row.decide_s, row.decision.note);
+    if (!fits && row.timeline.oom) {
+      out += fmt::format("{:<22} why not: {}\n", "",
+                         sim::oom_to_text(*row.timeline.oom, row.program, workload));
+    }
+  }
+  return out;
+}
+
+std::string comparison_csv(const Comparison& comparison) {
+  std::string out =
+      "policy,feasible,iteration_s,overhead,peak_bytes,peak_reserved_bytes,stall_s,keep,swap,"
+      "recompute,encode,"
+      "decide_s\n";
+  for (const ComparisonRow& row : comparison.rows) {
+    const auto counts = row.decision.plan.action_counts();
+    out += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{}\n", row.policy, row.timeline.feasible ? 1 : 0,
+        row.timeline.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.timeline.iteration_ns))
+                              : "",
+        row.timeline.feasible ? fmt::format("{:.6f}", row.overhead) : "", row.timeline.peak_bytes,
+        row.timeline.peak_reserved_bytes, sim::to_seconds(row.timeline.stall_ns()), counts[0],
+        counts[1], counts[2], counts[3], row.decide_s);
+  }
+  return out;
+}
+
+}  // namespace memplan::search

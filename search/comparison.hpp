@@ -1,0 +1,50 @@
+#pragma once
+// Comparison: every policy on the same workload and machine, each plan simulated by the same
+// engine — what `memplan compare` prints. A row says whether the policy's plan fits (and if not,
+// why), the iteration time, the overhead against an ideal device with unlimited memory, the
+// peak, the actions taken and how long the policy took to decide.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "search/gist.hpp"
+#include "search/policy.hpp"
+#include "sim/machine.hpp"
+#include "sim/program.hpp"
+#include "sim/timeline.hpp"
+
+namespace memplan::search {
+
+struct ComparisonRow {
+  std::string policy;
+  PolicyDecision decision;
+  sim::Program program;
+  sim::Timeline timeline;
+  double overhead = 0.0;  // iteration time / ideal iteration time - 1 (when it fits)
+  double decide_s = 0.0;  // wall-clock time the policy took to decide
+};
+
+struct Comparison {
+  sim::Nanoseconds ideal_ns = 0;  // in-core on a device with unlimited memory
+  std::vector<ComparisonRow> rows;
+};
+
+/// Runs every policy of policies() (with the encodings applied to its plan when any is enabled).
+Comparison compare_policies(const sim::Workload& workload, const sim::Machine& machine,
+                            const EncodingOptions& encodings = {});
+
+/// The iteration time of the in-core plan on this machine with unlimited device memory.
+sim::Nanoseconds ideal_iteration_ns(const sim::Workload& workload, const sim::Machine& machine);
+
+/// `{"ideal_s": ..., "rows": [...]}`; each row: `policy`, the fields of `memplan simulate --json`,
+/// `overhead`, `decide_s`, `note`.
+nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload& workload,
+                               const sim::Machine& machine);
+/// One line per policy, in columns.
+std::string comparison_text(const Comparison& comparison, const sim::Workload& workload,
+                            const sim::Machine& machine);
+/// Header and one line per policy.
+std::string comparison_csv(const Comparison& comparison);
+
+}  // namespace memplan::search

@@ -1,0 +1,53 @@
+#pragma once
+// Evaluator: the simulator as an oracle for policies and the search — lower a Plan, run it on the
+// Machine, return what it costs. It owns its Lowerer, Program and Engine (and so their buffers),
+// which makes repeated evaluation cheap; use one Evaluator per thread.
+#include <cstddef>
+
+#include "sim/engine.hpp"
+#include "sim/lowering.hpp"
+#include "sim/machine.hpp"
+#include "sim/plan.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::search {
+
+struct Evaluation {
+  bool feasible = false;
+  sim::Nanoseconds iteration_ns = 0;
+  sim::Bytes peak_bytes = 0;
+  sim::Bytes peak_reserved_bytes = 0;
+  sim::Nanoseconds stall_ns = 0;
+  sim::OpId oom_op = sim::kNoId;  // where memory ran out, when it did
+  sim::Bytes oom_bytes_missing = 0;
+};
+
+class Evaluator {
+ public:
+  /// Both must outlive the Evaluator.
+  Evaluator(const sim::Workload& workload, const sim::Machine& machine);
+
+  /// Cost of a plan (no per-instruction detail is kept).
+  Evaluation evaluate(const sim::Plan& plan);
+  /// The full timeline of a plan (spans, stalls with the tensor they wait for); valid until the
+  /// next call on this Evaluator.
+  const sim::Timeline& simulate(const sim::Plan& plan);
+
+  [[nodiscard]] const sim::Workload& workload() const { return *workload_; }
+  [[nodiscard]] const sim::Machine& machine() const { return *machine_; }
+  /// Plans evaluated or simulated so far.
+  [[nodiscard]] std::size_t count() const { return count_; }
+
+ private:
+  const sim::Workload* workload_;
+  const sim::Machine* machine_;
+  sim::Lowerer lowerer_;
+  sim::Program program_;  // reused between plans
+  sim::Engine engine_;
+  std::size_t count_ = 0;
+};
+
+/// The Evaluation summary of a timeline.
+Evaluation summarize(const sim::Timeline& timeline);
+
+}  // namespace memplan::search

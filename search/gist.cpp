@@ -1,0 +1,69 @@
+#include "search/gist.hpp"
+
+#include <fmt/core.h>
+
+#include "sim/input_error.hpp"
+
+namespace memplan::search {
+
+EncodingOptions parse_encoding_options(std::string_view list, std::string_view where) {
+  EncodingOptions options;
+  auto set_precision = [&](sim::Encoding e, std::string_view item) {
+    if (options.precision_reduction && *options.precision_reduction != e) {
+      throw sim::InputError(std::string(where),
+                            fmt::format("'{}': only one precision reduction at a time", item));
+    }
+    options.precision_reduction = e;
+  };
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    if (item == "binarize") {
+      options.binarize = true;
+    } else if (item == "sparse") {
+      options.sparse = true;
+    } else if (item == "dpr" || item == "fp16") {
+      set_precision(sim::Encoding::kFp16, item);
+    } else if (item == "fp10") {
+      set_precision(sim::Encoding::kFp10, item);
+    } else if (item == "fp8") {
+      set_precision(sim::Encoding::kFp8, item);
+    } else if (item == "all") {
+      options.binarize = options.sparse = true;
+      set_precision(sim::Encoding::kFp16, item);
+    } else {
+      throw sim::InputError(
+          std::string(where),
+          fmt::format("unknown encoding '{}' (binarize, sparse, dpr, fp16, fp10, fp8, all)", item));
+    }
+  }
+  return options;
+}
+
+sim::Plan apply_encodings(const sim::Plan& plan, const NetworkView& view,
+                          const EncodingOptions& options) {
+  sim::Plan result = plan;
+  if (!options.any()) return result;
+  result.policy += "+gist";
+  for (std::size_t m = 0; m < result.decisions.size(); ++m) {
+    sim::Decision& d = result.decisions[m];
+    if (d.action != sim::Action::kKeep) continue;
+    std::vector<sim::Encoding> tries;
+    if (options.binarize) tries.push_back(sim::Encoding::kBinarize);
+    if (options.sparse) tries.push_back(sim::Encoding::kSparse);
+    if (options.precision_reduction) tries.push_back(*options.precision_reduction);
+    for (sim::Encoding e : tries) {
+      sim::Decision candidate = d;
+      candidate.action = sim::Action::kEncode;
+      candidate.encoding = e;
+      if (sim::decision_problem(candidate, view.feature_maps()[m], view.workload()).empty()) {
+        d = candidate;
+        break;
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace memplan::search

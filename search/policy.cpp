@@ -1,0 +1,52 @@
+#include "search/policy.hpp"
+
+namespace memplan::search {
+
+sim::Plan keep_all(const NetworkView& view, std::string_view policy) {
+  sim::Plan plan;
+  plan.policy = std::string(policy);
+  plan.fingerprint = sim::workload_fingerprint(view.workload());
+  for (const sim::FeatureMap& map : view.feature_maps()) {
+    sim::Decision d;
+    d.tensor = map.tensor;
+    plan.decisions.push_back(d);
+  }
+  return plan;
+}
+
+PolicyDecision decide_in_core(Evaluator& /*evaluator*/, const NetworkView& view) {
+  return {keep_all(view, "in-core"), false, "every feature map kept"};
+}
+
+const std::vector<Policy>& policies() {
+  static const std::vector<Policy> kPolicies{
+      {"in-core", "keep every feature map on the device", decide_in_core},
+      {"vdnn-all", "vDNN: swap the input of every layer, prefetch one layer ahead",
+       decide_vdnn_all},
+      {"vdnn-conv", "vDNN: swap the inputs of conv layers, prefetch up to the next conv",
+       decide_vdnn_conv},
+      {"layrub", "Layrub: migrate every feature map to host, bring it back layer by layer",
+       decide_layrub},
+      {"checkpoint-sqrt", "Chen et al.: keep every sqrt(n)-th map, recompute the rest",
+       decide_checkpoint_sqrt},
+      {"superneurons", "SuperNeurons: recompute cheap layers, LRU-swap checkpoints on demand",
+       decide_superneurons},
+      {"pooch", "PoocH: profile all-swap, enumerate keep/swap, then swap->recompute by r(X)",
+       decide_pooch},
+      {"capuchin",
+       "Capuchin: swap where free time hides it, else recompute by memory saved per second",
+       decide_capuchin},
+      {"dtr", "DTR: evict by recompute cost / (bytes x staleness) when memory runs out",
+       decide_dtr},
+  };
+  return kPolicies;
+}
+
+const Policy* find_policy(std::string_view name) {
+  for (const Policy& p : policies()) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace memplan::search

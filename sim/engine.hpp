@@ -1,0 +1,45 @@
+#pragma once
+// Engine: discrete-event simulation of a Program on a Machine (docs/simulator.md "Engine rules").
+// Each stream runs its list in order; a wait blocks its stream until the event is recorded; the
+// two copy streams are the two copy engines (copies in one direction run one after another, the
+// directions overlap each other and compute). Every alloc and free goes through a DeviceArena of
+// the machine's capacity; an allocation that finds no block ends the run as infeasible with an
+// OomReport, never a crash. Time is integer nanoseconds.
+//
+// Because streams interact only through events, the engine advances each stream as far as it can
+// and moves to the next when it blocks: no event queue, O(1) per instruction. An Engine keeps its
+// buffers (arena pool, event times, the Timeline) between runs so that a search can simulate
+// thousands of plans per thread without touching the heap; use one Engine per thread.
+#include <vector>
+
+#include "sim/device_arena.hpp"
+#include "sim/machine.hpp"
+#include "sim/program.hpp"
+#include "sim/timeline.hpp"
+
+namespace memplan::sim {
+
+struct EngineOptions {
+  bool record_spans = true;   // Timeline::spans
+  bool record_memory = true;  // Timeline::memory
+  bool record_stalls = true;  // Timeline::stalls (the per-cause totals are always kept)
+};
+
+class Engine {
+ public:
+  /// Simulates `program`; the result stays valid until the next run on this Engine.
+  const Timeline& run(const Program& program, const Machine& machine,
+                      const EngineOptions& options = {});
+
+ private:
+  void out_of_memory(const Program& program, const Instruction& in, Nanoseconds now);
+  void host_peak(const Machine& machine);
+
+  DeviceArena arena_;
+  std::vector<Nanoseconds> event_time_;
+  std::vector<DeviceArena::Offset> offset_;
+  std::vector<std::pair<Nanoseconds, Bytes>> host_changes_;
+  Timeline timeline_;
+};
+
+}  // namespace memplan::sim

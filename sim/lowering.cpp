@@ -1,0 +1,353 @@
+#include "sim/lowering.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "sim/check.hpp"
+#include "sim/liveness.hpp"
+
+namespace memplan::sim {
+
+namespace {
+constexpr std::int64_t kNeverFreed = std::numeric_limits<std::int64_t>::max();
+constexpr std::size_t at(std::int32_t i) {
+  return static_cast<std::size_t>(i);
+}
+}  // namespace
+
+void Lowerer::PerOp::build(std::size_t op_count,
+                           const std::vector<std::pair<OpId, TensorId>>& entries) {
+  // Counting sort by op, stable: tensors keep the order in which they were listed.
+  begin.assign(op_count + 1, 0);
+  for (const auto& [op, t] : entries) ++begin[at(op) + 1];
+  for (std::size_t i = 0; i < op_count; ++i) begin[i + 1] += begin[i];
+  items.resize(entries.size());
+  std::vector<std::int32_t>& next = begin;  // filled in place, then shifted back
+  for (const auto& [op, t] : entries) items[at(next[at(op)]++)] = t;
+  for (std::size_t i = op_count; i > 0; --i) begin[i] = begin[i - 1];
+  begin[0] = 0;
+}
+
+Lowerer::Lowerer(const Workload& workload) : w_(workload) {
+  maps_ = find_feature_maps(w_);
+  map_of_.assign(w_.tensors.size(), -1);
+  for (std::size_t i = 0; i < maps_.size(); ++i)
+    map_of_[at(maps_[i].tensor)] = static_cast<std::int32_t>(i);
+  const Liveness liveness = analyze_liveness(w_);
+  std::vector<bool> read(w_.tensors.size(), false);
+  for (const Op& op : w_.ops) {
+    op_compute_ns_ += op.duration_ns;
+    for (TensorId t : op.inputs) read[at(t)] = true;
+  }
+  entries_.clear();
+  for (const Tensor& t : w_.tensors) {
+    if (is_preexisting(t.kind)) {
+      // Cannot be regenerated: stays until its last reference, recomputes included.
+      if (read[at(t.id)]) preexisting_read_.push_back(t.id);
+      continue;
+    }
+    const OpId last = liveness.last_use[at(t.id)];
+    entries_.emplace_back(last == kNoId ? t.producer : last, t.id);
+  }
+  drop_at_.build(w_.ops.size(), entries_);
+}
+
+void Lowerer::lower(const Plan& plan, Program& out) {
+  program_ = &out;
+  for (auto& stream : out.streams) stream.clear();
+  out.operands.clear();
+  out.buffers.clear();
+  out.events.clear();
+  out.host_slots.clear();
+  out.op_compute_ns = op_compute_ns_;
+  out.action_counts = {};
+  const std::size_t n_tensors = w_.tensors.size();
+  decision_.assign(n_tensors, nullptr);
+  loc_.assign(n_tensors, -1);
+  slot_.assign(n_tensors, -1);
+  in_event_.assign(n_tensors, -1);
+  out_event_.assign(n_tensors, -1);
+  awaiting_in_.assign(n_tensors, 0);
+  encoded_.assign(n_tensors, -1);
+  body_.clear();
+  last_ref_.clear();
+  operand_stack_.clear();
+
+  MEMPLAN_CHECK(plan.decisions.size() == maps_.size(), "a plan decides every feature map");
+  // Drop points and prefetch points of this plan.
+  entries_.clear();
+  std::vector<std::pair<OpId, TensorId>> prefetches;
+  for (const Decision& d : plan.decisions) {
+    const std::int32_t m = map_of_[at(d.tensor)];
+    MEMPLAN_CHECK(m >= 0, "a plan decides feature maps only");
+    decision_[at(d.tensor)] = &d;
+    ++out.action_counts[static_cast<std::size_t>(d.action)];
+    if (d.action == Action::kKeep) continue;
+    const FeatureMap& map = maps_[at(m)];
+    const OpId producer = w_.tensor(d.tensor).producer;
+    const OpId drop =
+        map.forward_uses.empty() ? producer : std::max(producer, map.forward_uses.back());
+    entries_.emplace_back(drop, d.tensor);
+    if (d.action == Action::kSwap) {
+      OpId when = d.prefetch_before;
+      if (when == kNoId) {
+        const OpId first_backward = map.backward_uses.front();
+        when = first_backward - 1 > drop ? first_backward - 1 : first_backward;
+      }
+      prefetches.emplace_back(when, d.tensor);
+    }
+  }
+  forward_drop_at_.build(w_.ops.size(), entries_);
+  prefetch_at_.build(w_.ops.size(), prefetches);
+
+  for (TensorId t : preexisting_read_) {
+    const BufferId b = new_tensor_buffer(t, kNoId);
+    if (is_persistent(w_.tensor(t).kind)) last_ref_[at(b)] = kNeverFreed;
+    loc_[at(t)] = b;
+  }
+  for (const Op& op : w_.ops) {
+    const auto i = at(op.id);
+    for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
+      const TensorId t = prefetch_at_.items[at(k)];
+      if (loc_[at(t)] < 0) issue_prefetch(t, op.id);
+    }
+    emit_op(op, InstrKind::kRun);
+    for (TensorId t : op.outputs) {
+      const Decision* d = decision_[at(t)];
+      if (d != nullptr && d->action == Action::kSwap) issue_copy_out(t, op.id);
+    }
+    for (auto k = forward_drop_at_.begin[i]; k < forward_drop_at_.begin[i + 1]; ++k) {
+      forward_drop(forward_drop_at_.items[at(k)], op.id);
+    }
+    for (auto k = drop_at_.begin[i]; k < drop_at_.begin[i + 1]; ++k)
+      loc_[at(drop_at_.items[at(k)])] = -1;
+  }
+  place_frees();
+  program_ = nullptr;
+}
+
+std::int64_t Lowerer::emit(const Instruction& in) {
+  body_.push_back(in);
+  return static_cast<std::int64_t>(body_.size()) - 1;
+}
+
+void Lowerer::touch(BufferId b, std::int64_t when) {
+  auto& ref = last_ref_[at(b)];
+  if (ref != kNeverFreed) ref = std::max(ref, when);
+}
+
+BufferId Lowerer::new_buffer(const Buffer& buffer, OpId for_op) {
+  const auto b = static_cast<BufferId>(program_->buffers.size());
+  program_->buffers.push_back(buffer);
+  last_ref_.push_back(emit({InstrKind::kAlloc, for_op, b, -1, 0, 0, 0}));
+  return b;
+}
+
+BufferId Lowerer::new_tensor_buffer(TensorId t, OpId for_op) {
+  const Tensor& tensor = w_.tensor(t);
+  return new_buffer({tensor.bytes, BufferRole::kTensor, tensor.kind, t, kNoId, Encoding::kNone},
+                    for_op);
+}
+
+EventId Lowerer::new_event(WaitCause cause, TensorId t) {
+  program_->events.push_back({cause, t});
+  return static_cast<EventId>(program_->events.size()) - 1;
+}
+
+bool Lowerer::restorable(TensorId t) const {
+  const Decision* d = decision_[at(t)];
+  if (d == nullptr) return false;
+  return (d->action == Action::kSwap && slot_[at(t)] >= 0) ||
+         (d->action == Action::kEncode && encoded_[at(t)] >= 0);
+}
+
+// Makes tensor t resident before `for_op` runs and returns its buffer.
+BufferId Lowerer::ensure(TensorId t, OpId for_op) {
+  if (loc_[at(t)] < 0 && !restorable(t)) regenerate(t);
+  return make_resident(t, for_op);
+}
+
+// Brings back a resident-or-restorable tensor (prefetch wait, on-demand prefetch or decode).
+BufferId Lowerer::make_resident(TensorId t, OpId for_op) {
+  const auto ti = at(t);
+  if (loc_[ti] < 0) {
+    MEMPLAN_CHECK(restorable(t), "a tensor that is gone is restored or regenerated");
+    if (decision_[ti]->action == Action::kSwap) {
+      issue_prefetch(t, for_op);
+    } else {
+      const BufferId b = new_tensor_buffer(t, for_op);
+      const BufferId e = encoded_[ti];
+      const auto when = emit({InstrKind::kDecode, for_op, b, e, 0, 0, 0});
+      touch(b, when);
+      touch(e, when);
+      loc_[ti] = b;
+    }
+  }
+  if (awaiting_in_[ti] != 0) {
+    touch(loc_[ti], emit({InstrKind::kWait, for_op, -1, in_event_[ti], 0, 0, 0}));
+    awaiting_in_[ti] = 0;
+  }
+  MEMPLAN_CHECK(loc_[ti] >= 0, "an input is resident before its consumer runs");
+  return loc_[ti];
+}
+
+// Re-runs the producer of t, after making its inputs resident; inputs that are gone too are
+// regenerated first. An explicit stack of frames instead of recursion: a 1517-layer chain of
+// recomputed maps is thousands of ops deep.
+void Lowerer::regenerate(TensorId t) {
+  auto push = [&](TensorId tensor) {
+    const OpId producer = w_.tensor(tensor).producer;
+    MEMPLAN_CHECK(producer != kNoId && w_.op(producer).phase == Phase::kForward,
+                  "only tensors written by forward ops are regenerated (validate_plan)");
+    frames_.push_back({tensor, producer, 0, operand_stack_.size()});
+  };
+  push(t);
+  while (!frames_.empty()) {
+    const Frame frame = frames_.back();
+    const Op& op = w_.op(frame.op);
+    if (frame.next_input < op.inputs.size()) {
+      const TensorId x = op.inputs[frame.next_input];
+      if (loc_[at(x)] < 0 && !restorable(x)) {
+        push(x);  // come back to this input once x is regenerated
+        continue;
+      }
+      operand_stack_.push_back(make_resident(x, op.id));
+      ++frames_.back().next_input;
+    } else {
+      frames_.pop_back();
+      finish_op(op, InstrKind::kRecompute, frame.operand_base);
+      MEMPLAN_CHECK(loc_[at(frame.wanted)] >= 0, "a regenerated tensor is resident");
+    }
+  }
+}
+
+void Lowerer::emit_op(const Op& op, InstrKind kind) {
+  const std::size_t base = operand_stack_.size();
+  for (TensorId x : op.inputs) {
+    const BufferId b = ensure(x, op.id);
+    operand_stack_.push_back(b);
+  }
+  finish_op(op, kind, base);
+}
+
+// With the op's input buffers on the operand stack above `base`: allocates outputs and workspace,
+// emits the op and pops its operands.
+void Lowerer::finish_op(const Op& op, InstrKind kind, std::size_t base) {
+  for (TensorId o : op.outputs) {
+    const Tensor& out = w_.tensor(o);
+    BufferId b = -1;
+    if (out.in_place_of != kNoId) {
+      // An in-place output takes over its base's buffer.
+      b = loc_[at(out.in_place_of)];
+      MEMPLAN_CHECK(b >= 0, "the base of an in-place output is resident");
+      loc_[at(out.in_place_of)] = -1;
+    } else {
+      b = new_tensor_buffer(o, op.id);
+    }
+    operand_stack_.push_back(b);
+    // A recompute may write an output that is still resident elsewhere: then its new copy is a
+    // temporary, freed right after (nothing points to it).
+    if (kind == InstrKind::kRun || loc_[at(o)] < 0) loc_[at(o)] = b;
+  }
+  if (op.workspace_bytes > 0) {
+    const BufferId ws = new_buffer({op.workspace_bytes, BufferRole::kWorkspace,
+                                    TensorKind::kWorkspace, kNoId, op.id, Encoding::kNone},
+                                   op.id);
+    operand_stack_.push_back(ws);
+  }
+  const auto begin = static_cast<std::int32_t>(program_->operands.size());
+  const auto count = static_cast<std::int32_t>(operand_stack_.size() - base);
+  program_->operands.insert(program_->operands.end(),
+                            operand_stack_.begin() + static_cast<std::ptrdiff_t>(base),
+                            operand_stack_.end());
+  const auto when = emit({kind, op.id, -1, -1, begin, count, op.duration_ns});
+  for (std::size_t k = base; k < operand_stack_.size(); ++k) touch(operand_stack_[k], when);
+  operand_stack_.resize(base);
+}
+
+void Lowerer::issue_copy_out(TensorId t, OpId producer) {
+  const auto ti = at(t);
+  const BufferId b = loc_[ti];
+  slot_[ti] = static_cast<HostSlotId>(program_->host_slots.size());
+  program_->host_slots.push_back({t, w_.tensor(t).bytes});
+  const EventId written = new_event(WaitCause::kProducer, t);
+  out_event_[ti] = new_event(WaitCause::kSwapOut, t);
+  emit({InstrKind::kRecord, producer, -1, written, 0, 0, 0});
+  auto& d2h = program_->streams[static_cast<std::size_t>(StreamId::kD2H)];
+  d2h.push_back({InstrKind::kWait, producer, -1, written, 0, 0, 0});
+  d2h.push_back({InstrKind::kCopyOut, producer, b, slot_[ti], 0, 0, 0});
+  d2h.push_back({InstrKind::kRecord, producer, -1, out_event_[ti], 0, 0, 0});
+}
+
+void Lowerer::issue_prefetch(TensorId t, OpId at_op) {
+  const auto ti = at(t);
+  MEMPLAN_CHECK(slot_[ti] >= 0, "a map is copied out before it is prefetched");
+  const BufferId b = new_tensor_buffer(t, at_op);
+  const EventId allocated = new_event(WaitCause::kAlloc, t);
+  in_event_[ti] = new_event(WaitCause::kSwapIn, t);
+  touch(b, emit({InstrKind::kRecord, at_op, -1, allocated, 0, 0, 0}));
+  auto& h2d = program_->streams[static_cast<std::size_t>(StreamId::kH2D)];
+  h2d.push_back({InstrKind::kWait, at_op, -1, allocated, 0, 0, 0});
+  h2d.push_back({InstrKind::kCopyIn, at_op, b, slot_[ti], 0, 0, 0});
+  h2d.push_back({InstrKind::kRecord, at_op, -1, in_event_[ti], 0, 0, 0});
+  loc_[ti] = b;
+  awaiting_in_[ti] = 1;
+}
+
+// After the map's last forward use: release the device copy the plan does not keep.
+void Lowerer::forward_drop(TensorId t, OpId op) {
+  const auto ti = at(t);
+  const BufferId b = loc_[ti];
+  MEMPLAN_CHECK(b >= 0, "a map is resident at its last forward use");
+  const Decision& d = *decision_[ti];
+  if (d.action == Action::kSwap) {
+    // The buffer may only go once the copy-out has read it.
+    touch(b, emit({InstrKind::kWait, op, -1, out_event_[ti], 0, 0, 0}));
+  } else if (d.action == Action::kEncode) {
+    const Tensor& tensor = w_.tensor(t);
+    const BufferId e = new_buffer({encoded_bytes(d.encoding, tensor), BufferRole::kEncoded,
+                                   tensor.kind, t, kNoId, d.encoding},
+                                  op);
+    const auto when = emit({InstrKind::kEncode, op, b, e, 0, 0, 0});
+    touch(b, when);
+    touch(e, when);
+    encoded_[ti] = e;
+  }
+  loc_[ti] = -1;
+}
+
+// Writes the compute stream: the body with each buffer's free right after its last reference.
+void Lowerer::place_frees() {
+  // Counting sort of buffers by the instruction after which they are freed (buffer id order).
+  free_begin_.assign(body_.size() + 1, 0);
+  for (std::int64_t ref : last_ref_) {
+    if (ref == kNeverFreed) continue;
+    MEMPLAN_CHECK(ref >= 0, "every buffer is referenced");
+    ++free_begin_[static_cast<std::size_t>(ref) + 1];
+  }
+  for (std::size_t i = 0; i < body_.size(); ++i) free_begin_[i + 1] += free_begin_[i];
+  free_items_.resize(static_cast<std::size_t>(free_begin_.back()));
+  for (std::size_t b = 0; b < last_ref_.size(); ++b) {
+    if (last_ref_[b] == kNeverFreed) continue;
+    free_items_[at(free_begin_[static_cast<std::size_t>(last_ref_[b])]++)] =
+        static_cast<BufferId>(b);
+  }
+  // free_begin_[i] is now the end of instruction i's frees; its start is the previous end.
+  auto& out = program_->streams[static_cast<std::size_t>(StreamId::kCompute)];
+  out.reserve(body_.size() + free_items_.size());
+  std::int32_t k = 0;
+  for (std::size_t i = 0; i < body_.size(); ++i) {
+    out.push_back(body_[i]);
+    for (; k < free_begin_[i]; ++k)
+      out.push_back({InstrKind::kFree, body_[i].op, free_items_[at(k)], -1, 0, 0, 0});
+  }
+}
+
+Program lower(const Workload& workload, const Plan& plan) {
+  Lowerer lowerer(workload);
+  Program program;
+  lowerer.lower(plan, program);
+  return program;
+}
+
+}  // namespace memplan::sim

@@ -1,0 +1,94 @@
+#pragma once
+// Lowering: Plan -> Program (docs/simulator.md "Lowering"). One pass over the ops in issue order
+// keeps, for every tensor, the device buffer that currently holds its contents; an op whose input
+// is not resident gets it back first (prefetch wait, decode, or recompute of its producer,
+// recursively). Frees are placed after the last compute instruction that references a buffer, so
+// every buffer dies as early as the plan allows, and regenerated tensors live exactly as long as
+// some later instruction needs them. The lowering is deterministic: same workload and plan, same
+// Program.
+//
+// A Lowerer computes what does not depend on the plan (liveness, feature maps) once per workload
+// and keeps its scratch buffers, so a search lowering thousands of plans of one workload per
+// thread does little allocation. Use one Lowerer per thread.
+#include <cstdint>
+#include <vector>
+
+#include "sim/feature_maps.hpp"
+#include "sim/plan.hpp"
+#include "sim/program.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::sim {
+
+class Lowerer {
+ public:
+  /// Requires a validated workload that outlives the Lowerer.
+  explicit Lowerer(const Workload& workload);
+
+  /// Lowers a plan that validate_plan accepts for the workload into `out` (its old contents are
+  /// replaced; its capacity is reused).
+  void lower(const Plan& plan, Program& out);
+
+ private:
+  // Lists of tensors per op, stored flat: items[begin[op] .. begin[op + 1]).
+  struct PerOp {
+    std::vector<std::int32_t> begin;
+    std::vector<TensorId> items;
+    void build(std::size_t op_count, const std::vector<std::pair<OpId, TensorId>>& entries);
+  };
+
+  struct Frame {
+    TensorId wanted;  // the tensor this re-run is for
+    OpId op;
+    std::size_t next_input;
+    std::size_t operand_base;
+  };
+
+  void emit_op(const Op& op, InstrKind kind);
+  void finish_op(const Op& op, InstrKind kind, std::size_t base);
+  BufferId ensure(TensorId t, OpId for_op);
+  BufferId make_resident(TensorId t, OpId for_op);
+  void regenerate(TensorId t);
+  [[nodiscard]] bool restorable(TensorId t) const;
+  void issue_copy_out(TensorId t, OpId producer);
+  void issue_prefetch(TensorId t, OpId at_op);
+  void forward_drop(TensorId t, OpId op);
+  void place_frees();
+  std::int64_t emit(const Instruction& in);
+  void touch(BufferId b, std::int64_t at);
+  BufferId new_buffer(const Buffer& buffer, OpId for_op);
+  BufferId new_tensor_buffer(TensorId t, OpId for_op);
+  EventId new_event(WaitCause cause, TensorId t);
+
+  // Per workload.
+  const Workload& w_;
+  std::vector<FeatureMap> maps_;
+  std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
+  PerOp drop_at_;                     // tensors whose last use (in the original order) is the op
+  std::vector<TensorId> preexisting_read_;  // allocated before the step, in tensor id order
+  Nanoseconds op_compute_ns_ = 0;
+
+  // Per plan (scratch, reused).
+  Program* program_ = nullptr;
+  std::vector<const Decision*> decision_;
+  std::vector<BufferId> loc_;
+  std::vector<HostSlotId> slot_;
+  std::vector<EventId> in_event_;
+  std::vector<EventId> out_event_;
+  std::vector<std::uint8_t> awaiting_in_;
+  std::vector<BufferId> encoded_;
+  std::vector<std::pair<OpId, TensorId>> entries_;
+  PerOp prefetch_at_;
+  PerOp forward_drop_at_;
+  std::vector<Instruction> body_;  // the compute stream before frees are placed
+  std::vector<std::int64_t> last_ref_;
+  std::vector<BufferId> operand_stack_;  // operands of the ops being emitted, innermost on top
+  std::vector<Frame> frames_;            // regenerations in progress
+  std::vector<std::int32_t> free_begin_;
+  std::vector<BufferId> free_items_;
+};
+
+/// Convenience: lowers one plan with a fresh Lowerer.
+Program lower(const Workload& workload, const Plan& plan);
+
+}  // namespace memplan::sim

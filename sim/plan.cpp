@@ -1,0 +1,238 @@
+#include "sim/plan.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "sim/input_error.hpp"
+
+namespace memplan::sim {
+
+std::string_view to_string(Action action) {
+  switch (action) {
+    case Action::kKeep:
+      return "keep";
+    case Action::kSwap:
+      return "swap";
+    case Action::kRecompute:
+      return "recompute";
+    case Action::kEncode:
+      return "encode";
+  }
+  return "?";
+}
+
+std::string_view to_string(Encoding encoding) {
+  switch (encoding) {
+    case Encoding::kNone:
+      return "none";
+    case Encoding::kBinarize:
+      return "binarize";
+    case Encoding::kSparse:
+      return "sparse";
+    case Encoding::kFp16:
+      return "fp16";
+    case Encoding::kFp10:
+      return "fp10";
+    case Encoding::kFp8:
+      return "fp8";
+  }
+  return "?";
+}
+
+std::string action_label(Action action, Encoding encoding) {
+  if (action == Action::kEncode) return fmt::format("encode:{}", to_string(encoding));
+  return std::string(to_string(action));
+}
+
+std::optional<std::pair<Action, Encoding>> parse_action(std::string_view label) {
+  for (Action a : {Action::kKeep, Action::kSwap, Action::kRecompute}) {
+    if (label == to_string(a)) return std::pair{a, Encoding::kNone};
+  }
+  constexpr std::string_view kPrefix = "encode:";
+  if (label.substr(0, kPrefix.size()) == kPrefix) {
+    const auto scheme = label.substr(kPrefix.size());
+    for (Encoding e : {Encoding::kBinarize, Encoding::kSparse, Encoding::kFp16, Encoding::kFp10,
+                       Encoding::kFp8}) {
+      if (scheme == to_string(e)) return std::pair{Action::kEncode, e};
+    }
+  }
+  return std::nullopt;
+}
+
+Bytes encoded_bytes(Encoding encoding, const Tensor& tensor) {
+  const double bytes = static_cast<double>(tensor.bytes);
+  double encoded = bytes;
+  switch (encoding) {
+    case Encoding::kNone:
+      return tensor.bytes;
+    case Encoding::kBinarize:
+      encoded = bytes / 32;
+      break;
+    case Encoding::kFp16:
+      encoded = bytes / 2;
+      break;
+    case Encoding::kFp10:
+      encoded = bytes * 10 / 32;
+      break;
+    case Encoding::kFp8:
+      encoded = bytes / 4;
+      break;
+    case Encoding::kSparse: {
+      const double element = static_cast<double>(dtype_bytes(tensor.dtype).value_or(4));
+      encoded = kDefaultSparseDensity * (bytes / element) * (element + 1);
+      break;
+    }
+  }
+  return std::max<Bytes>(1, static_cast<Bytes>(std::ceil(encoded)));
+}
+
+std::array<std::size_t, kActionCount> Plan::action_counts() const {
+  std::array<std::size_t, kActionCount> counts{};
+  for (const Decision& d : decisions) ++counts[static_cast<std::size_t>(d.action)];
+  return counts;
+}
+
+namespace {
+
+struct Fnv {
+  std::uint64_t hash = 14695981039346656037ull;
+  void bytes(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) {
+      hash ^= p[i];
+      hash *= 1099511628211ull;
+    }
+  }
+  void integer(std::int64_t v) { bytes(&v, sizeof v); }
+  void text(std::string_view s) {
+    integer(static_cast<std::int64_t>(s.size()));
+    bytes(s.data(), s.size());
+  }
+};
+
+bool is_relu(const Op& op) {
+  return op.layer == "relu";
+}
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+bool is_max_pool(const Op& op) {
+  return starts_with(op.layer, "max_pool") || starts_with(op.layer, "maxpool");
+}
+bool is_conv(const Op& op) {
+  return starts_with(op.layer, "conv");
+}
+
+}  // namespace
+
+std::uint64_t workload_fingerprint(const Workload& workload) {
+  Fnv f;
+  f.integer(static_cast<std::int64_t>(workload.tensors.size()));
+  for (const Tensor& t : workload.tensors) {
+    f.text(t.name);
+    f.integer(t.bytes);
+    f.integer(static_cast<std::int64_t>(t.kind));
+    f.integer(t.producer);
+    f.integer(t.in_place_of);
+  }
+  f.integer(static_cast<std::int64_t>(workload.ops.size()));
+  for (const Op& op : workload.ops) {
+    f.text(op.name);
+    f.text(op.layer);
+    f.integer(static_cast<std::int64_t>(op.phase));
+    f.integer(static_cast<std::int64_t>(op.inputs.size()));
+    for (TensorId t : op.inputs) f.integer(t);
+    f.integer(static_cast<std::int64_t>(op.outputs.size()));
+    for (TensorId t : op.outputs) f.integer(t);
+    f.integer(op.workspace_bytes);
+  }
+  return f.hash;
+}
+
+std::string decision_problem(const Decision& d, const FeatureMap& map, const Workload& w) {
+  const Tensor& t = w.tensor(map.tensor);
+  const Op& producer = w.op(t.producer);
+  auto read_in_forward_by = [&](bool (*pred)(const Op&)) {
+    for (OpId use : map.forward_uses) {
+      if (pred(w.op(use))) return true;
+    }
+    return false;
+  };
+  if (d.action == Action::kEncode) {
+    if (d.encoding == Encoding::kBinarize &&
+        !(is_relu(producer) && read_in_forward_by(is_max_pool))) {
+      return "encode:binarize needs a ReLU output that a max-pool reads (Gist binarize)";
+    }
+    if (d.encoding == Encoding::kSparse && !(is_relu(producer) && read_in_forward_by(is_conv))) {
+      return "encode:sparse needs a ReLU output that a convolution reads (Gist sparse storage)";
+    }
+    if (d.encoding == Encoding::kNone) return "encode needs a scheme";
+  } else if (d.encoding != Encoding::kNone) {
+    return "only encode takes a scheme";
+  }
+  if (d.prefetch_before != kNoId) {
+    if (d.action != Action::kSwap) return "prefetch_before is for swapped maps only";
+    const OpId last_forward = map.forward_uses.empty() ? t.producer : map.forward_uses.back();
+    const OpId first_backward = map.backward_uses.front();
+    if (d.prefetch_before <= last_forward || d.prefetch_before > first_backward) {
+      return fmt::format(
+          "prefetch_before must be an op after the last forward use (op {} '{}') and no later than "
+          "the first backward use (op {} '{}')",
+          last_forward, w.op(last_forward).name, first_backward, w.op(first_backward).name);
+    }
+  }
+  return {};
+}
+
+std::vector<bool> regenerable_tensors(const Workload& workload) {
+  // Ops are in issue order, so producers come before readers.
+  std::vector<bool> regenerable(workload.tensors.size(), false);
+  for (const Tensor& t : workload.tensors)
+    regenerable[static_cast<std::size_t>(t.id)] = is_preexisting(t.kind);
+  for (const Op& op : workload.ops) {
+    bool ok = op.phase == Phase::kForward;
+    for (TensorId in : op.inputs) ok = ok && regenerable[static_cast<std::size_t>(in)];
+    for (TensorId out : op.outputs) regenerable[static_cast<std::size_t>(out)] = ok;
+  }
+  return regenerable;
+}
+
+void validate_plan(const Plan& plan, const Workload& workload, std::string_view source) {
+  const std::uint64_t expected = workload_fingerprint(workload);
+  if (plan.fingerprint != expected) {
+    throw InputError(
+        fmt::format("{}: $.workload.fingerprint", source),
+        fmt::format("the plan was made for another workload (fingerprint {:016x}, this "
+                    "trace has {:016x})",
+                    plan.fingerprint, expected));
+  }
+  const auto maps = find_feature_maps(workload);
+  if (plan.decisions.size() != maps.size()) {
+    throw InputError(std::string(source),
+                     fmt::format("the plan decides {} maps, the workload has {} feature maps",
+                                 plan.decisions.size(), maps.size()));
+  }
+  const std::vector<bool> regenerable = regenerable_tensors(workload);
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    const Decision& d = plan.decisions[i];
+    if (d.tensor != maps[i].tensor) {
+      throw InputError(fmt::format("{}: $.maps[{}]", source, i),
+                       fmt::format("expected feature map {} '{}'", maps[i].tensor,
+                                   workload.tensor(maps[i].tensor).name));
+    }
+    if (auto problem = decision_problem(d, maps[i], workload); !problem.empty()) {
+      throw InputError(fmt::format("{}: $.maps[{}]", source, i),
+                       fmt::format("tensor '{}': {}", workload.tensor(d.tensor).name, problem));
+    }
+    if (d.action == Action::kRecompute && !regenerable[static_cast<std::size_t>(d.tensor)]) {
+      throw InputError(
+          fmt::format("{}: $.maps[{}]", source, i),
+          fmt::format("tensor '{}' cannot be recomputed: its producer reads, directly or "
+                      "through other forward ops, a tensor that no forward op writes",
+                      workload.tensor(d.tensor).name));
+    }
+  }
+}
+
+}  // namespace memplan::sim

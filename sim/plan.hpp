@@ -1,0 +1,88 @@
+#pragma once
+// Plan: what to do with each feature map between its forward and backward uses — keep it on the
+// device, swap it to host memory and prefetch it back, free it and recompute it, or keep an encoded
+// copy (Gist) — plus, for swapped maps, the op before which the prefetch may start. A plan is
+// bound to one workload by a fingerprint of its structure (ops, tensors and their links, not the
+// durations: a re-recorded trace of the same network keeps its plans).
+//
+// Which maps may take which action (validate_plan):
+//   keep, swap             any feature map.
+//   recompute              a feature map whose producer chain bottoms out in pre-existing tensors:
+//                          the producer is a forward op, and each of its inputs is pre-existing
+//                          (the lowering keeps it resident while a regeneration may need it) or
+//                          written by a forward op from such inputs, recursively. In a normal trace
+//                          that is every feature map; a forward op reading a gradient breaks it.
+//   encode:binarize        a ReLU output that a max-pool reads in forward (Gist, lossless).
+//   encode:sparse          a ReLU output that a convolution reads in forward (Gist, lossless).
+//   encode:fp16|fp10|fp8   any feature map (Gist delayed precision reduction, lossy).
+// prefetch_before (swap only) must be an op after the map's last forward use and no later than its
+// first backward use.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/feature_maps.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::sim {
+
+enum class Action : std::uint8_t { kKeep, kSwap, kRecompute, kEncode };
+inline constexpr int kActionCount = 4;
+enum class Encoding : std::uint8_t { kNone, kBinarize, kSparse, kFp16, kFp10, kFp8 };
+
+std::string_view to_string(Action action);
+std::string_view to_string(Encoding encoding);
+/// "keep", "swap", "recompute", "encode:fp16" ... as written in plan files.
+std::string action_label(Action action, Encoding encoding);
+/// Parses an action label; nullopt when it is not one.
+std::optional<std::pair<Action, Encoding>> parse_action(std::string_view label);
+
+/// Fraction of nonzero values assumed for sparse encoding when nothing better is known (Gist
+/// reports ReLU outputs feeding convolutions are mostly above half zeros; 0.5 is conservative).
+inline constexpr double kDefaultSparseDensity = 0.5;
+
+/// Bytes of the encoded copy of a tensor: binarize 1/32, fp16 1/2, fp10 10/32, fp8 1/4 (all of a
+/// 32-bit map), sparse density * (element + 1 index byte) per element. At least 1 byte.
+Bytes encoded_bytes(Encoding encoding, const Tensor& tensor);
+
+struct Decision {
+  TensorId tensor = kNoId;
+  Action action = Action::kKeep;
+  Encoding encoding = Encoding::kNone;  // set when action == kEncode
+  /// Swap only: the op before which the prefetch is issued; kNoId for the default (the op just
+  /// before the first backward use, so the copy overlaps one op).
+  OpId prefetch_before = kNoId;
+
+  friend bool operator==(const Decision&, const Decision&) = default;
+};
+
+struct Plan {
+  std::string policy;               // who made it ("swap-all", "hand-written", ...)
+  std::uint64_t fingerprint = 0;    // workload_fingerprint() of the workload it was made for
+  std::vector<Decision> decisions;  // one per feature map, in tensor id order
+
+  [[nodiscard]] std::array<std::size_t, kActionCount> action_counts() const;
+
+  friend bool operator==(const Plan&, const Plan&) = default;
+};
+
+/// FNV-1a over the structure of a workload: tensor names, sizes, kinds, producers, in-place links;
+/// op names, layers, phases, inputs, outputs, workspace sizes. Durations are left out.
+std::uint64_t workload_fingerprint(const Workload& workload);
+
+/// Why `decision` is not allowed for the map (empty when it is). `map` is the map it names.
+std::string decision_problem(const Decision& decision, const FeatureMap& map,
+                             const Workload& workload);
+
+/// Per tensor: can it be rebuilt by re-running forward ops from pre-existing tensors? (Pre-existing
+/// tensors themselves count as regenerable: they stay resident.)
+std::vector<bool> regenerable_tensors(const Workload& workload);
+
+/// Checks that the plan was made for this workload, names each feature map once (in order) and
+/// gives each an action it can take. Throws InputError naming `source`.
+void validate_plan(const Plan& plan, const Workload& workload, std::string_view source);
+
+}  // namespace memplan::sim

@@ -1,0 +1,162 @@
+#include "sim/plan_io.hpp"
+
+#include <limits>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sim/input_error.hpp"
+#include "sim/json_reader.hpp"
+#include "sim/trace_io.hpp"
+
+namespace memplan::sim {
+
+namespace {
+
+constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max();
+
+// Resolves a reference to a tensor or op given as an id or a unique name.
+template <typename Items>
+std::int32_t resolve(const JsonReader& r, const Items& items, std::string_view what) {
+  if (r.value().is_number_integer()) {
+    const auto id = r.as_int(0, kMaxId);
+    if (id >= static_cast<std::int64_t>(items.size())) {
+      r.fail(fmt::format("unknown {} id {}", what, id));
+    }
+    return static_cast<std::int32_t>(id);
+  }
+  const std::string name = r.as_string();
+  std::int32_t found = kNoId;
+  for (const auto& item : items) {
+    if (item.name != name) continue;
+    if (found != kNoId) r.fail(fmt::format("{} name '{}' is ambiguous; use its id", what, name));
+    found = item.id;
+  }
+  if (found == kNoId) r.fail(fmt::format("unknown {} '{}'", what, name));
+  return found;
+}
+
+}  // namespace
+
+Plan plan_from_json(const nlohmann::json& document, std::string_view source,
+                    const Workload& workload) {
+  const JsonReader root(document, source);
+  root.reject_unknown_keys({"format", "version", "policy", "workload", "maps"});
+  if (root.at("format").as_string() != kPlanFormatName) {
+    root.at("format").fail(fmt::format("expected \"{}\"", kPlanFormatName));
+  }
+  const auto version = root.at("version").as_int(0, kMaxId);
+  if (version != kPlanFormatVersion) {
+    root.at("version").fail(fmt::format(
+        "unsupported plan format version {} (this memplan reads {})", version, kPlanFormatVersion));
+  }
+  Plan plan;
+  if (auto policy = root.find("policy")) plan.policy = policy->as_string();
+  const JsonReader wl = root.at("workload");
+  wl.reject_unknown_keys({"fingerprint", "ops", "tensors"});
+  const JsonReader fp = wl.at("fingerprint");
+  const std::string fp_text = fp.as_string();
+  std::size_t parsed = 0;
+  try {
+    plan.fingerprint = std::stoull(fp_text, &parsed, 16);
+  } catch (const std::exception&) {
+    parsed = 0;
+  }
+  if (fp_text.size() != 16 || parsed != fp_text.size()) fp.fail("expected 16 hexadecimal digits");
+  if (plan.fingerprint != workload_fingerprint(workload)) {
+    fp.fail(fmt::format(
+        "the plan was made for another workload (fingerprint {}, this trace has {:016x})", fp_text,
+        workload_fingerprint(workload)));
+  }
+
+  const auto maps = find_feature_maps(workload);
+  std::vector<std::int32_t> map_index(workload.tensors.size(), -1);
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    map_index[static_cast<std::size_t>(maps[i].tensor)] = static_cast<std::int32_t>(i);
+    plan.decisions.push_back(Decision{maps[i].tensor, Action::kKeep, Encoding::kNone, kNoId});
+  }
+  std::vector<bool> seen(maps.size(), false);
+  for (const JsonReader& entry : root.at("maps").elements()) {
+    entry.reject_unknown_keys({"tensor", "action", "prefetch_before"});
+    const JsonReader tensor_ref = entry.at("tensor");
+    const TensorId t = resolve(tensor_ref, workload.tensors, "tensor");
+    const auto index = map_index[static_cast<std::size_t>(t)];
+    if (index < 0) {
+      tensor_ref.fail(
+          fmt::format("tensor '{}' is not a feature map (an activation written in "
+                      "forward and read in backward)",
+                      workload.tensor(t).name));
+    }
+    if (seen[static_cast<std::size_t>(index)]) {
+      tensor_ref.fail(fmt::format("tensor '{}' is named twice", workload.tensor(t).name));
+    }
+    seen[static_cast<std::size_t>(index)] = true;
+    Decision& d = plan.decisions[static_cast<std::size_t>(index)];
+    const JsonReader action = entry.at("action");
+    const auto parsed_action = parse_action(action.as_string());
+    if (!parsed_action) {
+      action.fail(
+          fmt::format("unknown action '{}' (keep, swap, recompute, encode:binarize, "
+                      "encode:sparse, encode:fp16, encode:fp10, encode:fp8)",
+                      action.as_string()));
+    }
+    d.action = parsed_action->first;
+    d.encoding = parsed_action->second;
+    if (auto prefetch = entry.find("prefetch_before"))
+      d.prefetch_before = resolve(*prefetch, workload.ops, "op");
+    if (auto problem = decision_problem(d, maps[static_cast<std::size_t>(index)], workload);
+        !problem.empty()) {
+      entry.fail(fmt::format("tensor '{}': {}", workload.tensor(t).name, problem));
+    }
+  }
+  validate_plan(plan, workload, source);
+  return plan;
+}
+
+Plan parse_plan(std::string_view text, std::string_view source, const Workload& workload) {
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(std::string(source), fmt::format("not valid JSON ({})", e.what()));
+  }
+  return plan_from_json(document, source, workload);
+}
+
+Plan read_plan(const std::filesystem::path& path, const Workload& workload) {
+  return parse_plan(read_file(path), path.string(), workload);
+}
+
+std::string write_plan(const Plan& plan, const Workload& workload) {
+  std::unordered_map<std::string, int> tensor_names;
+  for (const Tensor& t : workload.tensors) ++tensor_names[t.name];
+  std::unordered_map<std::string, int> op_names;
+  for (const Op& op : workload.ops) ++op_names[op.name];
+  std::string out = "{\n";
+  out +=
+      fmt::format("\"format\": \"{}\",\n\"version\": {},\n", kPlanFormatName, kPlanFormatVersion);
+  out += fmt::format("\"policy\": {},\n", nlohmann::json(plan.policy).dump());
+  out += fmt::format("\"workload\": {{\"fingerprint\":\"{:016x}\",\"ops\":{},\"tensors\":{}}},\n",
+                     plan.fingerprint, workload.ops.size(), workload.tensors.size());
+  out += "\"maps\": [";
+  bool first = true;
+  for (const Decision& d : plan.decisions) {
+    const Tensor& t = workload.tensor(d.tensor);
+    nlohmann::json ref = tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(t.id);
+    out += fmt::format("{}\n  {{\"tensor\":{},\"action\":\"{}\"", first ? "" : ",", ref.dump(),
+                       action_label(d.action, d.encoding));
+    if (d.prefetch_before != kNoId) {
+      const Op& op = workload.op(d.prefetch_before);
+      nlohmann::json op_ref =
+          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(op.id);
+      out += fmt::format(",\"prefetch_before\":{}", op_ref.dump());
+    }
+    out += "}";
+    first = false;
+  }
+  out += "\n]\n}\n";
+  return out;
+}
+
+}  // namespace memplan::sim

@@ -1,0 +1,107 @@
+#pragma once
+// Program: a Plan lowered to what a device does (docs/simulator.md "Program"). Three streams — the
+// compute stream and one copy stream per direction — each run their instruction list in order;
+// record/wait on events are the only links between streams. All memory operations (alloc, free)
+// are on the compute stream, so they happen in one total order that the simulator and the
+// backends share: the same arena calls give the same offsets, the same peak and the same
+// fragmentation, whatever the real timing. The Program knows nothing of the Machine: copies carry
+// bytes, the engine prices them.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/plan.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::sim {
+
+enum class StreamId : std::uint8_t { kCompute = 0, kD2H = 1, kH2D = 2 };
+inline constexpr int kStreamCount = 3;
+std::string_view to_string(StreamId stream);
+
+using BufferId = std::int32_t;
+using EventId = std::int32_t;
+using HostSlotId = std::int32_t;
+
+enum class InstrKind : std::uint8_t {
+  kRun,        // compute: run `op` on `operands` (inputs, outputs, then workspace if any)
+  kRecompute,  // compute: run `op` again to regenerate a freed tensor; operands as for kRun
+  kEncode,     // compute: encode `buffer` (full map) into `aux` (encoded buffer)
+  kDecode,     // compute: decode `aux` (encoded buffer) into `buffer` (full map)
+  kCopyOut,    // d2h: copy `buffer` to host slot `aux`
+  kCopyIn,     // h2d: copy host slot `aux` into `buffer`
+  kAlloc,      // compute: take `buffer` from the arena (before `op`, for naming)
+  kFree,       // compute: give `buffer` back
+  kRecord,     // any: event `aux` happens when the stream reaches this point
+  kWait,       // any: the stream waits until event `aux` has happened
+};
+std::string_view to_string(InstrKind kind);
+
+struct Instruction {
+  InstrKind kind = InstrKind::kRun;
+  OpId op = kNoId;  // the op run, or the op an alloc/free/codec/copy serves (for names)
+  BufferId buffer = -1;
+  std::int32_t aux = -1;            // event, host slot or second buffer (see InstrKind)
+  std::int32_t operands_begin = 0;  // kRun/kRecompute: index into Program::operands
+  std::int32_t operand_count = 0;
+  Nanoseconds duration_ns = 0;  // compute kinds; copies are priced by the engine
+};
+
+enum class BufferRole : std::uint8_t { kTensor, kWorkspace, kEncoded };
+
+/// One device allocation: allocated once and freed at most once (persistent tensors never are).
+struct Buffer {
+  Bytes bytes = 0;
+  BufferRole role = BufferRole::kTensor;
+  TensorKind kind = TensorKind::kActivation;  // of `tensor` (workspace for kWorkspace)
+  TensorId tensor = kNoId;                    // the tensor stored (kNoId for workspace)
+  OpId op = kNoId;                            // the op whose workspace it is (kWorkspace)
+  Encoding encoding = Encoding::kNone;        // kEncoded
+};
+
+/// Why a stream waits for an event: what the stall is blamed on.
+enum class WaitCause : std::uint8_t {
+  kProducer,  // a copy-out waits for the map to be written
+  kAlloc,     // a prefetch waits for its buffer to be allocated
+  kSwapOut,   // compute waits for a copy-out before freeing the map (memory)
+  kSwapIn,    // compute waits for a prefetch before a backward use
+};
+inline constexpr int kWaitCauseCount = 4;
+std::string_view to_string(WaitCause cause);
+
+struct Event {
+  WaitCause cause = WaitCause::kProducer;
+  TensorId tensor = kNoId;
+};
+
+/// A host copy of a swapped map.
+struct HostSlot {
+  TensorId tensor = kNoId;
+  Bytes bytes = 0;
+};
+
+struct Program {
+  std::array<std::vector<Instruction>, kStreamCount> streams;
+  std::vector<BufferId> operands;
+  std::vector<Buffer> buffers;
+  std::vector<Event> events;
+  std::vector<HostSlot> host_slots;
+  /// Sum of the durations of the workload's ops (each counted once): the iteration time when
+  /// nothing waits and nothing is recomputed or encoded.
+  Nanoseconds op_compute_ns = 0;
+  std::array<std::size_t, kActionCount> action_counts{};
+
+  [[nodiscard]] std::size_t instruction_count() const {
+    return streams[0].size() + streams[1].size() + streams[2].size();
+  }
+  [[nodiscard]] const std::vector<Instruction>& stream(StreamId s) const {
+    return streams[static_cast<std::size_t>(s)];
+  }
+};
+
+/// "conv2 (recompute)", "copy-out relu1_out", "alloc relu1_out": a short label for exports.
+std::string instruction_label(const Instruction& instruction, const Program& program,
+                              const Workload& workload);
+
+}  // namespace memplan::sim

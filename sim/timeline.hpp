@@ -1,0 +1,85 @@
+#pragma once
+// Timeline: what happened when a Program ran — predicted by the engine or, later, measured by a
+// backend — so that the two can be compared field by field: every instruction's span on its
+// stream, the device memory curve, the stalls of the compute stream with their cause, the peaks,
+// and when memory ran out, a report that says where and by how much.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "sim/program.hpp"
+
+namespace memplan::sim {
+
+/// One instruction that takes time (run, recompute, encode, decode, copy).
+struct Span {
+  StreamId stream = StreamId::kCompute;
+  std::int32_t index = 0;  // position in the Program's list of that stream
+  Nanoseconds start_ns = 0;
+  Nanoseconds end_ns = 0;
+};
+
+/// Device memory right after an alloc or free.
+struct MemoryPoint {
+  Nanoseconds time_ns = 0;
+  Bytes live_bytes = 0;      // bytes requested by the live buffers
+  Bytes reserved_bytes = 0;  // end of the highest live block in the arena
+};
+
+/// Time the compute stream spends on something other than the workload's own ops.
+enum class StallCause : std::uint8_t {
+  kSwapIn,     // waiting for a prefetch before a backward use
+  kSwapOut,    // waiting for a copy-out before freeing a map (memory)
+  kRecompute,  // re-running producers
+  kCodec,      // encoding and decoding maps
+};
+inline constexpr int kStallCauseCount = 4;
+std::string_view to_string(StallCause cause);
+
+struct Stall {
+  StallCause cause = StallCause::kSwapIn;
+  TensorId tensor = kNoId;  // the map waited for or encoded (kNoId for a recompute)
+  OpId op = kNoId;          // the op being prepared or re-run
+  Nanoseconds start_ns = 0;
+  Nanoseconds end_ns = 0;
+};
+
+struct OomReport {
+  bool host = false;  // true: pinned host memory for swapped maps ran out, not device memory
+  OpId op = kNoId;    // the op the allocation was for
+  BufferId buffer = -1;
+  Nanoseconds time_ns = 0;
+  Bytes requested_bytes = 0;  // as aligned by the arena (device) or as copied (host)
+  Bytes capacity_bytes = 0;
+  Bytes live_bytes = 0;
+  std::array<Bytes, kTensorKindCount> live_by_kind{};  // tensor buffers, workspace included
+  Bytes live_encoded_bytes = 0;                        // encoded copies of maps
+  Bytes largest_free_block = 0;
+  Bytes bytes_missing = 0;  // requested minus the largest free block (what would have to be found)
+};
+
+struct Timeline {
+  bool feasible = true;
+  Nanoseconds iteration_ns = 0;   // end of the last instruction on any stream
+  Nanoseconds op_compute_ns = 0;  // the workload's own compute (each op once)
+  Bytes peak_bytes = 0;           // peak of live bytes as requested
+  Bytes peak_reserved_bytes = 0;  // peak end of the arena in use: fragmentation shows here
+  Bytes peak_host_bytes = 0;      // peak pinned host bytes holding swapped maps
+  std::array<Nanoseconds, kStallCauseCount> stall_ns_by_cause{};
+  std::vector<Span> spans;
+  std::vector<MemoryPoint> memory;
+  std::vector<Stall> stalls;
+  std::optional<OomReport> oom;
+  std::size_t instructions_executed = 0;
+
+  /// Total compute-stream time not spent on the workload's own ops.
+  [[nodiscard]] Nanoseconds stall_ns() const {
+    Nanoseconds total = 0;
+    for (Nanoseconds ns : stall_ns_by_cause) total += ns;
+    return total;
+  }
+  void clear();
+};
+
+}  // namespace memplan::sim

@@ -1,0 +1,203 @@
+#include "sim/timeline_export.hpp"
+
+#include <fmt/format.h>
+
+#include "sim/device_arena.hpp"
+
+namespace memplan::sim {
+
+namespace {
+constexpr int kStallTrack = kStreamCount;
+double to_us(Nanoseconds ns) {
+  return static_cast<double>(ns) / 1000.0;
+}
+
+}  // namespace
+
+std::string chrome_trace_json(const Timeline& tl, const Program& program, const Workload& w) {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"ph", "M"},
+                    {"pid", 1},
+                    {"name", "process_name"},
+                    {"args", {{"name", "memplan simulation"}}}});
+  for (int s = 0; s < kStreamCount; ++s) {
+    events.push_back(
+        {{"ph", "M"},
+         {"pid", 1},
+         {"tid", s},
+         {"name", "thread_name"},
+         {"args", {{"name", std::string(to_string(static_cast<StreamId>(s))) + " stream"}}}});
+  }
+  events.push_back({{"ph", "M"},
+                    {"pid", 1},
+                    {"tid", kStallTrack},
+                    {"name", "thread_name"},
+                    {"args", {{"name", "compute stalls"}}}});
+  for (const Span& span : tl.spans) {
+    const Instruction& in = program.stream(span.stream)[static_cast<std::size_t>(span.index)];
+    nlohmann::json args = {
+        {"kind", to_string(in.kind)}, {"start_ns", span.start_ns}, {"end_ns", span.end_ns}};
+    if (in.buffer >= 0) {
+      args["bytes"] = program.buffers[static_cast<std::size_t>(in.buffer)].bytes;
+    }
+    events.push_back({{"ph", "X"},
+                      {"pid", 1},
+                      {"tid", static_cast<int>(span.stream)},
+                      {"name", instruction_label(in, program, w)},
+                      {"cat", to_string(in.kind)},
+                      {"ts", to_us(span.start_ns)},
+                      {"dur", to_us(span.end_ns - span.start_ns)},
+                      {"args", args}});
+  }
+  for (const Stall& stall : tl.stalls) {
+    std::string name(to_string(stall.cause));
+    if (stall.tensor != kNoId) name += " " + w.tensor(stall.tensor).name;
+    if (stall.op != kNoId) name += " (for " + w.op(stall.op).name + ")";
+    events.push_back({{"ph", "X"},
+                      {"pid", 1},
+                      {"tid", kStallTrack},
+                      {"name", name},
+                      {"cat", to_string(stall.cause)},
+                      {"ts", to_us(stall.start_ns)},
+                      {"dur", to_us(stall.end_ns - stall.start_ns)}});
+  }
+  for (const MemoryPoint& p : tl.memory) {
+    events.push_back(
+        {{"ph", "C"},
+         {"pid", 1},
+         {"name", "device memory"},
+         {"ts", to_us(p.time_ns)},
+         {"args", {{"live_bytes", p.live_bytes}, {"reserved_bytes", p.reserved_bytes}}}});
+  }
+  nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}};
+  return doc.dump() + "\n";
+}
+
+std::string memory_csv(const Timeline& tl) {
+  std::string out = "time_ns,live_bytes,reserved_bytes\n";
+  for (const MemoryPoint& p : tl.memory) {
+    out += fmt::format("{},{},{}\n", p.time_ns, p.live_bytes, p.reserved_bytes);
+  }
+  return out;
+}
+
+nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const Workload& w) {
+  nlohmann::json by_kind = nlohmann::json::object();
+  for (int k = 0; k < kTensorKindCount; ++k) {
+    by_kind[std::string(to_string(static_cast<TensorKind>(k)))] =
+        oom.live_by_kind[static_cast<std::size_t>(k)];
+  }
+  by_kind["encoded"] = oom.live_encoded_bytes;
+  nlohmann::json j = {{"memory", oom.host ? "host" : "device"},
+                      {"time_s", to_seconds(oom.time_ns)},
+                      {"time_ns", oom.time_ns},
+                      {"requested_bytes", oom.requested_bytes},
+                      {"capacity_bytes", oom.capacity_bytes},
+                      {"live_bytes", oom.live_bytes},
+                      {"live_bytes_by_kind", by_kind},
+                      {"largest_free_block", oom.largest_free_block},
+                      {"bytes_missing", oom.bytes_missing}};
+  j["op"] = oom.op == kNoId ? nlohmann::json(nullptr) : nlohmann::json(w.op(oom.op).name);
+  if (oom.buffer >= 0) {
+    Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
+    j["allocation"] = instruction_label(alloc, program, w);
+  }
+  return j;
+}
+
+std::string oom_to_text(const OomReport& oom, const Program& program, const Workload& w) {
+  if (oom.host) {
+    return fmt::format(
+        "out of pinned host memory at t={:.3f} us: swapped maps need {}, capacity {} ({} missing)",
+        to_us(oom.time_ns), format_bytes(oom.live_bytes + oom.requested_bytes),
+        format_bytes(oom.capacity_bytes), format_bytes(oom.bytes_missing));
+  }
+  std::string kinds;
+  for (int k = 0; k < kTensorKindCount; ++k) {
+    const Bytes b = oom.live_by_kind[static_cast<std::size_t>(k)];
+    if (b > 0)
+      kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ",
+                           to_string(static_cast<TensorKind>(k)), format_bytes(b));
+  }
+  if (oom.live_encoded_bytes > 0)
+    kinds += fmt::format("{}encoded {}", kinds.empty() ? "" : ", ",
+                         format_bytes(oom.live_encoded_bytes));
+  Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
+  return fmt::format(
+      "out of device memory {} (t={:.3f} us): {} needs {}, largest free block {}, {} missing; "
+      "live {} of {} ({})",
+      oom.op == kNoId ? std::string("before the first op (tensors that exist before the step)")
+                      : fmt::format("at op '{}'", w.op(oom.op).name),
+      to_us(oom.time_ns), instruction_label(alloc, program, w), format_bytes(oom.requested_bytes),
+      format_bytes(oom.largest_free_block), format_bytes(oom.bytes_missing),
+      format_bytes(oom.live_bytes), format_bytes(oom.capacity_bytes), kinds);
+}
+
+nlohmann::json summary_json(const Timeline& tl, const Program& program, const Workload& w,
+                            const Machine& machine) {
+  nlohmann::json actions = nlohmann::json::object();
+  for (int a = 0; a < kActionCount; ++a) {
+    actions[std::string(to_string(static_cast<Action>(a)))] =
+        program.action_counts[static_cast<std::size_t>(a)];
+  }
+  nlohmann::json stalls = nlohmann::json::object();
+  for (int c = 0; c < kStallCauseCount; ++c) {
+    stalls[std::string(to_string(static_cast<StallCause>(c)))] =
+        to_seconds(tl.stall_ns_by_cause[static_cast<std::size_t>(c)]);
+  }
+  nlohmann::json j = {
+      {"feasible", tl.feasible},
+      {"iteration_s",
+       tl.feasible ? nlohmann::json(to_seconds(tl.iteration_ns)) : nlohmann::json(nullptr)},
+      {"iteration_ns", tl.feasible ? nlohmann::json(tl.iteration_ns) : nlohmann::json(nullptr)},
+      {"compute_s", to_seconds(tl.op_compute_ns)},
+      {"peak_bytes", tl.peak_bytes},
+      {"peak_reserved_bytes", tl.peak_reserved_bytes},
+      {"peak_host_bytes", tl.peak_host_bytes},
+      {"stall_s", to_seconds(tl.stall_ns())},
+      {"stall_s_by_cause", stalls},
+      {"actions", actions},
+      {"instructions", program.instruction_count()},
+      {"machine",
+       {{"memory_bytes", machine.memory_bytes},
+        {"h2d_bytes_per_s", machine.h2d_bytes_per_s},
+        {"d2h_bytes_per_s", machine.d2h_bytes_per_s},
+        {"copy_latency_ns", machine.copy_latency_ns},
+        {"memory_bandwidth_bytes_per_s", machine.memory_bandwidth_bytes_per_s}}}};
+  j["oom"] = tl.oom ? oom_to_json(*tl.oom, program, w) : nlohmann::json(nullptr);
+  return j;
+}
+
+std::string summary_text(const Timeline& tl, const Program& program, const Workload& w,
+                         const Machine& machine, std::string_view policy) {
+  std::string out;
+  out += fmt::format("plan        {} (keep {}, swap {}, recompute {}, encode {})\n", policy,
+                     program.action_counts[0], program.action_counts[1], program.action_counts[2],
+                     program.action_counts[3]);
+  out += fmt::format(
+      "machine     {} device memory, h2d {:.2f} GB/s, d2h {:.2f} GB/s, copy latency {:.3f} us\n",
+      format_bytes(machine.memory_bytes), machine.h2d_bytes_per_s / 1e9,
+      machine.d2h_bytes_per_s / 1e9, to_us(machine.copy_latency_ns));
+  if (!tl.feasible) {
+    out += fmt::format("infeasible  {}\n", tl.oom ? oom_to_text(*tl.oom, program, w) : "unknown");
+    return out;
+  }
+  out += fmt::format("iteration   {:.3f} ms (compute {:.3f} ms, +{:.1f}%)\n",
+                     to_seconds(tl.iteration_ns) * 1e3, to_seconds(tl.op_compute_ns) * 1e3,
+                     tl.op_compute_ns > 0
+                         ? 100.0 * static_cast<double>(tl.iteration_ns - tl.op_compute_ns) /
+                               static_cast<double>(tl.op_compute_ns)
+                         : 0.0);
+  out += fmt::format(
+      "stalls      {:.3f} ms (swap-in {:.3f}, swap-out {:.3f}, recompute {:.3f}, codec {:.3f})\n",
+      to_seconds(tl.stall_ns()) * 1e3, to_seconds(tl.stall_ns_by_cause[0]) * 1e3,
+      to_seconds(tl.stall_ns_by_cause[1]) * 1e3, to_seconds(tl.stall_ns_by_cause[2]) * 1e3,
+      to_seconds(tl.stall_ns_by_cause[3]) * 1e3);
+  out += fmt::format("memory      peak {} live, {} reserved of {}; host peak {}\n",
+                     format_bytes(tl.peak_bytes), format_bytes(tl.peak_reserved_bytes),
+                     format_bytes(machine.memory_bytes), format_bytes(tl.peak_host_bytes));
+  out += fmt::format("program     {} instructions\n", program.instruction_count());
+  return out;
+}
+
+}  // namespace memplan::sim

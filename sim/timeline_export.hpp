@@ -1,0 +1,34 @@
+#pragma once
+// Exports of a Timeline: Chrome trace event JSON (opens in ui.perfetto.dev and chrome://tracing;
+// one track per stream, instructions named after their ops and tensors, stalls on their own track,
+// a counter track of device memory) and a CSV of the memory curve. Also the JSON summary that
+// `memplan simulate --json` prints.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/machine.hpp"
+#include "sim/program.hpp"
+#include "sim/timeline.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::sim {
+
+std::string chrome_trace_json(const Timeline& timeline, const Program& program,
+                              const Workload& workload);
+
+/// "time_ns,live_bytes,reserved_bytes" then one line per alloc/free.
+std::string memory_csv(const Timeline& timeline);
+
+nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const Workload& workload);
+/// One line: "out of device memory at op 'conv2' (t=12.3 us): needs 2.00 KiB, largest free ...".
+std::string oom_to_text(const OomReport& oom, const Program& program, const Workload& workload);
+
+/// feasible, iteration_s, peak_bytes, peak_reserved_bytes, peak_host_bytes, stall_s,
+/// stall_s_by_cause, compute_s, actions, instructions, machine, oom.
+nlohmann::json summary_json(const Timeline& timeline, const Program& program,
+                            const Workload& workload, const Machine& machine);
+std::string summary_text(const Timeline& timeline, const Program& program, const Workload& workload,
+                         const Machine& machine, std::string_view policy);
+
+}  // namespace memplan::sim

@@ -1,0 +1,169 @@
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "sim/trace_io.hpp"
+#include "tests/sim/bad_plans.hpp"
+#include "tests/support/run_command.hpp"
+
+using memplan::test::run_memplan;
+using memplan::test::source_path;
+
+namespace {
+// fmt, not `"'" + string`: GCC 12 at -O3 warns falsely (-Wrestrict) on that concatenation.
+std::string tiny() {
+  return fmt::format("'{}'", source_path("traces/resnet_tiny.json"));
+}
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void check_one_line(const memplan::test::CommandResult& r) {
+  REQUIRE(!r.err.empty());
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+}
+}  // namespace
+
+TEST_CASE("simulate prints a summary of the in-core plan", "[cli][simulate]") {
+  const auto r = run_memplan("simulate " + tiny() + " --policy in-core");
+  CAPTURE(r.err);
+  CHECK(r.exit_status == 0);
+  CHECK(r.out.find("plan        in-core (keep 6, swap 0, recompute 0, encode 0)") !=
+        std::string::npos);
+  CHECK(r.out.find("iteration   0.055 ms (compute 0.055 ms, +0.0%)") != std::string::npos);
+  CHECK(r.out.find("peak 25.22 KiB live") != std::string::npos);
+}
+
+TEST_CASE("simulate --json has the documented keys", "[cli][simulate]") {
+  const auto r = run_memplan("simulate " + tiny() + " --policy swap-all --json");
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"feasible", "iteration_s", "peak_bytes", "peak_reserved_bytes", "stall_s",
+                          "actions", "oom"}) {
+    CAPTURE(key);
+    CHECK(j.contains(key));
+  }
+  CHECK(j.at("feasible") == true);
+  CHECK(j.at("oom").is_null());
+  CHECK(j.at("actions").at("swap") == 6);
+  CHECK(j.at("actions").at("keep") == 0);
+  CHECK(j.at("iteration_s").get<double>() > j.at("compute_s").get<double>());
+  CHECK(j.at("stall_s").get<double>() > 0);
+  CHECK(j.at("peak_bytes").get<long>() <= j.at("peak_reserved_bytes").get<long>());
+}
+
+TEST_CASE("a faster link makes swapping cheaper; flags override the preset", "[cli][simulate]") {
+  auto iteration = [](const std::string& flags) {
+    const auto r = run_memplan("simulate " + tiny() + " --policy swap-all --json " + flags);
+    REQUIRE(r.exit_status == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto pcie3 = iteration("--link pcie3");
+  const auto c2c = iteration("--link c2c");
+  CHECK(c2c.at("iteration_s").get<double>() < pcie3.at("iteration_s").get<double>());
+  CHECK(pcie3.at("machine").at("h2d_bytes_per_s") == 16e9);
+  const auto manual = iteration("--link pcie3 --h2d 1GB/s --d2h 2GB/s --latency 20us");
+  CHECK(manual.at("machine").at("h2d_bytes_per_s") == 1e9);
+  CHECK(manual.at("machine").at("d2h_bytes_per_s") == 2e9);
+  CHECK(manual.at("machine").at("copy_latency_ns") == 20000);
+  CHECK(manual.at("iteration_s").get<double>() > pcie3.at("iteration_s").get<double>());
+}
+
+TEST_CASE("a plan that does not fit exits 1 with the diagnosis", "[cli][simulate]") {
+  auto r = run_memplan("simulate " + tiny() + " --policy in-core --memory 16KiB");
+  CHECK(r.exit_status == 1);
+  CHECK(r.out.find("infeasible  out of device memory at op '") != std::string::npos);
+  check_one_line(r);
+  CHECK(r.err.find("does not fit") != std::string::npos);
+  r = run_memplan("simulate " + tiny() + " --policy in-core --memory 16KiB --json");
+  CHECK(r.exit_status == 1);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("feasible") == false);
+  CHECK(j.at("iteration_s").is_null());
+  const auto& oom = j.at("oom");
+  CHECK(oom.at("memory") == "device");
+  CHECK(oom.at("op").is_string());
+  CHECK(oom.at("bytes_missing").get<long>() > 0);
+  CHECK(oom.at("capacity_bytes") == 16384);
+  CHECK(oom.at("live_bytes_by_kind").contains("parameter"));
+}
+
+TEST_CASE("memory too small for the parameters fails before the first op", "[cli][simulate]") {
+  const auto r = run_memplan("simulate " + tiny() + " --policy in-core --memory 4KiB");
+  CHECK(r.exit_status == 1);
+  CHECK(r.err.find("out of device memory before the first op") != std::string::npos);
+}
+
+TEST_CASE("simulate writes the timeline, the memory curve and the plan", "[cli][simulate]") {
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  const auto timeline = dir / "t.json";
+  const auto csv = dir / "m.csv";
+  const auto plan = dir / "p.json";
+  auto r = run_memplan("simulate " + tiny() + " --policy swap-all --timeline '" +
+                       timeline.string() + "' --memory-csv '" + csv.string() + "' --plan-out '" +
+                       plan.string() + "' --json");
+  REQUIRE(r.exit_status == 0);
+  const auto trace = nlohmann::json::parse(slurp(timeline));
+  std::set<std::string> threads;
+  int counters = 0;
+  int copies = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") threads.insert(e.at("args").at("name"));
+    if (e.at("ph") == "C") ++counters;
+    if (e.at("ph") == "X" && e.at("name") == "copy-out relu1_out") ++copies;
+  }
+  CHECK(threads ==
+        std::set<std::string>{"compute stream", "d2h stream", "h2d stream", "compute stalls"});
+  CHECK(counters > 0);
+  CHECK(copies == 1);
+  const std::string curve = slurp(csv);
+  CHECK(curve.rfind("time_ns,live_bytes,reserved_bytes\n", 0) == 0);
+  CHECK(std::count(curve.begin(), curve.end(), '\n') == counters + 1);
+  // The written plan simulates to the same result.
+  const auto again = run_memplan("simulate " + tiny() + " --plan '" + plan.string() + "' --json");
+  REQUIRE(again.exit_status == 0);
+  auto first = nlohmann::json::parse(r.out);
+  auto second = nlohmann::json::parse(again.out);
+  CHECK(first.at("iteration_s") == second.at("iteration_s"));
+  CHECK(first.at("peak_reserved_bytes") == second.at("peak_reserved_bytes"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("bad plans and flags: one line, exit 2, nothing written", "[cli][simulate][bad_input]") {
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  const auto timeline = dir / "t.json";
+  const auto w = memplan::sim::read_trace(source_path("traces/resnet_tiny.json"));
+  for (const auto& bad : memplan::test::bad_plans(w)) {
+    CAPTURE(bad.name);
+    const auto path = dir / "bad-plan.json";
+    std::ofstream(path) << bad.text;
+    const auto r = run_memplan("simulate " + tiny() + " --plan '" + path.string() +
+                               "' --timeline '" + timeline.string() + "'");
+    CAPTURE(r.err);
+    CHECK(r.exit_status == 2);
+    CHECK(r.out.empty());
+    check_one_line(r);
+    CHECK(r.err.find(path.string()) != std::string::npos);
+    CHECK(r.err.find(bad.problem) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(timeline));
+  }
+  for (const std::string flags :
+       {"--policy nope", "", "--policy in-core --plan x.json", "--policy in-core --link pcie9",
+        "--policy in-core --memory lots", "--policy in-core --h2d fast",
+        "--policy in-core --latency soon", "--plan /nonexistent/plan.json"}) {
+    CAPTURE(flags);
+    const auto r =
+        run_memplan("simulate " + tiny() + " " + flags + " --timeline '" + timeline.string() + "'");
+    CAPTURE(r.err);
+    CHECK(r.exit_status == 2);
+    CHECK(r.out.empty());
+    check_one_line(r);
+    CHECK_FALSE(std::filesystem::exists(timeline));
+  }
+  std::filesystem::remove_all(dir);
+}

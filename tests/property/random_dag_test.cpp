@@ -1,0 +1,356 @@
+// Property tests on random training graphs (fixed seeds): random forward DAGs with skip
+// connections and in-place ops, a backward pass that reads random forward tensors, random plans
+// (keep, swap with random prefetch points, recompute, lossy encodings) and random machines. Each
+// case checks the engine's promises from the timeline alone.
+#include <algorithm>
+#include <limits>
+#include <random>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include "sim/basic_plans.hpp"
+#include "sim/engine.hpp"
+#include "sim/feature_maps.hpp"
+#include "sim/liveness.hpp"
+#include "sim/lowering.hpp"
+#include "tests/support/workload_builder.hpp"
+
+using namespace memplan::sim;
+using memplan::test::WorkloadBuilder;
+
+namespace {
+
+using Rng = std::mt19937_64;
+
+std::int64_t uniform(Rng& rng, std::int64_t lo, std::int64_t hi) {
+  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
+}
+
+Workload random_workload(Rng& rng) {
+  WorkloadBuilder b;
+  std::vector<TensorId> live;  // forward tensors later ops may read
+  live.push_back(b.input("x", uniform(rng, 1, 4000)));
+  std::vector<TensorId> params;
+  const int layers = static_cast<int>(uniform(rng, 1, 14));
+  struct Layer {
+    std::vector<TensorId> reads;
+    TensorId out;
+  };
+  std::vector<Layer> layers_done;
+  std::vector<bool> dead;  // overwritten in place: nobody may read it again
+  auto is_dead = [&](TensorId t) {
+    return static_cast<std::size_t>(t) < dead.size() && dead[static_cast<std::size_t>(t)];
+  };
+  for (int i = 0; i < layers; ++i) {
+    const std::string name = fmt::format("f{}", i);
+    const TensorId last = live.back();
+    const bool can_in_place = b.workload().tensor(last).kind == TensorKind::kActivation;
+    if (can_in_place && uniform(rng, 0, 3) == 0) {
+      const TensorId out = b.forward_in_place(name, last, uniform(rng, 1, 3000));
+      dead.resize(b.workload().tensors.size(), false);
+      dead[static_cast<std::size_t>(last)] = true;
+      live.back() = out;
+      layers_done.push_back({{last}, out});
+      continue;
+    }
+    std::vector<TensorId> reads = {live.back()};
+    if (live.size() > 1 && uniform(rng, 0, 2) == 0) {
+      const TensorId skip = live[static_cast<std::size_t>(
+          uniform(rng, 0, static_cast<std::int64_t>(live.size()) - 2))];
+      if (std::find(reads.begin(), reads.end(), skip) == reads.end()) reads.push_back(skip);
+    }
+    if (uniform(rng, 0, 1) == 0) {
+      params.push_back(b.parameter(fmt::format("w{}", i), uniform(rng, 1, 2000)));
+      reads.push_back(params.back());
+    }
+    static const char* const kLayers[] = {"conv2d", "linear", "max_pool2d"};
+    b.op(name, kLayers[uniform(rng, 0, 2)], Phase::kForward, reads,
+         {{fmt::format("{}_out", name), uniform(rng, 1, 6000)}}, uniform(rng, 1, 5000),
+         uniform(rng, 0, 2) == 0 ? uniform(rng, 1, 3000) : 0);
+    const TensorId out = b.workload().ops.back().outputs[0];
+    live.push_back(out);
+    layers_done.push_back({reads, out});
+  }
+  dead.resize(b.workload().tensors.size(), false);
+  // Backward in reverse: each reads the running gradient and some of its layer's live tensors.
+  TensorId grad =
+      b.backward("loss_bwd", {live.back()}, uniform(rng, 1, 2000), uniform(rng, 1, 2000));
+  for (int i = layers - 1; i >= 0; --i) {
+    std::vector<TensorId> reads = {grad};
+    auto consider = [&](TensorId t) {
+      if (is_dead(t) || std::find(reads.begin(), reads.end(), t) != reads.end()) return;
+      if (uniform(rng, 0, 2) != 0) reads.push_back(t);
+    };
+    for (TensorId t : layers_done[static_cast<std::size_t>(i)].reads) consider(t);
+    consider(layers_done[static_cast<std::size_t>(i)].out);
+    grad = b.backward(fmt::format("g{}", i), reads, uniform(rng, 1, 4000), uniform(rng, 1, 5000));
+  }
+  if (!params.empty()) {
+    std::vector<TensorId> reads = params;
+    reads.push_back(grad);
+    b.op("update", "sgd", Phase::kUpdate, reads, {}, uniform(rng, 1, 2000));
+  }
+  return b.build();
+}
+
+Plan random_plan(const Workload& w, Rng& rng) {
+  Plan plan = in_core_plan(w);
+  const auto maps = find_feature_maps(w);
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    Decision& d = plan.decisions[i];
+    switch (uniform(rng, 0, 4)) {
+      case 0:
+        d.action = Action::kKeep;
+        break;
+      case 1:
+      case 2: {
+        d.action = Action::kSwap;
+        const OpId producer = w.tensor(d.tensor).producer;
+        const OpId drop = maps[i].forward_uses.empty()
+                              ? producer
+                              : std::max(producer, maps[i].forward_uses.back());
+        if (uniform(rng, 0, 1) == 0)
+          d.prefetch_before =
+              static_cast<OpId>(uniform(rng, drop + 1, maps[i].backward_uses.front()));
+        break;
+      }
+      case 3:
+        d.action = Action::kRecompute;
+        break;
+      default:
+        d.action = Action::kEncode;
+        // Lossless Gist schemes where the map allows them, else a lossy one.
+        d.encoding = static_cast<Encoding>(uniform(rng, 1, 5));
+        if (!decision_problem(d, maps[i], w).empty()) d.encoding = Encoding::kFp16;
+        break;
+    }
+  }
+  validate_plan(plan, w, "random plan");
+  return plan;
+}
+
+struct BufferLife {
+  std::size_t alloc_at = std::numeric_limits<std::size_t>::max();
+  std::size_t free_at = std::numeric_limits<std::size_t>::max();
+  Nanoseconds alloc_ns = -1;
+  Nanoseconds free_ns = std::numeric_limits<Nanoseconds>::max();
+  Nanoseconds first_use_end_ns = -1;  // end of the first compute instruction that uses it
+};
+
+// Checks every promise on one simulated run; returns the number of failed checks through Catch.
+void check_run(const Workload& w, const Program& p, const Timeline& tl, const Machine& m) {
+  const auto& compute = p.stream(StreamId::kCompute);
+  std::vector<BufferLife> life(p.buffers.size());
+  // Times of compute instructions: spans for timed ones, memory points for alloc/free.
+  std::vector<Nanoseconds> start(compute.size(), -1), end(compute.size(), -1);
+  std::size_t mem = 0;
+  for (const Span& s : tl.spans) {
+    if (s.stream != StreamId::kCompute) continue;
+    start[static_cast<std::size_t>(s.index)] = s.start_ns;
+    end[static_cast<std::size_t>(s.index)] = s.end_ns;
+  }
+  std::size_t executed = compute.size();
+  if (!tl.feasible) {
+    // Only instructions before the failed alloc ran.
+    executed = 0;
+    std::size_t allocs_and_frees = 0;
+    for (; executed < compute.size(); ++executed) {
+      const auto k = compute[executed].kind;
+      if (k == InstrKind::kAlloc || k == InstrKind::kFree) {
+        if (allocs_and_frees == tl.memory.size()) break;
+        ++allocs_and_frees;
+      }
+    }
+    REQUIRE(executed < compute.size());
+    REQUIRE(compute[executed].kind == InstrKind::kAlloc);
+  }
+  for (std::size_t i = 0; i < executed; ++i) {
+    const Instruction& in = compute[i];
+    if (in.kind == InstrKind::kAlloc || in.kind == InstrKind::kFree) {
+      REQUIRE(mem < tl.memory.size());
+      auto& l = life[static_cast<std::size_t>(in.buffer)];
+      if (in.kind == InstrKind::kAlloc) {
+        REQUIRE(l.alloc_at == std::numeric_limits<std::size_t>::max());  // allocated once
+        l.alloc_at = i;
+        l.alloc_ns = tl.memory[mem].time_ns;
+      } else {
+        REQUIRE(l.alloc_at < i);  // freed after allocated, once
+        REQUIRE(l.free_at == std::numeric_limits<std::size_t>::max());
+        l.free_at = i;
+        l.free_ns = tl.memory[mem].time_ns;
+      }
+      ++mem;
+      continue;
+    }
+    auto use = [&](BufferId b) {
+      auto& l = life[static_cast<std::size_t>(b)];
+      REQUIRE(l.alloc_at < i);                                        // allocated before use
+      REQUIRE(l.free_at == std::numeric_limits<std::size_t>::max());  // nothing used after free
+      REQUIRE(l.alloc_ns <= start[i]);
+      if (l.first_use_end_ns < 0) l.first_use_end_ns = end[i];
+    };
+    if (in.kind == InstrKind::kRun || in.kind == InstrKind::kRecompute) {
+      REQUIRE(in.operand_count >= 0);
+      for (std::int32_t k = 0; k < in.operand_count; ++k)
+        use(p.operands[static_cast<std::size_t>(in.operands_begin + k)]);
+    } else if (in.kind == InstrKind::kEncode || in.kind == InstrKind::kDecode) {
+      use(in.buffer);
+      use(in.aux);
+    }
+  }
+  // Copies: a copy-out reads a buffer that was written and is not freed before the copy ends; a
+  // copy-in lands before any compute instruction reads the buffer.
+  for (const Span& s : tl.spans) {
+    if (s.stream == StreamId::kCompute) continue;
+    const Instruction& in = p.stream(s.stream)[static_cast<std::size_t>(s.index)];
+    const auto& l = life[static_cast<std::size_t>(in.buffer)];
+    REQUIRE(l.alloc_ns >= 0);
+    REQUIRE(l.alloc_ns <= s.start_ns);
+    if (in.kind == InstrKind::kCopyOut) {
+      REQUIRE(l.first_use_end_ns >= 0);
+      REQUIRE(l.first_use_end_ns <= s.start_ns);  // the producer wrote it first
+      REQUIRE(s.end_ns <= l.free_ns);
+    } else {
+      REQUIRE(in.kind == InstrKind::kCopyIn);
+      for (std::size_t i = 0; i < executed; ++i) {
+        const Instruction& c = compute[i];
+        bool reads = false;
+        if (c.kind == InstrKind::kRun || c.kind == InstrKind::kRecompute) {
+          for (std::int32_t k = 0; k < c.operand_count; ++k) {
+            reads =
+                reads || p.operands[static_cast<std::size_t>(c.operands_begin + k)] == in.buffer;
+          }
+        }
+        if (reads) REQUIRE(start[i] >= s.end_ns);
+      }
+      REQUIRE(s.end_ns <= l.free_ns);
+    }
+    REQUIRE(s.end_ns - s.start_ns >= m.copy_latency_ns);
+  }
+  // Same-direction copies never overlap.
+  for (StreamId stream : {StreamId::kD2H, StreamId::kH2D}) {
+    Nanoseconds previous_end = 0;
+    for (const Span& s : tl.spans) {
+      if (s.stream != stream) continue;
+      REQUIRE(s.start_ns >= previous_end);
+      previous_end = s.end_ns;
+    }
+  }
+  // Memory.
+  for (const MemoryPoint& pt : tl.memory) {
+    REQUIRE(pt.live_bytes >= 0);
+    REQUIRE(pt.reserved_bytes <= m.memory_bytes);
+    REQUIRE(pt.live_bytes <= pt.reserved_bytes);
+  }
+  if (tl.feasible) {
+    REQUIRE(tl.peak_reserved_bytes <= m.memory_bytes);
+    REQUIRE(tl.peak_bytes <= m.memory_bytes);
+    REQUIRE(tl.iteration_ns >= tl.op_compute_ns);
+    // The compute stream is busy with ops or stalled; a trailing copy may end after it.
+    Nanoseconds compute_end = 0;
+    for (const Span& s : tl.spans) {
+      if (s.stream == StreamId::kCompute) compute_end = std::max(compute_end, s.end_ns);
+    }
+    REQUIRE(compute_end == tl.op_compute_ns + tl.stall_ns());
+    REQUIRE(tl.iteration_ns >= compute_end);
+    REQUIRE(w.ops.size() > 0);
+    REQUIRE(tl.memory.back().live_bytes >= 0);
+  } else {
+    REQUIRE(tl.oom);
+    REQUIRE(tl.oom->requested_bytes > tl.oom->largest_free_block);
+    REQUIRE(tl.oom->bytes_missing > 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
+  constexpr int kCases = 1200;
+  Engine engine;  // reused across cases, as a search would
+  int infeasible = 0;
+  int with_copies = 0;
+  int lossless = 0;
+  for (int seed = 1; seed <= kCases; ++seed) {
+    CAPTURE(seed);
+    Rng rng(static_cast<std::uint64_t>(seed));
+    const Workload w = random_workload(rng);
+    const Plan plan = random_plan(w, rng);
+    const Bytes peak = incore_peak(w).bytes;
+    Machine m;
+    m.memory_bytes =
+        uniform(rng, 0, 2) == 0 ? peak * 4 + 65536 : uniform(rng, peak / 3 + 512, peak * 2 + 4096);
+    m.h2d_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+    m.d2h_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+    m.copy_latency_ns = uniform(rng, 0, 2000);
+    m.memory_bandwidth_bytes_per_s = static_cast<double>(uniform(rng, 1, 1000)) * 1e9;
+    const Program program = lower(w, plan);
+    const Timeline first = engine.run(program, m);
+    check_run(w, program, first, m);
+    if (!first.feasible) ++infeasible;
+    if (!program.stream(StreamId::kD2H).empty()) ++with_copies;
+    for (const Decision& d : plan.decisions) {
+      lossless += d.encoding == Encoding::kBinarize || d.encoding == Encoding::kSparse ? 1 : 0;
+    }
+
+    // Same input, same output: lowering again (with a reused Lowerer that lowered another plan
+    // first) and simulating on a fresh engine.
+    Lowerer lowerer(w);
+    Program again;
+    lowerer.lower(in_core_plan(w), again);
+    lowerer.lower(plan, again);
+    for (int s = 0; s < kStreamCount; ++s) {
+      REQUIRE(again.streams[static_cast<std::size_t>(s)].size() ==
+              program.streams[static_cast<std::size_t>(s)].size());
+    }
+    REQUIRE(again.operands == program.operands);
+    REQUIRE(again.buffers.size() == program.buffers.size());
+    REQUIRE(again.action_counts == program.action_counts);
+    Engine fresh;
+    const Timeline& second = fresh.run(again, m);
+    REQUIRE(again.instruction_count() == program.instruction_count());
+    REQUIRE(second.feasible == first.feasible);
+    REQUIRE(second.iteration_ns == first.iteration_ns);
+    REQUIRE(second.peak_bytes == first.peak_bytes);
+    REQUIRE(second.peak_reserved_bytes == first.peak_reserved_bytes);
+    REQUIRE(second.spans.size() == first.spans.size());
+    for (std::size_t i = 0; i < first.spans.size(); ++i) {
+      REQUIRE(second.spans[i].start_ns == first.spans[i].start_ns);
+      REQUIRE(second.spans[i].end_ns == first.spans[i].end_ns);
+    }
+    REQUIRE(second.memory.size() == first.memory.size());
+
+    // Recording nothing changes no total.
+    EngineOptions lean;
+    lean.record_spans = false;
+    lean.record_memory = false;
+    lean.record_stalls = false;
+    const Timeline& quiet = fresh.run(program, m, lean);
+    REQUIRE(quiet.feasible == first.feasible);
+    REQUIRE(quiet.iteration_ns == first.iteration_ns);
+    REQUIRE(quiet.peak_bytes == first.peak_bytes);
+    REQUIRE(quiet.peak_reserved_bytes == first.peak_reserved_bytes);
+    REQUIRE(quiet.stall_ns_by_cause == first.stall_ns_by_cause);
+    REQUIRE(quiet.spans.empty());
+    REQUIRE(quiet.memory.empty());
+
+    // In core with room to spare: nothing else runs, so the iteration is the summed compute time
+    // and the peak is the liveness peak.
+    const Program in_core = lower(w, in_core_plan(w));
+    Machine roomy = m;
+    roomy.memory_bytes = peak * 4 + 65536;
+    const Timeline& base = engine.run(in_core, roomy);
+    REQUIRE(base.feasible);
+    Nanoseconds compute = 0;
+    for (const Op& op : w.ops) compute += op.duration_ns;
+    REQUIRE(base.iteration_ns == compute);
+    REQUIRE(base.stall_ns() == 0);
+    REQUIRE(base.peak_bytes == peak);
+    check_run(w, in_core, base, roomy);
+  }
+  // The generator must exercise both outcomes and the copy engines.
+  CHECK(infeasible > kCases / 20);
+  CHECK(infeasible < kCases);
+  CHECK(with_copies > kCases / 2);
+  CHECK(lossless > kCases / 100);  // binarize and sparse maps do occur
+}

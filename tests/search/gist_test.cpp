@@ -1,0 +1,49 @@
+#include <catch2/catch.hpp>
+
+#include "search/gist.hpp"
+#include "sim/basic_plans.hpp"
+#include "sim/input_error.hpp"
+#include "tests/search/policy_workloads.hpp"
+
+using namespace memplan::sim;
+using namespace memplan::search;
+using namespace memplan::test;
+
+TEST_CASE("Gist encodings apply only where their consumer pattern holds", "[search][gist]") {
+  // relu1_out feeds a max-pool, relu2_out a convolution, relu3_out a linear layer; pool1_out and
+  // fc_out are not ReLU outputs.
+  const Workload w =
+      layer_chain({conv("conv1"), relu("relu1"), pool("pool1"), conv("conv2"), relu("relu2"),
+                   conv("conv3"), relu("relu3"), linear("fc"), loss("loss")});
+  const NetworkView view(w);
+  const Plan incore = in_core_plan(w);
+  auto labels = [&](const Plan& p) {
+    std::string out;
+    for (const Decision& d : p.decisions)
+      out += w.tensor(d.tensor).name + "=" + action_label(d.action, d.encoding) + " ";
+    return out;
+  };
+  CHECK(labels(
+            apply_encodings(incore, view, parse_encoding_options("binarize,sparse", "--encode"))) ==
+        "relu1_out=encode:binarize pool1_out=keep relu2_out=encode:sparse relu3_out=keep "
+        "fc_out=keep ");
+  CHECK(labels(apply_encodings(incore, view, parse_encoding_options("all", "--encode"))) ==
+        "relu1_out=encode:binarize pool1_out=encode:fp16 relu2_out=encode:sparse "
+        "relu3_out=encode:fp16 "
+        "fc_out=encode:fp16 ");
+  CHECK(labels(apply_encodings(incore, view, parse_encoding_options("fp8", "--encode"))) ==
+        "relu1_out=encode:fp8 pool1_out=encode:fp8 relu2_out=encode:fp8 relu3_out=encode:fp8 "
+        "fc_out=encode:fp8 ");
+  // Swapped or recomputed maps are left alone.
+  const Plan swapped = swap_all_plan(w);
+  CHECK(apply_encodings(swapped, view, parse_encoding_options("all", "--encode")).decisions ==
+        swapped.decisions);
+  CHECK(apply_encodings(incore, view, parse_encoding_options("all", "--encode")).policy ==
+        "in-core+gist");
+}
+
+TEST_CASE("bad --encode lists are refused with the flag named", "[search][gist]") {
+  CHECK_THROWS_WITH(parse_encoding_options("binarize,zip", "--encode"),
+                    Catch::Contains("--encode") && Catch::Contains("zip"));
+  CHECK_THROWS_AS(parse_encoding_options("fp16,fp8", "--encode"), InputError);
+}

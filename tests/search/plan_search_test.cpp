@@ -1,0 +1,72 @@
+#include <catch2/catch.hpp>
+
+#include "search/comparison.hpp"
+#include "search/plan_search.hpp"
+#include "tests/search/policy_workloads.hpp"
+#include "tests/support/sim_helpers.hpp"
+
+using namespace memplan::sim;
+using namespace memplan::search;
+using namespace memplan::test;
+
+namespace {
+
+Workload net() {
+  return layer_chain({conv("conv1", 4000, 3000), relu("relu1", 4000), pool("pool1", 2000),
+                      conv("conv2", 2000, 3000), relu("relu2", 2000), conv("conv3", 2000, 2000),
+                      relu("relu3", 2000), linear("fc", 500), loss("loss")},
+                     Bytes{1} << 40, 2000);
+}
+
+SearchOptions quick(int threads, bool deterministic = false) {
+  SearchOptions o;
+  o.threads = threads;
+  o.deterministic = deterministic;
+  o.time_limit_s = 60;  // the tiny workloads converge long before
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("the ranking: fitting beats not fitting, then time, then memory",
+          "[search][plan_search]") {
+  Evaluation fits_slow{true, 200, 50, 50, 0, kNoId, 0};
+  Evaluation fits_fast{true, 100, 90, 90, 0, kNoId, 0};
+  Evaluation fits_fast_small{true, 100, 60, 60, 0, kNoId, 0};
+  Evaluation no_fit{false, 10, 10, 10, 0, 3, 512};
+  Evaluation no_fit_closer{false, 10, 10, 10, 0, 3, 100};
+  CHECK(better(fits_slow, no_fit));
+  CHECK(better(fits_fast, fits_slow));
+  CHECK(better(fits_fast_small, fits_fast));
+  CHECK(better(no_fit_closer, no_fit));
+  CHECK_FALSE(better(fits_fast, fits_fast));
+}
+
+TEST_CASE("the search is never worse than the best policy", "[search][plan_search]") {
+  const Workload w = net();
+  const Bytes incore =
+      simulate(w, in_core_plan(w), test_machine(Bytes{1} << 40)).timeline.peak_reserved_bytes;
+  for (double fraction : {1.0, 0.9, 0.8, 0.7}) {
+    CAPTURE(fraction);
+    const Machine m =
+        test_machine(static_cast<Bytes>(static_cast<double>(incore) * fraction), 2e8, 1000);
+    const SearchResult r = search_plan(w, m, quick(2));
+    const Comparison c = compare_policies(w, m);
+    for (const ComparisonRow& row : c.rows) {
+      CAPTURE(row.policy);
+      const Evaluation policy = summarize(row.timeline);
+      CHECK_FALSE(better(policy, r.evaluation));
+    }
+    CHECK(r.converged);
+    // The plan it reports is the plan it found.
+    CHECK(summarize(simulate(w, r.plan, m).timeline).iteration_ns == r.evaluation.iteration_ns);
+  }
+}
+
+TEST_CASE("the same seed and threads give the same plan; --deterministic any thread count",
+          "[search][plan_search]") {
+  const Workload w = net();
+  const Machine m = test_machine(20000, 2e8, 1000);
+  CHECK(search_plan(w, m, quick(2)).plan == search_plan(w, m, quick(2)).plan);
+  CHECK(search_plan(w, m, quick(1, true)).plan == search_plan(w, m, quick(2, true)).plan);
+}

@@ -1,0 +1,114 @@
+// Each policy on small workloads whose right classification is worked out by hand.
+#include <catch2/catch.hpp>
+
+#include "search/policy.hpp"
+#include "tests/search/policy_workloads.hpp"
+#include "tests/support/sim_helpers.hpp"
+#include "tests/support/workload_builder.hpp"
+
+using namespace memplan::sim;
+using namespace memplan::search;
+using namespace memplan::test;
+
+namespace {
+
+// conv1(x) relu1 pool1 conv2 relu2 conv3 relu3 fc loss. Feature maps (read in backward):
+// relu1_out (relu1_bwd, pool1_bwd), pool1_out (conv2_bwd), relu2_out (conv3_bwd, relu2_bwd),
+// relu3_out (fc_bwd, relu3_bwd), fc_out (loss_bwd). Backward op ids: loss_bwd 9 ... conv1_bwd 17.
+Workload three_convs(Bytes memory = Bytes{1} << 40) {
+  return layer_chain({conv("conv1"), relu("relu1"), pool("pool1"), conv("conv2"), relu("relu2"),
+                      conv("conv3"), relu("relu3"), linear("fc"), loss("loss")},
+                     memory);
+}
+
+std::string describe(const Workload& w, const Plan& plan) {
+  std::string out;
+  for (const Decision& d : plan.decisions) {
+    out += w.tensor(d.tensor).name + "=" + action_label(d.action, d.encoding);
+    if (d.prefetch_before != kNoId) out += "@" + w.op(d.prefetch_before).name;
+    out += " ";
+  }
+  return out;
+}
+
+PolicyDecision run(const char* name, const Workload& w, const Machine& m) {
+  Evaluator evaluator(w, m);
+  const NetworkView view(w);
+  const Policy* p = find_policy(name);
+  REQUIRE(p != nullptr);
+  PolicyDecision d = p->decide(evaluator, view);
+  validate_plan(d.plan, w, name);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("vdnn-conv swaps exactly the conv inputs; its prefetch walk stops at a conv",
+          "[search][vdnn]") {
+  const Workload w = three_convs();
+  const auto d = run("vdnn-conv", w, test_machine(Bytes{1} << 40));
+  // relu2_out is found from loss_bwd (walking fc, relu3, then conv3 which reads it). From fc_bwd
+  // and relu3_bwd the walk meets conv3 (already prefetched) and stops. conv3_bwd finds pool1_out
+  // behind relu2 at conv2.
+  CHECK(describe(w, d.plan) ==
+        "relu1_out=keep pool1_out=swap@conv3_bwd relu2_out=swap@loss_bwd relu3_out=keep "
+        "fc_out=keep ");
+}
+
+TEST_CASE("vdnn-all swaps every layer input and prefetches one layer ahead", "[search][vdnn]") {
+  const Workload w = three_convs();
+  const auto d = run("vdnn-all", w, test_machine(Bytes{1} << 40));
+  // loss_bwd finds fc's input relu3_out; fc_bwd walks past relu3 (whose input conv3_out is no
+  // feature map) to conv3 and takes relu2_out; relu3_bwd meets conv3 first and stops; conv3_bwd
+  // takes pool1_out through relu2; conv2_bwd takes relu1_out through pool1. fc_out is already
+  // needed by loss_bwd, the first backward op, so it is fetched on demand.
+  CHECK(describe(w, d.plan) ==
+        "relu1_out=swap@conv2_bwd pool1_out=swap@conv3_bwd relu2_out=swap@fc_bwd "
+        "relu3_out=swap@loss_bwd fc_out=swap ");
+}
+
+TEST_CASE("checkpoint-sqrt keeps every sqrt(n)-th map", "[search][checkpoint]") {
+  // Nine ReLU/linear pairs give 9 ReLU outputs read by relu_bwd and linear_bwd, plus the last
+  // linear's output read by the loss: 10 maps... so use 9 layers of relu only: each output is a
+  // map.
+  std::vector<LayerSpec> layers;
+  for (int i = 0; i < 9; ++i) layers.push_back(relu("r" + std::to_string(i)));
+  const Workload w = layer_chain(layers);
+  const auto d = run("checkpoint-sqrt", w, test_machine(Bytes{1} << 40));
+  CHECK(
+      describe(w, d.plan) ==
+      "r0_out=recompute r1_out=recompute r2_out=keep r3_out=recompute r4_out=recompute r5_out=keep "
+      "r6_out=recompute r7_out=recompute r8_out=keep ");
+}
+
+TEST_CASE("superneurons recomputes exactly the non-checkpoint layers", "[search][superneurons]") {
+  const Workload w = three_convs();
+  const auto d = run("superneurons", w, test_machine(Bytes{1} << 40));
+  CHECK(describe(w, d.plan) ==
+        "relu1_out=recompute pool1_out=recompute relu2_out=recompute relu3_out=recompute "
+        "fc_out=keep ");
+}
+
+TEST_CASE("layrub migrates every feature map", "[search][layrub]") {
+  const Workload w = three_convs();
+  const auto d = run("layrub", w, test_machine(Bytes{1} << 40));
+  CHECK(d.plan.action_counts()[static_cast<std::size_t>(Action::kSwap)] == 5);
+}
+
+TEST_CASE("every policy gives a valid plan; the ones that adapt fit where in-core does not",
+          "[search]") {
+  // In-core needs 7168 bytes of arena (sizes round up to 512); swap-all needs 5120.
+  const Workload w = three_convs(6144);
+  const Machine m = test_machine(6144);
+  CHECK_FALSE(simulate(w, in_core_plan(w), m).timeline.feasible);
+  for (const Policy& p : policies()) {
+    CAPTURE(p.name);
+    const auto d = run(std::string(p.name).c_str(), w, m);
+    const bool fits = simulate(w, d.plan, m).timeline.feasible;
+    // SuperNeurons does not fit here: its peak is in backward, where recomputed maps come back
+    // and no kept checkpoint is left to swap — the situation in which PoocH reports it failing.
+    if (p.name == "pooch" || p.name == "capuchin" || p.name == "dtr" || p.name == "layrub")
+      CHECK(fits);
+    if (p.name == "in-core" || p.name == "superneurons") CHECK_FALSE(fits);
+  }
+}

@@ -1,0 +1,62 @@
+#include "tests/sim/bad_plans.hpp"
+
+#include <fmt/format.h>
+
+#include "sim/plan.hpp"
+
+namespace memplan::test {
+
+std::string plan_text(const sim::Workload& w, const std::string& maps_json) {
+  return fmt::format(R"({{"format":"memplan-plan","version":1,"policy":"test",)"
+                     R"("workload":{{"fingerprint":"{:016x}","ops":{},"tensors":{}}},"maps":{}}})",
+                     sim::workload_fingerprint(w), w.ops.size(), w.tensors.size(), maps_json);
+}
+
+std::vector<BadPlan> bad_plans(const sim::Workload& w) {
+  std::vector<BadPlan> cases = {
+      {"not json", "{\"format\": ", "not valid JSON"},
+      {"wrong format",
+       R"({"format":"memplan-trace","version":1,"workload":{"fingerprint":"0"},"maps":[]})",
+       "expected \"memplan-plan\""},
+      {"future version",
+       R"({"format":"memplan-plan","version":7,"workload":{"fingerprint":"0"},"maps":[]})",
+       "unsupported plan format version 7"},
+      {"another workload",
+       R"({"format":"memplan-plan","version":1,"workload":{"fingerprint":"0123456789abcdef"},"maps":[]})",
+       "made for another workload"},
+      {"bad fingerprint",
+       R"({"format":"memplan-plan","version":1,"workload":{"fingerprint":"xyz"},"maps":[]})",
+       "expected 16 hexadecimal digits"},
+      {"unknown tensor", plan_text(w, R"([{"tensor":"nope","action":"swap"}])"),
+       "unknown tensor 'nope'"},
+      {"unknown tensor id", plan_text(w, R"([{"tensor":99,"action":"swap"}])"),
+       "unknown tensor id 99"},
+      {"not a feature map", plan_text(w, R"([{"tensor":"x","action":"swap"}])"),
+       "is not a feature map"},
+      {"named twice",
+       plan_text(w, R"([{"tensor":"pool_out","action":"swap"},{"tensor":17,"action":"keep"}])"),
+       "named twice"},
+      {"unknown action", plan_text(w, R"([{"tensor":"pool_out","action":"squash"}])"),
+       "unknown action 'squash'"},
+      {"binarize not before a max-pool",
+       plan_text(w, R"([{"tensor":"relu1_out","action":"encode:binarize"}])"),
+       "encode:binarize needs a ReLU output that a max-pool reads"},
+      {"sparse not a relu", plan_text(w, R"([{"tensor":"pool_out","action":"encode:sparse"}])"),
+       "encode:sparse needs a ReLU output that a convolution reads"},
+      {"prefetch for a recompute",
+       plan_text(w, R"([{"tensor":"pool_out","action":"recompute","prefetch_before":"fc_bwd"}])"),
+       "prefetch_before is for swapped maps only"},
+      {"prefetch too early",
+       plan_text(w, R"([{"tensor":"relu1_out","action":"swap","prefetch_before":"conv1"}])"),
+       "prefetch_before must be an op after the last forward use"},
+      {"prefetch unknown op",
+       plan_text(w, R"([{"tensor":"relu1_out","action":"swap","prefetch_before":"zzz"}])"),
+       "unknown op 'zzz'"},
+      {"unknown field", plan_text(w, R"([{"tensor":"relu1_out","action":"swap","when":3}])"),
+       "unknown field 'when'"},
+      {"missing action", plan_text(w, R"([{"tensor":"relu1_out"}])"), "missing field 'action'"},
+  };
+  return cases;
+}
+
+}  // namespace memplan::test

@@ -1,0 +1,75 @@
+#include <catch2/catch.hpp>
+
+#include "sim/input_error.hpp"
+#include "sim/machine.hpp"
+
+using namespace memplan::sim;
+
+TEST_CASE("link presets carry the documented bandwidths", "[sim][machine]") {
+  CHECK(find_link_preset("pcie3")->bytes_per_s == 16e9);
+  CHECK(find_link_preset("pcie4")->bytes_per_s == 32e9);
+  CHECK(find_link_preset("pcie5")->bytes_per_s == 64e9);
+  CHECK(find_link_preset("nvlink2")->bytes_per_s == 75e9);
+  CHECK(find_link_preset("c2c")->bytes_per_s == 450e9);
+  CHECK_FALSE(find_link_preset("pcie9"));
+  for (const LinkPreset& p : link_presets()) CHECK(p.latency_ns > 0);
+}
+
+TEST_CASE("a machine starts from the trace's device and takes overrides", "[sim][machine]") {
+  DeviceInfo device;
+  device.memory_bytes = 1 << 20;
+  device.h2d_bytes_per_s = 10e9;
+  device.d2h_bytes_per_s = 12e9;
+  device.copy_latency_ns = 3000;
+  Machine m = make_machine(device);
+  CHECK(m.memory_bytes == 1 << 20);
+  CHECK(m.h2d_bytes_per_s == 10e9);
+  CHECK(m.d2h_bytes_per_s == 12e9);
+  CHECK(m.copy_latency_ns == 3000);
+  CHECK(m.memory_bandwidth_bytes_per_s == kDefaultMemoryBandwidth);
+  // 10 GB/s: 10 bytes per ns.
+  CHECK(m.h2d_copy_ns(10'000) == 3000 + 1000);
+  CHECK(m.d2h_copy_ns(12'000) == 3000 + 1000);
+  CHECK(m.h2d_copy_ns(1) == 3001);  // rounded up to whole nanoseconds
+
+  MachineOverrides o;
+  o.link = "pcie4";
+  o.copy_latency_ns = 1000;  // a single value beats the preset
+  o.memory_bytes = 2 << 20;
+  m = make_machine(device, o);
+  CHECK(m.h2d_bytes_per_s == 32e9);
+  CHECK(m.d2h_bytes_per_s == 32e9);
+  CHECK(m.copy_latency_ns == 1000);
+  CHECK(m.memory_bytes == 2 << 20);
+  // What-if bandwidth rescales every copy: half the bandwidth, twice the transfer time.
+  o = {};
+  o.h2d_bytes_per_s = 5e9;
+  m = make_machine(device, o);
+  CHECK(m.h2d_copy_ns(10'000) == 3000 + 2000);
+}
+
+TEST_CASE("a trace without link data gets the default link", "[sim][machine]") {
+  DeviceInfo device;
+  device.memory_bytes = 1 << 20;
+  const Machine m = make_machine(device);
+  CHECK(m.h2d_bytes_per_s == find_link_preset(kDefaultLink)->bytes_per_s);
+  CHECK(m.copy_latency_ns == find_link_preset(kDefaultLink)->latency_ns);
+}
+
+TEST_CASE("bad machine values are input errors naming the flag", "[sim][machine][bad_input]") {
+  DeviceInfo device;
+  device.memory_bytes = 1 << 20;
+  MachineOverrides o;
+  o.link = "pcie9";
+  CHECK_THROWS_WITH(make_machine(device, o),
+                    Catch::Contains("--link") && Catch::Contains("unknown link 'pcie9'"));
+  o = {};
+  o.memory_bytes = 0;
+  CHECK_THROWS_AS(make_machine(device, o), InputError);
+  o = {};
+  o.h2d_bytes_per_s = 0;
+  CHECK_THROWS_WITH(make_machine(device, o), Catch::Contains("--h2d"));
+  o = {};
+  o.copy_latency_ns = -1;
+  CHECK_THROWS_WITH(make_machine(device, o), Catch::Contains("--latency"));
+}

@@ -1,0 +1,108 @@
+#include <catch2/catch.hpp>
+
+#include "sim/basic_plans.hpp"
+#include "sim/input_error.hpp"
+#include "sim/plan_io.hpp"
+#include "sim/trace_io.hpp"
+#include "tests/sim/bad_plans.hpp"
+#include "tests/support/run_command.hpp"
+#include "tests/support/workload_builder.hpp"
+
+using namespace memplan::sim;
+using memplan::test::plan_text;
+
+namespace {
+Workload resnet_tiny() {
+  return read_trace(memplan::test::source_path("traces/resnet_tiny.json"));
+}
+}  // namespace
+
+TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim][plan]") {
+  const Workload w = resnet_tiny();
+  const Plan plan = parse_plan(
+      plan_text(w, R"([{"tensor":"relu1_out","action":"swap","prefetch_before":"conv2_bwd"},
+                       {"tensor":13,"action":"encode:sparse"},
+                       {"tensor":"relu3_out","action":"encode:binarize"},
+                       {"tensor":"pool_out","action":"recompute"},
+                       {"tensor":"pool_indices","action":"encode:fp8"}])"),
+      "p.json", w);
+  REQUIRE(plan.decisions.size() == 6);
+  CHECK(plan.policy == "test");
+  CHECK(plan.decisions[0] == Decision{11, Action::kSwap, Encoding::kNone, 16});
+  CHECK(plan.decisions[1] == Decision{13, Action::kEncode, Encoding::kSparse, kNoId});
+  CHECK(plan.decisions[2] == Decision{16, Action::kEncode, Encoding::kBinarize, kNoId});
+  CHECK(plan.decisions[3] == Decision{17, Action::kRecompute, Encoding::kNone, kNoId});
+  CHECK(plan.decisions[4] == Decision{18, Action::kEncode, Encoding::kFp8, kNoId});
+  CHECK(plan.decisions[5] ==
+        Decision{21, Action::kKeep, Encoding::kNone, kNoId});  // probs: left out
+  CHECK(plan.action_counts() == std::array<std::size_t, kActionCount>{1, 1, 1, 3});
+  // Write -> read -> write is stable.
+  const std::string text = write_plan(plan, w);
+  const Plan again = parse_plan(text, "again.json", w);
+  CHECK(again == plan);
+  CHECK(write_plan(again, w) == text);
+}
+
+TEST_CASE("the fingerprint covers structure, not durations", "[sim][plan]") {
+  Workload w = resnet_tiny();
+  const auto fp = workload_fingerprint(w);
+  w.ops[3].duration_ns += 100;
+  CHECK(workload_fingerprint(w) == fp);
+  w.tensors[11].bytes += 4;
+  CHECK(workload_fingerprint(w) != fp);
+  const Workload mlp = read_trace(memplan::test::source_path("traces/mlp4.json"));
+  CHECK(workload_fingerprint(mlp) != fp);
+  // A plan for mlp4 is refused on resnet_tiny.
+  CHECK_THROWS_WITH(parse_plan(write_plan(swap_all_plan(mlp), mlp), "mlp.json", resnet_tiny()),
+                    Catch::Contains("made for another workload"));
+}
+
+TEST_CASE("encoded sizes follow the Gist schemes", "[sim][plan]") {
+  Tensor t;
+  t.bytes = 3200;
+  t.dtype = "float32";
+  CHECK(encoded_bytes(Encoding::kBinarize, t) == 100);
+  CHECK(encoded_bytes(Encoding::kFp16, t) == 1600);
+  CHECK(encoded_bytes(Encoding::kFp10, t) == 1000);
+  CHECK(encoded_bytes(Encoding::kFp8, t) == 800);
+  // 800 elements, half nonzero, each a 4-byte value and a 1-byte index.
+  CHECK(encoded_bytes(Encoding::kSparse, t) == 2000);
+}
+
+TEST_CASE("bad plans are input errors naming the file and the problem", "[sim][plan][bad_input]") {
+  const Workload w = resnet_tiny();
+  for (const auto& bad : memplan::test::bad_plans(w)) {
+    CAPTURE(bad.name);
+    try {
+      (void)parse_plan(bad.text, "bad.json", w);
+      FAIL("accepted");
+    } catch (const InputError& e) {
+      const std::string message = e.what();
+      CAPTURE(message);
+      CHECK(message.rfind("bad.json", 0) == 0);
+      CHECK(message.find(bad.problem) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("recompute is refused when regeneration would need a backward tensor",
+          "[sim][plan][bad_input]") {
+  // A (contrived but valid) trace where a forward op reads a gradient: f2_out cannot be rebuilt.
+  memplan::test::WorkloadBuilder b;
+  const auto x = b.input("x", 100);
+  const auto a = b.forward("f1", {x}, 100, 10);
+  const auto ga = b.backward("early_bwd", {a}, 100, 10);
+  const auto c = b.forward("f2", {ga}, 100, 10);
+  b.backward("g", {c, a}, 100, 10);
+  const Workload w = b.build();
+  CHECK_THROWS_WITH(
+      parse_plan(plan_text(w, R"([{"tensor":"f2_out","action":"recompute"}])"), "p.json", w),
+      Catch::Contains("tensor 'f2_out' cannot be recomputed"));
+  // recompute-all keeps what it cannot recompute, and its plan lowers and runs.
+  const Plan all = recompute_all_plan(w);
+  CHECK(all.action_counts() == std::array<std::size_t, kActionCount>{1, 0, 1, 0});
+  CHECK_NOTHROW(validate_plan(all, w, "recompute-all"));
+  // f1_out is fine: x is an input.
+  CHECK_NOTHROW(
+      parse_plan(plan_text(w, R"([{"tensor":"f1_out","action":"recompute"}])"), "p.json", w));
+}

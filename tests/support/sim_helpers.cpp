@@ -1,0 +1,69 @@
+#include "tests/support/sim_helpers.hpp"
+
+#include <stdexcept>
+
+namespace memplan::test {
+
+using namespace memplan::sim;
+
+Plan plan_with(const Workload& w, const std::vector<MapChoice>& choices) {
+  Plan plan = in_core_plan(w);
+  plan.policy = "test";
+  for (const MapChoice& c : choices) {
+    bool found = false;
+    for (Decision& d : plan.decisions) {
+      if (w.tensor(d.tensor).name != c.tensor) continue;
+      d.action = c.action;
+      d.encoding = c.encoding;
+      if (!c.prefetch_before.empty()) {
+        for (const Op& op : w.ops) {
+          if (op.name == c.prefetch_before) d.prefetch_before = op.id;
+        }
+      }
+      found = true;
+    }
+    if (!found) throw std::logic_error("plan_with: no feature map " + c.tensor);
+  }
+  validate_plan(plan, w, "test plan");
+  return plan;
+}
+
+Machine test_machine(Bytes memory_bytes, double bytes_per_s, Nanoseconds latency_ns) {
+  Machine m;
+  m.memory_bytes = memory_bytes;
+  m.h2d_bytes_per_s = bytes_per_s;
+  m.d2h_bytes_per_s = bytes_per_s;
+  m.copy_latency_ns = latency_ns;
+  return m;
+}
+
+Simulation simulate(const Workload& w, const Plan& plan, const Machine& machine) {
+  Simulation s;
+  s.program = lower(w, plan);
+  Engine engine;
+  s.timeline = engine.run(s.program, machine);
+  return s;
+}
+
+std::pair<Nanoseconds, Nanoseconds> span_of(const Simulation& s, const Workload& w, StreamId stream,
+                                            const std::string& label, int nth) {
+  for (const Span& span : s.timeline.spans) {
+    if (span.stream != stream) continue;
+    const Instruction& in = s.program.stream(stream)[static_cast<std::size_t>(span.index)];
+    if (instruction_label(in, s.program, w) == label && nth-- == 0)
+      return {span.start_ns, span.end_ns};
+  }
+  throw std::logic_error("no span " + label);
+}
+
+std::vector<std::string> span_labels(const Simulation& s, const Workload& w, StreamId stream) {
+  std::vector<std::string> labels;
+  for (const Span& span : s.timeline.spans) {
+    if (span.stream != stream) continue;
+    labels.push_back(instruction_label(
+        s.program.stream(stream)[static_cast<std::size_t>(span.index)], s.program, w));
+  }
+  return labels;
+}
+
+}  // namespace memplan::test

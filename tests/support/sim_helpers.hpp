@@ -1,0 +1,49 @@
+#pragma once
+// Helpers for tests of the simulator: plans by tensor name, one-call simulation, and lookups of
+// spans by label so that golden timelines read like the hand calculation.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/basic_plans.hpp"
+#include "sim/engine.hpp"
+#include "sim/lowering.hpp"
+#include "sim/machine.hpp"
+
+namespace memplan::test {
+
+struct MapChoice {
+  MapChoice(std::string tensor_name, sim::Action what, sim::Encoding scheme = sim::Encoding::kNone,
+            std::string prefetch_op = {})
+      : tensor(std::move(tensor_name)),
+        action(what),
+        encoding(scheme),
+        prefetch_before(std::move(prefetch_op)) {}
+  std::string tensor;
+  sim::Action action = sim::Action::kKeep;
+  sim::Encoding encoding = sim::Encoding::kNone;
+  std::string prefetch_before;  // op name; empty for the default
+};
+
+/// In-core plan with the given maps changed; validated.
+sim::Plan plan_with(const sim::Workload& w, const std::vector<MapChoice>& choices);
+
+/// A machine with the given bandwidth in both directions (bytes per second), latency and memory.
+sim::Machine test_machine(sim::Bytes memory_bytes, double bytes_per_s = 1e9,
+                          sim::Nanoseconds latency_ns = 0);
+
+struct Simulation {
+  sim::Program program;
+  sim::Timeline timeline;
+};
+Simulation simulate(const sim::Workload& w, const sim::Plan& plan, const sim::Machine& machine);
+
+/// [start, end] of the span labelled `label` (instruction_label) on `stream`; the `nth` such span.
+std::pair<sim::Nanoseconds, sim::Nanoseconds> span_of(const Simulation& s, const sim::Workload& w,
+                                                      sim::StreamId stream,
+                                                      const std::string& label, int nth = 0);
+/// Labels of the timed instructions of a stream, in order.
+std::vector<std::string> span_labels(const Simulation& s, const sim::Workload& w,
+                                     sim::StreamId stream);
+
+}  // namespace memplan::test
