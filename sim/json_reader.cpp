@@ -33,6 +33,17 @@ std::string_view type_name(const nlohmann::json& v) {
 
 }  // namespace
 
+nlohmann::json parse_json(std::string_view text, std::string_view source) {
+  try {
+    return nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    // nlohmann's message names the line and column; strip its "[json.exception...] " prefix.
+    std::string message = e.what();
+    if (auto pos = message.find("] "); pos != std::string::npos) message = message.substr(pos + 2);
+    throw InputError(std::string(source), fmt::format("not valid JSON ({})", message));
+  }
+}
+
 void JsonReader::fail(const std::string& problem) const {
   throw InputError(fmt::format("{}: {}", source_, path_), problem);
 }

@@ -12,6 +12,10 @@
 
 namespace memplan::sim {
 
+/// Parses a whole JSON document. Any failure (truncated or corrupt text, a number too large for
+/// any JSON number type) becomes an InputError naming `source` and, where known, the line.
+nlohmann::json parse_json(std::string_view text, std::string_view source);
+
 class JsonReader {
  public:
   JsonReader(const nlohmann::json& value, std::string_view source, std::string path = "$")

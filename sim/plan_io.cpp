@@ -115,13 +115,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source,
 }
 
 Plan parse_plan(std::string_view text, std::string_view source, const Workload& workload) {
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(std::string(source), fmt::format("not valid JSON ({})", e.what()));
-  }
-  return plan_from_json(document, source, workload);
+  return plan_from_json(parse_json(text, source), source, workload);
 }
 
 Plan read_plan(const std::filesystem::path& path, const Workload& workload) {

@@ -267,16 +267,7 @@ Workload trace_from_json(const Json& document, std::string_view source) {
 }
 
 Workload parse_trace(std::string_view text, std::string_view source) {
-  Json document;
-  try {
-    document = Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
-    // nlohmann's message names the line and column; strip its "[json.exception...] " prefix.
-    std::string message = e.what();
-    if (auto pos = message.find("] "); pos != std::string::npos) message = message.substr(pos + 2);
-    throw InputError(std::string(source), fmt::format("not valid JSON ({})", message));
-  }
-  return trace_from_json(document, source);
+  return trace_from_json(parse_json(text, source), source);
 }
 
 Workload read_trace(const std::filesystem::path& path) {

@@ -42,6 +42,7 @@ std::vector<BadTrace> bad_traces() {
 
   raw("truncated JSON", good.substr(0, good.size() / 2), "bad.json", "not valid JSON");
   raw("empty file", "", "bad.json", "not valid JSON");
+  raw("number beyond any JSON number type", "{\"format\": 1e99999}", "bad.json", "not valid JSON");
   raw("not an object", "[1, 2, 3]", "$", "expected an object");
   mutate(
       "wrong format name", [](json& j) { j["format"] = "chrome-trace"; }, "$.format",
