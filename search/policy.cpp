@@ -25,6 +25,8 @@ const std::vector<Policy>& policies() {
        decide_vdnn_all},
       {"vdnn-conv", "vDNN: swap the inputs of conv layers, prefetch up to the next conv",
        decide_vdnn_conv},
+      {"vdnn-dyn", "vDNN dynamic: the first rung of vDNN's ladder (swap set, algorithms) that fits",
+       decide_vdnn_dyn},
       {"layrub", "Layrub: migrate every feature map to host, bring it back layer by layer",
        decide_layrub},
       {"checkpoint-sqrt", "Chen et al.: keep every sqrt(n)-th map, recompute the rest",

@@ -41,6 +41,7 @@ sim::Plan keep_all(const NetworkView& view, std::string_view policy);
 PolicyDecision decide_in_core(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_vdnn_all(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_vdnn_conv(Evaluator& evaluator, const NetworkView& view);
+PolicyDecision decide_vdnn_dyn(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_layrub(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_checkpoint_sqrt(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view);

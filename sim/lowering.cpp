@@ -61,6 +61,12 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   out.host_slots.clear();
   out.op_compute_ns = op_compute_ns_;
   out.action_counts = {};
+  algorithm_.assign(w_.ops.size(), nullptr);
+  for (const AlgorithmChoice& c : plan.algorithms) {
+    const Op& op = w_.op(c.op);
+    algorithm_[at(c.op)] = &op.algorithms[at(c.algorithm)];
+    out.op_compute_ns += algorithm_[at(c.op)]->duration_ns - op.duration_ns;
+  }
   const std::size_t n_tensors = w_.tensors.size();
   decision_.assign(n_tensors, nullptr);
   loc_.assign(n_tensors, -1);
@@ -249,10 +255,13 @@ void Lowerer::finish_op(const Op& op, InstrKind kind, std::size_t base) {
     // temporary, freed right after (nothing points to it).
     if (kind == InstrKind::kRun || loc_[at(o)] < 0) loc_[at(o)] = b;
   }
-  if (op.workspace_bytes > 0) {
-    const BufferId ws = new_buffer({op.workspace_bytes, BufferRole::kWorkspace,
-                                    TensorKind::kWorkspace, kNoId, op.id, Encoding::kNone},
-                                   op.id);
+  const Algorithm* chosen = algorithm_[at(op.id)];
+  const Bytes workspace = chosen != nullptr ? chosen->workspace_bytes : op.workspace_bytes;
+  const Nanoseconds duration = chosen != nullptr ? chosen->duration_ns : op.duration_ns;
+  if (workspace > 0) {
+    const BufferId ws = new_buffer(
+        {workspace, BufferRole::kWorkspace, TensorKind::kWorkspace, kNoId, op.id, Encoding::kNone},
+        op.id);
     operand_stack_.push_back(ws);
   }
   const auto begin = static_cast<std::int32_t>(program_->operands.size());
@@ -260,7 +269,7 @@ void Lowerer::finish_op(const Op& op, InstrKind kind, std::size_t base) {
   program_->operands.insert(program_->operands.end(),
                             operand_stack_.begin() + static_cast<std::ptrdiff_t>(base),
                             operand_stack_.end());
-  const auto when = emit({kind, op.id, -1, -1, begin, count, op.duration_ns});
+  const auto when = emit({kind, op.id, -1, -1, begin, count, duration});
   for (std::size_t k = base; k < operand_stack_.size(); ++k) touch(operand_stack_[k], when);
   operand_stack_.resize(base);
 }

@@ -71,6 +71,7 @@ class Lowerer {
   // Per plan (scratch, reused).
   Program* program_ = nullptr;
   std::vector<const Decision*> decision_;
+  std::vector<const Algorithm*> algorithm_;  // per op: the plan's choice, or null for the default
   std::vector<BufferId> loc_;
   std::vector<HostSlotId> slot_;
   std::vector<EventId> in_event_;

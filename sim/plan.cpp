@@ -213,6 +213,21 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
                      fmt::format("the plan decides {} maps, the workload has {} feature maps",
                                  plan.decisions.size(), maps.size()));
   }
+  for (std::size_t i = 0; i < plan.algorithms.size(); ++i) {
+    const AlgorithmChoice& c = plan.algorithms[i];
+    const std::string at = fmt::format("{}: $.algorithms[{}]", source, i);
+    if (c.op < 0 || c.op >= static_cast<OpId>(workload.ops.size())) {
+      throw InputError(at, fmt::format("unknown op id {}", c.op));
+    }
+    if (i > 0 && c.op <= plan.algorithms[i - 1].op) {
+      throw InputError(at, "algorithm choices must name each op once, in ascending op order");
+    }
+    const Op& op = workload.op(c.op);
+    if (c.algorithm < 0 || c.algorithm >= static_cast<std::int32_t>(op.algorithms.size())) {
+      throw InputError(at, fmt::format("op '{}' has no alternative algorithm {} (it has {})",
+                                       op.name, c.algorithm, op.algorithms.size()));
+    }
+  }
   const std::vector<bool> regenerable = regenerable_tensors(workload);
   for (std::size_t i = 0; i < maps.size(); ++i) {
     const Decision& d = plan.decisions[i];

@@ -59,10 +59,20 @@ struct Decision {
   friend bool operator==(const Decision&, const Decision&) = default;
 };
 
+/// An op run with one of its alternative algorithms (Op::algorithms) instead of its default one:
+/// vDNN's per-layer choice between the fastest convolution and the memory-optimal one.
+struct AlgorithmChoice {
+  OpId op = kNoId;
+  std::int32_t algorithm = 0;  // index into the op's `algorithms`
+
+  friend bool operator==(const AlgorithmChoice&, const AlgorithmChoice&) = default;
+};
+
 struct Plan {
   std::string policy;               // who made it ("swap-all", "hand-written", ...)
   std::uint64_t fingerprint = 0;    // workload_fingerprint() of the workload it was made for
   std::vector<Decision> decisions;  // one per feature map, in tensor id order
+  std::vector<AlgorithmChoice> algorithms;  // ops not run with their default, ascending op id
 
   [[nodiscard]] std::array<std::size_t, kActionCount> action_counts() const;
 

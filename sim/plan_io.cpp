@@ -1,5 +1,6 @@
 #include "sim/plan_io.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <unordered_map>
 
@@ -42,7 +43,7 @@ std::int32_t resolve(const JsonReader& r, const Items& items, std::string_view w
 Plan plan_from_json(const nlohmann::json& document, std::string_view source,
                     const Workload& workload) {
   const JsonReader root(document, source);
-  root.reject_unknown_keys({"format", "version", "policy", "workload", "maps"});
+  root.reject_unknown_keys({"format", "version", "policy", "workload", "maps", "algorithms"});
   if (root.at("format").as_string() != kPlanFormatName) {
     root.at("format").fail(fmt::format("expected \"{}\"", kPlanFormatName));
   }
@@ -110,6 +111,23 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source,
       entry.fail(fmt::format("tensor '{}': {}", workload.tensor(t).name, problem));
     }
   }
+  if (auto algorithms = root.find("algorithms")) {
+    for (const JsonReader& entry : algorithms->elements()) {
+      entry.reject_unknown_keys({"op", "algorithm"});
+      const OpId op = resolve(entry.at("op"), workload.ops, "op");
+      const JsonReader name = entry.at("algorithm");
+      const auto& choices = workload.op(op).algorithms;
+      const auto it = std::find_if(choices.begin(), choices.end(),
+                                   [&](const Algorithm& a) { return a.name == name.as_string(); });
+      if (it == choices.end()) {
+        name.fail(
+            fmt::format("op '{}' has no algorithm '{}'", workload.op(op).name, name.as_string()));
+      }
+      plan.algorithms.push_back({op, static_cast<std::int32_t>(it - choices.begin())});
+    }
+    std::sort(plan.algorithms.begin(), plan.algorithms.end(),
+              [](const AlgorithmChoice& a, const AlgorithmChoice& b) { return a.op < b.op; });
+  }
   validate_plan(plan, workload, source);
   return plan;
 }
@@ -149,7 +167,21 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
     out += "}";
     first = false;
   }
-  out += "\n]\n}\n";
+  out += "\n]";
+  if (!plan.algorithms.empty()) {
+    out += ",\n\"algorithms\": [";
+    for (std::size_t i = 0; i < plan.algorithms.size(); ++i) {
+      const Op& op = workload.op(plan.algorithms[i].op);
+      nlohmann::json op_ref =
+          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(op.id);
+      out += fmt::format(
+          "{}\n  {{\"op\":{},\"algorithm\":{}}}", i == 0 ? "" : ",", op_ref.dump(),
+          nlohmann::json(op.algorithms[static_cast<std::size_t>(plan.algorithms[i].algorithm)].name)
+              .dump());
+    }
+    out += "\n]";
+  }
+  out += "\n}\n";
   return out;
 }
 

@@ -2,7 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include "search/policy.hpp"
+#include "sim/trace_io.hpp"
 #include "tests/search/policy_workloads.hpp"
+#include "tests/support/run_command.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
 
@@ -111,4 +113,22 @@ TEST_CASE("every policy gives a valid plan; the ones that adapt fit where in-cor
       CHECK(fits);
     if (p.name == "in-core" || p.name == "superneurons") CHECK_FALSE(fits);
   }
+}
+
+TEST_CASE("vdnn-dyn takes the first rung of vDNN's ladder that fits", "[search][vdnn]") {
+  // resnet_tiny: conv2 and conv2_bwd have a 4096-byte workspace and a memory-optimal algorithm
+  // without one. In-core needs 30208 bytes of arena, vdnn-all 29184; with 26112 only conv inputs
+  // swapped plus conv2_bwd on its memory-optimal algorithm fits; with 25600 nothing does.
+  const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
+  auto ladder = [&](Bytes memory) { return run("vdnn-dyn", w, test_machine(memory, 16e9, 10000)); };
+  CHECK(ladder(30208).note == "in-core, fastest algorithms");
+  CHECK(ladder(29184).note == "all inputs swapped, fastest algorithms");
+  const auto rung4 = ladder(26112);
+  CHECK(rung4.note == "conv inputs swapped, 1 layers off their fastest algorithm");
+  REQUIRE(rung4.plan.algorithms.size() == 1);
+  CHECK(w.op(rung4.plan.algorithms[0].op).name == "conv2_bwd");
+  CHECK_FALSE(rung4.gave_up);
+  const auto none = ladder(25600);
+  CHECK(none.gave_up);
+  CHECK_FALSE(simulate(w, none.plan, test_machine(25600, 16e9, 10000)).timeline.feasible);
 }
