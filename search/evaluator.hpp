@@ -35,8 +35,10 @@ class Evaluator {
 
   [[nodiscard]] const sim::Workload& workload() const { return *workload_; }
   [[nodiscard]] const sim::Machine& machine() const { return *machine_; }
-  /// Plans evaluated or simulated so far.
+  /// Plans evaluated or simulated so far, including those credited by helpers of this evaluator.
   [[nodiscard]] std::size_t count() const { return count_; }
+  /// Counts evaluations made on this evaluator's behalf by other Evaluators (worker threads).
+  void credit(std::size_t evaluations) { count_ += evaluations; }
 
  private:
   const sim::Workload* workload_;

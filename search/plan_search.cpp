@@ -190,19 +190,21 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
   const NetworkView view(workload);
   SearchResult result;
 
-  // Seed with every policy.
+  // Seed with every policy (inside the arena: policies that simulate in parallel use its threads).
   Evaluator driver(workload, machine);
   bool have = false;
-  for (const Policy& policy : policies()) {
-    sim::Plan plan = apply_encodings(policy.decide(driver, view).plan, view, options.encodings);
-    const Evaluation e = driver.evaluate(plan);
-    if (!have || better(e, result.evaluation)) {
-      result.plan = std::move(plan);
-      result.evaluation = e;
-      result.best_policy = std::string(policy.name);
-      have = true;
+  arena.execute([&] {
+    for (const Policy& policy : policies()) {
+      sim::Plan plan = apply_encodings(policy.decide(driver, view).plan, view, options.encodings);
+      const Evaluation e = driver.evaluate(plan);
+      if (!have || better(e, result.evaluation)) {
+        result.plan = std::move(plan);
+        result.evaluation = e;
+        result.best_policy = std::string(policy.name);
+        have = true;
+      }
     }
-  }
+  });
   result.best_policy_evaluation = result.evaluation;
   result.plan.policy = "search";
 

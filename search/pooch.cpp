@@ -20,6 +20,10 @@
 // PoocH's "as soon as memory has room"; the search improves prefetch points afterwards.
 #include <algorithm>
 #include <limits>
+#include <memory>
+
+#include <oneapi/tbb/enumerable_thread_specific.h>
+#include <oneapi/tbb/parallel_for.h>
 
 #include <fmt/core.h>
 
@@ -111,39 +115,51 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
   }
   plan = best;
 
-  // 3. Swap -> recompute while r(X) < 1.
+  // 3. Swap -> recompute while r(X) < 1. The r(X) of the swapped maps are independent
+  // simulations, run in parallel (one pair of Evaluators per worker thread); the choice scans them
+  // in map order, so the result does not depend on the number of threads.
   sim::Machine unlimited = evaluator.machine();
   unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
-  Evaluator reference(evaluator.workload(), unlimited);
-  std::size_t recomputed = 0;
+  struct Evaluators {
+    Evaluators(const sim::Workload& w, const sim::Machine& m, const sim::Machine& u)
+        : budget(w, m), reference(w, u) {}
+    Evaluator budget;
+    Evaluator reference;
+  };
+  tbb::enumerable_thread_specific<std::unique_ptr<Evaluators>> local([&] {
+    return std::make_unique<Evaluators>(evaluator.workload(), evaluator.machine(), unlimited);
+  });
+  std::vector<double> ratio(n);
   for (;;) {
     const sim::Nanoseconds current = time_or_infinity(evaluator.evaluate(plan));
+    tbb::parallel_for(std::size_t{0}, n, [&](std::size_t m) {
+      ratio[m] = std::numeric_limits<double>::infinity();
+      if (plan.decisions[m].action != sim::Action::kSwap) return;
+      Evaluators& ev = *local.local();
+      sim::Plan candidate = plan;
+      candidate.decisions[m].action = sim::Action::kKeep;
+      const sim::Nanoseconds base = ev.reference.evaluate(candidate).iteration_ns;
+      const sim::Nanoseconds swap_overhead = current - base;
+      if (swap_overhead <= 0) return;  // the swap is free: r is infinite
+      candidate.decisions[m].action = sim::Action::kRecompute;
+      candidate.decisions[m].prefetch_before = sim::kNoId;
+      const Evaluation e = ev.budget.evaluate(candidate);
+      if (!e.feasible) return;
+      ratio[m] = static_cast<double>(e.iteration_ns - base) / static_cast<double>(swap_overhead);
+    });
     int chosen = -1;
     double chosen_r = 1.0;
     for (std::size_t m = 0; m < n; ++m) {
-      if (plan.decisions[m].action != sim::Action::kSwap) continue;
-      sim::Plan kept = plan;
-      kept.decisions[m].action = sim::Action::kKeep;
-      const sim::Nanoseconds base = reference.evaluate(kept).iteration_ns;
-      const sim::Nanoseconds swap_overhead = current - base;
-      if (swap_overhead <= 0) continue;  // the swap is free: r is infinite
-      sim::Plan recompute = plan;
-      recompute.decisions[m].action = sim::Action::kRecompute;
-      recompute.decisions[m].prefetch_before = sim::kNoId;
-      const Evaluation e = evaluator.evaluate(recompute);
-      if (!e.feasible) continue;
-      const double r =
-          static_cast<double>(e.iteration_ns - base) / static_cast<double>(swap_overhead);
-      if (r < chosen_r) {
-        chosen_r = r;
+      if (ratio[m] < chosen_r) {
+        chosen_r = ratio[m];
         chosen = static_cast<int>(m);
       }
     }
     if (chosen < 0) break;
     plan.decisions[static_cast<std::size_t>(chosen)].action = sim::Action::kRecompute;
     plan.decisions[static_cast<std::size_t>(chosen)].prefetch_before = sim::kNoId;
-    ++recomputed;
   }
+  for (const auto& ev : local) evaluator.credit(ev->budget.count() + ev->reference.count());
   const auto counts = plan.action_counts();
   std::string note =
       fmt::format("|L_I|={} (enumerated {}), |L_O\\L_I|={}; {} keep / {} swap / {} recompute",
