@@ -30,6 +30,7 @@ struct ValidateOptions {
   MachineFlags machine;
   bool json = false;
   bool force = false;
+  bool calibrate = false;
   std::uint64_t seed = 1;
 };
 
@@ -54,6 +55,7 @@ int validate(const ValidateOptions& o) {
   }
   host_backend::ValidationOptions options;
   options.seed = o.seed;
+  options.calibrate = o.calibrate;
   host_backend::ValidationReport r;
   try {
     r = host_backend::validate_on_host(workload, plan, machine, options);
@@ -78,12 +80,15 @@ int validate(const ValidateOptions& o) {
     j["max_abs_diff"] =
         std::isfinite(r.max_abs_diff) ? nlohmann::json(r.max_abs_diff) : nlohmann::json(nullptr);
     j["tensors_compared"] = r.tensors_compared;
+    j["calibrated"] = r.calibrated;
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("backend            host\n");
     fmt::print("plan               {}\n", plan.policy.empty() ? o.plan : plan.policy);
     fmt::print("peak bytes         predicted {}  measured {}\n", r.peak_bytes_predicted,
                r.peak_bytes_measured);
+    fmt::print("costs              {}\n",
+               r.calibrated ? "measured on this host (--calibrate)" : "the trace's");
     fmt::print("iteration time     predicted {:.6f} s  measured {:.6f} s  ({:+.1f}%)\n",
                predicted_s, measured_s, r.iteration_error_percent());
     fmt::print("gradients match    {} ({} tensors, max |diff| {:g})\n",
@@ -115,6 +120,8 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   add_machine_flags(*cmd, options->machine);
   cmd->add_option("--seed", options->seed, "seed of the input data and weights");
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
+  cmd->add_flag("--calibrate", options->calibrate,
+                "predict with op and copy costs measured on this host, not the trace's");
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->callback([options, &exit_status] {
     if (options->plan.empty() && options->policy.empty()) {

@@ -32,7 +32,21 @@ void StreamWorker::enqueue(std::function<void()> task) {
   cv_.notify_all();
 }
 
+void StreamWorker::hold() {
+  const std::lock_guard lock(mutex_);
+  held_ = true;
+}
+
+void StreamWorker::release() {
+  {
+    const std::lock_guard lock(mutex_);
+    held_ = false;
+  }
+  cv_.notify_all();
+}
+
 void StreamWorker::drain() {
+  release();
   std::unique_lock lock(mutex_);
   cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
   if (error_) {
@@ -44,8 +58,8 @@ void StreamWorker::drain() {
 void StreamWorker::loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_ and nothing left
+    cv_.wait(lock, [this] { return stop_ || (!held_ && !queue_.empty()); });
+    if (queue_.empty() || held_) return;  // stop_ (the destructor drained first)
     std::function<void()> task = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
@@ -113,6 +127,7 @@ HostDevice::HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed)
 }
 
 HostDevice::~HostDevice() {
+  for (auto& w : workers_) w->release();  // all streams first: they may wait on each other
   for (auto& w : workers_) {
     try {
       w->drain();
@@ -146,6 +161,7 @@ void HostDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   spans_.clear();
   t0_ = 0;
   t0_ = now_ns();
+  for (auto& w : workers_) w->hold();
 }
 
 std::byte* HostDevice::data(sim::BufferId b) const {
@@ -235,7 +251,7 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
   const sim::Op& op = workload_->op(in.op);
   // Values a kRun writes for gradients and the loss are kept for comparisons between runs.
   std::vector<std::pair<sim::TensorId, void*>> capture;
-  if (in.kind == sim::InstrKind::kRun) {
+  if (capture_ && in.kind == sim::InstrKind::kRun) {
     for (std::size_t o = 0; o < op.outputs.size(); ++o) {
       const sim::Tensor& t = workload_->tensor(op.outputs[o]);
       if (t.kind == sim::TensorKind::kGradient || op.layer == "softmax_cross_entropy") {
@@ -306,6 +322,7 @@ void HostDevice::wait(sim::StreamId stream, sim::EventId event) {
 }
 
 void HostDevice::synchronize() {
+  for (auto& w : workers_) w->release();  // all streams first: they may wait on each other
   std::exception_ptr first;
   for (auto& w : workers_) {
     try {

@@ -3,7 +3,9 @@
 // real byte buffer of the cap's size; every tensor lives at the offset sim::DeviceArena hands out
 // (the simulator's allocator), so an allocation over the cap fails exactly where the simulator
 // says it does. Each stream is a worker thread executing its queue in order; events are (mutex,
-// condition variable, flag); swapped maps go to a host store. Inputs and parameters are filled
+// condition variable, flag); swapped maps go to a host store. Streams hold their work from
+// prepare until synchronize (the run's launch), so that what is timed is the streams' execution,
+// not the enqueuing thread. Inputs and parameters are filled
 // from a seed when allocated (labels in range), optimizer state starts at zero, so two runs of the
 // same workload see the same data whatever the plan. Gradients (and the loss) written by the
 // step's own ops are captured on the fly, and parameters and optimizer state can be read after the
@@ -34,6 +36,10 @@ class StreamWorker {
   ~StreamWorker();
 
   void enqueue(std::function<void()> task);
+  /// While held, tasks queue up but do not start (a whole program is enqueued, then launched, so
+  /// that the worker never idles waiting for the enqueuing thread).
+  void hold();
+  void release();
   /// Blocks until the queue is empty and no task runs; rethrows the first error of a task since
   /// the last drain (tasks after an error still run, so records still happen).
   void drain();
@@ -46,6 +52,7 @@ class StreamWorker {
   std::deque<std::function<void()>> queue_;
   bool busy_ = false;
   bool stop_ = false;
+  bool held_ = false;
   std::exception_ptr error_;
   std::thread thread_;
 };
@@ -70,6 +77,9 @@ class HostDevice final : public runtime::Device {
   /// Bytes of tensor `t` as the run left them: parameters and optimizer state (resident at the
   /// end), or the value a kRun wrote for a gradient or the loss. Empty when not available.
   [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const;
+  /// Whether kRun outputs that are gradients or the loss are copied aside (on by default; off
+  /// for timing runs, where the copies would add time the simulator does not know of).
+  void set_capture(bool capture) { capture_ = capture; }
 
  private:
   struct EventState {
@@ -96,6 +106,7 @@ class HostDevice final : public runtime::Device {
   std::vector<std::unique_ptr<EventState>> events_;
   std::vector<std::vector<std::byte>> host_store_;  // per host slot
   std::map<sim::TensorId, std::vector<std::byte>> captured_;
+  bool capture_ = true;
   mutable std::mutex spans_mutex_;
   std::vector<sim::Span> spans_;
   std::int64_t t0_ = 0;

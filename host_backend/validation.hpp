@@ -18,7 +18,20 @@ namespace memplan::host_backend {
 struct ValidationOptions {
   std::uint64_t seed = 1;
   int repetitions = 3;  // the plan's measured iteration time is the median of this many runs
+  /// Predict with op durations and copy costs measured on this host (calibrate_on_host) instead
+  /// of the trace's: the prediction then tests the simulator's model, not the trace's numbers.
+  bool calibrate = false;
 };
+
+/// A workload and machine whose costs are this host's: every op's duration (and its algorithms')
+/// is the median of its measured kernel time over `runs` in-core runs after one warm-up; the copy
+/// bandwidth and latency are fitted to timed host-store copies of two sizes. Memory is unchanged.
+struct Calibration {
+  sim::Workload workload;
+  sim::Machine machine;
+};
+Calibration calibrate_on_host(const sim::Workload& workload, const sim::Machine& machine,
+                              std::uint64_t seed = 1, int runs = 5);
 
 struct ValidationReport {
   bool predicted_feasible = true;
@@ -35,6 +48,7 @@ struct ValidationReport {
   /// Largest |plan - in-core| over those float tensors (0 when they match).
   double max_abs_diff = 0;
   std::size_t tensors_compared = 0;
+  bool calibrated = false;
 
   /// (measured - predicted) / predicted iteration time, in percent.
   [[nodiscard]] double iteration_error_percent() const;

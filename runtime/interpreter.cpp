@@ -114,6 +114,18 @@ sim::Timeline run_program(Device& device, const sim::Workload& workload,
     }
   }
   tl.spans = device.measured_spans();
+  // The step starts with its first instruction that takes time, as in the simulator: setting up
+  // (filling inputs and weights) is not part of it.
+  if (!tl.spans.empty()) {
+    const auto first = std::min_element(
+        tl.spans.begin(), tl.spans.end(),
+        [](const sim::Span& a, const sim::Span& b) { return a.start_ns < b.start_ns; });
+    const sim::Nanoseconds origin = first->start_ns;
+    for (sim::Span& span : tl.spans) {
+      span.start_ns -= origin;
+      span.end_ns -= origin;
+    }
+  }
   std::sort(tl.spans.begin(), tl.spans.end(), [](const sim::Span& a, const sim::Span& b) {
     return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.stream < b.stream;
   });

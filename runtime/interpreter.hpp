@@ -13,8 +13,8 @@
 namespace memplan::runtime {
 
 /// Runs `program` (lowered from `workload`) on `device` to the end and returns what happened:
-/// spans with measured times, iteration time, peaks, and an OomReport when an allocation did not
-/// fit under the device's cap.
+/// spans with measured times (0 = the start of the first instruction that takes time), iteration
+/// time, peaks, and an OomReport when an allocation did not fit under the device's cap.
 sim::Timeline run_program(Device& device, const sim::Workload& workload,
                           const sim::Program& program);
 

@@ -39,6 +39,14 @@ TEST_CASE("validate --json runs the plan and matches the in-core gradients", "[c
   CHECK(j["tensors_compared"].get<int>() > 0);
 }
 
+TEST_CASE("validate --calibrate predicts with this host's costs", "[cli][validate]") {
+  const auto r = run_memplan(
+      fmt::format("validate {} --policy recompute-all --backend host --calibrate", trace("mlp4")));
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out.find("measured on this host") != std::string::npos);
+  CHECK(r.out.find("gradients match    yes") != std::string::npos);
+}
+
 TEST_CASE("validate refuses bad input with one line and exit 2", "[cli][validate]") {
   const auto unknown =
       run_memplan(fmt::format("validate {} --policy swap-all --backend tpu", trace("mlp4")));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "host_backend/host_device.hpp"
+#include "host_backend/validation.hpp"
 #include "runtime/interpreter.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
@@ -130,4 +131,35 @@ TEST_CASE("a cap below the plan's need is an out-of-memory result where the simu
   CHECK(measured.oom->live_bytes == predicted.oom->live_bytes);
   CHECK(measured.oom->capacity_bytes == machine.memory_bytes);
   CHECK(device.memory_stats().peak_reserved_bytes <= machine.memory_bytes);
+}
+
+TEST_CASE("calibration gives the workload this host's op times and copy costs",
+          "[host_backend][runtime]") {
+  const mp::sim::Workload w = load("resnet_tiny");
+  const mp::sim::Machine machine = mp::sim::make_machine(w.device);
+  const auto c = mp::host_backend::calibrate_on_host(w, machine, 1, 3);
+  REQUIRE_NOTHROW(mp::sim::validate(c.workload, "calibrated"));
+  REQUIRE(c.workload.ops.size() == w.ops.size());
+  bool any_changed = false;
+  for (std::size_t o = 0; o < w.ops.size(); ++o) {
+    CHECK(c.workload.ops[o].duration_ns > 0);
+    any_changed = any_changed || c.workload.ops[o].duration_ns != w.ops[o].duration_ns;
+    CHECK(c.workload.ops[o].inputs == w.ops[o].inputs);
+  }
+  CHECK(any_changed);
+  CHECK(c.workload.tensors == w.tensors);
+  CHECK(c.machine.memory_bytes == machine.memory_bytes);
+  CHECK(c.machine.h2d_bytes_per_s > 0);
+  CHECK(c.machine.copy_latency_ns > 0);
+
+  // The plan's prediction with these costs is a finite time and the gradients still match.
+  mp::host_backend::ValidationOptions options;
+  options.calibrate = true;
+  options.repetitions = 1;
+  const auto r = mp::host_backend::validate_on_host(w, mp::sim::swap_all_plan(w), machine, options);
+  CHECK(r.calibrated);
+  CHECK(r.gradients_match);
+  CHECK(r.iteration_ns_predicted > 0);
+  CHECK(r.iteration_ns_measured > 0);
+  CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
 }
