@@ -17,7 +17,7 @@ namespace memplan::host_backend {
 
 struct ValidationOptions {
   std::uint64_t seed = 1;
-  int repetitions = 3;  // the plan's measured iteration time is the median of this many runs
+  int repetitions = 5;  // the plan's measured iteration time is the median of this many runs
   /// Predict with op durations and copy costs measured on this host (calibrate_on_host) instead
   /// of the trace's: the prediction then tests the simulator's model, not the trace's numbers.
   bool calibrate = false;
