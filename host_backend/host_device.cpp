@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <sys/mman.h>
+
 #include "sim/check.hpp"
 
 namespace memplan::host_backend {
@@ -119,10 +121,15 @@ std::int64_t label_classes(const sim::Workload& w, sim::TensorId labels) {
 // ---- HostDevice ---------------------------------------------------------------------------------
 
 HostDevice::HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed)
-    : capacity_(capacity_bytes),
-      seed_(seed),
-      memory_(static_cast<std::size_t>((capacity_bytes + 7) / 8)),
-      arena_(capacity_bytes) {
+    : capacity_(capacity_bytes), seed_(seed), arena_(capacity_bytes) {
+  const auto length = static_cast<std::size_t>(std::max<sim::Bytes>(capacity_bytes, 1));
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    throw std::runtime_error("host device: cannot map " + std::to_string(capacity_bytes) +
+                             " bytes of device memory");
+  }
+  memory_ = static_cast<std::byte*>(p);
   for (int s = 0; s < sim::kStreamCount; ++s) workers_.push_back(std::make_unique<StreamWorker>());
 }
 
@@ -134,6 +141,8 @@ HostDevice::~HostDevice() {
     } catch (...) {  // NOLINT(bugprone-empty-catch): errors were reported by synchronize
     }
   }
+  workers_.clear();  // join before the memory goes
+  munmap(memory_, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1)));
 }
 
 std::int64_t HostDevice::now_ns() const {
@@ -167,7 +176,7 @@ void HostDevice::prepare(const sim::Workload& workload, const sim::Program& prog
 std::byte* HostDevice::data(sim::BufferId b) const {
   const auto offset = offset_[static_cast<std::size_t>(b)];
   MEMPLAN_CHECK(offset >= 0, "a buffer is used only while allocated");
-  return const_cast<std::byte*>(reinterpret_cast<const std::byte*>(memory_.data())) + offset;
+  return memory_ + offset;
 }
 
 bool HostDevice::allocate(sim::BufferId buffer) {

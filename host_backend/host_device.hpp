@@ -60,7 +60,10 @@ class StreamWorker {
 class HostDevice final : public runtime::Device {
  public:
   /// A device with `capacity_bytes` of memory; data and weights derive from `seed`.
+  /// Throws std::runtime_error when the address space for the cap cannot be mapped.
   explicit HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed = 1);
+  HostDevice(const HostDevice&) = delete;
+  HostDevice& operator=(const HostDevice&) = delete;
   ~HostDevice() override;
 
   void prepare(const sim::Workload& workload, const sim::Program& program) override;
@@ -95,7 +98,9 @@ class HostDevice final : public runtime::Device {
 
   sim::Bytes capacity_;
   std::uint64_t seed_;
-  std::vector<std::int64_t> memory_;  // the device memory (8-byte aligned)
+  // The device memory: capacity bytes of address space mapped without reserving swap, so pages
+  // exist only where tensors were placed (a 16 GiB cap costs what the step touches).
+  std::byte* memory_ = nullptr;
   sim::DeviceArena arena_;
   const sim::Workload* workload_ = nullptr;
   const sim::Program* program_ = nullptr;

@@ -163,3 +163,13 @@ TEST_CASE("calibration gives the workload this host's op times and copy costs",
   CHECK(r.iteration_ns_measured > 0);
   CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
 }
+
+TEST_CASE("a device with a GPU-sized cap costs only the memory the step touches",
+          "[host_backend][runtime]") {
+  const mp::sim::Workload w = load("mlp4");
+  const mp::sim::Program program = mp::sim::lower(w, mp::sim::swap_all_plan(w));
+  HostDevice device(mp::sim::Bytes{16} << 30);
+  const mp::sim::Timeline measured = mp::runtime::run_program(device, w, program);
+  CHECK(measured.feasible);
+  CHECK(device.memory_stats().capacity_bytes == mp::sim::Bytes{16} << 30);
+}
