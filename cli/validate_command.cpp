@@ -12,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
 #include "host_backend/validation.hpp"
+#include "search/gist.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
 #include "sim/lowering.hpp"
@@ -27,6 +28,7 @@ struct ValidateOptions {
   std::string plan;
   std::string policy;
   std::string backend = "host";
+  std::string encode;
   MachineFlags machine;
   bool json = false;
   bool force = false;
@@ -41,8 +43,10 @@ int validate(const ValidateOptions& o) {
   }
   const sim::Workload workload = sim::read_trace(o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
-  const sim::Plan plan = o.plan.empty() ? plan_from_policy(o.policy, workload, machine)
-                                        : sim::read_plan(o.plan, workload);
+  sim::Plan plan = o.plan.empty() ? plan_from_policy(o.policy, workload, machine)
+                                  : sim::read_plan(o.plan, workload);
+  plan = search::apply_encodings(plan, search::NetworkView(workload),
+                                 search::parse_encoding_options(o.encode, "--encode"));
   const sim::Program program = sim::lower(workload, plan);
   if (!o.force) {
     sim::Engine engine;
@@ -117,6 +121,9 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   plan->excludes(policy);
   policy->excludes(plan);
   cmd->add_option("--backend", options->backend, "where to run: host");
+  cmd->add_option("--encode", options->encode,
+                  "Gist encodings for kept maps: binarize, sparse, dpr, fp16, fp10, fp8, all "
+                  "(comma-separated)");
   add_machine_flags(*cmd, options->machine);
   cmd->add_option("--seed", options->seed, "seed of the input data and weights");
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");

@@ -9,6 +9,7 @@
 
 #include <sys/mman.h>
 
+#include "host_backend/encodings.hpp"
 #include "sim/check.hpp"
 
 namespace memplan::host_backend {
@@ -248,9 +249,9 @@ void HostDevice::add_span(sim::StreamId stream, std::int32_t index, std::int64_t
 void HostDevice::enqueue_kernel(std::int32_t index) {
   const sim::Instruction& in =
       program_->stream(sim::StreamId::kCompute)[static_cast<std::size_t>(index)];
-  if (in.kind != sim::InstrKind::kRun && in.kind != sim::InstrKind::kRecompute) {
-    throw std::runtime_error("host backend: " + std::string(sim::to_string(in.kind)) +
-                             " (encodings) is not supported by the host device yet");
+  if (in.kind == sim::InstrKind::kEncode || in.kind == sim::InstrKind::kDecode) {
+    enqueue_codec(index, in);
+    return;
   }
   std::vector<void*> operands;
   operands.reserve(static_cast<std::size_t>(in.operand_count));
@@ -281,6 +282,68 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
           const std::lock_guard lock(spans_mutex_);
           captured_[t] = std::move(copy);
         }
+      });
+}
+
+void HostDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
+  const sim::Buffer& full = program_->buffers[static_cast<std::size_t>(in.buffer)];
+  const sim::Buffer& packed = program_->buffers[static_cast<std::size_t>(in.aux)];
+  const sim::Tensor& t = workload_->tensor(full.tensor);
+  if (!t.dtype.empty() && t.dtype != "float32") {
+    throw std::runtime_error("host device: cannot encode '" + t.name + "' of dtype " + t.dtype);
+  }
+  const std::int64_t n = full.bytes / 4;
+  auto* x = reinterpret_cast<float*>(data(in.buffer));
+  auto* bytes = reinterpret_cast<std::uint8_t*>(data(in.aux));
+  const sim::Encoding encoding = packed.encoding;
+  const sim::Bytes capacity = packed.bytes;
+  const sim::Bytes needed = encoding == sim::Encoding::kBinarize ? binarize_bytes(n)
+                            : encoding == sim::Encoding::kFp16   ? narrow_bytes(kFp16, n)
+                            : encoding == sim::Encoding::kFp10   ? narrow_bytes(kFp10, n)
+                            : encoding == sim::Encoding::kFp8    ? narrow_bytes(kFp8, n)
+                                                                 : 0;
+  if (needed > capacity) {
+    throw std::runtime_error("encode '" + t.name + "': " + std::to_string(needed) +
+                             " bytes needed, the plan's buffer has " + std::to_string(capacity));
+  }
+  const bool encode = in.kind == sim::InstrKind::kEncode;
+  std::string name = t.name;
+  worker(sim::StreamId::kCompute)
+      .enqueue([this, index, n, x, bytes, encoding, capacity, encode, name = std::move(name)] {
+        const std::int64_t start = now_ns();
+        switch (encoding) {
+          case sim::Encoding::kBinarize:
+            if (encode) {
+              binarize_encode(n, x, bytes);
+            } else {
+              binarize_decode(n, bytes, x);
+            }
+            break;
+          case sim::Encoding::kSparse:
+            if (!encode) {
+              sparse_decode(n, bytes, x);
+            } else if (sparse_encode(n, x, bytes, capacity) < 0) {
+              throw std::runtime_error("encode:sparse of '" + name +
+                                       "': the map has more non-zeros than its buffer holds");
+            }
+            break;
+          case sim::Encoding::kFp16:
+          case sim::Encoding::kFp10:
+          case sim::Encoding::kFp8: {
+            const NarrowFloat f = encoding == sim::Encoding::kFp16   ? kFp16
+                                  : encoding == sim::Encoding::kFp10 ? kFp10
+                                                                     : kFp8;
+            if (encode) {
+              narrow_encode(f, n, x, bytes);
+            } else {
+              narrow_decode(f, n, bytes, x);
+            }
+            break;
+          }
+          case sim::Encoding::kNone:
+            throw std::runtime_error("an encoded buffer without an encoding");
+        }
+        add_span(sim::StreamId::kCompute, index, start, now_ns());
       });
 }
 

@@ -92,6 +92,7 @@ class HostDevice final : public runtime::Device {
   };
   [[nodiscard]] std::byte* data(sim::BufferId b) const;
   void initialise(sim::BufferId b);
+  void enqueue_codec(std::int32_t index, const sim::Instruction& in);
   void add_span(sim::StreamId stream, std::int32_t index, std::int64_t start, std::int64_t end);
   [[nodiscard]] std::int64_t now_ns() const;
   StreamWorker& worker(sim::StreamId s) { return *workers_[static_cast<std::size_t>(s)]; }

@@ -47,6 +47,17 @@ TEST_CASE("validate --calibrate predicts with this host's costs", "[cli][validat
   CHECK(r.out.find("gradients match    yes") != std::string::npos);
 }
 
+TEST_CASE("validate --encode binarize runs Gist's encoding with in-core gradients",
+          "[cli][validate]") {
+  const auto r = run_memplan(
+      fmt::format("validate {} --policy in-core --encode binarize --backend host --json",
+                  trace("resnet_tiny")));
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["gradients_match"] == true);
+  CHECK(j["peak_bytes_measured"] == j["peak_bytes_predicted"]);
+}
+
 TEST_CASE("validate refuses bad input with one line and exit 2", "[cli][validate]") {
   const auto unknown =
       run_memplan(fmt::format("validate {} --policy swap-all --backend tpu", trace("mlp4")));

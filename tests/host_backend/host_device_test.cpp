@@ -14,6 +14,7 @@
 #include "sim/lowering.hpp"
 #include "sim/machine.hpp"
 #include "sim/trace_io.hpp"
+#include "tests/support/sim_helpers.hpp"
 
 namespace mp = memplan;
 using mp::host_backend::HostDevice;
@@ -172,4 +173,33 @@ TEST_CASE("a device with a GPU-sized cap costs only the memory the step touches"
   const mp::sim::Timeline measured = mp::runtime::run_program(device, w, program);
   CHECK(measured.feasible);
   CHECK(device.memory_stats().capacity_bytes == mp::sim::Bytes{16} << 30);
+}
+
+TEST_CASE("encoded maps run for real: binarize is bitwise, fp16 is close",
+          "[host_backend][runtime]") {
+  const mp::sim::Workload w = load("resnet_tiny");
+  const mp::sim::Machine machine = mp::sim::make_machine(w.device);
+  mp::host_backend::ValidationOptions options;
+  options.repetitions = 1;
+
+  const auto binarized = mp::host_backend::validate_on_host(
+      w,
+      mp::test::plan_with(w,
+                          {{"relu3_out", mp::sim::Action::kEncode, mp::sim::Encoding::kBinarize}}),
+      machine, options);
+  CHECK(binarized.measured_feasible);
+  CHECK(binarized.gradients_match);
+  CHECK(binarized.max_abs_diff == 0.0);
+  CHECK(binarized.peak_bytes_measured == binarized.peak_bytes_predicted);
+
+  const auto narrowed = mp::host_backend::validate_on_host(
+      w,
+      mp::test::plan_with(w, {{"relu1_out", mp::sim::Action::kEncode, mp::sim::Encoding::kFp16},
+                              {"pool_out", mp::sim::Action::kEncode, mp::sim::Encoding::kFp8}}),
+      machine, options);
+  CHECK(narrowed.measured_feasible);
+  CHECK(narrowed.peak_bytes_measured == narrowed.peak_bytes_predicted);
+  CHECK_FALSE(narrowed.gradients_match);  // fp8 of the pooled map changes the fc gradient
+  CHECK(narrowed.max_abs_diff > 0.0);
+  CHECK(narrowed.max_abs_diff < 0.05);
 }
