@@ -30,28 +30,6 @@ struct SimulateOptions {
   std::string plan_out;
 };
 
-// The policies of search/ first, then the simulator's own basic plans (swap-all, recompute-all).
-sim::Plan plan_from_policy(const std::string& name, const sim::Workload& workload,
-                           const sim::Machine& machine) {
-  if (const search::Policy* policy = search::find_policy(name)) {
-    search::Evaluator evaluator(workload, machine);
-    sim::Plan plan = policy->decide(evaluator, search::NetworkView(workload)).plan;
-    sim::validate_plan(plan, workload, name);
-    return plan;
-  }
-  if (auto basic = sim::basic_plan(name, workload)) {
-    sim::validate_plan(*basic, workload, name);
-    return std::move(*basic);
-  }
-  std::string names;
-  for (const auto& p : search::policies())
-    names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
-  for (auto n : sim::basic_plan_names()) {
-    if (!search::find_policy(n)) names += fmt::format(", {}", n);
-  }
-  throw sim::InputError("--policy", fmt::format("unknown policy '{}' (known: {})", name, names));
-}
-
 int simulate(const SimulateOptions& o) {
   const sim::Workload workload = sim::read_trace(o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
@@ -86,6 +64,28 @@ int simulate(const SimulateOptions& o) {
   return 0;
 }
 }  // namespace
+
+// The policies of search/ first, then the simulator's own basic plans (swap-all, recompute-all).
+sim::Plan plan_from_policy(const std::string& name, const sim::Workload& workload,
+                           const sim::Machine& machine) {
+  if (const search::Policy* policy = search::find_policy(name)) {
+    search::Evaluator evaluator(workload, machine);
+    sim::Plan plan = policy->decide(evaluator, search::NetworkView(workload)).plan;
+    sim::validate_plan(plan, workload, name);
+    return plan;
+  }
+  if (auto basic = sim::basic_plan(name, workload)) {
+    sim::validate_plan(*basic, workload, name);
+    return std::move(*basic);
+  }
+  std::string names;
+  for (const auto& p : search::policies())
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
+  for (auto n : sim::basic_plan_names()) {
+    if (!search::find_policy(n)) names += fmt::format(", {}", n);
+  }
+  throw sim::InputError("--policy", fmt::format("unknown policy '{}' (known: {})", name, names));
+}
 
 void add_simulate_command(CLI::App& app, int& exit_status) {
   auto options = std::make_shared<SimulateOptions>();

@@ -1,0 +1,141 @@
+// `memplan validate`: run a plan for real on a backend (host only: no machine here has a GPU) and
+// the in-core reference on the same data and weights, and print predicted vs measured peak device
+// bytes and iteration time and whether the gradients match. Exit 0 when the run fits and matches,
+// 1 when it does not, 2 for bad input (including a plan the simulator says does not fit, unless
+// --force, and a trace with a layer the backend cannot run).
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/machine_flags.hpp"
+#include "host_backend/validation.hpp"
+#include "search/gist.hpp"
+#include "sim/engine.hpp"
+#include "sim/input_error.hpp"
+#include "sim/lowering.hpp"
+#include "sim/plan_io.hpp"
+#include "sim/timeline_export.hpp"
+#include "sim/trace_io.hpp"
+
+namespace memplan::cli {
+
+namespace {
+struct ValidateOptions {
+  std::string trace;
+  std::string plan;
+  std::string policy;
+  std::string backend = "host";
+  std::string encode;
+  MachineFlags machine;
+  bool json = false;
+  bool force = false;
+  bool calibrate = false;
+  std::uint64_t seed = 1;
+};
+
+int validate(const ValidateOptions& o) {
+  if (o.backend != "host") {
+    throw sim::InputError("--backend",
+                          fmt::format("unknown backend '{}' (known: host)", o.backend));
+  }
+  const sim::Workload workload = sim::read_trace(o.trace);
+  const sim::Machine machine = machine_from_flags(workload, o.machine);
+  sim::Plan plan = o.plan.empty() ? plan_from_policy(o.policy, workload, machine)
+                                  : sim::read_plan(o.plan, workload);
+  plan = search::apply_encodings(plan, search::NetworkView(workload),
+                                 search::parse_encoding_options(o.encode, "--encode"));
+  const sim::Program program = sim::lower(workload, plan);
+  if (!o.force) {
+    sim::Engine engine;
+    const sim::Timeline& predicted = engine.run(program, machine);
+    if (!predicted.feasible) {
+      throw sim::InputError(
+          "validate", fmt::format("the simulator says the plan does not fit (--force runs it): {}",
+                                  sim::oom_to_text(*predicted.oom, program, workload)));
+    }
+  }
+  host_backend::ValidationOptions options;
+  options.seed = o.seed;
+  options.calibrate = o.calibrate;
+  host_backend::ValidationReport r;
+  try {
+    r = host_backend::validate_on_host(workload, plan, machine, options);
+  } catch (const std::runtime_error& e) {
+    throw sim::InputError("--backend host", e.what());
+  }
+  const double predicted_s = static_cast<double>(r.iteration_ns_predicted) * 1e-9;
+  const double measured_s = static_cast<double>(r.iteration_ns_measured) * 1e-9;
+  if (o.json) {
+    nlohmann::json j;
+    j["backend"] = o.backend;
+    j["policy"] = plan.policy;
+    j["fits"] = r.measured_feasible;
+    j["peak_bytes_predicted"] = r.peak_bytes_predicted;
+    j["peak_bytes_measured"] = r.peak_bytes_measured;
+    j["peak_reserved_bytes_predicted"] = r.peak_reserved_predicted;
+    j["peak_reserved_bytes_measured"] = r.peak_reserved_measured;
+    j["iteration_s_predicted"] = predicted_s;
+    j["iteration_s_measured"] = measured_s;
+    j["iteration_error_percent"] = r.iteration_error_percent();
+    j["gradients_match"] = r.gradients_match;
+    j["max_abs_diff"] =
+        std::isfinite(r.max_abs_diff) ? nlohmann::json(r.max_abs_diff) : nlohmann::json(nullptr);
+    j["tensors_compared"] = r.tensors_compared;
+    j["calibrated"] = r.calibrated;
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("backend            host\n");
+    fmt::print("plan               {}\n", plan.policy.empty() ? o.plan : plan.policy);
+    fmt::print("peak bytes         predicted {}  measured {}\n", r.peak_bytes_predicted,
+               r.peak_bytes_measured);
+    fmt::print("costs              {}\n",
+               r.calibrated ? "measured on this host (--calibrate)" : "the trace's");
+    fmt::print("iteration time     predicted {:.6f} s  measured {:.6f} s  ({:+.1f}%)\n",
+               predicted_s, measured_s, r.iteration_error_percent());
+    fmt::print("gradients match    {} ({} tensors, max |diff| {:g})\n",
+               r.gradients_match ? "yes" : "no", r.tensors_compared, r.max_abs_diff);
+  }
+  if (!r.measured_feasible) {
+    if (r.oom) {
+      fmt::print(stderr, "memplan: the plan ran out of device memory: {}\n",
+                 sim::oom_to_text(*r.oom, program, workload));
+    }
+    return 1;
+  }
+  return r.gradients_match ? 0 : 1;
+}
+}  // namespace
+
+void add_validate_command(CLI::App& app, int& exit_status) {
+  auto options = std::make_shared<ValidateOptions>();
+  auto* cmd = app.add_subcommand(
+      "validate", "Run a plan for real and compare it with the prediction and the in-core run");
+  cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
+      ->required();
+  auto* plan = cmd->add_option("--plan", options->plan, "plan file (JSON, see docs/simulator.md)");
+  auto* policy = cmd->add_option("--policy", options->policy,
+                                 "a policy (see memplan compare) or swap-all, recompute-all");
+  plan->excludes(policy);
+  policy->excludes(plan);
+  cmd->add_option("--backend", options->backend, "where to run: host");
+  cmd->add_option("--encode", options->encode,
+                  "Gist encodings for kept maps: binarize, sparse, dpr, fp16, fp10, fp8, all "
+                  "(comma-separated)");
+  add_machine_flags(*cmd, options->machine);
+  cmd->add_option("--seed", options->seed, "seed of the input data and weights");
+  cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
+  cmd->add_flag("--calibrate", options->calibrate,
+                "predict with op and copy costs measured on this host, not the trace's");
+  cmd->add_flag("--json", options->json, "print one JSON object");
+  cmd->callback([options, &exit_status] {
+    if (options->plan.empty() && options->policy.empty()) {
+      throw sim::InputError("validate", "give --plan PLAN.json or --policy NAME");
+    }
+    exit_status = validate(*options);
+  });
+}
+
+}  // namespace memplan::cli

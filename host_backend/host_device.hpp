@@ -1,0 +1,122 @@
+#pragma once
+// HostDevice: the runtime's Device on the CPU, running real training steps. Device memory is one
+// real byte buffer of the cap's size; every tensor lives at the offset sim::DeviceArena hands out
+// (the simulator's allocator), so an allocation over the cap fails exactly where the simulator
+// says it does. Each stream is a worker thread executing its queue in order; events are (mutex,
+// condition variable, flag); swapped maps go to a host store. Streams hold their work from
+// prepare until synchronize (the run's launch), so that what is timed is the streams' execution,
+// not the enqueuing thread. Inputs and parameters are filled
+// from a seed when allocated (labels in range), optimizer state starts at zero, so two runs of the
+// same workload see the same data whatever the plan. Gradients (and the loss) written by the
+// step's own ops are captured on the fly, and parameters and optimizer state can be read after the
+// run, so that runs of different plans can be compared bit for bit.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "host_backend/op_executor.hpp"
+#include "runtime/device.hpp"
+#include "sim/device_arena.hpp"
+
+namespace memplan::host_backend {
+
+/// One stream: a worker thread running its queue of tasks in order.
+class StreamWorker {
+ public:
+  StreamWorker();
+  StreamWorker(const StreamWorker&) = delete;
+  StreamWorker& operator=(const StreamWorker&) = delete;
+  ~StreamWorker();
+
+  void enqueue(std::function<void()> task);
+  /// While held, tasks queue up but do not start (a whole program is enqueued, then launched, so
+  /// that the worker never idles waiting for the enqueuing thread).
+  void hold();
+  void release();
+  /// Blocks until the queue is empty and no task runs; rethrows the first error of a task since
+  /// the last drain (tasks after an error still run, so records still happen).
+  void drain();
+
+ private:
+  void loop();
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  bool held_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+class HostDevice final : public runtime::Device {
+ public:
+  /// A device with `capacity_bytes` of memory; data and weights derive from `seed`.
+  /// Throws std::runtime_error when the address space for the cap cannot be mapped.
+  explicit HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed = 1);
+  HostDevice(const HostDevice&) = delete;
+  HostDevice& operator=(const HostDevice&) = delete;
+  ~HostDevice() override;
+
+  void prepare(const sim::Workload& workload, const sim::Program& program) override;
+  [[nodiscard]] bool allocate(sim::BufferId buffer) override;
+  void free(sim::BufferId buffer) override;
+  void enqueue_kernel(std::int32_t index) override;
+  void enqueue_copy(sim::StreamId stream, std::int32_t index) override;
+  void record(sim::StreamId stream, sim::EventId event) override;
+  void wait(sim::StreamId stream, sim::EventId event) override;
+  void synchronize() override;
+  [[nodiscard]] std::vector<sim::Span> measured_spans() const override;
+  [[nodiscard]] runtime::MemoryStats memory_stats() const override;
+
+  /// Bytes of tensor `t` as the run left them: parameters and optimizer state (resident at the
+  /// end), or the value a kRun wrote for a gradient or the loss. Empty when not available.
+  [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const;
+  /// Whether kRun outputs that are gradients or the loss are copied aside (on by default; off
+  /// for timing runs, where the copies would add time the simulator does not know of).
+  void set_capture(bool capture) { capture_ = capture; }
+
+ private:
+  struct EventState {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  [[nodiscard]] std::byte* data(sim::BufferId b) const;
+  void initialise(sim::BufferId b);
+  void enqueue_codec(std::int32_t index, const sim::Instruction& in);
+  void add_span(sim::StreamId stream, std::int32_t index, std::int64_t start, std::int64_t end);
+  [[nodiscard]] std::int64_t now_ns() const;
+  StreamWorker& worker(sim::StreamId s) { return *workers_[static_cast<std::size_t>(s)]; }
+
+  sim::Bytes capacity_;
+  std::uint64_t seed_;
+  // The device memory: capacity bytes of address space mapped without reserving swap, so pages
+  // exist only where tensors were placed (a 16 GiB cap costs what the step touches).
+  std::byte* memory_ = nullptr;
+  sim::DeviceArena arena_;
+  const sim::Workload* workload_ = nullptr;
+  const sim::Program* program_ = nullptr;
+  std::unique_ptr<OpExecutor> executor_;
+  std::vector<sim::DeviceArena::Offset> offset_;
+  sim::Bytes live_ = 0;
+  sim::Bytes peak_ = 0;
+  std::vector<std::unique_ptr<EventState>> events_;
+  std::vector<std::vector<std::byte>> host_store_;  // per host slot
+  std::map<sim::TensorId, std::vector<std::byte>> captured_;
+  bool capture_ = true;
+  mutable std::mutex spans_mutex_;
+  std::vector<sim::Span> spans_;
+  std::int64_t t0_ = 0;
+  std::vector<std::unique_ptr<StreamWorker>> workers_;
+};
+
+}  // namespace memplan::host_backend

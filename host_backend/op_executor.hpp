@@ -1,0 +1,45 @@
+#pragma once
+// OpExecutor: runs one trace op for real on host memory. It maps the op's layer type and phase to
+// the Eigen kernels (layer_kernels.hpp, conv_kernels.hpp), reading extents from the tensors'
+// shapes and hyper-parameters from the op's attributes, following the trace conventions
+// (traces/FORMAT.md): forward ops read inputs then weights; backward ops read the output gradient
+// first, then the saved tensors, and write the gradients of their differentiable inputs; `add` in
+// backward sums its inputs (gradient accumulation); `sgd` reads params, grads and momentum buffers
+// (three equal groups) and updates params and momentum in place. A recompute is the forward op
+// run again. Convolution scratch (im2col columns) is the executor's own host memory, not a device
+// buffer: it is an implementation detail of these kernels, not the workload's workspace.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/workload.hpp"
+
+namespace memplan::host_backend {
+
+/// Learning rate, momentum and weight decay of the `sgd` op when its attributes do not say.
+struct SgdDefaults {
+  float lr = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+};
+
+class OpExecutor {
+ public:
+  explicit OpExecutor(const sim::Workload& workload) : w_(workload) {}
+
+  /// Runs `op` with operand pointers in the Program's order: inputs, outputs (then a workspace
+  /// buffer, ignored). Throws std::runtime_error naming the op for a layer or phase it does not
+  /// know, or for shapes it cannot use.
+  void run(const sim::Op& op, std::span<void* const> operands);
+
+ private:
+  void forward(const sim::Op& op, std::span<void* const> in, std::span<void* const> out);
+  void backward(const sim::Op& op, std::span<void* const> in, std::span<void* const> out);
+  void update(const sim::Op& op, std::span<void* const> in);
+  float* scratch(std::int64_t floats);
+
+  const sim::Workload& w_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace memplan::host_backend

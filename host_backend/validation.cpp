@@ -1,0 +1,196 @@
+#include "host_backend/validation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "host_backend/host_device.hpp"
+#include "runtime/interpreter.hpp"
+#include "sim/basic_plans.hpp"
+#include "sim/engine.hpp"
+#include "sim/lowering.hpp"
+
+namespace memplan::host_backend {
+
+namespace {
+
+// Gradients, parameters, momentum and the loss (first output of a forward softmax_cross_entropy).
+bool compared(const sim::Workload& w, const sim::Tensor& t) {
+  if (t.kind == sim::TensorKind::kGradient || t.kind == sim::TensorKind::kParameter ||
+      t.kind == sim::TensorKind::kOptimizerState) {
+    return true;
+  }
+  if (t.producer == sim::kNoId) return false;
+  const sim::Op& op = w.op(t.producer);
+  return op.layer == "softmax_cross_entropy" && op.phase == sim::Phase::kForward &&
+         op.outputs.front() == t.id;
+}
+
+/// Median time of `repeat` calls of f, in ns.
+template <class F>
+double median_ns(int repeat, F f) {
+  std::vector<double> t;
+  for (int i = 0; i < repeat; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    t.push_back(
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+/// Median time for a task enqueued on an idle stream worker to run (a thread wake-up).
+double handoff_ns() {
+  StreamWorker worker;
+  std::vector<double> t;
+  for (int i = 0; i < 51; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point ran;
+    worker.enqueue([&ran] { ran = std::chrono::steady_clock::now(); });
+    worker.drain();
+    t.push_back(std::chrono::duration<double, std::nano>(ran - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+Calibration calibrate_on_host(const sim::Workload& workload, const sim::Machine& machine,
+                              std::uint64_t seed, int runs) {
+  Calibration c{workload, machine};
+  const sim::Program program = sim::lower(workload, sim::in_core_plan(workload));
+  sim::Machine roomy = machine;
+  roomy.memory_bytes = std::int64_t{1} << 40;
+  sim::Engine engine;
+  HostDevice device(engine.run(program, roomy).peak_reserved_bytes, seed);
+  device.set_capture(false);
+  std::vector<std::vector<sim::Nanoseconds>> op_ns(workload.ops.size());
+  const auto& compute = program.stream(sim::StreamId::kCompute);
+  for (int k = 0; k < std::max(runs, 1) + 1; ++k) {
+    const sim::Timeline measured = runtime::run_program(device, workload, program);
+    if (k == 0) continue;  // warm-up
+    for (const sim::Span& span : measured.spans) {
+      if (span.stream != sim::StreamId::kCompute) continue;
+      const sim::Instruction& in = compute[static_cast<std::size_t>(span.index)];
+      op_ns[static_cast<std::size_t>(in.op)].push_back(span.end_ns - span.start_ns);
+    }
+  }
+  for (std::size_t o = 0; o < workload.ops.size(); ++o) {
+    auto& times = op_ns[o];
+    if (times.empty()) continue;
+    std::sort(times.begin(), times.end());
+    sim::Op& op = c.workload.ops[o];
+    op.duration_ns = std::max<sim::Nanoseconds>(times[times.size() / 2], 1);
+    for (sim::Algorithm& a : op.algorithms) a.duration_ns = op.duration_ns;
+  }
+  // Copies as the host device makes them: copy-out fills a host vector, copy-in copies back.
+  constexpr std::size_t kSmall = 4096;
+  constexpr std::size_t kLarge = 1 << 20;
+  std::vector<std::byte> source(kLarge, std::byte{1});
+  std::vector<std::byte> host;
+  auto out_ns = [&](std::size_t n) {
+    return median_ns(21, [&] {
+      host.assign(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(n));
+      host.clear();
+      host.shrink_to_fit();
+    });
+  };
+  const double small = out_ns(kSmall);
+  const double large = out_ns(kLarge);
+  const double ns_per_byte = std::max(large - small, 1.0) / static_cast<double>(kLarge - kSmall);
+  c.machine.h2d_bytes_per_s = 1e9 / ns_per_byte;
+  c.machine.d2h_bytes_per_s = 1e9 / ns_per_byte;
+  // A copy on the host device also costs the hand-offs between stream threads around it (the
+  // copy stream woken by its wait, the compute stream woken by the copy's record): the simulator
+  // has no such cost, so it goes into the copy latency.
+  const double handoff = handoff_ns();
+  c.machine.copy_latency_ns = static_cast<sim::Nanoseconds>(
+      std::max(small - ns_per_byte * static_cast<double>(kSmall), 0.0) + 2 * handoff);
+  return c;
+}
+
+double ValidationReport::iteration_error_percent() const {
+  if (iteration_ns_predicted == 0) return 0;
+  return 100.0 * static_cast<double>(iteration_ns_measured - iteration_ns_predicted) /
+         static_cast<double>(iteration_ns_predicted);
+}
+
+ValidationReport validate_on_host(const sim::Workload& workload, const sim::Plan& plan,
+                                  const sim::Machine& machine, const ValidationOptions& options) {
+  ValidationReport r;
+  const sim::Program program = sim::lower(workload, plan);
+  sim::Engine engine;
+  std::optional<Calibration> calibration;
+  if (options.calibrate) calibration = calibrate_on_host(workload, machine, options.seed);
+  r.calibrated = calibration.has_value();
+  const sim::Timeline& predicted =
+      calibration ? engine.run(sim::lower(calibration->workload, plan), calibration->machine)
+                  : engine.run(program, machine);
+  r.predicted_feasible = predicted.feasible;
+  r.peak_bytes_predicted = predicted.peak_bytes;
+  r.peak_reserved_predicted = predicted.peak_reserved_bytes;
+  r.iteration_ns_predicted = predicted.iteration_ns;
+
+  // The reference: in-core on a device with room for it (its own peak is what it needs).
+  const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
+  sim::Machine roomy = machine;
+  roomy.memory_bytes = std::int64_t{1} << 40;
+  const sim::Bytes reference_need = engine.run(reference_program, roomy).peak_reserved_bytes;
+  HostDevice reference(reference_need, options.seed);
+  if (!runtime::run_program(reference, workload, reference_program).feasible) {
+    r.measured_feasible = false;
+    return r;
+  }
+
+  // One warm-up run, timed runs without copying results aside, then the run that is compared.
+  std::vector<sim::Nanoseconds> times;
+  // One device for all runs (prepare starts each afresh, with the same data): warm caches and
+  // pages, as a training loop has them.
+  std::optional<HostDevice> device(std::in_place, machine.memory_bytes, options.seed);
+  const int timed = std::max(options.repetitions, 1);
+  for (int k = 0; k <= timed + 1; ++k) {
+    const bool compare_run = k == timed + 1;
+    device->set_capture(compare_run);
+    const sim::Timeline measured = runtime::run_program(*device, workload, program);
+    r.peak_bytes_measured = measured.peak_bytes;
+    r.peak_reserved_measured = measured.peak_reserved_bytes;
+    if (!measured.feasible) {
+      r.measured_feasible = false;
+      r.oom = measured.oom;
+      return r;
+    }
+    if (k > 0 && !compare_run) times.push_back(measured.iteration_ns);
+  }
+  std::sort(times.begin(), times.end());
+  r.iteration_ns_measured = times[times.size() / 2];
+
+  r.gradients_match = true;
+  for (const sim::Tensor& t : workload.tensors) {
+    if (!compared(workload, t)) continue;
+    const auto want = reference.tensor_bytes(t.id);
+    const auto got = device->tensor_bytes(t.id);
+    ++r.tensors_compared;
+    if (want.empty() || want.size() != got.size()) {
+      r.gradients_match = false;
+      r.max_abs_diff = INFINITY;
+      continue;
+    }
+    if (want != got) r.gradients_match = false;
+    if (t.dtype == "float32") {
+      for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
+        float a = 0;
+        float b = 0;
+        std::memcpy(&a, want.data() + i, 4);
+        std::memcpy(&b, got.data() + i, 4);
+        r.max_abs_diff = std::max(r.max_abs_diff, std::fabs(static_cast<double>(a) - b));
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace memplan::host_backend

@@ -1,0 +1,58 @@
+#pragma once
+// Device: what the Program interpreter needs from a backend, with CUDA stream semantics. Three
+// streams (compute, d2h, h2d) each execute what is enqueued on them in order and asynchronously;
+// record/wait on events are the only links between streams; allocate/free are stream-ordered on
+// the compute stream (like cudaMallocAsync) and go through one capped sim::DeviceArena, so a
+// backend that sees the same calls as the simulator hands out the same offsets and reaches the
+// same peak. A Device knows the Program it runs (prepare), so that instructions are passed by
+// their position in a stream's list and the interpreter stays free of any backend detail.
+#include <cstdint>
+#include <vector>
+
+#include "sim/program.hpp"
+#include "sim/timeline.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::runtime {
+
+/// Memory figures of a run, taken from the device's arena.
+struct MemoryStats {
+  sim::Bytes peak_bytes = 0;           // peak of live bytes as requested (sum of buffer sizes)
+  sim::Bytes peak_reserved_bytes = 0;  // peak end of the arena in use
+  sim::Bytes capacity_bytes = 0;
+  sim::Bytes live_bytes = 0;  // now
+  sim::Bytes largest_free_block = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  /// Starts a run of `program` (of `workload`, both outliving the run): an empty arena, empty
+  /// streams, no event recorded, the clock at zero.
+  virtual void prepare(const sim::Workload& workload, const sim::Program& program) = 0;
+
+  /// Takes `buffer` from the arena in compute-stream order; false (and nothing taken) when no
+  /// free block is large enough under the cap.
+  [[nodiscard]] virtual bool allocate(sim::BufferId buffer) = 0;
+  /// Gives `buffer` back in compute-stream order.
+  virtual void free(sim::BufferId buffer) = 0;
+
+  /// Enqueues the kernel (run, recompute, encode, decode) at `index` of the compute stream.
+  virtual void enqueue_kernel(std::int32_t index) = 0;
+  /// Enqueues the copy at `index` of `stream` (kD2H: copy-out, kH2D: copy-in).
+  virtual void enqueue_copy(sim::StreamId stream, std::int32_t index) = 0;
+  /// The event happens when `stream` reaches this point.
+  virtual void record(sim::StreamId stream, sim::EventId event) = 0;
+  /// `stream` goes on only after the event happened (its record was enqueued before).
+  virtual void wait(sim::StreamId stream, sim::EventId event) = 0;
+  /// Blocks until every stream is idle; rethrows the first error a stream met.
+  virtual void synchronize() = 0;
+
+  /// Spans of the kernels and copies run since prepare, with measured start and end (ns since
+  /// prepare). Valid after synchronize.
+  [[nodiscard]] virtual std::vector<sim::Span> measured_spans() const = 0;
+  [[nodiscard]] virtual MemoryStats memory_stats() const = 0;
+};
+
+}  // namespace memplan::runtime

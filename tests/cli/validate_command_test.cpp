@@ -1,0 +1,78 @@
+// `memplan validate --backend host`: the documented JSON keys with the peaks equal and the
+// gradients matching for swap-all and recompute-all; bad input (unknown backend, a plan the
+// simulator says does not fit) is one line and exit 2; --force runs it and reports the OOM.
+#include <string>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.hpp"
+
+using memplan::test::run_memplan;
+using memplan::test::source_path;
+
+namespace {
+std::string trace(const char* name) {
+  return fmt::format("'{}'", source_path(fmt::format("traces/{}.json", name)));
+}
+}  // namespace
+
+TEST_CASE("validate --json runs the plan and matches the in-core gradients", "[cli][validate]") {
+  const char* name = GENERATE("mlp4", "resnet_tiny");
+  const char* policy = GENERATE("swap-all", "recompute-all");
+  CAPTURE(name, policy);
+  const auto r = run_memplan(
+      fmt::format("validate {} --policy {} --backend host --json", trace(name), policy));
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"peak_bytes_predicted", "peak_bytes_measured", "iteration_s_predicted",
+                          "iteration_s_measured", "gradients_match", "max_abs_diff"}) {
+    CAPTURE(key);
+    CHECK(j.contains(key));
+  }
+  CHECK(j["peak_bytes_predicted"].get<long long>() > 0);
+  CHECK(j["peak_bytes_measured"] == j["peak_bytes_predicted"]);
+  CHECK(j["gradients_match"] == true);
+  CHECK(j["max_abs_diff"].get<double>() == 0.0);
+  CHECK(j["iteration_s_measured"].get<double>() > 0.0);
+  CHECK(j["tensors_compared"].get<int>() > 0);
+}
+
+TEST_CASE("validate --calibrate predicts with this host's costs", "[cli][validate]") {
+  const auto r = run_memplan(
+      fmt::format("validate {} --policy recompute-all --backend host --calibrate", trace("mlp4")));
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out.find("measured on this host") != std::string::npos);
+  CHECK(r.out.find("gradients match    yes") != std::string::npos);
+}
+
+TEST_CASE("validate --encode binarize runs Gist's encoding with in-core gradients",
+          "[cli][validate]") {
+  const auto r = run_memplan(
+      fmt::format("validate {} --policy in-core --encode binarize --backend host --json",
+                  trace("resnet_tiny")));
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["gradients_match"] == true);
+  CHECK(j["peak_bytes_measured"] == j["peak_bytes_predicted"]);
+}
+
+TEST_CASE("validate refuses bad input with one line and exit 2", "[cli][validate]") {
+  const auto unknown =
+      run_memplan(fmt::format("validate {} --policy swap-all --backend tpu", trace("mlp4")));
+  CHECK(unknown.exit_status == 2);
+  CHECK(unknown.err.find("unknown backend 'tpu'") != std::string::npos);
+  CHECK(unknown.err.find('\n') == unknown.err.size() - 1);
+
+  const auto too_small = run_memplan(
+      fmt::format("validate {} --policy swap-all --backend host --memory 200KiB", trace("mlp4")));
+  CHECK(too_small.exit_status == 2);
+  CHECK(too_small.err.find("does not fit") != std::string::npos);
+  CHECK(too_small.err.find('\n') == too_small.err.size() - 1);
+
+  const auto forced = run_memplan(fmt::format(
+      "validate {} --policy swap-all --backend host --memory 200KiB --force", trace("mlp4")));
+  CHECK(forced.exit_status == 1);
+  CHECK(forced.err.find("ran out of device memory") != std::string::npos);
+}

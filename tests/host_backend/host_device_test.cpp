@@ -1,0 +1,205 @@
+// HostDevice runs the shipped traces for real under the in-core, swap-all and recompute-all
+// plans: gradients, loss, updated weights and momentum are bitwise the in-core run's, the
+// measured peaks are the simulator's to the byte, and a cap below the need is an out-of-memory
+// result at the simulator's allocation, not a crash.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "host_backend/host_device.hpp"
+#include "host_backend/validation.hpp"
+#include "runtime/interpreter.hpp"
+#include "sim/basic_plans.hpp"
+#include "sim/engine.hpp"
+#include "sim/lowering.hpp"
+#include "sim/machine.hpp"
+#include "sim/trace_io.hpp"
+#include "tests/support/sim_helpers.hpp"
+
+namespace mp = memplan;
+using mp::host_backend::HostDevice;
+
+namespace {
+
+mp::sim::Workload load(const std::string& name) {
+  return mp::sim::read_trace(std::string(MEMPLAN_SOURCE_DIR) + "/traces/" + name + ".json");
+}
+
+/// The values a run leaves that must not depend on the plan: every gradient, the loss, and the
+/// parameters and momentum after the update.
+std::vector<std::pair<std::string, std::vector<std::byte>>> results(const mp::sim::Workload& w,
+                                                                    const HostDevice& device) {
+  std::vector<std::pair<std::string, std::vector<std::byte>>> out;
+  for (const mp::sim::Tensor& t : w.tensors) {
+    if (t.kind == mp::sim::TensorKind::kGradient || t.kind == mp::sim::TensorKind::kParameter ||
+        t.kind == mp::sim::TensorKind::kOptimizerState || t.name == "loss") {
+      out.emplace_back(t.name, device.tensor_bytes(t.id));
+    }
+  }
+  return out;
+}
+
+std::size_t count(const mp::sim::Program& p, mp::sim::InstrKind kind) {
+  std::size_t n = 0;
+  for (const auto& stream : p.streams) {
+    for (const auto& in : stream) n += in.kind == kind ? 1 : 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("plans run on the host device with in-core gradients and the predicted peak",
+          "[host_backend][runtime]") {
+  const std::string trace = GENERATE(std::string("mlp4"), std::string("resnet_tiny"));
+  CAPTURE(trace);
+  const mp::sim::Workload w = load(trace);
+  const mp::sim::Machine machine = mp::sim::make_machine(w.device);
+
+  const mp::sim::Program reference_program = mp::sim::lower(w, mp::sim::in_core_plan(w));
+  HostDevice reference(machine.memory_bytes, 7);
+  const mp::sim::Timeline reference_run = mp::runtime::run_program(reference, w, reference_program);
+  REQUIRE(reference_run.feasible);
+  const auto expected = results(w, reference);
+  for (const auto& [name, bytes] : expected) {
+    CAPTURE(name);
+    REQUIRE(!bytes.empty());
+  }
+
+  // The comparison can fail: other data (another seed) gives other gradients.
+  HostDevice other_seed(machine.memory_bytes, 8);
+  REQUIRE(mp::runtime::run_program(other_seed, w, reference_program).feasible);
+  CHECK(results(w, other_seed) != expected);
+
+  for (const std::string plan_name : {"in-core", "swap-all", "recompute-all"}) {
+    CAPTURE(plan_name);
+    const auto plan = mp::sim::basic_plan(plan_name, w);
+    REQUIRE(plan.has_value());
+    const mp::sim::Program program = mp::sim::lower(w, *plan);
+    if (plan_name == "swap-all") {
+      REQUIRE(count(program, mp::sim::InstrKind::kCopyOut) > 0);
+      REQUIRE(count(program, mp::sim::InstrKind::kCopyIn) > 0);
+    }
+    if (plan_name == "recompute-all") REQUIRE(count(program, mp::sim::InstrKind::kRecompute) > 0);
+
+    mp::sim::Engine engine;
+    const mp::sim::Timeline& predicted = engine.run(program, machine);
+    REQUIRE(predicted.feasible);
+
+    HostDevice device(machine.memory_bytes, 7);
+    const mp::sim::Timeline measured = mp::runtime::run_program(device, w, program);
+    REQUIRE(measured.feasible);
+    CHECK(measured.peak_bytes == predicted.peak_bytes);
+    CHECK(measured.peak_reserved_bytes == predicted.peak_reserved_bytes);
+    CHECK(measured.instructions_executed == program.instruction_count());
+    CHECK(measured.spans.size() == predicted.spans.size());
+    CHECK(measured.iteration_ns > 0);
+
+    const auto got = results(w, device);
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(got[i].first);
+      CHECK(got[i].second == expected[i].second);
+    }
+  }
+}
+
+TEST_CASE("a cap below the plan's need is an out-of-memory result where the simulator predicts",
+          "[host_backend][runtime]") {
+  const std::string trace = GENERATE(std::string("mlp4"), std::string("resnet_tiny"));
+  const std::string plan_name =
+      GENERATE(std::string("in-core"), std::string("swap-all"), std::string("recompute-all"));
+  CAPTURE(trace, plan_name);
+  const mp::sim::Workload w = load(trace);
+  const mp::sim::Program program = mp::sim::lower(w, *mp::sim::basic_plan(plan_name, w));
+  mp::sim::Machine machine = mp::sim::make_machine(w.device);
+  mp::sim::Engine engine;
+  // Less than the bytes live at the peak: no arena placement can fit that.
+  machine.memory_bytes = engine.run(program, machine).peak_bytes - 1;
+
+  const mp::sim::Timeline predicted = engine.run(program, machine);
+  REQUIRE_FALSE(predicted.feasible);
+  REQUIRE(predicted.oom.has_value());
+
+  HostDevice device(machine.memory_bytes);
+  mp::sim::Timeline measured;
+  REQUIRE_NOTHROW(measured = mp::runtime::run_program(device, w, program));
+  CHECK_FALSE(measured.feasible);
+  REQUIRE(measured.oom.has_value());
+  CHECK(measured.oom->buffer == predicted.oom->buffer);
+  CHECK(measured.oom->op == predicted.oom->op);
+  CHECK(measured.oom->requested_bytes == predicted.oom->requested_bytes);
+  CHECK(measured.oom->live_bytes == predicted.oom->live_bytes);
+  CHECK(measured.oom->capacity_bytes == machine.memory_bytes);
+  CHECK(device.memory_stats().peak_reserved_bytes <= machine.memory_bytes);
+}
+
+TEST_CASE("calibration gives the workload this host's op times and copy costs",
+          "[host_backend][runtime]") {
+  const mp::sim::Workload w = load("resnet_tiny");
+  const mp::sim::Machine machine = mp::sim::make_machine(w.device);
+  const auto c = mp::host_backend::calibrate_on_host(w, machine, 1, 3);
+  REQUIRE_NOTHROW(mp::sim::validate(c.workload, "calibrated"));
+  REQUIRE(c.workload.ops.size() == w.ops.size());
+  bool any_changed = false;
+  for (std::size_t o = 0; o < w.ops.size(); ++o) {
+    CHECK(c.workload.ops[o].duration_ns > 0);
+    any_changed = any_changed || c.workload.ops[o].duration_ns != w.ops[o].duration_ns;
+    CHECK(c.workload.ops[o].inputs == w.ops[o].inputs);
+  }
+  CHECK(any_changed);
+  CHECK(c.workload.tensors == w.tensors);
+  CHECK(c.machine.memory_bytes == machine.memory_bytes);
+  CHECK(c.machine.h2d_bytes_per_s > 0);
+  CHECK(c.machine.copy_latency_ns > 0);
+
+  // The plan's prediction with these costs is a finite time and the gradients still match.
+  mp::host_backend::ValidationOptions options;
+  options.calibrate = true;
+  options.repetitions = 1;
+  const auto r = mp::host_backend::validate_on_host(w, mp::sim::swap_all_plan(w), machine, options);
+  CHECK(r.calibrated);
+  CHECK(r.gradients_match);
+  CHECK(r.iteration_ns_predicted > 0);
+  CHECK(r.iteration_ns_measured > 0);
+  CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
+}
+
+TEST_CASE("a device with a GPU-sized cap costs only the memory the step touches",
+          "[host_backend][runtime]") {
+  const mp::sim::Workload w = load("mlp4");
+  const mp::sim::Program program = mp::sim::lower(w, mp::sim::swap_all_plan(w));
+  HostDevice device(mp::sim::Bytes{16} << 30);
+  const mp::sim::Timeline measured = mp::runtime::run_program(device, w, program);
+  CHECK(measured.feasible);
+  CHECK(device.memory_stats().capacity_bytes == mp::sim::Bytes{16} << 30);
+}
+
+TEST_CASE("encoded maps run for real: binarize is bitwise, fp16 is close",
+          "[host_backend][runtime]") {
+  const mp::sim::Workload w = load("resnet_tiny");
+  const mp::sim::Machine machine = mp::sim::make_machine(w.device);
+  mp::host_backend::ValidationOptions options;
+  options.repetitions = 1;
+
+  const auto binarized = mp::host_backend::validate_on_host(
+      w,
+      mp::test::plan_with(w,
+                          {{"relu3_out", mp::sim::Action::kEncode, mp::sim::Encoding::kBinarize}}),
+      machine, options);
+  CHECK(binarized.measured_feasible);
+  CHECK(binarized.gradients_match);
+  CHECK(binarized.max_abs_diff == 0.0);
+  CHECK(binarized.peak_bytes_measured == binarized.peak_bytes_predicted);
+
+  const auto narrowed = mp::host_backend::validate_on_host(
+      w,
+      mp::test::plan_with(w, {{"relu1_out", mp::sim::Action::kEncode, mp::sim::Encoding::kFp16},
+                              {"pool_out", mp::sim::Action::kEncode, mp::sim::Encoding::kFp8}}),
+      machine, options);
+  CHECK(narrowed.measured_feasible);
+  CHECK(narrowed.peak_bytes_measured == narrowed.peak_bytes_predicted);
+  CHECK_FALSE(narrowed.gradients_match);  // fp8 of the pooled map changes the fc gradient
+  CHECK(narrowed.max_abs_diff > 0.0);
+  CHECK(narrowed.max_abs_diff < 0.05);
+}
