@@ -1,13 +1,14 @@
 // Property: random small networks (an optional conv-relu-maxpool block, then linear-relu layers,
-// ReLUs in place or not, softmax cross-entropy, SGD) × random plans (keep, swap, recompute, and
-// binarize where Gist allows it) that the simulator says fit under a cap just above their need:
-// every one runs under that cap on the HostDevice, with the simulator's peak and bitwise the
-// in-core gradients, loss and updated weights. 200 cases by default; MEMPLAN_PROPERTY_CASES=N
-// runs more.
+// biases or not, ReLUs in place or not, softmax cross-entropy, SGD) × random plans (keep, swap,
+// recompute, and binarize where Gist allows it) that the simulator says fit under a cap just above
+// their need: every one runs under that cap on the HostDevice, with the simulator's peak and
+// bitwise the in-core gradients, loss and updated weights. 200 cases by default;
+// MEMPLAN_PROPERTY_CASES=N runs more.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <string>
 
@@ -76,7 +77,7 @@ class NetworkBuilder {
 
 struct Layer {
   mp::sim::OpId fwd;
-  TensorId in, weight, out;
+  TensorId in, weight, bias, out;  // bias -1 when none
 };
 
 mp::sim::Workload random_network(std::mt19937_64& rng) {
@@ -87,12 +88,13 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
   NetworkBuilder b(rng);
   const std::int64_t n = pick(1, 4);
   const bool conv = coin();
-  std::vector<TensorId> params, grads_in_param_order;
+  std::vector<TensorId> params;
+  std::map<TensorId, TensorId> grad_of;
   TensorId x = -1, features = -1;
   std::int64_t width = 0;
   struct Conv {
     mp::sim::OpId conv, relu, pool;
-    TensorId w, conv_out, relu_out, pool_out, indices;
+    TensorId w, bias, conv_out, relu_out, pool_out, indices;
   } c{};
   const mp::sim::Attributes conv_attrs{
       {"kernel", {3, 3}}, {"stride", {1, 1}}, {"padding", {1, 1}}, {"groups", {1}}};
@@ -102,8 +104,14 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
     x = b.tensor("x", {n, ch, hw, hw}, TensorKind::kInput);
     c.w = b.tensor("w_conv", {k, ch, 3, 3}, TensorKind::kParameter);
     params.push_back(c.w);
+    c.bias = coin() ? b.tensor("b_conv", {k}, TensorKind::kParameter) : -1;
+    std::vector<TensorId> conv_in{x, c.w};
+    if (c.bias >= 0) {
+      params.push_back(c.bias);
+      conv_in.push_back(c.bias);
+    }
     c.conv_out = b.tensor("conv_out", {n, k, hw, hw}, TensorKind::kActivation);
-    c.conv = b.op("conv", "conv2d", Phase::kForward, {x, c.w}, {c.conv_out}, conv_attrs);
+    c.conv = b.op("conv", "conv2d", Phase::kForward, conv_in, {c.conv_out}, conv_attrs);
     c.relu_out = b.tensor("conv_relu_out", {n, k, hw, hw}, TensorKind::kActivation);
     if (coin()) b.at(c.relu_out).in_place_of = c.conv_out;
     c.relu = b.op("conv_relu", "relu", Phase::kForward, {c.conv_out}, {c.relu_out});
@@ -129,8 +137,14 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
     const std::string s = std::to_string(i);
     const TensorId wi = b.tensor("w" + s, {width, out}, TensorKind::kParameter);
     params.push_back(wi);
+    const TensorId bi = coin() ? b.tensor("b" + s, {out}, TensorKind::kParameter) : -1;
+    std::vector<TensorId> fc_in{a, wi};
+    if (bi >= 0) {
+      params.push_back(bi);
+      fc_in.push_back(bi);
+    }
     const TensorId h = b.tensor(last ? "logits" : "h" + s, {n, out}, TensorKind::kActivation);
-    linear.push_back({b.op("fc" + s, "linear", Phase::kForward, {a, wi}, {h}), a, wi, h});
+    linear.push_back({b.op("fc" + s, "linear", Phase::kForward, fc_in, {h}), a, wi, bi, h});
     a = h;
     if (!last) {
       const TensorId r = b.tensor("a" + s, {n, out}, TensorKind::kActivation);
@@ -149,19 +163,21 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
   // Backward, in reverse.
   TensorId d = b.tensor("d_logits", {n, classes}, TensorKind::kGradient);
   b.op("loss_bwd", "softmax_cross_entropy", Phase::kBackward, {probs, labels}, {d}, {}, loss_op);
-  std::vector<TensorId> grads(params.size(), -1);
   for (std::int64_t i = layers - 1; i >= 0; --i) {
     const Layer& l = linear[static_cast<std::size_t>(i)];
     const std::string s = std::to_string(i);
+    const TensorId dx =
+        l.in == x ? -1 : b.tensor("d_in" + s, b.at(l.in).shape, TensorKind::kGradient);
     const TensorId g = b.tensor("g_w" + s, b.at(l.weight).shape, TensorKind::kGradient);
-    grads[static_cast<std::size_t>(i) + (conv ? 1 : 0)] = g;
-    if (l.in == x) {
-      b.op("fc" + s + "_bwd", "linear", Phase::kBackward, {d, l.in, l.weight}, {g}, {}, l.fwd);
-      d = -1;
-      break;
+    grad_of[l.weight] = g;
+    std::vector<TensorId> outs{g};
+    if (dx >= 0) outs.insert(outs.begin(), dx);
+    if (l.bias >= 0) {
+      grad_of[l.bias] = b.tensor("g_b" + s, b.at(l.bias).shape, TensorKind::kGradient);
+      outs.push_back(grad_of[l.bias]);
     }
-    const TensorId dx = b.tensor("d_in" + s, b.at(l.in).shape, TensorKind::kGradient);
-    b.op("fc" + s + "_bwd", "linear", Phase::kBackward, {d, l.in, l.weight}, {dx, g}, {}, l.fwd);
+    b.op("fc" + s + "_bwd", "linear", Phase::kBackward, {d, l.in, l.weight}, outs, {}, l.fwd);
+    if (dx < 0) break;
     d = dx;
     if (i > 0) {
       const auto& [relu_op, r] = relus[static_cast<std::size_t>(i - 1)];
@@ -180,12 +196,16 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
          pool_attrs, c.pool);
     const TensorId d_conv = b.tensor("d_conv_out", b.at(c.conv_out).shape, TensorKind::kGradient);
     b.op("conv_relu_bwd", "relu", Phase::kBackward, {d_relu, c.relu_out}, {d_conv}, {}, c.relu);
-    const TensorId g = b.tensor("g_conv", b.at(c.w).shape, TensorKind::kGradient);
-    b.op("conv_bwd", "conv2d", Phase::kBackward, {d_conv, x, c.w}, {g}, conv_attrs, c.conv);
-    grads[0] = g;
+    grad_of[c.w] = b.tensor("g_conv", b.at(c.w).shape, TensorKind::kGradient);
+    std::vector<TensorId> outs{grad_of[c.w]};
+    if (c.bias >= 0) {
+      grad_of[c.bias] = b.tensor("g_b_conv", b.at(c.bias).shape, TensorKind::kGradient);
+      outs.push_back(grad_of[c.bias]);
+    }
+    b.op("conv_bwd", "conv2d", Phase::kBackward, {d_conv, x, c.w}, outs, conv_attrs, c.conv);
   }
   std::vector<TensorId> sgd_in = params;
-  sgd_in.insert(sgd_in.end(), grads.begin(), grads.end());
+  for (TensorId p : params) sgd_in.push_back(grad_of.at(p));
   for (TensorId p : params) {
     sgd_in.push_back(b.tensor("m_" + b.at(p).name, b.at(p).shape, TensorKind::kOptimizerState));
   }
