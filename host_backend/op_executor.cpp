@@ -83,6 +83,31 @@ PoolShape pool_shape(const sim::Op& op, const sim::Tensor& x) {
 
 }  // namespace
 
+// Outputs of a linear or conv backward: [dx,] dw [, db]. Whether there is a bias gradient comes
+// from the forward op (a third input) when the trace names it, else from a last output of rank 1.
+OpExecutor::Grads OpExecutor::split_grads(const sim::Op& op, std::span<void* const> out,
+                                          const char* layer) const {
+  if (op.inputs.size() != 3 || out.empty() || out.size() > 3) {
+    fail(op, std::string(layer) + " backward reads dy, x and w, writes [dx,] dw [, db]");
+  }
+  bool bias = false;
+  if (op.differentiates != sim::kNoId) {
+    bias = w_.op(op.differentiates).inputs.size() == 3;
+  } else {
+    bias = out.size() >= 2 && w_.tensor(op.outputs.back()).shape.size() == 1;
+  }
+  const std::size_t without_dx = bias ? 2 : 1;
+  if (out.size() != without_dx && out.size() != without_dx + 1) {
+    fail(op, "output count does not match [dx,] dw [, db]");
+  }
+  Grads g;
+  std::size_t i = 0;
+  if (out.size() == without_dx + 1) g.dx = f32(out[i++]);
+  g.dw = f32(out[i++]);
+  if (bias) g.db = f32(out[i]);
+  return g;
+}
+
 float* OpExecutor::scratch(std::int64_t floats) {
   if (scratch_.size() < static_cast<std::size_t>(floats)) {
     scratch_.resize(static_cast<std::size_t>(floats));
@@ -157,24 +182,19 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     if (in.size() != 2 || out.size() != 1) fail(op, "relu backward reads dy and y, writes dx");
     relu_backward(elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0]));
   } else if (op.layer == "linear") {
-    // [dy, x, w] -> [dx, dw] or [dw] (when x needs no gradient)
-    if (in.size() != 3 || out.empty() || out.size() > 2) {
-      fail(op, "linear backward reads dy, x and w, writes [dx,] dw");
-    }
+    // [dy, x, w] -> [dx,] dw [, db] (no dx when x needs no gradient)
+    const Grads g = split_grads(op, out, "linear");
     const sim::Tensor& w = t_in(2);
     const std::int64_t n = elements(t_in(1)) / w.shape[0];
-    float* dx = out.size() == 2 ? f32(out[0]) : nullptr;
-    float* dw = f32(out[out.size() - 1]);
-    linear_backward(n, w.shape[0], w.shape[1], f32(in[1]), f32(in[2]), f32(in[0]), dx, dw, nullptr);
+    linear_backward(n, w.shape[0], w.shape[1], f32(in[1]), f32(in[2]), f32(in[0]), g.dx, g.dw,
+                    g.db);
   } else if (op.layer == "conv2d") {
-    // [dy, x, w] -> [dx, dw] or [dw]
-    if (in.size() != 3 || out.empty() || out.size() > 2) {
-      fail(op, "conv2d backward reads dy, x and w, writes [dx,] dw");
-    }
+    // [dy, x, w] -> [dx,] dw [, db]
+    const Grads g = split_grads(op, out, "conv2d");
     const ConvShape s = conv_shape(op, t_in(1), t_in(2));
     float* ws = scratch(s.workspace_elements());
-    if (out.size() == 2) conv_backward_data(s, f32(in[0]), f32(in[2]), f32(out[0]), ws);
-    conv_backward_filter(s, f32(in[1]), f32(in[0]), f32(out[out.size() - 1]), nullptr, ws);
+    if (g.dx != nullptr) conv_backward_data(s, f32(in[0]), f32(in[2]), g.dx, ws);
+    conv_backward_filter(s, f32(in[1]), f32(in[0]), g.dw, g.db, ws);
   } else if (op.layer == "max_pool2d") {
     // [dy, y, indices] -> [dx]
     if (in.size() != 3 || out.size() != 1) fail(op, "max_pool2d backward reads dy, y, indices");

@@ -5,8 +5,9 @@
 // (traces/FORMAT.md): forward ops read inputs then weights; backward ops read the output gradient
 // first, then the saved tensors, and write the gradients of their differentiable inputs; `add` in
 // backward sums its inputs (gradient accumulation); `sgd` reads params, grads and momentum buffers
-// (three equal groups) and updates params and momentum in place. A recompute is the forward op
-// run again. Convolution scratch (im2col columns) is the executor's own host memory, not a device
+// (three equal groups) and updates params and momentum in place. Linear and conv take an optional
+// bias as a third input; their backward writes [dx,] dw [, db]. A recompute is the forward op run
+// again. Convolution scratch (im2col columns) is the executor's own host memory, not a device
 // buffer: it is an implementation detail of these kernels, not the workload's workspace.
 #include <cstdint>
 #include <span>
@@ -36,6 +37,12 @@ class OpExecutor {
   void forward(const sim::Op& op, std::span<void* const> in, std::span<void* const> out);
   void backward(const sim::Op& op, std::span<void* const> in, std::span<void* const> out);
   void update(const sim::Op& op, std::span<void* const> in);
+  struct Grads {
+    float* dx = nullptr;
+    float* dw = nullptr;
+    float* db = nullptr;
+  };
+  Grads split_grads(const sim::Op& op, std::span<void* const> out, const char* layer) const;
   float* scratch(std::int64_t floats);
 
   const sim::Workload& w_;
