@@ -198,6 +198,59 @@ std::vector<bool> regenerable_tensors(const Workload& workload) {
   return regenerable;
 }
 
+namespace {
+
+// A binarized map keeps only its sign: decoding gives 1.0 / 0.0, which is all ReLU backward needs,
+// but a forward op that reads the map and is re-run to regenerate a recomputed map would compute
+// from those values (a max-pool would pick other indices). Such a combination is refused. The ops
+// a regeneration may re-run are over-approximated: the producer of every recomputed map and,
+// recursively, the producers of its inputs that are dropped after forward (activations that are
+// not feature maps, or feature maps that are themselves recomputed).
+void check_binarized_maps_are_not_recomputed_from(const Plan& plan,
+                                                  const std::vector<FeatureMap>& maps,
+                                                  const Workload& workload,
+                                                  std::string_view source) {
+  std::vector<const Decision*> decision(workload.tensors.size(), nullptr);
+  bool any_binarized = false;
+  for (const Decision& d : plan.decisions) {
+    decision[static_cast<std::size_t>(d.tensor)] = &d;
+    any_binarized =
+        any_binarized || (d.action == Action::kEncode && d.encoding == Encoding::kBinarize);
+  }
+  if (!any_binarized) return;
+  std::vector<char> rerun(workload.ops.size(), 0);
+  std::vector<OpId> stack;
+  for (const Decision& d : plan.decisions) {
+    if (d.action == Action::kRecompute) stack.push_back(workload.tensor(d.tensor).producer);
+  }
+  while (!stack.empty()) {
+    const OpId op = stack.back();
+    stack.pop_back();
+    if (op == kNoId || rerun[static_cast<std::size_t>(op)] != 0) continue;
+    rerun[static_cast<std::size_t>(op)] = 1;
+    for (TensorId t : workload.op(op).inputs) {
+      const Tensor& input = workload.tensor(t);
+      if (input.producer == kNoId || input.kind != TensorKind::kActivation) continue;
+      const Decision* d = decision[static_cast<std::size_t>(t)];
+      if (d == nullptr || d->action == Action::kRecompute) stack.push_back(input.producer);
+    }
+  }
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    const Decision& d = plan.decisions[i];
+    if (d.action != Action::kEncode || d.encoding != Encoding::kBinarize) continue;
+    for (OpId use : maps[i].forward_uses) {
+      if (rerun[static_cast<std::size_t>(use)] == 0) continue;
+      throw InputError(
+          fmt::format("{}: $.maps[{}]", source, i),
+          fmt::format("tensor '{}' cannot be binarized: its forward consumer '{}' is re-run to "
+                      "regenerate a recomputed map and would read the 1-bit mask",
+                      workload.tensor(d.tensor).name, workload.op(use).name));
+    }
+  }
+}
+
+}  // namespace
+
 void validate_plan(const Plan& plan, const Workload& workload, std::string_view source) {
   const std::uint64_t expected = workload_fingerprint(workload);
   if (plan.fingerprint != expected) {
@@ -248,6 +301,7 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
                       workload.tensor(d.tensor).name));
     }
   }
+  check_binarized_maps_are_not_recomputed_from(plan, maps, workload, source);
 }
 
 }  // namespace memplan::sim

@@ -239,22 +239,6 @@ mp::sim::Plan random_plan(const mp::sim::Workload& w, std::mt19937_64& rng) {
       decision = before;  // not allowed for this map: keep it
     }
   }
-  // Known gap in the simulator's rules (reported, not ours to change here): validate_plan accepts
-  // a binarized map whose forward consumer is recomputed, and the lowering then re-runs that
-  // consumer on the decoded 1.0/0.0 values (a max-pool recomputed on a binarized ReLU output picks
-  // other indices). Such plans are left out until the rule exists.
-  for (auto& decision : plan.decisions) {
-    if (decision.action != mp::sim::Action::kEncode) continue;
-    for (const auto& other : plan.decisions) {
-      const mp::sim::OpId producer = w.tensor(other.tensor).producer;
-      const auto& inputs = w.op(producer).inputs;
-      if (other.action == mp::sim::Action::kRecompute &&
-          std::find(inputs.begin(), inputs.end(), decision.tensor) != inputs.end()) {
-        decision.action = mp::sim::Action::kKeep;
-        decision.encoding = mp::sim::Encoding::kNone;
-      }
-    }
-  }
   return plan;
 }
 

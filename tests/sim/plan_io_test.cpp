@@ -145,3 +145,23 @@ TEST_CASE("a plan can run ops with an alternative algorithm; it round-trips and 
                  "p.json", w),
       Catch::Contains("$.algorithms[0].algorithm") && Catch::Contains("no algorithm 'winograd'"));
 }
+
+TEST_CASE("a binarized map whose max-pool is re-run by a recompute is refused", "[sim][plan]") {
+  // resnet_tiny: relu3_out feeds the max-pool; recomputing pool_out would re-run the pool on the
+  // decoded 1-bit mask.
+  const Workload w = read_trace(memplan::test::source_path("traces/resnet_tiny.json"));
+  Plan plan = in_core_plan(w);
+  for (Decision& d : plan.decisions) {
+    if (w.tensor(d.tensor).name == "relu3_out") {
+      d.action = Action::kEncode;
+      d.encoding = Encoding::kBinarize;
+    }
+  }
+  CHECK_NOTHROW(validate_plan(plan, w, "p.json"));
+  for (Decision& d : plan.decisions) {
+    if (w.tensor(d.tensor).name == "pool_out") d.action = Action::kRecompute;
+  }
+  CHECK_THROWS_WITH(
+      validate_plan(plan, w, "p.json"),
+      Catch::Contains("'relu3_out' cannot be binarized") && Catch::Contains("'pool'"));
+}
