@@ -3,7 +3,7 @@
 namespace memplan::search {
 
 Evaluator::Evaluator(const sim::Workload& workload, const sim::Machine& machine)
-    : workload_(&workload), machine_(&machine), lowerer_(workload) {}
+    : workload_(&workload), machine_(machine), lowerer_(workload) {}
 
 Evaluation summarize(const sim::Timeline& timeline) {
   Evaluation e;
@@ -26,7 +26,7 @@ Evaluation Evaluator::evaluate(const sim::Plan& plan) {
   options.record_spans = false;
   options.record_memory = false;
   options.record_stalls = false;
-  return summarize(engine_.run(program_, *machine_, options));
+  return summarize(engine_.run(program_, machine_, options));
 }
 
 const sim::Timeline& Evaluator::simulate(const sim::Plan& plan) {
@@ -35,7 +35,7 @@ const sim::Timeline& Evaluator::simulate(const sim::Plan& plan) {
   sim::EngineOptions options;
   options.record_spans = false;
   options.record_memory = false;
-  return engine_.run(program_, *machine_, options);
+  return engine_.run(program_, machine_, options);
 }
 
 }  // namespace memplan::search

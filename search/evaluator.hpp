@@ -24,7 +24,7 @@ struct Evaluation {
 
 class Evaluator {
  public:
-  /// Both must outlive the Evaluator.
+  /// The workload must outlive the Evaluator; the machine is copied.
   Evaluator(const sim::Workload& workload, const sim::Machine& machine);
 
   /// Cost of a plan (no per-instruction detail is kept).
@@ -34,7 +34,7 @@ class Evaluator {
   const sim::Timeline& simulate(const sim::Plan& plan);
 
   [[nodiscard]] const sim::Workload& workload() const { return *workload_; }
-  [[nodiscard]] const sim::Machine& machine() const { return *machine_; }
+  [[nodiscard]] const sim::Machine& machine() const { return machine_; }
   /// Plans evaluated or simulated so far, including those credited by helpers of this evaluator.
   [[nodiscard]] std::size_t count() const { return count_; }
   /// Counts evaluations made on this evaluator's behalf by other Evaluators (worker threads).
@@ -42,7 +42,7 @@ class Evaluator {
 
  private:
   const sim::Workload* workload_;
-  const sim::Machine* machine_;
+  sim::Machine machine_;
   sim::Lowerer lowerer_;
   sim::Program program_;  // reused between plans
   sim::Engine engine_;
