@@ -46,9 +46,9 @@ int main(int argc, char** argv) {
   request.options.batch = argc > 3 ? std::atoi(argv[3]) : 16;
   const Workload w = memplan::zoo::make_workload(request);
   const Bytes peak = incore_peak(w).bytes;
-  fmt::print("resnet --depth {} --batch {}: {} ops, {} tensors, {} feature maps, in-core peak {}\n", depth,
-             request.options.batch, w.ops.size(), w.tensors.size(), find_feature_maps(w).size(),
-             format_bytes(peak));
+  fmt::print("resnet --depth {} --batch {}: {} ops, {} tensors, {} feature maps, in-core peak {}\n",
+             depth, request.options.batch, w.ops.size(), w.tensors.size(),
+             find_feature_maps(w).size(), format_bytes(peak));
   Machine machine;
   machine.memory_bytes = peak * 2;  // room for every plan, so each runs to the end
   machine.copy_latency_ns = 10'000;

@@ -107,7 +107,8 @@ void validate_ops(const Workload& w, std::string_view source) {
                fmt::format("unknown tensor id {}", refs[k]));
         }
         if (!seen.insert(refs[k]).second) {
-          fail(source, fmt::format("{}.{}[{}]", at, field, k), fmt::format("tensor {} listed twice", refs[k]));
+          fail(source, fmt::format("{}.{}[{}]", at, field, k),
+               fmt::format("tensor {} listed twice", refs[k]));
         }
       }
     };
@@ -268,7 +269,8 @@ void validate_in_place(const Workload& w, std::string_view source) {
     }
     const auto& slots = overwriters[static_cast<std::size_t>(base.id)];
     if (const TensorId other = slots[0] != t.id ? slots[0] : slots[1]; other != kNoId) {
-      fail(source, at, fmt::format("tensor {} is already overwritten by tensor {}", base.id, other));
+      fail(source, at,
+           fmt::format("tensor {} is already overwritten by tensor {}", base.id, other));
     }
   }
 }

@@ -51,7 +51,9 @@ std::string join_shape(const Shape& s) {
 }
 
 // Extents as trace attributes (lists of numbers).
-std::vector<double> as_numbers(const Shape& extents) { return {extents.begin(), extents.end()}; }
+std::vector<double> as_numbers(const Shape& extents) {
+  return {extents.begin(), extents.end()};
+}
 
 }  // namespace
 
