@@ -1,13 +1,7 @@
 #pragma once
 // Each `memplan` subcommand registers itself on the application here. A command parses its
 // flags, calls the libraries and prints; it holds no logic of its own.
-#include <string>
-
 #include <CLI/CLI.hpp>
-
-#include "sim/machine.hpp"
-#include "sim/plan.hpp"
-#include "sim/workload.hpp"
 
 namespace memplan::cli {
 
@@ -21,10 +15,5 @@ void add_zoo_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 /// Sets `exit_status` to 1 when the plan does not fit or gradients differ from the in-core run.
 void add_validate_command(CLI::App& app, int& exit_status);
-
-/// The plan a --policy NAME gives (search/ policies, then swap-all, recompute-all), validated;
-/// throws InputError for an unknown name.
-sim::Plan plan_from_policy(const std::string& name, const sim::Workload& workload,
-                           const sim::Machine& machine);
 
 }  // namespace memplan::cli

@@ -11,8 +11,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
+#include "cli/plan_flags.hpp"
 #include "host_backend/validation.hpp"
-#include "search/gist.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
 #include "sim/lowering.hpp"
@@ -25,10 +25,8 @@ namespace memplan::cli {
 namespace {
 struct ValidateOptions {
   std::string trace;
-  std::string plan;
-  std::string policy;
+  PlanFlags plan;
   std::string backend = "host";
-  std::string encode;
   MachineFlags machine;
   bool json = false;
   bool force = false;
@@ -43,10 +41,7 @@ int validate(const ValidateOptions& o) {
   }
   const sim::Workload workload = sim::read_trace(o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
-  sim::Plan plan = o.plan.empty() ? plan_from_policy(o.policy, workload, machine)
-                                  : sim::read_plan(o.plan, workload);
-  plan = search::apply_encodings(plan, search::NetworkView(workload),
-                                 search::parse_encoding_options(o.encode, "--encode"));
+  const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "validate");
   const sim::Program program = sim::lower(workload, plan);
   if (!o.force) {
     sim::Engine engine;
@@ -88,7 +83,7 @@ int validate(const ValidateOptions& o) {
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("backend            host\n");
-    fmt::print("plan               {}\n", plan.policy.empty() ? o.plan : plan.policy);
+    fmt::print("plan               {}\n", plan.policy.empty() ? o.plan.plan : plan.policy);
     fmt::print("peak bytes         predicted {}  measured {}\n", r.peak_bytes_predicted,
                r.peak_bytes_measured);
     fmt::print("costs              {}\n",
@@ -115,27 +110,15 @@ void add_validate_command(CLI::App& app, int& exit_status) {
       "validate", "Run a plan for real and compare it with the prediction and the in-core run");
   cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
       ->required();
-  auto* plan = cmd->add_option("--plan", options->plan, "plan file (JSON, see docs/simulator.md)");
-  auto* policy = cmd->add_option("--policy", options->policy,
-                                 "a policy (see memplan compare) or swap-all, recompute-all");
-  plan->excludes(policy);
-  policy->excludes(plan);
+  add_plan_flags(*cmd, options->plan);
   cmd->add_option("--backend", options->backend, "where to run: host");
-  cmd->add_option("--encode", options->encode,
-                  "Gist encodings for kept maps: binarize, sparse, dpr, fp16, fp10, fp8, all "
-                  "(comma-separated)");
   add_machine_flags(*cmd, options->machine);
   cmd->add_option("--seed", options->seed, "seed of the input data and weights");
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
   cmd->add_flag("--calibrate", options->calibrate,
                 "predict with op and copy costs measured on this host, not the trace's");
   cmd->add_flag("--json", options->json, "print one JSON object");
-  cmd->callback([options, &exit_status] {
-    if (options->plan.empty() && options->policy.empty()) {
-      throw sim::InputError("validate", "give --plan PLAN.json or --policy NAME");
-    }
-    exit_status = validate(*options);
-  });
+  cmd->callback([options, &exit_status] { exit_status = validate(*options); });
 }
 
 }  // namespace memplan::cli
