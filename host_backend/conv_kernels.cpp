@@ -13,25 +13,27 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using ConstMap = Eigen::Map<const RowMatrix>;
 using Map = Eigen::Map<RowMatrix>;
 
-// Column matrix of one image and one group: rows (c, t, r, s), columns (od, oh, ow).
-void vol2col(const ConvShape& s, const float* image, float* col) {
+// Walks the column matrix of one image and one group — rows (c, t, r, s), columns (od, oh, ow) —
+// calling visit(column entry, image index or -1 where the window is in the padding). vol2col and
+// its adjoint col2vol are the two ways of using this walk.
+template <typename Visit>
+void for_each_column_entry(const ConvShape& s, Visit visit) {
   const std::int64_t cg = s.in_channels / s.groups;
   const std::int64_t od = s.out_d(), oh = s.out_h(), ow = s.out_w();
-  std::int64_t row = 0;
+  std::int64_t entry = 0;
   for (std::int64_t c = 0; c < cg; ++c) {
     for (std::int64_t kt = 0; kt < s.kernel_d; ++kt) {
       for (std::int64_t kr = 0; kr < s.kernel_h; ++kr) {
-        for (std::int64_t ks = 0; ks < s.kernel_w; ++ks, ++row) {
-          float* out = col + row * od * oh * ow;
+        for (std::int64_t ks = 0; ks < s.kernel_w; ++ks) {
           for (std::int64_t z = 0; z < od; ++z) {
             const std::int64_t iz = z * s.stride_d - s.pad_d + kt;
             for (std::int64_t y = 0; y < oh; ++y) {
               const std::int64_t iy = y * s.stride_h - s.pad_h + kr;
-              for (std::int64_t x = 0; x < ow; ++x) {
+              for (std::int64_t x = 0; x < ow; ++x, ++entry) {
                 const std::int64_t ix = x * s.stride_w - s.pad_w + ks;
                 const bool inside =
                     iz >= 0 && iz < s.in_d && iy >= 0 && iy < s.in_h && ix >= 0 && ix < s.in_w;
-                *out++ = inside ? image[((c * s.in_d + iz) * s.in_h + iy) * s.in_w + ix] : 0.0f;
+                visit(entry, inside ? ((c * s.in_d + iz) * s.in_h + iy) * s.in_w + ix : -1);
               }
             }
           }
@@ -41,32 +43,17 @@ void vol2col(const ConvShape& s, const float* image, float* col) {
   }
 }
 
+// The column matrix of one image and one group.
+void vol2col(const ConvShape& s, const float* image, float* col) {
+  for_each_column_entry(
+      s, [&](std::int64_t entry, std::int64_t at) { col[entry] = at >= 0 ? image[at] : 0.0f; });
+}
+
 // Adds a column matrix back into one image and one group (the adjoint of vol2col).
 void col2vol(const ConvShape& s, const float* col, float* image) {
-  const std::int64_t cg = s.in_channels / s.groups;
-  const std::int64_t od = s.out_d(), oh = s.out_h(), ow = s.out_w();
-  std::int64_t row = 0;
-  for (std::int64_t c = 0; c < cg; ++c) {
-    for (std::int64_t kt = 0; kt < s.kernel_d; ++kt) {
-      for (std::int64_t kr = 0; kr < s.kernel_h; ++kr) {
-        for (std::int64_t ks = 0; ks < s.kernel_w; ++ks, ++row) {
-          const float* in = col + row * od * oh * ow;
-          for (std::int64_t z = 0; z < od; ++z) {
-            const std::int64_t iz = z * s.stride_d - s.pad_d + kt;
-            for (std::int64_t y = 0; y < oh; ++y) {
-              const std::int64_t iy = y * s.stride_h - s.pad_h + kr;
-              for (std::int64_t x = 0; x < ow; ++x, ++in) {
-                const std::int64_t ix = x * s.stride_w - s.pad_w + ks;
-                if (iz >= 0 && iz < s.in_d && iy >= 0 && iy < s.in_h && ix >= 0 && ix < s.in_w) {
-                  image[((c * s.in_d + iz) * s.in_h + iy) * s.in_w + ix] += *in;
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-  }
+  for_each_column_entry(s, [&](std::int64_t entry, std::int64_t at) {
+    if (at >= 0) image[at] += col[entry];
+  });
 }
 
 struct Extents {

@@ -42,6 +42,17 @@ float attr_f(const sim::Op& op, const char* name, float fallback) {
   return static_cast<float>(it->second.front());
 }
 
+// out = the sum of the float tensors `in` (one input: a copy). The forward add and the backward
+// accumulation of gradients are the same sum.
+void sum_into(std::int64_t n, std::span<void* const> in, float* out) {
+  if (in.size() == 1) {
+    std::copy_n(f32(in[0]), n, out);
+    return;
+  }
+  add_forward(n, f32(in[0]), f32(in[1]), out);
+  for (std::size_t i = 2; i < in.size(); ++i) add_forward(n, out, f32(in[i]), out);
+}
+
 ConvShape conv_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& w) {
   if (x.shape.size() != 4 || w.shape.size() != 4) fail(op, "conv2d needs 4-d input and filter");
   ConvShape s;
@@ -154,14 +165,7 @@ void OpExecutor::forward(const sim::Op& op, std::span<void* const> in, std::span
     max_pool_forward(pool_shape(op, t_in(0)), f32(in[0]), f32(out[0]), i64(out[1]));
   } else if (op.layer == "add") {
     if (in.empty()) fail(op, "add needs inputs");
-    const std::int64_t n = elements(t_out(0));
-    if (in.size() == 1) {
-      std::copy_n(f32(in[0]), n, f32(out[0]));
-    } else {
-      add_forward(n, f32(in[0]), f32(in[1]), f32(out[0]));
-      for (std::size_t i = 2; i < in.size(); ++i)
-        add_forward(n, f32(out[0]), f32(in[i]), f32(out[0]));
-    }
+    sum_into(elements(t_out(0)), in, f32(out[0]));
   } else if (op.layer == "softmax_cross_entropy") {
     if (out.size() != 2) fail(op, "softmax_cross_entropy writes the loss and the probabilities");
     const sim::Tensor& logits = t_in(0);
@@ -202,14 +206,7 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "add") {
     // Gradient accumulation: the sum of the incoming gradients.
     if (in.empty() || out.size() != 1) fail(op, "add backward sums its inputs into one output");
-    const std::int64_t n = elements(t_out(0));
-    if (in.size() == 1) {
-      std::copy_n(f32(in[0]), n, f32(out[0]));
-    } else {
-      add_forward(n, f32(in[0]), f32(in[1]), f32(out[0]));
-      for (std::size_t i = 2; i < in.size(); ++i)
-        add_forward(n, f32(out[0]), f32(in[i]), f32(out[0]));
-    }
+    sum_into(elements(t_out(0)), in, f32(out[0]));
   } else if (op.layer == "softmax_cross_entropy") {
     // [probs, labels] -> [dlogits]
     if (in.size() != 2 || out.size() != 1) fail(op, "reads probs and labels, writes dlogits");
