@@ -5,6 +5,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
+#include "search/exact.hpp"
 #include "search/plan_search.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
@@ -15,20 +16,84 @@
 
 namespace memplan::cli {
 
+namespace {
+
+struct SearchFlags {
+  std::string trace;
+  std::string encode;
+  MachineFlags machine;
+  int threads = 0;
+  double time_limit_s = 10.0;
+  std::size_t rounds = 0;
+  std::uint64_t seed = 1;
+  bool deterministic = false;
+  bool exact = false;
+  std::string output;
+  bool json = false;
+};
+
+// `search --exact`: prints like the heuristic search, plus what the branch and bound did.
+int run_exact(const sim::Workload& workload, const sim::Machine& machine,
+              const search::ExactOptions& eo, const SearchFlags& flags) {
+  const search::ExactResult result = search::solve_exact(workload, machine, eo, flags.trace);
+  const sim::Program program = sim::lower(workload, result.plan);
+  sim::Engine engine;
+  const sim::Timeline& timeline = engine.run(program, machine);
+  if (!flags.output.empty()) {
+    sim::write_file_atomically(flags.output, sim::write_plan(result.plan, workload));
+  }
+  const double policy_s = sim::to_seconds(result.best_policy_evaluation.iteration_ns);
+  if (flags.json) {
+    nlohmann::json j = sim::summary_json(timeline, program, workload, machine);
+    j["policy"] = result.plan.policy;
+    j["best_policy"] = result.best_policy;
+    j["best_policy_feasible"] = result.best_policy_evaluation.feasible;
+    j["best_policy_iteration_s"] = result.best_policy_evaluation.feasible
+                                       ? nlohmann::json(policy_s)
+                                       : nlohmann::json(nullptr);
+    j["evaluated"] = result.evaluated;
+    j["exact"] = true;
+    j["optimal"] = result.optimal;
+    j["from_policy"] = result.from_policy.empty() ? nlohmann::json(nullptr)
+                                                  : nlohmann::json(result.from_policy);
+    j["space_plans"] = result.space_plans;
+    j["explored"] = result.explored;
+    j["pruned_memory"] = result.pruned_memory;
+    j["pruned_time"] = result.pruned_time;
+    j["solved_by_bound"] = result.solved_by_bound;
+    j["bound_violations"] = result.bound_violations;
+    j["search_s"] = result.elapsed_s;
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("{}", sim::summary_text(timeline, program, workload, machine, "search --exact"));
+    if (result.best_policy_evaluation.feasible && timeline.feasible) {
+      fmt::print("against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n",
+                 result.best_policy, policy_s * 1e3, sim::to_seconds(timeline.iteration_ns) * 1e3,
+                 (sim::to_seconds(timeline.iteration_ns) / policy_s - 1.0) * 100);
+    } else {
+      fmt::print("best policy: {} ({})\n", result.best_policy,
+                 result.best_policy_evaluation.feasible ? "fits" : "does not fit");
+    }
+    fmt::print("{}: {:.3g} plans in the space, {} nodes explored, {} plans evaluated in {:.2f} s\n",
+               result.optimal ? "optimal" : "stopped by the time limit (not proven optimal)",
+               result.space_plans, result.explored, result.evaluated, result.elapsed_s);
+    if (!result.from_policy.empty() && timeline.feasible)
+      fmt::print("no plan of the space is faster than {}'s\n", result.from_policy);
+  }
+  if (!timeline.feasible) {
+    if (!flags.json) {
+      fmt::print(stderr, "memplan: no plan found that fits: {}\n",
+                 sim::oom_to_text(*timeline.oom, program, workload));
+    }
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 void add_search_command(CLI::App& app, int& exit_status) {
-  struct Options {
-    std::string trace;
-    std::string encode;
-    MachineFlags machine;
-    int threads = 0;
-    double time_limit_s = 10.0;
-    std::size_t rounds = 0;
-    std::uint64_t seed = 1;
-    bool deterministic = false;
-    std::string output;
-    bool json = false;
-  };
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<SearchFlags>();
   auto* cmd = app.add_subcommand("search", "Search for a plan better than every policy's");
   cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
       ->required();
@@ -37,17 +102,21 @@ void add_search_command(CLI::App& app, int& exit_status) {
                   "Gist encodings the search may use: binarize, sparse, dpr, fp16, fp10, fp8, all");
   cmd->add_option("--threads", options->threads, "worker threads (default: every core)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--time-limit", options->time_limit_s,
-                  "seconds for the improvement rounds (default 10)")
-      ->check(CLI::PositiveNumber);
+  auto* time_limit = cmd->add_option("--time-limit", options->time_limit_s,
+                                     "seconds for the improvement rounds (default 10; with "
+                                     "--exact: none unless given)")
+                         ->check(CLI::PositiveNumber);
   cmd->add_option("--rounds", options->rounds,
                   "stop after this many rounds (default: until converged)");
   cmd->add_option("--seed", options->seed, "seed of the move sampler (default 1)");
   cmd->add_flag("--deterministic", options->deterministic,
                 "the same plan for any number of threads");
+  cmd->add_flag("--exact", options->exact,
+                fmt::format("the optimal plan by branch and bound (at most {} feature maps)",
+                            search::kExactMaxMaps));
   cmd->add_option("-o,--output", options->output, "write the plan found (JSON)");
   cmd->add_flag("--json", options->json, "print one JSON object");
-  cmd->callback([options, &exit_status] {
+  cmd->callback([options, time_limit, &exit_status] {
     const sim::Workload workload = sim::read_trace(options->trace);
     const sim::Machine machine = machine_from_flags(workload, options->machine);
     search::SearchOptions so;
@@ -57,6 +126,14 @@ void add_search_command(CLI::App& app, int& exit_status) {
     so.seed = options->seed;
     so.deterministic = options->deterministic;
     so.encodings = search::parse_encoding_options(options->encode, "--encode");
+    if (options->exact) {
+      search::ExactOptions eo;
+      eo.threads = options->threads;
+      eo.time_limit_s = time_limit->count() > 0 ? options->time_limit_s : 0.0;
+      eo.encodings = so.encodings;
+      exit_status = run_exact(workload, machine, eo, *options);
+      return;
+    }
     const bool terminal = ::isatty(STDERR_FILENO) != 0 && !options->json;
     if (terminal) {
       so.on_progress = [](const search::SearchProgress& p) {

@@ -1,0 +1,528 @@
+// Note [Exact plan search]
+// `memplan search --exact` finds the fastest plan of a small instance and proves it, with the
+// simulator as the oracle.
+//
+// What "optimal" ranges over. The space S holds every plan that gives each feature map one of:
+// keep; recompute (where validate_plan allows it); each enabled Gist encoding that applies to the
+// map; swap with the prefetch issued before ANY op p with drop < p <= first backward use (drop is
+// the later of the producer and the last forward use; the default prefetch point is one of these).
+// Convolution algorithms stay at their defaults. |S| is the product of the options per map (for a
+// 12-map chain on 26 ops about 10^14). The result is the minimum of S by iteration time, ties
+// broken by the tree's order (below); when the best policy's plan (which may lie outside S, e.g.
+// vdnn-dyn's algorithm choices) is at least as fast, that plan is returned instead. S contains
+// every plan the heuristic search can reach from a plan in S, so the exact result is never slower
+// than the heuristic's nor than any policy's.
+//
+// Two facts about the simulator make the bounds work (docs/simulator.md): (1) memory never changes
+// timing — an allocation is instantaneous or ends the run — so a plan that fits takes exactly as
+// long as it does on an unlimited device; (2) making a map anything but keep only adds
+// instructions and waits to the in-order streams of a max-plus system, so the iteration time of a
+// plan is never below that of the same plan with one more map kept. Fact (2) is checked on every
+// edge of the tree (bound_violations, expected 0; the tests require it).
+//
+// Branch and bound. A node fixes the options of some maps; the others are free. Its bounding plan
+// keeps every free map. By (2) its time on an unlimited device is a lower bound on every plan of
+// the subtree (at the root: the ideal in-core time); by (1), when the bounding plan fits the
+// device it IS the best plan of the subtree, and the subtree is done after one simulation.
+// Otherwise the node branches on one free map: the largest one resident where memory ran out
+// (else the largest free map), children in the order keep, encodings, swap with the prefetch from
+// latest to earliest, recompute. The keep child has its parent's bounding plan, so it inherits its
+// simulation: no plan is simulated twice. Pruning:
+//   - memory: every map is resident from its producer to its drop point and from its first to its
+//     last backward use, whatever the plan; a kept map also in between, a swapped one from its
+//     prefetch point on, an encoded one with its encoded size in between. With every tensor's own
+//     uses (each op's inputs, outputs and workspace, pre-existing tensors until their last reader,
+//     other tensors from producer to last reader), each at the arena's 512-byte granularity, the
+//     largest sum over ops is a lower bound on the arena a plan of the subtree needs; a child whose
+//     bound exceeds the device is cut before it is simulated.
+//   - time: a node whose (time bound, position) is not below the incumbent's is cut. The incumbent
+//     starts as the best policy's plan (which ranks before any plan of the tree at equal time).
+// Symmetry: two different paths of the tree fix different options for some map, so every plan of
+// S is reached once (no memo table is needed); the keep child's inherited simulation is the only
+// repeated plan and it is not re-simulated.
+//
+// Parallelism and determinism. The root is expanded breadth first until there are about 16 open
+// nodes per thread; oneTBB then runs a depth-first search from each (one pair of Evaluators per
+// worker) sharing the incumbent under a mutex. A plan's position is its path of child indices, so
+// the result — the minimum of (time, position) over S and the policies — is the same for any
+// thread count and any scheduling; only the counts of nodes explored and pruned vary with the
+// threads. A time limit that stops the search leaves the result unproven (`optimal` false).
+#include "search/exact.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/enumerable_thread_specific.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "search/network_view.hpp"
+#include "search/plan_search.hpp"
+#include "search/policy.hpp"
+#include "sim/device_arena.hpp"
+#include "sim/input_error.hpp"
+
+namespace memplan::search {
+namespace {
+
+constexpr std::size_t kOpenNodesPerThread = 16;
+
+struct Option {
+  sim::Action action = sim::Action::kKeep;
+  sim::Encoding encoding = sim::Encoding::kNone;
+  sim::OpId prefetch_before = sim::kNoId;
+};
+
+sim::Bytes aligned(sim::Bytes bytes) { return sim::DeviceArena::aligned_size(bytes); }
+
+// Per map: its options and what each adds to the memory lower bound between drop and first
+// backward use; per op: the part of the bound that no plan can avoid.
+class Space {
+ public:
+  Space(const NetworkView& view, const EncodingOptions& encodings) : view_(view) {
+    const sim::Workload& w = view.workload();
+    const std::size_t n_ops = w.ops.size();
+    const auto& maps = view.feature_maps();
+    last_reader_.assign(w.tensors.size(), sim::kNoId);
+    for (const sim::Op& op : w.ops) {
+      for (sim::TensorId t : op.inputs) {
+        auto& last = last_reader_[static_cast<std::size_t>(t)];
+        last = std::max(last, op.id);
+      }
+    }
+    // Unavoidable residency: each op's own tensors, then everything live across it.
+    base_.assign(n_ops, 0);
+    std::vector<std::vector<sim::TensorId>> own(n_ops);
+    for (const sim::Op& op : w.ops) {
+      auto& mine = own[static_cast<std::size_t>(op.id)];
+      mine = op.inputs;
+      mine.insert(mine.end(), op.outputs.begin(), op.outputs.end());
+      std::sort(mine.begin(), mine.end());
+      mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+      sim::Bytes bytes = op.workspace_bytes > 0 ? aligned(op.workspace_bytes) : 0;
+      for (sim::TensorId t : mine) {
+        const sim::Tensor& tensor = w.tensor(t);
+        const bool aliased = tensor.producer == op.id && tensor.in_place_of != sim::kNoId;
+        if (!aliased) bytes += aligned(tensor.bytes);
+      }
+      base_[static_cast<std::size_t>(op.id)] = bytes;
+    }
+    auto add_interval = [&](sim::TensorId t, sim::OpId from, sim::OpId to) {
+      for (sim::OpId i = std::max<sim::OpId>(from, 0); i <= to; ++i) {
+        const auto& mine = own[static_cast<std::size_t>(i)];
+        if (!std::binary_search(mine.begin(), mine.end(), t))
+          base_[static_cast<std::size_t>(i)] += aligned(w.tensor(t).bytes);
+      }
+    };
+    std::vector<int> map_of(w.tensors.size(), -1);
+    for (std::size_t m = 0; m < maps.size(); ++m)
+      map_of[static_cast<std::size_t>(maps[m].tensor)] = static_cast<int>(m);
+    for (const sim::Tensor& t : w.tensors) {
+      const sim::OpId last = last_reader_[static_cast<std::size_t>(t.id)];
+      const int m = map_of[static_cast<std::size_t>(t.id)];
+      if (t.producer == sim::kNoId) {
+        if (last != sim::kNoId) add_interval(t.id, 0, last);
+      } else if (m >= 0) {
+        const sim::FeatureMap& fm = maps[static_cast<std::size_t>(m)];
+        add_interval(t.id, t.producer, drop(m));
+        add_interval(t.id, fm.backward_uses.front(), last);
+      } else {
+        add_interval(t.id, t.producer, std::max(t.producer, last));
+      }
+    }
+
+    options_.resize(maps.size());
+    for (std::size_t m = 0; m < maps.size(); ++m) {
+      const sim::FeatureMap& fm = maps[m];
+      const int mi = static_cast<int>(m);
+      auto allowed = [&](const Option& o) {
+        sim::Decision d;
+        d.tensor = fm.tensor;
+        d.action = o.action;
+        d.encoding = o.encoding;
+        d.prefetch_before = o.prefetch_before;
+        return sim::decision_problem(d, fm, w).empty();
+      };
+      auto& opts = options_[m];
+      opts.push_back({sim::Action::kKeep, sim::Encoding::kNone, sim::kNoId});
+      std::vector<sim::Encoding> codecs;
+      if (encodings.binarize) codecs.push_back(sim::Encoding::kBinarize);
+      if (encodings.sparse) codecs.push_back(sim::Encoding::kSparse);
+      if (encodings.precision_reduction) codecs.push_back(*encodings.precision_reduction);
+      for (sim::Encoding e : codecs) {
+        const Option o{sim::Action::kEncode, e, sim::kNoId};
+        if (allowed(o)) opts.push_back(o);
+      }
+      for (sim::OpId p = fm.backward_uses.front(); p > drop(mi); --p) {
+        const Option o{sim::Action::kSwap, sim::Encoding::kNone, p};
+        if (allowed(o)) opts.push_back(o);
+      }
+      const Option recompute{sim::Action::kRecompute, sim::Encoding::kNone, sim::kNoId};
+      if (allowed(recompute)) opts.push_back(recompute);
+    }
+  }
+
+  [[nodiscard]] std::size_t maps() const { return options_.size(); }
+  [[nodiscard]] const std::vector<Option>& options(std::size_t map) const {
+    return options_[map];
+  }
+  [[nodiscard]] const std::vector<sim::Bytes>& base() const { return base_; }
+  [[nodiscard]] sim::OpId last_reader(int map) const {
+    return last_reader_[static_cast<std::size_t>(view_.feature_maps()[static_cast<std::size_t>(map)]
+                                                     .tensor)];
+  }
+  [[nodiscard]] sim::OpId drop(int map) const {
+    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(map)];
+    const sim::OpId producer = view_.producer(map);
+    return fm.forward_uses.empty() ? producer : std::max(producer, fm.forward_uses.back());
+  }
+
+  // Adds what option `o` of `map` keeps resident between drop and first backward use.
+  void add_middle(int map, const Option& o, std::vector<sim::Bytes>& load) const {
+    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(map)];
+    const sim::Tensor& tensor = view_.workload().tensor(fm.tensor);
+    sim::OpId from = drop(map) + 1;
+    sim::Bytes bytes = 0;
+    switch (o.action) {
+      case sim::Action::kKeep:
+        bytes = aligned(tensor.bytes);
+        break;
+      case sim::Action::kSwap:
+        from = o.prefetch_before;
+        bytes = aligned(tensor.bytes);
+        break;
+      case sim::Action::kEncode:
+        bytes = aligned(sim::encoded_bytes(o.encoding, tensor));
+        break;
+      case sim::Action::kRecompute:
+        return;
+    }
+    for (sim::OpId i = from; i < fm.backward_uses.front(); ++i)
+      load[static_cast<std::size_t>(i)] += bytes;
+  }
+
+ private:
+  const NetworkView& view_;
+  std::vector<std::vector<Option>> options_;
+  std::vector<sim::Bytes> base_;
+  std::vector<sim::OpId> last_reader_;
+};
+
+using Path = std::vector<std::uint16_t>;
+
+// Position order: element by element, a missing element counting as 0 (the keep child), so a
+// node's bounding plan has its node's position and precedes the rest of its subtree.
+int compare_paths(const Path& a, const Path& b) {
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint16_t x = i < a.size() ? a[i] : 0;
+    const std::uint16_t y = i < b.size() ? b[i] : 0;
+    if (x != y) return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
+struct Key {
+  sim::Nanoseconds time = std::numeric_limits<sim::Nanoseconds>::max();
+  bool policy = false;  // a policy's plan ranks before the tree's plans at equal time
+  Path path;
+};
+
+bool operator<(const Key& a, const Key& b) {
+  if (a.time != b.time) return a.time < b.time;
+  if (a.policy != b.policy) return a.policy;
+  return compare_paths(a.path, b.path) < 0;
+}
+
+struct Node {
+  std::vector<std::int16_t> choice;  // per map: option index, -1 while free
+  Path path;
+  std::vector<sim::Bytes> load;  // memory lower bound per op
+  bool simulated = false;        // `real` and `bound` are known (inherited by a keep child)
+  Evaluation real;
+  sim::Nanoseconds bound = 0;
+  sim::Nanoseconds parent_bound = 0;
+};
+
+struct Worker {
+  Worker(const sim::Workload& w, const sim::Machine& machine, const sim::Machine& unlimited)
+      : real(w, machine), relaxed(w, unlimited) {}
+  Evaluator real;
+  Evaluator relaxed;  // the same plan on a device without a memory limit: its time
+  std::size_t explored = 0, pruned_memory = 0, pruned_time = 0, solved_by_bound = 0,
+              violations = 0;
+};
+
+class Solver {
+ public:
+  Solver(const sim::Workload& workload, const sim::Machine& machine, const NetworkView& view,
+         const Space& space, const ExactOptions& options)
+      : view_(view),
+        space_(space),
+        capacity_(machine.memory_bytes),
+        options_(options),
+        start_(std::chrono::steady_clock::now()),
+        blank_(keep_all(view, "exact")) {
+    sim::Machine unlimited = machine;
+    unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
+    unlimited.host_memory_bytes.reset();
+    workers_ = std::make_unique<tbb::enumerable_thread_specific<std::unique_ptr<Worker>>>(
+        [&workload, machine, unlimited] {
+          return std::make_unique<Worker>(workload, machine, unlimited);
+        });
+  }
+
+  void seed(const sim::Plan& plan, const Evaluation& e) {
+    if (!e.feasible) return;
+    best_key_ = {e.iteration_ns, true, {}};
+    best_plan_ = plan;
+    best_eval_ = e;
+    best_is_policy_ = true;
+    best_time_.store(e.iteration_ns);
+  }
+
+  void run(int threads, tbb::task_arena& arena) {
+    Node root;
+    root.choice.assign(space_.maps(), -1);
+    root.load = space_.base();
+    if (*std::max_element(root.load.begin(), root.load.end()) > capacity_) {
+      ++root_pruned_;
+      return;
+    }
+    std::vector<Node> open{root};
+    const std::size_t target = threads > 1 ? kOpenNodesPerThread * static_cast<std::size_t>(threads)
+                                           : 1;
+    Worker& driver = *workers_->local();
+    while (!open.empty() && open.size() < target) {
+      std::vector<Node> next;
+      for (Node& n : open) {
+        for (Node& c : expand(n, driver)) next.push_back(std::move(c));
+      }
+      open = std::move(next);
+    }
+    arena.execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<std::size_t>(0, open.size(), 1),
+          [&](const tbb::blocked_range<std::size_t>& r) {
+            Worker& worker = *workers_->local();
+            for (std::size_t i = r.begin(); i != r.end(); ++i) depth_first(open[i], worker);
+          },
+          tbb::simple_partitioner());
+    });
+  }
+
+  void fill(ExactResult& result) const {
+    result.optimal = !stopped_.load();
+    for (const std::unique_ptr<Worker>& w : *workers_) {
+      result.explored += w->explored;
+      result.pruned_memory += w->pruned_memory;
+      result.pruned_time += w->pruned_time;
+      result.solved_by_bound += w->solved_by_bound;
+      result.bound_violations += w->violations;
+      result.evaluated += w->real.count() + w->relaxed.count();
+    }
+    result.pruned_memory += root_pruned_;
+    if (best_eval_.feasible && !best_is_policy_) {
+      result.plan = best_plan_;
+      result.evaluation = best_eval_;
+      result.from_policy.clear();
+    }
+  }
+
+  [[nodiscard]] bool found_in_space() const { return best_eval_.feasible && !best_is_policy_; }
+
+ private:
+  [[nodiscard]] sim::Plan plan_of(const Node& n) const {
+    sim::Plan plan = blank_;
+    for (std::size_t m = 0; m < n.choice.size(); ++m) {
+      if (n.choice[m] < 0) continue;
+      const Option& o = space_.options(m)[static_cast<std::size_t>(n.choice[m])];
+      sim::Decision& d = plan.decisions[m];
+      d.action = o.action;
+      d.encoding = o.encoding;
+      d.prefetch_before = o.prefetch_before;
+    }
+    return plan;
+  }
+
+  // Whether no plan of the subtree (time >= bound, position >= path) can beat the incumbent.
+  bool dominated(sim::Nanoseconds bound, const Path& path) {
+    const sim::Nanoseconds best = best_time_.load(std::memory_order_relaxed);
+    if (bound < best) return false;
+    if (bound > best) return true;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return !(Key{bound, false, path} < best_key_);
+  }
+
+  void offer(const Node& n, const sim::Plan& plan, const Evaluation& e) {
+    Key key{e.iteration_ns, false, n.path};
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (!(key < best_key_)) return;
+    best_key_ = std::move(key);
+    best_plan_ = plan;
+    best_eval_ = e;
+    best_is_policy_ = false;
+    best_time_.store(e.iteration_ns);
+  }
+
+  bool out_of_time() {
+    if (options_.time_limit_s <= 0) return false;
+    if (stopped_.load(std::memory_order_relaxed)) return true;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (s > options_.time_limit_s) stopped_.store(true);
+    return stopped_.load(std::memory_order_relaxed);
+  }
+
+  // Bounds a node; returns its children (none when the subtree is solved or cut).
+  std::vector<Node> expand(Node& n, Worker& worker) {
+    if (out_of_time()) return {};
+    ++worker.explored;
+    const sim::Plan plan = plan_of(n);
+    if (!n.simulated) {
+      n.real = worker.real.evaluate(plan);
+      if (n.real.feasible) {
+        n.bound = n.real.iteration_ns;
+      } else {
+        const Evaluation relaxed = worker.relaxed.evaluate(plan);
+        n.bound = relaxed.feasible ? relaxed.iteration_ns : n.parent_bound;
+      }
+      if (n.bound < n.parent_bound) ++worker.violations;
+      n.simulated = true;
+    }
+    if (n.real.feasible) {
+      ++worker.solved_by_bound;
+      offer(n, plan, n.real);
+      return {};
+    }
+    if (dominated(n.bound, n.path)) {
+      ++worker.pruned_time;
+      return {};
+    }
+    const int map = branch_map(n);
+    if (map < 0) return {};  // every map fixed and the plan does not fit
+    const auto& opts = space_.options(static_cast<std::size_t>(map));
+    std::vector<Node> children;
+    children.reserve(opts.size());
+    for (std::size_t i = 0; i < opts.size(); ++i) {
+      Node c;
+      c.choice = n.choice;
+      c.choice[static_cast<std::size_t>(map)] = static_cast<std::int16_t>(i);
+      c.load = n.load;
+      space_.add_middle(map, opts[i], c.load);
+      if (*std::max_element(c.load.begin(), c.load.end()) > capacity_) {
+        ++worker.pruned_memory;
+        continue;
+      }
+      c.path = n.path;
+      c.path.push_back(static_cast<std::uint16_t>(i));
+      c.parent_bound = n.bound;
+      if (opts[i].action == sim::Action::kKeep) {  // the same bounding plan as its parent
+        c.simulated = true;
+        c.real = n.real;
+        c.bound = n.bound;
+      }
+      children.push_back(std::move(c));
+    }
+    return children;
+  }
+
+  void depth_first(Node& n, Worker& worker) {
+    for (Node& c : expand(n, worker)) depth_first(c, worker);
+  }
+
+  // The free map to branch on: the largest one resident (in the in-core schedule) at the op where
+  // memory ran out, else the largest free map; ties to the lower index.
+  [[nodiscard]] int branch_map(const Node& n) const {
+    int at_oom = -1;
+    int any = -1;
+    auto bytes = [&](int m) { return view_.map_bytes(m); };
+    for (std::size_t i = 0; i < n.choice.size(); ++i) {
+      if (n.choice[i] >= 0) continue;
+      const int m = static_cast<int>(i);
+      if (any < 0 || bytes(m) > bytes(any)) any = m;
+      const sim::OpId oom = n.real.oom_op;
+      if (oom != sim::kNoId && view_.producer(m) <= oom && oom <= space_.last_reader(m) &&
+          (at_oom < 0 || bytes(m) > bytes(at_oom)))
+        at_oom = m;
+    }
+    return at_oom >= 0 ? at_oom : any;
+  }
+
+  const NetworkView& view_;
+  const Space& space_;
+  sim::Bytes capacity_;
+  const ExactOptions& options_;
+  std::chrono::steady_clock::time_point start_;
+  sim::Plan blank_;
+  std::unique_ptr<tbb::enumerable_thread_specific<std::unique_ptr<Worker>>> workers_;
+  std::size_t root_pruned_ = 0;
+
+  std::mutex mutex_;
+  Key best_key_;
+  sim::Plan best_plan_;
+  Evaluation best_eval_;
+  bool best_is_policy_ = false;
+  std::atomic<sim::Nanoseconds> best_time_{std::numeric_limits<sim::Nanoseconds>::max()};
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace
+
+ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machine,
+                        const ExactOptions& options, const std::string& source) {
+  const auto start = std::chrono::steady_clock::now();
+  const NetworkView view(workload);
+  if (view.feature_maps().size() > kExactMaxMaps) {
+    throw sim::InputError(source, fmt::format("the workload has {} feature maps; exact mode solves "
+                                              "instances of at most {} (use the heuristic search)",
+                                              view.feature_maps().size(), kExactMaxMaps));
+  }
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  tbb::task_arena arena(threads);
+  ExactResult result;
+
+  // The best policy: the incumbent to beat, and the answer when nothing in the space is faster.
+  Evaluator driver(workload, machine);
+  bool have = false;
+  arena.execute([&] {
+    for (const Policy& policy : policies()) {
+      sim::Plan plan = apply_encodings(policy.decide(driver, view).plan, view, options.encodings);
+      const Evaluation e = driver.evaluate(plan);
+      if (!have || better(e, result.best_policy_evaluation)) {
+        result.plan = std::move(plan);
+        result.best_policy_evaluation = e;
+        result.best_policy = std::string(policy.name);
+        have = true;
+      }
+    }
+  });
+  result.evaluation = result.best_policy_evaluation;
+  result.from_policy = result.best_policy;
+
+  const Space space(view, options.encodings);
+  result.space_plans = 1.0;
+  for (std::size_t m = 0; m < space.maps(); ++m)
+    result.space_plans *= static_cast<double>(space.options(m).size());
+
+  Solver solver(workload, machine, view, space, options);
+  solver.seed(result.plan, result.evaluation);
+  solver.run(threads, arena);
+  solver.fill(result);
+  result.evaluated += driver.count();
+  result.plan.policy = solver.found_in_space() ? "exact" : result.plan.policy;
+  result.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace memplan::search

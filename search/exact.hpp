@@ -1,0 +1,51 @@
+#pragma once
+// Exact mode of the plan search: the optimal plan of a small instance, by branch and bound over
+// per-map actions with the simulator as the oracle (Note [Exact plan search] in exact.cpp).
+#include <cstddef>
+#include <string>
+
+#include "search/evaluator.hpp"
+#include "search/gist.hpp"
+#include "sim/machine.hpp"
+#include "sim/plan.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::search {
+
+/// Exact mode refuses workloads with more feature maps than this (InputError).
+inline constexpr std::size_t kExactMaxMaps = 16;
+
+struct ExactOptions {
+  int threads = 0;            // 0: every core
+  double time_limit_s = 0.0;  // 0: none; when it stops the search the result is not proven
+  EncodingOptions encodings;
+};
+
+struct ExactResult {
+  sim::Plan plan;
+  Evaluation evaluation;
+  /// True when the search space was exhausted: no plan of the space is faster (Note).
+  bool optimal = false;
+  /// The result is a policy's plan (no plan of the space beats it); its name.
+  std::string from_policy;
+  std::string best_policy;
+  Evaluation best_policy_evaluation;
+  double space_plans = 0.0;         // plans in the space (product of options per map)
+  std::size_t explored = 0;         // nodes of the branch-and-bound tree visited
+  std::size_t evaluated = 0;        // plans simulated, policies' own simulations included
+  std::size_t pruned_memory = 0;    // subtrees cut by the memory lower bound
+  std::size_t pruned_time = 0;      // subtrees cut by the time lower bound
+  std::size_t solved_by_bound = 0;  // subtrees whose bounding plan fits (hence is their optimum)
+  /// Children whose time bound came out below their parent's: the bound's monotonicity failed
+  /// (never observed; counted so that an optimality claim can be checked).
+  std::size_t bound_violations = 0;
+  double elapsed_s = 0.0;
+};
+
+/// The fastest plan of the space of Note [Exact plan search] (ties: the first in the tree's
+/// order), or the best policy's plan when nothing in the space is faster. Throws InputError
+/// naming `source` when the workload has more than kExactMaxMaps feature maps.
+ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machine,
+                        const ExactOptions& options, const std::string& source = "search --exact");
+
+}  // namespace memplan::search
