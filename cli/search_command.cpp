@@ -48,14 +48,16 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
     j["policy"] = result.plan.policy;
     j["best_policy"] = result.best_policy;
     j["best_policy_feasible"] = result.best_policy_evaluation.feasible;
-    j["best_policy_iteration_s"] = result.best_policy_evaluation.feasible
-                                       ? nlohmann::json(policy_s)
-                                       : nlohmann::json(nullptr);
+    j["best_policy_iteration_s"] =
+        result.best_policy_evaluation.feasible ? nlohmann::json(policy_s) : nlohmann::json(nullptr);
     j["evaluated"] = result.evaluated;
     j["exact"] = true;
     j["optimal"] = result.optimal;
-    j["from_policy"] = result.from_policy.empty() ? nlohmann::json(nullptr)
-                                                  : nlohmann::json(result.from_policy);
+    j["from_heuristic"] = result.from_heuristic;
+    j["heuristic_iteration_s"] =
+        result.heuristic_evaluation.feasible
+            ? nlohmann::json(sim::to_seconds(result.heuristic_evaluation.iteration_ns))
+            : nlohmann::json(nullptr);
     j["space_plans"] = result.space_plans;
     j["explored"] = result.explored;
     j["pruned_memory"] = result.pruned_memory;
@@ -77,8 +79,8 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
     fmt::print("{}: {:.3g} plans in the space, {} nodes explored, {} plans evaluated in {:.2f} s\n",
                result.optimal ? "optimal" : "stopped by the time limit (not proven optimal)",
                result.space_plans, result.explored, result.evaluated, result.elapsed_s);
-    if (!result.from_policy.empty() && timeline.feasible)
-      fmt::print("no plan of the space is faster than {}'s\n", result.from_policy);
+    if (result.from_heuristic && timeline.feasible)
+      fmt::print("no plan of the space is faster than the heuristic search's\n");
   }
   if (!timeline.feasible) {
     if (!flags.json) {

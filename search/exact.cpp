@@ -52,6 +52,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -75,16 +76,29 @@ namespace {
 
 constexpr std::size_t kOpenNodesPerThread = 16;
 
+// One option of a variable: for a map its action (and encoding or prefetch point); for an op
+// with alternative algorithms the algorithm (-1: the default).
 struct Option {
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
   sim::OpId prefetch_before = sim::kNoId;
+  std::int32_t algorithm = -1;
 };
 
-sim::Bytes aligned(sim::Bytes bytes) { return sim::DeviceArena::aligned_size(bytes); }
+// A decision of the tree: a feature map, or an op with alternative algorithms. Option 0 is the
+// one the bounding plan takes while the variable is free (keep; the fastest algorithm).
+struct Variable {
+  int map = -1;               // index into feature_maps(), or -1
+  sim::OpId op = sim::kNoId;  // the op whose algorithm it chooses, when map < 0
+  std::vector<Option> options;
+};
 
-// Per map: its options and what each adds to the memory lower bound between drop and first
-// backward use; per op: the part of the bound that no plan can avoid.
+sim::Bytes aligned(sim::Bytes bytes) {
+  return sim::DeviceArena::aligned_size(bytes);
+}
+
+// The variables in branching order, and the memory lower bound's ingredients: per op, the part
+// no plan can avoid; per option, what it adds.
 class Space {
  public:
   Space(const NetworkView& view, const EncodingOptions& encodings) : view_(view) {
@@ -98,7 +112,8 @@ class Space {
         last = std::max(last, op.id);
       }
     }
-    // Unavoidable residency: each op's own tensors, then everything live across it.
+    // Unavoidable residency: each op's own tensors and smallest workspace, then everything live
+    // across it.
     base_.assign(n_ops, 0);
     std::vector<std::vector<sim::TensorId>> own(n_ops);
     for (const sim::Op& op : w.ops) {
@@ -107,7 +122,7 @@ class Space {
       mine.insert(mine.end(), op.outputs.begin(), op.outputs.end());
       std::sort(mine.begin(), mine.end());
       mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
-      sim::Bytes bytes = op.workspace_bytes > 0 ? aligned(op.workspace_bytes) : 0;
+      sim::Bytes bytes = workspace(op, min_workspace(op));
       for (sim::TensorId t : mine) {
         const sim::Tensor& tensor = w.tensor(t);
         const bool aliased = tensor.producer == op.id && tensor.in_place_of != sim::kNoId;
@@ -139,45 +154,37 @@ class Space {
       }
     }
 
-    options_.resize(maps.size());
-    for (std::size_t m = 0; m < maps.size(); ++m) {
-      const sim::FeatureMap& fm = maps[m];
-      const int mi = static_cast<int>(m);
-      auto allowed = [&](const Option& o) {
-        sim::Decision d;
-        d.tensor = fm.tensor;
-        d.action = o.action;
-        d.encoding = o.encoding;
-        d.prefetch_before = o.prefetch_before;
-        return sim::decision_problem(d, fm, w).empty();
-      };
-      auto& opts = options_[m];
-      opts.push_back({sim::Action::kKeep, sim::Encoding::kNone, sim::kNoId});
-      std::vector<sim::Encoding> codecs;
-      if (encodings.binarize) codecs.push_back(sim::Encoding::kBinarize);
-      if (encodings.sparse) codecs.push_back(sim::Encoding::kSparse);
-      if (encodings.precision_reduction) codecs.push_back(*encodings.precision_reduction);
-      for (sim::Encoding e : codecs) {
-        const Option o{sim::Action::kEncode, e, sim::kNoId};
-        if (allowed(o)) opts.push_back(o);
-      }
-      for (sim::OpId p = fm.backward_uses.front(); p > drop(mi); --p) {
-        const Option o{sim::Action::kSwap, sim::Encoding::kNone, p};
-        if (allowed(o)) opts.push_back(o);
-      }
-      const Option recompute{sim::Action::kRecompute, sim::Encoding::kNone, sim::kNoId};
-      if (allowed(recompute)) opts.push_back(recompute);
+    // Maps from the last producer to the first (siblings together, by tensor id), then ops.
+    std::vector<int> order(maps.size());
+    for (std::size_t m = 0; m < maps.size(); ++m) order[m] = static_cast<int>(m);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return view.producer(a) > view.producer(b); });
+    for (int m : order) variables_.push_back(map_variable(m, encodings));
+    for (const sim::Op& op : w.ops) {
+      if (op.algorithms.empty()) continue;
+      Variable v;
+      v.op = op.id;
+      std::vector<std::int32_t> all{-1};
+      for (std::size_t a = 0; a < op.algorithms.size(); ++a)
+        all.push_back(static_cast<std::int32_t>(a));
+      std::stable_sort(all.begin(), all.end(), [&](std::int32_t a, std::int32_t b) {
+        return duration(op, a) < duration(op, b);
+      });
+      for (std::int32_t a : all)
+        v.options.push_back({sim::Action::kKeep, sim::Encoding::kNone, sim::kNoId, a});
+      variables_.push_back(std::move(v));
+    }
+    position_of_map_.assign(maps.size(), 0);
+    for (std::size_t i = 0; i < variables_.size(); ++i) {
+      if (variables_[i].map >= 0) position_of_map_[static_cast<std::size_t>(variables_[i].map)] = i;
     }
   }
 
-  [[nodiscard]] std::size_t maps() const { return options_.size(); }
-  [[nodiscard]] const std::vector<Option>& options(std::size_t map) const {
-    return options_[map];
-  }
+  [[nodiscard]] const std::vector<Variable>& variables() const { return variables_; }
   [[nodiscard]] const std::vector<sim::Bytes>& base() const { return base_; }
-  [[nodiscard]] sim::OpId last_reader(int map) const {
-    return last_reader_[static_cast<std::size_t>(view_.feature_maps()[static_cast<std::size_t>(map)]
-                                                     .tensor)];
+  /// Position in variables() of a map's variable.
+  [[nodiscard]] std::size_t position_of_map(int map) const {
+    return position_of_map_[static_cast<std::size_t>(map)];
   }
   [[nodiscard]] sim::OpId drop(int map) const {
     const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(map)];
@@ -185,11 +192,18 @@ class Space {
     return fm.forward_uses.empty() ? producer : std::max(producer, fm.forward_uses.back());
   }
 
-  // Adds what option `o` of `map` keeps resident between drop and first backward use.
-  void add_middle(int map, const Option& o, std::vector<sim::Bytes>& load) const {
-    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(map)];
+  // Adds what an option keeps resident beyond the unavoidable: for a map, between its drop and
+  // its first backward use; for an algorithm, workspace beyond the smallest.
+  void add_option(const Variable& v, const Option& o, std::vector<sim::Bytes>& load) const {
+    if (v.map < 0) {
+      const sim::Op& op = view_.workload().op(v.op);
+      load[static_cast<std::size_t>(v.op)] +=
+          workspace(op, op_workspace(op, o.algorithm)) - workspace(op, min_workspace(op));
+      return;
+    }
+    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(v.map)];
     const sim::Tensor& tensor = view_.workload().tensor(fm.tensor);
-    sim::OpId from = drop(map) + 1;
+    sim::OpId from = drop(v.map) + 1;
     sim::Bytes bytes = 0;
     switch (o.action) {
       case sim::Action::kKeep:
@@ -210,16 +224,65 @@ class Space {
   }
 
  private:
+  static sim::Bytes workspace(const sim::Op& /*op*/, sim::Bytes bytes) {
+    return bytes > 0 ? aligned(bytes) : 0;
+  }
+  static sim::Bytes op_workspace(const sim::Op& op, std::int32_t algorithm) {
+    return algorithm < 0 ? op.workspace_bytes
+                         : op.algorithms[static_cast<std::size_t>(algorithm)].workspace_bytes;
+  }
+  static sim::Nanoseconds duration(const sim::Op& op, std::int32_t algorithm) {
+    return algorithm < 0 ? op.duration_ns
+                         : op.algorithms[static_cast<std::size_t>(algorithm)].duration_ns;
+  }
+  static sim::Bytes min_workspace(const sim::Op& op) {
+    sim::Bytes least = op.workspace_bytes;
+    for (const sim::Algorithm& a : op.algorithms) least = std::min(least, a.workspace_bytes);
+    return least;
+  }
+
+  Variable map_variable(int map, const EncodingOptions& encodings) const {
+    const sim::Workload& w = view_.workload();
+    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(map)];
+    Variable v;
+    v.map = map;
+    auto allowed = [&](const Option& o) {
+      sim::Decision d;
+      d.tensor = fm.tensor;
+      d.action = o.action;
+      d.encoding = o.encoding;
+      d.prefetch_before = o.prefetch_before;
+      return sim::decision_problem(d, fm, w).empty();
+    };
+    v.options.push_back({sim::Action::kKeep, sim::Encoding::kNone, sim::kNoId, -1});
+    std::vector<sim::Encoding> codecs;
+    if (encodings.binarize) codecs.push_back(sim::Encoding::kBinarize);
+    if (encodings.sparse) codecs.push_back(sim::Encoding::kSparse);
+    if (encodings.precision_reduction) codecs.push_back(*encodings.precision_reduction);
+    for (sim::Encoding e : codecs) {
+      const Option o{sim::Action::kEncode, e, sim::kNoId, -1};
+      if (allowed(o)) v.options.push_back(o);
+    }
+    for (sim::OpId p = fm.backward_uses.front(); p > drop(map); --p) {
+      const Option o{sim::Action::kSwap, sim::Encoding::kNone, p, -1};
+      if (allowed(o)) v.options.push_back(o);
+    }
+    const Option recompute{sim::Action::kRecompute, sim::Encoding::kNone, sim::kNoId, -1};
+    if (allowed(recompute)) v.options.push_back(recompute);
+    return v;
+  }
+
   const NetworkView& view_;
-  std::vector<std::vector<Option>> options_;
+  std::vector<Variable> variables_;
+  std::vector<std::size_t> position_of_map_;
   std::vector<sim::Bytes> base_;
   std::vector<sim::OpId> last_reader_;
 };
 
 using Path = std::vector<std::uint16_t>;
 
-// Position order: element by element, a missing element counting as 0 (the keep child), so a
-// node's bounding plan has its node's position and precedes the rest of its subtree.
+// Position order: element by element, a missing element counting as 0 (option 0), so a node's
+// bounding plan has its node's position and precedes the rest of its subtree.
 int compare_paths(const Path& a, const Path& b) {
   const std::size_t n = std::max(a.size(), b.size());
   for (std::size_t i = 0; i < n; ++i) {
@@ -232,23 +295,23 @@ int compare_paths(const Path& a, const Path& b) {
 
 struct Key {
   sim::Nanoseconds time = std::numeric_limits<sim::Nanoseconds>::max();
-  bool policy = false;  // a policy's plan ranks before the tree's plans at equal time
+  bool seed = false;  // the heuristic's plan ranks before the tree's plans at equal time
   Path path;
 };
 
 bool operator<(const Key& a, const Key& b) {
   if (a.time != b.time) return a.time < b.time;
-  if (a.policy != b.policy) return a.policy;
+  if (a.seed != b.seed) return a.seed;
   return compare_paths(a.path, b.path) < 0;
 }
 
+// A node fixes variables[0 .. path.size()); the others take option 0.
 struct Node {
-  std::vector<std::int16_t> choice;  // per map: option index, -1 while free
   Path path;
-  std::vector<sim::Bytes> load;  // memory lower bound per op
-  bool simulated = false;        // `real` and `bound` are known (inherited by a keep child)
-  Evaluation real;
-  sim::Nanoseconds bound = 0;
+  std::vector<sim::Bytes> load;      // memory lower bound per op
+  bool simulated = false;            // `real` and `complete_ns` are known (inherited by child 0)
+  Evaluation real;                   // the bounding plan on the device
+  sim::Nanoseconds complete_ns = 0;  // the bounding plan's time on an unlimited device
   sim::Nanoseconds parent_bound = 0;
 };
 
@@ -256,9 +319,8 @@ struct Worker {
   Worker(const sim::Workload& w, const sim::Machine& machine, const sim::Machine& unlimited)
       : real(w, machine), relaxed(w, unlimited) {}
   Evaluator real;
-  Evaluator relaxed;  // the same plan on a device without a memory limit: its time
-  std::size_t explored = 0, pruned_memory = 0, pruned_time = 0, solved_by_bound = 0,
-              violations = 0;
+  Evaluator relaxed;  // plans on a device without a memory limit: their time
+  std::size_t explored = 0, pruned_memory = 0, pruned_time = 0, solved_by_bound = 0, violations = 0;
 };
 
 class Solver {
@@ -278,6 +340,10 @@ class Solver {
         [&workload, machine, unlimited] {
           return std::make_unique<Worker>(workload, machine, unlimited);
         });
+    producer_maps_.assign(view.workload().ops.size(), {});
+    for (std::size_t m = 0; m < view.feature_maps().size(); ++m)
+      producer_maps_[static_cast<std::size_t>(view.producer(static_cast<int>(m)))].push_back(
+          static_cast<int>(m));
   }
 
   void seed(const sim::Plan& plan, const Evaluation& e) {
@@ -285,21 +351,20 @@ class Solver {
     best_key_ = {e.iteration_ns, true, {}};
     best_plan_ = plan;
     best_eval_ = e;
-    best_is_policy_ = true;
+    best_is_seed_ = true;
     best_time_.store(e.iteration_ns);
   }
 
   void run(int threads, tbb::task_arena& arena) {
     Node root;
-    root.choice.assign(space_.maps(), -1);
     root.load = space_.base();
     if (*std::max_element(root.load.begin(), root.load.end()) > capacity_) {
       ++root_pruned_;
       return;
     }
     std::vector<Node> open{root};
-    const std::size_t target = threads > 1 ? kOpenNodesPerThread * static_cast<std::size_t>(threads)
-                                           : 1;
+    const std::size_t target =
+        threads > 1 ? kOpenNodesPerThread * static_cast<std::size_t>(threads) : 1;
     Worker& driver = *workers_->local();
     while (!open.empty() && open.size() < target) {
       std::vector<Node> next;
@@ -330,27 +395,58 @@ class Solver {
       result.evaluated += w->real.count() + w->relaxed.count();
     }
     result.pruned_memory += root_pruned_;
-    if (best_eval_.feasible && !best_is_policy_) {
+    if (found_in_space()) {
       result.plan = best_plan_;
       result.evaluation = best_eval_;
-      result.from_policy.clear();
     }
   }
 
-  [[nodiscard]] bool found_in_space() const { return best_eval_.feasible && !best_is_policy_; }
+  [[nodiscard]] bool found_in_space() const { return best_eval_.feasible && !best_is_seed_; }
 
  private:
-  [[nodiscard]] sim::Plan plan_of(const Node& n) const {
+  // The bounding plan of a node: fixed variables as fixed, free ones at option 0. `relax`: also
+  // keep each fixed map that shares its producer with a free map (Note: a free sibling's
+  // recompute re-runs their producer and hands the fixed map back for free).
+  [[nodiscard]] sim::Plan plan_of(const Node& n, bool relax) const {
     sim::Plan plan = blank_;
-    for (std::size_t m = 0; m < n.choice.size(); ++m) {
-      if (n.choice[m] < 0) continue;
-      const Option& o = space_.options(m)[static_cast<std::size_t>(n.choice[m])];
-      sim::Decision& d = plan.decisions[m];
-      d.action = o.action;
-      d.encoding = o.encoding;
-      d.prefetch_before = o.prefetch_before;
+    const auto& vars = space_.variables();
+    for (std::size_t i = 0; i < n.path.size(); ++i) {
+      const Variable& v = vars[i];
+      const Option& o = v.options[n.path[i]];
+      if (v.map >= 0) {
+        if (relax && has_free_sibling(v.map, n.path.size())) continue;
+        sim::Decision& d = plan.decisions[static_cast<std::size_t>(v.map)];
+        d.action = o.action;
+        d.encoding = o.encoding;
+        d.prefetch_before = o.prefetch_before;
+      }
     }
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      const Variable& v = vars[i];
+      if (v.map >= 0) continue;
+      const Option& o = v.options[i < n.path.size() ? n.path[i] : 0];
+      if (o.algorithm >= 0) plan.algorithms.push_back({v.op, o.algorithm});
+    }
+    std::sort(
+        plan.algorithms.begin(), plan.algorithms.end(),
+        [](const sim::AlgorithmChoice& a, const sim::AlgorithmChoice& b) { return a.op < b.op; });
     return plan;
+  }
+
+  [[nodiscard]] bool has_free_sibling(int map, std::size_t fixed) const {
+    for (int s : producer_maps_[static_cast<std::size_t>(view_.producer(map))]) {
+      if (s != map && space_.position_of_map(s) >= fixed) return true;
+    }
+    return false;
+  }
+
+  [[nodiscard]] bool needs_relaxing(const Node& n) const {
+    const auto& vars = space_.variables();
+    for (std::size_t i = 0; i < n.path.size(); ++i) {
+      if (vars[i].map >= 0 && n.path[i] != 0 && has_free_sibling(vars[i].map, n.path.size()))
+        return true;
+    }
+    return false;
   }
 
   // Whether no plan of the subtree (time >= bound, position >= path) can beat the incumbent.
@@ -368,8 +464,9 @@ class Solver {
     if (!(key < best_key_)) return;
     best_key_ = std::move(key);
     best_plan_ = plan;
+    best_plan_.policy = "exact";
     best_eval_ = e;
-    best_is_policy_ = false;
+    best_is_seed_ = false;
     best_time_.store(e.iteration_ns);
   }
 
@@ -386,49 +483,55 @@ class Solver {
   std::vector<Node> expand(Node& n, Worker& worker) {
     if (out_of_time()) return {};
     ++worker.explored;
-    const sim::Plan plan = plan_of(n);
+    const sim::Plan plan = plan_of(n, false);
     if (!n.simulated) {
       n.real = worker.real.evaluate(plan);
       if (n.real.feasible) {
-        n.bound = n.real.iteration_ns;
+        n.complete_ns = n.real.iteration_ns;
       } else {
-        const Evaluation relaxed = worker.relaxed.evaluate(plan);
-        n.bound = relaxed.feasible ? relaxed.iteration_ns : n.parent_bound;
+        const Evaluation e = worker.relaxed.evaluate(plan);
+        n.complete_ns = e.feasible ? e.iteration_ns : std::numeric_limits<sim::Nanoseconds>::max();
       }
-      if (n.bound < n.parent_bound) ++worker.violations;
       n.simulated = true;
     }
-    if (n.real.feasible) {
-      ++worker.solved_by_bound;
-      offer(n, plan, n.real);
-      return {};
+    sim::Nanoseconds bound = n.complete_ns;
+    if (needs_relaxing(n)) {
+      const Evaluation e = worker.relaxed.evaluate(plan_of(n, true));
+      if (e.feasible) bound = std::min(bound, e.iteration_ns);
     }
-    if (dominated(n.bound, n.path)) {
+    if (bound < n.parent_bound) ++worker.violations;
+    bound = std::max(bound, n.parent_bound);
+    if (n.real.feasible) {
+      offer(n, plan, n.real);
+      if (n.real.iteration_ns <= bound) {
+        ++worker.solved_by_bound;
+        return {};
+      }
+    }
+    if (dominated(bound, n.path)) {
       ++worker.pruned_time;
       return {};
     }
-    const int map = branch_map(n);
-    if (map < 0) return {};  // every map fixed and the plan does not fit
-    const auto& opts = space_.options(static_cast<std::size_t>(map));
+    const std::size_t depth = n.path.size();
+    if (depth == space_.variables().size()) return {};
+    const Variable& v = space_.variables()[depth];
     std::vector<Node> children;
-    children.reserve(opts.size());
-    for (std::size_t i = 0; i < opts.size(); ++i) {
+    children.reserve(v.options.size());
+    for (std::size_t i = 0; i < v.options.size(); ++i) {
       Node c;
-      c.choice = n.choice;
-      c.choice[static_cast<std::size_t>(map)] = static_cast<std::int16_t>(i);
       c.load = n.load;
-      space_.add_middle(map, opts[i], c.load);
+      space_.add_option(v, v.options[i], c.load);
       if (*std::max_element(c.load.begin(), c.load.end()) > capacity_) {
         ++worker.pruned_memory;
         continue;
       }
       c.path = n.path;
       c.path.push_back(static_cast<std::uint16_t>(i));
-      c.parent_bound = n.bound;
-      if (opts[i].action == sim::Action::kKeep) {  // the same bounding plan as its parent
+      c.parent_bound = bound;
+      if (i == 0) {  // the same bounding plan as its parent
         c.simulated = true;
         c.real = n.real;
-        c.bound = n.bound;
+        c.complete_ns = n.complete_ns;
       }
       children.push_back(std::move(c));
     }
@@ -439,24 +542,6 @@ class Solver {
     for (Node& c : expand(n, worker)) depth_first(c, worker);
   }
 
-  // The free map to branch on: the largest one resident (in the in-core schedule) at the op where
-  // memory ran out, else the largest free map; ties to the lower index.
-  [[nodiscard]] int branch_map(const Node& n) const {
-    int at_oom = -1;
-    int any = -1;
-    auto bytes = [&](int m) { return view_.map_bytes(m); };
-    for (std::size_t i = 0; i < n.choice.size(); ++i) {
-      if (n.choice[i] >= 0) continue;
-      const int m = static_cast<int>(i);
-      if (any < 0 || bytes(m) > bytes(any)) any = m;
-      const sim::OpId oom = n.real.oom_op;
-      if (oom != sim::kNoId && view_.producer(m) <= oom && oom <= space_.last_reader(m) &&
-          (at_oom < 0 || bytes(m) > bytes(at_oom)))
-        at_oom = m;
-    }
-    return at_oom >= 0 ? at_oom : any;
-  }
-
   const NetworkView& view_;
   const Space& space_;
   sim::Bytes capacity_;
@@ -464,13 +549,14 @@ class Solver {
   std::chrono::steady_clock::time_point start_;
   sim::Plan blank_;
   std::unique_ptr<tbb::enumerable_thread_specific<std::unique_ptr<Worker>>> workers_;
+  std::vector<std::vector<int>> producer_maps_;
   std::size_t root_pruned_ = 0;
 
   std::mutex mutex_;
   Key best_key_;
   sim::Plan best_plan_;
   Evaluation best_eval_;
-  bool best_is_policy_ = false;
+  bool best_is_seed_ = false;
   std::atomic<sim::Nanoseconds> best_time_{std::numeric_limits<sim::Nanoseconds>::max()};
   std::atomic<bool> stopped_{false};
 };
@@ -492,36 +578,34 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   tbb::task_arena arena(threads);
   ExactResult result;
 
-  // The best policy: the incumbent to beat, and the answer when nothing in the space is faster.
-  Evaluator driver(workload, machine);
-  bool have = false;
-  arena.execute([&] {
-    for (const Policy& policy : policies()) {
-      sim::Plan plan = apply_encodings(policy.decide(driver, view).plan, view, options.encodings);
-      const Evaluation e = driver.evaluate(plan);
-      if (!have || better(e, result.best_policy_evaluation)) {
-        result.plan = std::move(plan);
-        result.best_policy_evaluation = e;
-        result.best_policy = std::string(policy.name);
-        have = true;
-      }
-    }
-  });
-  result.evaluation = result.best_policy_evaluation;
-  result.from_policy = result.best_policy;
+  // The heuristic search (which starts from every policy): the incumbent to beat, and the
+  // answer when nothing in the space is faster.
+  SearchOptions so;
+  so.threads = threads;
+  so.deterministic = true;
+  so.time_limit_s = options.time_limit_s > 0 ? options.time_limit_s : 600.0;
+  so.encodings = options.encodings;
+  const SearchResult heuristic = search_plan(workload, machine, so);
+  result.plan = heuristic.plan;
+  result.evaluation = heuristic.evaluation;
+  result.heuristic_evaluation = heuristic.evaluation;
+  result.best_policy = heuristic.best_policy;
+  result.best_policy_evaluation = heuristic.best_policy_evaluation;
+  result.from_heuristic = true;
 
   const Space space(view, options.encodings);
   result.space_plans = 1.0;
-  for (std::size_t m = 0; m < space.maps(); ++m)
-    result.space_plans *= static_cast<double>(space.options(m).size());
+  for (const Variable& v : space.variables())
+    result.space_plans *= static_cast<double>(v.options.size());
 
   Solver solver(workload, machine, view, space, options);
-  solver.seed(result.plan, result.evaluation);
+  solver.seed(heuristic.plan, heuristic.evaluation);
   solver.run(threads, arena);
   solver.fill(result);
-  result.evaluated += driver.count();
-  result.plan.policy = solver.found_in_space() ? "exact" : result.plan.policy;
-  result.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.from_heuristic = !solver.found_in_space();
+  result.evaluated += heuristic.evaluated;
+  result.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

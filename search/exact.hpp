@@ -26,13 +26,15 @@ struct ExactResult {
   Evaluation evaluation;
   /// True when the search space was exhausted: no plan of the space is faster (Note).
   bool optimal = false;
-  /// The result is a policy's plan (no plan of the space beats it); its name.
-  std::string from_policy;
+  /// The result is the heuristic search's plan (seeded with every policy): nothing in the space is
+  /// faster.
+  bool from_heuristic = false;
+  Evaluation heuristic_evaluation;
   std::string best_policy;
   Evaluation best_policy_evaluation;
   double space_plans = 0.0;         // plans in the space (product of options per map)
   std::size_t explored = 0;         // nodes of the branch-and-bound tree visited
-  std::size_t evaluated = 0;        // plans simulated, policies' own simulations included
+  std::size_t evaluated = 0;        // plans simulated, the heuristic's and policies' included
   std::size_t pruned_memory = 0;    // subtrees cut by the memory lower bound
   std::size_t pruned_time = 0;      // subtrees cut by the time lower bound
   std::size_t solved_by_bound = 0;  // subtrees whose bounding plan fits (hence is their optimum)
@@ -43,7 +45,7 @@ struct ExactResult {
 };
 
 /// The fastest plan of the space of Note [Exact plan search] (ties: the first in the tree's
-/// order), or the best policy's plan when nothing in the space is faster. Throws InputError
+/// order), or the heuristic search's plan when nothing in the space is faster. Throws InputError
 /// naming `source` when the workload has more than kExactMaxMaps feature maps.
 ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machine,
                         const ExactOptions& options, const std::string& source = "search --exact");

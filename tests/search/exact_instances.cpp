@@ -123,8 +123,8 @@ ExactInstance exact_instance(std::uint64_t seed, int min_layers, int max_layers)
     if (floor >= incore) continue;  // nothing to decide
     const Bytes budget = floor + (incore - floor) * uniform(rng, 0, 999) / 1000;
     const Machine m = test_machine(budget, bandwidth, latency);
-    const bool some_fit = std::any_of(frugal.begin(), frugal.end(),
-                                      [&](const Plan& p) { return fits(w, p, m); });
+    const bool some_fit =
+        std::any_of(frugal.begin(), frugal.end(), [&](const Plan& p) { return fits(w, p, m); });
     if (!some_fit) continue;
     return {std::move(w), m};
   }
