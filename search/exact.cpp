@@ -5,48 +5,54 @@
 // What "optimal" ranges over. The space S holds every plan that gives each feature map one of:
 // keep; recompute (where validate_plan allows it); each enabled Gist encoding that applies to the
 // map; swap with the prefetch issued before ANY op p with drop < p <= first backward use (drop is
-// the later of the producer and the last forward use; the default prefetch point is one of these).
-// Convolution algorithms stay at their defaults. |S| is the product of the options per map (for a
-// 12-map chain on 26 ops about 10^14). The result is the minimum of S by iteration time, ties
-// broken by the tree's order (below); when the best policy's plan (which may lie outside S, e.g.
-// vdnn-dyn's algorithm choices) is at least as fast, that plan is returned instead. S contains
-// every plan the heuristic search can reach from a plan in S, so the exact result is never slower
-// than the heuristic's nor than any policy's.
+// the later of the producer and the last forward use; the default prefetch point is one of these)
+// — and gives each op with alternative algorithms (Op::algorithms) one of them or its default.
+// |S| is the product of the options per variable (~10^10 for a 10-map chain of 22 ops). The
+// result is the minimum of S by iteration time, ties broken by the tree's order (below). Every
+// policy's plan and every plan the heuristic search can reach lie in S, so the exact result is
+// never slower than theirs; the heuristic's plan (seeded with every policy) is the incumbent the
+// tree must beat, and the answer when nothing in S is faster.
 //
 // Two facts about the simulator make the bounds work (docs/simulator.md): (1) memory never changes
 // timing — an allocation is instantaneous or ends the run — so a plan that fits takes exactly as
-// long as it does on an unlimited device; (2) making a map anything but keep only adds
-// instructions and waits to the in-order streams of a max-plus system, so the iteration time of a
-// plan is never below that of the same plan with one more map kept. Fact (2) is checked on every
-// edge of the tree (bound_violations, expected 0; the tests require it).
+// long as on an unlimited device; (2) the engine is a max-plus system of in-order streams, so
+// adding instructions or waits, or lengthening one, never makes anything finish earlier. Making a
+// map anything but keep, or an op slower, only adds work — except through regeneration: a
+// recompute re-runs a producer and adopts its other outputs, so a sibling that was swapped or
+// encoded comes back for free, and a regeneration restores the maps it reads on demand. Hence the
+// branching order and the relaxation below. The bound's monotonicity is also checked on every edge
+// of the tree (bound_violations, required to be 0 by the tests), and brute force over the whole of
+// S agrees with the tree on small instances (tests/search/exact_test.cpp).
 //
-// Branch and bound. A node fixes the options of some maps; the others are free. Its bounding plan
-// keeps every free map. By (2) its time on an unlimited device is a lower bound on every plan of
-// the subtree (at the root: the ideal in-core time); by (1), when the bounding plan fits the
-// device it IS the best plan of the subtree, and the subtree is done after one simulation.
-// Otherwise the node branches on one free map: the largest one resident where memory ran out
-// (else the largest free map), children in the order keep, encodings, swap with the prefetch from
-// latest to earliest, recompute. The keep child has its parent's bounding plan, so it inherits its
-// simulation: no plan is simulated twice. Pruning:
+// Branch and bound. Variables are decided in a fixed order: maps from the last producer to the
+// first (siblings together), then algorithm choices. A node fixes a prefix of them; the free ones
+// take option 0 (keep; the fastest algorithm), which gives the node's bounding plan, and every
+// free map is produced no later than every fixed one. So whatever the free maps become, the
+// regenerations they cause re-run only ops at or before their producers: the only fixed maps they
+// can hand back for free are siblings of a free map, and the bound keeps those too (the relaxed
+// plan). The relaxed plan's time on an unlimited device is a lower bound on every plan of the
+// subtree (at the root: the ideal in-core time). When the bounding plan fits it is offered to the
+// incumbent, and when it also meets the bound it is the subtree's optimum: one simulation solves
+// the subtree. Option 0's child has its parent's bounding plan and inherits its simulation, so no
+// plan is simulated twice. Pruning:
 //   - memory: every map is resident from its producer to its drop point and from its first to its
 //     last backward use, whatever the plan; a kept map also in between, a swapped one from its
-//     prefetch point on, an encoded one with its encoded size in between. With every tensor's own
-//     uses (each op's inputs, outputs and workspace, pre-existing tensors until their last reader,
-//     other tensors from producer to last reader), each at the arena's 512-byte granularity, the
-//     largest sum over ops is a lower bound on the arena a plan of the subtree needs; a child whose
-//     bound exceeds the device is cut before it is simulated.
-//   - time: a node whose (time bound, position) is not below the incumbent's is cut. The incumbent
-//     starts as the best policy's plan (which ranks before any plan of the tree at equal time).
-// Symmetry: two different paths of the tree fix different options for some map, so every plan of
-// S is reached once (no memo table is needed); the keep child's inherited simulation is the only
-// repeated plan and it is not re-simulated.
+//     prefetch point on, an encoded one with its encoded size in between; each op needs at least
+//     its smallest workspace. With every other tensor's unavoidable lifetime (each op's inputs and
+//     outputs, pre-existing tensors until their last reader, other tensors from producer to last
+//     reader), each at the arena's 512-byte granularity, the largest sum over ops is a lower bound
+//     on the arena any plan of the subtree needs; a child above the device is cut unsimulated.
+//   - time: a node whose (time bound, position) is not below the incumbent's is cut.
+// Symmetry: two paths of the tree differ in some variable's option, so every plan of S is reached
+// once and no memo table is needed.
 //
 // Parallelism and determinism. The root is expanded breadth first until there are about 16 open
 // nodes per thread; oneTBB then runs a depth-first search from each (one pair of Evaluators per
-// worker) sharing the incumbent under a mutex. A plan's position is its path of child indices, so
-// the result — the minimum of (time, position) over S and the policies — is the same for any
-// thread count and any scheduling; only the counts of nodes explored and pruned vary with the
-// threads. A time limit that stops the search leaves the result unproven (`optimal` false).
+// worker) sharing the incumbent under a mutex. A plan's position is its path of option indices, so
+// the result — the minimum of (time, position) over S and the heuristic's plan — is the same for
+// any thread count and any scheduling (the heuristic runs with --deterministic); only the counts of
+// nodes explored and pruned vary with the threads. A time limit that stops the search leaves the
+// result unproven (`optimal` false).
 #include "search/exact.hpp"
 
 #include <algorithm>
