@@ -13,6 +13,7 @@
 
 #include "search/comparison.hpp"
 #include "search/exact.hpp"
+#include "search/gist.hpp"
 #include "search/network_view.hpp"
 #include "search/plan_search.hpp"
 #include "sim/basic_plans.hpp"
@@ -36,8 +37,9 @@ ExactOptions exact_options(int threads = 2) {
 }
 
 // Every plan of the space by brute force: each map takes every action decision_problem allows
-// (keep, swap with each prefetch point, recompute); the fastest that fits.
-Nanoseconds brute_force_optimum(const Workload& w, const Machine& m) {
+// (keep, swap with each prefetch point, recompute, the encodings given); the fastest that fits.
+Nanoseconds brute_force_optimum(const Workload& w, const Machine& m,
+                                const std::vector<Encoding>& encodings = {}) {
   const auto maps = find_feature_maps(w);
   std::vector<std::vector<Decision>> choices(maps.size());
   for (std::size_t i = 0; i < maps.size(); ++i) {
@@ -48,6 +50,12 @@ Nanoseconds brute_force_optimum(const Workload& w, const Machine& m) {
     all.push_back(d);
     d.action = Action::kRecompute;
     all.push_back(d);
+    for (Encoding e : encodings) {
+      d.action = Action::kEncode;
+      d.encoding = e;
+      all.push_back(d);
+    }
+    d.encoding = Encoding::kNone;
     for (OpId p = 0; p < static_cast<OpId>(w.ops.size()); ++p) {
       d.action = Action::kSwap;
       d.prefetch_before = p;
@@ -125,6 +133,25 @@ TEST_CASE("exact mode agrees with brute force over the whole space", "[search][e
     REQUIRE(r.evaluation.feasible);
     // The heuristic's plan (the seed) lies in the space too: the two agree.
     CHECK(r.evaluation.iteration_ns == brute);
+    ++checked;
+  }
+}
+
+TEST_CASE("exact mode with encodings agrees with brute force", "[search][exact]") {
+  ExactOptions options = exact_options();
+  options.encodings = parse_encoding_options("all", "test");
+  int checked = 0;
+  for (std::uint64_t seed = 100; checked < 6; ++seed) {
+    const ExactInstance inst = exact_instance(seed, 2, 4);
+    if (find_feature_maps(inst.workload).size() > 3) continue;
+    CAPTURE(seed, inst.machine.memory_bytes);
+    const ExactResult r = solve_exact(inst.workload, inst.machine, options);
+    CHECK(r.optimal);
+    CHECK(r.bound_violations == 0);
+    REQUIRE(r.evaluation.feasible);
+    CHECK(r.evaluation.iteration_ns ==
+          brute_force_optimum(inst.workload, inst.machine,
+                              {Encoding::kBinarize, Encoding::kSparse, Encoding::kFp16}));
     ++checked;
   }
 }
