@@ -263,3 +263,14 @@ TEST_CASE("random instances: the heuristic lands within 1% of the exact optimum 
   CAPTURE(within, gaps.size());
   CHECK(static_cast<double>(within) >= 0.95 * static_cast<double>(gaps.size()));
 }
+
+TEST_CASE("exact mode stopped by its time limit says the result is not proven", "[search][exact]") {
+  const ExactInstance inst = exact_instance(4, 4, 12);
+  ExactOptions o = exact_options();
+  o.time_limit_s = 1e-9;  // over before the first node
+  const ExactResult r = solve_exact(inst.workload, inst.machine, o);
+  CHECK_FALSE(r.optimal);
+  CHECK(r.explored == 0);
+  CHECK_NOTHROW(validate_plan(r.plan, inst.workload, "stopped exact search"));
+  CHECK(solve_exact(inst.workload, inst.machine, exact_options()).optimal);
+}
