@@ -58,7 +58,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -128,7 +127,7 @@ class Space {
       mine.insert(mine.end(), op.outputs.begin(), op.outputs.end());
       std::sort(mine.begin(), mine.end());
       mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
-      sim::Bytes bytes = workspace(op, min_workspace(op));
+      sim::Bytes bytes = workspace(min_workspace(op));
       for (sim::TensorId t : mine) {
         const sim::Tensor& tensor = w.tensor(t);
         const bool aliased = tensor.producer == op.id && tensor.in_place_of != sim::kNoId;
@@ -204,7 +203,7 @@ class Space {
     if (v.map < 0) {
       const sim::Op& op = view_.workload().op(v.op);
       load[static_cast<std::size_t>(v.op)] +=
-          workspace(op, op_workspace(op, o.algorithm)) - workspace(op, min_workspace(op));
+          workspace(op_workspace(op, o.algorithm)) - workspace(min_workspace(op));
       return;
     }
     const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(v.map)];
@@ -230,9 +229,7 @@ class Space {
   }
 
  private:
-  static sim::Bytes workspace(const sim::Op& /*op*/, sim::Bytes bytes) {
-    return bytes > 0 ? aligned(bytes) : 0;
-  }
+  static sim::Bytes workspace(sim::Bytes bytes) { return bytes > 0 ? aligned(bytes) : 0; }
   static sim::Bytes op_workspace(const sim::Op& op, std::int32_t algorithm) {
     return algorithm < 0 ? op.workspace_bytes
                          : op.algorithms[static_cast<std::size_t>(algorithm)].workspace_bytes;
