@@ -8,10 +8,10 @@
 // the later of the producer and the last forward use; the default prefetch point is one of these)
 // — and gives each op with alternative algorithms (Op::algorithms) one of them or its default.
 // |S| is the product of the options per variable (458,640 for traces/resnet_tiny.json: 6 maps,
-// 2 ops with a second algorithm). The result is the minimum of S by iteration time, ties broken by the tree's order (below). Every
-// policy's plan and every plan the heuristic search can reach lie in S, so the exact result is
-// never slower than theirs; the heuristic's plan (seeded with every policy) is the incumbent the
-// tree must beat, and the answer when nothing in S is faster.
+// 2 ops with a second algorithm). The result is the minimum of S by iteration time, ties broken by
+// the tree's order (below). Every policy's plan and every plan the heuristic search can reach lie
+// in S, so the exact result is never slower than theirs; the heuristic's plan (seeded with every
+// policy) is the incumbent the tree must beat, and the answer when nothing in S is faster.
 //
 // Two facts about the simulator make the bounds work (docs/simulator.md): (1) memory never changes
 // timing — an allocation is instantaneous or ends the run — so a plan that fits takes exactly as
