@@ -13,6 +13,9 @@
 #include "cli/machine_flags.hpp"
 #include "cli/plan_flags.hpp"
 #include "host_backend/validation.hpp"
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+#include "cuda_backend/cuda_backend.hpp"
+#endif
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
 #include "sim/lowering.hpp"
@@ -35,9 +38,18 @@ struct ValidateOptions {
 };
 
 int validate(const ValidateOptions& o) {
-  if (o.backend != "host") {
+  if (o.backend != "host" && o.backend != "cuda") {
     throw sim::InputError("--backend",
-                          fmt::format("unknown backend '{}' (known: host)", o.backend));
+                          fmt::format("unknown backend '{}' (known: host, cuda)", o.backend));
+  }
+  if (o.backend == "cuda") {
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+    cuda_backend::require_cuda_device();
+#else
+    throw sim::InputError("--backend cuda",
+                          "this build has no CUDA backend (nvcc was not found when it was "
+                          "configured, or MEMPLAN_WITH_CUDA=OFF)");
+#endif
   }
   const sim::Workload workload = sim::read_trace(o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
@@ -57,9 +69,14 @@ int validate(const ValidateOptions& o) {
   options.calibrate = o.calibrate;
   host_backend::ValidationReport r;
   try {
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+    r = o.backend == "cuda" ? cuda_backend::validate_on_cuda(workload, plan, machine, options)
+                            : host_backend::validate_on_host(workload, plan, machine, options);
+#else
     r = host_backend::validate_on_host(workload, plan, machine, options);
+#endif
   } catch (const std::runtime_error& e) {
-    throw sim::InputError("--backend host", e.what());
+    throw sim::InputError("--backend " + o.backend, e.what());
   }
   const double predicted_s = static_cast<double>(r.iteration_ns_predicted) * 1e-9;
   const double measured_s = static_cast<double>(r.iteration_ns_measured) * 1e-9;
@@ -82,12 +99,14 @@ int validate(const ValidateOptions& o) {
     j["calibrated"] = r.calibrated;
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("backend            host\n");
+    fmt::print("backend            {}\n", o.backend);
     fmt::print("plan               {}\n", plan.policy.empty() ? o.plan.plan : plan.policy);
     fmt::print("peak bytes         predicted {}  measured {}\n", r.peak_bytes_predicted,
                r.peak_bytes_measured);
-    fmt::print("costs              {}\n",
-               r.calibrated ? "measured on this host (--calibrate)" : "the trace's");
+    fmt::print("costs              {}\n", r.calibrated
+                                              ? fmt::format("measured on this {} (--calibrate)",
+                                                            o.backend == "cuda" ? "GPU" : "host")
+                                              : std::string("the trace's"));
     fmt::print("iteration time     predicted {:.6f} s  measured {:.6f} s  ({:+.1f}%)\n",
                predicted_s, measured_s, r.iteration_error_percent());
     fmt::print("gradients match    {} ({} tensors, max |diff| {:g})\n",
@@ -111,7 +130,7 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
       ->required();
   add_plan_flags(*cmd, options->plan);
-  cmd->add_option("--backend", options->backend, "where to run: host");
+  cmd->add_option("--backend", options->backend, "where to run: host, or cuda (a GPU)");
   add_machine_flags(*cmd, options->machine);
   cmd->add_option("--seed", options->seed, "seed of the input data and weights");
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
