@@ -97,6 +97,12 @@ int validate(const ValidateOptions& o) {
         std::isfinite(r.max_abs_diff) ? nlohmann::json(r.max_abs_diff) : nlohmann::json(nullptr);
     j["tensors_compared"] = r.tensors_compared;
     j["calibrated"] = r.calibrated;
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+    if (o.backend == "cuda") {
+      j["gradients_tolerance"] = {{"absolute", cuda_backend::kAbsoluteTolerance},
+                                  {"relative", cuda_backend::kRelativeTolerance}};
+    }
+#endif
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("backend            {}\n", o.backend);

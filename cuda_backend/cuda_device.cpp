@@ -10,6 +10,7 @@
 #include "host_backend/encodings.hpp"
 #include "host_backend/initial_data.hpp"
 #include "sim/check.hpp"
+#include "sim/plan.hpp"
 
 namespace memplan::cuda_backend {
 
@@ -63,8 +64,12 @@ CudaDevice::~CudaDevice() {
 
 void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& program) {
   synchronize();
-  if (executor_ == nullptr || workload_ != &workload) {
+  // Found algorithms and initial data belong to a workload: kept while the workload is the same.
+  const std::uint64_t fingerprint = sim::workload_fingerprint(workload);
+  if (executor_ == nullptr || workload_ != &workload || fingerprint_ != fingerprint) {
+    fingerprint_ = fingerprint;
     executor_ = std::make_unique<CudaOpExecutor>(workload, stream(sim::StreamId::kCompute));
+    initial_.clear();
   }
   workload_ = &workload;
   program_ = &program;
@@ -139,11 +144,16 @@ void CudaDevice::initialise(sim::BufferId buffer) {
     MEMPLAN_CUDA_CHECK(cudaMemsetAsync(data(buffer), 0, bytes, s));
     return;
   }
-  // The host backend's values, filled on the host and uploaded in compute-stream order.
-  PinnedBuffer& staging = staging_.emplace_back(std::max(bytes, static_cast<std::size_t>(t.bytes)));
-  host_backend::fill_initial_data(*workload_, t, seed_, staging.data());
+  // The host backend's values, filled on the host once per workload (they depend only on the
+  // seed and the tensor) and uploaded in compute-stream order.
+  auto it = initial_.find(t.id);
+  if (it == initial_.end()) {
+    it = initial_.emplace(t.id, PinnedBuffer(std::max(bytes, static_cast<std::size_t>(t.bytes))))
+             .first;
+    host_backend::fill_initial_data(*workload_, t, seed_, it->second.data());
+  }
   MEMPLAN_CUDA_CHECK(
-      cudaMemcpyAsync(data(buffer), staging.data(), bytes, cudaMemcpyHostToDevice, s));
+      cudaMemcpyAsync(data(buffer), it->second.data(), bytes, cudaMemcpyHostToDevice, s));
 }
 
 void CudaDevice::free(sim::BufferId buffer) {
@@ -301,7 +311,6 @@ void CudaDevice::wait(sim::StreamId s, sim::EventId event) {
 
 void CudaDevice::synchronize() {
   for (cudaStream_t s : streams_) MEMPLAN_CUDA_CHECK(cudaStreamSynchronize(s));
-  staging_.clear();
   for (const PendingSpan& p : pending_) {
     float start_ms = 0;
     float end_ms = 0;

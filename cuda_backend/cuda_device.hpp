@@ -98,6 +98,7 @@ class CudaDevice final : public runtime::Device {
   std::byte* memory_ = nullptr;
   sim::DeviceArena arena_;
   const sim::Workload* workload_ = nullptr;
+  std::uint64_t fingerprint_ = 0;
   const sim::Program* program_ = nullptr;
   cudaStream_t streams_[sim::kStreamCount] = {};
   std::unique_ptr<CudaOpExecutor> executor_;
@@ -110,8 +111,8 @@ class CudaDevice final : public runtime::Device {
   cudaEvent_t start_ = nullptr;
   std::vector<PendingSpan> pending_;
   std::vector<sim::Span> spans_;
-  std::vector<PinnedBuffer> host_store_;  // per host slot
-  std::vector<PinnedBuffer> staging_;     // initial data on its way up
+  std::vector<PinnedBuffer> host_store_;           // per host slot
+  std::map<sim::TensorId, PinnedBuffer> initial_;  // initial data of the workload, pinned
   std::map<sim::TensorId, PinnedBuffer> captured_;
   PinnedBuffer overflow_;  // int flags of sparse encodes, written by the GPU
   std::vector<SparseCheck> sparse_checks_;

@@ -153,13 +153,18 @@ struct Conv {
   }
 };
 
-/// The fastest algorithm of `found` (fastest first) whose workspace fits `available` bytes.
+/// The fastest deterministic algorithm of `found` (fastest first) whose workspace fits
+/// `available` bytes; a non-deterministic one only when no deterministic one fits.
 const FoundAlgorithm& pick(const sim::Op& op, const std::vector<FoundAlgorithm>& found,
                            sim::Bytes available, const char* pass) {
+  const FoundAlgorithm* fallback = nullptr;
   for (const FoundAlgorithm& a : found) {
-    if (static_cast<sim::Bytes>(a.workspace_bytes) <= available) return a;
+    if (static_cast<sim::Bytes>(a.workspace_bytes) > available) continue;
+    if (a.deterministic) return a;
+    if (fallback == nullptr) fallback = &a;
   }
-  fail(op, std::string("no deterministic cuDNN ") + pass + " algorithm fits the workspace of " +
+  if (fallback != nullptr) return *fallback;
+  fail(op, std::string("no cuDNN ") + pass + " algorithm fits the workspace of " +
                std::to_string(available) + " bytes");
 }
 
@@ -167,19 +172,24 @@ template <class Perf>
 std::vector<FoundAlgorithm> usable(const Perf* perf, int count) {
   std::vector<FoundAlgorithm> found;
   for (int i = 0; i < count; ++i) {
-    // Deterministic algorithms only: two runs of the same step (a plan and its in-core
-    // reference) must compute the same gradients.
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC) {
-      continue;
-    }
-    found.push_back({static_cast<int>(perf[i].algo), perf[i].memory, perf[i].time});
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    found.push_back({static_cast<int>(perf[i].algo), perf[i].memory, perf[i].time,
+                     perf[i].determinism == CUDNN_DETERMINISTIC});
   }
   return found;  // cudnnFind sorts by time
 }
 
+/// Whether `found` has a deterministic algorithm: then only those are reported (and run).
+bool any_deterministic(const std::vector<FoundAlgorithm>& found) {
+  return std::any_of(found.begin(), found.end(),
+                     [](const FoundAlgorithm& a) { return a.deterministic; });
+}
+
 const FoundAlgorithm* least_memory(const std::vector<FoundAlgorithm>& found) {
+  const bool deterministic_only = any_deterministic(found);
   const FoundAlgorithm* best = nullptr;
   for (const FoundAlgorithm& a : found) {
+    if (deterministic_only && !a.deterministic) continue;
     if (best == nullptr || a.workspace_bytes < best->workspace_bytes) best = &a;
   }
   return best;
@@ -204,6 +214,10 @@ std::pair<sim::Bytes, double> combine(const ConvAlgorithms& c, Pick pick_one) {
   return {ws, ms};
 }
 const FoundAlgorithm& first(const std::vector<FoundAlgorithm>& v) {
+  const bool deterministic_only = any_deterministic(v);
+  for (const FoundAlgorithm& a : v) {
+    if (a.deterministic || !deterministic_only) return a;
+  }
   return v.front();
 }
 const FoundAlgorithm& smallest(const std::vector<FoundAlgorithm>& v) {

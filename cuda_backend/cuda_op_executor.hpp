@@ -13,8 +13,9 @@
 // math, cuBLAS's pedantic math) so gradients stay close to the host backend's.
 //
 // Convolution algorithms: find_algorithms() asks cuDNN (cudnnFind*, which times every algorithm)
-// for each convolution of the workload, keeping the deterministic ones. An op then runs with the
-// fastest algorithm whose workspace fits the workspace buffer the Program gave it, so a plan that
+// for each convolution of the workload. An op then runs with the fastest deterministic algorithm
+// whose workspace fits the workspace buffer the Program gave it (a non-deterministic one only when
+// no deterministic one fits), so a plan that
 // chose the op's memory-optimal alternative (workspace 0) runs cuDNN's memory-optimal algorithm,
 // and the default runs the fastest one the trace's workspace allows. The fastest and the
 // memory-optimal algorithm of each op, with their workspaces and times, are reported.
@@ -37,10 +38,14 @@ struct FoundAlgorithm {
   int algorithm = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   std::size_t workspace_bytes = 0;
   float time_ms = 0;
+  /// Same inputs, same bits. Runs prefer these (two runs of a step, a plan and its in-core
+  /// reference, then compute the same gradients).
+  bool deterministic = true;
 };
 
 /// What cudnnFind reported for one convolution op: per pass (forward; or backward data and
-/// backward filter) the usable algorithms, fastest first.
+/// backward filter) the algorithms that ran, fastest first. The figures below count only the
+/// deterministic ones when a pass has any.
 struct ConvAlgorithms {
   std::vector<FoundAlgorithm> forward;
   std::vector<FoundAlgorithm> backward_data;
