@@ -9,10 +9,11 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/backends.hpp"
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
 #include "cli/plan_flags.hpp"
-#include "host_backend/validation.hpp"
+#include "runtime/validation.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
 #include "sim/lowering.hpp"
@@ -35,10 +36,7 @@ struct ValidateOptions {
 };
 
 int validate(const ValidateOptions& o) {
-  if (o.backend != "host") {
-    throw sim::InputError("--backend",
-                          fmt::format("unknown backend '{}' (known: host)", o.backend));
-  }
+  const std::unique_ptr<runtime::Backend> backend = make_backend(o.backend);
   const sim::Workload workload = sim::read_trace(o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "validate");
@@ -52,14 +50,14 @@ int validate(const ValidateOptions& o) {
                                   sim::oom_to_text(*predicted.oom, program, workload)));
     }
   }
-  host_backend::ValidationOptions options;
+  runtime::ValidationOptions options;
   options.seed = o.seed;
   options.calibrate = o.calibrate;
-  host_backend::ValidationReport r;
+  runtime::ValidationReport r;
   try {
-    r = host_backend::validate_on_host(workload, plan, machine, options);
+    r = runtime::validate(*backend, workload, plan, machine, options);
   } catch (const std::runtime_error& e) {
-    throw sim::InputError("--backend host", e.what());
+    throw sim::InputError("--backend " + backend->name(), e.what());
   }
   const double predicted_s = static_cast<double>(r.iteration_ns_predicted) * 1e-9;
   const double measured_s = static_cast<double>(r.iteration_ns_measured) * 1e-9;
@@ -82,7 +80,7 @@ int validate(const ValidateOptions& o) {
     j["calibrated"] = r.calibrated;
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("backend            host\n");
+    fmt::print("backend            {}\n", backend->name());
     fmt::print("plan               {}\n", plan.policy.empty() ? o.plan.plan : plan.policy);
     fmt::print("peak bytes         predicted {}  measured {}\n", r.peak_bytes_predicted,
                r.peak_bytes_measured);
@@ -116,7 +114,7 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--seed", options->seed, "seed of the input data and weights");
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
   cmd->add_flag("--calibrate", options->calibrate,
-                "predict with op and copy costs measured on this host, not the trace's");
+                "predict with op and copy costs measured on the backend, not the trace's");
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->callback([options, &exit_status] { exit_status = validate(*options); });
 }

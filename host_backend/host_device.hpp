@@ -77,12 +77,8 @@ class HostDevice final : public runtime::Device {
   [[nodiscard]] std::vector<sim::Span> measured_spans() const override;
   [[nodiscard]] runtime::MemoryStats memory_stats() const override;
 
-  /// Bytes of tensor `t` as the run left them: parameters and optimizer state (resident at the
-  /// end), or the value a kRun wrote for a gradient or the loss. Empty when not available.
-  [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const;
-  /// Whether kRun outputs that are gradients or the loss are copied aside (on by default; off
-  /// for timing runs, where the copies would add time the simulator does not know of).
-  void set_capture(bool capture) { capture_ = capture; }
+  [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const override;
+  void set_capture(bool capture) override { capture_ = capture; }
 
  private:
   struct EventState {
