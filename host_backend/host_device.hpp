@@ -10,6 +10,7 @@
 // same workload see the same data whatever the plan. Gradients (and the loss) written by the
 // step's own ops are captured on the fly, and parameters and optimizer state can be read after the
 // run, so that runs of different plans can be compared bit for bit.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -109,6 +110,7 @@ class HostDevice final : public runtime::Device {
   std::vector<std::vector<std::byte>> host_store_;  // per host slot
   std::map<sim::TensorId, std::vector<std::byte>> captured_;
   bool capture_ = true;
+  std::atomic<bool> kernel_failed_ = false;  // a kernel threw in this run
   mutable std::mutex spans_mutex_;
   std::vector<sim::Span> spans_;
   std::int64_t t0_ = 0;
