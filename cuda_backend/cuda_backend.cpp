@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 #include "cuda_backend/cuda_check.hpp"
@@ -21,7 +20,7 @@ namespace memplan::cuda_backend {
 namespace {
 
 // Gradients, parameters, momentum and the loss (first output of a forward softmax_cross_entropy),
-// as host_backend's validation compares them.
+// as runtime::validate compares them.
 bool compared(const sim::Workload& w, const sim::Tensor& t) {
   if (t.kind == sim::TensorKind::kGradient || t.kind == sim::TensorKind::kParameter ||
       t.kind == sim::TensorKind::kOptimizerState) {
@@ -37,12 +36,18 @@ bool compared(const sim::Workload& w, const sim::Tensor& t) {
 double copy_ns(std::size_t bytes, bool to_device, int repeat) {
   PinnedBuffer host(bytes);
   void* device = nullptr;
-  MEMPLAN_CUDA_CHECK(cudaMalloc(&device, bytes));
   cudaStream_t s = nullptr;
   cudaEvent_t start = nullptr;
   cudaEvent_t end = nullptr;
+  const auto release = [&] {
+    if (end != nullptr) cudaEventDestroy(end);
+    if (start != nullptr) cudaEventDestroy(start);
+    if (s != nullptr) cudaStreamDestroy(s);
+    if (device != nullptr) cudaFree(device);
+  };
   std::vector<double> t;
   try {
+    MEMPLAN_CUDA_CHECK(cudaMalloc(&device, bytes));
     MEMPLAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     MEMPLAN_CUDA_CHECK(cudaEventCreate(&start));
     MEMPLAN_CUDA_CHECK(cudaEventCreate(&end));
@@ -60,21 +65,38 @@ double copy_ns(std::size_t bytes, bool to_device, int repeat) {
       if (i > 0) t.push_back(static_cast<double>(ms) * 1e6);  // the first is a warm-up
     }
   } catch (...) {
-    if (end != nullptr) cudaEventDestroy(end);
-    if (start != nullptr) cudaEventDestroy(start);
-    if (s != nullptr) cudaStreamDestroy(s);
-    cudaFree(device);
+    release();
     throw;
   }
-  cudaEventDestroy(end);
-  cudaEventDestroy(start);
-  cudaStreamDestroy(s);
-  cudaFree(device);
+  release();
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
 
 }  // namespace
+
+CudaBackend::CudaBackend() : algorithms_(std::make_shared<ConvAlgorithmCache>()) {}
+
+std::unique_ptr<runtime::Device> CudaBackend::make_device(sim::Bytes capacity_bytes,
+                                                          std::uint64_t seed) const {
+  return std::make_unique<CudaDevice>(capacity_bytes, seed, algorithms_);
+}
+
+runtime::LinkModel CudaBackend::measure_link() const {
+  constexpr std::size_t kSmall = 4096;
+  constexpr std::size_t kLarge = std::size_t{64} << 20;
+  runtime::LinkModel link;
+  double latency = 0;
+  for (const bool to_device : {true, false}) {
+    const double small = copy_ns(kSmall, to_device, 21);
+    const double large = copy_ns(kLarge, to_device, 5);
+    const double ns_per_byte = std::max(large - small, 1.0) / static_cast<double>(kLarge - kSmall);
+    (to_device ? link.h2d_bytes_per_s : link.d2h_bytes_per_s) = 1e9 / ns_per_byte;
+    latency = std::max(latency, small - ns_per_byte * static_cast<double>(kSmall));
+  }
+  link.latency_ns = static_cast<sim::Nanoseconds>(std::max(latency, 0.0));
+  return link;
+}
 
 void require_cuda_device() {
   const CudaEnvironment env = probe_cuda();
@@ -83,130 +105,43 @@ void require_cuda_device() {
   }
 }
 
-LinkMeasurement measure_link() {
-  constexpr std::size_t kSmall = 4096;
-  constexpr std::size_t kLarge = std::size_t{64} << 20;
-  LinkMeasurement m;
-  double latency = 0;
-  for (const bool to_device : {true, false}) {
-    const double small = copy_ns(kSmall, to_device, 21);
-    const double large = copy_ns(kLarge, to_device, 5);
-    const double ns_per_byte = std::max(large - small, 1.0) / static_cast<double>(kLarge - kSmall);
-    (to_device ? m.h2d_bytes_per_s : m.d2h_bytes_per_s) = 1e9 / ns_per_byte;
-    latency = std::max(latency, small - ns_per_byte * static_cast<double>(kSmall));
-  }
-  m.copy_latency_ns = static_cast<sim::Nanoseconds>(std::max(latency, 0.0));
-  return m;
-}
-
-host_backend::Calibration calibrate_on_cuda(const sim::Workload& workload,
-                                            const sim::Machine& machine, std::uint64_t seed,
-                                            int runs) {
-  host_backend::Calibration c{workload, machine};
-  const sim::Program program = sim::lower(workload, sim::in_core_plan(workload));
-  sim::Machine roomy = machine;
-  roomy.memory_bytes = std::int64_t{1} << 40;
-  sim::Engine engine;
-  CudaDevice device(engine.run(program, roomy).peak_reserved_bytes, seed);
-  device.set_capture(false);
-  std::vector<std::vector<sim::Nanoseconds>> op_ns(workload.ops.size());
-  const auto& compute = program.stream(sim::StreamId::kCompute);
-  for (int k = 0; k < std::max(runs, 1) + 1; ++k) {
-    const sim::Timeline measured = runtime::run_program(device, workload, program);
-    if (k == 0) continue;  // warm-up
-    for (const sim::Span& span : measured.spans) {
-      if (span.stream != sim::StreamId::kCompute) continue;
-      const sim::Instruction& in = compute[static_cast<std::size_t>(span.index)];
-      op_ns[static_cast<std::size_t>(in.op)].push_back(span.end_ns - span.start_ns);
-    }
-  }
-  const auto& conv = device.conv_algorithms();
-  for (std::size_t o = 0; o < workload.ops.size(); ++o) {
-    auto& times = op_ns[o];
-    if (times.empty()) continue;
-    std::sort(times.begin(), times.end());
-    sim::Op& op = c.workload.ops[o];
-    op.duration_ns = std::max<sim::Nanoseconds>(times[times.size() / 2], 1);
-    const auto it = conv.find(op.id);
-    for (sim::Algorithm& a : op.algorithms) {
-      // The alternative runs cuDNN's memory-optimal algorithm: scale by cudnnFind's ratio.
-      double ratio = 1.0;
-      if (it != conv.end() && it->second.fastest_ms() > 0 && a.workspace_bytes == 0) {
-        ratio = it->second.memory_optimal_ms() / it->second.fastest_ms();
-      }
-      a.duration_ns = std::max<sim::Nanoseconds>(
-          static_cast<sim::Nanoseconds>(static_cast<double>(op.duration_ns) * ratio), 1);
-    }
-  }
-  const LinkMeasurement link = measure_link();
-  c.machine.h2d_bytes_per_s = link.h2d_bytes_per_s;
-  c.machine.d2h_bytes_per_s = link.d2h_bytes_per_s;
-  c.machine.copy_latency_ns = link.copy_latency_ns;
-  return c;
-}
-
-host_backend::ValidationReport validate_on_cuda(const sim::Workload& workload,
-                                                const sim::Plan& plan, const sim::Machine& machine,
-                                                const host_backend::ValidationOptions& options) {
+std::unique_ptr<runtime::Backend> make_cuda_backend() {
   require_cuda_device();
-  host_backend::ValidationReport r;
-  const sim::Program program = sim::lower(workload, plan);
-  sim::Engine engine;
-  std::optional<host_backend::Calibration> calibration;
-  if (options.calibrate) calibration = calibrate_on_cuda(workload, machine, options.seed);
-  r.calibrated = calibration.has_value();
-  const sim::Timeline& predicted =
-      calibration ? engine.run(sim::lower(calibration->workload, plan), calibration->machine)
-                  : engine.run(program, machine);
-  r.predicted_feasible = predicted.feasible;
-  r.peak_bytes_predicted = predicted.peak_bytes;
-  r.peak_reserved_predicted = predicted.peak_reserved_bytes;
-  r.iteration_ns_predicted = predicted.iteration_ns;
+  return std::make_unique<CudaBackend>();
+}
 
-  // The reference: in-core on the host backend, with the same seed (same data and weights).
+HostComparison compare_with_host(const sim::Workload& workload, const sim::Plan& plan,
+                                 const sim::Machine& machine, std::uint64_t seed) {
+  require_cuda_device();
+  HostComparison c;
+  sim::Engine engine;
   const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
   sim::Machine roomy = machine;
   roomy.memory_bytes = std::int64_t{1} << 40;
-  const sim::Bytes reference_need = engine.run(reference_program, roomy).peak_reserved_bytes;
-  host_backend::HostDevice reference(reference_need, options.seed);
+  host_backend::HostDevice reference(engine.run(reference_program, roomy).peak_reserved_bytes,
+                                     seed);
   if (!runtime::run_program(reference, workload, reference_program).feasible) {
-    r.measured_feasible = false;
-    return r;
+    c.fits = false;
+    return c;
   }
-
-  // One warm-up run, timed runs without copying results aside, then the run that is compared.
-  std::vector<sim::Nanoseconds> times;
-  CudaDevice device(machine.memory_bytes, options.seed);
-  const int timed = std::max(options.repetitions, 1);
-  for (int k = 0; k <= timed + 1; ++k) {
-    const bool compare_run = k == timed + 1;
-    device.set_capture(compare_run);
-    const sim::Timeline measured = runtime::run_program(device, workload, program);
-    r.peak_bytes_measured = measured.peak_bytes;
-    r.peak_reserved_measured = measured.peak_reserved_bytes;
-    if (!measured.feasible) {
-      r.measured_feasible = false;
-      r.oom = measured.oom;
-      return r;
-    }
-    if (k > 0 && !compare_run) times.push_back(measured.iteration_ns);
+  CudaDevice device(machine.memory_bytes, seed);
+  if (!runtime::run_program(device, workload, sim::lower(workload, plan)).feasible) {
+    c.fits = false;
+    return c;
   }
-  std::sort(times.begin(), times.end());
-  r.iteration_ns_measured = times[times.size() / 2];
-
-  r.gradients_match = true;
+  c.within_tolerance = true;
   for (const sim::Tensor& t : workload.tensors) {
     if (!compared(workload, t)) continue;
     const auto want = reference.tensor_bytes(t.id);
     const auto got = device.tensor_bytes(t.id);
-    ++r.tensors_compared;
+    ++c.tensors_compared;
     if (want.empty() || want.size() != got.size()) {
-      r.gradients_match = false;
-      r.max_abs_diff = INFINITY;
+      c.within_tolerance = false;
+      c.max_abs_diff = INFINITY;
       continue;
     }
-    if (t.dtype != "float32" && !t.dtype.empty()) {
-      if (want != got) r.gradients_match = false;
+    if (!t.dtype.empty() && t.dtype != "float32") {
+      if (want != got) c.within_tolerance = false;
       continue;
     }
     for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
@@ -215,13 +150,13 @@ host_backend::ValidationReport validate_on_cuda(const sim::Workload& workload,
       std::memcpy(&a, want.data() + i, 4);
       std::memcpy(&b, got.data() + i, 4);
       const double diff = std::fabs(static_cast<double>(a) - b);
-      r.max_abs_diff = std::max(r.max_abs_diff, diff);
-      if (!(diff <= kAbsoluteTolerance + kRelativeTolerance * std::fabs(static_cast<double>(a)))) {
-        r.gradients_match = false;
-      }
+      const double scale = std::fabs(static_cast<double>(a));
+      c.max_abs_diff = std::max(c.max_abs_diff, diff);
+      if (scale > kAbsoluteTolerance) c.max_rel_diff = std::max(c.max_rel_diff, diff / scale);
+      if (!(diff <= kAbsoluteTolerance + kRelativeTolerance * scale)) c.within_tolerance = false;
     }
   }
-  return r;
+  return c;
 }
 
 }  // namespace memplan::cuda_backend

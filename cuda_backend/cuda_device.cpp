@@ -40,8 +40,13 @@ PinnedBuffer::~PinnedBuffer() {
 
 // ---- CudaDevice ---------------------------------------------------------------------------------
 
-CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed)
-    : capacity_(capacity_bytes), seed_(seed), arena_(capacity_bytes) {
+CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
+                       std::shared_ptr<ConvAlgorithmCache> algorithms)
+    : capacity_(capacity_bytes),
+      seed_(seed),
+      algorithms_(algorithms != nullptr ? std::move(algorithms)
+                                        : std::make_shared<ConvAlgorithmCache>()),
+      arena_(capacity_bytes) {
   void* p = nullptr;
   MEMPLAN_CUDA_CHECK(cudaMalloc(&p, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1))));
   memory_ = static_cast<std::byte*>(p);
@@ -68,7 +73,8 @@ void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   const std::uint64_t fingerprint = sim::workload_fingerprint(workload);
   if (executor_ == nullptr || workload_ != &workload || fingerprint_ != fingerprint) {
     fingerprint_ = fingerprint;
-    executor_ = std::make_unique<CudaOpExecutor>(workload, stream(sim::StreamId::kCompute));
+    executor_ =
+        std::make_unique<CudaOpExecutor>(workload, stream(sim::StreamId::kCompute), algorithms_);
     initial_.clear();
   }
   workload_ = &workload;

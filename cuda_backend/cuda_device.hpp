@@ -49,7 +49,9 @@ class CudaDevice final : public runtime::Device {
  public:
   /// A device with `capacity_bytes` of memory on CUDA device 0; data and weights derive from
   /// `seed`. Throws CudaError when the memory cannot be allocated (or there is no device).
-  explicit CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed = 1);
+  /// Devices sharing `algorithms` run each convolution with the same cuDNN algorithm.
+  explicit CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed = 1,
+                      std::shared_ptr<ConvAlgorithmCache> algorithms = nullptr);
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
   ~CudaDevice() override;
@@ -67,9 +69,9 @@ class CudaDevice final : public runtime::Device {
 
   /// Bytes of tensor `t` as the run left them: the value a kRun wrote for a gradient or the loss
   /// (when captured), else the tensor's resident buffer downloaded. Empty when not available.
-  [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const;
+  [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const override;
   /// Whether kRun outputs that are gradients or the loss are copied aside (on by default).
-  void set_capture(bool capture) { capture_ = capture; }
+  void set_capture(bool capture) override { capture_ = capture; }
 
   /// cuDNN's fastest and memory-optimal algorithms of each convolution op (after a prepare).
   [[nodiscard]] const std::map<sim::OpId, ConvAlgorithms>& conv_algorithms() const;
@@ -95,6 +97,7 @@ class CudaDevice final : public runtime::Device {
 
   sim::Bytes capacity_;
   std::uint64_t seed_;
+  std::shared_ptr<ConvAlgorithmCache> algorithms_;
   std::byte* memory_ = nullptr;
   sim::DeviceArena arena_;
   const sim::Workload* workload_ = nullptr;

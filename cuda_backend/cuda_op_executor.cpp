@@ -7,6 +7,7 @@
 
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels.cuh"
+#include "sim/plan.hpp"
 
 namespace memplan::cuda_backend {
 
@@ -241,8 +242,12 @@ double ConvAlgorithms::memory_optimal_ms() const {
 // ---- CudaOpExecutor
 // ----------------------------------------------------------------------------------
 
-CudaOpExecutor::CudaOpExecutor(const sim::Workload& workload, cudaStream_t stream)
-    : w_(workload), stream_(stream) {
+CudaOpExecutor::CudaOpExecutor(const sim::Workload& workload, cudaStream_t stream,
+                               std::shared_ptr<ConvAlgorithmCache> cache)
+    : w_(workload),
+      stream_(stream),
+      cache_(cache != nullptr ? std::move(cache) : std::make_shared<ConvAlgorithmCache>()),
+      conv_(&(*cache_)[sim::workload_fingerprint(workload)]) {
   MEMPLAN_CUDNN_CHECK(cudnnCreate(&cudnn_));
   MEMPLAN_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   MEMPLAN_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -270,7 +275,7 @@ void* CudaOpExecutor::scratch(std::size_t bytes) {
 void CudaOpExecutor::find_algorithms() {
   for (const sim::Op& op : w_.ops) {
     if (op.layer != "conv2d" && op.layer != "conv3d") continue;
-    if (op.phase == sim::Phase::kUpdate || conv_.contains(op.id)) continue;
+    if (op.phase == sim::Phase::kUpdate || conv_->contains(op.id)) continue;
     find_for(op);
   }
 }
@@ -303,7 +308,7 @@ void CudaOpExecutor::find_for(const sim::Op& op) {
         &count, filter.data()));
     found.backward_filter = usable(filter.data(), count);
   }
-  conv_[op.id] = std::move(found);
+  (*conv_)[op.id] = std::move(found);
 }
 
 void CudaOpExecutor::run(const sim::Op& op, std::span<void* const> operands,
@@ -452,8 +457,8 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     if (in.size() < 2 || out.empty()) fail(op, "convolution reads x, w [, b], writes y");
     const Conv c(op, t_in(0), t_in(1), t_out(0));
-    if (!conv_.contains(op.id)) find_for(op);
-    const FoundAlgorithm& a = pick(op, conv_.at(op.id).forward, workspace_bytes, "forward");
+    if (!conv_->contains(op.id)) find_for(op);
+    const FoundAlgorithm& a = pick(op, conv_->at(op.id).forward, workspace_bytes, "forward");
     MEMPLAN_CUDNN_CHECK(
         cudnnConvolutionForward(cudnn_, &kOne, c.x.get(), in[0], c.w.get(), in[1], c.conv.get(),
                                 static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm), workspace,
@@ -575,8 +580,8 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     // [dy, x, w] -> [dx,] dw [, db]
     const auto g = split(op.layer.c_str());
     const Conv c(op, t_in(1), t_in(2), t_in(0));
-    if (!conv_.contains(op.id)) find_for(op);
-    const ConvAlgorithms& found = conv_.at(op.id);
+    if (!conv_->contains(op.id)) find_for(op);
+    const ConvAlgorithms& found = conv_->at(op.id);
     if (g[0] != nullptr) {
       const FoundAlgorithm& a = pick(op, found.backward_data, workspace_bytes, "backward-data");
       MEMPLAN_CUDNN_CHECK(cudnnConvolutionBackwardData(

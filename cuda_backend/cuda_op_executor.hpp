@@ -21,6 +21,7 @@
 // memory-optimal algorithm of each op, with their workspaces and times, are reported.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,10 +59,16 @@ struct ConvAlgorithms {
   [[nodiscard]] double memory_optimal_ms() const;
 };
 
+/// Algorithms found per workload (by sim::workload_fingerprint) and op. Devices of one CudaBackend
+/// share it, so a plan and its in-core reference run each op with the same algorithm.
+using ConvAlgorithmCache = std::map<std::uint64_t, std::map<sim::OpId, ConvAlgorithms>>;
+
 class CudaOpExecutor {
  public:
-  /// Runs on `stream` (the device's compute stream).
-  CudaOpExecutor(const sim::Workload& workload, cudaStream_t stream);
+  /// Runs on `stream` (the device's compute stream); found algorithms go to and come from
+  /// `cache` (a fresh one when null).
+  CudaOpExecutor(const sim::Workload& workload, cudaStream_t stream,
+                 std::shared_ptr<ConvAlgorithmCache> cache = nullptr);
   CudaOpExecutor(const CudaOpExecutor&) = delete;
   CudaOpExecutor& operator=(const CudaOpExecutor&) = delete;
   ~CudaOpExecutor();
@@ -91,7 +98,8 @@ class CudaOpExecutor {
   cudaStream_t stream_;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  std::map<sim::OpId, ConvAlgorithms> conv_;
+  std::shared_ptr<ConvAlgorithmCache> cache_;
+  std::map<sim::OpId, ConvAlgorithms>* conv_;  // this workload's entry of cache_
   void* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;
 };

@@ -120,6 +120,7 @@ void HostDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   workload_ = &workload;
   program_ = &program;
   executor_ = std::make_unique<OpExecutor>(workload);
+  kernel_failed_ = false;
   arena_.reset(capacity_);
   offset_.assign(program.buffers.size(), -1);
   live_ = 0;
@@ -209,8 +210,16 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
   }
   worker(sim::StreamId::kCompute)
       .enqueue([this, &op, index, operands = std::move(operands), capture = std::move(capture)] {
+        // After a kernel failed, later kernels would read what it did not write: skip them (the
+        // stream's records still happen, so the run ends and synchronize reports the error).
+        if (kernel_failed_) return;
         const std::int64_t start = now_ns();
-        executor_->run(op, operands);
+        try {
+          executor_->run(op, operands);
+        } catch (...) {
+          kernel_failed_ = true;
+          throw;
+        }
         const std::int64_t end = now_ns();
         add_span(sim::StreamId::kCompute, index, start, end);
         for (const auto& [t, p] : capture) {

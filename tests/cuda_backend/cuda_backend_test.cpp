@@ -18,6 +18,8 @@
 #include "cuda_backend/kernels.cuh"
 #include "host_backend/encodings.hpp"
 #include "runtime/interpreter.hpp"
+#include "runtime/recording.hpp"
+#include "runtime/validation.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
@@ -103,7 +105,7 @@ TEST_CASE("--backend cuda without a device is one InputError naming the reason",
   }
 }
 
-TEST_CASE("the GPU runs the shipped traces: simulator's peaks, the host backend's gradients",
+TEST_CASE("the GPU runs the shipped traces: simulator's peaks, in-core gradients",
           "[cuda][validate]") {
   if (skip_without_device()) return;
   const std::string trace = GENERATE(std::string("mlp4"), std::string("resnet_tiny"));
@@ -112,18 +114,41 @@ TEST_CASE("the GPU runs the shipped traces: simulator's peaks, the host backend'
   CAPTURE(trace, plan_name);
   const mp::sim::Workload w = load(trace);
   const mp::sim::Machine machine = mp::sim::make_machine(w.device);
-  mp::host_backend::ValidationOptions options;
+  const mp::sim::Plan plan = *mp::sim::basic_plan(plan_name, w);
+  mp::runtime::ValidationOptions options;
   options.repetitions = 3;
-  const auto r =
-      mp::cuda_backend::validate_on_cuda(w, *mp::sim::basic_plan(plan_name, w), machine, options);
+  const mp::cuda_backend::CudaBackend backend;
+  const auto r = mp::runtime::validate(backend, w, plan, machine, options);
   CHECK(r.predicted_feasible);
   CHECK(r.measured_feasible);
   CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
   CHECK(r.peak_reserved_measured == r.peak_reserved_predicted);
   CHECK(r.tensors_compared > 0);
+  // One backend, one algorithm per op: bitwise the GPU's own in-core run.
   CHECK(r.gradients_match);
-  CHECK(r.max_abs_diff < 1e-3);
+  CHECK(r.max_abs_diff == 0.0);
   CHECK(r.iteration_ns_measured > 0);
+
+  // Against the host backend: close, within the stated tolerance.
+  const auto host = mp::cuda_backend::compare_with_host(w, plan, machine);
+  CHECK(host.fits);
+  CHECK(host.tensors_compared == r.tensors_compared);
+  CHECK(host.within_tolerance);
+  CHECK(host.max_abs_diff < 1e-3);
+}
+
+TEST_CASE("the CUDA backend measures its link and records a trace", "[cuda][record]") {
+  if (skip_without_device()) return;
+  const mp::cuda_backend::CudaBackend backend;
+  const mp::runtime::LinkModel link = backend.measure_link();
+  CHECK(link.h2d_bytes_per_s > 1e8);  // any PCIe or NVLink is faster than 100 MB/s
+  CHECK(link.d2h_bytes_per_s > 1e8);
+  CHECK(link.latency_ns >= 0);
+  const mp::sim::Workload w = load("resnet_tiny");
+  const mp::runtime::Recording rec = mp::runtime::record(backend, w);
+  CHECK(rec.workload.device.name.find("cuda") != std::string::npos);
+  CHECK(rec.iteration_ns > 0);
+  for (const mp::sim::Op& op : rec.workload.ops) CHECK(op.duration_ns > 0);
 }
 
 TEST_CASE("on one GPU, swap-all and recompute-all give the in-core run's bits", "[cuda][runtime]") {
