@@ -75,7 +75,9 @@ class CudaOpExecutor {
 
   /// Runs cudnnFind for every convolution op not searched yet (synchronous; call before a run).
   void find_algorithms();
-  [[nodiscard]] const std::map<sim::OpId, ConvAlgorithms>& conv_algorithms() const { return conv_; }
+  [[nodiscard]] const std::map<sim::OpId, ConvAlgorithms>& conv_algorithms() const {
+    return *conv_;
+  }
 
   /// Enqueues `op` with device pointers in the Program's order: inputs, outputs, then the
   /// workspace buffer (of `workspace_bytes`) when there is one. Throws std::runtime_error naming
