@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "cuda_backend/cuda_check.hpp"
@@ -47,6 +48,14 @@ CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
       algorithms_(algorithms != nullptr ? std::move(algorithms)
                                         : std::make_shared<ConvAlgorithmCache>()),
       arena_(capacity_bytes) {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  MEMPLAN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1)) > free_bytes) {
+    throw CudaError("cuda device: a " + std::to_string(capacity_) +
+                    "-byte arena (--memory) does not fit the GPU's " + std::to_string(free_bytes) +
+                    " free bytes (of " + std::to_string(total_bytes) + ")");
+  }
   void* p = nullptr;
   MEMPLAN_CUDA_CHECK(cudaMalloc(&p, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1))));
   memory_ = static_cast<std::byte*>(p);
