@@ -210,7 +210,7 @@ std::pair<sim::Bytes, double> combine(const ConvAlgorithms& c, Pick pick_one) {
     if (pass->empty()) continue;
     const FoundAlgorithm& a = pick_one(*pass);
     ws = std::max(ws, static_cast<sim::Bytes>(a.workspace_bytes));
-    ms += a.time_ms;
+    ms += std::max(a.time_ms, 0.0f);  // heuristics' results carry no time
   }
   return {ws, ms};
 }
@@ -280,32 +280,47 @@ void CudaOpExecutor::find_algorithms() {
   }
 }
 
+// cudnnFind times every algorithm, on buffers it allocates itself; when that fails (a GPU whose
+// memory the arena nearly fills), cuDNN's heuristics (Get*_v7) rank the algorithms instead.
 void CudaOpExecutor::find_for(const sim::Op& op) {
   ConvAlgorithms found;
+  int count = 0;
   if (op.phase == sim::Phase::kForward) {
     if (op.inputs.size() < 2 || op.outputs.empty()) fail(op, "convolution reads x and w, writes y");
     const Conv c(op, w_.tensor(op.inputs[0]), w_.tensor(op.inputs[1]), w_.tensor(op.outputs[0]));
     std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
-    int count = 0;
-    MEMPLAN_CUDNN_CHECK(
-        cudnnFindConvolutionForwardAlgorithm(cudnn_, c.x.get(), c.w.get(), c.conv.get(), c.y.get(),
-                                             static_cast<int>(perf.size()), &count, perf.data()));
+    const auto n = static_cast<int>(perf.size());
+    if (cudnnFindConvolutionForwardAlgorithm(cudnn_, c.x.get(), c.w.get(), c.conv.get(), c.y.get(),
+                                             n, &count, perf.data()) != CUDNN_STATUS_SUCCESS) {
+      cudaGetLastError();  // a failed allocation inside Find is not this run's error
+      MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+          cudnn_, c.x.get(), c.w.get(), c.conv.get(), c.y.get(), n, &count, perf.data()));
+    }
     found.forward = usable(perf.data(), count);
   } else {
     // [dy, x, w] -> [dx,] dw [, db]
     if (op.inputs.size() != 3) fail(op, "convolution backward reads dy, x and w");
     const Conv c(op, w_.tensor(op.inputs[1]), w_.tensor(op.inputs[2]), w_.tensor(op.inputs[0]));
     std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> data{};
-    int count = 0;
-    MEMPLAN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(
-        cudnn_, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), static_cast<int>(data.size()),
-        &count, data.data()));
+    auto n = static_cast<int>(data.size());
+    if (cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, c.w.get(), c.y.get(), c.conv.get(),
+                                                  c.x.get(), n, &count,
+                                                  data.data()) != CUDNN_STATUS_SUCCESS) {
+      cudaGetLastError();  // a failed allocation inside Find is not this run's error
+      MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          cudnn_, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), n, &count, data.data()));
+    }
     found.backward_data = usable(data.data(), count);
     std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>
         filter{};
-    MEMPLAN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
-        cudnn_, c.x.get(), c.y.get(), c.conv.get(), c.w.get(), static_cast<int>(filter.size()),
-        &count, filter.data()));
+    n = static_cast<int>(filter.size());
+    if (cudnnFindConvolutionBackwardFilterAlgorithm(cudnn_, c.x.get(), c.y.get(), c.conv.get(),
+                                                    c.w.get(), n, &count,
+                                                    filter.data()) != CUDNN_STATUS_SUCCESS) {
+      cudaGetLastError();  // a failed allocation inside Find is not this run's error
+      MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          cudnn_, c.x.get(), c.y.get(), c.conv.get(), c.w.get(), n, &count, filter.data()));
+    }
     found.backward_filter = usable(filter.data(), count);
   }
   (*conv_)[op.id] = std::move(found);

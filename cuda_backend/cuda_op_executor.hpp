@@ -12,10 +12,10 @@
 // this backend's own kernels (kernels.cuh). Arithmetic is IEEE fp32 without TF32 (cuDNN's FMA
 // math, cuBLAS's pedantic math) so gradients stay close to the host backend's.
 //
-// Convolution algorithms: find_algorithms() asks cuDNN (cudnnFind*, which times every algorithm)
-// for each convolution of the workload. An op then runs with the fastest deterministic algorithm
-// whose workspace fits the workspace buffer the Program gave it (a non-deterministic one only when
-// no deterministic one fits), so a plan that
+// Convolution algorithms: find_algorithms() asks cuDNN (cudnnFind*, which times every algorithm;
+// its heuristics, cudnnGet*_v7, when Find cannot run) for each convolution of the workload. An op
+// then runs with the fastest deterministic algorithm whose workspace fits the workspace buffer the
+// Program gave it (a non-deterministic one only when no deterministic one fits), so a plan that
 // chose the op's memory-optimal alternative (workspace 0) runs cuDNN's memory-optimal algorithm,
 // and the default runs the fastest one the trace's workspace allows. The fastest and the
 // memory-optimal algorithm of each op, with their workspaces and times, are reported.
@@ -38,7 +38,7 @@ namespace memplan::cuda_backend {
 struct FoundAlgorithm {
   int algorithm = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   std::size_t workspace_bytes = 0;
-  float time_ms = 0;
+  float time_ms = 0;  // as cudnnFind measured it; negative when cuDNN's heuristics ranked it
   /// Same inputs, same bits. Runs prefer these (two runs of a step, a plan and its in-core
   /// reference, then compute the same gradients).
   bool deterministic = true;
