@@ -25,6 +25,7 @@ struct RecordOptions {
   std::uint64_t seed = 1;
   int warmup = 2;
   std::string output;
+  zoo::TransformerOptions transformer;
 };
 
 // "32x32" or "8x32x32" → extents. Throws InputError naming --input.
@@ -64,10 +65,12 @@ void record(const RecordOptions& o, bool has_depth) {
   options.batch = o.batch;
   if (!o.input.empty()) options.input = parse_extents(o.input);
   if (has_depth) options.depth = o.depth;
+  options.transformer = o.transformer;
   zoo::BuiltModel built = zoo::build_model(*model, options);
   const zoo::Shape& in = options.input.empty() ? model->default_input : options.input;
   std::string dims;
   for (std::size_t i = 0; i < in.size(); ++i) dims += (i > 0 ? "x" : "") + std::to_string(in[i]);
+  if (model->input_dims == 0) dims = fmt::format("sequence {}", o.transformer.sequence);
   built.workload.provenance.note =
       fmt::format("{} input {}, batch {}, {} trainable parameters, fp32, SGD with momentum",
                   model->name, dims, o.batch, built.parameter_count);
@@ -95,6 +98,11 @@ void add_record_command(CLI::App& app) {
   cmd->add_option("--batch", options->batch, "batch size")->required();
   cmd->add_option("--input", options->input, "input extents, HxW (images) or TxHxW (clips)");
   cmd->add_option("--depth", options->depth, "depth of the deep residual family ('resnet')");
+  cmd->add_option("--layers", options->transformer.layers, "transformer layers (gpt)");
+  cmd->add_option("--hidden", options->transformer.hidden, "transformer hidden size (gpt)");
+  cmd->add_option("--heads", options->transformer.heads, "attention heads (gpt)");
+  cmd->add_option("--seq", options->transformer.sequence, "sequence length (gpt)");
+  cmd->add_option("--vocab", options->transformer.vocab, "vocabulary size (gpt)");
   cmd->add_option("--seed", options->seed, "seed of the input data and weights");
   cmd->add_option("--warmup", options->warmup, "iterations run before the recorded one (2)");
   cmd->add_option("-o,--output", options->output, "trace file to write (format v1)")->required();

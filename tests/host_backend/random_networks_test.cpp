@@ -135,7 +135,7 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
     const bool last = i + 1 == layers;
     const std::int64_t out = last ? classes : pick(2, 24);
     const std::string s = std::to_string(i);
-    const TensorId wi = b.tensor("w" + s, {width, out}, TensorKind::kParameter);
+    const TensorId wi = b.tensor("w" + s, {out, width}, TensorKind::kParameter);
     params.push_back(wi);
     const TensorId bi = coin() ? b.tensor("b" + s, {out}, TensorKind::kParameter) : -1;
     std::vector<TensorId> fc_in{a, wi};
