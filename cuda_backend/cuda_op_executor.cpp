@@ -439,6 +439,59 @@ class ReluDesc {
   cudnnActivationDescriptor_t d_ = nullptr;
 };
 
+/// Adaptive average pooling from x [N, C, (D,) H, W] to y of the same rank.
+kernels::AdaptiveExtents adaptive_extents(const sim::Op& op, const sim::Tensor& x,
+                                          const sim::Tensor& y) {
+  const std::size_t rank = x.shape.size();
+  if ((rank != 4 && rank != 5) || y.shape.size() != rank || y.shape[0] != x.shape[0] ||
+      y.shape[1] != x.shape[1]) {
+    fail(op, "adaptive_avg_pool maps [N, C, spatial...] to [N, C, spatial...] of rank 4 or 5");
+  }
+  kernels::AdaptiveExtents e{x.shape[0] * x.shape[1], 1, x.shape[rank - 2],
+                             x.shape[rank - 1],       1, y.shape[rank - 2],
+                             y.shape[rank - 1]};
+  if (rank == 5) {
+    e.in_d = x.shape[2];
+    e.out_d = y.shape[2];
+  }
+  if (e.in_d <= 0 || e.in_h <= 0 || e.in_w <= 0 || e.out_d <= 0 || e.out_h <= 0 || e.out_w <= 0) {
+    fail(op, "adaptive_avg_pool: empty extents");
+  }
+  return e;
+}
+
+/// Concat along dim 1: parts [N, C_i, ...] <-> whole [N, sum C_i, ...], one strided copy per part
+/// (`gather`: parts into the whole; else the whole's slices into the parts).
+void concat_copy(const sim::Op& op, cudaStream_t stream,
+                 const std::vector<const sim::Tensor*>& parts, std::span<void* const> part_data,
+                 void* whole, bool gather) {
+  std::int64_t spatial = -1;
+  std::int64_t total = 0;
+  for (const sim::Tensor* t : parts) {
+    if (t->shape.size() < 2) fail(op, "concat parts are [N, C, ...]");
+    const std::int64_t sp = elements(*t) / (t->shape[0] * t->shape[1]);
+    if (spatial >= 0 && sp != spatial) fail(op, "concat parts differ in spatial extents");
+    spatial = sp;
+    total += t->shape[1];
+  }
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto row = static_cast<std::size_t>(parts[i]->shape[1] * spatial) * sizeof(float);
+    const auto pitch = static_cast<std::size_t>(total * spatial) * sizeof(float);
+    auto* slice =
+        static_cast<std::byte*>(whole) + static_cast<std::size_t>(offset * spatial) * sizeof(float);
+    const auto batch = static_cast<std::size_t>(parts[i]->shape[0]);
+    if (gather) {
+      MEMPLAN_CUDA_CHECK(cudaMemcpy2DAsync(slice, pitch, part_data[i], row, row, batch,
+                                           cudaMemcpyDeviceToDevice, stream));
+    } else {
+      MEMPLAN_CUDA_CHECK(cudaMemcpy2DAsync(part_data[i], row, slice, pitch, row, batch,
+                                           cudaMemcpyDeviceToDevice, stream));
+    }
+    offset += parts[i]->shape[1];
+  }
+}
+
 /// Rows × classes of a softmax over the last dimension.
 std::pair<std::int64_t, std::int64_t> softmax_rows(const sim::Op& op, const sim::Tensor& t) {
   if (t.shape.empty()) fail(op, "softmax needs a shaped tensor");
@@ -459,16 +512,18 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
     d.set(op, {elements(t_in(0))});
     MEMPLAN_CUDNN_CHECK(
         cudnnActivationForward(cudnn_, relu.get(), &kOne, d.get(), in[0], &kZero, d.get(), out[0]));
+  } else if (op.layer == "relu6") {
+    kernels::relu6_forward(stream_, elements(t_in(0)), f32(in[0]), f32(out[0]));
   } else if (op.layer == "linear") {
-    // Row-major y[n×out] = x[n×in]·w[in×out] is column-major yᵀ = wᵀ·xᵀ, where the column-major
-    // views of w and x are wᵀ (out×in) and xᵀ (in×n): no transposition needed.
+    // Row-major y[n×out] = x[n×in]·wᵀ with w[out×in] (PyTorch's layout). Column-major, cuBLAS
+    // sees x as xᵀ (in×n) and w as wᵀ (in×out): yᵀ (out×n) = (wᵀ)ᵀ·xᵀ.
     const sim::Tensor& w = t_in(1);
-    if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [in, out]");
-    const std::int64_t n = elements(t_in(0)) / w.shape[0];
-    const int rows = as_int(op, n), k = as_int(op, w.shape[0]), m = as_int(op, w.shape[1]);
-    MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, m, rows, k, &kOne,
-                                     f32(in[1]), m, f32(in[0]), k, &kZero, f32(out[0]), m));
-    if (in.size() > 2) kernels::add_bias_rows(stream_, n, w.shape[1], f32(in[2]), f32(out[0]));
+    if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [out, in]");
+    const std::int64_t n = elements(t_in(0)) / w.shape[1];
+    const int rows = as_int(op, n), k = as_int(op, w.shape[1]), m = as_int(op, w.shape[0]);
+    MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows, k, &kOne,
+                                     f32(in[1]), k, f32(in[0]), k, &kZero, f32(out[0]), m));
+    if (in.size() > 2) kernels::add_bias_rows(stream_, n, w.shape[0], f32(in[2]), f32(out[0]));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     if (in.size() < 2 || out.empty()) fail(op, "convolution reads x, w [, b], writes y");
     const Conv c(op, t_in(0), t_in(1), t_out(0));
@@ -493,21 +548,40 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
     TensorDesc xd, bn;
     xd.set(op, {x.shape[0], channels, elements(x) / (x.shape[0] * channels)});
     bn.set(op, {1, channels});
-    float* running_mean = in.size() > 3 ? f32(in[3]) : nullptr;
-    float* running_var = running_mean != nullptr ? running_mean + channels : nullptr;
+    // The running statistics (a fourth input) are left as they are, as the host backend leaves
+    // them: a step's gradients do not depend on them, and a recompute must not update them twice.
     MEMPLAN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         cudnn_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, xd.get(), in[0], xd.get(), out[0], bn.get(),
-        in[1], in[2], static_cast<double>(attr_f(op, "momentum", 0.1f)), running_mean, running_var,
-        static_cast<double>(attr_f(op, "epsilon", 1e-5f)), out[1], out[2]));
+        in[1], in[2], 0.0, nullptr, nullptr, static_cast<double>(attr_f(op, "epsilon", 1e-5f)),
+        out[1], out[2]));
   } else if (op.layer == "max_pool2d") {
     if (out.size() != 2) fail(op, "max_pool2d writes its output and its indices");
     kernels::max_pool_forward(stream_, pool_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]),
                               i64(out[1]));
+  } else if (op.layer == "dropout") {
+    // The host backend's mask: a function of the forward op (so a recompute redraws it) and of
+    // the element index (host_backend::OpExecutor's dropout seed).
+    if (out.size() != 2) fail(op, "dropout writes its output and its mask");
+    const float p = attr_f(op, "p", 0.5f);
+    if (!(p >= 0.0f && p < 1.0f)) fail(op, "dropout: p must be in [0, 1)");
+    const std::uint64_t seed =
+        0x6d656d706c616eULL ^ (static_cast<std::uint64_t>(op.id) * 0x9e3779b97f4a7c15ULL);
+    const auto threshold =
+        static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
+    kernels::dropout_forward(stream_, elements(t_in(0)), threshold, 1.0f / (1.0f - p), seed,
+                             f32(in[0]), f32(out[0]), static_cast<std::uint8_t*>(out[1]));
+  } else if (op.layer == "adaptive_avg_pool") {
+    kernels::adaptive_avg_pool_forward(stream_, adaptive_extents(op, t_in(0), t_out(0)), f32(in[0]),
+                                       f32(out[0]));
+  } else if (op.layer == "concat") {
+    std::vector<const sim::Tensor*> parts;
+    for (std::size_t i = 0; i < in.size(); ++i) parts.push_back(&t_in(i));
+    concat_copy(op, stream_, parts, in, out[0], true);
   } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
     const AvgPool p(op, t_in(0), t_out(0));
     MEMPLAN_CUDNN_CHECK(
         cudnnPoolingForward(cudnn_, p.get(), &kOne, p.x.get(), in[0], &kZero, p.y.get(), out[0]));
-  } else if (op.layer == "add") {
+  } else if (op.layer == "add" || op.layer == "grad_accumulate") {
     if (in.empty()) fail(op, "add needs inputs");
     sum_into(stream_, elements(t_out(0)), in, f32(out[0]));
   } else if (op.layer == "softmax") {
@@ -576,21 +650,25 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     d.set(op, {elements(t_in(0))});
     MEMPLAN_CUDNN_CHECK(cudnnActivationBackward(cudnn_, relu.get(), &kOne, d.get(), in[1], d.get(),
                                                 in[0], d.get(), in[1], &kZero, d.get(), out[0]));
+  } else if (op.layer == "relu6") {
+    // [dy, y] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "relu6 backward reads dy and y, writes dx");
+    kernels::relu6_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0]));
   } else if (op.layer == "linear") {
-    // [dy, x, w] -> [dx,] dw [, db], column-major views as in forward:
-    // dxᵀ (in×n) = w (in×out) · dyᵀ (out×n); dwᵀ (out×in) = dyᵀ (out×n) · x (n×in).
+    // [dy, x, w] -> [dx,] dw [, db]; w[out×in]. Column-major views (see forward):
+    // dxᵀ (in×n) = wᵀ (in×out) · dyᵀ (out×n); dwᵀ (in×out) = xᵀ (in×n) · dy (n×out).
     const auto g = split("linear");
     const sim::Tensor& w = t_in(2);
-    if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [in, out]");
-    const std::int64_t n = elements(t_in(1)) / w.shape[0];
-    const int rows = as_int(op, n), k = as_int(op, w.shape[0]), m = as_int(op, w.shape[1]);
+    if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [out, in]");
+    const std::int64_t n = elements(t_in(1)) / w.shape[1];
+    const int rows = as_int(op, n), k = as_int(op, w.shape[1]), m = as_int(op, w.shape[0]);
     if (g[0] != nullptr) {
-      MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, k, rows, m, &kOne,
-                                       f32(in[2]), m, f32(in[0]), m, &kZero, g[0], k));
+      MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, k, rows, m, &kOne,
+                                       f32(in[2]), k, f32(in[0]), m, &kZero, g[0], k));
     }
-    MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, m, k, rows, &kOne,
-                                     f32(in[0]), m, f32(in[1]), k, &kZero, g[1], m));
-    if (g[2] != nullptr) kernels::column_sums(stream_, n, w.shape[1], f32(in[0]), g[2]);
+    MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, k, m, rows, &kOne,
+                                     f32(in[1]), k, f32(in[0]), m, &kZero, g[1], k));
+    if (g[2] != nullptr) kernels::column_sums(stream_, n, w.shape[0], f32(in[0]), g[2]);
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     // [dy, x, w] -> [dx,] dw [, db]
     const auto g = split(op.layer.c_str());
@@ -614,23 +692,51 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
                                                        c.bias.get(), g[2]));
     }
   } else if (op.layer == "batch_norm") {
-    // [dy, x, weight, save_mean, save_invstd] -> [dx,] dweight, dbias
-    if (in.size() != 5 || (out.size() != 2 && out.size() != 3)) {
+    // [dy, x, weight, save_mean, save_invstd] -> [dx,] dweight, dbias [, d running stats]: as the
+    // host backend, a gradient of the running statistics (the zoo gives them one) is zero.
+    if (in.size() != 5 || out.size() < 2 || out.size() > 4) {
       fail(op, "batch_norm backward reads dy, x, weight, mean, invstd, writes [dx,] dw, db");
     }
     const sim::Tensor& x = t_in(1);
     if (x.shape.size() < 2) fail(op, "batch_norm needs [N, C, ...]");
+    const bool has_dx = t_out(0).shape == x.shape;
+    const std::size_t k = has_dx ? 1 : 0;
+    if (out.size() < k + 2 || out.size() > k + 3) {
+      fail(op, "batch_norm backward writes [dx,] dw, db [, d running stats]");
+    }
     const std::int64_t channels = x.shape[1];
     TensorDesc xd, bn;
     xd.set(op, {x.shape[0], channels, elements(x) / (x.shape[0] * channels)});
     bn.set(op, {1, channels});
-    void* dx =
-        out.size() == 3 ? out[0] : scratch(static_cast<std::size_t>(elements(x)) * sizeof(float));
-    const std::size_t first_param = out.size() == 3 ? 1 : 0;
+    void* dx = has_dx ? out[0] : scratch(static_cast<std::size_t>(elements(x)) * sizeof(float));
     MEMPLAN_CUDNN_CHECK(cudnnBatchNormalizationBackward(
         cudnn_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, xd.get(), in[1], xd.get(),
-        in[0], xd.get(), dx, bn.get(), in[2], out[first_param], out[first_param + 1],
+        in[0], xd.get(), dx, bn.get(), in[2], out[k], out[k + 1],
         static_cast<double>(attr_f(op, "epsilon", 1e-5f)), in[3], in[4]));
+    if (out.size() == k + 3) {
+      MEMPLAN_CUDA_CHECK(
+          cudaMemsetAsync(out[k + 2], 0, static_cast<std::size_t>(t_out(k + 2).bytes), stream_));
+    }
+  } else if (op.layer == "dropout") {
+    // [dy, mask] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "dropout backward reads dy and the mask");
+    const float p = attr_f(op, "p", 0.5f);
+    kernels::dropout_backward(stream_, elements(t_in(0)), 1.0f / (1.0f - p), f32(in[0]),
+                              static_cast<const std::uint8_t*>(in[1]), f32(out[0]));
+  } else if (op.layer == "adaptive_avg_pool") {
+    // [dy, x] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "adaptive_avg_pool backward reads dy and x");
+    kernels::adaptive_avg_pool_backward(stream_, adaptive_extents(op, t_out(0), t_in(0)),
+                                        f32(in[0]), f32(out[0]));
+  } else if (op.layer == "concat") {
+    // [dy] -> the gradient of every part (all parts: the split is by position)
+    if (in.size() != 1) fail(op, "concat backward reads dy");
+    if (op.differentiates == sim::kNoId || w_.op(op.differentiates).inputs.size() != out.size()) {
+      fail(op, "concat backward must write the gradient of every part of its forward op");
+    }
+    std::vector<const sim::Tensor*> parts;
+    for (std::size_t i = 0; i < out.size(); ++i) parts.push_back(&t_out(i));
+    concat_copy(op, stream_, parts, out, in[0], false);
   } else if (op.layer == "max_pool2d") {
     // [dy, saved input, indices] -> [dx]
     if (in.size() != 3 || out.size() != 1) fail(op, "max_pool2d backward reads dy, x, indices");
@@ -643,7 +749,7 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     const AvgPool p(op, t_out(0), t_in(0));
     MEMPLAN_CUDNN_CHECK(cudnnPoolingBackward(cudnn_, p.get(), &kOne, p.y.get(), in[0], p.y.get(),
                                              in[0], p.x.get(), in[1], &kZero, p.x.get(), out[0]));
-  } else if (op.layer == "add") {
+  } else if (op.layer == "add" || op.layer == "grad_accumulate") {
     if (in.empty() || out.size() != 1) fail(op, "add backward sums its inputs into one output");
     sum_into(stream_, elements(t_out(0)), in, f32(out[0]));
   } else if (op.layer == "softmax") {

@@ -51,6 +51,110 @@ __global__ void column_sums_kernel(std::int64_t rows, std::int64_t cols, const f
   }
 }
 
+// ---- relu6, dropout, adaptive average pooling --------------------------------------------------
+
+__global__ void relu6_forward_kernel(std::int64_t n, const float* x, float* y) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    y[i] = fminf(fmaxf(x[i], 0.0f), 6.0f);
+  }
+}
+
+__global__ void relu6_backward_kernel(std::int64_t n, const float* dy, const float* y, float* dx) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    dx[i] = y[i] > 0.0f && y[i] < 6.0f ? dy[i] : 0.0f;
+  }
+}
+
+__device__ std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+__global__ void dropout_forward_kernel(std::int64_t n, std::uint64_t threshold, float scale,
+                                       std::uint64_t seed, const float* x, float* y,
+                                       std::uint8_t* mask) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    const bool keep = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(i))) >= threshold;
+    mask[i] = keep ? 1 : 0;
+    y[i] = keep ? __fmul_rn(x[i], scale) : 0.0f;
+  }
+}
+
+__global__ void dropout_backward_kernel(std::int64_t n, float scale, const float* dy,
+                                        const std::uint8_t* mask, float* dx) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    dx[i] = mask[i] != 0 ? __fmul_rn(dy[i], scale) : 0.0f;
+  }
+}
+
+__device__ std::int64_t window_start(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return (i * in) / out;
+}
+__device__ std::int64_t window_end(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+__global__ void adaptive_forward_kernel(AdaptiveExtents e, const float* x, float* y) {
+  const std::int64_t in_plane = e.in_d * e.in_h * e.in_w;
+  const std::int64_t out_plane = e.out_d * e.out_h * e.out_w;
+  MEMPLAN_GRID_STRIDE(o, e.planes * out_plane) {
+    const std::int64_t p = o / out_plane;
+    const std::int64_t od = (o % out_plane) / (e.out_h * e.out_w);
+    const std::int64_t oh = (o % (e.out_h * e.out_w)) / e.out_w;
+    const std::int64_t ow = o % e.out_w;
+    const std::int64_t d0 = window_start(od, e.in_d, e.out_d);
+    const std::int64_t d1 = window_end(od, e.in_d, e.out_d);
+    const std::int64_t h0 = window_start(oh, e.in_h, e.out_h);
+    const std::int64_t h1 = window_end(oh, e.in_h, e.out_h);
+    const std::int64_t w0 = window_start(ow, e.in_w, e.out_w);
+    const std::int64_t w1 = window_end(ow, e.in_w, e.out_w);
+    const float inv = 1.0f / static_cast<float>((d1 - d0) * (h1 - h0) * (w1 - w0));
+    float sum = 0.0f;
+    for (std::int64_t d = d0; d < d1; ++d) {
+      for (std::int64_t h = h0; h < h1; ++h) {
+        for (std::int64_t w = w0; w < w1; ++w) {
+          sum = __fadd_rn(sum, __fmul_rn(x[p * in_plane + (d * e.in_h + h) * e.in_w + w], inv));
+        }
+      }
+    }
+    y[o] = sum;
+  }
+}
+
+/// Each input element gathers the outputs whose window holds it, in output order.
+__global__ void adaptive_backward_kernel(AdaptiveExtents e, const float* dy, float* dx) {
+  const std::int64_t in_plane = e.in_d * e.in_h * e.in_w;
+  const std::int64_t out_plane = e.out_d * e.out_h * e.out_w;
+  MEMPLAN_GRID_STRIDE(i, e.planes * in_plane) {
+    const std::int64_t p = i / in_plane;
+    const std::int64_t d = (i % in_plane) / (e.in_h * e.in_w);
+    const std::int64_t h = (i % (e.in_h * e.in_w)) / e.in_w;
+    const std::int64_t w = i % e.in_w;
+    float g = 0.0f;
+    for (std::int64_t od = 0; od < e.out_d; ++od) {
+      const std::int64_t d0 = window_start(od, e.in_d, e.out_d);
+      const std::int64_t d1 = window_end(od, e.in_d, e.out_d);
+      if (d < d0 || d >= d1) continue;
+      for (std::int64_t oh = 0; oh < e.out_h; ++oh) {
+        const std::int64_t h0 = window_start(oh, e.in_h, e.out_h);
+        const std::int64_t h1 = window_end(oh, e.in_h, e.out_h);
+        if (h < h0 || h >= h1) continue;
+        for (std::int64_t ow = 0; ow < e.out_w; ++ow) {
+          const std::int64_t w0 = window_start(ow, e.in_w, e.out_w);
+          const std::int64_t w1 = window_end(ow, e.in_w, e.out_w);
+          if (w < w0 || w >= w1) continue;
+          const float inv = 1.0f / static_cast<float>((d1 - d0) * (h1 - h0) * (w1 - w0));
+          const std::int64_t o = p * out_plane + (od * e.out_h + oh) * e.out_w + ow;
+          g = __fadd_rn(g, __fmul_rn(dy[o], inv));
+        }
+      }
+    }
+    dx[i] = g;
+  }
+}
+
 // ---- max pooling
 // ----------------------------------------------------------------------------------
 
@@ -364,6 +468,41 @@ void column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols, const flo
                  float* sums) {
   column_sums_kernel<<<blocks_for(cols), kThreads, 0, s>>>(rows, cols, dy, sums);
   check_launch("column_sums_kernel");
+}
+
+void relu6_forward(cudaStream_t s, std::int64_t n, const float* x, float* y) {
+  relu6_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, x, y);
+  check_launch("relu6_forward_kernel");
+}
+
+void relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y, float* dx) {
+  relu6_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, dy, y, dx);
+  check_launch("relu6_backward_kernel");
+}
+
+void dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold, float scale,
+                     std::uint64_t seed, const float* x, float* y, std::uint8_t* mask) {
+  dropout_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, threshold, scale, seed, x, y, mask);
+  check_launch("dropout_forward_kernel");
+}
+
+void dropout_backward(cudaStream_t s, std::int64_t n, float scale, const float* dy,
+                      const std::uint8_t* mask, float* dx) {
+  dropout_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, scale, dy, mask, dx);
+  check_launch("dropout_backward_kernel");
+}
+
+void adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x, float* y) {
+  adaptive_forward_kernel<<<blocks_for(e.planes * e.out_d * e.out_h * e.out_w), kThreads, 0, s>>>(
+      e, x, y);
+  check_launch("adaptive_forward_kernel");
+}
+
+void adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e, const float* dy,
+                                float* dx) {
+  adaptive_backward_kernel<<<blocks_for(e.planes * e.in_d * e.in_h * e.in_w), kThreads, 0, s>>>(
+      e, dy, dx);
+  check_launch("adaptive_backward_kernel");
 }
 
 void max_pool_forward(cudaStream_t s, const PoolExtents& e, const float* x, float* y,

@@ -20,6 +20,27 @@ void add_bias_rows(cudaStream_t s, std::int64_t rows, std::int64_t cols, const f
 void column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* dy,
                  float* sums);
 
+/// relu6: y = min(max(x, 0), 6); dx = dy where 0 < y < 6 (host_backend::relu6_*).
+void relu6_forward(cudaStream_t s, std::int64_t n, const float* x, float* y);
+void relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y, float* dx);
+
+/// Dropout with the host backend's mask: keep element i when
+/// splitmix64(seed ^ splitmix64(i)) >= threshold; kept values scaled by `scale`.
+void dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold, float scale,
+                     std::uint64_t seed, const float* x, float* y, std::uint8_t* mask);
+void dropout_backward(cudaStream_t s, std::int64_t n, float scale, const float* dy,
+                      const std::uint8_t* mask, float* dx);
+
+/// Adaptive average pooling (PyTorch's windows [floor(i*in/out), ceil((i+1)*in/out))), 2-d or
+/// 3-d (in_d = out_d = 1 for 2-d), summed in the host backend's order.
+struct AdaptiveExtents {
+  std::int64_t planes;
+  std::int64_t in_d, in_h, in_w, out_d, out_h, out_w;
+};
+void adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x, float* y);
+void adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e, const float* dy,
+                                float* dx);
+
 // ---- max pooling with PyTorch's indices (the flat index of the maximum within its plane) -------
 struct PoolExtents {
   std::int64_t planes;  // batch × channels

@@ -1,12 +1,14 @@
 // Each layer the CUDA executor runs, forward and backward, against the host backend's kernels on
 // the same random data: cuDNN (conv2d, conv3d, batch-norm, average pooling), cuBLAS (linear) and
-// the backend's own kernels (max pooling with PyTorch's indices, softmax cross-entropy) give the
-// host's values within the backend's tolerance. [cuda]: skipped without a GPU.
+// the backend's own kernels (max and adaptive pooling, relu6, dropout, concat, softmax
+// cross-entropy) give the host's values within the backend's tolerance, or its bits where the
+// arithmetic is the same. [cuda]: skipped without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -50,7 +52,7 @@ class LayerCase {
     t.dtype = dtype;
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
-    t.bytes = n * (dtype == "int64" ? 8 : 4);
+    t.bytes = n * (dtype == "int64" ? 8 : dtype == "bool" ? 1 : 4);
     t.shape = std::move(shape);
     w_.tensors.push_back(t);
     void* p = nullptr;
@@ -72,12 +74,19 @@ class LayerCase {
                        cudaMemcpyDeviceToHost) == cudaSuccess);
     return out;
   }
+  /// A backward op of `layer` that differentiates op `forward`.
+  void run_backward_of(mp::sim::OpId forward, const std::string& layer,
+                       std::vector<mp::sim::TensorId> in, std::vector<mp::sim::TensorId> out) {
+    differentiates_ = forward;
+    run(layer, mp::sim::Phase::kBackward, std::move(in), std::move(out));
+  }
   /// Runs an op of `layer` and `phase` reading `in`, writing `out`, with a workspace of
   /// `workspace_bytes` (none when 0).
   void run(const std::string& layer, mp::sim::Phase phase, std::vector<mp::sim::TensorId> in,
            std::vector<mp::sim::TensorId> out, mp::sim::Attributes attributes = {},
            mp::sim::Bytes workspace_bytes = 0) {
     mp::sim::Op op;
+    op.differentiates = std::exchange(differentiates_, mp::sim::kNoId);
     op.id = static_cast<mp::sim::OpId>(w_.ops.size());
     op.name = layer + "_" + std::to_string(op.id);
     op.layer = layer;
@@ -103,6 +112,7 @@ class LayerCase {
  private:
   mp::sim::Workload w_;
   std::vector<void*> device_;
+  mp::sim::OpId differentiates_ = mp::sim::kNoId;
 };
 
 void check_close(const std::vector<float>& got, const std::vector<float>& want) {
@@ -273,9 +283,10 @@ TEST_CASE("cuBLAS linear and the loss kernels match the host's", "[cuda][layers]
   hb::softmax_cross_entropy_backward(n, out, probs.data(), labels.data(), dlogits.data());
 
   LayerCase c;
-  const auto tx = c.tensor({n, in}), tw = c.tensor({in, out}), tb = c.tensor({out}),
+  // Weights [out, in], PyTorch's layout (traces/FORMAT.md).
+  const auto tx = c.tensor({n, in}), tw = c.tensor({out, in}), tb = c.tensor({out}),
              ty = c.tensor({n, out}), tdy = c.tensor({n, out}), tdx = c.tensor({n, in}),
-             tdw = c.tensor({in, out}), tdb = c.tensor({out});
+             tdw = c.tensor({out, in}), tdb = c.tensor({out});
   const auto tl = c.tensor({n}, "int64"), tloss = c.tensor({1}), tp = c.tensor({n, out}),
              tdl = c.tensor({n, out});
   c.upload(tx, x);
@@ -295,4 +306,80 @@ TEST_CASE("cuBLAS linear and the loss kernels match the host's", "[cuda][layers]
   check_close(c.download(tp), probs);
   c.run("softmax_cross_entropy", Phase::kBackward, {tp, tl}, {tdl});
   check_close(c.download(tdl), dlogits);
+}
+
+TEST_CASE("the GPU's own layer kernels give the host's bits", "[cuda][layers]") {
+  if (skip_without_device()) return;
+  const std::int64_t batch = 2, channels = 3, h = 5, w = 7;
+  const auto n = static_cast<std::size_t>(batch * channels * h * w);
+  auto x = random_floats(n, 15);
+  for (std::size_t i = 0; i < n; i += 5) x[i] *= 9.0f;  // some above 6 for relu6
+  const auto dy = random_floats(n, 16);
+  const std::vector<std::int64_t> shape{batch, channels, h, w};
+  LayerCase c;
+  const auto tx = c.tensor(shape), tdy = c.tensor(shape);
+  c.upload(tx, x);
+  c.upload(tdy, dy);
+
+  SECTION("relu6") {
+    std::vector<float> y(n), dx(n);
+    hb::relu6_forward(static_cast<std::int64_t>(n), x.data(), y.data());
+    hb::relu6_backward(static_cast<std::int64_t>(n), dy.data(), y.data(), dx.data());
+    const auto ty = c.tensor(shape), tdx = c.tensor(shape);
+    c.run("relu6", Phase::kForward, {tx}, {ty});
+    CHECK(c.download(ty) == y);
+    c.run("relu6", Phase::kBackward, {tdy, ty}, {tdx});
+    CHECK(c.download(tdx) == dx);
+  }
+  SECTION("dropout") {
+    const float p = 0.3f;
+    // host_backend::OpExecutor's dropout seed for the forward op (op 0 of the case).
+    const std::uint64_t seed = 0x6d656d706c616eULL ^ (0ULL * 0x9e3779b97f4a7c15ULL);
+    std::vector<float> y(n), dx(n);
+    std::vector<std::uint8_t> mask(n);
+    hb::dropout_forward(static_cast<std::int64_t>(n), p, seed, x.data(), y.data(), mask.data());
+    hb::dropout_backward(static_cast<std::int64_t>(n), p, dy.data(), mask.data(), dx.data());
+    const auto ty = c.tensor(shape), tmask = c.tensor(shape, "bool"), tdx = c.tensor(shape);
+    c.run("dropout", Phase::kForward, {tx}, {ty, tmask}, {{"p", {p}}});
+    CHECK(c.download(ty) == y);
+    c.run("dropout", Phase::kBackward, {tdy, tmask}, {tdx}, {{"p", {p}}});
+    CHECK(c.download(tdx) == dx);
+  }
+  SECTION("adaptive average pooling") {
+    hb::AdaptivePoolShape s;
+    s.planes = batch * channels;
+    s.in_h = h;
+    s.in_w = w;
+    s.out_h = 2;
+    s.out_w = 3;
+    const std::vector<std::int64_t> ys{batch, channels, 2, 3};
+    const auto pooled_dy = random_floats(static_cast<std::size_t>(s.output_elements()), 17);
+    std::vector<float> y(pooled_dy.size()), dx(n);
+    hb::adaptive_avg_pool_forward(s, x.data(), y.data());
+    hb::adaptive_avg_pool_backward(s, pooled_dy.data(), dx.data());
+    const auto ty = c.tensor(ys), tpdy = c.tensor(ys), tdx = c.tensor(shape);
+    c.upload(tpdy, pooled_dy);
+    c.run("adaptive_avg_pool", Phase::kForward, {tx}, {ty});
+    CHECK(c.download(ty) == y);
+    c.run("adaptive_avg_pool", Phase::kBackward, {tpdy, tx}, {tdx});
+    CHECK(c.download(tdx) == dx);
+  }
+  SECTION("concat") {
+    const std::vector<std::int64_t> other_shape{batch, 2, h, w};
+    const auto other = random_floats(static_cast<std::size_t>(batch * 2 * h * w), 18);
+    const std::int64_t parts_channels[] = {channels, 2};
+    const float* parts[] = {x.data(), other.data()};
+    std::vector<float> y(n + other.size());
+    hb::concat_forward(batch, h * w, 2, parts_channels, parts, y.data());
+    const std::vector<std::int64_t> ys{batch, channels + 2, h, w};
+    const auto tother = c.tensor(other_shape), ty = c.tensor(ys), td0 = c.tensor(shape),
+               td1 = c.tensor(other_shape);
+    c.upload(tother, other);
+    c.run("concat", Phase::kForward, {tx, tother}, {ty});
+    CHECK(c.download(ty) == y);
+    // Backward splits dy = y back into the parts (differentiates the forward op 0).
+    c.run_backward_of(0, "concat", {ty}, {td0, td1});
+    CHECK(c.download(td0) == x);
+    CHECK(c.download(td1) == other);
+  }
 }
