@@ -7,7 +7,7 @@
 
 namespace memplan::cli {
 
-/// The backend called `name` ("host"); throws sim::InputError naming `--backend` (and the known
+/// The backend called `name` ("host", "cuda"); throws sim::InputError naming `--backend` (and the known
 /// names) for any other.
 std::unique_ptr<runtime::Backend> make_backend(std::string_view name);
 
