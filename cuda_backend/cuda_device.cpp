@@ -53,7 +53,7 @@ CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
   MEMPLAN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1)) > free_bytes) {
     throw CudaError("cuda device: a " + std::to_string(capacity_) +
-                    "-byte arena (--memory) does not fit the GPU's " + std::to_string(free_bytes) +
+                    "-byte arena does not fit the GPU's " + std::to_string(free_bytes) +
                     " free bytes (of " + std::to_string(total_bytes) + ")");
   }
   void* p = nullptr;
