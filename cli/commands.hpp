@@ -15,5 +15,6 @@ void add_zoo_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 /// Sets `exit_status` to 1 when the plan does not fit or gradients differ from the in-core run.
 void add_validate_command(CLI::App& app, int& exit_status);
+void add_record_command(CLI::App& app);
 
 }  // namespace memplan::cli

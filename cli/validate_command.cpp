@@ -1,18 +1,23 @@
-// `memplan validate`: run a plan for real on a backend (host only: no machine here has a GPU) and
+// `memplan validate`: run a plan for real on a backend (host, or cuda on a GPU machine) and
 // the in-core reference on the same data and weights, and print predicted vs measured peak device
 // bytes and iteration time and whether the gradients match. Exit 0 when the run fits and matches,
 // 1 when it does not, 2 for bad input (including a plan the simulator says does not fit, unless
 // --force, and a trace with a layer the backend cannot run).
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/backends.hpp"
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
 #include "cli/plan_flags.hpp"
-#include "host_backend/validation.hpp"
+#include "runtime/validation.hpp"
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+#include "cuda_backend/cuda_backend.hpp"
+#endif
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
 #include "sim/lowering.hpp"
@@ -35,10 +40,7 @@ struct ValidateOptions {
 };
 
 int validate(const ValidateOptions& o) {
-  if (o.backend != "host") {
-    throw sim::InputError("--backend",
-                          fmt::format("unknown backend '{}' (known: host)", o.backend));
-  }
+  const std::unique_ptr<runtime::Backend> backend = make_backend(o.backend);
   const sim::Workload workload = sim::read_trace(o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "validate");
@@ -52,15 +54,27 @@ int validate(const ValidateOptions& o) {
                                   sim::oom_to_text(*predicted.oom, program, workload)));
     }
   }
-  host_backend::ValidationOptions options;
+  runtime::ValidationOptions options;
   options.seed = o.seed;
   options.calibrate = o.calibrate;
-  host_backend::ValidationReport r;
+  runtime::ValidationReport r;
   try {
-    r = host_backend::validate_on_host(workload, plan, machine, options);
+    r = runtime::validate(*backend, workload, plan, machine, options);
   } catch (const std::runtime_error& e) {
-    throw sim::InputError("--backend host", e.what());
+    throw sim::InputError("--backend " + backend->name(), e.what());
   }
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+  // On a GPU, also the gradients against the host backend's (close, not bitwise: see
+  // docs/gpu-validation.md).
+  std::optional<cuda_backend::HostComparison> host;
+  if (backend->name() == "cuda" && r.measured_feasible) {
+    try {
+      host = cuda_backend::compare_with_host(workload, plan, machine, o.seed);
+    } catch (const std::runtime_error& e) {
+      throw sim::InputError("--backend cuda", e.what());
+    }
+  }
+#endif
   const double predicted_s = static_cast<double>(r.iteration_ns_predicted) * 1e-9;
   const double measured_s = static_cast<double>(r.iteration_ns_measured) * 1e-9;
   if (o.json) {
@@ -80,18 +94,39 @@ int validate(const ValidateOptions& o) {
         std::isfinite(r.max_abs_diff) ? nlohmann::json(r.max_abs_diff) : nlohmann::json(nullptr);
     j["tensors_compared"] = r.tensors_compared;
     j["calibrated"] = r.calibrated;
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+    if (host) {
+      j["host_gradients_within_tolerance"] = host->within_tolerance;
+      j["host_max_abs_diff"] = std::isfinite(host->max_abs_diff)
+                                   ? nlohmann::json(host->max_abs_diff)
+                                   : nlohmann::json(nullptr);
+      j["host_max_rel_diff"] = host->max_rel_diff;
+      j["gradients_tolerance"] = {{"absolute", cuda_backend::kAbsoluteTolerance},
+                                  {"relative", cuda_backend::kRelativeTolerance}};
+    }
+#endif
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("backend            host\n");
+    fmt::print("backend            {}\n", backend->name());
     fmt::print("plan               {}\n", plan.policy.empty() ? o.plan.plan : plan.policy);
     fmt::print("peak bytes         predicted {}  measured {}\n", r.peak_bytes_predicted,
                r.peak_bytes_measured);
-    fmt::print("costs              {}\n",
-               r.calibrated ? "measured on this host (--calibrate)" : "the trace's");
+    fmt::print("costs              {}\n", !r.calibrated ? "the trace's"
+                                          : backend->name() == "cuda"
+                                              ? "measured on this GPU (--calibrate)"
+                                              : "measured on this host (--calibrate)");
     fmt::print("iteration time     predicted {:.6f} s  measured {:.6f} s  ({:+.1f}%)\n",
                predicted_s, measured_s, r.iteration_error_percent());
     fmt::print("gradients match    {} ({} tensors, max |diff| {:g})\n",
                r.gradients_match ? "yes" : "no", r.tensors_compared, r.max_abs_diff);
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+    if (host) {
+      fmt::print(
+          "vs host backend    {} (max |diff| {:g}, max rel {:g}; tolerance {:g} + {:g}*|x|)\n",
+          host->within_tolerance ? "within tolerance" : "OUT of tolerance", host->max_abs_diff,
+          host->max_rel_diff, cuda_backend::kAbsoluteTolerance, cuda_backend::kRelativeTolerance);
+    }
+#endif
   }
   if (!r.measured_feasible) {
     if (r.oom) {
@@ -100,6 +135,9 @@ int validate(const ValidateOptions& o) {
     }
     return 1;
   }
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+  if (host && !host->within_tolerance) return 1;
+#endif
   return r.gradients_match ? 0 : 1;
 }
 }  // namespace
@@ -111,12 +149,12 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
       ->required();
   add_plan_flags(*cmd, options->plan);
-  cmd->add_option("--backend", options->backend, "where to run: host");
+  cmd->add_option("--backend", options->backend, "where to run: host, cuda (a GPU)");
   add_machine_flags(*cmd, options->machine);
   cmd->add_option("--seed", options->seed, "seed of the input data and weights");
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
   cmd->add_flag("--calibrate", options->calibrate,
-                "predict with op and copy costs measured on this host, not the trace's");
+                "predict with op and copy costs measured on the backend, not the trace's");
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->callback([options, &exit_status] { exit_status = validate(*options); });
 }

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "host_backend/encodings.hpp"
+#include "host_backend/initial_data.hpp"
 #include "sim/check.hpp"
 
 namespace memplan::host_backend {
@@ -80,45 +81,6 @@ void StreamWorker::loop() {
   }
 }
 
-// ---- data from a seed ---------------------------------------------------------------------------
-
-namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-/// Uniform in [-1, 1), a function of (seed, tensor, index) only.
-float uniform(std::uint64_t seed, sim::TensorId t, std::int64_t i) {
-  const std::uint64_t h =
-      splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(t) * 0x100000001b3ULL +
-                                   static_cast<std::uint64_t>(i)));
-  return static_cast<float>(static_cast<double>(h >> 40) / static_cast<double>(1ULL << 23) - 1.0);
-}
-
-std::int64_t element_count(const sim::Tensor& t) {
-  std::int64_t n = 1;
-  for (std::int64_t d : t.shape) n *= d;
-  return n;
-}
-
-/// Number of classes of a label tensor: the width of the logits of the loss that reads it.
-std::int64_t label_classes(const sim::Workload& w, sim::TensorId labels) {
-  for (const sim::Op& op : w.ops) {
-    if (op.layer != "softmax_cross_entropy" || op.phase != sim::Phase::kForward) continue;
-    if (op.inputs.size() == 2 && op.inputs[1] == labels) {
-      const sim::Tensor& logits = w.tensor(op.inputs[0]);
-      if (logits.shape.size() == 2) return logits.shape[1];
-    }
-  }
-  return 1;
-}
-
-}  // namespace
-
 // ---- HostDevice ---------------------------------------------------------------------------------
 
 HostDevice::HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed)
@@ -158,6 +120,7 @@ void HostDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   workload_ = &workload;
   program_ = &program;
   executor_ = std::make_unique<OpExecutor>(workload);
+  kernel_failed_ = false;
   arena_.reset(capacity_);
   offset_.assign(program.buffers.size(), -1);
   live_ = 0;
@@ -196,38 +159,14 @@ bool HostDevice::allocate(sim::BufferId buffer) {
 void HostDevice::initialise(sim::BufferId buffer) {
   const sim::Buffer& buf = program_->buffers[static_cast<std::size_t>(buffer)];
   const sim::Tensor& t = workload_->tensor(buf.tensor);
-  std::byte* p = data(buffer);
-  const std::int64_t n = element_count(t);
-  const std::uint64_t seed = seed_;
-  const sim::Bytes bytes = buf.bytes;
-  std::function<void()> fill;
-  if (t.kind == sim::TensorKind::kOptimizerState) {
-    fill = [p, bytes] { std::memset(p, 0, static_cast<std::size_t>(bytes)); };
-  } else if (t.dtype == "int64") {
-    const std::int64_t classes = label_classes(*workload_, t.id);
-    fill = [p, n, classes, seed, id = t.id] {
-      auto* labels = reinterpret_cast<std::int64_t*>(p);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const float u = uniform(seed, id, i);  // [-1, 1)
-        labels[i] = std::min<std::int64_t>(
-            classes - 1,
-            static_cast<std::int64_t>((u + 1.0f) * 0.5f * static_cast<float>(classes)));
-      }
-    };
-  } else if (t.dtype == "float32" || t.dtype.empty()) {
-    float scale = 1.0f;
-    if (t.kind == sim::TensorKind::kParameter && !t.shape.empty()) {
-      std::int64_t fan_in = t.shape.size() == 2 ? t.shape[0] : element_count(t) / t.shape[0];
-      scale = 1.0f / std::sqrt(static_cast<float>(std::max<std::int64_t>(fan_in, 1)));
-    }
-    fill = [p, n, scale, seed, id = t.id] {
-      auto* x = reinterpret_cast<float*>(p);
-      for (std::int64_t i = 0; i < n; ++i) x[i] = scale * uniform(seed, id, i);
-    };
-  } else {
+  if (t.kind != sim::TensorKind::kOptimizerState && !t.dtype.empty() && t.dtype != "float32" &&
+      t.dtype != "int64") {
     throw std::runtime_error("tensor '" + t.name + "': no initial data for dtype " + t.dtype);
   }
-  worker(sim::StreamId::kCompute).enqueue(std::move(fill));
+  std::byte* p = data(buffer);
+  worker(sim::StreamId::kCompute).enqueue([this, &t, p] {
+    fill_initial_data(*workload_, t, seed_, p);
+  });
 }
 
 void HostDevice::free(sim::BufferId buffer) {
@@ -271,8 +210,16 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
   }
   worker(sim::StreamId::kCompute)
       .enqueue([this, &op, index, operands = std::move(operands), capture = std::move(capture)] {
+        // After a kernel failed, later kernels would read what it did not write: skip them (the
+        // stream's records still happen, so the run ends and synchronize reports the error).
+        if (kernel_failed_) return;
         const std::int64_t start = now_ns();
-        executor_->run(op, operands);
+        try {
+          executor_->run(op, operands);
+        } catch (...) {
+          kernel_failed_ = true;
+          throw;
+        }
         const std::int64_t end = now_ns();
         add_span(sim::StreamId::kCompute, index, start, end);
         for (const auto& [t, p] : capture) {

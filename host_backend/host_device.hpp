@@ -10,6 +10,7 @@
 // same workload see the same data whatever the plan. Gradients (and the loss) written by the
 // step's own ops are captured on the fly, and parameters and optimizer state can be read after the
 // run, so that runs of different plans can be compared bit for bit.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -77,12 +78,8 @@ class HostDevice final : public runtime::Device {
   [[nodiscard]] std::vector<sim::Span> measured_spans() const override;
   [[nodiscard]] runtime::MemoryStats memory_stats() const override;
 
-  /// Bytes of tensor `t` as the run left them: parameters and optimizer state (resident at the
-  /// end), or the value a kRun wrote for a gradient or the loss. Empty when not available.
-  [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const;
-  /// Whether kRun outputs that are gradients or the loss are copied aside (on by default; off
-  /// for timing runs, where the copies would add time the simulator does not know of).
-  void set_capture(bool capture) { capture_ = capture; }
+  [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const override;
+  void set_capture(bool capture) override { capture_ = capture; }
 
  private:
   struct EventState {
@@ -113,6 +110,7 @@ class HostDevice final : public runtime::Device {
   std::vector<std::vector<std::byte>> host_store_;  // per host slot
   std::map<sim::TensorId, std::vector<std::byte>> captured_;
   bool capture_ = true;
+  std::atomic<bool> kernel_failed_ = false;  // a kernel threw in this run
   mutable std::mutex spans_mutex_;
   std::vector<sim::Span> spans_;
   std::int64_t t0_ = 0;

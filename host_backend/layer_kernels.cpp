@@ -35,6 +35,14 @@ void relu_backward(std::int64_t n, const float* dy, const float* y, float* dx) {
   for (std::int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+void relu6_forward(std::int64_t n, const float* x, float* y) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = std::min(std::max(x[i], 0.0f), 6.0f);
+}
+
+void relu6_backward(std::int64_t n, const float* dy, const float* y, float* dx) {
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f && y[i] < 6.0f ? dy[i] : 0.0f;
+}
+
 void batch_norm_forward(const BatchNormShape& s, const float* x, const float* gamma,
                         const float* beta, float* y, float* save_mean, float* save_invstd) {
   const std::int64_t count = s.batch * s.spatial;
@@ -82,6 +90,7 @@ void batch_norm_backward(const BatchNormShape& s, const float* x, const float* g
     }
     dgamma[c] = static_cast<float>(sum_dy_xhat);
     dbeta[c] = static_cast<float>(sum_dy);
+    if (dx == nullptr) continue;
     const double k = gamma[c] * invstd;
     for (std::int64_t n = 0; n < s.batch; ++n) {
       const std::int64_t off = (n * s.channels + c) * s.spatial;
@@ -186,18 +195,76 @@ void avg_pool_backward(const PoolShape& s, const float* dy, float* dx) {
   }
 }
 
+namespace {
+// PyTorch's adaptive pooling window along one axis: [floor(i*in/out), ceil((i+1)*in/out)).
+std::int64_t window_start(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return (i * in) / out;
+}
+std::int64_t window_end(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+}  // namespace
+
+void AdaptivePoolShape::check() const {
+  if (planes <= 0 || in_d <= 0 || in_h <= 0 || in_w <= 0 || out_d <= 0 || out_h <= 0 ||
+      out_w <= 0) {
+    throw std::invalid_argument("adaptive pooling: extents must be positive");
+  }
+}
+
+// One walk for both directions: `visit(input_index, output_index, 1 / window size)`.
+template <class Visit>
+void adaptive_walk(const AdaptivePoolShape& s, Visit visit) {
+  s.check();
+  const std::int64_t in_plane = s.in_d * s.in_h * s.in_w;
+  const std::int64_t out_plane = s.out_d * s.out_h * s.out_w;
+  for (std::int64_t p = 0; p < s.planes; ++p) {
+    for (std::int64_t od = 0; od < s.out_d; ++od) {
+      const std::int64_t d0 = window_start(od, s.in_d, s.out_d);
+      const std::int64_t d1 = window_end(od, s.in_d, s.out_d);
+      for (std::int64_t oh = 0; oh < s.out_h; ++oh) {
+        const std::int64_t h0 = window_start(oh, s.in_h, s.out_h);
+        const std::int64_t h1 = window_end(oh, s.in_h, s.out_h);
+        for (std::int64_t ow = 0; ow < s.out_w; ++ow) {
+          const std::int64_t w0 = window_start(ow, s.in_w, s.out_w);
+          const std::int64_t w1 = window_end(ow, s.in_w, s.out_w);
+          const std::int64_t o = p * out_plane + (od * s.out_h + oh) * s.out_w + ow;
+          const float inv = 1.0f / static_cast<float>((d1 - d0) * (h1 - h0) * (w1 - w0));
+          for (std::int64_t d = d0; d < d1; ++d) {
+            for (std::int64_t h = h0; h < h1; ++h) {
+              for (std::int64_t w = w0; w < w1; ++w) {
+                visit(p * in_plane + (d * s.in_h + h) * s.in_w + w, o, inv);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void adaptive_avg_pool_forward(const AdaptivePoolShape& s, const float* x, float* y) {
+  std::fill(y, y + s.output_elements(), 0.0f);
+  adaptive_walk(s, [&](std::int64_t i, std::int64_t o, float inv) { y[o] += x[i] * inv; });
+}
+
+void adaptive_avg_pool_backward(const AdaptivePoolShape& s, const float* dy, float* dx) {
+  std::fill(dx, dx + s.input_elements(), 0.0f);
+  adaptive_walk(s, [&](std::int64_t i, std::int64_t o, float inv) { dx[i] += dy[o] * inv; });
+}
+
 void linear_forward(std::int64_t n, std::int64_t in, std::int64_t out, const float* x,
                     const float* w, const float* b, float* y) {
   Map result(y, n, out);
-  result.noalias() = ConstMap(x, n, in) * ConstMap(w, in, out);
+  result.noalias() = ConstMap(x, n, in) * ConstMap(w, out, in).transpose();
   if (b != nullptr) result.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b, out);
 }
 
 void linear_backward(std::int64_t n, std::int64_t in, std::int64_t out, const float* x,
                      const float* w, const float* dy, float* dx, float* dw, float* db) {
   const ConstMap grad(dy, n, out);
-  if (dx != nullptr) Map(dx, n, in).noalias() = grad * ConstMap(w, in, out).transpose();
-  Map(dw, in, out).noalias() = ConstMap(x, n, in).transpose() * grad;
+  if (dx != nullptr) Map(dx, n, in).noalias() = grad * ConstMap(w, out, in);
+  Map(dw, out, in).noalias() = grad.transpose() * ConstMap(x, n, in);
   if (db != nullptr) Eigen::Map<Eigen::RowVectorXf>(db, out) = grad.colwise().sum();
 }
 

@@ -12,6 +12,10 @@ namespace memplan::host_backend {
 void relu_forward(std::int64_t n, const float* x, float* y);  // y may alias x (in place)
 /// dx = dy where y > 0, else 0. Reads the forward output, as PyTorch's ReluBackward does.
 void relu_backward(std::int64_t n, const float* dy, const float* y, float* dx);
+/// ReLU6: y = min(max(x, 0), 6); y may alias x.
+void relu6_forward(std::int64_t n, const float* x, float* y);
+/// dx = dy where 0 < y < 6, else 0 (PyTorch's hardtanh backward on the in-place result).
+void relu6_backward(std::int64_t n, const float* dy, const float* y, float* dx);
 
 // ---- batch-norm (training mode, per channel over batch and space) -----------------------------
 struct BatchNormShape {
@@ -21,7 +25,7 @@ struct BatchNormShape {
 /// Writes y, and the saved per-channel mean and 1/sqrt(var + eps).
 void batch_norm_forward(const BatchNormShape& s, const float* x, const float* gamma,
                         const float* beta, float* y, float* save_mean, float* save_invstd);
-/// Writes dx, dgamma, dbeta (overwritten) from the saved input and statistics.
+/// Writes dx (when not null), dgamma, dbeta (overwritten) from the saved input and statistics.
 void batch_norm_backward(const BatchNormShape& s, const float* x, const float* gamma,
                          const float* save_mean, const float* save_invstd, const float* dy,
                          float* dx, float* dgamma, float* dbeta);
@@ -45,10 +49,23 @@ void max_pool_backward(const PoolShape& s, const float* dy, const std::int64_t* 
 void avg_pool_forward(const PoolShape& s, const float* x, float* y);
 void avg_pool_backward(const PoolShape& s, const float* dy, float* dx);
 
-// ---- linear: y[n×out] = x[n×in] · w[in×out] + b ------------------------------------------------
+/// Adaptive average pooling (PyTorch's AdaptiveAvgPool2d/3d): output cell i along an axis averages
+/// input [floor(i·in/out), ceil((i+1)·in/out)). 2D is depth 1. `planes` = batch × channels.
+struct AdaptivePoolShape {
+  std::int64_t planes = 1;
+  std::int64_t in_d = 1, in_h = 1, in_w = 1;
+  std::int64_t out_d = 1, out_h = 1, out_w = 1;
+  [[nodiscard]] std::int64_t input_elements() const { return planes * in_d * in_h * in_w; }
+  [[nodiscard]] std::int64_t output_elements() const { return planes * out_d * out_h * out_w; }
+  void check() const;  // throws std::invalid_argument
+};
+void adaptive_avg_pool_forward(const AdaptivePoolShape& s, const float* x, float* y);
+void adaptive_avg_pool_backward(const AdaptivePoolShape& s, const float* dy, float* dx);
+
+// ---- linear: y[n×out] = x[n×in] · wᵀ + b, w[out×in] (PyTorch's layout) ------------------------
 void linear_forward(std::int64_t n, std::int64_t in, std::int64_t out, const float* x,
                     const float* w, const float* b, float* y);
-/// dx (when not null) = dy·wᵀ; dw = xᵀ·dy; db (when not null) = column sums of dy.
+/// dx (when not null) = dy·w; dw = dyᵀ·x; db (when not null) = column sums of dy.
 void linear_backward(std::int64_t n, std::int64_t in, std::int64_t out, const float* x,
                      const float* w, const float* dy, float* dx, float* dw, float* db);
 

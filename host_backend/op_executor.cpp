@@ -1,6 +1,7 @@
 #include "host_backend/op_executor.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -54,20 +55,31 @@ void sum_into(std::int64_t n, std::span<void* const> in, float* out) {
 }
 
 ConvShape conv_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& w) {
-  if (x.shape.size() != 4 || w.shape.size() != 4) fail(op, "conv2d needs 4-d input and filter");
+  const std::size_t rank = op.layer == "conv3d" ? 5 : 4;
+  if (x.shape.size() != rank || w.shape.size() != rank) {
+    fail(op, op.layer + " needs " + std::to_string(rank) + "-d input and filter");
+  }
+  // Spatial attributes list D, H, W for conv3d and H, W for conv2d.
+  const std::size_t d0 = rank == 5 ? 1 : 0;  // attribute index of H
   ConvShape s;
   s.batch = x.shape[0];
   s.in_channels = x.shape[1];
-  s.in_h = x.shape[2];
-  s.in_w = x.shape[3];
   s.out_channels = w.shape[0];
   s.groups = attr(op, "groups", 0, 1);
-  s.kernel_h = attr(op, "kernel", 0, w.shape[2]);
-  s.kernel_w = attr(op, "kernel", 1, w.shape[3]);
-  s.stride_h = attr(op, "stride", 0, 1);
-  s.stride_w = attr(op, "stride", 1, 1);
-  s.pad_h = attr(op, "padding", 0, 0);
-  s.pad_w = attr(op, "padding", 1, 0);
+  if (rank == 5) {
+    s.in_d = x.shape[2];
+    s.kernel_d = attr(op, "kernel", 0, w.shape[2]);
+    s.stride_d = attr(op, "stride", 0, 1);
+    s.pad_d = attr(op, "padding", 0, 0);
+  }
+  s.in_h = x.shape[rank - 2];
+  s.in_w = x.shape[rank - 1];
+  s.kernel_h = attr(op, "kernel", d0, w.shape[rank - 2]);
+  s.kernel_w = attr(op, "kernel", d0 + 1, w.shape[rank - 1]);
+  s.stride_h = attr(op, "stride", d0, 1);
+  s.stride_w = attr(op, "stride", d0 + 1, 1);
+  s.pad_h = attr(op, "padding", d0, 0);
+  s.pad_w = attr(op, "padding", d0 + 1, 0);
   try {
     s.check();
   } catch (const std::exception& e) {
@@ -76,8 +88,10 @@ ConvShape conv_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor&
   return s;
 }
 
-PoolShape pool_shape(const sim::Op& op, const sim::Tensor& x) {
-  if (x.shape.size() != 4) fail(op, "max_pool2d needs a 4-d input");
+/// The 2D window of a pooling op over input `x`, checked against its output `y` (PyTorch's
+/// ceil_mode can add a last window the kernels do not make; such an op is refused).
+PoolShape pool_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& y) {
+  if (x.shape.size() != 4 || y.shape.size() != 4) fail(op, op.layer + " needs 4-d tensors");
   PoolShape s;
   s.batch = x.shape[0];
   s.channels = x.shape[1];
@@ -89,7 +103,68 @@ PoolShape pool_shape(const sim::Op& op, const sim::Tensor& x) {
   s.stride_w = attr(op, "stride", 1, s.kernel_w);
   s.pad_h = attr(op, "padding", 0, 0);
   s.pad_w = attr(op, "padding", 1, 0);
+  try {
+    s.check();
+  } catch (const std::exception& e) {
+    fail(op, e.what());
+  }
+  if (s.out_h() != y.shape[2] || s.out_w() != y.shape[3]) {
+    fail(op, "output extents differ from the window's (ceil_mode is not supported)");
+  }
   return s;
+}
+
+/// Adaptive average pooling from input `x` [N, C, (D,) H, W] to output `y` of the same rank.
+AdaptivePoolShape adaptive_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& y) {
+  const std::size_t rank = x.shape.size();
+  if ((rank != 4 && rank != 5) || y.shape.size() != rank || y.shape[0] != x.shape[0] ||
+      y.shape[1] != x.shape[1]) {
+    fail(op, "adaptive_avg_pool maps [N, C, spatial...] to [N, C, spatial...] of rank 4 or 5");
+  }
+  AdaptivePoolShape s;
+  s.planes = x.shape[0] * x.shape[1];
+  if (rank == 5) {
+    s.in_d = x.shape[2];
+    s.out_d = y.shape[2];
+  }
+  s.in_h = x.shape[rank - 2];
+  s.in_w = x.shape[rank - 1];
+  s.out_h = y.shape[rank - 2];
+  s.out_w = y.shape[rank - 1];
+  return s;
+}
+
+BatchNormShape batch_norm_shape(const sim::Op& op, const sim::Tensor& x) {
+  if (x.shape.size() < 2) fail(op, "batch_norm needs [N, C, ...] input");
+  BatchNormShape s;
+  s.batch = x.shape[0];
+  s.channels = x.shape[1];
+  s.spatial = elements(x) / (s.batch * s.channels);
+  s.epsilon = attr_f(op, "epsilon", 1e-5f);
+  return s;
+}
+
+/// Dropout probability (attribute `p`, PyTorch's default 0.5) and the mask's seed: a function of
+/// the forward op alone, so a recompute draws the same mask as the first run.
+float dropout_p(const sim::Op& op) {
+  return attr_f(op, "p", 0.5f);
+}
+std::uint64_t dropout_seed(sim::OpId forward) {
+  return 0x6d656d706c616eULL ^ (static_cast<std::uint64_t>(forward) * 0x9e3779b97f4a7c15ULL);
+}
+
+/// Channels of each part of a concat along dim 1, and the spatial extent they share.
+void concat_extents(const sim::Op& op, const std::vector<const sim::Tensor*>& parts,
+                    std::vector<std::int64_t>& channels, std::int64_t& spatial) {
+  channels.clear();
+  spatial = -1;
+  for (const sim::Tensor* t : parts) {
+    if (t->shape.size() < 2) fail(op, "concat parts are [N, C, ...]");
+    const std::int64_t sp = elements(*t) / (t->shape[0] * t->shape[1]);
+    if (spatial >= 0 && sp != spatial) fail(op, "concat parts differ in spatial extents");
+    spatial = sp;
+    channels.push_back(t->shape[1]);
+  }
 }
 
 }  // namespace
@@ -150,19 +225,52 @@ void OpExecutor::forward(const sim::Op& op, std::span<void* const> in, std::span
   const auto& t_out = [&](std::size_t i) -> const sim::Tensor& { return w_.tensor(op.outputs[i]); };
   if (op.layer == "relu") {
     relu_forward(elements(t_in(0)), f32(in[0]), f32(out[0]));
+  } else if (op.layer == "relu6") {
+    relu6_forward(elements(t_in(0)), f32(in[0]), f32(out[0]));
   } else if (op.layer == "linear") {
     const sim::Tensor& w = t_in(1);
-    if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [in, out]");
-    const std::int64_t n = elements(t_in(0)) / w.shape[0];
+    if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [out, in]");
+    const std::int64_t n = elements(t_in(0)) / w.shape[1];
     const float* bias = in.size() > 2 ? f32(in[2]) : nullptr;
-    linear_forward(n, w.shape[0], w.shape[1], f32(in[0]), f32(in[1]), bias, f32(out[0]));
-  } else if (op.layer == "conv2d") {
+    linear_forward(n, w.shape[1], w.shape[0], f32(in[0]), f32(in[1]), bias, f32(out[0]));
+  } else if (op.layer == "batch_norm") {
+    // [x, gamma, beta (, running stats)] -> [y, save_mean, save_invstd]
+    if (in.size() < 3 || out.size() != 3) {
+      fail(op, "batch_norm reads x, weight, bias [, running stats], writes y, mean, invstd");
+    }
+    batch_norm_forward(batch_norm_shape(op, t_in(0)), f32(in[0]), f32(in[1]), f32(in[2]),
+                       f32(out[0]), f32(out[1]), f32(out[2]));
+  } else if (op.layer == "avg_pool2d") {
+    avg_pool_forward(pool_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]));
+  } else if (op.layer == "adaptive_avg_pool") {
+    adaptive_avg_pool_forward(adaptive_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]));
+  } else if (op.layer == "dropout") {
+    if (out.size() != 2) fail(op, "dropout writes its output and its mask");
+    try {
+      dropout_forward(elements(t_in(0)), dropout_p(op), dropout_seed(op.id), f32(in[0]),
+                      f32(out[0]), static_cast<std::uint8_t*>(out[1]));
+    } catch (const std::invalid_argument& e) {
+      fail(op, e.what());
+    }
+  } else if (op.layer == "concat") {
+    std::vector<const sim::Tensor*> parts;
+    std::vector<const float*> data;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      parts.push_back(&t_in(i));
+      data.push_back(f32(in[i]));
+    }
+    std::vector<std::int64_t> channels;
+    std::int64_t spatial = 0;
+    concat_extents(op, parts, channels, spatial);
+    concat_forward(t_in(0).shape[0], spatial, static_cast<int>(parts.size()), channels.data(),
+                   data.data(), f32(out[0]));
+  } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     const ConvShape s = conv_shape(op, t_in(0), t_in(1));
     const float* bias = in.size() > 2 ? f32(in[2]) : nullptr;
     conv_forward(s, f32(in[0]), f32(in[1]), bias, f32(out[0]), scratch(s.workspace_elements()));
   } else if (op.layer == "max_pool2d") {
     if (out.size() != 2) fail(op, "max_pool2d writes its output and its indices");
-    max_pool_forward(pool_shape(op, t_in(0)), f32(in[0]), f32(out[0]), i64(out[1]));
+    max_pool_forward(pool_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]), i64(out[1]));
   } else if (op.layer == "add") {
     if (in.empty()) fail(op, "add needs inputs");
     sum_into(elements(t_out(0)), in, f32(out[0]));
@@ -185,16 +293,66 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     // [dy, y] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "relu backward reads dy and y, writes dx");
     relu_backward(elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0]));
+  } else if (op.layer == "relu6") {
+    // [dy, y] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "relu6 backward reads dy and y, writes dx");
+    relu6_backward(elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0]));
   } else if (op.layer == "linear") {
     // [dy, x, w] -> [dx,] dw [, db] (no dx when x needs no gradient)
     const Grads g = split_grads(op, out, "linear");
     const sim::Tensor& w = t_in(2);
-    const std::int64_t n = elements(t_in(1)) / w.shape[0];
-    linear_backward(n, w.shape[0], w.shape[1], f32(in[1]), f32(in[2]), f32(in[0]), g.dx, g.dw,
+    if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [out, in]");
+    const std::int64_t n = elements(t_in(1)) / w.shape[1];
+    linear_backward(n, w.shape[1], w.shape[0], f32(in[1]), f32(in[2]), f32(in[0]), g.dx, g.dw,
                     g.db);
-  } else if (op.layer == "conv2d") {
+  } else if (op.layer == "batch_norm") {
+    // [dy, x, gamma, save_mean, save_invstd] -> [dx,] dgamma, dbeta [, d running stats]. The zoo
+    // marks the running statistics trainable and gives them a gradient tensor: the loss of a
+    // training step does not depend on them (they are only written), so that gradient is zero.
+    if (in.size() != 5 || out.size() < 2 || out.size() > 4) {
+      fail(op, "batch_norm backward reads dy, x, weight, mean, invstd, writes [dx,] dw, db");
+    }
+    const bool has_dx = t_out(0).shape == t_in(1).shape;
+    const std::size_t k = has_dx ? 1 : 0;
+    if (out.size() < k + 2) fail(op, "batch_norm backward writes [dx,] dw, db");
+    batch_norm_backward(batch_norm_shape(op, t_in(1)), f32(in[1]), f32(in[2]), f32(in[3]),
+                        f32(in[4]), f32(in[0]), has_dx ? f32(out[0]) : nullptr, f32(out[k]),
+                        f32(out[k + 1]));
+    if (out.size() == k + 3) std::fill_n(f32(out[k + 2]), elements(t_out(k + 2)), 0.0f);
+    if (out.size() > k + 3) fail(op, "batch_norm backward writes [dx,] dw, db [, d running]");
+  } else if (op.layer == "avg_pool2d") {
+    // [dy, x] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "avg_pool2d backward reads dy and x");
+    avg_pool_backward(pool_shape(op, t_out(0), t_in(0)), f32(in[0]), f32(out[0]));
+  } else if (op.layer == "adaptive_avg_pool") {
+    // [dy, x] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "adaptive_avg_pool backward reads dy and x");
+    adaptive_avg_pool_backward(adaptive_shape(op, t_out(0), t_in(0)), f32(in[0]), f32(out[0]));
+  } else if (op.layer == "dropout") {
+    // [dy, mask] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "dropout backward reads dy and the mask");
+    dropout_backward(elements(t_in(0)), dropout_p(op), f32(in[0]),
+                     static_cast<const std::uint8_t*>(in[1]), f32(out[0]));
+  } else if (op.layer == "concat") {
+    // [dy] -> the gradient of every part (all parts must need one: the split is by position)
+    if (in.size() != 1) fail(op, "concat backward reads dy");
+    if (op.differentiates == sim::kNoId || w_.op(op.differentiates).inputs.size() != out.size()) {
+      fail(op, "concat backward must write the gradient of every part of its forward op");
+    }
+    std::vector<const sim::Tensor*> parts;
+    std::vector<float*> data;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      parts.push_back(&t_out(i));
+      data.push_back(f32(out[i]));
+    }
+    std::vector<std::int64_t> channels;
+    std::int64_t spatial = 0;
+    concat_extents(op, parts, channels, spatial);
+    concat_backward(t_in(0).shape[0], spatial, static_cast<int>(parts.size()), channels.data(),
+                    f32(in[0]), data.data());
+  } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     // [dy, x, w] -> [dx,] dw [, db]
-    const Grads g = split_grads(op, out, "conv2d");
+    const Grads g = split_grads(op, out, op.layer.c_str());
     const ConvShape s = conv_shape(op, t_in(1), t_in(2));
     float* ws = scratch(s.workspace_elements());
     if (g.dx != nullptr) conv_backward_data(s, f32(in[0]), f32(in[2]), g.dx, ws);
@@ -202,8 +360,8 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "max_pool2d") {
     // [dy, y, indices] -> [dx]
     if (in.size() != 3 || out.size() != 1) fail(op, "max_pool2d backward reads dy, y, indices");
-    max_pool_backward(pool_shape(op, t_out(0)), f32(in[0]), i64(in[2]), f32(out[0]));
-  } else if (op.layer == "add") {
+    max_pool_backward(pool_shape(op, t_out(0), t_in(0)), f32(in[0]), i64(in[2]), f32(out[0]));
+  } else if (op.layer == "add" || op.layer == "grad_accumulate") {
     // Gradient accumulation: the sum of the incoming gradients.
     if (in.empty() || out.size() != 1) fail(op, "add backward sums its inputs into one output");
     sum_into(elements(t_out(0)), in, f32(out[0]));

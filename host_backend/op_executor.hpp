@@ -4,10 +4,12 @@
 // shapes and hyper-parameters from the op's attributes, following the trace conventions
 // (traces/FORMAT.md): forward ops read inputs then weights; backward ops read the output gradient
 // first, then the saved tensors, and write the gradients of their differentiable inputs; `add` in
-// backward sums its inputs (gradient accumulation); `sgd` reads params, grads and momentum buffers
-// (three equal groups) and updates params and momentum in place. Linear and conv take an optional
-// bias as a third input; their backward writes [dx,] dw [, db]. A recompute is the forward op run
-// again. Convolution scratch (im2col columns) is the executor's own host memory, not a device
+// backward sums its inputs (gradient accumulation, also `grad_accumulate`); `sgd` reads params,
+// grads and momentum buffers (three equal groups) and updates params and momentum in place. Linear
+// (weight [out, in], PyTorch's) and conv2d/conv3d take an optional bias as a third input; their
+// backward writes [dx,] dw [, db]. Also batch_norm (training mode, saved mean and 1/std), relu6,
+// avg_pool2d, adaptive_avg_pool (2D/3D), dropout (mask seeded by the forward op, so a recompute
+// draws the same one) and concat along channels. A recompute is the forward op run again. Convolution scratch (im2col columns) is the executor's own host memory, not a device
 // buffer: it is an implementation detail of these kernels, not the workload's workspace.
 #include <cstdint>
 #include <span>

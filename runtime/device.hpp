@@ -6,6 +6,7 @@
 // backend that sees the same calls as the simulator hands out the same offsets and reaches the
 // same peak. A Device knows the Program it runs (prepare), so that instructions are passed by
 // their position in a stream's list and the interpreter stays free of any backend detail.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -53,6 +54,15 @@ class Device {
   /// prepare). Valid after synchronize.
   [[nodiscard]] virtual std::vector<sim::Span> measured_spans() const = 0;
   [[nodiscard]] virtual MemoryStats memory_stats() const = 0;
+
+  /// Bytes of tensor `t` as the run left them: parameters and optimizer state (resident at the
+  /// end), or the value a kRun wrote for a gradient or the loss (when captured). Empty when not
+  /// available. Valid after synchronize.
+  [[nodiscard]] virtual std::vector<std::byte> tensor_bytes(sim::TensorId t) const = 0;
+  /// Whether kRun outputs that are gradients or the loss are copied aside for tensor_bytes (on
+  /// by default; off for timing runs, where the copies would add time the simulator does not
+  /// know of). Takes effect at the next prepare's run.
+  virtual void set_capture(bool capture) = 0;
 };
 
 }  // namespace memplan::runtime

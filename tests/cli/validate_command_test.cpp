@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/run_command.hpp"
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+#include "cuda_backend/cuda_environment.hpp"
+#endif
 
 using memplan::test::run_memplan;
 using memplan::test::source_path;
@@ -75,4 +78,25 @@ TEST_CASE("validate refuses bad input with one line and exit 2", "[cli][validate
       "validate {} --policy swap-all --backend host --memory 200KiB --force", trace("mlp4")));
   CHECK(forced.exit_status == 1);
   CHECK(forced.err.find("ran out of device memory") != std::string::npos);
+}
+
+TEST_CASE("validate --backend cuda without a GPU is one clear line and exit 2", "[cli][validate]") {
+  const auto r =
+      run_memplan(fmt::format("validate {} --policy in-core --backend cuda", trace("mlp4")));
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+  const auto env = memplan::cuda_backend::probe_cuda();
+  if (env.device_count > 0) {  // a GPU machine: the validation runs
+    CHECK(r.exit_status == 0);
+    CHECK(r.out.find("backend            cuda") != std::string::npos);
+    CHECK(r.out.find("gradients match    yes") != std::string::npos);
+    return;
+  }
+  CHECK(r.err.find("--backend cuda: no CUDA device: " + env.unavailable_reason) !=
+        std::string::npos);
+#else
+  CHECK(r.err.find("this build has no CUDA backend") != std::string::npos);
+#endif
+  CHECK(r.exit_status == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.find('\n') == r.err.size() - 1);
 }

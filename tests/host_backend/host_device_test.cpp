@@ -6,9 +6,10 @@
 
 #include <string>
 
+#include "host_backend/host_backend.hpp"
 #include "host_backend/host_device.hpp"
-#include "host_backend/validation.hpp"
 #include "runtime/interpreter.hpp"
+#include "runtime/validation.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
@@ -138,7 +139,7 @@ TEST_CASE("calibration gives the workload this host's op times and copy costs",
           "[host_backend][runtime]") {
   const mp::sim::Workload w = load("resnet_tiny");
   const mp::sim::Machine machine = mp::sim::make_machine(w.device);
-  const auto c = mp::host_backend::calibrate_on_host(w, machine, 1, 3);
+  const auto c = mp::runtime::calibrate(mp::host_backend::HostBackend{}, w, machine, 1, 3);
   REQUIRE_NOTHROW(mp::sim::validate(c.workload, "calibrated"));
   REQUIRE(c.workload.ops.size() == w.ops.size());
   bool any_changed = false;
@@ -154,10 +155,11 @@ TEST_CASE("calibration gives the workload this host's op times and copy costs",
   CHECK(c.machine.copy_latency_ns > 0);
 
   // The plan's prediction with these costs is a finite time and the gradients still match.
-  mp::host_backend::ValidationOptions options;
+  mp::runtime::ValidationOptions options;
   options.calibrate = true;
   options.repetitions = 1;
-  const auto r = mp::host_backend::validate_on_host(w, mp::sim::swap_all_plan(w), machine, options);
+  const auto r = mp::runtime::validate(mp::host_backend::HostBackend{}, w,
+                                       mp::sim::swap_all_plan(w), machine, options);
   CHECK(r.calibrated);
   CHECK(r.gradients_match);
   CHECK(r.iteration_ns_predicted > 0);
@@ -179,11 +181,11 @@ TEST_CASE("encoded maps run for real: binarize is bitwise, fp16 is close",
           "[host_backend][runtime]") {
   const mp::sim::Workload w = load("resnet_tiny");
   const mp::sim::Machine machine = mp::sim::make_machine(w.device);
-  mp::host_backend::ValidationOptions options;
+  mp::runtime::ValidationOptions options;
   options.repetitions = 1;
 
-  const auto binarized = mp::host_backend::validate_on_host(
-      w,
+  const auto binarized = mp::runtime::validate(
+      mp::host_backend::HostBackend{}, w,
       mp::test::plan_with(w,
                           {{"relu3_out", mp::sim::Action::kEncode, mp::sim::Encoding::kBinarize}}),
       machine, options);
@@ -192,8 +194,8 @@ TEST_CASE("encoded maps run for real: binarize is bitwise, fp16 is close",
   CHECK(binarized.max_abs_diff == 0.0);
   CHECK(binarized.peak_bytes_measured == binarized.peak_bytes_predicted);
 
-  const auto narrowed = mp::host_backend::validate_on_host(
-      w,
+  const auto narrowed = mp::runtime::validate(
+      mp::host_backend::HostBackend{}, w,
       mp::test::plan_with(w, {{"relu1_out", mp::sim::Action::kEncode, mp::sim::Encoding::kFp16},
                               {"pool_out", mp::sim::Action::kEncode, mp::sim::Encoding::kFp8}}),
       machine, options);

@@ -1,4 +1,9 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -163,4 +168,89 @@ TEST_CASE("SGD with momentum follows PyTorch's update rule", "[host_backend][sgd
   sgd_momentum_update(1, 0.1f, 0.9f, 0.0f, w.data(), g.data(), v.data());
   CHECK(v[0] == Approx(0.9f * 0.5f + 2.0f));
   CHECK(w[0] == Approx(1.0f - 0.1f * 2.45f));
+}
+
+TEST_CASE("adaptive average pool: PyTorch's windows, backward matches finite differences",
+          "[host_backend][pool]") {
+  // 5 -> 3 along H gives windows [0,2) [1,4) [3,5): overlapping, of unequal sizes; 3D too.
+  for (const auto& [in_d, out_d] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {4, 3}}) {
+    AdaptivePoolShape s;
+    s.planes = 3, s.in_d = in_d, s.in_h = 5, s.in_w = 4, s.out_d = out_d, s.out_h = 3, s.out_w = 1;
+    const auto x = random_vector(static_cast<std::size_t>(s.input_elements()), 51);
+    const auto r = random_vector(static_cast<std::size_t>(s.output_elements()), 52);
+    std::vector<float> y(r.size()), dx(x.size());
+    adaptive_avg_pool_forward(s, x.data(), y.data());
+    if (in_d == 1) {
+      // First output of plane 0: rows 0..1, all 4 columns.
+      float sum = 0;
+      for (int i = 0; i < 8; ++i) sum += x[static_cast<std::size_t>(i)];
+      CHECK(y[0] == Approx(sum / 8));
+    }
+    adaptive_avg_pool_backward(s, r.data(), dx.data());
+    auto forward = [&](const std::vector<float>& in) {
+      std::vector<float> out(static_cast<std::size_t>(s.output_elements()));
+      adaptive_avg_pool_forward(s, in.data(), out.data());
+      return out;
+    };
+    CHECK(max_gradient_error(x, r, forward, dx) < 1e-3);
+  }
+  // Global pooling (what resnet's avgpool to 1x1 is) averages the whole plane.
+  AdaptivePoolShape g;
+  g.planes = 2, g.in_h = 3, g.in_w = 3;
+  std::vector<float> x(18), y(2);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  adaptive_avg_pool_forward(g, x.data(), y.data());
+  CHECK(y[0] == Approx(4.0f));
+  CHECK(y[1] == Approx(13.0f));
+}
+
+TEST_CASE("ReLU6 clamps and its backward matches finite differences", "[host_backend][relu]") {
+  auto x = random_vector(64, 61, -3.0f, 9.0f);
+  // Keep clear of the kinks at 0 and 6 so the central difference is exact there.
+  for (auto& v : x) {
+    if (std::fabs(v) < 0.05f || std::fabs(v - 6.0f) < 0.05f) v += 0.2f;
+  }
+  const auto r = random_vector(64, 62);
+  std::vector<float> y(64), dx(64);
+  relu6_forward(64, x.data(), y.data());
+  CHECK(*std::max_element(y.begin(), y.end()) == 6.0f);
+  CHECK(*std::min_element(y.begin(), y.end()) == 0.0f);
+  relu6_backward(64, r.data(), y.data(), dx.data());
+  auto forward = [](const std::vector<float>& in) {
+    std::vector<float> out(in.size());
+    relu6_forward(static_cast<std::int64_t>(in.size()), in.data(), out.data());
+    return out;
+  };
+  CHECK(max_gradient_error(x, r, forward, dx) < 1e-3);
+}
+
+TEST_CASE("dropout and concat backward match finite differences",
+          "[host_backend][dropout][concat]") {
+  const auto x = random_vector(200, 71);
+  const auto r = random_vector(200, 72);
+  std::vector<float> y(200), dx(200);
+  std::vector<std::uint8_t> mask(200);
+  dropout_forward(200, 0.5f, 3, x.data(), y.data(), mask.data());
+  dropout_backward(200, 0.5f, r.data(), mask.data(), dx.data());
+  auto drop = [](const std::vector<float>& in) {
+    std::vector<float> out(in.size());
+    std::vector<std::uint8_t> m(in.size());
+    dropout_forward(static_cast<std::int64_t>(in.size()), 0.5f, 3, in.data(), out.data(), m.data());
+    return out;
+  };
+  CHECK(max_gradient_error(x, r, drop, dx) < 1e-3);
+
+  // Two parts of 2 and 3 channels, batch 2, spatial 4: the gradient of part a.
+  const std::int64_t channels[] = {2, 3};
+  const auto a = random_vector(16, 73), b = random_vector(24, 74), rc = random_vector(40, 75);
+  std::vector<float> da(16), db(24);
+  float* dparts[] = {da.data(), db.data()};
+  concat_backward(2, 4, 2, channels, rc.data(), dparts);
+  auto cat_a = [&](const std::vector<float>& in) {
+    std::vector<float> out(40);
+    const float* parts[] = {in.data(), b.data()};
+    concat_forward(2, 4, 2, channels, parts, out.data());
+    return out;
+  };
+  CHECK(max_gradient_error(a, rc, cat_a, da) < 1e-3);
 }

@@ -135,7 +135,7 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
     const bool last = i + 1 == layers;
     const std::int64_t out = last ? classes : pick(2, 24);
     const std::string s = std::to_string(i);
-    const TensorId wi = b.tensor("w" + s, {width, out}, TensorKind::kParameter);
+    const TensorId wi = b.tensor("w" + s, {out, width}, TensorKind::kParameter);
     params.push_back(wi);
     const TensorId bi = coin() ? b.tensor("b" + s, {out}, TensorKind::kParameter) : -1;
     std::vector<TensorId> fc_in{a, wi};
@@ -267,12 +267,17 @@ std::string describe(const mp::sim::Workload& w, const mp::sim::Plan& plan) {
 
 TEST_CASE("random networks under random plans that fit run with in-core gradients",
           "[host_backend][runtime][property]") {
+  // scripts/validate-many sets both: how many cases, and the seed of the first (case k uses
+  // seed first + k, so a failing case is re-run alone with MEMPLAN_PROPERTY_SEED=its seed).
   int cases = 200;
   if (const char* env = std::getenv("MEMPLAN_PROPERTY_CASES")) cases = std::atoi(env);
+  std::uint64_t first = 0;
+  if (const char* env = std::getenv("MEMPLAN_PROPERTY_SEED"))
+    first = std::strtoull(env, nullptr, 10);
   std::size_t non_trivial = 0;
   for (int k = 0; k < cases; ++k) {
-    const auto seed = static_cast<std::uint64_t>(k);
-    INFO("case " << k);
+    const std::uint64_t seed = first + static_cast<std::uint64_t>(k);
+    INFO("case " << k << " (MEMPLAN_PROPERTY_SEED=" << seed << ")");
     std::mt19937_64 rng(seed);
     const mp::sim::Workload w = random_network(rng);
     const mp::sim::Plan plan = random_plan(w, rng);

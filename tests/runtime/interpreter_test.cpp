@@ -61,6 +61,9 @@ class RecordingDevice final : public mp::runtime::Device {
   mp::runtime::MemoryStats memory_stats() const override {
     return {peak_, arena_.peak_reserved_bytes(), capacity_, live_, arena_.largest_free_block()};
   }
+  // It runs no kernels, so it holds no tensor data to hand back.
+  std::vector<std::byte> tensor_bytes(mp::sim::TensorId) const override { return {}; }
+  void set_capture(bool) override {}
 
   std::vector<mp::sim::BufferId> memory_calls;  // b for alloc, -1-b for free
   std::vector<std::pair<int, std::int32_t>> handed;

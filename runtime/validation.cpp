@@ -1,18 +1,17 @@
-#include "host_backend/validation.hpp"
+#include "runtime/validation.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
-#include "host_backend/host_device.hpp"
 #include "runtime/interpreter.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
 
-namespace memplan::host_backend {
+namespace memplan::runtime {
 
 namespace {
 
@@ -28,50 +27,22 @@ bool compared(const sim::Workload& w, const sim::Tensor& t) {
          op.outputs.front() == t.id;
 }
 
-/// Median time of `repeat` calls of f, in ns.
-template <class F>
-double median_ns(int repeat, F f) {
-  std::vector<double> t;
-  for (int i = 0; i < repeat; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    t.push_back(
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-/// Median time for a task enqueued on an idle stream worker to run (a thread wake-up).
-double handoff_ns() {
-  StreamWorker worker;
-  std::vector<double> t;
-  for (int i = 0; i < 51; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    std::chrono::steady_clock::time_point ran;
-    worker.enqueue([&ran] { ran = std::chrono::steady_clock::now(); });
-    worker.drain();
-    t.push_back(std::chrono::duration<double, std::nano>(ran - start).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 }  // namespace
 
-Calibration calibrate_on_host(const sim::Workload& workload, const sim::Machine& machine,
-                              std::uint64_t seed, int runs) {
+Calibration calibrate(const Backend& backend, const sim::Workload& workload,
+                      const sim::Machine& machine, std::uint64_t seed, int runs) {
   Calibration c{workload, machine};
   const sim::Program program = sim::lower(workload, sim::in_core_plan(workload));
   sim::Machine roomy = machine;
   roomy.memory_bytes = std::int64_t{1} << 40;
   sim::Engine engine;
-  HostDevice device(engine.run(program, roomy).peak_reserved_bytes, seed);
-  device.set_capture(false);
+  const std::unique_ptr<Device> device =
+      backend.make_device(engine.run(program, roomy).peak_reserved_bytes, seed);
+  device->set_capture(false);
   std::vector<std::vector<sim::Nanoseconds>> op_ns(workload.ops.size());
   const auto& compute = program.stream(sim::StreamId::kCompute);
   for (int k = 0; k < std::max(runs, 1) + 1; ++k) {
-    const sim::Timeline measured = runtime::run_program(device, workload, program);
+    const sim::Timeline measured = run_program(*device, workload, program);
     if (k == 0) continue;  // warm-up
     for (const sim::Span& span : measured.spans) {
       if (span.stream != sim::StreamId::kCompute) continue;
@@ -87,29 +58,10 @@ Calibration calibrate_on_host(const sim::Workload& workload, const sim::Machine&
     op.duration_ns = std::max<sim::Nanoseconds>(times[times.size() / 2], 1);
     for (sim::Algorithm& a : op.algorithms) a.duration_ns = op.duration_ns;
   }
-  // Copies as the host device makes them: copy-out fills a host vector, copy-in copies back.
-  constexpr std::size_t kSmall = 4096;
-  constexpr std::size_t kLarge = 1 << 20;
-  std::vector<std::byte> source(kLarge, std::byte{1});
-  std::vector<std::byte> host;
-  auto out_ns = [&](std::size_t n) {
-    return median_ns(21, [&] {
-      host.assign(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(n));
-      host.clear();
-      host.shrink_to_fit();
-    });
-  };
-  const double small = out_ns(kSmall);
-  const double large = out_ns(kLarge);
-  const double ns_per_byte = std::max(large - small, 1.0) / static_cast<double>(kLarge - kSmall);
-  c.machine.h2d_bytes_per_s = 1e9 / ns_per_byte;
-  c.machine.d2h_bytes_per_s = 1e9 / ns_per_byte;
-  // A copy on the host device also costs the hand-offs between stream threads around it (the
-  // copy stream woken by its wait, the compute stream woken by the copy's record): the simulator
-  // has no such cost, so it goes into the copy latency.
-  const double handoff = handoff_ns();
-  c.machine.copy_latency_ns = static_cast<sim::Nanoseconds>(
-      std::max(small - ns_per_byte * static_cast<double>(kSmall), 0.0) + 2 * handoff);
+  const LinkModel link = backend.measure_link();
+  c.machine.h2d_bytes_per_s = link.h2d_bytes_per_s;
+  c.machine.d2h_bytes_per_s = link.d2h_bytes_per_s;
+  c.machine.copy_latency_ns = link.latency_ns;
   return c;
 }
 
@@ -119,13 +71,14 @@ double ValidationReport::iteration_error_percent() const {
          static_cast<double>(iteration_ns_predicted);
 }
 
-ValidationReport validate_on_host(const sim::Workload& workload, const sim::Plan& plan,
-                                  const sim::Machine& machine, const ValidationOptions& options) {
+ValidationReport validate(const Backend& backend, const sim::Workload& workload,
+                          const sim::Plan& plan, const sim::Machine& machine,
+                          const ValidationOptions& options) {
   ValidationReport r;
   const sim::Program program = sim::lower(workload, plan);
   sim::Engine engine;
   std::optional<Calibration> calibration;
-  if (options.calibrate) calibration = calibrate_on_host(workload, machine, options.seed);
+  if (options.calibrate) calibration = calibrate(backend, workload, machine, options.seed);
   r.calibrated = calibration.has_value();
   const sim::Timeline& predicted =
       calibration ? engine.run(sim::lower(calibration->workload, plan), calibration->machine)
@@ -140,8 +93,8 @@ ValidationReport validate_on_host(const sim::Workload& workload, const sim::Plan
   sim::Machine roomy = machine;
   roomy.memory_bytes = std::int64_t{1} << 40;
   const sim::Bytes reference_need = engine.run(reference_program, roomy).peak_reserved_bytes;
-  HostDevice reference(reference_need, options.seed);
-  if (!runtime::run_program(reference, workload, reference_program).feasible) {
+  const std::unique_ptr<Device> reference = backend.make_device(reference_need, options.seed);
+  if (!run_program(*reference, workload, reference_program).feasible) {
     r.measured_feasible = false;
     return r;
   }
@@ -150,12 +103,12 @@ ValidationReport validate_on_host(const sim::Workload& workload, const sim::Plan
   std::vector<sim::Nanoseconds> times;
   // One device for all runs (prepare starts each afresh, with the same data): warm caches and
   // pages, as a training loop has them.
-  std::optional<HostDevice> device(std::in_place, machine.memory_bytes, options.seed);
+  const std::unique_ptr<Device> device = backend.make_device(machine.memory_bytes, options.seed);
   const int timed = std::max(options.repetitions, 1);
   for (int k = 0; k <= timed + 1; ++k) {
     const bool compare_run = k == timed + 1;
     device->set_capture(compare_run);
-    const sim::Timeline measured = runtime::run_program(*device, workload, program);
+    const sim::Timeline measured = run_program(*device, workload, program);
     r.peak_bytes_measured = measured.peak_bytes;
     r.peak_reserved_measured = measured.peak_reserved_bytes;
     if (!measured.feasible) {
@@ -171,7 +124,7 @@ ValidationReport validate_on_host(const sim::Workload& workload, const sim::Plan
   r.gradients_match = true;
   for (const sim::Tensor& t : workload.tensors) {
     if (!compared(workload, t)) continue;
-    const auto want = reference.tensor_bytes(t.id);
+    const auto want = reference->tensor_bytes(t.id);
     const auto got = device->tensor_bytes(t.id);
     ++r.tensors_compared;
     if (want.empty() || want.size() != got.size()) {
@@ -193,4 +146,4 @@ ValidationReport validate_on_host(const sim::Workload& workload, const sim::Plan
   return r;
 }
 
-}  // namespace memplan::host_backend
+}  // namespace memplan::runtime

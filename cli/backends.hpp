@@ -1,0 +1,14 @@
+#pragma once
+// The one place that maps a `--backend` name to a runtime::Backend.
+#include <memory>
+#include <string_view>
+
+#include "runtime/backend.hpp"
+
+namespace memplan::cli {
+
+/// The backend called `name` ("host", "cuda"); throws sim::InputError naming `--backend` (and the known
+/// names) for any other.
+std::unique_ptr<runtime::Backend> make_backend(std::string_view name);
+
+}  // namespace memplan::cli

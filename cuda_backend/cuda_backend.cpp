@@ -1,0 +1,162 @@
+#include "cuda_backend/cuda_backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cuda_backend/cuda_check.hpp"
+#include "cuda_backend/cuda_device.hpp"
+#include "cuda_backend/cuda_environment.hpp"
+#include "host_backend/host_device.hpp"
+#include "runtime/interpreter.hpp"
+#include "sim/basic_plans.hpp"
+#include "sim/engine.hpp"
+#include "sim/input_error.hpp"
+#include "sim/lowering.hpp"
+
+namespace memplan::cuda_backend {
+
+namespace {
+
+// Gradients, parameters, momentum and the loss (first output of a forward softmax_cross_entropy),
+// as runtime::validate compares them.
+bool compared(const sim::Workload& w, const sim::Tensor& t) {
+  if (t.kind == sim::TensorKind::kGradient || t.kind == sim::TensorKind::kParameter ||
+      t.kind == sim::TensorKind::kOptimizerState) {
+    return true;
+  }
+  if (t.producer == sim::kNoId) return false;
+  const sim::Op& op = w.op(t.producer);
+  return op.layer == "softmax_cross_entropy" && op.phase == sim::Phase::kForward &&
+         op.outputs.front() == t.id;
+}
+
+/// Median time in ns of `repeat` copies of `bytes` in one direction, timed by CUDA events.
+double copy_ns(std::size_t bytes, bool to_device, int repeat) {
+  PinnedBuffer host(bytes);
+  void* device = nullptr;
+  cudaStream_t s = nullptr;
+  cudaEvent_t start = nullptr;
+  cudaEvent_t end = nullptr;
+  const auto release = [&] {
+    if (end != nullptr) cudaEventDestroy(end);
+    if (start != nullptr) cudaEventDestroy(start);
+    if (s != nullptr) cudaStreamDestroy(s);
+    if (device != nullptr) cudaFree(device);
+  };
+  std::vector<double> t;
+  try {
+    MEMPLAN_CUDA_CHECK(cudaMalloc(&device, bytes));
+    MEMPLAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    MEMPLAN_CUDA_CHECK(cudaEventCreate(&start));
+    MEMPLAN_CUDA_CHECK(cudaEventCreate(&end));
+    for (int i = 0; i <= repeat; ++i) {
+      MEMPLAN_CUDA_CHECK(cudaEventRecord(start, s));
+      if (to_device) {
+        MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(device, host.data(), bytes, cudaMemcpyHostToDevice, s));
+      } else {
+        MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(host.data(), device, bytes, cudaMemcpyDeviceToHost, s));
+      }
+      MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
+      MEMPLAN_CUDA_CHECK(cudaEventSynchronize(end));
+      float ms = 0;
+      MEMPLAN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+      if (i > 0) t.push_back(static_cast<double>(ms) * 1e6);  // the first is a warm-up
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend() : algorithms_(std::make_shared<ConvAlgorithmCache>()) {}
+
+std::unique_ptr<runtime::Device> CudaBackend::make_device(sim::Bytes capacity_bytes,
+                                                          std::uint64_t seed) const {
+  return std::make_unique<CudaDevice>(capacity_bytes, seed, algorithms_);
+}
+
+runtime::LinkModel CudaBackend::measure_link() const {
+  constexpr std::size_t kSmall = 4096;
+  constexpr std::size_t kLarge = std::size_t{64} << 20;
+  runtime::LinkModel link;
+  double latency = 0;
+  for (const bool to_device : {true, false}) {
+    const double small = copy_ns(kSmall, to_device, 21);
+    const double large = copy_ns(kLarge, to_device, 5);
+    const double ns_per_byte = std::max(large - small, 1.0) / static_cast<double>(kLarge - kSmall);
+    (to_device ? link.h2d_bytes_per_s : link.d2h_bytes_per_s) = 1e9 / ns_per_byte;
+    latency = std::max(latency, small - ns_per_byte * static_cast<double>(kSmall));
+  }
+  link.latency_ns = static_cast<sim::Nanoseconds>(std::max(latency, 0.0));
+  return link;
+}
+
+void require_cuda_device() {
+  const CudaEnvironment env = probe_cuda();
+  if (env.device_count == 0) {
+    throw sim::InputError("--backend cuda", "no CUDA device: " + env.unavailable_reason);
+  }
+}
+
+std::unique_ptr<runtime::Backend> make_cuda_backend() {
+  require_cuda_device();
+  return std::make_unique<CudaBackend>();
+}
+
+HostComparison compare_with_host(const sim::Workload& workload, const sim::Plan& plan,
+                                 const sim::Machine& machine, std::uint64_t seed) {
+  require_cuda_device();
+  HostComparison c;
+  sim::Engine engine;
+  const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
+  sim::Machine roomy = machine;
+  roomy.memory_bytes = std::int64_t{1} << 40;
+  host_backend::HostDevice reference(engine.run(reference_program, roomy).peak_reserved_bytes,
+                                     seed);
+  if (!runtime::run_program(reference, workload, reference_program).feasible) {
+    c.fits = false;
+    return c;
+  }
+  CudaDevice device(machine.memory_bytes, seed);
+  if (!runtime::run_program(device, workload, sim::lower(workload, plan)).feasible) {
+    c.fits = false;
+    return c;
+  }
+  c.within_tolerance = true;
+  for (const sim::Tensor& t : workload.tensors) {
+    if (!compared(workload, t)) continue;
+    const auto want = reference.tensor_bytes(t.id);
+    const auto got = device.tensor_bytes(t.id);
+    ++c.tensors_compared;
+    if (want.empty() || want.size() != got.size()) {
+      c.within_tolerance = false;
+      c.max_abs_diff = INFINITY;
+      continue;
+    }
+    if (!t.dtype.empty() && t.dtype != "float32") {
+      if (want != got) c.within_tolerance = false;
+      continue;
+    }
+    for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
+      float a = 0;
+      float b = 0;
+      std::memcpy(&a, want.data() + i, 4);
+      std::memcpy(&b, got.data() + i, 4);
+      const double diff = std::fabs(static_cast<double>(a) - b);
+      const double scale = std::fabs(static_cast<double>(a));
+      c.max_abs_diff = std::max(c.max_abs_diff, diff);
+      if (scale > kAbsoluteTolerance) c.max_rel_diff = std::max(c.max_rel_diff, diff / scale);
+      if (!(diff <= kAbsoluteTolerance + kRelativeTolerance * scale)) c.within_tolerance = false;
+    }
+  }
+  return c;
+}
+
+}  // namespace memplan::cuda_backend

@@ -1,0 +1,58 @@
+#pragma once
+// CudaBackend: the runtime::Backend of a CUDA GPU, what `memplan validate --backend cuda` and
+// `memplan record --backend cuda` run on. Its devices are CudaDevices on device 0 sharing one
+// cache of cuDNN's found algorithms (so a plan and its in-core reference run each convolution
+// with the same algorithm); its link is measured with timed pinned copies. make_cuda_backend()
+// is what the CLI calls: with no device it throws one InputError naming the reason. And a check
+// the host backend cannot make: the GPU's gradients against the host backend's.
+#include <cstdint>
+#include <memory>
+
+#include "cuda_backend/cuda_op_executor.hpp"
+#include "runtime/backend.hpp"
+#include "sim/machine.hpp"
+#include "sim/plan.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::cuda_backend {
+
+class CudaBackend final : public runtime::Backend {
+ public:
+  CudaBackend();
+  [[nodiscard]] std::string name() const override { return "cuda"; }
+  [[nodiscard]] std::unique_ptr<runtime::Device> make_device(sim::Bytes capacity_bytes,
+                                                             std::uint64_t seed) const override;
+  /// Bandwidth of each direction fitted to CUDA-event timed pinned copies of 4 KiB (median of 21)
+  /// and 64 MiB (median of 5); latency = the larger intercept of the two fits.
+  [[nodiscard]] runtime::LinkModel measure_link() const override;
+
+ private:
+  std::shared_ptr<ConvAlgorithmCache> algorithms_;
+};
+
+/// Throws sim::InputError("--backend cuda", "no CUDA device: <reason>") when the process sees no
+/// CUDA device (no driver, no GPU, or CUDA_VISIBLE_DEVICES hiding them all).
+void require_cuda_device();
+/// require_cuda_device(), then the backend.
+std::unique_ptr<runtime::Backend> make_cuda_backend();
+
+/// The GPU's gradients, loss, weights and momentum are compared with the host backend's within
+/// |gpu - host| <= kAbsoluteTolerance + kRelativeTolerance * |host|: cuDNN's algorithms and cuBLAS
+/// sum in other orders than the host's GEMMs, so the results are close, not bitwise equal.
+inline constexpr double kAbsoluteTolerance = 1e-5;
+inline constexpr double kRelativeTolerance = 1e-3;
+
+struct HostComparison {
+  bool fits = true;  // the plan ran under machine.memory_bytes on the GPU
+  bool within_tolerance = false;
+  double max_abs_diff = 0;  // over all compared float values (infinity: a tensor missing)
+  double max_rel_diff = 0;  // |gpu - host| / |host| over values with |host| > kAbsoluteTolerance
+  std::size_t tensors_compared = 0;
+};
+
+/// Runs `plan` on a CudaDevice of machine.memory_bytes and the in-core plan on the host backend,
+/// both from `seed`, and compares what the step leaves (as runtime::validate compares).
+HostComparison compare_with_host(const sim::Workload& workload, const sim::Plan& plan,
+                                 const sim::Machine& machine, std::uint64_t seed = 1);
+
+}  // namespace memplan::cuda_backend

@@ -1,0 +1,383 @@
+#include "cuda_backend/cuda_device.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "cuda_backend/cuda_check.hpp"
+#include "cuda_backend/kernels.cuh"
+#include "host_backend/encodings.hpp"
+#include "host_backend/initial_data.hpp"
+#include "sim/check.hpp"
+#include "sim/plan.hpp"
+
+namespace memplan::cuda_backend {
+
+// ---- PinnedBuffer -------------------------------------------------------------------------------
+
+PinnedBuffer::PinnedBuffer(std::size_t bytes, unsigned flags) : size_(bytes) {
+  void* p = nullptr;
+  MEMPLAN_CUDA_CHECK(cudaHostAlloc(&p, std::max<std::size_t>(bytes, 1), flags));
+  data_ = static_cast<std::byte*>(p);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+// ---- CudaDevice ---------------------------------------------------------------------------------
+
+CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
+                       std::shared_ptr<ConvAlgorithmCache> algorithms)
+    : capacity_(capacity_bytes),
+      seed_(seed),
+      algorithms_(algorithms != nullptr ? std::move(algorithms)
+                                        : std::make_shared<ConvAlgorithmCache>()),
+      arena_(capacity_bytes) {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  MEMPLAN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1)) > free_bytes) {
+    throw CudaError("cuda device: a " + std::to_string(capacity_) +
+                    "-byte arena does not fit the GPU's " + std::to_string(free_bytes) +
+                    " free bytes (of " + std::to_string(total_bytes) + ")");
+  }
+  void* p = nullptr;
+  MEMPLAN_CUDA_CHECK(cudaMalloc(&p, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1))));
+  memory_ = static_cast<std::byte*>(p);
+  for (cudaStream_t& s : streams_)
+    MEMPLAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  MEMPLAN_CUDA_CHECK(cudaEventCreate(&start_));
+}
+
+CudaDevice::~CudaDevice() {
+  cudaDeviceSynchronize();  // errors were reported by synchronize
+  executor_.reset();
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : timing_) cudaEventDestroy(e);
+  if (start_ != nullptr) cudaEventDestroy(start_);
+  for (cudaStream_t s : streams_) {
+    if (s != nullptr) cudaStreamDestroy(s);
+  }
+  if (memory_ != nullptr) cudaFree(memory_);
+}
+
+void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& program) {
+  synchronize();
+  // Found algorithms and initial data belong to a workload: kept while the workload is the same.
+  const std::uint64_t fingerprint = sim::workload_fingerprint(workload);
+  if (executor_ == nullptr || workload_ != &workload || fingerprint_ != fingerprint) {
+    fingerprint_ = fingerprint;
+    executor_ =
+        std::make_unique<CudaOpExecutor>(workload, stream(sim::StreamId::kCompute), algorithms_);
+    initial_.clear();
+  }
+  workload_ = &workload;
+  program_ = &program;
+  // cudnnFind times every convolution algorithm: done before the run, not inside it.
+  executor_->find_algorithms();
+  arena_.reset(capacity_);
+  offset_.assign(program.buffers.size(), -1);
+  live_ = 0;
+  peak_ = 0;
+  for (cudaEvent_t e : events_) MEMPLAN_CUDA_CHECK(cudaEventDestroy(e));
+  events_.assign(program.events.size(), nullptr);
+  for (cudaEvent_t& e : events_) {
+    MEMPLAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  host_store_.resize(program.host_slots.size());
+  for (std::size_t s = 0; s < program.host_slots.size(); ++s) {
+    const auto bytes = static_cast<std::size_t>(program.host_slots[s].bytes);
+    if (host_store_[s].size() != bytes) host_store_[s] = PinnedBuffer(bytes);
+  }
+  std::size_t sparse_encodes = 0;
+  for (const sim::Instruction& in : program.stream(sim::StreamId::kCompute)) {
+    if (in.kind == sim::InstrKind::kEncode &&
+        program.buffers[static_cast<std::size_t>(in.aux)].encoding == sim::Encoding::kSparse) {
+      ++sparse_encodes;
+    }
+  }
+  if (overflow_.size() < sparse_encodes * sizeof(int)) {
+    overflow_ = PinnedBuffer(sparse_encodes * sizeof(int), cudaHostAllocMapped);
+  }
+  sparse_checks_.clear();
+  captured_.clear();
+  pending_.clear();
+  spans_.clear();
+  timing_used_ = 0;
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(start_, stream(sim::StreamId::kCompute)));
+}
+
+std::byte* CudaDevice::data(sim::BufferId b) const {
+  const auto offset = offset_[static_cast<std::size_t>(b)];
+  MEMPLAN_CHECK(offset >= 0, "a buffer is used only while allocated");
+  return memory_ + offset;
+}
+
+cudaEvent_t CudaDevice::timing_event() {
+  if (timing_used_ == timing_.size()) {
+    cudaEvent_t e = nullptr;
+    MEMPLAN_CUDA_CHECK(cudaEventCreate(&e));
+    timing_.push_back(e);
+  }
+  return timing_[timing_used_++];
+}
+
+bool CudaDevice::allocate(sim::BufferId buffer) {
+  const auto b = static_cast<std::size_t>(buffer);
+  const sim::Buffer& buf = program_->buffers[b];
+  const auto offset = arena_.allocate(buf.bytes);
+  if (!offset) return false;
+  MEMPLAN_CHECK(*offset + buf.bytes <= capacity_, "the arena stays within its capacity");
+  offset_[b] = *offset;
+  live_ += buf.bytes;
+  peak_ = std::max(peak_, live_);
+  if (buf.role == sim::BufferRole::kTensor && sim::is_preexisting(buf.kind)) initialise(buffer);
+  return true;
+}
+
+void CudaDevice::initialise(sim::BufferId buffer) {
+  const sim::Buffer& buf = program_->buffers[static_cast<std::size_t>(buffer)];
+  const sim::Tensor& t = workload_->tensor(buf.tensor);
+  const auto bytes = static_cast<std::size_t>(buf.bytes);
+  cudaStream_t s = stream(sim::StreamId::kCompute);
+  if (t.kind == sim::TensorKind::kOptimizerState) {
+    MEMPLAN_CUDA_CHECK(cudaMemsetAsync(data(buffer), 0, bytes, s));
+    return;
+  }
+  // The host backend's values, filled on the host once per workload (they depend only on the
+  // seed and the tensor) and uploaded in compute-stream order.
+  auto it = initial_.find(t.id);
+  if (it == initial_.end()) {
+    it = initial_.emplace(t.id, PinnedBuffer(std::max(bytes, static_cast<std::size_t>(t.bytes))))
+             .first;
+    host_backend::fill_initial_data(*workload_, t, seed_, it->second.data());
+  }
+  MEMPLAN_CUDA_CHECK(
+      cudaMemcpyAsync(data(buffer), it->second.data(), bytes, cudaMemcpyHostToDevice, s));
+}
+
+void CudaDevice::free(sim::BufferId buffer) {
+  const auto b = static_cast<std::size_t>(buffer);
+  MEMPLAN_CHECK(offset_[b] >= 0, "a buffer is freed only while allocated");
+  // Stream-ordered: later compute work reusing these bytes is enqueued after every use of them
+  // on the compute stream, and copy streams' uses are fenced by events before the free.
+  arena_.release(offset_[b]);
+  offset_[b] = -1;
+  live_ -= program_->buffers[b].bytes;
+}
+
+void CudaDevice::enqueue_kernel(std::int32_t index) {
+  const sim::Instruction& in =
+      program_->stream(sim::StreamId::kCompute)[static_cast<std::size_t>(index)];
+  if (in.kind == sim::InstrKind::kEncode || in.kind == sim::InstrKind::kDecode) {
+    enqueue_codec(index, in);
+    return;
+  }
+  std::vector<void*> operands;
+  operands.reserve(static_cast<std::size_t>(in.operand_count));
+  sim::Bytes workspace_bytes = 0;
+  for (std::int32_t k = 0; k < in.operand_count; ++k) {
+    const sim::BufferId b = program_->operands[static_cast<std::size_t>(in.operands_begin + k)];
+    operands.push_back(data(b));
+    const sim::Buffer& buf = program_->buffers[static_cast<std::size_t>(b)];
+    if (buf.role == sim::BufferRole::kWorkspace) workspace_bytes = buf.bytes;
+  }
+  const sim::Op& op = workload_->op(in.op);
+  cudaStream_t s = stream(sim::StreamId::kCompute);
+  const cudaEvent_t start = timing_event();
+  const cudaEvent_t end = timing_event();
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(start, s));
+  executor_->run(op, operands, workspace_bytes);
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
+  pending_.push_back({sim::StreamId::kCompute, index, start, end});
+  // Values a kRun writes for gradients and the loss are kept for comparisons between runs.
+  if (capture_ && in.kind == sim::InstrKind::kRun) {
+    for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+      const sim::Tensor& t = workload_->tensor(op.outputs[o]);
+      if (t.kind != sim::TensorKind::kGradient && op.layer != "softmax_cross_entropy") continue;
+      const auto bytes = static_cast<std::size_t>(t.bytes);
+      PinnedBuffer& copy = captured_[t.id];
+      if (copy.size() != bytes) copy = PinnedBuffer(bytes);
+      MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(copy.data(), operands[op.inputs.size() + o], bytes,
+                                         cudaMemcpyDeviceToHost, s));
+    }
+  }
+}
+
+void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
+  const sim::Buffer& full = program_->buffers[static_cast<std::size_t>(in.buffer)];
+  const sim::Buffer& packed = program_->buffers[static_cast<std::size_t>(in.aux)];
+  const sim::Tensor& t = workload_->tensor(full.tensor);
+  if (!t.dtype.empty() && t.dtype != "float32") {
+    throw std::runtime_error("cuda device: cannot encode '" + t.name + "' of dtype " + t.dtype);
+  }
+  const std::int64_t n = full.bytes / 4;
+  auto* x = reinterpret_cast<float*>(data(in.buffer));
+  auto* bytes = reinterpret_cast<std::uint8_t*>(data(in.aux));
+  const sim::Encoding encoding = packed.encoding;
+  const sim::Bytes capacity = packed.bytes;
+  using host_backend::kFp10;
+  using host_backend::kFp16;
+  using host_backend::kFp8;
+  const sim::Bytes needed =
+      encoding == sim::Encoding::kBinarize ? host_backend::binarize_bytes(n)
+      : encoding == sim::Encoding::kFp16   ? host_backend::narrow_bytes(kFp16, n)
+      : encoding == sim::Encoding::kFp10   ? host_backend::narrow_bytes(kFp10, n)
+      : encoding == sim::Encoding::kFp8    ? host_backend::narrow_bytes(kFp8, n)
+                                           : 0;
+  if (needed > capacity) {
+    throw std::runtime_error("encode '" + t.name + "': " + std::to_string(needed) +
+                             " bytes needed, the plan's buffer has " + std::to_string(capacity));
+  }
+  const bool encode = in.kind == sim::InstrKind::kEncode;
+  cudaStream_t s = stream(sim::StreamId::kCompute);
+  // Scratch before the start event: growing it synchronizes the device.
+  void* scratch =
+      encoding == sim::Encoding::kSparse
+          ? executor_->scratch(static_cast<std::size_t>(kernels::sparse_scratch_bytes(n)))
+          : nullptr;
+  const cudaEvent_t start = timing_event();
+  const cudaEvent_t end = timing_event();
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(start, s));
+  switch (encoding) {
+    case sim::Encoding::kBinarize:
+      if (encode) {
+        kernels::binarize_encode(s, n, x, bytes);
+      } else {
+        kernels::binarize_decode(s, n, bytes, x);
+      }
+      break;
+    case sim::Encoding::kSparse:
+      if (encode) {
+        const std::size_t flag = sparse_checks_.size();
+        sparse_checks_.push_back({t.name, flag});
+        int* host_flag = reinterpret_cast<int*>(overflow_.data()) + flag;
+        void* device_flag = nullptr;
+        MEMPLAN_CUDA_CHECK(cudaHostGetDevicePointer(&device_flag, host_flag, 0));
+        kernels::sparse_encode(s, n, x, bytes, capacity, scratch, static_cast<int*>(device_flag));
+      } else {
+        kernels::sparse_decode(s, n, bytes, x, scratch);
+      }
+      break;
+    case sim::Encoding::kFp16:
+    case sim::Encoding::kFp10:
+    case sim::Encoding::kFp8: {
+      const host_backend::NarrowFloat f = encoding == sim::Encoding::kFp16   ? kFp16
+                                          : encoding == sim::Encoding::kFp10 ? kFp10
+                                                                             : kFp8;
+      if (encode) {
+        kernels::narrow_encode(s, f.exponent_bits, f.mantissa_bits, n, x, bytes);
+      } else {
+        kernels::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, bytes, x);
+      }
+      break;
+    }
+    case sim::Encoding::kNone:
+      throw std::runtime_error("an encoded buffer without an encoding");
+  }
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
+  pending_.push_back({sim::StreamId::kCompute, index, start, end});
+}
+
+void CudaDevice::enqueue_copy(sim::StreamId stream_id, std::int32_t index) {
+  const sim::Instruction& in = program_->stream(stream_id)[static_cast<std::size_t>(index)];
+  const auto slot = static_cast<std::size_t>(in.aux);
+  const auto bytes = static_cast<std::size_t>(program_->host_slots[slot].bytes);
+  std::byte* device = data(in.buffer);
+  std::byte* host = host_store_[slot].data();
+  cudaStream_t s = stream(stream_id);
+  const cudaEvent_t start = timing_event();
+  const cudaEvent_t end = timing_event();
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(start, s));
+  if (in.kind == sim::InstrKind::kCopyOut) {
+    MEMPLAN_CHECK(stream_id == sim::StreamId::kD2H, "copy-outs run on the d2h stream");
+    MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s));
+  } else {
+    MEMPLAN_CHECK(stream_id == sim::StreamId::kH2D && in.kind == sim::InstrKind::kCopyIn,
+                  "copy-ins run on the h2d stream");
+    MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, s));
+  }
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
+  pending_.push_back({stream_id, index, start, end});
+}
+
+void CudaDevice::record(sim::StreamId s, sim::EventId event) {
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(event)], stream(s)));
+}
+
+void CudaDevice::wait(sim::StreamId s, sim::EventId event) {
+  MEMPLAN_CUDA_CHECK(cudaStreamWaitEvent(stream(s), events_[static_cast<std::size_t>(event)], 0));
+}
+
+void CudaDevice::synchronize() {
+  for (cudaStream_t s : streams_) MEMPLAN_CUDA_CHECK(cudaStreamSynchronize(s));
+  for (const PendingSpan& p : pending_) {
+    float start_ms = 0;
+    float end_ms = 0;
+    MEMPLAN_CUDA_CHECK(cudaEventElapsedTime(&start_ms, start_, p.start));
+    MEMPLAN_CUDA_CHECK(cudaEventElapsedTime(&end_ms, start_, p.end));
+    spans_.push_back({p.stream, p.index, static_cast<sim::Nanoseconds>(start_ms * 1e6),
+                      static_cast<sim::Nanoseconds>(end_ms * 1e6)});
+  }
+  pending_.clear();
+  const auto* flags = reinterpret_cast<const int*>(overflow_.data());
+  for (const SparseCheck& c : std::exchange(sparse_checks_, {})) {
+    if (flags[c.flag] != 0) {
+      throw std::runtime_error("encode:sparse of '" + c.tensor +
+                               "': the map has more non-zeros than its buffer holds");
+    }
+  }
+}
+
+std::vector<sim::Span> CudaDevice::measured_spans() const {
+  return spans_;
+}
+
+runtime::MemoryStats CudaDevice::memory_stats() const {
+  runtime::MemoryStats s;
+  s.peak_bytes = peak_;
+  s.peak_reserved_bytes = arena_.peak_reserved_bytes();
+  s.capacity_bytes = capacity_;
+  s.live_bytes = live_;
+  s.largest_free_block = arena_.largest_free_block();
+  return s;
+}
+
+std::vector<std::byte> CudaDevice::tensor_bytes(sim::TensorId t) const {
+  if (const auto it = captured_.find(t); it != captured_.end()) {
+    return {it->second.data(), it->second.data() + it->second.size()};
+  }
+  if (program_ == nullptr) return {};
+  for (std::size_t b = 0; b < program_->buffers.size(); ++b) {
+    const sim::Buffer& buf = program_->buffers[b];
+    if (buf.tensor == t && buf.role == sim::BufferRole::kTensor && offset_[b] >= 0) {
+      std::vector<std::byte> out(static_cast<std::size_t>(buf.bytes));
+      MEMPLAN_CUDA_CHECK(cudaMemcpy(out.data(), data(static_cast<sim::BufferId>(b)), out.size(),
+                                    cudaMemcpyDeviceToHost));
+      return out;
+    }
+  }
+  return {};
+}
+
+const std::map<sim::OpId, ConvAlgorithms>& CudaDevice::conv_algorithms() const {
+  static const std::map<sim::OpId, ConvAlgorithms> kNone;
+  return executor_ != nullptr ? executor_->conv_algorithms() : kNone;
+}
+
+}  // namespace memplan::cuda_backend

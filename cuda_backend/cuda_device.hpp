@@ -1,0 +1,125 @@
+#pragma once
+// CudaDevice: the runtime's Device on a GPU. Device memory is one cudaMalloc'd block of the cap's
+// size; every tensor lives at the offset sim::DeviceArena hands out (the simulator's allocator,
+// exactly as in host_backend::HostDevice), so an allocation over the cap fails where the simulator
+// says it does, whatever the GPU's real size. Three cudaStreams (compute, d2h, h2d); the Program's
+// events are cudaEvents (record/wait); swapped maps go to pinned host memory (cudaHostAlloc) so
+// that copies are asynchronous DMA. Every kernel and copy is bracketed by two timing events and
+// its span is their elapsed time from an event recorded at prepare.
+//
+// Inputs and parameters get host_backend::fill_initial_data's values (filled on the host, then
+// uploaded), optimizer state zero, so a CUDA run and a host run of the same workload and seed
+// start from the same data and weights. Gradients and the loss written by kRun ops are copied
+// aside to pinned memory when capture is on; parameters and optimizer state are downloaded after
+// the run.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "cuda_backend/cuda_op_executor.hpp"
+#include "runtime/device.hpp"
+#include "sim/device_arena.hpp"
+
+namespace memplan::cuda_backend {
+
+/// Pinned host memory (cudaHostAlloc), freed with cudaFreeHost.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(std::size_t bytes, unsigned flags = cudaHostAllocDefault);
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+  [[nodiscard]] std::byte* data() const { return data_; }
+  [[nodiscard]] std::size_t size() const { return size_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+class CudaDevice final : public runtime::Device {
+ public:
+  /// A device with `capacity_bytes` of memory on CUDA device 0; data and weights derive from
+  /// `seed`. Throws CudaError when the memory cannot be allocated (or there is no device).
+  /// Devices sharing `algorithms` run each convolution with the same cuDNN algorithm.
+  explicit CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed = 1,
+                      std::shared_ptr<ConvAlgorithmCache> algorithms = nullptr);
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+  ~CudaDevice() override;
+
+  void prepare(const sim::Workload& workload, const sim::Program& program) override;
+  [[nodiscard]] bool allocate(sim::BufferId buffer) override;
+  void free(sim::BufferId buffer) override;
+  void enqueue_kernel(std::int32_t index) override;
+  void enqueue_copy(sim::StreamId stream, std::int32_t index) override;
+  void record(sim::StreamId stream, sim::EventId event) override;
+  void wait(sim::StreamId stream, sim::EventId event) override;
+  void synchronize() override;
+  [[nodiscard]] std::vector<sim::Span> measured_spans() const override;
+  [[nodiscard]] runtime::MemoryStats memory_stats() const override;
+
+  /// Bytes of tensor `t` as the run left them: the value a kRun wrote for a gradient or the loss
+  /// (when captured), else the tensor's resident buffer downloaded. Empty when not available.
+  [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const override;
+  /// Whether kRun outputs that are gradients or the loss are copied aside (on by default).
+  void set_capture(bool capture) override { capture_ = capture; }
+
+  /// cuDNN's fastest and memory-optimal algorithms of each convolution op (after a prepare).
+  [[nodiscard]] const std::map<sim::OpId, ConvAlgorithms>& conv_algorithms() const;
+
+ private:
+  struct PendingSpan {
+    sim::StreamId stream;
+    std::int32_t index;
+    cudaEvent_t start;
+    cudaEvent_t end;
+  };
+  struct SparseCheck {
+    std::string tensor;
+    std::size_t flag;  // index into overflow_
+  };
+  [[nodiscard]] std::byte* data(sim::BufferId b) const;
+  [[nodiscard]] cudaStream_t stream(sim::StreamId s) const {
+    return streams_[static_cast<std::size_t>(s)];
+  }
+  cudaEvent_t timing_event();
+  void initialise(sim::BufferId b);
+  void enqueue_codec(std::int32_t index, const sim::Instruction& in);
+
+  sim::Bytes capacity_;
+  std::uint64_t seed_;
+  std::shared_ptr<ConvAlgorithmCache> algorithms_;
+  std::byte* memory_ = nullptr;
+  sim::DeviceArena arena_;
+  const sim::Workload* workload_ = nullptr;
+  std::uint64_t fingerprint_ = 0;
+  const sim::Program* program_ = nullptr;
+  cudaStream_t streams_[sim::kStreamCount] = {};
+  std::unique_ptr<CudaOpExecutor> executor_;
+  std::vector<sim::DeviceArena::Offset> offset_;
+  sim::Bytes live_ = 0;
+  sim::Bytes peak_ = 0;
+  std::vector<cudaEvent_t> events_;  // the Program's (no timing)
+  std::vector<cudaEvent_t> timing_;  // pool of timing events, reused across runs
+  std::size_t timing_used_ = 0;
+  cudaEvent_t start_ = nullptr;
+  std::vector<PendingSpan> pending_;
+  std::vector<sim::Span> spans_;
+  std::vector<PinnedBuffer> host_store_;           // per host slot
+  std::map<sim::TensorId, PinnedBuffer> initial_;  // initial data of the workload, pinned
+  std::map<sim::TensorId, PinnedBuffer> captured_;
+  PinnedBuffer overflow_;  // int flags of sparse encodes, written by the GPU
+  std::vector<SparseCheck> sparse_checks_;
+  bool capture_ = true;
+};
+
+}  // namespace memplan::cuda_backend

@@ -1,0 +1,596 @@
+#include "cuda_backend/cuda_check.hpp"
+#include "cuda_backend/kernels.cuh"
+
+#include <algorithm>
+
+namespace memplan::cuda_backend::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr std::int64_t kSparseBlock = 256;  // host_backend::kSparseBlock
+
+unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 65535)));
+}
+
+#define MEMPLAN_GRID_STRIDE(i, n)                                                                  \
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+void check_launch(const char* kernel) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) {
+    throw_cuda_error("CUDA", kernel, cudaGetErrorString(status), __FILE__, __LINE__);
+  }
+}
+
+// ---- element-wise
+// ---------------------------------------------------------------------------------
+
+__global__ void add_kernel(std::int64_t n, const float* a, const float* b, float* y) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    y[i] = __fadd_rn(a[i], b[i]);
+  }
+}
+
+__global__ void add_bias_rows_kernel(std::int64_t rows, std::int64_t cols, const float* bias,
+                                     float* y) {
+  MEMPLAN_GRID_STRIDE(i, rows * cols) {
+    y[i] = __fadd_rn(y[i], bias[i % cols]);
+  }
+}
+
+__global__ void column_sums_kernel(std::int64_t rows, std::int64_t cols, const float* dy,
+                                   float* sums) {
+  MEMPLAN_GRID_STRIDE(c, cols) {
+    float s = 0.0f;
+    for (std::int64_t r = 0; r < rows; ++r) s = __fadd_rn(s, dy[r * cols + c]);
+    sums[c] = s;
+  }
+}
+
+// ---- relu6, dropout, adaptive average pooling --------------------------------------------------
+
+__global__ void relu6_forward_kernel(std::int64_t n, const float* x, float* y) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    y[i] = fminf(fmaxf(x[i], 0.0f), 6.0f);
+  }
+}
+
+__global__ void relu6_backward_kernel(std::int64_t n, const float* dy, const float* y, float* dx) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    dx[i] = y[i] > 0.0f && y[i] < 6.0f ? dy[i] : 0.0f;
+  }
+}
+
+__device__ std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+__global__ void dropout_forward_kernel(std::int64_t n, std::uint64_t threshold, float scale,
+                                       std::uint64_t seed, const float* x, float* y,
+                                       std::uint8_t* mask) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    const bool keep = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(i))) >= threshold;
+    mask[i] = keep ? 1 : 0;
+    y[i] = keep ? __fmul_rn(x[i], scale) : 0.0f;
+  }
+}
+
+__global__ void dropout_backward_kernel(std::int64_t n, float scale, const float* dy,
+                                        const std::uint8_t* mask, float* dx) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    dx[i] = mask[i] != 0 ? __fmul_rn(dy[i], scale) : 0.0f;
+  }
+}
+
+__device__ std::int64_t window_start(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return (i * in) / out;
+}
+__device__ std::int64_t window_end(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+__global__ void adaptive_forward_kernel(AdaptiveExtents e, const float* x, float* y) {
+  const std::int64_t in_plane = e.in_d * e.in_h * e.in_w;
+  const std::int64_t out_plane = e.out_d * e.out_h * e.out_w;
+  MEMPLAN_GRID_STRIDE(o, e.planes * out_plane) {
+    const std::int64_t p = o / out_plane;
+    const std::int64_t od = (o % out_plane) / (e.out_h * e.out_w);
+    const std::int64_t oh = (o % (e.out_h * e.out_w)) / e.out_w;
+    const std::int64_t ow = o % e.out_w;
+    const std::int64_t d0 = window_start(od, e.in_d, e.out_d);
+    const std::int64_t d1 = window_end(od, e.in_d, e.out_d);
+    const std::int64_t h0 = window_start(oh, e.in_h, e.out_h);
+    const std::int64_t h1 = window_end(oh, e.in_h, e.out_h);
+    const std::int64_t w0 = window_start(ow, e.in_w, e.out_w);
+    const std::int64_t w1 = window_end(ow, e.in_w, e.out_w);
+    const float inv = 1.0f / static_cast<float>((d1 - d0) * (h1 - h0) * (w1 - w0));
+    float sum = 0.0f;
+    for (std::int64_t d = d0; d < d1; ++d) {
+      for (std::int64_t h = h0; h < h1; ++h) {
+        for (std::int64_t w = w0; w < w1; ++w) {
+          sum = __fadd_rn(sum, __fmul_rn(x[p * in_plane + (d * e.in_h + h) * e.in_w + w], inv));
+        }
+      }
+    }
+    y[o] = sum;
+  }
+}
+
+/// Each input element gathers the outputs whose window holds it, in output order.
+__global__ void adaptive_backward_kernel(AdaptiveExtents e, const float* dy, float* dx) {
+  const std::int64_t in_plane = e.in_d * e.in_h * e.in_w;
+  const std::int64_t out_plane = e.out_d * e.out_h * e.out_w;
+  MEMPLAN_GRID_STRIDE(i, e.planes * in_plane) {
+    const std::int64_t p = i / in_plane;
+    const std::int64_t d = (i % in_plane) / (e.in_h * e.in_w);
+    const std::int64_t h = (i % (e.in_h * e.in_w)) / e.in_w;
+    const std::int64_t w = i % e.in_w;
+    float g = 0.0f;
+    for (std::int64_t od = 0; od < e.out_d; ++od) {
+      const std::int64_t d0 = window_start(od, e.in_d, e.out_d);
+      const std::int64_t d1 = window_end(od, e.in_d, e.out_d);
+      if (d < d0 || d >= d1) continue;
+      for (std::int64_t oh = 0; oh < e.out_h; ++oh) {
+        const std::int64_t h0 = window_start(oh, e.in_h, e.out_h);
+        const std::int64_t h1 = window_end(oh, e.in_h, e.out_h);
+        if (h < h0 || h >= h1) continue;
+        for (std::int64_t ow = 0; ow < e.out_w; ++ow) {
+          const std::int64_t w0 = window_start(ow, e.in_w, e.out_w);
+          const std::int64_t w1 = window_end(ow, e.in_w, e.out_w);
+          if (w < w0 || w >= w1) continue;
+          const float inv = 1.0f / static_cast<float>((d1 - d0) * (h1 - h0) * (w1 - w0));
+          const std::int64_t o = p * out_plane + (od * e.out_h + oh) * e.out_w + ow;
+          g = __fadd_rn(g, __fmul_rn(dy[o], inv));
+        }
+      }
+    }
+    dx[i] = g;
+  }
+}
+
+// ---- max pooling
+// ----------------------------------------------------------------------------------
+
+__global__ void max_pool_forward_kernel(PoolExtents e, const float* x, float* y,
+                                        std::int64_t* indices) {
+  const std::int64_t out_plane = e.out_h * e.out_w;
+  MEMPLAN_GRID_STRIDE(o, e.planes * out_plane) {
+    const std::int64_t p = o / out_plane;
+    const std::int64_t i = (o % out_plane) / e.out_w;
+    const std::int64_t j = o % e.out_w;
+    const float* in = x + p * e.in_h * e.in_w;
+    float best = -INFINITY;
+    std::int64_t best_index = -1;
+    for (std::int64_t r = 0; r < e.kernel_h; ++r) {
+      const std::int64_t iy = i * e.stride_h - e.pad_h + r;
+      if (iy < 0 || iy >= e.in_h) continue;
+      for (std::int64_t c = 0; c < e.kernel_w; ++c) {
+        const std::int64_t ix = j * e.stride_w - e.pad_w + c;
+        if (ix < 0 || ix >= e.in_w) continue;
+        const float v = in[iy * e.in_w + ix];
+        if (best_index < 0 || v > best || isnan(v)) {
+          best = v;
+          best_index = iy * e.in_w + ix;
+        }
+      }
+    }
+    y[o] = best;
+    indices[o] = best_index;
+  }
+}
+
+__global__ void max_pool_backward_kernel(PoolExtents e, const float* dy,
+                                         const std::int64_t* indices, float* dx) {
+  const std::int64_t plane = e.in_h * e.in_w;
+  const std::int64_t out_plane = e.out_h * e.out_w;
+  MEMPLAN_GRID_STRIDE(k, e.planes * plane) {
+    const std::int64_t p = k / plane;
+    const std::int64_t flat = k % plane;
+    const std::int64_t iy = flat / e.in_w;
+    const std::int64_t ix = flat % e.in_w;
+    // Output windows that contain (iy, ix): oy*stride - pad <= iy < oy*stride - pad + kernel.
+    const std::int64_t oy_lo =
+        max(std::int64_t{0}, (iy + e.pad_h - e.kernel_h + e.stride_h) / e.stride_h);
+    const std::int64_t oy_hi = min(e.out_h - 1, (iy + e.pad_h) / e.stride_h);
+    const std::int64_t ox_lo =
+        max(std::int64_t{0}, (ix + e.pad_w - e.kernel_w + e.stride_w) / e.stride_w);
+    const std::int64_t ox_hi = min(e.out_w - 1, (ix + e.pad_w) / e.stride_w);
+    float g = 0.0f;
+    for (std::int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
+      for (std::int64_t ox = ox_lo; ox <= ox_hi; ++ox) {
+        const std::int64_t o = p * out_plane + oy * e.out_w + ox;
+        if (indices[o] == flat) g = __fadd_rn(g, dy[o]);
+      }
+    }
+    dx[k] = g;
+  }
+}
+
+// ---- softmax cross-entropy
+// -----------------------------------------------------------------------
+
+__global__ void cross_entropy_loss_kernel(std::int64_t rows, std::int64_t classes,
+                                          const float* log_probs, const std::int64_t* labels,
+                                          float* loss) {
+  __shared__ double partial[kThreads];
+  double sum = 0.0;
+  bool bad = false;
+  for (std::int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const std::int64_t label = labels[r];
+    if (label < 0 || label >= classes) {
+      bad = true;
+    } else {
+      sum -= static_cast<double>(log_probs[r * classes + label]);
+    }
+  }
+  partial[threadIdx.x] = bad ? nan("") : sum;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride)
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = static_cast<float>(partial[0] / static_cast<double>(rows));
+}
+
+__global__ void cross_entropy_backward_kernel(std::int64_t rows, std::int64_t classes,
+                                              const float* probs, const std::int64_t* labels,
+                                              float* dlogits) {
+  const float inv = 1.0f / static_cast<float>(rows);
+  MEMPLAN_GRID_STRIDE(k, rows * classes) {
+    const std::int64_t r = k / classes;
+    const std::int64_t c = k % classes;
+    dlogits[k] = __fmul_rn(__fsub_rn(probs[k], c == labels[r] ? 1.0f : 0.0f), inv);
+  }
+}
+
+// ---- SGD
+// ------------------------------------------------------------------------------------------
+
+__global__ void sgd_momentum_kernel(std::int64_t n, float lr, float momentum, float weight_decay,
+                                    float* w, const float* grad, float* velocity) {
+  // Rounded operations, no fused multiply-add: the host backend's arithmetic, bit for bit.
+  MEMPLAN_GRID_STRIDE(i, n) {
+    const float g = __fadd_rn(grad[i], __fmul_rn(weight_decay, w[i]));
+    const float v = __fadd_rn(__fmul_rn(momentum, velocity[i]), g);
+    velocity[i] = v;
+    w[i] = __fsub_rn(w[i], __fmul_rn(lr, v));
+  }
+}
+
+// ---- binarize
+// -------------------------------------------------------------------------------------
+
+__global__ void binarize_encode_kernel(std::int64_t n, const float* x, std::uint8_t* bits) {
+  MEMPLAN_GRID_STRIDE(byte, (n + 7) / 8) {
+    unsigned v = 0;
+    for (int b = 0; b < 8; ++b) {
+      const std::int64_t i = byte * 8 + b;
+      if (i < n && x[i] > 0.0f) v |= 1u << b;
+    }
+    bits[byte] = static_cast<std::uint8_t>(v);
+  }
+}
+
+__global__ void binarize_decode_kernel(std::int64_t n, const std::uint8_t* bits, float* x) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    x[i] = ((bits[i / 8] >> (i % 8)) & 1u) != 0 ? 1.0f : 0.0f;
+  }
+}
+
+// ---- sparse
+// ---------------------------------------------------------------------------------------
+
+__device__ bool kept(float v) {
+  return !(v == 0.0f && !signbit(v));  // -0.0 is kept so that decoding is bitwise exact
+}
+
+__global__ void sparse_count_kernel(std::int64_t n, const float* x, std::int64_t* counts) {
+  MEMPLAN_GRID_STRIDE(k, (n + kSparseBlock - 1) / kSparseBlock) {
+    const std::int64_t end = min(n, (k + 1) * kSparseBlock);
+    std::int64_t c = 0;
+    for (std::int64_t i = k * kSparseBlock; i < end; ++i) c += kept(x[i]) ? 1 : 0;
+    counts[k] = c;
+  }
+}
+
+/// One thread: the byte offset of every block, and whether the whole fits.
+__global__ void sparse_offsets_kernel(std::int64_t blocks, const std::int64_t* counts,
+                                      std::int64_t* offsets, std::int64_t capacity, int* overflow) {
+  std::int64_t pos = 0;
+  for (std::int64_t k = 0; k < blocks; ++k) {
+    offsets[k] = pos;
+    pos += 2 + 5 * counts[k];
+  }
+  *overflow = pos > capacity ? 1 : 0;
+}
+
+__global__ void sparse_write_kernel(std::int64_t n, const float* x, const std::int64_t* counts,
+                                    const std::int64_t* offsets, const int* overflow,
+                                    std::uint8_t* out) {
+  if (*overflow != 0) return;
+  MEMPLAN_GRID_STRIDE(k, (n + kSparseBlock - 1) / kSparseBlock) {
+    std::uint8_t* p = out + offsets[k];
+    const auto count = static_cast<unsigned>(counts[k]);
+    p[0] = static_cast<std::uint8_t>(count & 0xffu);  // little-endian 16-bit count
+    p[1] = static_cast<std::uint8_t>(count >> 8);
+    p += 2;
+    const std::int64_t start = k * kSparseBlock;
+    const std::int64_t end = min(n, start + kSparseBlock);
+    for (std::int64_t i = start; i < end; ++i) {
+      if (!kept(x[i])) continue;
+      const unsigned bits = __float_as_uint(x[i]);
+      p[0] = static_cast<std::uint8_t>(i - start);
+      for (int b = 0; b < 4; ++b) p[1 + b] = static_cast<std::uint8_t>(bits >> (8 * b));
+      p += 5;
+    }
+  }
+}
+
+__global__ void zero_kernel(std::int64_t n, float* x) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    x[i] = 0.0f;
+  }
+}
+
+/// One thread: where each block starts in the packed stream (its counts are in the stream).
+__global__ void sparse_read_offsets_kernel(std::int64_t blocks, const std::uint8_t* in,
+                                           std::int64_t* offsets) {
+  std::int64_t pos = 0;
+  for (std::int64_t k = 0; k < blocks; ++k) {
+    offsets[k] = pos;
+    const unsigned count = in[pos] | (static_cast<unsigned>(in[pos + 1]) << 8);
+    pos += 2 + 5 * static_cast<std::int64_t>(count);
+  }
+}
+
+__global__ void sparse_scatter_kernel(std::int64_t n, const std::uint8_t* in,
+                                      const std::int64_t* offsets, float* x) {
+  MEMPLAN_GRID_STRIDE(k, (n + kSparseBlock - 1) / kSparseBlock) {
+    const std::uint8_t* p = in + offsets[k];
+    const unsigned count = p[0] | (static_cast<unsigned>(p[1]) << 8);
+    p += 2;
+    for (unsigned c = 0; c < count; ++c, p += 5) {
+      unsigned bits = 0;
+      for (int b = 0; b < 4; ++b) bits |= static_cast<unsigned>(p[1 + b]) << (8 * b);
+      x[k * kSparseBlock + p[0]] = __uint_as_float(bits);
+    }
+  }
+}
+
+// ---- narrow floats (host_backend::narrow_encode_value / narrow_decode_value)
+// ---------------------
+
+__device__ unsigned narrow_code(int exponent_bits, int mantissa_bits, float value) {
+  const int total = 1 + exponent_bits + mantissa_bits;
+  const int bias = (1 << (exponent_bits - 1)) - 1;
+  const unsigned exp_all_ones = (1u << exponent_bits) - 1;
+  const unsigned sign = signbit(value) ? 1u << (total - 1) : 0u;
+  if (isnan(value)) return (exp_all_ones << mantissa_bits) | 1u;
+  if (isinf(value)) return sign | (exp_all_ones << mantissa_bits);
+  const double a = fabs(static_cast<double>(value));
+  if (a == 0.0) return sign;
+  const int min_exponent = 1 - bias;
+  const int max_exponent = bias;
+  const double max_finite = ldexp(2.0 - ldexp(1.0, -mantissa_bits), max_exponent);
+  int exponent = max(ilogb(a), min_exponent);
+  const double quantum = ldexp(1.0, exponent - mantissa_bits);
+  double q = rint(a / quantum) * quantum;  // nearest, ties to even; exact in double
+  if (q > max_finite) q = max_finite;
+  if (q == 0.0) return sign;
+  const int e = ilogb(q);
+  unsigned exponent_field = 0;
+  unsigned mantissa = 0;
+  if (e < min_exponent) {
+    mantissa = static_cast<unsigned>(ldexp(q, mantissa_bits - min_exponent));
+  } else {
+    exponent_field = static_cast<unsigned>(e + bias);
+    mantissa = static_cast<unsigned>(ldexp(q, mantissa_bits - e)) - (1u << mantissa_bits);
+  }
+  return sign | (exponent_field << mantissa_bits) | mantissa;
+}
+
+__device__ float narrow_value(int exponent_bits, int mantissa_bits, unsigned code) {
+  const int total = 1 + exponent_bits + mantissa_bits;
+  const int bias = (1 << (exponent_bits - 1)) - 1;
+  const unsigned exp_all_ones = (1u << exponent_bits) - 1;
+  const bool negative = ((code >> (total - 1)) & 1u) != 0;
+  const unsigned exponent_field = (code >> mantissa_bits) & exp_all_ones;
+  const unsigned mantissa = code & ((1u << mantissa_bits) - 1);
+  double v = 0.0;
+  if (exponent_field == exp_all_ones) {
+    v = mantissa != 0 ? nan("") : INFINITY;
+  } else if (exponent_field == 0) {
+    v = ldexp(static_cast<double>(mantissa), 1 - bias - mantissa_bits);
+  } else {
+    v = ldexp(static_cast<double>(mantissa + (1u << mantissa_bits)),
+              static_cast<int>(exponent_field) - bias - mantissa_bits);
+  }
+  return static_cast<float>(negative ? -v : v);
+}
+
+/// One thread per output byte: it gathers the bits of the (at most two) values overlapping it.
+__global__ void narrow_encode_kernel(int exponent_bits, int mantissa_bits, std::int64_t n,
+                                     const float* x, std::uint8_t* out) {
+  const int width = 1 + exponent_bits + mantissa_bits;
+  MEMPLAN_GRID_STRIDE(byte, (n * width + 7) / 8) {
+    unsigned v = 0;
+    std::int64_t cached = -1;
+    unsigned code = 0;
+    for (int b = 0; b < 8; ++b) {
+      const std::int64_t bit = byte * 8 + b;
+      const std::int64_t i = bit / width;
+      if (i >= n) break;
+      if (i != cached) {
+        code = narrow_code(exponent_bits, mantissa_bits, x[i]);
+        cached = i;
+      }
+      if (((code >> (bit % width)) & 1u) != 0) v |= 1u << b;
+    }
+    out[byte] = static_cast<std::uint8_t>(v);
+  }
+}
+
+__global__ void narrow_decode_kernel(int exponent_bits, int mantissa_bits, std::int64_t n,
+                                     const std::uint8_t* in, float* x) {
+  const int width = 1 + exponent_bits + mantissa_bits;
+  MEMPLAN_GRID_STRIDE(i, n) {
+    unsigned code = 0;
+    for (int b = 0; b < width; ++b) {
+      const std::int64_t bit = i * width + b;
+      code |= static_cast<unsigned>((in[bit / 8] >> (bit % 8)) & 1u) << b;
+    }
+    x[i] = narrow_value(exponent_bits, mantissa_bits, code);
+  }
+}
+
+}  // namespace
+
+void add(cudaStream_t s, std::int64_t n, const float* a, const float* b, float* y) {
+  add_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, a, b, y);
+  check_launch("add_kernel");
+}
+
+void add_bias_rows(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* bias,
+                   float* y) {
+  add_bias_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(rows, cols, bias, y);
+  check_launch("add_bias_rows_kernel");
+}
+
+void column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* dy,
+                 float* sums) {
+  column_sums_kernel<<<blocks_for(cols), kThreads, 0, s>>>(rows, cols, dy, sums);
+  check_launch("column_sums_kernel");
+}
+
+void relu6_forward(cudaStream_t s, std::int64_t n, const float* x, float* y) {
+  relu6_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, x, y);
+  check_launch("relu6_forward_kernel");
+}
+
+void relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y, float* dx) {
+  relu6_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, dy, y, dx);
+  check_launch("relu6_backward_kernel");
+}
+
+void dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold, float scale,
+                     std::uint64_t seed, const float* x, float* y, std::uint8_t* mask) {
+  dropout_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, threshold, scale, seed, x, y, mask);
+  check_launch("dropout_forward_kernel");
+}
+
+void dropout_backward(cudaStream_t s, std::int64_t n, float scale, const float* dy,
+                      const std::uint8_t* mask, float* dx) {
+  dropout_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, scale, dy, mask, dx);
+  check_launch("dropout_backward_kernel");
+}
+
+void adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x, float* y) {
+  adaptive_forward_kernel<<<blocks_for(e.planes * e.out_d * e.out_h * e.out_w), kThreads, 0, s>>>(
+      e, x, y);
+  check_launch("adaptive_forward_kernel");
+}
+
+void adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e, const float* dy,
+                                float* dx) {
+  adaptive_backward_kernel<<<blocks_for(e.planes * e.in_d * e.in_h * e.in_w), kThreads, 0, s>>>(
+      e, dy, dx);
+  check_launch("adaptive_backward_kernel");
+}
+
+void max_pool_forward(cudaStream_t s, const PoolExtents& e, const float* x, float* y,
+                      std::int64_t* indices) {
+  max_pool_forward_kernel<<<blocks_for(e.planes * e.out_h * e.out_w), kThreads, 0, s>>>(e, x, y,
+                                                                                        indices);
+  check_launch("max_pool_forward_kernel");
+}
+
+void max_pool_backward(cudaStream_t s, const PoolExtents& e, const float* dy,
+                       const std::int64_t* indices, float* dx) {
+  max_pool_backward_kernel<<<blocks_for(e.planes * e.in_h * e.in_w), kThreads, 0, s>>>(e, dy,
+                                                                                       indices, dx);
+  check_launch("max_pool_backward_kernel");
+}
+
+void cross_entropy_loss(cudaStream_t s, std::int64_t rows, std::int64_t classes,
+                        const float* log_probs, const std::int64_t* labels, float* loss) {
+  cross_entropy_loss_kernel<<<1, kThreads, 0, s>>>(rows, classes, log_probs, labels, loss);
+  check_launch("cross_entropy_loss_kernel");
+}
+
+void cross_entropy_backward(cudaStream_t s, std::int64_t rows, std::int64_t classes,
+                            const float* probs, const std::int64_t* labels, float* dlogits) {
+  cross_entropy_backward_kernel<<<blocks_for(rows * classes), kThreads, 0, s>>>(
+      rows, classes, probs, labels, dlogits);
+  check_launch("cross_entropy_backward_kernel");
+}
+
+void sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum, float weight_decay,
+                  float* w, const float* grad, float* velocity) {
+  sgd_momentum_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, lr, momentum, weight_decay, w, grad,
+                                                         velocity);
+  check_launch("sgd_momentum_kernel");
+}
+
+void binarize_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* bits) {
+  binarize_encode_kernel<<<blocks_for((n + 7) / 8), kThreads, 0, s>>>(n, x, bits);
+  check_launch("binarize_encode_kernel");
+}
+
+void binarize_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* bits, float* x) {
+  binarize_decode_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, bits, x);
+  check_launch("binarize_decode_kernel");
+}
+
+std::int64_t sparse_scratch_bytes(std::int64_t n) {
+  return 2 * ((n + kSparseBlock - 1) / kSparseBlock) *
+         static_cast<std::int64_t>(sizeof(std::int64_t));
+}
+
+void sparse_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* out,
+                   std::int64_t capacity, void* scratch, int* overflow) {
+  const std::int64_t blocks = (n + kSparseBlock - 1) / kSparseBlock;
+  auto* counts = static_cast<std::int64_t*>(scratch);
+  std::int64_t* offsets = counts + blocks;
+  sparse_count_kernel<<<blocks_for(blocks), kThreads, 0, s>>>(n, x, counts);
+  check_launch("sparse_count_kernel");
+  sparse_offsets_kernel<<<1, 1, 0, s>>>(blocks, counts, offsets, capacity, overflow);
+  check_launch("sparse_offsets_kernel");
+  sparse_write_kernel<<<blocks_for(blocks), kThreads, 0, s>>>(n, x, counts, offsets, overflow, out);
+  check_launch("sparse_write_kernel");
+}
+
+void sparse_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* in, float* x,
+                   void* scratch) {
+  const std::int64_t blocks = (n + kSparseBlock - 1) / kSparseBlock;
+  auto* offsets = static_cast<std::int64_t*>(scratch);
+  zero_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, x);
+  check_launch("zero_kernel");
+  sparse_read_offsets_kernel<<<1, 1, 0, s>>>(blocks, in, offsets);
+  check_launch("sparse_read_offsets_kernel");
+  sparse_scatter_kernel<<<blocks_for(blocks), kThreads, 0, s>>>(n, in, offsets, x);
+  check_launch("sparse_scatter_kernel");
+}
+
+void narrow_encode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
+                   const float* x, std::uint8_t* out) {
+  const std::int64_t bytes = (n * (1 + exponent_bits + mantissa_bits) + 7) / 8;
+  narrow_encode_kernel<<<blocks_for(bytes), kThreads, 0, s>>>(exponent_bits, mantissa_bits, n, x,
+                                                              out);
+  check_launch("narrow_encode_kernel");
+}
+
+void narrow_decode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
+                   const std::uint8_t* in, float* x) {
+  narrow_decode_kernel<<<blocks_for(n), kThreads, 0, s>>>(exponent_bits, mantissa_bits, n, in, x);
+  check_launch("narrow_decode_kernel");
+}
+
+}  // namespace memplan::cuda_backend::kernels

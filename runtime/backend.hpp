@@ -1,0 +1,36 @@
+#pragma once
+// Backend: what validation and recording need from a place that runs Programs for real (the host
+// CPU, a CUDA GPU): a name, fresh Devices of a given capacity whose data and weights derive from a
+// seed, and the measured copy link between device and host memory. Everything above this (the
+// interpreter, validate, calibrate, record) is written once against it.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/device.hpp"
+#include "sim/units.hpp"
+
+namespace memplan::runtime {
+
+/// A device<->host copy link as measured on a backend: bandwidth each way and the fixed cost of one
+/// copy (everything a copy costs beyond bytes / bandwidth, including stream hand-offs), in the
+/// units of sim::Machine, which it overrides when recording or calibrating.
+struct LinkModel {
+  sim::BytesPerSecond h2d_bytes_per_s = 0;
+  sim::BytesPerSecond d2h_bytes_per_s = 0;
+  sim::Nanoseconds latency_ns = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// "host", "cuda": what `--backend` names and what a recorded trace's provenance says.
+  [[nodiscard]] virtual std::string name() const = 0;
+  /// A device with `capacity_bytes` of memory (a hard cap); inputs and weights derive from `seed`.
+  [[nodiscard]] virtual std::unique_ptr<Device> make_device(sim::Bytes capacity_bytes,
+                                                            std::uint64_t seed) const = 0;
+  /// Measured copy link of this backend (bandwidth each way, latency), for record and --calibrate.
+  [[nodiscard]] virtual LinkModel measure_link() const = 0;
+};
+
+}  // namespace memplan::runtime

@@ -1,0 +1,77 @@
+#include "runtime/recording.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <stdexcept>
+
+#include <fmt/core.h>
+
+#include "runtime/interpreter.hpp"
+#include "sim/basic_plans.hpp"
+#include "sim/engine.hpp"
+#include "sim/lowering.hpp"
+
+namespace memplan::runtime {
+
+Recording record(const Backend& backend, const sim::Workload& workload,
+                 const RecordOptions& options) {
+  Recording r;
+  r.workload = workload;
+  sim::Workload& w = r.workload;
+  const sim::Program program = sim::lower(workload, sim::in_core_plan(workload));
+  sim::Machine roomy;
+  roomy.memory_bytes = std::int64_t{1} << 50;
+  sim::Engine engine;
+  r.peak_reserved_bytes = engine.run(program, roomy).peak_reserved_bytes;
+
+  const std::unique_ptr<Device> device = backend.make_device(r.peak_reserved_bytes, options.seed);
+  device->set_capture(false);
+  sim::Timeline measured;
+  for (int k = 0; k <= std::max(options.warmup, 0); ++k) {
+    measured = run_program(*device, workload, program);
+    if (!measured.feasible) {
+      // The device has the in-core peak the simulator computed with the same arena: running
+      // out means the backend and the simulator disagree, which is a bug, not bad input.
+      throw std::logic_error(
+          fmt::format("recording on {}: the in-core run did not fit in its own "
+                      "peak of {} bytes",
+                      backend.name(), r.peak_reserved_bytes));
+    }
+  }
+  r.iteration_ns = measured.iteration_ns;
+
+  const auto& compute = program.stream(sim::StreamId::kCompute);
+  std::vector<sim::Nanoseconds> op_ns(w.ops.size(), 0);
+  for (const sim::Span& span : measured.spans) {
+    if (span.stream != sim::StreamId::kCompute) continue;
+    const sim::Instruction& in = compute[static_cast<std::size_t>(span.index)];
+    if (in.kind != sim::InstrKind::kRun) continue;
+    op_ns[static_cast<std::size_t>(in.op)] += span.end_ns - span.start_ns;
+  }
+  for (std::size_t o = 0; o < w.ops.size(); ++o) {
+    sim::Op& op = w.ops[o];
+    op.duration_ns = std::max<sim::Nanoseconds>(op_ns[o], 1);
+    for (sim::Algorithm& a : op.algorithms) a.duration_ns = op.duration_ns;
+  }
+
+  r.link = backend.measure_link();
+  w.device = sim::DeviceInfo{};
+  w.device.name = backend.name();
+  w.device.memory_bytes = r.peak_reserved_bytes;
+  w.device.h2d_bytes_per_s = r.link.h2d_bytes_per_s;
+  w.device.d2h_bytes_per_s = r.link.d2h_bytes_per_s;
+  w.device.copy_latency_ns = r.link.latency_ns;
+  const std::string what = workload.provenance.note;
+  w.provenance = sim::Provenance{};
+  w.provenance.source = "recorded";
+  w.provenance.backend = backend.name();
+  w.provenance.note = fmt::format(
+      "{}{}recorded by memplan on the {} backend: {} warm-up iterations, then one iteration of "
+      "{} ns (seed {})",
+      what, what.empty() ? "" : "; ", backend.name(), std::max(options.warmup, 0), r.iteration_ns,
+      options.seed);
+  sim::validate(w, fmt::format("recording on {}", backend.name()));
+  return r;
+}
+
+}  // namespace memplan::runtime

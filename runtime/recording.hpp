@@ -1,0 +1,33 @@
+#pragma once
+// Recording: turns a workload whose structure is known (a zoo model, durations still zero or
+// modeled) into a recorded trace of a backend. The in-core plan runs on one device of the backend
+// for `warmup` iterations and then one recorded iteration; each op's duration is its measured
+// kernel time in that iteration, and the device's link is the backend's measured copy link. The
+// result is trace format v1 with provenance "recorded" and the backend's name.
+#include <cstdint>
+
+#include "runtime/backend.hpp"
+#include "sim/workload.hpp"
+
+namespace memplan::runtime {
+
+struct RecordOptions {
+  std::uint64_t seed = 1;  // data and weights
+  int warmup = 2;          // iterations run before the recorded one
+};
+
+struct Recording {
+  sim::Workload workload;              // the recorded trace
+  sim::Nanoseconds iteration_ns = 0;   // of the recorded iteration
+  sim::Bytes peak_reserved_bytes = 0;  // of the in-core run (the recorded device's capacity)
+  LinkModel link;
+};
+
+/// Records `workload` on `backend`. Every op gets its measured duration (at least 1 ns, also for
+/// its alternative algorithms: the backend runs one kernel per layer, whatever the algorithm);
+/// the device is named after the backend, with the in-core peak as its memory and the measured
+/// link. Throws std::runtime_error naming the op when the backend cannot run a layer.
+Recording record(const Backend& backend, const sim::Workload& workload,
+                 const RecordOptions& options = {});
+
+}  // namespace memplan::runtime

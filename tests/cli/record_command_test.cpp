@@ -1,0 +1,88 @@
+// `memplan record --backend host`: a zoo model's step run for real and written as a recorded
+// trace; record, search and validate end to end; bad input (unknown model or backend, a layer
+// the host cannot run) is one line and exit 2 with no file written.
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "sim/trace_io.hpp"
+#include "tests/support/run_command.hpp"
+
+using memplan::test::run_memplan;
+using memplan::test::temp_dir;
+
+TEST_CASE("record writes a recorded trace with measured durations and link", "[cli][record]") {
+  const std::string out = temp_dir() + "/record_resnet18.json";
+  const auto r =
+      run_memplan(fmt::format("record --backend host resnet18 --batch 2 --input 32x32 "
+                              "--warmup 0 -o '{}'",
+                              out));
+  REQUIRE(r.exit_status == 0);
+  const memplan::sim::Workload w = memplan::sim::read_trace(out);
+  CHECK(w.provenance.source == "recorded");
+  CHECK(w.provenance.backend == "host");
+  CHECK(w.provenance.note.find("resnet18 input 32x32, batch 2") != std::string::npos);
+  CHECK(w.device.name == "host");
+  CHECK(w.device.memory_bytes > 0);
+  CHECK(w.device.h2d_bytes_per_s.value_or(0) > 0);
+  CHECK(w.device.copy_latency_ns.has_value());
+  for (const auto& op : w.ops) CHECK(op.duration_ns > 0);
+  // The recorded device's memory is the in-core peak: the step fits exactly.
+  const auto info = run_memplan(fmt::format("info '{}' --json", out));
+  REQUIRE(info.exit_status == 0);
+  const auto j = nlohmann::json::parse(info.out);
+  CHECK(j["peak_bytes_incore"].get<long long>() <= w.device.memory_bytes);
+}
+
+TEST_CASE("record, search below the in-core peak, validate: end to end on the host",
+          "[cli][record][validate]") {
+  // mobilenet_v2's feature maps outweigh its parameters, gradients and momentum, so a plan can
+  // save a third of the in-core peak (resnet18 at 32x32 cannot: its weights are the floor).
+  const std::string dir = temp_dir();
+  const std::string trace = dir + "/record_mobilenet.json";
+  const std::string plan = dir + "/record_mobilenet_plan.json";
+  REQUIRE(run_memplan(fmt::format("record --backend host mobilenet_v2 --batch 16 --input 64x64 "
+                                  "-o '{}'",
+                                  trace))
+              .exit_status == 0);
+  const auto info = run_memplan(fmt::format("info '{}' --json", trace));
+  REQUIRE(info.exit_status == 0);
+  const auto memory = static_cast<long long>(
+      0.7 * nlohmann::json::parse(info.out)["peak_bytes_incore"].get<double>());
+  const auto search = run_memplan(
+      fmt::format("search '{}' --memory {}B --time-limit 2 -o '{}' --json", trace, memory, plan));
+  REQUIRE(search.exit_status == 0);
+  REQUIRE(nlohmann::json::parse(search.out)["feasible"] == true);
+  const auto v = run_memplan(fmt::format(
+      "validate '{}' --plan '{}' --memory {}B --backend host --json", trace, plan, memory));
+  REQUIRE(v.exit_status == 0);
+  const auto j = nlohmann::json::parse(v.out);
+  CHECK(j["gradients_match"] == true);
+  CHECK(j["max_abs_diff"].get<double>() == 0.0);
+  CHECK(j["peak_bytes_measured"] == j["peak_bytes_predicted"]);
+  CHECK(j["peak_bytes_measured"].get<long long>() <= memory);
+}
+
+TEST_CASE("record refuses what it cannot run with one line and exit 2", "[cli][record]") {
+  const std::string out = temp_dir() + "/record_refused.json";
+  std::filesystem::remove(out);
+  struct Case {
+    const char* args;
+    const char* says;
+  };
+  const Case c = GENERATE(
+      Case{"nosuchnet --batch 1", "unknown model 'nosuchnet'"},
+      Case{"resnet18 --batch 1 --backend tpu", "unknown backend 'tpu'"},
+      Case{"gpt --batch 1 --layers 1 --hidden 8 --heads 2 --seq 4 --vocab 16", "no host kernel"},
+      Case{"resnet18 --batch 0", "--batch"});
+  CAPTURE(c.args);
+  const auto r = run_memplan(fmt::format("record {} -o '{}'", c.args, out));
+  CHECK(r.exit_status == 2);
+  CHECK(r.err.find(c.says) != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK_FALSE(std::filesystem::exists(out));
+}

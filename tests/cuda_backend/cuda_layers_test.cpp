@@ -1,0 +1,385 @@
+// Each layer the CUDA executor runs, forward and backward, against the host backend's kernels on
+// the same random data: cuDNN (conv2d, conv3d, batch-norm, average pooling), cuBLAS (linear) and
+// the backend's own kernels (max and adaptive pooling, relu6, dropout, concat, softmax
+// cross-entropy) give the host's values within the backend's tolerance, or its bits where the
+// arithmetic is the same. [cuda]: skipped without a GPU.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "cuda_backend/cuda_backend.hpp"
+#include "cuda_backend/cuda_environment.hpp"
+#include "cuda_backend/cuda_op_executor.hpp"
+#include "host_backend/conv_kernels.hpp"
+#include "host_backend/layer_kernels.hpp"
+
+namespace mp = memplan;
+namespace hb = memplan::host_backend;
+
+namespace {
+
+bool skip_without_device() {
+  const mp::cuda_backend::CudaEnvironment env = mp::cuda_backend::probe_cuda();
+  if (env.device_count > 0) return false;
+  WARN("skipped: no CUDA device (" << env.unavailable_reason << ")");
+  return true;
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+/// A one-op workload whose tensors live in device memory the test owns.
+class LayerCase {
+ public:
+  ~LayerCase() {
+    for (void* p : device_) cudaFree(p);
+  }
+  mp::sim::TensorId tensor(std::vector<std::int64_t> shape, const std::string& dtype = "float32") {
+    mp::sim::Tensor t;
+    t.id = static_cast<mp::sim::TensorId>(w_.tensors.size());
+    t.name = "t" + std::to_string(t.id);
+    t.dtype = dtype;
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    t.bytes = n * (dtype == "int64" ? 8 : dtype == "bool" ? 1 : 4);
+    t.shape = std::move(shape);
+    w_.tensors.push_back(t);
+    void* p = nullptr;
+    REQUIRE(cudaMalloc(&p, static_cast<std::size_t>(t.bytes)) == cudaSuccess);
+    REQUIRE(cudaMemset(p, 0, static_cast<std::size_t>(t.bytes)) == cudaSuccess);
+    device_.push_back(p);
+    return t.id;
+  }
+  template <class T>
+  void upload(mp::sim::TensorId t, const std::vector<T>& values) {
+    REQUIRE(values.size() * sizeof(T) == static_cast<std::size_t>(w_.tensor(t).bytes));
+    REQUIRE(cudaMemcpy(device_[static_cast<std::size_t>(t)], values.data(),
+                       values.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  std::vector<float> download(mp::sim::TensorId t) {
+    std::vector<float> out(static_cast<std::size_t>(w_.tensor(t).bytes) / 4);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    REQUIRE(cudaMemcpy(out.data(), device_[static_cast<std::size_t>(t)], out.size() * 4,
+                       cudaMemcpyDeviceToHost) == cudaSuccess);
+    return out;
+  }
+  /// A backward op of `layer` that differentiates op `forward`.
+  void run_backward_of(mp::sim::OpId forward, const std::string& layer,
+                       std::vector<mp::sim::TensorId> in, std::vector<mp::sim::TensorId> out) {
+    differentiates_ = forward;
+    run(layer, mp::sim::Phase::kBackward, std::move(in), std::move(out));
+  }
+  /// Runs an op of `layer` and `phase` reading `in`, writing `out`, with a workspace of
+  /// `workspace_bytes` (none when 0).
+  void run(const std::string& layer, mp::sim::Phase phase, std::vector<mp::sim::TensorId> in,
+           std::vector<mp::sim::TensorId> out, mp::sim::Attributes attributes = {},
+           mp::sim::Bytes workspace_bytes = 0) {
+    mp::sim::Op op;
+    op.differentiates = std::exchange(differentiates_, mp::sim::kNoId);
+    op.id = static_cast<mp::sim::OpId>(w_.ops.size());
+    op.name = layer + "_" + std::to_string(op.id);
+    op.layer = layer;
+    op.phase = phase;
+    op.inputs = std::move(in);
+    op.outputs = std::move(out);
+    op.attributes = std::move(attributes);
+    w_.ops.push_back(op);
+    std::vector<void*> operands;
+    for (auto t : op.inputs) operands.push_back(device_[static_cast<std::size_t>(t)]);
+    for (auto t : op.outputs) operands.push_back(device_[static_cast<std::size_t>(t)]);
+    void* workspace = nullptr;
+    if (workspace_bytes > 0) {
+      REQUIRE(cudaMalloc(&workspace, static_cast<std::size_t>(workspace_bytes)) == cudaSuccess);
+      device_.push_back(workspace);  // freed with the case (not a tensor: past the tensors)
+      operands.push_back(workspace);
+    }
+    mp::cuda_backend::CudaOpExecutor executor(w_, nullptr);
+    executor.run(w_.ops.back(), operands, workspace_bytes);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  }
+
+ private:
+  mp::sim::Workload w_;
+  std::vector<void*> device_;
+  mp::sim::OpId differentiates_ = mp::sim::kNoId;
+};
+
+void check_close(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+    worst = std::max(worst, diff);
+    if (!(diff <= mp::cuda_backend::kAbsoluteTolerance +
+                      mp::cuda_backend::kRelativeTolerance * std::fabs(want[i]))) {
+      ++bad;
+    }
+  }
+  CAPTURE(worst);
+  CHECK(bad == 0);
+}
+
+using mp::sim::Phase;
+
+}  // namespace
+
+TEST_CASE("cuDNN convolutions match the host's, 2-d and 3-d, forward and backward",
+          "[cuda][layers]") {
+  if (skip_without_device()) return;
+  const bool three_d = GENERATE(false, true);
+  const mp::sim::Bytes workspace = GENERATE(mp::sim::Bytes{0}, mp::sim::Bytes{1} << 20);
+  CAPTURE(three_d, workspace);
+  hb::ConvShape s;
+  s.batch = 2;
+  s.in_channels = 3;
+  s.out_channels = 4;
+  s.in_d = three_d ? 4 : 1;
+  s.in_h = 6;
+  s.in_w = 5;
+  s.kernel_d = three_d ? 3 : 1;
+  s.kernel_h = s.kernel_w = 3;
+  s.pad_d = three_d ? 1 : 0;
+  s.pad_h = s.pad_w = 1;
+  s.stride_h = 2;
+  std::vector<std::int64_t> xs{s.batch, s.in_channels, s.in_h, s.in_w};
+  std::vector<std::int64_t> ws{s.out_channels, s.in_channels, s.kernel_h, s.kernel_w};
+  std::vector<std::int64_t> ys{s.batch, s.out_channels, s.out_h(), s.out_w()};
+  mp::sim::Attributes attributes{{"kernel", {3, 3}}, {"stride", {2, 1}}, {"padding", {1, 1}}};
+  if (three_d) {
+    xs.insert(xs.begin() + 2, s.in_d);
+    ws.insert(ws.begin() + 2, s.kernel_d);
+    ys.insert(ys.begin() + 2, s.out_d());
+    attributes = {{"kernel", {3, 3, 3}}, {"stride", {1, 2, 1}}, {"padding", {1, 1, 1}}};
+  }
+  const auto x = random_floats(static_cast<std::size_t>(s.input_elements()), 1);
+  const auto w = random_floats(static_cast<std::size_t>(s.filter_elements()), 2);
+  const auto b = random_floats(static_cast<std::size_t>(s.out_channels), 3);
+  const auto dy = random_floats(static_cast<std::size_t>(s.output_elements()), 4);
+  std::vector<float> scratch(static_cast<std::size_t>(s.workspace_elements()));
+  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
+  hb::conv_forward(s, x.data(), w.data(), b.data(), y.data(), scratch.data());
+  hb::conv_backward_data(s, dy.data(), w.data(), dx.data(), scratch.data());
+  hb::conv_backward_filter(s, x.data(), dy.data(), dw.data(), db.data(), scratch.data());
+
+  LayerCase c;
+  const auto tx = c.tensor(xs), tw = c.tensor(ws), tb = c.tensor({s.out_channels});
+  const auto ty = c.tensor(ys), tdy = c.tensor(ys), tdx = c.tensor(xs), tdw = c.tensor(ws),
+             tdb = c.tensor({s.out_channels});
+  c.upload(tx, x);
+  c.upload(tw, w);
+  c.upload(tb, b);
+  c.upload(tdy, dy);
+  const std::string layer = three_d ? "conv3d" : "conv2d";
+  c.run(layer, Phase::kForward, {tx, tw, tb}, {ty}, attributes, workspace);
+  check_close(c.download(ty), y);
+  c.run(layer, Phase::kBackward, {tdy, tx, tw}, {tdx, tdw, tdb}, attributes, workspace);
+  check_close(c.download(tdx), dx);
+  check_close(c.download(tdw), dw);
+  check_close(c.download(tdb), db);
+}
+
+TEST_CASE("cuDNN batch-norm matches the host's", "[cuda][layers]") {
+  if (skip_without_device()) return;
+  hb::BatchNormShape s;
+  s.batch = 3;
+  s.channels = 4;
+  s.spatial = 10;
+  const auto n = static_cast<std::size_t>(s.batch * s.channels * s.spatial);
+  const auto c_n = static_cast<std::size_t>(s.channels);
+  const auto x = random_floats(n, 5);
+  const auto gamma = random_floats(c_n, 6);
+  const auto beta = random_floats(c_n, 7);
+  const auto dy = random_floats(n, 8);
+  std::vector<float> y(n), mean(c_n), invstd(c_n), dx(n), dgamma(c_n), dbeta(c_n);
+  hb::batch_norm_forward(s, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                         invstd.data());
+  hb::batch_norm_backward(s, x.data(), gamma.data(), mean.data(), invstd.data(), dy.data(),
+                          dx.data(), dgamma.data(), dbeta.data());
+  LayerCase c;
+  const std::vector<std::int64_t> shape{s.batch, s.channels, 2, 5};
+  const auto tx = c.tensor(shape), tg = c.tensor({s.channels}), tbeta = c.tensor({s.channels}),
+             trun = c.tensor({2, s.channels});
+  const auto ty = c.tensor(shape), tm = c.tensor({s.channels}), ti = c.tensor({s.channels});
+  const auto tdy = c.tensor(shape), tdx = c.tensor(shape), tdg = c.tensor({s.channels}),
+             tdb = c.tensor({s.channels});
+  c.upload(tx, x);
+  c.upload(tg, gamma);
+  c.upload(tbeta, beta);
+  c.upload(tdy, dy);
+  c.run("batch_norm", Phase::kForward, {tx, tg, tbeta, trun}, {ty, tm, ti});
+  check_close(c.download(ty), y);
+  check_close(c.download(tm), mean);
+  check_close(c.download(ti), invstd);
+  c.run("batch_norm", Phase::kBackward, {tdy, tx, tg, tm, ti}, {tdx, tdg, tdb});
+  check_close(c.download(tdx), dx);
+  check_close(c.download(tdg), dgamma);
+  check_close(c.download(tdb), dbeta);
+}
+
+TEST_CASE("pooling on the GPU matches the host's: max with indices, average with padding",
+          "[cuda][layers]") {
+  if (skip_without_device()) return;
+  hb::PoolShape s;
+  s.batch = 2;
+  s.channels = 3;
+  s.in_h = 7;
+  s.in_w = 6;
+  s.kernel_h = s.kernel_w = 3;
+  s.stride_h = s.stride_w = 2;
+  s.pad_h = s.pad_w = 1;
+  const std::vector<std::int64_t> xs{s.batch, s.channels, s.in_h, s.in_w};
+  const std::vector<std::int64_t> ys{s.batch, s.channels, s.out_h(), s.out_w()};
+  const mp::sim::Attributes attributes{{"kernel", {3, 3}}, {"stride", {2, 2}}, {"padding", {1, 1}}};
+  const auto x = random_floats(static_cast<std::size_t>(s.input_elements()), 9);
+  const auto dy = random_floats(static_cast<std::size_t>(s.output_elements()), 10);
+  std::vector<float> y(dy.size()), dx(x.size()), avg_y(dy.size()), avg_dx(x.size());
+  std::vector<std::int64_t> indices(dy.size());
+  hb::max_pool_forward(s, x.data(), y.data(), indices.data());
+  hb::max_pool_backward(s, dy.data(), indices.data(), dx.data());
+  hb::avg_pool_forward(s, x.data(), avg_y.data());
+  hb::avg_pool_backward(s, dy.data(), avg_dx.data());
+
+  LayerCase c;
+  const auto tx = c.tensor(xs), ty = c.tensor(ys), ti = c.tensor(ys, "int64"), tdy = c.tensor(ys),
+             tdx = c.tensor(xs), tay = c.tensor(ys), tadx = c.tensor(xs);
+  c.upload(tx, x);
+  c.upload(tdy, dy);
+  c.run("max_pool2d", Phase::kForward, {tx}, {ty, ti}, attributes);
+  CHECK(c.download(ty) == y);
+  c.run("max_pool2d", Phase::kBackward, {tdy, tx, ti}, {tdx}, attributes);
+  CHECK(c.download(tdx) == dx);  // same gathers in the same order: bitwise
+  c.run("avg_pool2d", Phase::kForward, {tx}, {tay}, attributes);
+  check_close(c.download(tay), avg_y);
+  c.run("avg_pool2d", Phase::kBackward, {tdy, tx}, {tadx}, attributes);
+  check_close(c.download(tadx), avg_dx);
+}
+
+TEST_CASE("cuBLAS linear and the loss kernels match the host's", "[cuda][layers]") {
+  if (skip_without_device()) return;
+  const std::int64_t n = 5, in = 7, out = 3;
+  const auto x = random_floats(static_cast<std::size_t>(n * in), 11);
+  const auto w = random_floats(static_cast<std::size_t>(in * out), 12);
+  const auto b = random_floats(static_cast<std::size_t>(out), 13);
+  const auto dy = random_floats(static_cast<std::size_t>(n * out), 14);
+  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
+  hb::linear_forward(n, in, out, x.data(), w.data(), b.data(), y.data());
+  hb::linear_backward(n, in, out, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
+  const std::vector<std::int64_t> labels{0, 2, 1, 1, 0};
+  std::vector<float> probs(y.size()), dlogits(y.size());
+  const float loss =
+      hb::softmax_cross_entropy_forward(n, out, y.data(), labels.data(), probs.data());
+  hb::softmax_cross_entropy_backward(n, out, probs.data(), labels.data(), dlogits.data());
+
+  LayerCase c;
+  // Weights [out, in], PyTorch's layout (traces/FORMAT.md).
+  const auto tx = c.tensor({n, in}), tw = c.tensor({out, in}), tb = c.tensor({out}),
+             ty = c.tensor({n, out}), tdy = c.tensor({n, out}), tdx = c.tensor({n, in}),
+             tdw = c.tensor({out, in}), tdb = c.tensor({out});
+  const auto tl = c.tensor({n}, "int64"), tloss = c.tensor({1}), tp = c.tensor({n, out}),
+             tdl = c.tensor({n, out});
+  c.upload(tx, x);
+  c.upload(tw, w);
+  c.upload(tb, b);
+  c.upload(tdy, dy);
+  c.upload(tl, labels);
+  c.run("linear", Phase::kForward, {tx, tw, tb}, {ty});
+  check_close(c.download(ty), y);
+  c.run("linear", Phase::kBackward, {tdy, tx, tw}, {tdx, tdw, tdb});
+  check_close(c.download(tdx), dx);
+  check_close(c.download(tdw), dw);
+  check_close(c.download(tdb), db);
+  c.upload(ty, y);  // the host's logits, so that the loss is compared alone
+  c.run("softmax_cross_entropy", Phase::kForward, {ty, tl}, {tloss, tp});
+  check_close(c.download(tloss), {loss});
+  check_close(c.download(tp), probs);
+  c.run("softmax_cross_entropy", Phase::kBackward, {tp, tl}, {tdl});
+  check_close(c.download(tdl), dlogits);
+}
+
+TEST_CASE("the GPU's own layer kernels give the host's bits", "[cuda][layers]") {
+  if (skip_without_device()) return;
+  const std::int64_t batch = 2, channels = 3, h = 5, w = 7;
+  const auto n = static_cast<std::size_t>(batch * channels * h * w);
+  auto x = random_floats(n, 15);
+  for (std::size_t i = 0; i < n; i += 5) x[i] *= 9.0f;  // some above 6 for relu6
+  const auto dy = random_floats(n, 16);
+  const std::vector<std::int64_t> shape{batch, channels, h, w};
+  LayerCase c;
+  const auto tx = c.tensor(shape), tdy = c.tensor(shape);
+  c.upload(tx, x);
+  c.upload(tdy, dy);
+
+  SECTION("relu6") {
+    std::vector<float> y(n), dx(n);
+    hb::relu6_forward(static_cast<std::int64_t>(n), x.data(), y.data());
+    hb::relu6_backward(static_cast<std::int64_t>(n), dy.data(), y.data(), dx.data());
+    const auto ty = c.tensor(shape), tdx = c.tensor(shape);
+    c.run("relu6", Phase::kForward, {tx}, {ty});
+    CHECK(c.download(ty) == y);
+    c.run("relu6", Phase::kBackward, {tdy, ty}, {tdx});
+    CHECK(c.download(tdx) == dx);
+  }
+  SECTION("dropout") {
+    const float p = 0.3f;
+    // host_backend::OpExecutor's dropout seed for the forward op (op 0 of the case).
+    const std::uint64_t seed = 0x6d656d706c616eULL ^ (0ULL * 0x9e3779b97f4a7c15ULL);
+    std::vector<float> y(n), dx(n);
+    std::vector<std::uint8_t> mask(n);
+    hb::dropout_forward(static_cast<std::int64_t>(n), p, seed, x.data(), y.data(), mask.data());
+    hb::dropout_backward(static_cast<std::int64_t>(n), p, dy.data(), mask.data(), dx.data());
+    const auto ty = c.tensor(shape), tmask = c.tensor(shape, "bool"), tdx = c.tensor(shape);
+    c.run("dropout", Phase::kForward, {tx}, {ty, tmask}, {{"p", {p}}});
+    CHECK(c.download(ty) == y);
+    c.run("dropout", Phase::kBackward, {tdy, tmask}, {tdx}, {{"p", {p}}});
+    CHECK(c.download(tdx) == dx);
+  }
+  SECTION("adaptive average pooling") {
+    hb::AdaptivePoolShape s;
+    s.planes = batch * channels;
+    s.in_h = h;
+    s.in_w = w;
+    s.out_h = 2;
+    s.out_w = 3;
+    const std::vector<std::int64_t> ys{batch, channels, 2, 3};
+    const auto pooled_dy = random_floats(static_cast<std::size_t>(s.output_elements()), 17);
+    std::vector<float> y(pooled_dy.size()), dx(n);
+    hb::adaptive_avg_pool_forward(s, x.data(), y.data());
+    hb::adaptive_avg_pool_backward(s, pooled_dy.data(), dx.data());
+    const auto ty = c.tensor(ys), tpdy = c.tensor(ys), tdx = c.tensor(shape);
+    c.upload(tpdy, pooled_dy);
+    c.run("adaptive_avg_pool", Phase::kForward, {tx}, {ty});
+    CHECK(c.download(ty) == y);
+    c.run("adaptive_avg_pool", Phase::kBackward, {tpdy, tx}, {tdx});
+    CHECK(c.download(tdx) == dx);
+  }
+  SECTION("concat") {
+    const std::vector<std::int64_t> other_shape{batch, 2, h, w};
+    const auto other = random_floats(static_cast<std::size_t>(batch * 2 * h * w), 18);
+    const std::int64_t parts_channels[] = {channels, 2};
+    const float* parts[] = {x.data(), other.data()};
+    std::vector<float> y(n + other.size());
+    hb::concat_forward(batch, h * w, 2, parts_channels, parts, y.data());
+    const std::vector<std::int64_t> ys{batch, channels + 2, h, w};
+    const auto tother = c.tensor(other_shape), ty = c.tensor(ys), td0 = c.tensor(shape),
+               td1 = c.tensor(other_shape);
+    c.upload(tother, other);
+    c.run("concat", Phase::kForward, {tx, tother}, {ty});
+    CHECK(c.download(ty) == y);
+    // Backward splits dy = y back into the parts (differentiates the forward op 0).
+    c.run_backward_of(0, "concat", {ty}, {td0, td1});
+    CHECK(c.download(td0) == x);
+    CHECK(c.download(td1) == other);
+  }
+}

@@ -1,0 +1,68 @@
+// The zoo's networks at small sizes on the GPU, as tests/host_backend/zoo_networks_test.cpp runs
+// them on the host: recorded on the CUDA backend (CUDA-event op durations, measured link), then
+// swap-all and recompute-all with the GPU's in-core gradients bit for bit and the simulator's
+// peak, and the in-core step within the tolerance of the host backend's. [cuda]: skipped without
+// a GPU.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "cuda_backend/cuda_backend.hpp"
+#include "cuda_backend/cuda_environment.hpp"
+#include "runtime/recording.hpp"
+#include "runtime/validation.hpp"
+#include "sim/basic_plans.hpp"
+#include "sim/machine.hpp"
+#include "zoo/models.hpp"
+
+namespace mp = memplan;
+
+namespace {
+
+mp::sim::Workload build(const char* name, std::int64_t batch, mp::zoo::Shape input) {
+  const mp::zoo::ModelInfo* model = mp::zoo::find_model(name);
+  REQUIRE(model != nullptr);
+  mp::zoo::ModelOptions options;
+  options.batch = batch;
+  options.input = std::move(input);
+  return mp::zoo::build_model(*model, options).workload;
+}
+
+}  // namespace
+
+TEST_CASE("zoo networks record and run on the GPU under basic plans", "[cuda][zoo]") {
+  const mp::cuda_backend::CudaEnvironment env = mp::cuda_backend::probe_cuda();
+  if (env.device_count == 0) {
+    WARN("skipped: no CUDA device (" << env.unavailable_reason << ")");
+    return;
+  }
+  struct Case {
+    const char* model;
+    std::int64_t batch;
+    mp::zoo::Shape input;
+  };
+  const Case c = GENERATE(Case{"resnet18", 2, {32, 32}}, Case{"densenet121", 1, {32, 32}},
+                          Case{"mobilenet_v2", 1, {32, 32}});
+  CAPTURE(c.model);
+  const mp::cuda_backend::CudaBackend backend;
+  const mp::runtime::Recording rec = mp::runtime::record(backend, build(c.model, c.batch, c.input));
+  const mp::sim::Workload& w = rec.workload;
+  CHECK(w.provenance.backend == "cuda");
+  CHECK(w.device.h2d_bytes_per_s.value_or(0) > 0);
+  for (const mp::sim::Op& op : w.ops) CHECK(op.duration_ns > 0);
+
+  const mp::sim::Machine machine = mp::sim::make_machine(w.device);
+  mp::runtime::ValidationOptions options;
+  options.repetitions = 1;
+  for (const auto& plan : {mp::sim::swap_all_plan(w), mp::sim::recompute_all_plan(w)}) {
+    CAPTURE(plan.policy);
+    const auto r = mp::runtime::validate(backend, w, plan, machine, options);
+    CHECK(r.measured_feasible);
+    CHECK(r.gradients_match);
+    CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
+  }
+  const auto host = mp::cuda_backend::compare_with_host(w, mp::sim::in_core_plan(w), machine);
+  CAPTURE(host.max_abs_diff, host.max_rel_diff);
+  CHECK(host.fits);
+  CHECK(host.within_tolerance);
+}
