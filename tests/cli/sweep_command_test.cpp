@@ -80,7 +80,7 @@ TEST_CASE("memplan sweep writes one CSV row per cell, each equal to memplan simu
             CHECK(std::stod(f[7]) == Approx(j.at("iteration_s").get<double>()).epsilon(1e-9));
           } else {
             CHECK(f[7].empty());
-            CHECK(line.find("out of memory") != std::string::npos);
+            CHECK(line.find("out of device memory") != std::string::npos);
           }
         }
       }
