@@ -38,10 +38,9 @@ def memplan_json(*args, ok=(0,)):
 
 
 def zoo_trace(model, device, batch):
-    """The modeled trace of `model` on `device` at `batch` (written once, then reused)."""
+    """Writes the modeled trace of `model` on `device` at `batch` (`memplan zoo`); returns its path."""
     path = OUT / f"{model}_{device}_b{batch}.json"
-    if not path.exists():
-        memplan("zoo", model, "--device", device, "--batch", batch, "-o", path)
+    memplan("zoo", model, "--device", device, "--batch", batch, "-o", path)
     return path
 
 
