@@ -44,11 +44,11 @@ def zoo_trace(model, device, batch):
     return path
 
 
-def sweep(traces, *flags):
-    """`memplan sweep` over `traces` with `flags`; returns the CSV as a pandas DataFrame."""
+def sweep(name, traces, *flags):
+    """`memplan sweep` over `traces` with `flags` into OUT/NAME.csv; returns it as a DataFrame."""
     import pandas as pd
 
-    csv = OUT / "sweep.csv"
+    csv = OUT / f"{name}.csv"
     memplan("sweep", *traces, *flags, "-o", csv)
     return pd.read_csv(csv, keep_default_na=False, na_values={"iteration_s": [""], "overhead": [""]})
 
