@@ -11,6 +11,8 @@ void add_simulate_command(CLI::App& app, int& exit_status);
 void add_compare_command(CLI::App& app);
 /// Sets `exit_status` to 1 when no plan that fits was found.
 void add_search_command(CLI::App& app, int& exit_status);
+/// Traces x memories x links x (policies and the search), one CSV row per cell.
+void add_sweep_command(CLI::App& app);
 void add_zoo_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 /// Sets `exit_status` to 1 when the plan does not fit or gradients differ from the in-core run.

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   memplan::cli::add_simulate_command(app, exit_status);
   memplan::cli::add_compare_command(app);
   memplan::cli::add_search_command(app, exit_status);
+  memplan::cli::add_sweep_command(app);
   memplan::cli::add_zoo_command(app);
   memplan::cli::add_import_command(app);
   memplan::cli::add_validate_command(app, exit_status);

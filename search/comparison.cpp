@@ -21,30 +21,35 @@ sim::Nanoseconds ideal_iteration_ns(const sim::Workload& workload, const sim::Ma
       .iteration_ns;
 }
 
+ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
+                         const sim::Machine& machine, const NetworkView& view,
+                         const EncodingOptions& encodings, sim::Nanoseconds ideal_ns) {
+  Evaluator evaluator(workload, machine);
+  const auto start = std::chrono::steady_clock::now();
+  PolicyDecision decision = policy.decide(evaluator, view);
+  decision.plan = apply_encodings(decision.plan, view, encodings);
+  const auto stop = std::chrono::steady_clock::now();
+  ComparisonRow row;
+  row.policy = decision.plan.policy;
+  row.decide_s = std::chrono::duration<double>(stop - start).count();
+  row.program = sim::lower(workload, decision.plan);
+  sim::Engine engine;
+  row.timeline = engine.run(row.program, machine, {false, false, false});
+  row.decision = std::move(decision);
+  if (row.timeline.feasible && ideal_ns > 0) {
+    row.overhead =
+        static_cast<double>(row.timeline.iteration_ns) / static_cast<double>(ideal_ns) - 1.0;
+  }
+  return row;
+}
+
 Comparison compare_policies(const sim::Workload& workload, const sim::Machine& machine,
                             const EncodingOptions& encodings) {
   Comparison result;
   result.ideal_ns = ideal_iteration_ns(workload, machine);
   const NetworkView view(workload);
-  sim::Engine engine;
   for (const Policy& policy : policies()) {
-    Evaluator evaluator(workload, machine);
-    const auto start = std::chrono::steady_clock::now();
-    PolicyDecision decision = policy.decide(evaluator, view);
-    decision.plan = apply_encodings(decision.plan, view, encodings);
-    const auto stop = std::chrono::steady_clock::now();
-    ComparisonRow row;
-    row.policy = decision.plan.policy;
-    row.decide_s = std::chrono::duration<double>(stop - start).count();
-    row.program = sim::lower(workload, decision.plan);
-    row.timeline = engine.run(row.program, machine, {false, false, false});
-    row.decision = std::move(decision);
-    if (row.timeline.feasible && result.ideal_ns > 0) {
-      row.overhead =
-          static_cast<double>(row.timeline.iteration_ns) / static_cast<double>(result.ideal_ns) -
-          1.0;
-    }
-    result.rows.push_back(std::move(row));
+    result.rows.push_back(run_policy(policy, workload, machine, view, encodings, result.ideal_ns));
   }
   return result;
 }

@@ -34,6 +34,12 @@ struct Comparison {
 Comparison compare_policies(const sim::Workload& workload, const sim::Machine& machine,
                             const EncodingOptions& encodings = {});
 
+/// One policy's row: decide (timed), apply the encodings, lower and simulate on `machine`; the
+/// overhead is taken against `ideal_ns`. What compare_policies does for each policy.
+ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
+                         const sim::Machine& machine, const NetworkView& view,
+                         const EncodingOptions& encodings, sim::Nanoseconds ideal_ns);
+
 /// The iteration time of the in-core plan on this machine with unlimited device memory.
 sim::Nanoseconds ideal_iteration_ns(const sim::Workload& workload, const sim::Machine& machine);
 

@@ -1,0 +1,246 @@
+#include "search/sweep.hpp"
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include <fmt/core.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "search/comparison.hpp"
+#include "search/network_view.hpp"
+#include "search/policy.hpp"
+#include "sim/engine.hpp"
+#include "sim/input_error.hpp"
+#include "sim/lowering.hpp"
+#include "sim/timeline_export.hpp"
+
+namespace memplan::search {
+namespace {
+
+// One (trace, memory, link) point of the grid: its machine and its ideal iteration time.
+struct GridPoint {
+  std::size_t trace = 0;
+  std::string link;
+  sim::Machine machine;
+  sim::Nanoseconds ideal_ns = 0;
+};
+
+// One cell: a policy (index into the selected policies) or the search on one grid point.
+struct Cell {
+  std::size_t point = 0;
+  const Policy* policy = nullptr;  // nullptr: the search
+};
+
+SweepRow row_header(const SweepGrid& grid, const GridPoint& point) {
+  SweepRow row;
+  row.trace = grid.traces[point.trace].name;
+  row.memory_bytes = point.machine.memory_bytes;
+  row.link = point.link;
+  row.h2d_bytes_per_s = point.machine.h2d_bytes_per_s;
+  row.d2h_bytes_per_s = point.machine.d2h_bytes_per_s;
+  row.ideal_ns = point.ideal_ns;
+  return row;
+}
+
+void fill_outcome(SweepRow& row, const sim::Timeline& timeline, const sim::Program& program,
+                  const sim::Workload& workload, const sim::Plan& plan) {
+  row.feasible = timeline.feasible;
+  row.iteration_ns = timeline.iteration_ns;
+  row.peak_bytes = timeline.peak_bytes;
+  if (row.feasible && row.ideal_ns > 0) {
+    row.overhead = static_cast<double>(row.iteration_ns) / static_cast<double>(row.ideal_ns) - 1.0;
+  }
+  const auto counts = plan.action_counts();
+  row.keep = counts[0];
+  row.swap = counts[1];
+  row.recompute = counts[2];
+  row.encode = counts[3];
+  if (!timeline.feasible && timeline.oom) {
+    row.why_not = sim::oom_to_text(*timeline.oom, program, workload);
+  }
+}
+
+SweepRow run_policy_cell(const SweepGrid& grid, const GridPoint& point, const Policy& policy,
+                         const SweepOptions& options) {
+  const sim::Workload& workload = grid.traces[point.trace].workload;
+  const NetworkView view(workload);
+  const ComparisonRow result =
+      run_policy(policy, workload, point.machine, view, options.encodings, point.ideal_ns);
+  SweepRow row = row_header(grid, point);
+  row.policy = result.policy;
+  row.decide_s = result.decide_s;
+  row.note = result.decision.note;
+  fill_outcome(row, result.timeline, result.program, workload, result.decision.plan);
+  if (!row.feasible && row.why_not.empty() && result.decision.gave_up) {
+    row.why_not = "the policy gave up: " + result.decision.note;
+  }
+  return row;
+}
+
+SweepRow run_search_cell(const SweepGrid& grid, const GridPoint& point,
+                         const SweepOptions& options) {
+  const sim::Workload& workload = grid.traces[point.trace].workload;
+  SearchOptions so = options.search;
+  so.threads = 1;
+  so.deterministic = true;
+  so.encodings = options.encodings;
+  so.on_progress = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  const SearchResult result = search_plan(workload, point.machine, so);
+  const auto stop = std::chrono::steady_clock::now();
+  const sim::Program program = sim::lower(workload, result.plan);
+  sim::Engine engine;
+  const sim::Timeline& timeline = engine.run(program, point.machine, {false, false, false});
+  SweepRow row = row_header(grid, point);
+  row.policy = "search";
+  row.decide_s = std::chrono::duration<double>(stop - start).count();
+  row.note = fmt::format("from {}, {} rounds{}", result.best_policy, result.rounds,
+                         result.converged ? ", converged" : "");
+  fill_outcome(row, timeline, program, workload, result.plan);
+  return row;
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace
+
+std::vector<SweepLink> sweep_links(const std::vector<std::string>& presets,
+                                   const std::vector<std::string>& bandwidths) {
+  std::vector<SweepLink> links;
+  for (const std::string& name : presets) {
+    if (!sim::find_link_preset(name)) {
+      std::string known;
+      for (const sim::LinkPreset& preset : sim::link_presets()) {
+        known += (known.empty() ? "" : ", ") + std::string(preset.name);
+      }
+      throw sim::InputError("--link", fmt::format("unknown link '{}' (links: {})", name, known));
+    }
+    SweepLink link;
+    link.label = name;
+    link.overrides.link = name;
+    links.push_back(std::move(link));
+  }
+  for (const std::string& text : bandwidths) {
+    SweepLink link;
+    link.label = text;
+    const sim::BytesPerSecond bandwidth = sim::parse_bandwidth(text, "--bandwidth");
+    link.overrides.h2d_bytes_per_s = bandwidth;
+    link.overrides.d2h_bytes_per_s = bandwidth;
+    links.push_back(std::move(link));
+  }
+  if (links.empty()) links.push_back(SweepLink{"trace", {}});
+  return links;
+}
+
+std::vector<SweepRow> run_sweep(const SweepGrid& grid, const SweepOptions& options) {
+  if (grid.traces.empty()) throw sim::InputError("TRACE", "give at least one trace");
+  std::vector<const Policy*> selected;
+  if (grid.policies.empty()) {
+    for (const Policy& policy : policies()) selected.push_back(&policy);
+  } else {
+    for (const std::string& name : grid.policies) {
+      const Policy* policy = find_policy(name);
+      if (policy == nullptr) {
+        std::string known;
+        for (const Policy& p : policies())
+          known += (known.empty() ? "" : ", ") + std::string(p.name);
+        throw sim::InputError("--policies",
+                              fmt::format("unknown policy '{}' (policies: {})", name, known));
+      }
+      selected.push_back(policy);
+    }
+  }
+  if (selected.empty() && !grid.search) {
+    throw sim::InputError("--policies", "nothing to run: no policy and no search");
+  }
+  const std::vector<std::optional<sim::Bytes>> memories =
+      grid.memories.empty() ? std::vector<std::optional<sim::Bytes>>{std::nullopt} : grid.memories;
+  const std::vector<SweepLink> links =
+      grid.links.empty() ? std::vector<SweepLink>{SweepLink{"trace", {}}} : grid.links;
+
+  // Every machine is built (and so every value checked) before any cell runs.
+  std::vector<GridPoint> points;
+  for (std::size_t t = 0; t < grid.traces.size(); ++t) {
+    for (const auto& memory : memories) {
+      for (const SweepLink& link : links) {
+        sim::MachineOverrides overrides = link.overrides;
+        overrides.memory_bytes = memory;
+        GridPoint point;
+        point.trace = t;
+        point.link = link.label;
+        point.machine = sim::make_machine(grid.traces[t].workload.device, overrides);
+        points.push_back(std::move(point));
+      }
+    }
+  }
+  std::vector<Cell> cells;
+  for (std::size_t p = 0; p < points.size(); ++p) {
+    for (const Policy* policy : selected) cells.push_back({p, policy});
+    if (grid.search) cells.push_back({p, nullptr});
+  }
+
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  tbb::task_arena arena(threads);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<SweepRow> rows(cells.size());
+  std::mutex progress_mutex;
+  std::size_t done = 0;
+  arena.execute([&] {
+    tbb::parallel_for(std::size_t{0}, points.size(), [&](std::size_t p) {
+      points[p].ideal_ns =
+          ideal_iteration_ns(grid.traces[points[p].trace].workload, points[p].machine);
+    });
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, cells.size(), 1),
+        [&](const tbb::blocked_range<std::size_t>& range) {
+          for (std::size_t i = range.begin(); i != range.end(); ++i) {
+            const Cell& cell = cells[i];
+            const GridPoint& point = points[cell.point];
+            rows[i] = cell.policy != nullptr ? run_policy_cell(grid, point, *cell.policy, options)
+                                             : run_search_cell(grid, point, options);
+            if (options.on_progress) {
+              const std::lock_guard lock(progress_mutex);
+              ++done;
+              options.on_progress(
+                  {done, cells.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                       .count()});
+            }
+          }
+        },
+        tbb::simple_partitioner());
+  });
+  return rows;
+}
+
+std::string sweep_csv(const std::vector<SweepRow>& rows) {
+  std::string out =
+      "trace,memory_bytes,link,h2d_bytes_per_s,d2h_bytes_per_s,policy,feasible,iteration_s,"
+      "ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,note,why_not\n";
+  for (const SweepRow& row : rows) {
+    out += fmt::format(
+        "{},{},{},{:.0f},{:.0f},{},{},{},{:.9f},{},{},{},{},{},{},{:.6f},{},{}\n",
+        csv_field(row.trace), row.memory_bytes, csv_field(row.link), row.h2d_bytes_per_s,
+        row.d2h_bytes_per_s, csv_field(row.policy), row.feasible ? 1 : 0,
+        row.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.iteration_ns)) : "",
+        sim::to_seconds(row.ideal_ns), row.feasible ? fmt::format("{:.6f}", row.overhead) : "",
+        row.peak_bytes, row.keep, row.swap, row.recompute, row.encode, row.decide_s,
+        csv_field(row.note), csv_field(row.why_not));
+  }
+  return out;
+}
+
+}  // namespace memplan::search

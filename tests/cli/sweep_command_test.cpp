@@ -1,0 +1,121 @@
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "search/policy.hpp"
+#include "tests/support/run_command.hpp"
+
+using memplan::test::run_memplan;
+using memplan::test::source_path;
+using memplan::test::temp_dir;
+
+namespace {
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream in(line);
+  std::string field;
+  while (std::getline(in, field, ',')) out.push_back(field);
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("memplan sweep writes one CSV row per cell, each equal to memplan simulate's",
+          "[cli][sweep]") {
+  const std::string dir = temp_dir();
+  const std::string csv_path = dir + "/sweep.csv";
+  const std::string mlp = source_path("traces/mlp4.json");
+  const std::string tiny = source_path("traces/resnet_tiny.json");
+  const auto r = run_memplan("sweep '" + mlp + "' '" + tiny +
+                             "' --memory 24KiB,1MiB --link pcie3 --bandwidth 8GB/s "
+                             "--policies in-core,vdnn-all,superneurons --no-search -o '" +
+                             csv_path + "'");
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out.empty());
+  CHECK(r.err.empty());  // no terminal, no --progress: no progress line
+  std::ifstream in(csv_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto rows = lines(text.str());
+  REQUIRE(rows.size() == 1 + 2 * 2 * 2 * 3);
+  const auto header = split(rows[0]);
+  REQUIRE(header.size() == 18);
+  CHECK(header[0] == "trace");
+  CHECK(header[5] == "policy");
+  CHECK(header[17] == "why_not");
+
+  std::size_t i = 1;
+  for (const std::string& trace : {mlp, tiny}) {
+    for (const char* memory : {"24KiB", "1MiB"}) {
+      for (const char* link : {"--link pcie3", "--h2d 8GB/s --d2h 8GB/s"}) {
+        for (const char* policy : {"in-core", "vdnn-all", "superneurons"}) {
+          const std::string& line = rows[i++];
+          CAPTURE(line);
+          const auto f = split(line);
+          // Fields are quoted only when they hold a comma; the why-not text may: compare the
+          // leading fields only.
+          REQUIRE(f.size() >= 16);
+          CHECK(f[0] == trace);
+          CHECK(f[5] == policy);
+          const auto s = run_memplan(std::string("simulate --json --policy ") + policy +
+                                     " --memory " + memory + " " + link + " '" + trace + "'");
+          REQUIRE((s.exit_status == 0 || s.exit_status == 1));
+          const auto j = nlohmann::json::parse(s.out);
+          CHECK(f[6] == (j.at("feasible").get<bool>() ? "1" : "0"));
+          CHECK(std::stoll(f[10]) == j.at("peak_bytes").get<long long>());
+          if (j.at("feasible").get<bool>()) {
+            CHECK(std::stod(f[7]) == Approx(j.at("iteration_s").get<double>()).epsilon(1e-9));
+          } else {
+            CHECK(f[7].empty());
+            CHECK(line.find("out of device memory") != std::string::npos);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("memplan sweep --progress prints one progress line per cell on stderr", "[cli][sweep]") {
+  const auto r = run_memplan("sweep --progress --policies in-core,pooch --search-rounds 2 '" +
+                             source_path("traces/mlp4.json") + "'");
+  REQUIRE(r.exit_status == 0);
+  CHECK(lines(r.out).size() == 1 + 3);
+  CHECK(lines(r.err).size() == 3);
+  CHECK(r.err.find("sweep:     3/3 cells") != std::string::npos);
+  CHECK(r.out.find("\n" + source_path("traces/mlp4.json") + ",1048576,trace,") !=
+        std::string::npos);
+  CHECK(r.out.find(",search,1,") != std::string::npos);
+}
+
+TEST_CASE("memplan sweep rejects bad input with exit 2, one line, and no CSV", "[cli][sweep]") {
+  const std::string dir = temp_dir();
+  const std::string csv = dir + "/out.csv";
+  const std::string mlp = "'" + source_path("traces/mlp4.json") + "'";
+  for (const std::string& args :
+       {"--memory 4GiB,lots " + mlp, "--link pcie3,warp9 " + mlp, "--bandwidth 8GB/s,fast " + mlp,
+        "--policies in-core,magic " + mlp, mlp + " '" + dir + "/missing.json'",
+        "--encode zip " + mlp}) {
+    CAPTURE(args);
+    const auto r = run_memplan("sweep --no-search " + args + " -o '" + csv + "'");
+    CHECK(r.exit_status == 2);
+    CHECK(r.out.empty());
+    CHECK(lines(r.err).size() == 1);
+    CHECK_FALSE(std::filesystem::exists(csv));
+  }
+  const auto r = run_memplan("sweep --no-search " + mlp + " -o '" + dir + "/no/such/dir/x.csv'");
+  CHECK(r.exit_status == 2);
+  CHECK(r.err.find("-o") != std::string::npos);
+}
