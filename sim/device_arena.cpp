@@ -107,6 +107,7 @@ void DeviceArena::reset(Size capacity) {
   blocks_.clear();
   spare_blocks_.clear();
   allocated_.clear();
+  allocations_ = 0;
   free_blocks_ = 0;
   last_block_ = kNone;
   capacity_ = capacity / kAlignment * kAlignment;
@@ -115,7 +116,7 @@ void DeviceArena::reset(Size capacity) {
   peak_reserved_ = 0;
   if (capacity_ > 0) {
     const BlockId b = new_block();
-    blocks_[static_cast<std::size_t>(b)] = {0, capacity_, kNone, kNone, true};
+    blocks_[static_cast<std::size_t>(b)] = {0, capacity_, kNone, kNone, true, false};
     last_block_ = b;
     insert_free(b);
   }
@@ -154,7 +155,12 @@ void DeviceArena::erase_free(BlockId b) {
                                      return less_key(e.size, e.offset, key.size, key.offset);
                                    });
   MEMPLAN_CHECK(at != entries.end() && at->block == b, "a free block is in its size class");
-  entries.erase(at);
+  erase_free_at(c, static_cast<std::size_t>(at - entries.begin()));
+}
+
+void DeviceArena::erase_free_at(int c, std::size_t position) {
+  auto& entries = classes_[static_cast<std::size_t>(c)];
+  entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(position));
   if (entries.empty()) {
     auto& seconds = second_bitmap_[static_cast<std::size_t>(c / kSecondLevels)];
     seconds &= ~(1U << (c % kSecondLevels));
@@ -164,37 +170,68 @@ void DeviceArena::erase_free(BlockId b) {
 }
 
 std::optional<DeviceArena::Offset> DeviceArena::allocate(Size bytes) {
-  const Size size = aligned_size(bytes);
-  if (size > capacity_) return std::nullopt;
+  const BlockId b = take(aligned_size(bytes));
+  if (b == kNone) return std::nullopt;
+  Block& block = blocks_[static_cast<std::size_t>(b)];
+  block.by_offset = true;
+  allocated_.insert(block.offset, b);
+  return block.offset;
+}
+
+std::optional<DeviceArena::Placed> DeviceArena::allocate_block(Size bytes) {
+  const BlockId b = take(aligned_size(bytes));
+  if (b == kNone) return std::nullopt;
+  return Placed{blocks_[static_cast<std::size_t>(b)].offset, b};
+}
+
+void DeviceArena::release(Offset offset) {
+  const BlockId b = allocated_.take(offset);
+  MEMPLAN_CHECK(b != kNone, "only a block that is handed out can be released");
+  give_back(b);
+}
+
+void DeviceArena::release_block(Handle handle) {
+  MEMPLAN_CHECK(handle >= 0 && static_cast<std::size_t>(handle) < blocks_.size() &&
+                    !blocks_[static_cast<std::size_t>(handle)].free &&
+                    !blocks_[static_cast<std::size_t>(handle)].by_offset,
+                "release_block gets a handle from allocate_block that was not released yet");
+  give_back(handle);
+}
+
+// Best fit for an aligned size: the block handed out, or kNone.
+DeviceArena::BlockId DeviceArena::take(Size size) {
+  if (size > capacity_) return kNone;
   const int c = class_of(size);
   // Best fit: the smallest (size, offset) at least (size, 0) in the request's class, else the
   // first entry of the next non-empty class (Note [Arena free index]).
-  BlockId b = kNone;
+  int found = c;
+  std::size_t position = 0;
   {
     const auto& entries = classes_[static_cast<std::size_t>(c)];
     const auto at =
         std::lower_bound(entries.begin(), entries.end(), size,
                          [](const FreeEntry& e, Size wanted) { return e.size < wanted; });
-    if (at != entries.end()) b = at->block;
+    position = static_cast<std::size_t>(at - entries.begin());
+    if (at == entries.end()) found = -1;
   }
-  if (b == kNone) {
+  if (found < 0) {
     const int first = c / kSecondLevels;
     const int second = c % kSecondLevels;
     const std::uint32_t above = second + 1 < kSecondLevels ? ~0U << (second + 1) : 0U;
     const std::uint32_t seconds = second_bitmap_[static_cast<std::size_t>(first)] & above;
-    int next = -1;
     if (seconds != 0) {
-      next = first * kSecondLevels + std::countr_zero(seconds);
+      found = first * kSecondLevels + std::countr_zero(seconds);
     } else {
       const std::uint64_t firsts =
           first + 1 < kFirstLevels ? first_bitmap_ & (~std::uint64_t{0} << (first + 1)) : 0;
-      if (firsts == 0) return std::nullopt;
+      if (firsts == 0) return kNone;
       const int f = std::countr_zero(firsts);
-      next = f * kSecondLevels + std::countr_zero(second_bitmap_[static_cast<std::size_t>(f)]);
+      found = f * kSecondLevels + std::countr_zero(second_bitmap_[static_cast<std::size_t>(f)]);
     }
-    b = classes_[static_cast<std::size_t>(next)].front().block;
+    position = 0;
   }
-  erase_free(b);
+  const BlockId b = classes_[static_cast<std::size_t>(found)][position].block;
+  erase_free_at(found, position);
   const Offset offset = blocks_[static_cast<std::size_t>(b)].offset;
   const Size block_size = blocks_[static_cast<std::size_t>(b)].size;
   if (block_size > size) {
@@ -202,7 +239,7 @@ std::optional<DeviceArena::Offset> DeviceArena::allocate(Size bytes) {
     const BlockId r = new_block();  // may move blocks_
     Block& block = blocks_[static_cast<std::size_t>(b)];
     Block& rest = blocks_[static_cast<std::size_t>(r)];
-    rest = {offset + size, block_size - size, b, block.next, true};
+    rest = {offset + size, block_size - size, b, block.next, true, false};
     if (block.next != kNone) {
       blocks_[static_cast<std::size_t>(block.next)].prev = r;
     } else {
@@ -213,16 +250,16 @@ std::optional<DeviceArena::Offset> DeviceArena::allocate(Size bytes) {
     insert_free(r);
   }
   blocks_[static_cast<std::size_t>(b)].free = false;
-  allocated_.insert(offset, b);
+  ++allocations_;
   live_ += size;
   if (live_ > peak_live_) peak_live_ = live_;
   if (offset + size > peak_reserved_) peak_reserved_ = offset + size;
-  return offset;
+  return b;
 }
 
-void DeviceArena::release(Offset offset) {
-  BlockId b = allocated_.take(offset);
-  MEMPLAN_CHECK(b != kNone, "only a block that is handed out can be released");
+void DeviceArena::give_back(BlockId b) {
+  blocks_[static_cast<std::size_t>(b)].by_offset = false;
+  --allocations_;
   live_ -= blocks_[static_cast<std::size_t>(b)].size;
   // Coalesce with the free neighbours on both sides.
   const BlockId next = blocks_[static_cast<std::size_t>(b)].next;

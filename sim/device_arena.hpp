@@ -51,6 +51,18 @@ class DeviceArena {
   /// Returns the block that starts at `offset` (which allocate returned and was not released yet).
   void release(Offset offset);
 
+  /// The same placement without the offset lookup: a caller that keeps the handle (the engine,
+  /// per buffer) releases by handle and skips the offset table, a cache miss per call. A block
+  /// taken with allocate_block is released with release_block, one taken with allocate with
+  /// release (checked).
+  using Handle = std::int32_t;
+  struct Placed {
+    Offset offset;
+    Handle handle;
+  };
+  [[nodiscard]] std::optional<Placed> allocate_block(Size bytes);
+  void release_block(Handle handle);
+
   [[nodiscard]] Size capacity() const { return capacity_; }
   /// Aligned bytes of the blocks currently handed out.
   [[nodiscard]] Size live_bytes() const { return live_; }
@@ -60,11 +72,11 @@ class DeviceArena {
   /// High-water mark of the end of any block handed out since reset: what a real arena must map.
   [[nodiscard]] Size peak_reserved_bytes() const { return peak_reserved_; }
   [[nodiscard]] Size largest_free_block() const;
-  [[nodiscard]] std::size_t allocation_count() const { return allocated_.size(); }
+  [[nodiscard]] std::size_t allocation_count() const { return allocations_; }
   [[nodiscard]] std::size_t free_block_count() const { return free_blocks_; }
 
  private:
-  using BlockId = std::int32_t;
+  using BlockId = Handle;
   static constexpr BlockId kNone = -1;
   struct Block {
     Offset offset = 0;
@@ -72,6 +84,7 @@ class DeviceArena {
     BlockId prev = kNone;  // address neighbours
     BlockId next = kNone;
     bool free = false;
+    bool by_offset = false;  // handed out by allocate: in the offset table
   };
   /// A free block in its size class; classes are sorted by (size, offset).
   struct FreeEntry {
@@ -106,9 +119,12 @@ class DeviceArena {
   };
 
   static int class_of(Size size);
+  BlockId take(Size size);
+  void give_back(BlockId b);
   BlockId new_block();
   void insert_free(BlockId b);
   void erase_free(BlockId b);
+  void erase_free_at(int c, std::size_t position);
 
   std::vector<Block> blocks_;
   std::vector<BlockId> spare_blocks_;
@@ -117,6 +133,7 @@ class DeviceArena {
   std::uint64_t first_bitmap_ = 0;
   std::array<std::uint32_t, kFirstLevels> second_bitmap_{};
   OffsetTable allocated_;
+  std::size_t allocations_ = 0;
   std::size_t free_blocks_ = 0;
   Size capacity_ = 0;
   Size live_ = 0;

@@ -243,7 +243,12 @@ TEST_CASE("the size-class arena places every block where the ordered-set arena d
       std::mt19937_64 rng(seed * 7919 + mix.capacity);
       DeviceArena arena(mix.capacity);
       TreeArena reference(mix.capacity);
-      std::vector<DeviceArena::Offset> handed_out;
+      // Half the blocks go through allocate/release, half through allocate_block/release_block.
+      struct Taken {
+        DeviceArena::Offset offset;
+        DeviceArena::Handle handle;  // -1: taken with allocate
+      };
+      std::vector<Taken> handed_out;
       for (int step = 0; step < mix.steps; ++step) {
         const bool take = handed_out.empty() || rng() % 5 < 3;
         if (take) {
@@ -260,14 +265,27 @@ TEST_CASE("the size-class arena places every block where the ordered-set arena d
           } else {
             bytes = static_cast<DeviceArena::Size>(rng() % (512 * 64)) + 1;
           }
-          const auto got = arena.allocate(bytes);
           const auto want = reference.allocate(bytes);
-          REQUIRE(got == want);
-          if (got) handed_out.push_back(*got);
+          if (rng() % 2 == 0) {
+            const auto got = arena.allocate(bytes);
+            REQUIRE(got == want);
+            if (got) handed_out.push_back({*got, -1});
+          } else {
+            const auto got = arena.allocate_block(bytes);
+            REQUIRE(got.has_value() == want.has_value());
+            if (got) {
+              REQUIRE(got->offset == *want);
+              handed_out.push_back({got->offset, got->handle});
+            }
+          }
         } else {
           const std::size_t k = rng() % handed_out.size();
-          arena.release(handed_out[k]);
-          reference.release(handed_out[k]);
+          if (handed_out[k].handle < 0) {
+            arena.release(handed_out[k].offset);
+          } else {
+            arena.release_block(handed_out[k].handle);
+          }
+          reference.release(handed_out[k].offset);
           handed_out[k] = handed_out.back();
           handed_out.pop_back();
         }
@@ -279,7 +297,13 @@ TEST_CASE("the size-class arena places every block where the ordered-set arena d
         REQUIRE(arena.allocation_count() == reference.allocation_count());
       }
       // Releasing everything coalesces back to one block.
-      for (const auto offset : handed_out) arena.release(offset);
+      for (const Taken& t : handed_out) {
+        if (t.handle < 0) {
+          arena.release(t.offset);
+        } else {
+          arena.release_block(t.handle);
+        }
+      }
       CHECK(arena.live_bytes() == 0);
       CHECK(arena.free_block_count() == 1);
       CHECK(arena.largest_free_block() == arena.capacity());
