@@ -16,9 +16,11 @@
 // search in the request's class and, when nothing there is large enough, the first entry of the
 // next non-empty class (two count-trailing-zeros): every size in a higher class is larger than
 // every size in a lower one, so this is exactly the smallest (size, offset) at least as large as
-// the request — the same placement as an ordered set of (size, offset). Handed-out blocks are
-// found by offset in an open-addressing table. Nodes, class vectors and the table keep their
-// memory across reset(), so a reused arena does not touch the system heap once warm.
+// the request — the same placement as an ordered set of (size, offset). Blocks handed out by
+// allocate() are found by offset in an open-addressing table for release(); allocate_block()
+// returns a handle instead, and release_block() needs no lookup. Nodes, class vectors and the
+// table keep their memory across reset(), so a reused arena does not touch the system heap once
+// warm.
 #include <array>
 #include <cstdint>
 #include <optional>
