@@ -230,10 +230,10 @@ DeviceArena::BlockId DeviceArena::take(Size size) {
     }
     position = 0;
   }
-  const BlockId b = classes_[static_cast<std::size_t>(found)][position].block;
-  erase_free_at(found, position);
-  const Offset offset = blocks_[static_cast<std::size_t>(b)].offset;
-  const Size block_size = blocks_[static_cast<std::size_t>(b)].size;
+  const FreeEntry chosen = classes_[static_cast<std::size_t>(found)][position];
+  const BlockId b = chosen.block;
+  const Offset offset = chosen.offset;
+  const Size block_size = chosen.size;
   if (block_size > size) {
     // The remainder stays free, right after the new block.
     const BlockId r = new_block();  // may move blocks_
@@ -247,7 +247,20 @@ DeviceArena::BlockId DeviceArena::take(Size size) {
     }
     block.next = r;
     block.size = size;
-    insert_free(r);
+    // The remainder's key is smaller than the chosen block's, so when it falls in the same class
+    // and stays after the entry before it, it takes the chosen entry's place: the class stays
+    // sorted without an erase and an insert (the common case: splitting the block at the top).
+    auto& entries = classes_[static_cast<std::size_t>(found)];
+    if (class_of(rest.size) == found &&
+        (position == 0 || less_key(entries[position - 1].size, entries[position - 1].offset,
+                                   rest.size, rest.offset))) {
+      entries[position] = FreeEntry{rest.size, rest.offset, r};
+    } else {
+      erase_free_at(found, position);
+      insert_free(r);
+    }
+  } else {
+    erase_free_at(found, position);
   }
   blocks_[static_cast<std::size_t>(b)].free = false;
   ++allocations_;
