@@ -6,50 +6,28 @@
 // the same sequence of allocate/release calls as the simulator, they get the same offsets, and
 // fragmentation predicted is fragmentation measured.
 //
-// Nothing here knows about tensors or programs: only sizes and offsets. allocate and release are
-// O(log n) in the number of blocks; node memory comes from a pool owned by the arena and is
-// recycled (NodePool), so a reset() arena that is used again does not touch the system heap.
+// Nothing here knows about tensors or programs: only sizes and offsets.
+//
+// How (Note [Arena free index]): every block, free or handed out, is a node of one address-ordered
+// doubly linked list (boundary tags), so coalescing looks only at the two neighbours. Free blocks
+// are also indexed by size in segregated classes (TLSF-style: a class per power of two split
+// into 16 equal ranges; sizes below 16 units of 512 bytes have a class each), each class a vector
+// sorted by (size, offset), with a two-level bitmap of the non-empty classes. Best fit is a binary
+// search in the request's class and, when nothing there is large enough, the first entry of the
+// next non-empty class (two count-trailing-zeros): every size in a higher class is larger than
+// every size in a lower one, so this is exactly the smallest (size, offset) at least as large as
+// the request — the same placement as an ordered set of (size, offset). Blocks handed out by
+// allocate() are found by offset in an open-addressing table for release(); allocate_block()
+// returns a handle instead, and release_block() needs no lookup. Nodes, class vectors and the
+// table keep their memory across reset(), so a reused arena does not touch the system heap once
+// warm.
 #include <array>
 #include <cstdint>
-#include <map>
-#include <memory_resource>
 #include <optional>
-#include <set>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace memplan::sim {
-
-/// A memory resource for tree nodes: fixed-size free lists over chunks that are kept until the
-/// pool dies, so allocate and deallocate are a few instructions and never call the system heap once
-/// warm. (std::pmr::unsynchronized_pool_resource spends more time finding a node's chunk on
-/// deallocate than the arena spends on its own work.)
-class NodePool : public std::pmr::memory_resource {
- public:
-  NodePool() = default;
-  NodePool(const NodePool&) = delete;
-  NodePool& operator=(const NodePool&) = delete;
-  ~NodePool() override;
-
- private:
-  static constexpr std::size_t kGranule = 16;
-  static constexpr std::size_t kMaxNode = 128;
-  static constexpr std::size_t kChunkBytes = 64 * 1024;
-  struct FreeNode {
-    FreeNode* next;
-  };
-  void* do_allocate(std::size_t bytes, std::size_t alignment) override;
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
-  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
-    return this == &other;
-  }
-
-  std::array<FreeNode*, kMaxNode / kGranule + 1> free_{};
-  std::vector<void*> chunks_;
-  char* chunk_next_ = nullptr;
-  std::size_t chunk_left_ = 0;
-};
 
 class DeviceArena {
  public:
@@ -61,7 +39,7 @@ class DeviceArena {
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
 
-  /// Forgets every allocation and sets a new capacity; keeps the node pool for reuse.
+  /// Forgets every allocation and sets a new capacity; keeps the buffers for reuse.
   void reset(Size capacity);
 
   /// Size actually taken for a request: rounded up to the alignment, at least one unit.
@@ -75,6 +53,18 @@ class DeviceArena {
   /// Returns the block that starts at `offset` (which allocate returned and was not released yet).
   void release(Offset offset);
 
+  /// The same placement without the offset lookup: a caller that keeps the handle (the engine,
+  /// per buffer) releases by handle and skips the offset table, a cache miss per call. A block
+  /// taken with allocate_block is released with release_block, one taken with allocate with
+  /// release (checked).
+  using Handle = std::int32_t;
+  struct Placed {
+    Offset offset;
+    Handle handle;
+  };
+  [[nodiscard]] std::optional<Placed> allocate_block(Size bytes);
+  void release_block(Handle handle);
+
   [[nodiscard]] Size capacity() const { return capacity_; }
   /// Aligned bytes of the blocks currently handed out.
   [[nodiscard]] Size live_bytes() const { return live_; }
@@ -84,17 +74,69 @@ class DeviceArena {
   /// High-water mark of the end of any block handed out since reset: what a real arena must map.
   [[nodiscard]] Size peak_reserved_bytes() const { return peak_reserved_; }
   [[nodiscard]] Size largest_free_block() const;
-  [[nodiscard]] std::size_t allocation_count() const { return allocated_.size(); }
-  [[nodiscard]] std::size_t free_block_count() const { return free_by_offset_.size(); }
+  [[nodiscard]] std::size_t allocation_count() const { return allocations_; }
+  [[nodiscard]] std::size_t free_block_count() const { return free_blocks_; }
 
  private:
-  void insert_free(Offset offset, Size size);
-  void erase_free(std::pmr::map<Offset, Size>::iterator it);
+  using BlockId = Handle;
+  static constexpr BlockId kNone = -1;
+  struct Block {
+    Offset offset = 0;
+    Size size = 0;
+    BlockId prev = kNone;  // address neighbours
+    BlockId next = kNone;
+    bool free = false;
+    bool by_offset = false;  // handed out by allocate: in the offset table
+  };
+  /// A free block in its size class; classes are sorted by (size, offset).
+  struct FreeEntry {
+    Size size;
+    Offset offset;
+    BlockId block;
+  };
+  static constexpr int kSecondLevelBits = 4;
+  static constexpr int kSecondLevels = 1 << kSecondLevelBits;
+  static constexpr int kFirstLevels = 64;
+  static constexpr int kClasses = kFirstLevels * kSecondLevels;
 
-  NodePool pool_;
-  std::pmr::set<std::pair<Size, Offset>> free_by_size_{&pool_};
-  std::pmr::map<Offset, Size> free_by_offset_{&pool_};
-  std::pmr::unordered_map<Offset, Size> allocated_{&pool_};  // offset -> aligned size
+  /// Offset -> block of the handed-out blocks: linear probing, backward-shift deletion.
+  class OffsetTable {
+   public:
+    void clear();
+    void insert(Offset offset, BlockId block);
+    /// Removes `offset` and returns its block, or kNone when it is not there.
+    BlockId take(Offset offset);
+    [[nodiscard]] std::size_t size() const { return count_; }
+
+   private:
+    struct Slot {
+      Offset offset = -1;  // -1: empty
+      BlockId block = kNone;
+    };
+    [[nodiscard]] std::size_t home(Offset offset) const;
+    void grow();
+    std::vector<Slot> slots_;
+    std::size_t count_ = 0;
+    int shift_ = 64;
+  };
+
+  static int class_of(Size size);
+  BlockId take(Size size);
+  void give_back(BlockId b);
+  BlockId new_block();
+  void insert_free(BlockId b);
+  void erase_free(BlockId b);
+  void erase_free_at(int c, std::size_t position);
+
+  std::vector<Block> blocks_;
+  std::vector<BlockId> spare_blocks_;
+  BlockId last_block_ = kNone;  // the block that ends at the capacity
+  std::array<std::vector<FreeEntry>, kClasses> classes_;
+  std::uint64_t first_bitmap_ = 0;
+  std::array<std::uint32_t, kFirstLevels> second_bitmap_{};
+  OffsetTable allocated_;
+  std::size_t allocations_ = 0;
+  std::size_t free_blocks_ = 0;
   Size capacity_ = 0;
   Size live_ = 0;
   Size peak_live_ = 0;

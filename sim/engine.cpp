@@ -20,7 +20,7 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
   tl.op_compute_ns = program.op_compute_ns;
   arena_.reset(machine.memory_bytes);
   event_time_.assign(program.events.size(), -1);
-  offset_.assign(program.buffers.size(), -1);
+  block_.assign(program.buffers.size(), -1);
   host_changes_.clear();
   if (options.record_spans) tl.spans.reserve(program.instruction_count());
 
@@ -91,14 +91,14 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
           }
           case InstrKind::kAlloc: {
             const auto b = static_cast<std::size_t>(in.buffer);
-            const auto offset = arena_.allocate(program.buffers[b].bytes);
-            if (!offset) {
+            const auto placed = arena_.allocate_block(program.buffers[b].bytes);
+            if (!placed) {
               now[s] = t;
               pc[s] = i;
               out_of_memory(program, in, t);
               return tl;
             }
-            offset_[b] = *offset;
+            block_[b] = placed->handle;
             live += program.buffers[b].bytes;
             tl.peak_bytes = std::max(tl.peak_bytes, live);
             if (options.record_memory) tl.memory.push_back({t, live, arena_.reserved_bytes()});
@@ -106,9 +106,9 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
           }
           case InstrKind::kFree: {
             const auto b = static_cast<std::size_t>(in.buffer);
-            MEMPLAN_CHECK(offset_[b] >= 0, "a buffer is freed only while allocated");
-            arena_.release(offset_[b]);
-            offset_[b] = -1;
+            MEMPLAN_CHECK(block_[b] >= 0, "a buffer is freed only while allocated");
+            arena_.release_block(block_[b]);
+            block_[b] = -1;
             live -= program.buffers[b].bytes;
             if (options.record_memory) tl.memory.push_back({t, live, arena_.reserved_bytes()});
             break;
@@ -173,8 +173,8 @@ void Engine::out_of_memory(const Program& program, const Instruction& in, Nanose
   r.capacity_bytes = arena_.capacity();
   r.largest_free_block = arena_.largest_free_block();
   r.bytes_missing = r.requested_bytes - r.largest_free_block;
-  for (std::size_t b = 0; b < offset_.size(); ++b) {
-    if (offset_[b] < 0) continue;
+  for (std::size_t b = 0; b < block_.size(); ++b) {
+    if (block_[b] < 0) continue;
     const Buffer& buf = program.buffers[b];
     r.live_bytes += buf.bytes;
     if (buf.role == BufferRole::kEncoded) {

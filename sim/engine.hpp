@@ -37,7 +37,7 @@ class Engine {
 
   DeviceArena arena_;
   std::vector<Nanoseconds> event_time_;
-  std::vector<DeviceArena::Offset> offset_;
+  std::vector<DeviceArena::Handle> block_;  // per buffer, -1 while not allocated
   std::vector<std::pair<Nanoseconds, Bytes>> host_changes_;
   Timeline timeline_;
 };

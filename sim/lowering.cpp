@@ -29,6 +29,19 @@ void Lowerer::PerOp::build(std::size_t op_count,
 }
 
 Lowerer::Lowerer(const Workload& workload) : w_(workload) {
+  tensor_.reserve(w_.tensors.size());
+  for (const Tensor& t : w_.tensors)
+    tensor_.push_back({t.bytes, t.producer, t.in_place_of, t.kind});
+  op_.reserve(w_.ops.size());
+  std::vector<std::pair<OpId, TensorId>> inputs;
+  std::vector<std::pair<OpId, TensorId>> outputs;
+  for (const Op& op : w_.ops) {
+    op_.push_back({op.duration_ns, op.workspace_bytes, op.phase});
+    for (TensorId t : op.inputs) inputs.emplace_back(op.id, t);
+    for (TensorId t : op.outputs) outputs.emplace_back(op.id, t);
+  }
+  inputs_.build(w_.ops.size(), inputs);
+  outputs_.build(w_.ops.size(), outputs);
   maps_ = find_feature_maps(w_);
   map_of_.assign(w_.tensors.size(), -1);
   for (std::size_t i = 0; i < maps_.size(); ++i)
@@ -82,7 +95,7 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   MEMPLAN_CHECK(plan.decisions.size() == maps_.size(), "a plan decides every feature map");
   // Drop points and prefetch points of this plan.
   entries_.clear();
-  std::vector<std::pair<OpId, TensorId>> prefetches;
+  prefetches_.clear();
   for (const Decision& d : plan.decisions) {
     const std::int32_t m = map_of_[at(d.tensor)];
     MEMPLAN_CHECK(m >= 0, "a plan decides feature maps only");
@@ -90,7 +103,7 @@ void Lowerer::lower(const Plan& plan, Program& out) {
     ++out.action_counts[static_cast<std::size_t>(d.action)];
     if (d.action == Action::kKeep) continue;
     const FeatureMap& map = maps_[at(m)];
-    const OpId producer = w_.tensor(d.tensor).producer;
+    const OpId producer = tensor_[at(d.tensor)].producer;
     const OpId drop =
         map.forward_uses.empty() ? producer : std::max(producer, map.forward_uses.back());
     entries_.emplace_back(drop, d.tensor);
@@ -100,30 +113,31 @@ void Lowerer::lower(const Plan& plan, Program& out) {
         const OpId first_backward = map.backward_uses.front();
         when = first_backward - 1 > drop ? first_backward - 1 : first_backward;
       }
-      prefetches.emplace_back(when, d.tensor);
+      prefetches_.emplace_back(when, d.tensor);
     }
   }
   forward_drop_at_.build(w_.ops.size(), entries_);
-  prefetch_at_.build(w_.ops.size(), prefetches);
+  prefetch_at_.build(w_.ops.size(), prefetches_);
 
   for (TensorId t : preexisting_read_) {
     const BufferId b = new_tensor_buffer(t, kNoId);
-    if (is_persistent(w_.tensor(t).kind)) last_ref_[at(b)] = kNeverFreed;
+    if (is_persistent(tensor_[at(t)].kind)) last_ref_[at(b)] = kNeverFreed;
     loc_[at(t)] = b;
   }
-  for (const Op& op : w_.ops) {
-    const auto i = at(op.id);
+  for (std::size_t i = 0; i < op_.size(); ++i) {
+    const auto op = static_cast<OpId>(i);
     for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
       const TensorId t = prefetch_at_.items[at(k)];
-      if (loc_[at(t)] < 0) issue_prefetch(t, op.id);
+      if (loc_[at(t)] < 0) issue_prefetch(t, op);
     }
     emit_op(op, InstrKind::kRun);
-    for (TensorId t : op.outputs) {
+    for (auto k = outputs_.begin[i]; k < outputs_.begin[i + 1]; ++k) {
+      const TensorId t = outputs_.items[at(k)];
       const Decision* d = decision_[at(t)];
-      if (d != nullptr && d->action == Action::kSwap) issue_copy_out(t, op.id);
+      if (d != nullptr && d->action == Action::kSwap) issue_copy_out(t, op);
     }
     for (auto k = forward_drop_at_.begin[i]; k < forward_drop_at_.begin[i + 1]; ++k) {
-      forward_drop(forward_drop_at_.items[at(k)], op.id);
+      forward_drop(forward_drop_at_.items[at(k)], op);
     }
     for (auto k = drop_at_.begin[i]; k < drop_at_.begin[i + 1]; ++k)
       loc_[at(drop_at_.items[at(k)])] = -1;
@@ -150,7 +164,7 @@ BufferId Lowerer::new_buffer(const Buffer& buffer, OpId for_op) {
 }
 
 BufferId Lowerer::new_tensor_buffer(TensorId t, OpId for_op) {
-  const Tensor& tensor = w_.tensor(t);
+  const TensorInfo& tensor = tensor_[at(t)];
   return new_buffer({tensor.bytes, BufferRole::kTensor, tensor.kind, t, kNoId, Encoding::kNone},
                     for_op);
 }
@@ -202,35 +216,36 @@ BufferId Lowerer::make_resident(TensorId t, OpId for_op) {
 // recomputed maps is thousands of ops deep.
 void Lowerer::regenerate(TensorId t) {
   auto push = [&](TensorId tensor) {
-    const OpId producer = w_.tensor(tensor).producer;
-    MEMPLAN_CHECK(producer != kNoId && w_.op(producer).phase == Phase::kForward,
+    const OpId producer = tensor_[at(tensor)].producer;
+    MEMPLAN_CHECK(producer != kNoId && op_[at(producer)].phase == Phase::kForward,
                   "only tensors written by forward ops are regenerated (validate_plan)");
     frames_.push_back({tensor, producer, 0, operand_stack_.size()});
   };
   push(t);
   while (!frames_.empty()) {
     const Frame frame = frames_.back();
-    const Op& op = w_.op(frame.op);
-    if (frame.next_input < op.inputs.size()) {
-      const TensorId x = op.inputs[frame.next_input];
+    const auto first = static_cast<std::size_t>(inputs_.begin[at(frame.op)]);
+    const auto input_count = static_cast<std::size_t>(inputs_.begin[at(frame.op) + 1]) - first;
+    if (frame.next_input < input_count) {
+      const TensorId x = inputs_.items[first + frame.next_input];
       if (loc_[at(x)] < 0 && !restorable(x)) {
         push(x);  // come back to this input once x is regenerated
         continue;
       }
-      operand_stack_.push_back(make_resident(x, op.id));
+      operand_stack_.push_back(make_resident(x, frame.op));
       ++frames_.back().next_input;
     } else {
       frames_.pop_back();
-      finish_op(op, InstrKind::kRecompute, frame.operand_base);
+      finish_op(frame.op, InstrKind::kRecompute, frame.operand_base);
       MEMPLAN_CHECK(loc_[at(frame.wanted)] >= 0, "a regenerated tensor is resident");
     }
   }
 }
 
-void Lowerer::emit_op(const Op& op, InstrKind kind) {
+void Lowerer::emit_op(OpId op, InstrKind kind) {
   const std::size_t base = operand_stack_.size();
-  for (TensorId x : op.inputs) {
-    const BufferId b = ensure(x, op.id);
+  for (auto k = inputs_.begin[at(op)]; k < inputs_.begin[at(op) + 1]; ++k) {
+    const BufferId b = ensure(inputs_.items[at(k)], op);
     operand_stack_.push_back(b);
   }
   finish_op(op, kind, base);
@@ -238,9 +253,10 @@ void Lowerer::emit_op(const Op& op, InstrKind kind) {
 
 // With the op's input buffers on the operand stack above `base`: allocates outputs and workspace,
 // emits the op and pops its operands.
-void Lowerer::finish_op(const Op& op, InstrKind kind, std::size_t base) {
-  for (TensorId o : op.outputs) {
-    const Tensor& out = w_.tensor(o);
+void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
+  for (auto k = outputs_.begin[at(op)]; k < outputs_.begin[at(op) + 1]; ++k) {
+    const TensorId o = outputs_.items[at(k)];
+    const TensorInfo& out = tensor_[at(o)];
     BufferId b = -1;
     if (out.in_place_of != kNoId) {
       // An in-place output takes over its base's buffer.
@@ -248,20 +264,21 @@ void Lowerer::finish_op(const Op& op, InstrKind kind, std::size_t base) {
       MEMPLAN_CHECK(b >= 0, "the base of an in-place output is resident");
       loc_[at(out.in_place_of)] = -1;
     } else {
-      b = new_tensor_buffer(o, op.id);
+      b = new_tensor_buffer(o, op);
     }
     operand_stack_.push_back(b);
     // A recompute may write an output that is still resident elsewhere: then its new copy is a
     // temporary, freed right after (nothing points to it).
     if (kind == InstrKind::kRun || loc_[at(o)] < 0) loc_[at(o)] = b;
   }
-  const Algorithm* chosen = algorithm_[at(op.id)];
-  const Bytes workspace = chosen != nullptr ? chosen->workspace_bytes : op.workspace_bytes;
-  const Nanoseconds duration = chosen != nullptr ? chosen->duration_ns : op.duration_ns;
+  const Algorithm* chosen = algorithm_[at(op)];
+  const OpInfo& info = op_[at(op)];
+  const Bytes workspace = chosen != nullptr ? chosen->workspace_bytes : info.workspace_bytes;
+  const Nanoseconds duration = chosen != nullptr ? chosen->duration_ns : info.duration_ns;
   if (workspace > 0) {
     const BufferId ws = new_buffer(
-        {workspace, BufferRole::kWorkspace, TensorKind::kWorkspace, kNoId, op.id, Encoding::kNone},
-        op.id);
+        {workspace, BufferRole::kWorkspace, TensorKind::kWorkspace, kNoId, op, Encoding::kNone},
+        op);
     operand_stack_.push_back(ws);
   }
   const auto begin = static_cast<std::int32_t>(program_->operands.size());
@@ -269,7 +286,7 @@ void Lowerer::finish_op(const Op& op, InstrKind kind, std::size_t base) {
   program_->operands.insert(program_->operands.end(),
                             operand_stack_.begin() + static_cast<std::ptrdiff_t>(base),
                             operand_stack_.end());
-  const auto when = emit({kind, op.id, -1, -1, begin, count, duration});
+  const auto when = emit({kind, op, -1, -1, begin, count, duration});
   for (std::size_t k = base; k < operand_stack_.size(); ++k) touch(operand_stack_[k], when);
   operand_stack_.resize(base);
 }
@@ -278,7 +295,7 @@ void Lowerer::issue_copy_out(TensorId t, OpId producer) {
   const auto ti = at(t);
   const BufferId b = loc_[ti];
   slot_[ti] = static_cast<HostSlotId>(program_->host_slots.size());
-  program_->host_slots.push_back({t, w_.tensor(t).bytes});
+  program_->host_slots.push_back({t, tensor_[ti].bytes});
   const EventId written = new_event(WaitCause::kProducer, t);
   out_event_[ti] = new_event(WaitCause::kSwapOut, t);
   emit({InstrKind::kRecord, producer, -1, written, 0, 0, 0});

@@ -44,8 +44,8 @@ class Lowerer {
     std::size_t operand_base;
   };
 
-  void emit_op(const Op& op, InstrKind kind);
-  void finish_op(const Op& op, InstrKind kind, std::size_t base);
+  void emit_op(OpId op, InstrKind kind);
+  void finish_op(OpId op, InstrKind kind, std::size_t base);
   BufferId ensure(TensorId t, OpId for_op);
   BufferId make_resident(TensorId t, OpId for_op);
   void regenerate(TensorId t);
@@ -60,8 +60,26 @@ class Lowerer {
   BufferId new_tensor_buffer(TensorId t, OpId for_op);
   EventId new_event(WaitCause cause, TensorId t);
 
+  // What the lowering reads of tensors and ops, packed: a Tensor or an Op is hundreds of bytes
+  // with strings and its own vectors on the heap, and reading them costs a cache miss per op.
+  struct TensorInfo {
+    Bytes bytes;
+    OpId producer;
+    TensorId in_place_of;
+    TensorKind kind;
+  };
+  struct OpInfo {
+    Nanoseconds duration_ns;
+    Bytes workspace_bytes;
+    Phase phase;
+  };
+
   // Per workload.
   const Workload& w_;
+  std::vector<TensorInfo> tensor_;
+  std::vector<OpInfo> op_;
+  PerOp inputs_;   // each op's inputs, in order
+  PerOp outputs_;  // each op's outputs, in order
   std::vector<FeatureMap> maps_;
   std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
   PerOp drop_at_;                     // tensors whose last use (in the original order) is the op
@@ -79,6 +97,7 @@ class Lowerer {
   std::vector<std::uint8_t> awaiting_in_;
   std::vector<BufferId> encoded_;
   std::vector<std::pair<OpId, TensorId>> entries_;
+  std::vector<std::pair<OpId, TensorId>> prefetches_;
   PerOp prefetch_at_;
   PerOp forward_drop_at_;
   std::vector<Instruction> body_;  // the compute stream before frees are placed

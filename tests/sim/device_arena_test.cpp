@@ -1,6 +1,10 @@
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
+#include <set>
+#include <string_view>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -141,4 +145,187 @@ TEST_CASE("random allocations match a brute-force best-fit model", "[sim][arena]
       REQUIRE(arena.peak_reserved_bytes() == peak_end);
     }
   }
+}
+
+namespace {
+
+// The arena as it was before the size-class index (Note [Arena free index]): best fit over an
+// ordered set of (size, offset), free blocks by offset for coalescing. Kept here as the reference
+// the fast arena must agree with call for call.
+class TreeArena {
+ public:
+  using Size = DeviceArena::Size;
+  using Offset = DeviceArena::Offset;
+  explicit TreeArena(Size capacity) : capacity_(capacity / 512 * 512) {
+    if (capacity_ > 0) insert_free(0, capacity_);
+  }
+  std::optional<Offset> allocate(Size bytes) {
+    const Size size = DeviceArena::aligned_size(bytes);
+    auto fit = by_size_.lower_bound({size, 0});
+    if (fit == by_size_.end()) return std::nullopt;
+    const auto [block_size, offset] = *fit;
+    by_size_.erase(fit);
+    by_offset_.erase(offset);
+    if (block_size > size) insert_free(offset + size, block_size - size);
+    allocated_.emplace(offset, size);
+    live_ += size;
+    peak_reserved_ = std::max(peak_reserved_, offset + size);
+    return offset;
+  }
+  void release(Offset offset) {
+    auto it = allocated_.find(offset);
+    REQUIRE(it != allocated_.end());
+    Offset start = offset;
+    Size size = it->second;
+    allocated_.erase(it);
+    live_ -= size;
+    auto next = by_offset_.lower_bound(offset);
+    if (next != by_offset_.end() && next->first == offset + size) {
+      size += next->second;
+      by_size_.erase({next->second, next->first});
+      next = by_offset_.erase(next);
+    }
+    if (next != by_offset_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == start) {
+        start = prev->first;
+        size += prev->second;
+        by_size_.erase({prev->second, prev->first});
+        by_offset_.erase(prev);
+      }
+    }
+    insert_free(start, size);
+  }
+  Size reserved_bytes() const {
+    if (by_offset_.empty()) return capacity_;
+    const auto& [offset, size] = *by_offset_.rbegin();
+    return offset + size == capacity_ ? offset : capacity_;
+  }
+  Size largest_free_block() const { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
+  std::size_t free_block_count() const { return by_offset_.size(); }
+  std::size_t allocation_count() const { return allocated_.size(); }
+  Size live_bytes() const { return live_; }
+  Size peak_reserved_bytes() const { return peak_reserved_; }
+  const std::map<Offset, Size>& allocated() const { return allocated_; }
+
+ private:
+  void insert_free(Offset offset, Size size) {
+    by_offset_.emplace(offset, size);
+    by_size_.emplace(size, offset);
+  }
+  Size capacity_;
+  std::set<std::pair<Size, Offset>> by_size_;
+  std::map<Offset, Size> by_offset_;
+  std::map<Offset, Size> allocated_;
+  Size live_ = 0;
+  Size peak_reserved_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("the size-class arena places every block where the ordered-set arena does",
+          "[sim][arena]") {
+  // Size mixes: small exact classes, a few repeated sizes (ties broken by offset), sizes spread
+  // over many powers of two (class boundaries, the search into higher classes), and requests
+  // larger than anything free.
+  struct Mix {
+    const char* name;
+    DeviceArena::Size capacity;
+    int steps;
+  };
+  const Mix mixes[] = {{"small", 512 * 300, 6000},
+                       {"repeated", 512 * 4096, 6000},
+                       {"spread", DeviceArena::Size{1} << 34, 6000},
+                       {"tight", 512 * 1000, 6000}};
+  for (const Mix& mix : mixes) {
+    for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+      CAPTURE(mix.name, seed);
+      std::mt19937_64 rng(seed * 7919 + mix.capacity);
+      DeviceArena arena(mix.capacity);
+      TreeArena reference(mix.capacity);
+      // Half the blocks go through allocate/release, half through allocate_block/release_block.
+      struct Taken {
+        DeviceArena::Offset offset;
+        DeviceArena::Handle handle;  // -1: taken with allocate
+      };
+      std::vector<Taken> handed_out;
+      for (int step = 0; step < mix.steps; ++step) {
+        const bool take = handed_out.empty() || rng() % 5 < 3;
+        if (take) {
+          DeviceArena::Size bytes = 0;
+          const std::string_view name = mix.name;
+          if (name == "small") {
+            bytes = static_cast<DeviceArena::Size>(rng() % (512 * 20));
+          } else if (name == "repeated") {
+            constexpr DeviceArena::Size kSizes[] = {512, 1536, 4096, 40000, 65536, 100000};
+            bytes = kSizes[rng() % 6];
+          } else if (name == "spread") {
+            const auto bits = static_cast<int>(rng() % 30);
+            bytes = static_cast<DeviceArena::Size>(rng() % (std::uint64_t{1} << bits)) + 1;
+          } else {
+            bytes = static_cast<DeviceArena::Size>(rng() % (512 * 64)) + 1;
+          }
+          const auto want = reference.allocate(bytes);
+          if (rng() % 2 == 0) {
+            const auto got = arena.allocate(bytes);
+            REQUIRE(got == want);
+            if (got) handed_out.push_back({*got, -1});
+          } else {
+            const auto got = arena.allocate_block(bytes);
+            REQUIRE(got.has_value() == want.has_value());
+            if (got) {
+              REQUIRE(got->offset == *want);
+              handed_out.push_back({got->offset, got->handle});
+            }
+          }
+        } else {
+          const std::size_t k = rng() % handed_out.size();
+          if (handed_out[k].handle < 0) {
+            arena.release(handed_out[k].offset);
+          } else {
+            arena.release_block(handed_out[k].handle);
+          }
+          reference.release(handed_out[k].offset);
+          handed_out[k] = handed_out.back();
+          handed_out.pop_back();
+        }
+        REQUIRE(arena.live_bytes() == reference.live_bytes());
+        REQUIRE(arena.reserved_bytes() == reference.reserved_bytes());
+        REQUIRE(arena.peak_reserved_bytes() == reference.peak_reserved_bytes());
+        REQUIRE(arena.largest_free_block() == reference.largest_free_block());
+        REQUIRE(arena.free_block_count() == reference.free_block_count());
+        REQUIRE(arena.allocation_count() == reference.allocation_count());
+      }
+      // Releasing everything coalesces back to one block.
+      for (const Taken& t : handed_out) {
+        if (t.handle < 0) {
+          arena.release(t.offset);
+        } else {
+          arena.release_block(t.handle);
+        }
+      }
+      CHECK(arena.live_bytes() == 0);
+      CHECK(arena.free_block_count() == 1);
+      CHECK(arena.largest_free_block() == arena.capacity());
+    }
+  }
+}
+
+TEST_CASE("a reused arena starts from a clean state", "[sim][arena]") {
+  DeviceArena arena(512 * 64);
+  std::vector<DeviceArena::Offset> taken;
+  for (int i = 0; i < 20; ++i) taken.push_back(*arena.allocate(512 * (i % 3 + 1)));
+  for (std::size_t i = 0; i < taken.size(); i += 2) arena.release(taken[i]);
+  arena.reset(512 * 16);
+  CHECK(arena.allocation_count() == 0);
+  CHECK(arena.free_block_count() == 1);
+  CHECK(arena.largest_free_block() == 512 * 16);
+  CHECK(arena.reserved_bytes() == 0);
+  CHECK(arena.allocate(512 * 16) == 0);
+  CHECK(arena.reserved_bytes() == 512 * 16);
+  CHECK_FALSE(arena.allocate(1));
+  arena.reset(0);
+  CHECK(arena.free_block_count() == 0);
+  CHECK(arena.largest_free_block() == 0);
+  CHECK_FALSE(arena.allocate(1));
 }
