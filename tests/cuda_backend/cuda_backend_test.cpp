@@ -89,7 +89,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("--backend cuda without a device is one InputError naming the reason", "[cuda_backend]") {
+TEST_CASE("the cuda backend without a device is one InputError naming the reason", "[cuda_backend]") {
   const mp::cuda_backend::CudaEnvironment env = mp::cuda_backend::probe_cuda();
   if (env.device_count > 0) {
     CHECK_NOTHROW(mp::cuda_backend::require_cuda_device());
