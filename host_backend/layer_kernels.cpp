@@ -151,13 +151,24 @@ void max_pool_backward(const PoolShape& s, const float* dy, const std::int64_t* 
   }
 }
 
+namespace {
+// PyTorch's avg-pool divisor with count_include_pad=True: the window clipped to the padded input
+// (the full kernel unless a ceil_mode window runs past the right padding).
+float window_size(const PoolShape& s, std::int64_t i, std::int64_t j) {
+  const std::int64_t h0 = i * s.stride_h - s.pad_h, w0 = j * s.stride_w - s.pad_w;
+  const std::int64_t h1 = std::min(h0 + s.kernel_h, s.in_h + s.pad_h);
+  const std::int64_t w1 = std::min(w0 + s.kernel_w, s.in_w + s.pad_w);
+  return static_cast<float>((h1 - h0) * (w1 - w0));
+}
+}  // namespace
+
 void avg_pool_forward(const PoolShape& s, const float* x, float* y) {
   s.check();
   const std::int64_t oh = s.out_h(), ow = s.out_w(), plane = s.in_h * s.in_w;
-  const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
   for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
     for (std::int64_t i = 0; i < oh; ++i) {
       for (std::int64_t j = 0; j < ow; ++j) {
+        const float inv = 1.0f / window_size(s, i, j);
         float sum = 0.0f;
         for (std::int64_t r = 0; r < s.kernel_h; ++r) {
           const std::int64_t iy = i * s.stride_h - s.pad_h + r;
@@ -176,12 +187,11 @@ void avg_pool_forward(const PoolShape& s, const float* x, float* y) {
 void avg_pool_backward(const PoolShape& s, const float* dy, float* dx) {
   s.check();
   const std::int64_t oh = s.out_h(), ow = s.out_w(), plane = s.in_h * s.in_w;
-  const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
   std::fill(dx, dx + s.input_elements(), 0.0f);
   for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
     for (std::int64_t i = 0; i < oh; ++i) {
       for (std::int64_t j = 0; j < ow; ++j) {
-        const float g = dy[(p * oh + i) * ow + j] * inv;
+        const float g = dy[(p * oh + i) * ow + j] * (1.0f / window_size(s, i, j));
         for (std::int64_t r = 0; r < s.kernel_h; ++r) {
           const std::int64_t iy = i * s.stride_h - s.pad_h + r;
           if (iy < 0 || iy >= s.in_h) continue;

@@ -88,8 +88,8 @@ ConvShape conv_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor&
   return s;
 }
 
-/// The 2D window of a pooling op over input `x`, checked against its output `y` (PyTorch's
-/// ceil_mode can add a last window the kernels do not make; such an op is refused).
+/// The 2D window of a pooling op over input `x` (with PyTorch's ceil_mode), checked against its
+/// output `y`.
 PoolShape pool_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& y) {
   if (x.shape.size() != 4 || y.shape.size() != 4) fail(op, op.layer + " needs 4-d tensors");
   PoolShape s;
@@ -103,13 +103,14 @@ PoolShape pool_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor&
   s.stride_w = attr(op, "stride", 1, s.kernel_w);
   s.pad_h = attr(op, "padding", 0, 0);
   s.pad_w = attr(op, "padding", 1, 0);
+  s.ceil_mode = attr(op, "ceil_mode", 0, 0) != 0;
   try {
     s.check();
   } catch (const std::exception& e) {
     fail(op, e.what());
   }
   if (s.out_h() != y.shape[2] || s.out_w() != y.shape[3]) {
-    fail(op, "output extents differ from the window's (ceil_mode is not supported)");
+    fail(op, "output extents differ from the window's");
   }
   return s;
 }
