@@ -88,28 +88,39 @@ ConvShape conv_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor&
   return s;
 }
 
-/// The 2D window of a pooling op over input `x` (with PyTorch's ceil_mode), checked against its
-/// output `y`.
+/// The window of a pooling op (2D, or 3D for the *_pool3d layers) over input `x`, with PyTorch's
+/// ceil_mode, checked against its output `y`.
 PoolShape pool_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& y) {
-  if (x.shape.size() != 4 || y.shape.size() != 4) fail(op, op.layer + " needs 4-d tensors");
+  const std::size_t rank = op.layer.ends_with("3d") ? 5 : 4;
+  if (x.shape.size() != rank || y.shape.size() != rank) {
+    fail(op, op.layer + " needs " + std::to_string(rank) + "-d tensors");
+  }
+  const std::size_t h = rank == 5 ? 1 : 0;  // attribute index of H
   PoolShape s;
   s.batch = x.shape[0];
   s.channels = x.shape[1];
-  s.in_h = x.shape[2];
-  s.in_w = x.shape[3];
-  s.kernel_h = attr(op, "kernel", 0, 2);
-  s.kernel_w = attr(op, "kernel", 1, 2);
-  s.stride_h = attr(op, "stride", 0, s.kernel_h);
-  s.stride_w = attr(op, "stride", 1, s.kernel_w);
-  s.pad_h = attr(op, "padding", 0, 0);
-  s.pad_w = attr(op, "padding", 1, 0);
+  if (rank == 5) {
+    s.in_d = x.shape[2];
+    s.kernel_d = attr(op, "kernel", 0, 2);
+    s.stride_d = attr(op, "stride", 0, s.kernel_d);
+    s.pad_d = attr(op, "padding", 0, 0);
+  }
+  s.in_h = x.shape[rank - 2];
+  s.in_w = x.shape[rank - 1];
+  s.kernel_h = attr(op, "kernel", h, 2);
+  s.kernel_w = attr(op, "kernel", h + 1, 2);
+  s.stride_h = attr(op, "stride", h, s.kernel_h);
+  s.stride_w = attr(op, "stride", h + 1, s.kernel_w);
+  s.pad_h = attr(op, "padding", h, 0);
+  s.pad_w = attr(op, "padding", h + 1, 0);
   s.ceil_mode = attr(op, "ceil_mode", 0, 0) != 0;
   try {
     s.check();
   } catch (const std::exception& e) {
     fail(op, e.what());
   }
-  if (s.out_h() != y.shape[2] || s.out_w() != y.shape[3]) {
+  if ((rank == 5 && s.out_d() != y.shape[2]) || s.out_h() != y.shape[rank - 2] ||
+      s.out_w() != y.shape[rank - 1]) {
     fail(op, "output extents differ from the window's");
   }
   return s;
@@ -241,7 +252,7 @@ void OpExecutor::forward(const sim::Op& op, std::span<void* const> in, std::span
     }
     batch_norm_forward(batch_norm_shape(op, t_in(0)), f32(in[0]), f32(in[1]), f32(in[2]),
                        f32(out[0]), f32(out[1]), f32(out[2]));
-  } else if (op.layer == "avg_pool2d") {
+  } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
     avg_pool_forward(pool_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]));
   } else if (op.layer == "adaptive_avg_pool") {
     adaptive_avg_pool_forward(adaptive_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]));
@@ -269,8 +280,8 @@ void OpExecutor::forward(const sim::Op& op, std::span<void* const> in, std::span
     const ConvShape s = conv_shape(op, t_in(0), t_in(1));
     const float* bias = in.size() > 2 ? f32(in[2]) : nullptr;
     conv_forward(s, f32(in[0]), f32(in[1]), bias, f32(out[0]), scratch(s.workspace_elements()));
-  } else if (op.layer == "max_pool2d") {
-    if (out.size() != 2) fail(op, "max_pool2d writes its output and its indices");
+  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
+    if (out.size() != 2) fail(op, op.layer + " writes its output and its indices");
     max_pool_forward(pool_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]), i64(out[1]));
   } else if (op.layer == "add") {
     if (in.empty()) fail(op, "add needs inputs");
@@ -321,9 +332,9 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
                         f32(out[k + 1]));
     if (out.size() == k + 3) std::fill_n(f32(out[k + 2]), elements(t_out(k + 2)), 0.0f);
     if (out.size() > k + 3) fail(op, "batch_norm backward writes [dx,] dw, db [, d running]");
-  } else if (op.layer == "avg_pool2d") {
+  } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
     // [dy, x] -> [dx]
-    if (in.size() != 2 || out.size() != 1) fail(op, "avg_pool2d backward reads dy and x");
+    if (in.size() != 2 || out.size() != 1) fail(op, op.layer + " backward reads dy and x");
     avg_pool_backward(pool_shape(op, t_out(0), t_in(0)), f32(in[0]), f32(out[0]));
   } else if (op.layer == "adaptive_avg_pool") {
     // [dy, x] -> [dx]
@@ -358,9 +369,9 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     float* ws = scratch(s.workspace_elements());
     if (g.dx != nullptr) conv_backward_data(s, f32(in[0]), f32(in[2]), g.dx, ws);
     conv_backward_filter(s, f32(in[1]), f32(in[0]), g.dw, g.db, ws);
-  } else if (op.layer == "max_pool2d") {
+  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
     // [dy, y, indices] -> [dx]
-    if (in.size() != 3 || out.size() != 1) fail(op, "max_pool2d backward reads dy, y, indices");
+    if (in.size() != 3 || out.size() != 1) fail(op, op.layer + " backward reads dy, x, indices");
     max_pool_backward(pool_shape(op, t_out(0), t_in(0)), f32(in[0]), i64(in[2]), f32(out[0]));
   } else if (op.layer == "add" || op.layer == "grad_accumulate") {
     // Gradient accumulation: the sum of the incoming gradients.

@@ -4,7 +4,7 @@
 // simulator's. This exercises the executor's wiring of every layer those networks use
 // (conv, batch-norm with its saved statistics, in-place ReLU, max and adaptive average pool,
 // linear with PyTorch's [out, in] weights, in-place residual add, gradient accumulation, dropout,
-// concat, ceil_mode max-pool) on the trace conventions the zoo writes.
+// concat, ceil_mode max-pool, conv3d and max_pool3d) on the trace conventions the zoo writes.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -39,7 +39,8 @@ TEST_CASE("zoo networks record and run under basic plans with in-core gradients"
     mp::zoo::Shape input;
   };
   const Case c = GENERATE(Case{"resnet18", 2, {32, 32}}, Case{"densenet121", 1, {32, 32}},
-                          Case{"mobilenet_v2", 1, {32, 32}}, Case{"googlenet", 1, {64, 64}});
+                          Case{"mobilenet_v2", 1, {32, 32}}, Case{"googlenet", 1, {64, 64}},
+                          Case{"resnext101-3d", 1, {4, 16, 16}});
   CAPTURE(c.model);
   const mp::host_backend::HostBackend backend;
   mp::runtime::RecordOptions ro;
