@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "host_backend/conv_kernels.hpp"
 #include "host_backend/layer_kernels.hpp"
+#include "host_backend/transformer_kernels.hpp"
 
 namespace memplan::host_backend {
 
@@ -179,6 +181,31 @@ void concat_extents(const sim::Op& op, const std::vector<const sim::Tensor*>& pa
   }
 }
 
+/// Attention extents from the fused QKV tensor [B, S, 3H] and the heads of the scores tensor.
+AttentionShape attention_shape(const sim::Op& op, const sim::Tensor& qkv,
+                               const sim::Tensor& scores) {
+  if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0 || scores.shape.size() != 4) {
+    fail(op, "attention reads qkv [B, S, 3H] and scores [B, heads, S, S]");
+  }
+  AttentionShape s;
+  s.batch = qkv.shape[0];
+  s.sequence = qkv.shape[1];
+  s.hidden = qkv.shape[2] / 3;
+  s.heads = scores.shape[1];
+  try {
+    s.check();
+  } catch (const std::exception& e) {
+    fail(op, e.what());
+  }
+  return s;
+}
+
+/// Rows of the last axis of `t` and that axis' extent.
+std::pair<std::int64_t, std::int64_t> rows_of(const sim::Op& op, const sim::Tensor& t) {
+  if (t.shape.empty() || t.shape.back() <= 0) fail(op, "needs a non-empty last axis");
+  return {elements(t) / t.shape.back(), t.shape.back()};
+}
+
 }  // namespace
 
 // Outputs of a linear or conv backward: [dx,] dw [, db]. Whether there is a bias gradient comes
@@ -276,6 +303,36 @@ void OpExecutor::forward(const sim::Op& op, std::span<void* const> in, std::span
     concat_extents(op, parts, channels, spatial);
     concat_forward(t_in(0).shape[0], spatial, static_cast<int>(parts.size()), channels.data(),
                    data.data(), f32(out[0]));
+  } else if (op.layer == "layer_norm") {
+    // [x, w, b] -> [y, mean, rstd]
+    if (in.size() != 3 || out.size() != 3)
+      fail(op, "layer_norm reads x, w, b, writes y, mean, rstd");
+    const auto [rows, h] = rows_of(op, t_in(0));
+    layer_norm_forward(rows, h, attr_f(op, "epsilon", 1e-5f), f32(in[0]), f32(in[1]), f32(in[2]),
+                       f32(out[0]), f32(out[1]), f32(out[2]));
+  } else if (op.layer == "gelu") {
+    gelu_forward(elements(t_in(0)), f32(in[0]), f32(out[0]));
+  } else if (op.layer == "softmax") {
+    const auto [rows, cols] = rows_of(op, t_in(0));
+    softmax_forward(rows, cols, f32(in[0]), f32(out[0]));
+  } else if (op.layer == "embedding") {
+    // [indices, table] -> [y]
+    const sim::Tensor& table = t_in(1);
+    if (in.size() != 2 || table.shape.size() != 2)
+      fail(op, "embedding reads indices and a 2-d table");
+    try {
+      embedding_forward(elements(t_in(0)), table.shape[1], table.shape[0], i64(in[0]), f32(in[1]),
+                        f32(out[0]));
+    } catch (const std::out_of_range& e) {
+      fail(op, e.what());
+    }
+  } else if (op.layer == "attention_scores") {
+    attention_scores_forward(attention_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]));
+  } else if (op.layer == "attention_context") {
+    // [probs, qkv] -> [y]
+    if (in.size() != 2) fail(op, "attention_context reads probs and qkv");
+    attention_context_forward(attention_shape(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]),
+                              f32(out[0]));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     const ConvShape s = conv_shape(op, t_in(0), t_in(1));
     const float* bias = in.size() > 2 ? f32(in[2]) : nullptr;
@@ -288,10 +345,9 @@ void OpExecutor::forward(const sim::Op& op, std::span<void* const> in, std::span
     sum_into(elements(t_out(0)), in, f32(out[0]));
   } else if (op.layer == "softmax_cross_entropy") {
     if (out.size() != 2) fail(op, "softmax_cross_entropy writes the loss and the probabilities");
-    const sim::Tensor& logits = t_in(0);
-    if (logits.shape.size() != 2) fail(op, "softmax_cross_entropy needs 2-d logits");
-    *f32(out[0]) = softmax_cross_entropy_forward(logits.shape[0], logits.shape[1], f32(in[0]),
-                                                 i64(in[1]), f32(out[1]));
+    // Classes on the last axis; every other position is one sample (a sequence's tokens too).
+    const auto [n, classes] = rows_of(op, t_in(0));
+    *f32(out[0]) = softmax_cross_entropy_forward(n, classes, f32(in[0]), i64(in[1]), f32(out[1]));
   } else {
     fail(op, "no host kernel for this layer type");
   }
@@ -362,6 +418,49 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     concat_extents(op, parts, channels, spatial);
     concat_backward(t_in(0).shape[0], spatial, static_cast<int>(parts.size()), channels.data(),
                     f32(in[0]), data.data());
+  } else if (op.layer == "layer_norm") {
+    // [dy, x, w, mean, rstd] -> [dx,] dw, db
+    if (in.size() != 5 || out.size() < 2 || out.size() > 3) {
+      fail(op, "layer_norm backward reads dy, x, w, mean, rstd, writes [dx,] dw, db");
+    }
+    const bool has_dx = out.size() == 3;
+    const std::size_t k = has_dx ? 1 : 0;
+    const auto [rows, h] = rows_of(op, t_in(1));
+    layer_norm_backward(rows, h, f32(in[1]), f32(in[2]), f32(in[3]), f32(in[4]), f32(in[0]),
+                        has_dx ? f32(out[0]) : nullptr, f32(out[k]), f32(out[k + 1]));
+  } else if (op.layer == "gelu") {
+    // [dy, x] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "gelu backward reads dy and x, writes dx");
+    gelu_backward(elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0]));
+  } else if (op.layer == "softmax") {
+    // [dy, y] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "softmax backward reads dy and y, writes dx");
+    const auto [rows, cols] = rows_of(op, t_in(1));
+    softmax_backward(rows, cols, f32(in[0]), f32(in[1]), f32(out[0]));
+  } else if (op.layer == "embedding") {
+    // [dy, indices] -> [dtable]
+    const sim::Tensor& table = t_out(0);
+    if (in.size() != 2 || out.size() != 1 || table.shape.size() != 2) {
+      fail(op, "embedding backward reads dy and indices, writes the table's gradient");
+    }
+    try {
+      embedding_backward(elements(t_in(1)), table.shape[1], table.shape[0], i64(in[1]), f32(in[0]),
+                         f32(out[0]));
+    } catch (const std::out_of_range& e) {
+      fail(op, e.what());
+    }
+  } else if (op.layer == "attention_scores") {
+    // [dscores, qkv] -> [dqkv]
+    if (in.size() != 2 || out.size() != 1) fail(op, "attention_scores backward reads dy and qkv");
+    attention_scores_backward(attention_shape(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]),
+                              f32(out[0]));
+  } else if (op.layer == "attention_context") {
+    // [dy, probs, qkv] -> [dprobs, dqkv]
+    if (in.size() != 3 || out.size() != 2) {
+      fail(op, "attention_context backward reads dy, probs, qkv, writes dprobs, dqkv");
+    }
+    attention_context_backward(attention_shape(op, t_in(2), t_in(1)), f32(in[0]), f32(in[1]),
+                               f32(in[2]), f32(out[0]), f32(out[1]));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     // [dy, x, w] -> [dx,] dw [, db]
     const Grads g = split_grads(op, out, op.layer.c_str());
@@ -380,9 +479,8 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "softmax_cross_entropy") {
     // [probs, labels] -> [dlogits]
     if (in.size() != 2 || out.size() != 1) fail(op, "reads probs and labels, writes dlogits");
-    const sim::Tensor& probs = t_in(0);
-    softmax_cross_entropy_backward(probs.shape[0], probs.shape[1], f32(in[0]), i64(in[1]),
-                                   f32(out[0]));
+    const auto [n, classes] = rows_of(op, t_in(0));
+    softmax_cross_entropy_backward(n, classes, f32(in[0]), i64(in[1]), f32(out[0]));
   } else {
     fail(op, "no host kernel for this layer type");
   }

@@ -1,12 +1,14 @@
 // `memplan validate --backend host`: the documented JSON keys with the peaks equal and the
 // gradients matching for swap-all and recompute-all; bad input (unknown backend, a plan the
 // simulator says does not fit) is one line and exit 2; --force runs it and reports the OOM.
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "sim/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;
@@ -75,4 +77,21 @@ TEST_CASE("validate refuses bad input with one line and exit 2", "[cli][validate
       "validate {} --policy swap-all --backend host --memory 200KiB --force", trace("mlp4")));
   CHECK(forced.exit_status == 1);
   CHECK(forced.err.find("ran out of device memory") != std::string::npos);
+}
+
+TEST_CASE("validate refuses a trace with a layer the backend cannot run: one line, exit 2",
+          "[cli][validate]") {
+  // mlp4 with its first ReLU renamed to a layer type the host has no kernel for.
+  std::string text = memplan::sim::read_file(source_path("traces/mlp4.json"));
+  const std::string relu = "\"layer\":\"relu\"";
+  const auto at = text.find(relu);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, relu.size(), "\"layer\":\"swish\"");
+  const std::string path = memplan::test::temp_dir() + "/mlp4_swish.json";
+  memplan::sim::write_file_atomically(path, text);
+  const auto r = run_memplan(fmt::format("validate '{}' --policy in-core --backend host", path));
+  CHECK(r.exit_status == 2);
+  CHECK(r.err.find("no host kernel") != std::string::npos);
+  CHECK(r.err.find("swish") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
