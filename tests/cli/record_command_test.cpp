@@ -77,7 +77,8 @@ TEST_CASE("record refuses what it cannot run with one line and exit 2", "[cli][r
   const Case c = GENERATE(Case{"nosuchnet --batch 1", "unknown model 'nosuchnet'"},
                           Case{"resnet18 --batch 1 --backend tpu", "unknown backend 'tpu'"},
                           Case{"resnet18 --batch 1 --warmup -1", "--warmup"},
-                          Case{"resnet18 --batch 0", "--batch"});
+                          Case{"resnet18 --batch 0", "--batch"},
+                          Case{"resnet18 --batch 1 --iterations 0", "--iterations"});
   CAPTURE(c.args);
   const auto r = run_memplan(fmt::format("record {} -o '{}'", c.args, out));
   CHECK(r.exit_status == 2);

@@ -48,6 +48,7 @@ TEST_CASE("zoo networks record and run under basic plans with in-core gradients"
   const mp::host_backend::HostBackend backend;
   mp::runtime::RecordOptions ro;
   ro.warmup = 0;
+  ro.iterations = 3;  // op times: medians of three
   const mp::runtime::Recording rec =
       mp::runtime::record(backend, build(c.model, c.batch, c.input), ro);
   const mp::sim::Workload& w = rec.workload;
