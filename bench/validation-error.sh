@@ -24,6 +24,7 @@ networks=(
   "resnet18 --batch 16 --input 32x32"
   "mobilenet_v2 --batch 16 --input 64x64"
   "densenet121 --batch 4 --input 64x64"
+  "gpt --batch 4 --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 256"
 )
 if [[ -n "${NETWORKS:-}" ]]; then IFS=';' read -r -a networks <<<"$NETWORKS"; fi
 calibrate=()
