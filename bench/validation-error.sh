@@ -7,7 +7,8 @@
 #   bench/validation-error.sh [OUT.tsv]        default build/release/validation-error.tsv
 # Environment: CALIBRATE=1 predicts with costs re-measured by `validate --calibrate` (per-op
 # medians of five in-core runs and the measured link) instead of the recorded trace's;
-# NETWORKS="resnet18 --batch 4 --input 32x32;..." replaces the default list.
+# NETWORKS="resnet18 --batch 4 --input 32x32;..." replaces the default list; ITERATIONS=K records
+# op times as medians over K iterations (5).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build/release"
@@ -23,6 +24,7 @@ networks=(
   "resnet18 --batch 16 --input 32x32"
   "mobilenet_v2 --batch 16 --input 64x64"
   "densenet121 --batch 4 --input 64x64"
+  "gpt --batch 4 --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 256"
 )
 if [[ -n "${NETWORKS:-}" ]]; then IFS=';' read -r -a networks <<<"$NETWORKS"; fi
 calibrate=()
@@ -32,7 +34,7 @@ for net in "${networks[@]}"; do
   name=$(echo "$net" | tr -s ' -' '_')
   trace="$work/$name.json"
   # shellcheck disable=SC2086
-  "$memplan" record --backend host $net -o "$trace"
+  "$memplan" record --backend host $net --iterations "${ITERATIONS:-5}" -o "$trace"
   peak=$("$memplan" info "$trace" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["peak_bytes_incore"])')
   # Basic policies get room (twice the in-core peak: swap-all can fragment past the peak); searched
   # plans get the memory they were searched for.

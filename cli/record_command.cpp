@@ -24,6 +24,7 @@ struct RecordOptions {
   std::int64_t depth = 0;
   std::uint64_t seed = 1;
   int warmup = 2;
+  int iterations = 1;
   std::string output;
   zoo::TransformerOptions transformer;
 };
@@ -61,6 +62,9 @@ void record(const RecordOptions& o, bool has_depth) {
         "MODEL", fmt::format("unknown model '{}' (models: {})", o.model, zoo::model_names()));
   }
   if (o.warmup < 0) throw sim::InputError("--warmup", fmt::format("{} (must be >= 0)", o.warmup));
+  if (o.iterations < 1) {
+    throw sim::InputError("--iterations", fmt::format("{} (must be >= 1)", o.iterations));
+  }
   zoo::ModelOptions options;
   options.batch = o.batch;
   if (!o.input.empty()) options.input = parse_extents(o.input);
@@ -77,6 +81,7 @@ void record(const RecordOptions& o, bool has_depth) {
   runtime::RecordOptions ro;
   ro.seed = o.seed;
   ro.warmup = o.warmup;
+  ro.iterations = o.iterations;
   runtime::Recording r;
   try {
     r = runtime::record(*backend, built.workload, ro);
@@ -105,6 +110,8 @@ void add_record_command(CLI::App& app) {
   cmd->add_option("--vocab", options->transformer.vocab, "vocabulary size (gpt)");
   cmd->add_option("--seed", options->seed, "seed of the input data and weights");
   cmd->add_option("--warmup", options->warmup, "iterations run before the recorded one (2)");
+  cmd->add_option("--iterations", options->iterations,
+                  "recorded iterations; op times are their medians (1)");
   cmd->add_option("-o,--output", options->output, "trace file to write (format v1)")->required();
   cmd->callback([options, cmd] { record(*options, cmd->count("--depth") != 0); });
 }

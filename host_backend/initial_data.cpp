@@ -30,16 +30,21 @@ std::int64_t element_count(const sim::Tensor& t) {
   return n;
 }
 
-/// Number of classes of a label tensor: the width of the logits of the loss that reads it.
+// The range of an int64 input: the classes of the loss it labels (the last axis of the logits),
+// or the rows of the table an embedding looks it up in; the smallest when it has several uses.
 std::int64_t label_classes(const sim::Workload& w, sim::TensorId labels) {
+  std::int64_t range = 0;
   for (const sim::Op& op : w.ops) {
-    if (op.layer != "softmax_cross_entropy" || op.phase != sim::Phase::kForward) continue;
-    if (op.inputs.size() == 2 && op.inputs[1] == labels) {
-      const sim::Tensor& logits = w.tensor(op.inputs[0]);
-      if (logits.shape.size() == 2) return logits.shape[1];
+    if (op.phase != sim::Phase::kForward || op.inputs.size() != 2) continue;
+    std::int64_t r = 0;
+    if (op.layer == "softmax_cross_entropy" && op.inputs[1] == labels) {
+      r = w.tensor(op.inputs[0]).shape.back();
+    } else if (op.layer == "embedding" && op.inputs[0] == labels) {
+      r = w.tensor(op.inputs[1]).shape.front();
     }
+    if (r > 0) range = range == 0 ? r : std::min(range, r);
   }
-  return 1;
+  return std::max<std::int64_t>(range, 1);
 }
 
 }  // namespace
@@ -60,7 +65,8 @@ void fill_initial_data(const sim::Workload& workload, const sim::Tensor& t, std:
   } else if (t.dtype == "float32" || t.dtype.empty()) {
     float scale = 1.0f;
     if (t.kind == sim::TensorKind::kParameter && !t.shape.empty()) {
-      const std::int64_t fan_in = t.shape.size() == 2 ? t.shape[0] : n / t.shape[0];
+      // Weights are [out, in...] (linear [out, in], conv [K, C/groups, kernel...]).
+      const std::int64_t fan_in = n / std::max<std::int64_t>(t.shape[0], 1);
       scale = 1.0f / std::sqrt(static_cast<float>(std::max<std::int64_t>(fan_in, 1)));
     }
     auto* x = reinterpret_cast<float*>(out);

@@ -104,95 +104,115 @@ void batch_norm_backward(const BatchNormShape& s, const float* x, const float* g
 }
 
 void PoolShape::check() const {
-  if (batch <= 0 || channels <= 0 || in_h <= 0 || in_w <= 0 || kernel_h <= 0 || kernel_w <= 0 ||
-      stride_h <= 0 || stride_w <= 0 || pad_h < 0 || pad_w < 0 || out_h() <= 0 || out_w() <= 0) {
+  if (batch <= 0 || channels <= 0 || in_d <= 0 || in_h <= 0 || in_w <= 0 || kernel_d <= 0 ||
+      kernel_h <= 0 || kernel_w <= 0 || stride_d <= 0 || stride_h <= 0 || stride_w <= 0 ||
+      pad_d < 0 || pad_h < 0 || pad_w < 0 || out_d() <= 0 || out_h() <= 0 || out_w() <= 0) {
     throw std::invalid_argument("pooling: inconsistent extents");
   }
 }
 
-void max_pool_forward(const PoolShape& s, const float* x, float* y, std::int64_t* indices) {
+namespace {
+
+// One walk over every window of every plane: visit(plane, output index within the plane, the
+// window's first and one-past-last input coordinates clipped to the input (d, h, w), and its
+// size clipped to the padded input, PyTorch's count_include_pad divisor).
+struct Window {
+  std::int64_t d0, d1, h0, h1, w0, w1;
+  std::int64_t padded_size;
+};
+
+template <class Visit>
+void pool_walk(const PoolShape& s, Visit visit) {
   s.check();
-  const std::int64_t oh = s.out_h(), ow = s.out_w(), plane = s.in_h * s.in_w;
+  const std::int64_t od = s.out_d(), oh = s.out_h(), ow = s.out_w();
   for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
-    const float* in = x + p * plane;
-    for (std::int64_t i = 0; i < oh; ++i) {
-      for (std::int64_t j = 0; j < ow; ++j) {
-        float best = -std::numeric_limits<float>::infinity();
-        std::int64_t best_index = -1;
-        for (std::int64_t r = 0; r < s.kernel_h; ++r) {
-          const std::int64_t iy = i * s.stride_h - s.pad_h + r;
-          if (iy < 0 || iy >= s.in_h) continue;
-          for (std::int64_t c = 0; c < s.kernel_w; ++c) {
-            const std::int64_t ix = j * s.stride_w - s.pad_w + c;
-            if (ix < 0 || ix >= s.in_w) continue;
-            const float v = in[iy * s.in_w + ix];
-            if (best_index < 0 || v > best || std::isnan(v)) {
-              best = v;
-              best_index = iy * s.in_w + ix;
-            }
-          }
+    for (std::int64_t k = 0; k < od; ++k) {
+      const std::int64_t d0 = k * s.stride_d - s.pad_d;
+      const std::int64_t d1 = std::min(d0 + s.kernel_d, s.in_d + s.pad_d);
+      for (std::int64_t i = 0; i < oh; ++i) {
+        const std::int64_t h0 = i * s.stride_h - s.pad_h;
+        const std::int64_t h1 = std::min(h0 + s.kernel_h, s.in_h + s.pad_h);
+        for (std::int64_t j = 0; j < ow; ++j) {
+          const std::int64_t w0 = j * s.stride_w - s.pad_w;
+          const std::int64_t w1 = std::min(w0 + s.kernel_w, s.in_w + s.pad_w);
+          Window win{std::max<std::int64_t>(d0, 0),    std::min(d1, s.in_d),
+                     std::max<std::int64_t>(h0, 0),    std::min(h1, s.in_h),
+                     std::max<std::int64_t>(w0, 0),    std::min(w1, s.in_w),
+                     (d1 - d0) * (h1 - h0) * (w1 - w0)};
+          visit(p, (k * oh + i) * ow + j, win);
         }
-        y[(p * oh + i) * ow + j] = best;
-        indices[(p * oh + i) * ow + j] = best_index;
       }
     }
   }
+}
+
+}  // namespace
+
+void max_pool_forward(const PoolShape& s, const float* x, float* y, std::int64_t* indices) {
+  const std::int64_t volume = s.in_d * s.in_h * s.in_w;
+  const std::int64_t out_volume = s.out_d() * s.out_h() * s.out_w();
+  pool_walk(s, [&](std::int64_t p, std::int64_t o, const Window& win) {
+    const float* in = x + p * volume;
+    float best = -std::numeric_limits<float>::infinity();
+    std::int64_t best_index = -1;
+    for (std::int64_t d = win.d0; d < win.d1; ++d) {
+      for (std::int64_t h = win.h0; h < win.h1; ++h) {
+        for (std::int64_t w = win.w0; w < win.w1; ++w) {
+          const std::int64_t at = (d * s.in_h + h) * s.in_w + w;
+          const float v = in[at];
+          if (best_index < 0 || v > best || std::isnan(v)) {
+            best = v;
+            best_index = at;
+          }
+        }
+      }
+    }
+    y[p * out_volume + o] = best;
+    indices[p * out_volume + o] = best_index;
+  });
 }
 
 void max_pool_backward(const PoolShape& s, const float* dy, const std::int64_t* indices,
                        float* dx) {
   s.check();
-  const std::int64_t plane = s.in_h * s.in_w, out_plane = s.out_h() * s.out_w();
+  const std::int64_t volume = s.in_d * s.in_h * s.in_w;
+  const std::int64_t out_volume = s.out_d() * s.out_h() * s.out_w();
   std::fill(dx, dx + s.input_elements(), 0.0f);
   for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
-    for (std::int64_t o = 0; o < out_plane; ++o) {
-      dx[p * plane + indices[p * out_plane + o]] += dy[p * out_plane + o];
+    for (std::int64_t o = 0; o < out_volume; ++o) {
+      dx[p * volume + indices[p * out_volume + o]] += dy[p * out_volume + o];
     }
   }
 }
 
 void avg_pool_forward(const PoolShape& s, const float* x, float* y) {
-  s.check();
-  const std::int64_t oh = s.out_h(), ow = s.out_w(), plane = s.in_h * s.in_w;
-  const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
-  for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
-    for (std::int64_t i = 0; i < oh; ++i) {
-      for (std::int64_t j = 0; j < ow; ++j) {
-        float sum = 0.0f;
-        for (std::int64_t r = 0; r < s.kernel_h; ++r) {
-          const std::int64_t iy = i * s.stride_h - s.pad_h + r;
-          if (iy < 0 || iy >= s.in_h) continue;
-          for (std::int64_t c = 0; c < s.kernel_w; ++c) {
-            const std::int64_t ix = j * s.stride_w - s.pad_w + c;
-            if (ix >= 0 && ix < s.in_w) sum += x[p * plane + iy * s.in_w + ix];
-          }
-        }
-        y[(p * oh + i) * ow + j] = sum * inv;
+  const std::int64_t volume = s.in_d * s.in_h * s.in_w;
+  const std::int64_t out_volume = s.out_d() * s.out_h() * s.out_w();
+  pool_walk(s, [&](std::int64_t p, std::int64_t o, const Window& win) {
+    const float* in = x + p * volume;
+    float sum = 0.0f;
+    for (std::int64_t d = win.d0; d < win.d1; ++d) {
+      for (std::int64_t h = win.h0; h < win.h1; ++h) {
+        for (std::int64_t w = win.w0; w < win.w1; ++w) sum += in[(d * s.in_h + h) * s.in_w + w];
       }
     }
-  }
+    y[p * out_volume + o] = sum * (1.0f / static_cast<float>(win.padded_size));
+  });
 }
 
 void avg_pool_backward(const PoolShape& s, const float* dy, float* dx) {
-  s.check();
-  const std::int64_t oh = s.out_h(), ow = s.out_w(), plane = s.in_h * s.in_w;
-  const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
+  const std::int64_t volume = s.in_d * s.in_h * s.in_w;
+  const std::int64_t out_volume = s.out_d() * s.out_h() * s.out_w();
   std::fill(dx, dx + s.input_elements(), 0.0f);
-  for (std::int64_t p = 0; p < s.batch * s.channels; ++p) {
-    for (std::int64_t i = 0; i < oh; ++i) {
-      for (std::int64_t j = 0; j < ow; ++j) {
-        const float g = dy[(p * oh + i) * ow + j] * inv;
-        for (std::int64_t r = 0; r < s.kernel_h; ++r) {
-          const std::int64_t iy = i * s.stride_h - s.pad_h + r;
-          if (iy < 0 || iy >= s.in_h) continue;
-          for (std::int64_t c = 0; c < s.kernel_w; ++c) {
-            const std::int64_t ix = j * s.stride_w - s.pad_w + c;
-            if (ix >= 0 && ix < s.in_w) dx[p * plane + iy * s.in_w + ix] += g;
-          }
-        }
+  pool_walk(s, [&](std::int64_t p, std::int64_t o, const Window& win) {
+    float* out = dx + p * volume;
+    const float g = dy[p * out_volume + o] * (1.0f / static_cast<float>(win.padded_size));
+    for (std::int64_t d = win.d0; d < win.d1; ++d) {
+      for (std::int64_t h = win.h0; h < win.h1; ++h) {
+        for (std::int64_t w = win.w0; w < win.w1; ++w) out[(d * s.in_h + h) * s.in_w + w] += g;
       }
     }
-  }
+  });
 }
 
 namespace {

@@ -30,19 +30,42 @@ void batch_norm_backward(const BatchNormShape& s, const float* x, const float* g
                          const float* save_mean, const float* save_invstd, const float* dy,
                          float* dx, float* dgamma, float* dbeta);
 
-// ---- pooling (2D, N×C×H×W) ----------------------------------------------------------------------
+// ---- pooling (2D N×C×H×W, or 3D N×C×D×H×W; 2D is depth 1) ------------------------------------
 struct PoolShape {
-  std::int64_t batch = 1, channels = 1, in_h = 1, in_w = 1;
-  std::int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
-  [[nodiscard]] std::int64_t out_h() const { return (in_h + 2 * pad_h - kernel_h) / stride_h + 1; }
-  [[nodiscard]] std::int64_t out_w() const { return (in_w + 2 * pad_w - kernel_w) / stride_w + 1; }
-  [[nodiscard]] std::int64_t output_elements() const {
-    return batch * channels * out_h() * out_w();
+  std::int64_t batch = 1, channels = 1, in_d = 1, in_h = 1, in_w = 1;
+  std::int64_t kernel_d = 1, kernel_h = 2, kernel_w = 2, stride_d = 1, stride_h = 2, stride_w = 2;
+  std::int64_t pad_d = 0, pad_h = 0, pad_w = 0;
+  /// PyTorch's ceil_mode: a last, partial window when it starts inside the input or its left
+  /// padding. Windows are clipped to the input; an average divides by the window clipped to the
+  /// padded input (count_include_pad=True), as PyTorch does.
+  bool ceil_mode = false;
+  [[nodiscard]] static std::int64_t extent(std::int64_t in, std::int64_t k, std::int64_t s,
+                                           std::int64_t p, bool ceil) {
+    const std::int64_t span = in + 2 * p - k;
+    if (span < 0) return 0;
+    std::int64_t out = (ceil ? (span + s - 1) / s : span / s) + 1;
+    if (ceil && (out - 1) * s >= in + p) --out;
+    return out;
   }
-  [[nodiscard]] std::int64_t input_elements() const { return batch * channels * in_h * in_w; }
+  [[nodiscard]] std::int64_t out_d() const {
+    return extent(in_d, kernel_d, stride_d, pad_d, ceil_mode);
+  }
+  [[nodiscard]] std::int64_t out_h() const {
+    return extent(in_h, kernel_h, stride_h, pad_h, ceil_mode);
+  }
+  [[nodiscard]] std::int64_t out_w() const {
+    return extent(in_w, kernel_w, stride_w, pad_w, ceil_mode);
+  }
+  [[nodiscard]] std::int64_t output_elements() const {
+    return batch * channels * out_d() * out_h() * out_w();
+  }
+  [[nodiscard]] std::int64_t input_elements() const {
+    return batch * channels * in_d * in_h * in_w;
+  }
   void check() const;
 };
-/// y and, per output, the flat index within its input plane of the maximum (PyTorch's indices).
+/// y and, per output, the flat index within its input plane (volume in 3D) of the maximum
+/// (PyTorch's indices).
 void max_pool_forward(const PoolShape& s, const float* x, float* y, std::int64_t* indices);
 void max_pool_backward(const PoolShape& s, const float* dy, const std::int64_t* indices, float* dx);
 /// Average over the window, padding counted (PyTorch's count_include_pad=True).

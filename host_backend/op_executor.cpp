@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "host_backend/conv_kernels.hpp"
 #include "host_backend/layer_kernels.hpp"
+#include "host_backend/transformer_kernels.hpp"
 
 namespace memplan::host_backend {
 
@@ -88,28 +90,40 @@ ConvShape conv_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor&
   return s;
 }
 
-/// The 2D window of a pooling op over input `x`, checked against its output `y` (PyTorch's
-/// ceil_mode can add a last window the kernels do not make; such an op is refused).
+/// The window of a pooling op (2D, or 3D for the *_pool3d layers) over input `x`, with PyTorch's
+/// ceil_mode, checked against its output `y`.
 PoolShape pool_shape(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& y) {
-  if (x.shape.size() != 4 || y.shape.size() != 4) fail(op, op.layer + " needs 4-d tensors");
+  const std::size_t rank = op.layer.ends_with("3d") ? 5 : 4;
+  if (x.shape.size() != rank || y.shape.size() != rank) {
+    fail(op, op.layer + " needs " + std::to_string(rank) + "-d tensors");
+  }
+  const std::size_t h = rank == 5 ? 1 : 0;  // attribute index of H
   PoolShape s;
   s.batch = x.shape[0];
   s.channels = x.shape[1];
-  s.in_h = x.shape[2];
-  s.in_w = x.shape[3];
-  s.kernel_h = attr(op, "kernel", 0, 2);
-  s.kernel_w = attr(op, "kernel", 1, 2);
-  s.stride_h = attr(op, "stride", 0, s.kernel_h);
-  s.stride_w = attr(op, "stride", 1, s.kernel_w);
-  s.pad_h = attr(op, "padding", 0, 0);
-  s.pad_w = attr(op, "padding", 1, 0);
+  if (rank == 5) {
+    s.in_d = x.shape[2];
+    s.kernel_d = attr(op, "kernel", 0, 2);
+    s.stride_d = attr(op, "stride", 0, s.kernel_d);
+    s.pad_d = attr(op, "padding", 0, 0);
+  }
+  s.in_h = x.shape[rank - 2];
+  s.in_w = x.shape[rank - 1];
+  s.kernel_h = attr(op, "kernel", h, 2);
+  s.kernel_w = attr(op, "kernel", h + 1, 2);
+  s.stride_h = attr(op, "stride", h, s.kernel_h);
+  s.stride_w = attr(op, "stride", h + 1, s.kernel_w);
+  s.pad_h = attr(op, "padding", h, 0);
+  s.pad_w = attr(op, "padding", h + 1, 0);
+  s.ceil_mode = attr(op, "ceil_mode", 0, 0) != 0;
   try {
     s.check();
   } catch (const std::exception& e) {
     fail(op, e.what());
   }
-  if (s.out_h() != y.shape[2] || s.out_w() != y.shape[3]) {
-    fail(op, "output extents differ from the window's (ceil_mode is not supported)");
+  if ((rank == 5 && s.out_d() != y.shape[2]) || s.out_h() != y.shape[rank - 2] ||
+      s.out_w() != y.shape[rank - 1]) {
+    fail(op, "output extents differ from the window's");
   }
   return s;
 }
@@ -165,6 +179,31 @@ void concat_extents(const sim::Op& op, const std::vector<const sim::Tensor*>& pa
     spatial = sp;
     channels.push_back(t->shape[1]);
   }
+}
+
+/// Attention extents from the fused QKV tensor [B, S, 3H] and the heads of the scores tensor.
+AttentionShape attention_shape(const sim::Op& op, const sim::Tensor& qkv,
+                               const sim::Tensor& scores) {
+  if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0 || scores.shape.size() != 4) {
+    fail(op, "attention reads qkv [B, S, 3H] and scores [B, heads, S, S]");
+  }
+  AttentionShape s;
+  s.batch = qkv.shape[0];
+  s.sequence = qkv.shape[1];
+  s.hidden = qkv.shape[2] / 3;
+  s.heads = scores.shape[1];
+  try {
+    s.check();
+  } catch (const std::exception& e) {
+    fail(op, e.what());
+  }
+  return s;
+}
+
+/// Rows of the last axis of `t` and that axis' extent.
+std::pair<std::int64_t, std::int64_t> rows_of(const sim::Op& op, const sim::Tensor& t) {
+  if (t.shape.empty() || t.shape.back() <= 0) fail(op, "needs a non-empty last axis");
+  return {elements(t) / t.shape.back(), t.shape.back()};
 }
 
 }  // namespace
@@ -240,7 +279,7 @@ void OpExecutor::forward(const sim::Op& op, std::span<void* const> in, std::span
     }
     batch_norm_forward(batch_norm_shape(op, t_in(0)), f32(in[0]), f32(in[1]), f32(in[2]),
                        f32(out[0]), f32(out[1]), f32(out[2]));
-  } else if (op.layer == "avg_pool2d") {
+  } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
     avg_pool_forward(pool_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]));
   } else if (op.layer == "adaptive_avg_pool") {
     adaptive_avg_pool_forward(adaptive_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]));
@@ -264,22 +303,51 @@ void OpExecutor::forward(const sim::Op& op, std::span<void* const> in, std::span
     concat_extents(op, parts, channels, spatial);
     concat_forward(t_in(0).shape[0], spatial, static_cast<int>(parts.size()), channels.data(),
                    data.data(), f32(out[0]));
+  } else if (op.layer == "layer_norm") {
+    // [x, w, b] -> [y, mean, rstd]
+    if (in.size() != 3 || out.size() != 3)
+      fail(op, "layer_norm reads x, w, b, writes y, mean, rstd");
+    const auto [rows, h] = rows_of(op, t_in(0));
+    layer_norm_forward(rows, h, attr_f(op, "epsilon", 1e-5f), f32(in[0]), f32(in[1]), f32(in[2]),
+                       f32(out[0]), f32(out[1]), f32(out[2]));
+  } else if (op.layer == "gelu") {
+    gelu_forward(elements(t_in(0)), f32(in[0]), f32(out[0]));
+  } else if (op.layer == "softmax") {
+    const auto [rows, cols] = rows_of(op, t_in(0));
+    softmax_forward(rows, cols, f32(in[0]), f32(out[0]));
+  } else if (op.layer == "embedding") {
+    // [indices, table] -> [y]
+    const sim::Tensor& table = t_in(1);
+    if (in.size() != 2 || table.shape.size() != 2)
+      fail(op, "embedding reads indices and a 2-d table");
+    try {
+      embedding_forward(elements(t_in(0)), table.shape[1], table.shape[0], i64(in[0]), f32(in[1]),
+                        f32(out[0]));
+    } catch (const std::out_of_range& e) {
+      fail(op, e.what());
+    }
+  } else if (op.layer == "attention_scores") {
+    attention_scores_forward(attention_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]));
+  } else if (op.layer == "attention_context") {
+    // [probs, qkv] -> [y]
+    if (in.size() != 2) fail(op, "attention_context reads probs and qkv");
+    attention_context_forward(attention_shape(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]),
+                              f32(out[0]));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     const ConvShape s = conv_shape(op, t_in(0), t_in(1));
     const float* bias = in.size() > 2 ? f32(in[2]) : nullptr;
     conv_forward(s, f32(in[0]), f32(in[1]), bias, f32(out[0]), scratch(s.workspace_elements()));
-  } else if (op.layer == "max_pool2d") {
-    if (out.size() != 2) fail(op, "max_pool2d writes its output and its indices");
+  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
+    if (out.size() != 2) fail(op, op.layer + " writes its output and its indices");
     max_pool_forward(pool_shape(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]), i64(out[1]));
   } else if (op.layer == "add") {
     if (in.empty()) fail(op, "add needs inputs");
     sum_into(elements(t_out(0)), in, f32(out[0]));
   } else if (op.layer == "softmax_cross_entropy") {
     if (out.size() != 2) fail(op, "softmax_cross_entropy writes the loss and the probabilities");
-    const sim::Tensor& logits = t_in(0);
-    if (logits.shape.size() != 2) fail(op, "softmax_cross_entropy needs 2-d logits");
-    *f32(out[0]) = softmax_cross_entropy_forward(logits.shape[0], logits.shape[1], f32(in[0]),
-                                                 i64(in[1]), f32(out[1]));
+    // Classes on the last axis; every other position is one sample (a sequence's tokens too).
+    const auto [n, classes] = rows_of(op, t_in(0));
+    *f32(out[0]) = softmax_cross_entropy_forward(n, classes, f32(in[0]), i64(in[1]), f32(out[1]));
   } else {
     fail(op, "no host kernel for this layer type");
   }
@@ -320,9 +388,9 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
                         f32(out[k + 1]));
     if (out.size() == k + 3) std::fill_n(f32(out[k + 2]), elements(t_out(k + 2)), 0.0f);
     if (out.size() > k + 3) fail(op, "batch_norm backward writes [dx,] dw, db [, d running]");
-  } else if (op.layer == "avg_pool2d") {
+  } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
     // [dy, x] -> [dx]
-    if (in.size() != 2 || out.size() != 1) fail(op, "avg_pool2d backward reads dy and x");
+    if (in.size() != 2 || out.size() != 1) fail(op, op.layer + " backward reads dy and x");
     avg_pool_backward(pool_shape(op, t_out(0), t_in(0)), f32(in[0]), f32(out[0]));
   } else if (op.layer == "adaptive_avg_pool") {
     // [dy, x] -> [dx]
@@ -350,6 +418,49 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     concat_extents(op, parts, channels, spatial);
     concat_backward(t_in(0).shape[0], spatial, static_cast<int>(parts.size()), channels.data(),
                     f32(in[0]), data.data());
+  } else if (op.layer == "layer_norm") {
+    // [dy, x, w, mean, rstd] -> [dx,] dw, db
+    if (in.size() != 5 || out.size() < 2 || out.size() > 3) {
+      fail(op, "layer_norm backward reads dy, x, w, mean, rstd, writes [dx,] dw, db");
+    }
+    const bool has_dx = out.size() == 3;
+    const std::size_t k = has_dx ? 1 : 0;
+    const auto [rows, h] = rows_of(op, t_in(1));
+    layer_norm_backward(rows, h, f32(in[1]), f32(in[2]), f32(in[3]), f32(in[4]), f32(in[0]),
+                        has_dx ? f32(out[0]) : nullptr, f32(out[k]), f32(out[k + 1]));
+  } else if (op.layer == "gelu") {
+    // [dy, x] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "gelu backward reads dy and x, writes dx");
+    gelu_backward(elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0]));
+  } else if (op.layer == "softmax") {
+    // [dy, y] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "softmax backward reads dy and y, writes dx");
+    const auto [rows, cols] = rows_of(op, t_in(1));
+    softmax_backward(rows, cols, f32(in[0]), f32(in[1]), f32(out[0]));
+  } else if (op.layer == "embedding") {
+    // [dy, indices] -> [dtable]
+    const sim::Tensor& table = t_out(0);
+    if (in.size() != 2 || out.size() != 1 || table.shape.size() != 2) {
+      fail(op, "embedding backward reads dy and indices, writes the table's gradient");
+    }
+    try {
+      embedding_backward(elements(t_in(1)), table.shape[1], table.shape[0], i64(in[1]), f32(in[0]),
+                         f32(out[0]));
+    } catch (const std::out_of_range& e) {
+      fail(op, e.what());
+    }
+  } else if (op.layer == "attention_scores") {
+    // [dscores, qkv] -> [dqkv]
+    if (in.size() != 2 || out.size() != 1) fail(op, "attention_scores backward reads dy and qkv");
+    attention_scores_backward(attention_shape(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]),
+                              f32(out[0]));
+  } else if (op.layer == "attention_context") {
+    // [dy, probs, qkv] -> [dprobs, dqkv]
+    if (in.size() != 3 || out.size() != 2) {
+      fail(op, "attention_context backward reads dy, probs, qkv, writes dprobs, dqkv");
+    }
+    attention_context_backward(attention_shape(op, t_in(2), t_in(1)), f32(in[0]), f32(in[1]),
+                               f32(in[2]), f32(out[0]), f32(out[1]));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     // [dy, x, w] -> [dx,] dw [, db]
     const Grads g = split_grads(op, out, op.layer.c_str());
@@ -357,9 +468,9 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     float* ws = scratch(s.workspace_elements());
     if (g.dx != nullptr) conv_backward_data(s, f32(in[0]), f32(in[2]), g.dx, ws);
     conv_backward_filter(s, f32(in[1]), f32(in[0]), g.dw, g.db, ws);
-  } else if (op.layer == "max_pool2d") {
+  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
     // [dy, y, indices] -> [dx]
-    if (in.size() != 3 || out.size() != 1) fail(op, "max_pool2d backward reads dy, y, indices");
+    if (in.size() != 3 || out.size() != 1) fail(op, op.layer + " backward reads dy, x, indices");
     max_pool_backward(pool_shape(op, t_out(0), t_in(0)), f32(in[0]), i64(in[2]), f32(out[0]));
   } else if (op.layer == "add" || op.layer == "grad_accumulate") {
     // Gradient accumulation: the sum of the incoming gradients.
@@ -368,9 +479,8 @@ void OpExecutor::backward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "softmax_cross_entropy") {
     // [probs, labels] -> [dlogits]
     if (in.size() != 2 || out.size() != 1) fail(op, "reads probs and labels, writes dlogits");
-    const sim::Tensor& probs = t_in(0);
-    softmax_cross_entropy_backward(probs.shape[0], probs.shape[1], f32(in[0]), i64(in[1]),
-                                   f32(out[0]));
+    const auto [n, classes] = rows_of(op, t_in(0));
+    softmax_cross_entropy_backward(n, classes, f32(in[0]), i64(in[1]), f32(out[0]));
   } else {
     fail(op, "no host kernel for this layer type");
   }

@@ -9,8 +9,9 @@
 // (weight [out, in], PyTorch's) and conv2d/conv3d take an optional bias as a third input; their
 // backward writes [dx,] dw [, db]. Also batch_norm (training mode, saved mean and 1/std), relu6,
 // avg_pool2d, adaptive_avg_pool (2D/3D), dropout (mask seeded by the forward op, so a recompute
-// draws the same one) and concat along channels. A recompute is the forward op run again. Convolution scratch (im2col columns) is the executor's own host memory, not a device
-// buffer: it is an implementation detail of these kernels, not the workload's workspace.
+// draws the same one) and concat along channels. A recompute is the forward op run again.
+// Convolution scratch (im2col columns) is the executor's own host memory, not a device buffer: it
+// is an implementation detail of these kernels, not the workload's workspace.
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -26,9 +27,12 @@ Recording record(const Backend& backend, const sim::Workload& workload,
 
   const std::unique_ptr<Device> device = backend.make_device(r.peak_reserved_bytes, options.seed);
   device->set_capture(false);
-  sim::Timeline measured;
-  for (int k = 0; k <= std::max(options.warmup, 0); ++k) {
-    measured = run_program(*device, workload, program);
+  const auto& compute = program.stream(sim::StreamId::kCompute);
+  const int recorded = std::max(options.iterations, 1);
+  std::vector<std::vector<sim::Nanoseconds>> op_ns(w.ops.size());
+  std::vector<sim::Nanoseconds> iteration_ns;
+  for (int k = 0; k < std::max(options.warmup, 0) + recorded; ++k) {
+    const sim::Timeline measured = run_program(*device, workload, program);
     if (!measured.feasible) {
       // The device has the in-core peak the simulator computed with the same arena: running
       // out means the backend and the simulator disagree, which is a bug, not bad input.
@@ -37,20 +41,25 @@ Recording record(const Backend& backend, const sim::Workload& workload,
                       "peak of {} bytes",
                       backend.name(), r.peak_reserved_bytes));
     }
+    if (k < std::max(options.warmup, 0)) continue;
+    iteration_ns.push_back(measured.iteration_ns);
+    std::vector<sim::Nanoseconds> this_run(w.ops.size(), 0);
+    for (const sim::Span& span : measured.spans) {
+      if (span.stream != sim::StreamId::kCompute) continue;
+      const sim::Instruction& in = compute[static_cast<std::size_t>(span.index)];
+      if (in.kind != sim::InstrKind::kRun) continue;
+      this_run[static_cast<std::size_t>(in.op)] += span.end_ns - span.start_ns;
+    }
+    for (std::size_t o = 0; o < w.ops.size(); ++o) op_ns[o].push_back(this_run[o]);
   }
-  r.iteration_ns = measured.iteration_ns;
-
-  const auto& compute = program.stream(sim::StreamId::kCompute);
-  std::vector<sim::Nanoseconds> op_ns(w.ops.size(), 0);
-  for (const sim::Span& span : measured.spans) {
-    if (span.stream != sim::StreamId::kCompute) continue;
-    const sim::Instruction& in = compute[static_cast<std::size_t>(span.index)];
-    if (in.kind != sim::InstrKind::kRun) continue;
-    op_ns[static_cast<std::size_t>(in.op)] += span.end_ns - span.start_ns;
-  }
+  const auto median = [](std::vector<sim::Nanoseconds> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  r.iteration_ns = median(iteration_ns);
   for (std::size_t o = 0; o < w.ops.size(); ++o) {
     sim::Op& op = w.ops[o];
-    op.duration_ns = std::max<sim::Nanoseconds>(op_ns[o], 1);
+    op.duration_ns = std::max<sim::Nanoseconds>(median(op_ns[o]), 1);
     for (sim::Algorithm& a : op.algorithms) a.duration_ns = op.duration_ns;
   }
 
@@ -66,10 +75,10 @@ Recording record(const Backend& backend, const sim::Workload& workload,
   w.provenance.source = "recorded";
   w.provenance.backend = backend.name();
   w.provenance.note = fmt::format(
-      "{}{}recorded by memplan on the {} backend: {} warm-up iterations, then one iteration of "
-      "{} ns (seed {})",
-      what, what.empty() ? "" : "; ", backend.name(), std::max(options.warmup, 0), r.iteration_ns,
-      options.seed);
+      "{}{}recorded by memplan on the {} backend: {} warm-up iterations, then {} recorded "
+      "(op times: the median over them; iteration {} ns; seed {})",
+      what, what.empty() ? "" : "; ", backend.name(), std::max(options.warmup, 0), recorded,
+      r.iteration_ns, options.seed);
   sim::validate(w, fmt::format("recording on {}", backend.name()));
   return r;
 }

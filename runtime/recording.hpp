@@ -13,7 +13,10 @@ namespace memplan::runtime {
 
 struct RecordOptions {
   std::uint64_t seed = 1;  // data and weights
-  int warmup = 2;          // iterations run before the recorded one
+  int warmup = 2;          // iterations run before the recorded one(s)
+  /// Recorded iterations: each op's duration is the median of its kernel times over them (one by
+  /// default; more make the trace robust to a preemption during one iteration).
+  int iterations = 1;
 };
 
 struct Recording {

@@ -1,6 +1,6 @@
 // `memplan record --backend host`: a zoo model's step run for real and written as a recorded
-// trace; record, search and validate end to end; bad input (unknown model or backend, a layer
-// the host cannot run) is one line and exit 2 with no file written.
+// trace; record, search and validate end to end; bad input (unknown model or backend, bad
+// flags) is one line and exit 2 with no file written.
 #include <algorithm>
 #include <filesystem>
 #include <string>
@@ -74,11 +74,11 @@ TEST_CASE("record refuses what it cannot run with one line and exit 2", "[cli][r
     const char* args;
     const char* says;
   };
-  const Case c = GENERATE(
-      Case{"nosuchnet --batch 1", "unknown model 'nosuchnet'"},
-      Case{"resnet18 --batch 1 --backend tpu", "unknown backend 'tpu'"},
-      Case{"gpt --batch 1 --layers 1 --hidden 8 --heads 2 --seq 4 --vocab 16", "no host kernel"},
-      Case{"resnet18 --batch 0", "--batch"});
+  const Case c = GENERATE(Case{"nosuchnet --batch 1", "unknown model 'nosuchnet'"},
+                          Case{"resnet18 --batch 1 --backend tpu", "unknown backend 'tpu'"},
+                          Case{"resnet18 --batch 1 --warmup -1", "--warmup"},
+                          Case{"resnet18 --batch 0", "--batch"},
+                          Case{"resnet18 --batch 1 --iterations 0", "--iterations"});
   CAPTURE(c.args);
   const auto r = run_memplan(fmt::format("record {} -o '{}'", c.args, out));
   CHECK(r.exit_status == 2);

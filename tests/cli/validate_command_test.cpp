@@ -1,12 +1,14 @@
 // `memplan validate --backend host`: the documented JSON keys with the peaks equal and the
 // gradients matching for swap-all and recompute-all; bad input (unknown backend, a plan the
 // simulator says does not fit) is one line and exit 2; --force runs it and reports the OOM.
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "sim/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
 #include "cuda_backend/cuda_environment.hpp"
@@ -99,4 +101,21 @@ TEST_CASE("validate --backend cuda without a GPU is one clear line and exit 2", 
   CHECK(r.exit_status == 2);
   CHECK(r.out.empty());
   CHECK(r.err.find('\n') == r.err.size() - 1);
+}
+
+TEST_CASE("validate refuses a trace with a layer the backend cannot run: one line, exit 2",
+          "[cli][validate]") {
+  // mlp4 with its first ReLU renamed to a layer type the host has no kernel for.
+  std::string text = memplan::sim::read_file(source_path("traces/mlp4.json"));
+  const std::string relu = "\"layer\":\"relu\"";
+  const auto at = text.find(relu);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, relu.size(), "\"layer\":\"swish\"");
+  const std::string path = memplan::test::temp_dir() + "/mlp4_swish.json";
+  memplan::sim::write_file_atomically(path, text);
+  const auto r = run_memplan(fmt::format("validate '{}' --policy in-core --backend host", path));
+  CHECK(r.exit_status == 2);
+  CHECK(r.err.find("no host kernel") != std::string::npos);
+  CHECK(r.err.find("swish") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }

@@ -254,3 +254,72 @@ TEST_CASE("dropout and concat backward match finite differences",
   };
   CHECK(max_gradient_error(a, rc, cat_a, da) < 1e-3);
 }
+
+TEST_CASE("ceil_mode pooling adds PyTorch's last partial window", "[host_backend][pool]") {
+  // One 1x4 row, kernel 1x3, stride 2: floor mode has one window, ceil mode a second one over
+  // columns 2..3 whose average divides by 2 (the window clipped to the padded input).
+  PoolShape s;
+  s.in_h = 1, s.in_w = 4, s.kernel_h = 1, s.kernel_w = 3, s.stride_h = 1, s.stride_w = 2;
+  CHECK(s.out_w() == 1);
+  s.ceil_mode = true;
+  REQUIRE(s.out_w() == 2);
+  const std::vector<float> x{1, 2, 3, 10};
+  std::vector<float> y(2);
+  avg_pool_forward(s, x.data(), y.data());
+  CHECK(y[0] == Approx(2.0f));
+  CHECK(y[1] == Approx(6.5f));
+  std::vector<std::int64_t> idx(2);
+  max_pool_forward(s, x.data(), y.data(), idx.data());
+  CHECK(y == std::vector<float>{3, 10});
+  CHECK(idx == std::vector<std::int64_t>{2, 3});
+
+  // Gradients with ceil_mode and padding match finite differences.
+  PoolShape t;
+  t.batch = 1, t.channels = 2, t.in_h = 6, t.in_w = 5, t.kernel_h = 3, t.kernel_w = 3,
+  t.stride_h = 2, t.stride_w = 2, t.pad_h = 1, t.pad_w = 0, t.ceil_mode = true;
+  const auto xs = random_vector(static_cast<std::size_t>(t.input_elements()), 81);
+  const auto r = random_vector(static_cast<std::size_t>(t.output_elements()), 82);
+  std::vector<float> dx(xs.size());
+  avg_pool_backward(t, r.data(), dx.data());
+  auto forward = [&](const std::vector<float>& in) {
+    std::vector<float> out(static_cast<std::size_t>(t.output_elements()));
+    avg_pool_forward(t, in.data(), out.data());
+    return out;
+  };
+  CHECK(max_gradient_error(xs, r, forward, dx) < 1e-3);
+}
+
+TEST_CASE("3D pooling: max routes through indices, average matches finite differences",
+          "[host_backend][pool]") {
+  PoolShape s;
+  s.batch = 1, s.channels = 2, s.in_d = 4, s.in_h = 5, s.in_w = 5, s.kernel_d = 3, s.kernel_h = 3,
+  s.kernel_w = 3, s.stride_d = 2, s.stride_h = 2, s.stride_w = 2, s.pad_d = 1, s.pad_h = 1,
+  s.pad_w = 1;
+  REQUIRE(s.out_d() == 2);
+  const auto x = random_vector(static_cast<std::size_t>(s.input_elements()), 91);
+  const auto r = random_vector(static_cast<std::size_t>(s.output_elements()), 92);
+  std::vector<float> dx(x.size());
+  avg_pool_backward(s, r.data(), dx.data());
+  auto avg = [&](const std::vector<float>& in) {
+    std::vector<float> out(static_cast<std::size_t>(s.output_elements()));
+    avg_pool_forward(s, in.data(), out.data());
+    return out;
+  };
+  CHECK(max_gradient_error(x, r, avg, dx) < 1e-3);
+
+  std::vector<float> y(r.size());
+  std::vector<std::int64_t> idx(r.size());
+  max_pool_forward(s, x.data(), y.data(), idx.data());
+  for (std::size_t o = 0; o < y.size(); ++o) {
+    const std::size_t plane = o / static_cast<std::size_t>(s.out_d() * s.out_h() * s.out_w());
+    CHECK(y[o] == x[plane * 100 + static_cast<std::size_t>(idx[o])]);
+  }
+  max_pool_backward(s, r.data(), idx.data(), dx.data());
+  auto mx = [&](const std::vector<float>& in) {
+    std::vector<float> out(static_cast<std::size_t>(s.output_elements()));
+    std::vector<std::int64_t> i(out.size());
+    max_pool_forward(s, in.data(), out.data(), i.data());
+    return out;
+  };
+  CHECK(max_gradient_error(x, r, mx, dx, 1e-3f) < 1e-2);
+}

@@ -4,7 +4,8 @@
 // simulator's. This exercises the executor's wiring of every layer those networks use
 // (conv, batch-norm with its saved statistics, in-place ReLU, max and adaptive average pool,
 // linear with PyTorch's [out, in] weights, in-place residual add, gradient accumulation, dropout,
-// concat) on the trace conventions the zoo writes.
+// concat, ceil_mode max-pool, conv3d and max_pool3d, and the decoder's layer-norm, GELU,
+// embedding, attention and softmax) on the trace conventions the zoo writes.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -26,6 +27,8 @@ mp::sim::Workload build(const char* name, std::int64_t batch, mp::zoo::Shape inp
   mp::zoo::ModelOptions options;
   options.batch = batch;
   options.input = std::move(input);
+  // A small decoder for gpt (the image models ignore these).
+  options.transformer = {.layers = 2, .hidden = 16, .heads = 2, .sequence = 8, .vocab = 32};
   return mp::zoo::build_model(*model, options).workload;
 }
 
@@ -39,11 +42,13 @@ TEST_CASE("zoo networks record and run under basic plans with in-core gradients"
     mp::zoo::Shape input;
   };
   const Case c = GENERATE(Case{"resnet18", 2, {32, 32}}, Case{"densenet121", 1, {32, 32}},
-                          Case{"mobilenet_v2", 1, {32, 32}});
+                          Case{"mobilenet_v2", 1, {32, 32}}, Case{"googlenet", 1, {64, 64}},
+                          Case{"resnext101-3d", 1, {4, 16, 16}}, Case{"gpt", 2, {}});
   CAPTURE(c.model);
   const mp::host_backend::HostBackend backend;
   mp::runtime::RecordOptions ro;
   ro.warmup = 0;
+  ro.iterations = 3;  // op times: medians of three
   const mp::runtime::Recording rec =
       mp::runtime::record(backend, build(c.model, c.batch, c.input), ro);
   const mp::sim::Workload& w = rec.workload;
