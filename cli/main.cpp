@@ -1,7 +1,7 @@
 // memplan: plan GPU memory for training steps that do not fit. This file only wires the
 // subcommands together and turns errors into one line and an exit status:
 // 0 success, 1 an expected negative outcome a command reports (e.g. a plan that does not fit),
-// 2 bad input (a trace, a plan, a flag).
+// 2 bad input (a trace, a plan, a flag), 3 an internal error (a bug in memplan: please report it).
 #include <exception>
 
 #include <fmt/core.h>
@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   } catch (const memplan::sim::InputError& e) {
     fmt::print(stderr, "memplan: {}\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "memplan: internal error (a bug; please report it): {}\n", e.what());
+    return 3;
   }
   return exit_status;
 }

@@ -114,12 +114,8 @@ HostComparison compare_with_host(const sim::Workload& workload, const sim::Plan&
                                  const sim::Machine& machine, std::uint64_t seed) {
   require_cuda_device();
   HostComparison c;
-  sim::Engine engine;
   const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
-  sim::Machine roomy = machine;
-  roomy.memory_bytes = std::int64_t{1} << 40;
-  host_backend::HostDevice reference(engine.run(reference_program, roomy).peak_reserved_bytes,
-                                     seed);
+  host_backend::HostDevice reference(sim::capacity_to_run(reference_program, machine), seed);
   if (!runtime::run_program(reference, workload, reference_program).feasible) {
     c.fits = false;
     return c;

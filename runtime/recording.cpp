@@ -20,10 +20,7 @@ Recording record(const Backend& backend, const sim::Workload& workload,
   r.workload = workload;
   sim::Workload& w = r.workload;
   const sim::Program program = sim::lower(workload, sim::in_core_plan(workload));
-  sim::Machine roomy;
-  roomy.memory_bytes = std::int64_t{1} << 50;
-  sim::Engine engine;
-  r.peak_reserved_bytes = engine.run(program, roomy).peak_reserved_bytes;
+  r.peak_reserved_bytes = sim::capacity_to_run(program, sim::Machine{});
 
   const std::unique_ptr<Device> device = backend.make_device(r.peak_reserved_bytes, options.seed);
   device->set_capture(false);
@@ -34,11 +31,11 @@ Recording record(const Backend& backend, const sim::Workload& workload,
   for (int k = 0; k < std::max(options.warmup, 0) + recorded; ++k) {
     const sim::Timeline measured = run_program(*device, workload, program);
     if (!measured.feasible) {
-      // The device has the in-core peak the simulator computed with the same arena: running
-      // out means the backend and the simulator disagree, which is a bug, not bad input.
+      // The device has the capacity at which the simulator, with the same arena, runs the
+      // in-core step: running out means the backend and the simulator disagree, a bug.
       throw std::logic_error(
-          fmt::format("recording on {}: the in-core run did not fit in its own "
-                      "peak of {} bytes",
+          fmt::format("recording on {}: the in-core run did not fit in the {} bytes the "
+                      "simulator says it needs",
                       backend.name(), r.peak_reserved_bytes));
     }
     if (k < std::max(options.warmup, 0)) continue;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "runtime/interpreter.hpp"
@@ -33,11 +34,8 @@ Calibration calibrate(const Backend& backend, const sim::Workload& workload,
                       const sim::Machine& machine, std::uint64_t seed, int runs) {
   Calibration c{workload, machine};
   const sim::Program program = sim::lower(workload, sim::in_core_plan(workload));
-  sim::Machine roomy = machine;
-  roomy.memory_bytes = std::int64_t{1} << 40;
-  sim::Engine engine;
   const std::unique_ptr<Device> device =
-      backend.make_device(engine.run(program, roomy).peak_reserved_bytes, seed);
+      backend.make_device(sim::capacity_to_run(program, machine), seed);
   device->set_capture(false);
   std::vector<std::vector<sim::Nanoseconds>> op_ns(workload.ops.size());
   const auto& compute = program.stream(sim::StreamId::kCompute);
@@ -90,13 +88,14 @@ ValidationReport validate(const Backend& backend, const sim::Workload& workload,
 
   // The reference: in-core on a device with room for it (its own peak is what it needs).
   const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
-  sim::Machine roomy = machine;
-  roomy.memory_bytes = std::int64_t{1} << 40;
-  const sim::Bytes reference_need = engine.run(reference_program, roomy).peak_reserved_bytes;
-  const std::unique_ptr<Device> reference = backend.make_device(reference_need, options.seed);
+  const std::unique_ptr<Device> reference =
+      backend.make_device(sim::capacity_to_run(reference_program, machine), options.seed);
   if (!run_program(*reference, workload, reference_program).feasible) {
-    r.measured_feasible = false;
-    return r;
+    // The simulator, with the same arena, says the reference fits this device: a disagreement
+    // between the backend and the simulator is a bug, not a property of the plan.
+    throw std::logic_error(backend.name() +
+                           ": the in-core reference did not fit the memory the "
+                           "simulator says it needs");
   }
 
   // One warm-up run, timed runs without copying results aside, then the run that is compared.

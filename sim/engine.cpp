@@ -188,4 +188,21 @@ void Engine::out_of_memory(const Program& program, const Instruction& in, Nanose
   tl.iteration_ns = now;
 }
 
+Bytes capacity_to_run(const Program& program, const Machine& machine) {
+  const EngineOptions totals{.record_spans = false, .record_memory = false, .record_stalls = false};
+  Engine engine;
+  Machine m = machine;
+  m.memory_bytes = std::int64_t{1} << 50;
+  const Bytes unlimited = engine.run(program, m, totals).peak_reserved_bytes;
+  Bytes capacity = unlimited;
+  for (;;) {
+    m.memory_bytes = capacity;
+    const Timeline& t = engine.run(program, m, totals);
+    if (t.feasible || capacity >= 2 * unlimited) return capacity;
+    // Grow by what was missing, and by at least 1/64 so that the search takes few steps.
+    const Bytes missing = t.oom ? t.oom->bytes_missing : 0;
+    capacity = std::min(2 * unlimited, capacity + std::max(missing, unlimited / 64 + 1));
+  }
+}
+
 }  // namespace memplan::sim

@@ -42,4 +42,12 @@ class Engine {
   Timeline timeline_;
 };
 
+/// The device memory a backend needs to run `program` (host memory as in `machine`): the smallest
+/// capacity, from the reserved peak of a run with unlimited device memory upward, at which the
+/// program fits. Best fit weighs the arena's free tail like any other block, so a device exactly
+/// as large as the unlimited run's reserved peak can place buffers differently and run out; from
+/// twice that peak on the tail is larger than every hole and the placement is the unlimited one,
+/// so the search ends there at the latest.
+Bytes capacity_to_run(const Program& program, const Machine& machine);
+
 }  // namespace memplan::sim

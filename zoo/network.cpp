@@ -206,13 +206,16 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
   // Note [Convolution workspace]: the fast algorithm is modeled as one that lowers the input to a
   // matrix (im2col, cuDNN's GEMM and the Winograd/FFT variants need buffers of that order), capped
   // at kMaxConvWorkspace as frameworks cap the workspace they let cuDNN take; a 1x1 stride-1 conv
-  // is a plain GEMM and needs none. The memory-optimal algorithm (implicit GEMM) needs none either.
+  // is a plain GEMM and needs none. A grouped conv lowers one group at a time, so its buffer holds
+  // C/groups input channels (a depthwise conv's is one channel's). The memory-optimal algorithm
+  // (implicit GEMM) needs none.
   constexpr Bytes kMaxConvWorkspace = Bytes{1} << 30;
   const bool pointwise = product(spec.kernel) == 1 && product(stride) == 1;
   Bytes workspace = 0;
   if (!pointwise) {
     const double lowered = product(out) / static_cast<double>(spec.out_channels) *
-                           static_cast<double>(in_channels) * product(spec.kernel) * 4.0;
+                           static_cast<double>(in_channels / spec.groups) * product(spec.kernel) *
+                           4.0;
     workspace = static_cast<Bytes>(std::min(lowered, static_cast<double>(kMaxConvWorkspace)));
   }
   sim::Op& fop = workload_.ops.back();

@@ -41,18 +41,20 @@ TEST_CASE("record writes a recorded trace with measured durations and link", "[c
 TEST_CASE("record, search below the in-core peak, validate: end to end on the host",
           "[cli][record][validate]") {
   // mobilenet_v2's feature maps outweigh its parameters, gradients and momentum, so a plan can
-  // save a third of the in-core peak (resnet18 at 32x32 cannot: its weights are the floor).
+  // halve the in-core peak (resnet18 at 32x32 cannot: its weights are the floor). At batch 32
+  // the in-core step does not fit in its unlimited run's reserved peak (best fit places by the
+  // free tail too): recording must size its device with sim::capacity_to_run.
   const std::string dir = temp_dir();
   const std::string trace = dir + "/record_mobilenet.json";
   const std::string plan = dir + "/record_mobilenet_plan.json";
-  REQUIRE(run_memplan(fmt::format("record --backend host mobilenet_v2 --batch 16 --input 64x64 "
+  REQUIRE(run_memplan(fmt::format("record --backend host mobilenet_v2 --batch 32 --input 64x64 "
                                   "-o '{}'",
                                   trace))
               .exit_status == 0);
   const auto info = run_memplan(fmt::format("info '{}' --json", trace));
   REQUIRE(info.exit_status == 0);
   const auto memory = static_cast<long long>(
-      0.7 * nlohmann::json::parse(info.out)["peak_bytes_incore"].get<double>());
+      0.5 * nlohmann::json::parse(info.out)["peak_bytes_incore"].get<double>());
   const auto search = run_memplan(
       fmt::format("search '{}' --memory {}B --time-limit 2 -o '{}' --json", trace, memory, plan));
   REQUIRE(search.exit_status == 0);
