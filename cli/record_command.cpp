@@ -10,6 +10,7 @@
 #include "runtime/recording.hpp"
 #include "sim/input_error.hpp"
 #include "sim/trace_io.hpp"
+#include "sim/units.hpp"
 #include "zoo/models.hpp"
 #include "zoo/zoo.hpp"
 
@@ -90,6 +91,11 @@ void record(const RecordOptions& o, bool has_depth) {
                           fmt::format("cannot run {}: {}", model->name, e.what()));
   }
   sim::write_trace_file(r.workload, o.output);
+  fmt::print("recorded {} on {}: {} ops, iteration {:.3f} ms, in-core device memory {}, link "
+             "{:.2f} GB/s h2d / {:.2f} GB/s d2h -> {}\n",
+             model->name, backend->name(), r.workload.ops.size(),
+             static_cast<double>(r.iteration_ns) * 1e-6, sim::format_bytes(r.peak_reserved_bytes),
+             r.link.h2d_bytes_per_s * 1e-9, r.link.d2h_bytes_per_s * 1e-9, o.output);
 }
 
 }  // namespace
