@@ -3,6 +3,7 @@
 #include "cli/commands.hpp"
 #include "sim/input_error.hpp"
 #include "sim/trace_io.hpp"
+#include "zoo/network.hpp"
 #include "zoo/zoo.hpp"
 
 namespace memplan::cli {
@@ -44,6 +45,7 @@ void add_zoo_command(CLI::App& app) {
     std::int64_t depth = 0;
     std::string output;
     bool list = false;
+    bool relu_backward_in_place = false;
     zoo::TransformerOptions transformer;
   };
   auto options = std::make_shared<Options>();
@@ -60,6 +62,8 @@ void add_zoo_command(CLI::App& app) {
   cmd->add_option("--heads", options->transformer.heads, "attention heads (gpt)");
   cmd->add_option("--seq", options->transformer.sequence, "sequence length (gpt)");
   cmd->add_option("--vocab", options->transformer.vocab, "vocabulary size (gpt)");
+  cmd->add_flag("--relu-backward-in-place", options->relu_backward_in_place,
+                "ReLU backward writes its gradient over the incoming one (Caffe, as in vDNN)");
   cmd->add_option("-o,--output", options->output, "trace file to write (format v1)");
   cmd->callback([options, cmd] {
     if (options->list) {
@@ -82,7 +86,13 @@ void add_zoo_command(CLI::App& app) {
     if (!options->input.empty()) request.options.input = parse_extents(options->input);
     if (cmd->count("--depth") != 0) request.options.depth = options->depth;
     request.options.transformer = options->transformer;
-    const sim::Workload workload = zoo::make_workload(request);
+    sim::Workload workload = zoo::make_workload(request);
+    if (options->relu_backward_in_place) {
+      const std::size_t n = zoo::relu_backward_in_place(workload);
+      workload.provenance.note += fmt::format(
+          "; ReLU backward in place (Caffe): {} gradients written over the incoming one", n);
+      sim::validate(workload, fmt::format("zoo model '{}'", request.model));
+    }
     sim::write_trace_file(workload, options->output);
   });
 }

@@ -81,6 +81,7 @@ class Neighbourhood {
         candidate.action = action;
         candidate.encoding = encoding;
         candidate.prefetch_before = sim::kNoId;
+        candidate.per_use = false;
         if (!sim::decision_problem(candidate, fm, w).empty()) continue;
         out.push_back({static_cast<int>(m), action, encoding, sim::kNoId});
       }
@@ -113,6 +114,7 @@ sim::Plan with_move(const sim::Plan& plan, const Move& move) {
     d.action = c.action;
     d.encoding = c.encoding;
     d.prefetch_before = c.prefetch_before;
+    d.per_use = false;  // a change of action or prefetch point: recompute per segment by default
   }
   return result;
 }

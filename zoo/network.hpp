@@ -146,6 +146,15 @@ class Network {
   bool finished_ = false;
 };
 
+/// Note [Caffe's in-place ReLU backward]
+/// Caffe (the framework of vDNN, Layrub and SuperNeurons) runs ReLU in place in both directions:
+/// its backward writes the bottom diff over the top diff. PyTorch autograd's threshold_backward
+/// allocates a new gradient, which is what the zoo models by default. This pass makes every ReLU /
+/// ReLU6 backward op write its input gradient in place of the incoming gradient wherever that
+/// gradient is read by that op alone (a gradient a pass-through add hands to two branches is read
+/// twice, so it stays out of place). Returns how many gradients were made in place.
+std::size_t relu_backward_in_place(sim::Workload& workload);
+
 /// Elements of a shape, throwing InputError when the count or its bytes overflow 64 bits.
 std::int64_t checked_elements(const Shape& shape, std::int64_t item_bytes, const std::string& what);
 
