@@ -22,7 +22,7 @@ for w in $workloads; do
         done
       done ;;
     vgg16)
-      repro_zoo "$REPRO_TMP/t.json" vgg16 256 titanx-maxwell --relu-backward-in-place
+      repro_zoo "$REPRO_TMP/t.json" vgg16 256 titanx-maxwell --caffe
       repro_run "$rows" "$REPRO_TMP/t.json" vgg16-caffe 256 titanx-maxwell pcie3 - all 1 ;;
     resnext)
       # Batch 1 fits a 16 GB V100 in-core; the budget puts it over (see docs/search.md).

@@ -45,7 +45,7 @@ void add_zoo_command(CLI::App& app) {
     std::int64_t depth = 0;
     std::string output;
     bool list = false;
-    bool relu_backward_in_place = false;
+    bool caffe = false;
     zoo::TransformerOptions transformer;
   };
   auto options = std::make_shared<Options>();
@@ -62,8 +62,9 @@ void add_zoo_command(CLI::App& app) {
   cmd->add_option("--heads", options->transformer.heads, "attention heads (gpt)");
   cmd->add_option("--seq", options->transformer.sequence, "sequence length (gpt)");
   cmd->add_option("--vocab", options->transformer.vocab, "vocabulary size (gpt)");
-  cmd->add_flag("--relu-backward-in-place", options->relu_backward_in_place,
-                "ReLU backward writes its gradient over the incoming one (Caffe, as in vDNN)");
+  cmd->add_flag("--caffe", options->caffe,
+                "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
+                "max-pool masks");
   cmd->add_option("-o,--output", options->output, "trace file to write (format v1)");
   cmd->callback([options, cmd] {
     if (options->list) {
@@ -87,10 +88,11 @@ void add_zoo_command(CLI::App& app) {
     if (cmd->count("--depth") != 0) request.options.depth = options->depth;
     request.options.transformer = options->transformer;
     sim::Workload workload = zoo::make_workload(request);
-    if (options->relu_backward_in_place) {
-      const std::size_t n = zoo::relu_backward_in_place(workload);
+    if (options->caffe) {
+      const std::size_t relus = zoo::relu_backward_in_place(workload);
+      const std::size_t masks = zoo::int32_pool_indices(workload);
       workload.provenance.note += fmt::format(
-          "; ReLU backward in place (Caffe): {} gradients written over the incoming one", n);
+          "; Caffe conventions: {} ReLU gradients in place, {} int32 max-pool masks", relus, masks);
       sim::validate(workload, fmt::format("zoo model '{}'", request.model));
     }
     sim::write_trace_file(workload, options->output);

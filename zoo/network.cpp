@@ -606,4 +606,20 @@ std::size_t relu_backward_in_place(sim::Workload& workload) {
   return changed;
 }
 
+std::size_t int32_pool_indices(sim::Workload& workload) {
+  std::size_t changed = 0;
+  for (const sim::Op& op : workload.ops) {
+    if (op.phase != sim::Phase::kForward || op.layer.find("max_pool") == std::string::npos)
+      continue;
+    for (TensorId t : op.outputs) {
+      sim::Tensor& tensor = workload.tensors[static_cast<std::size_t>(t)];
+      if (tensor.dtype != "int64") continue;
+      tensor.dtype = "int32";
+      tensor.bytes /= 2;
+      ++changed;
+    }
+  }
+  return changed;
+}
+
 }  // namespace memplan::zoo
