@@ -25,13 +25,14 @@ for w in $workloads; do
       repro_zoo "$REPRO_TMP/t.json" vgg16 256 titanx-maxwell --caffe
       repro_run "$rows" "$REPRO_TMP/t.json" vgg16-caffe 256 titanx-maxwell pcie3 - all 1 ;;
     resnext)
-      # Batch 1 fits a 16 GB V100 in-core; the budget puts it over (see docs/search.md).
-      repro_zoo "$REPRO_TMP/t.json" resnext101-3d 1 v100-16gb --input 16x112x112
-      repro_run "$rows" "$REPRO_TMP/t.json" resnext101-3d 1 v100-16gb pcie3 \
-        "${RESNEXT_BUDGET:-1GiB}" all 1 ;;
+      # Batch 1 fits a 16 GB V100 in-core (765 MiB peak) and no budget under that fits (the
+      # stem conv's 197 MiB workspace); batch 96 is over (18.3 GiB in-core peak).
+      repro_zoo "$REPRO_TMP/t.json" resnext101-3d "${RESNEXT_BATCH:-96}" v100-16gb --input 16x112x112
+      repro_run "$rows" "$REPRO_TMP/t.json" resnext101-3d "${RESNEXT_BATCH:-96}" v100-16gb pcie3 - \
+        all 1 ;;
     1517)
-      repro_zoo "$REPRO_TMP/t.json" resnet "${RESNET1517_BATCH:-4}" titanx-maxwell --depth 1517
-      repro_run "$rows" "$REPRO_TMP/t.json" resnet1517 "${RESNET1517_BATCH:-4}" titanx-maxwell \
+      repro_zoo "$REPRO_TMP/t.json" resnet "${RESNET1517_BATCH:-16}" titanx-maxwell --depth 1517
+      repro_run "$rows" "$REPRO_TMP/t.json" resnet1517 "${RESNET1517_BATCH:-16}" titanx-maxwell \
         pcie3 - all 1 ;;
     *) echo "search-quality: unknown workload '$w'" >&2; exit 2 ;;
   esac
