@@ -4,7 +4,9 @@
 # Writes the per-policy rows (scripts/reproduce-common.sh format) to OUT.rows.csv and the table to
 # OUT (default out/search-quality.csv), and prints the table.
 #   bench/search-quality.sh [OUT.csv]   MEMPLAN=..., SEARCH_TIME_LIMIT=seconds (default 20)
-#   QUALITY_WORKLOADS="resnet50 vgg16 resnext 1517" picks a subset.
+#   QUALITY_WORKLOADS="resnet50 vgg16 resnext 1517" picks a subset; QUALITY_EXTRA_ROWS=FILE adds
+#   rows already made (e.g. out/reproductions/pooch.csv from scripts/reproduce-pooch.sh, whose
+#   ResNet-50 batches 256-640 are the same runs) to the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-out/search-quality.csv}
@@ -37,6 +39,10 @@ for w in $workloads; do
     *) echo "search-quality: unknown workload '$w'" >&2; exit 2 ;;
   esac
 done
+if [[ -n ${QUALITY_EXTRA_ROWS:-} ]]; then
+  # Batch 128 fits in-core: not a quality workload.
+  tail -n +2 "$QUALITY_EXTRA_ROWS" | grep -v '^resnet50,128,' >>"$rows"
+fi
 /usr/bin/python3 - "$rows" "$out" <<'PY'
 import csv, sys
 rows_path, out_path = sys.argv[1:3]
