@@ -9,12 +9,14 @@
 // 2. Enumerate keep/swap for every map of L_I (a binary tree); at each leaf scan L_O \ L_I from
 //    the output layer backwards, turning swap into keep while the plan fits; keep the fastest
 //    feasible leaf. The enumeration is exhaustive up to kMaxEnumerated maps of L_I (those with the
-//    longest stalls); the maps of L_I beyond them are then scanned like L_O \ L_I on the best
-//    leaf (from the output layer backwards, swap -> keep while the plan fits), which is what the
-//    full tree would find where memory has room for them, and keeps a decision within a second
-//    on ResNet-scale workloads (the paper reports two minutes for 300 layers; it does not bound
-//    the tree). The all-keep leaf is tried first: when it fits no other leaf can be faster.
-//    A scan first tries keeping its whole list at once (one simulation when memory has room).
+//    longest stalls), fewer when |L_O \ L_I| is so large that the tree would take more than
+//    kLeafSimulations simulations (ResNet-1517: thousands of maps in L_O); the maps of L_I beyond
+//    them are then scanned like L_O \ L_I on the best leaf (from the output layer backwards, swap
+//    -> keep while the plan fits), which is what the full tree would find where memory has room for
+//    them, and keeps a decision within a second on ResNet-scale workloads (the paper reports two
+//    minutes for 300 layers; it does not bound the tree). The all-keep leaf is tried first: when it
+//    fits no other leaf can be faster. A scan first tries keeping its whole list at once (one
+//    simulation when memory has room).
 // 3. For the maps still swapped, r(X) = recompute_overhead(X) / swap_overhead(X), where an
 //    overhead is the iteration time with X so treated minus the time with X kept on a device with
 //    unlimited memory, the other maps fixed. Maps with r >= 1 stay swapped; the one with the
@@ -43,6 +45,8 @@ namespace memplan::search {
 namespace {
 
 constexpr std::size_t kMaxEnumerated = 8;
+// Simulations the keep/swap tree may take: 2^k leaves, each up to 1 + |L_O \ L_I| of them.
+constexpr std::size_t kLeafSimulations = 4096;
 
 struct Exposure {
   sim::Nanoseconds swap_out_ns = 0;
@@ -119,7 +123,10 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
   sim::Plan plan = keep_all(view, "pooch");
   for (sim::Decision& d : plan.decisions) d.action = sim::Action::kSwap;
   const std::size_t n = plan.decisions.size();
-  const std::size_t enumerated = std::min(l_i.size(), kMaxEnumerated);
+  std::size_t enumerated = std::min(l_i.size(), kMaxEnumerated);
+  while (enumerated > 0 &&
+         (std::size_t{1} << enumerated) * (1 + l_o_only.size()) > kLeafSimulations)
+    --enumerated;
 
   // 2. Keep/swap enumeration, the all-keep leaf first.
   sim::Plan best = plan;
