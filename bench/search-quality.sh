@@ -4,6 +4,8 @@
 # Writes the per-policy rows (scripts/reproduce-common.sh format) to OUT.rows.csv and the table to
 # OUT (default out/search-quality.csv), and prints the table.
 #   bench/search-quality.sh [OUT.csv]   MEMPLAN=..., SEARCH_TIME_LIMIT=seconds (default 20)
+# Runtime: a few minutes without 1517; ResNet-1517 alone takes about 10 minutes of CPU (PoocH's
+# r(X) passes over 6,080 maps, run by `compare` and again by the search's seeding).
 #   QUALITY_WORKLOADS="resnet50 vgg16 resnext 1517" picks a subset; QUALITY_EXTRA_ROWS=FILE adds
 #   rows already made (e.g. out/reproductions/pooch.csv from scripts/reproduce-pooch.sh, whose
 #   ResNet-50 batches 256-640 are the same runs) to the table.
