@@ -3,6 +3,7 @@
 #include "cli/commands.hpp"
 #include "sim/input_error.hpp"
 #include "sim/trace_io.hpp"
+#include "zoo/network.hpp"
 #include "zoo/zoo.hpp"
 
 namespace memplan::cli {
@@ -44,6 +45,7 @@ void add_zoo_command(CLI::App& app) {
     std::int64_t depth = 0;
     std::string output;
     bool list = false;
+    bool caffe = false;
     zoo::TransformerOptions transformer;
   };
   auto options = std::make_shared<Options>();
@@ -60,6 +62,9 @@ void add_zoo_command(CLI::App& app) {
   cmd->add_option("--heads", options->transformer.heads, "attention heads (gpt)");
   cmd->add_option("--seq", options->transformer.sequence, "sequence length (gpt)");
   cmd->add_option("--vocab", options->transformer.vocab, "vocabulary size (gpt)");
+  cmd->add_flag("--caffe", options->caffe,
+                "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
+                "max-pool masks");
   cmd->add_option("-o,--output", options->output, "trace file to write (format v1)");
   cmd->callback([options, cmd] {
     if (options->list) {
@@ -82,7 +87,14 @@ void add_zoo_command(CLI::App& app) {
     if (!options->input.empty()) request.options.input = parse_extents(options->input);
     if (cmd->count("--depth") != 0) request.options.depth = options->depth;
     request.options.transformer = options->transformer;
-    const sim::Workload workload = zoo::make_workload(request);
+    sim::Workload workload = zoo::make_workload(request);
+    if (options->caffe) {
+      const std::size_t relus = zoo::relu_backward_in_place(workload);
+      const std::size_t masks = zoo::int32_pool_indices(workload);
+      workload.provenance.note += fmt::format(
+          "; Caffe conventions: {} ReLU gradients in place, {} int32 max-pool masks", relus, masks);
+      sim::validate(workload, fmt::format("zoo model '{}'", request.model));
+    }
     sim::write_trace_file(workload, options->output);
   });
 }

@@ -7,13 +7,23 @@
 //   checkpoint too. Their outputs are kept, or swapped by the tensor pool.
 // - Every other layer (ReLU, batch-norm, pooling, dropout, LRN, ...) is cheap: its output is freed
 //   after forward and recomputed in backward from the nearest checkpoint.
-// - Speed-centric recomputation (recompute a segment once and keep the results until backward is
-//   done with them) is what the lowering does for recomputed maps. The memory-centric variant
-//   (recompute per use) is not expressible in a plan yet; this policy always runs speed-centric.
+// - Segments: the forward ops in issue order; each checkpoint layer (or producer of a checkpoint
+//   map) starts a segment, and the non-checkpoint maps whose producers follow it, up to the next
+//   checkpoint layer, form it. In a chain that is the run of cheap layers between two
+//   checkpoints, as in the paper; in a DAG it is the run in issue order.
+// - Per segment, as the paper decides it: if keeping every regenerated map of the segment (the sum
+//   of their bytes) fits under the largest single layer's backward memory (the most that one
+//   backward op reads, writes and uses as workspace, which every plan must find room for), the
+//   segment is speed-centric: recomputed once and its results kept until backward is done with
+//   them (a plain recompute decision). Otherwise it is memory-centric: its maps are recompute
+//   with `per_use`, so the lowering regenerates them from the checkpoint for every backward use
+//   and forgets them right after (quadratic extra compute, no extra memory).
 // - The tensor pool: the plan is simulated; when an allocation fails at op X, the kept checkpoint
 //   that is resident at X and was used least recently before X is swapped instead, and the plan is
 //   simulated again, until it fits or nothing is left to swap. Its swap-in starts one conv layer
 //   ahead: before the backward op of the nearest conv layer above its first backward use.
+#include <algorithm>
+
 #include <fmt/core.h>
 
 #include "search/policy.hpp"
@@ -37,6 +47,19 @@ sim::OpId conv_prefetch_point(const NetworkView& view, sim::OpId use) {
   return sim::kNoId;
 }
 
+// The largest single layer's backward memory: inputs, outputs and workspace of one backward op.
+sim::Bytes largest_backward_layer_bytes(const sim::Workload& w) {
+  sim::Bytes largest = 0;
+  for (const sim::Op& op : w.ops) {
+    if (op.phase != sim::Phase::kBackward) continue;
+    sim::Bytes bytes = op.workspace_bytes;
+    for (sim::TensorId t : op.inputs) bytes += w.tensor(t).bytes;
+    for (sim::TensorId t : op.outputs) bytes += w.tensor(t).bytes;
+    largest = std::max(largest, bytes);
+  }
+  return largest;
+}
+
 }  // namespace
 
 PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view) {
@@ -48,6 +71,41 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
     const bool fork = fm.forward_uses.size() > 1;
     checkpoint[m] = fork || is_checkpoint_layer(w.op(view.producer(static_cast<int>(m))).layer);
     if (!checkpoint[m]) plan.decisions[m].action = sim::Action::kRecompute;
+  }
+  // Segments: each checkpoint layer (forward op) starts a new one; a non-checkpoint map belongs
+  // to the segment its producer is in.
+  std::vector<int> segment_of_op(w.ops.size(), 0);
+  std::vector<bool> checkpoint_op(w.ops.size(), false);
+  for (std::size_t m = 0; m < checkpoint.size(); ++m) {
+    if (checkpoint[m])
+      checkpoint_op[static_cast<std::size_t>(view.producer(static_cast<int>(m)))] = true;
+  }
+  int segments = 0;
+  for (sim::OpId op : view.layers()) {
+    const auto i = static_cast<std::size_t>(op);
+    if (checkpoint_op[i] || is_checkpoint_layer(w.op(op).layer)) ++segments;
+    segment_of_op[i] = segments;
+  }
+  std::vector<sim::Bytes> segment_bytes(static_cast<std::size_t>(segments) + 1, 0);
+  std::vector<bool> segment_used(segment_bytes.size(), false);
+  for (std::size_t m = 0; m < checkpoint.size(); ++m) {
+    if (checkpoint[m]) continue;
+    const auto s = static_cast<std::size_t>(
+        segment_of_op[static_cast<std::size_t>(view.producer(static_cast<int>(m)))]);
+    segment_bytes[s] += view.map_bytes(static_cast<int>(m));
+    segment_used[s] = true;
+  }
+  const sim::Bytes layer_limit = largest_backward_layer_bytes(w);
+  std::size_t speed_segments = 0;
+  std::size_t memory_segments = 0;
+  for (std::size_t s = 0; s < segment_bytes.size(); ++s) {
+    if (segment_used[s]) ++(segment_bytes[s] > layer_limit ? memory_segments : speed_segments);
+  }
+  for (std::size_t m = 0; m < checkpoint.size(); ++m) {
+    if (checkpoint[m]) continue;
+    const auto s = static_cast<std::size_t>(
+        segment_of_op[static_cast<std::size_t>(view.producer(static_cast<int>(m)))]);
+    plan.decisions[m].per_use = segment_bytes[s] > layer_limit;
   }
   std::size_t swapped = 0;
   for (;;) {
@@ -76,9 +134,11 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
     ++swapped;
   }
   const auto counts = plan.action_counts();
-  std::string note =
-      fmt::format("{} recomputed, {} checkpoints swapped by the pool",
-                  counts[static_cast<std::size_t>(sim::Action::kRecompute)], swapped);
+  std::string note = fmt::format(
+      "{} recomputed ({} segments speed-centric, {} memory-centric), {} checkpoints swapped by "
+      "the pool",
+      counts[static_cast<std::size_t>(sim::Action::kRecompute)], speed_segments, memory_segments,
+      swapped);
   return {std::move(plan), false, std::move(note)};
 }
 

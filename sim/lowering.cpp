@@ -130,7 +130,9 @@ void Lowerer::lower(const Plan& plan, Program& out) {
       const TensorId t = prefetch_at_.items[at(k)];
       if (loc_[at(t)] < 0) issue_prefetch(t, op);
     }
+    regenerated_.clear();
     emit_op(op, InstrKind::kRun);
+    if (op_[i].phase == Phase::kBackward) forget_per_use();
     for (auto k = outputs_.begin[i]; k < outputs_.begin[i + 1]; ++k) {
       const TensorId t = outputs_.items[at(k)];
       const Decision* d = decision_[at(t)];
@@ -236,9 +238,29 @@ void Lowerer::regenerate(TensorId t) {
       ++frames_.back().next_input;
     } else {
       frames_.pop_back();
+      for (auto k = outputs_.begin[at(frame.op)]; k < outputs_.begin[at(frame.op) + 1]; ++k) {
+        const TensorId o = outputs_.items[at(k)];
+        if (loc_[at(o)] < 0) regenerated_.push_back(o);  // not a temporary second copy
+      }
       finish_op(frame.op, InstrKind::kRecompute, frame.operand_base);
       MEMPLAN_CHECK(loc_[at(frame.wanted)] >= 0, "a regenerated tensor is resident");
     }
+  }
+}
+
+// Memory-centric recomputation: when a backward op needed a per-use map regenerated, that map and
+// the intermediates regenerated to make it are forgotten once the op has read them (their buffers
+// are freed after this op), so the next use regenerates them from the checkpoint again. Maps the
+// plan recomputes once (per_use false) that were regenerated on the way stay resident.
+void Lowerer::forget_per_use() {
+  const bool any = std::any_of(regenerated_.begin(), regenerated_.end(), [&](TensorId t) {
+    const Decision* d = decision_[at(t)];
+    return d != nullptr && d->per_use;
+  });
+  if (!any) return;
+  for (TensorId t : regenerated_) {
+    const Decision* d = decision_[at(t)];
+    if (d == nullptr || d->per_use) loc_[at(t)] = -1;
   }
 }
 

@@ -49,6 +49,7 @@ class Lowerer {
   BufferId ensure(TensorId t, OpId for_op);
   BufferId make_resident(TensorId t, OpId for_op);
   void regenerate(TensorId t);
+  void forget_per_use();
   [[nodiscard]] bool restorable(TensorId t) const;
   void issue_copy_out(TensorId t, OpId producer);
   void issue_prefetch(TensorId t, OpId at_op);
@@ -104,6 +105,7 @@ class Lowerer {
   std::vector<std::int64_t> last_ref_;
   std::vector<BufferId> operand_stack_;  // operands of the ops being emitted, innermost on top
   std::vector<Frame> frames_;            // regenerations in progress
+  std::vector<TensorId> regenerated_;    // made resident by recomputes for the op being emitted
   std::vector<std::int32_t> free_begin_;
   std::vector<BufferId> free_items_;
 };

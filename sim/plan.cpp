@@ -171,6 +171,7 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
   } else if (d.encoding != Encoding::kNone) {
     return "only encode takes a scheme";
   }
+  if (d.per_use && d.action != Action::kRecompute) return "per_use is for recomputed maps only";
   if (d.prefetch_before != kNoId) {
     if (d.action != Action::kSwap) return "prefetch_before is for swapped maps only";
     const OpId last_forward = map.forward_uses.empty() ? t.producer : map.forward_uses.back();

@@ -15,6 +15,7 @@
 //   encode:binarize        a ReLU output that a max-pool reads in forward (Gist, lossless).
 //   encode:sparse          a ReLU output that a convolution reads in forward (Gist, lossless).
 //   encode:fp16|fp10|fp8   any feature map (Gist delayed precision reduction, lossy).
+// per_use (recompute only): the lowering forgets the regenerated map after each backward use.
 // prefetch_before (swap only) must be an op after the map's last forward use and no later than its
 // first backward use.
 #include <array>
@@ -55,6 +56,10 @@ struct Decision {
   /// Swap only: the op before which the prefetch is issued; kNoId for the default (the op just
   /// before the first backward use, so the copy overlaps one op).
   OpId prefetch_before = kNoId;
+  /// Recompute only: forget the regenerated map (and what was regenerated to make it) right after
+  /// each backward op that reads it, so the next use regenerates it again (SuperNeurons'
+  /// memory-centric mode). false: regenerate once and keep until the last backward use.
+  bool per_use = false;
 
   friend bool operator==(const Decision&, const Decision&) = default;
 };

@@ -79,7 +79,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source,
   }
   std::vector<bool> seen(maps.size(), false);
   for (const JsonReader& entry : root.at("maps").elements()) {
-    entry.reject_unknown_keys({"tensor", "action", "prefetch_before"});
+    entry.reject_unknown_keys({"tensor", "action", "prefetch_before", "per_use"});
     const JsonReader tensor_ref = entry.at("tensor");
     const TensorId t = resolve(tensor_ref, workload.tensors, "tensor");
     const auto index = map_index[static_cast<std::size_t>(t)];
@@ -106,6 +106,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source,
     d.encoding = parsed_action->second;
     if (auto prefetch = entry.find("prefetch_before"))
       d.prefetch_before = resolve(*prefetch, workload.ops, "op");
+    if (auto per_use = entry.find("per_use")) d.per_use = per_use->as_bool();
     if (auto problem = decision_problem(d, maps[static_cast<std::size_t>(index)], workload);
         !problem.empty()) {
       entry.fail(fmt::format("tensor '{}': {}", workload.tensor(t).name, problem));
@@ -164,6 +165,7 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
           op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(op.id);
       out += fmt::format(",\"prefetch_before\":{}", op_ref.dump());
     }
+    if (d.per_use) out += ",\"per_use\":true";
     out += "}";
     first = false;
   }

@@ -582,4 +582,47 @@ sim::Workload Network::finish() {
   return std::move(workload_);
 }
 
+std::size_t relu_backward_in_place(sim::Workload& workload) {
+  std::vector<int> readers(workload.tensors.size(), 0);
+  std::vector<char> overwritten(workload.tensors.size(), 0);
+  for (const sim::Op& op : workload.ops) {
+    for (TensorId t : op.inputs) ++readers[static_cast<std::size_t>(t)];
+  }
+  for (const sim::Tensor& t : workload.tensors) {
+    if (t.in_place_of != kNoId) overwritten[static_cast<std::size_t>(t.in_place_of)] = 1;
+  }
+  std::size_t changed = 0;
+  for (const sim::Op& op : workload.ops) {
+    if (op.phase != sim::Phase::kBackward || (op.layer != "relu" && op.layer != "relu6")) continue;
+    if (op.inputs.empty() || op.outputs.size() != 1) continue;
+    const sim::Tensor& incoming = workload.tensor(op.inputs.front());
+    sim::Tensor& out = workload.tensors[static_cast<std::size_t>(op.outputs.front())];
+    const auto in = static_cast<std::size_t>(incoming.id);
+    if (incoming.kind != TensorKind::kGradient || readers[in] != 1 || overwritten[in] != 0 ||
+        out.in_place_of != kNoId || out.bytes > incoming.bytes) {
+      continue;
+    }
+    out.in_place_of = incoming.id;
+    overwritten[in] = 1;
+    ++changed;
+  }
+  return changed;
+}
+
+std::size_t int32_pool_indices(sim::Workload& workload) {
+  std::size_t changed = 0;
+  for (const sim::Op& op : workload.ops) {
+    if (op.phase != sim::Phase::kForward || op.layer.find("max_pool") == std::string::npos)
+      continue;
+    for (TensorId t : op.outputs) {
+      sim::Tensor& tensor = workload.tensors[static_cast<std::size_t>(t)];
+      if (tensor.dtype != "int64") continue;
+      tensor.dtype = "int32";
+      tensor.bytes /= 2;
+      ++changed;
+    }
+  }
+  return changed;
+}
+
 }  // namespace memplan::zoo

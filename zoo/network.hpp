@@ -146,6 +146,21 @@ class Network {
   bool finished_ = false;
 };
 
+/// Note [Caffe's memory conventions]
+/// Caffe (the framework of vDNN, Layrub and SuperNeurons) differs from PyTorch autograd, which the
+/// zoo models by default, in two ways that matter for memory:
+/// - ReLU runs in place in both directions: its backward writes the bottom diff over the top diff,
+///   where autograd's threshold_backward allocates a new gradient. relu_backward_in_place() makes
+///   every ReLU / ReLU6 backward op write its input gradient over the incoming gradient wherever
+///   that gradient is read by that op alone (a gradient a pass-through add hands to two branches
+///   is read twice, so it stays out of place).
+/// - Max-pooling keeps its argmax mask as int32 (`Blob<int> max_idx_`), where autograd keeps int64
+///   indices. int32_pool_indices() halves the `.indices` tensors of max-pool ops (their bytes
+///   moved, already costed, keep the int64 figure: the op time changes by well under 1%).
+/// `memplan zoo --caffe` applies both. Each returns how many tensors it changed.
+std::size_t relu_backward_in_place(sim::Workload& workload);
+std::size_t int32_pool_indices(sim::Workload& workload);
+
 /// Elements of a shape, throwing InputError when the count or its bytes overflow 64 bits.
 std::int64_t checked_elements(const Shape& shape, std::int64_t item_bytes, const std::string& what);
 
