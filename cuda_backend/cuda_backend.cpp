@@ -10,6 +10,7 @@
 #include "cuda_backend/cuda_environment.hpp"
 #include "host_backend/host_device.hpp"
 #include "runtime/interpreter.hpp"
+#include "runtime/validation.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
@@ -18,19 +19,6 @@
 namespace memplan::cuda_backend {
 
 namespace {
-
-// Gradients, parameters, momentum and the loss (first output of a forward softmax_cross_entropy),
-// as runtime::validate compares them.
-bool compared(const sim::Workload& w, const sim::Tensor& t) {
-  if (t.kind == sim::TensorKind::kGradient || t.kind == sim::TensorKind::kParameter ||
-      t.kind == sim::TensorKind::kOptimizerState) {
-    return true;
-  }
-  if (t.producer == sim::kNoId) return false;
-  const sim::Op& op = w.op(t.producer);
-  return op.layer == "softmax_cross_entropy" && op.phase == sim::Phase::kForward &&
-         op.outputs.front() == t.id;
-}
 
 /// Median time in ns of `repeat` copies of `bytes` in one direction, timed by CUDA events.
 double copy_ns(std::size_t bytes, bool to_device, int repeat) {
@@ -127,7 +115,7 @@ HostComparison compare_with_host(const sim::Workload& workload, const sim::Plan&
   }
   c.within_tolerance = true;
   for (const sim::Tensor& t : workload.tensors) {
-    if (!compared(workload, t)) continue;
+    if (!runtime::compared_by_validation(workload, t)) continue;
     const auto want = reference.tensor_bytes(t.id);
     const auto got = device.tensor_bytes(t.id);
     ++c.tensors_compared;

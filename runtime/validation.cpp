@@ -14,10 +14,9 @@
 
 namespace memplan::runtime {
 
-namespace {
+namespace {}  // namespace
 
-// Gradients, parameters, momentum and the loss (first output of a forward softmax_cross_entropy).
-bool compared(const sim::Workload& w, const sim::Tensor& t) {
+bool compared_by_validation(const sim::Workload& w, const sim::Tensor& t) {
   if (t.kind == sim::TensorKind::kGradient || t.kind == sim::TensorKind::kParameter ||
       t.kind == sim::TensorKind::kOptimizerState) {
     return true;
@@ -27,8 +26,6 @@ bool compared(const sim::Workload& w, const sim::Tensor& t) {
   return op.layer == "softmax_cross_entropy" && op.phase == sim::Phase::kForward &&
          op.outputs.front() == t.id;
 }
-
-}  // namespace
 
 Calibration calibrate(const Backend& backend, const sim::Workload& workload,
                       const sim::Machine& machine, std::uint64_t seed, int runs) {
@@ -122,7 +119,7 @@ ValidationReport validate(const Backend& backend, const sim::Workload& workload,
 
   r.gradients_match = true;
   for (const sim::Tensor& t : workload.tensors) {
-    if (!compared(workload, t)) continue;
+    if (!compared_by_validation(workload, t)) continue;
     const auto want = reference->tensor_bytes(t.id);
     const auto got = device->tensor_bytes(t.id);
     ++r.tensors_compared;

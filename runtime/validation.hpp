@@ -34,6 +34,10 @@ struct Calibration {
 Calibration calibrate(const Backend& backend, const sim::Workload& workload,
                       const sim::Machine& machine, std::uint64_t seed = 1, int runs = 5);
 
+/// The tensors a validation compares with the in-core run: gradients, parameters, optimizer
+/// state, and the loss (the first output of the forward softmax_cross_entropy).
+bool compared_by_validation(const sim::Workload& workload, const sim::Tensor& t);
+
 struct ValidationReport {
   bool predicted_feasible = true;
   bool measured_feasible = true;
