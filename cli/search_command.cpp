@@ -32,6 +32,19 @@ struct SearchFlags {
   bool json = false;
 };
 
+// The closing line of the human-readable summary: the plan found against the best policy's.
+void print_against_best_policy(const std::string& best_policy, const search::Evaluation& policy,
+                               const sim::Timeline& timeline) {
+  if (policy.feasible && timeline.feasible) {
+    const double policy_s = sim::to_seconds(policy.iteration_ns);
+    const double found_s = sim::to_seconds(timeline.iteration_ns);
+    fmt::print("against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n", best_policy,
+               policy_s * 1e3, found_s * 1e3, (found_s / policy_s - 1.0) * 100);
+  } else {
+    fmt::print("best policy: {} ({})\n", best_policy, policy.feasible ? "fits" : "does not fit");
+  }
+}
+
 // `search --exact`: prints like the heuristic search, plus what the branch and bound did.
 int run_exact(const sim::Workload& workload, const sim::Machine& machine,
               const search::ExactOptions& eo, const SearchFlags& flags) {
@@ -68,14 +81,7 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("{}", sim::summary_text(timeline, program, workload, machine, "search --exact"));
-    if (result.best_policy_evaluation.feasible && timeline.feasible) {
-      fmt::print("against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n",
-                 result.best_policy, policy_s * 1e3, sim::to_seconds(timeline.iteration_ns) * 1e3,
-                 (sim::to_seconds(timeline.iteration_ns) / policy_s - 1.0) * 100);
-    } else {
-      fmt::print("best policy: {} ({})\n", result.best_policy,
-                 result.best_policy_evaluation.feasible ? "fits" : "does not fit");
-    }
+    print_against_best_policy(result.best_policy, result.best_policy_evaluation, timeline);
     fmt::print("{}: {:.3g} plans in the space, {} nodes explored, {} plans evaluated in {:.2f} s\n",
                result.optimal ? "optimal" : "stopped by the time limit (not proven optimal)",
                result.space_plans, result.explored, result.evaluated, result.elapsed_s);
@@ -171,14 +177,7 @@ void add_search_command(CLI::App& app, int& exit_status) {
       fmt::print("{}\n", j.dump(2));
     } else {
       fmt::print("{}", sim::summary_text(timeline, program, workload, machine, "search"));
-      if (result.best_policy_evaluation.feasible && timeline.feasible) {
-        fmt::print("against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n",
-                   result.best_policy, policy_s * 1e3, sim::to_seconds(timeline.iteration_ns) * 1e3,
-                   (sim::to_seconds(timeline.iteration_ns) / policy_s - 1.0) * 100);
-      } else {
-        fmt::print("best policy: {} ({})\n", result.best_policy,
-                   result.best_policy_evaluation.feasible ? "fits" : "does not fit");
-      }
+      print_against_best_policy(result.best_policy, result.best_policy_evaluation, timeline);
       fmt::print("{} plans evaluated in {:.2f} s over {} rounds ({})\n", result.evaluated,
                  result.elapsed_s, result.rounds,
                  result.converged ? "converged" : "stopped by a limit");
