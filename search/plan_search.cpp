@@ -9,16 +9,25 @@
 //
 // Rounds. Each round builds the neighbourhood of the incumbent: every single-map change of action
 // (a change to swap comes with its default prefetch point and with prefetches 4, 16, 64 and 256
-// ops ahead of the first backward use) and, for swapped maps, moving the prefetch earlier (by 1,
-// 4, 16 or 64 ops) or later (by 1). When
-// the neighbourhood is larger than the batch, a batch is drawn from it with a seeded generator,
-// favouring the maps the incumbent's timeline blames (stalls on them, or residency at the op where
-// memory ran out). The batch is evaluated in parallel (oneTBB parallel_for; one Evaluator, hence
-// one Engine, per worker thread) and the best candidate that improves on the incumbent (ties
-// broken by batch position) becomes the new incumbent. When no candidate improves, the next round
-// evaluates every single change (up to kFullSweepCap of them), and the rounds after that try
-// pairs of changes drawn from the same neighbourhood; after kPatience rounds without improvement
-// the search has converged.
+// ops ahead of the first backward use, or with every point when the map's prefetch window is at
+// most kEveryPrefetchPoint ops long) and, for swapped maps, moving the prefetch earlier (by 1, 4,
+// 16 or 64 ops) or later (by 1), or anywhere in a short window. When the neighbourhood is larger
+// than the batch, a batch is drawn from it with a seeded generator, favouring the maps the
+// incumbent's timeline blames (stalls on them, or residency at the op where memory ran out). The
+// batch is evaluated in parallel (oneTBB parallel_for; one Evaluator, hence one Engine, per worker
+// thread) and the best candidate that improves on the incumbent (ties broken by batch position)
+// becomes the new incumbent, and the next round samples again.
+//
+// Widening. A round in which nothing improves widens the neighbourhood of the next one: every
+// single change (up to kFullSweepCap), then every pair of changes to two maps, then every triple,
+// as long as there are at most kPairSweepCap pairs and kTripleSweepCap triples; a sweep is
+// evaluated in chunks of kSweepChunk and stops at the first chunk that holds an improvement. A
+// local optimum of the exact optimum's small instances is typically two or three coordinated
+// changes away from it (keep one map, recompute its neighbour, move a prefetch by one op), which
+// single moves and sampled pairs rarely reach (docs/search.md). When a sweep finds nothing, the
+// search has settled: no triple of changes improves the plan. When the pairs are too many to
+// sweep (networks of hundreds of maps), pairs are sampled instead, and kRandomPairRounds idle
+// rounds of them settle the search.
 //
 // Restarts. The local search runs from the best policy's plan, then from the second and third
 // best (those that fit) while the time limit and the round limit allow; the best plan any of
@@ -54,9 +63,17 @@ namespace {
 
 constexpr std::size_t kBatchPerThread = 48;
 constexpr std::size_t kDeterministicBatch = 96;
-constexpr std::size_t kPatience = 4;
-// An idle round after a round of sampled singles evaluates every single change, up to this many.
+// An idle round after a round of sampled singles evaluates every single change, up to this many;
+// after that every pair of changes to two maps, then every triple, up to these many.
 constexpr std::size_t kFullSweepCap = 20000;
+constexpr double kPairSweepCap = 60000;
+constexpr double kTripleSweepCap = 150000;
+// Sweeps are evaluated in chunks of this many moves (Note [Plan search], rounds).
+constexpr std::size_t kSweepChunk = 4096;
+// Idle rounds of sampled pairs before a search whose pairs are too many to sweep settles.
+constexpr std::size_t kRandomPairRounds = 2;
+// In a prefetch window of at most this many ops, a swap may prefetch before any of them.
+constexpr sim::OpId kEveryPrefetchPoint = 32;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
 
@@ -99,33 +116,51 @@ class Neighbourhood {
         out.push_back({static_cast<int>(m), action, encoding, sim::kNoId});
         if (action == sim::Action::kSwap) {
           // A swap whose prefetch starts earlier than the default (one op ahead): PoocH's "as
-          // soon as memory has room" is one of these.
-          const sim::OpId last_forward = fm.forward_uses.empty()
-                                             ? view_.producer(static_cast<int>(m))
-                                             : fm.forward_uses.back();
-          const sim::OpId first_backward = fm.backward_uses.front();
-          for (sim::OpId ahead : {4, 16, 64, 256}) {
-            const sim::OpId at = first_backward - ahead;
-            if (at <= last_forward) break;
-            out.push_back({static_cast<int>(m), action, encoding, at});
+          // soon as memory has room" is one of these. In a short window, every point.
+          const auto [last_forward, first_backward] = prefetch_window(static_cast<int>(m));
+          if (first_backward - last_forward <= kEveryPrefetchPoint) {
+            for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) {
+              if (at != default_prefetch(static_cast<int>(m)))
+                out.push_back({static_cast<int>(m), action, encoding, at});
+            }
+          } else {
+            for (sim::OpId ahead : {4, 16, 64, 256}) {
+              const sim::OpId at = first_backward - ahead;
+              if (at <= last_forward) break;
+              out.push_back({static_cast<int>(m), action, encoding, at});
+            }
           }
         }
       }
       if (d.action == sim::Action::kSwap) {
-        const sim::OpId last_forward =
-            fm.forward_uses.empty() ? view_.producer(static_cast<int>(m)) : fm.forward_uses.back();
-        const sim::OpId first_backward = fm.backward_uses.front();
+        const auto [last_forward, first_backward] = prefetch_window(static_cast<int>(m));
         const sim::OpId current = d.prefetch_before != sim::kNoId
                                       ? d.prefetch_before
-                                      : std::max(last_forward + 1, first_backward - 1);
-        for (sim::OpId delta : {-64, -16, -4, -1, 1}) {
-          const sim::OpId at = current + delta;
-          if (at <= last_forward || at > first_backward) continue;
+                                      : default_prefetch(static_cast<int>(m));
+        auto add = [&](sim::OpId at) {
+          if (at <= last_forward || at > first_backward || at == current) return;
           out.push_back({static_cast<int>(m), sim::Action::kSwap, sim::Encoding::kNone, at});
+        };
+        if (first_backward - last_forward <= kEveryPrefetchPoint) {
+          for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) add(at);
+        } else {
+          for (sim::OpId delta : {-64, -16, -4, -1, 1}) add(current + delta);
         }
       }
     }
     return out;
+  }
+
+  // A map's prefetch points lie in (last forward use, first backward use].
+  [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const {
+    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(m)];
+    return {fm.forward_uses.empty() ? view_.producer(m) : fm.forward_uses.back(),
+            fm.backward_uses.front()};
+  }
+  // Where the lowering issues a prefetch that names no point (sim::Decision::prefetch_before).
+  [[nodiscard]] sim::OpId default_prefetch(int m) const {
+    const auto [last_forward, first_backward] = prefetch_window(m);
+    return std::max(last_forward + 1, first_backward - 1);
   }
 
  private:
@@ -166,6 +201,54 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
     }
   }
   return score;
+}
+
+// The neighbourhood a round evaluates, widened after each idle round (Note [Plan search]).
+enum class Sweep { kSampled, kSingles, kPairs, kTriples, kRandomPairs };
+
+// Changes are grouped by map, in map order: the index where each map's group begins, and the end.
+std::vector<std::size_t> map_groups(const std::vector<Change>& changes) {
+  std::vector<std::size_t> begins;
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    if (i == 0 || changes[i].map != changes[i - 1].map) begins.push_back(i);
+  }
+  begins.push_back(changes.size());
+  return begins;
+}
+
+// How many moves combine `k` changes to `k` different maps: the k-th elementary symmetric
+// polynomial of the maps' change counts (a double: it only meets a cap).
+double combination_count(const std::vector<Change>& changes, int k) {
+  const std::vector<std::size_t> groups = map_groups(changes);
+  std::vector<double> e(static_cast<std::size_t>(k) + 1, 0.0);
+  e[0] = 1.0;
+  for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
+    const auto n = static_cast<double>(groups[g + 1] - groups[g]);
+    for (std::size_t j = e.size() - 1; j > 0; --j) e[j] += e[j - 1] * n;
+  }
+  return e.back();
+}
+
+// Every move of `k` changes to `k` different maps, in a fixed order.
+std::vector<Move> combinations(const std::vector<Change>& changes, int k) {
+  const std::vector<std::size_t> groups = map_groups(changes);
+  std::vector<Move> out;
+  Move current;
+  auto extend = [&](auto&& self, std::size_t from_group) -> void {
+    if (current.size() == static_cast<std::size_t>(k)) {
+      out.push_back(current);
+      return;
+    }
+    for (std::size_t g = from_group; g + 1 < groups.size(); ++g) {
+      for (std::size_t i = groups[g]; i < groups[g + 1]; ++i) {
+        current.push_back(changes[i]);
+        self(self, g + 1);
+        current.pop_back();
+      }
+    }
+  };
+  extend(extend, 0);
+  return out;
 }
 
 // Draws `count` moves: singles when `pairs` is false, else pairs; weighted by blame.
@@ -248,43 +331,79 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
                                 : kBatchPerThread * static_cast<std::size_t>(threads);
   std::size_t evaluated_in_rounds = 0;
   bool converged = true;
-  // Local search from one seed until it converges (or a limit stops it).
+  // Local search from one seed until it settles (or a limit stops it).
   auto improve = [&](sim::Plan plan, Evaluation evaluation, std::uint64_t start_index) {
-    std::size_t idle_rounds = 0;
+    Sweep sweep = Sweep::kSampled;
+    std::size_t idle_random_pairs = 0;
     std::size_t round = 0;
-    while (idle_rounds < kPatience &&
-           (options.max_rounds == 0 || result.rounds < options.max_rounds) &&
+    bool settled = false;
+    while (!settled && (options.max_rounds == 0 || result.rounds < options.max_rounds) &&
            elapsed() < options.time_limit_s) {
       ++result.rounds;
       ++round;
       std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ULL + start_index * 0x100000001B3ULL +
                           round);
-      const std::vector<double> map_blame = blame(driver.simulate(plan), view, plan);
       const std::vector<Change> changes = neighbourhood.changes(plan);
       std::vector<Move> moves;
-      if (idle_rounds == 1 && changes.size() > batch && changes.size() <= kFullSweepCap) {
-        for (const Change& c : changes) moves.push_back({c});  // every single change
-      } else {
-        moves = draw(changes, map_blame, batch, idle_rounds > 1, rng);
+      switch (sweep) {
+        case Sweep::kSampled:
+        case Sweep::kRandomPairs:
+          moves = draw(changes, blame(driver.simulate(plan), view, plan), batch,
+                       sweep == Sweep::kRandomPairs, rng);
+          break;
+        case Sweep::kSingles:
+          for (const Change& c : changes) moves.push_back({c});
+          break;
+        case Sweep::kPairs:
+          moves = combinations(changes, 2);
+          break;
+        case Sweep::kTriples:
+          moves = combinations(changes, 3);
+          break;
       }
       if (moves.empty()) break;
+      // Evaluated in chunks (a fixed size, so any thread count sees the same chunks); the best
+      // candidate of the first chunk that holds an improvement is taken.
       std::vector<Evaluation> scores(moves.size());
-      arena.execute([&] {
-        tbb::parallel_for(std::size_t{0}, moves.size(), [&](std::size_t i) {
-          scores[i] = evaluators.local()->evaluate(with_move(plan, moves[i]));
-        });
-      });
-      evaluated_in_rounds += moves.size();
       std::size_t best = moves.size();
-      for (std::size_t i = 0; i < moves.size(); ++i) {
-        if (better(scores[i], best == moves.size() ? evaluation : scores[best])) best = i;
+      bool swept = true;
+      for (std::size_t begin = 0; begin < moves.size() && best == moves.size();
+           begin += kSweepChunk) {
+        if (begin > 0 && elapsed() >= options.time_limit_s) {
+          swept = false;
+          break;
+        }
+        const std::size_t end = std::min(moves.size(), begin + kSweepChunk);
+        arena.execute([&] {
+          tbb::parallel_for(begin, end, [&](std::size_t i) {
+            scores[i] = evaluators.local()->evaluate(with_move(plan, moves[i]));
+          });
+        });
+        evaluated_in_rounds += end - begin;
+        for (std::size_t i = begin; i < end; ++i) {
+          if (better(scores[i], best == moves.size() ? evaluation : scores[best])) best = i;
+        }
       }
       if (best < moves.size()) {
         plan = with_move(plan, moves[best]);
         evaluation = scores[best];
-        idle_rounds = 0;
-      } else {
-        ++idle_rounds;
+        sweep = Sweep::kSampled;
+        idle_random_pairs = 0;
+      } else if (swept) {
+        // Nothing in this neighbourhood improves: widen it.
+        const bool singles_done =
+            sweep == Sweep::kSingles || (sweep == Sweep::kSampled && changes.size() <= batch);
+        if (sweep == Sweep::kSampled && !singles_done) {
+          sweep = changes.size() <= kFullSweepCap ? Sweep::kSingles : Sweep::kRandomPairs;
+        } else if (singles_done) {
+          sweep = combination_count(changes, 2) <= kPairSweepCap ? Sweep::kPairs
+                                                                  : Sweep::kRandomPairs;
+        } else if (sweep == Sweep::kPairs &&
+                   combination_count(changes, 3) <= kTripleSweepCap) {
+          sweep = Sweep::kTriples;
+        } else if (sweep != Sweep::kRandomPairs || ++idle_random_pairs == kRandomPairRounds) {
+          settled = true;  // every pair (or triple) swept, or the sampled pairs ran out of luck
+        }
       }
       if (better(evaluation, result.evaluation)) {
         result.plan = plan;
@@ -294,7 +413,7 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
         options.on_progress(
             {result.rounds, driver.count() + evaluated_in_rounds, result.evaluation, elapsed()});
     }
-    if (idle_rounds < kPatience) converged = false;
+    if (!settled) converged = false;
   };
   // Restarts: from the best kStarts seeds that fit (or the best one when none fits), while the
   // limits allow; a local optimum reached from one policy's plan is often not another's.

@@ -221,15 +221,19 @@ namespace {
 
 // heuristic/exact - 1 on the random instances (computed once, shared by the two cases below).
 // MEMPLAN_EXACT_INSTANCES raises the count from 30 and prints one line per instance (what
-// scripts/exact-vs-search reads).
+// scripts/exact-vs-search reads); MEMPLAN_EXACT_MAX_LAYERS raises the largest chain from 12
+// layers (at most 12 maps needs 16: in-place ReLUs and adds share or save no map of their own).
 const std::vector<double>& random_instance_gaps() {
   static const std::vector<double> gaps = [] {
     std::size_t count = 30;
     const char* env = std::getenv("MEMPLAN_EXACT_INSTANCES");
     if (env != nullptr) count = std::stoul(env);
+    int max_layers = 12;
+    if (const char* layers = std::getenv("MEMPLAN_EXACT_MAX_LAYERS")) max_layers = std::stoi(layers);
     std::vector<double> out;
     for (std::uint64_t seed = 1; out.size() < count; ++seed) {
-      const ExactInstance inst = exact_instance(seed, 4, 12);
+      const ExactInstance inst = exact_instance(seed, 4, max_layers);
+      if (find_feature_maps(inst.workload).size() > 12) continue;  // the issue's instances
       CAPTURE(seed, inst.machine.memory_bytes);
       const ExactResult exact = solve_exact(inst.workload, inst.machine, exact_options());
       REQUIRE(exact.optimal);
@@ -285,12 +289,10 @@ TEST_CASE("random instances: no policy and not the heuristic search beat the exa
   for (double gap : random_instance_gaps()) CHECK(gap >= 0.0);
 }
 
-// The issue's goal. Known to fail today (docs/search.md, Exact mode: the heuristic's single and
-// random pair moves stop at local optima that need two or three coordinated changes), hence
-// [!mayfail]: reported on every run, without turning the suite red. Drop the tag once the
-// heuristic meets it.
+// The issue's goal: the heuristic search lands within 1% of the exact optimum on at least 95% of
+// random instances of at most 12 feature maps (docs/search.md has the distribution over 1,000).
 TEST_CASE("random instances: the heuristic lands within 1% of the exact optimum on 95%",
-          "[search][exact][!mayfail]") {
+          "[search][exact]") {
   const std::vector<double>& gaps = random_instance_gaps();
   const auto within = std::count_if(gaps.begin(), gaps.end(), [](double g) { return g <= 0.01; });
   CAPTURE(within, gaps.size());
