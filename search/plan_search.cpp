@@ -1,7 +1,8 @@
 // Note [Plan search]
-// The search treats the simulator as an oracle and a plan as a point in a discrete space: one
-// action per feature map (keep, swap, recompute, and the encodings enabled), and for swapped maps
-// the op before which the prefetch is issued.
+// The search treats the simulator as an oracle and a plan as a point in a discrete space of
+// variables: one action per feature map (keep, swap, recompute, and the encodings enabled), for
+// swapped maps the op before which the prefetch is issued, and for every op with alternative
+// algorithms (vDNN's fastest or memory-optimal convolution) which of them it runs.
 //
 // Seeding. Every policy of policies() decides (with the enabled encodings applied); each plan is
 // simulated; the best is the incumbent. The search therefore never returns anything worse than
@@ -10,17 +11,18 @@
 // Rounds. Each round builds the neighbourhood of the incumbent: every single-map change of action
 // (a change to swap comes with its default prefetch point and with prefetches 4, 16, 64 and 256
 // ops ahead of the first backward use, or with every point when the map's prefetch window is at
-// most kEveryPrefetchPoint ops long) and, for swapped maps, moving the prefetch earlier (by 1, 4,
-// 16 or 64 ops) or later (by 1), or anywhere in a short window. When the neighbourhood is larger
-// than the batch, a batch is drawn from it with a seeded generator, favouring the maps the
-// incumbent's timeline blames (stalls on them, or residency at the op where memory ran out). The
-// batch is evaluated in parallel (oneTBB parallel_for; one Evaluator, hence one Engine, per worker
-// thread) and the best candidate that improves on the incumbent (ties broken by batch position)
-// becomes the new incumbent, and the next round samples again.
+// most kEveryPrefetchPoint ops long); for swapped maps, moving the prefetch earlier (by 1, 4, 16
+// or 64 ops) or later (by 1), or anywhere in a short window; and every other algorithm of each op
+// that has alternatives. When the neighbourhood is larger than the batch, a batch is drawn from it
+// with a seeded generator, favouring the variables the incumbent's timeline blames (stalls on a
+// map, a map resident or an op's workspace where memory ran out). The batch is evaluated in
+// parallel (oneTBB parallel_for; one Evaluator, hence one Engine, per worker thread) and the best
+// candidate that improves on the incumbent (ties broken by batch position) becomes the new
+// incumbent, and the next round samples again.
 //
 // Widening. A round in which nothing improves widens the neighbourhood of the next one: every
-// single change (up to kFullSweepCap), then every pair of changes to two maps, then every triple,
-// as long as there are at most kPairSweepCap pairs and kTripleSweepCap triples; a sweep is
+// single change (up to kFullSweepCap), then every pair of changes to two variables, then every
+// triple, as long as there are at most kPairSweepCap pairs and kTripleSweepCap triples; a sweep is
 // evaluated in chunks of kSweepChunk and stops at the first chunk that holds an improvement. A
 // local optimum of the exact optimum's small instances is typically two or three coordinated
 // changes away from it (keep one map, recompute its neighbour, move a prefetch by one op), which
@@ -64,7 +66,7 @@ namespace {
 constexpr std::size_t kBatchPerThread = 48;
 constexpr std::size_t kDeterministicBatch = 96;
 // An idle round after a round of sampled singles evaluates every single change, up to this many;
-// after that every pair of changes to two maps, then every triple, up to these many.
+// after that every pair of changes to two variables, then every triple, up to these many.
 constexpr std::size_t kFullSweepCap = 20000;
 constexpr double kPairSweepCap = 60000;
 constexpr double kTripleSweepCap = 150000;
@@ -77,18 +79,26 @@ constexpr sim::OpId kEveryPrefetchPoint = 32;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
 
+// One change to one variable of a plan: a feature map's action (and prefetch point), or the
+// algorithm of an op with alternative algorithms (Op::algorithms).
 struct Change {
-  int map = -1;
+  int variable = -1;  // a map index, or the map count plus the op's index in algorithm_ops()
+  int map = -1;       // the map it changes, or -1 for an algorithm change
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
   sim::OpId prefetch_before = sim::kNoId;
+  sim::OpId op = sim::kNoId;    // an algorithm change's op
+  std::int32_t algorithm = -1;  // its algorithm; -1: the op's default
 };
 
-using Move = std::vector<Change>;  // one change, or two for a pair move
+using Move = std::vector<Change>;  // changes to distinct variables
 
 class Neighbourhood {
  public:
   Neighbourhood(const NetworkView& view, const EncodingOptions& encodings) : view_(view) {
+    for (const sim::Op& op : view.workload().ops) {
+      if (!op.algorithms.empty()) algorithm_ops_.push_back(op.id);
+    }
     actions_ = {{sim::Action::kKeep, sim::Encoding::kNone},
                 {sim::Action::kSwap, sim::Encoding::kNone},
                 {sim::Action::kRecompute, sim::Encoding::kNone}};
@@ -113,7 +123,7 @@ class Neighbourhood {
         candidate.prefetch_before = sim::kNoId;
         candidate.per_use = false;
         if (!sim::decision_problem(candidate, fm, w).empty()) continue;
-        out.push_back({static_cast<int>(m), action, encoding, sim::kNoId});
+        out.push_back(map_change(m, action, encoding, sim::kNoId));
         if (action == sim::Action::kSwap) {
           // A swap whose prefetch starts earlier than the default (one op ahead): PoocH's "as
           // soon as memory has room" is one of these. In a short window, every point.
@@ -121,13 +131,13 @@ class Neighbourhood {
           if (first_backward - last_forward <= kEveryPrefetchPoint) {
             for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) {
               if (at != default_prefetch(static_cast<int>(m)))
-                out.push_back({static_cast<int>(m), action, encoding, at});
+                out.push_back(map_change(m, action, encoding, at));
             }
           } else {
             for (sim::OpId ahead : {4, 16, 64, 256}) {
               const sim::OpId at = first_backward - ahead;
               if (at <= last_forward) break;
-              out.push_back({static_cast<int>(m), action, encoding, at});
+              out.push_back(map_change(m, action, encoding, at));
             }
           }
         }
@@ -139,7 +149,7 @@ class Neighbourhood {
                                       : default_prefetch(static_cast<int>(m));
         auto add = [&](sim::OpId at) {
           if (at <= last_forward || at > first_backward || at == current) return;
-          out.push_back({static_cast<int>(m), sim::Action::kSwap, sim::Encoding::kNone, at});
+          out.push_back(map_change(m, sim::Action::kSwap, sim::Encoding::kNone, at));
         };
         if (first_backward - last_forward <= kEveryPrefetchPoint) {
           for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) add(at);
@@ -148,8 +158,27 @@ class Neighbourhood {
         }
       }
     }
+    // Each op with alternative algorithms: any other of them, or its default.
+    for (std::size_t k = 0; k < algorithm_ops_.size(); ++k) {
+      const sim::OpId op = algorithm_ops_[k];
+      const auto current = chosen_algorithm(plan, op);
+      const auto count = static_cast<std::int32_t>(w.op(op).algorithms.size());
+      for (std::int32_t a = -1; a < count; ++a) {
+        if (a == current) continue;
+        Change c;
+        c.variable = static_cast<int>(plan.decisions.size() + k);
+        c.op = op;
+        c.algorithm = a;
+        out.push_back(c);
+      }
+    }
     return out;
   }
+
+  [[nodiscard]] std::size_t variable_count() const {
+    return view_.feature_maps().size() + algorithm_ops_.size();
+  }
+  [[nodiscard]] const std::vector<sim::OpId>& algorithm_ops() const { return algorithm_ops_; }
 
   // A map's prefetch points lie in (last forward use, first backward use].
   [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const {
@@ -164,13 +193,39 @@ class Neighbourhood {
   }
 
  private:
+  static Change map_change(std::size_t m, sim::Action action, sim::Encoding encoding,
+                           sim::OpId prefetch_before) {
+    Change c;
+    c.variable = c.map = static_cast<int>(m);
+    c.action = action;
+    c.encoding = encoding;
+    c.prefetch_before = prefetch_before;
+    return c;
+  }
+  static std::int32_t chosen_algorithm(const sim::Plan& plan, sim::OpId op) {
+    for (const sim::AlgorithmChoice& a : plan.algorithms) {
+      if (a.op == op) return a.algorithm;
+    }
+    return -1;
+  }
+
   const NetworkView& view_;
   std::vector<std::pair<sim::Action, sim::Encoding>> actions_;
+  std::vector<sim::OpId> algorithm_ops_;  // ops with alternative algorithms, in op order
 };
 
 sim::Plan with_move(const sim::Plan& plan, const Move& move) {
   sim::Plan result = plan;
   for (const Change& c : move) {
+    if (c.map < 0) {  // an algorithm: the choices stay in ascending op order
+      auto& choices = result.algorithms;
+      auto it =
+          std::lower_bound(choices.begin(), choices.end(), c.op,
+                           [](const sim::AlgorithmChoice& a, sim::OpId op) { return a.op < op; });
+      if (it != choices.end() && it->op == c.op) it = choices.erase(it);
+      if (c.algorithm >= 0) choices.insert(it, {c.op, c.algorithm});
+      continue;
+    }
     sim::Decision& d = result.decisions[static_cast<std::size_t>(c.map)];
     d.action = c.action;
     d.encoding = c.encoding;
@@ -180,11 +235,12 @@ sim::Plan with_move(const sim::Plan& plan, const Move& move) {
   return result;
 }
 
-// How much the incumbent's timeline blames each map: stalls waiting for it, plus a large weight
-// for being resident (kept) where memory ran out.
+// How much the incumbent's timeline blames each variable: a map for the stalls waiting for it,
+// plus a large weight for being resident (kept) where memory ran out; an op's algorithm for
+// being the op where memory ran out.
 std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view,
-                          const sim::Plan& plan) {
-  std::vector<double> score(view.feature_maps().size(), 1.0);
+                          const Neighbourhood& neighbourhood, const sim::Plan& plan) {
+  std::vector<double> score(neighbourhood.variable_count(), 1.0);
   for (const sim::Stall& s : timeline.stalls) {
     if (s.tensor == sim::kNoId) continue;
     const int m = view.map_index(s.tensor);
@@ -192,13 +248,17 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
   }
   if (timeline.oom && timeline.oom->op != sim::kNoId) {
     const sim::OpId at = timeline.oom->op;
-    for (std::size_t m = 0; m < score.size(); ++m) {
+    for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
       const sim::FeatureMap& fm = view.feature_maps()[m];
       if (plan.decisions[m].action == sim::Action::kKeep &&
           view.producer(static_cast<int>(m)) < at && fm.backward_uses.back() >= at) {
         score[m] += 1e9 + static_cast<double>(view.map_bytes(static_cast<int>(m)));
       }
     }
+    const std::vector<sim::OpId>& ops = neighbourhood.algorithm_ops();
+    const auto it = std::lower_bound(ops.begin(), ops.end(), at);
+    if (it != ops.end() && *it == at)
+      score[plan.decisions.size() + static_cast<std::size_t>(it - ops.begin())] += 1e9;
   }
   return score;
 }
@@ -206,20 +266,20 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
 // The neighbourhood a round evaluates, widened after each idle round (Note [Plan search]).
 enum class Sweep { kSampled, kSingles, kPairs, kTriples, kRandomPairs };
 
-// Changes are grouped by map, in map order: the index where each map's group begins, and the end.
-std::vector<std::size_t> map_groups(const std::vector<Change>& changes) {
+// Changes are grouped by variable, in order: the index where each group begins, and the end.
+std::vector<std::size_t> variable_groups(const std::vector<Change>& changes) {
   std::vector<std::size_t> begins;
   for (std::size_t i = 0; i < changes.size(); ++i) {
-    if (i == 0 || changes[i].map != changes[i - 1].map) begins.push_back(i);
+    if (i == 0 || changes[i].variable != changes[i - 1].variable) begins.push_back(i);
   }
   begins.push_back(changes.size());
   return begins;
 }
 
-// How many moves combine `k` changes to `k` different maps: the k-th elementary symmetric
+// How many moves combine `k` changes to `k` different variables: the k-th elementary symmetric
 // polynomial of the maps' change counts (a double: it only meets a cap).
 double combination_count(const std::vector<Change>& changes, int k) {
-  const std::vector<std::size_t> groups = map_groups(changes);
+  const std::vector<std::size_t> groups = variable_groups(changes);
   std::vector<double> e(static_cast<std::size_t>(k) + 1, 0.0);
   e[0] = 1.0;
   for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
@@ -229,9 +289,9 @@ double combination_count(const std::vector<Change>& changes, int k) {
   return e.back();
 }
 
-// Every move of `k` changes to `k` different maps, in a fixed order.
+// Every move of `k` changes to `k` different variables, in a fixed order.
 std::vector<Move> combinations(const std::vector<Change>& changes, int k) {
-  const std::vector<std::size_t> groups = map_groups(changes);
+  const std::vector<std::size_t> groups = variable_groups(changes);
   std::vector<Move> out;
   Move current;
   auto extend = [&](auto&& self, std::size_t from_group) -> void {
@@ -262,14 +322,15 @@ std::vector<Move> draw(const std::vector<Change>& changes, const std::vector<dou
   }
   std::vector<double> weights;
   weights.reserve(changes.size());
-  for (const Change& c : changes) weights.push_back(map_blame[static_cast<std::size_t>(c.map)]);
+  for (const Change& c : changes)
+    weights.push_back(map_blame[static_cast<std::size_t>(c.variable)]);
   std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
   std::uniform_int_distribution<std::size_t> any(0, changes.size() - 1);
   for (std::size_t i = 0; i < count; ++i) {
     Move move{changes[pick(rng)]};
     if (pairs) {
       const Change& second = changes[any(rng)];
-      if (second.map != move.front().map) move.push_back(second);
+      if (second.variable != move.front().variable) move.push_back(second);
     }
     moves.push_back(std::move(move));
   }
@@ -348,7 +409,7 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
       switch (sweep) {
         case Sweep::kSampled:
         case Sweep::kRandomPairs:
-          moves = draw(changes, blame(driver.simulate(plan), view, plan), batch,
+          moves = draw(changes, blame(driver.simulate(plan), view, neighbourhood, plan), batch,
                        sweep == Sweep::kRandomPairs, rng);
           break;
         case Sweep::kSingles:
@@ -396,10 +457,9 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
         if (sweep == Sweep::kSampled && !singles_done) {
           sweep = changes.size() <= kFullSweepCap ? Sweep::kSingles : Sweep::kRandomPairs;
         } else if (singles_done) {
-          sweep = combination_count(changes, 2) <= kPairSweepCap ? Sweep::kPairs
-                                                                  : Sweep::kRandomPairs;
-        } else if (sweep == Sweep::kPairs &&
-                   combination_count(changes, 3) <= kTripleSweepCap) {
+          sweep =
+              combination_count(changes, 2) <= kPairSweepCap ? Sweep::kPairs : Sweep::kRandomPairs;
+        } else if (sweep == Sweep::kPairs && combination_count(changes, 3) <= kTripleSweepCap) {
           sweep = Sweep::kTriples;
         } else if (sweep != Sweep::kRandomPairs || ++idle_random_pairs == kRandomPairRounds) {
           settled = true;  // every pair (or triple) swept, or the sampled pairs ran out of luck

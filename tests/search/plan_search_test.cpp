@@ -1,8 +1,11 @@
 #include <catch2/catch.hpp>
 
 #include "search/comparison.hpp"
+#include "search/exact.hpp"
 #include "search/plan_search.hpp"
+#include "sim/trace_io.hpp"
 #include "tests/search/policy_workloads.hpp"
+#include "tests/support/run_command.hpp"
 #include "tests/support/sim_helpers.hpp"
 
 using namespace memplan::sim;
@@ -69,4 +72,24 @@ TEST_CASE("the same seed and threads give the same plan; --deterministic any thr
   const Machine m = test_machine(20000, 2e8, 1000);
   CHECK(search_plan(w, m, quick(2)).plan == search_plan(w, m, quick(2)).plan);
   CHECK(search_plan(w, m, quick(1, true)).plan == search_plan(w, m, quick(2, true)).plan);
+}
+
+TEST_CASE("the search changes an op's algorithm where the optimum needs it",
+          "[search][plan_search]") {
+  // resnet_tiny at 25,600 bytes: vDNN's ladder gives up and no policy fits (policies_test); the
+  // optimum (exact mode, which chooses algorithms too) runs a convolution on its memory-optimal
+  // algorithm, which only a search that changes algorithms reaches.
+  const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
+  const Machine m = test_machine(25600, 16e9, 10000);
+  const Comparison c = compare_policies(w, m);
+  for (const ComparisonRow& row : c.rows) {
+    CAPTURE(row.policy);
+    CHECK_FALSE(row.timeline.feasible);
+  }
+  const SearchResult r = search_plan(w, m, quick(2, true));
+  REQUIRE(r.evaluation.feasible);
+  CHECK_FALSE(r.plan.algorithms.empty());
+  ExactOptions exact;
+  exact.threads = 2;
+  CHECK(r.evaluation.iteration_ns == solve_exact(w, m, exact).evaluation.iteration_ns);
 }
