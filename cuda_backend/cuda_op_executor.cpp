@@ -31,6 +31,29 @@ std::int64_t* i64(void* p) {
   return static_cast<std::int64_t*>(p);
 }
 
+/// Which of [dx,] dw [, db] a linear or convolution backward op writes
+/// (host_backend::OpExecutor::split_grads).
+struct GradOutputs {
+  bool dx = false;
+  bool db = false;
+};
+GradOutputs grad_outputs(const sim::Workload& w, const sim::Op& op) {
+  const std::size_t n = op.outputs.size();
+  if (op.inputs.size() != 3 || n == 0 || n > 3) {
+    fail(op, op.layer + " backward reads dy, x and w, writes [dx,] dw [, db]");
+  }
+  GradOutputs has;
+  if (op.differentiates != sim::kNoId) {
+    has.db = w.op(op.differentiates).inputs.size() == 3;
+  } else {
+    has.db = n >= 2 && w.tensor(op.outputs.back()).shape.size() == 1;
+  }
+  const std::size_t without_dx = has.db ? 2 : 1;
+  if (n != without_dx && n != without_dx + 1) fail(op, "output count does not match [dx,] dw [, db]");
+  has.dx = n == without_dx + 1;
+  return has;
+}
+
 int as_int(const sim::Op& op, std::int64_t v) {
   if (v < 0 || v > INT_MAX) fail(op, "an extent does not fit cuDNN's and cuBLAS's int");
   return static_cast<int>(v);
@@ -60,7 +83,7 @@ class TensorDesc {
   TensorDesc() { MEMPLAN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_)); }
   TensorDesc(const TensorDesc&) = delete;
   TensorDesc& operator=(const TensorDesc&) = delete;
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
+  ~TensorDesc() { MEMPLAN_CUDNN_REPORT(cudnnDestroyTensorDescriptor(d_)); }
   /// A contiguous float tensor of these extents (at least 4: trailing 1s are added).
   void set(const sim::Op& op, std::vector<std::int64_t> dims) {
     while (dims.size() < 4) dims.push_back(1);
@@ -86,7 +109,7 @@ class FilterDesc {
   FilterDesc() { MEMPLAN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d_)); }
   FilterDesc(const FilterDesc&) = delete;
   FilterDesc& operator=(const FilterDesc&) = delete;
-  ~FilterDesc() { cudnnDestroyFilterDescriptor(d_); }
+  ~FilterDesc() { MEMPLAN_CUDNN_REPORT(cudnnDestroyFilterDescriptor(d_)); }
   cudnnFilterDescriptor_t get() const { return d_; }
 
  private:
@@ -98,7 +121,7 @@ class ConvDesc {
   ConvDesc() { MEMPLAN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d_)); }
   ConvDesc(const ConvDesc&) = delete;
   ConvDesc& operator=(const ConvDesc&) = delete;
-  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d_); }
+  ~ConvDesc() { MEMPLAN_CUDNN_REPORT(cudnnDestroyConvolutionDescriptor(d_)); }
   cudnnConvolutionDescriptor_t get() const { return d_; }
 
  private:
@@ -239,6 +262,12 @@ double ConvAlgorithms::memory_optimal_ms() const {
   return combine(*this, smallest).second;
 }
 
+std::uint64_t algorithm_cache_key(const sim::Workload& workload) {
+  sim::Workload w = workload;
+  for (sim::Op& op : w.ops) op.workspace_bytes = 0;
+  return sim::workload_fingerprint(w);
+}
+
 // ---- CudaOpExecutor
 // ----------------------------------------------------------------------------------
 
@@ -247,7 +276,7 @@ CudaOpExecutor::CudaOpExecutor(const sim::Workload& workload, cudaStream_t strea
     : w_(workload),
       stream_(stream),
       cache_(cache != nullptr ? std::move(cache) : std::make_shared<ConvAlgorithmCache>()),
-      conv_(&(*cache_)[sim::workload_fingerprint(workload)]) {
+      conv_(&(*cache_)[algorithm_cache_key(workload)]) {
   MEMPLAN_CUDNN_CHECK(cudnnCreate(&cudnn_));
   MEMPLAN_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   MEMPLAN_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -256,9 +285,9 @@ CudaOpExecutor::CudaOpExecutor(const sim::Workload& workload, cudaStream_t strea
 }
 
 CudaOpExecutor::~CudaOpExecutor() {
-  if (scratch_ != nullptr) cudaFree(scratch_);
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
-  if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+  if (scratch_ != nullptr) MEMPLAN_CUDA_REPORT(cudaFree(scratch_));
+  if (cublas_ != nullptr) MEMPLAN_CUBLAS_REPORT(cublasDestroy(cublas_));
+  if (cudnn_ != nullptr) MEMPLAN_CUDNN_REPORT(cudnnDestroy(cudnn_));
 }
 
 void* CudaOpExecutor::scratch(std::size_t bytes) {
@@ -292,7 +321,7 @@ void CudaOpExecutor::find_for(const sim::Op& op) {
     const auto n = static_cast<int>(perf.size());
     if (cudnnFindConvolutionForwardAlgorithm(cudnn_, c.x.get(), c.w.get(), c.conv.get(), c.y.get(),
                                              n, &count, perf.data()) != CUDNN_STATUS_SUCCESS) {
-      cudaGetLastError();  // a failed allocation inside Find is not this run's error
+      MEMPLAN_CUDA_CLEAR_ERROR(cudaErrorMemoryAllocation);  // Find's own, handled here
       MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
           cudnn_, c.x.get(), c.w.get(), c.conv.get(), c.y.get(), n, &count, perf.data()));
     }
@@ -301,23 +330,26 @@ void CudaOpExecutor::find_for(const sim::Op& op) {
     // [dy, x, w] -> [dx,] dw [, db]
     if (op.inputs.size() != 3) fail(op, "convolution backward reads dy, x and w");
     const Conv c(op, w_.tensor(op.inputs[1]), w_.tensor(op.inputs[2]), w_.tensor(op.inputs[0]));
-    std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> data{};
-    auto n = static_cast<int>(data.size());
-    if (cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, c.w.get(), c.y.get(), c.conv.get(),
-                                                  c.x.get(), n, &count,
-                                                  data.data()) != CUDNN_STATUS_SUCCESS) {
-      cudaGetLastError();  // a failed allocation inside Find is not this run's error
-      MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-          cudnn_, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), n, &count, data.data()));
+    // Backward data only when the op writes dx (not for a first layer's convolution).
+    if (grad_outputs(w_, op).dx) {
+      std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> data{};
+      const auto n = static_cast<int>(data.size());
+      if (cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, c.w.get(), c.y.get(), c.conv.get(),
+                                                    c.x.get(), n, &count,
+                                                    data.data()) != CUDNN_STATUS_SUCCESS) {
+        MEMPLAN_CUDA_CLEAR_ERROR(cudaErrorMemoryAllocation);  // Find's own, handled here
+        MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            cudnn_, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), n, &count, data.data()));
+      }
+      found.backward_data = usable(data.data(), count);
     }
-    found.backward_data = usable(data.data(), count);
     std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>
         filter{};
-    n = static_cast<int>(filter.size());
+    const auto n = static_cast<int>(filter.size());
     if (cudnnFindConvolutionBackwardFilterAlgorithm(cudnn_, c.x.get(), c.y.get(), c.conv.get(),
                                                     c.w.get(), n, &count,
                                                     filter.data()) != CUDNN_STATUS_SUCCESS) {
-      cudaGetLastError();  // a failed allocation inside Find is not this run's error
+      MEMPLAN_CUDA_CLEAR_ERROR(cudaErrorMemoryAllocation);  // Find's own, handled here
       MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           cudnn_, c.x.get(), c.y.get(), c.conv.get(), c.w.get(), n, &count, filter.data()));
     }
@@ -358,8 +390,8 @@ void sum_into(cudaStream_t s, std::int64_t n, std::span<void* const> in, float* 
     }
     return;
   }
-  kernels::add(s, n, f32(in[0]), f32(in[1]), out);
-  for (std::size_t i = 2; i < in.size(); ++i) kernels::add(s, n, out, f32(in[i]), out);
+  MEMPLAN_CUDA_CHECK(kernels::add(s, n, f32(in[0]), f32(in[1]), out));
+  for (std::size_t i = 2; i < in.size(); ++i) MEMPLAN_CUDA_CHECK(kernels::add(s, n, out, f32(in[i]), out));
 }
 
 kernels::PoolExtents pool_extents(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& y) {
@@ -415,7 +447,7 @@ class AvgPool {
   }
   AvgPool(const AvgPool&) = delete;
   AvgPool& operator=(const AvgPool&) = delete;
-  ~AvgPool() { cudnnDestroyPoolingDescriptor(pool_); }
+  ~AvgPool() { MEMPLAN_CUDNN_REPORT(cudnnDestroyPoolingDescriptor(pool_)); }
   cudnnPoolingDescriptor_t get() const { return pool_; }
   TensorDesc x, y;
 
@@ -432,7 +464,7 @@ class ReluDesc {
   }
   ReluDesc(const ReluDesc&) = delete;
   ReluDesc& operator=(const ReluDesc&) = delete;
-  ~ReluDesc() { cudnnDestroyActivationDescriptor(d_); }
+  ~ReluDesc() { MEMPLAN_CUDNN_REPORT(cudnnDestroyActivationDescriptor(d_)); }
   cudnnActivationDescriptor_t get() const { return d_; }
 
  private:
@@ -513,7 +545,7 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
     MEMPLAN_CUDNN_CHECK(
         cudnnActivationForward(cudnn_, relu.get(), &kOne, d.get(), in[0], &kZero, d.get(), out[0]));
   } else if (op.layer == "relu6") {
-    kernels::relu6_forward(stream_, elements(t_in(0)), f32(in[0]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::relu6_forward(stream_, elements(t_in(0)), f32(in[0]), f32(out[0])));
   } else if (op.layer == "linear") {
     // Row-major y[n×out] = x[n×in]·wᵀ with w[out×in] (PyTorch's layout). Column-major, cuBLAS
     // sees x as xᵀ (in×n) and w as wᵀ (in×out): yᵀ (out×n) = (wᵀ)ᵀ·xᵀ.
@@ -523,7 +555,7 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
     const int rows = as_int(op, n), k = as_int(op, w.shape[1]), m = as_int(op, w.shape[0]);
     MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows, k, &kOne,
                                      f32(in[1]), k, f32(in[0]), k, &kZero, f32(out[0]), m));
-    if (in.size() > 2) kernels::add_bias_rows(stream_, n, w.shape[0], f32(in[2]), f32(out[0]));
+    if (in.size() > 2) MEMPLAN_CUDA_CHECK(kernels::add_bias_rows(stream_, n, w.shape[0], f32(in[2]), f32(out[0])));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     if (in.size() < 2 || out.empty()) fail(op, "convolution reads x, w [, b], writes y");
     const Conv c(op, t_in(0), t_in(1), t_out(0));
@@ -556,8 +588,8 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
         out[1], out[2]));
   } else if (op.layer == "max_pool2d") {
     if (out.size() != 2) fail(op, "max_pool2d writes its output and its indices");
-    kernels::max_pool_forward(stream_, pool_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]),
-                              i64(out[1]));
+    MEMPLAN_CUDA_CHECK(kernels::max_pool_forward(stream_, pool_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]),
+                              i64(out[1])));
   } else if (op.layer == "dropout") {
     // The host backend's mask: a function of the forward op (so a recompute redraws it) and of
     // the element index (host_backend::OpExecutor's dropout seed).
@@ -568,11 +600,11 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
         0x6d656d706c616eULL ^ (static_cast<std::uint64_t>(op.id) * 0x9e3779b97f4a7c15ULL);
     const auto threshold =
         static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
-    kernels::dropout_forward(stream_, elements(t_in(0)), threshold, 1.0f / (1.0f - p), seed,
-                             f32(in[0]), f32(out[0]), static_cast<std::uint8_t*>(out[1]));
+    MEMPLAN_CUDA_CHECK(kernels::dropout_forward(stream_, elements(t_in(0)), threshold, 1.0f / (1.0f - p), seed,
+                             f32(in[0]), f32(out[0]), static_cast<std::uint8_t*>(out[1])));
   } else if (op.layer == "adaptive_avg_pool") {
-    kernels::adaptive_avg_pool_forward(stream_, adaptive_extents(op, t_in(0), t_out(0)), f32(in[0]),
-                                       f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_forward(stream_, adaptive_extents(op, t_in(0), t_out(0)), f32(in[0]),
+                                       f32(out[0])));
   } else if (op.layer == "concat") {
     std::vector<const sim::Tensor*> parts;
     for (std::size_t i = 0; i < in.size(); ++i) parts.push_back(&t_in(i));
@@ -608,7 +640,7 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
         static_cast<float*>(scratch(static_cast<std::size_t>(rows * classes) * sizeof(float)));
     MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE,
                                             &kOne, d.get(), in[0], &kZero, d.get(), log_probs));
-    kernels::cross_entropy_loss(stream_, rows, classes, log_probs, i64(in[1]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::cross_entropy_loss(stream_, rows, classes, log_probs, i64(in[1]), f32(out[0])));
   } else {
     fail(op, "no CUDA kernel for this layer type");
   }
@@ -619,26 +651,14 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
                               sim::Bytes workspace_bytes) {
   const auto& t_in = [&](std::size_t i) -> const sim::Tensor& { return w_.tensor(op.inputs[i]); };
   const auto& t_out = [&](std::size_t i) -> const sim::Tensor& { return w_.tensor(op.outputs[i]); };
-  // Outputs of a linear or conv backward: [dx,] dw [, db] (host_backend::OpExecutor::split_grads).
-  const auto split = [&](const char* layer) {
-    if (op.inputs.size() != 3 || out.empty() || out.size() > 3) {
-      fail(op, std::string(layer) + " backward reads dy, x and w, writes [dx,] dw [, db]");
-    }
-    bool bias = false;
-    if (op.differentiates != sim::kNoId) {
-      bias = w_.op(op.differentiates).inputs.size() == 3;
-    } else {
-      bias = out.size() >= 2 && w_.tensor(op.outputs.back()).shape.size() == 1;
-    }
-    const std::size_t without_dx = bias ? 2 : 1;
-    if (out.size() != without_dx && out.size() != without_dx + 1) {
-      fail(op, "output count does not match [dx,] dw [, db]");
-    }
+  // Outputs of a linear or conv backward: [dx,] dw [, db].
+  const auto split = [&] {
+    const GradOutputs has = grad_outputs(w_, op);
     std::array<float*, 3> g{nullptr, nullptr, nullptr};
     std::size_t i = 0;
-    if (out.size() == without_dx + 1) g[0] = f32(out[i++]);
+    if (has.dx) g[0] = f32(out[i++]);
     g[1] = f32(out[i++]);
-    if (bias) g[2] = f32(out[i]);
+    if (has.db) g[2] = f32(out[i]);
     return g;
   };
   if (op.layer == "relu") {
@@ -653,11 +673,11 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "relu6") {
     // [dy, y] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "relu6 backward reads dy and y, writes dx");
-    kernels::relu6_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::relu6_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
   } else if (op.layer == "linear") {
     // [dy, x, w] -> [dx,] dw [, db]; w[out×in]. Column-major views (see forward):
     // dxᵀ (in×n) = wᵀ (in×out) · dyᵀ (out×n); dwᵀ (in×out) = xᵀ (in×n) · dy (n×out).
-    const auto g = split("linear");
+    const auto g = split();
     const sim::Tensor& w = t_in(2);
     if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [out, in]");
     const std::int64_t n = elements(t_in(1)) / w.shape[1];
@@ -668,10 +688,10 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     }
     MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, k, m, rows, &kOne,
                                      f32(in[1]), k, f32(in[0]), m, &kZero, g[1], k));
-    if (g[2] != nullptr) kernels::column_sums(stream_, n, w.shape[0], f32(in[0]), g[2]);
+    if (g[2] != nullptr) MEMPLAN_CUDA_CHECK(kernels::column_sums(stream_, n, w.shape[0], f32(in[0]), g[2]));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     // [dy, x, w] -> [dx,] dw [, db]
-    const auto g = split(op.layer.c_str());
+    const auto g = split();
     const Conv c(op, t_in(1), t_in(2), t_in(0));
     if (!conv_->contains(op.id)) find_for(op);
     const ConvAlgorithms& found = conv_->at(op.id);
@@ -721,13 +741,13 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     // [dy, mask] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "dropout backward reads dy and the mask");
     const float p = attr_f(op, "p", 0.5f);
-    kernels::dropout_backward(stream_, elements(t_in(0)), 1.0f / (1.0f - p), f32(in[0]),
-                              static_cast<const std::uint8_t*>(in[1]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::dropout_backward(stream_, elements(t_in(0)), 1.0f / (1.0f - p), f32(in[0]),
+                              static_cast<const std::uint8_t*>(in[1]), f32(out[0])));
   } else if (op.layer == "adaptive_avg_pool") {
     // [dy, x] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "adaptive_avg_pool backward reads dy and x");
-    kernels::adaptive_avg_pool_backward(stream_, adaptive_extents(op, t_out(0), t_in(0)),
-                                        f32(in[0]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_backward(stream_, adaptive_extents(op, t_out(0), t_in(0)),
+                                        f32(in[0]), f32(out[0])));
   } else if (op.layer == "concat") {
     // [dy] -> the gradient of every part (all parts: the split is by position)
     if (in.size() != 1) fail(op, "concat backward reads dy");
@@ -740,8 +760,8 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "max_pool2d") {
     // [dy, saved input, indices] -> [dx]
     if (in.size() != 3 || out.size() != 1) fail(op, "max_pool2d backward reads dy, x, indices");
-    kernels::max_pool_backward(stream_, pool_extents(op, t_out(0), t_in(0)), f32(in[0]), i64(in[2]),
-                               f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::max_pool_backward(stream_, pool_extents(op, t_out(0), t_in(0)), f32(in[0]), i64(in[2]),
+                               f32(out[0])));
   } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
     // [dy, x] -> [dx]. Average pooling's gradient does not depend on y; cuDNN's call takes a y
     // of y's extents, and dy is one.
@@ -766,8 +786,8 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     if (in.size() != 2 || out.size() != 1) fail(op, "reads probs and labels, writes dlogits");
     const sim::Tensor& probs = t_in(0);
     if (probs.shape.size() != 2) fail(op, "softmax_cross_entropy needs 2-d probabilities");
-    kernels::cross_entropy_backward(stream_, probs.shape[0], probs.shape[1], f32(in[0]), i64(in[1]),
-                                    f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::cross_entropy_backward(stream_, probs.shape[0], probs.shape[1], f32(in[0]), i64(in[1]),
+                                    f32(out[0])));
   } else {
     fail(op, "no CUDA kernel for this layer type");
   }
@@ -787,8 +807,8 @@ void CudaOpExecutor::update(const sim::Op& op, std::span<void* const> in) {
         elements(w_.tensor(op.inputs[2 * k + i])) != n) {
       fail(op, "param, grad and momentum " + std::to_string(i) + " differ in size");
     }
-    kernels::sgd_momentum(stream_, n, lr, momentum, weight_decay, f32(in[i]), f32(in[k + i]),
-                          f32(in[2 * k + i]));
+    MEMPLAN_CUDA_CHECK(kernels::sgd_momentum(stream_, n, lr, momentum, weight_decay, f32(in[i]), f32(in[k + i]),
+                          f32(in[2 * k + i])));
   }
 }
 

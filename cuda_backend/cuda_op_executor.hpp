@@ -59,9 +59,14 @@ struct ConvAlgorithms {
   [[nodiscard]] double memory_optimal_ms() const;
 };
 
-/// Algorithms found per workload (by sim::workload_fingerprint) and op. Devices of one CudaBackend
+/// Algorithms found per workload (by algorithm_cache_key) and op. Devices of one CudaBackend
 /// share it, so a plan and its in-core reference run each op with the same algorithm.
 using ConvAlgorithmCache = std::map<std::uint64_t, std::map<sim::OpId, ConvAlgorithms>>;
+
+/// sim::workload_fingerprint of `workload` with every op's workspace set to 0: cuDNN's algorithms
+/// depend on the ops, not on the workspace a trace gives them, so a trace that `memplan record`
+/// rewrote with cuDNN's workspaces runs with the search made for the model it came from.
+std::uint64_t algorithm_cache_key(const sim::Workload& workload);
 
 class CudaOpExecutor {
  public:

@@ -1,4 +1,3 @@
-#include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels.cuh"
 
 #include <algorithm>
@@ -19,12 +18,13 @@ unsigned blocks_for(std::int64_t n) {
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
-void check_launch(const char* kernel) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) {
-    throw_cuda_error("CUDA", kernel, cudaGetErrorString(status), __FILE__, __LINE__);
-  }
-}
+/// The launch error (bad configuration, no device, ...) of the last launch, or of an earlier one
+/// of a wrapper that launches several kernels: the first failure returns at once.
+#define MEMPLAN_RETURN_IF_LAUNCH_FAILED()                      \
+  do {                                                         \
+    const cudaError_t memplan_launch_ = cudaGetLastError();    \
+    if (memplan_launch_ != cudaSuccess) return memplan_launch_; \
+  } while (false)
 
 // ---- element-wise
 // ---------------------------------------------------------------------------------
@@ -453,100 +453,100 @@ __global__ void narrow_decode_kernel(int exponent_bits, int mantissa_bits, std::
 
 }  // namespace
 
-void add(cudaStream_t s, std::int64_t n, const float* a, const float* b, float* y) {
+cudaError_t add(cudaStream_t s, std::int64_t n, const float* a, const float* b, float* y) {
   add_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, a, b, y);
-  check_launch("add_kernel");
+  return cudaGetLastError();
 }
 
-void add_bias_rows(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* bias,
+cudaError_t add_bias_rows(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* bias,
                    float* y) {
   add_bias_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(rows, cols, bias, y);
-  check_launch("add_bias_rows_kernel");
+  return cudaGetLastError();
 }
 
-void column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* dy,
+cudaError_t column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* dy,
                  float* sums) {
   column_sums_kernel<<<blocks_for(cols), kThreads, 0, s>>>(rows, cols, dy, sums);
-  check_launch("column_sums_kernel");
+  return cudaGetLastError();
 }
 
-void relu6_forward(cudaStream_t s, std::int64_t n, const float* x, float* y) {
+cudaError_t relu6_forward(cudaStream_t s, std::int64_t n, const float* x, float* y) {
   relu6_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, x, y);
-  check_launch("relu6_forward_kernel");
+  return cudaGetLastError();
 }
 
-void relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y, float* dx) {
+cudaError_t relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y, float* dx) {
   relu6_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, dy, y, dx);
-  check_launch("relu6_backward_kernel");
+  return cudaGetLastError();
 }
 
-void dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold, float scale,
+cudaError_t dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold, float scale,
                      std::uint64_t seed, const float* x, float* y, std::uint8_t* mask) {
   dropout_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, threshold, scale, seed, x, y, mask);
-  check_launch("dropout_forward_kernel");
+  return cudaGetLastError();
 }
 
-void dropout_backward(cudaStream_t s, std::int64_t n, float scale, const float* dy,
+cudaError_t dropout_backward(cudaStream_t s, std::int64_t n, float scale, const float* dy,
                       const std::uint8_t* mask, float* dx) {
   dropout_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, scale, dy, mask, dx);
-  check_launch("dropout_backward_kernel");
+  return cudaGetLastError();
 }
 
-void adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x, float* y) {
+cudaError_t adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x, float* y) {
   adaptive_forward_kernel<<<blocks_for(e.planes * e.out_d * e.out_h * e.out_w), kThreads, 0, s>>>(
       e, x, y);
-  check_launch("adaptive_forward_kernel");
+  return cudaGetLastError();
 }
 
-void adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e, const float* dy,
+cudaError_t adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e, const float* dy,
                                 float* dx) {
   adaptive_backward_kernel<<<blocks_for(e.planes * e.in_d * e.in_h * e.in_w), kThreads, 0, s>>>(
       e, dy, dx);
-  check_launch("adaptive_backward_kernel");
+  return cudaGetLastError();
 }
 
-void max_pool_forward(cudaStream_t s, const PoolExtents& e, const float* x, float* y,
+cudaError_t max_pool_forward(cudaStream_t s, const PoolExtents& e, const float* x, float* y,
                       std::int64_t* indices) {
   max_pool_forward_kernel<<<blocks_for(e.planes * e.out_h * e.out_w), kThreads, 0, s>>>(e, x, y,
                                                                                         indices);
-  check_launch("max_pool_forward_kernel");
+  return cudaGetLastError();
 }
 
-void max_pool_backward(cudaStream_t s, const PoolExtents& e, const float* dy,
+cudaError_t max_pool_backward(cudaStream_t s, const PoolExtents& e, const float* dy,
                        const std::int64_t* indices, float* dx) {
   max_pool_backward_kernel<<<blocks_for(e.planes * e.in_h * e.in_w), kThreads, 0, s>>>(e, dy,
                                                                                        indices, dx);
-  check_launch("max_pool_backward_kernel");
+  return cudaGetLastError();
 }
 
-void cross_entropy_loss(cudaStream_t s, std::int64_t rows, std::int64_t classes,
+cudaError_t cross_entropy_loss(cudaStream_t s, std::int64_t rows, std::int64_t classes,
                         const float* log_probs, const std::int64_t* labels, float* loss) {
   cross_entropy_loss_kernel<<<1, kThreads, 0, s>>>(rows, classes, log_probs, labels, loss);
-  check_launch("cross_entropy_loss_kernel");
+  return cudaGetLastError();
 }
 
-void cross_entropy_backward(cudaStream_t s, std::int64_t rows, std::int64_t classes,
+cudaError_t cross_entropy_backward(cudaStream_t s, std::int64_t rows, std::int64_t classes,
                             const float* probs, const std::int64_t* labels, float* dlogits) {
   cross_entropy_backward_kernel<<<blocks_for(rows * classes), kThreads, 0, s>>>(
       rows, classes, probs, labels, dlogits);
-  check_launch("cross_entropy_backward_kernel");
+  return cudaGetLastError();
 }
 
-void sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum, float weight_decay,
+cudaError_t sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum, float weight_decay,
                   float* w, const float* grad, float* velocity) {
   sgd_momentum_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, lr, momentum, weight_decay, w, grad,
                                                          velocity);
-  check_launch("sgd_momentum_kernel");
+  return cudaGetLastError();
 }
 
-void binarize_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* bits) {
+cudaError_t binarize_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* bits) {
   binarize_encode_kernel<<<blocks_for((n + 7) / 8), kThreads, 0, s>>>(n, x, bits);
-  check_launch("binarize_encode_kernel");
+  return cudaGetLastError();
 }
 
-void binarize_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* bits, float* x) {
+cudaError_t binarize_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* bits, float* x) {
   binarize_decode_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, bits, x);
-  check_launch("binarize_decode_kernel");
+  return cudaGetLastError();
 }
 
 std::int64_t sparse_scratch_bytes(std::int64_t n) {
@@ -554,43 +554,43 @@ std::int64_t sparse_scratch_bytes(std::int64_t n) {
          static_cast<std::int64_t>(sizeof(std::int64_t));
 }
 
-void sparse_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* out,
+cudaError_t sparse_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* out,
                    std::int64_t capacity, void* scratch, int* overflow) {
   const std::int64_t blocks = (n + kSparseBlock - 1) / kSparseBlock;
   auto* counts = static_cast<std::int64_t*>(scratch);
   std::int64_t* offsets = counts + blocks;
   sparse_count_kernel<<<blocks_for(blocks), kThreads, 0, s>>>(n, x, counts);
-  check_launch("sparse_count_kernel");
+  MEMPLAN_RETURN_IF_LAUNCH_FAILED();
   sparse_offsets_kernel<<<1, 1, 0, s>>>(blocks, counts, offsets, capacity, overflow);
-  check_launch("sparse_offsets_kernel");
+  MEMPLAN_RETURN_IF_LAUNCH_FAILED();
   sparse_write_kernel<<<blocks_for(blocks), kThreads, 0, s>>>(n, x, counts, offsets, overflow, out);
-  check_launch("sparse_write_kernel");
+  return cudaGetLastError();
 }
 
-void sparse_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* in, float* x,
+cudaError_t sparse_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* in, float* x,
                    void* scratch) {
   const std::int64_t blocks = (n + kSparseBlock - 1) / kSparseBlock;
   auto* offsets = static_cast<std::int64_t*>(scratch);
   zero_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, x);
-  check_launch("zero_kernel");
+  MEMPLAN_RETURN_IF_LAUNCH_FAILED();
   sparse_read_offsets_kernel<<<1, 1, 0, s>>>(blocks, in, offsets);
-  check_launch("sparse_read_offsets_kernel");
+  MEMPLAN_RETURN_IF_LAUNCH_FAILED();
   sparse_scatter_kernel<<<blocks_for(blocks), kThreads, 0, s>>>(n, in, offsets, x);
-  check_launch("sparse_scatter_kernel");
+  return cudaGetLastError();
 }
 
-void narrow_encode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
+cudaError_t narrow_encode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
                    const float* x, std::uint8_t* out) {
   const std::int64_t bytes = (n * (1 + exponent_bits + mantissa_bits) + 7) / 8;
   narrow_encode_kernel<<<blocks_for(bytes), kThreads, 0, s>>>(exponent_bits, mantissa_bits, n, x,
                                                               out);
-  check_launch("narrow_encode_kernel");
+  return cudaGetLastError();
 }
 
-void narrow_decode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
+cudaError_t narrow_decode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
                    const std::uint8_t* in, float* x) {
   narrow_decode_kernel<<<blocks_for(n), kThreads, 0, s>>>(exponent_bits, mantissa_bits, n, in, x);
-  check_launch("narrow_decode_kernel");
+  return cudaGetLastError();
 }
 
 }  // namespace memplan::cuda_backend::kernels
