@@ -86,11 +86,10 @@ const char* cublas_status_string(cublasStatus_t status);
 /// Resets the CUDA runtime's last error after a failure the caller has handled (`handled`: the
 /// error it expects to find there). Any other error is reported (not thrown: the caller goes on,
 /// and a sticky error, which cudaGetLastError cannot clear, fails the next checked call).
-#define MEMPLAN_CUDA_CLEAR_ERROR(handled)                                          \
-  do {                                                                             \
-    const cudaError_t memplan_status_ = cudaGetLastError();                        \
-    if (memplan_status_ != cudaSuccess && memplan_status_ != (handled))            \
-      ::memplan::cuda_backend::report_cuda_error(                                  \
-          "CUDA", "cudaGetLastError()", cudaGetErrorString(memplan_status_),       \
-          __FILE__, __LINE__);                                                     \
+#define MEMPLAN_CUDA_CLEAR_ERROR(handled)                                                         \
+  do {                                                                                            \
+    const cudaError_t memplan_status_ = cudaGetLastError();                                       \
+    if (memplan_status_ != cudaSuccess && memplan_status_ != (handled))                           \
+      ::memplan::cuda_backend::report_cuda_error(                                                 \
+          "CUDA", "cudaGetLastError()", cudaGetErrorString(memplan_status_), __FILE__, __LINE__); \
   } while (false)

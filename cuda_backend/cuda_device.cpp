@@ -284,7 +284,8 @@ void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
         int* host_flag = reinterpret_cast<int*>(overflow_.data()) + flag;
         void* device_flag = nullptr;
         MEMPLAN_CUDA_CHECK(cudaHostGetDevicePointer(&device_flag, host_flag, 0));
-        MEMPLAN_CUDA_CHECK(kernels::sparse_encode(s, n, x, bytes, capacity, scratch, static_cast<int*>(device_flag)));
+        MEMPLAN_CUDA_CHECK(kernels::sparse_encode(s, n, x, bytes, capacity, scratch,
+                                                  static_cast<int*>(device_flag)));
       } else {
         MEMPLAN_CUDA_CHECK(kernels::sparse_decode(s, n, bytes, x, scratch));
       }
@@ -296,9 +297,11 @@ void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
                                           : encoding == sim::Encoding::kFp10 ? kFp10
                                                                              : kFp8;
       if (encode) {
-        MEMPLAN_CUDA_CHECK(kernels::narrow_encode(s, f.exponent_bits, f.mantissa_bits, n, x, bytes));
+        MEMPLAN_CUDA_CHECK(
+            kernels::narrow_encode(s, f.exponent_bits, f.mantissa_bits, n, x, bytes));
       } else {
-        MEMPLAN_CUDA_CHECK(kernels::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, bytes, x));
+        MEMPLAN_CUDA_CHECK(
+            kernels::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, bytes, x));
       }
       break;
     }

@@ -49,7 +49,8 @@ GradOutputs grad_outputs(const sim::Workload& w, const sim::Op& op) {
     has.db = n >= 2 && w.tensor(op.outputs.back()).shape.size() == 1;
   }
   const std::size_t without_dx = has.db ? 2 : 1;
-  if (n != without_dx && n != without_dx + 1) fail(op, "output count does not match [dx,] dw [, db]");
+  if (n != without_dx && n != without_dx + 1)
+    fail(op, "output count does not match [dx,] dw [, db]");
   has.dx = n == without_dx + 1;
   return has;
 }
@@ -391,25 +392,43 @@ void sum_into(cudaStream_t s, std::int64_t n, std::span<void* const> in, float* 
     return;
   }
   MEMPLAN_CUDA_CHECK(kernels::add(s, n, f32(in[0]), f32(in[1]), out));
-  for (std::size_t i = 2; i < in.size(); ++i) MEMPLAN_CUDA_CHECK(kernels::add(s, n, out, f32(in[i]), out));
+  for (std::size_t i = 2; i < in.size(); ++i)
+    MEMPLAN_CUDA_CHECK(kernels::add(s, n, out, f32(in[i]), out));
 }
 
+/// Max pooling's extents: x and y [N, C, H, W] (max_pool2d) or [N, C, D, H, W] (max_pool3d);
+/// attributes as the host backend reads them (kernel 2, stride = kernel, padding 0 by default).
 kernels::PoolExtents pool_extents(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& y) {
-  if (x.shape.size() != 4 || y.shape.size() != 4) fail(op, "2-d pooling needs 4-d tensors");
+  const std::size_t rank = op.layer.ends_with("3d") ? 5 : 4;
+  if (x.shape.size() != rank || y.shape.size() != rank || y.shape[0] != x.shape[0] ||
+      y.shape[1] != x.shape[1]) {
+    fail(op, op.layer + " needs " + std::to_string(rank) + "-d tensors of the same N and C");
+  }
+  const std::size_t h = rank == 5 ? 1 : 0;  // attribute index of H
   kernels::PoolExtents e{};
   e.planes = x.shape[0] * x.shape[1];
-  e.in_h = x.shape[2];
-  e.in_w = x.shape[3];
-  e.out_h = y.shape[2];
-  e.out_w = y.shape[3];
-  e.kernel_h = attr(op, "kernel", 0, 2);
-  e.kernel_w = attr(op, "kernel", 1, 2);
-  e.stride_h = attr(op, "stride", 0, e.kernel_h);
-  e.stride_w = attr(op, "stride", 1, e.kernel_w);
-  e.pad_h = attr(op, "padding", 0, 0);
-  e.pad_w = attr(op, "padding", 1, 0);
-  if (e.kernel_h <= 0 || e.kernel_w <= 0 || e.stride_h <= 0 || e.stride_w <= 0 || e.pad_h < 0 ||
-      e.pad_w < 0 || e.out_h <= 0 || e.out_w <= 0) {
+  e.in_d = e.out_d = e.kernel_d = e.stride_d = 1;
+  e.pad_d = 0;
+  if (rank == 5) {
+    e.in_d = x.shape[2];
+    e.out_d = y.shape[2];
+    e.kernel_d = attr(op, "kernel", 0, 2);
+    e.stride_d = attr(op, "stride", 0, e.kernel_d);
+    e.pad_d = attr(op, "padding", 0, 0);
+  }
+  e.in_h = x.shape[rank - 2];
+  e.in_w = x.shape[rank - 1];
+  e.out_h = y.shape[rank - 2];
+  e.out_w = y.shape[rank - 1];
+  e.kernel_h = attr(op, "kernel", h, 2);
+  e.kernel_w = attr(op, "kernel", h + 1, 2);
+  e.stride_h = attr(op, "stride", h, e.kernel_h);
+  e.stride_w = attr(op, "stride", h + 1, e.kernel_w);
+  e.pad_h = attr(op, "padding", h, 0);
+  e.pad_w = attr(op, "padding", h + 1, 0);
+  if (e.kernel_d <= 0 || e.kernel_h <= 0 || e.kernel_w <= 0 || e.stride_d <= 0 || e.stride_h <= 0 ||
+      e.stride_w <= 0 || e.pad_d < 0 || e.pad_h < 0 || e.pad_w < 0 || e.out_d <= 0 ||
+      e.out_h <= 0 || e.out_w <= 0) {
     fail(op, "pooling: inconsistent extents");
   }
   return e;
@@ -555,7 +574,8 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
     const int rows = as_int(op, n), k = as_int(op, w.shape[1]), m = as_int(op, w.shape[0]);
     MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows, k, &kOne,
                                      f32(in[1]), k, f32(in[0]), k, &kZero, f32(out[0]), m));
-    if (in.size() > 2) MEMPLAN_CUDA_CHECK(kernels::add_bias_rows(stream_, n, w.shape[0], f32(in[2]), f32(out[0])));
+    if (in.size() > 2)
+      MEMPLAN_CUDA_CHECK(kernels::add_bias_rows(stream_, n, w.shape[0], f32(in[2]), f32(out[0])));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     if (in.size() < 2 || out.empty()) fail(op, "convolution reads x, w [, b], writes y");
     const Conv c(op, t_in(0), t_in(1), t_out(0));
@@ -586,10 +606,10 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
         cudnn_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, xd.get(), in[0], xd.get(), out[0], bn.get(),
         in[1], in[2], 0.0, nullptr, nullptr, static_cast<double>(attr_f(op, "epsilon", 1e-5f)),
         out[1], out[2]));
-  } else if (op.layer == "max_pool2d") {
-    if (out.size() != 2) fail(op, "max_pool2d writes its output and its indices");
-    MEMPLAN_CUDA_CHECK(kernels::max_pool_forward(stream_, pool_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]),
-                              i64(out[1])));
+  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
+    if (out.size() != 2) fail(op, op.layer + " writes its output and its indices");
+    MEMPLAN_CUDA_CHECK(kernels::max_pool_forward(stream_, pool_extents(op, t_in(0), t_out(0)),
+                                                 f32(in[0]), f32(out[0]), i64(out[1])));
   } else if (op.layer == "dropout") {
     // The host backend's mask: a function of the forward op (so a recompute redraws it) and of
     // the element index (host_backend::OpExecutor's dropout seed).
@@ -600,11 +620,12 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
         0x6d656d706c616eULL ^ (static_cast<std::uint64_t>(op.id) * 0x9e3779b97f4a7c15ULL);
     const auto threshold =
         static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
-    MEMPLAN_CUDA_CHECK(kernels::dropout_forward(stream_, elements(t_in(0)), threshold, 1.0f / (1.0f - p), seed,
-                             f32(in[0]), f32(out[0]), static_cast<std::uint8_t*>(out[1])));
+    MEMPLAN_CUDA_CHECK(kernels::dropout_forward(stream_, elements(t_in(0)), threshold,
+                                                1.0f / (1.0f - p), seed, f32(in[0]), f32(out[0]),
+                                                static_cast<std::uint8_t*>(out[1])));
   } else if (op.layer == "adaptive_avg_pool") {
-    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_forward(stream_, adaptive_extents(op, t_in(0), t_out(0)), f32(in[0]),
-                                       f32(out[0])));
+    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_forward(
+        stream_, adaptive_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0])));
   } else if (op.layer == "concat") {
     std::vector<const sim::Tensor*> parts;
     for (std::size_t i = 0; i < in.size(); ++i) parts.push_back(&t_in(i));
@@ -640,7 +661,8 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
         static_cast<float*>(scratch(static_cast<std::size_t>(rows * classes) * sizeof(float)));
     MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE,
                                             &kOne, d.get(), in[0], &kZero, d.get(), log_probs));
-    MEMPLAN_CUDA_CHECK(kernels::cross_entropy_loss(stream_, rows, classes, log_probs, i64(in[1]), f32(out[0])));
+    MEMPLAN_CUDA_CHECK(
+        kernels::cross_entropy_loss(stream_, rows, classes, log_probs, i64(in[1]), f32(out[0])));
   } else {
     fail(op, "no CUDA kernel for this layer type");
   }
@@ -673,7 +695,8 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "relu6") {
     // [dy, y] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "relu6 backward reads dy and y, writes dx");
-    MEMPLAN_CUDA_CHECK(kernels::relu6_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
+    MEMPLAN_CUDA_CHECK(
+        kernels::relu6_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
   } else if (op.layer == "linear") {
     // [dy, x, w] -> [dx,] dw [, db]; w[out×in]. Column-major views (see forward):
     // dxᵀ (in×n) = wᵀ (in×out) · dyᵀ (out×n); dwᵀ (in×out) = xᵀ (in×n) · dy (n×out).
@@ -688,7 +711,8 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     }
     MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, k, m, rows, &kOne,
                                      f32(in[1]), k, f32(in[0]), m, &kZero, g[1], k));
-    if (g[2] != nullptr) MEMPLAN_CUDA_CHECK(kernels::column_sums(stream_, n, w.shape[0], f32(in[0]), g[2]));
+    if (g[2] != nullptr)
+      MEMPLAN_CUDA_CHECK(kernels::column_sums(stream_, n, w.shape[0], f32(in[0]), g[2]));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     // [dy, x, w] -> [dx,] dw [, db]
     const auto g = split();
@@ -741,13 +765,14 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     // [dy, mask] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "dropout backward reads dy and the mask");
     const float p = attr_f(op, "p", 0.5f);
-    MEMPLAN_CUDA_CHECK(kernels::dropout_backward(stream_, elements(t_in(0)), 1.0f / (1.0f - p), f32(in[0]),
-                              static_cast<const std::uint8_t*>(in[1]), f32(out[0])));
+    MEMPLAN_CUDA_CHECK(
+        kernels::dropout_backward(stream_, elements(t_in(0)), 1.0f / (1.0f - p), f32(in[0]),
+                                  static_cast<const std::uint8_t*>(in[1]), f32(out[0])));
   } else if (op.layer == "adaptive_avg_pool") {
     // [dy, x] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "adaptive_avg_pool backward reads dy and x");
-    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_backward(stream_, adaptive_extents(op, t_out(0), t_in(0)),
-                                        f32(in[0]), f32(out[0])));
+    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_backward(
+        stream_, adaptive_extents(op, t_out(0), t_in(0)), f32(in[0]), f32(out[0])));
   } else if (op.layer == "concat") {
     // [dy] -> the gradient of every part (all parts: the split is by position)
     if (in.size() != 1) fail(op, "concat backward reads dy");
@@ -757,11 +782,11 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     std::vector<const sim::Tensor*> parts;
     for (std::size_t i = 0; i < out.size(); ++i) parts.push_back(&t_out(i));
     concat_copy(op, stream_, parts, out, in[0], false);
-  } else if (op.layer == "max_pool2d") {
+  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
     // [dy, saved input, indices] -> [dx]
-    if (in.size() != 3 || out.size() != 1) fail(op, "max_pool2d backward reads dy, x, indices");
-    MEMPLAN_CUDA_CHECK(kernels::max_pool_backward(stream_, pool_extents(op, t_out(0), t_in(0)), f32(in[0]), i64(in[2]),
-                               f32(out[0])));
+    if (in.size() != 3 || out.size() != 1) fail(op, op.layer + " backward reads dy, x, indices");
+    MEMPLAN_CUDA_CHECK(kernels::max_pool_backward(stream_, pool_extents(op, t_out(0), t_in(0)),
+                                                  f32(in[0]), i64(in[2]), f32(out[0])));
   } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
     // [dy, x] -> [dx]. Average pooling's gradient does not depend on y; cuDNN's call takes a y
     // of y's extents, and dy is one.
@@ -786,8 +811,8 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     if (in.size() != 2 || out.size() != 1) fail(op, "reads probs and labels, writes dlogits");
     const sim::Tensor& probs = t_in(0);
     if (probs.shape.size() != 2) fail(op, "softmax_cross_entropy needs 2-d probabilities");
-    MEMPLAN_CUDA_CHECK(kernels::cross_entropy_backward(stream_, probs.shape[0], probs.shape[1], f32(in[0]), i64(in[1]),
-                                    f32(out[0])));
+    MEMPLAN_CUDA_CHECK(kernels::cross_entropy_backward(stream_, probs.shape[0], probs.shape[1],
+                                                       f32(in[0]), i64(in[1]), f32(out[0])));
   } else {
     fail(op, "no CUDA kernel for this layer type");
   }
@@ -807,8 +832,8 @@ void CudaOpExecutor::update(const sim::Op& op, std::span<void* const> in) {
         elements(w_.tensor(op.inputs[2 * k + i])) != n) {
       fail(op, "param, grad and momentum " + std::to_string(i) + " differ in size");
     }
-    MEMPLAN_CUDA_CHECK(kernels::sgd_momentum(stream_, n, lr, momentum, weight_decay, f32(in[i]), f32(in[k + i]),
-                          f32(in[2 * k + i])));
+    MEMPLAN_CUDA_CHECK(kernels::sgd_momentum(stream_, n, lr, momentum, weight_decay, f32(in[i]),
+                                             f32(in[k + i]), f32(in[2 * k + i])));
   }
 }
 

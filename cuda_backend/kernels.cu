@@ -20,9 +20,9 @@ unsigned blocks_for(std::int64_t n) {
 
 /// The launch error (bad configuration, no device, ...) of the last launch, or of an earlier one
 /// of a wrapper that launches several kernels: the first failure returns at once.
-#define MEMPLAN_RETURN_IF_LAUNCH_FAILED()                      \
-  do {                                                         \
-    const cudaError_t memplan_launch_ = cudaGetLastError();    \
+#define MEMPLAN_RETURN_IF_LAUNCH_FAILED()                       \
+  do {                                                          \
+    const cudaError_t memplan_launch_ = cudaGetLastError();     \
     if (memplan_launch_ != cudaSuccess) return memplan_launch_; \
   } while (false)
 
@@ -160,24 +160,33 @@ __global__ void adaptive_backward_kernel(AdaptiveExtents e, const float* dy, flo
 
 __global__ void max_pool_forward_kernel(PoolExtents e, const float* x, float* y,
                                         std::int64_t* indices) {
-  const std::int64_t out_plane = e.out_h * e.out_w;
-  MEMPLAN_GRID_STRIDE(o, e.planes * out_plane) {
-    const std::int64_t p = o / out_plane;
-    const std::int64_t i = (o % out_plane) / e.out_w;
+  const std::int64_t out_area = e.out_h * e.out_w;
+  const std::int64_t out_volume = e.out_d * out_area;
+  const std::int64_t in_volume = e.in_d * e.in_h * e.in_w;
+  MEMPLAN_GRID_STRIDE(o, e.planes * out_volume) {
+    const std::int64_t p = o / out_volume;
+    const std::int64_t k = (o % out_volume) / out_area;
+    const std::int64_t i = (o % out_area) / e.out_w;
     const std::int64_t j = o % e.out_w;
-    const float* in = x + p * e.in_h * e.in_w;
+    const float* in = x + p * in_volume;
     float best = -INFINITY;
     std::int64_t best_index = -1;
-    for (std::int64_t r = 0; r < e.kernel_h; ++r) {
-      const std::int64_t iy = i * e.stride_h - e.pad_h + r;
-      if (iy < 0 || iy >= e.in_h) continue;
-      for (std::int64_t c = 0; c < e.kernel_w; ++c) {
-        const std::int64_t ix = j * e.stride_w - e.pad_w + c;
-        if (ix < 0 || ix >= e.in_w) continue;
-        const float v = in[iy * e.in_w + ix];
-        if (best_index < 0 || v > best || isnan(v)) {
-          best = v;
-          best_index = iy * e.in_w + ix;
+    // Depth, rows, columns: the host backend's order, so ties and NaNs pick the same element.
+    for (std::int64_t t = 0; t < e.kernel_d; ++t) {
+      const std::int64_t iz = k * e.stride_d - e.pad_d + t;
+      if (iz < 0 || iz >= e.in_d) continue;
+      for (std::int64_t r = 0; r < e.kernel_h; ++r) {
+        const std::int64_t iy = i * e.stride_h - e.pad_h + r;
+        if (iy < 0 || iy >= e.in_h) continue;
+        for (std::int64_t c = 0; c < e.kernel_w; ++c) {
+          const std::int64_t ix = j * e.stride_w - e.pad_w + c;
+          if (ix < 0 || ix >= e.in_w) continue;
+          const std::int64_t at = (iz * e.in_h + iy) * e.in_w + ix;
+          const float v = in[at];
+          if (best_index < 0 || v > best || isnan(v)) {
+            best = v;
+            best_index = at;
+          }
         }
       }
     }
@@ -186,30 +195,44 @@ __global__ void max_pool_forward_kernel(PoolExtents e, const float* x, float* y,
   }
 }
 
+/// Lowest and highest output position along one axis whose window holds input position `i`:
+/// o*stride - pad <= i < o*stride - pad + kernel, within [0, out).
+__device__ std::int64_t first_window(std::int64_t i, std::int64_t kernel, std::int64_t stride,
+                                     std::int64_t pad) {
+  return max(std::int64_t{0}, (i + pad - kernel + stride) / stride);
+}
+__device__ std::int64_t last_window(std::int64_t i, std::int64_t stride, std::int64_t pad,
+                                    std::int64_t out) {
+  return min(out - 1, (i + pad) / stride);
+}
+
 __global__ void max_pool_backward_kernel(PoolExtents e, const float* dy,
                                          const std::int64_t* indices, float* dx) {
-  const std::int64_t plane = e.in_h * e.in_w;
-  const std::int64_t out_plane = e.out_h * e.out_w;
-  MEMPLAN_GRID_STRIDE(k, e.planes * plane) {
-    const std::int64_t p = k / plane;
-    const std::int64_t flat = k % plane;
-    const std::int64_t iy = flat / e.in_w;
+  const std::int64_t area = e.in_h * e.in_w;
+  const std::int64_t volume = e.in_d * area;
+  const std::int64_t out_area = e.out_h * e.out_w;
+  const std::int64_t out_volume = e.out_d * out_area;
+  MEMPLAN_GRID_STRIDE(n, e.planes * volume) {
+    const std::int64_t p = n / volume;
+    const std::int64_t flat = n % volume;
+    const std::int64_t iz = flat / area;
+    const std::int64_t iy = (flat % area) / e.in_w;
     const std::int64_t ix = flat % e.in_w;
-    // Output windows that contain (iy, ix): oy*stride - pad <= iy < oy*stride - pad + kernel.
-    const std::int64_t oy_lo =
-        max(std::int64_t{0}, (iy + e.pad_h - e.kernel_h + e.stride_h) / e.stride_h);
-    const std::int64_t oy_hi = min(e.out_h - 1, (iy + e.pad_h) / e.stride_h);
-    const std::int64_t ox_lo =
-        max(std::int64_t{0}, (ix + e.pad_w - e.kernel_w + e.stride_w) / e.stride_w);
-    const std::int64_t ox_hi = min(e.out_w - 1, (ix + e.pad_w) / e.stride_w);
+    const std::int64_t oz_hi = last_window(iz, e.stride_d, e.pad_d, e.out_d);
+    const std::int64_t oy_hi = last_window(iy, e.stride_h, e.pad_h, e.out_h);
+    const std::int64_t ox_hi = last_window(ix, e.stride_w, e.pad_w, e.out_w);
+    // In output order, as the host backend accumulates: the same sums, bit for bit.
     float g = 0.0f;
-    for (std::int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
-      for (std::int64_t ox = ox_lo; ox <= ox_hi; ++ox) {
-        const std::int64_t o = p * out_plane + oy * e.out_w + ox;
-        if (indices[o] == flat) g = __fadd_rn(g, dy[o]);
+    for (std::int64_t oz = first_window(iz, e.kernel_d, e.stride_d, e.pad_d); oz <= oz_hi; ++oz) {
+      for (std::int64_t oy = first_window(iy, e.kernel_h, e.stride_h, e.pad_h); oy <= oy_hi; ++oy) {
+        for (std::int64_t ox = first_window(ix, e.kernel_w, e.stride_w, e.pad_w); ox <= ox_hi;
+             ++ox) {
+          const std::int64_t o = p * out_volume + (oz * e.out_h + oy) * e.out_w + ox;
+          if (indices[o] == flat) g = __fadd_rn(g, dy[o]);
+        }
       }
     }
-    dx[k] = g;
+    dx[n] = g;
   }
 }
 
@@ -459,13 +482,13 @@ cudaError_t add(cudaStream_t s, std::int64_t n, const float* a, const float* b, 
 }
 
 cudaError_t add_bias_rows(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* bias,
-                   float* y) {
+                          float* y) {
   add_bias_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(rows, cols, bias, y);
   return cudaGetLastError();
 }
 
 cudaError_t column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* dy,
-                 float* sums) {
+                        float* sums) {
   column_sums_kernel<<<blocks_for(cols), kThreads, 0, s>>>(rows, cols, dy, sums);
   return cudaGetLastError();
 }
@@ -475,65 +498,67 @@ cudaError_t relu6_forward(cudaStream_t s, std::int64_t n, const float* x, float*
   return cudaGetLastError();
 }
 
-cudaError_t relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y, float* dx) {
+cudaError_t relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y,
+                           float* dx) {
   relu6_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, dy, y, dx);
   return cudaGetLastError();
 }
 
 cudaError_t dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold, float scale,
-                     std::uint64_t seed, const float* x, float* y, std::uint8_t* mask) {
+                            std::uint64_t seed, const float* x, float* y, std::uint8_t* mask) {
   dropout_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, threshold, scale, seed, x, y, mask);
   return cudaGetLastError();
 }
 
 cudaError_t dropout_backward(cudaStream_t s, std::int64_t n, float scale, const float* dy,
-                      const std::uint8_t* mask, float* dx) {
+                             const std::uint8_t* mask, float* dx) {
   dropout_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, scale, dy, mask, dx);
   return cudaGetLastError();
 }
 
-cudaError_t adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x, float* y) {
+cudaError_t adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x,
+                                      float* y) {
   adaptive_forward_kernel<<<blocks_for(e.planes * e.out_d * e.out_h * e.out_w), kThreads, 0, s>>>(
       e, x, y);
   return cudaGetLastError();
 }
 
 cudaError_t adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e, const float* dy,
-                                float* dx) {
+                                       float* dx) {
   adaptive_backward_kernel<<<blocks_for(e.planes * e.in_d * e.in_h * e.in_w), kThreads, 0, s>>>(
       e, dy, dx);
   return cudaGetLastError();
 }
 
 cudaError_t max_pool_forward(cudaStream_t s, const PoolExtents& e, const float* x, float* y,
-                      std::int64_t* indices) {
-  max_pool_forward_kernel<<<blocks_for(e.planes * e.out_h * e.out_w), kThreads, 0, s>>>(e, x, y,
-                                                                                        indices);
+                             std::int64_t* indices) {
+  max_pool_forward_kernel<<<blocks_for(e.planes * e.out_d * e.out_h * e.out_w), kThreads, 0, s>>>(
+      e, x, y, indices);
   return cudaGetLastError();
 }
 
 cudaError_t max_pool_backward(cudaStream_t s, const PoolExtents& e, const float* dy,
-                       const std::int64_t* indices, float* dx) {
-  max_pool_backward_kernel<<<blocks_for(e.planes * e.in_h * e.in_w), kThreads, 0, s>>>(e, dy,
-                                                                                       indices, dx);
+                              const std::int64_t* indices, float* dx) {
+  max_pool_backward_kernel<<<blocks_for(e.planes * e.in_d * e.in_h * e.in_w), kThreads, 0, s>>>(
+      e, dy, indices, dx);
   return cudaGetLastError();
 }
 
 cudaError_t cross_entropy_loss(cudaStream_t s, std::int64_t rows, std::int64_t classes,
-                        const float* log_probs, const std::int64_t* labels, float* loss) {
+                               const float* log_probs, const std::int64_t* labels, float* loss) {
   cross_entropy_loss_kernel<<<1, kThreads, 0, s>>>(rows, classes, log_probs, labels, loss);
   return cudaGetLastError();
 }
 
 cudaError_t cross_entropy_backward(cudaStream_t s, std::int64_t rows, std::int64_t classes,
-                            const float* probs, const std::int64_t* labels, float* dlogits) {
+                                   const float* probs, const std::int64_t* labels, float* dlogits) {
   cross_entropy_backward_kernel<<<blocks_for(rows * classes), kThreads, 0, s>>>(
       rows, classes, probs, labels, dlogits);
   return cudaGetLastError();
 }
 
-cudaError_t sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum, float weight_decay,
-                  float* w, const float* grad, float* velocity) {
+cudaError_t sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum,
+                         float weight_decay, float* w, const float* grad, float* velocity) {
   sgd_momentum_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, lr, momentum, weight_decay, w, grad,
                                                          velocity);
   return cudaGetLastError();
@@ -555,7 +580,7 @@ std::int64_t sparse_scratch_bytes(std::int64_t n) {
 }
 
 cudaError_t sparse_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* out,
-                   std::int64_t capacity, void* scratch, int* overflow) {
+                          std::int64_t capacity, void* scratch, int* overflow) {
   const std::int64_t blocks = (n + kSparseBlock - 1) / kSparseBlock;
   auto* counts = static_cast<std::int64_t*>(scratch);
   std::int64_t* offsets = counts + blocks;
@@ -568,7 +593,7 @@ cudaError_t sparse_encode(cudaStream_t s, std::int64_t n, const float* x, std::u
 }
 
 cudaError_t sparse_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* in, float* x,
-                   void* scratch) {
+                          void* scratch) {
   const std::int64_t blocks = (n + kSparseBlock - 1) / kSparseBlock;
   auto* offsets = static_cast<std::int64_t*>(scratch);
   zero_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, x);
@@ -580,7 +605,7 @@ cudaError_t sparse_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* in
 }
 
 cudaError_t narrow_encode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
-                   const float* x, std::uint8_t* out) {
+                          const float* x, std::uint8_t* out) {
   const std::int64_t bytes = (n * (1 + exponent_bits + mantissa_bits) + 7) / 8;
   narrow_encode_kernel<<<blocks_for(bytes), kThreads, 0, s>>>(exponent_bits, mantissa_bits, n, x,
                                                               out);
@@ -588,7 +613,7 @@ cudaError_t narrow_encode(cudaStream_t s, int exponent_bits, int mantissa_bits, 
 }
 
 cudaError_t narrow_decode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
-                   const std::uint8_t* in, float* x) {
+                          const std::uint8_t* in, float* x) {
   narrow_decode_kernel<<<blocks_for(n), kThreads, 0, s>>>(exponent_bits, mantissa_bits, n, in, x);
   return cudaGetLastError();
 }

@@ -15,24 +15,27 @@ namespace memplan::cuda_backend::kernels {
 
 // ---- element-wise -------------------------------------------------------------------------------
 /// y = a + b (y may alias a or b).
-[[nodiscard]] cudaError_t add(cudaStream_t s, std::int64_t n, const float* a, const float* b, float* y);
+[[nodiscard]] cudaError_t add(cudaStream_t s, std::int64_t n, const float* a, const float* b,
+                              float* y);
 /// y[r, c] += bias[c] for rows × cols row-major.
-[[nodiscard]] cudaError_t add_bias_rows(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* bias,
-                   float* y);
+[[nodiscard]] cudaError_t add_bias_rows(cudaStream_t s, std::int64_t rows, std::int64_t cols,
+                                        const float* bias, float* y);
 /// sums[c] = sum over rows of dy[r, c] (row-major rows × cols), in row order (deterministic).
-[[nodiscard]] cudaError_t column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* dy,
-                 float* sums);
+[[nodiscard]] cudaError_t column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols,
+                                      const float* dy, float* sums);
 
 /// relu6: y = min(max(x, 0), 6); dx = dy where 0 < y < 6 (host_backend::relu6_*).
 [[nodiscard]] cudaError_t relu6_forward(cudaStream_t s, std::int64_t n, const float* x, float* y);
-[[nodiscard]] cudaError_t relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y, float* dx);
+[[nodiscard]] cudaError_t relu6_backward(cudaStream_t s, std::int64_t n, const float* dy,
+                                         const float* y, float* dx);
 
 /// Dropout with the host backend's mask: keep element i when
 /// splitmix64(seed ^ splitmix64(i)) >= threshold; kept values scaled by `scale`.
-[[nodiscard]] cudaError_t dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold, float scale,
-                     std::uint64_t seed, const float* x, float* y, std::uint8_t* mask);
-[[nodiscard]] cudaError_t dropout_backward(cudaStream_t s, std::int64_t n, float scale, const float* dy,
-                      const std::uint8_t* mask, float* dx);
+[[nodiscard]] cudaError_t dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold,
+                                          float scale, std::uint64_t seed, const float* x, float* y,
+                                          std::uint8_t* mask);
+[[nodiscard]] cudaError_t dropout_backward(cudaStream_t s, std::int64_t n, float scale,
+                                           const float* dy, const std::uint8_t* mask, float* dx);
 
 /// Adaptive average pooling (PyTorch's windows [floor(i*in/out), ceil((i+1)*in/out))), 2-d or
 /// 3-d (in_d = out_d = 1 for 2-d), summed in the host backend's order.
@@ -40,54 +43,64 @@ struct AdaptiveExtents {
   std::int64_t planes;
   std::int64_t in_d, in_h, in_w, out_d, out_h, out_w;
 };
-[[nodiscard]] cudaError_t adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x, float* y);
-[[nodiscard]] cudaError_t adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e, const float* dy,
-                                float* dx);
+[[nodiscard]] cudaError_t adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e,
+                                                    const float* x, float* y);
+[[nodiscard]] cudaError_t adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e,
+                                                     const float* dy, float* dx);
 
-// ---- max pooling with PyTorch's indices (the flat index of the maximum within its plane) -------
+// ---- max pooling with PyTorch's indices (the flat index of the maximum within its plane or
+// volume), 2-d or 3-d (2-d: depth extents 1, padding 0); windows are clipped to the input --------
 struct PoolExtents {
   std::int64_t planes;  // batch × channels
   std::int64_t in_h, in_w, out_h, out_w;
   std::int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  std::int64_t in_d, out_d, kernel_d, stride_d, pad_d;
 };
-[[nodiscard]] cudaError_t max_pool_forward(cudaStream_t s, const PoolExtents& e, const float* x, float* y,
-                      std::int64_t* indices);
+[[nodiscard]] cudaError_t max_pool_forward(cudaStream_t s, const PoolExtents& e, const float* x,
+                                           float* y, std::int64_t* indices);
 /// dx from dy and the indices; each input element gathers the outputs that chose it, in output
 /// order, so the sums do not depend on thread scheduling.
 [[nodiscard]] cudaError_t max_pool_backward(cudaStream_t s, const PoolExtents& e, const float* dy,
-                       const std::int64_t* indices, float* dx);
+                                            const std::int64_t* indices, float* dx);
 
 // ---- softmax cross-entropy
 // -----------------------------------------------------------------------
 /// *loss = -mean over rows of log_probs[r, labels[r]] (NaN when a label is out of range).
-[[nodiscard]] cudaError_t cross_entropy_loss(cudaStream_t s, std::int64_t rows, std::int64_t classes,
-                        const float* log_probs, const std::int64_t* labels, float* loss);
+[[nodiscard]] cudaError_t cross_entropy_loss(cudaStream_t s, std::int64_t rows,
+                                             std::int64_t classes, const float* log_probs,
+                                             const std::int64_t* labels, float* loss);
 /// dlogits = (probs - onehot(labels)) / rows.
-[[nodiscard]] cudaError_t cross_entropy_backward(cudaStream_t s, std::int64_t rows, std::int64_t classes,
-                            const float* probs, const std::int64_t* labels, float* dlogits);
+[[nodiscard]] cudaError_t cross_entropy_backward(cudaStream_t s, std::int64_t rows,
+                                                 std::int64_t classes, const float* probs,
+                                                 const std::int64_t* labels, float* dlogits);
 
 // ---- SGD with momentum (PyTorch's rule): v = mu*v + g + wd*w; w -= lr*v ------------------------
-[[nodiscard]] cudaError_t sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum, float weight_decay,
-                  float* w, const float* grad, float* velocity);
+[[nodiscard]] cudaError_t sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum,
+                                       float weight_decay, float* w, const float* grad,
+                                       float* velocity);
 
 // ---- Gist's encodings
 // -----------------------------------------------------------------------------
-[[nodiscard]] cudaError_t binarize_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* bits);
-[[nodiscard]] cudaError_t binarize_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* bits, float* x);
+[[nodiscard]] cudaError_t binarize_encode(cudaStream_t s, std::int64_t n, const float* x,
+                                          std::uint8_t* bits);
+[[nodiscard]] cudaError_t binarize_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* bits,
+                                          float* x);
 
 /// Sparse blocks of 256 values: a 16-bit count, then (8-bit index, 32-bit value) pairs. `scratch`
 /// holds sparse_scratch_bytes(n) device bytes; `*overflow` (device memory) is set to 1 when the
 /// encoding needs more than `capacity` bytes (nothing past `capacity` is written), else 0.
 std::int64_t sparse_scratch_bytes(std::int64_t n);
-[[nodiscard]] cudaError_t sparse_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* out,
-                   std::int64_t capacity, void* scratch, int* overflow);
-[[nodiscard]] cudaError_t sparse_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* in, float* x, void* scratch);
+[[nodiscard]] cudaError_t sparse_encode(cudaStream_t s, std::int64_t n, const float* x,
+                                        std::uint8_t* out, std::int64_t capacity, void* scratch,
+                                        int* overflow);
+[[nodiscard]] cudaError_t sparse_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* in,
+                                        float* x, void* scratch);
 
 /// Narrow floats: 1 sign bit, `exponent_bits`, `mantissa_bits`, round to nearest even,
 /// saturating, packed as a little-endian bit stream (value i at bits [i*b, i*b+b)).
-[[nodiscard]] cudaError_t narrow_encode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
-                   const float* x, std::uint8_t* out);
-[[nodiscard]] cudaError_t narrow_decode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
-                   const std::uint8_t* in, float* x);
+[[nodiscard]] cudaError_t narrow_encode(cudaStream_t s, int exponent_bits, int mantissa_bits,
+                                        std::int64_t n, const float* x, std::uint8_t* out);
+[[nodiscard]] cudaError_t narrow_decode(cudaStream_t s, int exponent_bits, int mantissa_bits,
+                                        std::int64_t n, const std::uint8_t* in, float* x);
 
 }  // namespace memplan::cuda_backend::kernels

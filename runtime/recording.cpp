@@ -71,12 +71,11 @@ Recording record(const Backend& backend, const sim::Workload& workload,
     op.duration_ns = std::max<sim::Nanoseconds>(median(op_ns[o]), 1);
     const auto f = found.find(op.id);
     for (sim::Algorithm& a : op.algorithms) {
-      a.duration_ns = f == found.end()
-                          ? op.duration_ns
-                          : std::max<sim::Nanoseconds>(op.duration_ns +
-                                                           f->second.memory_optimal.duration_ns -
-                                                           f->second.fastest.duration_ns,
-                                                       1);
+      a.duration_ns = f == found.end() ? op.duration_ns
+                                       : std::max<sim::Nanoseconds>(
+                                             op.duration_ns + f->second.memory_optimal.duration_ns -
+                                                 f->second.fastest.duration_ns,
+                                             1);
     }
   }
 
