@@ -550,6 +550,27 @@ std::pair<std::int64_t, std::int64_t> softmax_rows(const sim::Op& op, const sim:
   return {elements(t) / classes, classes};
 }
 
+/// Rows × the last axis (layer-norm over the last axis).
+std::pair<std::int64_t, std::int64_t> rows_of(const sim::Op& op, const sim::Tensor& t) {
+  if (t.shape.empty() || t.shape.back() <= 0) fail(op, "needs a non-empty last axis");
+  return {elements(t) / t.shape.back(), t.shape.back()};
+}
+
+/// Attention's extents from qkv [B, S, 3H] and scores [B, heads, S, S] (heads divide H).
+kernels::AttentionExtents attention_extents(const sim::Op& op, const sim::Tensor& qkv,
+                                            const sim::Tensor& scores) {
+  if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0 || scores.shape.size() != 4) {
+    fail(op, "attention reads qkv [B, S, 3H] and scores [B, heads, S, S]");
+  }
+  const kernels::AttentionExtents e{qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3, scores.shape[1]};
+  if (e.batch <= 0 || e.sequence <= 0 || e.hidden <= 0 || e.heads <= 0 || e.hidden % e.heads != 0 ||
+      scores.shape[0] != e.batch || scores.shape[2] != e.sequence ||
+      scores.shape[3] != e.sequence) {
+    fail(op, "attention: heads must divide the hidden size, scores must be [B, heads, S, S]");
+  }
+  return e;
+}
+
 }  // namespace
 
 void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
@@ -644,6 +665,36 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
     MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_ACCURATE,
                                             CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), in[0],
                                             &kZero, d.get(), out[0]));
+  } else if (op.layer == "layer_norm") {
+    // [x, w, b] -> [y, mean, rstd]
+    if (in.size() != 3 || out.size() != 3)
+      fail(op, "layer_norm reads x, w, b, writes y, mean, rstd");
+    const auto [rows, h] = rows_of(op, t_in(0));
+    MEMPLAN_CUDA_CHECK(kernels::layer_norm_forward(stream_, rows, h, attr_f(op, "epsilon", 1e-5f),
+                                                   f32(in[0]), f32(in[1]), f32(in[2]), f32(out[0]),
+                                                   f32(out[1]), f32(out[2])));
+  } else if (op.layer == "gelu") {
+    if (in.empty() || out.empty()) fail(op, "gelu reads x, writes y");
+    MEMPLAN_CUDA_CHECK(kernels::gelu_forward(stream_, elements(t_in(0)), f32(in[0]), f32(out[0])));
+  } else if (op.layer == "embedding") {
+    // [indices, table] -> [y]
+    const sim::Tensor& table = t_in(1);
+    if (in.size() != 2 || out.empty() || table.shape.size() != 2) {
+      fail(op, "embedding reads indices and a 2-d table");
+    }
+    MEMPLAN_CUDA_CHECK(kernels::embedding_forward(stream_, elements(t_in(0)), table.shape[1],
+                                                  table.shape[0], i64(in[0]), f32(in[1]),
+                                                  f32(out[0])));
+  } else if (op.layer == "attention_scores") {
+    // [qkv] -> [scores]
+    if (in.empty() || out.empty()) fail(op, "attention_scores reads qkv, writes scores");
+    MEMPLAN_CUDA_CHECK(kernels::attention_scores_forward(
+        stream_, attention_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0])));
+  } else if (op.layer == "attention_context") {
+    // [probs, qkv] -> [y]
+    if (in.size() != 2 || out.empty()) fail(op, "attention_context reads probs and qkv");
+    MEMPLAN_CUDA_CHECK(kernels::attention_context_forward(
+        stream_, attention_extents(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
   } else if (op.layer == "softmax_cross_entropy") {
     if (in.size() != 2 || out.size() != 2) {
       fail(op,
@@ -806,6 +857,44 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     MEMPLAN_CUDNN_CHECK(cudnnSoftmaxBackward(cudnn_, CUDNN_SOFTMAX_ACCURATE,
                                              CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), in[1],
                                              d.get(), in[0], &kZero, d.get(), out[0]));
+  } else if (op.layer == "layer_norm") {
+    // [dy, x, w, mean, rstd] -> [dx,] dw, db
+    if (in.size() != 5 || out.size() < 2 || out.size() > 3) {
+      fail(op, "layer_norm backward reads dy, x, w, mean, rstd, writes [dx,] dw, db");
+    }
+    const bool has_dx = out.size() == 3;
+    const std::size_t k = has_dx ? 1 : 0;
+    const auto [rows, h] = rows_of(op, t_in(1));
+    MEMPLAN_CUDA_CHECK(kernels::layer_norm_backward(
+        stream_, rows, h, f32(in[1]), f32(in[2]), f32(in[3]), f32(in[4]), f32(in[0]),
+        has_dx ? f32(out[0]) : nullptr, f32(out[k]), f32(out[k + 1])));
+  } else if (op.layer == "gelu") {
+    // [dy, x] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "gelu backward reads dy and x, writes dx");
+    MEMPLAN_CUDA_CHECK(
+        kernels::gelu_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
+  } else if (op.layer == "embedding") {
+    // [dy, indices] -> [dtable]
+    const sim::Tensor& table = t_out(0);
+    if (in.size() != 2 || out.size() != 1 || table.shape.size() != 2) {
+      fail(op, "embedding backward reads dy and indices, writes the table's gradient");
+    }
+    MEMPLAN_CUDA_CHECK(kernels::embedding_backward(stream_, elements(t_in(1)), table.shape[1],
+                                                   table.shape[0], i64(in[1]), f32(in[0]),
+                                                   f32(out[0])));
+  } else if (op.layer == "attention_scores") {
+    // [dscores, qkv] -> [dqkv]
+    if (in.size() != 2 || out.size() != 1) fail(op, "attention_scores backward reads dy and qkv");
+    MEMPLAN_CUDA_CHECK(kernels::attention_scores_backward(
+        stream_, attention_extents(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
+  } else if (op.layer == "attention_context") {
+    // [dy, probs, qkv] -> [dprobs, dqkv]
+    if (in.size() != 3 || out.size() != 2) {
+      fail(op, "attention_context backward reads dy, probs, qkv, writes dprobs, dqkv");
+    }
+    MEMPLAN_CUDA_CHECK(kernels::attention_context_backward(
+        stream_, attention_extents(op, t_in(2), t_in(1)), f32(in[0]), f32(in[1]), f32(in[2]),
+        f32(out[0]), f32(out[1])));
   } else if (op.layer == "softmax_cross_entropy") {
     // [probs, labels] -> [dlogits]
     if (in.size() != 2 || out.size() != 1) fail(op, "reads probs and labels, writes dlogits");

@@ -8,8 +8,9 @@
 //
 // Convolutions (conv2d, conv3d) and batch-norm, ReLU, average pooling and softmax use cuDNN;
 // linear uses cuBLAS (row-major tensors seen as their column-major transposes); add, max pooling
-// (PyTorch's int64 indices, which cuDNN does not produce), the loss, SGD and Gist's encodings are
-// this backend's own kernels (kernels.cuh). Arithmetic is IEEE fp32 without TF32 (cuDNN's FMA
+// 2-d and 3-d (PyTorch's int64 indices, which cuDNN does not produce), the transformer's layers
+// (layer-norm, GELU, embedding, attention scores and context), the loss, SGD and Gist's encodings
+// are this backend's own kernels (kernels.cuh). Arithmetic is IEEE fp32 without TF32 (cuDNN's FMA
 // math, cuBLAS's pedantic math) so gradients stay close to the host backend's.
 //
 // Convolution algorithms: find_algorithms() asks cuDNN (cudnnFind*, which times every algorithm;

@@ -74,6 +74,47 @@ struct PoolExtents {
                                                  std::int64_t classes, const float* probs,
                                                  const std::int64_t* labels, float* dlogits);
 
+// ---- transformer layers (host_backend/transformer_kernels.hpp: the same semantics and order
+// of summation; erff and expf may differ from the host's in the last bit) --------------------
+/// y = (x - mean) · rstd · w + b per row of `h`; writes the saved mean and rstd per row.
+[[nodiscard]] cudaError_t layer_norm_forward(cudaStream_t s, std::int64_t rows, std::int64_t h,
+                                             float epsilon, const float* x, const float* w,
+                                             const float* b, float* y, float* mean, float* rstd);
+/// dx (when not null), dw and db (overwritten) from the saved input, mean and rstd.
+[[nodiscard]] cudaError_t layer_norm_backward(cudaStream_t s, std::int64_t rows, std::int64_t h,
+                                              const float* x, const float* w, const float* mean,
+                                              const float* rstd, const float* dy, float* dx,
+                                              float* dw, float* db);
+/// y = x · Φ(x) (erf form); the backward reads x.
+[[nodiscard]] cudaError_t gelu_forward(cudaStream_t s, std::int64_t n, const float* x, float* y);
+[[nodiscard]] cudaError_t gelu_backward(cudaStream_t s, std::int64_t n, const float* dy,
+                                        const float* x, float* dx);
+/// y[i] = table[indices[i]] (rows of `dim`); an index outside the table's `rows` gives a NaN row.
+[[nodiscard]] cudaError_t embedding_forward(cudaStream_t s, std::int64_t n, std::int64_t dim,
+                                            std::int64_t rows, const std::int64_t* indices,
+                                            const float* table, float* y);
+/// dtable (overwritten) = the dy rows summed per index, in index order.
+[[nodiscard]] cudaError_t embedding_backward(cudaStream_t s, std::int64_t n, std::int64_t dim,
+                                             std::int64_t rows, const std::int64_t* indices,
+                                             const float* dy, float* dtable);
+/// Attention over a fused qkv [B, S, 3H] (heads divide H): scores [B, heads, S, S] = Q·Kᵀ/√d
+/// with the causal mask (-inf above the diagonal); context y [B, S, H] = P·V, heads merged.
+struct AttentionExtents {
+  std::int64_t batch, sequence, hidden, heads;
+};
+[[nodiscard]] cudaError_t attention_scores_forward(cudaStream_t s, const AttentionExtents& e,
+                                                   const float* qkv, float* scores);
+/// dqkv (overwritten): the Q and K parts; the V part is zero.
+[[nodiscard]] cudaError_t attention_scores_backward(cudaStream_t s, const AttentionExtents& e,
+                                                    const float* dscores, const float* qkv,
+                                                    float* dqkv);
+[[nodiscard]] cudaError_t attention_context_forward(cudaStream_t s, const AttentionExtents& e,
+                                                    const float* probs, const float* qkv, float* y);
+/// dprobs and dqkv (overwritten): its V part; the Q and K parts are zero.
+[[nodiscard]] cudaError_t attention_context_backward(cudaStream_t s, const AttentionExtents& e,
+                                                     const float* dy, const float* probs,
+                                                     const float* qkv, float* dprobs, float* dqkv);
+
 // ---- SGD with momentum (PyTorch's rule): v = mu*v + g + wd*w; w -= lr*v ------------------------
 [[nodiscard]] cudaError_t sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum,
                                        float weight_decay, float* w, const float* grad,
