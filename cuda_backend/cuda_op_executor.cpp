@@ -700,9 +700,8 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
       fail(op,
            "softmax_cross_entropy reads logits and labels, writes the loss and the probabilities");
     }
-    const sim::Tensor& logits = t_in(0);
-    if (logits.shape.size() != 2) fail(op, "softmax_cross_entropy needs 2-d logits");
-    const std::int64_t rows = logits.shape[0], classes = logits.shape[1];
+    // Classes on the last axis; every other position is one sample (a sequence's tokens too).
+    const auto [rows, classes] = rows_of(op, t_in(0));
     TensorDesc d;
     d.set(op, {rows, classes});
     MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_ACCURATE,
@@ -898,10 +897,9 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "softmax_cross_entropy") {
     // [probs, labels] -> [dlogits]
     if (in.size() != 2 || out.size() != 1) fail(op, "reads probs and labels, writes dlogits");
-    const sim::Tensor& probs = t_in(0);
-    if (probs.shape.size() != 2) fail(op, "softmax_cross_entropy needs 2-d probabilities");
-    MEMPLAN_CUDA_CHECK(kernels::cross_entropy_backward(stream_, probs.shape[0], probs.shape[1],
-                                                       f32(in[0]), i64(in[1]), f32(out[0])));
+    const auto [rows, classes] = rows_of(op, t_in(0));
+    MEMPLAN_CUDA_CHECK(kernels::cross_entropy_backward(stream_, rows, classes, f32(in[0]),
+                                                       i64(in[1]), f32(out[0])));
   } else {
     fail(op, "no CUDA kernel for this layer type");
   }
