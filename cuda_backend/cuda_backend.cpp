@@ -28,10 +28,10 @@ double copy_ns(std::size_t bytes, bool to_device, int repeat) {
   cudaEvent_t start = nullptr;
   cudaEvent_t end = nullptr;
   const auto release = [&] {
-    if (end != nullptr) cudaEventDestroy(end);
-    if (start != nullptr) cudaEventDestroy(start);
-    if (s != nullptr) cudaStreamDestroy(s);
-    if (device != nullptr) cudaFree(device);
+    if (end != nullptr) MEMPLAN_CUDA_REPORT(cudaEventDestroy(end));
+    if (start != nullptr) MEMPLAN_CUDA_REPORT(cudaEventDestroy(start));
+    if (s != nullptr) MEMPLAN_CUDA_REPORT(cudaStreamDestroy(s));
+    if (device != nullptr) MEMPLAN_CUDA_REPORT(cudaFree(device));
   };
   std::vector<double> t;
   try {
@@ -84,6 +84,20 @@ runtime::LinkModel CudaBackend::measure_link() const {
   }
   link.latency_ns = static_cast<sim::Nanoseconds>(std::max(latency, 0.0));
   return link;
+}
+
+std::map<sim::OpId, runtime::FoundAlgorithms> CudaBackend::find_algorithms(
+    const sim::Workload& workload) const {
+  CudaOpExecutor executor(workload, nullptr, algorithms_);  // nullptr: the default stream
+  executor.find_algorithms();
+  const auto ns = [](double ms) { return static_cast<sim::Nanoseconds>(std::llround(ms * 1e6)); };
+  std::map<sim::OpId, runtime::FoundAlgorithms> found;
+  for (const auto& [op, c] : executor.conv_algorithms()) {
+    runtime::FoundAlgorithms& f = found[op];
+    f.fastest = {c.fastest_workspace(), ns(c.fastest_ms())};
+    f.memory_optimal = {c.memory_optimal_workspace(), ns(c.memory_optimal_ms())};
+  }
+  return found;
 }
 
 void require_cuda_device() {

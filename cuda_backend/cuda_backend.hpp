@@ -2,10 +2,12 @@
 // CudaBackend: the runtime::Backend of a CUDA GPU, what `memplan validate --backend cuda` and
 // `memplan record --backend cuda` run on. Its devices are CudaDevices on device 0 sharing one
 // cache of cuDNN's found algorithms (so a plan and its in-core reference run each convolution
-// with the same algorithm); its link is measured with timed pinned copies. make_cuda_backend()
-// is what the CLI calls: with no device it throws one InputError naming the reason. And a check
-// the host backend cannot make: the GPU's gradients against the host backend's.
+// with the same algorithm, and a recorded trace carries what it found); its link is measured
+// with timed pinned copies. make_cuda_backend() is what the CLI calls: with no device it throws
+// one InputError naming the reason. And a check the host backend cannot make: the GPU's
+// gradients against the host backend's.
 #include <cstdint>
+#include <map>
 #include <memory>
 
 #include "cuda_backend/cuda_op_executor.hpp"
@@ -25,6 +27,13 @@ class CudaBackend final : public runtime::Backend {
   /// Bandwidth of each direction fitted to CUDA-event timed pinned copies of 4 KiB (median of 21)
   /// and 64 MiB (median of 5); latency = the larger intercept of the two fits.
   [[nodiscard]] runtime::LinkModel measure_link() const override;
+  /// cuDNN's search (cudnnFind*, which times every algorithm) for each convolution op, on the
+  /// default stream before any arena exists, kept in the cache the devices share (so the recorded
+  /// run uses what was found). Per op: the fastest and the memory-optimal deterministic algorithm
+  /// (over its passes: the largest workspace, the summed time); times are 0 where cuDNN could only
+  /// rank the algorithms (its heuristics, when Find could not allocate its buffers).
+  [[nodiscard]] std::map<sim::OpId, runtime::FoundAlgorithms> find_algorithms(
+      const sim::Workload& workload) const override;
 
  private:
   std::shared_ptr<ConvAlgorithmCache> algorithms_;

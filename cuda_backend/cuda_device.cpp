@@ -28,7 +28,7 @@ PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
 
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) cudaFreeHost(data_);
+    if (data_ != nullptr) MEMPLAN_CUDA_REPORT(cudaFreeHost(data_));
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
@@ -36,7 +36,7 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
 }
 
 PinnedBuffer::~PinnedBuffer() {
-  if (data_ != nullptr) cudaFreeHost(data_);
+  if (data_ != nullptr) MEMPLAN_CUDA_REPORT(cudaFreeHost(data_));
 }
 
 // ---- CudaDevice ---------------------------------------------------------------------------------
@@ -56,24 +56,37 @@ CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
                     "-byte arena does not fit the GPU's " + std::to_string(free_bytes) +
                     " free bytes (of " + std::to_string(total_bytes) + ")");
   }
-  void* p = nullptr;
-  MEMPLAN_CUDA_CHECK(cudaMalloc(&p, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1))));
-  memory_ = static_cast<std::byte*>(p);
-  for (cudaStream_t& s : streams_)
-    MEMPLAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  MEMPLAN_CUDA_CHECK(cudaEventCreate(&start_));
+  try {
+    void* p = nullptr;
+    MEMPLAN_CUDA_CHECK(
+        cudaMalloc(&p, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1))));
+    memory_ = static_cast<std::byte*>(p);
+    for (cudaStream_t& s : streams_)
+      MEMPLAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    MEMPLAN_CUDA_CHECK(cudaEventCreate(&start_));
+  } catch (...) {
+    release();  // a constructor that throws runs no destructor
+    throw;
+  }
 }
 
 CudaDevice::~CudaDevice() {
-  cudaDeviceSynchronize();  // errors were reported by synchronize
+  release();
+}
+
+void CudaDevice::release() noexcept {
+  // Work still queued (a run that threw midway) must finish before its memory is freed.
+  MEMPLAN_CUDA_REPORT(cudaDeviceSynchronize());
   executor_.reset();
-  for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  for (cudaEvent_t e : timing_) cudaEventDestroy(e);
-  if (start_ != nullptr) cudaEventDestroy(start_);
-  for (cudaStream_t s : streams_) {
-    if (s != nullptr) cudaStreamDestroy(s);
+  for (cudaEvent_t e : events_) {
+    if (e != nullptr) MEMPLAN_CUDA_REPORT(cudaEventDestroy(e));
   }
-  if (memory_ != nullptr) cudaFree(memory_);
+  for (cudaEvent_t e : timing_) MEMPLAN_CUDA_REPORT(cudaEventDestroy(e));
+  if (start_ != nullptr) MEMPLAN_CUDA_REPORT(cudaEventDestroy(start_));
+  for (cudaStream_t s : streams_) {
+    if (s != nullptr) MEMPLAN_CUDA_REPORT(cudaStreamDestroy(s));
+  }
+  if (memory_ != nullptr) MEMPLAN_CUDA_REPORT(cudaFree(memory_));
 }
 
 void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& program) {
@@ -94,7 +107,9 @@ void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   offset_.assign(program.buffers.size(), -1);
   live_ = 0;
   peak_ = 0;
-  for (cudaEvent_t e : events_) MEMPLAN_CUDA_CHECK(cudaEventDestroy(e));
+  for (cudaEvent_t e : events_) {
+    if (e != nullptr) MEMPLAN_CUDA_CHECK(cudaEventDestroy(e));
+  }
   events_.assign(program.events.size(), nullptr);
   for (cudaEvent_t& e : events_) {
     MEMPLAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -257,9 +272,9 @@ void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
   switch (encoding) {
     case sim::Encoding::kBinarize:
       if (encode) {
-        kernels::binarize_encode(s, n, x, bytes);
+        MEMPLAN_CUDA_CHECK(kernels::binarize_encode(s, n, x, bytes));
       } else {
-        kernels::binarize_decode(s, n, bytes, x);
+        MEMPLAN_CUDA_CHECK(kernels::binarize_decode(s, n, bytes, x));
       }
       break;
     case sim::Encoding::kSparse:
@@ -269,9 +284,10 @@ void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
         int* host_flag = reinterpret_cast<int*>(overflow_.data()) + flag;
         void* device_flag = nullptr;
         MEMPLAN_CUDA_CHECK(cudaHostGetDevicePointer(&device_flag, host_flag, 0));
-        kernels::sparse_encode(s, n, x, bytes, capacity, scratch, static_cast<int*>(device_flag));
+        MEMPLAN_CUDA_CHECK(kernels::sparse_encode(s, n, x, bytes, capacity, scratch,
+                                                  static_cast<int*>(device_flag)));
       } else {
-        kernels::sparse_decode(s, n, bytes, x, scratch);
+        MEMPLAN_CUDA_CHECK(kernels::sparse_decode(s, n, bytes, x, scratch));
       }
       break;
     case sim::Encoding::kFp16:
@@ -281,9 +297,11 @@ void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
                                           : encoding == sim::Encoding::kFp10 ? kFp10
                                                                              : kFp8;
       if (encode) {
-        kernels::narrow_encode(s, f.exponent_bits, f.mantissa_bits, n, x, bytes);
+        MEMPLAN_CUDA_CHECK(
+            kernels::narrow_encode(s, f.exponent_bits, f.mantissa_bits, n, x, bytes));
       } else {
-        kernels::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, bytes, x);
+        MEMPLAN_CUDA_CHECK(
+            kernels::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, bytes, x));
       }
       break;
     }

@@ -92,6 +92,8 @@ class CudaDevice final : public runtime::Device {
     return streams_[static_cast<std::size_t>(s)];
   }
   cudaEvent_t timing_event();
+  /// Waits for queued work, then destroys what the device created (errors reported, not thrown).
+  void release() noexcept;
   void initialise(sim::BufferId b);
   void enqueue_codec(std::int32_t index, const sim::Instruction& in);
 

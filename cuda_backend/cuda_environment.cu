@@ -1,14 +1,27 @@
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/cuda_environment.hpp"
 
+#include <cstdio>
 #include <string>
 
 namespace memplan::cuda_backend {
 
+std::string cuda_error_message(const char* library, const char* call, const char* error,
+                               const char* file, int line) {
+  return std::string(library) + " call " + call + " failed: " + error + " (" + file + ":" +
+         std::to_string(line) + ")";
+}
+
 void throw_cuda_error(const char* library, const char* call, const char* error, const char* file,
                       int line) {
-  throw CudaError(std::string(library) + " call " + call + " failed: " + error + " (" + file + ":" +
-                  std::to_string(line) + ")");
+  throw CudaError(cuda_error_message(library, call, error, file, line));
+}
+
+void report_cuda_error(const char* library, const char* call, const char* error, const char* file,
+                       int line) noexcept {
+  // fprintf, not the message's std::string: a failed allocation must not escape a destructor.
+  std::fprintf(stderr, "memplan: %s call %s failed: %s (%s:%d)\n", library, call, error, file,
+               line);
 }
 
 const char* cublas_status_string(cublasStatus_t status) {
@@ -18,12 +31,14 @@ const char* cublas_status_string(cublasStatus_t status) {
 CudaEnvironment probe_cuda() {
   CudaEnvironment env;
   env.cudnn_version = cudnnGetVersion();
-  cudaRuntimeGetVersion(&env.runtime_version);
+  // Checked, not thrown: like cudaGetDeviceCount below, it may fail because there is no driver or
+  // device, which probe_cuda reports in unavailable_reason instead.
+  if (cudaRuntimeGetVersion(&env.runtime_version) != cudaSuccess) env.runtime_version = 0;
   const cudaError_t status = cudaGetDeviceCount(&env.device_count);
   if (status != cudaSuccess) {
     env.device_count = 0;
     env.unavailable_reason = cudaGetErrorString(status);
-    cudaGetLastError();  // clear the sticky error so later calls start clean
+    MEMPLAN_CUDA_CLEAR_ERROR(status);  // so that later calls start clean
     return env;
   }
   if (env.device_count == 0) {

@@ -31,6 +31,30 @@ std::int64_t* i64(void* p) {
   return static_cast<std::int64_t*>(p);
 }
 
+/// Which of [dx,] dw [, db] a linear or convolution backward op writes
+/// (host_backend::OpExecutor::split_grads).
+struct GradOutputs {
+  bool dx = false;
+  bool db = false;
+};
+GradOutputs grad_outputs(const sim::Workload& w, const sim::Op& op) {
+  const std::size_t n = op.outputs.size();
+  if (op.inputs.size() != 3 || n == 0 || n > 3) {
+    fail(op, op.layer + " backward reads dy, x and w, writes [dx,] dw [, db]");
+  }
+  GradOutputs has;
+  if (op.differentiates != sim::kNoId) {
+    has.db = w.op(op.differentiates).inputs.size() == 3;
+  } else {
+    has.db = n >= 2 && w.tensor(op.outputs.back()).shape.size() == 1;
+  }
+  const std::size_t without_dx = has.db ? 2 : 1;
+  if (n != without_dx && n != without_dx + 1)
+    fail(op, "output count does not match [dx,] dw [, db]");
+  has.dx = n == without_dx + 1;
+  return has;
+}
+
 int as_int(const sim::Op& op, std::int64_t v) {
   if (v < 0 || v > INT_MAX) fail(op, "an extent does not fit cuDNN's and cuBLAS's int");
   return static_cast<int>(v);
@@ -60,7 +84,7 @@ class TensorDesc {
   TensorDesc() { MEMPLAN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_)); }
   TensorDesc(const TensorDesc&) = delete;
   TensorDesc& operator=(const TensorDesc&) = delete;
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
+  ~TensorDesc() { MEMPLAN_CUDNN_REPORT(cudnnDestroyTensorDescriptor(d_)); }
   /// A contiguous float tensor of these extents (at least 4: trailing 1s are added).
   void set(const sim::Op& op, std::vector<std::int64_t> dims) {
     while (dims.size() < 4) dims.push_back(1);
@@ -86,7 +110,7 @@ class FilterDesc {
   FilterDesc() { MEMPLAN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d_)); }
   FilterDesc(const FilterDesc&) = delete;
   FilterDesc& operator=(const FilterDesc&) = delete;
-  ~FilterDesc() { cudnnDestroyFilterDescriptor(d_); }
+  ~FilterDesc() { MEMPLAN_CUDNN_REPORT(cudnnDestroyFilterDescriptor(d_)); }
   cudnnFilterDescriptor_t get() const { return d_; }
 
  private:
@@ -98,7 +122,7 @@ class ConvDesc {
   ConvDesc() { MEMPLAN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d_)); }
   ConvDesc(const ConvDesc&) = delete;
   ConvDesc& operator=(const ConvDesc&) = delete;
-  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d_); }
+  ~ConvDesc() { MEMPLAN_CUDNN_REPORT(cudnnDestroyConvolutionDescriptor(d_)); }
   cudnnConvolutionDescriptor_t get() const { return d_; }
 
  private:
@@ -239,6 +263,12 @@ double ConvAlgorithms::memory_optimal_ms() const {
   return combine(*this, smallest).second;
 }
 
+std::uint64_t algorithm_cache_key(const sim::Workload& workload) {
+  sim::Workload w = workload;
+  for (sim::Op& op : w.ops) op.workspace_bytes = 0;
+  return sim::workload_fingerprint(w);
+}
+
 // ---- CudaOpExecutor
 // ----------------------------------------------------------------------------------
 
@@ -247,7 +277,7 @@ CudaOpExecutor::CudaOpExecutor(const sim::Workload& workload, cudaStream_t strea
     : w_(workload),
       stream_(stream),
       cache_(cache != nullptr ? std::move(cache) : std::make_shared<ConvAlgorithmCache>()),
-      conv_(&(*cache_)[sim::workload_fingerprint(workload)]) {
+      conv_(&(*cache_)[algorithm_cache_key(workload)]) {
   MEMPLAN_CUDNN_CHECK(cudnnCreate(&cudnn_));
   MEMPLAN_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   MEMPLAN_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -256,9 +286,9 @@ CudaOpExecutor::CudaOpExecutor(const sim::Workload& workload, cudaStream_t strea
 }
 
 CudaOpExecutor::~CudaOpExecutor() {
-  if (scratch_ != nullptr) cudaFree(scratch_);
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
-  if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+  if (scratch_ != nullptr) MEMPLAN_CUDA_REPORT(cudaFree(scratch_));
+  if (cublas_ != nullptr) MEMPLAN_CUBLAS_REPORT(cublasDestroy(cublas_));
+  if (cudnn_ != nullptr) MEMPLAN_CUDNN_REPORT(cudnnDestroy(cudnn_));
 }
 
 void* CudaOpExecutor::scratch(std::size_t bytes) {
@@ -292,7 +322,7 @@ void CudaOpExecutor::find_for(const sim::Op& op) {
     const auto n = static_cast<int>(perf.size());
     if (cudnnFindConvolutionForwardAlgorithm(cudnn_, c.x.get(), c.w.get(), c.conv.get(), c.y.get(),
                                              n, &count, perf.data()) != CUDNN_STATUS_SUCCESS) {
-      cudaGetLastError();  // a failed allocation inside Find is not this run's error
+      MEMPLAN_CUDA_CLEAR_ERROR(cudaErrorMemoryAllocation);  // Find's own, handled here
       MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
           cudnn_, c.x.get(), c.w.get(), c.conv.get(), c.y.get(), n, &count, perf.data()));
     }
@@ -301,23 +331,26 @@ void CudaOpExecutor::find_for(const sim::Op& op) {
     // [dy, x, w] -> [dx,] dw [, db]
     if (op.inputs.size() != 3) fail(op, "convolution backward reads dy, x and w");
     const Conv c(op, w_.tensor(op.inputs[1]), w_.tensor(op.inputs[2]), w_.tensor(op.inputs[0]));
-    std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> data{};
-    auto n = static_cast<int>(data.size());
-    if (cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, c.w.get(), c.y.get(), c.conv.get(),
-                                                  c.x.get(), n, &count,
-                                                  data.data()) != CUDNN_STATUS_SUCCESS) {
-      cudaGetLastError();  // a failed allocation inside Find is not this run's error
-      MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-          cudnn_, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), n, &count, data.data()));
+    // Backward data only when the op writes dx (not for a first layer's convolution).
+    if (grad_outputs(w_, op).dx) {
+      std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> data{};
+      const auto n = static_cast<int>(data.size());
+      if (cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, c.w.get(), c.y.get(), c.conv.get(),
+                                                    c.x.get(), n, &count,
+                                                    data.data()) != CUDNN_STATUS_SUCCESS) {
+        MEMPLAN_CUDA_CLEAR_ERROR(cudaErrorMemoryAllocation);  // Find's own, handled here
+        MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            cudnn_, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), n, &count, data.data()));
+      }
+      found.backward_data = usable(data.data(), count);
     }
-    found.backward_data = usable(data.data(), count);
     std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>
         filter{};
-    n = static_cast<int>(filter.size());
+    const auto n = static_cast<int>(filter.size());
     if (cudnnFindConvolutionBackwardFilterAlgorithm(cudnn_, c.x.get(), c.y.get(), c.conv.get(),
                                                     c.w.get(), n, &count,
                                                     filter.data()) != CUDNN_STATUS_SUCCESS) {
-      cudaGetLastError();  // a failed allocation inside Find is not this run's error
+      MEMPLAN_CUDA_CLEAR_ERROR(cudaErrorMemoryAllocation);  // Find's own, handled here
       MEMPLAN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           cudnn_, c.x.get(), c.y.get(), c.conv.get(), c.w.get(), n, &count, filter.data()));
     }
@@ -358,26 +391,44 @@ void sum_into(cudaStream_t s, std::int64_t n, std::span<void* const> in, float* 
     }
     return;
   }
-  kernels::add(s, n, f32(in[0]), f32(in[1]), out);
-  for (std::size_t i = 2; i < in.size(); ++i) kernels::add(s, n, out, f32(in[i]), out);
+  MEMPLAN_CUDA_CHECK(kernels::add(s, n, f32(in[0]), f32(in[1]), out));
+  for (std::size_t i = 2; i < in.size(); ++i)
+    MEMPLAN_CUDA_CHECK(kernels::add(s, n, out, f32(in[i]), out));
 }
 
+/// Max pooling's extents: x and y [N, C, H, W] (max_pool2d) or [N, C, D, H, W] (max_pool3d);
+/// attributes as the host backend reads them (kernel 2, stride = kernel, padding 0 by default).
 kernels::PoolExtents pool_extents(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& y) {
-  if (x.shape.size() != 4 || y.shape.size() != 4) fail(op, "2-d pooling needs 4-d tensors");
+  const std::size_t rank = op.layer.ends_with("3d") ? 5 : 4;
+  if (x.shape.size() != rank || y.shape.size() != rank || y.shape[0] != x.shape[0] ||
+      y.shape[1] != x.shape[1]) {
+    fail(op, op.layer + " needs " + std::to_string(rank) + "-d tensors of the same N and C");
+  }
+  const std::size_t h = rank == 5 ? 1 : 0;  // attribute index of H
   kernels::PoolExtents e{};
   e.planes = x.shape[0] * x.shape[1];
-  e.in_h = x.shape[2];
-  e.in_w = x.shape[3];
-  e.out_h = y.shape[2];
-  e.out_w = y.shape[3];
-  e.kernel_h = attr(op, "kernel", 0, 2);
-  e.kernel_w = attr(op, "kernel", 1, 2);
-  e.stride_h = attr(op, "stride", 0, e.kernel_h);
-  e.stride_w = attr(op, "stride", 1, e.kernel_w);
-  e.pad_h = attr(op, "padding", 0, 0);
-  e.pad_w = attr(op, "padding", 1, 0);
-  if (e.kernel_h <= 0 || e.kernel_w <= 0 || e.stride_h <= 0 || e.stride_w <= 0 || e.pad_h < 0 ||
-      e.pad_w < 0 || e.out_h <= 0 || e.out_w <= 0) {
+  e.in_d = e.out_d = e.kernel_d = e.stride_d = 1;
+  e.pad_d = 0;
+  if (rank == 5) {
+    e.in_d = x.shape[2];
+    e.out_d = y.shape[2];
+    e.kernel_d = attr(op, "kernel", 0, 2);
+    e.stride_d = attr(op, "stride", 0, e.kernel_d);
+    e.pad_d = attr(op, "padding", 0, 0);
+  }
+  e.in_h = x.shape[rank - 2];
+  e.in_w = x.shape[rank - 1];
+  e.out_h = y.shape[rank - 2];
+  e.out_w = y.shape[rank - 1];
+  e.kernel_h = attr(op, "kernel", h, 2);
+  e.kernel_w = attr(op, "kernel", h + 1, 2);
+  e.stride_h = attr(op, "stride", h, e.kernel_h);
+  e.stride_w = attr(op, "stride", h + 1, e.kernel_w);
+  e.pad_h = attr(op, "padding", h, 0);
+  e.pad_w = attr(op, "padding", h + 1, 0);
+  if (e.kernel_d <= 0 || e.kernel_h <= 0 || e.kernel_w <= 0 || e.stride_d <= 0 || e.stride_h <= 0 ||
+      e.stride_w <= 0 || e.pad_d < 0 || e.pad_h < 0 || e.pad_w < 0 || e.out_d <= 0 ||
+      e.out_h <= 0 || e.out_w <= 0) {
     fail(op, "pooling: inconsistent extents");
   }
   return e;
@@ -415,7 +466,7 @@ class AvgPool {
   }
   AvgPool(const AvgPool&) = delete;
   AvgPool& operator=(const AvgPool&) = delete;
-  ~AvgPool() { cudnnDestroyPoolingDescriptor(pool_); }
+  ~AvgPool() { MEMPLAN_CUDNN_REPORT(cudnnDestroyPoolingDescriptor(pool_)); }
   cudnnPoolingDescriptor_t get() const { return pool_; }
   TensorDesc x, y;
 
@@ -432,7 +483,7 @@ class ReluDesc {
   }
   ReluDesc(const ReluDesc&) = delete;
   ReluDesc& operator=(const ReluDesc&) = delete;
-  ~ReluDesc() { cudnnDestroyActivationDescriptor(d_); }
+  ~ReluDesc() { MEMPLAN_CUDNN_REPORT(cudnnDestroyActivationDescriptor(d_)); }
   cudnnActivationDescriptor_t get() const { return d_; }
 
  private:
@@ -499,6 +550,27 @@ std::pair<std::int64_t, std::int64_t> softmax_rows(const sim::Op& op, const sim:
   return {elements(t) / classes, classes};
 }
 
+/// Rows × the last axis (layer-norm over the last axis).
+std::pair<std::int64_t, std::int64_t> rows_of(const sim::Op& op, const sim::Tensor& t) {
+  if (t.shape.empty() || t.shape.back() <= 0) fail(op, "needs a non-empty last axis");
+  return {elements(t) / t.shape.back(), t.shape.back()};
+}
+
+/// Attention's extents from qkv [B, S, 3H] and scores [B, heads, S, S] (heads divide H).
+kernels::AttentionExtents attention_extents(const sim::Op& op, const sim::Tensor& qkv,
+                                            const sim::Tensor& scores) {
+  if (qkv.shape.size() != 3 || qkv.shape[2] % 3 != 0 || scores.shape.size() != 4) {
+    fail(op, "attention reads qkv [B, S, 3H] and scores [B, heads, S, S]");
+  }
+  const kernels::AttentionExtents e{qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3, scores.shape[1]};
+  if (e.batch <= 0 || e.sequence <= 0 || e.hidden <= 0 || e.heads <= 0 || e.hidden % e.heads != 0 ||
+      scores.shape[0] != e.batch || scores.shape[2] != e.sequence ||
+      scores.shape[3] != e.sequence) {
+    fail(op, "attention: heads must divide the hidden size, scores must be [B, heads, S, S]");
+  }
+  return e;
+}
+
 }  // namespace
 
 void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
@@ -513,7 +585,7 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
     MEMPLAN_CUDNN_CHECK(
         cudnnActivationForward(cudnn_, relu.get(), &kOne, d.get(), in[0], &kZero, d.get(), out[0]));
   } else if (op.layer == "relu6") {
-    kernels::relu6_forward(stream_, elements(t_in(0)), f32(in[0]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::relu6_forward(stream_, elements(t_in(0)), f32(in[0]), f32(out[0])));
   } else if (op.layer == "linear") {
     // Row-major y[n×out] = x[n×in]·wᵀ with w[out×in] (PyTorch's layout). Column-major, cuBLAS
     // sees x as xᵀ (in×n) and w as wᵀ (in×out): yᵀ (out×n) = (wᵀ)ᵀ·xᵀ.
@@ -523,7 +595,8 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
     const int rows = as_int(op, n), k = as_int(op, w.shape[1]), m = as_int(op, w.shape[0]);
     MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows, k, &kOne,
                                      f32(in[1]), k, f32(in[0]), k, &kZero, f32(out[0]), m));
-    if (in.size() > 2) kernels::add_bias_rows(stream_, n, w.shape[0], f32(in[2]), f32(out[0]));
+    if (in.size() > 2)
+      MEMPLAN_CUDA_CHECK(kernels::add_bias_rows(stream_, n, w.shape[0], f32(in[2]), f32(out[0])));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     if (in.size() < 2 || out.empty()) fail(op, "convolution reads x, w [, b], writes y");
     const Conv c(op, t_in(0), t_in(1), t_out(0));
@@ -554,10 +627,10 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
         cudnn_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, xd.get(), in[0], xd.get(), out[0], bn.get(),
         in[1], in[2], 0.0, nullptr, nullptr, static_cast<double>(attr_f(op, "epsilon", 1e-5f)),
         out[1], out[2]));
-  } else if (op.layer == "max_pool2d") {
-    if (out.size() != 2) fail(op, "max_pool2d writes its output and its indices");
-    kernels::max_pool_forward(stream_, pool_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0]),
-                              i64(out[1]));
+  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
+    if (out.size() != 2) fail(op, op.layer + " writes its output and its indices");
+    MEMPLAN_CUDA_CHECK(kernels::max_pool_forward(stream_, pool_extents(op, t_in(0), t_out(0)),
+                                                 f32(in[0]), f32(out[0]), i64(out[1])));
   } else if (op.layer == "dropout") {
     // The host backend's mask: a function of the forward op (so a recompute redraws it) and of
     // the element index (host_backend::OpExecutor's dropout seed).
@@ -568,11 +641,12 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
         0x6d656d706c616eULL ^ (static_cast<std::uint64_t>(op.id) * 0x9e3779b97f4a7c15ULL);
     const auto threshold =
         static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
-    kernels::dropout_forward(stream_, elements(t_in(0)), threshold, 1.0f / (1.0f - p), seed,
-                             f32(in[0]), f32(out[0]), static_cast<std::uint8_t*>(out[1]));
+    MEMPLAN_CUDA_CHECK(kernels::dropout_forward(stream_, elements(t_in(0)), threshold,
+                                                1.0f / (1.0f - p), seed, f32(in[0]), f32(out[0]),
+                                                static_cast<std::uint8_t*>(out[1])));
   } else if (op.layer == "adaptive_avg_pool") {
-    kernels::adaptive_avg_pool_forward(stream_, adaptive_extents(op, t_in(0), t_out(0)), f32(in[0]),
-                                       f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_forward(
+        stream_, adaptive_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0])));
   } else if (op.layer == "concat") {
     std::vector<const sim::Tensor*> parts;
     for (std::size_t i = 0; i < in.size(); ++i) parts.push_back(&t_in(i));
@@ -591,14 +665,43 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
     MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_ACCURATE,
                                             CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), in[0],
                                             &kZero, d.get(), out[0]));
+  } else if (op.layer == "layer_norm") {
+    // [x, w, b] -> [y, mean, rstd]
+    if (in.size() != 3 || out.size() != 3)
+      fail(op, "layer_norm reads x, w, b, writes y, mean, rstd");
+    const auto [rows, h] = rows_of(op, t_in(0));
+    MEMPLAN_CUDA_CHECK(kernels::layer_norm_forward(stream_, rows, h, attr_f(op, "epsilon", 1e-5f),
+                                                   f32(in[0]), f32(in[1]), f32(in[2]), f32(out[0]),
+                                                   f32(out[1]), f32(out[2])));
+  } else if (op.layer == "gelu") {
+    if (in.empty() || out.empty()) fail(op, "gelu reads x, writes y");
+    MEMPLAN_CUDA_CHECK(kernels::gelu_forward(stream_, elements(t_in(0)), f32(in[0]), f32(out[0])));
+  } else if (op.layer == "embedding") {
+    // [indices, table] -> [y]
+    const sim::Tensor& table = t_in(1);
+    if (in.size() != 2 || out.empty() || table.shape.size() != 2) {
+      fail(op, "embedding reads indices and a 2-d table");
+    }
+    MEMPLAN_CUDA_CHECK(kernels::embedding_forward(stream_, elements(t_in(0)), table.shape[1],
+                                                  table.shape[0], i64(in[0]), f32(in[1]),
+                                                  f32(out[0])));
+  } else if (op.layer == "attention_scores") {
+    // [qkv] -> [scores]
+    if (in.empty() || out.empty()) fail(op, "attention_scores reads qkv, writes scores");
+    MEMPLAN_CUDA_CHECK(kernels::attention_scores_forward(
+        stream_, attention_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0])));
+  } else if (op.layer == "attention_context") {
+    // [probs, qkv] -> [y]
+    if (in.size() != 2 || out.empty()) fail(op, "attention_context reads probs and qkv");
+    MEMPLAN_CUDA_CHECK(kernels::attention_context_forward(
+        stream_, attention_extents(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
   } else if (op.layer == "softmax_cross_entropy") {
     if (in.size() != 2 || out.size() != 2) {
       fail(op,
            "softmax_cross_entropy reads logits and labels, writes the loss and the probabilities");
     }
-    const sim::Tensor& logits = t_in(0);
-    if (logits.shape.size() != 2) fail(op, "softmax_cross_entropy needs 2-d logits");
-    const std::int64_t rows = logits.shape[0], classes = logits.shape[1];
+    // Classes on the last axis; every other position is one sample (a sequence's tokens too).
+    const auto [rows, classes] = rows_of(op, t_in(0));
     TensorDesc d;
     d.set(op, {rows, classes});
     MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_ACCURATE,
@@ -608,7 +711,8 @@ void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
         static_cast<float*>(scratch(static_cast<std::size_t>(rows * classes) * sizeof(float)));
     MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE,
                                             &kOne, d.get(), in[0], &kZero, d.get(), log_probs));
-    kernels::cross_entropy_loss(stream_, rows, classes, log_probs, i64(in[1]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(
+        kernels::cross_entropy_loss(stream_, rows, classes, log_probs, i64(in[1]), f32(out[0])));
   } else {
     fail(op, "no CUDA kernel for this layer type");
   }
@@ -619,26 +723,14 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
                               sim::Bytes workspace_bytes) {
   const auto& t_in = [&](std::size_t i) -> const sim::Tensor& { return w_.tensor(op.inputs[i]); };
   const auto& t_out = [&](std::size_t i) -> const sim::Tensor& { return w_.tensor(op.outputs[i]); };
-  // Outputs of a linear or conv backward: [dx,] dw [, db] (host_backend::OpExecutor::split_grads).
-  const auto split = [&](const char* layer) {
-    if (op.inputs.size() != 3 || out.empty() || out.size() > 3) {
-      fail(op, std::string(layer) + " backward reads dy, x and w, writes [dx,] dw [, db]");
-    }
-    bool bias = false;
-    if (op.differentiates != sim::kNoId) {
-      bias = w_.op(op.differentiates).inputs.size() == 3;
-    } else {
-      bias = out.size() >= 2 && w_.tensor(op.outputs.back()).shape.size() == 1;
-    }
-    const std::size_t without_dx = bias ? 2 : 1;
-    if (out.size() != without_dx && out.size() != without_dx + 1) {
-      fail(op, "output count does not match [dx,] dw [, db]");
-    }
+  // Outputs of a linear or conv backward: [dx,] dw [, db].
+  const auto split = [&] {
+    const GradOutputs has = grad_outputs(w_, op);
     std::array<float*, 3> g{nullptr, nullptr, nullptr};
     std::size_t i = 0;
-    if (out.size() == without_dx + 1) g[0] = f32(out[i++]);
+    if (has.dx) g[0] = f32(out[i++]);
     g[1] = f32(out[i++]);
-    if (bias) g[2] = f32(out[i]);
+    if (has.db) g[2] = f32(out[i]);
     return g;
   };
   if (op.layer == "relu") {
@@ -653,11 +745,12 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
   } else if (op.layer == "relu6") {
     // [dy, y] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "relu6 backward reads dy and y, writes dx");
-    kernels::relu6_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(
+        kernels::relu6_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
   } else if (op.layer == "linear") {
     // [dy, x, w] -> [dx,] dw [, db]; w[out×in]. Column-major views (see forward):
     // dxᵀ (in×n) = wᵀ (in×out) · dyᵀ (out×n); dwᵀ (in×out) = xᵀ (in×n) · dy (n×out).
-    const auto g = split("linear");
+    const auto g = split();
     const sim::Tensor& w = t_in(2);
     if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [out, in]");
     const std::int64_t n = elements(t_in(1)) / w.shape[1];
@@ -668,10 +761,11 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     }
     MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, k, m, rows, &kOne,
                                      f32(in[1]), k, f32(in[0]), m, &kZero, g[1], k));
-    if (g[2] != nullptr) kernels::column_sums(stream_, n, w.shape[0], f32(in[0]), g[2]);
+    if (g[2] != nullptr)
+      MEMPLAN_CUDA_CHECK(kernels::column_sums(stream_, n, w.shape[0], f32(in[0]), g[2]));
   } else if (op.layer == "conv2d" || op.layer == "conv3d") {
     // [dy, x, w] -> [dx,] dw [, db]
-    const auto g = split(op.layer.c_str());
+    const auto g = split();
     const Conv c(op, t_in(1), t_in(2), t_in(0));
     if (!conv_->contains(op.id)) find_for(op);
     const ConvAlgorithms& found = conv_->at(op.id);
@@ -721,13 +815,14 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     // [dy, mask] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "dropout backward reads dy and the mask");
     const float p = attr_f(op, "p", 0.5f);
-    kernels::dropout_backward(stream_, elements(t_in(0)), 1.0f / (1.0f - p), f32(in[0]),
-                              static_cast<const std::uint8_t*>(in[1]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(
+        kernels::dropout_backward(stream_, elements(t_in(0)), 1.0f / (1.0f - p), f32(in[0]),
+                                  static_cast<const std::uint8_t*>(in[1]), f32(out[0])));
   } else if (op.layer == "adaptive_avg_pool") {
     // [dy, x] -> [dx]
     if (in.size() != 2 || out.size() != 1) fail(op, "adaptive_avg_pool backward reads dy and x");
-    kernels::adaptive_avg_pool_backward(stream_, adaptive_extents(op, t_out(0), t_in(0)),
-                                        f32(in[0]), f32(out[0]));
+    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_backward(
+        stream_, adaptive_extents(op, t_out(0), t_in(0)), f32(in[0]), f32(out[0])));
   } else if (op.layer == "concat") {
     // [dy] -> the gradient of every part (all parts: the split is by position)
     if (in.size() != 1) fail(op, "concat backward reads dy");
@@ -737,11 +832,11 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     std::vector<const sim::Tensor*> parts;
     for (std::size_t i = 0; i < out.size(); ++i) parts.push_back(&t_out(i));
     concat_copy(op, stream_, parts, out, in[0], false);
-  } else if (op.layer == "max_pool2d") {
+  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
     // [dy, saved input, indices] -> [dx]
-    if (in.size() != 3 || out.size() != 1) fail(op, "max_pool2d backward reads dy, x, indices");
-    kernels::max_pool_backward(stream_, pool_extents(op, t_out(0), t_in(0)), f32(in[0]), i64(in[2]),
-                               f32(out[0]));
+    if (in.size() != 3 || out.size() != 1) fail(op, op.layer + " backward reads dy, x, indices");
+    MEMPLAN_CUDA_CHECK(kernels::max_pool_backward(stream_, pool_extents(op, t_out(0), t_in(0)),
+                                                  f32(in[0]), i64(in[2]), f32(out[0])));
   } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
     // [dy, x] -> [dx]. Average pooling's gradient does not depend on y; cuDNN's call takes a y
     // of y's extents, and dy is one.
@@ -761,13 +856,50 @@ void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
     MEMPLAN_CUDNN_CHECK(cudnnSoftmaxBackward(cudnn_, CUDNN_SOFTMAX_ACCURATE,
                                              CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), in[1],
                                              d.get(), in[0], &kZero, d.get(), out[0]));
+  } else if (op.layer == "layer_norm") {
+    // [dy, x, w, mean, rstd] -> [dx,] dw, db
+    if (in.size() != 5 || out.size() < 2 || out.size() > 3) {
+      fail(op, "layer_norm backward reads dy, x, w, mean, rstd, writes [dx,] dw, db");
+    }
+    const bool has_dx = out.size() == 3;
+    const std::size_t k = has_dx ? 1 : 0;
+    const auto [rows, h] = rows_of(op, t_in(1));
+    MEMPLAN_CUDA_CHECK(kernels::layer_norm_backward(
+        stream_, rows, h, f32(in[1]), f32(in[2]), f32(in[3]), f32(in[4]), f32(in[0]),
+        has_dx ? f32(out[0]) : nullptr, f32(out[k]), f32(out[k + 1])));
+  } else if (op.layer == "gelu") {
+    // [dy, x] -> [dx]
+    if (in.size() != 2 || out.size() != 1) fail(op, "gelu backward reads dy and x, writes dx");
+    MEMPLAN_CUDA_CHECK(
+        kernels::gelu_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
+  } else if (op.layer == "embedding") {
+    // [dy, indices] -> [dtable]
+    const sim::Tensor& table = t_out(0);
+    if (in.size() != 2 || out.size() != 1 || table.shape.size() != 2) {
+      fail(op, "embedding backward reads dy and indices, writes the table's gradient");
+    }
+    MEMPLAN_CUDA_CHECK(kernels::embedding_backward(stream_, elements(t_in(1)), table.shape[1],
+                                                   table.shape[0], i64(in[1]), f32(in[0]),
+                                                   f32(out[0])));
+  } else if (op.layer == "attention_scores") {
+    // [dscores, qkv] -> [dqkv]
+    if (in.size() != 2 || out.size() != 1) fail(op, "attention_scores backward reads dy and qkv");
+    MEMPLAN_CUDA_CHECK(kernels::attention_scores_backward(
+        stream_, attention_extents(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
+  } else if (op.layer == "attention_context") {
+    // [dy, probs, qkv] -> [dprobs, dqkv]
+    if (in.size() != 3 || out.size() != 2) {
+      fail(op, "attention_context backward reads dy, probs, qkv, writes dprobs, dqkv");
+    }
+    MEMPLAN_CUDA_CHECK(kernels::attention_context_backward(
+        stream_, attention_extents(op, t_in(2), t_in(1)), f32(in[0]), f32(in[1]), f32(in[2]),
+        f32(out[0]), f32(out[1])));
   } else if (op.layer == "softmax_cross_entropy") {
     // [probs, labels] -> [dlogits]
     if (in.size() != 2 || out.size() != 1) fail(op, "reads probs and labels, writes dlogits");
-    const sim::Tensor& probs = t_in(0);
-    if (probs.shape.size() != 2) fail(op, "softmax_cross_entropy needs 2-d probabilities");
-    kernels::cross_entropy_backward(stream_, probs.shape[0], probs.shape[1], f32(in[0]), i64(in[1]),
-                                    f32(out[0]));
+    const auto [rows, classes] = rows_of(op, t_in(0));
+    MEMPLAN_CUDA_CHECK(kernels::cross_entropy_backward(stream_, rows, classes, f32(in[0]),
+                                                       i64(in[1]), f32(out[0])));
   } else {
     fail(op, "no CUDA kernel for this layer type");
   }
@@ -787,8 +919,8 @@ void CudaOpExecutor::update(const sim::Op& op, std::span<void* const> in) {
         elements(w_.tensor(op.inputs[2 * k + i])) != n) {
       fail(op, "param, grad and momentum " + std::to_string(i) + " differ in size");
     }
-    kernels::sgd_momentum(stream_, n, lr, momentum, weight_decay, f32(in[i]), f32(in[k + i]),
-                          f32(in[2 * k + i]));
+    MEMPLAN_CUDA_CHECK(kernels::sgd_momentum(stream_, n, lr, momentum, weight_decay, f32(in[i]),
+                                             f32(in[k + i]), f32(in[2 * k + i])));
   }
 }
 

@@ -8,8 +8,9 @@
 //
 // Convolutions (conv2d, conv3d) and batch-norm, ReLU, average pooling and softmax use cuDNN;
 // linear uses cuBLAS (row-major tensors seen as their column-major transposes); add, max pooling
-// (PyTorch's int64 indices, which cuDNN does not produce), the loss, SGD and Gist's encodings are
-// this backend's own kernels (kernels.cuh). Arithmetic is IEEE fp32 without TF32 (cuDNN's FMA
+// 2-d and 3-d (PyTorch's int64 indices, which cuDNN does not produce), the transformer's layers
+// (layer-norm, GELU, embedding, attention scores and context), the loss, SGD and Gist's encodings
+// are this backend's own kernels (kernels.cuh). Arithmetic is IEEE fp32 without TF32 (cuDNN's FMA
 // math, cuBLAS's pedantic math) so gradients stay close to the host backend's.
 //
 // Convolution algorithms: find_algorithms() asks cuDNN (cudnnFind*, which times every algorithm;
@@ -59,9 +60,14 @@ struct ConvAlgorithms {
   [[nodiscard]] double memory_optimal_ms() const;
 };
 
-/// Algorithms found per workload (by sim::workload_fingerprint) and op. Devices of one CudaBackend
+/// Algorithms found per workload (by algorithm_cache_key) and op. Devices of one CudaBackend
 /// share it, so a plan and its in-core reference run each op with the same algorithm.
 using ConvAlgorithmCache = std::map<std::uint64_t, std::map<sim::OpId, ConvAlgorithms>>;
+
+/// sim::workload_fingerprint of `workload` with every op's workspace set to 0: cuDNN's algorithms
+/// depend on the ops, not on the workspace a trace gives them, so a trace that `memplan record`
+/// rewrote with cuDNN's workspaces runs with the search made for the model it came from.
+std::uint64_t algorithm_cache_key(const sim::Workload& workload);
 
 class CudaOpExecutor {
  public:

@@ -1,7 +1,7 @@
-#include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels.cuh"
 
 #include <algorithm>
+#include <cmath>
 
 namespace memplan::cuda_backend::kernels {
 
@@ -15,16 +15,22 @@ unsigned blocks_for(std::int64_t n) {
   return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 65535)));
 }
 
+/// 1/√d of the host backend: computed in double, rounded to float.
+float attention_scale(const AttentionExtents& e) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(e.hidden / e.heads)));
+}
+
 #define MEMPLAN_GRID_STRIDE(i, n)                                                                  \
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
-void check_launch(const char* kernel) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) {
-    throw_cuda_error("CUDA", kernel, cudaGetErrorString(status), __FILE__, __LINE__);
-  }
-}
+/// The launch error (bad configuration, no device, ...) of the last launch, or of an earlier one
+/// of a wrapper that launches several kernels: the first failure returns at once.
+#define MEMPLAN_RETURN_IF_LAUNCH_FAILED()                       \
+  do {                                                          \
+    const cudaError_t memplan_launch_ = cudaGetLastError();     \
+    if (memplan_launch_ != cudaSuccess) return memplan_launch_; \
+  } while (false)
 
 // ---- element-wise
 // ---------------------------------------------------------------------------------
@@ -160,24 +166,33 @@ __global__ void adaptive_backward_kernel(AdaptiveExtents e, const float* dy, flo
 
 __global__ void max_pool_forward_kernel(PoolExtents e, const float* x, float* y,
                                         std::int64_t* indices) {
-  const std::int64_t out_plane = e.out_h * e.out_w;
-  MEMPLAN_GRID_STRIDE(o, e.planes * out_plane) {
-    const std::int64_t p = o / out_plane;
-    const std::int64_t i = (o % out_plane) / e.out_w;
+  const std::int64_t out_area = e.out_h * e.out_w;
+  const std::int64_t out_volume = e.out_d * out_area;
+  const std::int64_t in_volume = e.in_d * e.in_h * e.in_w;
+  MEMPLAN_GRID_STRIDE(o, e.planes * out_volume) {
+    const std::int64_t p = o / out_volume;
+    const std::int64_t k = (o % out_volume) / out_area;
+    const std::int64_t i = (o % out_area) / e.out_w;
     const std::int64_t j = o % e.out_w;
-    const float* in = x + p * e.in_h * e.in_w;
+    const float* in = x + p * in_volume;
     float best = -INFINITY;
     std::int64_t best_index = -1;
-    for (std::int64_t r = 0; r < e.kernel_h; ++r) {
-      const std::int64_t iy = i * e.stride_h - e.pad_h + r;
-      if (iy < 0 || iy >= e.in_h) continue;
-      for (std::int64_t c = 0; c < e.kernel_w; ++c) {
-        const std::int64_t ix = j * e.stride_w - e.pad_w + c;
-        if (ix < 0 || ix >= e.in_w) continue;
-        const float v = in[iy * e.in_w + ix];
-        if (best_index < 0 || v > best || isnan(v)) {
-          best = v;
-          best_index = iy * e.in_w + ix;
+    // Depth, rows, columns: the host backend's order, so ties and NaNs pick the same element.
+    for (std::int64_t t = 0; t < e.kernel_d; ++t) {
+      const std::int64_t iz = k * e.stride_d - e.pad_d + t;
+      if (iz < 0 || iz >= e.in_d) continue;
+      for (std::int64_t r = 0; r < e.kernel_h; ++r) {
+        const std::int64_t iy = i * e.stride_h - e.pad_h + r;
+        if (iy < 0 || iy >= e.in_h) continue;
+        for (std::int64_t c = 0; c < e.kernel_w; ++c) {
+          const std::int64_t ix = j * e.stride_w - e.pad_w + c;
+          if (ix < 0 || ix >= e.in_w) continue;
+          const std::int64_t at = (iz * e.in_h + iy) * e.in_w + ix;
+          const float v = in[at];
+          if (best_index < 0 || v > best || isnan(v)) {
+            best = v;
+            best_index = at;
+          }
         }
       }
     }
@@ -186,30 +201,44 @@ __global__ void max_pool_forward_kernel(PoolExtents e, const float* x, float* y,
   }
 }
 
+/// Lowest and highest output position along one axis whose window holds input position `i`:
+/// o*stride - pad <= i < o*stride - pad + kernel, within [0, out).
+__device__ std::int64_t first_window(std::int64_t i, std::int64_t kernel, std::int64_t stride,
+                                     std::int64_t pad) {
+  return max(std::int64_t{0}, (i + pad - kernel + stride) / stride);
+}
+__device__ std::int64_t last_window(std::int64_t i, std::int64_t stride, std::int64_t pad,
+                                    std::int64_t out) {
+  return min(out - 1, (i + pad) / stride);
+}
+
 __global__ void max_pool_backward_kernel(PoolExtents e, const float* dy,
                                          const std::int64_t* indices, float* dx) {
-  const std::int64_t plane = e.in_h * e.in_w;
-  const std::int64_t out_plane = e.out_h * e.out_w;
-  MEMPLAN_GRID_STRIDE(k, e.planes * plane) {
-    const std::int64_t p = k / plane;
-    const std::int64_t flat = k % plane;
-    const std::int64_t iy = flat / e.in_w;
+  const std::int64_t area = e.in_h * e.in_w;
+  const std::int64_t volume = e.in_d * area;
+  const std::int64_t out_area = e.out_h * e.out_w;
+  const std::int64_t out_volume = e.out_d * out_area;
+  MEMPLAN_GRID_STRIDE(n, e.planes * volume) {
+    const std::int64_t p = n / volume;
+    const std::int64_t flat = n % volume;
+    const std::int64_t iz = flat / area;
+    const std::int64_t iy = (flat % area) / e.in_w;
     const std::int64_t ix = flat % e.in_w;
-    // Output windows that contain (iy, ix): oy*stride - pad <= iy < oy*stride - pad + kernel.
-    const std::int64_t oy_lo =
-        max(std::int64_t{0}, (iy + e.pad_h - e.kernel_h + e.stride_h) / e.stride_h);
-    const std::int64_t oy_hi = min(e.out_h - 1, (iy + e.pad_h) / e.stride_h);
-    const std::int64_t ox_lo =
-        max(std::int64_t{0}, (ix + e.pad_w - e.kernel_w + e.stride_w) / e.stride_w);
-    const std::int64_t ox_hi = min(e.out_w - 1, (ix + e.pad_w) / e.stride_w);
+    const std::int64_t oz_hi = last_window(iz, e.stride_d, e.pad_d, e.out_d);
+    const std::int64_t oy_hi = last_window(iy, e.stride_h, e.pad_h, e.out_h);
+    const std::int64_t ox_hi = last_window(ix, e.stride_w, e.pad_w, e.out_w);
+    // In output order, as the host backend accumulates: the same sums, bit for bit.
     float g = 0.0f;
-    for (std::int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
-      for (std::int64_t ox = ox_lo; ox <= ox_hi; ++ox) {
-        const std::int64_t o = p * out_plane + oy * e.out_w + ox;
-        if (indices[o] == flat) g = __fadd_rn(g, dy[o]);
+    for (std::int64_t oz = first_window(iz, e.kernel_d, e.stride_d, e.pad_d); oz <= oz_hi; ++oz) {
+      for (std::int64_t oy = first_window(iy, e.kernel_h, e.stride_h, e.pad_h); oy <= oy_hi; ++oy) {
+        for (std::int64_t ox = first_window(ix, e.kernel_w, e.stride_w, e.pad_w); ox <= ox_hi;
+             ++ox) {
+          const std::int64_t o = p * out_volume + (oz * e.out_h + oy) * e.out_w + ox;
+          if (indices[o] == flat) g = __fadd_rn(g, dy[o]);
+        }
       }
     }
-    dx[k] = g;
+    dx[n] = g;
   }
 }
 
@@ -248,6 +277,237 @@ __global__ void cross_entropy_backward_kernel(std::int64_t rows, std::int64_t cl
     const std::int64_t r = k / classes;
     const std::int64_t c = k % classes;
     dlogits[k] = __fmul_rn(__fsub_rn(probs[k], c == labels[r] ? 1.0f : 0.0f), inv);
+  }
+}
+
+// ---- transformer layers (host_backend/transformer_kernels.cpp, in its order of summation)
+// ---------
+
+/// One thread per row.
+__global__ void layer_norm_forward_kernel(std::int64_t rows, std::int64_t h, float epsilon,
+                                          const float* x, const float* w, const float* b, float* y,
+                                          float* mean, float* rstd) {
+  MEMPLAN_GRID_STRIDE(r, rows) {
+    const float* xr = x + r * h;
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < h; ++i) sum += static_cast<double>(xr[i]);
+    const double m = sum / static_cast<double>(h);
+    double sq = 0.0;
+    for (std::int64_t i = 0; i < h; ++i) {
+      const double d = static_cast<double>(xr[i]) - m;
+      sq += d * d;
+    }
+    const double var = sq / static_cast<double>(h);  // biased, as PyTorch normalises
+    const auto rs = static_cast<float>(1.0 / sqrt(var + static_cast<double>(epsilon)));
+    const auto mf = static_cast<float>(m);
+    mean[r] = mf;
+    rstd[r] = rs;
+    for (std::int64_t i = 0; i < h; ++i) {
+      y[r * h + i] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[i], mf), rs), w[i]), b[i]);
+    }
+  }
+}
+
+/// dx: one thread per row.
+__global__ void layer_norm_dx_kernel(std::int64_t rows, std::int64_t h, const float* x,
+                                     const float* w, const float* mean, const float* rstd,
+                                     const float* dy, float* dx) {
+  MEMPLAN_GRID_STRIDE(r, rows) {
+    const float* xr = x + r * h;
+    const float* g = dy + r * h;
+    double sum_g = 0.0;
+    double sum_g_xhat = 0.0;
+    for (std::int64_t i = 0; i < h; ++i) {
+      const float xhat = __fmul_rn(__fsub_rn(xr[i], mean[r]), rstd[r]);
+      const double gw = static_cast<double>(g[i]) * static_cast<double>(w[i]);
+      sum_g += gw;
+      sum_g_xhat += gw * static_cast<double>(xhat);
+    }
+    const double n = static_cast<double>(h);
+    for (std::int64_t i = 0; i < h; ++i) {
+      const auto xhat = static_cast<double>(__fmul_rn(__fsub_rn(xr[i], mean[r]), rstd[r]));
+      const double gw = static_cast<double>(g[i]) * static_cast<double>(w[i]);
+      dx[r * h + i] = static_cast<float>(static_cast<double>(rstd[r]) *
+                                         (gw - sum_g / n - xhat * sum_g_xhat / n));
+    }
+  }
+}
+
+/// dw and db: one thread per column, rows in order.
+__global__ void layer_norm_dw_kernel(std::int64_t rows, std::int64_t h, const float* x,
+                                     const float* mean, const float* rstd, const float* dy,
+                                     float* dw, float* db) {
+  MEMPLAN_GRID_STRIDE(i, h) {
+    float sw = 0.0f;
+    float sb = 0.0f;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float xhat = __fmul_rn(__fsub_rn(x[r * h + i], mean[r]), rstd[r]);
+      const float g = dy[r * h + i];
+      sw = __fadd_rn(sw, __fmul_rn(g, xhat));
+      sb = __fadd_rn(sb, g);
+    }
+    dw[i] = sw;
+    db[i] = sb;
+  }
+}
+
+constexpr float kSqrtHalf = 0.70710678118654752f;    // 1/√2
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1/√(2π)
+
+__global__ void gelu_forward_kernel(std::int64_t n, const float* x, float* y) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * kSqrtHalf));
+  }
+}
+
+__global__ void gelu_backward_kernel(std::int64_t n, const float* dy, const float* x, float* dx) {
+  MEMPLAN_GRID_STRIDE(i, n) {
+    const float cdf = 0.5f * (1.0f + erff(x[i] * kSqrtHalf));
+    const float pdf = kInvSqrt2Pi * expf(-0.5f * x[i] * x[i]);
+    dx[i] = dy[i] * (cdf + x[i] * pdf);
+  }
+}
+
+/// One thread per output value; an index outside the table gives NaN (the host backend refuses
+/// it with an error; a GPU kernel cannot throw).
+__global__ void embedding_forward_kernel(std::int64_t n, std::int64_t dim, std::int64_t rows,
+                                         const std::int64_t* indices, const float* table,
+                                         float* y) {
+  MEMPLAN_GRID_STRIDE(k, n * dim) {
+    const std::int64_t row = indices[k / dim];
+    y[k] = row >= 0 && row < rows ? table[row * dim + k % dim] : nanf("");
+  }
+}
+
+/// One thread per column of the table, the indices in order: no two threads write one value.
+__global__ void embedding_backward_kernel(std::int64_t n, std::int64_t dim, std::int64_t rows,
+                                          const std::int64_t* indices, const float* dy,
+                                          float* dtable) {
+  MEMPLAN_GRID_STRIDE(c, dim) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t row = indices[i];
+      if (row < 0 || row >= rows) continue;  // the forward wrote NaN for it
+      dtable[row * dim + c] = __fadd_rn(dtable[row * dim + c], dy[i * dim + c]);
+    }
+  }
+}
+
+// Element c of head h of part (0 Q, 1 K, 2 V) of token t in batch b, within qkv [B, S, 3H].
+__device__ std::int64_t qkv_at(const AttentionExtents& e, std::int64_t b, std::int64_t t, int part,
+                               std::int64_t h, std::int64_t c) {
+  return (b * e.sequence + t) * 3 * e.hidden + part * e.hidden + h * (e.hidden / e.heads) + c;
+}
+__device__ std::int64_t score_at(const AttentionExtents& e, std::int64_t b, std::int64_t h,
+                                 std::int64_t i, std::int64_t j) {
+  return ((b * e.heads + h) * e.sequence + i) * e.sequence + j;
+}
+
+/// One thread per score: Q_i·K_j·scale for j <= i, else -inf.
+__global__ void attention_scores_forward_kernel(AttentionExtents e, float scale, const float* qkv,
+                                                float* scores) {
+  const std::int64_t d = e.hidden / e.heads;
+  const std::int64_t s = e.sequence;
+  MEMPLAN_GRID_STRIDE(k, e.batch * e.heads * s * s) {
+    const std::int64_t j = k % s;
+    const std::int64_t i = (k / s) % s;
+    const std::int64_t h = (k / (s * s)) % e.heads;
+    const std::int64_t b = k / (s * s * e.heads);
+    if (j > i) {
+      scores[k] = -INFINITY;
+      continue;
+    }
+    float dot = 0.0f;
+    for (std::int64_t c = 0; c < d; ++c) {
+      dot = __fadd_rn(dot, __fmul_rn(qkv[qkv_at(e, b, i, 0, h, c)], qkv[qkv_at(e, b, j, 1, h, c)]));
+    }
+    scores[k] = __fmul_rn(dot, scale);
+  }
+}
+
+/// One thread per value of dqkv: dQ_t = Σ_{j<=t} g(t, j)·K_j, dK_t = Σ_{i>=t} g(i, t)·Q_i with
+/// g = dscores·scale, dV = 0.
+__global__ void attention_scores_backward_kernel(AttentionExtents e, float scale,
+                                                 const float* dscores, const float* qkv,
+                                                 float* dqkv) {
+  const std::int64_t d = e.hidden / e.heads;
+  MEMPLAN_GRID_STRIDE(k, e.batch * e.sequence * 3 * e.hidden) {
+    const std::int64_t within = k % (3 * e.hidden);
+    const auto part = static_cast<int>(within / e.hidden);
+    const std::int64_t h = (within % e.hidden) / d;
+    const std::int64_t c = within % d;
+    const std::int64_t t = (k / (3 * e.hidden)) % e.sequence;
+    const std::int64_t b = k / (3 * e.hidden * e.sequence);
+    float sum = 0.0f;
+    if (part == 0) {
+      for (std::int64_t j = 0; j <= t; ++j) {
+        const float g = __fmul_rn(dscores[score_at(e, b, h, t, j)], scale);
+        sum = __fadd_rn(sum, __fmul_rn(g, qkv[qkv_at(e, b, j, 1, h, c)]));
+      }
+    } else if (part == 1) {
+      for (std::int64_t i = t; i < e.sequence; ++i) {
+        const float g = __fmul_rn(dscores[score_at(e, b, h, i, t)], scale);
+        sum = __fadd_rn(sum, __fmul_rn(g, qkv[qkv_at(e, b, i, 0, h, c)]));
+      }
+    }
+    dqkv[k] = sum;
+  }
+}
+
+/// One thread per value of y [B, S, H]: Σ_j P_ij·V_j of its head.
+__global__ void attention_context_forward_kernel(AttentionExtents e, const float* probs,
+                                                 const float* qkv, float* y) {
+  const std::int64_t d = e.hidden / e.heads;
+  MEMPLAN_GRID_STRIDE(k, e.batch * e.sequence * e.hidden) {
+    const std::int64_t h = (k % e.hidden) / d;
+    const std::int64_t c = k % d;
+    const std::int64_t i = (k / e.hidden) % e.sequence;
+    const std::int64_t b = k / (e.hidden * e.sequence);
+    float sum = 0.0f;
+    for (std::int64_t j = 0; j < e.sequence; ++j) {
+      sum =
+          __fadd_rn(sum, __fmul_rn(probs[score_at(e, b, h, i, j)], qkv[qkv_at(e, b, j, 2, h, c)]));
+    }
+    y[k] = sum;
+  }
+}
+
+/// dprobs: one thread per score, dy_i·V_j of its head.
+__global__ void attention_dprobs_kernel(AttentionExtents e, const float* dy, const float* qkv,
+                                        float* dprobs) {
+  const std::int64_t d = e.hidden / e.heads;
+  const std::int64_t s = e.sequence;
+  MEMPLAN_GRID_STRIDE(k, e.batch * e.heads * s * s) {
+    const std::int64_t j = k % s;
+    const std::int64_t i = (k / s) % s;
+    const std::int64_t h = (k / (s * s)) % e.heads;
+    const std::int64_t b = k / (s * s * e.heads);
+    const float* g = dy + (b * s + i) * e.hidden + h * d;
+    float dot = 0.0f;
+    for (std::int64_t c = 0; c < d; ++c) {
+      dot = __fadd_rn(dot, __fmul_rn(g[c], qkv[qkv_at(e, b, j, 2, h, c)]));
+    }
+    dprobs[k] = dot;
+  }
+}
+
+/// dqkv of attention_context: dV_j = Σ_i P_ij·dy_i (i in order), dQ = dK = 0.
+__global__ void attention_dv_kernel(AttentionExtents e, const float* dy, const float* probs,
+                                    float* dqkv) {
+  const std::int64_t d = e.hidden / e.heads;
+  MEMPLAN_GRID_STRIDE(k, e.batch * e.sequence * 3 * e.hidden) {
+    const std::int64_t within = k % (3 * e.hidden);
+    const std::int64_t h = (within % e.hidden) / d;
+    const std::int64_t c = within % d;
+    const std::int64_t j = (k / (3 * e.hidden)) % e.sequence;
+    const std::int64_t b = k / (3 * e.hidden * e.sequence);
+    float sum = 0.0f;
+    if (within / e.hidden == 2) {
+      for (std::int64_t i = 0; i < e.sequence; ++i) {
+        sum = __fadd_rn(sum, __fmul_rn(probs[score_at(e, b, h, i, j)],
+                                       dy[(b * e.sequence + i) * e.hidden + h * d + c]));
+      }
+    }
+    dqkv[k] = sum;
   }
 }
 
@@ -453,100 +713,102 @@ __global__ void narrow_decode_kernel(int exponent_bits, int mantissa_bits, std::
 
 }  // namespace
 
-void add(cudaStream_t s, std::int64_t n, const float* a, const float* b, float* y) {
+cudaError_t add(cudaStream_t s, std::int64_t n, const float* a, const float* b, float* y) {
   add_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, a, b, y);
-  check_launch("add_kernel");
+  return cudaGetLastError();
 }
 
-void add_bias_rows(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* bias,
-                   float* y) {
+cudaError_t add_bias_rows(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* bias,
+                          float* y) {
   add_bias_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(rows, cols, bias, y);
-  check_launch("add_bias_rows_kernel");
+  return cudaGetLastError();
 }
 
-void column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* dy,
-                 float* sums) {
+cudaError_t column_sums(cudaStream_t s, std::int64_t rows, std::int64_t cols, const float* dy,
+                        float* sums) {
   column_sums_kernel<<<blocks_for(cols), kThreads, 0, s>>>(rows, cols, dy, sums);
-  check_launch("column_sums_kernel");
+  return cudaGetLastError();
 }
 
-void relu6_forward(cudaStream_t s, std::int64_t n, const float* x, float* y) {
+cudaError_t relu6_forward(cudaStream_t s, std::int64_t n, const float* x, float* y) {
   relu6_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, x, y);
-  check_launch("relu6_forward_kernel");
+  return cudaGetLastError();
 }
 
-void relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y, float* dx) {
+cudaError_t relu6_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* y,
+                           float* dx) {
   relu6_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, dy, y, dx);
-  check_launch("relu6_backward_kernel");
+  return cudaGetLastError();
 }
 
-void dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold, float scale,
-                     std::uint64_t seed, const float* x, float* y, std::uint8_t* mask) {
+cudaError_t dropout_forward(cudaStream_t s, std::int64_t n, std::uint64_t threshold, float scale,
+                            std::uint64_t seed, const float* x, float* y, std::uint8_t* mask) {
   dropout_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, threshold, scale, seed, x, y, mask);
-  check_launch("dropout_forward_kernel");
+  return cudaGetLastError();
 }
 
-void dropout_backward(cudaStream_t s, std::int64_t n, float scale, const float* dy,
-                      const std::uint8_t* mask, float* dx) {
+cudaError_t dropout_backward(cudaStream_t s, std::int64_t n, float scale, const float* dy,
+                             const std::uint8_t* mask, float* dx) {
   dropout_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, scale, dy, mask, dx);
-  check_launch("dropout_backward_kernel");
+  return cudaGetLastError();
 }
 
-void adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x, float* y) {
+cudaError_t adaptive_avg_pool_forward(cudaStream_t s, const AdaptiveExtents& e, const float* x,
+                                      float* y) {
   adaptive_forward_kernel<<<blocks_for(e.planes * e.out_d * e.out_h * e.out_w), kThreads, 0, s>>>(
       e, x, y);
-  check_launch("adaptive_forward_kernel");
+  return cudaGetLastError();
 }
 
-void adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e, const float* dy,
-                                float* dx) {
+cudaError_t adaptive_avg_pool_backward(cudaStream_t s, const AdaptiveExtents& e, const float* dy,
+                                       float* dx) {
   adaptive_backward_kernel<<<blocks_for(e.planes * e.in_d * e.in_h * e.in_w), kThreads, 0, s>>>(
       e, dy, dx);
-  check_launch("adaptive_backward_kernel");
+  return cudaGetLastError();
 }
 
-void max_pool_forward(cudaStream_t s, const PoolExtents& e, const float* x, float* y,
-                      std::int64_t* indices) {
-  max_pool_forward_kernel<<<blocks_for(e.planes * e.out_h * e.out_w), kThreads, 0, s>>>(e, x, y,
-                                                                                        indices);
-  check_launch("max_pool_forward_kernel");
+cudaError_t max_pool_forward(cudaStream_t s, const PoolExtents& e, const float* x, float* y,
+                             std::int64_t* indices) {
+  max_pool_forward_kernel<<<blocks_for(e.planes * e.out_d * e.out_h * e.out_w), kThreads, 0, s>>>(
+      e, x, y, indices);
+  return cudaGetLastError();
 }
 
-void max_pool_backward(cudaStream_t s, const PoolExtents& e, const float* dy,
-                       const std::int64_t* indices, float* dx) {
-  max_pool_backward_kernel<<<blocks_for(e.planes * e.in_h * e.in_w), kThreads, 0, s>>>(e, dy,
-                                                                                       indices, dx);
-  check_launch("max_pool_backward_kernel");
+cudaError_t max_pool_backward(cudaStream_t s, const PoolExtents& e, const float* dy,
+                              const std::int64_t* indices, float* dx) {
+  max_pool_backward_kernel<<<blocks_for(e.planes * e.in_d * e.in_h * e.in_w), kThreads, 0, s>>>(
+      e, dy, indices, dx);
+  return cudaGetLastError();
 }
 
-void cross_entropy_loss(cudaStream_t s, std::int64_t rows, std::int64_t classes,
-                        const float* log_probs, const std::int64_t* labels, float* loss) {
+cudaError_t cross_entropy_loss(cudaStream_t s, std::int64_t rows, std::int64_t classes,
+                               const float* log_probs, const std::int64_t* labels, float* loss) {
   cross_entropy_loss_kernel<<<1, kThreads, 0, s>>>(rows, classes, log_probs, labels, loss);
-  check_launch("cross_entropy_loss_kernel");
+  return cudaGetLastError();
 }
 
-void cross_entropy_backward(cudaStream_t s, std::int64_t rows, std::int64_t classes,
-                            const float* probs, const std::int64_t* labels, float* dlogits) {
+cudaError_t cross_entropy_backward(cudaStream_t s, std::int64_t rows, std::int64_t classes,
+                                   const float* probs, const std::int64_t* labels, float* dlogits) {
   cross_entropy_backward_kernel<<<blocks_for(rows * classes), kThreads, 0, s>>>(
       rows, classes, probs, labels, dlogits);
-  check_launch("cross_entropy_backward_kernel");
+  return cudaGetLastError();
 }
 
-void sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum, float weight_decay,
-                  float* w, const float* grad, float* velocity) {
+cudaError_t sgd_momentum(cudaStream_t s, std::int64_t n, float lr, float momentum,
+                         float weight_decay, float* w, const float* grad, float* velocity) {
   sgd_momentum_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, lr, momentum, weight_decay, w, grad,
                                                          velocity);
-  check_launch("sgd_momentum_kernel");
+  return cudaGetLastError();
 }
 
-void binarize_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* bits) {
+cudaError_t binarize_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* bits) {
   binarize_encode_kernel<<<blocks_for((n + 7) / 8), kThreads, 0, s>>>(n, x, bits);
-  check_launch("binarize_encode_kernel");
+  return cudaGetLastError();
 }
 
-void binarize_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* bits, float* x) {
+cudaError_t binarize_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* bits, float* x) {
   binarize_decode_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, bits, x);
-  check_launch("binarize_decode_kernel");
+  return cudaGetLastError();
 }
 
 std::int64_t sparse_scratch_bytes(std::int64_t n) {
@@ -554,43 +816,125 @@ std::int64_t sparse_scratch_bytes(std::int64_t n) {
          static_cast<std::int64_t>(sizeof(std::int64_t));
 }
 
-void sparse_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* out,
-                   std::int64_t capacity, void* scratch, int* overflow) {
+cudaError_t sparse_encode(cudaStream_t s, std::int64_t n, const float* x, std::uint8_t* out,
+                          std::int64_t capacity, void* scratch, int* overflow) {
   const std::int64_t blocks = (n + kSparseBlock - 1) / kSparseBlock;
   auto* counts = static_cast<std::int64_t*>(scratch);
   std::int64_t* offsets = counts + blocks;
   sparse_count_kernel<<<blocks_for(blocks), kThreads, 0, s>>>(n, x, counts);
-  check_launch("sparse_count_kernel");
+  MEMPLAN_RETURN_IF_LAUNCH_FAILED();
   sparse_offsets_kernel<<<1, 1, 0, s>>>(blocks, counts, offsets, capacity, overflow);
-  check_launch("sparse_offsets_kernel");
+  MEMPLAN_RETURN_IF_LAUNCH_FAILED();
   sparse_write_kernel<<<blocks_for(blocks), kThreads, 0, s>>>(n, x, counts, offsets, overflow, out);
-  check_launch("sparse_write_kernel");
+  return cudaGetLastError();
 }
 
-void sparse_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* in, float* x,
-                   void* scratch) {
+cudaError_t sparse_decode(cudaStream_t s, std::int64_t n, const std::uint8_t* in, float* x,
+                          void* scratch) {
   const std::int64_t blocks = (n + kSparseBlock - 1) / kSparseBlock;
   auto* offsets = static_cast<std::int64_t*>(scratch);
   zero_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, x);
-  check_launch("zero_kernel");
+  MEMPLAN_RETURN_IF_LAUNCH_FAILED();
   sparse_read_offsets_kernel<<<1, 1, 0, s>>>(blocks, in, offsets);
-  check_launch("sparse_read_offsets_kernel");
+  MEMPLAN_RETURN_IF_LAUNCH_FAILED();
   sparse_scatter_kernel<<<blocks_for(blocks), kThreads, 0, s>>>(n, in, offsets, x);
-  check_launch("sparse_scatter_kernel");
+  return cudaGetLastError();
 }
 
-void narrow_encode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
-                   const float* x, std::uint8_t* out) {
+cudaError_t narrow_encode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
+                          const float* x, std::uint8_t* out) {
   const std::int64_t bytes = (n * (1 + exponent_bits + mantissa_bits) + 7) / 8;
   narrow_encode_kernel<<<blocks_for(bytes), kThreads, 0, s>>>(exponent_bits, mantissa_bits, n, x,
                                                               out);
-  check_launch("narrow_encode_kernel");
+  return cudaGetLastError();
 }
 
-void narrow_decode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
-                   const std::uint8_t* in, float* x) {
+cudaError_t narrow_decode(cudaStream_t s, int exponent_bits, int mantissa_bits, std::int64_t n,
+                          const std::uint8_t* in, float* x) {
   narrow_decode_kernel<<<blocks_for(n), kThreads, 0, s>>>(exponent_bits, mantissa_bits, n, in, x);
-  check_launch("narrow_decode_kernel");
+  return cudaGetLastError();
+}
+
+}  // namespace memplan::cuda_backend::kernels
+
+namespace memplan::cuda_backend::kernels {
+
+cudaError_t layer_norm_forward(cudaStream_t s, std::int64_t rows, std::int64_t h, float epsilon,
+                               const float* x, const float* w, const float* b, float* y,
+                               float* mean, float* rstd) {
+  layer_norm_forward_kernel<<<blocks_for(rows), kThreads, 0, s>>>(rows, h, epsilon, x, w, b, y,
+                                                                  mean, rstd);
+  return cudaGetLastError();
+}
+
+cudaError_t layer_norm_backward(cudaStream_t s, std::int64_t rows, std::int64_t h, const float* x,
+                                const float* w, const float* mean, const float* rstd,
+                                const float* dy, float* dx, float* dw, float* db) {
+  if (dx != nullptr) {
+    layer_norm_dx_kernel<<<blocks_for(rows), kThreads, 0, s>>>(rows, h, x, w, mean, rstd, dy, dx);
+    MEMPLAN_RETURN_IF_LAUNCH_FAILED();
+  }
+  layer_norm_dw_kernel<<<blocks_for(h), kThreads, 0, s>>>(rows, h, x, mean, rstd, dy, dw, db);
+  return cudaGetLastError();
+}
+
+cudaError_t gelu_forward(cudaStream_t s, std::int64_t n, const float* x, float* y) {
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, x, y);
+  return cudaGetLastError();
+}
+
+cudaError_t gelu_backward(cudaStream_t s, std::int64_t n, const float* dy, const float* x,
+                          float* dx) {
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, dy, x, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t embedding_forward(cudaStream_t s, std::int64_t n, std::int64_t dim, std::int64_t rows,
+                              const std::int64_t* indices, const float* table, float* y) {
+  embedding_forward_kernel<<<blocks_for(n * dim), kThreads, 0, s>>>(n, dim, rows, indices, table,
+                                                                    y);
+  return cudaGetLastError();
+}
+
+cudaError_t embedding_backward(cudaStream_t s, std::int64_t n, std::int64_t dim, std::int64_t rows,
+                               const std::int64_t* indices, const float* dy, float* dtable) {
+  const cudaError_t zeroed = cudaMemsetAsync(
+      dtable, 0, static_cast<std::size_t>(rows * dim) * sizeof(float), s);  // all-zero bits: 0.0f
+  if (zeroed != cudaSuccess) return zeroed;
+  embedding_backward_kernel<<<blocks_for(dim), kThreads, 0, s>>>(n, dim, rows, indices, dy, dtable);
+  return cudaGetLastError();
+}
+
+cudaError_t attention_scores_forward(cudaStream_t s, const AttentionExtents& e, const float* qkv,
+                                     float* scores) {
+  attention_scores_forward_kernel<<<blocks_for(e.batch * e.heads * e.sequence * e.sequence),
+                                    kThreads, 0, s>>>(e, attention_scale(e), qkv, scores);
+  return cudaGetLastError();
+}
+
+cudaError_t attention_scores_backward(cudaStream_t s, const AttentionExtents& e,
+                                      const float* dscores, const float* qkv, float* dqkv) {
+  attention_scores_backward_kernel<<<blocks_for(e.batch * e.sequence * 3 * e.hidden), kThreads, 0,
+                                     s>>>(e, attention_scale(e), dscores, qkv, dqkv);
+  return cudaGetLastError();
+}
+
+cudaError_t attention_context_forward(cudaStream_t s, const AttentionExtents& e, const float* probs,
+                                      const float* qkv, float* y) {
+  attention_context_forward_kernel<<<blocks_for(e.batch * e.sequence * e.hidden), kThreads, 0, s>>>(
+      e, probs, qkv, y);
+  return cudaGetLastError();
+}
+
+cudaError_t attention_context_backward(cudaStream_t s, const AttentionExtents& e, const float* dy,
+                                       const float* probs, const float* qkv, float* dprobs,
+                                       float* dqkv) {
+  attention_dprobs_kernel<<<blocks_for(e.batch * e.heads * e.sequence * e.sequence), kThreads, 0,
+                            s>>>(e, dy, qkv, dprobs);
+  MEMPLAN_RETURN_IF_LAUNCH_FAILED();
+  attention_dv_kernel<<<blocks_for(e.batch * e.sequence * 3 * e.hidden), kThreads, 0, s>>>(
+      e, dy, probs, dqkv);
+  return cudaGetLastError();
 }
 
 }  // namespace memplan::cuda_backend::kernels

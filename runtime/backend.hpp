@@ -4,11 +4,13 @@
 // seed, and the measured copy link between device and host memory. Everything above this (the
 // interpreter, validate, calibrate, record) is written once against it.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "runtime/device.hpp"
 #include "sim/units.hpp"
+#include "sim/workload.hpp"
 
 namespace memplan::runtime {
 
@@ -21,6 +23,19 @@ struct LinkModel {
   sim::Nanoseconds latency_ns = 0;
 };
 
+/// One algorithm of an op as the library that runs it measured it on the op's shapes.
+struct AlgorithmTiming {
+  sim::Bytes workspace_bytes = 0;
+  sim::Nanoseconds duration_ns = 0;  // the library's own measurement; 0 when it only ranked them
+};
+
+/// An op whose library chooses among algorithms (cuDNN's convolutions): the fastest one and the
+/// memory-optimal one (least workspace, then fastest).
+struct FoundAlgorithms {
+  AlgorithmTiming fastest;
+  AlgorithmTiming memory_optimal;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -31,6 +46,13 @@ class Backend {
                                                             std::uint64_t seed) const = 0;
   /// Measured copy link of this backend (bandwidth each way, latency), for record and --calibrate.
   [[nodiscard]] virtual LinkModel measure_link() const = 0;
+  /// Per op of `workload` whose library searches algorithms, what it found (record writes them
+  /// into the trace). Ops not listed run one kernel whatever their workspace; a backend without
+  /// such libraries (the host) lists none.
+  [[nodiscard]] virtual std::map<sim::OpId, FoundAlgorithms> find_algorithms(
+      const sim::Workload& /*workload*/) const {
+    return {};
+  }
 };
 
 }  // namespace memplan::runtime

@@ -26,10 +26,16 @@ struct Recording {
   LinkModel link;
 };
 
-/// Records `workload` on `backend`. Every op gets its measured duration (at least 1 ns, also for
-/// its alternative algorithms: the backend runs one kernel per layer, whatever the algorithm);
-/// the device is named after the backend, with the in-core peak as its memory and the measured
-/// link. Throws std::runtime_error naming the op when the backend cannot run a layer.
+/// Records `workload` on `backend`. Every op gets its measured duration (at least 1 ns); the
+/// device is named after the backend, with the in-core peak as its memory and the measured link.
+/// Ops for which the backend found algorithms (Backend::find_algorithms, cuDNN's convolutions)
+/// are recorded with the fastest one as their default (its workspace; the duration measured in
+/// the run, which uses it) and, when it needs less workspace, the memory-optimal one as their
+/// only alternative "memory_optimal": its workspace, and the measured duration plus the
+/// difference the library measured between the two (at least 1 ns). Other ops keep their
+/// alternatives, each with the op's measured duration (such a backend runs one kernel per layer,
+/// whatever the algorithm). Throws std::runtime_error naming the op when the backend cannot run
+/// a layer.
 Recording record(const Backend& backend, const sim::Workload& workload,
                  const RecordOptions& options = {});
 

@@ -1,6 +1,6 @@
 // `memplan record --backend host`: a zoo model's step run for real and written as a recorded
 // trace; record, search and validate end to end; bad input (unknown model or backend, bad
-// flags) is one line and exit 2 with no file written.
+// flags, --backend cuda without a GPU) is one line and exit 2 with no file written.
 #include <algorithm>
 #include <filesystem>
 #include <string>
@@ -11,6 +11,9 @@
 
 #include "sim/trace_io.hpp"
 #include "tests/support/run_command.hpp"
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+#include "cuda_backend/cuda_environment.hpp"
+#endif
 
 using memplan::test::run_memplan;
 using memplan::test::temp_dir;
@@ -85,6 +88,36 @@ TEST_CASE("record refuses what it cannot run with one line and exit 2", "[cli][r
   const auto r = run_memplan(fmt::format("record {} -o '{}'", c.args, out));
   CHECK(r.exit_status == 2);
   CHECK(r.err.find(c.says) != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK_FALSE(std::filesystem::exists(out));
+}
+
+TEST_CASE("record --backend cuda without a GPU is one clear line and exit 2", "[cli][record]") {
+  const std::string out = temp_dir() + "/record_cuda.json";
+  std::filesystem::remove(out);
+  const auto r = run_memplan(fmt::format(
+      "record --backend cuda resnet18 --batch 2 --input 32x32 --warmup 0 -o '{}'", out));
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+  const auto env = memplan::cuda_backend::probe_cuda();
+  if (env.device_count > 0) {  // a GPU machine: the recording runs, with cuDNN's algorithms
+    REQUIRE(r.exit_status == 0);
+    const memplan::sim::Workload w = memplan::sim::read_trace(out);
+    CHECK(w.provenance.backend == "cuda");
+    for (const auto& op : w.ops) {
+      CHECK(op.duration_ns > 0);
+      for (const auto& a : op.algorithms) {
+        CHECK(a.name == "memory_optimal");
+        CHECK(a.workspace_bytes < op.workspace_bytes);
+      }
+    }
+    return;
+  }
+  CHECK(r.err == "memplan: --backend cuda: no CUDA device: " + env.unavailable_reason + "\n");
+#else
+  CHECK(r.err.find("this build has no CUDA backend") != std::string::npos);
+#endif
+  CHECK(r.exit_status == 2);
+  CHECK(r.out.empty());
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   CHECK_FALSE(std::filesystem::exists(out));
 }

@@ -89,7 +89,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("the cuda backend without a device is one InputError naming the reason", "[cuda_backend]") {
+TEST_CASE("the cuda backend without a device is one InputError naming the reason",
+          "[cuda_backend]") {
   const mp::cuda_backend::CudaEnvironment env = mp::cuda_backend::probe_cuda();
   if (env.device_count > 0) {
     CHECK_NOTHROW(mp::cuda_backend::require_cuda_device());
@@ -151,6 +152,54 @@ TEST_CASE("the CUDA backend measures its link and records a trace", "[cuda][reco
   for (const mp::sim::Op& op : rec.workload.ops) CHECK(op.duration_ns > 0);
 }
 
+TEST_CASE("a CUDA recording carries cuDNN's fastest and memory-optimal algorithms",
+          "[cuda][record]") {
+  if (skip_without_device()) return;
+  const mp::cuda_backend::CudaBackend backend;
+  const mp::sim::Workload w = load("resnet_tiny");
+  const auto found = backend.find_algorithms(w);
+  const mp::runtime::Recording rec = mp::runtime::record(backend, w);
+  std::size_t convs = 0;
+  for (const mp::sim::Op& op : rec.workload.ops) {
+    CAPTURE(op.name);
+    if (op.layer != "conv2d" || op.phase == mp::sim::Phase::kUpdate) {
+      CHECK_FALSE(found.contains(op.id));
+      continue;
+    }
+    ++convs;
+    REQUIRE(found.contains(op.id));
+    const mp::runtime::FoundAlgorithms& f = found.at(op.id);
+    CHECK(op.workspace_bytes == f.fastest.workspace_bytes);
+    CHECK(f.memory_optimal.workspace_bytes <= f.fastest.workspace_bytes);
+    // cudnnFind lists algorithms fastest first (heuristics' rankings carry no time: both 0).
+    CHECK(f.memory_optimal.duration_ns >= f.fastest.duration_ns);
+    if (f.memory_optimal.workspace_bytes < f.fastest.workspace_bytes) {
+      REQUIRE(op.algorithms.size() == 1);
+      CHECK(op.algorithms[0].name == "memory_optimal");
+      CHECK(op.algorithms[0].workspace_bytes == f.memory_optimal.workspace_bytes);
+      CHECK(op.algorithms[0].duration_ns ==
+            op.duration_ns + f.memory_optimal.duration_ns - f.fastest.duration_ns);
+    } else {
+      CHECK(op.algorithms.empty());
+    }
+  }
+  CHECK(convs == found.size());
+  // A plan choosing every memory-optimal alternative runs on the GPU within the simulator's peak.
+  mp::sim::Plan plan = mp::sim::in_core_plan(rec.workload);
+  for (const mp::sim::Op& op : rec.workload.ops) {
+    if (!op.algorithms.empty()) plan.algorithms.push_back({op.id, 0});
+  }
+  const mp::sim::Program program = mp::sim::lower(rec.workload, plan);
+  mp::sim::Engine engine;
+  const mp::sim::Timeline predicted =
+      engine.run(program, mp::sim::make_machine(rec.workload.device));
+  REQUIRE(predicted.feasible);
+  mp::cuda_backend::CudaDevice device(rec.workload.device.memory_bytes);
+  const mp::sim::Timeline measured = mp::runtime::run_program(device, rec.workload, program);
+  REQUIRE(measured.feasible);
+  CHECK(device.memory_stats().peak_bytes == predicted.peak_bytes);
+}
+
 TEST_CASE("on one GPU, swap-all and recompute-all give the in-core run's bits", "[cuda][runtime]") {
   if (skip_without_device()) return;
   // Deterministic cuDNN algorithms, found once per device, so each op runs the same algorithm
@@ -210,10 +259,10 @@ TEST_CASE("Gist's encodings on the GPU write the host backend's bytes", "[cuda][
     std::vector<std::uint8_t> want(static_cast<std::size_t>(hb::binarize_bytes(n)));
     hb::binarize_encode(n, x.data(), want.data());
     DeviceArray<std::uint8_t> bits(want.size());
-    k::binarize_encode(s, n, dx.get(), bits.get());
+    REQUIRE(k::binarize_encode(s, n, dx.get(), bits.get()) == cudaSuccess);
     CHECK(bits.download() == want);
     DeviceArray<float> back(static_cast<std::size_t>(n));
-    k::binarize_decode(s, n, bits.get(), back.get());
+    REQUIRE(k::binarize_decode(s, n, bits.get(), back.get()) == cudaSuccess);
     std::vector<float> host_back(static_cast<std::size_t>(n));
     hb::binarize_decode(n, want.data(), host_back.data());
     CHECK(same_bits(back.download(), host_back));
@@ -225,14 +274,16 @@ TEST_CASE("Gist's encodings on the GPU write the host backend's bytes", "[cuda][
     DeviceArray<std::uint8_t> packed(want.size());
     DeviceArray<std::byte> scratch(static_cast<std::size_t>(k::sparse_scratch_bytes(n)));
     DeviceArray<int> overflow(1);
-    k::sparse_encode(s, n, dx.get(), packed.get(), capacity, scratch.get(), overflow.get());
+    REQUIRE(k::sparse_encode(s, n, dx.get(), packed.get(), capacity, scratch.get(),
+                             overflow.get()) == cudaSuccess);
     CHECK(overflow.download()[0] == 0);
     CHECK(packed.download() == want);
     DeviceArray<float> back(static_cast<std::size_t>(n));
-    k::sparse_decode(s, n, packed.get(), back.get(), scratch.get());
+    REQUIRE(k::sparse_decode(s, n, packed.get(), back.get(), scratch.get()) == cudaSuccess);
     CHECK(same_bits(back.download(), x));
     // One byte short: the overflow is reported.
-    k::sparse_encode(s, n, dx.get(), packed.get(), capacity - 1, scratch.get(), overflow.get());
+    REQUIRE(k::sparse_encode(s, n, dx.get(), packed.get(), capacity - 1, scratch.get(),
+                             overflow.get()) == cudaSuccess);
     CHECK(overflow.download()[0] == 1);
   }
   SECTION("narrow floats") {
@@ -241,10 +292,12 @@ TEST_CASE("Gist's encodings on the GPU write the host backend's bytes", "[cuda][
       std::vector<std::uint8_t> want(static_cast<std::size_t>(hb::narrow_bytes(f, n)));
       hb::narrow_encode(f, n, x.data(), want.data());
       DeviceArray<std::uint8_t> packed(want.size());
-      k::narrow_encode(s, f.exponent_bits, f.mantissa_bits, n, dx.get(), packed.get());
+      REQUIRE(k::narrow_encode(s, f.exponent_bits, f.mantissa_bits, n, dx.get(), packed.get()) ==
+              cudaSuccess);
       CHECK(packed.download() == want);
       DeviceArray<float> back(static_cast<std::size_t>(n));
-      k::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, packed.get(), back.get());
+      REQUIRE(k::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, packed.get(), back.get()) ==
+              cudaSuccess);
       std::vector<float> host_back(static_cast<std::size_t>(n));
       hb::narrow_decode(f, n, want.data(), host_back.data());
       CHECK(same_bits(back.download(), host_back));

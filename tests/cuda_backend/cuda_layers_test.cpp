@@ -1,8 +1,8 @@
 // Each layer the CUDA executor runs, forward and backward, against the host backend's kernels on
 // the same random data: cuDNN (conv2d, conv3d, batch-norm, average pooling), cuBLAS (linear) and
 // the backend's own kernels (max and adaptive pooling, relu6, dropout, concat, softmax
-// cross-entropy) give the host's values within the backend's tolerance, or its bits where the
-// arithmetic is the same. [cuda]: skipped without a GPU.
+// cross-entropy, the transformer's layers) give the host's values within the backend's
+// tolerance, or its bits where the arithmetic is the same. [cuda]: skipped without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -18,6 +18,7 @@
 #include "cuda_backend/cuda_op_executor.hpp"
 #include "host_backend/conv_kernels.hpp"
 #include "host_backend/layer_kernels.hpp"
+#include "host_backend/transformer_kernels.hpp"
 
 namespace mp = memplan;
 namespace hb = memplan::host_backend;
@@ -129,6 +130,17 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want) 
   }
   CAPTURE(worst);
   CHECK(bad == 0);
+}
+
+/// -inf where the host has -inf (attention's causal mask), within the tolerance elsewhere.
+void check_close_masked(std::vector<float> got, std::vector<float> want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!std::isinf(want[i])) continue;
+    CHECK(got[i] == want[i]);
+    got[i] = want[i] = 0.0f;
+  }
+  check_close(got, want);
 }
 
 using mp::sim::Phase;
@@ -266,6 +278,49 @@ TEST_CASE("pooling on the GPU matches the host's: max with indices, average with
   check_close(c.download(tadx), avg_dx);
 }
 
+TEST_CASE("3-d pooling on the GPU matches the host's: max with indices, average with padding",
+          "[cuda][layers]") {
+  if (skip_without_device()) return;
+  hb::PoolShape s;
+  s.batch = 2;
+  s.channels = 2;
+  s.in_d = 5;
+  s.in_h = 6;
+  s.in_w = 7;
+  s.kernel_d = 2;
+  s.kernel_h = s.kernel_w = 3;
+  s.stride_d = 1;
+  s.stride_h = s.stride_w = 2;
+  s.pad_d = 0;
+  s.pad_h = s.pad_w = 1;
+  const std::vector<std::int64_t> xs{s.batch, s.channels, s.in_d, s.in_h, s.in_w};
+  const std::vector<std::int64_t> ys{s.batch, s.channels, s.out_d(), s.out_h(), s.out_w()};
+  const mp::sim::Attributes attributes{
+      {"kernel", {2, 3, 3}}, {"stride", {1, 2, 2}}, {"padding", {0, 1, 1}}};
+  const auto x = random_floats(static_cast<std::size_t>(s.input_elements()), 11);
+  const auto dy = random_floats(static_cast<std::size_t>(s.output_elements()), 12);
+  std::vector<float> y(dy.size()), dx(x.size()), avg_y(dy.size()), avg_dx(x.size());
+  std::vector<std::int64_t> indices(dy.size());
+  hb::max_pool_forward(s, x.data(), y.data(), indices.data());
+  hb::max_pool_backward(s, dy.data(), indices.data(), dx.data());
+  hb::avg_pool_forward(s, x.data(), avg_y.data());
+  hb::avg_pool_backward(s, dy.data(), avg_dx.data());
+
+  LayerCase c;
+  const auto tx = c.tensor(xs), ty = c.tensor(ys), ti = c.tensor(ys, "int64"), tdy = c.tensor(ys),
+             tdx = c.tensor(xs), tay = c.tensor(ys), tadx = c.tensor(xs);
+  c.upload(tx, x);
+  c.upload(tdy, dy);
+  c.run("max_pool3d", Phase::kForward, {tx}, {ty, ti}, attributes);
+  CHECK(c.download(ty) == y);
+  c.run("max_pool3d", Phase::kBackward, {tdy, tx, ti}, {tdx}, attributes);
+  CHECK(c.download(tdx) == dx);  // same gathers in the same order: bitwise
+  c.run("avg_pool3d", Phase::kForward, {tx}, {tay}, attributes);
+  check_close(c.download(tay), avg_y);
+  c.run("avg_pool3d", Phase::kBackward, {tdy, tx}, {tadx}, attributes);
+  check_close(c.download(tadx), avg_dx);
+}
+
 TEST_CASE("cuBLAS linear and the loss kernels match the host's", "[cuda][layers]") {
   if (skip_without_device()) return;
   const std::int64_t n = 5, in = 7, out = 3;
@@ -381,5 +436,118 @@ TEST_CASE("the GPU's own layer kernels give the host's bits", "[cuda][layers]") 
     c.run_backward_of(0, "concat", {ty}, {td0, td1});
     CHECK(c.download(td0) == x);
     CHECK(c.download(td1) == other);
+  }
+}
+
+TEST_CASE("the transformer's layers on the GPU match the host's", "[cuda][layers]") {
+  if (skip_without_device()) return;
+  const std::int64_t batch = 2, sequence = 5, hidden = 8, heads = 2, vocab = 11;
+  const std::int64_t rows = batch * sequence;
+  const auto n = static_cast<std::size_t>(rows * hidden);
+  LayerCase c;
+
+  SECTION("layer_norm") {
+    const auto x = random_floats(n, 21), w = random_floats(static_cast<std::size_t>(hidden), 22),
+               b = random_floats(static_cast<std::size_t>(hidden), 23), dy = random_floats(n, 24);
+    std::vector<float> y(n), mean(static_cast<std::size_t>(rows)), rstd(mean.size()), dx(n),
+        dw(w.size()), db(w.size());
+    hb::layer_norm_forward(rows, hidden, 1e-5f, x.data(), w.data(), b.data(), y.data(), mean.data(),
+                           rstd.data());
+    hb::layer_norm_backward(rows, hidden, x.data(), w.data(), mean.data(), rstd.data(), dy.data(),
+                            dx.data(), dw.data(), db.data());
+    const auto tx = c.tensor({batch, sequence, hidden}), tw = c.tensor({hidden}),
+               tb = c.tensor({hidden}), ty = c.tensor({batch, sequence, hidden}),
+               tm = c.tensor({batch, sequence}), tr = c.tensor({batch, sequence}),
+               tdy = c.tensor({batch, sequence, hidden}), tdx = c.tensor({batch, sequence, hidden}),
+               tdw = c.tensor({hidden}), tdb = c.tensor({hidden});
+    c.upload(tx, x);
+    c.upload(tw, w);
+    c.upload(tb, b);
+    c.upload(tdy, dy);
+    c.run("layer_norm", Phase::kForward, {tx, tw, tb}, {ty, tm, tr}, {{"epsilon", {1e-5}}});
+    check_close(c.download(ty), y);
+    check_close(c.download(tm), mean);
+    check_close(c.download(tr), rstd);
+    c.run("layer_norm", Phase::kBackward, {tdy, tx, tw, tm, tr}, {tdx, tdw, tdb});
+    check_close(c.download(tdx), dx);
+    check_close(c.download(tdw), dw);
+    check_close(c.download(tdb), db);
+  }
+  SECTION("gelu") {
+    const auto x = random_floats(n, 25), dy = random_floats(n, 26);
+    std::vector<float> y(n), dx(n);
+    hb::gelu_forward(static_cast<std::int64_t>(n), x.data(), y.data());
+    hb::gelu_backward(static_cast<std::int64_t>(n), dy.data(), x.data(), dx.data());
+    const auto tx = c.tensor({rows, hidden}), ty = c.tensor({rows, hidden}),
+               tdy = c.tensor({rows, hidden}), tdx = c.tensor({rows, hidden});
+    c.upload(tx, x);
+    c.upload(tdy, dy);
+    c.run("gelu", Phase::kForward, {tx}, {ty});
+    check_close(c.download(ty), y);
+    c.run("gelu", Phase::kBackward, {tdy, tx}, {tdx});
+    check_close(c.download(tdx), dx);
+  }
+  SECTION("embedding") {
+    std::vector<std::int64_t> indices(static_cast<std::size_t>(rows));
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      indices[i] = static_cast<std::int64_t>((i * 7) % 4);  // repeated rows: sums in the backward
+    }
+    const auto table = random_floats(static_cast<std::size_t>(vocab * hidden), 27);
+    const auto dy = random_floats(n, 28);
+    std::vector<float> y(n), dtable(table.size());
+    hb::embedding_forward(rows, hidden, vocab, indices.data(), table.data(), y.data());
+    hb::embedding_backward(rows, hidden, vocab, indices.data(), dy.data(), dtable.data());
+    const auto ti = c.tensor({batch, sequence}, "int64"), tt = c.tensor({vocab, hidden}),
+               ty = c.tensor({batch, sequence, hidden}), tdy = c.tensor({batch, sequence, hidden}),
+               tdt = c.tensor({vocab, hidden});
+    c.upload(ti, indices);
+    c.upload(tt, table);
+    c.upload(tdy, dy);
+    c.run("embedding", Phase::kForward, {ti, tt}, {ty});
+    CHECK(c.download(ty) == y);  // a copy
+    c.run("embedding", Phase::kBackward, {tdy, ti}, {tdt});
+    CHECK(c.download(tdt) == dtable);  // the same sums in the same order
+  }
+  SECTION("attention and its softmax") {
+    const hb::AttentionShape a{batch, sequence, hidden, heads};
+    const auto qkv = random_floats(n * 3, 29);
+    const auto scores_size = static_cast<std::size_t>(batch * heads * sequence * sequence);
+    const auto dscores = random_floats(scores_size, 30), dy = random_floats(n, 31),
+               dprobs_in = random_floats(scores_size, 32);
+    std::vector<float> scores(scores_size), probs(scores_size), dsoft(scores_size), y(n),
+        dqkv_scores(n * 3), dprobs(scores_size), dqkv_context(n * 3);
+    hb::attention_scores_forward(a, qkv.data(), scores.data());
+    hb::softmax_forward(batch * heads * sequence, sequence, scores.data(), probs.data());
+    hb::softmax_backward(batch * heads * sequence, sequence, dprobs_in.data(), probs.data(),
+                         dsoft.data());
+    hb::attention_context_forward(a, probs.data(), qkv.data(), y.data());
+    hb::attention_scores_backward(a, dscores.data(), qkv.data(), dqkv_scores.data());
+    hb::attention_context_backward(a, dy.data(), probs.data(), qkv.data(), dprobs.data(),
+                                   dqkv_context.data());
+    const std::vector<std::int64_t> qkv_shape{batch, sequence, 3 * hidden};
+    const std::vector<std::int64_t> score_shape{batch, heads, sequence, sequence};
+    const auto tq = c.tensor(qkv_shape), ts = c.tensor(score_shape), tp = c.tensor(score_shape),
+               tdpi = c.tensor(score_shape), tdsoft = c.tensor(score_shape),
+               ty = c.tensor({batch, sequence, hidden}), tds = c.tensor(score_shape),
+               tdq1 = c.tensor(qkv_shape), tdy = c.tensor({batch, sequence, hidden}),
+               tdp = c.tensor(score_shape), tdq2 = c.tensor(qkv_shape);
+    c.upload(tq, qkv);
+    c.upload(tds, dscores);
+    c.upload(tdy, dy);
+    c.upload(tdpi, dprobs_in);
+    c.run("attention_scores", Phase::kForward, {tq}, {ts});
+    check_close_masked(c.download(ts), scores);
+    c.run("softmax", Phase::kForward, {ts}, {tp});  // cuDNN's, over rows with -inf entries
+    check_close(c.download(tp), probs);
+    c.upload(tp, probs);  // the host's probabilities from here on
+    c.run("softmax", Phase::kBackward, {tdpi, tp}, {tdsoft});
+    check_close(c.download(tdsoft), dsoft);
+    c.run("attention_context", Phase::kForward, {tp, tq}, {ty});
+    check_close(c.download(ty), y);
+    c.run("attention_scores", Phase::kBackward, {tds, tq}, {tdq1});
+    check_close(c.download(tdq1), dqkv_scores);
+    c.run("attention_context", Phase::kBackward, {tdy, tp, tq}, {tdp, tdq2});
+    check_close(c.download(tdp), dprobs);
+    check_close(c.download(tdq2), dqkv_context);
   }
 }

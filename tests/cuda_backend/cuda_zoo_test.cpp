@@ -25,6 +25,8 @@ mp::sim::Workload build(const char* name, std::int64_t batch, mp::zoo::Shape inp
   mp::zoo::ModelOptions options;
   options.batch = batch;
   options.input = std::move(input);
+  // A small decoder for gpt (the image models ignore these), as the host's test builds it.
+  options.transformer = {.layers = 2, .hidden = 16, .heads = 2, .sequence = 8, .vocab = 32};
   return mp::zoo::build_model(*model, options).workload;
 }
 
@@ -41,8 +43,10 @@ TEST_CASE("zoo networks record and run on the GPU under basic plans", "[cuda][zo
     std::int64_t batch;
     mp::zoo::Shape input;
   };
+  // The host's zoo cases (tests/host_backend/zoo_networks_test.cpp).
   const Case c = GENERATE(Case{"resnet18", 2, {32, 32}}, Case{"densenet121", 1, {32, 32}},
-                          Case{"mobilenet_v2", 1, {32, 32}});
+                          Case{"mobilenet_v2", 1, {32, 32}}, Case{"googlenet", 1, {64, 64}},
+                          Case{"resnext101-3d", 1, {4, 16, 16}}, Case{"gpt", 2, {}});
   CAPTURE(c.model);
   const mp::cuda_backend::CudaBackend backend;
   const mp::runtime::Recording rec = mp::runtime::record(backend, build(c.model, c.batch, c.input));
