@@ -44,10 +44,6 @@
 namespace memplan::search {
 namespace {
 
-constexpr std::size_t kMaxEnumerated = 8;
-// Simulations the keep/swap tree may take: 2^k leaves, each up to 1 + |L_O \ L_I| of them.
-constexpr std::size_t kLeafSimulations = 4096;
-
 struct Exposure {
   sim::Nanoseconds swap_out_ns = 0;
   sim::Nanoseconds swap_in_ns = 0;
@@ -115,20 +111,18 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
 
 }  // namespace
 
-PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
-  // 1. Profile all-swap.
-  const PoochProfile profile = pooch_profile(evaluator, view);
+PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
+                              const PoochProfile& profile, const PoochLimits& limits) {
   const std::vector<int>& l_i = profile.swap_in_exposed;
   const std::vector<int>& l_o_only = profile.swap_out_only_exposed;
   sim::Plan plan = keep_all(view, "pooch");
   for (sim::Decision& d : plan.decisions) d.action = sim::Action::kSwap;
-  const std::size_t n = plan.decisions.size();
-  std::size_t enumerated = std::min(l_i.size(), kMaxEnumerated);
+  std::size_t enumerated = std::min({l_i.size(), limits.max_enumerated, std::size_t{62}});
   while (enumerated > 0 &&
-         (std::size_t{1} << enumerated) * (1 + l_o_only.size()) > kLeafSimulations)
+         (std::size_t{1} << enumerated) * (1 + l_o_only.size()) > limits.leaf_simulations)
     --enumerated;
 
-  // 2. Keep/swap enumeration, the all-keep leaf first.
+  // The all-keep leaf first.
   sim::Plan best = plan;
   sim::Nanoseconds best_ns = time_or_infinity(evaluator.evaluate(plan));
   const std::uint64_t leaves = std::uint64_t{1} << enumerated;
@@ -149,14 +143,25 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
     }
     if (k == 0) break;  // every enumerated map kept, and it fits: nothing is faster
   }
-  plan = best;
   if (l_i.size() > enumerated) {
     // The rest of L_I, from the output layer backwards, on the best leaf.
     std::vector<int> rest(l_i.begin() + static_cast<std::ptrdiff_t>(enumerated), l_i.end());
     std::stable_sort(rest.begin(), rest.end(),
                      [&](int a, int b) { return view.producer(a) > view.producer(b); });
-    keep_while_fits(evaluator, plan, rest);
+    keep_while_fits(evaluator, best, rest);
   }
+  return {std::move(best), enumerated};
+}
+
+PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
+  // 1. Profile all-swap. 2. Keep/swap enumeration.
+  const PoochProfile profile = pooch_profile(evaluator, view);
+  const std::vector<int>& l_i = profile.swap_in_exposed;
+  const std::vector<int>& l_o_only = profile.swap_out_only_exposed;
+  PoochKeepSwap keep_swap = pooch_keep_swap(evaluator, view, profile);
+  sim::Plan plan = std::move(keep_swap.plan);
+  const std::size_t enumerated = keep_swap.enumerated;
+  const std::size_t n = plan.decisions.size();
 
   // 3. Swap -> recompute by r(X), lazily (Note [PoocH in memplan]). Measuring r is independent
   // per map: the full passes run in parallel (one pair of Evaluators per worker thread) and the
