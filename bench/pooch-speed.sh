@@ -2,7 +2,7 @@
 # PoocH's classification time on ResNeXt-101 3D (issue 5: under one second on one core; its
 # authors' implementation took about two minutes for a 300-layer network). Runs
 # `memplan compare --json` pinned to one core (taskset; oneTBB follows the affinity mask) and
-# prints pooch's decide_s, at batch 1 (everything fits a 16 GB V100) and at batch 96 (18.3 GiB
+# prints pooch's decide_s, at batch 1 (everything fits a 16 GB V100) and at batch 96 (18.0 GiB
 # in-core: over budget, so PoocH has maps to classify). decide_s is wall time: on a loaded
 # machine compare it with the user CPU time `time` prints.
 #   bench/pooch-speed.sh [BUILD_DIR] [BATCHES...]   (default build/release; 1 96)

@@ -8,15 +8,24 @@
 //    Maps in neither stay swapped.
 // 2. Enumerate keep/swap for every map of L_I (a binary tree); at each leaf scan L_O \ L_I from
 //    the output layer backwards, turning swap into keep while the plan fits; keep the fastest
-//    feasible leaf. The enumeration is exhaustive up to kMaxEnumerated maps of L_I (those with the
-//    longest stalls), fewer when |L_O \ L_I| is so large that the tree would take more than
-//    kLeafSimulations simulations (ResNet-1517: thousands of maps in L_O); the maps of L_I beyond
-//    them are then scanned like L_O \ L_I on the best leaf (from the output layer backwards, swap
-//    -> keep while the plan fits), which is what the full tree would find where memory has room for
-//    them, and keeps a decision within a second on ResNet-scale workloads (the paper reports two
-//    minutes for 300 layers; it does not bound the tree). The all-keep leaf is tried first: when it
-//    fits no other leaf can be faster. A scan first tries keeping its whole list at once (one
-//    simulation when memory has room).
+//    feasible leaf. The all-keep leaf is tried first: when it fits no other leaf can be faster
+//    (keeping a map removes its copies and the waits on them, and adds no instruction). A scan
+//    first tries keeping its whole list at once (one simulation when memory has room).
+//    DEPARTURE from the paper, which enumerates the whole tree: memplan enumerates at most
+//    PoochLimits::max_enumerated = 8 maps of L_I (those with the longest swap-in stalls; 256
+//    leaves), fewer when 2^k * (1 + |L_O \ L_I|) would exceed PoochLimits::leaf_simulations =
+//    4096 simulations. Why: in memplan's all-swap profile nearly every swap-in is exposed,
+//    because the lowering prefetches one op ahead rather than "as soon as memory has room" (see
+//    below) and one link carries the copies one after another: |L_I| is 185-208 of ResNet-50's
+//    212 maps and 412 of ResNeXt-101 3D's 416, so the full tree (2^|L_I| leaves) could not be
+//    walked by anyone (the paper does not bound it; its two minutes for 300 layers suggest that
+//    its profile, with earlier swap-ins, left a far smaller L_I). The maps of L_I beyond the
+//    enumerated ones are scanned like L_O \ L_I on the best leaf (from the output layer backwards,
+//    swap -> keep while the plan fits). That is not the full tree's answer in general (a leaf that
+//    swaps one of the enumerated maps to make room for several later ones is not found);
+//    tests/search/ pooch_test.cpp checks that on a small instance the bounded tree, with 0, 1 or
+//    all of L_I enumerated, gives the full tree's classification, and pooch_keep_swap() takes the
+//    limits so that a caller can enumerate more.
 // 3. For the maps still swapped, r(X) = recompute_overhead(X) / swap_overhead(X), where an
 //    overhead is the iteration time with X so treated minus the time with X kept on a device with
 //    unlimited memory, the other maps fixed. Maps with r >= 1 stay swapped; the one with the
