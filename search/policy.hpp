@@ -12,6 +12,7 @@
 
 #include "search/evaluator.hpp"
 #include "search/network_view.hpp"
+#include "search/schedule.hpp"
 #include "sim/plan.hpp"
 
 namespace memplan::search {
@@ -87,5 +88,13 @@ struct CapuchinCandidate {
 };
 std::vector<CapuchinCandidate> capuchin_candidates(const NetworkView& view,
                                                    const sim::Machine& machine);
+
+/// DTR's cost of evicting a map under `plan` (Note [DTR frozen into a plan]): its producer's time
+/// plus that of its evicted neighbourhood (maps the plan recomputes, connected to it through
+/// recomputed maps: the ones regenerating it needs and the ones that would need it).
+sim::Nanoseconds dtr_cost(const NetworkView& view, const sim::Plan& plan, int map);
+/// DTR's h = dtr_cost / (bytes x time since the map's last use before `at`), in the schedule.
+double dtr_score(const NetworkView& view, const sim::Plan& plan, const InCoreSchedule& schedule,
+                 int map, sim::OpId at);
 
 }  // namespace memplan::search

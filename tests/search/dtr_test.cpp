@@ -4,6 +4,7 @@
 #include "search/policy.hpp"
 #include "tests/search/policy_workloads.hpp"
 #include "tests/support/sim_helpers.hpp"
+#include "tests/support/workload_builder.hpp"
 
 using namespace memplan::sim;
 using namespace memplan::search;
@@ -63,4 +64,42 @@ TEST_CASE("dtr evicts again where the frozen plan runs out next", "[search][dtr]
   const Evaluation e = Evaluator(w, m).evaluate(d.plan);
   REQUIRE(e.feasible);
   CHECK(e.iteration_ns == 13000);  // 11700 + f2 + f3
+}
+
+TEST_CASE("dtr's cost counts the evicted neighbourhood on both sides of a map", "[search][dtr]") {
+  // x -> f1 (100 ns) -> a -> f2 (200) -> b -> f3 (400) -> c -> f4 (800) -> d, each layer reading
+  // the previous map; backward reads them all.
+  WorkloadBuilder b;
+  const auto x = b.input("x", 1024);
+  const auto a = b.forward("f1", {x}, 1024, 100);
+  const auto bb = b.forward("f2", {a}, 1024, 200);
+  const auto c = b.forward("f3", {bb}, 1024, 400);
+  const auto d = b.forward("f4", {c}, 1024, 800);
+  const auto g4 = b.backward("g4", {d}, 512, 100);
+  const auto g3 = b.backward("g3", {g4, c}, 512, 100);
+  const auto g2 = b.backward("g2", {g3, bb}, 512, 100);
+  b.backward("g1", {g2, a}, 512, 100);
+  const Workload w = b.build();
+  const NetworkView view(w);
+  Plan plan = keep_all(view, "dtr");
+  REQUIRE(plan.decisions.size() == 4);
+  // Nothing evicted: a map costs its producer.
+  CHECK(dtr_cost(view, plan, 1) == 200);
+  // a and c evicted: regenerating b needs a (f1), and c needs b to come back (f3):
+  // 200 + 100 + 400. d is kept, so the walk stops at c.
+  plan.decisions[0].action = Action::kRecompute;
+  plan.decisions[2].action = Action::kRecompute;
+  CHECK(dtr_cost(view, plan, 1) == 700);
+  // d evicted too: it is reached through c: + 800.
+  plan.decisions[3].action = Action::kRecompute;
+  CHECK(dtr_cost(view, plan, 1) == 1500);
+  // From d's side with only c evicted: f4 + f3; c's other neighbour b is kept.
+  plan.decisions[0].action = Action::kKeep;
+  plan.decisions[3].action = Action::kKeep;
+  CHECK(dtr_cost(view, plan, 3) == 1200);
+  // The score divides by bytes and staleness. In-core: f1 [0,100] f2 [100,300] f3 [300,700]
+  // f4 [700,1500] g4 [1500,1600] g3 [1600,1700] g2 (op 6) from 1700. At g2, d was last used by g4
+  // (ended 1600): h(d) = 1200 / (1024 * 100).
+  const InCoreSchedule schedule = in_core_schedule(w);
+  CHECK(dtr_score(view, plan, schedule, 3, 6) == Approx(1200.0 / (1024.0 * 100.0)));
 }
