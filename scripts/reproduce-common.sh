@@ -91,8 +91,11 @@ if os.path.exists(f"{d}/search.json"):
     note = (f"best policy {s['best_policy']}; {s['evaluated']} plans; "
             f"{'converged' if s['converged'] else 'stopped by the time limit'}")
     rows.append(("search", s, s["search_s"], note))
-def mib(b):
-    return f"{b / 2**20:.1f} MiB"
+def mib(b):  # as memplan prints sizes: B, KiB, MiB or GiB
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b} B"
 def why_not(j):
     o = j.get("oom")
     if j["feasible"] or not o:
