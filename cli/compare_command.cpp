@@ -27,7 +27,7 @@ void add_compare_command(CLI::App& app) {
                   "Gist encodings for kept maps: binarize, sparse, dpr, fp16, fp10, fp8, all "
                   "(comma-separated)");
   auto* json = cmd->add_flag("--json", options->json, "print {\"rows\": [...]}");
-  auto* csv = cmd->add_flag("--csv", options->csv, "print CSV, one line per policy");
+  auto* csv = cmd->add_flag("--csv", options->csv, "print CSV, one line per policy (why_not last)");
   json->excludes(csv);
   cmd->callback([options] {
     const sim::Workload workload = sim::read_trace(options->trace);
@@ -37,7 +37,7 @@ void add_compare_command(CLI::App& app) {
     if (options->json) {
       fmt::print("{}\n", search::comparison_json(comparison, workload, machine).dump(2));
     } else if (options->csv) {
-      fmt::print("{}", search::comparison_csv(comparison));
+      fmt::print("{}", search::comparison_csv(comparison, workload));
     } else {
       fmt::print("{}", search::comparison_text(comparison, workload, machine));
     }

@@ -1,6 +1,8 @@
 # Shared by scripts/reproduce-*.sh and bench/search-quality.sh (sourced, not run): build a
 # workload with `memplan zoo`, run `memplan compare --json` and `memplan search --json` on it, and
-# append one CSV line per policy (and one for the search) to the output file.
+# append one CSV line per policy (and one for the search) to the output file. why_not, for a row
+# that does not fit, is the out-of-memory report in one line (op, request, largest free block,
+# bytes missing, live bytes), as `memplan compare` prints it; empty when the row fits.
 #   MEMPLAN   the memplan binary (default build/release/bin/memplan)
 #   SEARCH_TIME_LIMIT  seconds for each `memplan search` (default 20)
 set -euo pipefail
@@ -14,7 +16,7 @@ if [[ ! -x $MEMPLAN ]]; then
   exit 2
 fi
 
-readonly REPRO_HEADER="workload,batch,device,link,memory,policy,feasible,iteration_s,ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,note"
+readonly REPRO_HEADER="workload,batch,device,link,memory,policy,feasible,iteration_s,ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,note,why_not"
 
 # repro_begin OUT: creates OUT (and its folder) with the header.
 repro_begin() {
@@ -89,12 +91,29 @@ if os.path.exists(f"{d}/search.json"):
     note = (f"best policy {s['best_policy']}; {s['evaluated']} plans; "
             f"{'converged' if s['converged'] else 'stopped by the time limit'}")
     rows.append(("search", s, s["search_s"], note))
+def mib(b):  # as memplan prints sizes: B, KiB, MiB or GiB
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b} B"
+def why_not(j):
+    o = j.get("oom")
+    if j["feasible"] or not o:
+        return ""
+    if o["memory"] == "host":
+        return f"out of pinned host memory: {mib(o['bytes_missing'])} missing"
+    where = f"at op '{o['op']}'" if o["op"] is not None else "before the first op"
+    return (f"out of device memory {where}: {o.get('allocation', 'an allocation')} needs "
+            f"{mib(o['requested_bytes'])}, largest free block {mib(o['largest_free_block'])}, "
+            f"{mib(o['bytes_missing'])} missing; live {mib(o['live_bytes'])} of "
+            f"{mib(o['capacity_bytes'])}")
 for policy, j, decide_s, note in rows:
     a = j["actions"]
     feasible = bool(j["feasible"])
     w.writerow([label, batch, device, link, memory, policy, int(feasible),
                 f"{j['iteration_s']:.9f}" if feasible else "", f"{ideal:.9f}",
                 f"{j['iteration_s'] / ideal - 1:.6f}" if feasible else "", j["peak_bytes"],
-                a["keep"], a["swap"], a["recompute"], a["encode"], f"{decide_s:.3f}", note])
+                a["keep"], a["swap"], a["recompute"], a["encode"], f"{decide_s:.3f}", note,
+                why_not(j)])
 PY
 }

@@ -9,6 +9,10 @@
 // others, highest MSPS first. memplan reads FT from the in-core schedule and regeneration time from
 // the producer's duration, then simulates; while the plan still does not fit it takes the next
 // candidate (swap where it would hide, recompute otherwise), as Capuchin's feedback pass does.
+// A map whose first backward use is the op right after its last forward use (the loss's input)
+// is no candidate: nothing runs while it would be away, so evicting it saves no memory (Capuchin
+// picks tensors for the memory they free at the peak; such a map is back before anything else
+// is allocated).
 #include <algorithm>
 
 #include <fmt/core.h>
@@ -19,22 +23,18 @@
 
 namespace memplan::search {
 
-PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view) {
+std::vector<CapuchinCandidate> capuchin_candidates(const NetworkView& view,
+                                                   const sim::Machine& machine) {
   const sim::Workload& w = view.workload();
-  const sim::Machine& machine = evaluator.machine();
-  sim::Plan plan = keep_all(view, "capuchin");
-  const std::size_t n = plan.decisions.size();
   const InCoreSchedule schedule = in_core_schedule(w);
-
-  struct Candidate {
-    int map;
-    bool hides;                // a swap round trip fits in the free time
-    sim::Nanoseconds free_ns;  // for ranking swaps
-    double msps;               // for ranking recomputes
-  };
-  std::vector<Candidate> candidates;
-  for (std::size_t m = 0; m < n; ++m) {
+  std::vector<CapuchinCandidate> candidates;
+  for (std::size_t m = 0; m < view.feature_maps().size(); ++m) {
     const int map = static_cast<int>(m);
+    const sim::FeatureMap& fm = view.feature_maps()[m];
+    const sim::OpId last_forward =
+        fm.forward_uses.empty() ? view.producer(map) : fm.forward_uses.back();
+    // Read again by the very next op: evicting it frees nothing while anything else runs.
+    if (fm.backward_uses.front() == last_forward + 1) continue;
     const sim::Nanoseconds ft = free_time(view, schedule, map);
     const sim::Nanoseconds regen =
         std::max<sim::Nanoseconds>(1, w.op(view.producer(map)).duration_ns);
@@ -43,16 +43,23 @@ PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view) {
   }
   // Swaps that hide, by free time; then the rest, by memory saved per second of recompute.
   std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) {
+                   [](const CapuchinCandidate& a, const CapuchinCandidate& b) {
                      if (a.hides != b.hides) return a.hides;
                      return a.hides ? a.free_ns > b.free_ns : a.msps > b.msps;
                    });
+  return candidates;
+}
 
+PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view) {
+  const sim::Workload& w = view.workload();
+  const sim::Machine& machine = evaluator.machine();
+  sim::Plan plan = keep_all(view, "capuchin");
+  const std::vector<CapuchinCandidate> candidates = capuchin_candidates(view, machine);
   const sim::Bytes to_save = sim::incore_peak(w).bytes - machine.memory_bytes;
   sim::Bytes saved = 0;
   std::size_t next = 0;
   auto take = [&] {
-    const Candidate& c = candidates[next++];
+    const CapuchinCandidate& c = candidates[next++];
     plan.decisions[static_cast<std::size_t>(c.map)].action =
         c.hides ? sim::Action::kSwap : sim::Action::kRecompute;
     saved += view.map_bytes(c.map);

@@ -69,6 +69,12 @@ nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload
   return {{"ideal_s", sim::to_seconds(comparison.ideal_ns)}, {"rows", std::move(rows)}};
 }
 
+std::string why_not(const ComparisonRow& row, const sim::Workload& workload) {
+  if (row.timeline.feasible) return {};
+  if (row.timeline.oom) return sim::oom_to_text(*row.timeline.oom, row.program, workload);
+  return row.decision.gave_up ? "the policy gave up: " + row.decision.note : "did not fit";
+}
+
 std::string comparison_text(const Comparison& comparison, const sim::Workload& workload,
                             const sim::Machine& machine) {
   std::string out =
@@ -88,28 +94,41 @@ std::string comparison_text(const Comparison& comparison, const sim::Workload& w
         fits ? fmt::format("{:+.1f}%", row.overhead * 100) : "-",
         sim::format_bytes(row.timeline.peak_bytes), counts[0], counts[1], counts[2], counts[3],
         row.decide_s, row.decision.note);
-    if (!fits && row.timeline.oom) {
-      out += fmt::format("{:<22} why not: {}\n", "",
-                         sim::oom_to_text(*row.timeline.oom, row.program, workload));
-    }
+    if (!fits) out += fmt::format("{:<22} why not: {}\n", "", why_not(row, workload));
   }
   return out;
 }
 
-std::string comparison_csv(const Comparison& comparison) {
+namespace {
+
+// A CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, a quote or a line
+// break.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + '"';
+}
+
+}  // namespace
+
+std::string comparison_csv(const Comparison& comparison, const sim::Workload& workload) {
   std::string out =
       "policy,feasible,iteration_s,overhead,peak_bytes,peak_reserved_bytes,stall_s,keep,swap,"
-      "recompute,encode,"
-      "decide_s\n";
+      "recompute,encode,decide_s,why_not\n";
   for (const ComparisonRow& row : comparison.rows) {
     const auto counts = row.decision.plan.action_counts();
     out += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{}\n", row.policy, row.timeline.feasible ? 1 : 0,
+        "{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(row.policy),
+        row.timeline.feasible ? 1 : 0,
         row.timeline.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.timeline.iteration_ns))
                               : "",
         row.timeline.feasible ? fmt::format("{:.6f}", row.overhead) : "", row.timeline.peak_bytes,
         row.timeline.peak_reserved_bytes, sim::to_seconds(row.timeline.stall_ns()), counts[0],
-        counts[1], counts[2], counts[3], row.decide_s);
+        counts[1], counts[2], counts[3], row.decide_s, csv_field(why_not(row, workload)));
   }
   return out;
 }

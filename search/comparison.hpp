@@ -50,7 +50,11 @@ nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload
 /// One line per policy, in columns.
 std::string comparison_text(const Comparison& comparison, const sim::Workload& workload,
                             const sim::Machine& machine);
-/// Header and one line per policy.
-std::string comparison_csv(const Comparison& comparison);
+/// Header and one line per policy; the last column, `why_not`, is the out-of-memory line of a
+/// row that does not fit (empty when it fits), quoted as CSV requires.
+std::string comparison_csv(const Comparison& comparison, const sim::Workload& workload);
+/// Why a row's plan does not fit, in one line (empty when it fits): the out-of-memory report, or
+/// the policy's own verdict when it gave up.
+std::string why_not(const ComparisonRow& row, const sim::Workload& workload);
 
 }  // namespace memplan::search

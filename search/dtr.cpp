@@ -1,41 +1,66 @@
 // DTR (Kirisame et al., ICLR 2021): Dynamic Tensor Rematerialization. When an allocation fails,
 // evict the resident tensor with the smallest h(t) = cost(t) / (bytes(t) * staleness(t)), where
-// cost is the time to recompute t plus that of its evicted neighbourhood (the evicted tensors its
-// recomputation needs), and staleness the time since t was last used.
+// cost is the time to recompute t plus that of its evicted neighbourhood, and staleness the time
+// since t was last used.
 //
 // Note [DTR frozen into a plan]
 // DTR decides online. memplan runs it against the simulator: simulate; when memory runs out at
 // op X (at in-core time t), score every kept feature map that is resident at X and not read by X
 // itself, evict the one with the smallest h by turning it into recompute, and simulate again.
 // The evictions so found are frozen into a plan. Times come from the in-core schedule.
+// The evicted neighbourhood e*(t) is, as in the DTR paper, the evicted maps connected to t
+// through evicted maps in either direction: those its recomputation needs (the evicted inputs of
+// its producer, recursively) and those whose recomputation would need it once it is gone (the
+// evicted outputs of forward ops that read it, recursively). Each counts its producer's time once.
 #include <algorithm>
 #include <limits>
 
 #include <fmt/core.h>
 
 #include "search/policy.hpp"
-#include "search/schedule.hpp"
 
 namespace memplan::search {
 namespace {
 
-// Recompute time of a map plus that of the evicted maps its producer reads, recursively.
-sim::Nanoseconds neighbourhood_cost(const NetworkView& view, const sim::Plan& plan, int map,
-                                    std::vector<char>& visited) {
-  if (visited[static_cast<std::size_t>(map)] != 0) return 0;
+bool is_evicted(const sim::Plan& plan, int map) {
+  return plan.decisions[static_cast<std::size_t>(map)].action == sim::Action::kRecompute;
+}
+
+}  // namespace
+
+sim::Nanoseconds dtr_cost(const NetworkView& view, const sim::Plan& plan, int map) {
+  const sim::Workload& w = view.workload();
+  std::vector<char> visited(view.feature_maps().size(), 0);
+  std::vector<int> stack{map};
   visited[static_cast<std::size_t>(map)] = 1;
-  const sim::Op& producer = view.workload().op(view.producer(map));
-  sim::Nanoseconds cost = producer.duration_ns;
-  for (sim::TensorId t : producer.inputs) {
-    const int m = view.map_index(t);
-    if (m >= 0 && plan.decisions[static_cast<std::size_t>(m)].action == sim::Action::kRecompute) {
-      cost += neighbourhood_cost(view, plan, m, visited);
+  sim::Nanoseconds cost = 0;
+  while (!stack.empty()) {
+    const int m = stack.back();
+    stack.pop_back();
+    cost += w.op(view.producer(m)).duration_ns;
+    auto visit = [&](sim::TensorId t) {
+      const int n = view.map_index(t);
+      if (n < 0 || visited[static_cast<std::size_t>(n)] != 0 || !is_evicted(plan, n)) return;
+      visited[static_cast<std::size_t>(n)] = 1;
+      stack.push_back(n);
+    };
+    for (sim::TensorId t : w.op(view.producer(m)).inputs) visit(t);  // what regenerating m needs
+    for (sim::OpId use : view.feature_maps()[static_cast<std::size_t>(m)].forward_uses) {
+      for (sim::TensorId t : w.op(use).outputs) visit(t);  // what needs m to be regenerated
     }
   }
   return cost;
 }
 
-}  // namespace
+double dtr_score(const NetworkView& view, const sim::Plan& plan, const InCoreSchedule& schedule,
+                 int map, sim::OpId at) {
+  const sim::Nanoseconds now = schedule.start_ns[static_cast<std::size_t>(at)];
+  const sim::OpId touched = last_touch_before(view, map, at);
+  const double staleness = static_cast<double>(
+      std::max<sim::Nanoseconds>(1, now - schedule.end_ns[static_cast<std::size_t>(touched)]));
+  return static_cast<double>(dtr_cost(view, plan, map)) /
+         (static_cast<double>(view.map_bytes(map)) * staleness);
+}
 
 PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
   const sim::Workload& w = view.workload();
@@ -46,7 +71,6 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
     const Evaluation e = evaluator.evaluate(plan);
     if (e.feasible || e.oom_op == sim::kNoId) break;
     const sim::OpId at = e.oom_op;
-    const sim::Nanoseconds now = schedule.start_ns[static_cast<std::size_t>(at)];
     const auto& reads = w.op(at).inputs;
     int victim = -1;
     double best = std::numeric_limits<double>::infinity();
@@ -56,14 +80,7 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
       if (view.producer(static_cast<int>(m)) >= at || fm.backward_uses.back() < at)
         continue;  // not resident
       if (std::find(reads.begin(), reads.end(), fm.tensor) != reads.end()) continue;  // in use
-      std::vector<char> visited(plan.decisions.size(), 0);
-      const auto cost =
-          static_cast<double>(neighbourhood_cost(view, plan, static_cast<int>(m), visited));
-      const sim::OpId touched = last_touch_before(view, static_cast<int>(m), at);
-      const double staleness = static_cast<double>(
-          std::max<sim::Nanoseconds>(1, now - schedule.end_ns[static_cast<std::size_t>(touched)]));
-      const double h =
-          cost / (static_cast<double>(view.map_bytes(static_cast<int>(m))) * staleness);
+      const double h = dtr_score(view, plan, schedule, static_cast<int>(m), at);
       if (h < best) {
         best = h;
         victim = static_cast<int>(m);

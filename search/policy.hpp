@@ -5,12 +5,14 @@
 // (through the Evaluator) while it decides; whether its final plan fits is for the caller to
 // simulate, except where the policy itself knows it cannot train (vdnn-dyn), which it says in
 // `gave_up`.
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "search/evaluator.hpp"
 #include "search/network_view.hpp"
+#include "search/schedule.hpp"
 #include "sim/plan.hpp"
 
 namespace memplan::search {
@@ -57,5 +59,42 @@ struct PoochProfile {
   std::vector<int> swap_out_only_exposed;
 };
 PoochProfile pooch_profile(Evaluator& evaluator, const NetworkView& view);
+
+/// How much of PoocH's keep/swap tree is enumerated (Note [PoocH in memplan]): at most
+/// `max_enumerated` maps of L_I (the longest stalls), fewer when 2^k * (1 + |L_O \ L_I|) would
+/// exceed `leaf_simulations`; the rest of L_I is scanned on the best leaf.
+struct PoochLimits {
+  std::size_t max_enumerated = 8;
+  std::size_t leaf_simulations = 4096;
+};
+
+struct PoochKeepSwap {
+  sim::Plan plan;              // every map swapped except those the step keeps
+  std::size_t enumerated = 0;  // maps of L_I in the tree
+};
+/// PoocH's keep/swap step (step 2 of Note [PoocH in memplan]) from the all-swap profile.
+PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
+                              const PoochProfile& profile, const PoochLimits& limits = {});
+
+/// Capuchin's candidates in the order it takes them (Note [Capuchin in a plan]): swaps whose
+/// free time hides a round trip, largest free time first; then recomputes, highest memory saving
+/// per second first. Maps with no op between their last forward and first backward use save
+/// nothing and are not candidates.
+struct CapuchinCandidate {
+  int map;                   // index into view.feature_maps()
+  bool hides;                // swap (the round trip fits in the free time) or recompute
+  sim::Nanoseconds free_ns;  // free time in the in-core schedule
+  double msps;               // bytes / nanosecond of recompute (the producer's duration)
+};
+std::vector<CapuchinCandidate> capuchin_candidates(const NetworkView& view,
+                                                   const sim::Machine& machine);
+
+/// DTR's cost of evicting a map under `plan` (Note [DTR frozen into a plan]): its producer's time
+/// plus that of its evicted neighbourhood (maps the plan recomputes, connected to it through
+/// recomputed maps: the ones regenerating it needs and the ones that would need it).
+sim::Nanoseconds dtr_cost(const NetworkView& view, const sim::Plan& plan, int map);
+/// DTR's h = dtr_cost / (bytes x time since the map's last use before `at`), in the schedule.
+double dtr_score(const NetworkView& view, const sim::Plan& plan, const InCoreSchedule& schedule,
+                 int map, sim::OpId at);
 
 }  // namespace memplan::search

@@ -8,15 +8,25 @@
 //    Maps in neither stay swapped.
 // 2. Enumerate keep/swap for every map of L_I (a binary tree); at each leaf scan L_O \ L_I from
 //    the output layer backwards, turning swap into keep while the plan fits; keep the fastest
-//    feasible leaf. The enumeration is exhaustive up to kMaxEnumerated maps of L_I (those with the
-//    longest stalls), fewer when |L_O \ L_I| is so large that the tree would take more than
-//    kLeafSimulations simulations (ResNet-1517: thousands of maps in L_O); the maps of L_I beyond
-//    them are then scanned like L_O \ L_I on the best leaf (from the output layer backwards, swap
-//    -> keep while the plan fits), which is what the full tree would find where memory has room for
-//    them, and keeps a decision within a second on ResNet-scale workloads (the paper reports two
-//    minutes for 300 layers; it does not bound the tree). The all-keep leaf is tried first: when it
-//    fits no other leaf can be faster. A scan first tries keeping its whole list at once (one
-//    simulation when memory has room).
+//    feasible leaf. The all-keep leaf is tried first: when it fits no other leaf can be faster
+//    (keeping a map removes its copies and the waits on them, and adds no instruction). A scan
+//    first tries keeping its whole list at once (one simulation when memory has room).
+//    DEPARTURE from the paper, which enumerates the whole tree: memplan enumerates at most
+//    PoochLimits::max_enumerated = 8 maps of L_I (those with the longest swap-in stalls; 256
+//    leaves), fewer when 2^k * (1 + |L_O \ L_I|) would exceed PoochLimits::leaf_simulations =
+//    4096 simulations. Why: in memplan's all-swap profile nearly every swap-in is exposed,
+//    because the lowering prefetches one op ahead rather than "as soon as memory has room" (see
+//    below) and one link carries the copies one after another: |L_I| is 185-208 of ResNet-50's
+//    212 maps and 412 of ResNeXt-101 3D's 416, so the full tree (2^|L_I| leaves) could not be
+//    walked by anyone (the paper does not bound it; its two minutes for 300 layers suggest that
+//    its profile, with earlier swap-ins, left a far smaller L_I). The maps of L_I beyond the
+//    enumerated ones are scanned like L_O \ L_I on the best leaf (from the output layer backwards,
+//    swap -> keep while the plan fits). That is not the full tree's answer in general (the greedy
+//    scan can keep a map whose memory, left to two others, would have saved more time).
+//    tests/search/pooch_test.cpp checks that on a small instance the bounded tree, with 0, 1 or
+//    all of L_I enumerated, gives the full tree's classification, and that on random small fans
+//    the shortcuts above lose nothing against the plain tree. pooch_keep_swap() takes the limits
+//    so that a caller can enumerate more.
 // 3. For the maps still swapped, r(X) = recompute_overhead(X) / swap_overhead(X), where an
 //    overhead is the iteration time with X so treated minus the time with X kept on a device with
 //    unlimited memory, the other maps fixed. Maps with r >= 1 stay swapped; the one with the
@@ -43,10 +53,6 @@
 
 namespace memplan::search {
 namespace {
-
-constexpr std::size_t kMaxEnumerated = 8;
-// Simulations the keep/swap tree may take: 2^k leaves, each up to 1 + |L_O \ L_I| of them.
-constexpr std::size_t kLeafSimulations = 4096;
 
 struct Exposure {
   sim::Nanoseconds swap_out_ns = 0;
@@ -115,20 +121,18 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
 
 }  // namespace
 
-PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
-  // 1. Profile all-swap.
-  const PoochProfile profile = pooch_profile(evaluator, view);
+PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
+                              const PoochProfile& profile, const PoochLimits& limits) {
   const std::vector<int>& l_i = profile.swap_in_exposed;
   const std::vector<int>& l_o_only = profile.swap_out_only_exposed;
   sim::Plan plan = keep_all(view, "pooch");
   for (sim::Decision& d : plan.decisions) d.action = sim::Action::kSwap;
-  const std::size_t n = plan.decisions.size();
-  std::size_t enumerated = std::min(l_i.size(), kMaxEnumerated);
+  std::size_t enumerated = std::min({l_i.size(), limits.max_enumerated, std::size_t{62}});
   while (enumerated > 0 &&
-         (std::size_t{1} << enumerated) * (1 + l_o_only.size()) > kLeafSimulations)
+         (std::size_t{1} << enumerated) * (1 + l_o_only.size()) > limits.leaf_simulations)
     --enumerated;
 
-  // 2. Keep/swap enumeration, the all-keep leaf first.
+  // The all-keep leaf first.
   sim::Plan best = plan;
   sim::Nanoseconds best_ns = time_or_infinity(evaluator.evaluate(plan));
   const std::uint64_t leaves = std::uint64_t{1} << enumerated;
@@ -149,14 +153,25 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
     }
     if (k == 0) break;  // every enumerated map kept, and it fits: nothing is faster
   }
-  plan = best;
   if (l_i.size() > enumerated) {
     // The rest of L_I, from the output layer backwards, on the best leaf.
     std::vector<int> rest(l_i.begin() + static_cast<std::ptrdiff_t>(enumerated), l_i.end());
     std::stable_sort(rest.begin(), rest.end(),
                      [&](int a, int b) { return view.producer(a) > view.producer(b); });
-    keep_while_fits(evaluator, plan, rest);
+    keep_while_fits(evaluator, best, rest);
   }
+  return {std::move(best), enumerated};
+}
+
+PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
+  // 1. Profile all-swap. 2. Keep/swap enumeration.
+  const PoochProfile profile = pooch_profile(evaluator, view);
+  const std::vector<int>& l_i = profile.swap_in_exposed;
+  const std::vector<int>& l_o_only = profile.swap_out_only_exposed;
+  PoochKeepSwap keep_swap = pooch_keep_swap(evaluator, view, profile);
+  sim::Plan plan = std::move(keep_swap.plan);
+  const std::size_t enumerated = keep_swap.enumerated;
+  const std::size_t n = plan.decisions.size();
 
   // 3. Swap -> recompute by r(X), lazily (Note [PoocH in memplan]). Measuring r is independent
   // per map: the full passes run in parallel (one pair of Evaluators per worker thread) and the

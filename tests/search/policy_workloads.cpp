@@ -44,4 +44,19 @@ Workload layer_chain(const std::vector<LayerSpec>& layers, Bytes memory_bytes, B
   return b.build();
 }
 
+Workload fan(std::array<Nanoseconds, 4> forward_ns, std::array<Nanoseconds, 4> backward_ns,
+             Bytes memory_bytes) {
+  WorkloadBuilder b(memory_bytes);
+  const TensorId x = b.input("x", 1024);
+  const TensorId a = b.forward("f1", {x}, 1024, forward_ns[0]);
+  const TensorId bb = b.forward("f2", {x}, 1024, forward_ns[1]);
+  const TensorId c = b.forward("f3", {x}, 1024, forward_ns[2]);
+  const TensorId d = b.forward("f4", {x}, 1024, forward_ns[3]);
+  const TensorId g1 = b.backward("h1", {d}, 512, backward_ns[0]);
+  const TensorId g2 = b.backward("h2", {g1, bb}, 512, backward_ns[1]);
+  const TensorId g3 = b.backward("h3", {g2, a}, 512, backward_ns[2]);
+  b.backward("h4", {g3, c, x}, 512, backward_ns[3]);
+  return b.build();
+}
+
 }  // namespace memplan::test

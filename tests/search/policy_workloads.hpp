@@ -1,6 +1,7 @@
 #pragma once
 // Small layer chains for policy tests: each layer is a forward op and a backward op that names it
 // in `differentiates`, saving its input and/or its output for backward as PyTorch would.
+#include <array>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,13 @@ LayerSpec loss(const std::string& name, sim::Bytes bytes = 100, sim::Nanoseconds
 sim::Workload layer_chain(const std::vector<LayerSpec>& layers,
                           sim::Bytes memory_bytes = sim::Bytes{1} << 40,
                           sim::Bytes input_bytes = 1000);
+
+/// Four maps a, b, c, d made from one input x (1024 bytes each, 512-byte gradients), so that
+/// recomputing any of them needs only x, which stays resident (h4 reads it). Backward reads them
+/// out of forward order: h1 reads d, h2 reads b, h3 reads a, h4 reads c (and x). Ops in issue
+/// order f1..f4, h1..h4 (ids 0..7) with the given durations.
+sim::Workload fan(std::array<sim::Nanoseconds, 4> forward_ns,
+                  std::array<sim::Nanoseconds, 4> backward_ns,
+                  sim::Bytes memory_bytes = sim::Bytes{1} << 40);
 
 }  // namespace memplan::test

@@ -1,5 +1,10 @@
 // PoocH's steps on a workload whose all-swap timeline is worked out by hand.
+#include <algorithm>
 #include <array>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
 
 #include <catch2/catch.hpp>
 
@@ -110,10 +115,12 @@ TEST_CASE("PoocH's r(X) loop turns swaps into recomputes where no keep/swap clas
           "[search][pooch]") {
   // a = 5000, b = 100, c = 2000 bytes; default durations (f 1000/2000/3000, g 1000/2000/1500);
   // a 7680-byte device. The arena rounds every buffer up to 512 bytes: x, b and the gradients
-  // take 512, a 5120, c 2048. No keep/swap classification fits: keeping a needs x + a + b + c =
-  // 8192 bytes at f3; swapping it, its prefetch during g2 needs 5120 contiguous bytes above x,
-  // b and g3's gradient, with the 2048-byte hole c leaves below them (first fit): 8704. So every
-  // leaf of the enumeration fails and the r(X) loop starts from all-swap (unbounded overhead).
+  // take 512, a 5120, c 2048 (x is freed after f1). No keep/swap classification fits: keeping a
+  // needs a + c + b (prefetched before g3 for g2) + g3's gradient = 8192 bytes at g3. Swapping
+  // it, the best-fit arena puts b in x's old block [0,512), c at [512,2560) and g3's gradient
+  // right above c; once c is freed after g3, a's prefetch before g2 needs 5120 contiguous bytes
+  // and finds free blocks of 2048 and 4608 only. So every leaf of the enumeration fails and the
+  // r(X) loop starts from all-swap (unbounded overhead).
   // Recomputing a fits (x + a + two gradients = 6656 at g1), and so does recomputing c.
   // With a recomputed and b, c swapped: c's copy-out stalls 2000 ns and its prefetch 2100 ns:
   // 15600 ns against 11500 with c kept on an unlimited device, a swap overhead of 4100 ns;
@@ -140,4 +147,184 @@ TEST_CASE("PoocH's r(X) loop turns swaps into recomputes where no keep/swap clas
   Plan all_swap = d.plan;
   for (Decision& x : all_swap.decisions) x.action = Action::kSwap;
   CHECK_FALSE(evaluator.evaluate(all_swap).feasible);
+}
+
+namespace {
+
+// x (512 bytes, read again by h3) -> f1 -> p, f2 -> q, f3 -> r (2048 bytes each, all made from
+// x); h1 reads r, h2 reads q, h3 reads p; 512-byte gradients; every op 1000 ns; 1 byte/ns links;
+// a 6144-byte device (12 units of 512).
+Workload three_maps() {
+  WorkloadBuilder b(6144);
+  const auto x = b.input("x", 512);
+  const auto p = b.forward("f1", {x}, 2048, 1000);
+  const auto q = b.forward("f2", {x}, 2048, 1000);
+  const auto r = b.forward("f3", {x}, 2048, 1000);
+  const auto g1 = b.backward("h1", {r}, 512, 1000);
+  const auto g2 = b.backward("h2", {g1, q}, 512, 1000);
+  b.backward("h3", {g2, p, x}, 512, 1000);
+  return b.build();
+}
+
+// The keep/swap tree as the paper states it, with no shortcut: every leaf over L_I, each scanned
+// over L_O \ L_I one map at a time; the fastest feasible classification.
+Plan full_tree(Evaluator& evaluator, const NetworkView& view, const PoochProfile& profile) {
+  const std::size_t n = view.feature_maps().size();
+  Plan all_swap = keep_all(view, "pooch");
+  for (Decision& d : all_swap.decisions) d.action = Action::kSwap;
+  Plan best = all_swap;
+  Nanoseconds best_ns = std::numeric_limits<Nanoseconds>::max();
+  const auto& l_i = profile.swap_in_exposed;
+  for (std::uint64_t leaf = 0; leaf < (std::uint64_t{1} << l_i.size()); ++leaf) {
+    Plan candidate = all_swap;
+    for (std::size_t bit = 0; bit < l_i.size(); ++bit)
+      if (((leaf >> bit) & 1u) != 0)
+        candidate.decisions[static_cast<std::size_t>(l_i[bit])].action = Action::kKeep;
+    if (!evaluator.evaluate(candidate).feasible) continue;
+    for (int m : profile.swap_out_only_exposed) {
+      auto& d = candidate.decisions[static_cast<std::size_t>(m)];
+      d.action = Action::kKeep;
+      if (!evaluator.evaluate(candidate).feasible) d.action = Action::kSwap;
+    }
+    const Evaluation e = evaluator.evaluate(candidate);
+    if (e.feasible && e.iteration_ns < best_ns) {
+      best_ns = e.iteration_ns;
+      best = candidate;
+    }
+  }
+  REQUIRE(best.decisions.size() == n);
+  return best;
+}
+
+std::vector<Action> actions(const Plan& plan) {
+  std::vector<Action> out;
+  for (const Decision& d : plan.decisions) out.push_back(d.action);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("PoocH's keep/swap tree: a leaf that keeps some of L_I and swaps the rest wins",
+          "[search][pooch]") {
+  // All-swap: f1 [0,1000], p out [1000,3048] (f2 waits), f2 [3048,4048], q out [4048,6096] (f3
+  // waits), f3 [6096,7096], r out [7096,9144] (h1 waits). Before h1, q then r (tensor order) come
+  // back: q [9144,11192], r [11192,13240]; h1 [13240,14240] waited 4096 ns for r. p before h2:
+  // [14240,16288]; h2 [14240,15240]; h3 waits 1048 ns: [16288,17288]. q's swap-in is hidden.
+  // So L_I = {r, p} (longest stall first), L_O \ L_I = {q}.
+  const Workload w = three_maps();
+  const Machine m = test_machine(6144);
+  Evaluator evaluator(w, m);
+  const NetworkView view(w);
+  const PoochProfile profile = pooch_profile(evaluator, view);
+  CHECK(names(w, view, profile.swap_in_exposed) == std::vector<std::string>{"f3_out", "f1_out"});
+  CHECK(names(w, view, profile.swap_out_only_exposed) == std::vector<std::string>{"f2_out"});
+  // Leaves (in 512-byte units; x 1, maps 4, gradients 1):
+  //  keep r and p: at h1 x + p + r + g1 + q (prefetched for h2) = 14 > 12: does not fit.
+  //  keep p only: at h1 x + p + g1 + q + r (both prefetched) = 14: does not fit.
+  //  keep r only: fits; the scan keeps q too: f1, wait for p's copy-out until 3048, f2, f3, h1
+  //   [5048,6048]; p comes back during h2 [6048,8096] into r's freed block; h3 [8096,9096].
+  //   At h2: x + q + g1 + g2 + p = 11 units.
+  //  keep neither: fits; keeping q too gives 13192 ns (r's round trip is exposed).
+  // The mixed leaf (keep r, swap p) plus q kept is the fastest: 9096 ns.
+  const PoochKeepSwap step = pooch_keep_swap(evaluator, view, profile);
+  CHECK(step.enumerated == 2);
+  CHECK(actions(step.plan) == std::vector<Action>{Action::kSwap, Action::kKeep, Action::kKeep});
+  CHECK(evaluator.evaluate(step.plan).iteration_ns == 9096);
+  Plan neither = step.plan;
+  neither.decisions[2].action = Action::kSwap;
+  CHECK(evaluator.evaluate(neither).iteration_ns == 13192);
+  for (const auto& [keep_p, keep_r] : {std::pair{true, true}, {true, false}}) {
+    Plan leaf = step.plan;
+    leaf.decisions[0].action = keep_p ? Action::kKeep : Action::kSwap;
+    leaf.decisions[1].action = Action::kSwap;
+    leaf.decisions[2].action = keep_r ? Action::kKeep : Action::kSwap;
+    CHECK_FALSE(evaluator.evaluate(leaf).feasible);
+  }
+  // Then r(p): p's swap costs 9096 - 6000 (everything kept, unlimited memory) = 3096 ns;
+  // recomputing it re-runs f1 before h3: 7000 ns, r = 1000 / 3096 < 1: p is recomputed.
+  const auto d = find_policy("pooch")->decide(evaluator, view);
+  CHECK(actions(d.plan) == std::vector<Action>{Action::kRecompute, Action::kKeep, Action::kKeep});
+  CHECK(evaluator.evaluate(d.plan).iteration_ns == 7000);
+}
+
+TEST_CASE("PoocH's bounded keep/swap tree finds what the full tree finds on a small instance",
+          "[search][pooch]") {
+  const Workload w = three_maps();
+  Evaluator evaluator(w, test_machine(6144));
+  const NetworkView view(w);
+  const PoochProfile profile = pooch_profile(evaluator, view);
+  const Plan full = full_tree(evaluator, view, profile);
+  CHECK(actions(full) == std::vector<Action>{Action::kSwap, Action::kKeep, Action::kKeep});
+  // The default bound enumerates all of L_I; with one map (r) enumerated, p is scanned on the
+  // best leaf and stays swapped (keeping it too does not fit); with none, the scan of L_I from
+  // the output backwards keeps r and not p. All three agree with the full tree.
+  for (std::size_t bound : {std::size_t{8}, std::size_t{1}, std::size_t{0}}) {
+    CAPTURE(bound);
+    const PoochKeepSwap step = pooch_keep_swap(evaluator, view, profile, {bound, 4096});
+    CHECK(step.enumerated == std::min<std::size_t>(bound, 2));
+    CHECK(actions(step.plan) == actions(full));
+  }
+  // The simulation budget lowers the bound too: 2^k * (1 + |L_O \ L_I|) <= 4 allows k = 1.
+  CHECK(pooch_keep_swap(evaluator, view, profile, {8, 4}).enumerated == 1);
+}
+
+TEST_CASE("PoocH's keep/swap step matches the full tree on random small fans", "[search][pooch]") {
+  // Fans of 3-5 maps made from x, read back in a shuffled order, random sizes, durations and
+  // budgets (fixed seed). Where L_I has at most 8 maps the default limits enumerate all of it, so
+  // the step's shortcuts (the all-keep leaf first, skipping leaves that do not fit before the
+  // scan, trying a whole scan list at once) must find a classification as fast as the full
+  // tree's.
+  std::mt19937 rng(20261123);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int compared = 0;
+  int feasible = 0;
+  int mixed = 0;
+  for (int instance = 0; instance < 40; ++instance) {
+    CAPTURE(instance);
+    const int n = pick(3, 5);
+    WorkloadBuilder b(Bytes{1} << 40);
+    const auto x = b.input("x", 512);
+    std::vector<TensorId> maps;
+    Bytes total = 512;
+    for (int i = 0; i < n; ++i) {
+      const Bytes bytes = 512 * pick(1, 6);
+      total += bytes;
+      maps.push_back(b.forward("f" + std::to_string(i), {x}, bytes, 200 * pick(1, 10)));
+    }
+    std::vector<int> order(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = n - 1 - i;
+    std::shuffle(order.begin() + 1, order.end(), rng);  // the last map is read first
+    TensorId grad = kNoId;
+    for (int k = 0; k < n; ++k) {
+      std::vector<TensorId> reads{
+          maps[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])]};
+      if (grad != kNoId) reads.push_back(grad);
+      if (k == n - 1) reads.push_back(x);
+      grad = b.backward("h" + std::to_string(k), reads, 512, 200 * pick(1, 10));
+    }
+    const Workload w = b.build();
+    const Machine m = test_machine(512 * pick(4, static_cast<int>(total / 512) + 2));
+    Evaluator evaluator(w, m);
+    const NetworkView view(w);
+    const PoochProfile profile = pooch_profile(evaluator, view);
+    if (profile.swap_in_exposed.size() > 8) continue;
+    const Plan full = full_tree(evaluator, view, profile);
+    const Evaluation full_e = evaluator.evaluate(full);
+    const Evaluation step_e = evaluator.evaluate(pooch_keep_swap(evaluator, view, profile).plan);
+    CHECK(step_e.feasible == full_e.feasible);
+    if (full_e.feasible) CHECK(step_e.iteration_ns == full_e.iteration_ns);
+    ++compared;
+    if (!full_e.feasible) continue;
+    ++feasible;
+    // A leaf that keeps some of L_I and swaps the rest.
+    std::size_t kept = 0;
+    for (int map : profile.swap_in_exposed)
+      kept += full.decisions[static_cast<std::size_t>(map)].action == Action::kKeep ? 1 : 0;
+    if (kept > 0 && kept < profile.swap_in_exposed.size()) ++mixed;
+  }
+  CHECK(compared == 40);
+  // The instances are not all trivial: with this seed 18 fit and in 8 of them the best leaf is
+  // mixed.
+  CHECK(feasible >= 15);
+  CHECK(mixed >= 5);
 }
