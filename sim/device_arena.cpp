@@ -84,7 +84,7 @@ DeviceArena::DeviceArena(Size capacity) {
   reset(capacity);
 }
 
-int DeviceArena::class_of(Size size) {
+inline int DeviceArena::class_of(Size size) {
   const auto units = static_cast<std::uint64_t>(size / kAlignment);
   if (units < kSecondLevels) return static_cast<int>(units);
   const int msb = 63 - std::countl_zero(units);
@@ -122,7 +122,7 @@ void DeviceArena::reset(Size capacity) {
   }
 }
 
-DeviceArena::BlockId DeviceArena::new_block() {
+inline DeviceArena::BlockId DeviceArena::new_block() {
   if (!spare_blocks_.empty()) {
     const BlockId b = spare_blocks_.back();
     spare_blocks_.pop_back();
@@ -132,7 +132,7 @@ DeviceArena::BlockId DeviceArena::new_block() {
   return static_cast<BlockId>(blocks_.size() - 1);
 }
 
-void DeviceArena::insert_free(BlockId b) {
+inline void DeviceArena::insert_free(BlockId b) {
   const Block& block = blocks_[static_cast<std::size_t>(b)];
   const int c = class_of(block.size);
   auto& entries = classes_[static_cast<std::size_t>(c)];
@@ -146,7 +146,7 @@ void DeviceArena::insert_free(BlockId b) {
   ++free_blocks_;
 }
 
-void DeviceArena::erase_free(BlockId b) {
+inline void DeviceArena::erase_free(BlockId b) {
   const Block& block = blocks_[static_cast<std::size_t>(b)];
   const int c = class_of(block.size);
   auto& entries = classes_[static_cast<std::size_t>(c)];
@@ -158,7 +158,7 @@ void DeviceArena::erase_free(BlockId b) {
   erase_free_at(c, static_cast<std::size_t>(at - entries.begin()));
 }
 
-void DeviceArena::erase_free_at(int c, std::size_t position) {
+inline void DeviceArena::erase_free_at(int c, std::size_t position) {
   auto& entries = classes_[static_cast<std::size_t>(c)];
   entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(position));
   if (entries.empty()) {
@@ -199,7 +199,7 @@ void DeviceArena::release_block(Handle handle) {
 }
 
 // Best fit for an aligned size: the block handed out, or kNone.
-DeviceArena::BlockId DeviceArena::take(Size size) {
+inline DeviceArena::BlockId DeviceArena::take(Size size) {
   if (size > capacity_) return kNone;
   const int c = class_of(size);
   // Best fit: the smallest (size, offset) at least (size, 0) in the request's class, else the
@@ -270,7 +270,7 @@ DeviceArena::BlockId DeviceArena::take(Size size) {
   return b;
 }
 
-void DeviceArena::give_back(BlockId b) {
+inline void DeviceArena::give_back(BlockId b) {
   blocks_[static_cast<std::size_t>(b)].by_offset = false;
   --allocations_;
   live_ -= blocks_[static_cast<std::size_t>(b)].size;

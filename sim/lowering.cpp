@@ -81,13 +81,9 @@ void Lowerer::lower(const Plan& plan, Program& out) {
     out.op_compute_ns += algorithm_[at(c.op)]->duration_ns - op.duration_ns;
   }
   const std::size_t n_tensors = w_.tensors.size();
-  decision_.assign(n_tensors, nullptr);
-  loc_.assign(n_tensors, -1);
-  slot_.assign(n_tensors, -1);
-  in_event_.assign(n_tensors, -1);
-  out_event_.assign(n_tensors, -1);
-  awaiting_in_.assign(n_tensors, 0);
-  encoded_.assign(n_tensors, -1);
+  state_.assign(n_tensors, TensorState{});
+  // The body is built in the compute stream's own storage and expanded in place by place_frees.
+  body_.swap(out.streams[static_cast<std::size_t>(StreamId::kCompute)]);
   body_.clear();
   last_ref_.clear();
   operand_stack_.clear();
@@ -99,7 +95,7 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   for (const Decision& d : plan.decisions) {
     const std::int32_t m = map_of_[at(d.tensor)];
     MEMPLAN_CHECK(m >= 0, "a plan decides feature maps only");
-    decision_[at(d.tensor)] = &d;
+    state_[at(d.tensor)].decision = &d;
     ++out.action_counts[static_cast<std::size_t>(d.action)];
     if (d.action == Action::kKeep) continue;
     const FeatureMap& map = maps_[at(m)];
@@ -122,27 +118,27 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   for (TensorId t : preexisting_read_) {
     const BufferId b = new_tensor_buffer(t, kNoId);
     if (is_persistent(tensor_[at(t)].kind)) last_ref_[at(b)] = kNeverFreed;
-    loc_[at(t)] = b;
+    state_[at(t)].loc = b;
   }
   for (std::size_t i = 0; i < op_.size(); ++i) {
     const auto op = static_cast<OpId>(i);
     for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
       const TensorId t = prefetch_at_.items[at(k)];
-      if (loc_[at(t)] < 0) issue_prefetch(t, op);
+      if (state_[at(t)].loc < 0) issue_prefetch(t, op);
     }
     regenerated_.clear();
     emit_op(op, InstrKind::kRun);
     if (op_[i].phase == Phase::kBackward) forget_per_use();
     for (auto k = outputs_.begin[i]; k < outputs_.begin[i + 1]; ++k) {
       const TensorId t = outputs_.items[at(k)];
-      const Decision* d = decision_[at(t)];
+      const Decision* d = state_[at(t)].decision;
       if (d != nullptr && d->action == Action::kSwap) issue_copy_out(t, op);
     }
     for (auto k = forward_drop_at_.begin[i]; k < forward_drop_at_.begin[i + 1]; ++k) {
       forward_drop(forward_drop_at_.items[at(k)], op);
     }
     for (auto k = drop_at_.begin[i]; k < drop_at_.begin[i + 1]; ++k)
-      loc_[at(drop_at_.items[at(k)])] = -1;
+      state_[at(drop_at_.items[at(k)])].loc = -1;
   }
   place_frees();
   program_ = nullptr;
@@ -177,40 +173,40 @@ EventId Lowerer::new_event(WaitCause cause, TensorId t) {
 }
 
 bool Lowerer::restorable(TensorId t) const {
-  const Decision* d = decision_[at(t)];
+  const Decision* d = state_[at(t)].decision;
   if (d == nullptr) return false;
-  return (d->action == Action::kSwap && slot_[at(t)] >= 0) ||
-         (d->action == Action::kEncode && encoded_[at(t)] >= 0);
+  return (d->action == Action::kSwap && state_[at(t)].slot >= 0) ||
+         (d->action == Action::kEncode && state_[at(t)].encoded >= 0);
 }
 
 // Makes tensor t resident before `for_op` runs and returns its buffer.
 BufferId Lowerer::ensure(TensorId t, OpId for_op) {
-  if (loc_[at(t)] < 0 && !restorable(t)) regenerate(t);
+  if (state_[at(t)].loc < 0 && !restorable(t)) regenerate(t);
   return make_resident(t, for_op);
 }
 
 // Brings back a resident-or-restorable tensor (prefetch wait, on-demand prefetch or decode).
 BufferId Lowerer::make_resident(TensorId t, OpId for_op) {
   const auto ti = at(t);
-  if (loc_[ti] < 0) {
+  if (state_[ti].loc < 0) {
     MEMPLAN_CHECK(restorable(t), "a tensor that is gone is restored or regenerated");
-    if (decision_[ti]->action == Action::kSwap) {
+    if (state_[ti].decision->action == Action::kSwap) {
       issue_prefetch(t, for_op);
     } else {
       const BufferId b = new_tensor_buffer(t, for_op);
-      const BufferId e = encoded_[ti];
+      const BufferId e = state_[ti].encoded;
       const auto when = emit({InstrKind::kDecode, for_op, b, e, 0, 0, 0});
       touch(b, when);
       touch(e, when);
-      loc_[ti] = b;
+      state_[ti].loc = b;
     }
   }
-  if (awaiting_in_[ti] != 0) {
-    touch(loc_[ti], emit({InstrKind::kWait, for_op, -1, in_event_[ti], 0, 0, 0}));
-    awaiting_in_[ti] = 0;
+  if (state_[ti].awaiting_in != 0) {
+    touch(state_[ti].loc, emit({InstrKind::kWait, for_op, -1, state_[ti].in_event, 0, 0, 0}));
+    state_[ti].awaiting_in = 0;
   }
-  MEMPLAN_CHECK(loc_[ti] >= 0, "an input is resident before its consumer runs");
-  return loc_[ti];
+  MEMPLAN_CHECK(state_[ti].loc >= 0, "an input is resident before its consumer runs");
+  return state_[ti].loc;
 }
 
 // Re-runs the producer of t, after making its inputs resident; inputs that are gone too are
@@ -230,7 +226,7 @@ void Lowerer::regenerate(TensorId t) {
     const auto input_count = static_cast<std::size_t>(inputs_.begin[at(frame.op) + 1]) - first;
     if (frame.next_input < input_count) {
       const TensorId x = inputs_.items[first + frame.next_input];
-      if (loc_[at(x)] < 0 && !restorable(x)) {
+      if (state_[at(x)].loc < 0 && !restorable(x)) {
         push(x);  // come back to this input once x is regenerated
         continue;
       }
@@ -240,10 +236,10 @@ void Lowerer::regenerate(TensorId t) {
       frames_.pop_back();
       for (auto k = outputs_.begin[at(frame.op)]; k < outputs_.begin[at(frame.op) + 1]; ++k) {
         const TensorId o = outputs_.items[at(k)];
-        if (loc_[at(o)] < 0) regenerated_.push_back(o);  // not a temporary second copy
+        if (state_[at(o)].loc < 0) regenerated_.push_back(o);  // not a temporary second copy
       }
       finish_op(frame.op, InstrKind::kRecompute, frame.operand_base);
-      MEMPLAN_CHECK(loc_[at(frame.wanted)] >= 0, "a regenerated tensor is resident");
+      MEMPLAN_CHECK(state_[at(frame.wanted)].loc >= 0, "a regenerated tensor is resident");
     }
   }
 }
@@ -254,13 +250,13 @@ void Lowerer::regenerate(TensorId t) {
 // plan recomputes once (per_use false) that were regenerated on the way stay resident.
 void Lowerer::forget_per_use() {
   const bool any = std::any_of(regenerated_.begin(), regenerated_.end(), [&](TensorId t) {
-    const Decision* d = decision_[at(t)];
+    const Decision* d = state_[at(t)].decision;
     return d != nullptr && d->per_use;
   });
   if (!any) return;
   for (TensorId t : regenerated_) {
-    const Decision* d = decision_[at(t)];
-    if (d == nullptr || d->per_use) loc_[at(t)] = -1;
+    const Decision* d = state_[at(t)].decision;
+    if (d == nullptr || d->per_use) state_[at(t)].loc = -1;
   }
 }
 
@@ -282,16 +278,16 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
     BufferId b = -1;
     if (out.in_place_of != kNoId) {
       // An in-place output takes over its base's buffer.
-      b = loc_[at(out.in_place_of)];
+      b = state_[at(out.in_place_of)].loc;
       MEMPLAN_CHECK(b >= 0, "the base of an in-place output is resident");
-      loc_[at(out.in_place_of)] = -1;
+      state_[at(out.in_place_of)].loc = -1;
     } else {
       b = new_tensor_buffer(o, op);
     }
     operand_stack_.push_back(b);
     // A recompute may write an output that is still resident elsewhere: then its new copy is a
     // temporary, freed right after (nothing points to it).
-    if (kind == InstrKind::kRun || loc_[at(o)] < 0) loc_[at(o)] = b;
+    if (kind == InstrKind::kRun || state_[at(o)].loc < 0) state_[at(o)].loc = b;
   }
   const Algorithm* chosen = algorithm_[at(op)];
   const OpInfo& info = op_[at(op)];
@@ -315,42 +311,42 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
 
 void Lowerer::issue_copy_out(TensorId t, OpId producer) {
   const auto ti = at(t);
-  const BufferId b = loc_[ti];
-  slot_[ti] = static_cast<HostSlotId>(program_->host_slots.size());
+  const BufferId b = state_[ti].loc;
+  state_[ti].slot = static_cast<HostSlotId>(program_->host_slots.size());
   program_->host_slots.push_back({t, tensor_[ti].bytes});
   const EventId written = new_event(WaitCause::kProducer, t);
-  out_event_[ti] = new_event(WaitCause::kSwapOut, t);
+  state_[ti].out_event = new_event(WaitCause::kSwapOut, t);
   emit({InstrKind::kRecord, producer, -1, written, 0, 0, 0});
   auto& d2h = program_->streams[static_cast<std::size_t>(StreamId::kD2H)];
   d2h.push_back({InstrKind::kWait, producer, -1, written, 0, 0, 0});
-  d2h.push_back({InstrKind::kCopyOut, producer, b, slot_[ti], 0, 0, 0});
-  d2h.push_back({InstrKind::kRecord, producer, -1, out_event_[ti], 0, 0, 0});
+  d2h.push_back({InstrKind::kCopyOut, producer, b, state_[ti].slot, 0, 0, 0});
+  d2h.push_back({InstrKind::kRecord, producer, -1, state_[ti].out_event, 0, 0, 0});
 }
 
 void Lowerer::issue_prefetch(TensorId t, OpId at_op) {
   const auto ti = at(t);
-  MEMPLAN_CHECK(slot_[ti] >= 0, "a map is copied out before it is prefetched");
+  MEMPLAN_CHECK(state_[ti].slot >= 0, "a map is copied out before it is prefetched");
   const BufferId b = new_tensor_buffer(t, at_op);
   const EventId allocated = new_event(WaitCause::kAlloc, t);
-  in_event_[ti] = new_event(WaitCause::kSwapIn, t);
+  state_[ti].in_event = new_event(WaitCause::kSwapIn, t);
   touch(b, emit({InstrKind::kRecord, at_op, -1, allocated, 0, 0, 0}));
   auto& h2d = program_->streams[static_cast<std::size_t>(StreamId::kH2D)];
   h2d.push_back({InstrKind::kWait, at_op, -1, allocated, 0, 0, 0});
-  h2d.push_back({InstrKind::kCopyIn, at_op, b, slot_[ti], 0, 0, 0});
-  h2d.push_back({InstrKind::kRecord, at_op, -1, in_event_[ti], 0, 0, 0});
-  loc_[ti] = b;
-  awaiting_in_[ti] = 1;
+  h2d.push_back({InstrKind::kCopyIn, at_op, b, state_[ti].slot, 0, 0, 0});
+  h2d.push_back({InstrKind::kRecord, at_op, -1, state_[ti].in_event, 0, 0, 0});
+  state_[ti].loc = b;
+  state_[ti].awaiting_in = 1;
 }
 
 // After the map's last forward use: release the device copy the plan does not keep.
 void Lowerer::forward_drop(TensorId t, OpId op) {
   const auto ti = at(t);
-  const BufferId b = loc_[ti];
+  const BufferId b = state_[ti].loc;
   MEMPLAN_CHECK(b >= 0, "a map is resident at its last forward use");
-  const Decision& d = *decision_[ti];
+  const Decision& d = *state_[ti].decision;
   if (d.action == Action::kSwap) {
     // The buffer may only go once the copy-out has read it.
-    touch(b, emit({InstrKind::kWait, op, -1, out_event_[ti], 0, 0, 0}));
+    touch(b, emit({InstrKind::kWait, op, -1, state_[ti].out_event, 0, 0, 0}));
   } else if (d.action == Action::kEncode) {
     const Tensor& tensor = w_.tensor(t);
     const BufferId e = new_buffer({encoded_bytes(d.encoding, tensor), BufferRole::kEncoded,
@@ -359,9 +355,9 @@ void Lowerer::forward_drop(TensorId t, OpId op) {
     const auto when = emit({InstrKind::kEncode, op, b, e, 0, 0, 0});
     touch(b, when);
     touch(e, when);
-    encoded_[ti] = e;
+    state_[ti].encoded = e;
   }
-  loc_[ti] = -1;
+  state_[ti].loc = -1;
 }
 
 // Writes the compute stream: the body with each buffer's free right after its last reference.
@@ -381,14 +377,21 @@ void Lowerer::place_frees() {
         static_cast<BufferId>(b);
   }
   // free_begin_[i] is now the end of instruction i's frees; its start is the previous end.
-  auto& out = program_->streams[static_cast<std::size_t>(StreamId::kCompute)];
-  out.reserve(body_.size() + free_items_.size());
-  std::int32_t k = 0;
-  for (std::size_t i = 0; i < body_.size(); ++i) {
-    out.push_back(body_[i]);
-    for (; k < free_begin_[i]; ++k)
-      out.push_back({InstrKind::kFree, body_[i].op, free_items_[at(k)], -1, 0, 0, 0});
+  // Expand in place from the back: instruction i moves to i + (frees of the instructions before
+  // it), its frees follow it; every target lies at or after the source, so nothing unread is
+  // overwritten.
+  const std::size_t n = body_.size();
+  body_.resize(n + free_items_.size());
+  for (std::size_t i = n; i-- > 0;) {
+    const Instruction in = body_[i];
+    const std::int32_t first = i > 0 ? free_begin_[i - 1] : 0;
+    for (std::int32_t k = free_begin_[i]; k-- > first;) {
+      body_[i + static_cast<std::size_t>(k) + 1] = {
+          InstrKind::kFree, in.op, free_items_[at(k)], -1, 0, 0, 0};
+    }
+    body_[i + static_cast<std::size_t>(first)] = in;
   }
+  body_.swap(program_->streams[static_cast<std::size_t>(StreamId::kCompute)]);
 }
 
 Program lower(const Workload& workload, const Plan& plan) {

@@ -5,16 +5,10 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/machine.hpp"
 #include "sim/workload.hpp"
 
 namespace memplan::zoo {
-
-/// A host link preset (the Machine presets of ARCHITECTURE.md).
-struct Link {
-  std::string_view name;
-  sim::BytesPerSecond bytes_per_s = 0;  // each direction
-  sim::Nanoseconds latency_ns = 0;      // per copy
-};
 
 struct Device {
   std::string_view name;
@@ -22,13 +16,18 @@ struct Device {
   sim::Bytes memory_bytes = 0;
   double peak_flops_per_s = 0;                 // FP32, non-tensor-core
   sim::BytesPerSecond memory_bytes_per_s = 0;  // device memory bandwidth
-  Link link;
+  /// The host link it is usually attached by: the name of a sim::LinkPreset (sim/machine.cpp),
+  /// whose bandwidth and latency the device takes, so that `--device` and `--link` agree.
+  std::string_view link;
 };
 
 const std::vector<Device>& devices();
 /// nullptr when there is no such device.
 const Device* find_device(std::string_view name);
-/// The device as a trace records it.
+/// The link preset `device.link` names (always one of sim::link_presets()).
+const sim::LinkPreset& link_preset(const Device& device);
+/// The device as a trace records it: capacity, rates, and its link preset's bandwidth (both
+/// directions) and latency.
 sim::DeviceInfo device_info(const Device& device);
 
 }  // namespace memplan::zoo

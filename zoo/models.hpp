@@ -37,6 +37,8 @@ struct ModelInfo {
   Shape default_input;
   bool takes_depth = false;
   ModelBuilder build = nullptr;
+  /// Another name find_model() accepts (the and the papers' name), or empty.
+  std::string_view alias;
 };
 
 struct BuiltModel {
@@ -45,7 +47,7 @@ struct BuiltModel {
 };
 
 const std::vector<ModelInfo>& models();
-/// nullptr when there is no such model.
+/// The model named `name` or aliased so; nullptr when there is no such model.
 const ModelInfo* find_model(std::string_view name);
 
 /// Checks the options against the model (input rank, depth) and builds it. Throws InputError.

@@ -10,7 +10,10 @@ namespace memplan::zoo {
 
 std::string model_names() {
   std::string out;
-  for (const ModelInfo& m : models()) out += (out.empty() ? "" : ", ") + std::string(m.name);
+  for (const ModelInfo& m : models()) {
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", m.name);
+    if (!m.alias.empty()) out += fmt::format(" (or {})", m.alias);
+  }
   return out;
 }
 
@@ -62,7 +65,11 @@ sim::Workload make_workload(const ZooRequest& request) {
 
 std::string list_text() {
   std::string out = "models:\n";
-  for (const ModelInfo& m : models()) out += fmt::format("  {:<16} {}\n", m.name, m.summary);
+  for (const ModelInfo& m : models()) {
+    out += fmt::format("  {:<16} {}", m.name, m.summary);
+    if (!m.alias.empty()) out += fmt::format(" (alias: {})", m.alias);
+    out += '\n';
+  }
   out += "devices:\n";
   for (const Device& d : devices()) out += fmt::format("  {:<16} {}\n", d.name, d.summary);
   return out;

@@ -1,9 +1,12 @@
 // Property tests on random training graphs (fixed seeds): random forward DAGs with skip
 // connections and in-place ops, a backward pass that reads random forward tensors, random plans
 // (keep, swap with random prefetch points, recompute, lossy encodings) and random machines. Each
-// case checks the engine's promises from the timeline alone.
+// case checks the engine's promises from the timeline alone, and replays the program to track
+// which tensor each device buffer and host slot holds (check_contents): every reader finds the
+// tensor it needs, written before it starts and not overwritten or freed while it reads.
 #include <algorithm>
 #include <limits>
+#include <ostream>
 #include <random>
 
 #include <fmt/format.h>
@@ -148,6 +151,200 @@ struct BufferLife {
   Nanoseconds first_use_end_ns = -1;  // end of the first compute instruction that uses it
 };
 
+// What a device buffer or a host slot holds: a tensor's values, its encoded form, or nothing
+// valid (a fresh allocation, or workspace scratch).
+struct Content {
+  TensorId tensor = kNoId;
+  bool encoded = false;
+  bool operator==(const Content&) const = default;
+};
+std::ostream& operator<<(std::ostream& os, const Content& c) {
+  if (c.tensor == kNoId) return os << "nothing valid";
+  return os << (c.encoded ? "encoded tensor " : "tensor ") << c.tensor;
+}
+
+// One content of a buffer: valid from `from_ns` (its writer ended) until `until_ns` (the next
+// writer started, or the buffer was freed).
+struct Version {
+  Content content;
+  Nanoseconds from_ns = 0;
+  Nanoseconds until_ns = std::numeric_limits<Nanoseconds>::max();
+};
+
+// Replays the program against its timeline and tracks, per device buffer, which tensor it holds
+// and since when: a run or recompute writes its outputs, an encode its encoded buffer, a decode
+// the full map, a copy-in the prefetched map (at the copy's end); an allocation holds nothing
+// valid. Every read (an op's inputs, an encode's source, a decode's encoded buffer, a copy-out's
+// source, a copy-in's host slot) must find the expected tensor, written before the reader started,
+// not overwritten or freed before the reader ended. The tensor a buffer holds is tracked from the
+// instructions, not taken from Buffer::tensor, so an in-place op that hands a buffer to its
+// output, or a lowering that allocates a buffer but never fills it, shows.
+void check_contents(const Workload& w, const Program& p, const Timeline& tl, std::size_t executed) {
+  constexpr Nanoseconds kNever = std::numeric_limits<Nanoseconds>::max();
+  const auto& compute = p.stream(StreamId::kCompute);
+  const auto& h2d = p.stream(StreamId::kH2D);
+  enum class State : std::uint8_t { kUnallocated, kLive, kFreed };
+  struct BufferState {
+    State state = State::kUnallocated;
+    std::vector<Version> history;
+    std::int32_t copy_in = -1;        // the H2D instruction that fills it, if any
+    const Span* copy_span = nullptr;  // its span, when it ran
+    bool copied_in = false;           // the copy's content is in the history
+  };
+  std::vector<BufferState> buf(p.buffers.size());
+  std::vector<Nanoseconds> start(compute.size(), -1), end(compute.size(), -1);
+  for (const Span& s : tl.spans) {
+    if (s.stream == StreamId::kCompute) {
+      start[static_cast<std::size_t>(s.index)] = s.start_ns;
+      end[static_cast<std::size_t>(s.index)] = s.end_ns;
+    }
+  }
+  for (std::size_t i = 0; i < h2d.size(); ++i) {
+    if (h2d[i].kind != InstrKind::kCopyIn) continue;
+    auto& b = buf[static_cast<std::size_t>(h2d[i].buffer)];
+    REQUIRE(b.copy_in < 0);  // one prefetch per buffer
+    b.copy_in = static_cast<std::int32_t>(i);
+  }
+  for (const Span& s : tl.spans) {
+    if (s.stream == StreamId::kH2D)
+      buf[static_cast<std::size_t>(h2d[static_cast<std::size_t>(s.index)].buffer)].copy_span = &s;
+  }
+  auto slot_content = [&](std::int32_t slot) {
+    return Content{p.host_slots[static_cast<std::size_t>(slot)].tensor, false};
+  };
+  // A buffer a copy-in fills is not touched by compute before the copy has landed.
+  auto settle = [&](BufferId id, Nanoseconds t) {
+    auto& b = buf[static_cast<std::size_t>(id)];
+    if (b.copy_in < 0 || b.copied_in) return;
+    REQUIRE(b.copy_span != nullptr);  // the prefetch ran
+    REQUIRE(b.copy_span->end_ns <= t);
+    REQUIRE(!b.history.empty());
+    b.history.back().until_ns = b.copy_span->start_ns;
+    b.history.push_back(
+        {slot_content(h2d[static_cast<std::size_t>(b.copy_in)].aux), b.copy_span->end_ns});
+    b.copied_in = true;
+  };
+  auto read = [&](BufferId id, Content expected, Nanoseconds t) {
+    CAPTURE(id, expected.tensor, expected.encoded, t);
+    settle(id, t);
+    auto& b = buf[static_cast<std::size_t>(id)];
+    REQUIRE(b.state == State::kLive);  // allocated, and nothing is read after it is freed
+    REQUIRE(b.history.back().content == expected);
+    REQUIRE(b.history.back().from_ns <= t);  // produced before the reader starts
+  };
+  auto write = [&](BufferId id, Content content, Nanoseconds from, Nanoseconds to) {
+    settle(id, from);
+    auto& b = buf[static_cast<std::size_t>(id)];
+    REQUIRE(b.state == State::kLive);
+    b.history.back().until_ns = from;
+    b.history.push_back({content, to});
+  };
+  std::size_t mem = 0;
+  for (std::size_t i = 0; i < executed; ++i) {
+    const Instruction& in = compute[i];
+    CAPTURE(i, to_string(in.kind), in.op);
+    switch (in.kind) {
+      case InstrKind::kAlloc: {
+        auto& b = buf[static_cast<std::size_t>(in.buffer)];
+        const Buffer& info = p.buffers[static_cast<std::size_t>(in.buffer)];
+        REQUIRE(b.state == State::kUnallocated);
+        b.state = State::kLive;
+        // Parameters and the input are resident, with their values, when the step starts.
+        const bool preexisting = info.role == BufferRole::kTensor && is_preexisting(info.kind);
+        b.history.push_back(
+            {preexisting ? Content{info.tensor, false} : Content{}, tl.memory[mem++].time_ns});
+        break;
+      }
+      case InstrKind::kFree: {
+        auto& b = buf[static_cast<std::size_t>(in.buffer)];
+        REQUIRE(b.state == State::kLive);
+        b.state = State::kFreed;
+        b.history.back().until_ns = tl.memory[mem++].time_ns;
+        break;
+      }
+      case InstrKind::kRun:
+      case InstrKind::kRecompute: {
+        const Op& op = w.op(in.op);
+        const auto n_in = static_cast<std::int32_t>(op.inputs.size());
+        const auto n_out = static_cast<std::int32_t>(op.outputs.size());
+        REQUIRE((in.operand_count == n_in + n_out || in.operand_count == n_in + n_out + 1));
+        auto operand = [&](std::int32_t k) {
+          return p.operands[static_cast<std::size_t>(in.operands_begin + k)];
+        };
+        for (std::int32_t k = 0; k < n_in; ++k)
+          read(operand(k), {op.inputs[static_cast<std::size_t>(k)], false}, start[i]);
+        for (std::int32_t k = 0; k < n_out; ++k) {
+          const TensorId o = op.outputs[static_cast<std::size_t>(k)];
+          const TensorId base = w.tensor(o).in_place_of;
+          if (base != kNoId) {
+            // Written over its base: the buffer the op read the base from.
+            const auto it = std::find(op.inputs.begin(), op.inputs.end(), base);
+            REQUIRE(it != op.inputs.end());
+            REQUIRE(operand(static_cast<std::int32_t>(it - op.inputs.begin())) ==
+                    operand(n_in + k));
+          } else {
+            REQUIRE(p.buffers[static_cast<std::size_t>(operand(n_in + k))].role ==
+                    BufferRole::kTensor);
+          }
+          write(operand(n_in + k), {o, false}, start[i], end[i]);
+        }
+        if (in.operand_count == n_in + n_out + 1) {
+          const BufferId ws = operand(n_in + n_out);
+          REQUIRE(p.buffers[static_cast<std::size_t>(ws)].role == BufferRole::kWorkspace);
+          REQUIRE(p.buffers[static_cast<std::size_t>(ws)].op == in.op);
+          write(ws, Content{}, start[i], end[i]);
+        }
+        break;
+      }
+      case InstrKind::kEncode:
+      case InstrKind::kDecode: {
+        const Buffer& encoded = p.buffers[static_cast<std::size_t>(in.aux)];
+        REQUIRE(encoded.role == BufferRole::kEncoded);
+        // (The full buffer's Buffer::tensor may be the base of an in-place output: its content
+        // is what counts.)
+        const Content full{encoded.tensor, false};
+        const Content small{encoded.tensor, true};
+        if (in.kind == InstrKind::kEncode) {
+          read(in.buffer, full, start[i]);
+          write(in.aux, small, start[i], end[i]);
+        } else {
+          read(in.aux, small, start[i]);
+          write(in.buffer, full, start[i], end[i]);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  // Copy-outs read a buffer whose content stays put for the whole copy; they fill host slots.
+  std::vector<Version> slot(p.host_slots.size(), Version{Content{}, kNever, kNever});
+  for (const Span& s : tl.spans) {
+    if (s.stream != StreamId::kD2H) continue;
+    const Instruction& in = p.stream(StreamId::kD2H)[static_cast<std::size_t>(s.index)];
+    REQUIRE(in.kind == InstrKind::kCopyOut);
+    const auto& history = buf[static_cast<std::size_t>(in.buffer)].history;
+    // The content current when the copy starts: the last one written by then.
+    const Version* current = nullptr;
+    for (const Version& v : history) {
+      if (v.from_ns <= s.start_ns) current = &v;
+    }
+    REQUIRE(current != nullptr);
+    REQUIRE(current->content == slot_content(in.aux));
+    REQUIRE(current->until_ns >= s.end_ns);  // not overwritten or freed while copied
+    slot[static_cast<std::size_t>(in.aux)] = {slot_content(in.aux), s.end_ns, kNever};
+  }
+  // Copy-ins read a host slot that a finished copy-out filled with the buffer's tensor.
+  for (const Span& s : tl.spans) {
+    if (s.stream != StreamId::kH2D) continue;
+    const Instruction& in = h2d[static_cast<std::size_t>(s.index)];
+    const Version& from = slot[static_cast<std::size_t>(in.aux)];
+    REQUIRE(from.content.tensor != kNoId);
+    REQUIRE(from.from_ns <= s.start_ns);
+    REQUIRE(from.content.tensor == p.buffers[static_cast<std::size_t>(in.buffer)].tensor);
+  }
+}
+
 // Checks every promise on one simulated run; returns the number of failed checks through Catch.
 void check_run(const Workload& w, const Program& p, const Timeline& tl, const Machine& m) {
   const auto& compute = p.stream(StreamId::kCompute);
@@ -209,6 +406,7 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
       use(in.aux);
     }
   }
+  check_contents(w, p, tl, executed);
   // Copies: a copy-out reads a buffer that was written and is not freed before the copy ends; a
   // copy-in lands before any compute instruction reads the buffer.
   for (const Span& s : tl.spans) {

@@ -24,18 +24,20 @@ Workload resnet_tiny() {
 TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim][plan]") {
   const Workload w = resnet_tiny();
   const Plan plan = parse_plan(
-      plan_text(w, R"([{"tensor":"relu1_out","action":"swap","prefetch_before":"conv2_bwd"},
-                       {"tensor":13,"action":"encode:sparse"},
+      // (pool_out is not recomputed: re-running pool would read the binarized relu3_out, which
+      // validate_plan refuses.)
+      plan_text(w, R"([{"tensor":"relu1_out","action":"encode:sparse"},
+                       {"tensor":13,"action":"recompute"},
                        {"tensor":"relu3_out","action":"encode:binarize"},
-                       {"tensor":"pool_out","action":"recompute"},
+                       {"tensor":"pool_out","action":"swap","prefetch_before":"loss_bwd"},
                        {"tensor":"pool_indices","action":"encode:fp8"}])"),
       "p.json", w);
   REQUIRE(plan.decisions.size() == 6);
   CHECK(plan.policy == "test");
-  CHECK(plan.decisions[0] == Decision{11, Action::kSwap, Encoding::kNone, 16});
-  CHECK(plan.decisions[1] == Decision{13, Action::kEncode, Encoding::kSparse, kNoId});
+  CHECK(plan.decisions[0] == Decision{11, Action::kEncode, Encoding::kSparse, kNoId});
+  CHECK(plan.decisions[1] == Decision{13, Action::kRecompute, Encoding::kNone, kNoId});
   CHECK(plan.decisions[2] == Decision{16, Action::kEncode, Encoding::kBinarize, kNoId});
-  CHECK(plan.decisions[3] == Decision{17, Action::kRecompute, Encoding::kNone, kNoId});
+  CHECK(plan.decisions[3] == Decision{17, Action::kSwap, Encoding::kNone, 10});
   CHECK(plan.decisions[4] == Decision{18, Action::kEncode, Encoding::kFp8, kNoId});
   CHECK(plan.decisions[5] ==
         Decision{21, Action::kKeep, Encoding::kNone, kNoId});  // probs: left out

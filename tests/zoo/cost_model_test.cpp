@@ -1,7 +1,9 @@
 #include <map>
+#include <string>
 
 #include <catch2/catch.hpp>
 
+#include "sim/machine.hpp"
 #include "tests/zoo/zoo_test_support.hpp"
 #include "zoo/cost_model.hpp"
 #include "zoo/devices.hpp"
@@ -88,22 +90,41 @@ TEST_CASE("convolutions carry a memory-optimal algorithm without workspace", "[z
 }
 
 TEST_CASE("device presets carry capacity, peak rates and their link", "[zoo][devices]") {
-  const std::map<std::string, std::pair<double, double>> capacity_and_link{
-      {"titanx-maxwell", {12, 16e9}}, {"k40c", {12, 16e9}},      {"p100-16gb", {16, 16e9}},
-      {"v100-16gb", {16, 16e9}},      {"v100-32gb", {32, 16e9}}, {"v100-16gb-nvlink", {16, 75e9}},
-      {"a100-40gb", {40, 32e9}},      {"a100-80gb", {80, 32e9}}, {"h100-80gb", {80, 64e9}},
-      {"gh200", {96, 450e9}},
+  const std::map<std::string, std::pair<double, std::string>> capacity_and_link{
+      {"titanx-maxwell", {12, "pcie3"}}, {"k40c", {12, "pcie3"}},
+      {"p100-16gb", {16, "pcie3"}},      {"v100-16gb", {16, "pcie3"}},
+      {"v100-32gb", {32, "pcie3"}},      {"v100-16gb-nvlink", {16, "nvlink2"}},
+      {"a100-40gb", {40, "pcie4"}},      {"a100-80gb", {80, "pcie4"}},
+      {"h100-80gb", {80, "pcie5"}},      {"gh200", {96, "c2c"}},
   };
   CHECK(zoo::devices().size() == capacity_and_link.size());
   for (const zoo::Device& d : zoo::devices()) {
     CAPTURE(d.name);
     const auto& [gib, link] = capacity_and_link.at(std::string(d.name));
+    CHECK(d.link == link);
+    // The link's numbers are the simulator's preset of that name (`--link` gives the same).
+    const auto preset = sim::find_link_preset(link);
+    REQUIRE(preset);
+    CHECK(zoo::link_preset(d).name == link);
     const sim::DeviceInfo info = zoo::device_info(d);
     CHECK(static_cast<double>(info.memory_bytes) == gib * (1 << 30));
-    CHECK(info.h2d_bytes_per_s == link);
-    CHECK(info.d2h_bytes_per_s == link);
-    CHECK(info.copy_latency_ns.value() > 0);
+    CHECK(info.h2d_bytes_per_s == preset->bytes_per_s);
+    CHECK(info.d2h_bytes_per_s == preset->bytes_per_s);
+    CHECK(info.copy_latency_ns == preset->latency_ns);
     CHECK(info.peak_flops_per_s.value() > 1e12);
     CHECK(info.memory_bandwidth_bytes_per_s.value() > 1e11);
+    // A machine made from the modeled trace equals one made with `--link` of the same name.
+    const sim::Machine from_trace = sim::make_machine(info);
+    sim::MachineOverrides what_if;
+    what_if.link = link;
+    const sim::Machine from_flag = sim::make_machine(info, what_if);
+    CHECK(from_trace.h2d_bytes_per_s == from_flag.h2d_bytes_per_s);
+    CHECK(from_trace.d2h_bytes_per_s == from_flag.d2h_bytes_per_s);
+    CHECK(from_trace.copy_latency_ns == from_flag.copy_latency_ns);
   }
+  // The numbers themselves, once: ARCHITECTURE.md's bandwidths (tests/sim/machine_test.cpp pins
+  // the presets), so an A100 trace copies at 32 GB/s with 8 us per copy.
+  const sim::DeviceInfo a100 = zoo::device_info(*zoo::find_device("a100-40gb"));
+  CHECK(a100.h2d_bytes_per_s == 32e9);
+  CHECK(a100.copy_latency_ns == 8'000);
 }

@@ -304,3 +304,86 @@ TEST_CASE("convolutions and pools carry the attributes a backend needs to run th
     }
   }
 }
+
+namespace {
+
+// Trainable parameters of a torchvision-style ResNet counted from He et al. 2016 table 1: the
+// 7x7 stem conv (no bias) and its batch-norm (weight and bias), per block its convs and
+// batch-norms, a 1x1 projection with its batch-norm where the shape changes, and the classifier.
+std::int64_t resnet_parameters(bool bottleneck, const std::vector<std::int64_t>& blocks,
+                               std::int64_t classes = 1000) {
+  std::int64_t n = 3 * 64 * 7 * 7 + 2 * 64;
+  std::int64_t channels = 64;
+  const std::int64_t planes[] = {64, 128, 256, 512};
+  for (std::size_t stage = 0; stage < 4; ++stage) {
+    const std::int64_t p = planes[stage];
+    const std::int64_t out = bottleneck ? 4 * p : p;
+    for (std::int64_t b = 0; b < blocks[stage]; ++b) {
+      const std::int64_t stride = stage > 0 && b == 0 ? 2 : 1;
+      if (bottleneck) {
+        n += channels * p + 2 * p + 9 * p * p + 2 * p + p * out + 2 * out;
+      } else {
+        n += 9 * channels * p + 2 * p + 9 * p * p + 2 * p;
+      }
+      if (stride != 1 || channels != out) n += channels * out + 2 * out;
+      channels = out;
+    }
+  }
+  return n + channels * classes + classes;
+}
+
+// ResNeXt-101 3D (Hara et al.'s resnext.py, cardinality 32, shortcut B, 400 classes): a 7x7x7
+// stem; per block a 1x1x1 conv to `mid` channels, a 3x3x3 conv in 32 groups (mid/32 input
+// channels per filter), a 1x1x1 conv to 2·mid, three batch-norms, and in each stage's first block
+// a 1x1x1 projection with its batch-norm.
+std::int64_t resnext101_3d_parameters() {
+  std::int64_t n = 3 * 64 * 7 * 7 * 7 + 2 * 64;
+  std::int64_t channels = 64;
+  const std::int64_t mids[] = {128, 256, 512, 1024};
+  const std::int64_t blocks[] = {3, 4, 23, 3};
+  for (std::size_t stage = 0; stage < 4; ++stage) {
+    const std::int64_t mid = mids[stage];
+    const std::int64_t out = 2 * mid;
+    for (std::int64_t b = 0; b < blocks[stage]; ++b) {
+      n += channels * mid + 2 * mid + mid * (mid / 32) * 27 + 2 * mid + mid * out + 2 * out;
+      if (b == 0) n += channels * out + 2 * out;
+      channels = out;
+    }
+  }
+  return n + channels * 400 + 400;
+}
+
+}  // namespace
+
+TEST_CASE("parameter counts of the deep family and ResNeXt-101 3D follow the architectures",
+          "[zoo]") {
+  // The formula first reproduces torchvision's counts for the five named ResNets...
+  CHECK(resnet_parameters(false, {2, 2, 2, 2}) == 11'689'512);
+  CHECK(resnet_parameters(false, {3, 4, 6, 3}) == 21'797'672);
+  CHECK(resnet_parameters(true, {3, 4, 6, 3}) == 25'557'032);
+  CHECK(resnet_parameters(true, {3, 4, 23, 3}) == 44'549'160);
+  CHECK(resnet_parameters(true, {3, 8, 36, 3}) == 60'192'808);
+  // ... then counts Layrub's ResNet-1517 and SuperNeurons' ResNet-2500 (stages written out here,
+  // not taken from zoo::residual_layout) and ResNeXt-101 3D.
+  const struct {
+    std::int64_t depth;
+    std::vector<std::int64_t> blocks;
+    std::int64_t count;
+  } deep[] = {{1517, {3, 8, 491, 3}, 568'511'528}, {2500, {6, 32, 788, 6}, 920'635'688}};
+  for (const auto& d : deep) {
+    CAPTURE(d.depth);
+    zoo::ModelOptions options;
+    options.depth = d.depth;
+    const zoo::BuiltModel built = zoo::build_model(*zoo::find_model("resnet"), options);
+    CHECK(resnet_parameters(true, d.blocks) == d.count);  // the figure docs/zoo.md quotes
+    CHECK(built.parameter_count == d.count);
+  }
+  CHECK(resnext101_3d_parameters() == 48'340'816);
+  const zoo::BuiltModel clip = build("resnext101-3d");
+  CHECK(clip.parameter_count == resnext101_3d_parameters());
+  std::int64_t momentum = 0;
+  for (const sim::Tensor& t : clip.workload.tensors) {
+    if (t.kind == TensorKind::kOptimizerState) momentum += t.bytes / 4;
+  }
+  CHECK(momentum == resnext101_3d_parameters());
+}

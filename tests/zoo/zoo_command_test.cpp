@@ -55,6 +55,39 @@ TEST_CASE("memplan zoo --list names every model and device on its own line", "[c
   }
 }
 
+TEST_CASE("memplan zoo accepts resnext101, the issue's name, for resnext101-3d", "[cli][zoo]") {
+  const auto list = run_memplan("zoo --list");
+  REQUIRE(list.exit_status == 0);
+  const auto line_start = list.out.find("\n  resnext101-3d ");
+  REQUIRE(line_start != std::string::npos);
+  const std::string line =
+      list.out.substr(line_start + 1, list.out.find('\n', line_start + 1) - line_start - 1);
+  CHECK(line.find("(alias: resnext101)") != std::string::npos);
+
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  auto write = [&](const char* model) {
+    const auto path = dir / fmt::format("{}.json", model);
+    const auto r = run_memplan(fmt::format(
+        "zoo {} --batch 1 --input 4x32x32 --device v100-32gb -o '{}'", model, path.string()));
+    CHECK(r.exit_status == 0);
+    CHECK(r.err.empty());
+    return memplan::sim::read_trace(path);
+  };
+  const memplan::sim::Workload alias = write("resnext101");
+  const memplan::sim::Workload name = write("resnext101-3d");
+  CHECK(alias.ops.size() == name.ops.size());
+  CHECK(alias.tensors.size() == name.tensors.size());
+  CHECK(alias.tensors.front().shape == std::vector<std::int64_t>{1, 3, 4, 32, 32});
+  CHECK(alias.provenance.note == name.provenance.note);  // the same model, named canonically
+  CHECK(alias.provenance.note.find("resnext101-3d") != std::string::npos);
+  // An unknown name's message names the alias among the valid ones.
+  const auto bad = run_memplan(fmt::format("zoo resnext102 --batch 1 --device v100-32gb -o '{}'",
+                                           (dir / "bad.json").string()));
+  CHECK(bad.exit_status == 2);
+  CHECK(bad.err.find("resnext101-3d (or resnext101)") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("memplan zoo: bad input is one line, exit 2, no file", "[cli][zoo][bad_input]") {
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
   const std::string out = fmt::format("'{}'", (dir / "out.json").string());
