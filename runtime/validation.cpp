@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "runtime/interpreter.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
@@ -14,7 +16,67 @@
 
 namespace memplan::runtime {
 
-namespace {}  // namespace
+namespace {
+
+struct TensorDifference {
+  bool bitwise = true;
+  bool within = true;  // the norm-wise test (or, for other dtypes, bitwise)
+  double max_abs = 0;
+  double relative = 0;
+};
+
+TensorDifference compare(const sim::Tensor& t, const std::vector<std::byte>& want,
+                         const std::vector<std::byte>& got, const Tolerance& tolerance) {
+  TensorDifference d;
+  if (want.empty() || want.size() != got.size()) {
+    return {false, false, INFINITY, INFINITY};
+  }
+  d.bitwise = want == got;
+  if (d.bitwise) return d;
+  if (!t.dtype.empty() && t.dtype != "float32") {
+    d.within = false;
+    d.max_abs = INFINITY;
+    d.relative = INFINITY;
+    return d;
+  }
+  double diff2 = 0;
+  double want2 = 0;
+  for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
+    float a = 0;
+    float b = 0;
+    std::memcpy(&a, want.data() + i, 4);
+    std::memcpy(&b, got.data() + i, 4);
+    const double delta = static_cast<double>(b) - static_cast<double>(a);
+    d.max_abs = std::max(d.max_abs, std::fabs(delta));
+    diff2 += delta * delta;
+    want2 += static_cast<double>(a) * a;
+  }
+  const double diff = std::sqrt(diff2);
+  const double norm = std::sqrt(want2);
+  // NaN differences fail both tests (comparisons with NaN are false).
+  d.relative = norm > 0 ? diff / norm : (diff == 0 ? 0.0 : INFINITY);
+  if (std::isnan(diff)) d.relative = INFINITY;
+  d.within = !tolerance.bitwise && diff <= tolerance.relative * norm;
+  return d;
+}
+
+}  // namespace
+
+Tolerance tolerance_for(const sim::Plan& plan) {
+  Tolerance t;
+  for (const sim::Decision& d : plan.decisions) {
+    if (d.action != sim::Action::kEncode) continue;
+    const auto format = sim::narrow_format(d.encoding);
+    if (!format) continue;
+    ++t.narrowed_maps;
+    t.unit_roundoff = std::max(t.unit_roundoff, std::ldexp(1.0, -(format->mantissa_bits + 1)));
+  }
+  if (t.narrowed_maps == 0) return t;
+  t.bitwise = false;
+  t.relative =
+      std::min(kToleranceFactor * t.narrowed_maps * t.unit_roundoff, kMaxRelativeTolerance);
+  return t;
+}
 
 bool compared_by_validation(const sim::Workload& w, const sim::Tensor& t) {
   if (t.kind == sim::TensorKind::kGradient || t.kind == sim::TensorKind::kParameter ||
@@ -64,6 +126,32 @@ double ValidationReport::iteration_error_percent() const {
   if (iteration_ns_predicted == 0) return 0;
   return 100.0 * static_cast<double>(iteration_ns_measured - iteration_ns_predicted) /
          static_cast<double>(iteration_ns_predicted);
+}
+
+std::vector<std::string> validation_failures(const ValidationReport& r) {
+  std::vector<std::string> failures;
+  if (!r.measured_feasible) {
+    failures.emplace_back("the plan ran out of device memory");
+    return failures;
+  }
+  if (!r.peaks_match()) {
+    failures.push_back(fmt::format(
+        "the measured peak differs from the prediction: {} bytes live and {} reserved measured, "
+        "{} and {} predicted",
+        r.peak_bytes_measured, r.peak_reserved_measured, r.peak_bytes_predicted,
+        r.peak_reserved_predicted));
+  }
+  if (!r.gradients_match) {
+    failures.push_back(
+        r.tolerance.bitwise
+            ? fmt::format("the results differ from the in-core run's, which they must match "
+                          "bitwise (max |diff| {:g})",
+                          r.max_abs_diff)
+            : fmt::format("the results differ from the in-core run's beyond the tolerance: "
+                          "relative L2 difference {:g} > {:g} (max |diff| {:g})",
+                          r.max_rel_diff, r.tolerance.relative, r.max_abs_diff));
+  }
+  return failures;
 }
 
 ValidationReport validate(const Backend& backend, const sim::Workload& workload,
@@ -117,27 +205,19 @@ ValidationReport validate(const Backend& backend, const sim::Workload& workload,
   std::sort(times.begin(), times.end());
   r.iteration_ns_measured = times[times.size() / 2];
 
+  r.spilled_bytes = device->spilled_bytes();
+  r.tolerance = tolerance_for(plan);
   r.gradients_match = true;
+  r.bitwise_equal = true;
   for (const sim::Tensor& t : workload.tensors) {
     if (!compared_by_validation(workload, t)) continue;
-    const auto want = reference->tensor_bytes(t.id);
-    const auto got = device->tensor_bytes(t.id);
     ++r.tensors_compared;
-    if (want.empty() || want.size() != got.size()) {
-      r.gradients_match = false;
-      r.max_abs_diff = INFINITY;
-      continue;
-    }
-    if (want != got) r.gradients_match = false;
-    if (t.dtype == "float32") {
-      for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
-        float a = 0;
-        float b = 0;
-        std::memcpy(&a, want.data() + i, 4);
-        std::memcpy(&b, got.data() + i, 4);
-        r.max_abs_diff = std::max(r.max_abs_diff, std::fabs(static_cast<double>(a) - b));
-      }
-    }
+    const TensorDifference d =
+        compare(t, reference->tensor_bytes(t.id), device->tensor_bytes(t.id), r.tolerance);
+    r.bitwise_equal = r.bitwise_equal && d.bitwise;
+    r.gradients_match = r.gradients_match && (d.bitwise || d.within);
+    r.max_abs_diff = std::max(r.max_abs_diff, d.max_abs);
+    r.max_rel_diff = std::max(r.max_rel_diff, d.relative);
   }
   return r;
 }

@@ -1,5 +1,6 @@
 #include "sim/plan.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -60,31 +61,49 @@ std::optional<std::pair<Action, Encoding>> parse_action(std::string_view label) 
   return std::nullopt;
 }
 
+std::optional<NarrowFormat> narrow_format(Encoding encoding) {
+  switch (encoding) {
+    case Encoding::kFp16:
+      return kFp16Format;
+    case Encoding::kFp10:
+      return kFp10Format;
+    case Encoding::kFp8:
+      return kFp8Format;
+    case Encoding::kNone:
+    case Encoding::kBinarize:
+    case Encoding::kSparse:
+      break;
+  }
+  return std::nullopt;
+}
+
+std::int64_t sparse_planned_values(std::int64_t values) {
+  return static_cast<std::int64_t>(std::ceil(kDefaultSparseDensity * static_cast<double>(values)));
+}
+
 Bytes encoded_bytes(Encoding encoding, const Tensor& tensor) {
-  const double bytes = static_cast<double>(tensor.bytes);
-  double encoded = bytes;
+  const std::int64_t values = tensor.bytes / 4;
+  Bytes encoded = tensor.bytes;
   switch (encoding) {
     case Encoding::kNone:
       return tensor.bytes;
     case Encoding::kBinarize:
-      encoded = bytes / 32;
+      encoded = (values + 7) / 8;
       break;
     case Encoding::kFp16:
-      encoded = bytes / 2;
-      break;
     case Encoding::kFp10:
-      encoded = bytes * 10 / 32;
-      break;
     case Encoding::kFp8:
-      encoded = bytes / 4;
+      encoded = (values * narrow_format(encoding)->bits() + 7) / 8;
       break;
-    case Encoding::kSparse: {
-      const double element = static_cast<double>(dtype_bytes(tensor.dtype).value_or(4));
-      encoded = kDefaultSparseDensity * (bytes / element) * (element + 1);
+    case Encoding::kSparse:
+      encoded = sparse_format_bytes(values, sparse_planned_values(values));
       break;
-    }
   }
-  return std::max<Bytes>(1, static_cast<Bytes>(std::ceil(encoded)));
+  return std::max<Bytes>(1, encoded);
+}
+
+bool encodable_dtype(const Tensor& tensor) {
+  return tensor.dtype.empty() || tensor.dtype == "float32";
 }
 
 std::array<std::size_t, kActionCount> Plan::action_counts() const {
@@ -160,6 +179,12 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
     return false;
   };
   if (d.action == Action::kEncode) {
+    if (d.encoding != Encoding::kNone && !encodable_dtype(t)) {
+      return fmt::format(
+          "encode:{} needs a float32 map, this one is {} (Gist's encodings pack or narrow 32-bit "
+          "floats)",
+          to_string(d.encoding), t.dtype);
+    }
     if (d.encoding == Encoding::kBinarize &&
         !(is_relu(producer) && read_in_forward_by(is_max_pool))) {
       return "encode:binarize needs a ReLU output that a max-pool reads (Gist binarize)";
