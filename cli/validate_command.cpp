@@ -142,9 +142,8 @@ int validate(const ValidateOptions& o) {
                  r.gradients_match ? "yes" : "no", r.tensors_compared, r.max_abs_diff);
     } else {
       fmt::print(
-          "gradients match    {} ({} tensors, within relative L2 {:g} = min({:g} x {} narrowed "
-          "maps "
-          "x 2^{}, {:g}); max relative {:g}, max |diff| {:g})\n",
+          "gradients match    {} ({} tensors; tolerance: relative L2 <= {:g} = min({:g} x {} "
+          "narrowed maps x 2^{}, {:g}); max relative {:g}, max |diff| {:g})\n",
           r.gradients_match ? "yes" : "no", r.tensors_compared, r.tolerance.relative,
           runtime::kToleranceFactor, r.tolerance.narrowed_maps,
           std::ilogb(r.tolerance.unit_roundoff), runtime::kMaxRelativeTolerance, r.max_rel_diff,
