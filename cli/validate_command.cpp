@@ -101,7 +101,9 @@ int validate(const ValidateOptions& o) {
     if (r.tolerance.bitwise) {
       j["tolerance"] = nullptr;
     } else {
-      j["tolerance"] = {{"test", "per tensor: L2(plan - in-core) <= relative * L2(in-core)"},
+      j["tolerance"] = {{"test",
+                         "per group (gradients with optimizer state; parameters; loss): "
+                         "L2(plan - in-core) <= relative * L2(in-core)"},
                         {"relative", r.tolerance.relative},
                         {"narrowed_maps", r.tolerance.narrowed_maps},
                         {"unit_roundoff", r.tolerance.unit_roundoff},
@@ -111,6 +113,7 @@ int validate(const ValidateOptions& o) {
     auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
     j["max_abs_diff"] = finite(r.max_abs_diff);
     j["max_rel_diff"] = finite(r.max_rel_diff);
+    j["max_tensor_rel_diff"] = finite(r.max_tensor_rel_diff);
     j["tensors_compared"] = r.tensors_compared;
     j["spilled_bytes"] = r.spilled_bytes;
     j["calibrated"] = r.calibrated;

@@ -1,6 +1,7 @@
 #include "runtime/validation.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -18,47 +19,20 @@ namespace memplan::runtime {
 
 namespace {
 
-struct TensorDifference {
-  bool bitwise = true;
-  bool within = true;  // the norm-wise test (or, for other dtypes, bitwise)
-  double max_abs = 0;
-  double relative = 0;
-};
-
-TensorDifference compare(const sim::Tensor& t, const std::vector<std::byte>& want,
-                         const std::vector<std::byte>& got, const Tolerance& tolerance) {
-  TensorDifference d;
-  if (want.empty() || want.size() != got.size()) {
-    return {false, false, INFINITY, INFINITY};
+// The groups whose values are compared as one vector under a tolerance (Note [Validation
+// tolerance]): gradients with the optimizer state that accumulates them, parameters, the loss.
+std::size_t group_of(const sim::Tensor& t) {
+  switch (t.kind) {
+    case sim::TensorKind::kGradient:
+    case sim::TensorKind::kOptimizerState:
+      return 0;
+    case sim::TensorKind::kParameter:
+      return 1;
+    default:
+      return 2;
   }
-  d.bitwise = want == got;
-  if (d.bitwise) return d;
-  if (!t.dtype.empty() && t.dtype != "float32") {
-    d.within = false;
-    d.max_abs = INFINITY;
-    d.relative = INFINITY;
-    return d;
-  }
-  double diff2 = 0;
-  double want2 = 0;
-  for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
-    float a = 0;
-    float b = 0;
-    std::memcpy(&a, want.data() + i, 4);
-    std::memcpy(&b, got.data() + i, 4);
-    const double delta = static_cast<double>(b) - static_cast<double>(a);
-    d.max_abs = std::max(d.max_abs, std::fabs(delta));
-    diff2 += delta * delta;
-    want2 += static_cast<double>(a) * a;
-  }
-  const double diff = std::sqrt(diff2);
-  const double norm = std::sqrt(want2);
-  // NaN differences fail both tests (comparisons with NaN are false).
-  d.relative = norm > 0 ? diff / norm : (diff == 0 ? 0.0 : INFINITY);
-  if (std::isnan(diff)) d.relative = INFINITY;
-  d.within = !tolerance.bitwise && diff <= tolerance.relative * norm;
-  return d;
 }
+constexpr std::size_t kGroups = 3;
 
 }  // namespace
 
@@ -126,6 +100,65 @@ double ValidationReport::iteration_error_percent() const {
   if (iteration_ns_predicted == 0) return 0;
   return 100.0 * static_cast<double>(iteration_ns_measured - iteration_ns_predicted) /
          static_cast<double>(iteration_ns_predicted);
+}
+
+Comparison compare_runs(const sim::Workload& workload, const Device& reference, const Device& run,
+                        const Tolerance& tolerance) {
+  Comparison c;
+  std::array<double, kGroups> diff2{};
+  std::array<double, kGroups> want2{};
+  for (const sim::Tensor& t : workload.tensors) {
+    if (!compared_by_validation(workload, t)) continue;
+    ++c.tensors_compared;
+    const std::vector<std::byte> want = reference.tensor_bytes(t.id);
+    const std::vector<std::byte> got = run.tensor_bytes(t.id);
+    if (want.empty() || want.size() != got.size() ||
+        (want != got && !t.dtype.empty() && t.dtype != "float32")) {
+      // Missing, or a non-float tensor that differs: no tolerance applies.
+      c.match = c.bitwise_equal = false;
+      c.max_abs_diff = c.max_rel_diff = c.max_tensor_rel_diff = INFINITY;
+      continue;
+    }
+    if (want == got) {
+      if (t.dtype.empty() || t.dtype == "float32") {
+        for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
+          float a = 0;
+          std::memcpy(&a, want.data() + i, 4);
+          want2[group_of(t)] += static_cast<double>(a) * a;
+        }
+      }
+      continue;
+    }
+    c.bitwise_equal = false;
+    const std::size_t g = group_of(t);
+    double tensor_diff2 = 0;
+    double tensor_want2 = 0;
+    for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
+      float a = 0;
+      float b = 0;
+      std::memcpy(&a, want.data() + i, 4);
+      std::memcpy(&b, got.data() + i, 4);
+      const double delta = static_cast<double>(b) - static_cast<double>(a);
+      // NaN is not below any bound: fabs(NaN) would be lost by max.
+      c.max_abs_diff = std::isnan(delta) ? INFINITY : std::max(c.max_abs_diff, std::fabs(delta));
+      tensor_diff2 += std::isnan(delta) ? INFINITY : delta * delta;
+      tensor_want2 += static_cast<double>(a) * a;
+    }
+    diff2[g] += tensor_diff2;
+    want2[g] += tensor_want2;
+    c.max_tensor_rel_diff =
+        std::max(c.max_tensor_rel_diff,
+                 tensor_want2 > 0 ? std::sqrt(tensor_diff2 / tensor_want2) : INFINITY);
+  }
+  if (c.bitwise_equal) return c;
+  for (std::size_t g = 0; g < kGroups; ++g) {
+    const double diff = std::sqrt(diff2[g]);
+    const double norm = std::sqrt(want2[g]);
+    if (diff == 0) continue;
+    c.max_rel_diff = std::max(c.max_rel_diff, norm > 0 ? diff / norm : INFINITY);
+  }
+  c.match = c.match && !tolerance.bitwise && c.max_rel_diff <= tolerance.relative;
+  return c;
 }
 
 std::vector<std::string> validation_failures(const ValidationReport& r) {
@@ -207,18 +240,13 @@ ValidationReport validate(const Backend& backend, const sim::Workload& workload,
 
   r.spilled_bytes = device->spilled_bytes();
   r.tolerance = tolerance_for(plan);
-  r.gradients_match = true;
-  r.bitwise_equal = true;
-  for (const sim::Tensor& t : workload.tensors) {
-    if (!compared_by_validation(workload, t)) continue;
-    ++r.tensors_compared;
-    const TensorDifference d =
-        compare(t, reference->tensor_bytes(t.id), device->tensor_bytes(t.id), r.tolerance);
-    r.bitwise_equal = r.bitwise_equal && d.bitwise;
-    r.gradients_match = r.gradients_match && (d.bitwise || d.within);
-    r.max_abs_diff = std::max(r.max_abs_diff, d.max_abs);
-    r.max_rel_diff = std::max(r.max_rel_diff, d.relative);
-  }
+  const Comparison c = compare_runs(workload, *reference, *device, r.tolerance);
+  r.gradients_match = c.match;
+  r.bitwise_equal = c.bitwise_equal;
+  r.max_abs_diff = c.max_abs_diff;
+  r.max_rel_diff = c.max_rel_diff;
+  r.max_tensor_rel_diff = c.max_tensor_rel_diff;
+  r.tensors_compared = c.tensors_compared;
   return r;
 }
 

@@ -224,27 +224,10 @@ std::vector<bool> regenerable_tensors(const Workload& workload) {
   return regenerable;
 }
 
-namespace {
-
-// A binarized map keeps only its sign: decoding gives 1.0 / 0.0, which is all ReLU backward needs,
-// but a forward op that reads the map and is re-run to regenerate a recomputed map would compute
-// from those values (a max-pool would pick other indices). Such a combination is refused. The ops
-// a regeneration may re-run are over-approximated: the producer of every recomputed map and,
-// recursively, the producers of its inputs that are dropped after forward (activations that are
-// not feature maps, or feature maps that are themselves recomputed).
-void check_binarized_maps_are_not_recomputed_from(const Plan& plan,
-                                                  const std::vector<FeatureMap>& maps,
-                                                  const Workload& workload,
-                                                  std::string_view source) {
+std::vector<bool> ops_rerun_by_recompute(const Plan& plan, const Workload& workload) {
   std::vector<const Decision*> decision(workload.tensors.size(), nullptr);
-  bool any_binarized = false;
-  for (const Decision& d : plan.decisions) {
-    decision[static_cast<std::size_t>(d.tensor)] = &d;
-    any_binarized =
-        any_binarized || (d.action == Action::kEncode && d.encoding == Encoding::kBinarize);
-  }
-  if (!any_binarized) return;
-  std::vector<char> rerun(workload.ops.size(), 0);
+  for (const Decision& d : plan.decisions) decision[static_cast<std::size_t>(d.tensor)] = &d;
+  std::vector<bool> rerun(workload.ops.size(), false);
   std::vector<OpId> stack;
   for (const Decision& d : plan.decisions) {
     if (d.action == Action::kRecompute) stack.push_back(workload.tensor(d.tensor).producer);
@@ -252,8 +235,8 @@ void check_binarized_maps_are_not_recomputed_from(const Plan& plan,
   while (!stack.empty()) {
     const OpId op = stack.back();
     stack.pop_back();
-    if (op == kNoId || rerun[static_cast<std::size_t>(op)] != 0) continue;
-    rerun[static_cast<std::size_t>(op)] = 1;
+    if (op == kNoId || rerun[static_cast<std::size_t>(op)]) continue;
+    rerun[static_cast<std::size_t>(op)] = true;
     for (TensorId t : workload.op(op).inputs) {
       const Tensor& input = workload.tensor(t);
       if (input.producer == kNoId || input.kind != TensorKind::kActivation) continue;
@@ -261,16 +244,39 @@ void check_binarized_maps_are_not_recomputed_from(const Plan& plan,
       if (d == nullptr || d->action == Action::kRecompute) stack.push_back(input.producer);
     }
   }
+  return rerun;
+}
+
+namespace {
+
+bool decoded_lossily(const Decision& d) {
+  return d.action == Action::kEncode &&
+         (d.encoding == Encoding::kBinarize || narrow_format(d.encoding).has_value());
+}
+
+// A map kept lossily (binarize: its sign; fp16/fp10/fp8: rounded values) serves backward, which
+// needs no more, but a forward op that reads the map and is re-run to regenerate a recomputed map
+// would compute from the decoded values (a max-pool would pick other indices, inconsistent with
+// the forward pass). Such a combination is refused.
+void check_lossy_maps_are_not_recomputed_from(const Plan& plan, const std::vector<FeatureMap>& maps,
+                                              const Workload& workload, std::string_view source) {
+  if (std::none_of(plan.decisions.begin(), plan.decisions.end(), decoded_lossily)) return;
+  const std::vector<bool> rerun = ops_rerun_by_recompute(plan, workload);
   for (std::size_t i = 0; i < maps.size(); ++i) {
     const Decision& d = plan.decisions[i];
-    if (d.action != Action::kEncode || d.encoding != Encoding::kBinarize) continue;
+    if (!decoded_lossily(d)) continue;
     for (OpId use : maps[i].forward_uses) {
-      if (rerun[static_cast<std::size_t>(use)] == 0) continue;
+      if (!rerun[static_cast<std::size_t>(use)]) continue;
       throw InputError(
           fmt::format("{}: $.maps[{}]", source, i),
-          fmt::format("tensor '{}' cannot be binarized: its forward consumer '{}' is re-run to "
-                      "regenerate a recomputed map and would read the 1-bit mask",
-                      workload.tensor(d.tensor).name, workload.op(use).name));
+          fmt::format("tensor '{}' cannot be {}: its forward consumer '{}' is re-run to "
+                      "regenerate a recomputed map and would read the {}",
+                      workload.tensor(d.tensor).name,
+                      d.encoding == Encoding::kBinarize
+                          ? std::string("binarized")
+                          : fmt::format("narrowed to {}", to_string(d.encoding)),
+                      workload.op(use).name,
+                      d.encoding == Encoding::kBinarize ? "1-bit mask" : "rounded values"));
     }
   }
 }
@@ -327,7 +333,7 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
                       workload.tensor(d.tensor).name));
     }
   }
-  check_binarized_maps_are_not_recomputed_from(plan, maps, workload, source);
+  check_lossy_maps_are_not_recomputed_from(plan, maps, workload, source);
 }
 
 }  // namespace memplan::sim

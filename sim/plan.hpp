@@ -19,6 +19,9 @@
 //                          Gist's encodings pack or narrow 32-bit floats, and their sizes are
 //                          fractions of a 32-bit map; max-pool indices (int64), masks (int32,
 //                          bool) and half-precision maps take keep, swap or recompute only.
+// Across maps: a map kept lossily (binarize, fp16, fp10, fp8) may not be read in forward by an op
+// that regenerating a recomputed map re-runs (ops_rerun_by_recompute): that op would compute from
+// decoded values, not the forward pass's.
 // per_use (recompute only): the lowering forgets the regenerated map after each backward use.
 // prefetch_before (swap only) must be an op after the map's last forward use and no later than its
 // first backward use.
@@ -134,6 +137,11 @@ std::string decision_problem(const Decision& decision, const FeatureMap& map,
 /// Per tensor: can it be rebuilt by re-running forward ops from pre-existing tensors? (Pre-existing
 /// tensors themselves count as regenerable: they stay resident.)
 std::vector<bool> regenerable_tensors(const Workload& workload);
+
+/// Per op: may regenerating one of the plan's recomputed maps re-run it? Over-approximated: the
+/// producer of every recomputed map and, recursively, the producers of its inputs that are
+/// dropped after forward (activations that are not feature maps, or recomputed feature maps).
+std::vector<bool> ops_rerun_by_recompute(const Plan& plan, const Workload& workload);
 
 /// Checks that the plan was made for this workload, names each feature map once (in order) and
 /// gives each an action it can take. Throws InputError naming `source`.

@@ -72,3 +72,31 @@ TEST_CASE("Gist's precision reduction leaves maps that are not float32 alone", "
     CHECK_NOTHROW(validate_plan(plan, w, "gist"));
   }
 }
+
+TEST_CASE("Gist does not narrow or binarize a map that a recompute's re-run op reads",
+          "[search][gist]") {
+  // resnet_tiny with relu3_out recomputed: regenerating it re-runs relu3, add1 and conv3, which
+  // read relu1_out and relu2_out in forward.
+  const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
+  const NetworkView view(w);
+  Plan plan = in_core_plan(w);
+  for (Decision& d : plan.decisions) {
+    if (w.tensor(d.tensor).name == "relu3_out") d.action = Action::kRecompute;
+  }
+  auto action_of = [&](const Plan& p, const std::string& name) {
+    for (const Decision& d : p.decisions) {
+      if (w.tensor(d.tensor).name == name) return action_label(d.action, d.encoding);
+    }
+    return std::string("?");
+  };
+  const Plan narrowed = apply_encodings(plan, view, parse_encoding_options("fp8", "--encode"));
+  CHECK(action_of(narrowed, "relu1_out") == "keep");
+  CHECK(action_of(narrowed, "relu2_out") == "keep");
+  CHECK(action_of(narrowed, "pool_out") == "encode:fp8");  // read in forward by fc only
+  CHECK_NOTHROW(validate_plan(narrowed, w, "gist"));
+  // Sparse is lossless: the re-run conv3 reads relu2_out exactly.
+  const Plan all = apply_encodings(plan, view, parse_encoding_options("all", "--encode"));
+  CHECK(action_of(all, "relu2_out") == "encode:sparse");
+  CHECK(action_of(all, "relu1_out") == "encode:sparse");
+  CHECK_NOTHROW(validate_plan(all, w, "gist"));
+}

@@ -29,7 +29,6 @@ TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim]
       plan_text(w, R"([{"tensor":"relu1_out","action":"swap","prefetch_before":"conv2_bwd"},
                        {"tensor":13,"action":"encode:sparse"},
                        {"tensor":"relu3_out","action":"encode:binarize"},
-                       {"tensor":"pool_out","action":"encode:fp8"},
                        {"tensor":"probs","action":"recompute"}])"),
       "p.json", w);
   REQUIRE(plan.decisions.size() == 6);
@@ -37,13 +36,13 @@ TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim]
   CHECK(plan.decisions[0] == Decision{11, Action::kSwap, Encoding::kNone, 16});
   CHECK(plan.decisions[1] == Decision{13, Action::kEncode, Encoding::kSparse, kNoId});
   CHECK(plan.decisions[2] == Decision{16, Action::kEncode, Encoding::kBinarize, kNoId});
-  CHECK(plan.decisions[3] == Decision{17, Action::kEncode, Encoding::kFp8, kNoId});
-  CHECK(plan.decisions[4] ==
-        Decision{18, Action::kKeep, Encoding::kNone, kNoId});  // pool_indices: left out
-  // (probs, not pool_out, is recomputed: that would re-run the max-pool on relu3_out's 1-bit
-  // mask, which validate_plan refuses.)
+  // pool_out and pool_indices: left out. (Recomputing either would re-run the max-pool on
+  // relu3_out's 1-bit mask, and recomputing probs re-runs fc, so pool_out may not be narrowed:
+  // validate_plan refuses both.)
+  CHECK(plan.decisions[3] == Decision{17, Action::kKeep, Encoding::kNone, kNoId});
+  CHECK(plan.decisions[4] == Decision{18, Action::kKeep, Encoding::kNone, kNoId});
   CHECK(plan.decisions[5] == Decision{21, Action::kRecompute, Encoding::kNone, kNoId});
-  CHECK(plan.action_counts() == std::array<std::size_t, kActionCount>{1, 1, 1, 3});
+  CHECK(plan.action_counts() == std::array<std::size_t, kActionCount>{2, 1, 1, 2});
   // Write -> read -> write is stable.
   const std::string text = write_plan(plan, w);
   const Plan again = parse_plan(text, "again.json", w);
@@ -206,4 +205,37 @@ TEST_CASE("a binarized map whose max-pool is re-run by a recompute is refused", 
   CHECK_THROWS_WITH(
       validate_plan(plan, w, "p.json"),
       Catch::Contains("'relu3_out' cannot be binarized") && Catch::Contains("'pool'"));
+}
+
+TEST_CASE("a narrowed map whose forward consumer a recompute re-runs is refused", "[sim][plan]") {
+  // resnet_tiny: relu3_out feeds the max-pool; recomputing pool_indices re-runs the pool, which
+  // would pick its indices among relu3_out's rounded values.
+  const Workload w = read_trace(memplan::test::source_path("traces/resnet_tiny.json"));
+  for (const char* scheme : {"fp16", "fp10", "fp8"}) {
+    CAPTURE(scheme);
+    const std::string narrowed =
+        fmt::format(R"({{"tensor":"relu3_out","action":"encode:{}"}})", scheme);
+    CHECK_NOTHROW(parse_plan(plan_text(w, "[" + narrowed + "]"), "p.json", w));
+    CHECK_THROWS_WITH(
+        parse_plan(
+            plan_text(w, "[" + narrowed + R"(,{"tensor":"pool_indices","action":"recompute"}])"),
+            "p.json", w),
+        Catch::Contains(fmt::format("'relu3_out' cannot be narrowed to {}", scheme)) &&
+            Catch::Contains("'pool'") && Catch::Contains("rounded values"));
+  }
+  // Recomputing relu3_out re-runs relu3, add1 (add1_out is not a feature map) and conv3
+  // (conv3_out neither), which read relu1_out and relu2_out: sparse (lossless) is fine there, a
+  // narrowed relu1_out is not.
+  const Plan sparse = parse_plan(plan_text(w, R"([{"tensor":"relu2_out","action":"encode:sparse"},
+                                                  {"tensor":"relu3_out","action":"recompute"}])"),
+                                 "p.json", w);
+  const std::vector<bool> rerun = ops_rerun_by_recompute(sparse, w);
+  CHECK(rerun == std::vector<bool>{false, false, false, false, true,  true,  true,
+                                   false, false, false, false, false, false, false,
+                                   false, false, false, false, false, false, false});
+  CHECK_THROWS_WITH(
+      parse_plan(plan_text(w, R"([{"tensor":"relu1_out","action":"encode:fp16"},
+                                                {"tensor":"relu3_out","action":"recompute"}])"),
+                 "p.json", w),
+      Catch::Contains("'relu1_out' cannot be narrowed to fp16") && Catch::Contains("'add1'"));
 }
