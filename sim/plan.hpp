@@ -62,16 +62,17 @@ struct NarrowFormat {
 inline constexpr NarrowFormat kFp16Format{5, 10};
 inline constexpr NarrowFormat kFp10Format{5, 4};
 inline constexpr NarrowFormat kFp8Format{4, 3};
-/// The format of fp16, fp10 and fp8; nullopt for the other encodings (they are lossless).
+/// The format of fp16, fp10 and fp8; nullopt for binarize, sparse and none.
 std::optional<NarrowFormat> narrow_format(Encoding encoding);
 
 /// Note [Sparse format]: Gist's sparse storage as the backends write it
 /// (host_backend/encodings.hpp, cuda_backend/kernels.cuh). The map's 32-bit values in blocks of
 /// kSparseBlockValues, each block a 16-bit count of its stored values followed by one (8-bit index
 /// in the block, 32-bit value) pair per value that is not +0.0 (-0.0 is stored, so decoding is
-/// bitwise). The plan sizes the buffer for ceil(kDefaultSparseDensity * values) stored values; a
-/// map with more non-zeros than that spills the rest of its encoding to host memory (the backend's,
-/// not the device arena), so the device peak stays the simulator's — see docs/runtime.md.
+/// bitwise). The plan sizes the buffer for ceil(kDefaultSparseDensity * values) stored values. On
+/// the host backend a map with more non-zeros than that spills the rest of its encoding to host
+/// memory, not the device arena, so the device peak stays the simulator's (docs/runtime.md); the
+/// CUDA backend stops with an error naming the map.
 inline constexpr std::int64_t kSparseBlockValues = 256;
 inline constexpr std::int64_t kSparseHeaderBytes = 2;  // per block: the 16-bit count
 inline constexpr std::int64_t kSparsePairBytes = 5;    // per stored value: index byte + float32
