@@ -1,11 +1,16 @@
 // `memplan validate`: run a plan for real on a backend (host, or cuda on a GPU machine) and
 // the in-core reference on the same data and weights, and print predicted vs measured peak device
-// bytes and iteration time and whether the gradients match. Exit 0 when the run fits and matches,
-// 1 when it does not, 2 for bad input (including a plan the simulator says does not fit, unless
+// bytes and iteration time and whether the gradients match (bitwise, or within the stated
+// tolerance for a plan that narrows maps: Note [Validation tolerance] in runtime/validation.hpp).
+// Exit 0 when the run fits, its peak is the predicted one and the results match; 1 otherwise, with
+// one line per failure on stderr; 2 for bad input (including a plan the simulator says does not
+// fit, unless
 // --force, and a trace with a layer the backend cannot run).
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -89,10 +94,28 @@ int validate(const ValidateOptions& o) {
     j["iteration_s_predicted"] = predicted_s;
     j["iteration_s_measured"] = measured_s;
     j["iteration_error_percent"] = r.iteration_error_percent();
+    j["peaks_match"] = r.peaks_match();
     j["gradients_match"] = r.gradients_match;
-    j["max_abs_diff"] =
-        std::isfinite(r.max_abs_diff) ? nlohmann::json(r.max_abs_diff) : nlohmann::json(nullptr);
+    j["bitwise_equal"] = r.bitwise_equal;
+    j["comparison"] = r.tolerance.bitwise ? "bitwise" : "tolerance";
+    if (r.tolerance.bitwise) {
+      j["tolerance"] = nullptr;
+    } else {
+      j["tolerance"] = {{"test",
+                         "per group (gradients with optimizer state; parameters; loss): "
+                         "L2(plan - in-core) <= relative * L2(in-core)"},
+                        {"relative", r.tolerance.relative},
+                        {"narrowed_maps", r.tolerance.narrowed_maps},
+                        {"unit_roundoff", r.tolerance.unit_roundoff},
+                        {"factor", runtime::kToleranceFactor},
+                        {"cap", runtime::kMaxRelativeTolerance}};
+    }
+    auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+    j["max_abs_diff"] = finite(r.max_abs_diff);
+    j["max_rel_diff"] = finite(r.max_rel_diff);
+    j["max_tensor_rel_diff"] = finite(r.max_tensor_rel_diff);
     j["tensors_compared"] = r.tensors_compared;
+    j["spilled_bytes"] = r.spilled_bytes;
     j["calibrated"] = r.calibrated;
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
     if (host) {
@@ -117,8 +140,22 @@ int validate(const ValidateOptions& o) {
                                               : "measured on this host (--calibrate)");
     fmt::print("iteration time     predicted {:.6f} s  measured {:.6f} s  ({:+.1f}%)\n",
                predicted_s, measured_s, r.iteration_error_percent());
-    fmt::print("gradients match    {} ({} tensors, max |diff| {:g})\n",
-               r.gradients_match ? "yes" : "no", r.tensors_compared, r.max_abs_diff);
+    if (r.tolerance.bitwise) {
+      fmt::print("gradients match    {} ({} tensors, bitwise; max |diff| {:g})\n",
+                 r.gradients_match ? "yes" : "no", r.tensors_compared, r.max_abs_diff);
+    } else {
+      fmt::print(
+          "gradients match    {} ({} tensors; tolerance: relative L2 <= {:g} = min({:g} x {} "
+          "narrowed maps x 2^{}, {:g}); max relative {:g}, max |diff| {:g})\n",
+          r.gradients_match ? "yes" : "no", r.tensors_compared, r.tolerance.relative,
+          runtime::kToleranceFactor, r.tolerance.narrowed_maps,
+          std::ilogb(r.tolerance.unit_roundoff), runtime::kMaxRelativeTolerance, r.max_rel_diff,
+          r.max_abs_diff);
+    }
+    if (r.spilled_bytes > 0) {
+      fmt::print("sparse spill       {} bytes to host memory (maps denser than planned)\n",
+                 r.spilled_bytes);
+    }
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
     if (host) {
       fmt::print(
@@ -135,10 +172,12 @@ int validate(const ValidateOptions& o) {
     }
     return 1;
   }
+  const std::vector<std::string> failures = runtime::validation_failures(r);
+  for (const std::string& failure : failures) fmt::print(stderr, "memplan: {}\n", failure);
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
   if (host && !host->within_tolerance) return 1;
 #endif
-  return r.gradients_match ? 0 : 1;
+  return failures.empty() ? 0 : 1;
 }
 }  // namespace
 

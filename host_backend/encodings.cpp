@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "sim/check.hpp"
+
 namespace memplan::host_backend {
 
 void binarize_encode(std::int64_t n, const float* x, std::uint8_t* bits) {
@@ -55,6 +57,31 @@ void sparse_decode(std::int64_t n, const std::uint8_t* in, float* x) {
     for (std::uint16_t k = 0; k < count; ++k, pos += 5)
       std::memcpy(&x[start + in[pos]], in + pos + 1, 4);
   }
+}
+
+std::int64_t sparse_encode_spilling(std::int64_t n, const float* x, std::uint8_t* out,
+                                    std::int64_t capacity, std::vector<std::uint8_t>& spill) {
+  spill.clear();
+  const std::int64_t used = sparse_encode(n, x, out, capacity);
+  if (used >= 0) return used;
+  std::vector<std::uint8_t> whole(static_cast<std::size_t>(sparse_bytes(n, count_nonzeros(n, x))));
+  const auto total = static_cast<std::int64_t>(whole.size());
+  MEMPLAN_CHECK(sparse_encode(n, x, whole.data(), total) == total,
+                "the sparse format takes sparse_bytes(n, non-zeros)");
+  std::copy(whole.begin(), whole.begin() + capacity, out);
+  spill.assign(whole.begin() + capacity, whole.end());
+  return total;
+}
+
+void sparse_decode_spilled(std::int64_t n, const std::uint8_t* in, std::int64_t capacity,
+                           const std::vector<std::uint8_t>& spill, float* x) {
+  if (spill.empty()) {
+    sparse_decode(n, in, x);
+    return;
+  }
+  std::vector<std::uint8_t> whole(in, in + capacity);
+  whole.insert(whole.end(), spill.begin(), spill.end());
+  sparse_decode(n, whole.data(), x);
 }
 
 std::uint32_t narrow_encode_value(NarrowFloat f, float value) {

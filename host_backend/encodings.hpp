@@ -5,13 +5,19 @@
 //   gives ReLU backward bitwise the same gradient.
 // - sparse (lossless): blocks of 256 values stored as a 16-bit count and (8-bit index, value)
 //   pairs, Gist's "sparse storage, dense compute" with narrow indices; pays off above ~20% zeros.
+//   The format and its size are sim's (Note [Sparse format] in sim/plan.hpp), so the plan's
+//   buffer and the bytes written here are the same formula.
 // - delayed precision reduction (lossy): values narrowed to a small float — fp16 (1 sign, 5
 //   exponent, 10 mantissa bits, IEEE half), fp10 (1, 5, 4), fp8 (1, 4, 3) — rounded to nearest
 //   even, saturating at the largest finite value, packed as a bit stream.
 // Buffer sizes are decided before the data is seen (the plan must know them), so encoders write
-// into a caller-sized buffer and report when the data does not fit.
+// into a caller-sized buffer; a sparse map denser than its buffer spills the rest of its encoding
+// to host memory (sparse_encode_spilling).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "sim/plan.hpp"
 
 namespace memplan::host_backend {
 
@@ -23,26 +29,31 @@ void binarize_encode(std::int64_t n, const float* x, std::uint8_t* bits);
 void binarize_decode(std::int64_t n, const std::uint8_t* bits, float* x);
 
 // ---- sparse -------------------------------------------------------------------------------------
-inline constexpr std::int64_t kSparseBlock = 256;
-/// Bytes needed for n values of which `nonzeros` are not zero.
+inline constexpr std::int64_t kSparseBlock = sim::kSparseBlockValues;
+/// Bytes needed for n values of which `nonzeros` are stored (sim::sparse_format_bytes).
 constexpr std::int64_t sparse_bytes(std::int64_t n, std::int64_t nonzeros) {
-  return ((n + kSparseBlock - 1) / kSparseBlock) * 2 + nonzeros * 5;
+  return sim::sparse_format_bytes(n, nonzeros);
 }
+/// Values the sparse format stores: all but +0.0.
 std::int64_t count_nonzeros(std::int64_t n, const float* x);
 /// Encodes into `out` of `capacity` bytes; returns the bytes used, or -1 when they do not fit.
 std::int64_t sparse_encode(std::int64_t n, const float* x, std::uint8_t* out,
                            std::int64_t capacity);
 void sparse_decode(std::int64_t n, const std::uint8_t* in, float* x);
+/// Encodes into `out` of `capacity` bytes (device memory) and, when the encoding is longer, its
+/// remaining bytes into `spill` (host memory; emptied when everything fits). Returns the bytes
+/// of the whole encoding.
+std::int64_t sparse_encode_spilling(std::int64_t n, const float* x, std::uint8_t* out,
+                                    std::int64_t capacity, std::vector<std::uint8_t>& spill);
+/// Decodes what sparse_encode_spilling wrote: `capacity` bytes at `in`, then `spill`.
+void sparse_decode_spilled(std::int64_t n, const std::uint8_t* in, std::int64_t capacity,
+                           const std::vector<std::uint8_t>& spill, float* x);
 
 // ---- narrow floats ------------------------------------------------------------------------------
-struct NarrowFloat {
-  int exponent_bits;
-  int mantissa_bits;
-  [[nodiscard]] constexpr int bits() const { return 1 + exponent_bits + mantissa_bits; }
-};
-inline constexpr NarrowFloat kFp16{5, 10};
-inline constexpr NarrowFloat kFp10{5, 4};
-inline constexpr NarrowFloat kFp8{4, 3};
+using NarrowFloat = sim::NarrowFormat;  // the formats, and so the plan's sizes, are sim's
+inline constexpr NarrowFloat kFp16 = sim::kFp16Format;
+inline constexpr NarrowFloat kFp10 = sim::kFp10Format;
+inline constexpr NarrowFloat kFp8 = sim::kFp8Format;
 
 constexpr std::int64_t narrow_bytes(NarrowFloat f, std::int64_t n) {
   return (n * f.bits() + 7) / 8;

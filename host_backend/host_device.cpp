@@ -130,11 +130,25 @@ void HostDevice::prepare(const sim::Workload& workload, const sim::Program& prog
     events_.push_back(std::make_unique<EventState>());
   }
   host_store_.assign(program.host_slots.size(), {});
+  spill_.assign(program.buffers.size(), {});
+  spilled_bytes_ = 0;
   captured_.clear();
   spans_.clear();
   t0_ = 0;
   t0_ = now_ns();
   for (auto& w : workers_) w->hold();
+}
+
+void HostDevice::set_initial_bytes(const sim::Workload& workload, sim::TensorId t,
+                                   std::vector<std::byte> bytes) {
+  const sim::Tensor& tensor = workload.tensor(t);
+  if (!sim::is_preexisting(tensor.kind) || static_cast<sim::Bytes>(bytes.size()) != tensor.bytes) {
+    throw std::invalid_argument("set_initial_bytes: tensor '" + tensor.name +
+                                "' is not a pre-existing tensor of " +
+                                std::to_string(bytes.size()) + " bytes");
+  }
+  synchronize();  // no run reads the old values any more
+  initial_bytes_[t] = std::move(bytes);
 }
 
 std::byte* HostDevice::data(sim::BufferId b) const {
@@ -164,6 +178,13 @@ void HostDevice::initialise(sim::BufferId buffer) {
     throw std::runtime_error("tensor '" + t.name + "': no initial data for dtype " + t.dtype);
   }
   std::byte* p = data(buffer);
+  if (const auto given = initial_bytes_.find(t.id); given != initial_bytes_.end()) {
+    const std::vector<std::byte>* bytes = &given->second;
+    worker(sim::StreamId::kCompute).enqueue([bytes, p] {
+      std::memcpy(p, bytes->data(), bytes->size());
+    });
+    return;
+  }
   worker(sim::StreamId::kCompute).enqueue([this, &t, p] {
     fill_initial_data(*workload_, t, seed_, p);
   });
@@ -254,9 +275,9 @@ void HostDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
                              " bytes needed, the plan's buffer has " + std::to_string(capacity));
   }
   const bool encode = in.kind == sim::InstrKind::kEncode;
-  std::string name = t.name;
+  std::vector<std::uint8_t>* spill = &spill_[static_cast<std::size_t>(in.aux)];
   worker(sim::StreamId::kCompute)
-      .enqueue([this, index, n, x, bytes, encoding, capacity, encode, name = std::move(name)] {
+      .enqueue([this, index, n, x, bytes, encoding, capacity, encode, spill] {
         const std::int64_t start = now_ns();
         switch (encoding) {
           case sim::Encoding::kBinarize:
@@ -267,11 +288,11 @@ void HostDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
             }
             break;
           case sim::Encoding::kSparse:
-            if (!encode) {
-              sparse_decode(n, bytes, x);
-            } else if (sparse_encode(n, x, bytes, capacity) < 0) {
-              throw std::runtime_error("encode:sparse of '" + name +
-                                       "': the map has more non-zeros than its buffer holds");
+            if (encode) {
+              sparse_encode_spilling(n, x, bytes, capacity, *spill);
+              spilled_bytes_ += static_cast<sim::Bytes>(spill->size());
+            } else {
+              sparse_decode_spilled(n, bytes, capacity, *spill, x);
             }
             break;
           case sim::Encoding::kFp16:

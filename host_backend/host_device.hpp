@@ -9,7 +9,9 @@
 // from a seed when allocated (labels in range), optimizer state starts at zero, so two runs of the
 // same workload see the same data whatever the plan. Gradients (and the loss) written by the
 // step's own ops are captured on the fly, and parameters and optimizer state can be read after the
-// run, so that runs of different plans can be compared bit for bit.
+// run, so that runs of different plans can be compared bit for bit. A sparse map with more
+// non-zeros than its planned buffer holds spills the rest of its encoding to host memory
+// (Note [Sparse format] in sim/plan.hpp), counted by spilled_bytes().
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -80,6 +82,14 @@ class HostDevice final : public runtime::Device {
 
   [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const override;
   void set_capture(bool capture) override { capture_ = capture; }
+  [[nodiscard]] sim::Bytes spilled_bytes() const override { return spilled_bytes_; }
+
+  /// Pre-existing tensor `t` (an input, a parameter, optimizer state) starts every later run with
+  /// `bytes` (its size) instead of the seed's data: training continues from a previous run's
+  /// parameters and momentum (tensor_bytes), or one weight is perturbed. Throws
+  /// std::invalid_argument when the size is not the tensor's.
+  void set_initial_bytes(const sim::Workload& workload, sim::TensorId t,
+                         std::vector<std::byte> bytes);
 
  private:
   struct EventState {
@@ -108,7 +118,11 @@ class HostDevice final : public runtime::Device {
   sim::Bytes peak_ = 0;
   std::vector<std::unique_ptr<EventState>> events_;
   std::vector<std::vector<std::byte>> host_store_;  // per host slot
+  // Per buffer: the part of a sparse encoding beyond the plan's encoded buffer (host memory).
+  std::vector<std::vector<std::uint8_t>> spill_;
+  std::atomic<sim::Bytes> spilled_bytes_ = 0;
   std::map<sim::TensorId, std::vector<std::byte>> captured_;
+  std::map<sim::TensorId, std::vector<std::byte>> initial_bytes_;  // set_initial_bytes
   bool capture_ = true;
   std::atomic<bool> kernel_failed_ = false;  // a kernel threw in this run
   mutable std::mutex spans_mutex_;

@@ -63,6 +63,12 @@ class Device {
   /// by default; off for timing runs, where the copies would add time the simulator does not
   /// know of). Takes effect at the next prepare's run.
   virtual void set_capture(bool capture) = 0;
+
+  /// Bytes of encoded maps that did not fit the buffer the plan gave them and went to host memory
+  /// in this run (a sparse map denser than planned, Note [Sparse format] in sim/plan.hpp): device
+  /// memory is as predicted, but the time of those host writes is not. 0 for a device that never
+  /// spills. Valid after synchronize.
+  [[nodiscard]] virtual sim::Bytes spilled_bytes() const { return 0; }
 };
 
 }  // namespace memplan::runtime

@@ -1,11 +1,14 @@
 #include "runtime/validation.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "runtime/interpreter.hpp"
 #include "sim/basic_plans.hpp"
@@ -14,7 +17,40 @@
 
 namespace memplan::runtime {
 
-namespace {}  // namespace
+namespace {
+
+// The groups whose values are compared as one vector under a tolerance (Note [Validation
+// tolerance]): gradients with the optimizer state that accumulates them, parameters, the loss.
+std::size_t group_of(const sim::Tensor& t) {
+  switch (t.kind) {
+    case sim::TensorKind::kGradient:
+    case sim::TensorKind::kOptimizerState:
+      return 0;
+    case sim::TensorKind::kParameter:
+      return 1;
+    default:
+      return 2;
+  }
+}
+constexpr std::size_t kGroups = 3;
+
+}  // namespace
+
+Tolerance tolerance_for(const sim::Plan& plan) {
+  Tolerance t;
+  for (const sim::Decision& d : plan.decisions) {
+    if (d.action != sim::Action::kEncode) continue;
+    const auto format = sim::narrow_format(d.encoding);
+    if (!format) continue;
+    ++t.narrowed_maps;
+    t.unit_roundoff = std::max(t.unit_roundoff, std::ldexp(1.0, -(format->mantissa_bits + 1)));
+  }
+  if (t.narrowed_maps == 0) return t;
+  t.bitwise = false;
+  t.relative =
+      std::min(kToleranceFactor * t.narrowed_maps * t.unit_roundoff, kMaxRelativeTolerance);
+  return t;
+}
 
 bool compared_by_validation(const sim::Workload& w, const sim::Tensor& t) {
   if (t.kind == sim::TensorKind::kGradient || t.kind == sim::TensorKind::kParameter ||
@@ -64,6 +100,91 @@ double ValidationReport::iteration_error_percent() const {
   if (iteration_ns_predicted == 0) return 0;
   return 100.0 * static_cast<double>(iteration_ns_measured - iteration_ns_predicted) /
          static_cast<double>(iteration_ns_predicted);
+}
+
+Comparison compare_runs(const sim::Workload& workload, const Device& reference, const Device& run,
+                        const Tolerance& tolerance) {
+  Comparison c;
+  std::array<double, kGroups> diff2{};
+  std::array<double, kGroups> want2{};
+  for (const sim::Tensor& t : workload.tensors) {
+    if (!compared_by_validation(workload, t)) continue;
+    ++c.tensors_compared;
+    const std::vector<std::byte> want = reference.tensor_bytes(t.id);
+    const std::vector<std::byte> got = run.tensor_bytes(t.id);
+    if (want.empty() || want.size() != got.size() ||
+        (want != got && !t.dtype.empty() && t.dtype != "float32")) {
+      // Missing, or a non-float tensor that differs: no tolerance applies.
+      c.match = c.bitwise_equal = false;
+      c.max_abs_diff = c.max_rel_diff = c.max_tensor_rel_diff = INFINITY;
+      continue;
+    }
+    if (want == got) {
+      if (t.dtype.empty() || t.dtype == "float32") {
+        for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
+          float a = 0;
+          std::memcpy(&a, want.data() + i, 4);
+          want2[group_of(t)] += static_cast<double>(a) * a;
+        }
+      }
+      continue;
+    }
+    c.bitwise_equal = false;
+    const std::size_t g = group_of(t);
+    double tensor_diff2 = 0;
+    double tensor_want2 = 0;
+    for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
+      float a = 0;
+      float b = 0;
+      std::memcpy(&a, want.data() + i, 4);
+      std::memcpy(&b, got.data() + i, 4);
+      const double delta = static_cast<double>(b) - static_cast<double>(a);
+      // NaN is not below any bound: fabs(NaN) would be lost by max.
+      c.max_abs_diff = std::isnan(delta) ? INFINITY : std::max(c.max_abs_diff, std::fabs(delta));
+      tensor_diff2 += std::isnan(delta) ? INFINITY : delta * delta;
+      tensor_want2 += static_cast<double>(a) * a;
+    }
+    diff2[g] += tensor_diff2;
+    want2[g] += tensor_want2;
+    c.max_tensor_rel_diff =
+        std::max(c.max_tensor_rel_diff,
+                 tensor_want2 > 0 ? std::sqrt(tensor_diff2 / tensor_want2) : INFINITY);
+  }
+  if (c.bitwise_equal) return c;
+  for (std::size_t g = 0; g < kGroups; ++g) {
+    const double diff = std::sqrt(diff2[g]);
+    const double norm = std::sqrt(want2[g]);
+    if (diff == 0) continue;
+    c.max_rel_diff = std::max(c.max_rel_diff, norm > 0 ? diff / norm : INFINITY);
+  }
+  c.match = c.match && !tolerance.bitwise && c.max_rel_diff <= tolerance.relative;
+  return c;
+}
+
+std::vector<std::string> validation_failures(const ValidationReport& r) {
+  std::vector<std::string> failures;
+  if (!r.measured_feasible) {
+    failures.emplace_back("the plan ran out of device memory");
+    return failures;
+  }
+  if (!r.peaks_match()) {
+    failures.push_back(fmt::format(
+        "the measured peak differs from the prediction: {} bytes live and {} reserved measured, "
+        "{} and {} predicted",
+        r.peak_bytes_measured, r.peak_reserved_measured, r.peak_bytes_predicted,
+        r.peak_reserved_predicted));
+  }
+  if (!r.gradients_match) {
+    failures.push_back(
+        r.tolerance.bitwise
+            ? fmt::format("the results differ from the in-core run's, which they must match "
+                          "bitwise (max |diff| {:g})",
+                          r.max_abs_diff)
+            : fmt::format("the results differ from the in-core run's beyond the tolerance: "
+                          "relative L2 difference {:g} > {:g} (max |diff| {:g})",
+                          r.max_rel_diff, r.tolerance.relative, r.max_abs_diff));
+  }
+  return failures;
 }
 
 ValidationReport validate(const Backend& backend, const sim::Workload& workload,
@@ -117,28 +238,15 @@ ValidationReport validate(const Backend& backend, const sim::Workload& workload,
   std::sort(times.begin(), times.end());
   r.iteration_ns_measured = times[times.size() / 2];
 
-  r.gradients_match = true;
-  for (const sim::Tensor& t : workload.tensors) {
-    if (!compared_by_validation(workload, t)) continue;
-    const auto want = reference->tensor_bytes(t.id);
-    const auto got = device->tensor_bytes(t.id);
-    ++r.tensors_compared;
-    if (want.empty() || want.size() != got.size()) {
-      r.gradients_match = false;
-      r.max_abs_diff = INFINITY;
-      continue;
-    }
-    if (want != got) r.gradients_match = false;
-    if (t.dtype == "float32") {
-      for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
-        float a = 0;
-        float b = 0;
-        std::memcpy(&a, want.data() + i, 4);
-        std::memcpy(&b, got.data() + i, 4);
-        r.max_abs_diff = std::max(r.max_abs_diff, std::fabs(static_cast<double>(a) - b));
-      }
-    }
-  }
+  r.spilled_bytes = device->spilled_bytes();
+  r.tolerance = tolerance_for(plan);
+  const Comparison c = compare_runs(workload, *reference, *device, r.tolerance);
+  r.gradients_match = c.match;
+  r.bitwise_equal = c.bitwise_equal;
+  r.max_abs_diff = c.max_abs_diff;
+  r.max_rel_diff = c.max_rel_diff;
+  r.max_tensor_rel_diff = c.max_tensor_rel_diff;
+  r.tensors_compared = c.tensors_compared;
   return r;
 }
 

@@ -1,5 +1,8 @@
 #include "search/gist.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/core.h>
 
 #include "sim/input_error.hpp"
@@ -46,18 +49,27 @@ sim::Plan apply_encodings(const sim::Plan& plan, const NetworkView& view,
   sim::Plan result = plan;
   if (!options.any()) return result;
   result.policy += "+gist";
+  // Encoding kept maps does not change which ops a regeneration re-runs; a map that one of them
+  // reads in forward is kept exactly, or sparse (lossless), never binarized or narrowed
+  // (validate_plan's rule).
+  const std::vector<bool> rerun = sim::ops_rerun_by_recompute(plan, view.workload());
   for (std::size_t m = 0; m < result.decisions.size(); ++m) {
     sim::Decision& d = result.decisions[m];
     if (d.action != sim::Action::kKeep) continue;
+    const sim::FeatureMap& fm = view.feature_maps()[m];
+    const bool read_by_rerun =
+        std::any_of(fm.forward_uses.begin(), fm.forward_uses.end(),
+                    [&](sim::OpId op) { return rerun[static_cast<std::size_t>(op)]; });
     std::vector<sim::Encoding> tries;
     if (options.binarize) tries.push_back(sim::Encoding::kBinarize);
     if (options.sparse) tries.push_back(sim::Encoding::kSparse);
     if (options.precision_reduction) tries.push_back(*options.precision_reduction);
     for (sim::Encoding e : tries) {
+      if (read_by_rerun && e != sim::Encoding::kSparse) continue;
       sim::Decision candidate = d;
       candidate.action = sim::Action::kEncode;
       candidate.encoding = e;
-      if (sim::decision_problem(candidate, view.feature_maps()[m], view.workload()).empty()) {
+      if (sim::decision_problem(candidate, fm, view.workload()).empty()) {
         d = candidate;
         break;
       }

@@ -3,8 +3,10 @@
 // policy has decided, every feature map it keeps on the device is stored encoded between its
 // forward and backward uses where an enabled encoding applies — binarize for a ReLU output that
 // a max-pool reads, sparse for a ReLU output that a convolution reads (both lossless), and delayed
-// precision reduction (fp16, fp10 or fp8, lossy) for any other kept map. Maps a policy swaps or
-// recomputes are left as they are: they do not stay on the device in between anyway.
+// precision reduction (fp16, fp10 or fp8, lossy) for any other kept float32 map. Maps a policy
+// swaps or recomputes are left as they are: they do not stay on the device in between anyway; a
+// kept map that an op re-run by a recompute reads in forward is not binarized or narrowed (that op
+// would compute from decoded values; sim/plan.hpp).
 #include <optional>
 #include <string_view>
 

@@ -1,5 +1,6 @@
 #include "sim/plan.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -60,31 +61,49 @@ std::optional<std::pair<Action, Encoding>> parse_action(std::string_view label) 
   return std::nullopt;
 }
 
+std::optional<NarrowFormat> narrow_format(Encoding encoding) {
+  switch (encoding) {
+    case Encoding::kFp16:
+      return kFp16Format;
+    case Encoding::kFp10:
+      return kFp10Format;
+    case Encoding::kFp8:
+      return kFp8Format;
+    case Encoding::kNone:
+    case Encoding::kBinarize:
+    case Encoding::kSparse:
+      break;
+  }
+  return std::nullopt;
+}
+
+std::int64_t sparse_planned_values(std::int64_t values) {
+  return static_cast<std::int64_t>(std::ceil(kDefaultSparseDensity * static_cast<double>(values)));
+}
+
 Bytes encoded_bytes(Encoding encoding, const Tensor& tensor) {
-  const double bytes = static_cast<double>(tensor.bytes);
-  double encoded = bytes;
+  const std::int64_t values = tensor.bytes / 4;
+  Bytes encoded = tensor.bytes;
   switch (encoding) {
     case Encoding::kNone:
       return tensor.bytes;
     case Encoding::kBinarize:
-      encoded = bytes / 32;
+      encoded = (values + 7) / 8;
       break;
     case Encoding::kFp16:
-      encoded = bytes / 2;
-      break;
     case Encoding::kFp10:
-      encoded = bytes * 10 / 32;
-      break;
     case Encoding::kFp8:
-      encoded = bytes / 4;
+      encoded = (values * narrow_format(encoding)->bits() + 7) / 8;
       break;
-    case Encoding::kSparse: {
-      const double element = static_cast<double>(dtype_bytes(tensor.dtype).value_or(4));
-      encoded = kDefaultSparseDensity * (bytes / element) * (element + 1);
+    case Encoding::kSparse:
+      encoded = sparse_format_bytes(values, sparse_planned_values(values));
       break;
-    }
   }
-  return std::max<Bytes>(1, static_cast<Bytes>(std::ceil(encoded)));
+  return std::max<Bytes>(1, encoded);
+}
+
+bool encodable_dtype(const Tensor& tensor) {
+  return tensor.dtype.empty() || tensor.dtype == "float32";
 }
 
 std::array<std::size_t, kActionCount> Plan::action_counts() const {
@@ -160,6 +179,12 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
     return false;
   };
   if (d.action == Action::kEncode) {
+    if (d.encoding != Encoding::kNone && !encodable_dtype(t)) {
+      return fmt::format(
+          "encode:{} needs a float32 map, this one is {} (Gist's encodings pack or narrow 32-bit "
+          "floats)",
+          to_string(d.encoding), t.dtype);
+    }
     if (d.encoding == Encoding::kBinarize &&
         !(is_relu(producer) && read_in_forward_by(is_max_pool))) {
       return "encode:binarize needs a ReLU output that a max-pool reads (Gist binarize)";
@@ -199,27 +224,10 @@ std::vector<bool> regenerable_tensors(const Workload& workload) {
   return regenerable;
 }
 
-namespace {
-
-// A binarized map keeps only its sign: decoding gives 1.0 / 0.0, which is all ReLU backward needs,
-// but a forward op that reads the map and is re-run to regenerate a recomputed map would compute
-// from those values (a max-pool would pick other indices). Such a combination is refused. The ops
-// a regeneration may re-run are over-approximated: the producer of every recomputed map and,
-// recursively, the producers of its inputs that are dropped after forward (activations that are
-// not feature maps, or feature maps that are themselves recomputed).
-void check_binarized_maps_are_not_recomputed_from(const Plan& plan,
-                                                  const std::vector<FeatureMap>& maps,
-                                                  const Workload& workload,
-                                                  std::string_view source) {
+std::vector<bool> ops_rerun_by_recompute(const Plan& plan, const Workload& workload) {
   std::vector<const Decision*> decision(workload.tensors.size(), nullptr);
-  bool any_binarized = false;
-  for (const Decision& d : plan.decisions) {
-    decision[static_cast<std::size_t>(d.tensor)] = &d;
-    any_binarized =
-        any_binarized || (d.action == Action::kEncode && d.encoding == Encoding::kBinarize);
-  }
-  if (!any_binarized) return;
-  std::vector<char> rerun(workload.ops.size(), 0);
+  for (const Decision& d : plan.decisions) decision[static_cast<std::size_t>(d.tensor)] = &d;
+  std::vector<bool> rerun(workload.ops.size(), false);
   std::vector<OpId> stack;
   for (const Decision& d : plan.decisions) {
     if (d.action == Action::kRecompute) stack.push_back(workload.tensor(d.tensor).producer);
@@ -227,8 +235,8 @@ void check_binarized_maps_are_not_recomputed_from(const Plan& plan,
   while (!stack.empty()) {
     const OpId op = stack.back();
     stack.pop_back();
-    if (op == kNoId || rerun[static_cast<std::size_t>(op)] != 0) continue;
-    rerun[static_cast<std::size_t>(op)] = 1;
+    if (op == kNoId || rerun[static_cast<std::size_t>(op)]) continue;
+    rerun[static_cast<std::size_t>(op)] = true;
     for (TensorId t : workload.op(op).inputs) {
       const Tensor& input = workload.tensor(t);
       if (input.producer == kNoId || input.kind != TensorKind::kActivation) continue;
@@ -236,16 +244,39 @@ void check_binarized_maps_are_not_recomputed_from(const Plan& plan,
       if (d == nullptr || d->action == Action::kRecompute) stack.push_back(input.producer);
     }
   }
+  return rerun;
+}
+
+namespace {
+
+bool decoded_lossily(const Decision& d) {
+  return d.action == Action::kEncode &&
+         (d.encoding == Encoding::kBinarize || narrow_format(d.encoding).has_value());
+}
+
+// A map kept lossily (binarize: its sign; fp16/fp10/fp8: rounded values) serves backward, which
+// needs no more, but a forward op that reads the map and is re-run to regenerate a recomputed map
+// would compute from the decoded values (a max-pool would pick other indices, inconsistent with
+// the forward pass). Such a combination is refused.
+void check_lossy_maps_are_not_recomputed_from(const Plan& plan, const std::vector<FeatureMap>& maps,
+                                              const Workload& workload, std::string_view source) {
+  if (std::none_of(plan.decisions.begin(), plan.decisions.end(), decoded_lossily)) return;
+  const std::vector<bool> rerun = ops_rerun_by_recompute(plan, workload);
   for (std::size_t i = 0; i < maps.size(); ++i) {
     const Decision& d = plan.decisions[i];
-    if (d.action != Action::kEncode || d.encoding != Encoding::kBinarize) continue;
+    if (!decoded_lossily(d)) continue;
     for (OpId use : maps[i].forward_uses) {
-      if (rerun[static_cast<std::size_t>(use)] == 0) continue;
+      if (!rerun[static_cast<std::size_t>(use)]) continue;
       throw InputError(
           fmt::format("{}: $.maps[{}]", source, i),
-          fmt::format("tensor '{}' cannot be binarized: its forward consumer '{}' is re-run to "
-                      "regenerate a recomputed map and would read the 1-bit mask",
-                      workload.tensor(d.tensor).name, workload.op(use).name));
+          fmt::format("tensor '{}' cannot be {}: its forward consumer '{}' is re-run to "
+                      "regenerate a recomputed map and would read the {}",
+                      workload.tensor(d.tensor).name,
+                      d.encoding == Encoding::kBinarize
+                          ? std::string("binarized")
+                          : fmt::format("narrowed to {}", to_string(d.encoding)),
+                      workload.op(use).name,
+                      d.encoding == Encoding::kBinarize ? "1-bit mask" : "rounded values"));
     }
   }
 }
@@ -302,7 +333,7 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
                       workload.tensor(d.tensor).name));
     }
   }
-  check_binarized_maps_are_not_recomputed_from(plan, maps, workload, source);
+  check_lossy_maps_are_not_recomputed_from(plan, maps, workload, source);
 }
 
 }  // namespace memplan::sim

@@ -15,6 +15,13 @@
 //   encode:binarize        a ReLU output that a max-pool reads in forward (Gist, lossless).
 //   encode:sparse          a ReLU output that a convolution reads in forward (Gist, lossless).
 //   encode:fp16|fp10|fp8   any feature map (Gist delayed precision reduction, lossy).
+//   (every encode)         only a float32 map (or one whose dtype the trace does not give):
+//                          Gist's encodings pack or narrow 32-bit floats, and their sizes are
+//                          fractions of a 32-bit map; max-pool indices (int64), masks (int32,
+//                          bool) and half-precision maps take keep, swap or recompute only.
+// Across maps: a map kept lossily (binarize, fp16, fp10, fp8) may not be read in forward by an op
+// that regenerating a recomputed map re-runs (ops_rerun_by_recompute): that op would compute from
+// decoded values, not the forward pass's.
 // per_use (recompute only): the lowering forgets the regenerated map after each backward use.
 // prefetch_before (swap only) must be an op after the map's last forward use and no later than its
 // first backward use.
@@ -45,8 +52,41 @@ std::optional<std::pair<Action, Encoding>> parse_action(std::string_view label);
 /// reports ReLU outputs feeding convolutions are mostly above half zeros; 0.5 is conservative).
 inline constexpr double kDefaultSparseDensity = 0.5;
 
-/// Bytes of the encoded copy of a tensor: binarize 1/32, fp16 1/2, fp10 10/32, fp8 1/4 (all of a
-/// 32-bit map), sparse density * (element + 1 index byte) per element. At least 1 byte.
+/// The bits of one value of a narrow float (Gist's delayed precision reduction): a sign, then
+/// exponent and mantissa bits. fp16 1/5/10 (IEEE half), fp10 1/5/4, fp8 1/4/3.
+struct NarrowFormat {
+  int exponent_bits;
+  int mantissa_bits;
+  [[nodiscard]] constexpr int bits() const { return 1 + exponent_bits + mantissa_bits; }
+};
+inline constexpr NarrowFormat kFp16Format{5, 10};
+inline constexpr NarrowFormat kFp10Format{5, 4};
+inline constexpr NarrowFormat kFp8Format{4, 3};
+/// The format of fp16, fp10 and fp8; nullopt for binarize, sparse and none.
+std::optional<NarrowFormat> narrow_format(Encoding encoding);
+
+/// Note [Sparse format]: Gist's sparse storage as the backends write it
+/// (host_backend/encodings.hpp, cuda_backend/kernels.cuh). The map's 32-bit values in blocks of
+/// kSparseBlockValues, each block a 16-bit count of its stored values followed by one (8-bit index
+/// in the block, 32-bit value) pair per value that is not +0.0 (-0.0 is stored, so decoding is
+/// bitwise). The plan sizes the buffer for ceil(kDefaultSparseDensity * values) stored values. On
+/// the host backend a map with more non-zeros than that spills the rest of its encoding to host
+/// memory, not the device arena, so the device peak stays the simulator's (docs/runtime.md); the
+/// CUDA backend stops with an error naming the map.
+inline constexpr std::int64_t kSparseBlockValues = 256;
+inline constexpr std::int64_t kSparseHeaderBytes = 2;  // per block: the 16-bit count
+inline constexpr std::int64_t kSparsePairBytes = 5;    // per stored value: index byte + float32
+/// Bytes of the sparse format for `values` 32-bit values of which `stored` are stored.
+constexpr Bytes sparse_format_bytes(std::int64_t values, std::int64_t stored) {
+  return ((values + kSparseBlockValues - 1) / kSparseBlockValues) * kSparseHeaderBytes +
+         stored * kSparsePairBytes;
+}
+/// Stored values a plan's sparse buffer has room for: ceil(kDefaultSparseDensity * values).
+std::int64_t sparse_planned_values(std::int64_t values);
+
+/// Bytes of the encoded copy of a float32 map: binarize 1 bit, fp16 16 bits, fp10 10 bits, fp8 8
+/// bits per value, each rounded up to whole bytes; sparse sparse_format_bytes(values,
+/// sparse_planned_values(values)). At least 1 byte.
 Bytes encoded_bytes(Encoding encoding, const Tensor& tensor);
 
 struct Decision {
@@ -88,6 +128,9 @@ struct Plan {
 /// op names, layers, phases, inputs, outputs, workspace sizes. Durations are left out.
 std::uint64_t workload_fingerprint(const Workload& workload);
 
+/// Whether Gist's encodings apply to the tensor's element type (float32, or not given).
+bool encodable_dtype(const Tensor& tensor);
+
 /// Why `decision` is not allowed for the map (empty when it is). `map` is the map it names.
 std::string decision_problem(const Decision& decision, const FeatureMap& map,
                              const Workload& workload);
@@ -95,6 +138,11 @@ std::string decision_problem(const Decision& decision, const FeatureMap& map,
 /// Per tensor: can it be rebuilt by re-running forward ops from pre-existing tensors? (Pre-existing
 /// tensors themselves count as regenerable: they stay resident.)
 std::vector<bool> regenerable_tensors(const Workload& workload);
+
+/// Per op: may regenerating one of the plan's recomputed maps re-run it? Over-approximated: the
+/// producer of every recomputed map and, recursively, the producers of its inputs that are
+/// dropped after forward (activations that are not feature maps, or recomputed feature maps).
+std::vector<bool> ops_rerun_by_recompute(const Plan& plan, const Workload& workload);
 
 /// Checks that the plan was made for this workload, names each feature map once (in order) and
 /// gives each an action it can take. Throws InputError naming `source`.

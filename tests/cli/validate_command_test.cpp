@@ -8,6 +8,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "sim/basic_plans.hpp"
+#include "sim/plan_io.hpp"
 #include "sim/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
@@ -38,7 +40,11 @@ TEST_CASE("validate --json runs the plan and matches the in-core gradients", "[c
   }
   CHECK(j["peak_bytes_predicted"].get<long long>() > 0);
   CHECK(j["peak_bytes_measured"] == j["peak_bytes_predicted"]);
+  CHECK(j["peaks_match"] == true);
   CHECK(j["gradients_match"] == true);
+  CHECK(j["comparison"] == "bitwise");
+  CHECK(j["tolerance"].is_null());
+  CHECK(j["bitwise_equal"] == true);
   CHECK(j["max_abs_diff"].get<double>() == 0.0);
   CHECK(j["iteration_s_measured"].get<double>() > 0.0);
   CHECK(j["tensors_compared"].get<int>() > 0);
@@ -61,6 +67,61 @@ TEST_CASE("validate --encode binarize runs Gist's encoding with in-core gradient
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["gradients_match"] == true);
   CHECK(j["peak_bytes_measured"] == j["peak_bytes_predicted"]);
+}
+
+TEST_CASE("validate --encode with precision reduction passes within the stated tolerance",
+          "[cli][validate]") {
+  const char* encode = GENERATE("fp16", "dpr", "fp10", "fp8", "all");
+  const char* name = GENERATE("mlp4", "resnet_tiny");
+  CAPTURE(encode, name);
+  // resnet_tiny's int64 pool indices are a feature map: the plan must leave them alone.
+  const auto r = run_memplan(fmt::format(
+      "validate {} --policy in-core --encode {} --backend host --json", trace(name), encode));
+  INFO(r.err);
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["peaks_match"] == true);
+  CHECK(j["gradients_match"] == true);
+  CHECK(j["comparison"] == "tolerance");
+  REQUIRE(j["tolerance"].is_object());
+  const double relative = j["tolerance"]["relative"].get<double>();
+  CHECK(j["tolerance"]["narrowed_maps"].get<int>() > 0);
+  CHECK(relative == Approx(std::min(j["tolerance"]["factor"].get<double>() *
+                                        j["tolerance"]["narrowed_maps"].get<int>() *
+                                        j["tolerance"]["unit_roundoff"].get<double>(),
+                                    j["tolerance"]["cap"].get<double>())));
+  CHECK(relative < 1.0);  // a bound of 1 would pass a zero gradient
+  CHECK(j["max_rel_diff"].get<double>() <= relative);
+  CHECK(j["bitwise_equal"] == false);  // the narrowed maps do change the gradients
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("validate --encode sparse on resnet_tiny is bitwise at the predicted peak",
+          "[cli][validate]") {
+  const auto r = run_memplan(fmt::format(
+      "validate {} --policy in-core --encode sparse --backend host --json", trace("resnet_tiny")));
+  INFO(r.err);
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["policy"] == "in-core+gist");
+  CHECK(j["comparison"] == "bitwise");
+  CHECK(j["gradients_match"] == true);
+  CHECK(j["bitwise_equal"] == true);
+  CHECK(j["peaks_match"] == true);
+  CHECK(j["peak_bytes_measured"] == j["peak_bytes_predicted"]);
+}
+
+TEST_CASE("validate refuses a plan made for another trace: one line, exit 2", "[cli][validate]") {
+  const auto mlp = memplan::sim::read_trace(source_path("traces/mlp4.json"));
+  const std::string plan = memplan::test::temp_dir() + "/mlp4_swap_all.plan.json";
+  memplan::sim::write_file_atomically(
+      plan, memplan::sim::write_plan(memplan::sim::swap_all_plan(mlp), mlp));
+  const auto r = run_memplan(
+      fmt::format("validate {} --plan '{}' --backend host", trace("resnet_tiny"), plan));
+  CHECK(r.exit_status == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.find("made for another workload") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
 TEST_CASE("validate refuses bad input with one line and exit 2", "[cli][validate]") {

@@ -49,6 +49,36 @@ TEST_CASE("sparse storage is lossless and sized by the zeros", "[host_backend][g
   CHECK(sparse_bytes(1000, 1000) > 4000);
 }
 
+TEST_CASE("the plan's sparse buffer is the format's size; denser data spills to host memory",
+          "[host_backend][gist]") {
+  // A map of 1000 values exactly half stored fits the buffer the plan gives it to the byte.
+  memplan::sim::Tensor t;
+  t.bytes = 4000;
+  t.dtype = "float32";
+  const auto planned = memplan::sim::encoded_bytes(memplan::sim::Encoding::kSparse, t);
+  std::vector<float> half(1000, 0.0f);
+  for (std::size_t i = 0; i < 1000; i += 2) half[i] = 1.0f + static_cast<float>(i);
+  CHECK(sparse_bytes(1000, count_nonzeros(1000, half.data())) == planned);
+  std::vector<std::uint8_t> device(static_cast<std::size_t>(planned));
+  std::vector<std::uint8_t> spill{1, 2, 3};  // emptied when everything fits
+  CHECK(sparse_encode_spilling(1000, half.data(), device.data(), planned, spill) == planned);
+  CHECK(spill.empty());
+
+  // 70% non-zeros: the first `planned` bytes go to the buffer, the rest to the spill, and the
+  // decoded map is bitwise the original.
+  auto dense = random_vector(1000, 54, 0.1f, 1.0f);
+  for (std::size_t i = 0; i < 1000; i += 10) dense[i] = dense[i + 1] = dense[i + 2] = 0.0f;
+  const auto whole = sparse_bytes(1000, 700);
+  REQUIRE(count_nonzeros(1000, dense.data()) == 700);
+  CHECK(sparse_encode_spilling(1000, dense.data(), device.data(), planned, spill) == whole);
+  CHECK(static_cast<std::int64_t>(spill.size()) == whole - planned);
+  std::vector<float> decoded(1000, -1.0f);
+  sparse_decode_spilled(1000, device.data(), planned, spill, decoded.data());
+  CHECK(bitwise_equal(dense, decoded));
+  // Without the spill the buffer alone does not hold the map.
+  CHECK(sparse_encode(1000, dense.data(), device.data(), planned) == -1);
+}
+
 TEST_CASE("narrow floats: fp16 is IEEE half; rounding error is bounded", "[host_backend][gist]") {
   CHECK(narrow_encode_value(kFp16, 1.0f) == 0x3C00u);
   CHECK(narrow_encode_value(kFp16, -2.0f) == 0xC000u);

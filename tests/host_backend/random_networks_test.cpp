@@ -1,8 +1,9 @@
 // Property: random small networks (an optional conv-relu-maxpool block, then linear-relu layers,
 // biases or not, ReLUs in place or not, softmax cross-entropy, SGD) × random plans (keep, swap,
-// recompute, and binarize where Gist allows it) that the simulator says fit under a cap just above
-// their need: every one runs under that cap on the HostDevice, with the simulator's peak and
-// bitwise the in-core gradients, loss and updated weights. 200 cases by default;
+// recompute, binarize where Gist allows it, fp16/fp10) that the simulator says fit under a cap
+// just above their need: every one runs under that cap on the HostDevice, with the simulator's
+// peak and the in-core gradients, loss and updated weights — bitwise, or for plans that narrow
+// maps within validation's tolerance (Note [Validation tolerance]). 200 cases by default;
 // MEMPLAN_PROPERTY_CASES=N runs more.
 #include <catch2/catch.hpp>
 
@@ -14,6 +15,7 @@
 
 #include "host_backend/host_device.hpp"
 #include "runtime/interpreter.hpp"
+#include "runtime/validation.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
@@ -219,7 +221,7 @@ mp::sim::Plan random_plan(const mp::sim::Workload& w, std::mt19937_64& rng) {
   plan.policy = "random";
   for (auto& decision : plan.decisions) {
     const mp::sim::Decision before = decision;
-    switch (std::uniform_int_distribution<int>(0, 3)(rng)) {
+    switch (std::uniform_int_distribution<int>(0, 4)(rng)) {
       case 0:
         break;
       case 1:
@@ -228,9 +230,18 @@ mp::sim::Plan random_plan(const mp::sim::Workload& w, std::mt19937_64& rng) {
       case 2:
         decision.action = mp::sim::Action::kRecompute;
         break;
-      default:
+      case 3:
         decision.action = mp::sim::Action::kEncode;
         decision.encoding = mp::sim::Encoding::kBinarize;
+        break;
+      default:
+        // fp16 or fp10. Not fp8: its 4 exponent bits flush activations below 2^-10 to zero, which
+        // flips their ReLU masks in backward; on these small networks (weights and activations of
+        // a few hundredths) that moved the gradients beyond any useful bound in 4 of 4206 fp8
+        // plans (seeds 1000-10999 and 20000-29999), which validation then reports as a mismatch.
+        decision.action = mp::sim::Action::kEncode;
+        decision.encoding = std::bernoulli_distribution(0.5)(rng) ? mp::sim::Encoding::kFp16
+                                                                  : mp::sim::Encoding::kFp10;
         break;
     }
     try {
@@ -275,6 +286,8 @@ TEST_CASE("random networks under random plans that fit run with in-core gradient
   if (const char* env = std::getenv("MEMPLAN_PROPERTY_SEED"))
     first = std::strtoull(env, nullptr, 10);
   std::size_t non_trivial = 0;
+  std::size_t narrowed = 0;  // plans with precision reduction, held to the tolerance
+  double worst_ratio = 0;
   for (int k = 0; k < cases; ++k) {
     const std::uint64_t seed = first + static_cast<std::uint64_t>(k);
     INFO("case " << k << " (MEMPLAN_PROPERTY_SEED=" << seed << ")");
@@ -302,7 +315,19 @@ TEST_CASE("random networks under random plans that fit run with in-core gradient
     REQUIRE(measured.peak_bytes == predicted.peak_bytes);
     REQUIRE(measured.peak_reserved_bytes == predicted.peak_reserved_bytes);
     INFO("plan " << describe(w, plan));
-    REQUIRE(first_difference(w, reference, device) == "");
+    const mp::runtime::Tolerance tolerance = mp::runtime::tolerance_for(plan);
+    if (tolerance.bitwise) {
+      REQUIRE(first_difference(w, reference, device) == "");
+    } else {
+      ++narrowed;
+      const auto c = mp::runtime::compare_runs(w, reference, device, tolerance);
+      INFO("max relative L2 difference " << c.max_rel_diff << ", tolerance " << tolerance.relative);
+      REQUIRE(c.match);
+      worst_ratio = std::max(worst_ratio, c.max_rel_diff / tolerance.relative);
+    }
   }
   CHECK(non_trivial >= static_cast<std::size_t>(cases) / 2);
+  CHECK(narrowed >= static_cast<std::size_t>(cases) / 4);
+  INFO("worst error / tolerance " << worst_ratio);
+  CHECK(worst_ratio < 1.0);
 }

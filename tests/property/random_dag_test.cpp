@@ -130,13 +130,16 @@ Plan random_plan(const Workload& w, Rng& rng) {
         break;
     }
   }
-  // A binarized map may not feed a forward op that a recompute re-runs (validate_plan says so);
-  // such a draw falls back to fp16 for its binarized maps.
+  // A map kept lossily (binarize, fp16/fp10/fp8) may not feed a forward op that a recompute
+  // re-runs (validate_plan says so); such a draw keeps its lossy maps instead.
   try {
     validate_plan(plan, w, "random plan");
   } catch (const InputError&) {
     for (Decision& d : plan.decisions) {
-      if (d.encoding == Encoding::kBinarize) d.encoding = Encoding::kFp16;
+      if (d.action == Action::kEncode && d.encoding != Encoding::kSparse) {
+        d.action = Action::kKeep;
+        d.encoding = Encoding::kNone;
+      }
     }
     validate_plan(plan, w, "random plan");
   }

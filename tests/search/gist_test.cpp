@@ -3,7 +3,9 @@
 #include "search/gist.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/input_error.hpp"
+#include "sim/trace_io.hpp"
 #include "tests/search/policy_workloads.hpp"
+#include "tests/support/run_command.hpp"
 
 using namespace memplan::sim;
 using namespace memplan::search;
@@ -46,4 +48,55 @@ TEST_CASE("bad --encode lists are refused with the flag named", "[search][gist]"
   CHECK_THROWS_WITH(parse_encoding_options("binarize,zip", "--encode"),
                     Catch::Contains("--encode") && Catch::Contains("zip"));
   CHECK_THROWS_AS(parse_encoding_options("fp16,fp8", "--encode"), InputError);
+}
+
+TEST_CASE("Gist's precision reduction leaves maps that are not float32 alone", "[search][gist]") {
+  // resnet_tiny's max-pool writes int64 indices, a feature map that backward reads.
+  const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
+  const NetworkView view(w);
+  for (const char* list : {"fp16", "fp10", "fp8", "all"}) {
+    CAPTURE(list);
+    const Plan plan =
+        apply_encodings(in_core_plan(w), view, parse_encoding_options(list, "--encode"));
+    std::size_t narrowed = 0;
+    for (const Decision& d : plan.decisions) {
+      const Tensor& t = w.tensor(d.tensor);
+      CAPTURE(t.name);
+      if (t.dtype != "float32") {
+        CHECK(d.action == Action::kKeep);
+      } else {
+        narrowed += d.action == Action::kEncode ? 1 : 0;
+      }
+    }
+    CHECK(narrowed > 0);
+    CHECK_NOTHROW(validate_plan(plan, w, "gist"));
+  }
+}
+
+TEST_CASE("Gist does not narrow or binarize a map that a recompute's re-run op reads",
+          "[search][gist]") {
+  // resnet_tiny with relu3_out recomputed: regenerating it re-runs relu3, add1 and conv3, which
+  // read relu1_out and relu2_out in forward.
+  const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
+  const NetworkView view(w);
+  Plan plan = in_core_plan(w);
+  for (Decision& d : plan.decisions) {
+    if (w.tensor(d.tensor).name == "relu3_out") d.action = Action::kRecompute;
+  }
+  auto action_of = [&](const Plan& p, const std::string& name) {
+    for (const Decision& d : p.decisions) {
+      if (w.tensor(d.tensor).name == name) return action_label(d.action, d.encoding);
+    }
+    return std::string("?");
+  };
+  const Plan narrowed = apply_encodings(plan, view, parse_encoding_options("fp8", "--encode"));
+  CHECK(action_of(narrowed, "relu1_out") == "keep");
+  CHECK(action_of(narrowed, "relu2_out") == "keep");
+  CHECK(action_of(narrowed, "pool_out") == "encode:fp8");  // read in forward by fc only
+  CHECK_NOTHROW(validate_plan(narrowed, w, "gist"));
+  // Sparse is lossless: the re-run conv3 reads relu2_out exactly.
+  const Plan all = apply_encodings(plan, view, parse_encoding_options("all", "--encode"));
+  CHECK(action_of(all, "relu2_out") == "encode:sparse");
+  CHECK(action_of(all, "relu1_out") == "encode:sparse");
+  CHECK_NOTHROW(validate_plan(all, w, "gist"));
 }

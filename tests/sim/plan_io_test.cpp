@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <fmt/core.h>
 
 #include "sim/basic_plans.hpp"
@@ -24,24 +26,23 @@ Workload resnet_tiny() {
 TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim][plan]") {
   const Workload w = resnet_tiny();
   const Plan plan = parse_plan(
-      // (pool_out is not recomputed: re-running pool would read the binarized relu3_out, which
-      // validate_plan refuses.)
-      plan_text(w, R"([{"tensor":"relu1_out","action":"encode:sparse"},
-                       {"tensor":13,"action":"recompute"},
+      plan_text(w, R"([{"tensor":"relu1_out","action":"swap","prefetch_before":"conv2_bwd"},
+                       {"tensor":13,"action":"encode:sparse"},
                        {"tensor":"relu3_out","action":"encode:binarize"},
-                       {"tensor":"pool_out","action":"swap","prefetch_before":"loss_bwd"},
-                       {"tensor":"pool_indices","action":"encode:fp8"}])"),
+                       {"tensor":"probs","action":"recompute"}])"),
       "p.json", w);
   REQUIRE(plan.decisions.size() == 6);
   CHECK(plan.policy == "test");
-  CHECK(plan.decisions[0] == Decision{11, Action::kEncode, Encoding::kSparse, kNoId});
-  CHECK(plan.decisions[1] == Decision{13, Action::kRecompute, Encoding::kNone, kNoId});
+  CHECK(plan.decisions[0] == Decision{11, Action::kSwap, Encoding::kNone, 16});
+  CHECK(plan.decisions[1] == Decision{13, Action::kEncode, Encoding::kSparse, kNoId});
   CHECK(plan.decisions[2] == Decision{16, Action::kEncode, Encoding::kBinarize, kNoId});
-  CHECK(plan.decisions[3] == Decision{17, Action::kSwap, Encoding::kNone, 10});
-  CHECK(plan.decisions[4] == Decision{18, Action::kEncode, Encoding::kFp8, kNoId});
-  CHECK(plan.decisions[5] ==
-        Decision{21, Action::kKeep, Encoding::kNone, kNoId});  // probs: left out
-  CHECK(plan.action_counts() == std::array<std::size_t, kActionCount>{1, 1, 1, 3});
+  // pool_out and pool_indices: left out. (Recomputing either would re-run the max-pool on
+  // relu3_out's 1-bit mask, and recomputing probs re-runs fc, so pool_out may not be narrowed:
+  // validate_plan refuses both.)
+  CHECK(plan.decisions[3] == Decision{17, Action::kKeep, Encoding::kNone, kNoId});
+  CHECK(plan.decisions[4] == Decision{18, Action::kKeep, Encoding::kNone, kNoId});
+  CHECK(plan.decisions[5] == Decision{21, Action::kRecompute, Encoding::kNone, kNoId});
+  CHECK(plan.action_counts() == std::array<std::size_t, kActionCount>{2, 1, 1, 2});
   // Write -> read -> write is stable.
   const std::string text = write_plan(plan, w);
   const Plan again = parse_plan(text, "again.json", w);
@@ -71,8 +72,46 @@ TEST_CASE("encoded sizes follow the Gist schemes", "[sim][plan]") {
   CHECK(encoded_bytes(Encoding::kFp16, t) == 1600);
   CHECK(encoded_bytes(Encoding::kFp10, t) == 1000);
   CHECK(encoded_bytes(Encoding::kFp8, t) == 800);
-  // 800 elements, half nonzero, each a 4-byte value and a 1-byte index.
-  CHECK(encoded_bytes(Encoding::kSparse, t) == 2000);
+  // 800 elements in 4 blocks of up to 256 (a 2-byte count each), half of them stored as a
+  // 1-byte index and a 4-byte value: Note [Sparse format].
+  CHECK(encoded_bytes(Encoding::kSparse, t) == 4 * 2 + 400 * 5);
+  CHECK(encoded_bytes(Encoding::kSparse, t) ==
+        sparse_format_bytes(800, sparse_planned_values(800)));
+  t.bytes = 4 * 257;  // 257 values: 2 blocks, ceil(128.5) = 129 stored
+  CHECK(encoded_bytes(Encoding::kSparse, t) == 2 * 2 + 129 * 5);
+  CHECK(encoded_bytes(Encoding::kFp10, t) == (257 * 10 + 7) / 8);
+  CHECK(encoded_bytes(Encoding::kBinarize, t) == 33);
+}
+
+TEST_CASE("only float32 maps take an encoding", "[sim][plan]") {
+  const Workload w = resnet_tiny();
+  const auto maps = find_feature_maps(w);
+  const auto indices = std::find_if(maps.begin(), maps.end(), [&](const FeatureMap& m) {
+    return w.tensor(m.tensor).name == "pool_indices";
+  });
+  REQUIRE(indices != maps.end());
+  REQUIRE(w.tensor(indices->tensor).dtype == "int64");
+  for (Encoding e :
+       {Encoding::kFp16, Encoding::kFp10, Encoding::kFp8, Encoding::kSparse, Encoding::kBinarize}) {
+    CAPTURE(to_string(e));
+    const Decision d{indices->tensor, Action::kEncode, e, kNoId};
+    CHECK_THAT(decision_problem(d, *indices, w), Catch::Contains("needs a float32 map"));
+  }
+  // The other actions stay open to it, and a float32 map of the same trace may be narrowed.
+  CHECK(decision_problem({indices->tensor, Action::kSwap, Encoding::kNone, kNoId}, *indices, w)
+            .empty());
+  const auto pool_out = std::find_if(maps.begin(), maps.end(), [&](const FeatureMap& m) {
+    return w.tensor(m.tensor).name == "pool_out";
+  });
+  REQUIRE(pool_out != maps.end());
+  CHECK(decision_problem({pool_out->tensor, Action::kEncode, Encoding::kFp8, kNoId}, *pool_out, w)
+            .empty());
+  // A plan file asking for it is refused, naming the file and the map.
+  CHECK_THROWS_WITH(
+      parse_plan(plan_text(w, R"([{"tensor":"pool_indices","action":"encode:fp16"}])"), "p.json",
+                 w),
+      Catch::Contains("p.json") && Catch::Contains("tensor 'pool_indices': encode:fp16 needs a "
+                                                   "float32 map, this one is int64"));
 }
 
 TEST_CASE("bad plans are input errors naming the file and the problem", "[sim][plan][bad_input]") {
@@ -166,4 +205,37 @@ TEST_CASE("a binarized map whose max-pool is re-run by a recompute is refused", 
   CHECK_THROWS_WITH(
       validate_plan(plan, w, "p.json"),
       Catch::Contains("'relu3_out' cannot be binarized") && Catch::Contains("'pool'"));
+}
+
+TEST_CASE("a narrowed map whose forward consumer a recompute re-runs is refused", "[sim][plan]") {
+  // resnet_tiny: relu3_out feeds the max-pool; recomputing pool_indices re-runs the pool, which
+  // would pick its indices among relu3_out's rounded values.
+  const Workload w = read_trace(memplan::test::source_path("traces/resnet_tiny.json"));
+  for (const char* scheme : {"fp16", "fp10", "fp8"}) {
+    CAPTURE(scheme);
+    const std::string narrowed =
+        fmt::format(R"({{"tensor":"relu3_out","action":"encode:{}"}})", scheme);
+    CHECK_NOTHROW(parse_plan(plan_text(w, "[" + narrowed + "]"), "p.json", w));
+    CHECK_THROWS_WITH(
+        parse_plan(
+            plan_text(w, "[" + narrowed + R"(,{"tensor":"pool_indices","action":"recompute"}])"),
+            "p.json", w),
+        Catch::Contains(fmt::format("'relu3_out' cannot be narrowed to {}", scheme)) &&
+            Catch::Contains("'pool'") && Catch::Contains("rounded values"));
+  }
+  // Recomputing relu3_out re-runs relu3, add1 (add1_out is not a feature map) and conv3
+  // (conv3_out neither), which read relu1_out and relu2_out: sparse (lossless) is fine there, a
+  // narrowed relu1_out is not.
+  const Plan sparse = parse_plan(plan_text(w, R"([{"tensor":"relu2_out","action":"encode:sparse"},
+                                                  {"tensor":"relu3_out","action":"recompute"}])"),
+                                 "p.json", w);
+  const std::vector<bool> rerun = ops_rerun_by_recompute(sparse, w);
+  CHECK(rerun == std::vector<bool>{false, false, false, false, true,  true,  true,
+                                   false, false, false, false, false, false, false,
+                                   false, false, false, false, false, false, false});
+  CHECK_THROWS_WITH(
+      parse_plan(plan_text(w, R"([{"tensor":"relu1_out","action":"encode:fp16"},
+                                                {"tensor":"relu3_out","action":"recompute"}])"),
+                 "p.json", w),
+      Catch::Contains("'relu1_out' cannot be narrowed to fp16") && Catch::Contains("'add1'"));
 }

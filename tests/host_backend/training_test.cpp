@@ -1,0 +1,213 @@
+// Whole-network correctness of the host backend, not against another run of the same kernels:
+// resnet18 from the zoo (batch 2) run in-core on a HostDevice through the interpreter
+// learns (its loss on a fixed batch falls over SGD steps), and the gradient it computes for a
+// first-layer weight matches a finite difference of the loss through the whole network. Also
+// the values of the element-wise sum behind `add` and gradient accumulation.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "host_backend/host_device.hpp"
+#include "host_backend/initial_data.hpp"
+#include "host_backend/op_executor.hpp"
+#include "runtime/interpreter.hpp"
+#include "runtime/validation.hpp"
+#include "sim/basic_plans.hpp"
+#include "sim/lowering.hpp"
+#include "zoo/models.hpp"
+
+namespace mp = memplan;
+using mp::sim::TensorId;
+
+namespace {
+
+mp::sim::Workload resnet18(std::int64_t side = 32) {
+  const mp::zoo::ModelInfo* model = mp::zoo::find_model("resnet18");
+  REQUIRE(model != nullptr);
+  mp::zoo::ModelOptions options;
+  options.batch = 2;
+  options.input = {side, side};
+  return mp::zoo::build_model(*model, options).workload;
+}
+
+std::vector<float> floats(const std::vector<std::byte>& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+std::vector<std::byte> bytes_of(const std::vector<float>& v) {
+  std::vector<std::byte> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+/// The loss tensor: the first output of the forward softmax_cross_entropy.
+TensorId loss_tensor(const mp::sim::Workload& w) {
+  for (const mp::sim::Tensor& t : w.tensors) {
+    if (t.kind == mp::sim::TensorKind::kActivation && mp::runtime::compared_by_validation(w, t)) {
+      return t.id;
+    }
+  }
+  FAIL("no loss tensor");
+  return mp::sim::kNoId;
+}
+
+/// The sgd op: params, grads and momentum, three equal groups.
+const mp::sim::Op& sgd_op(const mp::sim::Workload& w) {
+  const auto it = std::find_if(w.ops.begin(), w.ops.end(),
+                               [](const mp::sim::Op& op) { return op.layer == "sgd"; });
+  REQUIRE(it != w.ops.end());
+  REQUIRE(it->inputs.size() % 3 == 0);
+  return *it;
+}
+
+float run_for_loss(mp::host_backend::HostDevice& device, const mp::sim::Workload& w,
+                   const mp::sim::Program& program) {
+  REQUIRE(mp::runtime::run_program(device, w, program).feasible);
+  const auto loss = floats(device.tensor_bytes(loss_tensor(w)));
+  REQUIRE(loss.size() == 1);
+  return loss[0];
+}
+
+constexpr mp::sim::Bytes kCap = mp::sim::Bytes{4} << 30;  // pages only where tensors are placed
+
+}  // namespace
+
+TEST_CASE("add and grad_accumulate write the element-wise sum of their inputs",
+          "[host_backend][add]") {
+  mp::sim::Workload w;
+  for (const char* name : {"a", "b", "c", "y"}) {
+    mp::sim::Tensor t;
+    t.id = static_cast<TensorId>(w.tensors.size());
+    t.name = name;
+    t.shape = {2, 3};
+    t.dtype = "float32";
+    t.bytes = 24;
+    w.tensors.push_back(t);
+  }
+  auto op = [&](const char* layer, mp::sim::Phase phase, std::vector<TensorId> in) {
+    mp::sim::Op o;
+    o.id = static_cast<mp::sim::OpId>(w.ops.size());
+    o.name = layer;
+    o.layer = layer;
+    o.phase = phase;
+    o.inputs = std::move(in);
+    o.outputs = {3};
+    w.ops.push_back(o);
+    return o.id;
+  };
+  const auto add2 = op("add", mp::sim::Phase::kForward, {0, 1});
+  const auto add3 = op("add", mp::sim::Phase::kForward, {0, 1, 2});
+  const auto acc3 = op("grad_accumulate", mp::sim::Phase::kBackward, {0, 1, 2});
+  const auto acc1 = op("add", mp::sim::Phase::kBackward, {2});
+  // Values whose sums are exact in float32, so the expected sums are exact too.
+  std::vector<float> a{1.0f, -2.0f, 0.5f, 1024.0f, -0.0f, 3.25f};
+  const std::vector<float> b{0.25f, 2.0f, -1.5f, 1.0f, -0.0f, -7.0f};
+  const std::vector<float> c{8.0f, 0.125f, 1.0f, -2048.0f, 0.0f, 0.75f};
+  std::vector<float> y(6, 99.0f);
+  mp::host_backend::OpExecutor executor(w);
+  auto run = [&](mp::sim::OpId id, std::vector<void*> operands) {
+    executor.run(w.op(id), operands);
+  };
+  const std::vector<float> ab{1.25f, 0.0f, -1.0f, 1025.0f, -0.0f, -3.75f};
+  const std::vector<float> abc{9.25f, 0.125f, 0.0f, -1023.0f, 0.0f, -3.0f};
+  auto same = [](const std::vector<float>& x, const std::vector<float>& z) {
+    return std::memcmp(x.data(), z.data(), x.size() * 4) == 0;
+  };
+  run(add2, {a.data(), const_cast<float*>(b.data()), y.data()});
+  CHECK(same(y, ab));  // -0 + -0 is -0
+  run(add3, {a.data(), const_cast<float*>(b.data()), const_cast<float*>(c.data()), y.data()});
+  CHECK(same(y, abc));
+  std::fill(y.begin(), y.end(), 99.0f);
+  run(acc3, {a.data(), const_cast<float*>(b.data()), const_cast<float*>(c.data()), y.data()});
+  CHECK(same(y, abc));
+  run(acc1, {const_cast<float*>(c.data()), y.data()});  // one incoming gradient: a copy
+  CHECK(same(y, c));
+  // In place (the residual add writes into its first input, as the zoo's traces have it).
+  run(add3, {a.data(), const_cast<float*>(b.data()), const_cast<float*>(c.data()), a.data()});
+  CHECK(same(a, abc));
+}
+
+TEST_CASE("resnet18 on the host learns a fixed batch: the loss falls over SGD steps",
+          "[host_backend][training]") {
+  const mp::sim::Workload w = resnet18();
+  const mp::sim::Op& sgd = sgd_op(w);
+  // Swap-all, so that the steps also go through swapped and prefetched feature maps.
+  const mp::sim::Program program = mp::sim::lower(w, mp::sim::swap_all_plan(w));
+  mp::host_backend::HostDevice device(kCap, 3);
+  std::vector<float> losses;
+  for (int step = 0; step < 6; ++step) {
+    losses.push_back(run_for_loss(device, w, program));
+    // The next step starts from this step's updated parameters and momentum (the inputs and
+    // labels are the seed's every time: a fixed batch).
+    const std::size_t k = sgd.inputs.size() / 3;
+    for (std::size_t i = 0; i < k; ++i) {
+      for (TensorId t : {sgd.inputs[i], sgd.inputs[2 * k + i]}) {
+        device.set_initial_bytes(w, t, device.tensor_bytes(t));
+      }
+    }
+  }
+  CAPTURE(losses);
+  for (float l : losses) REQUIRE(std::isfinite(l));
+  // Cross-entropy over the zoo's 1000 classes starts near ln(1000) = 6.9 ...
+  CHECK(losses.front() > 4.0f);
+  CHECK(losses.front() < 10.0f);
+  // ... and SGD on one batch of two drives it down.
+  CHECK(losses.back() < 0.5f * losses.front());
+  CHECK(losses[1] < losses[0]);
+}
+
+TEST_CASE("resnet18's gradient of a first-layer weight is the finite difference of its loss",
+          "[host_backend][training]") {
+  // At 64x64 layer4's batch-norm sees 2x2 positions of 2 samples. (At 32x32 it normalises two
+  // values per channel, whose normalised values are +-1 whatever they are: the loss is then a
+  // step-like function of the weights, steep in a band narrower than any useful h.)
+  const mp::sim::Workload w = resnet18(64);
+  const mp::sim::Op& sgd = sgd_op(w);
+  const std::size_t k = sgd.inputs.size() / 3;
+  // The first parameter the first forward op reads: conv1's filter, the farthest from the loss.
+  const mp::sim::Op& first = w.ops.front();
+  const auto param =
+      std::find(sgd.inputs.begin(), sgd.inputs.begin() + static_cast<long>(k), first.inputs.at(1));
+  REQUIRE(param != sgd.inputs.begin() + static_cast<long>(k));
+  const TensorId weight = *param;
+  const TensorId gradient = sgd.inputs[k + static_cast<std::size_t>(param - sgd.inputs.begin())];
+  CAPTURE(w.tensor(weight).name, w.tensor(gradient).name);
+
+  const mp::sim::Program program = mp::sim::lower(w, mp::sim::in_core_plan(w));
+  mp::host_backend::HostDevice device(kCap, 5);
+  run_for_loss(device, w, program);
+  const std::vector<float> analytic = floats(device.tensor_bytes(gradient));
+  // The weight's value in that run: the seed's (tensor_bytes would give it after the update).
+  std::vector<std::byte> initial(static_cast<std::size_t>(w.tensor(weight).bytes));
+  mp::host_backend::fill_initial_data(w, w.tensor(weight), 5, initial.data());
+  const std::vector<float> start = floats(initial);
+  REQUIRE(analytic.size() == start.size());
+
+  // The three largest gradients (the clearest signal over the loss's float32 rounding).
+  std::vector<std::size_t> order(start.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                    [&](std::size_t a, std::size_t b) {
+                      return std::fabs(analytic[a]) > std::fabs(analytic[b]);
+                    });
+  const float h = 1e-3f;
+  for (int n = 0; n < 3; ++n) {
+    const std::size_t j = order[static_cast<std::size_t>(n)];
+    std::vector<float> perturbed = start;
+    perturbed[j] = start[j] + h;
+    device.set_initial_bytes(w, weight, bytes_of(perturbed));
+    const double plus = run_for_loss(device, w, program);
+    perturbed[j] = start[j] - h;
+    device.set_initial_bytes(w, weight, bytes_of(perturbed));
+    const double minus = run_for_loss(device, w, program);
+    const double numeric = (plus - minus) / (2.0 * static_cast<double>(h));
+    CAPTURE(j, numeric, analytic[j]);
+    CHECK(std::fabs(analytic[j]) > 1e-3);
+    CHECK(numeric == Approx(analytic[j]).epsilon(0.03));
+  }
+}
