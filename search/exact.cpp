@@ -504,7 +504,11 @@ class Solver {
     }
     if (bound < n.parent_bound) ++worker.violations;
     bound = std::max(bound, n.parent_bound);
-    if (n.real.feasible) {
+    // A plan the rules refuse (a lossily kept map read by a re-run op) is no answer, but the
+    // bound still holds for the rest of its subtree.
+    const bool allowed =
+        !sim::lossy_map_recomputed_from(plan, view_.feature_maps(), view_.workload());
+    if (n.real.feasible && allowed) {
       offer(n, plan, n.real);
       if (n.real.iteration_ns <= bound) {
         ++worker.solved_by_bound;

@@ -337,6 +337,14 @@ std::vector<Move> draw(const std::vector<Change>& changes, const std::vector<dou
   return moves;
 }
 
+// The score of a candidate the plan rules refuse (sim::lossy_map_recomputed_from): it never
+// beats anything.
+Evaluation refused() {
+  Evaluation e;
+  e.oom_bytes_missing = std::numeric_limits<sim::Bytes>::max();
+  return e;
+}
+
 }  // namespace
 
 bool better(const Evaluation& a, const Evaluation& b) {
@@ -437,7 +445,10 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
         const std::size_t end = std::min(moves.size(), begin + kSweepChunk);
         arena.execute([&] {
           tbb::parallel_for(begin, end, [&](std::size_t i) {
-            scores[i] = evaluators.local()->evaluate(with_move(plan, moves[i]));
+            const sim::Plan candidate = with_move(plan, moves[i]);
+            scores[i] = sim::lossy_map_recomputed_from(candidate, view.feature_maps(), workload)
+                            ? refused()
+                            : evaluators.local()->evaluate(candidate);
           });
         });
         evaluated_in_rounds += end - begin;

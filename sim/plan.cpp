@@ -254,34 +254,42 @@ bool decoded_lossily(const Decision& d) {
          (d.encoding == Encoding::kBinarize || narrow_format(d.encoding).has_value());
 }
 
-// A map kept lossily (binarize: its sign; fp16/fp10/fp8: rounded values) serves backward, which
-// needs no more, but a forward op that reads the map and is re-run to regenerate a recomputed map
-// would compute from the decoded values (a max-pool would pick other indices, inconsistent with
-// the forward pass). Such a combination is refused.
 void check_lossy_maps_are_not_recomputed_from(const Plan& plan, const std::vector<FeatureMap>& maps,
                                               const Workload& workload, std::string_view source) {
-  if (std::none_of(plan.decisions.begin(), plan.decisions.end(), decoded_lossily)) return;
-  const std::vector<bool> rerun = ops_rerun_by_recompute(plan, workload);
-  for (std::size_t i = 0; i < maps.size(); ++i) {
-    const Decision& d = plan.decisions[i];
-    if (!decoded_lossily(d)) continue;
-    for (OpId use : maps[i].forward_uses) {
-      if (!rerun[static_cast<std::size_t>(use)]) continue;
-      throw InputError(
-          fmt::format("{}: $.maps[{}]", source, i),
-          fmt::format("tensor '{}' cannot be {}: its forward consumer '{}' is re-run to "
-                      "regenerate a recomputed map and would read the {}",
-                      workload.tensor(d.tensor).name,
-                      d.encoding == Encoding::kBinarize
-                          ? std::string("binarized")
-                          : fmt::format("narrowed to {}", to_string(d.encoding)),
-                      workload.op(use).name,
-                      d.encoding == Encoding::kBinarize ? "1-bit mask" : "rounded values"));
-    }
-  }
+  const std::optional<LossyConflict> conflict = lossy_map_recomputed_from(plan, maps, workload);
+  if (!conflict) return;
+  const Decision& d = plan.decisions[conflict->map];
+  throw InputError(
+      fmt::format("{}: $.maps[{}]", source, conflict->map),
+      fmt::format("tensor '{}' cannot be {}: its forward consumer '{}' is re-run to "
+                  "regenerate a recomputed map and would read the {}",
+                  workload.tensor(d.tensor).name,
+                  d.encoding == Encoding::kBinarize
+                      ? std::string("binarized")
+                      : fmt::format("narrowed to {}", to_string(d.encoding)),
+                  workload.op(conflict->consumer).name,
+                  d.encoding == Encoding::kBinarize ? "1-bit mask" : "rounded values"));
 }
 
 }  // namespace
+
+// A map kept lossily (binarize: its sign; fp16/fp10/fp8: rounded values) serves backward, which
+// needs no more, but a forward op that reads the map and is re-run to regenerate a recomputed map
+// would compute from the decoded values (a max-pool would pick other indices, inconsistent with
+// the forward pass).
+std::optional<LossyConflict> lossy_map_recomputed_from(const Plan& plan,
+                                                       const std::vector<FeatureMap>& maps,
+                                                       const Workload& workload) {
+  if (std::none_of(plan.decisions.begin(), plan.decisions.end(), decoded_lossily)) return {};
+  const std::vector<bool> rerun = ops_rerun_by_recompute(plan, workload);
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    if (!decoded_lossily(plan.decisions[i])) continue;
+    for (OpId use : maps[i].forward_uses) {
+      if (rerun[static_cast<std::size_t>(use)]) return LossyConflict{i, use};
+    }
+  }
+  return {};
+}
 
 void validate_plan(const Plan& plan, const Workload& workload, std::string_view source) {
   const std::uint64_t expected = workload_fingerprint(workload);

@@ -144,6 +144,18 @@ std::vector<bool> regenerable_tensors(const Workload& workload);
 /// dropped after forward (activations that are not feature maps, or recomputed feature maps).
 std::vector<bool> ops_rerun_by_recompute(const Plan& plan, const Workload& workload);
 
+/// A map kept lossily whose forward consumer regenerating a recomputed map re-runs ("Across maps"
+/// above): the map's index in the plan and that consumer.
+struct LossyConflict {
+  std::size_t map = 0;
+  OpId consumer = kNoId;
+};
+/// The first such conflict of the plan, if any (validate_plan refuses a plan that has one; the
+/// searches skip such plans). `maps` are the workload's feature maps.
+std::optional<LossyConflict> lossy_map_recomputed_from(const Plan& plan,
+                                                       const std::vector<FeatureMap>& maps,
+                                                       const Workload& workload);
+
 /// Checks that the plan was made for this workload, names each feature map once (in order) and
 /// gives each an action it can take. Throws InputError naming `source`.
 void validate_plan(const Plan& plan, const Workload& workload, std::string_view source);
