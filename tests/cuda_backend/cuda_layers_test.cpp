@@ -240,22 +240,17 @@ TEST_CASE("cuDNN batch-norm matches the host's", "[cuda][layers]") {
   check_close(c.download(tdb), dbeta);
 }
 
-TEST_CASE("pooling on the GPU matches the host's: max with indices, average with padding",
-          "[cuda][layers]") {
-  if (skip_without_device()) return;
-  hb::PoolShape s;
-  s.batch = 2;
-  s.channels = 3;
-  s.in_h = 7;
-  s.in_w = 6;
-  s.kernel_h = s.kernel_w = 3;
-  s.stride_h = s.stride_w = 2;
-  s.pad_h = s.pad_w = 1;
-  const std::vector<std::int64_t> xs{s.batch, s.channels, s.in_h, s.in_w};
-  const std::vector<std::int64_t> ys{s.batch, s.channels, s.out_h(), s.out_w()};
-  const mp::sim::Attributes attributes{{"kernel", {3, 3}}, {"stride", {2, 2}}, {"padding", {1, 1}}};
-  const auto x = random_floats(static_cast<std::size_t>(s.input_elements()), 9);
-  const auto dy = random_floats(static_cast<std::size_t>(s.output_elements()), 10);
+namespace {
+
+// The GPU's max pool (with indices) and average pool, forward and backward, against the host's
+// kernels on the same random input: max bitwise (same gathers in the same order), average close.
+// `dims` is "2d" or "3d"; `xs` and `ys` are the input and output shapes.
+void check_pools_match_host(const hb::PoolShape& s, const std::vector<std::int64_t>& xs,
+                            const std::vector<std::int64_t>& ys,
+                            const mp::sim::Attributes& attributes, const std::string& dims,
+                            unsigned seed) {
+  const auto x = random_floats(static_cast<std::size_t>(s.input_elements()), seed);
+  const auto dy = random_floats(static_cast<std::size_t>(s.output_elements()), seed + 1);
   std::vector<float> y(dy.size()), dx(x.size()), avg_y(dy.size()), avg_dx(x.size());
   std::vector<std::int64_t> indices(dy.size());
   hb::max_pool_forward(s, x.data(), y.data(), indices.data());
@@ -268,14 +263,32 @@ TEST_CASE("pooling on the GPU matches the host's: max with indices, average with
              tdx = c.tensor(xs), tay = c.tensor(ys), tadx = c.tensor(xs);
   c.upload(tx, x);
   c.upload(tdy, dy);
-  c.run("max_pool2d", Phase::kForward, {tx}, {ty, ti}, attributes);
+  c.run("max_pool" + dims, Phase::kForward, {tx}, {ty, ti}, attributes);
   CHECK(c.download(ty) == y);
-  c.run("max_pool2d", Phase::kBackward, {tdy, tx, ti}, {tdx}, attributes);
+  c.run("max_pool" + dims, Phase::kBackward, {tdy, tx, ti}, {tdx}, attributes);
   CHECK(c.download(tdx) == dx);  // same gathers in the same order: bitwise
-  c.run("avg_pool2d", Phase::kForward, {tx}, {tay}, attributes);
+  c.run("avg_pool" + dims, Phase::kForward, {tx}, {tay}, attributes);
   check_close(c.download(tay), avg_y);
-  c.run("avg_pool2d", Phase::kBackward, {tdy, tx}, {tadx}, attributes);
+  c.run("avg_pool" + dims, Phase::kBackward, {tdy, tx}, {tadx}, attributes);
   check_close(c.download(tadx), avg_dx);
+}
+
+}  // namespace
+
+TEST_CASE("pooling on the GPU matches the host's: max with indices, average with padding",
+          "[cuda][layers]") {
+  if (skip_without_device()) return;
+  hb::PoolShape s;
+  s.batch = 2;
+  s.channels = 3;
+  s.in_h = 7;
+  s.in_w = 6;
+  s.kernel_h = s.kernel_w = 3;
+  s.stride_h = s.stride_w = 2;
+  s.pad_h = s.pad_w = 1;
+  check_pools_match_host(s, {s.batch, s.channels, s.in_h, s.in_w},
+                         {s.batch, s.channels, s.out_h(), s.out_w()},
+                         {{"kernel", {3, 3}}, {"stride", {2, 2}}, {"padding", {1, 1}}}, "2d", 9);
 }
 
 TEST_CASE("3-d pooling on the GPU matches the host's: max with indices, average with padding",
@@ -293,32 +306,10 @@ TEST_CASE("3-d pooling on the GPU matches the host's: max with indices, average 
   s.stride_h = s.stride_w = 2;
   s.pad_d = 0;
   s.pad_h = s.pad_w = 1;
-  const std::vector<std::int64_t> xs{s.batch, s.channels, s.in_d, s.in_h, s.in_w};
-  const std::vector<std::int64_t> ys{s.batch, s.channels, s.out_d(), s.out_h(), s.out_w()};
-  const mp::sim::Attributes attributes{
-      {"kernel", {2, 3, 3}}, {"stride", {1, 2, 2}}, {"padding", {0, 1, 1}}};
-  const auto x = random_floats(static_cast<std::size_t>(s.input_elements()), 11);
-  const auto dy = random_floats(static_cast<std::size_t>(s.output_elements()), 12);
-  std::vector<float> y(dy.size()), dx(x.size()), avg_y(dy.size()), avg_dx(x.size());
-  std::vector<std::int64_t> indices(dy.size());
-  hb::max_pool_forward(s, x.data(), y.data(), indices.data());
-  hb::max_pool_backward(s, dy.data(), indices.data(), dx.data());
-  hb::avg_pool_forward(s, x.data(), avg_y.data());
-  hb::avg_pool_backward(s, dy.data(), avg_dx.data());
-
-  LayerCase c;
-  const auto tx = c.tensor(xs), ty = c.tensor(ys), ti = c.tensor(ys, "int64"), tdy = c.tensor(ys),
-             tdx = c.tensor(xs), tay = c.tensor(ys), tadx = c.tensor(xs);
-  c.upload(tx, x);
-  c.upload(tdy, dy);
-  c.run("max_pool3d", Phase::kForward, {tx}, {ty, ti}, attributes);
-  CHECK(c.download(ty) == y);
-  c.run("max_pool3d", Phase::kBackward, {tdy, tx, ti}, {tdx}, attributes);
-  CHECK(c.download(tdx) == dx);  // same gathers in the same order: bitwise
-  c.run("avg_pool3d", Phase::kForward, {tx}, {tay}, attributes);
-  check_close(c.download(tay), avg_y);
-  c.run("avg_pool3d", Phase::kBackward, {tdy, tx}, {tadx}, attributes);
-  check_close(c.download(tadx), avg_dx);
+  check_pools_match_host(s, {s.batch, s.channels, s.in_d, s.in_h, s.in_w},
+                         {s.batch, s.channels, s.out_d(), s.out_h(), s.out_w()},
+                         {{"kernel", {2, 3, 3}}, {"stride", {1, 2, 2}}, {"padding", {0, 1, 1}}},
+                         "3d", 11);
 }
 
 TEST_CASE("cuBLAS linear and the loss kernels match the host's", "[cuda][layers]") {
