@@ -64,13 +64,11 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/enumerable_thread_specific.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/partitioner.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include "search/network_view.hpp"
+#include "search/parallel.hpp"
 #include "search/plan_search.hpp"
 #include "search/policy.hpp"
 #include "sim/device_arena.hpp"
@@ -377,13 +375,9 @@ class Solver {
       open = std::move(next);
     }
     arena.execute([&] {
-      tbb::parallel_for(
-          tbb::blocked_range<std::size_t>(0, open.size(), 1),
-          [&](const tbb::blocked_range<std::size_t>& r) {
-            Worker& worker = *workers_->local();
-            for (std::size_t i = r.begin(); i != r.end(); ++i) depth_first(open[i], worker);
-          },
-          tbb::simple_partitioner());
+      parallel_each(
+          0, open.size(), [&](std::size_t i) { depth_first(open[i], *workers_->local()); },
+          Split::kOnePerTask);
     });
   }
 

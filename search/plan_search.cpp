@@ -54,10 +54,10 @@
 
 #include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/global_control.h>
-#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include "search/network_view.hpp"
+#include "search/parallel.hpp"
 #include "search/policy.hpp"
 
 namespace memplan::search {
@@ -444,7 +444,7 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
         }
         const std::size_t end = std::min(moves.size(), begin + kSweepChunk);
         arena.execute([&] {
-          tbb::parallel_for(begin, end, [&](std::size_t i) {
+          parallel_each(begin, end, [&](std::size_t i) {
             const sim::Plan candidate = with_move(plan, moves[i]);
             scores[i] = sim::lossy_map_recomputed_from(candidate, view.feature_maps(), workload)
                             ? refused()

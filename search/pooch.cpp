@@ -45,10 +45,10 @@
 #include <memory>
 
 #include <oneapi/tbb/enumerable_thread_specific.h>
-#include <oneapi/tbb/parallel_for.h>
 
 #include <fmt/core.h>
 
+#include "search/parallel.hpp"
 #include "search/policy.hpp"
 
 namespace memplan::search {
@@ -207,8 +207,8 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
   for (;;) {
     // A full pass over the swapped maps.
     sim::Nanoseconds current = time_or_infinity(evaluator.evaluate(plan));
-    tbb::parallel_for(std::size_t{0}, n,
-                      [&](std::size_t m) { ratio[m] = measure(*local.local(), plan, current, m); });
+    parallel_each(0, n,
+                  [&](std::size_t m) { ratio[m] = measure(*local.local(), plan, current, m); });
     // (r, map) with r < 1, smallest first; ties by map order.
     std::vector<std::pair<double, std::size_t>> queue;
     for (std::size_t m = 0; m < n; ++m)

@@ -5,11 +5,11 @@
 #include <thread>
 
 #include <fmt/core.h>
-#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include "search/comparison.hpp"
 #include "search/network_view.hpp"
+#include "search/parallel.hpp"
 #include "search/policy.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
@@ -199,29 +199,26 @@ std::vector<SweepRow> run_sweep(const SweepGrid& grid, const SweepOptions& optio
   std::mutex progress_mutex;
   std::size_t done = 0;
   arena.execute([&] {
-    tbb::parallel_for(std::size_t{0}, points.size(), [&](std::size_t p) {
+    parallel_each(0, points.size(), [&](std::size_t p) {
       points[p].ideal_ns =
           ideal_iteration_ns(grid.traces[points[p].trace].workload, points[p].machine);
     });
-    tbb::parallel_for(
-        tbb::blocked_range<std::size_t>(0, cells.size(), 1),
-        [&](const tbb::blocked_range<std::size_t>& range) {
-          for (std::size_t i = range.begin(); i != range.end(); ++i) {
-            const Cell& cell = cells[i];
-            const GridPoint& point = points[cell.point];
-            rows[i] = cell.policy != nullptr ? run_policy_cell(grid, point, *cell.policy, options)
-                                             : run_search_cell(grid, point, options);
-            if (options.on_progress) {
-              const std::lock_guard lock(progress_mutex);
-              ++done;
-              options.on_progress(
-                  {done, cells.size(),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                       .count()});
-            }
+    parallel_each(
+        0, cells.size(),
+        [&](std::size_t i) {
+          const Cell& cell = cells[i];
+          const GridPoint& point = points[cell.point];
+          rows[i] = cell.policy != nullptr ? run_policy_cell(grid, point, *cell.policy, options)
+                                           : run_search_cell(grid, point, options);
+          if (options.on_progress) {
+            const std::lock_guard lock(progress_mutex);
+            ++done;
+            options.on_progress(
+                {done, cells.size(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
           }
         },
-        tbb::simple_partitioner());
+        Split::kOnePerTask);
   });
   return rows;
 }

@@ -283,17 +283,14 @@ const std::vector<double>& random_instance_gaps() {
 
 }  // namespace
 
-TEST_CASE("random instances: no policy and not the heuristic search beat the exact optimum",
-          "[search][exact]") {
-  CHECK(!random_instance_gaps().empty());
-  for (double gap : random_instance_gaps()) CHECK(gap >= 0.0);
-}
-
 // The goal: the heuristic search lands within 1% of the exact optimum on at least 95% of
 // random instances of at most 12 feature maps (docs/search.md has the distribution over 1,000).
-TEST_CASE("random instances: the heuristic lands within 1% of the exact optimum on 95%",
+// One test case, so that ctest (a process per case) computes the instances once.
+TEST_CASE("random instances: nothing beats the exact optimum; the heuristic is within 1% on 95%",
           "[search][exact]") {
   const std::vector<double>& gaps = random_instance_gaps();
+  REQUIRE(!gaps.empty());
+  for (double gap : gaps) CHECK(gap >= 0.0);
   const auto within = std::count_if(gaps.begin(), gaps.end(), [](double g) { return g <= 0.01; });
   CAPTURE(within, gaps.size());
   CHECK(static_cast<double>(within) >= 0.95 * static_cast<double>(gaps.size()));

@@ -101,8 +101,8 @@ TEST_CASE("searched plans keep the plan rules across maps (no lossy map read by 
   // With every encoding on, many neighbours of a plan narrow or binarize a map that a recomputed
   // map's regeneration reads in forward (a ReLU output binarized for a max-pool that is re-run);
   // validate_plan refuses such plans, so neither search may return one.
-  // Without the rule in the searches, seeds 25 and 37 return refused plans.
-  for (std::uint64_t seed = 21; seed <= 40; ++seed) {
+  // Random instances where, without the rule, both searches returned refused plans.
+  for (std::uint64_t seed : {25, 37}) {
     CAPTURE(seed);
     const ExactInstance inst = exact_instance(seed, 4, 10);
     SearchOptions o = quick(2, true);

@@ -1,0 +1,41 @@
+#pragma once
+// parallel_each: the one way the search folder runs a loop on oneTBB's workers. Besides running
+// body(i) for every i in [begin, end), it gives the caller a happens-before edge from every body
+// that a thread sanitizer can see: Debian's oneTBB is not built with TSan, so the join at the end
+// of a parallel_for is invisible to it, and once a worker's access is older than TSan's history
+// no suppression of TBB's frames can apply (tests/tsan.supp). Each body ends with a release
+// increment of a counter, the caller acquires it after the loop, and checks that every index ran.
+#include <atomic>
+#include <cstddef>
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+
+#include "sim/check.hpp"
+
+namespace memplan::search {
+
+enum class Split {
+  kAuto,       // oneTBB's chunking: many cheap bodies (one simulation each)
+  kOnePerTask  // one index per task: few bodies of very different cost (subtrees, grid cells)
+};
+
+template <class Body>
+void parallel_each(std::size_t begin, std::size_t end, Body&& body, Split split = Split::kAuto) {
+  std::atomic<std::size_t> done{0};
+  auto run = [&](const tbb::blocked_range<std::size_t>& range) {
+    for (std::size_t i = range.begin(); i != range.end(); ++i) body(i);
+    done.fetch_add(range.size(), std::memory_order_release);
+  };
+  if (split == Split::kOnePerTask) {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(begin, end, 1), run,
+                      tbb::simple_partitioner());
+  } else {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(begin, end), run);
+  }
+  MEMPLAN_CHECK(done.load(std::memory_order_acquire) == end - begin,
+                "every index of a parallel loop ran");
+}
+
+}  // namespace memplan::search
