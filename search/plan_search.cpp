@@ -16,7 +16,7 @@
 // that has alternatives. When the neighbourhood is larger than the batch, a batch is drawn from it
 // with a seeded generator, favouring the variables the incumbent's timeline blames (stalls on a
 // map, a map resident or an op's workspace where memory ran out). The batch is evaluated in
-// parallel (oneTBB parallel_for; one Evaluator, hence one Engine, per worker thread) and the best
+// parallel (oneTBB, parallel_each; one Evaluator, hence one Engine, per worker thread) and the best
 // candidate that improves on the incumbent (ties broken by batch position) becomes the new
 // incumbent, and the next round samples again.
 //
