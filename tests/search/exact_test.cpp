@@ -229,7 +229,8 @@ const std::vector<double>& random_instance_gaps() {
     const char* env = std::getenv("MEMPLAN_EXACT_INSTANCES");
     if (env != nullptr) count = std::stoul(env);
     int max_layers = 12;
-    if (const char* layers = std::getenv("MEMPLAN_EXACT_MAX_LAYERS")) max_layers = std::stoi(layers);
+    if (const char* layers = std::getenv("MEMPLAN_EXACT_MAX_LAYERS"))
+      max_layers = std::stoi(layers);
     std::vector<double> out;
     for (std::uint64_t seed = 1; out.size() < count; ++seed) {
       const ExactInstance inst = exact_instance(seed, 4, max_layers);
