@@ -28,9 +28,11 @@ std::uint8_t saved_as(const sim::Workload& w, const sim::Op& forward, sim::Tenso
 }  // namespace
 
 TEST_CASE("the zoo's layers read, save and need what sim/layer.hpp's table says", "[zoo][layer]") {
-  for (const memplan::zoo::ModelInfo& info : memplan::zoo::models()) {
-    CAPTURE(info.name);
-    const sim::Workload w = memplan::test::build(info.name).workload;
+  // Every layer the zoo builds, 2-d and 3-d.
+  for (const char* model : {"alexnet", "overfeat", "vgg16", "googlenet", "resnet50",
+                            "resnext101-3d", "densenet121", "mobilenet_v2", "gpt"}) {
+    CAPTURE(model);
+    const sim::Workload w = memplan::test::build(model).workload;
     for (const sim::Op& op : w.ops) {
       CAPTURE(op.name);
       const sim::LayerRule& rule = op.layer.rule();
