@@ -12,8 +12,8 @@
 //
 // Note [Adding a layer]: add an enumerator to Layer and its row to kLayerRules (same order), with
 // its operand conventions (traces/FORMAT.md); then one forward and one backward entry in each
-// backend's kernel table (host_backend/op_executor.cpp, cuda_backend/cuda_op_executor.cpp). Nothing
-// else keys on layer names.
+// backend's kernel table (host_backend/op_executor.cpp, cuda_backend/cuda_op_executor.cpp). The
+// zoo's cost model has a default efficiency for layers it does not list.
 #include <cstdint>
 #include <span>
 #include <string>
