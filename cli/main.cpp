@@ -1,13 +1,16 @@
 // memplan: plan GPU memory for training steps that do not fit. This file only wires the
 // subcommands together and turns errors into one line and an exit status:
 // 0 success, 1 an expected negative outcome a command reports (e.g. a plan that does not fit),
-// 2 bad input (a trace, a plan, a flag), 3 an internal error (a bug in memplan: please report it).
+// 2 bad input (a trace, a plan, a flag), 1 also when a backend fails at run time
+// (runtime::BackendError: a kernel, a CUDA call), 3 an internal error (a bug in memplan: please
+// report it).
 #include <exception>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "runtime/backend_error.hpp"
 #include "sim/input_error.hpp"
 
 int main(int argc, char** argv) {
@@ -35,6 +38,9 @@ int main(int argc, char** argv) {
   } catch (const memplan::sim::InputError& e) {
     fmt::print(stderr, "memplan: {}\n", e.what());
     return 2;
+  } catch (const memplan::runtime::BackendError& e) {
+    fmt::print(stderr, "memplan: backend failed: {}\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "memplan: internal error (a bug; please report it): {}\n", e.what());
     return 3;

@@ -53,9 +53,9 @@ void record(const RecordOptions& o, const CLI::App& cmd) {
   ro.warmup = o.warmup;
   ro.iterations = o.iterations;
   runtime::Recording r;
-  try {
+  try {  // a runtime::BackendError goes on to main (exit 1)
     r = runtime::record(*backend, built.workload, ro);
-  } catch (const std::runtime_error& e) {
+  } catch (const sim::InputError& e) {  // a layer the backend has no kernel for
     throw sim::InputError("--backend " + backend->name(),
                           fmt::format("cannot run {}: {}", model->name, e.what()));
   }

@@ -8,13 +8,7 @@
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/cuda_device.hpp"
 #include "cuda_backend/cuda_environment.hpp"
-#include "host_backend/host_device.hpp"
-#include "runtime/interpreter.hpp"
-#include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
-#include "sim/engine.hpp"
 #include "sim/input_error.hpp"
-#include "sim/lowering.hpp"
 
 namespace memplan::cuda_backend {
 
@@ -110,51 +104,6 @@ void require_cuda_device() {
 std::unique_ptr<runtime::Backend> make_cuda_backend() {
   require_cuda_device();
   return std::make_unique<CudaBackend>();
-}
-
-HostComparison compare_with_host(const sim::Workload& workload, const sim::Plan& plan,
-                                 const sim::Machine& machine, std::uint64_t seed) {
-  require_cuda_device();
-  HostComparison c;
-  const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
-  host_backend::HostDevice reference(sim::capacity_to_run(reference_program, machine), seed);
-  if (!runtime::run_program(reference, workload, reference_program).feasible) {
-    c.fits = false;
-    return c;
-  }
-  CudaDevice device(machine.memory_bytes, seed);
-  if (!runtime::run_program(device, workload, sim::lower(workload, plan)).feasible) {
-    c.fits = false;
-    return c;
-  }
-  c.within_tolerance = true;
-  for (const sim::Tensor& t : workload.tensors) {
-    if (!runtime::compared_by_validation(workload, t)) continue;
-    const auto want = reference.tensor_bytes(t.id);
-    const auto got = device.tensor_bytes(t.id);
-    ++c.tensors_compared;
-    if (want.empty() || want.size() != got.size()) {
-      c.within_tolerance = false;
-      c.max_abs_diff = INFINITY;
-      continue;
-    }
-    if (!t.dtype.empty() && t.dtype != "float32") {
-      if (want != got) c.within_tolerance = false;
-      continue;
-    }
-    for (std::size_t i = 0; i + 4 <= want.size(); i += 4) {
-      float a = 0;
-      float b = 0;
-      std::memcpy(&a, want.data() + i, 4);
-      std::memcpy(&b, got.data() + i, 4);
-      const double diff = std::fabs(static_cast<double>(a) - b);
-      const double scale = std::fabs(static_cast<double>(a));
-      c.max_abs_diff = std::max(c.max_abs_diff, diff);
-      if (scale > kAbsoluteTolerance) c.max_rel_diff = std::max(c.max_rel_diff, diff / scale);
-      if (!(diff <= kAbsoluteTolerance + kRelativeTolerance * scale)) c.within_tolerance = false;
-    }
-  }
-  return c;
 }
 
 }  // namespace memplan::cuda_backend

@@ -4,8 +4,8 @@
 // cache of cuDNN's found algorithms (so a plan and its in-core reference run each convolution
 // with the same algorithm, and a recorded trace carries what it found); its link is measured
 // with timed pinned copies. make_cuda_backend() is what the CLI calls: with no device it throws
-// one InputError naming the reason. And a check the host backend cannot make: the GPU's
-// gradients against the host backend's.
+// one InputError naming the reason. The GPU's gradients against the host backend's are
+// runtime::compare_backends (the CLI passes both backends).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -45,23 +45,11 @@ void require_cuda_device();
 /// require_cuda_device(), then the backend.
 std::unique_ptr<runtime::Backend> make_cuda_backend();
 
-/// The GPU's gradients, loss, weights and momentum are compared with the host backend's within
-/// |gpu - host| <= kAbsoluteTolerance + kRelativeTolerance * |host|: cuDNN's algorithms and cuBLAS
-/// sum in other orders than the host's GEMMs, so the results are close, not bitwise equal.
+/// One CUDA kernel's output against the host kernel's on the same operands, element-wise:
+/// |gpu - host| <= kAbsoluteTolerance + kRelativeTolerance * |host| (cuDNN and cuBLAS sum in other
+/// orders than the host's loops). What tests/cuda_backend/cuda_layers_test.cpp holds each layer
+/// to; whole steps are compared norm-wise (runtime::cross_backend_tolerance).
 inline constexpr double kAbsoluteTolerance = 1e-5;
 inline constexpr double kRelativeTolerance = 1e-3;
-
-struct HostComparison {
-  bool fits = true;  // the plan ran under machine.memory_bytes on the GPU
-  bool within_tolerance = false;
-  double max_abs_diff = 0;  // over all compared float values (infinity: a tensor missing)
-  double max_rel_diff = 0;  // |gpu - host| / |host| over values with |host| > kAbsoluteTolerance
-  std::size_t tensors_compared = 0;
-};
-
-/// Runs `plan` on a CudaDevice of machine.memory_bytes and the in-core plan on the host backend,
-/// both from `seed`, and compares what the step leaves (as runtime::validate compares).
-HostComparison compare_with_host(const sim::Workload& workload, const sim::Plan& plan,
-                                 const sim::Machine& machine, std::uint64_t seed = 1);
 
 }  // namespace memplan::cuda_backend

@@ -12,11 +12,13 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include "runtime/backend_error.hpp"
+
 namespace memplan::cuda_backend {
 
-class CudaError : public std::runtime_error {
+class CudaError : public runtime::BackendError {
  public:
-  using std::runtime_error::runtime_error;
+  using runtime::BackendError::BackendError;
 };
 
 /// "<library> call <call> failed: <error> (<file>:<line>)".

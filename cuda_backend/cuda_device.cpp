@@ -8,8 +8,8 @@
 
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels.cuh"
-#include "host_backend/encodings.hpp"
-#include "host_backend/initial_data.hpp"
+#include "runtime/backend_error.hpp"
+#include "runtime/initial_data.hpp"
 #include "sim/check.hpp"
 #include "sim/plan.hpp"
 
@@ -43,11 +43,9 @@ PinnedBuffer::~PinnedBuffer() {
 
 CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
                        std::shared_ptr<ConvAlgorithmCache> algorithms)
-    : capacity_(capacity_bytes),
-      seed_(seed),
+    : ArenaDevice(capacity_bytes, seed),
       algorithms_(algorithms != nullptr ? std::move(algorithms)
-                                        : std::make_shared<ConvAlgorithmCache>()),
-      arena_(capacity_bytes) {
+                                        : std::make_shared<ConvAlgorithmCache>()) {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
   MEMPLAN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -61,6 +59,7 @@ CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
     MEMPLAN_CUDA_CHECK(
         cudaMalloc(&p, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1))));
     memory_ = static_cast<std::byte*>(p);
+    set_memory(memory_);
     for (cudaStream_t& s : streams_)
       MEMPLAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     MEMPLAN_CUDA_CHECK(cudaEventCreate(&start_));
@@ -93,20 +92,16 @@ void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   synchronize();
   // Found algorithms and initial data belong to a workload: kept while the workload is the same.
   const std::uint64_t fingerprint = sim::workload_fingerprint(workload);
-  if (executor_ == nullptr || workload_ != &workload || fingerprint_ != fingerprint) {
+  if (executor_ == nullptr || prepared_for_ != &workload || fingerprint_ != fingerprint) {
     fingerprint_ = fingerprint;
     executor_ =
         std::make_unique<CudaOpExecutor>(workload, stream(sim::StreamId::kCompute), algorithms_);
     initial_.clear();
   }
-  workload_ = &workload;
-  program_ = &program;
+  prepared_for_ = &workload;
+  begin_run(workload, program);
   // cudnnFind times every convolution algorithm: done before the run, not inside it.
   executor_->find_algorithms();
-  arena_.reset(capacity_);
-  offset_.assign(program.buffers.size(), -1);
-  live_ = 0;
-  peak_ = 0;
   for (cudaEvent_t e : events_) {
     if (e != nullptr) MEMPLAN_CUDA_CHECK(cudaEventDestroy(e));
   }
@@ -137,12 +132,6 @@ void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   MEMPLAN_CUDA_CHECK(cudaEventRecord(start_, stream(sim::StreamId::kCompute)));
 }
 
-std::byte* CudaDevice::data(sim::BufferId b) const {
-  const auto offset = offset_[static_cast<std::size_t>(b)];
-  MEMPLAN_CHECK(offset >= 0, "a buffer is used only while allocated");
-  return memory_ + offset;
-}
-
 cudaEvent_t CudaDevice::timing_event() {
   if (timing_used_ == timing_.size()) {
     cudaEvent_t e = nullptr;
@@ -152,48 +141,24 @@ cudaEvent_t CudaDevice::timing_event() {
   return timing_[timing_used_++];
 }
 
-bool CudaDevice::allocate(sim::BufferId buffer) {
-  const auto b = static_cast<std::size_t>(buffer);
-  const sim::Buffer& buf = program_->buffers[b];
-  const auto offset = arena_.allocate(buf.bytes);
-  if (!offset) return false;
-  MEMPLAN_CHECK(*offset + buf.bytes <= capacity_, "the arena stays within its capacity");
-  offset_[b] = *offset;
-  live_ += buf.bytes;
-  peak_ = std::max(peak_, live_);
-  if (buf.role == sim::BufferRole::kTensor && sim::is_preexisting(buf.kind)) initialise(buffer);
-  return true;
-}
-
-void CudaDevice::initialise(sim::BufferId buffer) {
-  const sim::Buffer& buf = program_->buffers[static_cast<std::size_t>(buffer)];
-  const sim::Tensor& t = workload_->tensor(buf.tensor);
-  const auto bytes = static_cast<std::size_t>(buf.bytes);
+void CudaDevice::initialise(sim::BufferId buffer, const sim::Tensor& t) {
+  const auto bytes =
+      static_cast<std::size_t>(program_->buffers[static_cast<std::size_t>(buffer)].bytes);
   cudaStream_t s = stream(sim::StreamId::kCompute);
   if (t.kind == sim::TensorKind::kOptimizerState) {
     MEMPLAN_CUDA_CHECK(cudaMemsetAsync(data(buffer), 0, bytes, s));
     return;
   }
-  // The host backend's values, filled on the host once per workload (they depend only on the
-  // seed and the tensor) and uploaded in compute-stream order.
+  // runtime::fill_initial_data's values (the host backend's too), filled on the host once per
+  // workload (they depend only on the seed and the tensor) and uploaded in compute-stream order.
   auto it = initial_.find(t.id);
   if (it == initial_.end()) {
     it = initial_.emplace(t.id, PinnedBuffer(std::max(bytes, static_cast<std::size_t>(t.bytes))))
              .first;
-    host_backend::fill_initial_data(*workload_, t, seed_, it->second.data());
+    runtime::fill_initial_data(*workload_, t, seed_, it->second.data());
   }
   MEMPLAN_CUDA_CHECK(
       cudaMemcpyAsync(data(buffer), it->second.data(), bytes, cudaMemcpyHostToDevice, s));
-}
-
-void CudaDevice::free(sim::BufferId buffer) {
-  const auto b = static_cast<std::size_t>(buffer);
-  MEMPLAN_CHECK(offset_[b] >= 0, "a buffer is freed only while allocated");
-  // Stream-ordered: later compute work reusing these bytes is enqueued after every use of them
-  // on the compute stream, and copy streams' uses are fenced by events before the free.
-  arena_.release(offset_[b]);
-  offset_[b] = -1;
-  live_ -= program_->buffers[b].bytes;
 }
 
 void CudaDevice::enqueue_kernel(std::int32_t index) {
@@ -221,10 +186,10 @@ void CudaDevice::enqueue_kernel(std::int32_t index) {
   MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
   pending_.push_back({sim::StreamId::kCompute, index, start, end});
   // Values a kRun writes for gradients and the loss are kept for comparisons between runs.
-  if (capture_ && in.kind == sim::InstrKind::kRun) {
+  if (in.kind == sim::InstrKind::kRun) {
     for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+      if (!captures(op, o)) continue;
       const sim::Tensor& t = workload_->tensor(op.outputs[o]);
-      if (t.kind != sim::TensorKind::kGradient && op.layer != "softmax_cross_entropy") continue;
       const auto bytes = static_cast<std::size_t>(t.bytes);
       PinnedBuffer& copy = captured_[t.id];
       if (copy.size() != bytes) copy = PinnedBuffer(bytes);
@@ -235,78 +200,37 @@ void CudaDevice::enqueue_kernel(std::int32_t index) {
 }
 
 void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
-  const sim::Buffer& full = program_->buffers[static_cast<std::size_t>(in.buffer)];
-  const sim::Buffer& packed = program_->buffers[static_cast<std::size_t>(in.aux)];
-  const sim::Tensor& t = workload_->tensor(full.tensor);
-  if (!t.dtype.empty() && t.dtype != "float32") {
-    throw std::runtime_error("cuda device: cannot encode '" + t.name + "' of dtype " + t.dtype);
-  }
-  const std::int64_t n = full.bytes / 4;
+  const Codec c = codec(in);
+  const std::int64_t n = c.values;
   auto* x = reinterpret_cast<float*>(data(in.buffer));
   auto* bytes = reinterpret_cast<std::uint8_t*>(data(in.aux));
-  const sim::Encoding encoding = packed.encoding;
-  const sim::Bytes capacity = packed.bytes;
-  using host_backend::kFp10;
-  using host_backend::kFp16;
-  using host_backend::kFp8;
-  const sim::Bytes needed =
-      encoding == sim::Encoding::kBinarize ? host_backend::binarize_bytes(n)
-      : encoding == sim::Encoding::kFp16   ? host_backend::narrow_bytes(kFp16, n)
-      : encoding == sim::Encoding::kFp10   ? host_backend::narrow_bytes(kFp10, n)
-      : encoding == sim::Encoding::kFp8    ? host_backend::narrow_bytes(kFp8, n)
-                                           : 0;
-  if (needed > capacity) {
-    throw std::runtime_error("encode '" + t.name + "': " + std::to_string(needed) +
-                             " bytes needed, the plan's buffer has " + std::to_string(capacity));
-  }
-  const bool encode = in.kind == sim::InstrKind::kEncode;
   cudaStream_t s = stream(sim::StreamId::kCompute);
   // Scratch before the start event: growing it synchronizes the device.
   void* scratch =
-      encoding == sim::Encoding::kSparse
+      c.encoding == sim::Encoding::kSparse
           ? executor_->scratch(static_cast<std::size_t>(kernels::sparse_scratch_bytes(n)))
           : nullptr;
   const cudaEvent_t start = timing_event();
   const cudaEvent_t end = timing_event();
   MEMPLAN_CUDA_CHECK(cudaEventRecord(start, s));
-  switch (encoding) {
-    case sim::Encoding::kBinarize:
-      if (encode) {
-        MEMPLAN_CUDA_CHECK(kernels::binarize_encode(s, n, x, bytes));
-      } else {
-        MEMPLAN_CUDA_CHECK(kernels::binarize_decode(s, n, bytes, x));
-      }
-      break;
-    case sim::Encoding::kSparse:
-      if (encode) {
-        const std::size_t flag = sparse_checks_.size();
-        sparse_checks_.push_back({t.name, flag});
-        int* host_flag = reinterpret_cast<int*>(overflow_.data()) + flag;
-        void* device_flag = nullptr;
-        MEMPLAN_CUDA_CHECK(cudaHostGetDevicePointer(&device_flag, host_flag, 0));
-        MEMPLAN_CUDA_CHECK(kernels::sparse_encode(s, n, x, bytes, capacity, scratch,
-                                                  static_cast<int*>(device_flag)));
-      } else {
-        MEMPLAN_CUDA_CHECK(kernels::sparse_decode(s, n, bytes, x, scratch));
-      }
-      break;
-    case sim::Encoding::kFp16:
-    case sim::Encoding::kFp10:
-    case sim::Encoding::kFp8: {
-      const host_backend::NarrowFloat f = encoding == sim::Encoding::kFp16   ? kFp16
-                                          : encoding == sim::Encoding::kFp10 ? kFp10
-                                                                             : kFp8;
-      if (encode) {
-        MEMPLAN_CUDA_CHECK(
-            kernels::narrow_encode(s, f.exponent_bits, f.mantissa_bits, n, x, bytes));
-      } else {
-        MEMPLAN_CUDA_CHECK(
-            kernels::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, bytes, x));
-      }
-      break;
-    }
-    case sim::Encoding::kNone:
-      throw std::runtime_error("an encoded buffer without an encoding");
+  if (c.encoding == sim::Encoding::kBinarize) {
+    MEMPLAN_CUDA_CHECK(c.encode ? kernels::binarize_encode(s, n, x, bytes)
+                                : kernels::binarize_decode(s, n, bytes, x));
+  } else if (c.encoding == sim::Encoding::kSparse && c.encode) {
+    const std::size_t flag = sparse_checks_.size();
+    sparse_checks_.push_back({c.tensor.name, flag});
+    int* host_flag = reinterpret_cast<int*>(overflow_.data()) + flag;
+    void* device_flag = nullptr;
+    MEMPLAN_CUDA_CHECK(cudaHostGetDevicePointer(&device_flag, host_flag, 0));
+    MEMPLAN_CUDA_CHECK(kernels::sparse_encode(s, n, x, bytes, c.capacity, scratch,
+                                              static_cast<int*>(device_flag)));
+  } else if (c.encoding == sim::Encoding::kSparse) {
+    MEMPLAN_CUDA_CHECK(kernels::sparse_decode(s, n, bytes, x, scratch));
+  } else {
+    const sim::NarrowFormat f = *sim::narrow_format(c.encoding);  // codec() refused kNone
+    MEMPLAN_CUDA_CHECK(
+        c.encode ? kernels::narrow_encode(s, f.exponent_bits, f.mantissa_bits, n, x, bytes)
+                 : kernels::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, bytes, x));
   }
   MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
   pending_.push_back({sim::StreamId::kCompute, index, start, end});
@@ -356,8 +280,8 @@ void CudaDevice::synchronize() {
   const auto* flags = reinterpret_cast<const int*>(overflow_.data());
   for (const SparseCheck& c : std::exchange(sparse_checks_, {})) {
     if (flags[c.flag] != 0) {
-      throw std::runtime_error("encode:sparse of '" + c.tensor +
-                               "': the map has more non-zeros than its buffer holds");
+      throw runtime::BackendError("encode:sparse of '" + c.tensor +
+                                  "': the map has more non-zeros than its buffer holds");
     }
   }
 }
@@ -366,31 +290,16 @@ std::vector<sim::Span> CudaDevice::measured_spans() const {
   return spans_;
 }
 
-runtime::MemoryStats CudaDevice::memory_stats() const {
-  runtime::MemoryStats s;
-  s.peak_bytes = peak_;
-  s.peak_reserved_bytes = arena_.peak_reserved_bytes();
-  s.capacity_bytes = capacity_;
-  s.live_bytes = live_;
-  s.largest_free_block = arena_.largest_free_block();
-  return s;
-}
-
 std::vector<std::byte> CudaDevice::tensor_bytes(sim::TensorId t) const {
   if (const auto it = captured_.find(t); it != captured_.end()) {
     return {it->second.data(), it->second.data() + it->second.size()};
   }
-  if (program_ == nullptr) return {};
-  for (std::size_t b = 0; b < program_->buffers.size(); ++b) {
-    const sim::Buffer& buf = program_->buffers[b];
-    if (buf.tensor == t && buf.role == sim::BufferRole::kTensor && offset_[b] >= 0) {
-      std::vector<std::byte> out(static_cast<std::size_t>(buf.bytes));
-      MEMPLAN_CUDA_CHECK(cudaMemcpy(out.data(), data(static_cast<sim::BufferId>(b)), out.size(),
-                                    cudaMemcpyDeviceToHost));
-      return out;
-    }
-  }
-  return {};
+  const auto b = resident_buffer(t);
+  if (!b) return {};
+  std::vector<std::byte> out(
+      static_cast<std::size_t>(program_->buffers[static_cast<std::size_t>(*b)].bytes));
+  MEMPLAN_CUDA_CHECK(cudaMemcpy(out.data(), data(*b), out.size(), cudaMemcpyDeviceToHost));
+  return out;
 }
 
 const std::map<sim::OpId, ConvAlgorithms>& CudaDevice::conv_algorithms() const {

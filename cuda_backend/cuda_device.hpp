@@ -1,13 +1,13 @@
 #pragma once
 // CudaDevice: the runtime's Device on a GPU. Device memory is one cudaMalloc'd block of the cap's
-// size; every tensor lives at the offset sim::DeviceArena hands out (the simulator's allocator,
-// exactly as in host_backend::HostDevice), so an allocation over the cap fails where the simulator
-// says it does, whatever the GPU's real size. Three cudaStreams (compute, d2h, h2d); the Program's
-// events are cudaEvents (record/wait); swapped maps go to pinned host memory (cudaHostAlloc) so
-// that copies are asynchronous DMA. Every kernel and copy is bracketed by two timing events and
-// its span is their elapsed time from an event recorded at prepare.
+// size, placed by runtime::ArenaDevice (the simulator's allocator, as for the host backend), so an
+// allocation over the cap fails where the simulator says it does, whatever the GPU's real size.
+// Three cudaStreams (compute, d2h, h2d); the Program's events are cudaEvents (record/wait); swapped
+// maps go to pinned host memory (cudaHostAlloc) so that copies are asynchronous DMA. Every kernel
+// and copy is bracketed by two timing events and its span is their elapsed time from an event
+// recorded at prepare.
 //
-// Inputs and parameters get host_backend::fill_initial_data's values (filled on the host, then
+// Inputs and parameters get runtime::fill_initial_data's values (filled on the host, then
 // uploaded), optimizer state zero, so a CUDA run and a host run of the same workload and seed
 // start from the same data and weights. Gradients and the loss written by kRun ops are copied
 // aside to pinned memory when capture is on; parameters and optimizer state are downloaded after
@@ -22,8 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_backend/cuda_op_executor.hpp"
-#include "runtime/device.hpp"
-#include "sim/device_arena.hpp"
+#include "runtime/arena_device.hpp"
 
 namespace memplan::cuda_backend {
 
@@ -45,7 +44,7 @@ class PinnedBuffer {
   std::size_t size_ = 0;
 };
 
-class CudaDevice final : public runtime::Device {
+class CudaDevice final : public runtime::ArenaDevice {
  public:
   /// A device with `capacity_bytes` of memory on CUDA device 0; data and weights derive from
   /// `seed`. Throws CudaError when the memory cannot be allocated (or there is no device).
@@ -57,21 +56,16 @@ class CudaDevice final : public runtime::Device {
   ~CudaDevice() override;
 
   void prepare(const sim::Workload& workload, const sim::Program& program) override;
-  [[nodiscard]] bool allocate(sim::BufferId buffer) override;
-  void free(sim::BufferId buffer) override;
   void enqueue_kernel(std::int32_t index) override;
   void enqueue_copy(sim::StreamId stream, std::int32_t index) override;
   void record(sim::StreamId stream, sim::EventId event) override;
   void wait(sim::StreamId stream, sim::EventId event) override;
   void synchronize() override;
   [[nodiscard]] std::vector<sim::Span> measured_spans() const override;
-  [[nodiscard]] runtime::MemoryStats memory_stats() const override;
 
   /// Bytes of tensor `t` as the run left them: the value a kRun wrote for a gradient or the loss
   /// (when captured), else the tensor's resident buffer downloaded. Empty when not available.
   [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const override;
-  /// Whether kRun outputs that are gradients or the loss are copied aside (on by default).
-  void set_capture(bool capture) override { capture_ = capture; }
 
   /// cuDNN's fastest and memory-optimal algorithms of each convolution op (after a prepare).
   [[nodiscard]] const std::map<sim::OpId, ConvAlgorithms>& conv_algorithms() const;
@@ -87,29 +81,21 @@ class CudaDevice final : public runtime::Device {
     std::string tensor;
     std::size_t flag;  // index into overflow_
   };
-  [[nodiscard]] std::byte* data(sim::BufferId b) const;
   [[nodiscard]] cudaStream_t stream(sim::StreamId s) const {
     return streams_[static_cast<std::size_t>(s)];
   }
   cudaEvent_t timing_event();
   /// Waits for queued work, then destroys what the device created (errors reported, not thrown).
   void release() noexcept;
-  void initialise(sim::BufferId b);
+  void initialise(sim::BufferId buffer, const sim::Tensor& t) override;
   void enqueue_codec(std::int32_t index, const sim::Instruction& in);
 
-  sim::Bytes capacity_;
-  std::uint64_t seed_;
   std::shared_ptr<ConvAlgorithmCache> algorithms_;
   std::byte* memory_ = nullptr;
-  sim::DeviceArena arena_;
-  const sim::Workload* workload_ = nullptr;
+  const sim::Workload* prepared_for_ = nullptr;  // the workload executor_ and initial_ are for
   std::uint64_t fingerprint_ = 0;
-  const sim::Program* program_ = nullptr;
   cudaStream_t streams_[sim::kStreamCount] = {};
   std::unique_ptr<CudaOpExecutor> executor_;
-  std::vector<sim::DeviceArena::Offset> offset_;
-  sim::Bytes live_ = 0;
-  sim::Bytes peak_ = 0;
   std::vector<cudaEvent_t> events_;  // the Program's (no timing)
   std::vector<cudaEvent_t> timing_;  // pool of timing events, reused across runs
   std::size_t timing_used_ = 0;
@@ -121,7 +107,6 @@ class CudaDevice final : public runtime::Device {
   std::map<sim::TensorId, PinnedBuffer> captured_;
   PinnedBuffer overflow_;  // int flags of sparse encodes, written by the GPU
   std::vector<SparseCheck> sparse_checks_;
-  bool capture_ = true;
 };
 
 }  // namespace memplan::cuda_backend

@@ -3,74 +3,28 @@
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <stdexcept>
+#include <initializer_list>
+#include <string>
 
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels.cuh"
+#include "runtime/op_call.hpp"
 #include "sim/plan.hpp"
 
 namespace memplan::cuda_backend {
 
 namespace {
 
-[[noreturn]] void fail(const sim::Op& op, const std::string& what) {
-  throw std::runtime_error("op '" + op.name + "' (" + op.layer + ", " +
-                           std::string(sim::to_string(op.phase)) + "): " + what);
-}
-
-std::int64_t elements(const sim::Tensor& t) {
-  std::int64_t n = 1;
-  for (std::int64_t d : t.shape) n *= d;
-  return n;
-}
-
-float* f32(void* p) {
-  return static_cast<float*>(p);
-}
-std::int64_t* i64(void* p) {
-  return static_cast<std::int64_t*>(p);
-}
-
-/// Which of [dx,] dw [, db] a linear or convolution backward op writes
-/// (host_backend::OpExecutor::split_grads).
-struct GradOutputs {
-  bool dx = false;
-  bool db = false;
-};
-GradOutputs grad_outputs(const sim::Workload& w, const sim::Op& op) {
-  const std::size_t n = op.outputs.size();
-  if (op.inputs.size() != 3 || n == 0 || n > 3) {
-    fail(op, op.layer + " backward reads dy, x and w, writes [dx,] dw [, db]");
-  }
-  GradOutputs has;
-  if (op.differentiates != sim::kNoId) {
-    has.db = w.op(op.differentiates).inputs.size() == 3;
-  } else {
-    has.db = n >= 2 && w.tensor(op.outputs.back()).shape.size() == 1;
-  }
-  const std::size_t without_dx = has.db ? 2 : 1;
-  if (n != without_dx && n != without_dx + 1)
-    fail(op, "output count does not match [dx,] dw [, db]");
-  has.dx = n == without_dx + 1;
-  return has;
-}
+using runtime::attr;
+using runtime::attr_f;
+using runtime::elements;
+using runtime::f32;
+using runtime::fail;
+using runtime::i64;
 
 int as_int(const sim::Op& op, std::int64_t v) {
   if (v < 0 || v > INT_MAX) fail(op, "an extent does not fit cuDNN's and cuBLAS's int");
   return static_cast<int>(v);
-}
-
-std::int64_t attr(const sim::Op& op, const char* name, std::size_t i, std::int64_t fallback) {
-  const auto it = op.attributes.find(name);
-  if (it == op.attributes.end() || it->second.empty()) return fallback;
-  const auto& v = it->second;
-  return static_cast<std::int64_t>(v[std::min(i, v.size() - 1)]);
-}
-
-float attr_f(const sim::Op& op, const char* name, float fallback) {
-  const auto it = op.attributes.find(name);
-  if (it == op.attributes.end() || it->second.empty()) return fallback;
-  return static_cast<float>(it->second.front());
 }
 
 constexpr float kOne = 1.0f;
@@ -138,7 +92,7 @@ struct Conv {
 
   Conv(const sim::Op& op, const sim::Tensor& xt, const sim::Tensor& wt, const sim::Tensor& yt) {
     const std::size_t rank = xt.shape.size();
-    const bool conv3d = op.layer == "conv3d";
+    const bool conv3d = op.layer == sim::Layer::kConv3d;
     if ((conv3d && rank != 5) || (!conv3d && rank != 4) || wt.shape.size() != rank ||
         yt.shape.size() != rank) {
       fail(op, conv3d ? "conv3d needs 5-d input, filter and output"
@@ -304,7 +258,7 @@ void* CudaOpExecutor::scratch(std::size_t bytes) {
 
 void CudaOpExecutor::find_algorithms() {
   for (const sim::Op& op : w_.ops) {
-    if (op.layer != "conv2d" && op.layer != "conv3d") continue;
+    if (op.layer != sim::Layer::kConv2d && op.layer != sim::Layer::kConv3d) continue;
     if (op.phase == sim::Phase::kUpdate || conv_->contains(op.id)) continue;
     find_for(op);
   }
@@ -332,7 +286,7 @@ void CudaOpExecutor::find_for(const sim::Op& op) {
     if (op.inputs.size() != 3) fail(op, "convolution backward reads dy, x and w");
     const Conv c(op, w_.tensor(op.inputs[1]), w_.tensor(op.inputs[2]), w_.tensor(op.inputs[0]));
     // Backward data only when the op writes dx (not for a first layer's convolution).
-    if (grad_outputs(w_, op).dx) {
+    if (runtime::OpCall{w_, op, {}, {}}.grad_outputs().dx) {
       std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> data{};
       const auto n = static_cast<int>(data.size());
       if (cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, c.w.get(), c.y.get(), c.conv.get(),
@@ -359,28 +313,6 @@ void CudaOpExecutor::find_for(const sim::Op& op) {
   (*conv_)[op.id] = std::move(found);
 }
 
-void CudaOpExecutor::run(const sim::Op& op, std::span<void* const> operands,
-                         sim::Bytes workspace_bytes) {
-  const std::size_t n_in = op.inputs.size();
-  const std::size_t n_out = op.outputs.size();
-  if (operands.size() < n_in + n_out) fail(op, "fewer operands than inputs and outputs");
-  const auto in = operands.subspan(0, n_in);
-  const auto out = operands.subspan(n_in, n_out);
-  void* workspace = operands.size() > n_in + n_out ? operands[n_in + n_out] : nullptr;
-  if (workspace == nullptr) workspace_bytes = 0;
-  switch (op.phase) {
-    case sim::Phase::kForward:
-      forward(op, in, out, workspace, workspace_bytes);
-      break;
-    case sim::Phase::kBackward:
-      backward(op, in, out, workspace, workspace_bytes);
-      break;
-    case sim::Phase::kUpdate:
-      update(op, in);
-      break;
-  }
-}
-
 namespace {
 
 void sum_into(cudaStream_t s, std::int64_t n, std::span<void* const> in, float* out) {
@@ -399,10 +331,10 @@ void sum_into(cudaStream_t s, std::int64_t n, std::span<void* const> in, float* 
 /// Max pooling's extents: x and y [N, C, H, W] (max_pool2d) or [N, C, D, H, W] (max_pool3d);
 /// attributes as the host backend reads them (kernel 2, stride = kernel, padding 0 by default).
 kernels::PoolExtents pool_extents(const sim::Op& op, const sim::Tensor& x, const sim::Tensor& y) {
-  const std::size_t rank = op.layer.ends_with("3d") ? 5 : 4;
+  const std::size_t rank = op.layer.rule().spatial_dims == 3 ? 5 : 4;
   if (x.shape.size() != rank || y.shape.size() != rank || y.shape[0] != x.shape[0] ||
       y.shape[1] != x.shape[1]) {
-    fail(op, op.layer + " needs " + std::to_string(rank) + "-d tensors of the same N and C");
+    fail(op, op.layer.str() + " needs " + std::to_string(rank) + "-d tensors of the same N and C");
   }
   const std::size_t h = rank == 5 ? 1 : 0;  // attribute index of H
   kernels::PoolExtents e{};
@@ -550,12 +482,6 @@ std::pair<std::int64_t, std::int64_t> softmax_rows(const sim::Op& op, const sim:
   return {elements(t) / classes, classes};
 }
 
-/// Rows × the last axis (layer-norm over the last axis).
-std::pair<std::int64_t, std::int64_t> rows_of(const sim::Op& op, const sim::Tensor& t) {
-  if (t.shape.empty() || t.shape.back() <= 0) fail(op, "needs a non-empty last axis");
-  return {elements(t) / t.shape.back(), t.shape.back()};
-}
-
 /// Attention's extents from qkv [B, S, 3H] and scores [B, heads, S, S] (heads divide H).
 kernels::AttentionExtents attention_extents(const sim::Op& op, const sim::Tensor& qkv,
                                             const sim::Tensor& scores) {
@@ -571,357 +497,508 @@ kernels::AttentionExtents attention_extents(const sim::Op& op, const sim::Tensor
   return e;
 }
 
+/// An op's call with the executor's libraries, stream and the op's workspace buffer.
+struct CudaCall : runtime::OpCall {
+  CudaOpExecutor& executor;
+  cudnnHandle_t cudnn;
+  cublasHandle_t cublas;
+  cudaStream_t stream;
+  void* workspace;
+  sim::Bytes workspace_bytes;
+};
+
+// Outputs of a linear or conv backward: [dx,] dw [, db] (null when not written).
+std::array<float*, 3> grads(const CudaCall& c) {
+  const runtime::GradOutputs has = c.grad_outputs();
+  std::array<float*, 3> g{nullptr, nullptr, nullptr};
+  std::size_t i = 0;
+  if (has.dx) g[0] = f32(c.out[i++]);
+  g[1] = f32(c.out[i++]);
+  if (has.db) g[2] = f32(c.out[i]);
+  return g;
+}
+
+namespace fwd {
+
+void relu(const CudaCall& c) {
+  const ReluDesc activation;
+  TensorDesc d;
+  d.set(c.op, {elements(c.t_in(0))});
+  MEMPLAN_CUDNN_CHECK(cudnnActivationForward(c.cudnn, activation.get(), &kOne, d.get(), c.in[0],
+                                             &kZero, d.get(), c.out[0]));
+}
+
+void relu6(const CudaCall& c) {
+  MEMPLAN_CUDA_CHECK(
+      kernels::relu6_forward(c.stream, elements(c.t_in(0)), f32(c.in[0]), f32(c.out[0])));
+}
+
+void linear(const CudaCall& c) {
+  // Row-major y[n×out] = x[n×in]·wᵀ with w[out×in] (PyTorch's layout). Column-major, cuBLAS
+  // sees x as xᵀ (in×n) and w as wᵀ (in×out): yᵀ (out×n) = (wᵀ)ᵀ·xᵀ.
+  const sim::Tensor& w = c.t_in(1);
+  if (w.shape.size() != 2) c.fail("linear needs a 2-d weight [out, in]");
+  const std::int64_t n = elements(c.t_in(0)) / w.shape[1];
+  const int rows = as_int(c.op, n), k = as_int(c.op, w.shape[1]), m = as_int(c.op, w.shape[0]);
+  MEMPLAN_CUBLAS_CHECK(cublasSgemm(c.cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, rows, k, &kOne,
+                                   f32(c.in[1]), k, f32(c.in[0]), k, &kZero, f32(c.out[0]), m));
+  if (c.in.size() > 2)
+    MEMPLAN_CUDA_CHECK(
+        kernels::add_bias_rows(c.stream, n, w.shape[0], f32(c.in[2]), f32(c.out[0])));
+}
+
+void conv(const CudaCall& c) {
+  if (c.in.size() < 2 || c.out.empty()) c.fail("convolution reads x, w [, b], writes y");
+  const Conv d(c.op, c.t_in(0), c.t_in(1), c.t_out(0));
+  const FoundAlgorithm& a =
+      pick(c.op, c.executor.algorithms_of(c.op).forward, c.workspace_bytes, "forward");
+  MEMPLAN_CUDNN_CHECK(
+      cudnnConvolutionForward(c.cudnn, &kOne, d.x.get(), c.in[0], d.w.get(), c.in[1], d.conv.get(),
+                              static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm), c.workspace,
+                              a.workspace_bytes, &kZero, d.y.get(), c.out[0]));
+  if (c.in.size() > 2) {
+    MEMPLAN_CUDNN_CHECK(
+        cudnnAddTensor(c.cudnn, &kOne, d.bias.get(), c.in[2], &kOne, d.y.get(), c.out[0]));
+  }
+}
+
+void batch_norm(const CudaCall& c) {
+  // [x, weight, bias (, running stats [2, C])] -> [y, save_mean, save_invstd]
+  if (c.in.size() < 3 || c.out.size() != 3) {
+    c.fail("batch_norm reads x, weight, bias [, running stats], writes y, mean, invstd");
+  }
+  const sim::Tensor& x = c.t_in(0);
+  if (x.shape.size() < 2) c.fail("batch_norm needs [N, C, ...]");
+  const std::int64_t channels = x.shape[1];
+  TensorDesc xd, bn;
+  xd.set(c.op, {x.shape[0], channels, elements(x) / (x.shape[0] * channels)});
+  bn.set(c.op, {1, channels});
+  // The running statistics (a fourth input) are left as they are, as the host backend leaves
+  // them: a step's gradients do not depend on them, and a recompute must not update them twice.
+  MEMPLAN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+      c.cudnn, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, xd.get(), c.in[0], xd.get(), c.out[0],
+      bn.get(), c.in[1], c.in[2], 0.0, nullptr, nullptr,
+      static_cast<double>(c.attr_f("epsilon", 1e-5f)), c.out[1], c.out[2]));
+}
+
+void max_pool(const CudaCall& c) {
+  if (c.out.size() != 2) c.fail(c.op.layer.str() + " writes its output and its indices");
+  MEMPLAN_CUDA_CHECK(kernels::max_pool_forward(c.stream, pool_extents(c.op, c.t_in(0), c.t_out(0)),
+                                               f32(c.in[0]), f32(c.out[0]), i64(c.out[1])));
+}
+
+void dropout(const CudaCall& c) {
+  // The host backend's mask: a function of the forward op (so a recompute redraws it) and of
+  // the element index (host_backend::OpExecutor's dropout seed).
+  if (c.out.size() != 2) c.fail("dropout writes its output and its mask");
+  const float p = c.attr_f("p", 0.5f);
+  if (!(p >= 0.0f && p < 1.0f)) c.fail("dropout: p must be in [0, 1)");
+  const std::uint64_t seed = runtime::dropout_seed(c.op.id);
+  const auto threshold =
+      static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
+  MEMPLAN_CUDA_CHECK(kernels::dropout_forward(c.stream, elements(c.t_in(0)), threshold,
+                                              1.0f / (1.0f - p), seed, f32(c.in[0]), f32(c.out[0]),
+                                              static_cast<std::uint8_t*>(c.out[1])));
+}
+
+void adaptive_avg_pool(const CudaCall& c) {
+  MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_forward(
+      c.stream, adaptive_extents(c.op, c.t_in(0), c.t_out(0)), f32(c.in[0]), f32(c.out[0])));
+}
+
+void concat(const CudaCall& c) {
+  std::vector<const sim::Tensor*> parts;
+  for (std::size_t i = 0; i < c.in.size(); ++i) parts.push_back(&c.t_in(i));
+  concat_copy(c.op, c.stream, parts, c.in, c.out[0], true);
+}
+
+void avg_pool(const CudaCall& c) {
+  const AvgPool p(c.op, c.t_in(0), c.t_out(0));
+  MEMPLAN_CUDNN_CHECK(cudnnPoolingForward(c.cudnn, p.get(), &kOne, p.x.get(), c.in[0], &kZero,
+                                          p.y.get(), c.out[0]));
+}
+
+void add(const CudaCall& c) {
+  if (c.in.empty()) c.fail("add needs inputs");
+  sum_into(c.stream, elements(c.t_out(0)), c.in, f32(c.out[0]));
+}
+
+void softmax(const CudaCall& c) {
+  const auto [rows, classes] = softmax_rows(c.op, c.t_in(0));
+  TensorDesc d;
+  d.set(c.op, {rows, classes});
+  MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(c.cudnn, CUDNN_SOFTMAX_ACCURATE,
+                                          CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), c.in[0],
+                                          &kZero, d.get(), c.out[0]));
+}
+
+void layer_norm(const CudaCall& c) {
+  // [x, w, b] -> [y, mean, rstd]
+  if (c.in.size() != 3 || c.out.size() != 3)
+    c.fail("layer_norm reads x, w, b, writes y, mean, rstd");
+  const auto [rows, h] = c.rows_of(c.t_in(0));
+  MEMPLAN_CUDA_CHECK(kernels::layer_norm_forward(c.stream, rows, h, c.attr_f("epsilon", 1e-5f),
+                                                 f32(c.in[0]), f32(c.in[1]), f32(c.in[2]),
+                                                 f32(c.out[0]), f32(c.out[1]), f32(c.out[2])));
+}
+
+void gelu(const CudaCall& c) {
+  if (c.in.empty() || c.out.empty()) c.fail("gelu reads x, writes y");
+  MEMPLAN_CUDA_CHECK(
+      kernels::gelu_forward(c.stream, elements(c.t_in(0)), f32(c.in[0]), f32(c.out[0])));
+}
+
+void embedding(const CudaCall& c) {
+  // [indices, table] -> [y]
+  const sim::Tensor& table = c.t_in(1);
+  if (c.in.size() != 2 || c.out.empty() || table.shape.size() != 2) {
+    c.fail("embedding reads indices and a 2-d table");
+  }
+  MEMPLAN_CUDA_CHECK(kernels::embedding_forward(c.stream, elements(c.t_in(0)), table.shape[1],
+                                                table.shape[0], i64(c.in[0]), f32(c.in[1]),
+                                                f32(c.out[0])));
+}
+
+void attention_scores(const CudaCall& c) {
+  // [qkv] -> [scores]
+  if (c.in.empty() || c.out.empty()) c.fail("attention_scores reads qkv, writes scores");
+  MEMPLAN_CUDA_CHECK(kernels::attention_scores_forward(
+      c.stream, attention_extents(c.op, c.t_in(0), c.t_out(0)), f32(c.in[0]), f32(c.out[0])));
+}
+
+void attention_context(const CudaCall& c) {
+  // [probs, qkv] -> [y]
+  if (c.in.size() != 2 || c.out.empty()) c.fail("attention_context reads probs and qkv");
+  MEMPLAN_CUDA_CHECK(
+      kernels::attention_context_forward(c.stream, attention_extents(c.op, c.t_in(1), c.t_in(0)),
+                                         f32(c.in[0]), f32(c.in[1]), f32(c.out[0])));
+}
+
+void softmax_cross_entropy(const CudaCall& c) {
+  if (c.in.size() != 2 || c.out.size() != 2) {
+    fail(c.op,
+         "softmax_cross_entropy reads logits and labels, writes the loss and the probabilities");
+  }
+  // Classes on the last axis; every other position is one sample (a sequence's tokens too).
+  const auto [rows, classes] = c.rows_of(c.t_in(0));
+  TensorDesc d;
+  d.set(c.op, {rows, classes});
+  MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(c.cudnn, CUDNN_SOFTMAX_ACCURATE,
+                                          CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), c.in[0],
+                                          &kZero, d.get(), c.out[1]));
+  auto* log_probs = static_cast<float*>(
+      c.executor.scratch(static_cast<std::size_t>(rows * classes) * sizeof(float)));
+  MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(c.cudnn, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE,
+                                          &kOne, d.get(), c.in[0], &kZero, d.get(), log_probs));
+  MEMPLAN_CUDA_CHECK(
+      kernels::cross_entropy_loss(c.stream, rows, classes, log_probs, i64(c.in[1]), f32(c.out[0])));
+}
+
+}  // namespace fwd
+
+namespace bwd {
+
+void relu(const CudaCall& c) {
+  // [dy, y] -> [dx]: cuDNN's ReLU backward tests x > 0; y > 0 exactly where x > 0, so y is
+  // passed for x (the forward input may be gone: PyTorch and the plans keep only y).
+  if (c.in.size() != 2 || c.out.size() != 1) c.fail("relu backward reads dy and y, writes dx");
+  const ReluDesc activation;
+  TensorDesc d;
+  d.set(c.op, {elements(c.t_in(0))});
+  MEMPLAN_CUDNN_CHECK(cudnnActivationBackward(c.cudnn, activation.get(), &kOne, d.get(), c.in[1],
+                                              d.get(), c.in[0], d.get(), c.in[1], &kZero, d.get(),
+                                              c.out[0]));
+}
+
+void relu6(const CudaCall& c) {
+  // [dy, y] -> [dx]
+  if (c.in.size() != 2 || c.out.size() != 1) c.fail("relu6 backward reads dy and y, writes dx");
+  MEMPLAN_CUDA_CHECK(kernels::relu6_backward(c.stream, elements(c.t_in(0)), f32(c.in[0]),
+                                             f32(c.in[1]), f32(c.out[0])));
+}
+
+void linear(const CudaCall& c) {
+  // [dy, x, w] -> [dx,] dw [, db]; w[out×in]. Column-major views (see forward):
+  // dxᵀ (in×n) = wᵀ (in×out) · dyᵀ (out×n); dwᵀ (in×out) = xᵀ (in×n) · dy (n×out).
+  const auto g = grads(c);
+  const sim::Tensor& w = c.t_in(2);
+  if (w.shape.size() != 2) c.fail("linear needs a 2-d weight [out, in]");
+  const std::int64_t n = elements(c.t_in(1)) / w.shape[1];
+  const int rows = as_int(c.op, n), k = as_int(c.op, w.shape[1]), m = as_int(c.op, w.shape[0]);
+  if (g[0] != nullptr) {
+    MEMPLAN_CUBLAS_CHECK(cublasSgemm(c.cublas, CUBLAS_OP_N, CUBLAS_OP_N, k, rows, m, &kOne,
+                                     f32(c.in[2]), k, f32(c.in[0]), m, &kZero, g[0], k));
+  }
+  MEMPLAN_CUBLAS_CHECK(cublasSgemm(c.cublas, CUBLAS_OP_N, CUBLAS_OP_T, k, m, rows, &kOne,
+                                   f32(c.in[1]), k, f32(c.in[0]), m, &kZero, g[1], k));
+  if (g[2] != nullptr)
+    MEMPLAN_CUDA_CHECK(kernels::column_sums(c.stream, n, w.shape[0], f32(c.in[0]), g[2]));
+}
+
+void conv(const CudaCall& c) {
+  // [dy, x, w] -> [dx,] dw [, db]
+  const auto g = grads(c);
+  const Conv d(c.op, c.t_in(1), c.t_in(2), c.t_in(0));
+  const ConvAlgorithms& found = c.executor.algorithms_of(c.op);
+  if (g[0] != nullptr) {
+    const FoundAlgorithm& a = pick(c.op, found.backward_data, c.workspace_bytes, "backward-data");
+    MEMPLAN_CUDNN_CHECK(cudnnConvolutionBackwardData(
+        c.cudnn, &kOne, d.w.get(), c.in[2], d.y.get(), c.in[0], d.conv.get(),
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), c.workspace, a.workspace_bytes,
+        &kZero, d.x.get(), g[0]));
+  }
+  const FoundAlgorithm& a = pick(c.op, found.backward_filter, c.workspace_bytes, "backward-filter");
+  MEMPLAN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      c.cudnn, &kOne, d.x.get(), c.in[1], d.y.get(), c.in[0], d.conv.get(),
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), c.workspace, a.workspace_bytes,
+      &kZero, d.w.get(), g[1]));
+  if (g[2] != nullptr) {
+    MEMPLAN_CUDNN_CHECK(cudnnConvolutionBackwardBias(c.cudnn, &kOne, d.y.get(), c.in[0], &kZero,
+                                                     d.bias.get(), g[2]));
+  }
+}
+
+void batch_norm(const CudaCall& c) {
+  // [dy, x, weight, save_mean, save_invstd] -> [dx,] dweight, dbias [, d running stats]: as the
+  // host backend, a gradient of the running statistics (the zoo gives them one) is zero.
+  if (c.in.size() != 5 || c.out.size() < 2 || c.out.size() > 4) {
+    c.fail("batch_norm backward reads dy, x, weight, mean, invstd, writes [dx,] dw, db");
+  }
+  const sim::Tensor& x = c.t_in(1);
+  if (x.shape.size() < 2) c.fail("batch_norm needs [N, C, ...]");
+  const bool has_dx = c.t_out(0).shape == x.shape;
+  const std::size_t k = has_dx ? 1 : 0;
+  if (c.out.size() < k + 2 || c.out.size() > k + 3) {
+    c.fail("batch_norm backward writes [dx,] dw, db [, d running stats]");
+  }
+  const std::int64_t channels = x.shape[1];
+  TensorDesc xd, bn;
+  xd.set(c.op, {x.shape[0], channels, elements(x) / (x.shape[0] * channels)});
+  bn.set(c.op, {1, channels});
+  void* dx =
+      has_dx ? c.out[0] : c.executor.scratch(static_cast<std::size_t>(elements(x)) * sizeof(float));
+  MEMPLAN_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+      c.cudnn, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, xd.get(), c.in[1], xd.get(),
+      c.in[0], xd.get(), dx, bn.get(), c.in[2], c.out[k], c.out[k + 1],
+      static_cast<double>(c.attr_f("epsilon", 1e-5f)), c.in[3], c.in[4]));
+  if (c.out.size() == k + 3) {
+    MEMPLAN_CUDA_CHECK(
+        cudaMemsetAsync(c.out[k + 2], 0, static_cast<std::size_t>(c.t_out(k + 2).bytes), c.stream));
+  }
+}
+
+void dropout(const CudaCall& c) {
+  // [dy, mask] -> [dx]
+  if (c.in.size() != 2 || c.out.size() != 1) c.fail("dropout backward reads dy and the mask");
+  const float p = c.attr_f("p", 0.5f);
+  MEMPLAN_CUDA_CHECK(
+      kernels::dropout_backward(c.stream, elements(c.t_in(0)), 1.0f / (1.0f - p), f32(c.in[0]),
+                                static_cast<const std::uint8_t*>(c.in[1]), f32(c.out[0])));
+}
+
+void adaptive_avg_pool(const CudaCall& c) {
+  // [dy, x] -> [dx]
+  if (c.in.size() != 2 || c.out.size() != 1) c.fail("adaptive_avg_pool backward reads dy and x");
+  MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_backward(
+      c.stream, adaptive_extents(c.op, c.t_out(0), c.t_in(0)), f32(c.in[0]), f32(c.out[0])));
+}
+
+void concat(const CudaCall& c) {
+  // [dy] -> the gradient of every part (all parts: the split is by position)
+  if (c.in.size() != 1) c.fail("concat backward reads dy");
+  if (c.op.differentiates == sim::kNoId ||
+      c.workload.op(c.op.differentiates).inputs.size() != c.out.size()) {
+    c.fail("concat backward must write the gradient of every part of its forward op");
+  }
+  std::vector<const sim::Tensor*> parts;
+  for (std::size_t i = 0; i < c.out.size(); ++i) parts.push_back(&c.t_out(i));
+  concat_copy(c.op, c.stream, parts, c.out, c.in[0], false);
+}
+
+void max_pool(const CudaCall& c) {
+  // [dy, saved input, indices] -> [dx]
+  if (c.in.size() != 3 || c.out.size() != 1)
+    c.fail(c.op.layer.str() + " backward reads dy, x, indices");
+  MEMPLAN_CUDA_CHECK(kernels::max_pool_backward(c.stream, pool_extents(c.op, c.t_out(0), c.t_in(0)),
+                                                f32(c.in[0]), i64(c.in[2]), f32(c.out[0])));
+}
+
+void avg_pool(const CudaCall& c) {
+  // [dy, x] -> [dx]. Average pooling's gradient does not depend on y; cuDNN's call takes a y
+  // of y's extents, and dy is one.
+  if (c.in.size() != 2 || c.out.size() != 1) c.fail("average pooling backward reads dy and x");
+  const AvgPool p(c.op, c.t_out(0), c.t_in(0));
+  MEMPLAN_CUDNN_CHECK(cudnnPoolingBackward(c.cudnn, p.get(), &kOne, p.y.get(), c.in[0], p.y.get(),
+                                           c.in[0], p.x.get(), c.in[1], &kZero, p.x.get(),
+                                           c.out[0]));
+}
+
+void add(const CudaCall& c) {
+  if (c.in.empty() || c.out.size() != 1) c.fail("add backward sums its inputs into one output");
+  sum_into(c.stream, elements(c.t_out(0)), c.in, f32(c.out[0]));
+}
+
+void softmax(const CudaCall& c) {
+  // [dy, y] -> [dx]
+  if (c.in.size() != 2 || c.out.size() != 1) c.fail("softmax backward reads dy and y, writes dx");
+  const auto [rows, classes] = softmax_rows(c.op, c.t_in(0));
+  TensorDesc d;
+  d.set(c.op, {rows, classes});
+  MEMPLAN_CUDNN_CHECK(cudnnSoftmaxBackward(c.cudnn, CUDNN_SOFTMAX_ACCURATE,
+                                           CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), c.in[1],
+                                           d.get(), c.in[0], &kZero, d.get(), c.out[0]));
+}
+
+void layer_norm(const CudaCall& c) {
+  // [dy, x, w, mean, rstd] -> [dx,] dw, db
+  if (c.in.size() != 5 || c.out.size() < 2 || c.out.size() > 3) {
+    c.fail("layer_norm backward reads dy, x, w, mean, rstd, writes [dx,] dw, db");
+  }
+  const bool has_dx = c.out.size() == 3;
+  const std::size_t k = has_dx ? 1 : 0;
+  const auto [rows, h] = c.rows_of(c.t_in(1));
+  MEMPLAN_CUDA_CHECK(kernels::layer_norm_backward(
+      c.stream, rows, h, f32(c.in[1]), f32(c.in[2]), f32(c.in[3]), f32(c.in[4]), f32(c.in[0]),
+      has_dx ? f32(c.out[0]) : nullptr, f32(c.out[k]), f32(c.out[k + 1])));
+}
+
+void gelu(const CudaCall& c) {
+  // [dy, x] -> [dx]
+  if (c.in.size() != 2 || c.out.size() != 1) c.fail("gelu backward reads dy and x, writes dx");
+  MEMPLAN_CUDA_CHECK(kernels::gelu_backward(c.stream, elements(c.t_in(0)), f32(c.in[0]),
+                                            f32(c.in[1]), f32(c.out[0])));
+}
+
+void embedding(const CudaCall& c) {
+  // [dy, indices] -> [dtable]
+  const sim::Tensor& table = c.t_out(0);
+  if (c.in.size() != 2 || c.out.size() != 1 || table.shape.size() != 2) {
+    c.fail("embedding backward reads dy and indices, writes the table's gradient");
+  }
+  MEMPLAN_CUDA_CHECK(kernels::embedding_backward(c.stream, elements(c.t_in(1)), table.shape[1],
+                                                 table.shape[0], i64(c.in[1]), f32(c.in[0]),
+                                                 f32(c.out[0])));
+}
+
+void attention_scores(const CudaCall& c) {
+  // [dscores, qkv] -> [dqkv]
+  if (c.in.size() != 2 || c.out.size() != 1) c.fail("attention_scores backward reads dy and qkv");
+  MEMPLAN_CUDA_CHECK(
+      kernels::attention_scores_backward(c.stream, attention_extents(c.op, c.t_in(1), c.t_in(0)),
+                                         f32(c.in[0]), f32(c.in[1]), f32(c.out[0])));
+}
+
+void attention_context(const CudaCall& c) {
+  // [dy, probs, qkv] -> [dprobs, dqkv]
+  if (c.in.size() != 3 || c.out.size() != 2) {
+    c.fail("attention_context backward reads dy, probs, qkv, writes dprobs, dqkv");
+  }
+  MEMPLAN_CUDA_CHECK(kernels::attention_context_backward(
+      c.stream, attention_extents(c.op, c.t_in(2), c.t_in(1)), f32(c.in[0]), f32(c.in[1]),
+      f32(c.in[2]), f32(c.out[0]), f32(c.out[1])));
+}
+
+void softmax_cross_entropy(const CudaCall& c) {
+  // [probs, labels] -> [dlogits]
+  if (c.in.size() != 2 || c.out.size() != 1) c.fail("reads probs and labels, writes dlogits");
+  const auto [rows, classes] = c.rows_of(c.t_in(0));
+  MEMPLAN_CUDA_CHECK(kernels::cross_entropy_backward(c.stream, rows, classes, f32(c.in[0]),
+                                                     i64(c.in[1]), f32(c.out[0])));
+}
+
+}  // namespace bwd
+
+namespace update {
+
+void sgd(const CudaCall& c) {
+  if (c.in.size() % 3 != 0) c.fail("sgd reads params, grads and momentum buffers (3 groups)");
+  // host_backend::SgdDefaults
+  const float lr = c.attr_f("lr", 0.01f);
+  const float momentum = c.attr_f("momentum", 0.9f);
+  const float weight_decay = c.attr_f("weight_decay", 0.0f);
+  const std::size_t k = c.in.size() / 3;
+  for (std::size_t i = 0; i < k; ++i) {
+    const std::int64_t n = elements(c.t_in(i));
+    if (elements(c.t_in(k + i)) != n || elements(c.t_in(2 * k + i)) != n) {
+      c.fail("param, grad and momentum " + std::to_string(i) + " differ in size");
+    }
+    MEMPLAN_CUDA_CHECK(kernels::sgd_momentum(c.stream, n, lr, momentum, weight_decay, f32(c.in[i]),
+                                             f32(c.in[k + i]), f32(c.in[2 * k + i])));
+  }
+}
+
+}  // namespace update
+
+/// The CUDA kernels of each layer, per phase (Note [Adding a layer] in sim/layer.hpp).
+using Kernel = void (*)(const CudaCall&);
+struct KernelRow {
+  sim::Layer layer = sim::Layer::kGeneric;
+  Kernel forward = nullptr;
+  Kernel backward = nullptr;
+  Kernel update = nullptr;
+};
+
+constexpr std::array<KernelRow, sim::kLayerCount> by_layer(std::initializer_list<KernelRow> rows) {
+  std::array<KernelRow, sim::kLayerCount> table{};
+  for (const KernelRow& r : rows) table[static_cast<std::size_t>(r.layer)] = r;
+  return table;
+}
+
+using enum sim::Layer;
+// clang-format off
+constexpr std::array<KernelRow, sim::kLayerCount> kKernels = by_layer({
+    {kConv2d, fwd::conv, bwd::conv, nullptr},
+    {kConv3d, fwd::conv, bwd::conv, nullptr},
+    {kLinear, fwd::linear, bwd::linear, nullptr},
+    {kBatchNorm, fwd::batch_norm, bwd::batch_norm, nullptr},
+    {kLayerNorm, fwd::layer_norm, bwd::layer_norm, nullptr},
+    {kRelu, fwd::relu, bwd::relu, nullptr},
+    {kRelu6, fwd::relu6, bwd::relu6, nullptr},
+    {kGelu, fwd::gelu, bwd::gelu, nullptr},
+    {kMaxPool2d, fwd::max_pool, bwd::max_pool, nullptr},
+    {kMaxPool3d, fwd::max_pool, bwd::max_pool, nullptr},
+    {kAvgPool2d, fwd::avg_pool, bwd::avg_pool, nullptr},
+    {kAvgPool3d, fwd::avg_pool, bwd::avg_pool, nullptr},
+    {kAdaptiveAvgPool, fwd::adaptive_avg_pool, bwd::adaptive_avg_pool, nullptr},
+    {kDropout, fwd::dropout, bwd::dropout, nullptr},
+    {kConcat, fwd::concat, bwd::concat, nullptr},
+    {kAdd, fwd::add, bwd::add, nullptr},
+    {kGradAccumulate, fwd::add, bwd::add, nullptr},
+    {kSoftmax, fwd::softmax, bwd::softmax, nullptr},
+    {kSoftmaxCrossEntropy, fwd::softmax_cross_entropy, bwd::softmax_cross_entropy, nullptr},
+    {kEmbedding, fwd::embedding, bwd::embedding, nullptr},
+    {kAttentionScores, fwd::attention_scores, bwd::attention_scores, nullptr},
+    {kAttentionContext, fwd::attention_context, bwd::attention_context, nullptr},
+    {kSgd, nullptr, nullptr, update::sgd},
+});
+// clang-format on
+
 }  // namespace
 
-void CudaOpExecutor::forward(const sim::Op& op, std::span<void* const> in,
-                             std::span<void* const> out, void* workspace,
-                             sim::Bytes workspace_bytes) {
-  const auto& t_in = [&](std::size_t i) -> const sim::Tensor& { return w_.tensor(op.inputs[i]); };
-  const auto& t_out = [&](std::size_t i) -> const sim::Tensor& { return w_.tensor(op.outputs[i]); };
-  if (op.layer == "relu") {
-    const ReluDesc relu;
-    TensorDesc d;
-    d.set(op, {elements(t_in(0))});
-    MEMPLAN_CUDNN_CHECK(
-        cudnnActivationForward(cudnn_, relu.get(), &kOne, d.get(), in[0], &kZero, d.get(), out[0]));
-  } else if (op.layer == "relu6") {
-    MEMPLAN_CUDA_CHECK(kernels::relu6_forward(stream_, elements(t_in(0)), f32(in[0]), f32(out[0])));
-  } else if (op.layer == "linear") {
-    // Row-major y[n×out] = x[n×in]·wᵀ with w[out×in] (PyTorch's layout). Column-major, cuBLAS
-    // sees x as xᵀ (in×n) and w as wᵀ (in×out): yᵀ (out×n) = (wᵀ)ᵀ·xᵀ.
-    const sim::Tensor& w = t_in(1);
-    if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [out, in]");
-    const std::int64_t n = elements(t_in(0)) / w.shape[1];
-    const int rows = as_int(op, n), k = as_int(op, w.shape[1]), m = as_int(op, w.shape[0]);
-    MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m, rows, k, &kOne,
-                                     f32(in[1]), k, f32(in[0]), k, &kZero, f32(out[0]), m));
-    if (in.size() > 2)
-      MEMPLAN_CUDA_CHECK(kernels::add_bias_rows(stream_, n, w.shape[0], f32(in[2]), f32(out[0])));
-  } else if (op.layer == "conv2d" || op.layer == "conv3d") {
-    if (in.size() < 2 || out.empty()) fail(op, "convolution reads x, w [, b], writes y");
-    const Conv c(op, t_in(0), t_in(1), t_out(0));
-    if (!conv_->contains(op.id)) find_for(op);
-    const FoundAlgorithm& a = pick(op, conv_->at(op.id).forward, workspace_bytes, "forward");
-    MEMPLAN_CUDNN_CHECK(
-        cudnnConvolutionForward(cudnn_, &kOne, c.x.get(), in[0], c.w.get(), in[1], c.conv.get(),
-                                static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm), workspace,
-                                a.workspace_bytes, &kZero, c.y.get(), out[0]));
-    if (in.size() > 2) {
-      MEMPLAN_CUDNN_CHECK(
-          cudnnAddTensor(cudnn_, &kOne, c.bias.get(), in[2], &kOne, c.y.get(), out[0]));
-    }
-  } else if (op.layer == "batch_norm") {
-    // [x, weight, bias (, running stats [2, C])] -> [y, save_mean, save_invstd]
-    if (in.size() < 3 || out.size() != 3) {
-      fail(op, "batch_norm reads x, weight, bias [, running stats], writes y, mean, invstd");
-    }
-    const sim::Tensor& x = t_in(0);
-    if (x.shape.size() < 2) fail(op, "batch_norm needs [N, C, ...]");
-    const std::int64_t channels = x.shape[1];
-    TensorDesc xd, bn;
-    xd.set(op, {x.shape[0], channels, elements(x) / (x.shape[0] * channels)});
-    bn.set(op, {1, channels});
-    // The running statistics (a fourth input) are left as they are, as the host backend leaves
-    // them: a step's gradients do not depend on them, and a recompute must not update them twice.
-    MEMPLAN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-        cudnn_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, xd.get(), in[0], xd.get(), out[0], bn.get(),
-        in[1], in[2], 0.0, nullptr, nullptr, static_cast<double>(attr_f(op, "epsilon", 1e-5f)),
-        out[1], out[2]));
-  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
-    if (out.size() != 2) fail(op, op.layer + " writes its output and its indices");
-    MEMPLAN_CUDA_CHECK(kernels::max_pool_forward(stream_, pool_extents(op, t_in(0), t_out(0)),
-                                                 f32(in[0]), f32(out[0]), i64(out[1])));
-  } else if (op.layer == "dropout") {
-    // The host backend's mask: a function of the forward op (so a recompute redraws it) and of
-    // the element index (host_backend::OpExecutor's dropout seed).
-    if (out.size() != 2) fail(op, "dropout writes its output and its mask");
-    const float p = attr_f(op, "p", 0.5f);
-    if (!(p >= 0.0f && p < 1.0f)) fail(op, "dropout: p must be in [0, 1)");
-    const std::uint64_t seed =
-        0x6d656d706c616eULL ^ (static_cast<std::uint64_t>(op.id) * 0x9e3779b97f4a7c15ULL);
-    const auto threshold =
-        static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
-    MEMPLAN_CUDA_CHECK(kernels::dropout_forward(stream_, elements(t_in(0)), threshold,
-                                                1.0f / (1.0f - p), seed, f32(in[0]), f32(out[0]),
-                                                static_cast<std::uint8_t*>(out[1])));
-  } else if (op.layer == "adaptive_avg_pool") {
-    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_forward(
-        stream_, adaptive_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0])));
-  } else if (op.layer == "concat") {
-    std::vector<const sim::Tensor*> parts;
-    for (std::size_t i = 0; i < in.size(); ++i) parts.push_back(&t_in(i));
-    concat_copy(op, stream_, parts, in, out[0], true);
-  } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
-    const AvgPool p(op, t_in(0), t_out(0));
-    MEMPLAN_CUDNN_CHECK(
-        cudnnPoolingForward(cudnn_, p.get(), &kOne, p.x.get(), in[0], &kZero, p.y.get(), out[0]));
-  } else if (op.layer == "add" || op.layer == "grad_accumulate") {
-    if (in.empty()) fail(op, "add needs inputs");
-    sum_into(stream_, elements(t_out(0)), in, f32(out[0]));
-  } else if (op.layer == "softmax") {
-    const auto [rows, classes] = softmax_rows(op, t_in(0));
-    TensorDesc d;
-    d.set(op, {rows, classes});
-    MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_ACCURATE,
-                                            CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), in[0],
-                                            &kZero, d.get(), out[0]));
-  } else if (op.layer == "layer_norm") {
-    // [x, w, b] -> [y, mean, rstd]
-    if (in.size() != 3 || out.size() != 3)
-      fail(op, "layer_norm reads x, w, b, writes y, mean, rstd");
-    const auto [rows, h] = rows_of(op, t_in(0));
-    MEMPLAN_CUDA_CHECK(kernels::layer_norm_forward(stream_, rows, h, attr_f(op, "epsilon", 1e-5f),
-                                                   f32(in[0]), f32(in[1]), f32(in[2]), f32(out[0]),
-                                                   f32(out[1]), f32(out[2])));
-  } else if (op.layer == "gelu") {
-    if (in.empty() || out.empty()) fail(op, "gelu reads x, writes y");
-    MEMPLAN_CUDA_CHECK(kernels::gelu_forward(stream_, elements(t_in(0)), f32(in[0]), f32(out[0])));
-  } else if (op.layer == "embedding") {
-    // [indices, table] -> [y]
-    const sim::Tensor& table = t_in(1);
-    if (in.size() != 2 || out.empty() || table.shape.size() != 2) {
-      fail(op, "embedding reads indices and a 2-d table");
-    }
-    MEMPLAN_CUDA_CHECK(kernels::embedding_forward(stream_, elements(t_in(0)), table.shape[1],
-                                                  table.shape[0], i64(in[0]), f32(in[1]),
-                                                  f32(out[0])));
-  } else if (op.layer == "attention_scores") {
-    // [qkv] -> [scores]
-    if (in.empty() || out.empty()) fail(op, "attention_scores reads qkv, writes scores");
-    MEMPLAN_CUDA_CHECK(kernels::attention_scores_forward(
-        stream_, attention_extents(op, t_in(0), t_out(0)), f32(in[0]), f32(out[0])));
-  } else if (op.layer == "attention_context") {
-    // [probs, qkv] -> [y]
-    if (in.size() != 2 || out.empty()) fail(op, "attention_context reads probs and qkv");
-    MEMPLAN_CUDA_CHECK(kernels::attention_context_forward(
-        stream_, attention_extents(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
-  } else if (op.layer == "softmax_cross_entropy") {
-    if (in.size() != 2 || out.size() != 2) {
-      fail(op,
-           "softmax_cross_entropy reads logits and labels, writes the loss and the probabilities");
-    }
-    // Classes on the last axis; every other position is one sample (a sequence's tokens too).
-    const auto [rows, classes] = rows_of(op, t_in(0));
-    TensorDesc d;
-    d.set(op, {rows, classes});
-    MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_ACCURATE,
-                                            CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), in[0],
-                                            &kZero, d.get(), out[1]));
-    auto* log_probs =
-        static_cast<float*>(scratch(static_cast<std::size_t>(rows * classes) * sizeof(float)));
-    MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE,
-                                            &kOne, d.get(), in[0], &kZero, d.get(), log_probs));
-    MEMPLAN_CUDA_CHECK(
-        kernels::cross_entropy_loss(stream_, rows, classes, log_probs, i64(in[1]), f32(out[0])));
-  } else {
-    fail(op, "no CUDA kernel for this layer type");
-  }
+const ConvAlgorithms& CudaOpExecutor::algorithms_of(const sim::Op& op) {
+  if (!conv_->contains(op.id)) find_for(op);
+  return conv_->at(op.id);
 }
 
-void CudaOpExecutor::backward(const sim::Op& op, std::span<void* const> in,
-                              std::span<void* const> out, void* workspace,
-                              sim::Bytes workspace_bytes) {
-  const auto& t_in = [&](std::size_t i) -> const sim::Tensor& { return w_.tensor(op.inputs[i]); };
-  const auto& t_out = [&](std::size_t i) -> const sim::Tensor& { return w_.tensor(op.outputs[i]); };
-  // Outputs of a linear or conv backward: [dx,] dw [, db].
-  const auto split = [&] {
-    const GradOutputs has = grad_outputs(w_, op);
-    std::array<float*, 3> g{nullptr, nullptr, nullptr};
-    std::size_t i = 0;
-    if (has.dx) g[0] = f32(out[i++]);
-    g[1] = f32(out[i++]);
-    if (has.db) g[2] = f32(out[i]);
-    return g;
-  };
-  if (op.layer == "relu") {
-    // [dy, y] -> [dx]: cuDNN's ReLU backward tests x > 0; y > 0 exactly where x > 0, so y is
-    // passed for x (the forward input may be gone: PyTorch and the plans keep only y).
-    if (in.size() != 2 || out.size() != 1) fail(op, "relu backward reads dy and y, writes dx");
-    const ReluDesc relu;
-    TensorDesc d;
-    d.set(op, {elements(t_in(0))});
-    MEMPLAN_CUDNN_CHECK(cudnnActivationBackward(cudnn_, relu.get(), &kOne, d.get(), in[1], d.get(),
-                                                in[0], d.get(), in[1], &kZero, d.get(), out[0]));
-  } else if (op.layer == "relu6") {
-    // [dy, y] -> [dx]
-    if (in.size() != 2 || out.size() != 1) fail(op, "relu6 backward reads dy and y, writes dx");
-    MEMPLAN_CUDA_CHECK(
-        kernels::relu6_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
-  } else if (op.layer == "linear") {
-    // [dy, x, w] -> [dx,] dw [, db]; w[out×in]. Column-major views (see forward):
-    // dxᵀ (in×n) = wᵀ (in×out) · dyᵀ (out×n); dwᵀ (in×out) = xᵀ (in×n) · dy (n×out).
-    const auto g = split();
-    const sim::Tensor& w = t_in(2);
-    if (w.shape.size() != 2) fail(op, "linear needs a 2-d weight [out, in]");
-    const std::int64_t n = elements(t_in(1)) / w.shape[1];
-    const int rows = as_int(op, n), k = as_int(op, w.shape[1]), m = as_int(op, w.shape[0]);
-    if (g[0] != nullptr) {
-      MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, k, rows, m, &kOne,
-                                       f32(in[2]), k, f32(in[0]), m, &kZero, g[0], k));
-    }
-    MEMPLAN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, k, m, rows, &kOne,
-                                     f32(in[1]), k, f32(in[0]), m, &kZero, g[1], k));
-    if (g[2] != nullptr)
-      MEMPLAN_CUDA_CHECK(kernels::column_sums(stream_, n, w.shape[0], f32(in[0]), g[2]));
-  } else if (op.layer == "conv2d" || op.layer == "conv3d") {
-    // [dy, x, w] -> [dx,] dw [, db]
-    const auto g = split();
-    const Conv c(op, t_in(1), t_in(2), t_in(0));
-    if (!conv_->contains(op.id)) find_for(op);
-    const ConvAlgorithms& found = conv_->at(op.id);
-    if (g[0] != nullptr) {
-      const FoundAlgorithm& a = pick(op, found.backward_data, workspace_bytes, "backward-data");
-      MEMPLAN_CUDNN_CHECK(cudnnConvolutionBackwardData(
-          cudnn_, &kOne, c.w.get(), in[2], c.y.get(), in[0], c.conv.get(),
-          static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), workspace, a.workspace_bytes,
-          &kZero, c.x.get(), g[0]));
-    }
-    const FoundAlgorithm& a = pick(op, found.backward_filter, workspace_bytes, "backward-filter");
-    MEMPLAN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        cudnn_, &kOne, c.x.get(), in[1], c.y.get(), in[0], c.conv.get(),
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), workspace, a.workspace_bytes,
-        &kZero, c.w.get(), g[1]));
-    if (g[2] != nullptr) {
-      MEMPLAN_CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &kOne, c.y.get(), in[0], &kZero,
-                                                       c.bias.get(), g[2]));
-    }
-  } else if (op.layer == "batch_norm") {
-    // [dy, x, weight, save_mean, save_invstd] -> [dx,] dweight, dbias [, d running stats]: as the
-    // host backend, a gradient of the running statistics (the zoo gives them one) is zero.
-    if (in.size() != 5 || out.size() < 2 || out.size() > 4) {
-      fail(op, "batch_norm backward reads dy, x, weight, mean, invstd, writes [dx,] dw, db");
-    }
-    const sim::Tensor& x = t_in(1);
-    if (x.shape.size() < 2) fail(op, "batch_norm needs [N, C, ...]");
-    const bool has_dx = t_out(0).shape == x.shape;
-    const std::size_t k = has_dx ? 1 : 0;
-    if (out.size() < k + 2 || out.size() > k + 3) {
-      fail(op, "batch_norm backward writes [dx,] dw, db [, d running stats]");
-    }
-    const std::int64_t channels = x.shape[1];
-    TensorDesc xd, bn;
-    xd.set(op, {x.shape[0], channels, elements(x) / (x.shape[0] * channels)});
-    bn.set(op, {1, channels});
-    void* dx = has_dx ? out[0] : scratch(static_cast<std::size_t>(elements(x)) * sizeof(float));
-    MEMPLAN_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-        cudnn_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, xd.get(), in[1], xd.get(),
-        in[0], xd.get(), dx, bn.get(), in[2], out[k], out[k + 1],
-        static_cast<double>(attr_f(op, "epsilon", 1e-5f)), in[3], in[4]));
-    if (out.size() == k + 3) {
-      MEMPLAN_CUDA_CHECK(
-          cudaMemsetAsync(out[k + 2], 0, static_cast<std::size_t>(t_out(k + 2).bytes), stream_));
-    }
-  } else if (op.layer == "dropout") {
-    // [dy, mask] -> [dx]
-    if (in.size() != 2 || out.size() != 1) fail(op, "dropout backward reads dy and the mask");
-    const float p = attr_f(op, "p", 0.5f);
-    MEMPLAN_CUDA_CHECK(
-        kernels::dropout_backward(stream_, elements(t_in(0)), 1.0f / (1.0f - p), f32(in[0]),
-                                  static_cast<const std::uint8_t*>(in[1]), f32(out[0])));
-  } else if (op.layer == "adaptive_avg_pool") {
-    // [dy, x] -> [dx]
-    if (in.size() != 2 || out.size() != 1) fail(op, "adaptive_avg_pool backward reads dy and x");
-    MEMPLAN_CUDA_CHECK(kernels::adaptive_avg_pool_backward(
-        stream_, adaptive_extents(op, t_out(0), t_in(0)), f32(in[0]), f32(out[0])));
-  } else if (op.layer == "concat") {
-    // [dy] -> the gradient of every part (all parts: the split is by position)
-    if (in.size() != 1) fail(op, "concat backward reads dy");
-    if (op.differentiates == sim::kNoId || w_.op(op.differentiates).inputs.size() != out.size()) {
-      fail(op, "concat backward must write the gradient of every part of its forward op");
-    }
-    std::vector<const sim::Tensor*> parts;
-    for (std::size_t i = 0; i < out.size(); ++i) parts.push_back(&t_out(i));
-    concat_copy(op, stream_, parts, out, in[0], false);
-  } else if (op.layer == "max_pool2d" || op.layer == "max_pool3d") {
-    // [dy, saved input, indices] -> [dx]
-    if (in.size() != 3 || out.size() != 1) fail(op, op.layer + " backward reads dy, x, indices");
-    MEMPLAN_CUDA_CHECK(kernels::max_pool_backward(stream_, pool_extents(op, t_out(0), t_in(0)),
-                                                  f32(in[0]), i64(in[2]), f32(out[0])));
-  } else if (op.layer == "avg_pool2d" || op.layer == "avg_pool3d") {
-    // [dy, x] -> [dx]. Average pooling's gradient does not depend on y; cuDNN's call takes a y
-    // of y's extents, and dy is one.
-    if (in.size() != 2 || out.size() != 1) fail(op, "average pooling backward reads dy and x");
-    const AvgPool p(op, t_out(0), t_in(0));
-    MEMPLAN_CUDNN_CHECK(cudnnPoolingBackward(cudnn_, p.get(), &kOne, p.y.get(), in[0], p.y.get(),
-                                             in[0], p.x.get(), in[1], &kZero, p.x.get(), out[0]));
-  } else if (op.layer == "add" || op.layer == "grad_accumulate") {
-    if (in.empty() || out.size() != 1) fail(op, "add backward sums its inputs into one output");
-    sum_into(stream_, elements(t_out(0)), in, f32(out[0]));
-  } else if (op.layer == "softmax") {
-    // [dy, y] -> [dx]
-    if (in.size() != 2 || out.size() != 1) fail(op, "softmax backward reads dy and y, writes dx");
-    const auto [rows, classes] = softmax_rows(op, t_in(0));
-    TensorDesc d;
-    d.set(op, {rows, classes});
-    MEMPLAN_CUDNN_CHECK(cudnnSoftmaxBackward(cudnn_, CUDNN_SOFTMAX_ACCURATE,
-                                             CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), in[1],
-                                             d.get(), in[0], &kZero, d.get(), out[0]));
-  } else if (op.layer == "layer_norm") {
-    // [dy, x, w, mean, rstd] -> [dx,] dw, db
-    if (in.size() != 5 || out.size() < 2 || out.size() > 3) {
-      fail(op, "layer_norm backward reads dy, x, w, mean, rstd, writes [dx,] dw, db");
-    }
-    const bool has_dx = out.size() == 3;
-    const std::size_t k = has_dx ? 1 : 0;
-    const auto [rows, h] = rows_of(op, t_in(1));
-    MEMPLAN_CUDA_CHECK(kernels::layer_norm_backward(
-        stream_, rows, h, f32(in[1]), f32(in[2]), f32(in[3]), f32(in[4]), f32(in[0]),
-        has_dx ? f32(out[0]) : nullptr, f32(out[k]), f32(out[k + 1])));
-  } else if (op.layer == "gelu") {
-    // [dy, x] -> [dx]
-    if (in.size() != 2 || out.size() != 1) fail(op, "gelu backward reads dy and x, writes dx");
-    MEMPLAN_CUDA_CHECK(
-        kernels::gelu_backward(stream_, elements(t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
-  } else if (op.layer == "embedding") {
-    // [dy, indices] -> [dtable]
-    const sim::Tensor& table = t_out(0);
-    if (in.size() != 2 || out.size() != 1 || table.shape.size() != 2) {
-      fail(op, "embedding backward reads dy and indices, writes the table's gradient");
-    }
-    MEMPLAN_CUDA_CHECK(kernels::embedding_backward(stream_, elements(t_in(1)), table.shape[1],
-                                                   table.shape[0], i64(in[1]), f32(in[0]),
-                                                   f32(out[0])));
-  } else if (op.layer == "attention_scores") {
-    // [dscores, qkv] -> [dqkv]
-    if (in.size() != 2 || out.size() != 1) fail(op, "attention_scores backward reads dy and qkv");
-    MEMPLAN_CUDA_CHECK(kernels::attention_scores_backward(
-        stream_, attention_extents(op, t_in(1), t_in(0)), f32(in[0]), f32(in[1]), f32(out[0])));
-  } else if (op.layer == "attention_context") {
-    // [dy, probs, qkv] -> [dprobs, dqkv]
-    if (in.size() != 3 || out.size() != 2) {
-      fail(op, "attention_context backward reads dy, probs, qkv, writes dprobs, dqkv");
-    }
-    MEMPLAN_CUDA_CHECK(kernels::attention_context_backward(
-        stream_, attention_extents(op, t_in(2), t_in(1)), f32(in[0]), f32(in[1]), f32(in[2]),
-        f32(out[0]), f32(out[1])));
-  } else if (op.layer == "softmax_cross_entropy") {
-    // [probs, labels] -> [dlogits]
-    if (in.size() != 2 || out.size() != 1) fail(op, "reads probs and labels, writes dlogits");
-    const auto [rows, classes] = rows_of(op, t_in(0));
-    MEMPLAN_CUDA_CHECK(kernels::cross_entropy_backward(stream_, rows, classes, f32(in[0]),
-                                                       i64(in[1]), f32(out[0])));
-  } else {
-    fail(op, "no CUDA kernel for this layer type");
-  }
-}
-
-void CudaOpExecutor::update(const sim::Op& op, std::span<void* const> in) {
-  if (op.layer != "sgd") fail(op, "no CUDA kernel for this update");
-  if (in.size() % 3 != 0) fail(op, "sgd reads params, grads and momentum buffers (3 groups)");
-  // host_backend::SgdDefaults
-  const float lr = attr_f(op, "lr", 0.01f);
-  const float momentum = attr_f(op, "momentum", 0.9f);
-  const float weight_decay = attr_f(op, "weight_decay", 0.0f);
-  const std::size_t k = in.size() / 3;
-  for (std::size_t i = 0; i < k; ++i) {
-    const std::int64_t n = elements(w_.tensor(op.inputs[i]));
-    if (elements(w_.tensor(op.inputs[k + i])) != n ||
-        elements(w_.tensor(op.inputs[2 * k + i])) != n) {
-      fail(op, "param, grad and momentum " + std::to_string(i) + " differ in size");
-    }
-    MEMPLAN_CUDA_CHECK(kernels::sgd_momentum(stream_, n, lr, momentum, weight_decay, f32(in[i]),
-                                             f32(in[k + i]), f32(in[2 * k + i])));
-  }
+void CudaOpExecutor::run(const sim::Op& op, std::span<void* const> operands,
+                         sim::Bytes workspace_bytes) {
+  const KernelRow& row = kKernels[static_cast<std::size_t>(op.layer.kind())];
+  const Kernel kernel = op.phase == sim::Phase::kForward    ? row.forward
+                        : op.phase == sim::Phase::kBackward ? row.backward
+                                                            : row.update;
+  if (kernel == nullptr) runtime::no_kernel(op, "CUDA");
+  const std::size_t n_in = op.inputs.size();
+  const std::size_t n_out = op.outputs.size();
+  if (operands.size() < n_in + n_out) fail(op, "fewer operands than inputs and outputs");
+  void* workspace = operands.size() > n_in + n_out ? operands[n_in + n_out] : nullptr;
+  const CudaCall call{{w_, op, operands.subspan(0, n_in), operands.subspan(n_in, n_out)},
+                      *this,
+                      cudnn_,
+                      cublas_,
+                      stream_,
+                      workspace,
+                      workspace == nullptr ? 0 : workspace_bytes};
+  kernel(call);
 }
 
 }  // namespace memplan::cuda_backend

@@ -1,10 +1,11 @@
 #pragma once
-// CudaOpExecutor: runs one trace op on the GPU, on the compute stream, following the trace
-// conventions exactly as host_backend::OpExecutor does (traces/FORMAT.md): forward ops read inputs
-// then weights; backward ops read the output gradient first, then the saved tensors, and write the
-// gradients of their differentiable inputs ([dx,] dw [, db] for linear and convolution); `add`
-// sums its inputs (forward, and gradient accumulation in backward); `sgd` reads params, grads and
-// momentum buffers (three equal groups) and updates params and momentum in place.
+// CudaOpExecutor: runs one trace op on the GPU, on the compute stream, by a kernel table keyed by
+// the op's layer (sim/layer.hpp) and phase with operands decoded by runtime::OpCall, following the
+// trace conventions exactly as host_backend::OpExecutor does (traces/FORMAT.md): forward ops read
+// inputs then weights; backward ops read the output gradient first, then the saved tensors, and
+// write the gradients of their differentiable inputs ([dx,] dw [, db] for linear and convolution);
+// `add` sums its inputs (forward, and gradient accumulation in backward); `sgd` reads params, grads
+// and momentum buffers (three equal groups) and updates params and momentum in place.
 //
 // Convolutions (conv2d, conv3d) and batch-norm, ReLU, average pooling and softmax use cuDNN;
 // linear uses cuBLAS (row-major tensors seen as their column-major transposes); add, max pooling
@@ -86,20 +87,19 @@ class CudaOpExecutor {
   }
 
   /// Enqueues `op` with device pointers in the Program's order: inputs, outputs, then the
-  /// workspace buffer (of `workspace_bytes`) when there is one. Throws std::runtime_error naming
-  /// the op for a layer or phase it does not know or shapes it cannot use.
+  /// workspace buffer (of `workspace_bytes`) when there is one, by the kernel table's entry for
+  /// its layer and phase. Throws sim::InputError naming the op when there is none (a generic op),
+  /// runtime::BackendError (CudaError) for shapes it cannot use or a failed call.
   void run(const sim::Op& op, std::span<void* const> operands, sim::Bytes workspace_bytes);
+
+  /// What cudnnFind found for convolution op `op`, searched now when not yet.
+  const ConvAlgorithms& algorithms_of(const sim::Op& op);
 
   /// Device scratch of at least `bytes`, owned by the executor (outside the arena, like the host
   /// executor's im2col columns); growing it synchronizes the device.
   void* scratch(std::size_t bytes);
 
  private:
-  void forward(const sim::Op& op, std::span<void* const> in, std::span<void* const> out,
-               void* workspace, sim::Bytes workspace_bytes);
-  void backward(const sim::Op& op, std::span<void* const> in, std::span<void* const> out,
-                void* workspace, sim::Bytes workspace_bytes);
-  void update(const sim::Op& op, std::span<void* const> in);
   void find_for(const sim::Op& op);
 
   const sim::Workload& w_;

@@ -17,14 +17,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/encoded_formats.hpp"
 #include "sim/plan.hpp"
 
 namespace memplan::host_backend {
 
 // ---- binarize ---------------------------------------------------------------------------------
-constexpr std::int64_t binarize_bytes(std::int64_t n) {
-  return (n + 7) / 8;
-}
+using runtime::binarize_bytes;
 void binarize_encode(std::int64_t n, const float* x, std::uint8_t* bits);
 void binarize_decode(std::int64_t n, const std::uint8_t* bits, float* x);
 
@@ -50,14 +49,11 @@ void sparse_decode_spilled(std::int64_t n, const std::uint8_t* in, std::int64_t 
                            const std::vector<std::uint8_t>& spill, float* x);
 
 // ---- narrow floats ------------------------------------------------------------------------------
-using NarrowFloat = sim::NarrowFormat;  // the formats, and so the plan's sizes, are sim's
-inline constexpr NarrowFloat kFp16 = sim::kFp16Format;
-inline constexpr NarrowFloat kFp10 = sim::kFp10Format;
-inline constexpr NarrowFloat kFp8 = sim::kFp8Format;
-
-constexpr std::int64_t narrow_bytes(NarrowFloat f, std::int64_t n) {
-  return (n * f.bits() + 7) / 8;
-}
+using runtime::kFp10;
+using runtime::kFp16;
+using runtime::kFp8;
+using runtime::narrow_bytes;
+using runtime::NarrowFloat;  // the byte layouts are runtime/encoded_formats.hpp's
 /// The code of one value (low `f.bits()` bits) and back; exposed for tests.
 std::uint32_t narrow_encode_value(NarrowFloat f, float value);
 float narrow_decode_value(NarrowFloat f, std::uint32_t code);

@@ -4,13 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 
 #include <sys/mman.h>
 
 #include "host_backend/encodings.hpp"
-#include "host_backend/initial_data.hpp"
+#include "runtime/backend_error.hpp"
+#include "runtime/initial_data.hpp"
 #include "sim/check.hpp"
 
 namespace memplan::host_backend {
@@ -84,15 +84,16 @@ void StreamWorker::loop() {
 // ---- HostDevice ---------------------------------------------------------------------------------
 
 HostDevice::HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed)
-    : capacity_(capacity_bytes), seed_(seed), arena_(capacity_bytes) {
+    : ArenaDevice(capacity_bytes, seed) {
   const auto length = static_cast<std::size_t>(std::max<sim::Bytes>(capacity_bytes, 1));
   void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
-    throw std::runtime_error("host device: cannot map " + std::to_string(capacity_bytes) +
-                             " bytes of device memory");
+    throw runtime::BackendError("host device: cannot map " + std::to_string(capacity_bytes) +
+                                " bytes of device memory");
   }
   memory_ = static_cast<std::byte*>(p);
+  set_memory(memory_);
   for (int s = 0; s < sim::kStreamCount; ++s) workers_.push_back(std::make_unique<StreamWorker>());
 }
 
@@ -117,14 +118,9 @@ std::int64_t HostDevice::now_ns() const {
 
 void HostDevice::prepare(const sim::Workload& workload, const sim::Program& program) {
   synchronize();
-  workload_ = &workload;
-  program_ = &program;
+  begin_run(workload, program);
   executor_ = std::make_unique<OpExecutor>(workload);
   kernel_failed_ = false;
-  arena_.reset(capacity_);
-  offset_.assign(program.buffers.size(), -1);
-  live_ = 0;
-  peak_ = 0;
   events_.clear();
   for (std::size_t e = 0; e < program.events.size(); ++e) {
     events_.push_back(std::make_unique<EventState>());
@@ -143,7 +139,7 @@ void HostDevice::set_initial_bytes(const sim::Workload& workload, sim::TensorId 
                                    std::vector<std::byte> bytes) {
   const sim::Tensor& tensor = workload.tensor(t);
   if (!sim::is_preexisting(tensor.kind) || static_cast<sim::Bytes>(bytes.size()) != tensor.bytes) {
-    throw std::invalid_argument("set_initial_bytes: tensor '" + tensor.name +
+    throw runtime::BackendError("set_initial_bytes: tensor '" + tensor.name +
                                 "' is not a pre-existing tensor of " +
                                 std::to_string(bytes.size()) + " bytes");
   }
@@ -151,31 +147,10 @@ void HostDevice::set_initial_bytes(const sim::Workload& workload, sim::TensorId 
   initial_bytes_[t] = std::move(bytes);
 }
 
-std::byte* HostDevice::data(sim::BufferId b) const {
-  const auto offset = offset_[static_cast<std::size_t>(b)];
-  MEMPLAN_CHECK(offset >= 0, "a buffer is used only while allocated");
-  return memory_ + offset;
-}
-
-bool HostDevice::allocate(sim::BufferId buffer) {
-  const auto b = static_cast<std::size_t>(buffer);
-  const sim::Buffer& buf = program_->buffers[b];
-  const auto offset = arena_.allocate(buf.bytes);
-  if (!offset) return false;
-  MEMPLAN_CHECK(*offset + buf.bytes <= capacity_, "the arena stays within its capacity");
-  offset_[b] = *offset;
-  live_ += buf.bytes;
-  peak_ = std::max(peak_, live_);
-  if (buf.role == sim::BufferRole::kTensor && sim::is_preexisting(buf.kind)) initialise(buffer);
-  return true;
-}
-
-void HostDevice::initialise(sim::BufferId buffer) {
-  const sim::Buffer& buf = program_->buffers[static_cast<std::size_t>(buffer)];
-  const sim::Tensor& t = workload_->tensor(buf.tensor);
+void HostDevice::initialise(sim::BufferId buffer, const sim::Tensor& t) {
   if (t.kind != sim::TensorKind::kOptimizerState && !t.dtype.empty() && t.dtype != "float32" &&
       t.dtype != "int64") {
-    throw std::runtime_error("tensor '" + t.name + "': no initial data for dtype " + t.dtype);
+    throw runtime::BackendError("tensor '" + t.name + "': no initial data for dtype " + t.dtype);
   }
   std::byte* p = data(buffer);
   if (const auto given = initial_bytes_.find(t.id); given != initial_bytes_.end()) {
@@ -186,18 +161,8 @@ void HostDevice::initialise(sim::BufferId buffer) {
     return;
   }
   worker(sim::StreamId::kCompute).enqueue([this, &t, p] {
-    fill_initial_data(*workload_, t, seed_, p);
+    runtime::fill_initial_data(*workload_, t, seed_, p);
   });
-}
-
-void HostDevice::free(sim::BufferId buffer) {
-  const auto b = static_cast<std::size_t>(buffer);
-  MEMPLAN_CHECK(offset_[b] >= 0, "a buffer is freed only while allocated");
-  // Stream-ordered: later work that reuses these bytes is enqueued after every use of them on
-  // the compute stream, and copy streams' uses are fenced by events before the free.
-  arena_.release(offset_[b]);
-  offset_[b] = -1;
-  live_ -= program_->buffers[b].bytes;
 }
 
 void HostDevice::add_span(sim::StreamId stream, std::int32_t index, std::int64_t start,
@@ -221,12 +186,9 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
   const sim::Op& op = workload_->op(in.op);
   // Values a kRun writes for gradients and the loss are kept for comparisons between runs.
   std::vector<std::pair<sim::TensorId, void*>> capture;
-  if (capture_ && in.kind == sim::InstrKind::kRun) {
+  if (in.kind == sim::InstrKind::kRun) {
     for (std::size_t o = 0; o < op.outputs.size(); ++o) {
-      const sim::Tensor& t = workload_->tensor(op.outputs[o]);
-      if (t.kind == sim::TensorKind::kGradient || op.layer == "softmax_cross_entropy") {
-        capture.emplace_back(t.id, operands[op.inputs.size() + o]);
-      }
+      if (captures(op, o)) capture.emplace_back(op.outputs[o], operands[op.inputs.size() + o]);
     }
   }
   worker(sim::StreamId::kCompute)
@@ -254,65 +216,36 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
 }
 
 void HostDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
-  const sim::Buffer& full = program_->buffers[static_cast<std::size_t>(in.buffer)];
-  const sim::Buffer& packed = program_->buffers[static_cast<std::size_t>(in.aux)];
-  const sim::Tensor& t = workload_->tensor(full.tensor);
-  if (!t.dtype.empty() && t.dtype != "float32") {
-    throw std::runtime_error("host device: cannot encode '" + t.name + "' of dtype " + t.dtype);
-  }
-  const std::int64_t n = full.bytes / 4;
+  const Codec c = codec(in);
   auto* x = reinterpret_cast<float*>(data(in.buffer));
   auto* bytes = reinterpret_cast<std::uint8_t*>(data(in.aux));
-  const sim::Encoding encoding = packed.encoding;
-  const sim::Bytes capacity = packed.bytes;
-  const sim::Bytes needed = encoding == sim::Encoding::kBinarize ? binarize_bytes(n)
-                            : encoding == sim::Encoding::kFp16   ? narrow_bytes(kFp16, n)
-                            : encoding == sim::Encoding::kFp10   ? narrow_bytes(kFp10, n)
-                            : encoding == sim::Encoding::kFp8    ? narrow_bytes(kFp8, n)
-                                                                 : 0;
-  if (needed > capacity) {
-    throw std::runtime_error("encode '" + t.name + "': " + std::to_string(needed) +
-                             " bytes needed, the plan's buffer has " + std::to_string(capacity));
-  }
-  const bool encode = in.kind == sim::InstrKind::kEncode;
   std::vector<std::uint8_t>* spill = &spill_[static_cast<std::size_t>(in.aux)];
-  worker(sim::StreamId::kCompute)
-      .enqueue([this, index, n, x, bytes, encoding, capacity, encode, spill] {
-        const std::int64_t start = now_ns();
-        switch (encoding) {
-          case sim::Encoding::kBinarize:
-            if (encode) {
-              binarize_encode(n, x, bytes);
-            } else {
-              binarize_decode(n, bytes, x);
-            }
-            break;
-          case sim::Encoding::kSparse:
-            if (encode) {
-              sparse_encode_spilling(n, x, bytes, capacity, *spill);
-              spilled_bytes_ += static_cast<sim::Bytes>(spill->size());
-            } else {
-              sparse_decode_spilled(n, bytes, capacity, *spill, x);
-            }
-            break;
-          case sim::Encoding::kFp16:
-          case sim::Encoding::kFp10:
-          case sim::Encoding::kFp8: {
-            const NarrowFloat f = encoding == sim::Encoding::kFp16   ? kFp16
-                                  : encoding == sim::Encoding::kFp10 ? kFp10
-                                                                     : kFp8;
-            if (encode) {
-              narrow_encode(f, n, x, bytes);
-            } else {
-              narrow_decode(f, n, bytes, x);
-            }
-            break;
-          }
-          case sim::Encoding::kNone:
-            throw std::runtime_error("an encoded buffer without an encoding");
-        }
-        add_span(sim::StreamId::kCompute, index, start, now_ns());
-      });
+  worker(sim::StreamId::kCompute).enqueue([this, index, c, x, bytes, spill] {
+    const std::int64_t start = now_ns();
+    const std::int64_t n = c.values;
+    if (c.encoding == sim::Encoding::kBinarize) {
+      if (c.encode) {
+        binarize_encode(n, x, bytes);
+      } else {
+        binarize_decode(n, bytes, x);
+      }
+    } else if (c.encoding == sim::Encoding::kSparse) {
+      if (c.encode) {
+        sparse_encode_spilling(n, x, bytes, c.capacity, *spill);
+        spilled_bytes_ += static_cast<sim::Bytes>(spill->size());
+      } else {
+        sparse_decode_spilled(n, bytes, c.capacity, *spill, x);
+      }
+    } else {
+      const NarrowFloat f = *sim::narrow_format(c.encoding);  // codec() refused kNone
+      if (c.encode) {
+        narrow_encode(f, n, x, bytes);
+      } else {
+        narrow_decode(f, n, bytes, x);
+      }
+    }
+    add_span(sim::StreamId::kCompute, index, start, now_ns());
+  });
 }
 
 void HostDevice::enqueue_copy(sim::StreamId stream, std::int32_t index) {
@@ -333,7 +266,9 @@ void HostDevice::enqueue_copy(sim::StreamId stream, std::int32_t index) {
                   "copy-ins run on the h2d stream");
     worker(stream).enqueue([this, stream, index, device, host, bytes] {
       const std::int64_t start = now_ns();
-      if (host->size() != bytes) throw std::runtime_error("copy-in of a host slot never written");
+      if (host->size() != bytes) {
+        throw runtime::BackendError("copy-in of a host slot never written");
+      }
       std::memcpy(device, host->data(), bytes);
       host->clear();
       host->shrink_to_fit();
@@ -379,30 +314,15 @@ std::vector<sim::Span> HostDevice::measured_spans() const {
   return spans_;
 }
 
-runtime::MemoryStats HostDevice::memory_stats() const {
-  runtime::MemoryStats s;
-  s.peak_bytes = peak_;
-  s.peak_reserved_bytes = arena_.peak_reserved_bytes();
-  s.capacity_bytes = capacity_;
-  s.live_bytes = live_;
-  s.largest_free_block = arena_.largest_free_block();
-  return s;
-}
-
 std::vector<std::byte> HostDevice::tensor_bytes(sim::TensorId t) const {
   {
     const std::lock_guard lock(spans_mutex_);
     if (const auto it = captured_.find(t); it != captured_.end()) return it->second;
   }
-  if (program_ == nullptr) return {};
-  for (std::size_t b = 0; b < program_->buffers.size(); ++b) {
-    const sim::Buffer& buf = program_->buffers[b];
-    if (buf.tensor == t && buf.role == sim::BufferRole::kTensor && offset_[b] >= 0) {
-      const std::byte* p = data(static_cast<sim::BufferId>(b));
-      return {p, p + buf.bytes};
-    }
-  }
-  return {};
+  const auto b = resident_buffer(t);
+  if (!b) return {};
+  const std::byte* p = data(*b);
+  return {p, p + program_->buffers[static_cast<std::size_t>(*b)].bytes};
 }
 
 }  // namespace memplan::host_backend

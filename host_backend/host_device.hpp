@@ -1,17 +1,16 @@
 #pragma once
 // HostDevice: the runtime's Device on the CPU, running real training steps. Device memory is one
-// real byte buffer of the cap's size; every tensor lives at the offset sim::DeviceArena hands out
-// (the simulator's allocator), so an allocation over the cap fails exactly where the simulator
-// says it does. Each stream is a worker thread executing its queue in order; events are (mutex,
-// condition variable, flag); swapped maps go to a host store. Streams hold their work from
-// prepare until synchronize (the run's launch), so that what is timed is the streams' execution,
-// not the enqueuing thread. Inputs and parameters are filled
-// from a seed when allocated (labels in range), optimizer state starts at zero, so two runs of the
-// same workload see the same data whatever the plan. Gradients (and the loss) written by the
-// step's own ops are captured on the fly, and parameters and optimizer state can be read after the
-// run, so that runs of different plans can be compared bit for bit. A sparse map with more
-// non-zeros than its planned buffer holds spills the rest of its encoding to host memory
-// (Note [Sparse format] in sim/plan.hpp), counted by spilled_bytes().
+// real byte buffer of the cap's size, placed by runtime::ArenaDevice (the simulator's allocator,
+// so an allocation over the cap fails exactly where the simulator says it does). Each stream is a
+// worker thread executing its queue in order; events are (mutex, condition variable, flag); swapped
+// maps go to a host store. Streams hold their work from prepare until synchronize (the run's
+// launch), so that what is timed is the streams' execution, not the enqueuing thread. Inputs and
+// parameters are filled from a seed when allocated (labels in range), optimizer state starts at
+// zero, so two runs of the same workload see the same data whatever the plan. Gradients (and the
+// loss) written by the step's own ops are captured on the fly, and parameters and optimizer state
+// can be read after the run, so that runs of different plans can be compared bit for bit. A sparse
+// map with more non-zeros than its planned buffer holds spills the rest of its encoding to host
+// memory (Note [Sparse format] in sim/plan.hpp), counted by spilled_bytes().
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -25,8 +24,7 @@
 #include <vector>
 
 #include "host_backend/op_executor.hpp"
-#include "runtime/device.hpp"
-#include "sim/device_arena.hpp"
+#include "runtime/arena_device.hpp"
 
 namespace memplan::host_backend {
 
@@ -60,28 +58,24 @@ class StreamWorker {
   std::thread thread_;
 };
 
-class HostDevice final : public runtime::Device {
+class HostDevice final : public runtime::ArenaDevice {
  public:
   /// A device with `capacity_bytes` of memory; data and weights derive from `seed`.
-  /// Throws std::runtime_error when the address space for the cap cannot be mapped.
+  /// Throws runtime::BackendError when the address space for the cap cannot be mapped.
   explicit HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed = 1);
   HostDevice(const HostDevice&) = delete;
   HostDevice& operator=(const HostDevice&) = delete;
   ~HostDevice() override;
 
   void prepare(const sim::Workload& workload, const sim::Program& program) override;
-  [[nodiscard]] bool allocate(sim::BufferId buffer) override;
-  void free(sim::BufferId buffer) override;
   void enqueue_kernel(std::int32_t index) override;
   void enqueue_copy(sim::StreamId stream, std::int32_t index) override;
   void record(sim::StreamId stream, sim::EventId event) override;
   void wait(sim::StreamId stream, sim::EventId event) override;
   void synchronize() override;
   [[nodiscard]] std::vector<sim::Span> measured_spans() const override;
-  [[nodiscard]] runtime::MemoryStats memory_stats() const override;
 
   [[nodiscard]] std::vector<std::byte> tensor_bytes(sim::TensorId t) const override;
-  void set_capture(bool capture) override { capture_ = capture; }
   [[nodiscard]] sim::Bytes spilled_bytes() const override { return spilled_bytes_; }
 
   /// Pre-existing tensor `t` (an input, a parameter, optimizer state) starts every later run with
@@ -97,25 +91,16 @@ class HostDevice final : public runtime::Device {
     std::condition_variable cv;
     bool done = false;
   };
-  [[nodiscard]] std::byte* data(sim::BufferId b) const;
-  void initialise(sim::BufferId b);
+  void initialise(sim::BufferId buffer, const sim::Tensor& t) override;
   void enqueue_codec(std::int32_t index, const sim::Instruction& in);
   void add_span(sim::StreamId stream, std::int32_t index, std::int64_t start, std::int64_t end);
   [[nodiscard]] std::int64_t now_ns() const;
   StreamWorker& worker(sim::StreamId s) { return *workers_[static_cast<std::size_t>(s)]; }
 
-  sim::Bytes capacity_;
-  std::uint64_t seed_;
   // The device memory: capacity bytes of address space mapped without reserving swap, so pages
   // exist only where tensors were placed (a 16 GiB cap costs what the step touches).
   std::byte* memory_ = nullptr;
-  sim::DeviceArena arena_;
-  const sim::Workload* workload_ = nullptr;
-  const sim::Program* program_ = nullptr;
   std::unique_ptr<OpExecutor> executor_;
-  std::vector<sim::DeviceArena::Offset> offset_;
-  sim::Bytes live_ = 0;
-  sim::Bytes peak_ = 0;
   std::vector<std::unique_ptr<EventState>> events_;
   std::vector<std::vector<std::byte>> host_store_;  // per host slot
   // Per buffer: the part of a sparse encoding beyond the plan's encoded buffer (host memory).
@@ -123,8 +108,7 @@ class HostDevice final : public runtime::Device {
   std::atomic<sim::Bytes> spilled_bytes_ = 0;
   std::map<sim::TensorId, std::vector<std::byte>> captured_;
   std::map<sim::TensorId, std::vector<std::byte>> initial_bytes_;  // set_initial_bytes
-  bool capture_ = true;
-  std::atomic<bool> kernel_failed_ = false;  // a kernel threw in this run
+  std::atomic<bool> kernel_failed_ = false;                        // a kernel threw in this run
   mutable std::mutex spans_mutex_;
   std::vector<sim::Span> spans_;
   std::int64_t t0_ = 0;

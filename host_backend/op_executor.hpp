@@ -1,7 +1,8 @@
 #pragma once
-// OpExecutor: runs one trace op for real on host memory. It maps the op's layer type and phase to
-// the Eigen kernels (layer_kernels.hpp, conv_kernels.hpp), reading extents from the tensors'
-// shapes and hyper-parameters from the op's attributes, following the trace conventions
+// OpExecutor: runs one trace op for real on host memory. A table maps the op's layer
+// (sim/layer.hpp) and phase to the Eigen kernels (layer_kernels.hpp, conv_kernels.hpp,
+// transformer_kernels.hpp), decoding operands with runtime::OpCall and reading extents from the
+// tensors' shapes and hyper-parameters from the op's attributes, following the trace conventions
 // (traces/FORMAT.md): forward ops read inputs then weights; backward ops read the output gradient
 // first, then the saved tensors, and write the gradients of their differentiable inputs; `add` in
 // backward sums its inputs (gradient accumulation, also `grad_accumulate`); `sgd` reads params,
@@ -16,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/op_call.hpp"
 #include "sim/workload.hpp"
 
 namespace memplan::host_backend {
@@ -32,24 +34,14 @@ class OpExecutor {
   explicit OpExecutor(const sim::Workload& workload) : w_(workload) {}
 
   /// Runs `op` with operand pointers in the Program's order: inputs, outputs (then a workspace
-  /// buffer, ignored). Throws std::runtime_error naming the op for a layer or phase it does not
-  /// know, or for shapes it cannot use.
+  /// buffer, ignored), by the kernel table's entry for its layer and phase. Throws sim::InputError
+  /// naming the op when there is none (a generic op, a layer the host has no kernel for), and
+  /// runtime::BackendError naming it for shapes it cannot use.
   void run(const sim::Op& op, std::span<void* const> operands);
 
  private:
-  void forward(const sim::Op& op, std::span<void* const> in, std::span<void* const> out);
-  void backward(const sim::Op& op, std::span<void* const> in, std::span<void* const> out);
-  void update(const sim::Op& op, std::span<void* const> in);
-  struct Grads {
-    float* dx = nullptr;
-    float* dw = nullptr;
-    float* db = nullptr;
-  };
-  Grads split_grads(const sim::Op& op, std::span<void* const> out, const char* layer) const;
-  float* scratch(std::int64_t floats);
-
   const sim::Workload& w_;
-  std::vector<float> scratch_;
+  std::vector<float> scratch_;  // convolution columns
 };
 
 }  // namespace memplan::host_backend

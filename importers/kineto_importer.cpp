@@ -597,7 +597,7 @@ OpId Importer::add_op(std::string name, std::string layer, Phase phase, const Un
   sim::Op o;
   o.id = static_cast<OpId>(workload_.ops.size());
   o.name = std::move(name);
-  o.layer = std::move(layer);
+  o.layer = sim::LayerType::named(layer);
   o.phase = phase;
   o.duration_ns = saturating_add(unit.device_ns, pending_ns_);
   o.workspace_bytes = unit.workspace;
@@ -902,7 +902,7 @@ void Importer::build_backward(Unit& unit) {
     return;
   }
   info.has_backward = true;
-  const std::string layer = workload_.ops[static_cast<std::size_t>(*f)].layer;
+  const std::string layer = workload_.ops[static_cast<std::size_t>(*f)].layer.str();
   const OpId o = add_op(info.name + "_bwd", layer, Phase::kBackward, unit);
   op(o).differentiates = *f;
   TensorId gy = kNoId;

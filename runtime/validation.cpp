@@ -52,6 +52,13 @@ Tolerance tolerance_for(const sim::Plan& plan) {
   return t;
 }
 
+Tolerance cross_backend_tolerance(const sim::Plan& plan) {
+  Tolerance t = tolerance_for(plan);
+  t.bitwise = false;
+  t.relative = std::max(t.relative, kCrossBackendTolerance);
+  return t;
+}
+
 bool compared_by_validation(const sim::Workload& w, const sim::Tensor& t) {
   if (t.kind == sim::TensorKind::kGradient || t.kind == sim::TensorKind::kParameter ||
       t.kind == sim::TensorKind::kOptimizerState) {
@@ -59,8 +66,7 @@ bool compared_by_validation(const sim::Workload& w, const sim::Tensor& t) {
   }
   if (t.producer == sim::kNoId) return false;
   const sim::Op& op = w.op(t.producer);
-  return op.layer == "softmax_cross_entropy" && op.phase == sim::Phase::kForward &&
-         op.outputs.front() == t.id;
+  return op.layer.rule().loss && op.phase == sim::Phase::kForward && op.outputs.front() == t.id;
 }
 
 Calibration calibrate(const Backend& backend, const sim::Workload& workload,
@@ -248,6 +254,28 @@ ValidationReport validate(const Backend& backend, const sim::Workload& workload,
   r.max_tensor_rel_diff = c.max_tensor_rel_diff;
   r.tensors_compared = c.tensors_compared;
   return r;
+}
+
+BackendComparison compare_backends(const Backend& backend, const Backend& reference,
+                                   const sim::Workload& workload, const sim::Plan& plan,
+                                   const sim::Machine& machine, std::uint64_t seed) {
+  BackendComparison c;
+  c.tolerance = cross_backend_tolerance(plan);
+  const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
+  const std::unique_ptr<Device> reference_device =
+      reference.make_device(sim::capacity_to_run(reference_program, machine), seed);
+  const std::unique_ptr<Device> device = backend.make_device(machine.memory_bytes, seed);
+  if (!run_program(*reference_device, workload, reference_program).feasible ||
+      !run_program(*device, workload, sim::lower(workload, plan)).feasible) {
+    c.fits = false;
+    return c;
+  }
+  const Comparison k = compare_runs(workload, *reference_device, *device, c.tolerance);
+  c.within_tolerance = k.match;
+  c.max_abs_diff = k.max_abs_diff;
+  c.max_rel_diff = k.max_rel_diff;
+  c.tensors_compared = k.tensors_compared;
+  return c;
 }
 
 }  // namespace memplan::runtime

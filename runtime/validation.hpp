@@ -75,6 +75,14 @@ inline constexpr double kMaxRelativeTolerance = 0.5;
 /// The tolerance `plan`'s results are held to.
 Tolerance tolerance_for(const sim::Plan& plan);
 
+/// Note [Cross-backend tolerance]: another backend's kernels (cuDNN's algorithms, cuBLAS) sum in
+/// other orders than the host's, so a GPU's results are close to the host's, not bitwise equal.
+/// They are held to the norm-wise bound of Note [Validation tolerance] with a relative factor of
+/// at least kCrossBackendTolerance (the plan's own, when it narrows maps, if larger).
+inline constexpr double kCrossBackendTolerance = 1e-3;
+/// The tolerance of `plan`'s results on one backend against the in-core run on another.
+Tolerance cross_backend_tolerance(const sim::Plan& plan);
+
 /// The tensors a validation compares with the in-core run: gradients, parameters, optimizer
 /// state, and the loss (the first output of the forward softmax_cross_entropy).
 bool compared_by_validation(const sim::Workload& workload, const sim::Tensor& t);
@@ -92,6 +100,21 @@ struct Comparison {
 /// (Device::tensor_bytes), under `tolerance` (Note [Validation tolerance]).
 Comparison compare_runs(const sim::Workload& workload, const Device& reference, const Device& run,
                         const Tolerance& tolerance);
+
+/// `plan` run on `backend` against the in-core plan run on `reference`, another backend.
+struct BackendComparison {
+  bool fits = true;  // both runs fit (the plan's under machine.memory_bytes)
+  bool within_tolerance = false;
+  double max_abs_diff = 0;  // largest |run - reference| over the float32 elements
+  double max_rel_diff = 0;  // largest ||run - reference||_2 / ||reference||_2 over the groups
+  std::size_t tensors_compared = 0;
+  Tolerance tolerance;  // cross_backend_tolerance(plan)
+};
+/// Runs both from `seed` and compares what the steps leave with compare_runs under
+/// cross_backend_tolerance(plan).
+BackendComparison compare_backends(const Backend& backend, const Backend& reference,
+                                   const sim::Workload& workload, const sim::Plan& plan,
+                                   const sim::Machine& machine, std::uint64_t seed = 1);
 
 struct ValidationReport {
   bool predicted_feasible = true;
@@ -135,8 +158,8 @@ struct ValidationReport {
 std::vector<std::string> validation_failures(const ValidationReport& report);
 
 /// Runs `plan` (validated for `workload`) on a device of `backend` with machine.memory_bytes and
-/// the in-core reference on a device large enough for it. Throws std::runtime_error when a kernel
-/// fails or the backend cannot run a layer.
+/// the in-core reference on a device large enough for it. Throws BackendError when a kernel
+/// fails, sim::InputError when the backend has no kernel for an op's layer.
 ValidationReport validate(const Backend& backend, const sim::Workload& workload,
                           const sim::Plan& plan, const sim::Machine& machine,
                           const ValidationOptions& options = {});

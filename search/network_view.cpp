@@ -2,8 +2,8 @@
 
 namespace memplan::search {
 
-bool is_conv_layer(std::string_view layer) {
-  return layer.substr(0, 4) == "conv";
+bool is_conv_layer(const sim::LayerType& layer) {
+  return layer.rule().family == sim::LayerFamily::kConvolution;
 }
 
 NetworkView::NetworkView(const sim::Workload& workload)

@@ -11,8 +11,8 @@
 
 namespace memplan::search {
 
-/// Convolution layers ("conv2d", "conv3d", "convolution", ...) by layer type.
-bool is_conv_layer(std::string_view layer);
+/// Convolution layers (conv2d, conv3d): the convolution family of sim/layer.hpp.
+bool is_conv_layer(const sim::LayerType& layer);
 
 class NetworkView {
  public:

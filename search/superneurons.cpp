@@ -32,9 +32,10 @@
 namespace memplan::search {
 namespace {
 
-bool is_checkpoint_layer(std::string_view layer) {
-  return is_conv_layer(layer) || layer == "linear" || layer == "add" || layer == "concat" ||
-         layer.find("softmax") != std::string_view::npos || layer == "embedding";
+bool is_checkpoint_layer(const sim::LayerType& layer) {
+  using enum sim::Layer;
+  return is_conv_layer(layer) || layer == kLinear || layer == kAdd || layer == kConcat ||
+         layer == kSoftmax || layer == kSoftmaxCrossEntropy || layer == kEmbedding;
 }
 
 // The backward op of the nearest conv layer that runs before `use` in backward, or kNoId.

@@ -131,16 +131,13 @@ struct Fnv {
 };
 
 bool is_relu(const Op& op) {
-  return op.layer == "relu";
-}
-bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
+  return op.layer == Layer::kRelu;
 }
 bool is_max_pool(const Op& op) {
-  return starts_with(op.layer, "max_pool") || starts_with(op.layer, "maxpool");
+  return op.layer.rule().family == LayerFamily::kMaxPool;
 }
 bool is_conv(const Op& op) {
-  return starts_with(op.layer, "conv");
+  return op.layer.rule().family == LayerFamily::kConvolution;
 }
 
 }  // namespace
@@ -158,7 +155,7 @@ std::uint64_t workload_fingerprint(const Workload& workload) {
   f.integer(static_cast<std::int64_t>(workload.ops.size()));
   for (const Op& op : workload.ops) {
     f.text(op.name);
-    f.text(op.layer);
+    f.text(op.layer.name());
     f.integer(static_cast<std::int64_t>(op.phase));
     f.integer(static_cast<std::int64_t>(op.inputs.size()));
     for (TensorId t : op.inputs) f.integer(t);

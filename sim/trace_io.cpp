@@ -117,7 +117,7 @@ Op read_op(const JsonReader& r) {
   Op op;
   op.id = read_id(r.at("id"));
   op.name = r.at("name").as_string();
-  op.layer = r.at("layer").as_string();
+  op.layer = LayerType::named(r.at("layer").as_string());
   const auto phase_reader = r.at("phase");
   const std::string phase = phase_reader.as_string();
   auto parsed = parse_phase(phase);
@@ -211,7 +211,7 @@ OrderedJson op_json(const Op& op) {
   OrderedJson j;
   j["id"] = op.id;
   j["name"] = op.name;
-  j["layer"] = op.layer;
+  j["layer"] = op.layer.str();
   j["phase"] = std::string(to_string(op.phase));
   j["inputs"] = op.inputs;
   j["outputs"] = op.outputs;

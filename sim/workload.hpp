@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/layer.hpp"
 #include "sim/units.hpp"
 
 namespace memplan::sim {
@@ -86,7 +87,7 @@ using Attributes = std::map<std::string, std::vector<double>, std::less<>>;
 struct Op {
   OpId id = kNoId;
   std::string name;
-  std::string layer;  // layer type: "conv2d", "relu", "linear", ...
+  LayerType layer;  // what it computes (sim/layer.hpp): a known layer, or a generic op
   Phase phase = Phase::kForward;
   std::vector<TensorId> inputs;
   std::vector<TensorId> outputs;

@@ -12,7 +12,7 @@ WorkloadSummary summarize(const Workload& workload) {
   s.tensor_count = workload.tensors.size();
   for (const Op& op : workload.ops) {
     const auto phase = static_cast<std::size_t>(op.phase);
-    ++s.ops_by_layer[phase][op.layer];
+    ++s.ops_by_layer[phase][op.layer.str()];
     s.compute_ns[phase] += op.duration_ns;
   }
   for (const Tensor& t : workload.tensors) {

@@ -29,7 +29,7 @@ constexpr sim::Nanoseconds kKernelOverheadNs = 2'500;
 constexpr double kMemoryOptimalSlowdown = 1.8;  // implicit GEMM without workspace vs the fastest
 
 struct Row {
-  std::string_view layer;
+  sim::Layer layer;
   Efficiency forward;
   Efficiency backward;
 };
@@ -37,35 +37,37 @@ struct Row {
 // compute, memory efficiency per layer type; bytes_moved counts every input and output once, so
 // a kernel that reads its input twice shows up as a lower memory efficiency.
 constexpr std::array<Row, 24> kTable{{
-    {"conv2d", {0.80, 0.70}, {0.75, 0.70}},
-    {"conv3d", {0.60, 0.70}, {0.55, 0.70}},  // 3D convs: cuDNN's Ndim kernels are less tuned
-    {"linear", {0.75, 0.70}, {0.70, 0.70}},
-    {"attention_scores", {0.60, 0.70}, {0.55, 0.70}},
-    {"attention_context", {0.60, 0.70}, {0.55, 0.70}},
-    {"batch_norm", {0.50, 0.57}, {0.50, 0.48}},
-    {"layer_norm", {0.50, 0.55}, {0.50, 0.50}},
-    {"relu", {0.50, 0.90}, {0.50, 0.90}},
-    {"relu6", {0.50, 0.90}, {0.50, 0.90}},
-    {"gelu", {0.50, 0.70}, {0.50, 0.70}},
-    {"add", {0.50, 0.90}, {0.50, 0.90}},
-    {"grad_accumulate", {0.50, 0.90}, {0.50, 0.90}},
-    {"dropout", {0.50, 0.65}, {0.50, 0.70}},
-    {"softmax", {0.50, 0.60}, {0.50, 0.60}},
-    {"softmax_cross_entropy", {0.50, 0.60}, {0.50, 0.60}},
-    {"max_pool2d", {0.50, 0.60}, {0.50, 0.30}},  // backward scatters through indices
-    {"max_pool3d", {0.50, 0.50}, {0.50, 0.30}},
-    {"avg_pool2d", {0.50, 0.60}, {0.50, 0.50}},
-    {"avg_pool3d", {0.50, 0.50}, {0.50, 0.40}},
-    {"adaptive_avg_pool", {0.50, 0.60}, {0.50, 0.50}},
-    {"concat", {0.50, 0.70}, {0.50, 0.70}},
-    {"embedding", {0.50, 0.50}, {0.50, 0.30}},  // backward is an index-add
-    {"sgd", {0.50, 0.70}, {0.50, 0.70}},
-    {"", {0.50, 0.50}, {0.50, 0.50}},  // anything else
+    {sim::Layer::kConv2d, {0.80, 0.70}, {0.75, 0.70}},
+    {sim::Layer::kConv3d,
+     {0.60, 0.70},
+     {0.55, 0.70}},  // 3D convs: cuDNN's Ndim kernels are less tuned
+    {sim::Layer::kLinear, {0.75, 0.70}, {0.70, 0.70}},
+    {sim::Layer::kAttentionScores, {0.60, 0.70}, {0.55, 0.70}},
+    {sim::Layer::kAttentionContext, {0.60, 0.70}, {0.55, 0.70}},
+    {sim::Layer::kBatchNorm, {0.50, 0.57}, {0.50, 0.48}},
+    {sim::Layer::kLayerNorm, {0.50, 0.55}, {0.50, 0.50}},
+    {sim::Layer::kRelu, {0.50, 0.90}, {0.50, 0.90}},
+    {sim::Layer::kRelu6, {0.50, 0.90}, {0.50, 0.90}},
+    {sim::Layer::kGelu, {0.50, 0.70}, {0.50, 0.70}},
+    {sim::Layer::kAdd, {0.50, 0.90}, {0.50, 0.90}},
+    {sim::Layer::kGradAccumulate, {0.50, 0.90}, {0.50, 0.90}},
+    {sim::Layer::kDropout, {0.50, 0.65}, {0.50, 0.70}},
+    {sim::Layer::kSoftmax, {0.50, 0.60}, {0.50, 0.60}},
+    {sim::Layer::kSoftmaxCrossEntropy, {0.50, 0.60}, {0.50, 0.60}},
+    {sim::Layer::kMaxPool2d, {0.50, 0.60}, {0.50, 0.30}},  // backward scatters through indices
+    {sim::Layer::kMaxPool3d, {0.50, 0.50}, {0.50, 0.30}},
+    {sim::Layer::kAvgPool2d, {0.50, 0.60}, {0.50, 0.50}},
+    {sim::Layer::kAvgPool3d, {0.50, 0.50}, {0.50, 0.40}},
+    {sim::Layer::kAdaptiveAvgPool, {0.50, 0.60}, {0.50, 0.50}},
+    {sim::Layer::kConcat, {0.50, 0.70}, {0.50, 0.70}},
+    {sim::Layer::kEmbedding, {0.50, 0.50}, {0.50, 0.30}},  // backward is an index-add
+    {sim::Layer::kSgd, {0.50, 0.70}, {0.50, 0.70}},
+    {sim::Layer::kGeneric, {0.50, 0.50}, {0.50, 0.50}},  // anything else
 }};
 
 }  // namespace
 
-Efficiency CostModel::efficiency(std::string_view layer, sim::Phase phase) {
+Efficiency CostModel::efficiency(sim::Layer layer, sim::Phase phase) {
   const Row* row = &kTable.back();
   for (const Row& r : kTable) {
     if (r.layer == layer) {
@@ -77,7 +79,7 @@ Efficiency CostModel::efficiency(std::string_view layer, sim::Phase phase) {
 }
 
 sim::Nanoseconds CostModel::duration(const sim::Op& op, bool memory_optimal) const {
-  Efficiency e = efficiency(op.layer, op.phase);
+  Efficiency e = efficiency(op.layer.kind(), op.phase);
   if (memory_optimal) e.compute /= kMemoryOptimalSlowdown;
   const double flops = op.flops.value_or(0.0);
   const double bytes = static_cast<double>(op.bytes_moved.value_or(0));

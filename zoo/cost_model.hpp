@@ -31,7 +31,7 @@ class CostModel {
   void apply(sim::Workload& workload) const;
 
   /// The factors used for a layer type in a phase.
-  [[nodiscard]] static Efficiency efficiency(std::string_view layer, sim::Phase phase);
+  [[nodiscard]] static Efficiency efficiency(sim::Layer layer, sim::Phase phase);
 
  private:
   const Device& device_;

@@ -132,7 +132,7 @@ Value Network::parameter(const std::string& name, const Shape& shape) {
   return {id, shape};
 }
 
-OpId Network::forward_op(const std::string& name, const std::string& layer,
+OpId Network::forward_op(const std::string& name, sim::Layer layer,
                          const std::vector<TensorId>& inputs, std::vector<TensorId> outputs,
                          double flops) {
   MEMPLAN_CHECK(!finished_, "layers are added before finish()");
@@ -202,7 +202,8 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
   const double macs_per_output =
       static_cast<double>(in_channels / spec.groups) * product(spec.kernel);
   const double flops = 2.0 * product(out) * macs_per_output;
-  const OpId op = forward_op(name, dims == 2 ? "conv2d" : "conv3d", inputs, {y.id}, flops);
+  const OpId op = forward_op(name, dims == 2 ? sim::Layer::kConv2d : sim::Layer::kConv3d, inputs,
+                             {y.id}, flops);
   // Note [Convolution workspace]: the fast algorithm is modeled as one that lowers the input to a
   // matrix (im2col, cuDNN's GEMM and the Winograd/FFT variants need buffers of that order), capped
   // at kMaxConvWorkspace as frameworks cap the workspace they let cuDNN take; a 1x1 stride-1 conv
@@ -246,13 +247,13 @@ Value Network::batch_norm(const std::string& name, const Value& x) {
   const double elements = product(x.shape);
   const std::vector<TensorId> inputs{x.id, weight.id, bias.id, running};
   const OpId op =
-      forward_op(name, "batch_norm", inputs, {y.id, mean.id, invstd.id}, 8.0 * elements);
+      forward_op(name, sim::Layer::kBatchNorm, inputs, {y.id, mean.id, invstd.id}, 8.0 * elements);
   Layer& layer = record(op, inputs, y.id, {x.id, weight.id, mean.id, invstd.id});
   layer.backward_flops = 12.0 * elements;
   return y;
 }
 
-Value Network::pointwise(const std::string& name, const std::string& layer_type, const Value& x,
+Value Network::pointwise(const std::string& name, sim::Layer layer_type, const Value& x,
                          bool in_place, bool saves_output, double flops_per_element) {
   const Value y = activation(name, x.shape);
   if (in_place) workload_.tensors[static_cast<std::size_t>(y.id)].in_place_of = x.id;
@@ -264,18 +265,18 @@ Value Network::pointwise(const std::string& name, const std::string& layer_type,
 }
 
 Value Network::relu(const std::string& name, const Value& x, bool in_place) {
-  return pointwise(name, "relu", x, in_place, true, 1.0);
+  return pointwise(name, sim::Layer::kRelu, x, in_place, true, 1.0);
 }
 
 Value Network::relu6(const std::string& name, const Value& x, bool in_place) {
-  return pointwise(name, "relu6", x, in_place, true, 2.0);
+  return pointwise(name, sim::Layer::kRelu6, x, in_place, true, 2.0);
 }
 
 Value Network::gelu(const std::string& name, const Value& x) {
-  return pointwise(name, "gelu", x, false, false, 8.0);
+  return pointwise(name, sim::Layer::kGelu, x, false, false, 8.0);
 }
 
-Value Network::pool(const std::string& name, const std::string& layer_type, const Value& x,
+Value Network::pool(const std::string& name, sim::Layer layer_type, const Value& x,
                     const PoolSpec& spec, bool with_indices) {
   const std::size_t dims = spec.kernel.size();
   MEMPLAN_CHECK(x.shape.size() == dims + 2, "pool input is [N, C, spatial...]");
@@ -312,11 +313,13 @@ Value Network::pool(const std::string& name, const std::string& layer_type, cons
 }
 
 Value Network::max_pool(const std::string& name, const Value& x, const PoolSpec& spec) {
-  return pool(name, spec.kernel.size() == 2 ? "max_pool2d" : "max_pool3d", x, spec, true);
+  return pool(name, spec.kernel.size() == 2 ? sim::Layer::kMaxPool2d : sim::Layer::kMaxPool3d, x,
+              spec, true);
 }
 
 Value Network::avg_pool(const std::string& name, const Value& x, const PoolSpec& spec) {
-  return pool(name, spec.kernel.size() == 2 ? "avg_pool2d" : "avg_pool3d", x, spec, false);
+  return pool(name, spec.kernel.size() == 2 ? sim::Layer::kAvgPool2d : sim::Layer::kAvgPool3d, x,
+              spec, false);
 }
 
 Value Network::adaptive_avg_pool(const std::string& name, const Value& x, const Shape& out_dims) {
@@ -324,7 +327,7 @@ Value Network::adaptive_avg_pool(const std::string& name, const Value& x, const 
   Shape out{x.shape[0], x.shape[1]};
   out.insert(out.end(), out_dims.begin(), out_dims.end());
   const Value y = activation(name, out);
-  const OpId op = forward_op(name, "adaptive_avg_pool", {x.id}, {y.id}, product(x.shape));
+  const OpId op = forward_op(name, sim::Layer::kAdaptiveAvgPool, {x.id}, {y.id}, product(x.shape));
   Layer& layer = record(op, {x.id}, y.id, {x.id});
   layer.backward_flops = product(x.shape);
   return y;
@@ -351,7 +354,7 @@ Value Network::linear_with(const std::string& name, const Value& x, const Value&
   if (bias) inputs.push_back(parameter(name + ".bias", {out_features}).id);
   const Value y = activation(name, out);
   const double flops = 2.0 * product(x.shape) * static_cast<double>(out_features);
-  const OpId op = forward_op(name, "linear", inputs, {y.id}, flops);
+  const OpId op = forward_op(name, sim::Layer::kLinear, inputs, {y.id}, flops);
   Layer& layer = record(op, inputs, y.id, {x.id, weight.id});
   layer.backward_flops = flops * (requires_grad_[static_cast<std::size_t>(x.id)] != 0 ? 2.0 : 1.0);
   return y;
@@ -361,7 +364,7 @@ Value Network::add(const std::string& name, const Value& a, const Value& b, bool
   MEMPLAN_CHECK(product(a.shape) == product(b.shape), "add of equal shapes");
   const Value y = activation(name, a.shape);
   if (in_place) workload_.tensors[static_cast<std::size_t>(y.id)].in_place_of = a.id;
-  const OpId op = forward_op(name, "add", {a.id, b.id}, {y.id}, product(a.shape));
+  const OpId op = forward_op(name, sim::Layer::kAdd, {a.id, b.id}, {y.id}, product(a.shape));
   Layer& layer = record(op, {a.id, b.id}, y.id, {});
   layer.pass_through = true;
   return y;
@@ -377,7 +380,7 @@ Value Network::concat(const std::string& name, const std::vector<Value>& parts) 
     inputs.push_back(p.id);
   }
   const Value y = activation(name, out);
-  const OpId op = forward_op(name, "concat", inputs, {y.id}, 0.0);
+  const OpId op = forward_op(name, sim::Layer::kConcat, inputs, {y.id}, 0.0);
   Layer& layer = record(op, inputs, y.id, {});
   layer.backward_flops = 0.0;
   return y;
@@ -386,7 +389,8 @@ Value Network::concat(const std::string& name, const std::vector<Value>& parts) 
 Value Network::dropout(const std::string& name, const Value& x) {
   const Value y = activation(name, x.shape);
   const Value mask = activation(name + ".mask", x.shape, "bool");
-  const OpId op = forward_op(name, "dropout", {x.id}, {y.id, mask.id}, 2.0 * product(x.shape));
+  const OpId op =
+      forward_op(name, sim::Layer::kDropout, {x.id}, {y.id, mask.id}, 2.0 * product(x.shape));
   Layer& layer = record(op, {x.id}, y.id, {mask.id});
   layer.backward_flops = product(x.shape);
   return {y.id, x.shape};
@@ -397,7 +401,7 @@ Value Network::softmax_cross_entropy(const std::string& name, const Value& logit
   MEMPLAN_CHECK(loss_.empty(), "one loss per network");
   const Value loss = activation(name, {1});
   const Value probs = activation(name + ".probs", logits.shape);
-  const OpId op = forward_op(name, "softmax_cross_entropy", {logits.id, labels.id},
+  const OpId op = forward_op(name, sim::Layer::kSoftmaxCrossEntropy, {logits.id, labels.id},
                              {loss.id, probs.id}, 5.0 * product(logits.shape));
   Layer& layer = record(op, {logits.id}, loss.id, {probs.id, labels.id});
   layer.backward_flops = 2.0 * product(logits.shape);
@@ -414,8 +418,8 @@ Value Network::layer_norm(const std::string& name, const Value& x) {
   const Value mean = activation(name + ".mean", rows);
   const Value rstd = activation(name + ".rstd", rows);
   const std::vector<TensorId> inputs{x.id, weight.id, bias.id};
-  const OpId op =
-      forward_op(name, "layer_norm", inputs, {y.id, mean.id, rstd.id}, 8.0 * product(x.shape));
+  const OpId op = forward_op(name, sim::Layer::kLayerNorm, inputs, {y.id, mean.id, rstd.id},
+                             8.0 * product(x.shape));
   Layer& layer = record(op, inputs, y.id, {x.id, weight.id, mean.id, rstd.id});
   layer.backward_flops = 12.0 * product(x.shape);
   return y;
@@ -425,7 +429,7 @@ Value Network::embedding(const std::string& name, const Value& indices, const Va
   Shape out = indices.shape;
   out.push_back(table.shape[1]);
   const Value y = activation(name, out);
-  const OpId op = forward_op(name, "embedding", {indices.id, table.id}, {y.id}, 0.0);
+  const OpId op = forward_op(name, sim::Layer::kEmbedding, {indices.id, table.id}, {y.id}, 0.0);
   Layer& layer = record(op, {indices.id, table.id}, y.id, {indices.id});
   layer.backward_flops = product(out);
   return y;
@@ -438,14 +442,14 @@ Value Network::attention_scores(const std::string& name, const Value& qkv, std::
   const Value y = activation(name, {b, heads, s, s});
   const double flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) *
                        static_cast<double>(s) * static_cast<double>(qkv.shape[2] / 3);
-  const OpId op = forward_op(name, "attention_scores", {qkv.id}, {y.id}, flops);
+  const OpId op = forward_op(name, sim::Layer::kAttentionScores, {qkv.id}, {y.id}, flops);
   Layer& layer = record(op, {qkv.id}, y.id, {qkv.id});
   layer.backward_flops = 2.0 * flops;
   return y;
 }
 
 Value Network::softmax(const std::string& name, const Value& x) {
-  return pointwise(name, "softmax", x, false, true, 5.0);
+  return pointwise(name, sim::Layer::kSoftmax, x, false, true, 5.0);
 }
 
 Value Network::attention_context(const std::string& name, const Value& probs, const Value& qkv) {
@@ -455,7 +459,8 @@ Value Network::attention_context(const std::string& name, const Value& probs, co
   const Value y = activation(name, {b, s, h});
   const double flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) *
                        static_cast<double>(s) * static_cast<double>(h);
-  const OpId op = forward_op(name, "attention_context", {probs.id, qkv.id}, {y.id}, flops);
+  const OpId op =
+      forward_op(name, sim::Layer::kAttentionContext, {probs.id, qkv.id}, {y.id}, flops);
   Layer& layer = record(op, {probs.id, qkv.id}, y.id, {probs.id, qkv.id});
   layer.backward_flops = 2.0 * flops;
   return y;
@@ -478,7 +483,7 @@ void Network::contribute(TensorId tensor, TensorId gradient) {
   sim::Op op;
   op.id = static_cast<OpId>(workload_.ops.size());
   op.name = fmt::format("{}.grad_accumulate", base.name);
-  op.layer = "grad_accumulate";
+  op.layer = sim::Layer::kGradAccumulate;
   op.phase = sim::Phase::kBackward;
   op.inputs = {grad_[t], gradient};
   op.outputs = {sum};
@@ -557,7 +562,7 @@ sim::Workload Network::finish() {
   sim::Op update;
   update.id = static_cast<OpId>(workload_.ops.size());
   update.name = "sgd";
-  update.layer = "sgd";
+  update.layer = sim::Layer::kSgd;
   update.phase = sim::Phase::kUpdate;
   std::vector<TensorId> grads;
   std::vector<TensorId> momenta;
@@ -593,7 +598,7 @@ std::size_t relu_backward_in_place(sim::Workload& workload) {
   }
   std::size_t changed = 0;
   for (const sim::Op& op : workload.ops) {
-    if (op.phase != sim::Phase::kBackward || (op.layer != "relu" && op.layer != "relu6")) continue;
+    if (op.phase != sim::Phase::kBackward || !op.layer.rule().in_place_backward) continue;
     if (op.inputs.empty() || op.outputs.size() != 1) continue;
     const sim::Tensor& incoming = workload.tensor(op.inputs.front());
     sim::Tensor& out = workload.tensors[static_cast<std::size_t>(op.outputs.front())];
@@ -612,7 +617,7 @@ std::size_t relu_backward_in_place(sim::Workload& workload) {
 std::size_t int32_pool_indices(sim::Workload& workload) {
   std::size_t changed = 0;
   for (const sim::Op& op : workload.ops) {
-    if (op.phase != sim::Phase::kForward || op.layer.find("max_pool") == std::string::npos)
+    if (op.phase != sim::Phase::kForward || op.layer.rule().family != sim::LayerFamily::kMaxPool)
       continue;
     for (TensorId t : op.outputs) {
       sim::Tensor& tensor = workload.tensors[static_cast<std::size_t>(t)];

@@ -120,15 +120,15 @@ class Network {
                    const std::string& dtype = "float32");
   /// Appends a forward op reading `inputs` and writing `outputs`, with its flops and bytes moved;
   /// an output needs a gradient when any input does.
-  sim::OpId forward_op(const std::string& name, const std::string& layer,
+  sim::OpId forward_op(const std::string& name, sim::Layer layer,
                        const std::vector<sim::TensorId>& inputs, std::vector<sim::TensorId> outputs,
                        double flops);
   Layer& record(sim::OpId op, const std::vector<sim::TensorId>& inputs, sim::TensorId output,
                 std::vector<sim::TensorId> saved);
-  Value pointwise(const std::string& name, const std::string& layer, const Value& x, bool in_place,
+  Value pointwise(const std::string& name, sim::Layer layer, const Value& x, bool in_place,
                   bool saves_output, double flops_per_element);
-  Value pool(const std::string& name, const std::string& layer, const Value& x,
-             const PoolSpec& spec, bool with_indices);
+  Value pool(const std::string& name, sim::Layer layer, const Value& x, const PoolSpec& spec,
+             bool with_indices);
   /// Hands `gradient` to `tensor`, summing it with what arrived before (a fan-out).
   void contribute(sim::TensorId tensor, sim::TensorId gradient);
 

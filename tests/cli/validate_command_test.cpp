@@ -180,3 +180,38 @@ TEST_CASE("validate refuses a trace with a layer the backend cannot run: one lin
   CHECK(r.err.find("swish") != std::string::npos);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
+
+TEST_CASE("validate reports a backend that fails while running: one line, exit 1",
+          "[cli][validate]") {
+  // mlp4 with its first linear op (2-d input and weight) renamed conv2d: the host's convolution
+  // refuses the shapes at run time, a runtime::BackendError, not bad input.
+  std::string text = memplan::sim::read_file(source_path("traces/mlp4.json"));
+  const std::string linear = "\"name\":\"fc1\",\"layer\":\"linear\"";
+  const auto at = text.find(linear);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, linear.size(), "\"name\":\"fc1\",\"layer\":\"conv2d\"");
+  const std::string path = memplan::test::temp_dir() + "/mlp4_conv_fc1.json";
+  memplan::sim::write_file_atomically(path, text);
+  const auto r = run_memplan(fmt::format("validate '{}' --policy in-core --backend host", path));
+  CHECK(r.exit_status == 1);
+  CHECK(r.err.find("backend failed") != std::string::npos);
+  CHECK(r.err.find("op 'fc1' (conv2d, forward)") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+TEST_CASE("validate refuses a generic op (a layer with no rule): one line, exit 2",
+          "[cli][validate]") {
+  // A captured aten op keeps its name; the host has no kernel for it.
+  std::string text = memplan::sim::read_file(source_path("traces/mlp4.json"));
+  const std::string relu = "\"layer\":\"relu\"";
+  const auto at = text.find(relu);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, relu.size(), "\"layer\":\"aten::gelu\"");
+  const std::string path = memplan::test::temp_dir() + "/mlp4_aten_gelu.json";
+  memplan::sim::write_file_atomically(path, text);
+  const auto r = run_memplan(fmt::format("validate '{}' --policy in-core --backend host", path));
+  CHECK(r.exit_status == 2);
+  CHECK(r.err.find("(aten::gelu, forward)") != std::string::npos);
+  CHECK(r.err.find("a generic op") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}

@@ -17,6 +17,7 @@
 #include "cuda_backend/cuda_environment.hpp"
 #include "cuda_backend/kernels.cuh"
 #include "host_backend/encodings.hpp"
+#include "host_backend/host_backend.hpp"
 #include "runtime/interpreter.hpp"
 #include "runtime/recording.hpp"
 #include "runtime/validation.hpp"
@@ -131,7 +132,8 @@ TEST_CASE("the GPU runs the shipped traces: simulator's peaks, in-core gradients
   CHECK(r.iteration_ns_measured > 0);
 
   // Against the host backend: close, within the stated tolerance.
-  const auto host = mp::cuda_backend::compare_with_host(w, plan, machine);
+  const auto host =
+      mp::runtime::compare_backends(backend, mp::host_backend::HostBackend(), w, plan, machine);
   CHECK(host.fits);
   CHECK(host.tensors_compared == r.tensors_compared);
   CHECK(host.within_tolerance);
@@ -162,7 +164,7 @@ TEST_CASE("a CUDA recording carries cuDNN's fastest and memory-optimal algorithm
   std::size_t convs = 0;
   for (const mp::sim::Op& op : rec.workload.ops) {
     CAPTURE(op.name);
-    if (op.layer != "conv2d" || op.phase == mp::sim::Phase::kUpdate) {
+    if (op.layer != mp::sim::Layer::kConv2d || op.phase == mp::sim::Phase::kUpdate) {
       CHECK_FALSE(found.contains(op.id));
       continue;
     }
@@ -315,7 +317,7 @@ TEST_CASE("cuDNN reports a fastest and a memory-optimal algorithm per convolutio
   const auto& found = device.conv_algorithms();
   std::size_t convs = 0;
   for (const mp::sim::Op& op : w.ops) {
-    if (op.layer != "conv2d" || op.phase == mp::sim::Phase::kUpdate) continue;
+    if (op.layer != mp::sim::Layer::kConv2d || op.phase == mp::sim::Phase::kUpdate) continue;
     ++convs;
     CAPTURE(op.name);
     REQUIRE(found.contains(op.id));

@@ -90,7 +90,7 @@ class LayerCase {
     op.differentiates = std::exchange(differentiates_, mp::sim::kNoId);
     op.id = static_cast<mp::sim::OpId>(w_.ops.size());
     op.name = layer + "_" + std::to_string(op.id);
-    op.layer = layer;
+    op.layer = mp::sim::LayerType::named(layer);
     op.phase = phase;
     op.inputs = std::move(in);
     op.outputs = std::move(out);

@@ -9,6 +9,7 @@
 
 #include "cuda_backend/cuda_backend.hpp"
 #include "cuda_backend/cuda_environment.hpp"
+#include "host_backend/host_backend.hpp"
 #include "runtime/recording.hpp"
 #include "runtime/validation.hpp"
 #include "sim/basic_plans.hpp"
@@ -65,7 +66,8 @@ TEST_CASE("zoo networks record and run on the GPU under basic plans", "[cuda][zo
     CHECK(r.gradients_match);
     CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
   }
-  const auto host = mp::cuda_backend::compare_with_host(w, mp::sim::in_core_plan(w), machine);
+  const auto host = mp::runtime::compare_backends(backend, mp::host_backend::HostBackend(), w,
+                                                  mp::sim::in_core_plan(w), machine);
   CAPTURE(host.max_abs_diff, host.max_rel_diff);
   CHECK(host.fits);
   CHECK(host.within_tolerance);

@@ -57,7 +57,7 @@ class NetworkBuilder {
     mp::sim::Op o;
     o.id = static_cast<mp::sim::OpId>(w_.ops.size());
     o.name = name;
-    o.layer = layer;
+    o.layer = mp::sim::LayerType::named(layer);
     o.phase = phase;
     o.inputs = std::move(in);
     o.outputs = std::move(out);

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "host_backend/host_device.hpp"
-#include "host_backend/initial_data.hpp"
 #include "host_backend/op_executor.hpp"
+#include "runtime/initial_data.hpp"
 #include "runtime/interpreter.hpp"
 #include "runtime/validation.hpp"
 #include "sim/basic_plans.hpp"
@@ -58,8 +58,9 @@ TensorId loss_tensor(const mp::sim::Workload& w) {
 
 /// The sgd op: params, grads and momentum, three equal groups.
 const mp::sim::Op& sgd_op(const mp::sim::Workload& w) {
-  const auto it = std::find_if(w.ops.begin(), w.ops.end(),
-                               [](const mp::sim::Op& op) { return op.layer == "sgd"; });
+  const auto it = std::find_if(w.ops.begin(), w.ops.end(), [](const mp::sim::Op& op) {
+    return op.layer == mp::sim::Layer::kSgd;
+  });
   REQUIRE(it != w.ops.end());
   REQUIRE(it->inputs.size() % 3 == 0);
   return *it;
@@ -93,7 +94,7 @@ TEST_CASE("add and grad_accumulate write the element-wise sum of their inputs",
     mp::sim::Op o;
     o.id = static_cast<mp::sim::OpId>(w.ops.size());
     o.name = layer;
-    o.layer = layer;
+    o.layer = mp::sim::LayerType::named(layer);
     o.phase = phase;
     o.inputs = std::move(in);
     o.outputs = {3};
@@ -184,7 +185,7 @@ TEST_CASE("resnet18's gradient of a first-layer weight is the finite difference 
   const std::vector<float> analytic = floats(device.tensor_bytes(gradient));
   // The weight's value in that run: the seed's (tensor_bytes would give it after the update).
   std::vector<std::byte> initial(static_cast<std::size_t>(w.tensor(weight).bytes));
-  mp::host_backend::fill_initial_data(w, w.tensor(weight), 5, initial.data());
+  mp::runtime::fill_initial_data(w, w.tensor(weight), 5, initial.data());
   const std::vector<float> start = floats(initial);
   REQUIRE(analytic.size() == start.size());
 

@@ -123,8 +123,9 @@ TEST_CASE("real trace: 53 convolutions forward and backward, ResNet-50's paramet
   REQUIRE_REAL_TRACE();
   const auto& w = imported(5).workload;
   auto count = [&](sim::Phase phase, const std::string& layer) {
-    return std::count_if(w.ops.begin(), w.ops.end(),
-                         [&](const auto& op) { return op.phase == phase && op.layer == layer; });
+    return std::count_if(w.ops.begin(), w.ops.end(), [&](const auto& op) {
+      return op.phase == phase && op.layer == sim::LayerType::named(layer);
+    });
   };
   CHECK(count(sim::Phase::kForward, "conv2d") == 53);
   CHECK(count(sim::Phase::kBackward, "conv2d") == 53);
@@ -142,9 +143,9 @@ TEST_CASE("real trace: 53 convolutions forward and backward, ResNet-50's paramet
   CHECK(trainable == 25'557'032 * 4);
   // Every residual add reads two different tensors, one of them produced by a batch norm.
   for (const auto& op : w.ops) {
-    if (op.phase != sim::Phase::kForward || op.layer != "add") continue;
+    if (op.phase != sim::Phase::kForward || op.layer != sim::Layer::kAdd) continue;
     REQUIRE(op.inputs.size() == 2);
-    CHECK(w.op(w.tensor(op.inputs[0]).producer).layer == "batch_norm");
+    CHECK(w.op(w.tensor(op.inputs[0]).producer).layer == sim::Layer::kBatchNorm);
     CHECK(op.inputs[0] != op.inputs[1]);
   }
   for (const auto& op : w.ops) {

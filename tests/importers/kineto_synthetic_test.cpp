@@ -33,7 +33,7 @@ ImportResult import_json(const json& doc, ImportOptions options = {}) {
 std::vector<std::string> layers(const memplan::sim::Workload& w, Phase phase) {
   std::vector<std::string> out;
   for (const auto& op : w.ops) {
-    if (op.phase == phase) out.push_back(op.layer);
+    if (op.phase == phase) out.push_back(op.layer.str());
   }
   return out;
 }

@@ -91,7 +91,7 @@ Workload random_layers(Rng& rng, int min_layers, int max_layers) {
     }
     const Bytes grad_bytes = b.workload().tensor(layer.input).bytes;
     grad = b.backward(fmt::format("l{}_bwd", i), reads, grad_bytes, uniform(rng, 200, 6000),
-                      b.workload().op(layer.forward).layer);
+                      b.workload().op(layer.forward).layer.str());
     b.workload().ops.back().differentiates = layer.forward;
   }
   return b.build();

@@ -40,7 +40,7 @@ TEST_CASE("a cycle is found and reported in order", "[sim][graph]") {
     Op op;
     op.id = id;
     op.name = id == 0 ? "f" : "g";
-    op.layer = "relu";
+    op.layer = memplan::sim::Layer::kRelu;
     op.inputs = {id};
     op.outputs = {1 - id};
     w.ops.push_back(op);

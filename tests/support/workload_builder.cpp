@@ -36,7 +36,7 @@ OpId WorkloadBuilder::op(const std::string& name, const std::string& layer, Phas
   Op op;
   op.id = static_cast<OpId>(w_.ops.size());
   op.name = name;
-  op.layer = layer;
+  op.layer = LayerType::named(layer);
   op.phase = phase;
   op.inputs = inputs;
   op.duration_ns = duration_ns;

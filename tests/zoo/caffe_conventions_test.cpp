@@ -42,7 +42,7 @@ TEST_CASE("a ReLU gradient that another op also reads stays out of place", "[zoo
   for (const sim::Op& op : w.ops)
     for (sim::TensorId t : op.inputs) ++readers[static_cast<std::size_t>(t)];
   for (const sim::Op& op : w.ops) {
-    if (op.layer != "relu" || op.phase != sim::Phase::kBackward) continue;
+    if (op.layer != sim::Layer::kRelu || op.phase != sim::Phase::kBackward) continue;
     const sim::Tensor& out = w.tensor(op.outputs.front());
     const bool in_place = out.in_place_of != sim::kNoId;
     CHECK(in_place == (readers[static_cast<std::size_t>(op.inputs.front())] == 1));

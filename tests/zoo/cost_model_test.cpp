@@ -40,7 +40,7 @@ TEST_CASE("ResNet-50 batch 32 on a V100 matches the measured step", "[zoo][cost]
     const char* phase = op.phase == sim::Phase::kForward    ? "fwd"
                         : op.phase == sim::Phase::kBackward ? "bwd"
                                                             : "upd";
-    ms[op.layer + "." + phase] += static_cast<double>(op.duration_ns) / 1e6;
+    ms[op.layer.str() + "." + phase] += static_cast<double>(op.duration_ns) / 1e6;
   }
   CHECK(ms["conv2d.fwd"] == Approx(21.1).epsilon(0.25));
   CHECK(ms["conv2d.bwd"] == Approx(44.7).epsilon(0.25));

@@ -175,7 +175,7 @@ TEST_CASE("each forward op has one backward op, in reverse order", "[zoo][backwa
       if (op.phase != Phase::kForward) continue;
       CAPTURE(op.name);
       // An add passes its output gradient to both inputs unchanged: autograd runs no kernel.
-      CHECK(backward_of[op.id] == (op.layer == "add" ? 0 : 1));
+      CHECK(backward_of[op.id] == (op.layer == memplan::sim::Layer::kAdd ? 0 : 1));
     }
   }
 }
@@ -198,8 +198,9 @@ TEST_CASE("the deep residual family reaches 1517 and 2500 layers", "[zoo][depth]
     std::size_t n = 0;
     for (const sim::Op& op : w.ops) {
       if (op.phase != Phase::kForward) continue;
-      if ((op.layer == "conv2d" && op.name.find("downsample") == std::string::npos) ||
-          op.layer == "linear")
+      if ((op.layer == memplan::sim::Layer::kConv2d &&
+           op.name.find("downsample") == std::string::npos) ||
+          op.layer == memplan::sim::Layer::kLinear)
         ++n;
     }
     return n;
@@ -297,7 +298,7 @@ TEST_CASE("convolutions and pools carry the attributes a backend needs to run th
   const sim::Op& backward = op_named(built.workload, "conv1_bwd");
   CHECK(backward.attributes == conv1.attributes);
   for (const sim::Op& op : built.workload.ops) {
-    if (op.layer == "conv2d" || op.layer == "max_pool2d") {
+    if (op.layer == memplan::sim::Layer::kConv2d || op.layer == memplan::sim::Layer::kMaxPool2d) {
       CAPTURE(op.name);
       CHECK(op.attributes.count("kernel") == 1);
       CHECK(op.attributes.count("stride") == 1);

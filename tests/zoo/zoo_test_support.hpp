@@ -31,7 +31,7 @@ inline const sim::Op& op_named(const sim::Workload& w, std::string_view name) {
 
 inline std::size_t count_layer(const sim::Workload& w, std::string_view layer, sim::Phase phase) {
   return static_cast<std::size_t>(std::count_if(w.ops.begin(), w.ops.end(), [&](const sim::Op& op) {
-    return op.layer == layer && op.phase == phase;
+    return op.layer == sim::LayerType::named(layer) && op.phase == phase;
   }));
 }
 

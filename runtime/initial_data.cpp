@@ -1,11 +1,12 @@
-#include "host_backend/initial_data.hpp"
+#include "runtime/initial_data.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <stdexcept>
 
-namespace memplan::host_backend {
+#include "runtime/backend_error.hpp"
+
+namespace memplan::runtime {
 
 namespace {
 
@@ -37,9 +38,9 @@ std::int64_t label_classes(const sim::Workload& w, sim::TensorId labels) {
   for (const sim::Op& op : w.ops) {
     if (op.phase != sim::Phase::kForward || op.inputs.size() != 2) continue;
     std::int64_t r = 0;
-    if (op.layer == "softmax_cross_entropy" && op.inputs[1] == labels) {
+    if (op.layer == sim::Layer::kSoftmaxCrossEntropy && op.inputs[1] == labels) {
       r = w.tensor(op.inputs[0]).shape.back();
-    } else if (op.layer == "embedding" && op.inputs[0] == labels) {
+    } else if (op.layer == sim::Layer::kEmbedding && op.inputs[0] == labels) {
       r = w.tensor(op.inputs[1]).shape.front();
     }
     if (r > 0) range = range == 0 ? r : std::min(range, r);
@@ -72,8 +73,8 @@ void fill_initial_data(const sim::Workload& workload, const sim::Tensor& t, std:
     auto* x = reinterpret_cast<float*>(out);
     for (std::int64_t i = 0; i < n; ++i) x[i] = scale * uniform(seed, t.id, i);
   } else {
-    throw std::runtime_error("tensor '" + t.name + "': no initial data for dtype " + t.dtype);
+    throw BackendError("tensor '" + t.name + "': no initial data for dtype " + t.dtype);
   }
 }
 
-}  // namespace memplan::host_backend
+}  // namespace memplan::runtime

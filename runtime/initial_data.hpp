@@ -9,11 +9,11 @@
 
 #include "sim/workload.hpp"
 
-namespace memplan::host_backend {
+namespace memplan::runtime {
 
 /// Writes the initial value of tensor `t` of `workload` into `out` (t.bytes bytes).
-/// Throws std::runtime_error for a dtype it has no initial data for.
+/// Throws BackendError for a dtype it has no initial data for.
 void fill_initial_data(const sim::Workload& workload, const sim::Tensor& t, std::uint64_t seed,
                        std::byte* out);
 
-}  // namespace memplan::host_backend
+}  // namespace memplan::runtime

@@ -1,0 +1,75 @@
+#pragma once
+// ArenaDevice: the part of a Device that does not depend on where the bytes live, shared by
+// host_backend::HostDevice and cuda_backend::CudaDevice. Device memory is one block of the cap's
+// size (the backend maps or allocates it and hands its base to set_memory); every buffer lives at
+// the offset sim::DeviceArena hands out — the simulator's allocator — so an allocation over the cap
+// fails exactly where the simulator says it does and the peaks are the simulator's. It keeps the
+// offsets, live and peak bytes and memory_stats, asks the backend to write the initial data of
+// tensors that exist before the step (runtime/initial_data.hpp) when their buffer is allocated,
+// finds a tensor's resident buffer for tensor_bytes, says which kRun outputs are captured, and
+// checks an encode/decode instruction against its buffer before a backend runs it.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "runtime/device.hpp"
+#include "sim/device_arena.hpp"
+
+namespace memplan::runtime {
+
+class ArenaDevice : public Device {
+ public:
+  [[nodiscard]] bool allocate(sim::BufferId buffer) final;
+  void free(sim::BufferId buffer) final;
+  [[nodiscard]] MemoryStats memory_stats() const final;
+  void set_capture(bool capture) final { capture_ = capture; }
+
+ protected:
+  /// A device of `capacity_bytes` whose data and weights derive from `seed`; no memory yet.
+  ArenaDevice(sim::Bytes capacity_bytes, std::uint64_t seed);
+
+  /// Starts the bookkeeping of a run of `program`: an empty arena, no buffer placed.
+  void begin_run(const sim::Workload& workload, const sim::Program& program);
+  /// The base of the device memory block (capacity bytes) that offsets are relative to.
+  void set_memory(std::byte* memory) { memory_ = memory; }
+  /// Where `buffer` lives; it must be allocated.
+  [[nodiscard]] std::byte* data(sim::BufferId buffer) const;
+  /// The allocated buffer that holds tensor `t` itself (not an encoded copy), if any.
+  [[nodiscard]] std::optional<sim::BufferId> resident_buffer(sim::TensorId t) const;
+  /// Whether a kRun of `op` keeps a copy of its output `o` for tensor_bytes: gradients and the
+  /// loss, while capture is on.
+  [[nodiscard]] bool captures(const sim::Op& op, std::size_t o) const;
+
+  /// An encode or decode instruction as a backend runs it: `values` float32 values of `tensor`
+  /// (in `in.buffer`) to or from `capacity` bytes in `encoding` (in `in.aux`).
+  struct Codec {
+    const sim::Tensor& tensor;
+    std::int64_t values;
+    sim::Encoding encoding;
+    sim::Bytes capacity;
+    bool encode;
+  };
+  /// The codec of `in`; throws BackendError when the tensor is not float32 or the encoding does
+  /// not fit its buffer (sparse is checked while encoding).
+  [[nodiscard]] Codec codec(const sim::Instruction& in) const;
+
+  /// Writes the initial data of pre-existing tensor `t` into `buffer` (just allocated), in
+  /// compute-stream order.
+  virtual void initialise(sim::BufferId buffer, const sim::Tensor& t) = 0;
+
+  const sim::Workload* workload_ = nullptr;
+  const sim::Program* program_ = nullptr;
+  sim::Bytes capacity_;
+  std::uint64_t seed_;
+  bool capture_ = true;
+
+ private:
+  std::byte* memory_ = nullptr;
+  sim::DeviceArena arena_;
+  std::vector<sim::DeviceArena::Offset> offset_;
+  sim::Bytes live_ = 0;
+  sim::Bytes peak_ = 0;
+};
+
+}  // namespace memplan::runtime

@@ -1,0 +1,72 @@
+#include "runtime/op_call.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/backend_error.hpp"
+#include "sim/input_error.hpp"
+
+namespace memplan::runtime {
+
+std::int64_t elements(const sim::Tensor& t) {
+  std::int64_t n = 1;
+  for (std::int64_t d : t.shape) n *= d;
+  return n;
+}
+
+std::string op_place(const sim::Op& op) {
+  return "op '" + op.name + "' (" + op.layer.str() + ", " + std::string(sim::to_string(op.phase)) +
+         ")";
+}
+
+void fail(const sim::Op& op, std::string_view what) {
+  throw BackendError(op_place(op) + ": " + std::string(what));
+}
+
+void no_kernel(const sim::Op& op, std::string_view backend) {
+  throw sim::InputError(op_place(op),
+                        "no " + std::string(backend) + " kernel for this " +
+                            (op.phase == sim::Phase::kUpdate ? "update" : "layer type") +
+                            (op.layer.generic() ? " (a generic op)" : ""));
+}
+
+std::int64_t attr(const sim::Op& op, const char* name, std::size_t i, std::int64_t fallback) {
+  const auto it = op.attributes.find(name);
+  if (it == op.attributes.end() || it->second.empty()) return fallback;
+  const auto& v = it->second;
+  return static_cast<std::int64_t>(v[std::min(i, v.size() - 1)]);
+}
+
+float attr_f(const sim::Op& op, const char* name, float fallback) {
+  const auto it = op.attributes.find(name);
+  if (it == op.attributes.end() || it->second.empty()) return fallback;
+  return static_cast<float>(it->second.front());
+}
+
+GradOutputs OpCall::grad_outputs() const {
+  const std::size_t n = op.outputs.size();
+  if (op.inputs.size() != 3 || n == 0 || n > 3) {
+    fail(op.layer.str() + " backward reads dy, x and w, writes [dx,] dw [, db]");
+  }
+  GradOutputs has;
+  if (op.differentiates != sim::kNoId) {
+    has.db = workload.op(op.differentiates).inputs.size() == 3;
+  } else {
+    has.db = n >= 2 && workload.tensor(op.outputs.back()).shape.size() == 1;
+  }
+  const std::size_t without_dx = has.db ? 2 : 1;
+  if (n != without_dx && n != without_dx + 1) fail("output count does not match [dx,] dw [, db]");
+  has.dx = n == without_dx + 1;
+  return has;
+}
+
+std::pair<std::int64_t, std::int64_t> OpCall::rows_of(const sim::Tensor& t) const {
+  if (t.shape.empty() || t.shape.back() <= 0) fail("needs a non-empty last axis");
+  return {elements(t) / t.shape.back(), t.shape.back()};
+}
+
+std::uint64_t dropout_seed(sim::OpId forward) {
+  return 0x6d656d706c616eULL ^ (static_cast<std::uint64_t>(forward) * 0x9e3779b97f4a7c15ULL);
+}
+
+}  // namespace memplan::runtime
