@@ -27,4 +27,18 @@ PY
   repro_run "$out" "$trace" resnet50-kineto 32 v100 "$link" 2GiB \
     "plan:$REPRO_TMP/plan-vdnn-conv-default-prefetch.json" 0
 done
+# Capuchin's swaps on PCIe 3: their bytes against the forward pass that must hide the copy-outs.
+"$MEMPLAN" simulate "$trace" --memory 2GiB --link pcie3 --policy capuchin \
+  --plan-out "$REPRO_TMP/capuchin.plan" >/dev/null
+"$MEMPLAN" info "$trace" --json >"$REPRO_TMP/info.json"
+/usr/bin/python3 - "$trace" "$REPRO_TMP/capuchin.plan" "$REPRO_TMP/info.json" \
+  >"$(dirname "$out")/kineto-capuchin.csv" <<'PY'
+import json, sys
+trace, plan, info = (json.load(open(a)) for a in sys.argv[1:4])
+size = {t["name"]: t["bytes"] for t in trace["tensors"]}
+swapped = [d["tensor"] for d in plan["maps"] if d["action"] == "swap"]
+print("swapped_maps,swapped_bytes,forward_s,backward_s")
+print(f"{len(swapped)},{sum(size[m] for m in swapped)},{info['compute_s']['forward']},"
+      f"{info['compute_s']['backward']}")
+PY
 echo "wrote $out"

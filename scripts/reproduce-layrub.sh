@@ -14,14 +14,16 @@ batches=${2:-1 4 8 16}
 source scripts/reproduce-common.sh
 repro_begin "$out"
 info_out=$(dirname "$out")/layrub-info.csv
-echo "network,feature_map_bytes,forward_s,backward_s" >"$info_out"
-# repro_info TRACE NAME: one line of $info_out.
+echo "network,feature_map_bytes,forward_s,backward_s,swap_in_stall_s,swap_out_stall_s" >"$info_out"
+# repro_info TRACE NAME: one line of $info_out, with the stalls of the layrub row repro_run just
+# simulated (its JSON is still in $REPRO_TMP/run).
 repro_info() {
   "$MEMPLAN" info "$1" --json | /usr/bin/python3 -c "
 import json, sys
 j = json.load(sys.stdin)
-print(f\"$2,{j['feature_map_bytes']},{j['compute_s']['forward']},{j['compute_s']['backward']}\")" \
-    >>"$info_out"
+s = json.load(open('$REPRO_TMP/run/policy-layrub.json'))['stall_s_by_cause']
+print(f\"$2,{j['feature_map_bytes']},{j['compute_s']['forward']},{j['compute_s']['backward']},\"
+      f\"{s['swap-in']},{s['swap-out']}\")" >>"$info_out"
 }
 for batch in $batches; do
   repro_zoo "$REPRO_TMP/resnet1517.json" resnet "$batch" titanx-maxwell --depth 1517

@@ -18,6 +18,21 @@ for batch in ${POOCH_BATCHES:-128 256 384 512 640}; do
     repro_run "$out" "$REPRO_TMP/resnet50.json" resnet50 "$batch" v100-16gb "$link" - all 1
   done
 done
+# The SuperNeurons rule at 640 with every checkpoint swapped (its least memory): the live peak.
+repro_zoo "$REPRO_TMP/resnet50.json" resnet50 640 v100-16gb
+"$MEMPLAN" simulate "$REPRO_TMP/resnet50.json" --policy superneurons \
+  --plan-out "$REPRO_TMP/sn.plan" >/dev/null
+/usr/bin/python3 - "$REPRO_TMP/sn.plan" "$REPRO_TMP/plan-superneurons-all-swapped.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+for d in plan["maps"]:
+    if d["action"] == "keep":
+        d["action"] = "swap"
+        d.pop("prefetch_before", None)
+json.dump(plan, open(sys.argv[2], "w"))
+PY
+repro_run "$out" "$REPRO_TMP/resnet50.json" resnet50 640 v100-16gb pcie3 1024TiB \
+  "plan:$REPRO_TMP/plan-superneurons-all-swapped.json" 0
 for batch in 96 256; do
   repro_zoo "$REPRO_TMP/resnext.json" resnext101-3d "$batch" v100-16gb --input 16x112x112
   for link in pcie3 nvlink2; do

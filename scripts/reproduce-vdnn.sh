@@ -23,6 +23,27 @@ repro_run "$out" "$REPRO_TMP/vgg16.json" vgg16-pytorch 256 titanx-maxwell pcie3 
 repro_zoo "$REPRO_TMP/vgg16-caffe.json" vgg16 256 titanx-maxwell --caffe
 repro_run "$out" "$REPRO_TMP/vgg16-caffe.json" vgg16-caffe 256 titanx-maxwell pcie3 - \
   in-core,vdnn-all,vdnn-conv,vdnn-dyn 1
+# vdnn-all's live peak with memory to spare: what any allocator, even a compacting one, must hold.
+repro_run "$out" "$REPRO_TMP/vgg16-caffe.json" vgg16-caffe-unbounded 256 titanx-maxwell pcie3 \
+  1024TiB vdnn-all 0
+# The same plan with conv1_1's map (features.1) fetched on demand, before conv1_2's backward, instead
+# of during pool1's backward where the prefetch walk puts it: the live peak drops under 12 GiB, and
+# the row at 12 GiB shows what the arena's placement then costs.
+"$MEMPLAN" simulate "$REPRO_TMP/vgg16-caffe.json" --policy vdnn-all \
+  --plan-out "$REPRO_TMP/vdnn-all.plan" >/dev/null 2>&1 || [[ $? == 1 ]]
+/usr/bin/python3 - "$REPRO_TMP/vdnn-all.plan" "$REPRO_TMP/plan-vdnn-all-on-demand.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+for d in plan["maps"]:
+    if d["tensor"] == "features.1":
+        d["prefetch_before"] = "features.2_bwd"
+plan["policy"] = "vdnn-all-on-demand"
+json.dump(plan, open(sys.argv[2], "w"))
+PY
+for memory in - 1024TiB; do
+  repro_run "$out" "$REPRO_TMP/vgg16-caffe.json" vgg16-caffe-on-demand 256 titanx-maxwell pcie3 \
+    "$memory" "plan:$REPRO_TMP/plan-vdnn-all-on-demand.json" 0
+done
 # The average-memory rows.
 mem_out=$(dirname "$out")/vdnn-memory.csv
 echo "network,batch,algorithms,no_reuse_bytes,persistent_bytes,average_live_bytes,peak_bytes,iteration_s" \
