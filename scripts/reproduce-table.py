@@ -206,8 +206,9 @@ def pooch_rows(d):
         f"memplan's rule recomputes {sn['recompute']} non-checkpoint maps and swaps checkpoints "
         f"least-recently-used first until the step fits; with every checkpoint swapped its live "
         f"peak is {gib(sn_all['peak_bytes'])}, far under 16 GiB, so PyTorch's step under the rule "
-        f"cannot run out. The paper ran the rule in Chainer, whose step keeps more (each "
-        f"function's outputs until the graph is freed, CuPy's pool rounding); not traced here."))
+        f"cannot run out. The paper ran the rule in Chainer: what took the other "
+        f"{16 - int(sn_all['peak_bytes']) / GIB:.1f} GiB there is not traced here (candidates: "
+        f"buffers Chainer keeps that autograd frees, CuPy's pool rounding and fragmentation)."))
     k = {l: get(512, l, "pooch") for l in loss}
     out.append((
         "PoocH's classification of ResNet-50 b512 (keep/swap/recompute)",
