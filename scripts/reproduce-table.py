@@ -194,8 +194,8 @@ def pooch_rows(d):
         + f". At 256 the step is just over the device and both stay near the ideal device "
         f"(SuperNeurons {pct(ovh(get(256, 'pcie3', 'superneurons')))}, PoocH "
         f"{pct(ovh(get(256, 'pcie3', 'pooch')))} on PCIe 3), so no ratio of 1.4 is left to find; "
-        f"on NVLink 2 the rule's least-recently-used checkpoint swaps hide behind compute. The "
-        f"paper's range is PoocH's x86 (PCIe 3) machine, where memplan reaches it from 384 on."))
+        f"on NVLink 2 the rule's least-recently-used checkpoint swaps hide behind compute. On "
+        f"PCIe 3 (the link of PoocH's x86 machine) memplan reaches the paper's range from 384 on."))
     sn = get(640, "pcie3", "superneurons")
     sn_all = get(640, "pcie3", "superneurons-all-swapped", memory="1024TiB")
     out.append((
