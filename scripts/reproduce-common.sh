@@ -34,7 +34,8 @@ repro_zoo() {
 # repro_run OUT TRACE LABEL BATCH DEVICE LINK MEMORY POLICIES SEARCH [what-if flags...]
 #   POLICIES: "all" runs `memplan compare --json` (every policy; decide_s is the policy's own
 #   decision time); a comma-separated list runs `memplan simulate --policy P --json` for each
-#   (decide_s is then the wall time of that command: decision, lowering and simulation).
+#   (decide_s is then the wall time of that command: decision, lowering and simulation); an item
+#   "plan:DIR/plan-NAME.json" simulates that plan file instead, in a row named NAME.
 #   SEARCH: 1 to add a `memplan search` row (decide_s = the search's own time), 0 not to.
 #   LINK/MEMORY: "-" for the trace's own; other what-if flags (e.g. --encode all) follow.
 repro_run() {
@@ -54,16 +55,24 @@ repro_run() {
     # The ideal device: in-core with memory to spare (what `memplan compare` calls ideal_s).
     "$MEMPLAN" simulate "$trace" "${ideal_flags[@]}" --policy in-core --memory 1024TiB --json \
       >"$dir/ideal.json"
-    local p
+    local p names=()
     IFS=, read -ra plist <<<"$policies"
     for p in "${plist[@]}"; do
-      local t0 t1
+      # "plan:DIR/plan-NAME.json" simulates that plan file; its row is named NAME.
+      local t0 t1 name=$p source=(--policy "$p")
+      if [[ $p == plan:* ]]; then
+        name=$(basename "${p#plan:}" .json)
+        name=${name#plan-}
+        source=(--plan "${p#plan:}")
+      fi
+      names+=("$name")
       t0=$(date +%s.%N)
-      "$MEMPLAN" simulate "$trace" "${flags[@]}" --policy "$p" --json >"$dir/policy-$p.json" ||
+      "$MEMPLAN" simulate "$trace" "${flags[@]}" "${source[@]}" --json >"$dir/policy-$name.json" ||
         [[ $? == 1 ]]
       t1=$(date +%s.%N)
-      echo "$t0 $t1" >"$dir/policy-$p.time"
+      echo "$t0 $t1" >"$dir/policy-$name.time"
     done
+    policies=$(IFS=,; echo "${names[*]}")
   fi
   if [[ $search == 1 ]]; then
     # Exit status 1 means "no plan fits": still a row.

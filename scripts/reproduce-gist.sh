@@ -2,7 +2,8 @@
 # Gist (Jain et al. 2018): footprint reduction of the encodings on five CNNs (AlexNet, OverFeat,
 # VGG-16, GoogLeNet, ResNet-50; batch 64 on a 12 GB Titan X) with memory to spare: in-core
 # without and with `--encode all` (binarize, sparse and the default precision reduction), and
-# with only the lossless pair (`--encode binarize,sparse`). Table: docs/reproductions.md.
+# with only the lossless pair (`--encode binarize,sparse`), and with the lossless pair plus 8-bit
+# precision reduction (`--encode binarize,sparse,fp8`, Gist's most aggressive DPR). Table: docs/reproductions.md.
 #   scripts/reproduce-gist.sh [OUT.csv]   (default out/reproductions/gist.csv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,5 +17,7 @@ for model in alexnet overfeat vgg16 googlenet resnet50; do
     --encode all
   repro_run "$out" "$REPRO_TMP/$model.json" "$model+lossless" 64 titanx-maxwell pcie3 1024TiB \
     in-core 0 --encode binarize,sparse
+  repro_run "$out" "$REPRO_TMP/$model.json" "$model+fp8" 64 titanx-maxwell pcie3 1024TiB in-core 0 \
+    --encode binarize,sparse,fp8
 done
 echo "wrote $out"

@@ -87,4 +87,13 @@ InCorePeak incore_peak(const Workload& workload) {
   return peak;
 }
 
+Bytes no_reuse_bytes(const Workload& workload) {
+  Bytes total = 0;
+  for (const Tensor& t : workload.tensors) {
+    if (t.in_place_of == kNoId) total += t.bytes;
+  }
+  for (const Op& op : workload.ops) total += op.workspace_bytes;
+  return total;
+}
+
 }  // namespace memplan::sim

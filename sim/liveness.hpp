@@ -38,4 +38,10 @@ struct InCorePeak {
 /// after its last use. Requires a validated workload.
 InCorePeak incore_peak(const Workload& workload);
 
+/// Device bytes of a framework that allocates network-wide with no reuse (Caffe's default, the
+/// baseline of vDNN's "average memory" figures): every tensor's buffer (an in-place output shares
+/// its input's, as in Caffe) plus every op's own workspace, all held for the whole step.
+/// Requires a validated workload.
+Bytes no_reuse_bytes(const Workload& workload);
+
 }  // namespace memplan::sim

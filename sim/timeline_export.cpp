@@ -133,6 +133,17 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
       format_bytes(oom.live_bytes), format_bytes(oom.capacity_bytes), kinds);
 }
 
+Bytes average_live_bytes(const Timeline& tl) {
+  if (!tl.feasible || tl.iteration_ns <= 0 || tl.memory.empty()) return 0;
+  long double area = 0;  // byte-nanoseconds
+  for (std::size_t i = 0; i < tl.memory.size(); ++i) {
+    const Nanoseconds until = i + 1 < tl.memory.size() ? tl.memory[i + 1].time_ns : tl.iteration_ns;
+    area += static_cast<long double>(tl.memory[i].live_bytes) *
+            static_cast<long double>(until - tl.memory[i].time_ns);
+  }
+  return static_cast<Bytes>(area / static_cast<long double>(tl.iteration_ns));
+}
+
 nlohmann::json summary_json(const Timeline& tl, const Program& program, const Workload& w,
                             const Machine& machine) {
   nlohmann::json actions = nlohmann::json::object();
@@ -153,6 +164,7 @@ nlohmann::json summary_json(const Timeline& tl, const Program& program, const Wo
       {"compute_s", to_seconds(tl.op_compute_ns)},
       {"peak_bytes", tl.peak_bytes},
       {"peak_reserved_bytes", tl.peak_reserved_bytes},
+      {"average_live_bytes", average_live_bytes(tl)},
       {"peak_host_bytes", tl.peak_host_bytes},
       {"stall_s", to_seconds(tl.stall_ns())},
       {"stall_s_by_cause", stalls},

@@ -24,8 +24,13 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
 /// One line: "out of device memory at op 'conv2' (t=12.3 us): needs 2.00 KiB, largest free ...".
 std::string oom_to_text(const OomReport& oom, const Program& program, const Workload& workload);
 
-/// feasible, iteration_s, peak_bytes, peak_reserved_bytes, peak_host_bytes, stall_s,
-/// stall_s_by_cause, compute_s, actions, instructions, machine, oom.
+/// Live device bytes averaged over the step's time: each point of the memory curve holds until the
+/// next one, the last until the end of the iteration (vDNN's "average memory usage"). 0 when the
+/// run did not finish or took no time.
+Bytes average_live_bytes(const Timeline& timeline);
+
+/// feasible, iteration_s, peak_bytes, average_live_bytes, peak_reserved_bytes, peak_host_bytes,
+/// stall_s, stall_s_by_cause, compute_s, actions, instructions, machine, oom.
 nlohmann::json summary_json(const Timeline& timeline, const Program& program,
                             const Workload& workload, const Machine& machine);
 std::string summary_text(const Timeline& timeline, const Program& program, const Workload& workload,

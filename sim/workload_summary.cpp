@@ -38,6 +38,7 @@ nlohmann::ordered_json to_json(const WorkloadSummary& s, const Workload& workloa
   j["feature_map_bytes"] = s.feature_map_bytes;
   j["parameter_bytes"] = s.parameter_bytes();
   j["peak_bytes_incore"] = s.peak.bytes;
+  j["no_reuse_bytes"] = no_reuse_bytes(workload);
   j["peak_op"] = s.peak.op == kNoId ? nlohmann::ordered_json(nullptr)
                                     : nlohmann::ordered_json(workload.op(s.peak.op).name);
   nlohmann::ordered_json compute = nlohmann::ordered_json::object();

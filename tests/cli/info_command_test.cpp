@@ -28,6 +28,10 @@ TEST_CASE("memplan info --json has the documented keys", "[cli][info]") {
   CHECK(j.at("feature_map_bytes") == 5280);
   CHECK(j.at("parameter_bytes") == 231936);
   CHECK(j.at("peak_bytes_incore") == 701952);
+  // Network-wide, no reuse: every tensor of the trace at once (no in-place outputs, no workspaces):
+  // parameters 231936 + optimizer state 231936 + gradients 242336 + activations 10564 + input
+  // 4128 = 720900 bytes, above the in-core peak by the buffers liveness frees early.
+  CHECK(j.at("no_reuse_bytes") == 720900);
   CHECK(j.at("compute_s").at("forward").get<double>() == Approx(51e-6));
   CHECK(j.at("compute_s").at("backward").get<double>() == Approx(82e-6));
   CHECK(j.at("compute_s").at("update").get<double>() == Approx(10e-6));

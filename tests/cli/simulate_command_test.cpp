@@ -55,6 +55,10 @@ TEST_CASE("simulate --json has the documented keys", "[cli][simulate]") {
   CHECK(j.at("iteration_s").get<double>() > j.at("compute_s").get<double>());
   CHECK(j.at("stall_s").get<double>() > 0);
   CHECK(j.at("peak_bytes").get<long>() <= j.at("peak_reserved_bytes").get<long>());
+  // A time average of the live bytes cannot exceed their peak (tests/sim/memory_measures_test.cpp
+  // works one out by hand).
+  CHECK(j.at("average_live_bytes").get<long>() > 0);
+  CHECK(j.at("average_live_bytes").get<long>() <= j.at("peak_bytes").get<long>());
 }
 
 TEST_CASE("a faster link makes swapping cheaper; flags override the preset", "[cli][simulate]") {

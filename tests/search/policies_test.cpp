@@ -69,6 +69,32 @@ TEST_CASE("vdnn-all swaps every layer input and prefetches one layer ahead", "[s
         "relu3_out=swap@loss_bwd fc_out=swap ");
 }
 
+TEST_CASE("vdnn-all brings conv1's map back during pool1's backward in a VGG block",
+          "[search][vdnn]") {
+  // VGG-16's first block, scaled: conv1 relu1 conv2 relu2 pool1 with 4000-byte maps, then smaller
+  // layers. docs/reproductions.md's VGG-16 b256 row turns on this placement of the prefetch.
+  const Workload w = layer_chain({conv("conv1", 4000), relu("relu1", 4000), conv("conv2", 4000),
+                                  relu("relu2", 4000), pool("pool1", 1000), conv("conv3", 1000),
+                                  relu("relu3", 1000), linear("fc"), loss("loss")});
+  const auto d = run("vdnn-all", w, test_machine(Bytes{1} << 40));
+  // Backward: loss_bwd 9, fc_bwd 10, relu3_bwd 11, conv3_bwd 12, pool1_bwd 13, relu2_bwd 14,
+  // conv2_bwd 15. pool1_bwd walks past relu2 (whose input conv2_out is no map) to conv2 and takes
+  // relu1_out, although conv2_bwd is two ops away.
+  CHECK(describe(w, d.plan) ==
+        "relu1_out=swap@pool1_bwd relu2_out=swap@conv3_bwd pool1_out=swap@fc_bwd "
+        "relu3_out=swap@loss_bwd fc_out=swap ");
+  // With memory to spare, the peak is at relu2_bwd: x (conv1_bwd reads it) 1000 + relu2_out 4000
+  // + its incoming gradient 4000 + its output gradient 4000 + relu1_out, back early, 4000 =
+  // 17000 bytes. Fetched on demand (before conv2_bwd) relu1_out replaces relu2_out and its
+  // gradient there instead: conv2_bwd holds x 1000 + relu1_out 4000 + its incoming gradient 4000
+  // + its output gradient 4000 = 13000, the most of any op (relu2_bwd: 1000 + 3 x 4000).
+  const Machine spare = test_machine(Bytes{1} << 40);
+  CHECK(simulate(w, d.plan, spare).timeline.peak_bytes == 17000);
+  Plan on_demand = d.plan;
+  on_demand.decisions.front().prefetch_before = 15;  // conv2_bwd
+  CHECK(simulate(w, on_demand, spare).timeline.peak_bytes == 13000);
+}
+
 TEST_CASE("checkpoint-sqrt keeps every sqrt(n)-th map", "[search][checkpoint]") {
   // Nine ReLU/linear pairs give 9 ReLU outputs read by relu_bwd and linear_bwd, plus the last
   // linear's output read by the loss: 10 maps... so use 9 layers of relu only: each output is a
