@@ -20,8 +20,8 @@ sim::Plan named_plan(std::string_view name, const sim::Workload& workload,
     sim::validate_plan(*basic, workload, name);
     return std::move(*basic);
   }
-  throw sim::InputError("--policy", fmt::format("unknown policy '{}' (known: {})", name,
-                                                named_plan_names()));
+  throw sim::InputError("--policy",
+                        fmt::format("unknown policy '{}' (known: {})", name, named_plan_names()));
 }
 
 std::string named_plan_names() {
