@@ -71,8 +71,8 @@ void bind_plans(py::module_& m) {
         sim::write_file_atomically(path, text);
       },
       py::arg("path"), py::arg("text"));
-  m.def("named_plan", &search::named_plan, py::arg("name"), py::arg("workload"),
-        py::arg("machine"), py::call_guard<py::gil_scoped_release>());
+  m.def("named_plan", &search::named_plan, py::arg("name"), py::arg("workload"), py::arg("machine"),
+        py::call_guard<py::gil_scoped_release>());
   m.def("named_plan_names", &search::named_plan_names);
   m.def("apply_encodings", &apply_encodings, py::arg("plan"), py::arg("workload"),
         py::arg("encode"));

@@ -55,8 +55,9 @@ void bind_traces(py::module_& m) {
                              [](const sim::Workload& w) { return w.device.memory_bytes; })
       .def("__eq__", [](const sim::Workload& a, const sim::Workload& b) { return a == b; });
 
-  m.def("read_trace", [](const std::filesystem::path& p) { return share(sim::read_trace(p)); },
-        py::arg("path"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "read_trace", [](const std::filesystem::path& p) { return share(sim::read_trace(p)); },
+      py::arg("path"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "parse_trace",
       [](const std::string& text, const std::string& source) {
@@ -66,8 +67,7 @@ void bind_traces(py::module_& m) {
   m.def("write_trace", &sim::write_trace, py::arg("workload"));
   m.def("write_trace_file", &sim::write_trace_file, py::arg("workload"), py::arg("path"));
   m.def(
-      "info_json",
-      [](const sim::Workload& w) { return sim::to_json(sim::summarize(w), w).dump(); },
+      "info_json", [](const sim::Workload& w) { return sim::to_json(sim::summarize(w), w).dump(); },
       py::arg("workload"));
   m.def(
       "info_text", [](const sim::Workload& w) { return sim::to_text(sim::summarize(w), w); },
