@@ -3,11 +3,12 @@ import io
 
 
 def frame(rows, columns=None):
-    """A DataFrame of `rows` (dicts); nested dicts become `outer.inner` columns."""
+    """A DataFrame of `rows` (dicts); nested dicts become `outer.inner` columns; `columns` names
+    the columns of an empty one."""
     import pandas as pd
 
-    df = pd.json_normalize(list(rows)) if rows else pd.DataFrame(columns=columns or [])
-    return df
+    rows = list(rows)
+    return pd.json_normalize(rows) if rows else pd.DataFrame(columns=columns or [])
 
 
 def read_csv(text, **kwargs):

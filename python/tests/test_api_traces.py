@@ -76,3 +76,18 @@ def test_import_memplan_does_not_import_torch():
     code = "import sys, memplan; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_import_kineto_is_memplan_import(tmp_path):
+    # The real profiler trace ships in ../shared beside the repository, as the C++ importer tests
+    # expect it.
+    kineto = TRACES.parent.parent / "shared/data/kineto/resnet50_b32_v100_worker0.pt.trace.json.gz"
+    assert kineto.exists(), f"{kineto} is not present: the tests expect shared/ beside the repository"
+    status, _, err = run_cli("import", "kineto", kineto, "-o", tmp_path / "r50.json")
+    assert status == 0, err
+    trace = memplan.import_kineto(kineto)
+    assert trace.to_json() == (tmp_path / "r50.json").read_text()
+    with pytest.raises(memplan.InputError) as e:
+        memplan.import_kineto(tmp_path / "nope.json")
+    assert str(e.value) == cli_error("import", "kineto", tmp_path / "nope.json", "-o",
+                                     tmp_path / "x.json")
