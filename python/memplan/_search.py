@@ -41,7 +41,8 @@ class SearchResult:
 
     def __repr__(self):
         fit = f"{self.iteration_s:.6g} s" if self.feasible else "no plan fits"
-        return (f"<memplan.SearchResult {fit} (best policy {self.best_policy}), {self.rounds} rounds"
+        return (f"<memplan.SearchResult {fit} (best policy {self.best_policy}), "
+                f"{self.rounds} rounds"
                 f"{', cancelled' if self.cancelled else ''}>")
 
 
@@ -94,12 +95,15 @@ def _list(value):
 
 
 def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=True,
-          encode=None, threads=0, search_time_limit=10.0, search_rounds=None, seed=1):
+          encode=None, threads=0, search_time_limit=10.0, search_rounds=None, seed=1,
+          progress=None):
     """Runs the grid and returns a Sweep (`memplan sweep`).
 
     traces: Traces (named by their `name` in the CSV) or a dict {name: Trace}; memory: budgets
     ("8GiB" or bytes; default each trace's); link: presets; bandwidth: one bandwidth both ways
     per point ("8GB/s"); policies: names (default every policy); search: add the search column.
+    progress(p) is called after every cell with p.done, p.total, p.elapsed_s (an exception in it
+    is raised once the grid has run).
     """
     items = traces.items() if isinstance(traces, dict) else [(t.name, t) for t in traces]
     arguments = _core.SweepArguments()
@@ -114,4 +118,4 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
     arguments.search_time_limit_s = float(search_time_limit)
     arguments.search_rounds = int(search_rounds or 0)
     arguments.seed = int(seed)
-    return Sweep(_core.sweep(arguments))
+    return Sweep(_core.sweep(arguments, progress))

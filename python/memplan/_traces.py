@@ -89,7 +89,8 @@ class Info:
         return self.text
 
     def __repr__(self):
-        return f"<memplan.Info {self.data.get('ops')} ops, peak {self.data.get('peak_bytes_incore')} B>"
+        peak = self.data.get("peak_bytes_incore")
+        return f"<memplan.Info {self.data.get('ops')} ops, in-core peak {peak} B>"
 
 
 def load_trace(path):

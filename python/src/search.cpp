@@ -82,8 +82,9 @@ struct SweepArguments {
   std::uint64_t seed = 1;
 };
 
-// The grid as `memplan sweep` builds it from its flags; the CSV it writes.
-std::string run_sweep(const SweepArguments& a) {
+// The grid as `memplan sweep` builds it from its flags; the CSV it writes. `progress` is called
+// (with the GIL) after every cell; an exception in it is raised once the sweep has returned.
+std::string run_sweep(const SweepArguments& a, const std::optional<py::function>& progress) {
   search::SweepGrid grid;
   for (const auto& [name, workload] : a.traces) grid.traces.push_back({name, *workload});
   for (const std::string& text : a.memories) {
@@ -98,7 +99,25 @@ std::string run_sweep(const SweepArguments& a) {
   options.search.time_limit_s = a.search_time_limit_s;
   options.search.max_rounds = a.search_rounds;
   options.search.seed = a.seed;
-  return search::sweep_csv(search::run_sweep(grid, options));
+  std::optional<py::error_already_set> error;
+  if (progress) {
+    options.on_progress = [&](const search::SweepProgress& p) {
+      py::gil_scoped_acquire gil;
+      if (error) return;
+      try {
+        (*progress)(p);
+      } catch (py::error_already_set& e) {
+        error = std::move(e);
+      }
+    };
+  }
+  std::vector<search::SweepRow> rows;
+  {
+    py::gil_scoped_release released;
+    rows = search::run_sweep(grid, options);
+  }
+  if (error) throw std::move(*error);
+  return search::sweep_csv(rows);
 }
 
 }  // namespace
@@ -152,7 +171,11 @@ void bind_search(py::module_& m) {
       .def_readwrite("search_time_limit_s", &SweepArguments::search_time_limit_s)
       .def_readwrite("search_rounds", &SweepArguments::search_rounds)
       .def_readwrite("seed", &SweepArguments::seed);
-  m.def("sweep", &run_sweep, py::arg("arguments"), py::call_guard<py::gil_scoped_release>());
+  py::class_<search::SweepProgress>(m, "SweepProgress")
+      .def_readonly("done", &search::SweepProgress::done)
+      .def_readonly("total", &search::SweepProgress::total)
+      .def_readonly("elapsed_s", &search::SweepProgress::elapsed_s);
+  m.def("sweep", &run_sweep, py::arg("arguments"), py::arg("progress"));
 }
 
 }  // namespace memplan::python

@@ -68,9 +68,10 @@ def test_an_exception_in_progress_stops_the_search_and_is_raised(tight):
 def test_sweep_is_memplan_sweep(tmp_path):
     trace = memplan.load_trace(TINY)
     mlp = memplan.load_trace(TRACES / "mlp4.json")
+    done = []
     result = memplan.sweep({"tiny": trace, "mlp4": mlp}, memory=["150KiB", 1 << 20],
                            link=["pcie3"], bandwidth=["8GB/s"], policies=["vdnn-all", "pooch"],
-                           search=False, threads=2)
+                           search=False, threads=2, progress=lambda p: done.append(p.done))
     # The CLI names traces by path; give it files called like the Python names.
     trace.write(tmp_path / "tiny")
     mlp.write(tmp_path / "mlp4")
@@ -83,4 +84,5 @@ def test_sweep_is_memplan_sweep(tmp_path):
                                    na_values={"iteration_s": [""], "overhead": [""]})
     cli["trace"] = cli["trace"].map(lambda p: p.rsplit("/", 1)[-1])
     assert len(df) == 2 * 2 * 2 * 2  # traces x memories x links x policies
+    assert sorted(done) == list(range(1, len(df) + 1))  # one call per cell
     assert df.drop(columns="decide_s").equals(cli.drop(columns="decide_s"))
