@@ -1,38 +1,11 @@
 #include "cli/plan_flags.hpp"
 
-#include <fmt/core.h>
-
 #include "search/gist.hpp"
-#include "search/policy.hpp"
-#include "sim/basic_plans.hpp"
+#include "search/named_plan.hpp"
 #include "sim/input_error.hpp"
 #include "sim/plan_io.hpp"
 
 namespace memplan::cli {
-namespace {
-
-sim::Plan plan_from_policy(const std::string& name, const sim::Workload& workload,
-                           const sim::Machine& machine) {
-  if (const search::Policy* policy = search::find_policy(name)) {
-    search::Evaluator evaluator(workload, machine);
-    sim::Plan plan = policy->decide(evaluator, search::NetworkView(workload)).plan;
-    sim::validate_plan(plan, workload, name);
-    return plan;
-  }
-  if (auto basic = sim::basic_plan(name, workload)) {
-    sim::validate_plan(*basic, workload, name);
-    return std::move(*basic);
-  }
-  std::string names;
-  for (const auto& p : search::policies())
-    names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
-  for (auto n : sim::basic_plan_names()) {
-    if (!search::find_policy(n)) names += fmt::format(", {}", n);
-  }
-  throw sim::InputError("--policy", fmt::format("unknown policy '{}' (known: {})", name, names));
-}
-
-}  // namespace
 
 void add_plan_flags(CLI::App& command, PlanFlags& flags) {
   auto* plan = command.add_option("--plan", flags.plan, "plan file (JSON, see docs/simulator.md)");
@@ -52,7 +25,7 @@ sim::Plan plan_from_flags(const sim::Workload& workload, const sim::Machine& mac
   }
   const search::EncodingOptions encodings =
       search::parse_encoding_options(flags.encode, "--encode");
-  const sim::Plan plan = flags.plan.empty() ? plan_from_policy(flags.policy, workload, machine)
+  const sim::Plan plan = flags.plan.empty() ? search::named_plan(flags.policy, workload, machine)
                                             : sim::read_plan(flags.plan, workload);
   return search::apply_encodings(plan, search::NetworkView(workload), encodings);
 }

@@ -1,12 +1,12 @@
-"""Helpers the notebooks share: run the memplan binary, keep scratch files, save figures.
+"""Helpers the notebooks share: the memplan Python package, scratch files, figures.
 
-The binary is $MEMPLAN, or build/release/bin/memplan of this checkout. Scratch files (traces,
-plans, CSVs) go to $MEMPLAN_NB_OUT, or out/notebooks/ of this checkout; figures go to
+The notebooks call the `memplan` package (python/memplan/, built into build/release/python); it is
+found on PYTHONPATH (scripts/notebooks sets it), else in build/release/python of this checkout.
+Scratch files go to $MEMPLAN_NB_OUT, or out/notebooks/ of this checkout; figures go to
 docs/figures/.
 """
-import json
 import os
-import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -15,7 +15,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-MEMPLAN = Path(os.environ.get("MEMPLAN", ROOT / "build" / "release" / "bin" / "memplan"))
+try:
+    import memplan  # noqa: E402
+except ImportError:
+    sys.path.insert(0, str(ROOT / "build" / "release" / "python"))
+    import memplan  # noqa: E402,F811
+
 OUT = Path(os.environ.get("MEMPLAN_NB_OUT", ROOT / "out" / "notebooks"))
 FIGURES = ROOT / "docs" / "figures"
 OUT.mkdir(parents=True, exist_ok=True)
@@ -24,33 +29,12 @@ FIGURES.mkdir(parents=True, exist_ok=True)
 GiB = 1024**3
 
 
-def memplan(*args, ok=(0,)):
-    """Runs `memplan ARGS`; returns its standard output. Fails on an exit status not in `ok`."""
-    cmd = [str(MEMPLAN), *map(str, args)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode not in ok:
-        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()}")
-    return r.stdout
-
-
-def memplan_json(*args, ok=(0,)):
-    return json.loads(memplan(*args, "--json", ok=ok))
-
-
 def zoo_trace(model, device, batch):
-    """Writes the modeled trace of `model` on `device` at `batch` (`memplan zoo`); returns its path."""
-    path = OUT / f"{model}_{device}_b{batch}.json"
-    memplan("zoo", model, "--device", device, "--batch", batch, "-o", path)
-    return path
-
-
-def sweep(name, traces, *flags):
-    """`memplan sweep` over `traces` with `flags` into OUT/NAME.csv; returns it as a DataFrame."""
-    import pandas as pd
-
-    csv = OUT / f"{name}.csv"
-    memplan("sweep", *traces, *flags, "-o", csv)
-    return pd.read_csv(csv, keep_default_na=False, na_values={"iteration_s": [""], "overhead": [""]})
+    """The zoo's modeled trace of `model` on `device` at `batch`, also written to OUT (what
+    `memplan zoo` would write) so the command line can replay it."""
+    trace = memplan.zoo(model, device, batch=batch)
+    trace.write(OUT / f"{trace.name}.json")
+    return trace
 
 
 def save(fig, name):

@@ -363,6 +363,7 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(); };
   const int threads = options.threads > 0
                           ? options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -407,7 +408,7 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
     std::size_t round = 0;
     bool settled = false;
     while (!settled && (options.max_rounds == 0 || result.rounds < options.max_rounds) &&
-           elapsed() < options.time_limit_s) {
+           elapsed() < options.time_limit_s && !cancelled()) {
       ++result.rounds;
       ++round;
       std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ULL + start_index * 0x100000001B3ULL +
@@ -491,7 +492,7 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
   std::size_t starts = 0;
   for (std::size_t k = 0; k < seeds.size() && starts < kStarts; ++k) {
     if (k > 0 && !seeds[k].evaluation.feasible) break;
-    if (k > 0 && (elapsed() >= options.time_limit_s ||
+    if (k > 0 && (elapsed() >= options.time_limit_s || cancelled() ||
                   (options.max_rounds != 0 && result.rounds >= options.max_rounds))) {
       converged = false;  // a limit, not convergence, ended the search
       break;

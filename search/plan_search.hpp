@@ -1,6 +1,7 @@
 #pragma once
 // The plan-search engine: starts from every policy's plan and improves on the best one by
 // parallel local search, with the simulator as the oracle (Note [Plan search] in plan_search.cpp).
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,6 +30,9 @@ struct SearchOptions {
   EncodingOptions encodings;
   /// Called by the driving thread after every round.
   std::function<void(const SearchProgress&)> on_progress;
+  /// When set and true, the search stops at the next round boundary and returns the best plan so
+  /// far (not converged), as a time limit would. Python's progress callback sets it.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct SearchResult {

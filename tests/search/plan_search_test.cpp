@@ -1,3 +1,5 @@
+#include <atomic>
+
 #include <catch2/catch.hpp>
 
 #include "search/comparison.hpp"
@@ -116,4 +118,33 @@ TEST_CASE("searched plans keep the plan rules across maps (no lossy map read by 
     CHECK_NOTHROW(validate_plan(e.plan, inst.workload, "exact plan"));
     CHECK_FALSE(better(r.evaluation, e.evaluation));
   }
+}
+
+TEST_CASE("a cancel flag stops the search at the next round with the best plan so far",
+          "[search][plan_search]") {
+  const Workload w = net();
+  const Machine m = test_machine(20000, 2e8, 1000);
+  const SearchResult full = search_plan(w, m, quick(1, true));
+  REQUIRE(full.rounds > 1);  // otherwise stopping after the first round would show nothing
+
+  std::atomic<bool> cancel{false};
+  SearchOptions o = quick(1, true);
+  o.cancel = &cancel;
+  o.on_progress = [&](const SearchProgress&) { cancel = true; };  // after the first round
+  const SearchResult stopped = search_plan(w, m, o);
+  CHECK(stopped.rounds == 1);
+  CHECK_FALSE(stopped.converged);
+  // The plan returned is the best one seen: no worse than the policy the search started from,
+  // and what the simulator says it is.
+  CHECK_FALSE(better(stopped.best_policy_evaluation, stopped.evaluation));
+  CHECK(summarize(simulate(w, stopped.plan, m).timeline).iteration_ns ==
+        stopped.evaluation.iteration_ns);
+
+  cancel = true;  // set before the search: no improvement round runs at all
+  o.on_progress = nullptr;
+  const SearchResult none = search_plan(w, m, o);
+  CHECK(none.rounds == 0);
+  // No round ran: the plan is the best policy's.
+  CHECK(none.evaluation.feasible == none.best_policy_evaluation.feasible);
+  CHECK(none.evaluation.iteration_ns == none.best_policy_evaluation.iteration_ns);
 }

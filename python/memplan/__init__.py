@@ -1,0 +1,41 @@
+"""memplan: plan GPU memory for training steps that do not fit, from Python.
+
+The same libraries as the `memplan` command, in process:
+
+    import memplan
+    trace = memplan.zoo("resnet18", "v100-16gb", batch=512)      # or memplan.load_trace(path)
+    print(trace.info())
+    sim = memplan.simulate(trace, policy="vdnn-all", memory="8GiB")
+    table = memplan.compare(trace, memory="8GiB").to_dataframe()
+    found = memplan.search(trace, memory="8GiB", time_limit=30)
+    found.plan.write("plan.json")
+    report = memplan.validate(memplan.load_trace("traces/mlp4.json"), policy="pooch")
+
+Bad input (a trace, a plan, an argument) raises InputError (a ValueError) with the one-line
+message the command prints. memplan.torch (capture from PyTorch) is imported on demand:
+`import memplan.torch`; this package itself does not import torch.
+"""
+from memplan._core import InputError
+from memplan._plans import Plan, machine, parse_plan, policies, read_plan
+from memplan._search import SearchResult, Sweep, search, sweep
+from memplan._simulation import Comparison, Simulation, Timeline, compare, simulate
+from memplan._traces import (Info, Trace, import_kineto, load_trace, parse_trace, zoo,
+                             zoo_devices, zoo_models)
+from memplan._validation import ValidationReport, validate
+
+__version__ = "0.1.0"
+
+
+def info(trace):
+    """What `memplan info` shows about `trace` (a Trace or a trace file)."""
+    if not isinstance(trace, Trace):
+        trace = load_trace(trace)
+    return trace.info()
+
+
+__all__ = [
+    "InputError", "Trace", "Info", "Plan", "Simulation", "Timeline", "Comparison", "SearchResult",
+    "Sweep", "ValidationReport", "load_trace", "parse_trace", "zoo", "zoo_models", "zoo_devices",
+    "import_kineto", "info", "read_plan", "parse_plan", "policies", "machine", "simulate",
+    "compare", "search", "sweep", "validate",
+]

@@ -1,0 +1,95 @@
+"""Plans (keep / swap / recompute / encode per feature map) and the machine they run on."""
+import json
+import os
+
+from memplan import _core, _tables
+
+
+class Plan:
+    """A memory plan for one trace: what happens to each feature map (docs/simulator.md, "Plan
+    files"). Read one with read_plan(), or get one from simulate(policy=...), search()."""
+
+    def __init__(self, plan, trace):
+        self._plan = plan
+        self.trace = trace
+
+    @property
+    def policy(self):
+        """Who made it: a policy's name, "search", "hand-written", ..."""
+        return self._plan.policy
+
+    def to_json(self):
+        """The plan file's text (one map per line, stable)."""
+        return _core.write_plan(self._plan, self.trace._workload)
+
+    def to_dict(self):
+        return json.loads(self.to_json())
+
+    def write(self, path):
+        """Writes the plan file atomically (readable by read_plan and `memplan simulate --plan`)."""
+        _core.write_file_atomically(os.fspath(path), self.to_json())
+
+    def to_dataframe(self):
+        """One row per feature map: tensor, action and the action's fields."""
+        return _tables.frame(self.to_dict()["maps"], ["tensor", "action"])
+
+    def __eq__(self, other):
+        return isinstance(other, Plan) and self._plan == other._plan
+
+    def __repr__(self):
+        return f"<memplan.Plan {self.policy!r} for {self.trace.name!r}>"
+
+
+def read_plan(path, trace):
+    """Reads a plan file for `trace`, checked against it. Raises InputError naming the file and
+    JSON path."""
+    return Plan(_core.read_plan(os.fspath(path), trace._workload), trace)
+
+
+def parse_plan(text, trace, name="<string>"):
+    """Parses plan text for `trace`; `name` names it in errors."""
+    return Plan(_core.parse_plan(text, name, trace._workload), trace)
+
+
+def policies():
+    """The names policy= takes: every policy (as `memplan compare` lists them), then swap-all and
+    recompute-all."""
+    return _core.named_plan_names().split(", ")
+
+
+def _text(value):
+    """A what-if value as the CLI takes it: "16GiB", "12.5GB/s", "10us", or a plain number
+    (bytes, bytes per second, nanoseconds)."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else repr(value)
+
+
+def _encode_text(encode):
+    if encode is None:
+        return ""
+    return encode if isinstance(encode, str) else ",".join(encode)
+
+
+def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, host_memory=None):
+    """The trace's device with the what-if values of `memplan simulate` applied: memory ("16GiB"
+    or bytes), link (a preset: pcie3, pcie4, pcie5, nvlink2, c2c), h2d and d2h ("12.5GB/s" or
+    bytes/s), latency ("10us" or ns), host_memory (pinned host bytes for swapped maps)."""
+    return _core.make_machine(trace._workload, _text(memory), link, _text(h2d), _text(d2h),
+                              _text(latency), _text(host_memory))
+
+
+def resolve_plan(trace, machine_, plan, policy, encode, command):
+    """The plan a command runs: `plan` (a Plan or a plan file) or the `policy`'s, with `encode`'s
+    Gist encodings applied to its kept maps."""
+    if (plan is None) == (policy is None):
+        raise _core.InputError(f"{command}: give plan=PLAN or policy=NAME (one of them)")
+    if policy is not None:
+        raw = _core.named_plan(policy, trace._workload, machine_)
+    elif isinstance(plan, Plan) and plan.trace == trace:
+        raw = plan._plan
+    elif isinstance(plan, Plan):  # made for another trace: checked against this one as a file is
+        raw = _core.parse_plan(plan.to_json(), f"plan {plan.policy!r}", trace._workload)
+    else:
+        raw = _core.read_plan(os.fspath(plan), trace._workload)
+    return Plan(_core.apply_encodings(raw, trace._workload, _encode_text(encode)), trace)

@@ -1,0 +1,121 @@
+"""search (the plan search, with progress and cancellation) and sweep (a grid of cells)."""
+import os
+
+from memplan import _core, _plans, _simulation, _tables
+
+
+class SearchResult:
+    """The best plan the search found (`memplan search`): `plan`, its `simulation`, the policy
+    it started from (`best_policy`, `best_policy_iteration_s`, None when that plan does not fit),
+    `evaluated` plans, `rounds`, `converged` (stopped because no move improved), `cancelled`
+    (the progress callback stopped it), `search_s`."""
+
+    def __init__(self, outcome, plan, simulation):
+        self.plan = plan
+        self.simulation = simulation
+        self.best_policy = outcome.best_policy
+        best = outcome.best_policy_evaluation
+        self.best_policy_feasible = best.feasible
+        self.best_policy_iteration_s = best.iteration_ns * 1e-9 if best.feasible else None
+        self.evaluated = outcome.evaluated
+        self.rounds = outcome.rounds
+        self.converged = outcome.converged
+        self.cancelled = outcome.cancelled
+        self.search_s = outcome.elapsed_s
+
+    @property
+    def feasible(self):
+        return self.simulation.feasible
+
+    @property
+    def iteration_s(self):
+        return self.simulation.iteration_s
+
+    def to_dict(self):
+        """The object `memplan search --json` prints."""
+        return {**self.simulation.summary, "best_policy": self.best_policy,
+                "best_policy_feasible": self.best_policy_feasible,
+                "best_policy_iteration_s": self.best_policy_iteration_s,
+                "evaluated": self.evaluated, "rounds": self.rounds, "converged": self.converged,
+                "cancelled": self.cancelled, "search_s": self.search_s}
+
+    def __repr__(self):
+        fit = f"{self.iteration_s:.6g} s" if self.feasible else "no plan fits"
+        return (f"<memplan.SearchResult {fit} (best policy {self.best_policy}), "
+                f"{self.rounds} rounds"
+                f"{', cancelled' if self.cancelled else ''}>")
+
+
+def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
+           deterministic=False, progress=None, **what_if):
+    """Searches for a plan better than every policy's (`memplan search`).
+
+    time_limit: seconds for the improvement rounds; rounds: stop after this many (None: until
+    converged); threads: 0 for every core; deterministic: the same plan for any thread count.
+    progress(p) is called after every round with p.round, p.evaluated, p.elapsed_s and p.best
+    (feasible, iteration_ns, peak_bytes); returning False stops the search at the next round,
+    which returns the best plan so far (`cancelled` True). An exception in it stops the search and
+    is raised. what_if: as machine() takes them.
+    """
+    m = _plans.machine(trace, **what_if)
+    arguments = _core.SearchArguments()
+    arguments.threads = int(threads)
+    arguments.time_limit_s = float(time_limit)
+    arguments.rounds = int(rounds or 0)
+    arguments.seed = int(seed)
+    arguments.deterministic = bool(deterministic)
+    arguments.encode = _plans._encode_text(encode)
+    outcome = _core.search(trace._workload, m, arguments, progress)
+    plan = _plans.Plan(outcome.plan, trace)
+    simulation = _simulation.Simulation(_core.simulate(trace._workload, outcome.plan, m), plan, m)
+    return SearchResult(outcome, plan, simulation)
+
+
+class Sweep:
+    """A grid of traces x memories x links x (policies and the search) (`memplan sweep`): `csv`
+    is the CSV the command writes (docs/sweep.md), to_dataframe() reads it."""
+
+    def __init__(self, csv):
+        self.csv = csv
+
+    def to_dataframe(self):
+        return _tables.read_csv(self.csv, keep_default_na=False,
+                                na_values={"iteration_s": [""], "overhead": [""]})
+
+    def write(self, path):
+        _core.write_file_atomically(os.fspath(path), self.csv)
+
+
+def _list(value):
+    if value is None:
+        return []
+    if isinstance(value, (str, int, float)):
+        value = [value]
+    return [_plans._text(v) for v in value]
+
+
+def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=True,
+          encode=None, threads=0, search_time_limit=10.0, search_rounds=None, seed=1,
+          progress=None):
+    """Runs the grid and returns a Sweep (`memplan sweep`).
+
+    traces: Traces (named by their `name` in the CSV) or a dict {name: Trace}; memory: budgets
+    ("8GiB" or bytes; default each trace's); link: presets; bandwidth: one bandwidth both ways
+    per point ("8GB/s"); policies: names (default every policy); search: add the search column.
+    progress(p) is called after every cell with p.done, p.total, p.elapsed_s (an exception in it
+    is raised once the grid has run).
+    """
+    items = traces.items() if isinstance(traces, dict) else [(t.name, t) for t in traces]
+    arguments = _core.SweepArguments()
+    arguments.traces = [(str(name), t._workload) for name, t in items]
+    arguments.memories = _list(memory)
+    arguments.links = _list(link)
+    arguments.bandwidths = _list(bandwidth)
+    arguments.policies = list(policies or [])
+    arguments.search = bool(search)
+    arguments.threads = int(threads)
+    arguments.encode = _plans._encode_text(encode)
+    arguments.search_time_limit_s = float(search_time_limit)
+    arguments.search_rounds = int(search_rounds or 0)
+    arguments.seed = int(seed)
+    return Sweep(_core.sweep(arguments, progress))

@@ -1,0 +1,144 @@
+"""Traces: one training step (trace format v1, traces/FORMAT.md) as a Python object."""
+import json
+import os
+
+from memplan import _core, _tables
+
+
+class Trace:
+    """One training step: the ops in issue order, the tensors they read and write, the device.
+
+    Make one with load_trace(), parse_trace(), zoo() or import_kineto(). `name` names it in
+    sweeps and messages (the path it was read from, or the zoo model).
+    """
+
+    def __init__(self, workload, name):
+        self._workload = workload
+        self.name = name
+
+    @property
+    def op_count(self):
+        return self._workload.op_count
+
+    @property
+    def tensor_count(self):
+        return self._workload.tensor_count
+
+    @property
+    def device(self):
+        """The device's name (the trace's `device.name`)."""
+        return self._workload.device
+
+    @property
+    def device_memory_bytes(self):
+        return self._workload.device_memory_bytes
+
+    def to_json(self):
+        """The trace file's text (stable: what write() writes)."""
+        return _core.write_trace(self._workload)
+
+    def to_dict(self):
+        """The trace file as a dict."""
+        return json.loads(self.to_json())
+
+    def write(self, path):
+        """Writes the trace file atomically (nothing half-written on failure)."""
+        _core.write_trace_file(self._workload, os.fspath(path))
+
+    def ops(self):
+        """A DataFrame, one row per op (the trace's `ops` fields)."""
+        return _tables.frame(self.to_dict()["ops"])
+
+    def tensors(self):
+        """A DataFrame, one row per tensor (the trace's `tensors` fields)."""
+        return _tables.frame(self.to_dict()["tensors"])
+
+    def info(self):
+        """What `memplan info` shows: ops, tensors by kind, feature maps, in-core peak."""
+        return Info(json.loads(_core.info_json(self._workload)), _core.info_text(self._workload))
+
+    def __eq__(self, other):
+        return isinstance(other, Trace) and self._workload == other._workload
+
+    def __repr__(self):
+        return f"<memplan.Trace {self.name!r}: {self.op_count} ops, {self.tensor_count} tensors>"
+
+
+class Info:
+    """`memplan info` of a trace: `data` is its JSON object (keys in traces/FORMAT.md), `text`
+    its report; the keys are also attributes (info.peak_bytes_incore)."""
+
+    def __init__(self, data, text):
+        self.data = data
+        self.text = text
+
+    def __getattr__(self, key):
+        try:
+            return self.data[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def to_dataframe(self):
+        """Ops per phase and layer type: one row per (phase, layer) with its op count."""
+        rows = [{"phase": phase, "layer": layer, "ops": n}
+                for phase, layers in self.data["ops_by_phase_and_layer"].items()
+                for layer, n in layers.items()]
+        return _tables.frame(rows, ["phase", "layer", "ops"])
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        peak = self.data.get("peak_bytes_incore")
+        return f"<memplan.Info {self.data.get('ops')} ops, in-core peak {peak} B>"
+
+
+def load_trace(path):
+    """Reads and validates a trace file. Raises InputError naming the file and JSON path."""
+    return Trace(_core.read_trace(os.fspath(path)), str(path))
+
+
+def parse_trace(text, name="<string>"):
+    """Parses and validates trace text; `name` names it in errors."""
+    return Trace(_core.parse_trace(text, name), name)
+
+
+def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, heads=None,
+        seq=None, vocab=None):
+    """The zoo's modeled training step of `model` on the `device` preset (`memplan zoo`).
+
+    input: extents, "224x224" or (224, 224) (TxHxW for clips); depth: the deep residual family's;
+    layers, hidden, heads, seq, vocab: the transformer's (gpt). See zoo_models(), zoo_devices().
+    """
+    if isinstance(input, str):
+        input = _parse_extents(input)
+    transformer = _core.TransformerOptions()
+    for key, value in dict(layers=layers, hidden=hidden, heads=heads, sequence=seq,
+                           vocab=vocab).items():
+        if value is not None:
+            setattr(transformer, key, int(value))
+    workload = _core.zoo_workload(model, device, int(batch), list(input or []), depth, transformer)
+    return Trace(workload, f"{model}_{device}_b{batch}")
+
+
+def _parse_extents(text):
+    try:
+        return [int(part) for part in text.split("x")]
+    except ValueError:
+        raise _core.InputError(f"--input: '{text}' is not HxW or TxHxW") from None
+
+
+def zoo_models():
+    """The zoo's model names."""
+    return _core.zoo_model_names().split(", ")
+
+
+def zoo_devices():
+    """The zoo's device presets."""
+    return _core.zoo_device_names().split(", ")
+
+
+def import_kineto(path, step=None):
+    """A trace from a PyTorch profiler (Kineto) Chrome trace, .json or .json.gz (`memplan import
+    kineto`); `step` is the N of ProfilerStep#N (default: the first complete step)."""
+    return Trace(_core.import_kineto(os.fspath(path), step), str(path))

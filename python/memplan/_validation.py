@@ -1,0 +1,81 @@
+"""validate: a plan run for real on the host backend, against the prediction and in-core."""
+from memplan import _core, _plans, _simulation, _tables
+
+
+class ValidationReport:
+    """What `memplan validate --backend host --json` prints, as attributes: fits,
+    peak_bytes_predicted/measured, peak_reserved_bytes_predicted/measured,
+    iteration_s_predicted/measured, iteration_error_percent, peaks_match, gradients_match,
+    bitwise_equal, comparison ("bitwise" or "tolerance"), tolerance, max_abs_diff, max_rel_diff,
+    max_tensor_rel_diff, tensors_compared, spilled_bytes, calibrated. `failures` are the lines
+    the CLI prints when it exits 1 (empty when the run fits, peaks match and results match);
+    `oom` the diagnosis when the run ran out of memory."""
+
+    def __init__(self, report, plan, oom):
+        self.plan = plan
+        self.oom = oom
+        self.failures = [] if not report.measured_feasible else list(report.failures())
+        t = report.tolerance
+        tolerance = None if t.bitwise else {
+            "relative": t.relative, "narrowed_maps": t.narrowed_maps,
+            "unit_roundoff": t.unit_roundoff, "factor": _core.TOLERANCE_FACTOR,
+            "cap": _core.MAX_RELATIVE_TOLERANCE}
+        self.data = {
+            "backend": "host", "policy": plan.policy, "fits": report.measured_feasible,
+            "peak_bytes_predicted": report.peak_bytes_predicted,
+            "peak_bytes_measured": report.peak_bytes_measured,
+            "peak_reserved_bytes_predicted": report.peak_reserved_predicted,
+            "peak_reserved_bytes_measured": report.peak_reserved_measured,
+            "iteration_s_predicted": report.iteration_ns_predicted * 1e-9,
+            "iteration_s_measured": report.iteration_ns_measured * 1e-9,
+            "iteration_error_percent": report.iteration_error_percent(),
+            "peaks_match": report.peaks_match(), "gradients_match": report.gradients_match,
+            "bitwise_equal": report.bitwise_equal,
+            "comparison": "bitwise" if t.bitwise else "tolerance", "tolerance": tolerance,
+            "max_abs_diff": report.max_abs_diff, "max_rel_diff": report.max_rel_diff,
+            "max_tensor_rel_diff": report.max_tensor_rel_diff,
+            "tensors_compared": report.tensors_compared, "spilled_bytes": report.spilled_bytes,
+            "calibrated": report.calibrated}
+
+    def __getattr__(self, key):
+        try:
+            return self.__dict__["data"][key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    @property
+    def ok(self):
+        """The run fits, its peak is the predicted one and its results match in-core's."""
+        return self.fits and not self.failures
+
+    def to_dict(self):
+        return dict(self.data)
+
+    def to_dataframe(self):
+        """The report as one row."""
+        return _tables.frame([self.data])
+
+    def __repr__(self):
+        return (f"<memplan.ValidationReport {self.policy!r}: fits={self.fits}, "
+                f"peaks_match={self.peaks_match}, gradients_match={self.gradients_match}>")
+
+
+def validate(trace, plan=None, policy=None, encode=None, seed=1, calibrate=False, force=False,
+             **what_if):
+    """Runs the plan for real on the host backend and the in-core reference on the same data and
+    weights (`memplan validate --backend host`).
+
+    plan / policy / encode / what_if: as simulate() takes them. seed: of the data and weights.
+    calibrate: predict with costs measured on this host instead of the trace's. A plan the
+    simulator says does not fit raises InputError unless force=True.
+    """
+    m = _plans.machine(trace, **what_if)
+    resolved = _plans.resolve_plan(trace, m, plan, policy, encode, "validate")
+    predicted = _simulation.Simulation(_core.simulate(trace._workload, resolved._plan, m),
+                                       resolved, m)
+    if not force and not predicted.feasible:
+        raise _core.InputError("validate: the simulator says the plan does not fit (force=True "
+                               f"runs it): {predicted.oom}")
+    report, oom = _core.validate_on_host(trace._workload, resolved._plan, m, int(seed),
+                                         bool(calibrate))
+    return ValidationReport(report, resolved, oom)

@@ -1,0 +1,15 @@
+#include <pybind11/pybind11.h>
+
+#include "python/src/bindings.hpp"
+#include "sim/input_error.hpp"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "memplan's C++ libraries (thin bindings; use the `memplan` package)";
+  // Bad input (a trace, a plan, an argument): the CLI's one line, as a Python ValueError.
+  pybind11::register_exception<memplan::sim::InputError>(m, "InputError", PyExc_ValueError);
+  memplan::python::bind_traces(m);
+  memplan::python::bind_plans(m);
+  memplan::python::bind_simulation(m);
+  memplan::python::bind_search(m);
+  memplan::python::bind_validation(m);
+}

@@ -1,0 +1,93 @@
+"""Traces through the Python API: load, write, zoo, info, and that `import memplan` stays light."""
+import subprocess
+import sys
+
+import pytest
+
+import memplan
+from api_support import TRACES, cli_error, cli_json, run_cli
+
+
+def test_load_write_round_trip(tmp_path):
+    trace = memplan.load_trace(TRACES / "mlp4.json")
+    assert (trace.op_count, trace.tensor_count) == (17, 30)  # `memplan info traces/mlp4.json`
+    path = tmp_path / "copy.json"
+    trace.write(path)
+    again = memplan.load_trace(path)
+    assert again == trace
+    assert path.read_text() == trace.to_json() == again.to_json()  # writing is stable
+
+
+def test_parse_trace_names_the_source_in_errors():
+    with pytest.raises(memplan.InputError, match=r"^mine: "):
+        memplan.parse_trace('{"format": "memplan-trace", "version": 7}', "mine")
+
+
+def test_zoo_trace_is_the_one_memplan_zoo_writes(tmp_path):
+    path = tmp_path / "r18.json"
+    status, _, err = run_cli("zoo", "resnet18", "--device", "v100-16gb", "--batch", 32, "-o", path)
+    assert status == 0, err
+    trace = memplan.zoo("resnet18", "v100-16gb", batch=32)
+    assert trace.to_json() == path.read_text()
+    gpt = memplan.zoo("gpt", "a100-40gb", batch=2, layers=2, hidden=128, heads=4, seq=64, vocab=1000)
+    status, _, err = run_cli("zoo", "gpt", "--device", "a100-40gb", "--batch", 2, "--layers", 2,
+                             "--hidden", 128, "--heads", 4, "--seq", 64, "--vocab", 1000, "-o", path)
+    assert status == 0, err
+    assert gpt.to_json() == path.read_text()
+    assert "resnet50" in memplan.zoo_models() and "v100-16gb" in memplan.zoo_devices()
+
+
+def test_info_is_memplan_info():
+    info = memplan.info(TRACES / "resnet_tiny.json")
+    assert info.data == cli_json("info", TRACES / "resnet_tiny.json")
+    assert info.peak_bytes_incore == info.data["peak_bytes_incore"]
+    _, text, _ = run_cli("info", TRACES / "resnet_tiny.json")
+    assert str(info) == text
+    per_layer = info.to_dataframe()
+    assert per_layer["ops"].sum() == info.ops
+
+
+def test_ops_and_tensors_tables():
+    trace = memplan.load_trace(TRACES / "mlp4.json")
+    ops, tensors = trace.ops(), trace.tensors()
+    assert len(ops) == trace.op_count and len(tensors) == trace.tensor_count
+    assert list(ops["id"]) == list(range(trace.op_count))
+    assert set(ops["phase"]) == {"forward", "backward", "update"}
+
+
+def test_errors_carry_the_cli_line(tmp_path):
+    missing = tmp_path / "missing.json"
+    with pytest.raises(memplan.InputError) as e:
+        memplan.load_trace(missing)
+    assert str(e.value) == cli_error("info", missing)
+    assert isinstance(e.value, ValueError)
+    bad = tmp_path / "bad.json"
+    bad.write_text(TRACES.joinpath("mlp4.json").read_text().replace('"bytes":4096', '"bytes":4095', 1))
+    with pytest.raises(memplan.InputError) as e:
+        memplan.load_trace(bad)
+    assert str(e.value) == cli_error("info", bad)
+    with pytest.raises(memplan.InputError) as e:
+        memplan.zoo("resnet18", "no-such-gpu", batch=1)
+    assert str(e.value) == cli_error("zoo", "resnet18", "--device", "no-such-gpu", "--batch", 1,
+                                     "-o", tmp_path / "x.json")
+
+
+def test_import_memplan_does_not_import_torch():
+    code = "import sys, memplan; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_import_kineto_is_memplan_import(tmp_path):
+    # The real profiler trace ships in ../shared beside the repository, as the C++ importer tests
+    # expect it.
+    kineto = TRACES.parent.parent / "shared/data/kineto/resnet50_b32_v100_worker0.pt.trace.json.gz"
+    assert kineto.exists(), f"{kineto} is not present: the tests expect shared/ beside the repository"
+    status, _, err = run_cli("import", "kineto", kineto, "-o", tmp_path / "r50.json")
+    assert status == 0, err
+    trace = memplan.import_kineto(kineto)
+    assert trace.to_json() == (tmp_path / "r50.json").read_text()
+    with pytest.raises(memplan.InputError) as e:
+        memplan.import_kineto(tmp_path / "nope.json")
+    assert str(e.value) == cli_error("import", "kineto", tmp_path / "nope.json", "-o",
+                                     tmp_path / "x.json")
