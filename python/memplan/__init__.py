@@ -1,0 +1,1 @@
+"""memplan: plan the memory of a deep-learning training step (Python package)."""
