@@ -121,6 +121,17 @@ def written_arguments(func, args, kwargs):
     return written
 
 
+def _rewrap_number(func, args, result):
+    """torch 1.13 hands a saved wrapped number (the 0.125 of `scores * 0.125`) to the dispatch mode
+    as a Python number, and autograd's detach of it then returns that number where a tensor is
+    due; give autograd back a 0-dim tensor of the wrapped number's type."""
+    if isinstance(result, (bool, int, float)) and func._schema.returns and \
+            str(func._schema.returns[0].type) == "Tensor":
+        dtype = {bool: torch.bool, int: torch.int64, float: torch.float64}[type(result)]
+        return torch.tensor(result, dtype=dtype)
+    return result
+
+
 class _Clock:
     """Op durations: the CPU clock around the call, or CUDA events on a GPU (read at the end)."""
 
@@ -370,14 +381,14 @@ class StepRecorder:
     # ---- ops ------------------------------------------------------------------------------
     def dispatch(self, func, args, kwargs):
         if self.paused or self.phase is None:
-            return func(*args, **kwargs)
+            return _rewrap_number(func, args, func(*args, **kwargs))
         self._hook_new_nodes()
         inputs = flat_tensors(args, flat_tensors(kwargs, []))
         written = written_arguments(func, args, kwargs)
         input_ids = [self.tensor_id(t) for t in inputs]
         input_keys = {storage_key(t) for t in inputs}
         started = self.clock.start()
-        result = func(*args, **kwargs)
+        result = _rewrap_number(func, args, func(*args, **kwargs))
         op = self._record(func, args, input_ids, input_keys, written, flat_tensors(result, []))
         self.clock.stop(op, started)
         if self.phase == "forward":
