@@ -267,8 +267,8 @@ Value Network::relu(const std::string& name, const Value& x, bool in_place) {
   return pointwise(name, "relu", x, in_place, true, 1.0);
 }
 
-Value Network::relu6(const std::string& name, const Value& x, bool in_place) {
-  return pointwise(name, "relu6", x, in_place, true, 2.0);
+Value Network::relu6(const std::string& name, const Value& x) {
+  return pointwise(name, "relu6", x, false, false, 2.0);
 }
 
 Value Network::gelu(const std::string& name, const Value& x) {
