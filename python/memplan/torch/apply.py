@@ -15,7 +15,8 @@ plan's decisions carried out on every feature map autograd saves:
   arguments as trace tensor ids, recorded during the step; the unpack re-runs it, recursively for
   inputs that are neither held nor swapped (an in-place ReLU's overwritten input, another
   recomputed map), under the RNG state the op first ran with, on clones of the arguments it
-  writes (so a batch-norm's running statistics are not updated twice).
+  writes and of parameters and buffers (so a batch-norm's running statistics are not updated
+  twice).
 - encode: refused (one line): this version does not carry out encodings.
 A step whose ops differ from the captured trace's (another model, another input shape) stops at
 the first differing op with one line (PlanError).
@@ -142,8 +143,232 @@ def _whole_storage(t):
     return t.as_strided((t.storage().size(),), (1,), 0)
 
 
+def _written_refs(func, args, kwargs):
+    """ids of the _Ref objects in the arguments the op's schema marks as written."""
+    refs = set()
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, _Ref):
+                refs.add(id(v))
+    return refs
+
+
 class _Ref:
     """A tensor argument of a recorded op: the trace id of its storage and its geometry."""
 
     def __init__(self, tid, t):
         self.tid, self.geometry = tid, _geometry(t)
+
+
+class _PlanRecorder(StepRecorder):
+    """The capture recorder, checking each op against the captured trace and acting on packs."""
+
+    def __init__(self, model, optimizer, batch, trace, decisions, cuda=False):
+        self.expected = trace
+        self.decisions = decisions
+        self.recipes = {}  # op id -> (func, args, kwargs with _Ref, rng state or None)
+        self.held = {}  # tensor id -> tensor over its whole storage (kept, persistent, batch)
+        self.kept_by_pack = set()  # held because autograd saved them (not pre-existing)
+        self.host = {}  # tensor id -> host copy of its whole storage (swap)
+        self.recomputed = {}  # tensor id -> recomputed storage, until its last unpack
+        self.outstanding = {}  # tensor id -> packs not unpacked yet
+        self.device_bytes = self.host_bytes = 0
+        self.peak_device_bytes = self.peak_host_bytes = 0
+        self.recompute_ops = 0
+        self.output_slot = {}  # tensor id -> ("written" | "result", index) in its op's call
+        super().__init__(model, optimizer, batch, cuda)
+
+    def _pre_existing(self, t, name, kind, persistent):
+        tid = super()._pre_existing(t, name, kind, persistent)
+        if tid not in self.held:
+            self.paused += 1
+            self.held[tid] = _whole_storage(t)
+            self.paused -= 1
+        return tid
+
+    # ---- ops: record a recipe, compare with the captured trace ------------------------------
+    def dispatch(self, func, args, kwargs):
+        if self.paused or self.phase != "forward":
+            return super().dispatch(func, args, kwargs)
+        op_id = len(self.ops)
+        rng = None
+        if func._schema.name in _RANDOM_OPS:
+            self.paused += 1
+            rng = torch.get_rng_state()
+            self.paused -= 1
+        refs = lambda v: self._refs(v)  # noqa: E731
+        recipe = (func, refs(args), refs(kwargs), rng)
+        result = super().dispatch(func, args, kwargs)
+        self.recipes[op_id] = recipe
+        return result
+
+    def _refs(self, value):
+        if isinstance(value, torch.Tensor):
+            return _Ref(self.tensor_id(value), value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._refs(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self._refs(v) for k, v in value.items()}
+        return value
+
+    def _record(self, func, args, input_ids, input_keys, written, outputs):
+        op = super()._record(func, args, input_ids, input_keys, written, outputs)
+        for tid in op["outputs"]:
+            for where, tensors in (("written", written), ("result", outputs)):
+                index = next((i for i, t in enumerate(tensors)
+                              if self.current.get(storage_key(t)) == tid), None)
+                if index is not None:
+                    self.output_slot[tid] = (where, index)
+                    break
+        ops = self.expected["ops"]
+        want = ops[op["id"]] if op["id"] < len(ops) else None
+        if want is None or (want["layer"], want["phase"], want["outputs"]) != \
+                (op["layer"], op["phase"], op["outputs"]):
+            what = f"'{want['name']}' ({want['layer']})" if want else "no more ops"
+            raise PlanError(f"op {op['id']} is '{op['name']}' ({op['layer']}) here and {what} in "
+                            "the captured trace: another model or input shape")
+        return op
+
+    # ---- packs and unpacks ------------------------------------------------------------------
+    def _account(self, delta_device=0, delta_host=0):
+        self.device_bytes += delta_device
+        self.host_bytes += delta_host
+        self.peak_device_bytes = max(self.peak_device_bytes, self.device_bytes)
+        self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
+
+    def on_pack(self, t, tid):
+        self.paused += 1
+        try:
+            return self._pack_as_planned(t, tid)
+        finally:
+            self.paused -= 1
+
+    def _pack_as_planned(self, t, tid):
+        action = self.decisions.get(tid, "keep")
+        if tid in self.persistent or self.tensors[tid]["kind"] != "activation":
+            action = "keep"
+        first = self.outstanding.get(tid, 0) == 0
+        self.outstanding[tid] = self.outstanding.get(tid, 0) + 1
+        nbytes = self.tensors[tid]["bytes"]
+        if action == "swap":
+            if first:
+                self.host[tid] = _whole_storage(t).clone()
+                self._account(delta_host=nbytes)
+            return ("swap", _geometry(t))
+        if action == "recompute":
+            return ("recompute", _geometry(t))
+        if first and tid not in self.held:
+            self.held[tid] = _whole_storage(t)
+            self.kept_by_pack.add(tid)
+            self._account(delta_device=nbytes)
+        return ("keep", t)
+
+    def on_unpack(self, payload, tid):
+        how, value = payload
+        self.paused += 1
+        try:
+            if how == "keep":
+                result = value
+            elif how == "swap":
+                result = self.host[tid].as_strided(*value)
+            else:
+                result = self._materialize(tid).as_strided(*value)
+            if how != "keep":  # a copy stands for the saved storage: the same trace tensor
+                self.current[storage_key(result)] = tid
+        finally:
+            self.paused -= 1
+        self.outstanding[tid] -= 1
+        if self.outstanding[tid] == 0:
+            self._release(tid, how)
+        return result
+
+    def _release(self, tid, how):
+        nbytes = self.tensors[tid]["bytes"]
+        if how == "swap":
+            del self.host[tid]
+            self._account(delta_host=-nbytes)
+        elif how == "recompute":
+            self.recomputed.pop(tid, None)
+            self._account(delta_device=-nbytes)
+        elif tid in self.kept_by_pack:
+            self.kept_by_pack.discard(tid)
+            del self.held[tid]
+            self._account(delta_device=-nbytes)
+
+    def _materialize(self, tid):
+        """A tensor over the whole storage of `tid`, recomputing its producer when needed."""
+        for store in (self.held, self.host, self.recomputed):
+            if tid in store:
+                return store[tid]
+        tensor = self.tensors[tid]
+        func, args, kwargs, rng = self.recipes[tensor["producer"]]
+        written = _written_refs(func, args, kwargs)
+        real_args = self._resolve(args, written)
+        real_kwargs = self._resolve(kwargs, written)
+        saved_rng = None
+        if rng is not None:
+            saved_rng = torch.get_rng_state()
+            torch.set_rng_state(rng)
+        try:
+            result = func(*real_args, **real_kwargs)
+        finally:
+            if saved_rng is not None:
+                torch.set_rng_state(saved_rng)
+        self.recompute_ops += 1
+        where, index = self.output_slot[tid]
+        if where == "written":
+            out = _whole_storage(written_arguments(func, real_args, real_kwargs)[index])
+        else:
+            out = _whole_storage(flat_tensors(result, [])[index])
+        if self.decisions.get(tid) == "recompute" and self.outstanding.get(tid, 0) > 0:
+            self.recomputed[tid] = out
+            self._account(delta_device=tensor["bytes"])
+        return out
+
+    def _resolve(self, value, written):
+        if isinstance(value, _Ref):
+            base = self._materialize(value.tid).as_strided(*value.geometry)
+            # Clone what the op writes, and persistent state: native_batch_norm updates its
+            # running statistics without marking them written in its schema.
+            return base.clone() if id(value) in written or value.tid in self.persistent else base
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._resolve(v, written) for v in value)
+        if isinstance(value, dict):
+            return {k: self._resolve(v, written) for k, v in value.items()}
+        return value
+
+
+class PlannedModel:
+    """`apply`'s result: `step(batch, loss_fn, optimizer)` runs one training step under the plan
+    and returns its loss; `stats` holds what the last step's hooks measured."""
+
+    def __init__(self, model, trace, decisions):
+        self.model, self.trace, self.decisions = model, trace, decisions
+        self.stats = {}
+
+    def step(self, batch, loss_fn, optimizer):
+        batch = tuple(batch)
+        check_batch(batch, self.trace)
+        cuda = any(p.is_cuda for p in self.model.parameters())
+        recorder = _PlanRecorder(self.model, optimizer, batch, self.trace, self.decisions, cuda)
+        started = time.perf_counter()
+        loss = run_step(self.model, batch, loss_fn, optimizer, recorder)
+        seconds = time.perf_counter() - started
+        self.stats = {"peak_device_saved_bytes": recorder.peak_device_bytes,
+                      "peak_host_bytes": recorder.peak_host_bytes,
+                      "recomputed_ops": recorder.recompute_ops, "step_seconds": seconds,
+                      "swap": "synchronous copies at pack and unpack"}
+        return loss
+
+
+def apply(model, plan, captured):
+    """Checks `plan` (a dict in plan format v1) against `captured` (a Capture or its trace dict)
+    and `model`, and returns a PlannedModel; PlanError (one line) when they do not belong together.
+    """
+    trace = captured.trace if hasattr(captured, "trace") else captured
+    decisions = plan_decisions(plan, trace)
+    check_model(model, trace)
+    return PlannedModel(model, trace, decisions)
