@@ -139,7 +139,10 @@ def _geometry(t):
 
 
 def _whole_storage(t):
-    """A 1-D tensor over all of `t`'s storage."""
+    """A tensor over all of `t`'s storage (`t` itself when it is a 0-dim tensor over all of it:
+    torch 1.13's dispatch mode turns a wrapped number into a Python number, which has no view)."""
+    if t.dim() == 0 and t.storage_offset() == 0 and t.storage().size() == 1:
+        return t
     return t.as_strided((t.storage().size(),), (1,), 0)
 
 
