@@ -1,6 +1,6 @@
 // `memplan capture`: the thin command that runs python3 -m memplan.torch from the source tree's
 // python/ beside the build tree; a captured trace is read back by `memplan info`; bad input is
-// one line and exit 2 with no file written.
+// one line and exit 2 with no file written; `validate --backend torch` runs a plan on the model.
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -59,4 +59,31 @@ TEST_CASE("capture: bad input is one line and exit 2, nothing written",
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK(!std::filesystem::exists(out));
   }
+}
+
+TEST_CASE("validate --backend torch runs a plan on the captured model",
+          "[cli][capture][validate]") {
+  if (!python_has_torch()) {
+    WARN("skipped: /usr/bin/python3 has no torch/torchvision (scripts/setup installs them)");
+    return;
+  }
+  const std::string trace = temp_dir() + "/capture_for_validate.json";
+  const std::string model = "torchvision:resnet18 --batch 2 --input 32x32";
+  REQUIRE(run_memplan(fmt::format("capture {} -o '{}'", model, trace)).exit_status == 0);
+  const std::string flags = "--backend torch --model torchvision:resnet18 --batch 2";
+  const auto r = run_memplan(fmt::format(
+      "validate '{}' {} --input 32x32 --policy recompute-all --memory 1GiB", trace, flags));
+  CHECK(r.exit_status == 0);
+  CHECK(r.out.find("bitwise            loss True, gradients True, updated weights True") !=
+        std::string::npos);
+  // The same model at another input shape: refused with one line.
+  const auto other = run_memplan(fmt::format(
+      "validate '{}' {} --input 64x64 --policy recompute-all --memory 1GiB", trace, flags));
+  CHECK(other.exit_status == 2);
+  CHECK(other.err.find("another input shape") != std::string::npos);
+  CHECK(std::count(other.err.begin(), other.err.end(), '\n') == 1);
+  const auto no_model =
+      run_memplan(fmt::format("validate '{}' --backend torch --policy dtr", trace));
+  CHECK(no_model.exit_status == 2);
+  CHECK(no_model.err.find("needs --model") != std::string::npos);
 }
