@@ -5,12 +5,12 @@ workload fingerprint) and that `model` is the captured model (parameter names an
 returns a `PlannedModel` whose `step(batch, loss_fn, optimizer)` runs one training step with the
 plan's decisions carried out on every feature map autograd saves:
 - keep: the saved tensor is held as autograd would hold it;
-- swap: the pack hook copies the map's whole storage to host memory and holds no reference to the
-  device tensor; the unpack returns the copy, in the saved tensor's own geometry (sizes, strides,
-  offset), so backward computes bit for bit what it computes on the original. On the CPU "host"
-  and "device" are the same memory: the copy is accounted as host bytes. (On a GPU the copy would
-  go to pinned memory on a side stream, and the prefetch at the plan's `prefetch_before` op; this
-  version copies synchronously at pack and unpack, and says so in its stats.)
+- swap: the pack hook copies the map's whole storage to host memory (pinned, for a CUDA tensor)
+  and holds no reference to the device tensor; the unpack copies it back and returns it in the
+  saved tensor's own geometry (sizes, strides, offset), so backward computes bit for bit what it
+  computes on the original. On the CPU "host" and "device" are the same memory: the copy is
+  accounted as host bytes. The copies are synchronous, at pack and at unpack: this version does
+  not yet copy on a side stream nor prefetch at the plan's `prefetch_before` op (its stats say so).
 - recompute: the pack hook keeps only a reference to a recipe: the producing aten op and its
   arguments as trace tensor ids, recorded during the step; the unpack re-runs it, recursively for
   inputs that are neither held nor swapped (an in-place ReLU's overwritten input, another
@@ -185,6 +185,7 @@ class _PlanRecorder(StepRecorder):
         super().__init__(model, optimizer, batch, cuda)
 
     def _pre_existing(self, t, name, kind, persistent):
+        self.held_device = t.device
         tid = super()._pre_existing(t, name, kind, persistent)
         if tid not in self.held:
             self.paused += 1
@@ -258,9 +259,10 @@ class _PlanRecorder(StepRecorder):
         nbytes = self.tensors[tid]["bytes"]
         if action == "swap":
             if first:
-                self.host[tid] = _whole_storage(t).clone()
+                copy = _whole_storage(t).to("cpu", copy=True)
+                self.host[tid] = copy.pin_memory() if t.is_cuda else copy
                 self._account(delta_host=nbytes)
-            return ("swap", _geometry(t))
+            return ("swap", (t.device, _geometry(t)))
         if action == "recompute":
             return ("recompute", _geometry(t))
         if first and tid not in self.held:
@@ -276,7 +278,8 @@ class _PlanRecorder(StepRecorder):
             if how == "keep":
                 result = value
             elif how == "swap":
-                result = self.host[tid].as_strided(*value)
+                device, geometry = value
+                result = self.host[tid].to(device, copy=True).as_strided(*geometry)
             else:
                 result = self._materialize(tid).as_strided(*value)
             if how != "keep":  # a copy stands for the saved storage: the same trace tensor
@@ -303,9 +306,11 @@ class _PlanRecorder(StepRecorder):
 
     def _materialize(self, tid):
         """A tensor over the whole storage of `tid`, recomputing its producer when needed."""
-        for store in (self.held, self.host, self.recomputed):
+        for store in (self.held, self.recomputed):
             if tid in store:
                 return store[tid]
+        if tid in self.host:  # a swapped map a recomputation reads: back to the op's device
+            return self.host[tid].to(self.held_device, copy=True)
         tensor = self.tensors[tid]
         func, args, kwargs, rng = self.recipes[tensor["producer"]]
         written = _written_refs(func, args, kwargs)

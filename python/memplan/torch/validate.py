@@ -88,8 +88,20 @@ def simulate(memplan, trace, plan, *extra):
     return json.loads(run.stdout)
 
 
-def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan="memplan", seed=0):
-    """See the module's docstring. `memplan` is the memplan binary that predicts."""
+def default_memplan():
+    """The memplan binary: $MEMPLAN_BINARY, else the build tree's beside this source tree, else
+    `memplan` on the PATH."""
+    if os.environ.get("MEMPLAN_BINARY"):
+        return os.environ["MEMPLAN_BINARY"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = os.path.join(here, "..", "..", "..", "build", "release", "bin", "memplan")
+    return built if os.path.exists(built) else "memplan"
+
+
+def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, seed=0):
+    """See the module's docstring. `memplan` is the memplan binary that predicts
+    (default_memplan() when not given)."""
+    memplan = memplan or default_memplan()
     trace = captured.trace if hasattr(captured, "trace") else captured
     batch = tuple(batch)
     base_model, base_opt = _copy(model, optimizer)
