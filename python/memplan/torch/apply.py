@@ -14,9 +14,9 @@ plan's decisions carried out on every feature map autograd saves:
 - recompute: the pack hook keeps only a reference to a recipe: the producing aten op and its
   arguments as trace tensor ids, recorded during the step; the unpack re-runs it, recursively for
   inputs that are neither held nor swapped (an in-place ReLU's overwritten input, another
-  recomputed map), under the RNG state the op first ran with, on clones of the arguments it
-  writes and of parameters and buffers (so a batch-norm's running statistics are not updated
-  twice).
+  recomputed map), under the RNG state (CPU, and CUDA for CUDA tensors) the op first ran with, on
+  clones of the arguments it writes and of parameters and buffers (so a batch-norm's running
+  statistics are not updated twice).
 - encode: refused (one line): this version does not carry out encodings.
 A step whose ops differ from the captured trace's (another model, another input shape) stops at
 the first differing op with one line (PlanError).
@@ -134,6 +134,18 @@ def check_batch(batch, trace):
                             "another input shape")
 
 
+def _rng_state(cuda):
+    """The CPU generator's state, and the current CUDA device's when `cuda`."""
+    return (torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
+
+
+def _set_rng_state(state):
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda)
+
+
 def _geometry(t):
     return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
@@ -201,7 +213,7 @@ class _PlanRecorder(StepRecorder):
         rng = None
         if func._schema.name in _RANDOM_OPS:
             self.paused += 1
-            rng = torch.get_rng_state()
+            rng = _rng_state(self.clock.cuda)
             self.paused -= 1
         refs = lambda v: self._refs(v)  # noqa: E731
         recipe = (func, refs(args), refs(kwargs), rng)
@@ -318,13 +330,13 @@ class _PlanRecorder(StepRecorder):
         real_kwargs = self._resolve(kwargs, written)
         saved_rng = None
         if rng is not None:
-            saved_rng = torch.get_rng_state()
-            torch.set_rng_state(rng)
+            saved_rng = _rng_state(self.clock.cuda)
+            _set_rng_state(rng)
         try:
             result = func(*real_args, **real_kwargs)
         finally:
             if saved_rng is not None:
-                torch.set_rng_state(saved_rng)
+                _set_rng_state(saved_rng)
         self.recompute_ops += 1
         where, index = self.output_slot[tid]
         if where == "written":
