@@ -215,8 +215,7 @@ class _PlanRecorder(StepRecorder):
             self.paused += 1
             rng = _rng_state(self.clock.cuda)
             self.paused -= 1
-        refs = lambda v: self._refs(v)  # noqa: E731
-        recipe = (func, refs(args), refs(kwargs), rng)
+        recipe = (func, self._refs(args), self._refs(kwargs), rng)
         result = super().dispatch(func, args, kwargs)
         self.recipes[op_id] = recipe
         return result
