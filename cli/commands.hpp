@@ -18,5 +18,7 @@ void add_import_command(CLI::App& app);
 /// Sets `exit_status` to 1 when the plan does not fit or gradients differ from the in-core run.
 void add_validate_command(CLI::App& app, int& exit_status);
 void add_record_command(CLI::App& app);
+/// Runs python/memplan/torch's capture; sets `exit_status` to its exit status.
+void add_capture_command(CLI::App& app, int& exit_status);
 
 }  // namespace memplan::cli

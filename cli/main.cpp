@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   memplan::cli::add_import_command(app);
   memplan::cli::add_validate_command(app, exit_status);
   memplan::cli::add_record_command(app);
+  memplan::cli::add_capture_command(app, exit_status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

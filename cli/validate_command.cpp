@@ -20,6 +20,7 @@
 #include "cli/machine_flags.hpp"
 #include "cli/plan_flags.hpp"
 #include "host_backend/host_backend.hpp"
+#include "cli/python_runner.hpp"
 #include "runtime/validation.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
@@ -40,7 +41,28 @@ struct ValidateOptions {
   bool force = false;
   bool calibrate = false;
   std::uint64_t seed = 1;
+  // --backend torch: the captured model, rebuilt as `memplan capture` built it.
+  std::string model, input = "224x224", optimizer = "sgd";
+  int batch = 32;
 };
+
+// --backend torch: python3 -m memplan.torch validate (python/memplan/torch/validate.py).
+int validate_in_torch(const ValidateOptions& o) {
+  if (o.model.empty()) {
+    throw sim::InputError("--backend torch", "needs --model (the MODEL given to memplan capture)");
+  }
+  std::vector<std::string> args{
+      "validate",  o.trace,         "--model",     o.model,     "--batch", std::to_string(o.batch),
+      "--input",   o.input,         "--optimizer", o.optimizer, "--seed",  std::to_string(o.seed),
+      "--memplan", memplan_binary()};
+  for (const auto& [flag, value] : {std::pair{"--plan", o.plan.plan},
+                                    {"--policy", o.plan.policy},
+                                    {"--memory", o.machine.memory}}) {
+    if (!value.empty()) args.insert(args.end(), {flag, value});
+  }
+  if (o.json) args.push_back("--json");
+  return run_memplan_torch("validate", args);
+}
 
 int validate(const ValidateOptions& o) {
   const std::unique_ptr<runtime::Backend> backend = make_backend(o.backend);
@@ -183,14 +205,22 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
       ->required();
   add_plan_flags(*cmd, options->plan);
-  cmd->add_option("--backend", options->backend, "where to run: host, cuda (a GPU)");
+  cmd->add_option("--backend", options->backend,
+                  "where to run: host, cuda (a GPU), torch (a captured PyTorch model: --model)");
+  cmd->add_option("--model", options->model, "--backend torch: the MODEL given to memplan capture");
+  cmd->add_option("--batch", options->batch, "--backend torch: the batch size of the capture");
+  cmd->add_option("--input", options->input, "--backend torch: the --input of the capture");
+  cmd->add_option("--optimizer", options->optimizer, "--backend torch: sgd or adam")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   add_machine_flags(*cmd, options->machine);
   cmd->add_option("--seed", options->seed, "seed of the input data and weights");
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
   cmd->add_flag("--calibrate", options->calibrate,
                 "predict with op and copy costs measured on the backend, not the trace's");
   cmd->add_flag("--json", options->json, "print one JSON object");
-  cmd->callback([options, &exit_status] { exit_status = validate(*options); });
+  cmd->callback([options, &exit_status] {
+    exit_status = options->backend == "torch" ? validate_in_torch(*options) : validate(*options);
+  });
 }
 
 }  // namespace memplan::cli

@@ -34,7 +34,7 @@ constexpr std::array<LayerRule, kLayerCount> kLayerRules{{
   {kLayerNorm, "layer_norm", F::kNormalization, kWeights, kIn | kW | kX, false, false, false, 0,
    "x, weight, bias → y, mean, rstd", "dy, x, weight, mean, rstd → dx?, dweight, dbias"},
   {kRelu, "relu", F::kActivation, kNone, kY, false, true, false, 0, "x → y", "dy, y → dx"},
-  {kRelu6, "relu6", F::kActivation, kNone, kY, false, true, false, 0, "x → y", "dy, y → dx"},
+  {kRelu6, "relu6", F::kActivation, kNone, kIn, false, true, false, 0, "x → y", "dy, x → dx"},
   {kGelu, "gelu", F::kActivation, kNone, kIn, false, false, false, 0, "x → y", "dy, x → dx"},
   {kMaxPool2d, "max_pool2d", F::kMaxPool, kNone, kIn | kX, false, false, false, 2,
    "x → y, indices", "dy, x, indices → dx"},

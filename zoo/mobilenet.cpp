@@ -1,5 +1,6 @@
 // MobileNetV2 (Sandler et al. 2018) as torchvision builds it: inverted residual blocks (1x1
-// expand, 3x3 depthwise, 1x1 linear projection), ReLU6(inplace=True), a residual `x + conv(x)`
+// expand, 3x3 depthwise, 1x1 linear projection), ReLU6(inplace=True) (which saves a clone of its
+// input: Network::relu6), a residual `x + conv(x)`
 // (a new tensor, not in place) where stride is 1 and the width is unchanged, dropout 0.2.
 #include <fmt/core.h>
 
@@ -12,7 +13,7 @@ Value conv_bn_act(Network& net, const std::string& p, const Value& x, std::int64
                   std::int64_t k, std::int64_t stride, std::int64_t groups, bool activation) {
   Value h = net.conv(p + ".0", x, {out, {k, k}, {stride, stride}, {k / 2, k / 2}, groups, false});
   h = net.batch_norm(p + ".1", h);
-  return activation ? net.relu6(p + ".2", h, true) : h;
+  return activation ? net.relu6(p + ".2", h) : h;
 }
 
 }  // namespace

@@ -268,8 +268,8 @@ Value Network::relu(const std::string& name, const Value& x, bool in_place) {
   return pointwise(name, sim::Layer::kRelu, x, in_place, true, 1.0);
 }
 
-Value Network::relu6(const std::string& name, const Value& x, bool in_place) {
-  return pointwise(name, sim::Layer::kRelu6, x, in_place, true, 2.0);
+Value Network::relu6(const std::string& name, const Value& x) {
+  return pointwise(name, sim::Layer::kRelu6, x, false, false, 2.0);
 }
 
 Value Network::gelu(const std::string& name, const Value& x) {

@@ -10,7 +10,8 @@
 // Note [Saved tensors]
 // What a layer's backward op reads besides the gradient of its output is what autograd saves:
 //   conv: input and weight; batch-norm: input, weight and the per-channel save_mean/save_invstd;
-//   relu/relu6: its output (in place over its input where torchvision uses inplace=True);
+//   relu: its output (in place over its input where torchvision uses inplace=True); relu6: its
+//   input (an in-place ReLU6 saves a clone of it; out of place here, the same bytes);
 //   max-pool: input and int64 indices; avg-pool and adaptive avg-pool: input (for its shape);
 //   linear: input and weight; add and concat: nothing; dropout: its bool mask;
 //   softmax cross-entropy: the probabilities and the labels; layer-norm: input, weight, mean, rstd;
@@ -68,7 +69,11 @@ class Network {
   Value batch_norm(const std::string& name, const Value& x);
   /// ReLU; in place over x when `in_place` (torchvision's ReLU(inplace=True)).
   Value relu(const std::string& name, const Value& x, bool in_place);
-  Value relu6(const std::string& name, const Value& x, bool in_place);
+  /// ReLU6 as PyTorch runs it: autograd saves its input, and `ReLU6(inplace=True)`
+  /// (`hardtanh_`) first clones that input to save it, then overwrites it. The clone plus the
+  /// overwritten buffer hold what an out-of-place ReLU6 holds (its saved input and its output),
+  /// so the zoo writes it out of place, saving its input (memplan.torch.capture shows the clone).
+  Value relu6(const std::string& name, const Value& x);
   Value max_pool(const std::string& name, const Value& x, const PoolSpec& spec);
   Value avg_pool(const std::string& name, const Value& x, const PoolSpec& spec);
   /// Adaptive average pooling to `out` spatial extents (PyTorch's start/end index rule).

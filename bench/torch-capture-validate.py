@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""Capture and validate in PyTorch (issues 16 and 17): for resnet18, mobilenet_v2 and a GPT block on
+the CPU, capture one step (op counts, saved bytes against the hooks, capture time), then validate a
+swap-heavy plan (swap-all), a recompute-heavy plan (recompute-all) and `memplan search`'s plan at
+a memory budget of the in-core peak less 50% of the feature-map bytes (then 45%, 40% when the
+search finds no plan that fits).
+
+Usage: bench/torch-capture-validate.py [--batch N] [--size S] [MEMPLAN_BINARY]
+Timings depend on the machine's load; they are figures for a report, never a test.
+"""
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+
+import torch  # noqa: E402
+import torchvision  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from memplan.torch import capture, saved_bytes_in_trace  # noqa: E402
+from memplan.torch.models import GPT  # noqa: E402
+from memplan.torch.validate import validate  # noqa: E402
+
+
+def models(batch, size):
+    torch.manual_seed(0)
+    image = (torch.randn(batch, 3, size, size), torch.randint(0, 1000, (batch,)))
+    yield "resnet18", torchvision.models.resnet18(), image, F.cross_entropy
+    yield "mobilenet_v2", torchvision.models.mobilenet_v2(), image, F.cross_entropy
+    gpt = GPT(layers=1, hidden=256, heads=4, sequence=128, vocab=1024)
+    yield "gpt_block", gpt, gpt.memplan_batch(batch, [128]), gpt.memplan_loss
+
+
+def plan_for(memplan, trace_path, how, folder):
+    plan_path = pathlib.Path(folder) / f"{how[0]}.plan.json"
+    if how[0] == "search":
+        info = json.loads(subprocess.run([memplan, "info", "--json", trace_path],
+                                         capture_output=True, text=True, check=True).stdout)
+        budget = info["peak_bytes_incore"] - int(info["feature_map_bytes"] * how[1])
+        cmd = [memplan, "search", trace_path, "--memory", f"{budget}B", "--time-limit", "5",
+               "--deterministic", "-o", plan_path]
+    else:
+        cmd = [memplan, "simulate", trace_path, "--policy", how[0], "--memory", "1024GiB",
+               "--plan-out", plan_path]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        return None, run.stderr.strip() or run.stdout.strip().splitlines()[-1]
+    return json.loads(plan_path.read_text()), ""
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("memplan", nargs="?", default=str(ROOT / "build/release/bin/memplan"))
+    args = parser.parse_args()
+    for name, model, batch, loss_fn in models(args.batch, args.size):
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)
+        result = capture(model, batch, loss_fn, opt, name=name)
+        s = result.stats
+        print(f"{name}: {s['ops']} ops {s['ops_by_phase']}, saved {saved_bytes_in_trace(result.trace)}"
+              f" B in the trace vs {result.saved_bytes_hooks} B by the hooks, capture "
+              f"{s['capture_seconds']:.2f} s")
+        with tempfile.TemporaryDirectory() as folder:
+            trace_path = pathlib.Path(folder) / "trace.json"
+            result.save(trace_path)
+            hows = [("swap-all",), ("recompute-all",)] + [("search", f) for f in (0.5, 0.45, 0.4)]
+            found = False
+            for how in hows:
+                if how[0] == "search" and found:
+                    break
+                plan, why = plan_for(args.memplan, trace_path, how, folder)
+                if plan is None:
+                    print(f"  {' '.join(map(str, how))}: no plan: {why}")
+                    continue
+                found = how[0] == "search"
+                started = time.perf_counter()
+                v = validate(model, batch, loss_fn, opt, plan, result, memplan=args.memplan)
+                actions = {}
+                for m in plan["maps"]:
+                    actions[m["action"]] = actions.get(m["action"], 0) + 1
+                error = v["measured_seconds"] / v["predicted_seconds"] - 1
+                print(f"  {' '.join(map(str, how))} {actions}: loss/grads/weights bitwise "
+                      f"{v['loss_equal']}/{v['gradients_equal']}/{v['weights_equal']}; saved peak "
+                      f"measured {v['measured_saved_peak_bytes']} predicted "
+                      f"{v['predicted_saved_peak_bytes']}; host peak measured "
+                      f"{v['measured_host_peak_bytes']} predicted {v['predicted_host_peak_bytes']};"
+                      f" time measured {v['measured_seconds']:.3f} s predicted "
+                      f"{v['predicted_seconds']:.3f} s ({error:+.0%}); validate "
+                      f"{time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+#include "cli/python_runner.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/core.h>
+
+#include "sim/input_error.hpp"
+
+namespace memplan::cli {
+
+namespace fs = std::filesystem;
+
+std::string memplan_binary() {
+  std::error_code ec;
+  return fs::read_symlink("/proc/self/exe", ec).string();
+}
+
+fs::path find_python_package(const std::string& command) {
+  if (const char* env = std::getenv("MEMPLAN_PYTHONPATH"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  std::error_code ec;
+  const fs::path bin = fs::path(memplan_binary()).parent_path();
+  for (const fs::path& candidate :
+       {bin / "../../../python", bin / "../share/memplan/python", bin / "../lib/memplan/python"}) {
+    if (fs::exists(candidate / "memplan/torch/__main__.py", ec))
+      return fs::weakly_canonical(candidate);
+  }
+  throw sim::InputError(command,
+                        fmt::format("cannot find the memplan Python package beside {} (set "
+                                    "MEMPLAN_PYTHONPATH to the folder holding memplan/)",
+                                    bin.string()));
+}
+
+int run_memplan_torch(const std::string& command, const std::vector<std::string>& args) {
+  const fs::path package = find_python_package(command);
+  const char* python_env = std::getenv("MEMPLAN_PYTHON");
+  std::vector<std::string> argv{
+      python_env != nullptr && *python_env != '\0' ? python_env : "/usr/bin/python3", "-m",
+      "memplan.torch"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string path = package.string();
+  if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') {
+    path += ":";
+    path += old;
+  }
+  std::vector<char*> raw;
+  for (const std::string& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
+  raw.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw sim::InputError(command, fmt::format("fork: {}", std::strerror(errno)));
+  if (pid == 0) {
+    ::setenv("PYTHONPATH", path.c_str(), 1);
+    ::execv(raw[0], raw.data());
+    fmt::print(stderr, "memplan: {}: cannot run {}: {}\n", command, argv[0], std::strerror(errno));
+    ::_exit(2);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  fmt::print(stderr, "memplan: {}: {} was killed by signal {}\n", command, argv[0],
+             WTERMSIG(status));
+  return 3;
+}
+
+}  // namespace memplan::cli

@@ -1,0 +1,156 @@
+"""`python3 -m memplan.torch capture MODEL ...`: what `memplan capture` runs (cli/capture_command);
+`python3 -m memplan.torch validate TRACE --model MODEL ...`: what `memplan validate --backend
+torch` runs (cli/validate_command).
+
+Bad input (a model spec, an extent, a device, a plan for another model) is one line on stderr and
+exit status 2. validate exits 1 when the planned step's loss, gradients or weights are not bitwise
+the baseline's.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+from memplan.torch.apply import PlanError
+from memplan.torch.capture import capture, run_step
+from memplan.torch.validate import validate
+from memplan.torch.models import SpecError, load_model, loss_of, make_batch, parse_dims
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise SpecError(message)
+
+
+def _model_flags(cmd):
+    """The flags that make the model, batch and optimizer (the same for capture and validate)."""
+    cmd.add_argument("--batch", type=int, default=32)
+    cmd.add_argument("--input", default="224x224", help="HxW for images, a length for GPTs")
+    cmd.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    cmd.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    cmd.add_argument("--seed", type=int, default=0)
+
+
+def _parser():
+    parser = _Parser(prog="memplan")
+    sub = parser.add_subparsers(dest="command", required=True)
+    cap = sub.add_parser("capture", help="record one training step of a PyTorch model")
+    cap.error = parser.error
+    cap.add_argument("model", help="torchvision:NAME or package.module:factory")
+    _model_flags(cap)
+    cap.add_argument("-o", "--output", required=True)
+    val = sub.add_parser("validate", help="run a plan in PyTorch against the baseline step")
+    val.error = parser.error
+    val.add_argument("trace", help="the trace memplan capture wrote for this model and batch")
+    val.add_argument("--model", required=True, help="the MODEL given to memplan capture")
+    _model_flags(val)
+    val.add_argument("--plan", help="plan file (JSON)")
+    val.add_argument("--policy", help="a policy whose plan memplan simulate writes")
+    val.add_argument("--memory", help="device memory for --policy (memplan's units)")
+    val.add_argument("--memplan", default="memplan", help="the memplan binary")
+    val.add_argument("--json", action="store_true")
+    return parser
+
+
+def _optimizer(name, model):
+    if name == "adam":
+        return torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)
+
+
+def _setup(args):
+    """The model, batch and optimizer `capture` saw for these flags (same seed)."""
+    if args.batch <= 0:
+        raise SpecError(f"--batch {args.batch} must be positive")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("--device cuda: no CUDA device here (torch.cuda.is_available() is false)")
+    dims = parse_dims(args.input)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    model = load_model(args.model).to(device)
+    batch = make_batch(model, args.batch, dims, device)
+    return model, batch, _optimizer(args.optimizer, model)
+
+
+def run_capture(args):
+    model, batch, optimizer = _setup(args)
+    result = capture(model, batch, loss_of(model), optimizer, name=args.model)
+    result.save(args.output)
+    s = result.stats
+    phases = ", ".join(f"{p} {n}" for p, n in s["ops_by_phase"].items())
+    print(f"captured {args.model}: {s['ops']} ops ({phases}), {s['tensors']} tensors, "
+          f"{result.saved_bytes_hooks} bytes saved for backward (saved-tensor hooks), "
+          f"{s['capture_seconds']:.2f} s -> {args.output}")
+
+
+def _read_plan(args):
+    if (args.plan is None) == (args.policy is None):
+        raise SpecError("give --plan FILE or --policy NAME")
+    if args.plan is not None:
+        with open(args.plan) as f:
+            return json.load(f)
+    if not args.memory:
+        raise SpecError("--policy needs --memory (the device memory the policy plans for)")
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "plan.json")
+        run = subprocess.run([args.memplan, "simulate", args.trace, "--policy", args.policy,
+                              "--memory", args.memory, "--plan-out", path],
+                             capture_output=True, text=True)
+        if not os.path.exists(path):
+            raise SpecError(run.stderr.strip().removeprefix("memplan: "))
+        with open(path) as f:
+            return json.load(f)
+
+
+def run_validate(args):
+    try:
+        with open(args.trace) as f:
+            trace = json.load(f)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{args.trace}: not JSON ({e})") from None
+    plan = _read_plan(args)
+    model, batch, optimizer = _setup(args)
+    run_step(model, batch, loss_of(model), optimizer)  # capture's warm-up: the optimizer state
+    v = validate(model, batch, loss_of(model), optimizer, plan, trace, memplan=args.memplan,
+                 seed=args.seed)
+    if args.json:
+        print(json.dumps(dict(v, backend="torch", lossless=v.lossless_ok), indent=2))
+    else:
+        print("backend            torch")
+        print(f"plan               {args.plan or args.policy}")
+        print(f"bitwise            loss {v['loss_equal']}, gradients {v['gradients_equal']}, "
+              f"updated weights {v['weights_equal']}")
+        print(f"saved peak bytes   predicted {v['predicted_saved_peak_bytes']}  measured "
+              f"{v['measured_saved_peak_bytes']} (device: kept and recomputed maps)")
+        print(f"host peak bytes    predicted {v['predicted_host_peak_bytes']}  measured "
+              f"{v['measured_host_peak_bytes']} (swap copies)")
+        error = v["measured_seconds"] / v["predicted_seconds"] - 1
+        print(f"iteration time     predicted {v['predicted_seconds']:.6f} s  measured "
+              f"{v['measured_seconds']:.6f} s  ({error:+.1%})")
+    return 0 if v.lossless_ok else 1
+
+
+def main(argv=None):
+    command = "memplan"
+    try:
+        args = _parser().parse_args(argv)
+        command = args.command
+        if command == "capture":
+            run_capture(args)
+            return 0
+        return run_validate(args)
+    except (SpecError, PlanError) as e:
+        print(f"memplan: {command}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"memplan: {command}: {e.filename or ''}: {e.strerror}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

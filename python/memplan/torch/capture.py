@@ -1,0 +1,141 @@
+"""`capture`: one real training step of a PyTorch model, recorded as a memplan trace (v1 JSON).
+
+The step is the user's: `loss = loss_fn(model(*batch[:-1]), batch[-1])`, `loss.backward()`,
+`optimizer.step()`, after `warmup_steps` unrecorded steps (they create the optimizer's state, so
+that it exists before the recorded step as the trace format wants, and warm the allocator). The
+model and optimizer are trained by those steps: capture does not restore them.
+"""
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+
+import torch
+
+from memplan.torch.recorder import StepRecorder
+
+
+class Capture:
+    """What `capture` returns: the trace (a dict in trace format v1) and the hooks' counts."""
+
+    def __init__(self, trace, saved_bytes_hooks, saved_activation_bytes_hooks, stats):
+        self.trace = trace
+        #: bytes of the distinct storages autograd saved, parameters and optimizer state left out
+        #: (the batch's tensors counted, as the zoo counts them)
+        self.saved_bytes_hooks = saved_bytes_hooks
+        #: the same, activations only: what `memplan info` calls feature_map_bytes
+        self.saved_activation_bytes_hooks = saved_activation_bytes_hooks
+        self.stats = stats
+
+    def save(self, path):
+        """Writes the trace to `path` through a temporary file and a rename."""
+        write_trace(self.trace, path)
+
+
+def write_trace(trace, path):
+    """Writes a trace dict as memplan writes traces (one line per tensor and per op), atomically."""
+    lines = ["{"]
+    for key in ("format", "version", "provenance", "device"):
+        lines.append(f"{json.dumps(key)}: {json.dumps(trace[key])},")
+    for key, last in (("tensors", False), ("ops", True)):
+        items = ",\n  ".join(json.dumps(item) for item in trace[key])
+        body = f"[\n  {items}\n]" if trace[key] else "[]"
+        lines.append(f"{json.dumps(key)}: {body}" + ("" if last else ","))
+    lines.append("}")
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def storage_roots(trace):
+    """For each tensor, the tensor at the root of its in_place_of chain (its buffer)."""
+    roots = []
+    for t in trace["tensors"]:
+        base = t.get("in_place_of")
+        roots.append(t["id"] if base is None else roots[base])
+    return roots
+
+
+def saved_bytes_in_trace(trace, kinds=("activation", "input")):
+    """The trace's own count of what backward keeps: the distinct buffers of tensors of `kinds`
+    read by backward ops (zoo::saved_activation_bytes in C++)."""
+    roots = storage_roots(trace)
+    tensors = trace["tensors"]
+    counted = set()
+    for op in trace["ops"]:
+        if op["phase"] != "backward":
+            continue
+        for tid in op["inputs"]:
+            if tensors[tid]["kind"] in kinds:
+                counted.add(roots[tid])
+    return sum(tensors[r]["bytes"] for r in counted)
+
+
+def run_step(model, batch, loss_fn, optimizer, recorder=None):
+    """One training step; `recorder` (a StepRecorder) is told the phases. Returns the loss."""
+    optimizer.zero_grad(set_to_none=True)
+    context = recorder if recorder is not None else contextlib.nullcontext()
+    phase = recorder.begin_phase if recorder is not None else (lambda name: None)
+    with context:
+        phase("forward")
+        loss = loss_fn(model(*batch[:-1]), batch[-1])
+        phase("backward")
+        loss.backward()
+        phase("update")
+        optimizer.step()
+        if recorder is not None:
+            recorder.finish()
+    return loss.detach()
+
+
+def device_record(device):
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return {"name": props.name, "memory_bytes": int(props.total_memory)}
+    return {"name": "cpu", "memory_bytes": 0}
+
+
+def model_device(model, batch):
+    for p in model.parameters():
+        return p.device
+    for t in batch:
+        if isinstance(t, torch.Tensor):
+            return t.device
+    return torch.device("cpu")
+
+
+def capture(model, batch, loss_fn, optimizer, *, warmup_steps=1, name=None):
+    """Records one training step of `model` on `batch` (a tuple: the model's inputs, then the
+    target) and returns a `Capture`. See the module's docstring for what the step is."""
+    if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+        raise ValueError("batch must be a tuple (model inputs..., target)")
+    batch = tuple(batch)
+    model.train()
+    for _ in range(warmup_steps):
+        run_step(model, batch, loss_fn, optimizer)
+    device = model_device(model, batch)
+    started = time.perf_counter()
+    recorder = StepRecorder(model, optimizer, batch, cuda=device.type == "cuda")
+    run_step(model, batch, loss_fn, optimizer, recorder)
+    seconds = time.perf_counter() - started
+    provenance = {
+        "source": "recorded", "backend": "torch",
+        "note": f"memplan.torch.capture of {name or type(model).__name__} (torch "
+                f"{torch.__version__}, {device.type}); durations: {recorder.clock.describe()}"}
+    trace = recorder.trace(device_record(device), provenance)
+    phases = {}
+    for op in trace["ops"]:
+        phases[op["phase"]] = phases.get(op["phase"], 0) + 1
+    stats = {"ops": len(trace["ops"]), "ops_by_phase": phases, "tensors": len(trace["tensors"]),
+             "dropped_reads": recorder.dropped_reads, "attached_reads": recorder.attached_reads,
+             "capture_seconds": seconds}
+    return Capture(trace, recorder.saved_bytes(), recorder.saved_bytes(("activation",)), stats)

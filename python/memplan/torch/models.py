@@ -1,0 +1,145 @@
+"""Models and batches for `memplan capture`: torchvision's by name, a user's factory, a GPT block.
+
+A model spec is `torchvision:NAME` (a torchvision classification model, e.g. `torchvision:resnet50`)
+or `package.module:factory` (a function taking no arguments that returns an `nn.Module`).
+
+The batch: a model with a `memplan_batch(batch_size, input_dims)` method makes its own (a tuple of
+its inputs, then the target); any other model is taken for an image classifier: a float32 image
+[batch, 3, H, W] from `--input HxW` and int64 class labels for cross-entropy.
+"""
+
+import importlib
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class SpecError(ValueError):
+    """A model spec or an input that cannot be used (one line, for the command line)."""
+
+
+def load_model(spec):
+    if ":" not in spec:
+        raise SpecError(f"model '{spec}' is not 'torchvision:NAME' or 'package.module:factory'")
+    module_name, attr = spec.split(":", 1)
+    if module_name == "torchvision":
+        import torchvision
+        factory = getattr(torchvision.models, attr, None)
+        if factory is None or not callable(factory) or attr.startswith("_"):
+            raise SpecError(f"torchvision has no model '{attr}'")
+        return factory()
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SpecError(f"cannot import '{module_name}': {e}") from None
+    factory = getattr(module, attr, None)
+    if factory is None or not callable(factory):
+        raise SpecError(f"'{module_name}' has no function '{attr}'")
+    model = factory()
+    if not isinstance(model, nn.Module):
+        raise SpecError(f"'{spec}' returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def parse_dims(text):
+    try:
+        dims = [int(d) for d in text.lower().split("x")]
+    except ValueError:
+        dims = []
+    if not dims or any(d <= 0 for d in dims):
+        raise SpecError(f"--input '{text}' is not positive extents like 224x224")
+    return dims
+
+
+def make_batch(model, batch_size, input_dims, device):
+    """The batch for `model`: its own `memplan_batch`, or an image classifier's (module doc)."""
+    if hasattr(model, "memplan_batch"):
+        batch = model.memplan_batch(batch_size, input_dims)
+    else:
+        if len(input_dims) != 2:
+            raise SpecError(f"--input {'x'.join(map(str, input_dims))}: an image model takes HxW")
+        image = torch.randn(batch_size, 3, *input_dims)
+        with torch.no_grad():
+            classes = model.eval()(image[:1]).shape[-1]
+        model.train()
+        batch = (image, torch.randint(0, classes, (batch_size,)))
+    return tuple(t.to(device) for t in batch)
+
+
+def loss_of(model):
+    """The loss function for `model`: its `memplan_loss` if it has one, else cross-entropy."""
+    return getattr(model, "memplan_loss", F.cross_entropy)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, hidden, heads, dropout):
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(hidden, 3 * hidden)
+        self.c_proj = nn.Linear(hidden, hidden)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        q, k, v = self.c_attn(x).split(h, dim=2)
+        q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(h // self.heads)
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        probs = self.attn_dropout(F.softmax(scores, dim=-1))
+        y = (probs @ v).transpose(1, 2).reshape(b, s, h)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class Block(nn.Module):
+    def __init__(self, hidden, heads, dropout):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(hidden)
+        self.attn = CausalSelfAttention(hidden, heads, dropout)
+        self.ln_2 = nn.LayerNorm(hidden)
+        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(),
+                                 nn.Linear(4 * hidden, hidden), nn.Dropout(dropout))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """A GPT-2-style decoder as the zoo's `gpt` models it (zoo/transformer.cpp): token and position
+    embeddings, pre-norm blocks, a final layer-norm and an LM head tied to the token embedding."""
+
+    def __init__(self, layers=1, hidden=256, heads=4, sequence=128, vocab=1024, dropout=0.1):
+        super().__init__()
+        self.sequence, self.vocab = sequence, vocab
+        self.wte = nn.Embedding(vocab, hidden)
+        self.wpe = nn.Embedding(sequence, hidden)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList(Block(hidden, heads, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(hidden)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.drop(self.wte(tokens) + self.wpe(positions))
+        for block in self.h:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)
+
+    def memplan_batch(self, batch_size, input_dims):
+        sequence = input_dims[0] if input_dims else self.sequence
+        if len(input_dims) > 1 or sequence > self.sequence:
+            raise SpecError(f"--input: a GPT takes a sequence length of at most {self.sequence}")
+        tokens = torch.randint(0, self.vocab, (batch_size, sequence + 1))
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    @staticmethod
+    def memplan_loss(logits, labels):
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def gpt_block():
+    """One GPT-2-style block with a 256-wide residual stream, 4 heads, 128 tokens, 1024 words."""
+    return GPT(layers=1)

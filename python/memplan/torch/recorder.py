@@ -1,0 +1,455 @@
+"""The dispatch-level recorder: every aten op of one training step, as memplan trace v1 JSON.
+
+What: `StepRecorder` is a `TorchDispatchMode` plus saved-tensor hooks, module hooks and autograd
+node hooks. Between `begin_phase(...)` calls it sees every aten op below autograd, in issue order,
+and builds the trace's tensors and ops; `trace()` returns the JSON document (traces/FORMAT.md).
+
+Why this way: the dispatcher is the one place every op of forward, backward and the optimizer
+passes through, with its real inputs and outputs, and autograd's saved-tensor hooks are the ground
+truth of what backward keeps: memplan's feature maps (activations written in forward and read in
+backward) are made to be exactly the tensors autograd saved.
+
+How:
+- identity is the storage: a tensor of the trace is one storage (device, data pointer) at one
+  version. A view shares its base's storage and makes no new tensor; a write into an existing
+  storage (an in-place op, an `out=` argument, any argument the schema marks `(a!)`) makes a new
+  version `in_place_of` the old one, except for parameters, buffers and optimizer state, which the
+  trace keeps as one pre-existing tensor that ops read and update.
+- storages seen before they are written existed before the step: parameters (and buffers, which
+  the trace counts as parameters), optimizer state, the batch's tensors (`input`); anything else
+  (a constant the loss closes over) is an `input` too.
+- kinds: written in backward -> `gradient` (as the zoo does), otherwise `activation`.
+- backward ops read forward tensors only through what autograd saved: a read of a forward tensor
+  autograd did not save (`ones_like(loss)` reads only the loss's shape) is left out, and a saved
+  tensor no backward op read (autograd unpacked it, or freed it unread) is given to the last op of
+  the autograd node that unpacked it (or to the last backward op). So the trace's feature maps and
+  inputs read in backward are exactly the hooks' saved storages, byte for byte.
+- `differentiates`: each forward op's autograd node gets a post-hook; the backward ops recorded
+  since the previous node finished belong to the node that just finished.
+"""
+
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# aten op -> memplan layer, for ops whose meaning is one of memplan's layers; any other op keeps
+# its aten name ("aten::mm"), which the simulator takes as a generic op.
+_LAYERS = {
+    "aten::convolution": "conv",
+    "aten::convolution_backward": "conv",
+    "aten::native_batch_norm": "batch_norm",
+    "aten::native_batch_norm_backward": "batch_norm",
+    "aten::relu": "relu",
+    "aten::relu_": "relu",
+    "aten::threshold_backward": "relu",
+    "aten::max_pool2d_with_indices": "max_pool2d",
+    "aten::max_pool2d_with_indices_backward": "max_pool2d",
+    "aten::max_pool3d_with_indices": "max_pool3d",
+    "aten::max_pool3d_with_indices_backward": "max_pool3d",
+    "aten::avg_pool2d": "avg_pool2d",
+    "aten::avg_pool2d_backward": "avg_pool2d",
+    "aten::_adaptive_avg_pool2d": "adaptive_avg_pool",
+    "aten::_adaptive_avg_pool2d_backward": "adaptive_avg_pool",
+    "aten::addmm": "linear",
+    "aten::native_layer_norm": "layer_norm",
+    "aten::native_layer_norm_backward": "layer_norm",
+    "aten::gelu": "gelu",
+    "aten::gelu_backward": "gelu",
+    "aten::_softmax": "softmax",
+    "aten::_softmax_backward_data": "softmax",
+    "aten::embedding": "embedding",
+    "aten::embedding_dense_backward": "embedding",
+    "aten::native_dropout": "dropout",
+    "aten::native_dropout_backward": "dropout",
+    "aten::cat": "concat",
+}
+
+_DTYPES = {
+    torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+    torch.float64: "float64", torch.int64: "int64", torch.int32: "int32", torch.int16: "int16",
+    torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
+}
+
+PHASES = ("forward", "backward", "update")
+
+
+def layer_of(func, args):
+    """The memplan layer of an aten op call (its aten name when memplan has no such layer)."""
+    name = func._schema.name
+    layer = _LAYERS.get(name)
+    if layer == "conv":
+        weight = args[1] if name == "aten::convolution" else args[2]
+        return {4: "conv2d", 5: "conv3d"}.get(weight.dim(), name)
+    if name in ("aten::hardtanh", "aten::hardtanh_", "aten::hardtanh_backward"):
+        bounds = tuple(args[2:4] if name == "aten::hardtanh_backward" else args[1:3])
+        return "relu6" if bounds == (0.0, 6.0) else name
+    if name in ("aten::add", "aten::add_") and all(isinstance(a, torch.Tensor) for a in args[:2]):
+        return "add"
+    return layer if layer else name
+
+
+def flat_tensors(value, out):
+    """Appends every tensor in a (nested) argument or result to `out`."""
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            flat_tensors(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            flat_tensors(v, out)
+    return out
+
+
+def storage_key(t):
+    """Identity of a tensor's storage: (device, data pointer); every empty storage is its own."""
+    storage = t.storage()
+    if storage.nbytes() == 0:
+        return ("empty", id(t))
+    return (str(t.device), storage.data_ptr())
+
+
+def written_arguments(func, args, kwargs):
+    """The tensors of the arguments the op's schema marks as written, `(a!)`."""
+    written = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        flat_tensors(value, written)
+    return written
+
+
+def _rewrap_number(func, args, result):
+    """torch 1.13 hands a saved wrapped number (the 0.125 of `scores * 0.125`) to the dispatch mode
+    as a Python number, and autograd's detach of it then returns that number where a tensor is
+    due; give autograd back a 0-dim tensor of the wrapped number's type."""
+    if isinstance(result, (bool, int, float)) and func._schema.returns and \
+            str(func._schema.returns[0].type) == "Tensor":
+        dtype = {bool: torch.bool, int: torch.int64, float: torch.float64}[type(result)]
+        return torch.tensor(result, dtype=dtype)
+    return result
+
+
+class _Clock:
+    """Op durations: the CPU clock around the call, or CUDA events on a GPU (read at the end)."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.pending = []  # (op record, start event, end event)
+
+    def start(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter_ns()
+
+    def stop(self, op, started):
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.pending.append((op, started, end))
+        else:
+            op["duration_ns"] = time.perf_counter_ns() - started
+
+    def finish(self):
+        if self.cuda and self.pending:
+            torch.cuda.synchronize()
+            for op, start, end in self.pending:
+                op["duration_ns"] = int(start.elapsed_time(end) * 1e6)
+        self.pending = []
+
+    def describe(self):
+        if self.cuda:
+            return "CUDA events around each aten op"
+        return "CPU clock (time.perf_counter_ns) around each aten op"
+
+
+class _Dispatch(TorchDispatchMode):
+    def __init__(self, recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        return self.recorder.dispatch(func, args, kwargs)
+
+
+class StepRecorder:
+    """Records one training step; see the module's docstring.
+
+    Use: construct, `with recorder:` around the step, `begin_phase(name)` before the forward, the
+    backward and the optimizer step, then `trace()`. `on_pack(t, tensor_id)` and `on_unpack(packed)`
+    may be overridden (memplan.torch.apply does) to act on what autograd saves."""
+
+    def __init__(self, model, optimizer, batch, cuda=False):
+        self.tensors = []
+        self.ops = []
+        self.current = {}  # storage key -> tensor id of its latest version
+        self.persistent = set()  # tensor ids of parameters, buffers, optimizer state
+        self.phase = None
+        self.paused = 0
+        self.clock = _Clock(cuda)
+        self.saved = {}  # tensor id -> storage key, for what autograd saved (ground truth)
+        self.saved_bytes_by_key = {}
+        self.dropped_reads = 0  # backward reads of unsaved forward tensors (metadata only)
+        self.attached_reads = 0  # saved tensors no backward op read, given to their node's op
+        self._module_stack = []
+        self._pending_outputs = []  # (op id, tensors) whose autograd node is not hooked yet
+        self._node_op = {}  # id(node) -> forward op id
+        self._nodes = []  # keeps hooked nodes alive so their ids stay unique
+        self._node_start = 0  # first backward op of the node running now
+        self._unpacked = []  # tensor ids unpacked since the last node finished
+        self._handles = []
+        self._register_pre_existing(model, optimizer, batch)
+        self._hook_modules(model)
+        self._hook_accumulators(model)
+        self._mode = _Dispatch(self)
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    # ---- pre-existing tensors -------------------------------------------------------------
+    def _register_pre_existing(self, model, optimizer, batch):
+        for name, p in model.named_parameters():
+            self._pre_existing(p, name, "parameter", persistent=True)
+        for name, b in model.named_buffers():
+            self._pre_existing(b, name, "parameter", persistent=True)
+        names = {id(p): n for n, p in model.named_parameters()}
+        if optimizer is not None:
+            for p, state in optimizer.state.items():
+                for key, value in state.items():
+                    if isinstance(value, torch.Tensor):
+                        label = f"{names.get(id(p), 'param')}.{key}"
+                        self._pre_existing(value, label, "optimizer_state", persistent=True)
+        for i, t in enumerate(flat_tensors(batch, [])):
+            self._pre_existing(t, f"batch.{i}", "input", persistent=False)
+
+    def _pre_existing(self, t, name, kind, persistent):
+        key = storage_key(t)
+        if key in self.current:
+            return self.current[key]
+        tid = self._new_tensor(t, name, kind, None)
+        self.current[key] = tid
+        if persistent:
+            self.persistent.add(tid)
+        return tid
+
+    def _new_tensor(self, t, name, kind, producer, in_place_of=None):
+        storage_bytes = t.storage().nbytes()
+        record = {"id": len(self.tensors), "name": name, "bytes": storage_bytes, "kind": kind}
+        if t.numel() * t.element_size() == storage_bytes:
+            record["shape"] = list(t.shape)
+        if t.dtype in _DTYPES:
+            record["dtype"] = _DTYPES[t.dtype]
+        record["producer"] = producer
+        if in_place_of is not None:
+            record["in_place_of"] = in_place_of
+        self.tensors.append(record)
+        return record["id"]
+
+    def tensor_id(self, t):
+        """The trace id of the latest version of `t`'s storage (registering an unseen one as a
+        pre-existing input)."""
+        key = storage_key(t)
+        tid = self.current.get(key)
+        if tid is None:
+            tid = self._pre_existing(t, f"external.{len(self.tensors)}", "input", persistent=False)
+        return tid
+
+    # ---- hooks ----------------------------------------------------------------------------
+    def _hook_modules(self, model):
+        for name, module in model.named_modules():
+            if not name:
+                continue
+            self._handles.append(module.register_forward_pre_hook(self._enter_module(name)))
+            self._handles.append(module.register_forward_hook(self._leave_module))
+
+    def _enter_module(self, name):
+        def hook(module, inputs):
+            self._module_stack.append(name)
+        return hook
+
+    def _leave_module(self, module, inputs, output):
+        if self._module_stack:
+            self._module_stack.pop()
+
+    def _hook_accumulators(self, model):
+        # AccumulateGrad nodes mark where a parameter's gradient is stored: a node boundary.
+        for p in model.parameters():
+            if not p.requires_grad:
+                continue
+            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            accumulator.register_hook(lambda gi, go: self._node_finished(None))
+            self._nodes.append(accumulator)
+
+    def _pack(self, t):
+        tid = self.tensor_id(t)
+        key = storage_key(t)
+        if tid not in self.persistent:
+            self.saved[tid] = key
+            self.saved_bytes_by_key[key] = t.storage().nbytes()
+        return (self.on_pack(t, tid), tid)
+
+    def _unpack(self, packed):
+        payload, tid = packed
+        self._unpacked.append(tid)
+        return self.on_unpack(payload, tid)
+
+    def on_pack(self, t, tensor_id):
+        return t
+
+    def on_unpack(self, payload, tensor_id):
+        return payload
+
+    def _hook_new_nodes(self):
+        for op_id, outputs in self._pending_outputs:
+            for t in outputs:
+                node = t.grad_fn
+                if node is None or id(node) in self._node_op:
+                    continue
+                self._node_op[id(node)] = op_id
+                self._nodes.append(node)
+                node.register_hook(lambda gi, go, node_id=id(node): self._node_finished(node_id))
+        self._pending_outputs = []
+
+    def _node_finished(self, node_id):
+        forward_op = self._node_op.get(node_id) if node_id is not None else None
+        node_ops = self.ops[self._node_start:]
+        for op in node_ops:
+            if forward_op is not None:
+                op["differentiates"] = forward_op
+                op["name"] = f"{self.ops[forward_op]['name']}.backward.{op['name']}"
+        self._attach_unread(node_ops)
+        if node_ops:
+            self._node_start = len(self.ops)
+
+    def _attach_unread(self, node_ops):
+        if not node_ops:
+            return
+        read = {t for op in node_ops for t in op["inputs"]}
+        for tid in self._unpacked:
+            if tid in self.saved and tid not in read:
+                node_ops[-1]["inputs"].append(tid)
+                read.add(tid)
+                self.attached_reads += 1
+        self._unpacked = []
+
+    # ---- phases ---------------------------------------------------------------------------
+    def __enter__(self):
+        self._saved_hooks.__enter__()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+        self._saved_hooks.__exit__(*exc)
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        return False
+
+    def begin_phase(self, phase):
+        assert phase in PHASES
+        self._hook_new_nodes()
+        if self.phase == "backward":
+            self._end_backward()
+        self.phase = phase
+        self._node_start = len(self.ops)
+
+
+    def _end_backward(self):
+        self._attach_unread(self.ops[self._node_start:])
+        # Autograd frees what it saved and never unpacked when the graph goes: at the end.
+        backward = [op for op in self.ops if op["phase"] == "backward"]
+        if not backward:
+            return
+        read = {t for op in backward for t in op["inputs"]}
+        for tid in self.saved:
+            if tid not in read:
+                backward[-1]["inputs"].append(tid)
+                self.attached_reads += 1
+
+    def finish(self):
+        """Ends the step: closes the backward bookkeeping and reads the CUDA timings."""
+        self._hook_new_nodes()
+        if self.phase == "backward":
+            self._end_backward()
+        self.phase = None
+        self.clock.finish()
+
+    # ---- ops ------------------------------------------------------------------------------
+    def dispatch(self, func, args, kwargs):
+        if self.paused or self.phase is None:
+            return _rewrap_number(func, args, func(*args, **kwargs))
+        self._hook_new_nodes()
+        inputs = flat_tensors(args, flat_tensors(kwargs, []))
+        written = written_arguments(func, args, kwargs)
+        input_ids = [self.tensor_id(t) for t in inputs]
+        input_keys = {storage_key(t) for t in inputs}
+        started = self.clock.start()
+        result = _rewrap_number(func, args, func(*args, **kwargs))
+        op = self._record(func, args, input_ids, input_keys, written, flat_tensors(result, []))
+        self.clock.stop(op, started)
+        if self.phase == "forward":
+            self._pending_outputs.append((op["id"], flat_tensors(result, [])))
+        return result
+
+    def _keep_read(self, tid):
+        """Whether a backward op's read of `tid` is data autograd saved (see the docstring)."""
+        if self.phase != "backward" or tid in self.saved:
+            return True
+        tensor = self.tensors[tid]
+        if tensor["kind"] not in ("activation", "input") or tid in self.persistent:
+            return True
+        producer = tensor["producer"]
+        from_forward = producer is None or self.ops[producer]["phase"] == "forward"
+        if from_forward:
+            self.dropped_reads += 1
+        return not from_forward
+
+    def _record(self, func, args, input_ids, input_keys, written, outputs):
+        op_id = len(self.ops)
+        aten = func._schema.name
+        short = aten.split("::")[-1]
+        module = self._module_stack[-1] if self._module_stack and self.phase == "forward" else ""
+        op = {"id": op_id, "name": f"{module}.{short}" if module else short,
+              "layer": layer_of(func, args), "phase": self.phase, "inputs": [], "outputs": [],
+              "workspace_bytes": 0, "duration_ns": 0}
+        self.ops.append(op)
+        for tid in input_ids:
+            if tid not in op["inputs"] and self._keep_read(tid):
+                op["inputs"].append(tid)
+        kind = "gradient" if self.phase == "backward" else "activation"
+        written_keys = {storage_key(t) for t in written}
+        seen = set()
+        for t in written + outputs:
+            key = storage_key(t)
+            if key in seen:
+                continue
+            seen.add(key)
+            if key in input_keys and key not in written_keys:
+                continue  # a view of an input, or the input returned as it is
+            old = self.current.get(key)
+            if old is not None and old in self.persistent:
+                continue  # parameters, buffers, optimizer state: updated, not versioned
+            if old is not None and key in input_keys:
+                new = self._new_tensor(t, f"{op['name']}.out{len(op['outputs'])}", kind, op_id,
+                                       in_place_of=old)
+                if old not in op["inputs"]:
+                    op["inputs"].append(old)
+            else:
+                new = self._new_tensor(t, f"{op['name']}.out{len(op['outputs'])}", kind, op_id)
+            self.current[key] = new
+            op["outputs"].append(new)
+        return op
+
+    # ---- the result -----------------------------------------------------------------------
+    def saved_bytes(self, kinds=("activation", "input")):
+        """Bytes of the distinct storages autograd saved whose tensors are of `kinds`."""
+        keys = {key for tid, key in self.saved.items() if self.tensors[tid]["kind"] in kinds}
+        return sum(self.saved_bytes_by_key[k] for k in keys)
+
+    def trace(self, device, provenance):
+        return {"format": "memplan-trace", "version": 1, "provenance": provenance,
+                "device": device, "tensors": self.tensors, "ops": self.ops}

@@ -1,0 +1,131 @@
+"""`validate`: run a plan in PyTorch and check it against the baseline step and the prediction.
+
+What: `validate(model, batch, loss_fn, optimizer, plan, captured)` copies the model and optimizer
+twice (same weights, same optimizer state), runs the baseline step on one copy and the planned step
+(memplan.torch.apply) on the other, both from the same seed, and returns a `Validation`:
+- `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal) — what a lossless plan
+  (keep, swap, recompute) must give;
+- `measured_saved_peak_bytes` / `measured_host_peak_bytes`: what the plan's hooks held at most
+  (memplan.torch.apply's stats);
+- `predicted_saved_peak_bytes` / `predicted_host_peak_bytes`: the simulator's peak of the same
+  tensors: `memplan simulate` of the plan on a copy of the captured trace in which every tensor but
+  the feature maps (and the buffers they are written over) has 0 bytes and no op has workspace;
+- `predicted_seconds` (the simulator's iteration time of the plan on the captured trace) and
+  `measured_seconds` (the planned step's wall time, recorder included).
+The model and optimizer given are not changed.
+"""
+
+import copy
+import json
+import os
+import subprocess
+import tempfile
+
+import torch
+
+from memplan.torch.apply import apply, trace_fingerprint
+from memplan.torch.capture import run_step, storage_roots, write_trace
+
+
+class Validation(dict):
+    """The checks and figures of one validation (a dict; see the module's docstring)."""
+
+    @property
+    def lossless_ok(self):
+        return self["loss_equal"] and self["gradients_equal"] and self["weights_equal"]
+
+
+def _copy(model, optimizer):
+    model2 = copy.deepcopy(model)
+    optimizer2 = type(optimizer)(model2.parameters(), **optimizer.defaults)
+    optimizer2.load_state_dict(optimizer.state_dict())
+    return model2, optimizer2
+
+
+def feature_maps(trace):
+    """Ids of the trace's feature maps: activations written in forward and read in backward."""
+    ops = trace["ops"]
+    read_in_backward = {t for op in ops if op["phase"] == "backward" for t in op["inputs"]}
+    return [t["id"] for t in trace["tensors"] if t["kind"] == "activation"
+            and t["producer"] is not None and ops[t["producer"]]["phase"] == "forward"
+            and t["id"] in read_in_backward]
+
+
+def saved_only(trace, plan):
+    """The trace with every tensor but the feature maps and their buffers' roots at 0 bytes, and
+    the plan re-addressed to it (its fingerprint)."""
+    maps = set(feature_maps(trace))
+    roots = storage_roots(trace)
+    sized = maps | {roots[t] for t in maps}
+    derived = copy.deepcopy(trace)
+    for t in derived["tensors"]:
+        if t["id"] not in sized:
+            t["bytes"] = 0
+            t.pop("shape", None)
+    for t in derived["tensors"]:  # an in-place version is no larger than what it overwrites
+        base = t.get("in_place_of")
+        if base is not None and t["bytes"] > derived["tensors"][base]["bytes"]:
+            derived["tensors"][base]["bytes"] = t["bytes"]
+            derived["tensors"][base].pop("shape", None)
+    for op in derived["ops"]:
+        op["workspace_bytes"] = 0
+    derived_plan = copy.deepcopy(plan)
+    derived_plan["workload"]["fingerprint"] = trace_fingerprint(derived)
+    return derived, derived_plan
+
+
+def simulate(memplan, trace, plan, *extra):
+    """`memplan simulate --json` of `plan` on `trace`; returns its JSON."""
+    with tempfile.TemporaryDirectory() as folder:
+        trace_path, plan_path = os.path.join(folder, "t.json"), os.path.join(folder, "p.json")
+        write_trace(trace, trace_path)
+        with open(plan_path, "w") as out:
+            json.dump(plan, out)
+        run = subprocess.run([memplan, "simulate", trace_path, "--plan", plan_path, "--json",
+                              *extra], capture_output=True, text=True)
+    if run.returncode not in (0, 1):
+        raise RuntimeError(run.stderr.strip())
+    return json.loads(run.stdout)
+
+
+def default_memplan():
+    """The memplan binary: $MEMPLAN_BINARY, else the build tree's beside this source tree, else
+    `memplan` on the PATH."""
+    if os.environ.get("MEMPLAN_BINARY"):
+        return os.environ["MEMPLAN_BINARY"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = os.path.join(here, "..", "..", "..", "build", "release", "bin", "memplan")
+    return built if os.path.exists(built) else "memplan"
+
+
+def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, seed=0):
+    """See the module's docstring. `memplan` is the memplan binary that predicts
+    (default_memplan() when not given)."""
+    memplan = memplan or default_memplan()
+    trace = captured.trace if hasattr(captured, "trace") else captured
+    batch = tuple(batch)
+    base_model, base_opt = _copy(model, optimizer)
+    plan_model, plan_opt = _copy(model, optimizer)
+    planned = apply(plan_model, plan, trace)
+    torch.manual_seed(seed)
+    base_loss = run_step(base_model, batch, loss_fn, base_opt)
+    torch.manual_seed(seed)
+    plan_loss = planned.step(batch, loss_fn, plan_opt)
+    pairs = list(zip(base_model.parameters(), plan_model.parameters()))
+    base_state, plan_state = base_model.state_dict(), plan_model.state_dict()
+    result = Validation(
+        loss_equal=torch.equal(base_loss, plan_loss),
+        gradients_equal=all(torch.equal(a.grad, b.grad) for a, b in pairs),
+        weights_equal=all(torch.equal(base_state[k], plan_state[k]) for k in base_state),
+        measured_saved_peak_bytes=planned.stats["peak_device_saved_bytes"],
+        measured_host_peak_bytes=planned.stats["peak_host_bytes"],
+        measured_seconds=planned.stats["step_seconds"],
+        recomputed_ops=planned.stats["recomputed_ops"])
+    memory = ["--memory", "1048576GiB"]
+    derived, derived_plan = saved_only(trace, plan)
+    saved = simulate(memplan, derived, derived_plan, *memory)
+    whole = simulate(memplan, trace, plan, *memory)
+    result.update(predicted_saved_peak_bytes=saved["peak_bytes"],
+                  predicted_host_peak_bytes=saved["peak_host_bytes"],
+                  predicted_seconds=whole["iteration_s"])
+    return result
