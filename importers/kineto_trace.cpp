@@ -218,6 +218,18 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
     read_device(document, trace);
   } else if (document.is_array()) {
     events = &document;
+    const bool categorized = std::any_of(document.begin(), document.end(), [](const json& e) {
+      return e.is_object() && e.contains("cat");
+    });
+    if (!document.empty() && !categorized) {
+      throw sim::InputError(
+          fmt::format("{}: $", source),
+          "a bare array of events without categories: the legacy torch.autograd.profiler format "
+          "of a PyTorch built without Kineto, which records no kernels, shapes or memory; record "
+          "with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
+          "record_shapes=True, profile_memory=True) on a PyTorch built with Kineto (the pip and "
+          "conda builds are)");
+    }
   } else {
     throw sim::InputError(fmt::format("{}: $", source), "expected an object with 'traceEvents'");
   }
@@ -251,7 +263,7 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
       trace.memory_events.push_back(std::move(m));
       continue;
     }
-    if ((ph == "s" || ph == "f") && cat == "ac2g") {
+    if ((ph == "s" || ph == "f") && (cat == "ac2g" || cat == "async_cpu_to_gpu")) {
       const json* id = r.find(e, "id");
       if (id == nullptr || !id->is_number_integer())
         r.fail("id", "expected the integer correlation id");
@@ -300,6 +312,11 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
         g.correlation = r.int_arg({"correlation"});
         g.external_id = r.int_arg({"external id", "External id"});
         g.stream = r.int_arg({"stream"}).value_or(0);
+        if (auto b = r.int_arg({"bytes"})) {
+          if (*b < 0 || *b > kMaxAllocationBytes)
+            r.fail("args.bytes", fmt::format("implausible size {}", *b));
+          g.bytes = *b;
+        }
         // Without a correlation argument, the ac2g flow that ends on this activity names it;
         // flows may come later in the file, so the lookup waits until all are read.
         if (!g.correlation) unresolved.emplace_back(trace.gpu_events.size(), thread);

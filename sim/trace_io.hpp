@@ -1,5 +1,7 @@
 #pragma once
-// Trace format v1 (traces/FORMAT.md): reading into a Workload and writing back. Reading checks
+// Trace format v1 and v2 (traces/FORMAT.md): reading into a Workload and writing back. Version 2
+// adds the host side (each op's `host`, the top-level `launch_ns` and `host_tail_ns`); a workload
+// without host data is written as version 1, so v1 readers keep reading it. Reading checks
 // every field's presence and type and then validate()s the workload, so a Workload that comes out
 // of here is sound. Writing is stable: read -> write -> read -> write gives the same bytes.
 #include <filesystem>
@@ -13,7 +15,12 @@
 namespace memplan::sim {
 
 inline constexpr std::string_view kTraceFormatName = "memplan-trace";
-inline constexpr int kTraceFormatVersion = 1;
+/// The newest version this memplan reads and writes; version 1 is still read.
+inline constexpr int kTraceFormatVersion = 2;
+inline constexpr int kTraceFormatOldestVersion = 1;
+
+/// The version write_trace() gives `workload`: 2 when it carries host data, else 1.
+int trace_format_version(const Workload& workload);
 
 /// Reads and validates a trace file. Throws InputError naming the file and JSON path.
 Workload read_trace(const std::filesystem::path& path);
