@@ -93,8 +93,9 @@ void add_import_command(CLI::App& app) {
           result.workload.launch_ns.value_or(0), r.streams, r.copies, r.pageable_copies,
           sim::format_bytes(r.h2d_bytes), sim::format_bytes(r.d2h_bytes));
     }
-    fmt::print("recorded step wall {:.3f} ms\n",
-               static_cast<double>(r.step.end_ns - r.step.start_ns) / 1e6);
+    fmt::print("recorded step wall {:.3f} ms, its device work ends at {:.3f} ms\n",
+               static_cast<double>(r.step.end_ns - r.step.start_ns) / 1e6,
+               static_cast<double>(recorded.span_ns) / 1e6);
     fmt::print("wrote {}\n", options->output);
   });
 }

@@ -271,6 +271,13 @@ OrderedJson op_json(const Op& op) {
 }  // namespace
 
 Workload trace_from_json(const Json& document, std::string_view source) {
+  const bool profiler_trace =
+      document.is_array() || (document.is_object() && document.contains("traceEvents"));
+  if (profiler_trace) {
+    throw InputError(std::string(source),
+                     "a profiler (Chrome) trace, not a memplan trace: convert it first with "
+                     "`memplan import kineto FILE -o trace.json`");
+  }
   const JsonReader root(document, source);
   const auto format = root.at("format");
   if (format.as_string() != kTraceFormatName) {
@@ -312,7 +319,14 @@ Workload parse_trace(std::string_view text, std::string_view source) {
 }
 
 Workload read_trace(const std::filesystem::path& path) {
-  return parse_trace(read_file(path), path.string());
+  const std::string text = read_file(path);
+  if (text.size() >= 2 && text[0] == '\x1f' && text[1] == '\x8b') {
+    throw InputError(path.string(),
+                     "gzip-compressed, and memplan traces are plain JSON: a PyTorch profiler trace "
+                     "(.pt.trace.json.gz) is converted with `memplan import kineto FILE -o "
+                     "trace.json`");
+  }
+  return parse_trace(text, path.string());
 }
 
 std::string write_trace(const Workload& workload) {
