@@ -106,6 +106,22 @@ bool is_layer_event(std::string_view name) {
          starts_with(name, kEvaluatePrefix) || !backward_node(name).empty();
 }
 
+// The per-parameter state PyTorch's optimizers keep (their `state[p]` tensors, shaped like the
+// parameter), by the lower-cased class name of `Optimizer.step#Class.step`: the Adam family
+// (Adam, AdamW, NAdam, RAdam, Adamax, apex/DeepSpeed FusedAdam, LAMB) keeps two moments, Adadelta
+// two accumulators, Rprop the previous gradient and the step sizes, Adagrad a sum, RMSprop the
+// squared average, SGD a momentum buffer only with momentum (its update then multiplies: mul_).
+std::vector<std::string> optimizer_state_names(std::string_view cls, bool multiplies) {
+  auto has = [&](std::string_view part) { return cls.find(part) != std::string_view::npos; };
+  if (has("adam") || has("lamb")) return {"exp_avg", "exp_avg_sq"};
+  if (has("adadelta")) return {"square_avg", "acc_delta"};
+  if (has("rprop")) return {"prev", "step_size"};
+  if (has("adagrad")) return {"sum"};
+  if (has("rmsprop")) return {"square_avg"};
+  if (has("sgd") && multiplies) return {"momentum"};
+  return {};
+}
+
 // Nesting of CPU events on each thread: parent index or SIZE_MAX.
 struct Nesting {
   std::vector<std::size_t> parent;
@@ -421,14 +437,16 @@ StepWindow Importer::window_step() const {
   for (const GpuEvent& g : trace_.gpu_events) first = std::min(first, g.start_ns);
   if (options_.whole_trace) return {-1, "the whole trace", "", first, last + 1, std::nullopt};
   const auto [from, to] = *options_.window;
-  if (from < 0 || to <= from)
-    fail(fmt::format("--window {}:{} ns: expected 0 <= START < END", from, to));
+  // A window is at most a day long, like any event the parser accepts: no sum overflows.
+  constexpr Nanoseconds kDay = Nanoseconds{86400} * 1'000'000'000;
+  if (from < 0 || to <= from || to > kDay)
+    fail(fmt::format("--window {}:{} ns: expected 0 <= START < END <= one day", from, to));
   return {-1,
           fmt::format("window {:.3f}:{:.3f} ms", static_cast<double>(from) / 1e6,
                       static_cast<double>(to) / 1e6),
           "",
-          saturating_add(first, from),
-          saturating_add(first, to),
+          first + from,
+          first + to,
           std::nullopt};
 }
 
@@ -486,8 +504,17 @@ void Importer::attribute_device_time() {
   std::unordered_map<std::string, std::vector<std::size_t>> units_of_thread;
   for (std::size_t u = 0; u < units_.size(); ++u)
     units_of_thread[event(units_[u]).thread].push_back(u);
-  for (const GpuEvent& g : trace_.gpu_events) {
-    if (g.kind == GpuKind::kMemcpy) continue;
+  // Kernels on several streams overlap, and the step's ops run on one stream: each activity counts
+  // only for the time it adds to the device's busy union (events are sorted by start), so the ops'
+  // durations add up to the recorded busy time and overlapped work (communication beside
+  // compute) is not charged twice.
+  Nanoseconds covered_to = std::numeric_limits<Nanoseconds>::min();
+  for (const GpuEvent& gpu : trace_.gpu_events) {
+    if (gpu.kind == GpuKind::kMemcpy) continue;
+    const GpuEvent& g = gpu;
+    const Nanoseconds end = g.start_ns + g.duration_ns;  // both bounded by the parser
+    const Nanoseconds added = std::max<Nanoseconds>(0, end - std::max(g.start_ns, covered_to));
+    covered_to = std::max(covered_to, end);
     const std::string* thread = nullptr;
     Nanoseconds at = 0;
     if (g.correlation) {
@@ -511,7 +538,7 @@ void Importer::attribute_device_time() {
         });
         if (it != ids.begin() && at < event(units_[*std::prev(it)]).end_ns()) {
           Unit& unit = units_[*std::prev(it)];
-          unit.device_ns = saturating_add(unit.device_ns, g.duration_ns);
+          unit.device_ns = saturating_add(unit.device_ns, added);
           unit.first_launch = std::min(unit.first_launch.value_or(at), at);
           continue;
         }
@@ -524,7 +551,7 @@ void Importer::attribute_device_time() {
     auto it = std::upper_bound(units_.begin(), units_.end(), at,
                                [&](Nanoseconds t, const Unit& u) { return t < event(u).start_ns; });
     Unit& unit = it == units_.begin() ? units_.front() : *std::prev(it);
-    unit.device_ns = saturating_add(unit.device_ns, g.duration_ns);
+    unit.device_ns = saturating_add(unit.device_ns, added);
   }
 }
 
@@ -593,16 +620,10 @@ void Importer::classify_units() {
       const auto hash = e.name.find('#');
       std::string cls = e.name.substr(hash == std::string::npos ? 0 : hash + 1);
       cls = cls.substr(0, cls.find('.'));
-      if (cls == "SGD") {
-        if (subtree_has(u.event, "mul_")) state_names_ = {"momentum"};
-      } else if (cls == "Adam" || cls == "AdamW") {
-        state_names_ = {"exp_avg", "exp_avg_sq"};
-      } else if (cls == "RMSprop" || cls == "Adagrad" || cls == "Adadelta") {
-        state_names_ = {"state"};
-      }
       optimizer_name_.clear();
       for (char ch : cls)
         optimizer_name_ += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      state_names_ = optimizer_state_names(optimizer_name_, subtree_has(u.event, "mul_"));
       if (optimizer_name_.empty()) optimizer_name_ = "optimizer";
     } else if (starts_with(e.name, "Optimizer.zero_grad")) {
       if (subtree_has(u.event, "zero_")) report_.persistent_grads = true;
