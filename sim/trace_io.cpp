@@ -271,8 +271,10 @@ OrderedJson op_json(const Op& op) {
 }  // namespace
 
 Workload trace_from_json(const Json& document, std::string_view source) {
-  const bool profiler_trace =
-      document.is_array() || (document.is_object() && document.contains("traceEvents"));
+  // A Chrome trace: {"traceEvents": [...]}, or a bare array of events (each with a phase "ph").
+  const bool profiler_trace = (document.is_object() && document.contains("traceEvents")) ||
+                              (document.is_array() && !document.empty() &&
+                               document.front().is_object() && document.front().contains("ph"));
   if (profiler_trace) {
     throw InputError(std::string(source),
                      "a profiler (Chrome) trace, not a memplan trace: convert it first with "
