@@ -85,6 +85,12 @@ void add_import_command(CLI::App& app) {
           static_cast<double>(preexisting) / (1 << 20),
           static_cast<double>(recorded.peak_above_start_bytes + preexisting) / (1 << 20));
     }
+    if (r.time_only) {
+      fmt::print(
+          "no recorded shapes: imported the time side alone (in-core replay and link what-ifs "
+          "work; compare, search, sweep and validate refuse); record with "
+          "torch.profiler.profile(record_shapes=True) for sizes\n");
+    }
     if (r.host_ops > 0) {
       fmt::print(
           "host side: {} ops with their dispatch time, {} blocking calls ({:.3f} ms waiting), "

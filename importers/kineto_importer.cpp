@@ -324,6 +324,7 @@ class Importer {
   void measure_workspace();
   void classify_units();
   void build_forward(Unit& unit, std::size_t position);
+  void build_timed_forward(Unit& unit);
   void build_backward(Unit& unit);
   void build_update(Unit& unit);
   void fold(const Unit& unit);
@@ -370,6 +371,7 @@ class Importer {
   Nanoseconds pending_ns_ = 0;  // folded time that came before the first op
   std::size_t input_count_ = 0;
   std::map<std::string, int> layer_counts_;
+  bool time_only_ = false;  // no recorded shapes in the step: ops with their times, no tensors
 };
 
 bool Importer::step_complete(const StepWindow& step) const {
@@ -634,7 +636,10 @@ void Importer::classify_units() {
         u.sequence = e.sequence_number ? e.sequence_number : first_sequence(u.event);
       }
     } else if (!backward_started) {
-      u.layer = classify_forward(e);
+      // Without shapes every aten op is kept as a generic op with its time (time_only_).
+      u.layer = !time_only_                     ? classify_forward(e)
+                : starts_with(e.name, "aten::") ? Layer::kGeneric
+                                                : Layer::kGlue;
       if (u.layer != Layer::kGlue) {
         u.role = Unit::Role::kForward;
         collect_sequences(u.event, u.sequences);
@@ -767,6 +772,10 @@ Shape Importer::lookahead_view(std::size_t position, const Shape& from) const {
 
 void Importer::build_forward(Unit& unit, std::size_t position) {
   const CpuEvent& e = event(unit);
+  if (time_only_) {
+    build_timed_forward(unit);
+    return;
+  }
   const Shape& x_shape = dims(e, 0);
   const std::string dtype = dtype_of(e, 0);
   if (unit.layer == Layer::kView || unit.layer == Layer::kIdentity) {
@@ -956,6 +965,23 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   ++report_.forward_ops;
 }
 
+// An op of a step recorded without shapes: its name and time, no tensors.
+void Importer::build_timed_forward(Unit& unit) {
+  std::string_view n = event(unit).name;
+  n.remove_prefix(6);  // "aten::"
+  while (!n.empty() && n.back() == '_') n.remove_suffix(1);
+  const std::string layer(n);
+  const std::string name = fmt::format("{}_{}", layer, ++layer_counts_[layer]);
+  const OpId o = add_op(name, layer, Phase::kForward, unit);
+  ForwardInfo info;
+  info.layer = Layer::kGeneric;
+  info.name = name;
+  for (std::int64_t s : unit.sequences) op_of_sequence_[s] = o;
+  unit.op = o;
+  forward_[o] = std::move(info);
+  ++report_.forward_ops;
+}
+
 void Importer::contribute_gradient(TensorId forward_tensor, TensorId grad, OpId o) {
   auto it = grad_of_.find(forward_tensor);
   if (it != grad_of_.end()) {
@@ -1120,6 +1146,11 @@ ImportResult Importer::run() {
   collect_units(report_.step);
   attribute_device_time();
   measure_workspace();
+  time_only_ = std::none_of(units_.begin(), units_.end(), [&](const Unit& u) {
+    const auto& d = event(u).input_dims;
+    return std::any_of(d.begin(), d.end(), [](const Shape& s) { return !s.empty(); });
+  });
+  report_.time_only = time_only_;
   classify_units();
   bool updated = false;
   for (std::size_t i = 0; i < units_.size(); ++i) {

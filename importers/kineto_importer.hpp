@@ -56,6 +56,9 @@ struct ImportReport {
   /// before the step): folded into the previous op.
   std::size_t unmatched_backward = 0;
   bool persistent_grads = false;  // zero_grad zeroes .grad instead of freeing it
+  /// The step has no recorded shapes: its ops carry their times and host side but no tensors
+  /// (sim::require_sizes makes the commands that need sizes refuse).
+  bool time_only = false;
   int optimizer_states_per_parameter = 0;
   sim::Nanoseconds op_time_ns = 0;  // sum of op durations
   /// Host side (trace format v2): ops with a host side, blocking calls seen, the host time spent

@@ -384,6 +384,14 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view t
   }
 }
 
+void require_sizes(const Workload& workload, std::string_view source) {
+  if (!workload.tensors.empty() || workload.ops.empty()) return;
+  throw InputError(std::string(source),
+                   "has no tensor sizes (its profiler trace recorded no shapes): this command "
+                   "needs them; record with torch.profiler.profile(record_shapes=True, "
+                   "profile_memory=True) and import again");
+}
+
 std::string read_file(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))

@@ -42,6 +42,11 @@ void write_trace_file(const Workload& workload, const std::filesystem::path& pat
 /// writes an output file. Throws InputError when the file cannot be written.
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 
+/// Throws InputError naming `source` when the workload has ops but no tensors: a step imported
+/// from a profiler trace recorded without shapes carries its times only, and a command that plans
+/// memory (compare, search, sweep, validate) has nothing to plan with.
+void require_sizes(const Workload& workload, std::string_view source);
+
 /// Reads a whole file. Throws InputError when it cannot be read.
 std::string read_file(const std::filesystem::path& path);
 

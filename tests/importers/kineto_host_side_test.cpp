@@ -184,8 +184,7 @@ TEST_CASE("trace format v2: host fields round-trip; a workload without them stay
   // A v1 file may not carry v2 fields.
   std::string bad = text;
   bad.replace(bad.find("\"version\": 2"), 12, "\"version\": 1");
-  CHECK_THROWS_WITH(memplan::sim::parse_trace(bad, "bad.json"),
-                    Catch::Contains("unknown field"));
+  CHECK_THROWS_WITH(memplan::sim::parse_trace(bad, "bad.json"), Catch::Contains("unknown field"));
 }
 
 TEST_CASE("an op reading one tensor twice (x * x) has one gradient for it, no self-cycle",
@@ -278,4 +277,30 @@ TEST_CASE("the legacy format of a PyTorch built without Kineto: one line, what t
     CHECK(what.find("torch.profiler.profile(") != std::string::npos);
     CHECK(what.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("without recorded shapes the time side alone is imported; planning commands refuse",
+          "[importers][kineto]") {
+  json doc = synthetic_kineto();
+  for (auto& e : doc["traceEvents"]) {
+    if (e.contains("args")) {
+      e["args"].erase("Input Dims");
+      e["args"].erase("Input type");
+    }
+  }
+  const auto r = import_json(doc);
+  const auto& w = r.workload;
+  CHECK(r.report.time_only);
+  CHECK(w.tensors.empty());
+  // Every aten op of the forward pass is an op now (the scalar add and flatten too: 12 of them),
+  // the 11 backward nodes that are not AccumulateGrad and have a forward op (ViewBackward's
+  // flatten is one now), the optimizer step; the step's kernel time is all there.
+  CHECK(r.report.forward_ops == 12);
+  CHECK(r.report.update_ops == 1);
+  CHECK(r.report.op_time_ns == memplan::test::synthetic_step_kernel_ns());
+  CHECK(w.ops.front().host.has_value());
+  CHECK_THROWS_WITH(
+      memplan::sim::require_sizes(w, "t.json"),
+      Catch::StartsWith("t.json: has no tensor sizes") && Catch::Contains("record_shapes=True"));
+  CHECK(memplan::sim::parse_trace(memplan::sim::write_trace(w), "t.json") == w);
 }
