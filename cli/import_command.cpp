@@ -85,6 +85,15 @@ void add_import_command(CLI::App& app) {
           static_cast<double>(preexisting) / (1 << 20),
           static_cast<double>(recorded.peak_above_start_bytes + preexisting) / (1 << 20));
     }
+    fmt::print("trainable parameters: {} tensors, {} from the ops that read them",
+               r.trainable_parameters, sim::format_bytes(r.trainable_parameter_bytes));
+    if (r.optimizer_shape_tensors) {
+      fmt::print("; the optimizer's ops record {} tensors, {}{}\n", *r.optimizer_shape_tensors,
+                 sim::format_bytes(r.optimizer_shape_bytes),
+                 r.optimizer_shape_bytes == r.trainable_parameter_bytes ? " (equal)" : " (differ)");
+    } else {
+      fmt::print(" (the optimizer's ops record no tensor lists to check them against)\n");
+    }
     if (r.time_only) {
       fmt::print(
           "no recorded shapes: imported the time side alone (in-core replay and link what-ifs "

@@ -325,6 +325,8 @@ class Importer {
   void classify_units();
   void build_forward(Unit& unit, std::size_t position);
   void build_timed_forward(Unit& unit);
+  std::vector<Shape> widest_tensor_list(std::size_t root) const;
+  void check_parameters_against_optimizer();
   void build_backward(Unit& unit);
   void build_update(Unit& unit);
   void fold(const Unit& unit);
@@ -372,6 +374,7 @@ class Importer {
   std::size_t input_count_ = 0;
   std::map<std::string, int> layer_counts_;
   bool time_only_ = false;  // no recorded shapes in the step: ops with their times, no tensors
+  std::vector<Shape> optimizer_list_;  // the parameters as the optimizer's ops record them
 };
 
 bool Importer::step_complete(const StepWindow& step) const {
@@ -583,6 +586,29 @@ void Importer::measure_workspace() {
   }
 }
 
+// The parameter-shaped tensor list of a foreach or fused optimizer step (PyTorch >= 1.13's
+// `_foreach_*` / `_fused_adam(w)_` ops take params, grads and states as lists of equal shapes;
+// the step counters are a list of scalars): the list with the most elements in the subtree.
+std::vector<Shape> Importer::widest_tensor_list(std::size_t root) const {
+  std::vector<Shape> widest;
+  std::size_t widest_elements = 0;
+  std::vector<std::size_t> todo{root};
+  while (!todo.empty()) {
+    const std::size_t i = todo.back();
+    todo.pop_back();
+    todo.insert(todo.end(), nesting_.children[i].begin(), nesting_.children[i].end());
+    for (const auto& list : trace_.cpu_events[i].input_lists) {
+      std::size_t elements = 0;
+      for (const Shape& shape : list) elements += numel(shape);
+      if (elements > widest_elements) {
+        widest = list;
+        widest_elements = elements;
+      }
+    }
+  }
+  return widest;
+}
+
 void Importer::classify_units() {
   auto subtree_has = [&](std::size_t root, std::string_view needle) {
     std::vector<std::size_t> todo{root};
@@ -626,6 +652,7 @@ void Importer::classify_units() {
       for (char ch : cls)
         optimizer_name_ += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       state_names_ = optimizer_state_names(optimizer_name_, subtree_has(u.event, "mul_"));
+      optimizer_list_ = widest_tensor_list(u.event);
       if (optimizer_name_.empty()) optimizer_name_ = "optimizer";
     } else if (starts_with(e.name, "Optimizer.zero_grad")) {
       if (subtree_has(u.event, "zero_")) report_.persistent_grads = true;
@@ -1138,6 +1165,23 @@ std::string measure_device_link(const KinetoTrace& trace, sim::DeviceInfo& devic
                      part("D2H", link.d2h_bytes_per_s, link.d2h_copies, link.d2h_pageable));
 }
 
+// The imported trainable parameters beside what the optimizer's own ops say, when they record
+// tensor lists. Tensor lists record no dtype: their elements are sized with the parameters' dtype.
+void Importer::check_parameters_against_optimizer() {
+  std::string dtype = "float32";
+  for (TensorId p : trainable_) {
+    report_.trainable_parameters += 1;
+    report_.trainable_parameter_bytes += tensor(p).bytes;
+    dtype = tensor(p).dtype;
+  }
+  if (optimizer_list_.empty()) return;
+  report_.optimizer_shape_tensors = optimizer_list_.size();
+  for (const Shape& shape : optimizer_list_) {
+    report_.optimizer_shape_bytes += checked_bytes(shape, sim::dtype_bytes(dtype).value_or(4),
+                                                   trace_.source + ": optimizer tensor list");
+  }
+}
+
 ImportResult Importer::run() {
   report_.gpu = std::any_of(trace_.gpu_events.begin(), trace_.gpu_events.end(),
                             [](const GpuEvent& g) { return g.kind != GpuKind::kMemcpy; });
@@ -1182,6 +1226,7 @@ ImportResult Importer::run() {
                     report_.step.label));
   }
   if (pending_ns_ > 0) op(0).duration_ns = saturating_add(op(0).duration_ns, pending_ns_);
+  check_parameters_against_optimizer();
   if (report_.gpu) fill_host_side();
 
   workload_.provenance.source = "imported";

@@ -59,6 +59,12 @@ struct ImportReport {
   /// The step has no recorded shapes: its ops carry their times and host side but no tensors
   /// (sim::require_sizes makes the commands that need sizes refuse).
   bool time_only = false;
+  /// The trainable parameters imported (from the ops that read them), and what the optimizer's
+  /// foreach/fused ops record as their tensor lists (nullopt when they record none).
+  std::size_t trainable_parameters = 0;
+  sim::Bytes trainable_parameter_bytes = 0;
+  std::optional<std::size_t> optimizer_shape_tensors;
+  sim::Bytes optimizer_shape_bytes = 0;
   int optimizer_states_per_parameter = 0;
   sim::Nanoseconds op_time_ns = 0;  // sum of op durations
   /// Host side (trace format v2): ops with a host side, blocking calls seen, the host time spent

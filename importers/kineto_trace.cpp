@@ -105,7 +105,9 @@ class EventReader {
     return std::nullopt;
   }
 
-  std::vector<std::vector<std::int64_t>> dims_arg() const {
+  // The recorded shapes; the shapes of tensor-list arguments go to `lists` (in argument order).
+  std::vector<std::vector<std::int64_t>> dims_arg(
+      std::vector<std::vector<std::vector<std::int64_t>>>* lists = nullptr) const {
     std::vector<std::vector<std::int64_t>> out;
     const json* a = args();
     if (a == nullptr) return out;
@@ -129,7 +131,10 @@ class EventReader {
             if (e < 0) fail(field, fmt::format("negative extent {}", e));
             dims.push_back(e);
           }
-          if (nested) dims.clear();
+          if (nested) {
+            dims.clear();
+            if (lists != nullptr) lists->push_back(list_shapes(shape, field));
+          }
         } else if (!shape.is_null()) {
           fail(field, "expected each input's shape to be an array");
         }
@@ -138,6 +143,23 @@ class EventReader {
       break;
     }
     return out;
+  }
+
+  std::vector<std::vector<std::int64_t>> list_shapes(const json& list,
+                                                     const std::string& field) const {
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (const json& shape : list) {
+      if (!shape.is_array()) fail(field, "expected each tensor of a list to have a shape");
+      std::vector<std::int64_t> dims;
+      for (const json& extent : shape) {
+        if (!extent.is_number_integer()) fail(field, "expected integer extents");
+        const auto e = extent.get<std::int64_t>();
+        if (e < 0) fail(field, fmt::format("negative extent {}", e));
+        dims.push_back(e);
+      }
+      shapes.push_back(std::move(dims));
+    }
+    return shapes;
   }
 
   std::vector<std::string> types_arg() const {
@@ -285,7 +307,7 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
         c.duration_ns = duration;
         c.external_id = r.int_arg({"External id", "external id"});
         c.sequence_number = r.int_arg({"Sequence number"});
-        c.input_dims = r.dims_arg();
+        c.input_dims = r.dims_arg(&c.input_lists);
         c.input_types = r.types_arg();
         trace.cpu_events.push_back(std::move(c));
         break;

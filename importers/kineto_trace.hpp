@@ -35,6 +35,9 @@ struct CpuEvent {
   /// Recorded input shapes ("Input Dims"/"Input dims"); empty when not recorded. A 0-dim tensor
   /// and a non-tensor argument both appear as an empty shape.
   std::vector<std::vector<std::int64_t>> input_dims;
+  /// Shapes of the tensor-list arguments (a foreach or fused optimizer op's parameters, grads,
+  /// states), one list per such argument in argument order.
+  std::vector<std::vector<std::vector<std::int64_t>>> input_lists;
   /// Recorded input types ("Input type"), parallel to input_dims when present.
   std::vector<std::string> input_types;
 

@@ -304,3 +304,40 @@ TEST_CASE("without recorded shapes the time side alone is imported; planning com
       Catch::StartsWith("t.json: has no tensor sizes") && Catch::Contains("record_shapes=True"));
   CHECK(memplan::sim::parse_trace(memplan::sim::write_trace(w), "t.json") == w);
 }
+
+TEST_CASE("a foreach optimizer's tensor lists give the parameters to check the import against",
+          "[importers][kineto]") {
+  json doc = synthetic_kineto();
+  // The SGD step (2255..2295 us on the main thread) also runs a foreach op over its parameter
+  // list: conv1 [4,3,3,3], bn1 [4] [4], conv2 [4,4,3,3], bn2 [4] [4], linear [10,4] [10]; and a
+  // list of scalar step counters, which is narrower.
+  const json params = {{4, 3, 3, 3}, {4}, {4}, {4, 4, 3, 3}, {4}, {4}, {10, 4}, {10}};
+  doc["traceEvents"].push_back({{"ph", "X"},
+                                {"cat", "cpu_op"},
+                                {"name", "aten::_foreach_add_"},
+                                {"pid", 1},
+                                {"tid", 1},
+                                {"ts", 2262},
+                                {"dur", 2},
+                                {"args",
+                                 {{"Input Dims", {params, params, json::array()}},
+                                  {"Input type", {"TensorList", "TensorList", "Scalar"}}}}});
+  doc["traceEvents"].push_back(
+      {{"ph", "X"},
+       {"cat", "cpu_op"},
+       {"name", "aten::_foreach_add_"},
+       {"pid", 1},
+       {"tid", 1},
+       {"ts", 2265},
+       {"dur", 2},
+       {"args", {{"Input Dims", {json::array({json::array(), json::array()}), json::array()}}}}});
+  const auto r = import_json(doc);
+  // 108 + 4 + 4 + 144 + 4 + 4 + 40 + 10 = 318 float32 elements = 1272 bytes, both ways.
+  CHECK(r.report.trainable_parameters == 8);
+  CHECK(r.report.trainable_parameter_bytes == 1272);
+  REQUIRE(r.report.optimizer_shape_tensors.has_value());
+  CHECK(*r.report.optimizer_shape_tensors == 8);
+  CHECK(r.report.optimizer_shape_bytes == 1272);
+  // Without the lists there is nothing to check against.
+  CHECK_FALSE(import_json(synthetic_kineto()).report.optimizer_shape_tensors.has_value());
+}
