@@ -31,6 +31,7 @@ void add_compare_command(CLI::App& app) {
   json->excludes(csv);
   cmd->callback([options] {
     const sim::Workload workload = sim::read_trace(options->trace);
+    sim::require_sizes(workload, options->trace);
     const sim::Machine machine = machine_from_flags(workload, options->machine);
     const auto encodings = search::parse_encoding_options(options->encode, "--encode");
     const search::Comparison comparison = search::compare_policies(workload, machine, encodings);

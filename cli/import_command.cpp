@@ -6,6 +6,7 @@
 #include "importers/kineto_importer.hpp"
 #include "importers/kineto_trace.hpp"
 #include "importers/recorded_step.hpp"
+#include "sim/input_error.hpp"
 #include "sim/liveness.hpp"
 #include "sim/trace_io.hpp"
 #include "sim/units.hpp"
@@ -16,6 +17,9 @@ void add_import_command(CLI::App& app) {
   struct Options {
     std::string file;
     std::int64_t step = -1;
+    std::string step_annotation;
+    std::string window;
+    bool whole = false;
     std::string output;
   };
   auto options = std::make_shared<Options>();
@@ -27,11 +31,26 @@ void add_import_command(CLI::App& app) {
   kineto->add_option("FILE", options->file, "profiler trace")->required();
   kineto->add_option("--step", options->step,
                      "the N of ProfilerStep#N (default: the first complete step)");
+  kineto->add_option("--step-annotation", options->step_annotation,
+                     "the step is the first event of this name (a record_function range)");
+  kineto->add_option("--window", options->window,
+                     "the step is START:END from the trace's first event, e.g. 10ms:86ms");
+  kineto->add_flag("--whole", options->whole, "the step is the whole trace");
   kineto->add_option("-o,--output", options->output, "memplan trace to write")->required();
   kineto->callback([options] {
     const importers::KinetoTrace trace = importers::read_kineto_trace(options->file);
     importers::ImportOptions import_options;
     if (options->step >= 0) import_options.step = options->step;
+    if (!options->step_annotation.empty())
+      import_options.step_annotation = options->step_annotation;
+    if (!options->window.empty()) {
+      const auto colon = options->window.find(':');
+      if (colon == std::string::npos)
+        throw sim::InputError("--window", "expected START:END, e.g. 10ms:86ms");
+      import_options.window = {sim::parse_duration(options->window.substr(0, colon), "--window"),
+                               sim::parse_duration(options->window.substr(colon + 1), "--window")};
+    }
+    import_options.whole_trace = options->whole;
     const importers::ImportResult result = importers::import_kineto(
         trace, import_options, std::filesystem::path(options->file).filename().string());
     sim::write_trace_file(result.workload, options->output);
@@ -43,10 +62,9 @@ void add_import_command(CLI::App& app) {
     for (const auto& t : result.workload.tensors) {
       if (sim::is_persistent(t.kind)) preexisting += t.bytes;
     }
-    fmt::print(
-        "imported ProfilerStep#{}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
-        r.step.number, r.step_was_chosen ? " (the first complete step)" : "", options->file,
-        r.forward_ops, r.backward_ops, r.update_ops, result.workload.tensors.size());
+    fmt::print("imported {}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
+               r.step.label, r.step_was_chosen ? " (the first complete step)" : "", options->file,
+               r.forward_ops, r.backward_ops, r.update_ops, result.workload.tensors.size());
     fmt::print(
         "folded into the previous op: {} non-layer events, {} of them backward nodes without a "
         "forward layer op\n",
@@ -67,6 +85,32 @@ void add_import_command(CLI::App& app) {
           static_cast<double>(preexisting) / (1 << 20),
           static_cast<double>(recorded.peak_above_start_bytes + preexisting) / (1 << 20));
     }
+    fmt::print("trainable parameters: {} tensors, {} from the ops that read them",
+               r.trainable_parameters, sim::format_bytes(r.trainable_parameter_bytes));
+    if (r.optimizer_shape_tensors) {
+      fmt::print("; the optimizer's ops record {} tensors, {}{}\n", *r.optimizer_shape_tensors,
+                 sim::format_bytes(r.optimizer_shape_bytes),
+                 r.optimizer_shape_bytes == r.trainable_parameter_bytes ? " (equal)" : " (differ)");
+    } else {
+      fmt::print(" (the optimizer's ops record no tensor lists to check them against)\n");
+    }
+    if (r.time_only) {
+      fmt::print(
+          "no recorded shapes: imported the time side alone (in-core replay and link what-ifs "
+          "work; compare, search, sweep and validate refuse); record with "
+          "torch.profiler.profile(record_shapes=True) for sizes\n");
+    }
+    if (r.host_ops > 0) {
+      fmt::print(
+          "host side: {} ops with their dispatch time, {} blocking calls ({:.3f} ms waiting), "
+          "launch {} ns, {} streams; {} copies in the step ({} pageable, H2D {}, D2H {})\n",
+          r.host_ops, r.blocking_calls, static_cast<double>(r.blocked_ns) / 1e6,
+          result.workload.launch_ns.value_or(0), r.streams, r.copies, r.pageable_copies,
+          sim::format_bytes(r.h2d_bytes), sim::format_bytes(r.d2h_bytes));
+    }
+    fmt::print("recorded step wall {:.3f} ms, its device work ends at {:.3f} ms\n",
+               static_cast<double>(r.step.end_ns - r.step.start_ns) / 1e6,
+               static_cast<double>(recorded.span_ns) / 1e6);
     fmt::print("wrote {}\n", options->output);
   });
 }

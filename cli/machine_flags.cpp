@@ -1,11 +1,16 @@
 #include "cli/machine_flags.hpp"
 
+#include "sim/input_error.hpp"
+
 namespace memplan::cli {
 
 void add_machine_flags(CLI::App& command, MachineFlags& flags) {
   command.add_option("--memory", flags.memory,
                      "device memory capacity, e.g. 16GiB (default: the trace's)");
-  command.add_option("--link", flags.link, "link preset: pcie3, pcie4, pcie5, nvlink2, c2c");
+  command.add_option(
+      "--link", flags.link,
+      "link: recorded (the trace's measured bandwidths) or a preset: pcie3, pcie4, pcie5, "
+      "nvlink2, c2c");
   command.add_option("--h2d", flags.h2d, "host-to-device bandwidth, e.g. 12.5GB/s");
   command.add_option("--d2h", flags.d2h, "device-to-host bandwidth, e.g. 12.5GB/s");
   command.add_option("--latency", flags.latency, "cost of issuing one copy, e.g. 10us");
@@ -16,7 +21,16 @@ void add_machine_flags(CLI::App& command, MachineFlags& flags) {
 sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags) {
   sim::MachineOverrides overrides;
   if (!flags.memory.empty()) overrides.memory_bytes = sim::parse_bytes(flags.memory, "--memory");
-  if (!flags.link.empty()) overrides.link = flags.link;
+  if (flags.link == "recorded") {
+    // The bandwidths the trace carries, measured from its own copies (memplan import kineto).
+    if (!workload.device.h2d_bytes_per_s && !workload.device.d2h_bytes_per_s) {
+      throw sim::InputError("--link recorded",
+                            "the trace has no measured link: import a profiler trace that "
+                            "recorded copies of 1 MiB or more, or choose a preset");
+    }
+  } else if (!flags.link.empty()) {
+    overrides.link = flags.link;
+  }
   if (!flags.h2d.empty()) overrides.h2d_bytes_per_s = sim::parse_bandwidth(flags.h2d, "--h2d");
   if (!flags.d2h.empty()) overrides.d2h_bytes_per_s = sim::parse_bandwidth(flags.d2h, "--d2h");
   if (!flags.latency.empty())

@@ -126,6 +126,7 @@ void add_search_command(CLI::App& app, int& exit_status) {
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->callback([options, time_limit, &exit_status] {
     const sim::Workload workload = sim::read_trace(options->trace);
+    sim::require_sizes(workload, options->trace);
     const sim::Machine machine = machine_from_flags(workload, options->machine);
     search::SearchOptions so;
     so.threads = options->threads;

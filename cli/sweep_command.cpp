@@ -71,6 +71,7 @@ void add_sweep_command(CLI::App& app) {
     search::SweepGrid grid;
     for (const std::string& path : options->traces) {
       grid.traces.push_back({path, sim::read_trace(path)});
+      sim::require_sizes(grid.traces.back().workload, path);
     }
     for (const std::string& text : options->memories) {
       grid.memories.emplace_back(sim::parse_bytes(text, "--memory"));

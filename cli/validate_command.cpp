@@ -67,6 +67,7 @@ int validate_in_torch(const ValidateOptions& o) {
 int validate(const ValidateOptions& o) {
   const std::unique_ptr<runtime::Backend> backend = make_backend(o.backend);
   const sim::Workload workload = sim::read_trace(o.trace);
+  sim::require_sizes(workload, o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "validate");
   const sim::Program program = sim::lower(workload, plan);

@@ -13,6 +13,7 @@
 #include "sim/input_error.hpp"
 #include "sim/liveness.hpp"
 #include "sim/trace_io.hpp"
+#include "sim/workload_summary.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace memplan;
@@ -21,9 +22,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // A small cap keeps decompression bombs from exhausting the fuzzer's memory.
     text = importers::decompress_if_gzip(std::move(text), "fuzz", std::size_t{64} << 20);
     const importers::KinetoTrace trace = importers::parse_kineto_trace(text, "fuzz");
-    const importers::ImportResult result = importers::import_kineto(trace, {}, "fuzz");
+    // The input's size picks the step rule, so that every rule meets every input shape.
+    importers::ImportOptions options;
+    if (size % 3 == 1) options.whole_trace = true;
+    if (size % 3 == 2) options.window = std::pair<sim::Nanoseconds, sim::Nanoseconds>{0, 1'000'000};
+    const importers::ImportResult result = importers::import_kineto(trace, options, "fuzz");
     (void)importers::measure_recorded_step(trace, result.report.step, result.report.gpu);
     (void)sim::incore_peak(result.workload);
+    (void)sim::host_timeline(result.workload);
     // What the importer writes must read back as the same workload.
     if (sim::parse_trace(sim::write_trace(result.workload), "fuzz-out") != result.workload)
       __builtin_trap();

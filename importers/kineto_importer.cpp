@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -11,6 +12,7 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include "importers/host_side.hpp"
 #include "importers/saturating_add.hpp"
 #include "sim/input_error.hpp"
 
@@ -104,6 +106,22 @@ bool is_layer_event(std::string_view name) {
          starts_with(name, kEvaluatePrefix) || !backward_node(name).empty();
 }
 
+// The per-parameter state PyTorch's optimizers keep (their `state[p]` tensors, shaped like the
+// parameter), by the lower-cased class name of `Optimizer.step#Class.step`: the Adam family
+// (Adam, AdamW, NAdam, RAdam, Adamax, apex/DeepSpeed FusedAdam, LAMB) keeps two moments, Adadelta
+// two accumulators, Rprop the previous gradient and the step sizes, Adagrad a sum, RMSprop the
+// squared average, SGD a momentum buffer only with momentum (its update then multiplies: mul_).
+std::vector<std::string> optimizer_state_names(std::string_view cls, bool multiplies) {
+  auto has = [&](std::string_view part) { return cls.find(part) != std::string_view::npos; };
+  if (has("adam") || has("lamb")) return {"exp_avg", "exp_avg_sq"};
+  if (has("adadelta")) return {"square_avg", "acc_delta"};
+  if (has("rprop")) return {"prev", "step_size"};
+  if (has("adagrad")) return {"sum"};
+  if (has("rmsprop")) return {"square_avg"};
+  if (has("sgd") && multiplies) return {"momentum"};
+  return {};
+}
+
 // Nesting of CPU events on each thread: parent index or SIZE_MAX.
 struct Nesting {
   std::vector<std::size_t> parent;
@@ -160,8 +178,9 @@ struct Unit {
   Layer layer = Layer::kGlue;
   Nanoseconds device_ns = 0;
   Bytes workspace = 0;
-  std::optional<std::int64_t> sequence;  // for backward nodes
-  std::set<std::int64_t> sequences;      // for forward ops: every number in the subtree
+  std::optional<std::int64_t> sequence;     // for backward nodes
+  std::set<std::int64_t> sequences;         // for forward ops: every number in the subtree
+  std::optional<Nanoseconds> first_launch;  // the first launch of its device work
   OpId op = kNoId;
 };
 
@@ -295,6 +314,9 @@ class Importer {
   const CpuEvent& event(const Unit& u) const { return trace_.cpu_events[u.event]; }
 
   StepWindow choose_step();
+  StepWindow annotation_step(const std::string& name) const;
+  StepWindow window_step() const;
+  void fill_host_side();
   bool step_complete(const StepWindow& step) const;
   void collect_units(const StepWindow& step);
   void collect_under(std::size_t event);
@@ -302,6 +324,9 @@ class Importer {
   void measure_workspace();
   void classify_units();
   void build_forward(Unit& unit, std::size_t position);
+  void build_timed_forward(Unit& unit);
+  std::vector<Shape> widest_tensor_list(std::size_t root) const;
+  void check_parameters_against_optimizer();
   void build_backward(Unit& unit);
   void build_update(Unit& unit);
   void fold(const Unit& unit);
@@ -348,6 +373,8 @@ class Importer {
   Nanoseconds pending_ns_ = 0;  // folded time that came before the first op
   std::size_t input_count_ = 0;
   std::map<std::string, int> layer_counts_;
+  bool time_only_ = false;  // no recorded shapes in the step: ops with their times, no tensors
+  std::vector<Shape> optimizer_list_;  // the parameters as the optimizer's ops record them
 };
 
 bool Importer::step_complete(const StepWindow& step) const {
@@ -367,11 +394,17 @@ bool Importer::step_complete(const StepWindow& step) const {
 }
 
 StepWindow Importer::choose_step() {
+  const int kinds = (options_.step ? 1 : 0) + (options_.step_annotation ? 1 : 0) +
+                    (options_.window ? 1 : 0) + (options_.whole_trace ? 1 : 0);
+  if (kinds > 1) fail("choose the step one way: --step, --step-annotation, --window or --whole");
+  if (options_.step_annotation) return annotation_step(*options_.step_annotation);
+  if (options_.window || options_.whole_trace) return window_step();
   const std::vector<StepWindow> steps = list_steps(trace_);
   if (steps.empty()) {
     fail(
-        "no 'ProfilerStep#N' events: profile with torch.profiler.profile(schedule=...) and call "
-        "prof.step() once per iteration, so that the importer can find one training step");
+        "no 'ProfilerStep#N' events: call prof.step() once per iteration under "
+        "torch.profiler.profile(schedule=...), or name the step with --step-annotation NAME (a "
+        "record_function range), --window START:END or --whole");
   }
   std::vector<std::int64_t> numbers;
   for (const auto& s : steps) numbers.push_back(s.number);
@@ -392,6 +425,36 @@ StepWindow Importer::choose_step() {
       fmt::join(numbers, ", #")));
 }
 
+StepWindow Importer::annotation_step(const std::string& name) const {
+  for (std::size_t i = 0; i < trace_.cpu_events.size(); ++i) {
+    const CpuEvent& e = trace_.cpu_events[i];
+    if (e.name == name)
+      return {-1, fmt::format("annotation '{}'", name), e.thread, e.start_ns, e.end_ns(), i};
+  }
+  fail(fmt::format("no event named '{}' (--step-annotation)", name));
+}
+
+StepWindow Importer::window_step() const {
+  if (trace_.cpu_events.empty()) fail("no CPU events: nothing to import");
+  Nanoseconds first = trace_.cpu_events.front().start_ns;
+  Nanoseconds last = first;
+  for (const CpuEvent& e : trace_.cpu_events) last = std::max(last, e.end_ns());
+  for (const GpuEvent& g : trace_.gpu_events) first = std::min(first, g.start_ns);
+  if (options_.whole_trace) return {-1, "the whole trace", "", first, last + 1, std::nullopt};
+  const auto [from, to] = *options_.window;
+  // A window is at most a day long, like any event the parser accepts: no sum overflows.
+  constexpr Nanoseconds kDay = Nanoseconds{86400} * 1'000'000'000;
+  if (from < 0 || to <= from || to > kDay)
+    fail(fmt::format("--window {}:{} ns: expected 0 <= START < END <= one day", from, to));
+  return {-1,
+          fmt::format("window {:.3f}:{:.3f} ms", static_cast<double>(from) / 1e6,
+                      static_cast<double>(to) / 1e6),
+          "",
+          first + from,
+          first + to,
+          std::nullopt};
+}
+
 void Importer::collect_under(std::size_t parent) {
   for (std::size_t child : nesting_.children[parent]) {
     const std::string& name = trace_.cpu_events[child].name;
@@ -408,15 +471,20 @@ void Importer::collect_units(const StepWindow& step) {
   for (std::size_t i = 0; i < trace_.cpu_events.size(); ++i) {
     const CpuEvent& e = trace_.cpu_events[i];
     if (e.start_ns < step.start_ns || e.start_ns >= step.end_ns) continue;
-    if (e.thread == step.thread) {
-      if (e.start_ns == step.start_ns && e.end_ns() == step.end_ns && step_number(e.name))
+    if (step.event) {
+      if (i == *step.event) {
         collect_under(i);
-    } else if (nesting_.parent[i] == SIZE_MAX) {
-      if (is_layer_event(e.name)) {
-        units_.push_back(make_unit(i));
-      } else {
-        collect_under(i);
+        continue;
       }
+      if (e.thread == step.thread) continue;  // inside the step event, or beside it
+    }
+    if (nesting_.parent[i] != SIZE_MAX &&
+        trace_.cpu_events[nesting_.parent[i]].start_ns >= step.start_ns)
+      continue;  // collected through its parent
+    if (is_layer_event(e.name)) {
+      units_.push_back(make_unit(i));
+    } else if (!starts_with(e.name, "enumerate(DataLoader)")) {
+      collect_under(i);
     }
   }
   std::stable_sort(units_.begin(), units_.end(), [&](const Unit& a, const Unit& b) {
@@ -441,8 +509,17 @@ void Importer::attribute_device_time() {
   std::unordered_map<std::string, std::vector<std::size_t>> units_of_thread;
   for (std::size_t u = 0; u < units_.size(); ++u)
     units_of_thread[event(units_[u]).thread].push_back(u);
-  for (const GpuEvent& g : trace_.gpu_events) {
-    if (g.kind == GpuKind::kMemcpy) continue;
+  // Kernels on several streams overlap, and the step's ops run on one stream: each activity counts
+  // only for the time it adds to the device's busy union (events are sorted by start), so the ops'
+  // durations add up to the recorded busy time and overlapped work (communication beside
+  // compute) is not charged twice.
+  Nanoseconds covered_to = std::numeric_limits<Nanoseconds>::min();
+  for (const GpuEvent& gpu : trace_.gpu_events) {
+    if (gpu.kind == GpuKind::kMemcpy) continue;
+    const GpuEvent& g = gpu;
+    const Nanoseconds end = g.start_ns + g.duration_ns;  // both bounded by the parser
+    const Nanoseconds added = std::max<Nanoseconds>(0, end - std::max(g.start_ns, covered_to));
+    covered_to = std::max(covered_to, end);
     const std::string* thread = nullptr;
     Nanoseconds at = 0;
     if (g.correlation) {
@@ -457,16 +534,29 @@ void Importer::attribute_device_time() {
         at = trace_.cpu_events[c->second].start_ns;
       }
     }
-    if (thread == nullptr) continue;
-    auto list = units_of_thread.find(*thread);
-    if (list == units_of_thread.end()) continue;
-    const auto& ids = list->second;
-    auto it = std::upper_bound(ids.begin(), ids.end(), at, [&](Nanoseconds t, std::size_t u) {
-      return t < event(units_[u]).start_ns;
-    });
-    if (it == ids.begin()) continue;
-    Unit& unit = units_[*std::prev(it)];
-    if (at < event(unit).end_ns()) unit.device_ns = saturating_add(unit.device_ns, g.duration_ns);
+    if (thread == nullptr) at = g.start_ns;  // no launch recorded: where it ran
+    if (thread != nullptr) {
+      if (auto list = units_of_thread.find(*thread); list != units_of_thread.end()) {
+        const auto& ids = list->second;
+        auto it = std::upper_bound(ids.begin(), ids.end(), at, [&](Nanoseconds t, std::size_t u) {
+          return t < event(units_[u]).start_ns;
+        });
+        if (it != ids.begin() && at < event(units_[*std::prev(it)]).end_ns()) {
+          Unit& unit = units_[*std::prev(it)];
+          unit.device_ns = saturating_add(unit.device_ns, added);
+          unit.first_launch = std::min(unit.first_launch.value_or(at), at);
+          continue;
+        }
+      }
+    }
+    // Launched inside the step but outside every unit (a communication thread, a hook, an
+    // annotation without an aten op): its time goes to the unit that started last before the
+    // launch, so that the step's device time is kept whole.
+    if (units_.empty() || at < report_.step.start_ns || at >= report_.step.end_ns) continue;
+    auto it = std::upper_bound(units_.begin(), units_.end(), at,
+                               [&](Nanoseconds t, const Unit& u) { return t < event(u).start_ns; });
+    Unit& unit = it == units_.begin() ? units_.front() : *std::prev(it);
+    unit.device_ns = saturating_add(unit.device_ns, added);
   }
 }
 
@@ -494,6 +584,29 @@ void Importer::measure_workspace() {
     // Memory allocated and freed again inside the op: scratch space (cuDNN workspace).
     u.workspace = std::max<Bytes>(0, high - std::max<Bytes>(0, level));
   }
+}
+
+// The parameter-shaped tensor list of a foreach or fused optimizer step (PyTorch >= 1.13's
+// `_foreach_*` / `_fused_adam(w)_` ops take params, grads and states as lists of equal shapes;
+// the step counters are a list of scalars): the list with the most elements in the subtree.
+std::vector<Shape> Importer::widest_tensor_list(std::size_t root) const {
+  std::vector<Shape> widest;
+  std::size_t widest_elements = 0;
+  std::vector<std::size_t> todo{root};
+  while (!todo.empty()) {
+    const std::size_t i = todo.back();
+    todo.pop_back();
+    todo.insert(todo.end(), nesting_.children[i].begin(), nesting_.children[i].end());
+    for (const auto& list : trace_.cpu_events[i].input_lists) {
+      std::size_t elements = 0;
+      for (const Shape& shape : list) elements += numel(shape);
+      if (elements > widest_elements) {
+        widest = list;
+        widest_elements = elements;
+      }
+    }
+  }
+  return widest;
 }
 
 void Importer::classify_units() {
@@ -535,16 +648,11 @@ void Importer::classify_units() {
       const auto hash = e.name.find('#');
       std::string cls = e.name.substr(hash == std::string::npos ? 0 : hash + 1);
       cls = cls.substr(0, cls.find('.'));
-      if (cls == "SGD") {
-        if (subtree_has(u.event, "mul_")) state_names_ = {"momentum"};
-      } else if (cls == "Adam" || cls == "AdamW") {
-        state_names_ = {"exp_avg", "exp_avg_sq"};
-      } else if (cls == "RMSprop" || cls == "Adagrad" || cls == "Adadelta") {
-        state_names_ = {"state"};
-      }
       optimizer_name_.clear();
       for (char ch : cls)
         optimizer_name_ += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      state_names_ = optimizer_state_names(optimizer_name_, subtree_has(u.event, "mul_"));
+      optimizer_list_ = widest_tensor_list(u.event);
       if (optimizer_name_.empty()) optimizer_name_ = "optimizer";
     } else if (starts_with(e.name, "Optimizer.zero_grad")) {
       if (subtree_has(u.event, "zero_")) report_.persistent_grads = true;
@@ -555,7 +663,10 @@ void Importer::classify_units() {
         u.sequence = e.sequence_number ? e.sequence_number : first_sequence(u.event);
       }
     } else if (!backward_started) {
-      u.layer = classify_forward(e);
+      // Without shapes every aten op is kept as a generic op with its time (time_only_).
+      u.layer = !time_only_                     ? classify_forward(e)
+                : starts_with(e.name, "aten::") ? Layer::kGeneric
+                                                : Layer::kGlue;
       if (u.layer != Layer::kGlue) {
         u.role = Unit::Role::kForward;
         collect_sequences(u.event, u.sequences);
@@ -688,6 +799,10 @@ Shape Importer::lookahead_view(std::size_t position, const Shape& from) const {
 
 void Importer::build_forward(Unit& unit, std::size_t position) {
   const CpuEvent& e = event(unit);
+  if (time_only_) {
+    build_timed_forward(unit);
+    return;
+  }
   const Shape& x_shape = dims(e, 0);
   const std::string dtype = dtype_of(e, 0);
   if (unit.layer == Layer::kView || unit.layer == Layer::kIdentity) {
@@ -712,7 +827,11 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   auto read = [&](std::size_t v) {
     values_[v].read = true;
     add_input(o, values_[v].tensor);
-    if (tensor(values_[v].tensor).kind == TensorKind::kActivation)
+    // An op that reads one tensor twice (x * x) has one gradient for it, summed inside its
+    // backward kernel: listing it twice would make the backward op read its own output.
+    const auto& in = info.data_inputs;
+    if (tensor(values_[v].tensor).kind == TensorKind::kActivation &&
+        std::find(in.begin(), in.end(), values_[v].tensor) == in.end())
       info.data_inputs.push_back(values_[v].tensor);
     return values_[v].tensor;
   };
@@ -873,6 +992,23 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   ++report_.forward_ops;
 }
 
+// An op of a step recorded without shapes: its name and time, no tensors.
+void Importer::build_timed_forward(Unit& unit) {
+  std::string_view n = event(unit).name;
+  n.remove_prefix(6);  // "aten::"
+  while (!n.empty() && n.back() == '_') n.remove_suffix(1);
+  const std::string layer(n);
+  const std::string name = fmt::format("{}_{}", layer, ++layer_counts_[layer]);
+  const OpId o = add_op(name, layer, Phase::kForward, unit);
+  ForwardInfo info;
+  info.layer = Layer::kGeneric;
+  info.name = name;
+  for (std::int64_t s : unit.sequences) op_of_sequence_[s] = o;
+  unit.op = o;
+  forward_[o] = std::move(info);
+  ++report_.forward_ops;
+}
+
 void Importer::contribute_gradient(TensorId forward_tensor, TensorId grad, OpId o) {
   auto it = grad_of_.find(forward_tensor);
   if (it != grad_of_.end()) {
@@ -958,6 +1094,94 @@ void Importer::build_update(Unit& unit) {
   ++report_.update_ops;
 }
 
+// Note [Host side]
+// ~~~~~~~~~~~~~~~~
+// Trace format v2 gives each op the host time from the previous op's launch to its own (its
+// dispatch) and says whether the host waited for the device after launching it. An op's launch is
+// the first launch call of the device work attributed to it (Note [Kineto dataflow]), or its CPU
+// start when it launched nothing; launches are taken in issue order and never go back in time.
+// A blocking call (importers/host_side.hpp: synchronize, a synchronous or pageable copy, which is
+// what `.item()` and `.cpu()` do) marks the op launched last before it as synchronizing, and its
+// wait is left out of the next dispatch: the engine makes the host wait for the device instead,
+// so the recorded wait would otherwise count twice. The host tail is the time from the last
+// launch to the step's end, less the waits in it.
+void Importer::fill_host_side() {
+  const StepWindow& step = report_.step;
+  std::vector<Nanoseconds> launch(workload_.ops.size(), step.start_ns);
+  for (const Unit& u : units_) {
+    if (u.op != kNoId)
+      launch[static_cast<std::size_t>(u.op)] = u.first_launch.value_or(event(u).start_ns);
+  }
+  const std::vector<BlockingCall> calls = blocking_calls(trace_, step.start_ns, step.end_ns);
+  report_.blocking_calls = calls.size();
+  std::size_t next_call = 0;
+  OpId last = kNoId;
+  auto wait_before = [&](Nanoseconds t) {
+    Nanoseconds wait = 0;
+    for (; next_call < calls.size() && calls[next_call].start_ns < t; ++next_call) {
+      wait = saturating_add(wait, calls[next_call].wait_ns);
+      if (last != kNoId) op(last).host->synchronizes = true;
+    }
+    report_.blocked_ns = saturating_add(report_.blocked_ns, wait);
+    return wait;
+  };
+  Nanoseconds previous = step.start_ns;
+  for (sim::Op& o : workload_.ops) {
+    const Nanoseconds at = std::max(launch[static_cast<std::size_t>(o.id)], previous);
+    const Nanoseconds wait = wait_before(at);
+    o.host = sim::HostSide{std::max<Nanoseconds>(0, at - previous - wait), false};
+    previous = at;
+    last = o.id;
+  }
+  const Nanoseconds wait = wait_before(step.end_ns);
+  workload_.host_tail_ns = std::max<Nanoseconds>(0, step.end_ns - previous - wait);
+  workload_.launch_ns = median_launch_ns(trace_, step.start_ns, step.end_ns);
+  report_.host_ops = workload_.ops.size();
+  report_.streams = streams_used(trace_, step.start_ns, step.end_ns).size();
+  for (const RecordedCopy& c : recorded_copies(trace_, step.start_ns, step.end_ns)) {
+    ++report_.copies;
+    if (c.pageable) ++report_.pageable_copies;
+    if (c.direction == CopyDirection::kHostToDevice) report_.h2d_bytes += c.bytes;
+    if (c.direction == CopyDirection::kDeviceToHost) report_.d2h_bytes += c.bytes;
+  }
+}
+
+// The link bandwidths the trace's own copies measure, kept in the device info (`--link
+// recorded` and the default machine use them), and a sentence for the provenance note.
+std::string measure_device_link(const KinetoTrace& trace, sim::DeviceInfo& device) {
+  const MeasuredLink link = measure_link(recorded_copies(
+      trace, std::numeric_limits<Nanoseconds>::min(), std::numeric_limits<Nanoseconds>::max()));
+  if (!link.h2d_bytes_per_s && !link.d2h_bytes_per_s)
+    return "no copy of 1 MiB or more to measure the link with";
+  device.h2d_bytes_per_s = link.h2d_bytes_per_s;
+  device.d2h_bytes_per_s = link.d2h_bytes_per_s;
+  auto part = [](const char* what, const std::optional<double>& bw, std::size_t n, bool pageable) {
+    if (!bw) return fmt::format("{} not measured", what);
+    return fmt::format("{} {:.2f} GB/s ({} {} copies)", what, *bw / 1e9, n,
+                       pageable ? "pageable" : "pinned");
+  };
+  return fmt::format("link measured from the recorded copies: {}, {}",
+                     part("H2D", link.h2d_bytes_per_s, link.h2d_copies, link.h2d_pageable),
+                     part("D2H", link.d2h_bytes_per_s, link.d2h_copies, link.d2h_pageable));
+}
+
+// The imported trainable parameters beside what the optimizer's own ops say, when they record
+// tensor lists. Tensor lists record no dtype: their elements are sized with the parameters' dtype.
+void Importer::check_parameters_against_optimizer() {
+  std::string dtype = "float32";
+  for (TensorId p : trainable_) {
+    report_.trainable_parameters += 1;
+    report_.trainable_parameter_bytes += tensor(p).bytes;
+    dtype = tensor(p).dtype;
+  }
+  if (optimizer_list_.empty()) return;
+  report_.optimizer_shape_tensors = optimizer_list_.size();
+  for (const Shape& shape : optimizer_list_) {
+    report_.optimizer_shape_bytes += checked_bytes(shape, sim::dtype_bytes(dtype).value_or(4),
+                                                   trace_.source + ": optimizer tensor list");
+  }
+}
+
 ImportResult Importer::run() {
   report_.gpu = std::any_of(trace_.gpu_events.begin(), trace_.gpu_events.end(),
                             [](const GpuEvent& g) { return g.kind != GpuKind::kMemcpy; });
@@ -966,6 +1190,11 @@ ImportResult Importer::run() {
   collect_units(report_.step);
   attribute_device_time();
   measure_workspace();
+  time_only_ = std::none_of(units_.begin(), units_.end(), [&](const Unit& u) {
+    const auto& d = event(u).input_dims;
+    return std::any_of(d.begin(), d.end(), [](const Shape& s) { return !s.empty(); });
+  });
+  report_.time_only = time_only_;
   classify_units();
   bool updated = false;
   for (std::size_t i = 0; i < units_.size(); ++i) {
@@ -992,21 +1221,25 @@ ImportResult Importer::run() {
   }
   if (report_.forward_ops == 0) {
     fail(
-        fmt::format("ProfilerStep#{} has no forward layer op (no aten:: operator with recorded "
+        fmt::format("{} has no forward layer op (no aten:: operator with recorded "
                     "input shapes): record with torch.profiler.profile(record_shapes=True)",
-                    report_.step.number));
+                    report_.step.label));
   }
   if (pending_ns_ > 0) op(0).duration_ns = saturating_add(op(0).duration_ns, pending_ns_);
+  check_parameters_against_optimizer();
+  if (report_.gpu) fill_host_side();
 
   workload_.provenance.source = "imported";
   workload_.provenance.file = file_label_;
-  workload_.provenance.step = report_.step.number;
+  if (report_.step.number >= 0) workload_.provenance.step = report_.step.number;
+  const std::string link = report_.gpu ? measure_device_link(trace_, workload_.device) : "";
   workload_.provenance.note = fmt::format(
-      "PyTorch profiler ({} format) ProfilerStep#{}; layer-level dataflow reconstructed from "
-      "program order, shapes and autograd sequence numbers (docs/kineto-import.md); {}",
-      trace_.format == KinetoFormat::k2021 ? "2021" : "current", report_.step.number,
+      "PyTorch profiler ({} format) {}; layer-level dataflow reconstructed from "
+      "program order, shapes and autograd sequence numbers (docs/kineto-import.md); {}{}{}",
+      trace_.format == KinetoFormat::k2021 ? "2021" : "current", report_.step.label,
       report_.gpu ? "op durations are the device time of the kernels each op launched"
-                  : "CPU-only trace: op durations are CPU times");
+                  : "CPU-only trace: op durations are CPU times",
+      link.empty() ? "" : "; ", link);
   workload_.device.name =
       report_.gpu ? (trace_.device_name.empty() ? "cuda" : trace_.device_name) : "cpu";
   workload_.device.memory_bytes = report_.gpu ? trace_.device_memory : 0;
@@ -1019,8 +1252,10 @@ ImportResult Importer::run() {
 
 std::vector<StepWindow> list_steps(const KinetoTrace& trace) {
   std::vector<StepWindow> steps;
-  for (const CpuEvent& e : trace.cpu_events) {
-    if (auto n = step_number(e.name)) steps.push_back({*n, e.thread, e.start_ns, e.end_ns()});
+  for (std::size_t i = 0; i < trace.cpu_events.size(); ++i) {
+    const CpuEvent& e = trace.cpu_events[i];
+    if (auto n = step_number(e.name))
+      steps.push_back({*n, e.name, e.thread, e.start_ns, e.end_ns(), i});
   }
   return steps;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "importers/kineto_trace.hpp"
@@ -15,17 +16,28 @@
 
 namespace memplan::importers {
 
+/// Which part of the trace is the step: ProfilerStep#N (the default), else the first event named
+/// `step_annotation` (a user annotation such as `record_function("train_step")`), else a time
+/// window, else the whole trace. At most one of step, step_annotation, window, whole_trace.
 struct ImportOptions {
   /// The N of "ProfilerStep#N"; nullopt picks the first complete step.
   std::optional<std::int64_t> step;
+  std::optional<std::string> step_annotation;
+  /// [start, end) in nanoseconds from the trace's first event.
+  std::optional<std::pair<sim::Nanoseconds, sim::Nanoseconds>> window;
+  bool whole_trace = false;
 };
 
-/// One `ProfilerStep#N` window on the thread that called `prof.step()`.
+/// The step's time window: a `ProfilerStep#N` or annotation event on the thread that recorded it,
+/// or a window of the whole trace (no thread, no event).
 struct StepWindow {
-  std::int64_t number = 0;
+  std::int64_t number = -1;  // N of ProfilerStep#N, -1 for the other kinds of step
+  std::string label;         // "ProfilerStep#5", "annotation 'train_step'", "window 1ms:9ms"...
   std::string thread;
   sim::Nanoseconds start_ns = 0;
   sim::Nanoseconds end_ns = 0;
+  /// The CPU event whose children are the step's ops; nullopt for a window.
+  std::optional<std::size_t> event;
 };
 
 /// The profiler steps of a trace, in time order.
@@ -44,8 +56,27 @@ struct ImportReport {
   /// before the step): folded into the previous op.
   std::size_t unmatched_backward = 0;
   bool persistent_grads = false;  // zero_grad zeroes .grad instead of freeing it
+  /// The step has no recorded shapes: its ops carry their times and host side but no tensors
+  /// (sim::require_sizes makes the commands that need sizes refuse).
+  bool time_only = false;
+  /// The trainable parameters imported (from the ops that read them), and what the optimizer's
+  /// foreach/fused ops record as their tensor lists (nullopt when they record none).
+  std::size_t trainable_parameters = 0;
+  sim::Bytes trainable_parameter_bytes = 0;
+  std::optional<std::size_t> optimizer_shape_tensors;
+  sim::Bytes optimizer_shape_bytes = 0;
   int optimizer_states_per_parameter = 0;
   sim::Nanoseconds op_time_ns = 0;  // sum of op durations
+  /// Host side (trace format v2): ops with a host side, blocking calls seen, the host time spent
+  /// waiting in them (left out of dispatch times: the engine waits instead), the device streams.
+  std::size_t host_ops = 0;
+  std::size_t blocking_calls = 0;
+  sim::Nanoseconds blocked_ns = 0;
+  std::size_t streams = 0;
+  std::size_t copies = 0;
+  sim::Bytes h2d_bytes = 0;
+  sim::Bytes d2h_bytes = 0;
+  std::size_t pageable_copies = 0;
 };
 
 struct ImportResult {

@@ -105,7 +105,9 @@ class EventReader {
     return std::nullopt;
   }
 
-  std::vector<std::vector<std::int64_t>> dims_arg() const {
+  // The recorded shapes; the shapes of tensor-list arguments go to `lists` (in argument order).
+  std::vector<std::vector<std::int64_t>> dims_arg(
+      std::vector<std::vector<std::vector<std::int64_t>>>* lists = nullptr) const {
     std::vector<std::vector<std::int64_t>> out;
     const json* a = args();
     if (a == nullptr) return out;
@@ -129,7 +131,10 @@ class EventReader {
             if (e < 0) fail(field, fmt::format("negative extent {}", e));
             dims.push_back(e);
           }
-          if (nested) dims.clear();
+          if (nested) {
+            dims.clear();
+            if (lists != nullptr) lists->push_back(list_shapes(shape, field));
+          }
         } else if (!shape.is_null()) {
           fail(field, "expected each input's shape to be an array");
         }
@@ -138,6 +143,23 @@ class EventReader {
       break;
     }
     return out;
+  }
+
+  std::vector<std::vector<std::int64_t>> list_shapes(const json& list,
+                                                     const std::string& field) const {
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (const json& shape : list) {
+      if (!shape.is_array()) fail(field, "expected each tensor of a list to have a shape");
+      std::vector<std::int64_t> dims;
+      for (const json& extent : shape) {
+        if (!extent.is_number_integer()) fail(field, "expected integer extents");
+        const auto e = extent.get<std::int64_t>();
+        if (e < 0) fail(field, fmt::format("negative extent {}", e));
+        dims.push_back(e);
+      }
+      shapes.push_back(std::move(dims));
+    }
+    return shapes;
   }
 
   std::vector<std::string> types_arg() const {
@@ -218,6 +240,18 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
     read_device(document, trace);
   } else if (document.is_array()) {
     events = &document;
+    const bool categorized = std::any_of(document.begin(), document.end(), [](const json& e) {
+      return e.is_object() && e.contains("cat");
+    });
+    if (!document.empty() && !categorized) {
+      throw sim::InputError(
+          fmt::format("{}: $", source),
+          "a bare array of events without categories: the legacy torch.autograd.profiler format "
+          "of a PyTorch built without Kineto, which records no kernels, shapes or memory; record "
+          "with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
+          "record_shapes=True, profile_memory=True) on a PyTorch built with Kineto (the pip and "
+          "conda builds are)");
+    }
   } else {
     throw sim::InputError(fmt::format("{}: $", source), "expected an object with 'traceEvents'");
   }
@@ -251,7 +285,7 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
       trace.memory_events.push_back(std::move(m));
       continue;
     }
-    if ((ph == "s" || ph == "f") && cat == "ac2g") {
+    if ((ph == "s" || ph == "f") && (cat == "ac2g" || cat == "async_cpu_to_gpu")) {
       const json* id = r.find(e, "id");
       if (id == nullptr || !id->is_number_integer())
         r.fail("id", "expected the integer correlation id");
@@ -273,7 +307,7 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
         c.duration_ns = duration;
         c.external_id = r.int_arg({"External id", "external id"});
         c.sequence_number = r.int_arg({"Sequence number"});
-        c.input_dims = r.dims_arg();
+        c.input_dims = r.dims_arg(&c.input_lists);
         c.input_types = r.types_arg();
         trace.cpu_events.push_back(std::move(c));
         break;
@@ -300,6 +334,11 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
         g.correlation = r.int_arg({"correlation"});
         g.external_id = r.int_arg({"external id", "External id"});
         g.stream = r.int_arg({"stream"}).value_or(0);
+        if (auto b = r.int_arg({"bytes"})) {
+          if (*b < 0 || *b > kMaxAllocationBytes)
+            r.fail("args.bytes", fmt::format("implausible size {}", *b));
+          g.bytes = *b;
+        }
         // Without a correlation argument, the ac2g flow that ends on this activity names it;
         // flows may come later in the file, so the lookup waits until all are read.
         if (!g.correlation) unresolved.emplace_back(trace.gpu_events.size(), thread);

@@ -4,8 +4,12 @@
 //  - 2021: categories `Operator`, `Runtime`, `Kernel`, `Memcpy`, `Memset`; args "External id"
 //    on ops, "external id" and "correlation" on runtime calls and GPU activities;
 //  - current: `cpu_op`, `user_annotation`, `cuda_runtime`, `kernel`, `gpu_memcpy`, `gpu_memset`,
-//    `ac2g` flow events linking a launch to its GPU activity; `[memory]` events carry `Addr`,
+//    `ac2g` flow events (`async_cpu_to_gpu` in some Kineto versions) linking a launch to its GPU
+//    activity; `[memory]` events carry `Addr`,
 //    `Total Allocated` and `Total Reserved`.
+// A bare JSON array whose events carry no category is the legacy format of a PyTorch built
+// without Kineto (torch.autograd.profiler): it has no device activity, shapes or memory, and
+// parsing refuses it with what to do instead.
 // Times are converted from microseconds (possibly fractional) to integer nanoseconds. Events
 // memplan does not use (python functions, flows other than ac2g, metadata) are skipped; events it
 // uses must carry the fields it needs, of the right type, or parsing throws InputError naming the
@@ -31,6 +35,9 @@ struct CpuEvent {
   /// Recorded input shapes ("Input Dims"/"Input dims"); empty when not recorded. A 0-dim tensor
   /// and a non-tensor argument both appear as an empty shape.
   std::vector<std::vector<std::int64_t>> input_dims;
+  /// Shapes of the tensor-list arguments (a foreach or fused optimizer op's parameters, grads,
+  /// states), one list per such argument in argument order.
+  std::vector<std::vector<std::vector<std::int64_t>>> input_lists;
   /// Recorded input types ("Input type"), parallel to input_dims when present.
   std::vector<std::string> input_types;
 
@@ -58,6 +65,8 @@ struct GpuEvent {
   std::optional<std::int64_t> correlation;
   std::optional<std::int64_t> external_id;
   std::int64_t stream = 0;
+  /// Bytes copied or set ("bytes"), when recorded.
+  std::optional<sim::Bytes> bytes;
 };
 
 /// One allocation (bytes > 0) or free (bytes < 0) of the caching allocator.

@@ -25,6 +25,8 @@ RecordedStep measure_recorded_step(const KinetoTrace& trace, const StepWindow& s
     if (at < step.start_ns || at >= step.end_ns) continue;
     intervals.emplace_back(g.start_ns, g.start_ns + g.duration_ns);
   }
+  r.span_ns = step.end_ns - step.start_ns;
+  for (const auto& [begin, end] : intervals) r.span_ns = std::max(r.span_ns, end - step.start_ns);
   r.device_activities = intervals.size();
   std::sort(intervals.begin(), intervals.end());
   sim::Nanoseconds covered_to = 0;

@@ -16,6 +16,10 @@ struct RecordedStep {
   /// inside the window). Copies are left out, as in the import.
   sim::Nanoseconds device_busy_ns = 0;
   std::size_t device_activities = 0;
+  /// From the step's start until the later of its end and the end of the last device activity
+  /// it launched: the device may still run the step's work after the host has left it (the next
+  /// step's data loading then overlaps it).
+  sim::Nanoseconds span_ns = 0;
   /// Peak of allocated bytes inside the step, above the level at the step's start, summed from
   /// the [memory] events' signed sizes (device memory, or host memory for a CPU-only trace).
   sim::Bytes peak_above_start_bytes = 0;

@@ -1,6 +1,7 @@
 #include "sim/trace_io.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -110,10 +111,27 @@ Tensor read_tensor(const JsonReader& r) {
   return t;
 }
 
-Op read_op(const JsonReader& r) {
-  r.reject_unknown_keys({"id", "name", "layer", "phase", "inputs", "outputs", "workspace_bytes",
-                         "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms",
-                         "attributes"});
+HostSide read_host(const JsonReader& r) {
+  r.reject_unknown_keys({"dispatch_ns", "synchronizes"});
+  HostSide h;
+  h.dispatch_ns = r.at("dispatch_ns").as_int(0, kMaxInt);
+  if (auto s = r.find("synchronizes")) {
+    if (!s->value().is_boolean()) s->fail("expected true or false");
+    h.synchronizes = s->value().get<bool>();
+  }
+  return h;
+}
+
+Op read_op(const JsonReader& r, std::int64_t version) {
+  if (version >= 2) {
+    r.reject_unknown_keys({"id", "name", "layer", "phase", "inputs", "outputs", "workspace_bytes",
+                           "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms",
+                           "attributes", "host"});
+  } else {
+    r.reject_unknown_keys({"id", "name", "layer", "phase", "inputs", "outputs", "workspace_bytes",
+                           "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms",
+                           "attributes"});
+  }
   Op op;
   op.id = read_id(r.at("id"));
   op.name = r.at("name").as_string();
@@ -153,6 +171,7 @@ Op read_op(const JsonReader& r) {
       op.attributes.emplace(key, std::move(numbers));
     }
   }
+  if (auto h = r.find("host")) op.host = read_host(*h);
   return op;
 }
 
@@ -240,30 +259,61 @@ OrderedJson op_json(const Op& op) {
     }
     j["attributes"] = std::move(attrs);
   }
+  if (op.host) {
+    OrderedJson h;
+    h["dispatch_ns"] = op.host->dispatch_ns;
+    if (op.host->synchronizes) h["synchronizes"] = true;
+    j["host"] = std::move(h);
+  }
   return j;
 }
 
 }  // namespace
 
 Workload trace_from_json(const Json& document, std::string_view source) {
+  // A Chrome trace: {"traceEvents": [...]}, or a bare array of events (each with a phase "ph").
+  const bool profiler_trace = (document.is_object() && document.contains("traceEvents")) ||
+                              (document.is_array() && !document.empty() &&
+                               document.front().is_object() && document.front().contains("ph"));
+  if (profiler_trace) {
+    throw InputError(std::string(source),
+                     "a profiler (Chrome) trace, not a memplan trace: convert it first with "
+                     "`memplan import kineto FILE -o trace.json`");
+  }
   const JsonReader root(document, source);
-  root.reject_unknown_keys({"format", "version", "provenance", "device", "tensors", "ops"});
   const auto format = root.at("format");
   if (format.as_string() != kTraceFormatName) {
     format.fail(fmt::format("format '{}' is not '{}'", format.as_string(), kTraceFormatName));
   }
-  const auto version = root.at("version");
-  if (version.as_int(kMinInt, kMaxInt) != kTraceFormatVersion) {
-    version.fail(fmt::format("version {} is not supported (this memplan reads version {})",
-                             version.value().dump(), kTraceFormatVersion));
+  const auto version_reader = root.at("version");
+  const std::int64_t version = version_reader.as_int(kMinInt, kMaxInt);
+  if (version < kTraceFormatOldestVersion || version > kTraceFormatVersion) {
+    version_reader.fail(
+        fmt::format("version {} is not supported (this memplan reads versions {} to {})",
+                    version_reader.value().dump(), kTraceFormatOldestVersion, kTraceFormatVersion));
+  }
+  if (version >= 2) {
+    root.reject_unknown_keys({"format", "version", "provenance", "device", "tensors", "ops",
+                              "launch_ns", "host_tail_ns"});
+  } else {
+    root.reject_unknown_keys({"format", "version", "provenance", "device", "tensors", "ops"});
   }
   Workload w;
   w.provenance = read_provenance(root.at("provenance"));
   w.device = read_device(root.at("device"));
   for (const auto& t : root.at("tensors").elements()) w.tensors.push_back(read_tensor(t));
-  for (const auto& o : root.at("ops").elements()) w.ops.push_back(read_op(o));
+  for (const auto& o : root.at("ops").elements()) w.ops.push_back(read_op(o, version));
+  if (auto l = root.find("launch_ns")) w.launch_ns = l->as_int(0, kNanosecondsPerSecond);
+  if (auto t = root.find("host_tail_ns")) w.host_tail_ns = t->as_int(0, kMaxInt);
   validate(w, source);
   return w;
+}
+
+int trace_format_version(const Workload& workload) {
+  const bool host = workload.launch_ns || workload.host_tail_ns != 0 ||
+                    std::any_of(workload.ops.begin(), workload.ops.end(),
+                                [](const Op& op) { return op.host.has_value(); });
+  return host ? 2 : 1;
 }
 
 Workload parse_trace(std::string_view text, std::string_view source) {
@@ -271,14 +321,22 @@ Workload parse_trace(std::string_view text, std::string_view source) {
 }
 
 Workload read_trace(const std::filesystem::path& path) {
-  return parse_trace(read_file(path), path.string());
+  const std::string text = read_file(path);
+  if (text.size() >= 2 && text[0] == '\x1f' && text[1] == '\x8b') {
+    throw InputError(path.string(),
+                     "gzip-compressed, and memplan traces are plain JSON: a PyTorch profiler trace "
+                     "(.pt.trace.json.gz) is converted with `memplan import kineto FILE -o "
+                     "trace.json`");
+  }
+  return parse_trace(text, path.string());
 }
 
 std::string write_trace(const Workload& workload) {
   std::string out;
   out += "{\n";
   out += fmt::format("\"format\": \"{}\",\n", kTraceFormatName);
-  out += fmt::format("\"version\": {},\n", kTraceFormatVersion);
+  const int version = trace_format_version(workload);
+  out += fmt::format("\"version\": {},\n", version);
   out += fmt::format("\"provenance\": {},\n", provenance_json(workload.provenance).dump());
   out += fmt::format("\"device\": {},\n", device_json(workload.device).dump());
   auto list = [&out](const char* key, const auto& items, auto to_json, bool last) {
@@ -290,6 +348,8 @@ std::string write_trace(const Workload& workload) {
     out += items.empty() ? "]" : "\n]";
     out += last ? "\n" : ",\n";
   };
+  if (workload.launch_ns) out += fmt::format("\"launch_ns\": {},\n", *workload.launch_ns);
+  if (version >= 2) out += fmt::format("\"host_tail_ns\": {},\n", workload.host_tail_ns);
   list("tensors", workload.tensors, tensor_json, false);
   list("ops", workload.ops, op_json, true);
   out += "}\n";
@@ -322,6 +382,14 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view t
     std::filesystem::remove(temp, ignored);
     throw InputError(path.string(), fmt::format("cannot write: {}", ec.message()));
   }
+}
+
+void require_sizes(const Workload& workload, std::string_view source) {
+  if (!workload.tensors.empty() || workload.ops.empty()) return;
+  throw InputError(std::string(source),
+                   "has no tensor sizes (its profiler trace recorded no shapes): this command "
+                   "needs them; record with torch.profiler.profile(record_shapes=True, "
+                   "profile_memory=True) and import again");
 }
 
 std::string read_file(const std::filesystem::path& path) {

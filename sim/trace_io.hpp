@@ -1,5 +1,7 @@
 #pragma once
-// Trace format v1 (traces/FORMAT.md): reading into a Workload and writing back. Reading checks
+// Trace format v1 and v2 (traces/FORMAT.md): reading into a Workload and writing back. Version 2
+// adds the host side (each op's `host`, the top-level `launch_ns` and `host_tail_ns`); a workload
+// without host data is written as version 1, so v1 readers keep reading it. Reading checks
 // every field's presence and type and then validate()s the workload, so a Workload that comes out
 // of here is sound. Writing is stable: read -> write -> read -> write gives the same bytes.
 #include <filesystem>
@@ -13,7 +15,12 @@
 namespace memplan::sim {
 
 inline constexpr std::string_view kTraceFormatName = "memplan-trace";
-inline constexpr int kTraceFormatVersion = 1;
+/// The newest version this memplan reads and writes; version 1 is still read.
+inline constexpr int kTraceFormatVersion = 2;
+inline constexpr int kTraceFormatOldestVersion = 1;
+
+/// The version write_trace() gives `workload`: 2 when it carries host data, else 1.
+int trace_format_version(const Workload& workload);
 
 /// Reads and validates a trace file. Throws InputError naming the file and JSON path.
 Workload read_trace(const std::filesystem::path& path);
@@ -34,6 +41,11 @@ void write_trace_file(const Workload& workload, const std::filesystem::path& pat
 /// Writes `text` to `path` through a temporary file and a rename. Shared by every command that
 /// writes an output file. Throws InputError when the file cannot be written.
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
+
+/// Throws InputError naming `source` when the workload has ops but no tensors: a step imported
+/// from a profiler trace recorded without shapes carries its times only, and a command that plans
+/// memory (compare, search, sweep, validate) has nothing to plan with.
+void require_sizes(const Workload& workload, std::string_view source);
 
 /// Reads a whole file. Throws InputError when it cannot be read.
 std::string read_file(const std::filesystem::path& path);

@@ -2,9 +2,32 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+
 #include "sim/feature_maps.hpp"
+#include "sim/machine.hpp"
 
 namespace memplan::sim {
+
+std::optional<HostTimeline> host_timeline(const Workload& workload) {
+  if (std::none_of(workload.ops.begin(), workload.ops.end(),
+                   [](const Op& op) { return op.host.has_value(); }))
+    return std::nullopt;
+  HostTimeline t;
+  Nanoseconds host = 0;
+  Nanoseconds device = 0;
+  for (const Op& op : workload.ops) {
+    const HostSide side = op.host.value_or(HostSide{});
+    host += side.dispatch_ns;
+    t.host_busy_ns += side.dispatch_ns;
+    device = std::max(device, host) + op.duration_ns;  // starts no earlier than its launch
+    t.device_busy_ns += op.duration_ns;
+    if (side.synchronizes) host = std::max(host, device);
+  }
+  t.host_busy_ns += workload.host_tail_ns;
+  t.wall_ns = std::max(device, host + workload.host_tail_ns);
+  return t;
+}
 
 WorkloadSummary summarize(const Workload& workload) {
   WorkloadSummary s;
@@ -25,8 +48,31 @@ WorkloadSummary summarize(const Workload& workload) {
     s.feature_map_bytes += workload.tensor(fm.tensor).bytes;
   }
   s.peak = incore_peak(workload);
+  s.host = host_timeline(workload);
   return s;
 }
+
+namespace {
+
+// Where each link direction comes from: the trace's own bandwidth (measured, for a trace imported
+// from a profiler or recorded on a backend; given, for one written by hand or modeled) or, when
+// the trace has none, the preset every command falls back to.
+nlohmann::ordered_json link_json(const Workload& workload) {
+  const auto& source = workload.provenance.source;
+  const bool measured = source == "imported" || source == "recorded";
+  auto describe = [&](const std::optional<BytesPerSecond>& bandwidth) {
+    if (bandwidth)
+      return fmt::format("{:.2f} GB/s ({})", *bandwidth / 1e9, measured ? "measured" : "given");
+    return fmt::format("{:.2f} GB/s (preset {})", find_link_preset(kDefaultLink)->bytes_per_s / 1e9,
+                       kDefaultLink);
+  };
+  nlohmann::ordered_json j;
+  j["h2d"] = describe(workload.device.h2d_bytes_per_s);
+  j["d2h"] = describe(workload.device.d2h_bytes_per_s);
+  return j;
+}
+
+}  // namespace
 
 nlohmann::ordered_json to_json(const WorkloadSummary& s, const Workload& workload) {
   nlohmann::ordered_json j;
@@ -59,6 +105,17 @@ nlohmann::ordered_json to_json(const WorkloadSummary& s, const Workload& workloa
                                                                  {"bytes", totals.bytes}};
   }
   j["tensors_by_kind"] = std::move(kinds);
+  if (s.host) {
+    nlohmann::ordered_json host;
+    host["wall_s"] = to_seconds(s.host->wall_ns);
+    host["host_busy_s"] = to_seconds(s.host->host_busy_ns);
+    host["device_busy_s"] = to_seconds(s.host->device_busy_ns);
+    host["gpu_idle_share"] = s.host->gpu_idle_share();
+    host["cpu_bound"] = s.host->cpu_bound();
+    if (workload.launch_ns) host["launch_s"] = to_seconds(*workload.launch_ns);
+    j["host"] = std::move(host);
+  }
+  j["link"] = link_json(workload);
   return j;
 }
 
@@ -96,6 +153,20 @@ std::string to_text(const WorkloadSummary& s, const Workload& workload) {
   for (int ph = 0; ph < kPhaseCount; ++ph) {
     out += fmt::format("{} {} {:.3f} ms", ph == 0 ? "" : ",", to_string(static_cast<Phase>(ph)),
                        to_seconds(s.compute_ns[static_cast<std::size_t>(ph)]) * 1e3);
+  }
+  out += "\n";
+  if (s.host) {
+    out += fmt::format(
+        "host side    in-order wall {:.3f} ms: host {:.3f} ms, device {:.3f} ms, GPU idle {:.1f}% "
+        "of the step, {}\n",
+        to_seconds(s.host->wall_ns) * 1e3, to_seconds(s.host->host_busy_ns) * 1e3,
+        to_seconds(s.host->device_busy_ns) * 1e3, 100.0 * s.host->gpu_idle_share(),
+        s.host->cpu_bound() ? "CPU-bound" : "GPU-bound");
+  }
+  out += "link        ";
+  const nlohmann::ordered_json link = link_json(workload);
+  for (const auto& [direction, source] : link.items()) {
+    out += fmt::format(" {} {}", direction, source.get<std::string>());
   }
   out += "\n";
   return out;

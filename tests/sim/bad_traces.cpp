@@ -48,8 +48,20 @@ std::vector<BadTrace> bad_traces() {
       "wrong format name", [](json& j) { j["format"] = "chrome-trace"; }, "$.format",
       "is not 'memplan-trace'");
   mutate(
-      "wrong version", [](json& j) { j["version"] = 2; }, "$.version",
-      "version 2 is not supported");
+      "wrong version", [](json& j) { j["version"] = 3; }, "$.version",
+      "version 3 is not supported");
+  mutate(
+      "a version-2 field in a version-1 trace", [](json& j) { j["launch_ns"] = 5000; }, "$",
+      "unknown field 'launch_ns'");
+  mutate(
+      "a host side without dispatch_ns",
+      [](json& j) {
+        j["version"] = 2;
+        j["ops"][0]["host"] = json::object();
+      },
+      "$.ops[0].host", "missing field 'dispatch_ns'");
+  raw("a profiler trace", "{\"traceEvents\": []}", "bad.json",
+      "convert it first with `memplan import kineto");
   mutate(
       "missing ops", [](json& j) { j.erase("ops"); }, "$", "missing field 'ops'");
   mutate(
