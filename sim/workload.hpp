@@ -78,6 +78,20 @@ struct Algorithm {
   friend bool operator==(const Algorithm&, const Algorithm&) = default;
 };
 
+/// The host side of an op (trace format v2): how the CPU thread that dispatches the step spent
+/// its time. Absent in v1 traces and wherever the source has no CPU timeline; the engine then
+/// assumes a host that is never the bottleneck.
+struct HostSide {
+  /// Host time from the previous op's launch (or the step's start, for the first op) until this
+  /// op's device work is launched: framework overhead, Python, data loading between ops.
+  Nanoseconds dispatch_ns = 0;
+  /// After launching this op the host waits until every device op issued so far has finished
+  /// (stream or device synchronize, a blocking copy, `.item()`).
+  bool synchronizes = false;
+
+  friend bool operator==(const HostSide&, const HostSide&) = default;
+};
+
 /// Layer hyper-parameters a backend needs to run an op for real and a cost model may use:
 /// "kernel", "stride", "padding", "groups" for convolutions and pooling, "p" for dropout,
 /// "epsilon" for batch-norm, ... Each value is a list of numbers (a scalar is a list of one).
@@ -99,6 +113,8 @@ struct Op {
   /// Alternatives to the default algorithm above (empty for most layers).
   std::vector<Algorithm> algorithms;
   Attributes attributes;
+  /// The dispatching thread's side of this op (trace format v2); nullopt when not recorded.
+  std::optional<HostSide> host;
 
   friend bool operator==(const Op&, const Op&) = default;
 };
@@ -135,6 +151,11 @@ struct Workload {
   DeviceInfo device;
   std::vector<Tensor> tensors;
   std::vector<Op> ops;
+  /// Host time to launch one device operation that a plan adds (a copy, a recompute, a codec),
+  /// measured from the trace's launches (trace format v2); nullopt when not recorded.
+  std::optional<Nanoseconds> launch_ns;
+  /// Host time after the last op's launch until the step ends (trace format v2); 0 when unknown.
+  Nanoseconds host_tail_ns = 0;
 
   [[nodiscard]] const Tensor& tensor(TensorId id) const {
     return tensors[static_cast<std::size_t>(id)];
