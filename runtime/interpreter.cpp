@@ -103,7 +103,10 @@ sim::Timeline run_program(Device& device, const sim::Workload& workload,
   device.synchronize();
   tl.spans = device.measured_spans();
   align_spans(tl.spans);
-  for (const sim::Span& span : tl.spans) tl.iteration_ns = std::max(tl.iteration_ns, span.end_ns);
+  for (const sim::Span& span : tl.spans) {
+    tl.iteration_ns = std::max(tl.iteration_ns, span.end_ns);
+    if (span.stream == sim::StreamId::kCompute) tl.compute_busy_ns += span.end_ns - span.start_ns;
+  }
   const MemoryStats stats = device.memory_stats();
   tl.peak_bytes = stats.peak_bytes;
   tl.peak_reserved_bytes = stats.peak_reserved_bytes;

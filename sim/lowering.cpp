@@ -40,6 +40,7 @@ HostProgram host_program(const Workload& w) {
   host.launch_ns = w.launch_ns.value_or(0);
   host.ops.reserve(w.ops.size());
   for (const Op& op : w.ops) host.ops.push_back(op.host.value_or(HostSide{}));
+  host.dispatch_at.assign(w.ops.size(), 0);  // each lowering fills them in
   return host;
 }
 }  // namespace
@@ -91,7 +92,6 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   out.op_compute_ns = op_compute_ns_;
   out.action_counts = {};
   out.host = host_;
-  if (out.host.active()) out.host.dispatch_at.assign(w_.ops.size(), 0);
   algorithm_.assign(w_.ops.size(), nullptr);
   for (const AlgorithmChoice& c : plan.algorithms) {
     const Op& op = w_.op(c.op);
