@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "sim/timeline_export.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
 
@@ -191,4 +192,28 @@ TEST_CASE("without a host side the step is the device's alone", "[scenario]") {
   CHECK(s.timeline.host_busy_ns == 0);
   CHECK(s.timeline.host_spans.empty());
   CHECK_FALSE(s.program.host.active());
+}
+
+TEST_CASE("the exports show the host", "[scenario]") {
+  // The CPU-bound step in core (first test): the host dispatches 6 ops of 4000 ns, the GPU is idle
+  // 0.76 of the 25000 ns step.
+  const Workload w = step(3000, 4000, std::nullopt);
+  const Machine m = test_machine(kPlenty);
+  const auto s = memplan::test::simulate(w, in_core_plan(w), m);
+  const auto trace = nlohmann::json::parse(chrome_trace_json(s.timeline, s.program, w));
+  int host_track = -1;
+  int dispatches = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name" && e.at("args").at("name") == "host") {
+      host_track = e.at("tid");
+    }
+  }
+  REQUIRE(host_track >= 0);
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "X" && e.at("tid") == host_track && e.at("cat") == "dispatch") ++dispatches;
+  }
+  CHECK(dispatches == 6);
+  const nlohmann::json j = summary_json(s.timeline, s.program, w, m);
+  CHECK(j.at("host_busy_s").get<double>() == Approx(24000e-9));
+  CHECK(j.at("gpu_idle_share").get<double>() == Approx(0.76));
 }
