@@ -16,7 +16,13 @@ class Enqueuer {
   Enqueuer(Device& device, const sim::Program& program, sim::Timeline& timeline)
       : device_(device), program_(program), tl_(timeline), live_(program.buffers.size(), 0) {}
 
-  sim::Step step(sim::StreamId stream, std::size_t index, const sim::Instruction& in) {
+  /// Nothing of a stream is kept between its stretches: the device keeps it.
+  struct NoState {};
+  NoState enter(sim::StreamId /*stream*/) { return {}; }
+  void leave(sim::StreamId /*stream*/, NoState /*state*/) {}
+
+  sim::Step step(sim::StreamId stream, std::size_t index, const sim::Instruction& in,
+                 NoState& /*state*/) {
     switch (in.kind) {
       case sim::InstrKind::kRecord:
         device_.record(stream, in.aux);

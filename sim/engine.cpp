@@ -12,8 +12,10 @@ std::size_t at(std::int32_t id) {
 }
 }  // namespace
 
-/// One run's simulated time: the ProgramWalk's driver. Keeps each stream's clock and the host's
-/// (Note [Host stream]); writes the Timeline of its Engine.
+/// One run's simulated time: the ProgramWalk's driver. Keeps each stream's clock and, with
+/// kHostStream, the host's (Note [Host stream]); writes the Timeline of its Engine. A stream's
+/// clock is the walk's State while the stream advances.
+template <bool kHostStream>
 class Engine::Clock {
  public:
   Clock(Engine& engine, const Program& program, const Machine& machine,
@@ -22,12 +24,13 @@ class Engine::Clock {
         tl_(engine.timeline_),
         program_(program),
         machine_(machine),
-        options_(options),
-        host_(program.host.active()) {}
+        options_(options) {}
 
-  Step step(StreamId stream, std::size_t index, const Instruction& in) {
-    Nanoseconds& t = now_[static_cast<std::size_t>(stream)];
-    if (host_ && stream == StreamId::kCompute) issue(index, t);
+  Nanoseconds enter(StreamId stream) const { return now_[static_cast<std::size_t>(stream)]; }
+  void leave(StreamId stream, Nanoseconds t) { now_[static_cast<std::size_t>(stream)] = t; }
+
+  Step step(StreamId stream, std::size_t index, const Instruction& in, Nanoseconds& t) {
+    if (kHostStream && stream == StreamId::kCompute) issue(index, t);
     switch (in.kind) {
       case InstrKind::kRecord:
         record(stream, in, t);
@@ -47,15 +50,15 @@ class Engine::Clock {
 
   /// The step's wall time once every stream is done: max(device end, host end + tail).
   Nanoseconds wall_ns() {
-    if (sync_pending_) settle_host();
+    if (sync_pending_) settle_host(now_[0]);
     const Nanoseconds device = *std::max_element(now_.begin(), now_.end());
-    return host_ ? std::max(device, host_now_ + program_.host.tail_ns) : device;
+    return kHostStream ? std::max(device, host_now_ + program_.host.tail_ns) : device;
   }
 
  private:
   void record(StreamId stream, const Instruction& in, Nanoseconds t) {
     Nanoseconds happens = t;
-    if (host_ && stream == StreamId::kCompute) {
+    if (kHostStream && stream == StreamId::kCompute) {
       // A copy stream waits for this event to start a copy: the host launches that copy here.
       const WaitCause cause = program_.events[at(in.aux)].cause;
       if (cause == WaitCause::kProducer || cause == WaitCause::kAlloc) {
@@ -82,9 +85,8 @@ class Engine::Clock {
     if (options_.record_spans) {
       tl_.spans.push_back({stream, static_cast<std::int32_t>(index), t, t + duration});
     }
-    if (stream == StreamId::kCompute) tl_.compute_busy_ns += duration;
     t += duration;
-    if (host_ && in.kind == InstrKind::kRun && program_.host.ops[at(in.op)].synchronizes) {
+    if (kHostStream && in.kind == InstrKind::kRun && program_.host.ops[at(in.op)].synchronizes) {
       sync_pending_ = true;
       sync_op_ = in.op;
       return Step::kPause;  // the copy streams catch up before the host goes on
@@ -129,7 +131,8 @@ class Engine::Clock {
 
   /// A compute instruction the plan added: the host launches it first.
   void launched(const Instruction& in, Nanoseconds& t) {
-    if (host_) t = std::max(t, host_work(HostActivity::kLaunch, in.op, program_.host.launch_ns));
+    if (kHostStream)
+      t = std::max(t, host_work(HostActivity::kLaunch, in.op, program_.host.launch_ns));
   }
 
   void stall(StallCause cause, TensorId tensor, OpId op, Nanoseconds from, Nanoseconds length) {
@@ -185,7 +188,7 @@ class Engine::Clock {
   /// The host issues compute instruction `index`: after a synchronizing op it first waits for
   /// the device; an op's first instruction costs its dispatch; nothing starts before its issue.
   void issue(std::size_t index, Nanoseconds& t) {
-    if (sync_pending_) settle_host();
+    if (sync_pending_) settle_host(t);
     const HostProgram& host = program_.host;
     if (next_op_ < host.dispatch_at.size() && index == host.dispatch_at[next_op_]) {
       const auto op = static_cast<OpId>(next_op_++);
@@ -194,10 +197,11 @@ class Engine::Clock {
     t = std::max(t, host_now_);
   }
 
-  /// After a synchronizing op: the host waits for every device instruction issued so far.
-  void settle_host() {
+  /// After a synchronizing op: the host waits for every device instruction issued so far (the
+  /// compute stream is at `compute`, the copy streams have gone as far as they can).
+  void settle_host(Nanoseconds compute) {
     sync_pending_ = false;
-    const Nanoseconds device = *std::max_element(now_.begin(), now_.end());
+    const Nanoseconds device = std::max({compute, now_[1], now_[2]});
     if (device <= host_now_) return;
     if (options_.record_spans) {
       tl_.host_spans.push_back({HostActivity::kSynchronize, sync_op_, host_now_, device});
@@ -210,7 +214,6 @@ class Engine::Clock {
   const Program& program_;
   const Machine& machine_;
   const EngineOptions& options_;
-  const bool host_;
   std::array<Nanoseconds, kStreamCount> now_{};
   Bytes live_ = 0;
   Nanoseconds host_now_ = 0;
@@ -230,14 +233,25 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
   host_changes_.clear();
   if (options.record_spans) tl.spans.reserve(program.instruction_count());
 
-  Clock clock(*this, program, machine, options);
-  const WalkEnd end = walk_.run(program, clock);
+  const WalkEnd end = program.host.active() ? walk<true>(program, machine, options)
+                                            : walk<false>(program, machine, options);
   tl.instructions_executed = walk_.executed();
   if (end == WalkEnd::kStopped) return tl;  // out of memory: the clock wrote the report
-  tl.iteration_ns = clock.wall_ns();
+  // Every run is timed once, recomputes and codecs are timed where they stand.
+  tl.compute_busy_ns = tl.op_compute_ns +
+                       tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kRecompute)] +
+                       tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kCodec)];
   tl.peak_reserved_bytes = arena_.peak_reserved_bytes();
   host_peak(machine);
   return tl;
+}
+
+template <bool kHostStream>
+WalkEnd Engine::walk(const Program& program, const Machine& machine, const EngineOptions& options) {
+  Clock<kHostStream> clock(*this, program, machine, options);
+  const WalkEnd end = walk_.run(program, clock);
+  if (end == WalkEnd::kFinished) timeline_.iteration_ns = clock.wall_ns();
+  return end;
 }
 
 void Engine::host_peak(const Machine& machine) {

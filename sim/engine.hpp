@@ -47,7 +47,11 @@ class Engine {
                       const EngineOptions& options = {});
 
  private:
-  class Clock;  // the walk's driver: one run's simulated time (engine.cpp)
+  // The walk's driver: one run's simulated time (engine.cpp), with or without a host stream.
+  template <bool kHostStream>
+  class Clock;
+  template <bool kHostStream>
+  WalkEnd walk(const Program& program, const Machine& machine, const EngineOptions& options);
 
   void host_peak(const Machine& machine);
 

@@ -8,9 +8,12 @@
 // interact only through events: O(1) per instruction, no event queue.
 //
 // What to do with an instruction is the driver's: `Step step(StreamId, std::size_t index, const
-// Instruction&)` is called for every instruction once, in the walk's order, records and waits
-// included (a wait only once its event is recorded). The walk is a template over the driver so
-// that the engine's per-instruction work inlines into the loop.
+// Instruction&, State&)` is called for every instruction once, in the walk's order, records and
+// waits included (a wait only once its event is recorded). `State enter(StreamId)` and `void
+// leave(StreamId, const State&)` bracket each stretch of one stream: the driver's per-stream state
+// (the engine's clock of that stream) lives in a local of the walk meanwhile, where the compiler
+// keeps it in a register. The walk is a template over the driver so that the engine's
+// per-instruction work inlines into the loop.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -73,14 +76,16 @@ class ProgramWalk {
     const std::size_t from = position_[s];
     std::size_t i = from;
     Step step = Step::kNext;
+    auto state = driver.enter(stream);
     for (; i < list.size(); ++i) {
       const Instruction& in = list[i];
       const auto event = static_cast<std::size_t>(in.aux);
       if (in.kind == InstrKind::kWait && recorded_[event] == 0) break;
       if (in.kind == InstrKind::kRecord) recorded_[event] = 1;
-      step = driver.step(stream, i, in);
+      step = driver.step(stream, i, in, state);
       if (step != Step::kNext) break;
     }
+    driver.leave(stream, state);
     if (step == Step::kPause) ++i;  // done, and counts as a move even at the end of the list
     executed_ += i - from;
     position_[s] = i;
