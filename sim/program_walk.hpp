@@ -41,7 +41,7 @@ class ProgramWalk {
  public:
   /// Walks `program` from its start; keeps its buffers between walks.
   template <class Driver>
-  WalkEnd run(const Program& program, Driver& driver) {
+  [[gnu::always_inline]] WalkEnd run(const Program& program, Driver& driver) {
     recorded_.assign(program.events.size(), 0);
     position_ = {};
     executed_ = 0;
@@ -72,16 +72,19 @@ class ProgramWalk {
   template <class Driver>
   Advance advance(const Program& program, StreamId stream, Driver& driver) {
     const auto s = static_cast<std::size_t>(stream);
-    const std::vector<Instruction>& list = program.streams[s];
+    // Locals, not members, so that they stay in registers across the driver's calls.
+    const Instruction* const list = program.streams[s].data();
+    const std::size_t size = program.streams[s].size();
+    std::uint8_t* const recorded = recorded_.data();
     const std::size_t from = position_[s];
     std::size_t i = from;
     Step step = Step::kNext;
     auto state = driver.enter(stream);
-    for (; i < list.size(); ++i) {
+    for (; i < size; ++i) {
       const Instruction& in = list[i];
       const auto event = static_cast<std::size_t>(in.aux);
-      if (in.kind == InstrKind::kWait && recorded_[event] == 0) break;
-      if (in.kind == InstrKind::kRecord) recorded_[event] = 1;
+      if (in.kind == InstrKind::kWait && recorded[event] == 0) break;
+      if (in.kind == InstrKind::kRecord) recorded[event] = 1;
       step = driver.step(stream, i, in, state);
       if (step != Step::kNext) break;
     }
