@@ -7,9 +7,7 @@
 #include "cli/machine_flags.hpp"
 #include "search/exact.hpp"
 #include "search/plan_search.hpp"
-#include "sim/engine.hpp"
 #include "sim/input_error.hpp"
-#include "sim/lowering.hpp"
 #include "sim/plan_io.hpp"
 #include "sim/timeline_export.hpp"
 #include "sim/trace_io.hpp"
@@ -49,9 +47,8 @@ void print_against_best_policy(const std::string& best_policy, const search::Eva
 int run_exact(const sim::Workload& workload, const sim::Machine& machine,
               const search::ExactOptions& eo, const SearchFlags& flags) {
   const search::ExactResult result = search::solve_exact(workload, machine, eo, flags.trace);
-  const sim::Program program = sim::lower(workload, result.plan);
-  sim::Engine engine;
-  const sim::Timeline& timeline = engine.run(program, machine);
+  const sim::Program& program = result.simulation.program;
+  const sim::Timeline& timeline = result.simulation.timeline;
   if (!flags.output.empty()) {
     sim::write_file_atomically(flags.output, sim::write_plan(result.plan, workload));
   }
@@ -156,9 +153,8 @@ void add_search_command(CLI::App& app, int& exit_status) {
     const search::SearchResult result = search::search_plan(workload, machine, so);
     if (terminal) fmt::print(stderr, "\n");
 
-    const sim::Program program = sim::lower(workload, result.plan);
-    sim::Engine engine;
-    const sim::Timeline& timeline = engine.run(program, machine);
+    const sim::Program& program = result.simulation.program;
+    const sim::Timeline& timeline = result.simulation.timeline;
     if (!options->output.empty()) {
       sim::write_file_atomically(options->output, sim::write_plan(result.plan, workload));
     }

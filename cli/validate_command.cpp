@@ -22,10 +22,9 @@
 #include "host_backend/host_backend.hpp"
 #include "cli/python_runner.hpp"
 #include "runtime/validation.hpp"
-#include "sim/engine.hpp"
 #include "sim/input_error.hpp"
-#include "sim/lowering.hpp"
 #include "sim/plan_io.hpp"
+#include "sim/simulation.hpp"
 #include "sim/timeline_export.hpp"
 #include "sim/trace_io.hpp"
 
@@ -70,22 +69,19 @@ int validate(const ValidateOptions& o) {
   sim::require_sizes(workload, o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "validate");
-  const sim::Program program = sim::lower(workload, plan);
-  if (!o.force) {
-    sim::Engine engine;
-    const sim::Timeline& predicted = engine.run(program, machine);
-    if (!predicted.feasible) {
-      throw sim::InputError(
-          "validate", fmt::format("the simulator says the plan does not fit (--force runs it): {}",
-                                  sim::oom_to_text(*predicted.oom, program, workload)));
-    }
+  const sim::Simulation predicted = sim::simulate_plan(workload, plan, machine);
+  if (!o.force && !predicted.timeline.feasible) {
+    throw sim::InputError(
+        "validate",
+        fmt::format("the simulator says the plan does not fit (--force runs it): {}",
+                    sim::oom_to_text(*predicted.timeline.oom, predicted.program, workload)));
   }
   runtime::ValidationOptions options;
   options.seed = o.seed;
   options.calibrate = o.calibrate;
   runtime::ValidationReport r;
   try {  // a runtime::BackendError goes on to main (exit 1)
-    r = runtime::validate(*backend, workload, plan, machine, options);
+    r = runtime::validate(*backend, workload, plan, predicted, machine, options);
   } catch (const sim::InputError& e) {  // a layer the backend has no kernel for
     throw sim::InputError("--backend " + backend->name(), e.what());
   }
@@ -186,7 +182,7 @@ int validate(const ValidateOptions& o) {
   if (!r.measured_feasible) {
     if (r.oom) {
       fmt::print(stderr, "memplan: the plan ran out of device memory: {}\n",
-                 sim::oom_to_text(*r.oom, program, workload));
+                 sim::oom_to_text(*r.oom, predicted.program, workload));
     }
     return 1;
   }

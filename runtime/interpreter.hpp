@@ -1,10 +1,11 @@
 #pragma once
 // The Program interpreter: runs the very Program the simulator predicted on a Device and returns
-// the measured Timeline. Instructions are handed to the device stream by stream in an order where
-// every record is enqueued before any wait on its event (the same sweep as the engine's), which
-// CUDA needs (a wait on a not-yet-recorded event is a no-op there). Alloc and free happen in the
-// Program's one order, so the measured peak is the arena's, call for call the simulator's.
-// Running out of memory ends the run as infeasible with an OomReport, as in the simulator.
+// the measured Timeline. Instructions are handed to the device in the ProgramWalk's order
+// (sim/program_walk.hpp, the engine's too), where every record is enqueued before any wait on its
+// event, which CUDA needs (a wait on a not-yet-recorded event is a no-op there). Alloc and free
+// happen in the Program's one order, so the measured peak is the arena's, call for call the
+// simulator's. Running out of memory ends the run as infeasible with an OomReport, as in the
+// simulator.
 #include "runtime/device.hpp"
 #include "sim/program.hpp"
 #include "sim/timeline.hpp"

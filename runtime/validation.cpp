@@ -69,10 +69,12 @@ bool compared_by_validation(const sim::Workload& w, const sim::Tensor& t) {
   return op.layer.rule().loss && op.phase == sim::Phase::kForward && op.outputs.front() == t.id;
 }
 
-Calibration calibrate(const Backend& backend, const sim::Workload& workload,
-                      const sim::Machine& machine, std::uint64_t seed, int runs) {
+namespace {
+/// calibrate() with the in-core Program of `workload` already lowered.
+Calibration calibrate_in_core(const Backend& backend, const sim::Workload& workload,
+                              const sim::Program& program, const sim::Machine& machine,
+                              std::uint64_t seed, int runs) {
   Calibration c{workload, machine};
-  const sim::Program program = sim::lower(workload, sim::in_core_plan(workload));
   const std::unique_ptr<Device> device =
       backend.make_device(sim::capacity_to_run(program, machine), seed);
   device->set_capture(false);
@@ -100,6 +102,13 @@ Calibration calibrate(const Backend& backend, const sim::Workload& workload,
   c.machine.d2h_bytes_per_s = link.d2h_bytes_per_s;
   c.machine.copy_latency_ns = link.latency_ns;
   return c;
+}
+}  // namespace
+
+Calibration calibrate(const Backend& backend, const sim::Workload& workload,
+                      const sim::Machine& machine, std::uint64_t seed, int runs) {
+  return calibrate_in_core(backend, workload, sim::lower(workload, sim::in_core_plan(workload)),
+                           machine, seed, runs);
 }
 
 double ValidationReport::iteration_error_percent() const {
@@ -193,25 +202,44 @@ std::vector<std::string> validation_failures(const ValidationReport& r) {
   return failures;
 }
 
+namespace {
+/// The plan simulated with the costs measured on the backend: a calibrated workload has other
+/// durations, so its Program is lowered anew (the only second lowering of the plan, and only with
+/// --calibrate).
+const sim::Timeline& calibrated_prediction(const Backend& backend, const sim::Workload& workload,
+                                           const sim::Plan& plan, const sim::Program& in_core,
+                                           const sim::Machine& machine, std::uint64_t seed,
+                                           sim::Engine& engine) {
+  const Calibration c = calibrate_in_core(backend, workload, in_core, machine, seed, 5);
+  return engine.run(sim::lower(c.workload, plan), c.machine);
+}
+}  // namespace
+
 ValidationReport validate(const Backend& backend, const sim::Workload& workload,
                           const sim::Plan& plan, const sim::Machine& machine,
                           const ValidationOptions& options) {
+  return validate(backend, workload, plan, sim::simulate_plan(workload, plan, machine), machine,
+                  options);
+}
+
+ValidationReport validate(const Backend& backend, const sim::Workload& workload,
+                          const sim::Plan& plan, const sim::Simulation& simulation,
+                          const sim::Machine& machine, const ValidationOptions& options) {
   ValidationReport r;
-  const sim::Program program = sim::lower(workload, plan);
+  const sim::Program& program = simulation.program;
+  // The reference: in-core on a device with room for it (its own peak is what it needs).
+  const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
+  r.calibrated = options.calibrate;
   sim::Engine engine;
-  std::optional<Calibration> calibration;
-  if (options.calibrate) calibration = calibrate(backend, workload, machine, options.seed);
-  r.calibrated = calibration.has_value();
   const sim::Timeline& predicted =
-      calibration ? engine.run(sim::lower(calibration->workload, plan), calibration->machine)
-                  : engine.run(program, machine);
+      options.calibrate ? calibrated_prediction(backend, workload, plan, reference_program, machine,
+                                                options.seed, engine)
+                        : simulation.timeline;
   r.predicted_feasible = predicted.feasible;
   r.peak_bytes_predicted = predicted.peak_bytes;
   r.peak_reserved_predicted = predicted.peak_reserved_bytes;
   r.iteration_ns_predicted = predicted.iteration_ns;
 
-  // The reference: in-core on a device with room for it (its own peak is what it needs).
-  const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
   const std::unique_ptr<Device> reference =
       backend.make_device(sim::capacity_to_run(reference_program, machine), options.seed);
   if (!run_program(*reference, workload, reference_program).feasible) {

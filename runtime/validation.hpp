@@ -12,6 +12,7 @@
 #include "runtime/backend.hpp"
 #include "sim/machine.hpp"
 #include "sim/plan.hpp"
+#include "sim/simulation.hpp"
 #include "sim/timeline.hpp"
 #include "sim/workload.hpp"
 
@@ -157,9 +158,15 @@ struct ValidationReport {
 /// beyond what Note [Validation tolerance] allows. What `memplan validate` prints before exit 1.
 std::vector<std::string> validation_failures(const ValidationReport& report);
 
-/// Runs `plan` (validated for `workload`) on a device of `backend` with machine.memory_bytes and
-/// the in-core reference on a device large enough for it. Throws BackendError when a kernel
+/// Runs `simulation`'s Program (of `plan`, validated for `workload`, simulated on `machine`) on a
+/// device of `backend` with machine.memory_bytes and the in-core reference on a device large
+/// enough for it; the prediction is `simulation`'s Timeline (with options.calibrate, the plan
+/// simulated again with the backend's costs). Throws BackendError when a kernel
 /// fails, sim::InputError when the backend has no kernel for an op's layer.
+ValidationReport validate(const Backend& backend, const sim::Workload& workload,
+                          const sim::Plan& plan, const sim::Simulation& simulation,
+                          const sim::Machine& machine, const ValidationOptions& options = {});
+/// The same, lowering and simulating `plan` first.
 ValidationReport validate(const Backend& backend, const sim::Workload& workload,
                           const sim::Plan& plan, const sim::Machine& machine,
                           const ValidationOptions& options = {});

@@ -605,6 +605,8 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   solver.fill(result);
   result.from_heuristic = !solver.found_in_space();
   result.evaluated += heuristic.evaluated;
+  result.simulation = result.from_heuristic ? heuristic.simulation
+                                            : sim::simulate_plan(workload, result.plan, machine);
   result.elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

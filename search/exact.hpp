@@ -8,6 +8,7 @@
 #include "search/gist.hpp"
 #include "sim/machine.hpp"
 #include "sim/plan.hpp"
+#include "sim/simulation.hpp"
 #include "sim/workload.hpp"
 
 namespace memplan::search {
@@ -23,6 +24,7 @@ struct ExactOptions {
 
 struct ExactResult {
   sim::Plan plan;
+  sim::Simulation simulation;  // the plan's, with every record kept
   Evaluation evaluation;
   /// True when the search space was exhausted: no plan of the space is faster (Note).
   bool optimal = false;

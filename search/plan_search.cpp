@@ -501,6 +501,7 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
     ++starts;
   }
   result.plan.policy = "search";
+  result.simulation = sim::simulate_plan(workload, result.plan, machine);
   result.converged = converged;
   result.evaluated = driver.count() + evaluated_in_rounds;
   result.elapsed_s = elapsed();

@@ -10,6 +10,7 @@
 #include "search/gist.hpp"
 #include "sim/machine.hpp"
 #include "sim/plan.hpp"
+#include "sim/simulation.hpp"
 
 namespace memplan::search {
 
@@ -37,6 +38,7 @@ struct SearchOptions {
 
 struct SearchResult {
   sim::Plan plan;
+  sim::Simulation simulation;  // the plan's, with every record kept
   Evaluation evaluation;
   std::string best_policy;  // the policy whose plan the search started from
   Evaluation best_policy_evaluation;

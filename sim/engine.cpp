@@ -1,17 +1,226 @@
 #include "sim/engine.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 #include "sim/check.hpp"
 
 namespace memplan::sim {
 
 namespace {
-Nanoseconds codec_ns(Bytes bytes, BytesPerSecond bandwidth) {
-  return static_cast<Nanoseconds>(std::ceil(static_cast<double>(bytes) * 1e9 / bandwidth));
+std::size_t at(std::int32_t id) {
+  return static_cast<std::size_t>(id);
 }
 }  // namespace
+
+/// One run's simulated time: the ProgramWalk's driver. Keeps each stream's clock and, with
+/// kHostStream, the host's (Note [Host stream]); writes the Timeline of its Engine. A stream's
+/// clock is the walk's State while the stream advances.
+template <bool kHostStream>
+class Engine::Clock {
+ public:
+  Clock(Engine& engine, const Program& program, const Machine& machine,
+        const EngineOptions& options)
+      : e_(engine),
+        tl_(engine.timeline_),
+        program_(program),
+        machine_(machine),
+        options_(options) {}
+
+  Nanoseconds enter(StreamId stream) const { return now_[static_cast<std::size_t>(stream)]; }
+  void leave(StreamId stream, Nanoseconds t) { now_[static_cast<std::size_t>(stream)] = t; }
+
+  Step step(StreamId stream, std::size_t index, const Instruction& in, Nanoseconds& t) {
+    if (kHostStream && stream == StreamId::kCompute) issue(index, t);
+    switch (in.kind) {
+      case InstrKind::kRecord:
+        record(stream, in, t);
+        return Step::kNext;
+      case InstrKind::kWait:
+        wait(stream, in, t);
+        return Step::kNext;
+      case InstrKind::kAlloc:
+        return allocate(in, t) ? Step::kNext : Step::kStop;
+      case InstrKind::kFree:
+        release(in, t);
+        return Step::kNext;
+      default:
+        return timed(stream, index, in, t);
+    }
+  }
+
+  /// The step's wall time once every stream is done: max(device end, host end + tail).
+  Nanoseconds wall_ns() {
+    if (sync_pending_) settle_host(now_[0]);
+    const Nanoseconds device = *std::max_element(now_.begin(), now_.end());
+    return kHostStream ? std::max(device, host_now_ + program_.host.tail_ns) : device;
+  }
+
+ private:
+  void record(StreamId stream, const Instruction& in, Nanoseconds t) {
+    Nanoseconds happens = t;
+    if (kHostStream && stream == StreamId::kCompute) {
+      // A copy stream waits for this event to start a copy: the host launches that copy here.
+      const WaitCause cause = program_.events[at(in.aux)].cause;
+      if (cause == WaitCause::kProducer || cause == WaitCause::kAlloc) {
+        happens = std::max(t, host_work(HostActivity::kLaunch, in.op, program_.host.launch_ns));
+      }
+    }
+    e_.event_time_[at(in.aux)] = happens;
+  }
+
+  void wait(StreamId stream, const Instruction& in, Nanoseconds& t) {
+    const Nanoseconds happened = e_.event_time_[at(in.aux)];
+    if (happened <= t) return;
+    if (stream == StreamId::kCompute) {
+      const Event& event = program_.events[at(in.aux)];
+      const StallCause cause =
+          event.cause == WaitCause::kSwapOut ? StallCause::kSwapOut : StallCause::kSwapIn;
+      stall(cause, event.tensor, in.op, t, happened - t);
+    }
+    t = happened;
+  }
+
+  Step timed(StreamId stream, std::size_t index, const Instruction& in, Nanoseconds& t) {
+    const Nanoseconds duration = start(in, t);
+    if (options_.record_spans) {
+      tl_.spans.push_back({stream, static_cast<std::int32_t>(index), t, t + duration});
+    }
+    t += duration;
+    if (kHostStream && in.kind == InstrKind::kRun && program_.host.ops[at(in.op)].synchronizes) {
+      sync_pending_ = true;
+      sync_op_ = in.op;
+      return Step::kPause;  // the copy streams catch up before the host goes on
+    }
+    return Step::kNext;
+  }
+
+  /// The duration of a run, recompute, codec or copy about to start at `t`, which moves to the
+  /// instruction's launch on the host when that is later.
+  Nanoseconds start(const Instruction& in, Nanoseconds& t) {
+    switch (in.kind) {
+      case InstrKind::kRun:
+        return in.duration_ns;
+      case InstrKind::kRecompute:
+        launched(in, t);
+        stall(StallCause::kRecompute, kNoId, in.op, t, in.duration_ns);
+        return in.duration_ns;
+      case InstrKind::kEncode:
+      case InstrKind::kDecode: {
+        launched(in, t);
+        const Buffer& full = program_.buffers[at(in.buffer)];
+        const Nanoseconds duration = machine_.codec_ns(full.bytes);
+        stall(StallCause::kCodec, full.tensor, in.op, t, duration);
+        return duration;
+      }
+      case InstrKind::kCopyOut: {
+        const Bytes bytes = program_.host_slots[at(in.aux)].bytes;
+        e_.host_changes_.emplace_back(t, bytes);
+        return machine_.d2h_copy_ns(bytes);
+      }
+      case InstrKind::kCopyIn: {
+        const Bytes bytes = program_.host_slots[at(in.aux)].bytes;
+        const Nanoseconds duration = machine_.h2d_copy_ns(bytes);
+        e_.host_changes_.emplace_back(t + duration, -bytes);
+        return duration;
+      }
+      default:
+        MEMPLAN_CHECK(false, "only runs, recomputes, codecs and copies take time");
+        return 0;
+    }
+  }
+
+  /// A compute instruction the plan added: the host launches it first.
+  void launched(const Instruction& in, Nanoseconds& t) {
+    if (kHostStream)
+      t = std::max(t, host_work(HostActivity::kLaunch, in.op, program_.host.launch_ns));
+  }
+
+  void stall(StallCause cause, TensorId tensor, OpId op, Nanoseconds from, Nanoseconds length) {
+    tl_.stall_ns_by_cause[static_cast<std::size_t>(cause)] += length;
+    if (options_.record_stalls) tl_.stalls.push_back({cause, tensor, op, from, from + length});
+  }
+
+  bool allocate(const Instruction& in, Nanoseconds t) {
+    const Bytes bytes = program_.buffers[at(in.buffer)].bytes;
+    const auto placed = e_.arena_.allocate_block(bytes);
+    if (!placed) {
+      out_of_memory(in, t);
+      return false;
+    }
+    e_.block_[at(in.buffer)] = placed->handle;
+    live_ += bytes;
+    tl_.peak_bytes = std::max(tl_.peak_bytes, live_);
+    if (options_.record_memory) tl_.memory.push_back({t, live_, e_.arena_.reserved_bytes()});
+    return true;
+  }
+
+  void release(const Instruction& in, Nanoseconds t) {
+    std::optional<DeviceArena::Handle>& block = e_.block_[at(in.buffer)];
+    MEMPLAN_CHECK(block.has_value(), "a buffer is freed only while allocated");
+    e_.arena_.release_block(*block);
+    block.reset();
+    live_ -= program_.buffers[at(in.buffer)].bytes;
+    if (options_.record_memory) tl_.memory.push_back({t, live_, e_.arena_.reserved_bytes()});
+  }
+
+  void out_of_memory(const Instruction& in, Nanoseconds t) {
+    const auto& block = e_.block_;
+    OomReport r =
+        device_oom_report(program_, in, e_.arena_.capacity(), e_.arena_.largest_free_block(),
+                          [&block](BufferId b) { return block[at(b)].has_value(); });
+    r.time_ns = t;
+    tl_.feasible = false;
+    tl_.oom = r;
+    tl_.peak_reserved_bytes = e_.arena_.peak_reserved_bytes();
+    tl_.iteration_ns = t;
+  }
+
+  /// The host spends `length` on `activity` for `op`; returns the host's time after it.
+  Nanoseconds host_work(HostActivity activity, OpId op, Nanoseconds length) {
+    if (length > 0 && options_.record_spans) {
+      tl_.host_spans.push_back({activity, op, host_now_, host_now_ + length});
+    }
+    host_now_ += length;
+    tl_.host_busy_ns += length;
+    return host_now_;
+  }
+
+  /// The host issues compute instruction `index`: after a synchronizing op it first waits for
+  /// the device; an op's first instruction costs its dispatch; nothing starts before its issue.
+  void issue(std::size_t index, Nanoseconds& t) {
+    if (sync_pending_) settle_host(t);
+    const HostProgram& host = program_.host;
+    if (next_op_ < host.dispatch_at.size() && index == host.dispatch_at[next_op_]) {
+      const auto op = static_cast<OpId>(next_op_++);
+      host_work(HostActivity::kDispatch, op, host.ops[at(op)].dispatch_ns);
+    }
+    t = std::max(t, host_now_);
+  }
+
+  /// After a synchronizing op: the host waits for every device instruction issued so far (the
+  /// compute stream is at `compute`, the copy streams have gone as far as they can).
+  void settle_host(Nanoseconds compute) {
+    sync_pending_ = false;
+    const Nanoseconds device = std::max({compute, now_[1], now_[2]});
+    if (device <= host_now_) return;
+    if (options_.record_spans) {
+      tl_.host_spans.push_back({HostActivity::kSynchronize, sync_op_, host_now_, device});
+    }
+    host_now_ = device;
+  }
+
+  Engine& e_;
+  Timeline& tl_;
+  const Program& program_;
+  const Machine& machine_;
+  const EngineOptions& options_;
+  std::array<Nanoseconds, kStreamCount> now_{};
+  Bytes live_ = 0;
+  Nanoseconds host_now_ = 0;
+  std::size_t next_op_ = 0;  // the next op the host dispatches
+  bool sync_pending_ = false;
+  OpId sync_op_ = kNoId;
+};
 
 const Timeline& Engine::run(const Program& program, const Machine& machine,
                             const EngineOptions& options) {
@@ -19,124 +228,30 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
   tl.clear();
   tl.op_compute_ns = program.op_compute_ns;
   arena_.reset(machine.memory_bytes);
-  event_time_.assign(program.events.size(), -1);
-  block_.assign(program.buffers.size(), -1);
+  event_time_.assign(program.events.size(), 0);
+  block_.assign(program.buffers.size(), std::nullopt);
   host_changes_.clear();
   if (options.record_spans) tl.spans.reserve(program.instruction_count());
 
-  std::array<Nanoseconds, kStreamCount> now{};
-  std::array<std::size_t, kStreamCount> pc{};
-  Bytes live = 0;
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (std::size_t s = 0; s < kStreamCount; ++s) {
-      const auto& list = program.streams[s];
-      const auto stream = static_cast<StreamId>(s);
-      Nanoseconds t = now[s];
-      std::size_t i = pc[s];
-      for (; i < list.size(); ++i) {
-        const Instruction& in = list[i];
-        Nanoseconds duration = -1;
-        switch (in.kind) {
-          case InstrKind::kRecord:
-            event_time_[static_cast<std::size_t>(in.aux)] = t;
-            break;
-          case InstrKind::kWait: {
-            const Nanoseconds at = event_time_[static_cast<std::size_t>(in.aux)];
-            if (at < 0) goto blocked;
-            if (at > t) {
-              if (stream == StreamId::kCompute) {
-                const Event& e = program.events[static_cast<std::size_t>(in.aux)];
-                const StallCause cause =
-                    e.cause == WaitCause::kSwapOut ? StallCause::kSwapOut : StallCause::kSwapIn;
-                tl.stall_ns_by_cause[static_cast<std::size_t>(cause)] += at - t;
-                if (options.record_stalls) tl.stalls.push_back({cause, e.tensor, in.op, t, at});
-              }
-              t = at;
-            }
-            break;
-          }
-          case InstrKind::kRun:
-            duration = in.duration_ns;
-            break;
-          case InstrKind::kRecompute:
-            duration = in.duration_ns;
-            tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kRecompute)] += duration;
-            if (options.record_stalls) {
-              tl.stalls.push_back({StallCause::kRecompute, kNoId, in.op, t, t + duration});
-            }
-            break;
-          case InstrKind::kEncode:
-          case InstrKind::kDecode: {
-            const Buffer& full = program.buffers[static_cast<std::size_t>(in.buffer)];
-            duration = codec_ns(full.bytes, machine.memory_bandwidth_bytes_per_s);
-            tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kCodec)] += duration;
-            if (options.record_stalls) {
-              tl.stalls.push_back({StallCause::kCodec, full.tensor, in.op, t, t + duration});
-            }
-            break;
-          }
-          case InstrKind::kCopyOut: {
-            const Bytes bytes = program.host_slots[static_cast<std::size_t>(in.aux)].bytes;
-            duration = machine.d2h_copy_ns(bytes);
-            host_changes_.emplace_back(t, bytes);
-            break;
-          }
-          case InstrKind::kCopyIn: {
-            const Bytes bytes = program.host_slots[static_cast<std::size_t>(in.aux)].bytes;
-            duration = machine.h2d_copy_ns(bytes);
-            host_changes_.emplace_back(t + duration, -bytes);
-            break;
-          }
-          case InstrKind::kAlloc: {
-            const auto b = static_cast<std::size_t>(in.buffer);
-            const auto placed = arena_.allocate_block(program.buffers[b].bytes);
-            if (!placed) {
-              now[s] = t;
-              pc[s] = i;
-              out_of_memory(program, in, t);
-              return tl;
-            }
-            block_[b] = placed->handle;
-            live += program.buffers[b].bytes;
-            tl.peak_bytes = std::max(tl.peak_bytes, live);
-            if (options.record_memory) tl.memory.push_back({t, live, arena_.reserved_bytes()});
-            break;
-          }
-          case InstrKind::kFree: {
-            const auto b = static_cast<std::size_t>(in.buffer);
-            MEMPLAN_CHECK(block_[b] >= 0, "a buffer is freed only while allocated");
-            arena_.release_block(block_[b]);
-            block_[b] = -1;
-            live -= program.buffers[b].bytes;
-            if (options.record_memory) tl.memory.push_back({t, live, arena_.reserved_bytes()});
-            break;
-          }
-        }
-        if (duration >= 0) {
-          if (options.record_spans) {
-            tl.spans.push_back({stream, static_cast<std::int32_t>(i), t, t + duration});
-          }
-          t += duration;
-        }
-      }
-    blocked:
-      if (i != pc[s]) progress = true;
-      tl.instructions_executed += i - pc[s];
-      pc[s] = i;
-      now[s] = t;
-    }
-  }
-  for (std::size_t s = 0; s < kStreamCount; ++s) {
-    MEMPLAN_CHECK(
-        pc[s] == program.streams[s].size(),
-        "every wait has a matching record that is reached (the program does not deadlock)");
-  }
-  tl.iteration_ns = *std::max_element(now.begin(), now.end());
+  const WalkEnd end = program.host.active() ? walk<true>(program, machine, options)
+                                            : walk<false>(program, machine, options);
+  tl.instructions_executed = walk_.executed();
+  if (end == WalkEnd::kStopped) return tl;  // out of memory: the clock wrote the report
+  // Every run is timed once, recomputes and codecs are timed where they stand.
+  tl.compute_busy_ns = tl.op_compute_ns +
+                       tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kRecompute)] +
+                       tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kCodec)];
   tl.peak_reserved_bytes = arena_.peak_reserved_bytes();
   host_peak(machine);
   return tl;
+}
+
+template <bool kHostStream>
+WalkEnd Engine::walk(const Program& program, const Machine& machine, const EngineOptions& options) {
+  Clock<kHostStream> clock(*this, program, machine, options);
+  const WalkEnd end = walk_.run(program, clock);
+  if (end == WalkEnd::kFinished) timeline_.iteration_ns = clock.wall_ns();
+  return end;
 }
 
 void Engine::host_peak(const Machine& machine) {
@@ -159,33 +274,6 @@ void Engine::host_peak(const Machine& machine) {
       timeline_.feasible = false;
     }
   }
-}
-
-void Engine::out_of_memory(const Program& program, const Instruction& in, Nanoseconds now) {
-  Timeline& tl = timeline_;
-  tl.feasible = false;
-  OomReport r;
-  r.op = in.op;
-  r.buffer = in.buffer;
-  r.time_ns = now;
-  r.requested_bytes =
-      DeviceArena::aligned_size(program.buffers[static_cast<std::size_t>(in.buffer)].bytes);
-  r.capacity_bytes = arena_.capacity();
-  r.largest_free_block = arena_.largest_free_block();
-  r.bytes_missing = r.requested_bytes - r.largest_free_block;
-  for (std::size_t b = 0; b < block_.size(); ++b) {
-    if (block_[b] < 0) continue;
-    const Buffer& buf = program.buffers[b];
-    r.live_bytes += buf.bytes;
-    if (buf.role == BufferRole::kEncoded) {
-      r.live_encoded_bytes += buf.bytes;
-    } else {
-      r.live_by_kind[static_cast<std::size_t>(buf.kind)] += buf.bytes;
-    }
-  }
-  tl.oom = r;
-  tl.peak_reserved_bytes = arena_.peak_reserved_bytes();
-  tl.iteration_ns = now;
 }
 
 Bytes capacity_to_run(const Program& program, const Machine& machine) {

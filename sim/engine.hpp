@@ -6,15 +6,30 @@
 // the machine's capacity; an allocation that finds no block ends the run as infeasible with an
 // OomReport, never a crash. Time is integer nanoseconds.
 //
-// Because streams interact only through events, the engine advances each stream as far as it can
-// and moves to the next when it blocks: no event queue, O(1) per instruction. An Engine keeps its
-// buffers (arena pool, event times, the Timeline) between runs so that a search can simulate
-// thousands of plans per thread without touching the heap; use one Engine per thread.
+// The order of instructions is the ProgramWalk's (sim/program_walk.hpp), the one the runtime
+// interpreter uses too; the engine supplies simulated time. An Engine keeps its buffers (arena
+// pool, event times, the Timeline) between runs so that a search can simulate thousands of plans
+// per thread without touching the heap; use one Engine per thread.
+//
+// Note [Host stream]
+// ~~~~~~~~~~~~~~~~~~
+// The CPU thread that dispatches the step is a stream of its own when the workload records a host
+// side (Program::host active). Walking the compute stream in issue order, the host spends each
+// op's dispatch_ns and then launches it: the op's device work starts no earlier than that launch.
+// Each instruction the plan adds costs launch_ns on the host where it is issued: a recompute or a
+// codec where it stands on compute, a copy at the compute-stream record its copy stream waits for
+// (the copy starts no earlier than that launch). After a synchronizing op the host waits until
+// every device instruction issued so far has ended: the compute stream pauses, the copy streams
+// run as far as what has been issued lets them, and the host's clock moves to the latest end. The
+// step's wall time is max(device end, host end + tail). Without a host side the host clock is
+// never read and the engine is the device-only one.
+#include <optional>
 #include <vector>
 
 #include "sim/device_arena.hpp"
 #include "sim/machine.hpp"
 #include "sim/program.hpp"
+#include "sim/program_walk.hpp"
 #include "sim/timeline.hpp"
 
 namespace memplan::sim {
@@ -32,12 +47,18 @@ class Engine {
                       const EngineOptions& options = {});
 
  private:
-  void out_of_memory(const Program& program, const Instruction& in, Nanoseconds now);
+  // The walk's driver: one run's simulated time (engine.cpp), with or without a host stream.
+  template <bool kHostStream>
+  class Clock;
+  template <bool kHostStream>
+  WalkEnd walk(const Program& program, const Machine& machine, const EngineOptions& options);
+
   void host_peak(const Machine& machine);
 
+  ProgramWalk walk_;
   DeviceArena arena_;
-  std::vector<Nanoseconds> event_time_;
-  std::vector<DeviceArena::Handle> block_;  // per buffer, -1 while not allocated
+  std::vector<Nanoseconds> event_time_;                    // per event, read only once recorded
+  std::vector<std::optional<DeviceArena::Handle>> block_;  // per buffer, while allocated
   std::vector<std::pair<Nanoseconds, Bytes>> host_changes_;
   Timeline timeline_;
 };

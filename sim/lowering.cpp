@@ -28,7 +28,24 @@ void Lowerer::PerOp::build(std::size_t op_count,
   begin[0] = 0;
 }
 
-Lowerer::Lowerer(const Workload& workload) : w_(workload) {
+namespace {
+/// The workload's host side as the engine reads it (Note [Host stream] in sim/engine.hpp): active
+/// when some op records one or the workload knows its launch cost.
+HostProgram host_program(const Workload& w) {
+  HostProgram host;
+  host.tail_ns = w.host_tail_ns;
+  const bool recorded =
+      std::any_of(w.ops.begin(), w.ops.end(), [](const Op& op) { return op.host.has_value(); });
+  if (!recorded && !w.launch_ns) return host;
+  host.launch_ns = w.launch_ns.value_or(0);
+  host.ops.reserve(w.ops.size());
+  for (const Op& op : w.ops) host.ops.push_back(op.host.value_or(HostSide{}));
+  host.dispatch_at.assign(w.ops.size(), 0);  // each lowering fills them in
+  return host;
+}
+}  // namespace
+
+Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(workload)) {
   tensor_.reserve(w_.tensors.size());
   for (const Tensor& t : w_.tensors)
     tensor_.push_back({t.bytes, t.producer, t.in_place_of, t.kind});
@@ -74,6 +91,7 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   out.host_slots.clear();
   out.op_compute_ns = op_compute_ns_;
   out.action_counts = {};
+  out.host = host_;
   algorithm_.assign(w_.ops.size(), nullptr);
   for (const AlgorithmChoice& c : plan.algorithms) {
     const Op& op = w_.op(c.op);
@@ -122,6 +140,7 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   }
   for (std::size_t i = 0; i < op_.size(); ++i) {
     const auto op = static_cast<OpId>(i);
+    if (out.host.active()) out.host.dispatch_at[i] = body_.size();
     for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
       const TensorId t = prefetch_at_.items[at(k)];
       if (state_[at(t)].loc < 0) issue_prefetch(t, op);
@@ -390,6 +409,10 @@ void Lowerer::place_frees() {
           InstrKind::kFree, in.op, free_items_[at(k)], -1, 0, 0, 0};
     }
     body_[i + static_cast<std::size_t>(first)] = in;
+  }
+  // Each op's first instruction moved by the frees placed before it.
+  for (std::size_t& i : program_->host.dispatch_at) {
+    if (i > 0) i += static_cast<std::size_t>(free_begin_[i - 1]);
   }
   body_.swap(program_->streams[static_cast<std::size_t>(StreamId::kCompute)]);
 }

@@ -86,6 +86,7 @@ class Lowerer {
   PerOp drop_at_;                     // tensors whose last use (in the original order) is the op
   std::vector<TensorId> preexisting_read_;  // allocated before the step, in tensor id order
   Nanoseconds op_compute_ns_ = 0;
+  HostProgram host_;
 
   // Per plan (scratch, reused).
   Program* program_ = nullptr;

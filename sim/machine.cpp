@@ -40,6 +40,9 @@ Nanoseconds Machine::h2d_copy_ns(Bytes bytes) const {
 Nanoseconds Machine::d2h_copy_ns(Bytes bytes) const {
   return copy_ns(copy_latency_ns, bytes, d2h_bytes_per_s);
 }
+Nanoseconds Machine::codec_ns(Bytes bytes) const {
+  return copy_ns(0, bytes, memory_bandwidth_bytes_per_s);
+}
 
 Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides) {
   const LinkPreset fallback = *find_link_preset(kDefaultLink);

@@ -3,6 +3,7 @@
 // capacity, host-to-device and device-to-host bandwidth (full duplex: the two directions do not
 // slow each other down), the fixed cost of issuing one copy, optionally the pinned host memory
 // available for swapped maps, and the device memory bandwidth that prices encode/decode kernels.
+// The Machine prices every instruction whose time is not in the trace: copies and codecs.
 //
 // A Machine starts from the DeviceInfo a trace carries and is then overridden by what-if flags
 // (`--memory`, `--link`, `--h2d`, `--d2h`, `--latency`). Copies are never taken from a trace: the
@@ -47,6 +48,9 @@ struct Machine {
   /// latency + ceil(bytes / bandwidth), in nanoseconds.
   [[nodiscard]] Nanoseconds h2d_copy_ns(Bytes bytes) const;
   [[nodiscard]] Nanoseconds d2h_copy_ns(Bytes bytes) const;
+  /// ceil(bytes / memory bandwidth): an encode or decode of a map of `bytes` (full size), which
+  /// streams the map through device memory once.
+  [[nodiscard]] Nanoseconds codec_ns(Bytes bytes) const;
 };
 
 /// What-if values given on the command line; unset ones keep the trace's value.

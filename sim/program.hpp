@@ -81,6 +81,20 @@ struct HostSlot {
   Bytes bytes = 0;
 };
 
+/// The thread that dispatches the step, as the engine needs it (Note [Host stream] in
+/// sim/engine.hpp): copied from the workload by the lowering. Empty `ops` when the workload records
+/// no host side at all: the host then never limits the step.
+struct HostProgram {
+  std::vector<HostSide> ops;  // per op id (an op without a recorded host side: dispatch 0)
+  /// Per op id: the index in the compute stream of the op's first instruction (a prefetch, a
+  /// regeneration or the run itself), where the host dispatches it.
+  std::vector<std::size_t> dispatch_at;
+  Nanoseconds launch_ns = 0;  // host time to launch each instruction the plan adds
+  Nanoseconds tail_ns = 0;    // host time after the last launch until the step ends
+
+  [[nodiscard]] bool active() const { return !ops.empty(); }
+};
+
 struct Program {
   std::array<std::vector<Instruction>, kStreamCount> streams;
   std::vector<BufferId> operands;
@@ -91,6 +105,7 @@ struct Program {
   /// nothing waits and nothing is recomputed or encoded.
   Nanoseconds op_compute_ns = 0;
   std::array<std::size_t, kActionCount> action_counts{};
+  HostProgram host;
 
   [[nodiscard]] std::size_t instruction_count() const {
     return streams[0].size() + streams[1].size() + streams[2].size();

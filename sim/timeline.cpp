@@ -1,5 +1,7 @@
 #include "sim/timeline.hpp"
 
+#include "sim/device_arena.hpp"
+
 namespace memplan::sim {
 
 std::string_view to_string(StallCause cause) {
@@ -16,6 +18,41 @@ std::string_view to_string(StallCause cause) {
   return "?";
 }
 
+std::string_view to_string(HostActivity activity) {
+  switch (activity) {
+    case HostActivity::kDispatch:
+      return "dispatch";
+    case HostActivity::kLaunch:
+      return "launch";
+    case HostActivity::kSynchronize:
+      return "synchronize";
+  }
+  return "?";
+}
+
+OomReport device_oom_report(const Program& program, const Instruction& alloc, Bytes capacity,
+                            Bytes largest_free_block, const std::function<bool(BufferId)>& live) {
+  OomReport r;
+  r.op = alloc.op;
+  r.buffer = alloc.buffer;
+  r.requested_bytes =
+      DeviceArena::aligned_size(program.buffers[static_cast<std::size_t>(alloc.buffer)].bytes);
+  r.capacity_bytes = capacity;
+  r.largest_free_block = largest_free_block;
+  r.bytes_missing = r.requested_bytes - r.largest_free_block;
+  for (std::size_t b = 0; b < program.buffers.size(); ++b) {
+    if (!live(static_cast<BufferId>(b))) continue;
+    const Buffer& buf = program.buffers[b];
+    r.live_bytes += buf.bytes;
+    if (buf.role == BufferRole::kEncoded) {
+      r.live_encoded_bytes += buf.bytes;
+    } else {
+      r.live_by_kind[static_cast<std::size_t>(buf.kind)] += buf.bytes;
+    }
+  }
+  return r;
+}
+
 void Timeline::clear() {
   feasible = true;
   iteration_ns = 0;
@@ -27,6 +64,9 @@ void Timeline::clear() {
   spans.clear();
   memory.clear();
   stalls.clear();
+  host_spans.clear();
+  compute_busy_ns = 0;
+  host_busy_ns = 0;
   oom.reset();
   instructions_executed = 0;
 }

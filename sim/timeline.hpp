@@ -5,6 +5,7 @@
 // and when memory ran out, a report that says where and by how much.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -16,6 +17,22 @@ namespace memplan::sim {
 struct Span {
   StreamId stream = StreamId::kCompute;
   std::int32_t index = 0;  // position in the Program's list of that stream
+  Nanoseconds start_ns = 0;
+  Nanoseconds end_ns = 0;
+};
+
+/// What the dispatching thread does (Note [Host stream] in sim/engine.hpp).
+enum class HostActivity : std::uint8_t {
+  kDispatch,     // the op's own host time before its launch (framework, Python, data loading)
+  kLaunch,       // launching an instruction the plan added (copy, recompute, codec)
+  kSynchronize,  // waiting for the device after a synchronizing op
+};
+std::string_view to_string(HostActivity activity);
+
+/// A stretch of host time, on the host track.
+struct HostSpan {
+  HostActivity activity = HostActivity::kDispatch;
+  OpId op = kNoId;  // the op dispatched, or the op the launched instruction serves
   Nanoseconds start_ns = 0;
   Nanoseconds end_ns = 0;
 };
@@ -59,17 +76,27 @@ struct OomReport {
   Bytes bytes_missing = 0;  // requested minus the largest free block (what would have to be found)
 };
 
+/// The report for the kAlloc `alloc` of `program` that found no free block in an arena of
+/// `capacity` whose largest free block was `largest_free_block`; `live(b)` says whether buffer b
+/// was allocated then. The one builder of device OomReports: the engine and the interpreter both
+/// call it (the caller sets time_ns when it knows one).
+OomReport device_oom_report(const Program& program, const Instruction& alloc, Bytes capacity,
+                            Bytes largest_free_block, const std::function<bool(BufferId)>& live);
+
 struct Timeline {
   bool feasible = true;
-  Nanoseconds iteration_ns = 0;   // end of the last instruction on any stream
+  Nanoseconds iteration_ns = 0;   // wall time: max(last device instruction's end, host end + tail)
   Nanoseconds op_compute_ns = 0;  // the workload's own compute (each op once)
-  Bytes peak_bytes = 0;           // peak of live bytes as requested
-  Bytes peak_reserved_bytes = 0;  // peak end of the arena in use: fragmentation shows here
-  Bytes peak_host_bytes = 0;      // peak pinned host bytes holding swapped maps
+  Nanoseconds compute_busy_ns = 0;  // time the compute stream runs instructions
+  Nanoseconds host_busy_ns = 0;     // dispatch and launch time of the host (0 without host side)
+  Bytes peak_bytes = 0;             // peak of live bytes as requested
+  Bytes peak_reserved_bytes = 0;    // peak end of the arena in use: fragmentation shows here
+  Bytes peak_host_bytes = 0;        // peak pinned host bytes holding swapped maps
   std::array<Nanoseconds, kStallCauseCount> stall_ns_by_cause{};
   std::vector<Span> spans;
   std::vector<MemoryPoint> memory;
   std::vector<Stall> stalls;
+  std::vector<HostSpan> host_spans;  // empty without a host side (recorded with spans)
   std::optional<OomReport> oom;
   std::size_t instructions_executed = 0;
 
@@ -78,6 +105,11 @@ struct Timeline {
     Nanoseconds total = 0;
     for (Nanoseconds ns : stall_ns_by_cause) total += ns;
     return total;
+  }
+  /// Share of the step's wall time in which the compute stream runs nothing (0 for an empty step).
+  [[nodiscard]] double gpu_idle_share() const {
+    if (iteration_ns <= 0) return 0.0;
+    return 1.0 - static_cast<double>(compute_busy_ns) / static_cast<double>(iteration_ns);
   }
   void clear();
 };

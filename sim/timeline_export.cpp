@@ -8,8 +8,30 @@ namespace memplan::sim {
 
 namespace {
 constexpr int kStallTrack = kStreamCount;
+constexpr int kHostTrack = kStallTrack + 1;
 double to_us(Nanoseconds ns) {
   return static_cast<double>(ns) / 1000.0;
+}
+
+/// The thread that dispatches the step (Note [Host stream] in sim/engine.hpp): its dispatches,
+/// launches and synchronizations.
+void host_track(nlohmann::json& events, const Timeline& tl, const Workload& w) {
+  events.push_back({{"ph", "M"},
+                    {"pid", 1},
+                    {"tid", kHostTrack},
+                    {"name", "thread_name"},
+                    {"args", {{"name", "host"}}}});
+  for (const HostSpan& span : tl.host_spans) {
+    std::string name(to_string(span.activity));
+    if (span.op != kNoId) name += " " + w.op(span.op).name;
+    events.push_back({{"ph", "X"},
+                      {"pid", 1},
+                      {"tid", kHostTrack},
+                      {"name", name},
+                      {"cat", to_string(span.activity)},
+                      {"ts", to_us(span.start_ns)},
+                      {"dur", to_us(span.end_ns - span.start_ns)}});
+  }
 }
 
 }  // namespace
@@ -49,6 +71,7 @@ std::string chrome_trace_json(const Timeline& tl, const Program& program, const 
                       {"dur", to_us(span.end_ns - span.start_ns)},
                       {"args", args}});
   }
+  if (program.host.active()) host_track(events, tl, w);
   for (const Stall& stall : tl.stalls) {
     std::string name(to_string(stall.cause));
     if (stall.tensor != kNoId) name += " " + w.tensor(stall.tensor).name;
@@ -177,6 +200,10 @@ nlohmann::json summary_json(const Timeline& tl, const Program& program, const Wo
         {"copy_latency_ns", machine.copy_latency_ns},
         {"memory_bandwidth_bytes_per_s", machine.memory_bandwidth_bytes_per_s}}}};
   j["oom"] = tl.oom ? oom_to_json(*tl.oom, program, w) : nlohmann::json(nullptr);
+  if (program.host.active()) {
+    j["host_busy_s"] = to_seconds(tl.host_busy_ns);
+    j["gpu_idle_share"] = tl.feasible ? nlohmann::json(tl.gpu_idle_share()) : nlohmann::json();
+  }
   return j;
 }
 
@@ -208,6 +235,12 @@ std::string summary_text(const Timeline& tl, const Program& program, const Workl
   out += fmt::format("memory      peak {} live, {} reserved of {}; host peak {}\n",
                      format_bytes(tl.peak_bytes), format_bytes(tl.peak_reserved_bytes),
                      format_bytes(machine.memory_bytes), format_bytes(tl.peak_host_bytes));
+  if (program.host.active()) {
+    out += fmt::format(
+        "host        {:.3f} ms busy dispatching and launching; GPU idle {:.1f}% of "
+        "the step\n",
+        to_seconds(tl.host_busy_ns) * 1e3, 100.0 * tl.gpu_idle_share());
+  }
   out += fmt::format("program     {} instructions\n", program.instruction_count());
   return out;
 }

@@ -1,8 +1,9 @@
 #pragma once
 // Exports of a Timeline: Chrome trace event JSON (opens in ui.perfetto.dev and chrome://tracing;
 // one track per stream, instructions named after their ops and tensors, stalls on their own track,
-// a counter track of device memory) and a CSV of the memory curve. Also the JSON summary that
-// `memplan simulate --json` prints.
+// the host's dispatches, launches and synchronize waits on a `host` track when the workload has a
+// host side, a counter track of device memory) and a CSV of the memory curve. Also the JSON summary
+// that `memplan simulate --json` prints.
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -30,7 +31,8 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
 Bytes average_live_bytes(const Timeline& timeline);
 
 /// feasible, iteration_s, peak_bytes, average_live_bytes, peak_reserved_bytes, peak_host_bytes,
-/// stall_s, stall_s_by_cause, compute_s, actions, instructions, machine, oom.
+/// stall_s, stall_s_by_cause, compute_s, actions, instructions, machine, oom; with a host side also
+/// host_busy_s and gpu_idle_share.
 nlohmann::json summary_json(const Timeline& timeline, const Program& program,
                             const Workload& workload, const Machine& machine);
 std::string summary_text(const Timeline& timeline, const Program& program, const Workload& workload,

@@ -38,11 +38,7 @@ Machine test_machine(Bytes memory_bytes, double bytes_per_s, Nanoseconds latency
 }
 
 Simulation simulate(const Workload& w, const Plan& plan, const Machine& machine) {
-  Simulation s;
-  s.program = lower(w, plan);
-  Engine engine;
-  s.timeline = engine.run(s.program, machine);
-  return s;
+  return sim::simulate_plan(w, plan, machine);
 }
 
 std::pair<Nanoseconds, Nanoseconds> span_of(const Simulation& s, const Workload& w, StreamId stream,

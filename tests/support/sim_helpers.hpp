@@ -9,6 +9,7 @@
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
 #include "sim/machine.hpp"
+#include "sim/simulation.hpp"
 
 namespace memplan::test {
 
@@ -32,10 +33,8 @@ sim::Plan plan_with(const sim::Workload& w, const std::vector<MapChoice>& choice
 sim::Machine test_machine(sim::Bytes memory_bytes, double bytes_per_s = 1e9,
                           sim::Nanoseconds latency_ns = 0);
 
-struct Simulation {
-  sim::Program program;
-  sim::Timeline timeline;
-};
+using Simulation = sim::Simulation;
+/// sim::simulate with every record kept.
 Simulation simulate(const sim::Workload& w, const sim::Plan& plan, const sim::Machine& machine);
 
 /// [start, end] of the span labelled `label` (instruction_label) on `stream`; the `nth` such span.
