@@ -9,7 +9,11 @@ namespace memplan::sim {
 
 namespace {
 Nanoseconds codec_ns(Bytes bytes, BytesPerSecond bandwidth) {
-  return static_cast<Nanoseconds>(std::ceil(static_cast<double>(bytes) * 1e9 / bandwidth));
+  return transfer_ns(bytes, bandwidth);  // saturating, like every time below (sim/units.hpp)
+}
+void add_stall(Timeline& tl, StallCause cause, Nanoseconds duration) {
+  auto& total = tl.stall_ns_by_cause[static_cast<std::size_t>(cause)];
+  total = add_ns(total, duration);
 }
 }  // namespace
 
@@ -50,7 +54,7 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
                 const Event& e = program.events[static_cast<std::size_t>(in.aux)];
                 const StallCause cause =
                     e.cause == WaitCause::kSwapOut ? StallCause::kSwapOut : StallCause::kSwapIn;
-                tl.stall_ns_by_cause[static_cast<std::size_t>(cause)] += at - t;
+                add_stall(tl, cause, at - t);
                 if (options.record_stalls) tl.stalls.push_back({cause, e.tensor, in.op, t, at});
               }
               t = at;
@@ -62,18 +66,19 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
             break;
           case InstrKind::kRecompute:
             duration = in.duration_ns;
-            tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kRecompute)] += duration;
+            add_stall(tl, StallCause::kRecompute, duration);
             if (options.record_stalls) {
-              tl.stalls.push_back({StallCause::kRecompute, kNoId, in.op, t, t + duration});
+              tl.stalls.push_back({StallCause::kRecompute, kNoId, in.op, t, add_ns(t, duration)});
             }
             break;
           case InstrKind::kEncode:
           case InstrKind::kDecode: {
             const Buffer& full = program.buffers[static_cast<std::size_t>(in.buffer)];
             duration = codec_ns(full.bytes, machine.memory_bandwidth_bytes_per_s);
-            tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kCodec)] += duration;
+            add_stall(tl, StallCause::kCodec, duration);
             if (options.record_stalls) {
-              tl.stalls.push_back({StallCause::kCodec, full.tensor, in.op, t, t + duration});
+              tl.stalls.push_back(
+                  {StallCause::kCodec, full.tensor, in.op, t, add_ns(t, duration)});
             }
             break;
           }
@@ -86,7 +91,7 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
           case InstrKind::kCopyIn: {
             const Bytes bytes = program.host_slots[static_cast<std::size_t>(in.aux)].bytes;
             duration = machine.h2d_copy_ns(bytes);
-            host_changes_.emplace_back(t + duration, -bytes);
+            host_changes_.emplace_back(add_ns(t, duration), -bytes);
             break;
           }
           case InstrKind::kAlloc: {
@@ -116,9 +121,9 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
         }
         if (duration >= 0) {
           if (options.record_spans) {
-            tl.spans.push_back({stream, static_cast<std::int32_t>(i), t, t + duration});
+            tl.spans.push_back({stream, static_cast<std::int32_t>(i), t, add_ns(t, duration)});
           }
-          t += duration;
+          t = add_ns(t, duration);
         }
       }
     blocked:

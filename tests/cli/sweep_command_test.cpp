@@ -94,7 +94,7 @@ TEST_CASE("memplan sweep --progress prints one progress line per cell on stderr"
   REQUIRE(r.exit_status == 0);
   CHECK(lines(r.out).size() == 1 + 3);
   CHECK(lines(r.err).size() == 3);
-  CHECK(r.err.find("sweep:     3/3 cells") != std::string::npos);
+  CHECK(r.err.find("sweep: 3/3 cells") != std::string::npos);
   CHECK(r.out.find("\n" + source_path("traces/mlp4.json") + ",1048576,trace,") !=
         std::string::npos);
   CHECK(r.out.find(",search,1,") != std::string::npos);
