@@ -1,15 +1,19 @@
 #pragma once
 // Progress of a long command on standard error, so that its report on standard output stays
 // clean: a bar redrawn in place when standard error is a terminal, a plain line every few seconds
-// when it is not (a log, CI), nothing with --quiet or --json. Commands feed it from the progress
-// callbacks of the libraries (search::SearchOptions::on_progress, search::SweepOptions::
-// on_progress): `options.on_progress = [&](const auto& p) { progress.update(p.done, p.total,
-// detail); };`. update() may be called from any thread.
+// when it is not (a log, CI; MEMPLAN_PROGRESS_SECONDS sets how many, default 5), nothing with
+// --quiet or --json. A run shorter than that interval prints no line, so a quick failure is still
+// one line on stderr. Commands feed it from the libraries' progress callbacks
+// (search::SearchOptions::on_progress, search::SweepOptions::on_progress) with one line:
+//   options.on_progress = [&](const auto& p) { progress.update(p.done, p.total, detail); };
+// and announce a wait without a count (a backend run) with stage(). Thread-safe.
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -23,24 +27,24 @@ class Progress {
   static Mode mode_for(bool quiet, bool json);
 
   /// `label` starts every line ("search", "sweep"). In kLines mode a line is printed at most every
-  /// `line_interval_s` (0: at every update).
-  Progress(std::string label, Mode mode, double line_interval_s = 5.0);
+  /// `line_interval_s` (negative: MEMPLAN_PROGRESS_SECONDS or 5; 0: at every update).
+  Progress(std::string label, Mode mode, double line_interval_s = -1);
   ~Progress();
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
   /// `done` of `total` units (total 0: unknown), with a short `detail` ("best 12.3 ms").
   void update(std::size_t done, std::size_t total, std::string_view detail = {});
-  /// A step of a command without a count ("running the plan on host"): always one line (unless
-  /// off), so that a user knows what the wait is for.
+  /// A wait without a count ("running the plan on host"): shown with its elapsed time, on a
+  /// terminal at once and redrawn every second, otherwise a line every interval while it lasts.
   void stage(std::string_view what);
-  /// Ends the bar with a newline (done by the destructor too); later updates are ignored.
+  /// Ends the display (a newline after a bar); later updates are ignored. Also the destructor's.
   void finish();
-
-  [[nodiscard]] Mode mode() const { return mode_; }
 
  private:
   [[nodiscard]] double elapsed_s() const;
+  void print_stage_locked();
+  void tick();
 
   std::string label_;
   Mode mode_;
@@ -49,10 +53,14 @@ class Progress {
   double last_print_s_ = -1;
   bool bar_drawn_ = false;
   bool finished_ = false;
+  std::string stage_;
+  std::chrono::steady_clock::time_point stage_start_;
   std::mutex mutex_;
+  std::condition_variable wake_;
+  std::thread ticker_;
 };
 
-/// Adds `--quiet` ("no progress on standard error") to `command`.
+/// Adds `-q,--quiet` ("no progress on standard error") to `command`.
 void add_quiet_flag(CLI::App& command, bool& quiet);
 
 }  // namespace memplan::cli

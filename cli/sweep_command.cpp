@@ -92,7 +92,7 @@ void add_sweep_command(CLI::App& app) {
     Progress progress("sweep",
                       options->progress ? Progress::Mode::kLines
                                         : Progress::mode_for(options->quiet, false),
-                      options->progress ? 0.0 : 5.0);
+                      options->progress ? 0.0 : -1.0);
     so.on_progress = [&progress](const search::SweepProgress& p) {
       progress.update(p.done, p.total, "cells");
     };
@@ -103,7 +103,7 @@ void add_sweep_command(CLI::App& app) {
       fmt::print("{}", csv);
     } else {
       write_output(options->output, csv);
-      fmt::print(stderr, "wrote {} ({} rows)\n", options->output, rows.size());
+      fmt::print("wrote {} ({} rows)\n", options->output, rows.size());
     }
   });
 }

@@ -64,7 +64,7 @@ Quantity split(std::string_view text, std::string_view where, std::string_view w
 
 // The factor of a size unit ("GiB", "gb", "G", "B"), case-insensitive; none for anything else.
 std::optional<double> size_factor(std::string_view unit) {
-  static constexpr std::array<std::string_view, 6> kPrefixes{"", "k", "m", "g", "t", "p"};
+  static constexpr std::array<std::string_view, 7> kPrefixes{"", "k", "m", "g", "t", "p", "e"};
   for (std::size_t p = 0; p < kPrefixes.size(); ++p) {
     const double decimal = std::pow(1000.0, static_cast<double>(p));
     const double binary = std::pow(1024.0, static_cast<double>(p));
@@ -129,7 +129,7 @@ Nanoseconds transfer_ns(Bytes bytes, BytesPerSecond bytes_per_s) {
 Bytes parse_bytes(std::string_view text, std::string_view where) {
   const Quantity q = split(text, where, "size", "16GiB or 512MB");
   const std::optional<double> factor = size_factor(q.unit);
-  if (!factor) unknown_unit(text, q.unit, where, "size", "B, kB, MB, GB, TB, PB, KiB ... PiB");
+  if (!factor) unknown_unit(text, q.unit, where, "size", "B, kB, MB, GB, TB, PB, EB, KiB ... EiB");
   const double bytes = in_range(q.number * *factor, 0, static_cast<double>(kMaxBytes), text, where,
                                 "size", "at most 1 EiB");
   return static_cast<Bytes>(std::llround(bytes));

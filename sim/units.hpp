@@ -38,8 +38,8 @@ constexpr double to_seconds(Nanoseconds ns) {
 // The unit grammar of every size, bandwidth and time a user writes (README, "Units"): a decimal
 // number, optional spaces, then a unit, matched without regard to case except for the b/B of a
 // bandwidth. A bare number is refused (with a hint), so that `--memory 16` is never 16 bytes.
-//   size       B; kB MB GB TB PB (powers of 1000; the B may be left out: 16G); KiB MiB GiB TiB
-//              PiB (powers of 1024; 16Gi is 16GiB). At most kMaxBytes.
+//   size       B; kB MB GB TB PB EB (powers of 1000; the B may be left out: 16G); KiB MiB GiB
+//              TiB PiB EiB (powers of 1024; 16Gi is 16GiB). At most kMaxBytes.
 //   bandwidth  a size unit with /s or ps: GB/s, GBps, GiB/s are bytes per second; a lowercase b
 //              is bits: Gb/s, Gbps, Mbit/s (divided by 8). From 1 B/s to 1 EB/s.
 //   duration   ns, us (or µs), ms, s, min, h. At most kMaxParsedDuration.

@@ -2,6 +2,7 @@
 // grammar (sim/units.hpp) is the same for every size, bandwidth and time flag; messages name what
 // the user gave (not a flag never given, not a 300-digit range); progress goes to stderr and
 // --quiet / --json silence it.
+#include <cstdlib>
 #include <string>
 
 #include <fmt/format.h>
@@ -114,18 +115,52 @@ TEST_CASE("messages name what the user gave", "[cli][flags]") {
 }
 
 TEST_CASE("progress goes to stderr; --quiet and --json silence it", "[cli][flags][progress]") {
-  const auto compare = run_memplan("compare " + tiny());
-  REQUIRE(compare.exit_status == 0);
-  CHECK(compare.err.find("compare: running every policy") != std::string::npos);
-  CHECK(run_memplan("compare " + tiny() + " --quiet").err.empty());
+  // Not a terminal: a line every MEMPLAN_PROGRESS_SECONDS while the wait lasts, none for a run
+  // shorter than that (the default 5 s), none with --quiet or --json.
+  const std::string mlp = source_path("traces/mlp4.json");
+  const auto validate = run_memplan(fmt::format("validate '{}' --policy swap-all", mlp));
+  CAPTURE(validate.err);
+  REQUIRE(validate.exit_status == 0);
+  CHECK(validate.err.empty());  // well under 5 s
+  const std::string dir = temp_dir();
+  const std::string record = "record resnet18 --batch 1 --input 32x32 --warmup 1 -o '" + dir +
+                             "/r.json'";
+  ::setenv("MEMPLAN_PROGRESS_SECONDS", "0.05", 1);  // the child inherits it
+  const auto lines = run_memplan(record);
+  const auto quiet = run_memplan(record + " --quiet");
+  const auto json = run_memplan(record + " --json");
+  ::unsetenv("MEMPLAN_PROGRESS_SECONDS");
+  CAPTURE(lines.err);
+  REQUIRE(lines.exit_status == 0);
+  CHECK(lines.err.find("record: running resnet18 (") != std::string::npos);
+  CHECK(lines.err.find(" s)\n") != std::string::npos);
+  CHECK(lines.out.find("recorded resnet18 on host") != std::string::npos);
+  CHECK(quiet.exit_status == 0);
+  CHECK(quiet.err.empty());
+  REQUIRE(json.exit_status == 0);
+  CHECK(json.err.empty());
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j.at("model") == "resnet18");
+  CHECK(j.at("memory_bytes").get<long>() > j.at("peak_reserved_bytes_incore").get<long>());
   CHECK(run_memplan("compare " + tiny() + " --json").err.empty());
   const auto search = run_memplan("search " + tiny() + " --rounds 2 --json");
   REQUIRE(search.exit_status == 0);
   CHECK(search.err.empty());
-  const auto validate = run_memplan(
-      fmt::format("validate '{}' --policy swap-all", source_path("traces/mlp4.json")));
-  CAPTURE(validate.err);
-  REQUIRE(validate.exit_status == 0);
-  CHECK(validate.err.find("validate: running the plan and the in-core reference on the host") !=
-        std::string::npos);
+}
+
+TEST_CASE("a recorded trace has the device's memory: a policy fits without --memory",
+          "[cli][flags]") {
+  const std::string path = temp_dir() + "/r.json";
+  const auto r = run_memplan("record resnet18 --batch 1 --input 32x32 --warmup 0 --quiet -o '" +
+                             path + "'");
+  REQUIRE(r.exit_status == 0);
+  // vdnn-all did not fit in the in-core peak the trace used to record (fragmentation).
+  const auto v = run_memplan("validate '" + path + "' --policy vdnn-all --quiet");
+  CAPTURE(v.err);
+  CHECK(v.exit_status == 0);
+  const auto given = run_memplan("record resnet18 --batch 1 --input 32x32 --warmup 0 --quiet "
+                                 "--memory 3GiB --json -o '" + path + "'");
+  REQUIRE(given.exit_status == 0);
+  CHECK(nlohmann::json::parse(given.out).at("memory_bytes") == 3LL << 30);
+  CHECK(memplan::sim::read_trace(path).device.memory_bytes == 3LL << 30);
 }
