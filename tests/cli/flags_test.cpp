@@ -78,7 +78,7 @@ TEST_CASE("one unit grammar: case-insensitive, bits and bytes explicit, no bare 
   };
   CHECK(machine("--memory 16gib").at("memory_bytes") == 16LL << 30);
   CHECK(machine("--memory 16g").at("memory_bytes") == 16'000'000'000LL);
-  CHECK(machine("--memory 16kB").at("memory_bytes") == 16'000);
+  CHECK(machine("--memory 64kB").at("memory_bytes") == 64'000);
   CHECK(machine("--h2d 100Gb/s").at("h2d_bytes_per_s") == 12.5e9);
   CHECK(machine("--h2d 100Gbps").at("h2d_bytes_per_s") == 12.5e9);
   CHECK(machine("--h2d 12.5GB/s").at("h2d_bytes_per_s") == 12.5e9);
