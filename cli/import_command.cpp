@@ -8,10 +8,10 @@
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
 #include "cli/output_file.hpp"
-#include "sim/input_error.hpp"
 #include "importers/kineto_importer.hpp"
 #include "importers/kineto_trace.hpp"
 #include "importers/recorded_step.hpp"
+#include "sim/input_error.hpp"
 #include "sim/liveness.hpp"
 #include "sim/trace_io.hpp"
 #include "sim/units.hpp"
@@ -60,7 +60,8 @@ void print_report(std::FILE* out, const importers::ImportResult& result,
     return;
   }
   fmt::print(
-      out, "imported ProfilerStep#{}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
+      out,
+      "imported ProfilerStep#{}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
       r.step.number, r.step_was_chosen ? " (the first complete step)" : "", o.file, r.forward_ops,
       r.backward_ops, r.update_ops, result.workload.tensors.size());
   fmt::print(out,
@@ -110,7 +111,9 @@ void add_import_command(CLI::App& app) {
       ->add_option("--step", options->step,
                    "the N of ProfilerStep#N (default: the first complete step)")
       ->check(integer_in(0, std::numeric_limits<std::int64_t>::max()));
-  kineto->add_option("-o,--output", options->output, "memplan trace to write (- for standard output)")->required();
+  kineto
+      ->add_option("-o,--output", options->output, "memplan trace to write (- for standard output)")
+      ->required();
   kineto->add_flag("--json", options->json, "print one JSON object");
   kineto->callback([options] {
     check_output(options->output, "-o");

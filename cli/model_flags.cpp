@@ -61,8 +61,8 @@ zoo::ModelOptions model_options_from_flags(const CLI::App& command, const ModelF
   const bool transformer = model.input_dims == 0;
   for (const char* name : {"--layers", "--hidden", "--heads", "--seq", "--vocab"}) {
     if (!transformer && command.count(name) != 0) {
-      throw sim::InputError(name, fmt::format("{} is not a transformer: {} is for gpt", model.name,
-                                              name));
+      throw sim::InputError(
+          name, fmt::format("{} is not a transformer: {} is for gpt", model.name, name));
     }
   }
   if (transformer && !flags.input.empty()) {

@@ -31,9 +31,8 @@ void check_output(const std::string& path, std::string_view flag) {
   }
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
-    throw sim::InputError(std::string(flag),
-                          fmt::format("'{}': the folder '{}' does not exist", path,
-                                      parent.string()));
+    throw sim::InputError(std::string(flag), fmt::format("'{}': the folder '{}' does not exist",
+                                                         path, parent.string()));
   }
   const std::string folder = parent.empty() ? std::string(".") : parent.string();
   if (is_regular_target(path) && ::access(folder.c_str(), W_OK) != 0) {

@@ -34,7 +34,9 @@ Progress::Progress(std::string label, Mode mode, double line_interval_s)
       line_interval_s_(line_interval_s < 0 ? interval_from_environment() : line_interval_s),
       start_(std::chrono::steady_clock::now()) {}
 
-Progress::~Progress() { finish(); }
+Progress::~Progress() {
+  finish();
+}
 
 double Progress::elapsed_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -53,8 +55,8 @@ void Progress::update(std::size_t done, std::size_t total, std::string_view deta
   last_print_s_ = now;
   const std::string count = total > 0 ? fmt::format("{}/{}", done, total) : std::to_string(done);
   if (mode_ == Mode::kLines) {
-    fmt::print(stderr, "{}: {} {}{}({:.0f} s)\n", label_, count, detail,
-               detail.empty() ? "" : " ", now);
+    fmt::print(stderr, "{}: {} {}{}({:.0f} s)\n", label_, count, detail, detail.empty() ? "" : " ",
+               now);
     return;
   }
   std::string bar;

@@ -62,10 +62,10 @@ void record(const RecordOptions& o, const CLI::App& cmd) {
   ro.iterations = o.iterations;
   runtime::Recording r;
   Progress progress("record", Progress::mode_for(o.quiet, o.json));
-  progress.stage(fmt::format("running {} ({} ops) on the {} backend: {} warm-up + {} recorded "
-                             "iterations",
-                             model->name, built.workload.ops.size(), backend->name(), o.warmup,
-                             o.iterations));
+  progress.stage(
+      fmt::format("running {} ({} ops) on the {} backend: {} warm-up + {} recorded "
+                  "iterations",
+                  model->name, built.workload.ops.size(), backend->name(), o.warmup, o.iterations));
   try {
     r = runtime::record(*backend, built.workload, ro);
   } catch (const std::runtime_error& e) {
@@ -120,7 +120,9 @@ void add_record_command(CLI::App& app) {
                   "device memory the trace records (default: the backend device's: the GPU's, or "
                   "the host's physical memory)")
       ->check(size_value());
-  cmd->add_option("-o,--output", options->output, "trace file to write (format v1; - for standard output)")->required();
+  cmd->add_option("-o,--output", options->output,
+                  "trace file to write (format v1; - for standard output)")
+      ->required();
   cmd->add_flag("--json", options->json, "print one JSON object");
   add_quiet_flag(*cmd, options->quiet);
   cmd->callback([options, cmd] { record(*options, *cmd); });

@@ -43,15 +43,16 @@ void write_plan_if_fits(const SearchFlags& flags, const sim::Timeline& timeline,
 }
 
 // The closing line of the human-readable summary: the plan found against the best policy's.
-void print_against_best_policy(std::FILE* report, const std::string& best_policy, const search::Evaluation& policy,
-                               const sim::Timeline& timeline) {
+void print_against_best_policy(std::FILE* report, const std::string& best_policy,
+                               const search::Evaluation& policy, const sim::Timeline& timeline) {
   if (policy.feasible && timeline.feasible) {
     const double policy_s = sim::to_seconds(policy.iteration_ns);
     const double found_s = sim::to_seconds(timeline.iteration_ns);
-    fmt::print(report, "against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n", best_policy,
-               policy_s * 1e3, found_s * 1e3, (found_s / policy_s - 1.0) * 100);
+    fmt::print(report, "against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n",
+               best_policy, policy_s * 1e3, found_s * 1e3, (found_s / policy_s - 1.0) * 100);
   } else {
-    fmt::print(report, "best policy: {} ({})\n", best_policy, policy.feasible ? "fits" : "does not fit");
+    fmt::print(report, "best policy: {} ({})\n", best_policy,
+               policy.feasible ? "fits" : "does not fit");
   }
 }
 
@@ -91,9 +92,9 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
   } else {
     fmt::print(report, "{}",
                sim::summary_text(timeline, program, workload, machine, "search --exact"));
-    print_against_best_policy(report, result.best_policy, result.best_policy_evaluation,
-                              timeline);
-    fmt::print(report, "{}: {:.3g} plans in the space, {} nodes explored, {} plans evaluated in {:.2f} s\n",
+    print_against_best_policy(report, result.best_policy, result.best_policy_evaluation, timeline);
+    fmt::print(report,
+               "{}: {:.3g} plans in the space, {} nodes explored, {} plans evaluated in {:.2f} s\n",
                result.optimal ? "optimal" : "stopped by the time limit (not proven optimal)",
                result.space_plans, result.explored, result.evaluated, result.elapsed_s);
     if (result.from_heuristic && timeline.feasible)

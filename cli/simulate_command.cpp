@@ -29,7 +29,8 @@ struct SimulateOptions {
 
 int simulate(const SimulateOptions& o) {
   for (const auto& [path, flag] : {std::pair{o.timeline, "--timeline"},
-                                   {o.memory_csv, "--memory-csv"}, {o.plan_out, "--plan-out"}}) {
+                                   {o.memory_csv, "--memory-csv"},
+                                   {o.plan_out, "--plan-out"}}) {
     check_output(path, flag);
   }
   std::FILE* report = report_stream({o.timeline, o.memory_csv, o.plan_out});
@@ -45,8 +46,9 @@ int simulate(const SimulateOptions& o) {
     j["policy"] = plan.policy;
     fmt::print(report, "{}\n", j.dump(2));
   } else {
-    fmt::print(report, "{}", sim::summary_text(timeline, program, workload, machine,
-                                               plan.policy.empty() ? o.plan.plan : plan.policy));
+    fmt::print(report, "{}",
+               sim::summary_text(timeline, program, workload, machine,
+                                 plan.policy.empty() ? o.plan.plan : plan.policy));
   }
   if (!timeline.feasible) {
     if (!o.json)

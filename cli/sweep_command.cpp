@@ -89,10 +89,10 @@ void add_sweep_command(CLI::App& app) {
     so.search.time_limit_s = options->search_time_limit_s;
     so.search.max_rounds = options->search_rounds;
     so.search.seed = options->seed;
-    Progress progress("sweep",
-                      options->progress ? Progress::Mode::kLines
-                                        : Progress::mode_for(options->quiet, false),
-                      options->progress ? 0.0 : -1.0);
+    Progress progress(
+        "sweep",
+        options->progress ? Progress::Mode::kLines : Progress::mode_for(options->quiet, false),
+        options->progress ? 0.0 : -1.0);
     so.on_progress = [&progress](const search::SweepProgress& p) {
       progress.update(p.done, p.total, "cells");
     };

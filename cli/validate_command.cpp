@@ -64,8 +64,9 @@ int validate(const ValidateOptions& o) {
     }
   }
   Progress progress("validate", Progress::mode_for(o.quiet, o.json));
-  progress.stage(fmt::format("running the plan and the in-core reference on the {} backend ({} ops)",
-                             backend->name(), workload.ops.size()));
+  progress.stage(
+      fmt::format("running the plan and the in-core reference on the {} backend ({} ops)",
+                  backend->name(), workload.ops.size()));
   runtime::ValidationOptions options;
   options.seed = o.seed;
   options.calibrate = o.calibrate;

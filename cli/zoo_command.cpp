@@ -5,8 +5,8 @@
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
 #include "cli/output_file.hpp"
-#include "sim/liveness.hpp"
 #include "sim/input_error.hpp"
+#include "sim/liveness.hpp"
 #include "sim/trace_io.hpp"
 #include "zoo/devices.hpp"
 #include "zoo/models.hpp"
@@ -71,8 +71,8 @@ void add_zoo_command(CLI::App& app) {
     std::FILE* report = report_stream({options->output});
     const zoo::ModelInfo* model = zoo::find_model(options->model);
     if (model == nullptr) {
-      throw sim::InputError("MODEL", fmt::format("unknown model '{}' (models: {})",
-                                                 options->model, zoo::model_names()));
+      throw sim::InputError("MODEL", fmt::format("unknown model '{}' (models: {})", options->model,
+                                                 zoo::model_names()));
     }
     zoo::ZooRequest request;
     request.model = options->model;
@@ -89,13 +89,11 @@ void add_zoo_command(CLI::App& app) {
     write_output(options->output, sim::write_trace(workload));
     const sim::Bytes peak = sim::incore_peak(workload).bytes;
     if (options->json) {
-      const nlohmann::json j = {{"model", model->name},
-                                {"device", workload.device.name},
-                                {"ops", workload.ops.size()},
-                                {"tensors", workload.tensors.size()},
-                                {"peak_bytes_incore", peak},
-                                {"memory_bytes", workload.device.memory_bytes},
-                                {"output", options->output}};
+      const nlohmann::json j = {
+          {"model", model->name},       {"device", workload.device.name},
+          {"ops", workload.ops.size()}, {"tensors", workload.tensors.size()},
+          {"peak_bytes_incore", peak},  {"memory_bytes", workload.device.memory_bytes},
+          {"output", options->output}};
       fmt::print(report, "{}\n", j.dump(2));
     } else {
       fmt::print(report, "wrote {}: {} on {}, {} ops, {} tensors, in-core peak {} of {}\n",

@@ -77,8 +77,7 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
             duration = codec_ns(full.bytes, machine.memory_bandwidth_bytes_per_s);
             add_stall(tl, StallCause::kCodec, duration);
             if (options.record_stalls) {
-              tl.stalls.push_back(
-                  {StallCause::kCodec, full.tensor, in.op, t, add_ns(t, duration)});
+              tl.stalls.push_back({StallCause::kCodec, full.tensor, in.op, t, add_ns(t, duration)});
             }
             break;
           }

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -324,9 +324,9 @@ std::filesystem::path follow_links(std::filesystem::path path) {
 void write_special_file(const std::filesystem::path& path, std::string_view text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    throw InputError(path.string(), fmt::format("cannot open for writing: {}{}",
-                                                std::strerror(errno),
-                                                errno == ENXIO ? " (a FIFO nobody reads)" : ""));
+    throw InputError(path.string(),
+                     fmt::format("cannot open for writing: {}{}", std::strerror(errno),
+                                 errno == ENXIO ? " (a FIFO nobody reads)" : ""));
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::size_t done = 0;

@@ -103,13 +103,12 @@ std::optional<double> bandwidth_factor(std::string_view unit) {
 
 [[noreturn]] void unknown_unit(std::string_view text, std::string_view unit, std::string_view where,
                                std::string_view what, std::string_view known) {
-  throw InputError(std::string(where),
-                   fmt::format("'{}': unknown unit '{}' for a {} (units: {})", text, unit, what,
-                               known));
+  throw InputError(std::string(where), fmt::format("'{}': unknown unit '{}' for a {} (units: {})",
+                                                   text, unit, what, known));
 }
 
-double in_range(double value, double min, double max, std::string_view text,
-                std::string_view where, std::string_view what, std::string_view range) {
+double in_range(double value, double min, double max, std::string_view text, std::string_view where,
+                std::string_view what, std::string_view range) {
   if (value < min || value > max) {
     throw InputError(std::string(where),
                      fmt::format("'{}' is out of range for a {} ({})", text, what, range));
@@ -142,8 +141,7 @@ BytesPerSecond parse_bandwidth(std::string_view text, std::string_view where) {
     unknown_unit(text, q.unit, where, "bandwidth",
                  "B/s, MB/s, GB/s, GiB/s, GBps (bytes); Mb/s, Gb/s, Gbps, Gbit/s (bits)");
   }
-  return in_range(q.number * *factor, 1.0, 1e18, text, where, "bandwidth",
-                  "from 1 B/s to 1 EB/s");
+  return in_range(q.number * *factor, 1.0, 1e18, text, where, "bandwidth", "from 1 B/s to 1 EB/s");
 }
 
 Nanoseconds parse_duration(std::string_view text, std::string_view where) {
@@ -157,8 +155,8 @@ Nanoseconds parse_duration(std::string_view text, std::string_view where) {
   const auto unit = std::find_if(kUnits.begin(), kUnits.end(),
                                  [&](const Unit& u) { return iequals(q.unit, u.name); });
   if (unit == kUnits.end()) unknown_unit(text, q.unit, where, "duration", "ns, us, ms, s, min, h");
-  const double ns = in_range(q.number * unit->ns, 0, static_cast<double>(kMaxParsedDuration),
-                             text, where, "duration", "at most 1 day");
+  const double ns = in_range(q.number * unit->ns, 0, static_cast<double>(kMaxParsedDuration), text,
+                             where, "duration", "at most 1 day");
   return static_cast<Nanoseconds>(std::llround(ns));
 }
 

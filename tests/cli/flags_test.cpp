@@ -18,7 +18,9 @@ using memplan::test::source_path;
 using memplan::test::temp_dir;
 
 namespace {
-std::string tiny() { return fmt::format("'{}'", source_path("traces/resnet_tiny.json")); }
+std::string tiny() {
+  return fmt::format("'{}'", source_path("traces/resnet_tiny.json"));
+}
 void check_refused(const CommandResult& r, const std::string& what) {
   CAPTURE(r.err, r.out);
   CHECK(r.exit_status == 2);
@@ -123,8 +125,8 @@ TEST_CASE("progress goes to stderr; --quiet and --json silence it", "[cli][flags
   REQUIRE(validate.exit_status == 0);
   CHECK(validate.err.empty());  // well under 5 s
   const std::string dir = temp_dir();
-  const std::string record = "record resnet18 --batch 1 --input 32x32 --warmup 1 -o '" + dir +
-                             "/r.json'";
+  const std::string record =
+      "record resnet18 --batch 1 --input 32x32 --warmup 1 -o '" + dir + "/r.json'";
   ::setenv("MEMPLAN_PROGRESS_SECONDS", "0.05", 1);  // the child inherits it
   const auto lines = run_memplan(record);
   const auto quiet = run_memplan(record + " --quiet");
@@ -151,15 +153,17 @@ TEST_CASE("progress goes to stderr; --quiet and --json silence it", "[cli][flags
 TEST_CASE("a recorded trace has the device's memory: a policy fits without --memory",
           "[cli][flags]") {
   const std::string path = temp_dir() + "/r.json";
-  const auto r = run_memplan("record resnet18 --batch 1 --input 32x32 --warmup 0 --quiet -o '" +
-                             path + "'");
+  const auto r =
+      run_memplan("record resnet18 --batch 1 --input 32x32 --warmup 0 --quiet -o '" + path + "'");
   REQUIRE(r.exit_status == 0);
   // vdnn-all did not fit in the in-core peak the trace used to record (fragmentation).
   const auto v = run_memplan("validate '" + path + "' --policy vdnn-all --quiet");
   CAPTURE(v.err);
   CHECK(v.exit_status == 0);
-  const auto given = run_memplan("record resnet18 --batch 1 --input 32x32 --warmup 0 --quiet "
-                                 "--memory 3GiB --json -o '" + path + "'");
+  const auto given = run_memplan(
+      "record resnet18 --batch 1 --input 32x32 --warmup 0 --quiet "
+      "--memory 3GiB --json -o '" +
+      path + "'");
   REQUIRE(given.exit_status == 0);
   CHECK(nlohmann::json::parse(given.out).at("memory_bytes") == 3LL << 30);
   CHECK(memplan::sim::read_trace(path).device.memory_bytes == 3LL << 30);

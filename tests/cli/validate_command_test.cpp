@@ -136,8 +136,8 @@ TEST_CASE("validate: bad input is exit 2, a plan that does not fit exit 1 (as si
   const auto too_small = run_memplan(
       fmt::format("validate {} --policy swap-all --backend host --memory 200KiB", trace("mlp4")));
   CHECK(too_small.exit_status == 1);
-  const auto simulated = run_memplan(
-      fmt::format("simulate {} --policy swap-all --memory 200KiB", trace("mlp4")));
+  const auto simulated =
+      run_memplan(fmt::format("simulate {} --policy swap-all --memory 200KiB", trace("mlp4")));
   CHECK(simulated.exit_status == too_small.exit_status);
   CHECK(too_small.err.find("does not fit") != std::string::npos);
   CHECK(too_small.err.find('\n') == too_small.err.size() - 1);

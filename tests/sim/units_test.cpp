@@ -96,7 +96,7 @@ TEST_CASE("times saturate at kMaxNanoseconds instead of overflowing", "[sim][uni
   CHECK(transfer_ns(Bytes{1} << 50, 1e-9) == kMaxNanoseconds);
   CHECK(transfer_ns(1, 0.0) == kMaxNanoseconds);
   CHECK(transfer_ns(1, std::numeric_limits<double>::denorm_min()) == kMaxNanoseconds);
-  CHECK(transfer_ns(0, 0.0) == kMaxNanoseconds);  // 0 / 0 is NaN
+  CHECK(transfer_ns(0, 0.0) == kMaxNanoseconds);          // 0 / 0 is NaN
   CHECK(transfer_ns(kMaxBytes, 1.0) == kMaxNanoseconds);  // 2^60 s in ns
 }
 
