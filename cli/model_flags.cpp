@@ -41,7 +41,8 @@ std::vector<std::int64_t> parse_extents(const std::string& text) {
 
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
   constexpr std::int64_t kMaxExtent = 1 << 20;
-  command.add_option("--batch", flags.batch, "batch size")->check(integer_in(1, kMaxExtent));
+  // --batch is checked by the zoo (at least 1; every tensor it makes under 1 PiB).
+  command.add_option("--batch", flags.batch, "batch size");
   command.add_option("--input", flags.input, "input extents, HxW (images) or TxHxW (clips)");
   command.add_option("--depth", flags.depth, "depth of the deep residual family ('resnet')")
       ->check(integer_in(1, kMaxExtent));

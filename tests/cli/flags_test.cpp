@@ -46,7 +46,7 @@ TEST_CASE("values that were accepted silently are refused with the range", "[cli
   check_refused(run_memplan("import kineto x.json --step -1 -o out.json"), "--step");
   check_refused(run_memplan("zoo resnet18 --batch 1 --device v100-16gb --layers 4 -o r.json"),
                 "--layers: resnet18 is not a transformer");
-  check_refused(run_memplan("zoo resnet18 --batch 0 --device v100-16gb -o r.json"), "--batch");
+  check_refused(run_memplan("zoo resnet18 --batch 0 --device v100-16gb -o r.json"), "batch 0");
   check_refused(run_memplan("record resnet18 --batch 1 --warmup -1 -o r.json"), "--warmup");
 }
 
