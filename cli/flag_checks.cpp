@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include <fmt/core.h>
@@ -38,7 +39,8 @@ CLI::Validator integer_in(std::int64_t lo, std::int64_t hi) {
         if (ec == std::errc{} && ptr == end && value >= lo && value <= hi) return {};
         return fmt::format("'{}' is not a whole number from {} to {}", text, lo, hi);
       },
-      fmt::format("INT in [{}, {}]", lo, hi));
+      hi == std::numeric_limits<std::int64_t>::max() ? fmt::format("[{}, 2^63)", lo)
+                                                     : fmt::format("[{}, {}]", lo, hi));
 }
 
 CLI::Validator seconds_up_to(double hi) {
@@ -52,7 +54,7 @@ CLI::Validator seconds_up_to(double hi) {
         }
         return fmt::format("'{}' is not a number of seconds above 0 and at most {:g}", text, hi);
       },
-      fmt::format("SECONDS in (0, {:g}]", hi));
+      fmt::format("(0, {:g}]", hi));
 }
 
 CLI::Validator size_value() {
