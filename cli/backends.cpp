@@ -1,11 +1,14 @@
 #include "cli/backends.hpp"
 
+#include <unistd.h>
+
 #include <fmt/core.h>
 
 #include "host_backend/host_backend.hpp"
 #include "sim/input_error.hpp"
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
 #include "cuda_backend/cuda_backend.hpp"
+#include "cuda_backend/cuda_environment.hpp"
 #endif
 
 namespace memplan::cli {
@@ -22,6 +25,14 @@ std::unique_ptr<runtime::Backend> make_backend(std::string_view name) {
 #endif
   }
   throw sim::InputError("--backend", fmt::format("unknown backend '{}' (known: host, cuda)", name));
+}
+
+sim::Bytes device_memory_bytes(std::string_view name) {
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+  if (name == "cuda") return cuda_backend::probe_cuda().device_memory_bytes;
+#endif
+  (void)name;
+  return static_cast<sim::Bytes>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
 }
 
 }  // namespace memplan::cli

@@ -3,6 +3,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
+#include "cli/progress.hpp"
 #include "search/comparison.hpp"
 #include "sim/input_error.hpp"
 #include "sim/trace_io.hpp"
@@ -16,6 +17,7 @@ void add_compare_command(CLI::App& app) {
     MachineFlags machine;
     bool json = false;
     bool csv = false;
+    bool quiet = false;
   };
   auto options = std::make_shared<Options>();
   auto* cmd =
@@ -29,12 +31,17 @@ void add_compare_command(CLI::App& app) {
   auto* json = cmd->add_flag("--json", options->json, "print {\"rows\": [...]}");
   auto* csv = cmd->add_flag("--csv", options->csv, "print CSV, one line per policy (why_not last)");
   json->excludes(csv);
+  add_quiet_flag(*cmd, options->quiet);
   cmd->callback([options] {
     const sim::Workload workload = sim::read_trace(options->trace);
     sim::require_sizes(workload, options->trace);
     const sim::Machine machine = machine_from_flags(workload, options->machine);
     const auto encodings = search::parse_encoding_options(options->encode, "--encode");
+    // search::compare_policies reports no progress yet: the stage line says what the wait is for.
+    Progress progress("compare", Progress::mode_for(options->quiet, options->json));
+    progress.stage(fmt::format("running every policy on {} ops", workload.ops.size()));
     const search::Comparison comparison = search::compare_policies(workload, machine, encodings);
+    progress.finish();
     if (options->json) {
       fmt::print("{}\n", search::comparison_json(comparison, workload, machine).dump(2));
     } else if (options->csv) {

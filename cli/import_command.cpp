@@ -1,8 +1,13 @@
+// `memplan import kineto FILE -o TRACE`: a PyTorch profiler trace turned into a memplan trace.
 #include <filesystem>
+#include <limits>
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
+#include "cli/output_file.hpp"
 #include "importers/kineto_importer.hpp"
 #include "importers/kineto_trace.hpp"
 #include "importers/recorded_step.hpp"
@@ -13,31 +18,166 @@
 
 namespace memplan::cli {
 
+namespace {
+
+struct Options {
+  std::string file;
+  std::int64_t step = -1;
+  std::string step_annotation;
+  std::string window;
+  bool whole = false;
+  std::string output;
+  bool json = false;
+};
+
+// The parameters' cross-check, the time-only case and the host side, as text.
+void print_host_report(std::FILE* out, const importers::ImportResult& result,
+                       const importers::RecordedStep& recorded) {
+  const auto& r = result.report;
+  fmt::print(out, "trainable parameters: {} tensors, {} from the ops that read them",
+             r.trainable_parameters, sim::format_bytes(r.trainable_parameter_bytes));
+  if (r.optimizer_shape_tensors) {
+    fmt::print(out, "; the optimizer's ops record {} tensors, {}{}\n", *r.optimizer_shape_tensors,
+               sim::format_bytes(r.optimizer_shape_bytes),
+               r.optimizer_shape_bytes == r.trainable_parameter_bytes ? " (equal)" : " (differ)");
+  } else {
+    fmt::print(out, " (the optimizer's ops record no tensor lists to check them against)\n");
+  }
+  if (r.time_only) {
+    fmt::print(out,
+               "no recorded shapes: imported the time side alone (in-core replay and link what-ifs "
+               "work; compare, search, sweep and validate refuse); record with "
+               "torch.profiler.profile(record_shapes=True) for sizes\n");
+  }
+  if (r.host_ops > 0) {
+    fmt::print(out,
+               "host side: {} ops with their dispatch time, {} blocking calls ({:.3f} ms waiting), "
+               "launch {} ns, {} streams; {} copies in the step ({} pageable, H2D {}, D2H {})\n",
+               r.host_ops, r.blocking_calls, static_cast<double>(r.blocked_ns) / 1e6,
+               result.workload.launch_ns.value_or(0), r.streams, r.copies, r.pageable_copies,
+               sim::format_bytes(r.h2d_bytes), sim::format_bytes(r.d2h_bytes));
+  }
+  fmt::print(out, "recorded step wall {:.3f} ms, its device work ends at {:.3f} ms\n",
+             static_cast<double>(r.step.end_ns - r.step.start_ns) / 1e6,
+             static_cast<double>(recorded.span_ns) / 1e6);
+}
+
+// What was imported, against what the profiler recorded (time and peak), as text or JSON.
+void print_report(std::FILE* out, const importers::ImportResult& result,
+                  const importers::KinetoTrace& trace, const Options& o) {
+  const auto& r = result.report;
+  const auto recorded = importers::measure_recorded_step(trace, r.step, r.gpu);
+  const auto peak = sim::incore_peak(result.workload);
+  sim::Bytes preexisting = 0;
+  for (const auto& t : result.workload.tensors) {
+    if (sim::is_persistent(t.kind)) preexisting += t.bytes;
+  }
+  if (o.json) {
+    nlohmann::json j = {{"step", r.step.label},
+                        {"step_number", r.step.number},
+                        {"step_was_chosen", r.step_was_chosen},
+                        {"forward_ops", r.forward_ops},
+                        {"backward_ops", r.backward_ops},
+                        {"update_ops", r.update_ops},
+                        {"tensors", result.workload.tensors.size()},
+                        {"folded_events", r.folded_events},
+                        {"unmatched_backward", r.unmatched_backward},
+                        {"gpu", r.gpu},
+                        {"op_time_s", sim::to_seconds(r.op_time_ns)},
+                        {"recorded_busy_s", sim::to_seconds(recorded.device_busy_ns)},
+                        {"peak_bytes_incore", peak.bytes},
+                        {"output", o.output}};
+    j["recorded_peak_total_allocated_bytes"] =
+        recorded.peak_total_allocated_bytes ? nlohmann::json(*recorded.peak_total_allocated_bytes)
+                                            : nlohmann::json(nullptr);
+    j["recorded_peak_above_start_bytes"] = recorded.peak_above_start_bytes;
+    j["preexisting_bytes"] = preexisting;
+    j["trainable_parameters"] = r.trainable_parameters;
+    j["trainable_parameter_bytes"] = r.trainable_parameter_bytes;
+    j["optimizer_shape_tensors"] =
+        r.optimizer_shape_tensors ? nlohmann::json(*r.optimizer_shape_tensors) : nlohmann::json();
+    j["optimizer_shape_bytes"] = r.optimizer_shape_bytes;
+    j["time_only"] = r.time_only;
+    j["host_ops"] = r.host_ops;
+    j["blocking_calls"] = r.blocking_calls;
+    j["blocked_s"] = sim::to_seconds(r.blocked_ns);
+    j["launch_ns"] = result.workload.launch_ns ? nlohmann::json(*result.workload.launch_ns)
+                                               : nlohmann::json();
+    j["streams"] = r.streams;
+    j["copies"] = r.copies;
+    j["pageable_copies"] = r.pageable_copies;
+    j["h2d_bytes"] = r.h2d_bytes;
+    j["d2h_bytes"] = r.d2h_bytes;
+    j["recorded_wall_s"] = sim::to_seconds(r.step.end_ns - r.step.start_ns);
+    j["recorded_device_end_s"] = sim::to_seconds(recorded.span_ns);
+    fmt::print(out, "{}\n", j.dump(2));
+    return;
+  }
+  fmt::print(
+      out,
+      "imported {}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
+      r.step.label, r.step_was_chosen ? " (the first complete step)" : "", o.file, r.forward_ops,
+      r.backward_ops, r.update_ops, result.workload.tensors.size());
+  fmt::print(out,
+             "folded into the previous op: {} non-layer events, {} of them backward nodes without "
+             "a forward layer op\n",
+             r.folded_events, r.unmatched_backward);
+  fmt::print(out, "{} time: in-core replay {:.3f} ms, recorded busy {:.3f} ms\n",
+             r.gpu ? "device" : "CPU", static_cast<double>(r.op_time_ns) / 1e6,
+             static_cast<double>(recorded.device_busy_ns) / 1e6);
+  constexpr double kMiB = 1 << 20;
+  if (recorded.peak_total_allocated_bytes) {
+    fmt::print(out, "peak: in-core {:.1f} MiB, recorded Total Allocated {:.1f} MiB\n",
+               static_cast<double>(peak.bytes) / kMiB,
+               static_cast<double>(*recorded.peak_total_allocated_bytes) / kMiB);
+  } else {
+    fmt::print(out,
+               "peak: in-core {:.1f} MiB, recorded {:.1f} MiB above the step's start + {:.1f} MiB "
+               "of parameters and optimizer state from the model's shapes = {:.1f} MiB\n",
+               static_cast<double>(peak.bytes) / kMiB,
+               static_cast<double>(recorded.peak_above_start_bytes) / kMiB,
+               static_cast<double>(preexisting) / kMiB,
+               static_cast<double>(recorded.peak_above_start_bytes + preexisting) / kMiB);
+  }
+  print_host_report(out, result, recorded);
+  fmt::print(out, "wrote {}\n", o.output);
+}
+
+}  // namespace
+
 void add_import_command(CLI::App& app) {
-  struct Options {
-    std::string file;
-    std::int64_t step = -1;
-    std::string step_annotation;
-    std::string window;
-    bool whole = false;
-    std::string output;
-  };
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("import", "Turn a profiler trace into a memplan trace");
-  cmd->require_subcommand(1);
+  // Not require_subcommand(1): its message ("A subcommand is required") names no format.
+  cmd->require_subcommand(0, 1);
+  cmd->allow_extras();
+  cmd->callback([cmd] {
+    if (!cmd->get_subcommands().empty()) return;
+    const std::vector<std::string> extras = cmd->remaining();
+    throw sim::InputError(
+        "import", extras.empty() ? std::string("name the trace's format (formats: kineto)")
+                                 : fmt::format("unknown format '{}' (formats: kineto)", extras[0]));
+  });
   auto* kineto = cmd->add_subcommand(
       "kineto",
       "PyTorch profiler (Kineto) Chrome trace, .json or .json.gz (docs/kineto-import.md)");
   kineto->add_option("FILE", options->file, "profiler trace")->required();
-  kineto->add_option("--step", options->step,
-                     "the N of ProfilerStep#N (default: the first complete step)");
+  kineto
+      ->add_option("--step", options->step,
+                   "the N of ProfilerStep#N (default: the first complete step)")
+      ->check(integer_in(0, std::numeric_limits<std::int64_t>::max()));
+  kineto
+      ->add_option("-o,--output", options->output, "memplan trace to write (- for standard output)")
+      ->required();
   kineto->add_option("--step-annotation", options->step_annotation,
                      "the step is the first event of this name (a record_function range)");
   kineto->add_option("--window", options->window,
                      "the step is START:END from the trace's first event, e.g. 10ms:86ms");
   kineto->add_flag("--whole", options->whole, "the step is the whole trace");
-  kineto->add_option("-o,--output", options->output, "memplan trace to write")->required();
+  kineto->add_flag("--json", options->json, "print one JSON object");
   kineto->callback([options] {
+    check_output(options->output, "-o");
+    std::FILE* report = report_stream({options->output});
     const importers::KinetoTrace trace = importers::read_kineto_trace(options->file);
     importers::ImportOptions import_options;
     if (options->step >= 0) import_options.step = options->step;
@@ -53,65 +193,9 @@ void add_import_command(CLI::App& app) {
     import_options.whole_trace = options->whole;
     const importers::ImportResult result = importers::import_kineto(
         trace, import_options, std::filesystem::path(options->file).filename().string());
-    sim::write_trace_file(result.workload, options->output);
+    write_output(options->output, sim::write_trace(result.workload));
 
-    const auto& r = result.report;
-    const auto recorded = importers::measure_recorded_step(trace, r.step, r.gpu);
-    const auto peak = sim::incore_peak(result.workload);
-    sim::Bytes preexisting = 0;
-    for (const auto& t : result.workload.tensors) {
-      if (sim::is_persistent(t.kind)) preexisting += t.bytes;
-    }
-    fmt::print("imported {}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
-               r.step.label, r.step_was_chosen ? " (the first complete step)" : "", options->file,
-               r.forward_ops, r.backward_ops, r.update_ops, result.workload.tensors.size());
-    fmt::print(
-        "folded into the previous op: {} non-layer events, {} of them backward nodes without a "
-        "forward layer op\n",
-        r.folded_events, r.unmatched_backward);
-    fmt::print("{} time: in-core replay {:.3f} ms, recorded busy {:.3f} ms\n",
-               r.gpu ? "device" : "CPU", static_cast<double>(r.op_time_ns) / 1e6,
-               static_cast<double>(recorded.device_busy_ns) / 1e6);
-    if (recorded.peak_total_allocated_bytes) {
-      fmt::print("peak: in-core {:.1f} MiB, recorded Total Allocated {:.1f} MiB\n",
-                 static_cast<double>(peak.bytes) / (1 << 20),
-                 static_cast<double>(*recorded.peak_total_allocated_bytes) / (1 << 20));
-    } else {
-      fmt::print(
-          "peak: in-core {:.1f} MiB, recorded {:.1f} MiB above the step's start + {:.1f} MiB of "
-          "parameters and optimizer state from the model's shapes = {:.1f} MiB\n",
-          static_cast<double>(peak.bytes) / (1 << 20),
-          static_cast<double>(recorded.peak_above_start_bytes) / (1 << 20),
-          static_cast<double>(preexisting) / (1 << 20),
-          static_cast<double>(recorded.peak_above_start_bytes + preexisting) / (1 << 20));
-    }
-    fmt::print("trainable parameters: {} tensors, {} from the ops that read them",
-               r.trainable_parameters, sim::format_bytes(r.trainable_parameter_bytes));
-    if (r.optimizer_shape_tensors) {
-      fmt::print("; the optimizer's ops record {} tensors, {}{}\n", *r.optimizer_shape_tensors,
-                 sim::format_bytes(r.optimizer_shape_bytes),
-                 r.optimizer_shape_bytes == r.trainable_parameter_bytes ? " (equal)" : " (differ)");
-    } else {
-      fmt::print(" (the optimizer's ops record no tensor lists to check them against)\n");
-    }
-    if (r.time_only) {
-      fmt::print(
-          "no recorded shapes: imported the time side alone (in-core replay and link what-ifs "
-          "work; compare, search, sweep and validate refuse); record with "
-          "torch.profiler.profile(record_shapes=True) for sizes\n");
-    }
-    if (r.host_ops > 0) {
-      fmt::print(
-          "host side: {} ops with their dispatch time, {} blocking calls ({:.3f} ms waiting), "
-          "launch {} ns, {} streams; {} copies in the step ({} pageable, H2D {}, D2H {})\n",
-          r.host_ops, r.blocking_calls, static_cast<double>(r.blocked_ns) / 1e6,
-          result.workload.launch_ns.value_or(0), r.streams, r.copies, r.pageable_copies,
-          sim::format_bytes(r.h2d_bytes), sim::format_bytes(r.d2h_bytes));
-    }
-    fmt::print("recorded step wall {:.3f} ms, its device work ends at {:.3f} ms\n",
-               static_cast<double>(r.step.end_ns - r.step.start_ns) / 1e6,
-               static_cast<double>(recorded.span_ns) / 1e6);
-    fmt::print("wrote {}\n", options->output);
+    print_report(report, result, trace, *options);
   });
 }
 

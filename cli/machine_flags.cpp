@@ -1,21 +1,29 @@
 #include "cli/machine_flags.hpp"
 
+#include "cli/flag_checks.hpp"
 #include "sim/input_error.hpp"
 
 namespace memplan::cli {
 
 void add_machine_flags(CLI::App& command, MachineFlags& flags) {
-  command.add_option("--memory", flags.memory,
-                     "device memory capacity, e.g. 16GiB (default: the trace's)");
+  command
+      .add_option("--memory", flags.memory,
+                  "device memory capacity, e.g. 16GiB (default: the trace's)")
+      ->check(size_value());
   command.add_option(
       "--link", flags.link,
       "link: recorded (the trace's measured bandwidths) or a preset: pcie3, pcie4, pcie5, "
       "nvlink2, c2c");
-  command.add_option("--h2d", flags.h2d, "host-to-device bandwidth, e.g. 12.5GB/s");
-  command.add_option("--d2h", flags.d2h, "device-to-host bandwidth, e.g. 12.5GB/s");
-  command.add_option("--latency", flags.latency, "cost of issuing one copy, e.g. 10us");
-  command.add_option("--host-memory", flags.host_memory,
-                     "pinned host memory for swapped maps (default: unlimited)");
+  command.add_option("--h2d", flags.h2d, "host-to-device bandwidth, e.g. 12.5GB/s")
+      ->check(bandwidth_value());
+  command.add_option("--d2h", flags.d2h, "device-to-host bandwidth, e.g. 12.5GB/s")
+      ->check(bandwidth_value());
+  command.add_option("--latency", flags.latency, "cost of issuing one copy, e.g. 10us")
+      ->check(duration_value());
+  command
+      .add_option("--host-memory", flags.host_memory,
+                  "pinned host memory for swapped maps, e.g. 64GiB (default: unlimited)")
+      ->check(size_value());
 }
 
 sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags) {

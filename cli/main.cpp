@@ -34,7 +34,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "memplan: {} (see memplan --help)\n", e.what());
+    // An unexpected argument is most often the second word of a value with a space in it.
+    const bool extra = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
+    fmt::print(stderr, "memplan: {} (see memplan --help{})\n", e.what(),
+               extra ? "; write a value without spaces, e.g. --latency 10us" : "");
     return 2;
   } catch (const memplan::sim::InputError& e) {
     fmt::print(stderr, "memplan: {}\n", e.what());

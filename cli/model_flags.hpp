@@ -20,7 +20,9 @@ struct ModelFlags {
 void add_model_flags(CLI::App& command, ModelFlags& flags);
 
 /// The model options the flags give (--depth only when it was given). Throws InputError naming
-/// --input when the extents are not HxW or TxHxW.
-zoo::ModelOptions model_options_from_flags(const CLI::App& command, const ModelFlags& flags);
+/// --input when the extents are not HxW or TxHxW, and the flag when `model` does not take it (a
+/// transformer flag on a CNN, --input on a transformer).
+zoo::ModelOptions model_options_from_flags(const CLI::App& command, const ModelFlags& flags,
+                                           const zoo::ModelInfo& model);
 
 }  // namespace memplan::cli

@@ -1,13 +1,20 @@
 // `memplan record`: build a zoo model, run its in-core step on a backend (warm-up iterations, then
 // one recorded iteration) and write the trace with the measured op durations and copy link
-// (provenance: recorded, BACKEND). A model or layer the backend cannot run is bad input (exit 2).
+// (provenance: recorded, BACKEND). The trace's device memory is the backend device's (--memory
+// overrides it), not the in-core peak, so that a plan is checked against what the device has. A
+// model or layer the backend cannot run is bad input (exit 2).
 #include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 #include <fmt/core.h>
 
 #include "cli/backends.hpp"
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/model_flags.hpp"
+#include "cli/output_file.hpp"
+#include "cli/progress.hpp"
 #include "runtime/recording.hpp"
 #include "sim/input_error.hpp"
 #include "sim/trace_io.hpp"
@@ -25,21 +32,22 @@ struct RecordOptions {
   std::uint64_t seed = 1;
   int warmup = 2;
   int iterations = 1;
+  std::string memory;
   std::string output;
+  bool json = false;
+  bool quiet = false;
 };
 
 void record(const RecordOptions& o, const CLI::App& cmd) {
+  check_output(o.output, "-o");
+  std::FILE* report = report_stream({o.output});
   const std::unique_ptr<runtime::Backend> backend = make_backend(o.backend);
   const zoo::ModelInfo* model = zoo::find_model(o.model);
   if (model == nullptr) {
     throw sim::InputError(
         "MODEL", fmt::format("unknown model '{}' (models: {})", o.model, zoo::model_names()));
   }
-  if (o.warmup < 0) throw sim::InputError("--warmup", fmt::format("{} (must be >= 0)", o.warmup));
-  if (o.iterations < 1) {
-    throw sim::InputError("--iterations", fmt::format("{} (must be >= 1)", o.iterations));
-  }
-  const zoo::ModelOptions options = model_options_from_flags(cmd, o.shape);
+  const zoo::ModelOptions options = model_options_from_flags(cmd, o.shape, *model);
   zoo::BuiltModel built = zoo::build_model(*model, options);
   const zoo::Shape& in = options.input.empty() ? model->default_input : options.input;
   std::string dims;
@@ -53,19 +61,42 @@ void record(const RecordOptions& o, const CLI::App& cmd) {
   ro.warmup = o.warmup;
   ro.iterations = o.iterations;
   runtime::Recording r;
+  Progress progress("record", Progress::mode_for(o.quiet, o.json));
+  progress.stage(
+      fmt::format("running {} ({} ops) on the {} backend: {} warm-up + {} recorded "
+                  "iterations",
+                  model->name, built.workload.ops.size(), backend->name(), o.warmup, o.iterations));
   try {  // a runtime::BackendError goes on to main (exit 1)
     r = runtime::record(*backend, built.workload, ro);
   } catch (const sim::InputError& e) {  // a layer the backend has no kernel for
     throw sim::InputError("--backend " + backend->name(),
                           fmt::format("cannot run {}: {}", model->name, e.what()));
   }
-  sim::write_trace_file(r.workload, o.output);
-  fmt::print(
-      "recorded {} on {}: {} ops, iteration {:.3f} ms, in-core device memory {}, link "
-      "{:.2f} GB/s h2d / {:.2f} GB/s d2h -> {}\n",
-      model->name, backend->name(), r.workload.ops.size(),
-      static_cast<double>(r.iteration_ns) * 1e-6, sim::format_bytes(r.peak_reserved_bytes),
-      r.link.h2d_bytes_per_s * 1e-9, r.link.d2h_bytes_per_s * 1e-9, o.output);
+  progress.finish();
+  r.workload.device.memory_bytes = o.memory.empty() ? device_memory_bytes(backend->name())
+                                                    : sim::parse_bytes(o.memory, "--memory");
+  write_output(o.output, sim::write_trace(r.workload));
+  if (o.json) {
+    const nlohmann::json j = {{"model", model->name},
+                              {"backend", backend->name()},
+                              {"ops", r.workload.ops.size()},
+                              {"iteration_s", sim::to_seconds(r.iteration_ns)},
+                              {"peak_reserved_bytes_incore", r.peak_reserved_bytes},
+                              {"memory_bytes", r.workload.device.memory_bytes},
+                              {"h2d_bytes_per_s", r.link.h2d_bytes_per_s},
+                              {"d2h_bytes_per_s", r.link.d2h_bytes_per_s},
+                              {"copy_latency_ns", r.link.latency_ns},
+                              {"output", o.output}};
+    fmt::print(report, "{}\n", j.dump(2));
+    return;
+  }
+  fmt::print(report,
+             "recorded {} on {}: {} ops, iteration {:.3f} ms, in-core device memory {} (device "
+             "memory {}), link {:.2f} GB/s h2d / {:.2f} GB/s d2h -> {}\n",
+             model->name, backend->name(), r.workload.ops.size(),
+             static_cast<double>(r.iteration_ns) * 1e-6, sim::format_bytes(r.peak_reserved_bytes),
+             sim::format_bytes(r.workload.device.memory_bytes), r.link.h2d_bytes_per_s * 1e-9,
+             r.link.d2h_bytes_per_s * 1e-9, o.output);
 }
 
 }  // namespace
@@ -78,11 +109,22 @@ void add_record_command(CLI::App& app) {
   cmd->add_option("--backend", options->backend, "where to run: host, cuda (a GPU)");
   add_model_flags(*cmd, options->shape);
   cmd->get_option("--batch")->required();
-  cmd->add_option("--seed", options->seed, "seed of the input data and weights");
-  cmd->add_option("--warmup", options->warmup, "iterations run before the recorded one (2)");
+  cmd->add_option("--seed", options->seed, "seed of the input data and weights")
+      ->check(integer_in(0, kMaxSeed));
+  cmd->add_option("--warmup", options->warmup, "iterations run before the recorded one (2)")
+      ->check(integer_in(0, 1000));
   cmd->add_option("--iterations", options->iterations,
-                  "recorded iterations; op times are their medians (1)");
-  cmd->add_option("-o,--output", options->output, "trace file to write (format v1)")->required();
+                  "recorded iterations; op times are their medians (1)")
+      ->check(integer_in(1, 1000));
+  cmd->add_option("--memory", options->memory,
+                  "device memory the trace records (default: the backend device's: the GPU's, or "
+                  "the host's physical memory)")
+      ->check(size_value());
+  cmd->add_option("-o,--output", options->output,
+                  "trace file to write (format v1; - for standard output)")
+      ->required();
+  cmd->add_flag("--json", options->json, "print one JSON object");
+  add_quiet_flag(*cmd, options->quiet);
   cmd->callback([options, cmd] { record(*options, *cmd); });
 }
 

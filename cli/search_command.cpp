@@ -1,10 +1,11 @@
 // `memplan search`: the best plan the search finds, starting from every policy.
-#include <unistd.h>
-
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/machine_flags.hpp"
+#include "cli/output_file.hpp"
+#include "cli/progress.hpp"
 #include "search/exact.hpp"
 #include "search/plan_search.hpp"
 #include "sim/input_error.hpp"
@@ -28,18 +29,28 @@ struct SearchFlags {
   bool exact = false;
   std::string output;
   bool json = false;
+  bool quiet = false;
 };
 
+// The plan is written only when it fits: a run that exits 1 leaves no file.
+void write_plan_if_fits(const SearchFlags& flags, const sim::Timeline& timeline,
+                        const sim::Plan& plan, const sim::Workload& workload) {
+  if (!flags.output.empty() && timeline.feasible) {
+    write_output(flags.output, sim::write_plan(plan, workload));
+  }
+}
+
 // The closing line of the human-readable summary: the plan found against the best policy's.
-void print_against_best_policy(const std::string& best_policy, const search::Evaluation& policy,
-                               const sim::Timeline& timeline) {
+void print_against_best_policy(std::FILE* report, const std::string& best_policy,
+                               const search::Evaluation& policy, const sim::Timeline& timeline) {
   if (policy.feasible && timeline.feasible) {
     const double policy_s = sim::to_seconds(policy.iteration_ns);
     const double found_s = sim::to_seconds(timeline.iteration_ns);
-    fmt::print("against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n", best_policy,
-               policy_s * 1e3, found_s * 1e3, (found_s / policy_s - 1.0) * 100);
+    fmt::print(report, "against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n",
+               best_policy, policy_s * 1e3, found_s * 1e3, (found_s / policy_s - 1.0) * 100);
   } else {
-    fmt::print("best policy: {} ({})\n", best_policy, policy.feasible ? "fits" : "does not fit");
+    fmt::print(report, "best policy: {} ({})\n", best_policy,
+               policy.feasible ? "fits" : "does not fit");
   }
 }
 
@@ -49,9 +60,8 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
   const search::ExactResult result = search::solve_exact(workload, machine, eo, flags.trace);
   const sim::Program& program = result.simulation.program;
   const sim::Timeline& timeline = result.simulation.timeline;
-  if (!flags.output.empty()) {
-    sim::write_file_atomically(flags.output, sim::write_plan(result.plan, workload));
-  }
+  write_plan_if_fits(flags, timeline, result.plan, workload);
+  std::FILE* report = report_stream({flags.output});
   const double policy_s = sim::to_seconds(result.best_policy_evaluation.iteration_ns);
   if (flags.json) {
     nlohmann::json j = sim::summary_json(timeline, program, workload, machine);
@@ -75,19 +85,21 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
     j["solved_by_bound"] = result.solved_by_bound;
     j["bound_violations"] = result.bound_violations;
     j["search_s"] = result.elapsed_s;
-    fmt::print("{}\n", j.dump(2));
+    fmt::print(report, "{}\n", j.dump(2));
   } else {
-    fmt::print("{}", sim::summary_text(timeline, program, workload, machine, "search --exact"));
-    print_against_best_policy(result.best_policy, result.best_policy_evaluation, timeline);
-    fmt::print("{}: {:.3g} plans in the space, {} nodes explored, {} plans evaluated in {:.2f} s\n",
+    fmt::print(report, "{}",
+               sim::summary_text(timeline, program, workload, machine, "search --exact"));
+    print_against_best_policy(report, result.best_policy, result.best_policy_evaluation, timeline);
+    fmt::print(report,
+               "{}: {:.3g} plans in the space, {} nodes explored, {} plans evaluated in {:.2f} s\n",
                result.optimal ? "optimal" : "stopped by the time limit (not proven optimal)",
                result.space_plans, result.explored, result.evaluated, result.elapsed_s);
     if (result.from_heuristic && timeline.feasible)
-      fmt::print("no plan of the space is faster than the heuristic search's\n");
+      fmt::print(report, "no plan of the space is faster than the heuristic search's\n");
   }
   if (!timeline.feasible) {
     if (!flags.json) {
-      fmt::print(stderr, "memplan: no plan found that fits: {}\n",
+      fmt::print(stderr, "memplan: no plan found that fits (no plan written): {}\n",
                  sim::oom_to_text(*timeline.oom, program, workload));
     }
     return 1;
@@ -106,22 +118,27 @@ void add_search_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--encode", options->encode,
                   "Gist encodings the search may use: binarize, sparse, dpr, fp16, fp10, fp8, all");
   cmd->add_option("--threads", options->threads, "worker threads (default: every core)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_in(1, kMaxThreads));
   auto* time_limit = cmd->add_option("--time-limit", options->time_limit_s,
                                      "seconds for the improvement rounds (default 10; with "
                                      "--exact: none unless given)")
-                         ->check(CLI::PositiveNumber);
+                         ->check(seconds_up_to(kMaxTimeLimitS));
   cmd->add_option("--rounds", options->rounds,
-                  "stop after this many rounds (default: until converged)");
-  cmd->add_option("--seed", options->seed, "seed of the move sampler (default 1)");
+                  "stop after this many rounds (default: until converged)")
+      ->check(integer_in(1, kMaxRounds));
+  cmd->add_option("--seed", options->seed, "seed of the move sampler (default 1)")
+      ->check(integer_in(0, kMaxSeed));
   cmd->add_flag("--deterministic", options->deterministic,
                 "the same plan for any number of threads");
   cmd->add_flag("--exact", options->exact,
                 fmt::format("the optimal plan by branch and bound (at most {} feature maps)",
                             search::kExactMaxMaps));
-  cmd->add_option("-o,--output", options->output, "write the plan found (JSON)");
+  cmd->add_option("-o,--output", options->output,
+                  "write the plan found (JSON; - for standard output), only when it fits");
   cmd->add_flag("--json", options->json, "print one JSON object");
+  add_quiet_flag(*cmd, options->quiet);
   cmd->callback([options, time_limit, &exit_status] {
+    check_output(options->output, "-o");
     const sim::Workload workload = sim::read_trace(options->trace);
     sim::require_sizes(workload, options->trace);
     const sim::Machine machine = machine_from_flags(workload, options->machine);
@@ -140,24 +157,23 @@ void add_search_command(CLI::App& app, int& exit_status) {
       exit_status = run_exact(workload, machine, eo, *options);
       return;
     }
-    const bool terminal = ::isatty(STDERR_FILENO) != 0 && !options->json;
-    if (terminal) {
-      so.on_progress = [](const search::SearchProgress& p) {
-        fmt::print(
-            stderr, "\rsearch: round {:>4}  best {:>10}  {:>8} plans  {:>8.0f} plans/s   ", p.round,
-            p.best.feasible ? fmt::format("{:.3f} ms", sim::to_seconds(p.best.iteration_ns) * 1e3)
-                            : std::string("no fit"),
-            p.evaluated, static_cast<double>(p.evaluated) / std::max(p.elapsed_s, 1e-9));
-      };
-    }
+    Progress progress("search", Progress::mode_for(options->quiet, options->json));
+    so.on_progress = [&progress](const search::SearchProgress& p) {
+      progress.update(
+          p.round, 0,
+          fmt::format("rounds, best {}, {} plans, {:.0f} plans/s",
+                      p.best.feasible
+                          ? fmt::format("{:.3f} ms", sim::to_seconds(p.best.iteration_ns) * 1e3)
+                          : std::string("no fit"),
+                      p.evaluated, static_cast<double>(p.evaluated) / std::max(p.elapsed_s, 1e-9)));
+    };
     const search::SearchResult result = search::search_plan(workload, machine, so);
-    if (terminal) fmt::print(stderr, "\n");
+    progress.finish();
 
     const sim::Program& program = result.simulation.program;
     const sim::Timeline& timeline = result.simulation.timeline;
-    if (!options->output.empty()) {
-      sim::write_file_atomically(options->output, sim::write_plan(result.plan, workload));
-    }
+    write_plan_if_fits(*options, timeline, result.plan, workload);
+    std::FILE* report = report_stream({options->output});
     const double policy_s = sim::to_seconds(result.best_policy_evaluation.iteration_ns);
     if (options->json) {
       nlohmann::json j = sim::summary_json(timeline, program, workload, machine);
@@ -171,17 +187,18 @@ void add_search_command(CLI::App& app, int& exit_status) {
       j["rounds"] = result.rounds;
       j["converged"] = result.converged;
       j["search_s"] = result.elapsed_s;
-      fmt::print("{}\n", j.dump(2));
+      fmt::print(report, "{}\n", j.dump(2));
     } else {
-      fmt::print("{}", sim::summary_text(timeline, program, workload, machine, "search"));
-      print_against_best_policy(result.best_policy, result.best_policy_evaluation, timeline);
-      fmt::print("{} plans evaluated in {:.2f} s over {} rounds ({})\n", result.evaluated,
+      fmt::print(report, "{}", sim::summary_text(timeline, program, workload, machine, "search"));
+      print_against_best_policy(report, result.best_policy, result.best_policy_evaluation,
+                                timeline);
+      fmt::print(report, "{} plans evaluated in {:.2f} s over {} rounds ({})\n", result.evaluated,
                  result.elapsed_s, result.rounds,
                  result.converged ? "converged" : "stopped by a limit");
     }
     if (!timeline.feasible) {
       if (!options->json) {
-        fmt::print(stderr, "memplan: no plan found that fits: {}\n",
+        fmt::print(stderr, "memplan: no plan found that fits (no plan written): {}\n",
                    sim::oom_to_text(*timeline.oom, program, workload));
       }
       exit_status = 1;

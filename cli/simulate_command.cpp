@@ -1,10 +1,11 @@
 // `memplan simulate`: lower a plan (from a file or a built-in policy) and simulate it on the
 // trace's device, or on a what-if machine. Exit 0 when the plan fits, 1 when it does not (with the
-// diagnosis), 2 for bad input. Output files are written only after the simulation succeeded.
+// diagnosis), 2 for bad input. Output files are written only when the plan fits (cli/output_file).
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
+#include "cli/output_file.hpp"
 #include "cli/plan_flags.hpp"
 #include "sim/engine.hpp"
 #include "sim/input_error.hpp"
@@ -27,6 +28,12 @@ struct SimulateOptions {
 };
 
 int simulate(const SimulateOptions& o) {
+  for (const auto& [path, flag] : {std::pair{o.timeline, "--timeline"},
+                                   {o.memory_csv, "--memory-csv"},
+                                   {o.plan_out, "--plan-out"}}) {
+    check_output(path, flag);
+  }
+  std::FILE* report = report_stream({o.timeline, o.memory_csv, o.plan_out});
   const sim::Workload workload = sim::read_trace(o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "simulate");
@@ -34,26 +41,26 @@ int simulate(const SimulateOptions& o) {
   sim::Engine engine;
   const sim::Timeline& timeline = engine.run(program, machine);
 
-  if (!o.timeline.empty()) {
-    sim::write_file_atomically(o.timeline, sim::chrome_trace_json(timeline, program, workload));
-  }
-  if (!o.memory_csv.empty()) sim::write_file_atomically(o.memory_csv, sim::memory_csv(timeline));
-  if (!o.plan_out.empty()) sim::write_file_atomically(o.plan_out, sim::write_plan(plan, workload));
-
   if (o.json) {
     nlohmann::json j = sim::summary_json(timeline, program, workload, machine);
     j["policy"] = plan.policy;
-    fmt::print("{}\n", j.dump(2));
+    fmt::print(report, "{}\n", j.dump(2));
   } else {
-    fmt::print("{}", sim::summary_text(timeline, program, workload, machine,
-                                       plan.policy.empty() ? o.plan.plan : plan.policy));
+    fmt::print(report, "{}",
+               sim::summary_text(timeline, program, workload, machine,
+                                 plan.policy.empty() ? o.plan.plan : plan.policy));
   }
   if (!timeline.feasible) {
     if (!o.json)
-      fmt::print(stderr, "memplan: the plan does not fit: {}\n",
+      fmt::print(stderr, "memplan: the plan does not fit (no output file written): {}\n",
                  sim::oom_to_text(*timeline.oom, program, workload));
     return 1;
   }
+  const std::string timeline_json =
+      o.timeline.empty() ? "" : sim::chrome_trace_json(timeline, program, workload);
+  const std::string memory_csv = o.memory_csv.empty() ? "" : sim::memory_csv(timeline);
+  const std::string plan_json = o.plan_out.empty() ? "" : sim::write_plan(plan, workload);
+  write_outputs({{o.timeline, timeline_json}, {o.memory_csv, memory_csv}, {o.plan_out, plan_json}});
   return 0;
 }
 }  // namespace
@@ -66,9 +73,12 @@ void add_simulate_command(CLI::App& app, int& exit_status) {
   add_plan_flags(*cmd, options->plan);
   add_machine_flags(*cmd, options->machine);
   cmd->add_flag("--json", options->json, "print one JSON object");
-  cmd->add_option("--timeline", options->timeline, "write a Chrome/Perfetto trace JSON of the run");
-  cmd->add_option("--memory-csv", options->memory_csv, "write the device memory curve as CSV");
-  cmd->add_option("--plan-out", options->plan_out, "write the plan that was simulated");
+  cmd->add_option("--timeline", options->timeline,
+                  "write a Chrome/Perfetto trace JSON of the run (- for standard output)");
+  cmd->add_option("--memory-csv", options->memory_csv,
+                  "write the device memory curve as CSV (- for standard output)");
+  cmd->add_option("--plan-out", options->plan_out,
+                  "write the plan that was simulated (- for standard output)");
   cmd->callback([options, &exit_status] { exit_status = simulate(*options); });
 }
 

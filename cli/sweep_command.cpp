@@ -1,13 +1,12 @@
 // `memplan sweep`: traces x memory budgets x links x (policies and the search), one CSV row per
 // cell (docs/sweep.md). Every input is read and checked before the first cell runs; the CSV is
 // written only when the whole grid ran.
-#include <unistd.h>
-
-#include <filesystem>
-
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
+#include "cli/output_file.hpp"
+#include "cli/progress.hpp"
 #include "search/sweep.hpp"
 #include "sim/input_error.hpp"
 #include "sim/trace_io.hpp"
@@ -29,6 +28,7 @@ void add_sweep_command(CLI::App& app) {
     std::uint64_t seed = 1;
     std::string output;
     bool progress = false;
+    bool quiet = false;
   };
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -37,11 +37,13 @@ void add_sweep_command(CLI::App& app) {
       ->required();
   cmd->add_option("--memory", options->memories,
                   "device memory budgets, e.g. 4GiB,8GiB (default: each trace's)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(size_value());
   cmd->add_option("--link", options->links, "link presets, e.g. pcie3,nvlink2")->delimiter(',');
   cmd->add_option("--bandwidth", options->bandwidths,
                   "link bandwidths, both directions, e.g. 8GB/s,16GB/s (after the --link presets)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(bandwidth_value());
   cmd->add_option("--policies", options->policies,
                   "policies to run, e.g. vdnn-all,pooch (default: every policy)")
       ->delimiter(',');
@@ -50,24 +52,26 @@ void add_sweep_command(CLI::App& app) {
                   "Gist encodings for the policies' kept maps and the search: binarize, sparse, "
                   "dpr, fp16, fp10, fp8, all");
   cmd->add_option("--threads", options->threads, "cells run at once (default: every core)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_in(1, kMaxThreads));
   cmd->add_option("--search-time-limit", options->search_time_limit_s,
                   "seconds of improvement rounds for each search cell (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(seconds_up_to(kMaxTimeLimitS));
   cmd->add_option("--search-rounds", options->search_rounds,
-                  "stop each search after this many rounds (default: until converged)");
-  cmd->add_option("--seed", options->seed, "seed of the search's move sampler (default 1)");
-  cmd->add_option("-o,--output", options->output, "CSV file to write (default: standard output)");
-  cmd->add_flag("--progress", options->progress,
-                "print a progress line on standard error even when it is not a terminal");
+                  "stop each search after this many rounds (default: until converged)")
+      ->check(integer_in(1, kMaxRounds));
+  cmd->add_option("--seed", options->seed, "seed of the search's move sampler (default 1)")
+      ->check(integer_in(0, kMaxSeed));
+  cmd->add_option("-o,--output", options->output,
+                  "CSV file to write (default, or -: standard output)");
+  auto* progress_flag = cmd->add_flag(
+      "--progress", options->progress,
+      "a progress line on standard error for every cell (default: a bar on a terminal, a line "
+      "every 5 s otherwise)");
+  add_quiet_flag(*cmd, options->quiet);
+  progress_flag->excludes("--quiet");
   cmd->callback([options] {
     // A CSV that could not be written is found out before the grid runs, not after.
-    if (!options->output.empty()) {
-      const std::filesystem::path parent = std::filesystem::path(options->output).parent_path();
-      if (!parent.empty() && !std::filesystem::is_directory(parent)) {
-        throw sim::InputError("-o", fmt::format("'{}' is not a directory", parent.string()));
-      }
-    }
+    check_output(options->output, "-o");
     search::SweepGrid grid;
     for (const std::string& path : options->traces) {
       grid.traces.push_back({path, sim::read_trace(path)});
@@ -86,21 +90,21 @@ void add_sweep_command(CLI::App& app) {
     so.search.time_limit_s = options->search_time_limit_s;
     so.search.max_rounds = options->search_rounds;
     so.search.seed = options->seed;
-    const bool terminal = ::isatty(STDERR_FILENO) != 0;
-    const bool show = options->progress || terminal;
-    if (show) {
-      so.on_progress = [terminal](const search::SweepProgress& p) {
-        fmt::print(stderr, "{}sweep: {:>5}/{} cells  {:>7.1f} s{}", terminal ? "\r" : "", p.done,
-                   p.total, p.elapsed_s, terminal ? "   " : "\n");
-      };
-    }
+    Progress progress(
+        "sweep",
+        options->progress ? Progress::Mode::kLines : Progress::mode_for(options->quiet, false),
+        options->progress ? 0.0 : -1.0);
+    so.on_progress = [&progress](const search::SweepProgress& p) {
+      progress.update(p.done, p.total, "cells");
+    };
     const std::vector<search::SweepRow> rows = search::run_sweep(grid, so);
-    if (show && terminal) fmt::print(stderr, "\n");
+    progress.finish();
     const std::string csv = search::sweep_csv(rows);
-    if (options->output.empty()) {
+    if (options->output.empty() || options->output == "-") {
       fmt::print("{}", csv);
     } else {
-      sim::write_file_atomically(options->output, csv);
+      write_output(options->output, csv);
+      fmt::print("wrote {} ({} rows)\n", options->output, rows.size());
     }
   });
 }

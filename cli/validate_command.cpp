@@ -2,10 +2,10 @@
 // the in-core reference on the same data and weights, and print predicted vs measured peak device
 // bytes and iteration time and whether the gradients match (bitwise, or within the stated
 // tolerance for a plan that narrows maps: Note [Validation tolerance] in runtime/validation.hpp).
-// Exit 0 when the run fits, its peak is the predicted one and the results match; 1 otherwise, with
-// one line per failure on stderr; 2 for bad input (including a plan the simulator says does not
-// fit, unless
-// --force, and a trace with a layer the backend cannot run).
+// Exit 0 when the run fits, its peak is the predicted one and the results match; 1 otherwise
+// (including a plan the simulator says does not fit, which is not run unless --force: the same
+// exit status as `simulate`), with one line per failure on stderr; 2 for bad input (including a
+// trace with a layer the backend cannot run).
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -17,10 +17,12 @@
 
 #include "cli/backends.hpp"
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "cli/machine_flags.hpp"
 #include "cli/plan_flags.hpp"
-#include "host_backend/host_backend.hpp"
+#include "cli/progress.hpp"
 #include "cli/python_runner.hpp"
+#include "host_backend/host_backend.hpp"
 #include "runtime/validation.hpp"
 #include "sim/input_error.hpp"
 #include "sim/plan_io.hpp"
@@ -39,6 +41,7 @@ struct ValidateOptions {
   bool json = false;
   bool force = false;
   bool calibrate = false;
+  bool quiet = false;
   std::uint64_t seed = 1;
   // --backend torch: the captured model, rebuilt as `memplan capture` built it.
   std::string model, input = "224x224", optimizer = "sgd";
@@ -71,11 +74,14 @@ int validate(const ValidateOptions& o) {
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "validate");
   const sim::Simulation predicted = sim::simulate_plan(workload, plan, machine);
   if (!o.force && !predicted.timeline.feasible) {
-    throw sim::InputError(
-        "validate",
-        fmt::format("the simulator says the plan does not fit (--force runs it): {}",
-                    sim::oom_to_text(*predicted.timeline.oom, predicted.program, workload)));
+    fmt::print(stderr, "memplan: the simulator says the plan does not fit (--force runs it): {}\n",
+               sim::oom_to_text(*predicted.timeline.oom, predicted.program, workload));
+    return 1;
   }
+  Progress progress("validate", Progress::mode_for(o.quiet, o.json));
+  progress.stage(
+      fmt::format("running the plan and the in-core reference on the {} backend ({} ops)",
+                  backend->name(), workload.ops.size()));
   runtime::ValidationOptions options;
   options.seed = o.seed;
   options.calibrate = o.calibrate;
@@ -85,6 +91,7 @@ int validate(const ValidateOptions& o) {
   } catch (const sim::InputError& e) {  // a layer the backend has no kernel for
     throw sim::InputError("--backend " + backend->name(), e.what());
   }
+  progress.finish();
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
   // On a GPU, also the gradients against the host backend's (close, not bitwise: see
   // docs/gpu-validation.md).
@@ -210,11 +217,13 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--optimizer", options->optimizer, "--backend torch: sgd or adam")
       ->check(CLI::IsMember({"sgd", "adam"}));
   add_machine_flags(*cmd, options->machine);
-  cmd->add_option("--seed", options->seed, "seed of the input data and weights");
+  cmd->add_option("--seed", options->seed, "seed of the input data and weights")
+      ->check(integer_in(0, kMaxSeed));
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
   cmd->add_flag("--calibrate", options->calibrate,
                 "predict with op and copy costs measured on the backend, not the trace's");
   cmd->add_flag("--json", options->json, "print one JSON object");
+  add_quiet_flag(*cmd, options->quiet);
   cmd->callback([options, &exit_status] {
     exit_status = options->backend == "torch" ? validate_in_torch(*options) : validate(*options);
   });

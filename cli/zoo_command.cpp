@@ -1,15 +1,19 @@
+// `memplan zoo`: the modeled training step of a known network on a known GPU, written as a trace.
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
+#include "cli/output_file.hpp"
 #include "sim/input_error.hpp"
+#include "sim/liveness.hpp"
 #include "sim/trace_io.hpp"
+#include "zoo/devices.hpp"
+#include "zoo/models.hpp"
 #include "zoo/network.hpp"
 #include "zoo/zoo.hpp"
 
 namespace memplan::cli {
-namespace {}  // namespace
-
 void add_zoo_command(CLI::App& app) {
   struct Options {
     std::string model;
@@ -18,6 +22,7 @@ void add_zoo_command(CLI::App& app) {
     std::string output;
     bool list = false;
     bool caffe = false;
+    bool json = false;
   };
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -29,10 +34,28 @@ void add_zoo_command(CLI::App& app) {
   cmd->add_flag("--caffe", options->caffe,
                 "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
                 "max-pool masks");
-  cmd->add_option("-o,--output", options->output, "trace file to write (format v1)");
+  cmd->add_option("-o,--output", options->output,
+                  "trace file to write (format v1; - for standard output)");
+  cmd->add_flag("--json", options->json,
+                "print one JSON object (with --list: the models and devices)");
   cmd->callback([options, cmd] {
     if (options->list) {
-      fmt::print("{}", zoo::list_text());
+      if (options->json) {
+        nlohmann::json j = {{"models", nlohmann::json::array()},
+                            {"devices", nlohmann::json::array()}};
+        for (const zoo::ModelInfo& m : zoo::models()) {
+          j["models"].push_back({{"name", m.name}, {"summary", m.summary}});
+        }
+        for (const zoo::Device& d : zoo::devices()) {
+          j["devices"].push_back({{"name", d.name},
+                                  {"summary", d.summary},
+                                  {"memory_bytes", d.memory_bytes},
+                                  {"link", d.link}});
+        }
+        fmt::print("{}\n", j.dump(2));
+      } else {
+        fmt::print("{}", zoo::list_text());
+      }
       return;
     }
     if (options->model.empty()) {
@@ -44,10 +67,17 @@ void add_zoo_command(CLI::App& app) {
     }
     if (cmd->count("--batch") == 0) throw sim::InputError("--batch", "give the batch size");
     if (options->output.empty()) throw sim::InputError("-o", "give the trace file to write");
+    check_output(options->output, "-o");
+    std::FILE* report = report_stream({options->output});
+    const zoo::ModelInfo* model = zoo::find_model(options->model);
+    if (model == nullptr) {
+      throw sim::InputError("MODEL", fmt::format("unknown model '{}' (models: {})", options->model,
+                                                 zoo::model_names()));
+    }
     zoo::ZooRequest request;
     request.model = options->model;
     request.device = options->device;
-    request.options = model_options_from_flags(*cmd, options->shape);
+    request.options = model_options_from_flags(*cmd, options->shape, *model);
     sim::Workload workload = zoo::make_workload(request);
     if (options->caffe) {
       const std::size_t relus = zoo::relu_backward_in_place(workload);
@@ -56,7 +86,21 @@ void add_zoo_command(CLI::App& app) {
           "; Caffe conventions: {} ReLU gradients in place, {} int32 max-pool masks", relus, masks);
       sim::validate(workload, fmt::format("zoo model '{}'", request.model));
     }
-    sim::write_trace_file(workload, options->output);
+    write_output(options->output, sim::write_trace(workload));
+    const sim::Bytes peak = sim::incore_peak(workload).bytes;
+    if (options->json) {
+      const nlohmann::json j = {
+          {"model", model->name},       {"device", workload.device.name},
+          {"ops", workload.ops.size()}, {"tensors", workload.tensors.size()},
+          {"peak_bytes_incore", peak},  {"memory_bytes", workload.device.memory_bytes},
+          {"output", options->output}};
+      fmt::print(report, "{}\n", j.dump(2));
+    } else {
+      fmt::print(report, "wrote {}: {} on {}, {} ops, {} tensors, in-core peak {} of {}\n",
+                 options->output, model->name, workload.device.name, workload.ops.size(),
+                 workload.tensors.size(), sim::format_bytes(peak),
+                 sim::format_bytes(workload.device.memory_bytes));
+    }
   });
 }
 

@@ -52,7 +52,7 @@ class Engine::Clock {
   Nanoseconds wall_ns() {
     if (sync_pending_) settle_host(now_[0]);
     const Nanoseconds device = *std::max_element(now_.begin(), now_.end());
-    return kHostStream ? std::max(device, host_now_ + program_.host.tail_ns) : device;
+    return kHostStream ? std::max(device, add_ns(host_now_, program_.host.tail_ns)) : device;
   }
 
  private:
@@ -83,9 +83,9 @@ class Engine::Clock {
   Step timed(StreamId stream, std::size_t index, const Instruction& in, Nanoseconds& t) {
     const Nanoseconds duration = start(in, t);
     if (options_.record_spans) {
-      tl_.spans.push_back({stream, static_cast<std::int32_t>(index), t, t + duration});
+      tl_.spans.push_back({stream, static_cast<std::int32_t>(index), t, add_ns(t, duration)});
     }
-    t += duration;
+    t = add_ns(t, duration);
     if (kHostStream && in.kind == InstrKind::kRun && program_.host.ops[at(in.op)].synchronizes) {
       sync_pending_ = true;
       sync_op_ = in.op;
@@ -120,7 +120,7 @@ class Engine::Clock {
       case InstrKind::kCopyIn: {
         const Bytes bytes = program_.host_slots[at(in.aux)].bytes;
         const Nanoseconds duration = machine_.h2d_copy_ns(bytes);
-        e_.host_changes_.emplace_back(t + duration, -bytes);
+        e_.host_changes_.emplace_back(add_ns(t, duration), -bytes);
         return duration;
       }
       default:
@@ -136,8 +136,9 @@ class Engine::Clock {
   }
 
   void stall(StallCause cause, TensorId tensor, OpId op, Nanoseconds from, Nanoseconds length) {
-    tl_.stall_ns_by_cause[static_cast<std::size_t>(cause)] += length;
-    if (options_.record_stalls) tl_.stalls.push_back({cause, tensor, op, from, from + length});
+    auto& total = tl_.stall_ns_by_cause[static_cast<std::size_t>(cause)];
+    total = add_ns(total, length);  // saturating, like every time here (sim/units.hpp)
+    if (options_.record_stalls) tl_.stalls.push_back({cause, tensor, op, from, add_ns(from, length)});
   }
 
   bool allocate(const Instruction& in, Nanoseconds t) {
@@ -178,10 +179,10 @@ class Engine::Clock {
   /// The host spends `length` on `activity` for `op`; returns the host's time after it.
   Nanoseconds host_work(HostActivity activity, OpId op, Nanoseconds length) {
     if (length > 0 && options_.record_spans) {
-      tl_.host_spans.push_back({activity, op, host_now_, host_now_ + length});
+      tl_.host_spans.push_back({activity, op, host_now_, add_ns(host_now_, length)});
     }
-    host_now_ += length;
-    tl_.host_busy_ns += length;
+    host_now_ = add_ns(host_now_, length);
+    tl_.host_busy_ns = add_ns(tl_.host_busy_ns, length);
     return host_now_;
   }
 

@@ -96,6 +96,10 @@ std::int64_t JsonReader::as_int(std::int64_t min, std::int64_t max) const {
     v = static_cast<std::int64_t>(u);
   } else if (value_->is_number_integer()) {
     v = value_->get<std::int64_t>();
+  } else if (value_->is_number_float() &&
+             std::trunc(value_->get<double>()) == value_->get<double>()) {
+    // An integer too large for 64 bits (2^64) parses as a double: say so, not "a fraction".
+    fail(fmt::format("{:.0f} is out of range [{}, {}]", value_->get<double>(), min, max));
   } else {
     fail(fmt::format("expected an integer, found {}", type_name(*value_)));
   }

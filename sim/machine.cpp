@@ -28,9 +28,10 @@ std::optional<LinkPreset> find_link_preset(std::string_view name) {
 }
 
 namespace {
+// Saturating (sim/units.hpp): a crawling link or a huge latency gives kMaxNanoseconds, never an
+// overflow.
 Nanoseconds copy_ns(Nanoseconds latency, Bytes bytes, BytesPerSecond bandwidth) {
-  const double ns = std::ceil(static_cast<double>(bytes) * 1e9 / bandwidth);
-  return latency + static_cast<Nanoseconds>(ns);
+  return add_ns(latency, transfer_ns(bytes, bandwidth));
 }
 }  // namespace
 
@@ -72,7 +73,13 @@ Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides
   if (overrides.d2h_bytes_per_s) m.d2h_bytes_per_s = *overrides.d2h_bytes_per_s;
   if (overrides.copy_latency_ns) m.copy_latency_ns = *overrides.copy_latency_ns;
   if (overrides.host_memory_bytes) m.host_memory_bytes = *overrides.host_memory_bytes;
-  if (m.memory_bytes <= 0) throw InputError("--memory", "device memory must be positive");
+  if (m.memory_bytes <= 0) {
+    // Name what set it: the flag when given, the trace otherwise (a flag never given is no help).
+    if (overrides.memory_bytes) throw InputError("--memory", "device memory must be positive");
+    throw InputError("the trace's device",
+                     fmt::format("device memory is {} bytes: give --memory (e.g. --memory 16GiB)",
+                                 m.memory_bytes));
+  }
   if (!(m.h2d_bytes_per_s > 0)) throw InputError("--h2d", "bandwidth must be positive");
   if (!(m.d2h_bytes_per_s > 0)) throw InputError("--d2h", "bandwidth must be positive");
   if (m.copy_latency_ns < 0) throw InputError("--latency", "latency must not be negative");

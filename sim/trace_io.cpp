@@ -1,8 +1,11 @@
 #include "sim/trace_io.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -360,27 +363,77 @@ void write_trace_file(const Workload& workload, const std::filesystem::path& pat
   write_file_atomically(path, write_trace(workload));
 }
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+namespace {
+
+// `path` with its symlinks followed (a dangling one to the file it would create), so that writing
+// through a link replaces the file it points to and leaves the link, as coreutils do.
+std::filesystem::path follow_links(std::filesystem::path path) {
+  for (int hops = 0; hops < 40; ++hops) {
+    std::error_code ec;
+    if (!std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))) return path;
+    const std::filesystem::path target = std::filesystem::read_symlink(path, ec);
+    if (ec) throw InputError(path.string(), fmt::format("cannot read the link: {}", ec.message()));
+    path = target.is_absolute() ? target : path.parent_path() / target;
+  }
+  throw InputError(path.string(), "too many levels of symbolic links");
+}
+
+// Writes straight into what is not a regular file (a FIFO, /dev/null, a terminal), as `cat >`
+// would: there is nothing to replace atomically. A FIFO nobody reads is refused, not waited on.
+void write_special_file(const std::filesystem::path& path, std::string_view text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    throw InputError(path.string(),
+                     fmt::format("cannot open for writing: {}{}", std::strerror(errno),
+                                 errno == ENXIO ? " (a FIFO nobody reads)" : ""));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      throw InputError(path.string(), fmt::format("write failed: {}", why));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& requested, std::string_view text) {
+  const std::filesystem::path path = follow_links(requested);
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status)) {
+    throw InputError(requested.string(), "is a directory, not a file");
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    write_special_file(path, text);
+    return;
+  }
   const std::filesystem::path temp =
       path.parent_path() / fmt::format(".{}.tmp.{}", path.filename().string(), ::getpid());
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path.string(), "cannot open for writing");
+    if (!out) throw InputError(requested.string(), "cannot open for writing");
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     out.flush();
     if (!out) {
       out.close();
       std::error_code ignored;
       std::filesystem::remove(temp, ignored);
-      throw InputError(path.string(), "write failed (disk full?)");
+      throw InputError(requested.string(), "write failed (disk full?)");
     }
   }
-  std::error_code ec;
   std::filesystem::rename(temp, path, ec);
   if (ec) {
     std::error_code ignored;
     std::filesystem::remove(temp, ignored);
-    throw InputError(path.string(), fmt::format("cannot write: {}", ec.message()));
+    throw InputError(requested.string(), fmt::format("cannot write: {}", ec.message()));
   }
 }
 

@@ -38,8 +38,11 @@ std::string write_trace(const Workload& workload);
 /// never leaves a half-written file. Throws InputError when the file cannot be written.
 void write_trace_file(const Workload& workload, const std::filesystem::path& path);
 
-/// Writes `text` to `path` through a temporary file and a rename. Shared by every command that
-/// writes an output file. Throws InputError when the file cannot be written.
+/// Writes `text` to `path` through a temporary file beside it and a rename, so a failure never
+/// leaves a half-written file. A symlink is written through (its target is replaced, the link
+/// stays); what is not a regular file (a FIFO, a device) is written directly, as coreutils do; a
+/// directory is refused. Shared by every command that writes an output file. Throws InputError
+/// when the file cannot be written.
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 
 /// Throws InputError naming `source` when the workload has ops but no tensors: a step imported

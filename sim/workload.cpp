@@ -32,6 +32,50 @@ std::string op_label(const Op& op) {
   return fmt::format("op {} '{}'", op.id, op.name);
 }
 
+// The device's values, in the ranges the what-if flags take (sim/units.hpp), so that a trace
+// cannot ask for what a flag may not: a link of 1e-6 B/s prices a copy at centuries.
+void validate_device(const DeviceInfo& d, std::string_view source) {
+  if (d.memory_bytes < 0 || d.memory_bytes > kMaxBytes) {
+    fail(source, "$.device.memory_bytes",
+         fmt::format("{} is out of range (0 to 1 EiB)", d.memory_bytes));
+  }
+  const std::array<std::pair<const char*, std::optional<BytesPerSecond>>, 3> bandwidths{
+      {{"h2d_bytes_per_s", d.h2d_bytes_per_s},
+       {"d2h_bytes_per_s", d.d2h_bytes_per_s},
+       {"memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s}}};
+  for (const auto& [key, value] : bandwidths) {
+    if (value && !(*value >= 1.0 && *value <= 1e18)) {
+      fail(source, fmt::format("$.device.{}", key),
+           fmt::format("{:g} is out of range (1 B/s to 1 EB/s)", *value));
+    }
+  }
+}
+
+// Sums over the whole step in range: every tensor and workspace live at once stays below
+// kMaxBytes, and the ops' times below kMaxStepNanoseconds (the engine saturates beyond, sim/units).
+void validate_totals(const Workload& w, std::string_view source) {
+  constexpr Nanoseconds kMaxStepNanoseconds = Nanoseconds{1} << 52;  // 52 days
+  Bytes bytes = 0;
+  for (const Tensor& t : w.tensors) bytes = std::min(bytes + t.bytes, kMaxBytes + 1);
+  Nanoseconds time = 0;
+  for (const Op& op : w.ops) {
+    Bytes workspace = op.workspace_bytes;
+    Nanoseconds duration = op.duration_ns;
+    for (const Algorithm& a : op.algorithms) {
+      workspace = std::max(workspace, a.workspace_bytes);
+      duration = std::max(duration, a.duration_ns);
+    }
+    bytes = std::min(bytes + workspace, kMaxBytes + 1);  // each term at most 2^50: no overflow
+    time = std::min(time + duration, kMaxStepNanoseconds + 1);  // each at most an hour
+  }
+  if (bytes > kMaxBytes) {
+    fail(source, "$.tensors", "the tensors and workspaces add up to over 1 EiB");
+  }
+  if (time > kMaxStepNanoseconds) {
+    fail(source, "$.ops", "the ops' durations add up to over 2^52 ns (52 days)");
+  }
+}
+
 void validate_tensors(const Workload& w, std::string_view source) {
   const auto op_count = static_cast<OpId>(w.ops.size());
   for (std::size_t i = 0; i < w.tensors.size(); ++i) {
@@ -322,15 +366,13 @@ std::optional<Bytes> dtype_bytes(std::string_view dtype) {
 }
 
 void validate(const Workload& workload, std::string_view source) {
-  if (workload.device.memory_bytes < 0) {
-    fail(source, "$.device.memory_bytes",
-         fmt::format("negative size {}", workload.device.memory_bytes));
-  }
+  validate_device(workload.device, source);
   validate_tensors(workload, source);
   validate_ops(workload, source);
   validate_unproduced(workload, source);
   validate_order(workload, source);
   validate_in_place(workload, source);
+  validate_totals(workload, source);
 }
 
 }  // namespace memplan::sim

@@ -1,6 +1,7 @@
 // `memplan validate --backend host`: the documented JSON keys with the peaks equal and the
-// gradients matching for swap-all and recompute-all; bad input (unknown backend, a plan the
-// simulator says does not fit) is one line and exit 2; --force runs it and reports the OOM.
+// gradients matching for swap-all and recompute-all; bad input (unknown backend) is one line and
+// exit 2; a plan the simulator says does not fit is one line and exit 1, as in `simulate`;
+// --force runs it and reports the OOM.
 #include <algorithm>
 #include <string>
 
@@ -124,7 +125,8 @@ TEST_CASE("validate refuses a plan made for another trace: one line, exit 2", "[
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
-TEST_CASE("validate refuses bad input with one line and exit 2", "[cli][validate]") {
+TEST_CASE("validate: bad input is exit 2, a plan that does not fit exit 1 (as simulate)",
+          "[cli][validate]") {
   const auto unknown =
       run_memplan(fmt::format("validate {} --policy swap-all --backend tpu", trace("mlp4")));
   CHECK(unknown.exit_status == 2);
@@ -133,7 +135,10 @@ TEST_CASE("validate refuses bad input with one line and exit 2", "[cli][validate
 
   const auto too_small = run_memplan(
       fmt::format("validate {} --policy swap-all --backend host --memory 200KiB", trace("mlp4")));
-  CHECK(too_small.exit_status == 2);
+  CHECK(too_small.exit_status == 1);
+  const auto simulated =
+      run_memplan(fmt::format("simulate {} --policy swap-all --memory 200KiB", trace("mlp4")));
+  CHECK(simulated.exit_status == too_small.exit_status);
   CHECK(too_small.err.find("does not fit") != std::string::npos);
   CHECK(too_small.err.find('\n') == too_small.err.size() - 1);
 

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "sim/trace_io.hpp"
 #include "tests/importers/synthetic_kineto.hpp"
@@ -81,4 +82,21 @@ TEST_CASE("memplan import kineto: bad input is one line and exit 2, no output fi
                          "no ProfilerStep#4");
   }
   CHECK_FALSE(std::filesystem::exists(out));
+}
+
+TEST_CASE("memplan import kineto --json prints one object; -o - writes the trace to stdout",
+          "[cli][import]") {
+  const std::string in = write_temp("j.json", synthetic_kineto().dump());
+  const std::string out = std::filesystem::path(in).parent_path() / "j_out.json";
+  const auto r = run_memplan("import kineto '" + in + "' --json -o '" + out + "'");
+  CAPTURE(r.err);
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("step") == 1);
+  CHECK(j.at("tensors").get<std::size_t>() == memplan::sim::read_trace(out).tensors.size());
+  CHECK(j.at("output") == out);
+  const auto piped = run_memplan("import kineto '" + in + "' -o -");
+  REQUIRE(piped.exit_status == 0);
+  CHECK(memplan::sim::parse_trace(piped.out, "<stdout>").ops.size() == 21);
+  CHECK(piped.err.find("imported ProfilerStep#1") != std::string::npos);  // the report moved
 }

@@ -16,7 +16,7 @@ TEST_CASE("search --exact prints the search's fields, exact: true and what it ex
   REQUIRE(incore.exit_status == 0);
   const auto peak = nlohmann::json::parse(incore.out).at("peak_reserved_bytes").get<long long>();
   // A device a tenth smaller than the in-core peak.
-  const std::string memory = fmt::format(" --memory {} --link pcie3", peak * 9 / 10);
+  const std::string memory = fmt::format(" --memory {}B --link pcie3", peak * 9 / 10);
   const auto exact = run_memplan("search " + trace + memory + " --exact --threads 2 --json");
   CAPTURE(exact.err);
   REQUIRE(exact.exit_status == 0);

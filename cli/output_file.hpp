@@ -1,0 +1,33 @@
+#pragma once
+// Output files of every command (-o, --timeline, --memory-csv, --plan-out): one way to check
+// them before the work and one way to write them after it. "-" means standard output; anything
+// else goes through sim::write_file_atomically (a temporary file renamed into place, symlinks
+// written through, FIFOs and devices written directly). A command writes its files only when it
+// succeeds, so a run that exits 1 or 2 leaves none.
+#include <cstdio>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace memplan::cli {
+
+/// Refuses, before any work, an output path that cannot be written: a directory, one whose
+/// folder does not exist or is not writable. Empty means "not asked for". Throws InputError
+/// naming `flag`.
+void check_output(const std::string& path, std::string_view flag);
+
+/// Writes `text` to `path` ("-": standard output). Throws InputError when it cannot.
+void write_output(const std::string& path, std::string_view text);
+
+/// Writes several outputs of one run (path, text; empty paths skipped): standard output, FIFOs
+/// and devices first, since only those can still refuse (a FIFO nobody reads) once check_output
+/// passed, then the regular files. So a refused output leaves no regular file written.
+void write_outputs(std::initializer_list<std::pair<std::string_view, std::string_view>> outputs);
+
+/// Where a command prints its human-readable report: standard error when one of `outputs` is
+/// standard output ("-"), so that the file written there is not mixed with it; standard output
+/// otherwise. Throws InputError when more than one output is "-".
+std::FILE* report_stream(std::initializer_list<std::string_view> outputs);
+
+}  // namespace memplan::cli

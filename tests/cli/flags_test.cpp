@@ -1,0 +1,170 @@
+// Flags: every value out of range is one line naming the flag, exit 2, before any work; the unit
+// grammar (sim/units.hpp) is the same for every size, bandwidth and time flag; messages name what
+// the user gave (not a flag never given, not a 300-digit range); progress goes to stderr and
+// --quiet / --json silence it.
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "sim/trace_io.hpp"
+#include "tests/support/run_command.hpp"
+
+using memplan::test::CommandResult;
+using memplan::test::run_memplan;
+using memplan::test::source_path;
+using memplan::test::temp_dir;
+
+namespace {
+std::string tiny() {
+  return fmt::format("'{}'", source_path("traces/resnet_tiny.json"));
+}
+void check_refused(const CommandResult& r, const std::string& what) {
+  CAPTURE(r.err, r.out);
+  CHECK(r.exit_status == 2);
+  REQUIRE(!r.err.empty());
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+  CHECK(r.err.find(what) != std::string::npos);
+  CHECK(r.err.size() < 300);
+}
+}  // namespace
+
+TEST_CASE("values that were accepted silently are refused with the range", "[cli][flags]") {
+  const std::string search = "search " + tiny() + " --quiet ";
+  check_refused(run_memplan(search + "--time-limit nan"), "--time-limit");
+  check_refused(run_memplan(search + "--time-limit 1e300"), "at most 604800");
+  check_refused(run_memplan(search + "--time-limit -5"), "'-5' is not a number of seconds");
+  check_refused(run_memplan(search + "--rounds -1"), "from 1 to 1000000000");
+  check_refused(run_memplan(search + "--threads 0"), "'0' is not a whole number from 1 to 1024");
+  check_refused(run_memplan(search + "--threads 100000"), "from 1 to 1024");
+  check_refused(run_memplan("sweep " + tiny() + " --threads 0"), "--threads");
+  check_refused(run_memplan("sweep " + tiny() + " --search-rounds -1"), "--search-rounds");
+  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --memory ''"),
+                "is not a size");
+  check_refused(run_memplan("import kineto x.json --step -1 -o out.json"), "--step");
+  check_refused(run_memplan("zoo resnet18 --batch 1 --device v100-16gb --layers 4 -o r.json"),
+                "--layers: resnet18 is not a transformer");
+  check_refused(run_memplan("zoo resnet18 --batch 0 --device v100-16gb -o r.json"), "batch 0");
+  check_refused(run_memplan("record resnet18 --batch 1 --warmup -1 -o r.json"), "--warmup");
+}
+
+TEST_CASE("absurd links and latencies are refused, not overflowed", "[cli][flags]") {
+  const std::string swap = "simulate " + tiny() + " --policy swap-all ";
+  check_refused(run_memplan(swap + "--h2d 1e-6B/s --d2h 1e-6B/s"), "from 1 B/s to 1 EB/s");
+  check_refused(run_memplan(swap + "--h2d 1e-9B/s"), "from 1 B/s");
+  check_refused(run_memplan(swap + "--latency 3000000000s"), "at most 1 day");
+  check_refused(run_memplan(swap + "--memory 2EiB"), "at most 1 EiB");
+  // A trace whose link is 1e-6 B/s is refused where it says so.
+  std::string text = memplan::sim::read_file(source_path("traces/resnet_tiny.json"));
+  const std::string h2d = "\"h2d_bytes_per_s\":16000000000.0";
+  text.replace(text.find(h2d), h2d.size(), "\"h2d_bytes_per_s\":1e-6");
+  const std::string path = temp_dir() + "/slow.json";
+  memplan::sim::write_file_atomically(path, text);
+  check_refused(run_memplan("simulate '" + path + "' --policy swap-all"),
+                "$.device.h2d_bytes_per_s");
+  // At the slowest link a flag takes, the run completes (in 146 years at most).
+  const auto slowest = run_memplan(swap + "--h2d 1B/s --d2h 8b/s --json");
+  REQUIRE(slowest.exit_status == 0);
+  CHECK(nlohmann::json::parse(slowest.out).at("iteration_s").get<double>() > 1000);
+}
+
+TEST_CASE("one unit grammar: case-insensitive, bits and bytes explicit, no bare number",
+          "[cli][flags]") {
+  const auto machine = [](const std::string& flags) {
+    const auto r = run_memplan("simulate " + tiny() + " --policy in-core --json " + flags);
+    CAPTURE(r.err);
+    REQUIRE(r.exit_status == 0);
+    return nlohmann::json::parse(r.out).at("machine");
+  };
+  CHECK(machine("--memory 16gib").at("memory_bytes") == 16LL << 30);
+  CHECK(machine("--memory 16g").at("memory_bytes") == 16'000'000'000LL);
+  CHECK(machine("--memory 64kB").at("memory_bytes") == 64'000);
+  CHECK(machine("--h2d 100Gb/s").at("h2d_bytes_per_s") == 12.5e9);
+  CHECK(machine("--h2d 100Gbps").at("h2d_bytes_per_s") == 12.5e9);
+  CHECK(machine("--h2d 12.5GB/s").at("h2d_bytes_per_s") == 12.5e9);
+  CHECK(machine("--latency 10US").at("copy_latency_ns") == 10'000);
+  CHECK(machine("--latency '10 us'").at("copy_latency_ns") == 10'000);
+  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --memory 16"),
+                "'16' has no unit (write it like 16GiB or 512MB");
+  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --latency 10"),
+                "has no unit");
+  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --h2d 16"), "has no unit");
+  check_refused(run_memplan("sweep " + tiny() + " --bandwidth 16"), "has no unit");
+}
+
+TEST_CASE("messages name what the user gave", "[cli][flags]") {
+  check_refused(run_memplan("import foo x"), "import: unknown format 'foo' (formats: kineto)");
+  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --latency 10 us"),
+                "--latency: '10' has no unit (write it like 10us");
+  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --latency 10us us"),
+                "write a value without spaces, e.g. --latency 10us");
+  // A trace with no device memory: compare names the trace, not a --memory never given.
+  std::string text = memplan::sim::read_file(source_path("traces/resnet_tiny.json"));
+  const std::string memory = "\"memory_bytes\":32768";
+  text.replace(text.find(memory), memory.size(), "\"memory_bytes\":0");
+  const std::string path = temp_dir() + "/nomemory.json";
+  memplan::sim::write_file_atomically(path, text);
+  const auto r = run_memplan("compare '" + path + "' --quiet");
+  check_refused(r, "the trace's device: device memory is 0 bytes: give --memory");
+  CHECK(r.err.find("memplan: --memory") == std::string::npos);
+  // A byte count of 2^64 in a trace is out of range, not "a number with a fraction".
+  std::string big = memplan::sim::read_file(source_path("traces/resnet_tiny.json"));
+  big.replace(big.find(memory), memory.size(), "\"memory_bytes\":18446744073709551616");
+  memplan::sim::write_file_atomically(path, big);
+  check_refused(run_memplan("info '" + path + "'"), "18446744073709551616 is out of range");
+}
+
+TEST_CASE("progress goes to stderr; --quiet and --json silence it", "[cli][flags][progress]") {
+  // Not a terminal: a line every MEMPLAN_PROGRESS_SECONDS while the wait lasts, none for a run
+  // shorter than that (the default 5 s), none with --quiet or --json.
+  const std::string mlp = source_path("traces/mlp4.json");
+  const auto validate = run_memplan(fmt::format("validate '{}' --policy swap-all", mlp));
+  CAPTURE(validate.err);
+  REQUIRE(validate.exit_status == 0);
+  CHECK(validate.err.empty());  // well under 5 s
+  const std::string dir = temp_dir();
+  const std::string record =
+      "record resnet18 --batch 1 --input 32x32 --warmup 1 -o '" + dir + "/r.json'";
+  ::setenv("MEMPLAN_PROGRESS_SECONDS", "0.05", 1);  // the child inherits it
+  const auto lines = run_memplan(record);
+  const auto quiet = run_memplan(record + " --quiet");
+  const auto json = run_memplan(record + " --json");
+  ::unsetenv("MEMPLAN_PROGRESS_SECONDS");
+  CAPTURE(lines.err);
+  REQUIRE(lines.exit_status == 0);
+  CHECK(lines.err.find("record: running resnet18 (") != std::string::npos);
+  CHECK(lines.err.find(" s)\n") != std::string::npos);
+  CHECK(lines.out.find("recorded resnet18 on host") != std::string::npos);
+  CHECK(quiet.exit_status == 0);
+  CHECK(quiet.err.empty());
+  REQUIRE(json.exit_status == 0);
+  CHECK(json.err.empty());
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j.at("model") == "resnet18");
+  CHECK(j.at("memory_bytes").get<long>() > j.at("peak_reserved_bytes_incore").get<long>());
+  CHECK(run_memplan("compare " + tiny() + " --json").err.empty());
+  const auto search = run_memplan("search " + tiny() + " --rounds 2 --json");
+  REQUIRE(search.exit_status == 0);
+  CHECK(search.err.empty());
+}
+
+TEST_CASE("a recorded trace has the device's memory: a policy fits without --memory",
+          "[cli][flags]") {
+  const std::string path = temp_dir() + "/r.json";
+  const auto r =
+      run_memplan("record resnet18 --batch 1 --input 32x32 --warmup 0 --quiet -o '" + path + "'");
+  REQUIRE(r.exit_status == 0);
+  // vdnn-all did not fit in the in-core peak the trace used to record (fragmentation).
+  const auto v = run_memplan("validate '" + path + "' --policy vdnn-all --quiet");
+  CAPTURE(v.err);
+  CHECK(v.exit_status == 0);
+  const auto given = run_memplan(
+      "record resnet18 --batch 1 --input 32x32 --warmup 0 --quiet "
+      "--memory 3GiB --json -o '" +
+      path + "'");
+  REQUIRE(given.exit_status == 0);
+  CHECK(nlohmann::json::parse(given.out).at("memory_bytes") == 3LL << 30);
+  CHECK(memplan::sim::read_trace(path).device.memory_bytes == 3LL << 30);
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs memplan into a staging prefix (DESTDIR) or unpacks its Debian package (cpack), then
+# runs the installed binary as a user would and checks the man page and the bash completion.
+#   install_test.sh staging|package BUILD_DIR SOURCE_DIR
+set -euo pipefail
+mode=$1 build=$2 source=$3
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+fail() { echo "install_test: $*" >&2; exit 1; }
+
+if [[ $mode == staging ]]; then
+  DESTDIR="$stage" cmake --install "$build" --prefix /usr >/dev/null
+else
+  (cd "$stage" && cpack --config "$build/CPackConfig.cmake" -B "$stage/pkg" >/dev/null)
+  deb=$(ls "$stage"/pkg/memplan_*.deb) || fail "cpack made no .deb"
+  dpkg-deb --field "$deb" Package Version | grep -q "Package: memplan" || fail "bad control"
+  dpkg-deb -x "$deb" "$stage"
+fi
+
+bin="$stage/usr/bin/memplan"
+[[ -x $bin ]] || fail "no $bin"
+"$bin" --version | grep -q "memplan 0\." || fail "--version"
+"$bin" simulate "$source/traces/resnet_tiny.json" --policy swap-all --json |
+  grep -q '"feasible": true' || fail "the installed binary does not simulate"
+
+man="$stage/usr/share/man/man1/memplan.1"
+[[ -s $man ]] || fail "no man page"
+grep -q '^\.TH MEMPLAN 1' "$man" || fail "man page header"
+for command in simulate compare search sweep zoo import validate record info; do
+  grep -q "^\.SS memplan $command" "$man" || fail "man page lacks $command"
+done
+grep -q 'time\\-limit' "$man" || fail "man page lacks the flags"
+
+completion="$stage/usr/share/bash-completion/completions/memplan"
+[[ -s $completion ]] || fail "no bash completion"
+words=$(bash -c "source '$completion'; COMP_WORDS=(memplan si); COMP_CWORD=1; _memplan; echo \${COMPREPLY[*]}")
+[[ $words == simulate ]] || fail "completion of 'memplan si': '$words'"
+words=$(bash -c "source '$completion'; COMP_WORDS=(memplan search --time); COMP_CWORD=2; _memplan; echo \${COMPREPLY[*]}")
+[[ $words == --time-limit ]] || fail "completion of 'memplan search --time': '$words'"
+echo "install_test: $mode ok"
