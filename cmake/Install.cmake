@@ -3,14 +3,14 @@
 # share/man/man1/ and its bash completion in share/bash-completion/completions/; `cpack` in the
 # build folder makes a Debian package of the same files (tests/install/ checks both).
 include(GNUInstallDirs)
-find_package(Python3 REQUIRED COMPONENTS Interpreter)
+find_package(Python REQUIRED COMPONENTS Interpreter)  # FindPython, as pybind11 uses it
 
 set(MEMPLAN_MAN_PAGE ${PROJECT_BINARY_DIR}/share/memplan.1)
 set(MEMPLAN_COMPLETION ${PROJECT_BINARY_DIR}/share/memplan.bash)
 add_custom_command(
   OUTPUT ${MEMPLAN_MAN_PAGE} ${MEMPLAN_COMPLETION}
   COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/share
-  COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/cmake/help_to_docs.py $<TARGET_FILE:memplan>
+  COMMAND Python::Interpreter ${PROJECT_SOURCE_DIR}/cmake/help_to_docs.py $<TARGET_FILE:memplan>
           ${PROJECT_VERSION} ${MEMPLAN_MAN_PAGE} ${MEMPLAN_COMPLETION}
   DEPENDS memplan ${PROJECT_SOURCE_DIR}/cmake/help_to_docs.py
   COMMENT "Generating memplan's man page and bash completion from --help"
