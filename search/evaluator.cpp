@@ -20,6 +20,7 @@ Evaluation summarize(const sim::Timeline& timeline) {
 }
 
 Evaluation Evaluator::evaluate(const sim::Plan& plan) {
+  if (stop_ != nullptr && stop_->due()) throw Stopped();
   ++count_;
   lowerer_.lower(plan, program_);
   sim::EngineOptions options;
@@ -30,6 +31,7 @@ Evaluation Evaluator::evaluate(const sim::Plan& plan) {
 }
 
 const sim::Timeline& Evaluator::simulate(const sim::Plan& plan) {
+  if (stop_ != nullptr && stop_->due()) throw Stopped();
   ++count_;
   lowerer_.lower(plan, program_);
   sim::EngineOptions options;

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <atomic>
+
 #include <catch2/catch.hpp>
 
 #include "search/comparison.hpp"
@@ -116,4 +119,73 @@ TEST_CASE("searched plans keep the plan rules across maps (no lossy map read by 
     CHECK_NOTHROW(validate_plan(e.plan, inst.workload, "exact plan"));
     CHECK_FALSE(better(r.evaluation, e.evaluation));
   }
+}
+
+TEST_CASE("a cancelled search returns the best seed so far and says so", "[search][plan_search]") {
+  const Workload w = net();
+  const Bytes incore =
+      simulate(w, in_core_plan(w), test_machine(Bytes{1} << 40)).timeline.peak_reserved_bytes;
+  const Machine m = test_machine(incore * 7 / 10, 2e8, 1000);
+  SECTION("cancelled before it starts: only in-core (which always seeds) decides") {
+    const std::atomic<bool> cancel{true};
+    SearchOptions o = quick(2, true);
+    o.cancel = &cancel;
+    const SearchResult r = search_plan(w, m, o);
+    CHECK(r.cancelled);
+    CHECK_FALSE(r.converged);
+    CHECK(r.rounds == 0);
+    CHECK(r.best_policy == "in-core");
+    // Every other policy is listed as skipped, in policies() order, with the reason.
+    REQUIRE(r.skipped.size() == policies().size() - 1);
+    CHECK(r.skipped.front().policy == policies()[1].name);
+    for (const SkippedPolicy& s : r.skipped) CHECK(s.reason == "cancelled");
+  }
+  SECTION("cancelled from the progress callback after the first round") {
+    std::atomic<bool> cancel{false};
+    std::vector<std::string> stages;
+    SearchOptions o = quick(2, true);
+    o.cancel = &cancel;
+    o.on_progress = [&](const SearchProgress& p) {
+      stages.push_back(p.stage);
+      if (p.stage == "round") cancel = true;
+    };
+    const SearchResult r = search_plan(w, m, o);
+    CHECK(r.cancelled);
+    CHECK(r.rounds == 1);
+    CHECK(r.skipped.empty());
+    // One "seeding" call per policy, then the one round.
+    REQUIRE(stages.size() == policies().size() + 1);
+    CHECK(std::count(stages.begin(), stages.end(), "seeding") ==
+          static_cast<std::ptrdiff_t>(policies().size()));
+    CHECK(stages.back() == "round");
+    // The best plan so far is at least the best seed's.
+    CHECK_FALSE(better(r.best_policy_evaluation, r.evaluation));
+  }
+}
+
+TEST_CASE("compare reports progress per policy and can be cancelled", "[search][comparison]") {
+  const Workload w = net();
+  const Machine m = test_machine(Bytes{1} << 40, 2e8, 1000);
+  ComparisonOptions o;
+  o.threads = 2;
+  std::vector<std::size_t> done;
+  o.on_progress = [&](const ComparisonProgress& p) {
+    CHECK(p.total == policies().size());
+    CHECK(find_policy(p.policy) != nullptr);
+    done.push_back(p.done);
+  };
+  const Comparison c = compare_policies(w, m, o);
+  CHECK_FALSE(c.cancelled);
+  REQUIRE(c.rows.size() == policies().size());
+  for (std::size_t i = 0; i < c.rows.size(); ++i) CHECK(c.rows[i].policy == policies()[i].name);
+  // One call per policy, counting 1, 2, ... in the order they finished.
+  REQUIRE(done.size() == policies().size());
+  for (std::size_t i = 0; i < done.size(); ++i) CHECK(done[i] == i + 1);
+
+  const std::atomic<bool> cancel{true};
+  o.cancel = &cancel;
+  o.on_progress = nullptr;
+  const Comparison cancelled = compare_policies(w, m, o);
+  CHECK(cancelled.cancelled);
+  CHECK(cancelled.rows.empty());
 }
