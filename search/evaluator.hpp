@@ -23,6 +23,11 @@ struct Evaluation {
   sim::Nanoseconds stall_ns = 0;
   sim::OpId oom_op = sim::kNoId;  // where memory ran out, when it did
   sim::Bytes oom_bytes_missing = 0;
+  /// For a plan that does not fit, when the Evaluator measures it (Evaluator::measure_excess):
+  /// its peak arena end on a device without a memory limit, minus the capacity. Zero exactly
+  /// when the plan fits (Note [Arena top block]), and it falls smoothly as a plan gets closer to
+  /// fitting, where oom_bytes_missing is flat.
+  sim::Bytes excess_bytes = 0;
 };
 
 /// When a policy or a search must stop early: past a deadline, or once a caller's flag is set.
@@ -65,6 +70,9 @@ class Evaluator {
   /// From now on evaluate() and simulate() throw Stopped once `stop` is due (nullptr: never). The
   /// Stop must outlive its use; helpers a policy creates should share it (stop()).
   void stop_when(const Stop* stop) { stop_ = stop; }
+  /// From now on a plan that does not fit is simulated once more without a memory limit, to fill
+  /// Evaluation::excess_bytes (the search ranks plans that do not fit by it).
+  void measure_excess(bool on) { measure_excess_ = on; }
   [[nodiscard]] const Stop* stop() const { return stop_; }
 
  private:
@@ -75,6 +83,7 @@ class Evaluator {
   sim::Engine engine_;
   std::size_t count_ = 0;
   const Stop* stop_ = nullptr;
+  bool measure_excess_ = false;
 };
 
 /// The Evaluation summary of a timeline.

@@ -69,6 +69,7 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include "search/exact.hpp"
 #include "search/network_view.hpp"
 #include "search/parallel.hpp"
 #include "search/policy.hpp"
@@ -368,6 +369,8 @@ bool better(const Evaluation& a, const Evaluation& b) {
     if (a.iteration_ns != b.iteration_ns) return a.iteration_ns < b.iteration_ns;
     return a.peak_bytes < b.peak_bytes;
   }
+  if (a.excess_bytes != b.excess_bytes && a.excess_bytes > 0 && b.excess_bytes > 0)
+    return a.excess_bytes < b.excess_bytes;  // closer to fitting (Evaluation::excess_bytes)
   if (a.oom_bytes_missing != b.oom_bytes_missing) return a.oom_bytes_missing < b.oom_bytes_missing;
   return a.oom_op > b.oom_op;  // ran further before memory ran out
 }
@@ -438,6 +441,7 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
           if (k > 0 && stop.due()) throw Stopped();
           sim::Plan plan =
               apply_encodings(policy.decide(evaluator, view).plan, view, options.encodings);
+          evaluator.measure_excess(true);
           e = evaluator.evaluate(plan);
           decided[order[k]] = Seed{std::move(plan), e, std::string(policy.name)};
         } catch (const Stopped&) {
@@ -479,7 +483,11 @@ class LocalSearch {
         result_(result),
         arena_(threads),
         driver_(workload, machine),
-        evaluators_([&] { return std::make_unique<Evaluator>(workload, machine); }),
+        evaluators_([&] {
+          auto evaluator = std::make_unique<Evaluator>(workload, machine);
+          evaluator->measure_excess(true);
+          return evaluator;
+        }),
         neighbourhood_(view, options.encodings),
         batch_(options.deterministic ? kDeterministicBatch
                                      : kBatchPerThread * static_cast<std::size_t>(threads)) {}
@@ -489,7 +497,8 @@ class LocalSearch {
     bool converged = true;
     std::size_t starts = 0;
     for (std::size_t k = 0; k < seeds.size() && starts < kStarts; ++k) {
-      if (k > 0 && !seeds[k].evaluation.feasible) break;
+      // Restarts from seeds that fit; while nothing fits, from the next seeds too (fit first).
+      if (k > 0 && !seeds[k].evaluation.feasible && result_.evaluation.feasible) break;
       if (k > 0 && out_of_limits()) return false;
       if (!improve(seeds[k].plan, seeds[k].evaluation, k)) converged = false;
       ++starts;
@@ -623,6 +632,29 @@ class LocalSearch {
   std::size_t evaluated_in_rounds_ = 0;
 };
 
+// Nothing fits after the local search: exact mode from its result, in the time left (Note
+// [Plan search], fallback).
+void exact_fallback(const sim::Workload& workload, const sim::Machine& machine,
+                    const SearchOptions& options, int threads,
+                    std::chrono::steady_clock::time_point start, SearchResult& result) {
+  const double left =
+      options.time_limit_s -
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (left <= 0) return;
+  ExactOptions eo;
+  eo.threads = threads;
+  eo.time_limit_s = left;
+  eo.encodings = options.encodings;
+  const ExactResult exact = solve_exact_from(workload, machine, eo, result);
+  result.exact_fallback = true;
+  result.evaluated = exact.evaluated;
+  if (better(exact.evaluation, result.evaluation)) {
+    result.plan = exact.plan;
+    result.evaluation = exact.evaluation;
+  }
+  result.converged = exact.optimal;
+}
+
 }  // namespace
 
 SearchResult search_plan(const sim::Workload& workload, const sim::Machine& machine,
@@ -655,8 +687,11 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
   result.converged = local.run(seeding.seeds);
   result.cancelled = stop.cancelled();
   if (result.cancelled) result.converged = false;
-  result.plan.policy = "search";
   result.evaluated = seeding.evaluated + local.evaluated();
+  if (!result.evaluation.feasible && !result.cancelled &&
+      view.feature_maps().size() <= std::min(options.exact_fallback_maps, kExactMaxMaps))
+    exact_fallback(workload, machine, options, threads, start, result);
+  result.plan.policy = "search";
   result.elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -41,6 +41,10 @@ struct SearchOptions {
   /// simulation, the rounds at the next round or chunk boundary. The result is the best plan so
   /// far and says `cancelled`.
   const std::atomic<bool>* cancel = nullptr;
+  /// When the local search ends with no plan that fits and the workload has at most this many
+  /// feature maps, exact mode (search/exact.hpp) searches on from its result in the time left
+  /// (Note [Plan search], fallback); 0: never.
+  std::size_t exact_fallback_maps = 12;
 };
 
 /// A policy whose plan did not seed the search: the time limit's seeding share ran out (or the
@@ -59,6 +63,7 @@ struct SearchResult {
   std::size_t rounds = 0;
   bool converged = false;              // stopped because no move improved, not because of a limit
   bool cancelled = false;              // SearchOptions::cancel stopped it
+  bool exact_fallback = false;         // exact mode ran: the local search found nothing that fits
   std::vector<SkippedPolicy> skipped;  // policies that did not seed it, in policies() order
   double elapsed_s = 0.0;
 };
