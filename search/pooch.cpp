@@ -45,6 +45,14 @@
 //    link). APPROXIMATION: a map whose swap costs time only through such delays, with no stall of
 //    its own, is not measured, where the paper's loop would measure it; in exchange a pass costs
 //    one simulation plus two per candidate instead of two per swapped map (ResNet-1517: 6,080).
+//    When a pass has more than kMeasuredCandidates candidates (ResNet-1517 b16: 4,071), even
+//    that is quadratic, and r is estimated instead: the stalls on the map's copies in the
+//    current timeline stand for its swap overhead, its producer's time for its recompute
+//    overhead. Maps are taken smallest estimate first, in runs that double while the run makes
+//    the plan faster (which is what r < 1 means: recomputing costs less than the swap) and halve
+//    when it does not; a map that alone does not make the plan faster stays swapped, and 32 such
+//    refusals in a row end the step. APPROXIMATION (large networks only): the order is the
+//    estimate's, not the measured r's, and the step ends on refusals rather than on a full pass.
 //
 // The keep scans (step 2: L_O \ L_I on each leaf, the rest of L_I on the best leaf) try runs of
 // maps at once, doubling the run while the plan fits and halving it when it does not, so a scan
@@ -69,6 +77,12 @@
 
 namespace memplan::search {
 namespace {
+
+// Step 3 measures r exactly (two simulations per map) for at most this many candidates a pass;
+// beyond, it estimates r (recompute_by_estimate).
+constexpr std::size_t kMeasuredCandidates = 256;
+// Maps refused in a row that end step 3 when r is estimated.
+constexpr std::size_t kRefusalsInARow = 32;
 
 struct Exposure {
   sim::Nanoseconds swap_out_ns = 0;
@@ -196,6 +210,56 @@ std::vector<int> recompute_candidates(const sim::Timeline& timeline, const sim::
   return out;
 }
 
+// Step 3 when a pass would measure more than kMeasuredCandidates maps (Note [PoocH in memplan]):
+// r estimated from the timeline (the stalls on a map's copies against its producer's time),
+// smallest first, taken in runs that double while the plan gets faster and halve when it does
+// not; a map that alone does not make it faster is refused; kRefusalsInARow refusals in a row end
+// the step.
+void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
+  std::vector<char> refused(plan.decisions.size(), 0);
+  std::vector<std::pair<double, int>> order;
+  sim::Nanoseconds current = 0;
+  auto rank = [&] {  // the estimated r < 1 of the swapped maps not refused, smallest first
+    const sim::Timeline& timeline = evaluator.simulate(plan);
+    current = timeline.feasible ? timeline.iteration_ns : 0;
+    const std::vector<Exposure> exposed = exposures(timeline, view);
+    order.clear();
+    for (int m : recompute_candidates(timeline, plan, view)) {
+      if (refused[static_cast<std::size_t>(m)] != 0) continue;
+      const auto& e = exposed[static_cast<std::size_t>(m)];
+      order.emplace_back(static_cast<double>(view.workload().op(view.producer(m)).duration_ns) /
+                             static_cast<double>(e.swap_in_ns + e.swap_out_ns),
+                         m);
+    }
+    std::stable_sort(order.begin(), order.end());
+  };
+  rank();
+  std::size_t run = 1;
+  std::size_t refusals = 0;
+  while (current > 0 && !order.empty() && refusals < kRefusalsInARow) {
+    const std::size_t k = std::min(run, order.size());
+    sim::Plan trial = plan;
+    for (std::size_t i = 0; i < k; ++i) {
+      auto& d = trial.decisions[static_cast<std::size_t>(order[i].second)];
+      d.action = sim::Action::kRecompute;
+      d.prefetch_before = sim::kNoId;
+    }
+    const Evaluation e = evaluator.evaluate(trial);
+    if (e.feasible && e.iteration_ns < current) {
+      plan = std::move(trial);
+      run *= 2;
+      refusals = 0;
+      rank();
+    } else if (k == 1) {
+      refused[static_cast<std::size_t>(order.front().second)] = 1;
+      order.erase(order.begin());
+      ++refusals;
+    } else {
+      run = k / 2;
+    }
+  }
+}
+
 }  // namespace
 
 PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
@@ -290,6 +354,10 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
     sim::Nanoseconds current =
         timeline.feasible ? timeline.iteration_ns : std::numeric_limits<sim::Nanoseconds>::max();
     const std::vector<int> candidates = recompute_candidates(timeline, plan, view);
+    if (candidates.size() > kMeasuredCandidates) {
+      recompute_by_estimate(evaluator, view, plan);
+      break;
+    }
     std::fill(ratio.begin(), ratio.end(), kInfinite);
     parallel_each(0, candidates.size(), [&](std::size_t k) {
       const auto m = static_cast<std::size_t>(candidates[k]);
