@@ -174,6 +174,8 @@ void add_search_command(CLI::App& app, int& exit_status) {
       j["rounds"] = result.rounds;
       j["converged"] = result.converged;
       j["search_s"] = result.elapsed_s;
+      for (const search::SkippedPolicy& s : result.skipped)
+        j["skipped_policies"][s.policy] = s.reason;
       fmt::print("{}\n", j.dump(2));
     } else {
       fmt::print("{}", sim::summary_text(timeline, program, workload, machine, "search"));

@@ -584,8 +584,14 @@ class LocalSearch {
         break;
       }
       const std::size_t end = std::min(moves.size(), begin + kSweepChunk);
+      std::atomic<bool> cut{false};
       arena_.execute([&] {
         parallel_each(begin, end, [&](std::size_t i) {
+          if (stop_.due()) {  // a chunk of a sweep can take seconds on a deep network
+            out.scores[i] = refused();
+            cut.store(true, std::memory_order_relaxed);
+            return;
+          }
           const sim::Plan candidate = with_move(plan, moves[i]);
           out.scores[i] = sim::lossy_map_recomputed_from(candidate, view_.feature_maps(), workload_)
                               ? refused()
@@ -593,6 +599,7 @@ class LocalSearch {
         });
       });
       evaluated_in_rounds_ += end - begin;
+      if (cut.load()) out.swept = false;
       for (std::size_t i = begin; i < end; ++i) {
         if (better(out.scores[i], out.best == moves.size() ? evaluation : out.scores[out.best]))
           out.best = i;
