@@ -110,10 +110,11 @@ void add_search_command(CLI::App& app, int& exit_status) {
                   "Gist encodings the search may use: binarize, sparse, dpr, fp16, fp10, fp8, all");
   cmd->add_option("--threads", options->threads, "worker threads (default: every core)")
       ->check(CLI::NonNegativeNumber);
-  auto* time_limit = cmd->add_option("--time-limit", options->time_limit_s,
-                                     "seconds for the improvement rounds (default 10; with "
-                                     "--exact: none unless given)")
-                         ->check(CLI::PositiveNumber);
+  auto* time_limit =
+      cmd->add_option("--time-limit", options->time_limit_s,
+                      "seconds for the whole search, seeding included (default 10; with "
+                      "--exact: none unless given)")
+          ->check(CLI::PositiveNumber);
   cmd->add_option("--rounds", options->rounds,
                   "stop after this many rounds (default: until converged)");
   cmd->add_option("--seed", options->seed, "seed of the move sampler (default 1)");
