@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <atomic>
+#include <random>
 
 #include <catch2/catch.hpp>
 
@@ -7,6 +8,7 @@
 #include "search/exact.hpp"
 #include "search/gist.hpp"
 #include "search/plan_search.hpp"
+#include "sim/feature_maps.hpp"
 #include "sim/trace_io.hpp"
 #include "tests/search/exact_instances.hpp"
 #include "tests/search/policy_workloads.hpp"
@@ -188,4 +190,54 @@ TEST_CASE("compare reports progress per policy and can be cancelled", "[search][
   const Comparison cancelled = compare_policies(w, m, o);
   CHECK(cancelled.cancelled);
   CHECK(cancelled.rows.empty());
+}
+
+TEST_CASE("fitting is monotone in device memory for random plans on random steps",
+          "[search][property]") {
+  // Random plans (keep, swap with a random prefetch point, recompute; fixed seeds) on the random
+  // training steps of exact_instances. A plan fits exactly when its peak arena end on a device
+  // without a memory limit is at most the capacity (Note [Arena top block]), so it fits at every
+  // capacity above one where it fits: checked at capacities around that peak, 512 bytes apart.
+  std::size_t plans = 0;
+  for (std::uint64_t seed = 1; seed <= 25; ++seed) {
+    CAPTURE(seed);
+    const ExactInstance inst = exact_instance(seed, 4, 12);
+    const std::vector<FeatureMap> maps = find_feature_maps(inst.workload);
+    std::mt19937_64 rng(seed);
+    for (int k = 0; k < 8; ++k) {
+      Plan plan = in_core_plan(inst.workload);
+      for (std::size_t m = 0; m < maps.size(); ++m) {
+        Decision& d = plan.decisions[m];
+        d.action = static_cast<Action>(rng() % 3);  // keep, swap, recompute
+        if (d.action == Action::kSwap && rng() % 2 == 0) {
+          const OpId after = maps[m].forward_uses.empty()
+                                 ? inst.workload.tensor(maps[m].tensor).producer
+                                 : maps[m].forward_uses.back();
+          const OpId before = maps[m].backward_uses.front();
+          d.prefetch_before =
+              after + 1 + static_cast<OpId>(rng() % static_cast<std::uint64_t>(before - after));
+        }
+        if (!decision_problem(d, maps[m], inst.workload).empty()) {
+          d.action = Action::kKeep;
+          d.prefetch_before = kNoId;
+        }
+      }
+      if (lossy_map_recomputed_from(plan, maps, inst.workload)) continue;
+      Machine unlimited = inst.machine;
+      unlimited.memory_bytes = Bytes{1} << 40;
+      const Timeline free = simulate(inst.workload, plan, unlimited).timeline;
+      REQUIRE(free.feasible);
+      for (Bytes capacity = free.peak_reserved_bytes - 512 * 8;
+           capacity <= free.peak_reserved_bytes + 512 * 8; capacity += 512) {
+        CAPTURE(capacity, free.peak_reserved_bytes);
+        Machine m = inst.machine;
+        m.memory_bytes = capacity;
+        const Timeline t = simulate(inst.workload, plan, m).timeline;
+        CHECK(t.feasible == (capacity >= free.peak_reserved_bytes));
+        if (t.feasible) CHECK(t.iteration_ns == free.iteration_ns);
+      }
+      ++plans;
+    }
+  }
+  CHECK(plans > 100);
 }
