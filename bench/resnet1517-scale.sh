@@ -24,10 +24,10 @@ echo "== 3. memplan search --memory 8GiB --time-limit 10"
   --memory 8GiB --time-limit 10 --json | /usr/bin/python3 -c '
 import json, sys
 j = json.load(sys.stdin)
-print(f"search_s {j[\"search_s\"]:.2f}, rounds {j[\"rounds\"]}, evaluated {j[\"evaluated\"]}, "
-      f"converged {j[\"converged\"]}, best policy {j[\"best_policy\"]} "
-      f"{j[\"best_policy_iteration_s\"]:.3f} s -> {j[\"iteration_s\"]:.3f} s")
+print("search_s {:.2f}, rounds {}, evaluated {}, converged {}, best policy {} {:.3f} s -> {:.3f} s"
+      .format(j["search_s"], j["rounds"], j["evaluated"], j["converged"], j["best_policy"],
+              j["best_policy_iteration_s"], j["iteration_s"]))
 for p, why in j.get("skipped_policies", {}).items():
-    print(f"skipped {p}: {why}")'
+    print("skipped {}: {}".format(p, why))'
 echo "== 4. one lowering + simulation (CPU time)"
 "$build/bench/sim_bench" 1517 20 16
