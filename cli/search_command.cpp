@@ -120,8 +120,8 @@ void add_search_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--threads", options->threads, "worker threads (default: every core)")
       ->check(integer_in(1, kMaxThreads));
   auto* time_limit = cmd->add_option("--time-limit", options->time_limit_s,
-                                     "seconds for the improvement rounds (default 10; with "
-                                     "--exact: none unless given)")
+                                     "seconds for the whole search, seeding included (default "
+                                     "10; with --exact: none unless given)")
                          ->check(seconds_up_to(kMaxTimeLimitS));
   cmd->add_option("--rounds", options->rounds,
                   "stop after this many rounds (default: until converged)")
@@ -187,6 +187,8 @@ void add_search_command(CLI::App& app, int& exit_status) {
       j["rounds"] = result.rounds;
       j["converged"] = result.converged;
       j["search_s"] = result.elapsed_s;
+      for (const search::SkippedPolicy& s : result.skipped)
+        j["skipped_policies"][s.policy] = s.reason;
       fmt::print(report, "{}\n", j.dump(2));
     } else {
       fmt::print(report, "{}", sim::summary_text(timeline, program, workload, machine, "search"));

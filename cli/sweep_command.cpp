@@ -54,7 +54,7 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--threads", options->threads, "cells run at once (default: every core)")
       ->check(integer_in(1, kMaxThreads));
   cmd->add_option("--search-time-limit", options->search_time_limit_s,
-                  "seconds of improvement rounds for each search cell (default 10)")
+                  "seconds for each search cell, seeding included (default 10)")
       ->check(seconds_up_to(kMaxTimeLimitS));
   cmd->add_option("--search-rounds", options->search_rounds,
                   "stop each search after this many rounds (default: until converged)")

@@ -9,6 +9,12 @@
 // others, highest MSPS first. memplan reads FT from the in-core schedule and regeneration time from
 // the producer's duration, then simulates; while the plan still does not fit it takes the next
 // candidate (swap where it would hide, recompute otherwise), as Capuchin's feedback pass does.
+// The feedback pass takes candidates in batches: when memory runs out with B bytes missing, it
+// takes the next candidates until their bytes add up to B, then simulates again (one simulation
+// per candidate would be quadratic in the number of maps). APPROXIMATION: the same candidates as
+// one at a time whenever taking candidates lowers what the failing op misses by at most their
+// bytes; the arena's coalescing (a freed block joining free neighbours) or a moved timeline can
+// make a plan with fewer of them fit, and then the batch has taken a few more than needed.
 // A map whose first backward use is the op right after its last forward use (the loss's input)
 // is no candidate: nothing runs while it would be away, so evicting it saves no memory (Capuchin
 // picks tensors for the memory they free at the peak; such a map is back before anything else
@@ -65,7 +71,13 @@ PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view) {
     saved += view.map_bytes(c.map);
   };
   while (next < candidates.size() && saved < to_save) take();
-  while (next < candidates.size() && !evaluator.evaluate(plan).feasible) take();
+  // The feedback pass, a batch of candidates per simulation (Note [Capuchin in a plan]).
+  while (next < candidates.size()) {
+    const Evaluation e = evaluator.evaluate(plan);
+    if (e.feasible) break;
+    const sim::Bytes batch_end = saved + std::max<sim::Bytes>(1, e.oom_bytes_missing);
+    while (next < candidates.size() && saved < batch_end) take();
+  }
   const auto counts = plan.action_counts();
   std::string note =
       fmt::format("{} swapped (free time hides them), {} recomputed by MSPS", counts[1], counts[2]);

@@ -2,9 +2,14 @@
 
 #include <chrono>
 #include <limits>
+#include <mutex>
+#include <optional>
+
+#include <oneapi/tbb/task_arena.h>
 
 #include <fmt/core.h>
 
+#include "search/parallel.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
@@ -23,15 +28,17 @@ sim::Nanoseconds ideal_iteration_ns(const sim::Workload& workload, const sim::Ma
 
 ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
                          const sim::Machine& machine, const NetworkView& view,
-                         const EncodingOptions& encodings, sim::Nanoseconds ideal_ns) {
+                         const EncodingOptions& encodings, sim::Nanoseconds ideal_ns,
+                         const Stop* stop) {
   Evaluator evaluator(workload, machine);
+  evaluator.stop_when(stop);
   const auto start = std::chrono::steady_clock::now();
   PolicyDecision decision = policy.decide(evaluator, view);
   decision.plan = apply_encodings(decision.plan, view, encodings);
-  const auto stop = std::chrono::steady_clock::now();
+  const auto decided = std::chrono::steady_clock::now();
   ComparisonRow row;
   row.policy = decision.plan.policy;
-  row.decide_s = std::chrono::duration<double>(stop - start).count();
+  row.decide_s = std::chrono::duration<double>(decided - start).count();
   row.program = sim::lower(workload, decision.plan);
   sim::Engine engine;
   row.timeline = engine.run(row.program, machine, {false, false, false});
@@ -44,14 +51,51 @@ ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
 }
 
 Comparison compare_policies(const sim::Workload& workload, const sim::Machine& machine,
-                            const EncodingOptions& encodings) {
+                            const ComparisonOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
   Comparison result;
   result.ideal_ns = ideal_iteration_ns(workload, machine);
   const NetworkView view(workload);
-  for (const Policy& policy : policies()) {
-    result.rows.push_back(run_policy(policy, workload, machine, view, encodings, result.ideal_ns));
+  const std::vector<Policy>& all = policies();
+  std::vector<std::optional<ComparisonRow>> rows(all.size());
+  const Stop stop{std::chrono::steady_clock::time_point::max(), options.cancel};
+  std::mutex progress;
+  std::size_t done = 0;
+  const int threads = options.threads > 0 ? options.threads : tbb::task_arena::automatic;
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    parallel_each(
+        0, all.size(),
+        [&](std::size_t p) {
+          if (stop.due()) return;
+          try {
+            rows[p] = run_policy(all[p], workload, machine, view, options.encodings,
+                                 result.ideal_ns, &stop);
+          } catch (const Stopped&) {
+            return;
+          }
+          const std::lock_guard<std::mutex> lock(progress);
+          ++done;
+          if (options.on_progress) {
+            const double elapsed =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            options.on_progress({std::string(all[p].name), done, all.size(), elapsed});
+          }
+        },
+        Split::kOnePerTask);
+  });
+  for (std::optional<ComparisonRow>& row : rows) {
+    if (row) result.rows.push_back(std::move(*row));
   }
+  result.cancelled = result.rows.size() < all.size();
   return result;
+}
+
+Comparison compare_policies(const sim::Workload& workload, const sim::Machine& machine,
+                            const EncodingOptions& encodings) {
+  ComparisonOptions options;
+  options.encodings = encodings;
+  return compare_policies(workload, machine, options);
 }
 
 nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload& workload,

@@ -3,6 +3,8 @@
 // engine — what `memplan compare` prints. A row says whether the policy's plan fits (and if not,
 // why), the iteration time, the overhead against an ideal device with unlimited memory, the
 // peak, the actions taken and how long the policy took to decide.
+#include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,19 +28,43 @@ struct ComparisonRow {
 };
 
 struct Comparison {
-  sim::Nanoseconds ideal_ns = 0;  // in-core on a device with unlimited memory
-  std::vector<ComparisonRow> rows;
+  sim::Nanoseconds ideal_ns = 0;    // in-core on a device with unlimited memory
+  std::vector<ComparisonRow> rows;  // in policies() order; only the finished ones if cancelled
+  bool cancelled = false;           // ComparisonOptions::cancel stopped it
 };
 
-/// Runs every policy of policies() (with the encodings applied to its plan when any is enabled).
+struct ComparisonProgress {
+  std::string policy;  // the policy that just finished
+  std::size_t done = 0;
+  std::size_t total = 0;
+  double elapsed_s = 0.0;
+};
+
+struct ComparisonOptions {
+  EncodingOptions encodings;  // applied to every policy's plan
+  int threads = 0;            // policies decided at once (0: every core)
+  /// Called after every finished policy, from the thread that ran it (one call at a time).
+  std::function<void(const ComparisonProgress&)> on_progress;
+  /// When set and it becomes true, the policies being decided stop at their next simulation and
+  /// no other starts; the result holds the rows that finished and says `cancelled`.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+/// Runs every policy of policies() (with the encodings applied to its plan when any is enabled),
+/// in parallel; the rows come in policies() order whatever the number of threads.
+Comparison compare_policies(const sim::Workload& workload, const sim::Machine& machine,
+                            const ComparisonOptions& options);
+/// The same with default options but for the encodings.
 Comparison compare_policies(const sim::Workload& workload, const sim::Machine& machine,
                             const EncodingOptions& encodings = {});
 
 /// One policy's row: decide (timed), apply the encodings, lower and simulate on `machine`; the
 /// overhead is taken against `ideal_ns`. What compare_policies does for each policy.
+/// With a `stop`, throws Stopped (evaluator.hpp) when it is due before the policy has decided.
 ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
                          const sim::Machine& machine, const NetworkView& view,
-                         const EncodingOptions& encodings, sim::Nanoseconds ideal_ns);
+                         const EncodingOptions& encodings, sim::Nanoseconds ideal_ns,
+                         const Stop* stop = nullptr);
 
 /// The iteration time of the in-core plan on this machine with unlimited device memory.
 sim::Nanoseconds ideal_iteration_ns(const sim::Workload& workload, const sim::Machine& machine);

@@ -12,6 +12,15 @@
 // through evicted maps in either direction: those its recomputation needs (the evicted inputs of
 // its producer, recursively) and those whose recomputation would need it once it is gone (the
 // evicted outputs of forward ops that read it, recursively). Each counts its producer's time once.
+// Batches: one simulation per eviction would make DTR quadratic in the number of maps (thousands
+// of evictions on ResNet-1517, each a full simulation). When memory runs out at X with B bytes
+// missing, DTR evicts victims chosen at X, one after another (the scores are recomputed after
+// each, as the evicted neighbourhoods change), until their bytes add up to B, and only then
+// simulates again. APPROXIMATION: this is the one-at-a-time answer whenever evicting maps that
+// are resident at X lowers what X misses by at most their bytes and the next simulation would
+// still run out at X while fewer than B bytes were evicted; the arena's coalescing can free a
+// larger block than the bytes evicted, and an eviction moves the timeline, so the batch can evict
+// a map or two more than the one-at-a-time loop would (docs/policies.md).
 #include <algorithm>
 #include <limits>
 
@@ -62,33 +71,51 @@ double dtr_score(const NetworkView& view, const sim::Plan& plan, const InCoreSch
          (static_cast<double>(view.map_bytes(map)) * staleness);
 }
 
+namespace {
+
+// The kept map resident at `at` (and not read by it) with the smallest h, or -1.
+int dtr_victim(const NetworkView& view, const sim::Plan& plan, const InCoreSchedule& schedule,
+               sim::OpId at) {
+  const auto& reads = view.workload().op(at).inputs;
+  int victim = -1;
+  double best = std::numeric_limits<double>::infinity();
+  for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+    if (plan.decisions[m].action != sim::Action::kKeep) continue;
+    const auto& fm = view.feature_maps()[m];
+    if (view.producer(static_cast<int>(m)) >= at || fm.backward_uses.back() < at)
+      continue;                                                                     // not resident
+    if (std::find(reads.begin(), reads.end(), fm.tensor) != reads.end()) continue;  // in use
+    const double h = dtr_score(view, plan, schedule, static_cast<int>(m), at);
+    if (h < best) {
+      best = h;
+      victim = static_cast<int>(m);
+    }
+  }
+  return victim;
+}
+
+}  // namespace
+
 PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
-  const sim::Workload& w = view.workload();
   sim::Plan plan = keep_all(view, "dtr");
-  const InCoreSchedule schedule = in_core_schedule(w);
+  const InCoreSchedule schedule = in_core_schedule(view.workload());
   std::size_t evicted = 0;
   for (;;) {
     const Evaluation e = evaluator.evaluate(plan);
     if (e.feasible || e.oom_op == sim::kNoId) break;
-    const sim::OpId at = e.oom_op;
-    const auto& reads = w.op(at).inputs;
-    int victim = -1;
-    double best = std::numeric_limits<double>::infinity();
-    for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
-      if (plan.decisions[m].action != sim::Action::kKeep) continue;
-      const auto& fm = view.feature_maps()[m];
-      if (view.producer(static_cast<int>(m)) >= at || fm.backward_uses.back() < at)
-        continue;  // not resident
-      if (std::find(reads.begin(), reads.end(), fm.tensor) != reads.end()) continue;  // in use
-      const double h = dtr_score(view, plan, schedule, static_cast<int>(m), at);
-      if (h < best) {
-        best = h;
-        victim = static_cast<int>(m);
-      }
+    // Evict at the op where memory ran out until the evicted bytes cover the bytes missing there
+    // (Note [DTR frozen into a plan], batches), then simulate again.
+    sim::Bytes freed = 0;
+    std::size_t batch = 0;
+    while (freed < std::max<sim::Bytes>(1, e.oom_bytes_missing)) {
+      const int victim = dtr_victim(view, plan, schedule, e.oom_op);
+      if (victim < 0) break;
+      plan.decisions[static_cast<std::size_t>(victim)].action = sim::Action::kRecompute;
+      freed += view.map_bytes(victim);
+      ++batch;
     }
-    if (victim < 0) break;
-    plan.decisions[static_cast<std::size_t>(victim)].action = sim::Action::kRecompute;
-    ++evicted;
+    if (batch == 0) break;
+    evicted += batch;
   }
   std::string note = fmt::format("{} maps evicted for recomputation", evicted);
   return {std::move(plan), false, std::move(note)};

@@ -1,5 +1,8 @@
 #include "search/evaluator.hpp"
 
+#include <algorithm>
+#include <limits>
+
 namespace memplan::search {
 
 Evaluator::Evaluator(const sim::Workload& workload, const sim::Machine& machine)
@@ -20,16 +23,25 @@ Evaluation summarize(const sim::Timeline& timeline) {
 }
 
 Evaluation Evaluator::evaluate(const sim::Plan& plan) {
+  if (stop_ != nullptr && stop_->due()) throw Stopped();
   ++count_;
   lowerer_.lower(plan, program_);
   sim::EngineOptions options;
   options.record_spans = false;
   options.record_memory = false;
   options.record_stalls = false;
-  return summarize(engine_.run(program_, machine_, options));
+  Evaluation e = summarize(engine_.run(program_, machine_, options));
+  if (!e.feasible && measure_excess_) {
+    sim::Machine unlimited = machine_;
+    unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
+    const sim::Timeline& t = engine_.run(program_, unlimited, options);
+    e.excess_bytes = std::max<sim::Bytes>(1, t.peak_reserved_bytes - machine_.memory_bytes);
+  }
+  return e;
 }
 
 const sim::Timeline& Evaluator::simulate(const sim::Plan& plan) {
+  if (stop_ != nullptr && stop_->due()) throw Stopped();
   ++count_;
   lowerer_.lower(plan, program_);
   sim::EngineOptions options;

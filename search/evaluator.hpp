@@ -2,7 +2,10 @@
 // Evaluator: the simulator as an oracle for policies and the search — lower a Plan, run it on the
 // Machine, return what it costs. It owns its Lowerer, Program and Engine (and so their buffers),
 // which makes repeated evaluation cheap; use one Evaluator per thread.
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <stdexcept>
 
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
@@ -20,6 +23,31 @@ struct Evaluation {
   sim::Nanoseconds stall_ns = 0;
   sim::OpId oom_op = sim::kNoId;  // where memory ran out, when it did
   sim::Bytes oom_bytes_missing = 0;
+  /// For a plan that does not fit, when the Evaluator measures it (Evaluator::measure_excess):
+  /// its peak arena end on a device without a memory limit, minus the capacity. Zero exactly
+  /// when the plan fits (Note [Arena top block]), and it falls smoothly as a plan gets closer to
+  /// fitting, where oom_bytes_missing is flat.
+  sim::Bytes excess_bytes = 0;
+};
+
+/// When a policy or a search must stop early: past a deadline, or once a caller's flag is set.
+/// An Evaluator that has one throws Stopped from evaluate() and simulate() once it is due, so a
+/// policy deciding under a time limit unwinds at its next simulation, wherever it is.
+struct Stop {
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  const std::atomic<bool>* cancel = nullptr;
+  [[nodiscard]] bool cancelled() const {
+    return cancel != nullptr && cancel->load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] bool due() const {
+    return cancelled() || std::chrono::steady_clock::now() >= deadline;
+  }
+};
+
+/// Thrown by an Evaluator whose Stop is due.
+class Stopped : public std::runtime_error {
+ public:
+  Stopped() : std::runtime_error("stopped: past the deadline or cancelled") {}
 };
 
 class Evaluator {
@@ -39,6 +67,13 @@ class Evaluator {
   [[nodiscard]] std::size_t count() const { return count_; }
   /// Counts evaluations made on this evaluator's behalf by other Evaluators (worker threads).
   void credit(std::size_t evaluations) { count_ += evaluations; }
+  /// From now on evaluate() and simulate() throw Stopped once `stop` is due (nullptr: never). The
+  /// Stop must outlive its use; helpers a policy creates should share it (stop()).
+  void stop_when(const Stop* stop) { stop_ = stop; }
+  /// From now on a plan that does not fit is simulated once more without a memory limit, to fill
+  /// Evaluation::excess_bytes (the search ranks plans that do not fit by it).
+  void measure_excess(bool on) { measure_excess_ = on; }
+  [[nodiscard]] const Stop* stop() const { return stop_; }
 
  private:
   const sim::Workload* workload_;
@@ -47,6 +82,8 @@ class Evaluator {
   sim::Program program_;  // reused between plans
   sim::Engine engine_;
   std::size_t count_ = 0;
+  const Stop* stop_ = nullptr;
+  bool measure_excess_ = false;
 };
 
 /// The Evaluation summary of a timeline.

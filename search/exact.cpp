@@ -576,9 +576,6 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   const int threads = options.threads > 0
                           ? options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  tbb::task_arena arena(threads);
-  ExactResult result;
-
   // The heuristic search (which starts from every policy): the incumbent to beat, and the
   // answer when nothing in the space is faster.
   SearchOptions so;
@@ -586,7 +583,25 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   so.deterministic = true;
   so.time_limit_s = options.time_limit_s > 0 ? options.time_limit_s : 600.0;
   so.encodings = options.encodings;
+  so.exact_fallback_maps = 0;  // this is the exact search
   const SearchResult heuristic = search_plan(workload, machine, so);
+  ExactResult result = solve_exact_from(workload, machine, options, heuristic);
+  result.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+ExactResult solve_exact_from(const sim::Workload& workload, const sim::Machine& machine,
+                             const ExactOptions& options, const SearchResult& heuristic) {
+  const auto start = std::chrono::steady_clock::now();
+  const NetworkView view(workload);
+  MEMPLAN_CHECK(view.feature_maps().size() <= kExactMaxMaps,
+                "exact mode is asked only for instances it can address");
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  tbb::task_arena arena(threads);
+  ExactResult result;
   result.plan = heuristic.plan;
   result.evaluation = heuristic.evaluation;
   result.heuristic_evaluation = heuristic.evaluation;

@@ -6,6 +6,7 @@
 
 #include "search/evaluator.hpp"
 #include "search/gist.hpp"
+#include "search/plan_search.hpp"
 #include "sim/machine.hpp"
 #include "sim/plan.hpp"
 #include "sim/simulation.hpp"
@@ -51,5 +52,11 @@ struct ExactResult {
 /// naming `source` when the workload has more than kExactMaxMaps feature maps.
 ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machine,
                         const ExactOptions& options, const std::string& source = "search --exact");
+
+/// The branch and bound of solve_exact from a heuristic search's result (its plan is the
+/// incumbent); the plan search's fallback when it finds nothing that fits. The workload has at
+/// most kExactMaxMaps feature maps (checked).
+ExactResult solve_exact_from(const sim::Workload& workload, const sim::Machine& machine,
+                             const ExactOptions& options, const SearchResult& heuristic);
 
 }  // namespace memplan::search

@@ -6,7 +6,14 @@
 //
 // Seeding. Every policy of policies() decides (with the enabled encodings applied); each plan is
 // simulated; the best is the incumbent. The search therefore never returns anything worse than
-// the best policy.
+// the best policy that seeded it. The time limit covers the whole search: the policies decide in
+// parallel (one task and one Evaluator each), cheapest first (Policy::cost), and may use
+// kSeedingShare of the limit; an Evaluator whose Stop is due throws Stopped at its next
+// simulation, so a policy still deciding then (PoocH on thousands of maps under a short limit)
+// is abandoned and the result lists it as skipped, with why. The first policy (in-core, which
+// simulates nothing) always seeds. With a limit long enough for every policy, the seeds and hence
+// the result do not depend on timing. SearchOptions::cancel stops seeding the same way, and the
+// rounds at their next round or chunk boundary.
 //
 // Rounds. Each round builds the neighbourhood of the incumbent: every single-map change of action
 // (a change to swap comes with its default prefetch point and with prefetches 4, 16, 64 and 256
@@ -46,16 +53,23 @@
 #include "search/plan_search.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
+
+#include <fmt/core.h>
 
 #include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include "search/exact.hpp"
 #include "search/network_view.hpp"
 #include "search/parallel.hpp"
 #include "search/policy.hpp"
@@ -78,6 +92,8 @@ constexpr std::size_t kRandomPairRounds = 2;
 constexpr sim::OpId kEveryPrefetchPoint = 32;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
+// The share of the time limit that the seeding policies may take (Note [Plan search], seeding).
+constexpr double kSeedingShare = 0.5;
 
 // One change to one variable of a plan: a feature map's action (and prefetch point), or the
 // algorithm of an op with alternative algorithms (Op::algorithms).
@@ -353,158 +369,339 @@ bool better(const Evaluation& a, const Evaluation& b) {
     if (a.iteration_ns != b.iteration_ns) return a.iteration_ns < b.iteration_ns;
     return a.peak_bytes < b.peak_bytes;
   }
+  if (a.excess_bytes != b.excess_bytes && a.excess_bytes > 0 && b.excess_bytes > 0)
+    return a.excess_bytes < b.excess_bytes;  // closer to fitting (Evaluation::excess_bytes)
   if (a.oom_bytes_missing != b.oom_bytes_missing) return a.oom_bytes_missing < b.oom_bytes_missing;
   return a.oom_op > b.oom_op;  // ran further before memory ran out
 }
 
-SearchResult search_plan(const sim::Workload& workload, const sim::Machine& machine,
-                         const SearchOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(); };
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  tbb::task_arena arena(threads);
-  const NetworkView view(workload);
-  SearchResult result;
+namespace {
 
-  // Seed with every policy (inside the arena: policies that simulate in parallel use its threads).
-  Evaluator driver(workload, machine);
-  struct Seed {
-    sim::Plan plan;
-    Evaluation evaluation;
-    std::string policy;
-  };
-  std::vector<Seed> seeds;
-  arena.execute([&] {
-    for (const Policy& policy : policies()) {
-      sim::Plan plan = apply_encodings(policy.decide(driver, view).plan, view, options.encodings);
-      const Evaluation e = driver.evaluate(plan);
-      seeds.push_back({std::move(plan), e, std::string(policy.name)});
+struct Seed {
+  sim::Plan plan;
+  Evaluation evaluation;
+  std::string policy;
+};
+
+// A deadline `seconds` after `start`, or none when that is too far to represent.
+std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::time_point start,
+                                                     double seconds) {
+  if (!(seconds < 1e9)) return std::chrono::steady_clock::time_point::max();
+  return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                     std::chrono::duration<double>(seconds));
+}
+
+// Reports progress one call at a time (seeding policies finish on worker threads).
+class Reporter {
+ public:
+  Reporter(const SearchOptions& options, std::chrono::steady_clock::time_point start)
+      : options_(options), start_(start) {}
+  void operator()(std::string stage, std::string policy, std::size_t round, std::size_t evaluated,
+                  const Evaluation& best) {
+    if (!options_.on_progress) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    options_.on_progress({std::move(stage), std::move(policy), round, evaluated, best, elapsed});
+  }
+
+ private:
+  const SearchOptions& options_;
+  std::chrono::steady_clock::time_point start_;
+  std::mutex mutex_;
+};
+
+struct Seeding {
+  std::vector<Seed> seeds;  // best first; ties in policies() order
+  std::vector<SkippedPolicy> skipped;
+  std::size_t evaluated = 0;
+};
+
+// Every policy decides, cheapest first and in parallel, under `stop` (Note [Plan search],
+// seeding); the cheapest (in-core, which simulates nothing) always seeds.
+Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& machine,
+                           const NetworkView& view, const SearchOptions& options, const Stop& stop,
+                           double seeding_s, Reporter& report) {
+  const std::vector<Policy>& all = policies();
+  std::vector<std::size_t> order(all.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return all[a].cost < all[b].cost; });
+  std::vector<std::optional<Seed>> decided(all.size());
+  std::vector<std::string> why(all.size());
+  std::atomic<std::size_t> evaluated{0};
+  parallel_each(
+      0, order.size(),
+      [&](std::size_t k) {
+        const Policy& policy = all[order[k]];
+        Evaluator evaluator(workload, machine);
+        if (k > 0) evaluator.stop_when(&stop);
+        Evaluation e;
+        try {
+          if (k > 0 && stop.due()) throw Stopped();
+          sim::Plan plan =
+              apply_encodings(policy.decide(evaluator, view).plan, view, options.encodings);
+          evaluator.measure_excess(true);
+          e = evaluator.evaluate(plan);
+          decided[order[k]] = Seed{std::move(plan), e, std::string(policy.name)};
+        } catch (const Stopped&) {
+          why[order[k]] = stop.cancelled() ? std::string("cancelled")
+                                           : fmt::format(
+                                                 "not decided within the seeding share of the time "
+                                                 "limit ({:.1f} s)",
+                                                 seeding_s);
+        }
+        const std::size_t total = evaluated += evaluator.count();
+        report("seeding", std::string(policy.name), 0, total, e);
+      },
+      Split::kOnePerTask);
+  Seeding result;
+  result.evaluated = evaluated.load();
+  for (std::size_t p = 0; p < all.size(); ++p) {
+    if (decided[p]) {
+      result.seeds.push_back(std::move(*decided[p]));
+    } else {
+      result.skipped.push_back({std::string(all[p].name), why[p]});
     }
-  });
-  std::stable_sort(seeds.begin(), seeds.end(),
+  }
+  std::stable_sort(result.seeds.begin(), result.seeds.end(),
                    [](const Seed& x, const Seed& y) { return better(x.evaluation, y.evaluation); });
-  result.plan = seeds.front().plan;
-  result.evaluation = seeds.front().evaluation;
-  result.best_policy = seeds.front().policy;
-  result.best_policy_evaluation = result.evaluation;
+  return result;
+}
 
-  tbb::enumerable_thread_specific<std::unique_ptr<Evaluator>> evaluators(
-      [&] { return std::make_unique<Evaluator>(workload, machine); });
-  const Neighbourhood neighbourhood(view, options.encodings);
-  const std::size_t batch = options.deterministic
-                                ? kDeterministicBatch
-                                : kBatchPerThread * static_cast<std::size_t>(threads);
-  std::size_t evaluated_in_rounds = 0;
-  bool converged = true;
-  // Local search from one seed until it settles (or a limit stops it).
-  auto improve = [&](sim::Plan plan, Evaluation evaluation, std::uint64_t start_index) {
+// The local search from one seed after another (Note [Plan search], rounds to restarts).
+class LocalSearch {
+ public:
+  LocalSearch(const sim::Workload& workload, const sim::Machine& machine, const NetworkView& view,
+              const SearchOptions& options, int threads, const Stop& stop, Reporter& report,
+              SearchResult& result)
+      : workload_(workload),
+        view_(view),
+        options_(options),
+        stop_(stop),
+        report_(report),
+        result_(result),
+        arena_(threads),
+        driver_(workload, machine),
+        evaluators_([&] {
+          auto evaluator = std::make_unique<Evaluator>(workload, machine);
+          evaluator->measure_excess(true);
+          return evaluator;
+        }),
+        neighbourhood_(view, options.encodings),
+        batch_(options.deterministic ? kDeterministicBatch
+                                     : kBatchPerThread * static_cast<std::size_t>(threads)) {}
+
+  // Searches from each seed in turn; returns false when a limit, not convergence, ended it.
+  bool run(const std::vector<Seed>& seeds) {
+    bool converged = true;
+    std::size_t starts = 0;
+    for (std::size_t k = 0; k < seeds.size() && starts < kStarts; ++k) {
+      // Restarts from seeds that fit; while nothing fits, from the next seeds too (fit first).
+      if (k > 0 && !seeds[k].evaluation.feasible && result_.evaluation.feasible) break;
+      if (k > 0 && out_of_limits()) return false;
+      if (!improve(seeds[k].plan, seeds[k].evaluation, k)) converged = false;
+      ++starts;
+    }
+    return converged;
+  }
+  [[nodiscard]] std::size_t evaluated() const { return driver_.count() + evaluated_in_rounds_; }
+
+ private:
+  [[nodiscard]] bool out_of_limits() const {
+    return stop_.due() || (options_.max_rounds != 0 && result_.rounds >= options_.max_rounds);
+  }
+
+  // Local search from one seed until it settles (true) or a limit stops it (false).
+  bool improve(sim::Plan plan, Evaluation evaluation, std::uint64_t start_index) {
     Sweep sweep = Sweep::kSampled;
     std::size_t idle_random_pairs = 0;
     std::size_t round = 0;
-    bool settled = false;
-    while (!settled && (options.max_rounds == 0 || result.rounds < options.max_rounds) &&
-           elapsed() < options.time_limit_s && !cancelled()) {
-      ++result.rounds;
+    while (!out_of_limits()) {
+      ++result_.rounds;
       ++round;
-      std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ULL + start_index * 0x100000001B3ULL +
+      std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + start_index * 0x100000001B3ULL +
                           round);
-      const std::vector<Change> changes = neighbourhood.changes(plan);
-      std::vector<Move> moves;
-      switch (sweep) {
-        case Sweep::kSampled:
-        case Sweep::kRandomPairs:
-          moves = draw(changes, blame(driver.simulate(plan), view, neighbourhood, plan), batch,
-                       sweep == Sweep::kRandomPairs, rng);
-          break;
-        case Sweep::kSingles:
-          for (const Change& c : changes) moves.push_back({c});
-          break;
-        case Sweep::kPairs:
-          moves = combinations(changes, 2);
-          break;
-        case Sweep::kTriples:
-          moves = combinations(changes, 3);
-          break;
-      }
-      if (moves.empty()) break;
-      // Evaluated in chunks (a fixed size, so any thread count sees the same chunks); the best
-      // candidate of the first chunk that holds an improvement is taken.
-      std::vector<Evaluation> scores(moves.size());
-      std::size_t best = moves.size();
-      bool swept = true;
-      for (std::size_t begin = 0; begin < moves.size() && best == moves.size();
-           begin += kSweepChunk) {
-        if (begin > 0 && elapsed() >= options.time_limit_s) {
-          swept = false;
-          break;
-        }
-        const std::size_t end = std::min(moves.size(), begin + kSweepChunk);
-        arena.execute([&] {
-          parallel_each(begin, end, [&](std::size_t i) {
-            const sim::Plan candidate = with_move(plan, moves[i]);
-            scores[i] = sim::lossy_map_recomputed_from(candidate, view.feature_maps(), workload)
-                            ? refused()
-                            : evaluators.local()->evaluate(candidate);
-          });
-        });
-        evaluated_in_rounds += end - begin;
-        for (std::size_t i = begin; i < end; ++i) {
-          if (better(scores[i], best == moves.size() ? evaluation : scores[best])) best = i;
-        }
-      }
+      const std::vector<Change> changes = neighbourhood_.changes(plan);
+      const std::vector<Move> moves = round_moves(plan, changes, sweep, rng);
+      if (moves.empty()) return true;
+      const auto [best, scores, swept] = evaluate_moves(plan, evaluation, moves);
+      bool settled = false;
       if (best < moves.size()) {
         plan = with_move(plan, moves[best]);
         evaluation = scores[best];
         sweep = Sweep::kSampled;
         idle_random_pairs = 0;
       } else if (swept) {
-        // Nothing in this neighbourhood improves: widen it.
-        const bool singles_done =
-            sweep == Sweep::kSingles || (sweep == Sweep::kSampled && changes.size() <= batch);
-        if (sweep == Sweep::kSampled && !singles_done) {
-          sweep = changes.size() <= kFullSweepCap ? Sweep::kSingles : Sweep::kRandomPairs;
-        } else if (singles_done) {
-          sweep =
-              combination_count(changes, 2) <= kPairSweepCap ? Sweep::kPairs : Sweep::kRandomPairs;
-        } else if (sweep == Sweep::kPairs && combination_count(changes, 3) <= kTripleSweepCap) {
-          sweep = Sweep::kTriples;
-        } else if (sweep != Sweep::kRandomPairs || ++idle_random_pairs == kRandomPairRounds) {
-          settled = true;  // every pair (or triple) swept, or the sampled pairs ran out of luck
-        }
+        settled = widen(sweep, changes, idle_random_pairs);
       }
-      if (better(evaluation, result.evaluation)) {
-        result.plan = plan;
-        result.evaluation = evaluation;
+      if (better(evaluation, result_.evaluation)) {
+        result_.plan = plan;
+        result_.evaluation = evaluation;
       }
-      if (options.on_progress)
-        options.on_progress(
-            {result.rounds, driver.count() + evaluated_in_rounds, result.evaluation, elapsed()});
+      report_("round", "", result_.rounds, evaluated(), result_.evaluation);
+      if (settled) return true;
     }
-    if (!settled) converged = false;
-  };
-  // Restarts: from the best kStarts seeds that fit (or the best one when none fits), while the
-  // limits allow; a local optimum reached from one policy's plan is often not another's.
-  std::size_t starts = 0;
-  for (std::size_t k = 0; k < seeds.size() && starts < kStarts; ++k) {
-    if (k > 0 && !seeds[k].evaluation.feasible) break;
-    if (k > 0 && (elapsed() >= options.time_limit_s || cancelled() ||
-                  (options.max_rounds != 0 && result.rounds >= options.max_rounds))) {
-      converged = false;  // a limit, not convergence, ended the search
-      break;
-    }
-    improve(seeds[k].plan, seeds[k].evaluation, k);
-    ++starts;
+    return false;
   }
+
+  std::vector<Move> round_moves(const sim::Plan& plan, const std::vector<Change>& changes,
+                                Sweep sweep, std::mt19937_64& rng) {
+    std::vector<Move> moves;
+    switch (sweep) {
+      case Sweep::kSampled:
+      case Sweep::kRandomPairs:
+        moves = draw(changes, blame(driver_.simulate(plan), view_, neighbourhood_, plan), batch_,
+                     sweep == Sweep::kRandomPairs, rng);
+        break;
+      case Sweep::kSingles:
+        for (const Change& c : changes) moves.push_back({c});
+        break;
+      case Sweep::kPairs:
+        moves = combinations(changes, 2);
+        break;
+      case Sweep::kTriples:
+        moves = combinations(changes, 3);
+        break;
+    }
+    return moves;
+  }
+
+  struct Scored {
+    std::size_t best;  // moves.size() when none improves
+    std::vector<Evaluation> scores;
+    bool swept;  // every chunk was evaluated (no limit cut the sweep short)
+  };
+  // Evaluated in chunks (a fixed size, so any thread count sees the same chunks); the best
+  // candidate of the first chunk that holds an improvement is taken.
+  Scored evaluate_moves(const sim::Plan& plan, const Evaluation& evaluation,
+                        const std::vector<Move>& moves) {
+    Scored out{moves.size(), std::vector<Evaluation>(moves.size()), true};
+    for (std::size_t begin = 0; begin < moves.size() && out.best == moves.size();
+         begin += kSweepChunk) {
+      if (begin > 0 && stop_.due()) {
+        out.swept = false;
+        break;
+      }
+      const std::size_t end = std::min(moves.size(), begin + kSweepChunk);
+      std::atomic<bool> cut{false};
+      arena_.execute([&] {
+        parallel_each(begin, end, [&](std::size_t i) {
+          if (stop_.due()) {  // a chunk of a sweep can take seconds on a deep network
+            out.scores[i] = refused();
+            cut.store(true, std::memory_order_relaxed);
+            return;
+          }
+          const sim::Plan candidate = with_move(plan, moves[i]);
+          out.scores[i] = sim::lossy_map_recomputed_from(candidate, view_.feature_maps(), workload_)
+                              ? refused()
+                              : evaluators_.local()->evaluate(candidate);
+        });
+      });
+      evaluated_in_rounds_ += end - begin;
+      if (cut.load()) out.swept = false;
+      for (std::size_t i = begin; i < end; ++i) {
+        if (better(out.scores[i], out.best == moves.size() ? evaluation : out.scores[out.best]))
+          out.best = i;
+      }
+    }
+    return out;
+  }
+
+  // Nothing in this round's neighbourhood improved: the next round's (Note [Plan search],
+  // widening). Returns true when the search has settled.
+  bool widen(Sweep& sweep, const std::vector<Change>& changes, std::size_t& idle_random_pairs) {
+    const bool singles_done =
+        sweep == Sweep::kSingles || (sweep == Sweep::kSampled && changes.size() <= batch_);
+    if (sweep == Sweep::kSampled && !singles_done) {
+      sweep = changes.size() <= kFullSweepCap ? Sweep::kSingles : Sweep::kRandomPairs;
+    } else if (singles_done) {
+      sweep = combination_count(changes, 2) <= kPairSweepCap ? Sweep::kPairs : Sweep::kRandomPairs;
+    } else if (sweep == Sweep::kPairs && combination_count(changes, 3) <= kTripleSweepCap) {
+      sweep = Sweep::kTriples;
+    } else if (sweep != Sweep::kRandomPairs || ++idle_random_pairs == kRandomPairRounds) {
+      return true;  // every pair (or triple) swept, or the sampled pairs ran out of luck
+    }
+    return false;
+  }
+
+  const sim::Workload& workload_;
+  const NetworkView& view_;
+  const SearchOptions& options_;
+  const Stop& stop_;
+  Reporter& report_;
+  SearchResult& result_;
+  tbb::task_arena arena_;
+  Evaluator driver_;
+  tbb::enumerable_thread_specific<std::unique_ptr<Evaluator>> evaluators_;
+  const Neighbourhood neighbourhood_;
+  const std::size_t batch_;
+  std::size_t evaluated_in_rounds_ = 0;
+};
+
+// Nothing fits after the local search: exact mode from its result, in the time left (Note
+// [Plan search], fallback).
+void exact_fallback(const sim::Workload& workload, const sim::Machine& machine,
+                    const SearchOptions& options, int threads,
+                    std::chrono::steady_clock::time_point start, SearchResult& result) {
+  const double left =
+      options.time_limit_s -
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (left <= 0) return;
+  ExactOptions eo;
+  eo.threads = threads;
+  eo.time_limit_s = left;
+  eo.encodings = options.encodings;
+  const ExactResult exact = solve_exact_from(workload, machine, eo, result);
+  result.exact_fallback = true;
+  result.evaluated = exact.evaluated;
+  if (better(exact.evaluation, result.evaluation)) {
+    result.plan = exact.plan;
+    result.evaluation = exact.evaluation;
+  }
+  result.converged = exact.optimal;
+}
+
+}  // namespace
+
+SearchResult search_plan(const sim::Workload& workload, const sim::Machine& machine,
+                         const SearchOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  tbb::task_arena arena(threads);
+  const NetworkView view(workload);
+  Reporter report(options, start);
+  SearchResult result;
+
+  // Seeding, inside the arena: policies that simulate in parallel use its threads.
+  const double seeding_s = kSeedingShare * options.time_limit_s;
+  const Stop seeding_stop{deadline_after(start, seeding_s), options.cancel};
+  Seeding seeding;
+  arena.execute([&] {
+    seeding = seed_with_policies(workload, machine, view, options, seeding_stop, seeding_s, report);
+  });
+  const Seed& best = seeding.seeds.front();
+  result.plan = best.plan;
+  result.evaluation = best.evaluation;
+  result.best_policy = best.policy;
+  result.best_policy_evaluation = best.evaluation;
+  result.skipped = seeding.skipped;
+
+  const Stop stop{deadline_after(start, options.time_limit_s), options.cancel};
+  LocalSearch local(workload, machine, view, options, threads, stop, report, result);
+  result.converged = local.run(seeding.seeds);
+  result.cancelled = stop.cancelled();
+  if (result.cancelled) result.converged = false;
+  result.evaluated = seeding.evaluated + local.evaluated();
+  if (!result.evaluation.feasible && !result.cancelled &&
+      view.feature_maps().size() <= std::min(options.exact_fallback_maps, kExactMaxMaps))
+    exact_fallback(workload, machine, options, threads, start, result);
   result.plan.policy = "search";
   result.simulation = sim::simulate_plan(workload, result.plan, machine);
-  result.converged = converged;
-  result.evaluated = driver.count() + evaluated_in_rounds;
-  result.elapsed_s = elapsed();
+  result.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

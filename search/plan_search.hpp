@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "search/evaluator.hpp"
 #include "search/gist.hpp"
@@ -15,6 +16,10 @@
 namespace memplan::search {
 
 struct SearchProgress {
+  /// "seeding": a policy's plan was simulated, or the policy was skipped (`policy` names it);
+  /// "round": a round of the local search ended.
+  std::string stage;
+  std::string policy;
   std::size_t round = 0;
   std::size_t evaluated = 0;
   Evaluation best;
@@ -22,18 +27,32 @@ struct SearchProgress {
 };
 
 struct SearchOptions {
-  int threads = 0;             // 0: every core
-  double time_limit_s = 10.0;  // wall-clock budget for the improvement rounds
+  int threads = 0;  // 0: every core
+  /// Wall-clock budget of the whole search, seeding included (Note [Plan search], seeding).
+  double time_limit_s = 10.0;
   std::size_t max_rounds = 0;  // 0: no limit besides convergence and time
   std::uint64_t seed = 1;
   /// Same plan for any thread count: the candidate batch size no longer grows with the threads.
   bool deterministic = false;
   EncodingOptions encodings;
-  /// Called by the driving thread after every round.
+  /// Called after every seeding policy (from the worker that ran it) and after every round (from
+  /// the driving thread); one call at a time.
   std::function<void(const SearchProgress&)> on_progress;
-  /// When set and true, the search stops at the next round boundary and returns the best plan so
-  /// far (not converged), as a time limit would. Python's progress callback sets it.
+  /// When set and it becomes true, the search stops: the policy being decided at its next
+  /// simulation, the rounds at the next round or chunk boundary. The result is the best plan so
+  /// far and says `cancelled`.
   const std::atomic<bool>* cancel = nullptr;
+  /// When the local search ends with no plan that fits and the workload has at most this many
+  /// feature maps, exact mode (search/exact.hpp) searches on from its result in the time left
+  /// (Note [Plan search], fallback); 0: never.
+  std::size_t exact_fallback_maps = 12;
+};
+
+/// A policy whose plan did not seed the search: the time limit's seeding share ran out (or the
+/// search was cancelled) before it finished deciding.
+struct SkippedPolicy {
+  std::string policy;
+  std::string reason;
 };
 
 struct SearchResult {
@@ -44,7 +63,10 @@ struct SearchResult {
   Evaluation best_policy_evaluation;
   std::size_t evaluated = 0;  // plans simulated, policies' own simulations included
   std::size_t rounds = 0;
-  bool converged = false;  // stopped because no move improved, not because of a limit
+  bool converged = false;              // stopped because no move improved, not because of a limit
+  bool cancelled = false;              // SearchOptions::cancel stopped it
+  bool exact_fallback = false;         // exact mode ran: the local search found nothing that fits
+  std::vector<SkippedPolicy> skipped;  // policies that did not seed it, in policies() order
   double elapsed_s = 0.0;
 };
 

@@ -20,26 +20,26 @@ PolicyDecision decide_in_core(Evaluator& /*evaluator*/, const NetworkView& view)
 
 const std::vector<Policy>& policies() {
   static const std::vector<Policy> kPolicies{
-      {"in-core", "keep every feature map on the device", decide_in_core},
-      {"vdnn-all", "vDNN: swap the input of every layer, prefetch one layer ahead",
-       decide_vdnn_all},
+      {"in-core", "keep every feature map on the device", decide_in_core, PolicyCost::kNone},
+      {"vdnn-all", "vDNN: swap the input of every layer, prefetch one layer ahead", decide_vdnn_all,
+       PolicyCost::kNone},
       {"vdnn-conv", "vDNN: swap the inputs of conv layers, prefetch up to the next conv",
-       decide_vdnn_conv},
+       decide_vdnn_conv, PolicyCost::kNone},
       {"vdnn-dyn", "vDNN dynamic: the first rung of vDNN's ladder (swap set, algorithms) that fits",
-       decide_vdnn_dyn},
+       decide_vdnn_dyn, PolicyCost::kPerEviction},
       {"layrub", "Layrub: migrate every feature map to host, bring it back layer by layer",
-       decide_layrub},
+       decide_layrub, PolicyCost::kNone},
       {"checkpoint-sqrt", "Chen et al.: keep every sqrt(n)-th map, recompute the rest",
-       decide_checkpoint_sqrt},
+       decide_checkpoint_sqrt, PolicyCost::kNone},
       {"superneurons", "SuperNeurons: recompute cheap layers, LRU-swap checkpoints on demand",
-       decide_superneurons},
+       decide_superneurons, PolicyCost::kPerEviction},
       {"pooch", "PoocH: profile all-swap, enumerate keep/swap, then swap->recompute by r(X)",
-       decide_pooch},
+       decide_pooch, PolicyCost::kPerMap},
       {"capuchin",
        "Capuchin: swap where free time hides it, else recompute by memory saved per second",
-       decide_capuchin},
-      {"dtr", "DTR: evict by recompute cost / (bytes x staleness) when memory runs out",
-       decide_dtr},
+       decide_capuchin, PolicyCost::kPerEviction},
+      {"dtr", "DTR: evict by recompute cost / (bytes x staleness) when memory runs out", decide_dtr,
+       PolicyCost::kPerEviction},
   };
   return kPolicies;
 }

@@ -25,10 +25,20 @@ struct PolicyDecision {
 
 using DecideFunction = PolicyDecision (*)(Evaluator& evaluator, const NetworkView& view);
 
+/// How much simulating a policy does as it decides, roughly: the search seeds with the cheapest
+/// first, so that a short time limit still gets the cheap policies' plans.
+enum class PolicyCost {
+  kNone,         // decides without simulating
+  kFew,          // a fixed handful of simulations
+  kPerEviction,  // one simulation per batch of maps it evicts when memory runs out
+  kPerMap,       // simulations per feature map (a profile, a ranking)
+};
+
 struct Policy {
   std::string_view name;
   std::string_view summary;
   DecideFunction decide;
+  PolicyCost cost = PolicyCost::kFew;
 };
 
 /// All policies, in the order `memplan compare` lists them.

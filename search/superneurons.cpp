@@ -20,8 +20,12 @@
 //   and forgets them right after (quadratic extra compute, no extra memory).
 // - The tensor pool: the plan is simulated; when an allocation fails at op X, the kept checkpoint
 //   that is resident at X and was used least recently before X is swapped instead, and the plan is
-//   simulated again, until it fits or nothing is left to swap. Its swap-in starts one conv layer
-//   ahead: before the backward op of the nearest conv layer above its first backward use.
+//   simulated again, until it fits or nothing is left to swap. Victims are taken in batches:
+//   at the op where memory ran out, least recently used first, until their bytes add up to the
+//   bytes missing there; then the plan is simulated again (the same APPROXIMATION as DTR's
+//   batches, Note [DTR frozen into a plan]: one simulation per victim would be quadratic). Its
+//   swap-in starts one conv layer ahead: before the backward op of the nearest conv layer above its
+//   first backward use.
 #include <algorithm>
 
 #include <fmt/core.h>
@@ -112,27 +116,33 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
   for (;;) {
     const Evaluation e = evaluator.evaluate(plan);
     if (e.feasible || e.oom_op == sim::kNoId) break;
-    // Least recently used kept checkpoint resident when memory ran out.
-    int victim = -1;
-    sim::OpId victim_touch = sim::kNoId;
-    for (std::size_t m = 0; m < checkpoint.size(); ++m) {
-      if (!checkpoint[m] || plan.decisions[m].action != sim::Action::kKeep) continue;
-      const auto& fm = view.feature_maps()[m];
-      if (view.producer(static_cast<int>(m)) >= e.oom_op || fm.backward_uses.front() <= e.oom_op)
-        continue;
-      const sim::OpId touched = last_touch_before(view, static_cast<int>(m), e.oom_op);
-      if (victim < 0 || touched < victim_touch) {
-        victim = static_cast<int>(m);
-        victim_touch = touched;
+    const std::size_t before = swapped;
+    sim::Bytes freed = 0;
+    while (freed < std::max<sim::Bytes>(1, e.oom_bytes_missing)) {
+      // Least recently used kept checkpoint resident when memory ran out.
+      int victim = -1;
+      sim::OpId victim_touch = sim::kNoId;
+      for (std::size_t m = 0; m < checkpoint.size(); ++m) {
+        if (!checkpoint[m] || plan.decisions[m].action != sim::Action::kKeep) continue;
+        const auto& fm = view.feature_maps()[m];
+        if (view.producer(static_cast<int>(m)) >= e.oom_op || fm.backward_uses.front() <= e.oom_op)
+          continue;
+        const sim::OpId touched = last_touch_before(view, static_cast<int>(m), e.oom_op);
+        if (victim < 0 || touched < victim_touch) {
+          victim = static_cast<int>(m);
+          victim_touch = touched;
+        }
       }
+      if (victim < 0) break;  // nothing left to swap: the caller reports the plan does not fit
+      sim::Decision& d = plan.decisions[static_cast<std::size_t>(victim)];
+      d.action = sim::Action::kSwap;
+      const sim::OpId at = conv_prefetch_point(
+          view, view.feature_maps()[static_cast<std::size_t>(victim)].backward_uses.front());
+      if (at != sim::kNoId) d.prefetch_before = at;
+      freed += view.map_bytes(victim);
+      ++swapped;
     }
-    if (victim < 0) break;  // nothing left to swap: the caller reports the plan does not fit
-    sim::Decision& d = plan.decisions[static_cast<std::size_t>(victim)];
-    d.action = sim::Action::kSwap;
-    const sim::OpId at = conv_prefetch_point(
-        view, view.feature_maps()[static_cast<std::size_t>(victim)].backward_uses.front());
-    if (at != sim::kNoId) d.prefetch_before = at;
-    ++swapped;
+    if (swapped == before) break;
   }
   const auto counts = plan.action_counts();
   std::string note = fmt::format(

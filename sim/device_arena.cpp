@@ -133,6 +133,8 @@ inline DeviceArena::BlockId DeviceArena::new_block() {
 }
 
 inline void DeviceArena::insert_free(BlockId b) {
+  ++free_blocks_;
+  if (b == last_block_) return;  // the top block is not indexed (Note [Arena top block])
   const Block& block = blocks_[static_cast<std::size_t>(b)];
   const int c = class_of(block.size);
   auto& entries = classes_[static_cast<std::size_t>(c)];
@@ -143,10 +145,13 @@ inline void DeviceArena::insert_free(BlockId b) {
   entries.insert(at, FreeEntry{block.size, block.offset, b});
   first_bitmap_ |= std::uint64_t{1} << (c / kSecondLevels);
   second_bitmap_[static_cast<std::size_t>(c / kSecondLevels)] |= 1U << (c % kSecondLevels);
-  ++free_blocks_;
 }
 
 inline void DeviceArena::erase_free(BlockId b) {
+  if (b == last_block_) {  // the top block is not indexed
+    --free_blocks_;
+    return;
+  }
   const Block& block = blocks_[static_cast<std::size_t>(b)];
   const int c = class_of(block.size);
   auto& entries = classes_[static_cast<std::size_t>(c)];
@@ -224,7 +229,7 @@ inline DeviceArena::BlockId DeviceArena::take(Size size) {
     } else {
       const std::uint64_t firsts =
           first + 1 < kFirstLevels ? first_bitmap_ & (~std::uint64_t{0} << (first + 1)) : 0;
-      if (firsts == 0) return kNone;
+      if (firsts == 0) return take_top(size);
       const int f = std::countr_zero(firsts);
       found = f * kSecondLevels + std::countr_zero(second_bitmap_[static_cast<std::size_t>(f)]);
     }
@@ -262,12 +267,39 @@ inline DeviceArena::BlockId DeviceArena::take(Size size) {
   } else {
     erase_free_at(found, position);
   }
-  blocks_[static_cast<std::size_t>(b)].free = false;
-  ++allocations_;
-  live_ += size;
-  if (live_ > peak_live_) peak_live_ = live_;
-  if (offset + size > peak_reserved_) peak_reserved_ = offset + size;
+  handed_out(b);
   return b;
+}
+
+// Nothing below the top block is large enough: the start of the top block, if it is.
+DeviceArena::BlockId DeviceArena::take_top(Size size) {
+  if (last_block_ == kNone) return kNone;
+  const BlockId b = last_block_;
+  if (!blocks_[static_cast<std::size_t>(b)].free ||
+      blocks_[static_cast<std::size_t>(b)].size < size)
+    return kNone;
+  --free_blocks_;
+  if (blocks_[static_cast<std::size_t>(b)].size > size) {
+    const BlockId r = new_block();  // may move blocks_
+    Block& block = blocks_[static_cast<std::size_t>(b)];
+    blocks_[static_cast<std::size_t>(r)] = {
+        block.offset + size, block.size - size, b, kNone, true, false};
+    block.next = r;
+    block.size = size;
+    last_block_ = r;
+    ++free_blocks_;  // the rest is the new top block
+  }
+  handed_out(b);
+  return b;
+}
+
+inline void DeviceArena::handed_out(BlockId b) {
+  Block& block = blocks_[static_cast<std::size_t>(b)];
+  block.free = false;
+  ++allocations_;
+  live_ += block.size;
+  if (live_ > peak_live_) peak_live_ = live_;
+  if (block.offset + block.size > peak_reserved_) peak_reserved_ = block.offset + block.size;
 }
 
 inline void DeviceArena::give_back(BlockId b) {
@@ -316,10 +348,14 @@ DeviceArena::Size DeviceArena::reserved_bytes() const {
 }
 
 DeviceArena::Size DeviceArena::largest_free_block() const {
-  if (first_bitmap_ == 0) return 0;
+  Size top = 0;
+  if (last_block_ != kNone && blocks_[static_cast<std::size_t>(last_block_)].free)
+    top = blocks_[static_cast<std::size_t>(last_block_)].size;
+  if (first_bitmap_ == 0) return top;
   const int first = 63 - std::countl_zero(first_bitmap_);
   const int second = 31 - std::countl_zero(second_bitmap_[static_cast<std::size_t>(first)]);
-  return classes_[static_cast<std::size_t>(first * kSecondLevels + second)].back().size;
+  return std::max(top,
+                  classes_[static_cast<std::size_t>(first * kSecondLevels + second)].back().size);
 }
 
 }  // namespace memplan::sim

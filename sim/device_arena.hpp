@@ -1,8 +1,12 @@
 #pragma once
 // DeviceArena: the one allocator of device memory, shared by the simulator and by the host and
 // CUDA backends for their real arena. It manages offsets within [0, capacity) of one capped region:
-// best fit (the smallest free block that is large enough, lowest offset among equals), sizes
-// rounded up to 512 bytes, neighbouring free blocks coalesced on release. Because the backends run
+// best fit among the free blocks below the top one (the smallest that is large enough, lowest
+// offset among equals), else the start of the top block (the free space above the highest block
+// handed out), sizes rounded up to 512 bytes, neighbouring free blocks coalesced on release.
+// Because the top block is taken only when nothing below fits, whatever its size, placement does
+// not depend on the capacity (Note [Arena top block]): a sequence of calls that fits in a
+// capacity fits, at the same offsets, in every larger one. Because the backends run
 // the same sequence of allocate/release calls as the simulator, they get the same offsets, and
 // fragmentation predicted is fragmentation measured.
 //
@@ -21,6 +25,13 @@
 // returns a handle instead, and release_block() needs no lookup. Nodes, class vectors and the
 // table keep their memory across reset(), so a reused arena does not touch the system heap once
 // warm.
+//
+// Note [Arena top block]: plain best fit would rank the top block by its size, which is the
+// capacity minus the highest end in use, so a larger arena could place a block elsewhere and run
+// out of memory later where a smaller one did not (a plan fitting 27.0 MB and failing at 28 MB).
+// The top block is therefore kept out of the size index and used last: the placements are those
+// of an unbounded arena, and a call fails exactly when that arena's block would end above the
+// capacity. Fitting is monotone in the capacity.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -122,6 +133,8 @@ class DeviceArena {
 
   static int class_of(Size size);
   BlockId take(Size size);
+  BlockId take_top(Size size);
+  void handed_out(BlockId b);
   void give_back(BlockId b);
   BlockId new_block();
   void insert_free(BlockId b);
@@ -130,7 +143,7 @@ class DeviceArena {
 
   std::vector<Block> blocks_;
   std::vector<BlockId> spare_blocks_;
-  BlockId last_block_ = kNone;  // the block that ends at the capacity
+  BlockId last_block_ = kNone;  // the block that ends at the capacity; when free, the top block
   std::array<std::vector<FreeEntry>, kClasses> classes_;
   std::uint64_t first_bitmap_ = 0;
   std::array<std::uint32_t, kFirstLevels> second_bitmap_{};

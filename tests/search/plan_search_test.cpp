@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <atomic>
+#include <random>
 
 #include <catch2/catch.hpp>
 
@@ -6,6 +8,7 @@
 #include "search/exact.hpp"
 #include "search/gist.hpp"
 #include "search/plan_search.hpp"
+#include "sim/feature_maps.hpp"
 #include "sim/trace_io.hpp"
 #include "tests/search/exact_instances.hpp"
 #include "tests/search/policy_workloads.hpp"
@@ -120,31 +123,121 @@ TEST_CASE("searched plans keep the plan rules across maps (no lossy map read by 
   }
 }
 
-TEST_CASE("a cancel flag stops the search at the next round with the best plan so far",
-          "[search][plan_search]") {
+TEST_CASE("a cancelled search returns the best seed so far and says so", "[search][plan_search]") {
   const Workload w = net();
-  const Machine m = test_machine(20000, 2e8, 1000);
-  const SearchResult full = search_plan(w, m, quick(1, true));
-  REQUIRE(full.rounds > 1);  // otherwise stopping after the first round would show nothing
+  const Bytes incore =
+      simulate(w, in_core_plan(w), test_machine(Bytes{1} << 40)).timeline.peak_reserved_bytes;
+  const Machine m = test_machine(incore * 7 / 10, 2e8, 1000);
+  SECTION("cancelled before it starts: only in-core (which always seeds) decides") {
+    const std::atomic<bool> cancel{true};
+    SearchOptions o = quick(2, true);
+    o.cancel = &cancel;
+    const SearchResult r = search_plan(w, m, o);
+    CHECK(r.cancelled);
+    CHECK_FALSE(r.converged);
+    CHECK(r.rounds == 0);
+    CHECK(r.best_policy == "in-core");
+    // Every other policy is listed as skipped, in policies() order, with the reason.
+    REQUIRE(r.skipped.size() == policies().size() - 1);
+    CHECK(r.skipped.front().policy == policies()[1].name);
+    for (const SkippedPolicy& s : r.skipped) CHECK(s.reason == "cancelled");
+  }
+  SECTION("cancelled from the progress callback after the first round") {
+    std::atomic<bool> cancel{false};
+    std::vector<std::string> stages;
+    SearchOptions o = quick(2, true);
+    o.cancel = &cancel;
+    o.on_progress = [&](const SearchProgress& p) {
+      stages.push_back(p.stage);
+      if (p.stage == "round") cancel = true;
+    };
+    const SearchResult r = search_plan(w, m, o);
+    CHECK(r.cancelled);
+    CHECK(r.rounds == 1);
+    CHECK(r.skipped.empty());
+    // One "seeding" call per policy, then the one round.
+    REQUIRE(stages.size() == policies().size() + 1);
+    CHECK(std::count(stages.begin(), stages.end(), "seeding") ==
+          static_cast<std::ptrdiff_t>(policies().size()));
+    CHECK(stages.back() == "round");
+    // The best plan so far is at least the best seed's.
+    CHECK_FALSE(better(r.best_policy_evaluation, r.evaluation));
+  }
+}
 
-  std::atomic<bool> cancel{false};
-  SearchOptions o = quick(1, true);
+TEST_CASE("compare reports progress per policy and can be cancelled", "[search][comparison]") {
+  const Workload w = net();
+  const Machine m = test_machine(Bytes{1} << 40, 2e8, 1000);
+  ComparisonOptions o;
+  o.threads = 2;
+  std::vector<std::size_t> done;
+  o.on_progress = [&](const ComparisonProgress& p) {
+    CHECK(p.total == policies().size());
+    CHECK(find_policy(p.policy) != nullptr);
+    done.push_back(p.done);
+  };
+  const Comparison c = compare_policies(w, m, o);
+  CHECK_FALSE(c.cancelled);
+  REQUIRE(c.rows.size() == policies().size());
+  for (std::size_t i = 0; i < c.rows.size(); ++i) CHECK(c.rows[i].policy == policies()[i].name);
+  // One call per policy, counting 1, 2, ... in the order they finished.
+  REQUIRE(done.size() == policies().size());
+  for (std::size_t i = 0; i < done.size(); ++i) CHECK(done[i] == i + 1);
+
+  const std::atomic<bool> cancel{true};
   o.cancel = &cancel;
-  o.on_progress = [&](const SearchProgress&) { cancel = true; };  // after the first round
-  const SearchResult stopped = search_plan(w, m, o);
-  CHECK(stopped.rounds == 1);
-  CHECK_FALSE(stopped.converged);
-  // The plan returned is the best one seen: no worse than the policy the search started from,
-  // and what the simulator says it is.
-  CHECK_FALSE(better(stopped.best_policy_evaluation, stopped.evaluation));
-  CHECK(summarize(simulate(w, stopped.plan, m).timeline).iteration_ns ==
-        stopped.evaluation.iteration_ns);
-
-  cancel = true;  // set before the search: no improvement round runs at all
   o.on_progress = nullptr;
-  const SearchResult none = search_plan(w, m, o);
-  CHECK(none.rounds == 0);
-  // No round ran: the plan is the best policy's.
-  CHECK(none.evaluation.feasible == none.best_policy_evaluation.feasible);
-  CHECK(none.evaluation.iteration_ns == none.best_policy_evaluation.iteration_ns);
+  const Comparison cancelled = compare_policies(w, m, o);
+  CHECK(cancelled.cancelled);
+  CHECK(cancelled.rows.empty());
+}
+
+TEST_CASE("fitting is monotone in device memory for random plans on random steps",
+          "[search][property]") {
+  // Random plans (keep, swap with a random prefetch point, recompute; fixed seeds) on the random
+  // training steps of exact_instances. A plan fits exactly when its peak arena end on a device
+  // without a memory limit is at most the capacity (Note [Arena top block]), so it fits at every
+  // capacity above one where it fits: checked at capacities around that peak, 512 bytes apart.
+  std::size_t plans = 0;
+  for (std::uint64_t seed = 1; seed <= 25; ++seed) {
+    CAPTURE(seed);
+    const ExactInstance inst = exact_instance(seed, 4, 12);
+    const std::vector<FeatureMap> maps = find_feature_maps(inst.workload);
+    std::mt19937_64 rng(seed);
+    for (int k = 0; k < 8; ++k) {
+      Plan plan = in_core_plan(inst.workload);
+      for (std::size_t m = 0; m < maps.size(); ++m) {
+        Decision& d = plan.decisions[m];
+        d.action = static_cast<Action>(rng() % 3);  // keep, swap, recompute
+        if (d.action == Action::kSwap && rng() % 2 == 0) {
+          const OpId after = maps[m].forward_uses.empty()
+                                 ? inst.workload.tensor(maps[m].tensor).producer
+                                 : maps[m].forward_uses.back();
+          const OpId before = maps[m].backward_uses.front();
+          d.prefetch_before =
+              after + 1 + static_cast<OpId>(rng() % static_cast<std::uint64_t>(before - after));
+        }
+        if (!decision_problem(d, maps[m], inst.workload).empty()) {
+          d.action = Action::kKeep;
+          d.prefetch_before = kNoId;
+        }
+      }
+      if (lossy_map_recomputed_from(plan, maps, inst.workload)) continue;
+      Machine unlimited = inst.machine;
+      unlimited.memory_bytes = Bytes{1} << 40;
+      const Timeline free = simulate(inst.workload, plan, unlimited).timeline;
+      REQUIRE(free.feasible);
+      for (Bytes capacity = free.peak_reserved_bytes - 512 * 8;
+           capacity <= free.peak_reserved_bytes + 512 * 8; capacity += 512) {
+        CAPTURE(capacity, free.peak_reserved_bytes);
+        Machine m = inst.machine;
+        m.memory_bytes = capacity;
+        const Timeline t = simulate(inst.workload, plan, m).timeline;
+        CHECK(t.feasible == (capacity >= free.peak_reserved_bytes));
+        if (t.feasible) CHECK(t.iteration_ns == free.iteration_ns);
+      }
+      ++plans;
+    }
+  }
+  CHECK(plans > 100);
 }

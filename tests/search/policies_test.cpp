@@ -143,12 +143,14 @@ TEST_CASE("every policy gives a valid plan; the ones that adapt fit where in-cor
 
 TEST_CASE("vdnn-dyn takes the first rung of vDNN's ladder that fits", "[search][vdnn]") {
   // resnet_tiny: conv2 and conv2_bwd have a 4096-byte workspace and a memory-optimal algorithm
-  // without one. In-core needs 30208 bytes of arena, vdnn-all 29184; with 26112 only conv inputs
+  // without one. In-core needs 30208 bytes of arena; vdnn-all needs 31232 (its copies' buffers
+  // land in holes below the top block and fragment the arena, Note [Arena top block]), so the
+  // all-inputs rung is never the first that fits here; from 26112 to 29696 only conv inputs
   // swapped plus conv2_bwd on its memory-optimal algorithm fits; with 25600 nothing does.
   const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
   auto ladder = [&](Bytes memory) { return run("vdnn-dyn", w, test_machine(memory, 16e9, 10000)); };
   CHECK(ladder(30208).note == "in-core, fastest algorithms");
-  CHECK(ladder(29184).note == "all inputs swapped, fastest algorithms");
+  CHECK(ladder(29696).note == "conv inputs swapped, 1 layers off their fastest algorithm");
   const auto rung4 = ladder(26112);
   CHECK(rung4.note == "conv inputs swapped, 1 layers off their fastest algorithm");
   REQUIRE(rung4.plan.algorithms.size() == 1);

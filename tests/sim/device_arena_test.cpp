@@ -119,7 +119,12 @@ TEST_CASE("random allocations match a brute-force best-fit model", "[sim][arena]
           if (offset > cursor) consider(cursor, offset);
           cursor = offset + s;
         }
-        if (kCapacity > cursor) consider(cursor, kCapacity);
+        // The top gap (above the highest block) only when no gap below fits (Note [Arena top
+        // block]); it counts for the largest free block all the same.
+        if (kCapacity > cursor) {
+          largest = std::max(largest, kCapacity - cursor);
+          if (best < 0 && kCapacity - cursor >= size) best = cursor;
+        }
         REQUIRE(arena.largest_free_block() == largest);
         const auto got = arena.allocate(bytes);
         if (best < 0) {
@@ -161,7 +166,14 @@ class TreeArena {
   }
   std::optional<Offset> allocate(Size bytes) {
     const Size size = DeviceArena::aligned_size(bytes);
+    // Best fit below the top block; the top block (ending at the capacity) only when nothing
+    // below fits (Note [Arena top block]).
     auto fit = by_size_.lower_bound({size, 0});
+    while (fit != by_size_.end() && fit->second + fit->first == capacity_) ++fit;
+    if (fit == by_size_.end()) {
+      fit = by_size_.lower_bound({size, 0});
+      while (fit != by_size_.end() && fit->second + fit->first != capacity_) ++fit;
+    }
     if (fit == by_size_.end()) return std::nullopt;
     const auto [block_size, offset] = *fit;
     by_size_.erase(fit);
@@ -328,4 +340,71 @@ TEST_CASE("a reused arena starts from a clean state", "[sim][arena]") {
   CHECK(arena.free_block_count() == 0);
   CHECK(arena.largest_free_block() == 0);
   CHECK_FALSE(arena.allocate(1));
+}
+
+TEST_CASE("fitting is monotone in the capacity: the same calls land at the same offsets",
+          "[sim][arena]") {
+  // Random sequences of allocations and releases (fixed seeds), replayed on arenas of growing
+  // capacity. An arena that runs the whole sequence without a failure places every block where
+  // the unbounded arena does (Note [Arena top block]); so does every larger one. Before the top
+  // block was taken last, plain best fit ranked it by its size, and a larger arena could place a
+  // block elsewhere and fail where a smaller one fitted.
+  struct Call {
+    bool allocate;
+    DeviceArena::Size bytes;  // for an allocation
+    std::size_t victim;       // for a release: index into the blocks handed out so far
+  };
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed);
+    std::vector<Call> calls;
+    std::size_t live = 0;
+    for (int step = 0; step < 400; ++step) {
+      if (live == 0 || rng() % 5 < 3) {
+        calls.push_back({true, static_cast<DeviceArena::Size>(rng() % (512 * 40)) + 1, 0});
+        ++live;
+      } else {
+        calls.push_back({false, 0, static_cast<std::size_t>(rng() % live)});
+        --live;
+      }
+    }
+    // Offsets on arena `capacity`, or nothing when a call failed.
+    auto replay =
+        [&](DeviceArena::Size capacity) -> std::optional<std::vector<DeviceArena::Offset>> {
+      DeviceArena arena(capacity);
+      std::vector<DeviceArena::Offset> held;
+      std::vector<DeviceArena::Offset> placed;
+      for (const Call& c : calls) {
+        if (c.allocate) {
+          const auto at = arena.allocate(c.bytes);
+          if (!at) return std::nullopt;
+          held.push_back(*at);
+          placed.push_back(*at);
+        } else {
+          arena.release(held[c.victim]);
+          held[c.victim] = held.back();
+          held.pop_back();
+        }
+      }
+      return placed;
+    };
+    const auto unbounded = replay(DeviceArena::Size{1} << 40);
+    REQUIRE(unbounded);
+    // The highest end of any block on the unbounded arena: the smallest capacity that can fit.
+    DeviceArena::Size peak = 0;
+    {
+      std::size_t k = 0;
+      for (const Call& c : calls) {
+        if (c.allocate)
+          peak = std::max(peak, (*unbounded)[k++] + DeviceArena::aligned_size(c.bytes));
+      }
+    }
+    for (DeviceArena::Size capacity = peak - 512 * 32; capacity <= peak + 512 * 32;
+         capacity += 512) {
+      CAPTURE(capacity);
+      const auto placed = replay(capacity);
+      REQUIRE(placed.has_value() == (capacity >= peak));  // fits exactly from the peak upwards
+      if (placed) CHECK(*placed == *unbounded);
+    }
+  }
 }
