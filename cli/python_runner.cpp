@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -24,10 +25,17 @@ fs::path find_python_package(const std::string& command) {
   if (const char* env = std::getenv("MEMPLAN_PYTHONPATH"); env != nullptr && *env != '\0') {
     return env;
   }
+  // The package the build lays out beside the binary (build/PRESET/python, with its extension),
+  // or the one `cmake --install` put under the same prefix (lib/pythonX.Y/dist-packages).
   std::error_code ec;
   const fs::path bin = fs::path(memplan_binary()).parent_path();
-  for (const fs::path& candidate :
-       {bin / "../../../python", bin / "../share/memplan/python", bin / "../lib/memplan/python"}) {
+  std::vector<fs::path> candidates{bin / "../python"};
+  for (const auto& entry : fs::directory_iterator(bin / "../lib", ec)) {
+    if (entry.path().filename().string().starts_with("python3")) {
+      candidates.push_back(entry.path() / "dist-packages");
+    }
+  }
+  for (const fs::path& candidate : candidates) {
     if (fs::exists(candidate / "memplan/torch/__main__.py", ec))
       return fs::weakly_canonical(candidate);
   }

@@ -51,8 +51,10 @@ int simulate(const SimulateOptions& o) {
                                  plan.policy.empty() ? o.plan.plan : plan.policy));
   }
   if (!timeline.feasible) {
+    const bool outputs = !o.timeline.empty() || !o.memory_csv.empty() || !o.plan_out.empty();
     if (!o.json)
-      fmt::print(stderr, "memplan: the plan does not fit (no output file written): {}\n",
+      fmt::print(stderr, "memplan: the plan does not fit{}: {}\n",
+                 outputs ? " (no output file written)" : "",
                  sim::oom_to_text(*timeline.oom, program, workload));
     return 1;
   }

@@ -57,12 +57,12 @@ def policies():
     return _core.named_plan_names().split(", ")
 
 
-def _text(value):
-    """A what-if value as the CLI takes it: "16GiB", "12.5GB/s", "10us", or a plain number
-    (bytes, bytes per second, nanoseconds)."""
+def _text(value, unit):
+    """A what-if value as the CLI takes it: "16GiB", "12.5GB/s", "10us", or a plain number in
+    `unit` ("B" for bytes, "B/s" for bytes per second, "ns" for nanoseconds), written with it."""
     if value is None:
         return None
-    return value if isinstance(value, str) else repr(value)
+    return value if isinstance(value, str) else f"{value!r}{unit}"
 
 
 def _encode_text(encode):
@@ -75,8 +75,9 @@ def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, hos
     """The trace's device with the what-if values of `memplan simulate` applied: memory ("16GiB"
     or bytes), link (a preset: pcie3, pcie4, pcie5, nvlink2, c2c), h2d and d2h ("12.5GB/s" or
     bytes/s), latency ("10us" or ns), host_memory (pinned host bytes for swapped maps)."""
-    return _core.make_machine(trace._workload, _text(memory), link, _text(h2d), _text(d2h),
-                              _text(latency), _text(host_memory))
+    return _core.make_machine(trace._workload, _text(memory, "B"), link,
+                              _text(h2d, "B/s"), _text(d2h, "B/s"), _text(latency, "ns"),
+                              _text(host_memory, "B"))
 
 
 def resolve_plan(trace, machine_, plan, policy, encode, command):

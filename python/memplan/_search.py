@@ -50,11 +50,13 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
            deterministic=False, progress=None, **what_if):
     """Searches for a plan better than every policy's (`memplan search`).
 
-    time_limit: seconds for the improvement rounds; rounds: stop after this many (None: until
-    converged); threads: 0 for every core; deterministic: the same plan for any thread count.
-    progress(p) is called after every round with p.round, p.evaluated, p.elapsed_s and p.best
-    (feasible, iteration_ns, peak_bytes); returning False stops the search at the next round,
-    which returns the best plan so far (`cancelled` True). An exception in it stops the search and
+    time_limit: seconds for the whole search, the policies' seeding included; rounds: stop after
+    this many (None: until converged); threads: 0 for every core; deterministic: the same plan
+    for any thread count. progress(p) is called once for every policy that seeds the search
+    (p.stage "seeding", p.policy its name) and after every round (p.stage "round"), with
+    p.round, p.evaluated, p.elapsed_s and p.best (feasible, iteration_ns, peak_bytes); returning
+    False stops the search (a seeding policy at its next simulation, the rounds at the next
+    round), which returns the best plan so far (`cancelled` True). An exception in it stops the search and
     is raised. what_if: as machine() takes them.
     """
     m = _plans.machine(trace, **what_if)
@@ -86,12 +88,12 @@ class Sweep:
         _core.write_file_atomically(os.fspath(path), self.csv)
 
 
-def _list(value):
+def _list(value, unit):
     if value is None:
         return []
     if isinstance(value, (str, int, float)):
         value = [value]
-    return [_plans._text(v) for v in value]
+    return [_plans._text(v, unit) for v in value]
 
 
 def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=True,
@@ -108,9 +110,9 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
     items = traces.items() if isinstance(traces, dict) else [(t.name, t) for t in traces]
     arguments = _core.SweepArguments()
     arguments.traces = [(str(name), t._workload) for name, t in items]
-    arguments.memories = _list(memory)
-    arguments.links = _list(link)
-    arguments.bandwidths = _list(bandwidth)
+    arguments.memories = _list(memory, "B")
+    arguments.links = _list(link, "")
+    arguments.bandwidths = _list(bandwidth, "B/s")
     arguments.policies = list(policies or [])
     arguments.search = bool(search)
     arguments.threads = int(threads)

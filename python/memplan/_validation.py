@@ -74,7 +74,7 @@ def validate(trace, plan=None, policy=None, encode=None, seed=1, calibrate=False
     predicted = _simulation.Simulation(_core.simulate(trace._workload, resolved._plan, m),
                                        resolved, m)
     if not force and not predicted.feasible:
-        raise _core.InputError("validate: the simulator says the plan does not fit (force=True "
+        raise _core.InputError("the simulator says the plan does not fit (force=True "
                                f"runs it): {predicted.oom}")
     report, oom = _core.validate_on_host(trace._workload, resolved._plan, m, int(seed),
                                          bool(calibrate))

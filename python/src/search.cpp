@@ -33,8 +33,8 @@ struct SearchOutcome {
   bool cancelled = false;  // the callback returned False
 };
 
-// Calls `progress` (with the GIL) after every round; False from it, or an exception, sets the
-// search's cancel flag. An exception is kept and raised again once the search has returned.
+// Calls `progress` (with the GIL) for every seeding policy and after every round until False
+// from it, or an exception, sets the search's cancel flag. An exception is kept and raised again once the search has returned.
 SearchOutcome run_search(const sim::Workload& workload, const sim::Machine& machine,
                          const SearchArguments& a, const std::optional<py::function>& progress) {
   search::SearchOptions options;
@@ -49,6 +49,7 @@ SearchOutcome run_search(const sim::Workload& workload, const sim::Machine& mach
   options.cancel = &cancel;
   if (progress) {
     options.on_progress = [&](const search::SearchProgress& p) {
+      if (cancel) return;  // asked to stop: seeding policies still finishing report to no one
       py::gil_scoped_acquire gil;
       try {
         if ((*progress)(p).equal(py::bool_(false))) cancel = true;
@@ -130,6 +131,8 @@ void bind_search(py::module_& m) {
       .def_readonly("peak_reserved_bytes", &search::Evaluation::peak_reserved_bytes)
       .def_readonly("stall_ns", &search::Evaluation::stall_ns);
   py::class_<search::SearchProgress>(m, "SearchProgress")
+      .def_readonly("stage", &search::SearchProgress::stage)
+      .def_readonly("policy", &search::SearchProgress::policy)
       .def_readonly("round", &search::SearchProgress::round)
       .def_readonly("evaluated", &search::SearchProgress::evaluated)
       .def_readonly("best", &search::SearchProgress::best)

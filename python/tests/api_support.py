@@ -31,4 +31,5 @@ def cli_error(*args):
     assert status == 2, err
     line = err.strip()
     assert "\n" not in line and line.startswith("memplan: ")
-    return line[len("memplan: "):]
+    # The command adds where to read more (its --help), which a Python caller has no use for.
+    return line[len("memplan: "):].removesuffix(" (see memplan --help)")

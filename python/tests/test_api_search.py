@@ -17,11 +17,11 @@ def tight():
 def test_search_finds_the_plan_memplan_search_finds(tight, tmp_path):
     trace, memory = tight
     found = memplan.search(trace, memory=memory, threads=1, deterministic=True, rounds=6)
-    status, _, err = run_cli("search", TINY, "--memory", memory, "--threads", 1, "--deterministic",
+    status, _, err = run_cli("search", TINY, "--memory", f"{memory}B", "--threads", 1, "--deterministic",
                              "--rounds", 6, "-o", tmp_path / "plan.json")
     assert status in (0, 1), err
     assert found.plan == memplan.read_plan(tmp_path / "plan.json", trace)
-    cli = cli_json("search", TINY, "--memory", memory, "--threads", 1, "--deterministic",
+    cli = cli_json("search", TINY, "--memory", f"{memory}B", "--threads", 1, "--deterministic",
                    "--rounds", 6)
     mine = found.to_dict()
     for key in ("iteration_ns", "peak_bytes", "feasible", "best_policy", "best_policy_iteration_s",
@@ -40,6 +40,8 @@ def test_progress_is_called_every_round_and_false_stops_the_search(tight):
 
     seen = []
     def progress(p):
+        if p.stage == "seeding":  # one call per policy that seeds the search, before round 1
+            return True
         seen.append((p.round, p.evaluated, p.best.feasible, p.best.iteration_ns))
         return p.round < 2  # False after the second round
 
@@ -56,13 +58,13 @@ def test_an_exception_in_progress_stops_the_search_and_is_raised(tight):
     trace, memory = tight
     calls = []
     def progress(p):
-        calls.append(p.round)
+        calls.append(p.stage)
         raise KeyError("stop here")
 
     with pytest.raises(KeyError, match="stop here"):
         memplan.search(trace, memory=memory, threads=1, deterministic=True, rounds=6,
                        progress=progress)
-    assert calls == [1]
+    assert calls == ["seeding"]  # the first call, for the first policy that seeded
 
 
 def test_sweep_is_memplan_sweep(tmp_path):
@@ -76,7 +78,7 @@ def test_sweep_is_memplan_sweep(tmp_path):
     trace.write(tmp_path / "tiny")
     mlp.write(tmp_path / "mlp4")
     status, _, err = run_cli("sweep", tmp_path / "tiny", tmp_path / "mlp4", "--memory",
-                             f"150KiB,{1 << 20}", "--link", "pcie3", "--bandwidth", "8GB/s",
+                             f"150KiB,{1 << 20}B", "--link", "pcie3", "--bandwidth", "8GB/s",
                              "--policies", "vdnn-all,pooch", "--no-search", "-o", tmp_path / "s.csv")
     assert status == 0, err
     df = result.to_dataframe()

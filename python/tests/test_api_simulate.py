@@ -23,9 +23,9 @@ def test_what_if_machine_and_a_plan_that_does_not_fit():
     sim = memplan.simulate(trace, policy="in-core", memory=short, link="nvlink2")
     assert not sim.feasible
     assert sim.oom is not None and sim.oom.startswith("out of device memory at op")
-    assert sim.summary == cli_json("simulate", TINY, "--policy", "in-core", "--memory", short,
+    assert sim.summary == cli_json("simulate", TINY, "--policy", "in-core", "--memory", f"{short}B",
                                    "--link", "nvlink2")
-    status, _, err = run_cli("simulate", TINY, "--policy", "in-core", "--memory", short,
+    status, _, err = run_cli("simulate", TINY, "--policy", "in-core", "--memory", f"{short}B",
                              "--link", "nvlink2")
     assert status == 1 and err.strip() == f"memplan: the plan does not fit: {sim.oom}"
     assert memplan.machine(trace, memory="1GiB").memory_bytes == 1 << 30

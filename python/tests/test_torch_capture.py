@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+
+import memplan
 import torch
 import torchvision
 from torch import nn
@@ -180,7 +182,8 @@ def test_batch_must_be_inputs_then_target():
 
 
 def run_module(*args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    # The package this test imported (the build's, with its extension), for the child too.
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(sys.modules["memplan"].__file__).resolve().parent.parent))
     return subprocess.run([sys.executable, "-m", "memplan.torch", *map(str, args)],
                           capture_output=True, text=True, env=env)
 

@@ -36,7 +36,7 @@ std::size_t file_count(const std::string& dir) {
 }
 }  // namespace
 
-TEST_CASE("-o - writes to standard output and the report to standard error", "[cli][output]") {
+TEST_CASE("an output named - is standard output, and the report goes to standard error", "[cli][output]") {
   const auto r = run_memplan("simulate " + tiny() + " --policy swap-all --plan-out -");
   CAPTURE(r.err);
   REQUIRE(r.exit_status == 0);

@@ -13,15 +13,16 @@ if [[ $mode == staging ]]; then
 else
   (cd "$stage" && cpack --config "$build/CPackConfig.cmake" -B "$stage/pkg" >/dev/null)
   deb=$(ls "$stage"/pkg/memplan_*.deb) || fail "cpack made no .deb"
-  dpkg-deb --field "$deb" Package Version | grep -q "Package: memplan" || fail "bad control"
+  control=$(dpkg-deb --field "$deb" Package Version)  # not piped into grep -q: pipefail and SIGPIPE
+  [[ $control == *"Package: memplan"* ]] || fail "bad control: $control"
   dpkg-deb -x "$deb" "$stage"
 fi
 
 bin="$stage/usr/bin/memplan"
 [[ -x $bin ]] || fail "no $bin"
 "$bin" --version | grep -q "memplan 0\." || fail "--version"
-"$bin" simulate "$source/traces/resnet_tiny.json" --policy swap-all --json |
-  grep -q '"feasible": true' || fail "the installed binary does not simulate"
+summary=$("$bin" simulate "$source/traces/resnet_tiny.json" --policy swap-all --json)
+[[ $summary == *'"feasible": true'* ]] || fail "the installed binary does not simulate"
 
 man="$stage/usr/share/man/man1/memplan.1"
 [[ -s $man ]] || fail "no man page"
