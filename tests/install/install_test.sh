@@ -20,7 +20,8 @@ fi
 
 bin="$stage/usr/bin/memplan"
 [[ -x $bin ]] || fail "no $bin"
-"$bin" --version | grep -q "memplan 0\." || fail "--version"
+version=$("$bin" --version)
+[[ $version == "memplan 0."* ]] || fail "--version: $version"
 summary=$("$bin" simulate "$source/traces/resnet_tiny.json" --policy swap-all --json)
 [[ $summary == *'"feasible": true'* ]] || fail "the installed binary does not simulate"
 
