@@ -19,7 +19,7 @@ using memplan::test::temp_dir;
 
 namespace {
 std::string tiny() {
-  return fmt::format("'{}'", source_path("traces/resnet_tiny.json"));
+  return memplan::test::quoted_source_path("traces/resnet_tiny.json");
 }
 void check_refused(const CommandResult& r, const std::string& what) {
   CAPTURE(r.err, r.out);

@@ -19,11 +19,7 @@ using memplan::test::temp_dir;
 
 namespace {
 std::string tiny() {
-  return fmt::format("'{}'", source_path("traces/resnet_tiny.json"));
-}
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  return memplan::test::quoted_source_path("traces/resnet_tiny.json");
 }
 void spit(const std::filesystem::path& p, const std::string& text) {
   std::ofstream(p) << text;
@@ -36,7 +32,8 @@ std::size_t file_count(const std::string& dir) {
 }
 }  // namespace
 
-TEST_CASE("an output named - is standard output, and the report goes to standard error", "[cli][output]") {
+TEST_CASE("an output named - is standard output, and the report goes to standard error",
+          "[cli][output]") {
   const auto r = run_memplan("simulate " + tiny() + " --policy swap-all --plan-out -");
   CAPTURE(r.err);
   REQUIRE(r.exit_status == 0);
@@ -59,7 +56,7 @@ TEST_CASE("an output through a symlink replaces the target and keeps the link", 
   CAPTURE(r.err);
   REQUIRE(r.exit_status == 0);
   CHECK(std::filesystem::is_symlink(dir + "/link.json"));
-  CHECK(nlohmann::json::parse(slurp(dir + "/target.json")).contains("maps"));
+  CHECK(nlohmann::json::parse(memplan::test::read_text(dir + "/target.json")).contains("maps"));
   CHECK(file_count(dir) == 2);  // no temporary left beside them
   // A dangling link creates its target.
   std::filesystem::create_symlink("new.csv", dir + "/dangling.csv");
@@ -67,7 +64,7 @@ TEST_CASE("an output through a symlink replaces the target and keeps the link", 
                       "/dangling.csv'")
               .exit_status == 0);
   CHECK(std::filesystem::is_symlink(dir + "/dangling.csv"));
-  CHECK(slurp(dir + "/new.csv").rfind("time_ns,", 0) == 0);
+  CHECK(memplan::test::read_text(dir + "/new.csv").rfind("time_ns,", 0) == 0);
 }
 
 TEST_CASE("FIFOs and devices are written directly, not replaced", "[cli][output]") {
@@ -107,7 +104,7 @@ TEST_CASE("a run that exits 1 or 2 writes no output file and keeps an existing o
   CHECK(oom.exit_status == 1);
   CHECK(oom.err.find("no output file written") != std::string::npos);
   CHECK(file_count(dir) == 1);
-  CHECK(slurp(dir + "/kept.json") == "kept");
+  CHECK(memplan::test::read_text(dir + "/kept.json") == "kept");
   // A search that finds no plan that fits (4 KiB holds no plan) writes no plan.
   const auto search = run_memplan(
       fmt::format("search {} --memory 4KiB --rounds 1 -o '{}/plan.json' --quiet", tiny(), dir));
@@ -122,7 +119,7 @@ TEST_CASE("a run that exits 1 or 2 writes no output file and keeps an existing o
       fmt::format("zoo resnet18 --batch 1 --device v100-16gb --layers 4 -o '{}/kept.json'", dir));
   CHECK(zoo.exit_status == 2);
   CHECK(file_count(dir) == 1);
-  CHECK(slurp(dir + "/kept.json") == "kept");
+  CHECK(memplan::test::read_text(dir + "/kept.json") == "kept");
 }
 
 TEST_CASE("zoo -o and sweep -o say what they wrote; zoo --json", "[cli][output]") {

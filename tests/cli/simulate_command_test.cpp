@@ -15,13 +15,8 @@ using memplan::test::run_memplan;
 using memplan::test::source_path;
 
 namespace {
-// fmt, not `"'" + string`: GCC 12 at -O3 warns falsely (-Wrestrict) on that concatenation.
 std::string tiny() {
-  return fmt::format("'{}'", source_path("traces/resnet_tiny.json"));
-}
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  return memplan::test::quoted_source_path("traces/resnet_tiny.json");
 }
 void check_one_line(const memplan::test::CommandResult& r) {
   REQUIRE(!r.err.empty());
@@ -112,7 +107,7 @@ TEST_CASE("simulate writes the timeline, the memory curve and the plan", "[cli][
                        timeline.string() + "' --memory-csv '" + csv.string() + "' --plan-out '" +
                        plan.string() + "' --json");
   REQUIRE(r.exit_status == 0);
-  const auto trace = nlohmann::json::parse(slurp(timeline));
+  const auto trace = nlohmann::json::parse(memplan::test::read_text(timeline));
   std::set<std::string> threads;
   int counters = 0;
   int copies = 0;
@@ -125,7 +120,7 @@ TEST_CASE("simulate writes the timeline, the memory curve and the plan", "[cli][
         std::set<std::string>{"compute stream", "d2h stream", "h2d stream", "compute stalls"});
   CHECK(counters > 0);
   CHECK(copies == 1);
-  const std::string curve = slurp(csv);
+  const std::string curve = memplan::test::read_text(csv);
   CHECK(curve.rfind("time_ns,live_bytes,reserved_bytes\n", 0) == 0);
   CHECK(std::count(curve.begin(), curve.end(), '\n') == counters + 1);
   // The written plan simulates to the same result.

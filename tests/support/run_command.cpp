@@ -10,17 +10,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 namespace memplan::test {
-namespace {
-
-std::string slurp(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
 
 std::string source_path(const std::string& relative) {
   return std::string(MEMPLAN_SOURCE_DIR) + "/" + relative;
@@ -45,10 +37,21 @@ CommandResult run_memplan(const std::string& args) {
   if (status == -1) throw std::runtime_error("could not run: " + command);
   CommandResult result;
   result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = slurp(out_path);
-  result.err = slurp(err_path);
+  result.out = read_text(out_path);
+  result.err = read_text(err_path);
   std::filesystem::remove_all(dir);
   return result;
+}
+
+std::string quoted_source_path(const std::string& relative) {
+  return fmt::format("'{}'", source_path(relative));  // fmt: GCC 12 -Wrestrict on "'" + s
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 }  // namespace memplan::test

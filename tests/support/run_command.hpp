@@ -1,5 +1,6 @@
 #pragma once
 // Runs the memplan binary as a user would and captures what it prints, for tests of the CLI.
+#include <filesystem>
 #include <string>
 
 namespace memplan::test {
@@ -15,6 +16,12 @@ CommandResult run_memplan(const std::string& args);
 
 /// Path of a file shipped in the source tree, e.g. source_path("traces/mlp4.json").
 std::string source_path(const std::string& relative);
+
+/// The same path quoted for run_memplan's shell text, e.g. for an argument.
+std::string quoted_source_path(const std::string& relative);
+
+/// A file's whole contents ("" when it cannot be read).
+std::string read_text(const std::filesystem::path& path);
 
 /// A fresh empty directory under the system temp dir, unique to this test process.
 std::string temp_dir();
