@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include <fmt/core.h>
+#include <oneapi/tbb/info.h>
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
@@ -114,9 +114,8 @@ void run_sweep(const Options& options) {
     progress.update(p.done, p.total, "cells");
   };
   // Chunks of a few cells per thread of every rank: the CSV grows every chunk.
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const int threads =
+      options.threads > 0 ? options.threads : std::max(1, tbb::info::default_concurrency());
   const std::size_t chunk = 4 * static_cast<std::size_t>(threads) * ranks.size();
 
   const bool to_file = !options.output.empty() && options.output != "-";
@@ -172,7 +171,8 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--encode", options->encode,
                   "Gist encodings for the policies' kept maps and the search: binarize, sparse, "
                   "dpr, fp16, fp10, fp8, all");
-  cmd->add_option("--threads", options->threads, "cells run at once (default: every core)")
+  cmd->add_option("--threads", options->threads,
+                  "cells run at once in this process (default: every core it may run on)")
       ->check(integer_in(1, kMaxThreads));
   cmd->add_option("--search-time-limit", options->search_time_limit_s,
                   "seconds for each search cell, seeding included (default 10)")

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
-#include <thread>
 
 #include <fmt/core.h>
+#include <oneapi/tbb/info.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include "search/comparison.hpp"
@@ -284,9 +284,8 @@ std::vector<SweepRow> Sweep::run(const std::vector<std::size_t>& cells,
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
 
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const int threads =
+      options.threads > 0 ? options.threads : std::max(1, tbb::info::default_concurrency());
   tbb::task_arena arena(threads);
   const auto start = std::chrono::steady_clock::now();
   std::vector<SweepRow> rows(cells.size());

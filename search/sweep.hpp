@@ -49,7 +49,7 @@ struct SweepProgress {
 };
 
 struct SweepOptions {
-  int threads = 0;  // cells run at once (0: every core)
+  int threads = 0;  // cells run at once (0: every core this process may run on)
   EncodingOptions encodings;
   /// Settings of the search cells. Each search runs on one thread and deterministically (the
   /// sweep's parallelism is across cells), so a search cell depends on its seed and limits only.
