@@ -1,14 +1,13 @@
 // `memplan sweep`: traces x memory budgets x links x (policies and the search), one CSV row per
 // cell (docs/sweep.md). Every input is read and checked before the first cell runs. With -o the
-// CSV grows in grid order as chunks of cells finish, so a run stopped midway leaves the grid's
-// first rows, and --resume runs only the rest. Under mpirun or srun the ranks share the cells
+// CSV grows in grid order as cells finish, so a run stopped midway leaves the grid's first rows,
+// and --resume runs only the rest. Under mpirun or srun the ranks share the cells
 // (cli/sweep_ranks.hpp) and rank 0 writes.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/core.h>
-#include <oneapi/tbb/info.h>
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
@@ -100,7 +99,7 @@ void run_sweep(const Options& options) {
   check_output(options.output, "-o");
   const search::SweepGrid grid = read_grid(options);
   const search::Sweep sweep(grid);
-  search::SweepOptions so = sweep_options(options);
+  const search::SweepOptions so = sweep_options(options);
   SweepRanks ranks;
   std::vector<std::string> kept;
   if (resumed_rows(options, sweep, ranks, kept) < 0) return;
@@ -110,13 +109,10 @@ void run_sweep(const Options& options) {
                     : options.progress ? Progress::Mode::kLines
                                        : Progress::mode_for(options.quiet, false),
                     options.progress ? 0.0 : -1.0);
-  so.on_progress = [&progress](const search::SweepProgress& p) {
-    progress.update(p.done, p.total, "cells");
-  };
-  // Chunks of a few cells per thread of every rank: the CSV grows every chunk.
-  const int threads =
-      options.threads > 0 ? options.threads : std::max(1, tbb::info::default_concurrency());
-  const std::size_t chunk = 4 * static_cast<std::size_t>(threads) * ranks.size();
+  if (ranks.root() && ranks.size() > 1 && !options.quiet) {
+    fmt::print(stderr, "sweep: {} MPI ranks share {} cells\n", ranks.size(),
+               sweep.size() - kept.size());
+  }
 
   const bool to_file = !options.output.empty() && options.output != "-";
   std::string csv = search::sweep_csv_header();
@@ -127,7 +123,7 @@ void run_sweep(const Options& options) {
     file.open(options.output, std::ios::binary | std::ios::app);
   }
   std::size_t written = kept.size();
-  ranks.run(sweep, kept.size(), chunk, so, [&](const std::vector<std::string>& lines) {
+  const auto on_rows = [&](const std::vector<std::string>& lines) {
     written += lines.size();
     for (const std::string& line : lines) {
       if (to_file) {
@@ -137,6 +133,9 @@ void run_sweep(const Options& options) {
       }
     }
     if (to_file && !file.flush()) throw sim::InputError("-o", "could not write " + options.output);
+  };
+  ranks.run(sweep, kept.size(), so, on_rows, [&progress](std::size_t done, std::size_t total) {
+    progress.update(done, total, "cells");
   });
   if (!ranks.root()) return;
   progress.finish();

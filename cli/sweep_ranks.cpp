@@ -1,8 +1,12 @@
 #include "cli/sweep_ranks.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #ifdef MEMPLAN_WITH_MPI
 #include <mpi.h>
@@ -21,26 +25,37 @@ bool launched_by_mpi() {
   return false;
 }
 
-// Lines as one buffer: each its length in decimal, a colon, then its bytes.
-std::string pack(const std::vector<std::string>& lines) {
-  std::string out;
-  for (const std::string& line : lines) out += std::to_string(line.size()) + ":" + line;
-  return out;
+constexpr int kRowTag = 1;
+
+// A row from another rank, if one is waiting: "CELL:LINE".
+bool receive_row(std::map<std::size_t, std::string>& pending) {
+  int waiting = 0;
+  MPI_Status status;
+  MPI_Iprobe(MPI_ANY_SOURCE, kRowTag, MPI_COMM_WORLD, &waiting, &status);
+  if (waiting == 0) return false;
+  int count = 0;
+  MPI_Get_count(&status, MPI_CHAR, &count);
+  std::string message(static_cast<std::size_t>(count), '\0');
+  MPI_Recv(message.data(), count, MPI_CHAR, status.MPI_SOURCE, kRowTag, MPI_COMM_WORLD,
+           MPI_STATUS_IGNORE);
+  const std::size_t colon = message.find(':');
+  pending.emplace(std::stoull(message.substr(0, colon)), message.substr(colon + 1));
+  return true;
 }
 
-std::vector<std::string> unpack(const char* data, std::size_t size) {
-  std::vector<std::string> lines;
-  std::size_t i = 0;
-  while (i < size) {
-    std::size_t length = 0;
-    for (; data[i] != ':'; ++i) length = length * 10 + static_cast<std::size_t>(data[i] - '0');
-    ++i;
-    lines.emplace_back(data + i, length);
-    i += length;
-  }
-  return lines;
+void send_row(std::size_t cell, const std::string& line) {
+  const std::string message = std::to_string(cell) + ":" + line;
+  MPI_Send(message.data(), static_cast<int>(message.size()), MPI_CHAR, 0, kRowTag, MPI_COMM_WORLD);
 }
 #endif
+
+// Rows finished on this rank's worker thread, for the main thread (the one that calls MPI).
+struct FinishedRows {
+  std::mutex mutex;
+  std::vector<std::pair<std::size_t, std::string>> rows;  // cell, CSV line
+  bool finished = false;
+  std::exception_ptr error;
+};
 
 }  // namespace
 
@@ -77,61 +92,70 @@ long long SweepRanks::broadcast(long long value) const {
   return value;
 }
 
-std::vector<std::vector<std::string>> SweepRanks::gather(
-    const std::vector<std::string>& lines) const {
-  if (!joined_) return {lines};
-#ifdef MEMPLAN_WITH_MPI
-  const std::string packed = pack(lines);
-  const int size = static_cast<int>(packed.size());
-  std::vector<int> sizes(root() ? size_ : 0);
-  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  std::vector<int> offsets(sizes.size());
-  for (std::size_t r = 1; r < sizes.size(); ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
-  std::string all(root() ? static_cast<std::size_t>(offsets.back() + sizes.back()) : 0, '\0');
-  MPI_Gatherv(packed.data(), size, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, 0,
-              MPI_COMM_WORLD);
-  std::vector<std::vector<std::string>> out;
-  for (std::size_t r = 0; r < sizes.size(); ++r) {
-    out.push_back(unpack(all.data() + offsets[r], static_cast<std::size_t>(sizes[r])));
-  }
-  return out;
-#else
-  return {lines};
-#endif
-}
-
-void SweepRanks::run(const search::Sweep& sweep, std::size_t first, std::size_t chunk,
+void SweepRanks::run(const search::Sweep& sweep, std::size_t first,
                      const search::SweepOptions& options,
-                     const std::function<void(const std::vector<std::string>&)>& on_rows) const {
-  const std::size_t ranks = static_cast<std::size_t>(size_);
-  const std::size_t total = sweep.size() - std::min(first, sweep.size());
-  std::size_t done = 0;  // cells of earlier chunks
-  search::SweepOptions mine_options = options;
-  if (options.on_progress && root()) {
-    // This rank's cells as they finish, on top of the chunks already gathered.
-    mine_options.on_progress = [&](const search::SweepProgress& p) {
-      options.on_progress({done + p.done, total, p.elapsed_s});
-    };
-  } else {
-    mine_options.on_progress = nullptr;
+                     const std::function<void(const std::vector<std::string>&)>& on_rows,
+                     const std::function<void(std::size_t, std::size_t)>& on_progress) const {
+  std::vector<std::size_t> cells;
+  for (std::size_t i = first + static_cast<std::size_t>(rank_); i < sweep.size();
+       i += static_cast<std::size_t>(size_)) {
+    cells.push_back(i);
   }
-  for (std::size_t begin = first; begin < sweep.size(); begin += chunk) {
-    const std::size_t end = std::min(sweep.size(), begin + chunk);
-    std::vector<std::size_t> cells;
-    for (std::size_t i = begin + static_cast<std::size_t>(rank_); i < end; i += ranks) {
-      cells.push_back(i);
+  FinishedRows finished;
+  search::SweepOptions mine = options;
+  mine.on_progress = nullptr;
+  mine.on_row = [&](std::size_t position, const search::SweepRow& row) {
+    const std::lock_guard lock(finished.mutex);
+    finished.rows.emplace_back(cells[position], search::sweep_csv_line(row));
+  };
+  std::thread worker([&] {
+    std::exception_ptr error;
+    try {
+      (void)sweep.run(cells, mine);
+    } catch (...) {
+      error = std::current_exception();
     }
-    std::vector<std::string> lines;
-    for (const search::SweepRow& row : sweep.run(cells, mine_options)) {
-      lines.push_back(search::sweep_csv_line(row));
+    const std::lock_guard lock(finished.mutex);
+    finished.error = error;
+    finished.finished = true;
+  });
+  struct Joiner {
+    std::thread& thread;
+    ~Joiner() { thread.join(); }
+  } joiner{worker};
+
+  std::map<std::size_t, std::string> pending;  // rank 0: rows waiting for the cells before them
+  std::size_t next = first;                    // rank 0: the first cell not handed on yet
+  std::size_t done = 0;
+  for (bool worker_done = false; root() ? next < sweep.size() : !worker_done;) {
+    std::vector<std::pair<std::size_t, std::string>> rows;
+    {
+      const std::lock_guard lock(finished.mutex);
+      if (finished.error) std::rethrow_exception(finished.error);
+      rows.swap(finished.rows);
+      worker_done = finished.finished;
     }
-    const std::vector<std::vector<std::string>> all = gather(lines);
-    if (!root()) continue;
-    std::vector<std::string> ordered;
-    for (std::size_t j = 0; j < end - begin; ++j) ordered.push_back(all[j % ranks][j / ranks]);
-    done += end - begin;
-    if (ranks > 1 && options.on_progress) options.on_progress({done, total, 0.0});
-    on_rows(ordered);
+    std::size_t arrived = rows.size();
+    if (!root()) {
+#ifdef MEMPLAN_WITH_MPI
+      for (const auto& [cell, line] : rows) send_row(cell, line);
+#endif
+    } else {
+      for (auto& row : rows) pending.insert(std::move(row));
+#ifdef MEMPLAN_WITH_MPI
+      while (joined_ && receive_row(pending)) ++arrived;
+#endif
+      for (const std::size_t n = done + arrived; done < n;)
+        on_progress(++done, sweep.size() - first);
+      std::vector<std::string> ready;
+      for (auto it = pending.find(next); it != pending.end(); it = pending.find(++next)) {
+        ready.push_back(std::move(it->second));
+        pending.erase(it);
+      }
+      if (!ready.empty()) on_rows(ready);
+    }
+    const bool idle = arrived == 0;
+    if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

@@ -1,10 +1,11 @@
 #pragma once
 // The processes one `memplan sweep` runs on: the ranks of an MPI job when memplan was built with
-// MPI and started by mpirun or srun, this process alone otherwise. The cells still to run are
-// shared out in chunks: in each chunk rank r runs the cells r, r + ranks, r + 2 ranks, ... (with
-// its own threads), and rank 0 gathers the chunk's rows and gets them in grid order, so it can
-// write the CSV as it grows (docs/sweep.md, "Across machines"). All MPI calls are here, made
-// from the main thread only; the sweep library itself knows nothing of MPI.
+// MPI and started by mpirun or srun, this process alone otherwise. Of the cells still to run, rank
+// r runs the cells r, r + ranks, r + 2 ranks, ... on a worker thread (with its own threads inside)
+// and sends each row to rank 0 as soon as it finished; rank 0 hands on the rows in grid order as
+// soon as every cell before them finished, so that it can write the CSV as it grows and nobody
+// waits at a barrier (docs/sweep.md, "Across machines"). All MPI calls are here, made from the
+// main thread only (MPI_THREAD_FUNNELED); the sweep library itself knows nothing of MPI.
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -35,18 +36,15 @@ class SweepRanks {
   /// Rank 0's value, on every rank.
   [[nodiscard]] long long broadcast(long long value) const;
 
-  /// Runs cells `first` .. sweep.size()-1 shared among the ranks, in chunks of `chunk` cells.
-  /// On rank 0, `on_rows` gets each chunk's rows as CSV lines, in grid order; it is never called
-  /// on the other ranks.
-  void run(const search::Sweep& sweep, std::size_t first, std::size_t chunk,
-           const search::SweepOptions& options,
-           const std::function<void(const std::vector<std::string>&)>& on_rows) const;
+  /// Runs cells `first` .. sweep.size()-1 shared among the ranks. On rank 0, `on_rows` gets the
+  /// rows as CSV lines in grid order, each batch as soon as every cell before it finished, and
+  /// `on_progress` the number of cells finished on any rank, once per cell; neither is called on
+  /// the other ranks. `options.on_progress` and `options.on_row` are not used.
+  void run(const search::Sweep& sweep, std::size_t first, const search::SweepOptions& options,
+           const std::function<void(const std::vector<std::string>&)>& on_rows,
+           const std::function<void(std::size_t done, std::size_t total)>& on_progress) const;
 
  private:
-  /// Every rank's lines to rank 0, in rank order (empty on the other ranks).
-  [[nodiscard]] std::vector<std::vector<std::string>> gather(
-      const std::vector<std::string>& lines) const;
-
   int rank_ = 0;
   int size_ = 1;
   bool joined_ = false;

@@ -304,12 +304,16 @@ std::vector<SweepRow> Sweep::run(const std::vector<std::size_t>& cells,
           rows[i] = cell.policy != nullptr ? run_policy_cell(grid, point, *cell.policy, options)
                                            : run_search_cell(grid, point, options);
           if (options.deterministic) rows[i].decide_s = 0.0;
-          if (options.on_progress) {
+          if (options.on_row || options.on_progress) {
             const std::lock_guard lock(progress_mutex);
             ++done;
-            options.on_progress(
-                {done, cells.size(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+            if (options.on_row) options.on_row(i, rows[i]);
+            if (options.on_progress) {
+              options.on_progress(
+                  {done, cells.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                       .count()});
+            }
           }
         },
         Split::kOnePerTask);

@@ -42,6 +42,8 @@ struct SweepGrid {
   bool search = true;                 // one more column of cells: the plan search
 };
 
+struct SweepRow;
+
 struct SweepProgress {
   std::size_t done = 0;
   std::size_t total = 0;
@@ -58,6 +60,9 @@ struct SweepOptions {
   bool deterministic = false;
   /// Called after every finished cell, from the thread that finished it (one call at a time).
   std::function<void(const SweepProgress&)> on_progress;
+  /// Called with every finished cell's row and its position in the cells run, from the thread
+  /// that finished it (one call at a time, before on_progress).
+  std::function<void(std::size_t, const SweepRow&)> on_row;
 };
 
 struct SweepRow {
