@@ -102,7 +102,9 @@ void run_sweep(const Options& options) {
   const search::SweepOptions so = sweep_options(options);
   SweepRanks ranks;
   std::vector<std::string> kept;
-  if (resumed_rows(options, sweep, ranks, kept) < 0) return;
+  const long long resumed = resumed_rows(options, sweep, ranks, kept);
+  if (resumed < 0) return;
+  const auto first = static_cast<std::size_t>(resumed);  // on every rank; `kept` is rank 0's
 
   Progress progress("sweep",
                     !ranks.root()      ? Progress::Mode::kOff
@@ -110,8 +112,7 @@ void run_sweep(const Options& options) {
                                        : Progress::mode_for(options.quiet, false),
                     options.progress ? 0.0 : -1.0);
   if (ranks.root() && ranks.size() > 1 && !options.quiet) {
-    fmt::print(stderr, "sweep: {} MPI ranks share {} cells\n", ranks.size(),
-               sweep.size() - kept.size());
+    fmt::print(stderr, "sweep: {} MPI ranks share {} cells\n", ranks.size(), sweep.size() - first);
   }
 
   const bool to_file = !options.output.empty() && options.output != "-";
@@ -134,7 +135,7 @@ void run_sweep(const Options& options) {
     }
     if (to_file && !file.flush()) throw sim::InputError("-o", "could not write " + options.output);
   };
-  ranks.run(sweep, kept.size(), so, on_rows, [&progress](std::size_t done, std::size_t total) {
+  ranks.run(sweep, first, so, on_rows, [&progress](std::size_t done, std::size_t total) {
     progress.update(done, total, "cells");
   });
   if (!ranks.root()) return;

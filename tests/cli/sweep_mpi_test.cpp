@@ -64,6 +64,18 @@ TEST_CASE("memplan sweep under mpirun -np 2 writes the threaded run's CSV byte f
   CHECK(r.err.rfind("sweep: 2 MPI ranks share 88 cells\n", 0) == 0);
   CHECK(count_lines(r.err) == 1 + 88);
   CHECK(r.err.find("sweep: 88/88 cells") != std::string::npos);
+
+  // Resumed under mpirun from its first 30 rows and 10 bytes of the 31st: both ranks skip the
+  // 30 kept cells (only rank 0 reads the CSV) and the result is again the threaded run's.
+  const std::string threads = slurp(dir + "/threads.csv");
+  std::size_t cut = 0;
+  for (int line = 0; line < 31; ++line) cut = threads.find('\n', cut) + 1;
+  std::ofstream(dir + "/mpi.csv", std::ios::binary) << threads.substr(0, cut + 10);
+  const auto resumed = run_memplan(
+      "sweep " + small_grid() + " --threads 1 --resume -o '" + dir + "/mpi.csv'", mpirun);
+  REQUIRE(resumed.exit_status == 0);
+  CHECK(resumed.err == "sweep: 2 MPI ranks share 58 cells\n");  // 88 - 30
+  CHECK(slurp(dir + "/mpi.csv") == threads);
 #endif
 }
 
