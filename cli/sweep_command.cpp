@@ -1,35 +1,155 @@
 // `memplan sweep`: traces x memory budgets x links x (policies and the search), one CSV row per
-// cell (docs/sweep.md). Every input is read and checked before the first cell runs; the CSV is
-// written only when the whole grid ran.
+// cell (docs/sweep.md). Every input is read and checked before the first cell runs. With -o the
+// CSV grows in grid order as cells finish, so a run stopped midway leaves the grid's first rows,
+// and --resume runs only the rest. Under mpirun or srun the ranks share the cells
+// (cli/sweep_ranks.hpp) and rank 0 writes.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
 #include "cli/output_file.hpp"
 #include "cli/progress.hpp"
+#include "cli/sweep_ranks.hpp"
 #include "search/sweep.hpp"
 #include "sim/input_error.hpp"
 #include "sim/trace_io.hpp"
 
 namespace memplan::cli {
 
-void add_sweep_command(CLI::App& app) {
-  struct Options {
-    std::vector<std::string> traces;
-    std::vector<std::string> memories;
-    std::vector<std::string> links;
-    std::vector<std::string> bandwidths;
-    std::vector<std::string> policies;
-    std::string encode;
-    bool no_search = false;
-    int threads = 0;
-    double search_time_limit_s = 10.0;
-    std::size_t search_rounds = 0;
-    std::uint64_t seed = 1;
-    std::string output;
-    bool progress = false;
-    bool quiet = false;
+namespace {
+
+struct Options {
+  std::vector<std::string> traces;
+  std::vector<std::string> memories;
+  std::vector<std::string> links;
+  std::vector<std::string> bandwidths;
+  std::vector<std::string> policies;
+  std::string encode;
+  bool no_search = false;
+  int threads = 0;
+  double search_time_limit_s = 10.0;
+  std::size_t search_rounds = 0;
+  std::uint64_t seed = 1;
+  std::string output;
+  bool progress = false;
+  bool quiet = false;
+  bool deterministic = false;
+  bool resume = false;
+};
+
+search::SweepGrid read_grid(const Options& options) {
+  search::SweepGrid grid;
+  for (const std::string& path : options.traces) {
+    grid.traces.push_back({path, sim::read_trace(path)});
+    sim::require_sizes(grid.traces.back().workload, path);
+  }
+  for (const std::string& text : options.memories) {
+    grid.memories.emplace_back(sim::parse_bytes(text, "--memory"));
+  }
+  grid.links = search::sweep_links(options.links, options.bandwidths);
+  grid.policies = options.policies;
+  grid.search = !options.no_search;
+  return grid;
+}
+
+search::SweepOptions sweep_options(const Options& options) {
+  if (options.resume && (options.output.empty() || options.output == "-")) {
+    throw sim::InputError("--resume", "resumes the CSV of -o FILE: give -o");
+  }
+  if (options.deterministic && !options.no_search && options.search_rounds == 0) {
+    throw sim::InputError("--deterministic",
+                          "search cells stop by the clock: give --search-rounds or --no-search");
+  }
+  search::SweepOptions so;
+  so.threads = options.threads;
+  so.deterministic = options.deterministic;
+  so.encodings = search::parse_encoding_options(options.encode, "--encode");
+  so.search.time_limit_s = options.search_time_limit_s;
+  so.search.max_rounds = options.search_rounds;
+  so.search.seed = options.seed;
+  return so;
+}
+
+// On rank 0, the rows of the -o CSV to keep with --resume (none when it does not exist yet);
+// the number of them on every rank, or -1 on every rank when rank 0 found the CSV is not this
+// grid's (rank 0 then throws, the others return -1 to stop quietly).
+long long resumed_rows(const Options& options, const search::Sweep& sweep, SweepRanks& ranks,
+                       std::vector<std::string>& kept) {
+  if (ranks.root() && options.resume && std::filesystem::exists(options.output)) {
+    try {
+      std::ifstream in(options.output, std::ios::binary);
+      std::stringstream text;
+      text << in.rdbuf();
+      kept = sweep.finished_rows(text.str(), options.output);
+    } catch (const sim::InputError&) {
+      (void)ranks.broadcast(-1);
+      ranks.finalize();
+      throw;
+    }
+  }
+  return ranks.broadcast(static_cast<long long>(kept.size()));
+}
+
+void run_sweep(const Options& options) {
+  // A CSV that could not be written is found out before the grid runs, not after.
+  check_output(options.output, "-o");
+  const search::SweepGrid grid = read_grid(options);
+  const search::Sweep sweep(grid);
+  const search::SweepOptions so = sweep_options(options);
+  SweepRanks ranks;
+  std::vector<std::string> kept;
+  const long long resumed = resumed_rows(options, sweep, ranks, kept);
+  if (resumed < 0) return;
+  const auto first = static_cast<std::size_t>(resumed);  // on every rank; `kept` is rank 0's
+
+  Progress progress("sweep",
+                    !ranks.root()      ? Progress::Mode::kOff
+                    : options.progress ? Progress::Mode::kLines
+                                       : Progress::mode_for(options.quiet, false),
+                    options.progress ? 0.0 : -1.0);
+  if (ranks.root() && ranks.size() > 1 && !options.quiet) {
+    fmt::print(stderr, "sweep: {} MPI ranks share {} cells\n", ranks.size(), sweep.size() - first);
+  }
+
+  const bool to_file = !options.output.empty() && options.output != "-";
+  std::string csv = search::sweep_csv_header();
+  for (const std::string& row : kept) csv += row;
+  std::ofstream file;
+  if (ranks.root() && to_file) {
+    write_output(options.output, csv);
+    file.open(options.output, std::ios::binary | std::ios::app);
+  }
+  std::size_t written = kept.size();
+  const auto on_rows = [&](const std::vector<std::string>& lines) {
+    written += lines.size();
+    for (const std::string& line : lines) {
+      if (to_file) {
+        file << line;
+      } else {
+        csv += line;
+      }
+    }
+    if (to_file && !file.flush()) throw sim::InputError("-o", "could not write " + options.output);
   };
+  ranks.run(sweep, first, so, on_rows, [&progress](std::size_t done, std::size_t total) {
+    progress.update(done, total, "cells");
+  });
+  if (!ranks.root()) return;
+  progress.finish();
+  if (to_file) {
+    fmt::print("wrote {} ({} rows)\n", options.output, written);
+  } else {
+    fmt::print("{}", csv);
+  }
+}
+
+}  // namespace
+
+void add_sweep_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "sweep", "Run every policy and the search over a grid of traces, memories and links (CSV)");
@@ -51,7 +171,8 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--encode", options->encode,
                   "Gist encodings for the policies' kept maps and the search: binarize, sparse, "
                   "dpr, fp16, fp10, fp8, all");
-  cmd->add_option("--threads", options->threads, "cells run at once (default: every core)")
+  cmd->add_option("--threads", options->threads,
+                  "cells run at once in this process (default: every core it may run on)")
       ->check(integer_in(1, kMaxThreads));
   cmd->add_option("--search-time-limit", options->search_time_limit_s,
                   "seconds for each search cell, seeding included (default 10)")
@@ -67,46 +188,15 @@ void add_sweep_command(CLI::App& app) {
       "--progress", options->progress,
       "a progress line on standard error for every cell (default: a bar on a terminal, a line "
       "every 5 s otherwise)");
+  cmd->add_flag("--deterministic", options->deterministic,
+                "every column a function of the inputs: decide_s written as 0 (needs "
+                "--search-rounds or --no-search, since a search stopped by the clock is not)");
+  cmd->add_flag("--resume", options->resume,
+                "keep the rows the -o CSV already holds (a sweep of the same grid stopped midway) "
+                "and run the rest");
   add_quiet_flag(*cmd, options->quiet);
   progress_flag->excludes("--quiet");
-  cmd->callback([options] {
-    // A CSV that could not be written is found out before the grid runs, not after.
-    check_output(options->output, "-o");
-    search::SweepGrid grid;
-    for (const std::string& path : options->traces) {
-      grid.traces.push_back({path, sim::read_trace(path)});
-      sim::require_sizes(grid.traces.back().workload, path);
-    }
-    for (const std::string& text : options->memories) {
-      grid.memories.emplace_back(sim::parse_bytes(text, "--memory"));
-    }
-    grid.links = search::sweep_links(options->links, options->bandwidths);
-    grid.policies = options->policies;
-    grid.search = !options->no_search;
-
-    search::SweepOptions so;
-    so.threads = options->threads;
-    so.encodings = search::parse_encoding_options(options->encode, "--encode");
-    so.search.time_limit_s = options->search_time_limit_s;
-    so.search.max_rounds = options->search_rounds;
-    so.search.seed = options->seed;
-    Progress progress(
-        "sweep",
-        options->progress ? Progress::Mode::kLines : Progress::mode_for(options->quiet, false),
-        options->progress ? 0.0 : -1.0);
-    so.on_progress = [&progress](const search::SweepProgress& p) {
-      progress.update(p.done, p.total, "cells");
-    };
-    const std::vector<search::SweepRow> rows = search::run_sweep(grid, so);
-    progress.finish();
-    const std::string csv = search::sweep_csv(rows);
-    if (options->output.empty() || options->output == "-") {
-      fmt::print("{}", csv);
-    } else {
-      write_output(options->output, csv);
-      fmt::print("wrote {} ({} rows)\n", options->output, rows.size());
-    }
-  });
+  cmd->callback([options] { run_sweep(*options); });
 }
 
 }  // namespace memplan::cli

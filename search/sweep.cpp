@@ -1,10 +1,11 @@
 #include "search/sweep.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
-#include <thread>
 
 #include <fmt/core.h>
+#include <oneapi/tbb/info.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include "search/comparison.hpp"
@@ -143,33 +144,40 @@ std::vector<SweepLink> sweep_links(const std::vector<std::string>& presets,
   return links;
 }
 
-std::vector<SweepRow> run_sweep(const SweepGrid& grid, const SweepOptions& options) {
-  if (grid.traces.empty()) throw sim::InputError("TRACE", "give at least one trace");
+struct Sweep::Impl {
+  const SweepGrid& grid;
+  std::vector<const Policy*> selected;
+  std::vector<GridPoint> points;
+  std::vector<Cell> cells;
+};
+
+namespace {
+
+std::vector<const Policy*> selected_policies(const SweepGrid& grid) {
   std::vector<const Policy*> selected;
   if (grid.policies.empty()) {
     for (const Policy& policy : policies()) selected.push_back(&policy);
-  } else {
-    for (const std::string& name : grid.policies) {
-      const Policy* policy = find_policy(name);
-      if (policy == nullptr) {
-        std::string known;
-        for (const Policy& p : policies())
-          known += (known.empty() ? "" : ", ") + std::string(p.name);
-        throw sim::InputError("--policies",
-                              fmt::format("unknown policy '{}' (policies: {})", name, known));
-      }
-      selected.push_back(policy);
+    return selected;
+  }
+  for (const std::string& name : grid.policies) {
+    const Policy* policy = find_policy(name);
+    if (policy == nullptr) {
+      std::string known;
+      for (const Policy& p : policies()) known += (known.empty() ? "" : ", ") + std::string(p.name);
+      throw sim::InputError("--policies",
+                            fmt::format("unknown policy '{}' (policies: {})", name, known));
     }
+    selected.push_back(policy);
   }
-  if (selected.empty() && !grid.search) {
-    throw sim::InputError("--policies", "nothing to run: no policy and no search");
-  }
+  return selected;
+}
+
+// Every machine is built (and so every value checked) before any cell runs.
+std::vector<GridPoint> grid_points(const SweepGrid& grid) {
   const std::vector<std::optional<sim::Bytes>> memories =
       grid.memories.empty() ? std::vector<std::optional<sim::Bytes>>{std::nullopt} : grid.memories;
   const std::vector<SweepLink> links =
       grid.links.empty() ? std::vector<SweepLink>{SweepLink{"trace", {}}} : grid.links;
-
-  // Every machine is built (and so every value checked) before any cell runs.
   std::vector<GridPoint> points;
   for (std::size_t t = 0; t < grid.traces.size(); ++t) {
     for (const auto& memory : memories) {
@@ -184,38 +192,128 @@ std::vector<SweepRow> run_sweep(const SweepGrid& grid, const SweepOptions& optio
       }
     }
   }
-  std::vector<Cell> cells;
-  for (std::size_t p = 0; p < points.size(); ++p) {
-    for (const Policy* policy : selected) cells.push_back({p, policy});
-    if (grid.search) cells.push_back({p, nullptr});
-  }
+  return points;
+}
 
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+// The first `count` fields of a CSV line as sweep_csv_line writes them (quotes undone).
+std::vector<std::string> leading_fields(const std::string& line, std::size_t count) {
+  std::vector<std::string> fields;
+  std::size_t i = 0;
+  while (fields.size() < count && i <= line.size()) {
+    std::string field;
+    if (i < line.size() && line[i] == '"') {
+      for (++i; i < line.size(); ++i) {
+        if (line[i] == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+          field += '"';
+          ++i;
+        } else if (line[i] == '"') {
+          ++i;
+          break;
+        } else {
+          field += line[i];
+        }
+      }
+    } else {
+      const std::size_t comma = std::min(line.find(',', i), line.size());
+      field = line.substr(i, comma - i);
+      i = comma;
+    }
+    fields.push_back(std::move(field));
+    if (i >= line.size() || line[i] != ',') break;
+    ++i;
+  }
+  return fields;
+}
+
+// Whether a record (one CSV row) is the row of cell `cell`: same trace, memory, link, policy.
+bool is_row_of(const Sweep::Impl& sweep, std::size_t cell, const std::string& record) {
+  const Cell& c = sweep.cells.at(cell);
+  const GridPoint& point = sweep.points[c.point];
+  const std::vector<std::string> f = leading_fields(record, 6);
+  if (f.size() < 6) return false;
+  const std::string policy = c.policy != nullptr ? std::string(c.policy->name) : "search";
+  return f[0] == sweep.grid.traces[point.trace].name &&
+         f[1] == std::to_string(point.machine.memory_bytes) && f[2] == point.link &&
+         (f[5] == policy || (c.policy != nullptr && f[5] == policy + "+gist"));
+}
+
+// The records of a CSV, each with its newline (a quoted field may hold newlines); a last record
+// without its newline (cut short) is left out.
+std::vector<std::string> csv_records(const std::string& text) {
+  std::vector<std::string> records;
+  bool quoted = false;
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '"') quoted = !quoted;
+    if (text[i] == '\n' && !quoted) {
+      records.push_back(text.substr(begin, i + 1 - begin));
+      begin = i + 1;
+    }
+  }
+  return records;
+}
+
+}  // namespace
+
+Sweep::Sweep(const SweepGrid& grid) : impl_(std::make_unique<Impl>(Impl{grid, {}, {}, {}})) {
+  if (grid.traces.empty()) throw sim::InputError("TRACE", "give at least one trace");
+  impl_->selected = selected_policies(grid);
+  if (impl_->selected.empty() && !grid.search) {
+    throw sim::InputError("--policies", "nothing to run: no policy and no search");
+  }
+  impl_->points = grid_points(grid);
+  for (std::size_t p = 0; p < impl_->points.size(); ++p) {
+    for (const Policy* policy : impl_->selected) impl_->cells.push_back({p, policy});
+    if (grid.search) impl_->cells.push_back({p, nullptr});
+  }
+}
+
+Sweep::~Sweep() = default;
+
+std::size_t Sweep::size() const {
+  return impl_->cells.size();
+}
+
+std::vector<SweepRow> Sweep::run(const std::vector<std::size_t>& cells,
+                                 const SweepOptions& options) const {
+  const SweepGrid& grid = impl_->grid;
+  // The points these cells use, with their ideal iteration time.
+  std::vector<GridPoint> points = impl_->points;
+  std::vector<std::size_t> used;
+  for (const std::size_t i : cells) used.push_back(impl_->cells.at(i).point);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+
+  const int threads =
+      options.threads > 0 ? options.threads : std::max(1, tbb::info::default_concurrency());
   tbb::task_arena arena(threads);
   const auto start = std::chrono::steady_clock::now();
   std::vector<SweepRow> rows(cells.size());
   std::mutex progress_mutex;
   std::size_t done = 0;
   arena.execute([&] {
-    parallel_each(0, points.size(), [&](std::size_t p) {
-      points[p].ideal_ns =
-          ideal_iteration_ns(grid.traces[points[p].trace].workload, points[p].machine);
+    parallel_each(0, used.size(), [&](std::size_t u) {
+      GridPoint& point = points[used[u]];
+      point.ideal_ns = ideal_iteration_ns(grid.traces[point.trace].workload, point.machine);
     });
     parallel_each(
         0, cells.size(),
         [&](std::size_t i) {
-          const Cell& cell = cells[i];
+          const Cell& cell = impl_->cells[cells[i]];
           const GridPoint& point = points[cell.point];
           rows[i] = cell.policy != nullptr ? run_policy_cell(grid, point, *cell.policy, options)
                                            : run_search_cell(grid, point, options);
-          if (options.on_progress) {
+          if (options.deterministic) rows[i].decide_s = 0.0;
+          if (options.on_row || options.on_progress) {
             const std::lock_guard lock(progress_mutex);
             ++done;
-            options.on_progress(
-                {done, cells.size(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+            if (options.on_row) options.on_row(i, rows[i]);
+            if (options.on_progress) {
+              options.on_progress(
+                  {done, cells.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                       .count()});
+            }
           }
         },
         Split::kOnePerTask);
@@ -223,20 +321,53 @@ std::vector<SweepRow> run_sweep(const SweepGrid& grid, const SweepOptions& optio
   return rows;
 }
 
-std::string sweep_csv(const std::vector<SweepRow>& rows) {
-  std::string out =
-      "trace,memory_bytes,link,h2d_bytes_per_s,d2h_bytes_per_s,policy,feasible,iteration_s,"
-      "ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,note,why_not\n";
-  for (const SweepRow& row : rows) {
-    out += fmt::format(
-        "{},{},{},{:.0f},{:.0f},{},{},{},{:.9f},{},{},{},{},{},{},{:.6f},{},{}\n",
-        csv_field(row.trace), row.memory_bytes, csv_field(row.link), row.h2d_bytes_per_s,
-        row.d2h_bytes_per_s, csv_field(row.policy), row.feasible ? 1 : 0,
-        row.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.iteration_ns)) : "",
-        sim::to_seconds(row.ideal_ns), row.feasible ? fmt::format("{:.6f}", row.overhead) : "",
-        row.peak_bytes, row.keep, row.swap, row.recompute, row.encode, row.decide_s,
-        csv_field(row.note), csv_field(row.why_not));
+std::vector<std::string> Sweep::finished_rows(const std::string& csv,
+                                              const std::string& source) const {
+  const std::vector<std::string> records = csv_records(csv);
+  if (records.empty()) return {};
+  if (records[0] != sweep_csv_header()) {
+    throw sim::InputError(source + ":1", "not a CSV of memplan sweep (its header differs)");
   }
+  std::vector<std::string> rows(records.begin() + 1, records.end());
+  std::size_t line = 2;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i >= size() || !is_row_of(*impl_, i, rows[i])) {
+      throw sim::InputError(fmt::format("{}:{}", source, line),
+                            fmt::format("row {} is not cell {} of this sweep (trace, memory, "
+                                        "link or policy differ): resume with the same grid",
+                                        i + 1, i + 1));
+    }
+    line += static_cast<std::size_t>(std::count(rows[i].begin(), rows[i].end(), '\n'));
+  }
+  return rows;
+}
+
+std::vector<SweepRow> run_sweep(const SweepGrid& grid, const SweepOptions& options) {
+  const Sweep sweep(grid);
+  std::vector<std::size_t> cells(sweep.size());
+  for (std::size_t i = 0; i < cells.size(); ++i) cells[i] = i;
+  return sweep.run(cells, options);
+}
+
+std::string sweep_csv_header() {
+  return "trace,memory_bytes,link,h2d_bytes_per_s,d2h_bytes_per_s,policy,feasible,iteration_s,"
+         "ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,note,why_not\n";
+}
+
+std::string sweep_csv_line(const SweepRow& row) {
+  return fmt::format(
+      "{},{},{},{:.0f},{:.0f},{},{},{},{:.9f},{},{},{},{},{},{},{:.6f},{},{}\n",
+      csv_field(row.trace), row.memory_bytes, csv_field(row.link), row.h2d_bytes_per_s,
+      row.d2h_bytes_per_s, csv_field(row.policy), row.feasible ? 1 : 0,
+      row.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.iteration_ns)) : "",
+      sim::to_seconds(row.ideal_ns), row.feasible ? fmt::format("{:.6f}", row.overhead) : "",
+      row.peak_bytes, row.keep, row.swap, row.recompute, row.encode, row.decide_s,
+      csv_field(row.note), csv_field(row.why_not));
+}
+
+std::string sweep_csv(const std::vector<SweepRow>& rows) {
+  std::string out = sweep_csv_header();
+  for (const SweepRow& row : rows) out += sweep_csv_line(row);
   return out;
 }
 

@@ -27,12 +27,12 @@ std::string temp_dir() {
   return dir.string();
 }
 
-CommandResult run_memplan(const std::string& args) {
+CommandResult run_memplan(const std::string& args, const std::string& launcher) {
   const std::string dir = temp_dir();
   const std::string out_path = dir + "/stdout";
   const std::string err_path = dir + "/stderr";
-  const std::string command = std::string("'") + MEMPLAN_BINARY + "' " + args + " >'" + out_path +
-                              "' 2>'" + err_path + "' </dev/null";
+  const std::string command = launcher + (launcher.empty() ? "'" : " '") + MEMPLAN_BINARY + "' " +
+                              args + " >'" + out_path + "' 2>'" + err_path + "' </dev/null";
   const int status = std::system(command.c_str());
   if (status == -1) throw std::runtime_error("could not run: " + command);
   CommandResult result;

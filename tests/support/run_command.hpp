@@ -11,8 +11,9 @@ struct CommandResult {
   std::string err;
 };
 
-/// Runs `memplan ARGS` through /bin/sh (ARGS is shell text) and captures stdout and stderr.
-CommandResult run_memplan(const std::string& args);
+/// Runs `memplan ARGS` through /bin/sh (ARGS is shell text) and captures stdout and stderr;
+/// `launcher` (shell text, e.g. "mpirun -np 2") goes before memplan's path when given.
+CommandResult run_memplan(const std::string& args, const std::string& launcher = "");
 
 /// Path of a file shipped in the source tree, e.g. source_path("traces/mlp4.json").
 std::string source_path(const std::string& relative);

@@ -1,0 +1,117 @@
+// `memplan sweep` across processes (cli/sweep_ranks.hpp) and resumed from a CSV cut short:
+// both must write the very bytes of one uninterrupted run in one process.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/run_command.hpp"
+
+using memplan::test::run_memplan;
+using memplan::test::source_path;
+using memplan::test::temp_dir;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::size_t count_lines(const std::string& text) {
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// 2 traces x 2 memories x 2 links x (10 policies + the search) = 88 cells, every column
+// deterministic: decide_s written as 0, each search stopped by its rounds (2) long before its
+// time limit on these tiny traces.
+std::string small_grid() {
+  return "'" + source_path("traces/mlp4.json") + "' '" + source_path("traces/resnet_tiny.json") +
+         "' --memory 24KiB,1MiB --link pcie3 --bandwidth 8GB/s --search-rounds 2 "
+         "--search-time-limit 60 --deterministic";
+}
+
+// The sweep in one process with two threads, written to `path`.
+void threaded_sweep(const std::string& path) {
+  const auto r = run_memplan("sweep " + small_grid() + " --threads 2 -o '" + path + "'");
+  REQUIRE(r.exit_status == 0);
+  REQUIRE(r.out == "wrote " + path + " (88 rows)\n");
+}
+
+}  // namespace
+
+TEST_CASE("memplan sweep under mpirun -np 2 writes the threaded run's CSV byte for byte",
+          "[cli][sweep][mpi]") {
+#ifndef MEMPLAN_MPIEXEC
+  WARN("memplan was built without MPI (scripts/setup installs Open MPI): not tested");
+#else
+  const std::string dir = temp_dir();
+  threaded_sweep(dir + "/threads.csv");
+  // One thread per rank; root allowed where the tests run as root.
+  const std::string mpirun =
+      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '") + MEMPLAN_MPIEXEC +
+      "' -np 2 --oversubscribe";
+  const auto r = run_memplan(
+      "sweep " + small_grid() + " --threads 1 --progress -o '" + dir + "/mpi.csv'", mpirun);
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out == "wrote " + dir + "/mpi.csv (88 rows)\n");  // rank 0 alone reports
+  CHECK(slurp(dir + "/mpi.csv") == slurp(dir + "/threads.csv"));
+  // Rank 0 says how many ranks share the cells (two, not two lone processes each writing the whole
+  // CSV), then one progress line per cell finished on either rank.
+  CHECK(r.err.rfind("sweep: 2 MPI ranks share 88 cells\n", 0) == 0);
+  CHECK(count_lines(r.err) == 1 + 88);
+  CHECK(r.err.find("sweep: 88/88 cells") != std::string::npos);
+
+  // Resumed under mpirun from its first 30 rows and 10 bytes of the 31st: both ranks skip the
+  // 30 kept cells (only rank 0 reads the CSV) and the result is again the threaded run's.
+  const std::string threads = slurp(dir + "/threads.csv");
+  std::size_t cut = 0;
+  for (int line = 0; line < 31; ++line) cut = threads.find('\n', cut) + 1;
+  std::ofstream(dir + "/mpi.csv", std::ios::binary) << threads.substr(0, cut + 10);
+  const auto resumed = run_memplan(
+      "sweep " + small_grid() + " --threads 1 --resume -o '" + dir + "/mpi.csv'", mpirun);
+  REQUIRE(resumed.exit_status == 0);
+  CHECK(resumed.err == "sweep: 2 MPI ranks share 58 cells\n");  // 88 - 30
+  CHECK(slurp(dir + "/mpi.csv") == threads);
+#endif
+}
+
+TEST_CASE("memplan sweep --resume keeps the rows of a CSV cut short and runs only the rest",
+          "[cli][sweep]") {
+  const std::string dir = temp_dir();
+  threaded_sweep(dir + "/full.csv");
+  const std::string full = slurp(dir + "/full.csv");
+
+  // Cut after the header, 20 rows and 30 bytes of the 21st, as a killed run leaves it; the kept
+  // rows' notes marked, so that a row computed again would show.
+  std::size_t cut = 0;
+  for (int line = 0; line < 21; ++line) cut = full.find('\n', cut) + 1;
+  std::string kept = full.substr(0, cut);
+  for (std::size_t at = 0; (at = kept.find("every feature map kept", at)) != std::string::npos;) {
+    kept.replace(at, 22, "KEPT FROM THE PARTIAL CSV");
+  }
+  REQUIRE(kept != full.substr(0, cut));
+  std::ofstream(dir + "/resumed.csv", std::ios::binary) << kept + full.substr(cut, 30);
+  const std::string expected = kept + full.substr(cut);
+
+  const auto r = run_memplan("sweep " + small_grid() + " --threads 2 --progress --resume -o '" +
+                             dir + "/resumed.csv'");
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out == "wrote " + dir + "/resumed.csv (88 rows)\n");
+  CHECK(r.err.find("sweep: 68/68 cells") != std::string::npos);  // 88 - the 20 kept rows
+  CHECK(count_lines(r.err) == 68);
+  CHECK(slurp(dir + "/resumed.csv") == expected);
+
+  // A CSV of another grid is refused, left as it was, exit 2 with one line naming it.
+  const std::string other = "sweep '" + source_path("traces/mlp4.json") +
+                            "' --no-search --policies in-core --resume -o '" + dir +
+                            "/resumed.csv'";
+  const auto bad = run_memplan(other);
+  CHECK(bad.exit_status == 2);
+  CHECK(bad.err == "memplan: " + dir + "/resumed.csv:2: row 1 is not cell 1 of this sweep " +
+                       "(trace, memory, link or policy differ): resume with the same grid\n");
+  CHECK(slurp(dir + "/resumed.csv") == expected);
+}
