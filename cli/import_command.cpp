@@ -101,8 +101,8 @@ void print_report(std::FILE* out, const importers::ImportResult& result,
     j["host_ops"] = r.host_ops;
     j["blocking_calls"] = r.blocking_calls;
     j["blocked_s"] = sim::to_seconds(r.blocked_ns);
-    j["launch_ns"] = result.workload.launch_ns ? nlohmann::json(*result.workload.launch_ns)
-                                               : nlohmann::json();
+    j["launch_ns"] =
+        result.workload.launch_ns ? nlohmann::json(*result.workload.launch_ns) : nlohmann::json();
     j["streams"] = r.streams;
     j["copies"] = r.copies;
     j["pageable_copies"] = r.pageable_copies;
@@ -113,11 +113,9 @@ void print_report(std::FILE* out, const importers::ImportResult& result,
     fmt::print(out, "{}\n", j.dump(2));
     return;
   }
-  fmt::print(
-      out,
-      "imported {}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
-      r.step.label, r.step_was_chosen ? " (the first complete step)" : "", o.file, r.forward_ops,
-      r.backward_ops, r.update_ops, result.workload.tensors.size());
+  fmt::print(out, "imported {}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
+             r.step.label, r.step_was_chosen ? " (the first complete step)" : "", o.file,
+             r.forward_ops, r.backward_ops, r.update_ops, result.workload.tensors.size());
   fmt::print(out,
              "folded into the previous op: {} non-layer events, {} of them backward nodes without "
              "a forward layer op\n",

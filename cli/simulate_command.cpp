@@ -7,10 +7,9 @@
 #include "cli/machine_flags.hpp"
 #include "cli/output_file.hpp"
 #include "cli/plan_flags.hpp"
-#include "sim/engine.hpp"
 #include "sim/input_error.hpp"
-#include "sim/lowering.hpp"
 #include "sim/plan_io.hpp"
+#include "sim/simulation.hpp"
 #include "sim/timeline_export.hpp"
 #include "sim/trace_io.hpp"
 
@@ -37,9 +36,9 @@ int simulate(const SimulateOptions& o) {
   const sim::Workload workload = sim::read_trace(o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "simulate");
-  const sim::Program program = sim::lower(workload, plan);
-  sim::Engine engine;
-  const sim::Timeline& timeline = engine.run(program, machine);
+  const sim::Simulation simulation = sim::simulate_plan(workload, plan, machine);
+  const sim::Program& program = simulation.program;
+  const sim::Timeline& timeline = simulation.timeline;
 
   if (o.json) {
     nlohmann::json j = sim::summary_json(timeline, program, workload, machine);

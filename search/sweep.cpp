@@ -12,9 +12,8 @@
 #include "search/network_view.hpp"
 #include "search/parallel.hpp"
 #include "search/policy.hpp"
-#include "sim/engine.hpp"
 #include "sim/input_error.hpp"
-#include "sim/lowering.hpp"
+#include "sim/simulation.hpp"
 #include "sim/timeline_export.hpp"
 
 namespace memplan::search {
@@ -91,15 +90,13 @@ SweepRow run_search_cell(const SweepGrid& grid, const GridPoint& point,
   const auto start = std::chrono::steady_clock::now();
   const SearchResult result = search_plan(workload, point.machine, so);
   const auto stop = std::chrono::steady_clock::now();
-  const sim::Program program = sim::lower(workload, result.plan);
-  sim::Engine engine;
-  const sim::Timeline& timeline = engine.run(program, point.machine, {false, false, false});
   SweepRow row = row_header(grid, point);
   row.policy = "search";
   row.decide_s = std::chrono::duration<double>(stop - start).count();
   row.note = fmt::format("from {}, {} rounds{}", result.best_policy, result.rounds,
                          result.converged ? ", converged" : "");
-  fill_outcome(row, timeline, program, workload, result.plan);
+  // The search's winner as it simulated it: no second lowering.
+  fill_outcome(row, result.simulation.timeline, result.simulation.program, workload, result.plan);
   return row;
 }
 

@@ -34,7 +34,8 @@ struct SearchOutcome {
 };
 
 // Calls `progress` (with the GIL) for every seeding policy and after every round until False
-// from it, or an exception, sets the search's cancel flag. An exception is kept and raised again once the search has returned.
+// from it, or an exception, sets the search's cancel flag. An exception is kept and raised again
+// once the search has returned.
 SearchOutcome run_search(const sim::Workload& workload, const sim::Machine& machine,
                          const SearchArguments& a, const std::optional<py::function>& progress) {
   search::SearchOptions options;

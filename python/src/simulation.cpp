@@ -8,8 +8,7 @@
 
 #include "python/src/bindings.hpp"
 #include "search/comparison.hpp"
-#include "sim/engine.hpp"
-#include "sim/lowering.hpp"
+#include "sim/simulation.hpp"
 #include "sim/timeline_export.hpp"
 
 namespace py = pybind11;
@@ -27,10 +26,8 @@ struct Simulation {
 
 Simulation simulate(const WorkloadPtr& workload, const sim::Plan& plan,
                     const sim::Machine& machine) {
-  Simulation s{workload, machine, sim::lower(*workload, plan), {}};
-  sim::Engine engine;
-  s.timeline = engine.run(s.program, machine);
-  return s;
+  sim::Simulation simulated = sim::simulate_plan(*workload, plan, machine);
+  return {workload, machine, std::move(simulated.program), std::move(simulated.timeline)};
 }
 
 struct Comparison {

@@ -11,7 +11,7 @@
 #include "python/src/bindings.hpp"
 #include "runtime/validation.hpp"
 #include "sim/input_error.hpp"
-#include "sim/lowering.hpp"
+#include "sim/simulation.hpp"
 #include "sim/timeline_export.hpp"
 
 namespace py = pybind11;
@@ -28,16 +28,17 @@ std::pair<runtime::ValidationReport, std::optional<std::string>> validate_on_hos
   runtime::ValidationOptions options;
   options.seed = seed;
   options.calibrate = calibrate;
+  const sim::Simulation predicted = sim::simulate_plan(workload, plan, machine);  // lowered once
   runtime::ValidationReport report;
   try {
-    report = runtime::validate(backend, workload, plan, machine, options);
+    report = runtime::validate(backend, workload, plan, predicted, machine, options);
   } catch (const sim::InputError&) {
     throw;
   } catch (const std::runtime_error& e) {
     throw sim::InputError("--backend host", e.what());
   }
   std::optional<std::string> oom;
-  if (report.oom) oom = sim::oom_to_text(*report.oom, sim::lower(workload, plan), workload);
+  if (report.oom) oom = sim::oom_to_text(*report.oom, predicted.program, workload);
   return {std::move(report), std::move(oom)};
 }
 

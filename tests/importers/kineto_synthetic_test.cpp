@@ -19,16 +19,12 @@ using memplan::importers::ImportResult;
 using memplan::importers::parse_kineto_trace;
 using memplan::sim::InputError;
 using memplan::sim::Phase;
+using memplan::test::import_json;
 using memplan::test::synthetic_kineto;
 using memplan::test::SyntheticOptions;
 using nlohmann::json;
 
 namespace {
-
-ImportResult import_json(const json& doc, ImportOptions options = {}) {
-  const auto trace = parse_kineto_trace(doc.dump(), "synthetic.json");
-  return import_kineto(trace, options, "synthetic.json");
-}
 
 std::vector<std::string> layers(const memplan::sim::Workload& w, Phase phase) {
   std::vector<std::string> out;

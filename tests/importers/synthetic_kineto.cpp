@@ -4,6 +4,7 @@
 #include <fstream>
 #include <vector>
 
+#include "importers/kineto_trace.hpp"
 #include "tests/support/run_command.hpp"
 
 namespace memplan::test {
@@ -220,6 +221,12 @@ std::string write_temp(const std::string& name, const std::string& text) {
   const auto path = std::filesystem::path(temp_dir()) / name;
   std::ofstream(path, std::ios::binary) << text;
   return path.string();
+}
+
+importers::ImportResult import_json(const nlohmann::json& doc,
+                                    const importers::ImportOptions& options) {
+  const auto trace = importers::parse_kineto_trace(doc.dump(), "synthetic.json");
+  return importers::import_kineto(trace, options, "synthetic.json");
 }
 
 }  // namespace memplan::test

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "importers/kineto_importer.hpp"
+
 namespace memplan::test {
 
 struct SyntheticOptions {
@@ -20,6 +22,10 @@ struct SyntheticOptions {
 
 /// The trace as a JSON document.
 nlohmann::json synthetic_kineto(const SyntheticOptions& options = {});
+
+/// `doc` imported as the file "synthetic.json" would be.
+importers::ImportResult import_json(const nlohmann::json& doc,
+                                    const importers::ImportOptions& options = {});
 
 /// Device time of every kernel of one step of synthetic_kineto() (the sum of its kernels).
 std::int64_t synthetic_step_kernel_ns();
