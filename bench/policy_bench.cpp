@@ -4,7 +4,7 @@
 // to one worker), so the times are comparable; wall time and this process's CPU time.
 //
 //   policy_bench TRACE MEMORY [POLICY...]     e.g. policy_bench r1517.json 8GiB pooch dtr
-#include <time.h>
+#include <ctime>  // clock_gettime (POSIX, declared by time.h)
 
 #include <chrono>
 #include <string>

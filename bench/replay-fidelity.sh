@@ -7,10 +7,12 @@
 #   span        from the step's start to the end of the last device work it launched
 #   busy        the recorded GPU busy time (union of the kernels and memsets launched in the step)
 #   op time     the sum of the imported ops' device times (busy time on one stream)
-#   replay      `memplan simulate --policy in-core` (includes the host side once the engine has
-#               its host stream; before that, the device work alone)
-#   in-order    `memplan info`'s host-side estimate: ops in issue order on one device stream, the
-#               host as a stream of its own (trace format v2)
+#   replay      `memplan simulate --policy in-core`'s step period: the step repeated back to back
+#               by the engine with its host stream, the next step's host starting when this one's
+#               leaves while its device work drains (Note [Step period] in sim/engine.hpp) — what
+#               ProfilerStep#N measures in a training loop
+#   in-order    `memplan info`'s host-side estimate: the step alone, ops in issue order on one
+#               device stream, the host as a stream of its own (trace format v2)
 # and the errors: replay and in-order against the wall, in-order against the span (a single step
 # replayed alone ends when its device work does), op time against the busy time; idle is the
 # recorded GPU idle share of the wall.
@@ -46,7 +48,8 @@ busy = float(re.search(r"recorded busy ([0-9.]+) ms", text).group(1))
 optime = float(re.search(r"in-core replay ([0-9.]+) ms", text).group(1))
 m = re.search(r"recorded step wall ([0-9.]+) ms, its device work ends at ([0-9.]+) ms", text)
 wall, span = float(m.group(1)), float(m.group(2))
-replay = json.load(open(f"{work}/sim.json"))["iteration_s"] * 1e3
+sim = json.load(open(f"{work}/sim.json"))
+replay = sim.get("step_period_s", sim["iteration_s"]) * 1e3
 host = json.load(open(f"{work}/info.json")).get("host")
 inorder = host["wall_s"] * 1e3 if host else float("nan")
 print(wall, busy, optime, replay, inorder, span)

@@ -7,7 +7,7 @@
 // The wall time of the lean simulation is printed too, to see how busy the machine was.
 //
 //   sim_bench [depth] [repetitions] [batch]
-#include <time.h>
+#include <ctime>  // clock_gettime (POSIX, declared by time.h)
 
 #include <chrono>
 #include <cstdlib>
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
              find_feature_maps(w).size(), format_bytes(peak));
   Machine machine;
   machine.memory_bytes = peak * 2;  // room for every plan, so each runs to the end
-  machine.copy_latency_ns = 10'000;
+  machine.link.latency_ns = 10'000;
   const EngineOptions full;
   EngineOptions lean;
   lean.record_spans = false;

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "build/release/python"))
 
 import torch  # noqa: E402
 import torchvision  # noqa: E402
@@ -45,7 +45,7 @@ def plan_for(memplan, trace_path, how, folder):
                                          capture_output=True, text=True, check=True).stdout)
         budget = info["peak_bytes_incore"] - int(info["feature_map_bytes"] * how[1])
         cmd = [memplan, "search", trace_path, "--memory", f"{budget}B", "--time-limit", "5",
-               "--deterministic", "-o", plan_path]
+               "--deterministic", "--maps-only", "-o", plan_path]
     else:
         cmd = [memplan, "simulate", trace_path, "--policy", how[0], "--memory", "1024GiB",
                "--plan-out", plan_path]
@@ -61,6 +61,7 @@ def main():
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("memplan", nargs="?", default=str(ROOT / "build/release/bin/memplan"))
     args = parser.parse_args()
+    rows = []
     for name, model, batch, loss_fn in models(args.batch, args.size):
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)
         result = capture(model, batch, loss_fn, opt, name=name)
@@ -87,15 +88,20 @@ def main():
                 for m in plan["maps"]:
                     actions[m["action"]] = actions.get(m["action"], 0) + 1
                 error = v["measured_seconds"] / v["predicted_seconds"] - 1
-                print(f"  {' '.join(map(str, how))} {actions}: loss/grads/weights bitwise "
-                      f"{v['loss_equal']}/{v['gradients_equal']}/{v['weights_equal']}; saved peak "
-                      f"measured {v['measured_saved_peak_bytes']} predicted "
-                      f"{v['predicted_saved_peak_bytes']}; host peak measured "
-                      f"{v['measured_host_peak_bytes']} predicted {v['predicted_host_peak_bytes']};"
-                      f" time measured {v['measured_seconds']:.3f} s predicted "
-                      f"{v['predicted_seconds']:.3f} s ({error:+.0%}); validate "
-                      f"{time.perf_counter() - started:.1f} s")
-
+                rows.append(f"| {name} | {' '.join(map(str, how))} "
+                            f"({', '.join(f'{k} {n}' for k, n in sorted(actions.items()))}) | "
+                            f"{'yes' if v.lossless_ok else 'NO'} | "
+                            f"{v['predicted_saved_peak_bytes']:,} | {v['measured_saved_peak_bytes']:,} | "
+                            f"{v['predicted_host_peak_bytes']:,} | {v['measured_host_peak_bytes']:,} | "
+                            f"{v['predicted_seconds']:.3f} | {v['measured_seconds']:.3f} | "
+                            f"{error:+.0%} |")
+                print(f"  {' '.join(map(str, how))}: validated in "
+                      f"{time.perf_counter() - started:.1f} s", flush=True)
+    print("\n| model | plan | loss, gradients, weights bitwise | predicted saved peak (B) | "
+          "measured saved peak (B) | predicted host peak (B) | measured host peak (B) | "
+          "predicted time (s) | measured time (s) | time error |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(rows))
 
 if __name__ == "__main__":
     main()

@@ -57,6 +57,12 @@ void print_host_report(std::FILE* out, const importers::ImportResult& result,
                result.workload.launch_ns.value_or(0), r.streams, r.copies, r.pageable_copies,
                sim::format_bytes(r.h2d_bytes), sim::format_bytes(r.d2h_bytes));
   }
+  if (r.allocations) {
+    fmt::print(out,
+               "memory events with addresses: {} allocations ({} made before the trace); {} of {} "
+               "forward outputs match an allocation their op made\n",
+               *r.allocations, r.allocations_before_trace, r.outputs_confirmed, r.outputs_checked);
+  }
   fmt::print(out, "recorded step wall {:.3f} ms, its device work ends at {:.3f} ms\n",
              static_cast<double>(r.step.end_ns - r.step.start_ns) / 1e6,
              static_cast<double>(recorded.span_ns) / 1e6);
@@ -104,6 +110,12 @@ void print_report(std::FILE* out, const importers::ImportResult& result,
     j["launch_ns"] =
         result.workload.launch_ns ? nlohmann::json(*result.workload.launch_ns) : nlohmann::json();
     j["streams"] = r.streams;
+    if (r.allocations) {
+      j["allocations"] = *r.allocations;
+      j["allocations_before_trace"] = r.allocations_before_trace;
+      j["outputs_checked"] = r.outputs_checked;
+      j["outputs_confirmed"] = r.outputs_confirmed;
+    }
     j["copies"] = r.copies;
     j["pageable_copies"] = r.pageable_copies;
     j["h2d_bytes"] = r.h2d_bytes;

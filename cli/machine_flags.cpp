@@ -29,20 +29,11 @@ void add_machine_flags(CLI::App& command, MachineFlags& flags) {
 sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags) {
   sim::MachineOverrides overrides;
   if (!flags.memory.empty()) overrides.memory_bytes = sim::parse_bytes(flags.memory, "--memory");
-  if (flags.link == "recorded") {
-    // The bandwidths the trace carries, measured from its own copies (memplan import kineto).
-    if (!workload.device.h2d_bytes_per_s && !workload.device.d2h_bytes_per_s) {
-      throw sim::InputError("--link recorded",
-                            "the trace has no measured link: import a profiler trace that "
-                            "recorded copies of 1 MiB or more, or choose a preset");
-    }
-  } else if (!flags.link.empty()) {
-    overrides.link = flags.link;
-  }
-  if (!flags.h2d.empty()) overrides.h2d_bytes_per_s = sim::parse_bandwidth(flags.h2d, "--h2d");
-  if (!flags.d2h.empty()) overrides.d2h_bytes_per_s = sim::parse_bandwidth(flags.d2h, "--d2h");
+  if (!flags.link.empty()) overrides.link_name = flags.link;
+  if (!flags.h2d.empty()) overrides.link.h2d_bytes_per_s = sim::parse_bandwidth(flags.h2d, "--h2d");
+  if (!flags.d2h.empty()) overrides.link.d2h_bytes_per_s = sim::parse_bandwidth(flags.d2h, "--d2h");
   if (!flags.latency.empty())
-    overrides.copy_latency_ns = sim::parse_duration(flags.latency, "--latency");
+    overrides.link.latency_ns = sim::parse_duration(flags.latency, "--latency");
   if (!flags.host_memory.empty())
     overrides.host_memory_bytes = sim::parse_bytes(flags.host_memory, "--host-memory");
   return sim::make_machine(workload.device, overrides);

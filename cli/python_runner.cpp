@@ -58,6 +58,7 @@ int run_memplan_torch(const std::string& command, const std::vector<std::string>
     path += old;
   }
   std::vector<char*> raw;
+  raw.reserve(argv.size() + 1);
   for (const std::string& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
   raw.push_back(nullptr);
   const pid_t pid = ::fork();

@@ -27,6 +27,7 @@ struct SearchFlags {
   std::uint64_t seed = 1;
   bool deterministic = false;
   bool exact = false;
+  bool maps_only = false;
   std::string output;
   bool json = false;
   bool quiet = false;
@@ -107,36 +108,95 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
   return 0;
 }
 
+// The heuristic search (search_plan), with a progress line while it runs.
+int run_search(const sim::Workload& workload, const sim::Machine& machine, search::SearchOptions so,
+               const SearchFlags& flags) {
+  Progress progress("search", Progress::mode_for(flags.quiet, flags.json));
+  so.on_progress = [&progress](const search::SearchProgress& p) {
+    progress.update(
+        p.round, 0,
+        fmt::format("rounds, best {}, {} plans, {:.0f} plans/s",
+                    p.best.feasible
+                        ? fmt::format("{:.3f} ms", sim::to_seconds(p.best.iteration_ns) * 1e3)
+                        : std::string("no fit"),
+                    p.evaluated, static_cast<double>(p.evaluated) / std::max(p.elapsed_s, 1e-9)));
+  };
+  const search::SearchResult result = search::search_plan(workload, machine, so);
+  progress.finish();
+
+  const sim::Program& program = result.simulation.program;
+  const sim::Timeline& timeline = result.simulation.timeline;
+  write_plan_if_fits(flags, timeline, result.plan, workload);
+  std::FILE* report = report_stream({flags.output});
+  const double policy_s = sim::to_seconds(result.best_policy_evaluation.iteration_ns);
+  if (flags.json) {
+    nlohmann::json j = sim::summary_json(timeline, program, workload, machine);
+    j["policy"] = result.plan.policy;
+    j["best_policy"] = result.best_policy;
+    j["best_policy_feasible"] = result.best_policy_evaluation.feasible;
+    j["best_policy_iteration_s"] =
+        result.best_policy_evaluation.feasible ? nlohmann::json(policy_s) : nlohmann::json(nullptr);
+    j["evaluated"] = result.evaluated;
+    j["rounds"] = result.rounds;
+    j["converged"] = result.converged;
+    j["search_s"] = result.elapsed_s;
+    for (const search::SkippedPolicy& s : result.skipped)
+      j["skipped_policies"][s.policy] = s.reason;
+    fmt::print(report, "{}\n", j.dump(2));
+  } else {
+    fmt::print(report, "{}", sim::summary_text(timeline, program, workload, machine, "search"));
+    print_against_best_policy(report, result.best_policy, result.best_policy_evaluation, timeline);
+    fmt::print(report, "{} plans evaluated in {:.2f} s over {} rounds ({})\n", result.evaluated,
+               result.elapsed_s, result.rounds,
+               result.converged ? "converged" : "stopped by a limit");
+  }
+  if (!timeline.feasible) {
+    if (!flags.json) {
+      fmt::print(stderr, "memplan: no plan found that fits (no plan written): {}\n",
+                 sim::oom_to_text(*timeline.oom, program, workload));
+    }
+    return 1;
+  }
+  return 0;
+}
+
+// `memplan search`'s flags into `flags`; returns --time-limit's option (whether it was given
+// decides --exact's limit).
+CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
+  cmd.add_option("TRACE", flags.trace, "trace file (format v1, see traces/FORMAT.md)")->required();
+  add_machine_flags(cmd, flags.machine);
+  cmd.add_option("--encode", flags.encode,
+                 "Gist encodings the search may use: binarize, sparse, dpr, fp16, fp10, fp8, all");
+  cmd.add_option("--threads", flags.threads, "worker threads (default: every core)")
+      ->check(integer_in(1, kMaxThreads));
+  auto* time_limit = cmd.add_option("--time-limit", flags.time_limit_s,
+                                    "seconds for the whole search, seeding included (default "
+                                    "10; with --exact: none unless given)")
+                         ->check(seconds_up_to(kMaxTimeLimitS));
+  cmd.add_option("--rounds", flags.rounds, "stop after this many rounds (default: until converged)")
+      ->check(integer_in(1, kMaxRounds));
+  cmd.add_option("--seed", flags.seed, "seed of the move sampler (default 1)")
+      ->check(integer_in(0, kMaxSeed));
+  cmd.add_flag("--deterministic", flags.deterministic, "the same plan for any number of threads");
+  cmd.add_flag("--exact", flags.exact,
+               fmt::format("the optimal plan by branch and bound (at most {} feature maps)",
+                           search::kExactMaxMaps));
+  cmd.add_flag("--maps-only", flags.maps_only,
+               "plan feature maps only: keep parameters, gradients, optimizer state and the input "
+               "batch on the device and the update there (what memplan.torch.apply carries out)");
+  cmd.add_option("-o,--output", flags.output,
+                 "write the plan found (JSON; - for standard output), only when it fits");
+  cmd.add_flag("--json", flags.json, "print one JSON object");
+  add_quiet_flag(cmd, flags.quiet);
+  return time_limit;
+}
+
 }  // namespace
 
 void add_search_command(CLI::App& app, int& exit_status) {
   auto options = std::make_shared<SearchFlags>();
   auto* cmd = app.add_subcommand("search", "Search for a plan better than every policy's");
-  cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
-      ->required();
-  add_machine_flags(*cmd, options->machine);
-  cmd->add_option("--encode", options->encode,
-                  "Gist encodings the search may use: binarize, sparse, dpr, fp16, fp10, fp8, all");
-  cmd->add_option("--threads", options->threads, "worker threads (default: every core)")
-      ->check(integer_in(1, kMaxThreads));
-  auto* time_limit = cmd->add_option("--time-limit", options->time_limit_s,
-                                     "seconds for the whole search, seeding included (default "
-                                     "10; with --exact: none unless given)")
-                         ->check(seconds_up_to(kMaxTimeLimitS));
-  cmd->add_option("--rounds", options->rounds,
-                  "stop after this many rounds (default: until converged)")
-      ->check(integer_in(1, kMaxRounds));
-  cmd->add_option("--seed", options->seed, "seed of the move sampler (default 1)")
-      ->check(integer_in(0, kMaxSeed));
-  cmd->add_flag("--deterministic", options->deterministic,
-                "the same plan for any number of threads");
-  cmd->add_flag("--exact", options->exact,
-                fmt::format("the optimal plan by branch and bound (at most {} feature maps)",
-                            search::kExactMaxMaps));
-  cmd->add_option("-o,--output", options->output,
-                  "write the plan found (JSON; - for standard output), only when it fits");
-  cmd->add_flag("--json", options->json, "print one JSON object");
-  add_quiet_flag(*cmd, options->quiet);
+  CLI::Option* time_limit = add_search_flags(*cmd, *options);
   cmd->callback([options, time_limit, &exit_status] {
     check_output(options->output, "-o");
     const sim::Workload workload = sim::read_trace(options->trace);
@@ -148,6 +208,7 @@ void add_search_command(CLI::App& app, int& exit_status) {
     so.max_rounds = options->rounds;
     so.seed = options->seed;
     so.deterministic = options->deterministic;
+    so.host_placement = !options->maps_only;
     so.encodings = search::parse_encoding_options(options->encode, "--encode");
     if (options->exact) {
       search::ExactOptions eo;
@@ -157,54 +218,7 @@ void add_search_command(CLI::App& app, int& exit_status) {
       exit_status = run_exact(workload, machine, eo, *options);
       return;
     }
-    Progress progress("search", Progress::mode_for(options->quiet, options->json));
-    so.on_progress = [&progress](const search::SearchProgress& p) {
-      progress.update(
-          p.round, 0,
-          fmt::format("rounds, best {}, {} plans, {:.0f} plans/s",
-                      p.best.feasible
-                          ? fmt::format("{:.3f} ms", sim::to_seconds(p.best.iteration_ns) * 1e3)
-                          : std::string("no fit"),
-                      p.evaluated, static_cast<double>(p.evaluated) / std::max(p.elapsed_s, 1e-9)));
-    };
-    const search::SearchResult result = search::search_plan(workload, machine, so);
-    progress.finish();
-
-    const sim::Program& program = result.simulation.program;
-    const sim::Timeline& timeline = result.simulation.timeline;
-    write_plan_if_fits(*options, timeline, result.plan, workload);
-    std::FILE* report = report_stream({options->output});
-    const double policy_s = sim::to_seconds(result.best_policy_evaluation.iteration_ns);
-    if (options->json) {
-      nlohmann::json j = sim::summary_json(timeline, program, workload, machine);
-      j["policy"] = result.plan.policy;
-      j["best_policy"] = result.best_policy;
-      j["best_policy_feasible"] = result.best_policy_evaluation.feasible;
-      j["best_policy_iteration_s"] = result.best_policy_evaluation.feasible
-                                         ? nlohmann::json(policy_s)
-                                         : nlohmann::json(nullptr);
-      j["evaluated"] = result.evaluated;
-      j["rounds"] = result.rounds;
-      j["converged"] = result.converged;
-      j["search_s"] = result.elapsed_s;
-      for (const search::SkippedPolicy& s : result.skipped)
-        j["skipped_policies"][s.policy] = s.reason;
-      fmt::print(report, "{}\n", j.dump(2));
-    } else {
-      fmt::print(report, "{}", sim::summary_text(timeline, program, workload, machine, "search"));
-      print_against_best_policy(report, result.best_policy, result.best_policy_evaluation,
-                                timeline);
-      fmt::print(report, "{} plans evaluated in {:.2f} s over {} rounds ({})\n", result.evaluated,
-                 result.elapsed_s, result.rounds,
-                 result.converged ? "converged" : "stopped by a limit");
-    }
-    if (!timeline.feasible) {
-      if (!options->json) {
-        fmt::print(stderr, "memplan: no plan found that fits (no plan written): {}\n",
-                   sim::oom_to_text(*timeline.oom, program, workload));
-      }
-      exit_status = 1;
-    }
+    exit_status = run_search(workload, machine, std::move(so), *options);
   });
 }
 

@@ -62,8 +62,145 @@ int validate_in_torch(const ValidateOptions& o) {
                                     {"--memory", o.machine.memory}}) {
     if (!value.empty()) args.insert(args.end(), {flag, value});
   }
-  if (o.json) args.push_back("--json");
+  if (o.json) args.emplace_back("--json");
   return run_memplan_torch("validate", args);
+}
+
+// What a run for real measured: the report against the prediction and, for the CUDA backend, the
+// gradients against the host backend's (close, not bitwise: see docs/gpu-validation.md).
+struct Measured {
+  runtime::ValidationReport report;
+  std::optional<runtime::BackendComparison> host;
+};
+
+Measured run_for_real(const runtime::Backend& backend, const sim::Workload& workload,
+                      const sim::Plan& plan, const sim::Simulation& predicted,
+                      const sim::Machine& machine, const ValidateOptions& o) {
+  Progress progress("validate", Progress::mode_for(o.quiet, o.json));
+  progress.stage(
+      fmt::format("running the plan and the in-core reference on the {} backend ({} ops)",
+                  backend.name(), workload.ops.size()));
+  runtime::ValidationOptions options;
+  options.seed = o.seed;
+  options.calibrate = o.calibrate;
+  Measured m;
+  try {  // a runtime::BackendError goes on to main (exit 1)
+    m.report = runtime::validate(backend, workload, plan, predicted, machine, options);
+  } catch (const sim::InputError& e) {  // a layer the backend has no kernel for
+    throw sim::InputError("--backend " + backend.name(), e.what());
+  }
+  progress.finish();
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+  if (backend.name() == "cuda" && m.report.measured_feasible) {
+    m.host = runtime::compare_backends(backend, host_backend::HostBackend(), workload, plan,
+                                       machine, o.seed);
+  }
+#endif
+  return m;
+}
+
+nlohmann::json tolerance_json(const runtime::Tolerance& tolerance) {
+  if (tolerance.bitwise) return nullptr;
+  return {{"test",
+           "per group (gradients with optimizer state; parameters; loss): "
+           "L2(plan - in-core) <= relative * L2(in-core)"},
+          {"relative", tolerance.relative},
+          {"narrowed_maps", tolerance.narrowed_maps},
+          {"unit_roundoff", tolerance.unit_roundoff},
+          {"factor", runtime::kToleranceFactor},
+          {"cap", runtime::kMaxRelativeTolerance}};
+}
+
+void print_json(const ValidateOptions& o, const sim::Plan& plan, const Measured& m) {
+  const runtime::ValidationReport& r = m.report;
+  auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  nlohmann::json j;
+  j["backend"] = o.backend;
+  j["policy"] = plan.policy;
+  j["fits"] = r.measured_feasible;
+  j["peak_bytes_predicted"] = r.peak_bytes_predicted;
+  j["peak_bytes_measured"] = r.peak_bytes_measured;
+  j["peak_reserved_bytes_predicted"] = r.peak_reserved_predicted;
+  j["peak_reserved_bytes_measured"] = r.peak_reserved_measured;
+  j["iteration_s_predicted"] = static_cast<double>(r.iteration_ns_predicted) * 1e-9;
+  j["iteration_s_measured"] = static_cast<double>(r.iteration_ns_measured) * 1e-9;
+  j["iteration_error_percent"] = r.iteration_error_percent();
+  j["peaks_match"] = r.peaks_match();
+  j["gradients_match"] = r.gradients_match;
+  j["bitwise_equal"] = r.bitwise_equal;
+  j["comparison"] = r.tolerance.bitwise ? "bitwise" : "tolerance";
+  j["tolerance"] = tolerance_json(r.tolerance);
+  j["max_abs_diff"] = finite(r.max_abs_diff);
+  j["max_rel_diff"] = finite(r.max_rel_diff);
+  j["max_tensor_rel_diff"] = finite(r.max_tensor_rel_diff);
+  j["tensors_compared"] = r.tensors_compared;
+  j["spilled_bytes"] = r.spilled_bytes;
+  j["calibrated"] = r.calibrated;
+  if (m.host) {
+    j["host_gradients_within_tolerance"] = m.host->within_tolerance;
+    j["host_max_abs_diff"] = finite(m.host->max_abs_diff);
+    j["host_max_rel_diff"] = m.host->max_rel_diff;
+    j["gradients_tolerance"] = {{"relative", m.host->tolerance.relative}};
+  }
+  fmt::print("{}\n", j.dump(2));
+}
+
+void print_gradients_match(const runtime::ValidationReport& r) {
+  if (r.tolerance.bitwise) {
+    fmt::print("gradients match    {} ({} tensors, bitwise; max |diff| {:g})\n",
+               r.gradients_match ? "yes" : "no", r.tensors_compared, r.max_abs_diff);
+    return;
+  }
+  fmt::print(
+      "gradients match    {} ({} tensors; tolerance: relative L2 <= {:g} = min({:g} x {} "
+      "narrowed maps x 2^{}, {:g}); max relative {:g}, max |diff| {:g})\n",
+      r.gradients_match ? "yes" : "no", r.tensors_compared, r.tolerance.relative,
+      runtime::kToleranceFactor, r.tolerance.narrowed_maps, std::ilogb(r.tolerance.unit_roundoff),
+      runtime::kMaxRelativeTolerance, r.max_rel_diff, r.max_abs_diff);
+}
+
+void print_text(const ValidateOptions& o, const std::string& backend, const sim::Plan& plan,
+                const Measured& m) {
+  const runtime::ValidationReport& r = m.report;
+  fmt::print("backend            {}\n", backend);
+  fmt::print("plan               {}\n", plan.policy.empty() ? o.plan.plan : plan.policy);
+  fmt::print("peak bytes         predicted {}  measured {}\n", r.peak_bytes_predicted,
+             r.peak_bytes_measured);
+  fmt::print("costs              {}\n", !r.calibrated ? "the trace's"
+                                        : backend == "cuda"
+                                            ? "measured on this GPU (--calibrate)"
+                                            : "measured on this host (--calibrate)");
+  fmt::print("iteration time     predicted {:.6f} s  measured {:.6f} s  ({:+.1f}%)\n",
+             static_cast<double>(r.iteration_ns_predicted) * 1e-9,
+             static_cast<double>(r.iteration_ns_measured) * 1e-9, r.iteration_error_percent());
+  print_gradients_match(r);
+  if (r.spilled_bytes > 0) {
+    fmt::print("sparse spill       {} bytes to host memory (maps denser than planned)\n",
+               r.spilled_bytes);
+  }
+  if (m.host) {
+    fmt::print(
+        "vs host backend    {} (max |diff| {:g}, max relative L2 {:g}; tolerance: relative L2 "
+        "<= {:g})\n",
+        m.host->within_tolerance ? "within tolerance" : "OUT of tolerance", m.host->max_abs_diff,
+        m.host->max_rel_diff, m.host->tolerance.relative);
+  }
+}
+
+// 0 when the run fits and matches the prediction and the reference; 1 with a line per failure.
+int exit_status_of(const Measured& m, const sim::Program& program, const sim::Workload& workload) {
+  const runtime::ValidationReport& r = m.report;
+  if (!r.measured_feasible) {
+    if (r.oom) {
+      fmt::print(stderr, "memplan: the plan ran out of device memory: {}\n",
+                 sim::oom_to_text(*r.oom, program, workload));
+    }
+    return 1;
+  }
+  const std::vector<std::string> failures = runtime::validation_failures(r);
+  for (const std::string& failure : failures) fmt::print(stderr, "memplan: {}\n", failure);
+  if (m.host && !m.host->within_tolerance) return 1;
+  return failures.empty() ? 0 : 1;
 }
 
 int validate(const ValidateOptions& o) {
@@ -78,127 +215,13 @@ int validate(const ValidateOptions& o) {
                sim::oom_to_text(*predicted.timeline.oom, predicted.program, workload));
     return 1;
   }
-  Progress progress("validate", Progress::mode_for(o.quiet, o.json));
-  progress.stage(
-      fmt::format("running the plan and the in-core reference on the {} backend ({} ops)",
-                  backend->name(), workload.ops.size()));
-  runtime::ValidationOptions options;
-  options.seed = o.seed;
-  options.calibrate = o.calibrate;
-  runtime::ValidationReport r;
-  try {  // a runtime::BackendError goes on to main (exit 1)
-    r = runtime::validate(*backend, workload, plan, predicted, machine, options);
-  } catch (const sim::InputError& e) {  // a layer the backend has no kernel for
-    throw sim::InputError("--backend " + backend->name(), e.what());
-  }
-  progress.finish();
-#ifdef MEMPLAN_WITH_CUDA_BACKEND
-  // On a GPU, also the gradients against the host backend's (close, not bitwise: see
-  // docs/gpu-validation.md).
-  std::optional<runtime::BackendComparison> host;
-  if (backend->name() == "cuda" && r.measured_feasible) {
-    host = runtime::compare_backends(*backend, host_backend::HostBackend(), workload, plan, machine,
-                                     o.seed);
-  }
-#endif
-  const double predicted_s = static_cast<double>(r.iteration_ns_predicted) * 1e-9;
-  const double measured_s = static_cast<double>(r.iteration_ns_measured) * 1e-9;
+  const Measured m = run_for_real(*backend, workload, plan, predicted, machine, o);
   if (o.json) {
-    nlohmann::json j;
-    j["backend"] = o.backend;
-    j["policy"] = plan.policy;
-    j["fits"] = r.measured_feasible;
-    j["peak_bytes_predicted"] = r.peak_bytes_predicted;
-    j["peak_bytes_measured"] = r.peak_bytes_measured;
-    j["peak_reserved_bytes_predicted"] = r.peak_reserved_predicted;
-    j["peak_reserved_bytes_measured"] = r.peak_reserved_measured;
-    j["iteration_s_predicted"] = predicted_s;
-    j["iteration_s_measured"] = measured_s;
-    j["iteration_error_percent"] = r.iteration_error_percent();
-    j["peaks_match"] = r.peaks_match();
-    j["gradients_match"] = r.gradients_match;
-    j["bitwise_equal"] = r.bitwise_equal;
-    j["comparison"] = r.tolerance.bitwise ? "bitwise" : "tolerance";
-    if (r.tolerance.bitwise) {
-      j["tolerance"] = nullptr;
-    } else {
-      j["tolerance"] = {{"test",
-                         "per group (gradients with optimizer state; parameters; loss): "
-                         "L2(plan - in-core) <= relative * L2(in-core)"},
-                        {"relative", r.tolerance.relative},
-                        {"narrowed_maps", r.tolerance.narrowed_maps},
-                        {"unit_roundoff", r.tolerance.unit_roundoff},
-                        {"factor", runtime::kToleranceFactor},
-                        {"cap", runtime::kMaxRelativeTolerance}};
-    }
-    auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
-    j["max_abs_diff"] = finite(r.max_abs_diff);
-    j["max_rel_diff"] = finite(r.max_rel_diff);
-    j["max_tensor_rel_diff"] = finite(r.max_tensor_rel_diff);
-    j["tensors_compared"] = r.tensors_compared;
-    j["spilled_bytes"] = r.spilled_bytes;
-    j["calibrated"] = r.calibrated;
-#ifdef MEMPLAN_WITH_CUDA_BACKEND
-    if (host) {
-      j["host_gradients_within_tolerance"] = host->within_tolerance;
-      j["host_max_abs_diff"] = std::isfinite(host->max_abs_diff)
-                                   ? nlohmann::json(host->max_abs_diff)
-                                   : nlohmann::json(nullptr);
-      j["host_max_rel_diff"] = host->max_rel_diff;
-      j["gradients_tolerance"] = {{"relative", host->tolerance.relative}};
-    }
-#endif
-    fmt::print("{}\n", j.dump(2));
+    print_json(o, plan, m);
   } else {
-    fmt::print("backend            {}\n", backend->name());
-    fmt::print("plan               {}\n", plan.policy.empty() ? o.plan.plan : plan.policy);
-    fmt::print("peak bytes         predicted {}  measured {}\n", r.peak_bytes_predicted,
-               r.peak_bytes_measured);
-    fmt::print("costs              {}\n", !r.calibrated ? "the trace's"
-                                          : backend->name() == "cuda"
-                                              ? "measured on this GPU (--calibrate)"
-                                              : "measured on this host (--calibrate)");
-    fmt::print("iteration time     predicted {:.6f} s  measured {:.6f} s  ({:+.1f}%)\n",
-               predicted_s, measured_s, r.iteration_error_percent());
-    if (r.tolerance.bitwise) {
-      fmt::print("gradients match    {} ({} tensors, bitwise; max |diff| {:g})\n",
-                 r.gradients_match ? "yes" : "no", r.tensors_compared, r.max_abs_diff);
-    } else {
-      fmt::print(
-          "gradients match    {} ({} tensors; tolerance: relative L2 <= {:g} = min({:g} x {} "
-          "narrowed maps x 2^{}, {:g}); max relative {:g}, max |diff| {:g})\n",
-          r.gradients_match ? "yes" : "no", r.tensors_compared, r.tolerance.relative,
-          runtime::kToleranceFactor, r.tolerance.narrowed_maps,
-          std::ilogb(r.tolerance.unit_roundoff), runtime::kMaxRelativeTolerance, r.max_rel_diff,
-          r.max_abs_diff);
-    }
-    if (r.spilled_bytes > 0) {
-      fmt::print("sparse spill       {} bytes to host memory (maps denser than planned)\n",
-                 r.spilled_bytes);
-    }
-#ifdef MEMPLAN_WITH_CUDA_BACKEND
-    if (host) {
-      fmt::print(
-          "vs host backend    {} (max |diff| {:g}, max relative L2 {:g}; tolerance: relative L2 "
-          "<= {:g})\n",
-          host->within_tolerance ? "within tolerance" : "OUT of tolerance", host->max_abs_diff,
-          host->max_rel_diff, host->tolerance.relative);
-    }
-#endif
+    print_text(o, backend->name(), plan, m);
   }
-  if (!r.measured_feasible) {
-    if (r.oom) {
-      fmt::print(stderr, "memplan: the plan ran out of device memory: {}\n",
-                 sim::oom_to_text(*r.oom, predicted.program, workload));
-    }
-    return 1;
-  }
-  const std::vector<std::string> failures = runtime::validation_failures(r);
-  for (const std::string& failure : failures) fmt::print(stderr, "memplan: {}\n", failure);
-#ifdef MEMPLAN_WITH_CUDA_BACKEND
-  if (host && !host->within_tolerance) return 1;
-#endif
-  return failures.empty() ? 0 : 1;
+  return exit_status_of(m, predicted.program, workload);
 }
 }  // namespace
 

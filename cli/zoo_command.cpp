@@ -14,17 +14,93 @@
 #include "zoo/zoo.hpp"
 
 namespace memplan::cli {
+
+namespace {
+struct ZooFlags {
+  std::string model;
+  std::string device;
+  ModelFlags shape;
+  std::string output;
+  bool list = false;
+  bool caffe = false;
+  bool json = false;
+};
+
+// `memplan zoo --list`: the models and devices, one line each or one JSON object.
+void print_list(bool json) {
+  if (!json) {
+    fmt::print("{}", zoo::list_text());
+    return;
+  }
+  nlohmann::json j = {{"models", nlohmann::json::array()}, {"devices", nlohmann::json::array()}};
+  for (const zoo::ModelInfo& m : zoo::models()) {
+    j["models"].push_back({{"name", m.name}, {"summary", m.summary}});
+  }
+  for (const zoo::Device& d : zoo::devices()) {
+    j["devices"].push_back({{"name", d.name},
+                            {"summary", d.summary},
+                            {"memory_bytes", d.memory_bytes},
+                            {"link", d.link}});
+  }
+  fmt::print("{}\n", j.dump(2));
+}
+
+// The model the flags name, after checking that every flag a trace needs was given.
+const zoo::ModelInfo& requested_model(const CLI::App& cmd, const ZooFlags& flags) {
+  if (flags.model.empty()) {
+    throw sim::InputError("MODEL", fmt::format("name a model (models: {})", zoo::model_names()));
+  }
+  if (flags.device.empty()) {
+    throw sim::InputError("--device",
+                          fmt::format("name a device (devices: {})", zoo::device_names()));
+  }
+  if (cmd.count("--batch") == 0) throw sim::InputError("--batch", "give the batch size");
+  if (flags.output.empty()) throw sim::InputError("-o", "give the trace file to write");
+  check_output(flags.output, "-o");
+  const zoo::ModelInfo* model = zoo::find_model(flags.model);
+  if (model == nullptr) {
+    throw sim::InputError(
+        "MODEL", fmt::format("unknown model '{}' (models: {})", flags.model, zoo::model_names()));
+  }
+  return *model;
+}
+
+// Builds the model's workload, writes it as a trace and prints what was written.
+void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
+  const zoo::ModelInfo& model = requested_model(cmd, flags);
+  std::FILE* report = report_stream({flags.output});
+  zoo::ZooRequest request;
+  request.model = flags.model;
+  request.device = flags.device;
+  request.options = model_options_from_flags(cmd, flags.shape, model);
+  sim::Workload workload = zoo::make_workload(request);
+  if (flags.caffe) {
+    const std::size_t relus = zoo::relu_backward_in_place(workload);
+    const std::size_t masks = zoo::int32_pool_indices(workload);
+    workload.provenance.note += fmt::format(
+        "; Caffe conventions: {} ReLU gradients in place, {} int32 max-pool masks", relus, masks);
+    sim::validate(workload, fmt::format("zoo model '{}'", request.model));
+  }
+  write_output(flags.output, sim::write_trace(workload));
+  const sim::Bytes peak = sim::incore_peak(workload).bytes;
+  if (flags.json) {
+    const nlohmann::json j = {
+        {"model", model.name},        {"device", workload.device.name},
+        {"ops", workload.ops.size()}, {"tensors", workload.tensors.size()},
+        {"peak_bytes_incore", peak},  {"memory_bytes", workload.device.memory_bytes},
+        {"output", flags.output}};
+    fmt::print(report, "{}\n", j.dump(2));
+  } else {
+    fmt::print(report, "wrote {}: {} on {}, {} ops, {} tensors, in-core peak {} of {}\n",
+               flags.output, model.name, workload.device.name, workload.ops.size(),
+               workload.tensors.size(), sim::format_bytes(peak),
+               sim::format_bytes(workload.device.memory_bytes));
+  }
+}
+}  // namespace
+
 void add_zoo_command(CLI::App& app) {
-  struct Options {
-    std::string model;
-    std::string device;
-    ModelFlags shape;
-    std::string output;
-    bool list = false;
-    bool caffe = false;
-    bool json = false;
-  };
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<ZooFlags>();
   auto* cmd = app.add_subcommand(
       "zoo", "Write the modeled training step of a known network on a known GPU");
   cmd->add_option("MODEL", options->model, "model name (see --list)");
@@ -40,66 +116,9 @@ void add_zoo_command(CLI::App& app) {
                 "print one JSON object (with --list: the models and devices)");
   cmd->callback([options, cmd] {
     if (options->list) {
-      if (options->json) {
-        nlohmann::json j = {{"models", nlohmann::json::array()},
-                            {"devices", nlohmann::json::array()}};
-        for (const zoo::ModelInfo& m : zoo::models()) {
-          j["models"].push_back({{"name", m.name}, {"summary", m.summary}});
-        }
-        for (const zoo::Device& d : zoo::devices()) {
-          j["devices"].push_back({{"name", d.name},
-                                  {"summary", d.summary},
-                                  {"memory_bytes", d.memory_bytes},
-                                  {"link", d.link}});
-        }
-        fmt::print("{}\n", j.dump(2));
-      } else {
-        fmt::print("{}", zoo::list_text());
-      }
-      return;
-    }
-    if (options->model.empty()) {
-      throw sim::InputError("MODEL", fmt::format("name a model (models: {})", zoo::model_names()));
-    }
-    if (options->device.empty()) {
-      throw sim::InputError("--device",
-                            fmt::format("name a device (devices: {})", zoo::device_names()));
-    }
-    if (cmd->count("--batch") == 0) throw sim::InputError("--batch", "give the batch size");
-    if (options->output.empty()) throw sim::InputError("-o", "give the trace file to write");
-    check_output(options->output, "-o");
-    std::FILE* report = report_stream({options->output});
-    const zoo::ModelInfo* model = zoo::find_model(options->model);
-    if (model == nullptr) {
-      throw sim::InputError("MODEL", fmt::format("unknown model '{}' (models: {})", options->model,
-                                                 zoo::model_names()));
-    }
-    zoo::ZooRequest request;
-    request.model = options->model;
-    request.device = options->device;
-    request.options = model_options_from_flags(*cmd, options->shape, *model);
-    sim::Workload workload = zoo::make_workload(request);
-    if (options->caffe) {
-      const std::size_t relus = zoo::relu_backward_in_place(workload);
-      const std::size_t masks = zoo::int32_pool_indices(workload);
-      workload.provenance.note += fmt::format(
-          "; Caffe conventions: {} ReLU gradients in place, {} int32 max-pool masks", relus, masks);
-      sim::validate(workload, fmt::format("zoo model '{}'", request.model));
-    }
-    write_output(options->output, sim::write_trace(workload));
-    const sim::Bytes peak = sim::incore_peak(workload).bytes;
-    if (options->json) {
-      const nlohmann::json j = {
-          {"model", model->name},       {"device", workload.device.name},
-          {"ops", workload.ops.size()}, {"tensors", workload.tensors.size()},
-          {"peak_bytes_incore", peak},  {"memory_bytes", workload.device.memory_bytes},
-          {"output", options->output}};
-      fmt::print(report, "{}\n", j.dump(2));
+      print_list(options->json);
     } else {
-      fmt::print(report, "wrote {}: {} on {}, {} ops, {} tensors, in-core peak {} of {}\n",
-                 options->output, model->name, workload.device.name, workload.ops.size(),
-                 workload.tensors.size(), sim::format_bytes(peak),
-                 sim::format_bytes(workload.device.memory_bytes));
+      write_zoo_trace(*cmd, *options);
     }
   });
 }

@@ -64,10 +64,10 @@ std::unique_ptr<runtime::Device> CudaBackend::make_device(sim::Bytes capacity_by
   return std::make_unique<CudaDevice>(capacity_bytes, seed, algorithms_);
 }
 
-runtime::LinkModel CudaBackend::measure_link() const {
+sim::Link CudaBackend::measure_link() const {
   constexpr std::size_t kSmall = 4096;
   constexpr std::size_t kLarge = std::size_t{64} << 20;
-  runtime::LinkModel link;
+  sim::Link link;
   double latency = 0;
   for (const bool to_device : {true, false}) {
     const double small = copy_ns(kSmall, to_device, 21);

@@ -26,7 +26,7 @@ class CudaBackend final : public runtime::Backend {
                                                              std::uint64_t seed) const override;
   /// Bandwidth of each direction fitted to CUDA-event timed pinned copies of 4 KiB (median of 21)
   /// and 64 MiB (median of 5); latency = the larger intercept of the two fits.
-  [[nodiscard]] runtime::LinkModel measure_link() const override;
+  [[nodiscard]] sim::Link measure_link() const override;
   /// cuDNN's search (cudnnFind*, which times every algorithm) for each convolution op, on the
   /// default stream before any arena exists, kept in the cache the devices share (so the recorded
   /// run uses what was found). Per op: the fastest and the memory-optimal deterministic algorithm

@@ -9,6 +9,7 @@
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels.cuh"
 #include "runtime/backend_error.hpp"
+#include "runtime/host_ops.hpp"
 #include "runtime/initial_data.hpp"
 #include "sim/check.hpp"
 #include "sim/plan.hpp"
@@ -113,7 +114,12 @@ void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   for (std::size_t s = 0; s < program.host_slots.size(); ++s) {
     const auto bytes = static_cast<std::size_t>(program.host_slots[s].bytes);
     if (host_store_[s].size() != bytes) host_store_[s] = PinnedBuffer(bytes);
+    if (program.host_slots[s].resident) {  // a host-placed tensor's home starts with its data
+      runtime::fill_initial_data(workload, workload.tensor(program.host_slots[s].tensor), seed_,
+                                 host_store_[s].data());
+    }
   }
+  host_calls_.clear();
   std::size_t sparse_encodes = 0;
   for (const sim::Instruction& in : program.stream(sim::StreamId::kCompute)) {
     if (in.kind == sim::InstrKind::kEncode &&
@@ -258,6 +264,37 @@ void CudaDevice::enqueue_copy(sim::StreamId stream_id, std::int32_t index) {
   pending_.push_back({stream_id, index, start, end});
 }
 
+void CudaDevice::enqueue_host_op(std::int32_t index) {
+  const sim::Instruction& in =
+      program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(index)];
+  HostCall& call = host_calls_.emplace_back();
+  call.workload = workload_;
+  call.op = &workload_->op(in.op);
+  for (std::int32_t k = 0; k < in.operand_count; ++k) {
+    const auto slot = static_cast<std::size_t>(
+        program_->operands[static_cast<std::size_t>(in.operands_begin + k)]);
+    call.operands.push_back(host_store_[slot].data());
+  }
+  cudaStream_t s = stream(sim::StreamId::kHost);
+  const cudaEvent_t start = timing_event();
+  const cudaEvent_t end = timing_event();
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(start, s));
+  // Runs on a CUDA runtime thread once the host stream gets there: no CUDA call inside.
+  MEMPLAN_CUDA_CHECK(cudaLaunchHostFunc(
+      s,
+      [](void* p) {
+        auto* c = static_cast<HostCall*>(p);
+        try {
+          runtime::run_host_op(*c->workload, *c->op, c->operands);
+        } catch (const std::exception& e) {
+          c->error = e.what();
+        }
+      },
+      &call));
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
+  pending_.push_back({sim::StreamId::kHost, index, start, end});
+}
+
 void CudaDevice::record(sim::StreamId s, sim::EventId event) {
   MEMPLAN_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(event)], stream(s)));
 }
@@ -277,6 +314,9 @@ void CudaDevice::synchronize() {
                       static_cast<sim::Nanoseconds>(end_ms * 1e6)});
   }
   pending_.clear();
+  for (const HostCall& call : host_calls_) {
+    if (!call.error.empty()) throw runtime::BackendError(call.error);
+  }
   const auto* flags = reinterpret_cast<const int*>(overflow_.data());
   for (const SparseCheck& c : std::exchange(sparse_checks_, {})) {
     if (flags[c.flag] != 0) {
@@ -295,7 +335,12 @@ std::vector<std::byte> CudaDevice::tensor_bytes(sim::TensorId t) const {
     return {it->second.data(), it->second.data() + it->second.size()};
   }
   const auto b = resident_buffer(t);
-  if (!b) return {};
+  if (!b) {
+    const auto slot = resident_slot(t);  // a host-placed tensor's home
+    if (!slot) return {};
+    const PinnedBuffer& host = host_store_[static_cast<std::size_t>(*slot)];
+    return {host.data(), host.data() + host.size()};
+  }
   std::vector<std::byte> out(
       static_cast<std::size_t>(program_->buffers[static_cast<std::size_t>(*b)].bytes));
   MEMPLAN_CUDA_CHECK(cudaMemcpy(out.data(), data(*b), out.size(), cudaMemcpyDeviceToHost));

@@ -2,10 +2,11 @@
 // CudaDevice: the runtime's Device on a GPU. Device memory is one cudaMalloc'd block of the cap's
 // size, placed by runtime::ArenaDevice (the simulator's allocator, as for the host backend), so an
 // allocation over the cap fails where the simulator says it does, whatever the GPU's real size.
-// Three cudaStreams (compute, d2h, h2d); the Program's events are cudaEvents (record/wait); swapped
-// maps go to pinned host memory (cudaHostAlloc) so that copies are asynchronous DMA. Every kernel
-// and copy is bracketed by two timing events and its span is their elapsed time from an event
-// recorded at prepare.
+// Four cudaStreams (compute, d2h, h2d, and host, whose host ops run as cudaLaunchHostFunc callbacks
+// on pinned host slots); the Program's events are cudaEvents (record/wait); swapped maps and
+// host-placed tensors go to pinned host memory (cudaHostAlloc) so that copies are asynchronous DMA.
+// Every kernel and copy is bracketed by two timing events and its span is their elapsed time from
+// an event recorded at prepare.
 //
 // Inputs and parameters get runtime::fill_initial_data's values (filled on the host, then
 // uploaded), optimizer state zero, so a CUDA run and a host run of the same workload and seed
@@ -14,6 +15,7 @@
 // the run.
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,6 +60,7 @@ class CudaDevice final : public runtime::ArenaDevice {
   void prepare(const sim::Workload& workload, const sim::Program& program) override;
   void enqueue_kernel(std::int32_t index) override;
   void enqueue_copy(sim::StreamId stream, std::int32_t index) override;
+  void enqueue_host_op(std::int32_t index) override;
   void record(sim::StreamId stream, sim::EventId event) override;
   void wait(sim::StreamId stream, sim::EventId event) override;
   void synchronize() override;
@@ -76,6 +79,13 @@ class CudaDevice final : public runtime::ArenaDevice {
     std::int32_t index;
     cudaEvent_t start;
     cudaEvent_t end;
+  };
+  /// A host op as the host stream's callback runs it (runtime::run_host_op on pinned slots).
+  struct HostCall {
+    const sim::Workload* workload = nullptr;
+    const sim::Op* op = nullptr;
+    std::vector<std::byte*> operands;
+    std::string error;  // set by the callback, thrown by synchronize
   };
   struct SparseCheck {
     std::string tensor;
@@ -107,6 +117,7 @@ class CudaDevice final : public runtime::ArenaDevice {
   std::map<sim::TensorId, PinnedBuffer> captured_;
   PinnedBuffer overflow_;  // int flags of sparse encodes, written by the GPU
   std::vector<SparseCheck> sparse_checks_;
+  std::deque<HostCall> host_calls_;  // this run's (stable addresses for the callbacks)
 };
 
 }  // namespace memplan::cuda_backend

@@ -16,7 +16,6 @@ namespace memplan::cuda_backend {
 namespace {
 
 using runtime::attr;
-using runtime::attr_f;
 using runtime::elements;
 using runtime::f32;
 using runtime::fail;
@@ -912,7 +911,7 @@ namespace update {
 
 void sgd(const CudaCall& c) {
   if (c.in.size() % 3 != 0) c.fail("sgd reads params, grads and momentum buffers (3 groups)");
-  // host_backend::SgdDefaults
+  // runtime::SgdDefaults
   const float lr = c.attr_f("lr", 0.01f);
   const float momentum = c.attr_f("momentum", 0.9f);
   const float weight_decay = c.attr_f("weight_decay", 0.0f);

@@ -47,7 +47,7 @@ std::unique_ptr<runtime::Device> HostBackend::make_device(sim::Bytes capacity_by
   return std::make_unique<HostDevice>(capacity_bytes, seed);
 }
 
-runtime::LinkModel HostBackend::measure_link() const {
+sim::Link HostBackend::measure_link() const {
   // Copies as the host device makes them: copy-out fills a host vector, copy-in copies back.
   constexpr std::size_t kSmall = 4096;
   constexpr std::size_t kLarge = 1 << 20;
@@ -63,7 +63,7 @@ runtime::LinkModel HostBackend::measure_link() const {
   const double small = out_ns(kSmall);
   const double large = out_ns(kLarge);
   const double ns_per_byte = std::max(large - small, 1.0) / static_cast<double>(kLarge - kSmall);
-  runtime::LinkModel link;
+  sim::Link link;
   link.h2d_bytes_per_s = 1e9 / ns_per_byte;
   link.d2h_bytes_per_s = link.h2d_bytes_per_s;
   link.latency_ns = static_cast<sim::Nanoseconds>(

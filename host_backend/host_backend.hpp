@@ -15,7 +15,7 @@ class HostBackend final : public runtime::Backend {
   /// since copy-in and copy-out are the same memcpy on the host); latency = the fit's intercept
   /// plus two stream-thread hand-offs (the copy stream woken by its wait, the compute stream woken
   /// by the copy's record), a cost the simulator has no other place for.
-  [[nodiscard]] runtime::LinkModel measure_link() const override;
+  [[nodiscard]] sim::Link measure_link() const override;
 };
 
 }  // namespace memplan::host_backend

@@ -10,6 +10,7 @@
 
 #include "host_backend/encodings.hpp"
 #include "runtime/backend_error.hpp"
+#include "runtime/host_ops.hpp"
 #include "runtime/initial_data.hpp"
 #include "sim/check.hpp"
 
@@ -126,6 +127,9 @@ void HostDevice::prepare(const sim::Workload& workload, const sim::Program& prog
     events_.push_back(std::make_unique<EventState>());
   }
   host_store_.assign(program.host_slots.size(), {});
+  for (std::size_t slot = 0; slot < program.host_slots.size(); ++slot) {
+    if (program.host_slots[slot].resident) fill_resident_slot(slot);
+  }
   spill_.assign(program.buffers.size(), {});
   spilled_bytes_ = 0;
   captured_.clear();
@@ -163,6 +167,17 @@ void HostDevice::initialise(sim::BufferId buffer, const sim::Tensor& t) {
   worker(sim::StreamId::kCompute).enqueue([this, &t, p] {
     runtime::fill_initial_data(*workload_, t, seed_, p);
   });
+}
+
+void HostDevice::fill_resident_slot(std::size_t slot) {
+  const sim::Tensor& t = workload_->tensor(program_->host_slots[slot].tensor);
+  std::vector<std::byte>& host = host_store_[slot];
+  if (const auto given = initial_bytes_.find(t.id); given != initial_bytes_.end()) {
+    host = given->second;
+    return;
+  }
+  host.resize(static_cast<std::size_t>(t.bytes));
+  runtime::fill_initial_data(*workload_, t, seed_, host.data());
 }
 
 void HostDevice::add_span(sim::StreamId stream, std::int32_t index, std::int64_t start,
@@ -254,6 +269,7 @@ void HostDevice::enqueue_copy(sim::StreamId stream, std::int32_t index) {
   const auto bytes = static_cast<std::size_t>(program_->host_slots[slot].bytes);
   std::byte* device = data(in.buffer);
   std::vector<std::byte>* host = &host_store_[slot];
+  const bool resident = program_->host_slots[slot].resident;
   if (in.kind == sim::InstrKind::kCopyOut) {
     MEMPLAN_CHECK(stream == sim::StreamId::kD2H, "copy-outs run on the d2h stream");
     worker(stream).enqueue([this, stream, index, device, host, bytes] {
@@ -264,17 +280,45 @@ void HostDevice::enqueue_copy(sim::StreamId stream, std::int32_t index) {
   } else {
     MEMPLAN_CHECK(stream == sim::StreamId::kH2D && in.kind == sim::InstrKind::kCopyIn,
                   "copy-ins run on the h2d stream");
-    worker(stream).enqueue([this, stream, index, device, host, bytes] {
+    worker(stream).enqueue([this, stream, index, device, host, bytes, resident] {
       const std::int64_t start = now_ns();
       if (host->size() != bytes) {
         throw runtime::BackendError("copy-in of a host slot never written");
       }
       std::memcpy(device, host->data(), bytes);
-      host->clear();
-      host->shrink_to_fit();
+      if (!resident) {  // a swapped map's slot is done with; a resident one is the tensor's home
+        host->clear();
+        host->shrink_to_fit();
+      }
       add_span(stream, index, start, now_ns());
     });
   }
+}
+
+void HostDevice::enqueue_host_op(std::int32_t index) {
+  const sim::Instruction& in =
+      program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(index)];
+  const sim::Op& op = workload_->op(in.op);
+  std::vector<std::size_t> slots;
+  for (std::int32_t k = 0; k < in.operand_count; ++k) {
+    slots.push_back(static_cast<std::size_t>(
+        program_->operands[static_cast<std::size_t>(in.operands_begin + k)]));
+  }
+  worker(sim::StreamId::kHost).enqueue([this, &op, index, slots = std::move(slots)] {
+    if (kernel_failed_) return;
+    const std::int64_t start = now_ns();
+    // The slots' storage is taken when the op runs: a gradient's slot is written by its copy-out,
+    // which the host stream waited for.
+    std::vector<std::byte*> operands;
+    for (std::size_t slot : slots) {
+      if (host_store_[slot].size() != static_cast<std::size_t>(program_->host_slots[slot].bytes)) {
+        throw runtime::BackendError("host op '" + op.name + "' reads a host slot never written");
+      }
+      operands.push_back(host_store_[slot].data());
+    }
+    runtime::run_host_op(*workload_, op, operands);
+    add_span(sim::StreamId::kHost, index, start, now_ns());
+  });
 }
 
 void HostDevice::record(sim::StreamId stream, sim::EventId event) {
@@ -320,7 +364,11 @@ std::vector<std::byte> HostDevice::tensor_bytes(sim::TensorId t) const {
     if (const auto it = captured_.find(t); it != captured_.end()) return it->second;
   }
   const auto b = resident_buffer(t);
-  if (!b) return {};
+  if (!b) {
+    const auto slot = resident_slot(t);  // a host-placed tensor's home
+    if (!slot) return {};
+    return host_store_[static_cast<std::size_t>(*slot)];
+  }
   const std::byte* p = data(*b);
   return {p, p + program_->buffers[static_cast<std::size_t>(*b)].bytes};
 }

@@ -3,7 +3,8 @@
 // real byte buffer of the cap's size, placed by runtime::ArenaDevice (the simulator's allocator,
 // so an allocation over the cap fails exactly where the simulator says it does). Each stream is a
 // worker thread executing its queue in order; events are (mutex, condition variable, flag); swapped
-// maps go to a host store. Streams hold their work from prepare until synchronize (the run's
+// maps and host-placed tensors go to a host store; the host stream runs host ops (an update on
+// the CPU) over it. Streams hold their work from prepare until synchronize (the run's
 // launch), so that what is timed is the streams' execution, not the enqueuing thread. Inputs and
 // parameters are filled from a seed when allocated (labels in range), optimizer state starts at
 // zero, so two runs of the same workload see the same data whatever the plan. Gradients (and the
@@ -70,6 +71,7 @@ class HostDevice final : public runtime::ArenaDevice {
   void prepare(const sim::Workload& workload, const sim::Program& program) override;
   void enqueue_kernel(std::int32_t index) override;
   void enqueue_copy(sim::StreamId stream, std::int32_t index) override;
+  void enqueue_host_op(std::int32_t index) override;
   void record(sim::StreamId stream, sim::EventId event) override;
   void wait(sim::StreamId stream, sim::EventId event) override;
   void synchronize() override;
@@ -93,6 +95,8 @@ class HostDevice final : public runtime::ArenaDevice {
   };
   void initialise(sim::BufferId buffer, const sim::Tensor& t) override;
   void enqueue_codec(std::int32_t index, const sim::Instruction& in);
+  /// Writes a resident host slot's initial data (set_initial_bytes', else the seed's).
+  void fill_resident_slot(std::size_t slot);
   void add_span(sim::StreamId stream, std::int32_t index, std::int64_t start, std::int64_t end);
   [[nodiscard]] std::int64_t now_ns() const;
   StreamWorker& worker(sim::StreamId s) { return *workers_[static_cast<std::size_t>(s)]; }
@@ -102,7 +106,7 @@ class HostDevice final : public runtime::ArenaDevice {
   std::byte* memory_ = nullptr;
   std::unique_ptr<OpExecutor> executor_;
   std::vector<std::unique_ptr<EventState>> events_;
-  std::vector<std::vector<std::byte>> host_store_;  // per host slot
+  std::vector<std::vector<std::byte>> host_store_;  // per host slot (resident ones from prepare)
   // Per buffer: the part of a sparse encoding beyond the plan's encoded buffer (host memory).
   std::vector<std::vector<std::uint8_t>> spill_;
   std::atomic<sim::Bytes> spilled_bytes_ = 0;

@@ -369,13 +369,4 @@ void softmax_cross_entropy_backward(std::int64_t n, std::int64_t classes, const 
   }
 }
 
-void sgd_momentum_update(std::int64_t n, float lr, float momentum, float weight_decay, float* w,
-                         const float* grad, float* velocity) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] + weight_decay * w[i];
-    velocity[i] = momentum * velocity[i] + g;
-    w[i] -= lr * velocity[i];
-  }
-}
-
 }  // namespace memplan::host_backend

@@ -6,6 +6,8 @@
 // keeps, swaps, recomputes or encodes. Deterministic: same inputs, same bits.
 #include <cstdint>
 
+#include "runtime/host_ops.hpp"
+
 namespace memplan::host_backend {
 
 // ---- ReLU -------------------------------------------------------------------------------------
@@ -116,7 +118,7 @@ void softmax_cross_entropy_backward(std::int64_t n, std::int64_t classes, const 
                                     const std::int64_t* labels, float* dlogits);
 
 // ---- SGD with momentum (PyTorch's rule): v = mu*v + g + wd*w; w -= lr*v ------------------------
-void sgd_momentum_update(std::int64_t n, float lr, float momentum, float weight_decay, float* w,
-                         const float* grad, float* velocity);
+// One CPU loop for an update on the host device and an update on the host (runtime/host_ops.hpp).
+using runtime::sgd_momentum_update;
 
 }  // namespace memplan::host_backend

@@ -228,7 +228,21 @@ void batch_norm(const HostCall& c) {
                      f32(c.out[0]), f32(c.out[1]), f32(c.out[2]));
 }
 
+/// Whether an average pool's window was recorded. PyTorch's avg_pool2d always has one; an
+/// imported step records none (the profiler gives the extents only, and torchvision's
+/// AdaptiveAvgPool2d reaches the importer as an average pool). Without it the pool is the one its
+/// extents define: PyTorch's adaptive average pooling to the output size, the same sums as a window
+/// of kernel = stride = input / output and no padding where that divides.
+bool window_recorded(const HostCall& c) {
+  return c.op.attributes.find("kernel") != c.op.attributes.end();
+}
+
 void avg_pool(const HostCall& c) {
+  if (!window_recorded(c)) {
+    adaptive_avg_pool_forward(adaptive_shape(c, c.t_in(0), c.t_out(0)), f32(c.in[0]),
+                              f32(c.out[0]));
+    return;
+  }
   avg_pool_forward(pool_shape(c, c.t_in(0), c.t_out(0)), f32(c.in[0]), f32(c.out[0]));
 }
 
@@ -372,8 +386,16 @@ void batch_norm(const HostCall& c) {
 }
 
 void avg_pool(const HostCall& c) {
-  // [dy, x] -> [dx]
-  if (c.in.size() != 2 || c.out.size() != 1) c.fail(c.op.layer.str() + " backward reads dy and x");
+  // [dy (, x)] -> [dx]: x's values are not read (PyTorch's avg_pool2d_backward takes it for its
+  // shape, which dx has), so an imported backward that reads dy alone runs too.
+  if (c.in.empty() || c.in.size() > 2 || c.out.size() != 1) {
+    c.fail(c.op.layer.str() + " backward reads dy (and x), writes dx");
+  }
+  if (!fwd::window_recorded(c)) {
+    adaptive_avg_pool_backward(adaptive_shape(c, c.t_out(0), c.t_in(0)), f32(c.in[0]),
+                               f32(c.out[0]));
+    return;
+  }
   avg_pool_backward(pool_shape(c, c.t_out(0), c.t_in(0)), f32(c.in[0]), f32(c.out[0]));
 }
 

@@ -17,17 +17,13 @@
 #include <span>
 #include <vector>
 
+#include "runtime/host_ops.hpp"
 #include "runtime/op_call.hpp"
 #include "sim/workload.hpp"
 
 namespace memplan::host_backend {
 
-/// Learning rate, momentum and weight decay of the `sgd` op when its attributes do not say.
-struct SgdDefaults {
-  float lr = 0.01f;
-  float momentum = 0.9f;
-  float weight_decay = 0.0f;
-};
+using runtime::SgdDefaults;
 
 class OpExecutor {
  public:

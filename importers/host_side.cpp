@@ -101,7 +101,7 @@ std::vector<RecordedCopy> recorded_copies(const KinetoTrace& trace, sim::Nanosec
 }
 
 MeasuredLink measure_link(const std::vector<RecordedCopy>& copies) {
-  MeasuredLink link;
+  MeasuredLink measured;
   auto measure = [&](CopyDirection direction, std::optional<sim::BytesPerSecond>& bandwidth,
                      std::size_t& used, bool& pageable) {
     for (bool want_pageable : {false, true}) {
@@ -123,9 +123,11 @@ MeasuredLink measure_link(const std::vector<RecordedCopy>& copies) {
       return;
     }
   };
-  measure(CopyDirection::kHostToDevice, link.h2d_bytes_per_s, link.h2d_copies, link.h2d_pageable);
-  measure(CopyDirection::kDeviceToHost, link.d2h_bytes_per_s, link.d2h_copies, link.d2h_pageable);
-  return link;
+  measure(CopyDirection::kHostToDevice, measured.link.h2d_bytes_per_s, measured.h2d_copies,
+          measured.h2d_pageable);
+  measure(CopyDirection::kDeviceToHost, measured.link.d2h_bytes_per_s, measured.d2h_copies,
+          measured.d2h_pageable);
+  return measured;
 }
 
 std::set<std::int64_t> streams_used(const KinetoTrace& trace, sim::Nanoseconds start,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "importers/kineto_trace.hpp"
+#include "sim/link.hpp"
 
 namespace memplan::importers {
 
@@ -57,8 +58,7 @@ std::vector<RecordedCopy> recorded_copies(const KinetoTrace& trace, sim::Nanosec
 inline constexpr sim::Bytes kMinMeasuringCopyBytes = sim::Bytes{1} << 20;
 
 struct MeasuredLink {
-  std::optional<sim::BytesPerSecond> h2d_bytes_per_s;
-  std::optional<sim::BytesPerSecond> d2h_bytes_per_s;
+  sim::PartialLink link;  // the bandwidths of the directions measured; never a latency
   std::size_t h2d_copies = 0;
   std::size_t d2h_copies = 0;
   bool h2d_pageable = false;  // measured on pageable copies (no pinned copy was large enough)

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "importers/host_side.hpp"
+#include "importers/memory_timeline.hpp"
 #include "importers/saturating_add.hpp"
 #include "sim/input_error.hpp"
 
@@ -324,9 +325,20 @@ class Importer {
   void measure_workspace();
   void classify_units();
   void build_forward(Unit& unit, std::size_t position);
+  struct ForwardOp;
+  void build_alias(const Unit& unit, std::size_t position);
+  std::size_t forward_layer(ForwardOp& f, Layer layer);
+  std::size_t forward_conv(ForwardOp& f);
+  std::size_t forward_batch_norm(ForwardOp& f);
+  std::size_t forward_pool(ForwardOp& f, bool max);
+  std::size_t forward_linear(ForwardOp& f);
+  std::size_t forward_add(ForwardOp& f);
+  std::size_t forward_cross_entropy(ForwardOp& f);
+  std::size_t forward_generic(ForwardOp& f);
   void build_timed_forward(Unit& unit);
   std::vector<Shape> widest_tensor_list(std::size_t root) const;
   void check_parameters_against_optimizer();
+  void check_outputs_against_allocations();
   void build_backward(Unit& unit);
   void build_update(Unit& unit);
   void fold(const Unit& unit);
@@ -557,6 +569,43 @@ void Importer::attribute_device_time() {
                                [&](Nanoseconds t, const Unit& u) { return t < event(u).start_ns; });
     Unit& unit = it == units_.begin() ? units_.front() : *std::prev(it);
     unit.device_ns = saturating_add(unit.device_ns, added);
+  }
+}
+
+// Each forward op's output, sized from the recorded shapes, against the allocations the op made on
+// its thread while it ran (as the allocator rounds them): where the trace's [memory] events carry
+// addresses, a check of the shapes, the dtypes and the dataflow's choice of output.
+void Importer::check_outputs_against_allocations() {
+  const std::int64_t device = report_.gpu ? 1 : 0;
+  const auto allocations = pair_allocations(trace_.memory_events, device, trace_.source);
+  if (!allocations) return;
+  report_.allocations = allocations->size();
+  std::unordered_map<std::string, std::vector<std::pair<Nanoseconds, Bytes>>> by_thread;
+  for (const Allocation& a : *allocations) {
+    if (a.alloc_ns) {
+      by_thread[a.thread].emplace_back(*a.alloc_ns, a.bytes);  // in time order
+    } else {
+      ++report_.allocations_before_trace;
+    }
+  }
+  for (const Unit& u : units_) {
+    if (u.role != Unit::Role::kForward || u.op == kNoId) continue;
+    const auto info = forward_.find(u.op);
+    if (info == forward_.end() || info->second.output == kNoId) continue;
+    const Bytes bytes = tensor(info->second.output).bytes;
+    if (bytes == 0) continue;
+    ++report_.outputs_checked;
+    const auto list = by_thread.find(event(u).thread);
+    if (list == by_thread.end()) continue;
+    const auto& made = list->second;
+    auto it = std::lower_bound(made.begin(), made.end(), std::pair{event(u).start_ns, Bytes{0}});
+    const Bytes expected = allocator_bytes(bytes, device);
+    for (; it != made.end() && it->first < event(u).end_ns(); ++it) {
+      if (it->second == expected) {
+        ++report_.outputs_confirmed;
+        break;
+      }
+    }
   }
 }
 
@@ -797,19 +846,59 @@ Shape Importer::lookahead_view(std::size_t position, const Shape& from) const {
   return flat;
 }
 
+// One forward op being built: its event, its op and what backward will need of it; reading,
+// writing and parameter tensors go through here.
+struct Importer::ForwardOp {
+  Importer& im;
+  const CpuEvent& e;
+  std::size_t position;  // in units_
+  std::string name;
+  OpId op;
+  const Shape& x_shape;  // the first argument's shape and dtype
+  std::string dtype;
+  ForwardInfo info;
+
+  TensorId read(std::size_t v) {
+    im.values_[v].read = true;
+    const TensorId t = im.values_[v].tensor;
+    im.add_input(op, t);
+    // An op that reads one tensor twice (x * x) has one gradient for it, summed inside its
+    // backward kernel: listing it twice would make the backward op read its own output.
+    const auto& in = info.data_inputs;
+    if (im.tensor(t).kind == TensorKind::kActivation &&
+        std::find(in.begin(), in.end(), t) == in.end())
+      info.data_inputs.push_back(t);
+    return t;
+  }
+  TensorId produce(const std::string& suffix, const Shape& shape, const std::string& dt,
+                   TensorId in_place = kNoId) {
+    return im.add_tensor(name + suffix, TensorKind::kActivation, shape, dt, op, in_place);
+  }
+  TensorId weight(const std::string& suffix, std::size_t k, bool trainable) {
+    const TensorId p = im.param(name + suffix, dims(e, k), dtype_of(e, k), trainable);
+    im.add_input(op, p);
+    if (trainable) info.params.push_back(p);
+    return p;
+  }
+  // Written in place over `base` when the op is an in-place one and nothing else needs `base`.
+  bool in_place_ok(std::size_t base) const {
+    return ends_with(e.name, "_") && im.values_[base].activation &&
+           im.saved_.count(im.values_[base].tensor) == 0;
+  }
+  // The output value, shaped `shape`.
+  std::size_t output(const Shape& shape, const std::string& dt) {
+    return im.new_value(info.output, shape, dt, true);
+  }
+};
+
 void Importer::build_forward(Unit& unit, std::size_t position) {
   const CpuEvent& e = event(unit);
   if (time_only_) {
     build_timed_forward(unit);
     return;
   }
-  const Shape& x_shape = dims(e, 0);
-  const std::string dtype = dtype_of(e, 0);
   if (unit.layer == Layer::kView || unit.layer == Layer::kIdentity) {
-    const std::size_t x = resolve(x_shape, dtype, true);
-    const Shape to = unit.layer == Layer::kView ? lookahead_view(position, x_shape) : x_shape;
-    last_output_ = new_value(values_[x].tensor, to, dtype, values_[x].activation);
-    fold(unit);
+    build_alias(unit, position);
     return;
   }
   std::string layer = layer_string(unit.layer, "");
@@ -821,162 +910,11 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   }
   const std::string name = fmt::format("{}_{}", layer, ++layer_counts_[layer]);
   const OpId o = add_op(name, layer, Phase::kForward, unit);
-  ForwardInfo info;
-  info.layer = unit.layer;
-  info.name = name;
-  auto read = [&](std::size_t v) {
-    values_[v].read = true;
-    add_input(o, values_[v].tensor);
-    // An op that reads one tensor twice (x * x) has one gradient for it, summed inside its
-    // backward kernel: listing it twice would make the backward op read its own output.
-    const auto& in = info.data_inputs;
-    if (tensor(values_[v].tensor).kind == TensorKind::kActivation &&
-        std::find(in.begin(), in.end(), values_[v].tensor) == in.end())
-      info.data_inputs.push_back(values_[v].tensor);
-    return values_[v].tensor;
-  };
-  auto produce = [&](const std::string& suffix, const Shape& shape, const std::string& dt,
-                     TensorId in_place = kNoId) {
-    const TensorId t = add_tensor(name + suffix, TensorKind::kActivation, shape, dt, o, in_place);
-    return t;
-  };
-  auto weight = [&](const std::string& suffix, std::size_t k, bool trainable) {
-    const TensorId p = param(name + suffix, dims(e, k), dtype_of(e, k), trainable);
-    add_input(o, p);
-    if (trainable) info.params.push_back(p);
-    return p;
-  };
-  // Written in place over `base` when the op is an in-place one and nothing else needs `base`.
-  auto in_place_ok = [&](std::size_t base) {
-    return ends_with(e.name, "_") && values_[base].activation &&
-           saved_.count(values_[base].tensor) == 0;
-  };
-  std::size_t out_value = SIZE_MAX;
-  switch (unit.layer) {
-    case Layer::kConv: {
-      const std::size_t xv = resolve(x_shape, dtype, true);
-      const TensorId x = read(xv);
-      const TensorId w = weight(".weight", 1, true);
-      if (dims(e, 2).size() == 1) weight(".bias", 2, true);
-      const Shape& ws = dims(e, 1);
-      Shape fallback = x_shape;
-      fallback[1] = ws[0];
-      const Shape out = lookahead(position, x_shape[0], ws[0], x_shape.size(), fallback);
-      info.output = produce(".out", out, dtype);
-      info.saved = {x, w};
-      out_value = new_value(info.output, out, dtype, true);
-      break;
-    }
-    case Layer::kBatchNorm: {
-      const TensorId x = read(resolve(x_shape, dtype, true));
-      const Shape channels{x_shape[1]};
-      TensorId gamma = kNoId;
-      if (dims(e, 1).size() == 1) gamma = weight(".weight", 1, true);
-      if (dims(e, 2).size() == 1) weight(".bias", 2, true);
-      if (dims(e, 3).size() == 1) weight(".running_mean", 3, false);
-      if (dims(e, 4).size() == 1) weight(".running_var", 4, false);
-      info.output = produce(".out", x_shape, dtype);
-      const TensorId mean = produce(".save_mean", channels, "float32");
-      const TensorId invstd = produce(".save_invstd", channels, "float32");
-      info.saved = {x, mean, invstd};
-      if (gamma != kNoId) info.saved.push_back(gamma);
-      out_value = new_value(info.output, x_shape, dtype, true);
-      break;
-    }
-    case Layer::kLayerNorm: {
-      const TensorId x = read(resolve(x_shape, dtype, true));
-      if (dims(e, 2).size() >= 1) weight(".weight", 2, true);
-      if (dims(e, 3).size() >= 1) weight(".bias", 3, true);
-      info.output = produce(".out", x_shape, dtype);
-      info.saved = {x};
-      out_value = new_value(info.output, x_shape, dtype, true);
-      break;
-    }
-    case Layer::kRelu: {
-      const std::size_t xv = resolve(x_shape, dtype, true);
-      read(xv);
-      const bool in_place = in_place_ok(xv);
-      info.output = produce(".out", x_shape, dtype, in_place ? values_[xv].tensor : kNoId);
-      if (in_place) values_[xv].overwritten = true;
-      info.saved = {info.output};
-      out_value = new_value(info.output, x_shape, dtype, true);
-      break;
-    }
-    case Layer::kMaxPool:
-    case Layer::kAvgPool: {
-      const TensorId x = read(resolve(x_shape, dtype, true));
-      const Shape out = lookahead(position, x_shape[0], x_shape[1], x_shape.size(), x_shape);
-      info.output = produce(".out", out, dtype);
-      if (unit.layer == Layer::kMaxPool) {
-        const TensorId indices = produce(".indices", out, "int64");
-        info.saved = {x, indices};
-      }
-      out_value = new_value(info.output, out, dtype, true);
-      break;
-    }
-    case Layer::kLinear: {
-      const bool addmm = ends_with(e.name, "addmm");
-      const std::size_t xk = addmm ? 1 : 0;
-      const std::size_t wk = addmm ? 2 : 1;
-      const std::size_t bk = addmm ? 0 : 2;
-      const Shape& in_shape = dims(e, xk);
-      if (in_shape.empty())
-        fail(fmt::format("'{}' at {} us has no input shape", e.name, e.start_ns / 1000));
-      const TensorId x = read(resolve(in_shape, dtype_of(e, xk), true));
-      const TensorId w = weight(".weight", wk, true);
-      if (dims(e, bk).size() == 1) weight(".bias", bk, true);
-      Shape out = in_shape;
-      out.back() = addmm ? dims(e, wk)[1] : dims(e, wk)[0];
-      info.output = produce(".out", out, dtype_of(e, xk));
-      info.saved = {x, w};
-      out_value = new_value(info.output, out, dtype_of(e, xk), true);
-      break;
-    }
-    case Layer::kAdd: {
-      const std::size_t av = resolve(x_shape, dtype, true);
-      const std::size_t bv = resolve(dims(e, 1), dtype_of(e, 1), false, av, true);
-      read(av);
-      read(bv);
-      values_[av].merged = true;
-      values_[bv].merged = true;
-      const bool in_place = in_place_ok(av);
-      info.output = produce(".out", x_shape, dtype, in_place ? values_[av].tensor : kNoId);
-      if (in_place) values_[av].overwritten = true;
-      out_value = new_value(info.output, x_shape, dtype, true);
-      merge_boundary_ = out_value;
-      break;
-    }
-    case Layer::kCrossEntropy: {
-      const TensorId logits = read(resolve(x_shape, dtype, true));
-      (void)logits;
-      TensorId target = kNoId;
-      if (!dims(e, 1).empty()) target = read(resolve(dims(e, 1), dtype_of(e, 1), false));
-      info.output = produce(".loss", {}, dtype);
-      const TensorId log_probs = produce(".log_probs", x_shape, dtype);
-      info.saved = {log_probs};
-      if (target != kNoId) info.saved.push_back(target);
-      out_value = new_value(info.output, {}, dtype, true);
-      break;
-    }
-    default: {  // generic: reads every tensor argument, writes one tensor shaped like the first
-      bool first = true;
-      Shape out;
-      std::string out_dtype = dtype;
-      for (std::size_t k = 0; k < e.input_dims.size(); ++k) {
-        if (e.input_dims[k].empty()) continue;
-        const std::size_t v = resolve(e.input_dims[k], dtype_of(e, k), first);
-        info.saved.push_back(read(v));
-        if (first) {
-          out = e.input_dims[k];
-          out_dtype = dtype_of(e, k);
-        }
-        first = false;
-      }
-      info.output = produce(".out", out, out_dtype);
-      out_value = new_value(info.output, out, out_dtype, true);
-      break;
-    }
-  }
+  ForwardOp f{*this, e, position, name, o, dims(e, 0), dtype_of(e, 0), {}};
+  f.info.layer = unit.layer;
+  f.info.name = name;
+  const std::size_t out_value = forward_layer(f, unit.layer);
+  ForwardInfo& info = f.info;
   saved_.insert(info.saved.begin(), info.saved.end());
   if (!info.data_inputs.empty() &&
       (unit.layer == Layer::kBatchNorm || unit.layer == Layer::kLayerNorm ||
@@ -990,6 +928,159 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   unit.op = o;
   forward_[o] = std::move(info);
   ++report_.forward_ops;
+}
+
+// A view or a device copy: the same tensor under another shape, no op.
+void Importer::build_alias(const Unit& unit, std::size_t position) {
+  const CpuEvent& e = event(unit);
+  const Shape& x_shape = dims(e, 0);
+  const std::string dtype = dtype_of(e, 0);
+  const std::size_t x = resolve(x_shape, dtype, true);
+  const Shape to = unit.layer == Layer::kView ? lookahead_view(position, x_shape) : x_shape;
+  last_output_ = new_value(values_[x].tensor, to, dtype, values_[x].activation);
+  fold(unit);
+}
+
+std::size_t Importer::forward_layer(ForwardOp& f, Layer layer) {
+  switch (layer) {
+    case Layer::kConv:
+      return forward_conv(f);
+    case Layer::kBatchNorm:
+      return forward_batch_norm(f);
+    case Layer::kLayerNorm: {
+      const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
+      if (dims(f.e, 2).size() >= 1) f.weight(".weight", 2, true);
+      if (dims(f.e, 3).size() >= 1) f.weight(".bias", 3, true);
+      f.info.output = f.produce(".out", f.x_shape, f.dtype);
+      f.info.saved = {x};
+      return f.output(f.x_shape, f.dtype);
+    }
+    case Layer::kRelu: {
+      const std::size_t xv = resolve(f.x_shape, f.dtype, true);
+      f.read(xv);
+      const bool in_place = f.in_place_ok(xv);
+      f.info.output = f.produce(".out", f.x_shape, f.dtype, in_place ? values_[xv].tensor : kNoId);
+      if (in_place) values_[xv].overwritten = true;
+      f.info.saved = {f.info.output};
+      return f.output(f.x_shape, f.dtype);
+    }
+    case Layer::kMaxPool:
+    case Layer::kAvgPool:
+      return forward_pool(f, layer == Layer::kMaxPool);
+    case Layer::kLinear:
+      return forward_linear(f);
+    case Layer::kAdd:
+      return forward_add(f);
+    case Layer::kCrossEntropy:
+      return forward_cross_entropy(f);
+    default:
+      return forward_generic(f);
+  }
+}
+
+std::size_t Importer::forward_conv(ForwardOp& f) {
+  const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
+  const TensorId w = f.weight(".weight", 1, true);
+  if (dims(f.e, 2).size() == 1) f.weight(".bias", 2, true);
+  const Shape& ws = dims(f.e, 1);
+  Shape fallback = f.x_shape;
+  fallback[1] = ws[0];
+  const Shape out = lookahead(f.position, f.x_shape[0], ws[0], f.x_shape.size(), fallback);
+  f.info.output = f.produce(".out", out, f.dtype);
+  f.info.saved = {x, w};
+  return f.output(out, f.dtype);
+}
+
+std::size_t Importer::forward_batch_norm(ForwardOp& f) {
+  const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
+  const Shape channels{f.x_shape[1]};
+  TensorId gamma = kNoId;
+  if (dims(f.e, 1).size() == 1) gamma = f.weight(".weight", 1, true);
+  if (dims(f.e, 2).size() == 1) f.weight(".bias", 2, true);
+  if (dims(f.e, 3).size() == 1) f.weight(".running_mean", 3, false);
+  if (dims(f.e, 4).size() == 1) f.weight(".running_var", 4, false);
+  f.info.output = f.produce(".out", f.x_shape, f.dtype);
+  const TensorId mean = f.produce(".save_mean", channels, "float32");
+  const TensorId invstd = f.produce(".save_invstd", channels, "float32");
+  f.info.saved = {x, mean, invstd};
+  if (gamma != kNoId) f.info.saved.push_back(gamma);
+  return f.output(f.x_shape, f.dtype);
+}
+
+std::size_t Importer::forward_pool(ForwardOp& f, bool max) {
+  const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
+  const Shape out = lookahead(f.position, f.x_shape[0], f.x_shape[1], f.x_shape.size(), f.x_shape);
+  f.info.output = f.produce(".out", out, f.dtype);
+  if (max) {
+    const TensorId indices = f.produce(".indices", out, "int64");
+    f.info.saved = {x, indices};
+  }
+  return f.output(out, f.dtype);
+}
+
+std::size_t Importer::forward_linear(ForwardOp& f) {
+  const CpuEvent& e = f.e;
+  const bool addmm = ends_with(e.name, "addmm");
+  const std::size_t xk = addmm ? 1 : 0;
+  const std::size_t wk = addmm ? 2 : 1;
+  const std::size_t bk = addmm ? 0 : 2;
+  const Shape& in_shape = dims(e, xk);
+  if (in_shape.empty())
+    fail(fmt::format("'{}' at {} us has no input shape", e.name, e.start_ns / 1000));
+  const TensorId x = f.read(resolve(in_shape, dtype_of(e, xk), true));
+  const TensorId w = f.weight(".weight", wk, true);
+  if (dims(e, bk).size() == 1) f.weight(".bias", bk, true);
+  Shape out = in_shape;
+  out.back() = addmm ? dims(e, wk)[1] : dims(e, wk)[0];
+  f.info.output = f.produce(".out", out, dtype_of(e, xk));
+  f.info.saved = {x, w};
+  return f.output(out, dtype_of(e, xk));
+}
+
+std::size_t Importer::forward_add(ForwardOp& f) {
+  const std::size_t av = resolve(f.x_shape, f.dtype, true);
+  const std::size_t bv = resolve(dims(f.e, 1), dtype_of(f.e, 1), false, av, true);
+  f.read(av);
+  f.read(bv);
+  values_[av].merged = true;
+  values_[bv].merged = true;
+  const bool in_place = f.in_place_ok(av);
+  f.info.output = f.produce(".out", f.x_shape, f.dtype, in_place ? values_[av].tensor : kNoId);
+  if (in_place) values_[av].overwritten = true;
+  const std::size_t out_value = f.output(f.x_shape, f.dtype);
+  merge_boundary_ = out_value;
+  return out_value;
+}
+
+std::size_t Importer::forward_cross_entropy(ForwardOp& f) {
+  f.read(resolve(f.x_shape, f.dtype, true));  // the logits
+  TensorId target = kNoId;
+  if (!dims(f.e, 1).empty()) target = f.read(resolve(dims(f.e, 1), dtype_of(f.e, 1), false));
+  f.info.output = f.produce(".loss", {}, f.dtype);
+  const TensorId log_probs = f.produce(".log_probs", f.x_shape, f.dtype);
+  f.info.saved = {log_probs};
+  if (target != kNoId) f.info.saved.push_back(target);
+  return f.output({}, f.dtype);
+}
+
+// A generic op reads every tensor argument and writes one tensor shaped like the first.
+std::size_t Importer::forward_generic(ForwardOp& f) {
+  const CpuEvent& e = f.e;
+  bool first = true;
+  Shape out;
+  std::string out_dtype = f.dtype;
+  for (std::size_t k = 0; k < e.input_dims.size(); ++k) {
+    if (e.input_dims[k].empty()) continue;
+    const std::size_t v = resolve(e.input_dims[k], dtype_of(e, k), first);
+    f.info.saved.push_back(f.read(v));
+    if (first) {
+      out = e.input_dims[k];
+      out_dtype = dtype_of(e, k);
+    }
+    first = false;
+  }
+  f.info.output = f.produce(".out", out, out_dtype);
+  return f.output(out, out_dtype);
 }
 
 // An op of a step recorded without shapes: its name and time, no tensors.
@@ -1149,20 +1240,19 @@ void Importer::fill_host_side() {
 // The link bandwidths the trace's own copies measure, kept in the device info (`--link
 // recorded` and the default machine use them), and a sentence for the provenance note.
 std::string measure_device_link(const KinetoTrace& trace, sim::DeviceInfo& device) {
-  const MeasuredLink link = measure_link(recorded_copies(
+  const MeasuredLink measured = measure_link(recorded_copies(
       trace, std::numeric_limits<Nanoseconds>::min(), std::numeric_limits<Nanoseconds>::max()));
-  if (!link.h2d_bytes_per_s && !link.d2h_bytes_per_s)
-    return "no copy of 1 MiB or more to measure the link with";
-  device.h2d_bytes_per_s = link.h2d_bytes_per_s;
-  device.d2h_bytes_per_s = link.d2h_bytes_per_s;
+  if (!measured.link.has_bandwidth()) return "no copy of 1 MiB or more to measure the link with";
+  device.link = measured.link;
   auto part = [](const char* what, const std::optional<double>& bw, std::size_t n, bool pageable) {
     if (!bw) return fmt::format("{} not measured", what);
     return fmt::format("{} {:.2f} GB/s ({} {} copies)", what, *bw / 1e9, n,
                        pageable ? "pageable" : "pinned");
   };
-  return fmt::format("link measured from the recorded copies: {}, {}",
-                     part("H2D", link.h2d_bytes_per_s, link.h2d_copies, link.h2d_pageable),
-                     part("D2H", link.d2h_bytes_per_s, link.d2h_copies, link.d2h_pageable));
+  return fmt::format(
+      "link measured from the recorded copies: {}, {}",
+      part("H2D", measured.link.h2d_bytes_per_s, measured.h2d_copies, measured.h2d_pageable),
+      part("D2H", measured.link.d2h_bytes_per_s, measured.d2h_copies, measured.d2h_pageable));
 }
 
 // The imported trainable parameters beside what the optimizer's own ops say, when they record
@@ -1227,6 +1317,7 @@ ImportResult Importer::run() {
   }
   if (pending_ns_ > 0) op(0).duration_ns = saturating_add(op(0).duration_ns, pending_ns_);
   check_parameters_against_optimizer();
+  check_outputs_against_allocations();
   if (report_.gpu) fill_host_side();
 
   workload_.provenance.source = "imported";

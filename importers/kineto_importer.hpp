@@ -77,6 +77,13 @@ struct ImportReport {
   sim::Bytes h2d_bytes = 0;
   sim::Bytes d2h_bytes = 0;
   std::size_t pageable_copies = 0;
+  /// With addressed [memory] events (importers/memory_timeline.hpp): the allocations paired in
+  /// the trace (of the step's device), those allocated before the trace started, and how many
+  /// forward ops' outputs, of those checked, match in size an allocation the op made.
+  std::optional<std::size_t> allocations;
+  std::size_t allocations_before_trace = 0;
+  std::size_t outputs_checked = 0;
+  std::size_t outputs_confirmed = 0;
 };
 
 struct ImportResult {

@@ -213,10 +213,11 @@ void read_device(const json& document, KinetoTrace& trace) {
 
 }  // namespace
 
-KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
-  json document;
+namespace {
+
+json parse_document(std::string_view text, std::string_view source) {
   try {
-    document = json::parse(text);
+    return json::parse(text);
   } catch (const json::parse_error& e) {
     throw sim::InputError(
         std::string(source),
@@ -225,9 +226,11 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
     // A number too large for any JSON number type (out_of_range.406), and the like.
     throw sim::InputError(std::string(source), fmt::format("unreadable JSON: {}", e.what()));
   }
-  KinetoTrace trace;
-  trace.source = std::string(source);
-  const json* events = nullptr;
+}
+
+// The array of events: `traceEvents` of a Chrome trace object (whose device properties are read
+// into `trace`), or a bare array, refused when it is the legacy format without categories.
+const json& trace_events(const json& document, std::string_view source, KinetoTrace& trace) {
   if (document.is_object()) {
     auto it = document.find("traceEvents");
     if (it == document.end()) {
@@ -236,118 +239,136 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
     }
     if (!it->is_array())
       throw sim::InputError(fmt::format("{}: $.traceEvents", source), "expected an array");
-    events = &*it;
     read_device(document, trace);
-  } else if (document.is_array()) {
-    events = &document;
-    const bool categorized = std::any_of(document.begin(), document.end(), [](const json& e) {
-      return e.is_object() && e.contains("cat");
-    });
-    if (!document.empty() && !categorized) {
-      throw sim::InputError(
-          fmt::format("{}: $", source),
-          "a bare array of events without categories: the legacy torch.autograd.profiler format "
-          "of a PyTorch built without Kineto, which records no kernels, shapes or memory; record "
-          "with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
-          "record_shapes=True, profile_memory=True) on a PyTorch built with Kineto (the pip and "
-          "conda builds are)");
-    }
-  } else {
-    throw sim::InputError(fmt::format("{}: $", source), "expected an object with 'traceEvents'");
+    return *it;
   }
+  if (!document.is_array())
+    throw sim::InputError(fmt::format("{}: $", source), "expected an object with 'traceEvents'");
+  const bool categorized = std::any_of(document.begin(), document.end(), [](const json& e) {
+    return e.is_object() && e.contains("cat");
+  });
+  if (!document.empty() && !categorized) {
+    throw sim::InputError(
+        fmt::format("{}: $", source),
+        "a bare array of events without categories: the legacy torch.autograd.profiler format "
+        "of a PyTorch built without Kineto, which records no kernels, shapes or memory; record "
+        "with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
+        "record_shapes=True, profile_memory=True) on a PyTorch built with Kineto (the pip and "
+        "conda builds are)");
+  }
+  return document;
+}
 
+MemoryEvent read_memory_event(const EventReader& r, const std::string& thread) {
+  MemoryEvent m;
+  m.thread = thread;
+  m.time_ns = r.time_field("ts");
+  const auto bytes = r.int_arg({"Bytes"});
+  if (!bytes) r.fail("args.Bytes", "missing field (a [memory] event without its size)");
+  if (*bytes > kMaxAllocationBytes || *bytes < -kMaxAllocationBytes) {
+    r.fail("args.Bytes", fmt::format("implausible allocation size {}", *bytes));
+  }
+  m.bytes = *bytes;
+  m.device_type = r.int_arg({"Device Type"}).value_or(0);
+  m.total_allocated = r.int_arg({"Total Allocated"});
+  m.addr = r.int_arg({"Addr"});
+  return m;
+}
+
+CpuEvent read_cpu_event(const EventReader& r, std::string name, const std::string& thread) {
+  CpuEvent c;
+  c.name = std::move(name);
+  c.thread = thread;
+  c.start_ns = r.time_field("ts");
+  c.duration_ns = r.duration_field();
+  c.external_id = r.int_arg({"External id", "external id"});
+  c.sequence_number = r.int_arg({"Sequence number"});
+  c.input_dims = r.dims_arg(&c.input_lists);
+  c.input_types = r.types_arg();
+  return c;
+}
+
+RuntimeEvent read_runtime_event(const EventReader& r, std::string name, const std::string& thread) {
+  RuntimeEvent rt;
+  rt.name = std::move(name);
+  rt.thread = thread;
+  rt.start_ns = r.time_field("ts");
+  rt.duration_ns = r.duration_field();
+  rt.correlation = r.int_arg({"correlation"});
+  rt.external_id = r.int_arg({"external id", "External id"});
+  return rt;
+}
+
+GpuEvent read_gpu_event(const EventReader& r, std::string name, Category category) {
+  GpuEvent g;
+  g.kind = category == Category::kKernel   ? GpuKind::kKernel
+           : category == Category::kMemcpy ? GpuKind::kMemcpy
+                                           : GpuKind::kMemset;
+  g.name = std::move(name);
+  g.start_ns = r.time_field("ts");
+  g.duration_ns = r.duration_field();
+  g.correlation = r.int_arg({"correlation"});
+  g.external_id = r.int_arg({"external id", "External id"});
+  g.stream = r.int_arg({"stream"}).value_or(0);
+  if (auto b = r.int_arg({"bytes"})) {
+    if (*b < 0 || *b > kMaxAllocationBytes)
+      r.fail("args.bytes", fmt::format("implausible size {}", *b));
+    g.bytes = *b;
+  }
+  return g;
+}
+
+// The events of one file as they are read, before flows resolve the GPU activities' launches.
+struct EventSink {
+  KinetoTrace& trace;
   // ac2g flow ends: (thread, time) of the GPU activity -> correlation id.
   std::map<std::pair<std::string, sim::Nanoseconds>, std::int64_t> flow_ends;
   std::vector<std::pair<std::size_t, std::string>> unresolved;  // GPU event index, thread
-  for (std::size_t i = 0; i < events->size(); ++i) {
-    const json& e = (*events)[i];
-    EventReader r(e, source, i);
-    if (!e.is_object()) r.fail("", "expected an object");
-    const std::string ph = r.string_field("ph");
-    const json* cat_value = r.find(e, "cat");
-    if (cat_value != nullptr && !cat_value->is_string()) r.fail("cat", "expected a string");
-    const std::string cat = cat_value != nullptr ? cat_value->get<std::string>() : std::string();
-    const std::string thread = r.id_field("pid") + "/" + r.id_field("tid");
-    if (ph == "i" || ph == "I") {
-      const json* name = r.find(e, "name");
-      if (name == nullptr || !name->is_string() || name->get<std::string>() != "[memory]") continue;
-      MemoryEvent m;
-      m.thread = thread;
-      m.time_ns = r.time_field("ts");
-      const auto bytes = r.int_arg({"Bytes"});
-      if (!bytes) r.fail("args.Bytes", "missing field (a [memory] event without its size)");
-      if (*bytes > kMaxAllocationBytes || *bytes < -kMaxAllocationBytes) {
-        r.fail("args.Bytes", fmt::format("implausible allocation size {}", *bytes));
-      }
-      m.bytes = *bytes;
-      m.device_type = r.int_arg({"Device Type"}).value_or(0);
-      m.total_allocated = r.int_arg({"Total Allocated"});
-      trace.memory_events.push_back(std::move(m));
-      continue;
-    }
-    if ((ph == "s" || ph == "f") && (cat == "ac2g" || cat == "async_cpu_to_gpu")) {
-      const json* id = r.find(e, "id");
-      if (id == nullptr || !id->is_number_integer())
-        r.fail("id", "expected the integer correlation id");
-      if (ph == "f") flow_ends[{thread, r.time_field("ts")}] = id->get<std::int64_t>();
-      continue;
-    }
-    if (ph != "X") continue;
-    const Category category = categorize(cat, trace.format);
-    if (category == Category::kIgnored) continue;
-    const std::string name = r.string_field("name");
-    const sim::Nanoseconds start = r.time_field("ts");
-    const sim::Nanoseconds duration = r.duration_field();
-    switch (category) {
-      case Category::kCpu: {
-        CpuEvent c;
-        c.name = name;
-        c.thread = thread;
-        c.start_ns = start;
-        c.duration_ns = duration;
-        c.external_id = r.int_arg({"External id", "external id"});
-        c.sequence_number = r.int_arg({"Sequence number"});
-        c.input_dims = r.dims_arg(&c.input_lists);
-        c.input_types = r.types_arg();
-        trace.cpu_events.push_back(std::move(c));
-        break;
-      }
-      case Category::kRuntime: {
-        RuntimeEvent rt;
-        rt.name = name;
-        rt.thread = thread;
-        rt.start_ns = start;
-        rt.duration_ns = duration;
-        rt.correlation = r.int_arg({"correlation"});
-        rt.external_id = r.int_arg({"external id", "External id"});
-        trace.runtime_events.push_back(std::move(rt));
-        break;
-      }
-      default: {
-        GpuEvent g;
-        g.kind = category == Category::kKernel   ? GpuKind::kKernel
-                 : category == Category::kMemcpy ? GpuKind::kMemcpy
-                                                 : GpuKind::kMemset;
-        g.name = name;
-        g.start_ns = start;
-        g.duration_ns = duration;
-        g.correlation = r.int_arg({"correlation"});
-        g.external_id = r.int_arg({"external id", "External id"});
-        g.stream = r.int_arg({"stream"}).value_or(0);
-        if (auto b = r.int_arg({"bytes"})) {
-          if (*b < 0 || *b > kMaxAllocationBytes)
-            r.fail("args.bytes", fmt::format("implausible size {}", *b));
-          g.bytes = *b;
-        }
-        // Without a correlation argument, the ac2g flow that ends on this activity names it;
-        // flows may come later in the file, so the lookup waits until all are read.
-        if (!g.correlation) unresolved.emplace_back(trace.gpu_events.size(), thread);
-        trace.gpu_events.push_back(std::move(g));
-        break;
-      }
-    }
+
+  void read(const json& e, std::string_view source, std::size_t i);
+  void finish();
+};
+
+void EventSink::read(const json& e, std::string_view source, std::size_t i) {
+  EventReader r(e, source, i);
+  if (!e.is_object()) r.fail("", "expected an object");
+  const std::string ph = r.string_field("ph");
+  const json* cat_value = r.find(e, "cat");
+  if (cat_value != nullptr && !cat_value->is_string()) r.fail("cat", "expected a string");
+  const std::string cat = cat_value != nullptr ? cat_value->get<std::string>() : std::string();
+  const std::string thread = r.id_field("pid") + "/" + r.id_field("tid");
+  if (ph == "i" || ph == "I") {
+    const json* name = r.find(e, "name");
+    if (name == nullptr || !name->is_string() || name->get<std::string>() != "[memory]") return;
+    trace.memory_events.push_back(read_memory_event(r, thread));
+    return;
   }
-  // Flow ends may come after their GPU events in the file.
+  if ((ph == "s" || ph == "f") && (cat == "ac2g" || cat == "async_cpu_to_gpu")) {
+    const json* id = r.find(e, "id");
+    if (id == nullptr || !id->is_number_integer())
+      r.fail("id", "expected the integer correlation id");
+    if (ph == "f") flow_ends[{thread, r.time_field("ts")}] = id->get<std::int64_t>();
+    return;
+  }
+  if (ph != "X") return;
+  const Category category = categorize(cat, trace.format);
+  if (category == Category::kIgnored) return;
+  std::string name = r.string_field("name");
+  if (category == Category::kCpu) {
+    trace.cpu_events.push_back(read_cpu_event(r, std::move(name), thread));
+  } else if (category == Category::kRuntime) {
+    trace.runtime_events.push_back(read_runtime_event(r, std::move(name), thread));
+  } else {
+    GpuEvent g = read_gpu_event(r, std::move(name), category);
+    // Without a correlation argument, the ac2g flow that ends on this activity names it; flows
+    // may come later in the file, so the lookup waits until all are read.
+    if (!g.correlation) unresolved.emplace_back(trace.gpu_events.size(), thread);
+    trace.gpu_events.push_back(std::move(g));
+  }
+}
+
+// Flow ends may come after their GPU events in the file; then every list in time order.
+void EventSink::finish() {
   for (const auto& [index, thread] : unresolved) {
     GpuEvent& g = trace.gpu_events[index];
     if (auto f = flow_ends.find({thread, g.start_ns}); f != flow_ends.end())
@@ -363,6 +384,18 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
   std::stable_sort(
       trace.memory_events.begin(), trace.memory_events.end(),
       [](const MemoryEvent& a, const MemoryEvent& b) { return a.time_ns < b.time_ns; });
+}
+
+}  // namespace
+
+KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
+  const json document = parse_document(text, source);
+  KinetoTrace trace;
+  trace.source = std::string(source);
+  const json& events = trace_events(document, source, trace);
+  EventSink sink{trace, {}, {}};
+  for (std::size_t i = 0; i < events.size(); ++i) sink.read(events[i], source, i);
+  sink.finish();
   return trace;
 }
 

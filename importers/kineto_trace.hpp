@@ -76,6 +76,7 @@ struct MemoryEvent {
   sim::Bytes bytes = 0;
   std::int64_t device_type = 0;  // 0 CPU, 1 CUDA
   std::optional<sim::Bytes> total_allocated;
+  std::optional<std::int64_t> addr;  // "Addr" (current format): pairs an allocation with its free
 };
 
 enum class KinetoFormat : std::uint8_t { k2021, kCurrent, kUnknown };

@@ -36,7 +36,7 @@ bool ArenaDevice::allocate(sim::BufferId buffer) {
   offset_[b] = *offset;
   live_ += buf.bytes;
   peak_ = std::max(peak_, live_);
-  if (buf.role == sim::BufferRole::kTensor && sim::is_preexisting(buf.kind)) {
+  if (buf.initial) {
     initialise(buffer, workload_->tensor(buf.tensor));
   }
   return true;
@@ -69,6 +69,15 @@ std::optional<sim::BufferId> ArenaDevice::resident_buffer(sim::TensorId t) const
     if (buf.tensor == t && buf.role == sim::BufferRole::kTensor && offset_[b] >= 0) {
       return static_cast<sim::BufferId>(b);
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<sim::HostSlotId> ArenaDevice::resident_slot(sim::TensorId t) const {
+  if (program_ == nullptr) return std::nullopt;
+  for (std::size_t s = 0; s < program_->host_slots.size(); ++s) {
+    const sim::HostSlot& slot = program_->host_slots[s];
+    if (slot.tensor == t && slot.resident) return static_cast<sim::HostSlotId>(s);
   }
   return std::nullopt;
 }

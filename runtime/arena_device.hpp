@@ -5,7 +5,8 @@
 // the offset sim::DeviceArena hands out — the simulator's allocator — so an allocation over the cap
 // fails exactly where the simulator says it does and the peaks are the simulator's. It keeps the
 // offsets, live and peak bytes and memory_stats, asks the backend to write the initial data of
-// tensors that exist before the step (runtime/initial_data.hpp) when their buffer is allocated,
+// tensors that exist before the step (runtime/initial_data.hpp) when their buffer is allocated
+// (Buffer::initial),
 // finds a tensor's resident buffer for tensor_bytes, says which kRun outputs are captured, and
 // checks an encode/decode instruction against its buffer before a backend runs it.
 #include <cstddef>
@@ -37,6 +38,10 @@ class ArenaDevice : public Device {
   [[nodiscard]] std::byte* data(sim::BufferId buffer) const;
   /// The allocated buffer that holds tensor `t` itself (not an encoded copy), if any.
   [[nodiscard]] std::optional<sim::BufferId> resident_buffer(sim::TensorId t) const;
+  /// The resident host slot of tensor `t` (a host-placed tensor's home or a parameter's master
+  /// copy, Note [Host placement] in sim/plan.hpp), if any. Backends fill it with the tensor's
+  /// initial data at prepare.
+  [[nodiscard]] std::optional<sim::HostSlotId> resident_slot(sim::TensorId t) const;
   /// Whether a kRun of `op` keeps a copy of its output `o` for tensor_bytes: gradients and the
   /// loss, while capture is on.
   [[nodiscard]] bool captures(const sim::Op& op, std::size_t o) const;

@@ -9,19 +9,11 @@
 #include <string>
 
 #include "runtime/device.hpp"
+#include "sim/link.hpp"
 #include "sim/units.hpp"
 #include "sim/workload.hpp"
 
 namespace memplan::runtime {
-
-/// A device<->host copy link as measured on a backend: bandwidth each way and the fixed cost of one
-/// copy (everything a copy costs beyond bytes / bandwidth, including stream hand-offs), in the
-/// units of sim::Machine, which it overrides when recording or calibrating.
-struct LinkModel {
-  sim::BytesPerSecond h2d_bytes_per_s = 0;
-  sim::BytesPerSecond d2h_bytes_per_s = 0;
-  sim::Nanoseconds latency_ns = 0;
-};
 
 /// One algorithm of an op as the library that runs it measured it on the op's shapes.
 struct AlgorithmTiming {
@@ -44,8 +36,10 @@ class Backend {
   /// A device with `capacity_bytes` of memory (a hard cap); inputs and weights derive from `seed`.
   [[nodiscard]] virtual std::unique_ptr<Device> make_device(sim::Bytes capacity_bytes,
                                                             std::uint64_t seed) const = 0;
-  /// Measured copy link of this backend (bandwidth each way, latency), for record and --calibrate.
-  [[nodiscard]] virtual LinkModel measure_link() const = 0;
+  /// Measured copy link of this backend, for record and --calibrate: bandwidth each way and the
+  /// fixed cost of one copy (everything a copy costs beyond bytes / bandwidth, including stream
+  /// hand-offs). It replaces the trace's link in a recorded trace and in a calibrated Machine.
+  [[nodiscard]] virtual sim::Link measure_link() const = 0;
   /// Per op of `workload` whose library searches algorithms, what it found (record writes them
   /// into the trace). Ops not listed run one kernel whatever their workspace; a backend without
   /// such libraries (the host) lists none.

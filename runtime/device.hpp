@@ -1,11 +1,12 @@
 #pragma once
-// Device: what the Program interpreter needs from a backend, with CUDA stream semantics. Three
-// streams (compute, d2h, h2d) each execute what is enqueued on them in order and asynchronously;
-// record/wait on events are the only links between streams; allocate/free are stream-ordered on
-// the compute stream (like cudaMallocAsync) and go through one capped sim::DeviceArena, so a
-// backend that sees the same calls as the simulator hands out the same offsets and reaches the
-// same peak. A Device knows the Program it runs (prepare), so that instructions are passed by
-// their position in a stream's list and the interpreter stays free of any backend detail.
+// Device: what the Program interpreter needs from a backend, with CUDA stream semantics. Four
+// streams (compute, d2h, h2d, and host: the CPU running host ops) each execute what is enqueued on
+// them in order and asynchronously; record/wait on events are the only links between streams;
+// allocate/free are stream-ordered on the compute stream (like cudaMallocAsync) and go through one
+// capped sim::DeviceArena, so a backend that sees the same calls as the simulator hands out the
+// same offsets and reaches the same peak. A Device knows the Program it runs (prepare), so that
+// instructions are passed by their position in a stream's list and the interpreter stays free of
+// any backend detail.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -43,6 +44,10 @@ class Device {
   virtual void enqueue_kernel(std::int32_t index) = 0;
   /// Enqueues the copy at `index` of `stream` (kD2H: copy-out, kH2D: copy-in).
   virtual void enqueue_copy(sim::StreamId stream, std::int32_t index) = 0;
+  /// Enqueues the host op (kHostRun) at `index` of the host stream: an update run on the CPU over
+  /// host slots (runtime/host_ops.hpp). Resident host slots hold their tensor's initial data from
+  /// prepare on (Note [Host placement] in sim/plan.hpp).
+  virtual void enqueue_host_op(std::int32_t index) = 0;
   /// The event happens when `stream` reaches this point.
   virtual void record(sim::StreamId stream, sim::EventId event) = 0;
   /// `stream` goes on only after the event happened (its record was enqueued before).
@@ -55,9 +60,9 @@ class Device {
   [[nodiscard]] virtual std::vector<sim::Span> measured_spans() const = 0;
   [[nodiscard]] virtual MemoryStats memory_stats() const = 0;
 
-  /// Bytes of tensor `t` as the run left them: parameters and optimizer state (resident at the
-  /// end), or the value a kRun wrote for a gradient or the loss (when captured). Empty when not
-  /// available. Valid after synchronize.
+  /// Bytes of tensor `t` as the run left them: parameters and optimizer state (on the device at the
+  /// end, else in their resident host slot), or the value a kRun wrote for a gradient or the loss
+  /// (when captured). Empty when not available. Valid after synchronize.
   [[nodiscard]] virtual std::vector<std::byte> tensor_bytes(sim::TensorId t) const = 0;
   /// Whether kRun outputs that are gradients or the loss are copied aside for tensor_bytes (on
   /// by default; off for timing runs, where the copies would add time the simulator does not

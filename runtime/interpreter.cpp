@@ -41,6 +41,10 @@ class Enqueuer {
       case sim::InstrKind::kCopyIn:
         device_.enqueue_copy(stream, static_cast<std::int32_t>(index));
         break;
+      case sim::InstrKind::kHostRun:
+        MEMPLAN_CHECK(stream == sim::StreamId::kHost, "host ops run on the host stream");
+        device_.enqueue_host_op(static_cast<std::int32_t>(index));
+        break;
       case sim::InstrKind::kAlloc:
         MEMPLAN_CHECK(stream == sim::StreamId::kCompute, "memory operations are on compute");
         if (!device_.allocate(in.buffer)) {
@@ -112,6 +116,7 @@ sim::Timeline run_program(Device& device, const sim::Workload& workload,
   for (const sim::Span& span : tl.spans) {
     tl.iteration_ns = std::max(tl.iteration_ns, span.end_ns);
     if (span.stream == sim::StreamId::kCompute) tl.compute_busy_ns += span.end_ns - span.start_ns;
+    if (span.stream == sim::StreamId::kHost) tl.host_ops_ns += span.end_ns - span.start_ns;
   }
   const MemoryStats stats = device.memory_stats();
   tl.peak_bytes = stats.peak_bytes;

@@ -15,14 +15,11 @@
 
 namespace memplan::runtime {
 
-Recording record(const Backend& backend, const sim::Workload& workload,
-                 const RecordOptions& options) {
-  Recording r;
-  r.workload = workload;
-  sim::Workload& w = r.workload;
-  // Where the backend's library searched algorithms, the recorded step runs the fastest one: the
-  // op's workspace becomes that algorithm's, and the memory-optimal one its alternative.
-  const std::map<sim::OpId, FoundAlgorithms> found = backend.find_algorithms(workload);
+namespace {
+
+// Where the backend's library searched algorithms, the recorded step runs the fastest one: the
+// op's workspace becomes that algorithm's, and the memory-optimal one its alternative.
+void use_found_algorithms(sim::Workload& w, const std::map<sim::OpId, FoundAlgorithms>& found) {
   for (const auto& [id, f] : found) {
     sim::Op& op = w.ops.at(static_cast<std::size_t>(id));
     op.workspace_bytes = f.fastest.workspace_bytes;
@@ -31,15 +28,21 @@ Recording record(const Backend& backend, const sim::Workload& workload,
       op.algorithms.push_back({"memory_optimal", f.memory_optimal.workspace_bytes, 0});
     }
   }
-  const sim::Program program = sim::lower(w, sim::in_core_plan(w));
-  r.peak_reserved_bytes = sim::capacity_to_run(program, sim::Machine{});
+}
 
-  const std::unique_ptr<Device> device = backend.make_device(r.peak_reserved_bytes, options.seed);
+// What the recorded iterations measured: each one's time, and per op its time in each.
+struct Measurements {
+  std::vector<sim::Nanoseconds> iteration_ns;
+  std::vector<std::vector<sim::Nanoseconds>> op_ns;
+};
+
+Measurements measure(const Backend& backend, const sim::Workload& w, const sim::Program& program,
+                     sim::Bytes capacity, const RecordOptions& options, int recorded) {
+  const std::unique_ptr<Device> device = backend.make_device(capacity, options.seed);
   device->set_capture(false);
   const auto& compute = program.stream(sim::StreamId::kCompute);
-  const int recorded = std::max(options.iterations, 1);
-  std::vector<std::vector<sim::Nanoseconds>> op_ns(w.ops.size());
-  std::vector<sim::Nanoseconds> iteration_ns;
+  Measurements m;
+  m.op_ns.resize(w.ops.size());
   for (int k = 0; k < std::max(options.warmup, 0) + recorded; ++k) {
     const sim::Timeline measured = run_program(*device, w, program);
     if (!measured.feasible) {
@@ -48,10 +51,10 @@ Recording record(const Backend& backend, const sim::Workload& workload,
       throw std::logic_error(
           fmt::format("recording on {}: the in-core run did not fit in the {} bytes the "
                       "simulator says it needs",
-                      backend.name(), r.peak_reserved_bytes));
+                      backend.name(), capacity));
     }
     if (k < std::max(options.warmup, 0)) continue;
-    iteration_ns.push_back(measured.iteration_ns);
+    m.iteration_ns.push_back(measured.iteration_ns);
     std::vector<sim::Nanoseconds> this_run(w.ops.size(), 0);
     for (const sim::Span& span : measured.spans) {
       if (span.stream != sim::StreamId::kCompute) continue;
@@ -59,16 +62,23 @@ Recording record(const Backend& backend, const sim::Workload& workload,
       if (in.kind != sim::InstrKind::kRun) continue;
       this_run[static_cast<std::size_t>(in.op)] += span.end_ns - span.start_ns;
     }
-    for (std::size_t o = 0; o < w.ops.size(); ++o) op_ns[o].push_back(this_run[o]);
+    for (std::size_t o = 0; o < w.ops.size(); ++o) m.op_ns[o].push_back(this_run[o]);
   }
-  const auto median = [](std::vector<sim::Nanoseconds> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  r.iteration_ns = median(iteration_ns);
+  return m;
+}
+
+sim::Nanoseconds median(std::vector<sim::Nanoseconds> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Each op's duration becomes its median; an alternative algorithm keeps the difference the
+// library measured between it and the fastest.
+void set_durations(sim::Workload& w, const std::map<sim::OpId, FoundAlgorithms>& found,
+                   const Measurements& m) {
   for (std::size_t o = 0; o < w.ops.size(); ++o) {
     sim::Op& op = w.ops[o];
-    op.duration_ns = std::max<sim::Nanoseconds>(median(op_ns[o]), 1);
+    op.duration_ns = std::max<sim::Nanoseconds>(median(m.op_ns[o]), 1);
     const auto f = found.find(op.id);
     for (sim::Algorithm& a : op.algorithms) {
       a.duration_ns = f == found.end() ? op.duration_ns
@@ -78,14 +88,30 @@ Recording record(const Backend& backend, const sim::Workload& workload,
                                              1);
     }
   }
+}
+
+}  // namespace
+
+Recording record(const Backend& backend, const sim::Workload& workload,
+                 const RecordOptions& options) {
+  Recording r;
+  r.workload = workload;
+  sim::Workload& w = r.workload;
+  const std::map<sim::OpId, FoundAlgorithms> found = backend.find_algorithms(workload);
+  use_found_algorithms(w, found);
+  const sim::Program program = sim::lower(w, sim::in_core_plan(w));
+  r.peak_reserved_bytes = sim::capacity_to_run(program, sim::Machine{});
+
+  const int recorded = std::max(options.iterations, 1);
+  const Measurements m = measure(backend, w, program, r.peak_reserved_bytes, options, recorded);
+  r.iteration_ns = median(m.iteration_ns);
+  set_durations(w, found, m);
 
   r.link = backend.measure_link();
   w.device = sim::DeviceInfo{};
   w.device.name = backend.name();
   w.device.memory_bytes = r.peak_reserved_bytes;
-  w.device.h2d_bytes_per_s = r.link.h2d_bytes_per_s;
-  w.device.d2h_bytes_per_s = r.link.d2h_bytes_per_s;
-  w.device.copy_latency_ns = r.link.latency_ns;
+  w.device.link = r.link;
   const std::string what = workload.provenance.note;
   w.provenance = sim::Provenance{};
   w.provenance.source = "recorded";

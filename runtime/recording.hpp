@@ -23,7 +23,7 @@ struct Recording {
   sim::Workload workload;              // the recorded trace
   sim::Nanoseconds iteration_ns = 0;   // of the recorded iteration
   sim::Bytes peak_reserved_bytes = 0;  // of the in-core run (the recorded device's capacity)
-  LinkModel link;
+  sim::Link link;                      // the backend's measured copy link
 };
 
 /// Records `workload` on `backend`. Every op gets its measured duration (at least 1 ns); the

@@ -97,10 +97,7 @@ Calibration calibrate_in_core(const Backend& backend, const sim::Workload& workl
     op.duration_ns = std::max<sim::Nanoseconds>(times[times.size() / 2], 1);
     for (sim::Algorithm& a : op.algorithms) a.duration_ns = op.duration_ns;
   }
-  const LinkModel link = backend.measure_link();
-  c.machine.h2d_bytes_per_s = link.h2d_bytes_per_s;
-  c.machine.d2h_bytes_per_s = link.d2h_bytes_per_s;
-  c.machine.copy_latency_ns = link.latency_ns;
+  c.machine.link = backend.measure_link();
   return c;
 }
 }  // namespace

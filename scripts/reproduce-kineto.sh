@@ -4,6 +4,7 @@
 # classification with each swapped map fetched at the lowering's default point (one op before its
 # first backward use, where PoocH's and Capuchin's plans fetch) instead of vDNN's prefetch walk:
 # the row "vdnn-conv-default-prefetch". Table: docs/reproductions.md, docs/kineto-import.md.
+# kineto-stalls.csv: the stalls by cause of pooch, vdnn-conv, capuchin and checkpoint-sqrt.
 #   scripts/reproduce-kineto.sh [OUT.csv]   (default out/reproductions/kineto.csv; seconds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,4 +42,18 @@ print("swapped_maps,swapped_bytes,forward_s,backward_s")
 print(f"{len(swapped)},{sum(size[m] for m in swapped)},{info['compute_s']['forward']},"
       f"{info['compute_s']['backward']}")
 PY
+# Where the time of the compared policies goes: stalls by cause (kineto-stalls.csv).
+stalls=$(dirname "$out")/kineto-stalls.csv
+echo "link,policy,swap_out_stall_s,swap_in_stall_s,recompute_s,swap,recompute" >"$stalls"
+for link in pcie3 nvlink2; do
+  for policy in pooch vdnn-conv capuchin checkpoint-sqrt; do
+    "$MEMPLAN" simulate "$trace" --memory 2GiB --link "$link" --policy "$policy" --json |
+      /usr/bin/python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+s, a = j['stall_s_by_cause'], j['actions']
+print(f\"$link,$policy,{s['swap-out']},{s['swap-in']},{s['recompute']},{a['swap']},{a['recompute']}\")" \
+      >>"$stalls"
+  done
+done
 echo "wrote $out"

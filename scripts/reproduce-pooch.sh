@@ -4,6 +4,7 @@
 #   scripts/reproduce-pooch.sh [OUT.csv]   (default out/reproductions/pooch.csv)
 # Then ResNeXt-101 3D (16x112x112 clips) at batch 96 and 256 on both links: pooch and superneurons
 # (`memplan simulate --policy`, no search).
+# resnext-info.csv: each ResNeXt batch's feature-map bytes and forward and backward compute.
 #   POOCH_BATCHES="128 256 384 512 640" picks the ResNet-50 batches.
 #   MEMPLAN=path/to/memplan, SEARCH_TIME_LIMIT=seconds (default 10 here)
 set -euo pipefail
@@ -33,8 +34,15 @@ json.dump(plan, open(sys.argv[2], "w"))
 PY
 repro_run "$out" "$REPRO_TMP/resnet50.json" resnet50 640 v100-16gb pcie3 1024TiB \
   "plan:$REPRO_TMP/plan-superneurons-all-swapped.json" 0
+info_out=$(dirname "$out")/resnext-info.csv
+echo "batch,feature_map_bytes,forward_s,backward_s" >"$info_out"
 for batch in 96 256; do
   repro_zoo "$REPRO_TMP/resnext.json" resnext101-3d "$batch" v100-16gb --input 16x112x112
+  "$MEMPLAN" info "$REPRO_TMP/resnext.json" --json | /usr/bin/python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+print(f\"$batch,{j['feature_map_bytes']},{j['compute_s']['forward']},{j['compute_s']['backward']}\")" \
+    >>"$info_out"
   for link in pcie3 nvlink2; do
     repro_run "$out" "$REPRO_TMP/resnext.json" resnext101-3d "$batch" v100-16gb "$link" - \
       pooch,superneurons 0

@@ -6,7 +6,10 @@
 // keep; recompute (where validate_plan allows it); each enabled Gist encoding that applies to the
 // map; swap with the prefetch issued before ANY op p with drop < p <= first backward use (drop is
 // the later of the producer and the last forward use; the default prefetch point is one of these)
-// — and gives each op with alternative algorithms (Op::algorithms) one of them or its default.
+// — and gives each op with alternative algorithms (Op::algorithms) one of them or its default;
+// every other tensor stays on the device (no host placement, Note [Host placement] in
+// sim/plan.hpp: the heuristic search that seeds the incumbent runs without it, so the offload
+// policies do not seed).
 // |S| is the product of the options per variable (458,640 for traces/resnet_tiny.json: 6 maps,
 // 2 ops with a second algorithm). The result is the minimum of S by iteration time, ties broken by
 // the tree's order (below). Every policy's plan and every plan the heuristic search can reach lie
@@ -584,6 +587,7 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   so.time_limit_s = options.time_limit_s > 0 ? options.time_limit_s : 600.0;
   so.encodings = options.encodings;
   so.exact_fallback_maps = 0;  // this is the exact search
+  so.host_placement = false;   // S keeps every tensor that is not a feature map on the device
   const SearchResult heuristic = search_plan(workload, machine, so);
   ExactResult result = solve_exact_from(workload, machine, options, heuristic);
   result.elapsed_s =

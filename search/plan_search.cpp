@@ -20,12 +20,15 @@
 // ops ahead of the first backward use, or with every point when the map's prefetch window is at
 // most kEveryPrefetchPoint ops long); for swapped maps, moving the prefetch earlier (by 1, 4, 16
 // or 64 ops) or later (by 1), or anywhere in a short window; and every other algorithm of each op
-// that has alternatives. When the neighbourhood is larger than the batch, a batch is drawn from it
-// with a seeded generator, favouring the variables the incumbent's timeline blames (stalls on a
-// map, a map resident or an op's workspace where memory ran out). The batch is evaluated in
-// parallel (oneTBB, parallel_each; one Evaluator, hence one Engine, per worker thread) and the best
-// candidate that improves on the incumbent (ties broken by batch position) becomes the new
-// incumbent, and the next round samples again.
+// that has alternatives; and the placement of the tensors that are not feature maps (Note [Host
+// placement] in sim/plan.hpp), three variables of two values each: every parameter on the host or
+// none; every gradient and optimizer state on the host with the update on the host, or none; every
+// input batch on the host or none. When the neighbourhood is larger than the batch, a batch is
+// drawn from it with a seeded generator, favouring the variables the incumbent's timeline blames
+// (stalls on a map, a map resident or an op's workspace where memory ran out). The batch is
+// evaluated in parallel (oneTBB, parallel_each; one Evaluator, hence one Engine, per worker thread)
+// and the best candidate that improves on the incumbent (ties broken by batch position) becomes the
+// new incumbent, and the next round samples again.
 //
 // Widening. A round in which nothing improves widens the neighbourhood of the next one: every
 // single change (up to kFullSweepCap), then every pair of changes to two variables, then every
@@ -53,6 +56,7 @@
 #include "search/plan_search.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <limits>
@@ -95,11 +99,18 @@ constexpr std::size_t kStarts = 3;
 // The share of the time limit that the seeding policies may take (Note [Plan search], seeding).
 constexpr double kSeedingShare = 0.5;
 
-// One change to one variable of a plan: a feature map's action (and prefetch point), or the
-// algorithm of an op with alternative algorithms (Op::algorithms).
+// The placement variables of the neighbourhood (Note [Plan search], rounds).
+enum class Placement : std::int8_t { kNone = -1, kParameters, kUpdate, kInputs };
+constexpr std::size_t kPlacementCount = 3;
+
+// One change to one variable of a plan: a feature map's action (and prefetch point), the
+// algorithm of an op with alternative algorithms (Op::algorithms), or a placement.
 struct Change {
-  int variable = -1;  // a map index, or the map count plus the op's index in algorithm_ops()
-  int map = -1;       // the map it changes, or -1 for an algorithm change
+  int variable = -1;  // a map index, or the map count plus the op's index in algorithm_ops(),
+                      // or after those the placement's index
+  Placement placement = Placement::kNone;
+  bool on = false;  // the placement's new value
+  int map = -1;     // the map it changes, or -1 for an algorithm change
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
   sim::OpId prefetch_before = sim::kNoId;
@@ -111,17 +122,44 @@ using Move = std::vector<Change>;  // changes to distinct variables
 
 class Neighbourhood {
  public:
-  Neighbourhood(const NetworkView& view, const EncodingOptions& encodings) : view_(view) {
+  Neighbourhood(const NetworkView& view, const EncodingOptions& encodings, bool host_placement)
+      : view_(view) {
     for (const sim::Op& op : view.workload().ops) {
       if (!op.algorithms.empty()) algorithm_ops_.push_back(op.id);
     }
     actions_ = {{sim::Action::kKeep, sim::Encoding::kNone},
                 {sim::Action::kSwap, sim::Encoding::kNone},
                 {sim::Action::kRecompute, sim::Encoding::kNone}};
-    if (encodings.binarize) actions_.push_back({sim::Action::kEncode, sim::Encoding::kBinarize});
-    if (encodings.sparse) actions_.push_back({sim::Action::kEncode, sim::Encoding::kSparse});
+    if (encodings.binarize) actions_.emplace_back(sim::Action::kEncode, sim::Encoding::kBinarize);
+    if (encodings.sparse) actions_.emplace_back(sim::Action::kEncode, sim::Encoding::kSparse);
     if (encodings.precision_reduction)
-      actions_.push_back({sim::Action::kEncode, *encodings.precision_reduction});
+      actions_.emplace_back(sim::Action::kEncode, *encodings.precision_reduction);
+    if (!host_placement) return;
+    const sim::Workload& w = view.workload();
+    placeable_[0] = !sim::host_placeable(w, sim::TensorKind::kParameter).empty();
+    sim::Plan update = keep_all(view, "");
+    apply(update, Placement::kUpdate, true, w);
+    placeable_[1] = sim::host_update_problem(update, w).empty();
+    placeable_[2] = !sim::host_placeable(w, sim::TensorKind::kInput).empty();
+  }
+
+  // Sets a placement variable of `plan` (Note [Host placement] in sim/plan.hpp).
+  static void apply(sim::Plan& plan, Placement placement, bool on, const sim::Workload& w) {
+    switch (placement) {
+      case Placement::kParameters:
+        sim::set_host_placement(plan, w, sim::TensorKind::kParameter, on);
+        break;
+      case Placement::kUpdate:
+        sim::set_host_placement(plan, w, sim::TensorKind::kGradient, on);
+        sim::set_host_placement(plan, w, sim::TensorKind::kOptimizerState, on);
+        plan.host_update = on;
+        break;
+      case Placement::kInputs:
+        sim::set_host_placement(plan, w, sim::TensorKind::kInput, on);
+        break;
+      case Placement::kNone:
+        break;
+    }
   }
 
   // Every single change of `plan`, with the maps' blame (higher first when sampling).
@@ -159,7 +197,10 @@ class Neighbourhood {
         }
       }
       if (d.action == sim::Action::kSwap) {
-        const auto [last_forward, first_backward] = prefetch_window(static_cast<int>(m));
+        // Named copies, not a structured binding: clang-tidy 14's parser cannot capture one.
+        const std::pair<sim::OpId, sim::OpId> window = prefetch_window(static_cast<int>(m));
+        const sim::OpId last_forward = window.first;
+        const sim::OpId first_backward = window.second;
         const sim::OpId current = d.prefetch_before != sim::kNoId
                                       ? d.prefetch_before
                                       : default_prefetch(static_cast<int>(m));
@@ -188,11 +229,29 @@ class Neighbourhood {
         out.push_back(c);
       }
     }
+    // Each placement that the workload offers: the other value.
+    for (std::size_t k = 0; k < kPlacementCount; ++k) {
+      if (!placeable_[k]) continue;
+      Change c;
+      c.variable = static_cast<int>(plan.decisions.size() + algorithm_ops_.size() + k);
+      c.placement = static_cast<Placement>(k);
+      c.on = !placed(plan, c.placement);
+      out.push_back(c);
+    }
     return out;
   }
 
   [[nodiscard]] std::size_t variable_count() const {
-    return view_.feature_maps().size() + algorithm_ops_.size();
+    return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount;
+  }
+  // Whether the placement variable is on in `plan`.
+  [[nodiscard]] bool placed(const sim::Plan& plan, Placement placement) const {
+    if (placement == Placement::kUpdate) return plan.host_update;
+    const sim::TensorKind kind =
+        placement == Placement::kParameters ? sim::TensorKind::kParameter : sim::TensorKind::kInput;
+    const sim::Workload& w = view_.workload();
+    return std::any_of(plan.host_tensors.begin(), plan.host_tensors.end(),
+                       [&](sim::TensorId t) { return w.tensor(t).kind == kind; });
   }
   [[nodiscard]] const std::vector<sim::OpId>& algorithm_ops() const { return algorithm_ops_; }
 
@@ -228,11 +287,16 @@ class Neighbourhood {
   const NetworkView& view_;
   std::vector<std::pair<sim::Action, sim::Encoding>> actions_;
   std::vector<sim::OpId> algorithm_ops_;  // ops with alternative algorithms, in op order
+  std::array<bool, kPlacementCount> placeable_{};
 };
 
-sim::Plan with_move(const sim::Plan& plan, const Move& move) {
+sim::Plan with_move(const sim::Plan& plan, const Move& move, const sim::Workload& w) {
   sim::Plan result = plan;
   for (const Change& c : move) {
+    if (c.placement != Placement::kNone) {
+      Neighbourhood::apply(result, c.placement, c.on, w);
+      continue;
+    }
     if (c.map < 0) {  // an algorithm: the choices stay in ascending op order
       auto& choices = result.algorithms;
       auto it =
@@ -275,6 +339,10 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
     const auto it = std::lower_bound(ops.begin(), ops.end(), at);
     if (it != ops.end() && *it == at)
       score[plan.decisions.size() + static_cast<std::size_t>(it - ops.begin())] += 1e9;
+  }
+  if (timeline.oom) {  // moving a whole kind of tensors off the device is a candidate too
+    for (std::size_t k = 0; k < kPlacementCount; ++k)
+      score[plan.decisions.size() + neighbourhood.algorithm_ops().size() + k] += 1e9;
   }
   return score;
 }
@@ -441,6 +509,11 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
           if (k > 0 && stop.due()) throw Stopped();
           sim::Plan plan =
               apply_encodings(policy.decide(evaluator, view).plan, view, options.encodings);
+          if (!options.host_placement && (plan.host_update || !plan.host_tensors.empty())) {
+            why[order[k]] = "places tensors on the host, which this search does not";
+            report("seeding", std::string(policy.name), 0, evaluated, e);
+            return;
+          }
           evaluator.measure_excess(true);
           e = evaluator.evaluate(plan);
           decided[order[k]] = Seed{std::move(plan), e, std::string(policy.name)};
@@ -488,7 +561,7 @@ class LocalSearch {
           evaluator->measure_excess(true);
           return evaluator;
         }),
-        neighbourhood_(view, options.encodings),
+        neighbourhood_(view, options.encodings, options.host_placement),
         batch_(options.deterministic ? kDeterministicBatch
                                      : kBatchPerThread * static_cast<std::size_t>(threads)) {}
 
@@ -528,7 +601,7 @@ class LocalSearch {
       const auto [best, scores, swept] = evaluate_moves(plan, evaluation, moves);
       bool settled = false;
       if (best < moves.size()) {
-        plan = with_move(plan, moves[best]);
+        plan = with_move(plan, moves[best], view_.workload());
         evaluation = scores[best];
         sweep = Sweep::kSampled;
         idle_random_pairs = 0;
@@ -592,7 +665,7 @@ class LocalSearch {
             cut.store(true, std::memory_order_relaxed);
             return;
           }
-          const sim::Plan candidate = with_move(plan, moves[i]);
+          const sim::Plan candidate = with_move(plan, moves[i], view_.workload());
           out.scores[i] = sim::lossy_map_recomputed_from(candidate, view_.feature_maps(), workload_)
                               ? refused()
                               : evaluators_.local()->evaluate(candidate);

@@ -34,6 +34,11 @@ struct SearchOptions {
   std::uint64_t seed = 1;
   /// Same plan for any thread count: the candidate batch size no longer grows with the threads.
   bool deterministic = false;
+  /// Whether plans may place tensors that are not feature maps on the host (Note [Host placement]
+  /// in sim/plan.hpp): the offload policies seed, and the neighbourhood moves every parameter,
+  /// every gradient and optimizer state with the update, or every input batch to the host. Exact
+  /// mode turns it off: its space is feature maps and algorithms (Note [Exact plan search]).
+  bool host_placement = true;
   EncodingOptions encodings;
   /// Called after every seeding policy (from the worker that ran it) and after every round (from
   /// the driving thread); one call at a time.

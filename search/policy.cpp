@@ -40,6 +40,12 @@ const std::vector<Policy>& policies() {
        decide_capuchin, PolicyCost::kPerEviction},
       {"dtr", "DTR: evict by recompute cost / (bytes x staleness) when memory runs out", decide_dtr,
        PolicyCost::kPerEviction},
+      {"zero-offload", "ZeRO-Offload: gradients and optimizer state on the host, CPU update",
+       decide_zero_offload, PolicyCost::kNone},
+      {"fsdp-offload",
+       "FSDP CPU offload: parameters on the host per use, gradients and optimizer state too, "
+       "CPU update",
+       decide_fsdp_offload, PolicyCost::kNone},
   };
   return kPolicies;
 }

@@ -60,6 +60,12 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
 PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view);
+PolicyDecision decide_zero_offload(Evaluator& evaluator, const NetworkView& view);
+PolicyDecision decide_fsdp_offload(Evaluator& evaluator, const NetworkView& view);
+
+/// The offload policies' plan (search/zero_offload.cpp): every feature map kept, gradients and
+/// optimizer state (and, with `parameters`, the parameters) on the host, the update on the host.
+PolicyDecision offload_decision(const NetworkView& view, std::string_view name, bool parameters);
 
 /// PoocH's profile of all-swap (Note [PoocH in memplan]): feature maps (indices into
 /// view.feature_maps()) whose swap-in is not hidden (L_I, longest stall first) and those whose
@@ -85,6 +91,12 @@ struct PoochKeepSwap {
 /// PoocH's keep/swap step (step 2 of Note [PoocH in memplan]) from the all-swap profile.
 PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
                               const PoochProfile& profile, const PoochLimits& limits = {});
+
+/// PoocH's swap-in scheduling (Note [PoocH's swap-in scheduling]): sets every swapped map's
+/// prefetch_before to the earliest op from which memory has room for it, in the order the maps
+/// are needed; leaves the default points when the plan does not fit with them, or when the
+/// earlier points fit under no lowered capacity, or make the step slower.
+void pooch_schedule_swap_ins(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan);
 
 /// Capuchin's candidates in the order it takes them (Note [Capuchin in a plan]): swaps whose
 /// free time hides a round trip, largest free time first; then recomputes, highest memory saving

@@ -14,12 +14,11 @@
 //    DEPARTURE from the paper, which enumerates the whole tree: memplan enumerates at most
 //    PoochLimits::max_enumerated = 8 maps of L_I (those with the longest swap-in stalls; 256
 //    leaves), fewer when 2^k * (1 + |L_O \ L_I|) would exceed PoochLimits::leaf_simulations =
-//    4096 simulations. Why: in memplan's all-swap profile nearly every swap-in is exposed,
-//    because the lowering prefetches one op ahead rather than "as soon as memory has room" (see
-//    below) and one link carries the copies one after another: |L_I| is 185-208 of ResNet-50's
-//    212 maps and 412 of ResNeXt-101 3D's 416, so the full tree (2^|L_I| leaves) could not be
-//    walked by anyone (the paper does not bound it; its two minutes for 300 layers suggest that
-//    its profile, with earlier swap-ins, left a far smaller L_I). The maps of L_I beyond the
+//    4096 simulations. Why: with swap-ins one op ahead nearly every swap-in of memplan's all-swap
+//    profile was exposed (|L_I| 185-208 of ResNet-50's 212 maps, 412 of ResNeXt-101 3D's 416),
+//    and where the link is slow it still can be with PoocH's swap-in scheduling (Note [PoocH's
+//    swap-in scheduling]; the imported ResNet-50 step: |L_I| 1 on NVLink 2, 13 on PCIe 3); the
+//    full tree (2^|L_I| leaves) could not be walked then. The maps of L_I beyond the
 //    enumerated ones are scanned like L_O \ L_I on the best leaf (from the output layer backwards,
 //    swap -> keep while the plan fits). That is not the full tree's answer in general (the greedy
 //    scan can keep a map whose memory, left to two others, would have saved more time).
@@ -62,8 +61,12 @@
 // last forward use and its prefetch) across the op where that one ran out, is refused without a
 // simulation (APPROXIMATION: the refused map's bytes at that op are what it lacked; a larger map
 // away across it lacks at least as much, up to the arena's fragmentation).
-// Swap-ins use the lowering's default (issued one op before the first backward use) rather than
-// PoocH's "as soon as memory has room"; the search improves prefetch points afterwards.
+// Swap-ins start as soon as memory has room (Note [PoocH's swap-in scheduling]) in the all-swap
+// profile, on each leaf of the keep/swap tree before it is timed, and on the final plan; step 3
+// measures r with the default points (one op before the first backward use): with scheduled
+// swap-ins memory is full up to each use and few recomputations would fit. APPROXIMATION: the
+// keep scans and r do not reschedule each trial plan (a lowering and up to three simulations
+// more per trial).
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -74,6 +77,8 @@
 
 #include "search/parallel.hpp"
 #include "search/policy.hpp"
+#include "sim/device_arena.hpp"
+#include "sim/lowering.hpp"
 
 namespace memplan::search {
 namespace {
@@ -107,29 +112,6 @@ sim::Nanoseconds time_or_infinity(const Evaluation& e) {
 }
 
 }  // namespace
-
-PoochProfile pooch_profile(Evaluator& evaluator, const NetworkView& view) {
-  sim::Plan all_swap = keep_all(view, "pooch");
-  for (sim::Decision& d : all_swap.decisions) d.action = sim::Action::kSwap;
-  const std::vector<Exposure> exposed = exposures(evaluator.simulate(all_swap), view);
-  PoochProfile profile;
-  for (std::size_t m = 0; m < exposed.size(); ++m) {
-    if (exposed[m].swap_in_ns > 0) {
-      profile.swap_in_exposed.push_back(static_cast<int>(m));
-    } else if (exposed[m].swap_out_ns > 0) {
-      profile.swap_out_only_exposed.push_back(static_cast<int>(m));
-    }
-  }
-  auto& l_i = profile.swap_in_exposed;
-  std::stable_sort(l_i.begin(), l_i.end(), [&](int a, int b) {
-    return exposed[static_cast<std::size_t>(a)].swap_in_ns >
-           exposed[static_cast<std::size_t>(b)].swap_in_ns;
-  });
-  // From the output layer backwards: maps with later producers first.
-  std::stable_sort(profile.swap_out_only_exposed.begin(), profile.swap_out_only_exposed.end(),
-                   [&](int a, int b) { return view.producer(a) > view.producer(b); });
-  return profile;
-}
 
 namespace {
 
@@ -262,6 +244,117 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
 
 }  // namespace
 
+// Note [PoocH's swap-in scheduling]
+// PoocH starts each swap-in as soon as device memory has room for it, in the order the maps are
+// needed (one copy queue), rather than one op ahead. In a plan that is each swapped map's
+// prefetch_before, found from one lowering of the plan with every swap-in at its default point:
+// need[s] is the most live bytes (arena-rounded) at op s's allocations and run
+// (live_need_per_op). Taking the swapped
+// maps by their default point, earliest first, a map's swap-in moves from its default point d to
+// the earliest op p, after its last forward use and no earlier than the previous map's, such that
+// need[s] + its bytes stays within the device over every op s in [p, d); those ops then count its
+// bytes. The arena can still lack a hole of the map's size where the live bytes have room
+// (fragmentation): then the plan is scheduled again with the capacity lowered by what the
+// simulation found missing (doubling), and left at the default points when that does not fit.
+namespace {
+
+// Most live bytes at each op's allocations and run: op i's part of the compute stream runs from
+// after op i-1's run through op i's run (the frees after op i-1's run come first, so they count
+// for op i; live bytes only rise at an allocation).
+std::vector<sim::Bytes> live_need_per_op(const sim::Program& program, std::size_t op_count) {
+  std::vector<sim::Bytes> need(op_count, 0);
+  sim::Bytes live = 0;
+  std::size_t op = 0;
+  auto bytes = [&](const sim::Instruction& in) {
+    return sim::DeviceArena::aligned_size(
+        program.buffers[static_cast<std::size_t>(in.buffer)].bytes);
+  };
+  for (const sim::Instruction& in : program.stream(sim::StreamId::kCompute)) {
+    if (in.kind == sim::InstrKind::kFree) live -= bytes(in);
+    if (in.kind == sim::InstrKind::kAlloc) live += bytes(in);
+    const bool counts = in.kind == sim::InstrKind::kAlloc || in.kind == sim::InstrKind::kRun;
+    if (counts && op < op_count) need[op] = std::max(need[op], live);
+    if (in.kind == sim::InstrKind::kRun) ++op;
+  }
+  return need;
+}
+
+// The earliest prefetch points that keep the live bytes within `capacity` (the Note above).
+void hoist_swap_ins(const NetworkView& view, const sim::Program& program, sim::Bytes capacity,
+                    sim::Plan& plan) {
+  std::vector<sim::Bytes> need = live_need_per_op(program, view.workload().ops.size());
+  struct SwapIn {
+    sim::OpId at;     // the default point
+    sim::OpId after;  // the last forward use (or the producer)
+    int map;
+  };
+  std::vector<SwapIn> order;
+  for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+    if (plan.decisions[m].action != sim::Action::kSwap) continue;
+    const AwayWindow w = away_window(view, static_cast<int>(m));
+    const sim::OpId first_backward = w.before + 1;
+    order.push_back({first_backward - 1 > w.after ? first_backward - 1 : first_backward, w.after,
+                     static_cast<int>(m)});
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const SwapIn& a, const SwapIn& b) { return a.at < b.at; });
+  sim::OpId queue_head = 0;  // where the previous swap-in started
+  for (const SwapIn& s : order) {
+    const sim::Bytes bytes = sim::DeviceArena::aligned_size(view.map_bytes(s.map));
+    const sim::OpId earliest = std::max(s.after + 1, queue_head);
+    sim::OpId p = s.at;
+    while (p > earliest && need[static_cast<std::size_t>(p - 1)] + bytes <= capacity) --p;
+    for (sim::OpId op = p; op < s.at; ++op) need[static_cast<std::size_t>(op)] += bytes;
+    plan.decisions[static_cast<std::size_t>(s.map)].prefetch_before = p < s.at ? p : sim::kNoId;
+    queue_head = std::max(queue_head, p);
+  }
+}
+
+}  // namespace
+
+void pooch_schedule_swap_ins(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
+  for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoId;
+  const Evaluation base = evaluator.evaluate(plan);
+  if (!base.feasible) return;
+  const sim::Program program = sim::lower(view.workload(), plan);
+  sim::Bytes margin = 0;
+  for (;;) {
+    sim::Plan trial = plan;
+    hoist_swap_ins(view, program, evaluator.machine().memory_bytes - margin, trial);
+    const Evaluation e = evaluator.evaluate(trial);
+    if (e.feasible) {
+      if (e.iteration_ns <= base.iteration_ns) plan = std::move(trial);
+      return;
+    }
+    margin = std::max(2 * margin, e.oom_bytes_missing);
+    if (margin <= 0 || margin >= evaluator.machine().memory_bytes) return;
+  }
+}
+
+PoochProfile pooch_profile(Evaluator& evaluator, const NetworkView& view) {
+  sim::Plan all_swap = keep_all(view, "pooch");
+  for (sim::Decision& d : all_swap.decisions) d.action = sim::Action::kSwap;
+  pooch_schedule_swap_ins(evaluator, view, all_swap);
+  const std::vector<Exposure> exposed = exposures(evaluator.simulate(all_swap), view);
+  PoochProfile profile;
+  for (std::size_t m = 0; m < exposed.size(); ++m) {
+    if (exposed[m].swap_in_ns > 0) {
+      profile.swap_in_exposed.push_back(static_cast<int>(m));
+    } else if (exposed[m].swap_out_ns > 0) {
+      profile.swap_out_only_exposed.push_back(static_cast<int>(m));
+    }
+  }
+  auto& l_i = profile.swap_in_exposed;
+  std::stable_sort(l_i.begin(), l_i.end(), [&](int a, int b) {
+    return exposed[static_cast<std::size_t>(a)].swap_in_ns >
+           exposed[static_cast<std::size_t>(b)].swap_in_ns;
+  });
+  // From the output layer backwards: maps with later producers first.
+  std::stable_sort(profile.swap_out_only_exposed.begin(), profile.swap_out_only_exposed.end(),
+                   [&](int a, int b) { return view.producer(a) > view.producer(b); });
+  return profile;
+}
+
 PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
                               const PoochProfile& profile, const PoochLimits& limits) {
   const std::vector<int>& l_i = profile.swap_in_exposed;
@@ -287,6 +380,7 @@ PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
     }
     if (!evaluator.evaluate(candidate).feasible) continue;  // keeping more only needs more memory
     keep_while_fits(evaluator, candidate, l_o_only, view);
+    pooch_schedule_swap_ins(evaluator, view, candidate);
     const sim::Nanoseconds t = time_or_infinity(evaluator.evaluate(candidate));
     if (t < best_ns) {
       best_ns = t;
@@ -304,38 +398,36 @@ PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
   return {std::move(best), enumerated};
 }
 
-PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
-  // 1. Profile all-swap. 2. Keep/swap enumeration.
-  const PoochProfile profile = pooch_profile(evaluator, view);
-  const std::vector<int>& l_i = profile.swap_in_exposed;
-  const std::vector<int>& l_o_only = profile.swap_out_only_exposed;
-  PoochKeepSwap keep_swap = pooch_keep_swap(evaluator, view, profile);
-  sim::Plan plan = std::move(keep_swap.plan);
-  const std::size_t enumerated = keep_swap.enumerated;
-  const std::size_t n = plan.decisions.size();
+namespace {
 
-  // 3. Swap -> recompute by r(X), lazily (Note [PoocH in memplan]). Measuring r is independent
-  // per map: the full passes run in parallel (one pair of Evaluators per worker thread) and the
-  // choices scan maps in order, so the result does not depend on the number of threads.
-  sim::Machine unlimited = evaluator.machine();
-  unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
-  struct Evaluators {
-    Evaluators(const sim::Workload& w, const sim::Machine& m, const sim::Machine& u)
-        : budget(w, m), reference(w, u) {}
-    Evaluator budget;
-    Evaluator reference;
-  };
-  tbb::enumerable_thread_specific<std::unique_ptr<Evaluators>> local([&] {
-    auto ev = std::make_unique<Evaluators>(evaluator.workload(), evaluator.machine(), unlimited);
-    ev->budget.stop_when(evaluator.stop());
-    ev->reference.stop_when(evaluator.stop());
-    return ev;
-  });
-  constexpr double kInfinite = std::numeric_limits<double>::infinity();
-  auto measure = [&](Evaluators& ev, const sim::Plan& current_plan, sim::Nanoseconds current,
-                     std::size_t m) {
-    if (current_plan.decisions[m].action != sim::Action::kSwap) return kInfinite;
-    sim::Plan candidate = current_plan;
+constexpr double kInfinite = std::numeric_limits<double>::infinity();
+
+// r(X) of one swapped map against a plan (Note [PoocH in memplan], step 3), with a pair of
+// Evaluators per worker thread: one under the budget, one with unlimited memory (the reference).
+class RatioMeter {
+ public:
+  explicit RatioMeter(Evaluator& evaluator)
+      : evaluator_(evaluator), unlimited_(evaluator.machine()), local_([this] {
+          auto ev =
+              std::make_unique<Evaluators>(evaluator_.workload(), evaluator_.machine(), unlimited_);
+          ev->budget.stop_when(evaluator_.stop());
+          ev->reference.stop_when(evaluator_.stop());
+          return ev;
+        }) {
+    unlimited_.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
+  }
+  RatioMeter(const RatioMeter&) = delete;
+  RatioMeter& operator=(const RatioMeter&) = delete;
+  ~RatioMeter() {
+    for (const auto& ev : local_) evaluator_.credit(ev->budget.count() + ev->reference.count());
+  }
+
+  /// r of map m against `plan`, whose iteration time is `current`; infinite when m is not
+  /// swapped, its swap costs nothing or its recomputation does not fit. Thread-safe.
+  double measure(const sim::Plan& plan, sim::Nanoseconds current, std::size_t m) {
+    if (plan.decisions[m].action != sim::Action::kSwap) return kInfinite;
+    Evaluators& ev = *local_.local();
+    sim::Plan candidate = plan;
     candidate.decisions[m].action = sim::Action::kKeep;
     const sim::Nanoseconds base = ev.reference.evaluate(candidate).iteration_ns;
     const sim::Nanoseconds swap_overhead = current - base;
@@ -345,54 +437,94 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
     const Evaluation e = ev.budget.evaluate(candidate);
     if (!e.feasible) return kInfinite;
     return static_cast<double>(e.iteration_ns - base) / static_cast<double>(swap_overhead);
+  }
+
+ private:
+  struct Evaluators {
+    Evaluators(const sim::Workload& w, const sim::Machine& m, const sim::Machine& u)
+        : budget(w, m), reference(w, u) {}
+    Evaluator budget;
+    Evaluator reference;
   };
-  std::vector<double> ratio(n);
-  Evaluators& own = *local.local();
+  Evaluator& evaluator_;
+  sim::Machine unlimited_;
+  tbb::enumerable_thread_specific<std::unique_ptr<Evaluators>> local_;
+};
+
+// The lazy choice of one full pass (Note [PoocH in memplan], step 3): from the maps' cached r
+// (measured against `plan`), take the smallest r < 1 after re-measuring it against the current
+// plan, until none is left. Returns whether any map was measured below 1.
+bool take_smallest_ratios(Evaluator& evaluator, RatioMeter& meter, const std::vector<double>& ratio,
+                          sim::Nanoseconds current, sim::Plan& plan) {
+  // (r, map) with r < 1, smallest first; ties by map order.
+  std::vector<std::pair<double, std::size_t>> queue;
+  for (std::size_t m = 0; m < ratio.size(); ++m)
+    if (ratio[m] < 1.0) queue.emplace_back(ratio[m], m);
+  if (queue.empty()) return false;
+  const auto later = [](const auto& a, const auto& b) { return a > b; };
+  std::make_heap(queue.begin(), queue.end(), later);
+  bool fresh = true;  // the cached values were measured against the current plan
+  while (!queue.empty()) {
+    std::pop_heap(queue.begin(), queue.end(), later);
+    const std::size_t m = queue.back().second;
+    queue.pop_back();
+    const double r = fresh ? ratio[m] : meter.measure(plan, current, m);
+    if (!(r < 1.0)) continue;
+    if (!fresh && !queue.empty() && r > queue.front().first) {
+      queue.emplace_back(r, m);
+      std::push_heap(queue.begin(), queue.end(), later);
+      continue;
+    }
+    plan.decisions[m].action = sim::Action::kRecompute;
+    plan.decisions[m].prefetch_before = sim::kNoId;
+    current = time_or_infinity(evaluator.evaluate(plan));
+    fresh = false;
+  }
+  return true;
+}
+
+// Step 3: swap -> recompute by r(X), lazily (Note [PoocH in memplan]). Measuring r is independent
+// per map: the full passes run in parallel and the choices scan maps in order, so the result does
+// not depend on the number of threads.
+void recompute_by_ratio(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
+  RatioMeter meter(evaluator);
+  std::vector<double> ratio(plan.decisions.size());
   for (;;) {
     // A full pass over the swapped maps the current timeline says might have r < 1.
     const sim::Timeline& timeline = evaluator.simulate(plan);
-    sim::Nanoseconds current =
+    const sim::Nanoseconds current =
         timeline.feasible ? timeline.iteration_ns : std::numeric_limits<sim::Nanoseconds>::max();
     const std::vector<int> candidates = recompute_candidates(timeline, plan, view);
     if (candidates.size() > kMeasuredCandidates) {
       recompute_by_estimate(evaluator, view, plan);
-      break;
+      return;
     }
     std::fill(ratio.begin(), ratio.end(), kInfinite);
     parallel_each(0, candidates.size(), [&](std::size_t k) {
       const auto m = static_cast<std::size_t>(candidates[k]);
-      ratio[m] = measure(*local.local(), plan, current, m);
+      ratio[m] = meter.measure(plan, current, m);
     });
-    // (r, map) with r < 1, smallest first; ties by map order.
-    std::vector<std::pair<double, std::size_t>> queue;
-    for (std::size_t m = 0; m < n; ++m)
-      if (ratio[m] < 1.0) queue.emplace_back(ratio[m], m);
-    if (queue.empty()) break;
-    const auto later = [](const auto& a, const auto& b) { return a > b; };
-    std::make_heap(queue.begin(), queue.end(), later);
-    bool fresh = true;  // the cached values were measured against the current plan
-    while (!queue.empty()) {
-      std::pop_heap(queue.begin(), queue.end(), later);
-      const std::size_t m = queue.back().second;
-      queue.pop_back();
-      const double r = fresh ? ratio[m] : measure(own, plan, current, m);
-      if (!(r < 1.0)) continue;
-      if (!fresh && !queue.empty() && r > queue.front().first) {
-        queue.emplace_back(r, m);
-        std::push_heap(queue.begin(), queue.end(), later);
-        continue;
-      }
-      plan.decisions[m].action = sim::Action::kRecompute;
-      plan.decisions[m].prefetch_before = sim::kNoId;
-      current = time_or_infinity(evaluator.evaluate(plan));
-      fresh = false;
-    }
+    if (!take_smallest_ratios(evaluator, meter, ratio, current, plan)) return;
   }
-  for (const auto& ev : local) evaluator.credit(ev->budget.count() + ev->reference.count());
+}
+
+}  // namespace
+
+PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
+  // 1. Profile all-swap. 2. Keep/swap enumeration. 3. Swap -> recompute by r(X).
+  const PoochProfile profile = pooch_profile(evaluator, view);
+  PoochKeepSwap keep_swap = pooch_keep_swap(evaluator, view, profile);
+  sim::Plan plan = std::move(keep_swap.plan);
+  // Step 3 measures r with every swap-in at its default point: with the scheduled ones, memory is
+  // full up to each swap-in's use and few recomputations would fit. The final plan is scheduled.
+  for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoId;
+  recompute_by_ratio(evaluator, view, plan);
+  pooch_schedule_swap_ins(evaluator, view, plan);
   const auto counts = plan.action_counts();
   std::string note =
       fmt::format("|L_I|={} (enumerated {}), |L_O\\L_I|={}; {} keep / {} swap / {} recompute",
-                  l_i.size(), enumerated, l_o_only.size(), counts[0], counts[1], counts[2]);
+                  profile.swap_in_exposed.size(), keep_swap.enumerated,
+                  profile.swap_out_only_exposed.size(), counts[0], counts[1], counts[2]);
   return {std::move(plan), false, std::move(note)};
 }
 

@@ -67,16 +67,30 @@ sim::Bytes largest_backward_layer_bytes(const sim::Workload& w) {
 
 }  // namespace
 
-PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view) {
+namespace {
+
+// Which maps are checkpoints: outputs of checkpoint layers and forks (Note [SuperNeurons in a
+// plan]).
+std::vector<bool> checkpoint_maps(const NetworkView& view) {
   const sim::Workload& w = view.workload();
-  sim::Plan plan = keep_all(view, "superneurons");
   std::vector<bool> checkpoint(view.feature_maps().size(), false);
   for (std::size_t m = 0; m < checkpoint.size(); ++m) {
-    const auto& fm = view.feature_maps()[m];
-    const bool fork = fm.forward_uses.size() > 1;
+    const bool fork = view.feature_maps()[m].forward_uses.size() > 1;
     checkpoint[m] = fork || is_checkpoint_layer(w.op(view.producer(static_cast<int>(m))).layer);
-    if (!checkpoint[m]) plan.decisions[m].action = sim::Action::kRecompute;
   }
+  return checkpoint;
+}
+
+struct SegmentCounts {
+  std::size_t speed = 0;
+  std::size_t memory = 0;
+};
+
+// Marks every non-checkpoint map recompute, per use when its segment's maps do not fit under the
+// largest single layer's backward memory (memory-centric), once otherwise (speed-centric).
+SegmentCounts recompute_segments(const NetworkView& view, const std::vector<bool>& checkpoint,
+                                 sim::Plan& plan) {
+  const sim::Workload& w = view.workload();
   // Segments: each checkpoint layer (forward op) starts a new one; a non-checkpoint map belongs
   // to the segment its producer is in.
   std::vector<int> segment_of_op(w.ops.size(), 0);
@@ -91,27 +105,53 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
     if (checkpoint_op[i] || is_checkpoint_layer(w.op(op).layer)) ++segments;
     segment_of_op[i] = segments;
   }
+  auto segment = [&](std::size_t m) {
+    return static_cast<std::size_t>(
+        segment_of_op[static_cast<std::size_t>(view.producer(static_cast<int>(m)))]);
+  };
   std::vector<sim::Bytes> segment_bytes(static_cast<std::size_t>(segments) + 1, 0);
   std::vector<bool> segment_used(segment_bytes.size(), false);
   for (std::size_t m = 0; m < checkpoint.size(); ++m) {
     if (checkpoint[m]) continue;
-    const auto s = static_cast<std::size_t>(
-        segment_of_op[static_cast<std::size_t>(view.producer(static_cast<int>(m)))]);
-    segment_bytes[s] += view.map_bytes(static_cast<int>(m));
-    segment_used[s] = true;
+    segment_bytes[segment(m)] += view.map_bytes(static_cast<int>(m));
+    segment_used[segment(m)] = true;
   }
   const sim::Bytes layer_limit = largest_backward_layer_bytes(w);
-  std::size_t speed_segments = 0;
-  std::size_t memory_segments = 0;
+  SegmentCounts counts;
   for (std::size_t s = 0; s < segment_bytes.size(); ++s) {
-    if (segment_used[s]) ++(segment_bytes[s] > layer_limit ? memory_segments : speed_segments);
+    if (segment_used[s]) ++(segment_bytes[s] > layer_limit ? counts.memory : counts.speed);
   }
   for (std::size_t m = 0; m < checkpoint.size(); ++m) {
     if (checkpoint[m]) continue;
-    const auto s = static_cast<std::size_t>(
-        segment_of_op[static_cast<std::size_t>(view.producer(static_cast<int>(m)))]);
-    plan.decisions[m].per_use = segment_bytes[s] > layer_limit;
+    plan.decisions[m].action = sim::Action::kRecompute;
+    plan.decisions[m].per_use = segment_bytes[segment(m)] > layer_limit;
   }
+  return counts;
+}
+
+// The kept checkpoint resident at `oom_op` that was used least recently before it, or -1.
+int least_recently_used(const NetworkView& view, const std::vector<bool>& checkpoint,
+                        const sim::Plan& plan, sim::OpId oom_op) {
+  int victim = -1;
+  sim::OpId victim_touch = sim::kNoId;
+  for (std::size_t m = 0; m < checkpoint.size(); ++m) {
+    if (!checkpoint[m] || plan.decisions[m].action != sim::Action::kKeep) continue;
+    const auto& fm = view.feature_maps()[m];
+    if (view.producer(static_cast<int>(m)) >= oom_op || fm.backward_uses.front() <= oom_op)
+      continue;
+    const sim::OpId touched = last_touch_before(view, static_cast<int>(m), oom_op);
+    if (victim < 0 || touched < victim_touch) {
+      victim = static_cast<int>(m);
+      victim_touch = touched;
+    }
+  }
+  return victim;
+}
+
+// The tensor pool: swaps kept checkpoints least recently used first, a batch per simulation,
+// until the plan fits or nothing is left to swap. Returns how many it swapped.
+std::size_t swap_by_pool(Evaluator& evaluator, const NetworkView& view,
+                         const std::vector<bool>& checkpoint, sim::Plan& plan) {
   std::size_t swapped = 0;
   for (;;) {
     const Evaluation e = evaluator.evaluate(plan);
@@ -119,20 +159,7 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
     const std::size_t before = swapped;
     sim::Bytes freed = 0;
     while (freed < std::max<sim::Bytes>(1, e.oom_bytes_missing)) {
-      // Least recently used kept checkpoint resident when memory ran out.
-      int victim = -1;
-      sim::OpId victim_touch = sim::kNoId;
-      for (std::size_t m = 0; m < checkpoint.size(); ++m) {
-        if (!checkpoint[m] || plan.decisions[m].action != sim::Action::kKeep) continue;
-        const auto& fm = view.feature_maps()[m];
-        if (view.producer(static_cast<int>(m)) >= e.oom_op || fm.backward_uses.front() <= e.oom_op)
-          continue;
-        const sim::OpId touched = last_touch_before(view, static_cast<int>(m), e.oom_op);
-        if (victim < 0 || touched < victim_touch) {
-          victim = static_cast<int>(m);
-          victim_touch = touched;
-        }
-      }
+      const int victim = least_recently_used(view, checkpoint, plan, e.oom_op);
       if (victim < 0) break;  // nothing left to swap: the caller reports the plan does not fit
       sim::Decision& d = plan.decisions[static_cast<std::size_t>(victim)];
       d.action = sim::Action::kSwap;
@@ -144,11 +171,21 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
     }
     if (swapped == before) break;
   }
+  return swapped;
+}
+
+}  // namespace
+
+PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view) {
+  sim::Plan plan = keep_all(view, "superneurons");
+  const std::vector<bool> checkpoint = checkpoint_maps(view);
+  const SegmentCounts segments = recompute_segments(view, checkpoint, plan);
+  const std::size_t swapped = swap_by_pool(evaluator, view, checkpoint, plan);
   const auto counts = plan.action_counts();
   std::string note = fmt::format(
       "{} recomputed ({} segments speed-centric, {} memory-centric), {} checkpoints swapped by "
       "the pool",
-      counts[static_cast<std::size_t>(sim::Action::kRecompute)], speed_segments, memory_segments,
+      counts[static_cast<std::size_t>(sim::Action::kRecompute)], segments.speed, segments.memory,
       swapped);
   return {std::move(plan), false, std::move(note)};
 }

@@ -38,8 +38,8 @@ SweepRow row_header(const SweepGrid& grid, const GridPoint& point) {
   row.trace = grid.traces[point.trace].name;
   row.memory_bytes = point.machine.memory_bytes;
   row.link = point.link;
-  row.h2d_bytes_per_s = point.machine.h2d_bytes_per_s;
-  row.d2h_bytes_per_s = point.machine.d2h_bytes_per_s;
+  row.h2d_bytes_per_s = point.machine.link.h2d_bytes_per_s;
+  row.d2h_bytes_per_s = point.machine.link.d2h_bytes_per_s;
   row.ideal_ns = point.ideal_ns;
   return row;
 }
@@ -117,24 +117,18 @@ std::vector<SweepLink> sweep_links(const std::vector<std::string>& presets,
                                    const std::vector<std::string>& bandwidths) {
   std::vector<SweepLink> links;
   for (const std::string& name : presets) {
-    if (!sim::find_link_preset(name)) {
-      std::string known;
-      for (const sim::LinkPreset& preset : sim::link_presets()) {
-        known += (known.empty() ? "" : ", ") + std::string(preset.name);
-      }
-      throw sim::InputError("--link", fmt::format("unknown link '{}' (links: {})", name, known));
-    }
+    sim::preset_link(name);  // throws for an unknown preset before any cell runs
     SweepLink link;
     link.label = name;
-    link.overrides.link = name;
+    link.overrides.link_name = name;
     links.push_back(std::move(link));
   }
   for (const std::string& text : bandwidths) {
     SweepLink link;
     link.label = text;
     const sim::BytesPerSecond bandwidth = sim::parse_bandwidth(text, "--bandwidth");
-    link.overrides.h2d_bytes_per_s = bandwidth;
-    link.overrides.d2h_bytes_per_s = bandwidth;
+    link.overrides.link.h2d_bytes_per_s = bandwidth;
+    link.overrides.link.d2h_bytes_per_s = bandwidth;
     links.push_back(std::move(link));
   }
   if (links.empty()) links.push_back(SweepLink{"trace", {}});
@@ -277,6 +271,7 @@ std::vector<SweepRow> Sweep::run(const std::vector<std::size_t>& cells,
   // The points these cells use, with their ideal iteration time.
   std::vector<GridPoint> points = impl_->points;
   std::vector<std::size_t> used;
+  used.reserve(cells.size());
   for (const std::size_t i : cells) used.push_back(impl_->cells.at(i).point);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());

@@ -24,7 +24,8 @@ class Engine::Clock {
         tl_(engine.timeline_),
         program_(program),
         machine_(machine),
-        options_(options) {}
+        options_(options),
+        now_(options.stream_ready_ns) {}
 
   Nanoseconds enter(StreamId stream) const { return now_[static_cast<std::size_t>(stream)]; }
   void leave(StreamId stream, Nanoseconds t) { now_[static_cast<std::size_t>(stream)] = t; }
@@ -51,8 +52,11 @@ class Engine::Clock {
   /// The step's wall time once every stream is done: max(device end, host end + tail).
   Nanoseconds wall_ns() {
     if (sync_pending_) settle_host(now_[0]);
+    tl_.stream_end_ns = now_;
     const Nanoseconds device = *std::max_element(now_.begin(), now_.end());
-    return kHostStream ? std::max(device, add_ns(host_now_, program_.host.tail_ns)) : device;
+    if (!kHostStream) return device;
+    tl_.host_end_ns = add_ns(host_now_, program_.host.tail_ns);
+    return std::max(device, tl_.host_end_ns);
   }
 
  private:
@@ -86,6 +90,7 @@ class Engine::Clock {
       tl_.spans.push_back({stream, static_cast<std::int32_t>(index), t, add_ns(t, duration)});
     }
     t = add_ns(t, duration);
+    if (stream == StreamId::kHost) tl_.host_ops_ns = add_ns(tl_.host_ops_ns, duration);
     if (kHostStream && in.kind == InstrKind::kRun && program_.host.ops[at(in.op)].synchronizes) {
       sync_pending_ = true;
       sync_op_ = in.op;
@@ -113,20 +118,33 @@ class Engine::Clock {
         return duration;
       }
       case InstrKind::kCopyOut: {
-        const Bytes bytes = program_.host_slots[at(in.aux)].bytes;
-        e_.host_changes_.emplace_back(t, bytes);
-        return machine_.d2h_copy_ns(bytes);
+        const HostSlot& slot = program_.host_slots[at(in.aux)];
+        if (!slot.resident) e_.host_changes_.emplace_back(t, slot.bytes);
+        return machine_.d2h_copy_ns(slot.bytes);
       }
       case InstrKind::kCopyIn: {
-        const Bytes bytes = program_.host_slots[at(in.aux)].bytes;
-        const Nanoseconds duration = machine_.h2d_copy_ns(bytes);
-        e_.host_changes_.emplace_back(add_ns(t, duration), -bytes);
+        const HostSlot& slot = program_.host_slots[at(in.aux)];
+        const Nanoseconds duration = machine_.h2d_copy_ns(slot.bytes);
+        if (!slot.resident) e_.host_changes_.emplace_back(add_ns(t, duration), -slot.bytes);
         return duration;
       }
+      case InstrKind::kHostRun:
+        return machine_.host_op_ns(host_op_bytes(in));
       default:
         MEMPLAN_CHECK(false, "only runs, recomputes, codecs and copies take time");
         return 0;
     }
+  }
+
+  /// Host memory a host op streams: it reads every operand and writes back the resident ones
+  /// (parameters and optimizer state, updated in place).
+  Bytes host_op_bytes(const Instruction& in) const {
+    Bytes bytes = 0;
+    for (std::int32_t k = 0; k < in.operand_count; ++k) {
+      const HostSlot& slot = program_.host_slots[at(program_.operands[at(in.operands_begin + k)])];
+      bytes += slot.resident ? 2 * slot.bytes : slot.bytes;
+    }
+    return bytes;
   }
 
   /// A compute instruction the plan added: the host launches it first.
@@ -203,7 +221,7 @@ class Engine::Clock {
   /// compute stream is at `compute`, the copy streams have gone as far as they can).
   void settle_host(Nanoseconds compute) {
     sync_pending_ = false;
-    const Nanoseconds device = std::max({compute, now_[1], now_[2]});
+    const Nanoseconds device = std::max({compute, now_[1], now_[2], now_[3]});
     if (device <= host_now_) return;
     if (options_.record_spans) {
       tl_.host_spans.push_back({HostActivity::kSynchronize, sync_op_, host_now_, device});
@@ -233,6 +251,9 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
   event_time_.assign(program.events.size(), 0);
   block_.assign(program.buffers.size(), std::nullopt);
   host_changes_.clear();
+  for (const HostSlot& slot : program.host_slots) {
+    if (slot.resident) host_changes_.emplace_back(0, slot.bytes);  // held for the whole step
+  }
   if (options.record_spans) tl.spans.reserve(program.instruction_count());
 
   const WalkEnd end = program.host.active() ? walk<true>(program, machine, options)
@@ -293,6 +314,38 @@ Bytes capacity_to_run(const Program& program, const Machine& machine) {
     const Bytes missing = t.oom ? t.oom->bytes_missing : 0;
     capacity = std::min(2 * unlimited, capacity + std::max(missing, unlimited / 64 + 1));
   }
+}
+
+Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone) {
+  // A handful of steps reach the fixed point on real traces (one or two when the host is the
+  // bottleneck); a backlog still moving after this many is taken as growing.
+  constexpr int kMaxSteps = 16;
+  if (!alone.feasible) return 0;
+  if (!program.host.active()) return alone.iteration_ns;
+  EngineOptions options{.record_spans = false, .record_memory = false, .record_stalls = false};
+  Engine engine;
+  const Timeline* tl = &alone;
+  // Absolute times: `start` is the host's start of the step just replayed.
+  Nanoseconds start = 0;
+  Nanoseconds first_device_end = 0;
+  Nanoseconds device_end = 0;
+  for (int step = 1;; ++step) {
+    const Nanoseconds host_end = tl->host_end_ns;
+    device_end =
+        add_ns(start, *std::max_element(tl->stream_end_ns.begin(), tl->stream_end_ns.end()));
+    if (step == 1) first_device_end = device_end;
+    std::array<Nanoseconds, kStreamCount> backlog{};
+    for (std::size_t s = 0; s < backlog.size(); ++s) {
+      backlog[s] = std::max<Nanoseconds>(0, tl->stream_end_ns[s] - host_end);
+    }
+    if (backlog == options.stream_ready_ns) return host_end;  // the fixed point
+    if (step == kMaxSteps) break;
+    start = add_ns(start, host_end);
+    options.stream_ready_ns = backlog;
+    tl = &engine.run(program, machine, options);
+  }
+  // The backlog grows: the device is the bottleneck, and the period is its growth per step.
+  return (device_end - first_device_end) / (kMaxSteps - 1);
 }
 
 }  // namespace memplan::sim

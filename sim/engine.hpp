@@ -23,6 +23,20 @@
 // run as far as what has been issued lets them, and the host's clock moves to the latest end. The
 // step's wall time is max(device end, host end + tail). Without a host side the host clock is
 // never read and the engine is the device-only one.
+//
+// Note [Step period]
+// ~~~~~~~~~~~~~~~~~~
+// A training loop runs the step back to back, and what a profiler records as the step's wall
+// (ProfilerStep#N, from one prof.step() to the next) is the period between consecutive host starts:
+// step k+1's host starts when step k's host leaves (host end + tail) while step k's device work may
+// still be draining, so the next step's kernels queue behind it. One step replayed alone ends with
+// its device work instead, which overstates the period of a CPU-bound step whose last kernels run
+// beside the next step's data loading, and understates nothing. step_period_ns replays the step
+// with each device stream first busy with the backlog the previous step left
+// (EngineOptions::stream_ready_ns: its end less the host's end, from the host's start) and repeats
+// from no backlog until the backlog repeats; the period is then the host's end. When the device is
+// the bottleneck the backlog grows every step and the period is the device's growth per step.
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -38,6 +52,8 @@ struct EngineOptions {
   bool record_spans = true;   // Timeline::spans
   bool record_memory = true;  // Timeline::memory
   bool record_stalls = true;  // Timeline::stalls (the per-cause totals are always kept)
+  /// Per stream: busy with the previous step's work until then (Note [Step period]).
+  std::array<Nanoseconds, kStreamCount> stream_ready_ns{};
 };
 
 class Engine {
@@ -70,5 +86,10 @@ class Engine {
 /// twice that peak on the tail is larger than every hole and the placement is the unlimited one,
 /// so the search ends there at the latest.
 Bytes capacity_to_run(const Program& program, const Machine& machine);
+
+/// The period of `program`'s step when a training loop repeats it back to back (Note [Step
+/// period]), given `alone`, the step run once on `machine` from an idle device: its iteration_ns
+/// without a host side, 0 when the step does not fit.
+Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone);
 
 }  // namespace memplan::sim

@@ -59,6 +59,10 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
   }
   inputs_.build(w_.ops.size(), inputs);
   outputs_.build(w_.ops.size(), outputs);
+  std::vector<std::pair<OpId, TensorId>> readers;  // (tensor, op): keyed by tensor
+  readers.reserve(inputs.size());
+  for (const auto& [op, t] : inputs) readers.emplace_back(t, op);
+  readers_.build(w_.tensors.size(), readers);
   maps_ = find_feature_maps(w_);
   map_of_.assign(w_.tensors.size(), -1);
   for (std::size_t i = 0; i < maps_.size(); ++i)
@@ -98,6 +102,11 @@ void Lowerer::lower(const Plan& plan, Program& out) {
     algorithm_[at(c.op)] = &op.algorithms[at(c.algorithm)];
     out.op_compute_ns += algorithm_[at(c.op)]->duration_ns - op.duration_ns;
   }
+  if (plan.host_update) {  // the update runs on the host stream, not on the device
+    for (const OpInfo& op : op_) {
+      if (op.phase == Phase::kUpdate) out.op_compute_ns -= op.duration_ns;
+    }
+  }
   const std::size_t n_tensors = w_.tensors.size();
   state_.assign(n_tensors, TensorState{});
   // The body is built in the compute stream's own storage and expanded in place by place_frees.
@@ -131,10 +140,13 @@ void Lowerer::lower(const Plan& plan, Program& out) {
     }
   }
   forward_drop_at_.build(w_.ops.size(), entries_);
+  plan_host_placement(plan);
   prefetch_at_.build(w_.ops.size(), prefetches_);
 
   for (TensorId t : preexisting_read_) {
+    if (state_[at(t)].host != 0) continue;  // its home is a host slot
     const BufferId b = new_tensor_buffer(t, kNoId);
+    program_->buffers[at(b)].initial = true;
     if (is_persistent(tensor_[at(t)].kind)) last_ref_[at(b)] = kNeverFreed;
     state_[at(t)].loc = b;
   }
@@ -146,15 +158,23 @@ void Lowerer::lower(const Plan& plan, Program& out) {
       if (state_[at(t)].loc < 0) issue_prefetch(t, op);
     }
     regenerated_.clear();
-    emit_op(op, InstrKind::kRun);
+    if (plan.host_update && op_[i].phase == Phase::kUpdate) {
+      emit_host_update(op);
+    } else {
+      emit_op(op, InstrKind::kRun);
+    }
     if (op_[i].phase == Phase::kBackward) forget_per_use();
     for (auto k = outputs_.begin[i]; k < outputs_.begin[i + 1]; ++k) {
       const TensorId t = outputs_.items[at(k)];
       const Decision* d = state_[at(t)].decision;
-      if (d != nullptr && d->action == Action::kSwap) issue_copy_out(t, op);
+      if ((d != nullptr && d->action == Action::kSwap) || state_[at(t)].host != 0)
+        issue_copy_out(t, op);
     }
     for (auto k = forward_drop_at_.begin[i]; k < forward_drop_at_.begin[i + 1]; ++k) {
       forward_drop(forward_drop_at_.items[at(k)], op);
+    }
+    for (auto k = host_drop_at_.begin[i]; k < host_drop_at_.begin[i + 1]; ++k) {
+      host_drop(host_drop_at_.items[at(k)], op);
     }
     for (auto k = drop_at_.begin[i]; k < drop_at_.begin[i + 1]; ++k)
       state_[at(drop_at_.items[at(k)])].loc = -1;
@@ -192,6 +212,7 @@ EventId Lowerer::new_event(WaitCause cause, TensorId t) {
 }
 
 bool Lowerer::restorable(TensorId t) const {
+  if (state_[at(t)].host != 0) return state_[at(t)].slot >= 0;
   const Decision* d = state_[at(t)].decision;
   if (d == nullptr) return false;
   return (d->action == Action::kSwap && state_[at(t)].slot >= 0) ||
@@ -209,7 +230,7 @@ BufferId Lowerer::make_resident(TensorId t, OpId for_op) {
   const auto ti = at(t);
   if (state_[ti].loc < 0) {
     MEMPLAN_CHECK(restorable(t), "a tensor that is gone is restored or regenerated");
-    if (state_[ti].decision->action == Action::kSwap) {
+    if (state_[ti].host != 0 || state_[ti].decision->action == Action::kSwap) {
       issue_prefetch(t, for_op);
     } else {
       const BufferId b = new_tensor_buffer(t, for_op);
@@ -331,8 +352,10 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
 void Lowerer::issue_copy_out(TensorId t, OpId producer) {
   const auto ti = at(t);
   const BufferId b = state_[ti].loc;
-  state_[ti].slot = static_cast<HostSlotId>(program_->host_slots.size());
-  program_->host_slots.push_back({t, tensor_[ti].bytes});
+  if (state_[ti].slot < 0) {  // a host-placed parameter or optimizer state has its slot already
+    state_[ti].slot = static_cast<HostSlotId>(program_->host_slots.size());
+    program_->host_slots.push_back({t, tensor_[ti].bytes, false});
+  }
   const EventId written = new_event(WaitCause::kProducer, t);
   state_[ti].out_event = new_event(WaitCause::kSwapOut, t);
   emit({InstrKind::kRecord, producer, -1, written, 0, 0, 0});
@@ -377,6 +400,119 @@ void Lowerer::forward_drop(TensorId t, OpId op) {
     state_[ti].encoded = e;
   }
   state_[ti].loc = -1;
+}
+
+// Note [Host placement] (sim/plan.hpp), the plan's part: host slots of host-placed pre-existing
+// tensors (and master copies of parameters a host update reads), and for every host-placed tensor
+// the prefetch before each group of its uses in one phase and the drop after the group's last use.
+void Lowerer::plan_host_placement(const Plan& plan) {
+  entries_.clear();
+  auto new_slot = [&](TensorId t) {
+    state_[at(t)].slot = static_cast<HostSlotId>(program_->host_slots.size());
+    program_->host_slots.push_back({t, tensor_[at(t)].bytes, true});
+  };
+  // (issued at, first use, tensor): at one op, the copy needed first is issued first.
+  host_prefetches_.clear();
+  auto prefetch = [&](OpId first_use, OpId previous_end, TensorId t) {
+    const OpId when = first_use - 1 > previous_end ? first_use - 1 : first_use;
+    host_prefetches_.push_back({when, first_use, t});
+  };
+  const auto last_op = static_cast<OpId>(op_.size()) - 1;
+  for (TensorId t : plan.host_tensors) {
+    state_[at(t)].host = 1;
+    const TensorInfo& info = tensor_[at(t)];
+    const auto first = readers_.begin[at(t)];
+    const auto end = readers_.begin[at(t) + 1];
+    if (!is_preexisting(info.kind)) {
+      // A gradient: copied out after its producer; its device copy goes after its last use before
+      // the update, and at the earliest one op after the producer, so that the copy-out overlaps
+      // that op instead of stalling compute right away.
+      OpId drop = std::min<OpId>(info.producer + 1, last_op);
+      OpId update_first = kNoId;
+      for (auto k = first; k < end; ++k) {
+        const OpId r = readers_.items[at(k)];
+        if (op_[at(r)].phase != Phase::kUpdate) drop = std::max(drop, r);
+        if (op_[at(r)].phase == Phase::kUpdate && update_first == kNoId) update_first = r;
+      }
+      if (update_first != kNoId) drop = std::min(drop, update_first);
+      entries_.emplace_back(drop, t);
+      if (!plan.host_update && update_first != kNoId) prefetch(update_first, drop, t);
+      continue;
+    }
+    new_slot(t);
+    OpId previous_end = kNoId;
+    for (auto k = first; k < end;) {
+      const OpId group_first = readers_.items[at(k)];
+      const Phase phase = op_[at(group_first)].phase;
+      OpId group_last = group_first;
+      while (k < end && op_[at(readers_.items[at(k)])].phase == phase)
+        group_last = readers_.items[at(k++)];
+      if (phase == Phase::kUpdate && plan.host_update) continue;  // reads the host slot
+      prefetch(group_first, previous_end, t);
+      entries_.emplace_back(group_last, t);
+      previous_end = group_last;
+    }
+  }
+  std::sort(host_prefetches_.begin(), host_prefetches_.end());
+  for (const auto& [when, first_use, t] : host_prefetches_) prefetches_.emplace_back(when, t);
+  if (plan.host_update) {
+    for (std::size_t i = 0; i < op_.size(); ++i) {
+      if (op_[i].phase != Phase::kUpdate) continue;
+      for (auto k = inputs_.begin[i]; k < inputs_.begin[i + 1]; ++k) {
+        const TensorId x = inputs_.items[at(k)];
+        if (state_[at(x)].host == 0 && state_[at(x)].slot < 0) new_slot(x);  // a master copy
+      }
+    }
+  }
+  host_drop_at_.build(w_.ops.size(), entries_);
+}
+
+// After the last use of a group of uses of a host-placed tensor: its device copy goes, once its
+// slot holds it (a gradient's copy-out, or an update's write-back) — Note [Host placement].
+void Lowerer::host_drop(TensorId t, OpId op) {
+  const auto ti = at(t);
+  const BufferId b = state_[ti].loc;
+  if (b < 0) return;
+  const bool updated = op_[at(op)].phase == Phase::kUpdate && is_persistent(tensor_[ti].kind);
+  if (updated) issue_copy_out(t, op);  // written in place by the update on the device
+  if (updated || tensor_[ti].kind == TensorKind::kGradient)
+    touch(b, emit({InstrKind::kWait, op, -1, state_[ti].out_event, 0, 0, 0}));
+  state_[ti].loc = -1;
+}
+
+// An update op on the host stream over host slots (Note [Host placement]). The compute stream
+// marks where the device has read its parameters for the last time; each parameter that stays on
+// the device gets its updated master copy back after the update.
+void Lowerer::emit_host_update(OpId op) {
+  const EventId reads_done = new_event(WaitCause::kProducer, kNoId);
+  emit({InstrKind::kRecord, op, -1, reads_done, 0, 0, 0});
+  auto& host = program_->streams[static_cast<std::size_t>(StreamId::kHost)];
+  const auto begin = static_cast<std::int32_t>(program_->operands.size());
+  for (auto k = inputs_.begin[at(op)]; k < inputs_.begin[at(op) + 1]; ++k) {
+    const TensorId x = inputs_.items[at(k)];
+    const TensorState& s = state_[at(x)];
+    MEMPLAN_CHECK(s.slot >= 0, "a host update reads host copies (validate_plan)");
+    if (tensor_[at(x)].kind == TensorKind::kGradient)
+      host.push_back({InstrKind::kWait, op, -1, s.out_event, 0, 0, 0});
+    program_->operands.push_back(s.slot);
+  }
+  const auto count = static_cast<std::int32_t>(program_->operands.size()) - begin;
+  host.push_back({InstrKind::kHostRun, op, -1, -1, begin, count, 0});
+  const EventId updated = new_event(WaitCause::kProducer, kNoId);
+  host.push_back({InstrKind::kRecord, op, -1, updated, 0, 0, 0});
+  auto& h2d = program_->streams[static_cast<std::size_t>(StreamId::kH2D)];
+  bool waited = false;
+  for (auto k = inputs_.begin[at(op)]; k < inputs_.begin[at(op) + 1]; ++k) {
+    const TensorId x = inputs_.items[at(k)];
+    const TensorState& s = state_[at(x)];
+    if (s.host != 0 || tensor_[at(x)].kind != TensorKind::kParameter) continue;
+    if (!waited) {
+      h2d.push_back({InstrKind::kWait, op, -1, reads_done, 0, 0, 0});
+      h2d.push_back({InstrKind::kWait, op, -1, updated, 0, 0, 0});
+      waited = true;
+    }
+    h2d.push_back({InstrKind::kCopyIn, op, s.loc, s.slot, 0, 0, 0});
+  }
 }
 
 // Writes the compute stream: the body with each buffer's free right after its last reference.

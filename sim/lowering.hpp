@@ -11,6 +11,7 @@
 // and keeps its scratch buffers, so a search lowering thousands of plans of one workload per
 // thread does little allocation. Use one Lowerer per thread.
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "sim/feature_maps.hpp"
@@ -54,6 +55,9 @@ class Lowerer {
   void issue_copy_out(TensorId t, OpId producer);
   void issue_prefetch(TensorId t, OpId at_op);
   void forward_drop(TensorId t, OpId op);
+  void plan_host_placement(const Plan& plan);
+  void host_drop(TensorId t, OpId op);
+  void emit_host_update(OpId op);
   void place_frees();
   std::int64_t emit(const Instruction& in);
   void touch(BufferId b, std::int64_t at);
@@ -84,6 +88,7 @@ class Lowerer {
   std::vector<FeatureMap> maps_;
   std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
   PerOp drop_at_;                     // tensors whose last use (in the original order) is the op
+  PerOp readers_;  // indexed by tensor, not op: the ops that read it, ascending (with repeats)
   std::vector<TensorId> preexisting_read_;  // allocated before the step, in tensor id order
   Nanoseconds op_compute_ns_ = 0;
   HostProgram host_;
@@ -100,13 +105,16 @@ class Lowerer {
     EventId out_event = -1;              // its copy-out has read it
     BufferId encoded = -1;               // its encoded buffer (encode)
     std::uint8_t awaiting_in = 0;        // a prefetch is in flight: wait for in_event first
+    std::uint8_t host = 0;               // placed on the host (Note [Host placement])
   };
   std::vector<TensorState> state_;
   std::vector<const Algorithm*> algorithm_;  // per op: the plan's choice, or null for the default
   std::vector<std::pair<OpId, TensorId>> entries_;
   std::vector<std::pair<OpId, TensorId>> prefetches_;
+  std::vector<std::tuple<OpId, OpId, TensorId>> host_prefetches_;
   PerOp prefetch_at_;
   PerOp forward_drop_at_;
+  PerOp host_drop_at_;             // host-placed tensors whose device copy goes after the op
   std::vector<Instruction> body_;  // the compute stream being built (its storage, swapped)
   std::vector<std::int64_t> last_ref_;
   std::vector<BufferId> operand_stack_;  // operands of the ops being emitted, innermost on top

@@ -288,6 +288,129 @@ std::optional<LossyConflict> lossy_map_recomputed_from(const Plan& plan,
   return {};
 }
 
+std::string host_placement_problem(TensorId t, const Workload& w) {
+  const Tensor& tensor = w.tensor(t);
+  if (!is_preexisting(tensor.kind) && tensor.kind != TensorKind::kGradient) {
+    return fmt::format(
+        "a tensor of kind {} is not placed (parameters, optimizer state, inputs and gradients "
+        "are; feature maps take swap)",
+        to_string(tensor.kind));
+  }
+  for (const Tensor& other : w.tensors) {
+    if (other.in_place_of == t) {
+      return fmt::format("'{}' is written over in place by '{}'", tensor.name, other.name);
+    }
+  }
+  if (tensor.in_place_of != kNoId) return "an in-place output stays where its base is";
+  bool read = false;
+  bool read_by_update = false;
+  for (const Op& op : w.ops) {
+    for (TensorId x : op.inputs) {
+      if (x != t) continue;
+      read = true;
+      read_by_update = read_by_update || op.phase == Phase::kUpdate;
+    }
+  }
+  if (is_preexisting(tensor.kind)) return read ? "" : "no op reads it";
+  const bool backward = tensor.producer != kNoId && w.op(tensor.producer).phase == Phase::kBackward;
+  if (backward && read_by_update) return "";
+  return "only a gradient written by a backward op and read by an update op goes to the host";
+}
+
+std::vector<TensorId> host_placeable(const Workload& w, TensorKind kind) {
+  // host_placement_problem's rules, over every tensor in one pass.
+  std::vector<std::uint8_t> read(w.tensors.size(), 0);  // bit 0: read, bit 1: by an update op
+  for (const Op& op : w.ops) {
+    for (TensorId x : op.inputs)
+      read[static_cast<std::size_t>(x)] |= op.phase == Phase::kUpdate ? 3 : 1;
+  }
+  std::vector<bool> overwritten(w.tensors.size(), false);
+  for (const Tensor& t : w.tensors) {
+    if (t.in_place_of != kNoId) overwritten[static_cast<std::size_t>(t.in_place_of)] = true;
+  }
+  std::vector<TensorId> out;
+  for (const Tensor& t : w.tensors) {
+    const auto i = static_cast<std::size_t>(t.id);
+    if (t.kind != kind || overwritten[i] || t.in_place_of != kNoId) continue;
+    if (is_preexisting(kind)
+            ? read[i] != 0
+            : kind == TensorKind::kGradient && (read[i] & 2) != 0 && t.producer != kNoId &&
+                  w.op(t.producer).phase == Phase::kBackward) {
+      out.push_back(t.id);
+    }
+  }
+  return out;
+}
+
+void set_host_placement(Plan& plan, const Workload& w, TensorKind kind, bool on) {
+  std::vector<TensorId>& host = plan.host_tensors;
+  host.erase(std::remove_if(host.begin(), host.end(),
+                            [&](TensorId t) { return w.tensor(t).kind == kind; }),
+             host.end());
+  if (!on) return;
+  const std::vector<TensorId> placed = host_placeable(w, kind);
+  host.insert(host.end(), placed.begin(), placed.end());
+  std::sort(host.begin(), host.end());
+}
+
+std::string host_update_problem(const Plan& plan, const Workload& w) {
+  if (!plan.host_update) return "";
+  std::vector<bool> host(w.tensors.size(), false);
+  for (TensorId t : plan.host_tensors) host[static_cast<std::size_t>(t)] = true;
+  bool any = false;
+  for (const Op& op : w.ops) {
+    if (op.phase != Phase::kUpdate) {
+      if (any)
+        return fmt::format("op '{}' runs after the update (a host update ends the step)", op.name);
+      continue;
+    }
+    any = true;
+    if (!op.outputs.empty()) {
+      return fmt::format("update op '{}' writes new tensors; a host update runs in-place updates",
+                         op.name);
+    }
+    for (TensorId x : op.inputs) {
+      const Tensor& t = w.tensor(x);
+      if (t.kind == TensorKind::kParameter) continue;
+      if (t.kind != TensorKind::kGradient && t.kind != TensorKind::kOptimizerState) {
+        return fmt::format(
+            "update op '{}' reads '{}' of kind {}; a host update reads parameters, "
+            "gradients and optimizer state",
+            op.name, t.name, to_string(t.kind));
+      }
+      if (!host[static_cast<std::size_t>(x)]) {
+        return fmt::format(
+            "update op '{}' runs on the host but reads '{}' ({}) on the device: place "
+            "it on the host",
+            op.name, t.name, to_string(t.kind));
+      }
+    }
+  }
+  return any ? "" : "the workload has no update op";
+}
+
+namespace {
+void check_host_placement(const Plan& plan, const Workload& workload, std::string_view source) {
+  for (std::size_t i = 0; i < plan.host_tensors.size(); ++i) {
+    const TensorId t = plan.host_tensors[i];
+    const std::string at = fmt::format("{}: $.tensors[{}]", source, i);
+    if (t < 0 || t >= static_cast<TensorId>(workload.tensors.size())) {
+      throw InputError(at, fmt::format("unknown tensor id {}", t));
+    }
+    if (i > 0 && t <= plan.host_tensors[i - 1]) {
+      throw InputError(at, "host-placed tensors must name each tensor once, in ascending id order");
+    }
+    if (auto problem = host_placement_problem(t, workload); !problem.empty()) {
+      throw InputError(at, fmt::format("tensor '{}' cannot be placed on the host: {}",
+                                       workload.tensor(t).name, problem));
+    }
+  }
+  if (auto problem = host_update_problem(plan, workload); !problem.empty()) {
+    throw InputError(fmt::format("{}: $.update", source), problem);
+  }
+}
+}  // namespace
+
 void validate_plan(const Plan& plan, const Workload& workload, std::string_view source) {
   const std::uint64_t expected = workload_fingerprint(workload);
   if (plan.fingerprint != expected) {
@@ -339,6 +462,7 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
     }
   }
   check_lossy_maps_are_not_recomputed_from(plan, maps, workload, source);
+  check_host_placement(plan, workload, source);
 }
 
 }  // namespace memplan::sim

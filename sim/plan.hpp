@@ -25,6 +25,27 @@
 // per_use (recompute only): the lowering forgets the regenerated map after each backward use.
 // prefetch_before (swap only) must be an op after the map's last forward use and no later than its
 // first backward use.
+//
+// Note [Host placement]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Beyond feature maps, a plan may place other tensors on the host (Plan::host_tensors) and run the
+// update on the host (Plan::host_update): ZeRO-Offload's and FSDP's CPU offload. A host-placed
+// tensor's home is a host slot; the device holds a copy only around its uses:
+//   parameter, optimizer state, input (pre-existing): the host slot holds it when the step starts
+//     (and, for parameters and optimizer state, when it ends); the uses are split into groups of
+//     consecutive uses in one phase (forward, backward, update), and each group gets a device copy
+//     prefetched one op before the group's first use (or at that use when the op before belongs to
+//     the previous group), freed after the group's last use. An update on the device writes the
+//     copy back to the slot before freeing it. So a parameter is off the device between its forward
+//     and backward uses, an input batch after its last forward use until backward reads it.
+//   gradient (read by an update op): copied to its slot as soon as it is written, its device copy
+//     freed after its last use before the update; prefetched again for an update on the device.
+// host_update: every update-phase op runs on the host stream (kHostRun) over host slots. Each
+// gradient and optimizer state it reads must be host-placed; a parameter it reads that stays on
+// the device gets a host master copy (a slot holding it from the start), and the updated value is
+// copied into its device buffer after the update (ZeRO-Offload's flow).
+// Host-resident slots of parameters and optimizer state are not device memory: the step's device
+// peak at its start and end leaves them out.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -118,6 +139,10 @@ struct Plan {
   std::uint64_t fingerprint = 0;    // workload_fingerprint() of the workload it was made for
   std::vector<Decision> decisions;  // one per feature map, in tensor id order
   std::vector<AlgorithmChoice> algorithms;  // ops not run with their default, ascending op id
+  /// Tensors other than feature maps placed on the host (Note [Host placement]), ascending.
+  std::vector<TensorId> host_tensors;
+  /// The update-phase ops run on the host over host copies (Note [Host placement]).
+  bool host_update = false;
 
   [[nodiscard]] std::array<std::size_t, kActionCount> action_counts() const;
 
@@ -134,6 +159,21 @@ bool encodable_dtype(const Tensor& tensor);
 /// Why `decision` is not allowed for the map (empty when it is). `map` is the map it names.
 std::string decision_problem(const Decision& decision, const FeatureMap& map,
                              const Workload& workload);
+
+/// Why tensor `t` may not be placed on the host (empty when it may; Note [Host placement]).
+std::string host_placement_problem(TensorId t, const Workload& workload);
+
+/// The tensors of `kind` that may be placed on the host (host_placement_problem is empty for
+/// each), ascending: what a policy places when it moves a kind off the device.
+std::vector<TensorId> host_placeable(const Workload& workload, TensorKind kind);
+
+/// Places every tensor of `kind` that may go to the host there (`on`), or back on the device;
+/// plan.host_tensors stays ascending. What the offload policies and the search's placement moves
+/// do, one kind at a time.
+void set_host_placement(Plan& plan, const Workload& workload, TensorKind kind, bool on);
+
+/// Why the plan's host update is not allowed (empty when it is, or when there is none).
+std::string host_update_problem(const Plan& plan, const Workload& workload);
 
 /// Per tensor: can it be rebuilt by re-running forward ops from pre-existing tensors? (Pre-existing
 /// tensors themselves count as regenerable: they stay resident.)

@@ -38,12 +38,47 @@ std::int32_t resolve(const JsonReader& r, const Items& items, std::string_view w
   return found;
 }
 
+// "tensors" (placements of tensors other than feature maps) and "update" (Note [Host placement]).
+void read_host_placement(const JsonReader& root, const Workload& workload, Plan& plan) {
+  if (auto tensors = root.find("tensors")) {
+    for (const JsonReader& entry : tensors->elements()) {
+      entry.reject_unknown_keys({"tensor", "placement"});
+      const JsonReader tensor_ref = entry.at("tensor");
+      const TensorId t = resolve(tensor_ref, workload.tensors, "tensor");
+      const JsonReader placement = entry.at("placement");
+      const std::string where = placement.as_string();
+      if (where != "host" && where != "device") {
+        placement.fail(fmt::format("unknown placement '{}' (host, device)", where));
+      }
+      if (std::find(plan.host_tensors.begin(), plan.host_tensors.end(), t) !=
+          plan.host_tensors.end()) {
+        tensor_ref.fail(fmt::format("tensor '{}' is named twice", workload.tensor(t).name));
+      }
+      if (auto problem = host_placement_problem(t, workload); !problem.empty() && where == "host") {
+        entry.fail(fmt::format("tensor '{}' cannot be placed on the host: {}",
+                               workload.tensor(t).name, problem));
+      }
+      if (where == "host") plan.host_tensors.push_back(t);
+    }
+    std::sort(plan.host_tensors.begin(), plan.host_tensors.end());
+  }
+  if (auto update = root.find("update")) {
+    const std::string where = update->as_string();
+    if (where != "host" && where != "device") {
+      update->fail(fmt::format("unknown update placement '{}' (host, device)", where));
+    }
+    plan.host_update = where == "host";
+    if (auto problem = host_update_problem(plan, workload); !problem.empty()) update->fail(problem);
+  }
+}
+
 }  // namespace
 
 Plan plan_from_json(const nlohmann::json& document, std::string_view source,
                     const Workload& workload) {
   const JsonReader root(document, source);
-  root.reject_unknown_keys({"format", "version", "policy", "workload", "maps", "algorithms"});
+  root.reject_unknown_keys(
+      {"format", "version", "policy", "workload", "maps", "algorithms", "tensors", "update"});
   if (root.at("format").as_string() != kPlanFormatName) {
     root.at("format").fail(fmt::format("expected \"{}\"", kPlanFormatName));
   }
@@ -129,6 +164,7 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source,
     std::sort(plan.algorithms.begin(), plan.algorithms.end(),
               [](const AlgorithmChoice& a, const AlgorithmChoice& b) { return a.op < b.op; });
   }
+  read_host_placement(root, workload, plan);
   validate_plan(plan, workload, source);
   return plan;
 }
@@ -183,6 +219,18 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
     }
     out += "\n]";
   }
+  if (!plan.host_tensors.empty()) {
+    out += ",\n\"tensors\": [";
+    for (std::size_t i = 0; i < plan.host_tensors.size(); ++i) {
+      const Tensor& t = workload.tensor(plan.host_tensors[i]);
+      nlohmann::json ref =
+          tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(t.id);
+      out += fmt::format("{}\n  {{\"tensor\":{},\"placement\":\"host\"}}", i == 0 ? "" : ",",
+                         ref.dump());
+    }
+    out += "\n]";
+  }
+  if (plan.host_update) out += ",\n\"update\": \"host\"";
   out += "\n}\n";
   return out;
 }

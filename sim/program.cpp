@@ -12,6 +12,8 @@ std::string_view to_string(StreamId stream) {
       return "d2h";
     case StreamId::kH2D:
       return "h2d";
+    case StreamId::kHost:
+      return "host";
   }
   return "?";
 }
@@ -38,6 +40,8 @@ std::string_view to_string(InstrKind kind) {
       return "record";
     case InstrKind::kWait:
       return "wait";
+    case InstrKind::kHostRun:
+      return "host-run";
   }
   return "?";
 }
@@ -76,6 +80,8 @@ std::string instruction_label(const Instruction& in, const Program& p, const Wor
   switch (in.kind) {
     case InstrKind::kRun:
       return w.op(in.op).name;
+    case InstrKind::kHostRun:
+      return fmt::format("{} (host)", w.op(in.op).name);
     case InstrKind::kRecompute:
       return fmt::format("{} (recompute)", w.op(in.op).name);
     case InstrKind::kEncode:  // named after the map as stored, not the buffer's first tensor

@@ -16,8 +16,10 @@
 
 namespace memplan::sim {
 
-enum class StreamId : std::uint8_t { kCompute = 0, kD2H = 1, kH2D = 2 };
-inline constexpr int kStreamCount = 3;
+/// kHost: the CPU running host ops (an optimizer update on the host, Note [Host placement] in
+/// sim/plan.hpp) over host slots; empty unless the plan updates on the host.
+enum class StreamId : std::uint8_t { kCompute = 0, kD2H = 1, kH2D = 2, kHost = 3 };
+inline constexpr int kStreamCount = 4;
 std::string_view to_string(StreamId stream);
 
 using BufferId = std::int32_t;
@@ -30,11 +32,12 @@ enum class InstrKind : std::uint8_t {
   kEncode,     // compute: encode `buffer` (full map) into `aux` (encoded buffer)
   kDecode,     // compute: decode `aux` (encoded buffer) into `buffer` (full map)
   kCopyOut,    // d2h: copy `buffer` to host slot `aux`
-  kCopyIn,     // h2d: copy host slot `aux` into `buffer`
+  kCopyIn,     // h2d: copy host slot `aux` into `buffer` (a fresh one, or a parameter's own)
   kAlloc,      // compute: take `buffer` from the arena (before `op`, for naming)
   kFree,       // compute: give `buffer` back
   kRecord,     // any: event `aux` happens when the stream reaches this point
   kWait,       // any: the stream waits until event `aux` has happened
+  kHostRun,  // host: run `op` on the CPU; `operands` are host slots (its inputs, updated in place)
 };
 std::string_view to_string(InstrKind kind);
 
@@ -58,6 +61,10 @@ struct Buffer {
   TensorId tensor = kNoId;                    // the tensor stored (kNoId for workspace)
   OpId op = kNoId;                            // the op whose workspace it is (kWorkspace)
   Encoding encoding = Encoding::kNone;        // kEncoded
+  /// Allocated before the first op for a tensor that exists before the step: a backend fills it
+  /// with the tensor's initial data when it is allocated (a host-placed tensor's prefetched
+  /// copies are filled by their copy-in instead).
+  bool initial = false;
 };
 
 /// Why a stream waits for an event: what the stall is blamed on.
@@ -75,10 +82,15 @@ struct Event {
   TensorId tensor = kNoId;
 };
 
-/// A host copy of a swapped map.
+/// A host copy of a swapped map or of a host-placed tensor (Note [Host placement] in
+/// sim/plan.hpp). A resident slot holds its tensor from the step's start (a parameter, optimizer
+/// state or input whose home is the host, or a parameter's master copy for a host update) and
+/// counts in host memory for the whole step; copies to and from it do not change host memory.
+/// Other slots hold their tensor from the start of its copy-out to the end of its copy-in.
 struct HostSlot {
   TensorId tensor = kNoId;
   Bytes bytes = 0;
+  bool resident = false;
 };
 
 /// The thread that dispatches the step, as the engine needs it (Note [Host stream] in
@@ -101,14 +113,15 @@ struct Program {
   std::vector<Buffer> buffers;
   std::vector<Event> events;
   std::vector<HostSlot> host_slots;
-  /// Sum of the durations of the workload's ops (each counted once): the iteration time when
-  /// nothing waits and nothing is recomputed or encoded.
+  /// Sum of the durations of the workload's ops that run on the device (each counted once; an
+  /// update on the host is not): the iteration time when nothing waits and nothing is recomputed
+  /// or encoded.
   Nanoseconds op_compute_ns = 0;
   std::array<std::size_t, kActionCount> action_counts{};
   HostProgram host;
 
   [[nodiscard]] std::size_t instruction_count() const {
-    return streams[0].size() + streams[1].size() + streams[2].size();
+    return streams[0].size() + streams[1].size() + streams[2].size() + streams[3].size();
   }
   [[nodiscard]] const std::vector<Instruction>& stream(StreamId s) const {
     return streams[static_cast<std::size_t>(s)];

@@ -40,6 +40,9 @@ OomReport device_oom_report(const Program& program, const Instruction& alloc, By
   r.capacity_bytes = capacity;
   r.largest_free_block = largest_free_block;
   r.bytes_missing = r.requested_bytes - r.largest_free_block;
+  for (const HostSlot& slot : program.host_slots) {
+    if (slot.resident) r.host_resident_bytes += slot.bytes;
+  }
   for (std::size_t b = 0; b < program.buffers.size(); ++b) {
     if (!live(static_cast<BufferId>(b))) continue;
     const Buffer& buf = program.buffers[b];
@@ -67,6 +70,10 @@ void Timeline::clear() {
   host_spans.clear();
   compute_busy_ns = 0;
   host_busy_ns = 0;
+  host_end_ns = 0;
+  stream_end_ns = {};
+  period_ns = 0;
+  host_ops_ns = 0;
   oom.reset();
   instructions_executed = 0;
 }

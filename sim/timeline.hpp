@@ -72,6 +72,9 @@ struct OomReport {
   Bytes live_bytes = 0;
   std::array<Bytes, kTensorKindCount> live_by_kind{};  // tensor buffers, workspace included
   Bytes live_encoded_bytes = 0;                        // encoded copies of maps
+  /// Bytes the plan keeps in resident host slots (host-placed tensors, Note [Host placement] in
+  /// sim/plan.hpp): what it already moved off the device.
+  Bytes host_resident_bytes = 0;
   Bytes largest_free_block = 0;
   Bytes bytes_missing = 0;  // requested minus the largest free block (what would have to be found)
 };
@@ -89,9 +92,16 @@ struct Timeline {
   Nanoseconds op_compute_ns = 0;  // the workload's own compute (each op once)
   Nanoseconds compute_busy_ns = 0;  // time the compute stream runs instructions
   Nanoseconds host_busy_ns = 0;     // dispatch and launch time of the host (0 without host side)
-  Bytes peak_bytes = 0;             // peak of live bytes as requested
-  Bytes peak_reserved_bytes = 0;    // peak end of the arena in use: fragmentation shows here
-  Bytes peak_host_bytes = 0;        // peak pinned host bytes holding swapped maps
+  Nanoseconds host_end_ns = 0;      // when the host leaves the step: host end + tail (host side)
+  std::array<Nanoseconds, kStreamCount> stream_end_ns{};  // each stream's last instruction's end
+  /// The step's period when the training loop runs it back to back (Note [Step period] in
+  /// sim/engine.hpp; sim::step_period_ns): iteration_ns without a host side. Set by
+  /// simulate_plan and the comparison, 0 where nobody computed it.
+  Nanoseconds period_ns = 0;
+  Nanoseconds host_ops_ns = 0;      // time the host stream runs host ops (an update on the CPU)
+  Bytes peak_bytes = 0;           // peak of live bytes as requested
+  Bytes peak_reserved_bytes = 0;  // peak end of the arena in use: fragmentation shows here
+  Bytes peak_host_bytes = 0;      // peak pinned host bytes holding swapped maps
   std::array<Nanoseconds, kStallCauseCount> stall_ns_by_cause{};
   std::vector<Span> spans;
   std::vector<MemoryPoint> memory;

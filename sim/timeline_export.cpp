@@ -43,6 +43,10 @@ std::string chrome_trace_json(const Timeline& tl, const Program& program, const 
                     {"name", "process_name"},
                     {"args", {{"name", "memplan simulation"}}}});
   for (int s = 0; s < kStreamCount; ++s) {
+    // The host stream runs host ops only (an update on the CPU): a track when it has some.
+    if (program.stream(static_cast<StreamId>(s)).empty() &&
+        static_cast<StreamId>(s) == StreamId::kHost)
+      continue;
     events.push_back(
         {{"ph", "M"},
          {"pid", 1},
@@ -119,7 +123,8 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
                       {"live_bytes", oom.live_bytes},
                       {"live_bytes_by_kind", by_kind},
                       {"largest_free_block", oom.largest_free_block},
-                      {"bytes_missing", oom.bytes_missing}};
+                      {"bytes_missing", oom.bytes_missing},
+                      {"host_resident_bytes", oom.host_resident_bytes}};
   j["op"] = oom.op == kNoId ? nlohmann::json(nullptr) : nlohmann::json(w.op(oom.op).name);
   if (oom.buffer >= 0) {
     Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
@@ -131,7 +136,7 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
 std::string oom_to_text(const OomReport& oom, const Program& program, const Workload& w) {
   if (oom.host) {
     return fmt::format(
-        "out of pinned host memory at t={:.3f} us: swapped maps need {}, capacity {} ({} missing)",
+        "out of pinned host memory at t={:.3f} us: host copies need {}, capacity {} ({} missing)",
         to_us(oom.time_ns), format_bytes(oom.live_bytes + oom.requested_bytes),
         format_bytes(oom.capacity_bytes), format_bytes(oom.bytes_missing));
   }
@@ -145,6 +150,8 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
   if (oom.live_encoded_bytes > 0)
     kinds += fmt::format("{}encoded {}", kinds.empty() ? "" : ", ",
                          format_bytes(oom.live_encoded_bytes));
+  if (oom.host_resident_bytes > 0)
+    kinds += fmt::format("; {} already on the host", format_bytes(oom.host_resident_bytes));
   Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
   return fmt::format(
       "out of device memory {} (t={:.3f} us): {} needs {}, largest free block {}, {} missing; "
@@ -195,12 +202,14 @@ nlohmann::json summary_json(const Timeline& tl, const Program& program, const Wo
       {"instructions", program.instruction_count()},
       {"machine",
        {{"memory_bytes", machine.memory_bytes},
-        {"h2d_bytes_per_s", machine.h2d_bytes_per_s},
-        {"d2h_bytes_per_s", machine.d2h_bytes_per_s},
-        {"copy_latency_ns", machine.copy_latency_ns},
+        {"h2d_bytes_per_s", machine.link.h2d_bytes_per_s},
+        {"d2h_bytes_per_s", machine.link.d2h_bytes_per_s},
+        {"copy_latency_ns", machine.link.latency_ns},
         {"memory_bandwidth_bytes_per_s", machine.memory_bandwidth_bytes_per_s}}}};
   j["oom"] = tl.oom ? oom_to_json(*tl.oom, program, w) : nlohmann::json(nullptr);
+  j["host_ops_s"] = to_seconds(tl.host_ops_ns);
   if (program.host.active()) {
+    j["step_period_s"] = tl.feasible ? nlohmann::json(to_seconds(tl.period_ns)) : nlohmann::json();
     j["host_busy_s"] = to_seconds(tl.host_busy_ns);
     j["gpu_idle_share"] = tl.feasible ? nlohmann::json(tl.gpu_idle_share()) : nlohmann::json();
   }
@@ -215,8 +224,8 @@ std::string summary_text(const Timeline& tl, const Program& program, const Workl
                      program.action_counts[3]);
   out += fmt::format(
       "machine     {} device memory, h2d {:.2f} GB/s, d2h {:.2f} GB/s, copy latency {:.3f} us\n",
-      format_bytes(machine.memory_bytes), machine.h2d_bytes_per_s / 1e9,
-      machine.d2h_bytes_per_s / 1e9, to_us(machine.copy_latency_ns));
+      format_bytes(machine.memory_bytes), machine.link.h2d_bytes_per_s / 1e9,
+      machine.link.d2h_bytes_per_s / 1e9, to_us(machine.link.latency_ns));
   if (!tl.feasible) {
     out += fmt::format("infeasible  {}\n", tl.oom ? oom_to_text(*tl.oom, program, w) : "unknown");
     return out;
@@ -224,9 +233,10 @@ std::string summary_text(const Timeline& tl, const Program& program, const Workl
   if (program.host.active()) {
     // The host's dispatching is part of the step: a percentage over compute alone would charge
     // the plan with the idle time the recorded step already had.
-    out += fmt::format("iteration   {:.3f} ms (compute {:.3f} ms, host {:.3f} ms)\n",
-                       to_seconds(tl.iteration_ns) * 1e3, to_seconds(tl.op_compute_ns) * 1e3,
-                       to_seconds(tl.host_busy_ns) * 1e3);
+    out += fmt::format(
+        "iteration   {:.3f} ms alone, {:.3f} ms back to back (compute {:.3f} ms, host {:.3f} ms)\n",
+        to_seconds(tl.iteration_ns) * 1e3, to_seconds(tl.period_ns) * 1e3,
+        to_seconds(tl.op_compute_ns) * 1e3, to_seconds(tl.host_busy_ns) * 1e3);
   } else {
     out += fmt::format("iteration   {:.3f} ms (compute {:.3f} ms, +{:.1f}%)\n",
                        to_seconds(tl.iteration_ns) * 1e3, to_seconds(tl.op_compute_ns) * 1e3,
@@ -248,6 +258,10 @@ std::string summary_text(const Timeline& tl, const Program& program, const Workl
         "host        {:.3f} ms busy dispatching and launching; GPU idle {:.1f}% of "
         "the step\n",
         to_seconds(tl.host_busy_ns) * 1e3, 100.0 * tl.gpu_idle_share());
+  }
+  if (!program.stream(StreamId::kHost).empty()) {
+    out += fmt::format("host ops    {:.3f} ms on the CPU (the update on the host)\n",
+                       to_seconds(tl.host_ops_ns) * 1e3);
   }
   out += fmt::format("program     {} instructions\n", program.instruction_count());
   return out;

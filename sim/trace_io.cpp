@@ -61,9 +61,9 @@ DeviceInfo read_device(const JsonReader& r) {
   DeviceInfo d;
   d.name = r.at("name").as_string();
   d.memory_bytes = r.at("memory_bytes").as_int(kMinInt, kMaxInt);
-  d.h2d_bytes_per_s = read_optional_positive(r, "h2d_bytes_per_s");
-  d.d2h_bytes_per_s = read_optional_positive(r, "d2h_bytes_per_s");
-  if (auto l = r.find("copy_latency_ns")) d.copy_latency_ns = l->as_int(0, kNanosecondsPerSecond);
+  d.link.h2d_bytes_per_s = read_optional_positive(r, "h2d_bytes_per_s");
+  d.link.d2h_bytes_per_s = read_optional_positive(r, "d2h_bytes_per_s");
+  if (auto l = r.find("copy_latency_ns")) d.link.latency_ns = l->as_int(0, kNanosecondsPerSecond);
   d.memory_bandwidth_bytes_per_s = read_optional_positive(r, "memory_bandwidth_bytes_per_s");
   d.peak_flops_per_s = read_optional_positive(r, "peak_flops_per_s");
   return d;
@@ -182,9 +182,9 @@ OrderedJson device_json(const DeviceInfo& d) {
   OrderedJson j;
   j["name"] = d.name;
   j["memory_bytes"] = d.memory_bytes;
-  if (d.h2d_bytes_per_s) j["h2d_bytes_per_s"] = *d.h2d_bytes_per_s;
-  if (d.d2h_bytes_per_s) j["d2h_bytes_per_s"] = *d.d2h_bytes_per_s;
-  if (d.copy_latency_ns) j["copy_latency_ns"] = *d.copy_latency_ns;
+  if (d.link.h2d_bytes_per_s) j["h2d_bytes_per_s"] = *d.link.h2d_bytes_per_s;
+  if (d.link.d2h_bytes_per_s) j["d2h_bytes_per_s"] = *d.link.d2h_bytes_per_s;
+  if (d.link.latency_ns) j["copy_latency_ns"] = *d.link.latency_ns;
   if (d.memory_bandwidth_bytes_per_s)
     j["memory_bandwidth_bytes_per_s"] = *d.memory_bandwidth_bytes_per_s;
   if (d.peak_flops_per_s) j["peak_flops_per_s"] = *d.peak_flops_per_s;

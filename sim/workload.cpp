@@ -40,8 +40,8 @@ void validate_device(const DeviceInfo& d, std::string_view source) {
          fmt::format("{} is out of range (0 to 1 EiB)", d.memory_bytes));
   }
   const std::array<std::pair<const char*, std::optional<BytesPerSecond>>, 3> bandwidths{
-      {{"h2d_bytes_per_s", d.h2d_bytes_per_s},
-       {"d2h_bytes_per_s", d.d2h_bytes_per_s},
+      {{"h2d_bytes_per_s", d.link.h2d_bytes_per_s},
+       {"d2h_bytes_per_s", d.link.d2h_bytes_per_s},
        {"memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s}}};
   for (const auto& [key, value] : bandwidths) {
     if (value && !(*value >= 1.0 && *value <= 1e18)) {
@@ -129,9 +129,98 @@ void validate_tensors(const Workload& w, std::string_view source) {
   }
 }
 
-void validate_ops(const Workload& w, std::string_view source) {
+// An op's list of tensor ids (`field` of the op at `at`): every id known, none twice. Linear in
+// the list's length: an update op may read tens of thousands of tensors.
+void check_tensor_refs(const Workload& w, std::string_view source, const std::string& at,
+                       const std::vector<TensorId>& refs, std::string_view field) {
   const auto tensor_count = static_cast<TensorId>(w.tensors.size());
+  std::unordered_set<TensorId> seen;
+  seen.reserve(refs.size());
+  for (std::size_t k = 0; k < refs.size(); ++k) {
+    if (refs[k] < 0 || refs[k] >= tensor_count) {
+      fail(source, fmt::format("{}.{}[{}]", at, field, k),
+           fmt::format("unknown tensor id {}", refs[k]));
+    }
+    if (!seen.insert(refs[k]).second) {
+      fail(source, fmt::format("{}.{}[{}]", at, field, k),
+           fmt::format("tensor {} listed twice", refs[k]));
+    }
+  }
+}
+
+// An op reads only tensors that exist before the step or that an op produces, and writes only
+// tensors that name it as their producer.
+void check_op_dataflow(const Workload& w, std::string_view source, const std::string& at,
+                       const Op& op) {
+  for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+    const Tensor& t = w.tensor(op.inputs[k]);
+    if (t.producer == kNoId && !is_preexisting(t.kind)) {
+      fail(source, fmt::format("{}.inputs[{}]", at, k),
+           fmt::format("{} reads {} tensor {} '{}' that no op produces", op_label(op),
+                       to_string(t.kind), t.id, t.name));
+    }
+  }
+  for (std::size_t k = 0; k < op.outputs.size(); ++k) {
+    const Tensor& t = w.tensor(op.outputs[k]);
+    if (t.producer != op.id) {
+      fail(source, fmt::format("{}.outputs[{}]", at, k),
+           fmt::format(
+               "writes tensor {} '{}', whose producer is {}", t.id, t.name,
+               t.producer == kNoId ? std::string("none") : fmt::format("op {}", t.producer)));
+    }
+  }
+}
+
+// The workspace and duration of an op or one of its algorithms (at `where`) are plausible.
+void check_op_cost(std::string_view source, Bytes workspace, Nanoseconds duration,
+                   const std::string& where) {
+  if (workspace < 0)
+    fail(source, where + ".workspace_bytes", fmt::format("negative size {}", workspace));
+  if (workspace > kMaxTensorBytes) {
+    fail(source, where + ".workspace_bytes",
+         fmt::format("absurd size {} bytes (over 1 PiB)", workspace));
+  }
+  if (duration < 0)
+    fail(source, where + ".duration_ns", fmt::format("negative duration {}", duration));
+  if (duration > kMaxOpDuration) {
+    fail(source, where + ".duration_ns",
+         fmt::format("absurd duration {} ns (over an hour)", duration));
+  }
+}
+
+// The op's costs: its workspace and duration and its algorithms', its flops and bytes moved.
+void check_op_costs(std::string_view source, const std::string& at, const Op& op) {
+  check_op_cost(source, op.workspace_bytes, op.duration_ns, at);
+  for (std::size_t a = 0; a < op.algorithms.size(); ++a) {
+    check_op_cost(source, op.algorithms[a].workspace_bytes, op.algorithms[a].duration_ns,
+                  fmt::format("{}.algorithms[{}]", at, a));
+  }
+  if (op.flops && (*op.flops < 0 || !std::isfinite(*op.flops))) {
+    fail(source, at + ".flops", fmt::format("{} is not a non-negative count", *op.flops));
+  }
+  if (op.bytes_moved && (*op.bytes_moved < 0 || *op.bytes_moved > kMaxTensorBytes * 1024)) {
+    fail(source, at + ".bytes_moved", fmt::format("implausible {}", *op.bytes_moved));
+  }
+}
+
+// A backward op differentiates a known forward op.
+void check_differentiates(const Workload& w, std::string_view source, const std::string& at,
+                          const Op& op) {
+  if (op.differentiates == kNoId) return;
   const auto op_count = static_cast<OpId>(w.ops.size());
+  if (op.phase != Phase::kBackward) {
+    fail(source, at + ".differentiates", "only a backward op differentiates a forward op");
+  }
+  if (op.differentiates < 0 || op.differentiates >= op_count) {
+    fail(source, at + ".differentiates", fmt::format("unknown op id {}", op.differentiates));
+  }
+  if (w.op(op.differentiates).phase != Phase::kForward) {
+    fail(source, at + ".differentiates",
+         fmt::format("{} is not a forward op", op_label(w.op(op.differentiates))));
+  }
+}
+
+void validate_ops(const Workload& w, std::string_view source) {
   for (std::size_t i = 0; i < w.ops.size(); ++i) {
     const Op& op = w.ops[i];
     const std::string at = fmt::format("$.ops[{}]", i);
@@ -141,77 +230,11 @@ void validate_ops(const Workload& w, std::string_view source) {
                        "duplicate or skipped id breaks that)",
                        op.id, i));
     }
-    // Linear in the list's length: an update op may read tens of thousands of tensors.
-    auto check_refs = [&](const std::vector<TensorId>& refs, std::string_view field) {
-      std::unordered_set<TensorId> seen;
-      seen.reserve(refs.size());
-      for (std::size_t k = 0; k < refs.size(); ++k) {
-        if (refs[k] < 0 || refs[k] >= tensor_count) {
-          fail(source, fmt::format("{}.{}[{}]", at, field, k),
-               fmt::format("unknown tensor id {}", refs[k]));
-        }
-        if (!seen.insert(refs[k]).second) {
-          fail(source, fmt::format("{}.{}[{}]", at, field, k),
-               fmt::format("tensor {} listed twice", refs[k]));
-        }
-      }
-    };
-    check_refs(op.inputs, "inputs");
-    check_refs(op.outputs, "outputs");
-    for (std::size_t k = 0; k < op.inputs.size(); ++k) {
-      const Tensor& t = w.tensor(op.inputs[k]);
-      if (t.producer == kNoId && !is_preexisting(t.kind)) {
-        fail(source, fmt::format("{}.inputs[{}]", at, k),
-             fmt::format("{} reads {} tensor {} '{}' that no op produces", op_label(op),
-                         to_string(t.kind), t.id, t.name));
-      }
-    }
-    for (std::size_t k = 0; k < op.outputs.size(); ++k) {
-      const Tensor& t = w.tensor(op.outputs[k]);
-      if (t.producer != op.id) {
-        fail(source, fmt::format("{}.outputs[{}]", at, k),
-             fmt::format(
-                 "writes tensor {} '{}', whose producer is {}", t.id, t.name,
-                 t.producer == kNoId ? std::string("none") : fmt::format("op {}", t.producer)));
-      }
-    }
-    auto check_cost = [&](Bytes workspace, Nanoseconds duration, const std::string& where) {
-      if (workspace < 0)
-        fail(source, where + ".workspace_bytes", fmt::format("negative size {}", workspace));
-      if (workspace > kMaxTensorBytes) {
-        fail(source, where + ".workspace_bytes",
-             fmt::format("absurd size {} bytes (over 1 PiB)", workspace));
-      }
-      if (duration < 0)
-        fail(source, where + ".duration_ns", fmt::format("negative duration {}", duration));
-      if (duration > kMaxOpDuration) {
-        fail(source, where + ".duration_ns",
-             fmt::format("absurd duration {} ns (over an hour)", duration));
-      }
-    };
-    check_cost(op.workspace_bytes, op.duration_ns, at);
-    for (std::size_t a = 0; a < op.algorithms.size(); ++a) {
-      check_cost(op.algorithms[a].workspace_bytes, op.algorithms[a].duration_ns,
-                 fmt::format("{}.algorithms[{}]", at, a));
-    }
-    if (op.flops && (*op.flops < 0 || !std::isfinite(*op.flops))) {
-      fail(source, at + ".flops", fmt::format("{} is not a non-negative count", *op.flops));
-    }
-    if (op.bytes_moved && (*op.bytes_moved < 0 || *op.bytes_moved > kMaxTensorBytes * 1024)) {
-      fail(source, at + ".bytes_moved", fmt::format("implausible {}", *op.bytes_moved));
-    }
-    if (op.differentiates != kNoId) {
-      if (op.phase != Phase::kBackward) {
-        fail(source, at + ".differentiates", "only a backward op differentiates a forward op");
-      }
-      if (op.differentiates < 0 || op.differentiates >= op_count) {
-        fail(source, at + ".differentiates", fmt::format("unknown op id {}", op.differentiates));
-      }
-      if (w.op(op.differentiates).phase != Phase::kForward) {
-        fail(source, at + ".differentiates",
-             fmt::format("{} is not a forward op", op_label(w.op(op.differentiates))));
-      }
-    }
+    check_tensor_refs(w, source, at, op.inputs, "inputs");
+    check_tensor_refs(w, source, at, op.outputs, "outputs");
+    check_op_dataflow(w, source, at, op);
+    check_op_costs(source, at, op);
+    check_differentiates(w, source, at, op);
   }
 }
 

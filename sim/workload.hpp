@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "sim/layer.hpp"
+#include "sim/link.hpp"
 #include "sim/units.hpp"
 
 namespace memplan::sim {
@@ -120,13 +121,11 @@ struct Op {
   friend bool operator==(const Op&, const Op&) = default;
 };
 
-/// The device the trace was recorded on or modeled for, with link bandwidths when known.
+/// The device the trace was recorded on or modeled for, with its copy link's values when known.
 struct DeviceInfo {
   std::string name;
   Bytes memory_bytes = 0;
-  std::optional<BytesPerSecond> h2d_bytes_per_s;
-  std::optional<BytesPerSecond> d2h_bytes_per_s;
-  std::optional<Nanoseconds> copy_latency_ns;
+  PartialLink link;  // file keys h2d_bytes_per_s, d2h_bytes_per_s, copy_latency_ns
   std::optional<BytesPerSecond> memory_bandwidth_bytes_per_s;
   std::optional<double> peak_flops_per_s;
 

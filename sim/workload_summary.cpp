@@ -63,12 +63,12 @@ nlohmann::ordered_json link_json(const Workload& workload) {
   auto describe = [&](const std::optional<BytesPerSecond>& bandwidth) {
     if (bandwidth)
       return fmt::format("{:.2f} GB/s ({})", *bandwidth / 1e9, measured ? "measured" : "given");
-    return fmt::format("{:.2f} GB/s (preset {})", find_link_preset(kDefaultLink)->bytes_per_s / 1e9,
+    return fmt::format("{:.2f} GB/s (preset {})", preset_link(kDefaultLink).h2d_bytes_per_s / 1e9,
                        kDefaultLink);
   };
   nlohmann::ordered_json j;
-  j["h2d"] = describe(workload.device.h2d_bytes_per_s);
-  j["d2h"] = describe(workload.device.d2h_bytes_per_s);
+  j["h2d"] = describe(workload.device.link.h2d_bytes_per_s);
+  j["d2h"] = describe(workload.device.link.d2h_bytes_per_s);
   return j;
 }
 

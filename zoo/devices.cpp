@@ -56,13 +56,10 @@ const sim::LinkPreset& link_preset(const Device& device) {
 }
 
 sim::DeviceInfo device_info(const Device& device) {
-  const sim::LinkPreset& link = link_preset(device);
   sim::DeviceInfo info;
   info.name = std::string(device.name);
   info.memory_bytes = device.memory_bytes;
-  info.h2d_bytes_per_s = link.bytes_per_s;
-  info.d2h_bytes_per_s = link.bytes_per_s;
-  info.copy_latency_ns = link.latency_ns;
+  info.link = link_preset(device).link;
   info.memory_bandwidth_bytes_per_s = device.memory_bytes_per_s;
   info.peak_flops_per_s = device.peak_flops_per_s;
   return info;

@@ -16,7 +16,7 @@ struct Device {
   sim::Bytes memory_bytes = 0;
   double peak_flops_per_s = 0;                 // FP32, non-tensor-core
   sim::BytesPerSecond memory_bytes_per_s = 0;  // device memory bandwidth
-  /// The host link it is usually attached by: the name of a sim::LinkPreset (sim/machine.cpp),
+  /// The host link it is usually attached by: the name of a sim::LinkPreset (sim/link.cpp),
   /// whose bandwidth and latency the device takes, so that `--device` and `--link` agree.
   std::string_view link;
 };

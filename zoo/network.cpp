@@ -197,10 +197,10 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
   const Value w = parameter(name + ".weight", w_shape);
   std::vector<TensorId> inputs{x.id, w.id};
   if (spec.bias) inputs.push_back(parameter(name + ".bias", {spec.out_channels}).id);
-  const Value y = activation(name, out);
+  Value y = activation(name, out);
+  const std::int64_t channels_per_group = in_channels / spec.groups;
   // 2 flops per multiply-add: every output element sums (C/g)·prod(kernel) products.
-  const double macs_per_output =
-      static_cast<double>(in_channels / spec.groups) * product(spec.kernel);
+  const double macs_per_output = static_cast<double>(channels_per_group) * product(spec.kernel);
   const double flops = 2.0 * product(out) * macs_per_output;
   const OpId op = forward_op(name, dims == 2 ? sim::Layer::kConv2d : sim::Layer::kConv3d, inputs,
                              {y.id}, flops);
@@ -215,8 +215,7 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
   Bytes workspace = 0;
   if (!pointwise) {
     const double lowered = product(out) / static_cast<double>(spec.out_channels) *
-                           static_cast<double>(in_channels / spec.groups) * product(spec.kernel) *
-                           4.0;
+                           static_cast<double>(channels_per_group) * product(spec.kernel) * 4.0;
     workspace = static_cast<Bytes>(std::min(lowered, static_cast<double>(kMaxConvWorkspace)));
   }
   sim::Op& fop = workload_.ops.back();
@@ -241,7 +240,7 @@ Value Network::batch_norm(const std::string& name, const Value& x) {
   // Running mean and variance: persistent buffers without a gradient (not trainable parameters).
   const TensorId running =
       new_tensor(name + ".running_stats", TensorKind::kParameter, {2, c}, "float32");
-  const Value y = activation(name, x.shape);
+  Value y = activation(name, x.shape);
   const Value mean = activation(name + ".save_mean", {c});
   const Value invstd = activation(name + ".save_invstd", {c});
   const double elements = product(x.shape);
@@ -255,7 +254,7 @@ Value Network::batch_norm(const std::string& name, const Value& x) {
 
 Value Network::pointwise(const std::string& name, sim::Layer layer_type, const Value& x,
                          bool in_place, bool saves_output, double flops_per_element) {
-  const Value y = activation(name, x.shape);
+  Value y = activation(name, x.shape);
   if (in_place) workload_.tensors[static_cast<std::size_t>(y.id)].in_place_of = x.id;
   const OpId op =
       forward_op(name, layer_type, {x.id}, {y.id}, flops_per_element * product(x.shape));
@@ -293,7 +292,7 @@ Value Network::pool(const std::string& name, sim::Layer layer_type, const Value&
     }
     out.push_back(o);
   }
-  const Value y = activation(name, out);
+  Value y = activation(name, out);
   std::vector<TensorId> outputs{y.id};
   std::vector<TensorId> saved{x.id};
   if (with_indices) {
@@ -326,7 +325,7 @@ Value Network::adaptive_avg_pool(const std::string& name, const Value& x, const 
   MEMPLAN_CHECK(x.shape.size() == out_dims.size() + 2, "adaptive pool input is [N, C, spatial...]");
   Shape out{x.shape[0], x.shape[1]};
   out.insert(out.end(), out_dims.begin(), out_dims.end());
-  const Value y = activation(name, out);
+  Value y = activation(name, out);
   const OpId op = forward_op(name, sim::Layer::kAdaptiveAvgPool, {x.id}, {y.id}, product(x.shape));
   Layer& layer = record(op, {x.id}, y.id, {x.id});
   layer.backward_flops = product(x.shape);
@@ -352,7 +351,7 @@ Value Network::linear_with(const std::string& name, const Value& x, const Value&
   out.back() = out_features;
   std::vector<TensorId> inputs{x.id, weight.id};
   if (bias) inputs.push_back(parameter(name + ".bias", {out_features}).id);
-  const Value y = activation(name, out);
+  Value y = activation(name, out);
   const double flops = 2.0 * product(x.shape) * static_cast<double>(out_features);
   const OpId op = forward_op(name, sim::Layer::kLinear, inputs, {y.id}, flops);
   Layer& layer = record(op, inputs, y.id, {x.id, weight.id});
@@ -362,7 +361,7 @@ Value Network::linear_with(const std::string& name, const Value& x, const Value&
 
 Value Network::add(const std::string& name, const Value& a, const Value& b, bool in_place) {
   MEMPLAN_CHECK(product(a.shape) == product(b.shape), "add of equal shapes");
-  const Value y = activation(name, a.shape);
+  Value y = activation(name, a.shape);
   if (in_place) workload_.tensors[static_cast<std::size_t>(y.id)].in_place_of = a.id;
   const OpId op = forward_op(name, sim::Layer::kAdd, {a.id, b.id}, {y.id}, product(a.shape));
   Layer& layer = record(op, {a.id, b.id}, y.id, {});
@@ -379,7 +378,7 @@ Value Network::concat(const std::string& name, const std::vector<Value>& parts) 
     out[1] += p.shape[1];
     inputs.push_back(p.id);
   }
-  const Value y = activation(name, out);
+  Value y = activation(name, out);
   const OpId op = forward_op(name, sim::Layer::kConcat, inputs, {y.id}, 0.0);
   Layer& layer = record(op, inputs, y.id, {});
   layer.backward_flops = 0.0;
@@ -387,7 +386,7 @@ Value Network::concat(const std::string& name, const std::vector<Value>& parts) 
 }
 
 Value Network::dropout(const std::string& name, const Value& x) {
-  const Value y = activation(name, x.shape);
+  Value y = activation(name, x.shape);
   const Value mask = activation(name + ".mask", x.shape, "bool");
   const OpId op =
       forward_op(name, sim::Layer::kDropout, {x.id}, {y.id, mask.id}, 2.0 * product(x.shape));
@@ -399,7 +398,7 @@ Value Network::dropout(const std::string& name, const Value& x) {
 Value Network::softmax_cross_entropy(const std::string& name, const Value& logits,
                                      const Value& labels) {
   MEMPLAN_CHECK(loss_.empty(), "one loss per network");
-  const Value loss = activation(name, {1});
+  Value loss = activation(name, {1});
   const Value probs = activation(name + ".probs", logits.shape);
   const OpId op = forward_op(name, sim::Layer::kSoftmaxCrossEntropy, {logits.id, labels.id},
                              {loss.id, probs.id}, 5.0 * product(logits.shape));
@@ -414,7 +413,7 @@ Value Network::layer_norm(const std::string& name, const Value& x) {
   const Value weight = parameter(name + ".weight", {h});
   const Value bias = parameter(name + ".bias", {h});
   const Shape rows(x.shape.begin(), x.shape.end() - 1);
-  const Value y = activation(name, x.shape);
+  Value y = activation(name, x.shape);
   const Value mean = activation(name + ".mean", rows);
   const Value rstd = activation(name + ".rstd", rows);
   const std::vector<TensorId> inputs{x.id, weight.id, bias.id};
@@ -428,7 +427,7 @@ Value Network::layer_norm(const std::string& name, const Value& x) {
 Value Network::embedding(const std::string& name, const Value& indices, const Value& table) {
   Shape out = indices.shape;
   out.push_back(table.shape[1]);
-  const Value y = activation(name, out);
+  Value y = activation(name, out);
   const OpId op = forward_op(name, sim::Layer::kEmbedding, {indices.id, table.id}, {y.id}, 0.0);
   Layer& layer = record(op, {indices.id, table.id}, y.id, {indices.id});
   layer.backward_flops = product(out);
@@ -439,9 +438,10 @@ Value Network::attention_scores(const std::string& name, const Value& qkv, std::
   MEMPLAN_CHECK(qkv.shape.size() == 3 && qkv.shape[2] % (3 * heads) == 0, "qkv is [B, S, 3H]");
   const std::int64_t b = qkv.shape[0];
   const std::int64_t s = qkv.shape[1];
-  const Value y = activation(name, {b, heads, s, s});
+  Value y = activation(name, {b, heads, s, s});
+  const std::int64_t hidden = qkv.shape[2] / 3;
   const double flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) *
-                       static_cast<double>(s) * static_cast<double>(qkv.shape[2] / 3);
+                       static_cast<double>(s) * static_cast<double>(hidden);
   const OpId op = forward_op(name, sim::Layer::kAttentionScores, {qkv.id}, {y.id}, flops);
   Layer& layer = record(op, {qkv.id}, y.id, {qkv.id});
   layer.backward_flops = 2.0 * flops;
@@ -456,7 +456,7 @@ Value Network::attention_context(const std::string& name, const Value& probs, co
   const std::int64_t b = qkv.shape[0];
   const std::int64_t s = qkv.shape[1];
   const std::int64_t h = qkv.shape[2] / 3;
-  const Value y = activation(name, {b, s, h});
+  Value y = activation(name, {b, s, h});
   const double flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) *
                        static_cast<double>(s) * static_cast<double>(h);
   const OpId op =
@@ -494,12 +494,8 @@ void Network::contribute(TensorId tensor, TensorId gradient) {
   grad_[t] = sum;
 }
 
-sim::Workload Network::finish() {
-  MEMPLAN_CHECK(!finished_, "finish() once");
-  MEMPLAN_CHECK(loss_.size() == 1, "a network ends in a loss");
-  finished_ = true;
+std::vector<char> Network::start_backward() {
   const std::size_t forward_tensors = workload_.tensors.size();
-  // Layers on the path to the loss; only they send gradients back.
   std::vector<char> reaches(forward_tensors, 0);
   reaches[static_cast<std::size_t>(loss_.front())] = 1;
   std::vector<char> on_path(layers_.size(), 0);
@@ -516,49 +512,43 @@ sim::Workload Network::finish() {
       ++expected_grads_[static_cast<std::size_t>(t)];
   }
   grad_[static_cast<std::size_t>(loss_.front())] = kSeedGradient;
+  return on_path;
+}
 
-  for (std::size_t i = layers_.size(); i-- > 0;) {
-    if (on_path[i] == 0) continue;
-    const Layer& layer = layers_[i];
-    const TensorId grad_out = grad_[static_cast<std::size_t>(layer.output)];
-    MEMPLAN_CHECK(grad_out != kNoId,
-                  "every consumer's gradient has arrived when a layer's turn comes");
-    if (layer.pass_through) {
-      for (TensorId t : layer.differentiable_inputs) contribute(t, grad_out);
-      continue;
-    }
-    const sim::Op& fwd = workload_.op(layer.forward);
-    sim::Op op;
-    op.id = static_cast<OpId>(workload_.ops.size());
-    op.name = fwd.name + "_bwd";
-    op.layer = fwd.layer;
-    op.phase = sim::Phase::kBackward;
-    op.differentiates = fwd.id;
-    op.attributes = fwd.attributes;
-    if (grad_out != kSeedGradient) op.inputs.push_back(grad_out);
-    op.inputs.insert(op.inputs.end(), layer.saved.begin(), layer.saved.end());
-    std::vector<std::pair<TensorId, TensorId>> produced;  // (tensor, its gradient)
-    for (TensorId t : layer.differentiable_inputs) {
-      const sim::Tensor base = workload_.tensor(t);
-      const std::string prefix = base.kind == TensorKind::kParameter ? "g_" : "d_";
-      const TensorId g =
-          new_tensor(prefix + base.name, TensorKind::kGradient, base.shape, base.dtype);
-      workload_.tensors[static_cast<std::size_t>(g)].producer = op.id;
-      op.outputs.push_back(g);
-      produced.emplace_back(t, g);
-    }
-    op.flops = layer.backward_flops;
-    Bytes moved = 0;
-    for (TensorId t : op.inputs) moved += workload_.tensor(t).bytes;
-    for (TensorId t : op.outputs) moved += workload_.tensor(t).bytes;
-    op.bytes_moved = moved;
-    op.workspace_bytes = layer.backward_workspace;
-    if (layer.backward_has_memory_optimal) op.algorithms.push_back({"memory_optimal", 0, 0});
-    workload_.ops.push_back(std::move(op));
-    for (const auto& [t, g] : produced) contribute(t, g);
+void Network::add_backward_op(const Layer& layer, TensorId grad_out) {
+  const sim::Op& fwd = workload_.op(layer.forward);
+  sim::Op op;
+  op.id = static_cast<OpId>(workload_.ops.size());
+  op.name = fwd.name + "_bwd";
+  op.layer = fwd.layer;
+  op.phase = sim::Phase::kBackward;
+  op.differentiates = fwd.id;
+  op.attributes = fwd.attributes;
+  if (grad_out != kSeedGradient) op.inputs.push_back(grad_out);
+  op.inputs.insert(op.inputs.end(), layer.saved.begin(), layer.saved.end());
+  std::vector<std::pair<TensorId, TensorId>> produced;  // (tensor, its gradient)
+  for (TensorId t : layer.differentiable_inputs) {
+    const sim::Tensor base = workload_.tensor(t);
+    const std::string prefix = base.kind == TensorKind::kParameter ? "g_" : "d_";
+    const TensorId g =
+        new_tensor(prefix + base.name, TensorKind::kGradient, base.shape, base.dtype);
+    workload_.tensors[static_cast<std::size_t>(g)].producer = op.id;
+    op.outputs.push_back(g);
+    produced.emplace_back(t, g);
   }
+  op.flops = layer.backward_flops;
+  Bytes moved = 0;
+  for (TensorId t : op.inputs) moved += workload_.tensor(t).bytes;
+  for (TensorId t : op.outputs) moved += workload_.tensor(t).bytes;
+  op.bytes_moved = moved;
+  op.workspace_bytes = layer.backward_workspace;
+  if (layer.backward_has_memory_optimal) op.algorithms.push_back({"memory_optimal", 0, 0});
+  workload_.ops.push_back(std::move(op));
+  for (const auto& [t, g] : produced) contribute(t, g);
+}
 
-  // SGD with momentum: m = μ·m + g; p -= lr·m, over every trainable parameter at once.
+// SGD with momentum: m = μ·m + g; p -= lr·m, over every trainable parameter at once.
+void Network::add_update() {
   sim::Op update;
   update.id = static_cast<OpId>(workload_.ops.size());
   update.name = "sgd";
@@ -583,6 +573,26 @@ sim::Workload Network::finish() {
   update.flops = 4.0 * elements;
   update.bytes_moved = static_cast<Bytes>(5.0 * 4.0 * elements);
   workload_.ops.push_back(std::move(update));
+}
+
+sim::Workload Network::finish() {
+  MEMPLAN_CHECK(!finished_, "finish() once");
+  MEMPLAN_CHECK(loss_.size() == 1, "a network ends in a loss");
+  finished_ = true;
+  const std::vector<char> on_path = start_backward();
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    if (on_path[i] == 0) continue;
+    const Layer& layer = layers_[i];
+    const TensorId grad_out = grad_[static_cast<std::size_t>(layer.output)];
+    MEMPLAN_CHECK(grad_out != kNoId,
+                  "every consumer's gradient has arrived when a layer's turn comes");
+    if (layer.pass_through) {
+      for (TensorId t : layer.differentiable_inputs) contribute(t, grad_out);
+    } else {
+      add_backward_op(layer, grad_out);
+    }
+  }
+  add_update();
   workload_.provenance.note = model_;
   return std::move(workload_);
 }

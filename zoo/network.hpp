@@ -136,6 +136,13 @@ class Network {
              bool with_indices);
   /// Hands `gradient` to `tensor`, summing it with what arrived before (a fan-out).
   void contribute(sim::TensorId tensor, sim::TensorId gradient);
+  /// Per layer, whether it is on a path to the loss (only those send gradients back); sets up
+  /// the backward bookkeeping (expected_grads_, grad_) for the forward tensors.
+  std::vector<char> start_backward();
+  /// Appends `layer`'s backward op, reading `grad_out`, and hands its gradients to its inputs.
+  void add_backward_op(const Layer& layer, sim::TensorId grad_out);
+  /// Appends the optimizer step over every trainable parameter.
+  void add_update();
 
   std::string model_;
   std::int64_t batch_;

@@ -73,8 +73,9 @@ def _encode_text(encode):
 
 def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, host_memory=None):
     """The trace's device with the what-if values of `memplan simulate` applied: memory ("16GiB"
-    or bytes), link (a preset: pcie3, pcie4, pcie5, nvlink2, c2c), h2d and d2h ("12.5GB/s" or
-    bytes/s), latency ("10us" or ns), host_memory (pinned host bytes for swapped maps)."""
+    or bytes), link (a preset: pcie3, pcie4, pcie5, nvlink2, c2c; or "recorded", the trace's
+    measured link), h2d and d2h ("12.5GB/s" or bytes/s), latency ("10us" or ns), host_memory
+    (pinned host bytes for swapped maps)."""
     return _core.make_machine(trace._workload, _text(memory, "B"), link,
                               _text(h2d, "B/s"), _text(d2h, "B/s"), _text(latency, "ns"),
                               _text(host_memory, "B"))

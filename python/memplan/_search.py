@@ -47,12 +47,13 @@ class SearchResult:
 
 
 def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
-           deterministic=False, progress=None, **what_if):
+           deterministic=False, maps_only=False, progress=None, **what_if):
     """Searches for a plan better than every policy's (`memplan search`).
 
     time_limit: seconds for the whole search, the policies' seeding included; rounds: stop after
     this many (None: until converged); threads: 0 for every core; deterministic: the same plan
-    for any thread count. progress(p) is called once for every policy that seeds the search
+    for any thread count; maps_only: plan feature maps only (keep parameters, gradients, optimizer
+    state and the input batch on the device: what memplan.torch.apply carries out). progress(p) is called once for every policy that seeds the search
     (p.stage "seeding", p.policy its name) and after every round (p.stage "round"), with
     p.round, p.evaluated, p.elapsed_s and p.best (feasible, iteration_ns, peak_bytes); returning
     False stops the search (a seeding policy at its next simulation, the rounds at the next
@@ -66,6 +67,7 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     arguments.rounds = int(rounds or 0)
     arguments.seed = int(seed)
     arguments.deterministic = bool(deterministic)
+    arguments.maps_only = bool(maps_only)
     arguments.encode = _plans._encode_text(encode)
     outcome = _core.search(trace._workload, m, arguments, progress)
     plan = _plans.Plan(outcome.plan, trace)

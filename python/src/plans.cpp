@@ -28,10 +28,10 @@ sim::Machine make_machine(const sim::Workload& workload, const Text& memory, con
                           const Text& host_memory) {
   sim::MachineOverrides o;
   if (memory) o.memory_bytes = sim::parse_bytes(*memory, "--memory");
-  if (link) o.link = *link;
-  if (h2d) o.h2d_bytes_per_s = sim::parse_bandwidth(*h2d, "--h2d");
-  if (d2h) o.d2h_bytes_per_s = sim::parse_bandwidth(*d2h, "--d2h");
-  if (latency) o.copy_latency_ns = sim::parse_duration(*latency, "--latency");
+  if (link) o.link_name = *link;
+  if (h2d) o.link.h2d_bytes_per_s = sim::parse_bandwidth(*h2d, "--h2d");
+  if (d2h) o.link.d2h_bytes_per_s = sim::parse_bandwidth(*d2h, "--d2h");
+  if (latency) o.link.latency_ns = sim::parse_duration(*latency, "--latency");
   if (host_memory) o.host_memory_bytes = sim::parse_bytes(*host_memory, "--host-memory");
   return sim::make_machine(workload.device, o);
 }
@@ -47,9 +47,14 @@ sim::Plan apply_encodings(const sim::Plan& plan, const sim::Workload& workload,
 void bind_plans(py::module_& m) {
   py::class_<sim::Machine>(m, "Machine")
       .def_readonly("memory_bytes", &sim::Machine::memory_bytes)
-      .def_readonly("h2d_bytes_per_s", &sim::Machine::h2d_bytes_per_s)
-      .def_readonly("d2h_bytes_per_s", &sim::Machine::d2h_bytes_per_s)
-      .def_readonly("copy_latency_ns", &sim::Machine::copy_latency_ns)
+      .def_property_readonly(
+          "h2d_bytes_per_s",
+          [](const sim::Machine& machine) { return machine.link.h2d_bytes_per_s; })
+      .def_property_readonly(
+          "d2h_bytes_per_s",
+          [](const sim::Machine& machine) { return machine.link.d2h_bytes_per_s; })
+      .def_property_readonly("copy_latency_ns",
+                             [](const sim::Machine& machine) { return machine.link.latency_ns; })
       .def_readonly("host_memory_bytes", &sim::Machine::host_memory_bytes);
   m.def("make_machine", &make_machine, py::arg("workload"), py::arg("memory"), py::arg("link"),
         py::arg("h2d"), py::arg("d2h"), py::arg("latency"), py::arg("host_memory"));

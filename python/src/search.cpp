@@ -25,6 +25,7 @@ struct SearchArguments {
   std::size_t rounds = 0;
   std::uint64_t seed = 1;
   bool deterministic = false;
+  bool maps_only = false;
   std::string encode;
 };
 
@@ -44,6 +45,7 @@ SearchOutcome run_search(const sim::Workload& workload, const sim::Machine& mach
   options.max_rounds = a.rounds;
   options.seed = a.seed;
   options.deterministic = a.deterministic;
+  options.host_placement = !a.maps_only;
   options.encodings = search::parse_encoding_options(a.encode, "--encode");
   std::atomic<bool> cancel{false};
   std::optional<py::error_already_set> error;
@@ -145,6 +147,7 @@ void bind_search(py::module_& m) {
       .def_readwrite("rounds", &SearchArguments::rounds)
       .def_readwrite("seed", &SearchArguments::seed)
       .def_readwrite("deterministic", &SearchArguments::deterministic)
+      .def_readwrite("maps_only", &SearchArguments::maps_only)
       .def_readwrite("encode", &SearchArguments::encode);
   py::class_<SearchOutcome>(m, "SearchOutcome")
       .def_property_readonly("plan", [](const SearchOutcome& o) { return o.result.plan; })

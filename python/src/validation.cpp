@@ -39,7 +39,7 @@ std::pair<runtime::ValidationReport, std::optional<std::string>> validate_on_hos
   }
   std::optional<std::string> oom;
   if (report.oom) oom = sim::oom_to_text(*report.oom, predicted.program, workload);
-  return {std::move(report), std::move(oom)};
+  return {report, std::move(oom)};
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "python"))
+sys.path.append(str(ROOT / "build/release/python"))  # unless $PYTHONPATH names a build
 
 from memplan.torch import capture, saved_bytes_in_trace  # noqa: E402
 from memplan.torch.models import GPT  # noqa: E402

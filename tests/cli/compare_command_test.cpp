@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,7 @@ using memplan::test::source_path;
 TEST_CASE("memplan compare --json has one row per policy with the simulate fields",
           "[cli][compare]") {
   const auto r =
-      run_memplan("compare --json --memory 24KiB '" + source_path("traces/resnet_tiny.json") + "'");
+      run_memplan("compare --json --memory 12KiB '" + source_path("traces/resnet_tiny.json") + "'");
   REQUIRE(r.exit_status == 0);
   const auto j = nlohmann::json::parse(r.out);
   REQUIRE(j.at("rows").size() == memplan::search::policies().size());
@@ -24,8 +25,9 @@ TEST_CASE("memplan compare --json has one row per policy with the simulate field
       CAPTURE(key);
       CHECK(row.contains(key));
     }
-    // Nothing fits 24 KiB here (in-core needs 25.2 KiB, and 512-byte rounding costs the rest), so
-    // every row carries an out-of-memory report.
+    // Nothing fits 12 KiB here (in-core needs 25.2 KiB; the offload policies, which move weights,
+    // gradients and momenta off the device, still need more than 12), so every row carries an
+    // out-of-memory report.
     CHECK(row.at("feasible") == false);
     CHECK(row.at("oom").is_object());
   }
@@ -89,7 +91,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 TEST_CASE("memplan compare --csv says why a plan does not fit, in a quoted last column",
           "[cli][compare]") {
   const std::string trace = "'" + source_path("traces/resnet_tiny.json") + "'";
-  const auto r = run_memplan("compare --csv --memory 24KiB " + trace);
+  const auto r = run_memplan("compare --csv --memory 12KiB " + trace);
   REQUIRE(r.exit_status == 0);
   const auto lines = lines_of(r.out);
   REQUIRE(lines.size() == 1 + memplan::search::policies().size());
@@ -99,7 +101,7 @@ TEST_CASE("memplan compare --csv says why a plan does not fit, in a quoted last 
     CAPTURE(lines[i]);
     const auto fields = csv_fields(lines[i]);
     REQUIRE(fields.size() == header.size());
-    CHECK(fields[1] == "0");  // nothing fits 24 KiB (the --json test above)
+    CHECK(fields[1] == "0");  // nothing fits 12 KiB (the --json test above)
     // The out-of-memory line names the op in quotes and lists live bytes with commas: it only
     // survives as one field because it is quoted.
     CHECK(fields.back().rfind("out of device memory at op '", 0) == 0);
@@ -116,7 +118,7 @@ TEST_CASE("memplan compare --csv says why a plan does not fit, in a quoted last 
 TEST_CASE("memplan compare's table prints a why-not line under each row that does not fit",
           "[cli][compare]") {
   const std::string trace = "'" + source_path("traces/resnet_tiny.json") + "'";
-  const auto tight = run_memplan("compare --memory 24KiB " + trace);
+  const auto tight = run_memplan("compare --memory 12KiB " + trace);
   REQUIRE(tight.exit_status == 0);
   std::size_t why = 0;
   for (const std::string& line : lines_of(tight.out)) {
@@ -140,4 +142,53 @@ TEST_CASE("memplan compare --encode all runs every policy with the encodings", "
     // Policies that keep maps have something to encode on this ReLU/conv network.
     if (row.at("policy") == "in-core") CHECK(row.at("actions").at("encode").get<int>() > 0);
   }
+}
+
+TEST_CASE(
+    "memplan compare on a recorded CPU-bound step ranks plans by the step's wall and states "
+    "the GPU's idle share",
+    "[cli][compare]") {
+  // The imported ResNet-50 step (docs/kineto-import.md): 98.7 ms of kernels, about 176 ms of host
+  // time per step. Under 2 GiB in-core does not fit; every plan that fits is ranked by its step
+  // wall (the period back to back, Note [Step period]), and each states its idle share of it.
+  const auto r = run_memplan("compare --json --memory 2GiB '" +
+                             source_path("traces/resnet50_b32_v100.json") + "'");
+  REQUIRE(r.exit_status == 0);
+  const auto rows = nlohmann::json::parse(r.out).at("rows");
+  REQUIRE(rows.size() == memplan::search::policies().size());
+  std::vector<std::pair<std::size_t, double>> ranked;  // rank, wall of the rows that fit
+  for (const auto& row : rows) {
+    CAPTURE(row.at("policy"));
+    REQUIRE(row.contains("rank"));
+    REQUIRE(row.contains("cpu_bound"));
+    if (row.at("feasible") == false) {
+      CHECK(row.at("wall_s").is_null());
+      continue;
+    }
+    const double wall = row.at("wall_s").get<double>();
+    const double compute = row.at("compute_s").get<double>();
+    CHECK(row.at("gpu_idle_share").get<double>() <= 1.0 - compute / wall + 1e-9);
+    ranked.emplace_back(row.at("rank").get<std::size_t>(), wall);
+  }
+  REQUIRE(ranked.size() > 1);
+  std::sort(ranked.begin(), ranked.end());
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    CHECK(ranked[i].first == i + 1);  // the plans that fit come first
+    if (i > 0) CHECK(ranked[i - 1].second <= ranked[i].second);
+  }
+  // In-core does not fit: ranked after every plan that fits.
+  CHECK(rows[0].at("policy") == "in-core");
+  CHECK(rows[0].at("rank").get<std::size_t>() > ranked.size());
+  // The best plan (DTR's few recomputations) is CPU-bound: 98.7 ms of GPU work under ~176 ms of
+  // host time, so the GPU idles for more than a third of the step.
+  for (const auto& row : rows) {
+    if (row.at("rank") != 1) continue;
+    CHECK(row.at("cpu_bound") == true);
+    CHECK(row.at("gpu_idle_share").get<double>() > 0.35);
+  }
+  const auto text =
+      run_memplan("compare --memory 2GiB '" + source_path("traces/resnet50_b32_v100.json") + "'");
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.find("GPU idle") != std::string::npos);
+  CHECK(text.out.find("step wall") != std::string::npos);
 }

@@ -31,8 +31,8 @@ TEST_CASE("record writes a recorded trace with measured durations and link", "[c
   CHECK(w.provenance.note.find("resnet18 input 32x32, batch 2") != std::string::npos);
   CHECK(w.device.name == "host");
   CHECK(w.device.memory_bytes > 0);
-  CHECK(w.device.h2d_bytes_per_s.value_or(0) > 0);
-  CHECK(w.device.copy_latency_ns.has_value());
+  CHECK(w.device.link.h2d_bytes_per_s.value_or(0) > 0);
+  CHECK(w.device.link.latency_ns.has_value());
   for (const auto& op : w.ops) CHECK(op.duration_ns > 0);
   // The recorded device's memory is the in-core peak: the step fits exactly.
   const auto info = run_memplan(fmt::format("info '{}' --json", out));

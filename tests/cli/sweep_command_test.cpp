@@ -2,6 +2,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/core.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -106,10 +107,10 @@ TEST_CASE("memplan sweep rejects bad input with exit 2, one line, and no CSV", "
   const std::string mlp = "'" + source_path("traces/mlp4.json") + "'";
   for (const std::string& args :
        {"--memory 4GiB,lots " + mlp, "--link pcie3,warp9 " + mlp, "--bandwidth 8GB/s,fast " + mlp,
-        "--policies in-core,magic " + mlp, mlp + " '" + dir + "/missing.json'",
+        "--policies in-core,magic " + mlp, fmt::format("{} '{}/missing.json'", mlp, dir),
         "--encode zip " + mlp}) {
     CAPTURE(args);
-    const auto r = run_memplan("sweep --no-search " + args + " -o '" + csv + "'");
+    const auto r = run_memplan(fmt::format("sweep --no-search {} -o '{}'", args, csv));
     CHECK(r.exit_status == 2);
     CHECK(r.out.empty());
     CHECK(lines(r.err).size() == 1);

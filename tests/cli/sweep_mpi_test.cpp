@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "search/policy.hpp"
+
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;
@@ -18,7 +20,7 @@ std::size_t count_lines(const std::string& text) {
   return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
-// 2 traces x 2 memories x 2 links x (10 policies + the search) = 88 cells, every column
+// 2 traces x 2 memories x 2 links x (every policy + the search) cells, every column
 // deterministic: decide_s written as 0, each search stopped by its rounds (2) long before its
 // time limit on these tiny traces.
 std::string small_grid() {
@@ -26,12 +28,18 @@ std::string small_grid() {
          "' --memory 24KiB,1MiB --link pcie3 --bandwidth 8GB/s --search-rounds 2 "
          "--search-time-limit 60 --deterministic";
 }
+std::size_t cells() {
+  return 8 * (memplan::search::policies().size() + 1);
+}
+std::string rows() {
+  return "(" + std::to_string(cells()) + " rows)";
+}
 
 // The sweep in one process with two threads, written to `path`.
 void threaded_sweep(const std::string& path) {
   const auto r = run_memplan("sweep " + small_grid() + " --threads 2 -o '" + path + "'");
   REQUIRE(r.exit_status == 0);
-  REQUIRE(r.out == "wrote " + path + " (88 rows)\n");
+  REQUIRE(r.out == "wrote " + path + " " + rows() + "\n");
 }
 
 }  // namespace
@@ -53,14 +61,15 @@ TEST_CASE("memplan sweep under mpirun -np 2 writes the threaded run's CSV byte f
   const auto r = run_memplan(
       "sweep " + small_grid() + " --threads 1 --progress -o '" + dir + "/mpi.csv'", mpirun);
   REQUIRE(r.exit_status == 0);
-  CHECK(r.out == "wrote " + dir + "/mpi.csv (88 rows)\n");  // rank 0 alone reports
+  CHECK(r.out == "wrote " + dir + "/mpi.csv " + rows() + "\n");  // rank 0 alone reports
   CHECK(memplan::test::read_text(dir + "/mpi.csv") ==
         memplan::test::read_text(dir + "/threads.csv"));
   // Rank 0 says how many ranks share the cells (two, not two lone processes each writing the whole
   // CSV), then one progress line per cell finished on either rank.
-  CHECK(r.err.rfind("sweep: 2 MPI ranks share 88 cells\n", 0) == 0);
-  CHECK(count_lines(r.err) == 1 + 88);
-  CHECK(r.err.find("sweep: 88/88 cells") != std::string::npos);
+  const std::string n = std::to_string(cells());
+  CHECK(r.err.rfind("sweep: 2 MPI ranks share " + n + " cells\n", 0) == 0);
+  CHECK(count_lines(r.err) == 1 + cells());
+  CHECK(r.err.find("sweep: " + n + "/" + n + " cells") != std::string::npos);
 
   // Resumed under mpirun from its first 30 rows and 10 bytes of the 31st: both ranks skip the
   // 30 kept cells (only rank 0 reads the CSV) and the result is again the threaded run's.
@@ -72,7 +81,8 @@ TEST_CASE("memplan sweep under mpirun -np 2 writes the threaded run's CSV byte f
       "sweep " + small_grid() + " --threads 1 --resume -o '" + dir + "/mpi.csv'", mpirun);
   REQUIRE(resumed.exit_status == 0);
   // The first line; a periodic progress line may follow on a loaded machine (every 5 s).
-  CHECK(resumed.err.rfind("sweep: 2 MPI ranks share 58 cells\n", 0) == 0);  // 88 - 30
+  CHECK(resumed.err.rfind("sweep: 2 MPI ranks share " + std::to_string(cells() - 30) + " cells\n",
+                          0) == 0);
   CHECK(memplan::test::read_text(dir + "/mpi.csv") == threads);
 #endif
 }
@@ -98,9 +108,10 @@ TEST_CASE("memplan sweep --resume keeps the rows of a CSV cut short and runs onl
   const auto r = run_memplan("sweep " + small_grid() + " --threads 2 --progress --resume -o '" +
                              dir + "/resumed.csv'");
   REQUIRE(r.exit_status == 0);
-  CHECK(r.out == "wrote " + dir + "/resumed.csv (88 rows)\n");
-  CHECK(r.err.find("sweep: 68/68 cells") != std::string::npos);  // 88 - the 20 kept rows
-  CHECK(count_lines(r.err) == 68);
+  CHECK(r.out == "wrote " + dir + "/resumed.csv " + rows() + "\n");
+  const std::string left = std::to_string(cells() - 20);  // less the 20 kept rows
+  CHECK(r.err.find("sweep: " + left + "/" + left + " cells") != std::string::npos);
+  CHECK(count_lines(r.err) == cells() - 20);
   CHECK(memplan::test::read_text(dir + "/resumed.csv") == expected);
 
   // A CSV of another grid is refused, left as it was, exit 2 with one line naming it.

@@ -143,7 +143,7 @@ TEST_CASE("the GPU runs the shipped traces: simulator's peaks, in-core gradients
 TEST_CASE("the CUDA backend measures its link and records a trace", "[cuda][record]") {
   if (skip_without_device()) return;
   const mp::cuda_backend::CudaBackend backend;
-  const mp::runtime::LinkModel link = backend.measure_link();
+  const mp::sim::Link link = backend.measure_link();
   CHECK(link.h2d_bytes_per_s > 1e8);  // any PCIe or NVLink is faster than 100 MB/s
   CHECK(link.d2h_bytes_per_s > 1e8);
   CHECK(link.latency_ns >= 0);

@@ -53,7 +53,7 @@ TEST_CASE("zoo networks record and run on the GPU under basic plans", "[cuda][zo
   const mp::runtime::Recording rec = mp::runtime::record(backend, build(c.model, c.batch, c.input));
   const mp::sim::Workload& w = rec.workload;
   CHECK(w.provenance.backend == "cuda");
-  CHECK(w.device.h2d_bytes_per_s.value_or(0) > 0);
+  CHECK(w.device.link.h2d_bytes_per_s.value_or(0) > 0);
   for (const mp::sim::Op& op : w.ops) CHECK(op.duration_ns > 0);
 
   const mp::sim::Machine machine = mp::sim::make_machine(w.device);

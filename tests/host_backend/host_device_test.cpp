@@ -154,8 +154,8 @@ TEST_CASE("calibration gives the workload this host's op times and copy costs",
   CHECK(any_changed);
   CHECK(c.workload.tensors == w.tensors);
   CHECK(c.machine.memory_bytes == machine.memory_bytes);
-  CHECK(c.machine.h2d_bytes_per_s > 0);
-  CHECK(c.machine.copy_latency_ns > 0);
+  CHECK(c.machine.link.h2d_bytes_per_s > 0);
+  CHECK(c.machine.link.latency_ns > 0);
 
   // The plan's prediction with these costs is a finite time and the gradients still match.
   mp::runtime::ValidationOptions options;
@@ -269,6 +269,7 @@ class TamperingDevice final : public mp::runtime::Device {
   void free(mp::sim::BufferId b) override { device_.free(b); }
   void enqueue_kernel(std::int32_t i) override { device_.enqueue_kernel(i); }
   void enqueue_copy(mp::sim::StreamId s, std::int32_t i) override { device_.enqueue_copy(s, i); }
+  void enqueue_host_op(std::int32_t i) override { device_.enqueue_host_op(i); }
   void record(mp::sim::StreamId s, mp::sim::EventId e) override { device_.record(s, e); }
   void wait(mp::sim::StreamId s, mp::sim::EventId e) override { device_.wait(s, e); }
   void synchronize() override { device_.synchronize(); }
@@ -307,7 +308,7 @@ class TamperingBackend final : public mp::runtime::Backend {
                                                    std::uint64_t seed) const override {
     return std::make_unique<TamperingDevice>(capacity, seed, corrupt_, scale_, extra_peak_);
   }
-  mp::runtime::LinkModel measure_link() const override { return {1e9, 1e9, 1000}; }
+  mp::sim::Link measure_link() const override { return {1e9, 1e9, 1000}; }
 
  private:
   mp::sim::TensorId corrupt_;

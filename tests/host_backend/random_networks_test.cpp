@@ -317,7 +317,7 @@ TEST_CASE("random networks under random plans that fit run with in-core gradient
     INFO("plan " << describe(w, plan));
     const mp::runtime::Tolerance tolerance = mp::runtime::tolerance_for(plan);
     if (tolerance.bitwise) {
-      REQUIRE(first_difference(w, reference, device) == "");
+      REQUIRE(first_difference(w, reference, device).empty());
     } else {
       ++narrowed;
       const auto c = mp::runtime::compare_runs(w, reference, device, tolerance);

@@ -133,6 +133,64 @@ TEST_CASE("add and grad_accumulate write the element-wise sum of their inputs",
   CHECK(same(a, abc));
 }
 
+TEST_CASE("an average pool without a recorded window pools as its extents define (imported steps)",
+          "[host_backend][pool]") {
+  // The Kineto importer records avg_pool2d [N, C, 4, 4] -> [N, C, 1, 1] (torchvision's
+  // AdaptiveAvgPool2d) with no kernel, and its backward reading dy alone. PyTorch's adaptive
+  // average pooling to 1x1 is the mean of each plane; to 2x2 it is the mean of each 2x2 block
+  // (kernel = stride = 4 / 2). Backward spreads dy / (window size) over each window.
+  mp::sim::Workload w;
+  auto tensor = [&](const char* name, std::vector<std::int64_t> shape) {
+    mp::sim::Tensor t;
+    t.id = static_cast<TensorId>(w.tensors.size());
+    t.name = name;
+    t.shape = std::move(shape);
+    t.dtype = "float32";
+    std::int64_t n = 4;
+    for (std::int64_t e : t.shape) n *= e;
+    t.bytes = n;
+    w.tensors.push_back(t);
+    return t.id;
+  };
+  const TensorId x = tensor("x", {1, 1, 4, 4});
+  const TensorId y1 = tensor("y1", {1, 1, 1, 1});
+  const TensorId y2 = tensor("y2", {1, 1, 2, 2});
+  const TensorId dx = tensor("dx", {1, 1, 4, 4});
+  auto op = [&](mp::sim::Phase phase, std::vector<TensorId> in, TensorId out) {
+    mp::sim::Op o;
+    o.id = static_cast<mp::sim::OpId>(w.ops.size());
+    o.name = "avg_pool2d_" + std::to_string(o.id);
+    o.layer = mp::sim::LayerType::named("avg_pool2d");
+    o.phase = phase;
+    o.inputs = std::move(in);
+    o.outputs = {out};
+    w.ops.push_back(o);
+    return o.id;
+  };
+  const auto global = op(mp::sim::Phase::kForward, {x}, y1);
+  const auto blocks = op(mp::sim::Phase::kForward, {x}, y2);
+  const auto global_bwd = op(mp::sim::Phase::kBackward, {y1}, dx);  // reads dy only
+  const auto blocks_bwd = op(mp::sim::Phase::kBackward, {y2, x}, dx);
+  std::vector<float> xs(16);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i);  // row-major 0..15
+  std::vector<float> out1(1, -1.0f);
+  std::vector<float> out2(4, -1.0f);
+  mp::host_backend::OpExecutor executor(w);
+  executor.run(w.op(global), std::vector<void*>{xs.data(), out1.data()});
+  CHECK(out1[0] == 7.5f);  // (0 + ... + 15) / 16
+  executor.run(w.op(blocks), std::vector<void*>{xs.data(), out2.data()});
+  // Block (0,0) holds 0, 1, 4, 5: 2.5; (0,1) 2, 3, 6, 7: 4.5; (1,0) 8, 9, 12, 13: 10.5; (1,1) 12.5.
+  CHECK(out2 == std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f});
+  std::vector<float> dy1{16.0f};
+  std::vector<float> grad(16, -1.0f);
+  executor.run(w.op(global_bwd), std::vector<void*>{dy1.data(), grad.data()});
+  CHECK(grad == std::vector<float>(16, 1.0f));  // 16 / 16 to every element
+  std::vector<float> dy2{4.0f, 8.0f, 12.0f, 16.0f};
+  executor.run(w.op(blocks_bwd), std::vector<void*>{dy2.data(), xs.data(), grad.data()});
+  // Each 2x2 block gets its dy / 4: rows 0-1 are 1 1 2 2, rows 2-3 are 3 3 4 4.
+  CHECK(grad == std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
+}
+
 TEST_CASE("resnet18 on the host learns a fixed batch: the loss falls over SGD steps",
           "[host_backend][training]") {
   const mp::sim::Workload w = resnet18();

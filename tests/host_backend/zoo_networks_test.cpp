@@ -54,7 +54,7 @@ TEST_CASE("zoo networks record and run under basic plans with in-core gradients"
   const mp::sim::Workload& w = rec.workload;
   CHECK(w.provenance.source == "recorded");
   CHECK(w.provenance.backend == "host");
-  CHECK(w.device.h2d_bytes_per_s.value_or(0) > 0);
+  CHECK(w.device.link.h2d_bytes_per_s.value_or(0) > 0);
   CHECK(rec.iteration_ns > 0);
   for (const mp::sim::Op& op : w.ops) CHECK(op.duration_ns > 0);
 

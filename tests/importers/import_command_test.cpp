@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/core.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -33,7 +34,7 @@ TEST_CASE("memplan import kineto writes a valid trace from .json and .json.gz", 
   for (const std::string& file : {in, in + ".gz"}) {
     const std::string out = std::filesystem::path(in).parent_path() / "out.json";
     std::filesystem::remove(out);
-    const auto r = run_memplan("import kineto '" + file + "' -o '" + out + "'");
+    const auto r = run_memplan(fmt::format("import kineto '{}' -o '{}'", file, out));
     CAPTURE(r.err);
     REQUIRE(r.exit_status == 0);
     CHECK(r.out.find("imported ProfilerStep#1 (the first complete step)") != std::string::npos);
@@ -92,7 +93,8 @@ TEST_CASE("memplan import kineto --json prints one object; -o - writes the trace
   CAPTURE(r.err);
   REQUIRE(r.exit_status == 0);
   const auto j = nlohmann::json::parse(r.out);
-  CHECK(j.at("step") == 1);
+  CHECK(j.at("step") == "ProfilerStep#1");
+  CHECK(j.at("step_number") == 1);
   CHECK(j.at("tensors").get<std::size_t>() == memplan::sim::read_trace(out).tensors.size());
   CHECK(j.at("output") == out);
   const auto piped = run_memplan("import kineto '" + in + "' -o -");

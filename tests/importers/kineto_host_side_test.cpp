@@ -24,9 +24,7 @@
 #include "sim/trace_io.hpp"
 #include "tests/importers/synthetic_kineto.hpp"
 
-using memplan::importers::import_kineto;
 using memplan::importers::ImportOptions;
-using memplan::importers::ImportResult;
 using memplan::importers::parse_kineto_trace;
 using memplan::sim::InputError;
 using memplan::test::import_json;
@@ -36,7 +34,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string error_of(const json& doc, ImportOptions options = {}) {
+std::string error_of(const json& doc, const ImportOptions& options = {}) {
   try {
     (void)import_json(doc, options);
   } catch (const InputError& e) {
@@ -135,9 +133,9 @@ TEST_CASE("host side: CUDA's blocking copies synchronize, pinned async ones do n
   CHECK(r.report.d2h_bytes == 4);
   // The link: the 8 MiB pinned copy in 1000 us measures 8388608 B / 1 ms = 8.388608 GB/s; the
   // 4-byte copy is too small to measure device-to-host.
-  REQUIRE(w.device.h2d_bytes_per_s.has_value());
-  CHECK(*w.device.h2d_bytes_per_s == Approx(8.388608e9));
-  CHECK_FALSE(w.device.d2h_bytes_per_s.has_value());
+  REQUIRE(w.device.link.h2d_bytes_per_s.has_value());
+  CHECK(*w.device.link.h2d_bytes_per_s == Approx(8.388608e9));
+  CHECK_FALSE(w.device.link.d2h_bytes_per_s.has_value());
   CHECK(w.provenance.note.find("H2D 8.39 GB/s (1 pinned copies)") != std::string::npos);
 }
 
@@ -157,10 +155,10 @@ TEST_CASE("measured link: pinned copies first, pageable ones when there is no pi
       {CopyDirection::kDeviceToHost, true, 3 * mib, 500'000, 7},
   };
   const auto link = measure_link(copies);
-  CHECK(*link.h2d_bytes_per_s == Approx(6.0 * mib / 1e-3));
+  CHECK(*link.link.h2d_bytes_per_s == Approx(6.0 * mib / 1e-3));
   CHECK(link.h2d_copies == 2);
   CHECK_FALSE(link.h2d_pageable);
-  CHECK(*link.d2h_bytes_per_s == Approx(3.0 * mib / 0.5e-3));
+  CHECK(*link.link.d2h_bytes_per_s == Approx(3.0 * mib / 0.5e-3));
   CHECK(link.d2h_pageable);
 }
 

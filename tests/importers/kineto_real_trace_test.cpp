@@ -209,9 +209,9 @@ TEST_CASE("real trace: the host side accounts for the whole recorded step",
   CHECK(w.ops.front().host->dispatch_ns > 50'000'000);
   // The input batch is copied from pageable memory: it measures the link (the recorded copies run
   // at about 10 GB/s) and, by CUDA's rules, blocks the host.
-  REQUIRE(w.device.h2d_bytes_per_s.has_value());
-  CHECK(*w.device.h2d_bytes_per_s > 5e9);
-  CHECK(*w.device.h2d_bytes_per_s < 16e9);
+  REQUIRE(w.device.link.h2d_bytes_per_s.has_value());
+  CHECK(*w.device.link.h2d_bytes_per_s > 5e9);
+  CHECK(*w.device.link.h2d_bytes_per_s < 16e9);
   CHECK(r.report.blocking_calls > 0);
   CHECK(r.report.streams == 1);
   CHECK(w.launch_ns.has_value());

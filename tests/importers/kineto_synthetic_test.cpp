@@ -15,7 +15,6 @@
 
 using memplan::importers::import_kineto;
 using memplan::importers::ImportOptions;
-using memplan::importers::ImportResult;
 using memplan::importers::parse_kineto_trace;
 using memplan::sim::InputError;
 using memplan::sim::Phase;
@@ -34,7 +33,7 @@ std::vector<std::string> layers(const memplan::sim::Workload& w, Phase phase) {
   return out;
 }
 
-std::string import_error(const std::string& text, ImportOptions options = {}) {
+std::string import_error(const std::string& text, const ImportOptions& options = {}) {
   try {
     const auto trace = parse_kineto_trace(text, "bad.json");
     (void)import_kineto(trace, options, "bad.json");

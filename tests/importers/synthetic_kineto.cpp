@@ -92,12 +92,13 @@ json synthetic_kineto(const SyntheticOptions& o) {
   std::int64_t ext = 1;
   std::int64_t corr = 100;
   std::int64_t allocated = 500000;  // weights etc. before the trace
-  auto memory = [&](std::int64_t ts, int thread, std::int64_t bytes) {
+  // `addr`: the allocator's address (a free names the address of the allocation it frees).
+  auto memory = [&](std::int64_t ts, int thread, std::int64_t bytes, std::int64_t addr) {
     if (!o.memory) return;
     allocated += bytes;
     json args = {{"Device Type", o.gpu ? 1 : 0}, {"Device Id", o.gpu ? 0 : -1}, {"Bytes", bytes}};
     if (cur) {
-      args["Addr"] = 140000000 + ts;
+      args["Addr"] = addr;
       args["Total Allocated"] = allocated;
       args["Total Reserved"] = 2097152;
     }
@@ -144,10 +145,10 @@ json synthetic_kineto(const SyntheticOptions& o) {
         child_t += 3;
       }
       // A 256-byte scratch buffer allocated and freed inside every op, plus an output that lives
-      // on.
-      memory(start + 20, thread, 256);
-      memory(start + 21, thread, -256);
-      memory(start + 22, thread, op.backward ? -64 : 64);
+      // on (a backward op frees a 64-byte buffer allocated before the trace).
+      memory(start + 20, thread, 256, 140000000 + start);
+      memory(start + 21, thread, -256, 140000000 + start);
+      memory(start + 22, thread, op.backward ? -64 : 64, 150000000 + start);
       if (o.gpu) {
         for (int k = 0; k < op.kernels; ++k) {
           const std::int64_t launch = start + 25 + k * 4;

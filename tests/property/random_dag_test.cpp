@@ -143,6 +143,23 @@ Plan random_plan(const Workload& w, Rng& rng) {
     }
     validate_plan(plan, w, "random plan");
   }
+  // Host placement (Note [Host placement] in sim/plan.hpp) in a third of the plans, from a
+  // generator of its own so that the draws above and after stay what they were.
+  Rng place(workload_fingerprint(w));
+  if (uniform(place, 0, 2) == 0) {
+    for (TensorKind kind : {TensorKind::kParameter, TensorKind::kInput, TensorKind::kGradient}) {
+      for (TensorId t : host_placeable(w, kind)) {
+        if (uniform(place, 0, 1) == 0) plan.host_tensors.push_back(t);
+      }
+    }
+    std::sort(plan.host_tensors.begin(), plan.host_tensors.end());
+    if (uniform(place, 0, 1) == 0) {
+      set_host_placement(plan, w, TensorKind::kGradient, true);
+      plan.host_update = true;
+      plan.host_update = host_update_problem(plan, w).empty();
+    }
+    validate_plan(plan, w, "random plan");
+  }
   return plan;
 }
 
@@ -174,6 +191,74 @@ struct Version {
   Nanoseconds until_ns = std::numeric_limits<Nanoseconds>::max();
 };
 
+// The host side of the replay: copy-outs read a device buffer whose content is the slot's tensor
+// and stays put while copied; host runs and copy-ins read slots that hold their tensors.
+// `history(b)` is what check_contents tracked for device buffer b.
+template <class History>
+void check_host_slots(const Program& p, const Timeline& tl, const History& history) {
+  constexpr Nanoseconds kNever = std::numeric_limits<Nanoseconds>::max();
+  const auto& h2d = p.stream(StreamId::kH2D);
+  auto slot_content = [&](std::int32_t slot) {
+    return Content{p.host_slots[static_cast<std::size_t>(slot)].tensor, false};
+  };
+  // Copy-outs read a buffer whose content stays put for the whole copy; they fill host slots. A
+  // resident slot (a host-placed tensor's home) holds its tensor from the start; copy-outs (an
+  // update on the device written back) and host runs write it again.
+  std::vector<Version> slot(p.host_slots.size(), Version{Content{}, kNever, kNever});
+  std::vector<std::vector<std::pair<Nanoseconds, Nanoseconds>>> writes(p.host_slots.size());
+  for (std::size_t k = 0; k < p.host_slots.size(); ++k) {
+    if (p.host_slots[k].resident) slot[k] = {slot_content(static_cast<std::int32_t>(k)), 0, kNever};
+  }
+  for (const Span& s : tl.spans) {
+    if (s.stream != StreamId::kD2H) continue;
+    const Instruction& in = p.stream(StreamId::kD2H)[static_cast<std::size_t>(s.index)];
+    REQUIRE(in.kind == InstrKind::kCopyOut);
+    // The content current when the copy starts: the last one written by then.
+    const Version* current = nullptr;
+    for (const Version& v : history(in.buffer)) {
+      if (v.from_ns <= s.start_ns) current = &v;
+    }
+    REQUIRE(current != nullptr);
+    REQUIRE(current->content == slot_content(in.aux));
+    REQUIRE(current->until_ns >= s.end_ns);  // not overwritten or freed while copied
+    writes[static_cast<std::size_t>(in.aux)].emplace_back(s.start_ns, s.end_ns);
+    if (!p.host_slots[static_cast<std::size_t>(in.aux)].resident)
+      slot[static_cast<std::size_t>(in.aux)] = {slot_content(in.aux), s.end_ns, kNever};
+  }
+  // A host run reads slots that hold their tensors (a gradient's copy-out has ended) and writes
+  // the resident ones (parameters, updated in place).
+  for (const Span& s : tl.spans) {
+    if (s.stream != StreamId::kHost) continue;
+    const Instruction& in = p.stream(StreamId::kHost)[static_cast<std::size_t>(s.index)];
+    REQUIRE(in.kind == InstrKind::kHostRun);
+    for (std::int32_t k = 0; k < in.operand_count; ++k) {
+      const auto at =
+          static_cast<std::size_t>(p.operands[static_cast<std::size_t>(in.operands_begin + k)]);
+      REQUIRE(slot[at].content.tensor == p.host_slots[at].tensor);
+      REQUIRE(slot[at].from_ns <= s.start_ns);
+      for (const auto& [from, to] : writes[at]) REQUIRE(to <= s.start_ns);
+      if (p.host_slots[at].resident) writes[at].emplace_back(s.start_ns, s.end_ns);
+    }
+  }
+  // Copy-ins read a host slot that holds the buffer's tensor: filled by a finished copy-out, or
+  // resident and not written meanwhile; a write-back into a parameter's own buffer comes after
+  // every write of its slot (the update).
+  for (const Span& s : tl.spans) {
+    if (s.stream != StreamId::kH2D) continue;
+    const Instruction& in = h2d[static_cast<std::size_t>(s.index)];
+    const auto at = static_cast<std::size_t>(in.aux);
+    const Version& from = slot[at];
+    REQUIRE(from.content.tensor != kNoId);
+    REQUIRE(from.from_ns <= s.start_ns);
+    REQUIRE(from.content.tensor == p.buffers[static_cast<std::size_t>(in.buffer)].tensor);
+    const bool write_back = p.buffers[static_cast<std::size_t>(in.buffer)].initial;
+    if (write_back) REQUIRE(!writes[at].empty());
+    for (const auto& [w_from, w_to] : writes[at]) {
+      REQUIRE((s.start_ns >= w_to || (!write_back && s.end_ns <= w_from)));
+    }
+  }
+}
+
 // Replays the program against its timeline and tracks, per device buffer, which tensor it holds
 // and since when: a run or recompute writes its outputs, an encode its encoded buffer, a decode
 // the full map, a copy-in the prefetched map (at the copy's end); an allocation holds nothing
@@ -183,7 +268,6 @@ struct Version {
 // instructions, not taken from Buffer::tensor, so an in-place op that hands a buffer to its
 // output, or a lowering that allocates a buffer but never fills it, shows.
 void check_contents(const Workload& w, const Program& p, const Timeline& tl, std::size_t executed) {
-  constexpr Nanoseconds kNever = std::numeric_limits<Nanoseconds>::max();
   const auto& compute = p.stream(StreamId::kCompute);
   const auto& h2d = p.stream(StreamId::kH2D);
   enum class State : std::uint8_t { kUnallocated, kLive, kFreed };
@@ -204,12 +288,16 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
   }
   for (std::size_t i = 0; i < h2d.size(); ++i) {
     if (h2d[i].kind != InstrKind::kCopyIn) continue;
+    // A write-back of an updated parameter into its own buffer (checked below), not a prefetch.
+    if (p.buffers[static_cast<std::size_t>(h2d[i].buffer)].initial) continue;
     auto& b = buf[static_cast<std::size_t>(h2d[i].buffer)];
     REQUIRE(b.copy_in < 0);  // one prefetch per buffer
     b.copy_in = static_cast<std::int32_t>(i);
   }
   for (const Span& s : tl.spans) {
-    if (s.stream == StreamId::kH2D)
+    if (s.stream == StreamId::kH2D &&
+        buf[static_cast<std::size_t>(h2d[static_cast<std::size_t>(s.index)].buffer)].copy_in ==
+            s.index)
       buf[static_cast<std::size_t>(h2d[static_cast<std::size_t>(s.index)].buffer)].copy_span = &s;
   }
   auto slot_content = [&](std::int32_t slot) {
@@ -252,10 +340,10 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
         const Buffer& info = p.buffers[static_cast<std::size_t>(in.buffer)];
         REQUIRE(b.state == State::kUnallocated);
         b.state = State::kLive;
-        // Parameters and the input are resident, with their values, when the step starts.
-        const bool preexisting = info.role == BufferRole::kTensor && is_preexisting(info.kind);
+        // Parameters and the input are resident, with their values, when the step starts
+        // (unless placed on the host: their device copies are filled by copy-ins).
         b.history.push_back(
-            {preexisting ? Content{info.tensor, false} : Content{}, tl.memory[mem++].time_ns});
+            {info.initial ? Content{info.tensor, false} : Content{}, tl.memory[mem++].time_ns});
         break;
       }
       case InstrKind::kFree: {
@@ -320,32 +408,9 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
         break;
     }
   }
-  // Copy-outs read a buffer whose content stays put for the whole copy; they fill host slots.
-  std::vector<Version> slot(p.host_slots.size(), Version{Content{}, kNever, kNever});
-  for (const Span& s : tl.spans) {
-    if (s.stream != StreamId::kD2H) continue;
-    const Instruction& in = p.stream(StreamId::kD2H)[static_cast<std::size_t>(s.index)];
-    REQUIRE(in.kind == InstrKind::kCopyOut);
-    const auto& history = buf[static_cast<std::size_t>(in.buffer)].history;
-    // The content current when the copy starts: the last one written by then.
-    const Version* current = nullptr;
-    for (const Version& v : history) {
-      if (v.from_ns <= s.start_ns) current = &v;
-    }
-    REQUIRE(current != nullptr);
-    REQUIRE(current->content == slot_content(in.aux));
-    REQUIRE(current->until_ns >= s.end_ns);  // not overwritten or freed while copied
-    slot[static_cast<std::size_t>(in.aux)] = {slot_content(in.aux), s.end_ns, kNever};
-  }
-  // Copy-ins read a host slot that a finished copy-out filled with the buffer's tensor.
-  for (const Span& s : tl.spans) {
-    if (s.stream != StreamId::kH2D) continue;
-    const Instruction& in = h2d[static_cast<std::size_t>(s.index)];
-    const Version& from = slot[static_cast<std::size_t>(in.aux)];
-    REQUIRE(from.content.tensor != kNoId);
-    REQUIRE(from.from_ns <= s.start_ns);
-    REQUIRE(from.content.tensor == p.buffers[static_cast<std::size_t>(in.buffer)].tensor);
-  }
+  check_host_slots(p, tl, [&](BufferId b) -> const std::vector<Version>& {
+    return buf[static_cast<std::size_t>(b)].history;
+  });
 }
 
 // Checks every promise on one simulated run; returns the number of failed checks through Catch.
@@ -413,7 +478,7 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
   // Copies: a copy-out reads a buffer that was written and is not freed before the copy ends; a
   // copy-in lands before any compute instruction reads the buffer.
   for (const Span& s : tl.spans) {
-    if (s.stream == StreamId::kCompute) continue;
+    if (s.stream == StreamId::kCompute || s.stream == StreamId::kHost) continue;
     const Instruction& in = p.stream(s.stream)[static_cast<std::size_t>(s.index)];
     const auto& l = life[static_cast<std::size_t>(in.buffer)];
     REQUIRE(l.alloc_ns >= 0);
@@ -424,6 +489,9 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
       REQUIRE(s.end_ns <= l.free_ns);
     } else {
       REQUIRE(in.kind == InstrKind::kCopyIn);
+      // A prefetch lands before compute reads its buffer; a write-back into a parameter's own
+      // buffer starts after compute's last read of it.
+      const bool write_back = p.buffers[static_cast<std::size_t>(in.buffer)].initial;
       for (std::size_t i = 0; i < executed; ++i) {
         const Instruction& c = compute[i];
         bool reads = false;
@@ -433,11 +501,12 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
                 reads || p.operands[static_cast<std::size_t>(c.operands_begin + k)] == in.buffer;
           }
         }
-        if (reads) REQUIRE(start[i] >= s.end_ns);
+        if (reads && write_back) REQUIRE(end[i] <= s.start_ns);
+        if (reads && !write_back) REQUIRE(start[i] >= s.end_ns);
       }
       REQUIRE(s.end_ns <= l.free_ns);
     }
-    REQUIRE(s.end_ns - s.start_ns >= m.copy_latency_ns);
+    REQUIRE(s.end_ns - s.start_ns >= m.link.latency_ns);
   }
   // Same-direction copies never overlap.
   for (StreamId stream : {StreamId::kD2H, StreamId::kH2D}) {
@@ -463,9 +532,11 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
     for (const Span& s : tl.spans) {
       if (s.stream == StreamId::kCompute) compute_end = std::max(compute_end, s.end_ns);
     }
+    // (With the update on the host, compute may end waiting for a gradient's copy-out.)
+    for (const Stall& s : tl.stalls) compute_end = std::max(compute_end, s.end_ns);
     REQUIRE(compute_end == tl.op_compute_ns + tl.stall_ns());
     REQUIRE(tl.iteration_ns >= compute_end);
-    REQUIRE(w.ops.size() > 0);
+    REQUIRE(!w.ops.empty());
     REQUIRE(tl.memory.back().live_bytes >= 0);
   } else {
     REQUIRE(tl.oom);
@@ -482,6 +553,8 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   int infeasible = 0;
   int with_copies = 0;
   int lossless = 0;
+  int host_placed = 0;
+  int host_updates = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed));
@@ -491,15 +564,17 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
     Machine m;
     m.memory_bytes =
         uniform(rng, 0, 2) == 0 ? peak * 4 + 65536 : uniform(rng, peak / 3 + 512, peak * 2 + 4096);
-    m.h2d_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
-    m.d2h_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
-    m.copy_latency_ns = uniform(rng, 0, 2000);
+    m.link.h2d_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+    m.link.d2h_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+    m.link.latency_ns = uniform(rng, 0, 2000);
     m.memory_bandwidth_bytes_per_s = static_cast<double>(uniform(rng, 1, 1000)) * 1e9;
     const Program program = lower(w, plan);
     const Timeline first = engine.run(program, m);
     check_run(w, program, first, m);
     if (!first.feasible) ++infeasible;
     if (!program.stream(StreamId::kD2H).empty()) ++with_copies;
+    host_placed += plan.host_tensors.empty() ? 0 : 1;
+    host_updates += plan.host_update && first.feasible ? 1 : 0;
     for (const Decision& d : plan.decisions) {
       lossless += d.encoding == Encoding::kBinarize || d.encoding == Encoding::kSparse ? 1 : 0;
     }
@@ -563,5 +638,7 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   CHECK(infeasible > kCases / 20);
   CHECK(infeasible < kCases);
   CHECK(with_copies > kCases / 2);
-  CHECK(lossless > kCases / 100);  // binarize and sparse maps do occur
+  CHECK(lossless > kCases / 100);     // binarize and sparse maps do occur
+  CHECK(host_placed > kCases / 5);    // host placement in about a third of the plans
+  CHECK(host_updates > kCases / 50);  // and host updates that run to the end
 }

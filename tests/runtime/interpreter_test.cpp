@@ -50,6 +50,9 @@ class RecordingDevice final : public mp::runtime::Device {
   void enqueue_copy(mp::sim::StreamId s, std::int32_t index) override {
     handed.emplace_back(static_cast<int>(s), index);
   }
+  void enqueue_host_op(std::int32_t index) override {
+    handed.emplace_back(static_cast<int>(mp::sim::StreamId::kHost), index);
+  }
   void record(mp::sim::StreamId, mp::sim::EventId e) override {
     recorded_[static_cast<std::size_t>(e)] = 1;
   }

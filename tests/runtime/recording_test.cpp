@@ -45,9 +45,7 @@ class SearchingBackend final : public mp::runtime::Backend {
       mp::sim::Bytes capacity_bytes, std::uint64_t seed) const override {
     return host_.make_device(capacity_bytes, seed);
   }
-  [[nodiscard]] mp::runtime::LinkModel measure_link() const override {
-    return host_.measure_link();
-  }
+  [[nodiscard]] mp::sim::Link measure_link() const override { return host_.measure_link(); }
   [[nodiscard]] std::map<mp::sim::OpId, mp::runtime::FoundAlgorithms> find_algorithms(
       const mp::sim::Workload&) const override {
     return found_;

@@ -86,7 +86,7 @@ TEST_CASE("a swap that is not hidden stalls compute twice", "[scenario]") {
 TEST_CASE("a copy's cost is latency plus bytes over the bandwidth of its direction", "[scenario]") {
   const Workload w = chain3(1000);
   Machine m = test_machine(kPlenty, 1e9, 250);
-  m.h2d_bytes_per_s = 0.5e9;  // 2 ns per byte
+  m.link.h2d_bytes_per_s = 0.5e9;  // 2 ns per byte
   const auto s = memplan::test::simulate(w, plan_with(w, {{"f1_out", Action::kSwap}}), m);
   CHECK(span_of(s, w, StreamId::kD2H, "copy-out f1_out") == Interval{1000, 2250});
   CHECK(span_of(s, w, StreamId::kH2D, "copy-in f1_out") == Interval{7000, 9250});

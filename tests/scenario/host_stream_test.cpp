@@ -181,6 +181,42 @@ TEST_CASE("a synchronizing op makes the host wait for the copies in flight", "[s
   CHECK(sync->end_ns == 11000);
 }
 
+TEST_CASE("back to back, a CPU-bound step's period is the host's", "[scenario]") {
+  // Note [Step period]. The CPU-bound step of the first test: alone, the host leaves at 24000 and
+  // g1 ends at 25000. The next step's host starts at 24000 with the compute stream busy 1000 ns
+  // more; its f1 is launched 4000 ns later, long after that backlog drained, so the step repeats
+  // exactly (host end 24000, compute end 25000: the same backlog) and the period is 24000, not the
+  // 25000 of the step alone. The swap plan repeats the same way: its host leaves at 24000 too.
+  const Workload w = step(3000, 4000, std::nullopt);
+  const Machine m = test_machine(kPlenty);
+  const auto incore = memplan::test::simulate(w, in_core_plan(w), m);
+  CHECK(incore.timeline.iteration_ns == 25000);
+  CHECK(incore.timeline.host_end_ns == 24000);
+  CHECK(incore.timeline.period_ns == 24000);
+  const auto swap = memplan::test::simulate(w, plan_with(w, {{"f1_out", Action::kSwap}}), m);
+  CHECK(swap.timeline.period_ns == 24000);
+
+  // With f2 synchronizing (the test above), the host waits for f2 each step, so the backlog the
+  // previous step left (g1 ends 1000 ns after the host leaves at 25000) is gone by then: f1 runs
+  // 4000 ns after the step's start as before. Period 25000 = 26000 alone less g1's 1000 ns.
+  const Workload synced = step(6000, 4000, std::nullopt, "f2");
+  const auto synced_incore = memplan::test::simulate(synced, in_core_plan(synced), m);
+  CHECK(synced_incore.timeline.iteration_ns == 26000);
+  CHECK(synced_incore.timeline.period_ns == 25000);
+}
+
+TEST_CASE("back to back, a GPU-bound step's period is the GPU's", "[scenario]") {
+  // The GPU-bound step (100 ns of host per op): alone, the host leaves at 600 and g1 ends at 6100.
+  // Each next step starts 600 ns after the previous one on the host but queues behind its six
+  // 1000 ns ops: the backlog grows by 5400 ns a step, and the device ends 6000 ns later each step.
+  // The period is the GPU's busy time, 6000 (the step alone: 6100, its first launch included).
+  const Workload w = step(3000, 100, std::nullopt);
+  const auto s = memplan::test::simulate(w, in_core_plan(w), test_machine(kPlenty));
+  CHECK(s.timeline.iteration_ns == 6100);
+  CHECK(s.timeline.host_end_ns == 600);
+  CHECK(s.timeline.period_ns == 6000);
+}
+
 TEST_CASE("without a host side the step is the device's alone", "[scenario]") {
   // One op, 1000 ns, no host side recorded: it runs [0,1000] and the host is not modelled.
   WorkloadBuilder b;
@@ -189,6 +225,7 @@ TEST_CASE("without a host side the step is the device's alone", "[scenario]") {
   const Workload w = b.build();
   const auto s = memplan::test::simulate(w, in_core_plan(w), test_machine(kPlenty));
   CHECK(s.timeline.iteration_ns == 1000);
+  CHECK(s.timeline.period_ns == 1000);  // nothing overlaps the next step without a host
   CHECK(s.timeline.host_busy_ns == 0);
   CHECK(s.timeline.host_spans.empty());
   CHECK_FALSE(s.program.host.active());

@@ -106,3 +106,17 @@ TEST_CASE("capuchin recomputes where no swap can hide, highest saving per second
   REQUIRE(e2.feasible);
   CHECK(e2.iteration_ns == 11000);
 }
+
+TEST_CASE("capuchin's swaps share the link: copy-outs past the forward pass do not hide",
+          "[search][capuchin]") {
+  const Workload w = capuchin_fan();
+  const NetworkView view(w);
+  // 0.5 byte/ns: a 1024-byte map takes 2048 ns each way, a round trip 4096 ns. Alone, c (free
+  // time 6400) and a (5700) would each hide it. Taken by free time, c's copy-out fills 2048 ns of
+  // the 2700 ns forward pass (f1..f4); a's would end at 4096 > 2700, so a is a recompute
+  // candidate, ranked with b (1900 < 4096) by bytes per ns of its producer: b 1024/800, then a
+  // 1024/1000.
+  const auto shared = capuchin_candidates(view, test_machine(4096, 5e8));
+  CHECK(ranked(w, shared) ==
+        std::vector<std::string>{"f3_out:swap", "f2_out:recompute", "f1_out:recompute"});
+}

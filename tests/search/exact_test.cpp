@@ -103,18 +103,19 @@ Nanoseconds brute_force_optimum(const Workload& w, const Machine& m,
 
 TEST_CASE("exact mode: a case solved by hand", "[search][exact]") {
   // x -> f0 -> A -> f1 -> B -> f2 -> C; backward g2 reads C, g1 reads B, g0 reads A; gradients
-  // of 2048 bytes. The device has 3S + 512 bytes: at f2, x's 512 bytes are free in front of A, B
-  // and C; at g2 the gradient finds no room unless A or B has left between its forward and
-  // backward uses (C has no such gap). Recomputing B re-runs f1 (1000 ns), recomputing A re-runs
-  // f0 (3000 ns), and a swap over a 0.1 B/ns link takes 512 us, far beyond the few us of ops it
-  // could hide behind. So the optimum is "recompute B", at the 9000 ns of ops + 1000 ns.
-  constexpr Bytes S = 100 * 512;
-  constexpr Bytes kCapacity = 3 * S + 512;
+  // of 2048 bytes. The maps A, B, C have S = kMapBytes each and the device 3S + 512 bytes: at f2,
+  // x's 512 bytes are free in front of A, B and C; at g2 the gradient finds no room unless A or B
+  // has left between its forward and backward uses (C has no such gap). Recomputing B re-runs f1
+  // (1000 ns), recomputing A re-runs f0 (3000 ns), and a swap over a 0.1 B/ns link takes 512 us,
+  // far beyond the few us of ops it could hide behind. So the optimum is "recompute B", at the 9000
+  // ns of ops + 1000 ns.
+  constexpr Bytes kMapBytes = 100 * 512;
+  constexpr Bytes kCapacity = 3 * kMapBytes + 512;
   WorkloadBuilder b(kCapacity);
   const TensorId x = b.input("x", 512);
-  const TensorId a = b.forward("f0", {x}, S, 3000);
-  const TensorId bb = b.forward("f1", {a}, S, 1000);
-  const TensorId c = b.forward("f2", {bb}, S, 2000);
+  const TensorId a = b.forward("f0", {x}, kMapBytes, 3000);
+  const TensorId bb = b.forward("f1", {a}, kMapBytes, 1000);
+  const TensorId c = b.forward("f2", {bb}, kMapBytes, 2000);
   const TensorId gc = b.backward("g2", {c}, 2048, 1000);
   const TensorId gb = b.backward("g1", {gc, bb}, 2048, 1000);
   b.backward("g0", {gb, a}, 2048, 1000);

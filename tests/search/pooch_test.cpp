@@ -111,6 +111,51 @@ TEST_CASE("PoocH's profile: a swap-out that compute does not hide, its swap-in h
   CHECK(evaluator.evaluate(d.plan).iteration_ns == 11000);  // compute only
 }
 
+TEST_CASE("PoocH's swap-in scheduling starts a swap-in as soon as memory has room for it",
+          "[search][pooch]") {
+  // chain(5000, 100, 2000) with only a (f1_out) swapped. Rounded to 512 bytes: x, b, gradients
+  // 512, a 5120, c 2048. The live bytes per op with a fetched at its default point (before g2,
+  // one op ahead of g1): f3 b + c = 2560; g3 b + c + g3's gradient = 3072; g2 a + b + two
+  // gradients = 6656 (c is freed after g3).
+  const Workload w = chain(5000, 100, 2000);
+  const NetworkView view(w);
+  Plan plan = keep_all(view, "pooch");
+  plan.decisions[0].action = Action::kSwap;
+  // Memory to spare: a's swap-in moves to right after its last forward use (f2), before f3 (op
+  // 2). f1 [0,1000]; copy-out a [1000,6000]; f2 [1000,3000], then compute waits for the copy-out
+  // until 6000 and frees a; a's buffer is allocated again before f3 and its copy-in runs
+  // [6000,11000] beside f3 [6000,9000], g3 [9000,10000], g2 [10000,12000]; g1 [12000,13500].
+  // At the default point the copy-in would run [10000,15000] and g1 end at 16500.
+  {
+    Evaluator evaluator(w, test_machine(Bytes{1} << 30));
+    CHECK(evaluator.evaluate(plan).iteration_ns == 16500);
+    Plan scheduled = plan;
+    pooch_schedule_swap_ins(evaluator, view, scheduled);
+    CHECK(scheduled.decisions[0].prefetch_before == OpId{2});  // f3
+    CHECK(evaluator.evaluate(scheduled).iteration_ns == 13500);
+  }
+  // 8192 bytes: room at g3 (3072 + 5120) and at f3 (2560 + 5120), so f3 again.
+  {
+    Evaluator evaluator(w, test_machine(8192));
+    Plan scheduled = plan;
+    pooch_schedule_swap_ins(evaluator, view, scheduled);
+    CHECK(scheduled.decisions[0].prefetch_before == OpId{2});  // f3
+  }
+  // chain(2000, 100, 4000) on 5120 bytes: a takes 2048, c 4096. At g3 b + c + g3's gradient fill
+  // the device (5120), so a has no room there; at its default point (before g2) it takes c's
+  // freed block. Its swap-in stays at the default point (no prefetch_before).
+  {
+    const Workload small = chain(2000, 100, 4000);
+    const NetworkView small_view(small);
+    Plan small_plan = keep_all(small_view, "pooch");
+    small_plan.decisions[0].action = Action::kSwap;
+    Evaluator evaluator(small, test_machine(5120));
+    REQUIRE(evaluator.evaluate(small_plan).feasible);
+    pooch_schedule_swap_ins(evaluator, small_view, small_plan);
+    CHECK(small_plan.decisions[0].prefetch_before == kNoId);
+  }
+}
+
 TEST_CASE("PoocH's r(X) loop turns swaps into recomputes where no keep/swap classification fits",
           "[search][pooch]") {
   // a = 5000, b = 100, c = 2000 bytes; default durations (f 1000/2000/3000, g 1000/2000/1500);
@@ -167,7 +212,8 @@ Workload three_maps() {
 }
 
 // The keep/swap tree as the paper states it, with no shortcut: every leaf over L_I, each scanned
-// over L_O \ L_I one map at a time; the fastest feasible classification.
+// over L_O \ L_I one map at a time and timed with PoocH's swap-in scheduling; the fastest
+// feasible classification.
 Plan full_tree(Evaluator& evaluator, const NetworkView& view, const PoochProfile& profile) {
   const std::size_t n = view.feature_maps().size();
   Plan all_swap = keep_all(view, "pooch");
@@ -186,6 +232,7 @@ Plan full_tree(Evaluator& evaluator, const NetworkView& view, const PoochProfile
       d.action = Action::kKeep;
       if (!evaluator.evaluate(candidate).feasible) d.action = Action::kSwap;
     }
+    pooch_schedule_swap_ins(evaluator, view, candidate);  // the runtime's swap-in scheduling
     const Evaluation e = evaluator.evaluate(candidate);
     if (e.feasible && e.iteration_ns < best_ns) {
       best_ns = e.iteration_ns;

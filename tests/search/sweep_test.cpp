@@ -56,7 +56,7 @@ TEST_CASE("sweep rows come in grid order and match compare and search cell by ce
           CHECK(row.trace == trace.name);
           CHECK(row.link == link.label);
           CHECK(row.memory_bytes == machine.memory_bytes);
-          CHECK(row.h2d_bytes_per_s == machine.h2d_bytes_per_s);
+          CHECK(row.h2d_bytes_per_s == machine.link.h2d_bytes_per_s);
           CHECK(row.policy == expected.policy);
           CHECK(row.ideal_ns == comparison.ideal_ns);
           CHECK(row.feasible == expected.timeline.feasible);

@@ -12,6 +12,13 @@ std::string plan_text(const sim::Workload& w, const std::string& maps_json) {
                      sim::workload_fingerprint(w), w.ops.size(), w.tensors.size(), maps_json);
 }
 
+// A plan with no map decided and `extra` fields (host placement) after "maps".
+std::string placement_text(const sim::Workload& w, const std::string& extra) {
+  std::string text = plan_text(w, "[]");
+  text.insert(text.size() - 1, "," + extra);
+  return text;
+}
+
 std::vector<BadPlan> bad_plans(const sim::Workload& w) {
   std::vector<BadPlan> cases = {
       {"not json", "{\"format\": ", "not valid JSON"},
@@ -58,6 +65,19 @@ std::vector<BadPlan> bad_plans(const sim::Workload& w) {
       {"unknown field", plan_text(w, R"([{"tensor":"relu1_out","action":"swap","when":3}])"),
        "unknown field 'when'"},
       {"missing action", plan_text(w, R"([{"tensor":"relu1_out"}])"), "missing field 'action'"},
+      {"a feature map placed on the host",
+       placement_text(w, R"("tensors":[{"tensor":"relu1_out","placement":"host"}])"),
+       "tensor 'relu1_out' cannot be placed on the host: a tensor of kind activation"},
+      {"a gradient no update reads placed on the host",
+       placement_text(w, R"("tensors":[{"tensor":"d_logits","placement":"host"}])"),
+       "only a gradient written by a backward op and read by an update op goes to the host"},
+      {"unknown placement",
+       placement_text(w, R"("tensors":[{"tensor":"w_fc","placement":"disk"}])"),
+       "unknown placement 'disk' (host, device)"},
+      {"host update with momenta on the device", placement_text(w, R"("update":"host")"),
+       "update op 'sgd' runs on the host but reads 'g_conv1' (gradient) on the device"},
+      {"unknown update placement", placement_text(w, R"("update":"cpu")"),
+       "unknown update placement 'cpu' (host, device)"},
   };
   return cases;
 }

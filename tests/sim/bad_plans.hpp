@@ -17,6 +17,7 @@ struct BadPlan {
 /// A plan file for `workload` whose maps array is `maps_json`.
 std::string plan_text(const sim::Workload& workload, const std::string& maps_json);
 
-std::vector<BadPlan> bad_plans(const sim::Workload& resnet_tiny);
+/// The bad plans for `w`, the resnet_tiny trace.
+std::vector<BadPlan> bad_plans(const sim::Workload& w);
 
 }  // namespace memplan::test

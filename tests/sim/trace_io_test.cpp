@@ -42,7 +42,7 @@ TEST_CASE("optional fields survive the round trip", "[sim][trace_io]") {
   CHECK(conv2.algorithms[0].name == "memory_optimal");
   CHECK(conv2.algorithms[0].duration_ns == 7000);
   CHECK(w.tensor(11).in_place_of == 10);
-  CHECK(w.device.copy_latency_ns == 10000);
+  CHECK(w.device.link.latency_ns == 10000);
   CHECK(w.op(16).differentiates == 2);
   CHECK(conv2.attributes.at("stride") == std::vector<double>{1, 1});
   CHECK(conv2.attributes.at("groups") == std::vector<double>{1});

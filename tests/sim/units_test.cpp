@@ -102,13 +102,14 @@ TEST_CASE("times saturate at kMaxNanoseconds instead of overflowing", "[sim][uni
 
 TEST_CASE("a copy at a crawling link or a huge latency saturates, never wraps", "[sim][units]") {
   Machine m;
-  m.h2d_bytes_per_s = 1e-6;  // below what a flag takes; a Machine built in code can still hold it
-  m.d2h_bytes_per_s = 1.0;
-  m.copy_latency_ns = kMaxNanoseconds;
+  m.link.h2d_bytes_per_s =
+      1e-6;  // below what a flag takes; a Machine built in code can still hold it
+  m.link.d2h_bytes_per_s = 1.0;
+  m.link.latency_ns = kMaxNanoseconds;
   CHECK(m.h2d_copy_ns(1024) == kMaxNanoseconds);
   CHECK(m.d2h_copy_ns(Bytes{1} << 50) == kMaxNanoseconds);
-  m.copy_latency_ns = 10'000;
-  m.d2h_bytes_per_s = 1e9;
+  m.link.latency_ns = 10'000;
+  m.link.d2h_bytes_per_s = 1e9;
   CHECK(m.d2h_copy_ns(1'000) == 10'000 + 1'000);  // 1 kB at 1 GB/s is 1 us, plus the latency
 }
 
@@ -119,8 +120,8 @@ TEST_CASE("the engine runs a swap-all plan at a crawling link to a saturated tim
   for (const double bandwidth : {1e-6, 1e-9, 1.0}) {
     CAPTURE(bandwidth);
     Machine m = make_machine(w.device);
-    m.h2d_bytes_per_s = bandwidth;
-    m.d2h_bytes_per_s = bandwidth;
+    m.link.h2d_bytes_per_s = bandwidth;
+    m.link.d2h_bytes_per_s = bandwidth;
     Engine engine;
     const Timeline& t = engine.run(program, m);
     // Before saturation, 1e-6 B/s tripped the engine's deadlock check (a copy's duration wrapped
@@ -133,7 +134,7 @@ TEST_CASE("the engine runs a swap-all plan at a crawling link to a saturated tim
     if (bandwidth < 1) CHECK(t.iteration_ns == kMaxNanoseconds);
   }
   Machine slow_latency = make_machine(w.device);
-  slow_latency.copy_latency_ns = kMaxNanoseconds;  // ... and so is a latency of 146 years
+  slow_latency.link.latency_ns = kMaxNanoseconds;  // ... and so is a latency of 146 years
   Engine engine;
   CHECK(engine.run(program, slow_latency).iteration_ns == kMaxNanoseconds);
 }

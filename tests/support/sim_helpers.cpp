@@ -31,9 +31,9 @@ Plan plan_with(const Workload& w, const std::vector<MapChoice>& choices) {
 Machine test_machine(Bytes memory_bytes, double bytes_per_s, Nanoseconds latency_ns) {
   Machine m;
   m.memory_bytes = memory_bytes;
-  m.h2d_bytes_per_s = bytes_per_s;
-  m.d2h_bytes_per_s = bytes_per_s;
-  m.copy_latency_ns = latency_ns;
+  m.link.h2d_bytes_per_s = bytes_per_s;
+  m.link.d2h_bytes_per_s = bytes_per_s;
+  m.link.latency_ns = latency_ns;
   return m;
 }
 

@@ -108,23 +108,23 @@ TEST_CASE("device presets carry capacity, peak rates and their link", "[zoo][dev
     CHECK(zoo::link_preset(d).name == link);
     const sim::DeviceInfo info = zoo::device_info(d);
     CHECK(static_cast<double>(info.memory_bytes) == gib * (1 << 30));
-    CHECK(info.h2d_bytes_per_s == preset->bytes_per_s);
-    CHECK(info.d2h_bytes_per_s == preset->bytes_per_s);
-    CHECK(info.copy_latency_ns == preset->latency_ns);
+    CHECK(info.link.h2d_bytes_per_s == preset->link.h2d_bytes_per_s);
+    CHECK(info.link.d2h_bytes_per_s == preset->link.d2h_bytes_per_s);
+    CHECK(info.link.latency_ns == preset->link.latency_ns);
     CHECK(info.peak_flops_per_s.value() > 1e12);
     CHECK(info.memory_bandwidth_bytes_per_s.value() > 1e11);
     // A machine made from the modeled trace equals one made with `--link` of the same name.
     const sim::Machine from_trace = sim::make_machine(info);
     sim::MachineOverrides what_if;
-    what_if.link = link;
+    what_if.link_name = link;
     const sim::Machine from_flag = sim::make_machine(info, what_if);
-    CHECK(from_trace.h2d_bytes_per_s == from_flag.h2d_bytes_per_s);
-    CHECK(from_trace.d2h_bytes_per_s == from_flag.d2h_bytes_per_s);
-    CHECK(from_trace.copy_latency_ns == from_flag.copy_latency_ns);
+    CHECK(from_trace.link.h2d_bytes_per_s == from_flag.link.h2d_bytes_per_s);
+    CHECK(from_trace.link.d2h_bytes_per_s == from_flag.link.d2h_bytes_per_s);
+    CHECK(from_trace.link.latency_ns == from_flag.link.latency_ns);
   }
   // The numbers themselves, once: ARCHITECTURE.md's bandwidths (tests/sim/machine_test.cpp pins
   // the presets), so an A100 trace copies at 32 GB/s with 8 us per copy.
   const sim::DeviceInfo a100 = zoo::device_info(*zoo::find_device("a100-40gb"));
-  CHECK(a100.h2d_bytes_per_s == 32e9);
-  CHECK(a100.copy_latency_ns == 8'000);
+  CHECK(a100.link.h2d_bytes_per_s == 32e9);
+  CHECK(a100.link.latency_ns == 8'000);
 }

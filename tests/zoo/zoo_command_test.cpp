@@ -21,7 +21,7 @@ TEST_CASE("memplan zoo writes a modeled trace that reads back", "[cli][zoo]") {
   CHECK(w.provenance.source == "modeled");
   CHECK(w.provenance.device == "a100-40gb");
   CHECK(w.provenance.cost_model == "roofline-v1");
-  CHECK(w.device.h2d_bytes_per_s == 32e9);
+  CHECK(w.device.link.h2d_bytes_per_s == 32e9);
   CHECK(w.tensors.front().shape == std::vector<std::int64_t>{4, 3, 224, 224});
   const auto info = run_memplan(fmt::format("info '{}'", path.string()));
   CHECK(info.exit_status == 0);

@@ -5,27 +5,37 @@ workload fingerprint) and that `model` is the captured model (parameter names an
 returns a `PlannedModel` whose `step(batch, loss_fn, optimizer)` runs one training step with the
 plan's decisions carried out on every feature map autograd saves:
 - keep: the saved tensor is held as autograd would hold it;
-- swap: the pack hook copies the map's whole storage to host memory (pinned, for a CUDA tensor)
-  and holds no reference to the device tensor; the unpack copies it back and returns it in the
-  saved tensor's own geometry (sizes, strides, offset), so backward computes bit for bit what it
-  computes on the original. On the CPU "host" and "device" are the same memory: the copy is
-  accounted as host bytes. The copies are synchronous, at pack and at unpack: this version does
-  not yet copy on a side stream nor prefetch at the plan's `prefetch_before` op (its stats say so).
-- recompute: the pack hook keeps only a reference to a recipe: the producing aten op and its
-  arguments as trace tensor ids, recorded during the step; the unpack re-runs it, recursively for
-  inputs that are neither held nor swapped (an in-place ReLU's overwritten input, another
-  recomputed map), under the RNG state (CPU, and CUDA for CUDA tensors) the op first ran with, on
-  clones of the arguments it writes and of parameters and buffers (so a batch-norm's running
-  statistics are not updated twice).
-- encode: refused (one line): this version does not carry out encodings.
+- swap: the pack hook copies the map's whole storage to host memory (on a GPU: pinned memory, on a
+  side stream) and holds no reference to the device tensor. The copy back is issued at the plan's
+  prefetch point (`prefetch_before`, else the simulator's default: the op before the map's first
+  backward reader when that comes after its last forward one): before that op runs, or before an
+  autograd node unpacks what it saved if that comes first, so that it follows the previous op's
+  copy-outs and precedes the recomputations for that op, as in sim/lowering.cpp. The unpack
+  returns the copy in the saved tensor's own geometry (sizes, strides, offset), waiting for it on
+  a GPU, so backward computes bit for bit what it computes on the original; on the CPU "host" and
+  "device" are the same memory and the copies are synchronous.
+- recompute: the pack hook keeps only the map's id; the unpack re-runs the producing aten op from
+  its arguments recorded as trace tensor ids, recursively for inputs that are neither held nor
+  brought back, under the RNG state (CPU, and CUDA for CUDA tensors) the op first ran with, on
+  clones of parameters and buffers and of arguments it writes that are held for another use (a
+  regenerated input written over in place becomes the output, as the lowering's buffer does).
+- every copy brought back or regenerated is held until the op after which the captured trace no
+  longer reads it (the simulator's drop point); a regenerated intermediate nothing reads again in
+  the trace stays for later recomputations, as the lowering keeps it.
+- encode:fp16: the map is held until its last forward reader has run, then narrowed to a float16
+  copy on the device (the float32 buffer let go); the first unpack widens it back, held to the
+  drop point. Other encodings are refused (one line).
 A step whose ops differ from the captured trace's (another model, another input shape) stops at
 the first differing op with one line (PlanError).
 
 How the plan's tensor ids meet live tensors: the step runs under the same recorder as `capture`
 (memplan.torch.recorder), which gives every tensor the id the captured trace gave it.
 
-Stats: the hooks track the bytes they hold: device bytes (kept maps, recomputed maps) from the
-first pack of a map's storage to its last unpack, host bytes (swap copies) likewise.
+Stats: `peak_saved_bytes`, the saved-bytes peak of the step as it ran (memplan.torch.saved_bytes:
+apply logs every op, recomputation and copy brought back); `peak_host_bytes`, the most bytes of swap copies
+on the host, each counted from its copy-out to its copy-in as the simulator counts a host slot
+(the copy itself is let go at the map's drop point). A plan's `per_use` is not carried out: a
+recomputed map is held from its regeneration to its drop point.
 """
 
 import time
@@ -34,6 +44,7 @@ import torch
 
 from memplan.torch.capture import run_step
 from memplan.torch.recorder import StepRecorder, flat_tensors, storage_key, written_arguments
+from memplan.torch.saved_bytes import StepLog, peak
 
 _KINDS = ["activation", "parameter", "gradient", "optimizer_state", "workspace", "input"]
 _PHASES = ["forward", "backward", "update"]
@@ -91,13 +102,18 @@ def trace_fingerprint(trace):
 
 
 def plan_decisions(plan, trace):
-    """{tensor id: action} of a plan (a dict in plan format v1) made on `trace`."""
+    """{tensor id: plan entry} of a plan (a dict in plan format v1) made on `trace`."""
     if plan.get("format") != "memplan-plan" or plan.get("version") != 1:
         raise PlanError("not a memplan plan of format version 1")
     fingerprint = plan.get("workload", {}).get("fingerprint")
     if fingerprint != trace_fingerprint(trace):
         raise PlanError(f"the plan was made for another workload (fingerprint {fingerprint}, the "
                         f"captured trace has {trace_fingerprint(trace)})")
+    placed = [e["tensor"] for e in plan.get("tensors", []) if e.get("placement") == "host"]
+    if placed or plan.get("update") == "host":
+        what = f"places '{placed[0]}' on the host" if placed else "runs the update on the host"
+        raise PlanError(f"the plan {what}: memplan.torch.apply carries out plans of feature maps "
+                        "only (make it with `memplan search --maps-only`)")
     by_name = {}
     for t in trace["tensors"]:
         by_name.setdefault(t["name"], []).append(t["id"])
@@ -108,10 +124,61 @@ def plan_decisions(plan, trace):
         if tid is None:
             raise PlanError(f"the plan names tensor '{ref}', which the captured trace lacks")
         action = entry["action"]
-        if action.startswith("encode"):
-            raise PlanError(f"tensor '{ref}': {action} is not carried out by memplan.torch.apply")
-        decisions[tid] = action
+        if action.startswith("encode") and action != "encode:fp16":
+            raise PlanError(f"tensor '{ref}': {action} is not carried out by memplan.torch.apply "
+                            "(of the encodings, encode:fp16 is)")
+        if action == "encode:fp16" and trace["tensors"][tid].get("dtype", "float32") != "float32":
+            raise PlanError(f"tensor '{ref}': encode:fp16 narrows float32 maps only")
+        decisions[tid] = entry
     return decisions
+
+
+class Schedule:
+    """A plan's decisions on the captured trace, as the step carries them out: `actions` (tensor
+    id -> keep | swap | recompute), `prefetch_before` (op id -> swapped maps brought back before
+    it: the plan's `prefetch_before`, else the simulator's default, the op before the map's first
+    backward reader when that comes after its last forward one) and `drop_after` (op id -> tensors
+    the trace reads last there: a copy brought back or regenerated is let go after it)."""
+
+    def __init__(self, trace, decisions):
+        ops = trace["ops"]
+        op_ids = {}
+        for op in ops:
+            op_ids.setdefault(op["name"], []).append(op["id"])
+        forward, backward, last = {}, {}, {}
+        for op in ops:
+            for t in op["inputs"]:
+                if op["phase"] in ("forward", "backward"):
+                    uses = forward if op["phase"] == "forward" else backward
+                    uses.setdefault(t, []).append(op["id"])
+                last[t] = op["id"]
+        self.actions = {tid: entry["action"] for tid, entry in decisions.items()}
+        self.prefetch_before = {}
+        for tid, entry in decisions.items():
+            if entry["action"] != "swap" or tid not in backward:
+                continue
+            when = entry.get("prefetch_before")
+            if isinstance(when, str):
+                when = op_ids.get(when, [None])[0]
+                if when is None:
+                    raise PlanError(f"tensor {tid}: prefetch_before names op "
+                                    f"'{entry['prefetch_before']}', which the trace lacks")
+            if when is None:
+                producer = trace["tensors"][tid]["producer"]
+                dropped = max([producer] + forward.get(tid, []))
+                first_backward = min(backward[tid])
+                when = first_backward - 1 if first_backward - 1 > dropped else first_backward
+            self.prefetch_before.setdefault(when, []).append(tid)
+        self.encode_after = {}  # op id -> maps narrowed after it (their last forward reader)
+        self.encode_at = {}  # map -> that op id
+        for tid, entry in decisions.items():
+            if entry["action"] == "encode:fp16":
+                producer = trace["tensors"][tid]["producer"]
+                self.encode_at[tid] = max([producer] + forward.get(tid, []))
+                self.encode_after.setdefault(self.encode_at[tid], []).append(tid)
+        self.drop_after = {}
+        for t, op in last.items():
+            self.drop_after.setdefault(op, []).append(t)
 
 
 def check_model(model, trace):
@@ -171,6 +238,46 @@ def _written_refs(func, args, kwargs):
     return refs
 
 
+class _Copies:
+    """The plan's copies between device and host memory. On the CPU they are synchronous. With
+    CUDA tensors: into pinned host memory and back on a side stream that first waits for the
+    compute stream; the device tensor copied out is recorded on the side stream (the caching
+    allocator reuses its block only once the copy has read it), and a tensor copied in carries an
+    event the compute stream waits for before it is read (`wait`)."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.stream = torch.cuda.Stream() if cuda else None
+        self.ready = {}  # data pointer of a tensor copied in -> its copy's CUDA event
+
+    def copy_out(self, t):
+        if not t.is_cuda:
+            return t.to("cpu", copy=True)
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            host.copy_(t, non_blocking=True)
+        t.record_stream(self.stream)
+        return host
+
+    def copy_in(self, host, device):
+        if device.type != "cuda":
+            return host.to(device, copy=True)
+        t = torch.empty(host.shape, dtype=host.dtype, device=device)  # on the compute stream
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            t.copy_(host, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        self.ready[t.data_ptr()] = event
+        return t
+
+    def wait(self, t):
+        event = self.ready.pop(t.data_ptr(), None) if t.is_cuda else None
+        if event is not None:
+            torch.cuda.current_stream().wait_event(event)
+
+
 class _Ref:
     """A tensor argument of a recorded op: the trace id of its storage and its geometry."""
 
@@ -181,44 +288,80 @@ class _Ref:
 class _PlanRecorder(StepRecorder):
     """The capture recorder, checking each op against the captured trace and acting on packs."""
 
-    def __init__(self, model, optimizer, batch, trace, decisions, cuda=False):
+    def __init__(self, model, optimizer, batch, trace, plan, cuda=False):
         self.expected = trace
-        self.decisions = decisions
+        self.plan = plan
         self.recipes = {}  # op id -> (func, args, kwargs with _Ref, rng state or None)
-        self.held = {}  # tensor id -> tensor over its whole storage (kept, persistent, batch)
-        self.kept_by_pack = set()  # held because autograd saved them (not pre-existing)
+        # tensor id -> a device tensor over its whole storage: pre-existing tensors, kept maps (from
+        # their pack), copies brought back and regenerated tensors (until the op after which the
+        # captured trace no longer reads them, as the simulator's lowering drops them).
+        self.device = {}
+        self.regenerated = set()  # ids in self.device that a recomputation wrote
         self.host = {}  # tensor id -> host copy of its whole storage (swap)
-        self.recomputed = {}  # tensor id -> recomputed storage, until its last unpack
-        self.outstanding = {}  # tensor id -> packs not unpacked yet
-        self.device_bytes = self.host_bytes = 0
-        self.peak_device_bytes = self.peak_host_bytes = 0
+        self.encoded = {}  # tensor id -> its float16 copy on the device (encode:fp16)
+        self.host_held = set()  # swap copies not brought back yet (the simulator's host slots)
+        self.host_bytes = self.peak_host_bytes = 0
+        self.copies = _Copies(cuda)
+        self.log = StepLog()
         self.recompute_ops = 0
+        self.prefetched_through = -1  # prefetches issued for the ops up to this one
         self.output_slot = {}  # tensor id -> ("written" | "result", index) in its op's call
         super().__init__(model, optimizer, batch, cuda)
 
     def _pre_existing(self, t, name, kind, persistent):
         self.held_device = t.device
         tid = super()._pre_existing(t, name, kind, persistent)
-        if tid not in self.held:
+        if tid not in self.device:
             self.paused += 1
-            self.held[tid] = _whole_storage(t)
+            self.device[tid] = _whole_storage(t)
             self.paused -= 1
         return tid
 
     # ---- ops: record a recipe, compare with the captured trace ------------------------------
     def dispatch(self, func, args, kwargs):
-        if self.paused or self.phase != "forward":
+        if self.paused or self.phase is None:
             return super().dispatch(func, args, kwargs)
         op_id = len(self.ops)
         rng = None
-        if func._schema.name in _RANDOM_OPS:
+        if self.phase == "forward" and func._schema.name in _RANDOM_OPS:
             self.paused += 1
             rng = _rng_state(self.clock.cuda)
             self.paused -= 1
-        recipe = (func, self._refs(args), self._refs(kwargs), rng)
+        recipe = (func, self._refs(args), self._refs(kwargs), rng) if self.phase == "forward" \
+            else None
+        self.paused += 1
+        try:
+            self._prefetch_through(op_id)
+        finally:
+            self.paused -= 1
         result = super().dispatch(func, args, kwargs)
-        self.recipes[op_id] = recipe
+        if recipe is not None:
+            self.recipes[op_id] = recipe
+        for tid in self.plan.encode_after.get(op_id, ()):
+            if tid in self.device:
+                self.paused += 1
+                try:
+                    self._encode(tid)
+                finally:
+                    self.paused -= 1
+        for tid in self.plan.drop_after.get(op_id, ()):  # the trace reads them no more
+            if tid not in self.persistent and self.tensors[tid]["kind"] == "activation":
+                self.device.pop(tid, None)
+                self.regenerated.discard(tid)
+                self.host.pop(tid, None)
+                self.encoded.pop(tid, None)
         return result
+
+    def _prefetch_through(self, op_id):
+        """Issues the copies the plan brings back before ops up to `op_id`: called before op
+        `op_id` runs and before an autograd node unpacks what it saved, so a prefetch comes after
+        the previous op's copy-outs (its outputs are packed once it has returned) and before the
+        recomputations for op `op_id`, as in the simulator."""
+        while self.prefetched_through < op_id:
+            self.prefetched_through += 1
+            for tid in self.plan.prefetch_before.get(self.prefetched_through, ()):
+                if tid not in self.device and tid in self.host:
+                    self._copy_in(tid)
 
     def _refs(self, value):
         if isinstance(value, torch.Tensor):
@@ -231,6 +374,7 @@ class _PlanRecorder(StepRecorder):
 
     def _record(self, func, args, input_ids, input_keys, written, outputs):
         op = super()._record(func, args, input_ids, input_keys, written, outputs)
+        self.log.op(op["id"])
         for tid in op["outputs"]:
             for where, tensors in (("written", written), ("result", outputs)):
                 index = next((i for i, t in enumerate(tensors)
@@ -248,12 +392,6 @@ class _PlanRecorder(StepRecorder):
         return op
 
     # ---- packs and unpacks ------------------------------------------------------------------
-    def _account(self, delta_device=0, delta_host=0):
-        self.device_bytes += delta_device
-        self.host_bytes += delta_host
-        self.peak_device_bytes = max(self.peak_device_bytes, self.device_bytes)
-        self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
-
     def on_pack(self, t, tid):
         self.paused += 1
         try:
@@ -262,71 +400,91 @@ class _PlanRecorder(StepRecorder):
             self.paused -= 1
 
     def _pack_as_planned(self, t, tid):
-        action = self.decisions.get(tid, "keep")
+        action = self.plan.actions.get(tid, "keep")
         if tid in self.persistent or self.tensors[tid]["kind"] != "activation":
             action = "keep"
-        first = self.outstanding.get(tid, 0) == 0
-        self.outstanding[tid] = self.outstanding.get(tid, 0) + 1
-        nbytes = self.tensors[tid]["bytes"]
         if action == "swap":
-            if first:
-                copy = _whole_storage(t).to("cpu", copy=True)
-                self.host[tid] = copy.pin_memory() if t.is_cuda else copy
-                self._account(delta_host=nbytes)
-            return ("swap", (t.device, _geometry(t)))
+            if tid not in self.host and tid not in self.device:
+                self.host[tid] = self.copies.copy_out(_whole_storage(t))
+                self.host_held.add(tid)
+                self._account_host(self.tensors[tid]["bytes"])
+            return ("swap", _geometry(t))
         if action == "recompute":
             return ("recompute", _geometry(t))
-        if first and tid not in self.held:
-            self.held[tid] = _whole_storage(t)
-            self.kept_by_pack.add(tid)
-            self._account(delta_device=nbytes)
+        if action == "encode:fp16":  # held until its last forward reader, then narrowed
+            if tid not in self.device and tid not in self.encoded:
+                self.device[tid] = _whole_storage(t)
+                if len(self.ops) - 1 >= self.plan.encode_at[tid]:  # packed after its last reader
+                    self._encode(tid)  # (an output autograd saves once its op has returned)
+            return ("encode", _geometry(t))
+        if tid not in self.device:
+            self.device[tid] = _whole_storage(t)
         return ("keep", t)
+
+    def _account_host(self, delta):
+        self.host_bytes += delta
+        self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
 
     def on_unpack(self, payload, tid):
         how, value = payload
+        if how == "keep":
+            return value
         self.paused += 1
         try:
-            if how == "keep":
-                result = value
-            elif how == "swap":
-                device, geometry = value
-                result = self.host[tid].to(device, copy=True).as_strided(*geometry)
-            else:
-                result = self._materialize(tid).as_strided(*value)
-            if how != "keep":  # a copy stands for the saved storage: the same trace tensor
-                self.current[storage_key(result)] = tid
+            self._prefetch_through(len(self.ops))
+            result = self._materialize(tid)
+            self.copies.wait(result)
+            result = result.as_strided(*value)
+            # the copy stands for the saved storage: the same trace tensor
+            self.current[storage_key(result)] = tid
         finally:
             self.paused -= 1
-        self.outstanding[tid] -= 1
-        if self.outstanding[tid] == 0:
-            self._release(tid, how)
         return result
 
-    def _release(self, tid, how):
-        nbytes = self.tensors[tid]["bytes"]
-        if how == "swap":
-            del self.host[tid]
-            self._account(delta_host=-nbytes)
-        elif how == "recompute":
-            self.recomputed.pop(tid, None)
-            self._account(delta_device=-nbytes)
-        elif tid in self.kept_by_pack:
-            self.kept_by_pack.discard(tid)
-            del self.held[tid]
-            self._account(delta_device=-nbytes)
+    def _copy_in(self, tid):
+        """Brings a swapped map back (at its prefetch point, or when first needed)."""
+        copy = self.copies.copy_in(self.host[tid], self.held_device)
+        self.device[tid] = copy
+        self.log.copy_in(tid, copy.storage().nbytes())
+        if tid in self.host_held:  # the simulator's host slot ends with its copy-in
+            self.host_held.discard(tid)
+            self._account_host(-self.tensors[tid]["bytes"])
+        return copy
 
     def _materialize(self, tid):
-        """A tensor over the whole storage of `tid`, recomputing its producer when needed."""
-        for store in (self.held, self.recomputed):
-            if tid in store:
-                return store[tid]
-        if tid in self.host:  # a swapped map a recomputation reads: back to the op's device
-            return self.host[tid].to(self.held_device, copy=True)
+        """A device tensor over the whole storage of `tid`: held, brought back or regenerated."""
+        if tid in self.device:
+            return self.device[tid]
+        if tid in self.host:
+            return self._copy_in(tid)
+        if tid in self.encoded:
+            return self._decode(tid)
+        return self._regenerate(tid)
+
+    def _encode(self, tid):
+        """Narrows a map to float16 on the device and lets the float32 buffer go (the lowering's
+        forward drop of an encoded map)."""
+        full = self.device.pop(tid)
+        narrow = full.to(torch.float16)
+        self.encoded[tid] = narrow
+        self.log.recompute([tid], [(("encoded", tid), narrow.storage().nbytes(), None, True)])
+
+    def _decode(self, tid):
+        """Widens a narrowed map back to float32 before its first backward reader."""
+        full = self.encoded[tid].to(torch.float32)
+        self.device[tid] = full
+        self.log.recompute([("encoded", tid)], [(tid, full.storage().nbytes(), None, True)])
+        return full
+
+    def _regenerate(self, tid):
+        """Re-runs the producer of `tid` (recursively for inputs that are gone)."""
         tensor = self.tensors[tid]
-        func, args, kwargs, rng = self.recipes[tensor["producer"]]
+        producer = tensor["producer"]
+        func, args, kwargs, rng = self.recipes[producer]
         written = _written_refs(func, args, kwargs)
-        real_args = self._resolve(args, written)
-        real_kwargs = self._resolve(kwargs, written)
+        reads = []
+        real_args = self._resolve(args, written, reads)
+        real_kwargs = self._resolve(kwargs, written, reads)
         saved_rng = None
         if rng is not None:
             saved_rng = _rng_state(self.clock.cuda)
@@ -337,26 +495,40 @@ class _PlanRecorder(StepRecorder):
             if saved_rng is not None:
                 _set_rng_state(saved_rng)
         self.recompute_ops += 1
-        where, index = self.output_slot[tid]
-        if where == "written":
-            out = _whole_storage(written_arguments(func, real_args, real_kwargs)[index])
-        else:
-            out = _whole_storage(flat_tensors(result, [])[index])
-        if self.decisions.get(tid) == "recompute" and self.outstanding.get(tid, 0) > 0:
-            self.recomputed[tid] = out
-            self._account(delta_device=tensor["bytes"])
-        return out
+        writes = []
+        for out in self.ops[producer]["outputs"]:
+            where, index = self.output_slot[out]
+            if where == "written":
+                value = written_arguments(func, real_args, real_kwargs)[index]
+            else:
+                value = flat_tensors(result, [])[index]
+            value = _whole_storage(value)
+            held = out not in self.device  # else a temporary copy: the one held stays
+            writes.append((out, value.storage().nbytes(), self.tensors[out].get("in_place_of"),
+                           held))
+            if held:
+                self.device[out] = value
+                self.regenerated.add(out)
+        self.log.recompute(reads, writes)
+        return self.device[tid]
 
-    def _resolve(self, value, written):
+    def _resolve(self, value, written, reads):
         if isinstance(value, _Ref):
-            base = self._materialize(value.tid).as_strided(*value.geometry)
-            # Clone what the op writes, and persistent state: native_batch_norm updates its
-            # running statistics without marking them written in its schema.
+            reads.append(value.tid)
+            whole = self._materialize(value.tid)
+            if id(value) in written and value.tid in self.regenerated:
+                # written over in place: the regenerated tensor becomes the op's output
+                del self.device[value.tid]
+                self.regenerated.discard(value.tid)
+                return whole.as_strided(*value.geometry)
+            base = whole.as_strided(*value.geometry)
+            # Clone what the op writes that is held for another use, and persistent state:
+            # native_batch_norm updates its running statistics without marking them written.
             return base.clone() if id(value) in written or value.tid in self.persistent else base
         if isinstance(value, (list, tuple)):
-            return type(value)(self._resolve(v, written) for v in value)
+            return type(value)(self._resolve(v, written, reads) for v in value)
         if isinstance(value, dict):
-            return {k: self._resolve(v, written) for k, v in value.items()}
+            return {k: self._resolve(v, written, reads) for k, v in value.items()}
         return value
 
 
@@ -364,22 +536,27 @@ class PlannedModel:
     """`apply`'s result: `step(batch, loss_fn, optimizer)` runs one training step under the plan
     and returns its loss; `stats` holds what the last step's hooks measured."""
 
-    def __init__(self, model, trace, decisions):
-        self.model, self.trace, self.decisions = model, trace, decisions
+    def __init__(self, model, trace, schedule):
+        self.model, self.trace, self.schedule = model, trace, schedule
         self.stats = {}
 
     def step(self, batch, loss_fn, optimizer):
         batch = tuple(batch)
         check_batch(batch, self.trace)
         cuda = any(p.is_cuda for p in self.model.parameters())
-        recorder = _PlanRecorder(self.model, optimizer, batch, self.trace, self.decisions, cuda)
+        recorder = _PlanRecorder(self.model, optimizer, batch, self.trace, self.schedule, cuda)
+        if cuda:
+            torch.cuda.synchronize()
         started = time.perf_counter()
         loss = run_step(self.model, batch, loss_fn, optimizer, recorder)
+        if cuda:
+            torch.cuda.synchronize()
         seconds = time.perf_counter() - started
-        self.stats = {"peak_device_saved_bytes": recorder.peak_device_bytes,
+        step_trace = {"tensors": recorder.tensors, "ops": recorder.ops}
+        self.last_step = (recorder.log, step_trace)  # what the step ran, for saved_bytes.curve
+        self.stats = {"peak_saved_bytes": peak(recorder.log, step_trace),
                       "peak_host_bytes": recorder.peak_host_bytes,
-                      "recomputed_ops": recorder.recompute_ops, "step_seconds": seconds,
-                      "swap": "synchronous copies at pack and unpack"}
+                      "recomputed_ops": recorder.recompute_ops, "step_seconds": seconds}
         return loss
 
 
@@ -388,6 +565,6 @@ def apply(model, plan, captured):
     and `model`, and returns a PlannedModel; PlanError (one line) when they do not belong together.
     """
     trace = captured.trace if hasattr(captured, "trace") else captured
-    decisions = plan_decisions(plan, trace)
+    schedule = Schedule(trace, plan_decisions(plan, trace))
     check_model(model, trace)
-    return PlannedModel(model, trace, decisions)
+    return PlannedModel(model, trace, schedule)

@@ -21,8 +21,9 @@ How:
 - kinds: written in backward -> `gradient` (as the zoo does), otherwise `activation`.
 - backward ops read forward tensors only through what autograd saved: a read of a forward tensor
   autograd did not save (`ones_like(loss)` reads only the loss's shape) is left out, and a saved
-  tensor no backward op read (autograd unpacked it, or freed it unread) is given to the last op of
-  the autograd node that unpacked it (or to the last backward op). So the trace's feature maps and
+  tensor an autograd node unpacks is an input of the first op recorded after the unpack and of the
+  node's last op (the data is needed from the unpack until the node returns), and one
+  autograd freed unread is given to the last backward op. So the trace's feature maps and
   inputs read in backward are exactly the hooks' saved storages, byte for byte.
 - `differentiates`: each forward op's autograd node gets a post-hook; the backward ops recorded
   since the previous node finished belong to the node that just finished.
@@ -193,6 +194,7 @@ class StepRecorder:
         self.paused = 0
         self.clock = _Clock(cuda)
         self.saved = {}  # tensor id -> storage key, for what autograd saved (ground truth)
+        self._packed_numbers = set()  # externals autograd made for one save (see tensor_id)
         self.saved_bytes_by_key = {}
         self.dropped_reads = 0  # backward reads of unsaved forward tensors (metadata only)
         self.attached_reads = 0  # saved tensors no backward op read, given to their node's op
@@ -248,13 +250,26 @@ class StepRecorder:
         self.tensors.append(record)
         return record["id"]
 
-    def tensor_id(self, t):
-        """The trace id of the latest version of `t`'s storage (registering an unseen one as a
-        pre-existing input)."""
+    def tensor_id(self, t, packing=False):
+        """The trace id of the latest version of `t`'s storage, registering an unseen one as a
+        pre-existing input.
+
+        A storage is known by its address, and the allocator hands the address of a freed storage
+        out again: a key that names a tensor of another size, or a tensor autograd made for one
+        save (a wrapped number such as the 8.0 of `x / 8.0`, first seen at its pack and already
+        packed), is a new storage, not the old tensor. Without this, which id a new tensor got
+        would depend on the allocator's history, and a replay of the same step would disagree
+        with its capture."""
         key = storage_key(t)
         tid = self.current.get(key)
+        if tid is not None and (self.tensors[tid]["bytes"] != t.storage().nbytes() or
+                                (packing and tid in self._packed_numbers)):
+            del self.current[key]
+            tid = None
         if tid is None:
             tid = self._pre_existing(t, f"external.{len(self.tensors)}", "input", persistent=False)
+            if packing:
+                self._packed_numbers.add(tid)
         return tid
 
     # ---- hooks ----------------------------------------------------------------------------
@@ -284,7 +299,7 @@ class StepRecorder:
             self._nodes.append(accumulator)
 
     def _pack(self, t):
-        tid = self.tensor_id(t)
+        tid = self.tensor_id(t, packing=True)
         key = storage_key(t)
         if tid not in self.persistent:
             self.saved[tid] = key
@@ -293,7 +308,7 @@ class StepRecorder:
 
     def _unpack(self, packed):
         payload, tid = packed
-        self._unpacked.append(tid)
+        self._unpacked.append((tid, len(self.ops)))
         return self.on_unpack(payload, tid)
 
     def on_pack(self, t, tensor_id):
@@ -325,14 +340,23 @@ class StepRecorder:
             self._node_start = len(self.ops)
 
     def _attach_unread(self, node_ops):
+        """Every saved tensor the node unpacked is an input of the first op recorded after its
+        unpack (PyTorch unpacks a node's saved tensors before it computes with them) and of the
+        node's last op (the node holds them until it returns)."""
         if not node_ops:
             return
         read = {t for op in node_ops for t in op["inputs"]}
-        for tid in self._unpacked:
-            if tid in self.saved and tid not in read:
-                node_ops[-1]["inputs"].append(tid)
-                read.add(tid)
+        first_id = node_ops[0]["id"]
+        for tid, next_op in self._unpacked:
+            if tid not in self.saved:
+                continue
+            if tid not in read:
                 self.attached_reads += 1
+            at = node_ops[min(max(next_op - first_id, 0), len(node_ops) - 1)]
+            for op in (at, node_ops[-1]):
+                if tid not in op["inputs"]:
+                    op["inputs"].append(tid)
+            read.add(tid)
         self._unpacked = []
 
     # ---- phases ---------------------------------------------------------------------------

@@ -5,11 +5,17 @@ twice (same weights, same optimizer state), runs the baseline step on one copy a
 (memplan.torch.apply) on the other, both from the same seed, and returns a `Validation`:
 - `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal) — what a lossless plan
   (keep, swap, recompute) must give;
-- `measured_saved_peak_bytes` / `measured_host_peak_bytes`: what the plan's hooks held at most
-  (memplan.torch.apply's stats);
-- `predicted_saved_peak_bytes` / `predicted_host_peak_bytes`: the simulator's peak of the same
-  tensors: `memplan simulate` of the plan on a copy of the captured trace in which every tensor but
+- `measured_saved_peak_bytes`: the saved-bytes peak (memplan.torch.saved_bytes) of the planned
+  step as it ran; `measured_host_peak_bytes`: the swap copies held on the host at most, each from
+  its copy-out to its copy-in (memplan.torch.apply's stats);
+- `predicted_saved_peak_bytes` / `predicted_host_peak_bytes`: the simulator's peaks of the same
+  buffers: `memplan simulate` of the plan on a copy of the captured trace in which every tensor but
   the feature maps (and the buffers they are written over) has 0 bytes and no op has workspace;
+  `peaks_match` when both pairs are equal;
+- `gradient_relative_error` (||planned - baseline||_2 / ||baseline||_2 over all gradients) and, for
+  a plan that narrows `narrowed_maps` maps to fp16, `gradient_tolerance` = min(4 L 2^-11, 0.5)
+  (Note [Validation tolerance] in runtime/validation.hpp); `within_tolerance`: bitwise for a
+  plan that narrows nothing, else the error within that bound;
 - `predicted_seconds` (the simulator's iteration time of the plan on the captured trace) and
   `measured_seconds` (the planned step's wall time, recorder included).
 The model and optimizer given are not changed.
@@ -25,6 +31,7 @@ import torch
 
 from memplan.torch.apply import apply, trace_fingerprint
 from memplan.torch.capture import run_step, storage_roots, write_trace
+from memplan.torch.saved_bytes import feature_maps
 
 
 class Validation(dict):
@@ -34,21 +41,26 @@ class Validation(dict):
     def lossless_ok(self):
         return self["loss_equal"] and self["gradients_equal"] and self["weights_equal"]
 
+    @property
+    def within_tolerance(self):
+        """Bitwise for a plan that narrows no map; else the gradients within
+        `gradient_tolerance` (Note [Validation tolerance], runtime/validation.hpp)."""
+        if self["narrowed_maps"] == 0:
+            return self.lossless_ok
+        return self["gradient_relative_error"] <= self["gradient_tolerance"]
+
+    @property
+    def peaks_match(self):
+        """The measured saved-bytes and host peaks are the predicted ones, to the byte."""
+        return (self["measured_saved_peak_bytes"] == self["predicted_saved_peak_bytes"] and
+                self["measured_host_peak_bytes"] == self["predicted_host_peak_bytes"])
+
 
 def _copy(model, optimizer):
     model2 = copy.deepcopy(model)
     optimizer2 = type(optimizer)(model2.parameters(), **optimizer.defaults)
     optimizer2.load_state_dict(optimizer.state_dict())
     return model2, optimizer2
-
-
-def feature_maps(trace):
-    """Ids of the trace's feature maps: activations written in forward and read in backward."""
-    ops = trace["ops"]
-    read_in_backward = {t for op in ops if op["phase"] == "backward" for t in op["inputs"]}
-    return [t["id"] for t in trace["tensors"] if t["kind"] == "activation"
-            and t["producer"] is not None and ops[t["producer"]]["phase"] == "forward"
-            and t["id"] in read_in_backward]
 
 
 def saved_only(trace, plan):
@@ -89,19 +101,41 @@ def simulate(memplan, trace, plan, *extra):
 
 
 def default_memplan():
-    """The memplan binary: $MEMPLAN_BINARY, else the build tree's beside this source tree, else
-    `memplan` on the PATH."""
+    """The memplan binary: $MEMPLAN_BINARY, else the build tree's (beside this source tree, or the
+    one this package was built into: build/release/python/memplan/torch -> build/release/bin),
+    else `memplan` on the PATH."""
     if os.environ.get("MEMPLAN_BINARY"):
         return os.environ["MEMPLAN_BINARY"]
     here = os.path.dirname(os.path.abspath(__file__))
-    built = os.path.join(here, "..", "..", "..", "build", "release", "bin", "memplan")
-    return built if os.path.exists(built) else "memplan"
+    for built in (os.path.join(here, "..", "..", "..", "build", "release", "bin", "memplan"),
+                  os.path.join(here, "..", "..", "..", "bin", "memplan")):
+        if os.path.exists(built):
+            return os.path.normpath(built)
+    return "memplan"
+
+
+# Note [Validation tolerance] (runtime/validation.hpp): kToleranceFactor, kMaxRelativeTolerance,
+# and fp16's unit roundoff 2^-11 (the one narrow format apply carries out).
+_TOLERANCE_FACTOR = 4.0
+_MAX_RELATIVE_TOLERANCE = 0.5
+_FP16_UNIT_ROUNDOFF = 2.0 ** -11
+
+
+def _relative_error(baseline, planned):
+    """||planned - baseline||_2 / ||baseline||_2 over the tensors taken as one vector (Note
+    [Validation tolerance] in runtime/validation.hpp)."""
+    base = torch.cat([t.flatten().double() for t in baseline])
+    plan = torch.cat([t.flatten().double() for t in planned])
+    norm = torch.linalg.vector_norm(base).item()
+    diff = torch.linalg.vector_norm(plan - base).item()
+    return diff / norm if norm > 0 else diff
 
 
 def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, seed=0):
     """See the module's docstring. `memplan` is the memplan binary that predicts
     (default_memplan() when not given)."""
     memplan = memplan or default_memplan()
+    narrowed = sum(m["action"].startswith("encode:fp") for m in plan.get("maps", []))
     trace = captured.trace if hasattr(captured, "trace") else captured
     batch = tuple(batch)
     base_model, base_opt = _copy(model, optimizer)
@@ -116,8 +150,13 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, 
     result = Validation(
         loss_equal=torch.equal(base_loss, plan_loss),
         gradients_equal=all(torch.equal(a.grad, b.grad) for a, b in pairs),
+        gradient_relative_error=_relative_error([a.grad for a, _ in pairs],
+                                                [b.grad for _, b in pairs]),
+        narrowed_maps=narrowed,
+        gradient_tolerance=min(_TOLERANCE_FACTOR * narrowed * _FP16_UNIT_ROUNDOFF,
+                               _MAX_RELATIVE_TOLERANCE),
         weights_equal=all(torch.equal(base_state[k], plan_state[k]) for k in base_state),
-        measured_saved_peak_bytes=planned.stats["peak_device_saved_bytes"],
+        measured_saved_peak_bytes=planned.stats["peak_saved_bytes"],
         measured_host_peak_bytes=planned.stats["peak_host_bytes"],
         measured_seconds=planned.stats["step_seconds"],
         recomputed_ops=planned.stats["recomputed_ops"])

@@ -1,0 +1,116 @@
+"""The saved-bytes peak: one quantity that `apply` measures and the simulator predicts.
+
+What: the most bytes held at once on the device by the step's feature-map buffers (the storages of
+the activations autograd saved, with the versions written over them in place) and by the copies a
+plan makes of them (a swapped map brought back, a map or an intermediate recomputed). A buffer is
+held from the op that writes it, or from the copy that brings it back, to the last op that reads
+it; ops run one after another, and an op holds its inputs and its outputs at once.
+
+Why this way: it is the simulator's device timeline restricted to these buffers. The lowering
+(sim/lowering.cpp) allocates a buffer before the op that writes it (a prefetch before the op the
+plan names, a recomputation before the backward op that needs it), frees it after its last
+reference, and keeps a swapped buffer until its copy-out is done and its last forward reader has
+run; the engine applies the compute stream's allocations and frees in order, so the peak depends on
+that order only, not on durations. `memplan.torch.validate` predicts it with `memplan simulate` on
+the captured trace with every other tensor at 0 bytes.
+
+How (measured): `apply` logs the step as it runs it: every op the recorder sees ("op", its id),
+every op a recomputation re-runs ("recompute", what it read and wrote) and every copy it brings to
+the device ("copy_in", before which op). `peak(...)` walks that log once the step is over (the
+backward ops' inputs are complete only when their autograd node has finished): each entry is one
+position; a buffer lives from the position that writes it to the last position that reads it.
+"""
+
+from memplan.torch.capture import storage_roots
+
+
+def feature_maps(trace):
+    """Ids of the trace's feature maps: activations written in forward and read in backward."""
+    ops = trace["ops"]
+    read_in_backward = {t for op in ops if op["phase"] == "backward" for t in op["inputs"]}
+    return [t["id"] for t in trace["tensors"] if t["kind"] == "activation"
+            and t["producer"] is not None and ops[t["producer"]]["phase"] == "forward"
+            and t["id"] in read_in_backward]
+
+
+def map_buffers(trace):
+    """Ids of the tensors that allocate a feature map's buffer: the roots of the maps' in-place
+    chains (a map written over an earlier version lives in that version's buffer)."""
+    roots = storage_roots(trace)
+    return {roots[t] for t in feature_maps(trace)}
+
+
+class StepLog:
+    """What a planned step ran, in order (see the module's docstring)."""
+
+    def __init__(self):
+        self.entries = []
+
+    def op(self, op_id):
+        self.entries.append(("op", op_id))
+
+    def recompute(self, reads, writes):
+        """`reads`: tensor ids; `writes`: (tensor id, storage bytes, in_place_of or None, held:
+        whether the step keeps what it wrote as the tensor's copy, else it is a temporary)."""
+        self.entries.append(("recompute", list(reads), list(writes)))
+
+    def copy_in(self, tensor_id, nbytes):
+        self.entries.append(("copy_in", tensor_id, nbytes))
+
+
+def peak(log, trace):
+    """The saved-bytes peak of the step `log` recorded; `trace` is the step's own trace (its ops
+    with their final inputs, its tensors' bytes)."""
+    return max(curve(log, trace), default=0)
+
+
+def curve(log, trace):
+    """The bytes held at each position of `log` (see peak)."""
+    buffers = map_buffers(trace)
+    maps = set(feature_maps(trace))
+    tensors, ops = trace["tensors"], trace["ops"]
+    first, last, size = [], [], []
+    loc = {}  # tensor id -> the buffer holding it now (None: a buffer of 0 bytes)
+    position = -1
+
+    def new_buffer(nbytes, at):
+        first.append(at)
+        last.append(at)
+        size.append(nbytes)
+        return len(size) - 1
+
+    for entry in log.entries:
+        if entry[0] == "copy_in":  # held from the next position on
+            loc[entry[1]] = new_buffer(entry[2], position + 1)
+            continue
+        position += 1
+        if entry[0] == "op":
+            op = ops[entry[1]]
+            reads = op["inputs"]
+            writes = [(o, tensors[o]["bytes"], tensors[o].get("in_place_of"), True)
+                      for o in op["outputs"]]
+        else:
+            reads, writes = entry[1], entry[2]
+        for t in reads:
+            if loc.get(t) is not None:
+                last[loc[t]] = position
+        for t, nbytes, base, held in writes:
+            if base is not None:  # written over its base: the base's buffer
+                b = loc.pop(base, None)
+            else:
+                # a map's buffer, a map decoded into a buffer of its own, an encoded copy
+                sized = t in buffers or t in maps or isinstance(t, tuple)
+                b = new_buffer(nbytes, position) if sized else None
+            if b is not None:
+                last[b] = position
+            if held:
+                loc[t] = b
+    change = [0] * (position + 2)
+    for f, l, n in zip(first, last, size):
+        change[f] += n
+        change[l + 1] -= n
+    held, result = 0, []
+    for delta in change[:-1]:
+        held += delta
+        result.append(held)
+    return result

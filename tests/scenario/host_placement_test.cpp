@@ -1,0 +1,182 @@
+// Golden timelines of plans that place parameters, gradients and optimizer state on the host
+// (Note [Host placement] in sim/plan.hpp). Links at 1 GB/s (1 byte per ns) without latency, the
+// host update at 10 GB/s (10 bytes per ns); every number is worked out in the comments.
+#include <catch2/catch.hpp>
+
+#include "sim/input_error.hpp"
+#include "sim/plan_io.hpp"
+#include "tests/support/sim_helpers.hpp"
+#include "tests/support/workload_builder.hpp"
+
+using namespace memplan::sim;
+using memplan::test::span_of;
+using memplan::test::test_machine;
+using memplan::test::WorkloadBuilder;
+using Interval = std::pair<Nanoseconds, Nanoseconds>;
+
+namespace {
+
+// Two linear layers and SGD with momentum, ids in brackets:
+//   f1 [op 0]: x[0] (100 B), w1[1] (1000) -> a[3] (100)        1000 ns
+//   f2 [op 1]: a, w2[2] (1000) -> y[4] (100)                    1000 ns
+//   g2 [op 2]: y, a, w2 -> g_w2[5] (1000), d_a[6] (100)         1000 ns
+//   g1 [op 3]: d_a, x, w1 -> g_w1[7] (1000)                     1000 ns
+//   sgd [op 4]: w1, w2, g_w1, g_w2, m1[8], m2[9] (1000 each)     500 ns on the device
+Workload two_layers() {
+  WorkloadBuilder b;
+  const auto x = b.input("x", 100);
+  const auto w1 = b.parameter("w1", 1000);
+  const auto w2 = b.parameter("w2", 1000);
+  const auto a = b.forward("f1", {x, w1}, 100, 1000);
+  const auto y = b.forward("f2", {a, w2}, 100, 1000);
+  b.op("g2", "linear", Phase::kBackward, {y, a, w2}, {{"g_w2", 1000}, {"d_a", 100}}, 1000);
+  const TensorId g_w2 = 5;
+  const TensorId d_a = 6;
+  b.op("g1", "linear", Phase::kBackward, {d_a, x, w1}, {{"g_w1", 1000}}, 1000);
+  const TensorId g_w1 = 7;
+  std::vector<TensorId> momenta;
+  for (const char* name : {"m1", "m2"}) {
+    Tensor m;
+    m.id = static_cast<TensorId>(b.workload().tensors.size());
+    m.name = name;
+    m.bytes = 1000;
+    m.kind = TensorKind::kOptimizerState;
+    b.workload().tensors.push_back(m);
+    momenta.push_back(m.id);
+  }
+  b.op("sgd", "sgd", Phase::kUpdate, {w1, w2, g_w1, g_w2, momenta[0], momenta[1]}, {}, 500);
+  return b.build();
+}
+
+Plan with_host(const Workload& w, std::vector<TensorId> host, bool host_update) {
+  Plan plan = in_core_plan(w);
+  plan.host_tensors = std::move(host);
+  plan.host_update = host_update;
+  validate_plan(plan, w, "test plan");
+  return plan;
+}
+
+Machine machine() {
+  Machine m = test_machine(Bytes{1} << 30);
+  m.host_bandwidth_bytes_per_s = 10e9;
+  return m;
+}
+
+Bytes live_at_end(const Timeline& tl) {
+  return tl.memory.back().live_bytes;
+}
+
+}  // namespace
+
+TEST_CASE("in core, the two-layer step holds its weights and momenta throughout", "[scenario]") {
+  const Workload w = two_layers();
+  const auto s = memplan::test::simulate(w, in_core_plan(w), machine());
+  // x, w1, w2, m1, m2 from the start (4100 B); at g1 the live set is those, g_w2 (kept for the
+  // update), d_a and the new g_w1: 4100 + 1000 + 100 + 1000 = 6200. Every op back to back: 4500 ns.
+  REQUIRE(s.timeline.feasible);
+  CHECK(s.timeline.peak_bytes == 6200);
+  CHECK(s.timeline.iteration_ns == 4500);
+  CHECK(live_at_end(s.timeline) == 4000);  // weights and momenta outlive the step
+}
+
+TEST_CASE("fsdp-style offload: weights per phase, gradients and momenta on the host",
+          "[scenario]") {
+  const Workload w = two_layers();
+  // w1, w2, g_w2, g_w1, m1, m2 on the host; the update on the host.
+  const auto s = memplan::test::simulate(w, with_host(w, {1, 2, 5, 7, 8, 9}, true), machine());
+  REQUIRE(s.timeline.feasible);
+  // Prefetches, the one needed first first at an op: before f1 (op 0, the first use) w1 then w2
+  // (f2's, one op ahead): [0,1000], [1000,2000]. f1 waits for w1: [1000,2000]; f2 [2000,3000].
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in w1") == Interval{0, 1000});
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in w2") == Interval{1000, 2000});
+  CHECK(span_of(s, w, StreamId::kCompute, "f1") == Interval{1000, 2000});
+  CHECK(span_of(s, w, StreamId::kCompute, "f2") == Interval{2000, 3000});
+  // Backward copies are issued at g2 (the op before g1 is g2, which is w2's own first backward
+  // use): w2 [3000,4000] then w1 [4000,5000]. g2 waits for w2: [4000,5000]; g1 [5000,6000].
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in w2", 1) == Interval{3000, 4000});
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in w1", 1) == Interval{4000, 5000});
+  CHECK(span_of(s, w, StreamId::kCompute, "g2") == Interval{4000, 5000});
+  CHECK(span_of(s, w, StreamId::kCompute, "g1") == Interval{5000, 6000});
+  // Gradients go out as they are written: g_w2 [5000,6000], g_w1 [6000,7000]. g_w2's device copy
+  // is freed after g1 (the op after its producer), where its copy-out has just ended.
+  CHECK(span_of(s, w, StreamId::kD2H, "copy-out g_w2") == Interval{5000, 6000});
+  CHECK(span_of(s, w, StreamId::kD2H, "copy-out g_w1") == Interval{6000, 7000});
+  // The host update waits for g_w1 on the host (7000) and streams w1, w2, m1, m2 twice (read and
+  // written) and both gradients once: 10,000 B at 10 B/ns = 1000 ns: [7000,8000].
+  CHECK(span_of(s, w, StreamId::kHost, "sgd (host)") == Interval{7000, 8000});
+  CHECK(s.timeline.iteration_ns == 8000);
+  // Compute ran 4 ops (the update is not its own): 4000 ns; it waited for w1 (1000) and w2 (1000)
+  // and, at the step's end, for g_w1's copy-out before freeing it (6000 -> 7000).
+  CHECK(s.timeline.op_compute_ns == 4000);
+  CHECK(s.timeline.stall_ns_by_cause[static_cast<int>(StallCause::kSwapIn)] == 2000);
+  CHECK(s.timeline.stall_ns_by_cause[static_cast<int>(StallCause::kSwapOut)] == 1000);
+  // Device memory: x (100) at the start; op 0 w1 + w2 + a = 2200; f1 frees w1 and f2 w2 (after
+  // y: 1300), leaving x, a, y = 300; at g2 w2 + w1 + g_w2 + d_a: 300 + 3100 = 3400, the peak.
+  // The step ends with nothing on the device: weights and momenta live on the host.
+  CHECK(s.timeline.peak_bytes == 3400);
+  CHECK(live_at_end(s.timeline) == 0);
+  // Host: w1, w2, m1, m2 all along (4000), g_w2 from 5000 and g_w1 from 6000 on: 6000.
+  CHECK(s.timeline.peak_host_bytes == 6000);
+}
+
+TEST_CASE("zero-offload: gradients and momenta on the host, updated weights copied back",
+          "[scenario]") {
+  const Workload w = two_layers();
+  const auto s = memplan::test::simulate(w, with_host(w, {5, 7, 8, 9}, true), machine());
+  REQUIRE(s.timeline.feasible);
+  // The weights stay on the device: f1 [0,1000], f2 [1000,2000], g2 [2000,3000], g1 [3000,4000].
+  // g_w2 goes out [3000,4000], g_w1 [4000,5000]; the host update [5000,6000] (the weights' master
+  // copies count twice, as above: 10,000 B); then the h2d stream, after compute's last read of the
+  // weights (4000) and the update, copies w1 [6000,7000] and w2 [7000,8000] into their buffers.
+  CHECK(span_of(s, w, StreamId::kCompute, "g1") == Interval{3000, 4000});
+  CHECK(span_of(s, w, StreamId::kD2H, "copy-out g_w1") == Interval{4000, 5000});
+  CHECK(span_of(s, w, StreamId::kHost, "sgd (host)") == Interval{5000, 6000});
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in w1") == Interval{6000, 7000});
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in w2") == Interval{7000, 8000});
+  CHECK(s.timeline.iteration_ns == 8000);
+  // Device: x, w1, w2 (2100) + a + y = 2300; g2 adds g_w2 and d_a (3400) and frees y and a (3200);
+  // g1 adds g_w1: 4200, the peak. The step ends with the weights only (2000), not the momenta.
+  CHECK(s.timeline.peak_bytes == 4200);
+  CHECK(live_at_end(s.timeline) == 2000);
+  // Host: master copies of w1, w2 and m1, m2 (4000) plus both gradients: 6000.
+  CHECK(s.timeline.peak_host_bytes == 6000);
+}
+
+TEST_CASE("an update on the device brings host-placed momenta in and writes them back",
+          "[scenario]") {
+  const Workload w = two_layers();
+  const auto s = memplan::test::simulate(w, with_host(w, {8, 9}, false), machine());
+  REQUIRE(s.timeline.feasible);
+  // m1 and m2 are prefetched at g1 (the op before sgd): [3000,4000], [4000,5000]; sgd waits for
+  // m2: [5000,5500]; then both are copied back out, [5500,6500] and [6500,7500], and the compute
+  // stream frees them once the copy-outs have read them: 7500.
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in m1") == Interval{3000, 4000});
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in m2") == Interval{4000, 5000});
+  CHECK(span_of(s, w, StreamId::kCompute, "sgd") == Interval{5000, 5500});
+  CHECK(span_of(s, w, StreamId::kD2H, "copy-out m1") == Interval{5500, 6500});
+  CHECK(span_of(s, w, StreamId::kD2H, "copy-out m2") == Interval{6500, 7500});
+  CHECK(s.timeline.iteration_ns == 7500);
+  // Device: the momenta are off the device until g1, but prefetched one op ahead they are back
+  // for g1: x, w1, w2, g_w2, d_a, m1, m2, g_w1 = 6200, the in-core peak. The step ends with the
+  // weights only (2000).
+  CHECK(s.timeline.peak_bytes == 6200);
+  CHECK(live_at_end(s.timeline) == 2000);
+}
+
+TEST_CASE("host placement is validated and round-trips through plan files", "[scenario]") {
+  const Workload w = two_layers();
+  Plan bad = in_core_plan(w);
+  bad.host_update = true;  // momenta and gradients still on the device
+  CHECK_THROWS_AS(validate_plan(bad, w, "p"), InputError);
+  bad.host_tensors = {3};  // a, a feature map
+  bad.host_update = false;
+  CHECK_THROWS_AS(validate_plan(bad, w, "p"), InputError);
+  const Plan fsdp = with_host(w, {1, 2, 5, 7, 8, 9}, true);
+  const std::string text = write_plan(fsdp, w);
+  CHECK(text.find(R"({"tensor":"g_w1","placement":"host"})") != std::string::npos);
+  CHECK(parse_plan(text, "round trip", w) == fsdp);
+  // A plan file without the new entries reads as before: everything on the device.
+  const Plan plain = parse_plan(write_plan(in_core_plan(w), w), "plain", w);
+  CHECK(plain.host_tensors.empty());
+  CHECK_FALSE(plain.host_update);
+}
