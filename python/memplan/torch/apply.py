@@ -38,6 +38,7 @@ on the host, each counted from its copy-out to its copy-in as the simulator coun
 recomputed map is held from its regeneration to its drop point.
 """
 
+import math
 import time
 
 import torch
@@ -76,6 +77,180 @@ class _Fnv:
         data = s.encode("utf-8")
         self.integer(len(data))
         self.bytes(data)
+
+# ---- Gist's encodings (host_backend/encodings.cpp's formats and sizes, sim::encoded_bytes) -------
+# Each encoder takes a float32 map as a flat tensor over its whole storage and returns what the
+# device holds instead (`_Encoded`); `decode()` gives the flat float32 map back. Scratch tensors an
+# encoder or decoder makes while it runs are not held (as the simulator, which sizes the encoded
+# buffer only).
+
+_NARROW_FORMATS = {"fp16": (5, 10), "fp10": (5, 4), "fp8": (4, 3)}  # sim::NarrowFormat
+_SPARSE_BLOCK = 256  # sim::kSparseBlockValues
+_SPARSE_DENSITY = 0.5  # sim::kDefaultSparseDensity
+_ENCODINGS = ("binarize", "sparse", "fp16", "fp10", "fp8")
+
+
+def sparse_format_bytes(values, stored):
+    """sim::sparse_format_bytes: a 16-bit count per block of 256 values, an 8-bit index and the
+    32-bit value per stored value."""
+    return -(-values // _SPARSE_BLOCK) * 2 + stored * 5
+
+
+def encoded_bytes(scheme, values):
+    """sim::encoded_bytes of a float32 map of `values` values under `scheme` (at least 1 byte):
+    the bytes the simulator's encoded buffer has, and the bytes apply's encoded copy holds."""
+    if scheme == "binarize":
+        size = (values + 7) // 8
+    elif scheme == "sparse":
+        size = sparse_format_bytes(values, math.ceil(_SPARSE_DENSITY * values))
+    else:
+        exponent, mantissa = _NARROW_FORMATS[scheme]
+        size = (values * (1 + exponent + mantissa) + 7) // 8
+    return max(1, size)
+
+
+def narrow_codes(x, scheme):
+    """The codes (int32, low 1 + exponent + mantissa bits) of float32 `x` in a narrow float, as
+    host_backend's narrow_encode_value writes them: round to nearest, ties to even, with
+    subnormals; saturating at the largest finite value; infinities kept, NaN a quiet NaN."""
+    exponent_bits, m = _NARROW_FORMATS[scheme]
+    bias = (1 << (exponent_bits - 1)) - 1
+    exp_all_ones = (1 << exponent_bits) - 1
+    width = 1 + exponent_bits + m
+    min_exponent = 1 - bias
+    bits = x.contiguous().view(torch.int32)
+    magnitude = bits & 0x7FFFFFFF
+    shift = 23 - m
+    # The target's normal range: round float32's 23-bit mantissa to m bits (ties to even); a carry
+    # moves into the exponent. Codes are the float32 exponent re-biased, then the mantissa.
+    lsb = (magnitude >> shift) & 1
+    rounded = (magnitude + ((1 << (shift - 1)) - 1) + lsb) >> shift
+    code = rounded - ((127 - bias) << m)
+    code = torch.clamp(code, max=((2 * bias) << m) | ((1 << m) - 1))  # saturate
+    # Below its smallest normal value: multiples of 2^(min_exponent - m) (exact scalings); a value
+    # that rounds up to the smallest normal one gets its code, 2^m, as well.
+    tiny = magnitude < ((min_exponent + 127) << 23)
+    small = torch.abs(x).clamp(max=2.0 ** min_exponent)  # (the others are not used)
+    scaled = torch.round(small * 2.0 ** (m - min_exponent)).to(torch.int32)
+    code = torch.where(tiny, scaled, code)
+    code = torch.where(magnitude == 0x7F800000, torch.full_like(code, exp_all_ones << m), code)
+    code = code | ((bits < 0).to(torch.int32) << (width - 1))
+    nan = magnitude > 0x7F800000
+    return torch.where(nan, torch.full_like(code, (exp_all_ones << m) | 1), code)
+
+
+def narrow_values(code, scheme):
+    """float32 values of narrow-float codes (int32), as narrow_decode_value reads them."""
+    exponent_bits, m = _NARROW_FORMATS[scheme]
+    bias = (1 << (exponent_bits - 1)) - 1
+    exp_all_ones = (1 << exponent_bits) - 1
+    width = 1 + exponent_bits + m
+    field = (code >> m) & exp_all_ones
+    mantissa = code & ((1 << m) - 1)
+    normal = (((field - bias + 127) << 23) | (mantissa << (23 - m))).view(torch.float32)
+    subnormal = mantissa.to(torch.float32) * 2.0 ** (1 - bias - m)
+    value = torch.where(field == 0, subnormal, normal)
+    value = torch.where(field == exp_all_ones,
+                        torch.where(mantissa == 0, torch.full_like(value, math.inf),
+                                    torch.full_like(value, math.nan)), value)
+    return torch.where(((code >> (width - 1)) & 1) == 1, -value, value)
+
+
+def _pack_bits(codes, width):
+    """`codes` (int32, `width` bits each) as host_backend's bit stream: value i in bits
+    width*i .. width*i + width - 1, bit b in byte b / 8 at b % 8 (uint8, ceil(n * width / 8))."""
+    n = codes.numel()
+    per_group = 8 // math.gcd(width, 8)  # values per whole number of bytes
+    group_bytes = per_group * width // 8
+    padded = torch.zeros(-(-n // per_group) * per_group, dtype=torch.int64, device=codes.device)
+    padded[:n] = codes
+    shifts = torch.arange(per_group, device=codes.device) * width
+    words = (padded.view(-1, per_group) << shifts).sum(1)
+    stream = (words[:, None] >> (torch.arange(group_bytes, device=codes.device) * 8)) & 0xFF
+    return stream.to(torch.uint8).flatten()[:(n * width + 7) // 8].clone()
+
+
+def _unpack_bits(stream, width, n):
+    per_group = 8 // math.gcd(width, 8)
+    group_bytes = per_group * width // 8
+    groups = -(-n // per_group)
+    padded = torch.zeros(groups * group_bytes, dtype=torch.int64, device=stream.device)
+    padded[:stream.numel()] = stream
+    words = (padded.view(-1, group_bytes) << (torch.arange(group_bytes, device=stream.device)
+                                               * 8)).sum(1)
+    codes = (words[:, None] >> (torch.arange(per_group, device=stream.device) * width)) \
+        & ((1 << width) - 1)
+    return codes.flatten()[:n].to(torch.int32)
+
+
+class _Encoded:
+    """A map's encoded copy: `held` (the device tensors it consists of, `nbytes` in all: the
+    simulator's encoded buffer), `spilled` (a sparse encoding's bytes beyond its planned buffer,
+    in host memory as host_backend spills them), and what decoding needs."""
+
+    def __init__(self, scheme, values, device, held, spilled=None, meta=None):
+        self.scheme, self.values, self.device = scheme, values, device
+        self.held, self.spilled, self.meta = held, spilled, meta or {}
+        self.nbytes = sum(t.numel() * t.element_size() for t in held)
+
+
+def encode_map(flat, scheme):
+    """Encodes float32 `flat` (1-D, a map's whole storage) under `scheme`."""
+    n, device = flat.numel(), flat.device
+    if scheme == "binarize":  # the sign only: 1 bit, 1.0 / 0.0 on decode (Gist binarize)
+        return _Encoded(scheme, n, device, [_pack_bits((flat > 0).to(torch.int32), 1)])
+    if scheme == "sparse":
+        # Note [Sparse format]'s sizes: per block of 256 values a 16-bit count, per stored value
+        # (all but +0.0, so -0.0 comes back) an 8-bit index in its block and the float32 value;
+        # laid out here as the counts, then the indices, then the values. The planned buffer holds
+        # its first sparse_format_bytes(n, ceil(0.5 n)) bytes; a denser map's rest spills to the
+        # host, as host_backend's sparse_encode_spilling does.
+        stored = (flat.view(torch.int32) != 0)
+        blocks = -(-n // _SPARSE_BLOCK)
+        mask = torch.zeros(blocks * _SPARSE_BLOCK, dtype=torch.bool, device=device)
+        mask[:n] = stored
+        counts = mask.view(blocks, _SPARSE_BLOCK).sum(1).to(torch.int16)
+        where = stored.nonzero().flatten()
+        stream = torch.cat([counts.view(torch.uint8), (where % _SPARSE_BLOCK).to(torch.uint8),
+                            flat[where].view(torch.uint8)])
+        capacity = encoded_bytes("sparse", n)
+        buffer = torch.zeros(capacity, dtype=torch.uint8, device=device)
+        kept = min(capacity, stream.numel())
+        buffer[:kept] = stream[:kept]
+        spilled = stream[capacity:].to("cpu", copy=True) if stream.numel() > capacity else None
+        return _Encoded(scheme, n, device, [buffer], spilled,
+                        {"blocks": blocks, "stored": where.numel(), "total": stream.numel()})
+    exponent, mantissa = _NARROW_FORMATS[scheme]
+    codes = narrow_codes(flat, scheme)
+    width = 1 + exponent + mantissa
+    packed = codes.to(torch.uint8) if width == 8 else _pack_bits(codes, width)
+    return _Encoded(scheme, n, device, [packed])
+
+
+def decode_map(encoded):
+    """The flat float32 map `encoded` stands for."""
+    n, device = encoded.values, encoded.device
+    if encoded.scheme == "binarize":
+        return _unpack_bits(encoded.held[0], 1, n).to(torch.float32)
+    if encoded.scheme == "sparse":
+        meta = encoded.meta
+        stream = encoded.held[0][:meta["total"]]
+        if encoded.spilled is not None:
+            stream = torch.cat([stream, encoded.spilled.to(device)])
+        blocks, stored = meta["blocks"], meta["stored"]
+        counts = stream[:2 * blocks].clone().view(torch.int16).to(torch.int64)
+        index = stream[2 * blocks:2 * blocks + stored].to(torch.int64)
+        values = stream[2 * blocks + stored:].clone().view(torch.float32)
+        block = torch.repeat_interleave(torch.arange(blocks, device=device), counts)
+        flat = torch.zeros(n, dtype=torch.float32, device=device)
+        flat[block * _SPARSE_BLOCK + index] = values
+        return flat
+    exponent, mantissa = _NARROW_FORMATS[encoded.scheme]
+    width = 1 + exponent + mantissa
+    packed = encoded.held[0]
+    codes = packed.to(torch.int32) if width == 8 else _unpack_bits(packed, width, n)
+    return narrow_values(codes, encoded.scheme)
+
 
 
 def trace_fingerprint(trace):
@@ -124,13 +299,69 @@ def plan_decisions(plan, trace):
         if tid is None:
             raise PlanError(f"the plan names tensor '{ref}', which the captured trace lacks")
         action = entry["action"]
-        if action.startswith("encode") and action != "encode:fp16":
-            raise PlanError(f"tensor '{ref}': {action} is not carried out by memplan.torch.apply "
-                            "(of the encodings, encode:fp16 is)")
-        if action == "encode:fp16" and trace["tensors"][tid].get("dtype", "float32") != "float32":
-            raise PlanError(f"tensor '{ref}': encode:fp16 narrows float32 maps only")
+        if action.startswith("encode"):
+            scheme = action.partition(":")[2]
+            if scheme not in _ENCODINGS:
+                raise PlanError(f"tensor '{ref}': {action} is not an encoding memplan.torch.apply "
+                                f"carries out (encode:{', encode:'.join(_ENCODINGS)})")
+            dtype = trace["tensors"][tid].get("dtype", "float32")
+            if dtype != "float32":
+                raise PlanError(f"tensor '{ref}': {action} encodes float32 maps only, this one is "
+                                f"{dtype}")
+            if scheme == "binarize":
+                _check_binarizable(trace, tid, ref)
         decisions[tid] = entry
+    _check_lossy_maps_are_not_rerun(trace, decisions)
     return decisions
+
+
+# Backward ops that read a binarized map for its sign, or for its geometry only: ReLU's backward
+# (threshold_backward: result <= 0 ? 0 : grad) and a max-pool's backward, whose CPU and CUDA
+# kernels read the input's sizes and memory format and take the positions from the saved indices.
+_SIGN_READERS = {"relu": (".threshold_backward",),
+                 "max_pool2d": (".max_pool2d_with_indices_backward",)}
+_GEOMETRY_READERS = {"aten::detach", "aten::view", "aten::_reshape_alias", "aten::alias",
+                     "aten::as_strided", "aten::t", "aten::transpose", "aten::permute",
+                     "aten::expand", "aten::unsqueeze", "aten::squeeze"}
+
+
+def _check_binarizable(trace, tid, ref):
+    """Refuses (PlanError) binarizing a map a backward op reads for more than its sign: binarize
+    keeps one bit, and decodes to 1.0 / 0.0, which gives backward the same bits only where every
+    backward reader is a ReLU's or a max-pool's backward (Gist's pattern)."""
+    for op in trace["ops"]:
+        if op["phase"] != "backward" or tid not in op["inputs"]:
+            continue
+        if op["layer"] in _GEOMETRY_READERS or op["name"].endswith(
+                _SIGN_READERS.get(op["layer"], ())):
+            continue
+        raise PlanError(f"tensor '{ref}': encode:binarize keeps the map's sign only, and backward "
+                        f"op '{op['name']}' ({op['layer']}) reads its values (binarize is for a "
+                        "map only ReLU's and max-pool's backward read)")
+
+
+def _check_lossy_maps_are_not_rerun(trace, decisions):
+    """Refuses a binarized or narrowed map that a forward op re-run by a recomputation reads
+    (the rerun would compute on the decoded values; sim::validate_plan's rule)."""
+    ops, tensors = trace["ops"], trace["tensors"]
+    rerun, stack = set(), [tensors[t]["producer"] for t, e in decisions.items()
+                           if e["action"] == "recompute"]
+    while stack:
+        op = stack.pop()
+        if op is None or op in rerun:
+            continue
+        rerun.add(op)
+        for t in ops[op]["inputs"]:
+            if tensors[t]["producer"] is None or tensors[t]["kind"] != "activation":
+                continue
+            if t not in decisions or decisions[t]["action"] == "recompute":
+                stack.append(tensors[t]["producer"])
+    for op in sorted(rerun):
+        for t in ops[op]["inputs"]:
+            action = decisions.get(t, {}).get("action", "")
+            if action.startswith("encode:") and action != "encode:sparse":
+                raise PlanError(f"tensor '{tensors[t]['name']}': {action} is decoded lossily, and "
+                                f"op '{ops[op]['name']}', which a recomputation re-runs, reads it")
 
 
 class Schedule:
@@ -172,7 +403,7 @@ class Schedule:
         self.encode_after = {}  # op id -> maps narrowed after it (their last forward reader)
         self.encode_at = {}  # map -> that op id
         for tid, entry in decisions.items():
-            if entry["action"] == "encode:fp16":
+            if entry["action"].startswith("encode:"):
                 producer = trace["tensors"][tid]["producer"]
                 self.encode_at[tid] = max([producer] + forward.get(tid, []))
                 self.encode_after.setdefault(self.encode_at[tid], []).append(tid)
@@ -298,7 +529,8 @@ class _PlanRecorder(StepRecorder):
         self.device = {}
         self.regenerated = set()  # ids in self.device that a recomputation wrote
         self.host = {}  # tensor id -> host copy of its whole storage (swap)
-        self.encoded = {}  # tensor id -> its float16 copy on the device (encode:fp16)
+        self.encoded = {}  # tensor id -> its encoded copy on the device (encode:*, _Encoded)
+        self.spilled_bytes = 0  # sparse encodings' bytes beyond their planned buffers (host)
         self.host_held = set()  # swap copies not brought back yet (the simulator's host slots)
         self.host_bytes = self.peak_host_bytes = 0
         self.copies = _Copies(cuda)
@@ -411,7 +643,7 @@ class _PlanRecorder(StepRecorder):
             return ("swap", _geometry(t))
         if action == "recompute":
             return ("recompute", _geometry(t))
-        if action == "encode:fp16":  # held until its last forward reader, then narrowed
+        if action.startswith("encode:"):  # held until its last forward reader, then encoded
             if tid not in self.device and tid not in self.encoded:
                 self.device[tid] = _whole_storage(t)
                 if len(self.ops) - 1 >= self.plan.encode_at[tid]:  # packed after its last reader
@@ -462,16 +694,20 @@ class _PlanRecorder(StepRecorder):
         return self._regenerate(tid)
 
     def _encode(self, tid):
-        """Narrows a map to float16 on the device and lets the float32 buffer go (the lowering's
-        forward drop of an encoded map)."""
+        """Encodes a map on the device as the plan says and lets the float32 buffer go (the
+        lowering's forward drop of an encoded map and its Encode)."""
         full = self.device.pop(tid)
-        narrow = full.to(torch.float16)
-        self.encoded[tid] = narrow
-        self.log.recompute([tid], [(("encoded", tid), narrow.storage().nbytes(), None, True)])
+        scheme = self.plan.actions[tid].partition(":")[2]
+        encoded = encode_map(full.reshape(-1), scheme)
+        self.encoded[tid] = encoded
+        if encoded.spilled is not None:
+            self.spilled_bytes += encoded.spilled.numel()
+        self.log.recompute([tid], [(("encoded", tid), encoded.nbytes, None, True)])
 
     def _decode(self, tid):
-        """Widens a narrowed map back to float32 before its first backward reader."""
-        full = self.encoded[tid].to(torch.float32)
+        """Decodes an encoded map into a float32 buffer of its own before its first backward
+        reader (the lowering's Decode); it is held to the drop point."""
+        full = decode_map(self.encoded[tid])
         self.device[tid] = full
         self.log.recompute([("encoded", tid)], [(tid, full.storage().nbytes(), None, True)])
         return full
@@ -556,7 +792,8 @@ class PlannedModel:
         self.last_step = (recorder.log, step_trace)  # what the step ran, for saved_bytes.curve
         self.stats = {"peak_saved_bytes": peak(recorder.log, step_trace),
                       "peak_host_bytes": recorder.peak_host_bytes,
-                      "recomputed_ops": recorder.recompute_ops, "step_seconds": seconds}
+                      "recomputed_ops": recorder.recompute_ops, "step_seconds": seconds,
+                      "sparse_spilled_bytes": recorder.spilled_bytes}
         return loss
 
 

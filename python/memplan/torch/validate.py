@@ -4,18 +4,21 @@ What: `validate(model, batch, loss_fn, optimizer, plan, captured)` copies the mo
 twice (same weights, same optimizer state), runs the baseline step on one copy and the planned step
 (memplan.torch.apply) on the other, both from the same seed, and returns a `Validation`:
 - `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal) — what a lossless plan
-  (keep, swap, recompute) must give;
+  (keep, swap, recompute, encode:binarize, encode:sparse) must give;
 - `measured_saved_peak_bytes`: the saved-bytes peak (memplan.torch.saved_bytes) of the planned
   step as it ran; `measured_host_peak_bytes`: the swap copies held on the host at most, each from
-  its copy-out to its copy-in (memplan.torch.apply's stats);
+  its copy-out to its copy-in (memplan.torch.apply's stats); `sparse_spilled_bytes`: the bytes of
+  sparse encodings beyond their planned buffers, held in host memory (not in either peak);
 - `predicted_saved_peak_bytes` / `predicted_host_peak_bytes`: the simulator's peaks of the same
   buffers: `memplan simulate` of the plan on a copy of the captured trace in which every tensor but
   the feature maps (and the buffers they are written over) has 0 bytes and no op has workspace;
   `peaks_match` when both pairs are equal;
 - `gradient_relative_error` (||planned - baseline||_2 / ||baseline||_2 over all gradients) and, for
-  a plan that narrows `narrowed_maps` maps to fp16, `gradient_tolerance` = min(4 L 2^-11, 0.5)
-  (Note [Validation tolerance] in runtime/validation.hpp); `within_tolerance`: bitwise for a
-  plan that narrows nothing, else the error within that bound;
+  a plan that narrows `narrowed_maps` maps (encode:fp16, fp10, fp8), `gradient_tolerance` =
+  min(4 L u, 0.5) with u the unit roundoff of its coarsest format (`unit_roundoff`: fp16 2^-11,
+  fp10 2^-5, fp8 2^-4; Note [Validation tolerance] in runtime/validation.hpp); `within_tolerance`:
+  bitwise for a plan that narrows nothing (binarize and sparse are lossless), else the error
+  within that bound;
 - `predicted_seconds` (the simulator's iteration time of the plan on the captured trace) and
   `measured_seconds` (the planned step's wall time, recorder included).
 The model and optimizer given are not changed.
@@ -115,10 +118,18 @@ def default_memplan():
 
 
 # Note [Validation tolerance] (runtime/validation.hpp): kToleranceFactor, kMaxRelativeTolerance,
-# and fp16's unit roundoff 2^-11 (the one narrow format apply carries out).
+# and each narrow format's unit roundoff 2^-(mantissa bits + 1) (sim::NarrowFormat).
 _TOLERANCE_FACTOR = 4.0
 _MAX_RELATIVE_TOLERANCE = 0.5
-_FP16_UNIT_ROUNDOFF = 2.0 ** -11
+_UNIT_ROUNDOFF = {"encode:fp16": 2.0 ** -11, "encode:fp10": 2.0 ** -5, "encode:fp8": 2.0 ** -4}
+
+
+def tolerance(plan):
+    """(narrowed maps L, unit roundoff u of the coarsest format, min(4 L u, 0.5)) of `plan`, as
+    runtime::tolerance_for computes them (0 for a plan that narrows nothing)."""
+    narrowed = [m["action"] for m in plan.get("maps", []) if m["action"] in _UNIT_ROUNDOFF]
+    u = max((_UNIT_ROUNDOFF[a] for a in narrowed), default=0.0)
+    return len(narrowed), u, min(_TOLERANCE_FACTOR * len(narrowed) * u, _MAX_RELATIVE_TOLERANCE)
 
 
 def _relative_error(baseline, planned):
@@ -135,7 +146,7 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, 
     """See the module's docstring. `memplan` is the memplan binary that predicts
     (default_memplan() when not given)."""
     memplan = memplan or default_memplan()
-    narrowed = sum(m["action"].startswith("encode:fp") for m in plan.get("maps", []))
+    narrowed, unit_roundoff, bound = tolerance(plan)
     trace = captured.trace if hasattr(captured, "trace") else captured
     batch = tuple(batch)
     base_model, base_opt = _copy(model, optimizer)
@@ -153,11 +164,12 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, 
         gradient_relative_error=_relative_error([a.grad for a, _ in pairs],
                                                 [b.grad for _, b in pairs]),
         narrowed_maps=narrowed,
-        gradient_tolerance=min(_TOLERANCE_FACTOR * narrowed * _FP16_UNIT_ROUNDOFF,
-                               _MAX_RELATIVE_TOLERANCE),
+        unit_roundoff=unit_roundoff,
+        gradient_tolerance=bound,
         weights_equal=all(torch.equal(base_state[k], plan_state[k]) for k in base_state),
         measured_saved_peak_bytes=planned.stats["peak_saved_bytes"],
         measured_host_peak_bytes=planned.stats["peak_host_bytes"],
+        sparse_spilled_bytes=planned.stats["sparse_spilled_bytes"],
         measured_seconds=planned.stats["step_seconds"],
         recomputed_ops=planned.stats["recomputed_ops"])
     memory = ["--memory", "1048576GiB"]
