@@ -452,3 +452,37 @@ def test_encodings_whose_pattern_does_not_hold_are_refused_with_one_line():
         with pytest.raises(PlanError, match=why) as error:
             apply(model, make_plan(captured.trace, actions), captured)
         assert "\n" not in str(error.value)
+
+
+def random_encoded_plan(trace, seed):
+    """Each map kept, swapped, recomputed, or encoded where its consumer pattern holds: fp10 or fp8
+    for a float32 map, binarize for a ReLU output a max-pool reads, sparse for one a convolution
+    reads (seeds whose plan the simulator and apply accept: no lossy map read by a re-run op)."""
+    rng = random.Random(seed)
+    ops, tensors = trace["ops"], trace["tensors"]
+    actions = {}
+    for t in feature_maps(trace):
+        choices = ["keep", "swap", "recompute"]
+        if tensors[t].get("dtype") == "float32":
+            readers = [op["layer"] for op in ops if op["phase"] == "forward" and t in op["inputs"]]
+            relu = ops[tensors[t]["producer"]]["layer"] == "relu"
+            choices.append(rng.choice(["encode:fp8", "encode:fp10"]))
+            if relu and "max_pool2d" in readers:
+                choices.append("encode:binarize")
+            if relu and "conv2d" in readers:
+                choices += ["encode:sparse"] * 2
+        actions[t] = rng.choice(choices)
+    return make_plan(trace, actions)
+
+
+@pytest.mark.parametrize("seed", [3, 19, 20, 25, 127, 194])
+def test_random_plans_with_encodings_measure_their_peak_within_the_tolerance(seed):
+    """Encodings among swaps and recomputations (a sparse map a regeneration decodes, a denser
+    sparse map spilling): the saved-bytes peak to the byte, the gradients within the bound."""
+    need_memplan()
+    model, batch, opt, captured = gist_setup()
+    plan = random_encoded_plan(captured.trace, seed)
+    actions = {m["action"] for m in plan["maps"]}
+    assert {"swap", "recompute"} <= actions and any(a.startswith("encode:") for a in actions)
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
+    assert result.within_tolerance and result.peaks_match, (plan, result)

@@ -400,13 +400,19 @@ class Schedule:
                 first_backward = min(backward[tid])
                 when = first_backward - 1 if first_backward - 1 > dropped else first_backward
             self.prefetch_before.setdefault(when, []).append(tid)
-        self.encode_after = {}  # op id -> maps narrowed after it (their last forward reader)
-        self.encode_at = {}  # map -> that op id
-        for tid, entry in decisions.items():
-            if entry["action"].startswith("encode:"):
+        # The lowering's forward drops: after a map's last forward reader (or its producer), a
+        # swapped map's buffer goes once its copy-out has read it and an encoded map is encoded
+        # and its buffer goes, map by map in the plan's (tensor id) order.
+        self.forward_drops = {}  # op id -> [(map, action)] dropped after it, in that order
+        self.encode_at = {}  # encoded map -> its forward drop op
+        for tid in sorted(decisions):
+            action = decisions[tid]["action"]
+            if action == "swap" or action.startswith("encode:"):
                 producer = trace["tensors"][tid]["producer"]
-                self.encode_at[tid] = max([producer] + forward.get(tid, []))
-                self.encode_after.setdefault(self.encode_at[tid], []).append(tid)
+                at = max([producer] + forward.get(tid, []))
+                self.forward_drops.setdefault(at, []).append((tid, action))
+                if action.startswith("encode:"):
+                    self.encode_at[tid] = at
         self.drop_after = {}
         for t, op in last.items():
             self.drop_after.setdefault(op, []).append(t)
@@ -569,13 +575,12 @@ class _PlanRecorder(StepRecorder):
         result = super().dispatch(func, args, kwargs)
         if recipe is not None:
             self.recipes[op_id] = recipe
-        for tid in self.plan.encode_after.get(op_id, ()):
-            if tid in self.device:
-                self.paused += 1
-                try:
-                    self._encode(tid)
-                finally:
-                    self.paused -= 1
+        if op_id in self.plan.forward_drops:
+            self.paused += 1
+            try:
+                self._forward_drops(op_id, (args, kwargs, result))
+            finally:
+                self.paused -= 1
         for tid in self.plan.drop_after.get(op_id, ()):  # the trace reads them no more
             if tid not in self.persistent and self.tensors[tid]["kind"] == "activation":
                 self.device.pop(tid, None)
@@ -583,6 +588,23 @@ class _PlanRecorder(StepRecorder):
                 self.host.pop(tid, None)
                 self.encoded.pop(tid, None)
         return result
+
+    def _forward_drops(self, op_id, tensors):
+        """The lowering's forward drops after op `op_id`, in its order: an encoded map (taken
+        from the op's arguments or results when autograd has not packed it yet) is encoded and
+        let go; a swapped map's buffer is let go once its copy-out has read it (logged as a read:
+        it is held until then, as the simulator holds it until it has waited for the copy)."""
+        for tid, action in self.plan.forward_drops[op_id]:
+            if action == "swap":
+                self.log.recompute([tid], [])
+                continue
+            if tid not in self.device and tid not in self.encoded:
+                found = next((t for t in flat_tensors(tensors, [])
+                              if self.current.get(storage_key(t)) == tid), None)
+                if found is not None:
+                    self.device[tid] = _whole_storage(found)
+            if tid in self.device:
+                self._encode(tid)
 
     def _prefetch_through(self, op_id):
         """Issues the copies the plan brings back before ops up to `op_id`: called before op
