@@ -22,9 +22,17 @@ plan's decisions carried out on every feature map autograd saves:
 - every copy brought back or regenerated is held until the op after which the captured trace no
   longer reads it (the simulator's drop point); a regenerated intermediate nothing reads again in
   the trace stays for later recomputations, as the lowering keeps it.
-- encode:fp16: the map is held until its last forward reader has run, then narrowed to a float16
-  copy on the device (the float32 buffer let go); the first unpack widens it back, held to the
-  drop point. Other encodings are refused (one line).
+- encode (Gist's encodings, in host_backend/encodings.cpp's formats and sim::encoded_bytes's
+  sizes): the map is held until its last forward reader has run, then encoded on the device and
+  the float32 buffer let go (the lowering's forward drop, after the swapped buffers and encodes
+  of the maps before it); the first unpack decodes it into a float32 buffer, held to the drop
+  point. binarize keeps 1 bit a value and decodes to 1.0 / 0.0, refused (one line) for a map a
+  backward op other than ReLU's and max-pool's reads (their CPU and CUDA kernels read the sign and
+  the geometry); sparse keeps every value but +0.0 with its position, in a buffer sized for half of
+  them (a denser map spills the rest to host memory, as host_backend does: `sparse_spilled_bytes`);
+  fp16, fp10 and fp8 keep packed codes of 16, 10 and 8 bits, rounded as host_backend rounds
+  (nearest, ties to even, subnormals, saturating). A binarized or narrowed map that a forward op
+  re-run by a recomputation reads is refused (one line), as the simulator refuses it.
 A step whose ops differ from the captured trace's (another model, another input shape) stops at
 the first differing op with one line (PlanError).
 

@@ -2,7 +2,8 @@
 
 What: the most bytes held at once on the device by the step's feature-map buffers (the storages of
 the activations autograd saved, with the versions written over them in place) and by the copies a
-plan makes of them (a swapped map brought back, a map or an intermediate recomputed). A buffer is
+plan makes of them (a swapped map brought back, a map or an intermediate recomputed, a map's
+encoded copy in sim::encoded_bytes's size and the map decoded from it). A buffer is
 held from the op that writes it, or from the copy that brings it back, to the last op that reads
 it; ops run one after another, and an op holds its inputs and its outputs at once.
 
