@@ -24,6 +24,11 @@ void add_machine_flags(CLI::App& command, MachineFlags& flags) {
       .add_option("--host-memory", flags.host_memory,
                   "pinned host memory for swapped maps, e.g. 64GiB (default: unlimited)")
       ->check(size_value());
+  command
+      .add_option("--host-bandwidth", flags.host_bandwidth,
+                  "the host CPU's streaming speed at host ops (an update on the host), e.g. "
+                  "20GB/s (default: the trace's measurement, else 20GB/s)")
+      ->check(bandwidth_value());
 }
 
 sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags) {
@@ -36,6 +41,10 @@ sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlag
     overrides.link.latency_ns = sim::parse_duration(flags.latency, "--latency");
   if (!flags.host_memory.empty())
     overrides.host_memory_bytes = sim::parse_bytes(flags.host_memory, "--host-memory");
+  if (!flags.host_bandwidth.empty()) {
+    overrides.host_bandwidth_bytes_per_s =
+        sim::parse_bandwidth(flags.host_bandwidth, "--host-bandwidth");
+  }
   return sim::make_machine(workload.device, overrides);
 }
 

@@ -77,16 +77,18 @@ void record(const RecordOptions& o, const CLI::App& cmd) {
                                                     : sim::parse_bytes(o.memory, "--memory");
   write_output(o.output, sim::write_trace(r.workload));
   if (o.json) {
-    const nlohmann::json j = {{"model", model->name},
-                              {"backend", backend->name()},
-                              {"ops", r.workload.ops.size()},
-                              {"iteration_s", sim::to_seconds(r.iteration_ns)},
-                              {"peak_reserved_bytes_incore", r.peak_reserved_bytes},
-                              {"memory_bytes", r.workload.device.memory_bytes},
-                              {"h2d_bytes_per_s", r.link.h2d_bytes_per_s},
-                              {"d2h_bytes_per_s", r.link.d2h_bytes_per_s},
-                              {"copy_latency_ns", r.link.latency_ns},
-                              {"output", o.output}};
+    const nlohmann::json j = {
+        {"model", model->name},
+        {"backend", backend->name()},
+        {"ops", r.workload.ops.size()},
+        {"iteration_s", sim::to_seconds(r.iteration_ns)},
+        {"peak_reserved_bytes_incore", r.peak_reserved_bytes},
+        {"memory_bytes", r.workload.device.memory_bytes},
+        {"h2d_bytes_per_s", r.link.h2d_bytes_per_s},
+        {"d2h_bytes_per_s", r.link.d2h_bytes_per_s},
+        {"copy_latency_ns", r.link.latency_ns},
+        {"host_bytes_per_s", r.workload.device.host_bandwidth_bytes_per_s.value()},
+        {"output", o.output}};
     fmt::print(report, "{}\n", j.dump(2));
     return;
   }

@@ -8,6 +8,7 @@
 
 #include <fmt/core.h>
 
+#include "runtime/host_speed.hpp"
 #include "runtime/interpreter.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
@@ -112,6 +113,7 @@ Recording record(const Backend& backend, const sim::Workload& workload,
   w.device.name = backend.name();
   w.device.memory_bytes = r.peak_reserved_bytes;
   w.device.link = r.link;
+  w.device.host_bandwidth_bytes_per_s = measure_host_op_bandwidth();
   const std::string what = workload.provenance.note;
   w.provenance = sim::Provenance{};
   w.provenance.source = "recorded";

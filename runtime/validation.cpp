@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/host_speed.hpp"
 #include "runtime/interpreter.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
@@ -98,6 +99,7 @@ Calibration calibrate_in_core(const Backend& backend, const sim::Workload& workl
     for (sim::Algorithm& a : op.algorithms) a.duration_ns = op.duration_ns;
   }
   c.machine.link = backend.measure_link();
+  c.machine.host_bandwidth_bytes_per_s = measure_host_op_bandwidth();
   return c;
 }
 }  // namespace

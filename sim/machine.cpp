@@ -59,6 +59,8 @@ Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides
       device.memory_bandwidth_bytes_per_s.value_or(kDefaultMemoryBandwidth);
   if (overrides.memory_bytes) m.memory_bytes = *overrides.memory_bytes;
   if (overrides.host_memory_bytes) m.host_memory_bytes = *overrides.host_memory_bytes;
+  m.host_bandwidth_bytes_per_s = overrides.host_bandwidth_bytes_per_s.value_or(
+      device.host_bandwidth_bytes_per_s.value_or(kDefaultHostBandwidth));
   if (m.memory_bytes <= 0) {
     // Name what set it: the flag when given, the trace otherwise (a flag never given is no help).
     if (overrides.memory_bytes) throw InputError("--memory", "device memory must be positive");
@@ -69,6 +71,8 @@ Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides
   if (!(m.link.h2d_bytes_per_s > 0)) throw InputError("--h2d", "bandwidth must be positive");
   if (!(m.link.d2h_bytes_per_s > 0)) throw InputError("--d2h", "bandwidth must be positive");
   if (m.link.latency_ns < 0) throw InputError("--latency", "latency must not be negative");
+  if (!(m.host_bandwidth_bytes_per_s > 0))
+    throw InputError("--host-bandwidth", "bandwidth must be positive");
   return m;
 }
 

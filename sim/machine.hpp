@@ -6,9 +6,10 @@
 // every instruction whose time is not in the trace: copies, codecs and host ops.
 //
 // A Machine starts from the DeviceInfo a trace carries and is then overridden by what-if flags
-// (`--memory`, `--link`, `--h2d`, `--d2h`, `--latency`). Copies are never taken from a trace: the
-// lowering creates them and the engine prices each at latency + bytes / bandwidth of its
-// direction, so asking for another bandwidth rescales every copy of a recorded trace.
+// (`--memory`, `--link`, `--h2d`, `--d2h`, `--latency`, `--host-memory`, `--host-bandwidth`).
+// Copies are never taken from a trace: the lowering creates them and the engine prices each at
+// latency + bytes / bandwidth of its direction, so asking for another bandwidth rescales every copy
+// of a recorded trace.
 #include <optional>
 #include <string>
 
@@ -23,7 +24,8 @@ namespace memplan::sim {
 inline constexpr BytesPerSecond kDefaultMemoryBandwidth = 500e9;
 /// Host memory bandwidth a host op (an optimizer update on the CPU, Note [Host placement] in
 /// sim/plan.hpp) streams its operands at: a multi-threaded SGD/Adam step on a server CPU is bound
-/// by its memory traffic, about 20 GB/s on a two-socket machine of the V100 era.
+/// by its memory traffic, about 20 GB/s on a two-socket machine of the V100 era. Used when the
+/// trace does not carry the recording machine's measurement (DeviceInfo) and no flag gives one.
 inline constexpr BytesPerSecond kDefaultHostBandwidth = 20e9;
 
 struct Machine {
@@ -52,6 +54,7 @@ struct MachineOverrides {
   std::optional<std::string> link_name;
   PartialLink link;  // `--h2d`, `--d2h`, `--latency`: over the preset's or the trace's
   std::optional<Bytes> host_memory_bytes;
+  std::optional<BytesPerSecond> host_bandwidth_bytes_per_s;  // `--host-bandwidth`
 };
 
 /// Trace values first, then the preset `link_name`, then the single values of `link` (so `--link

@@ -98,7 +98,7 @@ struct Timeline {
   /// sim/engine.hpp; sim::step_period_ns): iteration_ns without a host side. Set by
   /// simulate_plan and the comparison, 0 where nobody computed it.
   Nanoseconds period_ns = 0;
-  Nanoseconds host_ops_ns = 0;      // time the host stream runs host ops (an update on the CPU)
+  Nanoseconds host_ops_ns = 0;    // time the host stream runs host ops (an update on the CPU)
   Bytes peak_bytes = 0;           // peak of live bytes as requested
   Bytes peak_reserved_bytes = 0;  // peak end of the arena in use: fragmentation shows here
   Bytes peak_host_bytes = 0;      // peak pinned host bytes holding swapped maps

@@ -57,7 +57,8 @@ std::optional<double> read_optional_positive(const JsonReader& object, std::stri
 
 DeviceInfo read_device(const JsonReader& r) {
   r.reject_unknown_keys({"name", "memory_bytes", "h2d_bytes_per_s", "d2h_bytes_per_s",
-                         "copy_latency_ns", "memory_bandwidth_bytes_per_s", "peak_flops_per_s"});
+                         "copy_latency_ns", "memory_bandwidth_bytes_per_s", "peak_flops_per_s",
+                         "host_bytes_per_s"});
   DeviceInfo d;
   d.name = r.at("name").as_string();
   d.memory_bytes = r.at("memory_bytes").as_int(kMinInt, kMaxInt);
@@ -66,6 +67,7 @@ DeviceInfo read_device(const JsonReader& r) {
   if (auto l = r.find("copy_latency_ns")) d.link.latency_ns = l->as_int(0, kNanosecondsPerSecond);
   d.memory_bandwidth_bytes_per_s = read_optional_positive(r, "memory_bandwidth_bytes_per_s");
   d.peak_flops_per_s = read_optional_positive(r, "peak_flops_per_s");
+  d.host_bandwidth_bytes_per_s = read_optional_positive(r, "host_bytes_per_s");
   return d;
 }
 
@@ -188,6 +190,7 @@ OrderedJson device_json(const DeviceInfo& d) {
   if (d.memory_bandwidth_bytes_per_s)
     j["memory_bandwidth_bytes_per_s"] = *d.memory_bandwidth_bytes_per_s;
   if (d.peak_flops_per_s) j["peak_flops_per_s"] = *d.peak_flops_per_s;
+  if (d.host_bandwidth_bytes_per_s) j["host_bytes_per_s"] = *d.host_bandwidth_bytes_per_s;
   return j;
 }
 

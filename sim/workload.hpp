@@ -128,6 +128,9 @@ struct DeviceInfo {
   PartialLink link;  // file keys h2d_bytes_per_s, d2h_bytes_per_s, copy_latency_ns
   std::optional<BytesPerSecond> memory_bandwidth_bytes_per_s;
   std::optional<double> peak_flops_per_s;
+  /// The host CPU's speed at host ops (file key host_bytes_per_s), as the backend that recorded
+  /// the trace measured it (runtime/host_speed.hpp); Machine::host_bandwidth_bytes_per_s.
+  std::optional<BytesPerSecond> host_bandwidth_bytes_per_s;
 
   friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
 };

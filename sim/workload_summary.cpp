@@ -57,18 +57,23 @@ namespace {
 // Where each link direction comes from: the trace's own bandwidth (measured, for a trace imported
 // from a profiler or recorded on a backend; given, for one written by hand or modeled) or, when
 // the trace has none, the preset every command falls back to.
+// The host's speed at host ops likewise: the recording machine's measurement, or the default.
 nlohmann::ordered_json link_json(const Workload& workload) {
   const auto& source = workload.provenance.source;
   const bool measured = source == "imported" || source == "recorded";
-  auto describe = [&](const std::optional<BytesPerSecond>& bandwidth) {
+  auto describe = [&](const std::optional<BytesPerSecond>& bandwidth, BytesPerSecond otherwise,
+                      const char* otherwise_is) {
     if (bandwidth)
       return fmt::format("{:.2f} GB/s ({})", *bandwidth / 1e9, measured ? "measured" : "given");
-    return fmt::format("{:.2f} GB/s (preset {})", preset_link(kDefaultLink).h2d_bytes_per_s / 1e9,
-                       kDefaultLink);
+    return fmt::format("{:.2f} GB/s ({})", otherwise / 1e9, otherwise_is);
   };
+  const std::string preset = fmt::format("preset {}", kDefaultLink);
+  const BytesPerSecond fallback = preset_link(kDefaultLink).h2d_bytes_per_s;
   nlohmann::ordered_json j;
-  j["h2d"] = describe(workload.device.link.h2d_bytes_per_s);
-  j["d2h"] = describe(workload.device.link.d2h_bytes_per_s);
+  j["h2d"] = describe(workload.device.link.h2d_bytes_per_s, fallback, preset.c_str());
+  j["d2h"] = describe(workload.device.link.d2h_bytes_per_s, fallback, preset.c_str());
+  j["host_ops"] =
+      describe(workload.device.host_bandwidth_bytes_per_s, kDefaultHostBandwidth, "default");
   return j;
 }
 

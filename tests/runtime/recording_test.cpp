@@ -132,3 +132,18 @@ TEST_CASE("a host recording keeps the trace's alternatives at each op's measured
     }
   }
 }
+
+TEST_CASE("a recording carries the host's measured speed at host ops", "[runtime][record]") {
+  // runtime/host_speed.hpp: the update loop both backends' host ops run, over arrays larger than
+  // the caches. Any CPU streams more than 100 MB/s, and none 10 TB/s: the value is a measurement,
+  // not the simulator's 20 GB/s default copied in.
+  mp::runtime::RecordOptions options;
+  options.warmup = 0;
+  const mp::runtime::Recording r =
+      mp::runtime::record(mp::host_backend::HostBackend(), resnet_tiny(), options);
+  REQUIRE(r.workload.device.host_bandwidth_bytes_per_s.has_value());
+  const double measured = *r.workload.device.host_bandwidth_bytes_per_s;
+  CHECK(measured > 1e8);
+  CHECK(measured < 1e13);
+  CHECK(mp::sim::make_machine(r.workload.device).host_bandwidth_bytes_per_s == measured);
+}

@@ -184,6 +184,9 @@ std::vector<BadTrace> bad_traces() {
       "bad device memory", [](json& j) { j["device"]["memory_bytes"] = "lots"; },
       "$.device.memory_bytes", "expected an integer");
   mutate(
+      "host-op speed not positive", [](json& j) { j["device"]["host_bytes_per_s"] = 0; },
+      "$.device.host_bytes_per_s", "must be positive");
+  mutate(
       "bad provenance", [](json& j) { j["provenance"]["source"] = "dreamt"; },
       "$.provenance.source", "is not one of");
   return cases;

@@ -65,6 +65,24 @@ TEST_CASE("a machine starts from the trace's device and takes overrides", "[sim]
   CHECK(m.h2d_copy_ns(10'000) == 3000 + 2000);
 }
 
+TEST_CASE("host ops run at the trace's measured speed, a flag's, or the default",
+          "[sim][machine]") {
+  DeviceInfo device;
+  device.memory_bytes = 1 << 20;
+  CHECK(make_machine(device).host_bandwidth_bytes_per_s == kDefaultHostBandwidth);
+  device.host_bandwidth_bytes_per_s = 8e9;  // what `memplan record` measured
+  Machine m = make_machine(device);
+  CHECK(m.host_bandwidth_bytes_per_s == 8e9);
+  // 8 GB/s: 8 bytes per ns; 1 MB of operands streamed in 125 us.
+  CHECK(m.host_op_ns(1'000'000) == 125'000);
+  MachineOverrides o;
+  o.host_bandwidth_bytes_per_s = 40e9;  // --host-bandwidth 40GB/s beats the trace
+  m = make_machine(device, o);
+  CHECK(m.host_op_ns(1'000'000) == 25'000);
+  o.host_bandwidth_bytes_per_s = 0;
+  CHECK_THROWS_WITH(make_machine(device, o), Catch::Contains("--host-bandwidth"));
+}
+
 TEST_CASE("a trace without link data gets the default link", "[sim][machine]") {
   DeviceInfo device;
   device.memory_bytes = 1 << 20;

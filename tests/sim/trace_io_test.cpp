@@ -49,4 +49,8 @@ TEST_CASE("optional fields survive the round trip", "[sim][trace_io]") {
   CHECK(write_trace(w).find(
             R"("attributes":{"groups":1,"kernel":[3,3],"padding":[1,1],"stride":[1,1]})") !=
         std::string::npos);
+  CHECK_FALSE(w.device.host_bandwidth_bytes_per_s.has_value());
+  Workload measured = w;
+  measured.device.host_bandwidth_bytes_per_s = 12.5e9;  // a recording's host-op speed
+  CHECK(parse_trace(write_trace(measured), "t.json").device.host_bandwidth_bytes_per_s == 12.5e9);
 }
