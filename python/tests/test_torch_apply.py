@@ -210,6 +210,19 @@ def test_a_plan_for_another_input_shape_is_refused():
     assert "\n" not in str(error.value)
 
 
+def test_per_use_recomputation_is_refused_with_one_line():
+    """per_use (regenerate for every backward use) is not carried out: its peak would not be the
+    simulator's, so apply refuses it rather than run another plan than the one given."""
+    model, batch, opt, captured = tiny_setup()
+    tensors = captured.trace["tensors"]
+    relu = next(t for t in feature_maps(captured.trace) if tensors[t].get("dtype") == "float32")
+    plan = make_plan(captured.trace, {relu: "recompute"})
+    plan["maps"][0]["per_use"] = True
+    with pytest.raises(PlanError, match="per_use") as error:
+        apply(model, plan, captured)
+    assert "\n" not in str(error.value)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="no CUDA device: apply/validate with CUDA memory needs a GPU")
 def test_cuda_swap_plan_is_bitwise_lossless(tmp_path):

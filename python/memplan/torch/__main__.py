@@ -128,7 +128,7 @@ def run_validate(args):
         print(f"bitwise            loss {v['loss_equal']}, gradients {v['gradients_equal']}, "
               f"updated weights {v['weights_equal']}")
         if v["narrowed_maps"]:
-            print(f"fp16 maps          {v['narrowed_maps']}: gradients' relative error "
+            print(f"narrowed maps      {v['narrowed_maps']}: gradients' relative error "
                   f"{v['gradient_relative_error']:.2e} (tolerance {v['gradient_tolerance']:.2e})")
         print(f"saved peak bytes   predicted {v['predicted_saved_peak_bytes']}  measured "
               f"{v['measured_saved_peak_bytes']} (map buffers and the plan's copies on the device)")

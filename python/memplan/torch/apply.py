@@ -42,8 +42,10 @@ How the plan's tensor ids meet live tensors: the step runs under the same record
 Stats: `peak_saved_bytes`, the saved-bytes peak of the step as it ran (memplan.torch.saved_bytes:
 apply logs every op, recomputation and copy brought back); `peak_host_bytes`, the most bytes of swap copies
 on the host, each counted from its copy-out to its copy-in as the simulator counts a host slot
-(the copy itself is let go at the map's drop point). A plan's `per_use` is not carried out: a
-recomputed map is held from its regeneration to its drop point.
+(the copy itself is let go at the map's drop point). A recomputed map is held from its
+regeneration to its drop point; a plan with `per_use` recomputation (regenerate for every backward
+use, SuperNeurons' memory-centric mode) is refused with one line, since its peak would not be the
+simulator's.
 """
 
 import math
@@ -307,6 +309,10 @@ def plan_decisions(plan, trace):
         if tid is None:
             raise PlanError(f"the plan names tensor '{ref}', which the captured trace lacks")
         action = entry["action"]
+        if entry.get("per_use"):
+            raise PlanError(f"tensor '{ref}': per_use recomputation (regenerated for every backward "
+                            "use) is not carried out by memplan.torch.apply; make the plan without "
+                            "it (every policy but superneurons' memory-centric segments does)")
         if action.startswith("encode"):
             scheme = action.partition(":")[2]
             if scheme not in _ENCODINGS:
