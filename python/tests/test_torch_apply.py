@@ -234,6 +234,20 @@ def test_cuda_swap_plan_is_bitwise_lossless(tmp_path):
     result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
     assert result.lossless_ok, result
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"]
+    # CUDA memory: swapping every map must lower what the step allocates above its resident
+    # tensors, as the simulator predicts it lower than in-core's.
+    assert result["measured_cuda_step_peak_bytes"] < result["baseline_cuda_step_peak_bytes"], result
+    assert result["predicted_step_peak_bytes"] > 0
+
+
+def test_cpu_validation_reports_no_cuda_memory():
+    model, batch, opt, captured = tiny_setup()
+    need_memplan()
+    result = validate(model, batch, F.cross_entropy, opt, make_plan(captured.trace, {}), captured,
+                      memplan=str(MEMPLAN))
+    assert result["measured_cuda_step_peak_bytes"] is None
+    assert result["baseline_cuda_step_peak_bytes"] is None
+    assert result["predicted_step_peak_bytes"] > 0
 
 
 def test_fp16_plan_is_within_the_stated_tolerance_and_measures_its_peak(tmp_path):

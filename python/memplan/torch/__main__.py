@@ -134,6 +134,10 @@ def run_validate(args):
               f"{v['measured_saved_peak_bytes']} (map buffers and the plan's copies on the device)")
         print(f"host peak bytes    predicted {v['predicted_host_peak_bytes']}  measured "
               f"{v['measured_host_peak_bytes']} (swap copies)")
+        if v["measured_cuda_step_peak_bytes"] is not None:
+            print(f"CUDA step memory   predicted {v['predicted_step_peak_bytes']}  measured "
+                  f"{v['measured_cuda_step_peak_bytes']} (baseline step "
+                  f"{v['baseline_cuda_step_peak_bytes']}; above the resident tensors)")
         error = v["measured_seconds"] / v["predicted_seconds"] - 1
         print(f"iteration time     predicted {v['predicted_seconds']:.6f} s  measured "
               f"{v['measured_seconds']:.6f} s  ({error:+.1%})")

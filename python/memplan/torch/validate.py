@@ -20,7 +20,14 @@ twice (same weights, same optimizer state), runs the baseline step on one copy a
   bitwise for a plan that narrows nothing (binarize and sparse are lossless), else the error
   within that bound;
 - `predicted_seconds` (the simulator's iteration time of the plan on the captured trace) and
-  `measured_seconds` (the planned step's wall time, recorder included).
+  `measured_seconds` (the planned step's wall time, recorder included);
+- on a GPU, the device memory each step adds to what was allocated before it (its parameters,
+  optimizer state and batch are resident already): `measured_cuda_step_peak_bytes` (planned step)
+  and `baseline_cuda_step_peak_bytes` (baseline step), torch.cuda.max_memory_allocated less
+  torch.cuda.memory_allocated before the step, against `predicted_step_peak_bytes`, the
+  simulator's whole peak of the plan less the pre-existing tensors' bytes. Reported, not required
+  equal: the CUDA caching allocator rounds blocks, and cuBLAS/cuDNN workspaces and autograd's own
+  buffers are not in a captured trace. None on the CPU.
 The model and optimizer given are not changed.
 """
 
@@ -142,6 +149,19 @@ def _relative_error(baseline, planned):
     return diff / norm if norm > 0 else diff
 
 
+def _cuda_step_peak(device, step):
+    """Runs `step()`; returns (its result, the bytes it allocated at most above what was allocated
+    before it on the CUDA `device`, or None elsewhere)."""
+    if device.type != "cuda":
+        return step(), None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    result = step()
+    torch.cuda.synchronize(device)
+    return result, torch.cuda.max_memory_allocated(device) - before
+
+
 def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, seed=0):
     """See the module's docstring. `memplan` is the memplan binary that predicts
     (default_memplan() when not given)."""
@@ -152,10 +172,13 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, 
     base_model, base_opt = _copy(model, optimizer)
     plan_model, plan_opt = _copy(model, optimizer)
     planned = apply(plan_model, plan, trace)
+    device = next(model.parameters()).device
     torch.manual_seed(seed)
-    base_loss = run_step(base_model, batch, loss_fn, base_opt)
+    base_loss, base_cuda = _cuda_step_peak(
+        device, lambda: run_step(base_model, batch, loss_fn, base_opt))
     torch.manual_seed(seed)
-    plan_loss = planned.step(batch, loss_fn, plan_opt)
+    plan_loss, plan_cuda = _cuda_step_peak(
+        device, lambda: planned.step(batch, loss_fn, plan_opt))
     pairs = list(zip(base_model.parameters(), plan_model.parameters()))
     base_state, plan_state = base_model.state_dict(), plan_model.state_dict()
     result = Validation(
@@ -171,12 +194,16 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, 
         measured_host_peak_bytes=planned.stats["peak_host_bytes"],
         sparse_spilled_bytes=planned.stats["sparse_spilled_bytes"],
         measured_seconds=planned.stats["step_seconds"],
-        recomputed_ops=planned.stats["recomputed_ops"])
+        recomputed_ops=planned.stats["recomputed_ops"],
+        baseline_cuda_step_peak_bytes=base_cuda,
+        measured_cuda_step_peak_bytes=plan_cuda)
     memory = ["--memory", "1048576GiB"]
     derived, derived_plan = saved_only(trace, plan)
     saved = simulate(memplan, derived, derived_plan, *memory)
     whole = simulate(memplan, trace, plan, *memory)
+    resident = sum(t["bytes"] for t in trace["tensors"] if t.get("producer") is None)
     result.update(predicted_saved_peak_bytes=saved["peak_bytes"],
                   predicted_host_peak_bytes=saved["peak_host_bytes"],
+                  predicted_step_peak_bytes=whole["peak_bytes"] - resident,
                   predicted_seconds=whole["iteration_s"])
     return result
