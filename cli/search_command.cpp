@@ -55,6 +55,30 @@ void print_against_best_policy(std::FILE* report, const std::string& best_policy
   }
 }
 
+// The --json summary both searches start from: the plan found and the best policy's.
+nlohmann::json search_json(const sim::Simulation& found, const std::string& policy,
+                           const std::string& best_policy, const search::Evaluation& best,
+                           const sim::Workload& workload, const sim::Machine& machine) {
+  nlohmann::json j = sim::summary_json(found.timeline, found.program, workload, machine);
+  j["policy"] = policy;
+  j["best_policy"] = best_policy;
+  j["best_policy_feasible"] = best.feasible;
+  j["best_policy_iteration_s"] =
+      best.feasible ? nlohmann::json(sim::to_seconds(best.iteration_ns)) : nlohmann::json(nullptr);
+  return j;
+}
+
+// Exit 0 when the plan found fits; else 1, with the diagnosis on stderr (in the JSON with --json).
+int fit_status(const SearchFlags& flags, const sim::Simulation& found,
+               const sim::Workload& workload) {
+  if (found.timeline.feasible) return 0;
+  if (!flags.json) {
+    fmt::print(stderr, "memplan: no plan found that fits (no plan written): {}\n",
+               sim::oom_to_text(*found.timeline.oom, found.program, workload));
+  }
+  return 1;
+}
+
 // `search --exact`: prints like the heuristic search, plus what the branch and bound did.
 int run_exact(const sim::Workload& workload, const sim::Machine& machine,
               const search::ExactOptions& eo, const SearchFlags& flags) {
@@ -63,14 +87,9 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
   const sim::Timeline& timeline = result.simulation.timeline;
   write_plan_if_fits(flags, timeline, result.plan, workload);
   std::FILE* report = report_stream({flags.output});
-  const double policy_s = sim::to_seconds(result.best_policy_evaluation.iteration_ns);
   if (flags.json) {
-    nlohmann::json j = sim::summary_json(timeline, program, workload, machine);
-    j["policy"] = result.plan.policy;
-    j["best_policy"] = result.best_policy;
-    j["best_policy_feasible"] = result.best_policy_evaluation.feasible;
-    j["best_policy_iteration_s"] =
-        result.best_policy_evaluation.feasible ? nlohmann::json(policy_s) : nlohmann::json(nullptr);
+    nlohmann::json j = search_json(result.simulation, result.plan.policy, result.best_policy,
+                                   result.best_policy_evaluation, workload, machine);
     j["evaluated"] = result.evaluated;
     j["exact"] = true;
     j["optimal"] = result.optimal;
@@ -98,14 +117,7 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
     if (result.from_heuristic && timeline.feasible)
       fmt::print(report, "no plan of the space is faster than the heuristic search's\n");
   }
-  if (!timeline.feasible) {
-    if (!flags.json) {
-      fmt::print(stderr, "memplan: no plan found that fits (no plan written): {}\n",
-                 sim::oom_to_text(*timeline.oom, program, workload));
-    }
-    return 1;
-  }
-  return 0;
+  return fit_status(flags, result.simulation, workload);
 }
 
 // The heuristic search (search_plan), with a progress line while it runs.
@@ -128,14 +140,9 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
   const sim::Timeline& timeline = result.simulation.timeline;
   write_plan_if_fits(flags, timeline, result.plan, workload);
   std::FILE* report = report_stream({flags.output});
-  const double policy_s = sim::to_seconds(result.best_policy_evaluation.iteration_ns);
   if (flags.json) {
-    nlohmann::json j = sim::summary_json(timeline, program, workload, machine);
-    j["policy"] = result.plan.policy;
-    j["best_policy"] = result.best_policy;
-    j["best_policy_feasible"] = result.best_policy_evaluation.feasible;
-    j["best_policy_iteration_s"] =
-        result.best_policy_evaluation.feasible ? nlohmann::json(policy_s) : nlohmann::json(nullptr);
+    nlohmann::json j = search_json(result.simulation, result.plan.policy, result.best_policy,
+                                   result.best_policy_evaluation, workload, machine);
     j["evaluated"] = result.evaluated;
     j["rounds"] = result.rounds;
     j["converged"] = result.converged;
@@ -150,14 +157,7 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
                result.elapsed_s, result.rounds,
                result.converged ? "converged" : "stopped by a limit");
   }
-  if (!timeline.feasible) {
-    if (!flags.json) {
-      fmt::print(stderr, "memplan: no plan found that fits (no plan written): {}\n",
-                 sim::oom_to_text(*timeline.oom, program, workload));
-    }
-    return 1;
-  }
-  return 0;
+  return fit_status(flags, result.simulation, workload);
 }
 
 // `memplan search`'s flags into `flags`; returns --time-limit's option (whether it was given
