@@ -21,6 +21,7 @@ struct ZooFlags {
   std::string device;
   ModelFlags shape;
   std::string output;
+  std::string optimizer = "sgd";
   bool list = false;
   bool caffe = false;
   bool json = false;
@@ -73,6 +74,7 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
   request.model = flags.model;
   request.device = flags.device;
   request.options = model_options_from_flags(cmd, flags.shape, model);
+  request.options.optimizer = zoo::optimizer_named(flags.optimizer);
   sim::Workload workload = zoo::make_workload(request);
   if (flags.caffe) {
     const std::size_t relus = zoo::relu_backward_in_place(workload);
@@ -84,11 +86,14 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
   write_output(flags.output, sim::write_trace(workload));
   const sim::Bytes peak = sim::incore_peak(workload).bytes;
   if (flags.json) {
-    const nlohmann::json j = {
-        {"model", model.name},        {"device", workload.device.name},
-        {"ops", workload.ops.size()}, {"tensors", workload.tensors.size()},
-        {"peak_bytes_incore", peak},  {"memory_bytes", workload.device.memory_bytes},
-        {"output", flags.output}};
+    const nlohmann::json j = {{"model", model.name},
+                              {"device", workload.device.name},
+                              {"optimizer", flags.optimizer},
+                              {"ops", workload.ops.size()},
+                              {"tensors", workload.tensors.size()},
+                              {"peak_bytes_incore", peak},
+                              {"memory_bytes", workload.device.memory_bytes},
+                              {"output", flags.output}};
     fmt::print(report, "{}\n", j.dump(2));
   } else {
     fmt::print(report, "wrote {}: {} on {}, {} ops, {} tensors, in-core peak {} of {}\n",
@@ -107,6 +112,10 @@ void add_zoo_command(CLI::App& app) {
   cmd->add_flag("--list", options->list, "list models and devices, one line each");
   cmd->add_option("--device", options->device, "device preset (see --list)");
   add_model_flags(*cmd, options->shape);
+  cmd->add_option("--optimizer", options->optimizer,
+                  "sgd (momentum; one state tensor per parameter) or adam (exp_avg and "
+                  "exp_avg_sq per parameter); default sgd")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   cmd->add_flag("--caffe", options->caffe,
                 "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
                 "max-pool masks");

@@ -8,6 +8,7 @@
 
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels.cuh"
+#include "runtime/host_ops.hpp"
 #include "runtime/op_call.hpp"
 #include "sim/plan.hpp"
 
@@ -926,6 +927,25 @@ void sgd(const CudaCall& c) {
   }
 }
 
+void adam(const CudaCall& c) {
+  if (c.in.size() % 4 != 0) c.fail("adam reads params, grads, exp_avgs and exp_avg_sqs (4 groups)");
+  // The host's scalars (runtime::adam_step), so both backends take the same rounded values.
+  const runtime::AdamStep s = runtime::adam_step(c.op);
+  const kernels::AdamScalars a{s.beta1_weight,          s.beta2, s.beta2_weight, s.weight_decay,
+                               s.bias_correction2_sqrt, s.eps,   s.neg_step_size};
+  const std::size_t k = c.in.size() / 4;
+  for (std::size_t i = 0; i < k; ++i) {
+    const std::int64_t n = elements(c.t_in(i));
+    for (std::size_t group = 1; group < 4; ++group) {
+      if (elements(c.t_in(group * k + i)) != n) {
+        c.fail("param, grad, exp_avg and exp_avg_sq " + std::to_string(i) + " differ in size");
+      }
+    }
+    MEMPLAN_CUDA_CHECK(kernels::adam(c.stream, n, a, f32(c.in[i]), f32(c.in[k + i]),
+                                     f32(c.in[2 * k + i]), f32(c.in[3 * k + i])));
+  }
+}
+
 }  // namespace update
 
 /// The CUDA kernels of each layer, per phase (Note [Adding a layer] in sim/layer.hpp).
@@ -969,6 +989,7 @@ constexpr std::array<KernelRow, sim::kLayerCount> kKernels = by_layer({
     {kAttentionScores, fwd::attention_scores, bwd::attention_scores, nullptr},
     {kAttentionContext, fwd::attention_context, bwd::attention_context, nullptr},
     {kSgd, nullptr, nullptr, update::sgd},
+    {kAdam, nullptr, nullptr, update::adam},
 });
 // clang-format on
 

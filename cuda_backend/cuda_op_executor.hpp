@@ -5,14 +5,16 @@
 // inputs then weights; backward ops read the output gradient first, then the saved tensors, and
 // write the gradients of their differentiable inputs ([dx,] dw [, db] for linear and convolution);
 // `add` sums its inputs (forward, and gradient accumulation in backward); `sgd` reads params, grads
-// and momentum buffers (three equal groups) and updates params and momentum in place.
+// and momentum buffers (three equal groups) and updates params and momentum in place; `adam` reads
+// params, grads, exp_avgs and exp_avg_sqs (four equal groups) and updates params and both states
+// in place, with the scalars runtime::adam_step rounds on the host.
 //
 // Convolutions (conv2d, conv3d) and batch-norm, ReLU, average pooling and softmax use cuDNN;
 // linear uses cuBLAS (row-major tensors seen as their column-major transposes); add, max pooling
 // 2-d and 3-d (PyTorch's int64 indices, which cuDNN does not produce), the transformer's layers
-// (layer-norm, GELU, embedding, attention scores and context), the loss, SGD and Gist's encodings
-// are this backend's own kernels (kernels.cuh). Arithmetic is IEEE fp32 without TF32 (cuDNN's FMA
-// math, cuBLAS's pedantic math) so gradients stay close to the host backend's.
+// (layer-norm, GELU, embedding, attention scores and context), the loss, SGD, Adam and Gist's
+// encodings are this backend's own kernels (kernels.cuh). Arithmetic is IEEE fp32 without TF32
+// (cuDNN's FMA math, cuBLAS's pedantic math) so gradients stay close to the host backend's.
 //
 // Convolution algorithms: find_algorithms() asks cuDNN (cudnnFind*, which times every algorithm;
 // its heuristics, cudnnGet*_v7, when Find cannot run) for each convolution of the workload. An op

@@ -120,6 +120,22 @@ struct AttentionExtents {
                                        float weight_decay, float* w, const float* grad,
                                        float* velocity);
 
+// ---- Adam (torch.optim.Adam's rule; runtime::adam_update is the host's loop) --------------------
+/// The per-step scalars, rounded to float on the host (runtime::AdamStep, field for field).
+struct AdamScalars {
+  float beta1_weight;           // 1 - beta1
+  float beta2;                  // beta2
+  float beta2_weight;           // 1 - beta2
+  float weight_decay;           // applied when not 0
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+  float eps;
+  float neg_step_size;  // -lr / (1 - beta1^step)
+};
+/// g' = g + wd*w (wd != 0); m = m + (1-b1)*(g' - m); v = v*b2 + ((1-b2)*g')*g';
+/// w = w + (-step_size*m) / (sqrt(v)/bc2_sqrt + eps), every operation rounded in that order.
+[[nodiscard]] cudaError_t adam(cudaStream_t s, std::int64_t n, const AdamScalars& a, float* w,
+                               const float* grad, float* exp_avg, float* exp_avg_sq);
+
 // ---- Gist's encodings
 // -----------------------------------------------------------------------------
 [[nodiscard]] cudaError_t binarize_encode(cudaStream_t s, std::int64_t n, const float* x,

@@ -121,4 +121,9 @@ void softmax_cross_entropy_backward(std::int64_t n, std::int64_t classes, const 
 // One CPU loop for an update on the host device and an update on the host (runtime/host_ops.hpp).
 using runtime::sgd_momentum_update;
 
+// ---- Adam (torch.optim.Adam's rule, bias-corrected by the step count; runtime/host_ops.hpp) -----
+using runtime::adam_step;
+using runtime::adam_update;
+using runtime::AdamStep;
+
 }  // namespace memplan::host_backend

@@ -538,6 +538,21 @@ void sgd(const HostCall& c) {
   }
 }
 
+void adam(const HostCall& c) {
+  if (c.in.size() % 4 != 0) c.fail("adam reads params, grads, exp_avgs and exp_avg_sqs (4 groups)");
+  const AdamStep s = adam_step(c.op);
+  const std::size_t k = c.in.size() / 4;
+  for (std::size_t i = 0; i < k; ++i) {
+    const std::int64_t n = elements(c.t_in(i));
+    for (std::size_t group = 1; group < 4; ++group) {
+      if (elements(c.t_in(group * k + i)) != n) {
+        c.fail("param, grad, exp_avg and exp_avg_sq " + std::to_string(i) + " differ in size");
+      }
+    }
+    adam_update(n, s, f32(c.in[i]), f32(c.in[k + i]), f32(c.in[2 * k + i]), f32(c.in[3 * k + i]));
+  }
+}
+
 }  // namespace update
 
 /// The host kernels of each layer, per phase (Note [Adding a layer] in sim/layer.hpp).
@@ -581,6 +596,7 @@ constexpr std::array<KernelRow, sim::kLayerCount> kKernels = by_layer({
     {kAttentionScores, fwd::attention_scores, bwd::attention_scores, nullptr},
     {kAttentionContext, fwd::attention_context, bwd::attention_context, nullptr},
     {kSgd, nullptr, nullptr, update::sgd},
+    {kAdam, nullptr, nullptr, update::adam},
 });
 // clang-format on
 

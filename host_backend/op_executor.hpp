@@ -6,7 +6,9 @@
 // (traces/FORMAT.md): forward ops read inputs then weights; backward ops read the output gradient
 // first, then the saved tensors, and write the gradients of their differentiable inputs; `add` in
 // backward sums its inputs (gradient accumulation, also `grad_accumulate`); `sgd` reads params,
-// grads and momentum buffers (three equal groups) and updates params and momentum in place. Linear
+// grads and momentum buffers (three equal groups) and updates params and momentum in place; `adam`
+// reads params, grads, exp_avgs and exp_avg_sqs (four equal groups) and updates params and both
+// states in place (PyTorch's rule, runtime::adam_update: the same loop as a host update). Linear
 // (weight [out, in], PyTorch's) and conv2d/conv3d take an optional bias as a third input; their
 // backward writes [dx,] dw [, db]. Also batch_norm (training mode, saved mean and 1/std), relu6,
 // avg_pool2d, adaptive_avg_pool (2D/3D), dropout (mask seeded by the forward op, so a recompute

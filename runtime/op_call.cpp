@@ -43,6 +43,13 @@ float attr_f(const sim::Op& op, const char* name, float fallback) {
   return static_cast<float>(it->second.front());
 }
 
+double attr_d(const sim::Op& op, const char* name, std::size_t i, double fallback) {
+  const auto it = op.attributes.find(name);
+  if (it == op.attributes.end() || it->second.empty()) return fallback;
+  const auto& v = it->second;
+  return v[std::min(i, v.size() - 1)];
+}
+
 GradOutputs OpCall::grad_outputs() const {
   const std::size_t n = op.outputs.size();
   if (op.inputs.size() != 3 || n == 0 || n > 3) {

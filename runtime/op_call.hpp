@@ -30,6 +30,8 @@ inline std::int64_t* i64(void* p) {
 std::int64_t attr(const sim::Op& op, const char* name, std::size_t i, std::int64_t fallback);
 /// First value of attribute `name` of `op` as a float, or `fallback`.
 float attr_f(const sim::Op& op, const char* name, float fallback);
+/// Attribute `name` of `op` at index i (its last value when shorter) as written, or `fallback`.
+double attr_d(const sim::Op& op, const char* name, std::size_t i, double fallback);
 
 /// Which of [dx,] dw [, db] a linear or convolution backward op writes.
 struct GradOutputs {

@@ -64,6 +64,8 @@ constexpr std::array<LayerRule, kLayerCount> kLayerRules{{
    "probs, qkv → y", "dy, probs, qkv → dprobs, dqkv"},
   {kSgd, "sgd", F::kOptimizer, kNone, kSavesNothing, false, false, false, 0,
    "params..., grads..., momenta... (updated in place)", ""},
+  {kAdam, "adam", F::kOptimizer, kNone, kSavesNothing, false, false, false, 0,
+   "params..., grads..., exp_avgs..., exp_avg_sqs... (updated in place)", ""},
 }};
 // clang-format on
 

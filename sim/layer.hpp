@@ -46,8 +46,9 @@ enum class Layer : std::uint8_t {
   kAttentionScores,
   kAttentionContext,
   kSgd,
+  kAdam,
 };
-inline constexpr std::size_t kLayerCount = static_cast<std::size_t>(Layer::kSgd) + 1;
+inline constexpr std::size_t kLayerCount = static_cast<std::size_t>(Layer::kAdam) + 1;
 
 /// What kind of computation a layer is; policies key on these (vDNN offloads around
 /// convolutions, Gist's encodings look at the ReLU→pool / ReLU→conv pairs).

@@ -36,7 +36,7 @@ struct Row {
 
 // compute, memory efficiency per layer type; bytes_moved counts every input and output once, so
 // a kernel that reads its input twice shows up as a lower memory efficiency.
-constexpr std::array<Row, 24> kTable{{
+constexpr std::array<Row, 25> kTable{{
     {sim::Layer::kConv2d, {0.80, 0.70}, {0.75, 0.70}},
     {sim::Layer::kConv3d,
      {0.60, 0.70},
@@ -62,6 +62,7 @@ constexpr std::array<Row, 24> kTable{{
     {sim::Layer::kConcat, {0.50, 0.70}, {0.50, 0.70}},
     {sim::Layer::kEmbedding, {0.50, 0.50}, {0.50, 0.30}},  // backward is an index-add
     {sim::Layer::kSgd, {0.50, 0.70}, {0.50, 0.70}},
+    {sim::Layer::kAdam, {0.50, 0.70}, {0.50, 0.70}},     // streams 7 tensors as SGD streams 5
     {sim::Layer::kGeneric, {0.50, 0.50}, {0.50, 0.50}},  // anything else
 }};
 

@@ -164,7 +164,7 @@ BuiltModel build_model(const ModelInfo& model, const ModelOptions& options) {
         fmt::format("{} has a fixed depth; use the 'resnet' family for --depth", model.name));
   }
   if (o.depth) residual_layout(*o.depth);  // rejects impossible depths before building anything
-  Network net(std::string(model.name), o.batch);
+  Network net(std::string(model.name), o.batch, o.optimizer);
   model.build(net, o);
   BuiltModel built;
   built.parameter_count = net.parameter_count();

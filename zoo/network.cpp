@@ -79,7 +79,8 @@ std::int64_t checked_elements(const Shape& shape, std::int64_t item_bytes,
   return elements;
 }
 
-Network::Network(std::string model, std::int64_t batch) : model_(std::move(model)), batch_(batch) {
+Network::Network(std::string model, std::int64_t batch, Optimizer optimizer)
+    : model_(std::move(model)), batch_(batch), optimizer_(optimizer) {
   if (batch_ <= 0)
     throw sim::InputError("--batch", fmt::format("batch {} (must be at least 1)", batch_));
 }
@@ -547,15 +548,31 @@ void Network::add_backward_op(const Layer& layer, TensorId grad_out) {
   for (const auto& [t, g] : produced) contribute(t, g);
 }
 
-// SGD with momentum: m = μ·m + g; p -= lr·m, over every trainable parameter at once.
+// The optimizer step over every trainable parameter at once, reading [params, grads, state...]
+// in equal groups and updating params and state in place (traces/FORMAT.md):
+// - SGD with momentum: m = μ·m + g; p -= lr·m. One state (the momentum buffer); about 4 flops
+//   per element; reads 3 and writes 2 tensors per parameter.
+// - Adam (torch.optim.Adam, its defaults as attributes; step 1: the one step of the trace):
+//   m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²; p -= lr/(1-β1^t) · m / (√v/√(1-β2^t) + ε). Two
+//   states (exp_avg, exp_avg_sq); about 12 flops per element; reads 4 and writes 3 tensors.
 void Network::add_update() {
+  const bool adam = optimizer_ == Optimizer::kAdam;
   sim::Op update;
   update.id = static_cast<OpId>(workload_.ops.size());
-  update.name = "sgd";
-  update.layer = sim::Layer::kSgd;
+  update.name = adam ? "adam" : "sgd";
+  update.layer = adam ? sim::Layer::kAdam : sim::Layer::kSgd;
   update.phase = sim::Phase::kUpdate;
+  if (adam) {
+    update.attributes = {{"lr", {1e-3}},
+                         {"betas", {0.9, 0.999}},
+                         {"eps", {1e-8}},
+                         {"weight_decay", {0.0}},
+                         {"step", {1.0}}};
+  }
+  const std::vector<std::string> state_prefixes =
+      adam ? std::vector<std::string>{"exp_avg_", "exp_avg_sq_"} : std::vector<std::string>{"m_"};
   std::vector<TensorId> grads;
-  std::vector<TensorId> momenta;
+  std::vector<std::vector<TensorId>> states(state_prefixes.size());
   double elements = 0;
   for (TensorId p : params_) {
     const TensorId g = grad_[static_cast<std::size_t>(p)];
@@ -563,15 +580,22 @@ void Network::add_update() {
                   "every parameter has its full gradient before the update");
     const sim::Tensor param = workload_.tensor(p);  // a copy: new_tensor() grows the list
     grads.push_back(g);
-    momenta.push_back(
-        new_tensor("m_" + param.name, TensorKind::kOptimizerState, param.shape, param.dtype));
+    for (std::size_t s = 0; s < states.size(); ++s) {
+      states[s].push_back(new_tensor(state_prefixes[s] + param.name, TensorKind::kOptimizerState,
+                                     param.shape, param.dtype));
+    }
     elements += static_cast<double>(param.bytes) / 4.0;
   }
   update.inputs = params_;
   update.inputs.insert(update.inputs.end(), grads.begin(), grads.end());
-  update.inputs.insert(update.inputs.end(), momenta.begin(), momenta.end());
-  update.flops = 4.0 * elements;
-  update.bytes_moved = static_cast<Bytes>(5.0 * 4.0 * elements);
+  for (const std::vector<TensorId>& group : states) {
+    update.inputs.insert(update.inputs.end(), group.begin(), group.end());
+  }
+  // Reads params, grads and every state; writes params and every state back; 4 bytes an element.
+  const auto state_count = static_cast<double>(states.size());
+  const double tensors_moved = (2.0 + state_count) + (1.0 + state_count);
+  update.flops = (adam ? 12.0 : 4.0) * elements;
+  update.bytes_moved = static_cast<Bytes>(tensors_moved * 4.0 * elements);
   workload_.ops.push_back(std::move(update));
 }
 

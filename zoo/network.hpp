@@ -2,10 +2,10 @@
 // Network: a small builder that turns a sequence of layer calls with exact shapes into one training
 // iteration as a sim::Workload — forward ops, the tensors each layer saves for backward (following
 // PyTorch autograd's choices, Note [Saved tensors]), backward ops in reverse order with gradient
-// accumulation where a tensor fans out, parameters with gradients and SGD momentum, and one update
-// op. Model families (zoo/alexnet.cpp, zoo/resnet.cpp, ...) are written against this API; costs
-// are filled in afterwards by the cost model (zoo/cost_model.hpp), so structure and time stay
-// apart.
+// accumulation where a tensor fans out, parameters with gradients and optimizer state (SGD's
+// momentum, or Adam's two moments), and one update op. Model families (zoo/alexnet.cpp,
+// zoo/resnet.cpp, ...) are written against this API; costs are filled in afterwards by the cost
+// model (zoo/cost_model.hpp), so structure and time stay apart.
 //
 // Note [Saved tensors]
 // What a layer's backward op reads besides the gradient of its output is what autograd saves:
@@ -51,10 +51,16 @@ struct PoolSpec {
   bool ceil_mode = false;
 };
 
+/// The optimizer of the step: what state each parameter carries and which update op reads it.
+enum class Optimizer : std::uint8_t {
+  kSgd,   // SGD with momentum: one momentum buffer per parameter, the `sgd` op
+  kAdam,  // Adam: exp_avg and exp_avg_sq per parameter, the `adam` op (PyTorch's defaults)
+};
+
 class Network {
  public:
   /// `model` names the network in error messages; `batch` is the leading extent of every input.
-  Network(std::string model, std::int64_t batch);
+  Network(std::string model, std::int64_t batch, Optimizer optimizer = Optimizer::kSgd);
 
   [[nodiscard]] std::int64_t batch() const { return batch_; }
 
@@ -62,7 +68,7 @@ class Network {
   Value input(const std::string& name, const Shape& dims);
   /// An int64 input of shape [batch, dims...] (labels, token ids).
   Value int_input(const std::string& name, const Shape& dims);
-  /// A trainable float32 parameter (with a gradient and a momentum buffer).
+  /// A trainable float32 parameter (with a gradient and the optimizer's state).
   Value parameter(const std::string& name, const Shape& shape);
 
   Value conv(const std::string& name, const Value& x, const ConvSpec& spec);
@@ -100,7 +106,7 @@ class Network {
   /// P·V with V from the fused QKV buffer, heads merged back → [B, S, H].
   Value attention_context(const std::string& name, const Value& probs, const Value& qkv);
 
-  /// Emits the backward pass from the loss and the SGD-with-momentum update; returns the
+  /// Emits the backward pass from the loss and the optimizer's update; returns the
   /// workload (durations still zero: the cost model fills them). Call once, after the loss.
   sim::Workload finish();
 
@@ -146,6 +152,7 @@ class Network {
 
   std::string model_;
   std::int64_t batch_;
+  Optimizer optimizer_;
   sim::Workload workload_;
   std::vector<Layer> layers_;
   std::vector<char> requires_grad_;    // per tensor

@@ -23,6 +23,13 @@ std::string device_names() {
   return out;
 }
 
+Optimizer optimizer_named(const std::string& name) {
+  if (name == "sgd") return Optimizer::kSgd;
+  if (name == "adam") return Optimizer::kAdam;
+  throw sim::InputError("--optimizer",
+                        fmt::format("unknown optimizer '{}' (optimizers: sgd, adam)", name));
+}
+
 sim::Workload make_workload(const ZooRequest& request) {
   const ModelInfo* model = find_model(request.model);
   if (model == nullptr) {
@@ -57,8 +64,9 @@ sim::Workload make_workload(const ZooRequest& request) {
     what += " input " + dims;
   }
   w.provenance.note =
-      fmt::format("memplan zoo: {}, batch {}, {} trainable parameters, fp32, SGD with momentum",
-                  what, request.options.batch, built.parameter_count);
+      fmt::format("memplan zoo: {}, batch {}, {} trainable parameters, fp32, {}", what,
+                  request.options.batch, built.parameter_count,
+                  request.options.optimizer == Optimizer::kAdam ? "Adam" : "SGD with momentum");
   sim::validate(w, fmt::format("zoo model '{}'", model->name));
   return std::move(built.workload);
 }

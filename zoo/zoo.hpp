@@ -19,6 +19,9 @@ struct ZooRequest {
 /// InputError for an unknown model or device (listing the valid ones) or bad options.
 sim::Workload make_workload(const ZooRequest& request);
 
+/// The optimizer named `name` ("sgd" or "adam"). Throws InputError naming --optimizer otherwise.
+Optimizer optimizer_named(const std::string& name);
+
 /// One line per model and per device, for `memplan zoo --list`.
 std::string list_text();
 

@@ -104,11 +104,12 @@ def parse_trace(text, name="<string>"):
 
 
 def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, heads=None,
-        seq=None, vocab=None):
+        seq=None, vocab=None, optimizer="sgd"):
     """The zoo's modeled training step of `model` on the `device` preset (`memplan zoo`).
 
     input: extents, "224x224" or (224, 224) (TxHxW for clips); depth: the deep residual family's;
-    layers, hidden, heads, seq, vocab: the transformer's (gpt). See zoo_models(), zoo_devices().
+    layers, hidden, heads, seq, vocab: the transformer's (gpt); optimizer: "sgd" (momentum) or
+    "adam" (two state tensors per parameter). See zoo_models(), zoo_devices().
     """
     if isinstance(input, str):
         input = _parse_extents(input)
@@ -117,7 +118,8 @@ def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, 
                            vocab=vocab).items():
         if value is not None:
             setattr(transformer, key, int(value))
-    workload = _core.zoo_workload(model, device, int(batch), list(input or []), depth, transformer)
+    workload = _core.zoo_workload(model, device, int(batch), list(input or []), depth, transformer,
+                                  optimizer)
     return Trace(workload, f"{model}_{device}_b{batch}")
 
 

@@ -25,7 +25,7 @@ WorkloadPtr share(sim::Workload&& workload) {
 
 WorkloadPtr zoo_workload(const std::string& model, const std::string& device, std::int64_t batch,
                          const std::vector<std::int64_t>& input, std::optional<std::int64_t> depth,
-                         const zoo::TransformerOptions& transformer) {
+                         const zoo::TransformerOptions& transformer, const std::string& optimizer) {
   zoo::ZooRequest request;
   request.model = model;
   request.device = device;
@@ -33,6 +33,7 @@ WorkloadPtr zoo_workload(const std::string& model, const std::string& device, st
   request.options.input = input;
   request.options.depth = depth;
   request.options.transformer = transformer;
+  request.options.optimizer = zoo::optimizer_named(optimizer);
   return share(zoo::make_workload(request));
 }
 
@@ -81,7 +82,7 @@ void bind_traces(py::module_& m) {
       .def_readwrite("sequence", &zoo::TransformerOptions::sequence)
       .def_readwrite("vocab", &zoo::TransformerOptions::vocab);
   m.def("zoo_workload", &zoo_workload, py::arg("model"), py::arg("device"), py::arg("batch"),
-        py::arg("input"), py::arg("depth"), py::arg("transformer"),
+        py::arg("input"), py::arg("depth"), py::arg("transformer"), py::arg("optimizer") = "sgd",
         py::call_guard<py::gil_scoped_release>());
   m.def("zoo_list_text", &zoo::list_text);
   m.def("zoo_model_names", &zoo::model_names);

@@ -428,6 +428,27 @@ TEST_CASE("the GPU's own layer kernels give the host's bits", "[cuda][layers]") 
     CHECK(c.download(td0) == x);
     CHECK(c.download(td1) == other);
   }
+  SECTION("adam") {
+    // x as the weights, dy as the gradients, exp_avg random, exp_avg_sq its squares; step 3 with
+    // weight decay: the kernel and runtime::adam_update round every operation alike.
+    const mp::sim::Attributes attributes{
+        {"lr", {0.002}}, {"betas", {0.8, 0.99}}, {"weight_decay", {0.01}}, {"step", {3}}};
+    auto weights = x;
+    auto m = random_floats(n, 19);
+    auto v = random_floats(n, 20);
+    for (float& e : v) e *= e;
+    const auto tm = c.tensor(shape), tv = c.tensor(shape);
+    c.upload(tm, m);
+    c.upload(tv, v);
+    c.run("adam", Phase::kUpdate, {tx, tdy, tm, tv}, {}, attributes);
+    mp::sim::Op op;
+    op.attributes = attributes;
+    hb::adam_update(static_cast<std::int64_t>(n), hb::adam_step(op), weights.data(), dy.data(),
+                    m.data(), v.data());
+    CHECK(c.download(tx) == weights);
+    CHECK(c.download(tm) == m);
+    CHECK(c.download(tv) == v);
+  }
 }
 
 TEST_CASE("the transformer's layers on the GPU match the host's", "[cuda][layers]") {

@@ -3,7 +3,8 @@
 // and the batch in pinned host slots, the update on the host stream (a cudaLaunchHostFunc running
 // runtime::run_host_op) or on the device after a prefetch. Each plan's gradients, updated weights
 // and momenta are bitwise the GPU's in-core run's (the GPU's SGD kernel rounds every operation as
-// the CPU's loop does), at the simulator's peak. [cuda]: skipped without a GPU.
+// the CPU's loop does, and so does its Adam kernel), at the simulator's peak. [cuda]: skipped
+// without a GPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -31,6 +32,9 @@ TEST_CASE("host-placed tensors and a host update run on the GPU bitwise at the p
   mp::zoo::ModelOptions zoo_options;
   zoo_options.batch = 2;
   zoo_options.input = {32, 32};
+  // SGD, and Adam: the CPU's Adam (runtime::adam_update) and the GPU's kernel give the same bits.
+  zoo_options.optimizer = GENERATE(mp::zoo::Optimizer::kSgd, mp::zoo::Optimizer::kAdam);
+  CAPTURE(zoo_options.optimizer == mp::zoo::Optimizer::kAdam);
   const mp::sim::Workload w = mp::zoo::build_model(*model, zoo_options).workload;
   mp::sim::MachineOverrides overrides;
   overrides.memory_bytes = mp::sim::Bytes{1} << 30;

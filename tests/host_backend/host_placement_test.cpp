@@ -1,8 +1,8 @@
 // Plans that place parameters, gradients, optimizer state and the input batch on the host (Note
 // [Host placement] in sim/plan.hpp) run for real on the host backend: the update on the host
 // stream (runtime::run_host_op) or on the device after a prefetch, the weights written back. Each
-// plan's gradients, updated weights and momenta are bitwise those of the in-core run, and its
-// measured device peak is the simulator's to the byte.
+// plan's gradients, updated weights and momenta (Adam's exp_avg and exp_avg_sq) are bitwise those
+// of the in-core run, and its measured device peak is the simulator's to the byte.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -19,12 +19,13 @@ using mp::sim::TensorKind;
 
 namespace {
 
-mp::sim::Workload resnet18() {
+mp::sim::Workload resnet18(mp::zoo::Optimizer optimizer = mp::zoo::Optimizer::kSgd) {
   const mp::zoo::ModelInfo* model = mp::zoo::find_model("resnet18");
   REQUIRE(model != nullptr);
   mp::zoo::ModelOptions options;
   options.batch = 2;
   options.input = {32, 32};
+  options.optimizer = optimizer;
   return mp::zoo::build_model(*model, options).workload;
 }
 
@@ -82,6 +83,57 @@ TEST_CASE("host-placed parameters, gradients and momenta run bitwise at the pred
       // the loss.
       CHECK(r.tensors_compared >=
             3 * mp::sim::host_placeable(w, TensorKind::kParameter).size() + 1);
+      CHECK(mp::runtime::validation_failures(r).empty());
+    }
+  }
+}
+
+TEST_CASE("adam under fsdp-offload and zero-offload plans runs bitwise at the predicted peak",
+          "[host_backend][runtime][offload][adam]") {
+  // ResNet-18 trained with Adam: two state tensors per parameter (exp_avg, exp_avg_sq), all
+  // placed on the host with the gradients (zero-offload) and the parameters (fsdp-offload); the
+  // CPU's Adam (runtime::run_host_op) updates them, and its results are bitwise those of the
+  // host device's Adam in the in-core run (one loop, runtime::adam_update).
+  const mp::sim::Workload w = resnet18(mp::zoo::Optimizer::kAdam);
+  // 62 trainable tensors (the update reads them, their gradients and both states: 4 × 62).
+  REQUIRE(w.ops.back().layer == mp::sim::Layer::kAdam);
+  const std::size_t params = w.ops.back().inputs.size() / 4;
+  REQUIRE(params == 62);
+  REQUIRE(mp::sim::host_placeable(w, TensorKind::kOptimizerState).size() == 2 * params);
+  mp::sim::MachineOverrides overrides;
+  overrides.memory_bytes = mp::sim::Bytes{1} << 30;
+  mp::sim::Machine machine = mp::sim::make_machine(w.device, overrides);
+  const mp::sim::Bytes in_core =
+      mp::sim::simulate_plan(w, mp::sim::in_core_plan(w), machine).timeline.peak_bytes;
+  machine.memory_bytes = in_core;
+  mp::runtime::ValidationOptions options;
+  options.repetitions = 1;
+  struct Case {
+    const char* name;
+    mp::sim::Plan plan;
+  };
+  const std::vector<Case> cases{
+      {"fsdp-offload: parameters, gradients and both states on the host, CPU Adam",
+       placing(w, {TensorKind::kParameter, TensorKind::kGradient, TensorKind::kOptimizerState},
+               true)},
+      {"zero-offload: gradients and both states on the host, CPU Adam",
+       placing(w, {TensorKind::kGradient, TensorKind::kOptimizerState}, true)},
+      {"parameters, both states and the batch on the host, Adam on the device",
+       placing(w, {TensorKind::kParameter, TensorKind::kOptimizerState, TensorKind::kInput},
+               false)},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      const auto r =
+          mp::runtime::validate(mp::host_backend::HostBackend{}, w, c.plan, machine, options);
+      CHECK(r.measured_feasible);
+      CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
+      CHECK(r.peak_bytes_predicted < in_core);
+      CHECK(r.tolerance.bitwise);
+      CHECK(r.bitwise_equal);
+      CHECK(r.gradients_match);
+      // Every gradient, the updated parameters, exp_avgs and exp_avg_sqs, and the loss.
+      CHECK(r.tensors_compared >= 4 * params + 1);
       CHECK(mp::runtime::validation_failures(r).empty());
     }
   }

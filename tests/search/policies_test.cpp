@@ -7,6 +7,7 @@
 #include "tests/support/run_command.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
+#include "zoo/zoo.hpp"
 
 using namespace memplan::sim;
 using namespace memplan::search;
@@ -159,4 +160,35 @@ TEST_CASE("vdnn-dyn takes the first rung of vDNN's ladder that fits", "[search][
   const auto none = ladder(25600);
   CHECK(none.gave_up);
   CHECK_FALSE(simulate(w, none.plan, test_machine(25600, 16e9, 10000)).timeline.feasible);
+}
+
+TEST_CASE("zero-offload and fsdp-offload place both of Adam's states and update on the host",
+          "[search][offload][adam]") {
+  // A one-layer GPT trained with Adam: every parameter's exp_avg and exp_avg_sq (optimizer_state)
+  // goes to the host with the gradients, and fsdp-offload's with the parameters too.
+  memplan::zoo::ZooRequest request;
+  request.model = "gpt";
+  request.device = "v100-16gb";
+  request.options.transformer = {1, 64, 2, 16, 100};
+  request.options.optimizer = memplan::zoo::Optimizer::kAdam;
+  const Workload w = memplan::zoo::make_workload(request);
+  std::size_t states = 0, params = 0;
+  for (const Tensor& t : w.tensors) {
+    states += t.kind == TensorKind::kOptimizerState ? 1 : 0;
+    params += t.kind == TensorKind::kParameter ? 1 : 0;
+  }
+  REQUIRE(states == 2 * params);
+  for (const char* name : {"zero-offload", "fsdp-offload"}) {
+    CAPTURE(name);
+    const auto d = run(name, w, test_machine(Bytes{1} << 40));
+    CHECK(d.plan.host_update);
+    std::size_t placed_states = 0, placed_params = 0;
+    for (TensorId t : d.plan.host_tensors) {
+      placed_states += w.tensor(t).kind == TensorKind::kOptimizerState ? 1 : 0;
+      placed_params += w.tensor(t).kind == TensorKind::kParameter ? 1 : 0;
+    }
+    CHECK(placed_states == states);
+    CHECK(placed_params == (std::string(name) == "fsdp-offload" ? params : 0));
+    CHECK(host_update_problem(d.plan, w).empty());
+  }
 }
