@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 
+#include "sim/device_arena.hpp"
 #include "sim/input_error.hpp"
 
 namespace memplan::search {
@@ -64,8 +65,15 @@ sim::Plan apply_encodings(const sim::Plan& plan, const NetworkView& view,
     if (options.binarize) tries.push_back(sim::Encoding::kBinarize);
     if (options.sparse) tries.push_back(sim::Encoding::kSparse);
     if (options.precision_reduction) tries.push_back(*options.precision_reduction);
+    const sim::Tensor& tensor = view.workload().tensor(fm.tensor);
     for (sim::Encoding e : tries) {
       if (read_by_rerun && e != sim::Encoding::kSparse) continue;
+      // Gist encodes where it saves memory: an encoding that frees nothing once the arena rounds
+      // both buffers to its 512-byte unit (a loss's scalar, nll_loss's total weight) would cost
+      // its codec and, narrowed, its precision for nothing.
+      if (sim::DeviceArena::aligned_size(sim::encoded_bytes(e, tensor)) >=
+          sim::DeviceArena::aligned_size(tensor.bytes))
+        continue;
       sim::Decision candidate = d;
       candidate.action = sim::Action::kEncode;
       candidate.encoding = e;

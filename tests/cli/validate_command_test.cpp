@@ -83,6 +83,14 @@ TEST_CASE("validate --encode with precision reduction passes within the stated t
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["peaks_match"] == true);
   CHECK(j["gradients_match"] == true);
+  if (std::string(encode) == "all" && std::string(name) == "resnet_tiny") {
+    // Its ReLU outputs take binarize or sparse (lossless); its other float maps (pool_out 512 B,
+    // logits and probs 80 B) are one arena unit each, which narrowing would not shrink, so Gist
+    // narrows none (search/gist.cpp): the plan is lossless and compared bitwise.
+    CHECK(j["comparison"] == "bitwise");
+    CHECK(j["bitwise_equal"] == true);
+    return;
+  }
   CHECK(j["comparison"] == "tolerance");
   REQUIRE(j["tolerance"].is_object());
   const double relative = j["tolerance"]["relative"].get<double>();

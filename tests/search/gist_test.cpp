@@ -13,10 +13,11 @@ using namespace memplan::test;
 
 TEST_CASE("Gist encodings apply only where their consumer pattern holds", "[search][gist]") {
   // relu1_out feeds a max-pool, relu2_out a convolution, relu3_out a linear layer; pool1_out and
-  // fc_out are not ReLU outputs.
+  // fc_out are not ReLU outputs. Maps of 5 to 100 KB: every encoding frees some 512-byte units.
   const Workload w =
-      layer_chain({conv("conv1"), relu("relu1"), pool("pool1"), conv("conv2"), relu("relu2"),
-                   conv("conv3"), relu("relu3"), linear("fc"), loss("loss")});
+      layer_chain({conv("conv1", 100'000), relu("relu1", 100'000), pool("pool1", 50'000),
+                   conv("conv2", 100'000), relu("relu2", 100'000), conv("conv3", 100'000),
+                   relu("relu3", 100'000), linear("fc", 5'000), loss("loss")});
   const NetworkView view(w);
   const Plan incore = in_core_plan(w);
   auto labels = [&](const Plan& p) {
@@ -42,6 +43,26 @@ TEST_CASE("Gist encodings apply only where their consumer pattern holds", "[sear
         swapped.decisions);
   CHECK(apply_encodings(incore, view, parse_encoding_options("all", "--encode")).policy ==
         "in-core+gist");
+}
+
+TEST_CASE("Gist leaves a map alone where encoding frees no arena unit", "[search][gist]") {
+  // The arena rounds every buffer up to 512 bytes. relu1_out (1000 B, two units) binarized is 32 B
+  // (one unit): encoded. pool1_out (500 B) narrowed to fp16 is 250 B: one unit either way, as are
+  // fc_out (100 B) and a 4-byte count such as nll_loss's total weight: kept as they are.
+  // relu2_out (1000 B, 250 values) sparse at density 0.5 needs 125 values x 5 bytes plus a block
+  // header, 627 B: two units still, so the next encoding that saves is taken, fp16 (500 B, one
+  // unit), as for relu3_out.
+  const Workload w =
+      layer_chain({conv("conv1"), relu("relu1"), pool("pool1"), conv("conv2"), relu("relu2"),
+                   conv("conv3"), relu("relu3"), linear("fc"), loss("loss")});
+  const NetworkView view(w);
+  std::string out;
+  for (const Decision& d :
+       apply_encodings(in_core_plan(w), view, parse_encoding_options("all", "--encode")).decisions)
+    out += w.tensor(d.tensor).name + "=" + action_label(d.action, d.encoding) + " ";
+  CHECK(out ==
+        "relu1_out=encode:binarize pool1_out=keep relu2_out=encode:fp16 relu3_out=encode:fp16 "
+        "fc_out=keep ");
 }
 
 TEST_CASE("bad --encode lists are refused with the flag named", "[search][gist]") {
@@ -92,7 +113,8 @@ TEST_CASE("Gist does not narrow or binarize a map that a recompute's re-run op r
   const Plan narrowed = apply_encodings(plan, view, parse_encoding_options("fp8", "--encode"));
   CHECK(action_of(narrowed, "relu1_out") == "keep");
   CHECK(action_of(narrowed, "relu2_out") == "keep");
-  CHECK(action_of(narrowed, "pool_out") == "encode:fp8");  // read in forward by fc only
+  // pool_out is read in forward by fc only, but it is 512 bytes: one arena unit, narrowed or not.
+  CHECK(action_of(narrowed, "pool_out") == "keep");
   CHECK_NOTHROW(validate_plan(narrowed, w, "gist"));
   // Sparse is lossless: the re-run conv3 reads relu2_out exactly.
   const Plan all = apply_encodings(plan, view, parse_encoding_options("all", "--encode"));
