@@ -68,63 +68,62 @@ void print_host_report(std::FILE* out, const importers::ImportResult& result,
              static_cast<double>(recorded.span_ns) / 1e6);
 }
 
-// What was imported, against what the profiler recorded (time and peak), as text or JSON.
-void print_report(std::FILE* out, const importers::ImportResult& result,
-                  const importers::KinetoTrace& trace, const Options& o) {
+// The JSON report: what was imported, against what the profiler recorded (time and peak).
+nlohmann::json report_json(const importers::ImportResult& result,
+                           const importers::RecordedStep& recorded, sim::Bytes peak_bytes,
+                           sim::Bytes preexisting, const Options& o) {
   const auto& r = result.report;
-  const auto recorded = importers::measure_recorded_step(trace, r.step, r.gpu);
-  const auto peak = sim::incore_peak(result.workload);
-  sim::Bytes preexisting = 0;
-  for (const auto& t : result.workload.tensors) {
-    if (sim::is_persistent(t.kind)) preexisting += t.bytes;
+  nlohmann::json j = {{"step", r.step.label},
+                      {"step_number", r.step.number},
+                      {"step_was_chosen", r.step_was_chosen},
+                      {"forward_ops", r.forward_ops},
+                      {"backward_ops", r.backward_ops},
+                      {"update_ops", r.update_ops},
+                      {"tensors", result.workload.tensors.size()},
+                      {"folded_events", r.folded_events},
+                      {"unmatched_backward", r.unmatched_backward},
+                      {"gpu", r.gpu},
+                      {"op_time_s", sim::to_seconds(r.op_time_ns)},
+                      {"recorded_busy_s", sim::to_seconds(recorded.device_busy_ns)},
+                      {"peak_bytes_incore", peak_bytes},
+                      {"output", o.output}};
+  j["recorded_peak_total_allocated_bytes"] =
+      recorded.peak_total_allocated_bytes ? nlohmann::json(*recorded.peak_total_allocated_bytes)
+                                          : nlohmann::json(nullptr);
+  j["recorded_peak_above_start_bytes"] = recorded.peak_above_start_bytes;
+  j["preexisting_bytes"] = preexisting;
+  j["trainable_parameters"] = r.trainable_parameters;
+  j["trainable_parameter_bytes"] = r.trainable_parameter_bytes;
+  j["optimizer_shape_tensors"] =
+      r.optimizer_shape_tensors ? nlohmann::json(*r.optimizer_shape_tensors) : nlohmann::json();
+  j["optimizer_shape_bytes"] = r.optimizer_shape_bytes;
+  j["time_only"] = r.time_only;
+  j["host_ops"] = r.host_ops;
+  j["blocking_calls"] = r.blocking_calls;
+  j["blocked_s"] = sim::to_seconds(r.blocked_ns);
+  j["launch_ns"] =
+      result.workload.launch_ns ? nlohmann::json(*result.workload.launch_ns) : nlohmann::json();
+  j["streams"] = r.streams;
+  if (r.allocations) {
+    j["allocations"] = *r.allocations;
+    j["allocations_before_trace"] = r.allocations_before_trace;
+    j["outputs_checked"] = r.outputs_checked;
+    j["outputs_confirmed"] = r.outputs_confirmed;
   }
-  if (o.json) {
-    nlohmann::json j = {{"step", r.step.label},
-                        {"step_number", r.step.number},
-                        {"step_was_chosen", r.step_was_chosen},
-                        {"forward_ops", r.forward_ops},
-                        {"backward_ops", r.backward_ops},
-                        {"update_ops", r.update_ops},
-                        {"tensors", result.workload.tensors.size()},
-                        {"folded_events", r.folded_events},
-                        {"unmatched_backward", r.unmatched_backward},
-                        {"gpu", r.gpu},
-                        {"op_time_s", sim::to_seconds(r.op_time_ns)},
-                        {"recorded_busy_s", sim::to_seconds(recorded.device_busy_ns)},
-                        {"peak_bytes_incore", peak.bytes},
-                        {"output", o.output}};
-    j["recorded_peak_total_allocated_bytes"] =
-        recorded.peak_total_allocated_bytes ? nlohmann::json(*recorded.peak_total_allocated_bytes)
-                                            : nlohmann::json(nullptr);
-    j["recorded_peak_above_start_bytes"] = recorded.peak_above_start_bytes;
-    j["preexisting_bytes"] = preexisting;
-    j["trainable_parameters"] = r.trainable_parameters;
-    j["trainable_parameter_bytes"] = r.trainable_parameter_bytes;
-    j["optimizer_shape_tensors"] =
-        r.optimizer_shape_tensors ? nlohmann::json(*r.optimizer_shape_tensors) : nlohmann::json();
-    j["optimizer_shape_bytes"] = r.optimizer_shape_bytes;
-    j["time_only"] = r.time_only;
-    j["host_ops"] = r.host_ops;
-    j["blocking_calls"] = r.blocking_calls;
-    j["blocked_s"] = sim::to_seconds(r.blocked_ns);
-    j["launch_ns"] =
-        result.workload.launch_ns ? nlohmann::json(*result.workload.launch_ns) : nlohmann::json();
-    j["streams"] = r.streams;
-    if (r.allocations) {
-      j["allocations"] = *r.allocations;
-      j["allocations_before_trace"] = r.allocations_before_trace;
-      j["outputs_checked"] = r.outputs_checked;
-      j["outputs_confirmed"] = r.outputs_confirmed;
-    }
-    j["copies"] = r.copies;
-    j["pageable_copies"] = r.pageable_copies;
-    j["h2d_bytes"] = r.h2d_bytes;
-    j["d2h_bytes"] = r.d2h_bytes;
-    j["recorded_wall_s"] = sim::to_seconds(r.step.end_ns - r.step.start_ns);
-    j["recorded_device_end_s"] = sim::to_seconds(recorded.span_ns);
-    fmt::print(out, "{}\n", j.dump(2));
-    return;
-  }
+  j["copies"] = r.copies;
+  j["pageable_copies"] = r.pageable_copies;
+  j["h2d_bytes"] = r.h2d_bytes;
+  j["d2h_bytes"] = r.d2h_bytes;
+  j["recorded_wall_s"] = sim::to_seconds(r.step.end_ns - r.step.start_ns);
+  j["recorded_device_end_s"] = sim::to_seconds(recorded.span_ns);
+  return j;
+}
+
+// The text report: what was imported, against what the profiler recorded (time and peak).
+void print_text_report(std::FILE* out, const importers::ImportResult& result,
+                       const importers::RecordedStep& recorded, sim::Bytes peak_bytes,
+                       sim::Bytes preexisting, const Options& o) {
+  const auto& r = result.report;
   fmt::print(out, "imported {}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
              r.step.label, r.step_was_chosen ? " (the first complete step)" : "", o.file,
              r.forward_ops, r.backward_ops, r.update_ops, result.workload.tensors.size());
@@ -138,19 +137,36 @@ void print_report(std::FILE* out, const importers::ImportResult& result,
   constexpr double kMiB = 1 << 20;
   if (recorded.peak_total_allocated_bytes) {
     fmt::print(out, "peak: in-core {:.1f} MiB, recorded Total Allocated {:.1f} MiB\n",
-               static_cast<double>(peak.bytes) / kMiB,
+               static_cast<double>(peak_bytes) / kMiB,
                static_cast<double>(*recorded.peak_total_allocated_bytes) / kMiB);
   } else {
     fmt::print(out,
                "peak: in-core {:.1f} MiB, recorded {:.1f} MiB above the step's start + {:.1f} MiB "
                "of parameters and optimizer state from the model's shapes = {:.1f} MiB\n",
-               static_cast<double>(peak.bytes) / kMiB,
+               static_cast<double>(peak_bytes) / kMiB,
                static_cast<double>(recorded.peak_above_start_bytes) / kMiB,
                static_cast<double>(preexisting) / kMiB,
                static_cast<double>(recorded.peak_above_start_bytes + preexisting) / kMiB);
   }
   print_host_report(out, result, recorded);
   fmt::print(out, "wrote {}\n", o.output);
+}
+
+// What was imported, against what the profiler recorded (time and peak), as text or JSON.
+void print_report(std::FILE* out, const importers::ImportResult& result,
+                  const importers::KinetoTrace& trace, const Options& o) {
+  const auto& r = result.report;
+  const auto recorded = importers::measure_recorded_step(trace, r.step, r.gpu);
+  const auto peak = sim::incore_peak(result.workload);
+  sim::Bytes preexisting = 0;
+  for (const auto& t : result.workload.tensors) {
+    if (sim::is_persistent(t.kind)) preexisting += t.bytes;
+  }
+  if (o.json) {
+    fmt::print(out, "{}\n", report_json(result, recorded, peak.bytes, preexisting, o).dump(2));
+    return;
+  }
+  print_text_report(out, result, recorded, peak.bytes, preexisting, o);
 }
 
 }  // namespace

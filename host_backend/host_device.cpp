@@ -300,6 +300,7 @@ void HostDevice::enqueue_host_op(std::int32_t index) {
       program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(index)];
   const sim::Op& op = workload_->op(in.op);
   std::vector<std::size_t> slots;
+  slots.reserve(static_cast<std::size_t>(in.operand_count));
   for (std::int32_t k = 0; k < in.operand_count; ++k) {
     slots.push_back(static_cast<std::size_t>(
         program_->operands[static_cast<std::size_t>(in.operands_begin + k)]));
@@ -310,6 +311,7 @@ void HostDevice::enqueue_host_op(std::int32_t index) {
     // The slots' storage is taken when the op runs: a gradient's slot is written by its copy-out,
     // which the host stream waited for.
     std::vector<std::byte*> operands;
+    operands.reserve(slots.size());
     for (std::size_t slot : slots) {
       if (host_store_[slot].size() != static_cast<std::size_t>(program_->host_slots[slot].bytes)) {
         throw runtime::BackendError("host op '" + op.name + "' reads a host slot never written");

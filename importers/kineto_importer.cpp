@@ -320,7 +320,7 @@ class Importer {
   void fill_host_side();
   bool step_complete(const StepWindow& step) const;
   void collect_units(const StepWindow& step);
-  void collect_under(std::size_t event);
+  void collect_under(std::size_t parent);
   void attribute_device_time();
   void measure_workspace();
   void classify_units();
@@ -354,7 +354,7 @@ class Importer {
                         bool activation);
   TensorId add_tensor(std::string name, TensorKind kind, const Shape& shape,
                       const std::string& dtype, OpId producer, TensorId in_place_of = kNoId);
-  OpId add_op(std::string name, std::string layer, Phase phase, const Unit& unit);
+  OpId add_op(std::string name, const std::string& layer, Phase phase, const Unit& unit);
   void add_input(OpId op, TensorId t);
   void contribute_gradient(TensorId forward_tensor, TensorId grad, OpId op);
   sim::Op& op(OpId id) { return workload_.ops[static_cast<std::size_t>(id)]; }
@@ -419,6 +419,7 @@ StepWindow Importer::choose_step() {
         "record_function range), --window START:END or --whole");
   }
   std::vector<std::int64_t> numbers;
+  numbers.reserve(steps.size());
   for (const auto& s : steps) numbers.push_back(s.number);
   if (options_.step) {
     for (const auto& s : steps) {
@@ -753,7 +754,7 @@ TensorId Importer::add_tensor(std::string name, TensorKind kind, const Shape& sh
   return workload_.tensors.back().id;
 }
 
-OpId Importer::add_op(std::string name, std::string layer, Phase phase, const Unit& unit) {
+OpId Importer::add_op(std::string name, const std::string& layer, Phase phase, const Unit& unit) {
   sim::Op o;
   o.id = static_cast<OpId>(workload_.ops.size());
   o.name = std::move(name);
@@ -787,8 +788,8 @@ TensorId Importer::param(const std::string& name, const Shape& shape, const std:
   if (!trainable) return p;
   trainable_.push_back(p);
   for (const std::string& state : state_names_) {
-    optimizer_state_.push_back(
-        add_tensor(name + "." + state, TensorKind::kOptimizerState, shape, dtype, kNoId));
+    optimizer_state_.push_back(add_tensor(fmt::format("{}.{}", name, state),
+                                          TensorKind::kOptimizerState, shape, dtype, kNoId));
   }
   if (report_.persistent_grads) {
     param_grad_[p] = add_tensor(name + ".grad", TensorKind::kOptimizerState, shape, dtype, kNoId);
@@ -919,8 +920,8 @@ void Importer::build_forward(Unit& unit, std::size_t position) {
   if (!info.data_inputs.empty() &&
       (unit.layer == Layer::kBatchNorm || unit.layer == Layer::kLayerNorm ||
        unit.layer == Layer::kRelu)) {
-    for (std::size_t v = 0; v < values_.size(); ++v) {
-      if (values_[v].tensor == info.data_inputs.front()) values_[v].superseded = true;
+    for (Value& value : values_) {
+      if (value.tensor == info.data_inputs.front()) value.superseded = true;
     }
   }
   last_output_ = out_value;
@@ -949,8 +950,8 @@ std::size_t Importer::forward_layer(ForwardOp& f, Layer layer) {
       return forward_batch_norm(f);
     case Layer::kLayerNorm: {
       const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
-      if (dims(f.e, 2).size() >= 1) f.weight(".weight", 2, true);
-      if (dims(f.e, 3).size() >= 1) f.weight(".bias", 3, true);
+      if (!dims(f.e, 2).empty()) f.weight(".weight", 2, true);
+      if (!dims(f.e, 3).empty()) f.weight(".bias", 3, true);
       f.info.output = f.produce(".out", f.x_shape, f.dtype);
       f.info.saved = {x};
       return f.output(f.x_shape, f.dtype);

@@ -88,6 +88,18 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
 
 void Lowerer::lower(const Plan& plan, Program& out) {
   program_ = &out;
+  start_program(plan);
+  plan_drop_points(plan);
+  place_preexisting();
+  for (std::size_t i = 0; i < op_.size(); ++i) lower_op(plan, static_cast<OpId>(i));
+  place_frees();
+  program_ = nullptr;
+}
+
+// Clears the program (keeping its capacity) and the per-plan scratch; charges the compute time of
+// the plan's algorithm choices and of an update it moves to the host.
+void Lowerer::start_program(const Plan& plan) {
+  Program& out = *program_;
   for (auto& stream : out.streams) stream.clear();
   out.operands.clear();
   out.buffers.clear();
@@ -107,23 +119,26 @@ void Lowerer::lower(const Plan& plan, Program& out) {
       if (op.phase == Phase::kUpdate) out.op_compute_ns -= op.duration_ns;
     }
   }
-  const std::size_t n_tensors = w_.tensors.size();
-  state_.assign(n_tensors, TensorState{});
+  state_.assign(w_.tensors.size(), TensorState{});
   // The body is built in the compute stream's own storage and expanded in place by place_frees.
   body_.swap(out.streams[static_cast<std::size_t>(StreamId::kCompute)]);
   body_.clear();
   last_ref_.clear();
   operand_stack_.clear();
+}
 
+// Drop points and prefetch points of this plan: each decided map's decision and action count, the
+// op after which a map the plan does not keep leaves the device, and the op before which a swapped
+// map is prefetched; then those of host placement.
+void Lowerer::plan_drop_points(const Plan& plan) {
   MEMPLAN_CHECK(plan.decisions.size() == maps_.size(), "a plan decides every feature map");
-  // Drop points and prefetch points of this plan.
   entries_.clear();
   prefetches_.clear();
   for (const Decision& d : plan.decisions) {
     const std::int32_t m = map_of_[at(d.tensor)];
     MEMPLAN_CHECK(m >= 0, "a plan decides feature maps only");
     state_[at(d.tensor)].decision = &d;
-    ++out.action_counts[static_cast<std::size_t>(d.action)];
+    ++program_->action_counts[static_cast<std::size_t>(d.action)];
     if (d.action == Action::kKeep) continue;
     const FeatureMap& map = maps_[at(m)];
     const OpId producer = tensor_[at(d.tensor)].producer;
@@ -142,7 +157,11 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   forward_drop_at_.build(w_.ops.size(), entries_);
   plan_host_placement(plan);
   prefetch_at_.build(w_.ops.size(), prefetches_);
+}
 
+// Buffers of the tensors that exist before the step and are read in it, allocated up front; a
+// persistent one is never freed.
+void Lowerer::place_preexisting() {
   for (TensorId t : preexisting_read_) {
     if (state_[at(t)].host != 0) continue;  // its home is a host slot
     const BufferId b = new_tensor_buffer(t, kNoId);
@@ -150,37 +169,38 @@ void Lowerer::lower(const Plan& plan, Program& out) {
     if (is_persistent(tensor_[at(t)].kind)) last_ref_[at(b)] = kNeverFreed;
     state_[at(t)].loc = b;
   }
-  for (std::size_t i = 0; i < op_.size(); ++i) {
-    const auto op = static_cast<OpId>(i);
-    if (out.host.active()) out.host.dispatch_at[i] = body_.size();
-    for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
-      const TensorId t = prefetch_at_.items[at(k)];
-      if (state_[at(t)].loc < 0) issue_prefetch(t, op);
-    }
-    regenerated_.clear();
-    if (plan.host_update && op_[i].phase == Phase::kUpdate) {
-      emit_host_update(op);
-    } else {
-      emit_op(op, InstrKind::kRun);
-    }
-    if (op_[i].phase == Phase::kBackward) forget_per_use();
-    for (auto k = outputs_.begin[i]; k < outputs_.begin[i + 1]; ++k) {
-      const TensorId t = outputs_.items[at(k)];
-      const Decision* d = state_[at(t)].decision;
-      if ((d != nullptr && d->action == Action::kSwap) || state_[at(t)].host != 0)
-        issue_copy_out(t, op);
-    }
-    for (auto k = forward_drop_at_.begin[i]; k < forward_drop_at_.begin[i + 1]; ++k) {
-      forward_drop(forward_drop_at_.items[at(k)], op);
-    }
-    for (auto k = host_drop_at_.begin[i]; k < host_drop_at_.begin[i + 1]; ++k) {
-      host_drop(host_drop_at_.items[at(k)], op);
-    }
-    for (auto k = drop_at_.begin[i]; k < drop_at_.begin[i + 1]; ++k)
-      state_[at(drop_at_.items[at(k)])].loc = -1;
+}
+
+// One op in issue order: the prefetches issued before it, the op itself (on the device or, for a
+// host update, on the host), then the copy-outs of its outputs and the drops after it.
+void Lowerer::lower_op(const Plan& plan, OpId op) {
+  const auto i = at(op);
+  if (program_->host.active()) program_->host.dispatch_at[i] = body_.size();
+  for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
+    const TensorId t = prefetch_at_.items[at(k)];
+    if (state_[at(t)].loc < 0) issue_prefetch(t, op);
   }
-  place_frees();
-  program_ = nullptr;
+  regenerated_.clear();
+  if (plan.host_update && op_[i].phase == Phase::kUpdate) {
+    emit_host_update(op);
+  } else {
+    emit_op(op, InstrKind::kRun);
+  }
+  if (op_[i].phase == Phase::kBackward) forget_per_use();
+  for (auto k = outputs_.begin[i]; k < outputs_.begin[i + 1]; ++k) {
+    const TensorId t = outputs_.items[at(k)];
+    const Decision* d = state_[at(t)].decision;
+    if ((d != nullptr && d->action == Action::kSwap) || state_[at(t)].host != 0)
+      issue_copy_out(t, op);
+  }
+  for (auto k = forward_drop_at_.begin[i]; k < forward_drop_at_.begin[i + 1]; ++k) {
+    forward_drop(forward_drop_at_.items[at(k)], op);
+  }
+  for (auto k = host_drop_at_.begin[i]; k < host_drop_at_.begin[i + 1]; ++k) {
+    host_drop(host_drop_at_.items[at(k)], op);
+  }
+  for (auto k = drop_at_.begin[i]; k < drop_at_.begin[i + 1]; ++k)
+    state_[at(drop_at_.items[at(k)])].loc = -1;
 }
 
 std::int64_t Lowerer::emit(const Instruction& in) {
@@ -415,7 +435,7 @@ void Lowerer::plan_host_placement(const Plan& plan) {
   host_prefetches_.clear();
   auto prefetch = [&](OpId first_use, OpId previous_end, TensorId t) {
     const OpId when = first_use - 1 > previous_end ? first_use - 1 : first_use;
-    host_prefetches_.push_back({when, first_use, t});
+    host_prefetches_.emplace_back(when, first_use, t);
   };
   const auto last_op = static_cast<OpId>(op_.size()) - 1;
   for (TensorId t : plan.host_tensors) {

@@ -45,6 +45,10 @@ class Lowerer {
     std::size_t operand_base;
   };
 
+  void start_program(const Plan& plan);
+  void plan_drop_points(const Plan& plan);
+  void place_preexisting();
+  void lower_op(const Plan& plan, OpId op);
   void emit_op(OpId op, InstrKind kind);
   void finish_op(OpId op, InstrKind kind, std::size_t base);
   BufferId ensure(TensorId t, OpId for_op);
@@ -60,7 +64,7 @@ class Lowerer {
   void emit_host_update(OpId op);
   void place_frees();
   std::int64_t emit(const Instruction& in);
-  void touch(BufferId b, std::int64_t at);
+  void touch(BufferId b, std::int64_t when);
   BufferId new_buffer(const Buffer& buffer, OpId for_op);
   BufferId new_tensor_buffer(TensorId t, OpId for_op);
   EventId new_event(WaitCause cause, TensorId t);

@@ -72,13 +72,8 @@ void read_host_placement(const JsonReader& root, const Workload& workload, Plan&
   }
 }
 
-}  // namespace
-
-Plan plan_from_json(const nlohmann::json& document, std::string_view source,
-                    const Workload& workload) {
-  const JsonReader root(document, source);
-  root.reject_unknown_keys(
-      {"format", "version", "policy", "workload", "maps", "algorithms", "tensors", "update"});
+// "format" and "version": a plan file of the version this memplan reads.
+void check_format(const JsonReader& root) {
   if (root.at("format").as_string() != kPlanFormatName) {
     root.at("format").fail(fmt::format("expected \"{}\"", kPlanFormatName));
   }
@@ -87,8 +82,10 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source,
     root.at("version").fail(fmt::format(
         "unsupported plan format version {} (this memplan reads {})", version, kPlanFormatVersion));
   }
-  Plan plan;
-  if (auto policy = root.find("policy")) plan.policy = policy->as_string();
+}
+
+// "workload": the fingerprint of the workload the plan was made for, which must be this one's.
+void read_fingerprint(const JsonReader& root, const Workload& workload, Plan& plan) {
   const JsonReader wl = root.at("workload");
   wl.reject_unknown_keys({"fingerprint", "ops", "tensors"});
   const JsonReader fp = wl.at("fingerprint");
@@ -105,7 +102,10 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source,
         "the plan was made for another workload (fingerprint {}, this trace has {:016x})", fp_text,
         workload_fingerprint(workload)));
   }
+}
 
+// "maps": a decision for every feature map of the workload, keep unless the file names it.
+void read_decisions(const JsonReader& root, const Workload& workload, Plan& plan) {
   const auto maps = find_feature_maps(workload);
   std::vector<std::int32_t> map_index(workload.tensors.size(), -1);
   for (std::size_t i = 0; i < maps.size(); ++i) {
@@ -147,23 +147,42 @@ Plan plan_from_json(const nlohmann::json& document, std::string_view source,
       entry.fail(fmt::format("tensor '{}': {}", workload.tensor(t).name, problem));
     }
   }
-  if (auto algorithms = root.find("algorithms")) {
-    for (const JsonReader& entry : algorithms->elements()) {
-      entry.reject_unknown_keys({"op", "algorithm"});
-      const OpId op = resolve(entry.at("op"), workload.ops, "op");
-      const JsonReader name = entry.at("algorithm");
-      const auto& choices = workload.op(op).algorithms;
-      const auto it = std::find_if(choices.begin(), choices.end(),
-                                   [&](const Algorithm& a) { return a.name == name.as_string(); });
-      if (it == choices.end()) {
-        name.fail(
-            fmt::format("op '{}' has no algorithm '{}'", workload.op(op).name, name.as_string()));
-      }
-      plan.algorithms.push_back({op, static_cast<std::int32_t>(it - choices.begin())});
+}
+
+// "algorithms": the ops that run another of their algorithms than the default, in op order.
+void read_algorithms(const JsonReader& root, const Workload& workload, Plan& plan) {
+  const auto algorithms = root.find("algorithms");
+  if (!algorithms) return;
+  for (const JsonReader& entry : algorithms->elements()) {
+    entry.reject_unknown_keys({"op", "algorithm"});
+    const OpId op = resolve(entry.at("op"), workload.ops, "op");
+    const JsonReader name = entry.at("algorithm");
+    const auto& choices = workload.op(op).algorithms;
+    const auto it = std::find_if(choices.begin(), choices.end(),
+                                 [&](const Algorithm& a) { return a.name == name.as_string(); });
+    if (it == choices.end()) {
+      name.fail(
+          fmt::format("op '{}' has no algorithm '{}'", workload.op(op).name, name.as_string()));
     }
-    std::sort(plan.algorithms.begin(), plan.algorithms.end(),
-              [](const AlgorithmChoice& a, const AlgorithmChoice& b) { return a.op < b.op; });
+    plan.algorithms.push_back({op, static_cast<std::int32_t>(it - choices.begin())});
   }
+  std::sort(plan.algorithms.begin(), plan.algorithms.end(),
+            [](const AlgorithmChoice& a, const AlgorithmChoice& b) { return a.op < b.op; });
+}
+
+}  // namespace
+
+Plan plan_from_json(const nlohmann::json& document, std::string_view source,
+                    const Workload& workload) {
+  const JsonReader root(document, source);
+  root.reject_unknown_keys(
+      {"format", "version", "policy", "workload", "maps", "algorithms", "tensors", "update"});
+  check_format(root);
+  Plan plan;
+  if (auto policy = root.find("policy")) plan.policy = policy->as_string();
+  read_fingerprint(root, workload, plan);
+  read_decisions(root, workload, plan);
+  read_algorithms(root, workload, plan);
   read_host_placement(root, workload, plan);
   validate_plan(plan, workload, source);
   return plan;

@@ -36,7 +36,8 @@ void host_track(nlohmann::json& events, const Timeline& tl, const Workload& w) {
 
 }  // namespace
 
-std::string chrome_trace_json(const Timeline& tl, const Program& program, const Workload& w) {
+std::string chrome_trace_json(const Timeline& timeline, const Program& program,
+                              const Workload& workload) {
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"ph", "M"},
                     {"pid", 1},
@@ -59,7 +60,7 @@ std::string chrome_trace_json(const Timeline& tl, const Program& program, const 
                     {"tid", kStallTrack},
                     {"name", "thread_name"},
                     {"args", {{"name", "compute stalls"}}}});
-  for (const Span& span : tl.spans) {
+  for (const Span& span : timeline.spans) {
     const Instruction& in = program.stream(span.stream)[static_cast<std::size_t>(span.index)];
     nlohmann::json args = {
         {"kind", to_string(in.kind)}, {"start_ns", span.start_ns}, {"end_ns", span.end_ns}};
@@ -69,17 +70,17 @@ std::string chrome_trace_json(const Timeline& tl, const Program& program, const 
     events.push_back({{"ph", "X"},
                       {"pid", 1},
                       {"tid", static_cast<int>(span.stream)},
-                      {"name", instruction_label(in, program, w)},
+                      {"name", instruction_label(in, program, workload)},
                       {"cat", to_string(in.kind)},
                       {"ts", to_us(span.start_ns)},
                       {"dur", to_us(span.end_ns - span.start_ns)},
                       {"args", args}});
   }
-  if (program.host.active()) host_track(events, tl, w);
-  for (const Stall& stall : tl.stalls) {
+  if (program.host.active()) host_track(events, timeline, workload);
+  for (const Stall& stall : timeline.stalls) {
     std::string name(to_string(stall.cause));
-    if (stall.tensor != kNoId) name += " " + w.tensor(stall.tensor).name;
-    if (stall.op != kNoId) name += " (for " + w.op(stall.op).name + ")";
+    if (stall.tensor != kNoId) name += " " + workload.tensor(stall.tensor).name;
+    if (stall.op != kNoId) name += " (for " + workload.op(stall.op).name + ")";
     events.push_back({{"ph", "X"},
                       {"pid", 1},
                       {"tid", kStallTrack},
@@ -88,7 +89,7 @@ std::string chrome_trace_json(const Timeline& tl, const Program& program, const 
                       {"ts", to_us(stall.start_ns)},
                       {"dur", to_us(stall.end_ns - stall.start_ns)}});
   }
-  for (const MemoryPoint& p : tl.memory) {
+  for (const MemoryPoint& p : timeline.memory) {
     events.push_back(
         {{"ph", "C"},
          {"pid", 1},
@@ -100,15 +101,15 @@ std::string chrome_trace_json(const Timeline& tl, const Program& program, const 
   return doc.dump() + "\n";
 }
 
-std::string memory_csv(const Timeline& tl) {
+std::string memory_csv(const Timeline& timeline) {
   std::string out = "time_ns,live_bytes,reserved_bytes\n";
-  for (const MemoryPoint& p : tl.memory) {
+  for (const MemoryPoint& p : timeline.memory) {
     out += fmt::format("{},{},{}\n", p.time_ns, p.live_bytes, p.reserved_bytes);
   }
   return out;
 }
 
-nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const Workload& w) {
+nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const Workload& workload) {
   nlohmann::json by_kind = nlohmann::json::object();
   for (int k = 0; k < kTensorKindCount; ++k) {
     by_kind[std::string(to_string(static_cast<TensorKind>(k)))] =
@@ -125,15 +126,15 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
                       {"largest_free_block", oom.largest_free_block},
                       {"bytes_missing", oom.bytes_missing},
                       {"host_resident_bytes", oom.host_resident_bytes}};
-  j["op"] = oom.op == kNoId ? nlohmann::json(nullptr) : nlohmann::json(w.op(oom.op).name);
+  j["op"] = oom.op == kNoId ? nlohmann::json(nullptr) : nlohmann::json(workload.op(oom.op).name);
   if (oom.buffer >= 0) {
     Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
-    j["allocation"] = instruction_label(alloc, program, w);
+    j["allocation"] = instruction_label(alloc, program, workload);
   }
   return j;
 }
 
-std::string oom_to_text(const OomReport& oom, const Program& program, const Workload& w) {
+std::string oom_to_text(const OomReport& oom, const Program& program, const Workload& workload) {
   if (oom.host) {
     return fmt::format(
         "out of pinned host memory at t={:.3f} us: host copies need {}, capacity {} ({} missing)",
@@ -157,25 +158,27 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
       "out of device memory {} (t={:.3f} us): {} needs {}, largest free block {}, {} missing; "
       "live {} of {} ({})",
       oom.op == kNoId ? std::string("before the first op (tensors that exist before the step)")
-                      : fmt::format("at op '{}'", w.op(oom.op).name),
-      to_us(oom.time_ns), instruction_label(alloc, program, w), format_bytes(oom.requested_bytes),
-      format_bytes(oom.largest_free_block), format_bytes(oom.bytes_missing),
-      format_bytes(oom.live_bytes), format_bytes(oom.capacity_bytes), kinds);
+                      : fmt::format("at op '{}'", workload.op(oom.op).name),
+      to_us(oom.time_ns), instruction_label(alloc, program, workload),
+      format_bytes(oom.requested_bytes), format_bytes(oom.largest_free_block),
+      format_bytes(oom.bytes_missing), format_bytes(oom.live_bytes),
+      format_bytes(oom.capacity_bytes), kinds);
 }
 
-Bytes average_live_bytes(const Timeline& tl) {
-  if (!tl.feasible || tl.iteration_ns <= 0 || tl.memory.empty()) return 0;
+Bytes average_live_bytes(const Timeline& timeline) {
+  if (!timeline.feasible || timeline.iteration_ns <= 0 || timeline.memory.empty()) return 0;
   long double area = 0;  // byte-nanoseconds
-  for (std::size_t i = 0; i < tl.memory.size(); ++i) {
-    const Nanoseconds until = i + 1 < tl.memory.size() ? tl.memory[i + 1].time_ns : tl.iteration_ns;
-    area += static_cast<long double>(tl.memory[i].live_bytes) *
-            static_cast<long double>(until - tl.memory[i].time_ns);
+  for (std::size_t i = 0; i < timeline.memory.size(); ++i) {
+    const Nanoseconds until =
+        i + 1 < timeline.memory.size() ? timeline.memory[i + 1].time_ns : timeline.iteration_ns;
+    area += static_cast<long double>(timeline.memory[i].live_bytes) *
+            static_cast<long double>(until - timeline.memory[i].time_ns);
   }
-  return static_cast<Bytes>(area / static_cast<long double>(tl.iteration_ns));
+  return static_cast<Bytes>(area / static_cast<long double>(timeline.iteration_ns));
 }
 
-nlohmann::json summary_json(const Timeline& tl, const Program& program, const Workload& w,
-                            const Machine& machine) {
+nlohmann::json summary_json(const Timeline& timeline, const Program& program,
+                            const Workload& workload, const Machine& machine) {
   nlohmann::json actions = nlohmann::json::object();
   for (int a = 0; a < kActionCount; ++a) {
     actions[std::string(to_string(static_cast<Action>(a)))] =
@@ -184,19 +187,20 @@ nlohmann::json summary_json(const Timeline& tl, const Program& program, const Wo
   nlohmann::json stalls = nlohmann::json::object();
   for (int c = 0; c < kStallCauseCount; ++c) {
     stalls[std::string(to_string(static_cast<StallCause>(c)))] =
-        to_seconds(tl.stall_ns_by_cause[static_cast<std::size_t>(c)]);
+        to_seconds(timeline.stall_ns_by_cause[static_cast<std::size_t>(c)]);
   }
   nlohmann::json j = {
-      {"feasible", tl.feasible},
-      {"iteration_s",
-       tl.feasible ? nlohmann::json(to_seconds(tl.iteration_ns)) : nlohmann::json(nullptr)},
-      {"iteration_ns", tl.feasible ? nlohmann::json(tl.iteration_ns) : nlohmann::json(nullptr)},
-      {"compute_s", to_seconds(tl.op_compute_ns)},
-      {"peak_bytes", tl.peak_bytes},
-      {"peak_reserved_bytes", tl.peak_reserved_bytes},
-      {"average_live_bytes", average_live_bytes(tl)},
-      {"peak_host_bytes", tl.peak_host_bytes},
-      {"stall_s", to_seconds(tl.stall_ns())},
+      {"feasible", timeline.feasible},
+      {"iteration_s", timeline.feasible ? nlohmann::json(to_seconds(timeline.iteration_ns))
+                                        : nlohmann::json(nullptr)},
+      {"iteration_ns",
+       timeline.feasible ? nlohmann::json(timeline.iteration_ns) : nlohmann::json(nullptr)},
+      {"compute_s", to_seconds(timeline.op_compute_ns)},
+      {"peak_bytes", timeline.peak_bytes},
+      {"peak_reserved_bytes", timeline.peak_reserved_bytes},
+      {"average_live_bytes", average_live_bytes(timeline)},
+      {"peak_host_bytes", timeline.peak_host_bytes},
+      {"stall_s", to_seconds(timeline.stall_ns())},
       {"stall_s_by_cause", stalls},
       {"actions", actions},
       {"instructions", program.instruction_count()},
@@ -206,17 +210,19 @@ nlohmann::json summary_json(const Timeline& tl, const Program& program, const Wo
         {"d2h_bytes_per_s", machine.link.d2h_bytes_per_s},
         {"copy_latency_ns", machine.link.latency_ns},
         {"memory_bandwidth_bytes_per_s", machine.memory_bandwidth_bytes_per_s}}}};
-  j["oom"] = tl.oom ? oom_to_json(*tl.oom, program, w) : nlohmann::json(nullptr);
-  j["host_ops_s"] = to_seconds(tl.host_ops_ns);
+  j["oom"] = timeline.oom ? oom_to_json(*timeline.oom, program, workload) : nlohmann::json(nullptr);
+  j["host_ops_s"] = to_seconds(timeline.host_ops_ns);
   if (program.host.active()) {
-    j["step_period_s"] = tl.feasible ? nlohmann::json(to_seconds(tl.period_ns)) : nlohmann::json();
-    j["host_busy_s"] = to_seconds(tl.host_busy_ns);
-    j["gpu_idle_share"] = tl.feasible ? nlohmann::json(tl.gpu_idle_share()) : nlohmann::json();
+    j["step_period_s"] =
+        timeline.feasible ? nlohmann::json(to_seconds(timeline.period_ns)) : nlohmann::json();
+    j["host_busy_s"] = to_seconds(timeline.host_busy_ns);
+    j["gpu_idle_share"] =
+        timeline.feasible ? nlohmann::json(timeline.gpu_idle_share()) : nlohmann::json();
   }
   return j;
 }
 
-std::string summary_text(const Timeline& tl, const Program& program, const Workload& w,
+std::string summary_text(const Timeline& timeline, const Program& program, const Workload& workload,
                          const Machine& machine, std::string_view policy) {
   std::string out;
   out += fmt::format("plan        {} (keep {}, swap {}, recompute {}, encode {})\n", policy,
@@ -226,8 +232,9 @@ std::string summary_text(const Timeline& tl, const Program& program, const Workl
       "machine     {} device memory, h2d {:.2f} GB/s, d2h {:.2f} GB/s, copy latency {:.3f} us\n",
       format_bytes(machine.memory_bytes), machine.link.h2d_bytes_per_s / 1e9,
       machine.link.d2h_bytes_per_s / 1e9, to_us(machine.link.latency_ns));
-  if (!tl.feasible) {
-    out += fmt::format("infeasible  {}\n", tl.oom ? oom_to_text(*tl.oom, program, w) : "unknown");
+  if (!timeline.feasible) {
+    out += fmt::format("infeasible  {}\n",
+                       timeline.oom ? oom_to_text(*timeline.oom, program, workload) : "unknown");
     return out;
   }
   if (program.host.active()) {
@@ -235,33 +242,35 @@ std::string summary_text(const Timeline& tl, const Program& program, const Workl
     // the plan with the idle time the recorded step already had.
     out += fmt::format(
         "iteration   {:.3f} ms alone, {:.3f} ms back to back (compute {:.3f} ms, host {:.3f} ms)\n",
-        to_seconds(tl.iteration_ns) * 1e3, to_seconds(tl.period_ns) * 1e3,
-        to_seconds(tl.op_compute_ns) * 1e3, to_seconds(tl.host_busy_ns) * 1e3);
+        to_seconds(timeline.iteration_ns) * 1e3, to_seconds(timeline.period_ns) * 1e3,
+        to_seconds(timeline.op_compute_ns) * 1e3, to_seconds(timeline.host_busy_ns) * 1e3);
   } else {
-    out += fmt::format("iteration   {:.3f} ms (compute {:.3f} ms, +{:.1f}%)\n",
-                       to_seconds(tl.iteration_ns) * 1e3, to_seconds(tl.op_compute_ns) * 1e3,
-                       tl.op_compute_ns > 0
-                           ? 100.0 * static_cast<double>(tl.iteration_ns - tl.op_compute_ns) /
-                                 static_cast<double>(tl.op_compute_ns)
-                           : 0.0);
+    out += fmt::format(
+        "iteration   {:.3f} ms (compute {:.3f} ms, +{:.1f}%)\n",
+        to_seconds(timeline.iteration_ns) * 1e3, to_seconds(timeline.op_compute_ns) * 1e3,
+        timeline.op_compute_ns > 0
+            ? 100.0 * static_cast<double>(timeline.iteration_ns - timeline.op_compute_ns) /
+                  static_cast<double>(timeline.op_compute_ns)
+            : 0.0);
   }
   out += fmt::format(
       "stalls      {:.3f} ms (swap-in {:.3f}, swap-out {:.3f}, recompute {:.3f}, codec {:.3f})\n",
-      to_seconds(tl.stall_ns()) * 1e3, to_seconds(tl.stall_ns_by_cause[0]) * 1e3,
-      to_seconds(tl.stall_ns_by_cause[1]) * 1e3, to_seconds(tl.stall_ns_by_cause[2]) * 1e3,
-      to_seconds(tl.stall_ns_by_cause[3]) * 1e3);
+      to_seconds(timeline.stall_ns()) * 1e3, to_seconds(timeline.stall_ns_by_cause[0]) * 1e3,
+      to_seconds(timeline.stall_ns_by_cause[1]) * 1e3,
+      to_seconds(timeline.stall_ns_by_cause[2]) * 1e3,
+      to_seconds(timeline.stall_ns_by_cause[3]) * 1e3);
   out += fmt::format("memory      peak {} live, {} reserved of {}; host peak {}\n",
-                     format_bytes(tl.peak_bytes), format_bytes(tl.peak_reserved_bytes),
-                     format_bytes(machine.memory_bytes), format_bytes(tl.peak_host_bytes));
+                     format_bytes(timeline.peak_bytes), format_bytes(timeline.peak_reserved_bytes),
+                     format_bytes(machine.memory_bytes), format_bytes(timeline.peak_host_bytes));
   if (program.host.active()) {
     out += fmt::format(
         "host        {:.3f} ms busy dispatching and launching; GPU idle {:.1f}% of "
         "the step\n",
-        to_seconds(tl.host_busy_ns) * 1e3, 100.0 * tl.gpu_idle_share());
+        to_seconds(timeline.host_busy_ns) * 1e3, 100.0 * timeline.gpu_idle_share());
   }
   if (!program.stream(StreamId::kHost).empty()) {
     out += fmt::format("host ops    {:.3f} ms on the CPU (the update on the host)\n",
-                       to_seconds(tl.host_ops_ns) * 1e3);
+                       to_seconds(timeline.host_ops_ns) * 1e3);
   }
   out += fmt::format("program     {} instructions\n", program.instruction_count());
   return out;

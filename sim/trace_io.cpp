@@ -407,36 +407,36 @@ void write_special_file(const std::filesystem::path& path, std::string_view text
 
 }  // namespace
 
-void write_file_atomically(const std::filesystem::path& requested, std::string_view text) {
-  const std::filesystem::path path = follow_links(requested);
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+  const std::filesystem::path target = follow_links(path);
   std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
+  const auto status = std::filesystem::status(target, ec);
   if (std::filesystem::is_directory(status)) {
-    throw InputError(requested.string(), "is a directory, not a file");
+    throw InputError(path.string(), "is a directory, not a file");
   }
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    write_special_file(path, text);
+    write_special_file(target, text);
     return;
   }
   const std::filesystem::path temp =
-      path.parent_path() / fmt::format(".{}.tmp.{}", path.filename().string(), ::getpid());
+      target.parent_path() / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid());
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(requested.string(), "cannot open for writing");
+    if (!out) throw InputError(path.string(), "cannot open for writing");
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     out.flush();
     if (!out) {
       out.close();
       std::error_code ignored;
       std::filesystem::remove(temp, ignored);
-      throw InputError(requested.string(), "write failed (disk full?)");
+      throw InputError(path.string(), "write failed (disk full?)");
     }
   }
-  std::filesystem::rename(temp, path, ec);
+  std::filesystem::rename(temp, target, ec);
   if (ec) {
     std::error_code ignored;
     std::filesystem::remove(temp, ignored);
-    throw InputError(requested.string(), fmt::format("cannot write: {}", ec.message()));
+    throw InputError(path.string(), fmt::format("cannot write: {}", ec.message()));
   }
 }
 

@@ -13,7 +13,6 @@
 #include "sim/input_error.hpp"
 #include "tests/importers/synthetic_kineto.hpp"
 
-using memplan::importers::Allocation;
 using memplan::importers::allocator_bytes;
 using memplan::importers::pair_allocations;
 using memplan::importers::parse_kineto_trace;
