@@ -911,36 +911,26 @@ void softmax_cross_entropy(const CudaCall& c) {
 namespace update {
 
 void sgd(const CudaCall& c) {
-  if (c.in.size() % 3 != 0) c.fail("sgd reads params, grads and momentum buffers (3 groups)");
+  const std::size_t k = runtime::update_group_size(c.workload, c.op);
   // runtime::SgdDefaults
   const float lr = c.attr_f("lr", 0.01f);
   const float momentum = c.attr_f("momentum", 0.9f);
   const float weight_decay = c.attr_f("weight_decay", 0.0f);
-  const std::size_t k = c.in.size() / 3;
   for (std::size_t i = 0; i < k; ++i) {
     const std::int64_t n = elements(c.t_in(i));
-    if (elements(c.t_in(k + i)) != n || elements(c.t_in(2 * k + i)) != n) {
-      c.fail("param, grad and momentum " + std::to_string(i) + " differ in size");
-    }
     MEMPLAN_CUDA_CHECK(kernels::sgd_momentum(c.stream, n, lr, momentum, weight_decay, f32(c.in[i]),
                                              f32(c.in[k + i]), f32(c.in[2 * k + i])));
   }
 }
 
 void adam(const CudaCall& c) {
-  if (c.in.size() % 4 != 0) c.fail("adam reads params, grads, exp_avgs and exp_avg_sqs (4 groups)");
+  const std::size_t k = runtime::update_group_size(c.workload, c.op);
   // The host's scalars (runtime::adam_step), so both backends take the same rounded values.
   const runtime::AdamStep s = runtime::adam_step(c.op);
   const kernels::AdamScalars a{s.beta1_weight,          s.beta2, s.beta2_weight, s.weight_decay,
                                s.bias_correction2_sqrt, s.eps,   s.neg_step_size};
-  const std::size_t k = c.in.size() / 4;
   for (std::size_t i = 0; i < k; ++i) {
     const std::int64_t n = elements(c.t_in(i));
-    for (std::size_t group = 1; group < 4; ++group) {
-      if (elements(c.t_in(group * k + i)) != n) {
-        c.fail("param, grad, exp_avg and exp_avg_sq " + std::to_string(i) + " differ in size");
-      }
-    }
     MEMPLAN_CUDA_CHECK(kernels::adam(c.stream, n, a, f32(c.in[i]), f32(c.in[k + i]),
                                      f32(c.in[2 * k + i]), f32(c.in[3 * k + i])));
   }

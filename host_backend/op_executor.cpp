@@ -522,33 +522,23 @@ void softmax_cross_entropy(const HostCall& c) {
 namespace update {
 
 void sgd(const HostCall& c) {
-  if (c.in.size() % 3 != 0) c.fail("sgd reads params, grads and momentum buffers (3 groups)");
+  const std::size_t k = runtime::update_group_size(c.workload, c.op);
   const SgdDefaults d;
   const float lr = c.attr_f("lr", d.lr);
   const float momentum = c.attr_f("momentum", d.momentum);
   const float weight_decay = c.attr_f("weight_decay", d.weight_decay);
-  const std::size_t k = c.in.size() / 3;
   for (std::size_t i = 0; i < k; ++i) {
     const std::int64_t n = elements(c.t_in(i));
-    if (elements(c.t_in(k + i)) != n || elements(c.t_in(2 * k + i)) != n) {
-      c.fail("param, grad and momentum " + std::to_string(i) + " differ in size");
-    }
     sgd_momentum_update(n, lr, momentum, weight_decay, f32(c.in[i]), f32(c.in[k + i]),
                         f32(c.in[2 * k + i]));
   }
 }
 
 void adam(const HostCall& c) {
-  if (c.in.size() % 4 != 0) c.fail("adam reads params, grads, exp_avgs and exp_avg_sqs (4 groups)");
+  const std::size_t k = runtime::update_group_size(c.workload, c.op);
   const AdamStep s = adam_step(c.op);
-  const std::size_t k = c.in.size() / 4;
   for (std::size_t i = 0; i < k; ++i) {
     const std::int64_t n = elements(c.t_in(i));
-    for (std::size_t group = 1; group < 4; ++group) {
-      if (elements(c.t_in(group * k + i)) != n) {
-        c.fail("param, grad, exp_avg and exp_avg_sq " + std::to_string(i) + " differ in size");
-      }
-    }
     adam_update(n, s, f32(c.in[i]), f32(c.in[k + i]), f32(c.in[2 * k + i]), f32(c.in[3 * k + i]));
   }
 }

@@ -70,21 +70,14 @@ namespace {
 // [params, grads, momenta]: three equal groups.
 void run_sgd(const sim::Workload& workload, const sim::Op& op,
              const std::vector<std::byte*>& operands) {
-  if (op.inputs.size() % 3 != 0) {
-    fail(op, "sgd reads params, grads and momentum buffers (3 groups)");
-  }
+  const std::size_t k = update_group_size(workload, op);
   const SgdDefaults d;
   const float lr = attr_f(op, "lr", d.lr);
   const float momentum = attr_f(op, "momentum", d.momentum);
   const float weight_decay = attr_f(op, "weight_decay", d.weight_decay);
-  const std::size_t k = op.inputs.size() / 3;
   auto f32 = [&](std::size_t i) { return reinterpret_cast<float*>(operands[i]); };
   for (std::size_t i = 0; i < k; ++i) {
     const std::int64_t n = elements(workload.tensor(op.inputs[i]));
-    if (elements(workload.tensor(op.inputs[k + i])) != n ||
-        elements(workload.tensor(op.inputs[2 * k + i])) != n) {
-      fail(op, "param, grad and momentum " + std::to_string(i) + " differ in size");
-    }
     sgd_momentum_update(n, lr, momentum, weight_decay, f32(i), f32(k + i), f32(2 * k + i));
   }
 }
@@ -92,19 +85,11 @@ void run_sgd(const sim::Workload& workload, const sim::Op& op,
 // [params, grads, exp_avgs, exp_avg_sqs]: four equal groups.
 void run_adam(const sim::Workload& workload, const sim::Op& op,
               const std::vector<std::byte*>& operands) {
-  if (op.inputs.size() % 4 != 0) {
-    fail(op, "adam reads params, grads, exp_avgs and exp_avg_sqs (4 groups)");
-  }
+  const std::size_t k = update_group_size(workload, op);
   const AdamStep s = adam_step(op);
-  const std::size_t k = op.inputs.size() / 4;
   auto f32 = [&](std::size_t i) { return reinterpret_cast<float*>(operands[i]); };
   for (std::size_t i = 0; i < k; ++i) {
     const std::int64_t n = elements(workload.tensor(op.inputs[i]));
-    for (std::size_t group = 1; group < 4; ++group) {
-      if (elements(workload.tensor(op.inputs[group * k + i])) != n) {
-        fail(op, "param, grad, exp_avg and exp_avg_sq " + std::to_string(i) + " differ in size");
-      }
-    }
     adam_update(n, s, f32(i), f32(k + i), f32(2 * k + i), f32(3 * k + i));
   }
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/backend_error.hpp"
+#include "sim/check.hpp"
 #include "sim/input_error.hpp"
 
 namespace memplan::runtime {
@@ -21,6 +22,29 @@ std::string op_place(const sim::Op& op) {
 
 void fail(const sim::Op& op, std::string_view what) {
   throw BackendError(op_place(op) + ": " + std::string(what));
+}
+
+std::size_t update_group_size(const sim::Workload& workload, const sim::Op& op) {
+  const bool adam = op.layer == sim::Layer::kAdam;
+  MEMPLAN_CHECK(adam || op.layer == sim::Layer::kSgd, "an update op with a kernel");
+  const std::size_t groups = adam ? 4 : 3;
+  const std::string_view reads =
+      adam ? "params, grads, exp_avgs and exp_avg_sqs" : "params, grads and momentum buffers";
+  const std::string_view each =
+      adam ? "param, grad, exp_avg and exp_avg_sq" : "param, grad and momentum";
+  if (op.inputs.size() % groups != 0) {
+    fail(op, std::string(op.layer.name()) + " reads " + std::string(reads) + " (" +
+                 std::to_string(groups) + " groups)");
+  }
+  const std::size_t k = op.inputs.size() / groups;
+  for (std::size_t i = 0; i < k; ++i) {
+    const std::int64_t n = elements(workload.tensor(op.inputs[i]));
+    for (std::size_t group = 1; group < groups; ++group) {
+      if (elements(workload.tensor(op.inputs[group * k + i])) != n)
+        fail(op, std::string(each) + " " + std::to_string(i) + " differ in size");
+    }
+  }
+  return k;
 }
 
 void no_kernel(const sim::Op& op, std::string_view backend) {

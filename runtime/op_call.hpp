@@ -33,6 +33,12 @@ float attr_f(const sim::Op& op, const char* name, float fallback);
 /// Attribute `name` of `op` at index i (its last value when shorter) as written, or `fallback`.
 double attr_d(const sim::Op& op, const char* name, std::size_t i, double fallback);
 
+/// An update op's operands: equal groups of the parameters, their gradients, then each optimizer
+/// state (sgd: momenta; adam: exp_avgs, exp_avg_sqs), tensor i of every group the same size.
+/// Returns the tensors per group; fails naming the groups, or the index whose sizes differ. Shared
+/// by both backends' device kernels and the host's update, which refuse the same ops alike.
+std::size_t update_group_size(const sim::Workload& workload, const sim::Op& op);
+
 /// Which of [dx,] dw [, db] a linear or convolution backward op writes.
 struct GradOutputs {
   bool dx = false;
