@@ -134,6 +134,7 @@ void Lowerer::plan_drop_points(const Plan& plan) {
   MEMPLAN_CHECK(plan.decisions.size() == maps_.size(), "a plan decides every feature map");
   entries_.clear();
   prefetches_.clear();
+  releases_.clear();
   for (const Decision& d : plan.decisions) {
     const std::int32_t m = map_of_[at(d.tensor)];
     MEMPLAN_CHECK(m >= 0, "a plan decides feature maps only");
@@ -141,20 +142,16 @@ void Lowerer::plan_drop_points(const Plan& plan) {
     ++program_->action_counts[static_cast<std::size_t>(d.action)];
     if (d.action == Action::kKeep) continue;
     const FeatureMap& map = maps_[at(m)];
-    const OpId producer = tensor_[at(d.tensor)].producer;
-    const OpId drop =
-        map.forward_uses.empty() ? producer : std::max(producer, map.forward_uses.back());
-    entries_.emplace_back(drop, d.tensor);
+    entries_.emplace_back(last_forward_use(map, w_), d.tensor);
     if (d.action == Action::kSwap) {
-      OpId when = d.prefetch_before;
-      if (when == kNoId) {
-        const OpId first_backward = map.backward_uses.front();
-        when = first_backward - 1 > drop ? first_backward - 1 : first_backward;
-      }
-      prefetches_.emplace_back(when, d.tensor);
+      prefetches_.emplace_back(
+          d.prefetch_before != kNoId ? d.prefetch_before : default_prefetch_point(map, w_),
+          d.tensor);
+      if (d.release_before != kNoId) releases_.emplace_back(d.release_before, d.tensor);
     }
   }
   forward_drop_at_.build(w_.ops.size(), entries_);
+  release_at_.build(w_.ops.size(), releases_);
   plan_host_placement(plan);
   prefetch_at_.build(w_.ops.size(), prefetches_);
 }
@@ -176,6 +173,8 @@ void Lowerer::place_preexisting() {
 void Lowerer::lower_op(const Plan& plan, OpId op) {
   const auto i = at(op);
   if (program_->host.active()) program_->host.dispatch_at[i] = body_.size();
+  for (auto k = release_at_.begin[i]; k < release_at_.begin[i + 1]; ++k)
+    release(release_at_.items[at(k)], op);
   for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
     const TensorId t = prefetch_at_.items[at(k)];
     if (state_[at(t)].loc < 0) issue_prefetch(t, op);
@@ -388,6 +387,7 @@ void Lowerer::issue_copy_out(TensorId t, OpId producer) {
 void Lowerer::issue_prefetch(TensorId t, OpId at_op) {
   const auto ti = at(t);
   MEMPLAN_CHECK(state_[ti].slot >= 0, "a map is copied out before it is prefetched");
+  release(t, at_op);  // the copy-in reads what the copy-out wrote
   const BufferId b = new_tensor_buffer(t, at_op);
   const EventId allocated = new_event(WaitCause::kAlloc, t);
   state_[ti].in_event = new_event(WaitCause::kSwapIn, t);
@@ -407,8 +407,8 @@ void Lowerer::forward_drop(TensorId t, OpId op) {
   MEMPLAN_CHECK(b >= 0, "a map is resident at its last forward use");
   const Decision& d = *state_[ti].decision;
   if (d.action == Action::kSwap) {
-    // The buffer may only go once the copy-out has read it.
-    touch(b, emit({InstrKind::kWait, op, -1, state_[ti].out_event, 0, 0, 0}));
+    state_[ti].releasing = b;
+    if (d.release_before == kNoId) release(t, op);
   } else if (d.action == Action::kEncode) {
     const Tensor& tensor = w_.tensor(t);
     const BufferId e = new_buffer({encoded_bytes(d.encoding, tensor), BufferRole::kEncoded,
@@ -420,6 +420,15 @@ void Lowerer::forward_drop(TensorId t, OpId op) {
     state_[ti].encoded = e;
   }
   state_[ti].loc = -1;
+}
+
+// A swapped map's device copy goes once its copy-out has read it (Note [Release point] in
+// sim/plan.hpp): compute waits for the copy-out here, and the free follows.
+void Lowerer::release(TensorId t, OpId op) {
+  TensorState& s = state_[at(t)];
+  if (s.releasing < 0) return;
+  touch(s.releasing, emit({InstrKind::kWait, op, -1, s.out_event, 0, 0, 0}));
+  s.releasing = -1;
 }
 
 // Note [Host placement] (sim/plan.hpp), the plan's part: host slots of host-placed pre-existing

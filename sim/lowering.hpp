@@ -59,6 +59,7 @@ class Lowerer {
   void issue_copy_out(TensorId t, OpId producer);
   void issue_prefetch(TensorId t, OpId at_op);
   void forward_drop(TensorId t, OpId op);
+  void release(TensorId t, OpId op);
   void plan_host_placement(const Plan& plan);
   void host_drop(TensorId t, OpId op);
   void emit_host_update(OpId op);
@@ -108,6 +109,7 @@ class Lowerer {
     EventId in_event = -1;               // its prefetch has landed
     EventId out_event = -1;              // its copy-out has read it
     BufferId encoded = -1;               // its encoded buffer (encode)
+    BufferId releasing = -1;  // a swapped map's device copy, until its release point
     std::uint8_t awaiting_in = 0;        // a prefetch is in flight: wait for in_event first
     std::uint8_t host = 0;               // placed on the host (Note [Host placement])
   };
@@ -115,9 +117,11 @@ class Lowerer {
   std::vector<const Algorithm*> algorithm_;  // per op: the plan's choice, or null for the default
   std::vector<std::pair<OpId, TensorId>> entries_;
   std::vector<std::pair<OpId, TensorId>> prefetches_;
+  std::vector<std::pair<OpId, TensorId>> releases_;
   std::vector<std::tuple<OpId, OpId, TensorId>> host_prefetches_;
   PerOp prefetch_at_;
   PerOp forward_drop_at_;
+  PerOp release_at_;               // swapped maps released before the op (Note [Release point])
   PerOp host_drop_at_;             // host-placed tensors whose device copy goes after the op
   std::vector<Instruction> body_;  // the compute stream being built (its storage, swapped)
   std::vector<std::int64_t> last_ref_;

@@ -196,7 +196,7 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
   if (d.per_use && d.action != Action::kRecompute) return "per_use is for recomputed maps only";
   if (d.prefetch_before != kNoId) {
     if (d.action != Action::kSwap) return "prefetch_before is for swapped maps only";
-    const OpId last_forward = map.forward_uses.empty() ? t.producer : map.forward_uses.back();
+    const OpId last_forward = last_forward_use(map, w);
     const OpId first_backward = map.backward_uses.front();
     if (d.prefetch_before <= last_forward || d.prefetch_before > first_backward) {
       return fmt::format(
@@ -205,7 +205,29 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
           last_forward, w.op(last_forward).name, first_backward, w.op(first_backward).name);
     }
   }
+  if (d.release_before != kNoId) {
+    if (d.action != Action::kSwap) return "release_before is for swapped maps only";
+    const OpId last_forward = last_forward_use(map, w);
+    const OpId prefetch = d.prefetch_before != kNoId ? d.prefetch_before
+                                                     : default_prefetch_point(map, w);
+    if (d.release_before <= last_forward || d.release_before > prefetch) {
+      return fmt::format(
+          "release_before must be an op after the last forward use (op {} '{}') and no later than "
+          "the prefetch point (op {} '{}')",
+          last_forward, w.op(last_forward).name, prefetch, w.op(prefetch).name);
+    }
+  }
   return {};
+}
+
+OpId last_forward_use(const FeatureMap& map, const Workload& workload) {
+  const OpId producer = workload.tensor(map.tensor).producer;
+  return map.forward_uses.empty() ? producer : std::max(producer, map.forward_uses.back());
+}
+
+OpId default_prefetch_point(const FeatureMap& map, const Workload& workload) {
+  const OpId first_backward = map.backward_uses.front();
+  return std::max(last_forward_use(map, workload) + 1, first_backward - 1);
 }
 
 std::vector<bool> regenerable_tensors(const Workload& workload) {

@@ -25,6 +25,22 @@
 // per_use (recompute only): the lowering forgets the regenerated map after each backward use.
 // prefetch_before (swap only) must be an op after the map's last forward use and no later than its
 // first backward use.
+// release_before (swap only) must be an op after the map's last forward use and no later than its
+// prefetch point (prefetch_before, or the default one).
+//
+// Note [Release point]
+// ~~~~~~~~~~~~~~~~~~~~
+// A swapped map's device copy can go only once its copy-out has read it. By default the plan frees
+// it right after its last forward use, and the compute stream waits there for the copy-out: vDNN's
+// per-layer synchronisation, which stalls compute for every copy-out that the last forward use does
+// not hide. A stream-ordered allocator (PyTorch's caching allocator with record_stream, CUDA's
+// cudaFreeAsync) lets compute go on and reuses the memory once the copy has finished. A plan
+// models that with release_before: the free moves to just before that op (before its allocations),
+// where compute waits for the copy-out only if it has not finished yet; until then the map holds
+// its memory. The point is a plan variable, not the simulator's clock, so that every backend frees
+// in the same order as the simulator (one order of allocations and frees, Note in sim/program.hpp)
+// and fitting does not depend on timing. A prefetch of the map issued before that op (a
+// recomputation reading it) releases it first.
 //
 // Note [Host placement]
 // ~~~~~~~~~~~~~~~~~~~~~
@@ -117,6 +133,9 @@ struct Decision {
   /// Swap only: the op before which the prefetch is issued; kNoId for the default (the op just
   /// before the first backward use, so the copy overlaps one op).
   OpId prefetch_before = kNoId;
+  /// Swap only: the op before which the map's device copy is freed, once its copy-out has read it
+  /// (Note [Release point]); kNoId: right after its last forward use.
+  OpId release_before = kNoId;
   /// Recompute only: forget the regenerated map (and what was regenerated to make it) right after
   /// each backward op that reads it, so the next use regenerates it again (SuperNeurons'
   /// memory-centric mode). false: regenerate once and keep until the last backward use.
@@ -155,6 +174,14 @@ std::uint64_t workload_fingerprint(const Workload& workload);
 
 /// Whether Gist's encodings apply to the tensor's element type (float32, or not given).
 bool encodable_dtype(const Tensor& tensor);
+
+/// The op after which a map the plan does not keep leaves the device: its last forward use, or
+/// its producer when forward does not read it.
+OpId last_forward_use(const FeatureMap& map, const Workload& workload);
+/// The op before which a swapped map is prefetched when its decision names none: the op before its
+/// first backward use, so that the copy overlaps one op, or that use itself when the op before is
+/// its last forward use.
+OpId default_prefetch_point(const FeatureMap& map, const Workload& workload);
 
 /// Why `decision` is not allowed for the map (empty when it is). `map` is the map it names.
 std::string decision_problem(const Decision& decision, const FeatureMap& map,

@@ -114,7 +114,7 @@ void read_decisions(const JsonReader& root, const Workload& workload, Plan& plan
   }
   std::vector<bool> seen(maps.size(), false);
   for (const JsonReader& entry : root.at("maps").elements()) {
-    entry.reject_unknown_keys({"tensor", "action", "prefetch_before", "per_use"});
+    entry.reject_unknown_keys({"tensor", "action", "prefetch_before", "release_before", "per_use"});
     const JsonReader tensor_ref = entry.at("tensor");
     const TensorId t = resolve(tensor_ref, workload.tensors, "tensor");
     const auto index = map_index[static_cast<std::size_t>(t)];
@@ -141,6 +141,8 @@ void read_decisions(const JsonReader& root, const Workload& workload, Plan& plan
     d.encoding = parsed_action->second;
     if (auto prefetch = entry.find("prefetch_before"))
       d.prefetch_before = resolve(*prefetch, workload.ops, "op");
+    if (auto release = entry.find("release_before"))
+      d.release_before = resolve(*release, workload.ops, "op");
     if (auto per_use = entry.find("per_use")) d.per_use = per_use->as_bool();
     if (auto problem = decision_problem(d, maps[static_cast<std::size_t>(index)], workload);
         !problem.empty()) {
@@ -214,12 +216,15 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
     nlohmann::json ref = tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(t.id);
     out += fmt::format("{}\n  {{\"tensor\":{},\"action\":\"{}\"", first ? "" : ",", ref.dump(),
                        action_label(d.action, d.encoding));
-    if (d.prefetch_before != kNoId) {
-      const Op& op = workload.op(d.prefetch_before);
+    auto write_op = [&](std::string_view key, OpId id) {
+      if (id == kNoId) return;
+      const Op& op = workload.op(id);
       nlohmann::json op_ref =
           op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(op.id);
-      out += fmt::format(",\"prefetch_before\":{}", op_ref.dump());
-    }
+      out += fmt::format(",\"{}\":{}", key, op_ref.dump());
+    };
+    write_op("prefetch_before", d.prefetch_before);
+    write_op("release_before", d.release_before);
     if (d.per_use) out += ",\"per_use\":true";
     out += "}";
     first = false;

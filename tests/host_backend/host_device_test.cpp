@@ -75,12 +75,20 @@ TEST_CASE("plans run on the host device with in-core gradients and the predicted
   REQUIRE(mp::runtime::run_program(other_seed, w, reference_program).feasible);
   CHECK(results(w, other_seed) != expected);
 
-  for (const std::string plan_name : {"in-core", "swap-all", "recompute-all"}) {
+  for (const std::string plan_name :
+       {"in-core", "swap-all", "recompute-all", "swap-all, freed at the prefetch"}) {
     CAPTURE(plan_name);
-    const auto plan = mp::sim::basic_plan(plan_name, w);
+    auto plan = mp::sim::basic_plan(plan_name.substr(0, plan_name.find(',')), w);
     REQUIRE(plan.has_value());
+    if (plan_name.find(',') != std::string::npos) {
+      // Every swapped map holds its memory until its prefetch point (Note [Release point]).
+      const auto maps = mp::sim::find_feature_maps(w);
+      for (std::size_t i = 0; i < maps.size(); ++i)
+        plan->decisions[i].release_before = mp::sim::default_prefetch_point(maps[i], w);
+      mp::sim::validate_plan(*plan, w, "test plan");
+    }
     const mp::sim::Program program = mp::sim::lower(w, *plan);
-    if (plan_name == "swap-all") {
+    if (plan_name.starts_with("swap-all")) {
       REQUIRE(count(program, mp::sim::InstrKind::kCopyOut) > 0);
       REQUIRE(count(program, mp::sim::InstrKind::kCopyIn) > 0);
     }

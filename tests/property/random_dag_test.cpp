@@ -110,13 +110,17 @@ Plan random_plan(const Workload& w, Rng& rng) {
       case 1:
       case 2: {
         d.action = Action::kSwap;
-        const OpId producer = w.tensor(d.tensor).producer;
-        const OpId drop = maps[i].forward_uses.empty()
-                              ? producer
-                              : std::max(producer, maps[i].forward_uses.back());
+        const OpId drop = last_forward_use(maps[i], w);
         if (uniform(rng, 0, 1) == 0)
           d.prefetch_before =
               static_cast<OpId>(uniform(rng, drop + 1, maps[i].backward_uses.front()));
+        // Half the swaps free their device copy later than the last forward use, up to the
+        // prefetch point (Note [Release point]).
+        if (uniform(rng, 0, 1) == 0) {
+          const OpId prefetch = d.prefetch_before != kNoId ? d.prefetch_before
+                                                           : default_prefetch_point(maps[i], w);
+          d.release_before = static_cast<OpId>(uniform(rng, drop + 1, prefetch));
+        }
         break;
       }
       case 3:

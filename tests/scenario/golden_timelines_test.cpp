@@ -83,6 +83,57 @@ TEST_CASE("a swap that is not hidden stalls compute twice", "[scenario]") {
   CHECK(w.op(s.timeline.stalls[1].op).name == "g1");
 }
 
+TEST_CASE("a release point after the copy-out's end lets compute run on while it copies",
+          "[scenario]") {
+  // The step of the test above, with f1_out's free moved from its last forward use (f2) to before
+  // g3 (Note [Release point]). The copy-out [1000,6000] no longer holds compute at f2's end: f3
+  // runs [3000,6000], and before g3, at 6000, the copy-out has just ended, so nothing waits; g3
+  // [6000,7000]. The prefetch is issued before g2 at 7000 and lands at 12000; g2 [7000,9000],
+  // g1 waits 3000 ns and runs [12000,13500]: 3000 ns less than freeing at the last forward use.
+  const Workload w = chain3(5000);
+  const auto s = memplan::test::simulate(
+      w, plan_with(w, {{"f1_out", Action::kSwap, Encoding::kNone, "", "g3"}}),
+      test_machine(kPlenty));
+  REQUIRE(s.timeline.feasible);
+  CHECK(span_of(s, w, StreamId::kD2H, "copy-out f1_out") == Interval{1000, 6000});
+  CHECK(span_of(s, w, StreamId::kCompute, "f2") == Interval{1000, 3000});
+  CHECK(span_of(s, w, StreamId::kCompute, "f3") == Interval{3000, 6000});
+  CHECK(span_of(s, w, StreamId::kCompute, "g3") == Interval{6000, 7000});
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in f1_out") == Interval{7000, 12000});
+  CHECK(span_of(s, w, StreamId::kCompute, "g2") == Interval{7000, 9000});
+  CHECK(span_of(s, w, StreamId::kCompute, "g1") == Interval{12000, 13500});
+  CHECK(s.timeline.iteration_ns == 13500);
+  CHECK(s.timeline.stall_ns_by_cause[static_cast<int>(StallCause::kSwapOut)] == 0);
+  CHECK(s.timeline.stall_ns_by_cause[static_cast<int>(StallCause::kSwapIn)] == 3000);
+  // The map holds its memory until then: the compute stream frees it right after waiting for the
+  // copy-out before g3's first instruction, not after f2.
+  const auto& compute = s.program.stream(StreamId::kCompute);
+  std::vector<std::string> around_g3;
+  for (std::size_t i = 0; i < compute.size(); ++i) {
+    if (w.op(compute[i].op).name == "g3")
+      around_g3.push_back(std::string(to_string(compute[i].kind)));
+  }
+  CHECK(around_g3 == std::vector<std::string>{"wait", "free", "alloc", "run", "free"});
+}
+
+TEST_CASE("a release point before the copy-out's end waits there, as freeing at the last use",
+          "[scenario]") {
+  // Moved only to f3, the free waits at f3's start (3000) for the copy-out until 6000: the same
+  // 3000 ns stall, one op later, and f3 [6000,9000] as in "a swap that is not hidden".
+  const Workload w = chain3(5000);
+  const auto s = memplan::test::simulate(
+      w, plan_with(w, {{"f1_out", Action::kSwap, Encoding::kNone, "", "f3"}}),
+      test_machine(kPlenty));
+  REQUIRE(s.timeline.feasible);
+  CHECK(span_of(s, w, StreamId::kCompute, "f3") == Interval{6000, 9000});
+  REQUIRE(s.timeline.stalls.size() == 2);
+  CHECK(s.timeline.stalls[0].cause == StallCause::kSwapOut);
+  CHECK(s.timeline.stalls[0].start_ns == 3000);
+  CHECK(s.timeline.stalls[0].end_ns == 6000);
+  CHECK(w.op(s.timeline.stalls[0].op).name == "f3");
+  CHECK(s.timeline.iteration_ns == 16500);
+}
+
 TEST_CASE("a copy's cost is latency plus bytes over the bandwidth of its direction", "[scenario]") {
   const Workload w = chain3(1000);
   Machine m = test_machine(kPlenty, 1e9, 250);

@@ -26,14 +26,15 @@ Workload resnet_tiny() {
 TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim][plan]") {
   const Workload w = resnet_tiny();
   const Plan plan = parse_plan(
-      plan_text(w, R"([{"tensor":"relu1_out","action":"swap","prefetch_before":"conv2_bwd"},
+      plan_text(w, R"([{"tensor":"relu1_out","action":"swap","prefetch_before":"conv2_bwd",
+                        "release_before":"pool"},
                        {"tensor":13,"action":"encode:sparse"},
                        {"tensor":"relu3_out","action":"encode:binarize"},
                        {"tensor":"probs","action":"recompute"}])"),
       "p.json", w);
   REQUIRE(plan.decisions.size() == 6);
   CHECK(plan.policy == "test");
-  CHECK(plan.decisions[0] == Decision{11, Action::kSwap, Encoding::kNone, 16});
+  CHECK(plan.decisions[0] == Decision{11, Action::kSwap, Encoding::kNone, 16, 7});
   CHECK(plan.decisions[1] == Decision{13, Action::kEncode, Encoding::kSparse, kNoId});
   CHECK(plan.decisions[2] == Decision{16, Action::kEncode, Encoding::kBinarize, kNoId});
   // pool_out and pool_indices: left out. (Recomputing either would re-run the max-pool on

@@ -15,10 +15,9 @@ Plan plan_with(const Workload& w, const std::vector<MapChoice>& choices) {
       if (w.tensor(d.tensor).name != c.tensor) continue;
       d.action = c.action;
       d.encoding = c.encoding;
-      if (!c.prefetch_before.empty()) {
-        for (const Op& op : w.ops) {
-          if (op.name == c.prefetch_before) d.prefetch_before = op.id;
-        }
+      for (const Op& op : w.ops) {
+        if (!c.prefetch_before.empty() && op.name == c.prefetch_before) d.prefetch_before = op.id;
+        if (!c.release_before.empty() && op.name == c.release_before) d.release_before = op.id;
       }
       found = true;
     }

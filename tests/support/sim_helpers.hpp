@@ -15,15 +15,17 @@ namespace memplan::test {
 
 struct MapChoice {
   MapChoice(std::string tensor_name, sim::Action what, sim::Encoding scheme = sim::Encoding::kNone,
-            std::string prefetch_op = {})
+            std::string prefetch_op = {}, std::string release_op = {})
       : tensor(std::move(tensor_name)),
         action(what),
         encoding(scheme),
-        prefetch_before(std::move(prefetch_op)) {}
+        prefetch_before(std::move(prefetch_op)),
+        release_before(std::move(release_op)) {}
   std::string tensor;
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
   std::string prefetch_before;  // op name; empty for the default
+  std::string release_before;   // op name; empty for the default (Note [Release point])
 };
 
 /// In-core plan with the given maps changed; validated.
