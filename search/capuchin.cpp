@@ -21,11 +21,19 @@
 // copy-ins the backward pass). Judged one map at a time, the imported ResNet-50 step on PCIe 3
 // swapped 1 GB over a 33 ms forward pass (64 ms of copies each way). Candidates whose swap is
 // judged not to hide on the shared link are recompute candidates, ranked by MSPS like the rest.
+// Capuchin's swaps are timed by triggers, not by layers: the in-trigger of a swap-in is the tensor
+// access from which the copy, at its measured speed, lands just before the map's first backward
+// use, and a swapped-out map's memory goes once its copy-out is done. In a plan these are the
+// prefetch point (place_in_triggers: the latest op from which the copy-ins, queued on one link in
+// the order they are needed, all land in time in the in-core schedule) and the release point
+// (place_releases, Note [Release point] in sim/plan.hpp); each is taken when the step then fits
+// and is faster.
 // A map whose first backward use is the op right after its last forward use (the loss's input)
 // is no candidate: nothing runs while it would be away, so evicting it saves no memory (Capuchin
 // picks tensors for the memory they free at the peak; such a map is back before anything else
 // is allocated).
 #include <algorithm>
+#include <limits>
 
 #include <fmt/core.h>
 
@@ -59,6 +67,36 @@ void share_the_link(const sim::Workload& w, const sim::Machine& machine, const N
     out_ns += machine.d2h_copy_ns(bytes);
     in_ns += machine.h2d_copy_ns(bytes);
     if (out_ns > forward_ns || in_ns > backward_ns) candidates[i].hides = false;
+  }
+}
+
+// Capuchin's in-triggers (Note [Capuchin in a plan]): from the last map needed to the first, each
+// copy-in ends by its first backward use and before the next copy-in on the link starts; its
+// prefetch point is the latest op that starts by then, after the map's last forward use.
+void place_in_triggers(sim::Plan& plan, const NetworkView& view, const sim::Machine& machine) {
+  const sim::Workload& w = view.workload();
+  const InCoreSchedule schedule = in_core_schedule(w);
+  std::vector<int> swapped;
+  for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+    if (plan.decisions[m].action == sim::Action::kSwap) swapped.push_back(static_cast<int>(m));
+  }
+  auto first_backward = [&](int m) {
+    return view.feature_maps()[static_cast<std::size_t>(m)].backward_uses.front();
+  };
+  std::stable_sort(swapped.begin(), swapped.end(),
+                   [&](int a, int b) { return first_backward(a) > first_backward(b); });
+  sim::Nanoseconds link_free_until = std::numeric_limits<sim::Nanoseconds>::max();
+  for (int m : swapped) {
+    const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(m)];
+    const sim::Nanoseconds end =
+        std::min(link_free_until, schedule.start_ns[static_cast<std::size_t>(first_backward(m))]);
+    const sim::Nanoseconds start = end - machine.h2d_copy_ns(view.map_bytes(m));
+    link_free_until = start;
+    const sim::OpId earliest = sim::last_forward_use(fm, w) + 1;
+    sim::OpId at = sim::default_prefetch_point(fm, w);
+    while (at > earliest && schedule.start_ns[static_cast<std::size_t>(at)] > start) --at;
+    plan.decisions[static_cast<std::size_t>(m)].prefetch_before =
+        at == sim::default_prefetch_point(fm, w) ? sim::kNoId : at;
   }
 }
 
@@ -114,9 +152,15 @@ PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view) {
     const sim::Bytes batch_end = saved + std::max<sim::Bytes>(1, e.oom_bytes_missing);
     while (next < candidates.size() && saved < batch_end) take();
   }
+  sim::Plan triggered = plan;
+  place_in_triggers(triggered, view, machine);
+  const bool timed = adopt_if_faster(evaluator, plan, std::move(triggered));
+  const bool deferred = defer_releases(evaluator, view, plan);
   const auto counts = plan.action_counts();
   std::string note =
       fmt::format("{} swapped (free time hides them), {} recomputed by MSPS", counts[1], counts[2]);
+  if (timed) note += "; swap-ins by in-trigger";
+  if (deferred) note += "; frees after copy-outs";
   return {std::move(plan), false, std::move(note)};
 }
 

@@ -520,11 +520,15 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
   for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoId;
   recompute_by_ratio(evaluator, view, plan);
   pooch_schedule_swap_ins(evaluator, view, plan);
+  // Chainer frees through CuPy's memory pool, stream-ordered: compute does not wait for a
+  // copy-out to free its map (Note [Release point] in sim/plan.hpp).
+  const bool deferred = defer_releases(evaluator, view, plan);
   const auto counts = plan.action_counts();
   std::string note =
       fmt::format("|L_I|={} (enumerated {}), |L_O\\L_I|={}; {} keep / {} swap / {} recompute",
                   profile.swap_in_exposed.size(), keep_swap.enumerated,
                   profile.swap_out_only_exposed.size(), counts[0], counts[1], counts[2]);
+  if (deferred) note += "; frees after copy-outs";
   return {std::move(plan), false, std::move(note)};
 }
 

@@ -1,6 +1,13 @@
 #include "search/schedule.hpp"
 
+#include <algorithm>
+
 namespace memplan::search {
+
+namespace {
+// defer_releases tries at most this many maps one at a time (two simulations each).
+constexpr std::size_t kDeferredOneByOne = 32;
+}  // namespace
 
 InCoreSchedule in_core_schedule(const sim::Workload& workload) {
   InCoreSchedule s;
@@ -26,6 +33,66 @@ sim::Nanoseconds free_time(const NetworkView& view, const InCoreSchedule& schedu
 sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine& machine, int map) {
   const sim::Bytes bytes = view.map_bytes(map);
   return machine.d2h_copy_ns(bytes) + machine.h2d_copy_ns(bytes);
+}
+
+void place_releases(sim::Plan& plan, const NetworkView& view, const sim::Machine& machine) {
+  const sim::Workload& w = view.workload();
+  const InCoreSchedule schedule = in_core_schedule(w);
+  // Copy-outs in the order the maps are written (decisions are in tensor id order).
+  std::vector<int> swapped;
+  for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+    if (plan.decisions[m].action == sim::Action::kSwap) swapped.push_back(static_cast<int>(m));
+  }
+  std::stable_sort(swapped.begin(), swapped.end(),
+                   [&](int a, int b) { return view.producer(a) < view.producer(b); });
+  sim::Nanoseconds engine_free = 0;
+  for (int m : swapped) {
+    sim::Decision& d = plan.decisions[static_cast<std::size_t>(m)];
+    const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(m)];
+    const sim::Nanoseconds start =
+        std::max(engine_free, schedule.end_ns[static_cast<std::size_t>(view.producer(m))]);
+    engine_free = start + machine.d2h_copy_ns(view.map_bytes(m));
+    const sim::OpId last_forward = sim::last_forward_use(fm, w);
+    const sim::OpId limit =
+        d.prefetch_before != sim::kNoId ? d.prefetch_before : sim::default_prefetch_point(fm, w);
+    sim::OpId at = last_forward + 1;
+    while (at < limit && schedule.start_ns[static_cast<std::size_t>(at)] < engine_free) ++at;
+    d.release_before = at == last_forward + 1 ? sim::kNoId : at;
+  }
+}
+
+bool adopt_if_faster(Evaluator& evaluator, sim::Plan& plan, sim::Plan candidate) {
+  if (candidate == plan) return false;
+  const Evaluation before = evaluator.evaluate(plan);
+  const Evaluation after = evaluator.evaluate(candidate);
+  if (!after.feasible || (before.feasible && after.iteration_ns >= before.iteration_ns))
+    return false;
+  plan = std::move(candidate);
+  return true;
+}
+
+bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
+  sim::Plan all = plan;
+  place_releases(all, view, evaluator.machine());
+  if (all == plan) return false;
+  if (adopt_if_faster(evaluator, plan, all)) return true;
+  // Deferring every release holds too much memory, or costs time elsewhere: one map at a time,
+  // those whose copy-outs stall compute longest first.
+  std::vector<std::pair<sim::Nanoseconds, int>> stalled;
+  for (const sim::Stall& s : evaluator.simulate(plan).stalls) {
+    const int m = s.tensor == sim::kNoId ? -1 : view.map_index(s.tensor);
+    if (s.cause == sim::StallCause::kSwapOut && m >= 0) stalled.emplace_back(s.end_ns - s.start_ns, m);
+  }
+  std::sort(stalled.rbegin(), stalled.rend());
+  bool moved = false;
+  for (std::size_t k = 0; k < std::min(stalled.size(), kDeferredOneByOne); ++k) {
+    const auto m = static_cast<std::size_t>(stalled[k].second);
+    if (all.decisions[m].release_before == sim::kNoId) continue;
+    sim::Plan one = plan;
+    one.decisions[m].release_before = all.decisions[m].release_before;
+    moved = adopt_if_faster(evaluator, plan, std::move(one)) || moved;
+  }
+  return moved;
 }
 
 sim::OpId last_touch_before(const NetworkView& view, int map, sim::OpId op) {
