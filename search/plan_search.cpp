@@ -113,8 +113,8 @@ struct Change {
   int map = -1;     // the map it changes, or -1 for an algorithm change
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
-  sim::OpId prefetch_before = sim::kNoId;
-  sim::OpId op = sim::kNoId;    // an algorithm change's op
+  sim::OpId prefetch_before = sim::kNoOp;
+  sim::OpId op = sim::kNoOp;    // an algorithm change's op
   std::int32_t algorithm = -1;  // its algorithm; -1: the op's default
 };
 
@@ -174,10 +174,10 @@ class Neighbourhood {
         sim::Decision candidate = d;
         candidate.action = action;
         candidate.encoding = encoding;
-        candidate.prefetch_before = sim::kNoId;
+        candidate.prefetch_before = sim::kNoOp;
         candidate.per_use = false;
         if (!sim::decision_problem(candidate, fm, w).empty()) continue;
-        out.push_back(map_change(m, action, encoding, sim::kNoId));
+        out.push_back(map_change(m, action, encoding, sim::kNoOp));
         if (action == sim::Action::kSwap) {
           // A swap whose prefetch starts earlier than the default (one op ahead): PoocH's "as
           // soon as memory has room" is one of these. In a short window, every point.
@@ -201,7 +201,7 @@ class Neighbourhood {
         const std::pair<sim::OpId, sim::OpId> window = prefetch_window(static_cast<int>(m));
         const sim::OpId last_forward = window.first;
         const sim::OpId first_backward = window.second;
-        const sim::OpId current = d.prefetch_before != sim::kNoId
+        const sim::OpId current = d.prefetch_before != sim::kNoOp
                                       ? d.prefetch_before
                                       : default_prefetch(static_cast<int>(m));
         auto add = [&](sim::OpId at) {
@@ -257,7 +257,7 @@ class Neighbourhood {
 
   // A map's prefetch points lie in (last forward use, first backward use].
   [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const {
-    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(m)];
+    const sim::FeatureMap& fm = view_.feature_maps()[index(m)];
     return {fm.forward_uses.empty() ? view_.producer(m) : fm.forward_uses.back(),
             fm.backward_uses.front()};
   }
@@ -306,7 +306,7 @@ sim::Plan with_move(const sim::Plan& plan, const Move& move, const sim::Workload
       if (c.algorithm >= 0) choices.insert(it, {c.op, c.algorithm});
       continue;
     }
-    sim::Decision& d = result.decisions[static_cast<std::size_t>(c.map)];
+    sim::Decision& d = result.decisions[index(c.map)];
     d.action = c.action;
     d.encoding = c.encoding;
     d.prefetch_before = c.prefetch_before;
@@ -322,11 +322,11 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
                           const Neighbourhood& neighbourhood, const sim::Plan& plan) {
   std::vector<double> score(neighbourhood.variable_count(), 1.0);
   for (const sim::Stall& s : timeline.stalls) {
-    if (s.tensor == sim::kNoId) continue;
+    if (s.tensor == sim::kNoTensor) continue;
     const int m = view.map_index(s.tensor);
-    if (m >= 0) score[static_cast<std::size_t>(m)] += static_cast<double>(s.end_ns - s.start_ns);
+    if (m >= 0) score[index(m)] += static_cast<double>(s.end_ns - s.start_ns);
   }
-  if (timeline.oom && timeline.oom->op != sim::kNoId) {
+  if (timeline.oom && timeline.oom->op != sim::kNoOp) {
     const sim::OpId at = timeline.oom->op;
     for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
       const sim::FeatureMap& fm = view.feature_maps()[m];
@@ -338,7 +338,7 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
     const std::vector<sim::OpId>& ops = neighbourhood.algorithm_ops();
     const auto it = std::lower_bound(ops.begin(), ops.end(), at);
     if (it != ops.end() && *it == at)
-      score[plan.decisions.size() + static_cast<std::size_t>(it - ops.begin())] += 1e9;
+      score[plan.decisions.size() + index(it - ops.begin())] += 1e9;
   }
   if (timeline.oom) {  // moving a whole kind of tensors off the device is a candidate too
     for (std::size_t k = 0; k < kPlacementCount; ++k)
@@ -364,7 +364,7 @@ std::vector<std::size_t> variable_groups(const std::vector<Change>& changes) {
 // polynomial of the maps' change counts (a double: it only meets a cap).
 double combination_count(const std::vector<Change>& changes, int k) {
   const std::vector<std::size_t> groups = variable_groups(changes);
-  std::vector<double> e(static_cast<std::size_t>(k) + 1, 0.0);
+  std::vector<double> e(index(k) + 1, 0.0);
   e[0] = 1.0;
   for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
     const auto n = static_cast<double>(groups[g + 1] - groups[g]);
@@ -379,7 +379,7 @@ std::vector<Move> combinations(const std::vector<Change>& changes, int k) {
   std::vector<Move> out;
   Move current;
   auto extend = [&](auto&& self, std::size_t from_group) -> void {
-    if (current.size() == static_cast<std::size_t>(k)) {
+    if (current.size() == index(k)) {
       out.push_back(current);
       return;
     }
@@ -407,7 +407,7 @@ std::vector<Move> draw(const std::vector<Change>& changes, const std::vector<dou
   std::vector<double> weights;
   weights.reserve(changes.size());
   for (const Change& c : changes)
-    weights.push_back(map_blame[static_cast<std::size_t>(c.variable)]);
+    weights.push_back(map_blame[index(c.variable)]);
   std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
   std::uniform_int_distribution<std::size_t> any(0, changes.size() - 1);
   for (std::size_t i = 0; i < count; ++i) {
@@ -563,7 +563,7 @@ class LocalSearch {
         }),
         neighbourhood_(view, options.encodings, options.host_placement),
         batch_(options.deterministic ? kDeterministicBatch
-                                     : kBatchPerThread * static_cast<std::size_t>(threads)) {}
+                                     : kBatchPerThread * index(threads)) {}
 
   // Searches from each seed in turn; returns false when a limit, not convergence, ended it.
   bool run(const std::vector<Seed>& seeds) {

@@ -16,11 +16,11 @@ InCoreSchedule in_core_schedule(const sim::Workload& workload) {
 }
 
 sim::Nanoseconds free_time(const NetworkView& view, const InCoreSchedule& schedule, int map) {
-  const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(map)];
+  const sim::FeatureMap& fm = view.feature_maps()[index(map)];
   const sim::OpId last_forward =
       fm.forward_uses.empty() ? view.producer(map) : fm.forward_uses.back();
-  return schedule.start_ns[static_cast<std::size_t>(fm.backward_uses.front())] -
-         schedule.end_ns[static_cast<std::size_t>(last_forward)];
+  return schedule.start_ns[index(fm.backward_uses.front())] -
+         schedule.end_ns[index(last_forward)];
 }
 
 sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine& machine, int map) {
@@ -29,8 +29,8 @@ sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine&
 }
 
 sim::OpId last_touch_before(const NetworkView& view, int map, sim::OpId op) {
-  const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(map)];
-  sim::OpId last = view.producer(map) < op ? view.producer(map) : sim::kNoId;
+  const sim::FeatureMap& fm = view.feature_maps()[index(map)];
+  sim::OpId last = view.producer(map) < op ? view.producer(map) : sim::kNoOp;
   for (sim::OpId u : fm.forward_uses) {
     if (u < op) last = std::max(last, u);
   }

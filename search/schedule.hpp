@@ -23,7 +23,7 @@ sim::Nanoseconds free_time(const NetworkView& view, const InCoreSchedule& schedu
 /// Cost of copying a map out and back in on this machine.
 sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine& machine, int map);
 
-/// The last op before `op` (in issue order) that reads or writes the map, or kNoId.
+/// The last op before `op` (in issue order) that reads or writes the map, or kNoOp.
 sim::OpId last_touch_before(const NetworkView& view, int map, sim::OpId op);
 
 }  // namespace memplan::search

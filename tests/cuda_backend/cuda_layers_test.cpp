@@ -87,7 +87,7 @@ class LayerCase {
            std::vector<mp::sim::TensorId> out, mp::sim::Attributes attributes = {},
            mp::sim::Bytes workspace_bytes = 0) {
     mp::sim::Op op;
-    op.differentiates = std::exchange(differentiates_, mp::sim::kNoId);
+    op.differentiates = std::exchange(differentiates_, mp::sim::kNoOp);
     op.id = static_cast<mp::sim::OpId>(w_.ops.size());
     op.name = layer + "_" + std::to_string(op.id);
     op.layer = mp::sim::LayerType::named(layer);
@@ -113,7 +113,7 @@ class LayerCase {
  private:
   mp::sim::Workload w_;
   std::vector<void*> device_;
-  mp::sim::OpId differentiates_ = mp::sim::kNoId;
+  mp::sim::OpId differentiates_ = mp::sim::kNoOp;
 };
 
 void check_close(const std::vector<float>& got, const std::vector<float>& want) {

@@ -53,7 +53,7 @@ TensorId loss_tensor(const mp::sim::Workload& w) {
     }
   }
   FAIL("no loss tensor");
-  return mp::sim::kNoId;
+  return mp::sim::kNoTensor;
 }
 
 /// The sgd op: params, grads and momentum, three equal groups.

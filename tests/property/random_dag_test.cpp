@@ -174,12 +174,12 @@ struct BufferLife {
 // What a device buffer or a host slot holds: a tensor's values, its encoded form, or nothing
 // valid (a fresh allocation, or workspace scratch).
 struct Content {
-  TensorId tensor = kNoId;
+  TensorId tensor = kNoTensor;
   bool encoded = false;
   bool operator==(const Content&) const = default;
 };
 std::ostream& operator<<(std::ostream& os, const Content& c) {
-  if (c.tensor == kNoId) return os << "nothing valid";
+  if (c.tensor == kNoTensor) return os << "nothing valid";
   return os << (c.encoded ? "encoded tensor " : "tensor ") << c.tensor;
 }
 
@@ -248,7 +248,7 @@ void check_host_slots(const Program& p, const Timeline& tl, const History& histo
     const Instruction& in = h2d[static_cast<std::size_t>(s.index)];
     const auto at = static_cast<std::size_t>(in.aux);
     const Version& from = slot[at];
-    REQUIRE(from.content.tensor != kNoId);
+    REQUIRE(from.content.tensor != kNoTensor);
     REQUIRE(from.from_ns <= s.start_ns);
     REQUIRE(from.content.tensor == p.buffers[static_cast<std::size_t>(in.buffer)].tensor);
     const bool write_back = p.buffers[static_cast<std::size_t>(in.buffer)].initial;
@@ -367,7 +367,7 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
         for (std::int32_t k = 0; k < n_out; ++k) {
           const TensorId o = op.outputs[static_cast<std::size_t>(k)];
           const TensorId base = w.tensor(o).in_place_of;
-          if (base != kNoId) {
+          if (base != kNoTensor) {
             // Written over its base: the buffer the op read the base from.
             const auto it = std::find(op.inputs.begin(), op.inputs.end(), base);
             REQUIRE(it != op.inputs.end());

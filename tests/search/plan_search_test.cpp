@@ -40,9 +40,9 @@ SearchOptions quick(int threads, bool deterministic = false) {
 
 TEST_CASE("the ranking: fitting beats not fitting, then time, then memory",
           "[search][plan_search]") {
-  Evaluation fits_slow{true, 200, 50, 50, 0, kNoId, 0};
-  Evaluation fits_fast{true, 100, 90, 90, 0, kNoId, 0};
-  Evaluation fits_fast_small{true, 100, 60, 60, 0, kNoId, 0};
+  Evaluation fits_slow{true, 200, 50, 50, 0, kNoOp, 0};
+  Evaluation fits_fast{true, 100, 90, 90, 0, kNoOp, 0};
+  Evaluation fits_fast_small{true, 100, 60, 60, 0, kNoOp, 0};
   Evaluation no_fit{false, 10, 10, 10, 0, 3, 512};
   Evaluation no_fit_closer{false, 10, 10, 10, 0, 3, 100};
   CHECK(better(fits_slow, no_fit));
@@ -223,7 +223,7 @@ TEST_CASE("fitting is monotone in device memory for random plans on random steps
         }
         if (!decision_problem(d, maps[m], inst.workload).empty()) {
           d.action = Action::kKeep;
-          d.prefetch_before = kNoId;
+          d.prefetch_before = kNoOp;
         }
       }
       if (lossy_map_recomputed_from(plan, maps, inst.workload)) continue;

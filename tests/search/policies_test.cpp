@@ -28,7 +28,7 @@ std::string describe(const Workload& w, const Plan& plan) {
   std::string out;
   for (const Decision& d : plan.decisions) {
     out += w.tensor(d.tensor).name + "=" + action_label(d.action, d.encoding);
-    if (d.prefetch_before != kNoId) out += "@" + w.op(d.prefetch_before).name;
+    if (d.prefetch_before != kNoOp) out += "@" + w.op(d.prefetch_before).name;
     out += " ";
   }
   return out;

@@ -20,7 +20,7 @@ TEST_CASE("in-place tensors share one buffer that lives until the last reader", 
 TEST_CASE("persistent tensors outlive the step; unread outputs die at once", "[sim][liveness]") {
   const Workload w = read_trace(memplan::test::source_path("traces/mlp4.json"));
   const Liveness l = analyze_liveness(w);
-  CHECK(l.storages[l.storage_of[1]].first == kNoId);  // w1 exists before the step
+  CHECK(l.storages[l.storage_of[1]].first == kNoOp);  // w1 exists before the step
   CHECK(l.storages[l.storage_of[1]].last == static_cast<OpId>(w.ops.size()));
   const Storage& loss = l.storages[l.storage_of[13]];  // the loss value: nothing reads it
   CHECK(loss.first == 7);

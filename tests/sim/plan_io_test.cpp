@@ -34,14 +34,14 @@ TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim]
   REQUIRE(plan.decisions.size() == 6);
   CHECK(plan.policy == "test");
   CHECK(plan.decisions[0] == Decision{11, Action::kSwap, Encoding::kNone, 16});
-  CHECK(plan.decisions[1] == Decision{13, Action::kEncode, Encoding::kSparse, kNoId});
-  CHECK(plan.decisions[2] == Decision{16, Action::kEncode, Encoding::kBinarize, kNoId});
+  CHECK(plan.decisions[1] == Decision{13, Action::kEncode, Encoding::kSparse, kNoOp});
+  CHECK(plan.decisions[2] == Decision{16, Action::kEncode, Encoding::kBinarize, kNoOp});
   // pool_out and pool_indices: left out. (Recomputing either would re-run the max-pool on
   // relu3_out's 1-bit mask, and recomputing probs re-runs fc, so pool_out may not be narrowed:
   // validate_plan refuses both.)
-  CHECK(plan.decisions[3] == Decision{17, Action::kKeep, Encoding::kNone, kNoId});
-  CHECK(plan.decisions[4] == Decision{18, Action::kKeep, Encoding::kNone, kNoId});
-  CHECK(plan.decisions[5] == Decision{21, Action::kRecompute, Encoding::kNone, kNoId});
+  CHECK(plan.decisions[3] == Decision{17, Action::kKeep, Encoding::kNone, kNoOp});
+  CHECK(plan.decisions[4] == Decision{18, Action::kKeep, Encoding::kNone, kNoOp});
+  CHECK(plan.decisions[5] == Decision{21, Action::kRecompute, Encoding::kNone, kNoOp});
   CHECK(plan.action_counts() == std::array<std::size_t, kActionCount>{2, 1, 1, 2});
   // Write -> read -> write is stable.
   const std::string text = write_plan(plan, w);
@@ -94,17 +94,17 @@ TEST_CASE("only float32 maps take an encoding", "[sim][plan]") {
   for (Encoding e :
        {Encoding::kFp16, Encoding::kFp10, Encoding::kFp8, Encoding::kSparse, Encoding::kBinarize}) {
     CAPTURE(to_string(e));
-    const Decision d{indices->tensor, Action::kEncode, e, kNoId};
+    const Decision d{indices->tensor, Action::kEncode, e, kNoOp};
     CHECK_THAT(decision_problem(d, *indices, w), Catch::Contains("needs a float32 map"));
   }
   // The other actions stay open to it, and a float32 map of the same trace may be narrowed.
-  CHECK(decision_problem({indices->tensor, Action::kSwap, Encoding::kNone, kNoId}, *indices, w)
+  CHECK(decision_problem({indices->tensor, Action::kSwap, Encoding::kNone, kNoOp}, *indices, w)
             .empty());
   const auto pool_out = std::find_if(maps.begin(), maps.end(), [&](const FeatureMap& m) {
     return w.tensor(m.tensor).name == "pool_out";
   });
   REQUIRE(pool_out != maps.end());
-  CHECK(decision_problem({pool_out->tensor, Action::kEncode, Encoding::kFp8, kNoId}, *pool_out, w)
+  CHECK(decision_problem({pool_out->tensor, Action::kEncode, Encoding::kFp8, kNoOp}, *pool_out, w)
             .empty());
   // A plan file asking for it is refused, naming the file and the map.
   CHECK_THROWS_WITH(

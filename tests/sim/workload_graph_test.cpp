@@ -17,7 +17,7 @@ TEST_CASE("the op graph of a valid trace has no cycle and a topological order", 
   for (const Op& op : w.ops) {
     for (TensorId t : op.inputs) {
       const OpId p = w.tensor(t).producer;
-      if (p != kNoId)
+      if (p != kNoOp)
         CHECK(position[static_cast<std::size_t>(p)] < position[static_cast<std::size_t>(op.id)]);
     }
   }
@@ -34,8 +34,8 @@ TEST_CASE("ancestors of an op are everything it depends on", "[sim][graph]") {
 
 TEST_CASE("a cycle is found and reported in order", "[sim][graph]") {
   Workload w;
-  w.tensors = {{0, "a", 4, TensorKind::kActivation, {}, "", 1, kNoId},
-               {1, "b", 4, TensorKind::kActivation, {}, "", 0, kNoId}};
+  w.tensors = {{0, "a", 4, TensorKind::kActivation, {}, "", 1, kNoTensor},
+               {1, "b", 4, TensorKind::kActivation, {}, "", 0, kNoTensor}};
   for (OpId id : {0, 1}) {
     Op op;
     op.id = id;
