@@ -104,7 +104,7 @@ void run_sweep(const Options& options) {
   std::vector<std::string> kept;
   const long long resumed = resumed_rows(options, sweep, ranks, kept);
   if (resumed < 0) return;
-  const auto first = index(resumed);  // on every rank; `kept` is rank 0's
+  const auto first = static_cast<std::size_t>(resumed);  // on every rank; `kept` is rank 0's
 
   Progress progress("sweep",
                     !ranks.root()      ? Progress::Mode::kOff

@@ -35,7 +35,7 @@ bool receive_row(std::map<std::size_t, std::string>& pending) {
   if (waiting == 0) return false;
   int count = 0;
   MPI_Get_count(&status, MPI_CHAR, &count);
-  std::string message(index(count), '\0');
+  std::string message(static_cast<std::size_t>(count), '\0');
   MPI_Recv(message.data(), count, MPI_CHAR, status.MPI_SOURCE, kRowTag, MPI_COMM_WORLD,
            MPI_STATUS_IGNORE);
   const std::size_t colon = message.find(':');
@@ -97,8 +97,8 @@ void SweepRanks::run(const search::Sweep& sweep, std::size_t first,
                      const std::function<void(const std::vector<std::string>&)>& on_rows,
                      const std::function<void(std::size_t, std::size_t)>& on_progress) const {
   std::vector<std::size_t> cells;
-  for (std::size_t i = first + index(rank_); i < sweep.size();
-       i += index(size_)) {
+  for (std::size_t i = first + static_cast<std::size_t>(rank_); i < sweep.size();
+       i += static_cast<std::size_t>(size_)) {
     cells.push_back(i);
   }
   FinishedRows finished;

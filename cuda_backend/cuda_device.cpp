@@ -50,7 +50,7 @@ CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
   MEMPLAN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (index(std::max<sim::Bytes>(capacity_, 1)) > free_bytes) {
+  if (static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1)) > free_bytes) {
     throw CudaError("cuda device: a " + std::to_string(capacity_) +
                     "-byte arena does not fit the GPU's " + std::to_string(free_bytes) +
                     " free bytes (of " + std::to_string(total_bytes) + ")");
@@ -58,7 +58,7 @@ CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
   try {
     void* p = nullptr;
     MEMPLAN_CUDA_CHECK(
-        cudaMalloc(&p, index(std::max<sim::Bytes>(capacity_, 1))));
+        cudaMalloc(&p, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1))));
     memory_ = static_cast<std::byte*>(p);
     set_memory(memory_);
     for (cudaStream_t& s : streams_)
@@ -112,7 +112,7 @@ void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   }
   host_store_.resize(program.host_slots.size());
   for (std::size_t s = 0; s < program.host_slots.size(); ++s) {
-    const auto bytes = index(program.host_slots[s].bytes);
+    const auto bytes = static_cast<std::size_t>(program.host_slots[s].bytes);
     if (host_store_[s].size() != bytes) host_store_[s] = PinnedBuffer(bytes);
     if (program.host_slots[s].resident) {  // a host-placed tensor's home starts with its data
       runtime::fill_initial_data(workload, workload.tensor(program.host_slots[s].tensor), seed_,
@@ -123,7 +123,7 @@ void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   std::size_t sparse_encodes = 0;
   for (const sim::Instruction& in : program.stream(sim::StreamId::kCompute)) {
     if (in.kind == sim::InstrKind::kEncode &&
-        program.buffers[index(in.aux)].encoding == sim::Encoding::kSparse) {
+        program.buffers[static_cast<std::size_t>(in.aux)].encoding == sim::Encoding::kSparse) {
       ++sparse_encodes;
     }
   }
@@ -149,7 +149,7 @@ cudaEvent_t CudaDevice::timing_event() {
 
 void CudaDevice::initialise(sim::BufferId buffer, const sim::Tensor& t) {
   const auto bytes =
-      index(program_->buffers[index(buffer)].bytes);
+      static_cast<std::size_t>(program_->buffers[static_cast<std::size_t>(buffer)].bytes);
   cudaStream_t s = stream(sim::StreamId::kCompute);
   if (t.kind == sim::TensorKind::kOptimizerState) {
     MEMPLAN_CUDA_CHECK(cudaMemsetAsync(data(buffer), 0, bytes, s));
@@ -159,7 +159,7 @@ void CudaDevice::initialise(sim::BufferId buffer, const sim::Tensor& t) {
   // workload (they depend only on the seed and the tensor) and uploaded in compute-stream order.
   auto it = initial_.find(t.id);
   if (it == initial_.end()) {
-    it = initial_.emplace(t.id, PinnedBuffer(std::max(bytes, index(t.bytes))))
+    it = initial_.emplace(t.id, PinnedBuffer(std::max(bytes, static_cast<std::size_t>(t.bytes))))
              .first;
     runtime::fill_initial_data(*workload_, t, seed_, it->second.data());
   }
@@ -169,18 +169,18 @@ void CudaDevice::initialise(sim::BufferId buffer, const sim::Tensor& t) {
 
 void CudaDevice::enqueue_kernel(std::int32_t index) {
   const sim::Instruction& in =
-      program_->stream(sim::StreamId::kCompute)[index(index)];
+      program_->stream(sim::StreamId::kCompute)[static_cast<std::size_t>(index)];
   if (in.kind == sim::InstrKind::kEncode || in.kind == sim::InstrKind::kDecode) {
     enqueue_codec(index, in);
     return;
   }
   std::vector<void*> operands;
-  operands.reserve(index(in.operand_count));
+  operands.reserve(static_cast<std::size_t>(in.operand_count));
   sim::Bytes workspace_bytes = 0;
   for (std::int32_t k = 0; k < in.operand_count; ++k) {
-    const sim::BufferId b = program_->operands[index(in.operands_begin + k)];
+    const sim::BufferId b = program_->operands[static_cast<std::size_t>(in.operands_begin + k)];
     operands.push_back(data(b));
-    const sim::Buffer& buf = program_->buffers[index(b)];
+    const sim::Buffer& buf = program_->buffers[static_cast<std::size_t>(b)];
     if (buf.role == sim::BufferRole::kWorkspace) workspace_bytes = buf.bytes;
   }
   const sim::Op& op = workload_->op(in.op);
@@ -196,7 +196,7 @@ void CudaDevice::enqueue_kernel(std::int32_t index) {
     for (std::size_t o = 0; o < op.outputs.size(); ++o) {
       if (!captures(op, o)) continue;
       const sim::Tensor& t = workload_->tensor(op.outputs[o]);
-      const auto bytes = index(t.bytes);
+      const auto bytes = static_cast<std::size_t>(t.bytes);
       PinnedBuffer& copy = captured_[t.id];
       if (copy.size() != bytes) copy = PinnedBuffer(bytes);
       MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(copy.data(), operands[op.inputs.size() + o], bytes,
@@ -214,7 +214,7 @@ void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
   // Scratch before the start event: growing it synchronizes the device.
   void* scratch =
       c.encoding == sim::Encoding::kSparse
-          ? executor_->scratch(index(kernels::sparse_scratch_bytes(n)))
+          ? executor_->scratch(static_cast<std::size_t>(kernels::sparse_scratch_bytes(n)))
           : nullptr;
   const cudaEvent_t start = timing_event();
   const cudaEvent_t end = timing_event();
@@ -243,9 +243,9 @@ void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
 }
 
 void CudaDevice::enqueue_copy(sim::StreamId stream_id, std::int32_t index) {
-  const sim::Instruction& in = program_->stream(stream_id)[index(index)];
-  const auto slot = index(in.aux);
-  const auto bytes = index(program_->host_slots[slot].bytes);
+  const sim::Instruction& in = program_->stream(stream_id)[static_cast<std::size_t>(index)];
+  const auto slot = static_cast<std::size_t>(in.aux);
+  const auto bytes = static_cast<std::size_t>(program_->host_slots[slot].bytes);
   std::byte* device = data(in.buffer);
   std::byte* host = host_store_[slot].data();
   cudaStream_t s = stream(stream_id);
@@ -266,13 +266,13 @@ void CudaDevice::enqueue_copy(sim::StreamId stream_id, std::int32_t index) {
 
 void CudaDevice::enqueue_host_op(std::int32_t index) {
   const sim::Instruction& in =
-      program_->stream(sim::StreamId::kHost)[index(index)];
+      program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(index)];
   HostCall& call = host_calls_.emplace_back();
   call.workload = workload_;
   call.op = &workload_->op(in.op);
   for (std::int32_t k = 0; k < in.operand_count; ++k) {
-    const auto slot = index(
-        program_->operands[index(in.operands_begin + k)]);
+    const auto slot = static_cast<std::size_t>(
+        program_->operands[static_cast<std::size_t>(in.operands_begin + k)]);
     call.operands.push_back(host_store_[slot].data());
   }
   cudaStream_t s = stream(sim::StreamId::kHost);
@@ -296,11 +296,11 @@ void CudaDevice::enqueue_host_op(std::int32_t index) {
 }
 
 void CudaDevice::record(sim::StreamId s, sim::EventId event) {
-  MEMPLAN_CUDA_CHECK(cudaEventRecord(events_[index(event)], stream(s)));
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(event)], stream(s)));
 }
 
 void CudaDevice::wait(sim::StreamId s, sim::EventId event) {
-  MEMPLAN_CUDA_CHECK(cudaStreamWaitEvent(stream(s), events_[index(event)], 0));
+  MEMPLAN_CUDA_CHECK(cudaStreamWaitEvent(stream(s), events_[static_cast<std::size_t>(event)], 0));
 }
 
 void CudaDevice::synchronize() {
@@ -338,11 +338,11 @@ std::vector<std::byte> CudaDevice::tensor_bytes(sim::TensorId t) const {
   if (!b) {
     const auto slot = resident_slot(t);  // a host-placed tensor's home
     if (!slot) return {};
-    const PinnedBuffer& host = host_store_[index(*slot)];
+    const PinnedBuffer& host = host_store_[static_cast<std::size_t>(*slot)];
     return {host.data(), host.data() + host.size()};
   }
   std::vector<std::byte> out(
-      index(program_->buffers[index(*b)].bytes));
+      static_cast<std::size_t>(program_->buffers[static_cast<std::size_t>(*b)].bytes));
   MEMPLAN_CUDA_CHECK(cudaMemcpy(out.data(), data(*b), out.size(), cudaMemcpyDeviceToHost));
   return out;
 }

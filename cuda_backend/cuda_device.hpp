@@ -92,7 +92,7 @@ class CudaDevice final : public runtime::ArenaDevice {
     std::size_t flag;  // index into overflow_
   };
   [[nodiscard]] cudaStream_t stream(sim::StreamId s) const {
-    return streams_[index(s)];
+    return streams_[static_cast<std::size_t>(s)];
   }
   cudaEvent_t timing_event();
   /// Waits for queued work, then destroys what the device created (errors reported, not thrown).

@@ -318,7 +318,7 @@ namespace {
 void sum_into(cudaStream_t s, std::int64_t n, std::span<void* const> in, float* out) {
   if (in.size() == 1) {
     if (in[0] != out) {
-      MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(out, in[0], index(n) * sizeof(float),
+      MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(out, in[0], static_cast<std::size_t>(n) * sizeof(float),
                                          cudaMemcpyDeviceToDevice, s));
     }
     return;
@@ -459,11 +459,11 @@ void concat_copy(const sim::Op& op, cudaStream_t stream,
   }
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < parts.size(); ++i) {
-    const auto row = index(parts[i]->shape[1] * spatial) * sizeof(float);
-    const auto pitch = index(total * spatial) * sizeof(float);
+    const auto row = static_cast<std::size_t>(parts[i]->shape[1] * spatial) * sizeof(float);
+    const auto pitch = static_cast<std::size_t>(total * spatial) * sizeof(float);
     auto* slice =
-        static_cast<std::byte*>(whole) + index(offset * spatial) * sizeof(float);
-    const auto batch = index(parts[i]->shape[0]);
+        static_cast<std::byte*>(whole) + static_cast<std::size_t>(offset * spatial) * sizeof(float);
+    const auto batch = static_cast<std::size_t>(parts[i]->shape[0]);
     if (gather) {
       MEMPLAN_CUDA_CHECK(cudaMemcpy2DAsync(slice, pitch, part_data[i], row, row, batch,
                                            cudaMemcpyDeviceToDevice, stream));
@@ -687,7 +687,7 @@ void softmax_cross_entropy(const CudaCall& c) {
                                           CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, d.get(), c.in[0],
                                           &kZero, d.get(), c.out[1]));
   auto* log_probs = static_cast<float*>(
-      c.executor.scratch(index(rows * classes) * sizeof(float)));
+      c.executor.scratch(static_cast<std::size_t>(rows * classes) * sizeof(float)));
   MEMPLAN_CUDNN_CHECK(cudnnSoftmaxForward(c.cudnn, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE,
                                           &kOne, d.get(), c.in[0], &kZero, d.get(), log_probs));
   MEMPLAN_CUDA_CHECK(
@@ -776,14 +776,14 @@ void batch_norm(const CudaCall& c) {
   xd.set(c.op, {x.shape[0], channels, elements(x) / (x.shape[0] * channels)});
   bn.set(c.op, {1, channels});
   void* dx =
-      has_dx ? c.out[0] : c.executor.scratch(index(elements(x)) * sizeof(float));
+      has_dx ? c.out[0] : c.executor.scratch(static_cast<std::size_t>(elements(x)) * sizeof(float));
   MEMPLAN_CUDNN_CHECK(cudnnBatchNormalizationBackward(
       c.cudnn, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, xd.get(), c.in[1], xd.get(),
       c.in[0], xd.get(), dx, bn.get(), c.in[2], c.out[k], c.out[k + 1],
       static_cast<double>(c.attr_f("epsilon", 1e-5f)), c.in[3], c.in[4]));
   if (c.out.size() == k + 3) {
     MEMPLAN_CUDA_CHECK(
-        cudaMemsetAsync(c.out[k + 2], 0, index(c.t_out(k + 2).bytes), c.stream));
+        cudaMemsetAsync(c.out[k + 2], 0, static_cast<std::size_t>(c.t_out(k + 2).bytes), c.stream));
   }
 }
 
@@ -949,7 +949,7 @@ struct KernelRow {
 
 constexpr std::array<KernelRow, sim::kLayerCount> by_layer(std::initializer_list<KernelRow> rows) {
   std::array<KernelRow, sim::kLayerCount> table{};
-  for (const KernelRow& r : rows) table[index(r.layer)] = r;
+  for (const KernelRow& r : rows) table[static_cast<std::size_t>(r.layer)] = r;
   return table;
 }
 
@@ -992,7 +992,7 @@ const ConvAlgorithms& CudaOpExecutor::algorithms_of(const sim::Op& op) {
 
 void CudaOpExecutor::run(const sim::Op& op, std::span<void* const> operands,
                          sim::Bytes workspace_bytes) {
-  const KernelRow& row = kKernels[index(op.layer.kind())];
+  const KernelRow& row = kKernels[static_cast<std::size_t>(op.layer.kind())];
   const Kernel kernel = op.phase == sim::Phase::kForward    ? row.forward
                         : op.phase == sim::Phase::kBackward ? row.backward
                                                             : row.update;

@@ -924,7 +924,7 @@ cudaError_t embedding_forward(cudaStream_t s, std::int64_t n, std::int64_t dim, 
 cudaError_t embedding_backward(cudaStream_t s, std::int64_t n, std::int64_t dim, std::int64_t rows,
                                const std::int64_t* indices, const float* dy, float* dtable) {
   const cudaError_t zeroed = cudaMemsetAsync(
-      dtable, 0, index(rows * dim) * sizeof(float), s);  // all-zero bits: 0.0f
+      dtable, 0, static_cast<std::size_t>(rows * dim) * sizeof(float), s);  // all-zero bits: 0.0f
   if (zeroed != cudaSuccess) return zeroed;
   embedding_backward_kernel<<<blocks_for(dim), kThreads, 0, s>>>(n, dim, rows, indices, dy, dtable);
   return cudaGetLastError();

@@ -64,7 +64,7 @@ std::int64_t sparse_encode_spilling(std::int64_t n, const float* x, std::uint8_t
   spill.clear();
   const std::int64_t used = sparse_encode(n, x, out, capacity);
   if (used >= 0) return used;
-  std::vector<std::uint8_t> whole(index(sparse_bytes(n, count_nonzeros(n, x))));
+  std::vector<std::uint8_t> whole(static_cast<std::size_t>(sparse_bytes(n, count_nonzeros(n, x))));
   const auto total = static_cast<std::int64_t>(whole.size());
   MEMPLAN_CHECK(sparse_encode(n, x, whole.data(), total) == total,
                 "the sparse format takes sparse_bytes(n, non-zeros)");

@@ -86,7 +86,7 @@ void StreamWorker::loop() {
 
 HostDevice::HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed)
     : ArenaDevice(capacity_bytes, seed) {
-  const auto length = index(std::max<sim::Bytes>(capacity_bytes, 1));
+  const auto length = static_cast<std::size_t>(std::max<sim::Bytes>(capacity_bytes, 1));
   void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
@@ -107,7 +107,7 @@ HostDevice::~HostDevice() {
     }
   }
   workers_.clear();  // join before the memory goes
-  munmap(memory_, index(std::max<sim::Bytes>(capacity_, 1)));
+  munmap(memory_, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1)));
 }
 
 std::int64_t HostDevice::now_ns() const {
@@ -176,7 +176,7 @@ void HostDevice::fill_resident_slot(std::size_t slot) {
     host = given->second;
     return;
   }
-  host.resize(index(t.bytes));
+  host.resize(static_cast<std::size_t>(t.bytes));
   runtime::fill_initial_data(*workload_, t, seed_, host.data());
 }
 
@@ -188,15 +188,15 @@ void HostDevice::add_span(sim::StreamId stream, std::int32_t index, std::int64_t
 
 void HostDevice::enqueue_kernel(std::int32_t index) {
   const sim::Instruction& in =
-      program_->stream(sim::StreamId::kCompute)[index(index)];
+      program_->stream(sim::StreamId::kCompute)[static_cast<std::size_t>(index)];
   if (in.kind == sim::InstrKind::kEncode || in.kind == sim::InstrKind::kDecode) {
     enqueue_codec(index, in);
     return;
   }
   std::vector<void*> operands;
-  operands.reserve(index(in.operand_count));
+  operands.reserve(static_cast<std::size_t>(in.operand_count));
   for (std::int32_t k = 0; k < in.operand_count; ++k) {
-    operands.push_back(data(program_->operands[index(in.operands_begin + k)]));
+    operands.push_back(data(program_->operands[static_cast<std::size_t>(in.operands_begin + k)]));
   }
   const sim::Op& op = workload_->op(in.op);
   // Values a kRun writes for gradients and the loss are kept for comparisons between runs.
@@ -221,7 +221,7 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
         const std::int64_t end = now_ns();
         add_span(sim::StreamId::kCompute, index, start, end);
         for (const auto& [t, p] : capture) {
-          const auto bytes = index(workload_->tensor(t).bytes);
+          const auto bytes = static_cast<std::size_t>(workload_->tensor(t).bytes);
           std::vector<std::byte> copy(bytes);
           std::memcpy(copy.data(), p, bytes);
           const std::lock_guard lock(spans_mutex_);
@@ -234,7 +234,7 @@ void HostDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
   const Codec c = codec(in);
   auto* x = reinterpret_cast<float*>(data(in.buffer));
   auto* bytes = reinterpret_cast<std::uint8_t*>(data(in.aux));
-  std::vector<std::uint8_t>* spill = &spill_[index(in.aux)];
+  std::vector<std::uint8_t>* spill = &spill_[static_cast<std::size_t>(in.aux)];
   worker(sim::StreamId::kCompute).enqueue([this, index, c, x, bytes, spill] {
     const std::int64_t start = now_ns();
     const std::int64_t n = c.values;
@@ -264,9 +264,9 @@ void HostDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
 }
 
 void HostDevice::enqueue_copy(sim::StreamId stream, std::int32_t index) {
-  const sim::Instruction& in = program_->stream(stream)[index(index)];
-  const auto slot = index(in.aux);
-  const auto bytes = index(program_->host_slots[slot].bytes);
+  const sim::Instruction& in = program_->stream(stream)[static_cast<std::size_t>(index)];
+  const auto slot = static_cast<std::size_t>(in.aux);
+  const auto bytes = static_cast<std::size_t>(program_->host_slots[slot].bytes);
   std::byte* device = data(in.buffer);
   std::vector<std::byte>* host = &host_store_[slot];
   const bool resident = program_->host_slots[slot].resident;
@@ -297,13 +297,13 @@ void HostDevice::enqueue_copy(sim::StreamId stream, std::int32_t index) {
 
 void HostDevice::enqueue_host_op(std::int32_t index) {
   const sim::Instruction& in =
-      program_->stream(sim::StreamId::kHost)[index(index)];
+      program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(index)];
   const sim::Op& op = workload_->op(in.op);
   std::vector<std::size_t> slots;
-  slots.reserve(index(in.operand_count));
+  slots.reserve(static_cast<std::size_t>(in.operand_count));
   for (std::int32_t k = 0; k < in.operand_count; ++k) {
-    slots.push_back(index(
-        program_->operands[index(in.operands_begin + k)]));
+    slots.push_back(static_cast<std::size_t>(
+        program_->operands[static_cast<std::size_t>(in.operands_begin + k)]));
   }
   worker(sim::StreamId::kHost).enqueue([this, &op, index, slots = std::move(slots)] {
     if (kernel_failed_) return;
@@ -313,7 +313,7 @@ void HostDevice::enqueue_host_op(std::int32_t index) {
     std::vector<std::byte*> operands;
     operands.reserve(slots.size());
     for (std::size_t slot : slots) {
-      if (host_store_[slot].size() != index(program_->host_slots[slot].bytes)) {
+      if (host_store_[slot].size() != static_cast<std::size_t>(program_->host_slots[slot].bytes)) {
         throw runtime::BackendError("host op '" + op.name + "' reads a host slot never written");
       }
       operands.push_back(host_store_[slot].data());
@@ -324,7 +324,7 @@ void HostDevice::enqueue_host_op(std::int32_t index) {
 }
 
 void HostDevice::record(sim::StreamId stream, sim::EventId event) {
-  EventState* e = events_[index(event)].get();
+  EventState* e = events_[static_cast<std::size_t>(event)].get();
   worker(stream).enqueue([e] {
     {
       const std::lock_guard lock(e->mutex);
@@ -335,7 +335,7 @@ void HostDevice::record(sim::StreamId stream, sim::EventId event) {
 }
 
 void HostDevice::wait(sim::StreamId stream, sim::EventId event) {
-  EventState* e = events_[index(event)].get();
+  EventState* e = events_[static_cast<std::size_t>(event)].get();
   worker(stream).enqueue([e] {
     std::unique_lock lock(e->mutex);
     e->cv.wait(lock, [e] { return e->done; });
@@ -369,10 +369,10 @@ std::vector<std::byte> HostDevice::tensor_bytes(sim::TensorId t) const {
   if (!b) {
     const auto slot = resident_slot(t);  // a host-placed tensor's home
     if (!slot) return {};
-    return host_store_[index(*slot)];
+    return host_store_[static_cast<std::size_t>(*slot)];
   }
   const std::byte* p = data(*b);
-  return {p, p + program_->buffers[index(*b)].bytes};
+  return {p, p + program_->buffers[static_cast<std::size_t>(*b)].bytes};
 }
 
 }  // namespace memplan::host_backend

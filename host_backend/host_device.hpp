@@ -99,7 +99,7 @@ class HostDevice final : public runtime::ArenaDevice {
   void fill_resident_slot(std::size_t slot);
   void add_span(sim::StreamId stream, std::int32_t index, std::int64_t start, std::int64_t end);
   [[nodiscard]] std::int64_t now_ns() const;
-  StreamWorker& worker(sim::StreamId s) { return *workers_[index(s)]; }
+  StreamWorker& worker(sim::StreamId s) { return *workers_[static_cast<std::size_t>(s)]; }
 
   // The device memory: capacity bytes of address space mapped without reserving swap, so pages
   // exist only where tensors were placed (a 16 GiB cap costs what the step touches).

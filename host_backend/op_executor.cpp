@@ -28,8 +28,8 @@ using runtime::OpCall;
 struct HostCall : OpCall {
   std::vector<float>* scratch_memory;
   [[nodiscard]] float* scratch(std::int64_t floats) const {
-    if (scratch_memory->size() < index(floats)) {
-      scratch_memory->resize(index(floats));
+    if (scratch_memory->size() < static_cast<std::size_t>(floats)) {
+      scratch_memory->resize(static_cast<std::size_t>(floats));
     }
     return scratch_memory->data();
   }
@@ -556,7 +556,7 @@ struct KernelRow {
 
 constexpr std::array<KernelRow, sim::kLayerCount> by_layer(std::initializer_list<KernelRow> rows) {
   std::array<KernelRow, sim::kLayerCount> table{};
-  for (const KernelRow& r : rows) table[index(r.layer)] = r;
+  for (const KernelRow& r : rows) table[static_cast<std::size_t>(r.layer)] = r;
   return table;
 }
 
@@ -593,7 +593,7 @@ constexpr std::array<KernelRow, sim::kLayerCount> kKernels = by_layer({
 }  // namespace
 
 void OpExecutor::run(const sim::Op& op, std::span<void* const> operands) {
-  const KernelRow& row = kKernels[index(op.layer.kind())];
+  const KernelRow& row = kKernels[static_cast<std::size_t>(op.layer.kind())];
   const Kernel kernel = op.phase == sim::Phase::kForward    ? row.forward
                         : op.phase == sim::Phase::kBackward ? row.backward
                                                             : row.update;

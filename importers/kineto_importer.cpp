@@ -298,7 +298,7 @@ bool same_shape_prefix(const Shape& s, std::int64_t n, std::int64_t c, std::size
 
 std::size_t numel(const Shape& s) {
   std::size_t n = 1;
-  for (std::int64_t e : s) n *= index(e);
+  for (std::int64_t e : s) n *= static_cast<std::size_t>(e);
   return n;
 }
 
@@ -785,7 +785,7 @@ void Importer::fold(const Unit& unit) {
 
 TensorId Importer::param(const std::string& name, const Shape& shape, const std::string& dtype,
                          bool trainable) {
-  const TensorId p = add_tensor(name, TensorKind::kParameter, shape, dtype, kNoTensor);
+  const TensorId p = add_tensor(name, TensorKind::kParameter, shape, dtype, kNoOp);
   if (!trainable) return p;
   trainable_.push_back(p);
   for (const std::string& state : state_names_) {
@@ -1317,7 +1317,7 @@ ImportResult Importer::run() {
                     "input shapes): record with torch.profiler.profile(record_shapes=True)",
                     report_.step.label));
   }
-  if (pending_ns_ > 0) op(0).duration_ns = saturating_add(op(0).duration_ns, pending_ns_);
+  if (pending_ns_ > 0) op(OpId{0}).duration_ns = saturating_add(op(OpId{0}).duration_ns, pending_ns_);
   check_parameters_against_optimizer();
   check_outputs_against_allocations();
   if (report_.gpu) fill_host_side();

@@ -22,13 +22,13 @@ void ArenaDevice::begin_run(const sim::Workload& workload, const sim::Program& p
 }
 
 std::byte* ArenaDevice::data(sim::BufferId buffer) const {
-  const auto offset = offset_[index(buffer)];
+  const auto offset = offset_[static_cast<std::size_t>(buffer)];
   MEMPLAN_CHECK(offset >= 0, "a buffer is used only while allocated");
   return memory_ + offset;
 }
 
 bool ArenaDevice::allocate(sim::BufferId buffer) {
-  const auto b = index(buffer);
+  const auto b = static_cast<std::size_t>(buffer);
   const sim::Buffer& buf = program_->buffers[b];
   const auto offset = arena_.allocate(buf.bytes);
   if (!offset) return false;
@@ -43,7 +43,7 @@ bool ArenaDevice::allocate(sim::BufferId buffer) {
 }
 
 void ArenaDevice::free(sim::BufferId buffer) {
-  const auto b = index(buffer);
+  const auto b = static_cast<std::size_t>(buffer);
   MEMPLAN_CHECK(offset_[b] >= 0, "a buffer is freed only while allocated");
   // Stream-ordered: later work that reuses these bytes is enqueued after every use of them on
   // the compute stream, and copy streams' uses are fenced by events before the free.
@@ -88,8 +88,8 @@ bool ArenaDevice::captures(const sim::Op& op, std::size_t o) const {
 }
 
 ArenaDevice::Codec ArenaDevice::codec(const sim::Instruction& in) const {
-  const sim::Buffer& full = program_->buffers[index(in.buffer)];
-  const sim::Buffer& packed = program_->buffers[index(in.aux)];
+  const sim::Buffer& full = program_->buffers[static_cast<std::size_t>(in.buffer)];
+  const sim::Buffer& packed = program_->buffers[static_cast<std::size_t>(in.aux)];
   const sim::Tensor& t = workload_->tensor(full.tensor);
   if (!t.dtype.empty() && t.dtype != "float32") {
     throw BackendError("cannot encode '" + t.name + "' of dtype " + t.dtype);

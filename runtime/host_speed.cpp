@@ -10,9 +10,9 @@ namespace memplan::runtime {
 
 sim::BytesPerSecond measure_host_op_bandwidth(sim::Bytes parameter_bytes, int runs) {
   const auto n = std::max<sim::Bytes>(parameter_bytes / 4, 1);
-  std::vector<float> w(index(n), 1.0f);
-  std::vector<float> g(index(n), 1e-3f);
-  std::vector<float> v(index(n), 0.0f);
+  std::vector<float> w(static_cast<std::size_t>(n), 1.0f);
+  std::vector<float> g(static_cast<std::size_t>(n), 1e-3f);
+  std::vector<float> v(static_cast<std::size_t>(n), 0.0f);
   std::vector<double> seconds;
   for (int k = 0; k <= std::max(runs, 1); ++k) {
     const auto start = std::chrono::steady_clock::now();

@@ -54,7 +54,7 @@ void fill_initial_data(const sim::Workload& workload, const sim::Tensor& t, std:
                        std::byte* out) {
   const std::int64_t n = element_count(t);
   if (t.kind == sim::TensorKind::kOptimizerState) {
-    std::memset(out, 0, index(t.bytes));
+    std::memset(out, 0, static_cast<std::size_t>(t.bytes));
   } else if (t.dtype == "int64") {
     const std::int64_t classes = label_classes(workload, t.id);
     auto* labels = reinterpret_cast<std::int64_t*>(out);

@@ -51,12 +51,12 @@ class Enqueuer {
           out_of_memory(in);
           return sim::Step::kStop;
         }
-        live_[index(in.buffer)] = 1;
+        live_[static_cast<std::size_t>(in.buffer)] = 1;
         break;
       case sim::InstrKind::kFree:
         MEMPLAN_CHECK(stream == sim::StreamId::kCompute, "memory operations are on compute");
         device_.free(in.buffer);
-        live_[index(in.buffer)] = 0;
+        live_[static_cast<std::size_t>(in.buffer)] = 0;
         break;
     }
     return sim::Step::kNext;
@@ -69,7 +69,7 @@ class Enqueuer {
     tl_.feasible = false;
     tl_.oom = sim::device_oom_report(
         program_, in, stats.capacity_bytes, stats.largest_free_block,
-        [&live](sim::BufferId b) { return live[index(b)] != 0; });
+        [&live](sim::BufferId b) { return live[static_cast<std::size_t>(b)] != 0; });
   }
 
   Device& device_;

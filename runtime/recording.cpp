@@ -59,7 +59,7 @@ Measurements measure(const Backend& backend, const sim::Workload& w, const sim::
     std::vector<sim::Nanoseconds> this_run(w.ops.size(), 0);
     for (const sim::Span& span : measured.spans) {
       if (span.stream != sim::StreamId::kCompute) continue;
-      const sim::Instruction& in = compute[index(span.index)];
+      const sim::Instruction& in = compute[static_cast<std::size_t>(span.index)];
       if (in.kind != sim::InstrKind::kRun) continue;
       this_run[index(in.op)] += span.end_ns - span.start_ns;
     }

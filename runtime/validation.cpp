@@ -86,7 +86,7 @@ Calibration calibrate_in_core(const Backend& backend, const sim::Workload& workl
     if (k == 0) continue;  // warm-up
     for (const sim::Span& span : measured.spans) {
       if (span.stream != sim::StreamId::kCompute) continue;
-      const sim::Instruction& in = compute[index(span.index)];
+      const sim::Instruction& in = compute[static_cast<std::size_t>(span.index)];
       op_ns[index(in.op)].push_back(span.end_ns - span.start_ns);
     }
   }

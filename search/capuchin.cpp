@@ -102,7 +102,7 @@ PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view) {
   std::size_t next = 0;
   auto take = [&] {
     const CapuchinCandidate& c = candidates[next++];
-    plan.decisions[index(c.map)].action =
+    plan.decisions[static_cast<std::size_t>(c.map)].action =
         c.hides ? sim::Action::kSwap : sim::Action::kRecompute;
     saved += view.map_bytes(c.map);
   };

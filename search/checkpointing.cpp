@@ -15,7 +15,7 @@ PolicyDecision decide_checkpoint_sqrt(Evaluator& /*evaluator*/, const NetworkVie
   const std::size_t n = plan.decisions.size();
   if (n == 0) return {std::move(plan), false, "no feature maps"};
   const auto k =
-      index(std::max(1.0, std::round(std::sqrt(static_cast<double>(n)))));
+      static_cast<std::size_t>(std::max(1.0, std::round(std::sqrt(static_cast<double>(n)))));
   // Maps are in tensor id order, which follows the forward order of their producers.
   std::size_t kept = 0;
   for (std::size_t i = 0; i < n; ++i) {

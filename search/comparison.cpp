@@ -122,8 +122,8 @@ bool ComparisonRow::cpu_bound() const {
   const auto& stalls = timeline.stall_ns_by_cause;
   const sim::Nanoseconds device =
       sim::add_ns(timeline.compute_busy_ns,
-                  sim::add_ns(stalls[index(sim::StallCause::kSwapIn)],
-                              stalls[index(sim::StallCause::kSwapOut)]));
+                  sim::add_ns(stalls[static_cast<std::size_t>(sim::StallCause::kSwapIn)],
+                              stalls[static_cast<std::size_t>(sim::StallCause::kSwapOut)]));
   return sim::add_ns(timeline.host_busy_ns, program.host.tail_ns) > device;
 }
 

@@ -32,7 +32,7 @@ namespace memplan::search {
 namespace {
 
 bool is_evicted(const sim::Plan& plan, int map) {
-  return plan.decisions[index(map)].action == sim::Action::kRecompute;
+  return plan.decisions[static_cast<std::size_t>(map)].action == sim::Action::kRecompute;
 }
 
 }  // namespace
@@ -41,7 +41,7 @@ sim::Nanoseconds dtr_cost(const NetworkView& view, const sim::Plan& plan, int ma
   const sim::Workload& w = view.workload();
   std::vector<char> visited(view.feature_maps().size(), 0);
   std::vector<int> stack{map};
-  visited[index(map)] = 1;
+  visited[static_cast<std::size_t>(map)] = 1;
   sim::Nanoseconds cost = 0;
   while (!stack.empty()) {
     const int m = stack.back();
@@ -49,12 +49,12 @@ sim::Nanoseconds dtr_cost(const NetworkView& view, const sim::Plan& plan, int ma
     cost += w.op(view.producer(m)).duration_ns;
     auto visit = [&](sim::TensorId t) {
       const int n = view.map_index(t);
-      if (n < 0 || visited[index(n)] != 0 || !is_evicted(plan, n)) return;
-      visited[index(n)] = 1;
+      if (n < 0 || visited[static_cast<std::size_t>(n)] != 0 || !is_evicted(plan, n)) return;
+      visited[static_cast<std::size_t>(n)] = 1;
       stack.push_back(n);
     };
     for (sim::TensorId t : w.op(view.producer(m)).inputs) visit(t);  // what regenerating m needs
-    for (sim::OpId use : view.feature_maps()[index(m)].forward_uses) {
+    for (sim::OpId use : view.feature_maps()[static_cast<std::size_t>(m)].forward_uses) {
       for (sim::TensorId t : w.op(use).outputs) visit(t);  // what needs m to be regenerated
     }
   }
@@ -110,7 +110,7 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
     while (freed < std::max<sim::Bytes>(1, e.oom_bytes_missing)) {
       const int victim = dtr_victim(view, plan, schedule, e.oom_op);
       if (victim < 0) break;
-      plan.decisions[index(victim)].action = sim::Action::kRecompute;
+      plan.decisions[static_cast<std::size_t>(victim)].action = sim::Action::kRecompute;
       freed += view.map_bytes(victim);
       ++batch;
     }

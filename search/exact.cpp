@@ -137,7 +137,7 @@ class Space {
       base_[index(op.id)] = bytes;
     }
     auto add_interval = [&](sim::TensorId t, sim::OpId from, sim::OpId to) {
-      for (sim::OpId i = std::max<sim::OpId>(from, 0); i <= to; ++i) {
+      for (sim::OpId i = std::max(from, sim::OpId{0}); i <= to; ++i) {
         const auto& mine = own[index(i)];
         if (!std::binary_search(mine.begin(), mine.end(), t))
           base_[index(i)] += aligned(w.tensor(t).bytes);
@@ -150,9 +150,9 @@ class Space {
       const sim::OpId last = last_reader_[index(t.id)];
       const int m = map_of[index(t.id)];
       if (t.producer == sim::kNoOp) {
-        if (last != sim::kNoOp) add_interval(t.id, 0, last);
+        if (last != sim::kNoOp) add_interval(t.id, sim::OpId{0}, last);
       } else if (m >= 0) {
-        const sim::FeatureMap& fm = maps[index(m)];
+        const sim::FeatureMap& fm = maps[static_cast<std::size_t>(m)];
         add_interval(t.id, t.producer, drop(m));
         add_interval(t.id, fm.backward_uses.front(), last);
       } else {
@@ -182,7 +182,7 @@ class Space {
     }
     position_of_map_.assign(maps.size(), 0);
     for (std::size_t i = 0; i < variables_.size(); ++i) {
-      if (variables_[i].map >= 0) position_of_map_[index(variables_[i].map)] = i;
+      if (variables_[i].map >= 0) position_of_map_[static_cast<std::size_t>(variables_[i].map)] = i;
     }
   }
 
@@ -190,10 +190,10 @@ class Space {
   [[nodiscard]] const std::vector<sim::Bytes>& base() const { return base_; }
   /// Position in variables() of a map's variable.
   [[nodiscard]] std::size_t position_of_map(int map) const {
-    return position_of_map_[index(map)];
+    return position_of_map_[static_cast<std::size_t>(map)];
   }
   [[nodiscard]] sim::OpId drop(int map) const {
-    const sim::FeatureMap& fm = view_.feature_maps()[index(map)];
+    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(map)];
     const sim::OpId producer = view_.producer(map);
     return fm.forward_uses.empty() ? producer : std::max(producer, fm.forward_uses.back());
   }
@@ -207,7 +207,7 @@ class Space {
           workspace(op_workspace(op, o.algorithm)) - workspace(min_workspace(op));
       return;
     }
-    const sim::FeatureMap& fm = view_.feature_maps()[index(v.map)];
+    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(v.map)];
     const sim::Tensor& tensor = view_.workload().tensor(fm.tensor);
     sim::OpId from = drop(v.map) + 1;
     sim::Bytes bytes = 0;
@@ -233,11 +233,11 @@ class Space {
   static sim::Bytes workspace(sim::Bytes bytes) { return bytes > 0 ? aligned(bytes) : 0; }
   static sim::Bytes op_workspace(const sim::Op& op, std::int32_t algorithm) {
     return algorithm < 0 ? op.workspace_bytes
-                         : op.algorithms[index(algorithm)].workspace_bytes;
+                         : op.algorithms[static_cast<std::size_t>(algorithm)].workspace_bytes;
   }
   static sim::Nanoseconds duration(const sim::Op& op, std::int32_t algorithm) {
     return algorithm < 0 ? op.duration_ns
-                         : op.algorithms[index(algorithm)].duration_ns;
+                         : op.algorithms[static_cast<std::size_t>(algorithm)].duration_ns;
   }
   static sim::Bytes min_workspace(const sim::Op& op) {
     sim::Bytes least = op.workspace_bytes;
@@ -247,7 +247,7 @@ class Space {
 
   Variable map_variable(int map, const EncodingOptions& encodings) const {
     const sim::Workload& w = view_.workload();
-    const sim::FeatureMap& fm = view_.feature_maps()[index(map)];
+    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(map)];
     Variable v;
     v.map = map;
     auto allowed = [&](const Option& o) {
@@ -368,7 +368,7 @@ class Solver {
     }
     std::vector<Node> open{root};
     const std::size_t target =
-        threads > 1 ? kOpenNodesPerThread * index(threads) : 1;
+        threads > 1 ? kOpenNodesPerThread * static_cast<std::size_t>(threads) : 1;
     Worker& driver = *workers_->local();
     while (!open.empty() && open.size() < target) {
       std::vector<Node> next;
@@ -415,7 +415,7 @@ class Solver {
       const Option& o = v.options[n.path[i]];
       if (v.map >= 0) {
         if (relax && has_free_sibling(v.map, n.path.size())) continue;
-        sim::Decision& d = plan.decisions[index(v.map)];
+        sim::Decision& d = plan.decisions[static_cast<std::size_t>(v.map)];
         d.action = o.action;
         d.encoding = o.encoding;
         d.prefetch_before = o.prefetch_before;

@@ -31,11 +31,11 @@ NetworkView::NetworkView(const sim::Workload& workload)
 }
 
 sim::Bytes NetworkView::map_bytes(int map) const {
-  return workload_->tensor(maps_[index(map)].tensor).bytes;
+  return workload_->tensor(maps_[static_cast<std::size_t>(map)].tensor).bytes;
 }
 
 sim::OpId NetworkView::producer(int map) const {
-  return workload_->tensor(maps_[index(map)].tensor).producer;
+  return workload_->tensor(maps_[static_cast<std::size_t>(map)].tensor).producer;
 }
 
 }  // namespace memplan::search

@@ -93,7 +93,7 @@ constexpr std::size_t kSweepChunk = 4096;
 // Idle rounds of sampled pairs before a search whose pairs are too many to sweep settles.
 constexpr std::size_t kRandomPairRounds = 2;
 // In a prefetch window of at most this many ops, a swap may prefetch before any of them.
-constexpr sim::OpId kEveryPrefetchPoint = 32;
+constexpr std::int32_t kEveryPrefetchPoint = 32;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
 // The share of the time limit that the seeding policies may take (Note [Plan search], seeding).
@@ -188,7 +188,7 @@ class Neighbourhood {
                 out.push_back(map_change(m, action, encoding, at));
             }
           } else {
-            for (sim::OpId ahead : {4, 16, 64, 256}) {
+            for (std::int32_t ahead : {4, 16, 64, 256}) {
               const sim::OpId at = first_backward - ahead;
               if (at <= last_forward) break;
               out.push_back(map_change(m, action, encoding, at));
@@ -211,7 +211,7 @@ class Neighbourhood {
         if (first_backward - last_forward <= kEveryPrefetchPoint) {
           for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) add(at);
         } else {
-          for (sim::OpId delta : {-64, -16, -4, -1, 1}) add(current + delta);
+          for (std::int32_t delta : {-64, -16, -4, -1, 1}) add(current + delta);
         }
       }
     }
@@ -257,7 +257,7 @@ class Neighbourhood {
 
   // A map's prefetch points lie in (last forward use, first backward use].
   [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const {
-    const sim::FeatureMap& fm = view_.feature_maps()[index(m)];
+    const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(m)];
     return {fm.forward_uses.empty() ? view_.producer(m) : fm.forward_uses.back(),
             fm.backward_uses.front()};
   }
@@ -306,7 +306,7 @@ sim::Plan with_move(const sim::Plan& plan, const Move& move, const sim::Workload
       if (c.algorithm >= 0) choices.insert(it, {c.op, c.algorithm});
       continue;
     }
-    sim::Decision& d = result.decisions[index(c.map)];
+    sim::Decision& d = result.decisions[static_cast<std::size_t>(c.map)];
     d.action = c.action;
     d.encoding = c.encoding;
     d.prefetch_before = c.prefetch_before;
@@ -324,7 +324,7 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
   for (const sim::Stall& s : timeline.stalls) {
     if (s.tensor == sim::kNoTensor) continue;
     const int m = view.map_index(s.tensor);
-    if (m >= 0) score[index(m)] += static_cast<double>(s.end_ns - s.start_ns);
+    if (m >= 0) score[static_cast<std::size_t>(m)] += static_cast<double>(s.end_ns - s.start_ns);
   }
   if (timeline.oom && timeline.oom->op != sim::kNoOp) {
     const sim::OpId at = timeline.oom->op;
@@ -338,7 +338,7 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
     const std::vector<sim::OpId>& ops = neighbourhood.algorithm_ops();
     const auto it = std::lower_bound(ops.begin(), ops.end(), at);
     if (it != ops.end() && *it == at)
-      score[plan.decisions.size() + index(it - ops.begin())] += 1e9;
+      score[plan.decisions.size() + static_cast<std::size_t>(it - ops.begin())] += 1e9;
   }
   if (timeline.oom) {  // moving a whole kind of tensors off the device is a candidate too
     for (std::size_t k = 0; k < kPlacementCount; ++k)
@@ -364,7 +364,7 @@ std::vector<std::size_t> variable_groups(const std::vector<Change>& changes) {
 // polynomial of the maps' change counts (a double: it only meets a cap).
 double combination_count(const std::vector<Change>& changes, int k) {
   const std::vector<std::size_t> groups = variable_groups(changes);
-  std::vector<double> e(index(k) + 1, 0.0);
+  std::vector<double> e(static_cast<std::size_t>(k) + 1, 0.0);
   e[0] = 1.0;
   for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
     const auto n = static_cast<double>(groups[g + 1] - groups[g]);
@@ -379,7 +379,7 @@ std::vector<Move> combinations(const std::vector<Change>& changes, int k) {
   std::vector<Move> out;
   Move current;
   auto extend = [&](auto&& self, std::size_t from_group) -> void {
-    if (current.size() == index(k)) {
+    if (current.size() == static_cast<std::size_t>(k)) {
       out.push_back(current);
       return;
     }
@@ -407,7 +407,7 @@ std::vector<Move> draw(const std::vector<Change>& changes, const std::vector<dou
   std::vector<double> weights;
   weights.reserve(changes.size());
   for (const Change& c : changes)
-    weights.push_back(map_blame[index(c.variable)]);
+    weights.push_back(map_blame[static_cast<std::size_t>(c.variable)]);
   std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
   std::uniform_int_distribution<std::size_t> any(0, changes.size() - 1);
   for (std::size_t i = 0; i < count; ++i) {
@@ -563,7 +563,7 @@ class LocalSearch {
         }),
         neighbourhood_(view, options.encodings, options.host_placement),
         batch_(options.deterministic ? kDeterministicBatch
-                                     : kBatchPerThread * index(threads)) {}
+                                     : kBatchPerThread * static_cast<std::size_t>(threads)) {}
 
   // Searches from each seed in turn; returns false when a limit, not convergence, ended it.
   bool run(const std::vector<Seed>& seeds) {

@@ -100,7 +100,7 @@ std::vector<Exposure> exposures(const sim::Timeline& timeline, const NetworkView
     if (s.tensor == sim::kNoTensor) continue;
     const int m = view.map_index(s.tensor);
     if (m < 0) continue;
-    auto& e = result[index(m)];
+    auto& e = result[static_cast<std::size_t>(m)];
     if (s.cause == sim::StallCause::kSwapOut) e.swap_out_ns += s.end_ns - s.start_ns;
     if (s.cause == sim::StallCause::kSwapIn) e.swap_in_ns += s.end_ns - s.start_ns;
   }
@@ -122,7 +122,7 @@ struct AwayWindow {
   sim::OpId before;  // the first backward use minus one
 };
 AwayWindow away_window(const NetworkView& view, int m) {
-  const sim::FeatureMap& fm = view.feature_maps()[index(m)];
+  const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(m)];
   return {fm.forward_uses.empty() ? view.producer(m) : fm.forward_uses.back(),
           fm.backward_uses.front() - 1};
 }
@@ -159,7 +159,7 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
     sim::Plan trial = plan;
     while (end < maps.size() && end - i < run) {
       if (end == i || !known_refused(maps[end]))
-        trial.decisions[index(maps[end])].action = sim::Action::kKeep;
+        trial.decisions[static_cast<std::size_t>(maps[end])].action = sim::Action::kKeep;
       ++end;
     }
     const Evaluation e = evaluator.evaluate(trial);
@@ -207,8 +207,8 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     const std::vector<Exposure> exposed = exposures(timeline, view);
     order.clear();
     for (int m : recompute_candidates(timeline, plan, view)) {
-      if (refused[index(m)] != 0) continue;
-      const auto& e = exposed[index(m)];
+      if (refused[static_cast<std::size_t>(m)] != 0) continue;
+      const auto& e = exposed[static_cast<std::size_t>(m)];
       order.emplace_back(static_cast<double>(view.workload().op(view.producer(m)).duration_ns) /
                              static_cast<double>(e.swap_in_ns + e.swap_out_ns),
                          m);
@@ -222,7 +222,7 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     const std::size_t k = std::min(run, order.size());
     sim::Plan trial = plan;
     for (std::size_t i = 0; i < k; ++i) {
-      auto& d = trial.decisions[index(order[i].second)];
+      auto& d = trial.decisions[static_cast<std::size_t>(order[i].second)];
       d.action = sim::Action::kRecompute;
       d.prefetch_before = sim::kNoOp;
     }
@@ -233,7 +233,7 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
       refusals = 0;
       rank();
     } else if (k == 1) {
-      refused[index(order.front().second)] = 1;
+      refused[static_cast<std::size_t>(order.front().second)] = 1;
       order.erase(order.begin());
       ++refusals;
     } else {
@@ -267,7 +267,7 @@ std::vector<sim::Bytes> live_need_per_op(const sim::Program& program, std::size_
   std::size_t op = 0;
   auto bytes = [&](const sim::Instruction& in) {
     return sim::DeviceArena::aligned_size(
-        program.buffers[index(in.buffer)].bytes);
+        program.buffers[static_cast<std::size_t>(in.buffer)].bytes);
   };
   for (const sim::Instruction& in : program.stream(sim::StreamId::kCompute)) {
     if (in.kind == sim::InstrKind::kFree) live -= bytes(in);
@@ -298,14 +298,14 @@ void hoist_swap_ins(const NetworkView& view, const sim::Program& program, sim::B
   }
   std::stable_sort(order.begin(), order.end(),
                    [](const SwapIn& a, const SwapIn& b) { return a.at < b.at; });
-  sim::OpId queue_head = 0;  // where the previous swap-in started
+  sim::OpId queue_head{0};  // where the previous swap-in started
   for (const SwapIn& s : order) {
     const sim::Bytes bytes = sim::DeviceArena::aligned_size(view.map_bytes(s.map));
     const sim::OpId earliest = std::max(s.after + 1, queue_head);
     sim::OpId p = s.at;
     while (p > earliest && need[index(p - 1)] + bytes <= capacity) --p;
     for (sim::OpId op = p; op < s.at; ++op) need[index(op)] += bytes;
-    plan.decisions[index(s.map)].prefetch_before = p < s.at ? p : sim::kNoOp;
+    plan.decisions[static_cast<std::size_t>(s.map)].prefetch_before = p < s.at ? p : sim::kNoOp;
     queue_head = std::max(queue_head, p);
   }
 }
@@ -346,8 +346,8 @@ PoochProfile pooch_profile(Evaluator& evaluator, const NetworkView& view) {
   }
   auto& l_i = profile.swap_in_exposed;
   std::stable_sort(l_i.begin(), l_i.end(), [&](int a, int b) {
-    return exposed[index(a)].swap_in_ns >
-           exposed[index(b)].swap_in_ns;
+    return exposed[static_cast<std::size_t>(a)].swap_in_ns >
+           exposed[static_cast<std::size_t>(b)].swap_in_ns;
   });
   // From the output layer backwards: maps with later producers first.
   std::stable_sort(profile.swap_out_only_exposed.begin(), profile.swap_out_only_exposed.end(),
@@ -375,7 +375,7 @@ PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
     sim::Plan candidate = plan;
     for (std::size_t bit = 0; bit < enumerated; ++bit) {
       if (((leaf >> bit) & 1u) != 0) {
-        candidate.decisions[index(l_i[bit])].action = sim::Action::kKeep;
+        candidate.decisions[static_cast<std::size_t>(l_i[bit])].action = sim::Action::kKeep;
       }
     }
     if (!evaluator.evaluate(candidate).feasible) continue;  // keeping more only needs more memory
@@ -501,7 +501,7 @@ void recompute_by_ratio(Evaluator& evaluator, const NetworkView& view, sim::Plan
     }
     std::fill(ratio.begin(), ratio.end(), kInfinite);
     parallel_each(0, candidates.size(), [&](std::size_t k) {
-      const auto m = index(candidates[k]);
+      const auto m = static_cast<std::size_t>(candidates[k]);
       ratio[m] = meter.measure(plan, current, m);
     });
     if (!take_smallest_ratios(evaluator, meter, ratio, current, plan)) return;

@@ -16,7 +16,7 @@ InCoreSchedule in_core_schedule(const sim::Workload& workload) {
 }
 
 sim::Nanoseconds free_time(const NetworkView& view, const InCoreSchedule& schedule, int map) {
-  const sim::FeatureMap& fm = view.feature_maps()[index(map)];
+  const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(map)];
   const sim::OpId last_forward =
       fm.forward_uses.empty() ? view.producer(map) : fm.forward_uses.back();
   return schedule.start_ns[index(fm.backward_uses.front())] -
@@ -29,7 +29,7 @@ sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine&
 }
 
 sim::OpId last_touch_before(const NetworkView& view, int map, sim::OpId op) {
-  const sim::FeatureMap& fm = view.feature_maps()[index(map)];
+  const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(map)];
   sim::OpId last = view.producer(map) < op ? view.producer(map) : sim::kNoOp;
   for (sim::OpId u : fm.forward_uses) {
     if (u < op) last = std::max(last, u);

@@ -45,7 +45,7 @@ bool is_checkpoint_layer(const sim::LayerType& layer) {
 // The backward op of the nearest conv layer that runs before `use` in backward, or kNoOp.
 sim::OpId conv_prefetch_point(const NetworkView& view, sim::OpId use) {
   const sim::Workload& w = view.workload();
-  for (sim::OpId op = use - 1; op >= 0 && w.op(op).phase == sim::Phase::kBackward; --op) {
+  for (sim::OpId op = use - 1; op >= sim::OpId{0} && w.op(op).phase == sim::Phase::kBackward; --op) {
     const sim::OpId fwd = w.op(op).differentiates;
     if (fwd != sim::kNoOp && is_conv_layer(w.op(fwd).layer)) return op;
   }
@@ -106,10 +106,10 @@ SegmentCounts recompute_segments(const NetworkView& view, const std::vector<bool
     segment_of_op[i] = segments;
   }
   auto segment = [&](std::size_t m) {
-    return index(
+    return static_cast<std::size_t>(
         segment_of_op[index(view.producer(static_cast<int>(m)))]);
   };
-  std::vector<sim::Bytes> segment_bytes(index(segments) + 1, 0);
+  std::vector<sim::Bytes> segment_bytes(static_cast<std::size_t>(segments) + 1, 0);
   std::vector<bool> segment_used(segment_bytes.size(), false);
   for (std::size_t m = 0; m < checkpoint.size(); ++m) {
     if (checkpoint[m]) continue;
@@ -161,10 +161,10 @@ std::size_t swap_by_pool(Evaluator& evaluator, const NetworkView& view,
     while (freed < std::max<sim::Bytes>(1, e.oom_bytes_missing)) {
       const int victim = least_recently_used(view, checkpoint, plan, e.oom_op);
       if (victim < 0) break;  // nothing left to swap: the caller reports the plan does not fit
-      sim::Decision& d = plan.decisions[index(victim)];
+      sim::Decision& d = plan.decisions[static_cast<std::size_t>(victim)];
       d.action = sim::Action::kSwap;
       const sim::OpId at = conv_prefetch_point(
-          view, view.feature_maps()[index(victim)].backward_uses.front());
+          view, view.feature_maps()[static_cast<std::size_t>(victim)].backward_uses.front());
       if (at != sim::kNoOp) d.prefetch_before = at;
       freed += view.map_bytes(victim);
       ++swapped;
@@ -185,7 +185,7 @@ PolicyDecision decide_superneurons(Evaluator& evaluator, const NetworkView& view
   std::string note = fmt::format(
       "{} recomputed ({} segments speed-centric, {} memory-centric), {} checkpoints swapped by "
       "the pool",
-      counts[index(sim::Action::kRecompute)], segments.speed, segments.memory,
+      counts[static_cast<std::size_t>(sim::Action::kRecompute)], segments.speed, segments.memory,
       swapped);
   return {std::move(plan), false, std::move(note)};
 }

@@ -329,7 +329,7 @@ std::vector<std::string> Sweep::finished_rows(const std::string& csv,
                                         "link or policy differ): resume with the same grid",
                                         i + 1, i + 1));
     }
-    line += index(std::count(rows[i].begin(), rows[i].end(), '\n'));
+    line += static_cast<std::size_t>(std::count(rows[i].begin(), rows[i].end(), '\n'));
   }
   return rows;
 }

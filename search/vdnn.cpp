@@ -37,8 +37,8 @@ PolicyDecision vdnn(const NetworkView& view, bool conv_only, std::string_view na
   for (sim::OpId layer : view.layers()) {
     if (conv_only && !is_conv_layer(w.op(layer).layer)) continue;
     for (int m : view.maps_read_by(layer)) {
-      if (!swapped[index(m)]) ++count;
-      swapped[index(m)] = true;
+      if (!swapped[static_cast<std::size_t>(m)]) ++count;
+      swapped[static_cast<std::size_t>(m)] = true;
     }
   }
   for (std::size_t m = 0; m < swapped.size(); ++m) {
@@ -50,10 +50,10 @@ PolicyDecision vdnn(const NetworkView& view, bool conv_only, std::string_view na
     if (op.phase != sim::Phase::kBackward || op.differentiates == sim::kNoOp) continue;
     if (view.backward_ops_of(op.differentiates).front() != op.id) continue;  // once per layer
     for (int l = view.layer_index(op.differentiates) - 1; l >= 0; --l) {
-      const sim::OpId layer = view.layers()[index(l)];
+      const sim::OpId layer = view.layers()[static_cast<std::size_t>(l)];
       bool found = false;
       for (int m : view.maps_read_by(layer)) {
-        const auto mi = index(m);
+        const auto mi = static_cast<std::size_t>(m);
         if (!swapped[mi] || prefetched[mi]) continue;
         // The prefetch must not start before the map's last forward use.
         const auto& map = view.feature_maps()[mi];
@@ -114,20 +114,20 @@ bool fit_algorithms(Evaluator& evaluator, sim::Plan& plan) {
     const sim::Bytes current_ws =
         current == plan.algorithms.end()
             ? op.workspace_bytes
-            : op.algorithms[index(current->algorithm)].workspace_bytes;
+            : op.algorithms[static_cast<std::size_t>(current->algorithm)].workspace_bytes;
     // The fastest algorithm that saves the missing bytes; failing that, the least workspace.
     std::int32_t pick = -1;
     for (std::size_t a = 0; a < op.algorithms.size(); ++a) {
       const sim::Algorithm& alg = op.algorithms[a];
       if (alg.workspace_bytes <= current_ws - e.oom_bytes_missing &&
           (pick < 0 ||
-           alg.duration_ns < op.algorithms[index(pick)].duration_ns)) {
+           alg.duration_ns < op.algorithms[static_cast<std::size_t>(pick)].duration_ns)) {
         pick = static_cast<std::int32_t>(a);
       }
     }
     if (pick < 0) pick = least_workspace(op);
     if (pick < 0 || (current != plan.algorithms.end() && current->algorithm == pick)) return false;
-    const sim::Bytes new_ws = op.algorithms[index(pick)].workspace_bytes;
+    const sim::Bytes new_ws = op.algorithms[static_cast<std::size_t>(pick)].workspace_bytes;
     if (new_ws >= current_ws) return false;  // nothing left to save at this op
     choose(plan, op.id, pick);
   }

@@ -9,9 +9,10 @@
 //
 // How: each is an enum class over std::int32_t with no enumerators, so it costs nothing over the
 // int: the same size and layout, ==, != and < compare ids of one kind (std::map, sorting), and
-// std::hash works. There is no arithmetic: code that counts goes through index() and makes ids
-// back with tensor_id() / op_id(). Ints appear only at the boundaries (JSON files, Python,
-// backends' kernels), through value() and the makers. fmt formats an id as its number.
+// std::hash works. Ints do not convert to ids nor ids to ints: code that indexes goes through
+// index(), makes ids with tensor_id() / op_id(), and meets ints only at the boundaries (JSON files,
+// Python, the backends) through value(). The one arithmetic is stepping through ops in issue order
+// (op + 1, --op, the distance b - a); fmt formats an id as its number.
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +44,14 @@ template <std::integral I>
 constexpr OpId op_id(I i) {
   return static_cast<OpId>(static_cast<std::int32_t>(i));
 }
+
+/// Ops run in issue order, so stepping from an op to the next or previous one, or counting the ops
+/// between two, is meaningful (tensors have no order to step through: TensorId has no arithmetic).
+constexpr OpId operator+(OpId op, std::int32_t n) { return OpId{value(op) + n}; }
+constexpr OpId operator-(OpId op, std::int32_t n) { return OpId{value(op) - n}; }
+constexpr std::int32_t operator-(OpId a, OpId b) { return value(a) - value(b); }
+constexpr OpId& operator++(OpId& op) { return op = op + 1; }
+constexpr OpId& operator--(OpId& op) { return op = op - 1; }
 
 }  // namespace memplan::sim
 

@@ -19,7 +19,7 @@ using sim::TensorId;
 using sim::TensorKind;
 
 // The loss has no gradient tensor: backward starts from an implicit 1.
-constexpr TensorId kSeedGradient = -2;
+constexpr TensorId kSeedGradient{-2};
 
 // Output extent of a sliding window (PyTorch's rule, including ceil_mode's "the last window must
 // start inside the input or its left padding").
