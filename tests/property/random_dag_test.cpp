@@ -116,7 +116,7 @@ Plan random_plan(const Workload& w, Rng& rng) {
                               : std::max(producer, maps[i].forward_uses.back());
         if (uniform(rng, 0, 1) == 0)
           d.prefetch_before =
-              static_cast<OpId>(uniform(rng, drop + 1, maps[i].backward_uses.front()));
+              op_id(uniform(rng, value(drop) + 1, value(maps[i].backward_uses.front())));
         break;
       }
       case 3:
@@ -180,7 +180,7 @@ struct Content {
 };
 std::ostream& operator<<(std::ostream& os, const Content& c) {
   if (c.tensor == kNoTensor) return os << "nothing valid";
-  return os << (c.encoded ? "encoded tensor " : "tensor ") << c.tensor;
+  return os << (c.encoded ? "encoded tensor " : "tensor ") << value(c.tensor);
 }
 
 // One content of a buffer: valid from `from_ns` (its writer ended) until `until_ns` (the next
