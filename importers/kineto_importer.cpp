@@ -741,7 +741,7 @@ std::size_t Importer::new_value(TensorId t, const Shape& shape, const std::strin
 TensorId Importer::add_tensor(std::string name, TensorKind kind, const Shape& shape,
                               const std::string& dtype, OpId producer, TensorId in_place_of) {
   sim::Tensor t;
-  t.id = static_cast<TensorId>(workload_.tensors.size());
+  t.id = sim::tensor_id(workload_.tensors.size());
   t.kind = kind;
   t.shape = shape;
   t.dtype = dtype;
@@ -757,7 +757,7 @@ TensorId Importer::add_tensor(std::string name, TensorKind kind, const Shape& sh
 
 OpId Importer::add_op(std::string name, const std::string& layer, Phase phase, const Unit& unit) {
   sim::Op o;
-  o.id = static_cast<OpId>(workload_.ops.size());
+  o.id = sim::op_id(workload_.ops.size());
   o.name = std::move(name);
   o.layer = sim::LayerType::named(layer);
   o.phase = phase;

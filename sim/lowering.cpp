@@ -150,8 +150,7 @@ void Lowerer::plan_drop_points(const Plan& plan) {
       OpId when = d.prefetch_before;
       if (when == kNoOp) {
         const OpId first_backward = map.backward_uses.front();
-        const OpId before = op_id(value(first_backward) - 1);
-        when = value(before) > value(drop) ? before : first_backward;
+        when = first_backward - 1 > drop ? first_backward - 1 : first_backward;
       }
       prefetches_.emplace_back(when, d.tensor);
     }
@@ -436,8 +435,7 @@ void Lowerer::plan_host_placement(const Plan& plan) {
   // (issued at, first use, tensor): at one op, the copy needed first is issued first.
   host_prefetches_.clear();
   auto prefetch = [&](OpId first_use, OpId previous_end, TensorId t) {
-    const OpId before = op_id(value(first_use) - 1);
-    const OpId when = value(before) > value(previous_end) ? before : first_use;
+    const OpId when = first_use - 1 > previous_end ? first_use - 1 : first_use;
     host_prefetches_.emplace_back(when, first_use, t);
   };
   const OpId last_op = op_id(op_.size() - 1);
@@ -450,7 +448,7 @@ void Lowerer::plan_host_placement(const Plan& plan) {
       // A gradient: copied out after its producer; its device copy goes after its last use before
       // the update, and at the earliest one op after the producer, so that the copy-out overlaps
       // that op instead of stalling compute right away.
-      OpId drop = std::min(op_id(value(info.producer) + 1), last_op);
+      OpId drop = std::min(info.producer + 1, last_op);
       OpId update_first = kNoOp;
       for (auto k = first; k < end; ++k) {
         const OpId r = readers_.items[at(k)];

@@ -213,13 +213,13 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
   bool first = true;
   for (const Decision& d : plan.decisions) {
     const Tensor& t = workload.tensor(d.tensor);
-    nlohmann::json ref = tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(t.id);
+    nlohmann::json ref = tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(value(t.id));
     out += fmt::format("{}\n  {{\"tensor\":{},\"action\":\"{}\"", first ? "" : ",", ref.dump(),
                        action_label(d.action, d.encoding));
     if (d.prefetch_before != kNoOp) {
       const Op& op = workload.op(d.prefetch_before);
       nlohmann::json op_ref =
-          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(op.id);
+          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(value(op.id));
       out += fmt::format(",\"prefetch_before\":{}", op_ref.dump());
     }
     if (d.per_use) out += ",\"per_use\":true";
@@ -232,7 +232,7 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
     for (std::size_t i = 0; i < plan.algorithms.size(); ++i) {
       const Op& op = workload.op(plan.algorithms[i].op);
       nlohmann::json op_ref =
-          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(op.id);
+          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(value(op.id));
       out += fmt::format(
           "{}\n  {{\"op\":{},\"algorithm\":{}}}", i == 0 ? "" : ",", op_ref.dump(),
           nlohmann::json(op.algorithms[static_cast<std::size_t>(plan.algorithms[i].algorithm)].name)
@@ -245,7 +245,7 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
     for (std::size_t i = 0; i < plan.host_tensors.size(); ++i) {
       const Tensor& t = workload.tensor(plan.host_tensors[i]);
       nlohmann::json ref =
-          tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(t.id);
+          tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(value(t.id));
       out += fmt::format("{}\n  {{\"tensor\":{},\"placement\":\"host\"}}", i == 0 ? "" : ",",
                          ref.dump());
     }

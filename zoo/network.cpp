@@ -100,7 +100,7 @@ TensorId Network::new_tensor(const std::string& name, TensorKind kind, const Sha
                         model_, name, join_shape(shape), elements * item));
   }
   sim::Tensor t;
-  t.id = static_cast<TensorId>(workload_.tensors.size());
+  t.id = sim::tensor_id(workload_.tensors.size());
   t.name = name;
   t.bytes = elements * item;
   t.kind = kind;
@@ -139,7 +139,7 @@ OpId Network::forward_op(const std::string& name, sim::Layer layer,
                          double flops) {
   MEMPLAN_CHECK(!finished_, "layers are added before finish()");
   sim::Op op;
-  op.id = static_cast<OpId>(workload_.ops.size());
+  op.id = sim::op_id(workload_.ops.size());
   op.name = name;
   op.layer = layer;
   op.phase = sim::Phase::kForward;
@@ -483,7 +483,7 @@ void Network::contribute(TensorId tensor, TensorId gradient) {
       new_tensor(fmt::format("{}{}.acc{}", prefix, base.name, workload_.ops.size()),
                  TensorKind::kGradient, base.shape, base.dtype);
   sim::Op op;
-  op.id = static_cast<OpId>(workload_.ops.size());
+  op.id = sim::op_id(workload_.ops.size());
   op.name = fmt::format("{}.grad_accumulate", base.name);
   op.layer = sim::Layer::kGradAccumulate;
   op.phase = sim::Phase::kBackward;
@@ -520,7 +520,7 @@ std::vector<char> Network::start_backward() {
 void Network::add_backward_op(const Layer& layer, TensorId grad_out) {
   const sim::Op& fwd = workload_.op(layer.forward);
   sim::Op op;
-  op.id = static_cast<OpId>(workload_.ops.size());
+  op.id = sim::op_id(workload_.ops.size());
   op.name = fwd.name + "_bwd";
   op.layer = fwd.layer;
   op.phase = sim::Phase::kBackward;
@@ -559,7 +559,7 @@ void Network::add_backward_op(const Layer& layer, TensorId grad_out) {
 void Network::add_update() {
   const bool adam = optimizer_ == Optimizer::kAdam;
   sim::Op update;
-  update.id = static_cast<OpId>(workload_.ops.size());
+  update.id = sim::op_id(workload_.ops.size());
   update.name = adam ? "adam" : "sgd";
   update.layer = adam ? sim::Layer::kAdam : sim::Layer::kSgd;
   update.phase = sim::Phase::kUpdate;
