@@ -208,7 +208,7 @@ struct ForwardInfo {
   std::vector<TensorId> data_inputs;  // activations and inputs, for gradients
   std::vector<TensorId> params;       // trainable
   std::vector<TensorId> saved;        // read by the backward op
-  TensorId output = kNoTensor;            // the primary output
+  TensorId output = kNoTensor;        // the primary output
   Layer layer = Layer::kGlue;
   std::string name;
   bool has_backward = false;
@@ -359,9 +359,7 @@ class Importer {
   void add_input(OpId op, TensorId t);
   void contribute_gradient(TensorId forward_tensor, TensorId grad, OpId op);
   sim::Op& op(OpId id) { return workload_.ops[index(id)]; }
-  const sim::Tensor& tensor(TensorId id) const {
-    return workload_.tensors[index(id)];
-  }
+  const sim::Tensor& tensor(TensorId id) const { return workload_.tensors[index(id)]; }
 
   const KinetoTrace& trace_;
   const ImportOptions& options_;
@@ -961,7 +959,8 @@ std::size_t Importer::forward_layer(ForwardOp& f, Layer layer) {
       const std::size_t xv = resolve(f.x_shape, f.dtype, true);
       f.read(xv);
       const bool in_place = f.in_place_ok(xv);
-      f.info.output = f.produce(".out", f.x_shape, f.dtype, in_place ? values_[xv].tensor : kNoTensor);
+      f.info.output =
+          f.produce(".out", f.x_shape, f.dtype, in_place ? values_[xv].tensor : kNoTensor);
       if (in_place) values_[xv].overwritten = true;
       f.info.saved = {f.info.output};
       return f.output(f.x_shape, f.dtype);
@@ -1202,8 +1201,7 @@ void Importer::fill_host_side() {
   const StepWindow& step = report_.step;
   std::vector<Nanoseconds> launch(workload_.ops.size(), step.start_ns);
   for (const Unit& u : units_) {
-    if (u.op != kNoOp)
-      launch[index(u.op)] = u.first_launch.value_or(event(u).start_ns);
+    if (u.op != kNoOp) launch[index(u.op)] = u.first_launch.value_or(event(u).start_ns);
   }
   const std::vector<BlockingCall> calls = blocking_calls(trace_, step.start_ns, step.end_ns);
   report_.blocking_calls = calls.size();
@@ -1317,7 +1315,8 @@ ImportResult Importer::run() {
                     "input shapes): record with torch.profiler.profile(record_shapes=True)",
                     report_.step.label));
   }
-  if (pending_ns_ > 0) op(OpId{0}).duration_ns = saturating_add(op(OpId{0}).duration_ns, pending_ns_);
+  if (pending_ns_ > 0)
+    op(OpId{0}).duration_ns = saturating_add(op(OpId{0}).duration_ns, pending_ns_);
   check_parameters_against_optimizer();
   check_outputs_against_allocations();
   if (report_.gpu) fill_host_side();

@@ -65,8 +65,8 @@ double dtr_score(const NetworkView& view, const sim::Plan& plan, const InCoreSch
                  int map, sim::OpId at) {
   const sim::Nanoseconds now = schedule.start_ns[index(at)];
   const sim::OpId touched = last_touch_before(view, map, at);
-  const double staleness = static_cast<double>(
-      std::max<sim::Nanoseconds>(1, now - schedule.end_ns[index(touched)]));
+  const double staleness =
+      static_cast<double>(std::max<sim::Nanoseconds>(1, now - schedule.end_ns[index(touched)]));
   return static_cast<double>(dtr_cost(view, plan, map)) /
          (static_cast<double>(view.map_bytes(map)) * staleness);
 }

@@ -203,8 +203,7 @@ class Space {
   void add_option(const Variable& v, const Option& o, std::vector<sim::Bytes>& load) const {
     if (v.map < 0) {
       const sim::Op& op = view_.workload().op(v.op);
-      load[index(v.op)] +=
-          workspace(op_workspace(op, o.algorithm)) - workspace(min_workspace(op));
+      load[index(v.op)] += workspace(op_workspace(op, o.algorithm)) - workspace(min_workspace(op));
       return;
     }
     const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(v.map)];
@@ -225,8 +224,7 @@ class Space {
       case sim::Action::kRecompute:
         return;
     }
-    for (sim::OpId i = from; i < fm.backward_uses.front(); ++i)
-      load[index(i)] += bytes;
+    for (sim::OpId i = from; i < fm.backward_uses.front(); ++i) load[index(i)] += bytes;
   }
 
  private:
@@ -346,8 +344,7 @@ class Solver {
         });
     producer_maps_.assign(view.workload().ops.size(), {});
     for (std::size_t m = 0; m < view.feature_maps().size(); ++m)
-      producer_maps_[index(view.producer(static_cast<int>(m)))].push_back(
-          static_cast<int>(m));
+      producer_maps_[index(view.producer(static_cast<int>(m)))].push_back(static_cast<int>(m));
   }
 
   void seed(const sim::Plan& plan, const Evaluation& e) {

@@ -19,8 +19,7 @@ sim::Nanoseconds free_time(const NetworkView& view, const InCoreSchedule& schedu
   const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(map)];
   const sim::OpId last_forward =
       fm.forward_uses.empty() ? view.producer(map) : fm.forward_uses.back();
-  return schedule.start_ns[index(fm.backward_uses.front())] -
-         schedule.end_ns[index(last_forward)];
+  return schedule.start_ns[index(fm.backward_uses.front())] - schedule.end_ns[index(last_forward)];
 }
 
 sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine& machine, int map) {

@@ -45,7 +45,8 @@ bool is_checkpoint_layer(const sim::LayerType& layer) {
 // The backward op of the nearest conv layer that runs before `use` in backward, or kNoOp.
 sim::OpId conv_prefetch_point(const NetworkView& view, sim::OpId use) {
   const sim::Workload& w = view.workload();
-  for (sim::OpId op = use - 1; op >= sim::OpId{0} && w.op(op).phase == sim::Phase::kBackward; --op) {
+  for (sim::OpId op = use - 1; op >= sim::OpId{0} && w.op(op).phase == sim::Phase::kBackward;
+       --op) {
     const sim::OpId fwd = w.op(op).differentiates;
     if (fwd != sim::kNoOp && is_conv_layer(w.op(fwd).layer)) return op;
   }
@@ -96,8 +97,7 @@ SegmentCounts recompute_segments(const NetworkView& view, const std::vector<bool
   std::vector<int> segment_of_op(w.ops.size(), 0);
   std::vector<bool> checkpoint_op(w.ops.size(), false);
   for (std::size_t m = 0; m < checkpoint.size(); ++m) {
-    if (checkpoint[m])
-      checkpoint_op[index(view.producer(static_cast<int>(m)))] = true;
+    if (checkpoint[m]) checkpoint_op[index(view.producer(static_cast<int>(m)))] = true;
   }
   int segments = 0;
   for (sim::OpId op : view.layers()) {
@@ -106,8 +106,7 @@ SegmentCounts recompute_segments(const NetworkView& view, const std::vector<bool
     segment_of_op[i] = segments;
   }
   auto segment = [&](std::size_t m) {
-    return static_cast<std::size_t>(
-        segment_of_op[index(view.producer(static_cast<int>(m)))]);
+    return static_cast<std::size_t>(segment_of_op[index(view.producer(static_cast<int>(m)))]);
   };
   std::vector<sim::Bytes> segment_bytes(static_cast<std::size_t>(segments) + 1, 0);
   std::vector<bool> segment_used(segment_bytes.size(), false);

@@ -91,7 +91,8 @@ class Engine::Clock {
     }
     t = add_ns(t, duration);
     if (stream == StreamId::kHost) tl_.host_ops_ns = add_ns(tl_.host_ops_ns, duration);
-    if (kHostStream && in.kind == InstrKind::kRun && program_.host.ops[sim::index(in.op)].synchronizes) {
+    if (kHostStream && in.kind == InstrKind::kRun &&
+        program_.host.ops[sim::index(in.op)].synchronizes) {
       sync_pending_ = true;
       sync_op_ = in.op;
       return Step::kPause;  // the copy streams catch up before the host goes on

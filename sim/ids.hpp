@@ -28,12 +28,20 @@ inline constexpr TensorId kNoTensor{-1};
 inline constexpr OpId kNoOp{-1};
 
 /// The id's position in its vector (Workload::tensors, Workload::ops). Not for kNoTensor/kNoOp.
-constexpr std::size_t index(TensorId id) { return static_cast<std::size_t>(id); }
-constexpr std::size_t index(OpId id) { return static_cast<std::size_t>(id); }
+constexpr std::size_t index(TensorId id) {
+  return static_cast<std::size_t>(id);
+}
+constexpr std::size_t index(OpId id) {
+  return static_cast<std::size_t>(id);
+}
 
 /// The id as the number files and Python see (-1 for none).
-constexpr std::int32_t value(TensorId id) { return static_cast<std::int32_t>(id); }
-constexpr std::int32_t value(OpId id) { return static_cast<std::int32_t>(id); }
+constexpr std::int32_t value(TensorId id) {
+  return static_cast<std::int32_t>(id);
+}
+constexpr std::int32_t value(OpId id) {
+  return static_cast<std::int32_t>(id);
+}
 
 /// The id of the tensor or op at position `i` (or -1: none).
 template <std::integral I>
@@ -47,11 +55,21 @@ constexpr OpId op_id(I i) {
 
 /// Ops run in issue order, so stepping from an op to the next or previous one, or counting the ops
 /// between two, is meaningful (tensors have no order to step through: TensorId has no arithmetic).
-constexpr OpId operator+(OpId op, std::int32_t n) { return OpId{value(op) + n}; }
-constexpr OpId operator-(OpId op, std::int32_t n) { return OpId{value(op) - n}; }
-constexpr std::int32_t operator-(OpId a, OpId b) { return value(a) - value(b); }
-constexpr OpId& operator++(OpId& op) { return op = op + 1; }
-constexpr OpId& operator--(OpId& op) { return op = op - 1; }
+constexpr OpId operator+(OpId op, std::int32_t n) {
+  return OpId{value(op) + n};
+}
+constexpr OpId operator-(OpId op, std::int32_t n) {
+  return OpId{value(op) - n};
+}
+constexpr std::int32_t operator-(OpId a, OpId b) {
+  return value(a) - value(b);
+}
+constexpr OpId& operator++(OpId& op) {
+  return op = op + 1;
+}
+constexpr OpId& operator--(OpId& op) {
+  return op = op - 1;
+}
 
 }  // namespace memplan::sim
 

@@ -49,8 +49,7 @@ Liveness analyze_liveness(const Workload& workload) {
     // nothing reads it.
     OpId last = kNoOp;
     for (TensorId t : s.tensors) {
-      last = std::max(
-          {last, result.last_use[index(t)], workload.tensor(t).producer});
+      last = std::max({last, result.last_use[index(t)], workload.tensor(t).producer});
     }
     s.last = last;
   }

@@ -12,7 +12,7 @@ namespace memplan::sim {
 /// for tensors that already exist: first == kNoOp) and freed after op `last` ends (last ==
 /// ops.size() for tensors that outlive the step).
 struct Storage {
-  TensorId root = kNoTensor;          // the tensor that allocates the buffer
+  TensorId root = kNoTensor;      // the tensor that allocates the buffer
   std::vector<TensorId> tensors;  // root first, then tensors written in place over it
   Bytes bytes = 0;
   OpId first = kNoOp;

@@ -94,7 +94,7 @@ class Lowerer {
   std::vector<FeatureMap> maps_;
   std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
   PerOp drop_at_;                     // tensors whose last use (in the original order) is the op
-  Lists<TensorId, OpId> readers_;  // per tensor: the ops that read it, ascending (with repeats)
+  Lists<TensorId, OpId> readers_;     // per tensor: the ops that read it, ascending (with repeats)
   std::vector<TensorId> preexisting_read_;  // allocated before the step, in tensor id order
   Nanoseconds op_compute_ns_ = 0;
   HostProgram host_;

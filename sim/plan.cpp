@@ -211,8 +211,7 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
 std::vector<bool> regenerable_tensors(const Workload& workload) {
   // Ops are in issue order, so producers come before readers.
   std::vector<bool> regenerable(workload.tensors.size(), false);
-  for (const Tensor& t : workload.tensors)
-    regenerable[index(t.id)] = is_preexisting(t.kind);
+  for (const Tensor& t : workload.tensors) regenerable[index(t.id)] = is_preexisting(t.kind);
   for (const Op& op : workload.ops) {
     bool ok = op.phase == Phase::kForward;
     for (TensorId in : op.inputs) ok = ok && regenerable[index(in)];
@@ -321,8 +320,7 @@ std::vector<TensorId> host_placeable(const Workload& w, TensorKind kind) {
   // host_placement_problem's rules, over every tensor in one pass.
   std::vector<std::uint8_t> read(w.tensors.size(), 0);  // bit 0: read, bit 1: by an update op
   for (const Op& op : w.ops) {
-    for (TensorId x : op.inputs)
-      read[index(x)] |= op.phase == Phase::kUpdate ? 3 : 1;
+    for (TensorId x : op.inputs) read[index(x)] |= op.phase == Phase::kUpdate ? 3 : 1;
   }
   std::vector<bool> overwritten(w.tensors.size(), false);
   for (const Tensor& t : w.tensors) {

@@ -213,7 +213,8 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
   bool first = true;
   for (const Decision& d : plan.decisions) {
     const Tensor& t = workload.tensor(d.tensor);
-    nlohmann::json ref = tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(value(t.id));
+    nlohmann::json ref =
+        tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(value(t.id));
     out += fmt::format("{}\n  {{\"tensor\":{},\"action\":\"{}\"", first ? "" : ",", ref.dump(),
                        action_label(d.action, d.encoding));
     if (d.prefetch_before != kNoOp) {

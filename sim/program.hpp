@@ -58,7 +58,7 @@ struct Buffer {
   Bytes bytes = 0;
   BufferRole role = BufferRole::kTensor;
   TensorKind kind = TensorKind::kActivation;  // of `tensor` (workspace for kWorkspace)
-  TensorId tensor = kNoTensor;                    // the tensor stored (kNoTensor for workspace)
+  TensorId tensor = kNoTensor;                // the tensor stored (kNoTensor for workspace)
   OpId op = kNoOp;                            // the op whose workspace it is (kWorkspace)
   Encoding encoding = Encoding::kNone;        // kEncoded
   /// Allocated before the first op for a tensor that exists before the step: a backend fills it

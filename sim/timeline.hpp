@@ -57,7 +57,7 @@ std::string_view to_string(StallCause cause);
 struct Stall {
   StallCause cause = StallCause::kSwapIn;
   TensorId tensor = kNoTensor;  // the map waited for or encoded (kNoTensor for a recompute)
-  OpId op = kNoOp;          // the op being prepared or re-run
+  OpId op = kNoOp;              // the op being prepared or re-run
   Nanoseconds start_ns = 0;
   Nanoseconds end_ns = 0;
 };

@@ -219,7 +219,9 @@ OrderedJson number_json(double v) {
   return OrderedJson(v);
 }
 
-OrderedJson id_or_null(OpId id) { return id == kNoOp ? OrderedJson(nullptr) : OrderedJson(value(id)); }
+OrderedJson id_or_null(OpId id) {
+  return id == kNoOp ? OrderedJson(nullptr) : OrderedJson(value(id));
+}
 
 OrderedJson ids_json(const std::vector<TensorId>& ids) {
   OrderedJson j = OrderedJson::array();

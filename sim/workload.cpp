@@ -331,8 +331,7 @@ void validate_in_place(const Workload& w, std::string_view source) {
       fail(source, at,
            fmt::format(
                "tensor {} '{}' is still read after {} (by op {}), so it cannot be overwritten",
-               base.id, base.name, op_label(producer),
-               last_read[index(base.id)]));
+               base.id, base.name, op_label(producer), last_read[index(base.id)]));
     }
     const auto& slots = overwriters[index(base.id)];
     if (const TensorId other = slots[0] != t.id ? slots[0] : slots[1]; other != kNoTensor) {

@@ -510,8 +510,7 @@ std::vector<char> Network::start_backward() {
   grad_.assign(forward_tensors, kNoTensor);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     if (on_path[i] == 0) continue;
-    for (TensorId t : layers_[i].differentiable_inputs)
-      ++expected_grads_[index(t)];
+    for (TensorId t : layers_[i].differentiable_inputs) ++expected_grads_[index(t)];
   }
   grad_[index(loss_.front())] = kSeedGradient;
   return on_path;

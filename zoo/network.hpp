@@ -118,7 +118,7 @@ class Network {
     sim::OpId forward = sim::kNoOp;
     std::vector<sim::TensorId> differentiable_inputs;  // inputs whose gradient backward produces
     std::vector<sim::TensorId> saved;                  // what backward reads (Note [Saved tensors])
-    sim::TensorId output = sim::kNoTensor;                 // the output whose gradient flows back
+    sim::TensorId output = sim::kNoTensor;             // the output whose gradient flows back
     bool pass_through = false;  // add: the output gradient is each input's gradient, no op
     double backward_flops = 0;  // flops of the backward op
     sim::Bytes backward_workspace = 0;

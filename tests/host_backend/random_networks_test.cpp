@@ -53,7 +53,8 @@ class NetworkBuilder {
 
   mp::sim::OpId op(const std::string& name, const std::string& layer, Phase phase,
                    std::vector<TensorId> in, std::vector<TensorId> out,
-                   mp::sim::Attributes attributes = {}, mp::sim::OpId differentiates = mp::sim::kNoOp) {
+                   mp::sim::Attributes attributes = {},
+                   mp::sim::OpId differentiates = mp::sim::kNoOp) {
     mp::sim::Op o;
     o.id = static_cast<mp::sim::OpId>(w_.ops.size());
     o.name = name;
@@ -139,7 +140,8 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
     const std::string s = std::to_string(i);
     const TensorId wi = b.tensor("w" + s, {out, width}, TensorKind::kParameter);
     params.push_back(wi);
-    const TensorId bi = coin() ? b.tensor("b" + s, {out}, TensorKind::kParameter) : mp::sim::kNoTensor;
+    const TensorId bi =
+        coin() ? b.tensor("b" + s, {out}, TensorKind::kParameter) : mp::sim::kNoTensor;
     std::vector<TensorId> fc_in{a, wi};
     if (bi != mp::sim::kNoTensor) {
       params.push_back(bi);
@@ -168,8 +170,8 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
   for (std::int64_t i = layers - 1; i >= 0; --i) {
     const Layer& l = linear[static_cast<std::size_t>(i)];
     const std::string s = std::to_string(i);
-    const TensorId dx =
-        l.in == x ? mp::sim::kNoTensor : b.tensor("d_in" + s, b.at(l.in).shape, TensorKind::kGradient);
+    const TensorId dx = l.in == x ? mp::sim::kNoTensor
+                                  : b.tensor("d_in" + s, b.at(l.in).shape, TensorKind::kGradient);
     const TensorId g = b.tensor("g_w" + s, b.at(l.weight).shape, TensorKind::kGradient);
     grad_of[l.weight] = g;
     std::vector<TensorId> outs{g};

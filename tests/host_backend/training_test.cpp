@@ -103,7 +103,8 @@ TEST_CASE("add and grad_accumulate write the element-wise sum of their inputs",
   };
   const auto add2 = op("add", mp::sim::Phase::kForward, {TensorId{0}, TensorId{1}});
   const auto add3 = op("add", mp::sim::Phase::kForward, {TensorId{0}, TensorId{1}, TensorId{2}});
-  const auto acc3 = op("grad_accumulate", mp::sim::Phase::kBackward, {TensorId{0}, TensorId{1}, TensorId{2}});
+  const auto acc3 =
+      op("grad_accumulate", mp::sim::Phase::kBackward, {TensorId{0}, TensorId{1}, TensorId{2}});
   const auto acc1 = op("add", mp::sim::Phase::kBackward, {TensorId{2}});
   // Values whose sums are exact in float32, so the expected sums are exact too.
   std::vector<float> a{1.0f, -2.0f, 0.5f, 1024.0f, -0.0f, 3.25f};

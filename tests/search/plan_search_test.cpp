@@ -219,7 +219,8 @@ TEST_CASE("fitting is monotone in device memory for random plans on random steps
                                  : maps[m].forward_uses.back();
           const OpId before = maps[m].backward_uses.front();
           d.prefetch_before =
-              after + 1 + static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(before - after));
+              after + 1 +
+              static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(before - after));
         }
         if (!decision_problem(d, maps[m], inst.workload).empty()) {
           d.action = Action::kKeep;
