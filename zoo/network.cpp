@@ -12,7 +12,6 @@ namespace memplan::zoo {
 namespace {
 
 using sim::Bytes;
-using sim::kNoOp;
 using sim::kNoTensor;
 using sim::OpId;
 using sim::TensorId;
