@@ -806,7 +806,7 @@ void adaptive_avg_pool(const CudaCall& c) {
 void concat(const CudaCall& c) {
   // [dy] -> the gradient of every part (all parts: the split is by position)
   if (c.in.size() != 1) c.fail("concat backward reads dy");
-  if (c.op.differentiates == sim::kNoId ||
+  if (c.op.differentiates == sim::kNoOp ||
       c.workload.op(c.op.differentiates).inputs.size() != c.out.size()) {
     c.fail("concat backward must write the gradient of every part of its forward op");
   }

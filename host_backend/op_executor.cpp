@@ -415,7 +415,7 @@ void dropout(const HostCall& c) {
 void concat(const HostCall& c) {
   // [dy] -> the gradient of every part (all parts must need one: the split is by position)
   if (c.in.size() != 1) c.fail("concat backward reads dy");
-  if (c.op.differentiates == sim::kNoId ||
+  if (c.op.differentiates == sim::kNoOp ||
       c.workload.op(c.op.differentiates).inputs.size() != c.out.size()) {
     c.fail("concat backward must write the gradient of every part of its forward op");
   }

@@ -51,7 +51,8 @@ namespace memplan::importers {
 namespace {
 
 using sim::Bytes;
-using sim::kNoId;
+using sim::kNoOp;
+using sim::kNoTensor;
 using sim::Nanoseconds;
 using sim::OpId;
 using sim::Phase;
@@ -182,7 +183,7 @@ struct Unit {
   std::optional<std::int64_t> sequence;     // for backward nodes
   std::set<std::int64_t> sequences;         // for forward ops: every number in the subtree
   std::optional<Nanoseconds> first_launch;  // the first launch of its device work
-  OpId op = kNoId;
+  OpId op = kNoOp;
 };
 
 Unit make_unit(std::size_t event) {
@@ -193,7 +194,7 @@ Unit make_unit(std::size_t event) {
 
 // A forward value: a tensor as a shape (a view gives the same tensor another shape).
 struct Value {
-  TensorId tensor = kNoId;
+  TensorId tensor = kNoTensor;
   Shape shape;
   std::string dtype;
   bool overwritten = false;  // written over in place: no longer readable
@@ -207,7 +208,7 @@ struct ForwardInfo {
   std::vector<TensorId> data_inputs;  // activations and inputs, for gradients
   std::vector<TensorId> params;       // trainable
   std::vector<TensorId> saved;        // read by the backward op
-  TensorId output = kNoId;            // the primary output
+  TensorId output = kNoTensor;        // the primary output
   Layer layer = Layer::kGlue;
   std::string name;
   bool has_backward = false;
@@ -353,14 +354,12 @@ class Importer {
   std::size_t new_value(TensorId tensor, const Shape& shape, const std::string& dtype,
                         bool activation);
   TensorId add_tensor(std::string name, TensorKind kind, const Shape& shape,
-                      const std::string& dtype, OpId producer, TensorId in_place_of = kNoId);
+                      const std::string& dtype, OpId producer, TensorId in_place_of = kNoTensor);
   OpId add_op(std::string name, const std::string& layer, Phase phase, const Unit& unit);
   void add_input(OpId op, TensorId t);
   void contribute_gradient(TensorId forward_tensor, TensorId grad, OpId op);
-  sim::Op& op(OpId id) { return workload_.ops[static_cast<std::size_t>(id)]; }
-  const sim::Tensor& tensor(TensorId id) const {
-    return workload_.tensors[static_cast<std::size_t>(id)];
-  }
+  sim::Op& op(OpId id) { return workload_.ops[index(id)]; }
+  const sim::Tensor& tensor(TensorId id) const { return workload_.tensors[index(id)]; }
 
   const KinetoTrace& trace_;
   const ImportOptions& options_;
@@ -381,7 +380,7 @@ class Importer {
   std::set<TensorId> saved_;                           // tensors a backward op will read
   std::vector<std::string> state_names_;
   std::string optimizer_name_ = "optimizer";
-  OpId last_op_ = kNoId;
+  OpId last_op_ = kNoOp;
   Nanoseconds pending_ns_ = 0;  // folded time that came before the first op
   std::size_t input_count_ = 0;
   std::map<std::string, int> layer_counts_;
@@ -590,9 +589,9 @@ void Importer::check_outputs_against_allocations() {
     }
   }
   for (const Unit& u : units_) {
-    if (u.role != Unit::Role::kForward || u.op == kNoId) continue;
+    if (u.role != Unit::Role::kForward || u.op == kNoOp) continue;
     const auto info = forward_.find(u.op);
-    if (info == forward_.end() || info->second.output == kNoId) continue;
+    if (info == forward_.end() || info->second.output == kNoTensor) continue;
     const Bytes bytes = tensor(info->second.output).bytes;
     if (bytes == 0) continue;
     ++report_.outputs_checked;
@@ -740,7 +739,7 @@ std::size_t Importer::new_value(TensorId t, const Shape& shape, const std::strin
 TensorId Importer::add_tensor(std::string name, TensorKind kind, const Shape& shape,
                               const std::string& dtype, OpId producer, TensorId in_place_of) {
   sim::Tensor t;
-  t.id = static_cast<TensorId>(workload_.tensors.size());
+  t.id = sim::tensor_id(workload_.tensors.size());
   t.kind = kind;
   t.shape = shape;
   t.dtype = dtype;
@@ -749,14 +748,14 @@ TensorId Importer::add_tensor(std::string name, TensorKind kind, const Shape& sh
   t.name = std::move(name);
   t.producer = producer;
   t.in_place_of = in_place_of;
-  if (producer != kNoId) op(producer).outputs.push_back(t.id);
+  if (producer != kNoOp) op(producer).outputs.push_back(t.id);
   workload_.tensors.push_back(std::move(t));
   return workload_.tensors.back().id;
 }
 
 OpId Importer::add_op(std::string name, const std::string& layer, Phase phase, const Unit& unit) {
   sim::Op o;
-  o.id = static_cast<OpId>(workload_.ops.size());
+  o.id = sim::op_id(workload_.ops.size());
   o.name = std::move(name);
   o.layer = sim::LayerType::named(layer);
   o.phase = phase;
@@ -775,7 +774,7 @@ void Importer::add_input(OpId o, TensorId t) {
 
 void Importer::fold(const Unit& unit) {
   ++report_.folded_events;
-  if (last_op_ == kNoId) {
+  if (last_op_ == kNoOp) {
     pending_ns_ = saturating_add(pending_ns_, unit.device_ns);
   } else {
     op(last_op_).duration_ns = saturating_add(op(last_op_).duration_ns, unit.device_ns);
@@ -784,15 +783,15 @@ void Importer::fold(const Unit& unit) {
 
 TensorId Importer::param(const std::string& name, const Shape& shape, const std::string& dtype,
                          bool trainable) {
-  const TensorId p = add_tensor(name, TensorKind::kParameter, shape, dtype, kNoId);
+  const TensorId p = add_tensor(name, TensorKind::kParameter, shape, dtype, kNoOp);
   if (!trainable) return p;
   trainable_.push_back(p);
   for (const std::string& state : state_names_) {
     optimizer_state_.push_back(add_tensor(fmt::format("{}.{}", name, state),
-                                          TensorKind::kOptimizerState, shape, dtype, kNoId));
+                                          TensorKind::kOptimizerState, shape, dtype, kNoOp));
   }
   if (report_.persistent_grads) {
-    param_grad_[p] = add_tensor(name + ".grad", TensorKind::kOptimizerState, shape, dtype, kNoId);
+    param_grad_[p] = add_tensor(name + ".grad", TensorKind::kOptimizerState, shape, dtype, kNoOp);
   }
   return p;
 }
@@ -819,7 +818,7 @@ std::size_t Importer::resolve(const Shape& shape, const std::string& dtype, bool
     if (usable(v)) return v;
   }
   const TensorId t =
-      add_tensor(fmt::format("input{}", input_count_++), TensorKind::kInput, shape, dtype, kNoId);
+      add_tensor(fmt::format("input{}", input_count_++), TensorKind::kInput, shape, dtype, kNoOp);
   return new_value(t, shape, dtype, false);
 }
 
@@ -872,7 +871,7 @@ struct Importer::ForwardOp {
     return t;
   }
   TensorId produce(const std::string& suffix, const Shape& shape, const std::string& dt,
-                   TensorId in_place = kNoId) {
+                   TensorId in_place = kNoTensor) {
     return im.add_tensor(name + suffix, TensorKind::kActivation, shape, dt, op, in_place);
   }
   TensorId weight(const std::string& suffix, std::size_t k, bool trainable) {
@@ -960,7 +959,8 @@ std::size_t Importer::forward_layer(ForwardOp& f, Layer layer) {
       const std::size_t xv = resolve(f.x_shape, f.dtype, true);
       f.read(xv);
       const bool in_place = f.in_place_ok(xv);
-      f.info.output = f.produce(".out", f.x_shape, f.dtype, in_place ? values_[xv].tensor : kNoId);
+      f.info.output =
+          f.produce(".out", f.x_shape, f.dtype, in_place ? values_[xv].tensor : kNoTensor);
       if (in_place) values_[xv].overwritten = true;
       f.info.saved = {f.info.output};
       return f.output(f.x_shape, f.dtype);
@@ -995,7 +995,7 @@ std::size_t Importer::forward_conv(ForwardOp& f) {
 std::size_t Importer::forward_batch_norm(ForwardOp& f) {
   const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
   const Shape channels{f.x_shape[1]};
-  TensorId gamma = kNoId;
+  TensorId gamma = kNoTensor;
   if (dims(f.e, 1).size() == 1) gamma = f.weight(".weight", 1, true);
   if (dims(f.e, 2).size() == 1) f.weight(".bias", 2, true);
   if (dims(f.e, 3).size() == 1) f.weight(".running_mean", 3, false);
@@ -1004,7 +1004,7 @@ std::size_t Importer::forward_batch_norm(ForwardOp& f) {
   const TensorId mean = f.produce(".save_mean", channels, "float32");
   const TensorId invstd = f.produce(".save_invstd", channels, "float32");
   f.info.saved = {x, mean, invstd};
-  if (gamma != kNoId) f.info.saved.push_back(gamma);
+  if (gamma != kNoTensor) f.info.saved.push_back(gamma);
   return f.output(f.x_shape, f.dtype);
 }
 
@@ -1046,7 +1046,7 @@ std::size_t Importer::forward_add(ForwardOp& f) {
   values_[av].merged = true;
   values_[bv].merged = true;
   const bool in_place = f.in_place_ok(av);
-  f.info.output = f.produce(".out", f.x_shape, f.dtype, in_place ? values_[av].tensor : kNoId);
+  f.info.output = f.produce(".out", f.x_shape, f.dtype, in_place ? values_[av].tensor : kNoTensor);
   if (in_place) values_[av].overwritten = true;
   const std::size_t out_value = f.output(f.x_shape, f.dtype);
   merge_boundary_ = out_value;
@@ -1055,12 +1055,12 @@ std::size_t Importer::forward_add(ForwardOp& f) {
 
 std::size_t Importer::forward_cross_entropy(ForwardOp& f) {
   f.read(resolve(f.x_shape, f.dtype, true));  // the logits
-  TensorId target = kNoId;
+  TensorId target = kNoTensor;
   if (!dims(f.e, 1).empty()) target = f.read(resolve(dims(f.e, 1), dtype_of(f.e, 1), false));
   f.info.output = f.produce(".loss", {}, f.dtype);
   const TensorId log_probs = f.produce(".log_probs", f.x_shape, f.dtype);
   f.info.saved = {log_probs};
-  if (target != kNoId) f.info.saved.push_back(target);
+  if (target != kNoTensor) f.info.saved.push_back(target);
   return f.output({}, f.dtype);
 }
 
@@ -1130,10 +1130,10 @@ void Importer::build_backward(Unit& unit) {
     return;
   }
   info.has_backward = true;
-  const std::string layer = workload_.ops[static_cast<std::size_t>(*f)].layer.str();
+  const std::string layer = workload_.ops[index(*f)].layer.str();
   const OpId o = add_op(info.name + "_bwd", layer, Phase::kBackward, unit);
   op(o).differentiates = *f;
-  TensorId gy = kNoId;
+  TensorId gy = kNoTensor;
   if (auto it = grad_of_.find(info.output); it != grad_of_.end()) {
     gy = it->second;
     add_input(o, gy);
@@ -1142,7 +1142,7 @@ void Importer::build_backward(Unit& unit) {
   if (info.layer == Layer::kAdd) {
     // The gradient passes through to both inputs unchanged; only a fork needs a new tensor.
     for (TensorId x : info.data_inputs) {
-      if (grad_of_.count(x) != 0 || gy == kNoId) {
+      if (grad_of_.count(x) != 0 || gy == kNoTensor) {
         const sim::Tensor& xt = tensor(x);
         contribute_gradient(
             x, add_tensor("grad." + xt.name, TensorKind::kGradient, xt.shape, xt.dtype, o), o);
@@ -1201,25 +1201,24 @@ void Importer::fill_host_side() {
   const StepWindow& step = report_.step;
   std::vector<Nanoseconds> launch(workload_.ops.size(), step.start_ns);
   for (const Unit& u : units_) {
-    if (u.op != kNoId)
-      launch[static_cast<std::size_t>(u.op)] = u.first_launch.value_or(event(u).start_ns);
+    if (u.op != kNoOp) launch[index(u.op)] = u.first_launch.value_or(event(u).start_ns);
   }
   const std::vector<BlockingCall> calls = blocking_calls(trace_, step.start_ns, step.end_ns);
   report_.blocking_calls = calls.size();
   std::size_t next_call = 0;
-  OpId last = kNoId;
+  OpId last = kNoOp;
   auto wait_before = [&](Nanoseconds t) {
     Nanoseconds wait = 0;
     for (; next_call < calls.size() && calls[next_call].start_ns < t; ++next_call) {
       wait = saturating_add(wait, calls[next_call].wait_ns);
-      if (last != kNoId) op(last).host->synchronizes = true;
+      if (last != kNoOp) op(last).host->synchronizes = true;
     }
     report_.blocked_ns = saturating_add(report_.blocked_ns, wait);
     return wait;
   };
   Nanoseconds previous = step.start_ns;
   for (sim::Op& o : workload_.ops) {
-    const Nanoseconds at = std::max(launch[static_cast<std::size_t>(o.id)], previous);
+    const Nanoseconds at = std::max(launch[index(o.id)], previous);
     const Nanoseconds wait = wait_before(at);
     o.host = sim::HostSide{std::max<Nanoseconds>(0, at - previous - wait), false};
     previous = at;
@@ -1316,7 +1315,8 @@ ImportResult Importer::run() {
                     "input shapes): record with torch.profiler.profile(record_shapes=True)",
                     report_.step.label));
   }
-  if (pending_ns_ > 0) op(0).duration_ns = saturating_add(op(0).duration_ns, pending_ns_);
+  if (pending_ns_ > 0)
+    op(OpId{0}).duration_ns = saturating_add(op(OpId{0}).duration_ns, pending_ns_);
   check_parameters_against_optimizer();
   check_outputs_against_allocations();
   if (report_.gpu) fill_host_side();

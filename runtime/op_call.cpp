@@ -80,7 +80,7 @@ GradOutputs OpCall::grad_outputs() const {
     fail(op.layer.str() + " backward reads dy, x and w, writes [dx,] dw [, db]");
   }
   GradOutputs has;
-  if (op.differentiates != sim::kNoId) {
+  if (op.differentiates != sim::kNoOp) {
     has.db = workload.op(op.differentiates).inputs.size() == 3;
   } else {
     has.db = n >= 2 && workload.tensor(op.outputs.back()).shape.size() == 1;

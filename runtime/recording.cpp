@@ -22,7 +22,7 @@ namespace {
 // op's workspace becomes that algorithm's, and the memory-optimal one its alternative.
 void use_found_algorithms(sim::Workload& w, const std::map<sim::OpId, FoundAlgorithms>& found) {
   for (const auto& [id, f] : found) {
-    sim::Op& op = w.ops.at(static_cast<std::size_t>(id));
+    sim::Op& op = w.ops.at(index(id));
     op.workspace_bytes = f.fastest.workspace_bytes;
     op.algorithms.clear();
     if (f.memory_optimal.workspace_bytes < f.fastest.workspace_bytes) {
@@ -61,7 +61,7 @@ Measurements measure(const Backend& backend, const sim::Workload& w, const sim::
       if (span.stream != sim::StreamId::kCompute) continue;
       const sim::Instruction& in = compute[static_cast<std::size_t>(span.index)];
       if (in.kind != sim::InstrKind::kRun) continue;
-      this_run[static_cast<std::size_t>(in.op)] += span.end_ns - span.start_ns;
+      this_run[index(in.op)] += span.end_ns - span.start_ns;
     }
     for (std::size_t o = 0; o < w.ops.size(); ++o) m.op_ns[o].push_back(this_run[o]);
   }

@@ -65,7 +65,7 @@ bool compared_by_validation(const sim::Workload& w, const sim::Tensor& t) {
       t.kind == sim::TensorKind::kOptimizerState) {
     return true;
   }
-  if (t.producer == sim::kNoId) return false;
+  if (t.producer == sim::kNoOp) return false;
   const sim::Op& op = w.op(t.producer);
   return op.layer.rule().loss && op.phase == sim::Phase::kForward && op.outputs.front() == t.id;
 }
@@ -87,7 +87,7 @@ Calibration calibrate_in_core(const Backend& backend, const sim::Workload& workl
     for (const sim::Span& span : measured.spans) {
       if (span.stream != sim::StreamId::kCompute) continue;
       const sim::Instruction& in = compute[static_cast<std::size_t>(span.index)];
-      op_ns[static_cast<std::size_t>(in.op)].push_back(span.end_ns - span.start_ns);
+      op_ns[index(in.op)].push_back(span.end_ns - span.start_ns);
     }
   }
   for (std::size_t o = 0; o < workload.ops.size(); ++o) {

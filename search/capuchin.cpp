@@ -89,14 +89,14 @@ void place_in_triggers(sim::Plan& plan, const NetworkView& view, const sim::Mach
   for (int m : swapped) {
     const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(m)];
     const sim::Nanoseconds end =
-        std::min(link_free_until, schedule.start_ns[static_cast<std::size_t>(first_backward(m))]);
+        std::min(link_free_until, schedule.start_ns[sim::index(first_backward(m))]);
     const sim::Nanoseconds start = end - machine.h2d_copy_ns(view.map_bytes(m));
     link_free_until = start;
     const sim::OpId earliest = sim::last_forward_use(fm, w) + 1;
     sim::OpId at = sim::default_prefetch_point(fm, w);
-    while (at > earliest && schedule.start_ns[static_cast<std::size_t>(at)] > start) --at;
+    while (at > earliest && schedule.start_ns[sim::index(at)] > start) --at;
     plan.decisions[static_cast<std::size_t>(m)].prefetch_before =
-        at == sim::default_prefetch_point(fm, w) ? sim::kNoId : at;
+        at == sim::default_prefetch_point(fm, w) ? sim::kNoOp : at;
   }
 }
 

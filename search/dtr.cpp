@@ -63,10 +63,10 @@ sim::Nanoseconds dtr_cost(const NetworkView& view, const sim::Plan& plan, int ma
 
 double dtr_score(const NetworkView& view, const sim::Plan& plan, const InCoreSchedule& schedule,
                  int map, sim::OpId at) {
-  const sim::Nanoseconds now = schedule.start_ns[static_cast<std::size_t>(at)];
+  const sim::Nanoseconds now = schedule.start_ns[index(at)];
   const sim::OpId touched = last_touch_before(view, map, at);
-  const double staleness = static_cast<double>(
-      std::max<sim::Nanoseconds>(1, now - schedule.end_ns[static_cast<std::size_t>(touched)]));
+  const double staleness =
+      static_cast<double>(std::max<sim::Nanoseconds>(1, now - schedule.end_ns[index(touched)]));
   return static_cast<double>(dtr_cost(view, plan, map)) /
          (static_cast<double>(view.map_bytes(map)) * staleness);
 }
@@ -102,7 +102,7 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
   std::size_t evicted = 0;
   for (;;) {
     const Evaluation e = evaluator.evaluate(plan);
-    if (e.feasible || e.oom_op == sim::kNoId) break;
+    if (e.feasible || e.oom_op == sim::kNoOp) break;
     // Evict at the op where memory ran out until the evicted bytes cover the bytes missing there
     // (Note [DTR frozen into a plan], batches), then simulate again.
     sim::Bytes freed = 0;

@@ -21,7 +21,7 @@ struct Evaluation {
   sim::Bytes peak_bytes = 0;
   sim::Bytes peak_reserved_bytes = 0;
   sim::Nanoseconds stall_ns = 0;
-  sim::OpId oom_op = sim::kNoId;  // where memory ran out, when it did
+  sim::OpId oom_op = sim::kNoOp;  // where memory ran out, when it did
   sim::Bytes oom_bytes_missing = 0;
   /// For a plan that does not fit, when the Evaluator measures it (Evaluator::measure_excess):
   /// its peak arena end on a device without a memory limit, minus the capacity. Zero exactly

@@ -87,7 +87,7 @@ constexpr std::size_t kOpenNodesPerThread = 16;
 struct Option {
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
-  sim::OpId prefetch_before = sim::kNoId;
+  sim::OpId prefetch_before = sim::kNoOp;
   std::int32_t algorithm = -1;
 };
 
@@ -95,7 +95,7 @@ struct Option {
 // one the bounding plan takes while the variable is free (keep; the fastest algorithm).
 struct Variable {
   int map = -1;               // index into feature_maps(), or -1
-  sim::OpId op = sim::kNoId;  // the op whose algorithm it chooses, when map < 0
+  sim::OpId op = sim::kNoOp;  // the op whose algorithm it chooses, when map < 0
   std::vector<Option> options;
 };
 
@@ -111,10 +111,10 @@ class Space {
     const sim::Workload& w = view.workload();
     const std::size_t n_ops = w.ops.size();
     const auto& maps = view.feature_maps();
-    last_reader_.assign(w.tensors.size(), sim::kNoId);
+    last_reader_.assign(w.tensors.size(), sim::kNoOp);
     for (const sim::Op& op : w.ops) {
       for (sim::TensorId t : op.inputs) {
-        auto& last = last_reader_[static_cast<std::size_t>(t)];
+        auto& last = last_reader_[index(t)];
         last = std::max(last, op.id);
       }
     }
@@ -123,7 +123,7 @@ class Space {
     base_.assign(n_ops, 0);
     std::vector<std::vector<sim::TensorId>> own(n_ops);
     for (const sim::Op& op : w.ops) {
-      auto& mine = own[static_cast<std::size_t>(op.id)];
+      auto& mine = own[index(op.id)];
       mine = op.inputs;
       mine.insert(mine.end(), op.outputs.begin(), op.outputs.end());
       std::sort(mine.begin(), mine.end());
@@ -131,26 +131,26 @@ class Space {
       sim::Bytes bytes = workspace(min_workspace(op));
       for (sim::TensorId t : mine) {
         const sim::Tensor& tensor = w.tensor(t);
-        const bool aliased = tensor.producer == op.id && tensor.in_place_of != sim::kNoId;
+        const bool aliased = tensor.producer == op.id && tensor.in_place_of != sim::kNoTensor;
         if (!aliased) bytes += aligned(tensor.bytes);
       }
-      base_[static_cast<std::size_t>(op.id)] = bytes;
+      base_[index(op.id)] = bytes;
     }
     auto add_interval = [&](sim::TensorId t, sim::OpId from, sim::OpId to) {
-      for (sim::OpId i = std::max<sim::OpId>(from, 0); i <= to; ++i) {
-        const auto& mine = own[static_cast<std::size_t>(i)];
+      for (sim::OpId i = std::max(from, sim::OpId{0}); i <= to; ++i) {
+        const auto& mine = own[index(i)];
         if (!std::binary_search(mine.begin(), mine.end(), t))
-          base_[static_cast<std::size_t>(i)] += aligned(w.tensor(t).bytes);
+          base_[index(i)] += aligned(w.tensor(t).bytes);
       }
     };
     std::vector<int> map_of(w.tensors.size(), -1);
     for (std::size_t m = 0; m < maps.size(); ++m)
-      map_of[static_cast<std::size_t>(maps[m].tensor)] = static_cast<int>(m);
+      map_of[index(maps[m].tensor)] = static_cast<int>(m);
     for (const sim::Tensor& t : w.tensors) {
-      const sim::OpId last = last_reader_[static_cast<std::size_t>(t.id)];
-      const int m = map_of[static_cast<std::size_t>(t.id)];
-      if (t.producer == sim::kNoId) {
-        if (last != sim::kNoId) add_interval(t.id, 0, last);
+      const sim::OpId last = last_reader_[index(t.id)];
+      const int m = map_of[index(t.id)];
+      if (t.producer == sim::kNoOp) {
+        if (last != sim::kNoOp) add_interval(t.id, sim::OpId{0}, last);
       } else if (m >= 0) {
         const sim::FeatureMap& fm = maps[static_cast<std::size_t>(m)];
         add_interval(t.id, t.producer, drop(m));
@@ -177,7 +177,7 @@ class Space {
         return duration(op, a) < duration(op, b);
       });
       for (std::int32_t a : all)
-        v.options.push_back({sim::Action::kKeep, sim::Encoding::kNone, sim::kNoId, a});
+        v.options.push_back({sim::Action::kKeep, sim::Encoding::kNone, sim::kNoOp, a});
       variables_.push_back(std::move(v));
     }
     position_of_map_.assign(maps.size(), 0);
@@ -203,8 +203,7 @@ class Space {
   void add_option(const Variable& v, const Option& o, std::vector<sim::Bytes>& load) const {
     if (v.map < 0) {
       const sim::Op& op = view_.workload().op(v.op);
-      load[static_cast<std::size_t>(v.op)] +=
-          workspace(op_workspace(op, o.algorithm)) - workspace(min_workspace(op));
+      load[index(v.op)] += workspace(op_workspace(op, o.algorithm)) - workspace(min_workspace(op));
       return;
     }
     const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(v.map)];
@@ -225,8 +224,7 @@ class Space {
       case sim::Action::kRecompute:
         return;
     }
-    for (sim::OpId i = from; i < fm.backward_uses.front(); ++i)
-      load[static_cast<std::size_t>(i)] += bytes;
+    for (sim::OpId i = from; i < fm.backward_uses.front(); ++i) load[index(i)] += bytes;
   }
 
  private:
@@ -258,20 +256,20 @@ class Space {
       d.prefetch_before = o.prefetch_before;
       return sim::decision_problem(d, fm, w).empty();
     };
-    v.options.push_back({sim::Action::kKeep, sim::Encoding::kNone, sim::kNoId, -1});
+    v.options.push_back({sim::Action::kKeep, sim::Encoding::kNone, sim::kNoOp, -1});
     std::vector<sim::Encoding> codecs;
     if (encodings.binarize) codecs.push_back(sim::Encoding::kBinarize);
     if (encodings.sparse) codecs.push_back(sim::Encoding::kSparse);
     if (encodings.precision_reduction) codecs.push_back(*encodings.precision_reduction);
     for (sim::Encoding e : codecs) {
-      const Option o{sim::Action::kEncode, e, sim::kNoId, -1};
+      const Option o{sim::Action::kEncode, e, sim::kNoOp, -1};
       if (allowed(o)) v.options.push_back(o);
     }
     for (sim::OpId p = fm.backward_uses.front(); p > drop(map); --p) {
       const Option o{sim::Action::kSwap, sim::Encoding::kNone, p, -1};
       if (allowed(o)) v.options.push_back(o);
     }
-    const Option recompute{sim::Action::kRecompute, sim::Encoding::kNone, sim::kNoId, -1};
+    const Option recompute{sim::Action::kRecompute, sim::Encoding::kNone, sim::kNoOp, -1};
     if (allowed(recompute)) v.options.push_back(recompute);
     return v;
   }
@@ -346,8 +344,7 @@ class Solver {
         });
     producer_maps_.assign(view.workload().ops.size(), {});
     for (std::size_t m = 0; m < view.feature_maps().size(); ++m)
-      producer_maps_[static_cast<std::size_t>(view.producer(static_cast<int>(m)))].push_back(
-          static_cast<int>(m));
+      producer_maps_[index(view.producer(static_cast<int>(m)))].push_back(static_cast<int>(m));
   }
 
   void seed(const sim::Plan& plan, const Evaluation& e) {
@@ -434,7 +431,7 @@ class Solver {
   }
 
   [[nodiscard]] bool has_free_sibling(int map, std::size_t fixed) const {
-    for (int s : producer_maps_[static_cast<std::size_t>(view_.producer(map))]) {
+    for (int s : producer_maps_[index(view_.producer(map))]) {
       if (s != map && space_.position_of_map(s) >= fixed) return true;
     }
     return false;

@@ -58,9 +58,8 @@ sim::Plan apply_encodings(const sim::Plan& plan, const NetworkView& view,
     sim::Decision& d = result.decisions[m];
     if (d.action != sim::Action::kKeep) continue;
     const sim::FeatureMap& fm = view.feature_maps()[m];
-    const bool read_by_rerun =
-        std::any_of(fm.forward_uses.begin(), fm.forward_uses.end(),
-                    [&](sim::OpId op) { return rerun[static_cast<std::size_t>(op)]; });
+    const bool read_by_rerun = std::any_of(fm.forward_uses.begin(), fm.forward_uses.end(),
+                                           [&](sim::OpId op) { return rerun[index(op)]; });
     std::vector<sim::Encoding> tries;
     if (options.binarize) tries.push_back(sim::Encoding::kBinarize);
     if (options.sparse) tries.push_back(sim::Encoding::kSparse);

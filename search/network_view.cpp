@@ -14,18 +14,18 @@ NetworkView::NetworkView(const sim::Workload& workload)
   maps_read_by_.resize(n_ops);
   map_index_.assign(workload.tensors.size(), -1);
   for (std::size_t m = 0; m < maps_.size(); ++m) {
-    map_index_[static_cast<std::size_t>(maps_[m].tensor)] = static_cast<int>(m);
+    map_index_[index(maps_[m].tensor)] = static_cast<int>(m);
   }
   for (const sim::Op& op : workload.ops) {
     if (op.phase == sim::Phase::kForward) {
-      layer_index_[static_cast<std::size_t>(op.id)] = static_cast<int>(layers_.size());
+      layer_index_[index(op.id)] = static_cast<int>(layers_.size());
       layers_.push_back(op.id);
       for (sim::TensorId t : op.inputs) {
-        const int m = map_index_[static_cast<std::size_t>(t)];
-        if (m >= 0) maps_read_by_[static_cast<std::size_t>(op.id)].push_back(m);
+        const int m = map_index_[index(t)];
+        if (m >= 0) maps_read_by_[index(op.id)].push_back(m);
       }
-    } else if (op.phase == sim::Phase::kBackward && op.differentiates != sim::kNoId) {
-      backward_of_[static_cast<std::size_t>(op.differentiates)].push_back(op.id);
+    } else if (op.phase == sim::Phase::kBackward && op.differentiates != sim::kNoOp) {
+      backward_of_[index(op.differentiates)].push_back(op.id);
     }
   }
 }

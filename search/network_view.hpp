@@ -24,20 +24,16 @@ class NetworkView {
   /// Forward ops in issue order.
   [[nodiscard]] const std::vector<sim::OpId>& layers() const { return layers_; }
   /// Position of a forward op in layers(), or -1.
-  [[nodiscard]] int layer_index(sim::OpId op) const {
-    return layer_index_[static_cast<std::size_t>(op)];
-  }
+  [[nodiscard]] int layer_index(sim::OpId op) const { return layer_index_[index(op)]; }
   /// Backward ops that differentiate a forward op (named by `differentiates`), in issue order.
   [[nodiscard]] const std::vector<sim::OpId>& backward_ops_of(sim::OpId forward_op) const {
-    return backward_of_[static_cast<std::size_t>(forward_op)];
+    return backward_of_[index(forward_op)];
   }
   /// Index into feature_maps() of a tensor, or -1 when it is not a feature map.
-  [[nodiscard]] int map_index(sim::TensorId tensor) const {
-    return map_index_[static_cast<std::size_t>(tensor)];
-  }
+  [[nodiscard]] int map_index(sim::TensorId tensor) const { return map_index_[index(tensor)]; }
   /// Feature maps (indices into feature_maps()) that a forward op reads.
   [[nodiscard]] const std::vector<int>& maps_read_by(sim::OpId op) const {
-    return maps_read_by_[static_cast<std::size_t>(op)];
+    return maps_read_by_[index(op)];
   }
   /// Bytes of a feature map.
   [[nodiscard]] sim::Bytes map_bytes(int map) const;

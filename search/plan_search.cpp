@@ -93,7 +93,7 @@ constexpr std::size_t kSweepChunk = 4096;
 // Idle rounds of sampled pairs before a search whose pairs are too many to sweep settles.
 constexpr std::size_t kRandomPairRounds = 2;
 // In a prefetch window of at most this many ops, a swap may prefetch before any of them.
-constexpr sim::OpId kEveryPrefetchPoint = 32;
+constexpr std::int32_t kEveryPrefetchPoint = 32;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
 // The share of the time limit that the seeding policies may take (Note [Plan search], seeding).
@@ -113,8 +113,8 @@ struct Change {
   int map = -1;     // the map it changes, or -1 for an algorithm change
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
-  sim::OpId prefetch_before = sim::kNoId;
-  sim::OpId op = sim::kNoId;    // an algorithm change's op
+  sim::OpId prefetch_before = sim::kNoOp;
+  sim::OpId op = sim::kNoOp;    // an algorithm change's op
   std::int32_t algorithm = -1;  // its algorithm; -1: the op's default
 };
 
@@ -174,10 +174,10 @@ class Neighbourhood {
         sim::Decision candidate = d;
         candidate.action = action;
         candidate.encoding = encoding;
-        candidate.prefetch_before = sim::kNoId;
+        candidate.prefetch_before = sim::kNoOp;
         candidate.per_use = false;
         if (!sim::decision_problem(candidate, fm, w).empty()) continue;
-        out.push_back(map_change(m, action, encoding, sim::kNoId));
+        out.push_back(map_change(m, action, encoding, sim::kNoOp));
         if (action == sim::Action::kSwap) {
           // A swap whose prefetch starts earlier than the default (one op ahead): PoocH's "as
           // soon as memory has room" is one of these. In a short window, every point.
@@ -188,7 +188,7 @@ class Neighbourhood {
                 out.push_back(map_change(m, action, encoding, at));
             }
           } else {
-            for (sim::OpId ahead : {4, 16, 64, 256}) {
+            for (std::int32_t ahead : {4, 16, 64, 256}) {
               const sim::OpId at = first_backward - ahead;
               if (at <= last_forward) break;
               out.push_back(map_change(m, action, encoding, at));
@@ -201,7 +201,7 @@ class Neighbourhood {
         const std::pair<sim::OpId, sim::OpId> window = prefetch_window(static_cast<int>(m));
         const sim::OpId last_forward = window.first;
         const sim::OpId first_backward = window.second;
-        const sim::OpId current = d.prefetch_before != sim::kNoId
+        const sim::OpId current = d.prefetch_before != sim::kNoOp
                                       ? d.prefetch_before
                                       : default_prefetch(static_cast<int>(m));
         auto add = [&](sim::OpId at) {
@@ -211,7 +211,7 @@ class Neighbourhood {
         if (first_backward - last_forward <= kEveryPrefetchPoint) {
           for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) add(at);
         } else {
-          for (sim::OpId delta : {-64, -16, -4, -1, 1}) add(current + delta);
+          for (std::int32_t delta : {-64, -16, -4, -1, 1}) add(current + delta);
         }
       }
     }
@@ -322,11 +322,11 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
                           const Neighbourhood& neighbourhood, const sim::Plan& plan) {
   std::vector<double> score(neighbourhood.variable_count(), 1.0);
   for (const sim::Stall& s : timeline.stalls) {
-    if (s.tensor == sim::kNoId) continue;
+    if (s.tensor == sim::kNoTensor) continue;
     const int m = view.map_index(s.tensor);
     if (m >= 0) score[static_cast<std::size_t>(m)] += static_cast<double>(s.end_ns - s.start_ns);
   }
-  if (timeline.oom && timeline.oom->op != sim::kNoId) {
+  if (timeline.oom && timeline.oom->op != sim::kNoOp) {
     const sim::OpId at = timeline.oom->op;
     for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
       const sim::FeatureMap& fm = view.feature_maps()[m];

@@ -97,7 +97,7 @@ struct Exposure {
 std::vector<Exposure> exposures(const sim::Timeline& timeline, const NetworkView& view) {
   std::vector<Exposure> result(view.feature_maps().size());
   for (const sim::Stall& s : timeline.stalls) {
-    if (s.tensor == sim::kNoId) continue;
+    if (s.tensor == sim::kNoTensor) continue;
     const int m = view.map_index(s.tensor);
     if (m < 0) continue;
     auto& e = result[static_cast<std::size_t>(m)];
@@ -168,7 +168,7 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
       i = end;
       run *= 2;
     } else if (end - i == 1) {
-      if (e.oom_op != sim::kNoId) refused.push_back({e.oom_op, view.map_bytes(maps[i])});
+      if (e.oom_op != sim::kNoOp) refused.push_back({e.oom_op, view.map_bytes(maps[i])});
       ++i;  // stays swapped
     } else {
       run = (end - i) / 2;
@@ -224,7 +224,7 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     for (std::size_t i = 0; i < k; ++i) {
       auto& d = trial.decisions[static_cast<std::size_t>(order[i].second)];
       d.action = sim::Action::kRecompute;
-      d.prefetch_before = sim::kNoId;
+      d.prefetch_before = sim::kNoOp;
     }
     const Evaluation e = evaluator.evaluate(trial);
     if (e.feasible && e.iteration_ns < current) {
@@ -298,14 +298,14 @@ void hoist_swap_ins(const NetworkView& view, const sim::Program& program, sim::B
   }
   std::stable_sort(order.begin(), order.end(),
                    [](const SwapIn& a, const SwapIn& b) { return a.at < b.at; });
-  sim::OpId queue_head = 0;  // where the previous swap-in started
+  sim::OpId queue_head{0};  // where the previous swap-in started
   for (const SwapIn& s : order) {
     const sim::Bytes bytes = sim::DeviceArena::aligned_size(view.map_bytes(s.map));
     const sim::OpId earliest = std::max(s.after + 1, queue_head);
     sim::OpId p = s.at;
-    while (p > earliest && need[static_cast<std::size_t>(p - 1)] + bytes <= capacity) --p;
-    for (sim::OpId op = p; op < s.at; ++op) need[static_cast<std::size_t>(op)] += bytes;
-    plan.decisions[static_cast<std::size_t>(s.map)].prefetch_before = p < s.at ? p : sim::kNoId;
+    while (p > earliest && need[index(p - 1)] + bytes <= capacity) --p;
+    for (sim::OpId op = p; op < s.at; ++op) need[index(op)] += bytes;
+    plan.decisions[static_cast<std::size_t>(s.map)].prefetch_before = p < s.at ? p : sim::kNoOp;
     queue_head = std::max(queue_head, p);
   }
 }
@@ -313,7 +313,7 @@ void hoist_swap_ins(const NetworkView& view, const sim::Program& program, sim::B
 }  // namespace
 
 void pooch_schedule_swap_ins(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
-  for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoId;
+  for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoOp;
   const Evaluation base = evaluator.evaluate(plan);
   if (!base.feasible) return;
   const sim::Program program = sim::lower(view.workload(), plan);
@@ -433,7 +433,7 @@ class RatioMeter {
     const sim::Nanoseconds swap_overhead = current - base;
     if (swap_overhead <= 0) return kInfinite;  // the swap is free: r is infinite
     candidate.decisions[m].action = sim::Action::kRecompute;
-    candidate.decisions[m].prefetch_before = sim::kNoId;
+    candidate.decisions[m].prefetch_before = sim::kNoOp;
     const Evaluation e = ev.budget.evaluate(candidate);
     if (!e.feasible) return kInfinite;
     return static_cast<double>(e.iteration_ns - base) / static_cast<double>(swap_overhead);
@@ -476,7 +476,7 @@ bool take_smallest_ratios(Evaluator& evaluator, RatioMeter& meter, const std::ve
       continue;
     }
     plan.decisions[m].action = sim::Action::kRecompute;
-    plan.decisions[m].prefetch_before = sim::kNoId;
+    plan.decisions[m].prefetch_before = sim::kNoOp;
     current = time_or_infinity(evaluator.evaluate(plan));
     fresh = false;
   }
@@ -517,7 +517,7 @@ PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
   sim::Plan plan = std::move(keep_swap.plan);
   // Step 3 measures r with every swap-in at its default point: with the scheduled ones, memory is
   // full up to each swap-in's use and few recomputations would fit. The final plan is scheduled.
-  for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoId;
+  for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoOp;
   recompute_by_ratio(evaluator, view, plan);
   pooch_schedule_swap_ins(evaluator, view, plan);
   // Chainer frees through CuPy's memory pool, stream-ordered: compute does not wait for a

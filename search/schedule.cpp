@@ -26,8 +26,7 @@ sim::Nanoseconds free_time(const NetworkView& view, const InCoreSchedule& schedu
   const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(map)];
   const sim::OpId last_forward =
       fm.forward_uses.empty() ? view.producer(map) : fm.forward_uses.back();
-  return schedule.start_ns[static_cast<std::size_t>(fm.backward_uses.front())] -
-         schedule.end_ns[static_cast<std::size_t>(last_forward)];
+  return schedule.start_ns[index(fm.backward_uses.front())] - schedule.end_ns[index(last_forward)];
 }
 
 sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine& machine, int map) {
@@ -50,14 +49,14 @@ void place_releases(sim::Plan& plan, const NetworkView& view, const sim::Machine
     sim::Decision& d = plan.decisions[static_cast<std::size_t>(m)];
     const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(m)];
     const sim::Nanoseconds start =
-        std::max(engine_free, schedule.end_ns[static_cast<std::size_t>(view.producer(m))]);
+        std::max(engine_free, schedule.end_ns[sim::index(view.producer(m))]);
     engine_free = start + machine.d2h_copy_ns(view.map_bytes(m));
     const sim::OpId last_forward = sim::last_forward_use(fm, w);
     const sim::OpId limit =
-        d.prefetch_before != sim::kNoId ? d.prefetch_before : sim::default_prefetch_point(fm, w);
+        d.prefetch_before != sim::kNoOp ? d.prefetch_before : sim::default_prefetch_point(fm, w);
     sim::OpId at = last_forward + 1;
-    while (at < limit && schedule.start_ns[static_cast<std::size_t>(at)] < engine_free) ++at;
-    d.release_before = at == last_forward + 1 ? sim::kNoId : at;
+    while (at < limit && schedule.start_ns[sim::index(at)] < engine_free) ++at;
+    d.release_before = at == last_forward + 1 ? sim::kNoOp : at;
   }
 }
 
@@ -80,14 +79,14 @@ bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& pl
   // those whose copy-outs stall compute longest first.
   std::vector<std::pair<sim::Nanoseconds, int>> stalled;
   for (const sim::Stall& s : evaluator.simulate(plan).stalls) {
-    const int m = s.tensor == sim::kNoId ? -1 : view.map_index(s.tensor);
+    const int m = s.tensor == sim::kNoTensor ? -1 : view.map_index(s.tensor);
     if (s.cause == sim::StallCause::kSwapOut && m >= 0) stalled.emplace_back(s.end_ns - s.start_ns, m);
   }
   std::sort(stalled.rbegin(), stalled.rend());
   bool moved = false;
   for (std::size_t k = 0; k < std::min(stalled.size(), kDeferredOneByOne); ++k) {
     const auto m = static_cast<std::size_t>(stalled[k].second);
-    if (all.decisions[m].release_before == sim::kNoId) continue;
+    if (all.decisions[m].release_before == sim::kNoOp) continue;
     sim::Plan one = plan;
     one.decisions[m].release_before = all.decisions[m].release_before;
     moved = adopt_if_faster(evaluator, plan, std::move(one)) || moved;
@@ -97,7 +96,7 @@ bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& pl
 
 sim::OpId last_touch_before(const NetworkView& view, int map, sim::OpId op) {
   const sim::FeatureMap& fm = view.feature_maps()[static_cast<std::size_t>(map)];
-  sim::OpId last = view.producer(map) < op ? view.producer(map) : sim::kNoId;
+  sim::OpId last = view.producer(map) < op ? view.producer(map) : sim::kNoOp;
   for (sim::OpId u : fm.forward_uses) {
     if (u < op) last = std::max(last, u);
   }

@@ -41,7 +41,7 @@ bool adopt_if_faster(Evaluator& evaluator, sim::Plan& plan, sim::Plan candidate)
 /// Capuchin) does last.
 bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan);
 
-/// The last op before `op` (in issue order) that reads or writes the map, or kNoId.
+/// The last op before `op` (in issue order) that reads or writes the map, or kNoOp.
 sim::OpId last_touch_before(const NetworkView& view, int map, sim::OpId op);
 
 }  // namespace memplan::search

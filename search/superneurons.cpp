@@ -42,14 +42,15 @@ bool is_checkpoint_layer(const sim::LayerType& layer) {
          layer == kSoftmax || layer == kSoftmaxCrossEntropy || layer == kEmbedding;
 }
 
-// The backward op of the nearest conv layer that runs before `use` in backward, or kNoId.
+// The backward op of the nearest conv layer that runs before `use` in backward, or kNoOp.
 sim::OpId conv_prefetch_point(const NetworkView& view, sim::OpId use) {
   const sim::Workload& w = view.workload();
-  for (sim::OpId op = use - 1; op >= 0 && w.op(op).phase == sim::Phase::kBackward; --op) {
+  for (sim::OpId op = use - 1; op >= sim::OpId{0} && w.op(op).phase == sim::Phase::kBackward;
+       --op) {
     const sim::OpId fwd = w.op(op).differentiates;
-    if (fwd != sim::kNoId && is_conv_layer(w.op(fwd).layer)) return op;
+    if (fwd != sim::kNoOp && is_conv_layer(w.op(fwd).layer)) return op;
   }
-  return sim::kNoId;
+  return sim::kNoOp;
 }
 
 // The largest single layer's backward memory: inputs, outputs and workspace of one backward op.
@@ -96,18 +97,16 @@ SegmentCounts recompute_segments(const NetworkView& view, const std::vector<bool
   std::vector<int> segment_of_op(w.ops.size(), 0);
   std::vector<bool> checkpoint_op(w.ops.size(), false);
   for (std::size_t m = 0; m < checkpoint.size(); ++m) {
-    if (checkpoint[m])
-      checkpoint_op[static_cast<std::size_t>(view.producer(static_cast<int>(m)))] = true;
+    if (checkpoint[m]) checkpoint_op[index(view.producer(static_cast<int>(m)))] = true;
   }
   int segments = 0;
   for (sim::OpId op : view.layers()) {
-    const auto i = static_cast<std::size_t>(op);
+    const auto i = index(op);
     if (checkpoint_op[i] || is_checkpoint_layer(w.op(op).layer)) ++segments;
     segment_of_op[i] = segments;
   }
   auto segment = [&](std::size_t m) {
-    return static_cast<std::size_t>(
-        segment_of_op[static_cast<std::size_t>(view.producer(static_cast<int>(m)))]);
+    return static_cast<std::size_t>(segment_of_op[index(view.producer(static_cast<int>(m)))]);
   };
   std::vector<sim::Bytes> segment_bytes(static_cast<std::size_t>(segments) + 1, 0);
   std::vector<bool> segment_used(segment_bytes.size(), false);
@@ -133,7 +132,7 @@ SegmentCounts recompute_segments(const NetworkView& view, const std::vector<bool
 int least_recently_used(const NetworkView& view, const std::vector<bool>& checkpoint,
                         const sim::Plan& plan, sim::OpId oom_op) {
   int victim = -1;
-  sim::OpId victim_touch = sim::kNoId;
+  sim::OpId victim_touch = sim::kNoOp;
   for (std::size_t m = 0; m < checkpoint.size(); ++m) {
     if (!checkpoint[m] || plan.decisions[m].action != sim::Action::kKeep) continue;
     const auto& fm = view.feature_maps()[m];
@@ -155,7 +154,7 @@ std::size_t swap_by_pool(Evaluator& evaluator, const NetworkView& view,
   std::size_t swapped = 0;
   for (;;) {
     const Evaluation e = evaluator.evaluate(plan);
-    if (e.feasible || e.oom_op == sim::kNoId) break;
+    if (e.feasible || e.oom_op == sim::kNoOp) break;
     const std::size_t before = swapped;
     sim::Bytes freed = 0;
     while (freed < std::max<sim::Bytes>(1, e.oom_bytes_missing)) {
@@ -165,7 +164,7 @@ std::size_t swap_by_pool(Evaluator& evaluator, const NetworkView& view,
       d.action = sim::Action::kSwap;
       const sim::OpId at = conv_prefetch_point(
           view, view.feature_maps()[static_cast<std::size_t>(victim)].backward_uses.front());
-      if (at != sim::kNoId) d.prefetch_before = at;
+      if (at != sim::kNoOp) d.prefetch_before = at;
       freed += view.map_bytes(victim);
       ++swapped;
     }

@@ -47,7 +47,7 @@ PolicyDecision vdnn(const NetworkView& view, bool conv_only, std::string_view na
   // The prefetch rule, replayed over the backward ops in issue order.
   std::vector<bool> prefetched(swapped.size(), false);
   for (const sim::Op& op : w.ops) {
-    if (op.phase != sim::Phase::kBackward || op.differentiates == sim::kNoId) continue;
+    if (op.phase != sim::Phase::kBackward || op.differentiates == sim::kNoOp) continue;
     if (view.backward_ops_of(op.differentiates).front() != op.id) continue;  // once per layer
     for (int l = view.layer_index(op.differentiates) - 1; l >= 0; --l) {
       const sim::OpId layer = view.layers()[static_cast<std::size_t>(l)];
@@ -107,7 +107,7 @@ bool fit_algorithms(Evaluator& evaluator, sim::Plan& plan) {
   for (;;) {
     const Evaluation e = evaluator.evaluate(plan);
     if (e.feasible) return true;
-    if (e.oom_op == sim::kNoId) return false;
+    if (e.oom_op == sim::kNoOp) return false;
     const sim::Op& op = w.op(e.oom_op);
     auto current = std::find_if(plan.algorithms.begin(), plan.algorithms.end(),
                                 [&](const sim::AlgorithmChoice& c) { return c.op == op.id; });

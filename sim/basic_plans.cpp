@@ -9,7 +9,7 @@ Plan make_uniform_plan(const Workload& workload, Action action, std::string_view
   plan.policy = std::string(policy_name);
   plan.fingerprint = workload_fingerprint(workload);
   for (const FeatureMap& map : find_feature_maps(workload)) {
-    plan.decisions.push_back(Decision{map.tensor, action, Encoding::kNone, kNoId});
+    plan.decisions.push_back(Decision{map.tensor, action, Encoding::kNone, kNoOp});
   }
   return plan;
 }
@@ -24,7 +24,7 @@ Plan recompute_all_plan(const Workload& workload) {
   Plan plan = make_uniform_plan(workload, Action::kRecompute, "recompute-all");
   const std::vector<bool> regenerable = regenerable_tensors(workload);
   for (Decision& d : plan.decisions) {
-    if (!regenerable[static_cast<std::size_t>(d.tensor)]) d.action = Action::kKeep;
+    if (!regenerable[index(d.tensor)]) d.action = Action::kKeep;
   }
   return plan;
 }

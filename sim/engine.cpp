@@ -91,7 +91,8 @@ class Engine::Clock {
     }
     t = add_ns(t, duration);
     if (stream == StreamId::kHost) tl_.host_ops_ns = add_ns(tl_.host_ops_ns, duration);
-    if (kHostStream && in.kind == InstrKind::kRun && program_.host.ops[at(in.op)].synchronizes) {
+    if (kHostStream && in.kind == InstrKind::kRun &&
+        program_.host.ops[sim::index(in.op)].synchronizes) {
       sync_pending_ = true;
       sync_op_ = in.op;
       return Step::kPause;  // the copy streams catch up before the host goes on
@@ -107,7 +108,7 @@ class Engine::Clock {
         return in.duration_ns;
       case InstrKind::kRecompute:
         launched(in, t);
-        stall(StallCause::kRecompute, kNoId, in.op, t, in.duration_ns);
+        stall(StallCause::kRecompute, kNoTensor, in.op, t, in.duration_ns);
         return in.duration_ns;
       case InstrKind::kEncode:
       case InstrKind::kDecode: {
@@ -211,8 +212,8 @@ class Engine::Clock {
     if (sync_pending_) settle_host(t);
     const HostProgram& host = program_.host;
     if (next_op_ < host.dispatch_at.size() && index == host.dispatch_at[next_op_]) {
-      const auto op = static_cast<OpId>(next_op_++);
-      host_work(HostActivity::kDispatch, op, host.ops[at(op)].dispatch_ns);
+      const OpId op = op_id(next_op_++);
+      host_work(HostActivity::kDispatch, op, host.ops[sim::index(op)].dispatch_ns);
     }
     t = std::max(t, host_now_);
   }
@@ -239,7 +240,7 @@ class Engine::Clock {
   Nanoseconds host_now_ = 0;
   std::size_t next_op_ = 0;  // the next op the host dispatches
   bool sync_pending_ = false;
-  OpId sync_op_ = kNoId;
+  OpId sync_op_ = kNoOp;
 };
 
 const Timeline& Engine::run(const Program& program, const Machine& machine,

@@ -9,7 +9,7 @@
 namespace memplan::sim {
 
 struct FeatureMap {
-  TensorId tensor = kNoId;
+  TensorId tensor = kNoTensor;
   std::vector<OpId> forward_uses;   // ops of the forward phase that read it, in issue order
   std::vector<OpId> backward_uses;  // ops of the backward phase that read it, in issue order
 };

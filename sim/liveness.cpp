@@ -7,34 +7,34 @@
 namespace memplan::sim {
 
 Liveness analyze_liveness(const Workload& workload) {
-  const auto op_count = static_cast<OpId>(workload.ops.size());
+  const OpId op_count = op_id(workload.ops.size());
   Liveness result;
-  result.last_use.assign(workload.tensors.size(), kNoId);
+  result.last_use.assign(workload.tensors.size(), kNoOp);
   for (const Op& op : workload.ops) {
-    for (TensorId t : op.inputs) result.last_use[static_cast<std::size_t>(t)] = op.id;
+    for (TensorId t : op.inputs) result.last_use[index(t)] = op.id;
   }
   result.storage_of.assign(workload.tensors.size(), 0);
   // Tensors are visited in id order, but an in-place tensor may come before its base in the list,
   // so roots are resolved by following in_place_of (validate() guarantees chains end).
   auto root_of = [&](TensorId t) {
-    while (workload.tensor(t).in_place_of != kNoId) t = workload.tensor(t).in_place_of;
+    while (workload.tensor(t).in_place_of != kNoTensor) t = workload.tensor(t).in_place_of;
     return t;
   };
   std::vector<std::size_t> storage_of_root(workload.tensors.size(), SIZE_MAX);
   for (const Tensor& t : workload.tensors) {
-    if (t.in_place_of != kNoId) continue;
+    if (t.in_place_of != kNoTensor) continue;
     Storage s;
     s.root = t.id;
     s.bytes = t.bytes;
-    s.first = t.producer;  // kNoId for tensors that exist before the step
-    storage_of_root[static_cast<std::size_t>(t.id)] = result.storages.size();
+    s.first = t.producer;  // kNoOp for tensors that exist before the step
+    storage_of_root[index(t.id)] = result.storages.size();
     result.storages.push_back(std::move(s));
   }
   for (const Tensor& t : workload.tensors) {
-    const std::size_t s = storage_of_root[static_cast<std::size_t>(root_of(t.id))];
+    const std::size_t s = storage_of_root[index(root_of(t.id))];
     MEMPLAN_CHECK(s != SIZE_MAX, "every in-place chain ends in a tensor that owns its buffer");
-    result.storage_of[static_cast<std::size_t>(t.id)] = s;
-    if (t.in_place_of != kNoId) result.storages[s].tensors.push_back(t.id);
+    result.storage_of[index(t.id)] = s;
+    if (t.in_place_of != kNoTensor) result.storages[s].tensors.push_back(t.id);
   }
   for (Storage& s : result.storages) {
     s.tensors.insert(s.tensors.begin(), s.root);
@@ -47,10 +47,9 @@ Liveness analyze_liveness(const Workload& workload) {
     }
     // Dies after the last read of any tensor in the chain, or right after it is written when
     // nothing reads it.
-    OpId last = kNoId;
+    OpId last = kNoOp;
     for (TensorId t : s.tensors) {
-      last = std::max(
-          {last, result.last_use[static_cast<std::size_t>(t)], workload.tensor(t).producer});
+      last = std::max({last, result.last_use[index(t)], workload.tensor(t).producer});
     }
     s.last = last;
   }
@@ -65,12 +64,12 @@ InCorePeak incore_peak(const Workload& workload) {
   // at first (or 0 for pre-existing ones) and leaves after last.
   std::vector<Bytes> delta(n + 1, 0);
   for (const Storage& s : liveness.storages) {
-    if (s.last == kNoId) {
+    if (s.last == kNoOp) {
       // A pre-existing buffer nothing reads: resident before the step, freed before op 0 runs.
       continue;
     }
-    const auto begin = static_cast<std::size_t>(std::max<OpId>(s.first, 0));
-    const auto end = static_cast<std::size_t>(std::min<OpId>(s.last, static_cast<OpId>(n) - 1)) + 1;
+    const std::size_t begin = s.first == kNoOp ? 0 : index(s.first);
+    const std::size_t end = std::min(index(s.last), n - 1) + 1;
     delta[begin] += s.bytes;
     delta[end] -= s.bytes;
   }
@@ -79,9 +78,9 @@ InCorePeak incore_peak(const Workload& workload) {
   for (std::size_t i = 0; i < n; ++i) {
     live += delta[i];
     const Bytes need = live + workload.ops[i].workspace_bytes;
-    if (peak.op == kNoId || need > peak.bytes) {
+    if (peak.op == kNoOp || need > peak.bytes) {
       peak.bytes = need;
-      peak.op = static_cast<OpId>(i);
+      peak.op = op_id(i);
     }
   }
   return peak;
@@ -90,7 +89,7 @@ InCorePeak incore_peak(const Workload& workload) {
 Bytes no_reuse_bytes(const Workload& workload) {
   Bytes total = 0;
   for (const Tensor& t : workload.tensors) {
-    if (t.in_place_of == kNoId) total += t.bytes;
+    if (t.in_place_of == kNoTensor) total += t.bytes;
   }
   for (const Op& op : workload.ops) total += op.workspace_bytes;
   return total;

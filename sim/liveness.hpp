@@ -9,20 +9,20 @@
 namespace memplan::sim {
 
 /// One device buffer over the iteration: allocated before op `first` runs (or before the step
-/// for tensors that already exist: first == kNoId) and freed after op `last` ends (last ==
+/// for tensors that already exist: first == kNoOp) and freed after op `last` ends (last ==
 /// ops.size() for tensors that outlive the step).
 struct Storage {
-  TensorId root = kNoId;          // the tensor that allocates the buffer
+  TensorId root = kNoTensor;      // the tensor that allocates the buffer
   std::vector<TensorId> tensors;  // root first, then tensors written in place over it
   Bytes bytes = 0;
-  OpId first = kNoId;
-  OpId last = kNoId;
+  OpId first = kNoOp;
+  OpId last = kNoOp;
 };
 
 struct Liveness {
   std::vector<Storage> storages;
   std::vector<std::size_t> storage_of;  // tensor id -> index into storages
-  /// Last op that reads each tensor (kNoId when none does).
+  /// Last op that reads each tensor (kNoOp when none does).
   std::vector<OpId> last_use;
 };
 
@@ -31,7 +31,7 @@ Liveness analyze_liveness(const Workload& workload);
 
 struct InCorePeak {
   Bytes bytes = 0;  // live buffers plus the op's workspace, at the worst op
-  OpId op = kNoId;  // the op where the peak is reached (kNoId for an empty workload)
+  OpId op = kNoOp;  // the op where the peak is reached (kNoOp for an empty workload)
 };
 
 /// Peak device bytes when nothing is swapped, recomputed or encoded and every buffer dies right

@@ -15,16 +15,17 @@ constexpr std::size_t at(std::int32_t i) {
 }
 }  // namespace
 
-void Lowerer::PerOp::build(std::size_t op_count,
-                           const std::vector<std::pair<OpId, TensorId>>& entries) {
-  // Counting sort by op, stable: tensors keep the order in which they were listed.
-  begin.assign(op_count + 1, 0);
-  for (const auto& [op, t] : entries) ++begin[at(op) + 1];
-  for (std::size_t i = 0; i < op_count; ++i) begin[i + 1] += begin[i];
+template <typename Key, typename Item>
+void Lowerer::Lists<Key, Item>::build(std::size_t key_count,
+                                      const std::vector<std::pair<Key, Item>>& entries) {
+  // Counting sort by key, stable: items keep the order in which they were listed.
+  begin.assign(key_count + 1, 0);
+  for (const auto& [key, item] : entries) ++begin[index(key) + 1];
+  for (std::size_t i = 0; i < key_count; ++i) begin[i + 1] += begin[i];
   items.resize(entries.size());
   std::vector<std::int32_t>& next = begin;  // filled in place, then shifted back
-  for (const auto& [op, t] : entries) items[at(next[at(op)]++)] = t;
-  for (std::size_t i = op_count; i > 0; --i) begin[i] = begin[i - 1];
+  for (const auto& [key, item] : entries) items[at(next[index(key)]++)] = item;
+  for (std::size_t i = key_count; i > 0; --i) begin[i] = begin[i - 1];
   begin[0] = 0;
 }
 
@@ -59,29 +60,29 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
   }
   inputs_.build(w_.ops.size(), inputs);
   outputs_.build(w_.ops.size(), outputs);
-  std::vector<std::pair<OpId, TensorId>> readers;  // (tensor, op): keyed by tensor
+  std::vector<std::pair<TensorId, OpId>> readers;
   readers.reserve(inputs.size());
   for (const auto& [op, t] : inputs) readers.emplace_back(t, op);
   readers_.build(w_.tensors.size(), readers);
   maps_ = find_feature_maps(w_);
   map_of_.assign(w_.tensors.size(), -1);
   for (std::size_t i = 0; i < maps_.size(); ++i)
-    map_of_[at(maps_[i].tensor)] = static_cast<std::int32_t>(i);
+    map_of_[index(maps_[i].tensor)] = static_cast<std::int32_t>(i);
   const Liveness liveness = analyze_liveness(w_);
   std::vector<bool> read(w_.tensors.size(), false);
   for (const Op& op : w_.ops) {
     op_compute_ns_ += op.duration_ns;
-    for (TensorId t : op.inputs) read[at(t)] = true;
+    for (TensorId t : op.inputs) read[index(t)] = true;
   }
   entries_.clear();
   for (const Tensor& t : w_.tensors) {
     if (is_preexisting(t.kind)) {
       // Cannot be regenerated: stays until its last reference, recomputes included.
-      if (read[at(t.id)]) preexisting_read_.push_back(t.id);
+      if (read[index(t.id)]) preexisting_read_.push_back(t.id);
       continue;
     }
-    const OpId last = liveness.last_use[at(t.id)];
-    entries_.emplace_back(last == kNoId ? t.producer : last, t.id);
+    const OpId last = liveness.last_use[index(t.id)];
+    entries_.emplace_back(last == kNoOp ? t.producer : last, t.id);
   }
   drop_at_.build(w_.ops.size(), entries_);
 }
@@ -91,7 +92,7 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   start_program(plan);
   plan_drop_points(plan);
   place_preexisting();
-  for (std::size_t i = 0; i < op_.size(); ++i) lower_op(plan, static_cast<OpId>(i));
+  for (std::size_t i = 0; i < op_.size(); ++i) lower_op(plan, op_id(i));
   place_frees();
   program_ = nullptr;
 }
@@ -111,8 +112,8 @@ void Lowerer::start_program(const Plan& plan) {
   algorithm_.assign(w_.ops.size(), nullptr);
   for (const AlgorithmChoice& c : plan.algorithms) {
     const Op& op = w_.op(c.op);
-    algorithm_[at(c.op)] = &op.algorithms[at(c.algorithm)];
-    out.op_compute_ns += algorithm_[at(c.op)]->duration_ns - op.duration_ns;
+    algorithm_[index(c.op)] = &op.algorithms[at(c.algorithm)];
+    out.op_compute_ns += algorithm_[index(c.op)]->duration_ns - op.duration_ns;
   }
   if (plan.host_update) {  // the update runs on the host stream, not on the device
     for (const OpInfo& op : op_) {
@@ -136,18 +137,18 @@ void Lowerer::plan_drop_points(const Plan& plan) {
   prefetches_.clear();
   releases_.clear();
   for (const Decision& d : plan.decisions) {
-    const std::int32_t m = map_of_[at(d.tensor)];
+    const std::int32_t m = map_of_[index(d.tensor)];
     MEMPLAN_CHECK(m >= 0, "a plan decides feature maps only");
-    state_[at(d.tensor)].decision = &d;
+    state_[index(d.tensor)].decision = &d;
     ++program_->action_counts[static_cast<std::size_t>(d.action)];
     if (d.action == Action::kKeep) continue;
     const FeatureMap& map = maps_[at(m)];
     entries_.emplace_back(last_forward_use(map, w_), d.tensor);
     if (d.action == Action::kSwap) {
       prefetches_.emplace_back(
-          d.prefetch_before != kNoId ? d.prefetch_before : default_prefetch_point(map, w_),
+          d.prefetch_before != kNoOp ? d.prefetch_before : default_prefetch_point(map, w_),
           d.tensor);
-      if (d.release_before != kNoId) releases_.emplace_back(d.release_before, d.tensor);
+      if (d.release_before != kNoOp) releases_.emplace_back(d.release_before, d.tensor);
     }
   }
   forward_drop_at_.build(w_.ops.size(), entries_);
@@ -160,24 +161,24 @@ void Lowerer::plan_drop_points(const Plan& plan) {
 // persistent one is never freed.
 void Lowerer::place_preexisting() {
   for (TensorId t : preexisting_read_) {
-    if (state_[at(t)].host != 0) continue;  // its home is a host slot
-    const BufferId b = new_tensor_buffer(t, kNoId);
+    if (state_[index(t)].host != 0) continue;  // its home is a host slot
+    const BufferId b = new_tensor_buffer(t, kNoOp);
     program_->buffers[at(b)].initial = true;
-    if (is_persistent(tensor_[at(t)].kind)) last_ref_[at(b)] = kNeverFreed;
-    state_[at(t)].loc = b;
+    if (is_persistent(tensor_[index(t)].kind)) last_ref_[at(b)] = kNeverFreed;
+    state_[index(t)].loc = b;
   }
 }
 
 // One op in issue order: the prefetches issued before it, the op itself (on the device or, for a
 // host update, on the host), then the copy-outs of its outputs and the drops after it.
 void Lowerer::lower_op(const Plan& plan, OpId op) {
-  const auto i = at(op);
+  const auto i = index(op);
   if (program_->host.active()) program_->host.dispatch_at[i] = body_.size();
   for (auto k = release_at_.begin[i]; k < release_at_.begin[i + 1]; ++k)
     release(release_at_.items[at(k)], op);
   for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
     const TensorId t = prefetch_at_.items[at(k)];
-    if (state_[at(t)].loc < 0) issue_prefetch(t, op);
+    if (state_[index(t)].loc < 0) issue_prefetch(t, op);
   }
   regenerated_.clear();
   if (plan.host_update && op_[i].phase == Phase::kUpdate) {
@@ -188,8 +189,8 @@ void Lowerer::lower_op(const Plan& plan, OpId op) {
   if (op_[i].phase == Phase::kBackward) forget_per_use();
   for (auto k = outputs_.begin[i]; k < outputs_.begin[i + 1]; ++k) {
     const TensorId t = outputs_.items[at(k)];
-    const Decision* d = state_[at(t)].decision;
-    if ((d != nullptr && d->action == Action::kSwap) || state_[at(t)].host != 0)
+    const Decision* d = state_[index(t)].decision;
+    if ((d != nullptr && d->action == Action::kSwap) || state_[index(t)].host != 0)
       issue_copy_out(t, op);
   }
   for (auto k = forward_drop_at_.begin[i]; k < forward_drop_at_.begin[i + 1]; ++k) {
@@ -199,7 +200,7 @@ void Lowerer::lower_op(const Plan& plan, OpId op) {
     host_drop(host_drop_at_.items[at(k)], op);
   }
   for (auto k = drop_at_.begin[i]; k < drop_at_.begin[i + 1]; ++k)
-    state_[at(drop_at_.items[at(k)])].loc = -1;
+    state_[index(drop_at_.items[at(k)])].loc = -1;
 }
 
 std::int64_t Lowerer::emit(const Instruction& in) {
@@ -220,8 +221,8 @@ BufferId Lowerer::new_buffer(const Buffer& buffer, OpId for_op) {
 }
 
 BufferId Lowerer::new_tensor_buffer(TensorId t, OpId for_op) {
-  const TensorInfo& tensor = tensor_[at(t)];
-  return new_buffer({tensor.bytes, BufferRole::kTensor, tensor.kind, t, kNoId, Encoding::kNone},
+  const TensorInfo& tensor = tensor_[index(t)];
+  return new_buffer({tensor.bytes, BufferRole::kTensor, tensor.kind, t, kNoOp, Encoding::kNone},
                     for_op);
 }
 
@@ -231,22 +232,22 @@ EventId Lowerer::new_event(WaitCause cause, TensorId t) {
 }
 
 bool Lowerer::restorable(TensorId t) const {
-  if (state_[at(t)].host != 0) return state_[at(t)].slot >= 0;
-  const Decision* d = state_[at(t)].decision;
+  if (state_[index(t)].host != 0) return state_[index(t)].slot >= 0;
+  const Decision* d = state_[index(t)].decision;
   if (d == nullptr) return false;
-  return (d->action == Action::kSwap && state_[at(t)].slot >= 0) ||
-         (d->action == Action::kEncode && state_[at(t)].encoded >= 0);
+  return (d->action == Action::kSwap && state_[index(t)].slot >= 0) ||
+         (d->action == Action::kEncode && state_[index(t)].encoded >= 0);
 }
 
 // Makes tensor t resident before `for_op` runs and returns its buffer.
 BufferId Lowerer::ensure(TensorId t, OpId for_op) {
-  if (state_[at(t)].loc < 0 && !restorable(t)) regenerate(t);
+  if (state_[index(t)].loc < 0 && !restorable(t)) regenerate(t);
   return make_resident(t, for_op);
 }
 
 // Brings back a resident-or-restorable tensor (prefetch wait, on-demand prefetch or decode).
 BufferId Lowerer::make_resident(TensorId t, OpId for_op) {
-  const auto ti = at(t);
+  const auto ti = index(t);
   if (state_[ti].loc < 0) {
     MEMPLAN_CHECK(restorable(t), "a tensor that is gone is restored or regenerated");
     if (state_[ti].host != 0 || state_[ti].decision->action == Action::kSwap) {
@@ -273,19 +274,19 @@ BufferId Lowerer::make_resident(TensorId t, OpId for_op) {
 // recomputed maps is thousands of ops deep.
 void Lowerer::regenerate(TensorId t) {
   auto push = [&](TensorId tensor) {
-    const OpId producer = tensor_[at(tensor)].producer;
-    MEMPLAN_CHECK(producer != kNoId && op_[at(producer)].phase == Phase::kForward,
+    const OpId producer = tensor_[index(tensor)].producer;
+    MEMPLAN_CHECK(producer != kNoOp && op_[index(producer)].phase == Phase::kForward,
                   "only tensors written by forward ops are regenerated (validate_plan)");
     frames_.push_back({tensor, producer, 0, operand_stack_.size()});
   };
   push(t);
   while (!frames_.empty()) {
     const Frame frame = frames_.back();
-    const auto first = static_cast<std::size_t>(inputs_.begin[at(frame.op)]);
-    const auto input_count = static_cast<std::size_t>(inputs_.begin[at(frame.op) + 1]) - first;
+    const auto first = static_cast<std::size_t>(inputs_.begin[index(frame.op)]);
+    const auto input_count = static_cast<std::size_t>(inputs_.begin[index(frame.op) + 1]) - first;
     if (frame.next_input < input_count) {
       const TensorId x = inputs_.items[first + frame.next_input];
-      if (state_[at(x)].loc < 0 && !restorable(x)) {
+      if (state_[index(x)].loc < 0 && !restorable(x)) {
         push(x);  // come back to this input once x is regenerated
         continue;
       }
@@ -293,12 +294,12 @@ void Lowerer::regenerate(TensorId t) {
       ++frames_.back().next_input;
     } else {
       frames_.pop_back();
-      for (auto k = outputs_.begin[at(frame.op)]; k < outputs_.begin[at(frame.op) + 1]; ++k) {
+      for (auto k = outputs_.begin[index(frame.op)]; k < outputs_.begin[index(frame.op) + 1]; ++k) {
         const TensorId o = outputs_.items[at(k)];
-        if (state_[at(o)].loc < 0) regenerated_.push_back(o);  // not a temporary second copy
+        if (state_[index(o)].loc < 0) regenerated_.push_back(o);  // not a temporary second copy
       }
       finish_op(frame.op, InstrKind::kRecompute, frame.operand_base);
-      MEMPLAN_CHECK(state_[at(frame.wanted)].loc >= 0, "a regenerated tensor is resident");
+      MEMPLAN_CHECK(state_[index(frame.wanted)].loc >= 0, "a regenerated tensor is resident");
     }
   }
 }
@@ -309,19 +310,19 @@ void Lowerer::regenerate(TensorId t) {
 // plan recomputes once (per_use false) that were regenerated on the way stay resident.
 void Lowerer::forget_per_use() {
   const bool any = std::any_of(regenerated_.begin(), regenerated_.end(), [&](TensorId t) {
-    const Decision* d = state_[at(t)].decision;
+    const Decision* d = state_[index(t)].decision;
     return d != nullptr && d->per_use;
   });
   if (!any) return;
   for (TensorId t : regenerated_) {
-    const Decision* d = state_[at(t)].decision;
-    if (d == nullptr || d->per_use) state_[at(t)].loc = -1;
+    const Decision* d = state_[index(t)].decision;
+    if (d == nullptr || d->per_use) state_[index(t)].loc = -1;
   }
 }
 
 void Lowerer::emit_op(OpId op, InstrKind kind) {
   const std::size_t base = operand_stack_.size();
-  for (auto k = inputs_.begin[at(op)]; k < inputs_.begin[at(op) + 1]; ++k) {
+  for (auto k = inputs_.begin[index(op)]; k < inputs_.begin[index(op) + 1]; ++k) {
     const BufferId b = ensure(inputs_.items[at(k)], op);
     operand_stack_.push_back(b);
   }
@@ -331,30 +332,30 @@ void Lowerer::emit_op(OpId op, InstrKind kind) {
 // With the op's input buffers on the operand stack above `base`: allocates outputs and workspace,
 // emits the op and pops its operands.
 void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
-  for (auto k = outputs_.begin[at(op)]; k < outputs_.begin[at(op) + 1]; ++k) {
+  for (auto k = outputs_.begin[index(op)]; k < outputs_.begin[index(op) + 1]; ++k) {
     const TensorId o = outputs_.items[at(k)];
-    const TensorInfo& out = tensor_[at(o)];
+    const TensorInfo& out = tensor_[index(o)];
     BufferId b = -1;
-    if (out.in_place_of != kNoId) {
+    if (out.in_place_of != kNoTensor) {
       // An in-place output takes over its base's buffer.
-      b = state_[at(out.in_place_of)].loc;
+      b = state_[index(out.in_place_of)].loc;
       MEMPLAN_CHECK(b >= 0, "the base of an in-place output is resident");
-      state_[at(out.in_place_of)].loc = -1;
+      state_[index(out.in_place_of)].loc = -1;
     } else {
       b = new_tensor_buffer(o, op);
     }
     operand_stack_.push_back(b);
     // A recompute may write an output that is still resident elsewhere: then its new copy is a
     // temporary, freed right after (nothing points to it).
-    if (kind == InstrKind::kRun || state_[at(o)].loc < 0) state_[at(o)].loc = b;
+    if (kind == InstrKind::kRun || state_[index(o)].loc < 0) state_[index(o)].loc = b;
   }
-  const Algorithm* chosen = algorithm_[at(op)];
-  const OpInfo& info = op_[at(op)];
+  const Algorithm* chosen = algorithm_[index(op)];
+  const OpInfo& info = op_[index(op)];
   const Bytes workspace = chosen != nullptr ? chosen->workspace_bytes : info.workspace_bytes;
   const Nanoseconds duration = chosen != nullptr ? chosen->duration_ns : info.duration_ns;
   if (workspace > 0) {
     const BufferId ws = new_buffer(
-        {workspace, BufferRole::kWorkspace, TensorKind::kWorkspace, kNoId, op, Encoding::kNone},
+        {workspace, BufferRole::kWorkspace, TensorKind::kWorkspace, kNoTensor, op, Encoding::kNone},
         op);
     operand_stack_.push_back(ws);
   }
@@ -369,7 +370,7 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
 }
 
 void Lowerer::issue_copy_out(TensorId t, OpId producer) {
-  const auto ti = at(t);
+  const auto ti = index(t);
   const BufferId b = state_[ti].loc;
   if (state_[ti].slot < 0) {  // a host-placed parameter or optimizer state has its slot already
     state_[ti].slot = static_cast<HostSlotId>(program_->host_slots.size());
@@ -385,7 +386,7 @@ void Lowerer::issue_copy_out(TensorId t, OpId producer) {
 }
 
 void Lowerer::issue_prefetch(TensorId t, OpId at_op) {
-  const auto ti = at(t);
+  const auto ti = index(t);
   MEMPLAN_CHECK(state_[ti].slot >= 0, "a map is copied out before it is prefetched");
   release(t, at_op);  // the copy-in reads what the copy-out wrote
   const BufferId b = new_tensor_buffer(t, at_op);
@@ -402,17 +403,17 @@ void Lowerer::issue_prefetch(TensorId t, OpId at_op) {
 
 // After the map's last forward use: release the device copy the plan does not keep.
 void Lowerer::forward_drop(TensorId t, OpId op) {
-  const auto ti = at(t);
+  const auto ti = index(t);
   const BufferId b = state_[ti].loc;
   MEMPLAN_CHECK(b >= 0, "a map is resident at its last forward use");
   const Decision& d = *state_[ti].decision;
   if (d.action == Action::kSwap) {
     state_[ti].releasing = b;
-    if (d.release_before == kNoId) release(t, op);
+    if (d.release_before == kNoOp) release(t, op);
   } else if (d.action == Action::kEncode) {
     const Tensor& tensor = w_.tensor(t);
     const BufferId e = new_buffer({encoded_bytes(d.encoding, tensor), BufferRole::kEncoded,
-                                   tensor.kind, t, kNoId, d.encoding},
+                                   tensor.kind, t, kNoOp, d.encoding},
                                   op);
     const auto when = emit({InstrKind::kEncode, op, b, e, 0, 0, 0});
     touch(b, when);
@@ -425,7 +426,7 @@ void Lowerer::forward_drop(TensorId t, OpId op) {
 // A swapped map's device copy goes once its copy-out has read it (Note [Release point] in
 // sim/plan.hpp): compute waits for the copy-out here, and the free follows.
 void Lowerer::release(TensorId t, OpId op) {
-  TensorState& s = state_[at(t)];
+  TensorState& s = state_[index(t)];
   if (s.releasing < 0) return;
   touch(s.releasing, emit({InstrKind::kWait, op, -1, s.out_event, 0, 0, 0}));
   s.releasing = -1;
@@ -437,8 +438,8 @@ void Lowerer::release(TensorId t, OpId op) {
 void Lowerer::plan_host_placement(const Plan& plan) {
   entries_.clear();
   auto new_slot = [&](TensorId t) {
-    state_[at(t)].slot = static_cast<HostSlotId>(program_->host_slots.size());
-    program_->host_slots.push_back({t, tensor_[at(t)].bytes, true});
+    state_[index(t)].slot = static_cast<HostSlotId>(program_->host_slots.size());
+    program_->host_slots.push_back({t, tensor_[index(t)].bytes, true});
   };
   // (issued at, first use, tensor): at one op, the copy needed first is issued first.
   host_prefetches_.clear();
@@ -446,35 +447,35 @@ void Lowerer::plan_host_placement(const Plan& plan) {
     const OpId when = first_use - 1 > previous_end ? first_use - 1 : first_use;
     host_prefetches_.emplace_back(when, first_use, t);
   };
-  const auto last_op = static_cast<OpId>(op_.size()) - 1;
+  const OpId last_op = op_id(op_.size() - 1);
   for (TensorId t : plan.host_tensors) {
-    state_[at(t)].host = 1;
-    const TensorInfo& info = tensor_[at(t)];
-    const auto first = readers_.begin[at(t)];
-    const auto end = readers_.begin[at(t) + 1];
+    state_[index(t)].host = 1;
+    const TensorInfo& info = tensor_[index(t)];
+    const auto first = readers_.begin[index(t)];
+    const auto end = readers_.begin[index(t) + 1];
     if (!is_preexisting(info.kind)) {
       // A gradient: copied out after its producer; its device copy goes after its last use before
       // the update, and at the earliest one op after the producer, so that the copy-out overlaps
       // that op instead of stalling compute right away.
-      OpId drop = std::min<OpId>(info.producer + 1, last_op);
-      OpId update_first = kNoId;
+      OpId drop = std::min(info.producer + 1, last_op);
+      OpId update_first = kNoOp;
       for (auto k = first; k < end; ++k) {
         const OpId r = readers_.items[at(k)];
-        if (op_[at(r)].phase != Phase::kUpdate) drop = std::max(drop, r);
-        if (op_[at(r)].phase == Phase::kUpdate && update_first == kNoId) update_first = r;
+        if (op_[index(r)].phase != Phase::kUpdate) drop = std::max(drop, r);
+        if (op_[index(r)].phase == Phase::kUpdate && update_first == kNoOp) update_first = r;
       }
-      if (update_first != kNoId) drop = std::min(drop, update_first);
+      if (update_first != kNoOp) drop = std::min(drop, update_first);
       entries_.emplace_back(drop, t);
-      if (!plan.host_update && update_first != kNoId) prefetch(update_first, drop, t);
+      if (!plan.host_update && update_first != kNoOp) prefetch(update_first, drop, t);
       continue;
     }
     new_slot(t);
-    OpId previous_end = kNoId;
+    OpId previous_end = kNoOp;
     for (auto k = first; k < end;) {
       const OpId group_first = readers_.items[at(k)];
-      const Phase phase = op_[at(group_first)].phase;
+      const Phase phase = op_[index(group_first)].phase;
       OpId group_last = group_first;
-      while (k < end && op_[at(readers_.items[at(k)])].phase == phase)
+      while (k < end && op_[index(readers_.items[at(k)])].phase == phase)
         group_last = readers_.items[at(k++)];
       if (phase == Phase::kUpdate && plan.host_update) continue;  // reads the host slot
       prefetch(group_first, previous_end, t);
@@ -489,7 +490,7 @@ void Lowerer::plan_host_placement(const Plan& plan) {
       if (op_[i].phase != Phase::kUpdate) continue;
       for (auto k = inputs_.begin[i]; k < inputs_.begin[i + 1]; ++k) {
         const TensorId x = inputs_.items[at(k)];
-        if (state_[at(x)].host == 0 && state_[at(x)].slot < 0) new_slot(x);  // a master copy
+        if (state_[index(x)].host == 0 && state_[index(x)].slot < 0) new_slot(x);  // a master copy
       }
     }
   }
@@ -499,10 +500,10 @@ void Lowerer::plan_host_placement(const Plan& plan) {
 // After the last use of a group of uses of a host-placed tensor: its device copy goes, once its
 // slot holds it (a gradient's copy-out, or an update's write-back) — Note [Host placement].
 void Lowerer::host_drop(TensorId t, OpId op) {
-  const auto ti = at(t);
+  const auto ti = index(t);
   const BufferId b = state_[ti].loc;
   if (b < 0) return;
-  const bool updated = op_[at(op)].phase == Phase::kUpdate && is_persistent(tensor_[ti].kind);
+  const bool updated = op_[index(op)].phase == Phase::kUpdate && is_persistent(tensor_[ti].kind);
   if (updated) issue_copy_out(t, op);  // written in place by the update on the device
   if (updated || tensor_[ti].kind == TensorKind::kGradient)
     touch(b, emit({InstrKind::kWait, op, -1, state_[ti].out_event, 0, 0, 0}));
@@ -513,28 +514,28 @@ void Lowerer::host_drop(TensorId t, OpId op) {
 // marks where the device has read its parameters for the last time; each parameter that stays on
 // the device gets its updated master copy back after the update.
 void Lowerer::emit_host_update(OpId op) {
-  const EventId reads_done = new_event(WaitCause::kProducer, kNoId);
+  const EventId reads_done = new_event(WaitCause::kProducer, kNoTensor);
   emit({InstrKind::kRecord, op, -1, reads_done, 0, 0, 0});
   auto& host = program_->streams[static_cast<std::size_t>(StreamId::kHost)];
   const auto begin = static_cast<std::int32_t>(program_->operands.size());
-  for (auto k = inputs_.begin[at(op)]; k < inputs_.begin[at(op) + 1]; ++k) {
+  for (auto k = inputs_.begin[index(op)]; k < inputs_.begin[index(op) + 1]; ++k) {
     const TensorId x = inputs_.items[at(k)];
-    const TensorState& s = state_[at(x)];
+    const TensorState& s = state_[index(x)];
     MEMPLAN_CHECK(s.slot >= 0, "a host update reads host copies (validate_plan)");
-    if (tensor_[at(x)].kind == TensorKind::kGradient)
+    if (tensor_[index(x)].kind == TensorKind::kGradient)
       host.push_back({InstrKind::kWait, op, -1, s.out_event, 0, 0, 0});
     program_->operands.push_back(s.slot);
   }
   const auto count = static_cast<std::int32_t>(program_->operands.size()) - begin;
   host.push_back({InstrKind::kHostRun, op, -1, -1, begin, count, 0});
-  const EventId updated = new_event(WaitCause::kProducer, kNoId);
+  const EventId updated = new_event(WaitCause::kProducer, kNoTensor);
   host.push_back({InstrKind::kRecord, op, -1, updated, 0, 0, 0});
   auto& h2d = program_->streams[static_cast<std::size_t>(StreamId::kH2D)];
   bool waited = false;
-  for (auto k = inputs_.begin[at(op)]; k < inputs_.begin[at(op) + 1]; ++k) {
+  for (auto k = inputs_.begin[index(op)]; k < inputs_.begin[index(op) + 1]; ++k) {
     const TensorId x = inputs_.items[at(k)];
-    const TensorState& s = state_[at(x)];
-    if (s.host != 0 || tensor_[at(x)].kind != TensorKind::kParameter) continue;
+    const TensorState& s = state_[index(x)];
+    if (s.host != 0 || tensor_[index(x)].kind != TensorKind::kParameter) continue;
     if (!waited) {
       h2d.push_back({InstrKind::kWait, op, -1, reads_done, 0, 0, 0});
       h2d.push_back({InstrKind::kWait, op, -1, updated, 0, 0, 0});

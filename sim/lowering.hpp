@@ -31,12 +31,14 @@ class Lowerer {
   void lower(const Plan& plan, Program& out);
 
  private:
-  // Lists of tensors per op, stored flat: items[begin[op] .. begin[op + 1]).
-  struct PerOp {
+  // Lists of items per key, stored flat: items[begin[index(key)] .. begin[index(key) + 1]).
+  template <typename Key, typename Item>
+  struct Lists {
     std::vector<std::int32_t> begin;
-    std::vector<TensorId> items;
-    void build(std::size_t op_count, const std::vector<std::pair<OpId, TensorId>>& entries);
+    std::vector<Item> items;
+    void build(std::size_t key_count, const std::vector<std::pair<Key, Item>>& entries);
   };
+  using PerOp = Lists<OpId, TensorId>;  // tensors per op
 
   struct Frame {
     TensorId wanted;  // the tensor this re-run is for
@@ -93,7 +95,7 @@ class Lowerer {
   std::vector<FeatureMap> maps_;
   std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
   PerOp drop_at_;                     // tensors whose last use (in the original order) is the op
-  PerOp readers_;  // indexed by tensor, not op: the ops that read it, ascending (with repeats)
+  Lists<TensorId, OpId> readers_;     // per tensor: the ops that read it, ascending (with repeats)
   std::vector<TensorId> preexisting_read_;  // allocated before the step, in tensor id order
   Nanoseconds op_compute_ns_ = 0;
   HostProgram host_;

@@ -149,8 +149,8 @@ std::uint64_t workload_fingerprint(const Workload& workload) {
     f.text(t.name);
     f.integer(t.bytes);
     f.integer(static_cast<std::int64_t>(t.kind));
-    f.integer(t.producer);
-    f.integer(t.in_place_of);
+    f.integer(value(t.producer));
+    f.integer(value(t.in_place_of));
   }
   f.integer(static_cast<std::int64_t>(workload.ops.size()));
   for (const Op& op : workload.ops) {
@@ -158,9 +158,9 @@ std::uint64_t workload_fingerprint(const Workload& workload) {
     f.text(op.layer.name());
     f.integer(static_cast<std::int64_t>(op.phase));
     f.integer(static_cast<std::int64_t>(op.inputs.size()));
-    for (TensorId t : op.inputs) f.integer(t);
+    for (TensorId t : op.inputs) f.integer(value(t));
     f.integer(static_cast<std::int64_t>(op.outputs.size()));
-    for (TensorId t : op.outputs) f.integer(t);
+    for (TensorId t : op.outputs) f.integer(value(t));
     f.integer(op.workspace_bytes);
   }
   return f.hash;
@@ -194,7 +194,7 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
     return "only encode takes a scheme";
   }
   if (d.per_use && d.action != Action::kRecompute) return "per_use is for recomputed maps only";
-  if (d.prefetch_before != kNoId) {
+  if (d.prefetch_before != kNoOp) {
     if (d.action != Action::kSwap) return "prefetch_before is for swapped maps only";
     const OpId last_forward = last_forward_use(map, w);
     const OpId first_backward = map.backward_uses.front();
@@ -205,10 +205,10 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
           last_forward, w.op(last_forward).name, first_backward, w.op(first_backward).name);
     }
   }
-  if (d.release_before != kNoId) {
+  if (d.release_before != kNoOp) {
     if (d.action != Action::kSwap) return "release_before is for swapped maps only";
     const OpId last_forward = last_forward_use(map, w);
-    const OpId prefetch = d.prefetch_before != kNoId ? d.prefetch_before
+    const OpId prefetch = d.prefetch_before != kNoOp ? d.prefetch_before
                                                      : default_prefetch_point(map, w);
     if (d.release_before <= last_forward || d.release_before > prefetch) {
       return fmt::format(
@@ -233,19 +233,18 @@ OpId default_prefetch_point(const FeatureMap& map, const Workload& workload) {
 std::vector<bool> regenerable_tensors(const Workload& workload) {
   // Ops are in issue order, so producers come before readers.
   std::vector<bool> regenerable(workload.tensors.size(), false);
-  for (const Tensor& t : workload.tensors)
-    regenerable[static_cast<std::size_t>(t.id)] = is_preexisting(t.kind);
+  for (const Tensor& t : workload.tensors) regenerable[index(t.id)] = is_preexisting(t.kind);
   for (const Op& op : workload.ops) {
     bool ok = op.phase == Phase::kForward;
-    for (TensorId in : op.inputs) ok = ok && regenerable[static_cast<std::size_t>(in)];
-    for (TensorId out : op.outputs) regenerable[static_cast<std::size_t>(out)] = ok;
+    for (TensorId in : op.inputs) ok = ok && regenerable[index(in)];
+    for (TensorId out : op.outputs) regenerable[index(out)] = ok;
   }
   return regenerable;
 }
 
 std::vector<bool> ops_rerun_by_recompute(const Plan& plan, const Workload& workload) {
   std::vector<const Decision*> decision(workload.tensors.size(), nullptr);
-  for (const Decision& d : plan.decisions) decision[static_cast<std::size_t>(d.tensor)] = &d;
+  for (const Decision& d : plan.decisions) decision[index(d.tensor)] = &d;
   std::vector<bool> rerun(workload.ops.size(), false);
   std::vector<OpId> stack;
   for (const Decision& d : plan.decisions) {
@@ -254,12 +253,12 @@ std::vector<bool> ops_rerun_by_recompute(const Plan& plan, const Workload& workl
   while (!stack.empty()) {
     const OpId op = stack.back();
     stack.pop_back();
-    if (op == kNoId || rerun[static_cast<std::size_t>(op)]) continue;
-    rerun[static_cast<std::size_t>(op)] = true;
+    if (op == kNoOp || rerun[index(op)]) continue;
+    rerun[index(op)] = true;
     for (TensorId t : workload.op(op).inputs) {
       const Tensor& input = workload.tensor(t);
-      if (input.producer == kNoId || input.kind != TensorKind::kActivation) continue;
-      const Decision* d = decision[static_cast<std::size_t>(t)];
+      if (input.producer == kNoOp || input.kind != TensorKind::kActivation) continue;
+      const Decision* d = decision[index(t)];
       if (d == nullptr || d->action == Action::kRecompute) stack.push_back(input.producer);
     }
   }
@@ -304,7 +303,7 @@ std::optional<LossyConflict> lossy_map_recomputed_from(const Plan& plan,
   for (std::size_t i = 0; i < maps.size(); ++i) {
     if (!decoded_lossily(plan.decisions[i])) continue;
     for (OpId use : maps[i].forward_uses) {
-      if (rerun[static_cast<std::size_t>(use)]) return LossyConflict{i, use};
+      if (rerun[index(use)]) return LossyConflict{i, use};
     }
   }
   return {};
@@ -323,7 +322,7 @@ std::string host_placement_problem(TensorId t, const Workload& w) {
       return fmt::format("'{}' is written over in place by '{}'", tensor.name, other.name);
     }
   }
-  if (tensor.in_place_of != kNoId) return "an in-place output stays where its base is";
+  if (tensor.in_place_of != kNoTensor) return "an in-place output stays where its base is";
   bool read = false;
   bool read_by_update = false;
   for (const Op& op : w.ops) {
@@ -334,7 +333,7 @@ std::string host_placement_problem(TensorId t, const Workload& w) {
     }
   }
   if (is_preexisting(tensor.kind)) return read ? "" : "no op reads it";
-  const bool backward = tensor.producer != kNoId && w.op(tensor.producer).phase == Phase::kBackward;
+  const bool backward = tensor.producer != kNoOp && w.op(tensor.producer).phase == Phase::kBackward;
   if (backward && read_by_update) return "";
   return "only a gradient written by a backward op and read by an update op goes to the host";
 }
@@ -343,20 +342,19 @@ std::vector<TensorId> host_placeable(const Workload& w, TensorKind kind) {
   // host_placement_problem's rules, over every tensor in one pass.
   std::vector<std::uint8_t> read(w.tensors.size(), 0);  // bit 0: read, bit 1: by an update op
   for (const Op& op : w.ops) {
-    for (TensorId x : op.inputs)
-      read[static_cast<std::size_t>(x)] |= op.phase == Phase::kUpdate ? 3 : 1;
+    for (TensorId x : op.inputs) read[index(x)] |= op.phase == Phase::kUpdate ? 3 : 1;
   }
   std::vector<bool> overwritten(w.tensors.size(), false);
   for (const Tensor& t : w.tensors) {
-    if (t.in_place_of != kNoId) overwritten[static_cast<std::size_t>(t.in_place_of)] = true;
+    if (t.in_place_of != kNoTensor) overwritten[index(t.in_place_of)] = true;
   }
   std::vector<TensorId> out;
   for (const Tensor& t : w.tensors) {
-    const auto i = static_cast<std::size_t>(t.id);
-    if (t.kind != kind || overwritten[i] || t.in_place_of != kNoId) continue;
+    const auto i = index(t.id);
+    if (t.kind != kind || overwritten[i] || t.in_place_of != kNoTensor) continue;
     if (is_preexisting(kind)
             ? read[i] != 0
-            : kind == TensorKind::kGradient && (read[i] & 2) != 0 && t.producer != kNoId &&
+            : kind == TensorKind::kGradient && (read[i] & 2) != 0 && t.producer != kNoOp &&
                   w.op(t.producer).phase == Phase::kBackward) {
       out.push_back(t.id);
     }
@@ -378,7 +376,7 @@ void set_host_placement(Plan& plan, const Workload& w, TensorKind kind, bool on)
 std::string host_update_problem(const Plan& plan, const Workload& w) {
   if (!plan.host_update) return "";
   std::vector<bool> host(w.tensors.size(), false);
-  for (TensorId t : plan.host_tensors) host[static_cast<std::size_t>(t)] = true;
+  for (TensorId t : plan.host_tensors) host[index(t)] = true;
   bool any = false;
   for (const Op& op : w.ops) {
     if (op.phase != Phase::kUpdate) {
@@ -400,7 +398,7 @@ std::string host_update_problem(const Plan& plan, const Workload& w) {
             "gradients and optimizer state",
             op.name, t.name, to_string(t.kind));
       }
-      if (!host[static_cast<std::size_t>(x)]) {
+      if (!host[index(x)]) {
         return fmt::format(
             "update op '{}' runs on the host but reads '{}' ({}) on the device: place "
             "it on the host",
@@ -416,7 +414,7 @@ void check_host_placement(const Plan& plan, const Workload& workload, std::strin
   for (std::size_t i = 0; i < plan.host_tensors.size(); ++i) {
     const TensorId t = plan.host_tensors[i];
     const std::string at = fmt::format("{}: $.tensors[{}]", source, i);
-    if (t < 0 || t >= static_cast<TensorId>(workload.tensors.size())) {
+    if (index(t) >= workload.tensors.size()) {  // -1 included
       throw InputError(at, fmt::format("unknown tensor id {}", t));
     }
     if (i > 0 && t <= plan.host_tensors[i - 1]) {
@@ -451,7 +449,7 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
   for (std::size_t i = 0; i < plan.algorithms.size(); ++i) {
     const AlgorithmChoice& c = plan.algorithms[i];
     const std::string at = fmt::format("{}: $.algorithms[{}]", source, i);
-    if (c.op < 0 || c.op >= static_cast<OpId>(workload.ops.size())) {
+    if (index(c.op) >= workload.ops.size()) {  // -1 included
       throw InputError(at, fmt::format("unknown op id {}", c.op));
     }
     if (i > 0 && c.op <= plan.algorithms[i - 1].op) {
@@ -475,7 +473,7 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
       throw InputError(fmt::format("{}: $.maps[{}]", source, i),
                        fmt::format("tensor '{}': {}", workload.tensor(d.tensor).name, problem));
     }
-    if (d.action == Action::kRecompute && !regenerable[static_cast<std::size_t>(d.tensor)]) {
+    if (d.action == Action::kRecompute && !regenerable[index(d.tensor)]) {
       throw InputError(
           fmt::format("{}: $.maps[{}]", source, i),
           fmt::format("tensor '{}' cannot be recomputed: its producer reads, directly or "

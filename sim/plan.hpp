@@ -127,15 +127,15 @@ std::int64_t sparse_planned_values(std::int64_t values);
 Bytes encoded_bytes(Encoding encoding, const Tensor& tensor);
 
 struct Decision {
-  TensorId tensor = kNoId;
+  TensorId tensor = kNoTensor;
   Action action = Action::kKeep;
   Encoding encoding = Encoding::kNone;  // set when action == kEncode
-  /// Swap only: the op before which the prefetch is issued; kNoId for the default (the op just
+  /// Swap only: the op before which the prefetch is issued; kNoOp for the default (the op just
   /// before the first backward use, so the copy overlaps one op).
-  OpId prefetch_before = kNoId;
+  OpId prefetch_before = kNoOp;
   /// Swap only: the op before which the map's device copy is freed, once its copy-out has read it
-  /// (Note [Release point]); kNoId: right after its last forward use.
-  OpId release_before = kNoId;
+  /// (Note [Release point]); kNoOp: right after its last forward use.
+  OpId release_before = kNoOp;
   /// Recompute only: forget the regenerated map (and what was regenerated to make it) right after
   /// each backward op that reads it, so the next use regenerates it again (SuperNeurons'
   /// memory-centric mode). false: regenerate once and keep until the last backward use.
@@ -147,7 +147,7 @@ struct Decision {
 /// An op run with one of its alternative algorithms (Op::algorithms) instead of its default one:
 /// vDNN's per-layer choice between the fastest convolution and the memory-optimal one.
 struct AlgorithmChoice {
-  OpId op = kNoId;
+  OpId op = kNoOp;
   std::int32_t algorithm = 0;  // index into the op's `algorithms`
 
   friend bool operator==(const AlgorithmChoice&, const AlgorithmChoice&) = default;
@@ -215,7 +215,7 @@ std::vector<bool> ops_rerun_by_recompute(const Plan& plan, const Workload& workl
 /// above): the map's index in the plan and that consumer.
 struct LossyConflict {
   std::size_t map = 0;
-  OpId consumer = kNoId;
+  OpId consumer = kNoOp;
 };
 /// The first such conflict of the plan, if any (validate_plan refuses a plan that has one; the
 /// searches skip such plans). `maps` are the workload's feature maps.

@@ -19,22 +19,24 @@ constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max();
 
 // Resolves a reference to a tensor or op given as an id or a unique name.
 template <typename Items>
-std::int32_t resolve(const JsonReader& r, const Items& items, std::string_view what) {
+auto resolve(const JsonReader& r, const Items& items, std::string_view what) {
+  using Id = decltype(items.front().id);  // TensorId or OpId
   if (r.value().is_number_integer()) {
     const auto id = r.as_int(0, kMaxId);
     if (id >= static_cast<std::int64_t>(items.size())) {
       r.fail(fmt::format("unknown {} id {}", what, id));
     }
-    return static_cast<std::int32_t>(id);
+    return static_cast<Id>(static_cast<std::int32_t>(id));
   }
   const std::string name = r.as_string();
-  std::int32_t found = kNoId;
+  constexpr Id kNone{-1};
+  Id found = kNone;
   for (const auto& item : items) {
     if (item.name != name) continue;
-    if (found != kNoId) r.fail(fmt::format("{} name '{}' is ambiguous; use its id", what, name));
+    if (found != kNone) r.fail(fmt::format("{} name '{}' is ambiguous; use its id", what, name));
     found = item.id;
   }
-  if (found == kNoId) r.fail(fmt::format("unknown {} '{}'", what, name));
+  if (found == kNone) r.fail(fmt::format("unknown {} '{}'", what, name));
   return found;
 }
 
@@ -109,26 +111,26 @@ void read_decisions(const JsonReader& root, const Workload& workload, Plan& plan
   const auto maps = find_feature_maps(workload);
   std::vector<std::int32_t> map_index(workload.tensors.size(), -1);
   for (std::size_t i = 0; i < maps.size(); ++i) {
-    map_index[static_cast<std::size_t>(maps[i].tensor)] = static_cast<std::int32_t>(i);
-    plan.decisions.push_back(Decision{maps[i].tensor, Action::kKeep, Encoding::kNone, kNoId});
+    map_index[index(maps[i].tensor)] = static_cast<std::int32_t>(i);
+    plan.decisions.push_back(Decision{maps[i].tensor, Action::kKeep, Encoding::kNone, kNoOp});
   }
   std::vector<bool> seen(maps.size(), false);
   for (const JsonReader& entry : root.at("maps").elements()) {
     entry.reject_unknown_keys({"tensor", "action", "prefetch_before", "release_before", "per_use"});
     const JsonReader tensor_ref = entry.at("tensor");
     const TensorId t = resolve(tensor_ref, workload.tensors, "tensor");
-    const auto index = map_index[static_cast<std::size_t>(t)];
-    if (index < 0) {
+    const auto map = map_index[index(t)];
+    if (map < 0) {
       tensor_ref.fail(
           fmt::format("tensor '{}' is not a feature map (an activation written in "
                       "forward and read in backward)",
                       workload.tensor(t).name));
     }
-    if (seen[static_cast<std::size_t>(index)]) {
+    if (seen[static_cast<std::size_t>(map)]) {
       tensor_ref.fail(fmt::format("tensor '{}' is named twice", workload.tensor(t).name));
     }
-    seen[static_cast<std::size_t>(index)] = true;
-    Decision& d = plan.decisions[static_cast<std::size_t>(index)];
+    seen[static_cast<std::size_t>(map)] = true;
+    Decision& d = plan.decisions[static_cast<std::size_t>(map)];
     const JsonReader action = entry.at("action");
     const auto parsed_action = parse_action(action.as_string());
     if (!parsed_action) {
@@ -144,7 +146,7 @@ void read_decisions(const JsonReader& root, const Workload& workload, Plan& plan
     if (auto release = entry.find("release_before"))
       d.release_before = resolve(*release, workload.ops, "op");
     if (auto per_use = entry.find("per_use")) d.per_use = per_use->as_bool();
-    if (auto problem = decision_problem(d, maps[static_cast<std::size_t>(index)], workload);
+    if (auto problem = decision_problem(d, maps[static_cast<std::size_t>(map)], workload);
         !problem.empty()) {
       entry.fail(fmt::format("tensor '{}': {}", workload.tensor(t).name, problem));
     }
@@ -213,14 +215,15 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
   bool first = true;
   for (const Decision& d : plan.decisions) {
     const Tensor& t = workload.tensor(d.tensor);
-    nlohmann::json ref = tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(t.id);
+    nlohmann::json ref =
+        tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(value(t.id));
     out += fmt::format("{}\n  {{\"tensor\":{},\"action\":\"{}\"", first ? "" : ",", ref.dump(),
                        action_label(d.action, d.encoding));
     auto write_op = [&](std::string_view key, OpId id) {
-      if (id == kNoId) return;
+      if (id == kNoOp) return;
       const Op& op = workload.op(id);
       nlohmann::json op_ref =
-          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(op.id);
+          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(value(op.id));
       out += fmt::format(",\"{}\":{}", key, op_ref.dump());
     };
     write_op("prefetch_before", d.prefetch_before);
@@ -235,7 +238,7 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
     for (std::size_t i = 0; i < plan.algorithms.size(); ++i) {
       const Op& op = workload.op(plan.algorithms[i].op);
       nlohmann::json op_ref =
-          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(op.id);
+          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(value(op.id));
       out += fmt::format(
           "{}\n  {{\"op\":{},\"algorithm\":{}}}", i == 0 ? "" : ",", op_ref.dump(),
           nlohmann::json(op.algorithms[static_cast<std::size_t>(plan.algorithms[i].algorithm)].name)
@@ -248,7 +251,7 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
     for (std::size_t i = 0; i < plan.host_tensors.size(); ++i) {
       const Tensor& t = workload.tensor(plan.host_tensors[i]);
       nlohmann::json ref =
-          tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(t.id);
+          tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(value(t.id));
       out += fmt::format("{}\n  {{\"tensor\":{},\"placement\":\"host\"}}", i == 0 ? "" : ",",
                          ref.dump());
     }

@@ -99,7 +99,7 @@ std::string instruction_label(const Instruction& in, const Program& p, const Wor
     case InstrKind::kWait: {
       const Event& e = p.events[static_cast<std::size_t>(in.aux)];
       return fmt::format("{} {} {}", to_string(in.kind), to_string(e.cause),
-                         e.tensor == kNoId ? "" : w.tensor(e.tensor).name);
+                         e.tensor == kNoTensor ? "" : w.tensor(e.tensor).name);
     }
   }
   return "?";

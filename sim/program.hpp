@@ -43,7 +43,7 @@ std::string_view to_string(InstrKind kind);
 
 struct Instruction {
   InstrKind kind = InstrKind::kRun;
-  OpId op = kNoId;  // the op run, or the op an alloc/free/codec/copy serves (for names)
+  OpId op = kNoOp;  // the op run, or the op an alloc/free/codec/copy serves (for names)
   BufferId buffer = -1;
   std::int32_t aux = -1;            // event, host slot or second buffer (see InstrKind)
   std::int32_t operands_begin = 0;  // kRun/kRecompute: index into Program::operands
@@ -58,8 +58,8 @@ struct Buffer {
   Bytes bytes = 0;
   BufferRole role = BufferRole::kTensor;
   TensorKind kind = TensorKind::kActivation;  // of `tensor` (workspace for kWorkspace)
-  TensorId tensor = kNoId;                    // the tensor stored (kNoId for workspace)
-  OpId op = kNoId;                            // the op whose workspace it is (kWorkspace)
+  TensorId tensor = kNoTensor;                // the tensor stored (kNoTensor for workspace)
+  OpId op = kNoOp;                            // the op whose workspace it is (kWorkspace)
   Encoding encoding = Encoding::kNone;        // kEncoded
   /// Allocated before the first op for a tensor that exists before the step: a backend fills it
   /// with the tensor's initial data when it is allocated (a host-placed tensor's prefetched
@@ -79,7 +79,7 @@ std::string_view to_string(WaitCause cause);
 
 struct Event {
   WaitCause cause = WaitCause::kProducer;
-  TensorId tensor = kNoId;
+  TensorId tensor = kNoTensor;
 };
 
 /// A host copy of a swapped map or of a host-placed tensor (Note [Host placement] in
@@ -88,7 +88,7 @@ struct Event {
 /// counts in host memory for the whole step; copies to and from it do not change host memory.
 /// Other slots hold their tensor from the start of its copy-out to the end of its copy-in.
 struct HostSlot {
-  TensorId tensor = kNoId;
+  TensorId tensor = kNoTensor;
   Bytes bytes = 0;
   bool resident = false;
 };

@@ -32,7 +32,7 @@ std::string_view to_string(HostActivity activity);
 /// A stretch of host time, on the host track.
 struct HostSpan {
   HostActivity activity = HostActivity::kDispatch;
-  OpId op = kNoId;  // the op dispatched, or the op the launched instruction serves
+  OpId op = kNoOp;  // the op dispatched, or the op the launched instruction serves
   Nanoseconds start_ns = 0;
   Nanoseconds end_ns = 0;
 };
@@ -56,15 +56,15 @@ std::string_view to_string(StallCause cause);
 
 struct Stall {
   StallCause cause = StallCause::kSwapIn;
-  TensorId tensor = kNoId;  // the map waited for or encoded (kNoId for a recompute)
-  OpId op = kNoId;          // the op being prepared or re-run
+  TensorId tensor = kNoTensor;  // the map waited for or encoded (kNoTensor for a recompute)
+  OpId op = kNoOp;              // the op being prepared or re-run
   Nanoseconds start_ns = 0;
   Nanoseconds end_ns = 0;
 };
 
 struct OomReport {
   bool host = false;  // true: pinned host memory for swapped maps ran out, not device memory
-  OpId op = kNoId;    // the op the allocation was for
+  OpId op = kNoOp;    // the op the allocation was for
   BufferId buffer = -1;
   Nanoseconds time_ns = 0;
   Bytes requested_bytes = 0;  // as aligned by the arena (device) or as copied (host)

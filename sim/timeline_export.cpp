@@ -23,7 +23,7 @@ void host_track(nlohmann::json& events, const Timeline& tl, const Workload& w) {
                     {"args", {{"name", "host"}}}});
   for (const HostSpan& span : tl.host_spans) {
     std::string name(to_string(span.activity));
-    if (span.op != kNoId) name += " " + w.op(span.op).name;
+    if (span.op != kNoOp) name += " " + w.op(span.op).name;
     events.push_back({{"ph", "X"},
                       {"pid", 1},
                       {"tid", kHostTrack},
@@ -79,8 +79,8 @@ std::string chrome_trace_json(const Timeline& timeline, const Program& program,
   if (program.host.active()) host_track(events, timeline, workload);
   for (const Stall& stall : timeline.stalls) {
     std::string name(to_string(stall.cause));
-    if (stall.tensor != kNoId) name += " " + workload.tensor(stall.tensor).name;
-    if (stall.op != kNoId) name += " (for " + workload.op(stall.op).name + ")";
+    if (stall.tensor != kNoTensor) name += " " + workload.tensor(stall.tensor).name;
+    if (stall.op != kNoOp) name += " (for " + workload.op(stall.op).name + ")";
     events.push_back({{"ph", "X"},
                       {"pid", 1},
                       {"tid", kStallTrack},
@@ -126,7 +126,7 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
                       {"largest_free_block", oom.largest_free_block},
                       {"bytes_missing", oom.bytes_missing},
                       {"host_resident_bytes", oom.host_resident_bytes}};
-  j["op"] = oom.op == kNoId ? nlohmann::json(nullptr) : nlohmann::json(workload.op(oom.op).name);
+  j["op"] = oom.op == kNoOp ? nlohmann::json(nullptr) : nlohmann::json(workload.op(oom.op).name);
   if (oom.buffer >= 0) {
     Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
     j["allocation"] = instruction_label(alloc, program, workload);
@@ -157,7 +157,7 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
   return fmt::format(
       "out of device memory {} (t={:.3f} us): {} needs {}, largest free block {}, {} missing; "
       "live {} of {} ({})",
-      oom.op == kNoId ? std::string("before the first op (tensors that exist before the step)")
+      oom.op == kNoOp ? std::string("before the first op (tensors that exist before the step)")
                       : fmt::format("at op '{}'", workload.op(oom.op).name),
       to_us(oom.time_ns), instruction_label(alloc, program, workload),
       format_bytes(oom.requested_bytes), format_bytes(oom.largest_free_block),

@@ -27,18 +27,22 @@ constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMinInt = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max();
 
-std::int32_t read_id(const JsonReader& r) {
-  return static_cast<std::int32_t>(r.as_int(0, kMaxId));
+// An id in the file: a tensor's or an op's position (Id is TensorId or OpId).
+template <typename Id>
+Id read_id(const JsonReader& r) {
+  return static_cast<Id>(static_cast<std::int32_t>(r.as_int(0, kMaxId)));
 }
 
-std::int32_t read_optional_id(const JsonReader& object, std::string_view key) {
+// An id that may be absent (none: -1).
+template <typename Id>
+Id read_optional_id(const JsonReader& object, std::string_view key) {
   auto r = object.find(key);
-  return r ? read_id(*r) : kNoId;
+  return r ? read_id<Id>(*r) : static_cast<Id>(-1);
 }
 
 std::vector<TensorId> read_ids(const JsonReader& r) {
   std::vector<TensorId> ids;
-  for (const auto& e : r.elements()) ids.push_back(read_id(e));
+  for (const auto& e : r.elements()) ids.push_back(read_id<TensorId>(e));
   return ids;
 }
 
@@ -93,7 +97,7 @@ Tensor read_tensor(const JsonReader& r) {
   r.reject_unknown_keys(
       {"id", "name", "bytes", "kind", "shape", "dtype", "producer", "in_place_of"});
   Tensor t;
-  t.id = read_id(r.at("id"));
+  t.id = read_id<TensorId>(r.at("id"));
   t.name = r.at("name").as_string();
   t.bytes = r.at("bytes").as_int(kMinInt, kMaxInt);
   const auto kind_reader = r.at("kind");
@@ -111,8 +115,8 @@ Tensor read_tensor(const JsonReader& r) {
   t.dtype = read_optional_string(r, "dtype");
   if (!r.value().contains("producer"))
     r.fail("missing field 'producer' (null for tensors that exist before the step)");
-  t.producer = read_optional_id(r, "producer");
-  t.in_place_of = read_optional_id(r, "in_place_of");
+  t.producer = read_optional_id<OpId>(r, "producer");
+  t.in_place_of = read_optional_id<TensorId>(r, "in_place_of");
   return t;
 }
 
@@ -138,7 +142,7 @@ Op read_op(const JsonReader& r, std::int64_t version) {
                            "attributes"});
   }
   Op op;
-  op.id = read_id(r.at("id"));
+  op.id = read_id<OpId>(r.at("id"));
   op.name = r.at("name").as_string();
   op.layer = LayerType::named(r.at("layer").as_string());
   const auto phase_reader = r.at("phase");
@@ -153,7 +157,7 @@ Op read_op(const JsonReader& r, std::int64_t version) {
   op.duration_ns = r.at("duration_ns").as_int(kMinInt, kMaxInt);
   if (auto f = r.find("flops")) op.flops = f->as_number();
   if (auto b = r.find("bytes_moved")) op.bytes_moved = b->as_int(kMinInt, kMaxInt);
-  op.differentiates = read_optional_id(r, "differentiates");
+  op.differentiates = read_optional_id<OpId>(r, "differentiates");
   if (auto algos = r.find("algorithms")) {
     for (const auto& a : algos->elements()) {
       a.reject_unknown_keys({"name", "workspace_bytes", "duration_ns"});
@@ -215,36 +219,42 @@ OrderedJson number_json(double v) {
   return OrderedJson(v);
 }
 
-OrderedJson id_or_null(std::int32_t id) {
-  return id == kNoId ? OrderedJson(nullptr) : OrderedJson(id);
+OrderedJson id_or_null(OpId id) {
+  return id == kNoOp ? OrderedJson(nullptr) : OrderedJson(value(id));
+}
+
+OrderedJson ids_json(const std::vector<TensorId>& ids) {
+  OrderedJson j = OrderedJson::array();
+  for (TensorId t : ids) j.push_back(value(t));
+  return j;
 }
 
 OrderedJson tensor_json(const Tensor& t) {
   OrderedJson j;
-  j["id"] = t.id;
+  j["id"] = value(t.id);
   j["name"] = t.name;
   j["bytes"] = t.bytes;
   j["kind"] = std::string(to_string(t.kind));
   if (!t.shape.empty()) j["shape"] = t.shape;
   if (!t.dtype.empty()) j["dtype"] = t.dtype;
   j["producer"] = id_or_null(t.producer);
-  if (t.in_place_of != kNoId) j["in_place_of"] = t.in_place_of;
+  if (t.in_place_of != kNoTensor) j["in_place_of"] = value(t.in_place_of);
   return j;
 }
 
 OrderedJson op_json(const Op& op) {
   OrderedJson j;
-  j["id"] = op.id;
+  j["id"] = value(op.id);
   j["name"] = op.name;
   j["layer"] = op.layer.str();
   j["phase"] = std::string(to_string(op.phase));
-  j["inputs"] = op.inputs;
-  j["outputs"] = op.outputs;
+  j["inputs"] = ids_json(op.inputs);
+  j["outputs"] = ids_json(op.outputs);
   j["workspace_bytes"] = op.workspace_bytes;
   j["duration_ns"] = op.duration_ns;
   if (op.flops) j["flops"] = *op.flops;
   if (op.bytes_moved) j["bytes_moved"] = *op.bytes_moved;
-  if (op.differentiates != kNoId) j["differentiates"] = op.differentiates;
+  if (op.differentiates != kNoOp) j["differentiates"] = value(op.differentiates);
   if (!op.algorithms.empty()) {
     OrderedJson algos = OrderedJson::array();
     for (const auto& a : op.algorithms) {

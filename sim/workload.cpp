@@ -77,11 +77,11 @@ void validate_totals(const Workload& w, std::string_view source) {
 }
 
 void validate_tensors(const Workload& w, std::string_view source) {
-  const auto op_count = static_cast<OpId>(w.ops.size());
+  const std::size_t op_count = w.ops.size();
   for (std::size_t i = 0; i < w.tensors.size(); ++i) {
     const Tensor& t = w.tensors[i];
     const std::string at = fmt::format("$.tensors[{}]", i);
-    if (t.id != static_cast<TensorId>(i)) {
+    if (t.id != tensor_id(i)) {
       fail(source, at + ".id",
            fmt::format("id {} where {} was expected (tensor ids are their positions in the list; "
                        "a duplicate or skipped id breaks that)",
@@ -109,16 +109,16 @@ void validate_tensors(const Workload& w, std::string_view source) {
                          fmt::join(t.shape, ", "), t.dtype, elements * *item));
       }
     }
-    if (t.producer != kNoId && (t.producer < 0 || t.producer >= op_count)) {
+    if (t.producer != kNoOp && index(t.producer) >= op_count) {
       fail(source, at + ".producer", fmt::format("unknown op id {}", t.producer));
     }
-    if (t.producer != kNoId && is_persistent(t.kind)) {
+    if (t.producer != kNoOp && is_persistent(t.kind)) {
       fail(
           source, at + ".producer",
           fmt::format("tensor '{}' is a {}, which exists before the step, yet names producer op {}",
                       t.name, to_string(t.kind), t.producer));
     }
-    if (t.producer != kNoId) {
+    if (t.producer != kNoOp) {
       const auto& outs = w.op(t.producer).outputs;
       if (std::find(outs.begin(), outs.end(), t.id) == outs.end()) {
         fail(source, at + ".producer",
@@ -133,11 +133,11 @@ void validate_tensors(const Workload& w, std::string_view source) {
 // the list's length: an update op may read tens of thousands of tensors.
 void check_tensor_refs(const Workload& w, std::string_view source, const std::string& at,
                        const std::vector<TensorId>& refs, std::string_view field) {
-  const auto tensor_count = static_cast<TensorId>(w.tensors.size());
+  const std::size_t tensor_count = w.tensors.size();
   std::unordered_set<TensorId> seen;
   seen.reserve(refs.size());
   for (std::size_t k = 0; k < refs.size(); ++k) {
-    if (refs[k] < 0 || refs[k] >= tensor_count) {
+    if (index(refs[k]) >= tensor_count) {  // -1 included
       fail(source, fmt::format("{}.{}[{}]", at, field, k),
            fmt::format("unknown tensor id {}", refs[k]));
     }
@@ -154,7 +154,7 @@ void check_op_dataflow(const Workload& w, std::string_view source, const std::st
                        const Op& op) {
   for (std::size_t k = 0; k < op.inputs.size(); ++k) {
     const Tensor& t = w.tensor(op.inputs[k]);
-    if (t.producer == kNoId && !is_preexisting(t.kind)) {
+    if (t.producer == kNoOp && !is_preexisting(t.kind)) {
       fail(source, fmt::format("{}.inputs[{}]", at, k),
            fmt::format("{} reads {} tensor {} '{}' that no op produces", op_label(op),
                        to_string(t.kind), t.id, t.name));
@@ -166,7 +166,7 @@ void check_op_dataflow(const Workload& w, std::string_view source, const std::st
       fail(source, fmt::format("{}.outputs[{}]", at, k),
            fmt::format(
                "writes tensor {} '{}', whose producer is {}", t.id, t.name,
-               t.producer == kNoId ? std::string("none") : fmt::format("op {}", t.producer)));
+               t.producer == kNoOp ? std::string("none") : fmt::format("op {}", t.producer)));
     }
   }
 }
@@ -206,12 +206,12 @@ void check_op_costs(std::string_view source, const std::string& at, const Op& op
 // A backward op differentiates a known forward op.
 void check_differentiates(const Workload& w, std::string_view source, const std::string& at,
                           const Op& op) {
-  if (op.differentiates == kNoId) return;
-  const auto op_count = static_cast<OpId>(w.ops.size());
+  if (op.differentiates == kNoOp) return;
+  const std::size_t op_count = w.ops.size();
   if (op.phase != Phase::kBackward) {
     fail(source, at + ".differentiates", "only a backward op differentiates a forward op");
   }
-  if (op.differentiates < 0 || op.differentiates >= op_count) {
+  if (index(op.differentiates) >= op_count) {  // -1 included
     fail(source, at + ".differentiates", fmt::format("unknown op id {}", op.differentiates));
   }
   if (w.op(op.differentiates).phase != Phase::kForward) {
@@ -224,7 +224,7 @@ void validate_ops(const Workload& w, std::string_view source) {
   for (std::size_t i = 0; i < w.ops.size(); ++i) {
     const Op& op = w.ops[i];
     const std::string at = fmt::format("$.ops[{}]", i);
-    if (op.id != static_cast<OpId>(i)) {
+    if (op.id != op_id(i)) {
       fail(source, at + ".id",
            fmt::format("id {} where {} was expected (op ids are their positions in issue order; a "
                        "duplicate or skipped id breaks that)",
@@ -242,7 +242,7 @@ void validate_ops(const Workload& w, std::string_view source) {
 // by validate_ops with the reading op).
 void validate_unproduced(const Workload& w, std::string_view source) {
   for (const Tensor& t : w.tensors) {
-    if (t.producer == kNoId && !is_preexisting(t.kind)) {
+    if (t.producer == kNoOp && !is_preexisting(t.kind)) {
       fail(source, fmt::format("$.tensors[{}].producer", t.id),
            fmt::format("tensor '{}' is a {} but names no producer op (only inputs, parameters and "
                        "optimizer state exist before the step)",
@@ -267,7 +267,7 @@ void validate_order(const Workload& w, std::string_view source) {
     for (std::size_t k = 0; k < op.inputs.size(); ++k) {
       const Tensor& t = w.tensor(op.inputs[k]);
       const std::string at = fmt::format("$.ops[{}].inputs[{}]", op.id, k);
-      if (t.producer == kNoId) continue;
+      if (t.producer == kNoOp) continue;
       if (t.producer == op.id) {
         fail(source, at,
              fmt::format("{} reads tensor {} '{}' that it writes itself", op_label(op), t.id,
@@ -285,30 +285,30 @@ void validate_order(const Workload& w, std::string_view source) {
 
 void validate_in_place(const Workload& w, std::string_view source) {
   // The last op (in issue order) that reads each tensor.
-  std::vector<OpId> last_read(w.tensors.size(), kNoId);
+  std::vector<OpId> last_read(w.tensors.size(), kNoOp);
   for (const Op& op : w.ops) {
-    for (TensorId t : op.inputs) last_read[static_cast<std::size_t>(t)] = op.id;
+    for (TensorId t : op.inputs) last_read[index(t)] = op.id;
   }
   // The first two tensors (in id order) written in place over each tensor: finding whether another
   // tensor overwrites the same buffer stays linear in the number of tensors.
-  const auto tensor_count = static_cast<TensorId>(w.tensors.size());
-  std::vector<std::array<TensorId, 2>> overwriters(w.tensors.size(), {kNoId, kNoId});
+  const std::size_t tensor_count = w.tensors.size();
+  std::vector<std::array<TensorId, 2>> overwriters(w.tensors.size(), {kNoTensor, kNoTensor});
   for (const Tensor& t : w.tensors) {
-    if (t.in_place_of < 0 || t.in_place_of >= tensor_count) continue;
-    auto& slots = overwriters[static_cast<std::size_t>(t.in_place_of)];
-    if (slots[0] == kNoId) {
+    if (index(t.in_place_of) >= tensor_count) continue;
+    auto& slots = overwriters[index(t.in_place_of)];
+    if (slots[0] == kNoTensor) {
       slots[0] = t.id;
-    } else if (slots[1] == kNoId) {
+    } else if (slots[1] == kNoTensor) {
       slots[1] = t.id;
     }
   }
   for (const Tensor& t : w.tensors) {
-    if (t.in_place_of == kNoId) continue;
+    if (t.in_place_of == kNoTensor) continue;
     const std::string at = fmt::format("$.tensors[{}].in_place_of", t.id);
-    if (t.in_place_of < 0 || t.in_place_of >= static_cast<TensorId>(w.tensors.size())) {
+    if (index(t.in_place_of) >= w.tensors.size()) {
       fail(source, at, fmt::format("unknown tensor id {}", t.in_place_of));
     }
-    if (t.producer == kNoId)
+    if (t.producer == kNoOp)
       fail(source, at, "only a tensor written by an op can be written in place");
     const Op& producer = w.op(t.producer);
     const Tensor& base = w.tensor(t.in_place_of);
@@ -327,15 +327,14 @@ void validate_in_place(const Workload& w, std::string_view source) {
            fmt::format("{} bytes do not fit in the {} bytes of tensor {}", t.bytes, base.bytes,
                        base.id));
     }
-    if (last_read[static_cast<std::size_t>(base.id)] != producer.id) {
+    if (last_read[index(base.id)] != producer.id) {
       fail(source, at,
            fmt::format(
                "tensor {} '{}' is still read after {} (by op {}), so it cannot be overwritten",
-               base.id, base.name, op_label(producer),
-               last_read[static_cast<std::size_t>(base.id)]));
+               base.id, base.name, op_label(producer), last_read[index(base.id)]));
     }
-    const auto& slots = overwriters[static_cast<std::size_t>(base.id)];
-    if (const TensorId other = slots[0] != t.id ? slots[0] : slots[1]; other != kNoId) {
+    const auto& slots = overwriters[index(base.id)];
+    if (const TensorId other = slots[0] != t.id ? slots[0] : slots[1]; other != kNoTensor) {
       fail(source, at,
            fmt::format("tensor {} is already overwritten by tensor {}", base.id, other));
     }

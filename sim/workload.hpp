@@ -5,8 +5,9 @@
 // (plans, lowering, simulation, execution) reads it. Its file form is trace format v1
 // (traces/FORMAT.md, sim/trace_io.hpp).
 //
-// Ids are positions: tensor `i` is `tensors[i]`, op `i` is `ops[i]`. validate() enforces every
-// structural rule, so code that takes a validated Workload can index without checking.
+// Ids are positions (sim/ids.hpp): tensor `t` is `tensors[index(t)]`, op `o` is `ops[index(o)]`.
+// validate() enforces every structural rule, so code that takes a validated Workload can index
+// without checking.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,15 +16,12 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/ids.hpp"
 #include "sim/layer.hpp"
 #include "sim/link.hpp"
 #include "sim/units.hpp"
 
 namespace memplan::sim {
-
-using TensorId = std::int32_t;
-using OpId = std::int32_t;
-inline constexpr std::int32_t kNoId = -1;
 
 enum class Phase : std::uint8_t { kForward, kBackward, kUpdate };
 inline constexpr int kPhaseCount = 3;
@@ -56,16 +54,16 @@ constexpr bool is_preexisting(TensorKind kind) {
 }
 
 struct Tensor {
-  TensorId id = kNoId;
+  TensorId id = kNoTensor;
   std::string name;
   Bytes bytes = 0;
   TensorKind kind = TensorKind::kActivation;
   std::vector<std::int64_t> shape;  // empty when unknown
   std::string dtype;                // empty when unknown
-  OpId producer = kNoId;            // kNoId for inputs, parameters, optimizer state
+  OpId producer = kNoOp;            // kNoOp for inputs, parameters, optimizer state
   /// When set, this tensor is written over the buffer of that input of its producer (an in-place
   /// ReLU, say): it takes over that buffer instead of allocating its own.
-  TensorId in_place_of = kNoId;
+  TensorId in_place_of = kNoTensor;
 
   friend bool operator==(const Tensor&, const Tensor&) = default;
 };
@@ -100,7 +98,7 @@ struct HostSide {
 using Attributes = std::map<std::string, std::vector<double>, std::less<>>;
 
 struct Op {
-  OpId id = kNoId;
+  OpId id = kNoOp;
   std::string name;
   LayerType layer;  // what it computes (sim/layer.hpp): a known layer, or a generic op
   Phase phase = Phase::kForward;
@@ -110,8 +108,8 @@ struct Op {
   Nanoseconds duration_ns = 0;
   std::optional<double> flops;
   std::optional<Bytes> bytes_moved;
-  /// For a backward op: the forward op it differentiates (kNoId when not known).
-  OpId differentiates = kNoId;
+  /// For a backward op: the forward op it differentiates (kNoOp when not known).
+  OpId differentiates = kNoOp;
   /// Alternatives to the default algorithm above (empty for most layers).
   std::vector<Algorithm> algorithms;
   Attributes attributes;
@@ -160,10 +158,8 @@ struct Workload {
   /// Host time after the last op's launch until the step ends (trace format v2); 0 when unknown.
   Nanoseconds host_tail_ns = 0;
 
-  [[nodiscard]] const Tensor& tensor(TensorId id) const {
-    return tensors[static_cast<std::size_t>(id)];
-  }
-  [[nodiscard]] const Op& op(OpId id) const { return ops[static_cast<std::size_t>(id)]; }
+  [[nodiscard]] const Tensor& tensor(TensorId id) const { return tensors[index(id)]; }
+  [[nodiscard]] const Op& op(OpId id) const { return ops[index(id)]; }
 
   friend bool operator==(const Workload&, const Workload&) = default;
 };

@@ -30,13 +30,13 @@ struct CycleFinder : boost::default_dfs_visitor {
 }  // namespace
 
 WorkloadGraph::WorkloadGraph(const Workload& workload) : graph_(workload.ops.size()) {
-  const auto op_count = static_cast<OpId>(workload.ops.size());
+  const std::size_t op_count = workload.ops.size();
   for (const Op& op : workload.ops) {
     for (TensorId t : op.inputs) {
-      if (t < 0 || t >= static_cast<TensorId>(workload.tensors.size())) continue;
+      if (index(t) >= workload.tensors.size()) continue;
       const OpId producer = workload.tensor(t).producer;
-      if (producer < 0 || producer >= op_count || op.id < 0 || op.id >= op_count) continue;
-      boost::add_edge(static_cast<Vertex>(producer), static_cast<Vertex>(op.id), t, graph_);
+      if (index(producer) >= op_count || index(op.id) >= op_count) continue;
+      boost::add_edge(index(producer), index(op.id), t, graph_);
     }
   }
 }
@@ -59,10 +59,10 @@ std::optional<std::vector<OpId>> WorkloadGraph::find_cycle() const {
   const Vertex v = boost::target(*back, graph_);
   std::vector<OpId> cycle;
   for (Vertex w = u; w != v; w = parent[w]) {
-    cycle.push_back(static_cast<OpId>(w));
+    cycle.push_back(op_id(w));
     MEMPLAN_CHECK(parent[w] != w, "a back edge's source descends from its target in the DFS tree");
   }
-  cycle.push_back(static_cast<OpId>(v));
+  cycle.push_back(op_id(v));
   std::reverse(cycle.begin(), cycle.end());
   return cycle;
 }
@@ -81,7 +81,7 @@ std::vector<OpId> WorkloadGraph::topological_order() const {
   while (!ready.empty()) {
     const Vertex v = ready.top();
     ready.pop();
-    order.push_back(static_cast<OpId>(v));
+    order.push_back(op_id(v));
     for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
       if (--indegree[boost::target(*e, graph_)] == 0) ready.push(boost::target(*e, graph_));
     }
@@ -101,7 +101,7 @@ std::vector<OpId> WorkloadGraph::ancestors(OpId op) const {
       const Vertex s = boost::source(*e, graph_);
       if (seen[s] == 0) {
         seen[s] = 1;
-        result.push_back(static_cast<OpId>(s));
+        result.push_back(op_id(s));
         stack.push_back(s);
       }
     }

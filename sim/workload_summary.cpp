@@ -90,7 +90,7 @@ nlohmann::ordered_json to_json(const WorkloadSummary& s, const Workload& workloa
   j["parameter_bytes"] = s.parameter_bytes();
   j["peak_bytes_incore"] = s.peak.bytes;
   j["no_reuse_bytes"] = no_reuse_bytes(workload);
-  j["peak_op"] = s.peak.op == kNoId ? nlohmann::ordered_json(nullptr)
+  j["peak_op"] = s.peak.op == kNoOp ? nlohmann::ordered_json(nullptr)
                                     : nlohmann::ordered_json(workload.op(s.peak.op).name);
   nlohmann::ordered_json compute = nlohmann::ordered_json::object();
   nlohmann::ordered_json by_layer = nlohmann::ordered_json::object();
@@ -153,7 +153,7 @@ std::string to_text(const WorkloadSummary& s, const Workload& workload) {
   out +=
       fmt::format("feature maps {} ({})\n", s.feature_map_count, format_bytes(s.feature_map_bytes));
   out += fmt::format("in-core peak {} at op '{}'\n", format_bytes(s.peak.bytes),
-                     s.peak.op == kNoId ? std::string("-") : workload.op(s.peak.op).name);
+                     s.peak.op == kNoOp ? std::string("-") : workload.op(s.peak.op).name);
   out += "compute time";
   for (int ph = 0; ph < kPhaseCount; ++ph) {
     out += fmt::format("{} {} {:.3f} ms", ph == 0 ? "" : ",", to_string(static_cast<Phase>(ph)),

@@ -12,13 +12,13 @@ namespace memplan::zoo {
 namespace {
 
 using sim::Bytes;
-using sim::kNoId;
+using sim::kNoTensor;
 using sim::OpId;
 using sim::TensorId;
 using sim::TensorKind;
 
 // The loss has no gradient tensor: backward starts from an implicit 1.
-constexpr TensorId kSeedGradient = -2;
+constexpr TensorId kSeedGradient{-2};
 
 // Output extent of a sliding window (PyTorch's rule, including ceil_mode's "the last window must
 // start inside the input or its left padding").
@@ -99,7 +99,7 @@ TensorId Network::new_tensor(const std::string& name, TensorKind kind, const Sha
                         model_, name, join_shape(shape), elements * item));
   }
   sim::Tensor t;
-  t.id = static_cast<TensorId>(workload_.tensors.size());
+  t.id = sim::tensor_id(workload_.tensors.size());
   t.name = name;
   t.bytes = elements * item;
   t.kind = kind;
@@ -138,7 +138,7 @@ OpId Network::forward_op(const std::string& name, sim::Layer layer,
                          double flops) {
   MEMPLAN_CHECK(!finished_, "layers are added before finish()");
   sim::Op op;
-  op.id = static_cast<OpId>(workload_.ops.size());
+  op.id = sim::op_id(workload_.ops.size());
   op.name = name;
   op.layer = layer;
   op.phase = sim::Phase::kForward;
@@ -149,12 +149,12 @@ OpId Network::forward_op(const std::string& name, sim::Layer layer,
   bool needs_grad = false;
   for (TensorId t : op.inputs) {
     moved += workload_.tensor(t).bytes;
-    needs_grad = needs_grad || requires_grad_[static_cast<std::size_t>(t)] != 0;
+    needs_grad = needs_grad || requires_grad_[index(t)] != 0;
   }
   for (TensorId t : op.outputs) {
     moved += workload_.tensor(t).bytes;
-    workload_.tensors[static_cast<std::size_t>(t)].producer = op.id;
-    requires_grad_[static_cast<std::size_t>(t)] = needs_grad ? 1 : 0;
+    workload_.tensors[index(t)].producer = op.id;
+    requires_grad_[index(t)] = needs_grad ? 1 : 0;
   }
   op.bytes_moved = moved;
   workload_.ops.push_back(std::move(op));
@@ -166,7 +166,7 @@ Network::Layer& Network::record(OpId op, const std::vector<TensorId>& inputs, Te
   Layer layer;
   layer.forward = op;
   for (TensorId t : inputs) {
-    if (requires_grad_[static_cast<std::size_t>(t)] != 0) layer.differentiable_inputs.push_back(t);
+    if (requires_grad_[index(t)] != 0) layer.differentiable_inputs.push_back(t);
   }
   layer.saved = std::move(saved);
   layer.output = output;
@@ -227,7 +227,7 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
   fop.workspace_bytes = workspace;
   if (workspace > 0) fop.algorithms.push_back({"memory_optimal", 0, 0});
   Layer& layer = record(op, inputs, y.id, {x.id, w.id});
-  const bool input_grad = requires_grad_[static_cast<std::size_t>(x.id)] != 0;
+  const bool input_grad = requires_grad_[index(x.id)] != 0;
   layer.backward_flops = flops * (input_grad ? 2.0 : 1.0);  // dgrad (when needed) + wgrad
   layer.backward_workspace = workspace;
   layer.backward_has_memory_optimal = workspace > 0;
@@ -256,7 +256,7 @@ Value Network::batch_norm(const std::string& name, const Value& x) {
 Value Network::pointwise(const std::string& name, sim::Layer layer_type, const Value& x,
                          bool in_place, bool saves_output, double flops_per_element) {
   Value y = activation(name, x.shape);
-  if (in_place) workload_.tensors[static_cast<std::size_t>(y.id)].in_place_of = x.id;
+  if (in_place) workload_.tensors[index(y.id)].in_place_of = x.id;
   const OpId op =
       forward_op(name, layer_type, {x.id}, {y.id}, flops_per_element * product(x.shape));
   Layer& layer = record(op, {x.id}, y.id, {saves_output ? y.id : x.id});
@@ -356,14 +356,14 @@ Value Network::linear_with(const std::string& name, const Value& x, const Value&
   const double flops = 2.0 * product(x.shape) * static_cast<double>(out_features);
   const OpId op = forward_op(name, sim::Layer::kLinear, inputs, {y.id}, flops);
   Layer& layer = record(op, inputs, y.id, {x.id, weight.id});
-  layer.backward_flops = flops * (requires_grad_[static_cast<std::size_t>(x.id)] != 0 ? 2.0 : 1.0);
+  layer.backward_flops = flops * (requires_grad_[index(x.id)] != 0 ? 2.0 : 1.0);
   return y;
 }
 
 Value Network::add(const std::string& name, const Value& a, const Value& b, bool in_place) {
   MEMPLAN_CHECK(product(a.shape) == product(b.shape), "add of equal shapes");
   Value y = activation(name, a.shape);
-  if (in_place) workload_.tensors[static_cast<std::size_t>(y.id)].in_place_of = a.id;
+  if (in_place) workload_.tensors[index(y.id)].in_place_of = a.id;
   const OpId op = forward_op(name, sim::Layer::kAdd, {a.id, b.id}, {y.id}, product(a.shape));
   Layer& layer = record(op, {a.id, b.id}, y.id, {});
   layer.pass_through = true;
@@ -468,10 +468,10 @@ Value Network::attention_context(const std::string& name, const Value& probs, co
 }
 
 void Network::contribute(TensorId tensor, TensorId gradient) {
-  const auto t = static_cast<std::size_t>(tensor);
+  const auto t = index(tensor);
   MEMPLAN_CHECK(expected_grads_[t] > 0, "a tensor receives as many gradients as it has consumers");
   --expected_grads_[t];
-  if (grad_[t] == kNoId) {
+  if (grad_[t] == kNoTensor) {
     grad_[t] = gradient;
     return;
   }
@@ -482,7 +482,7 @@ void Network::contribute(TensorId tensor, TensorId gradient) {
       new_tensor(fmt::format("{}{}.acc{}", prefix, base.name, workload_.ops.size()),
                  TensorKind::kGradient, base.shape, base.dtype);
   sim::Op op;
-  op.id = static_cast<OpId>(workload_.ops.size());
+  op.id = sim::op_id(workload_.ops.size());
   op.name = fmt::format("{}.grad_accumulate", base.name);
   op.layer = sim::Layer::kGradAccumulate;
   op.phase = sim::Phase::kBackward;
@@ -490,7 +490,7 @@ void Network::contribute(TensorId tensor, TensorId gradient) {
   op.outputs = {sum};
   op.flops = static_cast<double>(base.bytes) / 4.0;
   op.bytes_moved = 3 * base.bytes;
-  workload_.tensors[static_cast<std::size_t>(sum)].producer = op.id;
+  workload_.tensors[index(sum)].producer = op.id;
   workload_.ops.push_back(std::move(op));
   grad_[t] = sum;
 }
@@ -498,28 +498,27 @@ void Network::contribute(TensorId tensor, TensorId gradient) {
 std::vector<char> Network::start_backward() {
   const std::size_t forward_tensors = workload_.tensors.size();
   std::vector<char> reaches(forward_tensors, 0);
-  reaches[static_cast<std::size_t>(loss_.front())] = 1;
+  reaches[index(loss_.front())] = 1;
   std::vector<char> on_path(layers_.size(), 0);
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    if (reaches[static_cast<std::size_t>(layers_[i].output)] == 0) continue;
+    if (reaches[index(layers_[i].output)] == 0) continue;
     on_path[i] = 1;
-    for (TensorId t : layers_[i].differentiable_inputs) reaches[static_cast<std::size_t>(t)] = 1;
+    for (TensorId t : layers_[i].differentiable_inputs) reaches[index(t)] = 1;
   }
   expected_grads_.assign(forward_tensors, 0);
-  grad_.assign(forward_tensors, kNoId);
+  grad_.assign(forward_tensors, kNoTensor);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     if (on_path[i] == 0) continue;
-    for (TensorId t : layers_[i].differentiable_inputs)
-      ++expected_grads_[static_cast<std::size_t>(t)];
+    for (TensorId t : layers_[i].differentiable_inputs) ++expected_grads_[index(t)];
   }
-  grad_[static_cast<std::size_t>(loss_.front())] = kSeedGradient;
+  grad_[index(loss_.front())] = kSeedGradient;
   return on_path;
 }
 
 void Network::add_backward_op(const Layer& layer, TensorId grad_out) {
   const sim::Op& fwd = workload_.op(layer.forward);
   sim::Op op;
-  op.id = static_cast<OpId>(workload_.ops.size());
+  op.id = sim::op_id(workload_.ops.size());
   op.name = fwd.name + "_bwd";
   op.layer = fwd.layer;
   op.phase = sim::Phase::kBackward;
@@ -533,7 +532,7 @@ void Network::add_backward_op(const Layer& layer, TensorId grad_out) {
     const std::string prefix = base.kind == TensorKind::kParameter ? "g_" : "d_";
     const TensorId g =
         new_tensor(prefix + base.name, TensorKind::kGradient, base.shape, base.dtype);
-    workload_.tensors[static_cast<std::size_t>(g)].producer = op.id;
+    workload_.tensors[index(g)].producer = op.id;
     op.outputs.push_back(g);
     produced.emplace_back(t, g);
   }
@@ -558,7 +557,7 @@ void Network::add_backward_op(const Layer& layer, TensorId grad_out) {
 void Network::add_update() {
   const bool adam = optimizer_ == Optimizer::kAdam;
   sim::Op update;
-  update.id = static_cast<OpId>(workload_.ops.size());
+  update.id = sim::op_id(workload_.ops.size());
   update.name = adam ? "adam" : "sgd";
   update.layer = adam ? sim::Layer::kAdam : sim::Layer::kSgd;
   update.phase = sim::Phase::kUpdate;
@@ -575,8 +574,8 @@ void Network::add_update() {
   std::vector<std::vector<TensorId>> states(state_prefixes.size());
   double elements = 0;
   for (TensorId p : params_) {
-    const TensorId g = grad_[static_cast<std::size_t>(p)];
-    MEMPLAN_CHECK(g != kNoId && expected_grads_[static_cast<std::size_t>(p)] == 0,
+    const TensorId g = grad_[index(p)];
+    MEMPLAN_CHECK(g != kNoTensor && expected_grads_[index(p)] == 0,
                   "every parameter has its full gradient before the update");
     const sim::Tensor param = workload_.tensor(p);  // a copy: new_tensor() grows the list
     grads.push_back(g);
@@ -607,8 +606,8 @@ sim::Workload Network::finish() {
   for (std::size_t i = layers_.size(); i-- > 0;) {
     if (on_path[i] == 0) continue;
     const Layer& layer = layers_[i];
-    const TensorId grad_out = grad_[static_cast<std::size_t>(layer.output)];
-    MEMPLAN_CHECK(grad_out != kNoId,
+    const TensorId grad_out = grad_[index(layer.output)];
+    MEMPLAN_CHECK(grad_out != kNoTensor,
                   "every consumer's gradient has arrived when a layer's turn comes");
     if (layer.pass_through) {
       for (TensorId t : layer.differentiable_inputs) contribute(t, grad_out);
@@ -625,20 +624,20 @@ std::size_t relu_backward_in_place(sim::Workload& workload) {
   std::vector<int> readers(workload.tensors.size(), 0);
   std::vector<char> overwritten(workload.tensors.size(), 0);
   for (const sim::Op& op : workload.ops) {
-    for (TensorId t : op.inputs) ++readers[static_cast<std::size_t>(t)];
+    for (TensorId t : op.inputs) ++readers[index(t)];
   }
   for (const sim::Tensor& t : workload.tensors) {
-    if (t.in_place_of != kNoId) overwritten[static_cast<std::size_t>(t.in_place_of)] = 1;
+    if (t.in_place_of != kNoTensor) overwritten[index(t.in_place_of)] = 1;
   }
   std::size_t changed = 0;
   for (const sim::Op& op : workload.ops) {
     if (op.phase != sim::Phase::kBackward || !op.layer.rule().in_place_backward) continue;
     if (op.inputs.empty() || op.outputs.size() != 1) continue;
     const sim::Tensor& incoming = workload.tensor(op.inputs.front());
-    sim::Tensor& out = workload.tensors[static_cast<std::size_t>(op.outputs.front())];
-    const auto in = static_cast<std::size_t>(incoming.id);
+    sim::Tensor& out = workload.tensors[index(op.outputs.front())];
+    const auto in = index(incoming.id);
     if (incoming.kind != TensorKind::kGradient || readers[in] != 1 || overwritten[in] != 0 ||
-        out.in_place_of != kNoId || out.bytes > incoming.bytes) {
+        out.in_place_of != kNoTensor || out.bytes > incoming.bytes) {
       continue;
     }
     out.in_place_of = incoming.id;
@@ -654,7 +653,7 @@ std::size_t int32_pool_indices(sim::Workload& workload) {
     if (op.phase != sim::Phase::kForward || op.layer.rule().family != sim::LayerFamily::kMaxPool)
       continue;
     for (TensorId t : op.outputs) {
-      sim::Tensor& tensor = workload.tensors[static_cast<std::size_t>(t)];
+      sim::Tensor& tensor = workload.tensors[index(t)];
       if (tensor.dtype != "int64") continue;
       tensor.dtype = "int32";
       tensor.bytes /= 2;

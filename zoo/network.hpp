@@ -31,7 +31,7 @@ using Shape = std::vector<std::int64_t>;
 /// A value flowing through the network: a tensor and the shape the next layer sees (a flatten is
 /// a view: same tensor, other shape).
 struct Value {
-  sim::TensorId id = sim::kNoId;
+  sim::TensorId id = sim::kNoTensor;
   Shape shape;
 };
 
@@ -115,10 +115,10 @@ class Network {
 
  private:
   struct Layer {
-    sim::OpId forward = sim::kNoId;
+    sim::OpId forward = sim::kNoOp;
     std::vector<sim::TensorId> differentiable_inputs;  // inputs whose gradient backward produces
     std::vector<sim::TensorId> saved;                  // what backward reads (Note [Saved tensors])
-    sim::TensorId output = sim::kNoId;                 // the output whose gradient flows back
+    sim::TensorId output = sim::kNoTensor;             // the output whose gradient flows back
     bool pass_through = false;  // add: the output gradient is each input's gradient, no op
     double backward_flops = 0;  // flops of the backward op
     sim::Bytes backward_workspace = 0;

@@ -16,7 +16,7 @@ sim::Bytes saved_activation_bytes(const sim::Workload& workload) {
       const sim::Tensor& tensor = workload.tensor(t);
       if (tensor.kind != sim::TensorKind::kActivation && tensor.kind != sim::TensorKind::kInput)
         continue;
-      const std::size_t s = liveness.storage_of[static_cast<std::size_t>(t)];
+      const std::size_t s = liveness.storage_of[index(t)];
       if (counted[s] != 0) continue;
       counted[s] = 1;
       total += liveness.storages[s].bytes;

@@ -49,7 +49,7 @@ class LayerCase {
   mp::sim::TensorId tensor(std::vector<std::int64_t> shape, const std::string& dtype = "float32") {
     mp::sim::Tensor t;
     t.id = static_cast<mp::sim::TensorId>(w_.tensors.size());
-    t.name = "t" + std::to_string(t.id);
+    t.name = "t" + std::to_string(mp::sim::value(t.id));
     t.dtype = dtype;
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
@@ -87,9 +87,9 @@ class LayerCase {
            std::vector<mp::sim::TensorId> out, mp::sim::Attributes attributes = {},
            mp::sim::Bytes workspace_bytes = 0) {
     mp::sim::Op op;
-    op.differentiates = std::exchange(differentiates_, mp::sim::kNoId);
+    op.differentiates = std::exchange(differentiates_, mp::sim::kNoOp);
     op.id = static_cast<mp::sim::OpId>(w_.ops.size());
-    op.name = layer + "_" + std::to_string(op.id);
+    op.name = layer + "_" + std::to_string(mp::sim::value(op.id));
     op.layer = mp::sim::LayerType::named(layer);
     op.phase = phase;
     op.inputs = std::move(in);
@@ -113,7 +113,7 @@ class LayerCase {
  private:
   mp::sim::Workload w_;
   std::vector<void*> device_;
-  mp::sim::OpId differentiates_ = mp::sim::kNoId;
+  mp::sim::OpId differentiates_ = mp::sim::kNoOp;
 };
 
 void check_close(const std::vector<float>& got, const std::vector<float>& want) {
@@ -424,7 +424,7 @@ TEST_CASE("the GPU's own layer kernels give the host's bits", "[cuda][layers]") 
     c.run("concat", Phase::kForward, {tx, tother}, {ty});
     CHECK(c.download(ty) == y);
     // Backward splits dy = y back into the parts (differentiates the forward op 0).
-    c.run_backward_of(0, "concat", {ty}, {td0, td1});
+    c.run_backward_of(mp::sim::OpId{0}, "concat", {ty}, {td0, td1});
     CHECK(c.download(td0) == x);
     CHECK(c.download(td1) == other);
   }

@@ -376,7 +376,7 @@ TEST_CASE("validation fails when the measured peak is not the predicted one",
   options.repetitions = 1;
   const auto plan = mp::test::plan_with(
       w, {{"relu3_out", mp::sim::Action::kEncode, mp::sim::Encoding::kBinarize}});
-  const TamperingBackend one_byte_more(mp::sim::kNoId, 1.0f, 1);
+  const TamperingBackend one_byte_more(mp::sim::kNoTensor, 1.0f, 1);
   const auto r = mp::runtime::validate(one_byte_more, w, plan, machine, options);
   CHECK(r.measured_feasible);
   CHECK(r.gradients_match);

@@ -53,7 +53,8 @@ class NetworkBuilder {
 
   mp::sim::OpId op(const std::string& name, const std::string& layer, Phase phase,
                    std::vector<TensorId> in, std::vector<TensorId> out,
-                   mp::sim::Attributes attributes = {}, mp::sim::OpId differentiates = -1) {
+                   mp::sim::Attributes attributes = {},
+                   mp::sim::OpId differentiates = mp::sim::kNoOp) {
     mp::sim::Op o;
     o.id = static_cast<mp::sim::OpId>(w_.ops.size());
     o.name = name;
@@ -92,7 +93,7 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
   const bool conv = coin();
   std::vector<TensorId> params;
   std::map<TensorId, TensorId> grad_of;
-  TensorId x = -1, features = -1;
+  TensorId x = mp::sim::kNoTensor, features = mp::sim::kNoTensor;
   std::int64_t width = 0;
   struct Conv {
     mp::sim::OpId conv, relu, pool;
@@ -106,9 +107,9 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
     x = b.tensor("x", {n, ch, hw, hw}, TensorKind::kInput);
     c.w = b.tensor("w_conv", {k, ch, 3, 3}, TensorKind::kParameter);
     params.push_back(c.w);
-    c.bias = coin() ? b.tensor("b_conv", {k}, TensorKind::kParameter) : -1;
+    c.bias = coin() ? b.tensor("b_conv", {k}, TensorKind::kParameter) : mp::sim::kNoTensor;
     std::vector<TensorId> conv_in{x, c.w};
-    if (c.bias >= 0) {
+    if (c.bias != mp::sim::kNoTensor) {
       params.push_back(c.bias);
       conv_in.push_back(c.bias);
     }
@@ -139,9 +140,10 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
     const std::string s = std::to_string(i);
     const TensorId wi = b.tensor("w" + s, {out, width}, TensorKind::kParameter);
     params.push_back(wi);
-    const TensorId bi = coin() ? b.tensor("b" + s, {out}, TensorKind::kParameter) : -1;
+    const TensorId bi =
+        coin() ? b.tensor("b" + s, {out}, TensorKind::kParameter) : mp::sim::kNoTensor;
     std::vector<TensorId> fc_in{a, wi};
-    if (bi >= 0) {
+    if (bi != mp::sim::kNoTensor) {
       params.push_back(bi);
       fc_in.push_back(bi);
     }
@@ -168,18 +170,18 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
   for (std::int64_t i = layers - 1; i >= 0; --i) {
     const Layer& l = linear[static_cast<std::size_t>(i)];
     const std::string s = std::to_string(i);
-    const TensorId dx =
-        l.in == x ? -1 : b.tensor("d_in" + s, b.at(l.in).shape, TensorKind::kGradient);
+    const TensorId dx = l.in == x ? mp::sim::kNoTensor
+                                  : b.tensor("d_in" + s, b.at(l.in).shape, TensorKind::kGradient);
     const TensorId g = b.tensor("g_w" + s, b.at(l.weight).shape, TensorKind::kGradient);
     grad_of[l.weight] = g;
     std::vector<TensorId> outs{g};
-    if (dx >= 0) outs.insert(outs.begin(), dx);
-    if (l.bias >= 0) {
+    if (dx != mp::sim::kNoTensor) outs.insert(outs.begin(), dx);
+    if (l.bias != mp::sim::kNoTensor) {
       grad_of[l.bias] = b.tensor("g_b" + s, b.at(l.bias).shape, TensorKind::kGradient);
       outs.push_back(grad_of[l.bias]);
     }
     b.op("fc" + s + "_bwd", "linear", Phase::kBackward, {d, l.in, l.weight}, outs, {}, l.fwd);
-    if (dx < 0) break;
+    if (dx == mp::sim::kNoTensor) break;
     d = dx;
     if (i > 0) {
       const auto& [relu_op, r] = relus[static_cast<std::size_t>(i - 1)];
@@ -200,7 +202,7 @@ mp::sim::Workload random_network(std::mt19937_64& rng) {
     b.op("conv_relu_bwd", "relu", Phase::kBackward, {d_relu, c.relu_out}, {d_conv}, {}, c.relu);
     grad_of[c.w] = b.tensor("g_conv", b.at(c.w).shape, TensorKind::kGradient);
     std::vector<TensorId> outs{grad_of[c.w]};
-    if (c.bias >= 0) {
+    if (c.bias != mp::sim::kNoTensor) {
       grad_of[c.bias] = b.tensor("g_b_conv", b.at(c.bias).shape, TensorKind::kGradient);
       outs.push_back(grad_of[c.bias]);
     }

@@ -53,7 +53,7 @@ TensorId loss_tensor(const mp::sim::Workload& w) {
     }
   }
   FAIL("no loss tensor");
-  return mp::sim::kNoId;
+  return mp::sim::kNoTensor;
 }
 
 /// The sgd op: params, grads and momentum, three equal groups.
@@ -97,14 +97,15 @@ TEST_CASE("add and grad_accumulate write the element-wise sum of their inputs",
     o.layer = mp::sim::LayerType::named(layer);
     o.phase = phase;
     o.inputs = std::move(in);
-    o.outputs = {3};
+    o.outputs = {TensorId{3}};
     w.ops.push_back(o);
     return o.id;
   };
-  const auto add2 = op("add", mp::sim::Phase::kForward, {0, 1});
-  const auto add3 = op("add", mp::sim::Phase::kForward, {0, 1, 2});
-  const auto acc3 = op("grad_accumulate", mp::sim::Phase::kBackward, {0, 1, 2});
-  const auto acc1 = op("add", mp::sim::Phase::kBackward, {2});
+  const auto add2 = op("add", mp::sim::Phase::kForward, {TensorId{0}, TensorId{1}});
+  const auto add3 = op("add", mp::sim::Phase::kForward, {TensorId{0}, TensorId{1}, TensorId{2}});
+  const auto acc3 =
+      op("grad_accumulate", mp::sim::Phase::kBackward, {TensorId{0}, TensorId{1}, TensorId{2}});
+  const auto acc1 = op("add", mp::sim::Phase::kBackward, {TensorId{2}});
   // Values whose sums are exact in float32, so the expected sums are exact too.
   std::vector<float> a{1.0f, -2.0f, 0.5f, 1024.0f, -0.0f, 3.25f};
   const std::vector<float> b{0.25f, 2.0f, -1.5f, 1.0f, -0.0f, -7.0f};
@@ -159,7 +160,7 @@ TEST_CASE("an average pool without a recorded window pools as its extents define
   auto op = [&](mp::sim::Phase phase, std::vector<TensorId> in, TensorId out) {
     mp::sim::Op o;
     o.id = static_cast<mp::sim::OpId>(w.ops.size());
-    o.name = "avg_pool2d_" + std::to_string(o.id);
+    o.name = "avg_pool2d_" + std::to_string(mp::sim::value(o.id));
     o.layer = mp::sim::LayerType::named("avg_pool2d");
     o.phase = phase;
     o.inputs = std::move(in);

@@ -78,7 +78,7 @@ TEST_CASE("current format: layer ops, backward ops, optimizer and device times",
   // Every backward op differentiates a forward op of its own layer type.
   for (const auto& op : w.ops) {
     if (op.phase != Phase::kBackward) continue;
-    REQUIRE(op.differentiates != memplan::sim::kNoId);
+    REQUIRE(op.differentiates != memplan::sim::kNoOp);
     CHECK(w.op(op.differentiates).layer == op.layer);
   }
   // The skip's gradient is the sum of two contributions: the add passes its output's gradient

@@ -113,13 +113,13 @@ Plan random_plan(const Workload& w, Rng& rng) {
         const OpId drop = last_forward_use(maps[i], w);
         if (uniform(rng, 0, 1) == 0)
           d.prefetch_before =
-              static_cast<OpId>(uniform(rng, drop + 1, maps[i].backward_uses.front()));
+              op_id(uniform(rng, value(drop) + 1, value(maps[i].backward_uses.front())));
         // Half the swaps free their device copy later than the last forward use, up to the
         // prefetch point (Note [Release point]).
         if (uniform(rng, 0, 1) == 0) {
-          const OpId prefetch = d.prefetch_before != kNoId ? d.prefetch_before
+          const OpId prefetch = d.prefetch_before != kNoOp ? d.prefetch_before
                                                            : default_prefetch_point(maps[i], w);
-          d.release_before = static_cast<OpId>(uniform(rng, drop + 1, prefetch));
+          d.release_before = op_id(uniform(rng, value(drop) + 1, value(prefetch)));
         }
         break;
       }
@@ -178,13 +178,13 @@ struct BufferLife {
 // What a device buffer or a host slot holds: a tensor's values, its encoded form, or nothing
 // valid (a fresh allocation, or workspace scratch).
 struct Content {
-  TensorId tensor = kNoId;
+  TensorId tensor = kNoTensor;
   bool encoded = false;
   bool operator==(const Content&) const = default;
 };
 std::ostream& operator<<(std::ostream& os, const Content& c) {
-  if (c.tensor == kNoId) return os << "nothing valid";
-  return os << (c.encoded ? "encoded tensor " : "tensor ") << c.tensor;
+  if (c.tensor == kNoTensor) return os << "nothing valid";
+  return os << (c.encoded ? "encoded tensor " : "tensor ") << value(c.tensor);
 }
 
 // One content of a buffer: valid from `from_ns` (its writer ended) until `until_ns` (the next
@@ -252,7 +252,7 @@ void check_host_slots(const Program& p, const Timeline& tl, const History& histo
     const Instruction& in = h2d[static_cast<std::size_t>(s.index)];
     const auto at = static_cast<std::size_t>(in.aux);
     const Version& from = slot[at];
-    REQUIRE(from.content.tensor != kNoId);
+    REQUIRE(from.content.tensor != kNoTensor);
     REQUIRE(from.from_ns <= s.start_ns);
     REQUIRE(from.content.tensor == p.buffers[static_cast<std::size_t>(in.buffer)].tensor);
     const bool write_back = p.buffers[static_cast<std::size_t>(in.buffer)].initial;
@@ -371,7 +371,7 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
         for (std::int32_t k = 0; k < n_out; ++k) {
           const TensorId o = op.outputs[static_cast<std::size_t>(k)];
           const TensorId base = w.tensor(o).in_place_of;
-          if (base != kNoId) {
+          if (base != kNoTensor) {
             // Written over its base: the buffer the op read the base from.
             const auto it = std::find(op.inputs.begin(), op.inputs.end(), base);
             REQUIRE(it != op.inputs.end());

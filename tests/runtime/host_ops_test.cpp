@@ -23,7 +23,7 @@ namespace {
 
 mp::sim::Op adam_op(std::size_t inputs, mp::sim::Attributes attributes = {}) {
   mp::sim::Op op;
-  op.id = 0;
+  op.id = mp::sim::OpId{0};
   op.name = "adam";
   op.layer = mp::sim::Layer::kAdam;
   op.phase = mp::sim::Phase::kUpdate;
@@ -43,7 +43,7 @@ mp::sim::Workload adam_workload(const std::vector<std::int64_t>& sizes,
     for (std::int64_t n : sizes) {
       mp::sim::Tensor t;
       t.id = static_cast<mp::sim::TensorId>(w.tensors.size());
-      t.name = "t" + std::to_string(t.id);
+      t.name = "t" + std::to_string(mp::sim::value(t.id));
       t.kind = kind;
       t.shape = {n};
       t.dtype = "float32";
@@ -135,7 +135,7 @@ TEST_CASE("the host stream's adam and the host device's adam give the same bits"
   for (const mp::sim::Tensor& t : w.tensors) {
     std::vector<float> x(static_cast<std::size_t>(t.shape[0]));
     for (float& e : x) e = u(rng);
-    if (t.id >= 6) {
+    if (t.id >= mp::sim::TensorId{6}) {
       for (float& e : x) e *= e;  // exp_avg_sq
     }
     data.push_back(x);

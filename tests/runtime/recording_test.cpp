@@ -32,7 +32,7 @@ mp::sim::OpId op_named(const mp::sim::Workload& w, const std::string& name) {
     if (op.name == name) return op.id;
   }
   FAIL("no op " << name);
-  return mp::sim::kNoId;
+  return mp::sim::kNoOp;
 }
 
 /// The host backend, with a fixed algorithm search.

@@ -30,10 +30,10 @@ Workload two_layers() {
   const auto a = b.forward("f1", {x, w1}, 100, 1000);
   const auto y = b.forward("f2", {a, w2}, 100, 1000);
   b.op("g2", "linear", Phase::kBackward, {y, a, w2}, {{"g_w2", 1000}, {"d_a", 100}}, 1000);
-  const TensorId g_w2 = 5;
-  const TensorId d_a = 6;
+  const TensorId g_w2{5};
+  const TensorId d_a{6};
   b.op("g1", "linear", Phase::kBackward, {d_a, x, w1}, {{"g_w1", 1000}}, 1000);
-  const TensorId g_w1 = 7;
+  const TensorId g_w1{7};
   std::vector<TensorId> momenta;
   for (const char* name : {"m1", "m2"}) {
     Tensor m;
@@ -83,7 +83,11 @@ TEST_CASE("fsdp-style offload: weights per phase, gradients and momenta on the h
           "[scenario]") {
   const Workload w = two_layers();
   // w1, w2, g_w2, g_w1, m1, m2 on the host; the update on the host.
-  const auto s = memplan::test::simulate(w, with_host(w, {1, 2, 5, 7, 8, 9}, true), machine());
+  const auto s = memplan::test::simulate(
+      w,
+      with_host(w, {TensorId{1}, TensorId{2}, TensorId{5}, TensorId{7}, TensorId{8}, TensorId{9}},
+                true),
+      machine());
   REQUIRE(s.timeline.feasible);
   // Prefetches, the one needed first first at an op: before f1 (op 0, the first use) w1 then w2
   // (f2's, one op ahead): [0,1000], [1000,2000]. f1 waits for w1: [1000,2000]; f2 [2000,3000].
@@ -122,7 +126,8 @@ TEST_CASE("fsdp-style offload: weights per phase, gradients and momenta on the h
 TEST_CASE("zero-offload: gradients and momenta on the host, updated weights copied back",
           "[scenario]") {
   const Workload w = two_layers();
-  const auto s = memplan::test::simulate(w, with_host(w, {5, 7, 8, 9}, true), machine());
+  const auto s = memplan::test::simulate(
+      w, with_host(w, {TensorId{5}, TensorId{7}, TensorId{8}, TensorId{9}}, true), machine());
   REQUIRE(s.timeline.feasible);
   // The weights stay on the device: f1 [0,1000], f2 [1000,2000], g2 [2000,3000], g1 [3000,4000].
   // g_w2 goes out [3000,4000], g_w1 [4000,5000]; the host update [5000,6000] (the weights' master
@@ -145,7 +150,8 @@ TEST_CASE("zero-offload: gradients and momenta on the host, updated weights copi
 TEST_CASE("an update on the device brings host-placed momenta in and writes them back",
           "[scenario]") {
   const Workload w = two_layers();
-  const auto s = memplan::test::simulate(w, with_host(w, {8, 9}, false), machine());
+  const auto s =
+      memplan::test::simulate(w, with_host(w, {TensorId{8}, TensorId{9}}, false), machine());
   REQUIRE(s.timeline.feasible);
   // m1 and m2 are prefetched at g1 (the op before sgd): [3000,4000], [4000,5000]; sgd waits for
   // m2: [5000,5500]; then both are copied back out, [5500,6500] and [6500,7500], and the compute
@@ -168,10 +174,11 @@ TEST_CASE("host placement is validated and round-trips through plan files", "[sc
   Plan bad = in_core_plan(w);
   bad.host_update = true;  // momenta and gradients still on the device
   CHECK_THROWS_AS(validate_plan(bad, w, "p"), InputError);
-  bad.host_tensors = {3};  // a, a feature map
+  bad.host_tensors = {TensorId{3}};  // a, a feature map
   bad.host_update = false;
   CHECK_THROWS_AS(validate_plan(bad, w, "p"), InputError);
-  const Plan fsdp = with_host(w, {1, 2, 5, 7, 8, 9}, true);
+  const Plan fsdp = with_host(
+      w, {TensorId{1}, TensorId{2}, TensorId{5}, TensorId{7}, TensorId{8}, TensorId{9}}, true);
   const std::string text = write_plan(fsdp, w);
   CHECK(text.find(R"({"tensor":"g_w1","placement":"host"})") != std::string::npos);
   CHECK(parse_plan(text, "round trip", w) == fsdp);

@@ -101,5 +101,5 @@ TEST_CASE("dtr's cost counts the evicted neighbourhood on both sides of a map", 
   // f4 [700,1500] g4 [1500,1600] g3 [1600,1700] g2 (op 6) from 1700. At g2, d was last used by g4
   // (ended 1600): h(d) = 1200 / (1024 * 100).
   const InCoreSchedule schedule = in_core_schedule(w);
-  CHECK(dtr_score(view, plan, schedule, 3, 6) == Approx(1200.0 / (1024.0 * 100.0)));
+  CHECK(dtr_score(view, plan, schedule, 3, OpId{6}) == Approx(1200.0 / (1024.0 * 100.0)));
 }

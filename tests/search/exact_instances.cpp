@@ -25,9 +25,9 @@ std::int64_t uniform(Rng& rng, std::int64_t lo, std::int64_t hi) {
 }
 
 struct Layer {
-  OpId forward = kNoId;
+  OpId forward = kNoOp;
   std::vector<TensorId> saved;  // what its backward op reads besides the gradient
-  TensorId input = kNoId;
+  TensorId input = kNoTensor;
 };
 
 Workload random_layers(Rng& rng, int min_layers, int max_layers) {
@@ -45,7 +45,7 @@ Workload random_layers(Rng& rng, int min_layers, int max_layers) {
     layer.input = prev;
     const auto kind = uniform(rng, 0, 9);
     const bool can_in_place = i > 0 && !out_saved.back() && !dead.back();
-    TensorId out = kNoId;
+    TensorId out = kNoTensor;
     if (kind <= 1 && can_in_place) {  // in-place ReLU: saves its output, kills its input
       out = b.forward_in_place(name, prev, ns, "relu");
       dead.back() = true;
@@ -80,11 +80,11 @@ Workload random_layers(Rng& rng, int min_layers, int max_layers) {
                         layer.saved.end());
     layers.push_back(layer);
   }
-  TensorId grad = kNoId;
+  TensorId grad = kNoTensor;
   for (int i = n - 1; i >= 0; --i) {
     const Layer& layer = layers[static_cast<std::size_t>(i)];
     std::vector<TensorId> reads;
-    if (grad != kNoId) reads.push_back(grad);
+    if (grad != kNoTensor) reads.push_back(grad);
     if (i == n - 1) reads.push_back(outs.back());  // the loss reads the network's output
     for (TensorId t : layer.saved) {
       if (std::find(reads.begin(), reads.end(), t) == reads.end()) reads.push_back(t);

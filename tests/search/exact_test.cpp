@@ -58,7 +58,7 @@ Nanoseconds brute_force_optimum(const Workload& w, const Machine& m,
       all.push_back(d);
     }
     d.encoding = Encoding::kNone;
-    for (OpId p = 0; p < static_cast<OpId>(w.ops.size()); ++p) {
+    for (OpId p{0}; p < op_id(w.ops.size()); ++p) {
       d.action = Action::kSwap;
       d.prefetch_before = p;
       all.push_back(d);

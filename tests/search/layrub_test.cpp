@@ -23,7 +23,7 @@ TEST_CASE("layrub migrates every map and brings it back one op ahead", "[search]
   for (const Decision& decision : d.plan.decisions) {
     CAPTURE(w.tensor(decision.tensor).name);
     CHECK(decision.action == Action::kSwap);
-    CHECK(decision.prefetch_before == kNoId);
+    CHECK(decision.prefetch_before == kNoOp);
   }
   CHECK(d.note == "4 maps migrated");
   // Forward: each map's copy-out (1024 ns) outlasts the next layer's compute, which waits:

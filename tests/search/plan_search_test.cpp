@@ -40,11 +40,11 @@ SearchOptions quick(int threads, bool deterministic = false) {
 
 TEST_CASE("the ranking: fitting beats not fitting, then time, then memory",
           "[search][plan_search]") {
-  Evaluation fits_slow{true, 200, 50, 50, 0, kNoId, 0};
-  Evaluation fits_fast{true, 100, 90, 90, 0, kNoId, 0};
-  Evaluation fits_fast_small{true, 100, 60, 60, 0, kNoId, 0};
-  Evaluation no_fit{false, 10, 10, 10, 0, 3, 512};
-  Evaluation no_fit_closer{false, 10, 10, 10, 0, 3, 100};
+  Evaluation fits_slow{true, 200, 50, 50, 0, kNoOp, 0};
+  Evaluation fits_fast{true, 100, 90, 90, 0, kNoOp, 0};
+  Evaluation fits_fast_small{true, 100, 60, 60, 0, kNoOp, 0};
+  Evaluation no_fit{false, 10, 10, 10, 0, OpId{3}, 512};
+  Evaluation no_fit_closer{false, 10, 10, 10, 0, OpId{3}, 100};
   CHECK(better(fits_slow, no_fit));
   CHECK(better(fits_fast, fits_slow));
   CHECK(better(fits_fast_small, fits_fast));
@@ -219,11 +219,12 @@ TEST_CASE("fitting is monotone in device memory for random plans on random steps
                                  : maps[m].forward_uses.back();
           const OpId before = maps[m].backward_uses.front();
           d.prefetch_before =
-              after + 1 + static_cast<OpId>(rng() % static_cast<std::uint64_t>(before - after));
+              after + 1 +
+              static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(before - after));
         }
         if (!decision_problem(d, maps[m], inst.workload).empty()) {
           d.action = Action::kKeep;
-          d.prefetch_before = kNoId;
+          d.prefetch_before = kNoOp;
         }
       }
       if (lossy_map_recomputed_from(plan, maps, inst.workload)) continue;

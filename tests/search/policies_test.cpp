@@ -28,7 +28,7 @@ std::string describe(const Workload& w, const Plan& plan) {
   std::string out;
   for (const Decision& d : plan.decisions) {
     out += w.tensor(d.tensor).name + "=" + action_label(d.action, d.encoding);
-    if (d.prefetch_before != kNoId) out += "@" + w.op(d.prefetch_before).name;
+    if (d.prefetch_before != kNoOp) out += "@" + w.op(d.prefetch_before).name;
     out += " ";
   }
   return out;
@@ -92,7 +92,7 @@ TEST_CASE("vdnn-all brings conv1's map back during pool1's backward in a VGG blo
   const Machine spare = test_machine(Bytes{1} << 40);
   CHECK(simulate(w, d.plan, spare).timeline.peak_bytes == 17000);
   Plan on_demand = d.plan;
-  on_demand.decisions.front().prefetch_before = 15;  // conv2_bwd
+  on_demand.decisions.front().prefetch_before = OpId{15};  // conv2_bwd
   CHECK(simulate(w, on_demand, spare).timeline.peak_bytes == 13000);
 }
 

@@ -30,11 +30,11 @@ Workload layer_chain(const std::vector<LayerSpec>& layers, Bytes memory_bytes, B
     out.push_back(b.forward(l.name, {in.back()}, l.out_bytes, l.forward_ns, l.type));
     in.push_back(out.back());
   }
-  TensorId grad = -1;
+  TensorId grad = kNoTensor;
   for (std::size_t k = layers.size(); k-- > 0;) {
     const LayerSpec& l = layers[k];
     std::vector<TensorId> reads;
-    if (grad >= 0) reads.push_back(grad);
+    if (grad != kNoTensor) reads.push_back(grad);
     if (l.saves_input) reads.push_back(in[k]);
     if (l.saves_output) reads.push_back(out[k]);
     const Bytes grad_bytes = b.workload().tensor(in[k]).bytes;

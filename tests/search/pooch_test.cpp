@@ -152,7 +152,7 @@ TEST_CASE("PoocH's swap-in scheduling starts a swap-in as soon as memory has roo
     Evaluator evaluator(small, test_machine(5120));
     REQUIRE(evaluator.evaluate(small_plan).feasible);
     pooch_schedule_swap_ins(evaluator, small_view, small_plan);
-    CHECK(small_plan.decisions[0].prefetch_before == kNoId);
+    CHECK(small_plan.decisions[0].prefetch_before == kNoOp);
   }
 }
 
@@ -341,11 +341,11 @@ TEST_CASE("PoocH's keep/swap step matches the full tree on random small fans", "
     std::vector<int> order(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = n - 1 - i;
     std::shuffle(order.begin() + 1, order.end(), rng);  // the last map is read first
-    TensorId grad = kNoId;
+    TensorId grad = kNoTensor;
     for (int k = 0; k < n; ++k) {
       std::vector<TensorId> reads{
           maps[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])]};
-      if (grad != kNoId) reads.push_back(grad);
+      if (grad != kNoTensor) reads.push_back(grad);
       if (k == n - 1) reads.push_back(x);
       grad = b.backward("h" + std::to_string(k), reads, 512, 200 * pick(1, 10));
     }

@@ -14,6 +14,6 @@ TEST_CASE("feature maps are the activations forward writes and backward reads",
   for (const auto& fm : maps) names.push_back(w.tensor(fm.tensor).name);
   CHECK(names == std::vector<std::string>{"a1", "a2", "a3", "probs"});
   // a1 is read by fc2 in forward and by fc2_bwd and relu1_bwd in backward.
-  CHECK(maps[0].forward_uses == std::vector<OpId>{2});
-  CHECK(maps[0].backward_uses == std::vector<OpId>{13, 14});
+  CHECK(maps[0].forward_uses == std::vector<OpId>{OpId{2}});
+  CHECK(maps[0].backward_uses == std::vector<OpId>{OpId{13}, OpId{14}});
 }

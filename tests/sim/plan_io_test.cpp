@@ -34,15 +34,15 @@ TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim]
       "p.json", w);
   REQUIRE(plan.decisions.size() == 6);
   CHECK(plan.policy == "test");
-  CHECK(plan.decisions[0] == Decision{11, Action::kSwap, Encoding::kNone, 16, 7});
-  CHECK(plan.decisions[1] == Decision{13, Action::kEncode, Encoding::kSparse, kNoId});
-  CHECK(plan.decisions[2] == Decision{16, Action::kEncode, Encoding::kBinarize, kNoId});
+  CHECK(plan.decisions[0] == Decision{TensorId{11}, Action::kSwap, Encoding::kNone, OpId{16}, OpId{7}});
+  CHECK(plan.decisions[1] == Decision{TensorId{13}, Action::kEncode, Encoding::kSparse, kNoOp});
+  CHECK(plan.decisions[2] == Decision{TensorId{16}, Action::kEncode, Encoding::kBinarize, kNoOp});
   // pool_out and pool_indices: left out. (Recomputing either would re-run the max-pool on
   // relu3_out's 1-bit mask, and recomputing probs re-runs fc, so pool_out may not be narrowed:
   // validate_plan refuses both.)
-  CHECK(plan.decisions[3] == Decision{17, Action::kKeep, Encoding::kNone, kNoId});
-  CHECK(plan.decisions[4] == Decision{18, Action::kKeep, Encoding::kNone, kNoId});
-  CHECK(plan.decisions[5] == Decision{21, Action::kRecompute, Encoding::kNone, kNoId});
+  CHECK(plan.decisions[3] == Decision{TensorId{17}, Action::kKeep, Encoding::kNone, kNoOp});
+  CHECK(plan.decisions[4] == Decision{TensorId{18}, Action::kKeep, Encoding::kNone, kNoOp});
+  CHECK(plan.decisions[5] == Decision{TensorId{21}, Action::kRecompute, Encoding::kNone, kNoOp});
   CHECK(plan.action_counts() == std::array<std::size_t, kActionCount>{2, 1, 1, 2});
   // Write -> read -> write is stable.
   const std::string text = write_plan(plan, w);
@@ -95,17 +95,17 @@ TEST_CASE("only float32 maps take an encoding", "[sim][plan]") {
   for (Encoding e :
        {Encoding::kFp16, Encoding::kFp10, Encoding::kFp8, Encoding::kSparse, Encoding::kBinarize}) {
     CAPTURE(to_string(e));
-    const Decision d{indices->tensor, Action::kEncode, e, kNoId};
+    const Decision d{indices->tensor, Action::kEncode, e, kNoOp};
     CHECK_THAT(decision_problem(d, *indices, w), Catch::Contains("needs a float32 map"));
   }
   // The other actions stay open to it, and a float32 map of the same trace may be narrowed.
-  CHECK(decision_problem({indices->tensor, Action::kSwap, Encoding::kNone, kNoId}, *indices, w)
+  CHECK(decision_problem({indices->tensor, Action::kSwap, Encoding::kNone, kNoOp}, *indices, w)
             .empty());
   const auto pool_out = std::find_if(maps.begin(), maps.end(), [&](const FeatureMap& m) {
     return w.tensor(m.tensor).name == "pool_out";
   });
   REQUIRE(pool_out != maps.end());
-  CHECK(decision_problem({pool_out->tensor, Action::kEncode, Encoding::kFp8, kNoId}, *pool_out, w)
+  CHECK(decision_problem({pool_out->tensor, Action::kEncode, Encoding::kFp8, kNoOp}, *pool_out, w)
             .empty());
   // A plan file asking for it is refused, naming the file and the map.
   CHECK_THROWS_WITH(
@@ -157,7 +157,7 @@ TEST_CASE("a plan can run ops with an alternative algorithm; it round-trips and 
           "[sim][plan]") {
   const Workload w = read_trace(memplan::test::source_path("traces/resnet_tiny.json"));
   Plan plan = in_core_plan(w);
-  plan.algorithms = {{2, 0}, {16, 0}};  // conv2 and conv2_bwd with "memory_optimal"
+  plan.algorithms = {{OpId{2}, 0}, {OpId{16}, 0}};  // conv2 and conv2_bwd with "memory_optimal"
   validate_plan(plan, w, "test");
   const std::string text = write_plan(plan, w);
   CHECK(text.find(R"({"op":"conv2","algorithm":"memory_optimal"})") != std::string::npos);
@@ -177,7 +177,7 @@ TEST_CASE("a plan can run ops with an alternative algorithm; it round-trips and 
   // d_add1_out 2048, d_relu2_out 2048, g_conv3 576, d_conv2_out 2048 = 23200.
   CHECK(t.peak_bytes == 23200);
   Plan bad = plan;
-  bad.algorithms = {{0, 0}};  // conv1 has no alternative
+  bad.algorithms = {{OpId{0}, 0}};  // conv1 has no alternative
   CHECK_THROWS_WITH(validate_plan(bad, w, "p.json"),
                     Catch::Contains("$.algorithms[0]") && Catch::Contains("no alternative"));
   CHECK_THROWS_WITH(

@@ -74,6 +74,6 @@ TEST_CASE("resnet_tiny: feature maps carry their forward and backward uses", "[s
   REQUIRE(maps.size() == 6);
   const FeatureMap& relu1 = maps.front();
   CHECK(w.tensor(relu1.tensor).name == "relu1_out");
-  CHECK(relu1.forward_uses == std::vector<OpId>{2, 5});     // conv2, the skip add
-  CHECK(relu1.backward_uses == std::vector<OpId>{16, 18});  // conv2_bwd, relu1_bwd
+  CHECK(relu1.forward_uses == std::vector<OpId>{OpId{2}, OpId{5}});     // conv2, the skip add
+  CHECK(relu1.backward_uses == std::vector<OpId>{OpId{16}, OpId{18}});  // conv2_bwd, relu1_bwd
 }

@@ -37,13 +37,13 @@ TEST_CASE("write_trace_file replaces the file atomically and leaves no temporary
 
 TEST_CASE("optional fields survive the round trip", "[sim][trace_io]") {
   const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
-  const Op& conv2 = w.op(2);
+  const Op& conv2 = w.op(OpId{2});
   REQUIRE(conv2.algorithms.size() == 1);
   CHECK(conv2.algorithms[0].name == "memory_optimal");
   CHECK(conv2.algorithms[0].duration_ns == 7000);
-  CHECK(w.tensor(11).in_place_of == 10);
+  CHECK(w.tensor(TensorId{11}).in_place_of == TensorId{10});
   CHECK(w.device.link.latency_ns == 10000);
-  CHECK(w.op(16).differentiates == 2);
+  CHECK(w.op(OpId{16}).differentiates == OpId{2});
   CHECK(conv2.attributes.at("stride") == std::vector<double>{1, 1});
   CHECK(conv2.attributes.at("groups") == std::vector<double>{1});
   CHECK(write_trace(w).find(

@@ -17,7 +17,7 @@ TEST_CASE("the op graph of a valid trace has no cycle and a topological order", 
   for (const Op& op : w.ops) {
     for (TensorId t : op.inputs) {
       const OpId p = w.tensor(t).producer;
-      if (p != kNoId)
+      if (p != kNoOp)
         CHECK(position[static_cast<std::size_t>(p)] < position[static_cast<std::size_t>(op.id)]);
     }
   }
@@ -28,21 +28,21 @@ TEST_CASE("ancestors of an op are everything it depends on", "[sim][graph]") {
   const WorkloadGraph g(w);
   // add1 (op 5) reads conv3 (4) and relu1 (1); conv3 reads relu2 (3) <- conv2 (2) <- relu1 <- conv1
   // (0).
-  CHECK(g.ancestors(5) == std::vector<OpId>{0, 1, 2, 3, 4});
-  CHECK(g.ancestors(0).empty());
+  CHECK(g.ancestors(OpId{5}) == std::vector<OpId>{OpId{0}, OpId{1}, OpId{2}, OpId{3}, OpId{4}});
+  CHECK(g.ancestors(OpId{0}).empty());
 }
 
 TEST_CASE("a cycle is found and reported in order", "[sim][graph]") {
   Workload w;
-  w.tensors = {{0, "a", 4, TensorKind::kActivation, {}, "", 1, kNoId},
-               {1, "b", 4, TensorKind::kActivation, {}, "", 0, kNoId}};
-  for (OpId id : {0, 1}) {
+  w.tensors = {{TensorId{0}, "a", 4, TensorKind::kActivation, {}, "", OpId{1}, kNoTensor},
+               {TensorId{1}, "b", 4, TensorKind::kActivation, {}, "", OpId{0}, kNoTensor}};
+  for (int id : {0, 1}) {
     Op op;
-    op.id = id;
+    op.id = OpId{id};
     op.name = id == 0 ? "f" : "g";
     op.layer = memplan::sim::Layer::kRelu;
-    op.inputs = {id};
-    op.outputs = {1 - id};
+    op.inputs = {TensorId{id}};
+    op.outputs = {TensorId{1 - id}};
     w.ops.push_back(op);
   }
   const auto cycle = WorkloadGraph(w).find_cycle();

@@ -23,10 +23,10 @@ TensorId WorkloadBuilder::tensor(const std::string& name, Bytes bytes, TensorKin
 }
 
 TensorId WorkloadBuilder::input(const std::string& name, Bytes bytes) {
-  return tensor(name, bytes, TensorKind::kInput, kNoId);
+  return tensor(name, bytes, TensorKind::kInput, kNoOp);
 }
 TensorId WorkloadBuilder::parameter(const std::string& name, Bytes bytes) {
-  return tensor(name, bytes, TensorKind::kParameter, kNoId);
+  return tensor(name, bytes, TensorKind::kParameter, kNoOp);
 }
 
 OpId WorkloadBuilder::op(const std::string& name, const std::string& layer, Phase phase,

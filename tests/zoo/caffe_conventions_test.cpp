@@ -44,7 +44,7 @@ TEST_CASE("a ReLU gradient that another op also reads stays out of place", "[zoo
   for (const sim::Op& op : w.ops) {
     if (op.layer != sim::Layer::kRelu || op.phase != sim::Phase::kBackward) continue;
     const sim::Tensor& out = w.tensor(op.outputs.front());
-    const bool in_place = out.in_place_of != sim::kNoId;
+    const bool in_place = out.in_place_of != sim::kNoTensor;
     CHECK(in_place == (readers[static_cast<std::size_t>(op.inputs.front())] == 1));
   }
 }

@@ -46,7 +46,7 @@ TEST_CASE("the zoo's layers read, save and need what sim/layer.hpp's table says"
         if (!rule.workspace) CHECK(op.workspace_bytes == 0);
         continue;
       }
-      if (op.phase != sim::Phase::kBackward || op.differentiates == sim::kNoId) continue;
+      if (op.phase != sim::Phase::kBackward || op.differentiates == sim::kNoOp) continue;
       const sim::Op& forward = w.op(op.differentiates);
       for (sim::TensorId t : op.inputs) {
         if (w.tensor(t).kind == sim::TensorKind::kGradient) continue;  // dy

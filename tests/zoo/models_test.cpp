@@ -130,7 +130,7 @@ TEST_CASE("known layers have their published shapes", "[zoo][shapes]") {
 TEST_CASE("autograd's saved tensors and torchvision's in-place ReLU", "[zoo][saved]") {
   const sim::Workload w = build("resnet50").workload;
   const sim::Tensor& relu = tensor_named(w, "layer1.0.relu1");
-  REQUIRE(relu.in_place_of != sim::kNoId);
+  REQUIRE(relu.in_place_of != sim::kNoTensor);
   CHECK(w.tensor(relu.in_place_of).name == "layer1.0.bn1");
   // out += identity, then ReLU, both in place over bn3's output.
   const sim::Tensor& add = tensor_named(w, "layer1.0.add");
@@ -155,7 +155,7 @@ TEST_CASE("autograd's saved tensors and torchvision's in-place ReLU", "[zoo][sav
   CHECK(tensor_named(v, "classifier.2.mask").dtype == "bool");  // dropout saves its mask
   const sim::Workload m = build("mobilenet_v2").workload;
   // ReLU6 saves its input (PyTorch's in-place hardtanh_ saves a clone of it): out of place here.
-  CHECK(tensor_named(m, "features.0.2").in_place_of == sim::kNoId);
+  CHECK(tensor_named(m, "features.0.2").in_place_of == sim::kNoTensor);
   const auto& relu6_reads = op_named(m, "features.0.2_bwd").inputs;
   CHECK(std::find(relu6_reads.begin(), relu6_reads.end(), tensor_named(m, "features.0.1").id) !=
         relu6_reads.end());
@@ -169,7 +169,7 @@ TEST_CASE("each forward op has one backward op, in reverse order", "[zoo][backwa
     std::map<sim::OpId, int> backward_of;
     sim::OpId previous = static_cast<sim::OpId>(w.ops.size());
     for (const sim::Op& op : w.ops) {
-      if (op.phase != Phase::kBackward || op.differentiates == sim::kNoId) continue;
+      if (op.phase != Phase::kBackward || op.differentiates == sim::kNoOp) continue;
       ++backward_of[op.differentiates];
       CHECK(op.differentiates < previous);
       previous = op.differentiates;
