@@ -72,8 +72,17 @@ TEST_CASE("capuchin swaps the maps with the most free time until the plan fits",
           "[search][capuchin]") {
   // 4096 bytes: 1536 to save, so c and then a are swapped (2048 saved) and the plan fits: with
   // a and c away the worst op is h2 (x, b, g1, g2 and a, prefetched for h3) = 4096 bytes.
-  // Timeline: a's copy-out [1000,2024] delays f2 (a is dropped after f1), c's [3324,4348] delays
-  // f4; a's prefetch during h2 and c's during h3 are hidden: 9700 ns of compute + 2048 = 11748.
+  // Freed at their last forward use, a's copy-out [1000,2024] would delay f2 and c's [3324,4348]
+  // f4: 9700 ns of compute + 2048 = 11748. Capuchin frees a map once its copy-out is done
+  // (Note [Release point]): in the in-core schedule a's copy [1000,2024] ends before f4 starts
+  // (2300), c's [2300,3324] (queued behind a's, from the end of f3) before h2 (3700). Both at once
+  // hold c at h1: x, b, c, d, g1 = 4608 bytes, over 4096. One at a time, c first (equal stalls,
+  // the later map first): c alone again holds it at h1; a alone fits. Then: f1 [0,1000], f2
+  // [1000,1800], f3 [1800,2300]; c's copy-out [2300,3324] still holds compute after f3; a's release
+  // before f4 finds its copy done (2024). f4 [3324,3724] h1 [3724,4724] h2 [4724,7724] h3
+  // [7724,9724] h4 [9724,10724]; the prefetches (a at 4724, c at 7724) land during h2 and h3: 9700
+  // + 1024 = 10724. The in-triggers are the default points here (a's copy-in must start by 5676,
+  // c's by 7676: the ops before their first backward uses), so they change nothing.
   const Workload w = capuchin_fan();
   const Machine m = test_machine(4096, 1e9);
   const auto d = capuchin(w, m);
@@ -81,7 +90,11 @@ TEST_CASE("capuchin swaps the maps with the most free time until the plan fits",
         std::array<Action, 4>{Action::kSwap, Action::kKeep, Action::kSwap, Action::kKeep});
   const Evaluation e = Evaluator(w, m).evaluate(d.plan);
   REQUIRE(e.feasible);
-  CHECK(e.iteration_ns == 11748);
+  CHECK(w.op(d.plan.decisions[0].release_before).name == "f4");
+  CHECK(d.plan.decisions[2].release_before == kNoOp);
+  CHECK(d.plan.decisions[0].prefetch_before == kNoOp);
+  CHECK(d.plan.decisions[2].prefetch_before == kNoOp);
+  CHECK(e.iteration_ns == 10724);
   CHECK(e.peak_bytes == 4096);
 }
 
