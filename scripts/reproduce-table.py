@@ -132,8 +132,9 @@ def layrub_rows(d):
         f"((bytes/16 GB/s - forward) + (bytes/16 GB/s - backward)), so no schedule hides it; "
         f"the three plain CNNs (bound {pct(b['alexnet'])}, {pct(b['overfeat'])}, {pct(b['vgg16'])}) "
         f"average {pct(plain)}, which is per-layer synchronisation: a forward op waits for the "
-        f"copy-out of the map it frees (memplan frees on the compute stream, so it waits even with "
-        f"memory to spare: docs/simulator.md) and a backward op for the copy-in fetched one op "
+        f"copy-out of the map it frees (memplan's layrub, as vdnn, frees a map at its last forward "
+        f"use and waits there even with memory to spare, where PoocH and Capuchin free it once the "
+        f"copy is done: Note [Release point]) and a backward op for the copy-in fetched one op "
         f"before it (VGG-16: {stall(info['vgg16'])}). "
         f"The paper's average is over its own networks and GPU, which "
         f"docs/policy-papers.md does not list."))
@@ -277,36 +278,53 @@ def kineto_rows(d):
         return f"{float(st[(link, policy)][what]) * 1e3:.1f} ms"
 
     pooch, conv = st[("nvlink2", "pooch")], st[("nvlink2", "vdnn-conv")]
-    cap = st[("pcie3", "capuchin")]
+    cap, sqrt = st[("pcie3", "capuchin")], st[("pcie3", "checkpoint-sqrt")]
+
+    def f(r, what):
+        return float(r[what])
+
+    def gpu_stall(r):
+        return f(r, "swap_out_stall_s") + f(r, "swap_in_stall_s") + f(r, "recompute_s")
+
+    tail = f(pooch, "step_period_s") - f(pooch, "host_busy_s")
+    conv_tail = f(conv, "step_period_s") - f(conv, "host_busy_s")
     return [(
         "Imported ResNet-50 b32, 2 GiB, NVLink 2: PoocH against vdnn-conv",
         "PoocH at least as fast (it searches over swaps)",
-        f"pooch {pct(o('nvlink2', 'pooch'))}, vdnn-conv {pct(o('nvlink2', 'vdnn-conv'))}",
+        f"pooch {pct(o('nvlink2', 'pooch'))}, vdnn-conv {pct(o('nvlink2', 'vdnn-conv'))} "
+        f"({f(pooch, 'step_period_s') * 1e3:.3f} ms and {f(conv, 'step_period_s') * 1e3:.3f} ms)",
         verdict(o("nvlink2", "pooch") <= o("nvlink2", "vdnn-conv")),
-        f"PoocH's swap-ins start as soon as memory has room (Note [PoocH's swap-in scheduling]): "
-        f"its swap-in stalls are {ms('nvlink2', 'pooch', 'swap_in_stall_s')}. What is left is "
-        f"memplan's free rule: a swapped map is freed right after its last forward use and the "
-        f"compute stream waits there for its copy-out (vDNN's per-layer synchronisation). PoocH's "
-        f"all-swap profile then has nearly every swap-out exposed; its keep scan and r(X) step "
-        f"leave {pooch['swap']} swaps ({ms('nvlink2', 'pooch', 'swap_out_stall_s')} of swap-out "
-        f"stalls) and recompute {pooch['recompute']} maps "
-        f"({ms('nvlink2', 'pooch', 'recompute_s')}), where vdnn-conv swaps {conv['swap']} conv "
-        f"inputs whose copy-outs a conv mostly hides ({ms('nvlink2', 'vdnn-conv', 'swap_out_stall_s')} "
-        f"of stalls). A free deferred until the copy-out is done (as stream-ordered allocators "
-        f"do) would remove that stall; the lowering does not model it yet."), (
+        f"The recorded step is CPU-bound: the GPU is idle {100 * f(pooch, 'gpu_idle_share'):.0f}% "
+        f"of it under PoocH's plan and {100 * f(conv, 'gpu_idle_share'):.0f}% under vdnn-conv's, and "
+        f"back to back the step takes the host's dispatch plus a tail of {tail * 1e3:.2f} ms "
+        f"({conv_tail * 1e3:.2f} ms for vdnn-conv), so plans rank by what their added "
+        f"instructions and the device's lag at the step's synchronisations cost the host. "
+        f"Freeing a swapped map once its copy-out is done (Note [Release point]) leaves PoocH "
+        f"{ms('nvlink2', 'pooch', 'swap_out_stall_s')} of swap-out stalls, "
+        f"{ms('nvlink2', 'pooch', 'swap_in_stall_s')} of swap-in stalls and "
+        f"{ms('nvlink2', 'pooch', 'recompute_s')} of recomputation on the GPU ({pooch['swap']} "
+        f"swaps, {pooch['recompute']} recomputations; {gpu_stall(pooch) * 1e3:.1f} ms in all) "
+        f"against vdnn-conv's {gpu_stall(conv) * 1e3:.1f} ms ({conv['swap']} swaps), and its host "
+        f"is busy {(f(pooch, 'host_busy_s') - f(conv, 'host_busy_s')) * 1e3:.3f} ms longer "
+        f"(dispatch, {pooch['instructions']} instructions against {conv['instructions']}, and "
+        f"waits for the device at synchronisations): the two are level within "
+        f"{abs(f(pooch, 'step_period_s') / f(conv, 'step_period_s') - 1) * 100:.3f}% of the step. "
+        f"The paper's claim is about a GPU-bound step; PoocH minimizes the step's time, which here is "
+        f"the host's, where nothing is left for it to find."), (
+
         "Imported ResNet-50 b32, 2 GiB, PCIe 3: Capuchin against checkpoint-sqrt",
         "Capuchin at least as fast (it recomputes where a swap cannot hide)",
         f"capuchin {pct(o('pcie3', 'capuchin'))}, checkpoint-sqrt {pct(o('pcie3', 'checkpoint-sqrt'))}",
         verdict(o("pcie3", "capuchin") <= o("pcie3", "checkpoint-sqrt")),
-        f"Capuchin's swaps now share the link (Note [Capuchin in a plan]: copy-outs taken by free "
-        f"time must fit in the forward pass), so it swaps {cap['swap']} maps and recomputes "
-        f"{cap['recompute']} (judged one map at a time it swapped 36, 1 GB over a 33 ms forward "
-        f"pass: +121%). What is left: a swap whose free time hides its round trip still stalls "
-        f"compute at its last forward use until its copy-out ends (memplan's free rule: "
-        f"{ms('pcie3', 'capuchin', 'swap_out_stall_s')}), and its swap-in, fetched one op ahead "
-        f"(Capuchin times each in-trigger from the measured swap time, which the plan does not "
-        f"carry), stalls {ms('pcie3', 'capuchin', 'swap_in_stall_s')}; checkpoint-sqrt spends "
-        f"{ms('pcie3', 'checkpoint-sqrt', 'recompute_s')} recomputing.")]
+        f"Capuchin's swaps share the link (Note [Capuchin in a plan]: copy-outs taken by free time "
+        f"must fit in the forward pass), so it swaps {cap['swap']} maps and recomputes "
+        f"{cap['recompute']}; its swap-ins start at their in-triggers and its maps are freed once "
+        f"their copy-outs are done (Note [Release point]), so its swaps stall compute "
+        f"{(f(cap, 'swap_out_stall_s') + f(cap, 'swap_in_stall_s')) * 1e3:.1f} ms and it "
+        f"recomputes for {ms('pcie3', 'capuchin', 'recompute_s')}; checkpoint-sqrt recomputes "
+        f"{sqrt['recompute']} maps for {ms('pcie3', 'checkpoint-sqrt', 'recompute_s')}, and their "
+        f"re-dispatch costs the host {(f(sqrt, 'host_busy_s') - f(cap, 'host_busy_s')) * 1e3:.2f} ms "
+        f"more (the step is CPU-bound: GPU idle {100 * f(cap, 'gpu_idle_share'):.0f}%).")]
 
 
 def main():

@@ -114,6 +114,7 @@ struct Change {
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
   sim::OpId prefetch_before = sim::kNoOp;
+  sim::OpId release_before = sim::kNoOp;  // Note [Release point] in sim/plan.hpp
   sim::OpId op = sim::kNoOp;    // an algorithm change's op
   std::int32_t algorithm = -1;  // its algorithm; -1: the op's default
 };
@@ -206,13 +207,26 @@ class Neighbourhood {
                                       : default_prefetch(static_cast<int>(m));
         auto add = [&](sim::OpId at) {
           if (at <= last_forward || at > first_backward || at == current) return;
-          out.push_back(map_change(m, sim::Action::kSwap, sim::Encoding::kNone, at));
+          Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, at);
+          if (d.release_before <= at) c.release_before = d.release_before;  // still valid
+          out.push_back(c);
         };
         if (first_backward - last_forward <= kEveryPrefetchPoint) {
           for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) add(at);
         } else {
           for (std::int32_t delta : {-64, -16, -4, -1, 1}) add(current + delta);
         }
+        // Its release point (Note [Release point]): at the last forward use (kNoOp), or later, up
+        // to the prefetch point.
+        const sim::OpId released = d.release_before != sim::kNoOp ? d.release_before : last_forward;
+        auto release = [&](sim::OpId at) {
+          if (at < last_forward || at > current || at == released) return;
+          Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, d.prefetch_before);
+          c.release_before = at == last_forward ? sim::kNoOp : at;
+          out.push_back(c);
+        };
+        for (std::int32_t delta : {-16, -4, -1, 1, 4, 16}) release(released + delta);
+        release(last_forward);
       }
     }
     // Each op with alternative algorithms: any other of them, or its default.
@@ -310,6 +324,7 @@ sim::Plan with_move(const sim::Plan& plan, const Move& move, const sim::Workload
     d.action = c.action;
     d.encoding = c.encoding;
     d.prefetch_before = c.prefetch_before;
+    d.release_before = c.release_before;
     d.per_use = false;  // a change of action or prefetch point: recompute per segment by default
   }
   return result;

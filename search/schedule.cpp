@@ -64,8 +64,9 @@ bool adopt_if_faster(Evaluator& evaluator, sim::Plan& plan, sim::Plan candidate)
   if (candidate == plan) return false;
   const Evaluation before = evaluator.evaluate(plan);
   const Evaluation after = evaluator.evaluate(candidate);
-  if (!after.feasible || (before.feasible && after.iteration_ns >= before.iteration_ns))
-    return false;
+  const bool better = !before.feasible || after.iteration_ns < before.iteration_ns ||
+                      (after.iteration_ns == before.iteration_ns && after.stall_ns < before.stall_ns);
+  if (!after.feasible || !better) return false;
   plan = std::move(candidate);
   return true;
 }

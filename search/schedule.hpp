@@ -31,8 +31,9 @@ sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine&
 /// copy-out ends before the op after its last forward use starts keeps the default (freed there).
 void place_releases(sim::Plan& plan, const NetworkView& view, const sim::Machine& machine);
 
-/// Replaces `plan` by `candidate` when the candidate fits and is faster (or fits where the plan
-/// does not); returns whether it did.
+/// Replaces `plan` by `candidate` when the candidate fits and is faster, or as fast with less time
+/// stalled (a step the host's dispatch bounds hides the device's stalls from its time, but a
+/// faster host would show them), or fits where the plan does not; returns whether it did.
 bool adopt_if_faster(Evaluator& evaluator, sim::Plan& plan, sim::Plan candidate);
 
 /// Moves the plan's releases to place_releases' points when the step then fits and is faster
