@@ -9,11 +9,15 @@
 // — and gives each op with alternative algorithms (Op::algorithms) one of them or its default;
 // every other tensor stays on the device (no host placement, Note [Host placement] in
 // sim/plan.hpp: the heuristic search that seeds the incumbent runs without it, so the offload
-// policies do not seed).
+// policies do not seed), and every swapped map is freed at its last forward use (no release
+// points, Note [Release point] in sim/plan.hpp: moving a wait later can make the step faster,
+// which fact (2) below excludes; the seeding search runs without them and frees PoocH's and
+// Capuchin's swapped maps at their last forward use).
 // |S| is the product of the options per variable (458,640 for traces/resnet_tiny.json: 6 maps,
 // 2 ops with a second algorithm). The result is the minimum of S by iteration time, ties broken by
-// the tree's order (below). Every policy's plan and every plan the heuristic search can reach lie
-// in S, so the exact result is never slower than theirs; the heuristic's plan (seeded with every
+// the tree's order (below). Every policy's plan without moved release points and every plan the
+// heuristic search can reach without them lie in S, so the exact result is never slower than
+// theirs; the heuristic's plan (seeded with every
 // policy) is the incumbent the tree must beat, and the answer when nothing in S is faster.
 //
 // Two facts about the simulator make the bounds work (docs/simulator.md): (1) memory never changes
@@ -585,6 +589,7 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   so.encodings = options.encodings;
   so.exact_fallback_maps = 0;  // this is the exact search
   so.host_placement = false;   // S keeps every tensor that is not a feature map on the device
+  so.release_points = false;   // and frees every swapped map at its last forward use
   const SearchResult heuristic = search_plan(workload, machine, so);
   ExactResult result = solve_exact_from(workload, machine, options, heuristic);
   result.elapsed_s =

@@ -123,8 +123,9 @@ using Move = std::vector<Change>;  // changes to distinct variables
 
 class Neighbourhood {
  public:
-  Neighbourhood(const NetworkView& view, const EncodingOptions& encodings, bool host_placement)
-      : view_(view) {
+  Neighbourhood(const NetworkView& view, const EncodingOptions& encodings, bool host_placement,
+                bool release_points)
+      : view_(view), release_points_(release_points) {
     for (const sim::Op& op : view.workload().ops) {
       if (!op.algorithms.empty()) algorithm_ops_.push_back(op.id);
     }
@@ -197,37 +198,7 @@ class Neighbourhood {
           }
         }
       }
-      if (d.action == sim::Action::kSwap) {
-        // Named copies, not a structured binding: clang-tidy 14's parser cannot capture one.
-        const std::pair<sim::OpId, sim::OpId> window = prefetch_window(static_cast<int>(m));
-        const sim::OpId last_forward = window.first;
-        const sim::OpId first_backward = window.second;
-        const sim::OpId current = d.prefetch_before != sim::kNoOp
-                                      ? d.prefetch_before
-                                      : default_prefetch(static_cast<int>(m));
-        auto add = [&](sim::OpId at) {
-          if (at <= last_forward || at > first_backward || at == current) return;
-          Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, at);
-          if (d.release_before <= at) c.release_before = d.release_before;  // still valid
-          out.push_back(c);
-        };
-        if (first_backward - last_forward <= kEveryPrefetchPoint) {
-          for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) add(at);
-        } else {
-          for (std::int32_t delta : {-64, -16, -4, -1, 1}) add(current + delta);
-        }
-        // Its release point (Note [Release point]): at the last forward use (kNoOp), or later, up
-        // to the prefetch point.
-        const sim::OpId released = d.release_before != sim::kNoOp ? d.release_before : last_forward;
-        auto release = [&](sim::OpId at) {
-          if (at < last_forward || at > current || at == released) return;
-          Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, d.prefetch_before);
-          c.release_before = at == last_forward ? sim::kNoOp : at;
-          out.push_back(c);
-        };
-        for (std::int32_t delta : {-16, -4, -1, 1, 4, 16}) release(released + delta);
-        release(last_forward);
-      }
+      if (d.action == sim::Action::kSwap) swap_point_changes(m, d, out);
     }
     // Each op with alternative algorithms: any other of them, or its default.
     for (std::size_t k = 0; k < algorithm_ops_.size(); ++k) {
@@ -253,6 +224,41 @@ class Neighbourhood {
       out.push_back(c);
     }
     return out;
+  }
+
+  // The other prefetch and release points of a swapped map (Note [Release point] in
+  // sim/plan.hpp).
+  void swap_point_changes(std::size_t m, const sim::Decision& d, std::vector<Change>& out) const {
+    // Named copies, not a structured binding: clang-tidy 14's parser cannot capture one.
+    const std::pair<sim::OpId, sim::OpId> window = prefetch_window(static_cast<int>(m));
+    const sim::OpId last_forward = window.first;
+    const sim::OpId first_backward = window.second;
+    const sim::OpId current = d.prefetch_before != sim::kNoOp
+                                  ? d.prefetch_before
+                                  : default_prefetch(static_cast<int>(m));
+    auto add = [&](sim::OpId at) {
+      if (at <= last_forward || at > first_backward || at == current) return;
+      Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, at);
+      if (d.release_before <= at) c.release_before = d.release_before;  // still valid
+      out.push_back(c);
+    };
+    if (first_backward - last_forward <= kEveryPrefetchPoint) {
+      for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) add(at);
+    } else {
+      for (std::int32_t delta : {-64, -16, -4, -1, 1}) add(current + delta);
+    }
+    if (!release_points_) return;
+    // Its release point (Note [Release point]): at the last forward use (kNoOp), or later, up
+    // to the prefetch point.
+    const sim::OpId released = d.release_before != sim::kNoOp ? d.release_before : last_forward;
+    auto release = [&](sim::OpId at) {
+      if (at < last_forward || at > current || at == released) return;
+      Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, d.prefetch_before);
+      c.release_before = at == last_forward ? sim::kNoOp : at;
+      out.push_back(c);
+    };
+    for (std::int32_t delta : {-16, -4, -1, 1, 4, 16}) release(released + delta);
+    release(last_forward);
   }
 
   [[nodiscard]] std::size_t variable_count() const {
@@ -302,6 +308,7 @@ class Neighbourhood {
   std::vector<std::pair<sim::Action, sim::Encoding>> actions_;
   std::vector<sim::OpId> algorithm_ops_;  // ops with alternative algorithms, in op order
   std::array<bool, kPlacementCount> placeable_{};
+  bool release_points_ = true;
 };
 
 sim::Plan with_move(const sim::Plan& plan, const Move& move, const sim::Workload& w) {
@@ -529,6 +536,9 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
             report("seeding", std::string(policy.name), 0, evaluated, e);
             return;
           }
+          if (!options.release_points) {
+            for (sim::Decision& d : plan.decisions) d.release_before = sim::kNoOp;
+          }
           evaluator.measure_excess(true);
           e = evaluator.evaluate(plan);
           decided[order[k]] = Seed{std::move(plan), e, std::string(policy.name)};
@@ -576,7 +586,7 @@ class LocalSearch {
           evaluator->measure_excess(true);
           return evaluator;
         }),
-        neighbourhood_(view, options.encodings, options.host_placement),
+        neighbourhood_(view, options.encodings, options.host_placement, options.release_points),
         batch_(options.deterministic ? kDeterministicBatch
                                      : kBatchPerThread * static_cast<std::size_t>(threads)) {}
 

@@ -39,6 +39,10 @@ struct SearchOptions {
   /// every gradient and optimizer state with the update, or every input batch to the host. Exact
   /// mode turns it off: its space is feature maps and algorithms (Note [Exact plan search]).
   bool host_placement = true;
+  /// Whether swapped maps' release points move (Note [Release point] in sim/plan.hpp): the
+  /// neighbourhood moves them, and seeds keep the points their policies chose. Off, every swapped
+  /// map is freed at its last forward use; exact mode turns it off (Note [Exact plan search]).
+  bool release_points = true;
   EncodingOptions encodings;
   /// Called after every seeding policy (from the worker that ran it) and after every round (from
   /// the driving thread); one call at a time.
