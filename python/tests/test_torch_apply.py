@@ -178,6 +178,14 @@ def test_random_plans_are_bitwise_lossless(seed):
             first_backward = min(i for i in readers if ops[i]["phase"] == "backward")
             entry["prefetch_before"] = rng.randint(max(readers_in_forward(ops, entry["tensor"])) + 1,
                                                    first_backward)
+    for entry in plan["maps"]:  # half the swaps freed later than their last forward use
+        if entry["action"] == "swap" and rng.random() < 0.5:
+            dropped = max(readers_in_forward(ops, entry["tensor"]))
+            readers = [op["id"] for op in ops if entry["tensor"] in op["inputs"]]
+            first_backward = min(i for i in readers if ops[i]["phase"] == "backward")
+            default = first_backward - 1 if first_backward - 1 > dropped else first_backward
+            entry["release_before"] = rng.randint(dropped + 1,
+                                                  entry.get("prefetch_before", default))
     result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
     assert result.lossless_ok, (actions, result)
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"], plan

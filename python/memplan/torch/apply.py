@@ -13,7 +13,9 @@ plan's decisions carried out on every feature map autograd saves:
   copy-outs and precedes the recomputations for that op, as in sim/lowering.cpp. The unpack
   returns the copy in the saved tensor's own geometry (sizes, strides, offset), waiting for it on
   a GPU, so backward computes bit for bit what it computes on the original; on the CPU "host" and
-  "device" are the same memory and the copies are synchronous.
+  "device" are the same memory and the copies are synchronous. The device buffer counts as held
+  until its copy-out is done: after its last forward reader, or until the plan's release point
+  (`release_before`, Note [Release point] in sim/plan.hpp) or a copy back, whichever is first.
 - recompute: the pack hook keeps only the map's id; the unpack re-runs the producing aten op from
   its arguments recorded as trace tensor ids, recursively for inputs that are neither held nor
   brought back, under the RNG state (CPU, and CUDA for CUDA tensors) the op first ran with, on
@@ -399,15 +401,25 @@ class Schedule:
                 last[t] = op["id"]
         self.actions = {tid: entry["action"] for tid, entry in decisions.items()}
         self.prefetch_before = {}
+        self.release_before = {}  # op id -> swapped maps whose buffers go before it
+        self.released_late = set()  # the swapped maps that have a release point
         for tid, entry in decisions.items():
             if entry["action"] != "swap" or tid not in backward:
                 continue
-            when = entry.get("prefetch_before")
-            if isinstance(when, str):
-                when = op_ids.get(when, [None])[0]
-                if when is None:
-                    raise PlanError(f"tensor {tid}: prefetch_before names op "
-                                    f"'{entry['prefetch_before']}', which the trace lacks")
+
+            def op_named(key):
+                when = entry.get(key)
+                if isinstance(when, str):
+                    when = op_ids.get(when, [None])[0]
+                    if when is None:
+                        raise PlanError(f"tensor {tid}: {key} names op '{entry[key]}', which the "
+                                        f"trace lacks")
+                return when
+            release = op_named("release_before")
+            if release is not None:
+                self.release_before.setdefault(release, []).append(tid)
+                self.released_late.add(tid)
+            when = op_named("prefetch_before")
             if when is None:
                 producer = trace["tensors"][tid]["producer"]
                 dropped = max([producer] + forward.get(tid, []))
@@ -552,6 +564,7 @@ class _PlanRecorder(StepRecorder):
         self.encoded = {}  # tensor id -> its encoded copy on the device (encode:*, _Encoded)
         self.spilled_bytes = 0  # sparse encodings' bytes beyond their planned buffers (host)
         self.host_held = set()  # swap copies not brought back yet (the simulator's host slots)
+        self.releasing = set()  # swapped maps whose device buffers wait for their release point
         self.host_bytes = self.peak_host_bytes = 0
         self.copies = _Copies(cuda)
         self.log = StepLog()
@@ -610,7 +623,9 @@ class _PlanRecorder(StepRecorder):
         it is held until then, as the simulator holds it until it has waited for the copy)."""
         for tid, action in self.plan.forward_drops[op_id]:
             if action == "swap":
-                self.log.recompute([tid], [])
+                self.releasing.add(tid)
+                if tid not in self.plan.released_late:
+                    self._release(tid)
                 continue
             if tid not in self.device and tid not in self.encoded:
                 found = next((t for t in flat_tensors(tensors, [])
@@ -627,6 +642,8 @@ class _PlanRecorder(StepRecorder):
         recomputations for op `op_id`, as in the simulator."""
         while self.prefetched_through < op_id:
             self.prefetched_through += 1
+            for tid in self.plan.release_before.get(self.prefetched_through, ()):
+                self._release(tid)
             for tid in self.plan.prefetch_before.get(self.prefetched_through, ()):
                 if tid not in self.device and tid in self.host:
                     self._copy_in(tid)
@@ -709,8 +726,16 @@ class _PlanRecorder(StepRecorder):
             self.paused -= 1
         return result
 
+    def _release(self, tid):
+        """A swapped map's device buffer goes, once its copy-out has read it (logged as a read:
+        the simulator holds it until it has waited for the copy there)."""
+        if tid in self.releasing:
+            self.releasing.discard(tid)
+            self.log.recompute([tid], [])
+
     def _copy_in(self, tid):
         """Brings a swapped map back (at its prefetch point, or when first needed)."""
+        self._release(tid)  # the lowering frees the copied-out buffer before the copy back
         copy = self.copies.copy_in(self.host[tid], self.held_device)
         self.device[tid] = copy
         self.log.copy_in(tid, copy.storage().nbytes())
