@@ -283,8 +283,8 @@ class Neighbourhood {
   }
   // Where the lowering issues a prefetch that names no point (sim::Decision::prefetch_before).
   [[nodiscard]] sim::OpId default_prefetch(int m) const {
-    const auto [last_forward, first_backward] = prefetch_window(m);
-    return std::max(last_forward + 1, first_backward - 1);
+    return sim::default_prefetch_point(view_.feature_maps()[static_cast<std::size_t>(m)],
+                                       view_.workload());
   }
 
  private:
