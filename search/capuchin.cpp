@@ -76,10 +76,7 @@ void share_the_link(const sim::Workload& w, const sim::Machine& machine, const N
 void place_in_triggers(sim::Plan& plan, const NetworkView& view, const sim::Machine& machine) {
   const sim::Workload& w = view.workload();
   const InCoreSchedule schedule = in_core_schedule(w);
-  std::vector<int> swapped;
-  for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
-    if (plan.decisions[m].action == sim::Action::kSwap) swapped.push_back(static_cast<int>(m));
-  }
+  std::vector<int> swapped = swapped_maps(plan);
   auto first_backward = [&](int m) {
     return view.feature_maps()[static_cast<std::size_t>(m)].backward_uses.front();
   };

@@ -115,8 +115,8 @@ struct Change {
   sim::Encoding encoding = sim::Encoding::kNone;
   sim::OpId prefetch_before = sim::kNoOp;
   sim::OpId release_before = sim::kNoOp;  // Note [Release point] in sim/plan.hpp
-  sim::OpId op = sim::kNoOp;    // an algorithm change's op
-  std::int32_t algorithm = -1;  // its algorithm; -1: the op's default
+  sim::OpId op = sim::kNoOp;              // an algorithm change's op
+  std::int32_t algorithm = -1;            // its algorithm; -1: the op's default
 };
 
 using Move = std::vector<Change>;  // changes to distinct variables
@@ -233,9 +233,8 @@ class Neighbourhood {
     const std::pair<sim::OpId, sim::OpId> window = prefetch_window(static_cast<int>(m));
     const sim::OpId last_forward = window.first;
     const sim::OpId first_backward = window.second;
-    const sim::OpId current = d.prefetch_before != sim::kNoOp
-                                  ? d.prefetch_before
-                                  : default_prefetch(static_cast<int>(m));
+    const sim::OpId current =
+        d.prefetch_before != sim::kNoOp ? d.prefetch_before : default_prefetch(static_cast<int>(m));
     auto add = [&](sim::OpId at) {
       if (at <= last_forward || at > first_backward || at == current) return;
       Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, at);

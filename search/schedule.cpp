@@ -34,14 +34,19 @@ sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine&
   return machine.d2h_copy_ns(bytes) + machine.h2d_copy_ns(bytes);
 }
 
-void place_releases(sim::Plan& plan, const NetworkView& view, const sim::Machine& machine) {
-  const sim::Workload& w = view.workload();
-  const InCoreSchedule schedule = in_core_schedule(w);
-  // Copy-outs in the order the maps are written (decisions are in tensor id order).
+std::vector<int> swapped_maps(const sim::Plan& plan) {
   std::vector<int> swapped;
   for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
     if (plan.decisions[m].action == sim::Action::kSwap) swapped.push_back(static_cast<int>(m));
   }
+  return swapped;
+}
+
+void place_releases(sim::Plan& plan, const NetworkView& view, const sim::Machine& machine) {
+  const sim::Workload& w = view.workload();
+  const InCoreSchedule schedule = in_core_schedule(w);
+  // Copy-outs in the order the maps are written (decisions are in tensor id order).
+  std::vector<int> swapped = swapped_maps(plan);
   std::stable_sort(swapped.begin(), swapped.end(),
                    [&](int a, int b) { return view.producer(a) < view.producer(b); });
   sim::Nanoseconds engine_free = 0;
@@ -64,8 +69,9 @@ bool adopt_if_faster(Evaluator& evaluator, sim::Plan& plan, sim::Plan candidate)
   if (candidate == plan) return false;
   const Evaluation before = evaluator.evaluate(plan);
   const Evaluation after = evaluator.evaluate(candidate);
-  const bool better = !before.feasible || after.iteration_ns < before.iteration_ns ||
-                      (after.iteration_ns == before.iteration_ns && after.stall_ns < before.stall_ns);
+  const bool better =
+      !before.feasible || after.iteration_ns < before.iteration_ns ||
+      (after.iteration_ns == before.iteration_ns && after.stall_ns < before.stall_ns);
   if (!after.feasible || !better) return false;
   plan = std::move(candidate);
   return true;
@@ -81,7 +87,8 @@ bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& pl
   std::vector<std::pair<sim::Nanoseconds, int>> stalled;
   for (const sim::Stall& s : evaluator.simulate(plan).stalls) {
     const int m = s.tensor == sim::kNoTensor ? -1 : view.map_index(s.tensor);
-    if (s.cause == sim::StallCause::kSwapOut && m >= 0) stalled.emplace_back(s.end_ns - s.start_ns, m);
+    if (s.cause == sim::StallCause::kSwapOut && m >= 0)
+      stalled.emplace_back(s.end_ns - s.start_ns, m);
   }
   std::sort(stalled.rbegin(), stalled.rend());
   bool moved = false;

@@ -24,6 +24,9 @@ sim::Nanoseconds free_time(const NetworkView& view, const InCoreSchedule& schedu
 /// Cost of copying a map out and back in on this machine.
 sim::Nanoseconds swap_round_trip_ns(const NetworkView& view, const sim::Machine& machine, int map);
 
+/// The maps (indices into its decisions) the plan swaps, ascending.
+std::vector<int> swapped_maps(const sim::Plan& plan);
+
 /// Release points for the plan's swapped maps (Note [Release point] in sim/plan.hpp), where a
 /// stream-ordered allocator would free them: before the first op that starts, in the in-core
 /// schedule, once the map's copy-out has ended (copy-outs queue on the one device-to-host engine
@@ -38,8 +41,8 @@ bool adopt_if_faster(Evaluator& evaluator, sim::Plan& plan, sim::Plan candidate)
 
 /// Moves the plan's releases to place_releases' points when the step then fits and is faster
 /// (adopt_if_faster); else moves them one map at a time, the maps whose copy-outs stall compute
-/// longest first, each kept when it fits and is faster. What a policy that frees through a stream-ordered allocator (PoocH,
-/// Capuchin) does last.
+/// longest first, each kept when it fits and is faster. What a policy that frees through a
+/// stream-ordered allocator (PoocH, Capuchin) does last.
 bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan);
 
 /// The last op before `op` (in issue order) that reads or writes the map, or kNoOp.

@@ -111,7 +111,7 @@ class Lowerer {
     EventId in_event = -1;               // its prefetch has landed
     EventId out_event = -1;              // its copy-out has read it
     BufferId encoded = -1;               // its encoded buffer (encode)
-    BufferId releasing = -1;  // a swapped map's device copy, until its release point
+    BufferId releasing = -1;             // a swapped map's device copy, until its release point
     std::uint8_t awaiting_in = 0;        // a prefetch is in flight: wait for in_event first
     std::uint8_t host = 0;               // placed on the host (Note [Host placement])
   };

@@ -208,8 +208,8 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
   if (d.release_before != kNoOp) {
     if (d.action != Action::kSwap) return "release_before is for swapped maps only";
     const OpId last_forward = last_forward_use(map, w);
-    const OpId prefetch = d.prefetch_before != kNoOp ? d.prefetch_before
-                                                     : default_prefetch_point(map, w);
+    const OpId prefetch =
+        d.prefetch_before != kNoOp ? d.prefetch_before : default_prefetch_point(map, w);
     if (d.release_before <= last_forward || d.release_before > prefetch) {
       return fmt::format(
           "release_before must be an op after the last forward use (op {} '{}') and no later than "

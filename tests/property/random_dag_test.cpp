@@ -117,8 +117,8 @@ Plan random_plan(const Workload& w, Rng& rng) {
         // Half the swaps free their device copy later than the last forward use, up to the
         // prefetch point (Note [Release point]).
         if (uniform(rng, 0, 1) == 0) {
-          const OpId prefetch = d.prefetch_before != kNoOp ? d.prefetch_before
-                                                           : default_prefetch_point(maps[i], w);
+          const OpId prefetch =
+              d.prefetch_before != kNoOp ? d.prefetch_before : default_prefetch_point(maps[i], w);
           d.release_before = op_id(uniform(rng, value(drop) + 1, value(prefetch)));
         }
         break;

@@ -34,7 +34,8 @@ TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim]
       "p.json", w);
   REQUIRE(plan.decisions.size() == 6);
   CHECK(plan.policy == "test");
-  CHECK(plan.decisions[0] == Decision{TensorId{11}, Action::kSwap, Encoding::kNone, OpId{16}, OpId{7}});
+  CHECK(plan.decisions[0] ==
+        Decision{TensorId{11}, Action::kSwap, Encoding::kNone, OpId{16}, OpId{7}});
   CHECK(plan.decisions[1] == Decision{TensorId{13}, Action::kEncode, Encoding::kSparse, kNoOp});
   CHECK(plan.decisions[2] == Decision{TensorId{16}, Action::kEncode, Encoding::kBinarize, kNoOp});
   // pool_out and pool_indices: left out. (Recomputing either would re-run the max-pool on
