@@ -134,21 +134,31 @@ void print_json(const ValidateOptions& o, const sim::Plan& plan, const Measured&
   j["max_rel_diff"] = finite(r.max_rel_diff);
   j["max_tensor_rel_diff"] = finite(r.max_tensor_rel_diff);
   j["tensors_compared"] = r.tensors_compared;
+  j["worst_tensor"] = r.worst_tensor;
+  j["worst_difference"] = r.worst_difference;
   j["spilled_bytes"] = r.spilled_bytes;
   j["calibrated"] = r.calibrated;
   if (m.host) {
     j["host_gradients_within_tolerance"] = m.host->within_tolerance;
     j["host_max_abs_diff"] = finite(m.host->max_abs_diff);
-    j["host_max_rel_diff"] = m.host->max_rel_diff;
+    j["host_max_rel_diff"] = finite(m.host->max_rel_diff);
+    j["host_worst_tensor"] = m.host->worst_tensor;
+    j["host_worst_difference"] = m.host->worst_difference;
     j["gradients_tolerance"] = {{"relative", m.host->tolerance.relative}};
   }
   fmt::print("{}\n", j.dump(2));
 }
 
+/// "; most in 'conv1_w_grad': relative L2 0.02" when some tensor differs, else "".
+std::string worst_of(const std::string& tensor, const std::string& difference) {
+  return tensor.empty() ? "" : fmt::format("; most in '{}': {}", tensor, difference);
+}
+
 void print_gradients_match(const runtime::ValidationReport& r) {
   if (r.tolerance.bitwise) {
-    fmt::print("gradients match    {} ({} tensors, bitwise; max |diff| {:g})\n",
-               r.gradients_match ? "yes" : "no", r.tensors_compared, r.max_abs_diff);
+    fmt::print("gradients match    {} ({} tensors, bitwise; max |diff| {:g}{})\n",
+               r.gradients_match ? "yes" : "no", r.tensors_compared, r.max_abs_diff,
+               worst_of(r.worst_tensor, r.worst_difference));
     return;
   }
   fmt::print(
@@ -181,9 +191,10 @@ void print_text(const ValidateOptions& o, const std::string& backend, const sim:
   if (m.host) {
     fmt::print(
         "vs host backend    {} (max |diff| {:g}, max relative L2 {:g}; tolerance: relative L2 "
-        "<= {:g})\n",
+        "<= {:g}{})\n",
         m.host->within_tolerance ? "within tolerance" : "OUT of tolerance", m.host->max_abs_diff,
-        m.host->max_rel_diff, m.host->tolerance.relative);
+        m.host->max_rel_diff, m.host->tolerance.relative,
+        worst_of(m.host->worst_tensor, m.host->worst_difference));
   }
 }
 

@@ -79,8 +79,14 @@ Tolerance tolerance_for(const sim::Plan& plan);
 /// Note [Cross-backend tolerance]: another backend's kernels (cuDNN's algorithms, cuBLAS) sum in
 /// other orders than the host's, so a GPU's results are close to the host's, not bitwise equal.
 /// They are held to the norm-wise bound of Note [Validation tolerance] with a relative factor of
-/// at least kCrossBackendTolerance (the plan's own, when it narrows maps, if larger).
-inline constexpr double kCrossBackendTolerance = 1e-3;
+/// at least kCrossBackendTolerance (the plan's own, when it narrows maps, if larger). So is a plan
+/// that runs some ops with an alternative algorithm (Plan::algorithms) against the in-core run on
+/// the same backend. Measured on an H100 (ResNet-18, batch 32, 224x224, fp32 without TF32): the
+/// gradients' relative L2 against the host backend is 2.1e-3 with cuDNN's fastest algorithms and
+/// 1.1e-3 with its memory-optimal ones; the worst tensors are batch-norm bias gradients, sums
+/// that nearly cancel. A wrong kernel is off by O(1). Batch-norm over a handful of values (a 1x1
+/// map at batch 2) amplifies the same rounding to 2.4e-2: a test must not compare there.
+inline constexpr double kCrossBackendTolerance = 1e-2;
 /// The tolerance of `plan`'s results on one backend against the in-core run on another.
 Tolerance cross_backend_tolerance(const sim::Plan& plan);
 
@@ -96,6 +102,10 @@ struct Comparison {
   double max_rel_diff = 0;    // largest ||run - reference||_2 / ||reference||_2 over the groups
   double max_tensor_rel_diff = 0;  // the same per tensor (reported, not tested)
   std::size_t tensors_compared = 0;
+  /// The tensor that differs most, and how ("relative L2 0.02", "missing in the reference",
+  /// "int64 values differ"): empty when every tensor is bitwise equal.
+  std::string worst_tensor;
+  std::string worst_difference;
 };
 /// Compares the tensors compared_by_validation names, as `run` and `reference` left them
 /// (Device::tensor_bytes), under `tolerance` (Note [Validation tolerance]).
@@ -109,6 +119,8 @@ struct BackendComparison {
   double max_abs_diff = 0;  // largest |run - reference| over the float32 elements
   double max_rel_diff = 0;  // largest ||run - reference||_2 / ||reference||_2 over the groups
   std::size_t tensors_compared = 0;
+  std::string worst_tensor;  // as Comparison's
+  std::string worst_difference;
   Tolerance tolerance;  // cross_backend_tolerance(plan)
 };
 /// Runs both from `seed` and compares what the steps leave with compare_runs under
@@ -139,6 +151,8 @@ struct ValidationReport {
   /// tolerance] (0 when equal), and the same per tensor (reported, not tested).
   double max_rel_diff = 0;
   double max_tensor_rel_diff = 0;
+  std::string worst_tensor;  // Comparison's: the tensor that differs most, and how
+  std::string worst_difference;
   std::size_t tensors_compared = 0;
   /// Bytes of sparse maps denser than planned that went to host memory (Device::spilled_bytes).
   sim::Bytes spilled_bytes = 0;

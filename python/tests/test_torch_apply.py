@@ -521,3 +521,17 @@ def test_random_plans_with_encodings_measure_their_peak_within_the_tolerance(see
     assert {"swap", "recompute"} <= actions and any(a.startswith("encode:") for a in actions)
     result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
     assert result.within_tolerance and result.peaks_match, (plan, result)
+
+
+def test_validation_copies_own_their_optimizer_state():
+    """validate's two copies of the optimizer must not share its momentum buffers: PyTorch 2's
+    load_state_dict keeps the tensors it is given, and the baseline step would then move the
+    planned step's momentum (found on torch 2.11: every weight off, gradients equal)."""
+    from memplan.torch.validate import _copy
+    model, batch, opt, _ = tiny_setup()
+    assert opt.state, "the captured step made momentum buffers"
+    model2, opt2 = _copy(model, opt)
+    for p, p2 in zip(model.parameters(), model2.parameters()):
+        mine, theirs = opt.state[p]["momentum_buffer"], opt2.state[p2]["momentum_buffer"]
+        assert torch.equal(mine, theirs)
+        assert mine.data_ptr() != theirs.data_ptr()

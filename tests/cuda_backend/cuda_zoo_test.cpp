@@ -44,10 +44,12 @@ TEST_CASE("zoo networks record and run on the GPU under basic plans", "[cuda][zo
     std::int64_t batch;
     mp::zoo::Shape input;
   };
-  // The host's zoo cases (tests/host_backend/zoo_networks_test.cpp).
-  const Case c = GENERATE(Case{"resnet18", 2, {32, 32}}, Case{"densenet121", 1, {32, 32}},
-                          Case{"mobilenet_v2", 1, {32, 32}}, Case{"googlenet", 1, {64, 64}},
-                          Case{"resnext101-3d", 1, {4, 16, 16}}, Case{"gpt", 2, {}});
+  // Larger than the host's zoo cases (tests/host_backend/zoo_networks_test.cpp): there the last
+  // batch-norms normalise over one or two values, which amplifies the backends' rounding past
+  // any useful tolerance (Note [Cross-backend tolerance]); here over 16 at least.
+  const Case c = GENERATE(Case{"resnet18", 4, {64, 64}}, Case{"densenet121", 4, {64, 64}},
+                          Case{"mobilenet_v2", 4, {64, 64}}, Case{"googlenet", 4, {64, 64}},
+                          Case{"resnext101-3d", 4, {8, 32, 32}}, Case{"gpt", 2, {}});
   CAPTURE(c.model);
   const mp::cuda_backend::CudaBackend backend;
   const mp::runtime::Recording rec = mp::runtime::record(backend, build(c.model, c.batch, c.input));

@@ -355,6 +355,9 @@ TEST_CASE("validation fails a corrupted gradient, also under a lossy plan's tole
   CHECK_FALSE(tiny.bitwise_equal);
   REQUIRE(mp::runtime::validation_failures(tiny).size() == 1);
   CHECK_THAT(mp::runtime::validation_failures(tiny)[0], Catch::Contains("bitwise"));
+  CHECK(tiny.worst_tensor == "g_conv1");  // the report names the tensor that differs
+  CHECK_THAT(tiny.worst_difference, Catch::StartsWith("relative L2 "));
+  CHECK(clean.worst_tensor != "");  // fp16 moves every gradient a little
 
   // A lossy plan with one value of the gradient flipped in sign and doubled: far beyond the fp16
   // tolerance (4 x 1 x 2^-11), fails.
@@ -385,4 +388,33 @@ TEST_CASE("validation fails when the measured peak is not the predicted one",
   const auto failures = mp::runtime::validation_failures(r);
   REQUIRE(failures.size() == 1);
   CHECK_THAT(failures[0], Catch::Contains("measured peak differs from the prediction"));
+}
+
+TEST_CASE("a plan's device is what the plan needs, not the whole stated memory",
+          "[host_backend][runtime]") {
+  // A trace recorded on a GPU states the whole GPU's memory, more than is ever free for one arena:
+  // the backend's device is given the arena the simulator says the plan needs (1 PiB would not
+  // be allocated).
+  const mp::sim::Workload w = load("resnet_tiny");
+  mp::sim::Machine machine = mp::sim::make_machine(w.device);
+  machine.memory_bytes = std::int64_t{1} << 50;
+  mp::runtime::ValidationOptions options;
+  options.repetitions = 1;
+  const auto r = mp::runtime::validate(mp::host_backend::HostBackend{}, w,
+                                       mp::sim::swap_all_plan(w), machine, options);
+  CHECK(r.measured_feasible);
+  CHECK(r.peaks_match());
+  CHECK(r.gradients_match);
+}
+
+TEST_CASE("a plan that runs ops with other algorithms is held to a tolerance, not bitwise",
+          "[host_backend][runtime]") {
+  // Another algorithm sums in another order (Note [Cross-backend tolerance]).
+  const mp::sim::Workload w = load("resnet_tiny");
+  mp::sim::Plan plan = mp::sim::in_core_plan(w);
+  CHECK(mp::runtime::tolerance_for(plan).bitwise);
+  plan.algorithms.push_back({mp::sim::op_id(0), 0});
+  const mp::runtime::Tolerance t = mp::runtime::tolerance_for(plan);
+  CHECK_FALSE(t.bitwise);
+  CHECK(t.relative == mp::runtime::kCrossBackendTolerance);
 }

@@ -4,7 +4,8 @@ What: `validate(model, batch, loss_fn, optimizer, plan, captured)` copies the mo
 twice (same weights, same optimizer state), runs the baseline step on one copy and the planned step
 (memplan.torch.apply) on the other, both from the same seed, and returns a `Validation`:
 - `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal) — what a lossless plan
-  (keep, swap, recompute, encode:binarize, encode:sparse) must give;
+  (keep, swap, recompute, encode:binarize, encode:sparse) must give; `differing_weights`: the
+  state_dict's keys (weights, buffers such as batch-norm statistics) that are not;
 - `measured_saved_peak_bytes`: the saved-bytes peak (memplan.torch.saved_bytes) of the planned
   step as it ran; `measured_host_peak_bytes`: the swap copies held on the host at most, each from
   its copy-out to its copy-in (memplan.torch.apply's stats); `sparse_spilled_bytes`: the bytes of
@@ -69,7 +70,9 @@ class Validation(dict):
 def _copy(model, optimizer):
     model2 = copy.deepcopy(model)
     optimizer2 = type(optimizer)(model2.parameters(), **optimizer.defaults)
-    optimizer2.load_state_dict(optimizer.state_dict())
+    # PyTorch 2's load_state_dict keeps the tensors it is given (1.13 copied them): without the
+    # deep copy, both copies would update the original's momentum buffers in place.
+    optimizer2.load_state_dict(copy.deepcopy(optimizer.state_dict()))
     return model2, optimizer2
 
 
@@ -181,6 +184,7 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, 
         device, lambda: planned.step(batch, loss_fn, plan_opt))
     pairs = list(zip(base_model.parameters(), plan_model.parameters()))
     base_state, plan_state = base_model.state_dict(), plan_model.state_dict()
+    differing_weights = [k for k in base_state if not torch.equal(base_state[k], plan_state[k])]
     result = Validation(
         loss_equal=torch.equal(base_loss, plan_loss),
         gradients_equal=all(torch.equal(a.grad, b.grad) for a, b in pairs),
@@ -189,7 +193,8 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, 
         narrowed_maps=narrowed,
         unit_roundoff=unit_roundoff,
         gradient_tolerance=bound,
-        weights_equal=all(torch.equal(base_state[k], plan_state[k]) for k in base_state),
+        weights_equal=not differing_weights,
+        differing_weights=differing_weights,
         measured_saved_peak_bytes=planned.stats["peak_saved_bytes"],
         measured_host_peak_bytes=planned.stats["peak_host_bytes"],
         sparse_spilled_bytes=planned.stats["sparse_spilled_bytes"],
