@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How well an imported step replays what the profiler recorded (issue 15), one row per profiler
-# trace in ../shared/data (or the files given), each figure the median over the trace's
-# ProfilerStep#N:
+# trace in ../shared/data and traces/kineto-h100 (or the files given), each figure the median
+# over the trace's ProfilerStep#N:
 #   wall        the recorded ProfilerStep wall time (the host's: the device may still be running
 #               the step's work when the host leaves it)
 #   span        from the step's start to the end of the last device work it launched
@@ -23,7 +23,7 @@ memplan=$(realpath "${1:-build/release}")/bin/memplan
 shift || true
 traces=("$@")
 if [[ ${#traces[@]} -eq 0 ]]; then
-  mapfile -t traces < <(ls ../shared/data/kineto*/*.json.gz ../shared/data/kineto*/*.json 2>/dev/null)
+  mapfile -t traces < <(ls ../shared/data/kineto*/*.json.gz ../shared/data/kineto*/*.json traces/kineto-h100/*.json.gz 2>/dev/null)
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,6 +1,7 @@
 // sim_bench: how fast the simulator is on the deepest network memplan targets — the zoo's
 // 1517-layer residual network (Layrub's), batch 16 on a V100 cost model. Reports simulated
-// instructions per second on one core and the time to lower and to simulate one plan.
+// instructions per second on one core and the time to lower and to simulate one plan, without and
+// with a host side (the host stream an imported trace brings).
 //
 // Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not wall time: on a shared machine a
 // wall clock counts the time other processes hold the core, the CPU clock only this thread's.
@@ -48,22 +49,24 @@ double wall_seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-}  // namespace
+/// The workload with a host side (trace format v2, Note [Host side] in
+/// importers/kineto_importer.cpp) as an imported trace has one: every op dispatched in 20 us, every
+/// 50th op synchronizing after 5 us more, 5 us per launch that a plan adds. The engine then walks
+/// its host stream too.
+Workload with_host_side(Workload w) {
+  for (Op& op : w.ops) {
+    const bool sync = index(op.id) % 50 == 49;
+    op.host =
+        HostSide{.dispatch_ns = 20'000, .synchronizes = sync, .sync_after_ns = sync ? 5000 : 0};
+  }
+  w.launch_ns = 5000;
+  w.host_tail_ns = 100'000;
+  return w;
+}
 
-int main(int argc, char** argv) {
-  const int depth = argc > 1 ? std::atoi(argv[1]) : 1517;
-  const int repetitions = argc > 2 ? std::atoi(argv[2]) : 200;
-  memplan::zoo::ZooRequest request{"resnet", "v100-16gb", {}};
-  request.options.depth = depth;
-  request.options.batch = argc > 3 ? std::atoi(argv[3]) : 16;
-  const Workload w = memplan::zoo::make_workload(request);
-  const Bytes peak = incore_peak(w).bytes;
-  fmt::print("resnet --depth {} --batch {}: {} ops, {} tensors, {} feature maps, in-core peak {}\n",
-             depth, request.options.batch, w.ops.size(), w.tensors.size(),
-             find_feature_maps(w).size(), format_bytes(peak));
-  Machine machine;
-  machine.memory_bytes = peak * 2;  // room for every plan, so each runs to the end
-  machine.link.latency_ns = 10'000;
+/// One row per plan: instructions, lowering and simulation times, simulated instructions per
+/// second.
+void bench(const Workload& w, const Machine& machine, int repetitions) {
   const EngineOptions full;
   EngineOptions lean;
   lean.record_spans = false;
@@ -103,5 +106,26 @@ int main(int argc, char** argv) {
                static_cast<double>(executed_full) / full_s / 1e6, lean_wall_s / repetitions * 1e3,
                feasible ? "yes" : "no (oom)");
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int depth = argc > 1 ? std::atoi(argv[1]) : 1517;
+  const int repetitions = argc > 2 ? std::atoi(argv[2]) : 200;
+  memplan::zoo::ZooRequest request{"resnet", "v100-16gb", {}};
+  request.options.depth = depth;
+  request.options.batch = argc > 3 ? std::atoi(argv[3]) : 16;
+  const Workload w = memplan::zoo::make_workload(request);
+  const Bytes peak = incore_peak(w).bytes;
+  fmt::print("resnet --depth {} --batch {}: {} ops, {} tensors, {} feature maps, in-core peak {}\n",
+             depth, request.options.batch, w.ops.size(), w.tensors.size(),
+             find_feature_maps(w).size(), format_bytes(peak));
+  Machine machine;
+  machine.memory_bytes = peak * 2;  // room for every plan, so each runs to the end
+  machine.link.latency_ns = 10'000;
+  bench(w, machine, repetitions);
+  fmt::print("\nwith a host side (20 us dispatch per op, every 50th op synchronizing):\n");
+  bench(with_host_side(w), machine, repetitions);
   return 0;
 }

@@ -127,6 +127,11 @@ void print_text_report(std::FILE* out, const importers::ImportResult& result,
   fmt::print(out, "imported {}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
              r.step.label, r.step_was_chosen ? " (the first complete step)" : "", o.file,
              r.forward_ops, r.backward_ops, r.update_ops, result.workload.tensors.size());
+  if (r.update_ops == 0 && r.backward_ops > 0) {
+    fmt::print(out,
+               "no Optimizer.step in this step: the optimizer did not run (a GradScaler skips it "
+               "when the gradients overflow; choose another step with --step N)\n");
+  }
   fmt::print(out,
              "folded into the previous op: {} non-layer events, {} of them backward nodes without "
              "a forward layer op\n",

@@ -1193,10 +1193,13 @@ void Importer::build_update(Unit& unit) {
 // the first launch call of the device work attributed to it (Note [Kineto dataflow]), or its CPU
 // start when it launched nothing; launches are taken in issue order and never go back in time.
 // A blocking call (importers/host_side.hpp: synchronize, a synchronous or pageable copy, which is
-// what `.item()` and `.cpu()` do) marks the op launched last before it as synchronizing, and its
-// wait is left out of the next dispatch: the engine makes the host wait for the device instead,
-// so the recorded wait would otherwise count twice. The host tail is the time from the last
-// launch to the step's end, less the waits in it.
+// what `.item()` and `.cpu()` do) marks the op launched last before it as synchronizing, with the
+// host time from that op's launch to the call's start as its sync_after_ns (a foreach optimizer
+// launches its kernels one after another for hundreds of microseconds, and the device runs them
+// meanwhile: the wait comes after that time, not right after the first launch). The waits are left
+// out of the next dispatch: the engine makes the host wait for the device instead, so the recorded
+// wait would otherwise count twice. The host tail is the time from the last launch to the step's
+// end, less the waits and the sync_after_ns in it.
 void Importer::fill_host_side() {
   const StepWindow& step = report_.step;
   std::vector<Nanoseconds> launch(workload_.ops.size(), step.start_ns);
@@ -1207,25 +1210,32 @@ void Importer::fill_host_side() {
   report_.blocking_calls = calls.size();
   std::size_t next_call = 0;
   OpId last = kNoOp;
-  auto wait_before = [&](Nanoseconds t) {
+  Nanoseconds previous = step.start_ns;  // the last op's launch
+  // The host time between `previous` and `t` that the engine spends otherwise than dispatching:
+  // the recorded waits, and the last op's sync_after_ns up to the first blocking call.
+  auto accounted_before = [&](Nanoseconds t) {
     Nanoseconds wait = 0;
+    Nanoseconds before_call = 0;
     for (; next_call < calls.size() && calls[next_call].start_ns < t; ++next_call) {
+      if (last != kNoOp && !op(last).host->synchronizes) {
+        before_call = std::max<Nanoseconds>(0, calls[next_call].start_ns - previous);
+        op(last).host->synchronizes = true;
+        op(last).host->sync_after_ns = before_call;
+      }
       wait = saturating_add(wait, calls[next_call].wait_ns);
-      if (last != kNoOp) op(last).host->synchronizes = true;
     }
     report_.blocked_ns = saturating_add(report_.blocked_ns, wait);
-    return wait;
+    return saturating_add(wait, before_call);
   };
-  Nanoseconds previous = step.start_ns;
   for (sim::Op& o : workload_.ops) {
     const Nanoseconds at = std::max(launch[index(o.id)], previous);
-    const Nanoseconds wait = wait_before(at);
-    o.host = sim::HostSide{std::max<Nanoseconds>(0, at - previous - wait), false};
+    const Nanoseconds accounted = accounted_before(at);
+    o.host = sim::HostSide{.dispatch_ns = std::max<Nanoseconds>(0, at - previous - accounted)};
     previous = at;
     last = o.id;
   }
-  const Nanoseconds wait = wait_before(step.end_ns);
-  workload_.host_tail_ns = std::max<Nanoseconds>(0, step.end_ns - previous - wait);
+  const Nanoseconds accounted = accounted_before(step.end_ns);
+  workload_.host_tail_ns = std::max<Nanoseconds>(0, step.end_ns - previous - accounted);
   workload_.launch_ns = median_launch_ns(trace_, step.start_ns, step.end_ns);
   report_.host_ops = workload_.ops.size();
   report_.streams = streams_used(trace_, step.start_ns, step.end_ns).size();

@@ -218,10 +218,13 @@ class Engine::Clock {
     t = std::max(t, host_now_);
   }
 
-  /// After a synchronizing op: the host waits for every device instruction issued so far (the
-  /// compute stream is at `compute`, the copy streams have gone as far as they can).
+  /// After a synchronizing op: the host works on until its blocking call (sync_after_ns), then
+  /// waits for every device instruction issued so far (the compute stream is at `compute`, the
+  /// copy streams have gone as far as they can).
   void settle_host(Nanoseconds compute) {
     sync_pending_ = false;
+    host_work(HostActivity::kDispatch, sync_op_,
+              program_.host.ops[sim::index(sync_op_)].sync_after_ns);
     const Nanoseconds device = std::max({compute, now_[1], now_[2], now_[3]});
     if (device <= host_now_) return;
     if (options_.record_spans) {

@@ -23,7 +23,8 @@ struct Span {
 
 /// What the dispatching thread does (Note [Host stream] in sim/engine.hpp).
 enum class HostActivity : std::uint8_t {
-  kDispatch,     // the op's own host time before its launch (framework, Python, data loading)
+  kDispatch,     // the op's own host time (framework, Python, data loading): before its launch, and
+                 // for a synchronizing op from its launch to its blocking call (sync_after_ns)
   kLaunch,       // launching an instruction the plan added (copy, recompute, codec)
   kSynchronize,  // waiting for the device after a synchronizing op
 };

@@ -121,12 +121,16 @@ Tensor read_tensor(const JsonReader& r) {
 }
 
 HostSide read_host(const JsonReader& r) {
-  r.reject_unknown_keys({"dispatch_ns", "synchronizes"});
+  r.reject_unknown_keys({"dispatch_ns", "synchronizes", "sync_after_ns"});
   HostSide h;
   h.dispatch_ns = r.at("dispatch_ns").as_int(0, kMaxInt);
   if (auto s = r.find("synchronizes")) {
     if (!s->value().is_boolean()) s->fail("expected true or false");
     h.synchronizes = s->value().get<bool>();
+  }
+  if (auto s = r.find("sync_after_ns")) {
+    if (!h.synchronizes) s->fail("sync_after_ns needs \"synchronizes\": true");
+    h.sync_after_ns = s->as_int(0, kMaxInt);
   }
   return h;
 }
@@ -279,6 +283,7 @@ OrderedJson op_json(const Op& op) {
     OrderedJson h;
     h["dispatch_ns"] = op.host->dispatch_ns;
     if (op.host->synchronizes) h["synchronizes"] = true;
+    if (op.host->sync_after_ns != 0) h["sync_after_ns"] = op.host->sync_after_ns;
     j["host"] = std::move(h);
   }
   return j;

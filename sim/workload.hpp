@@ -88,6 +88,10 @@ struct HostSide {
   /// After launching this op the host waits until every device op issued so far has finished
   /// (stream or device synchronize, a blocking copy, `.item()`).
   bool synchronizes = false;
+  /// With `synchronizes`: host time from this op's launch until the wait begins (the op's later
+  /// launches, such as a foreach optimizer's kernels, and Python up to the blocking call). The
+  /// device keeps running meanwhile, so the wait is only for what is left.
+  Nanoseconds sync_after_ns = 0;
 
   friend bool operator==(const HostSide&, const HostSide&) = default;
 };

@@ -22,7 +22,11 @@ std::optional<HostTimeline> host_timeline(const Workload& workload) {
     t.host_busy_ns += side.dispatch_ns;
     device = std::max(device, host) + op.duration_ns;  // starts no earlier than its launch
     t.device_busy_ns += op.duration_ns;
-    if (side.synchronizes) host = std::max(host, device);
+    if (side.synchronizes) {
+      host += side.sync_after_ns;
+      t.host_busy_ns += side.sync_after_ns;
+      host = std::max(host, device);
+    }
   }
   t.host_busy_ns += workload.host_tail_ns;
   t.wall_ns = std::max(device, host + workload.host_tail_ns);

@@ -108,7 +108,9 @@ TEST_CASE("host side: a synchronize marks the op launched before it; its wait le
   CHECK(w.ops[9].host->synchronizes);
   CHECK_FALSE(w.ops[8].host->synchronizes);
   CHECK_FALSE(w.ops[10].host->synchronizes);
-  CHECK(dispatch(w, 10) == 80'000);  // 1580 -> 1680 less the 20 us wait
+  // The host works from the launch at 1580 to the call at 1590, then waits.
+  CHECK(w.ops[9].host->sync_after_ns == 10'000);
+  CHECK(dispatch(w, 10) == 70'000);  // 1580 -> 1680 less the 10 us before the call and its 20
 }
 
 TEST_CASE("host side: CUDA's blocking copies synchronize, pinned async ones do not",
@@ -123,7 +125,8 @@ TEST_CASE("host side: CUDA's blocking copies synchronize, pinned async ones do n
   const auto r = import_json(doc);
   const auto& w = r.workload;
   CHECK(w.ops[9].host->synchronizes);
-  CHECK(dispatch(w, 10) == 74'000);  // 100 us less the 26 us wait
+  CHECK(w.ops[9].host->sync_after_ns == 10'000);  // 1580 -> the call at 1590
+  CHECK(dispatch(w, 10) == 64'000);               // 100 us less those 10 and the 26 us wait
   CHECK_FALSE(w.ops[7].host->synchronizes);
   CHECK(dispatch(w, 8) == 100'000);
   CHECK(r.report.blocking_calls == 1);

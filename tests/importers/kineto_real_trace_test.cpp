@@ -197,12 +197,13 @@ TEST_CASE("real trace: the host side accounts for the whole recorded step",
   REQUIRE_REAL_TRACE();
   const auto& r = imported(5);
   const auto& w = r.workload;
-  // Every op has a host side, and dispatches + tail + the waits left out of them span the step
+  // Every op has a host side, and dispatches + the host time before each wait + tail + the waits
+  // left out of them span the step
   // (launch times never go back, so nothing is lost or counted twice).
   sim::Nanoseconds host = w.host_tail_ns + r.report.blocked_ns;
   for (const auto& op : w.ops) {
     REQUIRE(op.host.has_value());
-    host += op.host->dispatch_ns;
+    host += op.host->dispatch_ns + op.host->sync_after_ns;
   }
   CHECK(host == r.report.step.end_ns - r.report.step.start_ns);
   // Data loading on the main thread (num_workers=0) comes before the first op: most of the step.

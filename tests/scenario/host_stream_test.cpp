@@ -181,6 +181,44 @@ TEST_CASE("a synchronizing op makes the host wait for the copies in flight", "[s
   CHECK(sync->end_ns == 11000);
 }
 
+TEST_CASE("a synchronizing op's host work before its blocking call overlaps the device",
+          "[scenario]") {
+  // The in-core step above with f2 synchronizing after sync_after_ns of host work (a foreach
+  // optimizer launching its kernels, Python up to `.item()`): f2 is launched at 8000 and runs
+  // [8000,9000].
+  Workload w = step(6000, 4000, std::nullopt, "f2");
+  Op& f2 = w.ops[1];
+  REQUIRE(f2.name == "f2");
+  const Machine m = test_machine(kPlenty);
+
+  // 500 ns: the host works [8000,8500], then waits for f2 until 9000; f3 is dispatched
+  // [9000,13000] and runs [13000,14000] as when the host waited at once, and the step still ends
+  // with g1 at 26000. The host is busy 500 ns more (24500).
+  f2.host->sync_after_ns = 500;
+  const auto shorter = memplan::test::simulate(w, in_core_plan(w), m);
+  CHECK(span_of(shorter, w, StreamId::kCompute, "f3") == Interval{13000, 14000});
+  CHECK(shorter.timeline.iteration_ns == 26000);
+  CHECK(shorter.timeline.host_busy_ns == 24500);
+  const auto sync =
+      std::find_if(shorter.timeline.host_spans.begin(), shorter.timeline.host_spans.end(),
+                   [](const HostSpan& s) { return s.activity == HostActivity::kSynchronize; });
+  REQUIRE(sync != shorter.timeline.host_spans.end());
+  CHECK(sync->start_ns == 8500);
+  CHECK(sync->end_ns == 9000);
+
+  // 1500 ns: f2 has finished (9000) before the blocking call (9500): no wait at all. f3 is
+  // dispatched [9500,13500] and runs [13500,14500], each later op 500 ns later than in core: g1
+  // [25500,26500]. Had the host waited right after the launch, then worked those 1500 ns, f3
+  // would run at 14500.
+  f2.host->sync_after_ns = 1500;
+  const auto longer = memplan::test::simulate(w, in_core_plan(w), m);
+  CHECK(span_of(longer, w, StreamId::kCompute, "f3") == Interval{13500, 14500});
+  CHECK(span_of(longer, w, StreamId::kCompute, "g1") == Interval{25500, 26500});
+  CHECK(longer.timeline.iteration_ns == 26500);
+  CHECK(std::none_of(longer.timeline.host_spans.begin(), longer.timeline.host_spans.end(),
+                     [](const HostSpan& s) { return s.activity == HostActivity::kSynchronize; }));
+}
+
 TEST_CASE("back to back, a CPU-bound step's period is the host's", "[scenario]") {
   // Note [Step period]. The CPU-bound step of the first test: alone, the host leaves at 24000 and
   // g1 ends at 25000. The next step's host starts at 24000 with the compute stream busy 1000 ns

@@ -60,6 +60,13 @@ std::vector<BadTrace> bad_traces() {
         j["ops"][0]["host"] = json::object();
       },
       "$.ops[0].host", "missing field 'dispatch_ns'");
+  mutate(
+      "host time before a wait on an op that does not wait",
+      [](json& j) {
+        j["version"] = 2;
+        j["ops"][0]["host"] = {{"dispatch_ns", 10}, {"sync_after_ns", 5}};
+      },
+      "$.ops[0].host.sync_after_ns", "needs \"synchronizes\": true");
   raw("a profiler trace", "{\"traceEvents\": []}", "bad.json",
       "convert it first with `memplan import kineto");
   mutate(

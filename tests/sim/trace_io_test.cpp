@@ -53,4 +53,11 @@ TEST_CASE("optional fields survive the round trip", "[sim][trace_io]") {
   Workload measured = w;
   measured.device.host_bandwidth_bytes_per_s = 12.5e9;  // a recording's host-op speed
   CHECK(parse_trace(write_trace(measured), "t.json").device.host_bandwidth_bytes_per_s == 12.5e9);
+  // The host side (format v2), a synchronizing op's host time before its wait included.
+  Workload hosted = w;
+  for (Op& op : hosted.ops) op.host = HostSide{.dispatch_ns = 7000};
+  hosted.ops[3].host = HostSide{.dispatch_ns = 100, .synchronizes = true, .sync_after_ns = 2500};
+  const Workload back = parse_trace(write_trace(hosted), "t.json");
+  CHECK(back.ops[3].host == hosted.ops[3].host);
+  CHECK(back.ops[4].host == hosted.ops[4].host);
 }
