@@ -43,6 +43,23 @@ void print_host_report(std::FILE* out, const importers::ImportResult& result,
   } else {
     fmt::print(out, " (the optimizer's ops record no tensor lists to check them against)\n");
   }
+  if (r.leaf_nodes > 0) {
+    fmt::print(
+        out, "autograd accumulated {} leaf gradients{}, {}{}{}\n", r.leaf_tensors,
+        r.leaf_tensors == r.leaf_nodes
+            ? ""
+            : fmt::format(" (of {} nodes; the rest without shapes)", r.leaf_nodes),
+        sim::format_bytes(r.leaf_bytes),
+        r.leaf_tensors != r.leaf_nodes ? ""
+        : r.leaf_bytes == r.trainable_parameter_bytes && r.leaf_tensors == r.trainable_parameters
+            ? " (equal)"
+            : " (differ)",
+        r.promoted_leaves == 0
+            ? ""
+            : fmt::format("; {} of them read by ops without a layer rule (an embedding, a "
+                          "matmul) made parameters",
+                          r.promoted_leaves));
+  }
   if (r.time_only) {
     fmt::print(out,
                "no recorded shapes: imported the time side alone (in-core replay and link what-ifs "
@@ -97,6 +114,10 @@ nlohmann::json report_json(const importers::ImportResult& result,
   j["optimizer_shape_tensors"] =
       r.optimizer_shape_tensors ? nlohmann::json(*r.optimizer_shape_tensors) : nlohmann::json();
   j["optimizer_shape_bytes"] = r.optimizer_shape_bytes;
+  j["accumulate_grad_nodes"] = r.leaf_nodes;
+  j["leaf_tensors"] = r.leaf_tensors;
+  j["leaf_bytes"] = r.leaf_bytes;
+  j["promoted_leaves"] = r.promoted_leaves;
   j["time_only"] = r.time_only;
   j["host_ops"] = r.host_ops;
   j["blocking_calls"] = r.blocking_calls;

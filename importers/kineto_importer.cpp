@@ -339,6 +339,13 @@ class Importer {
   void build_timed_forward(Unit& unit);
   std::vector<Shape> widest_tensor_list(std::size_t root) const;
   void check_parameters_against_optimizer();
+  struct Leaf {  // a leaf tensor's gradient as an AccumulateGrad node records it
+    Shape shape;
+    std::string dtype;
+  };
+  std::optional<Leaf> leaf_of(std::size_t node) const;
+  void settle_parameters();
+  void make_trainable(TensorId p);
   void check_outputs_against_allocations();
   void build_backward(Unit& unit);
   void build_update(Unit& unit);
@@ -386,6 +393,7 @@ class Importer {
   std::map<std::string, int> layer_counts_;
   bool time_only_ = false;  // no recorded shapes in the step: ops with their times, no tensors
   std::vector<Shape> optimizer_list_;  // the parameters as the optimizer's ops record them
+  std::vector<Leaf> leaves_;           // the shapes AccumulateGrad nodes record, in backward order
 };
 
 bool Importer::step_complete(const StepWindow& step) const {
@@ -707,7 +715,10 @@ void Importer::classify_units() {
       if (subtree_has(u.event, "zero_")) report_.persistent_grads = true;
     } else if (!node.empty()) {
       backward_started = true;
-      if (!ends_with(node, "AccumulateGrad")) {
+      if (ends_with(node, "AccumulateGrad")) {
+        ++report_.leaf_nodes;
+        if (auto leaf = leaf_of(u.event)) leaves_.push_back(std::move(*leaf));
+      } else {
         u.role = Unit::Role::kBackward;
         u.sequence = e.sequence_number ? e.sequence_number : first_sequence(u.event);
       }
@@ -784,8 +795,15 @@ void Importer::fold(const Unit& unit) {
 TensorId Importer::param(const std::string& name, const Shape& shape, const std::string& dtype,
                          bool trainable) {
   const TensorId p = add_tensor(name, TensorKind::kParameter, shape, dtype, kNoOp);
-  if (!trainable) return p;
+  if (trainable) make_trainable(p);
+  return p;
+}
+
+void Importer::make_trainable(TensorId p) {
   trainable_.push_back(p);
+  const std::string name = tensor(p).name;  // add_tensor moves the tensors
+  const Shape shape = tensor(p).shape;
+  const std::string dtype = tensor(p).dtype;
   for (const std::string& state : state_names_) {
     optimizer_state_.push_back(add_tensor(fmt::format("{}.{}", name, state),
                                           TensorKind::kOptimizerState, shape, dtype, kNoOp));
@@ -793,7 +811,6 @@ TensorId Importer::param(const std::string& name, const Shape& shape, const std:
   if (report_.persistent_grads) {
     param_grad_[p] = add_tensor(name + ".grad", TensorKind::kOptimizerState, shape, dtype, kNoOp);
   }
-  return p;
 }
 
 std::size_t Importer::resolve(const Shape& shape, const std::string& dtype, bool first,
@@ -1265,6 +1282,72 @@ std::string measure_device_link(const KinetoTrace& trace, sim::DeviceInfo& devic
       part("D2H", measured.link.d2h_bytes_per_s, measured.d2h_copies, measured.d2h_pageable));
 }
 
+// Note [Leaves from AccumulateGrad]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// PyTorch accumulates the gradient of every leaf tensor that requires grad through one
+// AccumulateGrad node per leaf and backward pass, and the profiler records the node with the
+// gradient's shape, which is the leaf's. So the AccumulateGrad nodes of a step are its trainable
+// parameters by PyTorch's own account, whatever ops read them (a tied weight is one leaf: one
+// node). The layer rules find the parameters of the layers they know (a linear's weight and bias,
+// a norm's affine); a leaf they leave unaccounted for is a weight some other op reads: an
+// embedding's table, a matrix given to mm. The trace records no tensor identities, so such a leaf
+// is matched by shape (and dtype) to a pre-existing input a forward op reads, which becomes a
+// parameter (optimizer state, a gradient from that op's backward), once the forward is built
+// (settle_parameters). The report compares the parameters with the leaves; where a tied weight is
+// read as a parameter by one op and as an input by another, the bytes still agree (one leaf, one
+// parameter), the input stays an input. A layer rule's parameter that no leaf stands for is left
+// trainable: it may be frozen (fine-tuning), but a flat parameter (FSDP) is one leaf that the
+// layers read through views of other shapes, and the shapes alone cannot tell the two apart.
+std::optional<Importer::Leaf> Importer::leaf_of(std::size_t node) const {
+  std::vector<std::size_t> todo{node};
+  while (!todo.empty()) {
+    const std::size_t i = todo.back();
+    todo.pop_back();
+    const CpuEvent& e = trace_.cpu_events[i];
+    if (!e.input_dims.empty() && !e.input_dims.front().empty()) {
+      return Leaf{e.input_dims.front(), dtype_of(e, 0)};
+    }
+    todo.insert(todo.end(), nesting_.children[i].begin(), nesting_.children[i].end());
+  }
+  return std::nullopt;
+}
+
+void Importer::settle_parameters() {
+  // The layer rules' parameters take their leaves first.
+  std::vector<Leaf> left = leaves_;
+  auto take = [&left](const Shape& shape, const std::string& dtype) {
+    const auto it = std::find_if(left.begin(), left.end(), [&](const Leaf& l) {
+      return l.shape == shape && l.dtype == dtype;
+    });
+    if (it == left.end()) return false;
+    left.erase(it);
+    return true;
+  };
+  for (TensorId p : trainable_) take(tensor(p).shape, tensor(p).dtype);
+  // A leaf left over: an input of that shape a forward op reads (in issue order, argument order).
+  std::vector<OpId> order;
+  for (const auto& entry : forward_) order.push_back(entry.first);
+  std::sort(order.begin(), order.end());
+  std::vector<TensorId> promoted;
+  for (OpId o : order) {
+    for (TensorId x : op(o).inputs) {
+      sim::Tensor& t = workload_.tensors[index(x)];
+      if (t.kind != TensorKind::kInput || !take(t.shape, t.dtype)) continue;
+      t.kind = TensorKind::kParameter;
+      t.name = fmt::format("{}.weight", op(o).name);
+      promoted.push_back(x);
+    }
+  }
+  for (TensorId x : promoted) {
+    make_trainable(x);
+    for (auto& [reader, info] : forward_) {  // a parameter of every forward op that reads it
+      const auto& in = op(reader).inputs;
+      if (std::find(in.begin(), in.end(), x) != in.end()) info.params.push_back(x);
+    }
+  }
+  report_.promoted_leaves = promoted.size();
+}
+
 // The imported trainable parameters beside what the optimizer's own ops say, when they record
 // tensor lists. Tensor lists record no dtype: their elements are sized with the parameters' dtype.
 void Importer::check_parameters_against_optimizer() {
@@ -1273,6 +1356,11 @@ void Importer::check_parameters_against_optimizer() {
     report_.trainable_parameters += 1;
     report_.trainable_parameter_bytes += tensor(p).bytes;
     dtype = tensor(p).dtype;
+  }
+  report_.leaf_tensors = leaves_.size();
+  for (const Leaf& l : leaves_) {
+    report_.leaf_bytes += checked_bytes(l.shape, sim::dtype_bytes(l.dtype).value_or(4),
+                                        trace_.source + ": AccumulateGrad");
   }
   if (optimizer_list_.empty()) return;
   report_.optimizer_shape_tensors = optimizer_list_.size();
@@ -1297,8 +1385,13 @@ ImportResult Importer::run() {
   report_.time_only = time_only_;
   classify_units();
   bool updated = false;
+  bool settled = false;
   for (std::size_t i = 0; i < units_.size(); ++i) {
     Unit& u = units_[i];
+    if (!settled && (u.role == Unit::Role::kBackward || u.role == Unit::Role::kUpdate)) {
+      settle_parameters();  // the forward is built: its inputs are known, no gradient made yet
+      settled = true;
+    }
     switch (u.role) {
       case Unit::Role::kForward:
         build_forward(u, i);
@@ -1319,6 +1412,7 @@ ImportResult Importer::run() {
         break;
     }
   }
+  if (!settled) settle_parameters();  // a step without backward or update
   if (report_.forward_ops == 0) {
     fail(
         fmt::format("{} has no forward layer op (no aten:: operator with recorded "

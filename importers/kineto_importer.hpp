@@ -65,6 +65,15 @@ struct ImportReport {
   sim::Bytes trainable_parameter_bytes = 0;
   std::optional<std::size_t> optimizer_shape_tensors;
   sim::Bytes optimizer_shape_bytes = 0;
+  /// The leaves autograd accumulated a gradient into (AccumulateGrad nodes with recorded shapes),
+  /// of `leaf_nodes` such nodes in the step: the trainable parameters by PyTorch's own account
+  /// (Note [Leaves from AccumulateGrad] in kineto_importer.cpp). `promoted_leaves`: inputs of
+  /// forward ops made parameters because no layer rule accounted for their leaf (an embedding's
+  /// table, a weight read by mm).
+  std::size_t leaf_nodes = 0;
+  std::size_t leaf_tensors = 0;
+  sim::Bytes leaf_bytes = 0;
+  std::size_t promoted_leaves = 0;
   int optimizer_states_per_parameter = 0;
   sim::Nanoseconds op_time_ns = 0;  // sum of op durations
   /// Host side (trace format v2): ops with a host side, blocking calls seen, the host time spent

@@ -80,11 +80,28 @@ TEST_CASE("PyTorch 2.11: fused AdamW, a skipped GradScaler step, three streams",
     o.step = step;
     return importers::import_kineto(read(name), o, name);
   };
-  // GPT-2's fused AdamW: one update op reading every parameter, 309 MiB of them (124M-parameter
-  // GPT-2 less 6 of its 12 layers: 77.3M float32 values, the tied embedding counted once).
+  // GPT-2 with 6 layers: its parameters by the model's definition, the token embedding tied to
+  // the output layer (one leaf): wte 50257x768 = 38,597,376 values, wpe 512x768 = 393,216, per
+  // layer 2 layer norms (2 x 1536), c_attn 768x2304 + 2304, attn c_proj 768x768 + 768, c_fc
+  // 768x3072 + 3072, mlp c_proj 3072x768 + 768 = 7,087,872 (x 6 = 42,527,232), ln_f 1536: 76
+  // tensors, 81,519,360 float32 values. The layer rules find 75 (the output layer's weight stands
+  // for the tied table); the position table, read by an embedding, is the leaf they leave over
+  // (Note [Leaves from AccumulateGrad]). The fused AdamW reads them all.
   const auto gpt2 = import("gpt2", 2);
   REQUIRE(gpt2.workload.ops.back().phase == sim::Phase::kUpdate);
-  CHECK(gpt2.report.trainable_parameters == 75);
+  CHECK(gpt2.report.trainable_parameters == 76);
+  CHECK(gpt2.report.trainable_parameter_bytes == 81'519'360 * 4);
+  CHECK(gpt2.report.leaf_tensors == 76);
+  CHECK(gpt2.report.leaf_bytes == gpt2.report.trainable_parameter_bytes);
+  CHECK(gpt2.report.promoted_leaves == 1);
+  const auto& update_inputs = gpt2.workload.ops.back().inputs;
+  const auto wpe =
+      std::find_if(gpt2.workload.tensors.begin(), gpt2.workload.tensors.end(),
+                   [](const sim::Tensor& t) { return t.name == "embedding_2.weight"; });
+  REQUIRE(wpe != gpt2.workload.tensors.end());
+  CHECK(wpe->kind == sim::TensorKind::kParameter);
+  CHECK(wpe->shape == std::vector<std::int64_t>{512, 768});
+  CHECK(std::find(update_inputs.begin(), update_inputs.end(), wpe->id) != update_inputs.end());
   CHECK(gpt2.report.blocking_calls == 1);  // loss.item()
   // A GradScaler skipped step #2's optimizer (the gradients overflowed): no update op there.
   CHECK(import("resnet50", 2).report.update_ops == 0);
@@ -97,6 +114,7 @@ TEST_CASE("PyTorch 2.11: fused AdamW, a skipped GradScaler step, three streams",
   REQUIRE(towers.report.optimizer_shape_tensors.has_value());
   CHECK(*towers.report.optimizer_shape_tensors == towers.report.trainable_parameters);
   CHECK(towers.report.optimizer_shape_bytes == towers.report.trainable_parameter_bytes);
+  CHECK(towers.report.leaf_bytes == towers.report.trainable_parameter_bytes);
 }
 
 TEST_CASE("PyTorch 2.11, no shapes and no ProfilerStep: one line, then the time side by annotation",
