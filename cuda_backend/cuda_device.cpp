@@ -123,7 +123,7 @@ void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& prog
   std::size_t sparse_encodes = 0;
   for (const sim::Instruction& in : program.stream(sim::StreamId::kCompute)) {
     if (in.kind == sim::InstrKind::kEncode &&
-        program.buffers[static_cast<std::size_t>(in.aux)].encoding == sim::Encoding::kSparse) {
+        program.buffers[index(in.encoded())].encoding == sim::Encoding::kSparse) {
       ++sparse_encodes;
     }
   }
@@ -148,8 +148,7 @@ cudaEvent_t CudaDevice::timing_event() {
 }
 
 void CudaDevice::initialise(sim::BufferId buffer, const sim::Tensor& t) {
-  const auto bytes =
-      static_cast<std::size_t>(program_->buffers[static_cast<std::size_t>(buffer)].bytes);
+  const auto bytes = static_cast<std::size_t>(program_->buffers[index(buffer)].bytes);
   cudaStream_t s = stream(sim::StreamId::kCompute);
   if (t.kind == sim::TensorKind::kOptimizerState) {
     MEMPLAN_CUDA_CHECK(cudaMemsetAsync(data(buffer), 0, bytes, s));
@@ -167,20 +166,20 @@ void CudaDevice::initialise(sim::BufferId buffer, const sim::Tensor& t) {
       cudaMemcpyAsync(data(buffer), it->second.data(), bytes, cudaMemcpyHostToDevice, s));
 }
 
-void CudaDevice::enqueue_kernel(std::int32_t index) {
+void CudaDevice::enqueue_kernel(std::int32_t position) {
   const sim::Instruction& in =
-      program_->stream(sim::StreamId::kCompute)[static_cast<std::size_t>(index)];
+      program_->stream(sim::StreamId::kCompute)[static_cast<std::size_t>(position)];
   if (in.kind == sim::InstrKind::kEncode || in.kind == sim::InstrKind::kDecode) {
-    enqueue_codec(index, in);
+    enqueue_codec(position, in);
     return;
   }
   std::vector<void*> operands;
   operands.reserve(static_cast<std::size_t>(in.operand_count));
   sim::Bytes workspace_bytes = 0;
   for (std::int32_t k = 0; k < in.operand_count; ++k) {
-    const sim::BufferId b = program_->operands[static_cast<std::size_t>(in.operands_begin + k)];
+    const sim::BufferId b = program_->operand_buffer(in, k);
     operands.push_back(data(b));
-    const sim::Buffer& buf = program_->buffers[static_cast<std::size_t>(b)];
+    const sim::Buffer& buf = program_->buffers[index(b)];
     if (buf.role == sim::BufferRole::kWorkspace) workspace_bytes = buf.bytes;
   }
   const sim::Op& op = workload_->op(in.op);
@@ -190,7 +189,7 @@ void CudaDevice::enqueue_kernel(std::int32_t index) {
   MEMPLAN_CUDA_CHECK(cudaEventRecord(start, s));
   executor_->run(op, operands, workspace_bytes);
   MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
-  pending_.push_back({sim::StreamId::kCompute, index, start, end});
+  pending_.push_back({sim::StreamId::kCompute, position, start, end});
   // Values a kRun writes for gradients and the loss are kept for comparisons between runs.
   if (in.kind == sim::InstrKind::kRun) {
     for (std::size_t o = 0; o < op.outputs.size(); ++o) {
@@ -205,11 +204,11 @@ void CudaDevice::enqueue_kernel(std::int32_t index) {
   }
 }
 
-void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
+void CudaDevice::enqueue_codec(std::int32_t position, const sim::Instruction& in) {
   const Codec c = codec(in);
   const std::int64_t n = c.values;
   auto* x = reinterpret_cast<float*>(data(in.buffer));
-  auto* bytes = reinterpret_cast<std::uint8_t*>(data(in.aux));
+  auto* bytes = reinterpret_cast<std::uint8_t*>(data(in.encoded()));
   cudaStream_t s = stream(sim::StreamId::kCompute);
   // Scratch before the start event: growing it synchronizes the device.
   void* scratch =
@@ -239,12 +238,12 @@ void CudaDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
                  : kernels::narrow_decode(s, f.exponent_bits, f.mantissa_bits, n, bytes, x));
   }
   MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
-  pending_.push_back({sim::StreamId::kCompute, index, start, end});
+  pending_.push_back({sim::StreamId::kCompute, position, start, end});
 }
 
-void CudaDevice::enqueue_copy(sim::StreamId stream_id, std::int32_t index) {
-  const sim::Instruction& in = program_->stream(stream_id)[static_cast<std::size_t>(index)];
-  const auto slot = static_cast<std::size_t>(in.aux);
+void CudaDevice::enqueue_copy(sim::StreamId stream_id, std::int32_t position) {
+  const sim::Instruction& in = program_->stream(stream_id)[static_cast<std::size_t>(position)];
+  const auto slot = index(in.slot());
   const auto bytes = static_cast<std::size_t>(program_->host_slots[slot].bytes);
   std::byte* device = data(in.buffer);
   std::byte* host = host_store_[slot].data();
@@ -261,18 +260,17 @@ void CudaDevice::enqueue_copy(sim::StreamId stream_id, std::int32_t index) {
     MEMPLAN_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, s));
   }
   MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
-  pending_.push_back({stream_id, index, start, end});
+  pending_.push_back({stream_id, position, start, end});
 }
 
-void CudaDevice::enqueue_host_op(std::int32_t index) {
+void CudaDevice::enqueue_host_op(std::int32_t position) {
   const sim::Instruction& in =
-      program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(index)];
+      program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(position)];
   HostCall& call = host_calls_.emplace_back();
   call.workload = workload_;
   call.op = &workload_->op(in.op);
   for (std::int32_t k = 0; k < in.operand_count; ++k) {
-    const auto slot = static_cast<std::size_t>(
-        program_->operands[static_cast<std::size_t>(in.operands_begin + k)]);
+    const auto slot = index(program_->operand_slot(in, k));
     call.operands.push_back(host_store_[slot].data());
   }
   cudaStream_t s = stream(sim::StreamId::kHost);
@@ -292,15 +290,15 @@ void CudaDevice::enqueue_host_op(std::int32_t index) {
       },
       &call));
   MEMPLAN_CUDA_CHECK(cudaEventRecord(end, s));
-  pending_.push_back({sim::StreamId::kHost, index, start, end});
+  pending_.push_back({sim::StreamId::kHost, position, start, end});
 }
 
 void CudaDevice::record(sim::StreamId s, sim::EventId event) {
-  MEMPLAN_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(event)], stream(s)));
+  MEMPLAN_CUDA_CHECK(cudaEventRecord(events_[index(event)], stream(s)));
 }
 
 void CudaDevice::wait(sim::StreamId s, sim::EventId event) {
-  MEMPLAN_CUDA_CHECK(cudaStreamWaitEvent(stream(s), events_[static_cast<std::size_t>(event)], 0));
+  MEMPLAN_CUDA_CHECK(cudaStreamWaitEvent(stream(s), events_[index(event)], 0));
 }
 
 void CudaDevice::synchronize() {

@@ -58,9 +58,9 @@ class CudaDevice final : public runtime::ArenaDevice {
   ~CudaDevice() override;
 
   void prepare(const sim::Workload& workload, const sim::Program& program) override;
-  void enqueue_kernel(std::int32_t index) override;
-  void enqueue_copy(sim::StreamId stream, std::int32_t index) override;
-  void enqueue_host_op(std::int32_t index) override;
+  void enqueue_kernel(std::int32_t position) override;
+  void enqueue_copy(sim::StreamId stream, std::int32_t position) override;
+  void enqueue_host_op(std::int32_t position) override;
   void record(sim::StreamId stream, sim::EventId event) override;
   void wait(sim::StreamId stream, sim::EventId event) override;
   void synchronize() override;
@@ -98,7 +98,7 @@ class CudaDevice final : public runtime::ArenaDevice {
   /// Waits for queued work, then destroys what the device created (errors reported, not thrown).
   void release() noexcept;
   void initialise(sim::BufferId buffer, const sim::Tensor& t) override;
-  void enqueue_codec(std::int32_t index, const sim::Instruction& in);
+  void enqueue_codec(std::int32_t position, const sim::Instruction& in);
 
   std::shared_ptr<ConvAlgorithmCache> algorithms_;
   std::byte* memory_ = nullptr;

@@ -186,17 +186,17 @@ void HostDevice::add_span(sim::StreamId stream, std::int32_t index, std::int64_t
   spans_.push_back({stream, index, start, end});
 }
 
-void HostDevice::enqueue_kernel(std::int32_t index) {
+void HostDevice::enqueue_kernel(std::int32_t position) {
   const sim::Instruction& in =
-      program_->stream(sim::StreamId::kCompute)[static_cast<std::size_t>(index)];
+      program_->stream(sim::StreamId::kCompute)[static_cast<std::size_t>(position)];
   if (in.kind == sim::InstrKind::kEncode || in.kind == sim::InstrKind::kDecode) {
-    enqueue_codec(index, in);
+    enqueue_codec(position, in);
     return;
   }
   std::vector<void*> operands;
   operands.reserve(static_cast<std::size_t>(in.operand_count));
   for (std::int32_t k = 0; k < in.operand_count; ++k) {
-    operands.push_back(data(program_->operands[static_cast<std::size_t>(in.operands_begin + k)]));
+    operands.push_back(data(program_->operand_buffer(in, k)));
   }
   const sim::Op& op = workload_->op(in.op);
   // Values a kRun writes for gradients and the loss are kept for comparisons between runs.
@@ -207,7 +207,7 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
     }
   }
   worker(sim::StreamId::kCompute)
-      .enqueue([this, &op, index, operands = std::move(operands), capture = std::move(capture)] {
+      .enqueue([this, &op, position, operands = std::move(operands), capture = std::move(capture)] {
         // After a kernel failed, later kernels would read what it did not write: skip them (the
         // stream's records still happen, so the run ends and synchronize reports the error).
         if (kernel_failed_) return;
@@ -219,7 +219,7 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
           throw;
         }
         const std::int64_t end = now_ns();
-        add_span(sim::StreamId::kCompute, index, start, end);
+        add_span(sim::StreamId::kCompute, position, start, end);
         for (const auto& [t, p] : capture) {
           const auto bytes = static_cast<std::size_t>(workload_->tensor(t).bytes);
           std::vector<std::byte> copy(bytes);
@@ -230,12 +230,12 @@ void HostDevice::enqueue_kernel(std::int32_t index) {
       });
 }
 
-void HostDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
+void HostDevice::enqueue_codec(std::int32_t position, const sim::Instruction& in) {
   const Codec c = codec(in);
   auto* x = reinterpret_cast<float*>(data(in.buffer));
-  auto* bytes = reinterpret_cast<std::uint8_t*>(data(in.aux));
-  std::vector<std::uint8_t>* spill = &spill_[static_cast<std::size_t>(in.aux)];
-  worker(sim::StreamId::kCompute).enqueue([this, index, c, x, bytes, spill] {
+  auto* bytes = reinterpret_cast<std::uint8_t*>(data(in.encoded()));
+  std::vector<std::uint8_t>* spill = &spill_[index(in.encoded())];
+  worker(sim::StreamId::kCompute).enqueue([this, position, c, x, bytes, spill] {
     const std::int64_t start = now_ns();
     const std::int64_t n = c.values;
     if (c.encoding == sim::Encoding::kBinarize) {
@@ -259,28 +259,28 @@ void HostDevice::enqueue_codec(std::int32_t index, const sim::Instruction& in) {
         narrow_decode(f, n, bytes, x);
       }
     }
-    add_span(sim::StreamId::kCompute, index, start, now_ns());
+    add_span(sim::StreamId::kCompute, position, start, now_ns());
   });
 }
 
-void HostDevice::enqueue_copy(sim::StreamId stream, std::int32_t index) {
-  const sim::Instruction& in = program_->stream(stream)[static_cast<std::size_t>(index)];
-  const auto slot = static_cast<std::size_t>(in.aux);
+void HostDevice::enqueue_copy(sim::StreamId stream, std::int32_t position) {
+  const sim::Instruction& in = program_->stream(stream)[static_cast<std::size_t>(position)];
+  const auto slot = index(in.slot());
   const auto bytes = static_cast<std::size_t>(program_->host_slots[slot].bytes);
   std::byte* device = data(in.buffer);
   std::vector<std::byte>* host = &host_store_[slot];
   const bool resident = program_->host_slots[slot].resident;
   if (in.kind == sim::InstrKind::kCopyOut) {
     MEMPLAN_CHECK(stream == sim::StreamId::kD2H, "copy-outs run on the d2h stream");
-    worker(stream).enqueue([this, stream, index, device, host, bytes] {
+    worker(stream).enqueue([this, stream, position, device, host, bytes] {
       const std::int64_t start = now_ns();
       host->assign(device, device + bytes);
-      add_span(stream, index, start, now_ns());
+      add_span(stream, position, start, now_ns());
     });
   } else {
     MEMPLAN_CHECK(stream == sim::StreamId::kH2D && in.kind == sim::InstrKind::kCopyIn,
                   "copy-ins run on the h2d stream");
-    worker(stream).enqueue([this, stream, index, device, host, bytes, resident] {
+    worker(stream).enqueue([this, stream, position, device, host, bytes, resident] {
       const std::int64_t start = now_ns();
       if (host->size() != bytes) {
         throw runtime::BackendError("copy-in of a host slot never written");
@@ -290,22 +290,21 @@ void HostDevice::enqueue_copy(sim::StreamId stream, std::int32_t index) {
         host->clear();
         host->shrink_to_fit();
       }
-      add_span(stream, index, start, now_ns());
+      add_span(stream, position, start, now_ns());
     });
   }
 }
 
-void HostDevice::enqueue_host_op(std::int32_t index) {
+void HostDevice::enqueue_host_op(std::int32_t position) {
   const sim::Instruction& in =
-      program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(index)];
+      program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(position)];
   const sim::Op& op = workload_->op(in.op);
   std::vector<std::size_t> slots;
   slots.reserve(static_cast<std::size_t>(in.operand_count));
   for (std::int32_t k = 0; k < in.operand_count; ++k) {
-    slots.push_back(static_cast<std::size_t>(
-        program_->operands[static_cast<std::size_t>(in.operands_begin + k)]));
+    slots.push_back(index(program_->operand_slot(in, k)));
   }
-  worker(sim::StreamId::kHost).enqueue([this, &op, index, slots = std::move(slots)] {
+  worker(sim::StreamId::kHost).enqueue([this, &op, position, slots = std::move(slots)] {
     if (kernel_failed_) return;
     const std::int64_t start = now_ns();
     // The slots' storage is taken when the op runs: a gradient's slot is written by its copy-out,
@@ -319,12 +318,12 @@ void HostDevice::enqueue_host_op(std::int32_t index) {
       operands.push_back(host_store_[slot].data());
     }
     runtime::run_host_op(*workload_, op, operands);
-    add_span(sim::StreamId::kHost, index, start, now_ns());
+    add_span(sim::StreamId::kHost, position, start, now_ns());
   });
 }
 
 void HostDevice::record(sim::StreamId stream, sim::EventId event) {
-  EventState* e = events_[static_cast<std::size_t>(event)].get();
+  EventState* e = events_[index(event)].get();
   worker(stream).enqueue([e] {
     {
       const std::lock_guard lock(e->mutex);
@@ -335,7 +334,7 @@ void HostDevice::record(sim::StreamId stream, sim::EventId event) {
 }
 
 void HostDevice::wait(sim::StreamId stream, sim::EventId event) {
-  EventState* e = events_[static_cast<std::size_t>(event)].get();
+  EventState* e = events_[index(event)].get();
   worker(stream).enqueue([e] {
     std::unique_lock lock(e->mutex);
     e->cv.wait(lock, [e] { return e->done; });
@@ -369,10 +368,10 @@ std::vector<std::byte> HostDevice::tensor_bytes(sim::TensorId t) const {
   if (!b) {
     const auto slot = resident_slot(t);  // a host-placed tensor's home
     if (!slot) return {};
-    return host_store_[static_cast<std::size_t>(*slot)];
+    return host_store_[index(*slot)];
   }
   const std::byte* p = data(*b);
-  return {p, p + program_->buffers[static_cast<std::size_t>(*b)].bytes};
+  return {p, p + program_->buffers[index(*b)].bytes};
 }
 
 }  // namespace memplan::host_backend

@@ -69,9 +69,9 @@ class HostDevice final : public runtime::ArenaDevice {
   ~HostDevice() override;
 
   void prepare(const sim::Workload& workload, const sim::Program& program) override;
-  void enqueue_kernel(std::int32_t index) override;
-  void enqueue_copy(sim::StreamId stream, std::int32_t index) override;
-  void enqueue_host_op(std::int32_t index) override;
+  void enqueue_kernel(std::int32_t position) override;
+  void enqueue_copy(sim::StreamId stream, std::int32_t position) override;
+  void enqueue_host_op(std::int32_t position) override;
   void record(sim::StreamId stream, sim::EventId event) override;
   void wait(sim::StreamId stream, sim::EventId event) override;
   void synchronize() override;
@@ -94,7 +94,7 @@ class HostDevice final : public runtime::ArenaDevice {
     bool done = false;
   };
   void initialise(sim::BufferId buffer, const sim::Tensor& t) override;
-  void enqueue_codec(std::int32_t index, const sim::Instruction& in);
+  void enqueue_codec(std::int32_t position, const sim::Instruction& in);
   /// Writes a resident host slot's initial data (set_initial_bytes', else the seed's).
   void fill_resident_slot(std::size_t slot);
   void add_span(sim::StreamId stream, std::int32_t index, std::int64_t start, std::int64_t end);

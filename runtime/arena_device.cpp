@@ -22,13 +22,13 @@ void ArenaDevice::begin_run(const sim::Workload& workload, const sim::Program& p
 }
 
 std::byte* ArenaDevice::data(sim::BufferId buffer) const {
-  const auto offset = offset_[static_cast<std::size_t>(buffer)];
+  const auto offset = offset_[index(buffer)];
   MEMPLAN_CHECK(offset >= 0, "a buffer is used only while allocated");
   return memory_ + offset;
 }
 
 bool ArenaDevice::allocate(sim::BufferId buffer) {
-  const auto b = static_cast<std::size_t>(buffer);
+  const auto b = index(buffer);
   const sim::Buffer& buf = program_->buffers[b];
   const auto offset = arena_.allocate(buf.bytes);
   if (!offset) return false;
@@ -43,7 +43,7 @@ bool ArenaDevice::allocate(sim::BufferId buffer) {
 }
 
 void ArenaDevice::free(sim::BufferId buffer) {
-  const auto b = static_cast<std::size_t>(buffer);
+  const auto b = index(buffer);
   MEMPLAN_CHECK(offset_[b] >= 0, "a buffer is freed only while allocated");
   // Stream-ordered: later work that reuses these bytes is enqueued after every use of them on
   // the compute stream, and copy streams' uses are fenced by events before the free.
@@ -67,7 +67,7 @@ std::optional<sim::BufferId> ArenaDevice::resident_buffer(sim::TensorId t) const
   for (std::size_t b = 0; b < program_->buffers.size(); ++b) {
     const sim::Buffer& buf = program_->buffers[b];
     if (buf.tensor == t && buf.role == sim::BufferRole::kTensor && offset_[b] >= 0) {
-      return static_cast<sim::BufferId>(b);
+      return sim::buffer_id(b);
     }
   }
   return std::nullopt;
@@ -77,7 +77,7 @@ std::optional<sim::HostSlotId> ArenaDevice::resident_slot(sim::TensorId t) const
   if (program_ == nullptr) return std::nullopt;
   for (std::size_t s = 0; s < program_->host_slots.size(); ++s) {
     const sim::HostSlot& slot = program_->host_slots[s];
-    if (slot.tensor == t && slot.resident) return static_cast<sim::HostSlotId>(s);
+    if (slot.tensor == t && slot.resident) return sim::host_slot_id(s);
   }
   return std::nullopt;
 }
@@ -88,8 +88,8 @@ bool ArenaDevice::captures(const sim::Op& op, std::size_t o) const {
 }
 
 ArenaDevice::Codec ArenaDevice::codec(const sim::Instruction& in) const {
-  const sim::Buffer& full = program_->buffers[static_cast<std::size_t>(in.buffer)];
-  const sim::Buffer& packed = program_->buffers[static_cast<std::size_t>(in.aux)];
+  const sim::Buffer& full = program_->buffers[index(in.buffer)];
+  const sim::Buffer& packed = program_->buffers[index(in.encoded())];
   const sim::Tensor& t = workload_->tensor(full.tensor);
   if (!t.dtype.empty() && t.dtype != "float32") {
     throw BackendError("cannot encode '" + t.name + "' of dtype " + t.dtype);

@@ -47,7 +47,7 @@ class ArenaDevice : public Device {
   [[nodiscard]] bool captures(const sim::Op& op, std::size_t o) const;
 
   /// An encode or decode instruction as a backend runs it: `values` float32 values of `tensor`
-  /// (in `in.buffer`) to or from `capacity` bytes in `encoding` (in `in.aux`).
+  /// (in `in.buffer`) to or from `capacity` bytes in `encoding` (in `in.encoded()`).
   struct Codec {
     const sim::Tensor& tensor;
     std::int64_t values;

@@ -21,29 +21,29 @@ class Enqueuer {
   NoState enter(sim::StreamId /*stream*/) { return {}; }
   void leave(sim::StreamId /*stream*/, NoState /*state*/) {}
 
-  sim::Step step(sim::StreamId stream, std::size_t index, const sim::Instruction& in,
+  sim::Step step(sim::StreamId stream, std::size_t position, const sim::Instruction& in,
                  NoState& /*state*/) {
     switch (in.kind) {
       case sim::InstrKind::kRecord:
-        device_.record(stream, in.aux);
+        device_.record(stream, in.event());
         break;
       case sim::InstrKind::kWait:
-        device_.wait(stream, in.aux);  // the walk hands it out only once its record was
+        device_.wait(stream, in.event());  // the walk hands it out only once its record was
         break;
       case sim::InstrKind::kRun:
       case sim::InstrKind::kRecompute:
       case sim::InstrKind::kEncode:
       case sim::InstrKind::kDecode:
         MEMPLAN_CHECK(stream == sim::StreamId::kCompute, "kernels run on the compute stream");
-        device_.enqueue_kernel(static_cast<std::int32_t>(index));
+        device_.enqueue_kernel(static_cast<std::int32_t>(position));
         break;
       case sim::InstrKind::kCopyOut:
       case sim::InstrKind::kCopyIn:
-        device_.enqueue_copy(stream, static_cast<std::int32_t>(index));
+        device_.enqueue_copy(stream, static_cast<std::int32_t>(position));
         break;
       case sim::InstrKind::kHostRun:
         MEMPLAN_CHECK(stream == sim::StreamId::kHost, "host ops run on the host stream");
-        device_.enqueue_host_op(static_cast<std::int32_t>(index));
+        device_.enqueue_host_op(static_cast<std::int32_t>(position));
         break;
       case sim::InstrKind::kAlloc:
         MEMPLAN_CHECK(stream == sim::StreamId::kCompute, "memory operations are on compute");
@@ -51,12 +51,12 @@ class Enqueuer {
           out_of_memory(in);
           return sim::Step::kStop;
         }
-        live_[static_cast<std::size_t>(in.buffer)] = 1;
+        live_[index(in.buffer)] = 1;
         break;
       case sim::InstrKind::kFree:
         MEMPLAN_CHECK(stream == sim::StreamId::kCompute, "memory operations are on compute");
         device_.free(in.buffer);
-        live_[static_cast<std::size_t>(in.buffer)] = 0;
+        live_[index(in.buffer)] = 0;
         break;
     }
     return sim::Step::kNext;
@@ -67,9 +67,8 @@ class Enqueuer {
     const MemoryStats stats = device_.memory_stats();
     const auto& live = live_;
     tl_.feasible = false;
-    tl_.oom = sim::device_oom_report(
-        program_, in, stats.capacity_bytes, stats.largest_free_block,
-        [&live](sim::BufferId b) { return live[static_cast<std::size_t>(b)] != 0; });
+    tl_.oom = sim::device_oom_report(program_, in, stats.capacity_bytes, stats.largest_free_block,
+                                     [&live](sim::BufferId b) { return live[index(b)] != 0; });
   }
 
   Device& device_;

@@ -266,8 +266,7 @@ std::vector<sim::Bytes> live_need_per_op(const sim::Program& program, std::size_
   sim::Bytes live = 0;
   std::size_t op = 0;
   auto bytes = [&](const sim::Instruction& in) {
-    return sim::DeviceArena::aligned_size(
-        program.buffers[static_cast<std::size_t>(in.buffer)].bytes);
+    return sim::DeviceArena::aligned_size(program.buffers[index(in.buffer)].bytes);
   };
   for (const sim::Instruction& in : program.stream(sim::StreamId::kCompute)) {
     if (in.kind == sim::InstrKind::kFree) live -= bytes(in);

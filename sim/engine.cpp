@@ -6,12 +6,6 @@
 
 namespace memplan::sim {
 
-namespace {
-std::size_t at(std::int32_t id) {
-  return static_cast<std::size_t>(id);
-}
-}  // namespace
-
 /// One run's simulated time: the ProgramWalk's driver. Keeps each stream's clock and, with
 /// kHostStream, the host's (Note [Host stream]); writes the Timeline of its Engine. A stream's
 /// clock is the walk's State while the stream advances.
@@ -64,19 +58,19 @@ class Engine::Clock {
     Nanoseconds happens = t;
     if (kHostStream && stream == StreamId::kCompute) {
       // A copy stream waits for this event to start a copy: the host launches that copy here.
-      const WaitCause cause = program_.events[at(in.aux)].cause;
+      const WaitCause cause = program_.events[index(in.event())].cause;
       if (cause == WaitCause::kProducer || cause == WaitCause::kAlloc) {
         happens = std::max(t, host_work(HostActivity::kLaunch, in.op, program_.host.launch_ns));
       }
     }
-    e_.event_time_[at(in.aux)] = happens;
+    e_.event_time_[index(in.event())] = happens;
   }
 
   void wait(StreamId stream, const Instruction& in, Nanoseconds& t) {
-    const Nanoseconds happened = e_.event_time_[at(in.aux)];
+    const Nanoseconds happened = e_.event_time_[index(in.event())];
     if (happened <= t) return;
     if (stream == StreamId::kCompute) {
-      const Event& event = program_.events[at(in.aux)];
+      const Event& event = program_.events[index(in.event())];
       const StallCause cause =
           event.cause == WaitCause::kSwapOut ? StallCause::kSwapOut : StallCause::kSwapIn;
       stall(cause, event.tensor, in.op, t, happened - t);
@@ -113,18 +107,18 @@ class Engine::Clock {
       case InstrKind::kEncode:
       case InstrKind::kDecode: {
         launched(in, t);
-        const Buffer& full = program_.buffers[at(in.buffer)];
+        const Buffer& full = program_.buffers[index(in.buffer)];
         const Nanoseconds duration = machine_.codec_ns(full.bytes);
         stall(StallCause::kCodec, full.tensor, in.op, t, duration);
         return duration;
       }
       case InstrKind::kCopyOut: {
-        const HostSlot& slot = program_.host_slots[at(in.aux)];
+        const HostSlot& slot = program_.host_slots[index(in.slot())];
         if (!slot.resident) e_.host_changes_.emplace_back(t, slot.bytes);
         return machine_.d2h_copy_ns(slot.bytes);
       }
       case InstrKind::kCopyIn: {
-        const HostSlot& slot = program_.host_slots[at(in.aux)];
+        const HostSlot& slot = program_.host_slots[index(in.slot())];
         const Nanoseconds duration = machine_.h2d_copy_ns(slot.bytes);
         if (!slot.resident) e_.host_changes_.emplace_back(add_ns(t, duration), -slot.bytes);
         return duration;
@@ -142,7 +136,7 @@ class Engine::Clock {
   Bytes host_op_bytes(const Instruction& in) const {
     Bytes bytes = 0;
     for (std::int32_t k = 0; k < in.operand_count; ++k) {
-      const HostSlot& slot = program_.host_slots[at(program_.operands[at(in.operands_begin + k)])];
+      const HostSlot& slot = program_.host_slots[index(program_.operand_slot(in, k))];
       bytes += slot.resident ? 2 * slot.bytes : slot.bytes;
     }
     return bytes;
@@ -162,13 +156,13 @@ class Engine::Clock {
   }
 
   bool allocate(const Instruction& in, Nanoseconds t) {
-    const Bytes bytes = program_.buffers[at(in.buffer)].bytes;
+    const Bytes bytes = program_.buffers[index(in.buffer)].bytes;
     const auto placed = e_.arena_.allocate_block(bytes);
     if (!placed) {
       out_of_memory(in, t);
       return false;
     }
-    e_.block_[at(in.buffer)] = placed->handle;
+    e_.block_[index(in.buffer)] = placed->handle;
     live_ += bytes;
     tl_.peak_bytes = std::max(tl_.peak_bytes, live_);
     if (options_.record_memory) tl_.memory.push_back({t, live_, e_.arena_.reserved_bytes()});
@@ -176,11 +170,11 @@ class Engine::Clock {
   }
 
   void release(const Instruction& in, Nanoseconds t) {
-    std::optional<DeviceArena::Handle>& block = e_.block_[at(in.buffer)];
+    std::optional<DeviceArena::Handle>& block = e_.block_[index(in.buffer)];
     MEMPLAN_CHECK(block.has_value(), "a buffer is freed only while allocated");
     e_.arena_.release_block(*block);
     block.reset();
-    live_ -= program_.buffers[at(in.buffer)].bytes;
+    live_ -= program_.buffers[index(in.buffer)].bytes;
     if (options_.record_memory) tl_.memory.push_back({t, live_, e_.arena_.reserved_bytes()});
   }
 
@@ -188,7 +182,7 @@ class Engine::Clock {
     const auto& block = e_.block_;
     OomReport r =
         device_oom_report(program_, in, e_.arena_.capacity(), e_.arena_.largest_free_block(),
-                          [&block](BufferId b) { return block[at(b)].has_value(); });
+                          [&block](BufferId b) { return block[index(b)].has_value(); });
     r.time_ns = t;
     tl_.feasible = false;
     tl_.oom = r;

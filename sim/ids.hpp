@@ -1,7 +1,10 @@
 #pragma once
-// Ids: the strong types that name a workload's tensors and ops (TensorId, OpId). An id is a
-// position: tensor `t` is `workload.tensors[index(t)]`, op `o` is `workload.ops[index(o)]`
-// (sim/workload.hpp), and -1 (kNoTensor, kNoOp) means none.
+// Ids: the strong types that name a workload's tensors and ops (TensorId, OpId) and a program's
+// buffers, events and host slots (BufferId, EventId, HostSlotId). An id is a position: tensor `t`
+// is `workload.tensors[index(t)]`, op `o` is `workload.ops[index(o)]` (sim/workload.hpp), buffer
+// `b` is `program.buffers[index(b)]`, event `e` is `program.events[index(e)]`, host slot `s` is
+// `program.host_slots[index(s)]` (sim/program.hpp), and -1 (kNoTensor, kNoOp, kNoBuffer,
+// kNoEvent, kNoHostSlot) means none.
 //
 // Why: as plain ints a tensor id could be passed where an op id was expected, and every use as an
 // index was spelled `static_cast<std::size_t>(id)`. As distinct types, mixing them does not
@@ -10,9 +13,11 @@
 // How: each is an enum class over std::int32_t with no enumerators, so it costs nothing over the
 // int: the same size and layout, ==, != and < compare ids of one kind (std::map, sorting), and
 // std::hash works. Ints do not convert to ids nor ids to ints: code that indexes goes through
-// index(), makes ids with tensor_id() / op_id(), and meets ints only at the boundaries (JSON files,
-// Python, the backends) through value(). The one arithmetic is stepping through ops in issue order
-// (op + 1, --op, the distance b - a); fmt formats an id as its number.
+// index(), makes ids with tensor_id(), op_id(), buffer_id(), event_id() and host_slot_id(), and
+// meets ints only at the boundaries (JSON files, Python, the backends, and the fields of a
+// program's instruction that hold ids of different kinds: Instruction::aux, Program::operands,
+// read through typed accessors) through value(). The one arithmetic is stepping through ops in
+// issue order (op + 1, --op, the distance b - a); fmt formats an id as its number.
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -23,15 +28,32 @@ namespace memplan::sim {
 
 enum class TensorId : std::int32_t {};
 enum class OpId : std::int32_t {};
+enum class BufferId : std::int32_t {};
+enum class EventId : std::int32_t {};
+enum class HostSlotId : std::int32_t {};
 
 inline constexpr TensorId kNoTensor{-1};
 inline constexpr OpId kNoOp{-1};
+inline constexpr BufferId kNoBuffer{-1};
+inline constexpr EventId kNoEvent{-1};
+inline constexpr HostSlotId kNoHostSlot{-1};
 
-/// The id's position in its vector (Workload::tensors, Workload::ops). Not for kNoTensor/kNoOp.
+/// The id's position in its vector (Workload::tensors, Workload::ops, Program::buffers,
+/// Program::events, Program::host_slots). Not for kNoTensor, kNoOp, kNoBuffer, kNoEvent or
+/// kNoHostSlot.
 constexpr std::size_t index(TensorId id) {
   return static_cast<std::size_t>(id);
 }
 constexpr std::size_t index(OpId id) {
+  return static_cast<std::size_t>(id);
+}
+constexpr std::size_t index(BufferId id) {
+  return static_cast<std::size_t>(id);
+}
+constexpr std::size_t index(EventId id) {
+  return static_cast<std::size_t>(id);
+}
+constexpr std::size_t index(HostSlotId id) {
   return static_cast<std::size_t>(id);
 }
 
@@ -42,8 +64,17 @@ constexpr std::int32_t value(TensorId id) {
 constexpr std::int32_t value(OpId id) {
   return static_cast<std::int32_t>(id);
 }
+constexpr std::int32_t value(BufferId id) {
+  return static_cast<std::int32_t>(id);
+}
+constexpr std::int32_t value(EventId id) {
+  return static_cast<std::int32_t>(id);
+}
+constexpr std::int32_t value(HostSlotId id) {
+  return static_cast<std::int32_t>(id);
+}
 
-/// The id of the tensor or op at position `i` (or -1: none).
+/// The id of the tensor, op, buffer, event or host slot at position `i` (or -1: none).
 template <std::integral I>
 constexpr TensorId tensor_id(I i) {
   return static_cast<TensorId>(static_cast<std::int32_t>(i));
@@ -52,9 +83,22 @@ template <std::integral I>
 constexpr OpId op_id(I i) {
   return static_cast<OpId>(static_cast<std::int32_t>(i));
 }
+template <std::integral I>
+constexpr BufferId buffer_id(I i) {
+  return static_cast<BufferId>(static_cast<std::int32_t>(i));
+}
+template <std::integral I>
+constexpr EventId event_id(I i) {
+  return static_cast<EventId>(static_cast<std::int32_t>(i));
+}
+template <std::integral I>
+constexpr HostSlotId host_slot_id(I i) {
+  return static_cast<HostSlotId>(static_cast<std::int32_t>(i));
+}
 
 /// Ops run in issue order, so stepping from an op to the next or previous one, or counting the ops
-/// between two, is meaningful (tensors have no order to step through: TensorId has no arithmetic).
+/// between two, is meaningful (tensors, buffers, events and host slots have no order to step
+/// through: their ids have no arithmetic).
 constexpr OpId operator+(OpId op, std::int32_t n) {
   return OpId{value(op) + n};
 }
@@ -82,6 +126,24 @@ struct fmt::formatter<memplan::sim::TensorId> : fmt::formatter<std::int32_t> {
 template <>
 struct fmt::formatter<memplan::sim::OpId> : fmt::formatter<std::int32_t> {
   auto format(memplan::sim::OpId id, format_context& ctx) const {
+    return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx);
+  }
+};
+template <>
+struct fmt::formatter<memplan::sim::BufferId> : fmt::formatter<std::int32_t> {
+  auto format(memplan::sim::BufferId id, format_context& ctx) const {
+    return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx);
+  }
+};
+template <>
+struct fmt::formatter<memplan::sim::EventId> : fmt::formatter<std::int32_t> {
+  auto format(memplan::sim::EventId id, format_context& ctx) const {
+    return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx);
+  }
+};
+template <>
+struct fmt::formatter<memplan::sim::HostSlotId> : fmt::formatter<std::int32_t> {
+  auto format(memplan::sim::HostSlotId id, format_context& ctx) const {
     return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx);
   }
 };

@@ -163,8 +163,8 @@ void Lowerer::place_preexisting() {
   for (TensorId t : preexisting_read_) {
     if (state_[index(t)].host != 0) continue;  // its home is a host slot
     const BufferId b = new_tensor_buffer(t, kNoOp);
-    program_->buffers[at(b)].initial = true;
-    if (is_persistent(tensor_[index(t)].kind)) last_ref_[at(b)] = kNeverFreed;
+    program_->buffers[index(b)].initial = true;
+    if (is_persistent(tensor_[index(t)].kind)) last_ref_[index(b)] = kNeverFreed;
     state_[index(t)].loc = b;
   }
 }
@@ -178,7 +178,7 @@ void Lowerer::lower_op(const Plan& plan, OpId op) {
     release(release_at_.items[at(k)], op);
   for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
     const TensorId t = prefetch_at_.items[at(k)];
-    if (state_[index(t)].loc < 0) issue_prefetch(t, op);
+    if (state_[index(t)].loc == kNoBuffer) issue_prefetch(t, op);
   }
   regenerated_.clear();
   if (plan.host_update && op_[i].phase == Phase::kUpdate) {
@@ -200,7 +200,7 @@ void Lowerer::lower_op(const Plan& plan, OpId op) {
     host_drop(host_drop_at_.items[at(k)], op);
   }
   for (auto k = drop_at_.begin[i]; k < drop_at_.begin[i + 1]; ++k)
-    state_[index(drop_at_.items[at(k)])].loc = -1;
+    state_[index(drop_at_.items[at(k)])].loc = kNoBuffer;
 }
 
 std::int64_t Lowerer::emit(const Instruction& in) {
@@ -209,12 +209,12 @@ std::int64_t Lowerer::emit(const Instruction& in) {
 }
 
 void Lowerer::touch(BufferId b, std::int64_t when) {
-  auto& ref = last_ref_[at(b)];
+  auto& ref = last_ref_[index(b)];
   if (ref != kNeverFreed) ref = std::max(ref, when);
 }
 
 BufferId Lowerer::new_buffer(const Buffer& buffer, OpId for_op) {
-  const auto b = static_cast<BufferId>(program_->buffers.size());
+  const BufferId b = buffer_id(program_->buffers.size());
   program_->buffers.push_back(buffer);
   last_ref_.push_back(emit({InstrKind::kAlloc, for_op, b, -1, 0, 0, 0}));
   return b;
@@ -228,44 +228,45 @@ BufferId Lowerer::new_tensor_buffer(TensorId t, OpId for_op) {
 
 EventId Lowerer::new_event(WaitCause cause, TensorId t) {
   program_->events.push_back({cause, t});
-  return static_cast<EventId>(program_->events.size()) - 1;
+  return event_id(program_->events.size() - 1);
 }
 
 bool Lowerer::restorable(TensorId t) const {
-  if (state_[index(t)].host != 0) return state_[index(t)].slot >= 0;
+  if (state_[index(t)].host != 0) return state_[index(t)].slot != kNoHostSlot;
   const Decision* d = state_[index(t)].decision;
   if (d == nullptr) return false;
-  return (d->action == Action::kSwap && state_[index(t)].slot >= 0) ||
-         (d->action == Action::kEncode && state_[index(t)].encoded >= 0);
+  return (d->action == Action::kSwap && state_[index(t)].slot != kNoHostSlot) ||
+         (d->action == Action::kEncode && state_[index(t)].encoded != kNoBuffer);
 }
 
 // Makes tensor t resident before `for_op` runs and returns its buffer.
 BufferId Lowerer::ensure(TensorId t, OpId for_op) {
-  if (state_[index(t)].loc < 0 && !restorable(t)) regenerate(t);
+  if (state_[index(t)].loc == kNoBuffer && !restorable(t)) regenerate(t);
   return make_resident(t, for_op);
 }
 
 // Brings back a resident-or-restorable tensor (prefetch wait, on-demand prefetch or decode).
 BufferId Lowerer::make_resident(TensorId t, OpId for_op) {
   const auto ti = index(t);
-  if (state_[ti].loc < 0) {
+  if (state_[ti].loc == kNoBuffer) {
     MEMPLAN_CHECK(restorable(t), "a tensor that is gone is restored or regenerated");
     if (state_[ti].host != 0 || state_[ti].decision->action == Action::kSwap) {
       issue_prefetch(t, for_op);
     } else {
       const BufferId b = new_tensor_buffer(t, for_op);
       const BufferId e = state_[ti].encoded;
-      const auto when = emit({InstrKind::kDecode, for_op, b, e, 0, 0, 0});
+      const auto when = emit({InstrKind::kDecode, for_op, b, value(e), 0, 0, 0});
       touch(b, when);
       touch(e, when);
       state_[ti].loc = b;
     }
   }
   if (state_[ti].awaiting_in != 0) {
-    touch(state_[ti].loc, emit({InstrKind::kWait, for_op, -1, state_[ti].in_event, 0, 0, 0}));
+    touch(state_[ti].loc,
+          emit({InstrKind::kWait, for_op, kNoBuffer, value(state_[ti].in_event), 0, 0, 0}));
     state_[ti].awaiting_in = 0;
   }
-  MEMPLAN_CHECK(state_[ti].loc >= 0, "an input is resident before its consumer runs");
+  MEMPLAN_CHECK(state_[ti].loc != kNoBuffer, "an input is resident before its consumer runs");
   return state_[ti].loc;
 }
 
@@ -286,7 +287,7 @@ void Lowerer::regenerate(TensorId t) {
     const auto input_count = static_cast<std::size_t>(inputs_.begin[index(frame.op) + 1]) - first;
     if (frame.next_input < input_count) {
       const TensorId x = inputs_.items[first + frame.next_input];
-      if (state_[index(x)].loc < 0 && !restorable(x)) {
+      if (state_[index(x)].loc == kNoBuffer && !restorable(x)) {
         push(x);  // come back to this input once x is regenerated
         continue;
       }
@@ -296,10 +297,12 @@ void Lowerer::regenerate(TensorId t) {
       frames_.pop_back();
       for (auto k = outputs_.begin[index(frame.op)]; k < outputs_.begin[index(frame.op) + 1]; ++k) {
         const TensorId o = outputs_.items[at(k)];
-        if (state_[index(o)].loc < 0) regenerated_.push_back(o);  // not a temporary second copy
+        if (state_[index(o)].loc == kNoBuffer)
+          regenerated_.push_back(o);  // not a temporary second copy
       }
       finish_op(frame.op, InstrKind::kRecompute, frame.operand_base);
-      MEMPLAN_CHECK(state_[index(frame.wanted)].loc >= 0, "a regenerated tensor is resident");
+      MEMPLAN_CHECK(state_[index(frame.wanted)].loc != kNoBuffer,
+                    "a regenerated tensor is resident");
     }
   }
 }
@@ -316,7 +319,7 @@ void Lowerer::forget_per_use() {
   if (!any) return;
   for (TensorId t : regenerated_) {
     const Decision* d = state_[index(t)].decision;
-    if (d == nullptr || d->per_use) state_[index(t)].loc = -1;
+    if (d == nullptr || d->per_use) state_[index(t)].loc = kNoBuffer;
   }
 }
 
@@ -335,19 +338,19 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
   for (auto k = outputs_.begin[index(op)]; k < outputs_.begin[index(op) + 1]; ++k) {
     const TensorId o = outputs_.items[at(k)];
     const TensorInfo& out = tensor_[index(o)];
-    BufferId b = -1;
+    BufferId b = kNoBuffer;
     if (out.in_place_of != kNoTensor) {
       // An in-place output takes over its base's buffer.
       b = state_[index(out.in_place_of)].loc;
-      MEMPLAN_CHECK(b >= 0, "the base of an in-place output is resident");
-      state_[index(out.in_place_of)].loc = -1;
+      MEMPLAN_CHECK(b != kNoBuffer, "the base of an in-place output is resident");
+      state_[index(out.in_place_of)].loc = kNoBuffer;
     } else {
       b = new_tensor_buffer(o, op);
     }
     operand_stack_.push_back(b);
     // A recompute may write an output that is still resident elsewhere: then its new copy is a
     // temporary, freed right after (nothing points to it).
-    if (kind == InstrKind::kRun || state_[index(o)].loc < 0) state_[index(o)].loc = b;
+    if (kind == InstrKind::kRun || state_[index(o)].loc == kNoBuffer) state_[index(o)].loc = b;
   }
   const Algorithm* chosen = algorithm_[index(op)];
   const OpInfo& info = op_[index(op)];
@@ -361,10 +364,9 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
   }
   const auto begin = static_cast<std::int32_t>(program_->operands.size());
   const auto count = static_cast<std::int32_t>(operand_stack_.size() - base);
-  program_->operands.insert(program_->operands.end(),
-                            operand_stack_.begin() + static_cast<std::ptrdiff_t>(base),
-                            operand_stack_.end());
-  const auto when = emit({kind, op, -1, -1, begin, count, duration});
+  for (std::size_t k = base; k < operand_stack_.size(); ++k)
+    program_->operands.push_back(value(operand_stack_[k]));
+  const auto when = emit({kind, op, kNoBuffer, -1, begin, count, duration});
   for (std::size_t k = base; k < operand_stack_.size(); ++k) touch(operand_stack_[k], when);
   operand_stack_.resize(base);
 }
@@ -372,31 +374,32 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
 void Lowerer::issue_copy_out(TensorId t, OpId producer) {
   const auto ti = index(t);
   const BufferId b = state_[ti].loc;
-  if (state_[ti].slot < 0) {  // a host-placed parameter or optimizer state has its slot already
-    state_[ti].slot = static_cast<HostSlotId>(program_->host_slots.size());
+  // A host-placed parameter or optimizer state has its slot already.
+  if (state_[ti].slot == kNoHostSlot) {
+    state_[ti].slot = host_slot_id(program_->host_slots.size());
     program_->host_slots.push_back({t, tensor_[ti].bytes, false});
   }
   const EventId written = new_event(WaitCause::kProducer, t);
   state_[ti].out_event = new_event(WaitCause::kSwapOut, t);
-  emit({InstrKind::kRecord, producer, -1, written, 0, 0, 0});
+  emit({InstrKind::kRecord, producer, kNoBuffer, value(written), 0, 0, 0});
   auto& d2h = program_->streams[static_cast<std::size_t>(StreamId::kD2H)];
-  d2h.push_back({InstrKind::kWait, producer, -1, written, 0, 0, 0});
-  d2h.push_back({InstrKind::kCopyOut, producer, b, state_[ti].slot, 0, 0, 0});
-  d2h.push_back({InstrKind::kRecord, producer, -1, state_[ti].out_event, 0, 0, 0});
+  d2h.push_back({InstrKind::kWait, producer, kNoBuffer, value(written), 0, 0, 0});
+  d2h.push_back({InstrKind::kCopyOut, producer, b, value(state_[ti].slot), 0, 0, 0});
+  d2h.push_back({InstrKind::kRecord, producer, kNoBuffer, value(state_[ti].out_event), 0, 0, 0});
 }
 
 void Lowerer::issue_prefetch(TensorId t, OpId at_op) {
   const auto ti = index(t);
-  MEMPLAN_CHECK(state_[ti].slot >= 0, "a map is copied out before it is prefetched");
+  MEMPLAN_CHECK(state_[ti].slot != kNoHostSlot, "a map is copied out before it is prefetched");
   release(t, at_op);  // the copy-in reads what the copy-out wrote
   const BufferId b = new_tensor_buffer(t, at_op);
   const EventId allocated = new_event(WaitCause::kAlloc, t);
   state_[ti].in_event = new_event(WaitCause::kSwapIn, t);
-  touch(b, emit({InstrKind::kRecord, at_op, -1, allocated, 0, 0, 0}));
+  touch(b, emit({InstrKind::kRecord, at_op, kNoBuffer, value(allocated), 0, 0, 0}));
   auto& h2d = program_->streams[static_cast<std::size_t>(StreamId::kH2D)];
-  h2d.push_back({InstrKind::kWait, at_op, -1, allocated, 0, 0, 0});
-  h2d.push_back({InstrKind::kCopyIn, at_op, b, state_[ti].slot, 0, 0, 0});
-  h2d.push_back({InstrKind::kRecord, at_op, -1, state_[ti].in_event, 0, 0, 0});
+  h2d.push_back({InstrKind::kWait, at_op, kNoBuffer, value(allocated), 0, 0, 0});
+  h2d.push_back({InstrKind::kCopyIn, at_op, b, value(state_[ti].slot), 0, 0, 0});
+  h2d.push_back({InstrKind::kRecord, at_op, kNoBuffer, value(state_[ti].in_event), 0, 0, 0});
   state_[ti].loc = b;
   state_[ti].awaiting_in = 1;
 }
@@ -405,7 +408,7 @@ void Lowerer::issue_prefetch(TensorId t, OpId at_op) {
 void Lowerer::forward_drop(TensorId t, OpId op) {
   const auto ti = index(t);
   const BufferId b = state_[ti].loc;
-  MEMPLAN_CHECK(b >= 0, "a map is resident at its last forward use");
+  MEMPLAN_CHECK(b != kNoBuffer, "a map is resident at its last forward use");
   const Decision& d = *state_[ti].decision;
   if (d.action == Action::kSwap) {
     state_[ti].releasing = b;
@@ -415,21 +418,21 @@ void Lowerer::forward_drop(TensorId t, OpId op) {
     const BufferId e = new_buffer({encoded_bytes(d.encoding, tensor), BufferRole::kEncoded,
                                    tensor.kind, t, kNoOp, d.encoding},
                                   op);
-    const auto when = emit({InstrKind::kEncode, op, b, e, 0, 0, 0});
+    const auto when = emit({InstrKind::kEncode, op, b, value(e), 0, 0, 0});
     touch(b, when);
     touch(e, when);
     state_[ti].encoded = e;
   }
-  state_[ti].loc = -1;
+  state_[ti].loc = kNoBuffer;
 }
 
 // A swapped map's device copy goes once its copy-out has read it (Note [Release point] in
 // sim/plan.hpp): compute waits for the copy-out here, and the free follows.
 void Lowerer::release(TensorId t, OpId op) {
   TensorState& s = state_[index(t)];
-  if (s.releasing < 0) return;
-  touch(s.releasing, emit({InstrKind::kWait, op, -1, s.out_event, 0, 0, 0}));
-  s.releasing = -1;
+  if (s.releasing == kNoBuffer) return;
+  touch(s.releasing, emit({InstrKind::kWait, op, kNoBuffer, value(s.out_event), 0, 0, 0}));
+  s.releasing = kNoBuffer;
 }
 
 // Note [Host placement] (sim/plan.hpp), the plan's part: host slots of host-placed pre-existing
@@ -438,7 +441,7 @@ void Lowerer::release(TensorId t, OpId op) {
 void Lowerer::plan_host_placement(const Plan& plan) {
   entries_.clear();
   auto new_slot = [&](TensorId t) {
-    state_[index(t)].slot = static_cast<HostSlotId>(program_->host_slots.size());
+    state_[index(t)].slot = host_slot_id(program_->host_slots.size());
     program_->host_slots.push_back({t, tensor_[index(t)].bytes, true});
   };
   // (issued at, first use, tensor): at one op, the copy needed first is issued first.
@@ -490,7 +493,8 @@ void Lowerer::plan_host_placement(const Plan& plan) {
       if (op_[i].phase != Phase::kUpdate) continue;
       for (auto k = inputs_.begin[i]; k < inputs_.begin[i + 1]; ++k) {
         const TensorId x = inputs_.items[at(k)];
-        if (state_[index(x)].host == 0 && state_[index(x)].slot < 0) new_slot(x);  // a master copy
+        if (state_[index(x)].host == 0 && state_[index(x)].slot == kNoHostSlot)
+          new_slot(x);  // a master copy
       }
     }
   }
@@ -502,12 +506,12 @@ void Lowerer::plan_host_placement(const Plan& plan) {
 void Lowerer::host_drop(TensorId t, OpId op) {
   const auto ti = index(t);
   const BufferId b = state_[ti].loc;
-  if (b < 0) return;
+  if (b == kNoBuffer) return;
   const bool updated = op_[index(op)].phase == Phase::kUpdate && is_persistent(tensor_[ti].kind);
   if (updated) issue_copy_out(t, op);  // written in place by the update on the device
   if (updated || tensor_[ti].kind == TensorKind::kGradient)
-    touch(b, emit({InstrKind::kWait, op, -1, state_[ti].out_event, 0, 0, 0}));
-  state_[ti].loc = -1;
+    touch(b, emit({InstrKind::kWait, op, kNoBuffer, value(state_[ti].out_event), 0, 0, 0}));
+  state_[ti].loc = kNoBuffer;
 }
 
 // An update op on the host stream over host slots (Note [Host placement]). The compute stream
@@ -515,21 +519,21 @@ void Lowerer::host_drop(TensorId t, OpId op) {
 // the device gets its updated master copy back after the update.
 void Lowerer::emit_host_update(OpId op) {
   const EventId reads_done = new_event(WaitCause::kProducer, kNoTensor);
-  emit({InstrKind::kRecord, op, -1, reads_done, 0, 0, 0});
+  emit({InstrKind::kRecord, op, kNoBuffer, value(reads_done), 0, 0, 0});
   auto& host = program_->streams[static_cast<std::size_t>(StreamId::kHost)];
   const auto begin = static_cast<std::int32_t>(program_->operands.size());
   for (auto k = inputs_.begin[index(op)]; k < inputs_.begin[index(op) + 1]; ++k) {
     const TensorId x = inputs_.items[at(k)];
     const TensorState& s = state_[index(x)];
-    MEMPLAN_CHECK(s.slot >= 0, "a host update reads host copies (validate_plan)");
+    MEMPLAN_CHECK(s.slot != kNoHostSlot, "a host update reads host copies (validate_plan)");
     if (tensor_[index(x)].kind == TensorKind::kGradient)
-      host.push_back({InstrKind::kWait, op, -1, s.out_event, 0, 0, 0});
-    program_->operands.push_back(s.slot);
+      host.push_back({InstrKind::kWait, op, kNoBuffer, value(s.out_event), 0, 0, 0});
+    program_->operands.push_back(value(s.slot));
   }
   const auto count = static_cast<std::int32_t>(program_->operands.size()) - begin;
-  host.push_back({InstrKind::kHostRun, op, -1, -1, begin, count, 0});
+  host.push_back({InstrKind::kHostRun, op, kNoBuffer, -1, begin, count, 0});
   const EventId updated = new_event(WaitCause::kProducer, kNoTensor);
-  host.push_back({InstrKind::kRecord, op, -1, updated, 0, 0, 0});
+  host.push_back({InstrKind::kRecord, op, kNoBuffer, value(updated), 0, 0, 0});
   auto& h2d = program_->streams[static_cast<std::size_t>(StreamId::kH2D)];
   bool waited = false;
   for (auto k = inputs_.begin[index(op)]; k < inputs_.begin[index(op) + 1]; ++k) {
@@ -537,11 +541,11 @@ void Lowerer::emit_host_update(OpId op) {
     const TensorState& s = state_[index(x)];
     if (s.host != 0 || tensor_[index(x)].kind != TensorKind::kParameter) continue;
     if (!waited) {
-      h2d.push_back({InstrKind::kWait, op, -1, reads_done, 0, 0, 0});
-      h2d.push_back({InstrKind::kWait, op, -1, updated, 0, 0, 0});
+      h2d.push_back({InstrKind::kWait, op, kNoBuffer, value(reads_done), 0, 0, 0});
+      h2d.push_back({InstrKind::kWait, op, kNoBuffer, value(updated), 0, 0, 0});
       waited = true;
     }
-    h2d.push_back({InstrKind::kCopyIn, op, s.loc, s.slot, 0, 0, 0});
+    h2d.push_back({InstrKind::kCopyIn, op, s.loc, value(s.slot), 0, 0, 0});
   }
 }
 
@@ -558,8 +562,7 @@ void Lowerer::place_frees() {
   free_items_.resize(static_cast<std::size_t>(free_begin_.back()));
   for (std::size_t b = 0; b < last_ref_.size(); ++b) {
     if (last_ref_[b] == kNeverFreed) continue;
-    free_items_[at(free_begin_[static_cast<std::size_t>(last_ref_[b])]++)] =
-        static_cast<BufferId>(b);
+    free_items_[at(free_begin_[static_cast<std::size_t>(last_ref_[b])]++)] = buffer_id(b);
   }
   // free_begin_[i] is now the end of instruction i's frees; its start is the previous end.
   // Expand in place from the back: instruction i moves to i + (frees of the instructions before

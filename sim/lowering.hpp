@@ -106,12 +106,12 @@ class Lowerer {
   // cache line, not seven.
   struct TensorState {
     const Decision* decision = nullptr;  // the plan's decision for a feature map
-    BufferId loc = -1;                   // the buffer holding it now, -1 when not resident
-    HostSlotId slot = -1;                // its host copy (swap)
-    EventId in_event = -1;               // its prefetch has landed
-    EventId out_event = -1;              // its copy-out has read it
-    BufferId encoded = -1;               // its encoded buffer (encode)
-    BufferId releasing = -1;             // a swapped map's device copy, until its release point
+    BufferId loc = kNoBuffer;            // the buffer holding it now, kNoBuffer when not resident
+    HostSlotId slot = kNoHostSlot;       // its host copy (swap)
+    EventId in_event = kNoEvent;         // its prefetch has landed
+    EventId out_event = kNoEvent;        // its copy-out has read it
+    BufferId encoded = kNoBuffer;        // its encoded buffer (encode)
+    BufferId releasing = kNoBuffer;      // a swapped map's device copy, until its release point
     std::uint8_t awaiting_in = 0;        // a prefetch is in flight: wait for in_event first
     std::uint8_t host = 0;               // placed on the host (Note [Host placement])
   };

@@ -62,8 +62,8 @@ std::string_view to_string(WaitCause cause) {
 
 namespace {
 std::string buffer_label(BufferId b, const Program& p, const Workload& w) {
-  if (b < 0) return "?";
-  const Buffer& buf = p.buffers[static_cast<std::size_t>(b)];
+  if (b == kNoBuffer) return "?";
+  const Buffer& buf = p.buffers[index(b)];
   switch (buf.role) {
     case BufferRole::kWorkspace:
       return fmt::format("workspace of {}", w.op(buf.op).name);
@@ -85,8 +85,7 @@ std::string instruction_label(const Instruction& in, const Program& p, const Wor
     case InstrKind::kRecompute:
       return fmt::format("{} (recompute)", w.op(in.op).name);
     case InstrKind::kEncode:  // named after the map as stored, not the buffer's first tensor
-      return fmt::format("encode {}",
-                         w.tensor(p.buffers[static_cast<std::size_t>(in.aux)].tensor).name);
+      return fmt::format("encode {}", w.tensor(p.buffers[index(in.encoded())].tensor).name);
     case InstrKind::kDecode:
     case InstrKind::kAlloc:
     case InstrKind::kFree:
@@ -94,10 +93,10 @@ std::string instruction_label(const Instruction& in, const Program& p, const Wor
     case InstrKind::kCopyOut:
     case InstrKind::kCopyIn:
       return fmt::format("{} {}", to_string(in.kind),
-                         w.tensor(p.host_slots[static_cast<std::size_t>(in.aux)].tensor).name);
+                         w.tensor(p.host_slots[index(in.slot())].tensor).name);
     case InstrKind::kRecord:
     case InstrKind::kWait: {
-      const Event& e = p.events[static_cast<std::size_t>(in.aux)];
+      const Event& e = p.events[index(in.event())];
       return fmt::format("{} {} {}", to_string(in.kind), to_string(e.cause),
                          e.tensor == kNoTensor ? "" : w.tensor(e.tensor).name);
     }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/ids.hpp"
 #include "sim/plan.hpp"
 #include "sim/workload.hpp"
 
@@ -21,10 +22,6 @@ namespace memplan::sim {
 enum class StreamId : std::uint8_t { kCompute = 0, kD2H = 1, kH2D = 2, kHost = 3 };
 inline constexpr int kStreamCount = 4;
 std::string_view to_string(StreamId stream);
-
-using BufferId = std::int32_t;
-using EventId = std::int32_t;
-using HostSlotId = std::int32_t;
 
 enum class InstrKind : std::uint8_t {
   kRun,        // compute: run `op` on `operands` (inputs, outputs, then workspace if any)
@@ -44,11 +41,20 @@ std::string_view to_string(InstrKind kind);
 struct Instruction {
   InstrKind kind = InstrKind::kRun;
   OpId op = kNoOp;  // the op run, or the op an alloc/free/codec/copy serves (for names)
-  BufferId buffer = -1;
-  std::int32_t aux = -1;            // event, host slot or second buffer (see InstrKind)
-  std::int32_t operands_begin = 0;  // kRun/kRecompute: index into Program::operands
+  BufferId buffer = kNoBuffer;
+  /// An event, a host slot or a second buffer, by kind (see InstrKind), or -1: read it through
+  /// event(), slot() or encoded().
+  std::int32_t aux = -1;
+  std::int32_t operands_begin = 0;  // kRun/kRecompute/kHostRun: index into Program::operands
   std::int32_t operand_count = 0;
   Nanoseconds duration_ns = 0;  // compute kinds; copies are priced by the engine
+
+  /// The event recorded or waited for: kRecord, kWait only.
+  [[nodiscard]] EventId event() const { return event_id(aux); }
+  /// The host slot copied to or from: kCopyOut, kCopyIn only.
+  [[nodiscard]] HostSlotId slot() const { return host_slot_id(aux); }
+  /// The encoded buffer written or read: kEncode, kDecode only.
+  [[nodiscard]] BufferId encoded() const { return buffer_id(aux); }
 };
 
 enum class BufferRole : std::uint8_t { kTensor, kWorkspace, kEncoded };
@@ -109,7 +115,9 @@ struct HostProgram {
 
 struct Program {
   std::array<std::vector<Instruction>, kStreamCount> streams;
-  std::vector<BufferId> operands;
+  /// Operands of runs and recomputes (buffers) and of host runs (host slots), each instruction's
+  /// in one stretch: read them through operand_buffer() and operand_slot().
+  std::vector<std::int32_t> operands;
   std::vector<Buffer> buffers;
   std::vector<Event> events;
   std::vector<HostSlot> host_slots;
@@ -125,6 +133,14 @@ struct Program {
   }
   [[nodiscard]] const std::vector<Instruction>& stream(StreamId s) const {
     return streams[static_cast<std::size_t>(s)];
+  }
+  /// Operand `k` of `in`, a kRun or kRecompute: a buffer.
+  [[nodiscard]] BufferId operand_buffer(const Instruction& in, std::int32_t k) const {
+    return buffer_id(operands[static_cast<std::size_t>(in.operands_begin + k)]);
+  }
+  /// Operand `k` of `in`, a kHostRun: a host slot.
+  [[nodiscard]] HostSlotId operand_slot(const Instruction& in, std::int32_t k) const {
+    return host_slot_id(operands[static_cast<std::size_t>(in.operands_begin + k)]);
   }
 };
 

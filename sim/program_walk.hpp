@@ -82,9 +82,8 @@ class ProgramWalk {
     auto state = driver.enter(stream);
     for (; i < size; ++i) {
       const Instruction& in = list[i];
-      const auto event = static_cast<std::size_t>(in.aux);
-      if (in.kind == InstrKind::kWait && recorded[event] == 0) break;
-      if (in.kind == InstrKind::kRecord) recorded[event] = 1;
+      if (in.kind == InstrKind::kWait && recorded[index(in.event())] == 0) break;
+      if (in.kind == InstrKind::kRecord) recorded[index(in.event())] = 1;
       step = driver.step(stream, i, in, state);
       if (step != Step::kNext) break;
     }

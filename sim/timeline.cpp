@@ -35,8 +35,7 @@ OomReport device_oom_report(const Program& program, const Instruction& alloc, By
   OomReport r;
   r.op = alloc.op;
   r.buffer = alloc.buffer;
-  r.requested_bytes =
-      DeviceArena::aligned_size(program.buffers[static_cast<std::size_t>(alloc.buffer)].bytes);
+  r.requested_bytes = DeviceArena::aligned_size(program.buffers[index(alloc.buffer)].bytes);
   r.capacity_bytes = capacity;
   r.largest_free_block = largest_free_block;
   r.bytes_missing = r.requested_bytes - r.largest_free_block;
@@ -44,7 +43,7 @@ OomReport device_oom_report(const Program& program, const Instruction& alloc, By
     if (slot.resident) r.host_resident_bytes += slot.bytes;
   }
   for (std::size_t b = 0; b < program.buffers.size(); ++b) {
-    if (!live(static_cast<BufferId>(b))) continue;
+    if (!live(buffer_id(b))) continue;
     const Buffer& buf = program.buffers[b];
     r.live_bytes += buf.bytes;
     if (buf.role == BufferRole::kEncoded) {

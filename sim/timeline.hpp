@@ -66,7 +66,7 @@ struct Stall {
 struct OomReport {
   bool host = false;  // true: pinned host memory for swapped maps ran out, not device memory
   OpId op = kNoOp;    // the op the allocation was for
-  BufferId buffer = -1;
+  BufferId buffer = kNoBuffer;
   Nanoseconds time_ns = 0;
   Bytes requested_bytes = 0;  // as aligned by the arena (device) or as copied (host)
   Bytes capacity_bytes = 0;

@@ -64,8 +64,8 @@ std::string chrome_trace_json(const Timeline& timeline, const Program& program,
     const Instruction& in = program.stream(span.stream)[static_cast<std::size_t>(span.index)];
     nlohmann::json args = {
         {"kind", to_string(in.kind)}, {"start_ns", span.start_ns}, {"end_ns", span.end_ns}};
-    if (in.buffer >= 0) {
-      args["bytes"] = program.buffers[static_cast<std::size_t>(in.buffer)].bytes;
+    if (in.buffer != kNoBuffer) {
+      args["bytes"] = program.buffers[index(in.buffer)].bytes;
     }
     events.push_back({{"ph", "X"},
                       {"pid", 1},
@@ -127,7 +127,7 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
                       {"bytes_missing", oom.bytes_missing},
                       {"host_resident_bytes", oom.host_resident_bytes}};
   j["op"] = oom.op == kNoOp ? nlohmann::json(nullptr) : nlohmann::json(workload.op(oom.op).name);
-  if (oom.buffer >= 0) {
+  if (oom.buffer != kNoBuffer) {
     Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
     j["allocation"] = instruction_label(alloc, program, workload);
   }

@@ -236,8 +236,7 @@ void check_host_slots(const Program& p, const Timeline& tl, const History& histo
     const Instruction& in = p.stream(StreamId::kHost)[static_cast<std::size_t>(s.index)];
     REQUIRE(in.kind == InstrKind::kHostRun);
     for (std::int32_t k = 0; k < in.operand_count; ++k) {
-      const auto at =
-          static_cast<std::size_t>(p.operands[static_cast<std::size_t>(in.operands_begin + k)]);
+      const auto at = index(p.operand_slot(in, k));
       REQUIRE(slot[at].content.tensor == p.host_slots[at].tensor);
       REQUIRE(slot[at].from_ns <= s.start_ns);
       for (const auto& [from, to] : writes[at]) REQUIRE(to <= s.start_ns);
@@ -363,9 +362,7 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
         const auto n_in = static_cast<std::int32_t>(op.inputs.size());
         const auto n_out = static_cast<std::int32_t>(op.outputs.size());
         REQUIRE((in.operand_count == n_in + n_out || in.operand_count == n_in + n_out + 1));
-        auto operand = [&](std::int32_t k) {
-          return p.operands[static_cast<std::size_t>(in.operands_begin + k)];
-        };
+        auto operand = [&](std::int32_t k) { return p.operand_buffer(in, k); };
         for (std::int32_t k = 0; k < n_in; ++k)
           read(operand(k), {op.inputs[static_cast<std::size_t>(k)], false}, start[i]);
         for (std::int32_t k = 0; k < n_out; ++k) {
@@ -393,7 +390,7 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
       }
       case InstrKind::kEncode:
       case InstrKind::kDecode: {
-        const Buffer& encoded = p.buffers[static_cast<std::size_t>(in.aux)];
+        const Buffer& encoded = p.buffers[index(in.encoded())];
         REQUIRE(encoded.role == BufferRole::kEncoded);
         // (The full buffer's Buffer::tensor may be the base of an in-place output: its content
         // is what counts.)
@@ -401,9 +398,9 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
         const Content small{encoded.tensor, true};
         if (in.kind == InstrKind::kEncode) {
           read(in.buffer, full, start[i]);
-          write(in.aux, small, start[i], end[i]);
+          write(in.encoded(), small, start[i], end[i]);
         } else {
-          read(in.aux, small, start[i]);
+          read(in.encoded(), small, start[i]);
           write(in.buffer, full, start[i], end[i]);
         }
         break;
@@ -471,11 +468,10 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
     };
     if (in.kind == InstrKind::kRun || in.kind == InstrKind::kRecompute) {
       REQUIRE(in.operand_count >= 0);
-      for (std::int32_t k = 0; k < in.operand_count; ++k)
-        use(p.operands[static_cast<std::size_t>(in.operands_begin + k)]);
+      for (std::int32_t k = 0; k < in.operand_count; ++k) use(p.operand_buffer(in, k));
     } else if (in.kind == InstrKind::kEncode || in.kind == InstrKind::kDecode) {
       use(in.buffer);
-      use(in.aux);
+      use(in.encoded());
     }
   }
   check_contents(w, p, tl, executed);
@@ -501,8 +497,7 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
         bool reads = false;
         if (c.kind == InstrKind::kRun || c.kind == InstrKind::kRecompute) {
           for (std::int32_t k = 0; k < c.operand_count; ++k) {
-            reads =
-                reads || p.operands[static_cast<std::size_t>(c.operands_begin + k)] == in.buffer;
+            reads = reads || p.operand_buffer(c, k) == in.buffer;
           }
         }
         if (reads && write_back) REQUIRE(end[i] <= s.start_ns);

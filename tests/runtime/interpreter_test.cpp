@@ -33,7 +33,7 @@ class RecordingDevice final : public mp::runtime::Device {
     handed.clear();
   }
   bool allocate(mp::sim::BufferId b) override {
-    memory_calls.push_back(b);
+    memory_calls.push_back(mp::sim::value(b));
     const auto off = arena_.allocate(program_->buffers[static_cast<std::size_t>(b)].bytes);
     if (!off) return false;
     offset_[static_cast<std::size_t>(b)] = *off;
@@ -42,7 +42,7 @@ class RecordingDevice final : public mp::runtime::Device {
     return true;
   }
   void free(mp::sim::BufferId b) override {
-    memory_calls.push_back(-1 - b);
+    memory_calls.push_back(-1 - mp::sim::value(b));
     arena_.release(offset_[static_cast<std::size_t>(b)]);
     live_ -= program_->buffers[static_cast<std::size_t>(b)].bytes;
   }
@@ -68,7 +68,7 @@ class RecordingDevice final : public mp::runtime::Device {
   std::vector<std::byte> tensor_bytes(mp::sim::TensorId) const override { return {}; }
   void set_capture(bool) override {}
 
-  std::vector<mp::sim::BufferId> memory_calls;  // b for alloc, -1-b for free
+  std::vector<std::int32_t> memory_calls;  // b for alloc, -1-b for free
   std::vector<std::pair<int, std::int32_t>> handed;
   bool wait_before_record = false;
 
@@ -100,11 +100,12 @@ TEST_CASE("the interpreter hands the whole program to the device in a CUDA-valid
   CHECK_FALSE(device.wait_before_record);
   CHECK(tl.instructions_executed == program.instruction_count());
 
-  std::vector<mp::sim::BufferId> expected_memory;
+  std::vector<std::int32_t> expected_memory;
   std::size_t timed = 0;
   for (const auto& in : program.stream(mp::sim::StreamId::kCompute)) {
-    if (in.kind == mp::sim::InstrKind::kAlloc) expected_memory.push_back(in.buffer);
-    if (in.kind == mp::sim::InstrKind::kFree) expected_memory.push_back(-1 - in.buffer);
+    if (in.kind == mp::sim::InstrKind::kAlloc) expected_memory.push_back(mp::sim::value(in.buffer));
+    if (in.kind == mp::sim::InstrKind::kFree)
+      expected_memory.push_back(-1 - mp::sim::value(in.buffer));
   }
   for (const auto& stream : program.streams) {
     for (const auto& in : stream) {
