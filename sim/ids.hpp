@@ -38,39 +38,22 @@ inline constexpr BufferId kNoBuffer{-1};
 inline constexpr EventId kNoEvent{-1};
 inline constexpr HostSlotId kNoHostSlot{-1};
 
+/// The strong id types above.
+template <class T>
+concept Id = std::same_as<T, TensorId> || std::same_as<T, OpId> || std::same_as<T, BufferId> ||
+    std::same_as<T, EventId> || std::same_as<T, HostSlotId>;
+
 /// The id's position in its vector (Workload::tensors, Workload::ops, Program::buffers,
 /// Program::events, Program::host_slots). Not for kNoTensor, kNoOp, kNoBuffer, kNoEvent or
 /// kNoHostSlot.
-constexpr std::size_t index(TensorId id) {
-  return static_cast<std::size_t>(id);
-}
-constexpr std::size_t index(OpId id) {
-  return static_cast<std::size_t>(id);
-}
-constexpr std::size_t index(BufferId id) {
-  return static_cast<std::size_t>(id);
-}
-constexpr std::size_t index(EventId id) {
-  return static_cast<std::size_t>(id);
-}
-constexpr std::size_t index(HostSlotId id) {
+template <Id T>
+constexpr std::size_t index(T id) {
   return static_cast<std::size_t>(id);
 }
 
 /// The id as the number files and Python see (-1 for none).
-constexpr std::int32_t value(TensorId id) {
-  return static_cast<std::int32_t>(id);
-}
-constexpr std::int32_t value(OpId id) {
-  return static_cast<std::int32_t>(id);
-}
-constexpr std::int32_t value(BufferId id) {
-  return static_cast<std::int32_t>(id);
-}
-constexpr std::int32_t value(EventId id) {
-  return static_cast<std::int32_t>(id);
-}
-constexpr std::int32_t value(HostSlotId id) {
+template <Id T>
+constexpr std::int32_t value(T id) {
   return static_cast<std::int32_t>(id);
 }
 
@@ -117,33 +100,18 @@ constexpr OpId& operator--(OpId& op) {
 
 }  // namespace memplan::sim
 
-template <>
-struct fmt::formatter<memplan::sim::TensorId> : fmt::formatter<std::int32_t> {
-  auto format(memplan::sim::TensorId id, format_context& ctx) const {
-    return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx);
-  }
-};
-template <>
-struct fmt::formatter<memplan::sim::OpId> : fmt::formatter<std::int32_t> {
-  auto format(memplan::sim::OpId id, format_context& ctx) const {
-    return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx);
-  }
-};
-template <>
-struct fmt::formatter<memplan::sim::BufferId> : fmt::formatter<std::int32_t> {
-  auto format(memplan::sim::BufferId id, format_context& ctx) const {
-    return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx);
-  }
-};
-template <>
-struct fmt::formatter<memplan::sim::EventId> : fmt::formatter<std::int32_t> {
-  auto format(memplan::sim::EventId id, format_context& ctx) const {
-    return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx);
-  }
-};
-template <>
-struct fmt::formatter<memplan::sim::HostSlotId> : fmt::formatter<std::int32_t> {
-  auto format(memplan::sim::HostSlotId id, format_context& ctx) const {
-    return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx);
-  }
-};
+/// fmt formats an id as its number (one explicit specialization per type: a partial
+/// specialization over the concept leaves formatter<int>::format uninstantiated with shared fmt 9).
+#define MEMPLAN_ID_FORMATTER(T)                                                  \
+  template <>                                                                    \
+  struct fmt::formatter<T> : fmt::formatter<std::int32_t> {                      \
+    auto format(T id, format_context& ctx) const {                               \
+      return fmt::formatter<std::int32_t>::format(memplan::sim::value(id), ctx); \
+    }                                                                            \
+  };
+MEMPLAN_ID_FORMATTER(memplan::sim::TensorId)
+MEMPLAN_ID_FORMATTER(memplan::sim::OpId)
+MEMPLAN_ID_FORMATTER(memplan::sim::BufferId)
+MEMPLAN_ID_FORMATTER(memplan::sim::EventId)
+MEMPLAN_ID_FORMATTER(memplan::sim::HostSlotId)
+#undef MEMPLAN_ID_FORMATTER
