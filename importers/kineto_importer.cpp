@@ -1330,11 +1330,14 @@ void Importer::settle_parameters() {
   std::sort(order.begin(), order.end());
   std::vector<TensorId> promoted;
   for (OpId o : order) {
+    int of_op = 0;  // mm(a, b) with two leaves: .weight, .weight1
     for (TensorId x : op(o).inputs) {
       sim::Tensor& t = workload_.tensors[index(x)];
       if (t.kind != TensorKind::kInput || !take(t.shape, t.dtype)) continue;
       t.kind = TensorKind::kParameter;
-      t.name = fmt::format("{}.weight", op(o).name);
+      t.name = of_op == 0 ? fmt::format("{}.weight", op(o).name)
+                          : fmt::format("{}.weight{}", op(o).name, of_op);
+      ++of_op;
       promoted.push_back(x);
     }
   }
