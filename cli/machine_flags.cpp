@@ -29,6 +29,12 @@ void add_machine_flags(CLI::App& command, MachineFlags& flags) {
                   "the host CPU's streaming speed at host ops (an update on the host), e.g. "
                   "20GB/s (default: the trace's measurement, else 20GB/s)")
       ->check(bandwidth_value());
+  command
+      .add_option("--allocator", flags.allocator,
+                  "how device memory is handed out: arena (one contiguous region, best fit: "
+                  "cnmem, as vDNN used) or caching (PyTorch's caching allocator: segments, cached "
+                  "free ones given back when memory runs out) (default: the trace's, else arena)")
+      ->check(CLI::IsMember({"arena", "caching"}));
 }
 
 sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags) {
@@ -45,6 +51,7 @@ sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlag
     overrides.host_bandwidth_bytes_per_s =
         sim::parse_bandwidth(flags.host_bandwidth, "--host-bandwidth");
   }
+  if (!flags.allocator.empty()) overrides.allocator = sim::parse_allocator_model(flags.allocator);
   return sim::make_machine(workload.device, overrides);
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // The what-if flags every command that simulates shares (--memory, --link, --h2d, --d2h,
-// --latency, --host-memory, --host-bandwidth), parsed the same way everywhere.
+// --latency, --host-memory, --host-bandwidth, --allocator), parsed the same way everywhere.
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -18,6 +18,7 @@ struct MachineFlags {
   std::string latency;
   std::string host_memory;
   std::string host_bandwidth;
+  std::string allocator;
 };
 
 void add_machine_flags(CLI::App& command, MachineFlags& flags);

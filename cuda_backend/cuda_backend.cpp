@@ -60,8 +60,9 @@ double copy_ns(std::size_t bytes, bool to_device, int repeat) {
 CudaBackend::CudaBackend() : algorithms_(std::make_shared<ConvAlgorithmCache>()) {}
 
 std::unique_ptr<runtime::Device> CudaBackend::make_device(sim::Bytes capacity_bytes,
-                                                          std::uint64_t seed) const {
-  return std::make_unique<CudaDevice>(capacity_bytes, seed, algorithms_);
+                                                          std::uint64_t seed,
+                                                          sim::AllocatorModel allocator) const {
+  return std::make_unique<CudaDevice>(capacity_bytes, seed, allocator, algorithms_);
 }
 
 sim::Link CudaBackend::measure_link() const {

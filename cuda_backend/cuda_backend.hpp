@@ -22,8 +22,8 @@ class CudaBackend final : public runtime::Backend {
  public:
   CudaBackend();
   [[nodiscard]] std::string name() const override { return "cuda"; }
-  [[nodiscard]] std::unique_ptr<runtime::Device> make_device(sim::Bytes capacity_bytes,
-                                                             std::uint64_t seed) const override;
+  [[nodiscard]] std::unique_ptr<runtime::Device> make_device(
+      sim::Bytes capacity_bytes, std::uint64_t seed, sim::AllocatorModel allocator) const override;
   /// Bandwidth of each direction fitted to CUDA-event timed pinned copies of 4 KiB (median of 21)
   /// and 64 MiB (median of 5); latency = the larger intercept of the two fits.
   [[nodiscard]] sim::Link measure_link() const override;

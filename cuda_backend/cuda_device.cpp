@@ -42,25 +42,12 @@ PinnedBuffer::~PinnedBuffer() {
 
 // ---- CudaDevice ---------------------------------------------------------------------------------
 
-CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
+CudaDevice::CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed, sim::AllocatorModel allocator,
                        std::shared_ptr<ConvAlgorithmCache> algorithms)
-    : ArenaDevice(capacity_bytes, seed),
+    : ArenaDevice(capacity_bytes, seed, allocator),
       algorithms_(algorithms != nullptr ? std::move(algorithms)
                                         : std::make_shared<ConvAlgorithmCache>()) {
-  std::size_t free_bytes = 0;
-  std::size_t total_bytes = 0;
-  MEMPLAN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1)) > free_bytes) {
-    throw CudaError("cuda device: a " + std::to_string(capacity_) +
-                    "-byte arena does not fit the GPU's " + std::to_string(free_bytes) +
-                    " free bytes (of " + std::to_string(total_bytes) + ")");
-  }
   try {
-    void* p = nullptr;
-    MEMPLAN_CUDA_CHECK(
-        cudaMalloc(&p, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1))));
-    memory_ = static_cast<std::byte*>(p);
-    set_memory(memory_);
     for (cudaStream_t& s : streams_)
       MEMPLAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     MEMPLAN_CUDA_CHECK(cudaEventCreate(&start_));
@@ -86,7 +73,26 @@ void CudaDevice::release() noexcept {
   for (cudaStream_t s : streams_) {
     if (s != nullptr) MEMPLAN_CUDA_REPORT(cudaStreamDestroy(s));
   }
-  if (memory_ != nullptr) MEMPLAN_CUDA_REPORT(cudaFree(memory_));
+  unmap_all();
+}
+
+std::byte* CudaDevice::map_segment(sim::Bytes bytes) {
+  const auto length = static_cast<std::size_t>(std::max<sim::Bytes>(bytes, 1));
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  MEMPLAN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (length > free_bytes) {
+    throw CudaError("cuda device: a " + std::to_string(bytes) +
+                    "-byte segment does not fit the GPU's " + std::to_string(free_bytes) +
+                    " free bytes (of " + std::to_string(total_bytes) + ")");
+  }
+  void* p = nullptr;
+  MEMPLAN_CUDA_CHECK(cudaMalloc(&p, length));
+  return static_cast<std::byte*>(p);
+}
+
+void CudaDevice::unmap_segment(std::byte* memory, sim::Bytes /*bytes*/) {
+  MEMPLAN_CUDA_REPORT(cudaFree(memory));
 }
 
 void CudaDevice::prepare(const sim::Workload& workload, const sim::Program& program) {

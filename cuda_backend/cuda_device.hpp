@@ -48,10 +48,12 @@ class PinnedBuffer {
 
 class CudaDevice final : public runtime::ArenaDevice {
  public:
-  /// A device with `capacity_bytes` of memory on CUDA device 0; data and weights derive from
-  /// `seed`. Throws CudaError when the memory cannot be allocated (or there is no device).
-  /// Devices sharing `algorithms` run each convolution with the same cuDNN algorithm.
+  /// A device with `capacity_bytes` of memory on CUDA device 0, handed out under `allocator`;
+  /// data and weights derive from `seed`. Throws CudaError when there is no device; a run throws
+  /// it when a segment's memory cannot be allocated. Devices sharing `algorithms` run each
+  /// convolution with the same cuDNN algorithm.
   explicit CudaDevice(sim::Bytes capacity_bytes, std::uint64_t seed = 1,
+                      sim::AllocatorModel allocator = sim::AllocatorModel::kArena,
                       std::shared_ptr<ConvAlgorithmCache> algorithms = nullptr);
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
@@ -98,10 +100,14 @@ class CudaDevice final : public runtime::ArenaDevice {
   /// Waits for queued work, then destroys what the device created (errors reported, not thrown).
   void release() noexcept;
   void initialise(sim::BufferId buffer, const sim::Tensor& t) override;
+  /// cudaMalloc, after checking the GPU has the bytes free.
+  std::byte* map_segment(sim::Bytes bytes) override;
+  /// cudaFree, which waits for the device's queued work as PyTorch's release of cached
+  /// segments does.
+  void unmap_segment(std::byte* memory, sim::Bytes bytes) override;
   void enqueue_codec(std::int32_t position, const sim::Instruction& in);
 
   std::shared_ptr<ConvAlgorithmCache> algorithms_;
-  std::byte* memory_ = nullptr;
   const sim::Workload* prepared_for_ = nullptr;  // the workload executor_ and initial_ are for
   std::uint64_t fingerprint_ = 0;
   cudaStream_t streams_[sim::kStreamCount] = {};

@@ -43,8 +43,9 @@ double handoff_ns() {
 }  // namespace
 
 std::unique_ptr<runtime::Device> HostBackend::make_device(sim::Bytes capacity_bytes,
-                                                          std::uint64_t seed) const {
-  return std::make_unique<HostDevice>(capacity_bytes, seed);
+                                                          std::uint64_t seed,
+                                                          sim::AllocatorModel allocator) const {
+  return std::make_unique<HostDevice>(capacity_bytes, seed, allocator);
 }
 
 sim::Link HostBackend::measure_link() const {

@@ -9,8 +9,8 @@ namespace memplan::host_backend {
 class HostBackend final : public runtime::Backend {
  public:
   [[nodiscard]] std::string name() const override { return "host"; }
-  [[nodiscard]] std::unique_ptr<runtime::Device> make_device(sim::Bytes capacity_bytes,
-                                                             std::uint64_t seed) const override;
+  [[nodiscard]] std::unique_ptr<runtime::Device> make_device(
+      sim::Bytes capacity_bytes, std::uint64_t seed, sim::AllocatorModel allocator) const override;
   /// Bandwidth fitted to timed copies of 4 KiB and 1 MiB (median of 21 each; the same both ways,
   /// since copy-in and copy-out are the same memcpy on the host); latency = the fit's intercept
   /// plus two stream-thread hand-offs (the copy stream woken by its wait, the compute stream woken

@@ -84,30 +84,40 @@ void StreamWorker::loop() {
 
 // ---- HostDevice ---------------------------------------------------------------------------------
 
-HostDevice::HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed)
-    : ArenaDevice(capacity_bytes, seed) {
-  const auto length = static_cast<std::size_t>(std::max<sim::Bytes>(capacity_bytes, 1));
-  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    throw runtime::BackendError("host device: cannot map " + std::to_string(capacity_bytes) +
-                                " bytes of device memory");
-  }
-  memory_ = static_cast<std::byte*>(p);
-  set_memory(memory_);
+HostDevice::HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed, sim::AllocatorModel allocator)
+    : ArenaDevice(capacity_bytes, seed, allocator) {
   for (int s = 0; s < sim::kStreamCount; ++s) workers_.push_back(std::make_unique<StreamWorker>());
 }
 
-HostDevice::~HostDevice() {
-  for (auto& w : workers_) w->release();  // all streams first: they may wait on each other
-  for (auto& w : workers_) {
-    try {
-      w->drain();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): errors were reported by synchronize
-    }
+std::byte* HostDevice::map_segment(sim::Bytes bytes) {
+  const auto length = static_cast<std::size_t>(std::max<sim::Bytes>(bytes, 1));
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    throw runtime::BackendError("host device: cannot map " + std::to_string(bytes) +
+                                " bytes of device memory");
   }
-  workers_.clear();  // join before the memory goes
-  munmap(memory_, static_cast<std::size_t>(std::max<sim::Bytes>(capacity_, 1)));
+  return static_cast<std::byte*>(p);
+}
+
+void HostDevice::unmap_segment(std::byte* memory, sim::Bytes bytes) {
+  const auto length = static_cast<std::size_t>(std::max<sim::Bytes>(bytes, 1));
+  worker(sim::StreamId::kCompute).enqueue([memory, length] { munmap(memory, length); });
+}
+
+HostDevice::~HostDevice() {
+  // Drained twice: the work left, then the unmapping of every segment, queued behind it.
+  for (int round = 0; round < 2; ++round) {
+    for (auto& w : workers_) w->release();  // all streams first: they may wait on each other
+    for (auto& w : workers_) {
+      try {
+        w->drain();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): errors were reported by synchronize
+      }
+    }
+    if (round == 0) unmap_all();
+  }
+  workers_.clear();
 }
 
 std::int64_t HostDevice::now_ns() const {

@@ -61,9 +61,11 @@ class StreamWorker {
 
 class HostDevice final : public runtime::ArenaDevice {
  public:
-  /// A device with `capacity_bytes` of memory; data and weights derive from `seed`.
-  /// Throws runtime::BackendError when the address space for the cap cannot be mapped.
-  explicit HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed = 1);
+  /// A device with `capacity_bytes` of memory handed out under `allocator`; data and weights
+  /// derive from `seed`. Allocations throw runtime::BackendError when the address space for a
+  /// segment cannot be mapped.
+  explicit HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed = 1,
+                      sim::AllocatorModel allocator = sim::AllocatorModel::kArena);
   HostDevice(const HostDevice&) = delete;
   HostDevice& operator=(const HostDevice&) = delete;
   ~HostDevice() override;
@@ -94,6 +96,12 @@ class HostDevice final : public runtime::ArenaDevice {
     bool done = false;
   };
   void initialise(sim::BufferId buffer, const sim::Tensor& t) override;
+  /// Address space without reserved swap, so pages exist only where tensors were placed (a
+  /// 16 GiB cap costs what the step touches).
+  std::byte* map_segment(sim::Bytes bytes) override;
+  /// On the compute stream, after the work enqueued before (whose uses of the segment's blocks
+  /// are all ordered before their frees there).
+  void unmap_segment(std::byte* memory, sim::Bytes bytes) override;
   void enqueue_codec(std::int32_t position, const sim::Instruction& in);
   /// Writes a resident host slot's initial data (set_initial_bytes', else the seed's).
   void fill_resident_slot(std::size_t slot);
@@ -101,9 +109,6 @@ class HostDevice final : public runtime::ArenaDevice {
   [[nodiscard]] std::int64_t now_ns() const;
   StreamWorker& worker(sim::StreamId s) { return *workers_[static_cast<std::size_t>(s)]; }
 
-  // The device memory: capacity bytes of address space mapped without reserving swap, so pages
-  // exist only where tensors were placed (a 16 GiB cap costs what the step touches).
-  std::byte* memory_ = nullptr;
   std::unique_ptr<OpExecutor> executor_;
   std::vector<std::unique_ptr<EventState>> events_;
   std::vector<std::vector<std::byte>> host_store_;  // per host slot (resident ones from prepare)

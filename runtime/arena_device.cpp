@@ -9,31 +9,62 @@
 
 namespace memplan::runtime {
 
-ArenaDevice::ArenaDevice(sim::Bytes capacity_bytes, std::uint64_t seed)
-    : capacity_(capacity_bytes), seed_(seed), arena_(capacity_bytes) {}
+ArenaDevice::ArenaDevice(sim::Bytes capacity_bytes, std::uint64_t seed,
+                         sim::AllocatorModel allocator)
+    : capacity_(capacity_bytes), allocator_(allocator), seed_(seed) {}
+
+void ArenaDevice::unmap_all() {
+  for (std::size_t s = 0; s < segment_base_.size(); ++s) {
+    if (segment_base_[s] == nullptr) continue;
+    unmap_segment(segment_base_[s],
+                  memory_.segment_bytes(static_cast<sim::DeviceMemory::Segment>(s)));
+    segment_base_[s] = nullptr;
+  }
+}
 
 void ArenaDevice::begin_run(const sim::Workload& workload, const sim::Program& program) {
   workload_ = &workload;
   program_ = &program;
-  arena_.reset(capacity_);
-  offset_.assign(program.buffers.size(), -1);
+  // The arena's one segment stays mapped from run to run; the caching model starts every run
+  // without segments, as the simulator does.
+  if (allocator_ == sim::AllocatorModel::kCaching) unmap_all();
+  memory_.reset(allocator_, capacity_);
+  if (allocator_ == sim::AllocatorModel::kArena && segment_base_.empty()) {
+    segment_base_.push_back(map_segment(capacity_));
+  }
+  place_.assign(program.buffers.size(), Place{});
   live_ = 0;
   peak_ = 0;
 }
 
 std::byte* ArenaDevice::data(sim::BufferId buffer) const {
-  const auto offset = offset_[index(buffer)];
-  MEMPLAN_CHECK(offset >= 0, "a buffer is used only while allocated");
-  return memory_ + offset;
+  const Place& p = place_[index(buffer)];
+  MEMPLAN_CHECK(p.segment >= 0, "a buffer is used only while allocated");
+  return segment_base_[static_cast<std::size_t>(p.segment)] + p.offset;
+}
+
+void ArenaDevice::follow_segments() {
+  for (const sim::DeviceMemory::Segment s : memory_.segments_released()) {
+    const auto i = static_cast<std::size_t>(s);
+    unmap_segment(segment_base_[i], memory_.segment_bytes(s));
+    segment_base_[i] = nullptr;
+  }
+  if (const auto s = memory_.segment_created()) {
+    const auto i = static_cast<std::size_t>(*s);
+    if (segment_base_.size() <= i) segment_base_.resize(i + 1, nullptr);
+    segment_base_[i] = map_segment(memory_.segment_bytes(*s));
+  }
 }
 
 bool ArenaDevice::allocate(sim::BufferId buffer) {
   const auto b = index(buffer);
   const sim::Buffer& buf = program_->buffers[b];
-  const auto offset = arena_.allocate(buf.bytes);
-  if (!offset) return false;
-  MEMPLAN_CHECK(*offset + buf.bytes <= capacity_, "the arena stays within its capacity");
-  offset_[b] = *offset;
+  const auto placed = memory_.allocate(buf.bytes);
+  follow_segments();
+  if (!placed) return false;
+  MEMPLAN_CHECK(placed->offset + buf.bytes <= memory_.segment_bytes(placed->segment),
+                "a block stays within its segment");
+  place_[b] = {placed->segment, placed->offset, placed->handle};
   live_ += buf.bytes;
   peak_ = std::max(peak_, live_);
   if (buf.initial) {
@@ -44,21 +75,21 @@ bool ArenaDevice::allocate(sim::BufferId buffer) {
 
 void ArenaDevice::free(sim::BufferId buffer) {
   const auto b = index(buffer);
-  MEMPLAN_CHECK(offset_[b] >= 0, "a buffer is freed only while allocated");
+  MEMPLAN_CHECK(place_[b].segment >= 0, "a buffer is freed only while allocated");
   // Stream-ordered: later work that reuses these bytes is enqueued after every use of them on
   // the compute stream, and copy streams' uses are fenced by events before the free.
-  arena_.release(offset_[b]);
-  offset_[b] = -1;
+  memory_.release(place_[b].handle);
+  place_[b] = Place{};
   live_ -= program_->buffers[b].bytes;
 }
 
 MemoryStats ArenaDevice::memory_stats() const {
   MemoryStats s;
   s.peak_bytes = peak_;
-  s.peak_reserved_bytes = arena_.peak_reserved_bytes();
+  s.peak_reserved_bytes = memory_.peak_reserved_bytes();
   s.capacity_bytes = capacity_;
   s.live_bytes = live_;
-  s.largest_free_block = arena_.largest_free_block();
+  s.largest_free_block = memory_.largest_free_block();
   return s;
 }
 
@@ -66,7 +97,7 @@ std::optional<sim::BufferId> ArenaDevice::resident_buffer(sim::TensorId t) const
   if (program_ == nullptr) return std::nullopt;
   for (std::size_t b = 0; b < program_->buffers.size(); ++b) {
     const sim::Buffer& buf = program_->buffers[b];
-    if (buf.tensor == t && buf.role == sim::BufferRole::kTensor && offset_[b] >= 0) {
+    if (buf.tensor == t && buf.role == sim::BufferRole::kTensor && place_[b].segment >= 0) {
       return sim::buffer_id(b);
     }
   }

@@ -1,21 +1,23 @@
 #pragma once
 // ArenaDevice: the part of a Device that does not depend on where the bytes live, shared by
-// host_backend::HostDevice and cuda_backend::CudaDevice. Device memory is one block of the cap's
-// size (the backend maps or allocates it and hands its base to set_memory); every buffer lives at
-// the offset sim::DeviceArena hands out — the simulator's allocator — so an allocation over the cap
-// fails exactly where the simulator says it does and the peaks are the simulator's. It keeps the
-// offsets, live and peak bytes and memory_stats, asks the backend to write the initial data of
-// tensors that exist before the step (runtime/initial_data.hpp) when their buffer is allocated
-// (Buffer::initial),
-// finds a tensor's resident buffer for tensor_bytes, says which kRun outputs are captured, and
-// checks an encode/decode instruction against its buffer before a backend runs it.
+// host_backend::HostDevice and cuda_backend::CudaDevice. Every buffer lives where sim::DeviceMemory
+// — the simulator's allocator, under the machine's allocator model — places it, so an allocation
+// over the cap fails exactly where the simulator says it does and the peaks are the simulator's.
+// The backend maps the memory of each segment DeviceMemory takes (map_segment) and unmaps each it
+// gives back (unmap_segment): under the arena model one segment of the cap's size for the device's
+// life, under the caching model segments come and go as PyTorch's cudaMalloc and cudaFree do. It
+// keeps the offsets, live and peak bytes and memory_stats, asks the backend to write the initial
+// data of tensors that exist before the step (runtime/initial_data.hpp) when their buffer is
+// allocated (Buffer::initial), finds a tensor's resident buffer for tensor_bytes, says which kRun
+// outputs are captured, and checks an encode/decode instruction against its buffer before a backend
+// runs it.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "runtime/device.hpp"
-#include "sim/device_arena.hpp"
+#include "sim/device_memory.hpp"
 
 namespace memplan::runtime {
 
@@ -27,13 +29,22 @@ class ArenaDevice : public Device {
   void set_capture(bool capture) final { capture_ = capture; }
 
  protected:
-  /// A device of `capacity_bytes` whose data and weights derive from `seed`; no memory yet.
-  ArenaDevice(sim::Bytes capacity_bytes, std::uint64_t seed);
+  /// A device of `capacity_bytes` under `allocator` whose data and weights derive from `seed`;
+  /// no memory yet.
+  ArenaDevice(sim::Bytes capacity_bytes, std::uint64_t seed, sim::AllocatorModel allocator);
 
-  /// Starts the bookkeeping of a run of `program`: an empty arena, no buffer placed.
+  /// Memory for a segment of `bytes`, at least 256-byte aligned. Throws BackendError when there
+  /// is none.
+  [[nodiscard]] virtual std::byte* map_segment(sim::Bytes bytes) = 0;
+  /// Gives back a segment map_segment returned, once the work already enqueued is done with it.
+  virtual void unmap_segment(std::byte* memory, sim::Bytes bytes) = 0;
+  /// Unmaps every segment still mapped; the derived device calls it before it goes (after its
+  /// streams are idle).
+  void unmap_all();
+
+  /// Starts the bookkeeping of a run of `program`: an empty allocator, no buffer placed. The
+  /// device's streams must be idle (segments of the previous run are unmapped).
   void begin_run(const sim::Workload& workload, const sim::Program& program);
-  /// The base of the device memory block (capacity bytes) that offsets are relative to.
-  void set_memory(std::byte* memory) { memory_ = memory; }
   /// Where `buffer` lives; it must be allocated.
   [[nodiscard]] std::byte* data(sim::BufferId buffer) const;
   /// The allocated buffer that holds tensor `t` itself (not an encoded copy), if any.
@@ -66,13 +77,22 @@ class ArenaDevice : public Device {
   const sim::Workload* workload_ = nullptr;
   const sim::Program* program_ = nullptr;
   sim::Bytes capacity_;
+  sim::AllocatorModel allocator_;
   std::uint64_t seed_;
   bool capture_ = true;
 
  private:
-  std::byte* memory_ = nullptr;
-  sim::DeviceArena arena_;
-  std::vector<sim::DeviceArena::Offset> offset_;
+  struct Place {
+    sim::DeviceMemory::Segment segment = -1;  // -1: not allocated
+    sim::DeviceMemory::Offset offset = 0;
+    sim::DeviceMemory::Handle handle = 0;
+  };
+  /// Maps and unmaps what the last allocate took and gave back.
+  void follow_segments();
+
+  sim::DeviceMemory memory_;
+  std::vector<std::byte*> segment_base_;  // per segment, nullptr while not mapped
+  std::vector<Place> place_;              // per buffer
   sim::Bytes live_ = 0;
   sim::Bytes peak_ = 0;
 };

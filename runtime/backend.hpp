@@ -33,9 +33,10 @@ class Backend {
   virtual ~Backend() = default;
   /// "host", "cuda": what `--backend` names and what a recorded trace's provenance says.
   [[nodiscard]] virtual std::string name() const = 0;
-  /// A device with `capacity_bytes` of memory (a hard cap); inputs and weights derive from `seed`.
-  [[nodiscard]] virtual std::unique_ptr<Device> make_device(sim::Bytes capacity_bytes,
-                                                            std::uint64_t seed) const = 0;
+  /// A device with `capacity_bytes` of memory (a hard cap) handed out under `allocator`; inputs
+  /// and weights derive from `seed`.
+  [[nodiscard]] virtual std::unique_ptr<Device> make_device(
+      sim::Bytes capacity_bytes, std::uint64_t seed, sim::AllocatorModel allocator) const = 0;
   /// Measured copy link of this backend, for record and --calibrate: bandwidth each way and the
   /// fixed cost of one copy (everything a copy costs beyond bytes / bandwidth, including stream
   /// hand-offs). It replaces the trace's link in a recorded trace and in a calibrated Machine.

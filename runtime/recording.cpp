@@ -39,7 +39,8 @@ struct Measurements {
 
 Measurements measure(const Backend& backend, const sim::Workload& w, const sim::Program& program,
                      sim::Bytes capacity, const RecordOptions& options, int recorded) {
-  const std::unique_ptr<Device> device = backend.make_device(capacity, options.seed);
+  const std::unique_ptr<Device> device =
+      backend.make_device(capacity, options.seed, sim::AllocatorModel::kArena);
   device->set_capture(false);
   const auto& compute = program.stream(sim::StreamId::kCompute);
   Measurements m;

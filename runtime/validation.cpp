@@ -82,7 +82,7 @@ Calibration calibrate_in_core(const Backend& backend, const sim::Workload& workl
                               std::uint64_t seed, int runs) {
   Calibration c{workload, machine};
   const std::unique_ptr<Device> device =
-      backend.make_device(sim::capacity_to_run(program, machine), seed);
+      backend.make_device(sim::capacity_to_run(program, machine), seed, machine.allocator);
   device->set_capture(false);
   std::vector<std::vector<sim::Nanoseconds>> op_ns(workload.ops.size());
   const auto& compute = program.stream(sim::StreamId::kCompute);
@@ -263,8 +263,8 @@ ValidationReport validate(const Backend& backend, const sim::Workload& workload,
   r.peak_reserved_predicted = predicted.peak_reserved_bytes;
   r.iteration_ns_predicted = predicted.iteration_ns;
 
-  const std::unique_ptr<Device> reference =
-      backend.make_device(sim::capacity_to_run(reference_program, machine), options.seed);
+  const std::unique_ptr<Device> reference = backend.make_device(
+      sim::capacity_to_run(reference_program, machine), options.seed, machine.allocator);
   if (!run_program(*reference, workload, reference_program).feasible) {
     // The simulator, with the same arena, says the reference fits this device: a disagreement
     // between the backend and the simulator is a bug, not a property of the plan.
@@ -278,7 +278,7 @@ ValidationReport validate(const Backend& backend, const sim::Workload& workload,
   // One device for all runs (prepare starts each afresh, with the same data): warm caches and
   // pages, as a training loop has them.
   const std::unique_ptr<Device> device =
-      backend.make_device(plan_capacity(program, machine), options.seed);
+      backend.make_device(plan_capacity(program, machine), options.seed, machine.allocator);
   const int timed = std::max(options.repetitions, 1);
   for (int k = 0; k <= timed + 1; ++k) {
     const bool compare_run = k == timed + 1;
@@ -316,10 +316,11 @@ BackendComparison compare_backends(const Backend& backend, const Backend& refere
   BackendComparison c;
   c.tolerance = cross_backend_tolerance(plan);
   const sim::Program reference_program = sim::lower(workload, sim::in_core_plan(workload));
-  const std::unique_ptr<Device> reference_device =
-      reference.make_device(sim::capacity_to_run(reference_program, machine), seed);
+  const std::unique_ptr<Device> reference_device = reference.make_device(
+      sim::capacity_to_run(reference_program, machine), seed, machine.allocator);
   const sim::Program program = sim::lower(workload, plan);
-  const std::unique_ptr<Device> device = backend.make_device(plan_capacity(program, machine), seed);
+  const std::unique_ptr<Device> device =
+      backend.make_device(plan_capacity(program, machine), seed, machine.allocator);
   if (!run_program(*reference_device, workload, reference_program).feasible ||
       !run_program(*device, workload, program).feasible) {
     c.fits = false;

@@ -157,7 +157,7 @@ class Engine::Clock {
 
   bool allocate(const Instruction& in, Nanoseconds t) {
     const Bytes bytes = program_.buffers[index(in.buffer)].bytes;
-    const auto placed = e_.arena_.allocate_block(bytes);
+    const auto placed = e_.memory_.allocate(bytes);
     if (!placed) {
       out_of_memory(in, t);
       return false;
@@ -165,28 +165,28 @@ class Engine::Clock {
     e_.block_[index(in.buffer)] = placed->handle;
     live_ += bytes;
     tl_.peak_bytes = std::max(tl_.peak_bytes, live_);
-    if (options_.record_memory) tl_.memory.push_back({t, live_, e_.arena_.reserved_bytes()});
+    if (options_.record_memory) tl_.memory.push_back({t, live_, e_.memory_.reserved_bytes()});
     return true;
   }
 
   void release(const Instruction& in, Nanoseconds t) {
-    std::optional<DeviceArena::Handle>& block = e_.block_[index(in.buffer)];
+    std::optional<DeviceMemory::Handle>& block = e_.block_[index(in.buffer)];
     MEMPLAN_CHECK(block.has_value(), "a buffer is freed only while allocated");
-    e_.arena_.release_block(*block);
+    e_.memory_.release(*block);
     block.reset();
     live_ -= program_.buffers[index(in.buffer)].bytes;
-    if (options_.record_memory) tl_.memory.push_back({t, live_, e_.arena_.reserved_bytes()});
+    if (options_.record_memory) tl_.memory.push_back({t, live_, e_.memory_.reserved_bytes()});
   }
 
   void out_of_memory(const Instruction& in, Nanoseconds t) {
     const auto& block = e_.block_;
     OomReport r =
-        device_oom_report(program_, in, e_.arena_.capacity(), e_.arena_.largest_free_block(),
+        device_oom_report(program_, in, e_.memory_.capacity(), e_.memory_.largest_free_block(),
                           [&block](BufferId b) { return block[index(b)].has_value(); });
     r.time_ns = t;
     tl_.feasible = false;
     tl_.oom = r;
-    tl_.peak_reserved_bytes = e_.arena_.peak_reserved_bytes();
+    tl_.peak_reserved_bytes = e_.memory_.peak_reserved_bytes();
     tl_.iteration_ns = t;
   }
 
@@ -245,7 +245,7 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
   Timeline& tl = timeline_;
   tl.clear();
   tl.op_compute_ns = program.op_compute_ns;
-  arena_.reset(machine.memory_bytes);
+  memory_.reset(machine.allocator, machine.memory_bytes);
   event_time_.assign(program.events.size(), 0);
   block_.assign(program.buffers.size(), std::nullopt);
   host_changes_.clear();
@@ -262,7 +262,7 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
   tl.compute_busy_ns = tl.op_compute_ns +
                        tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kRecompute)] +
                        tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kCodec)];
-  tl.peak_reserved_bytes = arena_.peak_reserved_bytes();
+  tl.peak_reserved_bytes = memory_.peak_reserved_bytes();
   host_peak(machine);
   return tl;
 }
@@ -302,16 +302,7 @@ Bytes capacity_to_run(const Program& program, const Machine& machine) {
   Engine engine;
   Machine m = machine;
   m.memory_bytes = std::int64_t{1} << 50;
-  const Bytes unlimited = engine.run(program, m, totals).peak_reserved_bytes;
-  Bytes capacity = unlimited;
-  for (;;) {
-    m.memory_bytes = capacity;
-    const Timeline& t = engine.run(program, m, totals);
-    if (t.feasible || capacity >= 2 * unlimited) return capacity;
-    // Grow by what was missing, and by at least 1/64 so that the search takes few steps.
-    const Bytes missing = t.oom ? t.oom->bytes_missing : 0;
-    capacity = std::min(2 * unlimited, capacity + std::max(missing, unlimited / 64 + 1));
-  }
+  return engine.run(program, m, totals).peak_reserved_bytes;
 }
 
 Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone) {

@@ -2,9 +2,9 @@
 // Engine: discrete-event simulation of a Program on a Machine (docs/simulator.md "Engine rules").
 // Each stream runs its list in order; a wait blocks its stream until the event is recorded; the
 // two copy streams are the two copy engines (copies in one direction run one after another, the
-// directions overlap each other and compute). Every alloc and free goes through a DeviceArena of
-// the machine's capacity; an allocation that finds no block ends the run as infeasible with an
-// OomReport, never a crash. Time is integer nanoseconds.
+// directions overlap each other and compute). Every alloc and free goes through the DeviceMemory
+// of the machine's capacity and allocator model; an allocation that finds no block ends the run as
+// infeasible with an OomReport, never a crash. Time is integer nanoseconds.
 //
 // The order of instructions is the ProgramWalk's (sim/program_walk.hpp), the one the runtime
 // interpreter uses too; the engine supplies simulated time. An Engine keeps its buffers (arena
@@ -40,7 +40,7 @@
 #include <optional>
 #include <vector>
 
-#include "sim/device_arena.hpp"
+#include "sim/device_memory.hpp"
 #include "sim/machine.hpp"
 #include "sim/program.hpp"
 #include "sim/program_walk.hpp"
@@ -72,19 +72,17 @@ class Engine {
   void host_peak(const Machine& machine);
 
   ProgramWalk walk_;
-  DeviceArena arena_;
-  std::vector<Nanoseconds> event_time_;                    // per event, read only once recorded
-  std::vector<std::optional<DeviceArena::Handle>> block_;  // per buffer, while allocated
+  DeviceMemory memory_;
+  std::vector<Nanoseconds> event_time_;                     // per event, read only once recorded
+  std::vector<std::optional<DeviceMemory::Handle>> block_;  // per buffer, while allocated
   std::vector<std::pair<Nanoseconds, Bytes>> host_changes_;
   Timeline timeline_;
 };
 
-/// The device memory a backend needs to run `program` (host memory as in `machine`): the smallest
-/// capacity, from the reserved peak of a run with unlimited device memory upward, at which the
-/// program fits. Best fit weighs the arena's free tail like any other block, so a device exactly
-/// as large as the unlimited run's reserved peak can place buffers differently and run out; from
-/// twice that peak on the tail is larger than every hole and the placement is the unlimited one,
-/// so the search ends there at the latest.
+/// The device memory a backend needs to run `program` (host memory and allocator model as in
+/// `machine`): the reserved peak of a run with unlimited device memory. Neither model places
+/// differently at that capacity (Note [Arena top block]; the caching model gives no segment back
+/// there), so the program runs there as it ran unlimited.
 Bytes capacity_to_run(const Program& program, const Machine& machine);
 
 /// The period of `program`'s step when a training loop repeats it back to back (Note [Step

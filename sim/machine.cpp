@@ -59,6 +59,7 @@ Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides
       device.memory_bandwidth_bytes_per_s.value_or(kDefaultMemoryBandwidth);
   if (overrides.memory_bytes) m.memory_bytes = *overrides.memory_bytes;
   if (overrides.host_memory_bytes) m.host_memory_bytes = *overrides.host_memory_bytes;
+  m.allocator = overrides.allocator.value_or(device.allocator.value_or(AllocatorModel::kArena));
   m.host_bandwidth_bytes_per_s = overrides.host_bandwidth_bytes_per_s.value_or(
       device.host_bandwidth_bytes_per_s.value_or(kDefaultHostBandwidth));
   if (m.memory_bytes <= 0) {

@@ -6,7 +6,8 @@
 // every instruction whose time is not in the trace: copies, codecs and host ops.
 //
 // A Machine starts from the DeviceInfo a trace carries and is then overridden by what-if flags
-// (`--memory`, `--link`, `--h2d`, `--d2h`, `--latency`, `--host-memory`, `--host-bandwidth`).
+// (`--memory`, `--link`, `--h2d`, `--d2h`, `--latency`, `--host-memory`, `--host-bandwidth`,
+// `--allocator`).
 // Copies are never taken from a trace: the lowering creates them and the engine prices each at
 // latency + bytes / bandwidth of its direction, so asking for another bandwidth rescales every copy
 // of a recorded trace.
@@ -35,6 +36,9 @@ struct Machine {
       host_memory_bytes;  // pinned host memory for swapped maps; unlimited when unset
   BytesPerSecond memory_bandwidth_bytes_per_s = kDefaultMemoryBandwidth;
   BytesPerSecond host_bandwidth_bytes_per_s = kDefaultHostBandwidth;
+  /// How device memory is handed out (sim/allocator_model.hpp): the trace's, `--allocator`, or
+  /// the contiguous arena.
+  AllocatorModel allocator = AllocatorModel::kArena;
 
   /// latency + ceil(bytes / bandwidth), in nanoseconds.
   [[nodiscard]] Nanoseconds h2d_copy_ns(Bytes bytes) const;
@@ -55,6 +59,7 @@ struct MachineOverrides {
   PartialLink link;  // `--h2d`, `--d2h`, `--latency`: over the preset's or the trace's
   std::optional<Bytes> host_memory_bytes;
   std::optional<BytesPerSecond> host_bandwidth_bytes_per_s;  // `--host-bandwidth`
+  std::optional<AllocatorModel> allocator;                   // `--allocator`
 };
 
 /// Trace values first, then the preset `link_name`, then the single values of `link` (so `--link

@@ -62,7 +62,7 @@ std::optional<double> read_optional_positive(const JsonReader& object, std::stri
 DeviceInfo read_device(const JsonReader& r) {
   r.reject_unknown_keys({"name", "memory_bytes", "h2d_bytes_per_s", "d2h_bytes_per_s",
                          "copy_latency_ns", "memory_bandwidth_bytes_per_s", "peak_flops_per_s",
-                         "host_bytes_per_s"});
+                         "host_bytes_per_s", "allocator"});
   DeviceInfo d;
   d.name = r.at("name").as_string();
   d.memory_bytes = r.at("memory_bytes").as_int(kMinInt, kMaxInt);
@@ -72,6 +72,10 @@ DeviceInfo read_device(const JsonReader& r) {
   d.memory_bandwidth_bytes_per_s = read_optional_positive(r, "memory_bandwidth_bytes_per_s");
   d.peak_flops_per_s = read_optional_positive(r, "peak_flops_per_s");
   d.host_bandwidth_bytes_per_s = read_optional_positive(r, "host_bytes_per_s");
+  if (auto a = r.find("allocator")) {
+    d.allocator = parse_allocator_model(a->as_string());
+    if (!d.allocator) a->fail("expected \"arena\" or \"caching\"");
+  }
   return d;
 }
 
@@ -199,6 +203,7 @@ OrderedJson device_json(const DeviceInfo& d) {
     j["memory_bandwidth_bytes_per_s"] = *d.memory_bandwidth_bytes_per_s;
   if (d.peak_flops_per_s) j["peak_flops_per_s"] = *d.peak_flops_per_s;
   if (d.host_bandwidth_bytes_per_s) j["host_bytes_per_s"] = *d.host_bandwidth_bytes_per_s;
+  if (d.allocator) j["allocator"] = to_string(*d.allocator);
   return j;
 }
 

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/allocator_model.hpp"
 #include "sim/ids.hpp"
 #include "sim/layer.hpp"
 #include "sim/link.hpp"
@@ -133,6 +134,9 @@ struct DeviceInfo {
   /// The host CPU's speed at host ops (file key host_bytes_per_s), as the backend that recorded
   /// the trace measured it (runtime/host_speed.hpp); Machine::host_bandwidth_bytes_per_s.
   std::optional<BytesPerSecond> host_bandwidth_bytes_per_s;
+  /// The allocator the step's memory came from (file key allocator: "arena" or "caching");
+  /// Machine::allocator.
+  std::optional<AllocatorModel> allocator;
 
   friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
 };

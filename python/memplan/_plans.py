@@ -71,14 +71,16 @@ def _encode_text(encode):
     return encode if isinstance(encode, str) else ",".join(encode)
 
 
-def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, host_memory=None):
+def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, host_memory=None,
+            allocator=None):
     """The trace's device with the what-if values of `memplan simulate` applied: memory ("16GiB"
     or bytes), link (a preset: pcie3, pcie4, pcie5, nvlink2, c2c; or "recorded", the trace's
     measured link), h2d and d2h ("12.5GB/s" or bytes/s), latency ("10us" or ns), host_memory
-    (pinned host bytes for swapped maps)."""
+    (pinned host bytes for swapped maps), allocator ("arena" or "caching": PyTorch's caching
+    allocator)."""
     return _core.make_machine(trace._workload, _text(memory, "B"), link,
                               _text(h2d, "B/s"), _text(d2h, "B/s"), _text(latency, "ns"),
-                              _text(host_memory, "B"))
+                              _text(host_memory, "B"), allocator)
 
 
 def resolve_plan(trace, machine_, plan, policy, encode, command):

@@ -121,7 +121,7 @@ def simulate(trace, plan=None, policy=None, encode=None, **what_if):
 
     plan: a Plan or a plan file; policy: a policy's name (policies()); exactly one of the two.
     encode: Gist encodings for kept maps ("binarize,fp16", a list, or "all").
-    what_if: memory, link, h2d, d2h, latency, host_memory, as machine() takes them.
+    what_if: memory, link, h2d, d2h, latency, host_memory, allocator, as machine() takes them.
     A plan that does not fit is a result (feasible False, oom says why), not an error.
     """
     m = _plans.machine(trace, **what_if)

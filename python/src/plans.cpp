@@ -10,6 +10,7 @@
 #include "search/gist.hpp"
 #include "search/named_plan.hpp"
 #include "search/network_view.hpp"
+#include "sim/input_error.hpp"
 #include "sim/machine.hpp"
 #include "sim/plan_io.hpp"
 #include "sim/trace_io.hpp"
@@ -25,7 +26,7 @@ using Text = std::optional<std::string>;
 // The overrides as the CLI's what-if flags give them (same units, same names in errors).
 sim::Machine make_machine(const sim::Workload& workload, const Text& memory, const Text& link,
                           const Text& h2d, const Text& d2h, const Text& latency,
-                          const Text& host_memory) {
+                          const Text& host_memory, const Text& allocator) {
   sim::MachineOverrides o;
   if (memory) o.memory_bytes = sim::parse_bytes(*memory, "--memory");
   if (link) o.link_name = *link;
@@ -33,6 +34,13 @@ sim::Machine make_machine(const sim::Workload& workload, const Text& memory, con
   if (d2h) o.link.d2h_bytes_per_s = sim::parse_bandwidth(*d2h, "--d2h");
   if (latency) o.link.latency_ns = sim::parse_duration(*latency, "--latency");
   if (host_memory) o.host_memory_bytes = sim::parse_bytes(*host_memory, "--host-memory");
+  if (allocator) {
+    o.allocator = sim::parse_allocator_model(*allocator);
+    if (!o.allocator) {
+      throw sim::InputError("--allocator",
+                            "'" + *allocator + "' is not an allocator: arena or caching");
+    }
+  }
   return sim::make_machine(workload.device, o);
 }
 
@@ -55,9 +63,13 @@ void bind_plans(py::module_& m) {
           [](const sim::Machine& machine) { return machine.link.d2h_bytes_per_s; })
       .def_property_readonly("copy_latency_ns",
                              [](const sim::Machine& machine) { return machine.link.latency_ns; })
-      .def_readonly("host_memory_bytes", &sim::Machine::host_memory_bytes);
+      .def_readonly("host_memory_bytes", &sim::Machine::host_memory_bytes)
+      .def_property_readonly("allocator", [](const sim::Machine& machine) {
+        return std::string(sim::to_string(machine.allocator));
+      });
   m.def("make_machine", &make_machine, py::arg("workload"), py::arg("memory"), py::arg("link"),
-        py::arg("h2d"), py::arg("d2h"), py::arg("latency"), py::arg("host_memory"));
+        py::arg("h2d"), py::arg("d2h"), py::arg("latency"), py::arg("host_memory"),
+        py::arg("allocator") = std::nullopt);
 
   py::class_<sim::Plan>(m, "Plan")
       .def_readonly("policy", &sim::Plan::policy)

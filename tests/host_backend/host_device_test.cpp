@@ -266,9 +266,12 @@ namespace {
 /// back one gradient with a changed value, or reports a peak one byte higher than it reached.
 class TamperingDevice final : public mp::runtime::Device {
  public:
-  TamperingDevice(mp::sim::Bytes capacity, std::uint64_t seed, mp::sim::TensorId corrupt,
-                  float scale, mp::sim::Bytes extra_peak)
-      : device_(capacity, seed), corrupt_(corrupt), scale_(scale), extra_peak_(extra_peak) {}
+  TamperingDevice(mp::sim::Bytes capacity, std::uint64_t seed, mp::sim::AllocatorModel allocator,
+                  mp::sim::TensorId corrupt, float scale, mp::sim::Bytes extra_peak)
+      : device_(capacity, seed, allocator),
+        corrupt_(corrupt),
+        scale_(scale),
+        extra_peak_(extra_peak) {}
   void prepare(const mp::sim::Workload& w, const mp::sim::Program& p) override {
     tamper_ = count(p, mp::sim::InstrKind::kEncode) > 0;
     device_.prepare(w, p);
@@ -312,9 +315,11 @@ class TamperingBackend final : public mp::runtime::Backend {
   TamperingBackend(mp::sim::TensorId corrupt, float scale, mp::sim::Bytes extra_peak)
       : corrupt_(corrupt), scale_(scale), extra_peak_(extra_peak) {}
   std::string name() const override { return "tampering"; }
-  std::unique_ptr<mp::runtime::Device> make_device(mp::sim::Bytes capacity,
-                                                   std::uint64_t seed) const override {
-    return std::make_unique<TamperingDevice>(capacity, seed, corrupt_, scale_, extra_peak_);
+  std::unique_ptr<mp::runtime::Device> make_device(
+      mp::sim::Bytes capacity, std::uint64_t seed,
+      mp::sim::AllocatorModel allocator) const override {
+    return std::make_unique<TamperingDevice>(capacity, seed, allocator, corrupt_, scale_,
+                                             extra_peak_);
   }
   mp::sim::Link measure_link() const override { return {1e9, 1e9, 1000}; }
 

@@ -42,8 +42,9 @@ class SearchingBackend final : public mp::runtime::Backend {
       : found_(std::move(found)) {}
   [[nodiscard]] std::string name() const override { return "searching"; }
   [[nodiscard]] std::unique_ptr<mp::runtime::Device> make_device(
-      mp::sim::Bytes capacity_bytes, std::uint64_t seed) const override {
-    return host_.make_device(capacity_bytes, seed);
+      mp::sim::Bytes capacity_bytes, std::uint64_t seed,
+      mp::sim::AllocatorModel allocator) const override {
+    return host_.make_device(capacity_bytes, seed, allocator);
   }
   [[nodiscard]] mp::sim::Link measure_link() const override { return host_.measure_link(); }
   [[nodiscard]] std::map<mp::sim::OpId, mp::runtime::FoundAlgorithms> find_algorithms(
