@@ -11,9 +11,13 @@
 #include <string>
 
 #include "host_backend/host_backend.hpp"
+#include "host_backend/host_device.hpp"
+#include "runtime/interpreter.hpp"
 #include "runtime/recording.hpp"
 #include "runtime/validation.hpp"
 #include "sim/basic_plans.hpp"
+#include "sim/engine.hpp"
+#include "sim/lowering.hpp"
 #include "sim/machine.hpp"
 #include "zoo/models.hpp"
 
@@ -69,5 +73,51 @@ TEST_CASE("zoo networks record and run under basic plans with in-core gradients"
     CHECK(r.max_abs_diff == 0.0);
     CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
     CHECK(r.tensors_compared > 0);
+  }
+}
+
+TEST_CASE("under PyTorch's caching allocator the host device runs out where the simulator does",
+          "[host_backend][zoo][caching]") {
+  // resnet18 at batch 8 on 64x64: its maps and weights are many blocks of 1 to 8 MiB, so segments
+  // of 20 MiB are split and shared, and a tighter device gives cached segments back.
+  const mp::sim::Workload w = build("resnet18", 8, {64, 64});
+  const mp::host_backend::HostBackend backend;
+  mp::sim::MachineOverrides overrides;
+  overrides.memory_bytes = mp::sim::Bytes{1} << 40;
+  overrides.allocator = mp::sim::AllocatorModel::kCaching;
+  mp::sim::Machine machine = mp::sim::make_machine(w.device, overrides);
+  mp::runtime::ValidationOptions options;
+  options.repetitions = 1;
+  for (const auto& plan : {mp::sim::in_core_plan(w), mp::sim::swap_all_plan(w)}) {
+    CAPTURE(plan.policy);
+    const mp::sim::Program program = mp::sim::lower(w, plan);
+    const mp::sim::Bytes unlimited = mp::sim::capacity_to_run(program, machine);
+    machine.memory_bytes = unlimited;
+    const auto r = mp::runtime::validate(backend, w, plan, machine, options);
+    CHECK(r.measured_feasible);
+    CHECK(r.gradients_match);
+    CHECK(r.max_abs_diff == 0.0);
+    CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
+    CHECK(r.peak_reserved_measured == r.peak_reserved_predicted);
+
+    // Below what the unlimited run held: the simulator gives segments back and runs out, or fits
+    // in fewer; the host device does the same at the same allocation.
+    for (const mp::sim::Bytes less : {mp::sim::Bytes{4} << 20, mp::sim::Bytes{24} << 20}) {
+      CAPTURE(less);
+      machine.memory_bytes = unlimited - less;
+      mp::sim::Engine engine;
+      const mp::sim::Timeline predicted = engine.run(program, machine);
+      mp::host_backend::HostDevice device(machine.memory_bytes, 1, machine.allocator);
+      const mp::sim::Timeline measured = mp::runtime::run_program(device, w, program);
+      REQUIRE(measured.feasible == predicted.feasible);
+      CHECK(measured.peak_bytes == predicted.peak_bytes);
+      CHECK(device.memory_stats().peak_reserved_bytes == predicted.peak_reserved_bytes);
+      if (!predicted.feasible) {
+        REQUIRE(measured.oom.has_value());
+        CHECK(measured.oom->buffer == predicted.oom->buffer);
+        CHECK(measured.oom->live_bytes == predicted.oom->live_bytes);
+        CHECK(measured.oom->largest_free_block == predicted.oom->largest_free_block);
+      }
+    }
   }
 }

@@ -22,10 +22,10 @@ TEST_CASE("segment sizes follow PyTorch's: 2 MiB, 20 MiB, or the request in 2 Mi
   CHECK(CachingAllocator::rounded_size(0) == 512);
   CHECK(CachingAllocator::rounded_size(513) == 1024);
   CHECK(CachingAllocator::segment_size(512) == 2 * kMiB);
-  CHECK(CachingAllocator::segment_size(kMiB) == 2 * kMiB);             // the largest small request
-  CHECK(CachingAllocator::segment_size(kMiB + 512) == 20 * kMiB);      // large, under 10 MiB
+  CHECK(CachingAllocator::segment_size(kMiB) == 2 * kMiB);         // the largest small request
+  CHECK(CachingAllocator::segment_size(kMiB + 512) == 20 * kMiB);  // large, under 10 MiB
   CHECK(CachingAllocator::segment_size(10 * kMiB - 512) == 20 * kMiB);
-  CHECK(CachingAllocator::segment_size(10 * kMiB) == 10 * kMiB);       // from 10 MiB: rounded
+  CHECK(CachingAllocator::segment_size(10 * kMiB) == 10 * kMiB);  // from 10 MiB: rounded
   CHECK(CachingAllocator::segment_size(10 * kMiB + 512) == 12 * kMiB);
 }
 
@@ -151,9 +151,8 @@ TEST_CASE("random allocations and releases keep blocks apart, inside segments an
       }
       // Sizes from bytes to tens of MiB: both pools and every segment rule.
       const int magnitude = std::uniform_int_distribution<int>(8, 25)(rng);
-      const CachingAllocator::Size bytes =
-          std::uniform_int_distribution<CachingAllocator::Size>(1, CachingAllocator::Size{1}
-                                                                       << magnitude)(rng);
+      const CachingAllocator::Size bytes = std::uniform_int_distribution<CachingAllocator::Size>(
+          1, CachingAllocator::Size{1} << magnitude)(rng);
       const auto placed = memory.allocate(bytes);
       for (const auto s : memory.segments_released()) {
         for (const Live& l : live) REQUIRE(l.place.segment != s);  // only empty segments go
@@ -172,8 +171,8 @@ TEST_CASE("random allocations and releases keep blocks apart, inside segments an
       CHECK(placed->offset + size <= segments[placed->segment]);
       for (const Live& l : live) {
         if (l.place.segment != placed->segment) continue;
-        const bool apart = placed->offset + size <= l.place.offset ||
-                           l.place.offset + l.size <= placed->offset;
+        const bool apart =
+            placed->offset + size <= l.place.offset || l.place.offset + l.size <= placed->offset;
         REQUIRE(apart);
       }
       live.push_back({*placed, size});
