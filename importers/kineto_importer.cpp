@@ -1442,6 +1442,8 @@ ImportResult Importer::run() {
   workload_.device.name =
       report_.gpu ? (trace_.device_name.empty() ? "cuda" : trace_.device_name) : "cpu";
   workload_.device.memory_bytes = report_.gpu ? trace_.device_memory : 0;
+  // The step's memory came from PyTorch's caching allocator (sim/caching_allocator.hpp).
+  workload_.device.allocator = sim::AllocatorModel::kCaching;
   sim::validate(workload_, trace_.source);
   for (const sim::Op& o : workload_.ops) report_.op_time_ns += o.duration_ns;  // each under an hour
   return ImportResult{std::move(workload_), report_};

@@ -206,6 +206,7 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
       {"instructions", program.instruction_count()},
       {"machine",
        {{"memory_bytes", machine.memory_bytes},
+        {"allocator", to_string(machine.allocator)},
         {"h2d_bytes_per_s", machine.link.h2d_bytes_per_s},
         {"d2h_bytes_per_s", machine.link.d2h_bytes_per_s},
         {"copy_latency_ns", machine.link.latency_ns},
@@ -229,9 +230,11 @@ std::string summary_text(const Timeline& timeline, const Program& program, const
                      program.action_counts[0], program.action_counts[1], program.action_counts[2],
                      program.action_counts[3]);
   out += fmt::format(
-      "machine     {} device memory, h2d {:.2f} GB/s, d2h {:.2f} GB/s, copy latency {:.3f} us\n",
-      format_bytes(machine.memory_bytes), machine.link.h2d_bytes_per_s / 1e9,
-      machine.link.d2h_bytes_per_s / 1e9, to_us(machine.link.latency_ns));
+      "machine     {} device memory ({} allocator), h2d {:.2f} GB/s, d2h {:.2f} GB/s, copy latency "
+      "{:.3f} us\n",
+      format_bytes(machine.memory_bytes), to_string(machine.allocator),
+      machine.link.h2d_bytes_per_s / 1e9, machine.link.d2h_bytes_per_s / 1e9,
+      to_us(machine.link.latency_ns));
   if (!timeline.feasible) {
     out += fmt::format("infeasible  {}\n",
                        timeline.oom ? oom_to_text(*timeline.oom, program, workload) : "unknown");

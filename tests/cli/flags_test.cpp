@@ -86,6 +86,11 @@ TEST_CASE("one unit grammar: case-insensitive, bits and bytes explicit, no bare 
   CHECK(machine("--h2d 12.5GB/s").at("h2d_bytes_per_s") == 12.5e9);
   CHECK(machine("--latency 10US").at("copy_latency_ns") == 10'000);
   CHECK(machine("--latency '10 us'").at("copy_latency_ns") == 10'000);
+  CHECK(machine("").at("allocator") == "arena");
+  // The caching allocator takes 2 MiB at least (one small segment): more than the tiny trace states.
+  CHECK(machine("--allocator caching --memory 4MiB").at("allocator") == "caching");
+  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --allocator cnmem"),
+                "--allocator");
   check_refused(run_memplan("simulate " + tiny() + " --policy in-core --memory 16"),
                 "'16' has no unit (write it like 16GiB or 512MB");
   check_refused(run_memplan("simulate " + tiny() + " --policy in-core --latency 10"),

@@ -194,6 +194,9 @@ std::vector<BadTrace> bad_traces() {
       "host-op speed not positive", [](json& j) { j["device"]["host_bytes_per_s"] = 0; },
       "$.device.host_bytes_per_s", "must be positive");
   mutate(
+      "unknown allocator model", [](json& j) { j["device"]["allocator"] = "cnmem"; },
+      "$.device.allocator", "expected \"arena\" or \"caching\"");
+  mutate(
       "bad provenance", [](json& j) { j["provenance"]["source"] = "dreamt"; },
       "$.provenance.source", "is not one of");
   return cases;

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "sim/input_error.hpp"
+#include "sim/machine.hpp"
 #include "sim/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 
@@ -60,4 +61,20 @@ TEST_CASE("optional fields survive the round trip", "[sim][trace_io]") {
   const Workload back = parse_trace(write_trace(hosted), "t.json");
   CHECK(back.ops[3].host == hosted.ops[3].host);
   CHECK(back.ops[4].host == hosted.ops[4].host);
+}
+
+TEST_CASE("the device's allocator model is read, written and made the machine's",
+          "[sim][trace_io][allocator]") {
+  Workload w = read_trace(source_path("traces/mlp4.json"));
+  CHECK_FALSE(w.device.allocator.has_value());
+  CHECK(make_machine(w.device).allocator == AllocatorModel::kArena);
+  w.device.allocator = AllocatorModel::kCaching;
+  const std::string text = write_trace(w);
+  CHECK(text.find(R"("allocator":"caching")") != std::string::npos);
+  const Workload back = parse_trace(text, "<written>");
+  CHECK(back == w);
+  CHECK(make_machine(back.device).allocator == AllocatorModel::kCaching);
+  MachineOverrides flag;
+  flag.allocator = AllocatorModel::kArena;
+  CHECK(make_machine(back.device, flag).allocator == AllocatorModel::kArena);
 }
