@@ -34,6 +34,11 @@ json.dump(plan, open(sys.argv[2], "w"))
 PY
 repro_run "$out" "$REPRO_TMP/resnet50.json" resnet50 640 v100-16gb pcie3 1024TiB \
   "plan:$REPRO_TMP/plan-superneurons-all-swapped.json" 0
+# The rule under a caching pool's placement (PyTorch's rules; CuPy's pool, which Chainer uses,
+# likewise splits cached blocks and gives free ones back only when cudaMalloc fails) instead of
+# the contiguous arena.
+repro_run "$out" "$REPRO_TMP/resnet50.json" resnet50-caching 640 v100-16gb pcie3 - superneurons 0 \
+  --allocator caching
 info_out=$(dirname "$out")/resnext-info.csv
 echo "batch,feature_map_bytes,forward_s,backward_s" >"$info_out"
 for batch in 96 256; do

@@ -63,6 +63,7 @@ def vdnn_rows(d):
     unb = find(v, workload="vgg16-caffe-unbounded", policy="vdnn-all")
     late = find(v, workload="vgg16-caffe-on-demand", memory="-")
     late_unb = find(v, workload="vgg16-caffe-on-demand", memory="1024TiB")
+    late_caching = find(v, workload="vgg16-caffe-on-demand-caching")
     fits = allr["feasible"] == "1" and abs(ovh(allr) - 0.18) <= 0.10
     out.append((
         "vDNN trains VGG-16 b256 on a 12 GB Titan X (vdnn-all, vdnn-dyn)",
@@ -77,9 +78,11 @@ def vdnn_rows(d):
         f"with 1.55 GiB of weights, gradients and momentum and 0.77 GiB each of pool1's mask and "
         f"output gradient. (2) The allocator: fetching conv1_1's map on demand instead (before "
         f"conv1_2's backward) brings the live peak to {gib(late_unb['peak_bytes'])}, under 12 GiB, "
-        f"but the best-fit arena then has no 3.06 GiB hole ({late['why_not']}). A pool that "
-        f"placed the early 3.06 GiB maps side by side could fit that; vDNN's paper does not say how "
-        f"its pool placed them. vdnn-dyn's last rung (memory-optimal algorithms) changes no "
+        f"but the best-fit arena then has no 3.06 GiB hole ({late['why_not']}). PyTorch's caching "
+        f"allocator (`--allocator caching`) does worse ({late_caching['why_not']}): it splits "
+        f"cached 3.06 GiB segments for smaller maps, and a segment that holds a live block is never "
+        f"given back. A pool that placed the early 3.06 GiB maps side by side could fit the step; "
+        f"vDNN's paper does not say how its pool placed them. vdnn-dyn's last rung (memory-optimal algorithms) changes no "
         f"workspace at pool1 ({'fits' if dyn['feasible'] == '1' else 'does not fit'}). memplan's "
         f"search fits the step by keeping, swapping and recomputing other maps."))
     mem = rows(f"{d}/vdnn-memory.csv")
@@ -199,6 +202,7 @@ def pooch_rows(d):
         f"PCIe 3 (the link of PoocH's x86 machine) memplan reaches the paper's range from 384 on."))
     sn = get(640, "pcie3", "superneurons")
     sn_all = get(640, "pcie3", "superneurons-all-swapped", memory="1024TiB")
+    sn_caching = get(640, "pcie3", "superneurons", workload="resnet50-caching")
     out.append((
         "SuperNeurons rule at ResNet-50 b640, 16 GB V100",
         "out of memory",
@@ -208,8 +212,12 @@ def pooch_rows(d):
         f"least-recently-used first until the step fits; with every checkpoint swapped its live "
         f"peak is {gib(sn_all['peak_bytes'])}, far under 16 GiB, so PyTorch's step under the rule "
         f"cannot run out. The paper ran the rule in Chainer: what took the other "
-        f"{16 - int(sn_all['peak_bytes']) / GIB:.1f} GiB there is not traced here (candidates: "
-        f"buffers Chainer keeps that autograd frees, CuPy's pool rounding and fragmentation)."))
+        f"{16 - int(sn_all['peak_bytes']) / GIB:.1f} GiB there is not traced here. Not the pool's "
+        f"placement: under a caching allocator (`--allocator caching`, PyTorch's rules; CuPy's pool "
+        f"likewise splits cached blocks and gives free ones back only when cudaMalloc fails) the "
+        f"rule "
+        f"{'fits too, ' + pct(ovh(sn_caching)) if sn_caching['feasible'] == '1' else 'runs out'}. "
+        f"The candidate left: buffers Chainer keeps that autograd frees."))
     k = {l: get(512, l, "pooch") for l in loss}
     out.append((
         "PoocH's classification of ResNet-50 b512 (keep/swap/recompute)",

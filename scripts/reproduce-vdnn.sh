@@ -46,6 +46,9 @@ for memory in - 1024TiB; do
   repro_run "$out" "$REPRO_TMP/vgg16-caffe.json" vgg16-caffe-on-demand 256 titanx-maxwell pcie3 \
     "$memory" "plan:$REPRO_TMP/plan-vdnn-all-on-demand.json" 0
 done
+# The same plan at 12 GiB under PyTorch's caching allocator instead of the contiguous arena.
+repro_run "$out" "$REPRO_TMP/vgg16-caffe.json" vgg16-caffe-on-demand-caching 256 titanx-maxwell \
+  pcie3 - "plan:$REPRO_TMP/plan-vdnn-all-on-demand.json" 0 --allocator caching
 # The average-memory rows.
 mem_out=$(dirname "$out")/vdnn-memory.csv
 echo "network,batch,algorithms,no_reuse_bytes,persistent_bytes,average_live_bytes,peak_bytes,iteration_s" \
