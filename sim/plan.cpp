@@ -462,15 +462,18 @@ std::vector<HostUseGroup> host_use_groups(TensorId t, bool host_update, const Wo
   return groups;
 }
 
-std::string host_prefetch_problem(const HostPrefetch& p, const Plan& plan, const Workload& w) {
-  if (index(p.tensor) >= w.tensors.size()) return fmt::format("unknown tensor id {}", p.tensor);
+namespace {
+// Why `p` is not allowed (empty when it is); `readers`: the ops that read its tensor, ascending.
+std::string host_prefetch_problem(const HostPrefetch& p, const Plan& plan,
+                                  std::span<const OpId> readers, const Workload& w,
+                                  std::vector<HostUseGroup>& groups) {
   const std::string& name = w.tensor(p.tensor).name;
   if (!std::binary_search(plan.host_tensors.begin(), plan.host_tensors.end(), p.tensor))
     return fmt::format("tensor '{}' is not placed on the host", name);
   if (index(p.first_use) >= w.ops.size()) return fmt::format("unknown op id {}", p.first_use);
   if (index(p.prefetch_before) >= w.ops.size())
     return fmt::format("unknown op id {}", p.prefetch_before);
-  const std::vector<HostUseGroup> groups = host_use_groups(p.tensor, plan.host_update, w);
+  host_use_groups(p.tensor, readers, plan.host_update, w, groups);
   const auto group = std::find_if(groups.begin(), groups.end(), [&](const HostUseGroup& g) {
     return g.first_use == p.first_use;
   });
@@ -492,23 +495,54 @@ std::string host_prefetch_problem(const HostPrefetch& p, const Plan& plan, const
   }
   return {};
 }
+}  // namespace
+
+std::vector<std::string> host_prefetch_problems(const Plan& plan, const Workload& w) {
+  // The readers of the tensors the entries name, in one pass over the ops.
+  std::vector<TensorId> named;
+  for (const HostPrefetch& p : plan.host_prefetches) {
+    if (index(p.tensor) < w.tensors.size()) named.push_back(p.tensor);
+  }
+  std::sort(named.begin(), named.end());
+  named.erase(std::unique(named.begin(), named.end()), named.end());
+  std::vector<std::vector<OpId>> readers(named.size());
+  for (const Op& op : w.ops) {
+    for (TensorId x : op.inputs) {
+      const auto it = std::lower_bound(named.begin(), named.end(), x);
+      if (it != named.end() && *it == x)
+        readers[static_cast<std::size_t>(it - named.begin())].push_back(op.id);
+    }
+  }
+  std::vector<std::string> problems;
+  std::vector<HostUseGroup> groups;
+  for (const HostPrefetch& p : plan.host_prefetches) {
+    if (index(p.tensor) >= w.tensors.size()) {  // -1 included
+      problems.push_back(fmt::format("unknown tensor id {}", p.tensor));
+      continue;
+    }
+    const auto k = std::lower_bound(named.begin(), named.end(), p.tensor) - named.begin();
+    problems.push_back(
+        host_prefetch_problem(p, plan, readers[static_cast<std::size_t>(k)], w, groups));
+  }
+  return problems;
+}
 
 void drop_stale_host_prefetches(Plan& plan, const Workload& w) {
-  auto& prefetches = plan.host_prefetches;
-  prefetches.erase(std::remove_if(prefetches.begin(), prefetches.end(),
-                                  [&](const HostPrefetch& p) {
-                                    return !host_prefetch_problem(p, plan, w).empty();
-                                  }),
-                   prefetches.end());
+  const std::vector<std::string> problems = host_prefetch_problems(plan, w);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < problems.size(); ++i) {
+    if (problems[i].empty()) plan.host_prefetches[kept++] = plan.host_prefetches[i];
+  }
+  plan.host_prefetches.resize(kept);
 }
 
 namespace {
 void check_host_prefetches(const Plan& plan, const Workload& workload, std::string_view source) {
+  const std::vector<std::string> problems = host_prefetch_problems(plan, workload);
   for (std::size_t i = 0; i < plan.host_prefetches.size(); ++i) {
     const HostPrefetch& p = plan.host_prefetches[i];
     const std::string at = fmt::format("{}: host_prefetches[{}]", source, i);
-    if (auto problem = host_prefetch_problem(p, plan, workload); !problem.empty())
-      throw InputError(at, problem);
+    if (!problems[i].empty()) throw InputError(at, problems[i]);
     if (i > 0) {
       const HostPrefetch& q = plan.host_prefetches[i - 1];
       if (std::pair(p.tensor, p.first_use) <= std::pair(q.tensor, q.first_use)) {

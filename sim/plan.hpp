@@ -251,10 +251,10 @@ void host_use_groups(TensorId t, std::span<const OpId> readers, bool host_update
 /// The same, finding the readers.
 std::vector<HostUseGroup> host_use_groups(TensorId t, bool host_update, const Workload& workload);
 
-/// Why `prefetch` is not allowed in `plan` (empty when it is): it must name a host-placed tensor,
-/// the first use of one of its prefetched groups, and an op in that group's window.
-std::string host_prefetch_problem(const HostPrefetch& prefetch, const Plan& plan,
-                                  const Workload& workload);
+/// Why each of the plan's host prefetches is not allowed, in order (an empty string where it is):
+/// each must name a host-placed tensor, the first use of one of its prefetched groups, and an op
+/// in that group's window.
+std::vector<std::string> host_prefetch_problems(const Plan& plan, const Workload& workload);
 
 /// Removes the plan's host prefetches that no longer name a prefetched group of a host-placed
 /// tensor (after a placement or the update's place changed).

@@ -103,10 +103,9 @@ void read_host_placement(const JsonReader& root, const Workload& workload, Plan&
     plan.host_update = where == "host";
     if (auto problem = host_update_problem(plan, workload); !problem.empty()) update->fail(problem);
   }
-  for (std::size_t i = 0; i < plan.host_prefetches.size(); ++i) {
-    if (auto problem = host_prefetch_problem(plan.host_prefetches[i], plan, workload);
-        !problem.empty())
-      prefetch_entries[i].fail(problem);
+  const std::vector<std::string> problems = host_prefetch_problems(plan, workload);
+  for (std::size_t i = 0; i < problems.size(); ++i) {
+    if (!problems[i].empty()) prefetch_entries[i].fail(problems[i]);
   }
   std::sort(plan.host_prefetches.begin(), plan.host_prefetches.end(),
             [](const HostPrefetch& a, const HostPrefetch& b) {
