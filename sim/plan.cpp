@@ -411,6 +411,9 @@ std::string host_update_problem(const Plan& plan, const Workload& w) {
   return any ? "" : "the workload has no update op";
 }
 
+// Copied out after its producer, a gradient's device copy goes after its last use before the
+// update, and at the earliest one op after the producer, so that the copy-out overlaps that op
+// instead of stalling compute right away.
 OpId host_gradient_drop(TensorId t, std::span<const OpId> readers, const Workload& w) {
   const OpId last_op = op_id(w.ops.size() - 1);
   OpId drop = std::min(w.tensor(t).producer + 1, last_op);
