@@ -81,6 +81,7 @@
 #include "search/network_view.hpp"
 #include "search/parallel.hpp"
 #include "search/policy.hpp"
+#include "sim/check.hpp"
 
 namespace memplan::search {
 namespace {
@@ -363,6 +364,8 @@ class Neighbourhood {
   [[nodiscard]] std::size_t host_group_variable(sim::TensorId t, sim::OpId first_use) const {
     const auto it =
         std::lower_bound(host_groups_.begin(), host_groups_.end(), std::pair(t, first_use));
+    MEMPLAN_CHECK(it != host_groups_.end() && *it == std::pair(t, first_use),
+                  "every group of a host-placed tensor is one of those of an update on the device");
     return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount +
            static_cast<std::size_t>(it - host_groups_.begin());
   }
