@@ -23,12 +23,16 @@
 // that has alternatives; and the placement of the tensors that are not feature maps (Note [Host
 // placement] in sim/plan.hpp), three variables of two values each: every parameter on the host or
 // none; every gradient and optimizer state on the host with the update on the host, or none; every
-// input batch on the host or none. When the neighbourhood is larger than the batch, a batch is
-// drawn from it with a seeded generator, favouring the variables the incumbent's timeline blames
-// (stalls on a map, a map resident or an op's workspace where memory ran out). The batch is
-// evaluated in parallel (oneTBB, parallel_each; one Evaluator, hence one Engine, per worker thread)
-// and the best candidate that improves on the incumbent (ties broken by batch position) becomes the
-// new incumbent, and the next round samples again.
+// input batch on the host or none (parameters and inputs are placed with their groups' default
+// prefetch points, or with every group prefetched at its first use); and for each group of uses
+// of a host-placed tensor, its prefetch point: earlier or later by 1, 4 or 16 ops within its
+// window, at the first use itself, or back to the default. When the neighbourhood is larger than
+// the batch, a batch is drawn from it with a seeded generator, favouring the variables the
+// incumbent's timeline blames (stalls on a map or a host-placed tensor, a map resident, a
+// host-placed tensor's copy resident ahead of its use or an op's workspace where memory ran out).
+// The batch is evaluated in parallel (oneTBB, parallel_each; one Evaluator, hence one Engine, per
+// worker thread) and the best candidate that improves on the incumbent (ties broken by batch
+// position) becomes the new incumbent, and the next round samples again.
 //
 // Widening. A round in which nothing improves widens the neighbourhood of the next one: every
 // single change (up to kFullSweepCap), then every pair of changes to two variables, then every
@@ -77,6 +81,7 @@
 #include "search/network_view.hpp"
 #include "search/parallel.hpp"
 #include "search/policy.hpp"
+#include "sim/check.hpp"
 
 namespace memplan::search {
 namespace {
@@ -104,19 +109,24 @@ enum class Placement : std::int8_t { kNone = -1, kParameters, kUpdate, kInputs }
 constexpr std::size_t kPlacementCount = 3;
 
 // One change to one variable of a plan: a feature map's action (and prefetch point), the
-// algorithm of an op with alternative algorithms (Op::algorithms), or a placement.
+// algorithm of an op with alternative algorithms (Op::algorithms), a placement, or the prefetch
+// point of a group of uses of a host-placed tensor.
 struct Change {
   int variable = -1;  // a map index, or the map count plus the op's index in algorithm_ops(),
-                      // or after those the placement's index
+                      // or after those the placement's index, or after those the host group's
+                      // index in host_groups()
   Placement placement = Placement::kNone;
-  bool on = false;  // the placement's new value
-  int map = -1;     // the map it changes, or -1 for an algorithm change
+  bool at_use = false;  // placed with every group of its tensors prefetched at its first use
+  sim::TensorId host_tensor = sim::kNoTensor;  // a host group's tensor
+  sim::OpId first_use = sim::kNoOp;            // and its first use
+  bool on = false;                             // the placement's new value
+  int map = -1;                                // the map it changes, or -1 for an algorithm change
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
-  sim::OpId prefetch_before = sim::kNoOp;
-  sim::OpId release_before = sim::kNoOp;  // Note [Release point] in sim/plan.hpp
-  sim::OpId op = sim::kNoOp;              // an algorithm change's op
-  std::int32_t algorithm = -1;            // its algorithm; -1: the op's default
+  sim::OpId prefetch_before = sim::kNoOp;  // a swap's or a host group's; kNoOp: the default
+  sim::OpId release_before = sim::kNoOp;   // Note [Release point] in sim/plan.hpp
+  sim::OpId op = sim::kNoOp;               // an algorithm change's op
+  std::int32_t algorithm = -1;             // its algorithm; -1: the op's default
 };
 
 using Move = std::vector<Change>;  // changes to distinct variables
@@ -140,24 +150,43 @@ class Neighbourhood {
     const sim::Workload& w = view.workload();
     placeable_[0] = !sim::host_placeable(w, sim::TensorKind::kParameter).empty();
     sim::Plan update = keep_all(view, "");
-    apply(update, Placement::kUpdate, true, w);
+    apply(update, Placement::kUpdate, true, false);
     placeable_[1] = sim::host_update_problem(update, w).empty();
     placeable_[2] = !sim::host_placeable(w, sim::TensorKind::kInput).empty();
+    // Every group any placement can have: those of an update on the device include the others.
+    readers_.resize(w.tensors.size());
+    for (const sim::Op& op : w.ops) {
+      for (sim::TensorId x : op.inputs) readers_[index(x)].push_back(op.id);
+    }
+    std::vector<sim::HostUseGroup> groups;
+    for (sim::TensorKind kind : {sim::TensorKind::kParameter, sim::TensorKind::kGradient,
+                                 sim::TensorKind::kOptimizerState, sim::TensorKind::kInput}) {
+      for (sim::TensorId t : sim::host_placeable(w, kind)) {
+        sim::host_use_groups(t, readers_[index(t)], false, w, groups);
+        for (const sim::HostUseGroup& g : groups) host_groups_.emplace_back(t, g.first_use);
+      }
+    }
+    std::sort(host_groups_.begin(), host_groups_.end());
   }
 
-  // Sets a placement variable of `plan` (Note [Host placement] in sim/plan.hpp).
-  static void apply(sim::Plan& plan, Placement placement, bool on, const sim::Workload& w) {
+  // Sets a placement variable of `plan` (Note [Host placement] in sim/plan.hpp); `at_use`: the
+  // groups of the tensors it places are prefetched at their first uses, not one op ahead.
+  void apply(sim::Plan& plan, Placement placement, bool on, bool at_use) const {
+    const sim::Workload& w = view_.workload();
     switch (placement) {
       case Placement::kParameters:
         sim::set_host_placement(plan, w, sim::TensorKind::kParameter, on);
+        if (on && at_use) prefetch_at_first_uses(plan, sim::TensorKind::kParameter);
         break;
       case Placement::kUpdate:
         sim::set_host_placement(plan, w, sim::TensorKind::kGradient, on);
         sim::set_host_placement(plan, w, sim::TensorKind::kOptimizerState, on);
         plan.host_update = on;
+        sim::drop_stale_host_prefetches(plan, w);  // an update's groups come and go with it
         break;
       case Placement::kInputs:
         sim::set_host_placement(plan, w, sim::TensorKind::kInput, on);
+        if (on && at_use) prefetch_at_first_uses(plan, sim::TensorKind::kInput);
         break;
       case Placement::kNone:
         break;
@@ -222,8 +251,123 @@ class Neighbourhood {
       c.placement = static_cast<Placement>(k);
       c.on = !placed(plan, c.placement);
       out.push_back(c);
+      // Placed with each copy issued at its use: the least memory ahead of each group, what a
+      // tensor needs when the op before its use is the step's peak (a batch read by the first
+      // layer's backward op, after the second's).
+      if (c.on && c.placement != Placement::kUpdate) {
+        c.at_use = true;
+        out.push_back(c);
+      }
     }
+    host_prefetch_changes(plan, out);
     return out;
+  }
+
+  // For each group of uses of a host-placed tensor: its prefetch point 1, 4 or 16 ops earlier or
+  // later within its window, at the first use, or back to the default (Note [Host placement]).
+  void host_prefetch_changes(const sim::Plan& plan, std::vector<Change>& out) const {
+    std::vector<sim::HostUseGroup> groups;
+    std::vector<sim::OpId> points;
+    for (sim::TensorId t : plan.host_tensors) {
+      groups_of(plan, t, groups);
+      for (const sim::HostUseGroup& g : groups) {
+        const sim::OpId current = prefetch_point(plan, t, g);
+        points.clear();
+        for (std::int32_t delta : {-16, -4, -1, 1, 4, 16}) points.push_back(current + delta);
+        points.push_back(g.first_use);
+        points.push_back(g.default_prefetch);
+        std::sort(points.begin(), points.end());
+        points.erase(std::unique(points.begin(), points.end()), points.end());
+        for (sim::OpId at : points) {
+          if (at < g.earliest_prefetch || at > g.first_use || at == current) continue;
+          Change c;
+          c.variable = static_cast<int>(host_group_variable(t, g.first_use));
+          c.host_tensor = t;
+          c.first_use = g.first_use;
+          c.prefetch_before = at == g.default_prefetch ? sim::kNoOp : at;
+          out.push_back(c);
+        }
+      }
+    }
+  }
+
+  // Every group of the host-placed tensors of `kind` prefetched at its first use.
+  void prefetch_at_first_uses(sim::Plan& plan, sim::TensorKind kind) const {
+    const sim::Workload& w = view_.workload();
+    std::vector<sim::HostUseGroup> groups;
+    for (sim::TensorId t : plan.host_tensors) {
+      if (w.tensor(t).kind != kind) continue;
+      groups_of(plan, t, groups);
+      for (const sim::HostUseGroup& g : groups) {
+        if (g.default_prefetch == g.first_use) continue;
+        const auto it = find_host_prefetch(plan.host_prefetches, t, g.first_use);
+        if (it != plan.host_prefetches.end() && it->tensor == t && it->first_use == g.first_use)
+          continue;  // the plan's own point
+        plan.host_prefetches.insert(it, {t, g.first_use, g.first_use});
+      }
+    }
+  }
+
+  // Adds to `score` (per variable) the blame of the host groups' prefetch points: the stalls
+  // waiting for a group's copy (at the group's ops), and a large weight for each group whose copy
+  // was resident ahead of its first use at the op where memory ran out.
+  void blame_host_groups(const sim::Timeline& timeline, const sim::Plan& plan,
+                         std::vector<double>& score) const {
+    if (plan.host_tensors.empty()) return;
+    for (const sim::Stall& s : timeline.stalls) {
+      if (s.tensor == sim::kNoTensor || s.op == sim::kNoOp) continue;
+      // The group the waiting op belongs to: the last one of the tensor starting at or before it.
+      const auto after =
+          std::upper_bound(host_groups_.begin(), host_groups_.end(), std::pair(s.tensor, s.op));
+      if (after == host_groups_.begin() || std::prev(after)->first != s.tensor) continue;
+      const std::pair<sim::TensorId, sim::OpId>& group = *std::prev(after);
+      score[host_group_variable(group.first, group.second)] +=
+          static_cast<double>(s.end_ns - s.start_ns);
+    }
+    if (!timeline.oom || timeline.oom->op == sim::kNoOp) return;
+    const sim::OpId at = timeline.oom->op;
+    std::vector<sim::HostUseGroup> groups;
+    for (sim::TensorId t : plan.host_tensors) {
+      groups_of(plan, t, groups);
+      for (const sim::HostUseGroup& g : groups) {
+        if (prefetch_point(plan, t, g) <= at && at < g.first_use) {
+          score[host_group_variable(t, g.first_use)] +=
+              1e9 + static_cast<double>(view_.workload().tensor(t).bytes);
+        }
+      }
+    }
+  }
+
+  // The prefetched groups of a host-placed tensor of `plan`.
+  void groups_of(const sim::Plan& plan, sim::TensorId t,
+                 std::vector<sim::HostUseGroup>& groups) const {
+    sim::host_use_groups(t, readers_[index(t)], plan.host_update, view_.workload(), groups);
+  }
+  // Where `plan` prefetches group `g` of host-placed tensor `t`.
+  static sim::OpId prefetch_point(const sim::Plan& plan, sim::TensorId t,
+                                  const sim::HostUseGroup& g) {
+    const auto it = find_host_prefetch(plan.host_prefetches, t, g.first_use);
+    return it != plan.host_prefetches.end() && it->tensor == t && it->first_use == g.first_use
+               ? it->prefetch_before
+               : g.default_prefetch;
+  }
+  // The first of `prefetches` (ascending) at or after (t, first_use).
+  static std::vector<sim::HostPrefetch>::const_iterator find_host_prefetch(
+      const std::vector<sim::HostPrefetch>& prefetches, sim::TensorId t, sim::OpId first_use) {
+    return std::lower_bound(
+        prefetches.begin(), prefetches.end(), std::pair(t, first_use),
+        [](const sim::HostPrefetch& p, std::pair<sim::TensorId, sim::OpId> key) {
+          return std::pair(p.tensor, p.first_use) < key;
+        });
+  }
+  // The variable of a host group (Change::variable).
+  [[nodiscard]] std::size_t host_group_variable(sim::TensorId t, sim::OpId first_use) const {
+    const auto it =
+        std::lower_bound(host_groups_.begin(), host_groups_.end(), std::pair(t, first_use));
+    MEMPLAN_CHECK(it != host_groups_.end() && *it == std::pair(t, first_use),
+                  "every group of a host-placed tensor is one of those of an update on the device");
+    return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount +
+           static_cast<std::size_t>(it - host_groups_.begin());
   }
 
   // The other prefetch and release points of a swapped map (Note [Release point] in
@@ -261,7 +405,8 @@ class Neighbourhood {
   }
 
   [[nodiscard]] std::size_t variable_count() const {
-    return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount;
+    return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount +
+           host_groups_.size();
   }
   // Whether the placement variable is on in `plan`.
   [[nodiscard]] bool placed(const sim::Plan& plan, Placement placement) const {
@@ -273,6 +418,7 @@ class Neighbourhood {
                        [&](sim::TensorId t) { return w.tensor(t).kind == kind; });
   }
   [[nodiscard]] const std::vector<sim::OpId>& algorithm_ops() const { return algorithm_ops_; }
+  [[nodiscard]] const sim::Workload& workload() const { return view_.workload(); }
 
   // A map's prefetch points lie in (last forward use, first backward use].
   [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const {
@@ -308,13 +454,28 @@ class Neighbourhood {
   std::vector<sim::OpId> algorithm_ops_;  // ops with alternative algorithms, in op order
   std::array<bool, kPlacementCount> placeable_{};
   bool release_points_ = true;
+  std::vector<std::vector<sim::OpId>> readers_;  // per tensor, ascending: with host placement
+  // (tensor, first use) of every group of uses that a host-placed tensor may have, ascending.
+  std::vector<std::pair<sim::TensorId, sim::OpId>> host_groups_;
 };
 
-sim::Plan with_move(const sim::Plan& plan, const Move& move, const sim::Workload& w) {
+sim::Plan with_move(const sim::Plan& plan, const Move& move, const Neighbourhood& neighbourhood) {
+  const sim::Workload& w = neighbourhood.workload();
   sim::Plan result = plan;
+  bool placed = false;
   for (const Change& c : move) {
     if (c.placement != Placement::kNone) {
-      Neighbourhood::apply(result, c.placement, c.on, w);
+      neighbourhood.apply(result, c.placement, c.on, c.at_use);
+      placed = true;
+      continue;
+    }
+    if (c.host_tensor != sim::kNoTensor) {  // the entries stay in ascending (tensor, first use)
+      auto& prefetches = result.host_prefetches;
+      auto it = Neighbourhood::find_host_prefetch(prefetches, c.host_tensor, c.first_use);
+      if (it != prefetches.end() && it->tensor == c.host_tensor && it->first_use == c.first_use)
+        it = prefetches.erase(it);
+      if (c.prefetch_before != sim::kNoOp)
+        prefetches.insert(it, {c.host_tensor, c.first_use, c.prefetch_before});
       continue;
     }
     if (c.map < 0) {  // an algorithm: the choices stay in ascending op order
@@ -333,12 +494,16 @@ sim::Plan with_move(const sim::Plan& plan, const Move& move, const sim::Workload
     d.release_before = c.release_before;
     d.per_use = false;  // a change of action or prefetch point: recompute per segment by default
   }
+  // A placement changed along with a host group's prefetch point: the group may be gone.
+  if (placed) sim::drop_stale_host_prefetches(result, w);
   return result;
 }
 
 // How much the incumbent's timeline blames each variable: a map for the stalls waiting for it,
 // plus a large weight for being resident (kept) where memory ran out; an op's algorithm for
-// being the op where memory ran out.
+// being the op where memory ran out; a host group's prefetch point for the stalls waiting for its
+// copy, plus a large weight when the copy was resident ahead of its first use where memory ran
+// out.
 std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view,
                           const Neighbourhood& neighbourhood, const sim::Plan& plan) {
   std::vector<double> score(neighbourhood.variable_count(), 1.0);
@@ -365,6 +530,7 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
     for (std::size_t k = 0; k < kPlacementCount; ++k)
       score[plan.decisions.size() + neighbourhood.algorithm_ops().size() + k] += 1e9;
   }
+  neighbourhood.blame_host_groups(timeline, plan, score);
   return score;
 }
 
@@ -625,7 +791,7 @@ class LocalSearch {
       const auto [best, scores, swept] = evaluate_moves(plan, evaluation, moves);
       bool settled = false;
       if (best < moves.size()) {
-        plan = with_move(plan, moves[best], view_.workload());
+        plan = with_move(plan, moves[best], neighbourhood_);
         evaluation = scores[best];
         sweep = Sweep::kSampled;
         idle_random_pairs = 0;
@@ -689,7 +855,7 @@ class LocalSearch {
             cut.store(true, std::memory_order_relaxed);
             return;
           }
-          const sim::Plan candidate = with_move(plan, moves[i], view_.workload());
+          const sim::Plan candidate = with_move(plan, moves[i], neighbourhood_);
           out.scores[i] = sim::lossy_map_recomputed_from(candidate, view_.feature_maps(), workload_)
                               ? refused()
                               : evaluators_.local()->evaluate(candidate);

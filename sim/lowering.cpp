@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
 
 #include "sim/check.hpp"
 #include "sim/liveness.hpp"
@@ -437,7 +438,8 @@ void Lowerer::release(TensorId t, OpId op) {
 
 // Note [Host placement] (sim/plan.hpp), the plan's part: host slots of host-placed pre-existing
 // tensors (and master copies of parameters a host update reads), and for every host-placed tensor
-// the prefetch before each group of its uses in one phase and the drop after the group's last use.
+// the prefetch before each group of its uses (at the plan's point, or the default one) and the
+// drop after the group's last use (a gradient's after its last use before the update).
 void Lowerer::plan_host_placement(const Plan& plan) {
   entries_.clear();
   auto new_slot = [&](TensorId t) {
@@ -446,44 +448,28 @@ void Lowerer::plan_host_placement(const Plan& plan) {
   };
   // (issued at, first use, tensor): at one op, the copy needed first is issued first.
   host_prefetches_.clear();
-  auto prefetch = [&](OpId first_use, OpId previous_end, TensorId t) {
-    const OpId when = first_use - 1 > previous_end ? first_use - 1 : first_use;
-    host_prefetches_.emplace_back(when, first_use, t);
-  };
-  const OpId last_op = op_id(op_.size() - 1);
+  auto chosen = plan.host_prefetches.begin();  // ascending (tensor, first use), like the loops
   for (TensorId t : plan.host_tensors) {
     state_[index(t)].host = 1;
-    const TensorInfo& info = tensor_[index(t)];
-    const auto first = readers_.begin[index(t)];
-    const auto end = readers_.begin[index(t) + 1];
-    if (!is_preexisting(info.kind)) {
-      // A gradient: copied out after its producer; its device copy goes after its last use before
-      // the update, and at the earliest one op after the producer, so that the copy-out overlaps
-      // that op instead of stalling compute right away.
-      OpId drop = std::min(info.producer + 1, last_op);
-      OpId update_first = kNoOp;
-      for (auto k = first; k < end; ++k) {
-        const OpId r = readers_.items[at(k)];
-        if (op_[index(r)].phase != Phase::kUpdate) drop = std::max(drop, r);
-        if (op_[index(r)].phase == Phase::kUpdate && update_first == kNoOp) update_first = r;
-      }
-      if (update_first != kNoOp) drop = std::min(drop, update_first);
-      entries_.emplace_back(drop, t);
-      if (!plan.host_update && update_first != kNoOp) prefetch(update_first, drop, t);
-      continue;
+    const auto begin = static_cast<std::size_t>(readers_.begin[index(t)]);
+    const auto end = static_cast<std::size_t>(readers_.begin[index(t) + 1]);
+    const std::span<const OpId> readers(readers_.items.data() + begin, end - begin);
+    if (is_preexisting(tensor_[index(t)].kind)) {
+      new_slot(t);
+    } else {
+      entries_.emplace_back(host_gradient_drop(t, readers, w_), t);
     }
-    new_slot(t);
-    OpId previous_end = kNoOp;
-    for (auto k = first; k < end;) {
-      const OpId group_first = readers_.items[at(k)];
-      const Phase phase = op_[index(group_first)].phase;
-      OpId group_last = group_first;
-      while (k < end && op_[index(readers_.items[at(k)])].phase == phase)
-        group_last = readers_.items[at(k++)];
-      if (phase == Phase::kUpdate && plan.host_update) continue;  // reads the host slot
-      prefetch(group_first, previous_end, t);
-      entries_.emplace_back(group_last, t);
-      previous_end = group_last;
+    host_use_groups(t, readers, plan.host_update, w_, groups_);
+    for (const HostUseGroup& g : groups_) {
+      OpId when = g.default_prefetch;
+      while (chosen != plan.host_prefetches.end() &&
+             std::pair(chosen->tensor, chosen->first_use) < std::pair(t, g.first_use))
+        ++chosen;
+      if (chosen != plan.host_prefetches.end() && chosen->tensor == t &&
+          chosen->first_use == g.first_use)
+        when = chosen->prefetch_before;
+      host_prefetches_.emplace_back(when, g.first_use, t);
+      if (is_preexisting(tensor_[index(t)].kind)) entries_.emplace_back(g.last_use, t);
     }
   }
   std::sort(host_prefetches_.begin(), host_prefetches_.end());

@@ -121,6 +121,7 @@ class Lowerer {
   std::vector<std::pair<OpId, TensorId>> prefetches_;
   std::vector<std::pair<OpId, TensorId>> releases_;
   std::vector<std::tuple<OpId, OpId, TensorId>> host_prefetches_;
+  std::vector<HostUseGroup> groups_;  // of one host-placed tensor
   PerOp prefetch_at_;
   PerOp forward_drop_at_;
   PerOp release_at_;               // swapped maps released before the op (Note [Release point])

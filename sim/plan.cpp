@@ -367,10 +367,12 @@ void set_host_placement(Plan& plan, const Workload& w, TensorKind kind, bool on)
   host.erase(std::remove_if(host.begin(), host.end(),
                             [&](TensorId t) { return w.tensor(t).kind == kind; }),
              host.end());
-  if (!on) return;
-  const std::vector<TensorId> placed = host_placeable(w, kind);
-  host.insert(host.end(), placed.begin(), placed.end());
-  std::sort(host.begin(), host.end());
+  if (on) {
+    const std::vector<TensorId> placed = host_placeable(w, kind);
+    host.insert(host.end(), placed.begin(), placed.end());
+    std::sort(host.begin(), host.end());
+  }
+  drop_stale_host_prefetches(plan, w);
 }
 
 std::string host_update_problem(const Plan& plan, const Workload& w) {
@@ -409,7 +411,152 @@ std::string host_update_problem(const Plan& plan, const Workload& w) {
   return any ? "" : "the workload has no update op";
 }
 
+// Copied out after its producer, a gradient's device copy goes after its last use before the
+// update, and at the earliest one op after the producer, so that the copy-out overlaps that op
+// instead of stalling compute right away.
+OpId host_gradient_drop(TensorId t, std::span<const OpId> readers, const Workload& w) {
+  const OpId last_op = op_id(w.ops.size() - 1);
+  OpId drop = std::min(w.tensor(t).producer + 1, last_op);
+  OpId update_first = kNoOp;
+  for (OpId r : readers) {
+    const bool update = w.op(r).phase == Phase::kUpdate;
+    if (!update) drop = std::max(drop, r);
+    if (update && update_first == kNoOp) update_first = r;
+  }
+  return update_first != kNoOp ? std::min(drop, update_first) : drop;
+}
+
+void host_use_groups(TensorId t, std::span<const OpId> readers, bool host_update, const Workload& w,
+                     std::vector<HostUseGroup>& out) {
+  out.clear();
+  auto add = [&](OpId first_use, OpId last_use, OpId previous_drop) {
+    const OpId earliest = previous_drop + 1;  // op 0 after kNoOp
+    if (earliest > first_use) return;         // the previous copy is still there: no prefetch
+    out.push_back({first_use, last_use, earliest, std::max(earliest, first_use - 1)});
+  };
+  if (!is_preexisting(w.tensor(t).kind)) {  // a gradient: its update uses, on the device
+    if (host_update) return;
+    const auto update = std::find_if(readers.begin(), readers.end(),
+                                     [&](OpId r) { return w.op(r).phase == Phase::kUpdate; });
+    if (update != readers.end()) add(*update, readers.back(), host_gradient_drop(t, readers, w));
+    return;
+  }
+  OpId previous_end = kNoOp;
+  for (std::size_t k = 0; k < readers.size();) {
+    const OpId group_first = readers[k];
+    const Phase phase = w.op(group_first).phase;
+    OpId group_last = group_first;
+    while (k < readers.size() && w.op(readers[k]).phase == phase) group_last = readers[k++];
+    if (phase == Phase::kUpdate && host_update) continue;  // reads the host slot
+    add(group_first, group_last, previous_end);
+    previous_end = group_last;
+  }
+}
+
+std::vector<HostUseGroup> host_use_groups(TensorId t, bool host_update, const Workload& w) {
+  std::vector<OpId> readers;
+  for (const Op& op : w.ops) {
+    for (TensorId x : op.inputs) {
+      if (x == t) readers.push_back(op.id);
+    }
+  }
+  std::vector<HostUseGroup> groups;
+  host_use_groups(t, readers, host_update, w, groups);
+  return groups;
+}
+
 namespace {
+// Why `p` is not allowed (empty when it is); `readers`: the ops that read its tensor, ascending.
+std::string host_prefetch_problem(const HostPrefetch& p, const Plan& plan,
+                                  std::span<const OpId> readers, const Workload& w,
+                                  std::vector<HostUseGroup>& groups) {
+  const std::string& name = w.tensor(p.tensor).name;
+  if (!std::binary_search(plan.host_tensors.begin(), plan.host_tensors.end(), p.tensor))
+    return fmt::format("tensor '{}' is not placed on the host", name);
+  if (index(p.first_use) >= w.ops.size()) return fmt::format("unknown op id {}", p.first_use);
+  if (index(p.prefetch_before) >= w.ops.size())
+    return fmt::format("unknown op id {}", p.prefetch_before);
+  host_use_groups(p.tensor, readers, plan.host_update, w, groups);
+  const auto group = std::find_if(groups.begin(), groups.end(), [&](const HostUseGroup& g) {
+    return g.first_use == p.first_use;
+  });
+  if (group == groups.end()) {
+    std::string firsts;
+    for (const HostUseGroup& g : groups)
+      firsts += fmt::format("{}op {} '{}'", firsts.empty() ? "" : ", ", g.first_use,
+                            w.op(g.first_use).name);
+    return fmt::format(
+        "op {} '{}' is not the first use of a prefetched group of uses of '{}' (those are: {})",
+        p.first_use, w.op(p.first_use).name, name, firsts.empty() ? "none" : firsts);
+  }
+  if (p.prefetch_before < group->earliest_prefetch || p.prefetch_before > p.first_use) {
+    return fmt::format(
+        "the prefetch of '{}' for its uses from op {} '{}' must be before an op from op {} '{}' "
+        "(after the previous device copy is dropped) to that first use",
+        name, p.first_use, w.op(p.first_use).name, group->earliest_prefetch,
+        w.op(group->earliest_prefetch).name);
+  }
+  return {};
+}
+}  // namespace
+
+std::vector<std::string> host_prefetch_problems(const Plan& plan, const Workload& w) {
+  // The readers of the tensors the entries name, in one pass over the ops.
+  std::vector<TensorId> named;
+  for (const HostPrefetch& p : plan.host_prefetches) {
+    if (index(p.tensor) < w.tensors.size()) named.push_back(p.tensor);
+  }
+  std::sort(named.begin(), named.end());
+  named.erase(std::unique(named.begin(), named.end()), named.end());
+  std::vector<std::vector<OpId>> readers(named.size());
+  for (const Op& op : w.ops) {
+    for (TensorId x : op.inputs) {
+      const auto it = std::lower_bound(named.begin(), named.end(), x);
+      if (it != named.end() && *it == x)
+        readers[static_cast<std::size_t>(it - named.begin())].push_back(op.id);
+    }
+  }
+  std::vector<std::string> problems;
+  std::vector<HostUseGroup> groups;
+  for (const HostPrefetch& p : plan.host_prefetches) {
+    if (index(p.tensor) >= w.tensors.size()) {  // -1 included
+      problems.push_back(fmt::format("unknown tensor id {}", p.tensor));
+      continue;
+    }
+    const auto k = std::lower_bound(named.begin(), named.end(), p.tensor) - named.begin();
+    problems.push_back(
+        host_prefetch_problem(p, plan, readers[static_cast<std::size_t>(k)], w, groups));
+  }
+  return problems;
+}
+
+void drop_stale_host_prefetches(Plan& plan, const Workload& w) {
+  const std::vector<std::string> problems = host_prefetch_problems(plan, w);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < problems.size(); ++i) {
+    if (problems[i].empty()) plan.host_prefetches[kept++] = plan.host_prefetches[i];
+  }
+  plan.host_prefetches.resize(kept);
+}
+
+namespace {
+void check_host_prefetches(const Plan& plan, const Workload& workload, std::string_view source) {
+  const std::vector<std::string> problems = host_prefetch_problems(plan, workload);
+  for (std::size_t i = 0; i < plan.host_prefetches.size(); ++i) {
+    const HostPrefetch& p = plan.host_prefetches[i];
+    const std::string at = fmt::format("{}: host_prefetches[{}]", source, i);
+    if (!problems[i].empty()) throw InputError(at, problems[i]);
+    if (i > 0) {
+      const HostPrefetch& q = plan.host_prefetches[i - 1];
+      if (std::pair(p.tensor, p.first_use) <= std::pair(q.tensor, q.first_use)) {
+        throw InputError(at,
+                         "host prefetches must name each group once, in ascending (tensor, first "
+                         "use) order");
+      }
+    }
+  }
+}
+
 void check_host_placement(const Plan& plan, const Workload& workload, std::string_view source) {
   for (std::size_t i = 0; i < plan.host_tensors.size(); ++i) {
     const TensorId t = plan.host_tensors[i];
@@ -428,6 +575,7 @@ void check_host_placement(const Plan& plan, const Workload& workload, std::strin
   if (auto problem = host_update_problem(plan, workload); !problem.empty()) {
     throw InputError(fmt::format("{}: $.update", source), problem);
   }
+  check_host_prefetches(plan, workload, source);
 }
 }  // namespace
 

@@ -50,12 +50,21 @@
 //   parameter, optimizer state, input (pre-existing): the host slot holds it when the step starts
 //     (and, for parameters and optimizer state, when it ends); the uses are split into groups of
 //     consecutive uses in one phase (forward, backward, update), and each group gets a device copy
-//     prefetched one op before the group's first use (or at that use when the op before belongs to
-//     the previous group), freed after the group's last use. An update on the device writes the
-//     copy back to the slot before freeing it. So a parameter is off the device between its forward
-//     and backward uses, an input batch after its last forward use until backward reads it.
+//     prefetched before an op of its window and freed after the group's last use. An update on the
+//     device writes the copy back to the slot before freeing it. So a parameter is off the device
+//     between its forward and backward uses, an input batch after its last forward use until
+//     backward reads it.
 //   gradient (read by an update op): copied to its slot as soon as it is written, its device copy
-//     freed after its last use before the update; prefetched again for an update on the device.
+//     freed after its last use before the update, and at the earliest one op after its producer;
+//     prefetched again (one group: its update uses) for an update on the device.
+// A group's prefetch window runs from the op after the previous device copy was dropped (the
+// previous group's last use; a gradient's drop point; op 0 for a pre-existing tensor's first
+// group) to the group's first use: before that the device still holds the previous copy, after it
+// the use would find no copy. The plan names a point in it (Plan::host_prefetches); by default the
+// op before the first use, so that the copy overlaps one op, or the first use itself when the op
+// before is outside the window. An earlier point hides more of the copy and holds the memory
+// longer; the first use itself frees the memory the ops before it need (a batch of 3.45 GiB
+// prefetched one op before its backward use sits beside that op's own 13.3 GiB).
 // host_update: every update-phase op runs on the host stream (kHostRun) over host slots. Each
 // gradient and optimizer state it reads must be host-placed; a parameter it reads that stays on
 // the device gets a host master copy (a slot holding it from the start), and the updated value is
@@ -65,6 +74,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -153,6 +163,16 @@ struct AlgorithmChoice {
   friend bool operator==(const AlgorithmChoice&, const AlgorithmChoice&) = default;
 };
 
+/// A group of uses of a host-placed tensor whose device copy the plan prefetches before another op
+/// than the default (Note [Host placement]).
+struct HostPrefetch {
+  TensorId tensor = kNoTensor;
+  OpId first_use = kNoOp;        // the group's first use: names the group
+  OpId prefetch_before = kNoOp;  // in the group's window (HostUseGroup)
+
+  friend bool operator==(const HostPrefetch&, const HostPrefetch&) = default;
+};
+
 struct Plan {
   std::string policy;               // who made it ("swap-all", "hand-written", ...)
   std::uint64_t fingerprint = 0;    // workload_fingerprint() of the workload it was made for
@@ -162,6 +182,9 @@ struct Plan {
   std::vector<TensorId> host_tensors;
   /// The update-phase ops run on the host over host copies (Note [Host placement]).
   bool host_update = false;
+  /// Prefetch points of groups of host-placed tensors' uses that are not the default, ascending
+  /// by (tensor, first_use); a group not listed is prefetched at its default point.
+  std::vector<HostPrefetch> host_prefetches;
 
   [[nodiscard]] std::array<std::size_t, kActionCount> action_counts() const;
 
@@ -195,12 +218,47 @@ std::string host_placement_problem(TensorId t, const Workload& workload);
 std::vector<TensorId> host_placeable(const Workload& workload, TensorKind kind);
 
 /// Places every tensor of `kind` that may go to the host there (`on`), or back on the device;
-/// plan.host_tensors stays ascending. What the offload policies and the search's placement moves
-/// do, one kind at a time.
+/// plan.host_tensors stays ascending, and host prefetches of groups that no longer exist go
+/// (drop_stale_host_prefetches). What the offload policies and the search's placement moves do,
+/// one kind at a time.
 void set_host_placement(Plan& plan, const Workload& workload, TensorKind kind, bool on);
 
 /// Why the plan's host update is not allowed (empty when it is, or when there is none).
 std::string host_update_problem(const Plan& plan, const Workload& workload);
+
+/// A group of uses of a host-placed tensor that gets its own prefetched device copy (Note [Host
+/// placement]): its uses, and the window of ops before which the prefetch may be issued.
+struct HostUseGroup {
+  OpId first_use = kNoOp;
+  OpId last_use = kNoOp;
+  OpId earliest_prefetch = kNoOp;  // the op after the previous device copy was dropped
+  OpId default_prefetch = kNoOp;   // the op before first_use, or first_use when that is earlier
+
+  friend bool operator==(const HostUseGroup&, const HostUseGroup&) = default;
+};
+
+/// The op after which the device copy of a host-placed gradient goes: its last use before the
+/// update, at the earliest one op after its producer. `readers`: the ops that read it, ascending.
+OpId host_gradient_drop(TensorId t, std::span<const OpId> readers, const Workload& workload);
+
+/// The groups of uses of host-placed tensor `t` that are prefetched, ascending, into `out` (its
+/// old contents replaced): a pre-existing tensor's groups of consecutive uses in one phase (not
+/// the update's when `host_update`: it reads the slot); a gradient's update uses when the update
+/// runs on the device and its device copy is gone before them. `readers`: the ops that read `t`,
+/// ascending (repeats allowed).
+void host_use_groups(TensorId t, std::span<const OpId> readers, bool host_update,
+                     const Workload& workload, std::vector<HostUseGroup>& out);
+/// The same, finding the readers.
+std::vector<HostUseGroup> host_use_groups(TensorId t, bool host_update, const Workload& workload);
+
+/// Why each of the plan's host prefetches is not allowed, in order (an empty string where it is):
+/// each must name a host-placed tensor, the first use of one of its prefetched groups, and an op
+/// in that group's window.
+std::vector<std::string> host_prefetch_problems(const Plan& plan, const Workload& workload);
+
+/// Removes the plan's host prefetches that no longer name a prefetched group of a host-placed
+/// tensor (after a placement or the update's place changed).
+void drop_stale_host_prefetches(Plan& plan, const Workload& workload);
 
 /// Per tensor: can it be rebuilt by re-running forward ops from pre-existing tensors? (Pre-existing
 /// tensors themselves count as regenerable: they stay resident.)

@@ -40,11 +40,33 @@ auto resolve(const JsonReader& r, const Items& items, std::string_view what) {
   return found;
 }
 
-// "tensors" (placements of tensors other than feature maps) and "update" (Note [Host placement]).
+// A host-placed tensor's "prefetches": the groups of its uses prefetched before another op than
+// the default (Note [Host placement]); checked once the update's place is known.
+void read_host_prefetches(const JsonReader& list, TensorId t, const Workload& workload, Plan& plan,
+                          std::vector<JsonReader>& readers) {
+  for (const JsonReader& entry : list.elements()) {
+    entry.reject_unknown_keys({"first_use", "prefetch_before"});
+    const JsonReader first_use = entry.at("first_use");
+    const OpId first = resolve(first_use, workload.ops, "op");
+    for (const HostPrefetch& p : plan.host_prefetches) {
+      if (p.tensor == t && p.first_use == first) {
+        first_use.fail(
+            fmt::format("the group of uses from op '{}' is named twice", workload.op(first).name));
+      }
+    }
+    plan.host_prefetches.push_back(
+        {t, first, resolve(entry.at("prefetch_before"), workload.ops, "op")});
+    readers.push_back(entry);
+  }
+}
+
+// "tensors" (placements of tensors other than feature maps, and their groups' prefetch points) and
+// "update" (Note [Host placement]).
 void read_host_placement(const JsonReader& root, const Workload& workload, Plan& plan) {
+  std::vector<JsonReader> prefetch_entries;  // in plan.host_prefetches order, before sorting
   if (auto tensors = root.find("tensors")) {
     for (const JsonReader& entry : tensors->elements()) {
-      entry.reject_unknown_keys({"tensor", "placement"});
+      entry.reject_unknown_keys({"tensor", "placement", "prefetches"});
       const JsonReader tensor_ref = entry.at("tensor");
       const TensorId t = resolve(tensor_ref, workload.tensors, "tensor");
       const JsonReader placement = entry.at("placement");
@@ -61,6 +83,15 @@ void read_host_placement(const JsonReader& root, const Workload& workload, Plan&
                                workload.tensor(t).name, problem));
       }
       if (where == "host") plan.host_tensors.push_back(t);
+      if (auto prefetches = entry.find("prefetches")) {
+        if (where != "host") {
+          prefetches->fail(
+              fmt::format("tensor '{}' is on the device: only a host-placed tensor's "
+                          "uses are prefetched",
+                          workload.tensor(t).name));
+        }
+        read_host_prefetches(*prefetches, t, workload, plan, prefetch_entries);
+      }
     }
     std::sort(plan.host_tensors.begin(), plan.host_tensors.end());
   }
@@ -72,6 +103,14 @@ void read_host_placement(const JsonReader& root, const Workload& workload, Plan&
     plan.host_update = where == "host";
     if (auto problem = host_update_problem(plan, workload); !problem.empty()) update->fail(problem);
   }
+  const std::vector<std::string> problems = host_prefetch_problems(plan, workload);
+  for (std::size_t i = 0; i < problems.size(); ++i) {
+    if (!problems[i].empty()) prefetch_entries[i].fail(problems[i]);
+  }
+  std::sort(plan.host_prefetches.begin(), plan.host_prefetches.end(),
+            [](const HostPrefetch& a, const HostPrefetch& b) {
+              return std::pair(a.tensor, a.first_use) < std::pair(b.tensor, b.first_use);
+            });
 }
 
 // "format" and "version": a plan file of the version this memplan reads.
@@ -205,6 +244,11 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
   for (const Tensor& t : workload.tensors) ++tensor_names[t.name];
   std::unordered_map<std::string, int> op_names;
   for (const Op& op : workload.ops) ++op_names[op.name];
+  // An op by its name when that is unique, else by its id.
+  auto op_ref = [&](OpId id) {
+    const Op& op = workload.op(id);
+    return op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(value(op.id));
+  };
   std::string out = "{\n";
   out +=
       fmt::format("\"format\": \"{}\",\n\"version\": {},\n", kPlanFormatName, kPlanFormatVersion);
@@ -220,11 +264,7 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
     out += fmt::format("{}\n  {{\"tensor\":{},\"action\":\"{}\"", first ? "" : ",", ref.dump(),
                        action_label(d.action, d.encoding));
     auto write_op = [&](std::string_view key, OpId id) {
-      if (id == kNoOp) return;
-      const Op& op = workload.op(id);
-      nlohmann::json op_ref =
-          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(value(op.id));
-      out += fmt::format(",\"{}\":{}", key, op_ref.dump());
+      if (id != kNoOp) out += fmt::format(",\"{}\":{}", key, op_ref(id).dump());
     };
     write_op("prefetch_before", d.prefetch_before);
     write_op("release_before", d.release_before);
@@ -237,10 +277,8 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
     out += ",\n\"algorithms\": [";
     for (std::size_t i = 0; i < plan.algorithms.size(); ++i) {
       const Op& op = workload.op(plan.algorithms[i].op);
-      nlohmann::json op_ref =
-          op_names[op.name] == 1 ? nlohmann::json(op.name) : nlohmann::json(value(op.id));
       out += fmt::format(
-          "{}\n  {{\"op\":{},\"algorithm\":{}}}", i == 0 ? "" : ",", op_ref.dump(),
+          "{}\n  {{\"op\":{},\"algorithm\":{}}}", i == 0 ? "" : ",", op_ref(op.id).dump(),
           nlohmann::json(op.algorithms[static_cast<std::size_t>(plan.algorithms[i].algorithm)].name)
               .dump());
     }
@@ -248,12 +286,21 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
   }
   if (!plan.host_tensors.empty()) {
     out += ",\n\"tensors\": [";
+    auto prefetch = plan.host_prefetches.begin();  // both ascending by tensor
     for (std::size_t i = 0; i < plan.host_tensors.size(); ++i) {
       const Tensor& t = workload.tensor(plan.host_tensors[i]);
       nlohmann::json ref =
           tensor_names[t.name] == 1 ? nlohmann::json(t.name) : nlohmann::json(value(t.id));
-      out += fmt::format("{}\n  {{\"tensor\":{},\"placement\":\"host\"}}", i == 0 ? "" : ",",
+      out += fmt::format("{}\n  {{\"tensor\":{},\"placement\":\"host\"", i == 0 ? "" : ",",
                          ref.dump());
+      std::string prefetches;
+      for (; prefetch != plan.host_prefetches.end() && prefetch->tensor == t.id; ++prefetch) {
+        prefetches += fmt::format("{}{{\"first_use\":{},\"prefetch_before\":{}}}",
+                                  prefetches.empty() ? "" : ",", op_ref(prefetch->first_use).dump(),
+                                  op_ref(prefetch->prefetch_before).dump());
+      }
+      if (!prefetches.empty()) out += fmt::format(",\"prefetches\":[{}]", prefetches);
+      out += "}";
     }
     out += "\n]";
   }

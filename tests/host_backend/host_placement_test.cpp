@@ -29,6 +29,20 @@ mp::sim::Workload resnet18(mp::zoo::Optimizer optimizer = mp::zoo::Optimizer::kS
   return mp::zoo::build_model(*model, options).workload;
 }
 
+// `plan` with every group of its host-placed tensors prefetched at the group's first use
+// (`at_use`) or at the start of its window, where that is not the default.
+mp::sim::Plan prefetching(mp::sim::Plan plan, const mp::sim::Workload& w, bool at_use) {
+  for (mp::sim::TensorId t : plan.host_tensors) {
+    for (const mp::sim::HostUseGroup& g : mp::sim::host_use_groups(t, plan.host_update, w)) {
+      const mp::sim::OpId at = at_use ? g.first_use : g.earliest_prefetch;
+      if (at != g.default_prefetch) plan.host_prefetches.push_back({t, g.first_use, at});
+    }
+  }
+  REQUIRE_FALSE(plan.host_prefetches.empty());
+  mp::sim::validate_plan(plan, w, "test plan");
+  return plan;
+}
+
 mp::sim::Plan placing(const mp::sim::Workload& w, std::initializer_list<TensorKind> kinds,
                       bool host_update) {
   mp::sim::Plan plan = mp::sim::in_core_plan(w);
@@ -68,7 +82,10 @@ TEST_CASE("host-placed parameters, gradients and optimizer state run bitwise at 
   struct Case {
     const char* name;
     mp::sim::Plan plan;
+    bool below_in_core = true;
   };
+  const mp::sim::Plan on_device_update =
+      placing(w, {TensorKind::kParameter, TensorKind::kOptimizerState, TensorKind::kInput}, false);
   const std::vector<Case> cases{
       {"fsdp-offload: parameters, gradients and optimizer state on the host, update on the host",
        placing(w, {TensorKind::kParameter, TensorKind::kGradient, TensorKind::kOptimizerState},
@@ -76,17 +93,27 @@ TEST_CASE("host-placed parameters, gradients and optimizer state run bitwise at 
       {"zero-offload: gradients and optimizer state on the host, update on the host",
        placing(w, {TensorKind::kGradient, TensorKind::kOptimizerState}, true)},
       {"parameters, optimizer state and the batch on the host, update on the device",
-       placing(w, {TensorKind::kParameter, TensorKind::kOptimizerState, TensorKind::kInput},
-               false)},
+       on_device_update},
+      // Moved prefetch points (Plan::host_prefetches): every copy issued at its use, or as early
+      // as its window allows. Then the weights and momenta are back on the device from the op
+      // after their previous use on, which holds as much as in core, and the arena, which frees
+      // and takes the copies again in another order, needs more than the in-core device
+      // (141,287,936 B against 141,053,152 with SGD): that case runs on a larger one.
+      {"the same, every group prefetched at its first use", prefetching(on_device_update, w, true)},
+      {"the same, every group prefetched at the start of its window",
+       prefetching(on_device_update, w, false), false},
   };
   for (const Case& c : cases) {
     SECTION(c.name) {
+      mp::sim::Machine device = machine;
+      if (!c.below_in_core) device.memory_bytes = 2 * in_core;
       const auto r =
-          mp::runtime::validate(mp::host_backend::HostBackend{}, w, c.plan, machine, options);
+          mp::runtime::validate(mp::host_backend::HostBackend{}, w, c.plan, device, options);
+      CHECK(r.predicted_feasible);
       CHECK(r.measured_feasible);
       CHECK(r.peaks_match());
       CHECK(r.peak_bytes_measured == r.peak_bytes_predicted);
-      CHECK(r.peak_bytes_predicted < in_core);
+      if (c.below_in_core) CHECK(r.peak_bytes_predicted < in_core);
       CHECK(r.tolerance.bitwise);
       CHECK(r.bitwise_equal);
       CHECK(r.gradients_match);

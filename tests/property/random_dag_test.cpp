@@ -162,6 +162,15 @@ Plan random_plan(const Workload& w, Rng& rng) {
       plan.host_update = true;
       plan.host_update = host_update_problem(plan, w).empty();
     }
+    // Half the groups of their uses prefetched at a point of their window other than the
+    // default (Plan::host_prefetches), drawn after the placement so that it stays what it was.
+    for (TensorId t : plan.host_tensors) {
+      for (const HostUseGroup& g : host_use_groups(t, plan.host_update, w)) {
+        if (uniform(place, 0, 1) == 0) continue;
+        const OpId at = op_id(uniform(place, value(g.earliest_prefetch), value(g.first_use)));
+        if (at != g.default_prefetch) plan.host_prefetches.push_back({t, g.first_use, at});
+      }
+    }
     validate_plan(plan, w, "random plan");
   }
   return plan;
@@ -554,6 +563,7 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   int lossless = 0;
   int host_placed = 0;
   int host_updates = 0;
+  int moved_host_prefetches = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed));
@@ -573,6 +583,7 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
     if (!first.feasible) ++infeasible;
     if (!program.stream(StreamId::kD2H).empty()) ++with_copies;
     host_placed += plan.host_tensors.empty() ? 0 : 1;
+    moved_host_prefetches += plan.host_prefetches.empty() ? 0 : 1;
     host_updates += plan.host_update && first.feasible ? 1 : 0;
     for (const Decision& d : plan.decisions) {
       lossless += d.encoding == Encoding::kBinarize || d.encoding == Encoding::kSparse ? 1 : 0;
@@ -637,7 +648,8 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   CHECK(infeasible > kCases / 20);
   CHECK(infeasible < kCases);
   CHECK(with_copies > kCases / 2);
-  CHECK(lossless > kCases / 100);     // binarize and sparse maps do occur
-  CHECK(host_placed > kCases / 5);    // host placement in about a third of the plans
-  CHECK(host_updates > kCases / 50);  // and host updates that run to the end
+  CHECK(lossless > kCases / 100);              // binarize and sparse maps do occur
+  CHECK(host_placed > kCases / 5);             // host placement in about a third of the plans
+  CHECK(host_updates > kCases / 50);           // and host updates that run to the end
+  CHECK(moved_host_prefetches > kCases / 10);  // and host copies prefetched at other points
 }

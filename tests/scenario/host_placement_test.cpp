@@ -169,6 +169,69 @@ TEST_CASE("an update on the device brings host-placed momenta in and writes them
   CHECK(live_at_end(s.timeline) == 2000);
 }
 
+TEST_CASE("a host-placed weight's backward prefetch moved to its use: less memory, later step",
+          "[scenario]") {
+  const Workload w = two_layers();
+  Plan plan = with_host(
+      w, {TensorId{1}, TensorId{2}, TensorId{5}, TensorId{7}, TensorId{8}, TensorId{9}}, true);
+  // w1 is read by f1 [op 0] (forward) and g1 [op 3] (backward); the update reads its slot. Its
+  // backward copy may be prefetched from f2 [op 1] (the forward copy is dropped after f1) to g1;
+  // by default at g2 [op 2], one op ahead of g1.
+  const TensorId w1{1};
+  const std::vector<HostUseGroup> groups = host_use_groups(w1, true, w);
+  REQUIRE(groups == std::vector<HostUseGroup>{{OpId{0}, OpId{0}, OpId{0}, OpId{0}},
+                                              {OpId{3}, OpId{3}, OpId{1}, OpId{2}}});
+  SECTION("at its use") {
+    plan.host_prefetches = {{w1, OpId{3}, OpId{3}}};
+    validate_plan(plan, w, "test plan");
+    const auto s = memplan::test::simulate(w, plan, machine());
+    REQUIRE(s.timeline.feasible);
+    // Forward as with the default (fsdp test above): copies of w1 [0,1000] and w2 [1000,2000],
+    // f1 [1000,2000], f2 [2000,3000]. At g2 only w2 is prefetched: [3000,4000] (compute reaches
+    // g2 at 3000); g2 waits for it, [4000,5000]. w1's copy is issued at g1, once compute has run
+    // g2: [5000,6000]; g1 waits for it: [6000,7000], 1000 ns later than by default.
+    CHECK(span_of(s, w, StreamId::kH2D, "copy-in w2", 1) == Interval{3000, 4000});
+    CHECK(span_of(s, w, StreamId::kCompute, "g2") == Interval{4000, 5000});
+    CHECK(span_of(s, w, StreamId::kH2D, "copy-in w1", 1) == Interval{5000, 6000});
+    CHECK(span_of(s, w, StreamId::kCompute, "g1") == Interval{6000, 7000});
+    // g_w1 goes out [7000,8000]; compute waits for it at sgd to free its copy (7000 -> 8000); the
+    // host update waits for it too and runs 1000 ns (10,000 B at 10 B/ns): [8000,9000].
+    CHECK(span_of(s, w, StreamId::kD2H, "copy-out g_w1") == Interval{7000, 8000});
+    CHECK(span_of(s, w, StreamId::kHost, "sgd (host)") == Interval{8000, 9000});
+    CHECK(s.timeline.iteration_ns == 9000);
+    // Stalls for copies in: f1 for w1 (1000), g2 for w2 (1000), g1 for w1 (1000).
+    CHECK(s.timeline.stall_ns_by_cause[static_cast<int>(StallCause::kSwapIn)] == 3000);
+    // Device memory: forward 2200 at f1 (x, w1, w2, a) as by default. At g2, w1 is not there:
+    // x, a, y (300) + w2 + g_w2 + d_a = 2400 (the default's peak, 3400, held w1 too). After g2, a,
+    // y and w2 go (1200: x, g_w2, d_a); at g1 w1 comes and g_w1 is written: 1200 + 2000 = 3200,
+    // the peak (g_w2's copy goes after g1, its copy-out ended at 6000).
+    CHECK(s.timeline.peak_bytes == 3200);
+  }
+  SECTION("at the start of its window") {
+    plan.host_prefetches = {{w1, OpId{3}, OpId{1}}};
+    validate_plan(plan, w, "test plan");
+    const auto s = memplan::test::simulate(w, plan, machine());
+    REQUIRE(s.timeline.feasible);
+    // Issued before f2, where compute arrives at 2000 (after f1), behind w2's forward copy on the
+    // h2d stream: [2000,3000]. Then w2's backward copy at g2: [3000,4000]. Compute does not wait
+    // for it more than by default: g2 [4000,5000], g1 [5000,6000], the step 8000 ns.
+    CHECK(span_of(s, w, StreamId::kH2D, "copy-in w1", 1) == Interval{2000, 3000});
+    CHECK(span_of(s, w, StreamId::kH2D, "copy-in w2", 1) == Interval{3000, 4000});
+    CHECK(span_of(s, w, StreamId::kCompute, "g1") == Interval{5000, 6000});
+    CHECK(s.timeline.iteration_ns == 8000);
+    // Memory: at f2, x, a, w2, w1 and y: 2300, below g2's 3400 (as by default), the peak.
+    CHECK(s.timeline.peak_bytes == 3400);
+  }
+  SECTION("outside its window, or naming no group, it is refused") {
+    plan.host_prefetches = {{w1, OpId{3}, OpId{0}}};  // before f1: the forward copy is there
+    CHECK_THROWS_AS(validate_plan(plan, w, "p"), InputError);
+    plan.host_prefetches = {{w1, OpId{4}, OpId{3}}};  // sgd reads w1's slot, on the host
+    CHECK_THROWS_AS(validate_plan(plan, w, "p"), InputError);
+    plan.host_prefetches = {{TensorId{0}, OpId{3}, OpId{3}}};  // x is on the device
+    CHECK_THROWS_AS(validate_plan(plan, w, "p"), InputError);
+  }
+}
+
 TEST_CASE("host placement is validated and round-trips through plan files", "[scenario]") {
   const Workload w = two_layers();
   Plan bad = in_core_plan(w);
@@ -182,6 +245,15 @@ TEST_CASE("host placement is validated and round-trips through plan files", "[sc
   const std::string text = write_plan(fsdp, w);
   CHECK(text.find(R"({"tensor":"g_w1","placement":"host"})") != std::string::npos);
   CHECK(parse_plan(text, "round trip", w) == fsdp);
+  // Groups' prefetch points travel in their tensor's entry, ops by name.
+  Plan moved = fsdp;
+  moved.host_prefetches = {{TensorId{1}, OpId{3}, OpId{3}}, {TensorId{2}, OpId{1}, OpId{1}}};
+  validate_plan(moved, w, "moved");
+  const std::string moved_text = write_plan(moved, w);
+  CHECK(moved_text.find(R"({"tensor":"w1","placement":"host","prefetches":[{"first_use":"g1",)"
+                        R"("prefetch_before":"g1"}]})") != std::string::npos);
+  CHECK(parse_plan(moved_text, "round trip", w) == moved);
+  CHECK(write_plan(parse_plan(moved_text, "round trip", w), w) == moved_text);
   // A plan file without the new entries reads as before: everything on the device.
   const Plan plain = parse_plan(write_plan(in_core_plan(w), w), "plain", w);
   CHECK(plain.host_tensors.empty());

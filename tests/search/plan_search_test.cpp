@@ -14,6 +14,7 @@
 #include "tests/search/policy_workloads.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/sim_helpers.hpp"
+#include "tests/support/workload_builder.hpp"
 
 using namespace memplan::sim;
 using namespace memplan::search;
@@ -103,6 +104,38 @@ TEST_CASE("the search changes an op's algorithm where the optimum needs it",
   ExactOptions exact;
   exact.threads = 2;
   CHECK(r.evaluation.iteration_ns == solve_exact(w, m, exact).evaluation.iteration_ns);
+}
+
+TEST_CASE("the search prefetches a host-placed batch at its use where only that fits",
+          "[search][plan_search]") {
+  // AlexNet's case in small (docs/simulator.md, Host placement: figures): the batch x is read by
+  // the first layer and by its backward op g1, which runs right after g2, the step's peak.
+  //   f1 [op 0]: x (4096 B) -> a (512)      g2 [op 2]: y, a -> d_a (512), workspace 8192
+  //   f2 [op 1]: a -> y (512)               g1 [op 3]: d_a, x -> d_x (512)
+  // At g2 the device needs a, y, d_a and the workspace: 9728 B; with x too, 13,824 B (the in-core
+  // peak), more than the 13,312 B device, whatever the plan does with a and y (g2 reads both). On
+  // the host with its backward copy prefetched one op ahead (the default, at g2) or earlier, x is
+  // there at g2 all the same. Only a copy issued at g1 itself fits: the arena then holds a at
+  // [4096, 4608), y at [0, 512), d_a at [512, 1024) and the workspace at [4608, 12800): its end.
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 4096);
+  const TensorId a = b.forward("f1", {x}, 512, 1000);
+  const TensorId y = b.forward("f2", {a}, 512, 1000);
+  b.op("g2", "linear", Phase::kBackward, {y, a}, {{"d_a", 512}}, 1000, 8192);
+  const TensorId d_a{3};
+  b.backward("g1", {d_a, x}, 512, 1000);
+  const Workload w = b.build();
+  const Machine m = test_machine(13312, 1e9, 0);
+  const SearchResult r = search_plan(w, m, quick(2, true));
+  REQUIRE(r.evaluation.feasible);
+  CHECK(r.plan.host_tensors == std::vector<TensorId>{x});
+  CHECK(r.plan.host_prefetches == std::vector<HostPrefetch>{{x, OpId{3}, OpId{3}}});
+  CHECK(r.evaluation.peak_reserved_bytes == 12800);
+  CHECK_NOTHROW(validate_plan(r.plan, w, "searched plan"));
+  // Without host placement nothing fits.
+  SearchOptions o = quick(2, true);
+  o.host_placement = false;
+  CHECK_FALSE(search_plan(w, m, o).evaluation.feasible);
 }
 
 TEST_CASE("searched plans keep the plan rules across maps (no lossy map read by a re-run op)",

@@ -89,6 +89,36 @@ std::vector<BadPlan> bad_plans(const sim::Workload& w) {
        "update op 'sgd' runs on the host but reads 'g_conv1' (gradient) on the device"},
       {"unknown update placement", placement_text(w, R"("update":"cpu")"),
        "unknown update placement 'cpu' (host, device)"},
+      // x is read by conv1 [op 0] and conv1_bwd [op 19]: two groups; the backward one may be
+      // prefetched before relu1 [op 1] to conv1_bwd.
+      {"a prefetch of a tensor on the device",
+       placement_text(w, R"("tensors":[{"tensor":"x","placement":"device","prefetches":)"
+                         R"([{"first_use":"conv1_bwd","prefetch_before":"conv1_bwd"}]}])"),
+       "tensor 'x' is on the device: only a host-placed tensor's uses are prefetched"},
+      {"a prefetch naming no group",
+       placement_text(w, R"("tensors":[{"tensor":"x","placement":"host","prefetches":)"
+                         R"([{"first_use":"relu1_bwd","prefetch_before":"relu1_bwd"}]}])"),
+       "op 18 'relu1_bwd' is not the first use of a prefetched group of uses of 'x' (those are: "
+       "op 0 'conv1', op 19 'conv1_bwd')"},
+      {"a prefetch before the previous copy is dropped",
+       placement_text(w, R"("tensors":[{"tensor":"x","placement":"host","prefetches":)"
+                         R"([{"first_use":"conv1_bwd","prefetch_before":"conv1"}]}])"),
+       "the prefetch of 'x' for its uses from op 19 'conv1_bwd' must be before an op from op 1 "
+       "'relu1' (after the previous device copy is dropped) to that first use"},
+      {"a prefetch after the group's first use",
+       placement_text(w, R"("tensors":[{"tensor":"w_fc","placement":"host","prefetches":)"
+                         R"([{"first_use":"fc_bwd","prefetch_before":"pool_bwd"}]}])"),
+       "the prefetch of 'w_fc' for its uses from op 11 'fc_bwd' must be before an op from op 9 "
+       "'loss'"},
+      {"a group named twice",
+       placement_text(w, R"("tensors":[{"tensor":"x","placement":"host","prefetches":)"
+                         R"([{"first_use":"conv1_bwd","prefetch_before":"conv1_bwd"},)"
+                         R"({"first_use":19,"prefetch_before":"relu1_bwd"}]}])"),
+       "the group of uses from op 'conv1_bwd' is named twice"},
+      {"a prefetch with an unknown field",
+       placement_text(w, R"("tensors":[{"tensor":"x","placement":"host","prefetches":)"
+                         R"([{"first_use":"conv1_bwd","before":"conv1_bwd"}]}])"),
+       "unknown field 'before'"},
   };
   return cases;
 }
