@@ -14,6 +14,7 @@
 #include "runtime/validation.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/machine.hpp"
+#include "sim/plan.hpp"
 #include "sim/simulation.hpp"
 #include "zoo/models.hpp"
 
@@ -39,8 +40,15 @@ TEST_CASE("host-placed tensors and a host update run on the GPU bitwise at the p
   mp::sim::MachineOverrides overrides;
   overrides.memory_bytes = mp::sim::Bytes{1} << 30;
   mp::sim::Machine machine = mp::sim::make_machine(w.device, overrides);
-  machine.memory_bytes =
-      mp::sim::simulate_plan(w, mp::sim::in_core_plan(w), machine).timeline.peak_bytes;
+  // Under the arena, a device of the in-core live peak; under PyTorch's caching allocator (each
+  // segment a cudaMalloc of its own) a roomy one: the plan's device gets what the simulator says it
+  // needs either way.
+  machine.allocator = GENERATE(mp::sim::AllocatorModel::kArena, mp::sim::AllocatorModel::kCaching);
+  CAPTURE(to_string(machine.allocator));
+  if (machine.allocator == mp::sim::AllocatorModel::kArena) {
+    machine.memory_bytes =
+        mp::sim::simulate_plan(w, mp::sim::in_core_plan(w), machine).timeline.peak_bytes;
+  }
   auto placing = [&](std::initializer_list<TensorKind> kinds, bool host_update) {
     mp::sim::Plan plan = mp::sim::in_core_plan(w);
     for (TensorKind kind : kinds) mp::sim::set_host_placement(plan, w, kind, true);
@@ -49,13 +57,24 @@ TEST_CASE("host-placed tensors and a host update run on the GPU bitwise at the p
     return plan;
   };
   const bool host_update = GENERATE(true, false);
-  const mp::sim::Plan plan =
+  mp::sim::Plan plan =
       host_update
           ? placing({TensorKind::kParameter, TensorKind::kGradient, TensorKind::kOptimizerState},
                     true)
           : placing({TensorKind::kParameter, TensorKind::kOptimizerState, TensorKind::kInput},
                     false);
-  CAPTURE(host_update);
+  // Every group's copy issued at its use (Plan::host_prefetches) instead of one op before.
+  const bool at_use = GENERATE(false, true);
+  if (at_use) {
+    for (const mp::sim::TensorId t : plan.host_tensors) {
+      for (const auto& g : mp::sim::host_use_groups(t, plan.host_update, w)) {
+        if (g.first_use != g.default_prefetch)
+          plan.host_prefetches.push_back({t, g.first_use, g.first_use});
+      }
+    }
+    mp::sim::validate_plan(plan, w, "test plan");
+  }
+  CAPTURE(host_update, at_use);
   mp::runtime::ValidationOptions options;
   options.repetitions = 1;
   const auto r = mp::runtime::validate(mp::cuda_backend::CudaBackend{}, w, plan, machine, options);
