@@ -86,6 +86,7 @@ nlohmann::ordered_json link_json(const Workload& workload) {
 nlohmann::ordered_json to_json(const WorkloadSummary& s, const Workload& workload) {
   nlohmann::ordered_json j;
   j["device"] = workload.device.name;
+  if (workload.device.allocator) j["allocator"] = to_string(*workload.device.allocator);
   j["provenance"] = workload.provenance.source;
   j["ops"] = s.op_count;
   j["tensors"] = s.tensor_count;
@@ -131,8 +132,11 @@ nlohmann::ordered_json to_json(const WorkloadSummary& s, const Workload& workloa
 std::string to_text(const WorkloadSummary& s, const Workload& workload) {
   std::string out;
   const auto& p = workload.provenance;
-  out += fmt::format("device       {} ({} of memory)\n", workload.device.name,
-                     format_bytes(workload.device.memory_bytes));
+  out += fmt::format("device       {} ({} of memory{})\n", workload.device.name,
+                     format_bytes(workload.device.memory_bytes),
+                     workload.device.allocator
+                         ? fmt::format(", {} allocator", to_string(*workload.device.allocator))
+                         : "");
   out += fmt::format("provenance   {}{}{}\n", p.source, p.file.empty() ? "" : " from " + p.file,
                      p.cost_model.empty() ? "" : " by " + p.cost_model);
   out += fmt::format("ops          {}\n", s.op_count);
