@@ -61,6 +61,13 @@
 // last forward use and its prefetch) across the op where that one ran out, is refused without a
 // simulation (APPROXIMATION: the refused map's bytes at that op are what it lacked; a larger map
 // away across it lacks at least as much, up to the arena's fragmentation).
+// What each trial costs (none of this changes a decision): a trial whose time is not read (the
+// keep scans, a leaf's first fit, the estimate step's and the swap-in scheduling's trials that run
+// out of memory) is decided from its allocations alone (Evaluator::check_memory: the engine's
+// verdict, where it ran out and by how much, without the engine); the keep scans edit the trial
+// into the allocations of one lowering of the plan they change, re-lowered only when a run is
+// kept (KeepCheck, Note [Keeping a swapped map, incrementally]); a run the estimate step takes is
+// simulated once, its timeline ranking the maps left.
 // Swap-ins start as soon as memory has room (Note [PoocH's swap-in scheduling]) in the all-swap
 // profile, on each leaf of the keep/swap tree before it is timed, and on the final plan; step 3
 // measures r with the default points (one op before the first backward use): with scheduled
