@@ -1,7 +1,9 @@
 // policy_bench: how long each policy takes to decide on one trace, and how many plans it
 // simulates while deciding — where `memplan compare`'s time goes (issue 22: every policy
 // near-linear in the number of feature maps). One policy at a time, on one thread (oneTBB limited
-// to one worker), so the times are comparable; wall time and this process's CPU time.
+// to one worker), so the times are comparable; wall time and this process's CPU time. "plans":
+// plans simulated; "mem only": plans whose memory alone was checked (Evaluator::check_memory: a
+// lowering and the allocations replayed, no engine).
 //
 //   policy_bench TRACE MEMORY [POLICY...]     e.g. policy_bench r1517.json 8GiB pooch dtr
 #include <ctime>  // clock_gettime (POSIX, declared by time.h)
@@ -48,7 +50,8 @@ int main(int argc, char** argv) {
   const search::NetworkView view(workload);
   fmt::print("{} feature maps, {} ops, device {}\n", view.feature_maps().size(),
              workload.ops.size(), sim::format_bytes(machine.memory_bytes));
-  fmt::print("{:<16} {:>9} {:>9} {:>9} {:>6}\n", "policy", "wall s", "cpu s", "plans", "fits");
+  fmt::print("{:<16} {:>9} {:>9} {:>9} {:>9} {:>6}\n", "policy", "wall s", "cpu s", "plans",
+             "mem only", "fits");
   double total = 0.0;
   for (const std::string& name : names) {
     const search::Policy* policy = search::find_policy(name);
@@ -65,8 +68,8 @@ int main(int argc, char** argv) {
     const double cpu = cpu_seconds() - c0;
     const bool fits = evaluator.evaluate(d.plan).feasible;
     total += wall;
-    fmt::print("{:<16} {:>9.3f} {:>9.3f} {:>9} {:>6}\n", name, wall, cpu, evaluator.count() - 1,
-               fits ? "yes" : "no");
+    fmt::print("{:<16} {:>9.3f} {:>9.3f} {:>9} {:>9} {:>6}\n", name, wall, cpu,
+               evaluator.count() - 1, evaluator.memory_checks(), fits ? "yes" : "no");
   }
   fmt::print("{:<16} {:>9.3f}\n", "total", total);
   return 0;

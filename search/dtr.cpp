@@ -101,7 +101,9 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
   const InCoreSchedule schedule = in_core_schedule(view.workload());
   std::size_t evicted = 0;
   for (;;) {
-    const Evaluation e = evaluator.evaluate(plan);
+    // Only where memory runs out is read: the allocations alone tell (Note [Fitting without
+    // the clock] in evaluator.cpp).
+    const Evaluation e = evaluator.check_memory(plan);
     if (e.feasible || e.oom_op == sim::kNoOp) break;
     // Evict at the op where memory ran out until the evicted bytes cover the bytes missing there
     // (Note [DTR frozen into a plan], batches), then simulate again.

@@ -40,6 +40,45 @@ Evaluation Evaluator::evaluate(const sim::Plan& plan) {
   return e;
 }
 
+// Note [Fitting without the clock]
+// Every alloc and free of a Program is on the compute stream (sim/program.hpp), so the device
+// memory sees one sequence of calls whatever the timing, and the engine runs out of memory at the
+// first allocation of that sequence the allocator refuses. Replaying the compute stream's allocs
+// and frees through the same DeviceMemory therefore finds the same answer as the engine: the plan
+// fits exactly when the replay does, and when it does not the refused allocation, and so the op,
+// the bytes missing (its aligned request minus the largest free block, as device_oom_report
+// computes them) and the reserved peak, are the engine's. The engine also fails a plan that runs
+// out of host memory (a timed curve): only a plan the replay finds fitting can, so a refusal here
+// is final. The replay is a small part of a simulation's cost (no events, no streams); the
+// lowering is the rest.
+Evaluation Evaluator::check_memory(const sim::Plan& plan) {
+  if (stop_ != nullptr && stop_->due()) throw Stopped();
+  ++memory_checks_;
+  lowerer_.lower(plan, program_);
+  memory_.reset(machine_.allocator, machine_.memory_bytes);
+  handles_.assign(program_.buffers.size(), -1);
+  Evaluation e;
+  e.feasible = true;
+  for (const sim::Instruction& in : program_.stream(sim::StreamId::kCompute)) {
+    if (in.kind == sim::InstrKind::kAlloc) {
+      const sim::Bytes bytes = program_.buffers[index(in.buffer)].bytes;
+      const auto placed = memory_.allocate(bytes);
+      if (!placed) {
+        e.feasible = false;
+        e.oom_op = in.op;
+        e.oom_bytes_missing = sim::DeviceArena::aligned_size(bytes) - memory_.largest_free_block();
+        break;
+      }
+      handles_[index(in.buffer)] = placed->handle;
+    } else if (in.kind == sim::InstrKind::kFree) {
+      memory_.release(handles_[index(in.buffer)]);
+      handles_[index(in.buffer)] = -1;
+    }
+  }
+  e.peak_reserved_bytes = memory_.peak_reserved_bytes();
+  return e;
+}
+
 const sim::Timeline& Evaluator::simulate(const sim::Plan& plan) {
   if (stop_ != nullptr && stop_->due()) throw Stopped();
   ++count_;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <stdexcept>
 
+#include "sim/device_memory.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
 #include "sim/machine.hpp"
@@ -57,6 +58,12 @@ class Evaluator {
 
   /// Cost of a plan (no per-instruction detail is kept).
   Evaluation evaluate(const sim::Plan& plan);
+  /// Whether a plan's device memory fits, from its allocations and frees alone (Note [Fitting
+  /// without the clock]): `feasible`, and for a plan that does not fit `oom_op`,
+  /// `oom_bytes_missing` and `peak_reserved_bytes`, each what evaluate() gives; the time fields
+  /// are zero. It lowers the plan but does not run the engine. A plan it finds fitting can still
+  /// run out of host memory (Machine::host_memory_bytes), which only evaluate() sees.
+  Evaluation check_memory(const sim::Plan& plan);
   /// The full timeline of a plan (spans, stalls with the tensor they wait for); valid until the
   /// next call on this Evaluator.
   const sim::Timeline& simulate(const sim::Plan& plan);
@@ -65,8 +72,13 @@ class Evaluator {
   [[nodiscard]] const sim::Machine& machine() const { return machine_; }
   /// Plans evaluated or simulated so far, including those credited by helpers of this evaluator.
   [[nodiscard]] std::size_t count() const { return count_; }
+  /// check_memory() calls so far (not in count()), including those credited by helpers.
+  [[nodiscard]] std::size_t memory_checks() const { return memory_checks_; }
   /// Counts evaluations made on this evaluator's behalf by other Evaluators (worker threads).
-  void credit(std::size_t evaluations) { count_ += evaluations; }
+  void credit(std::size_t evaluations, std::size_t memory_checks = 0) {
+    count_ += evaluations;
+    memory_checks_ += memory_checks;
+  }
   /// From now on evaluate() and simulate() throw Stopped once `stop` is due (nullptr: never). The
   /// Stop must outlive its use; helpers a policy creates should share it (stop()).
   void stop_when(const Stop* stop) { stop_ = stop; }
@@ -81,7 +93,10 @@ class Evaluator {
   sim::Lowerer lowerer_;
   sim::Program program_;  // reused between plans
   sim::Engine engine_;
+  sim::DeviceMemory memory_;                        // check_memory's
+  std::vector<sim::DeviceMemory::Handle> handles_;  // check_memory's, per buffer
   std::size_t count_ = 0;
+  std::size_t memory_checks_ = 0;
   const Stop* stop_ = nullptr;
   bool measure_excess_ = false;
 };

@@ -61,6 +61,13 @@
 // last forward use and its prefetch) across the op where that one ran out, is refused without a
 // simulation (APPROXIMATION: the refused map's bytes at that op are what it lacked; a larger map
 // away across it lacks at least as much, up to the arena's fragmentation).
+// What each trial costs (none of this changes a decision): a trial whose time is not read (the
+// keep scans, a leaf's first fit, the estimate step's and the swap-in scheduling's trials that run
+// out of memory) is decided from its allocations alone (Evaluator::check_memory: the engine's
+// verdict, where it ran out and by how much, without the engine); the keep scans edit the trial
+// into the allocations of one lowering of the plan they change, re-lowered only when a run is
+// kept (KeepCheck, Note [Keeping a swapped map, incrementally]); a run the estimate step takes is
+// simulated once, its timeline ranking the maps left.
 // Swap-ins start as soon as memory has room (Note [PoocH's swap-in scheduling]) in the all-swap
 // profile, on each leaf of the keep/swap tree before it is timed, and on the final plan; step 3
 // measures r with the default points (one op before the first backward use): with scheduled
@@ -70,11 +77,13 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include <oneapi/tbb/enumerable_thread_specific.h>
 
 #include <fmt/core.h>
 
+#include "search/keep_check.hpp"
 #include "search/parallel.hpp"
 #include "search/policy.hpp"
 #include "sim/device_arena.hpp"
@@ -148,6 +157,11 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
     }
     return false;
   };
+  // Trials keep swapped maps of `plan`: checked by editing its lowered allocations (Note [Keeping
+  // a swapped map, incrementally]) where that applies, else lowered each.
+  KeepCheck check(evaluator.workload(), evaluator.machine());
+  bool incremental = check.rebase(plan);
+  std::vector<int> kept;
   std::size_t i = 0;
   std::size_t run = maps.size();  // everything at once first
   while (i < maps.size()) {
@@ -156,15 +170,20 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
       continue;
     }
     std::size_t end = i;
-    sim::Plan trial = plan;
+    kept.clear();
     while (end < maps.size() && end - i < run) {
-      if (end == i || !known_refused(maps[end]))
-        trial.decisions[static_cast<std::size_t>(maps[end])].action = sim::Action::kKeep;
+      if (end == i || !known_refused(maps[end])) kept.push_back(maps[end]);
       ++end;
     }
-    const Evaluation e = evaluator.evaluate(trial);
+    sim::Plan trial = plan;
+    for (int m : kept) trial.decisions[static_cast<std::size_t>(m)].action = sim::Action::kKeep;
+    // Only whether it fits (and where it ran out) is read.
+    std::optional<Evaluation> fast;
+    if (incremental) fast = check.check(kept);
+    const Evaluation e = fast ? *fast : evaluator.check_memory(trial);
     if (e.feasible) {
       plan = std::move(trial);
+      if (incremental) incremental = check.rebase(plan);
       i = end;
       run *= 2;
     } else if (end - i == 1) {
@@ -174,6 +193,7 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
       run = (end - i) / 2;
     }
   }
+  evaluator.credit(0, check.count());
 }
 // The swapped maps whose r(X) may be below 1 on the evidence of the plan's timeline (Note [PoocH
 // in memplan], step 3): the compute stream waited for their copies (the swap costs time), for at
@@ -201,8 +221,8 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
   std::vector<char> refused(plan.decisions.size(), 0);
   std::vector<std::pair<double, int>> order;
   sim::Nanoseconds current = 0;
-  auto rank = [&] {  // the estimated r < 1 of the swapped maps not refused, smallest first
-    const sim::Timeline& timeline = evaluator.simulate(plan);
+  // The estimated r < 1 of the swapped maps not refused, smallest first, from the plan's timeline.
+  auto rank = [&](const sim::Timeline& timeline) {
     current = timeline.feasible ? timeline.iteration_ns : 0;
     const std::vector<Exposure> exposed = exposures(timeline, view);
     order.clear();
@@ -215,7 +235,7 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     }
     std::stable_sort(order.begin(), order.end());
   };
-  rank();
+  rank(evaluator.simulate(plan));
   std::size_t run = 1;
   std::size_t refusals = 0;
   while (current > 0 && !order.empty() && refusals < kRefusalsInARow) {
@@ -226,12 +246,15 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
       d.action = sim::Action::kRecompute;
       d.prefetch_before = sim::kNoOp;
     }
-    const Evaluation e = evaluator.evaluate(trial);
-    if (e.feasible && e.iteration_ns < current) {
+    // A trial that does not fit is refused on its memory alone; one that fits is simulated once,
+    // and its timeline ranks the maps left when it is taken.
+    const sim::Timeline* timeline =
+        evaluator.check_memory(trial).feasible ? &evaluator.simulate(trial) : nullptr;
+    if (timeline != nullptr && timeline->feasible && timeline->iteration_ns < current) {
       plan = std::move(trial);
       run *= 2;
       refusals = 0;
-      rank();
+      rank(*timeline);
     } else if (k == 1) {
       refused[static_cast<std::size_t>(order.front().second)] = 1;
       order.erase(order.begin());
@@ -311,23 +334,36 @@ void hoist_swap_ins(const NetworkView& view, const sim::Program& program, sim::B
 
 }  // namespace
 
-void pooch_schedule_swap_ins(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
+namespace {
+
+// pooch_schedule_swap_ins, returning the evaluation of the plan it leaves (its caller times it).
+// A trial that runs out of device memory is known from its allocations alone (check_memory: the
+// same oom_bytes_missing as a simulation); one that fits is simulated.
+Evaluation schedule_swap_ins(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
   for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoOp;
   const Evaluation base = evaluator.evaluate(plan);
-  if (!base.feasible) return;
+  if (!base.feasible) return base;
   const sim::Program program = sim::lower(view.workload(), plan);
   sim::Bytes margin = 0;
   for (;;) {
     sim::Plan trial = plan;
     hoist_swap_ins(view, program, evaluator.machine().memory_bytes - margin, trial);
-    const Evaluation e = evaluator.evaluate(trial);
+    const Evaluation fit = evaluator.check_memory(trial);
+    const Evaluation e = fit.feasible ? evaluator.evaluate(trial) : fit;
     if (e.feasible) {
-      if (e.iteration_ns <= base.iteration_ns) plan = std::move(trial);
-      return;
+      if (e.iteration_ns > base.iteration_ns) return base;
+      plan = std::move(trial);
+      return e;
     }
     margin = std::max(2 * margin, e.oom_bytes_missing);
-    if (margin <= 0 || margin >= evaluator.machine().memory_bytes) return;
+    if (margin <= 0 || margin >= evaluator.machine().memory_bytes) return base;
   }
+}
+
+}  // namespace
+
+void pooch_schedule_swap_ins(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
+  schedule_swap_ins(evaluator, view, plan);
 }
 
 PoochProfile pooch_profile(Evaluator& evaluator, const NetworkView& view) {
@@ -377,10 +413,10 @@ PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
         candidate.decisions[static_cast<std::size_t>(l_i[bit])].action = sim::Action::kKeep;
       }
     }
-    if (!evaluator.evaluate(candidate).feasible) continue;  // keeping more only needs more memory
+    // Keeping more only needs more memory.
+    if (!evaluator.check_memory(candidate).feasible) continue;
     keep_while_fits(evaluator, candidate, l_o_only, view);
-    pooch_schedule_swap_ins(evaluator, view, candidate);
-    const sim::Nanoseconds t = time_or_infinity(evaluator.evaluate(candidate));
+    const sim::Nanoseconds t = time_or_infinity(schedule_swap_ins(evaluator, view, candidate));
     if (t < best_ns) {
       best_ns = t;
       best = candidate;
