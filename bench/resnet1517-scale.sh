@@ -4,7 +4,8 @@
 #  1. each policy's decision time and simulations, one at a time on one thread (policy_bench);
 #  2. `memplan compare` wall and CPU time (policies in parallel) and each row's decide_s;
 #  3. `memplan search --time-limit 10`: wall time, rounds, what seeded it and what was skipped;
-#  4. one full lowering + simulation (sim_bench), the baseline for an incremental evaluation.
+#  4. one full lowering + simulation (sim_bench), and one swapped map kept judged by a full
+#     lowering + simulation, an allocation replay and incrementally (KeepCheck).
 # Timings are machine-dependent: run it on an idle machine, or read the CPU times.
 #   bench/resnet1517-scale.sh [BUILD_DIR=build/release]
 set -euo pipefail

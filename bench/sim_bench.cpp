@@ -1,7 +1,8 @@
 // sim_bench: how fast the simulator is on the deepest network memplan targets — the zoo's
 // 1517-layer residual network (Layrub's), batch 16 on a V100 cost model. Reports simulated
 // instructions per second on one core and the time to lower and to simulate one plan, without and
-// with a host side (the host stream an imported trace brings).
+// with a host side (the host stream an imported trace brings); then one swapped map kept, judged
+// by a full lowering and simulation, by an allocation replay, and incrementally (KeepCheck).
 //
 // Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not wall time: on a shared machine a
 // wall clock counts the time other processes hold the core, the CPU clock only this thread's.
@@ -13,9 +14,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 
+#include "search/evaluator.hpp"
+#include "search/keep_check.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/feature_maps.hpp"
@@ -108,6 +112,50 @@ void bench(const Workload& w, const Machine& machine, int repetitions) {
   }
 }
 
+/// The change a search makes most (issue #22): one swapped map of swap-all kept instead, judged
+/// three ways on the same trials (maps spread over the step): a full lowering and simulation
+/// (Evaluator::evaluate: time and fit), a lowering and an allocation replay
+/// (Evaluator::check_memory: fit only), and KeepCheck (swap-all lowered once, the change edited
+/// into its allocations: fit only).
+void single_map_change(const Workload& w, const Machine& machine, int trials) {
+  const Plan base = swap_all_plan(w);
+  memplan::search::KeepCheck keep(w, machine);
+  if (!keep.rebase(base)) {
+    fmt::print("single-map change: KeepCheck declines swap-all here\n");
+    return;
+  }
+  std::vector<int> maps;
+  maps.reserve(static_cast<std::size_t>(trials));
+  for (int k = 0; k < trials; ++k) {
+    maps.push_back(static_cast<int>(base.decisions.size() * static_cast<std::size_t>(k) /
+                                    static_cast<std::size_t>(trials)));
+  }
+  const auto changed = [&](int m) {
+    Plan plan = base;
+    plan.decisions[static_cast<std::size_t>(m)] = {
+        plan.decisions[static_cast<std::size_t>(m)].tensor, Action::kKeep};
+    return plan;
+  };
+  memplan::search::Evaluator evaluator(w, machine);
+  double c0 = cpu_seconds();
+  std::size_t fit_full = 0;
+  for (int m : maps) fit_full += evaluator.evaluate(changed(m)).feasible ? 1 : 0;
+  const double full_s = (cpu_seconds() - c0) / trials;
+  c0 = cpu_seconds();
+  std::size_t fit_replay = 0;
+  for (int m : maps) fit_replay += evaluator.check_memory(changed(m)).feasible ? 1 : 0;
+  const double replay_s = (cpu_seconds() - c0) / trials;
+  c0 = cpu_seconds();
+  std::size_t fit_keep = 0;
+  for (int m : maps) fit_keep += keep.check({m}).value().feasible ? 1 : 0;
+  const double keep_s = (cpu_seconds() - c0) / trials;
+  fmt::print(
+      "\none swapped map of swap-all kept, {} trials (fitting: {} / {} / {}):\n"
+      "  lowering + simulation   {:8.3f} ms\n  lowering + alloc replay {:8.3f} ms\n"
+      "  KeepCheck (incremental) {:8.3f} ms\n",
+      trials, fit_full, fit_replay, fit_keep, full_s * 1e3, replay_s * 1e3, keep_s * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,5 +175,6 @@ int main(int argc, char** argv) {
   bench(w, machine, repetitions);
   fmt::print("\nwith a host side (20 us dispatch per op, every 50th op synchronizing):\n");
   bench(with_host_side(w), machine, repetitions);
+  single_map_change(w, machine, 40);
   return 0;
 }
