@@ -28,10 +28,6 @@ DeviceMemory::Size DeviceMemory::capacity() const {
   return model_ == AllocatorModel::kArena ? arena_.capacity() : caching_.capacity();
 }
 
-DeviceMemory::Size DeviceMemory::live_bytes() const {
-  return model_ == AllocatorModel::kArena ? arena_.live_bytes() : caching_.live_bytes();
-}
-
 DeviceMemory::Size DeviceMemory::reserved_bytes() const {
   return model_ == AllocatorModel::kArena ? arena_.reserved_bytes() : caching_.reserved_bytes();
 }

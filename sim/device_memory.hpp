@@ -57,7 +57,6 @@ class DeviceMemory {
   [[nodiscard]] Size segment_bytes(Segment s) const;
 
   [[nodiscard]] Size capacity() const;
-  [[nodiscard]] Size live_bytes() const;
   /// What the device must hold now: the arena's highest end in use, or the caching allocator's
   /// segments.
   [[nodiscard]] Size reserved_bytes() const;
