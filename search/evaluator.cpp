@@ -55,28 +55,42 @@ Evaluation Evaluator::check_memory(const sim::Plan& plan) {
   if (stop_ != nullptr && stop_->due()) throw Stopped();
   ++memory_checks_;
   lowerer_.lower(plan, program_);
-  memory_.reset(machine_.allocator, machine_.memory_bytes);
-  handles_.assign(program_.buffers.size(), -1);
   Evaluation e;
-  e.feasible = true;
+  replay_.begin(machine_, program_, e);
   for (const sim::Instruction& in : program_.stream(sim::StreamId::kCompute)) {
     if (in.kind == sim::InstrKind::kAlloc) {
-      const sim::Bytes bytes = program_.buffers[index(in.buffer)].bytes;
-      const auto placed = memory_.allocate(bytes);
-      if (!placed) {
-        e.feasible = false;
-        e.oom_op = in.op;
-        e.oom_bytes_missing = sim::DeviceArena::aligned_size(bytes) - memory_.largest_free_block();
-        break;
-      }
-      handles_[index(in.buffer)] = placed->handle;
+      if (!replay_.allocate(in.buffer, in.op, e)) break;
     } else if (in.kind == sim::InstrKind::kFree) {
-      memory_.release(handles_[index(in.buffer)]);
-      handles_[index(in.buffer)] = -1;
+      replay_.release(in.buffer);
     }
   }
-  e.peak_reserved_bytes = memory_.peak_reserved_bytes();
+  replay_.end(e);
   return e;
+}
+
+void MemoryReplay::begin(const sim::Machine& machine, const sim::Program& program, Evaluation& e) {
+  program_ = &program;
+  memory_.reset(machine.allocator, machine.memory_bytes);
+  handles_.assign(program.buffers.size(), -1);
+  e.feasible = true;
+}
+
+bool MemoryReplay::allocate(sim::BufferId buffer, sim::OpId op, Evaluation& e) {
+  const sim::Bytes bytes = program_->buffers[index(buffer)].bytes;
+  const auto placed = memory_.allocate(bytes);
+  if (!placed) {
+    e.feasible = false;
+    e.oom_op = op;
+    e.oom_bytes_missing = sim::DeviceArena::aligned_size(bytes) - memory_.largest_free_block();
+    return false;
+  }
+  handles_[index(buffer)] = placed->handle;
+  return true;
+}
+
+void MemoryReplay::release(sim::BufferId buffer) {
+  memory_.release(handles_[index(buffer)]);
+  handles_[index(buffer)] = -1;
 }
 
 const sim::Timeline& Evaluator::simulate(const sim::Plan& plan) {

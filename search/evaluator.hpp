@@ -51,6 +51,28 @@ class Stopped : public std::runtime_error {
   Stopped() : std::runtime_error("stopped: past the deadline or cancelled") {}
 };
 
+/// A lowered plan's allocations and frees replayed through the machine's DeviceMemory, with no
+/// clock (Note [Fitting without the clock] in evaluator.cpp): what Evaluator::check_memory and
+/// KeepCheck share.
+class MemoryReplay {
+ public:
+  /// An empty device memory of `machine` for the buffers of `program` (which must outlive the
+  /// replay); `e` is set feasible.
+  void begin(const sim::Machine& machine, const sim::Program& program, Evaluation& e);
+  /// Allocates `buffer` for `op`; false when it does not fit, with `e`'s feasible, oom_op and
+  /// oom_bytes_missing then the engine's.
+  bool allocate(sim::BufferId buffer, sim::OpId op, Evaluation& e);
+  /// Frees the block `buffer` holds.
+  void release(sim::BufferId buffer);
+  /// Sets `e.peak_reserved_bytes` once the replay is over.
+  void end(Evaluation& e) const { e.peak_reserved_bytes = memory_.peak_reserved_bytes(); }
+
+ private:
+  const sim::Program* program_ = nullptr;
+  sim::DeviceMemory memory_;
+  std::vector<sim::DeviceMemory::Handle> handles_;  // per buffer
+};
+
 class Evaluator {
  public:
   /// The workload must outlive the Evaluator; the machine is copied.
@@ -93,8 +115,7 @@ class Evaluator {
   sim::Lowerer lowerer_;
   sim::Program program_;  // reused between plans
   sim::Engine engine_;
-  sim::DeviceMemory memory_;                        // check_memory's
-  std::vector<sim::DeviceMemory::Handle> handles_;  // check_memory's, per buffer
+  MemoryReplay replay_;  // check_memory's
   std::size_t count_ = 0;
   std::size_t memory_checks_ = 0;
   const Stop* stop_ = nullptr;

@@ -1,7 +1,6 @@
 #include "search/keep_check.hpp"
 
 #include "sim/check.hpp"
-#include "sim/device_arena.hpp"
 
 namespace memplan::search {
 
@@ -86,28 +85,18 @@ std::optional<Evaluation> KeepCheck::check(const std::vector<int>& keep) {
     skip_[static_cast<std::size_t>(s.fetch_alloc)] = 1;
     alias_[index(s.fetched)] = s.forward;
   }
-  memory_.reset(machine_.allocator, machine_.memory_bytes);
-  handles_.assign(program_.buffers.size(), -1);
   Evaluation e;
-  e.feasible = true;
+  replay_.begin(machine_, program_, e);
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     if (skip_[i] != 0) continue;
     const MemoryOp& op = ops_[i];
     if (op.alloc) {
-      const sim::Bytes bytes = program_.buffers[index(op.buffer)].bytes;
-      const auto placed = memory_.allocate(bytes);
-      if (!placed) {
-        e.feasible = false;
-        e.oom_op = op.op;
-        e.oom_bytes_missing = sim::DeviceArena::aligned_size(bytes) - memory_.largest_free_block();
-        break;
-      }
-      handles_[index(op.buffer)] = placed->handle;
+      if (!replay_.allocate(op.buffer, op.op, e)) break;
     } else {
-      memory_.release(handles_[index(alias_[index(op.buffer)])]);
+      replay_.release(alias_[index(op.buffer)]);
     }
   }
-  e.peak_reserved_bytes = memory_.peak_reserved_bytes();
+  replay_.end(e);
   for (int m : keep) {
     const Swapped& s = swapped_[static_cast<std::size_t>(m)];
     skip_[static_cast<std::size_t>(s.forward_free)] = 0;

@@ -53,12 +53,11 @@ class KeepCheck {
   sim::Machine machine_;
   sim::Lowerer lowerer_;
   sim::Program program_;
-  std::vector<MemoryOp> ops_;                       // the base program's allocs and frees, in order
-  std::vector<Swapped> swapped_;                    // per decision
-  std::vector<char> skip_;                          // per position in ops_, during a check
-  std::vector<sim::BufferId> alias_;                // per buffer: the buffer whose block it frees
-  std::vector<sim::DeviceMemory::Handle> handles_;  // per buffer
-  sim::DeviceMemory memory_;
+  std::vector<MemoryOp> ops_;         // the base program's allocs and frees, in order
+  std::vector<Swapped> swapped_;      // per decision
+  std::vector<char> skip_;            // per position in ops_, during a check
+  std::vector<sim::BufferId> alias_;  // per buffer: the buffer whose block it frees
+  MemoryReplay replay_;
   bool ready_ = false;
   std::size_t count_ = 0;
 };

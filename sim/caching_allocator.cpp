@@ -142,6 +142,16 @@ std::optional<CachingAllocator::Placed> CachingAllocator::allocate(Size bytes) {
   return Placed{block.segment, block.offset, b};
 }
 
+void CachingAllocator::absorb_next(Handle b) {
+  Block& block = blocks_[static_cast<std::size_t>(b)];
+  const Handle next = block.next;
+  const Block& n = blocks_[static_cast<std::size_t>(next)];
+  block.size += n.size;
+  block.next = n.next;
+  if (n.next != kNone) blocks_[static_cast<std::size_t>(n.next)].prev = b;
+  spare_blocks_.push_back(next);
+}
+
 void CachingAllocator::release(Handle handle) {
   MEMPLAN_CHECK(handle >= 0 && static_cast<std::size_t>(handle) < blocks_.size() &&
                     !blocks_[static_cast<std::size_t>(handle)].free,
@@ -152,23 +162,13 @@ void CachingAllocator::release(Handle handle) {
   const Handle prev = blocks_[static_cast<std::size_t>(b)].prev;
   if (prev != kNone && blocks_[static_cast<std::size_t>(prev)].free) {
     uncache(prev);
-    Block& p = blocks_[static_cast<std::size_t>(prev)];
-    const Block& mine = blocks_[static_cast<std::size_t>(b)];
-    p.size += mine.size;
-    p.next = mine.next;
-    if (mine.next != kNone) blocks_[static_cast<std::size_t>(mine.next)].prev = prev;
-    spare_blocks_.push_back(b);
+    absorb_next(prev);
     b = prev;
   }
   const Handle next = blocks_[static_cast<std::size_t>(b)].next;
   if (next != kNone && blocks_[static_cast<std::size_t>(next)].free) {
     uncache(next);
-    Block& mine = blocks_[static_cast<std::size_t>(b)];
-    const Block& n = blocks_[static_cast<std::size_t>(next)];
-    mine.size += n.size;
-    mine.next = n.next;
-    if (n.next != kNone) blocks_[static_cast<std::size_t>(n.next)].prev = b;
-    spare_blocks_.push_back(next);
+    absorb_next(b);
   }
   cache(b);
 }

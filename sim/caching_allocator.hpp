@@ -123,6 +123,8 @@ class CachingAllocator {
   [[nodiscard]] Offset address(Handle b) const;
   void cache(Handle b);
   void uncache(Handle b);
+  /// Block `b` takes over the block after it in its segment (both out of the pools).
+  void absorb_next(Handle b);
   Handle new_block();
   std::optional<Handle> new_segment(Size bytes, bool small_pool);
   void release_cached_segments();

@@ -87,7 +87,8 @@ TEST_CASE("one unit grammar: case-insensitive, bits and bytes explicit, no bare 
   CHECK(machine("--latency 10US").at("copy_latency_ns") == 10'000);
   CHECK(machine("--latency '10 us'").at("copy_latency_ns") == 10'000);
   CHECK(machine("").at("allocator") == "arena");
-  // The caching allocator takes 2 MiB at least (one small segment): more than the tiny trace states.
+  // The caching allocator takes 2 MiB at least (one small segment): more than the tiny trace
+  // states.
   CHECK(machine("--allocator caching --memory 4MiB").at("allocator") == "caching");
   check_refused(run_memplan("simulate " + tiny() + " --policy in-core --allocator cnmem"),
                 "--allocator");
