@@ -29,76 +29,136 @@
 #include "search/policy.hpp"
 
 namespace memplan::search {
-namespace {
-
-bool is_evicted(const sim::Plan& plan, int map) {
-  return plan.decisions[static_cast<std::size_t>(map)].action == sim::Action::kRecompute;
+DtrCosts::DtrCosts(const NetworkView& view, const sim::Plan& plan)
+    : view_(&view),
+      parent_(view.feature_maps().size()),
+      component_ns_(parent_.size(), 0),
+      evicted_(parent_.size(), 0) {
+  for (std::size_t m = 0; m < parent_.size(); ++m) parent_[m] = static_cast<int>(m);
+  for (std::size_t m = 0; m < parent_.size(); ++m)
+    if (plan.decisions[m].action == sim::Action::kRecompute) evict(static_cast<int>(m));
 }
 
-}  // namespace
-
-sim::Nanoseconds dtr_cost(const NetworkView& view, const sim::Plan& plan, int map) {
-  const sim::Workload& w = view.workload();
-  std::vector<char> visited(view.feature_maps().size(), 0);
-  std::vector<int> stack{map};
-  visited[static_cast<std::size_t>(map)] = 1;
-  sim::Nanoseconds cost = 0;
-  while (!stack.empty()) {
-    const int m = stack.back();
-    stack.pop_back();
-    cost += w.op(view.producer(m)).duration_ns;
-    auto visit = [&](sim::TensorId t) {
-      const int n = view.map_index(t);
-      if (n < 0 || visited[static_cast<std::size_t>(n)] != 0 || !is_evicted(plan, n)) return;
-      visited[static_cast<std::size_t>(n)] = 1;
-      stack.push_back(n);
-    };
-    for (sim::TensorId t : w.op(view.producer(m)).inputs) visit(t);  // what regenerating m needs
-    for (sim::OpId use : view.feature_maps()[static_cast<std::size_t>(m)].forward_uses) {
-      for (sim::TensorId t : w.op(use).outputs) visit(t);  // what needs m to be regenerated
-    }
+template <typename F>
+void DtrCosts::for_each_neighbour(int map, F&& f) const {
+  const sim::Workload& w = view_->workload();
+  auto visit = [&](sim::TensorId t) {
+    const int n = view_->map_index(t);
+    if (n >= 0 && n != map) f(n);
+  };
+  for (sim::TensorId t : w.op(view_->producer(map)).inputs) visit(t);  // what regenerating it needs
+  for (sim::OpId use : view_->feature_maps()[static_cast<std::size_t>(map)].forward_uses) {
+    for (sim::TensorId t : w.op(use).outputs) visit(t);  // what needs it to be regenerated
   }
+}
+
+int DtrCosts::root(int map) {
+  while (parent_[static_cast<std::size_t>(map)] != map) {
+    auto& p = parent_[static_cast<std::size_t>(map)];
+    p = parent_[static_cast<std::size_t>(p)];  // path halving
+    map = p;
+  }
+  return map;
+}
+
+void DtrCosts::evict(int map) {
+  if (evicted_[static_cast<std::size_t>(map)] != 0) return;
+  evicted_[static_cast<std::size_t>(map)] = 1;
+  component_ns_[static_cast<std::size_t>(map)] = producer_ns(map);
+  for_each_neighbour(map, [&](int n) {
+    if (evicted_[static_cast<std::size_t>(n)] == 0) return;
+    const int a = root(map);
+    const int b = root(n);
+    if (a == b) return;
+    parent_[static_cast<std::size_t>(b)] = a;
+    component_ns_[static_cast<std::size_t>(a)] += component_ns_[static_cast<std::size_t>(b)];
+  });
+}
+
+sim::Nanoseconds DtrCosts::cost(int map) {
+  sim::Nanoseconds cost = producer_ns(map);
+  roots_.clear();
+  for_each_neighbour(map, [&](int n) {
+    if (evicted_[static_cast<std::size_t>(n)] == 0) return;
+    const int r = root(n);
+    if (std::find(roots_.begin(), roots_.end(), r) != roots_.end()) return;
+    roots_.push_back(r);
+    cost += component_ns(r);
+  });
   return cost;
 }
 
-double dtr_score(const NetworkView& view, const sim::Plan& plan, const InCoreSchedule& schedule,
-                 int map, sim::OpId at) {
+sim::Nanoseconds DtrCosts::producer_ns(int map) const {
+  return view_->workload().op(view_->producer(map)).duration_ns;
+}
+
+double dtr_score(const NetworkView& view, DtrCosts& costs, const InCoreSchedule& schedule, int map,
+                 sim::OpId at) {
   const sim::Nanoseconds now = schedule.start_ns[index(at)];
   const sim::OpId touched = last_touch_before(view, map, at);
   const double staleness =
       static_cast<double>(std::max<sim::Nanoseconds>(1, now - schedule.end_ns[index(touched)]));
-  return static_cast<double>(dtr_cost(view, plan, map)) /
+  return static_cast<double>(costs.cost(map)) /
          (static_cast<double>(view.map_bytes(map)) * staleness);
 }
 
 namespace {
 
-// The kept map resident at `at` (and not read by it) with the smallest h, or -1.
-int dtr_victim(const NetworkView& view, const sim::Plan& plan, const InCoreSchedule& schedule,
-               sim::OpId at) {
-  const auto& reads = view.workload().op(at).inputs;
-  int victim = -1;
-  double best = std::numeric_limits<double>::infinity();
-  for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
-    if (plan.decisions[m].action != sim::Action::kKeep) continue;
-    const auto& fm = view.feature_maps()[m];
-    if (view.producer(static_cast<int>(m)) >= at || fm.backward_uses.back() < at)
-      continue;                                                                     // not resident
-    if (std::find(reads.begin(), reads.end(), fm.tensor) != reads.end()) continue;  // in use
-    const double h = dtr_score(view, plan, schedule, static_cast<int>(m), at);
-    if (h < best) {
-      best = h;
-      victim = static_cast<int>(m);
+// The kept maps resident at `at` (and not read by it), smallest h first: the victims of one batch
+// (Note [DTR frozen into a plan]). Evicting a map only raises the others' costs (their evicted
+// neighbourhoods grow), and at one op their bytes and staleness do not change, so the scores
+// taken when the batch starts are lower bounds: the top of the heap is re-scored and is the
+// victim when its score has not moved (lazy greedy), which is the scan of every map's current
+// score with ties going to the lower map index.
+class Victims {
+ public:
+  Victims(const NetworkView& view, const sim::Plan& plan, DtrCosts& costs,
+          const InCoreSchedule& schedule, sim::OpId at)
+      : view_(view), plan_(plan), costs_(costs), schedule_(schedule), at_(at) {
+    const auto& reads = view.workload().op(at).inputs;
+    for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+      if (plan.decisions[m].action != sim::Action::kKeep) continue;
+      const auto& fm = view.feature_maps()[m];
+      if (view.producer(static_cast<int>(m)) >= at || fm.backward_uses.back() < at)
+        continue;  // not resident
+      if (std::find(reads.begin(), reads.end(), fm.tensor) != reads.end()) continue;  // in use
+      heap_.emplace_back(score(static_cast<int>(m)), static_cast<int>(m));
     }
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
   }
-  return victim;
-}
+
+  /// The map to evict next, or -1 when none is left.
+  int next() {
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+      auto [h, m] = heap_.back();
+      heap_.pop_back();
+      if (plan_.decisions[static_cast<std::size_t>(m)].action != sim::Action::kKeep) continue;
+      const double now = score(m);
+      if (now == h) return m;
+      heap_.emplace_back(now, m);
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+    }
+    return -1;
+  }
+
+ private:
+  double score(int m) { return dtr_score(view_, costs_, schedule_, m, at_); }
+
+  const NetworkView& view_;
+  const sim::Plan& plan_;
+  DtrCosts& costs_;
+  const InCoreSchedule& schedule_;
+  sim::OpId at_;
+  std::vector<std::pair<double, int>> heap_;  // (score when pushed, map), smallest on top
+};
 
 }  // namespace
 
 PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
   sim::Plan plan = keep_all(view, "dtr");
   const InCoreSchedule schedule = in_core_schedule(view.workload());
+  DtrCosts costs(view, plan);
   std::size_t evicted = 0;
   for (;;) {
     // Only where memory runs out is read: the allocations alone tell (Note [Fitting without
@@ -109,10 +169,12 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
     // (Note [DTR frozen into a plan], batches), then simulate again.
     sim::Bytes freed = 0;
     std::size_t batch = 0;
+    Victims victims(view, plan, costs, schedule, e.oom_op);
     while (freed < std::max<sim::Bytes>(1, e.oom_bytes_missing)) {
-      const int victim = dtr_victim(view, plan, schedule, e.oom_op);
+      const int victim = victims.next();
       if (victim < 0) break;
       plan.decisions[static_cast<std::size_t>(victim)].action = sim::Action::kRecompute;
+      costs.evict(victim);
       freed += view.map_bytes(victim);
       ++batch;
     }

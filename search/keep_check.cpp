@@ -65,43 +65,45 @@ bool KeepCheck::rebase(const sim::Plan& plan) {
       return false;  // a third copy, or an unexpected order: not the shape the Note describes
     }
   }
-  skip_.assign(ops_.size(), 0);
-  alias_.resize(program_.buffers.size());
-  for (std::size_t b = 0; b < alias_.size(); ++b) alias_[b] = sim::buffer_id(b);
   ready_ = true;
   return true;
 }
 
-std::optional<Evaluation> KeepCheck::check(const std::vector<int>& keep) {
+std::optional<Evaluation> KeepCheck::check(const std::vector<int>& keep, Scratch& scratch) {
   MEMPLAN_CHECK(ready_, "KeepCheck::check after a rebase that accepted the plan");
   for (int m : keep) {
     const Swapped& s = swapped_[static_cast<std::size_t>(m)];
     if (s.fetch_alloc < 0 || s.forward_free < 0) return std::nullopt;
   }
-  ++count_;
+  count_.fetch_add(1, std::memory_order_relaxed);
+  // A scratch first used, or last used on a smaller base, starts with nothing skipped and every
+  // buffer freeing its own block.
+  scratch.skip_.resize(ops_.size(), 0);
+  for (std::size_t b = scratch.alias_.size(); b < program_.buffers.size(); ++b)
+    scratch.alias_.push_back(sim::buffer_id(b));
   for (int m : keep) {
     const Swapped& s = swapped_[static_cast<std::size_t>(m)];
-    skip_[static_cast<std::size_t>(s.forward_free)] = 1;
-    skip_[static_cast<std::size_t>(s.fetch_alloc)] = 1;
-    alias_[index(s.fetched)] = s.forward;
+    scratch.skip_[static_cast<std::size_t>(s.forward_free)] = 1;
+    scratch.skip_[static_cast<std::size_t>(s.fetch_alloc)] = 1;
+    scratch.alias_[index(s.fetched)] = s.forward;
   }
   Evaluation e;
-  replay_.begin(machine_, program_, e);
+  scratch.replay_.begin(machine_, program_, e);
   for (std::size_t i = 0; i < ops_.size(); ++i) {
-    if (skip_[i] != 0) continue;
+    if (scratch.skip_[i] != 0) continue;
     const MemoryOp& op = ops_[i];
     if (op.alloc) {
-      if (!replay_.allocate(op.buffer, op.op, e)) break;
+      if (!scratch.replay_.allocate(op.buffer, op.op, e)) break;
     } else {
-      replay_.release(alias_[index(op.buffer)]);
+      scratch.replay_.release(scratch.alias_[index(op.buffer)]);
     }
   }
-  replay_.end(e);
+  scratch.replay_.end(e);
   for (int m : keep) {
     const Swapped& s = swapped_[static_cast<std::size_t>(m)];
-    skip_[static_cast<std::size_t>(s.forward_free)] = 0;
-    skip_[static_cast<std::size_t>(s.fetch_alloc)] = 0;
-    alias_[index(s.fetched)] = s.fetched;
+    scratch.skip_[static_cast<std::size_t>(s.forward_free)] = 0;
+    scratch.skip_[static_cast<std::size_t>(s.fetch_alloc)] = 0;
+    scratch.alias_[index(s.fetched)] = s.fetched;
   }
   return e;
 }

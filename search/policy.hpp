@@ -82,6 +82,9 @@ PoochProfile pooch_profile(Evaluator& evaluator, const NetworkView& view);
 struct PoochLimits {
   std::size_t max_enumerated = 8;
   std::size_t leaf_simulations = 4096;
+  /// Single-map keep trials checked at once (Note [PoocH in memplan], the keep scan's
+  /// speculation); 1 checks one after another. Changes no decision, only the work done.
+  std::size_t speculative_trials = 4;
 };
 
 struct PoochKeepSwap {
@@ -111,12 +114,39 @@ struct CapuchinCandidate {
 std::vector<CapuchinCandidate> capuchin_candidates(const NetworkView& view,
                                                    const sim::Machine& machine);
 
-/// DTR's cost of evicting a map under `plan` (Note [DTR frozen into a plan]): its producer's time
-/// plus that of its evicted neighbourhood (maps the plan recomputes, connected to it through
-/// recomputed maps: the ones regenerating it needs and the ones that would need it).
-sim::Nanoseconds dtr_cost(const NetworkView& view, const sim::Plan& plan, int map);
-/// DTR's h = dtr_cost / (bytes x time since the map's last use before `at`), in the schedule.
-double dtr_score(const NetworkView& view, const sim::Plan& plan, const InCoreSchedule& schedule,
-                 int map, sim::OpId at);
+/// DTR's cost of evicting a map (Note [DTR frozen into a plan]): its producer's time plus that of
+/// its evicted neighbourhood, the evicted maps connected to it through evicted maps (those
+/// regenerating it needs and those that would need it). The evicted maps' connected components
+/// are kept in a union-find with each component's summed producer times, so a cost is a look at
+/// the map's neighbours and evicting a map is a union, where walking the neighbourhood made each
+/// cost as long as the chain of evicted maps around it.
+class DtrCosts {
+ public:
+  /// The maps `plan` recomputes are the evicted ones. The view must outlive this.
+  DtrCosts(const NetworkView& view, const sim::Plan& plan);
+  /// The cost of evicting `map` (which is not evicted) as the plan stands.
+  sim::Nanoseconds cost(int map);
+  /// `map` is evicted from now on.
+  void evict(int map);
+
+ private:
+  template <typename F>
+  void for_each_neighbour(int map, F&& f) const;
+  int root(int map);
+  [[nodiscard]] sim::Nanoseconds producer_ns(int map) const;
+  [[nodiscard]] sim::Nanoseconds component_ns(int root) const {
+    return component_ns_[static_cast<std::size_t>(root)];
+  }
+
+  const NetworkView* view_;
+  std::vector<int> parent_;
+  std::vector<sim::Nanoseconds> component_ns_;  // at a root: its component's producer times
+  std::vector<char> evicted_;
+  std::vector<int> roots_;  // cost()'s scratch
+};
+
+/// DTR's h = cost / (bytes x time since the map's last use before `at`), in the schedule.
+double dtr_score(const NetworkView& view, DtrCosts& costs, const InCoreSchedule& schedule, int map,
+                 sim::OpId at);
 
 }  // namespace memplan::search

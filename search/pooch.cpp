@@ -67,7 +67,12 @@
 // verdict, where it ran out and by how much, without the engine); the keep scans edit the trial
 // into the allocations of one lowering of the plan they change, re-lowered only when a run is
 // kept (KeepCheck, Note [Keeping a swapped map, incrementally]); a run the estimate step takes is
-// simulated once, its timeline ranking the maps left.
+// simulated once, its timeline ranking the maps left. Speculation: where a keep scan goes one map
+// at a time (nearly every trial refused), it checks the next PoochLimits::speculative_trials maps
+// against the current plan at once, in parallel, and uses the answers in order until one fits;
+// the answers after it were made against the plan it replaced and are dropped. The decisions are
+// the one-by-one scan's whatever the width or the number of threads (pooch_test); the width is
+// fixed, so the work done is too.
 // Swap-ins start as soon as memory has room (Note [PoocH's swap-in scheduling]) in the all-swap
 // profile, on each leaf of the keep/swap tree before it is timed, and on the final plan; step 3
 // measures r with the default points (one op before the first backward use): with scheduled
@@ -148,7 +153,7 @@ struct Refusal {
 // a map at least as large as a refused one, away across the op where that one ran out, is
 // refused without a simulation.
 void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<int>& maps,
-                     const NetworkView& view) {
+                     const NetworkView& view, std::size_t speculative_trials) {
   std::vector<Refusal> refused;
   auto known_refused = [&](int m) {
     const AwayWindow w = away_window(view, m);
@@ -161,6 +166,12 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
   // a swapped map, incrementally]) where that applies, else lowered each.
   KeepCheck check(evaluator.workload(), evaluator.machine());
   bool incremental = check.rebase(plan);
+  const std::size_t width = std::max<std::size_t>(1, speculative_trials);
+  std::vector<KeepCheck::Scratch> scratch(width);
+  std::vector<std::optional<Evaluation>> speculated(width);
+  std::vector<std::size_t> position(width);
+  std::size_t speculated_count = 0;  // results in `speculated` for the positions in `position`
+  std::size_t next_speculated = 0;   // the first of them not used yet
   std::vector<int> kept;
   std::size_t i = 0;
   std::size_t run = maps.size();  // everything at once first
@@ -168,6 +179,26 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
     if (known_refused(maps[i])) {
       ++i;
       continue;
+    }
+    std::optional<Evaluation> fast;
+    if (incremental && run == 1) {
+      // One map at a time, where nearly every trial is refused: the next `width` maps not known
+      // to be refused now are checked at once against this plan, and their answers used in
+      // order for as long as the plan does not change (a refusal only adds to what is known
+      // refused, which is checked again before an answer is used).
+      while (next_speculated < speculated_count && position[next_speculated] < i) ++next_speculated;
+      if (next_speculated == speculated_count || position[next_speculated] != i) {
+        speculated_count = 0;
+        for (std::size_t j = i; j < maps.size() && speculated_count < width; ++j) {
+          if (j == i || !known_refused(maps[j])) position[speculated_count++] = j;
+        }
+        parallel_each(
+            0, speculated_count,
+            [&](std::size_t k) { speculated[k] = check.check({maps[position[k]]}, scratch[k]); },
+            Split::kOnePerTask);
+        next_speculated = 0;
+      }
+      fast = speculated[next_speculated++];
     }
     std::size_t end = i;
     kept.clear();
@@ -178,12 +209,12 @@ void keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
     sim::Plan trial = plan;
     for (int m : kept) trial.decisions[static_cast<std::size_t>(m)].action = sim::Action::kKeep;
     // Only whether it fits (and where it ran out) is read.
-    std::optional<Evaluation> fast;
-    if (incremental) fast = check.check(kept);
+    if (incremental && !fast) fast = check.check(kept);
     const Evaluation e = fast ? *fast : evaluator.check_memory(trial);
     if (e.feasible) {
       plan = std::move(trial);
       if (incremental) incremental = check.rebase(plan);
+      speculated_count = next_speculated = 0;  // answers against the old plan
       i = end;
       run *= 2;
     } else if (end - i == 1) {
@@ -415,7 +446,7 @@ PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
     }
     // Keeping more only needs more memory.
     if (!evaluator.check_memory(candidate).feasible) continue;
-    keep_while_fits(evaluator, candidate, l_o_only, view);
+    keep_while_fits(evaluator, candidate, l_o_only, view, limits.speculative_trials);
     const sim::Nanoseconds t = time_or_infinity(schedule_swap_ins(evaluator, view, candidate));
     if (t < best_ns) {
       best_ns = t;
@@ -428,7 +459,7 @@ PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
     std::vector<int> rest(l_i.begin() + static_cast<std::ptrdiff_t>(enumerated), l_i.end());
     std::stable_sort(rest.begin(), rest.end(),
                      [&](int a, int b) { return view.producer(a) > view.producer(b); });
-    keep_while_fits(evaluator, best, rest, view);
+    keep_while_fits(evaluator, best, rest, view, limits.speculative_trials);
   }
   return {std::move(best), enumerated};
 }

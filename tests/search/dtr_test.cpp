@@ -1,10 +1,15 @@
 // DTR's eviction choice on a workload worked out by hand (Note [DTR frozen into a plan]).
+#include <algorithm>
+#include <random>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 #include "search/policy.hpp"
 #include "tests/search/policy_workloads.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
+#include "zoo/zoo.hpp"
 
 using namespace memplan::sim;
 using namespace memplan::search;
@@ -84,22 +89,92 @@ TEST_CASE("dtr's cost counts the evicted neighbourhood on both sides of a map", 
   Plan plan = keep_all(view, "dtr");
   REQUIRE(plan.decisions.size() == 4);
   // Nothing evicted: a map costs its producer.
-  CHECK(dtr_cost(view, plan, 1) == 200);
+  CHECK(DtrCosts(view, plan).cost(1) == 200);
   // a and c evicted: regenerating b needs a (f1), and c needs b to come back (f3):
   // 200 + 100 + 400. d is kept, so the walk stops at c.
   plan.decisions[0].action = Action::kRecompute;
   plan.decisions[2].action = Action::kRecompute;
-  CHECK(dtr_cost(view, plan, 1) == 700);
+  DtrCosts costs(view, plan);
+  CHECK(costs.cost(1) == 700);
   // d evicted too: it is reached through c: + 800.
   plan.decisions[3].action = Action::kRecompute;
-  CHECK(dtr_cost(view, plan, 1) == 1500);
+  CHECK(DtrCosts(view, plan).cost(1) == 1500);
+  costs.evict(3);  // the same, by a union into c's component
+  CHECK(costs.cost(1) == 1500);
   // From d's side with only c evicted: f4 + f3; c's other neighbour b is kept.
   plan.decisions[0].action = Action::kKeep;
   plan.decisions[3].action = Action::kKeep;
-  CHECK(dtr_cost(view, plan, 3) == 1200);
+  DtrCosts from_d(view, plan);
+  CHECK(from_d.cost(3) == 1200);
   // The score divides by bytes and staleness. In-core: f1 [0,100] f2 [100,300] f3 [300,700]
   // f4 [700,1500] g4 [1500,1600] g3 [1600,1700] g2 (op 6) from 1700. At g2, d was last used by g4
   // (ended 1600): h(d) = 1200 / (1024 * 100).
   const InCoreSchedule schedule = in_core_schedule(w);
-  CHECK(dtr_score(view, plan, schedule, 3, OpId{6}) == Approx(1200.0 / (1024.0 * 100.0)));
+  CHECK(dtr_score(view, from_d, schedule, 3, OpId{6}) == Approx(1200.0 / (1024.0 * 100.0)));
+}
+
+namespace {
+
+// The DTR paper's neighbourhood, walked: the evicted maps reachable from `map` through evicted
+// maps, each step to the evicted inputs of a map's producer or the evicted outputs of the forward
+// ops that read it; each counts its producer's time once, `map` too.
+Nanoseconds walked_cost(const NetworkView& view, const Plan& plan, int map) {
+  const Workload& w = view.workload();
+  std::vector<char> seen(view.feature_maps().size(), 0);
+  std::vector<int> stack{map};
+  seen[static_cast<std::size_t>(map)] = 1;
+  Nanoseconds cost = 0;
+  while (!stack.empty()) {
+    const int m = stack.back();
+    stack.pop_back();
+    cost += w.op(view.producer(m)).duration_ns;
+    auto visit = [&](TensorId t) {
+      const int n = view.map_index(t);
+      if (n < 0 || seen[static_cast<std::size_t>(n)] != 0 ||
+          plan.decisions[static_cast<std::size_t>(n)].action != Action::kRecompute)
+        return;
+      seen[static_cast<std::size_t>(n)] = 1;
+      stack.push_back(n);
+    };
+    for (TensorId t : w.op(view.producer(m)).inputs) visit(t);
+    for (OpId use : view.feature_maps()[static_cast<std::size_t>(m)].forward_uses) {
+      for (TensorId t : w.op(use).outputs) visit(t);
+    }
+  }
+  return cost;
+}
+
+}  // namespace
+
+TEST_CASE("dtr's costs kept by union equal the walked neighbourhood as maps are evicted",
+          "[search][dtr][property]") {
+  // ResNet-18 and a DenseNet (concatenations: a map read by many forward ops), maps evicted in a
+  // random order; after each eviction every kept map's cost is the walk's.
+  for (const char* model : {"resnet18", "densenet121"}) {
+    memplan::zoo::ZooRequest request;
+    request.model = model;
+    request.device = "v100-16gb";
+    request.options.batch = 2;
+    const Workload w = memplan::zoo::make_workload(request);
+    const NetworkView view(w);
+    for (unsigned seed = 1; seed <= 3; ++seed) {
+      CAPTURE(model, seed);
+      Plan plan = keep_all(view, "test");
+      DtrCosts costs(view, plan);
+      std::vector<int> order(plan.decisions.size());
+      for (std::size_t m = 0; m < order.size(); ++m) order[m] = static_cast<int>(m);
+      std::mt19937 rng(seed);
+      std::shuffle(order.begin(), order.end(), rng);
+      order.resize(order.size() * 2 / 3);
+      for (std::size_t k = 0; k < order.size(); ++k) {
+        plan.decisions[static_cast<std::size_t>(order[k])].action = Action::kRecompute;
+        costs.evict(order[k]);
+        if (k % 8 != 0) continue;
+        for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+          if (plan.decisions[m].action != Action::kKeep) continue;
+          REQUIRE(costs.cost(static_cast<int>(m)) == walked_cost(view, plan, static_cast<int>(m)));
+        }
+      }
+    }
+  }
 }

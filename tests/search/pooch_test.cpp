@@ -11,6 +11,7 @@
 #include "search/policy.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
+#include "zoo/zoo.hpp"
 
 using namespace memplan::sim;
 using namespace memplan::search;
@@ -374,4 +375,42 @@ TEST_CASE("PoocH's keep/swap step matches the full tree on random small fans", "
   // mixed.
   CHECK(feasible >= 15);
   CHECK(mixed >= 5);
+}
+
+TEST_CASE("PoocH's keep scan decides the same whether it checks trials one by one or at once",
+          "[search][pooch]") {
+  // The scan checks up to speculative_trials single-map trials against one plan at once and uses
+  // their answers in order until one fits (Note [PoocH in memplan]); the answers after a fit were
+  // made against the old plan and must not be used. DenseNet-121 at tight budgets: long scans of
+  // mostly refused maps, with fits between them.
+  memplan::zoo::ZooRequest request;
+  request.model = "densenet121";
+  request.device = "v100-16gb";
+  request.options.batch = 32;
+  const Workload w = memplan::zoo::make_workload(request);
+  const NetworkView view(w);
+  const Bytes in_core = Evaluator(w, test_machine(Bytes{1} << 50))
+                            .evaluate(keep_all(view, "test"))
+                            .peak_reserved_bytes;
+  int kept_after_refusals = 0;
+  for (int percent : {35, 45, 55, 65}) {
+    CAPTURE(percent);
+    Evaluator evaluator(w, test_machine(in_core * percent / 100));
+    const PoochProfile profile = pooch_profile(evaluator, view);
+    PoochLimits one_by_one;
+    one_by_one.speculative_trials = 1;
+    const Plan sequential = pooch_keep_swap(evaluator, view, profile, one_by_one).plan;
+    for (std::size_t width : {std::size_t{2}, std::size_t{4}, std::size_t{7}}) {
+      CAPTURE(width);
+      PoochLimits at_once;
+      at_once.speculative_trials = width;
+      const Plan speculated = pooch_keep_swap(evaluator, view, profile, at_once).plan;
+      REQUIRE(speculated.decisions.size() == sequential.decisions.size());
+      for (std::size_t m = 0; m < sequential.decisions.size(); ++m)
+        REQUIRE(speculated.decisions[m].action == sequential.decisions[m].action);
+    }
+    const auto counts = sequential.action_counts();
+    if (counts[0] > 0 && counts[1] > 0) ++kept_after_refusals;
+  }
+  CHECK(kept_after_refusals >= 2);  // the scans both kept and refused maps
 }
