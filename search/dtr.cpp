@@ -23,9 +23,11 @@
 // a map or two more than the one-at-a-time loop would (docs/policies.md).
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include <fmt/core.h>
 
+#include "search/eviction_check.hpp"
 #include "search/policy.hpp"
 
 namespace memplan::search {
@@ -159,11 +161,16 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
   sim::Plan plan = keep_all(view, "dtr");
   const InCoreSchedule schedule = in_core_schedule(view.workload());
   DtrCosts costs(view, plan);
-  std::size_t evicted = 0;
+  // Where the plan runs out in the forward pass is found from the all-kept plan's allocations
+  // with the evicted maps' frees moved up (Note [Evicting in the forward pass]); past it, from the
+  // plan's own allocations (Note [Fitting without the clock] in evaluator.cpp).
+  EvictionCheck forward(evaluator.workload(), evaluator.machine());
+  const bool incremental = forward.rebase(plan);
+  std::vector<int> evicted;
   for (;;) {
-    // Only where memory runs out is read: the allocations alone tell (Note [Fitting without
-    // the clock] in evaluator.cpp).
-    const Evaluation e = evaluator.check_memory(plan);
+    std::optional<Evaluation> fast;
+    if (incremental) fast = forward.check(evicted);
+    const Evaluation e = fast ? *fast : evaluator.check_memory(plan);
     if (e.feasible || e.oom_op == sim::kNoOp) break;
     // Evict at the op where memory ran out until the evicted bytes cover the bytes missing there
     // (Note [DTR frozen into a plan], batches), then simulate again.
@@ -175,13 +182,14 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
       if (victim < 0) break;
       plan.decisions[static_cast<std::size_t>(victim)].action = sim::Action::kRecompute;
       costs.evict(victim);
+      evicted.push_back(victim);
       freed += view.map_bytes(victim);
       ++batch;
     }
     if (batch == 0) break;
-    evicted += batch;
   }
-  std::string note = fmt::format("{} maps evicted for recomputation", evicted);
+  evaluator.credit(0, forward.count());
+  std::string note = fmt::format("{} maps evicted for recomputation", evicted.size());
   return {std::move(plan), false, std::move(note)};
 }
 
