@@ -169,7 +169,7 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
   std::vector<int> evicted;
   for (;;) {
     std::optional<Evaluation> fast;
-    if (incremental) fast = forward.check(evicted);
+    if (incremental) fast = forward.check(plan, evicted);
     const Evaluation e = fast ? *fast : evaluator.check_memory(plan);
     if (e.feasible || e.oom_op == sim::kNoOp) break;
     // Evict at the op where memory ran out until the evicted bytes cover the bytes missing there

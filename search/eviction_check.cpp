@@ -8,19 +8,22 @@
 namespace memplan::search {
 
 // Note [Evicting in the forward pass]
-// Lowered with every map kept, a plan has no recomputation, so its compute stream visits the ops
-// in issue order: each op's allocations, its run, and the frees after it. Evicting a map m
-// (keep -> recompute) changes that stream in two ways: m's buffer is freed after its last forward
-// use instead of after its last use, and from the first backward op that needs it on, m is
-// regenerated (its producer re-run, in new buffers). Before the first op that is not a forward op
-// nothing is regenerated (a forward op reads a map only up to its last forward use), so up to
-// there the evicted plan's allocations and frees are the base's with each evicted map's free moved
-// to after its last forward use: buffers are created in the same order (the same ids), and a free
-// among the frees after one op, with no allocation between them, leaves the arena as any order of
-// them does (neighbours coalesce). Memory runs out in that part exactly where the replay of it
-// runs out. One exception: a tensor that exists before the step is never dropped by the lowering,
-// so regenerating an evicted map that reads it, later, keeps its buffer alive past the forward
-// pass where the base frees it; a map whose regeneration could read such a tensor (through the
+// Before the first op that is not a forward op, a lowered plan regenerates nothing (a forward op
+// reads a map only up to its last forward use, and a map is dropped only after it), so there its
+// compute stream visits the ops in issue order: each op's allocations (prefetches issued before
+// it, its outputs, its workspace), its run, and the frees after it. Evicting a map m the plan
+// keeps changes that part in one way only: m's buffer is freed after its last forward use (a
+// swapped map's once its copy-out has read it, which the compute stream waits for there; the copy
+// itself allocates nothing) instead of after its last use. The rest comes later: a swapped m's
+// prefetch at its prefetch point, a recomputed m's regeneration at its first backward use, in new
+// buffers. So, as long as the prefetch point is not a forward op, the evicted plan's allocations
+// and frees up to there are the base's with each evicted map's free moved to after its last
+// forward use: buffers are created in the same order (the same ids), and a free among the frees
+// after one op, with no allocation between them, leaves the arena as any order of them does
+// (neighbours coalesce). Memory runs out in that part exactly where the replay of it runs out.
+// One exception: a tensor that exists before the step is never dropped by the lowering, so
+// regenerating an evicted map that reads it, later, keeps its buffer alive past the forward pass
+// where the base frees it; a map whose regeneration could read such a tensor (through the
 // producers of the tensors it is made from) is not checked here.
 // tests/search/eviction_check_test.cpp compares check() with Evaluator::check_memory.
 EvictionCheck::EvictionCheck(const sim::Workload& workload, const sim::Machine& machine)
@@ -33,13 +36,14 @@ bool EvictionCheck::rebase(const sim::Plan& plan) {
     return false;
   }
   for (const sim::Decision& d : plan.decisions) {
-    if (d.action != sim::Action::kKeep) return false;
+    if (d.action == sim::Action::kEncode || d.release_before != sim::kNoOp) return false;
   }
   const sim::Workload& w = *workload_;
   // The forward part: the ops before the first one that is not a forward op.
   std::size_t forward_ops = 0;
   while (forward_ops < w.ops.size() && w.ops[forward_ops].phase == sim::Phase::kForward)
     ++forward_ops;
+  forward_ops_ = forward_ops;
   lowerer_.lower(plan, program_);
   ops_.clear();
   // after_op[u]: the position in ops_ after op u's calls (before the next op's).
@@ -85,7 +89,9 @@ bool EvictionCheck::rebase(const sim::Plan& plan) {
     const std::int32_t m = map_of[index(t)];
     MEMPLAN_CHECK(m >= 0, "a plan decides feature maps only");
     Eviction& e = eviction_[d];
-    e.unsafe = reads_freed[index(t)] != 0;
+    e.kept = plan.decisions[d].action == sim::Action::kKeep;
+    e.default_prefetch = sim::default_prefetch_point(maps[static_cast<std::size_t>(m)], w);
+    e.reads_freed = reads_freed[index(t)] != 0;
     const sim::OpId last = sim::last_forward_use(maps[static_cast<std::size_t>(m)], w);
     if (index(last) >= forward_ops) continue;  // its free moves past the forward part
     // An output written in place lives in the buffer of the tensor it overwrote.
@@ -94,19 +100,29 @@ bool EvictionCheck::rebase(const sim::Plan& plan) {
            w.tensor(holder).in_place_of != sim::kNoTensor)
       holder = w.tensor(holder).in_place_of;
     e.buffer = buffer_of[index(holder)];
-    e.unsafe = e.unsafe || e.buffer == sim::kNoBuffer;  // not the shape the Note describes
+    e.unchecked = e.buffer == sim::kNoBuffer;
     e.free_at = after_op[index(last)];
   }
   ready_ = true;
   return true;
 }
 
-std::optional<Evaluation> EvictionCheck::check(const std::vector<int>& evicted) {
+std::optional<Evaluation> EvictionCheck::check(const sim::Plan& plan,
+                                               const std::vector<int>& evicted) {
   MEMPLAN_CHECK(ready_, "EvictionCheck::check after a rebase that accepted the plan");
   moved_.clear();
   for (int m : evicted) {
     const Eviction& e = eviction_[static_cast<std::size_t>(m)];
-    if (e.unsafe) return std::nullopt;
+    const sim::Decision& d = plan.decisions[static_cast<std::size_t>(m)];
+    MEMPLAN_CHECK(e.kept, "an evicted map is kept in the base");
+    if (e.unchecked || d.release_before != sim::kNoOp) return std::nullopt;
+    if (d.action == sim::Action::kRecompute && e.reads_freed) return std::nullopt;
+    if (d.action == sim::Action::kSwap) {
+      const sim::OpId at = d.prefetch_before != sim::kNoOp ? d.prefetch_before : e.default_prefetch;
+      if (index(at) < forward_ops_) return std::nullopt;
+    } else if (d.action != sim::Action::kRecompute) {
+      return std::nullopt;
+    }
     if (e.free_at >= 0) moved_.emplace_back(e.free_at, e.buffer);
   }
   std::sort(moved_.begin(), moved_.end());

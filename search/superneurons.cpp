@@ -27,9 +27,12 @@
 //   swap-in starts one conv layer ahead: before the backward op of the nearest conv layer above its
 //   first backward use.
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include <fmt/core.h>
 
+#include "search/eviction_check.hpp"
 #include "search/policy.hpp"
 #include "search/schedule.hpp"
 
@@ -151,13 +154,19 @@ int least_recently_used(const NetworkView& view, const std::vector<bool>& checkp
 // until the plan fits or nothing is left to swap. Returns how many it swapped.
 std::size_t swap_by_pool(Evaluator& evaluator, const NetworkView& view,
                          const std::vector<bool>& checkpoint, sim::Plan& plan) {
-  std::size_t swapped = 0;
+  // Only where memory runs out is read: in the forward pass from the plan's allocations before
+  // the pool swapped anything, with the swapped maps' frees moved up (Note [Evicting in the
+  // forward pass]); past it, from the plan's own allocations (Note [Fitting without the clock] in
+  // evaluator.cpp).
+  EvictionCheck forward(evaluator.workload(), evaluator.machine());
+  const bool incremental = forward.rebase(plan);
+  std::vector<int> evicted;
   for (;;) {
-    // Only where memory runs out is read: the allocations alone tell (Note [Fitting without
-    // the clock] in evaluator.cpp).
-    const Evaluation e = evaluator.check_memory(plan);
+    std::optional<Evaluation> fast;
+    if (incremental) fast = forward.check(plan, evicted);
+    const Evaluation e = fast ? *fast : evaluator.check_memory(plan);
     if (e.feasible || e.oom_op == sim::kNoOp) break;
-    const std::size_t before = swapped;
+    const std::size_t before = evicted.size();
     sim::Bytes freed = 0;
     while (freed < std::max<sim::Bytes>(1, e.oom_bytes_missing)) {
       const int victim = least_recently_used(view, checkpoint, plan, e.oom_op);
@@ -168,11 +177,12 @@ std::size_t swap_by_pool(Evaluator& evaluator, const NetworkView& view,
           view, view.feature_maps()[static_cast<std::size_t>(victim)].backward_uses.front());
       if (at != sim::kNoOp) d.prefetch_before = at;
       freed += view.map_bytes(victim);
-      ++swapped;
+      evicted.push_back(victim);
     }
-    if (swapped == before) break;
+    if (evicted.size() == before) break;
   }
-  return swapped;
+  evaluator.credit(0, forward.count());
+  return evicted.size();
 }
 
 }  // namespace
