@@ -90,6 +90,9 @@ struct PoochLimits {
 struct PoochKeepSwap {
   sim::Plan plan;              // every map swapped except those the step keeps
   std::size_t enumerated = 0;  // maps of L_I in the tree
+  /// Long keep scans of the chosen leaf that ended on refusals in a row, the maps after them
+  /// left swapped (Note [PoocH in memplan], the keep scan).
+  std::size_t scans_ended = 0;
 };
 /// PoocH's keep/swap step (step 2 of Note [PoocH in memplan]) from the all-swap profile.
 PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,

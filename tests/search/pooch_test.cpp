@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "search/policy.hpp"
+#include "sim/machine.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
 #include "zoo/zoo.hpp"
@@ -413,4 +414,29 @@ TEST_CASE("PoocH's keep scan decides the same whether it checks trials one by on
     if (counts[0] > 0 && counts[1] > 0) ++kept_after_refusals;
   }
   CHECK(kept_after_refusals >= 2);  // the scans both kept and refused maps
+}
+
+TEST_CASE("PoocH ends a long keep scan after refusals in a row", "[search][pooch]") {
+  // ResNet-152 (the deep residual family at depth 152: 620 maps) at batch 16 in 1 GiB, a third
+  // of its in-core peak: L_I has 580 maps, and keeping one more of them runs out somewhere in
+  // nearly every trial. The scan of L_I's maps beyond the tree ends after 32 refusals in a row
+  // (Note [PoocH in memplan]); the plan fits.
+  memplan::zoo::ZooRequest request;
+  request.model = "resnet";
+  request.device = "v100-16gb";
+  request.options.batch = 16;
+  request.options.depth = 152;
+  const Workload w = memplan::zoo::make_workload(request);
+  MachineOverrides one_gib;
+  one_gib.memory_bytes = Bytes{1} << 30;
+  const Machine m = make_machine(w.device, one_gib);  // the V100's, as `memplan compare` makes it
+  Evaluator evaluator(w, m);
+  const NetworkView view(w);
+  const PoochProfile profile = pooch_profile(evaluator, view);
+  CHECK(profile.swap_in_exposed.size() > 256);
+  const PoochKeepSwap step = pooch_keep_swap(evaluator, view, profile);
+  CHECK(step.scans_ended == 1);
+  const PolicyDecision d = find_policy("pooch")->decide(evaluator, view);
+  CHECK_THAT(d.note, Catch::Matchers::Contains("1 keep scan(s) ended after 32 refusals in a row"));
+  CHECK(Evaluator(w, m).evaluate(d.plan).feasible);
 }
