@@ -2,7 +2,9 @@
 // 1517-layer residual network (Layrub's), batch 16 on a V100 cost model. Reports simulated
 // instructions per second on one core and the time to lower and to simulate one plan, without and
 // with a host side (the host stream an imported trace brings); then one swapped map kept, judged
-// by a full lowering and simulation, by an allocation replay, and incrementally (KeepCheck).
+// by a full lowering and simulation, by an allocation replay, and incrementally (KeepCheck); and
+// one kept map evicted where memory runs out in the forward pass, judged by an allocation replay
+// and incrementally (EvictionCheck).
 //
 // Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not wall time: on a shared machine a
 // wall clock counts the time other processes hold the core, the CPU clock only this thread's.
@@ -19,6 +21,7 @@
 #include <fmt/core.h>
 
 #include "search/evaluator.hpp"
+#include "search/eviction_check.hpp"
 #include "search/keep_check.hpp"
 #include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
@@ -156,6 +159,45 @@ void single_map_change(const Workload& w, const Machine& machine, int trials) {
       trials, fit_full, fit_replay, fit_keep, full_s * 1e3, replay_s * 1e3, keep_s * 1e3);
 }
 
+// One kept map of the in-core plan evicted (recomputed) on a device a third of the in-core peak,
+// where the plan runs out in the forward pass: judged by a lowering and allocation replay, and
+// by EvictionCheck (DTR's and SuperNeurons' feedback loops ask this after each batch).
+void single_eviction(const Workload& w, Machine machine, int trials) {
+  machine.memory_bytes = incore_peak(w).bytes / 3;
+  const Plan base = in_core_plan(w);
+  memplan::search::EvictionCheck forward(w, machine);
+  if (!forward.rebase(base)) {
+    fmt::print("single eviction: EvictionCheck declines the in-core plan here\n");
+    return;
+  }
+  std::vector<Plan> plans;
+  for (int k = 0; k < trials; ++k) {
+    Plan plan = base;
+    const auto m =
+        plan.decisions.size() * static_cast<std::size_t>(k) / static_cast<std::size_t>(trials);
+    plan.decisions[m].action = Action::kRecompute;
+    plans.push_back(std::move(plan));
+  }
+  memplan::search::Evaluator evaluator(w, machine);
+  double c0 = cpu_seconds();
+  std::vector<OpId> lowered;
+  for (const Plan& plan : plans) lowered.push_back(evaluator.check_memory(plan).oom_op);
+  const double replay_s = (cpu_seconds() - c0) / trials;
+  c0 = cpu_seconds();
+  std::size_t same = 0;
+  for (std::size_t k = 0; k < plans.size(); ++k) {
+    const auto m = static_cast<int>(base.decisions.size() * k / plans.size());
+    const auto e = forward.check(plans[k], {m});
+    same += e && e->oom_op == lowered[k] ? 1 : 0;
+  }
+  const double eviction_s = (cpu_seconds() - c0) / trials;
+  fmt::print(
+      "\none kept map of in-core evicted, in a third of the in-core peak, {} trials (the same "
+      "out-of-memory op: {}):\n"
+      "  lowering + alloc replay {:8.3f} ms\n  EvictionCheck           {:8.3f} ms\n",
+      trials, same, replay_s * 1e3, eviction_s * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -176,5 +218,6 @@ int main(int argc, char** argv) {
   fmt::print("\nwith a host side (20 us dispatch per op, every 50th op synchronizing):\n");
   bench(with_host_side(w), machine, repetitions);
   single_map_change(w, machine, 40);
+  single_eviction(w, machine, 40);
   return 0;
 }
