@@ -171,6 +171,7 @@ void single_eviction(const Workload& w, Machine machine, int trials) {
     return;
   }
   std::vector<Plan> plans;
+  plans.reserve(static_cast<std::size_t>(trials));
   for (int k = 0; k < trials; ++k) {
     Plan plan = base;
     const auto m =
@@ -181,6 +182,7 @@ void single_eviction(const Workload& w, Machine machine, int trials) {
   memplan::search::Evaluator evaluator(w, machine);
   double c0 = cpu_seconds();
   std::vector<OpId> lowered;
+  lowered.reserve(plans.size());
   for (const Plan& plan : plans) lowered.push_back(evaluator.check_memory(plan).oom_op);
   const double replay_s = (cpu_seconds() - c0) / trials;
   c0 = cpu_seconds();
