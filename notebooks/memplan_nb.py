@@ -3,7 +3,8 @@
 The notebooks call the `memplan` package (python/memplan/, built into build/release/python); it is
 found on PYTHONPATH (scripts/notebooks sets it), else in build/release/python of this checkout.
 Scratch files go to $MEMPLAN_NB_OUT, or out/notebooks/ of this checkout; figures go to
-docs/figures/.
+$MEMPLAN_NB_FIGURES, or docs/figures/ (the test command sends them to out/, so that running the
+tests leaves the checkout as it was).
 """
 import os
 import sys
@@ -22,7 +23,7 @@ except ImportError:
     import memplan  # noqa: E402,F811
 
 OUT = Path(os.environ.get("MEMPLAN_NB_OUT", ROOT / "out" / "notebooks"))
-FIGURES = ROOT / "docs" / "figures"
+FIGURES = Path(os.environ.get("MEMPLAN_NB_FIGURES", ROOT / "docs" / "figures"))
 OUT.mkdir(parents=True, exist_ok=True)
 FIGURES.mkdir(parents=True, exist_ok=True)
 
@@ -38,7 +39,7 @@ def zoo_trace(model, device, batch):
 
 
 def save(fig, name):
-    """Saves `fig` as docs/figures/NAME.png and returns the path."""
+    """Saves `fig` as NAME.png in FIGURES (docs/figures/) and returns the path."""
     path = FIGURES / f"{name}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
