@@ -83,8 +83,7 @@ struct PoochLimits {
   std::size_t max_enumerated = 8;
   std::size_t leaf_simulations = 4096;
   /// Single-map keep trials checked at once (Note [PoocH in memplan], the keep scan's
-  /// speculation); 1 checks one after another and times step 3's trials one at a time too.
-  /// Changes no decision, only the work done.
+  /// speculation); 1 checks one after another. Changes no decision, only the work done.
   std::size_t speculative_trials = 4;
 };
 
@@ -98,9 +97,6 @@ struct PoochKeepSwap {
 /// PoocH's keep/swap step (step 2 of Note [PoocH in memplan]) from the all-swap profile.
 PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
                               const PoochProfile& profile, const PoochLimits& limits = {});
-/// PoocH's whole decision under `limits` (decide_pooch is this with the defaults).
-PolicyDecision pooch_decide(Evaluator& evaluator, const NetworkView& view,
-                            const PoochLimits& limits);
 
 /// PoocH's swap-in scheduling (Note [PoocH's swap-in scheduling]): sets every swapped map's
 /// prefetch_before to the earliest op from which memory has room for it, in the order the maps

@@ -80,10 +80,7 @@
 // against the current plan at once, in parallel, and uses the answers in order until one fits;
 // the answers after it were made against the plan it replaced and are dropped. The decisions are
 // the one-by-one scan's whatever the width or the number of threads (pooch_test); the width is
-// fixed, so the work done is too. Step 3's estimate loop likewise times, beside each trial, the
-// trial it makes next if this one is refused (the run halved, or the next map alone), and uses
-// it when the first is refused (two in three trials on ResNet-1517 b16 in 8 GiB); the decisions
-// are the loop's one trial at a time.
+// fixed, so the work done is too.
 // Swap-ins start as soon as memory has room (Note [PoocH's swap-in scheduling]) in the all-swap
 // profile, on each leaf of the keep/swap tree before it is timed, and on the final plan; step 3
 // measures r with the default points (one op before the first backward use): with scheduled
@@ -288,8 +285,7 @@ std::vector<int> recompute_candidates(const sim::Timeline& timeline, const sim::
 // smallest first, taken in runs that double while the plan gets faster and halve when it does
 // not; a map that alone does not make it faster is refused; kRefusalsInARow refusals in a row end
 // the step.
-void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan,
-                           bool speculate) {
+void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
   std::vector<char> refused(plan.decisions.size(), 0);
   std::vector<std::pair<double, int>> order;
   sim::Nanoseconds current = 0;
@@ -308,66 +304,33 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     std::stable_sort(order.begin(), order.end());
   };
   rank(evaluator.simulate(plan));
-  // The plan with the `k` maps of the order from `first` on recomputed.
-  auto trial_of = [&](std::size_t first, std::size_t k) {
+  std::size_t run = 1;
+  std::size_t refusals = 0;
+  while (current > 0 && !order.empty() && refusals < kRefusalsInARow) {
+    const std::size_t k = std::min(run, order.size());
     sim::Plan trial = plan;
-    for (std::size_t i = first; i < first + k; ++i) {
+    for (std::size_t i = 0; i < k; ++i) {
       auto& d = trial.decisions[static_cast<std::size_t>(order[i].second)];
       d.action = sim::Action::kRecompute;
       d.prefetch_before = sim::kNoOp;
     }
-    return trial;
-  };
-  // A trial that does not fit is refused on its memory alone; one that fits is simulated once,
-  // and its timeline ranks the maps left when it is taken (nullptr: it does not fit).
-  auto timeline_of = [](Evaluator& ev, const sim::Plan& trial) -> const sim::Timeline* {
-    return ev.check_memory(trial).feasible ? &ev.simulate(trial) : nullptr;
-  };
-  // The trial the loop makes next when this one is refused is timed beside it, on a second
-  // evaluator (Note [PoocH in memplan], step 3: speculation).
-  Evaluator beside(evaluator.workload(), evaluator.machine());
-  beside.stop_when(evaluator.stop());
-  std::size_t run = 1;
-  std::size_t refusals = 0;
-  auto going = [&] { return current > 0 && !order.empty() && refusals < kRefusalsInARow; };
-  // Takes a trial of k maps if it made the plan faster, else refuses it; returns whether taken.
-  auto decide = [&](sim::Plan& trial, const sim::Timeline* timeline, std::size_t k) {
+    // A trial that does not fit is refused on its memory alone; one that fits is simulated once,
+    // and its timeline ranks the maps left when it is taken.
+    const sim::Timeline* timeline =
+        evaluator.check_memory(trial).feasible ? &evaluator.simulate(trial) : nullptr;
     if (timeline != nullptr && timeline->feasible && timeline->iteration_ns < current) {
       plan = std::move(trial);
       run *= 2;
       refusals = 0;
       rank(*timeline);
-      return true;
-    }
-    if (k == 1) {
+    } else if (k == 1) {
       refused[static_cast<std::size_t>(order.front().second)] = 1;
       order.erase(order.begin());
       ++refusals;
     } else {
       run = k / 2;
     }
-    return false;
-  };
-  while (going()) {
-    const std::size_t k = std::min(run, order.size());
-    sim::Plan trial = trial_of(0, k);
-    // Refused, a run of k > 1 is halved; a single map is refused and the next one tried.
-    const bool next_exists =
-        speculate && (k > 1 || (order.size() > 1 && refusals + 1 < kRefusalsInARow));
-    sim::Plan next = next_exists ? (k > 1 ? trial_of(0, k / 2) : trial_of(1, 1)) : sim::Plan{};
-    const sim::Timeline* timeline = nullptr;
-    const sim::Timeline* next_timeline = nullptr;
-    parallel_each(
-        0, next_exists ? 2 : 1,
-        [&](std::size_t i) {
-          if (i == 0) timeline = timeline_of(evaluator, trial);
-          if (i == 1) next_timeline = timeline_of(beside, next);
-        },
-        Split::kOnePerTask);
-    if (decide(trial, timeline, k) || !next_exists || !going()) continue;
-    decide(next, next_timeline, std::min(run, order.size()));
   }
-  evaluator.credit(beside.count(), beside.memory_checks());
 }
 
 }  // namespace
@@ -628,10 +591,8 @@ bool take_smallest_ratios(Evaluator& evaluator, RatioMeter& meter, const std::ve
 
 // Step 3: swap -> recompute by r(X), lazily (Note [PoocH in memplan]). Measuring r is independent
 // per map: the full passes run in parallel and the choices scan maps in order, so the result does
-// not depend on the number of threads. With `speculate`, the estimate loop times each trial's
-// successor beside it (Note [PoocH in memplan]).
-void recompute_by_ratio(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan,
-                        bool speculate) {
+// not depend on the number of threads.
+void recompute_by_ratio(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
   RatioMeter meter(evaluator);
   std::vector<double> ratio(plan.decisions.size());
   for (;;) {
@@ -641,7 +602,7 @@ void recompute_by_ratio(Evaluator& evaluator, const NetworkView& view, sim::Plan
         timeline.feasible ? timeline.iteration_ns : std::numeric_limits<sim::Nanoseconds>::max();
     const std::vector<int> candidates = recompute_candidates(timeline, plan, view);
     if (candidates.size() > kMeasuredCandidates) {
-      recompute_by_estimate(evaluator, view, plan, speculate);
+      recompute_by_estimate(evaluator, view, plan);
       return;
     }
     std::fill(ratio.begin(), ratio.end(), kInfinite);
@@ -656,19 +617,14 @@ void recompute_by_ratio(Evaluator& evaluator, const NetworkView& view, sim::Plan
 }  // namespace
 
 PolicyDecision decide_pooch(Evaluator& evaluator, const NetworkView& view) {
-  return pooch_decide(evaluator, view, PoochLimits{});
-}
-
-PolicyDecision pooch_decide(Evaluator& evaluator, const NetworkView& view,
-                            const PoochLimits& limits) {
   // 1. Profile all-swap. 2. Keep/swap enumeration. 3. Swap -> recompute by r(X).
   const PoochProfile profile = pooch_profile(evaluator, view);
-  PoochKeepSwap keep_swap = pooch_keep_swap(evaluator, view, profile, limits);
+  PoochKeepSwap keep_swap = pooch_keep_swap(evaluator, view, profile);
   sim::Plan plan = std::move(keep_swap.plan);
   // Step 3 measures r with every swap-in at its default point: with the scheduled ones, memory is
   // full up to each swap-in's use and few recomputations would fit. The final plan is scheduled.
   for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoOp;
-  recompute_by_ratio(evaluator, view, plan, limits.speculative_trials > 1);
+  recompute_by_ratio(evaluator, view, plan);
   pooch_schedule_swap_ins(evaluator, view, plan);
   // Chainer frees through CuPy's memory pool, stream-ordered: compute does not wait for a
   // copy-out to free its map (Note [Release point] in sim/plan.hpp).

@@ -440,35 +440,3 @@ TEST_CASE("PoocH ends a long keep scan after refusals in a row", "[search][pooch
   CHECK_THAT(d.note, Catch::Matchers::Contains("1 keep scan(s) ended after 32 refusals in a row"));
   CHECK(Evaluator(w, m).evaluate(d.plan).feasible);
 }
-
-TEST_CASE("PoocH decides the same whether step 3 times its next trial beside each or not",
-          "[search][pooch]") {
-  // The deep residual family at depth 302, batch 16, in 2 GiB: more than 256 swapped maps make
-  // step 3's candidates, so it estimates r and tries runs of maps, timing beside each trial the
-  // one it makes next if this one is refused (Note [PoocH in memplan]). One at a time
-  // (speculative_trials 1) the loop times one trial after another.
-  memplan::zoo::ZooRequest request;
-  request.model = "resnet";
-  request.device = "v100-16gb";
-  request.options.batch = 16;
-  request.options.depth = 302;
-  const Workload w = memplan::zoo::make_workload(request);
-  MachineOverrides two_gib;
-  two_gib.memory_bytes = Bytes{2} << 30;
-  const Machine m = make_machine(w.device, two_gib);
-  const NetworkView view(w);
-  PoochLimits one_at_a_time;
-  one_at_a_time.speculative_trials = 1;
-  Evaluator alone(w, m);
-  const PolicyDecision sequential = pooch_decide(alone, view, one_at_a_time);
-  Evaluator beside(w, m);
-  const PolicyDecision speculated = pooch_decide(beside, view, PoochLimits{});
-  CHECK(speculated.note == sequential.note);
-  REQUIRE(speculated.plan.decisions.size() == sequential.plan.decisions.size());
-  for (std::size_t k = 0; k < sequential.plan.decisions.size(); ++k) {
-    CHECK(speculated.plan.decisions[k].action == sequential.plan.decisions[k].action);
-    CHECK(speculated.plan.decisions[k].prefetch_before ==
-          sequential.plan.decisions[k].prefetch_before);
-  }
-  CHECK(beside.count() > alone.count());  // the trials timed beside were made
-}
