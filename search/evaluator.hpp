@@ -51,6 +51,14 @@ class Stopped : public std::runtime_error {
   Stopped() : std::runtime_error("stopped: past the deadline or cancelled") {}
 };
 
+/// One allocation or free of a lowered plan's compute stream (Note [Fitting without the clock]):
+/// what the incremental checks (KeepCheck, EvictionCheck) keep of a base plan and replay.
+struct MemoryOp {
+  sim::BufferId buffer;
+  sim::OpId op;
+  bool alloc;
+};
+
 /// A lowered plan's allocations and frees replayed through the machine's DeviceMemory, with no
 /// clock (Note [Fitting without the clock] in evaluator.cpp): what Evaluator::check_memory and
 /// KeepCheck share.

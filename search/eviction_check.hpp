@@ -43,11 +43,6 @@ class EvictionCheck {
   [[nodiscard]] std::size_t count() const { return count_; }
 
  private:
-  struct MemoryOp {
-    sim::BufferId buffer;
-    sim::OpId op;
-    bool alloc;
-  };
   struct Eviction {             // what evicting a map moves in the forward part of ops_
     std::int32_t free_at = -1;  // its free goes before ops_[free_at] (-1: after the forward part)
     sim::BufferId buffer = sim::kNoBuffer;

@@ -60,12 +60,6 @@ class KeepCheck {
   sim::Machine machine_;
   sim::Lowerer lowerer_;
   sim::Program program_;
-  struct MemoryOp {
-    sim::BufferId buffer;
-    sim::OpId op;
-    bool alloc;
-  };
-
   std::vector<MemoryOp> ops_;     // the base program's allocs and frees, in order
   std::vector<Swapped> swapped_;  // per decision
   Scratch scratch_;               // check()'s without one
