@@ -8,6 +8,16 @@ namespace memplan::search {
 Evaluator::Evaluator(const sim::Workload& workload, const sim::Machine& machine)
     : workload_(&workload), machine_(machine), lowerer_(workload) {}
 
+namespace {
+// simulate()'s: the stalls with the tensor they wait for, no spans or memory curve.
+sim::EngineOptions simulate_options() {
+  sim::EngineOptions options;
+  options.record_spans = false;
+  options.record_memory = false;
+  return options;
+}
+}  // namespace
+
 Evaluation summarize(const sim::Timeline& timeline) {
   Evaluation e;
   e.feasible = timeline.feasible;
@@ -22,10 +32,18 @@ Evaluation summarize(const sim::Timeline& timeline) {
   return e;
 }
 
-Evaluation Evaluator::evaluate(const sim::Plan& plan) {
+void Evaluator::lower(const sim::Plan& plan) {
   if (stop_ != nullptr && stop_->due()) throw Stopped();
-  ++count_;
   lowerer_.lower(plan, program_);
+}
+
+Evaluation Evaluator::evaluate(const sim::Plan& plan) {
+  lower(plan);
+  return run_lowered();
+}
+
+Evaluation Evaluator::run_lowered() {
+  ++count_;
   sim::EngineOptions options;
   options.record_spans = false;
   options.record_memory = false;
@@ -52,9 +70,12 @@ Evaluation Evaluator::evaluate(const sim::Plan& plan) {
 // is final. The replay is a small part of a simulation's cost (no events, no streams); the
 // lowering is the rest.
 Evaluation Evaluator::check_memory(const sim::Plan& plan) {
-  if (stop_ != nullptr && stop_->due()) throw Stopped();
+  lower(plan);
+  return replay_memory();
+}
+
+Evaluation Evaluator::replay_memory() {
   ++memory_checks_;
-  lowerer_.lower(plan, program_);
   Evaluation e;
   replay_.begin(machine_, program_, e);
   for (const sim::Instruction& in : program_.stream(sim::StreamId::kCompute)) {
@@ -66,6 +87,21 @@ Evaluation Evaluator::check_memory(const sim::Plan& plan) {
   }
   replay_.end(e);
   return e;
+}
+
+Evaluation Evaluator::evaluate_if_fits(const sim::Plan& plan) {
+  lower(plan);
+  const Evaluation fit = replay_memory();
+  return fit.feasible ? run_lowered() : fit;
+}
+
+const sim::Timeline* Evaluator::simulate_if_fits(const sim::Plan& plan, Evaluation* fit) {
+  lower(plan);
+  const Evaluation e = replay_memory();
+  if (fit != nullptr) *fit = e;
+  if (!e.feasible) return nullptr;
+  ++count_;
+  return &engine_.run(program_, machine_, simulate_options());
 }
 
 void MemoryReplay::begin(const sim::Machine& machine, const sim::Program& program, Evaluation& e) {
@@ -94,13 +130,9 @@ void MemoryReplay::release(sim::BufferId buffer) {
 }
 
 const sim::Timeline& Evaluator::simulate(const sim::Plan& plan) {
-  if (stop_ != nullptr && stop_->due()) throw Stopped();
+  lower(plan);
   ++count_;
-  lowerer_.lower(plan, program_);
-  sim::EngineOptions options;
-  options.record_spans = false;
-  options.record_memory = false;
-  return engine_.run(program_, machine_, options);
+  return engine_.run(program_, machine_, simulate_options());
 }
 
 }  // namespace memplan::search

@@ -97,6 +97,13 @@ class Evaluator {
   /// The full timeline of a plan (spans, stalls with the tensor they wait for); valid until the
   /// next call on this Evaluator.
   const sim::Timeline& simulate(const sim::Plan& plan);
+  /// check_memory(plan) and, only for a plan that fits, evaluate(plan), from one lowering: for a
+  /// caller that needs the time of the plans that fit and only where the others ran out. Counts
+  /// as a memory check, plus an evaluation when the plan fits.
+  Evaluation evaluate_if_fits(const sim::Plan& plan);
+  /// The same for simulate(): the timeline of a plan that fits, else nullptr, with where it ran
+  /// out in `*fit` when given.
+  const sim::Timeline* simulate_if_fits(const sim::Plan& plan, Evaluation* fit = nullptr);
 
   [[nodiscard]] const sim::Workload& workload() const { return *workload_; }
   [[nodiscard]] const sim::Machine& machine() const { return machine_; }
@@ -118,6 +125,12 @@ class Evaluator {
   [[nodiscard]] const Stop* stop() const { return stop_; }
 
  private:
+  void lower(const sim::Plan& plan);
+  /// check_memory's replay of the program lowered last.
+  Evaluation replay_memory();
+  /// evaluate()'s run of the program lowered last.
+  Evaluation run_lowered();
+
   const sim::Workload* workload_;
   sim::Machine machine_;
   sim::Lowerer lowerer_;

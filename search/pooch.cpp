@@ -316,8 +316,7 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     }
     // A trial that does not fit is refused on its memory alone; one that fits is simulated once,
     // and its timeline ranks the maps left when it is taken.
-    const sim::Timeline* timeline =
-        evaluator.check_memory(trial).feasible ? &evaluator.simulate(trial) : nullptr;
+    const sim::Timeline* timeline = evaluator.simulate_if_fits(trial);
     if (timeline != nullptr && timeline->feasible && timeline->iteration_ns < current) {
       plan = std::move(trial);
       run *= 2;
@@ -416,8 +415,7 @@ Evaluation schedule_swap_ins(Evaluator& evaluator, const NetworkView& view, sim:
   for (;;) {
     sim::Plan trial = plan;
     hoist_swap_ins(view, program, evaluator.machine().memory_bytes - margin, trial);
-    const Evaluation fit = evaluator.check_memory(trial);
-    const Evaluation e = fit.feasible ? evaluator.evaluate(trial) : fit;
+    const Evaluation e = evaluator.evaluate_if_fits(trial);
     if (e.feasible) {
       if (e.iteration_ns > base.iteration_ns) return base;
       plan = std::move(trial);

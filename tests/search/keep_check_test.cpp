@@ -43,7 +43,8 @@ void same_memory_verdict(const Evaluation& fast, const Evaluation& engine) {
 
 }  // namespace
 
-TEST_CASE("check_memory finds what the engine finds on random plans", "[search][evaluator]") {
+TEST_CASE("check_memory, evaluate_if_fits and simulate_if_fits find what the engine finds",
+          "[search][evaluator]") {
   const Workload w = resnet18(32);
   const NetworkView view(w);
   const Bytes peak = in_core_peak(w, view);
@@ -59,6 +60,15 @@ TEST_CASE("check_memory finds what the engine finds on random plans", "[search][
       const Evaluation engine = evaluator.evaluate(plan);
       same_memory_verdict(evaluator.check_memory(plan), engine);
       infeasible += engine.feasible ? 0 : 1;
+      // The same lowering checked, then timed only when it fits.
+      const Evaluation timed = evaluator.evaluate_if_fits(plan);
+      same_memory_verdict(timed, engine);
+      if (engine.feasible) CHECK(timed.iteration_ns == engine.iteration_ns);
+      Evaluation fit;
+      const Timeline* timeline = evaluator.simulate_if_fits(plan, &fit);
+      same_memory_verdict(fit, engine);
+      REQUIRE((timeline != nullptr) == engine.feasible);
+      if (timeline != nullptr) CHECK(timeline->iteration_ns == engine.iteration_ns);
     }
   }
   CHECK(infeasible >= 10);  // not all trivial
