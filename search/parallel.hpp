@@ -11,6 +11,7 @@
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_group.h>
 
 #include "sim/check.hpp"
 
@@ -36,6 +37,29 @@ void parallel_each(std::size_t begin, std::size_t end, Body&& body, Split split 
   }
   MEMPLAN_CHECK(done.load(std::memory_order_acquire) == end - begin,
                 "every index of a parallel loop ran");
+}
+
+/// Runs main() on this thread and offers side() to an idle oneTBB worker meanwhile: side runs
+/// only if a worker takes it up before main() returns, and is skipped otherwise, so on a machine
+/// whose cores are all busy it costs nothing. Returns whether side ran (to its end); its writes
+/// are then visible to the caller (a release/acquire flag, which a thread sanitizer sees). An
+/// exception from either reaches the caller, once side is over or skipped.
+template <class Main, class Side>
+bool run_beside(Main&& main, Side&& side) {
+  enum : int { kOffered, kRunning, kDone, kSkipped };
+  std::atomic<int> state{kOffered};
+  tbb::task_group group;
+  group.run([&] {
+    int offered = kOffered;
+    if (!state.compare_exchange_strong(offered, kRunning, std::memory_order_acq_rel)) return;
+    side();
+    state.store(kDone, std::memory_order_release);
+  });
+  main();
+  int offered = kOffered;
+  state.compare_exchange_strong(offered, kSkipped, std::memory_order_acq_rel);
+  group.wait();
+  return state.load(std::memory_order_acquire) == kDone;
 }
 
 }  // namespace memplan::search

@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include <oneapi/tbb/task_arena.h>
 #include <catch2/catch.hpp>
 
 #include "search/policy.hpp"
@@ -439,4 +440,38 @@ TEST_CASE("PoocH ends a long keep scan after refusals in a row", "[search][pooch
   const PolicyDecision d = find_policy("pooch")->decide(evaluator, view);
   CHECK_THAT(d.note, Catch::Matchers::Contains("1 keep scan(s) ended after 32 refusals in a row"));
   CHECK(Evaluator(w, m).evaluate(d.plan).feasible);
+}
+
+TEST_CASE("PoocH decides the same whether an idle core times step 3's next trial or not",
+          "[search][pooch]") {
+  // The deep residual family at depth 302, batch 16, in 2 GiB: more than 256 swapped maps make
+  // step 3's candidates, so it estimates r and tries runs of maps, offering an idle core the
+  // trial it makes next if this one is refused (Note [PoocH in memplan]). On one thread no core
+  // is idle and the loop times one trial after another.
+  memplan::zoo::ZooRequest request;
+  request.model = "resnet";
+  request.device = "v100-16gb";
+  request.options.batch = 16;
+  request.options.depth = 302;
+  const Workload w = memplan::zoo::make_workload(request);
+  MachineOverrides two_gib;
+  two_gib.memory_bytes = Bytes{2} << 30;
+  const Machine m = make_machine(w.device, two_gib);
+  const NetworkView view(w);
+  auto decide_on = [&](int threads, Evaluator& evaluator) {
+    tbb::task_arena arena(threads);
+    return arena.execute([&] { return decide_pooch(evaluator, view); });
+  };
+  Evaluator alone(w, m);
+  const PolicyDecision sequential = decide_on(1, alone);
+  Evaluator beside(w, m);
+  const PolicyDecision speculated = decide_on(2, beside);
+  CHECK(speculated.note == sequential.note);
+  REQUIRE(speculated.plan.decisions.size() == sequential.plan.decisions.size());
+  for (std::size_t k = 0; k < sequential.plan.decisions.size(); ++k) {
+    CHECK(speculated.plan.decisions[k].action == sequential.plan.decisions[k].action);
+    CHECK(speculated.plan.decisions[k].prefetch_before ==
+          sequential.plan.decisions[k].prefetch_before);
+  }
+  CHECK(beside.count() > alone.count());  // the idle core timed trials beside
 }
