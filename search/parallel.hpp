@@ -7,6 +7,7 @@
 // increment of a counter, the caller acquires it after the loop, and checks that every index ran.
 #include <atomic>
 #include <cstddef>
+#include <exception>
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -43,7 +44,8 @@ void parallel_each(std::size_t begin, std::size_t end, Body&& body, Split split 
 /// only if a worker takes it up before main() returns, and is skipped otherwise, so on a machine
 /// whose cores are all busy it costs nothing. Returns whether side ran (to its end); its writes
 /// are then visible to the caller (a release/acquire flag, which a thread sanitizer sees). An
-/// exception from either reaches the caller, once side is over or skipped.
+/// exception from either reaches the caller once side is over or skipped (main's, when both
+/// throw).
 template <class Main, class Side>
 bool run_beside(Main&& main, Side&& side) {
   enum : int { kOffered, kRunning, kDone, kSkipped };
@@ -55,9 +57,22 @@ bool run_beside(Main&& main, Side&& side) {
     side();
     state.store(kDone, std::memory_order_release);
   });
-  main();
+  std::exception_ptr failed;
+  try {
+    main();
+  } catch (...) {
+    failed = std::current_exception();
+  }
   int offered = kOffered;
   state.compare_exchange_strong(offered, kSkipped, std::memory_order_acq_rel);
+  if (failed) {
+    // The side job's own exception, if any, goes: the caller gets main's.
+    try {
+      group.wait();
+    } catch (...) {
+    }
+    std::rethrow_exception(failed);
+  }
   group.wait();
   return state.load(std::memory_order_acquire) == kDone;
 }

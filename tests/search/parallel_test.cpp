@@ -61,3 +61,25 @@ TEST_CASE("run_beside passes an exception of the side job on", "[search][paralle
                     std::runtime_error);
   });
 }
+
+TEST_CASE("run_beside passes the main job's exception on when both throw", "[search][parallel]") {
+  // As when a deadline passes: both jobs stop (memplan search's seeding under --time-limit).
+  tbb::task_arena two_threads(2);
+  two_threads.execute([] {
+    std::atomic<bool> side_started{false};
+    std::atomic<bool> main_threw{false};
+    auto main_job = [&] {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!side_started.load() && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::yield();
+      main_threw.store(true);
+      throw std::logic_error("main");
+    };
+    auto side_job = [&] {
+      side_started.store(true);
+      while (!main_threw.load()) std::this_thread::yield();
+      throw std::runtime_error("side");
+    };
+    CHECK_THROWS_AS(run_beside(main_job, side_job), std::logic_error);
+  });
+}
