@@ -65,14 +65,19 @@ void place_releases(sim::Plan& plan, const NetworkView& view, const sim::Machine
   }
 }
 
+namespace {
+// adopt_if_faster's rule: `after` fits, and is faster than `before`, or as fast with less time
+// stalled, or `before` does not fit.
+bool better(const Evaluation& before, const Evaluation& after) {
+  return after.feasible &&
+         (!before.feasible || after.iteration_ns < before.iteration_ns ||
+          (after.iteration_ns == before.iteration_ns && after.stall_ns < before.stall_ns));
+}
+}  // namespace
+
 bool adopt_if_faster(Evaluator& evaluator, sim::Plan& plan, sim::Plan candidate) {
   if (candidate == plan) return false;
-  const Evaluation before = evaluator.evaluate(plan);
-  const Evaluation after = evaluator.evaluate(candidate);
-  const bool better =
-      !before.feasible || after.iteration_ns < before.iteration_ns ||
-      (after.iteration_ns == before.iteration_ns && after.stall_ns < before.stall_ns);
-  if (!after.feasible || !better) return false;
+  if (!better(evaluator.evaluate(plan), evaluator.evaluate(candidate))) return false;
   plan = std::move(candidate);
   return true;
 }
@@ -85,7 +90,9 @@ bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& pl
   // Deferring every release holds too much memory, or costs time elsewhere: one map at a time,
   // those whose copy-outs stall compute longest first.
   std::vector<std::pair<sim::Nanoseconds, int>> stalled;
-  for (const sim::Stall& s : evaluator.simulate(plan).stalls) {
+  const sim::Timeline& timeline = evaluator.simulate(plan);
+  Evaluation current = summarize(timeline);
+  for (const sim::Stall& s : timeline.stalls) {
     const int m = s.tensor == sim::kNoTensor ? -1 : view.map_index(s.tensor);
     if (s.cause == sim::StallCause::kSwapOut && m >= 0)
       stalled.emplace_back(s.end_ns - s.start_ns, m);
@@ -97,7 +104,12 @@ bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& pl
     if (all.decisions[m].release_before == sim::kNoOp) continue;
     sim::Plan one = plan;
     one.decisions[m].release_before = all.decisions[m].release_before;
-    moved = adopt_if_faster(evaluator, plan, std::move(one)) || moved;
+    if (one == plan) continue;
+    const Evaluation e = evaluator.evaluate(one);
+    if (!better(current, e)) continue;
+    plan = std::move(one);
+    current = e;
+    moved = true;
   }
   return moved;
 }
