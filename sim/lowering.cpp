@@ -86,6 +86,12 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
     entries_.emplace_back(last == kNoOp ? t.producer : last, t.id);
   }
   drop_at_.build(w_.ops.size(), entries_);
+  for (const Op& op : w_.ops) {
+    if (op.phase != Phase::kForward) {
+      backward_start_ = op.id;
+      break;
+    }
+  }
 }
 
 void Lowerer::lower(const Plan& plan, Program& out) {
@@ -93,7 +99,146 @@ void Lowerer::lower(const Plan& plan, Program& out) {
   start_program(plan);
   plan_drop_points(plan);
   place_preexisting();
-  for (std::size_t i = 0; i < op_.size(); ++i) lower_op(plan, op_id(i));
+  lower_ops(plan, 0, nullptr);
+  place_frees();
+  program_ = nullptr;
+}
+
+void Lowerer::lower(const Plan& plan, Program& out, Checkpoint& checkpoint) {
+  program_ = &out;
+  start_program(plan);
+  plan_drop_points(plan);
+  place_preexisting();
+  const bool host = !plan.host_tensors.empty() || plan.host_update;
+  checkpoint.at_ = kNoOp;
+  lower_ops(plan, 0, host || backward_start_ == kNoOp ? nullptr : &checkpoint);
+  place_frees();
+  program_ = nullptr;
+}
+
+// Lowers the ops from `begin` on; keeps the state before the backward pass in `checkpoint`.
+void Lowerer::lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpoint) {
+  for (std::size_t i = begin; i < op_.size(); ++i) {
+    if (checkpoint != nullptr && op_id(i) == backward_start_) {
+      Checkpoint& c = *checkpoint;
+      c.at_ = backward_start_;
+      c.decisions_ = plan.decisions;
+      c.algorithms_ = plan.algorithms;
+      c.state_ = state_;
+      c.last_ref_ = last_ref_;
+      c.body_ = body_;
+      Program& p = c.program_;
+      p.operands = program_->operands;
+      p.buffers = program_->buffers;
+      p.events = program_->events;
+      p.host_slots = program_->host_slots;
+      for (std::size_t s = 0; s < kStreamCount; ++s) {
+        if (s != static_cast<std::size_t>(StreamId::kCompute)) p.streams[s] = program_->streams[s];
+      }
+      p.host.dispatch_at = program_->host.dispatch_at;
+    }
+    lower_op(plan, op_id(i));
+  }
+}
+
+// Note [Resuming a lowering]
+// Ops are lowered in issue order, so the lowering of a plan before op `at` reads only what the
+// plan decides for those ops: a map's copy-out after its producer (swap), its drop after its last
+// forward use (and what the action does there: release, encode), a release or prefetch point
+// before `at`. Two plans that agree on that for every map, and on algorithms and host placement,
+// lower the ops before `at` alike, so a lowering of the second can start from the first's state
+// at `at` (the Checkpoint) and lower only the rest: the same Program (kExact). The checkpoint is
+// taken where the backward pass starts, the first op that is not a forward op; a search that
+// changes how maps come back for the backward pass (swap, recompute, prefetch points) resumes
+// there and lowers about half of the step.
+// One change that the forward pass sees is allowed as well (kMemory): a map the checkpoint's plan
+// swaps, released after its last forward use and prefetched at or after `at`, that the plan
+// recomputes. Its forward pass differs from a recomputed map's only by the copy-out (a record on
+// the compute stream, a copy on the device-to-host one, an event pair and a host slot) and the
+// wait for it before the free; after that wait its state is a recomputed map's plus the host copy,
+// which resume() forgets. Every allocation is then where lower() puts it, and between two
+// allocations the same buffers are freed (the wait only moves the map's free after the frees of
+// the op's other buffers, with no allocation between unless an encode is dropped at the same op:
+// a plan with encodes is not resumed this way), so a replay of the allocations and frees
+// (Note [Fitting without the clock] in search/evaluator.cpp) gives lower()'s answer; the timing
+// does not (the copy-out is still on the link). tests/property/random_dag_test.cpp compares both
+// kinds with lower() on random plans.
+bool Lowerer::prefix_reads_same(const Decision& a, const Decision& b, OpId start) const {
+  const FeatureMap& map = maps_[at(map_of_[index(a.tensor)])];
+  if (tensor_[index(a.tensor)].producer >= start) return true;  // nothing of it before `at`
+  const bool dropped = last_forward_use(map, w_) < start;
+  auto prefetched_before = [&](const Decision& d) {
+    if (d.action != Action::kSwap) return kNoOp;
+    const OpId p = d.prefetch_before != kNoOp ? d.prefetch_before : default_prefetch_point(map, w_);
+    return p < start ? p : kNoOp;
+  };
+  // Where a swapped map's device copy is released before `start`: after its last forward use,
+  // or before its release point (Note [Release point]); (false, kNoOp) when not before `start`.
+  auto released_before = [&](const Decision& d) {
+    if (d.action != Action::kSwap || !dropped) return std::pair(false, kNoOp);
+    const bool at_point = d.release_before != kNoOp;
+    const OpId r = at_point ? d.release_before : last_forward_use(map, w_);
+    return r < start ? std::pair(at_point, r) : std::pair(false, kNoOp);
+  };
+  const bool swapped = a.action == Action::kSwap;  // copied out after its producer
+  if (swapped != (b.action == Action::kSwap)) return false;
+  if (dropped && (a.action != b.action || a.encoding != b.encoding)) return false;
+  return prefetched_before(a) == prefetched_before(b) && released_before(a) == released_before(b);
+}
+
+Lowerer::Resumable Lowerer::resumable(const Plan& plan, const Checkpoint& from) const {
+  if (from.empty() || !plan.host_tensors.empty() || plan.host_update ||
+      plan.algorithms != from.algorithms_ || plan.decisions.size() != from.decisions_.size())
+    return Resumable::kNo;
+  Resumable how = Resumable::kExact;
+  bool encodes = false;
+  for (std::size_t i = 0; i < plan.decisions.size(); ++i) {
+    const Decision& a = from.decisions_[i];
+    const Decision& b = plan.decisions[i];
+    if (a.tensor != b.tensor) return Resumable::kNo;
+    encodes = encodes || a.action == Action::kEncode;
+    if (a == b || prefix_reads_same(a, b, from.at_)) continue;
+    const FeatureMap& map = maps_[at(map_of_[index(a.tensor)])];
+    const bool copy_out_forgotten =
+        a.action == Action::kSwap && b.action == Action::kRecompute &&
+        a.release_before == kNoOp && last_forward_use(map, w_) < from.at_ &&
+        (a.prefetch_before != kNoOp ? a.prefetch_before : default_prefetch_point(map, w_)) >=
+            from.at_;
+    if (!copy_out_forgotten) return Resumable::kNo;
+    how = Resumable::kMemory;
+  }
+  // An encode after the same op could allocate between the recomputed map's free and the wait
+  // that holds it in the checkpoint's plan.
+  return how == Resumable::kMemory && encodes ? Resumable::kNo : how;
+}
+
+void Lowerer::resume(const Plan& plan, const Checkpoint& from, Program& out) {
+  MEMPLAN_CHECK(resumable(plan, from) != Resumable::kNo,
+                "a plan resumes from a checkpoint whose forward pass it shares");
+  program_ = &out;
+  start_program(plan);
+  const Program& p = from.program_;
+  out.operands = p.operands;
+  out.buffers = p.buffers;
+  out.events = p.events;
+  out.host_slots = p.host_slots;
+  for (std::size_t s = 0; s < kStreamCount; ++s) {
+    if (s != static_cast<std::size_t>(StreamId::kCompute)) out.streams[s] = p.streams[s];
+  }
+  out.host.dispatch_at = p.host.dispatch_at;
+  state_ = from.state_;
+  last_ref_ = from.last_ref_;
+  body_ = from.body_;
+  plan_drop_points(plan);  // points the state at this plan's decisions
+  for (std::size_t i = 0; i < plan.decisions.size(); ++i) {
+    if (from.decisions_[i].action == Action::kSwap &&
+        plan.decisions[i].action == Action::kRecompute) {
+      TensorState& s = state_[index(plan.decisions[i].tensor)];
+      s.slot = kNoHostSlot;  // its copy-out is forgotten (kMemory)
+      s.out_event = kNoEvent;
+    }
+  }
+  lower_ops(plan, static_cast<std::size_t>(value(from.at_)), nullptr);
   place_frees();
   program_ = nullptr;
 }

@@ -30,6 +30,23 @@ class Lowerer {
   /// replaced; its capacity is reused).
   void lower(const Plan& plan, Program& out);
 
+  class Checkpoint;
+  /// lower(), keeping in `checkpoint` the lowering's state where the backward pass starts (Note
+  /// [Resuming a lowering]); the checkpoint is left empty for a plan with host placement or a
+  /// workload without a backward pass.
+  void lower(const Plan& plan, Program& out, Checkpoint& checkpoint);
+
+  /// How resume() can lower a plan from a checkpoint (Note [Resuming a lowering]).
+  enum class Resumable {
+    kNo,
+    kMemory,  // its compute stream's allocations and frees are lower()'s, the rest may not be
+    kExact    // its Program is lower()'s
+  };
+  [[nodiscard]] Resumable resumable(const Plan& plan, const Checkpoint& from) const;
+  /// Lowers `plan` from the checkpoint on (resumable() is not kNo) into `out`, which the
+  /// checkpoint's lowering, a resumption from it, or nothing used before.
+  void resume(const Plan& plan, const Checkpoint& from, Program& out);
+
  private:
   // Lists of items per key, stored flat: items[begin[index(key)] .. begin[index(key) + 1]).
   template <typename Key, typename Item>
@@ -48,6 +65,8 @@ class Lowerer {
   };
 
   void start_program(const Plan& plan);
+  void lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpoint);
+  [[nodiscard]] bool prefix_reads_same(const Decision& a, const Decision& b, OpId start) const;
   void plan_drop_points(const Plan& plan);
   void place_preexisting();
   void lower_op(const Plan& plan, OpId op);
@@ -97,6 +116,7 @@ class Lowerer {
   PerOp drop_at_;                     // tensors whose last use (in the original order) is the op
   Lists<TensorId, OpId> readers_;     // per tensor: the ops that read it, ascending (with repeats)
   std::vector<TensorId> preexisting_read_;  // allocated before the step, in tensor id order
+  OpId backward_start_ = kNoOp;             // the first op that is not a forward op
   Nanoseconds op_compute_ns_ = 0;
   HostProgram host_;
 
@@ -133,6 +153,27 @@ class Lowerer {
   std::vector<TensorId> regenerated_;    // made resident by recomputes for the op being emitted
   std::vector<std::int32_t> free_begin_;
   std::vector<BufferId> free_items_;
+};
+
+/// A lowering stopped where the backward pass starts: the Lowerer's state and the Program so far.
+/// Filled by Lowerer::lower, read by Lowerer::resume (any Lowerer of the same workload).
+class Lowerer::Checkpoint {
+ public:
+  [[nodiscard]] bool empty() const { return at_ == kNoOp; }
+  /// The first op that resume() lowers.
+  [[nodiscard]] OpId at() const { return at_; }
+  /// Compute-stream instructions before at(), frees not counted.
+  [[nodiscard]] std::size_t body_size() const { return body_.size(); }
+
+ private:
+  friend class Lowerer;
+  OpId at_ = kNoOp;
+  std::vector<Decision> decisions_;  // the plan's, which the state refers to
+  std::vector<AlgorithmChoice> algorithms_;
+  std::vector<TensorState> state_;
+  std::vector<std::int64_t> last_ref_;
+  std::vector<Instruction> body_;
+  Program program_;  // all but the compute stream
 };
 
 /// Convenience: lowers one plan with a fresh Lowerer.

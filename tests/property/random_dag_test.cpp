@@ -653,3 +653,135 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   CHECK(host_updates > kCases / 50);           // and host updates that run to the end
   CHECK(moved_host_prefetches > kCases / 10);  // and host copies prefetched at other points
 }
+
+namespace {
+
+bool same_instructions(const std::vector<Instruction>& a, const std::vector<Instruction>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const Instruction& x, const Instruction& y) {
+                      return x.kind == y.kind && x.op == y.op && x.buffer == y.buffer &&
+                             x.aux == y.aux && x.operands_begin == y.operands_begin &&
+                             x.operand_count == y.operand_count && x.duration_ns == y.duration_ns;
+                    });
+}
+
+void require_same_program(const Program& a, const Program& b) {
+  for (std::size_t s = 0; s < kStreamCount; ++s) REQUIRE(same_instructions(a.streams[s], b.streams[s]));
+  REQUIRE(a.operands == b.operands);
+  REQUIRE(a.buffers.size() == b.buffers.size());
+  for (std::size_t i = 0; i < a.buffers.size(); ++i) {
+    REQUIRE(a.buffers[i].bytes == b.buffers[i].bytes);
+    REQUIRE(a.buffers[i].tensor == b.buffers[i].tensor);
+    REQUIRE(a.buffers[i].role == b.buffers[i].role);
+    REQUIRE(a.buffers[i].initial == b.buffers[i].initial);
+  }
+  REQUIRE(a.events.size() == b.events.size());
+  REQUIRE(a.host_slots.size() == b.host_slots.size());
+  REQUIRE(a.op_compute_ns == b.op_compute_ns);
+  REQUIRE(a.action_counts == b.action_counts);
+  REQUIRE(a.host.dispatch_at == b.host.dispatch_at);
+}
+
+// The compute stream's allocations and frees as a device memory sees them: each allocation (its
+// buffer, op and size) and, between two allocations, the set of buffers freed.
+std::vector<std::int64_t> memory_calls(const Program& p) {
+  std::vector<std::int64_t> calls;
+  std::vector<std::int64_t> frees;
+  auto flush = [&] {
+    std::sort(frees.begin(), frees.end());
+    calls.push_back(-1);
+    calls.insert(calls.end(), frees.begin(), frees.end());
+    frees.clear();
+  };
+  for (const Instruction& in : p.stream(StreamId::kCompute)) {
+    if (in.kind == InstrKind::kFree) frees.push_back(value(in.buffer));
+    if (in.kind != InstrKind::kAlloc) continue;
+    flush();
+    calls.push_back(value(in.buffer));
+    calls.push_back(value(in.op));
+    calls.push_back(p.buffers[index(in.buffer)].bytes);
+  }
+  flush();
+  return calls;
+}
+
+// A plan that differs from `base` in a few maps: a swap recomputed, a swap's prefetch moved, a
+// recompute's per-use mode flipped, or any other action.
+Plan changed_plan(const Workload& w, const Plan& base, Rng& rng) {
+  Plan plan = base;
+  const auto maps = find_feature_maps(w);
+  const auto changes = uniform(rng, 1, 3);
+  for (std::int64_t c = 0; c < changes; ++c) {
+    const auto i = static_cast<std::size_t>(uniform(rng, 0, static_cast<std::int64_t>(maps.size()) - 1));
+    Decision& d = plan.decisions[i];
+    const std::int64_t kind = uniform(rng, 0, 3);
+    if (kind == 0 && d.action == Action::kSwap) {
+      d = Decision{d.tensor, Action::kRecompute};
+    } else if (kind == 1 && d.action == Action::kSwap) {
+      d.release_before = kNoOp;
+      d.prefetch_before = op_id(uniform(rng, value(last_forward_use(maps[i], w)) + 1,
+                                        value(maps[i].backward_uses.front())));
+    } else if (kind == 2 && d.action == Action::kRecompute) {
+      d.per_use = !d.per_use;
+    } else if (kind == 3) {
+      d = Decision{d.tensor, static_cast<Action>(uniform(rng, 0, 2))};
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[property]") {
+  // Note [Resuming a lowering] in sim/lowering.cpp: random graphs and plans, a checkpoint of each
+  // plan's lowering, then plans changed in a few maps resumed from it on another Lowerer.
+  constexpr int kCases = 500;
+  int exact = 0;
+  int memory = 0;
+  int refused = 0;
+  for (int seed = 1; seed <= kCases; ++seed) {
+    CAPTURE(seed);
+    Rng rng(static_cast<std::uint64_t>(seed) + 7919);
+    const Workload w = random_workload(rng);
+    Plan base = random_plan(w, rng);
+    if (uniform(rng, 0, 1) == 0) {  // half the plans without encodes
+      for (Decision& d : base.decisions) {
+        if (d.action == Action::kEncode) d = Decision{d.tensor, Action::kSwap};
+      }
+    }
+    Lowerer lowerer(w);
+    Program program;
+    Lowerer::Checkpoint checkpoint;
+    lowerer.lower(base, program, checkpoint);
+    require_same_program(program, lower(w, base));  // keeping a checkpoint changes nothing
+    if (checkpoint.empty()) continue;
+    Lowerer other(w);
+    Program resumed;
+    for (int trial = 0; trial < 4; ++trial) {
+      CAPTURE(trial);
+      const Plan plan = changed_plan(w, base, rng);
+      try {
+        validate_plan(plan, w, "changed plan");
+      } catch (const InputError&) {
+        continue;
+      }
+      const Lowerer::Resumable how = other.resumable(plan, checkpoint);
+      if (how == Lowerer::Resumable::kNo) {
+        ++refused;
+        continue;
+      }
+      other.resume(plan, checkpoint, resumed);
+      const Program expected = lower(w, plan);
+      if (how == Lowerer::Resumable::kExact) {
+        ++exact;
+        require_same_program(resumed, expected);
+      } else {
+        ++memory;
+        REQUIRE(memory_calls(resumed) == memory_calls(expected));
+      }
+    }
+  }
+  CHECK(exact > kCases / 2);
+  CHECK(memory > kCases / 10);
+  CHECK(refused > kCases / 10);
+}
