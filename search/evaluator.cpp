@@ -74,19 +74,78 @@ Evaluation Evaluator::check_memory(const sim::Plan& plan) {
   return replay_memory();
 }
 
+namespace {
+
+// Replays the compute stream's allocations and frees in [begin, end), or up to the first
+// allocation that does not fit.
+void replay_range(MemoryReplay& replay, const std::vector<sim::Instruction>& stream,
+                  std::size_t begin, std::size_t end, Evaluation& e) {
+  for (std::size_t k = begin; k < end; ++k) {
+    const sim::Instruction& in = stream[k];
+    if (in.kind == sim::InstrKind::kAlloc) {
+      if (!replay.allocate(in.buffer, in.op, e)) return;
+    } else if (in.kind == sim::InstrKind::kFree) {
+      replay.release(in.buffer);
+    }
+  }
+}
+
+// Where the instruction after the first `body_size` that are not frees sits in the compute
+// stream, and the frees before it, in order.
+std::size_t prefix_end(const std::vector<sim::Instruction>& stream, std::size_t body_size,
+                       std::vector<sim::BufferId>& frees) {
+  frees.clear();
+  std::size_t seen = 0;
+  std::size_t k = 0;
+  for (; k < stream.size(); ++k) {
+    if (stream[k].kind == sim::InstrKind::kFree) {
+      frees.push_back(stream[k].buffer);
+    } else if (seen++ == body_size) {
+      break;
+    }
+  }
+  return k;
+}
+
+}  // namespace
+
 Evaluation Evaluator::replay_memory() {
   ++memory_checks_;
   Evaluation e;
   replay_.begin(machine_, program_, e);
-  for (const sim::Instruction& in : program_.stream(sim::StreamId::kCompute)) {
-    if (in.kind == sim::InstrKind::kAlloc) {
-      if (!replay_.allocate(in.buffer, in.op, e)) break;
-    } else if (in.kind == sim::InstrKind::kFree) {
-      replay_.release(in.buffer);
-    }
-  }
+  const auto& stream = program_.stream(sim::StreamId::kCompute);
+  replay_range(replay_, stream, 0, stream.size(), e);
   replay_.end(e);
   return e;
+}
+
+// Note [Resuming a memory check]
+// PoocH's step 3 checks hundreds of plans that differ from the one it started from only by maps
+// swapped there and recomputed here: their lowerings share the forward pass (Note [Resuming a
+// lowering] in sim/lowering.cpp), half the step. A MemoryCheckpoint keeps the starting plan's
+// lowering where the backward pass starts and its allocation replay at the same point, so a check
+// lowers and replays only the backward pass. The replay may go on from the copy when the resumed
+// compute stream frees the same buffers before the backward pass, in the same order, as the
+// checkpoint's plan did: a buffer made in the forward pass is freed there unless some later
+// instruction reads it, and a plan whose backward pass reads a buffer the other's did not (a
+// recomputation re-reading the input batch) frees it later. Else the replay starts over; the
+// lowering is resumed either way. The answer is check_memory's (tests/search/keep_check_test.cpp
+// compares them).
+void Evaluator::checkpoint(const sim::Plan& plan, MemoryCheckpoint& out) {
+  if (stop_ != nullptr && stop_->due()) throw Stopped();
+  ++memory_checks_;
+  lowerer_.lower(plan, program_, out.lowering_);
+  out.replayed_ = false;
+  if (out.lowering_.empty()) return;
+  const auto& stream = program_.stream(sim::StreamId::kCompute);
+  out.prefix_end_ = prefix_end(stream, out.lowering_.body_size(), out.prefix_frees_);
+  Evaluation e;
+  replay_.begin(machine_, program_, e);
+  replay_range(replay_, stream, 0, out.prefix_end_, e);
+  out.replayed_ = e.feasible;
+  out.replay_ = replay_;
+  out.memory_bytes_ = machine_.memory_bytes;
+  out.allocator_ = machine_.allocator;
 }
 
 Evaluation Evaluator::evaluate_if_fits(const sim::Plan& plan) {
@@ -102,6 +161,54 @@ const sim::Timeline* Evaluator::simulate_if_fits(const sim::Plan& plan, Evaluati
   if (!e.feasible) return nullptr;
   ++count_;
   return &engine_.run(program_, machine_, simulate_options());
+}
+
+Evaluation Evaluator::replay_memory(const MemoryCheckpoint& from) {
+  ++memory_checks_;
+  Evaluation e;
+  const auto& stream = program_.stream(sim::StreamId::kCompute);
+  if (from.replayed_ && from.memory_bytes_ == machine_.memory_bytes &&
+      from.allocator_ == machine_.allocator &&
+      prefix_end(stream, from.lowering_.body_size(), prefix_frees_) == from.prefix_end_ &&
+      prefix_frees_ == from.prefix_frees_) {
+    ++resumed_replays_;
+    replay_.resume(from.replay_, program_, e);
+    replay_range(replay_, stream, from.prefix_end_, stream.size(), e);
+  } else {
+    replay_.begin(machine_, program_, e);
+    replay_range(replay_, stream, 0, stream.size(), e);
+  }
+  replay_.end(e);
+  return e;
+}
+
+Evaluation Evaluator::check_memory(const sim::Plan& plan, const MemoryCheckpoint& from) {
+  if (from.empty() || lowerer_.resumable(plan, from.lowering_) == sim::Lowerer::Resumable::kNo)
+    return check_memory(plan);
+  if (stop_ != nullptr && stop_->due()) throw Stopped();
+  lowerer_.resume(plan, from.lowering_, program_);
+  return replay_memory(from);
+}
+
+const sim::Timeline* Evaluator::simulate_if_fits(const sim::Plan& plan,
+                                                 const MemoryCheckpoint& from, Evaluation* fit) {
+  if (from.empty() || lowerer_.resumable(plan, from.lowering_) == sim::Lowerer::Resumable::kNo)
+    return simulate_if_fits(plan, fit);
+  if (stop_ != nullptr && stop_->due()) throw Stopped();
+  lowerer_.resume(plan, from.lowering_, program_);
+  const Evaluation e = replay_memory(from);
+  if (fit != nullptr) *fit = e;
+  if (!e.feasible) return nullptr;
+  ++count_;
+  return &engine_.run(program_, machine_, simulate_options());
+}
+
+void MemoryReplay::resume(const MemoryReplay& at, const sim::Program& program, Evaluation& e) {
+  program_ = &program;
+  memory_ = at.memory_;
+  handles_.assign(at.handles_.begin(), at.handles_.end());
+  handles_.resize(program.buffers.size(), -1);
+  e.feasible = true;
 }
 
 void MemoryReplay::begin(const sim::Machine& machine, const sim::Program& program, Evaluation& e) {

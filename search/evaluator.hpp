@@ -72,6 +72,9 @@ class MemoryReplay {
   bool allocate(sim::BufferId buffer, sim::OpId op, Evaluation& e);
   /// Frees the block `buffer` holds.
   void release(sim::BufferId buffer);
+  /// Goes on from a copy of `at`, a replay of another program that `program` shares a prefix
+  /// with (MemoryCheckpoint); `e` is set feasible.
+  void resume(const MemoryReplay& at, const sim::Program& program, Evaluation& e);
   /// Sets `e.peak_reserved_bytes` once the replay is over.
   void end(Evaluation& e) const { e.peak_reserved_bytes = memory_.peak_reserved_bytes(); }
 
@@ -79,6 +82,25 @@ class MemoryReplay {
   const sim::Program* program_ = nullptr;
   sim::DeviceMemory memory_;
   std::vector<sim::DeviceMemory::Handle> handles_;  // per buffer
+};
+
+/// A plan's lowering and allocation replay, kept where the backward pass starts (Note [Resuming
+/// a memory check] in evaluator.cpp): Evaluator::check_memory and simulate_if_fits go on from it
+/// for the plans that Lowerer::resumable allows. Made by Evaluator::checkpoint; read-only after,
+/// so the Evaluators of several threads can share one.
+class MemoryCheckpoint {
+ public:
+  [[nodiscard]] bool empty() const { return lowering_.empty(); }
+
+ private:
+  friend class Evaluator;
+  sim::Lowerer::Checkpoint lowering_;
+  std::vector<sim::BufferId> prefix_frees_;  // the frees before the backward pass, in order
+  std::size_t prefix_end_ = 0;  // where the backward pass starts in the compute stream
+  MemoryReplay replay_;         // the replay up to there
+  bool replayed_ = false;       // the plan's allocations before the backward pass fit
+  sim::Bytes memory_bytes_ = 0;  // the replay's device
+  sim::AllocatorModel allocator_ = sim::AllocatorModel::kArena;
 };
 
 class Evaluator {
@@ -105,12 +127,24 @@ class Evaluator {
   /// out in `*fit` when given.
   const sim::Timeline* simulate_if_fits(const sim::Plan& plan, Evaluation* fit = nullptr);
 
+  /// Keeps `plan`'s lowering and replay where the backward pass starts in `out` (empty when the
+  /// plan cannot be resumed from: host placement, no backward pass). Counts as a memory check.
+  void checkpoint(const sim::Plan& plan, MemoryCheckpoint& out);
+  /// check_memory(plan), resumed from the checkpoint where Lowerer::resumable allows (Note
+  /// [Resuming a memory check]); the same answer.
+  Evaluation check_memory(const sim::Plan& plan, const MemoryCheckpoint& from);
+  /// simulate_if_fits(plan, fit) with its memory check resumed from the checkpoint.
+  const sim::Timeline* simulate_if_fits(const sim::Plan& plan, const MemoryCheckpoint& from,
+                                        Evaluation* fit = nullptr);
+
   [[nodiscard]] const sim::Workload& workload() const { return *workload_; }
   [[nodiscard]] const sim::Machine& machine() const { return machine_; }
   /// Plans evaluated or simulated so far, including those credited by helpers of this evaluator.
   [[nodiscard]] std::size_t count() const { return count_; }
   /// check_memory() calls so far (not in count()), including those credited by helpers.
   [[nodiscard]] std::size_t memory_checks() const { return memory_checks_; }
+  /// Memory checks whose replay went on from a checkpoint's (MemoryCheckpoint), of memory_checks().
+  [[nodiscard]] std::size_t resumed_replays() const { return resumed_replays_; }
   /// Counts evaluations made on this evaluator's behalf by other Evaluators (worker threads).
   void credit(std::size_t evaluations, std::size_t memory_checks = 0) {
     count_ += evaluations;
@@ -128,6 +162,8 @@ class Evaluator {
   void lower(const sim::Plan& plan);
   /// check_memory's replay of the program lowered last.
   Evaluation replay_memory();
+  /// The same for a program resumed from `from`: from its replay where the prefix is the same.
+  Evaluation replay_memory(const MemoryCheckpoint& from);
   /// evaluate()'s run of the program lowered last.
   Evaluation run_lowered();
 
@@ -136,9 +172,11 @@ class Evaluator {
   sim::Lowerer lowerer_;
   sim::Program program_;  // reused between plans
   sim::Engine engine_;
-  MemoryReplay replay_;  // check_memory's
+  MemoryReplay replay_;                      // check_memory's
+  std::vector<sim::BufferId> prefix_frees_;  // replay_memory(from)'s
   std::size_t count_ = 0;
   std::size_t memory_checks_ = 0;
+  std::size_t resumed_replays_ = 0;
   const Stop* stop_ = nullptr;
   bool measure_excess_ = false;
 };

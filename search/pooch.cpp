@@ -319,6 +319,10 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     }
     return trial;
   };
+  // Every trial recomputes maps this plan swaps: its memory check goes on from this plan's
+  // lowering and replay where the backward pass starts (Note [Resuming a memory check]).
+  MemoryCheckpoint start;
+  evaluator.checkpoint(plan, start);
   // The trial the loop makes next if this one is refused, timed by an idle core if there is one
   // (Note [PoocH in memplan], step 3: speculation).
   Evaluator beside(evaluator.workload(), evaluator.machine());
@@ -354,11 +358,11 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     sim::Plan next = next_exists ? (k > 1 ? trial_of(0, k / 2) : trial_of(1, 1)) : sim::Plan{};
     const sim::Timeline* timeline = nullptr;
     const sim::Timeline* next_timeline = nullptr;
-    const bool timed_next = run_beside([&] { timeline = evaluator.simulate_if_fits(trial); },
-                                       [&] {
-                                         if (next_exists)
-                                           next_timeline = beside.simulate_if_fits(next);
-                                       });
+    const bool timed_next =
+        run_beside([&] { timeline = evaluator.simulate_if_fits(trial, start); },
+                   [&] {
+                     if (next_exists) next_timeline = beside.simulate_if_fits(next, start);
+                   });
     if (decide(trial, timeline, k) || !next_exists || !timed_next || !going()) continue;
     decide(next, next_timeline, std::min(run, order.size()));
   }

@@ -47,8 +47,10 @@ class DeviceArena {
   static constexpr Size kAlignment = 512;
 
   explicit DeviceArena(Size capacity = 0);
-  DeviceArena(const DeviceArena&) = delete;
-  DeviceArena& operator=(const DeviceArena&) = delete;
+  /// A copy is an arena in the same state, handles included: a memory check resumes from one
+  /// (search/evaluator.hpp). Assigning reuses the target's buffers.
+  DeviceArena(const DeviceArena&) = default;
+  DeviceArena& operator=(const DeviceArena&) = default;
 
   /// Forgets every allocation and sets a new capacity; keeps the buffers for reuse.
   void reset(Size capacity);

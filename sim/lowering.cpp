@@ -151,18 +151,22 @@ void Lowerer::lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpo
 // taken where the backward pass starts, the first op that is not a forward op; a search that
 // changes how maps come back for the backward pass (swap, recompute, prefetch points) resumes
 // there and lowers about half of the step.
-// One change that the forward pass sees is allowed as well (kMemory): a map the checkpoint's plan
-// swaps, released after its last forward use and prefetched at or after `at`, that the plan
-// recomputes. Its forward pass differs from a recomputed map's only by the copy-out (a record on
-// the compute stream, a copy on the device-to-host one, an event pair and a host slot) and the
-// wait for it before the free; after that wait its state is a recomputed map's plus the host copy,
-// which resume() forgets. Every allocation is then where lower() puts it, and between two
-// allocations the same buffers are freed (the wait only moves the map's free after the frees of
-// the op's other buffers, with no allocation between unless an encode is dropped at the same op:
-// a plan with encodes is not resumed this way), so a replay of the allocations and frees
-// (Note [Fitting without the clock] in search/evaluator.cpp) gives lower()'s answer; the timing
-// does not (the copy-out is still on the link). tests/property/random_dag_test.cpp compares both
-// kinds with lower() on random plans.
+// One change that the forward pass sees is allowed as well (kEquivalent): a map the checkpoint's
+// plan swaps, released after its last forward use and prefetched at or after `at`, that the plan
+// recomputes. Its forward pass differs from a recomputed map's only by its copy-out: a record on
+// the compute stream after the producer, the copy on the device-to-host stream between a wait and
+// a record, an event pair, a host slot, and the compute stream's wait for the copy before the
+// map's free. resume() forgets the copy-out: it takes the copy off the device-to-host stream,
+// turns the wait into a record of the same event (an instruction that takes no time and that
+// nothing waits for, so no position in the compute stream moves) and clears the map's host copy
+// from its state, which is then a recomputed map's. The Program runs as lower()'s does: the same
+// copies on the link, the same allocations at the same times, the same iteration time, stalls and
+// peaks. The map's free comes at the same point between two allocations, but not always at the
+// same moment: after the op's other frees and waits (another swapped map's wait for its copy-out)
+// rather than right after its last forward use, so the memory curve between two allocations can
+// differ (no allocation comes between: a plan with encodes, which allocate there, is not resumed
+// this way). The instruction count and the unused events and host slot differ too.
+// tests/property/random_dag_test.cpp compares both kinds with lower() on random graphs and plans.
 bool Lowerer::prefix_reads_same(const Decision& a, const Decision& b, OpId start) const {
   const FeatureMap& map = maps_[at(map_of_[index(a.tensor)])];
   if (tensor_[index(a.tensor)].producer >= start) return true;  // nothing of it before `at`
@@ -186,6 +190,41 @@ bool Lowerer::prefix_reads_same(const Decision& a, const Decision& b, OpId start
   return prefetched_before(a) == prefetched_before(b) && released_before(a) == released_before(b);
 }
 
+// The copy-outs of the maps the checkpoint's plan swaps and `plan` recomputes (Note [Resuming a
+// lowering], kEquivalent): off the device-to-host stream, the compute stream's wait for each turned
+// into a record of the same event (which nothing waits for now), and gone from the maps' state.
+void Lowerer::forget_copy_outs(const Plan& plan, const Checkpoint& from) {
+  forgotten_.assign(program_->events.size(), 0);
+  bool any = false;
+  for (std::size_t i = 0; i < plan.decisions.size(); ++i) {
+    if (from.decisions_[i].action != Action::kSwap ||
+        plan.decisions[i].action != Action::kRecompute)
+      continue;
+    TensorState& s = state_[index(plan.decisions[i].tensor)];
+    // issue_copy_out: the event the producer records, then the one the copy-out records.
+    forgotten_[index(s.out_event)] = 1;
+    forgotten_[index(s.out_event) - 1] = 1;
+    s.slot = kNoHostSlot;
+    s.out_event = kNoEvent;
+    any = true;
+  }
+  if (!any) return;
+  // On the device-to-host stream a copy-out sits between the wait for its producer's event and
+  // the record of its own.
+  auto& d2h = program_->streams[static_cast<std::size_t>(StreamId::kD2H)];
+  std::size_t kept = 0;
+  bool forgotten = false;
+  for (const Instruction& in : d2h) {
+    if (in.kind != InstrKind::kCopyOut) forgotten = forgotten_[index(in.event())] != 0;
+    if (!forgotten) d2h[kept++] = in;
+  }
+  d2h.resize(kept);
+  for (Instruction& in : body_) {
+    if (in.kind == InstrKind::kWait && forgotten_[index(in.event())] != 0)
+      in.kind = InstrKind::kRecord;
+  }
+}
+
 Lowerer::Resumable Lowerer::resumable(const Plan& plan, const Checkpoint& from) const {
   if (from.empty() || !plan.host_tensors.empty() || plan.host_update ||
       plan.algorithms != from.algorithms_ || plan.decisions.size() != from.decisions_.size())
@@ -205,11 +244,11 @@ Lowerer::Resumable Lowerer::resumable(const Plan& plan, const Checkpoint& from) 
         (a.prefetch_before != kNoOp ? a.prefetch_before : default_prefetch_point(map, w_)) >=
             from.at_;
     if (!copy_out_forgotten) return Resumable::kNo;
-    how = Resumable::kMemory;
+    how = Resumable::kEquivalent;
   }
   // An encode after the same op could allocate between the recomputed map's free and the wait
   // that holds it in the checkpoint's plan.
-  return how == Resumable::kMemory && encodes ? Resumable::kNo : how;
+  return how == Resumable::kEquivalent && encodes ? Resumable::kNo : how;
 }
 
 void Lowerer::resume(const Plan& plan, const Checkpoint& from, Program& out) {
@@ -230,14 +269,7 @@ void Lowerer::resume(const Plan& plan, const Checkpoint& from, Program& out) {
   last_ref_ = from.last_ref_;
   body_ = from.body_;
   plan_drop_points(plan);  // points the state at this plan's decisions
-  for (std::size_t i = 0; i < plan.decisions.size(); ++i) {
-    if (from.decisions_[i].action == Action::kSwap &&
-        plan.decisions[i].action == Action::kRecompute) {
-      TensorState& s = state_[index(plan.decisions[i].tensor)];
-      s.slot = kNoHostSlot;  // its copy-out is forgotten (kMemory)
-      s.out_event = kNoEvent;
-    }
-  }
+  forget_copy_outs(plan, from);
   lower_ops(plan, static_cast<std::size_t>(value(from.at_)), nullptr);
   place_frees();
   program_ = nullptr;

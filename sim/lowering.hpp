@@ -39,8 +39,9 @@ class Lowerer {
   /// How resume() can lower a plan from a checkpoint (Note [Resuming a lowering]).
   enum class Resumable {
     kNo,
-    kMemory,  // its compute stream's allocations and frees are lower()'s, the rest may not be
-    kExact    // its Program is lower()'s
+    kEquivalent,  // its Program runs as lower()'s does (the same allocations, copies, times,
+                  // stalls and peaks; a free can come later between the same two allocations)
+    kExact        // its Program is lower()'s
   };
   [[nodiscard]] Resumable resumable(const Plan& plan, const Checkpoint& from) const;
   /// Lowers `plan` from the checkpoint on (resumable() is not kNo) into `out`, which the
@@ -66,6 +67,7 @@ class Lowerer {
 
   void start_program(const Plan& plan);
   void lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpoint);
+  void forget_copy_outs(const Plan& plan, const Checkpoint& from);
   [[nodiscard]] bool prefix_reads_same(const Decision& a, const Decision& b, OpId start) const;
   void plan_drop_points(const Plan& plan);
   void place_preexisting();
@@ -153,6 +155,7 @@ class Lowerer {
   std::vector<TensorId> regenerated_;    // made resident by recomputes for the op being emitted
   std::vector<std::int32_t> free_begin_;
   std::vector<BufferId> free_items_;
+  std::vector<std::uint8_t> forgotten_;  // per event: of a copy-out resume() forgets
 };
 
 /// A lowering stopped where the backward pass starts: the Lowerer's state and the Program so far.

@@ -128,3 +128,61 @@ TEST_CASE("KeepCheck finds what a lowering of the changed plan finds", "[search]
   CHECK(infeasible >= 20);
   CHECK(checked - infeasible >= 20);
 }
+
+TEST_CASE("a memory check resumed from a checkpoint finds what check_memory finds",
+          "[search][evaluator]") {
+  // Note [Resuming a memory check]: random keep/swap/recompute plans, then random sets of their
+  // swapped maps recomputed (what PoocH's step 3 tries) or prefetched elsewhere, checked from
+  // the base plan's checkpoint and from scratch.
+  const Workload w = resnet18(32);
+  const NetworkView view(w);
+  const Bytes peak = in_core_peak(w, view);
+  std::mt19937 rng(20261128);
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  int infeasible = 0;
+  int checked = 0;
+  std::size_t resumed = 0;
+  for (double share : {0.5, 0.7, 0.9}) {
+    const Machine machine = test_machine(static_cast<Bytes>(share * static_cast<double>(peak)));
+    Evaluator evaluator(w, machine);
+    Evaluator reference(w, machine);
+    for (int base = 0; base < 5; ++base) {
+      Plan plan = keep_all(view, "test");
+      std::vector<std::size_t> swapped;
+      for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+        if (chance(0.2)) plan.decisions[m].action = Action::kRecompute;
+        if (!chance(0.6)) continue;
+        plan.decisions[m].action = Action::kSwap;
+        swapped.push_back(m);
+      }
+      MemoryCheckpoint checkpoint;
+      evaluator.checkpoint(plan, checkpoint);
+      REQUIRE_FALSE(checkpoint.empty());
+      for (int trial = 0; trial < 12; ++trial) {
+        CAPTURE(share, base, trial);
+        Plan changed = plan;
+        for (std::size_t m : swapped) {
+          Decision& d = changed.decisions[m];
+          if (chance(trial < 6 ? 0.05 : 0.3)) d = Decision{d.tensor, Action::kRecompute};
+          const FeatureMap& fm = view.feature_maps()[m];
+          if (d.action == Action::kSwap && chance(0.1)) d.prefetch_before = fm.backward_uses.front();
+        }
+        const Evaluation expected = reference.check_memory(changed);
+        same_memory_verdict(evaluator.check_memory(changed, checkpoint), expected);
+        Evaluation fit;
+        const Timeline* timeline = evaluator.simulate_if_fits(changed, checkpoint, &fit);
+        same_memory_verdict(fit, expected);
+        REQUIRE((timeline != nullptr) == expected.feasible);
+        if (timeline != nullptr)
+          CHECK(timeline->iteration_ns == reference.evaluate(changed).iteration_ns);
+        ++checked;
+        infeasible += expected.feasible ? 0 : 1;
+      }
+    }
+    resumed += evaluator.resumed_replays();
+  }
+  CAPTURE(checked, infeasible, resumed);
+  CHECK(infeasible >= 20);
+  CHECK(checked - infeasible >= 20);
+  CHECK(resumed >= static_cast<std::size_t>(checked));  // most of the two checks per trial
+}
