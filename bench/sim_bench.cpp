@@ -4,7 +4,8 @@
 // with a host side (the host stream an imported trace brings); then one swapped map kept, judged
 // by a full lowering and simulation, by an allocation replay, and incrementally (KeepCheck); and
 // one kept map evicted where memory runs out in the forward pass, judged by an allocation replay
-// and incrementally (EvictionCheck).
+// and incrementally (EvictionCheck); and one swapped map recomputed, judged by a lowering and
+// replay (and simulation) from the start and resumed where the backward pass starts.
 //
 // Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not wall time: on a shared machine a
 // wall clock counts the time other processes hold the core, the CPU clock only this thread's.
@@ -200,6 +201,49 @@ void single_eviction(const Workload& w, Machine machine, int trials) {
       trials, same, replay_s * 1e3, eviction_s * 1e3);
 }
 
+// One swapped map of swap-all recomputed instead (PoocH's step 3 makes this change): judged by a
+// lowering and allocation replay, a lowering and simulation when it fits, and both resumed from
+// swap-all's checkpoint where the backward pass starts (Note [Resuming a memory check]).
+void single_recompute(const Workload& w, const Machine& machine, int trials) {
+  const Plan base = swap_all_plan(w);
+  std::vector<Plan> plans;
+  plans.reserve(static_cast<std::size_t>(trials));
+  for (int k = 0; k < trials; ++k) {
+    Plan plan = base;
+    const auto m =
+        plan.decisions.size() * static_cast<std::size_t>(k) / static_cast<std::size_t>(trials);
+    plan.decisions[m] = {plan.decisions[m].tensor, Action::kRecompute};
+    plans.push_back(std::move(plan));
+  }
+  memplan::search::Evaluator evaluator(w, machine);
+  memplan::search::MemoryCheckpoint checkpoint;
+  evaluator.checkpoint(base, checkpoint);
+  double c0 = cpu_seconds();
+  std::size_t fit_full = 0;
+  for (const Plan& plan : plans) fit_full += evaluator.check_memory(plan).feasible ? 1 : 0;
+  const double replay_s = (cpu_seconds() - c0) / trials;
+  c0 = cpu_seconds();
+  for (const Plan& plan : plans) (void)evaluator.simulate_if_fits(plan);
+  const double simulate_s = (cpu_seconds() - c0) / trials;
+  c0 = cpu_seconds();
+  std::size_t fit_resumed = 0;
+  for (const Plan& plan : plans) {
+    fit_resumed += evaluator.check_memory(plan, checkpoint).feasible ? 1 : 0;
+  }
+  const double resumed_replay_s = (cpu_seconds() - c0) / trials;
+  c0 = cpu_seconds();
+  for (const Plan& plan : plans) (void)evaluator.simulate_if_fits(plan, checkpoint);
+  const double resumed_simulate_s = (cpu_seconds() - c0) / trials;
+  fmt::print(
+      "\none swapped map of swap-all recomputed, {} trials (fitting: {} / {}; replays resumed: "
+      "{}):\n"
+      "                                  from the start   resumed at the backward pass\n"
+      "  lowering + alloc replay           {:8.3f} ms        {:8.3f} ms\n"
+      "  the same + simulation if it fits  {:8.3f} ms        {:8.3f} ms\n",
+      trials, fit_full, fit_resumed, evaluator.resumed_replays(), replay_s * 1e3,
+      resumed_replay_s * 1e3, simulate_s * 1e3, resumed_simulate_s * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -221,5 +265,6 @@ int main(int argc, char** argv) {
   bench(with_host_side(w), machine, repetitions);
   single_map_change(w, machine, 40);
   single_eviction(w, machine, 40);
+  single_recompute(w, machine, 40);
   return 0;
 }
