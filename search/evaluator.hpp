@@ -96,10 +96,10 @@ class MemoryCheckpoint {
   friend class Evaluator;
   sim::Lowerer::Checkpoint lowering_;
   std::vector<sim::BufferId> prefix_frees_;  // the frees before the backward pass, in order
-  std::size_t prefix_end_ = 0;  // where the backward pass starts in the compute stream
-  MemoryReplay replay_;         // the replay up to there
-  bool replayed_ = false;       // the plan's allocations before the backward pass fit
-  sim::Bytes memory_bytes_ = 0;  // the replay's device
+  std::size_t prefix_end_ = 0;               // where the backward pass starts in the compute stream
+  MemoryReplay replay_;                      // the replay up to there
+  bool replayed_ = false;                    // the plan's allocations before the backward pass fit
+  sim::Bytes memory_bytes_ = 0;              // the replay's device
   sim::AllocatorModel allocator_ = sim::AllocatorModel::kArena;
 };
 

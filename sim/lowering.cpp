@@ -157,9 +157,10 @@ void Lowerer::lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpo
 // the compute stream after the producer, the copy on the device-to-host stream between a wait and
 // a record, an event pair, a host slot, and the compute stream's wait for the copy before the
 // map's free. resume() forgets the copy-out: it takes the copy off the device-to-host stream,
-// turns the wait into a record of the same event (an instruction that takes no time and that
-// nothing waits for, so no position in the compute stream moves) and clears the map's host copy
-// from its state, which is then a recomputed map's. The Program runs as lower()'s does: the same
+// turns the wait into a record of the same event and makes the producer's event one whose record
+// launches nothing on the host (records that take no time and that nothing waits for, so no
+// position in the compute stream moves), and clears the map's host copy from its state, which is
+// then a recomputed map's. The Program runs as lower()'s does: the same
 // copies on the link, the same allocations at the same times, the same iteration time, stalls and
 // peaks. The map's free comes at the same point between two allocations, but not always at the
 // same moment: after the op's other frees and waits (another swapped map's wait for its copy-out)
@@ -223,6 +224,11 @@ void Lowerer::forget_copy_outs(const Plan& plan, const Checkpoint& from) {
     if (in.kind == InstrKind::kWait && forgotten_[index(in.event())] != 0)
       in.kind = InstrKind::kRecord;
   }
+  // The producer's record stays: as the event of a copy-out it would have the host launch the
+  // copy (Note [Host stream] in sim/engine.hpp); as a swap-out event it launches nothing.
+  for (std::size_t e = 0; e < forgotten_.size(); ++e) {
+    if (forgotten_[e] != 0) program_->events[e].cause = WaitCause::kSwapOut;
+  }
 }
 
 Lowerer::Resumable Lowerer::resumable(const Plan& plan, const Checkpoint& from) const {
@@ -239,8 +245,8 @@ Lowerer::Resumable Lowerer::resumable(const Plan& plan, const Checkpoint& from) 
     if (a == b || prefix_reads_same(a, b, from.at_)) continue;
     const FeatureMap& map = maps_[at(map_of_[index(a.tensor)])];
     const bool copy_out_forgotten =
-        a.action == Action::kSwap && b.action == Action::kRecompute &&
-        a.release_before == kNoOp && last_forward_use(map, w_) < from.at_ &&
+        a.action == Action::kSwap && b.action == Action::kRecompute && a.release_before == kNoOp &&
+        last_forward_use(map, w_) < from.at_ &&
         (a.prefetch_before != kNoOp ? a.prefetch_before : default_prefetch_point(map, w_)) >=
             from.at_;
     if (!copy_out_forgotten) return Resumable::kNo;

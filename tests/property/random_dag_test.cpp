@@ -666,7 +666,8 @@ bool same_instructions(const std::vector<Instruction>& a, const std::vector<Inst
 }
 
 void require_same_program(const Program& a, const Program& b) {
-  for (std::size_t s = 0; s < kStreamCount; ++s) REQUIRE(same_instructions(a.streams[s], b.streams[s]));
+  for (std::size_t s = 0; s < kStreamCount; ++s)
+    REQUIRE(same_instructions(a.streams[s], b.streams[s]));
   REQUIRE(a.operands == b.operands);
   REQUIRE(a.buffers.size() == b.buffers.size());
   for (std::size_t i = 0; i < a.buffers.size(); ++i) {
@@ -712,7 +713,8 @@ Plan changed_plan(const Workload& w, const Plan& base, Rng& rng) {
   const auto maps = find_feature_maps(w);
   const auto changes = uniform(rng, 1, 3);
   for (std::int64_t c = 0; c < changes; ++c) {
-    const auto i = static_cast<std::size_t>(uniform(rng, 0, static_cast<std::int64_t>(maps.size()) - 1));
+    const auto i =
+        static_cast<std::size_t>(uniform(rng, 0, static_cast<std::int64_t>(maps.size()) - 1));
     Decision& d = plan.decisions[i];
     const std::int64_t kind = uniform(rng, 0, 3);
     if (kind == 0 && d.action == Action::kSwap) {
@@ -742,8 +744,11 @@ TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[pr
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed) + 7919);
-    const Workload w = random_workload(rng);
+    Workload w = random_workload(rng);
     Plan base = random_plan(w, rng);
+    // Half the workloads with a host side (each op dispatched by the host: the Program keeps
+    // where each op's instructions start).
+    if (uniform(rng, 0, 1) == 0) w.launch_ns = uniform(rng, 1, 3000);
     if (uniform(rng, 0, 1) == 0) {  // half the plans without encodes
       for (Decision& d : base.decisions) {
         if (d.action == Action::kEncode) d = Decision{d.tensor, Action::kSwap};

@@ -165,7 +165,8 @@ TEST_CASE("a memory check resumed from a checkpoint finds what check_memory find
           Decision& d = changed.decisions[m];
           if (chance(trial < 6 ? 0.05 : 0.3)) d = Decision{d.tensor, Action::kRecompute};
           const FeatureMap& fm = view.feature_maps()[m];
-          if (d.action == Action::kSwap && chance(0.1)) d.prefetch_before = fm.backward_uses.front();
+          if (d.action == Action::kSwap && chance(0.1))
+            d.prefetch_before = fm.backward_uses.front();
         }
         const Evaluation expected = reference.check_memory(changed);
         same_memory_verdict(evaluator.check_memory(changed, checkpoint), expected);
