@@ -90,23 +90,6 @@ void replay_range(MemoryReplay& replay, const std::vector<sim::Instruction>& str
   }
 }
 
-// Where the instruction after the first `body_size` that are not frees sits in the compute
-// stream, and the frees before it, in order.
-std::size_t prefix_end(const std::vector<sim::Instruction>& stream, std::size_t body_size,
-                       std::vector<sim::BufferId>& frees) {
-  frees.clear();
-  std::size_t seen = 0;
-  std::size_t k = 0;
-  for (; k < stream.size(); ++k) {
-    if (stream[k].kind == sim::InstrKind::kFree) {
-      frees.push_back(stream[k].buffer);
-    } else if (seen++ == body_size) {
-      break;
-    }
-  }
-  return k;
-}
-
 }  // namespace
 
 Evaluation Evaluator::replay_memory() {
@@ -137,11 +120,10 @@ void Evaluator::checkpoint(const sim::Plan& plan, MemoryCheckpoint& out) {
   lowerer_.lower(plan, program_, out.lowering_);
   out.replayed_ = false;
   if (out.lowering_.empty()) return;
-  const auto& stream = program_.stream(sim::StreamId::kCompute);
-  out.prefix_end_ = prefix_end(stream, out.lowering_.body_size(), out.prefix_frees_);
   Evaluation e;
   replay_.begin(machine_, program_, e);
-  replay_range(replay_, stream, 0, out.prefix_end_, e);
+  replay_range(replay_, program_.stream(sim::StreamId::kCompute), 0, out.lowering_.placed_size(),
+               e);
   out.replayed_ = e.feasible;
   out.replay_ = replay_;
   out.memory_bytes_ = machine_.memory_bytes;
@@ -163,17 +145,15 @@ const sim::Timeline* Evaluator::simulate_if_fits(const sim::Plan& plan, Evaluati
   return &engine_.run(program_, machine_, simulate_options());
 }
 
-Evaluation Evaluator::replay_memory(const MemoryCheckpoint& from) {
+Evaluation Evaluator::replay_memory(const MemoryCheckpoint& from, bool same_prefix) {
   ++memory_checks_;
   Evaluation e;
   const auto& stream = program_.stream(sim::StreamId::kCompute);
-  if (from.replayed_ && from.memory_bytes_ == machine_.memory_bytes &&
-      from.allocator_ == machine_.allocator &&
-      prefix_end(stream, from.lowering_.body_size(), prefix_frees_) == from.prefix_end_ &&
-      prefix_frees_ == from.prefix_frees_) {
+  if (same_prefix && from.replayed_ && from.memory_bytes_ == machine_.memory_bytes &&
+      from.allocator_ == machine_.allocator) {
     ++resumed_replays_;
     replay_.resume(from.replay_, program_, e);
-    replay_range(replay_, stream, from.prefix_end_, stream.size(), e);
+    replay_range(replay_, stream, from.lowering_.placed_size(), stream.size(), e);
   } else {
     replay_.begin(machine_, program_, e);
     replay_range(replay_, stream, 0, stream.size(), e);
@@ -186,8 +166,7 @@ Evaluation Evaluator::check_memory(const sim::Plan& plan, const MemoryCheckpoint
   if (from.empty() || lowerer_.resumable(plan, from.lowering_) == sim::Lowerer::Resumable::kNo)
     return check_memory(plan);
   if (stop_ != nullptr && stop_->due()) throw Stopped();
-  lowerer_.resume(plan, from.lowering_, program_);
-  return replay_memory(from);
+  return replay_memory(from, lowerer_.resume(plan, from.lowering_, program_));
 }
 
 const sim::Timeline* Evaluator::simulate_if_fits(const sim::Plan& plan,
@@ -195,8 +174,7 @@ const sim::Timeline* Evaluator::simulate_if_fits(const sim::Plan& plan,
   if (from.empty() || lowerer_.resumable(plan, from.lowering_) == sim::Lowerer::Resumable::kNo)
     return simulate_if_fits(plan, fit);
   if (stop_ != nullptr && stop_->due()) throw Stopped();
-  lowerer_.resume(plan, from.lowering_, program_);
-  const Evaluation e = replay_memory(from);
+  const Evaluation e = replay_memory(from, lowerer_.resume(plan, from.lowering_, program_));
   if (fit != nullptr) *fit = e;
   if (!e.feasible) return nullptr;
   ++count_;

@@ -95,11 +95,9 @@ class MemoryCheckpoint {
  private:
   friend class Evaluator;
   sim::Lowerer::Checkpoint lowering_;
-  std::vector<sim::BufferId> prefix_frees_;  // the frees before the backward pass, in order
-  std::size_t prefix_end_ = 0;               // where the backward pass starts in the compute stream
-  MemoryReplay replay_;                      // the replay up to there
-  bool replayed_ = false;                    // the plan's allocations before the backward pass fit
-  sim::Bytes memory_bytes_ = 0;              // the replay's device
+  MemoryReplay replay_;          // the replay up to where the backward pass starts
+  bool replayed_ = false;        // the plan's allocations before the backward pass fit
+  sim::Bytes memory_bytes_ = 0;  // the replay's device
   sim::AllocatorModel allocator_ = sim::AllocatorModel::kArena;
 };
 
@@ -162,8 +160,9 @@ class Evaluator {
   void lower(const sim::Plan& plan);
   /// check_memory's replay of the program lowered last.
   Evaluation replay_memory();
-  /// The same for a program resumed from `from`: from its replay where the prefix is the same.
-  Evaluation replay_memory(const MemoryCheckpoint& from);
+  /// The same for a program resumed from `from`: from its replay when the compute stream before
+  /// the backward pass is the checkpoint's (`same_prefix`).
+  Evaluation replay_memory(const MemoryCheckpoint& from, bool same_prefix);
   /// evaluate()'s run of the program lowered last.
   Evaluation run_lowered();
 
@@ -172,8 +171,7 @@ class Evaluator {
   sim::Lowerer lowerer_;
   sim::Program program_;  // reused between plans
   sim::Engine engine_;
-  MemoryReplay replay_;                      // check_memory's
-  std::vector<sim::BufferId> prefix_frees_;  // replay_memory(from)'s
+  MemoryReplay replay_;  // check_memory's
   std::size_t count_ = 0;
   std::size_t memory_checks_ = 0;
   std::size_t resumed_replays_ = 0;

@@ -113,6 +113,22 @@ void Lowerer::lower(const Plan& plan, Program& out, Checkpoint& checkpoint) {
   checkpoint.at_ = kNoOp;
   lower_ops(plan, 0, host || backward_start_ == kNoOp ? nullptr : &checkpoint);
   place_frees();
+  if (!checkpoint.empty()) {
+    // The compute stream before the checkpoint's op, frees placed, and which buffers made there
+    // are freed there: what resume() reuses when its plan frees the same ones (place_frees_after).
+    const auto p = static_cast<std::int64_t>(checkpoint.body_.size());
+    checkpoint.freed_before_.resize(checkpoint.last_ref_.size());
+    std::size_t frees = 0;
+    for (std::size_t b = 0; b < checkpoint.freed_before_.size(); ++b) {
+      checkpoint.freed_before_[b] = last_ref_[b] != kNeverFreed && last_ref_[b] < p ? 1 : 0;
+      frees += checkpoint.freed_before_[b];
+    }
+    const auto& compute = out.stream(StreamId::kCompute);
+    checkpoint.placed_.assign(
+        compute.begin(),
+        compute.begin() + static_cast<std::ptrdiff_t>(checkpoint.body_.size() + frees));
+    checkpoint.placed_dispatch_at_ = out.host.dispatch_at;
+  }
   program_ = nullptr;
 }
 
@@ -195,21 +211,20 @@ bool Lowerer::prefix_reads_same(const Decision& a, const Decision& b, OpId start
 // lowering], kEquivalent): off the device-to-host stream, the compute stream's wait for each turned
 // into a record of the same event (which nothing waits for now), and gone from the maps' state.
 void Lowerer::forget_copy_outs(const Plan& plan, const Checkpoint& from) {
-  forgotten_.assign(program_->events.size(), 0);
-  bool any = false;
+  forgotten_.clear();
   for (std::size_t i = 0; i < plan.decisions.size(); ++i) {
     if (from.decisions_[i].action != Action::kSwap ||
         plan.decisions[i].action != Action::kRecompute)
       continue;
+    if (forgotten_.empty()) forgotten_.assign(program_->events.size(), 0);
     TensorState& s = state_[index(plan.decisions[i].tensor)];
     // issue_copy_out: the event the producer records, then the one the copy-out records.
     forgotten_[index(s.out_event)] = 1;
     forgotten_[index(s.out_event) - 1] = 1;
     s.slot = kNoHostSlot;
     s.out_event = kNoEvent;
-    any = true;
   }
-  if (!any) return;
+  if (forgotten_.empty()) return;
   // On the device-to-host stream a copy-out sits between the wait for its producer's event and
   // the record of its own.
   auto& d2h = program_->streams[static_cast<std::size_t>(StreamId::kD2H)];
@@ -220,14 +235,21 @@ void Lowerer::forget_copy_outs(const Plan& plan, const Checkpoint& from) {
     if (!forgotten) d2h[kept++] = in;
   }
   d2h.resize(kept);
-  for (Instruction& in : body_) {
-    if (in.kind == InstrKind::kWait && forgotten_[index(in.event())] != 0)
-      in.kind = InstrKind::kRecord;
-  }
   // The producer's record stays: as the event of a copy-out it would have the host launch the
   // copy (Note [Host stream] in sim/engine.hpp); as a swap-out event it launches nothing.
   for (std::size_t e = 0; e < forgotten_.size(); ++e) {
     if (forgotten_[e] != 0) program_->events[e].cause = WaitCause::kSwapOut;
+  }
+}
+
+// The compute stream's waits for forgotten copy-outs become records of the same event (events
+// made after the checkpoint are none of them).
+void Lowerer::forget_waits(std::vector<Instruction>& stream) const {
+  if (forgotten_.empty()) return;
+  for (Instruction& in : stream) {
+    if (in.kind == InstrKind::kWait && index(in.event()) < forgotten_.size() &&
+        forgotten_[index(in.event())] != 0)
+      in.kind = InstrKind::kRecord;
   }
 }
 
@@ -257,7 +279,7 @@ Lowerer::Resumable Lowerer::resumable(const Plan& plan, const Checkpoint& from) 
   return how == Resumable::kEquivalent && encodes ? Resumable::kNo : how;
 }
 
-void Lowerer::resume(const Plan& plan, const Checkpoint& from, Program& out) {
+bool Lowerer::resume(const Plan& plan, const Checkpoint& from, Program& out) {
   MEMPLAN_CHECK(resumable(plan, from) != Resumable::kNo,
                 "a plan resumes from a checkpoint whose forward pass it shares");
   program_ = &out;
@@ -277,8 +299,63 @@ void Lowerer::resume(const Plan& plan, const Checkpoint& from, Program& out) {
   plan_drop_points(plan);  // points the state at this plan's decisions
   forget_copy_outs(plan, from);
   lower_ops(plan, static_cast<std::size_t>(value(from.at_)), nullptr);
-  place_frees();
+  const bool same_prefix = place_frees_after(from);
+  if (!same_prefix) {
+    forget_waits(body_);
+    place_frees();
+  }
   program_ = nullptr;
+  return same_prefix;
+}
+
+// place_frees for a resumed lowering that frees, before the checkpoint's op, the very buffers the
+// checkpoint's plan freed there (a buffer made there is freed there unless a later instruction
+// reads it): that part of the compute stream is the checkpoint's, then the rest of the body with
+// its frees. Returns false, placing nothing, when the frees there differ.
+bool Lowerer::place_frees_after(const Checkpoint& from) {
+  const auto p = static_cast<std::int64_t>(from.body_.size());
+  for (std::size_t b = 0; b < from.freed_before_.size(); ++b) {
+    const bool freed = last_ref_[b] != kNeverFreed && last_ref_[b] < p;
+    if (freed != (from.freed_before_[b] != 0)) return false;
+  }
+  // Counting sort of the frees after the checkpoint's op by the instruction they follow.
+  const std::size_t n = body_.size() - from.body_.size();
+  free_begin_.assign(n + 1, 0);
+  for (std::int64_t ref : last_ref_) {
+    if (ref != kNeverFreed && ref >= p) ++free_begin_[static_cast<std::size_t>(ref - p) + 1];
+  }
+  for (std::size_t i = 0; i < n; ++i) free_begin_[i + 1] += free_begin_[i];
+  free_items_.resize(static_cast<std::size_t>(free_begin_.back()));
+  std::vector<std::int32_t>& next = free_begin_;  // filled in place, then shifted back
+  for (std::size_t b = 0; b < last_ref_.size(); ++b) {
+    const std::int64_t ref = last_ref_[b];
+    if (ref != kNeverFreed && ref >= p)
+      free_items_[at(next[static_cast<std::size_t>(ref - p)]++)] = buffer_id(b);
+  }
+  for (std::size_t i = n; i > 0; --i) free_begin_[i] = free_begin_[i - 1];
+  free_begin_[0] = 0;
+  // free_begin_[i]: the frees placed before suffix instruction i.
+  auto& out = program_->streams[static_cast<std::size_t>(StreamId::kCompute)];
+  out.assign(from.placed_.begin(), from.placed_.end());
+  forget_waits(out);
+  const std::size_t base = out.size();
+  out.reserve(base + n + free_items_.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const Instruction& in = body_[from.body_.size() + i];
+    out.push_back(in);
+    for (auto k = free_begin_[i]; k < free_begin_[i + 1]; ++k)
+      out.push_back({InstrKind::kFree, in.op, free_items_[at(k)], -1, 0, 0, 0});
+  }
+  auto& dispatch = program_->host.dispatch_at;
+  for (std::size_t i = 0; i < dispatch.size(); ++i) {
+    if (i < static_cast<std::size_t>(value(from.at_))) {
+      dispatch[i] = from.placed_dispatch_at_[i];
+    } else {
+      const std::size_t s = dispatch[i] - from.body_.size();
+      dispatch[i] = base + s + static_cast<std::size_t>(free_begin_[s]);
+    }
+  }
+  return true;
 }
 
 // Clears the program (keeping its capacity) and the per-plan scratch; charges the compute time of

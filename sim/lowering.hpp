@@ -44,9 +44,10 @@ class Lowerer {
     kExact        // its Program is lower()'s
   };
   [[nodiscard]] Resumable resumable(const Plan& plan, const Checkpoint& from) const;
-  /// Lowers `plan` from the checkpoint on (resumable() is not kNo) into `out`, which the
-  /// checkpoint's lowering, a resumption from it, or nothing used before.
-  void resume(const Plan& plan, const Checkpoint& from, Program& out);
+  /// Lowers `plan` from the checkpoint on (resumable() is not kNo) into `out`. Returns whether
+  /// the compute stream before the checkpoint's op is the checkpoint's plan's, frees included
+  /// (Checkpoint::placed_size): the plan frees the same buffers there.
+  bool resume(const Plan& plan, const Checkpoint& from, Program& out);
 
  private:
   // Lists of items per key, stored flat: items[begin[index(key)] .. begin[index(key) + 1]).
@@ -68,6 +69,8 @@ class Lowerer {
   void start_program(const Plan& plan);
   void lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpoint);
   void forget_copy_outs(const Plan& plan, const Checkpoint& from);
+  void forget_waits(std::vector<Instruction>& stream) const;
+  bool place_frees_after(const Checkpoint& from);
   [[nodiscard]] bool prefix_reads_same(const Decision& a, const Decision& b, OpId start) const;
   void plan_drop_points(const Plan& plan);
   void place_preexisting();
@@ -165,8 +168,8 @@ class Lowerer::Checkpoint {
   [[nodiscard]] bool empty() const { return at_ == kNoOp; }
   /// The first op that resume() lowers.
   [[nodiscard]] OpId at() const { return at_; }
-  /// Compute-stream instructions before at(), frees not counted.
-  [[nodiscard]] std::size_t body_size() const { return body_.size(); }
+  /// Compute-stream instructions of the checkpoint's plan before at(), frees included.
+  [[nodiscard]] std::size_t placed_size() const { return placed_.size(); }
 
  private:
   friend class Lowerer;
@@ -177,6 +180,12 @@ class Lowerer::Checkpoint {
   std::vector<std::int64_t> last_ref_;
   std::vector<Instruction> body_;
   Program program_;  // all but the compute stream
+  // Once the plan is lowered to its end: its compute stream before `at_` (frees placed), where
+  // each op's instructions start in it, and per buffer made before `at_` whether it is freed
+  // there.
+  std::vector<Instruction> placed_;
+  std::vector<std::size_t> placed_dispatch_at_;
+  std::vector<std::uint8_t> freed_before_;
 };
 
 /// Convenience: lowers one plan with a fresh Lowerer.

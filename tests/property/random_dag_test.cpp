@@ -741,6 +741,8 @@ TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[pr
   int exact = 0;
   int equivalent = 0;
   int refused = 0;
+  int same_prefix = 0;
+  int other_prefix = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed) + 7919);
@@ -780,7 +782,8 @@ TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[pr
         ++refused;
         continue;
       }
-      other.resume(plan, checkpoint, resumed);
+      // Whether the part before the backward pass was the checkpoint's plan's, frees included.
+      (other.resume(plan, checkpoint, resumed) ? same_prefix : other_prefix) += 1;
       const Program expected = lower(w, plan);
       if (how == Lowerer::Resumable::kExact) {
         ++exact;
@@ -802,5 +805,7 @@ TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[pr
   }
   CHECK(exact > kCases / 2);
   CHECK(equivalent > kCases / 10);
+  CHECK(same_prefix > kCases / 2);
+  CHECK(other_prefix > 0);
   CHECK(refused > kCases / 10);
 }
