@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 namespace memplan::search {
 
@@ -107,13 +108,13 @@ Evaluation Evaluator::replay_memory() {
 // swapped there and recomputed here: their lowerings share the forward pass (Note [Resuming a
 // lowering] in sim/lowering.cpp), half the step. A MemoryCheckpoint keeps the starting plan's
 // lowering where the backward pass starts and its allocation replay at the same point, so a check
-// lowers and replays only the backward pass. The replay may go on from the copy when the resumed
-// compute stream frees the same buffers before the backward pass, in the same order, as the
-// checkpoint's plan did: a buffer made in the forward pass is freed there unless some later
-// instruction reads it, and a plan whose backward pass reads a buffer the other's did not (a
-// recomputation re-reading the input batch) frees it later. Else the replay starts over; the
-// lowering is resumed either way. The answer is check_memory's (tests/search/keep_check_test.cpp
-// compares them).
+// lowers and replays only the backward pass. The replay goes on from the copy when the resumed
+// compute stream up to the backward pass is the checkpoint's plan's (Lowerer::resume says so):
+// the plan frees the same buffers there. A buffer made in the forward pass is freed there unless
+// some later instruction reads it, and a plan whose backward pass reads a buffer the other's did
+// not (a recomputation re-reading the input batch) frees it later; then the replay starts over.
+// The lowering is resumed either way. The answer is check_memory's
+// (tests/search/keep_check_test.cpp compares them).
 void Evaluator::checkpoint(const sim::Plan& plan, MemoryCheckpoint& out) {
   if (stop_ != nullptr && stop_->due()) throw Stopped();
   ++memory_checks_;
@@ -138,9 +139,12 @@ Evaluation Evaluator::evaluate_if_fits(const sim::Plan& plan) {
 
 const sim::Timeline* Evaluator::simulate_if_fits(const sim::Plan& plan, Evaluation* fit) {
   lower(plan);
-  const Evaluation e = replay_memory();
-  if (fit != nullptr) *fit = e;
-  if (!e.feasible) return nullptr;
+  return run_if_fits(replay_memory(), fit);
+}
+
+const sim::Timeline* Evaluator::run_if_fits(const Evaluation& memory, Evaluation* fit) {
+  if (fit != nullptr) *fit = memory;
+  if (!memory.feasible) return nullptr;
   ++count_;
   return &engine_.run(program_, machine_, simulate_options());
 }
@@ -162,23 +166,22 @@ Evaluation Evaluator::replay_memory(const MemoryCheckpoint& from, bool same_pref
   return e;
 }
 
-Evaluation Evaluator::check_memory(const sim::Plan& plan, const MemoryCheckpoint& from) {
+std::optional<Evaluation> Evaluator::resume(const sim::Plan& plan, const MemoryCheckpoint& from) {
   if (from.empty() || lowerer_.resumable(plan, from.lowering_) == sim::Lowerer::Resumable::kNo)
-    return check_memory(plan);
+    return std::nullopt;
   if (stop_ != nullptr && stop_->due()) throw Stopped();
   return replay_memory(from, lowerer_.resume(plan, from.lowering_, program_));
 }
 
+Evaluation Evaluator::check_memory(const sim::Plan& plan, const MemoryCheckpoint& from) {
+  const std::optional<Evaluation> resumed = resume(plan, from);
+  return resumed ? *resumed : check_memory(plan);
+}
+
 const sim::Timeline* Evaluator::simulate_if_fits(const sim::Plan& plan,
                                                  const MemoryCheckpoint& from, Evaluation* fit) {
-  if (from.empty() || lowerer_.resumable(plan, from.lowering_) == sim::Lowerer::Resumable::kNo)
-    return simulate_if_fits(plan, fit);
-  if (stop_ != nullptr && stop_->due()) throw Stopped();
-  const Evaluation e = replay_memory(from, lowerer_.resume(plan, from.lowering_, program_));
-  if (fit != nullptr) *fit = e;
-  if (!e.feasible) return nullptr;
-  ++count_;
-  return &engine_.run(program_, machine_, simulate_options());
+  const std::optional<Evaluation> resumed = resume(plan, from);
+  return resumed ? run_if_fits(*resumed, fit) : simulate_if_fits(plan, fit);
 }
 
 void MemoryReplay::resume(const MemoryReplay& at, const sim::Program& program, Evaluation& e) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <stdexcept>
 
 #include "sim/device_memory.hpp"
@@ -163,6 +164,11 @@ class Evaluator {
   /// The same for a program resumed from `from`: from its replay when the compute stream before
   /// the backward pass is the checkpoint's (`same_prefix`).
   Evaluation replay_memory(const MemoryCheckpoint& from, bool same_prefix);
+  /// The memory check of `plan` lowered from the checkpoint, or nullopt (nothing lowered) when
+  /// the plan does not resume from it.
+  std::optional<Evaluation> resume(const sim::Plan& plan, const MemoryCheckpoint& from);
+  /// simulate()'s run of the program lowered last when `memory` (its check) says it fits.
+  const sim::Timeline* run_if_fits(const Evaluation& memory, Evaluation* fit);
   /// evaluate()'s run of the program lowered last.
   Evaluation run_lowered();
 

@@ -95,66 +95,68 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
 }
 
 void Lowerer::lower(const Plan& plan, Program& out) {
-  program_ = &out;
-  start_program(plan);
-  plan_drop_points(plan);
-  place_preexisting();
-  lower_ops(plan, 0, nullptr);
-  place_frees();
-  program_ = nullptr;
+  lower_keeping(plan, out, nullptr);
 }
 
 void Lowerer::lower(const Plan& plan, Program& out, Checkpoint& checkpoint) {
+  checkpoint.at_ = kNoOp;
+  const bool host = !plan.host_tensors.empty() || plan.host_update;
+  lower_keeping(plan, out, host || backward_start_ == kNoOp ? nullptr : &checkpoint);
+}
+
+void Lowerer::lower_keeping(const Plan& plan, Program& out, Checkpoint* checkpoint) {
   program_ = &out;
   start_program(plan);
   plan_drop_points(plan);
   place_preexisting();
-  const bool host = !plan.host_tensors.empty() || plan.host_update;
-  checkpoint.at_ = kNoOp;
-  lower_ops(plan, 0, host || backward_start_ == kNoOp ? nullptr : &checkpoint);
+  lower_ops(plan, 0, checkpoint);
   place_frees();
-  if (!checkpoint.empty()) {
-    // The compute stream before the checkpoint's op, frees placed, and which buffers made there
-    // are freed there: what resume() reuses when its plan frees the same ones (place_frees_after).
-    const auto p = static_cast<std::int64_t>(checkpoint.body_.size());
-    checkpoint.freed_before_.resize(checkpoint.last_ref_.size());
-    std::size_t frees = 0;
-    for (std::size_t b = 0; b < checkpoint.freed_before_.size(); ++b) {
-      checkpoint.freed_before_[b] = last_ref_[b] != kNeverFreed && last_ref_[b] < p ? 1 : 0;
-      frees += checkpoint.freed_before_[b];
-    }
-    const auto& compute = out.stream(StreamId::kCompute);
-    checkpoint.placed_.assign(
-        compute.begin(),
-        compute.begin() + static_cast<std::ptrdiff_t>(checkpoint.body_.size() + frees));
-    checkpoint.placed_dispatch_at_ = out.host.dispatch_at;
-  }
+  if (checkpoint != nullptr) keep_placed(*checkpoint);
   program_ = nullptr;
 }
 
 // Lowers the ops from `begin` on; keeps the state before the backward pass in `checkpoint`.
 void Lowerer::lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpoint) {
   for (std::size_t i = begin; i < op_.size(); ++i) {
-    if (checkpoint != nullptr && op_id(i) == backward_start_) {
-      Checkpoint& c = *checkpoint;
-      c.at_ = backward_start_;
-      c.decisions_ = plan.decisions;
-      c.algorithms_ = plan.algorithms;
-      c.state_ = state_;
-      c.last_ref_ = last_ref_;
-      c.body_ = body_;
-      Program& p = c.program_;
-      p.operands = program_->operands;
-      p.buffers = program_->buffers;
-      p.events = program_->events;
-      p.host_slots = program_->host_slots;
-      for (std::size_t s = 0; s < kStreamCount; ++s) {
-        if (s != static_cast<std::size_t>(StreamId::kCompute)) p.streams[s] = program_->streams[s];
-      }
-      p.host.dispatch_at = program_->host.dispatch_at;
-    }
+    if (checkpoint != nullptr && op_id(i) == backward_start_) keep_state(plan, *checkpoint);
     lower_op(plan, op_id(i));
   }
+}
+
+// The lowering's state before the first backward op.
+void Lowerer::keep_state(const Plan& plan, Checkpoint& c) const {
+  c.at_ = backward_start_;
+  c.decisions_ = plan.decisions;
+  c.algorithms_ = plan.algorithms;
+  c.state_ = state_;
+  c.last_ref_ = last_ref_;
+  c.body_ = body_;
+  Program& p = c.program_;
+  p.operands = program_->operands;
+  p.buffers = program_->buffers;
+  p.events = program_->events;
+  p.host_slots = program_->host_slots;
+  for (std::size_t s = 0; s < kStreamCount; ++s) {
+    if (s != static_cast<std::size_t>(StreamId::kCompute)) p.streams[s] = program_->streams[s];
+  }
+  p.host.dispatch_at = program_->host.dispatch_at;
+}
+
+// Once the frees are placed: the compute stream before the checkpoint's op and which buffers made
+// there are freed there, what resume() reuses when its plan frees the same ones
+// (place_frees_after).
+void Lowerer::keep_placed(Checkpoint& c) const {
+  const auto p = static_cast<std::int64_t>(c.body_.size());
+  c.freed_before_.resize(c.last_ref_.size());
+  std::size_t frees = 0;
+  for (std::size_t b = 0; b < c.freed_before_.size(); ++b) {
+    c.freed_before_[b] = last_ref_[b] != kNeverFreed && last_ref_[b] < p ? 1 : 0;
+    frees += c.freed_before_[b];
+  }
+  const auto& compute = program_->stream(StreamId::kCompute);
+  c.placed_.assign(compute.begin(),
+                   compute.begin() + static_cast<std::ptrdiff_t>(c.body_.size() + frees));
+  c.placed_dispatch_at_ = program_->host.dispatch_at;
 }
 
 // Note [Resuming a lowering]

@@ -67,7 +67,10 @@ class Lowerer {
   };
 
   void start_program(const Plan& plan);
+  void lower_keeping(const Plan& plan, Program& out, Checkpoint* checkpoint);
   void lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpoint);
+  void keep_state(const Plan& plan, Checkpoint& c) const;
+  void keep_placed(Checkpoint& c) const;
   void forget_copy_outs(const Plan& plan, const Checkpoint& from);
   void forget_waits(std::vector<Instruction>& stream) const;
   bool place_frees_after(const Checkpoint& from);
