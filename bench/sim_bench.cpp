@@ -116,6 +116,21 @@ void bench(const Workload& w, const Machine& machine, int repetitions) {
   }
 }
 
+/// `trials` plans, each `base` with one map recomputed instead (a plain recompute), the maps spread
+/// over the step.
+std::vector<Plan> one_map_recomputed(const Plan& base, int trials) {
+  std::vector<Plan> plans;
+  plans.reserve(static_cast<std::size_t>(trials));
+  for (int k = 0; k < trials; ++k) {
+    Plan plan = base;
+    const auto m =
+        plan.decisions.size() * static_cast<std::size_t>(k) / static_cast<std::size_t>(trials);
+    plan.decisions[m] = {plan.decisions[m].tensor, Action::kRecompute};
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
 /// The change a search makes most (issue #22): one swapped map of swap-all kept instead, judged
 /// three ways on the same trials (maps spread over the step): a full lowering and simulation
 /// (Evaluator::evaluate: time and fit), a lowering and an allocation replay
@@ -171,15 +186,7 @@ void single_eviction(const Workload& w, Machine machine, int trials) {
     fmt::print("single eviction: EvictionCheck declines the in-core plan here\n");
     return;
   }
-  std::vector<Plan> plans;
-  plans.reserve(static_cast<std::size_t>(trials));
-  for (int k = 0; k < trials; ++k) {
-    Plan plan = base;
-    const auto m =
-        plan.decisions.size() * static_cast<std::size_t>(k) / static_cast<std::size_t>(trials);
-    plan.decisions[m].action = Action::kRecompute;
-    plans.push_back(std::move(plan));
-  }
+  const std::vector<Plan> plans = one_map_recomputed(base, trials);
   memplan::search::Evaluator evaluator(w, machine);
   double c0 = cpu_seconds();
   std::vector<OpId> lowered;
@@ -206,15 +213,7 @@ void single_eviction(const Workload& w, Machine machine, int trials) {
 // swap-all's checkpoint where the backward pass starts (Note [Resuming a memory check]).
 void single_recompute(const Workload& w, const Machine& machine, int trials) {
   const Plan base = swap_all_plan(w);
-  std::vector<Plan> plans;
-  plans.reserve(static_cast<std::size_t>(trials));
-  for (int k = 0; k < trials; ++k) {
-    Plan plan = base;
-    const auto m =
-        plan.decisions.size() * static_cast<std::size_t>(k) / static_cast<std::size_t>(trials);
-    plan.decisions[m] = {plan.decisions[m].tensor, Action::kRecompute};
-    plans.push_back(std::move(plan));
-  }
+  const std::vector<Plan> plans = one_map_recomputed(base, trials);
   memplan::search::Evaluator evaluator(w, machine);
   memplan::search::MemoryCheckpoint checkpoint;
   evaluator.checkpoint(base, checkpoint);
