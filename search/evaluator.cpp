@@ -167,10 +167,10 @@ Evaluation Evaluator::replay_memory(const MemoryCheckpoint& from, bool same_pref
 }
 
 std::optional<Evaluation> Evaluator::resume(const sim::Plan& plan, const MemoryCheckpoint& from) {
-  if (from.empty() || lowerer_.resumable(plan, from.lowering_) == sim::Lowerer::Resumable::kNo)
-    return std::nullopt;
   if (stop_ != nullptr && stop_->due()) throw Stopped();
-  return replay_memory(from, lowerer_.resume(plan, from.lowering_, program_));
+  const sim::Lowerer::Resumption r = lowerer_.resume(plan, from.lowering_, program_);
+  if (r.how == sim::Lowerer::Resumable::kNo) return std::nullopt;
+  return replay_memory(from, r.same_prefix);
 }
 
 Evaluation Evaluator::check_memory(const sim::Plan& plan, const MemoryCheckpoint& from) {

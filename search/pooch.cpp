@@ -355,13 +355,14 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     sim::Plan trial = trial_of(0, k);
     // Refused, a run of k > 1 is halved; a single map is refused and the next one tried.
     const bool next_exists = k > 1 || (order.size() > 1 && refusals + 1 < kRefusalsInARow);
-    sim::Plan next = next_exists ? (k > 1 ? trial_of(0, k / 2) : trial_of(1, 1)) : sim::Plan{};
+    sim::Plan next;  // made by the idle core, if one takes it up
     const sim::Timeline* timeline = nullptr;
     const sim::Timeline* next_timeline = nullptr;
     const bool timed_next = run_beside([&] { timeline = evaluator.simulate_if_fits(trial, start); },
                                        [&] {
-                                         if (next_exists)
-                                           next_timeline = beside.simulate_if_fits(next, start);
+                                         if (!next_exists) return;
+                                         next = k > 1 ? trial_of(0, k / 2) : trial_of(1, 1);
+                                         next_timeline = beside.simulate_if_fits(next, start);
                                        });
     if (decide(trial, timeline, k) || !next_exists || !timed_next || !going()) continue;
     decide(next, next_timeline, std::min(run, order.size()));

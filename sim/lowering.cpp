@@ -281,9 +281,9 @@ Lowerer::Resumable Lowerer::resumable(const Plan& plan, const Checkpoint& from) 
   return how == Resumable::kEquivalent && encodes ? Resumable::kNo : how;
 }
 
-bool Lowerer::resume(const Plan& plan, const Checkpoint& from, Program& out) {
-  MEMPLAN_CHECK(resumable(plan, from) != Resumable::kNo,
-                "a plan resumes from a checkpoint whose forward pass it shares");
+Lowerer::Resumption Lowerer::resume(const Plan& plan, const Checkpoint& from, Program& out) {
+  const Resumable how = resumable(plan, from);
+  if (how == Resumable::kNo) return {};
   program_ = &out;
   start_program(plan);
   const Program& p = from.program_;
@@ -307,7 +307,7 @@ bool Lowerer::resume(const Plan& plan, const Checkpoint& from, Program& out) {
     place_frees();
   }
   program_ = nullptr;
-  return same_prefix;
+  return {how, same_prefix};
 }
 
 // place_frees for a resumed lowering that frees, before the checkpoint's op, the very buffers the
@@ -320,23 +320,8 @@ bool Lowerer::place_frees_after(const Checkpoint& from) {
     const bool freed = last_ref_[b] != kNeverFreed && last_ref_[b] < p;
     if (freed != (from.freed_before_[b] != 0)) return false;
   }
-  // Counting sort of the frees after the checkpoint's op by the instruction they follow.
   const std::size_t n = body_.size() - from.body_.size();
-  free_begin_.assign(n + 1, 0);
-  for (std::int64_t ref : last_ref_) {
-    if (ref != kNeverFreed && ref >= p) ++free_begin_[static_cast<std::size_t>(ref - p) + 1];
-  }
-  for (std::size_t i = 0; i < n; ++i) free_begin_[i + 1] += free_begin_[i];
-  free_items_.resize(static_cast<std::size_t>(free_begin_.back()));
-  std::vector<std::int32_t>& next = free_begin_;  // filled in place, then shifted back
-  for (std::size_t b = 0; b < last_ref_.size(); ++b) {
-    const std::int64_t ref = last_ref_[b];
-    if (ref != kNeverFreed && ref >= p)
-      free_items_[at(next[static_cast<std::size_t>(ref - p)]++)] = buffer_id(b);
-  }
-  for (std::size_t i = n; i > 0; --i) free_begin_[i] = free_begin_[i - 1];
-  free_begin_[0] = 0;
-  // free_begin_[i]: the frees placed before suffix instruction i.
+  sort_frees(from.body_.size());
   auto& out = program_->streams[static_cast<std::size_t>(StreamId::kCompute)];
   out.assign(from.placed_.begin(), from.placed_.end());
   forget_waits(out);
@@ -798,21 +783,32 @@ void Lowerer::emit_host_update(OpId op) {
 }
 
 // Writes the compute stream: the body with each buffer's free right after its last reference.
-void Lowerer::place_frees() {
-  // Counting sort of buffers by the instruction after which they are freed (buffer id order).
-  free_begin_.assign(body_.size() + 1, 0);
+// Counting sort of the buffers freed after body instruction `from` or later by the instruction
+// they follow (buffer id order among those of one instruction): then the frees of instruction
+// from + i are free_items_[free_begin_[i] .. free_begin_[i + 1]).
+void Lowerer::sort_frees(std::size_t from) {
+  const auto first = static_cast<std::int64_t>(from);
+  const std::size_t n = body_.size() - from;
+  free_begin_.assign(n + 1, 0);
   for (std::int64_t ref : last_ref_) {
     if (ref == kNeverFreed) continue;
     MEMPLAN_CHECK(ref >= 0, "every buffer is referenced");
-    ++free_begin_[static_cast<std::size_t>(ref) + 1];
+    if (ref >= first) ++free_begin_[static_cast<std::size_t>(ref - first) + 1];
   }
-  for (std::size_t i = 0; i < body_.size(); ++i) free_begin_[i + 1] += free_begin_[i];
+  for (std::size_t i = 0; i < n; ++i) free_begin_[i + 1] += free_begin_[i];
   free_items_.resize(static_cast<std::size_t>(free_begin_.back()));
+  std::vector<std::int32_t>& next = free_begin_;  // filled in place, then shifted back
   for (std::size_t b = 0; b < last_ref_.size(); ++b) {
-    if (last_ref_[b] == kNeverFreed) continue;
-    free_items_[at(free_begin_[static_cast<std::size_t>(last_ref_[b])]++)] = buffer_id(b);
+    const std::int64_t ref = last_ref_[b];
+    if (ref != kNeverFreed && ref >= first)
+      free_items_[at(next[static_cast<std::size_t>(ref - first)]++)] = buffer_id(b);
   }
-  // free_begin_[i] is now the end of instruction i's frees; its start is the previous end.
+  for (std::size_t i = n; i > 0; --i) free_begin_[i] = free_begin_[i - 1];
+  free_begin_[0] = 0;
+}
+
+void Lowerer::place_frees() {
+  sort_frees(0);
   // Expand in place from the back: instruction i moves to i + (frees of the instructions before
   // it), its frees follow it; every target lies at or after the source, so nothing unread is
   // overwritten.
@@ -820,17 +816,15 @@ void Lowerer::place_frees() {
   body_.resize(n + free_items_.size());
   for (std::size_t i = n; i-- > 0;) {
     const Instruction in = body_[i];
-    const std::int32_t first = i > 0 ? free_begin_[i - 1] : 0;
-    for (std::int32_t k = free_begin_[i]; k-- > first;) {
+    const std::int32_t first = free_begin_[i];
+    for (std::int32_t k = free_begin_[i + 1]; k-- > first;) {
       body_[i + static_cast<std::size_t>(k) + 1] = {
           InstrKind::kFree, in.op, free_items_[at(k)], -1, 0, 0, 0};
     }
     body_[i + static_cast<std::size_t>(first)] = in;
   }
   // Each op's first instruction moved by the frees placed before it.
-  for (std::size_t& i : program_->host.dispatch_at) {
-    if (i > 0) i += static_cast<std::size_t>(free_begin_[i - 1]);
-  }
+  for (std::size_t& i : program_->host.dispatch_at) i += static_cast<std::size_t>(free_begin_[i]);
   body_.swap(program_->streams[static_cast<std::size_t>(StreamId::kCompute)]);
 }
 

@@ -44,10 +44,15 @@ class Lowerer {
     kExact        // its Program is lower()'s
   };
   [[nodiscard]] Resumable resumable(const Plan& plan, const Checkpoint& from) const;
-  /// Lowers `plan` from the checkpoint on (resumable() is not kNo) into `out`. Returns whether
-  /// the compute stream before the checkpoint's op is the checkpoint's plan's, frees included
-  /// (Checkpoint::placed_size): the plan frees the same buffers there.
-  bool resume(const Plan& plan, const Checkpoint& from, Program& out);
+  /// What resume() did: how it lowered (kNo: nothing), and whether the compute stream before the
+  /// checkpoint's op is the checkpoint's plan's, frees included (Checkpoint::placed_size): the
+  /// plan frees the same buffers there.
+  struct Resumption {
+    Resumable how = Resumable::kNo;
+    bool same_prefix = false;
+  };
+  /// Lowers `plan` from the checkpoint on into `out`, as resumable() allows.
+  Resumption resume(const Plan& plan, const Checkpoint& from, Program& out);
 
  private:
   // Lists of items per key, stored flat: items[begin[index(key)] .. begin[index(key) + 1]).
@@ -74,6 +79,7 @@ class Lowerer {
   void forget_copy_outs(const Plan& plan, const Checkpoint& from);
   void forget_waits(std::vector<Instruction>& stream) const;
   bool place_frees_after(const Checkpoint& from);
+  void sort_frees(std::size_t from);
   [[nodiscard]] bool prefix_reads_same(const Decision& a, const Decision& b, OpId start) const;
   void plan_drop_points(const Plan& plan);
   void place_preexisting();

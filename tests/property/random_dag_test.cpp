@@ -777,13 +777,15 @@ TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[pr
       } catch (const InputError&) {
         continue;
       }
-      const Lowerer::Resumable how = other.resumable(plan, checkpoint);
+      const Lowerer::Resumption r = other.resume(plan, checkpoint, resumed);
+      const Lowerer::Resumable how = r.how;
+      REQUIRE(how == other.resumable(plan, checkpoint));
       if (how == Lowerer::Resumable::kNo) {
         ++refused;
         continue;
       }
       // Whether the part before the backward pass was the checkpoint's plan's, frees included.
-      (other.resume(plan, checkpoint, resumed) ? same_prefix : other_prefix) += 1;
+      (r.same_prefix ? same_prefix : other_prefix) += 1;
       const Program expected = lower(w, plan);
       if (how == Lowerer::Resumable::kExact) {
         ++exact;
