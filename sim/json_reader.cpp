@@ -31,6 +31,27 @@ std::string_view type_name(const nlohmann::json& v) {
   }
 }
 
+// Appends to `path` the steps from `at` down to `target` and returns true when `target` is
+// `at` or inside it; `path` is unchanged otherwise.
+bool path_to(const nlohmann::json& at, const nlohmann::json* target, std::string& path) {
+  if (&at == target) return true;
+  const std::size_t length = path.size();
+  if (at.is_object()) {
+    for (const auto& [key, value] : at.items()) {
+      path += fmt::format(".{}", key);
+      if (path_to(value, target, path)) return true;
+      path.resize(length);
+    }
+  } else if (at.is_array()) {
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      path += fmt::format("[{}]", i);
+      if (path_to(at[i], target, path)) return true;
+      path.resize(length);
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 nlohmann::json parse_json(std::string_view text, std::string_view source) {
@@ -44,32 +65,39 @@ nlohmann::json parse_json(std::string_view text, std::string_view source) {
   }
 }
 
+std::string JsonReader::path() const {
+  std::string path = "$";
+  path_to(*root_, value_, path);
+  return path;
+}
+
 void JsonReader::fail(const std::string& problem) const {
-  throw InputError(fmt::format("{}: {}", source_, path_), problem);
+  throw InputError(fmt::format("{}: {}", source_, path()), problem);
+}
+
+JsonReader JsonReader::inside(const nlohmann::json& value) const {
+  return {value, *root_, source_};
 }
 
 JsonReader JsonReader::at(std::string_view key) const {
   if (!value_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*value_)));
   auto it = value_->find(key);
   if (it == value_->end()) fail(fmt::format("missing field '{}'", key));
-  return JsonReader(*it, source_, fmt::format("{}.{}", path_, key));
+  return inside(*it);
 }
 
 std::optional<JsonReader> JsonReader::find(std::string_view key) const {
   if (!value_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*value_)));
   auto it = value_->find(key);
   if (it == value_->end() || it->is_null()) return std::nullopt;
-  return JsonReader(*it, source_, fmt::format("{}.{}", path_, key));
+  return inside(*it);
 }
 
 std::vector<JsonReader> JsonReader::elements() const {
   if (!value_->is_array()) fail(fmt::format("expected an array, found {}", type_name(*value_)));
   std::vector<JsonReader> result;
   result.reserve(value_->size());
-  std::size_t i = 0;
-  for (const auto& element : *value_) {
-    result.emplace_back(element, source_, fmt::format("{}[{}]", path_, i++));
-  }
+  for (const auto& element : *value_) result.push_back(inside(element));
   return result;
 }
 

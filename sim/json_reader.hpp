@@ -2,6 +2,10 @@
 // JsonReader: typed access to a JSON document that remembers where it is, so that every error
 // names the source and the JSON path ("trace.json: $.ops[3].inputs[1]: expected an integer").
 // Shared by the trace reader and the plan reader.
+// A reader holds the value and the document's root, not its path: the path is found only when
+// an error is reported (a search of the document for the value), so reading a valid document
+// formats no strings (a ResNet-1517 trace: 30,000 tensors and 10,000 ops, each read field was a
+// formatted path, a fifth of the read).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,10 +22,12 @@ nlohmann::json parse_json(std::string_view text, std::string_view source);
 
 class JsonReader {
  public:
-  JsonReader(const nlohmann::json& value, std::string_view source, std::string path = "$")
-      : value_(&value), source_(source), path_(std::move(path)) {}
+  /// A reader of a whole document (its path is "$").
+  JsonReader(const nlohmann::json& document, std::string_view source)
+      : value_(&document), root_(&document), source_(source) {}
 
-  [[nodiscard]] const std::string& path() const { return path_; }
+  /// The JSON path of this value in its document: "$", then ".key" and "[index]" steps.
+  [[nodiscard]] std::string path() const;
   [[nodiscard]] std::string_view source() const { return source_; }
   [[nodiscard]] const nlohmann::json& value() const { return *value_; }
 
@@ -34,6 +40,9 @@ class JsonReader {
   [[nodiscard]] std::optional<JsonReader> find(std::string_view key) const;
   /// This value must be an array; readers of its elements.
   [[nodiscard]] std::vector<JsonReader> elements() const;
+  /// The reader of `value`, which must be inside this reader's document (an element or member
+  /// reached through value()).
+  [[nodiscard]] JsonReader inside(const nlohmann::json& value) const;
   /// Fails on members of this object that are not in `known`, naming the first one.
   void reject_unknown_keys(std::initializer_list<std::string_view> known) const;
 
@@ -46,9 +55,12 @@ class JsonReader {
   [[nodiscard]] bool as_bool() const;
 
  private:
+  JsonReader(const nlohmann::json& value, const nlohmann::json& root, std::string_view source)
+      : value_(&value), root_(&root), source_(source) {}
+
   const nlohmann::json* value_;
+  const nlohmann::json* root_;
   std::string_view source_;
-  std::string path_;
 };
 
 }  // namespace memplan::sim

@@ -178,7 +178,7 @@ Op read_op(const JsonReader& r, std::int64_t version) {
     if (!attrs->value().is_object())
       attrs->fail("expected an object of numbers or lists of numbers");
     for (const auto& [key, value] : attrs->value().items()) {
-      const JsonReader entry(value, attrs->source(), fmt::format("{}.{}", attrs->path(), key));
+      const JsonReader entry = attrs->inside(value);
       std::vector<double> numbers;
       if (value.is_array()) {
         for (const auto& e : entry.elements()) numbers.push_back(e.as_number());

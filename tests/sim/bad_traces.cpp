@@ -67,6 +67,18 @@ std::vector<BadTrace> bad_traces() {
         j["ops"][0]["host"] = {{"dispatch_ns", 10}, {"sync_after_ns", 5}};
       },
       "$.ops[0].host.sync_after_ns", "needs \"synchronizes\": true");
+  mutate(
+      "a string among an attribute's numbers",
+      [](json& j) {
+        j["ops"][1]["attributes"] = {{"stride", {1, "2"}}};
+      },
+      "$.ops[1].attributes.stride[1]", "expected a number");
+  mutate(
+      "an algorithm without its workspace",
+      [](json& j) {
+        j["ops"][0]["algorithms"] = {{{"name", "gemm"}, {"duration_ns", 5}}};
+      },
+      "$.ops[0].algorithms[0]", "missing field 'workspace_bytes'");
   raw("a profiler trace", "{\"traceEvents\": []}", "bad.json",
       "convert it first with `memplan import kineto");
   mutate(
