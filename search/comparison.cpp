@@ -1,5 +1,6 @@
 #include "search/comparison.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <mutex>
@@ -75,12 +76,19 @@ Comparison compare_policies(const sim::Workload& workload, const sim::Machine& m
   const Stop stop{std::chrono::steady_clock::time_point::max(), options.cancel};
   std::mutex progress;
   std::size_t done = 0;
+  // The costliest policies start first (longest processing time first): oneTBB's workers run a
+  // loop's first indices first, and a slow policy started last would end the comparison alone.
+  std::vector<std::size_t> order(all.size());
+  for (std::size_t p = 0; p < order.size(); ++p) order[p] = p;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return all[a].cost > all[b].cost; });
   const int threads = options.threads > 0 ? options.threads : tbb::task_arena::automatic;
   tbb::task_arena arena(threads);
   arena.execute([&] {
     parallel_each(
-        0, all.size(),
-        [&](std::size_t p) {
+        0, order.size(),
+        [&](std::size_t k) {
+          const std::size_t p = order[k];
           if (stop.due()) return;
           try {
             rows[p] = run_policy(all[p], workload, machine, view, options.encodings,
