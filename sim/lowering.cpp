@@ -1,6 +1,7 @@
 #include "sim/lowering.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <span>
 
@@ -69,6 +70,9 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
   map_of_.assign(w_.tensors.size(), -1);
   for (std::size_t i = 0; i < maps_.size(); ++i)
     map_of_[index(maps_[i].tensor)] = static_cast<std::int32_t>(i);
+  map_points_.reserve(maps_.size());
+  for (const FeatureMap& map : maps_)
+    map_points_.push_back({last_forward_use(map, w_), default_prefetch_point(map, w_)});
   const Liveness liveness = analyze_liveness(w_);
   std::vector<bool> read(w_.tensors.size(), false);
   for (const Op& op : w_.ops) {
@@ -105,6 +109,7 @@ void Lowerer::lower(const Plan& plan, Program& out, Checkpoint& checkpoint) {
 }
 
 void Lowerer::lower_keeping(const Plan& plan, Program& out, Checkpoint* checkpoint) {
+  rewind_.from = nullptr;  // the body and maybe the Program are this plan's now
   program_ = &out;
   start_program(plan);
   plan_drop_points(plan);
@@ -125,7 +130,9 @@ void Lowerer::lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpo
 
 // The lowering's state before the first backward op.
 void Lowerer::keep_state(const Plan& plan, Checkpoint& c) const {
+  static std::atomic<std::uint64_t> generations{0};
   c.at_ = backward_start_;
+  c.generation_ = ++generations;
   c.decisions_ = plan.decisions;
   c.algorithms_ = plan.algorithms;
   c.state_ = state_;
@@ -187,12 +194,12 @@ void Lowerer::keep_placed(Checkpoint& c) const {
 // this way). The instruction count and the unused events and host slot differ too.
 // tests/property/random_dag_test.cpp compares both kinds with lower() on random graphs and plans.
 bool Lowerer::prefix_reads_same(const Decision& a, const Decision& b, OpId start) const {
-  const FeatureMap& map = maps_[at(map_of_[index(a.tensor)])];
+  const MapPoints& map = map_points_[at(map_of_[index(a.tensor)])];
   if (tensor_[index(a.tensor)].producer >= start) return true;  // nothing of it before `at`
-  const bool dropped = last_forward_use(map, w_) < start;
+  const bool dropped = map.last_forward_use < start;
   auto prefetched_before = [&](const Decision& d) {
     if (d.action != Action::kSwap) return kNoOp;
-    const OpId p = d.prefetch_before != kNoOp ? d.prefetch_before : default_prefetch_point(map, w_);
+    const OpId p = d.prefetch_before != kNoOp ? d.prefetch_before : map.default_prefetch;
     return p < start ? p : kNoOp;
   };
   // Where a swapped map's device copy is released before `start`: after its last forward use,
@@ -200,7 +207,7 @@ bool Lowerer::prefix_reads_same(const Decision& a, const Decision& b, OpId start
   auto released_before = [&](const Decision& d) {
     if (d.action != Action::kSwap || !dropped) return std::pair(false, kNoOp);
     const bool at_point = d.release_before != kNoOp;
-    const OpId r = at_point ? d.release_before : last_forward_use(map, w_);
+    const OpId r = at_point ? d.release_before : map.last_forward_use;
     return r < start ? std::pair(at_point, r) : std::pair(false, kNoOp);
   };
   const bool swapped = a.action == Action::kSwap;  // copied out after its producer
@@ -214,6 +221,8 @@ bool Lowerer::prefix_reads_same(const Decision& a, const Decision& b, OpId start
 // into a record of the same event (which nothing waits for now), and gone from the maps' state.
 void Lowerer::forget_copy_outs(const Plan& plan, const Checkpoint& from) {
   forgotten_.clear();
+  rewind_.events_changed.clear();
+  rewind_.d2h_changed = false;
   for (std::size_t i = 0; i < plan.decisions.size(); ++i) {
     if (from.decisions_[i].action != Action::kSwap ||
         plan.decisions[i].action != Action::kRecompute)
@@ -240,18 +249,26 @@ void Lowerer::forget_copy_outs(const Plan& plan, const Checkpoint& from) {
   // The producer's record stays: as the event of a copy-out it would have the host launch the
   // copy (Note [Host stream] in sim/engine.hpp); as a swap-out event it launches nothing.
   for (std::size_t e = 0; e < forgotten_.size(); ++e) {
-    if (forgotten_[e] != 0) program_->events[e].cause = WaitCause::kSwapOut;
+    if (forgotten_[e] == 0) continue;
+    program_->events[e].cause = WaitCause::kSwapOut;
+    rewind_.events_changed.push_back(e);
   }
+  rewind_.d2h_changed = true;
 }
 
 // The compute stream's waits for forgotten copy-outs become records of the same event (events
 // made after the checkpoint are none of them).
-void Lowerer::forget_waits(std::vector<Instruction>& stream) const {
+void Lowerer::forget_waits(std::vector<Instruction>& stream,
+                           std::vector<std::size_t>* changed) const {
+  if (changed != nullptr) changed->clear();
   if (forgotten_.empty()) return;
-  for (Instruction& in : stream) {
+  for (std::size_t i = 0; i < stream.size(); ++i) {
+    Instruction& in = stream[i];
     if (in.kind == InstrKind::kWait && index(in.event()) < forgotten_.size() &&
-        forgotten_[index(in.event())] != 0)
+        forgotten_[index(in.event())] != 0) {
       in.kind = InstrKind::kRecord;
+      if (changed != nullptr) changed->push_back(i);
+    }
   }
 }
 
@@ -267,12 +284,11 @@ Lowerer::Resumable Lowerer::resumable(const Plan& plan, const Checkpoint& from) 
     if (a.tensor != b.tensor) return Resumable::kNo;
     encodes = encodes || a.action == Action::kEncode;
     if (a == b || prefix_reads_same(a, b, from.at_)) continue;
-    const FeatureMap& map = maps_[at(map_of_[index(a.tensor)])];
+    const MapPoints& map = map_points_[at(map_of_[index(a.tensor)])];
     const bool copy_out_forgotten =
         a.action == Action::kSwap && b.action == Action::kRecompute && a.release_before == kNoOp &&
-        last_forward_use(map, w_) < from.at_ &&
-        (a.prefetch_before != kNoOp ? a.prefetch_before : default_prefetch_point(map, w_)) >=
-            from.at_;
+        map.last_forward_use < from.at_ &&
+        (a.prefetch_before != kNoOp ? a.prefetch_before : map.default_prefetch) >= from.at_;
     if (!copy_out_forgotten) return Resumable::kNo;
     how = Resumable::kEquivalent;
   }
@@ -285,36 +301,100 @@ Lowerer::Resumption Lowerer::resume(const Plan& plan, const Checkpoint& from, Pr
   const Resumable how = resumable(plan, from);
   if (how == Resumable::kNo) return {};
   program_ = &out;
-  start_program(plan);
-  const Program& p = from.program_;
-  out.operands = p.operands;
-  out.buffers = p.buffers;
-  out.events = p.events;
-  out.host_slots = p.host_slots;
-  for (std::size_t s = 0; s < kStreamCount; ++s) {
-    if (s != static_cast<std::size_t>(StreamId::kCompute)) out.streams[s] = p.streams[s];
+  const bool rewound = rewind(from);
+  if (rewound) {
+    ++rewinds_;
+    out.action_counts = {};
+  } else {
+    rewind_.from = nullptr;
+    start_program(plan);
+    const Program& p = from.program_;
+    out.operands = p.operands;
+    out.buffers = p.buffers;
+    out.events = p.events;
+    out.host_slots = p.host_slots;
+    for (std::size_t s = 0; s < kStreamCount; ++s) {
+      if (s != static_cast<std::size_t>(StreamId::kCompute)) out.streams[s] = p.streams[s];
+    }
+    out.host.dispatch_at = p.host.dispatch_at;
+    body_ = from.body_;
   }
-  out.host.dispatch_at = p.host.dispatch_at;
   state_ = from.state_;
   last_ref_ = from.last_ref_;
-  body_ = from.body_;
   plan_drop_points(plan);  // points the state at this plan's decisions
   forget_copy_outs(plan, from);
   lower_ops(plan, static_cast<std::size_t>(value(from.at_)), nullptr);
-  const bool same_prefix = place_frees_after(from);
-  if (!same_prefix) {
-    forget_waits(body_);
+  const bool same_prefix = place_frees_after(from, rewound);
+  if (same_prefix) {
+    rewind_.from = &from;
+    rewind_.generation = from.generation_;
+    rewind_.program = &out;
+    for (std::size_t s = 0; s < kStreamCount; ++s) rewind_.stream_sizes[s] = out.streams[s].size();
+    rewind_.operands = out.operands.size();
+    rewind_.buffers = out.buffers.size();
+    rewind_.events = out.events.size();
+    rewind_.host_slots = out.host_slots.size();
+    rewind_.body = body_.size();
+  } else {
+    rewind_.from = nullptr;
+    forget_waits(body_, nullptr);
     place_frees();
   }
   program_ = nullptr;
   return {how, same_prefix};
 }
 
+// Note [Rewinding a resumed lowering]
+// A search resumes many plans from one checkpoint into one Program (Evaluator::resume). Copying
+// the checkpoint's part of the Program and body into it each time moves megabytes (ResNet-1517:
+// half of a resumed check's time besides the lowering itself). Yet a resume whose compute stream
+// before the checkpoint's op is the checkpoint's (place_frees_after) leaves that part as it found
+// it, but for what it appends and three changes that forget_copy_outs and place_frees_after record
+// in rewind_: the copy-outs taken off the device-to-host stream, the events made swap-out events
+// and the compute stream's waits turned into records. So the next resume from the same checkpoint
+// (the same object, not kept again since: its generation) into the same Program (its vectors
+// the sizes that resume left) truncates each vector to the checkpoint's size and undoes those
+// changes. The state and last references are copied as before: a lowering changes them anywhere.
+// Any lower() on the Lowerer, and a resume that places frees another way, leave nothing to rewind.
+// tests/property/random_dag_test.cpp resumes plans one after another into one Program, with full
+// lowerings between some of them, and compares each with lower()'s.
+bool Lowerer::rewind(const Checkpoint& from) {
+  Program& out = *program_;
+  Rewind& r = rewind_;
+  if (r.from != &from || r.generation != from.generation_ || r.program != &out ||
+      out.operands.size() != r.operands || out.buffers.size() != r.buffers ||
+      out.events.size() != r.events || out.host_slots.size() != r.host_slots ||
+      body_.size() != r.body)
+    return false;
+  for (std::size_t s = 0; s < kStreamCount; ++s) {
+    if (out.streams[s].size() != r.stream_sizes[s]) return false;
+  }
+  const Program& p = from.program_;
+  out.operands.resize(p.operands.size());
+  out.buffers.resize(p.buffers.size());
+  out.events.resize(p.events.size());
+  for (std::size_t e : r.events_changed) out.events[e].cause = p.events[e].cause;
+  out.host_slots.resize(p.host_slots.size());
+  for (std::size_t s = 0; s < kStreamCount; ++s) {
+    if (s == static_cast<std::size_t>(StreamId::kCompute)) continue;
+    if (s == static_cast<std::size_t>(StreamId::kD2H) && r.d2h_changed) {
+      out.streams[s] = p.streams[s];
+    } else {
+      out.streams[s].resize(p.streams[s].size());
+    }
+  }
+  auto& compute = out.streams[static_cast<std::size_t>(StreamId::kCompute)];
+  compute.resize(from.placed_.size());
+  for (std::size_t i : r.waits) compute[i].kind = InstrKind::kWait;
+  body_.resize(from.body_.size());
+  return true;
+}
+
 // place_frees for a resumed lowering that frees, before the checkpoint's op, the very buffers the
 // checkpoint's plan freed there (a buffer made there is freed there unless a later instruction
 // reads it): that part of the compute stream is the checkpoint's, then the rest of the body with
 // its frees. Returns false, placing nothing, when the frees there differ.
-bool Lowerer::place_frees_after(const Checkpoint& from) {
+bool Lowerer::place_frees_after(const Checkpoint& from, bool rewound) {
   const auto p = static_cast<std::int64_t>(from.body_.size());
   for (std::size_t b = 0; b < from.freed_before_.size(); ++b) {
     const bool freed = last_ref_[b] != kNeverFreed && last_ref_[b] < p;
@@ -323,8 +403,8 @@ bool Lowerer::place_frees_after(const Checkpoint& from) {
   const std::size_t n = body_.size() - from.body_.size();
   sort_frees(from.body_.size());
   auto& out = program_->streams[static_cast<std::size_t>(StreamId::kCompute)];
-  out.assign(from.placed_.begin(), from.placed_.end());
-  forget_waits(out);
+  if (!rewound) out.assign(from.placed_.begin(), from.placed_.end());  // else it holds them
+  forget_waits(out, &rewind_.waits);
   const std::size_t base = out.size();
   out.reserve(base + n + free_items_.size());
   for (std::size_t i = 0; i < n; ++i) {
@@ -390,12 +470,11 @@ void Lowerer::plan_drop_points(const Plan& plan) {
     state_[index(d.tensor)].decision = &d;
     ++program_->action_counts[static_cast<std::size_t>(d.action)];
     if (d.action == Action::kKeep) continue;
-    const FeatureMap& map = maps_[at(m)];
-    entries_.emplace_back(last_forward_use(map, w_), d.tensor);
+    const MapPoints& map = map_points_[at(m)];
+    entries_.emplace_back(map.last_forward_use, d.tensor);
     if (d.action == Action::kSwap) {
       prefetches_.emplace_back(
-          d.prefetch_before != kNoOp ? d.prefetch_before : default_prefetch_point(map, w_),
-          d.tensor);
+          d.prefetch_before != kNoOp ? d.prefetch_before : map.default_prefetch, d.tensor);
       if (d.release_before != kNoOp) releases_.emplace_back(d.release_before, d.tensor);
     }
   }

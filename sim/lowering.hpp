@@ -10,6 +10,7 @@
 // A Lowerer computes what does not depend on the plan (liveness, feature maps) once per workload
 // and keeps its scratch buffers, so a search lowering thousands of plans of one workload per
 // thread does little allocation. Use one Lowerer per thread.
+#include <array>
 #include <cstdint>
 #include <tuple>
 #include <vector>
@@ -53,6 +54,9 @@ class Lowerer {
   };
   /// Lowers `plan` from the checkpoint on into `out`, as resumable() allows.
   Resumption resume(const Plan& plan, const Checkpoint& from, Program& out);
+  /// Resumes that restored only what the previous one changed (Note [Rewinding a resumed
+  /// lowering]) instead of copying the checkpoint's part of the Program.
+  [[nodiscard]] std::size_t rewinds() const { return rewinds_; }
 
  private:
   // Lists of items per key, stored flat: items[begin[index(key)] .. begin[index(key) + 1]).
@@ -76,9 +80,10 @@ class Lowerer {
   void lower_ops(const Plan& plan, std::size_t begin, Checkpoint* checkpoint);
   void keep_state(const Plan& plan, Checkpoint& c) const;
   void keep_placed(Checkpoint& c) const;
+  bool rewind(const Checkpoint& from);
   void forget_copy_outs(const Plan& plan, const Checkpoint& from);
-  void forget_waits(std::vector<Instruction>& stream) const;
-  bool place_frees_after(const Checkpoint& from);
+  void forget_waits(std::vector<Instruction>& stream, std::vector<std::size_t>* changed) const;
+  bool place_frees_after(const Checkpoint& from, bool rewound);
   void sort_frees(std::size_t from);
   [[nodiscard]] bool prefix_reads_same(const Decision& a, const Decision& b, OpId start) const;
   void plan_drop_points(const Plan& plan);
@@ -127,8 +132,13 @@ class Lowerer {
   PerOp outputs_;  // each op's outputs, in order
   std::vector<FeatureMap> maps_;
   std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
-  PerOp drop_at_;                     // tensors whose last use (in the original order) is the op
-  Lists<TensorId, OpId> readers_;     // per tensor: the ops that read it, ascending (with repeats)
+  struct MapPoints {                  // per map, where a plan's decision for it acts by default
+    OpId last_forward_use;            // last_forward_use(): where a map not kept leaves the device
+    OpId default_prefetch;            // default_prefetch_point()
+  };
+  std::vector<MapPoints> map_points_;
+  PerOp drop_at_;                  // tensors whose last use (in the original order) is the op
+  Lists<TensorId, OpId> readers_;  // per tensor: the ops that read it, ascending (with repeats)
   std::vector<TensorId> preexisting_read_;  // allocated before the step, in tensor id order
   OpId backward_start_ = kNoOp;             // the first op that is not a forward op
   Nanoseconds op_compute_ns_ = 0;
@@ -168,6 +178,24 @@ class Lowerer {
   std::vector<std::int32_t> free_begin_;
   std::vector<BufferId> free_items_;
   std::vector<std::uint8_t> forgotten_;  // per event: of a copy-out resume() forgets
+  // What the last resume() changed in the part of its Program and body before the checkpoint's op
+  // (Note [Rewinding a resumed lowering]); `from` is null when there is nothing to rewind.
+  struct Rewind {
+    const Checkpoint* from = nullptr;
+    std::uint64_t generation = 0;
+    const Program* program = nullptr;
+    std::array<std::size_t, kStreamCount> stream_sizes{};  // as the resume left them
+    std::size_t operands = 0;
+    std::size_t buffers = 0;
+    std::size_t events = 0;
+    std::size_t host_slots = 0;
+    std::size_t body = 0;
+    std::vector<std::size_t> waits;           // compute-stream positions turned into records
+    std::vector<std::size_t> events_changed;  // events made swap-out events
+    bool d2h_changed = false;                 // copy-outs taken off the device-to-host stream
+  };
+  Rewind rewind_;
+  std::size_t rewinds_ = 0;
 };
 
 /// A lowering stopped where the backward pass starts: the Lowerer's state and the Program so far.
@@ -183,6 +211,8 @@ class Lowerer::Checkpoint {
  private:
   friend class Lowerer;
   OpId at_ = kNoOp;
+  std::uint64_t generation_ =
+      0;  // distinct for every state kept (Note [Rewinding a resumed lowering])
   std::vector<Decision> decisions_;  // the plan's, which the state refers to
   std::vector<AlgorithmChoice> algorithms_;
   std::vector<TensorState> state_;

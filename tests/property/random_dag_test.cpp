@@ -677,7 +677,16 @@ void require_same_program(const Program& a, const Program& b) {
     REQUIRE(a.buffers[i].initial == b.buffers[i].initial);
   }
   REQUIRE(a.events.size() == b.events.size());
+  for (std::size_t i = 0; i < a.events.size(); ++i) {
+    REQUIRE(a.events[i].cause == b.events[i].cause);
+    REQUIRE(a.events[i].tensor == b.events[i].tensor);
+  }
   REQUIRE(a.host_slots.size() == b.host_slots.size());
+  for (std::size_t i = 0; i < a.host_slots.size(); ++i) {
+    REQUIRE(a.host_slots[i].tensor == b.host_slots[i].tensor);
+    REQUIRE(a.host_slots[i].bytes == b.host_slots[i].bytes);
+    REQUIRE(a.host_slots[i].resident == b.host_slots[i].resident);
+  }
   REQUIRE(a.op_compute_ns == b.op_compute_ns);
   REQUIRE(a.action_counts == b.action_counts);
   REQUIRE(a.host.dispatch_at == b.host.dispatch_at);
@@ -736,13 +745,16 @@ Plan changed_plan(const Workload& w, const Plan& base, Rng& rng) {
 
 TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[property]") {
   // Note [Resuming a lowering] in sim/lowering.cpp: random graphs and plans, a checkpoint of each
-  // plan's lowering, then plans changed in a few maps resumed from it on another Lowerer.
+  // plan's lowering, then plans changed in a few maps resumed from it on another Lowerer, one
+  // after another into one Program (Note [Rewinding a resumed lowering]), with a full lowering
+  // on that Lowerer and into that Program between two of them.
   constexpr int kCases = 500;
   int exact = 0;
   int equivalent = 0;
   int refused = 0;
   int same_prefix = 0;
   int other_prefix = 0;
+  std::size_t rewinds = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed) + 7919);
@@ -769,12 +781,17 @@ TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[pr
     if (checkpoint.empty()) continue;
     Lowerer other(w);
     Program resumed;
-    for (int trial = 0; trial < 4; ++trial) {
+    for (int trial = 0; trial < 6; ++trial) {
       CAPTURE(trial);
       const Plan plan = changed_plan(w, base, rng);
       try {
         validate_plan(plan, w, "changed plan");
       } catch (const InputError&) {
+        continue;
+      }
+      if (trial == 3) {  // a full lowering leaves nothing to rewind
+        other.lower(plan, resumed);
+        require_same_program(resumed, lower(w, plan));
         continue;
       }
       const Lowerer::Resumption r = other.resume(plan, checkpoint, resumed);
@@ -804,10 +821,12 @@ TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[pr
         REQUIRE(got.compute_busy_ns == want.compute_busy_ns);
       }
     }
+    rewinds += other.rewinds();
   }
   CHECK(exact > kCases / 2);
   CHECK(equivalent > kCases / 10);
   CHECK(same_prefix > kCases / 2);
+  CHECK(rewinds > kCases / 2);
   CHECK(other_prefix > 0);
   CHECK(refused > kCases / 10);
 }
