@@ -387,6 +387,8 @@ bool Lowerer::rewind(const Checkpoint& from) {
   compute.resize(from.placed_.size());
   for (std::size_t i : r.waits) compute[i].kind = InstrKind::kWait;
   body_.resize(from.body_.size());
+  // Where each op starts in the body (place_frees reads it when the frees differ this time).
+  out.host.dispatch_at = p.host.dispatch_at;
   return true;
 }
 
