@@ -109,7 +109,7 @@ void Lowerer::lower(const Plan& plan, Program& out, Checkpoint& checkpoint) {
 }
 
 void Lowerer::lower_keeping(const Plan& plan, Program& out, Checkpoint* checkpoint) {
-  rewind_.from = nullptr;  // the body and maybe the Program are this plan's now
+  rewind_.generation = 0;  // the body and maybe the Program are this plan's now
   program_ = &out;
   start_program(plan);
   plan_drop_points(plan);
@@ -306,7 +306,6 @@ Lowerer::Resumption Lowerer::resume(const Plan& plan, const Checkpoint& from, Pr
     ++rewinds_;
     out.action_counts = {};
   } else {
-    rewind_.from = nullptr;
     start_program(plan);
     const Program& p = from.program_;
     out.operands = p.operands;
@@ -326,7 +325,6 @@ Lowerer::Resumption Lowerer::resume(const Plan& plan, const Checkpoint& from, Pr
   lower_ops(plan, static_cast<std::size_t>(value(from.at_)), nullptr);
   const bool same_prefix = place_frees_after(from, rewound);
   if (same_prefix) {
-    rewind_.from = &from;
     rewind_.generation = from.generation_;
     rewind_.program = &out;
     for (std::size_t s = 0; s < kStreamCount; ++s) rewind_.stream_sizes[s] = out.streams[s].size();
@@ -336,7 +334,7 @@ Lowerer::Resumption Lowerer::resume(const Plan& plan, const Checkpoint& from, Pr
     rewind_.host_slots = out.host_slots.size();
     rewind_.body = body_.size();
   } else {
-    rewind_.from = nullptr;
+    rewind_.generation = 0;
     forget_waits(body_, nullptr);
     place_frees();
   }
@@ -347,12 +345,12 @@ Lowerer::Resumption Lowerer::resume(const Plan& plan, const Checkpoint& from, Pr
 // Note [Rewinding a resumed lowering]
 // A search resumes many plans from one checkpoint into one Program (Evaluator::resume). Copying
 // the checkpoint's part of the Program and body into it each time moves megabytes (ResNet-1517:
-// half of a resumed check's time besides the lowering itself). Yet a resume whose compute stream
-// before the checkpoint's op is the checkpoint's (place_frees_after) leaves that part as it found
-// it, but for what it appends and three changes that forget_copy_outs and place_frees_after record
-// in rewind_: the copy-outs taken off the device-to-host stream, the events made swap-out events
-// and the compute stream's waits turned into records. So the next resume from the same checkpoint
-// (the same object, not kept again since: its generation) into the same Program (its vectors
+// 1 ms a resume, more than half as long as lowering the backward pass). Yet a resume whose compute
+// stream before the checkpoint's op is the checkpoint's (place_frees_after) leaves that part as it
+// found it, but for what it appends and three changes that forget_copy_outs and place_frees_after
+// record in rewind_: the copy-outs taken off the device-to-host stream, the events made swap-out
+// events and the compute stream's waits turned into records. So the next resume from the same
+// checkpoint (its generation: every state kept gets a new one) into the same Program (its vectors
 // the sizes that resume left) truncates each vector to the checkpoint's size and undoes those
 // changes. The state and last references are copied as before: a lowering changes them anywhere.
 // Any lower() on the Lowerer, and a resume that places frees another way, leave nothing to rewind.
@@ -361,10 +359,9 @@ Lowerer::Resumption Lowerer::resume(const Plan& plan, const Checkpoint& from, Pr
 bool Lowerer::rewind(const Checkpoint& from) {
   Program& out = *program_;
   Rewind& r = rewind_;
-  if (r.from != &from || r.generation != from.generation_ || r.program != &out ||
-      out.operands.size() != r.operands || out.buffers.size() != r.buffers ||
-      out.events.size() != r.events || out.host_slots.size() != r.host_slots ||
-      body_.size() != r.body)
+  if (r.generation != from.generation_ || r.program != &out || out.operands.size() != r.operands ||
+      out.buffers.size() != r.buffers || out.events.size() != r.events ||
+      out.host_slots.size() != r.host_slots || body_.size() != r.body)
     return false;
   for (std::size_t s = 0; s < kStreamCount; ++s) {
     if (out.streams[s].size() != r.stream_sizes[s]) return false;

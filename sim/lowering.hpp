@@ -179,10 +179,9 @@ class Lowerer {
   std::vector<BufferId> free_items_;
   std::vector<std::uint8_t> forgotten_;  // per event: of a copy-out resume() forgets
   // What the last resume() changed in the part of its Program and body before the checkpoint's op
-  // (Note [Rewinding a resumed lowering]); `from` is null when there is nothing to rewind.
+  // (Note [Rewinding a resumed lowering]); `generation` is 0 when there is nothing to rewind.
   struct Rewind {
-    const Checkpoint* from = nullptr;
-    std::uint64_t generation = 0;
+    std::uint64_t generation = 0;  // of the checkpoint it resumed from
     const Program* program = nullptr;
     std::array<std::size_t, kStreamCount> stream_sizes{};  // as the resume left them
     std::size_t operands = 0;
@@ -211,8 +210,9 @@ class Lowerer::Checkpoint {
  private:
   friend class Lowerer;
   OpId at_ = kNoOp;
-  std::uint64_t generation_ =
-      0;  // distinct for every state kept (Note [Rewinding a resumed lowering])
+  // Distinct for every state kept (a copy keeps it, with the same state): Note [Rewinding a
+  // resumed lowering].
+  std::uint64_t generation_ = 0;
   std::vector<Decision> decisions_;  // the plan's, which the state refers to
   std::vector<AlgorithmChoice> algorithms_;
   std::vector<TensorState> state_;

@@ -293,8 +293,9 @@ def test_plans_that_place_tensors_on_the_host_are_refused_with_one_line():
 
 def with_fixed_durations(trace):
     """The trace, changed in place (validate reads it too), with every op's duration a function of
-    the bytes it writes (2 us + 1 ns a byte) instead of the CPU time captured: the search's plan then depends on the model alone, not on
-    the machine's load while it was captured (a loaded machine once gave a plan without fp16)."""
+    the bytes it writes (2 us + 1 ns a byte) instead of the CPU time captured: the search's plan
+    then depends on the model alone, not on the machine's load while it was captured (a loaded
+    machine once gave a plan without fp16)."""
     bytes_of = {t["id"]: t["bytes"] for t in trace["tensors"]}
     for op in trace["ops"]:
         op["duration_ns"] = 2000 + sum(bytes_of[t] for t in op["outputs"])
