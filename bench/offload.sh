@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The figures of issue 18 (plans over every tensor: Note [Host placement] in sim/plan.hpp), one
+# The figures of issue 18 (plans over every tensor: Note [Host placement] in core/plan.hpp), one
 # command each, printed as they run. Timings, not a test: they depend on this machine and its load
 # (docs/simulator.md "Host placement: figures" reports one run).
 #   bench/offload.sh [WORK_DIR]        default: a temporary directory, removed at the end

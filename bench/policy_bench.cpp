@@ -15,11 +15,11 @@
 #include <fmt/core.h>
 #include <oneapi/tbb/global_control.h>
 
-#include "search/network_view.hpp"
-#include "search/policy.hpp"
-#include "sim/machine.hpp"
-#include "sim/trace_io.hpp"
-#include "sim/units.hpp"
+#include "core/machine.hpp"
+#include "core/units.hpp"
+#include "io/trace_io.hpp"
+#include "search/policies/network_view.hpp"
+#include "search/policies/policy.hpp"
 
 using namespace memplan;
 

@@ -21,13 +21,13 @@
 
 #include <fmt/core.h>
 
-#include "search/evaluator.hpp"
-#include "search/eviction_check.hpp"
-#include "search/keep_check.hpp"
-#include "sim/basic_plans.hpp"
+#include "core/basic_plans.hpp"
+#include "core/feature_maps.hpp"
+#include "core/liveness.hpp"
+#include "search/oracle/evaluator.hpp"
+#include "search/oracle/eviction_check.hpp"
+#include "search/oracle/keep_check.hpp"
 #include "sim/engine.hpp"
-#include "sim/feature_maps.hpp"
-#include "sim/liveness.hpp"
 #include "sim/lowering.hpp"
 #include "zoo/zoo.hpp"
 
@@ -58,7 +58,7 @@ double wall_seconds_since(Clock::time_point t) {
 }
 
 /// The workload with a host side (trace format v2, Note [Host side] in
-/// importers/kineto_importer.cpp) as an imported trace has one: every op dispatched in 20 us, every
+/// importers/kineto/kineto_importer.cpp) as an imported trace has one: every op dispatched in 20 us, every
 /// 50th op synchronizing after 5 us more, 5 us per launch that a plan adds. The engine then walks
 /// its host stream too.
 Workload with_host_side(Workload w) {

@@ -98,7 +98,7 @@ def main():
                     continue
                 found = found or how[0] == "search"
                 started = time.perf_counter()
-                v = validate(model, batch, loss_fn, opt, plan, result, memplan=args.memplan)
+                v = validate(model, batch, loss_fn, opt, plan, result)
                 actions = {}
                 for m in plan["maps"]:
                     actions[m["action"]] = actions.get(m["action"], 0) + 1

@@ -9,7 +9,7 @@
 
 #include <fmt/core.h>
 
-#include "sim/trace_io.hpp"
+#include "io/trace_io.hpp"
 #include "zoo/cost_model.hpp"
 #include "zoo/devices.hpp"
 #include "zoo/zoo.hpp"

@@ -4,8 +4,8 @@
 
 #include <fmt/core.h>
 
+#include "core/input_error.hpp"
 #include "host_backend/host_backend.hpp"
-#include "sim/input_error.hpp"
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
 #include "cuda_backend/cuda_backend.hpp"
 #include "cuda_backend/cuda_environment.hpp"

@@ -4,9 +4,9 @@
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
 #include "cli/progress.hpp"
-#include "search/comparison.hpp"
-#include "sim/input_error.hpp"
-#include "sim/trace_io.hpp"
+#include "core/input_error.hpp"
+#include "io/trace_io.hpp"
+#include "search/studies/comparison.hpp"
 
 namespace memplan::cli {
 

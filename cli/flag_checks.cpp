@@ -7,8 +7,8 @@
 
 #include <fmt/core.h>
 
-#include "sim/input_error.hpp"
-#include "sim/units.hpp"
+#include "core/input_error.hpp"
+#include "core/units.hpp"
 
 namespace memplan::cli {
 namespace {

@@ -4,23 +4,25 @@
 // size, bandwidth and duration flag has one: nothing out of range (nan, 1e300, -1, 0 threads,
 // 100000 threads, an empty --memory) reaches a command.
 #include <cstdint>
-#include <limits>
 
 #include <CLI/CLI.hpp>
 
+#include "requests/search_request.hpp"
+
 namespace memplan::cli {
 
-/// The ranges the commands share: worker threads, seconds of search, rounds, seeds.
-inline constexpr std::int64_t kMaxThreads = 1024;
-inline constexpr double kMaxTimeLimitS = 7 * 86'400.0;  // a week
-inline constexpr std::int64_t kMaxRounds = 1'000'000'000;
-inline constexpr std::int64_t kMaxSeed = std::numeric_limits<std::int64_t>::max();
+/// The ranges the commands share (worker threads, seconds of search, rounds, seeds): the
+/// requests' (requests/search_request.hpp), which the Python API meets too.
+using requests::kMaxRounds;
+using requests::kMaxSeed;
+using requests::kMaxThreads;
+using requests::kMaxTimeLimitS;
 
 /// A whole number in [lo, hi] ("--threads 0" is refused with the range).
 CLI::Validator integer_in(std::int64_t lo, std::int64_t hi);
 /// Seconds: a finite number in (0, hi].
 CLI::Validator seconds_up_to(double hi);
-/// A size, bandwidth or duration in the unit grammar of sim/units.hpp ("16GiB", "12.5GB/s",
+/// A size, bandwidth or duration in the unit grammar of core/units.hpp ("16GiB", "12.5GB/s",
 /// "10us"): the same parse the command does later, so its message is the one shown.
 CLI::Validator size_value();
 CLI::Validator bandwidth_value();

@@ -8,13 +8,13 @@
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
 #include "cli/output_file.hpp"
-#include "importers/kineto_importer.hpp"
-#include "importers/kineto_trace.hpp"
-#include "importers/recorded_step.hpp"
-#include "sim/input_error.hpp"
-#include "sim/liveness.hpp"
-#include "sim/trace_io.hpp"
-#include "sim/units.hpp"
+#include "core/input_error.hpp"
+#include "core/liveness.hpp"
+#include "core/units.hpp"
+#include "importers/kineto/kineto_importer.hpp"
+#include "importers/kineto/kineto_trace.hpp"
+#include "importers/kineto/recorded_step.hpp"
+#include "io/trace_io.hpp"
 
 namespace memplan::cli {
 

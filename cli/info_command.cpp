@@ -1,8 +1,8 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
-#include "sim/trace_io.hpp"
-#include "sim/workload_summary.hpp"
+#include "io/trace_io.hpp"
+#include "io/workload_summary.hpp"
 
 namespace memplan::cli {
 

@@ -1,7 +1,8 @@
 #include "cli/machine_flags.hpp"
 
+#include <optional>
+
 #include "cli/flag_checks.hpp"
-#include "sim/input_error.hpp"
 
 namespace memplan::cli {
 
@@ -37,22 +38,24 @@ void add_machine_flags(CLI::App& command, MachineFlags& flags) {
       ->check(CLI::IsMember({"arena", "caching"}));
 }
 
+requests::MachineRequest machine_request(const MachineFlags& flags) {
+  requests::MachineRequest request;
+  const auto given = [](const std::string& text) {
+    return text.empty() ? std::nullopt : std::optional<std::string>(text);
+  };
+  request.memory = given(flags.memory);
+  request.link = given(flags.link);
+  request.h2d = given(flags.h2d);
+  request.d2h = given(flags.d2h);
+  request.latency = given(flags.latency);
+  request.host_memory = given(flags.host_memory);
+  request.host_bandwidth = given(flags.host_bandwidth);
+  request.allocator = given(flags.allocator);
+  return request;
+}
+
 sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags) {
-  sim::MachineOverrides overrides;
-  if (!flags.memory.empty()) overrides.memory_bytes = sim::parse_bytes(flags.memory, "--memory");
-  if (!flags.link.empty()) overrides.link_name = flags.link;
-  if (!flags.h2d.empty()) overrides.link.h2d_bytes_per_s = sim::parse_bandwidth(flags.h2d, "--h2d");
-  if (!flags.d2h.empty()) overrides.link.d2h_bytes_per_s = sim::parse_bandwidth(flags.d2h, "--d2h");
-  if (!flags.latency.empty())
-    overrides.link.latency_ns = sim::parse_duration(flags.latency, "--latency");
-  if (!flags.host_memory.empty())
-    overrides.host_memory_bytes = sim::parse_bytes(flags.host_memory, "--host-memory");
-  if (!flags.host_bandwidth.empty()) {
-    overrides.host_bandwidth_bytes_per_s =
-        sim::parse_bandwidth(flags.host_bandwidth, "--host-bandwidth");
-  }
-  if (!flags.allocator.empty()) overrides.allocator = sim::parse_allocator_model(flags.allocator);
-  return sim::make_machine(workload.device, overrides);
+  return requests::make_machine(workload, machine_request(flags));
 }
 
 }  // namespace memplan::cli

@@ -1,12 +1,14 @@
 #pragma once
 // The what-if flags every command that simulates shares (--memory, --link, --h2d, --d2h,
-// --latency, --host-memory, --host-bandwidth, --allocator), parsed the same way everywhere.
+// --latency, --host-memory, --host-bandwidth, --allocator), as text; requests/machine_request.hpp
+// parses them, for the CLI and the Python API alike.
 #include <string>
 
 #include <CLI/CLI.hpp>
 
-#include "sim/machine.hpp"
-#include "sim/workload.hpp"
+#include "core/machine.hpp"
+#include "core/workload.hpp"
+#include "requests/machine_request.hpp"
 
 namespace memplan::cli {
 
@@ -23,6 +25,8 @@ struct MachineFlags {
 
 void add_machine_flags(CLI::App& command, MachineFlags& flags);
 
+/// The flags given, as a request.
+requests::MachineRequest machine_request(const MachineFlags& flags);
 /// The trace's device with the flags applied. Throws InputError naming the bad flag.
 sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags);
 

@@ -10,8 +10,8 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "core/input_error.hpp"
 #include "runtime/backend_error.hpp"
-#include "sim/input_error.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"memplan: simulate, search and validate memory plans for GPU training steps"};

@@ -7,7 +7,7 @@
 #include <fmt/core.h>
 
 #include "cli/flag_checks.hpp"
-#include "sim/input_error.hpp"
+#include "core/input_error.hpp"
 
 namespace memplan::cli {
 namespace {

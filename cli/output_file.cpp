@@ -6,8 +6,8 @@
 
 #include <fmt/core.h>
 
-#include "sim/input_error.hpp"
-#include "sim/trace_io.hpp"
+#include "core/input_error.hpp"
+#include "io/trace_io.hpp"
 
 namespace memplan::cli {
 namespace {

@@ -1,9 +1,9 @@
 #include "cli/plan_flags.hpp"
 
-#include "search/gist.hpp"
-#include "search/named_plan.hpp"
-#include "sim/input_error.hpp"
-#include "sim/plan_io.hpp"
+#include "core/input_error.hpp"
+#include "io/plan_io.hpp"
+#include "search/policies/gist.hpp"
+#include "search/policies/named_plan.hpp"
 
 namespace memplan::cli {
 

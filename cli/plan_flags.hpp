@@ -6,9 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "sim/machine.hpp"
-#include "sim/plan.hpp"
-#include "sim/workload.hpp"
+#include "core/machine.hpp"
+#include "core/plan.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::cli {
 

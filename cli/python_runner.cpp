@@ -10,16 +10,19 @@
 
 #include <fmt/core.h>
 
-#include "sim/input_error.hpp"
+#include "core/input_error.hpp"
 
 namespace memplan::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+// The path of the running memplan binary: the Python package is looked for beside it.
 std::string memplan_binary() {
   std::error_code ec;
   return fs::read_symlink("/proc/self/exe", ec).string();
 }
+}  // namespace
 
 fs::path find_python_package(const std::string& command) {
   if (const char* env = std::getenv("MEMPLAN_PYTHONPATH"); env != nullptr && *env != '\0') {

@@ -16,7 +16,4 @@ std::filesystem::path find_python_package(const std::string& command);
 /// starting at the package; returns its exit status (3 when it was killed by a signal).
 int run_memplan_torch(const std::string& command, const std::vector<std::string>& args);
 
-/// The path of the running memplan binary (for Python to call back into it).
-std::string memplan_binary();
-
 }  // namespace memplan::cli

@@ -15,10 +15,10 @@
 #include "cli/model_flags.hpp"
 #include "cli/output_file.hpp"
 #include "cli/progress.hpp"
+#include "core/input_error.hpp"
+#include "core/units.hpp"
+#include "io/trace_io.hpp"
 #include "runtime/recording.hpp"
-#include "sim/input_error.hpp"
-#include "sim/trace_io.hpp"
-#include "sim/units.hpp"
 #include "zoo/models.hpp"
 #include "zoo/zoo.hpp"
 

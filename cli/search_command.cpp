@@ -6,12 +6,13 @@
 #include "cli/machine_flags.hpp"
 #include "cli/output_file.hpp"
 #include "cli/progress.hpp"
-#include "search/exact.hpp"
-#include "search/plan_search.hpp"
-#include "sim/input_error.hpp"
-#include "sim/plan_io.hpp"
-#include "sim/timeline_export.hpp"
-#include "sim/trace_io.hpp"
+#include "core/input_error.hpp"
+#include "io/plan_io.hpp"
+#include "io/timeline_export.hpp"
+#include "io/trace_io.hpp"
+#include "requests/search_request.hpp"
+#include "search/engine/exact.hpp"
+#include "search/engine/plan_search.hpp"
 
 namespace memplan::cli {
 
@@ -19,15 +20,9 @@ namespace {
 
 struct SearchFlags {
   std::string trace;
-  std::string encode;
   MachineFlags machine;
-  int threads = 0;
-  double time_limit_s = 10.0;
-  std::size_t rounds = 0;
-  std::uint64_t seed = 1;
-  bool deterministic = false;
+  requests::SearchRequest search;
   bool exact = false;
-  bool maps_only = false;
   std::string output;
   bool json = false;
   bool quiet = false;
@@ -165,23 +160,25 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
 CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
   cmd.add_option("TRACE", flags.trace, "trace file (format v1, see traces/FORMAT.md)")->required();
   add_machine_flags(cmd, flags.machine);
-  cmd.add_option("--encode", flags.encode,
+  cmd.add_option("--encode", flags.search.encode,
                  "Gist encodings the search may use: binarize, sparse, dpr, fp16, fp10, fp8, all");
-  cmd.add_option("--threads", flags.threads, "worker threads (default: every core)")
+  cmd.add_option("--threads", flags.search.threads, "worker threads (default: every core)")
       ->check(integer_in(1, kMaxThreads));
-  auto* time_limit = cmd.add_option("--time-limit", flags.time_limit_s,
+  auto* time_limit = cmd.add_option("--time-limit", flags.search.time_limit_s,
                                     "seconds for the whole search, seeding included (default "
                                     "10; with --exact: none unless given)")
                          ->check(seconds_up_to(kMaxTimeLimitS));
-  cmd.add_option("--rounds", flags.rounds, "stop after this many rounds (default: until converged)")
+  cmd.add_option("--rounds", flags.search.rounds,
+                 "stop after this many rounds (default: until converged)")
       ->check(integer_in(1, kMaxRounds));
-  cmd.add_option("--seed", flags.seed, "seed of the move sampler (default 1)")
+  cmd.add_option("--seed", flags.search.seed, "seed of the move sampler (default 1)")
       ->check(integer_in(0, kMaxSeed));
-  cmd.add_flag("--deterministic", flags.deterministic, "the same plan for any number of threads");
+  cmd.add_flag("--deterministic", flags.search.deterministic,
+               "the same plan for any number of threads");
   cmd.add_flag("--exact", flags.exact,
                fmt::format("the optimal plan by branch and bound (at most {} feature maps)",
                            search::kExactMaxMaps));
-  cmd.add_flag("--maps-only", flags.maps_only,
+  cmd.add_flag("--maps-only", flags.search.maps_only,
                "plan feature maps only: keep parameters, gradients, optimizer state and the input "
                "batch on the device and the update there (what memplan.torch.apply carries out)");
   cmd.add_option("-o,--output", flags.output,
@@ -202,18 +199,11 @@ void add_search_command(CLI::App& app, int& exit_status) {
     const sim::Workload workload = sim::read_trace(options->trace);
     sim::require_sizes(workload, options->trace);
     const sim::Machine machine = machine_from_flags(workload, options->machine);
-    search::SearchOptions so;
-    so.threads = options->threads;
-    so.time_limit_s = options->time_limit_s;
-    so.max_rounds = options->rounds;
-    so.seed = options->seed;
-    so.deterministic = options->deterministic;
-    so.host_placement = !options->maps_only;
-    so.encodings = search::parse_encoding_options(options->encode, "--encode");
+    search::SearchOptions so = requests::search_options(options->search);
     if (options->exact) {
       search::ExactOptions eo;
-      eo.threads = options->threads;
-      eo.time_limit_s = time_limit->count() > 0 ? options->time_limit_s : 0.0;
+      eo.threads = options->search.threads;
+      eo.time_limit_s = time_limit->count() > 0 ? options->search.time_limit_s : 0.0;
       eo.encodings = so.encodings;
       exit_status = run_exact(workload, machine, eo, *options);
       return;

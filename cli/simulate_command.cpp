@@ -7,11 +7,11 @@
 #include "cli/machine_flags.hpp"
 #include "cli/output_file.hpp"
 #include "cli/plan_flags.hpp"
-#include "sim/input_error.hpp"
-#include "sim/plan_io.hpp"
+#include "core/input_error.hpp"
+#include "io/plan_io.hpp"
+#include "io/timeline_export.hpp"
+#include "io/trace_io.hpp"
 #include "sim/simulation.hpp"
-#include "sim/timeline_export.hpp"
-#include "sim/trace_io.hpp"
 
 namespace memplan::cli {
 

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -14,9 +16,10 @@
 #include "cli/output_file.hpp"
 #include "cli/progress.hpp"
 #include "cli/sweep_ranks.hpp"
-#include "search/sweep.hpp"
-#include "sim/input_error.hpp"
-#include "sim/trace_io.hpp"
+#include "core/input_error.hpp"
+#include "io/trace_io.hpp"
+#include "requests/search_request.hpp"
+#include "search/studies/sweep.hpp"
 
 namespace memplan::cli {
 
@@ -24,54 +27,28 @@ namespace {
 
 struct Options {
   std::vector<std::string> traces;
-  std::vector<std::string> memories;
-  std::vector<std::string> links;
-  std::vector<std::string> bandwidths;
-  std::vector<std::string> policies;
-  std::string encode;
+  requests::SweepRequest sweep;
   bool no_search = false;
-  int threads = 0;
-  double search_time_limit_s = 10.0;
-  std::size_t search_rounds = 0;
-  std::uint64_t seed = 1;
   std::string output;
   bool progress = false;
   bool quiet = false;
-  bool deterministic = false;
   bool resume = false;
 };
 
 search::SweepGrid read_grid(const Options& options) {
-  search::SweepGrid grid;
+  std::vector<search::SweepTrace> traces;
   for (const std::string& path : options.traces) {
-    grid.traces.push_back({path, sim::read_trace(path)});
-    sim::require_sizes(grid.traces.back().workload, path);
+    traces.push_back({path, sim::read_trace(path)});
+    sim::require_sizes(traces.back().workload, path);
   }
-  for (const std::string& text : options.memories) {
-    grid.memories.emplace_back(sim::parse_bytes(text, "--memory"));
-  }
-  grid.links = search::sweep_links(options.links, options.bandwidths);
-  grid.policies = options.policies;
-  grid.search = !options.no_search;
-  return grid;
+  return requests::sweep_grid(std::move(traces), options.sweep);
 }
 
 search::SweepOptions sweep_options(const Options& options) {
   if (options.resume && (options.output.empty() || options.output == "-")) {
     throw sim::InputError("--resume", "resumes the CSV of -o FILE: give -o");
   }
-  if (options.deterministic && !options.no_search && options.search_rounds == 0) {
-    throw sim::InputError("--deterministic",
-                          "search cells stop by the clock: give --search-rounds or --no-search");
-  }
-  search::SweepOptions so;
-  so.threads = options.threads;
-  so.deterministic = options.deterministic;
-  so.encodings = search::parse_encoding_options(options.encode, "--encode");
-  so.search.time_limit_s = options.search_time_limit_s;
-  so.search.max_rounds = options.search_rounds;
-  so.search.seed = options.seed;
-  return so;
+  return requests::sweep_options(options.sweep);
 }
 
 // On rank 0, the rows of the -o CSV to keep with --resume (none when it does not exist yet);
@@ -155,32 +132,33 @@ void add_sweep_command(CLI::App& app) {
       "sweep", "Run every policy and the search over a grid of traces, memories and links (CSV)");
   cmd->add_option("TRACE", options->traces, "trace files (format v1, see traces/FORMAT.md)")
       ->required();
-  cmd->add_option("--memory", options->memories,
+  cmd->add_option("--memory", options->sweep.memories,
                   "device memory budgets, e.g. 4GiB,8GiB (default: each trace's)")
       ->delimiter(',')
       ->check(size_value());
-  cmd->add_option("--link", options->links, "link presets, e.g. pcie3,nvlink2")->delimiter(',');
-  cmd->add_option("--bandwidth", options->bandwidths,
+  cmd->add_option("--link", options->sweep.links, "link presets, e.g. pcie3,nvlink2")
+      ->delimiter(',');
+  cmd->add_option("--bandwidth", options->sweep.bandwidths,
                   "link bandwidths, both directions, e.g. 8GB/s,16GB/s (after the --link presets)")
       ->delimiter(',')
       ->check(bandwidth_value());
-  cmd->add_option("--policies", options->policies,
+  cmd->add_option("--policies", options->sweep.policies,
                   "policies to run, e.g. vdnn-all,pooch (default: every policy)")
       ->delimiter(',');
   cmd->add_flag("--no-search", options->no_search, "leave the search out of the grid");
-  cmd->add_option("--encode", options->encode,
+  cmd->add_option("--encode", options->sweep.encode,
                   "Gist encodings for the policies' kept maps and the search: binarize, sparse, "
                   "dpr, fp16, fp10, fp8, all");
-  cmd->add_option("--threads", options->threads,
+  cmd->add_option("--threads", options->sweep.threads,
                   "cells run at once in this process (default: every core it may run on)")
       ->check(integer_in(1, kMaxThreads));
-  cmd->add_option("--search-time-limit", options->search_time_limit_s,
+  cmd->add_option("--search-time-limit", options->sweep.search_time_limit_s,
                   "seconds for each search cell, seeding included (default 10)")
       ->check(seconds_up_to(kMaxTimeLimitS));
-  cmd->add_option("--search-rounds", options->search_rounds,
+  cmd->add_option("--search-rounds", options->sweep.search_rounds,
                   "stop each search after this many rounds (default: until converged)")
       ->check(integer_in(1, kMaxRounds));
-  cmd->add_option("--seed", options->seed, "seed of the search's move sampler (default 1)")
+  cmd->add_option("--seed", options->sweep.seed, "seed of the search's move sampler (default 1)")
       ->check(integer_in(0, kMaxSeed));
   cmd->add_option("-o,--output", options->output,
                   "CSV file to write (default, or -: standard output)");
@@ -188,7 +166,7 @@ void add_sweep_command(CLI::App& app) {
       "--progress", options->progress,
       "a progress line on standard error for every cell (default: a bar on a terminal, a line "
       "every 5 s otherwise)");
-  cmd->add_flag("--deterministic", options->deterministic,
+  cmd->add_flag("--deterministic", options->sweep.deterministic,
                 "every column a function of the inputs: decide_s written as 0 (needs "
                 "--search-rounds or --no-search, since a search stopped by the clock is not)");
   cmd->add_flag("--resume", options->resume,
@@ -196,7 +174,10 @@ void add_sweep_command(CLI::App& app) {
                 "and run the rest");
   add_quiet_flag(*cmd, options->quiet);
   progress_flag->excludes("--quiet");
-  cmd->callback([options] { run_sweep(*options); });
+  cmd->callback([options] {
+    options->sweep.search = !options->no_search;
+    run_sweep(*options);
+  });
 }
 
 }  // namespace memplan::cli

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "search/sweep.hpp"
+#include "search/studies/sweep.hpp"
 
 namespace memplan::cli {
 

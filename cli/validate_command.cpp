@@ -5,7 +5,8 @@
 // Exit 0 when the run fits, its peak is the predicted one and the results match; 1 otherwise
 // (including a plan the simulator says does not fit, which is not run unless --force: the same
 // exit status as `simulate`), with one line per failure on stderr; 2 for bad input (including a
-// trace with a layer the backend cannot run).
+// trace with a layer the backend cannot run, and a flag the chosen backend has no use for).
+// `--backend torch` runs a captured PyTorch model through python3 -m memplan.torch (below).
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -22,13 +23,13 @@
 #include "cli/plan_flags.hpp"
 #include "cli/progress.hpp"
 #include "cli/python_runner.hpp"
+#include "core/input_error.hpp"
 #include "host_backend/host_backend.hpp"
+#include "io/plan_io.hpp"
+#include "io/timeline_export.hpp"
+#include "io/trace_io.hpp"
 #include "runtime/validation.hpp"
-#include "sim/input_error.hpp"
-#include "sim/plan_io.hpp"
 #include "sim/simulation.hpp"
-#include "sim/timeline_export.hpp"
-#include "sim/trace_io.hpp"
 
 namespace memplan::cli {
 
@@ -48,22 +49,66 @@ struct ValidateOptions {
   int batch = 32;
 };
 
-// --backend torch: python3 -m memplan.torch validate (python/memplan/torch/validate.py).
+// --backend torch: python3 -m memplan.torch validate (python/memplan/torch/validate.py), which
+// asks the simulator in process (memplan._core). What each flag does there:
+//   --plan, --policy, --encode          the plan, as for the other backends;
+//   --memory, --link, --h2d, --d2h,     the machine the plan is predicted on (and --policy plans
+//   --latency, --host-memory,           for): passed on as `memplan simulate` takes them;
+//   --allocator
+//   --force                             runs a plan the simulator says does not fit;
+//   --model, --batch, --input,          rebuild the captured model, batch and optimizer;
+//   --optimizer, --seed
+//   --json, --quiet                     the report's form; the torch run shows no progress.
+// Refused (one line, exit 2): --calibrate and --host-bandwidth, which would change nothing.
+void refuse_flags_torch_ignores(const ValidateOptions& o) {
+  if (o.calibrate) {
+    throw sim::InputError("--calibrate",
+                          "measures op and copy costs on the host or CUDA backend; --backend torch "
+                          "predicts with the op times the capture measured in PyTorch (give the "
+                          "copy link with --link, --h2d, --d2h, --latency)");
+  }
+  if (!o.machine.host_bandwidth.empty()) {
+    throw sim::InputError("--host-bandwidth",
+                          "prices an update run on the host, and --backend torch carries out plans "
+                          "of feature maps only (the update stays in PyTorch)");
+  }
+}
+
 int validate_in_torch(const ValidateOptions& o) {
   if (o.model.empty()) {
     throw sim::InputError("--backend torch", "needs --model (the MODEL given to memplan capture)");
   }
+  refuse_flags_torch_ignores(o);
   std::vector<std::string> args{
-      "validate",  o.trace,         "--model",     o.model,     "--batch", std::to_string(o.batch),
-      "--input",   o.input,         "--optimizer", o.optimizer, "--seed",  std::to_string(o.seed),
-      "--memplan", memplan_binary()};
+      "validate", o.trace, "--model",     o.model,     "--batch", std::to_string(o.batch),
+      "--input",  o.input, "--optimizer", o.optimizer, "--seed",  std::to_string(o.seed)};
+  const MachineFlags& m = o.machine;
   for (const auto& [flag, value] : {std::pair{"--plan", o.plan.plan},
                                     {"--policy", o.plan.policy},
-                                    {"--memory", o.machine.memory}}) {
+                                    {"--encode", o.plan.encode},
+                                    {"--memory", m.memory},
+                                    {"--link", m.link},
+                                    {"--h2d", m.h2d},
+                                    {"--d2h", m.d2h},
+                                    {"--latency", m.latency},
+                                    {"--host-memory", m.host_memory},
+                                    {"--allocator", m.allocator}}) {
     if (!value.empty()) args.insert(args.end(), {flag, value});
   }
+  if (o.force) args.emplace_back("--force");
   if (o.json) args.emplace_back("--json");
   return run_memplan_torch("validate", args);
+}
+
+// The flags that rebuild a captured PyTorch model mean nothing to the other backends: refused.
+void refuse_torch_flags(const CLI::App& cmd, const std::string& backend) {
+  for (const char* flag : {"--model", "--batch", "--input", "--optimizer"}) {
+    if (cmd.count(flag) > 0) {
+      throw sim::InputError(flag, fmt::format("rebuilds the captured PyTorch model: only for "
+                                              "--backend torch, not --backend {}",
+                                              backend));
+    }
+  }
 }
 
 // What a run for real measured: the report against the prediction and, for the CUDA backend, the
@@ -255,11 +300,17 @@ void add_validate_command(CLI::App& app, int& exit_status) {
       ->check(integer_in(0, kMaxSeed));
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
   cmd->add_flag("--calibrate", options->calibrate,
-                "predict with op and copy costs measured on the backend, not the trace's");
+                "predict with op and copy costs measured on the backend, not the trace's (host, "
+                "cuda)");
   cmd->add_flag("--json", options->json, "print one JSON object");
   add_quiet_flag(*cmd, options->quiet);
-  cmd->callback([options, &exit_status] {
-    exit_status = options->backend == "torch" ? validate_in_torch(*options) : validate(*options);
+  cmd->callback([options, cmd, &exit_status] {
+    if (options->backend == "torch") {
+      exit_status = validate_in_torch(*options);
+      return;
+    }
+    refuse_torch_flags(*cmd, options->backend);
+    exit_status = validate(*options);
   });
 }
 

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/input_error.hpp"
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/cuda_device.hpp"
 #include "cuda_backend/cuda_environment.hpp"
-#include "sim/input_error.hpp"
 
 namespace memplan::cuda_backend {
 

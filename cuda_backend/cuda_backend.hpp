@@ -10,11 +10,11 @@
 #include <map>
 #include <memory>
 
+#include "core/machine.hpp"
+#include "core/plan.hpp"
+#include "core/workload.hpp"
 #include "cuda_backend/cuda_op_executor.hpp"
 #include "runtime/backend.hpp"
-#include "sim/machine.hpp"
-#include "sim/plan.hpp"
-#include "sim/workload.hpp"
 
 namespace memplan::cuda_backend {
 

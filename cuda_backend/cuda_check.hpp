@@ -4,7 +4,7 @@
 // macro). MEMPLAN_*_REPORT is for destructors and cleanup paths, which must not throw: it prints
 // the same line to stderr and carries on. A kernel launch is checked at its call site:
 // kernels::* return cudaGetLastError() of their launches, and the caller wraps them in
-// MEMPLAN_CUDA_CHECK (so the place named is the caller's, not a line of kernels.cu).
+// MEMPLAN_CUDA_CHECK (so the place named is the caller's, not a line of a *_kernels.cu).
 #include <stdexcept>
 #include <string>
 

@@ -6,13 +6,13 @@
 #include <string>
 #include <utility>
 
+#include "core/check.hpp"
+#include "core/plan.hpp"
 #include "cuda_backend/cuda_check.hpp"
 #include "cuda_backend/kernels.cuh"
 #include "runtime/backend_error.hpp"
 #include "runtime/host_ops.hpp"
 #include "runtime/initial_data.hpp"
-#include "sim/check.hpp"
-#include "sim/plan.hpp"
 
 namespace memplan::cuda_backend {
 

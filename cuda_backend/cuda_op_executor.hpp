@@ -1,13 +1,14 @@
 #pragma once
 // CudaOpExecutor: runs one trace op on the GPU, on the compute stream, by a kernel table keyed by
-// the op's layer (sim/layer.hpp) and phase with operands decoded by runtime::OpCall, following the
+// the op's layer (core/layer.hpp) and phase with operands decoded by runtime::OpCall, following the
 // trace conventions exactly as host_backend::OpExecutor does (traces/FORMAT.md): forward ops read
 // inputs then weights; backward ops read the output gradient first, then the saved tensors, and
 // write the gradients of their differentiable inputs ([dx,] dw [, db] for linear and convolution);
 // `add` sums its inputs (forward, and gradient accumulation in backward); `sgd` reads params, grads
 // and momentum buffers (three equal groups) and updates params and momentum in place; `adam` reads
 // params, grads, exp_avgs and exp_avg_sqs (four equal groups) and updates params and both states
-// in place, with the scalars runtime::adam_step rounds on the host.
+// in place, with the scalars runtime::adam_step rounds on the host. The table's entries are in one
+// file per family (cuda_ops.hpp).
 //
 // Convolutions (conv2d, conv3d) and batch-norm, ReLU, average pooling and softmax use cuDNN;
 // linear uses cuBLAS (row-major tensors seen as their column-major transposes); add, max pooling
@@ -34,7 +35,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::cuda_backend {
 

@@ -3,10 +3,11 @@
 // given stream, on contiguous float32 tensors in PyTorch's layouts. Semantics and byte layouts are
 // the host backend's (host_backend/layer_kernels.hpp, host_backend/encodings.hpp), so a map
 // encoded here decodes there and the gradients of both backends can be compared. This header is
-// C++17 (nvcc builds the .cu), so it takes no memplan type, only pointers and extents. Each
-// function returns the launch error of its kernels (cudaGetLastError: a bad configuration, no
-// device, an earlier kernel's fault); callers check it with MEMPLAN_CUDA_CHECK where they call,
-// so that a failure names the caller's file and line.
+// C++17 (nvcc builds the .cu files, one per family: layer_kernels.cu, transformer_kernels.cu,
+// optimizer_kernels.cu, encoding_kernels.cu), so it takes no memplan type, only pointers and
+// extents. Each function returns the launch error of its kernels (cudaGetLastError: a bad
+// configuration, no device, an earlier kernel's fault); callers check it with MEMPLAN_CUDA_CHECK
+// where they call, so that a failure names the caller's file and line.
 #include <cstdint>
 
 #include <cuda_runtime.h>

@@ -6,14 +6,14 @@
 #include <cstdint>
 #include <string>
 
-#include "importers/compressed_file.hpp"
-#include "importers/kineto_importer.hpp"
-#include "importers/kineto_trace.hpp"
-#include "importers/recorded_step.hpp"
-#include "sim/input_error.hpp"
-#include "sim/liveness.hpp"
-#include "sim/trace_io.hpp"
-#include "sim/workload_summary.hpp"
+#include "core/input_error.hpp"
+#include "core/liveness.hpp"
+#include "importers/kineto/compressed_file.hpp"
+#include "importers/kineto/kineto_importer.hpp"
+#include "importers/kineto/kineto_trace.hpp"
+#include "importers/kineto/recorded_step.hpp"
+#include "io/trace_io.hpp"
+#include "io/workload_summary.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace memplan;

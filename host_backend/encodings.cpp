@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "sim/check.hpp"
+#include "core/check.hpp"
 
 namespace memplan::host_backend {
 

@@ -5,7 +5,7 @@
 //   gives ReLU backward bitwise the same gradient.
 // - sparse (lossless): blocks of 256 values stored as a 16-bit count and (8-bit index, value)
 //   pairs, Gist's "sparse storage, dense compute" with narrow indices; pays off above ~20% zeros.
-//   The format and its size are sim's (Note [Sparse format] in sim/plan.hpp), so the plan's
+//   The format and its size are sim's (Note [Sparse format] in core/plan.hpp), so the plan's
 //   buffer and the bytes written here are the same formula.
 // - delayed precision reduction (lossy): values narrowed to a small float — fp16 (1 sign, 5
 //   exponent, 10 mantissa bits, IEEE half), fp10 (1, 5, 4), fp8 (1, 4, 3) — rounded to nearest
@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/plan.hpp"
 #include "runtime/encoded_formats.hpp"
-#include "sim/plan.hpp"
 
 namespace memplan::host_backend {
 

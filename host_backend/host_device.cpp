@@ -8,11 +8,11 @@
 
 #include <sys/mman.h>
 
+#include "core/check.hpp"
 #include "host_backend/encodings.hpp"
 #include "runtime/backend_error.hpp"
 #include "runtime/host_ops.hpp"
 #include "runtime/initial_data.hpp"
-#include "sim/check.hpp"
 
 namespace memplan::host_backend {
 

@@ -11,7 +11,7 @@
 // loss) written by the step's own ops are captured on the fly, and parameters and optimizer state
 // can be read after the run, so that runs of different plans can be compared bit for bit. A sparse
 // map with more non-zeros than its planned buffer holds spills the rest of its encoding to host
-// memory (Note [Sparse format] in sim/plan.hpp), counted by spilled_bytes().
+// memory (Note [Sparse format] in core/plan.hpp), counted by spilled_bytes().
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>

@@ -545,7 +545,7 @@ void adam(const HostCall& c) {
 
 }  // namespace update
 
-/// The host kernels of each layer, per phase (Note [Adding a layer] in sim/layer.hpp).
+/// The host kernels of each layer, per phase (Note [Adding a layer] in core/layer.hpp).
 using Kernel = void (*)(const HostCall&);
 struct KernelRow {
   sim::Layer layer = sim::Layer::kGeneric;

@@ -1,6 +1,6 @@
 #pragma once
 // OpExecutor: runs one trace op for real on host memory. A table maps the op's layer
-// (sim/layer.hpp) and phase to the Eigen kernels (layer_kernels.hpp, conv_kernels.hpp,
+// (core/layer.hpp) and phase to the Eigen kernels (layer_kernels.hpp, conv_kernels.hpp,
 // transformer_kernels.hpp), decoding operands with runtime::OpCall and reading extents from the
 // tensors' shapes and hyper-parameters from the op's attributes, following the trace conventions
 // (traces/FORMAT.md): forward ops read inputs then weights; backward ops read the output gradient
@@ -19,9 +19,9 @@
 #include <span>
 #include <vector>
 
+#include "core/workload.hpp"
 #include "runtime/host_ops.hpp"
 #include "runtime/op_call.hpp"
-#include "sim/workload.hpp"
 
 namespace memplan::host_backend {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <string>
 
+#include "core/check.hpp"
 #include "runtime/backend_error.hpp"
 #include "runtime/encoded_formats.hpp"
-#include "sim/check.hpp"
 
 namespace memplan::runtime {
 

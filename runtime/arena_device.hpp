@@ -16,8 +16,8 @@
 #include <optional>
 #include <vector>
 
+#include "memory/device_memory.hpp"
 #include "runtime/device.hpp"
-#include "sim/device_memory.hpp"
 
 namespace memplan::runtime {
 
@@ -50,7 +50,7 @@ class ArenaDevice : public Device {
   /// The allocated buffer that holds tensor `t` itself (not an encoded copy), if any.
   [[nodiscard]] std::optional<sim::BufferId> resident_buffer(sim::TensorId t) const;
   /// The resident host slot of tensor `t` (a host-placed tensor's home or a parameter's master
-  /// copy, Note [Host placement] in sim/plan.hpp), if any. Backends fill it with the tensor's
+  /// copy, Note [Host placement] in core/plan.hpp), if any. Backends fill it with the tensor's
   /// initial data at prepare.
   [[nodiscard]] std::optional<sim::HostSlotId> resident_slot(sim::TensorId t) const;
   /// Whether a kRun of `op` keeps a copy of its output `o` for tensor_bytes: gradients and the

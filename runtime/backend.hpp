@@ -8,10 +8,10 @@
 #include <memory>
 #include <string>
 
+#include "core/link.hpp"
+#include "core/units.hpp"
+#include "core/workload.hpp"
 #include "runtime/device.hpp"
-#include "sim/link.hpp"
-#include "sim/units.hpp"
-#include "sim/workload.hpp"
 
 namespace memplan::runtime {
 

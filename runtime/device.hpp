@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "sim/program.hpp"
+#include "core/program.hpp"
+#include "core/workload.hpp"
 #include "sim/timeline.hpp"
-#include "sim/workload.hpp"
 
 namespace memplan::runtime {
 
@@ -46,7 +46,7 @@ class Device {
   virtual void enqueue_copy(sim::StreamId stream, std::int32_t index) = 0;
   /// Enqueues the host op (kHostRun) at `index` of the host stream: an update run on the CPU over
   /// host slots (runtime/host_ops.hpp). Resident host slots hold their tensor's initial data from
-  /// prepare on (Note [Host placement] in sim/plan.hpp).
+  /// prepare on (Note [Host placement] in core/plan.hpp).
   virtual void enqueue_host_op(std::int32_t index) = 0;
   /// The event happens when `stream` reaches this point.
   virtual void record(sim::StreamId stream, sim::EventId event) = 0;
@@ -70,7 +70,7 @@ class Device {
   virtual void set_capture(bool capture) = 0;
 
   /// Bytes of encoded maps that did not fit the buffer the plan gave them and went to host memory
-  /// in this run (a sparse map denser than planned, Note [Sparse format] in sim/plan.hpp): device
+  /// in this run (a sparse map denser than planned, Note [Sparse format] in core/plan.hpp): device
   /// memory is as predicted, but the time of those host writes is not. 0 for a device that never
   /// spills. Valid after synchronize.
   [[nodiscard]] virtual sim::Bytes spilled_bytes() const { return 0; }

@@ -6,7 +6,7 @@
 // the data: checked when encoding, not before).
 #include <cstdint>
 
-#include "sim/plan.hpp"
+#include "core/plan.hpp"
 
 namespace memplan::runtime {
 

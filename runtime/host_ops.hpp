@@ -1,6 +1,6 @@
 #pragma once
 // Host ops: the update ops a backend runs on the CPU when a plan updates on the host (kHostRun on
-// the host stream, Note [Host placement] in sim/plan.hpp), over host slots instead of device
+// the host stream, Note [Host placement] in core/plan.hpp), over host slots instead of device
 // buffers. One CPU loop per update rule, shared by the host backend's device-side update kernel
 // and both backends' host ops, so that an update on the host and one on the (host) device give the
 // same bits.
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::runtime {
 

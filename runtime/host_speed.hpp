@@ -1,12 +1,12 @@
 #pragma once
 // The speed of this machine's CPU at host ops (an update on the host, Note [Host placement] in
-// sim/plan.hpp), measured the way the simulator prices them: Machine::host_op_ns charges a host op
+// core/plan.hpp), measured the way the simulator prices them: Machine::host_op_ns charges a host op
 // the bytes it streams (every operand read, the resident ones written back) at the host
 // bandwidth, so the measurement runs the host's own update loop (sgd_momentum_update, the code
 // both backends' host ops run) over arrays larger than the caches and divides the bytes so counted
 // by the median time. `memplan record` writes it into the trace's device, and validation prices
 // the plan's host ops with it, so a host update is predicted at the speed it will run.
-#include "sim/units.hpp"
+#include "core/units.hpp"
 
 namespace memplan::runtime {
 

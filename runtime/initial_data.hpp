@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::runtime {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 
-#include "sim/check.hpp"
+#include "core/check.hpp"
 #include "sim/program_walk.hpp"
 
 namespace memplan::runtime {

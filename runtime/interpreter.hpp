@@ -6,10 +6,10 @@
 // happen in the Program's one order, so the measured peak is the arena's, call for call the
 // simulator's. Running out of memory ends the run as infeasible with an OomReport, as in the
 // simulator.
+#include "core/program.hpp"
+#include "core/workload.hpp"
 #include "runtime/device.hpp"
-#include "sim/program.hpp"
 #include "sim/timeline.hpp"
-#include "sim/workload.hpp"
 
 namespace memplan::runtime {
 

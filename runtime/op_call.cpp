@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <string>
 
+#include "core/check.hpp"
+#include "core/input_error.hpp"
 #include "runtime/backend_error.hpp"
-#include "sim/check.hpp"
-#include "sim/input_error.hpp"
 
 namespace memplan::runtime {
 

@@ -4,13 +4,13 @@
 // needs the same way (traces/FORMAT.md): element counts, typed pointers, attributes with their
 // defaults, which of [dx,] dw [, db] a linear or convolution backward writes, and one error
 // format naming the op. The kernels themselves are each backend's (host_backend/op_executor.cpp,
-// cuda_backend/cuda_op_executor.cpp).
+// cuda_backend/cuda_op_executor.cpp and its *_ops.cpp).
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::runtime {
 
@@ -76,7 +76,7 @@ struct OpCall {
 std::string op_place(const sim::Op& op);
 
 /// Throws sim::InputError naming `op`: `backend` ("host", "CUDA") has no kernel for its layer and
-/// phase (a generic op, sim/layer.hpp, never has one).
+/// phase (a generic op, core/layer.hpp, never has one).
 [[noreturn]] void no_kernel(const sim::Op& op, std::string_view backend);
 
 /// The dropout mask's seed: a function of the forward op alone, so a recompute draws the same

@@ -8,9 +8,9 @@
 
 #include <fmt/core.h>
 
+#include "core/basic_plans.hpp"
 #include "runtime/host_speed.hpp"
 #include "runtime/interpreter.hpp"
-#include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
 

@@ -6,8 +6,8 @@
 // result is trace format v1 with provenance "recorded" and the backend's name.
 #include <cstdint>
 
+#include "core/workload.hpp"
 #include "runtime/backend.hpp"
-#include "sim/workload.hpp"
 
 namespace memplan::runtime {
 

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "core/machine.hpp"
+#include "core/plan.hpp"
+#include "core/workload.hpp"
 #include "runtime/backend.hpp"
-#include "sim/machine.hpp"
-#include "sim/plan.hpp"
 #include "sim/simulation.hpp"
 #include "sim/timeline.hpp"
-#include "sim/workload.hpp"
 
 namespace memplan::runtime {
 

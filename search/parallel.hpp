@@ -14,7 +14,7 @@
 #include <oneapi/tbb/partitioner.h>
 #include <oneapi/tbb/task_group.h>
 
-#include "sim/check.hpp"
+#include "core/check.hpp"
 
 namespace memplan::search {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "sim/check.hpp"
+#include "core/check.hpp"
 
 namespace memplan::sim {
 
@@ -150,7 +150,7 @@ class Engine::Clock {
 
   void stall(StallCause cause, TensorId tensor, OpId op, Nanoseconds from, Nanoseconds length) {
     auto& total = tl_.stall_ns_by_cause[static_cast<std::size_t>(cause)];
-    total = add_ns(total, length);  // saturating, like every time here (sim/units.hpp)
+    total = add_ns(total, length);  // saturating, like every time here (core/units.hpp)
     if (options_.record_stalls)
       tl_.stalls.push_back({cause, tensor, op, from, add_ns(from, length)});
   }

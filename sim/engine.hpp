@@ -40,9 +40,9 @@
 #include <optional>
 #include <vector>
 
-#include "sim/device_memory.hpp"
-#include "sim/machine.hpp"
-#include "sim/program.hpp"
+#include "core/machine.hpp"
+#include "core/program.hpp"
+#include "memory/device_memory.hpp"
 #include "sim/program_walk.hpp"
 #include "sim/timeline.hpp"
 

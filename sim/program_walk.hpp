@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "sim/check.hpp"
-#include "sim/program.hpp"
+#include "core/check.hpp"
+#include "core/program.hpp"
 
 namespace memplan::sim {
 

@@ -4,12 +4,12 @@
 // a Simulation, and every later stage reads that one: the search returns its winner's, the
 // reports and exports print it, validation runs its Program on a backend and sets the measured
 // Timeline beside its prediction.
+#include "core/machine.hpp"
+#include "core/plan.hpp"
+#include "core/program.hpp"
+#include "core/workload.hpp"
 #include "sim/engine.hpp"
-#include "sim/machine.hpp"
-#include "sim/plan.hpp"
-#include "sim/program.hpp"
 #include "sim/timeline.hpp"
-#include "sim/workload.hpp"
 
 namespace memplan::sim {
 

@@ -1,6 +1,6 @@
 #include "sim/timeline.hpp"
 
-#include "sim/device_arena.hpp"
+#include "memory/device_arena.hpp"
 
 namespace memplan::sim {
 

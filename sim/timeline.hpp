@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "sim/program.hpp"
+#include "core/program.hpp"
 
 namespace memplan::sim {
 
@@ -74,7 +74,7 @@ struct OomReport {
   std::array<Bytes, kTensorKindCount> live_by_kind{};  // tensor buffers, workspace included
   Bytes live_encoded_bytes = 0;                        // encoded copies of maps
   /// Bytes the plan keeps in resident host slots (host-placed tensors, Note [Host placement] in
-  /// sim/plan.hpp): what it already moved off the device.
+  /// core/plan.hpp): what it already moved off the device.
   Bytes host_resident_bytes = 0;
   Bytes largest_free_block = 0;
   Bytes bytes_missing = 0;  // requested minus the largest free block (what would have to be found)

@@ -6,7 +6,7 @@
 // real profile (Note [Cost model calibration] in cost_model.cpp).
 #include <string_view>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 #include "zoo/devices.hpp"
 
 namespace memplan::zoo {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "sim/check.hpp"
+#include "core/check.hpp"
 
 namespace memplan::zoo {
 namespace {

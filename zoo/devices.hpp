@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
-#include "sim/machine.hpp"
-#include "sim/workload.hpp"
+#include "core/machine.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::zoo {
 
@@ -16,7 +16,7 @@ struct Device {
   sim::Bytes memory_bytes = 0;
   double peak_flops_per_s = 0;                 // FP32, non-tensor-core
   sim::BytesPerSecond memory_bytes_per_s = 0;  // device memory bandwidth
-  /// The host link it is usually attached by: the name of a sim::LinkPreset (sim/link.cpp),
+  /// The host link it is usually attached by: the name of a sim::LinkPreset (core/link.cpp),
   /// whose bandwidth and latency the device takes, so that `--device` and `--link` agree.
   std::string_view link;
 };

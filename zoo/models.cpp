@@ -2,7 +2,7 @@
 
 #include <fmt/core.h>
 
-#include "sim/input_error.hpp"
+#include "core/input_error.hpp"
 
 namespace memplan::zoo {
 

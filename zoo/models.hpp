@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 #include "zoo/network.hpp"
 
 namespace memplan::zoo {

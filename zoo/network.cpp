@@ -5,8 +5,8 @@
 
 #include <fmt/core.h>
 
-#include "sim/check.hpp"
-#include "sim/input_error.hpp"
+#include "core/check.hpp"
+#include "core/input_error.hpp"
 
 namespace memplan::zoo {
 namespace {

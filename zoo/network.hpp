@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::zoo {
 

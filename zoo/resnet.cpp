@@ -3,7 +3,7 @@
 // (ResNet-2500).
 #include <fmt/core.h>
 
-#include "sim/input_error.hpp"
+#include "core/input_error.hpp"
 #include "zoo/models.hpp"
 
 namespace memplan::zoo {

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "sim/liveness.hpp"
+#include "core/liveness.hpp"
 
 namespace memplan::zoo {
 

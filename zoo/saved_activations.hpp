@@ -4,7 +4,7 @@
 // out, a tensor written in place over another counted once with its buffer, the input image
 // included because the first conv saves it for its weight gradient). This is the number frameworks
 // and papers quote as "activation memory", and the zoo's tests pin it against measured values.
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::zoo {
 

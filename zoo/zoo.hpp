@@ -4,7 +4,7 @@
 // thin wrapper around make_workload() and list_text().
 #include <string>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 #include "zoo/models.hpp"
 
 namespace memplan::zoo {

@@ -57,14 +57,6 @@ def policies():
     return _core.named_plan_names().split(", ")
 
 
-def _text(value, unit):
-    """A what-if value as the CLI takes it: "16GiB", "12.5GB/s", "10us", or a plain number in
-    `unit` ("B" for bytes, "B/s" for bytes per second, "ns" for nanoseconds), written with it."""
-    if value is None:
-        return None
-    return value if isinstance(value, str) else f"{value!r}{unit}"
-
-
 def _encode_text(encode):
     if encode is None:
         return ""
@@ -72,15 +64,16 @@ def _encode_text(encode):
 
 
 def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, host_memory=None,
-            allocator=None):
+            host_bandwidth=None, allocator=None):
     """The trace's device with the what-if values of `memplan simulate` applied: memory ("16GiB"
     or bytes), link (a preset: pcie3, pcie4, pcie5, nvlink2, c2c; or "recorded", the trace's
     measured link), h2d and d2h ("12.5GB/s" or bytes/s), latency ("10us" or ns), host_memory
-    (pinned host bytes for swapped maps), allocator ("arena" or "caching": PyTorch's caching
-    allocator)."""
-    return _core.make_machine(trace._workload, _text(memory, "B"), link,
-                              _text(h2d, "B/s"), _text(d2h, "B/s"), _text(latency, "ns"),
-                              _text(host_memory, "B"), allocator)
+    (pinned host bytes for swapped maps), host_bandwidth (the host CPU's streaming speed at an
+    update on the host: "20GB/s" or bytes/s), allocator ("arena" or "caching": PyTorch's caching
+    allocator). Text takes the CLI's units; a number is in the base unit (requests/ parses both)."""
+    return _core.make_machine(trace._workload, memory=memory, link=link, h2d=h2d, d2h=d2h,
+                              latency=latency, host_memory=host_memory,
+                              host_bandwidth=host_bandwidth, allocator=allocator)
 
 
 def resolve_plan(trace, machine_, plan, policy, encode, command):

@@ -61,15 +61,15 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     is raised. what_if: as machine() takes them.
     """
     m = _plans.machine(trace, **what_if)
-    arguments = _core.SearchArguments()
-    arguments.threads = int(threads)
-    arguments.time_limit_s = float(time_limit)
-    arguments.rounds = int(rounds or 0)
-    arguments.seed = int(seed)
-    arguments.deterministic = bool(deterministic)
-    arguments.maps_only = bool(maps_only)
-    arguments.encode = _plans._encode_text(encode)
-    outcome = _core.search(trace._workload, m, arguments, progress)
+    request = _core.SearchRequest()
+    request.threads = int(threads)
+    request.time_limit_s = float(time_limit)
+    request.rounds = int(rounds or 0)
+    request.seed = int(seed)
+    request.deterministic = bool(deterministic)
+    request.maps_only = bool(maps_only)
+    request.encode = _plans._encode_text(encode)
+    outcome = _core.search(trace._workload, m, request, progress)
     plan = _plans.Plan(outcome.plan, trace)
     simulation = _simulation.Simulation(_core.simulate(trace._workload, outcome.plan, m), plan, m)
     return SearchResult(outcome, plan, simulation)
@@ -90,12 +90,13 @@ class Sweep:
         _core.write_file_atomically(os.fspath(path), self.csv)
 
 
-def _list(value, unit):
+def _list(value):
+    """One value or several, as a list (text or numbers in the base unit: requests/ parses them)."""
     if value is None:
         return []
     if isinstance(value, (str, int, float)):
-        value = [value]
-    return [_plans._text(v, unit) for v in value]
+        return [value]
+    return list(value)
 
 
 def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=True,
@@ -105,21 +106,23 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
 
     traces: Traces (named by their `name` in the CSV) or a dict {name: Trace}; memory: budgets
     ("8GiB" or bytes; default each trace's); link: presets; bandwidth: one bandwidth both ways
-    per point ("8GB/s"); policies: names (default every policy); search: add the search column.
+    per point ("8GB/s" or bytes/s; its text is the point's label in the CSV); policies: names (default every policy); search: add the search column.
     progress(p) is called after every cell with p.done, p.total, p.elapsed_s (an exception in it
     is raised once the grid has run).
     """
     items = traces.items() if isinstance(traces, dict) else [(t.name, t) for t in traces]
+    request = _core.SweepRequest()
+    request.memories = _list(memory)
+    request.links = _list(link)
+    request.bandwidths = [b if isinstance(b, str) else f"{b!r}B/s" for b in _list(bandwidth)]
+    request.policies = list(policies or [])
+    request.search = bool(search)
+    request.threads = int(threads)
+    request.encode = _plans._encode_text(encode)
+    request.search_time_limit_s = float(search_time_limit)
+    request.search_rounds = int(search_rounds or 0)
+    request.seed = int(seed)
     arguments = _core.SweepArguments()
     arguments.traces = [(str(name), t._workload) for name, t in items]
-    arguments.memories = _list(memory, "B")
-    arguments.links = _list(link, "")
-    arguments.bandwidths = _list(bandwidth, "B/s")
-    arguments.policies = list(policies or [])
-    arguments.search = bool(search)
-    arguments.threads = int(threads)
-    arguments.encode = _plans._encode_text(encode)
-    arguments.search_time_limit_s = float(search_time_limit)
-    arguments.search_rounds = int(search_rounds or 0)
-    arguments.seed = int(seed)
+    arguments.request = request
     return Sweep(_core.sweep(arguments, progress))

@@ -53,6 +53,31 @@ class Trace:
         """A DataFrame, one row per tensor (the trace's `tensors` fields)."""
         return _tables.frame(self.to_dict()["tensors"])
 
+    @property
+    def fingerprint(self):
+        """The workload fingerprint (16 hex digits) that plans made on this trace carry: its
+        structure (tensors, ops and their links), not its durations or device."""
+        return _core.workload_fingerprint(self._workload)
+
+    def feature_maps(self):
+        """Ids of the feature maps, ascending: the activations forward writes and backward reads,
+        what a plan decides about."""
+        return _core.feature_maps(self._workload)
+
+    def storage_roots(self):
+        """Per tensor id, the tensor that allocates its buffer: itself, or the root of the chain of
+        tensors it is written in place over (`in_place_of`)."""
+        return _core.storage_roots(self._workload)
+
+    def last_uses(self):
+        """Per tensor id, the last op that reads it (None when no op does)."""
+        return _core.last_uses(self._workload)
+
+    def saved_activation_bytes(self):
+        """The bytes of the distinct buffers backward reads from forward (activations and inputs):
+        what PyTorch's saved-tensor hooks count."""
+        return _core.saved_activation_bytes(self._workload)
+
     def info(self):
         """What `memplan info` shows: ops, tensors by kind, feature maps, in-core peak."""
         return Info(json.loads(_core.info_json(self._workload)), _core.info_text(self._workload))

@@ -1,5 +1,30 @@
-"""validate: a plan run for real on the host backend, against the prediction and in-core."""
+"""validate: a plan run for real on the host backend, against the prediction and in-core; and
+what a plan carried out elsewhere (memplan.torch) takes from the simulator: the tolerance its
+results are held to and where the lowering acts on each map."""
 from memplan import _core, _plans, _simulation, _tables
+
+
+def _tolerance_fields(t):
+    return {"relative": t.relative, "narrowed_maps": t.narrowed_maps,
+            "unit_roundoff": t.unit_roundoff, "factor": _core.TOLERANCE_FACTOR,
+            "cap": _core.MAX_RELATIVE_TOLERANCE}
+
+
+def tolerance(plan):
+    """The tolerance `plan`'s results are held to (Note [Validation tolerance] in
+    runtime/validation.hpp): None for a plan compared bitwise, else a dict with `relative` =
+    min(factor * narrowed_maps * unit_roundoff, cap) and those terms."""
+    t = _core.tolerance_for(plan._plan)
+    return None if t.bitwise else _tolerance_fields(t)
+
+
+def map_points(plan):
+    """Per feature map of `plan`, in tensor id order, its decision and the ops where the lowering
+    acts on it: `tensor`, `action` ("keep", "swap", "recompute", "encode:fp16", ...), `per_use`,
+    `last_forward_use` (after it a map not kept leaves the device), and for a swap
+    `prefetch_before` (the plan's point, else the default one) and `release_before` (Note [Release
+    point] in core/plan.hpp; None: right after the last forward use)."""
+    return _core.map_points(plan._plan, plan.trace._workload)
 
 
 class ValidationReport:
@@ -16,10 +41,7 @@ class ValidationReport:
         self.oom = oom
         self.failures = [] if not report.measured_feasible else list(report.failures())
         t = report.tolerance
-        tolerance = None if t.bitwise else {
-            "relative": t.relative, "narrowed_maps": t.narrowed_maps,
-            "unit_roundoff": t.unit_roundoff, "factor": _core.TOLERANCE_FACTOR,
-            "cap": _core.MAX_RELATIVE_TOLERANCE}
+        tolerance = None if t.bitwise else _tolerance_fields(t)
         self.data = {
             "backend": "host", "policy": plan.policy, "fits": report.measured_feasible,
             "peak_bytes_predicted": report.peak_bytes_predicted,

@@ -7,7 +7,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::python {
 

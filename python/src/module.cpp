@@ -1,7 +1,7 @@
 #include <pybind11/pybind11.h>
 
+#include "core/input_error.hpp"
 #include "python/src/bindings.hpp"
-#include "sim/input_error.hpp"
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "memplan's C++ libraries (thin bindings; use the `memplan` package)";

@@ -6,42 +6,30 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include "core/machine.hpp"
+#include "io/plan_io.hpp"
+#include "io/trace_io.hpp"
 #include "python/src/bindings.hpp"
-#include "search/gist.hpp"
-#include "search/named_plan.hpp"
-#include "search/network_view.hpp"
-#include "sim/input_error.hpp"
-#include "sim/machine.hpp"
-#include "sim/plan_io.hpp"
-#include "sim/trace_io.hpp"
-#include "sim/units.hpp"
+#include "requests/machine_request.hpp"
+#include "search/policies/gist.hpp"
+#include "search/policies/named_plan.hpp"
+#include "search/policies/network_view.hpp"
 
 namespace py = pybind11;
 
 namespace memplan::python {
 namespace {
 
+using Value = std::optional<requests::Quantity>;
 using Text = std::optional<std::string>;
 
-// The overrides as the CLI's what-if flags give them (same units, same names in errors).
-sim::Machine make_machine(const sim::Workload& workload, const Text& memory, const Text& link,
-                          const Text& h2d, const Text& d2h, const Text& latency,
-                          const Text& host_memory, const Text& allocator) {
-  sim::MachineOverrides o;
-  if (memory) o.memory_bytes = sim::parse_bytes(*memory, "--memory");
-  if (link) o.link_name = *link;
-  if (h2d) o.link.h2d_bytes_per_s = sim::parse_bandwidth(*h2d, "--h2d");
-  if (d2h) o.link.d2h_bytes_per_s = sim::parse_bandwidth(*d2h, "--d2h");
-  if (latency) o.link.latency_ns = sim::parse_duration(*latency, "--latency");
-  if (host_memory) o.host_memory_bytes = sim::parse_bytes(*host_memory, "--host-memory");
-  if (allocator) {
-    o.allocator = sim::parse_allocator_model(*allocator);
-    if (!o.allocator) {
-      throw sim::InputError("--allocator",
-                            "'" + *allocator + "' is not an allocator: arena or caching");
-    }
-  }
-  return sim::make_machine(workload.device, o);
+// The what-if keywords as requests/ takes them: text with its unit or a number in the base unit.
+sim::Machine make_machine(const sim::Workload& workload, const Value& memory, const Text& link,
+                          const Value& h2d, const Value& d2h, const Value& latency,
+                          const Value& host_memory, const Value& host_bandwidth,
+                          const Text& allocator) {
+  return requests::make_machine(
+      workload, {memory, link, h2d, d2h, latency, host_memory, host_bandwidth, allocator});
 }
 
 sim::Plan apply_encodings(const sim::Plan& plan, const sim::Workload& workload,
@@ -67,8 +55,10 @@ void bind_plans(py::module_& m) {
       .def_property_readonly("allocator", [](const sim::Machine& machine) {
         return std::string(sim::to_string(machine.allocator));
       });
-  m.def("make_machine", &make_machine, py::arg("workload"), py::arg("memory"), py::arg("link"),
-        py::arg("h2d"), py::arg("d2h"), py::arg("latency"), py::arg("host_memory"),
+  m.def("make_machine", &make_machine, py::arg("workload"), py::arg("memory") = std::nullopt,
+        py::arg("link") = std::nullopt, py::arg("h2d") = std::nullopt,
+        py::arg("d2h") = std::nullopt, py::arg("latency") = std::nullopt,
+        py::arg("host_memory") = std::nullopt, py::arg("host_bandwidth") = std::nullopt,
         py::arg("allocator") = std::nullopt);
 
   py::class_<sim::Plan>(m, "Plan")

@@ -10,24 +10,14 @@
 #include <pybind11/stl.h>
 
 #include "python/src/bindings.hpp"
-#include "search/plan_search.hpp"
-#include "search/sweep.hpp"
-#include "sim/units.hpp"
+#include "requests/search_request.hpp"
+#include "search/engine/plan_search.hpp"
+#include "search/studies/sweep.hpp"
 
 namespace py = pybind11;
 
 namespace memplan::python {
 namespace {
-
-struct SearchArguments {
-  int threads = 0;
-  double time_limit_s = 10.0;
-  std::size_t rounds = 0;
-  std::uint64_t seed = 1;
-  bool deterministic = false;
-  bool maps_only = false;
-  std::string encode;
-};
 
 struct SearchOutcome {
   search::SearchResult result;
@@ -38,15 +28,9 @@ struct SearchOutcome {
 // from it, or an exception, sets the search's cancel flag. An exception is kept and raised again
 // once the search has returned.
 SearchOutcome run_search(const sim::Workload& workload, const sim::Machine& machine,
-                         const SearchArguments& a, const std::optional<py::function>& progress) {
-  search::SearchOptions options;
-  options.threads = a.threads;
-  options.time_limit_s = a.time_limit_s;
-  options.max_rounds = a.rounds;
-  options.seed = a.seed;
-  options.deterministic = a.deterministic;
-  options.host_placement = !a.maps_only;
-  options.encodings = search::parse_encoding_options(a.encode, "--encode");
+                         const requests::SearchRequest& request,
+                         const std::optional<py::function>& progress) {
+  search::SearchOptions options = requests::search_options(request);
   std::atomic<bool> cancel{false};
   std::optional<py::error_already_set> error;
   options.cancel = &cancel;
@@ -72,37 +56,19 @@ SearchOutcome run_search(const sim::Workload& workload, const sim::Machine& mach
   return outcome;
 }
 
+// What Python gives a sweep: the traces, already read, and the request, as the CLI's flags give it.
 struct SweepArguments {
   std::vector<std::pair<std::string, WorkloadPtr>> traces;
-  std::vector<std::string> memories;  // empty: each trace's
-  std::vector<std::string> links;
-  std::vector<std::string> bandwidths;
-  std::vector<std::string> policies;  // empty: every policy
-  bool search = true;
-  int threads = 0;
-  std::string encode;
-  double search_time_limit_s = 10.0;
-  std::size_t search_rounds = 0;
-  std::uint64_t seed = 1;
+  requests::SweepRequest request;
 };
 
 // The grid as `memplan sweep` builds it from its flags; the CSV it writes. `progress` is called
 // (with the GIL) after every cell; an exception in it is raised once the sweep has returned.
 std::string run_sweep(const SweepArguments& a, const std::optional<py::function>& progress) {
-  search::SweepGrid grid;
-  for (const auto& [name, workload] : a.traces) grid.traces.push_back({name, *workload});
-  for (const std::string& text : a.memories) {
-    grid.memories.emplace_back(sim::parse_bytes(text, "--memory"));
-  }
-  grid.links = search::sweep_links(a.links, a.bandwidths);
-  grid.policies = a.policies;
-  grid.search = a.search;
-  search::SweepOptions options;
-  options.threads = a.threads;
-  options.encodings = search::parse_encoding_options(a.encode, "--encode");
-  options.search.time_limit_s = a.search_time_limit_s;
-  options.search.max_rounds = a.search_rounds;
-  options.search.seed = a.seed;
+  std::vector<search::SweepTrace> traces;
+  for (const auto& [name, workload] : a.traces) traces.push_back({name, *workload});
+  const search::SweepGrid grid = requests::sweep_grid(std::move(traces), a.request);
+  search::SweepOptions options = requests::sweep_options(a.request);
   std::optional<py::error_already_set> error;
   if (progress) {
     options.on_progress = [&](const search::SweepProgress& p) {
@@ -140,15 +106,15 @@ void bind_search(py::module_& m) {
       .def_readonly("evaluated", &search::SearchProgress::evaluated)
       .def_readonly("best", &search::SearchProgress::best)
       .def_readonly("elapsed_s", &search::SearchProgress::elapsed_s);
-  py::class_<SearchArguments>(m, "SearchArguments")
+  py::class_<requests::SearchRequest>(m, "SearchRequest")
       .def(py::init<>())
-      .def_readwrite("threads", &SearchArguments::threads)
-      .def_readwrite("time_limit_s", &SearchArguments::time_limit_s)
-      .def_readwrite("rounds", &SearchArguments::rounds)
-      .def_readwrite("seed", &SearchArguments::seed)
-      .def_readwrite("deterministic", &SearchArguments::deterministic)
-      .def_readwrite("maps_only", &SearchArguments::maps_only)
-      .def_readwrite("encode", &SearchArguments::encode);
+      .def_readwrite("threads", &requests::SearchRequest::threads)
+      .def_readwrite("time_limit_s", &requests::SearchRequest::time_limit_s)
+      .def_readwrite("rounds", &requests::SearchRequest::rounds)
+      .def_readwrite("seed", &requests::SearchRequest::seed)
+      .def_readwrite("deterministic", &requests::SearchRequest::deterministic)
+      .def_readwrite("maps_only", &requests::SearchRequest::maps_only)
+      .def_readwrite("encode", &requests::SearchRequest::encode);
   py::class_<SearchOutcome>(m, "SearchOutcome")
       .def_property_readonly("plan", [](const SearchOutcome& o) { return o.result.plan; })
       .def_property_readonly("evaluation",
@@ -165,19 +131,22 @@ void bind_search(py::module_& m) {
   m.def("search", &run_search, py::arg("workload"), py::arg("machine"), py::arg("arguments"),
         py::arg("progress"));
 
+  py::class_<requests::SweepRequest>(m, "SweepRequest")
+      .def(py::init<>())
+      .def_readwrite("memories", &requests::SweepRequest::memories)
+      .def_readwrite("links", &requests::SweepRequest::links)
+      .def_readwrite("bandwidths", &requests::SweepRequest::bandwidths)
+      .def_readwrite("policies", &requests::SweepRequest::policies)
+      .def_readwrite("search", &requests::SweepRequest::search)
+      .def_readwrite("threads", &requests::SweepRequest::threads)
+      .def_readwrite("encode", &requests::SweepRequest::encode)
+      .def_readwrite("search_time_limit_s", &requests::SweepRequest::search_time_limit_s)
+      .def_readwrite("search_rounds", &requests::SweepRequest::search_rounds)
+      .def_readwrite("seed", &requests::SweepRequest::seed);
   py::class_<SweepArguments>(m, "SweepArguments")
       .def(py::init<>())
       .def_readwrite("traces", &SweepArguments::traces)
-      .def_readwrite("memories", &SweepArguments::memories)
-      .def_readwrite("links", &SweepArguments::links)
-      .def_readwrite("bandwidths", &SweepArguments::bandwidths)
-      .def_readwrite("policies", &SweepArguments::policies)
-      .def_readwrite("search", &SweepArguments::search)
-      .def_readwrite("threads", &SweepArguments::threads)
-      .def_readwrite("encode", &SweepArguments::encode)
-      .def_readwrite("search_time_limit_s", &SweepArguments::search_time_limit_s)
-      .def_readwrite("search_rounds", &SweepArguments::search_rounds)
-      .def_readwrite("seed", &SweepArguments::seed);
+      .def_readwrite("request", &SweepArguments::request);
   py::class_<search::SweepProgress>(m, "SweepProgress")
       .def_readonly("done", &search::SweepProgress::done)
       .def_readonly("total", &search::SweepProgress::total)

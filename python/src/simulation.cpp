@@ -6,10 +6,10 @@
 
 #include <pybind11/stl.h>
 
+#include "io/timeline_export.hpp"
 #include "python/src/bindings.hpp"
-#include "search/comparison.hpp"
+#include "search/studies/comparison.hpp"
 #include "sim/simulation.hpp"
-#include "sim/timeline_export.hpp"
 
 namespace py = pybind11;
 

@@ -1,17 +1,25 @@
-// Workloads: trace files (read, parse, write), the zoo's models, Kineto imports, `info`.
+// Workloads: trace files (read, parse, write), the zoo's models, Kineto imports, `info`, and the
+// structure the simulator sees in a workload (its fingerprint, feature maps, buffers and last
+// uses), which memplan.torch asks for instead of computing it again.
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
-#include "importers/kineto_importer.hpp"
-#include "importers/kineto_trace.hpp"
+#include "core/feature_maps.hpp"
+#include "core/liveness.hpp"
+#include "core/plan.hpp"
+#include "importers/kineto/kineto_importer.hpp"
+#include "importers/kineto/kineto_trace.hpp"
+#include "io/trace_io.hpp"
+#include "io/workload_summary.hpp"
 #include "python/src/bindings.hpp"
-#include "sim/trace_io.hpp"
-#include "sim/workload_summary.hpp"
+#include "zoo/saved_activations.hpp"
 #include "zoo/zoo.hpp"
 
 namespace py = pybind11;
@@ -44,6 +52,40 @@ WorkloadPtr import_kineto(const std::filesystem::path& path, std::optional<std::
   return share(importers::import_kineto(trace, options, path.filename().string()).workload);
 }
 
+// Ids as Python sees them: ints, None for none.
+std::optional<std::int32_t> op_or_none(sim::OpId op) {
+  if (op == sim::kNoOp) return std::nullopt;
+  return sim::value(op);
+}
+
+std::vector<std::int32_t> feature_map_ids(const sim::Workload& w) {
+  std::vector<std::int32_t> ids;
+  for (const sim::FeatureMap& map : sim::find_feature_maps(w)) {
+    ids.push_back(sim::value(map.tensor));
+  }
+  return ids;
+}
+
+// Per tensor: the tensor that allocates its buffer (the root of its in_place_of chain).
+std::vector<std::int32_t> storage_roots(const sim::Workload& w) {
+  const sim::Liveness liveness = sim::analyze_liveness(w);
+  std::vector<std::int32_t> roots;
+  roots.reserve(liveness.storage_of.size());
+  for (const std::size_t s : liveness.storage_of) {
+    roots.push_back(sim::value(liveness.storages[s].root));
+  }
+  return roots;
+}
+
+// Per tensor: the last op that reads it (None when none does).
+std::vector<std::optional<std::int32_t>> last_uses(const sim::Workload& w) {
+  const sim::Liveness liveness = sim::analyze_liveness(w);
+  std::vector<std::optional<std::int32_t>> last;
+  last.reserve(liveness.last_use.size());
+  for (const sim::OpId op : liveness.last_use) last.push_back(op_or_none(op));
+  return last;
+}
+
 }  // namespace
 
 void bind_traces(py::module_& m) {
@@ -73,6 +115,14 @@ void bind_traces(py::module_& m) {
   m.def(
       "info_text", [](const sim::Workload& w) { return sim::to_text(sim::summarize(w), w); },
       py::arg("workload"));
+  m.def(
+      "workload_fingerprint",
+      [](const sim::Workload& w) { return fmt::format("{:016x}", sim::workload_fingerprint(w)); },
+      py::arg("workload"));
+  m.def("feature_maps", &feature_map_ids, py::arg("workload"));
+  m.def("storage_roots", &storage_roots, py::arg("workload"));
+  m.def("last_uses", &last_uses, py::arg("workload"));
+  m.def("saved_activation_bytes", &zoo::saved_activation_bytes, py::arg("workload"));
 
   py::class_<zoo::TransformerOptions>(m, "TransformerOptions")
       .def(py::init<>())

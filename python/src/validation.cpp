@@ -1,5 +1,9 @@
 // validate: a plan run for real on the host backend against the simulator's prediction and the
-// in-core run (runtime::validate), the report's fields as they are.
+// in-core run (runtime::validate), the report's fields as they are. And what a plan carried out
+// elsewhere (memplan.torch) takes from the simulator rather than computing it again: each map's
+// points in the step (where the lowering drops it, prefetches and releases it), the encodings'
+// formats and sizes, and the tolerance its results are held to.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -7,12 +11,14 @@
 
 #include <pybind11/stl.h>
 
+#include "core/feature_maps.hpp"
+#include "core/input_error.hpp"
+#include "core/plan.hpp"
 #include "host_backend/host_backend.hpp"
+#include "io/timeline_export.hpp"
 #include "python/src/bindings.hpp"
 #include "runtime/validation.hpp"
-#include "sim/input_error.hpp"
 #include "sim/simulation.hpp"
-#include "sim/timeline_export.hpp"
 
 namespace py = pybind11;
 
@@ -40,6 +46,63 @@ std::pair<runtime::ValidationReport, std::optional<std::string>> validate_on_hos
   std::optional<std::string> oom;
   if (report.oom) oom = sim::oom_to_text(*report.oom, predicted.program, workload);
   return {report, std::move(oom)};
+}
+
+// One feature map's decision and the ops where the lowering acts on it (core/plan.hpp).
+struct MapPoints {
+  std::int32_t tensor = -1;
+  std::string action;  // "keep", "swap", "recompute", "encode:fp16", ...
+  bool per_use = false;
+  std::int32_t last_forward_use = -1;  // sim::last_forward_use: after it, a map not kept goes
+  std::optional<std::int32_t> prefetch_before;  // swap: the plan's point, else the default one
+  std::optional<std::int32_t> release_before;   // swap: Note [Release point]; None: no delay
+};
+
+std::vector<MapPoints> map_points(const sim::Plan& plan, const sim::Workload& workload) {
+  const std::vector<sim::FeatureMap> maps = sim::find_feature_maps(workload);
+  std::vector<MapPoints> points;
+  points.reserve(plan.decisions.size());
+  for (std::size_t i = 0; i < plan.decisions.size(); ++i) {  // one per map, in the same order
+    const sim::Decision& d = plan.decisions[i];
+    MapPoints p;
+    p.tensor = sim::value(d.tensor);
+    p.action = sim::action_label(d.action, d.encoding);
+    p.per_use = d.per_use;
+    p.last_forward_use = sim::value(sim::last_forward_use(maps[i], workload));
+    if (d.action == sim::Action::kSwap) {
+      p.prefetch_before = sim::value(d.prefetch_before != sim::kNoOp
+                                         ? d.prefetch_before
+                                         : sim::default_prefetch_point(maps[i], workload));
+      if (d.release_before != sim::kNoOp) p.release_before = sim::value(d.release_before);
+    }
+    points.push_back(std::move(p));
+  }
+  return points;
+}
+
+// The encoding `scheme` names (binarize, sparse, fp16, fp10, fp8). Throws InputError.
+sim::Encoding encoding_named(const std::string& scheme) {
+  const auto parsed = sim::parse_action("encode:" + scheme);
+  if (!parsed || parsed->first != sim::Action::kEncode) {
+    throw sim::InputError("encoding",
+                          "'" + scheme + "' is not binarize, sparse, fp16, fp10 or fp8");
+  }
+  return parsed->second;
+}
+
+// sim::encoded_bytes of a float32 map of `values` values.
+sim::Bytes encoded_bytes(const std::string& scheme, std::int64_t values) {
+  sim::Tensor map;
+  map.bytes = values * 4;
+  map.dtype = "float32";
+  return sim::encoded_bytes(encoding_named(scheme), map);
+}
+
+// (exponent bits, mantissa bits) of fp16, fp10, fp8; None for binarize and sparse.
+std::optional<std::pair<int, int>> narrow_format(const std::string& scheme) {
+  const auto format = sim::narrow_format(encoding_named(scheme));
+  if (!format) return std::nullopt;
+  return std::pair{format->exponent_bits, format->mantissa_bits};
 }
 
 }  // namespace
@@ -77,6 +140,19 @@ void bind_validation(py::module_& m) {
         py::call_guard<py::gil_scoped_release>());
   m.attr("TOLERANCE_FACTOR") = runtime::kToleranceFactor;
   m.attr("MAX_RELATIVE_TOLERANCE") = runtime::kMaxRelativeTolerance;
+  m.def("tolerance_for", &runtime::tolerance_for, py::arg("plan"));
+
+  py::class_<MapPoints>(m, "MapPoints")
+      .def_readonly("tensor", &MapPoints::tensor)
+      .def_readonly("action", &MapPoints::action)
+      .def_readonly("per_use", &MapPoints::per_use)
+      .def_readonly("last_forward_use", &MapPoints::last_forward_use)
+      .def_readonly("prefetch_before", &MapPoints::prefetch_before)
+      .def_readonly("release_before", &MapPoints::release_before);
+  m.def("map_points", &map_points, py::arg("plan"), py::arg("workload"));
+  m.def("encoded_bytes", &encoded_bytes, py::arg("scheme"), py::arg("values"));
+  m.def("narrow_format", &narrow_format, py::arg("scheme"));
+  m.attr("SPARSE_BLOCK_VALUES") = sim::kSparseBlockValues;
 }
 
 }  // namespace memplan::python

@@ -47,7 +47,7 @@ def test_plan_files_round_trip_and_simulate_from_file(tmp_path):
     df = plan.to_dataframe()
     assert len(df) == trace.info().feature_maps
     # vdnn-all keeps the last map, probs: 160 bytes, one arena unit narrowed or not, so Gist
-    # leaves it as it is (search/gist.cpp).
+    # leaves it as it is (search/policies/gist.cpp).
     assert set(df["action"]) == {"swap", "keep"}
     fp16 = memplan.simulate(trace, policy="in-core", encode="fp16").plan
     fp16.write(path)

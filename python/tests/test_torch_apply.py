@@ -4,12 +4,9 @@ within Note [Validation tolerance] (fp16, fp10, fp8), with the saved-bytes peak 
 predicts; plans for another model or input shape, and encodings where their consumer pattern does
 not hold, are refused with one line; random plans (fixed seeds) hold the same property."""
 
-import json
 import math
-import os
 import pathlib
 import random
-import subprocess
 import sys
 
 import pytest
@@ -21,18 +18,15 @@ from torch.nn import functional as F
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "build/release/python"))  # unless $PYTHONPATH names a build
 
+import memplan  # noqa: E402
 from memplan.torch import capture  # noqa: E402
-from memplan.torch.apply import (PlanError, apply, decode_map, encode_map,  # noqa: E402
-                                 encoded_bytes, narrow_codes, narrow_values, trace_fingerprint)
+from memplan.torch.apply import PlanError, apply  # noqa: E402
+from memplan.torch.capture import memplan_trace  # noqa: E402
+from memplan.torch.encodings import (decode_map, encode_map, encoded_bytes,  # noqa: E402
+                                     narrow_codes, narrow_values)
 from memplan.torch.models import GPT  # noqa: E402
-from memplan.torch.validate import feature_maps, validate  # noqa: E402
-
-MEMPLAN = pathlib.Path(os.environ.get("MEMPLAN_BINARY", ROOT / "build/release/bin/memplan"))
-
-
-def need_memplan():
-    if not MEMPLAN.exists():
-        pytest.skip(f"{MEMPLAN} is not built (scripts/build release)")
+from memplan.torch.saved_bytes import feature_maps  # noqa: E402
+from memplan.torch.validate import DoesNotFit, validate  # noqa: E402
 
 
 class Tiny(nn.Module):
@@ -72,30 +66,26 @@ def tiny_setup(seed=0):
 def make_plan(trace, actions):
     """A plan in format v1 with the given {tensor id: action}."""
     return {"format": "memplan-plan", "version": 1, "policy": "test",
-            "workload": {"fingerprint": trace_fingerprint(trace), "ops": len(trace["ops"]),
+            "workload": {"fingerprint": memplan_trace(trace).fingerprint, "ops": len(trace["ops"]),
                          "tensors": len(trace["tensors"])},
             "maps": [{"tensor": t, "action": a} for t, a in actions.items()]}
 
 
-def policy_plan(trace, policy, tmp_path):
-    need_memplan()
-    trace_path, plan_path = tmp_path / "t.json", tmp_path / "p.json"
-    from memplan.torch import write_trace
-    write_trace(trace, trace_path)
-    run = subprocess.run([str(MEMPLAN), "simulate", trace_path, "--policy", policy, "--memory",
-                          "64GiB", "--plan-out", plan_path], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    return json.loads(plan_path.read_text())
+def policy_plan(trace, policy):
+    """The policy's plan on the captured trace at 64 GiB (memplan.simulate), as a dict."""
+    simulation = memplan.simulate(memplan_trace(trace), policy=policy, memory="64GiB")
+    assert simulation.feasible, simulation.oom
+    return simulation.plan.to_dict()
 
 
 @pytest.mark.parametrize("policy", ["swap-all", "recompute-all"])
-def test_resnet18_plans_are_bitwise_lossless(policy, tmp_path):
+def test_resnet18_plans_are_bitwise_lossless(policy):
     torch.manual_seed(0)
     model = torchvision.models.resnet18()
     batch = (torch.randn(2, 3, 32, 32), torch.randint(0, 1000, (2,)))
     opt, captured = capture_setup(model, batch)
-    plan = policy_plan(captured.trace, policy, tmp_path)
-    result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
+    plan = policy_plan(captured.trace, policy)
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.lossless_ok, result
     # The saved-bytes peak (memplan.torch.saved_bytes) as the hooks measured it and as the
     # simulator predicts it, to the byte.
@@ -107,39 +97,33 @@ def test_resnet18_plans_are_bitwise_lossless(policy, tmp_path):
         assert result["recomputed_ops"] > 0 and result["measured_host_peak_bytes"] == 0
 
 
-def test_gpt_block_with_adam_recompute_replays_dropout(tmp_path):
+def test_gpt_block_with_adam_recompute_replays_dropout():
     torch.manual_seed(0)
     model = GPT(layers=1, hidden=32, heads=2, sequence=16, vocab=64)
     batch = model.memplan_batch(2, [16])
     opt, captured = capture_setup(model, batch, model.memplan_loss, adam=True)
-    plan = policy_plan(captured.trace, "recompute-all", tmp_path)
-    result = validate(model, batch, model.memplan_loss, opt, plan, captured, memplan=str(MEMPLAN))
+    plan = policy_plan(captured.trace, "recompute-all")
+    result = validate(model, batch, model.memplan_loss, opt, plan, captured)
     assert result.lossless_ok, result
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"]
 
 
-def search_plan(trace, shares, tmp_path, *extra):
-    """`memplan search`'s plan at the in-core peak less the first of `shares` of the feature-map
-    bytes at which it finds one (small inputs leave little besides the parameters)."""
-    need_memplan()
-    trace_path, plan_path = tmp_path / "t.json", tmp_path / "search.json"
-    from memplan.torch import write_trace
-    write_trace(trace, trace_path)
-    info = json.loads(subprocess.run([str(MEMPLAN), "info", "--json", trace_path],
-                                     capture_output=True, text=True, check=True).stdout)
+def search_plan(trace, shares, encode=None):
+    """memplan.search's plan (maps only) at the in-core peak less the first of `shares` of the
+    feature-map bytes at which it finds one (small inputs leave little besides the parameters)."""
+    parsed = memplan_trace(trace)
+    info = parsed.info()
     for share in shares:
-        budget = info["peak_bytes_incore"] - int(info["feature_map_bytes"] * share)
-        run = subprocess.run([str(MEMPLAN), "search", trace_path, "--memory", f"{budget}B",
-                              "--time-limit", "60", "--rounds", "4", "--deterministic", "--maps-only", "-o", plan_path,
-                              *extra],
-                             capture_output=True, text=True)
-        if run.returncode == 0:
-            return json.loads(plan_path.read_text())
-    pytest.fail(run.stderr)
+        budget = info.peak_bytes_incore - int(info.feature_map_bytes * share)
+        found = memplan.search(parsed, memory=budget, time_limit=60, rounds=4, deterministic=True,
+                               maps_only=True, encode=encode)
+        if found.feasible:
+            return found.plan.to_dict()
+    pytest.fail(f"no plan found at {shares} of the feature-map bytes")
 
 
 @pytest.mark.parametrize("which", ["mobilenet_v2", "gpt_block"])
-def test_search_plan_at_half_the_saved_bytes_measures_its_predicted_peak(which, tmp_path):
+def test_search_plan_at_half_the_saved_bytes_measures_its_predicted_peak(which):
     torch.manual_seed(0)
     if which == "gpt_block":
         model = GPT(layers=1, hidden=32, heads=2, sequence=16, vocab=64)
@@ -149,9 +133,9 @@ def test_search_plan_at_half_the_saved_bytes_measures_its_predicted_peak(which, 
         batch = (torch.randn(2, 3, 64, 64), torch.randint(0, 1000, (2,)))
         loss_fn = F.cross_entropy
     opt, captured = capture_setup(model, batch, loss_fn)
-    plan = search_plan(captured.trace, [0.5, 0.4, 0.3], tmp_path)
+    plan = search_plan(captured.trace, [0.5, 0.4, 0.3])
     assert any(m["action"] != "keep" for m in plan["maps"])
-    result = validate(model, batch, loss_fn, opt, plan, captured, memplan=str(MEMPLAN))
+    result = validate(model, batch, loss_fn, opt, plan, captured)
     assert result.lossless_ok, result
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"]
     assert result["measured_host_peak_bytes"] == result["predicted_host_peak_bytes"]
@@ -165,7 +149,6 @@ def readers_in_forward(ops, tensor):
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_random_plans_are_bitwise_lossless(seed):
-    need_memplan()
     model, batch, opt, captured = tiny_setup()
     rng = random.Random(seed)
     maps = feature_maps(captured.trace)
@@ -186,7 +169,7 @@ def test_random_plans_are_bitwise_lossless(seed):
             default = first_backward - 1 if first_backward - 1 > dropped else first_backward
             entry["release_before"] = rng.randint(dropped + 1,
                                                   entry.get("prefetch_before", default))
-    result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.lossless_ok, (actions, result)
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"], plan
     swapped = sum(captured.trace["tensors"][t]["bytes"] for t, a in actions.items() if a == "swap")
@@ -233,13 +216,13 @@ def test_per_use_recomputation_is_refused_with_one_line():
 
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="no CUDA device: apply/validate with CUDA memory needs a GPU")
-def test_cuda_swap_plan_is_bitwise_lossless(tmp_path):
+def test_cuda_swap_plan_is_bitwise_lossless():
     torch.manual_seed(0)
     model = Tiny().cuda()
     batch = (torch.randn(4, 3, 8, 8).cuda(), torch.randint(0, 10, (4,)).cuda())
     opt, captured = capture_setup(model, batch)
-    plan = policy_plan(captured.trace, "swap-all", tmp_path)
-    result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
+    plan = policy_plan(captured.trace, "swap-all")
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.lossless_ok, result
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"]
     # CUDA memory: swapping every map must lower what the step allocates above its resident
@@ -250,25 +233,72 @@ def test_cuda_swap_plan_is_bitwise_lossless(tmp_path):
 
 def test_cpu_validation_reports_no_cuda_memory():
     model, batch, opt, captured = tiny_setup()
-    need_memplan()
-    result = validate(model, batch, F.cross_entropy, opt, make_plan(captured.trace, {}), captured,
-                      memplan=str(MEMPLAN))
+    result = validate(model, batch, F.cross_entropy, opt, make_plan(captured.trace, {}), captured)
     assert result["measured_cuda_step_peak_bytes"] is None
     assert result["baseline_cuda_step_peak_bytes"] is None
     assert result["predicted_step_peak_bytes"] > 0
 
 
-def test_fp16_plan_is_within_the_stated_tolerance_and_measures_its_peak(tmp_path):
+def test_validate_predicts_on_the_machine_the_what_if_values_describe():
+    """The what-if values act on the prediction as in memplan.simulate: a swap plan is predicted
+    slower over PCIe 3 than over NVLink 2, slower still over a 1 MB/s link; the machine is
+    reported; the measured side (results, peaks) does not depend on it."""
+    model, batch, opt, captured = tiny_setup()
+    plan = policy_plan(captured.trace, "swap-all")
+
+    def run(**what_if):
+        result = validate(model, batch, F.cross_entropy, opt, plan, captured, **what_if)
+        assert result.lossless_ok and result.peaks_match, result
+        return result
+
+    pcie3, nvlink2 = run(link="pcie3"), run(link="nvlink2")
+    slow = run(link="nvlink2", h2d="1MB/s", d2h="2MB/s", latency="1ms", allocator="caching")
+    assert pcie3["machine"]["h2d_bytes_per_s"] == 16e9
+    assert nvlink2["machine"]["h2d_bytes_per_s"] == 75e9
+    assert slow["machine"] == dict(nvlink2["machine"], h2d_bytes_per_s=1e6, d2h_bytes_per_s=2e6,
+                                   copy_latency_ns=1000000, allocator="caching")
+    assert slow["predicted_seconds"] > pcie3["predicted_seconds"] > nvlink2["predicted_seconds"]
+    expected = memplan.simulate(memplan_trace(captured), policy="in-core")
+    assert run()["machine"] == expected.summary["machine"]  # no what-if: the trace's device
+
+
+def test_a_plan_that_does_not_fit_the_machine_is_refused_unless_forced():
+    """memory (the device's) and host_memory (pinned host memory for swapped maps) make the
+    prediction not fit: DoesNotFit before anything runs, unless force=True."""
+    model, batch, opt, captured = tiny_setup()
+    plan = policy_plan(captured.trace, "swap-all")
+    for what_if in ({"memory": "1KiB"}, {"host_memory": "1KiB"}):
+        with pytest.raises(DoesNotFit, match="does not fit") as error:
+            validate(model, batch, F.cross_entropy, opt, plan, captured, **what_if)
+        assert "\n" not in str(error.value)
+    forced = validate(model, batch, F.cross_entropy, opt, plan, captured, memory="1KiB",
+                      force=True)
+    assert forced.lossless_ok and not forced["predicted_feasible"]
+    assert forced["predicted_seconds"] is None and forced["predicted_oom"]
+
+
+def test_memplan_torch_asks_the_simulator_in_process():
+    """No module of memplan.torch runs another process: every question to the simulator goes to
+    memplan._core (issue 33: no second copy of the core reached by subprocess)."""
+    folder = pathlib.Path(sys.modules["memplan.torch"].__file__).parent
+    sources = sorted(folder.glob("*.py"))
+    assert sources
+    for source in sources:
+        text = source.read_text()
+        for word in ("subprocess", "os.system", "os.popen", "os.exec"):
+            assert word not in text, f"{source.name} uses {word}"
+
+
+def test_fp16_plan_is_within_the_stated_tolerance_and_measures_its_peak():
     """encode:fp16 narrows each map after its last forward reader and widens it before its first
     backward one. Note [Validation tolerance] (runtime/validation.hpp) bounds the gradients
     norm-wise: ||plan - baseline|| <= min(4 * L * 2^-11, 0.5) * ||baseline|| for L narrowed maps."""
-    need_memplan()
     model, batch, opt, captured = tiny_setup()
     tensors = captured.trace["tensors"]
     maps = [t for t in feature_maps(captured.trace) if tensors[t].get("dtype") == "float32"
             and tensors[t]["bytes"] > 64]
     plan = make_plan(captured.trace, {t: "encode:fp16" for t in maps})
-    result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"]
     bound = min(4.0 * len(maps) * 2.0 ** -11, 0.5)
     assert result["gradient_relative_error"] <= bound, (result, bound)
@@ -287,8 +317,10 @@ def test_plans_that_place_tensors_on_the_host_are_refused_with_one_line():
     assert "\n" not in str(error.value)
     plan = make_plan(captured.trace, {})
     plan["update"] = "host"
-    with pytest.raises(PlanError, match="update on the host"):
+    # (memplan's plan reader refuses this one first: a captured update writes new tensors)
+    with pytest.raises(PlanError, match="update") as error:
         apply(model, plan, captured)
+    assert "\n" not in str(error.value)
 
 
 def with_fixed_durations(trace):
@@ -302,18 +334,17 @@ def with_fixed_durations(trace):
     return trace
 
 
-def test_gpt_block_search_with_fp16_measures_its_peak_within_the_tolerance(tmp_path):
+def test_gpt_block_search_with_fp16_measures_its_peak_within_the_tolerance():
     """The search's plan with encode:fp16 allowed (swaps and narrowed maps): the saved-bytes and
     host peaks to the byte, the gradients within Note [Validation tolerance]'s bound."""
     torch.manual_seed(0)
     model = GPT(layers=1, hidden=32, heads=2, sequence=16, vocab=64)
     batch = model.memplan_batch(2, [16])
     opt, captured = capture_setup(model, batch, model.memplan_loss)
-    plan = search_plan(with_fixed_durations(captured.trace), [0.5, 0.4, 0.3], tmp_path, "--encode",
-                       "fp16")
+    plan = search_plan(with_fixed_durations(captured.trace), [0.5, 0.4, 0.3], encode="fp16")
     narrowed = sum(m["action"] == "encode:fp16" for m in plan["maps"])
     assert narrowed > 0
-    result = validate(model, batch, model.memplan_loss, opt, plan, captured, memplan=str(MEMPLAN))
+    result = validate(model, batch, model.memplan_loss, opt, plan, captured)
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"]
     assert result["measured_host_peak_bytes"] == result["predicted_host_peak_bytes"]
     assert result["gradient_relative_error"] <= min(4.0 * narrowed * 2.0 ** -11, 0.5), result
@@ -432,47 +463,41 @@ def gist_setup():
     return model, batch, opt, captured
 
 
-def encode_plan(trace, encodings, tmp_path):
-    """`memplan simulate --policy in-core --encode ENCODINGS`'s plan: every map the encodings'
-    consumer patterns allow encoded, the rest kept."""
-    need_memplan()
-    trace_path, plan_path = tmp_path / "t.json", tmp_path / "p.json"
-    from memplan.torch import write_trace
-    write_trace(trace, trace_path)
-    run = subprocess.run([str(MEMPLAN), "simulate", trace_path, "--memory", "1GiB", "--policy",
-                          "in-core", "--encode", encodings, "--plan-out", plan_path],
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    return json.loads(plan_path.read_text())
+def encode_plan(trace, encodings):
+    """The in-core plan with `encodings` applied (memplan.simulate(policy="in-core",
+    encode=...)): every map the encodings' consumer patterns allow encoded, the rest kept."""
+    simulation = memplan.simulate(memplan_trace(trace), policy="in-core", encode=encodings,
+                                  memory="1GiB")
+    assert simulation.feasible, simulation.oom
+    return simulation.plan.to_dict()
 
 
-def test_binarize_and_sparse_plan_is_bitwise_and_measures_its_peak(tmp_path):
+def test_binarize_and_sparse_plan_is_bitwise_and_measures_its_peak():
     """Two ReLU outputs a max-pool reads binarized, one a convolution reads sparse: the loss,
     gradients and updated weights bit for bit, the saved-bytes peak the simulator's (the encoded
     buffers sized as sim::encoded_bytes, a sparse one for half its values)."""
     model, batch, opt, captured = gist_setup()
-    plan = encode_plan(captured.trace, "binarize,sparse", tmp_path)
+    plan = encode_plan(captured.trace, "binarize,sparse")
     actions = [m["action"] for m in plan["maps"]]
     assert actions.count("encode:binarize") == 2 and actions.count("encode:sparse") == 1
-    result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.lossless_ok and result.within_tolerance, result
     assert result["narrowed_maps"] == 0
     assert result.peaks_match, result
     # in-core keeps every map: the encodings' savings are what lowers the peak
-    incore = validate(model, batch, F.cross_entropy, opt, make_plan(captured.trace, {}), captured,
-                      memplan=str(MEMPLAN))
+    incore = validate(model, batch, F.cross_entropy, opt, make_plan(captured.trace, {}), captured)
     assert result["measured_saved_peak_bytes"] < incore["measured_saved_peak_bytes"]
 
 
 @pytest.mark.parametrize("scheme", ["fp10", "fp8"])
-def test_fp10_and_fp8_plans_are_within_the_tolerance_and_measure_their_peak(scheme, tmp_path):
+def test_fp10_and_fp8_plans_are_within_the_tolerance_and_measure_their_peak(scheme):
     """Every float32 map narrowed: the gradients within min(4 L u, 0.5) (u = 2^-5 for fp10, 2^-4
     for fp8), the saved-bytes peak the simulator's to the byte (10 or 8 bits a value)."""
     model, batch, opt, captured = gist_setup()
-    plan = encode_plan(captured.trace, scheme, tmp_path)
+    plan = encode_plan(captured.trace, scheme)
     narrowed = sum(m["action"] == f"encode:{scheme}" for m in plan["maps"])
     assert narrowed > 0
-    result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     u = {"fp10": 2.0 ** -5, "fp8": 2.0 ** -4}[scheme]
     assert result["narrowed_maps"] == narrowed and result["unit_roundoff"] == u
     assert result["gradient_tolerance"] == min(4.0 * narrowed * u, 0.5)
@@ -480,9 +505,26 @@ def test_fp10_and_fp8_plans_are_within_the_tolerance_and_measure_their_peak(sche
     assert result.within_tolerance and result.peaks_match, result
 
 
+class ReluToPoolAndConv(nn.Module):
+    """A ReLU output that a max-pool reads (Gist's binarize pattern, which the simulator accepts)
+    and a convolution reads too, whose backward needs its values, not its sign."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, stride=2)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        h = F.relu(self.conv1(x))
+        return self.fc((F.max_pool2d(h, 2) + self.conv2(h)).flatten(1))
+
+
 def test_encodings_whose_pattern_does_not_hold_are_refused_with_one_line():
-    """binarize where a backward op reads the map's values, an encoding of a map that is not
-    float32, a lossy encoding a recomputation would read, an unknown scheme: one line each."""
+    """The simulator's rules, from memplan's plan reader: binarize of a ReLU output no max-pool
+    reads, an encoding of a map that is not float32, a lossy encoding a recomputation would read,
+    an unknown scheme. PyTorch's own: binarize of a map a backward op reads the values of. One
+    line each."""
     model, batch, opt, captured = gist_setup()
     tensors, ops = captured.trace["tensors"], captured.trace["ops"]
     to_conv = next(op["inputs"][0] for op in ops  # the ReLU output conv3 reads
@@ -491,14 +533,25 @@ def test_encodings_whose_pattern_does_not_hold_are_refused_with_one_line():
                    and ops[tensors[op["inputs"][0]]["producer"]]["layer"] == "relu")
     indices = next(t["id"] for t in tensors if t["dtype"] == "int64" and t["kind"] == "activation")
     conv = next(op for op in ops if op["phase"] == "forward" and to_conv in op["inputs"])
-    cases = [({to_conv: "encode:binarize"}, "reads its values"),
-             ({indices: "encode:sparse"}, "float32 maps only"),
-             ({to_conv: "encode:fp8", conv["outputs"][0]: "recompute"}, "decoded lossily"),
-             ({to_conv: "encode:fp4"}, "not an encoding")]
+    # The ReLU after conv3: regenerating it re-runs conv3 (its input is no feature map), which
+    # reads to_conv.
+    relu3 = next(op for op in ops
+                 if op["phase"] == "forward" and conv["outputs"][0] in op["inputs"])
+    cases = [({to_conv: "encode:binarize"}, "needs a ReLU output that a max-pool reads"),
+             ({indices: "encode:sparse"}, "needs a float32 map, this one is int64"),
+             ({to_conv: "encode:fp8", relu3["outputs"][0]: "recompute"},
+              "re-run to regenerate a recomputed map"),
+             ({to_conv: "encode:fp4"}, "unknown action 'encode:fp4'")]
     for actions, why in cases:
         with pytest.raises(PlanError, match=why) as error:
             apply(model, make_plan(captured.trace, actions), captured)
         assert "\n" not in str(error.value)
+    torch.manual_seed(0)
+    model = ReluToPoolAndConv()
+    opt, captured = capture_setup(model, (torch.randn(2, 3, 8, 8), torch.randint(0, 10, (2,))))
+    relu = next(op["outputs"][0] for op in captured.trace["ops"] if op["layer"] == "relu")
+    with pytest.raises(PlanError, match="convolution_backward' \\(conv2d\\) reads its values"):
+        apply(model, make_plan(captured.trace, {relu: "encode:binarize"}), captured)
 
 
 def random_encoded_plan(trace, seed):
@@ -526,12 +579,11 @@ def random_encoded_plan(trace, seed):
 def test_random_plans_with_encodings_measure_their_peak_within_the_tolerance(seed):
     """Encodings among swaps and recomputations (a sparse map a regeneration decodes, a denser
     sparse map spilling): the saved-bytes peak to the byte, the gradients within the bound."""
-    need_memplan()
     model, batch, opt, captured = gist_setup()
     plan = random_encoded_plan(captured.trace, seed)
     actions = {m["action"] for m in plan["maps"]}
     assert {"swap", "recompute"} <= actions and any(a.startswith("encode:") for a in actions)
-    result = validate(model, batch, F.cross_entropy, opt, plan, captured, memplan=str(MEMPLAN))
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.within_tolerance and result.peaks_match, (plan, result)
 
 

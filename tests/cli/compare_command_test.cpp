@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "search/policy.hpp"
+#include "search/policies/policy.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;

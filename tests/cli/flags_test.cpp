@@ -1,5 +1,5 @@
 // Flags: every value out of range is one line naming the flag, exit 2, before any work; the unit
-// grammar (sim/units.hpp) is the same for every size, bandwidth and time flag; messages name what
+// grammar (core/units.hpp) is the same for every size, bandwidth and time flag; messages name what
 // the user gave (not a flag never given, not a 300-digit range); progress goes to stderr and
 // --quiet / --json silence it.
 #include <cstdlib>
@@ -9,7 +9,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "sim/trace_io.hpp"
+#include "io/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::CommandResult;
@@ -18,9 +18,6 @@ using memplan::test::source_path;
 using memplan::test::temp_dir;
 
 namespace {
-std::string tiny() {
-  return memplan::test::quoted_source_path("traces/resnet_tiny.json");
-}
 void check_refused(const CommandResult& r, const std::string& what) {
   CAPTURE(r.err, r.out);
   CHECK(r.exit_status == 2);
@@ -32,17 +29,19 @@ void check_refused(const CommandResult& r, const std::string& what) {
 }  // namespace
 
 TEST_CASE("values that were accepted silently are refused with the range", "[cli][flags]") {
-  const std::string search = "search " + tiny() + " --quiet ";
+  const std::string search = "search " + memplan::test::tiny_trace() + " --quiet ";
   check_refused(run_memplan(search + "--time-limit nan"), "--time-limit");
   check_refused(run_memplan(search + "--time-limit 1e300"), "at most 604800");
   check_refused(run_memplan(search + "--time-limit -5"), "'-5' is not a number of seconds");
   check_refused(run_memplan(search + "--rounds -1"), "from 1 to 1000000000");
   check_refused(run_memplan(search + "--threads 0"), "'0' is not a whole number from 1 to 1024");
   check_refused(run_memplan(search + "--threads 100000"), "from 1 to 1024");
-  check_refused(run_memplan("sweep " + tiny() + " --threads 0"), "--threads");
-  check_refused(run_memplan("sweep " + tiny() + " --search-rounds -1"), "--search-rounds");
-  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --memory ''"),
-                "is not a size");
+  check_refused(run_memplan("sweep " + memplan::test::tiny_trace() + " --threads 0"), "--threads");
+  check_refused(run_memplan("sweep " + memplan::test::tiny_trace() + " --search-rounds -1"),
+                "--search-rounds");
+  check_refused(
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --memory ''"),
+      "is not a size");
   check_refused(run_memplan("import kineto x.json --step -1 -o out.json"), "--step");
   check_refused(run_memplan("zoo resnet18 --batch 1 --device v100-16gb --layers 4 -o r.json"),
                 "--layers: resnet18 is not a transformer");
@@ -51,7 +50,7 @@ TEST_CASE("values that were accepted silently are refused with the range", "[cli
 }
 
 TEST_CASE("absurd links and latencies are refused, not overflowed", "[cli][flags]") {
-  const std::string swap = "simulate " + tiny() + " --policy swap-all ";
+  const std::string swap = "simulate " + memplan::test::tiny_trace() + " --policy swap-all ";
   check_refused(run_memplan(swap + "--h2d 1e-6B/s --d2h 1e-6B/s"), "from 1 B/s to 1 EB/s");
   check_refused(run_memplan(swap + "--h2d 1e-9B/s"), "from 1 B/s");
   check_refused(run_memplan(swap + "--latency 3000000000s"), "at most 1 day");
@@ -73,7 +72,8 @@ TEST_CASE("absurd links and latencies are refused, not overflowed", "[cli][flags
 TEST_CASE("one unit grammar: case-insensitive, bits and bytes explicit, no bare number",
           "[cli][flags]") {
   const auto machine = [](const std::string& flags) {
-    const auto r = run_memplan("simulate " + tiny() + " --policy in-core --json " + flags);
+    const auto r = run_memplan("simulate " + memplan::test::tiny_trace() +
+                               " --policy in-core --json " + flags);
     CAPTURE(r.err);
     REQUIRE(r.exit_status == 0);
     return nlohmann::json::parse(r.out).at("machine");
@@ -90,21 +90,29 @@ TEST_CASE("one unit grammar: case-insensitive, bits and bytes explicit, no bare 
   // The caching allocator takes 2 MiB at least (one small segment): more than the tiny trace
   // states.
   CHECK(machine("--allocator caching --memory 4MiB").at("allocator") == "caching");
-  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --allocator cnmem"),
+  check_refused(run_memplan("simulate " + memplan::test::tiny_trace() +
+                            " --policy in-core --allocator cnmem"),
                 "--allocator");
-  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --memory 16"),
-                "'16' has no unit (write it like 16GiB or 512MB");
-  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --latency 10"),
+  check_refused(
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --memory 16"),
+      "'16' has no unit (write it like 16GiB or 512MB");
+  check_refused(
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --latency 10"),
+      "has no unit");
+  check_refused(
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --h2d 16"),
+      "has no unit");
+  check_refused(run_memplan("sweep " + memplan::test::tiny_trace() + " --bandwidth 16"),
                 "has no unit");
-  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --h2d 16"), "has no unit");
-  check_refused(run_memplan("sweep " + tiny() + " --bandwidth 16"), "has no unit");
 }
 
 TEST_CASE("messages name what the user gave", "[cli][flags]") {
   check_refused(run_memplan("import foo x"), "import: unknown format 'foo' (formats: kineto)");
-  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --latency 10 us"),
-                "--latency: '10' has no unit (write it like 10us");
-  check_refused(run_memplan("simulate " + tiny() + " --policy in-core --latency 10us us"),
+  check_refused(
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --latency 10 us"),
+      "--latency: '10' has no unit (write it like 10us");
+  check_refused(run_memplan("simulate " + memplan::test::tiny_trace() +
+                            " --policy in-core --latency 10us us"),
                 "write a value without spaces, e.g. --latency 10us");
   // A trace with no device memory: compare names the trace, not a --memory never given.
   std::string text = memplan::sim::read_file(source_path("traces/resnet_tiny.json"));
@@ -150,8 +158,8 @@ TEST_CASE("progress goes to stderr; --quiet and --json silence it", "[cli][flags
   const auto j = nlohmann::json::parse(json.out);
   CHECK(j.at("model") == "resnet18");
   CHECK(j.at("memory_bytes").get<long>() > j.at("peak_reserved_bytes_incore").get<long>());
-  CHECK(run_memplan("compare " + tiny() + " --json").err.empty());
-  const auto search = run_memplan("search " + tiny() + " --rounds 2 --json");
+  CHECK(run_memplan("compare " + memplan::test::tiny_trace() + " --json").err.empty());
+  const auto search = run_memplan("search " + memplan::test::tiny_trace() + " --rounds 2 --json");
   REQUIRE(search.exit_status == 0);
   CHECK(search.err.empty());
 }

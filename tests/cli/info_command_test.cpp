@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "tests/sim/bad_traces.hpp"
+#include "tests/io/bad_traces.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;

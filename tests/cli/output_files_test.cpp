@@ -18,9 +18,6 @@ using memplan::test::source_path;
 using memplan::test::temp_dir;
 
 namespace {
-std::string tiny() {
-  return memplan::test::quoted_source_path("traces/resnet_tiny.json");
-}
 void spit(const std::filesystem::path& p, const std::string& text) {
   std::ofstream(p) << text;
 }
@@ -34,13 +31,14 @@ std::size_t file_count(const std::string& dir) {
 
 TEST_CASE("an output named - is standard output, and the report goes to standard error",
           "[cli][output]") {
-  const auto r = run_memplan("simulate " + tiny() + " --policy swap-all --plan-out -");
+  const auto r =
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy swap-all --plan-out -");
   CAPTURE(r.err);
   REQUIRE(r.exit_status == 0);
   const auto plan = nlohmann::json::parse(r.out);  // only the plan on stdout
   CHECK(plan.contains("maps"));
   CHECK(r.err.find("plan        swap-all") != std::string::npos);
-  const auto two = run_memplan("simulate " + tiny() +
+  const auto two = run_memplan("simulate " + memplan::test::tiny_trace() +
                                " --policy swap-all --plan-out - "
                                "--memory-csv -");
   CHECK(two.exit_status == 2);
@@ -51,8 +49,8 @@ TEST_CASE("an output through a symlink replaces the target and keeps the link", 
   const std::string dir = temp_dir();
   spit(dir + "/target.json", "old");
   std::filesystem::create_symlink("target.json", dir + "/link.json");
-  const auto r =
-      run_memplan("simulate " + tiny() + " --policy swap-all --plan-out '" + dir + "/link.json'");
+  const auto r = run_memplan("simulate " + memplan::test::tiny_trace() +
+                             " --policy swap-all --plan-out '" + dir + "/link.json'");
   CAPTURE(r.err);
   REQUIRE(r.exit_status == 0);
   CHECK(std::filesystem::is_symlink(dir + "/link.json"));
@@ -60,8 +58,8 @@ TEST_CASE("an output through a symlink replaces the target and keeps the link", 
   CHECK(file_count(dir) == 2);  // no temporary left beside them
   // A dangling link creates its target.
   std::filesystem::create_symlink("new.csv", dir + "/dangling.csv");
-  REQUIRE(run_memplan("simulate " + tiny() + " --policy in-core --memory-csv '" + dir +
-                      "/dangling.csv'")
+  REQUIRE(run_memplan("simulate " + memplan::test::tiny_trace() +
+                      " --policy in-core --memory-csv '" + dir + "/dangling.csv'")
               .exit_status == 0);
   CHECK(std::filesystem::is_symlink(dir + "/dangling.csv"));
   CHECK(memplan::test::read_text(dir + "/new.csv").rfind("time_ns,", 0) == 0);
@@ -72,22 +70,24 @@ TEST_CASE("FIFOs and devices are written directly, not replaced", "[cli][output]
   const std::string fifo = dir + "/pipe";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   // Nobody reads the FIFO: refused at once (not a hang), the FIFO left as it was.
-  const auto unread =
-      run_memplan("simulate " + tiny() + " --policy in-core --plan-out '" + fifo + "'");
+  const auto unread = run_memplan("simulate " + memplan::test::tiny_trace() +
+                                  " --policy in-core --plan-out '" + fifo + "'");
   CHECK(unread.exit_status == 2);
   CHECK(unread.err.find("a FIFO nobody reads") != std::string::npos);
   CHECK(std::filesystem::is_fifo(fifo));
   // With a reader, the plan goes through the FIFO.
   // (run_memplan's redirections apply to the last command: the reader's output is captured.)
-  const auto read = run_memplan("simulate " + tiny() + " --policy in-core --plan-out '" + fifo +
-                                "' >/dev/null & cat '" + fifo + "'");
+  const auto read =
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --plan-out '" +
+                  fifo + "' >/dev/null & cat '" + fifo + "'");
   CHECK(read.out.find("\"maps\"") != std::string::npos);
   CHECK(std::filesystem::is_fifo(fifo));
-  const auto null = run_memplan("simulate " + tiny() + " --policy in-core --timeline /dev/null");
+  const auto null = run_memplan("simulate " + memplan::test::tiny_trace() +
+                                " --policy in-core --timeline /dev/null");
   CHECK(null.exit_status == 0);
   CHECK(std::filesystem::is_character_file("/dev/null"));
-  const auto dir_out =
-      run_memplan("simulate " + tiny() + " --policy in-core --timeline '" + dir + "'");
+  const auto dir_out = run_memplan("simulate " + memplan::test::tiny_trace() +
+                                   " --policy in-core --timeline '" + dir + "'");
   CHECK(dir_out.exit_status == 2);
   CHECK(dir_out.err.find("is a directory") != std::string::npos);
 }
@@ -100,20 +100,21 @@ TEST_CASE("a run that exits 1 or 2 writes no output file and keeps an existing o
   const auto oom = run_memplan(
       fmt::format("simulate {} --policy in-core --memory 16KiB --timeline '{}/t.json' --memory-csv "
                   "'{}/m.csv' --plan-out '{}/kept.json'",
-                  tiny(), dir, dir, dir));
+                  memplan::test::tiny_trace(), dir, dir, dir));
   CHECK(oom.exit_status == 1);
   CHECK(oom.err.find("no output file written") != std::string::npos);
   CHECK(file_count(dir) == 1);
   CHECK(memplan::test::read_text(dir + "/kept.json") == "kept");
   // A search that finds no plan that fits (4 KiB holds no plan) writes no plan.
-  const auto search = run_memplan(
-      fmt::format("search {} --memory 4KiB --rounds 1 -o '{}/plan.json' --quiet", tiny(), dir));
+  const auto search =
+      run_memplan(fmt::format("search {} --memory 4KiB --rounds 1 -o '{}/plan.json' --quiet",
+                              memplan::test::tiny_trace(), dir));
   CHECK(search.exit_status == 1);
   CHECK(search.err.find("no plan written") != std::string::npos);
   CHECK(file_count(dir) == 1);
   // Bad input: exit 2, nothing written (a sweep's CSV, a zoo trace).
-  const auto sweep =
-      run_memplan(fmt::format("sweep {} --memory 4GiB,lots -o '{}/s.csv'", tiny(), dir));
+  const auto sweep = run_memplan(
+      fmt::format("sweep {} --memory 4GiB,lots -o '{}/s.csv'", memplan::test::tiny_trace(), dir));
   CHECK(sweep.exit_status == 2);
   const auto zoo = run_memplan(
       fmt::format("zoo resnet18 --batch 1 --device v100-16gb --layers 4 -o '{}/kept.json'", dir));

@@ -9,7 +9,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "sim/trace_io.hpp"
+#include "io/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
 #include "cuda_backend/cuda_environment.hpp"

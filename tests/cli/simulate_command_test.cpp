@@ -7,17 +7,14 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "sim/trace_io.hpp"
-#include "tests/sim/bad_plans.hpp"
+#include "io/trace_io.hpp"
+#include "tests/io/bad_plans.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;
 using memplan::test::source_path;
 
 namespace {
-std::string tiny() {
-  return memplan::test::quoted_source_path("traces/resnet_tiny.json");
-}
 void check_one_line(const memplan::test::CommandResult& r) {
   REQUIRE(!r.err.empty());
   CHECK(r.err.find('\n') == r.err.size() - 1);
@@ -25,7 +22,7 @@ void check_one_line(const memplan::test::CommandResult& r) {
 }  // namespace
 
 TEST_CASE("simulate prints a summary of the in-core plan", "[cli][simulate]") {
-  const auto r = run_memplan("simulate " + tiny() + " --policy in-core");
+  const auto r = run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core");
   CAPTURE(r.err);
   CHECK(r.exit_status == 0);
   CHECK(r.out.find("plan        in-core (keep 6, swap 0, recompute 0, encode 0)") !=
@@ -35,7 +32,8 @@ TEST_CASE("simulate prints a summary of the in-core plan", "[cli][simulate]") {
 }
 
 TEST_CASE("simulate --json has the documented keys", "[cli][simulate]") {
-  const auto r = run_memplan("simulate " + tiny() + " --policy swap-all --json");
+  const auto r =
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy swap-all --json");
   REQUIRE(r.exit_status == 0);
   const auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"feasible", "iteration_s", "peak_bytes", "peak_reserved_bytes", "stall_s",
@@ -50,7 +48,7 @@ TEST_CASE("simulate --json has the documented keys", "[cli][simulate]") {
   CHECK(j.at("iteration_s").get<double>() > j.at("compute_s").get<double>());
   CHECK(j.at("stall_s").get<double>() > 0);
   CHECK(j.at("peak_bytes").get<long>() <= j.at("peak_reserved_bytes").get<long>());
-  // A time average of the live bytes cannot exceed their peak (tests/sim/memory_measures_test.cpp
+  // A time average of the live bytes cannot exceed their peak (tests/io/memory_measures_test.cpp
   // works one out by hand).
   CHECK(j.at("average_live_bytes").get<long>() > 0);
   CHECK(j.at("average_live_bytes").get<long>() <= j.at("peak_bytes").get<long>());
@@ -58,7 +56,8 @@ TEST_CASE("simulate --json has the documented keys", "[cli][simulate]") {
 
 TEST_CASE("a faster link makes swapping cheaper; flags override the preset", "[cli][simulate]") {
   auto iteration = [](const std::string& flags) {
-    const auto r = run_memplan("simulate " + tiny() + " --policy swap-all --json " + flags);
+    const auto r = run_memplan("simulate " + memplan::test::tiny_trace() +
+                               " --policy swap-all --json " + flags);
     REQUIRE(r.exit_status == 0);
     return nlohmann::json::parse(r.out);
   };
@@ -74,12 +73,14 @@ TEST_CASE("a faster link makes swapping cheaper; flags override the preset", "[c
 }
 
 TEST_CASE("a plan that does not fit exits 1 with the diagnosis", "[cli][simulate]") {
-  auto r = run_memplan("simulate " + tiny() + " --policy in-core --memory 16KiB");
+  auto r =
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --memory 16KiB");
   CHECK(r.exit_status == 1);
   CHECK(r.out.find("infeasible  out of device memory at op '") != std::string::npos);
   check_one_line(r);
   CHECK(r.err.find("does not fit") != std::string::npos);
-  r = run_memplan("simulate " + tiny() + " --policy in-core --memory 16KiB --json");
+  r = run_memplan("simulate " + memplan::test::tiny_trace() +
+                  " --policy in-core --memory 16KiB --json");
   CHECK(r.exit_status == 1);
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j.at("feasible") == false);
@@ -93,7 +94,8 @@ TEST_CASE("a plan that does not fit exits 1 with the diagnosis", "[cli][simulate
 }
 
 TEST_CASE("memory too small for the parameters fails before the first op", "[cli][simulate]") {
-  const auto r = run_memplan("simulate " + tiny() + " --policy in-core --memory 4KiB");
+  const auto r =
+      run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --memory 4KiB");
   CHECK(r.exit_status == 1);
   CHECK(r.err.find("out of device memory before the first op") != std::string::npos);
 }
@@ -103,9 +105,9 @@ TEST_CASE("simulate writes the timeline, the memory curve and the plan", "[cli][
   const auto timeline = dir / "t.json";
   const auto csv = dir / "m.csv";
   const auto plan = dir / "p.json";
-  auto r = run_memplan("simulate " + tiny() + " --policy swap-all --timeline '" +
-                       timeline.string() + "' --memory-csv '" + csv.string() + "' --plan-out '" +
-                       plan.string() + "' --json");
+  auto r = run_memplan("simulate " + memplan::test::tiny_trace() +
+                       " --policy swap-all --timeline '" + timeline.string() + "' --memory-csv '" +
+                       csv.string() + "' --plan-out '" + plan.string() + "' --json");
   REQUIRE(r.exit_status == 0);
   const auto trace = nlohmann::json::parse(memplan::test::read_text(timeline));
   std::set<std::string> threads;
@@ -124,7 +126,8 @@ TEST_CASE("simulate writes the timeline, the memory curve and the plan", "[cli][
   CHECK(curve.rfind("time_ns,live_bytes,reserved_bytes\n", 0) == 0);
   CHECK(std::count(curve.begin(), curve.end(), '\n') == counters + 1);
   // The written plan simulates to the same result.
-  const auto again = run_memplan("simulate " + tiny() + " --plan '" + plan.string() + "' --json");
+  const auto again = run_memplan("simulate " + memplan::test::tiny_trace() + " --plan '" +
+                                 plan.string() + "' --json");
   REQUIRE(again.exit_status == 0);
   auto first = nlohmann::json::parse(r.out);
   auto second = nlohmann::json::parse(again.out);
@@ -141,8 +144,8 @@ TEST_CASE("bad plans and flags: one line, exit 2, nothing written", "[cli][simul
     CAPTURE(bad.name);
     const auto path = dir / "bad-plan.json";
     std::ofstream(path) << bad.text;
-    const auto r = run_memplan("simulate " + tiny() + " --plan '" + path.string() +
-                               "' --timeline '" + timeline.string() + "'");
+    const auto r = run_memplan("simulate " + memplan::test::tiny_trace() + " --plan '" +
+                               path.string() + "' --timeline '" + timeline.string() + "'");
     CAPTURE(r.err);
     CHECK(r.exit_status == 2);
     CHECK(r.out.empty());
@@ -156,8 +159,8 @@ TEST_CASE("bad plans and flags: one line, exit 2, nothing written", "[cli][simul
         "--policy in-core --memory lots", "--policy in-core --h2d fast",
         "--policy in-core --latency soon", "--plan /nonexistent/plan.json"}) {
     CAPTURE(flags);
-    const auto r =
-        run_memplan("simulate " + tiny() + " " + flags + " --timeline '" + timeline.string() + "'");
+    const auto r = run_memplan("simulate " + memplan::test::tiny_trace() + " " + flags +
+                               " --timeline '" + timeline.string() + "'");
     CAPTURE(r.err);
     CHECK(r.exit_status == 2);
     CHECK(r.out.empty());

@@ -1,7 +1,9 @@
 // `memplan validate --backend host`: the documented JSON keys with the peaks equal and the
 // gradients matching for swap-all and recompute-all; bad input (unknown backend) is one line and
 // exit 2; a plan the simulator says does not fit is one line and exit 1, as in `simulate`;
-// --force runs it and reports the OOM.
+// --force runs it and reports the OOM. A flag the chosen backend has no use for is refused with
+// one line and exit 2, never dropped (--backend torch's what-if flags act:
+// tests/cli/capture_command_test.cpp).
 #include <algorithm>
 #include <string>
 
@@ -9,9 +11,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "sim/basic_plans.hpp"
-#include "sim/plan_io.hpp"
-#include "sim/trace_io.hpp"
+#include "core/basic_plans.hpp"
+#include "io/plan_io.hpp"
+#include "io/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
 #include "cuda_backend/cuda_environment.hpp"
@@ -86,7 +88,7 @@ TEST_CASE("validate --encode with precision reduction passes within the stated t
   if (std::string(encode) == "all" && std::string(name) == "resnet_tiny") {
     // Its ReLU outputs take binarize or sparse (lossless); its other float maps (pool_out 512 B,
     // logits and probs 80 B) are one arena unit each, which narrowing would not shrink, so Gist
-    // narrows none (search/gist.cpp): the plan is lossless and compared bitwise.
+    // narrows none (search/policies/gist.cpp): the plan is lossless and compared bitwise.
     CHECK(j["comparison"] == "bitwise");
     CHECK(j["bitwise_equal"] == true);
     return;
@@ -227,4 +229,38 @@ TEST_CASE("validate refuses a generic op (a layer with no rule): one line, exit 
   CHECK(r.err.find("(aten::gelu, forward)") != std::string::npos);
   CHECK(r.err.find("a generic op") != std::string::npos);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+TEST_CASE("validate refuses a flag its backend would ignore: one line naming it, exit 2",
+          "[cli][validate]") {
+  struct Case {
+    const char* flags;
+    const char* flag;
+  };
+  // --backend torch predicts with the op times the capture measured and runs plans of feature
+  // maps only: --calibrate and --host-bandwidth would change nothing. Refused before Python runs.
+  const std::string torch = "--backend torch --model torchvision:resnet18 --policy swap-all";
+  // The flags that rebuild a captured PyTorch model mean nothing to the host backend.
+  const std::string host = "--backend host --policy swap-all";
+  for (const auto& [flags, flag] :
+       {Case{"--calibrate", "--calibrate"}, Case{"--host-bandwidth 20GB/s", "--host-bandwidth"}}) {
+    CAPTURE(flags);
+    const auto r = run_memplan(fmt::format("validate {} {} {}", trace("mlp4"), torch, flags));
+    CHECK(r.exit_status == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find(fmt::format("memplan: {}: ", flag)) == 0);
+    CHECK(r.err.find("--backend torch") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  for (const auto& [flags, flag] :
+       {Case{"--model torchvision:resnet18", "--model"}, Case{"--batch 4", "--batch"},
+        Case{"--input 32x32", "--input"}, Case{"--optimizer adam", "--optimizer"}}) {
+    CAPTURE(flags);
+    const auto r = run_memplan(fmt::format("validate {} {} {}", trace("mlp4"), host, flags));
+    CHECK(r.exit_status == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find(fmt::format("memplan: {}: ", flag)) == 0);
+    CHECK(r.err.find("only for --backend torch") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
 }

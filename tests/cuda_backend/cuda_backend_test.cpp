@@ -12,24 +12,27 @@
 
 #include <cuda_runtime.h>
 
+#include "core/basic_plans.hpp"
+#include "core/input_error.hpp"
+#include "core/machine.hpp"
 #include "cuda_backend/cuda_backend.hpp"
 #include "cuda_backend/cuda_device.hpp"
 #include "cuda_backend/cuda_environment.hpp"
 #include "cuda_backend/kernels.cuh"
 #include "host_backend/encodings.hpp"
 #include "host_backend/host_backend.hpp"
+#include "io/trace_io.hpp"
 #include "runtime/interpreter.hpp"
 #include "runtime/recording.hpp"
 #include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
-#include "sim/input_error.hpp"
 #include "sim/lowering.hpp"
-#include "sim/machine.hpp"
-#include "sim/trace_io.hpp"
 #include "tests/support/sim_helpers.hpp"
+#include "tests/cuda_backend/cuda_test_support.hpp"
 
 namespace mp = memplan;
+
+using memplan::test::skip_without_device;
 
 namespace {
 
@@ -38,13 +41,6 @@ mp::sim::Workload load(const std::string& name) {
 }
 
 /// True (after a warning naming the reason) when there is no CUDA device to test on.
-bool skip_without_device() {
-  const mp::cuda_backend::CudaEnvironment env = mp::cuda_backend::probe_cuda();
-  if (env.device_count > 0) return false;
-  WARN("skipped: no CUDA device (" << env.unavailable_reason << ")");
-  return true;
-}
-
 /// Device memory holding a copy of `values`, freed on scope exit.
 template <class T>
 class DeviceArray {

@@ -19,18 +19,14 @@
 #include "host_backend/conv_kernels.hpp"
 #include "host_backend/layer_kernels.hpp"
 #include "host_backend/transformer_kernels.hpp"
+#include "tests/cuda_backend/cuda_test_support.hpp"
 
 namespace mp = memplan;
 namespace hb = memplan::host_backend;
 
-namespace {
+using memplan::test::skip_without_device;
 
-bool skip_without_device() {
-  const mp::cuda_backend::CudaEnvironment env = mp::cuda_backend::probe_cuda();
-  if (env.device_count > 0) return false;
-  WARN("skipped: no CUDA device (" << env.unavailable_reason << ")");
-  return true;
-}
+namespace {
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);

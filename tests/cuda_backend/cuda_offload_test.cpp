@@ -1,4 +1,4 @@
-// Host placement on the GPU (Note [Host placement] in sim/plan.hpp), as
+// Host placement on the GPU (Note [Host placement] in core/plan.hpp), as
 // tests/host_backend/host_placement_test.cpp runs it on the host: parameters, gradients, momenta
 // and the batch in pinned host slots, the update on the host stream (a cudaLaunchHostFunc running
 // runtime::run_host_op) or on the device after a prefetch. Each plan's gradients, updated weights
@@ -9,12 +9,12 @@
 
 #include <algorithm>
 
+#include "core/basic_plans.hpp"
+#include "core/machine.hpp"
+#include "core/plan.hpp"
 #include "cuda_backend/cuda_backend.hpp"
 #include "cuda_backend/cuda_environment.hpp"
 #include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
-#include "sim/machine.hpp"
-#include "sim/plan.hpp"
 #include "sim/simulation.hpp"
 #include "zoo/models.hpp"
 

@@ -9,17 +9,17 @@
 #include <random>
 #include <string>
 
+#include "core/basic_plans.hpp"
+#include "core/feature_maps.hpp"
+#include "core/input_error.hpp"
+#include "core/machine.hpp"
 #include "cuda_backend/cuda_backend.hpp"
 #include "cuda_backend/cuda_environment.hpp"
+#include "io/trace_io.hpp"
+#include "memory/device_arena.hpp"
 #include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
-#include "sim/device_arena.hpp"
 #include "sim/engine.hpp"
-#include "sim/feature_maps.hpp"
-#include "sim/input_error.hpp"
 #include "sim/lowering.hpp"
-#include "sim/machine.hpp"
-#include "sim/trace_io.hpp"
 
 namespace mp = memplan;
 

@@ -7,13 +7,13 @@
 
 #include <string>
 
+#include "core/basic_plans.hpp"
+#include "core/machine.hpp"
 #include "cuda_backend/cuda_backend.hpp"
 #include "cuda_backend/cuda_environment.hpp"
 #include "host_backend/host_backend.hpp"
 #include "runtime/recording.hpp"
 #include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
-#include "sim/machine.hpp"
 #include "zoo/models.hpp"
 
 namespace mp = memplan;

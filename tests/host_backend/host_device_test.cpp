@@ -9,15 +9,15 @@
 #include <memory>
 #include <string>
 
+#include "core/basic_plans.hpp"
+#include "core/machine.hpp"
 #include "host_backend/host_backend.hpp"
 #include "host_backend/host_device.hpp"
+#include "io/trace_io.hpp"
 #include "runtime/interpreter.hpp"
 #include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
-#include "sim/machine.hpp"
-#include "sim/trace_io.hpp"
 #include "tests/support/sim_helpers.hpp"
 
 namespace mp = memplan;

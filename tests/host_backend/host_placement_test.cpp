@@ -1,5 +1,5 @@
 // Plans that place parameters, gradients, optimizer state and the input batch on the host (Note
-// [Host placement] in sim/plan.hpp) run for real on the host backend: the update on the host
+// [Host placement] in core/plan.hpp) run for real on the host backend: the update on the host
 // stream (runtime::run_host_op) or on the device after a prefetch, the weights written back. Each
 // plan's gradients, updated weights and momenta (Adam's exp_avg and exp_avg_sq) are bitwise those
 // of the in-core run, and its measured device peak is the simulator's to the byte.
@@ -7,10 +7,10 @@
 
 #include <algorithm>
 
+#include "core/basic_plans.hpp"
+#include "core/machine.hpp"
 #include "host_backend/host_backend.hpp"
 #include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
-#include "sim/machine.hpp"
 #include "sim/simulation.hpp"
 #include "zoo/models.hpp"
 

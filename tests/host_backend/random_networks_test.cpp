@@ -13,13 +13,13 @@
 #include <random>
 #include <string>
 
+#include "core/basic_plans.hpp"
+#include "core/machine.hpp"
 #include "host_backend/host_device.hpp"
 #include "runtime/interpreter.hpp"
 #include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
-#include "sim/machine.hpp"
 
 namespace mp = memplan;
 using mp::sim::Phase;

@@ -10,12 +10,12 @@
 #include <cstring>
 #include <vector>
 
+#include "core/basic_plans.hpp"
 #include "host_backend/host_device.hpp"
 #include "host_backend/op_executor.hpp"
 #include "runtime/initial_data.hpp"
 #include "runtime/interpreter.hpp"
 #include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
 #include "sim/lowering.hpp"
 #include "zoo/models.hpp"
 
@@ -24,7 +24,7 @@ using mp::sim::TensorId;
 
 namespace {
 
-mp::sim::Workload resnet18(std::int64_t side = 32) {
+mp::sim::Workload resnet18_at(std::int64_t side = 32) {
   const mp::zoo::ModelInfo* model = mp::zoo::find_model("resnet18");
   REQUIRE(model != nullptr);
   mp::zoo::ModelOptions options;
@@ -194,7 +194,7 @@ TEST_CASE("an average pool without a recorded window pools as its extents define
 
 TEST_CASE("resnet18 on the host learns a fixed batch: the loss falls over SGD steps",
           "[host_backend][training]") {
-  const mp::sim::Workload w = resnet18();
+  const mp::sim::Workload w = resnet18_at();
   const mp::sim::Op& sgd = sgd_op(w);
   // Swap-all, so that the steps also go through swapped and prefetched feature maps.
   const mp::sim::Program program = mp::sim::lower(w, mp::sim::swap_all_plan(w));
@@ -226,7 +226,7 @@ TEST_CASE("resnet18's gradient of a first-layer weight is the finite difference 
   // At 64x64 layer4's batch-norm sees 2x2 positions of 2 samples. (At 32x32 it normalises two
   // values per channel, whose normalised values are +-1 whatever they are: the loss is then a
   // step-like function of the weights, steep in a band narrower than any useful h.)
-  const mp::sim::Workload w = resnet18(64);
+  const mp::sim::Workload w = resnet18_at(64);
   const mp::sim::Op& sgd = sgd_op(w);
   const std::size_t k = sgd.inputs.size() / 3;
   // The first parameter the first forward op reads: conv1's filter, the farthest from the loss.

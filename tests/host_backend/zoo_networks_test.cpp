@@ -10,15 +10,15 @@
 
 #include <string>
 
+#include "core/basic_plans.hpp"
+#include "core/machine.hpp"
 #include "host_backend/host_backend.hpp"
 #include "host_backend/host_device.hpp"
 #include "runtime/interpreter.hpp"
 #include "runtime/recording.hpp"
 #include "runtime/validation.hpp"
-#include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
-#include "sim/machine.hpp"
 #include "zoo/models.hpp"
 
 namespace mp = memplan;

@@ -12,11 +12,12 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
-#include "sim/basic_plans.hpp"
+#include "core/basic_plans.hpp"
+#include "core/feature_maps.hpp"
+#include "core/input_error.hpp"
+#include "core/liveness.hpp"
+#include "search/oracle/resumed_lowering.hpp"
 #include "sim/engine.hpp"
-#include "sim/feature_maps.hpp"
-#include "sim/input_error.hpp"
-#include "sim/liveness.hpp"
 #include "sim/lowering.hpp"
 #include "tests/support/workload_builder.hpp"
 
@@ -147,7 +148,7 @@ Plan random_plan(const Workload& w, Rng& rng) {
     }
     validate_plan(plan, w, "random plan");
   }
-  // Host placement (Note [Host placement] in sim/plan.hpp) in a third of the plans, from a
+  // Host placement (Note [Host placement] in core/plan.hpp) in a third of the plans, from a
   // generator of its own so that the draws above and after stay what they were.
   Rng place(workload_fingerprint(w));
   if (uniform(place, 0, 2) == 0) {
@@ -744,10 +745,10 @@ Plan changed_plan(const Workload& w, const Plan& base, Rng& rng) {
 }  // namespace
 
 TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[property]") {
-  // Note [Resuming a lowering] in sim/lowering.cpp: random graphs and plans, a checkpoint of each
-  // plan's lowering, then plans changed in a few maps resumed from it on another Lowerer, one
-  // after another into one Program (Note [Rewinding a resumed lowering]), with a full lowering
-  // on that Lowerer and into that Program between two of them.
+  // Note [Resuming a lowering] in search/oracle/resumed_lowering.cpp: random graphs and plans, a
+  // checkpoint of each plan's lowering, then plans changed in a few maps resumed from it on another
+  // Lowerer, one after another into one Program (Note [Rewinding a resumed lowering]), with a full
+  // lowering on that Lowerer and into that Program between two of them.
   constexpr int kCases = 500;
   int exact = 0;
   int equivalent = 0;
@@ -773,13 +774,13 @@ TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[pr
     m.memory_bytes = uniform(rng, peak / 2 + 512, peak * 2 + 4096);
     m.link.h2d_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
     m.link.d2h_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
-    Lowerer lowerer(w);
+    memplan::search::ResumableLowerer lowerer(w);
     Program program;
-    Lowerer::Checkpoint checkpoint;
+    memplan::search::ResumableLowerer::Checkpoint checkpoint;
     lowerer.lower(base, program, checkpoint);
     require_same_program(program, lower(w, base));  // keeping a checkpoint changes nothing
     if (checkpoint.empty()) continue;
-    Lowerer other(w);
+    memplan::search::ResumableLowerer other(w);
     Program resumed;
     for (int trial = 0; trial < 6; ++trial) {
       CAPTURE(trial);
@@ -794,17 +795,17 @@ TEST_CASE("a lowering resumed where the backward pass starts is lower()'s", "[pr
         require_same_program(resumed, lower(w, plan));
         continue;
       }
-      const Lowerer::Resumption r = other.resume(plan, checkpoint, resumed);
-      const Lowerer::Resumable how = r.how;
+      const auto r = other.resume(plan, checkpoint, resumed);
+      const auto how = r.how;
       REQUIRE(how == other.resumable(plan, checkpoint));
-      if (how == Lowerer::Resumable::kNo) {
+      if (how == memplan::search::ResumableLowerer::Resumable::kNo) {
         ++refused;
         continue;
       }
       // Whether the part before the backward pass was the checkpoint's plan's, frees included.
       (r.same_prefix ? same_prefix : other_prefix) += 1;
       const Program expected = lower(w, plan);
-      if (how == Lowerer::Resumable::kExact) {
+      if (how == memplan::search::ResumableLowerer::Resumable::kExact) {
         ++exact;
         require_same_program(resumed, expected);
       } else {

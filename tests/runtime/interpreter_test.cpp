@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "core/basic_plans.hpp"
+#include "core/machine.hpp"
+#include "io/trace_io.hpp"
+#include "memory/device_arena.hpp"
 #include "runtime/interpreter.hpp"
-#include "sim/basic_plans.hpp"
-#include "sim/device_arena.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
-#include "sim/machine.hpp"
-#include "sim/trace_io.hpp"
 
 namespace mp = memplan;
 

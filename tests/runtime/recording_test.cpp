@@ -11,13 +11,13 @@
 #include <memory>
 #include <string>
 
+#include "core/basic_plans.hpp"
+#include "core/machine.hpp"
 #include "host_backend/host_backend.hpp"
+#include "io/trace_io.hpp"
 #include "runtime/recording.hpp"
-#include "sim/basic_plans.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
-#include "sim/machine.hpp"
-#include "sim/trace_io.hpp"
 
 namespace mp = memplan;
 

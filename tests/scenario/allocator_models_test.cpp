@@ -1,4 +1,4 @@
-// The two allocator models on one hand-built step (sim/allocator_model.hpp): a freed 12 MiB map
+// The two allocator models on one hand-built step (core/allocator_model.hpp): a freed 12 MiB map
 // leaves a hole too small for a later 14 MiB one. One contiguous arena runs out there; PyTorch's
 // caching allocator gives the cached 12 MiB segment back to the driver and fits.
 #include <catch2/catch.hpp>

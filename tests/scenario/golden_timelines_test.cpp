@@ -2,7 +2,7 @@
 // comments (1 GB/s links = 1 byte per nanosecond, no copy latency, unless a test says otherwise).
 #include <catch2/catch.hpp>
 
-#include "sim/liveness.hpp"
+#include "core/liveness.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
 
@@ -11,11 +11,11 @@ using memplan::test::plan_with;
 using memplan::test::span_labels;
 using memplan::test::span_of;
 using memplan::test::test_machine;
+using memplan::test::kPlenty;
 using memplan::test::WorkloadBuilder;
 using Interval = std::pair<Nanoseconds, Nanoseconds>;
 
 namespace {
-constexpr Bytes kPlenty = Bytes{1} << 30;
 
 // f1 (1000 ns) -> f2 (2000) -> f3 (3000); backward g3 (1000), g2 (2000), g1 (1500).
 // f1_out (`a_bytes`) is read by f2 and g1: a long gap in which it can live on the host.

@@ -1,10 +1,10 @@
 // Golden timelines of plans that place parameters, gradients and optimizer state on the host
-// (Note [Host placement] in sim/plan.hpp). Links at 1 GB/s (1 byte per ns) without latency, the
+// (Note [Host placement] in core/plan.hpp). Links at 1 GB/s (1 byte per ns) without latency, the
 // host update at 10 GB/s (10 bytes per ns); every number is worked out in the comments.
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.hpp"
-#include "sim/plan_io.hpp"
+#include "core/input_error.hpp"
+#include "io/plan_io.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
 

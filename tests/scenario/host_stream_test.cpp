@@ -17,7 +17,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "sim/timeline_export.hpp"
+#include "io/timeline_export.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
 
@@ -25,11 +25,11 @@ using namespace memplan::sim;
 using memplan::test::plan_with;
 using memplan::test::span_of;
 using memplan::test::test_machine;
+using memplan::test::kPlenty;
 using memplan::test::WorkloadBuilder;
 using Interval = std::pair<Nanoseconds, Nanoseconds>;
 
 namespace {
-constexpr Bytes kPlenty = Bytes{1} << 30;
 
 Workload step(Bytes map_bytes, Nanoseconds dispatch_ns, std::optional<Nanoseconds> launch_ns,
               const std::string& synchronizing_op = {}) {

@@ -5,7 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/workload.hpp"
+#include "core/plan.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::test {
 
@@ -38,5 +39,12 @@ sim::Workload layer_chain(const std::vector<LayerSpec>& layers,
 sim::Workload fan(std::array<sim::Nanoseconds, 4> forward_ns,
                   std::array<sim::Nanoseconds, 4> backward_ns,
                   sim::Bytes memory_bytes = sim::Bytes{1} << 40);
+
+/// A plan's actions, in map order.
+inline std::vector<sim::Action> actions(const sim::Plan& plan) {
+  std::vector<sim::Action> out;
+  for (const sim::Decision& d : plan.decisions) out.push_back(d.action);
+  return out;
+}
 
 }  // namespace memplan::test

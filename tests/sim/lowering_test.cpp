@@ -1,11 +1,11 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
-#include "sim/basic_plans.hpp"
+#include "core/basic_plans.hpp"
+#include "core/liveness.hpp"
+#include "io/trace_io.hpp"
 #include "sim/engine.hpp"
-#include "sim/liveness.hpp"
 #include "sim/lowering.hpp"
-#include "sim/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/workload_builder.hpp"
 

@@ -43,6 +43,10 @@ CommandResult run_memplan(const std::string& args, const std::string& launcher) 
   return result;
 }
 
+std::string tiny_trace() {
+  return quoted_source_path("traces/resnet_tiny.json");
+}
+
 std::string quoted_source_path(const std::string& relative) {
   return fmt::format("'{}'", source_path(relative));  // fmt: GCC 12 -Wrestrict on "'" + s
 }

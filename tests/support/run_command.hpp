@@ -20,6 +20,8 @@ std::string source_path(const std::string& relative);
 
 /// The same path quoted for run_memplan's shell text, e.g. for an argument.
 std::string quoted_source_path(const std::string& relative);
+/// quoted_source_path of the shipped traces/resnet_tiny.json, the trace most command tests run.
+std::string tiny_trace();
 
 /// A file's whole contents ("" when it cannot be read).
 std::string read_text(const std::filesystem::path& path);

@@ -5,10 +5,10 @@
 #include <utility>
 #include <vector>
 
-#include "sim/basic_plans.hpp"
+#include "core/basic_plans.hpp"
+#include "core/machine.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
-#include "sim/machine.hpp"
 #include "sim/simulation.hpp"
 
 namespace memplan::test {
@@ -36,6 +36,16 @@ sim::Machine test_machine(sim::Bytes memory_bytes, double bytes_per_s = 1e9,
                           sim::Nanoseconds latency_ns = 0);
 
 using Simulation = sim::Simulation;
+
+/// The sum of every op's duration: a step's device time with nothing overlapped or stalled.
+inline sim::Nanoseconds op_time(const sim::Workload& w) {
+  sim::Nanoseconds total = 0;
+  for (const sim::Op& op : w.ops) total += op.duration_ns;
+  return total;
+}
+
+/// A device memory no small scenario fills.
+inline constexpr sim::Bytes kPlenty = sim::Bytes{1} << 30;
 /// sim::simulate with every record kept.
 Simulation simulate(const sim::Workload& w, const sim::Plan& plan, const sim::Machine& machine);
 

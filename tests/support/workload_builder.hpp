@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 
 namespace memplan::test {
 

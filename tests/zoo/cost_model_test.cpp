@@ -3,7 +3,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "sim/machine.hpp"
+#include "core/machine.hpp"
 #include "tests/zoo/zoo_test_support.hpp"
 #include "zoo/cost_model.hpp"
 #include "zoo/devices.hpp"
@@ -122,7 +122,7 @@ TEST_CASE("device presets carry capacity, peak rates and their link", "[zoo][dev
     CHECK(from_trace.link.d2h_bytes_per_s == from_flag.link.d2h_bytes_per_s);
     CHECK(from_trace.link.latency_ns == from_flag.link.latency_ns);
   }
-  // The numbers themselves, once: ARCHITECTURE.md's bandwidths (tests/sim/machine_test.cpp pins
+  // The numbers themselves, once: ARCHITECTURE.md's bandwidths (tests/core/machine_test.cpp pins
   // the presets), so an A100 trace copies at 32 GB/s with 8 us per copy.
   const sim::DeviceInfo a100 = zoo::device_info(*zoo::find_device("a100-40gb"));
   CHECK(a100.link.h2d_bytes_per_s == 32e9);

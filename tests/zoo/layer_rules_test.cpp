@@ -1,11 +1,11 @@
-// The zoo builds every layer as sim/layer.hpp's table says: a backward op reads, after the output
+// The zoo builds every layer as core/layer.hpp's table says: a backward op reads, after the output
 // gradient, only what its layer's rule says is saved; weights only where the rule has them; a
 // workspace only for layers that may use one.
 #include <string>
 
 #include <catch2/catch.hpp>
 
-#include "sim/layer.hpp"
+#include "core/layer.hpp"
 #include "tests/zoo/zoo_test_support.hpp"
 
 namespace sim = memplan::sim;
@@ -27,7 +27,7 @@ std::uint8_t saved_as(const sim::Workload& w, const sim::Op& forward, sim::Tenso
 
 }  // namespace
 
-TEST_CASE("the zoo's layers read, save and need what sim/layer.hpp's table says", "[zoo][layer]") {
+TEST_CASE("the zoo's layers read, save and need what core/layer.hpp's table says", "[zoo][layer]") {
   // Every layer the zoo builds, 2-d and 3-d.
   for (const char* model : {"alexnet", "overfeat", "vgg16", "googlenet", "resnet50",
                             "resnext101-3d", "densenet121", "mobilenet_v2", "gpt"}) {

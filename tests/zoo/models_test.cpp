@@ -4,7 +4,7 @@
 #include <fmt/core.h>
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.hpp"
+#include "core/input_error.hpp"
 #include "tests/zoo/zoo_test_support.hpp"
 #include "zoo/cost_model.hpp"
 #include "zoo/saved_activations.hpp"

@@ -7,9 +7,9 @@
 #include <fmt/core.h>
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.hpp"
-#include "sim/liveness.hpp"
-#include "sim/trace_io.hpp"
+#include "core/input_error.hpp"
+#include "core/liveness.hpp"
+#include "io/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/zoo/zoo_test_support.hpp"
 #include "zoo/zoo.hpp"

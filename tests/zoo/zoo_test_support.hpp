@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "sim/workload.hpp"
+#include "core/workload.hpp"
 #include "zoo/models.hpp"
 
 namespace memplan::test {

@@ -4,16 +4,20 @@
   (memplan.torch.recorder) and returns a `Capture` whose `.trace` is trace format v1 JSON and
   `.save(path)` writes it.
 - `apply(model, plan, captured)` returns a `PlannedModel` whose `.step(batch, loss_fn, optimizer)`
-  runs a step with the plan carried out through saved-tensor hooks (memplan.torch.apply).
-- `validate(model, batch, loss_fn, optimizer, plan, captured)` runs the baseline and the planned
-  step and compares them, and the hooks' peaks with the simulator's (memplan.torch.validate).
-`python3 -m memplan.torch capture|validate ...` is the command line behind `memplan capture` and
-`memplan validate --backend torch`.
+  runs a step with the plan carried out through saved-tensor hooks (memplan.torch.apply; the plan
+  read and laid out by memplan.torch.schedule, Gist's encodings in memplan.torch.encodings).
+- `validate(model, batch, loss_fn, optimizer, plan, captured, **what_if)` runs the baseline and the
+  planned step and compares them, and the hooks' peaks with the simulator's, predicting on the
+  machine `what_if` describes (memplan.torch.validate).
+Every question to the simulator (plans, predictions, feature maps, fingerprints, tolerances,
+encoded sizes) is asked of memplan._core in this process. `python3 -m memplan.torch
+capture|validate ...` is the command line behind `memplan capture` and `memplan validate --backend
+torch`.
 """
 
 from memplan.torch.apply import PlanError, PlannedModel, apply
 from memplan.torch.capture import Capture, capture, saved_bytes_in_trace, write_trace
-from memplan.torch.validate import Validation, validate
+from memplan.torch.validate import DoesNotFit, Validation, validate
 
-__all__ = ["Capture", "PlanError", "PlannedModel", "Validation", "apply", "capture",
+__all__ = ["Capture", "DoesNotFit", "PlanError", "PlannedModel", "Validation", "apply", "capture",
            "saved_bytes_in_trace", "validate", "write_trace"]

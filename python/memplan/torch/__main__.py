@@ -2,24 +2,32 @@
 `python3 -m memplan.torch validate TRACE --model MODEL ...`: what `memplan validate --backend
 torch` runs (cli/validate_command).
 
-Bad input (a model spec, an extent, a device, a plan for another model) is one line on stderr and
-exit status 2. validate exits 1 when the planned step's loss, gradients or weights are not bitwise
-the baseline's.
+validate predicts the plan in process (memplan._core) on the trace's device with the what-if
+flags applied (--memory, --link, --h2d, --d2h, --latency, --host-memory, --allocator: the values
+`memplan simulate` takes); --policy plans for that machine, --encode applies Gist's encodings to
+the plan's kept maps, as in `memplan validate`.
+
+Bad input (a model spec, an extent, a device, a plan for another model, a what-if value) is one
+line on stderr and exit status 2. validate exits 1 when the planned step's results are not the
+baseline's (bitwise, or within the tolerance for a plan that narrows maps) or its peaks not the
+predicted ones, and when the simulator says the plan does not fit (unless --force), as
+`memplan validate` does.
 """
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 
-from memplan.torch.apply import PlanError
+import memplan
 from memplan.torch.capture import capture, run_step
-from memplan.torch.validate import validate
 from memplan.torch.models import SpecError, load_model, loss_of, make_batch, parse_dims
+from memplan.torch.schedule import PlanError
+from memplan.torch.validate import DoesNotFit, validate
+
+# The what-if flags validate passes to the simulator, as memplan.simulate's keywords.
+_WHAT_IF = ("memory", "link", "h2d", "d2h", "latency", "host_memory", "allocator")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,9 +58,13 @@ def _parser():
     val.add_argument("--model", required=True, help="the MODEL given to memplan capture")
     _model_flags(val)
     val.add_argument("--plan", help="plan file (JSON)")
-    val.add_argument("--policy", help="a policy whose plan memplan simulate writes")
-    val.add_argument("--memory", help="device memory for --policy (memplan's units)")
-    val.add_argument("--memplan", default="memplan", help="the memplan binary")
+    val.add_argument("--policy", help="a policy (see memplan compare) or swap-all, recompute-all")
+    val.add_argument("--encode", help="Gist encodings for kept maps (as memplan validate takes)")
+    for flag in _WHAT_IF:
+        val.add_argument("--" + flag.replace("_", "-"), dest=flag,
+                         help="the machine the plan is predicted on (as memplan simulate takes it)")
+    val.add_argument("--force", action="store_true",
+                     help="run even when the simulator says the plan does not fit")
     val.add_argument("--json", action="store_true")
     return parser
 
@@ -88,59 +100,65 @@ def run_capture(args):
           f"{s['capture_seconds']:.2f} s -> {args.output}")
 
 
-def _read_plan(args):
+def _plan(args, trace, what_if):
+    """The plan validate runs: the --plan file or the --policy's plan for the machine, with the
+    --encode encodings applied (memplan.simulate resolves it as `memplan simulate` does). A plan
+    the simulator says does not fit the machine stops here, before the model is built, unless
+    --force."""
     if (args.plan is None) == (args.policy is None):
         raise SpecError("give --plan FILE or --policy NAME")
-    if args.plan is not None:
-        with open(args.plan) as f:
-            return json.load(f)
-    if not args.memory:
-        raise SpecError("--policy needs --memory (the device memory the policy plans for)")
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "plan.json")
-        run = subprocess.run([args.memplan, "simulate", args.trace, "--policy", args.policy,
-                              "--memory", args.memory, "--plan-out", path],
-                             capture_output=True, text=True)
-        if not os.path.exists(path):
-            raise SpecError(run.stderr.strip().removeprefix("memplan: "))
-        with open(path) as f:
-            return json.load(f)
+    simulation = memplan.simulate(trace, plan=args.plan, policy=args.policy, encode=args.encode,
+                                  **what_if)
+    if not simulation.feasible and not args.force:
+        raise DoesNotFit(simulation.oom)
+    return simulation.plan
+
+
+def _print_text(args, v):
+    print("backend            torch")
+    print(f"plan               {args.plan or args.policy}")
+    m = v["machine"]
+    print(f"predicted on       {m['memory_bytes']} B device memory, {m['allocator']} allocator; "
+          f"h2d {m['h2d_bytes_per_s'] / 1e9:g} GB/s, d2h {m['d2h_bytes_per_s'] / 1e9:g} GB/s, "
+          f"latency {m['copy_latency_ns']} ns")
+    print(f"bitwise            loss {v['loss_equal']}, gradients {v['gradients_equal']}, "
+          f"updated weights {v['weights_equal']}")
+    if v["narrowed_maps"]:
+        print(f"narrowed maps      {v['narrowed_maps']}: gradients' relative error "
+              f"{v['gradient_relative_error']:.2e} (tolerance {v['gradient_tolerance']:.2e})")
+    print(f"saved peak bytes   predicted {v['predicted_saved_peak_bytes']}  measured "
+          f"{v['measured_saved_peak_bytes']} (map buffers and the plan's copies on the device)")
+    print(f"host peak bytes    predicted {v['predicted_host_peak_bytes']}  measured "
+          f"{v['measured_host_peak_bytes']} (swap copies)")
+    if v["measured_cuda_step_peak_bytes"] is not None:
+        print(f"CUDA step memory   predicted {v['predicted_step_peak_bytes']}  measured "
+              f"{v['measured_cuda_step_peak_bytes']} (baseline step "
+              f"{v['baseline_cuda_step_peak_bytes']}; above the resident tensors)")
+    if v["predicted_seconds"] is None:
+        print(f"iteration time     predicted: does not fit (--force)  measured "
+              f"{v['measured_seconds']:.6f} s")
+        return
+    error = v["measured_seconds"] / v["predicted_seconds"] - 1
+    print(f"iteration time     predicted {v['predicted_seconds']:.6f} s  measured "
+          f"{v['measured_seconds']:.6f} s  ({error:+.1%})")
 
 
 def run_validate(args):
-    try:
-        with open(args.trace) as f:
-            trace = json.load(f)
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{args.trace}: not JSON ({e})") from None
-    plan = _read_plan(args)
+    trace = memplan.load_trace(args.trace)
+    with open(args.trace) as f:
+        captured = json.load(f)
+    what_if = {k: getattr(args, k) for k in _WHAT_IF if getattr(args, k) is not None}
+    plan = _plan(args, trace, what_if)
     model, batch, optimizer = _setup(args)
     run_step(model, batch, loss_of(model), optimizer)  # capture's warm-up: the optimizer state
-    v = validate(model, batch, loss_of(model), optimizer, plan, trace, memplan=args.memplan,
-                 seed=args.seed)
+    v = validate(model, batch, loss_of(model), optimizer, plan, captured, seed=args.seed,
+                 force=args.force, **what_if)
     if args.json:
         print(json.dumps(dict(v, backend="torch", lossless=v.lossless_ok,
                               peaks_match=v.peaks_match,
                               within_tolerance=v.within_tolerance), indent=2))
     else:
-        print("backend            torch")
-        print(f"plan               {args.plan or args.policy}")
-        print(f"bitwise            loss {v['loss_equal']}, gradients {v['gradients_equal']}, "
-              f"updated weights {v['weights_equal']}")
-        if v["narrowed_maps"]:
-            print(f"narrowed maps      {v['narrowed_maps']}: gradients' relative error "
-                  f"{v['gradient_relative_error']:.2e} (tolerance {v['gradient_tolerance']:.2e})")
-        print(f"saved peak bytes   predicted {v['predicted_saved_peak_bytes']}  measured "
-              f"{v['measured_saved_peak_bytes']} (map buffers and the plan's copies on the device)")
-        print(f"host peak bytes    predicted {v['predicted_host_peak_bytes']}  measured "
-              f"{v['measured_host_peak_bytes']} (swap copies)")
-        if v["measured_cuda_step_peak_bytes"] is not None:
-            print(f"CUDA step memory   predicted {v['predicted_step_peak_bytes']}  measured "
-                  f"{v['measured_cuda_step_peak_bytes']} (baseline step "
-                  f"{v['baseline_cuda_step_peak_bytes']}; above the resident tensors)")
-        error = v["measured_seconds"] / v["predicted_seconds"] - 1
-        print(f"iteration time     predicted {v['predicted_seconds']:.6f} s  measured "
-              f"{v['measured_seconds']:.6f} s  ({error:+.1%})")
+        _print_text(args, v)
     return 0 if v.within_tolerance and v.peaks_match else 1
 
 
@@ -153,6 +171,13 @@ def main(argv=None):
             run_capture(args)
             return 0
         return run_validate(args)
+    except DoesNotFit as e:  # as `memplan validate`: exit 1, as `memplan simulate`
+        print(f"memplan: the simulator says the plan does not fit (--force runs it): {e.oom}",
+              file=sys.stderr)
+        return 1
+    except memplan.InputError as e:  # memplan's own line, which names the file or flag
+        print(f"memplan: {e}", file=sys.stderr)
+        return 2
     except (SpecError, PlanError) as e:
         print(f"memplan: {command}: {e}", file=sys.stderr)
         return 2

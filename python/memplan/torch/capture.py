@@ -4,6 +4,9 @@ The step is the user's: `loss = loss_fn(model(*batch[:-1]), batch[-1])`, `loss.b
 `optimizer.step()`, after `warmup_steps` unrecorded steps (they create the optimizer's state, so
 that it exists before the recorded step as the trace format wants, and warm the allocator). The
 model and optimizer are trained by those steps: capture does not restore them.
+
+`memplan_trace(captured)` is the captured trace as a memplan.Trace (read and checked by memplan's
+C++ trace reader): what every question memplan.torch asks the simulator takes, in process.
 """
 
 import contextlib
@@ -14,6 +17,7 @@ import time
 
 import torch
 
+import memplan
 from memplan.torch.recorder import StepRecorder
 
 
@@ -56,28 +60,17 @@ def write_trace(trace, path):
         raise
 
 
-def storage_roots(trace):
-    """For each tensor, the tensor at the root of its in_place_of chain (its buffer)."""
-    roots = []
-    for t in trace["tensors"]:
-        base = t.get("in_place_of")
-        roots.append(t["id"] if base is None else roots[base])
-    return roots
+def memplan_trace(captured):
+    """A captured trace (a Capture or its dict) as a memplan.Trace; memplan.InputError (one line)
+    when memplan's trace reader refuses it."""
+    trace = captured.trace if isinstance(captured, Capture) else captured
+    return memplan.parse_trace(json.dumps(trace), "the captured trace")
 
 
-def saved_bytes_in_trace(trace, kinds=("activation", "input")):
-    """The trace's own count of what backward keeps: the distinct buffers of tensors of `kinds`
-    read by backward ops (zoo::saved_activation_bytes in C++)."""
-    roots = storage_roots(trace)
-    tensors = trace["tensors"]
-    counted = set()
-    for op in trace["ops"]:
-        if op["phase"] != "backward":
-            continue
-        for tid in op["inputs"]:
-            if tensors[tid]["kind"] in kinds:
-                counted.add(roots[tid])
-    return sum(tensors[r]["bytes"] for r in counted)
+def saved_bytes_in_trace(trace):
+    """The trace's own count of what backward keeps (a Capture, a trace dict): the distinct
+    buffers of activations and inputs read by backward ops (zoo::saved_activation_bytes)."""
+    return memplan_trace(trace).saved_activation_bytes()
 
 
 def run_step(model, batch, loss_fn, optimizer, recorder=None):
@@ -98,10 +91,12 @@ def run_step(model, batch, loss_fn, optimizer, recorder=None):
 
 
 def device_record(device):
+    """The trace's device: a GPU with its memory, or the CPU with the host's physical memory (as
+    `memplan record --backend host` records it), so that the trace is simulated as it ran."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return {"name": props.name, "memory_bytes": int(props.total_memory)}
-    return {"name": "cpu", "memory_bytes": 0}
+    return {"name": "cpu", "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
 
 
 def model_device(model, batch):

@@ -12,8 +12,10 @@ Why this way: it is the simulator's device timeline restricted to these buffers.
 plan names, a recomputation before the backward op that needs it), frees it after its last
 reference, and keeps a swapped buffer until its copy-out is done and its last forward reader has
 run; the engine applies the compute stream's allocations and frees in order, so the peak depends on
-that order only, not on durations. `memplan.torch.validate` predicts it with `memplan simulate` on
-the captured trace with every other tensor at 0 bytes.
+that order only, not on durations. `memplan.torch.validate` predicts it by simulating the plan in
+process (memplan._core) on the captured trace with every other tensor at 0 bytes. Which tensors
+are feature maps, and which tensor allocates each one's buffer, is the simulator's answer too
+(`memplan.Trace.feature_maps`, `storage_roots`), so both sides count the same buffers.
 
 How (measured): `apply` logs the step as it runs it: every op the recorder sees ("op", its id),
 every op a recomputation re-runs ("recompute", what it read and wrote) and every copy it brings to
@@ -22,23 +24,22 @@ backward ops' inputs are complete only when their autograd node has finished): e
 position; a buffer lives from the position that writes it to the last position that reads it.
 """
 
-from memplan.torch.capture import storage_roots
+from memplan.torch.capture import memplan_trace
 
 
 def feature_maps(trace):
-    """Ids of the trace's feature maps: activations written in forward and read in backward."""
-    ops = trace["ops"]
-    read_in_backward = {t for op in ops if op["phase"] == "backward" for t in op["inputs"]}
-    return [t["id"] for t in trace["tensors"] if t["kind"] == "activation"
-            and t["producer"] is not None and ops[t["producer"]]["phase"] == "forward"
-            and t["id"] in read_in_backward]
+    """Ids of the feature maps of `trace` (a Capture or a trace dict): activations written in
+    forward and read in backward (sim::find_feature_maps)."""
+    return memplan_trace(trace).feature_maps()
 
 
-def map_buffers(trace):
-    """Ids of the tensors that allocate a feature map's buffer: the roots of the maps' in-place
-    chains (a map written over an earlier version lives in that version's buffer)."""
-    roots = storage_roots(trace)
-    return {roots[t] for t in feature_maps(trace)}
+def _maps_and_buffers(trace):
+    """The feature maps of `trace`, and the ids of the tensors that allocate their buffers: the
+    roots of the maps' in-place chains (a map written over an earlier version lives in that
+    version's buffer)."""
+    parsed = memplan_trace(trace)
+    maps, roots = parsed.feature_maps(), parsed.storage_roots()
+    return set(maps), {roots[t] for t in maps}
 
 
 class StepLog:
@@ -60,15 +61,14 @@ class StepLog:
 
 
 def peak(log, trace):
-    """The saved-bytes peak of the step `log` recorded; `trace` is the step's own trace (its ops
-    with their final inputs, its tensors' bytes)."""
+    """The saved-bytes peak of the step `log` recorded; `trace` is the step's own trace (a trace
+    dict: its ops with their final inputs, its tensors' bytes)."""
     return max(curve(log, trace), default=0)
 
 
 def curve(log, trace):
     """The bytes held at each position of `log` (see peak)."""
-    buffers = map_buffers(trace)
-    maps = set(feature_maps(trace))
+    maps, buffers = _maps_and_buffers(trace)
     tensors, ops = trace["tensors"], trace["ops"]
     first, last, size = [], [], []
     loc = {}  # tensor id -> the buffer holding it now (None: a buffer of 0 bytes)

@@ -1,7 +1,8 @@
 """`validate`: run a plan in PyTorch and check it against the baseline step and the prediction.
 
-What: `validate(model, batch, loss_fn, optimizer, plan, captured)` copies the model and optimizer
-twice (same weights, same optimizer state), runs the baseline step on one copy and the planned step
+What: `validate(model, batch, loss_fn, optimizer, plan, captured, seed=0, force=False, **what_if)`
+predicts the plan on the machine `what_if` describes, copies the model and optimizer twice (same
+weights, same optimizer state), runs the baseline step on one copy and the planned step
 (memplan.torch.apply) on the other, both from the same seed, and returns a `Validation`:
 - `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal) — what a lossless plan
   (keep, swap, recompute, encode:binarize, encode:sparse) must give; `differing_weights`: the
@@ -11,38 +12,57 @@ twice (same weights, same optimizer state), runs the baseline step on one copy a
   its copy-out to its copy-in (memplan.torch.apply's stats); `sparse_spilled_bytes`: the bytes of
   sparse encodings beyond their planned buffers, held in host memory (not in either peak);
 - `predicted_saved_peak_bytes` / `predicted_host_peak_bytes`: the simulator's peaks of the same
-  buffers: `memplan simulate` of the plan on a copy of the captured trace in which every tensor but
-  the feature maps (and the buffers they are written over) has 0 bytes and no op has workspace;
+  buffers: the plan simulated on a copy of the captured trace in which every tensor but the
+  feature maps (and the buffers they are written over) has 0 bytes and no op has workspace, with
+  unbounded memory (these peaks depend on the order of allocations alone, not on the machine);
   `peaks_match` when both pairs are equal;
-- `gradient_relative_error` (||planned - baseline||_2 / ||baseline||_2 over all gradients) and, for
-  a plan that narrows `narrowed_maps` maps (encode:fp16, fp10, fp8), `gradient_tolerance` =
-  min(4 L u, 0.5) with u the unit roundoff of its coarsest format (`unit_roundoff`: fp16 2^-11,
-  fp10 2^-5, fp8 2^-4; Note [Validation tolerance] in runtime/validation.hpp); `within_tolerance`:
-  bitwise for a plan that narrows nothing (binarize and sparse are lossless), else the error
-  within that bound;
-- `predicted_seconds` (the simulator's iteration time of the plan on the captured trace) and
-  `measured_seconds` (the planned step's wall time, recorder included);
+- `gradient_relative_error` (||planned - baseline||_2 / ||baseline||_2 over all gradients) and,
+  `comparison` "tolerance" for a plan that narrows `narrowed_maps` maps (encode:fp16, fp10, fp8),
+  `gradient_tolerance` and `unit_roundoff` from the simulator's tolerance of the plan (Note
+  [Validation tolerance] in runtime/validation.hpp: min(4 L u, 0.5)); `within_tolerance`: bitwise
+  for a plan compared "bitwise" (binarize and sparse are lossless), else the error within that
+  bound;
+- the prediction on the machine: the trace's device with `what_if` applied (memory, link, h2d,
+  d2h, latency, host_memory, allocator: as memplan.simulate takes them), in `machine`;
+  `predicted_feasible`, `predicted_oom` (why not, when it does not fit), `predicted_seconds` (the
+  iteration time; None when it does not fit) against `measured_seconds` (the planned step's wall
+  time, recorder included). A plan the simulator says does not fit raises DoesNotFit before
+  anything runs, unless `force`;
 - on a GPU, the device memory each step adds to what was allocated before it (its parameters,
   optimizer state and batch are resident already): `measured_cuda_step_peak_bytes` (planned step)
   and `baseline_cuda_step_peak_bytes` (baseline step), torch.cuda.max_memory_allocated less
   torch.cuda.memory_allocated before the step, against `predicted_step_peak_bytes`, the
-  simulator's whole peak of the plan less the pre-existing tensors' bytes. Reported, not required
-  equal: the CUDA caching allocator rounds blocks, and cuBLAS/cuDNN workspaces and autograd's own
-  buffers are not in a captured trace. None on the CPU.
+  simulator's whole peak of the plan on the machine less the pre-existing tensors' bytes.
+  Reported, not required equal: the CUDA caching allocator rounds blocks, and cuBLAS/cuDNN
+  workspaces and autograd's own buffers are not in a captured trace. None on the CPU.
 The model and optimizer given are not changed.
+
+Why this way: every question to the simulator (the prediction, the plan read against the trace,
+the feature maps, the tolerance) is asked of memplan._core in this process, so the rules are the
+C++ ones and the what-if values act as they act in `memplan simulate`.
 """
 
 import copy
 import json
-import os
-import subprocess
-import tempfile
 
 import torch
 
-from memplan.torch.apply import apply, trace_fingerprint
-from memplan.torch.capture import run_step, storage_roots, write_trace
-from memplan.torch.saved_bytes import feature_maps
+import memplan
+from memplan import _validation
+from memplan.torch.apply import apply
+from memplan.torch.capture import memplan_trace, run_step
+from memplan.torch.schedule import PlanError, read_plan
+
+# Device memory for the saved-bytes prediction: more than any step holds (2^50 bytes).
+_UNBOUNDED_MEMORY = "1048576GiB"
+
+
+class DoesNotFit(PlanError):
+    """The simulator says the plan does not fit the machine it is predicted on: `oom` is why."""
+
+    def __init__(self, oom):
+        super().__init__(f"the simulator says the plan does not fit (force=True runs it): {oom}")
+        self.oom = oom
 
 
 class Validation(dict):
@@ -54,9 +74,9 @@ class Validation(dict):
 
     @property
     def within_tolerance(self):
-        """Bitwise for a plan that narrows no map; else the gradients within
-        `gradient_tolerance` (Note [Validation tolerance], runtime/validation.hpp)."""
-        if self["narrowed_maps"] == 0:
+        """Bitwise for a plan compared bitwise; else the gradients within `gradient_tolerance`
+        (Note [Validation tolerance], runtime/validation.hpp)."""
+        if self["comparison"] == "bitwise":
             return self.lossless_ok
         return self["gradient_relative_error"] <= self["gradient_tolerance"]
 
@@ -77,12 +97,11 @@ def _copy(model, optimizer):
 
 
 def saved_only(trace, plan):
-    """The trace with every tensor but the feature maps and their buffers' roots at 0 bytes, and
-    the plan re-addressed to it (its fingerprint)."""
-    maps = set(feature_maps(trace))
-    roots = storage_roots(trace)
-    sized = maps | {roots[t] for t in maps}
-    derived = copy.deepcopy(trace)
+    """`trace` (a memplan.Trace) with every tensor but the feature maps and their buffers' roots
+    at 0 bytes and no workspace, and `plan` (a memplan.Plan of it) re-addressed to that trace."""
+    maps, roots = trace.feature_maps(), trace.storage_roots()
+    sized = set(maps) | {roots[t] for t in maps}
+    derived = trace.to_dict()
     for t in derived["tensors"]:
         if t["id"] not in sized:
             t["bytes"] = 0
@@ -94,52 +113,10 @@ def saved_only(trace, plan):
             derived["tensors"][base].pop("shape", None)
     for op in derived["ops"]:
         op["workspace_bytes"] = 0
-    derived_plan = copy.deepcopy(plan)
-    derived_plan["workload"]["fingerprint"] = trace_fingerprint(derived)
-    return derived, derived_plan
-
-
-def simulate(memplan, trace, plan, *extra):
-    """`memplan simulate --json` of `plan` on `trace`; returns its JSON."""
-    with tempfile.TemporaryDirectory() as folder:
-        trace_path, plan_path = os.path.join(folder, "t.json"), os.path.join(folder, "p.json")
-        write_trace(trace, trace_path)
-        with open(plan_path, "w") as out:
-            json.dump(plan, out)
-        run = subprocess.run([memplan, "simulate", trace_path, "--plan", plan_path, "--json",
-                              *extra], capture_output=True, text=True)
-    if run.returncode not in (0, 1):
-        raise RuntimeError(run.stderr.strip())
-    return json.loads(run.stdout)
-
-
-def default_memplan():
-    """The memplan binary: $MEMPLAN_BINARY, else the build tree's (beside this source tree, or the
-    one this package was built into: build/release/python/memplan/torch -> build/release/bin),
-    else `memplan` on the PATH."""
-    if os.environ.get("MEMPLAN_BINARY"):
-        return os.environ["MEMPLAN_BINARY"]
-    here = os.path.dirname(os.path.abspath(__file__))
-    for built in (os.path.join(here, "..", "..", "..", "build", "release", "bin", "memplan"),
-                  os.path.join(here, "..", "..", "..", "bin", "memplan")):
-        if os.path.exists(built):
-            return os.path.normpath(built)
-    return "memplan"
-
-
-# Note [Validation tolerance] (runtime/validation.hpp): kToleranceFactor, kMaxRelativeTolerance,
-# and each narrow format's unit roundoff 2^-(mantissa bits + 1) (sim::NarrowFormat).
-_TOLERANCE_FACTOR = 4.0
-_MAX_RELATIVE_TOLERANCE = 0.5
-_UNIT_ROUNDOFF = {"encode:fp16": 2.0 ** -11, "encode:fp10": 2.0 ** -5, "encode:fp8": 2.0 ** -4}
-
-
-def tolerance(plan):
-    """(narrowed maps L, unit roundoff u of the coarsest format, min(4 L u, 0.5)) of `plan`, as
-    runtime::tolerance_for computes them (0 for a plan that narrows nothing)."""
-    narrowed = [m["action"] for m in plan.get("maps", []) if m["action"] in _UNIT_ROUNDOFF]
-    u = max((_UNIT_ROUNDOFF[a] for a in narrowed), default=0.0)
-    return len(narrowed), u, min(_TOLERANCE_FACTOR * len(narrowed) * u, _MAX_RELATIVE_TOLERANCE)
+    saved = memplan.parse_trace(json.dumps(derived), "the captured trace's feature maps")
+    readdressed = plan.to_dict()
+    readdressed["workload"]["fingerprint"] = saved.fingerprint
+    return saved, memplan.parse_plan(json.dumps(readdressed), saved, "the plan on the feature maps")
 
 
 def _relative_error(baseline, planned):
@@ -165,11 +142,36 @@ def _cuda_step_peak(device, step):
     return result, torch.cuda.max_memory_allocated(device) - before
 
 
-def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, seed=0):
-    """See the module's docstring. `memplan` is the memplan binary that predicts
-    (default_memplan() when not given)."""
-    memplan = memplan or default_memplan()
-    narrowed, unit_roundoff, bound = tolerance(plan)
+def predict(plan, captured, **what_if):
+    """The simulator's figures of `plan` (a dict or a memplan.Plan) on `captured` (a Capture or its
+    trace dict): the prediction on the machine `what_if` describes, and the saved-bytes and host
+    peaks (see the module's docstring). PlanError for a plan not made for this trace."""
+    data = captured.trace if hasattr(captured, "trace") else captured
+    trace = memplan_trace(data)
+    plan = read_plan(plan, trace)
+    whole = memplan.simulate(trace, plan=plan, **what_if)
+    saved = memplan.simulate(*saved_only(trace, plan), memory=_UNBOUNDED_MEMORY)
+    resident = sum(t["bytes"] for t in data["tensors"] if t.get("producer") is None)
+    tolerance = _validation.tolerance(plan)
+    return plan, {
+        "comparison": "bitwise" if tolerance is None else "tolerance",
+        "narrowed_maps": tolerance["narrowed_maps"] if tolerance else 0,
+        "unit_roundoff": tolerance["unit_roundoff"] if tolerance else 0.0,
+        "gradient_tolerance": tolerance["relative"] if tolerance else 0.0,
+        "machine": whole.summary["machine"],
+        "predicted_feasible": whole.feasible, "predicted_oom": whole.oom,
+        "predicted_seconds": whole.iteration_s,
+        "predicted_step_peak_bytes": whole.peak_bytes - resident,
+        "predicted_saved_peak_bytes": saved.peak_bytes,
+        "predicted_host_peak_bytes": saved.peak_host_bytes}
+
+
+def validate(model, batch, loss_fn, optimizer, plan, captured, *, seed=0, force=False, **what_if):
+    """See the module's docstring. `plan`: a dict in plan format v1 or a memplan.Plan;
+    `captured`: a Capture or its trace dict; `what_if`: the machine the plan is predicted on."""
+    plan, predicted = predict(plan, captured, **what_if)
+    if not predicted["predicted_feasible"] and not force:
+        raise DoesNotFit(predicted["predicted_oom"])
     trace = captured.trace if hasattr(captured, "trace") else captured
     batch = tuple(batch)
     base_model, base_opt = _copy(model, optimizer)
@@ -185,14 +187,12 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, 
     pairs = list(zip(base_model.parameters(), plan_model.parameters()))
     base_state, plan_state = base_model.state_dict(), plan_model.state_dict()
     differing_weights = [k for k in base_state if not torch.equal(base_state[k], plan_state[k])]
-    result = Validation(
+    return Validation(
+        predicted,
         loss_equal=torch.equal(base_loss, plan_loss),
         gradients_equal=all(torch.equal(a.grad, b.grad) for a, b in pairs),
         gradient_relative_error=_relative_error([a.grad for a, _ in pairs],
                                                 [b.grad for _, b in pairs]),
-        narrowed_maps=narrowed,
-        unit_roundoff=unit_roundoff,
-        gradient_tolerance=bound,
         weights_equal=not differing_weights,
         differing_weights=differing_weights,
         measured_saved_peak_bytes=planned.stats["peak_saved_bytes"],
@@ -202,13 +202,3 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, memplan=None, 
         recomputed_ops=planned.stats["recomputed_ops"],
         baseline_cuda_step_peak_bytes=base_cuda,
         measured_cuda_step_peak_bytes=plan_cuda)
-    memory = ["--memory", "1048576GiB"]
-    derived, derived_plan = saved_only(trace, plan)
-    saved = simulate(memplan, derived, derived_plan, *memory)
-    whole = simulate(memplan, trace, plan, *memory)
-    resident = sum(t["bytes"] for t in trace["tensors"] if t.get("producer") is None)
-    result.update(predicted_saved_peak_bytes=saved["peak_bytes"],
-                  predicted_host_peak_bytes=saved["peak_host_bytes"],
-                  predicted_step_peak_bytes=whole["peak_bytes"] - resident,
-                  predicted_seconds=whole["iteration_s"])
-    return result

@@ -1,0 +1,80 @@
+#include "core/machine.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/input_error.hpp"
+
+namespace memplan::sim {
+
+namespace {
+// Saturating (core/units.hpp): a crawling link or a huge latency gives kMaxNanoseconds, never an
+// overflow.
+Nanoseconds copy_ns(Nanoseconds latency, Bytes bytes, BytesPerSecond bandwidth) {
+  return add_ns(latency, transfer_ns(bytes, bandwidth));
+}
+
+// The link a trace's device gives, its unknown values from the default preset. A trace that gives
+// a bandwidth but no latency is taken at its word: it has none.
+Link trace_link(const PartialLink& recorded) {
+  Link base = preset_link(kDefaultLink);
+  if (recorded.has_bandwidth()) base.latency_ns = 0;
+  return recorded.over(base);
+}
+
+// The link the single values go over: the preset `--link` names, or the trace's.
+Link base_link(const DeviceInfo& device, const std::optional<std::string>& name) {
+  if (!name) return trace_link(device.link);
+  if (*name != kRecordedLink) return preset_link(*name);
+  if (!device.link.has_bandwidth()) {
+    // The bandwidths an importer measured from the trace's own copies (memplan import kineto).
+    throw InputError("--link recorded",
+                     "the trace has no measured link: import a profiler trace that recorded "
+                     "copies of 1 MiB or more, or choose a preset");
+  }
+  return trace_link(device.link);
+}
+}  // namespace
+
+Nanoseconds Machine::h2d_copy_ns(Bytes bytes) const {
+  return copy_ns(link.latency_ns, bytes, link.h2d_bytes_per_s);
+}
+Nanoseconds Machine::d2h_copy_ns(Bytes bytes) const {
+  return copy_ns(link.latency_ns, bytes, link.d2h_bytes_per_s);
+}
+Nanoseconds Machine::codec_ns(Bytes bytes) const {
+  return copy_ns(0, bytes, memory_bandwidth_bytes_per_s);
+}
+
+Nanoseconds Machine::host_op_ns(Bytes bytes) const {
+  return copy_ns(0, bytes, host_bandwidth_bytes_per_s);
+}
+
+Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides) {
+  Machine m;
+  m.memory_bytes = device.memory_bytes;
+  m.link = overrides.link.over(base_link(device, overrides.link_name));
+  m.memory_bandwidth_bytes_per_s =
+      device.memory_bandwidth_bytes_per_s.value_or(kDefaultMemoryBandwidth);
+  if (overrides.memory_bytes) m.memory_bytes = *overrides.memory_bytes;
+  if (overrides.host_memory_bytes) m.host_memory_bytes = *overrides.host_memory_bytes;
+  m.allocator = overrides.allocator.value_or(device.allocator.value_or(AllocatorModel::kArena));
+  m.host_bandwidth_bytes_per_s = overrides.host_bandwidth_bytes_per_s.value_or(
+      device.host_bandwidth_bytes_per_s.value_or(kDefaultHostBandwidth));
+  if (m.memory_bytes <= 0) {
+    // Name what set it: the flag when given, the trace otherwise (a flag never given is no help).
+    if (overrides.memory_bytes) throw InputError("--memory", "device memory must be positive");
+    throw InputError("the trace's device",
+                     fmt::format("device memory is {} bytes: give --memory (e.g. --memory 16GiB)",
+                                 m.memory_bytes));
+  }
+  if (!(m.link.h2d_bytes_per_s > 0)) throw InputError("--h2d", "bandwidth must be positive");
+  if (!(m.link.d2h_bytes_per_s > 0)) throw InputError("--d2h", "bandwidth must be positive");
+  if (m.link.latency_ns < 0) throw InputError("--latency", "latency must not be negative");
+  if (!(m.host_bandwidth_bytes_per_s > 0))
+    throw InputError("--host-bandwidth", "bandwidth must be positive");
+  return m;
+}
+
+}  // namespace memplan::sim

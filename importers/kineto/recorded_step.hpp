@@ -1,0 +1,32 @@
+#pragma once
+// RecordedStep: what the profiler itself measured for one step — device busy time and the
+// allocated-memory curve — the reference an imported workload's in-core replay is compared with.
+// Kept apart from the importer so that the comparison does not reuse the importer's attribution.
+#include <cstdint>
+#include <optional>
+
+#include "importers/kineto/kineto_importer.hpp"
+#include "importers/kineto/kineto_trace.hpp"
+
+namespace memplan::importers {
+
+struct RecordedStep {
+  /// Union of the intervals of kernels and memsets launched inside the step window (by the
+  /// launching runtime call's time; a GPU activity with no runtime call counts when it starts
+  /// inside the window). Copies are left out, as in the import.
+  sim::Nanoseconds device_busy_ns = 0;
+  std::size_t device_activities = 0;
+  /// From the step's start until the later of its end and the end of the last device activity
+  /// it launched: the device may still run the step's work after the host has left it (the next
+  /// step's data loading then overlaps it).
+  sim::Nanoseconds span_ns = 0;
+  /// Peak of allocated bytes inside the step, above the level at the step's start, summed from
+  /// the [memory] events' signed sizes (device memory, or host memory for a CPU-only trace).
+  sim::Bytes peak_above_start_bytes = 0;
+  /// Peak of "Total Allocated" inside the step, when the trace records it (current format).
+  std::optional<sim::Bytes> peak_total_allocated_bytes;
+};
+
+RecordedStep measure_recorded_step(const KinetoTrace& trace, const StepWindow& step, bool gpu);
+
+}  // namespace memplan::importers

@@ -1,0 +1,151 @@
+#include "io/json_reader.hpp"
+
+#include <cmath>
+
+#include <fmt/core.h>
+
+#include "core/input_error.hpp"
+
+namespace memplan::sim {
+namespace {
+
+std::string_view type_name(const nlohmann::json& v) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::null:
+      return "null";
+    case nlohmann::json::value_t::object:
+      return "an object";
+    case nlohmann::json::value_t::array:
+      return "an array";
+    case nlohmann::json::value_t::string:
+      return "a string";
+    case nlohmann::json::value_t::boolean:
+      return "a boolean";
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned:
+      return "an integer";
+    case nlohmann::json::value_t::number_float:
+      return "a number with a fraction";
+    default:
+      return "something else";
+  }
+}
+
+// Appends to `path` the steps from `at` down to `target` and returns true when `target` is
+// `at` or inside it; `path` is unchanged otherwise.
+bool path_to(const nlohmann::json& at, const nlohmann::json* target, std::string& path) {
+  if (&at == target) return true;
+  const std::size_t length = path.size();
+  if (at.is_object()) {
+    for (const auto& [key, value] : at.items()) {
+      path += fmt::format(".{}", key);
+      if (path_to(value, target, path)) return true;
+      path.resize(length);
+    }
+  } else if (at.is_array()) {
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      path += fmt::format("[{}]", i);
+      if (path_to(at[i], target, path)) return true;
+      path.resize(length);
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+nlohmann::json parse_json(std::string_view text, std::string_view source) {
+  try {
+    return nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    // nlohmann's message names the line and column; strip its "[json.exception...] " prefix.
+    std::string message = e.what();
+    if (auto pos = message.find("] "); pos != std::string::npos) message = message.substr(pos + 2);
+    throw InputError(std::string(source), fmt::format("not valid JSON ({})", message));
+  }
+}
+
+std::string JsonReader::path() const {
+  std::string path = "$";
+  path_to(*root_, value_, path);
+  return path;
+}
+
+void JsonReader::fail(const std::string& problem) const {
+  throw InputError(fmt::format("{}: {}", source_, path()), problem);
+}
+
+JsonReader JsonReader::inside(const nlohmann::json& value) const {
+  return {value, *root_, source_};
+}
+
+JsonReader JsonReader::at(std::string_view key) const {
+  if (!value_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*value_)));
+  auto it = value_->find(key);
+  if (it == value_->end()) fail(fmt::format("missing field '{}'", key));
+  return inside(*it);
+}
+
+std::optional<JsonReader> JsonReader::find(std::string_view key) const {
+  if (!value_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*value_)));
+  auto it = value_->find(key);
+  if (it == value_->end() || it->is_null()) return std::nullopt;
+  return inside(*it);
+}
+
+std::vector<JsonReader> JsonReader::elements() const {
+  if (!value_->is_array()) fail(fmt::format("expected an array, found {}", type_name(*value_)));
+  std::vector<JsonReader> result;
+  result.reserve(value_->size());
+  for (const auto& element : *value_) result.push_back(inside(element));
+  return result;
+}
+
+void JsonReader::reject_unknown_keys(std::initializer_list<std::string_view> known) const {
+  if (!value_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*value_)));
+  for (const auto& [key, _] : value_->items()) {
+    bool found = false;
+    for (auto k : known) found = found || k == key;
+    if (!found) fail(fmt::format("unknown field '{}'", key));
+  }
+}
+
+std::string JsonReader::as_string() const {
+  if (!value_->is_string()) fail(fmt::format("expected a string, found {}", type_name(*value_)));
+  return value_->get<std::string>();
+}
+
+std::int64_t JsonReader::as_int(std::int64_t min, std::int64_t max) const {
+  std::int64_t v = 0;
+  if (value_->is_number_unsigned()) {
+    const auto u = value_->get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(max))
+      fail(fmt::format("{} is out of range [{}, {}]", u, min, max));
+    v = static_cast<std::int64_t>(u);
+  } else if (value_->is_number_integer()) {
+    v = value_->get<std::int64_t>();
+  } else if (value_->is_number_float() &&
+             std::trunc(value_->get<double>()) == value_->get<double>()) {
+    // An integer too large for 64 bits (2^64) parses as a double: say so, not "a fraction".
+    fail(fmt::format("{:.0f} is out of range [{}, {}]", value_->get<double>(), min, max));
+  } else {
+    fail(fmt::format("expected an integer, found {}", type_name(*value_)));
+  }
+  if (v < min || v > max) fail(fmt::format("{} is out of range [{}, {}]", v, min, max));
+  return v;
+}
+
+double JsonReader::as_number() const {
+  if (!value_->is_number()) fail(fmt::format("expected a number, found {}", type_name(*value_)));
+  const auto v = value_->get<double>();
+  if (!std::isfinite(v)) fail("expected a finite number");
+  return v;
+}
+
+bool JsonReader::as_bool() const {
+  if (!value_->is_boolean())
+    fail(fmt::format("expected true or false, found {}", type_name(*value_)));
+  return value_->get<bool>();
+}
+
+}  // namespace memplan::sim

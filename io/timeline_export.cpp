@@ -1,0 +1,282 @@
+#include "io/timeline_export.hpp"
+
+#include <fmt/format.h>
+
+#include "memory/device_arena.hpp"
+
+namespace memplan::sim {
+
+namespace {
+constexpr int kStallTrack = kStreamCount;
+constexpr int kHostTrack = kStallTrack + 1;
+double to_us(Nanoseconds ns) {
+  return static_cast<double>(ns) / 1000.0;
+}
+
+/// The thread that dispatches the step (Note [Host stream] in sim/engine.hpp): its dispatches,
+/// launches and synchronizations.
+void host_track(nlohmann::json& events, const Timeline& tl, const Workload& w) {
+  events.push_back({{"ph", "M"},
+                    {"pid", 1},
+                    {"tid", kHostTrack},
+                    {"name", "thread_name"},
+                    {"args", {{"name", "host"}}}});
+  for (const HostSpan& span : tl.host_spans) {
+    std::string name(to_string(span.activity));
+    if (span.op != kNoOp) name += " " + w.op(span.op).name;
+    events.push_back({{"ph", "X"},
+                      {"pid", 1},
+                      {"tid", kHostTrack},
+                      {"name", name},
+                      {"cat", to_string(span.activity)},
+                      {"ts", to_us(span.start_ns)},
+                      {"dur", to_us(span.end_ns - span.start_ns)}});
+  }
+}
+
+}  // namespace
+
+std::string chrome_trace_json(const Timeline& timeline, const Program& program,
+                              const Workload& workload) {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"ph", "M"},
+                    {"pid", 1},
+                    {"name", "process_name"},
+                    {"args", {{"name", "memplan simulation"}}}});
+  for (int s = 0; s < kStreamCount; ++s) {
+    // The host stream runs host ops only (an update on the CPU): a track when it has some.
+    if (program.stream(static_cast<StreamId>(s)).empty() &&
+        static_cast<StreamId>(s) == StreamId::kHost)
+      continue;
+    events.push_back(
+        {{"ph", "M"},
+         {"pid", 1},
+         {"tid", s},
+         {"name", "thread_name"},
+         {"args", {{"name", std::string(to_string(static_cast<StreamId>(s))) + " stream"}}}});
+  }
+  events.push_back({{"ph", "M"},
+                    {"pid", 1},
+                    {"tid", kStallTrack},
+                    {"name", "thread_name"},
+                    {"args", {{"name", "compute stalls"}}}});
+  for (const Span& span : timeline.spans) {
+    const Instruction& in = program.stream(span.stream)[static_cast<std::size_t>(span.index)];
+    nlohmann::json args = {
+        {"kind", to_string(in.kind)}, {"start_ns", span.start_ns}, {"end_ns", span.end_ns}};
+    if (in.buffer != kNoBuffer) {
+      args["bytes"] = program.buffers[index(in.buffer)].bytes;
+    }
+    events.push_back({{"ph", "X"},
+                      {"pid", 1},
+                      {"tid", static_cast<int>(span.stream)},
+                      {"name", instruction_label(in, program, workload)},
+                      {"cat", to_string(in.kind)},
+                      {"ts", to_us(span.start_ns)},
+                      {"dur", to_us(span.end_ns - span.start_ns)},
+                      {"args", args}});
+  }
+  if (program.host.active()) host_track(events, timeline, workload);
+  for (const Stall& stall : timeline.stalls) {
+    std::string name(to_string(stall.cause));
+    if (stall.tensor != kNoTensor) name += " " + workload.tensor(stall.tensor).name;
+    if (stall.op != kNoOp) name += " (for " + workload.op(stall.op).name + ")";
+    events.push_back({{"ph", "X"},
+                      {"pid", 1},
+                      {"tid", kStallTrack},
+                      {"name", name},
+                      {"cat", to_string(stall.cause)},
+                      {"ts", to_us(stall.start_ns)},
+                      {"dur", to_us(stall.end_ns - stall.start_ns)}});
+  }
+  for (const MemoryPoint& p : timeline.memory) {
+    events.push_back(
+        {{"ph", "C"},
+         {"pid", 1},
+         {"name", "device memory"},
+         {"ts", to_us(p.time_ns)},
+         {"args", {{"live_bytes", p.live_bytes}, {"reserved_bytes", p.reserved_bytes}}}});
+  }
+  nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}};
+  return doc.dump() + "\n";
+}
+
+std::string memory_csv(const Timeline& timeline) {
+  std::string out = "time_ns,live_bytes,reserved_bytes\n";
+  for (const MemoryPoint& p : timeline.memory) {
+    out += fmt::format("{},{},{}\n", p.time_ns, p.live_bytes, p.reserved_bytes);
+  }
+  return out;
+}
+
+nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const Workload& workload) {
+  nlohmann::json by_kind = nlohmann::json::object();
+  for (int k = 0; k < kTensorKindCount; ++k) {
+    by_kind[std::string(to_string(static_cast<TensorKind>(k)))] =
+        oom.live_by_kind[static_cast<std::size_t>(k)];
+  }
+  by_kind["encoded"] = oom.live_encoded_bytes;
+  nlohmann::json j = {{"memory", oom.host ? "host" : "device"},
+                      {"time_s", to_seconds(oom.time_ns)},
+                      {"time_ns", oom.time_ns},
+                      {"requested_bytes", oom.requested_bytes},
+                      {"capacity_bytes", oom.capacity_bytes},
+                      {"live_bytes", oom.live_bytes},
+                      {"live_bytes_by_kind", by_kind},
+                      {"largest_free_block", oom.largest_free_block},
+                      {"bytes_missing", oom.bytes_missing},
+                      {"host_resident_bytes", oom.host_resident_bytes}};
+  j["op"] = oom.op == kNoOp ? nlohmann::json(nullptr) : nlohmann::json(workload.op(oom.op).name);
+  if (oom.buffer != kNoBuffer) {
+    Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
+    j["allocation"] = instruction_label(alloc, program, workload);
+  }
+  return j;
+}
+
+std::string oom_to_text(const OomReport& oom, const Program& program, const Workload& workload) {
+  if (oom.host) {
+    return fmt::format(
+        "out of pinned host memory at t={:.3f} us: host copies need {}, capacity {} ({} missing)",
+        to_us(oom.time_ns), format_bytes(oom.live_bytes + oom.requested_bytes),
+        format_bytes(oom.capacity_bytes), format_bytes(oom.bytes_missing));
+  }
+  std::string kinds;
+  for (int k = 0; k < kTensorKindCount; ++k) {
+    const Bytes b = oom.live_by_kind[static_cast<std::size_t>(k)];
+    if (b > 0)
+      kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ",
+                           to_string(static_cast<TensorKind>(k)), format_bytes(b));
+  }
+  if (oom.live_encoded_bytes > 0)
+    kinds += fmt::format("{}encoded {}", kinds.empty() ? "" : ", ",
+                         format_bytes(oom.live_encoded_bytes));
+  if (oom.host_resident_bytes > 0)
+    kinds += fmt::format("; {} already on the host", format_bytes(oom.host_resident_bytes));
+  Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
+  return fmt::format(
+      "out of device memory {} (t={:.3f} us): {} needs {}, largest free block {}, {} missing; "
+      "live {} of {} ({})",
+      oom.op == kNoOp ? std::string("before the first op (tensors that exist before the step)")
+                      : fmt::format("at op '{}'", workload.op(oom.op).name),
+      to_us(oom.time_ns), instruction_label(alloc, program, workload),
+      format_bytes(oom.requested_bytes), format_bytes(oom.largest_free_block),
+      format_bytes(oom.bytes_missing), format_bytes(oom.live_bytes),
+      format_bytes(oom.capacity_bytes), kinds);
+}
+
+Bytes average_live_bytes(const Timeline& timeline) {
+  if (!timeline.feasible || timeline.iteration_ns <= 0 || timeline.memory.empty()) return 0;
+  long double area = 0;  // byte-nanoseconds
+  for (std::size_t i = 0; i < timeline.memory.size(); ++i) {
+    const Nanoseconds until =
+        i + 1 < timeline.memory.size() ? timeline.memory[i + 1].time_ns : timeline.iteration_ns;
+    area += static_cast<long double>(timeline.memory[i].live_bytes) *
+            static_cast<long double>(until - timeline.memory[i].time_ns);
+  }
+  return static_cast<Bytes>(area / static_cast<long double>(timeline.iteration_ns));
+}
+
+nlohmann::json summary_json(const Timeline& timeline, const Program& program,
+                            const Workload& workload, const Machine& machine) {
+  nlohmann::json actions = nlohmann::json::object();
+  for (int a = 0; a < kActionCount; ++a) {
+    actions[std::string(to_string(static_cast<Action>(a)))] =
+        program.action_counts[static_cast<std::size_t>(a)];
+  }
+  nlohmann::json stalls = nlohmann::json::object();
+  for (int c = 0; c < kStallCauseCount; ++c) {
+    stalls[std::string(to_string(static_cast<StallCause>(c)))] =
+        to_seconds(timeline.stall_ns_by_cause[static_cast<std::size_t>(c)]);
+  }
+  nlohmann::json j = {
+      {"feasible", timeline.feasible},
+      {"iteration_s", timeline.feasible ? nlohmann::json(to_seconds(timeline.iteration_ns))
+                                        : nlohmann::json(nullptr)},
+      {"iteration_ns",
+       timeline.feasible ? nlohmann::json(timeline.iteration_ns) : nlohmann::json(nullptr)},
+      {"compute_s", to_seconds(timeline.op_compute_ns)},
+      {"peak_bytes", timeline.peak_bytes},
+      {"peak_reserved_bytes", timeline.peak_reserved_bytes},
+      {"average_live_bytes", average_live_bytes(timeline)},
+      {"peak_host_bytes", timeline.peak_host_bytes},
+      {"stall_s", to_seconds(timeline.stall_ns())},
+      {"stall_s_by_cause", stalls},
+      {"actions", actions},
+      {"instructions", program.instruction_count()},
+      {"machine",
+       {{"memory_bytes", machine.memory_bytes},
+        {"allocator", to_string(machine.allocator)},
+        {"h2d_bytes_per_s", machine.link.h2d_bytes_per_s},
+        {"d2h_bytes_per_s", machine.link.d2h_bytes_per_s},
+        {"copy_latency_ns", machine.link.latency_ns},
+        {"memory_bandwidth_bytes_per_s", machine.memory_bandwidth_bytes_per_s}}}};
+  j["oom"] = timeline.oom ? oom_to_json(*timeline.oom, program, workload) : nlohmann::json(nullptr);
+  j["host_ops_s"] = to_seconds(timeline.host_ops_ns);
+  if (program.host.active()) {
+    j["step_period_s"] =
+        timeline.feasible ? nlohmann::json(to_seconds(timeline.period_ns)) : nlohmann::json();
+    j["host_busy_s"] = to_seconds(timeline.host_busy_ns);
+    j["gpu_idle_share"] =
+        timeline.feasible ? nlohmann::json(timeline.gpu_idle_share()) : nlohmann::json();
+  }
+  return j;
+}
+
+std::string summary_text(const Timeline& timeline, const Program& program, const Workload& workload,
+                         const Machine& machine, std::string_view policy) {
+  std::string out;
+  out += fmt::format("plan        {} (keep {}, swap {}, recompute {}, encode {})\n", policy,
+                     program.action_counts[0], program.action_counts[1], program.action_counts[2],
+                     program.action_counts[3]);
+  out += fmt::format(
+      "machine     {} device memory ({} allocator), h2d {:.2f} GB/s, d2h {:.2f} GB/s, copy latency "
+      "{:.3f} us\n",
+      format_bytes(machine.memory_bytes), to_string(machine.allocator),
+      machine.link.h2d_bytes_per_s / 1e9, machine.link.d2h_bytes_per_s / 1e9,
+      to_us(machine.link.latency_ns));
+  if (!timeline.feasible) {
+    out += fmt::format("infeasible  {}\n",
+                       timeline.oom ? oom_to_text(*timeline.oom, program, workload) : "unknown");
+    return out;
+  }
+  if (program.host.active()) {
+    // The host's dispatching is part of the step: a percentage over compute alone would charge
+    // the plan with the idle time the recorded step already had.
+    out += fmt::format(
+        "iteration   {:.3f} ms alone, {:.3f} ms back to back (compute {:.3f} ms, host {:.3f} ms)\n",
+        to_seconds(timeline.iteration_ns) * 1e3, to_seconds(timeline.period_ns) * 1e3,
+        to_seconds(timeline.op_compute_ns) * 1e3, to_seconds(timeline.host_busy_ns) * 1e3);
+  } else {
+    out += fmt::format(
+        "iteration   {:.3f} ms (compute {:.3f} ms, +{:.1f}%)\n",
+        to_seconds(timeline.iteration_ns) * 1e3, to_seconds(timeline.op_compute_ns) * 1e3,
+        timeline.op_compute_ns > 0
+            ? 100.0 * static_cast<double>(timeline.iteration_ns - timeline.op_compute_ns) /
+                  static_cast<double>(timeline.op_compute_ns)
+            : 0.0);
+  }
+  out += fmt::format(
+      "stalls      {:.3f} ms (swap-in {:.3f}, swap-out {:.3f}, recompute {:.3f}, codec {:.3f})\n",
+      to_seconds(timeline.stall_ns()) * 1e3, to_seconds(timeline.stall_ns_by_cause[0]) * 1e3,
+      to_seconds(timeline.stall_ns_by_cause[1]) * 1e3,
+      to_seconds(timeline.stall_ns_by_cause[2]) * 1e3,
+      to_seconds(timeline.stall_ns_by_cause[3]) * 1e3);
+  out += fmt::format("memory      peak {} live, {} reserved of {}; host peak {}\n",
+                     format_bytes(timeline.peak_bytes), format_bytes(timeline.peak_reserved_bytes),
+                     format_bytes(machine.memory_bytes), format_bytes(timeline.peak_host_bytes));
+  if (program.host.active()) {
+    out += fmt::format(
+        "host        {:.3f} ms busy dispatching and launching; GPU idle {:.1f}% of "
+        "the step\n",
+        to_seconds(timeline.host_busy_ns) * 1e3, 100.0 * timeline.gpu_idle_share());
+  }
+  if (!program.stream(StreamId::kHost).empty()) {
+    out += fmt::format("host ops    {:.3f} ms on the CPU (the update on the host)\n",
+                       to_seconds(timeline.host_ops_ns) * 1e3);
+  }
+  out += fmt::format("program     {} instructions\n", program.instruction_count());
+  return out;
+}
+
+}  // namespace memplan::sim

@@ -1,0 +1,483 @@
+#include "io/trace_io.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <system_error>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "core/input_error.hpp"
+#include "io/json_reader.hpp"
+
+namespace memplan::sim {
+namespace {
+
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
+
+constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kMinInt = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max();
+
+// An id in the file: a tensor's or an op's position (Id is TensorId or OpId).
+template <typename Id>
+Id read_id(const JsonReader& r) {
+  return static_cast<Id>(static_cast<std::int32_t>(r.as_int(0, kMaxId)));
+}
+
+// An id that may be absent (none: -1).
+template <typename Id>
+Id read_optional_id(const JsonReader& object, std::string_view key) {
+  auto r = object.find(key);
+  return r ? read_id<Id>(*r) : static_cast<Id>(-1);
+}
+
+std::vector<TensorId> read_ids(const JsonReader& r) {
+  std::vector<TensorId> ids;
+  for (const auto& e : r.elements()) ids.push_back(read_id<TensorId>(e));
+  return ids;
+}
+
+std::string read_optional_string(const JsonReader& object, std::string_view key) {
+  auto r = object.find(key);
+  return r ? r->as_string() : std::string();
+}
+
+std::optional<double> read_optional_positive(const JsonReader& object, std::string_view key) {
+  auto r = object.find(key);
+  if (!r) return std::nullopt;
+  const double v = r->as_number();
+  if (v <= 0) r->fail(fmt::format("{} must be positive", v));
+  return v;
+}
+
+DeviceInfo read_device(const JsonReader& r) {
+  r.reject_unknown_keys({"name", "memory_bytes", "h2d_bytes_per_s", "d2h_bytes_per_s",
+                         "copy_latency_ns", "memory_bandwidth_bytes_per_s", "peak_flops_per_s",
+                         "host_bytes_per_s", "allocator"});
+  DeviceInfo d;
+  d.name = r.at("name").as_string();
+  d.memory_bytes = r.at("memory_bytes").as_int(kMinInt, kMaxInt);
+  d.link.h2d_bytes_per_s = read_optional_positive(r, "h2d_bytes_per_s");
+  d.link.d2h_bytes_per_s = read_optional_positive(r, "d2h_bytes_per_s");
+  if (auto l = r.find("copy_latency_ns")) d.link.latency_ns = l->as_int(0, kNanosecondsPerSecond);
+  d.memory_bandwidth_bytes_per_s = read_optional_positive(r, "memory_bandwidth_bytes_per_s");
+  d.peak_flops_per_s = read_optional_positive(r, "peak_flops_per_s");
+  d.host_bandwidth_bytes_per_s = read_optional_positive(r, "host_bytes_per_s");
+  if (auto a = r.find("allocator")) {
+    d.allocator = parse_allocator_model(a->as_string());
+    if (!d.allocator) a->fail("expected \"arena\" or \"caching\"");
+  }
+  return d;
+}
+
+Provenance read_provenance(const JsonReader& r) {
+  r.reject_unknown_keys({"source", "backend", "file", "step", "cost_model", "device", "note"});
+  Provenance p;
+  p.source = r.at("source").as_string();
+  if (p.source != "recorded" && p.source != "imported" && p.source != "modeled" &&
+      p.source != "hand-written") {
+    r.at("source").fail(
+        fmt::format("'{}' is not one of recorded, imported, modeled, hand-written", p.source));
+  }
+  p.backend = read_optional_string(r, "backend");
+  p.file = read_optional_string(r, "file");
+  if (auto s = r.find("step")) p.step = s->as_int(0, kMaxInt);
+  p.cost_model = read_optional_string(r, "cost_model");
+  p.device = read_optional_string(r, "device");
+  p.note = read_optional_string(r, "note");
+  return p;
+}
+
+Tensor read_tensor(const JsonReader& r) {
+  r.reject_unknown_keys(
+      {"id", "name", "bytes", "kind", "shape", "dtype", "producer", "in_place_of"});
+  Tensor t;
+  t.id = read_id<TensorId>(r.at("id"));
+  t.name = r.at("name").as_string();
+  t.bytes = r.at("bytes").as_int(kMinInt, kMaxInt);
+  const auto kind_reader = r.at("kind");
+  const std::string kind = kind_reader.as_string();
+  auto parsed = parse_tensor_kind(kind);
+  if (!parsed) {
+    kind_reader.fail(fmt::format(
+        "unknown kind '{}' (activation, parameter, gradient, optimizer_state, workspace, input)",
+        kind));
+  }
+  t.kind = *parsed;
+  if (auto s = r.find("shape")) {
+    for (const auto& e : s->elements()) t.shape.push_back(e.as_int(kMinInt, kMaxInt));
+  }
+  t.dtype = read_optional_string(r, "dtype");
+  if (!r.value().contains("producer"))
+    r.fail("missing field 'producer' (null for tensors that exist before the step)");
+  t.producer = read_optional_id<OpId>(r, "producer");
+  t.in_place_of = read_optional_id<TensorId>(r, "in_place_of");
+  return t;
+}
+
+HostSide read_host(const JsonReader& r) {
+  r.reject_unknown_keys({"dispatch_ns", "synchronizes", "sync_after_ns"});
+  HostSide h;
+  h.dispatch_ns = r.at("dispatch_ns").as_int(0, kMaxInt);
+  if (auto s = r.find("synchronizes")) {
+    if (!s->value().is_boolean()) s->fail("expected true or false");
+    h.synchronizes = s->value().get<bool>();
+  }
+  if (auto s = r.find("sync_after_ns")) {
+    if (!h.synchronizes) s->fail("sync_after_ns needs \"synchronizes\": true");
+    h.sync_after_ns = s->as_int(0, kMaxInt);
+  }
+  return h;
+}
+
+Op read_op(const JsonReader& r, std::int64_t version) {
+  if (version >= 2) {
+    r.reject_unknown_keys({"id", "name", "layer", "phase", "inputs", "outputs", "workspace_bytes",
+                           "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms",
+                           "attributes", "host"});
+  } else {
+    r.reject_unknown_keys({"id", "name", "layer", "phase", "inputs", "outputs", "workspace_bytes",
+                           "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms",
+                           "attributes"});
+  }
+  Op op;
+  op.id = read_id<OpId>(r.at("id"));
+  op.name = r.at("name").as_string();
+  op.layer = LayerType::named(r.at("layer").as_string());
+  const auto phase_reader = r.at("phase");
+  const std::string phase = phase_reader.as_string();
+  auto parsed = parse_phase(phase);
+  if (!parsed)
+    phase_reader.fail(fmt::format("unknown phase '{}' (forward, backward, update)", phase));
+  op.phase = *parsed;
+  op.inputs = read_ids(r.at("inputs"));
+  op.outputs = read_ids(r.at("outputs"));
+  op.workspace_bytes = r.at("workspace_bytes").as_int(kMinInt, kMaxInt);
+  op.duration_ns = r.at("duration_ns").as_int(kMinInt, kMaxInt);
+  if (auto f = r.find("flops")) op.flops = f->as_number();
+  if (auto b = r.find("bytes_moved")) op.bytes_moved = b->as_int(kMinInt, kMaxInt);
+  op.differentiates = read_optional_id<OpId>(r, "differentiates");
+  if (auto algos = r.find("algorithms")) {
+    for (const auto& a : algos->elements()) {
+      a.reject_unknown_keys({"name", "workspace_bytes", "duration_ns"});
+      op.algorithms.push_back({a.at("name").as_string(),
+                               a.at("workspace_bytes").as_int(kMinInt, kMaxInt),
+                               a.at("duration_ns").as_int(kMinInt, kMaxInt)});
+    }
+  }
+  if (auto attrs = r.find("attributes")) {
+    if (!attrs->value().is_object())
+      attrs->fail("expected an object of numbers or lists of numbers");
+    for (const auto& [key, value] : attrs->value().items()) {
+      const JsonReader entry = attrs->inside(value);
+      std::vector<double> numbers;
+      if (value.is_array()) {
+        for (const auto& e : entry.elements()) numbers.push_back(e.as_number());
+      } else {
+        numbers.push_back(entry.as_number());
+      }
+      op.attributes.emplace(key, std::move(numbers));
+    }
+  }
+  if (auto h = r.find("host")) op.host = read_host(*h);
+  return op;
+}
+
+OrderedJson device_json(const DeviceInfo& d) {
+  OrderedJson j;
+  j["name"] = d.name;
+  j["memory_bytes"] = d.memory_bytes;
+  if (d.link.h2d_bytes_per_s) j["h2d_bytes_per_s"] = *d.link.h2d_bytes_per_s;
+  if (d.link.d2h_bytes_per_s) j["d2h_bytes_per_s"] = *d.link.d2h_bytes_per_s;
+  if (d.link.latency_ns) j["copy_latency_ns"] = *d.link.latency_ns;
+  if (d.memory_bandwidth_bytes_per_s)
+    j["memory_bandwidth_bytes_per_s"] = *d.memory_bandwidth_bytes_per_s;
+  if (d.peak_flops_per_s) j["peak_flops_per_s"] = *d.peak_flops_per_s;
+  if (d.host_bandwidth_bytes_per_s) j["host_bytes_per_s"] = *d.host_bandwidth_bytes_per_s;
+  if (d.allocator) j["allocator"] = to_string(*d.allocator);
+  return j;
+}
+
+OrderedJson provenance_json(const Provenance& p) {
+  OrderedJson j;
+  j["source"] = p.source;
+  auto put = [&](const char* key, const std::string& v) {
+    if (!v.empty()) j[key] = v;
+  };
+  put("backend", p.backend);
+  put("file", p.file);
+  if (p.step) j["step"] = *p.step;
+  put("cost_model", p.cost_model);
+  put("device", p.device);
+  put("note", p.note);
+  return j;
+}
+
+// Whole numbers are written as integers ("stride": [2, 2], not [2.0, 2.0]).
+OrderedJson number_json(double v) {
+  if (std::trunc(v) == v && std::fabs(v) < 9.0e15) return OrderedJson(static_cast<std::int64_t>(v));
+  return OrderedJson(v);
+}
+
+OrderedJson id_or_null(OpId id) {
+  return id == kNoOp ? OrderedJson(nullptr) : OrderedJson(value(id));
+}
+
+OrderedJson ids_json(const std::vector<TensorId>& ids) {
+  OrderedJson j = OrderedJson::array();
+  for (TensorId t : ids) j.push_back(value(t));
+  return j;
+}
+
+OrderedJson tensor_json(const Tensor& t) {
+  OrderedJson j;
+  j["id"] = value(t.id);
+  j["name"] = t.name;
+  j["bytes"] = t.bytes;
+  j["kind"] = std::string(to_string(t.kind));
+  if (!t.shape.empty()) j["shape"] = t.shape;
+  if (!t.dtype.empty()) j["dtype"] = t.dtype;
+  j["producer"] = id_or_null(t.producer);
+  if (t.in_place_of != kNoTensor) j["in_place_of"] = value(t.in_place_of);
+  return j;
+}
+
+OrderedJson op_json(const Op& op) {
+  OrderedJson j;
+  j["id"] = value(op.id);
+  j["name"] = op.name;
+  j["layer"] = op.layer.str();
+  j["phase"] = std::string(to_string(op.phase));
+  j["inputs"] = ids_json(op.inputs);
+  j["outputs"] = ids_json(op.outputs);
+  j["workspace_bytes"] = op.workspace_bytes;
+  j["duration_ns"] = op.duration_ns;
+  if (op.flops) j["flops"] = *op.flops;
+  if (op.bytes_moved) j["bytes_moved"] = *op.bytes_moved;
+  if (op.differentiates != kNoOp) j["differentiates"] = value(op.differentiates);
+  if (!op.algorithms.empty()) {
+    OrderedJson algos = OrderedJson::array();
+    for (const auto& a : op.algorithms) {
+      OrderedJson aj;
+      aj["name"] = a.name;
+      aj["workspace_bytes"] = a.workspace_bytes;
+      aj["duration_ns"] = a.duration_ns;
+      algos.push_back(std::move(aj));
+    }
+    j["algorithms"] = std::move(algos);
+  }
+  if (!op.attributes.empty()) {
+    OrderedJson attrs = OrderedJson::object();
+    for (const auto& [key, values] : op.attributes) {
+      OrderedJson list = OrderedJson::array();
+      for (double v : values) list.push_back(number_json(v));
+      attrs[key] = values.size() == 1 ? list[0] : list;
+    }
+    j["attributes"] = std::move(attrs);
+  }
+  if (op.host) {
+    OrderedJson h;
+    h["dispatch_ns"] = op.host->dispatch_ns;
+    if (op.host->synchronizes) h["synchronizes"] = true;
+    if (op.host->sync_after_ns != 0) h["sync_after_ns"] = op.host->sync_after_ns;
+    j["host"] = std::move(h);
+  }
+  return j;
+}
+
+}  // namespace
+
+Workload trace_from_json(const Json& document, std::string_view source) {
+  // A Chrome trace: {"traceEvents": [...]}, or a bare array of events (each with a phase "ph").
+  const bool profiler_trace = (document.is_object() && document.contains("traceEvents")) ||
+                              (document.is_array() && !document.empty() &&
+                               document.front().is_object() && document.front().contains("ph"));
+  if (profiler_trace) {
+    throw InputError(std::string(source),
+                     "a profiler (Chrome) trace, not a memplan trace: convert it first with "
+                     "`memplan import kineto FILE -o trace.json`");
+  }
+  const JsonReader root(document, source);
+  const auto format = root.at("format");
+  if (format.as_string() != kTraceFormatName) {
+    format.fail(fmt::format("format '{}' is not '{}'", format.as_string(), kTraceFormatName));
+  }
+  const auto version_reader = root.at("version");
+  const std::int64_t version = version_reader.as_int(kMinInt, kMaxInt);
+  if (version < kTraceFormatOldestVersion || version > kTraceFormatVersion) {
+    version_reader.fail(
+        fmt::format("version {} is not supported (this memplan reads versions {} to {})",
+                    version_reader.value().dump(), kTraceFormatOldestVersion, kTraceFormatVersion));
+  }
+  if (version >= 2) {
+    root.reject_unknown_keys({"format", "version", "provenance", "device", "tensors", "ops",
+                              "launch_ns", "host_tail_ns"});
+  } else {
+    root.reject_unknown_keys({"format", "version", "provenance", "device", "tensors", "ops"});
+  }
+  Workload w;
+  w.provenance = read_provenance(root.at("provenance"));
+  w.device = read_device(root.at("device"));
+  for (const auto& t : root.at("tensors").elements()) w.tensors.push_back(read_tensor(t));
+  for (const auto& o : root.at("ops").elements()) w.ops.push_back(read_op(o, version));
+  if (auto l = root.find("launch_ns")) w.launch_ns = l->as_int(0, kNanosecondsPerSecond);
+  if (auto t = root.find("host_tail_ns")) w.host_tail_ns = t->as_int(0, kMaxInt);
+  validate(w, source);
+  return w;
+}
+
+int trace_format_version(const Workload& workload) {
+  const bool host = workload.launch_ns || workload.host_tail_ns != 0 ||
+                    std::any_of(workload.ops.begin(), workload.ops.end(),
+                                [](const Op& op) { return op.host.has_value(); });
+  return host ? 2 : 1;
+}
+
+Workload parse_trace(std::string_view text, std::string_view source) {
+  return trace_from_json(parse_json(text, source), source);
+}
+
+Workload read_trace(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  if (text.size() >= 2 && text[0] == '\x1f' && text[1] == '\x8b') {
+    throw InputError(path.string(),
+                     "gzip-compressed, and memplan traces are plain JSON: a PyTorch profiler trace "
+                     "(.pt.trace.json.gz) is converted with `memplan import kineto FILE -o "
+                     "trace.json`");
+  }
+  return parse_trace(text, path.string());
+}
+
+std::string write_trace(const Workload& workload) {
+  std::string out;
+  out += "{\n";
+  out += fmt::format("\"format\": \"{}\",\n", kTraceFormatName);
+  const int version = trace_format_version(workload);
+  out += fmt::format("\"version\": {},\n", version);
+  out += fmt::format("\"provenance\": {},\n", provenance_json(workload.provenance).dump());
+  out += fmt::format("\"device\": {},\n", device_json(workload.device).dump());
+  auto list = [&out](const char* key, const auto& items, auto to_json, bool last) {
+    out += fmt::format("\"{}\": [", key);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      out += i == 0 ? "\n  " : ",\n  ";
+      out += to_json(items[i]).dump();
+    }
+    out += items.empty() ? "]" : "\n]";
+    out += last ? "\n" : ",\n";
+  };
+  if (workload.launch_ns) out += fmt::format("\"launch_ns\": {},\n", *workload.launch_ns);
+  if (version >= 2) out += fmt::format("\"host_tail_ns\": {},\n", workload.host_tail_ns);
+  list("tensors", workload.tensors, tensor_json, false);
+  list("ops", workload.ops, op_json, true);
+  out += "}\n";
+  return out;
+}
+
+void write_trace_file(const Workload& workload, const std::filesystem::path& path) {
+  write_file_atomically(path, write_trace(workload));
+}
+
+namespace {
+
+// `path` with its symlinks followed (a dangling one to the file it would create), so that writing
+// through a link replaces the file it points to and leaves the link, as coreutils do.
+std::filesystem::path follow_links(std::filesystem::path path) {
+  for (int hops = 0; hops < 40; ++hops) {
+    std::error_code ec;
+    if (!std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))) return path;
+    const std::filesystem::path target = std::filesystem::read_symlink(path, ec);
+    if (ec) throw InputError(path.string(), fmt::format("cannot read the link: {}", ec.message()));
+    path = target.is_absolute() ? target : path.parent_path() / target;
+  }
+  throw InputError(path.string(), "too many levels of symbolic links");
+}
+
+// Writes straight into what is not a regular file (a FIFO, /dev/null, a terminal), as `cat >`
+// would: there is nothing to replace atomically. A FIFO nobody reads is refused, not waited on.
+void write_special_file(const std::filesystem::path& path, std::string_view text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    throw InputError(path.string(),
+                     fmt::format("cannot open for writing: {}{}", std::strerror(errno),
+                                 errno == ENXIO ? " (a FIFO nobody reads)" : ""));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      throw InputError(path.string(), fmt::format("write failed: {}", why));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+  const std::filesystem::path target = follow_links(path);
+  std::error_code ec;
+  const auto status = std::filesystem::status(target, ec);
+  if (std::filesystem::is_directory(status)) {
+    throw InputError(path.string(), "is a directory, not a file");
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    write_special_file(target, text);
+    return;
+  }
+  const std::filesystem::path temp =
+      target.parent_path() / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path.string(), "cannot open for writing");
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(temp, ignored);
+      throw InputError(path.string(), "write failed (disk full?)");
+    }
+  }
+  std::filesystem::rename(temp, target, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
+    throw InputError(path.string(), fmt::format("cannot write: {}", ec.message()));
+  }
+}
+
+void require_sizes(const Workload& workload, std::string_view source) {
+  if (!workload.tensors.empty() || workload.ops.empty()) return;
+  throw InputError(std::string(source),
+                   "has no tensor sizes (its profiler trace recorded no shapes): this command "
+                   "needs them; record with torch.profiler.profile(record_shapes=True, "
+                   "profile_memory=True) and import again");
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path.string(), "is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path.string(), "cannot open for reading (does it exist?)");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw InputError(path.string(), "read failed");
+  return buffer.str();
+}
+
+}  // namespace memplan::sim

@@ -1,0 +1,56 @@
+#pragma once
+// Trace format v1 and v2 (traces/FORMAT.md): reading into a Workload and writing back. Version 2
+// adds the host side (each op's `host`, the top-level `launch_ns` and `host_tail_ns`); a workload
+// without host data is written as version 1, so v1 readers keep reading it. Reading checks
+// every field's presence and type and then validate()s the workload, so a Workload that comes out
+// of here is sound. Writing is stable: read -> write -> read -> write gives the same bytes.
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/workload.hpp"
+
+namespace memplan::sim {
+
+inline constexpr std::string_view kTraceFormatName = "memplan-trace";
+/// The newest version this memplan reads and writes; version 1 is still read.
+inline constexpr int kTraceFormatVersion = 2;
+inline constexpr int kTraceFormatOldestVersion = 1;
+
+/// The version write_trace() gives `workload`: 2 when it carries host data, else 1.
+int trace_format_version(const Workload& workload);
+
+/// Reads and validates a trace file. Throws InputError naming the file and JSON path.
+Workload read_trace(const std::filesystem::path& path);
+
+/// Parses and validates trace text; `source` names it in errors (a file name, "<stdin>").
+Workload parse_trace(std::string_view text, std::string_view source);
+
+/// Converts an already-parsed JSON document; `source` names it in errors.
+Workload trace_from_json(const nlohmann::json& document, std::string_view source);
+
+/// The trace as text: one line per tensor and per op, keys in a fixed order.
+std::string write_trace(const Workload& workload);
+
+/// Writes the trace to `path` atomically (a temporary file renamed into place), so a failure
+/// never leaves a half-written file. Throws InputError when the file cannot be written.
+void write_trace_file(const Workload& workload, const std::filesystem::path& path);
+
+/// Writes `text` to `path` through a temporary file beside it and a rename, so a failure never
+/// leaves a half-written file. A symlink is written through (its target is replaced, the link
+/// stays); what is not a regular file (a FIFO, a device) is written directly, as coreutils do; a
+/// directory is refused. Shared by every command that writes an output file. Throws InputError
+/// when the file cannot be written.
+void write_file_atomically(const std::filesystem::path& path, std::string_view text);
+
+/// Throws InputError naming `source` when the workload has ops but no tensors: a step imported
+/// from a profiler trace recorded without shapes carries its times only, and a command that plans
+/// memory (compare, search, sweep, validate) has nothing to plan with.
+void require_sizes(const Workload& workload, std::string_view source);
+
+/// Reads a whole file. Throws InputError when it cannot be read.
+std::string read_file(const std::filesystem::path& path);
+
+}  // namespace memplan::sim

@@ -1,0 +1,149 @@
+#pragma once
+// CachingAllocator: PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, with its
+// default configuration) as a model of device memory, for steps recorded from PyTorch and for
+// plans meant to run there. Like DeviceArena it knows only sizes and places; the simulator and the
+// backends make the same calls and get the same placements (memory/device_memory.hpp).
+//
+// Why: a single contiguous arena loses every hole between live blocks, so a large request fails
+// there while the device has the bytes free in several holes. PyTorch asks the driver for memory
+// a segment at a time, and when a new segment does not fit it gives back every cached segment
+// that holds no live block and tries again; the driver maps physical pages anywhere, so what is
+// lost is only the unused part of segments that still hold a live block. A step at the edge of
+// the device (AlexNet at batch 6144 on 16 GB, issue #18) fits one model and not the other.
+//
+// How (PyTorch's rules, constants as there):
+//   - a request is rounded up to 512 bytes; up to 1 MiB it is "small", served from the small pool,
+//     otherwise from the large pool;
+//   - best fit: the smallest cached free block of the request's pool that is large enough, lowest
+//     address among equals (a segment's address is its place in one growing address space here,
+//     so a newer segment has the higher address);
+//   - none large enough: a new segment of 2 MiB for a small request, 20 MiB for one under 10 MiB,
+//     else the request rounded up to 2 MiB; when the segments' total plus the new one would exceed
+//     the capacity, every cached segment without a live block is given back first, and the
+//     request fails when it still does not fit (PyTorch's OOM);
+//   - the block taken is split when the rest is at least 512 bytes (small pool) or more than
+//     1 MiB (large pool): the request keeps the front, the rest stays cached;
+//   - a released block merges with its free neighbours in its segment and is cached; segments are
+//     given back to the driver only as above.
+// Not modelled: per-stream pools (a Program allocates in compute-stream order, so every block is
+// the compute stream's), max_split_size, expandable segments, garbage_collection_threshold.
+//
+// Placement depends on the capacity (a tighter device gives segments back earlier), as PyTorch's
+// does: fitting is not monotone in the capacity under this model. A run that fits at capacity C
+// with peak reserved bytes R gives back segments at the same requests at every capacity in
+// [R, C], so it runs the same there; a run on an unlimited device gives none back and runs the
+// same at every capacity from its peak up.
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace memplan::sim {
+
+class CachingAllocator {
+ public:
+  using Size = std::int64_t;
+  using Offset = std::int64_t;
+  using Handle = std::int32_t;   // a block handed out
+  using Segment = std::int32_t;  // a segment's number, reused once it was given back
+
+  static constexpr Size kMinBlockSize = 512;
+  static constexpr Size kSmallSize = Size{1} << 20;
+  static constexpr Size kSmallBuffer = Size{2} << 20;
+  static constexpr Size kMinLargeAlloc = Size{10} << 20;
+  static constexpr Size kRoundLarge = Size{2} << 20;
+  static constexpr Size kLargeBuffer = Size{20} << 20;
+
+  explicit CachingAllocator(Size capacity = 0);
+
+  /// Forgets every block and segment and sets a new capacity; keeps the buffers for reuse.
+  void reset(Size capacity);
+
+  static constexpr Size rounded_size(Size bytes) {
+    return bytes <= 0 ? kMinBlockSize : (bytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+  }
+  /// The size of the segment a request of rounded size `size` asks the driver for.
+  static constexpr Size segment_size(Size size) {
+    if (size <= kSmallSize) return kSmallBuffer;
+    if (size < kMinLargeAlloc) return kLargeBuffer;
+    return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  }
+
+  struct Placed {
+    Segment segment;
+    Offset offset;  // within the segment
+    Handle handle;
+  };
+  /// A block of rounded_size(bytes), or nullopt when PyTorch would report out of memory. Either
+  /// way, segments may have been given back or taken: segments_released() and segment_created().
+  [[nodiscard]] std::optional<Placed> allocate(Size bytes);
+  void release(Handle handle);
+
+  /// The segments the last allocate gave back, in the order it gave them back.
+  [[nodiscard]] const std::vector<Segment>& segments_released() const { return released_; }
+  /// The segment the last allocate took from the driver, if it took one.
+  [[nodiscard]] std::optional<Segment> segment_created() const { return created_; }
+  [[nodiscard]] Size segment_bytes(Segment s) const {
+    return segments_[static_cast<std::size_t>(s)].bytes;
+  }
+
+  [[nodiscard]] Size capacity() const { return capacity_; }
+  /// Rounded bytes of the blocks handed out.
+  [[nodiscard]] Size live_bytes() const { return live_; }
+  [[nodiscard]] Size peak_live_bytes() const { return peak_live_; }
+  /// Bytes of the segments held (PyTorch's memory_reserved).
+  [[nodiscard]] Size reserved_bytes() const { return reserved_; }
+  [[nodiscard]] Size peak_reserved_bytes() const { return peak_reserved_; }
+  /// The largest request that would succeed now: a cached free block, or a new segment in what
+  /// the live segments leave of the capacity.
+  [[nodiscard]] Size largest_free_block() const;
+  [[nodiscard]] std::size_t segment_count() const { return segment_count_; }
+
+ private:
+  static constexpr Handle kNone = -1;
+  struct Block {
+    Segment segment = -1;
+    Offset offset = 0;
+    Size size = 0;
+    Handle prev = kNone;  // neighbours within the segment
+    Handle next = kNone;
+    bool free = false;
+  };
+  struct SegmentInfo {
+    Offset address = 0;  // in the one growing address space: orders blocks of equal size
+    Size bytes = 0;
+    bool small = false;  // in the small pool (a 2 MiB segment for requests up to 1 MiB)
+  };
+  /// (size, address, block): a pool's cached free blocks in best-fit order.
+  using Pool = std::set<std::tuple<Size, Offset, Handle>>;
+
+  [[nodiscard]] static bool small(Size size) { return size <= kSmallSize; }
+  [[nodiscard]] Pool& pool_of(const Block& block);
+  [[nodiscard]] Offset address(Handle b) const;
+  void cache(Handle b);
+  void uncache(Handle b);
+  /// Block `b` takes over the block after it in its segment (both out of the pools).
+  void absorb_next(Handle b);
+  Handle new_block();
+  std::optional<Handle> new_segment(Size bytes, bool small_pool);
+  void release_cached_segments();
+
+  std::vector<Block> blocks_;
+  std::vector<Handle> spare_blocks_;
+  std::vector<SegmentInfo> segments_;
+  std::vector<Segment> spare_segments_;
+  Pool small_pool_;
+  Pool large_pool_;
+  std::vector<Segment> released_;
+  std::optional<Segment> created_;
+  Offset next_address_ = 0;
+  std::size_t segment_count_ = 0;
+  Size capacity_ = 0;
+  Size live_ = 0;
+  Size peak_live_ = 0;
+  Size reserved_ = 0;
+  Size peak_reserved_ = 0;
+};
+
+}  // namespace memplan::sim

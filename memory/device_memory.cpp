@@ -1,0 +1,45 @@
+#include "memory/device_memory.hpp"
+
+namespace memplan::sim {
+
+void DeviceMemory::reset(AllocatorModel model, Size capacity) {
+  model_ = model;
+  if (model == AllocatorModel::kArena) {
+    arena_.reset(capacity);
+  } else {
+    caching_.reset(capacity);
+  }
+}
+
+const std::vector<DeviceMemory::Segment>& DeviceMemory::segments_released() const {
+  return model_ == AllocatorModel::kArena ? none_released_ : caching_.segments_released();
+}
+
+std::optional<DeviceMemory::Segment> DeviceMemory::segment_created() const {
+  if (model_ == AllocatorModel::kArena) return std::nullopt;
+  return caching_.segment_created();
+}
+
+DeviceMemory::Size DeviceMemory::segment_bytes(Segment s) const {
+  return model_ == AllocatorModel::kArena ? arena_.capacity() : caching_.segment_bytes(s);
+}
+
+DeviceMemory::Size DeviceMemory::capacity() const {
+  return model_ == AllocatorModel::kArena ? arena_.capacity() : caching_.capacity();
+}
+
+DeviceMemory::Size DeviceMemory::reserved_bytes() const {
+  return model_ == AllocatorModel::kArena ? arena_.reserved_bytes() : caching_.reserved_bytes();
+}
+
+DeviceMemory::Size DeviceMemory::peak_reserved_bytes() const {
+  return model_ == AllocatorModel::kArena ? arena_.peak_reserved_bytes()
+                                          : caching_.peak_reserved_bytes();
+}
+
+DeviceMemory::Size DeviceMemory::largest_free_block() const {
+  return model_ == AllocatorModel::kArena ? arena_.largest_free_block()
+                                          : caching_.largest_free_block();
+}
+
+}  // namespace memplan::sim

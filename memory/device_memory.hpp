@@ -1,0 +1,74 @@
+#pragma once
+// DeviceMemory: the device memory of one run, under the allocator model the machine names
+// (core/allocator_model.hpp): one DeviceArena region, or PyTorch's caching allocator's segments.
+// The engine and the backends' ArenaDevice make the same calls on it, so they get the same
+// placements and the same peaks whichever model it is.
+//
+// A block lives at an offset within a segment. Under the arena model there is one segment, 0, of
+// the capacity, there from the start; under the caching model segments come and go with
+// allocations (segments_released, segment_created), and a backend maps and unmaps real memory for
+// each as PyTorch calls cudaMalloc and cudaFree.
+#include <optional>
+#include <vector>
+
+#include "core/allocator_model.hpp"
+#include "memory/caching_allocator.hpp"
+#include "memory/device_arena.hpp"
+
+namespace memplan::sim {
+
+class DeviceMemory {
+ public:
+  using Size = std::int64_t;
+  using Offset = std::int64_t;
+  using Handle = std::int32_t;
+  using Segment = std::int32_t;
+  struct Placed {
+    Segment segment;
+    Offset offset;  // within the segment
+    Handle handle;
+  };
+
+  /// Forgets every allocation; the model and capacity of the next run. Keeps buffers for reuse.
+  void reset(AllocatorModel model, Size capacity);
+
+  [[nodiscard]] std::optional<Placed> allocate(Size bytes) {
+    if (model_ == AllocatorModel::kArena) {
+      const auto placed = arena_.allocate_block(bytes);
+      if (!placed) return std::nullopt;
+      return Placed{0, placed->offset, placed->handle};
+    }
+    const auto placed = caching_.allocate(bytes);
+    if (!placed) return std::nullopt;
+    return Placed{placed->segment, placed->offset, placed->handle};
+  }
+  void release(Handle handle) {
+    if (model_ == AllocatorModel::kArena) {
+      arena_.release_block(handle);
+    } else {
+      caching_.release(handle);
+    }
+  }
+
+  [[nodiscard]] AllocatorModel model() const { return model_; }
+  /// Segments the last allocate gave back and took (always none under the arena model).
+  [[nodiscard]] const std::vector<Segment>& segments_released() const;
+  [[nodiscard]] std::optional<Segment> segment_created() const;
+  [[nodiscard]] Size segment_bytes(Segment s) const;
+
+  [[nodiscard]] Size capacity() const;
+  /// What the device must hold now: the arena's highest end in use, or the caching allocator's
+  /// segments.
+  [[nodiscard]] Size reserved_bytes() const;
+  [[nodiscard]] Size peak_reserved_bytes() const;
+  /// The largest request that would succeed now.
+  [[nodiscard]] Size largest_free_block() const;
+
+ private:
+  AllocatorModel model_ = AllocatorModel::kArena;
+  DeviceArena arena_;
+  CachingAllocator caching_;
+  std::vector<Segment> none_released_;
+};
+
+}  // namespace memplan::sim

@@ -1,0 +1,159 @@
+"""The plan `apply` carries out: read against the captured trace, refused where PyTorch cannot
+carry it out, and laid out op by op (`Schedule`).
+
+What: `plan_schedule(plan, trace)` takes a plan (a dict in plan format v1, or a memplan.Plan) and
+the captured trace (a dict), and returns the `Schedule` the planned step follows: each map's
+action, the ops before which swapped maps are brought back and released, the op after which a
+swapped or encoded map leaves the device, and the op after which the trace reads a tensor for the
+last time. `check_model` and `check_batch` refuse a model or batch other than the captured one.
+
+Why this way: whether the plan was made for this workload (its fingerprint), which action a map
+may take (encodings of float32 maps only, a lossy map that a recomputation would re-read), where
+a swapped map is prefetched by default, where a map the plan does not keep leaves the device and
+where a tensor is read last are the simulator's rules. memplan._core answers them (the C++ plan
+reader, `memplan._validation.map_points`, `Trace.last_uses`), so the step follows the lowering it
+is compared with rather than a copy of it. Refused here, one line each (PlanError), is what
+PyTorch adds to them: tensors placed on the host or an update on the host (make the plan with
+`memplan search --maps-only`), ops run with another algorithm, `per_use` recomputation (its peak
+would not be the simulator's), and binarize for a map a backward op reads for more than its sign.
+"""
+
+import json
+
+import memplan
+from memplan import _validation
+from memplan.torch.capture import memplan_trace
+from memplan.torch.recorder import flat_tensors
+
+
+class PlanError(ValueError):
+    """A plan that cannot be applied to this model and batch (one line)."""
+
+
+def read_plan(plan, trace):
+    """`plan` (a dict in plan format v1, or a memplan.Plan) as a memplan.Plan of `trace` (a
+    memplan.Trace), read by memplan's plan reader: PlanError (one line) for a plan made for another
+    workload or with an action a map may not take."""
+    if isinstance(plan, memplan.Plan):
+        if plan.trace == trace:
+            return plan
+        text, source = plan.to_json(), f"plan {plan.policy!r}"
+    else:
+        text, source = json.dumps(plan), "the plan"
+    try:
+        return memplan.parse_plan(text, trace, source)
+    except memplan.InputError as e:
+        raise PlanError(str(e)) from None
+
+
+def plan_schedule(plan, trace):
+    """The `Schedule` of `plan` on the captured `trace` (a dict); PlanError when the plan is not
+    for this trace or asks for what apply does not carry out (see the module's docstring)."""
+    captured = memplan_trace(trace)
+    plan = read_plan(plan, captured)
+    points = _validation.map_points(plan)
+    _refuse_what_torch_does_not_carry_out(plan.to_dict(), points, trace)
+    return Schedule(points, captured.last_uses())
+
+
+def _refuse_what_torch_does_not_carry_out(data, points, trace):
+    placed = [e["tensor"] for e in data.get("tensors", [])]
+    if placed or data.get("update") == "host":
+        what = f"places '{placed[0]}' on the host" if placed else "runs the update on the host"
+        raise PlanError(f"the plan {what}: memplan.torch.apply carries out plans of feature maps "
+                        "only (make it with `memplan search --maps-only`)")
+    if data.get("algorithms"):
+        op = data["algorithms"][0]["op"]
+        raise PlanError(f"the plan runs op '{op}' with another algorithm, which "
+                        "memplan.torch.apply does not choose (PyTorch picks its kernels)")
+    tensors = trace["tensors"]
+    for p in points:
+        name = tensors[p.tensor]["name"]
+        if p.per_use:
+            raise PlanError(f"tensor '{name}': per_use recomputation (regenerated for every "
+                            "backward use) is not carried out by memplan.torch.apply; make the "
+                            "plan without it (every policy but superneurons' memory-centric "
+                            "segments does)")
+        if p.action == "encode:binarize":
+            _check_binarizable(trace, p.tensor, name)
+
+
+# Backward ops that read a binarized map for its sign, or for its geometry only: ReLU's backward
+# (threshold_backward: result <= 0 ? 0 : grad) and a max-pool's backward, whose CPU and CUDA
+# kernels read the input's sizes and memory format and take the positions from the saved indices.
+_SIGN_READERS = {"relu": (".threshold_backward",),
+                 "max_pool2d": (".max_pool2d_with_indices_backward",)}
+_GEOMETRY_READERS = {"aten::detach", "aten::view", "aten::_reshape_alias", "aten::alias",
+                     "aten::as_strided", "aten::t", "aten::transpose", "aten::permute",
+                     "aten::expand", "aten::unsqueeze", "aten::squeeze"}
+
+
+def _check_binarizable(trace, tid, name):
+    """Refuses (PlanError) binarizing a map a backward op reads for more than its sign: binarize
+    keeps one bit, and decodes to 1.0 / 0.0, which gives PyTorch's backward the same bits only
+    where every backward reader is a ReLU's or a max-pool's backward (Gist's pattern)."""
+    for op in trace["ops"]:
+        if op["phase"] != "backward" or tid not in op["inputs"]:
+            continue
+        if op["layer"] in _GEOMETRY_READERS or op["name"].endswith(
+                _SIGN_READERS.get(op["layer"], ())):
+            continue
+        raise PlanError(f"tensor '{name}': encode:binarize keeps the map's sign only, and backward "
+                        f"op '{op['name']}' ({op['layer']}) reads its values (binarize is for a "
+                        "map only ReLU's and max-pool's backward read)")
+
+
+class Schedule:
+    """A plan's decisions on the captured trace, as the step carries them out, from the
+    simulator's answers (`map_points`: one per feature map, in tensor id order; `last_uses`):
+    - `actions`: tensor id -> keep | swap | recompute | encode:SCHEME;
+    - `prefetch_before`: op id -> swapped maps brought back before it (the plan's point, else the
+      simulator's default); `release_before`: op id -> swapped maps whose device buffers go before
+      it (Note [Release point]), `released_late` those maps;
+    - `forward_drops`: op id -> [(map, action)] the lowering drops after it (its last forward use),
+      swapped and encoded maps in tensor id order: a swapped map's buffer goes once its copy-out has
+      read it, an encoded map is encoded and its buffer goes; `encode_at`: encoded map -> that op;
+    - `drop_after`: op id -> tensors the trace reads last there (a copy brought back or
+      regenerated is let go after it)."""
+
+    def __init__(self, points, last_uses):
+        self.actions = {p.tensor: p.action for p in points}
+        self.prefetch_before, self.release_before = {}, {}
+        self.released_late = set()
+        self.forward_drops, self.encode_at = {}, {}
+        for p in points:
+            if p.action == "swap":
+                self.prefetch_before.setdefault(p.prefetch_before, []).append(p.tensor)
+                if p.release_before is not None:
+                    self.release_before.setdefault(p.release_before, []).append(p.tensor)
+                    self.released_late.add(p.tensor)
+            if p.action == "swap" or p.action.startswith("encode:"):
+                self.forward_drops.setdefault(p.last_forward_use, []).append((p.tensor, p.action))
+                if p.action.startswith("encode:"):
+                    self.encode_at[p.tensor] = p.last_forward_use
+        self.drop_after = {}
+        for t, op in enumerate(last_uses):
+            if op is not None:
+                self.drop_after.setdefault(op, []).append(t)
+
+
+def check_model(model, trace):
+    """Refuses (PlanError) a model whose parameters differ from the captured trace's."""
+    captured = {t["name"]: t.get("shape") for t in trace["tensors"] if t["kind"] == "parameter"}
+    for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+        if name not in captured:
+            raise PlanError(f"the model has '{name}', which the captured trace lacks: "
+                            "another model")
+        if captured[name] is not None and captured[name] != list(p.shape):
+            raise PlanError(f"'{name}' is {list(p.shape)} here and {captured[name]} in the "
+                            "captured trace: another model")
+
+
+def check_batch(batch, trace):
+    """Refuses (PlanError) a batch whose tensors' shapes differ from the captured trace's."""
+    for i, t in enumerate(flat_tensors(batch, [])):
+        captured = next((c for c in trace["tensors"] if c["name"] == f"batch.{i}"), None)
+        if captured is None or captured.get("shape", list(t.shape)) != list(t.shape):
+            want = captured.get("shape") if captured else "nothing"
+            raise PlanError(f"batch tensor {i} is {list(t.shape)}; the captured trace has {want}: "
+                            "another input shape")

@@ -1,0 +1,77 @@
+#include "requests/machine_request.hpp"
+
+#include <cmath>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "core/input_error.hpp"
+#include "core/units.hpp"
+
+namespace memplan::requests {
+namespace {
+
+// A number from Python in the base unit: finite and positive (a latency may be zero); whole where
+// the unit is.
+double checked_number(double value, std::string_view flag, bool whole, bool zero = false) {
+  if (!std::isfinite(value) || value < 0 || (value == 0 && !zero)) {
+    throw sim::InputError(std::string(flag), fmt::format("{} is not a {} finite number", value,
+                                                         zero ? "non-negative" : "positive"));
+  }
+  if (whole && value != std::floor(value)) {
+    throw sim::InputError(std::string(flag), fmt::format("{} is not a whole number", value));
+  }
+  return value;
+}
+
+}  // namespace
+
+sim::Bytes bytes_of(const Quantity& q, std::string_view flag) {
+  if (const auto* text = std::get_if<std::string>(&q)) return sim::parse_bytes(*text, flag);
+  const double value = checked_number(std::get<double>(q), flag, true);
+  if (value > static_cast<double>(sim::kMaxBytes)) {
+    throw sim::InputError(std::string(flag),
+                          fmt::format("{} bytes is over the limit of 1 EiB", value));
+  }
+  return static_cast<sim::Bytes>(value);
+}
+
+sim::BytesPerSecond bandwidth_of(const Quantity& q, std::string_view flag) {
+  if (const auto* text = std::get_if<std::string>(&q)) return sim::parse_bandwidth(*text, flag);
+  return checked_number(std::get<double>(q), flag, false);
+}
+
+sim::Nanoseconds duration_of(const Quantity& q, std::string_view flag) {
+  if (const auto* text = std::get_if<std::string>(&q)) return sim::parse_duration(*text, flag);
+  const double value = checked_number(std::get<double>(q), flag, true, true);
+  if (value > 1e18)
+    throw sim::InputError(std::string(flag), fmt::format("{} ns is too long", value));
+  return static_cast<sim::Nanoseconds>(value);
+}
+
+sim::MachineOverrides overrides(const MachineRequest& request) {
+  sim::MachineOverrides o;
+  if (request.memory) o.memory_bytes = bytes_of(*request.memory, "--memory");
+  o.link_name = request.link;
+  if (request.h2d) o.link.h2d_bytes_per_s = bandwidth_of(*request.h2d, "--h2d");
+  if (request.d2h) o.link.d2h_bytes_per_s = bandwidth_of(*request.d2h, "--d2h");
+  if (request.latency) o.link.latency_ns = duration_of(*request.latency, "--latency");
+  if (request.host_memory) o.host_memory_bytes = bytes_of(*request.host_memory, "--host-memory");
+  if (request.host_bandwidth) {
+    o.host_bandwidth_bytes_per_s = bandwidth_of(*request.host_bandwidth, "--host-bandwidth");
+  }
+  if (request.allocator) {
+    o.allocator = sim::parse_allocator_model(*request.allocator);
+    if (!o.allocator) {
+      throw sim::InputError("--allocator",
+                            "'" + *request.allocator + "' is not an allocator: arena or caching");
+    }
+  }
+  return o;
+}
+
+sim::Machine make_machine(const sim::Workload& workload, const MachineRequest& request) {
+  return sim::make_machine(workload.device, overrides(request));
+}
+
+}  // namespace memplan::requests

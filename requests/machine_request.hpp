@@ -1,0 +1,46 @@
+#pragma once
+// MachineRequest: the machine a user asks a step to be simulated on, as the what-if values the
+// CLI's flags (--memory, --link, --h2d, --d2h, --latency, --host-memory, --host-bandwidth,
+// --allocator) and the Python API's keywords give them. Parsed here and nowhere else, so that
+// every entry accepts the same values and names a bad one by its flag.
+//
+// A quantity is text with its unit ("16GiB", "12.5GB/s", "10us", core/units.hpp) or, from
+// Python, a plain number in the base unit (bytes, bytes per second, nanoseconds).
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "core/machine.hpp"
+#include "core/workload.hpp"
+
+namespace memplan::requests {
+
+using Quantity = std::variant<std::string, double>;
+
+struct MachineRequest {
+  std::optional<Quantity> memory;          // bytes
+  std::optional<std::string> link;         // a preset or "recorded"
+  std::optional<Quantity> h2d;             // bytes per second
+  std::optional<Quantity> d2h;             // bytes per second
+  std::optional<Quantity> latency;         // nanoseconds
+  std::optional<Quantity> host_memory;     // bytes
+  std::optional<Quantity> host_bandwidth;  // bytes per second
+  std::optional<std::string> allocator;    // arena or caching
+};
+
+/// One quantity in its unit, for `flag`'s errors: bytes, bytes per second, nanoseconds. Throws
+/// InputError naming the flag of a value that does not parse, is not finite or positive (a
+/// duration may be zero), or (bytes, nanoseconds) is not whole.
+sim::Bytes bytes_of(const Quantity& quantity, std::string_view flag);
+sim::BytesPerSecond bandwidth_of(const Quantity& quantity, std::string_view flag);
+sim::Nanoseconds duration_of(const Quantity& quantity, std::string_view flag);
+
+/// The request as overrides of the trace's device. Throws InputError naming the flag of a value
+/// that does not parse, is not finite or positive, or (bytes, nanoseconds) is not whole.
+sim::MachineOverrides overrides(const MachineRequest& request);
+
+/// The workload's device with the request applied (sim::make_machine). Throws InputError.
+sim::Machine make_machine(const sim::Workload& workload, const MachineRequest& request);
+
+}  // namespace memplan::requests

@@ -1,0 +1,91 @@
+#include "requests/search_request.hpp"
+
+#include <cmath>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/input_error.hpp"
+#include "search/policies/gist.hpp"
+
+namespace memplan::requests {
+namespace {
+
+void check_threads(int threads, std::string_view flag) {
+  if (threads < 0 || threads > kMaxThreads) {
+    throw sim::InputError(std::string(flag), fmt::format("{} is not in [1, {}] (0: every core)",
+                                                         threads, kMaxThreads));
+  }
+}
+
+void check_time_limit(double seconds, std::string_view flag) {
+  if (!std::isfinite(seconds) || seconds <= 0 || seconds > kMaxTimeLimitS) {
+    throw sim::InputError(std::string(flag), fmt::format("{} is not a number of seconds in (0, {}]",
+                                                         seconds, kMaxTimeLimitS));
+  }
+}
+
+void check_rounds(std::size_t rounds, std::string_view flag) {
+  if (rounds > static_cast<std::size_t>(kMaxRounds)) {
+    throw sim::InputError(std::string(flag),
+                          fmt::format("{} is over {} (0: until converged)", rounds, kMaxRounds));
+  }
+}
+
+void check_seed(std::uint64_t seed) {
+  if (seed > static_cast<std::uint64_t>(kMaxSeed)) {
+    throw sim::InputError("--seed", fmt::format("{} is over {}", seed, kMaxSeed));
+  }
+}
+
+}  // namespace
+
+search::SearchOptions search_options(const SearchRequest& request) {
+  check_threads(request.threads, "--threads");
+  check_time_limit(request.time_limit_s, "--time-limit");
+  check_rounds(request.rounds, "--rounds");
+  check_seed(request.seed);
+  search::SearchOptions options;
+  options.threads = request.threads;
+  options.time_limit_s = request.time_limit_s;
+  options.max_rounds = request.rounds;
+  options.seed = request.seed;
+  options.deterministic = request.deterministic;
+  options.host_placement = !request.maps_only;
+  options.encodings = search::parse_encoding_options(request.encode, "--encode");
+  return options;
+}
+
+search::SweepGrid sweep_grid(std::vector<search::SweepTrace> traces, const SweepRequest& request) {
+  search::SweepGrid grid;
+  grid.traces = std::move(traces);
+  for (const Quantity& memory : request.memories) {
+    grid.memories.emplace_back(bytes_of(memory, "--memory"));
+  }
+  grid.links = search::sweep_links(request.links, request.bandwidths);
+  grid.policies = request.policies;
+  grid.search = request.search;
+  return grid;
+}
+
+search::SweepOptions sweep_options(const SweepRequest& request) {
+  check_threads(request.threads, "--threads");
+  check_time_limit(request.search_time_limit_s, "--search-time-limit");
+  check_rounds(request.search_rounds, "--search-rounds");
+  check_seed(request.seed);
+  if (request.deterministic && request.search && request.search_rounds == 0) {
+    throw sim::InputError("--deterministic",
+                          "search cells stop by the clock: give --search-rounds or --no-search");
+  }
+  search::SweepOptions options;
+  options.threads = request.threads;
+  options.deterministic = request.deterministic;
+  options.encodings = search::parse_encoding_options(request.encode, "--encode");
+  options.search.time_limit_s = request.search_time_limit_s;
+  options.search.max_rounds = request.search_rounds;
+  options.search.seed = request.seed;
+  return options;
+}
+
+}  // namespace memplan::requests

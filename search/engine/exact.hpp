@@ -1,0 +1,66 @@
+#pragma once
+// Exact mode of the plan search: the optimal plan of a small instance, by branch and bound over
+// per-map actions with the simulator as the oracle (Note [Exact plan search] in exact.cpp).
+#include <cstddef>
+#include <string>
+
+#include "core/machine.hpp"
+#include "core/plan.hpp"
+#include "core/workload.hpp"
+#include "search/engine/plan_search.hpp"
+#include "search/oracle/evaluator.hpp"
+#include "search/policies/gist.hpp"
+#include "sim/simulation.hpp"
+
+namespace memplan::search {
+
+/// Exact mode refuses workloads with more feature maps than this (InputError).
+inline constexpr std::size_t kExactMaxMaps = 16;
+
+struct ExactOptions {
+  int threads = 0;            // 0: every core
+  double time_limit_s = 0.0;  // 0: none; when it stops the search the result is not proven
+  EncodingOptions encodings;
+};
+
+struct ExactResult {
+  sim::Plan plan;
+  sim::Simulation simulation;  // the plan's, with every record kept
+  Evaluation evaluation;
+  /// True when the search space was exhausted: no plan of the space is faster (Note).
+  bool optimal = false;
+  /// The result is the heuristic search's plan (seeded with every policy): nothing in the space is
+  /// faster.
+  bool from_heuristic = false;
+  Evaluation heuristic_evaluation;
+  std::string best_policy;
+  Evaluation best_policy_evaluation;
+  double space_plans = 0.0;         // plans in the space (product of options per map)
+  std::size_t explored = 0;         // nodes of the branch-and-bound tree visited
+  std::size_t evaluated = 0;        // plans simulated, the heuristic's and policies' included
+  std::size_t pruned_memory = 0;    // subtrees cut by the memory lower bound
+  std::size_t pruned_time = 0;      // subtrees cut by the time lower bound
+  std::size_t solved_by_bound = 0;  // subtrees whose bounding plan fits (hence is their optimum)
+  /// Children whose time bound came out below their parent's: the bound's monotonicity failed
+  /// (never observed; counted so that an optimality claim can be checked).
+  std::size_t bound_violations = 0;
+  double elapsed_s = 0.0;
+};
+
+/// The fastest plan of the space of Note [Exact plan search] (ties: the first in the tree's
+/// order), or the heuristic search's plan when nothing in the space is faster: the heuristic
+/// search, then branch_and_bound from its plan (the driver's, Note [Plan search] in
+/// plan_search.cpp, composition). Throws InputError naming `source` when the workload has more
+/// than kExactMaxMaps feature maps.
+ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machine,
+                        const ExactOptions& options, const std::string& source = "search --exact");
+
+/// The branch and bound of Note [Exact plan search] from a heuristic search's result (its plan is
+/// the incumbent to beat), in solve_exact and as the plan search's fallback when nothing fits:
+/// every field of ExactResult but `simulation` (empty: the driver simulates the winner once) and
+/// `elapsed_s`. It runs no heuristic search itself. The workload has at most kExactMaxMaps
+/// feature maps (checked).
+ExactResult branch_and_bound(const sim::Workload& workload, const sim::Machine& machine,
+                             const ExactOptions& options, const SearchResult& heuristic);
+
+}  // namespace memplan::search

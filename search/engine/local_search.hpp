@@ -1,0 +1,71 @@
+#pragma once
+// The local search of the plan search (Note [Plan search] in plan_search.cpp, rounds, widening
+// and restarts): from one seed after another, rounds of moves drawn from the incumbent's
+// neighbourhood and evaluated in parallel, widened to every single change, pair and triple when a
+// round finds nothing. Internal to the search engine (search/engine/).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <oneapi/tbb/enumerable_thread_specific.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "core/machine.hpp"
+#include "core/plan.hpp"
+#include "core/workload.hpp"
+#include "search/engine/neighbourhood.hpp"
+#include "search/engine/plan_search.hpp"
+#include "search/engine/seeding.hpp"
+#include "search/oracle/evaluator.hpp"
+#include "search/policies/network_view.hpp"
+
+namespace memplan::search::engine {
+
+class LocalSearch {
+ public:
+  // Improves on `result` (its plan and evaluation: the best seed's), counting rounds there; every
+  // reference must outlive the LocalSearch.
+  LocalSearch(const sim::Workload& workload, const sim::Machine& machine, const NetworkView& view,
+              const SearchOptions& options, int threads, const Stop& stop, Reporter& report,
+              SearchResult& result);
+
+  // Searches from each seed in turn (Note [Plan search], restarts); returns false when a limit,
+  // not convergence, ended it.
+  bool run(const std::vector<Seed>& seeds);
+  // Plans evaluated or simulated by the rounds.
+  [[nodiscard]] std::size_t evaluated() const { return driver_.count() + evaluated_in_rounds_; }
+
+ private:
+  // The neighbourhood a round evaluates, widened after each idle round (Note [Plan search]).
+  enum class Sweep { kSampled, kSingles, kPairs, kTriples, kRandomPairs };
+  struct Scored {
+    std::size_t best;  // moves.size() when none improves
+    std::vector<Evaluation> scores;
+    bool swept;  // every chunk was evaluated (no limit cut the sweep short)
+  };
+
+  [[nodiscard]] bool out_of_limits() const;
+  bool improve(sim::Plan plan, Evaluation evaluation, std::uint64_t start_index);
+  std::vector<Move> round_moves(const sim::Plan& plan, const std::vector<Change>& changes,
+                                Sweep sweep, std::mt19937_64& rng);
+  Scored evaluate_moves(const sim::Plan& plan, const Evaluation& evaluation,
+                        const std::vector<Move>& moves);
+  bool widen(Sweep& sweep, const std::vector<Change>& changes, std::size_t& idle_random_pairs);
+
+  const sim::Workload& workload_;
+  const NetworkView& view_;
+  const SearchOptions& options_;
+  const Stop& stop_;
+  Reporter& report_;
+  SearchResult& result_;
+  tbb::task_arena arena_;
+  Evaluator driver_;
+  tbb::enumerable_thread_specific<std::unique_ptr<Evaluator>> evaluators_;
+  const Neighbourhood neighbourhood_;
+  const std::size_t batch_;
+  std::size_t evaluated_in_rounds_ = 0;
+};
+
+}  // namespace memplan::search::engine

@@ -1,0 +1,470 @@
+#include "search/engine/neighbourhood.hpp"
+
+#include <algorithm>
+#include <iterator>
+
+#include "core/check.hpp"
+#include "search/policies/policy.hpp"
+
+namespace memplan::search::engine {
+
+Neighbourhood::Neighbourhood(const NetworkView& view, const EncodingOptions& encodings,
+                             bool host_placement, bool release_points)
+    : view_(view), release_points_(release_points) {
+  for (const sim::Op& op : view.workload().ops) {
+    if (!op.algorithms.empty()) algorithm_ops_.push_back(op.id);
+  }
+  actions_ = {{sim::Action::kKeep, sim::Encoding::kNone},
+              {sim::Action::kSwap, sim::Encoding::kNone},
+              {sim::Action::kRecompute, sim::Encoding::kNone}};
+  if (encodings.binarize) actions_.emplace_back(sim::Action::kEncode, sim::Encoding::kBinarize);
+  if (encodings.sparse) actions_.emplace_back(sim::Action::kEncode, sim::Encoding::kSparse);
+  if (encodings.precision_reduction)
+    actions_.emplace_back(sim::Action::kEncode, *encodings.precision_reduction);
+  if (!host_placement) return;
+  const sim::Workload& w = view.workload();
+  placeable_[0] = !sim::host_placeable(w, sim::TensorKind::kParameter).empty();
+  sim::Plan update = keep_all(view, "");
+  apply(update, Placement::kUpdate, true, false);
+  placeable_[1] = sim::host_update_problem(update, w).empty();
+  placeable_[2] = !sim::host_placeable(w, sim::TensorKind::kInput).empty();
+  // Every group any placement can have: those of an update on the device include the others.
+  readers_.resize(w.tensors.size());
+  for (const sim::Op& op : w.ops) {
+    for (sim::TensorId x : op.inputs) readers_[index(x)].push_back(op.id);
+  }
+  std::vector<sim::HostUseGroup> groups;
+  for (sim::TensorKind kind : {sim::TensorKind::kParameter, sim::TensorKind::kGradient,
+                               sim::TensorKind::kOptimizerState, sim::TensorKind::kInput}) {
+    for (sim::TensorId t : sim::host_placeable(w, kind)) {
+      sim::host_use_groups(t, readers_[index(t)], false, w, groups);
+      for (const sim::HostUseGroup& g : groups) host_groups_.emplace_back(t, g.first_use);
+    }
+  }
+  std::sort(host_groups_.begin(), host_groups_.end());
+}
+
+// Sets a placement variable of `plan` (Note [Host placement] in core/plan.hpp); `at_use`: the
+// groups of the tensors it places are prefetched at their first uses, not one op ahead.
+void Neighbourhood::apply(sim::Plan& plan, Placement placement, bool on, bool at_use) const {
+  const sim::Workload& w = view_.workload();
+  switch (placement) {
+    case Placement::kParameters:
+      sim::set_host_placement(plan, w, sim::TensorKind::kParameter, on);
+      if (on && at_use) prefetch_at_first_uses(plan, sim::TensorKind::kParameter);
+      break;
+    case Placement::kUpdate:
+      sim::set_host_placement(plan, w, sim::TensorKind::kGradient, on);
+      sim::set_host_placement(plan, w, sim::TensorKind::kOptimizerState, on);
+      plan.host_update = on;
+      sim::drop_stale_host_prefetches(plan, w);  // an update's groups come and go with it
+      break;
+    case Placement::kInputs:
+      sim::set_host_placement(plan, w, sim::TensorKind::kInput, on);
+      if (on && at_use) prefetch_at_first_uses(plan, sim::TensorKind::kInput);
+      break;
+    case Placement::kNone:
+      break;
+  }
+}
+
+// Every single change of `plan`, grouped by variable in variable order.
+std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
+  std::vector<Change> out;
+  const sim::Workload& w = view_.workload();
+  for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+    const sim::Decision& d = plan.decisions[m];
+    const sim::FeatureMap& fm = view_.feature_maps()[m];
+    for (const auto& [action, encoding] : actions_) {
+      if (action == d.action && encoding == d.encoding) continue;
+      sim::Decision candidate = d;
+      candidate.action = action;
+      candidate.encoding = encoding;
+      candidate.prefetch_before = sim::kNoOp;
+      candidate.per_use = false;
+      if (!sim::decision_problem(candidate, fm, w).empty()) continue;
+      out.push_back(map_change(m, action, encoding, sim::kNoOp));
+      if (action == sim::Action::kSwap) {
+        // A swap whose prefetch starts earlier than the default (one op ahead): PoocH's "as
+        // soon as memory has room" is one of these. In a short window, every point.
+        const auto [last_forward, first_backward] = prefetch_window(static_cast<int>(m));
+        if (first_backward - last_forward <= kEveryPrefetchPoint) {
+          for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) {
+            if (at != default_prefetch(static_cast<int>(m)))
+              out.push_back(map_change(m, action, encoding, at));
+          }
+        } else {
+          for (std::int32_t ahead : {4, 16, 64, 256}) {
+            const sim::OpId at = first_backward - ahead;
+            if (at <= last_forward) break;
+            out.push_back(map_change(m, action, encoding, at));
+          }
+        }
+      }
+    }
+    if (d.action == sim::Action::kSwap) swap_point_changes(m, d, out);
+  }
+  // Each op with alternative algorithms: any other of them, or its default.
+  for (std::size_t k = 0; k < algorithm_ops_.size(); ++k) {
+    const sim::OpId op = algorithm_ops_[k];
+    const auto current = chosen_algorithm(plan, op);
+    const auto count = static_cast<std::int32_t>(w.op(op).algorithms.size());
+    for (std::int32_t a = -1; a < count; ++a) {
+      if (a == current) continue;
+      Change c;
+      c.variable = static_cast<int>(plan.decisions.size() + k);
+      c.op = op;
+      c.algorithm = a;
+      out.push_back(c);
+    }
+  }
+  // Each placement that the workload offers: the other value.
+  for (std::size_t k = 0; k < kPlacementCount; ++k) {
+    if (!placeable_[k]) continue;
+    Change c;
+    c.variable = static_cast<int>(plan.decisions.size() + algorithm_ops_.size() + k);
+    c.placement = static_cast<Placement>(k);
+    c.on = !placed(plan, c.placement);
+    out.push_back(c);
+    // Placed with each copy issued at its use: the least memory ahead of each group, what a
+    // tensor needs when the op before its use is the step's peak (a batch read by the first
+    // layer's backward op, after the second's).
+    if (c.on && c.placement != Placement::kUpdate) {
+      c.at_use = true;
+      out.push_back(c);
+    }
+  }
+  host_prefetch_changes(plan, out);
+  return out;
+}
+
+// For each group of uses of a host-placed tensor: its prefetch point 1, 4 or 16 ops earlier or
+// later within its window, at the first use, or back to the default (Note [Host placement]).
+void Neighbourhood::host_prefetch_changes(const sim::Plan& plan, std::vector<Change>& out) const {
+  std::vector<sim::HostUseGroup> groups;
+  std::vector<sim::OpId> points;
+  for (sim::TensorId t : plan.host_tensors) {
+    groups_of(plan, t, groups);
+    for (const sim::HostUseGroup& g : groups) {
+      const sim::OpId current = prefetch_point(plan, t, g);
+      points.clear();
+      for (std::int32_t delta : {-16, -4, -1, 1, 4, 16}) points.push_back(current + delta);
+      points.push_back(g.first_use);
+      points.push_back(g.default_prefetch);
+      std::sort(points.begin(), points.end());
+      points.erase(std::unique(points.begin(), points.end()), points.end());
+      for (sim::OpId at : points) {
+        if (at < g.earliest_prefetch || at > g.first_use || at == current) continue;
+        Change c;
+        c.variable = static_cast<int>(host_group_variable(t, g.first_use));
+        c.host_tensor = t;
+        c.first_use = g.first_use;
+        c.prefetch_before = at == g.default_prefetch ? sim::kNoOp : at;
+        out.push_back(c);
+      }
+    }
+  }
+}
+
+// Every group of the host-placed tensors of `kind` prefetched at its first use.
+void Neighbourhood::prefetch_at_first_uses(sim::Plan& plan, sim::TensorKind kind) const {
+  const sim::Workload& w = view_.workload();
+  std::vector<sim::HostUseGroup> groups;
+  for (sim::TensorId t : plan.host_tensors) {
+    if (w.tensor(t).kind != kind) continue;
+    groups_of(plan, t, groups);
+    for (const sim::HostUseGroup& g : groups) {
+      if (g.default_prefetch == g.first_use) continue;
+      const auto it = find_host_prefetch(plan.host_prefetches, t, g.first_use);
+      if (it != plan.host_prefetches.end() && it->tensor == t && it->first_use == g.first_use)
+        continue;  // the plan's own point
+      plan.host_prefetches.insert(it, {t, g.first_use, g.first_use});
+    }
+  }
+}
+
+// Adds to `score` (per variable) the blame of the host groups' prefetch points: the stalls
+// waiting for a group's copy (at the group's ops), and a large weight for each group whose copy
+// was resident ahead of its first use at the op where memory ran out.
+void Neighbourhood::blame_host_groups(const sim::Timeline& timeline, const sim::Plan& plan,
+                                      std::vector<double>& score) const {
+  if (plan.host_tensors.empty()) return;
+  for (const sim::Stall& s : timeline.stalls) {
+    if (s.tensor == sim::kNoTensor || s.op == sim::kNoOp) continue;
+    // The group the waiting op belongs to: the last one of the tensor starting at or before it.
+    const auto after =
+        std::upper_bound(host_groups_.begin(), host_groups_.end(), std::pair(s.tensor, s.op));
+    if (after == host_groups_.begin() || std::prev(after)->first != s.tensor) continue;
+    const std::pair<sim::TensorId, sim::OpId>& group = *std::prev(after);
+    score[host_group_variable(group.first, group.second)] +=
+        static_cast<double>(s.end_ns - s.start_ns);
+  }
+  if (!timeline.oom || timeline.oom->op == sim::kNoOp) return;
+  const sim::OpId at = timeline.oom->op;
+  std::vector<sim::HostUseGroup> groups;
+  for (sim::TensorId t : plan.host_tensors) {
+    groups_of(plan, t, groups);
+    for (const sim::HostUseGroup& g : groups) {
+      if (prefetch_point(plan, t, g) <= at && at < g.first_use) {
+        score[host_group_variable(t, g.first_use)] +=
+            1e9 + static_cast<double>(view_.workload().tensor(t).bytes);
+      }
+    }
+  }
+}
+
+// The prefetched groups of a host-placed tensor of `plan`.
+void Neighbourhood::groups_of(const sim::Plan& plan, sim::TensorId t,
+                              std::vector<sim::HostUseGroup>& groups) const {
+  sim::host_use_groups(t, readers_[index(t)], plan.host_update, view_.workload(), groups);
+}
+// Where `plan` prefetches group `g` of host-placed tensor `t`.
+sim::OpId Neighbourhood::prefetch_point(const sim::Plan& plan, sim::TensorId t,
+                                        const sim::HostUseGroup& g) {
+  const auto it = find_host_prefetch(plan.host_prefetches, t, g.first_use);
+  return it != plan.host_prefetches.end() && it->tensor == t && it->first_use == g.first_use
+             ? it->prefetch_before
+             : g.default_prefetch;
+}
+// The first of `prefetches` (ascending) at or after (t, first_use).
+std::vector<sim::HostPrefetch>::const_iterator Neighbourhood::find_host_prefetch(
+    const std::vector<sim::HostPrefetch>& prefetches, sim::TensorId t, sim::OpId first_use) {
+  return std::lower_bound(prefetches.begin(), prefetches.end(), std::pair(t, first_use),
+                          [](const sim::HostPrefetch& p, std::pair<sim::TensorId, sim::OpId> key) {
+                            return std::pair(p.tensor, p.first_use) < key;
+                          });
+}
+// The variable of a host group (Change::variable).
+std::size_t Neighbourhood::host_group_variable(sim::TensorId t, sim::OpId first_use) const {
+  const auto it =
+      std::lower_bound(host_groups_.begin(), host_groups_.end(), std::pair(t, first_use));
+  MEMPLAN_CHECK(it != host_groups_.end() && *it == std::pair(t, first_use),
+                "every group of a host-placed tensor is one of those of an update on the device");
+  return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount +
+         static_cast<std::size_t>(it - host_groups_.begin());
+}
+
+// The other prefetch and release points of a swapped map (Note [Release point] in
+// core/plan.hpp).
+void Neighbourhood::swap_point_changes(std::size_t m, const sim::Decision& d,
+                                       std::vector<Change>& out) const {
+  // Named copies, not a structured binding: clang-tidy 14's parser cannot capture one.
+  const std::pair<sim::OpId, sim::OpId> window = prefetch_window(static_cast<int>(m));
+  const sim::OpId last_forward = window.first;
+  const sim::OpId first_backward = window.second;
+  const sim::OpId current =
+      d.prefetch_before != sim::kNoOp ? d.prefetch_before : default_prefetch(static_cast<int>(m));
+  auto add = [&](sim::OpId at) {
+    if (at <= last_forward || at > first_backward || at == current) return;
+    Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, at);
+    if (d.release_before <= at) c.release_before = d.release_before;  // still valid
+    out.push_back(c);
+  };
+  if (first_backward - last_forward <= kEveryPrefetchPoint) {
+    for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) add(at);
+  } else {
+    for (std::int32_t delta : {-64, -16, -4, -1, 1}) add(current + delta);
+  }
+  if (!release_points_) return;
+  // Its release point (Note [Release point]): at the last forward use (kNoOp), or later, up
+  // to the prefetch point.
+  const sim::OpId released = d.release_before != sim::kNoOp ? d.release_before : last_forward;
+  auto release = [&](sim::OpId at) {
+    if (at < last_forward || at > current || at == released) return;
+    Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, d.prefetch_before);
+    c.release_before = at == last_forward ? sim::kNoOp : at;
+    out.push_back(c);
+  };
+  for (std::int32_t delta : {-16, -4, -1, 1, 4, 16}) release(released + delta);
+  release(last_forward);
+}
+
+// Whether the placement variable is on in `plan`.
+bool Neighbourhood::placed(const sim::Plan& plan, Placement placement) const {
+  if (placement == Placement::kUpdate) return plan.host_update;
+  const sim::TensorKind kind =
+      placement == Placement::kParameters ? sim::TensorKind::kParameter : sim::TensorKind::kInput;
+  const sim::Workload& w = view_.workload();
+  return std::any_of(plan.host_tensors.begin(), plan.host_tensors.end(),
+                     [&](sim::TensorId t) { return w.tensor(t).kind == kind; });
+}
+
+// A map's prefetch points lie in (last forward use, first backward use].
+std::pair<sim::OpId, sim::OpId> Neighbourhood::prefetch_window(int m) const {
+  const sim::FeatureMap& fm = view_.feature_maps()[static_cast<std::size_t>(m)];
+  return {fm.forward_uses.empty() ? view_.producer(m) : fm.forward_uses.back(),
+          fm.backward_uses.front()};
+}
+// Where the lowering issues a prefetch that names no point (sim::Decision::prefetch_before).
+sim::OpId Neighbourhood::default_prefetch(int m) const {
+  return sim::default_prefetch_point(view_.feature_maps()[static_cast<std::size_t>(m)],
+                                     view_.workload());
+}
+
+Change Neighbourhood::map_change(std::size_t m, sim::Action action, sim::Encoding encoding,
+                                 sim::OpId prefetch_before) {
+  Change c;
+  c.variable = c.map = static_cast<int>(m);
+  c.action = action;
+  c.encoding = encoding;
+  c.prefetch_before = prefetch_before;
+  return c;
+}
+std::int32_t Neighbourhood::chosen_algorithm(const sim::Plan& plan, sim::OpId op) {
+  for (const sim::AlgorithmChoice& a : plan.algorithms) {
+    if (a.op == op) return a.algorithm;
+  }
+  return -1;
+}
+
+sim::Plan with_move(const sim::Plan& plan, const Move& move, const Neighbourhood& neighbourhood) {
+  const sim::Workload& w = neighbourhood.workload();
+  sim::Plan result = plan;
+  bool placed = false;
+  for (const Change& c : move) {
+    if (c.placement != Placement::kNone) {
+      neighbourhood.apply(result, c.placement, c.on, c.at_use);
+      placed = true;
+      continue;
+    }
+    if (c.host_tensor != sim::kNoTensor) {  // the entries stay in ascending (tensor, first use)
+      auto& prefetches = result.host_prefetches;
+      auto it = Neighbourhood::find_host_prefetch(prefetches, c.host_tensor, c.first_use);
+      if (it != prefetches.end() && it->tensor == c.host_tensor && it->first_use == c.first_use)
+        it = prefetches.erase(it);
+      if (c.prefetch_before != sim::kNoOp)
+        prefetches.insert(it, {c.host_tensor, c.first_use, c.prefetch_before});
+      continue;
+    }
+    if (c.map < 0) {  // an algorithm: the choices stay in ascending op order
+      auto& choices = result.algorithms;
+      auto it =
+          std::lower_bound(choices.begin(), choices.end(), c.op,
+                           [](const sim::AlgorithmChoice& a, sim::OpId op) { return a.op < op; });
+      if (it != choices.end() && it->op == c.op) it = choices.erase(it);
+      if (c.algorithm >= 0) choices.insert(it, {c.op, c.algorithm});
+      continue;
+    }
+    sim::Decision& d = result.decisions[static_cast<std::size_t>(c.map)];
+    d.action = c.action;
+    d.encoding = c.encoding;
+    d.prefetch_before = c.prefetch_before;
+    d.release_before = c.release_before;
+    d.per_use = false;  // a change of action or prefetch point: recompute per segment by default
+  }
+  // A placement changed along with a host group's prefetch point: the group may be gone.
+  if (placed) sim::drop_stale_host_prefetches(result, w);
+  return result;
+}
+
+// How much the incumbent's timeline blames each variable: a map for the stalls waiting for it,
+// plus a large weight for being resident (kept) where memory ran out; an op's algorithm for
+// being the op where memory ran out; a host group's prefetch point for the stalls waiting for its
+// copy, plus a large weight when the copy was resident ahead of its first use where memory ran
+// out.
+std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view,
+                          const Neighbourhood& neighbourhood, const sim::Plan& plan) {
+  std::vector<double> score(neighbourhood.variable_count(), 1.0);
+  for (const sim::Stall& s : timeline.stalls) {
+    if (s.tensor == sim::kNoTensor) continue;
+    const int m = view.map_index(s.tensor);
+    if (m >= 0) score[static_cast<std::size_t>(m)] += static_cast<double>(s.end_ns - s.start_ns);
+  }
+  if (timeline.oom && timeline.oom->op != sim::kNoOp) {
+    const sim::OpId at = timeline.oom->op;
+    for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+      const sim::FeatureMap& fm = view.feature_maps()[m];
+      if (plan.decisions[m].action == sim::Action::kKeep &&
+          view.producer(static_cast<int>(m)) < at && fm.backward_uses.back() >= at) {
+        score[m] += 1e9 + static_cast<double>(view.map_bytes(static_cast<int>(m)));
+      }
+    }
+    const std::vector<sim::OpId>& ops = neighbourhood.algorithm_ops();
+    const auto it = std::lower_bound(ops.begin(), ops.end(), at);
+    if (it != ops.end() && *it == at)
+      score[plan.decisions.size() + static_cast<std::size_t>(it - ops.begin())] += 1e9;
+  }
+  if (timeline.oom) {  // moving a whole kind of tensors off the device is a candidate too
+    for (std::size_t k = 0; k < kPlacementCount; ++k)
+      score[plan.decisions.size() + neighbourhood.algorithm_ops().size() + k] += 1e9;
+  }
+  neighbourhood.blame_host_groups(timeline, plan, score);
+  return score;
+}
+
+namespace {
+
+// Changes are grouped by variable, in order: the index where each group begins, and the end.
+std::vector<std::size_t> variable_groups(const std::vector<Change>& changes) {
+  std::vector<std::size_t> begins;
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    if (i == 0 || changes[i].variable != changes[i - 1].variable) begins.push_back(i);
+  }
+  begins.push_back(changes.size());
+  return begins;
+}
+
+}  // namespace
+
+// How many moves combine `k` changes to `k` different variables: the k-th elementary symmetric
+// polynomial of the maps' change counts (a double: it only meets a cap).
+double combination_count(const std::vector<Change>& changes, int k) {
+  const std::vector<std::size_t> groups = variable_groups(changes);
+  std::vector<double> e(static_cast<std::size_t>(k) + 1, 0.0);
+  e[0] = 1.0;
+  for (std::size_t g = 0; g + 1 < groups.size(); ++g) {
+    const auto n = static_cast<double>(groups[g + 1] - groups[g]);
+    for (std::size_t j = e.size() - 1; j > 0; --j) e[j] += e[j - 1] * n;
+  }
+  return e.back();
+}
+
+// Every move of `k` changes to `k` different variables, in a fixed order.
+std::vector<Move> combinations(const std::vector<Change>& changes, int k) {
+  const std::vector<std::size_t> groups = variable_groups(changes);
+  std::vector<Move> out;
+  Move current;
+  auto extend = [&](auto&& self, std::size_t from_group) -> void {
+    if (current.size() == static_cast<std::size_t>(k)) {
+      out.push_back(current);
+      return;
+    }
+    for (std::size_t g = from_group; g + 1 < groups.size(); ++g) {
+      for (std::size_t i = groups[g]; i < groups[g + 1]; ++i) {
+        current.push_back(changes[i]);
+        self(self, g + 1);
+        current.pop_back();
+      }
+    }
+  };
+  extend(extend, 0);
+  return out;
+}
+
+// Draws `count` moves: singles when `pairs` is false, else pairs; weighted by blame.
+std::vector<Move> draw(const std::vector<Change>& changes, const std::vector<double>& map_blame,
+                       std::size_t count, bool pairs, std::mt19937_64& rng) {
+  std::vector<Move> moves;
+  if (changes.empty()) return moves;
+  if (!pairs && changes.size() <= count) {
+    for (const Change& c : changes) moves.push_back({c});
+    return moves;
+  }
+  std::vector<double> weights;
+  weights.reserve(changes.size());
+  for (const Change& c : changes)
+    weights.push_back(map_blame[static_cast<std::size_t>(c.variable)]);
+  std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
+  std::uniform_int_distribution<std::size_t> any(0, changes.size() - 1);
+  for (std::size_t i = 0; i < count; ++i) {
+    Move move{changes[pick(rng)]};
+    if (pairs) {
+      const Change& second = changes[any(rng)];
+      if (second.variable != move.front().variable) move.push_back(second);
+    }
+    moves.push_back(std::move(move));
+  }
+  return moves;
+}
+
+}  // namespace memplan::search::engine

@@ -1,0 +1,366 @@
+#include "search/studies/sweep.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+
+#include <fmt/core.h>
+#include <oneapi/tbb/info.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "core/input_error.hpp"
+#include "io/timeline_export.hpp"
+#include "search/parallel.hpp"
+#include "search/policies/network_view.hpp"
+#include "search/policies/policy.hpp"
+#include "search/studies/comparison.hpp"
+#include "sim/simulation.hpp"
+
+namespace memplan::search {
+namespace {
+
+// One (trace, memory, link) point of the grid: its machine and its ideal iteration time.
+struct GridPoint {
+  std::size_t trace = 0;
+  std::string link;
+  sim::Machine machine;
+  sim::Nanoseconds ideal_ns = 0;
+};
+
+// One cell: a policy (index into the selected policies) or the search on one grid point.
+struct Cell {
+  std::size_t point = 0;
+  const Policy* policy = nullptr;  // nullptr: the search
+};
+
+SweepRow row_header(const SweepGrid& grid, const GridPoint& point) {
+  SweepRow row;
+  row.trace = grid.traces[point.trace].name;
+  row.memory_bytes = point.machine.memory_bytes;
+  row.link = point.link;
+  row.h2d_bytes_per_s = point.machine.link.h2d_bytes_per_s;
+  row.d2h_bytes_per_s = point.machine.link.d2h_bytes_per_s;
+  row.ideal_ns = point.ideal_ns;
+  return row;
+}
+
+void fill_outcome(SweepRow& row, const sim::Timeline& timeline, const sim::Program& program,
+                  const sim::Workload& workload, const sim::Plan& plan) {
+  row.feasible = timeline.feasible;
+  row.iteration_ns = timeline.iteration_ns;
+  row.peak_bytes = timeline.peak_bytes;
+  if (row.feasible && row.ideal_ns > 0) {
+    row.overhead = static_cast<double>(row.iteration_ns) / static_cast<double>(row.ideal_ns) - 1.0;
+  }
+  const auto counts = plan.action_counts();
+  row.keep = counts[0];
+  row.swap = counts[1];
+  row.recompute = counts[2];
+  row.encode = counts[3];
+  if (!timeline.feasible && timeline.oom) {
+    row.why_not = sim::oom_to_text(*timeline.oom, program, workload);
+  }
+}
+
+SweepRow run_policy_cell(const SweepGrid& grid, const GridPoint& point, const Policy& policy,
+                         const SweepOptions& options) {
+  const sim::Workload& workload = grid.traces[point.trace].workload;
+  const NetworkView view(workload);
+  const ComparisonRow result =
+      run_policy(policy, workload, point.machine, view, options.encodings, point.ideal_ns);
+  SweepRow row = row_header(grid, point);
+  row.policy = result.policy;
+  row.decide_s = result.decide_s;
+  row.note = result.decision.note;
+  fill_outcome(row, result.timeline, result.program, workload, result.decision.plan);
+  if (!row.feasible && row.why_not.empty() && result.decision.gave_up) {
+    row.why_not = "the policy gave up: " + result.decision.note;
+  }
+  return row;
+}
+
+SweepRow run_search_cell(const SweepGrid& grid, const GridPoint& point,
+                         const SweepOptions& options) {
+  const sim::Workload& workload = grid.traces[point.trace].workload;
+  SearchOptions so = options.search;
+  so.threads = 1;
+  so.deterministic = true;
+  so.encodings = options.encodings;
+  so.on_progress = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  const SearchResult result = search_plan(workload, point.machine, so);
+  const auto stop = std::chrono::steady_clock::now();
+  SweepRow row = row_header(grid, point);
+  row.policy = "search";
+  row.decide_s = std::chrono::duration<double>(stop - start).count();
+  row.note = fmt::format("from {}, {} rounds{}", result.best_policy, result.rounds,
+                         result.converged ? ", converged" : "");
+  // The search's winner as it simulated it: no second lowering.
+  fill_outcome(row, result.simulation.timeline, result.simulation.program, workload, result.plan);
+  return row;
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace
+
+std::vector<SweepLink> sweep_links(const std::vector<std::string>& presets,
+                                   const std::vector<std::string>& bandwidths) {
+  std::vector<SweepLink> links;
+  for (const std::string& name : presets) {
+    sim::preset_link(name);  // throws for an unknown preset before any cell runs
+    SweepLink link;
+    link.label = name;
+    link.overrides.link_name = name;
+    links.push_back(std::move(link));
+  }
+  for (const std::string& text : bandwidths) {
+    SweepLink link;
+    link.label = text;
+    const sim::BytesPerSecond bandwidth = sim::parse_bandwidth(text, "--bandwidth");
+    link.overrides.link.h2d_bytes_per_s = bandwidth;
+    link.overrides.link.d2h_bytes_per_s = bandwidth;
+    links.push_back(std::move(link));
+  }
+  if (links.empty()) links.push_back(SweepLink{"trace", {}});
+  return links;
+}
+
+struct Sweep::Impl {
+  const SweepGrid& grid;
+  std::vector<const Policy*> selected;
+  std::vector<GridPoint> points;
+  std::vector<Cell> cells;
+};
+
+namespace {
+
+std::vector<const Policy*> selected_policies(const SweepGrid& grid) {
+  std::vector<const Policy*> selected;
+  if (grid.policies.empty()) {
+    for (const Policy& policy : policies()) selected.push_back(&policy);
+    return selected;
+  }
+  for (const std::string& name : grid.policies) {
+    const Policy* policy = find_policy(name);
+    if (policy == nullptr) {
+      std::string known;
+      for (const Policy& p : policies()) known += (known.empty() ? "" : ", ") + std::string(p.name);
+      throw sim::InputError("--policies",
+                            fmt::format("unknown policy '{}' (policies: {})", name, known));
+    }
+    selected.push_back(policy);
+  }
+  return selected;
+}
+
+// Every machine is built (and so every value checked) before any cell runs.
+std::vector<GridPoint> grid_points(const SweepGrid& grid) {
+  const std::vector<std::optional<sim::Bytes>> memories =
+      grid.memories.empty() ? std::vector<std::optional<sim::Bytes>>{std::nullopt} : grid.memories;
+  const std::vector<SweepLink> links =
+      grid.links.empty() ? std::vector<SweepLink>{SweepLink{"trace", {}}} : grid.links;
+  std::vector<GridPoint> points;
+  for (std::size_t t = 0; t < grid.traces.size(); ++t) {
+    for (const auto& memory : memories) {
+      for (const SweepLink& link : links) {
+        sim::MachineOverrides overrides = link.overrides;
+        overrides.memory_bytes = memory;
+        GridPoint point;
+        point.trace = t;
+        point.link = link.label;
+        point.machine = sim::make_machine(grid.traces[t].workload.device, overrides);
+        points.push_back(std::move(point));
+      }
+    }
+  }
+  return points;
+}
+
+// The first `count` fields of a CSV line as sweep_csv_line writes them (quotes undone).
+std::vector<std::string> leading_fields(const std::string& line, std::size_t count) {
+  std::vector<std::string> fields;
+  std::size_t i = 0;
+  while (fields.size() < count && i <= line.size()) {
+    std::string field;
+    if (i < line.size() && line[i] == '"') {
+      for (++i; i < line.size(); ++i) {
+        if (line[i] == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+          field += '"';
+          ++i;
+        } else if (line[i] == '"') {
+          ++i;
+          break;
+        } else {
+          field += line[i];
+        }
+      }
+    } else {
+      const std::size_t comma = std::min(line.find(',', i), line.size());
+      field = line.substr(i, comma - i);
+      i = comma;
+    }
+    fields.push_back(std::move(field));
+    if (i >= line.size() || line[i] != ',') break;
+    ++i;
+  }
+  return fields;
+}
+
+// Whether a record (one CSV row) is the row of cell `cell`: same trace, memory, link, policy.
+bool is_row_of(const Sweep::Impl& sweep, std::size_t cell, const std::string& record) {
+  const Cell& c = sweep.cells.at(cell);
+  const GridPoint& point = sweep.points[c.point];
+  const std::vector<std::string> f = leading_fields(record, 6);
+  if (f.size() < 6) return false;
+  const std::string policy = c.policy != nullptr ? std::string(c.policy->name) : "search";
+  return f[0] == sweep.grid.traces[point.trace].name &&
+         f[1] == std::to_string(point.machine.memory_bytes) && f[2] == point.link &&
+         (f[5] == policy || (c.policy != nullptr && f[5] == policy + "+gist"));
+}
+
+// The records of a CSV, each with its newline (a quoted field may hold newlines); a last record
+// without its newline (cut short) is left out.
+std::vector<std::string> csv_records(const std::string& text) {
+  std::vector<std::string> records;
+  bool quoted = false;
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '"') quoted = !quoted;
+    if (text[i] == '\n' && !quoted) {
+      records.push_back(text.substr(begin, i + 1 - begin));
+      begin = i + 1;
+    }
+  }
+  return records;
+}
+
+}  // namespace
+
+Sweep::Sweep(const SweepGrid& grid) : impl_(std::make_unique<Impl>(Impl{grid, {}, {}, {}})) {
+  if (grid.traces.empty()) throw sim::InputError("TRACE", "give at least one trace");
+  impl_->selected = selected_policies(grid);
+  if (impl_->selected.empty() && !grid.search) {
+    throw sim::InputError("--policies", "nothing to run: no policy and no search");
+  }
+  impl_->points = grid_points(grid);
+  for (std::size_t p = 0; p < impl_->points.size(); ++p) {
+    for (const Policy* policy : impl_->selected) impl_->cells.push_back({p, policy});
+    if (grid.search) impl_->cells.push_back({p, nullptr});
+  }
+}
+
+Sweep::~Sweep() = default;
+
+std::size_t Sweep::size() const {
+  return impl_->cells.size();
+}
+
+std::vector<SweepRow> Sweep::run(const std::vector<std::size_t>& cells,
+                                 const SweepOptions& options) const {
+  const SweepGrid& grid = impl_->grid;
+  // The points these cells use, with their ideal iteration time.
+  std::vector<GridPoint> points = impl_->points;
+  std::vector<std::size_t> used;
+  used.reserve(cells.size());
+  for (const std::size_t i : cells) used.push_back(impl_->cells.at(i).point);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+
+  const int threads =
+      options.threads > 0 ? options.threads : std::max(1, tbb::info::default_concurrency());
+  tbb::task_arena arena(threads);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<SweepRow> rows(cells.size());
+  std::mutex progress_mutex;
+  std::size_t done = 0;
+  arena.execute([&] {
+    parallel_each(0, used.size(), [&](std::size_t u) {
+      GridPoint& point = points[used[u]];
+      point.ideal_ns = ideal_iteration_ns(grid.traces[point.trace].workload, point.machine);
+    });
+    parallel_each(
+        0, cells.size(),
+        [&](std::size_t i) {
+          const Cell& cell = impl_->cells[cells[i]];
+          const GridPoint& point = points[cell.point];
+          rows[i] = cell.policy != nullptr ? run_policy_cell(grid, point, *cell.policy, options)
+                                           : run_search_cell(grid, point, options);
+          if (options.deterministic) rows[i].decide_s = 0.0;
+          if (options.on_row || options.on_progress) {
+            const std::lock_guard lock(progress_mutex);
+            ++done;
+            if (options.on_row) options.on_row(i, rows[i]);
+            if (options.on_progress) {
+              options.on_progress(
+                  {done, cells.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                       .count()});
+            }
+          }
+        },
+        Split::kOnePerTask);
+  });
+  return rows;
+}
+
+std::vector<std::string> Sweep::finished_rows(const std::string& csv,
+                                              const std::string& source) const {
+  const std::vector<std::string> records = csv_records(csv);
+  if (records.empty()) return {};
+  if (records[0] != sweep_csv_header()) {
+    throw sim::InputError(source + ":1", "not a CSV of memplan sweep (its header differs)");
+  }
+  std::vector<std::string> rows(records.begin() + 1, records.end());
+  std::size_t line = 2;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i >= size() || !is_row_of(*impl_, i, rows[i])) {
+      throw sim::InputError(fmt::format("{}:{}", source, line),
+                            fmt::format("row {} is not cell {} of this sweep (trace, memory, "
+                                        "link or policy differ): resume with the same grid",
+                                        i + 1, i + 1));
+    }
+    line += static_cast<std::size_t>(std::count(rows[i].begin(), rows[i].end(), '\n'));
+  }
+  return rows;
+}
+
+std::vector<SweepRow> run_sweep(const SweepGrid& grid, const SweepOptions& options) {
+  const Sweep sweep(grid);
+  std::vector<std::size_t> cells(sweep.size());
+  for (std::size_t i = 0; i < cells.size(); ++i) cells[i] = i;
+  return sweep.run(cells, options);
+}
+
+std::string sweep_csv_header() {
+  return "trace,memory_bytes,link,h2d_bytes_per_s,d2h_bytes_per_s,policy,feasible,iteration_s,"
+         "ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,note,why_not\n";
+}
+
+std::string sweep_csv_line(const SweepRow& row) {
+  return fmt::format(
+      "{},{},{},{:.0f},{:.0f},{},{},{},{:.9f},{},{},{},{},{},{},{:.6f},{},{}\n",
+      csv_field(row.trace), row.memory_bytes, csv_field(row.link), row.h2d_bytes_per_s,
+      row.d2h_bytes_per_s, csv_field(row.policy), row.feasible ? 1 : 0,
+      row.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.iteration_ns)) : "",
+      sim::to_seconds(row.ideal_ns), row.feasible ? fmt::format("{:.6f}", row.overhead) : "",
+      row.peak_bytes, row.keep, row.swap, row.recompute, row.encode, row.decide_s,
+      csv_field(row.note), csv_field(row.why_not));
+}
+
+std::string sweep_csv(const std::vector<SweepRow>& rows) {
+  std::string out = sweep_csv_header();
+  for (const SweepRow& row : rows) out += sweep_csv_line(row);
+  return out;
+}
+
+}  // namespace memplan::search

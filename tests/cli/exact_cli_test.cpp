@@ -1,0 +1,52 @@
+// `memplan search --exact` as a user runs it.
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "search/engine/exact.hpp"
+#include "tests/support/run_command.hpp"
+
+using memplan::test::run_memplan;
+using memplan::test::source_path;
+
+TEST_CASE("search --exact prints the search's fields, exact: true and what it explored",
+          "[search][exact][cli]") {
+  const std::string trace = fmt::format("'{}'", source_path("traces/resnet_tiny.json"));
+  const auto incore = run_memplan("simulate " + trace + " --policy in-core --json");
+  REQUIRE(incore.exit_status == 0);
+  const auto peak = nlohmann::json::parse(incore.out).at("peak_reserved_bytes").get<long long>();
+  // A device a tenth smaller than the in-core peak.
+  const std::string memory = fmt::format(" --memory {}B --link pcie3", peak * 9 / 10);
+  const auto exact = run_memplan("search " + trace + memory + " --exact --threads 2 --json");
+  CAPTURE(exact.err);
+  REQUIRE(exact.exit_status == 0);
+  const auto j = nlohmann::json::parse(exact.out);
+  CHECK(j.at("exact") == true);
+  CHECK(j.at("optimal") == true);
+  CHECK(j.at("feasible") == true);
+  CHECK(j.at("explored").get<long long>() >= 1);
+  CHECK(j.at("evaluated").get<long long>() >= j.at("explored").get<long long>());
+  CHECK(j.at("bound_violations") == 0);
+  for (const char* field : {"iteration_s", "peak_bytes", "actions", "best_policy",
+                            "best_policy_iteration_s", "space_plans", "search_s"}) {
+    CAPTURE(field);
+    CHECK(j.contains(field));
+  }
+  CHECK(j.at("peak_reserved_bytes").get<long long>() <= peak * 9 / 10);
+  // Never slower than the heuristic search nor the best policy on the same device.
+  const auto heuristic = run_memplan("search " + trace + memory + " --threads 2 --json");
+  REQUIRE(heuristic.exit_status == 0);
+  const auto h = nlohmann::json::parse(heuristic.out);
+  CHECK(j.at("iteration_ns").get<long long>() <= h.at("iteration_ns").get<long long>());
+  CHECK(j.at("iteration_s").get<double>() <= j.at("best_policy_iteration_s").get<double>());
+}
+
+TEST_CASE("search --exact refuses a large trace in one line, exit 2", "[search][exact][cli]") {
+  const std::string trace = fmt::format("'{}'", source_path("traces/resnet50_b32_v100.json"));
+  const auto r = run_memplan("search " + trace + " --exact --memory 2GiB");
+  CHECK(r.exit_status == 2);
+  CHECK(r.out.empty());
+  REQUIRE(!r.err.empty());
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+  CHECK(r.err.find(fmt::format("at most {}", memplan::search::kExactMaxMaps)) != std::string::npos);
+}

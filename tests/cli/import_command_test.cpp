@@ -1,0 +1,104 @@
+// `memplan import kineto` as a user runs it.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/core.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "io/trace_io.hpp"
+#include "tests/importers/kineto/synthetic_kineto.hpp"
+#include "tests/support/run_command.hpp"
+
+using memplan::test::run_memplan;
+using memplan::test::synthetic_kineto;
+using memplan::test::write_temp;
+
+namespace {
+
+void check_one_line_error(const memplan::test::CommandResult& r, const std::string& problem) {
+  CAPTURE(r.err, r.out);
+  CHECK(r.exit_status == 2);
+  CHECK(r.out.empty());
+  REQUIRE(!r.err.empty());
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+  CHECK(r.err.find(problem) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("memplan import kineto writes a valid trace from .json and .json.gz", "[cli][import]") {
+  const std::string in = write_temp("t.json", synthetic_kineto().dump());
+  REQUIRE(std::system(("gzip -c '" + in + "' > '" + in + ".gz'").c_str()) == 0);
+  for (const std::string& file : {in, in + ".gz"}) {
+    const std::string out = std::filesystem::path(in).parent_path() / "out.json";
+    std::filesystem::remove(out);
+    const auto r = run_memplan(fmt::format("import kineto '{}' -o '{}'", file, out));
+    CAPTURE(r.err);
+    REQUIRE(r.exit_status == 0);
+    CHECK(r.out.find("imported ProfilerStep#1 (the first complete step)") != std::string::npos);
+    const auto w = memplan::sim::read_trace(out);
+    CHECK(w.provenance.source == "imported");
+    CHECK(w.provenance.step == 1);
+    CHECK(w.ops.size() == 21);
+  }
+}
+
+TEST_CASE("memplan import kineto: bad input is one line and exit 2, no output file",
+          "[cli][import][bad_input]") {
+  const std::string dir = memplan::test::temp_dir();
+  const std::string out = dir + "/never.json";
+  const std::string text = synthetic_kineto().dump();
+  const std::string good = write_temp("good.json", text);
+  REQUIRE(std::system(("gzip -c '" + good + "' > '" + good + ".gz'").c_str()) == 0);
+  std::string gz;
+  {
+    std::ifstream f(good + ".gz", std::ios::binary);
+    gz.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  SECTION("truncated gzip") {
+    const auto f = write_temp("cut.json.gz", gz.substr(0, gz.size() / 2));
+    check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"),
+                         "truncated gzip data");
+  }
+  SECTION("corrupt gzip") {
+    std::string bad = gz;
+    for (std::size_t i = 20; i < 60 && i < bad.size(); ++i)
+      bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    const auto f = write_temp("bad.json.gz", bad);
+    check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"), "gzip data");
+  }
+  SECTION("truncated JSON") {
+    const auto f = write_temp("cut.json", text.substr(0, text.size() - 100));
+    check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"),
+                         "not complete JSON");
+  }
+  SECTION("a missing file") {
+    check_one_line_error(run_memplan("import kineto '" + dir + "/nope.json' -o '" + out + "'"),
+                         "nope.json");
+  }
+  SECTION("a step that is not there") {
+    check_one_line_error(run_memplan("import kineto '" + good + "' --step 4 -o '" + out + "'"),
+                         "no ProfilerStep#4");
+  }
+  CHECK_FALSE(std::filesystem::exists(out));
+}
+
+TEST_CASE("memplan import kineto --json prints one object; -o - writes the trace to stdout",
+          "[cli][import]") {
+  const std::string in = write_temp("j.json", synthetic_kineto().dump());
+  const std::string out = std::filesystem::path(in).parent_path() / "j_out.json";
+  const auto r = run_memplan("import kineto '" + in + "' --json -o '" + out + "'");
+  CAPTURE(r.err);
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("step") == "ProfilerStep#1");
+  CHECK(j.at("step_number") == 1);
+  CHECK(j.at("tensors").get<std::size_t>() == memplan::sim::read_trace(out).tensors.size());
+  CHECK(j.at("output") == out);
+  const auto piped = run_memplan("import kineto '" + in + "' -o -");
+  REQUIRE(piped.exit_status == 0);
+  CHECK(memplan::sim::parse_trace(piped.out, "<stdout>").ops.size() == 21);
+  CHECK(piped.err.find("imported ProfilerStep#1") != std::string::npos);  // the report moved
+}

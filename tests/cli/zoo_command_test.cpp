@@ -1,0 +1,122 @@
+#include <filesystem>
+
+#include <fmt/core.h>
+#include <catch2/catch.hpp>
+
+#include "io/trace_io.hpp"
+#include "tests/support/run_command.hpp"
+#include "zoo/devices.hpp"
+#include "zoo/models.hpp"
+
+using memplan::test::run_memplan;
+
+TEST_CASE("memplan zoo writes a modeled trace that reads back", "[cli][zoo]") {
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  const auto path = dir / "r50.json";
+  const auto r =
+      run_memplan(fmt::format("zoo resnet50 --batch 4 --device a100-40gb -o '{}'", path.string()));
+  CHECK(r.exit_status == 0);
+  CHECK(r.err.empty());
+  const memplan::sim::Workload w = memplan::sim::read_trace(path);
+  CHECK(w.provenance.source == "modeled");
+  CHECK(w.provenance.device == "a100-40gb");
+  CHECK(w.provenance.cost_model == "roofline-v1");
+  CHECK(w.device.link.h2d_bytes_per_s == 32e9);
+  CHECK(w.tensors.front().shape == std::vector<std::int64_t>{4, 3, 224, 224});
+  const auto info = run_memplan(fmt::format("info '{}'", path.string()));
+  CHECK(info.exit_status == 0);
+  const auto clip = dir / "clip.json";
+  const std::string clip_args = fmt::format(
+      "zoo resnext101-3d --batch 1 --input 8x64x64 --device v100-32gb -o '{}'", clip.string());
+  CHECK(run_memplan(clip_args).exit_status == 0);
+  CHECK(memplan::sim::read_trace(clip).tensors.front().shape ==
+        std::vector<std::int64_t>{1, 3, 8, 64, 64});
+  const auto gpt = dir / "gpt.json";
+  const std::string gpt_args = fmt::format(
+      "zoo gpt --batch 2 --layers 2 --hidden 128 --heads 4 --seq 64 --vocab 1000 --device "
+      "h100-80gb "
+      "-o '{}'",
+      gpt.string());
+  CHECK(run_memplan(gpt_args).exit_status == 0);
+  CHECK(memplan::sim::read_trace(gpt).provenance.device == "h100-80gb");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("memplan zoo --list names every model and device on its own line", "[cli][zoo]") {
+  const auto r = run_memplan("zoo --list");
+  REQUIRE(r.exit_status == 0);
+  for (const auto& m : memplan::zoo::models()) {
+    CAPTURE(m.name);
+    CHECK(r.out.find(fmt::format("\n  {} ", m.name)) != std::string::npos);
+  }
+  for (const auto& d : memplan::zoo::devices()) {
+    CAPTURE(d.name);
+    CHECK(r.out.find(fmt::format("\n  {} ", d.name)) != std::string::npos);
+  }
+}
+
+TEST_CASE("memplan zoo accepts resnext101, the issue's name, for resnext101-3d", "[cli][zoo]") {
+  const auto list = run_memplan("zoo --list");
+  REQUIRE(list.exit_status == 0);
+  const auto line_start = list.out.find("\n  resnext101-3d ");
+  REQUIRE(line_start != std::string::npos);
+  const std::string line =
+      list.out.substr(line_start + 1, list.out.find('\n', line_start + 1) - line_start - 1);
+  CHECK(line.find("(alias: resnext101)") != std::string::npos);
+
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  auto write = [&](const char* model) {
+    const auto path = dir / fmt::format("{}.json", model);
+    const auto r = run_memplan(fmt::format(
+        "zoo {} --batch 1 --input 4x32x32 --device v100-32gb -o '{}'", model, path.string()));
+    CHECK(r.exit_status == 0);
+    CHECK(r.err.empty());
+    return memplan::sim::read_trace(path);
+  };
+  const memplan::sim::Workload alias = write("resnext101");
+  const memplan::sim::Workload name = write("resnext101-3d");
+  CHECK(alias.ops.size() == name.ops.size());
+  CHECK(alias.tensors.size() == name.tensors.size());
+  CHECK(alias.tensors.front().shape == std::vector<std::int64_t>{1, 3, 4, 32, 32});
+  CHECK(alias.provenance.note == name.provenance.note);  // the same model, named canonically
+  CHECK(alias.provenance.note.find("resnext101-3d") != std::string::npos);
+  // An unknown name's message names the alias among the valid ones.
+  const auto bad = run_memplan(fmt::format("zoo resnext102 --batch 1 --device v100-32gb -o '{}'",
+                                           (dir / "bad.json").string()));
+  CHECK(bad.exit_status == 2);
+  CHECK(bad.err.find("resnext101-3d (or resnext101)") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("memplan zoo: bad input is one line, exit 2, no file", "[cli][zoo][bad_input]") {
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  const std::string out = fmt::format("'{}'", (dir / "out.json").string());
+  const struct {
+    std::string args;
+    std::string says;
+  } cases[] = {
+      {"zoo resnet51 --batch 1 --device v100-16gb -o " + out, "densenet121"},
+      {"zoo resnet50 --batch 1 --device v100-17gb -o " + out, "h100-80gb"},
+      {"zoo resnet50 --batch 0 --device v100-16gb -o " + out, "batch 0"},
+      {"zoo resnet --depth 1519 --batch 1 --device k40c -o " + out, "depth 1519"},
+      {"zoo resnet50 --batch 1125899906842624 --device v100-16gb -o " + out, "64 bits"},
+      {"zoo resnet50 --batch 1099511627776 --device v100-16gb -o " + out, "1 PiB"},
+      {"zoo vgg16 --batch 1 --input 16x16 --device v100-16gb -o " + out, "too small"},
+      {"zoo alexnet --batch 1 --input 224 --device v100-16gb -o " + out, "HxW"},
+      {"zoo alexnet --batch 1 --input 22Ox224 --device v100-16gb -o " + out, "22Ox224"},
+      {"zoo gpt --batch 1 --heads 5 --device v100-16gb -o " + out, "heads"},
+      {"zoo resnet50 --batch 1 -o " + out, "name a device"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    const auto r = run_memplan(c.args);
+    CAPTURE(r.err);
+    CHECK(r.exit_status == 2);
+    CHECK(r.out.empty());
+    REQUIRE(!r.err.empty());
+    CHECK(r.err.find('\n') == r.err.size() - 1);
+    CHECK(r.err.find(c.says) != std::string::npos);
+    CHECK(!std::filesystem::exists(dir / "out.json"));
+  }
+  std::filesystem::remove_all(dir);
+}

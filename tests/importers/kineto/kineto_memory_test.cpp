@@ -1,0 +1,129 @@
+// [memory] events with addresses (importers/kineto/memory_timeline.hpp), in the current Kineto format:
+// instant events named "[memory]" whose args carry "Addr", "Bytes" (positive on allocation,
+// negative on free), "Total Allocated", "Total Reserved", "Device Type" (1: CUDA) and "Device Id",
+// as torch.profiler writes them with profile_memory=True. The expectations follow PyTorch's memory
+// timeline: an allocation lives from its event until the next free at its address.
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/input_error.hpp"
+#include "importers/kineto/kineto_trace.hpp"
+#include "importers/kineto/memory_timeline.hpp"
+#include "tests/importers/kineto/synthetic_kineto.hpp"
+
+using memplan::importers::allocator_bytes;
+using memplan::importers::pair_allocations;
+using memplan::importers::parse_kineto_trace;
+using nlohmann::json;
+
+namespace {
+
+json memory_event(double ts_us, std::int64_t addr, std::int64_t bytes, int device_type = 1) {
+  json args = {{"Device Type", device_type},
+               {"Device Id", device_type == 1 ? 0 : -1},
+               {"Bytes", bytes},
+               {"Total Allocated", 0},
+               {"Total Reserved", 0}};
+  if (addr != 0) args["Addr"] = addr;
+  return {{"ph", "i"}, {"s", "t"},    {"name", "[memory]"}, {"pid", 7},
+          {"tid", 7},  {"ts", ts_us}, {"args", args}};
+}
+
+std::vector<memplan::importers::MemoryEvent> parse(const json& events) {
+  return parse_kineto_trace(json{{"traceEvents", events}}.dump(), "m.json").memory_events;
+}
+
+}  // namespace
+
+TEST_CASE("allocations pair with their frees by address; an address is reused after its free",
+          "[importers][memory]") {
+  // t=1 us: 512 B at 0x1000; t=2: 1024 B at 0x2000; t=3: 0x1000 freed; t=4: 0x1000 handed out
+  // again, 2048 B (another allocation); t=5: 4096 B freed at 0x3000, never allocated in the trace
+  // (before the profiler started). 0x2000 and the second 0x1000 are never freed.
+  const auto events = parse(json::array(
+      {memory_event(1, 0x1000, 512), memory_event(2, 0x2000, 1024), memory_event(3, 0x1000, -512),
+       memory_event(4, 0x1000, 2048), memory_event(5, 0x3000, -4096),
+       memory_event(6, 0x4000, 64, 0)}));  // a CPU allocation
+  const auto a = pair_allocations(events, 1, "m.json");
+  REQUIRE(a);
+  REQUIRE(a->size() == 4);
+  CHECK((*a)[0].addr == 0x1000);
+  CHECK((*a)[0].bytes == 512);
+  CHECK((*a)[0].alloc_ns == 1000);
+  CHECK((*a)[0].free_ns == 3000);
+  CHECK((*a)[1].addr == 0x2000);
+  CHECK_FALSE((*a)[1].free_ns);
+  CHECK((*a)[2].addr == 0x1000);
+  CHECK((*a)[2].bytes == 2048);
+  CHECK((*a)[2].alloc_ns == 4000);
+  CHECK_FALSE((*a)[2].free_ns);
+  CHECK_FALSE((*a)[3].alloc_ns);  // before the trace
+  CHECK((*a)[3].bytes == 4096);
+  CHECK((*a)[3].free_ns == 5000);
+  // The CPU's allocations are another device's.
+  const auto cpu = pair_allocations(events, 0, "m.json");
+  REQUIRE(cpu);
+  REQUIRE(cpu->size() == 1);
+  CHECK(cpu->front().bytes == 64);
+}
+
+TEST_CASE("memory events without addresses (the 2021 format) give no allocations",
+          "[importers][memory]") {
+  const auto events = parse(json::array({memory_event(1, 0, 512), memory_event(2, 0, -512)}));
+  CHECK_FALSE(pair_allocations(events, 1, "m.json"));
+}
+
+TEST_CASE("an address allocated twice, or freed with another size, is a corrupt trace",
+          "[importers][memory][bad_input]") {
+  const auto twice =
+      parse(json::array({memory_event(1, 0x1000, 512), memory_event(2, 0x1000, 512)}));
+  CHECK_THROWS_WITH(pair_allocations(twice, 1, "m.json"),
+                    Catch::Contains("allocated again before it was freed"));
+  const auto sizes =
+      parse(json::array({memory_event(1, 0x1000, 512), memory_event(2, 0x1000, -1024)}));
+  CHECK_THROWS_AS(pair_allocations(sizes, 1, "m.json"), memplan::sim::InputError);
+  CHECK_THROWS_WITH(pair_allocations(sizes, 1, "m.json"),
+                    Catch::Contains("frees 1024 bytes of an allocation of 512"));
+  // "Addr" must be an integer.
+  json bad = memory_event(1, 0x1000, 512);
+  bad["args"]["Addr"] = "0x1000";
+  CHECK_THROWS_WITH(parse(json::array({bad})), Catch::Contains("args.Addr"));
+}
+
+TEST_CASE("the CUDA caching allocator rounds requests up to 512-byte blocks",
+          "[importers][memory]") {
+  CHECK(allocator_bytes(1, 1) == 512);
+  CHECK(allocator_bytes(512, 1) == 512);
+  CHECK(allocator_bytes(513, 1) == 1024);
+  CHECK(allocator_bytes(513, 0) == 513);  // the CPU allocator records the request
+}
+
+TEST_CASE("the import checks each forward op's output against the allocations the op made",
+          "[importers][memory]") {
+  // The synthetic step allocates a 64-byte output in every forward op (and a 256-byte scratch
+  // buffer it frees again), while the recorded shapes say each output is larger: nothing matches.
+  json doc = memplan::test::synthetic_kineto();
+  const auto plain = memplan::test::import_json(doc);
+  REQUIRE(plain.report.allocations);
+  CHECK(plain.report.outputs_checked == plain.report.forward_ops);
+  CHECK(plain.report.outputs_confirmed == 0);
+  // Give the first op (conv1) an output allocation of its output's size as the allocator rounds
+  // it: that one output is now confirmed.
+  const auto& w = plain.workload;
+  const auto conv_out = w.ops.front().outputs.front();
+  const auto bytes = allocator_bytes(w.tensors[static_cast<std::size_t>(conv_out)].bytes, 1);
+  for (json& e : doc["traceEvents"]) {
+    if (e.value("name", "") == "[memory]" && e["args"]["Bytes"] == 64) {
+      e["args"]["Bytes"] = bytes;
+      break;
+    }
+  }
+  const auto checked = memplan::test::import_json(doc);
+  CHECK(checked.report.outputs_confirmed == 1);
+  // The 2021 format has no addresses: no check.
+  memplan::test::SyntheticOptions old;
+  old.current_format = false;
+  CHECK_FALSE(memplan::test::import_json(memplan::test::synthetic_kineto(old)).report.allocations);
+}

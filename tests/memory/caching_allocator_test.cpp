@@ -1,0 +1,185 @@
+// The caching allocator model against PyTorch's rules (c10/cuda/CUDACachingAllocator.cpp, default
+// configuration), each expected figure worked out from them in the comments.
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "memory/caching_allocator.hpp"
+#include "memory/device_arena.hpp"
+
+using memplan::sim::CachingAllocator;
+using memplan::sim::DeviceArena;
+
+namespace {
+constexpr CachingAllocator::Size kMiB = CachingAllocator::Size{1} << 20;
+}  // namespace
+
+TEST_CASE("segment sizes follow PyTorch's: 2 MiB, 20 MiB, or the request in 2 MiB steps",
+          "[sim][caching]") {
+  CHECK(CachingAllocator::rounded_size(0) == 512);
+  CHECK(CachingAllocator::rounded_size(513) == 1024);
+  CHECK(CachingAllocator::segment_size(512) == 2 * kMiB);
+  CHECK(CachingAllocator::segment_size(kMiB) == 2 * kMiB);         // the largest small request
+  CHECK(CachingAllocator::segment_size(kMiB + 512) == 20 * kMiB);  // large, under 10 MiB
+  CHECK(CachingAllocator::segment_size(10 * kMiB - 512) == 20 * kMiB);
+  CHECK(CachingAllocator::segment_size(10 * kMiB) == 10 * kMiB);  // from 10 MiB: rounded
+  CHECK(CachingAllocator::segment_size(10 * kMiB + 512) == 12 * kMiB);
+}
+
+TEST_CASE("small requests share a 2 MiB segment; the first takes its front", "[sim][caching]") {
+  CachingAllocator memory(100 * kMiB);
+  // 1000 bytes round to 1024: a new 2 MiB segment, split (the rest, 2 MiB - 1024, is >= 512).
+  const auto a = memory.allocate(1000);
+  REQUIRE(a);
+  CHECK(a->segment == 0);
+  CHECK(a->offset == 0);
+  CHECK(memory.segment_created() == 0);
+  // The next one is the rest's best fit: the same segment, right after the first.
+  const auto b = memory.allocate(1000);
+  REQUIRE(b);
+  CHECK(b->segment == 0);
+  CHECK(b->offset == 1024);
+  CHECK_FALSE(memory.segment_created());
+  CHECK(memory.reserved_bytes() == 2 * kMiB);
+  CHECK(memory.live_bytes() == 2048);
+  CHECK(memory.segment_count() == 1);
+}
+
+TEST_CASE("a large request under 10 MiB splits a 20 MiB segment; a rest of 1 MiB is not split",
+          "[sim][caching]") {
+  CachingAllocator memory(100 * kMiB);
+  // 3 MiB: a 20 MiB segment, split (the rest, 17 MiB, is more than 1 MiB).
+  const auto a = memory.allocate(3 * kMiB);
+  // 5 MiB: the cached 17 MiB block, at 3 MiB in segment 0; 12 MiB stay cached.
+  const auto b = memory.allocate(5 * kMiB);
+  REQUIRE((a && b));
+  CHECK(b->segment == 0);
+  CHECK(b->offset == 3 * kMiB);
+  // 13 MiB: no cached block is large enough (12 MiB); a segment of 14 MiB (13 MiB rounded up to
+  // 2 MiB), whose rest of 1 MiB is not more than 1 MiB: the block is the whole 14 MiB.
+  const auto c = memory.allocate(13 * kMiB);
+  REQUIRE(c);
+  CHECK(c->segment == 1);
+  CHECK(memory.segment_bytes(1) == 14 * kMiB);
+  CHECK(memory.live_bytes() == (3 + 5 + 14) * kMiB);
+  CHECK(memory.reserved_bytes() == (20 + 14) * kMiB);
+  // A 12 MiB request takes the cached 12 MiB exactly, in segment 0.
+  const auto d = memory.allocate(12 * kMiB);
+  REQUIRE(d);
+  CHECK(d->segment == 0);
+  CHECK(d->offset == 8 * kMiB);
+  CHECK(memory.reserved_bytes() == 34 * kMiB);
+}
+
+TEST_CASE("released blocks merge with their free neighbours in the segment", "[sim][caching]") {
+  CachingAllocator memory(100 * kMiB);
+  const auto a = memory.allocate(3 * kMiB);  // [0, 3) of a 20 MiB segment
+  const auto b = memory.allocate(5 * kMiB);  // [3, 8); [8, 20) cached
+  REQUIRE((a && b));
+  memory.release(a->handle);
+  memory.release(b->handle);  // merges with [0, 3) before and [8, 20) after: the whole segment
+  // 19 MiB: the merged 20 MiB block is the best fit; the rest, 1 MiB, is not split off.
+  const auto c = memory.allocate(19 * kMiB);
+  REQUIRE(c);
+  CHECK(c->segment == 0);
+  CHECK(c->offset == 0);
+  CHECK_FALSE(memory.segment_created());
+  CHECK(memory.live_bytes() == 20 * kMiB);
+}
+
+TEST_CASE("cached segments are given back when a new one would not fit; the arena runs out",
+          "[sim][caching]") {
+  // 12 MiB and 16 MiB each take a segment of their size (28 MiB of 40); the first is released,
+  // its segment cached. 14 MiB: no cached block is large enough, and 28 + 14 > 40, so the cached
+  // 12 MiB segment goes back to the driver and 16 + 14 = 30 fits.
+  CachingAllocator memory(40 * kMiB);
+  const auto a = memory.allocate(12 * kMiB);
+  const auto b = memory.allocate(16 * kMiB);
+  REQUIRE((a && b));
+  memory.release(a->handle);
+  CHECK(memory.reserved_bytes() == 28 * kMiB);
+  CHECK(memory.largest_free_block() == 24 * kMiB);  // 40 - 28 + the cached 12 MiB segment
+  const auto c = memory.allocate(14 * kMiB);
+  REQUIRE(c);
+  CHECK(memory.segments_released() == std::vector<CachingAllocator::Segment>{a->segment});
+  CHECK(memory.segment_created() == c->segment);
+  CHECK(memory.reserved_bytes() == 30 * kMiB);
+  CHECK(memory.peak_reserved_bytes() == 30 * kMiB);
+
+  // The same calls on one contiguous arena of 40 MiB: 12 MiB at 0, 16 MiB at 12; freeing the
+  // first leaves a 12 MiB hole and 12 MiB above 28, and 14 MiB fits in neither.
+  DeviceArena arena(40 * kMiB);
+  const auto x = arena.allocate(12 * kMiB);
+  REQUIRE(arena.allocate(16 * kMiB));
+  arena.release(*x);
+  CHECK_FALSE(arena.allocate(14 * kMiB));
+}
+
+TEST_CASE("out of memory when the live segments leave no room for a new one", "[sim][caching]") {
+  // 12 + 16 MiB live of 30; 4 MiB asks for a 20 MiB segment, and nothing is cached to give back.
+  CachingAllocator memory(30 * kMiB);
+  REQUIRE(memory.allocate(12 * kMiB));
+  REQUIRE(memory.allocate(16 * kMiB));
+  CHECK_FALSE(memory.allocate(4 * kMiB));
+  CHECK(memory.segments_released().empty());
+  CHECK(memory.reserved_bytes() == 28 * kMiB);
+  CHECK(memory.largest_free_block() == 2 * kMiB);
+}
+
+TEST_CASE("random allocations and releases keep blocks apart, inside segments and the capacity",
+          "[sim][caching][property]") {
+  for (const std::uint32_t seed : {1U, 2U, 3U, 4U, 5U}) {
+    std::mt19937 rng(seed);
+    const CachingAllocator::Size capacity = 256 * kMiB;
+    CachingAllocator memory(capacity);
+    struct Live {
+      CachingAllocator::Placed place;
+      CachingAllocator::Size size;
+    };
+    std::vector<Live> live;
+    std::map<CachingAllocator::Segment, CachingAllocator::Size> segments;
+    std::uniform_int_distribution<int> kind(0, 9);
+    for (int step = 0; step < 3000; ++step) {
+      if (!live.empty() && kind(rng) < 4) {
+        const auto i = std::uniform_int_distribution<std::size_t>(0, live.size() - 1)(rng);
+        memory.release(live[i].place.handle);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      // Sizes from bytes to tens of MiB: both pools and every segment rule.
+      const int magnitude = std::uniform_int_distribution<int>(8, 25)(rng);
+      const CachingAllocator::Size bytes = std::uniform_int_distribution<CachingAllocator::Size>(
+          1, CachingAllocator::Size{1} << magnitude)(rng);
+      const auto placed = memory.allocate(bytes);
+      for (const auto s : memory.segments_released()) {
+        for (const Live& l : live) REQUIRE(l.place.segment != s);  // only empty segments go
+        segments.erase(s);
+      }
+      if (const auto s = memory.segment_created()) segments[*s] = memory.segment_bytes(*s);
+      if (!placed) {
+        // PyTorch's OOM: the segments still held leave no room for the request's segment.
+        CHECK(memory.reserved_bytes() +
+                  CachingAllocator::segment_size(CachingAllocator::rounded_size(bytes)) >
+              capacity);
+        continue;
+      }
+      REQUIRE(segments.count(placed->segment) == 1);
+      const CachingAllocator::Size size = CachingAllocator::rounded_size(bytes);
+      CHECK(placed->offset + size <= segments[placed->segment]);
+      for (const Live& l : live) {
+        if (l.place.segment != placed->segment) continue;
+        const bool apart =
+            placed->offset + size <= l.place.offset || l.place.offset + l.size <= placed->offset;
+        REQUIRE(apart);
+      }
+      live.push_back({*placed, size});
+      CachingAllocator::Size reserved = 0;
+      for (const auto& [s, b] : segments) reserved += b;
+      CHECK(reserved == memory.reserved_bytes());
+      CHECK(reserved <= capacity);
+    }
+  }
+}

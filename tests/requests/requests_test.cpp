@@ -1,0 +1,147 @@
+// requests/: the machine, search and sweep a user asks for, parsed and checked once for the CLI
+// and the Python API. Each expected value is the unit grammar's (core/units.hpp) or the range the
+// CLI refuses with (cli/flag_checks.hpp uses the same constants).
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "core/input_error.hpp"
+#include "requests/machine_request.hpp"
+#include "requests/search_request.hpp"
+#include "tests/support/workload_builder.hpp"
+
+using memplan::requests::MachineRequest;
+using memplan::requests::Quantity;
+using memplan::sim::InputError;
+
+namespace {
+
+// The InputError's where, or "" when `f` does not throw one.
+template <class F>
+std::string refused_by(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.where();
+  }
+  return "";
+}
+
+memplan::sim::Workload tiny() {
+  memplan::test::WorkloadBuilder b(1 << 30);
+  const auto x = b.input("x", 1024);
+  b.forward("a", {x}, 2048, 10);
+  return b.build();
+}
+
+}  // namespace
+
+TEST_CASE("a machine request reads text in the CLI's units and numbers in the base unit",
+          "[requests]") {
+  const auto workload = tiny();
+  MachineRequest text;
+  text.memory = Quantity{std::string("2GiB")};
+  text.h2d = Quantity{std::string("12.5GB/s")};
+  text.latency = Quantity{std::string("10us")};
+  text.host_bandwidth = Quantity{std::string("20GB/s")};
+  text.allocator = "caching";
+  MachineRequest numbers;
+  numbers.memory = Quantity{2.0 * 1024 * 1024 * 1024};
+  numbers.h2d = Quantity{12.5e9};
+  numbers.latency = Quantity{10'000.0};
+  numbers.host_bandwidth = Quantity{20e9};
+  numbers.allocator = "caching";
+  const auto a = memplan::requests::make_machine(workload, text);
+  const auto b = memplan::requests::make_machine(workload, numbers);
+  CHECK(a.memory_bytes == std::int64_t{2} << 30);
+  CHECK(a.link.h2d_bytes_per_s == 12.5e9);
+  CHECK(a.link.latency_ns == 10'000);
+  CHECK(a.host_bandwidth_bytes_per_s == 20e9);
+  CHECK(a.allocator == memplan::sim::AllocatorModel::kCaching);
+  CHECK(b.memory_bytes == a.memory_bytes);
+  CHECK(b.link.h2d_bytes_per_s == a.link.h2d_bytes_per_s);
+  CHECK(b.link.latency_ns == a.link.latency_ns);
+  CHECK(b.host_bandwidth_bytes_per_s == a.host_bandwidth_bytes_per_s);
+}
+
+TEST_CASE("a bad machine value is refused naming its flag", "[requests][bad_input]") {
+  const auto workload = tiny();
+  const auto refused = [&](auto set) {
+    MachineRequest r;
+    set(r);
+    return refused_by([&] { (void)memplan::requests::make_machine(workload, r); });
+  };
+  CHECK(refused([](MachineRequest& r) { r.memory = Quantity{-1.0}; }) == "--memory");
+  CHECK(refused([](MachineRequest& r) { r.memory = Quantity{1.5}; }) == "--memory");
+  CHECK(refused([](MachineRequest& r) { r.memory = Quantity{std::string("lots")}; }) == "--memory");
+  CHECK(refused([](MachineRequest& r) {
+          r.h2d = Quantity{std::numeric_limits<double>::quiet_NaN()};
+        }) == "--h2d");
+  CHECK(refused([](MachineRequest& r) { r.d2h = Quantity{0.0}; }) == "--d2h");
+  CHECK(refused([](MachineRequest& r) { r.latency = Quantity{-5.0}; }) == "--latency");
+  CHECK(refused([](MachineRequest& r) { r.host_memory = Quantity{1e30}; }) == "--host-memory");
+  CHECK(refused([](MachineRequest& r) { r.host_bandwidth = Quantity{-1.0}; }) ==
+        "--host-bandwidth");
+  CHECK(refused([](MachineRequest& r) { r.allocator = "buddy"; }) == "--allocator");
+  CHECK(refused([](MachineRequest& r) { r.link = "pcie9"; }) != "");
+  // A zero latency is a machine, not an error.
+  CHECK(refused([](MachineRequest& r) { r.latency = Quantity{0.0}; }).empty());
+}
+
+TEST_CASE("a search request out of range is refused naming its flag", "[requests][bad_input]") {
+  using memplan::requests::SearchRequest;
+  const auto refused = [](auto set) {
+    SearchRequest r;
+    set(r);
+    return refused_by([&] { (void)memplan::requests::search_options(r); });
+  };
+  CHECK(refused([](SearchRequest& r) { r.threads = -1; }) == "--threads");
+  CHECK(refused([](SearchRequest& r) { r.threads = 100'000; }) == "--threads");
+  CHECK(refused([](SearchRequest& r) { r.time_limit_s = std::nan(""); }) == "--time-limit");
+  CHECK(refused([](SearchRequest& r) { r.time_limit_s = 0; }) == "--time-limit");
+  CHECK(refused([](SearchRequest& r) { r.time_limit_s = -1; }) == "--time-limit");
+  CHECK(refused([](SearchRequest& r) { r.rounds = std::size_t{2'000'000'000}; }) == "--rounds");
+  CHECK(refused([](SearchRequest& r) { r.seed = ~std::uint64_t{0}; }) == "--seed");
+  CHECK(refused([](SearchRequest& r) { r.encode = "zip"; }) == "--encode");
+
+  SearchRequest r;
+  r.threads = 3;
+  r.time_limit_s = 2.5;
+  r.rounds = 7;
+  r.seed = 11;
+  r.deterministic = true;
+  r.maps_only = true;
+  r.encode = "binarize";
+  const auto o = memplan::requests::search_options(r);
+  CHECK(o.threads == 3);
+  CHECK(o.time_limit_s == 2.5);
+  CHECK(o.max_rounds == 7);
+  CHECK(o.seed == 11);
+  CHECK(o.deterministic);
+  CHECK_FALSE(o.host_placement);
+  CHECK(o.encodings.binarize);
+  CHECK_FALSE(o.encodings.sparse);
+}
+
+TEST_CASE("a sweep request builds the grid and refuses what cannot run", "[requests]") {
+  using memplan::requests::SweepRequest;
+  SweepRequest r;
+  r.memories = {Quantity{std::string("1GiB")}, Quantity{2.0 * 1024 * 1024 * 1024}};
+  r.links = {"pcie3"};
+  r.bandwidths = {"8GB/s"};
+  const auto grid = memplan::requests::sweep_grid({{"tiny", tiny()}}, r);
+  REQUIRE(grid.memories.size() == 2);
+  CHECK(grid.memories[0] == std::int64_t{1} << 30);
+  CHECK(grid.memories[1] == std::int64_t{2} << 30);
+  REQUIRE(grid.links.size() == 2);
+  CHECK(grid.links[0].label == "pcie3");
+  CHECK(grid.links[1].overrides.link.h2d_bytes_per_s == 8e9);
+  r.deterministic = true;  // search cells stop by the clock unless rounds are given
+  CHECK(refused_by([&] { (void)memplan::requests::sweep_options(r); }) == "--deterministic");
+  r.search_rounds = 2;
+  CHECK(memplan::requests::sweep_options(r).deterministic);
+  r.search_time_limit_s = -3;
+  CHECK(refused_by([&] { (void)memplan::requests::sweep_options(r); }) == "--search-time-limit");
+}

@@ -1,0 +1,281 @@
+#include <algorithm>
+#include <atomic>
+#include <random>
+
+#include <catch2/catch.hpp>
+
+#include "core/feature_maps.hpp"
+#include "io/trace_io.hpp"
+#include "search/engine/exact.hpp"
+#include "search/engine/plan_search.hpp"
+#include "search/policies/gist.hpp"
+#include "search/studies/comparison.hpp"
+#include "tests/search/engine/exact_instances.hpp"
+#include "tests/search/policy_workloads.hpp"
+#include "tests/support/run_command.hpp"
+#include "tests/support/sim_helpers.hpp"
+#include "tests/support/workload_builder.hpp"
+
+using namespace memplan::sim;
+using namespace memplan::search;
+using namespace memplan::test;
+
+namespace {
+
+Workload net() {
+  return layer_chain({conv("conv1", 4000, 3000), relu("relu1", 4000), pool("pool1", 2000),
+                      conv("conv2", 2000, 3000), relu("relu2", 2000), conv("conv3", 2000, 2000),
+                      relu("relu3", 2000), linear("fc", 500), loss("loss")},
+                     Bytes{1} << 40, 2000);
+}
+
+SearchOptions quick(int threads, bool deterministic = false) {
+  SearchOptions o;
+  o.threads = threads;
+  o.deterministic = deterministic;
+  o.time_limit_s = 60;  // the tiny workloads converge long before
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("the ranking: fitting beats not fitting, then time, then memory",
+          "[search][plan_search]") {
+  Evaluation fits_slow{true, 200, 50, 50, 0, kNoOp, 0};
+  Evaluation fits_fast{true, 100, 90, 90, 0, kNoOp, 0};
+  Evaluation fits_fast_small{true, 100, 60, 60, 0, kNoOp, 0};
+  Evaluation no_fit{false, 10, 10, 10, 0, OpId{3}, 512};
+  Evaluation no_fit_closer{false, 10, 10, 10, 0, OpId{3}, 100};
+  CHECK(better(fits_slow, no_fit));
+  CHECK(better(fits_fast, fits_slow));
+  CHECK(better(fits_fast_small, fits_fast));
+  CHECK(better(no_fit_closer, no_fit));
+  CHECK_FALSE(better(fits_fast, fits_fast));
+}
+
+TEST_CASE("the search is never worse than the best policy", "[search][plan_search]") {
+  const Workload w = net();
+  const Bytes incore =
+      simulate(w, in_core_plan(w), test_machine(Bytes{1} << 40)).timeline.peak_reserved_bytes;
+  for (double fraction : {1.0, 0.9, 0.8, 0.7}) {
+    CAPTURE(fraction);
+    const Machine m =
+        test_machine(static_cast<Bytes>(static_cast<double>(incore) * fraction), 2e8, 1000);
+    const SearchResult r = search_plan(w, m, quick(2));
+    const Comparison c = compare_policies(w, m);
+    for (const ComparisonRow& row : c.rows) {
+      CAPTURE(row.policy);
+      const Evaluation policy = summarize(row.timeline);
+      CHECK_FALSE(better(policy, r.evaluation));
+    }
+    CHECK(r.converged);
+    // The plan it reports is the plan it found.
+    CHECK(summarize(simulate(w, r.plan, m).timeline).iteration_ns == r.evaluation.iteration_ns);
+  }
+}
+
+TEST_CASE("the same seed and threads give the same plan; --deterministic any thread count",
+          "[search][plan_search]") {
+  const Workload w = net();
+  const Machine m = test_machine(20000, 2e8, 1000);
+  CHECK(search_plan(w, m, quick(2)).plan == search_plan(w, m, quick(2)).plan);
+  CHECK(search_plan(w, m, quick(1, true)).plan == search_plan(w, m, quick(2, true)).plan);
+}
+
+TEST_CASE("the search changes an op's algorithm where the optimum needs it",
+          "[search][plan_search]") {
+  // resnet_tiny at 25,600 bytes: vDNN's ladder gives up and no policy of feature maps fits
+  // (policies_test; the offload policies, which move weights off the device, do); the optimum
+  // over feature maps and algorithms (exact mode) runs a convolution on its memory-optimal
+  // algorithm, which only a search that changes algorithms reaches.
+  const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
+  const Machine m = test_machine(25600, 16e9, 10000);
+  const Comparison c = compare_policies(w, m);
+  for (const ComparisonRow& row : c.rows) {
+    CAPTURE(row.policy);
+    const bool offloads = row.decision.plan.host_update || !row.decision.plan.host_tensors.empty();
+    CHECK(row.timeline.feasible == offloads);
+  }
+  SearchOptions o = quick(2, true);
+  o.host_placement = false;
+  const SearchResult r = search_plan(w, m, o);
+  REQUIRE(r.evaluation.feasible);
+  CHECK_FALSE(r.plan.algorithms.empty());
+  ExactOptions exact;
+  exact.threads = 2;
+  CHECK(r.evaluation.iteration_ns == solve_exact(w, m, exact).evaluation.iteration_ns);
+}
+
+TEST_CASE("the search prefetches a host-placed batch at its use where only that fits",
+          "[search][plan_search]") {
+  // AlexNet's case in small (docs/simulator.md, Host placement: figures): the batch x is read by
+  // the first layer and by its backward op g1, which runs right after g2, the step's peak.
+  //   f1 [op 0]: x (4096 B) -> a (512)      g2 [op 2]: y, a -> d_a (512), workspace 8192
+  //   f2 [op 1]: a -> y (512)               g1 [op 3]: d_a, x -> d_x (512)
+  // At g2 the device needs a, y, d_a and the workspace: 9728 B; with x too, 13,824 B (the in-core
+  // peak), more than the 13,312 B device, whatever the plan does with a and y (g2 reads both). On
+  // the host with its backward copy prefetched one op ahead (the default, at g2) or earlier, x is
+  // there at g2 all the same. Only a copy issued at g1 itself fits: the arena then holds a at
+  // [4096, 4608), y at [0, 512), d_a at [512, 1024) and the workspace at [4608, 12800): its end.
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 4096);
+  const TensorId a = b.forward("f1", {x}, 512, 1000);
+  const TensorId y = b.forward("f2", {a}, 512, 1000);
+  b.op("g2", "linear", Phase::kBackward, {y, a}, {{"d_a", 512}}, 1000, 8192);
+  const TensorId d_a{3};
+  b.backward("g1", {d_a, x}, 512, 1000);
+  const Workload w = b.build();
+  const Machine m = test_machine(13312, 1e9, 0);
+  const SearchResult r = search_plan(w, m, quick(2, true));
+  REQUIRE(r.evaluation.feasible);
+  CHECK(r.plan.host_tensors == std::vector<TensorId>{x});
+  CHECK(r.plan.host_prefetches == std::vector<HostPrefetch>{{x, OpId{3}, OpId{3}}});
+  CHECK(r.evaluation.peak_reserved_bytes == 12800);
+  CHECK_NOTHROW(validate_plan(r.plan, w, "searched plan"));
+  // Without host placement nothing fits.
+  SearchOptions o = quick(2, true);
+  o.host_placement = false;
+  CHECK_FALSE(search_plan(w, m, o).evaluation.feasible);
+}
+
+TEST_CASE("searched plans keep the plan rules across maps (no lossy map read by a re-run op)",
+          "[search][plan_search]") {
+  // With every encoding on, many neighbours of a plan narrow or binarize a map that a recomputed
+  // map's regeneration reads in forward (a ReLU output binarized for a max-pool that is re-run);
+  // validate_plan refuses such plans, so neither search may return one.
+  // Random instances where, without the rule, both searches returned refused plans.
+  for (std::uint64_t seed : {25, 37}) {
+    CAPTURE(seed);
+    const ExactInstance inst = exact_instance(seed, 4, 10);
+    SearchOptions o = quick(2, true);
+    o.encodings = parse_encoding_options("all", "test");
+    const SearchResult r = search_plan(inst.workload, inst.machine, o);
+    CHECK_NOTHROW(validate_plan(r.plan, inst.workload, "searched plan"));
+    ExactOptions exact;
+    exact.threads = 2;
+    exact.encodings = o.encodings;
+    const ExactResult e = solve_exact(inst.workload, inst.machine, exact);
+    CHECK_NOTHROW(validate_plan(e.plan, inst.workload, "exact plan"));
+    CHECK_FALSE(better(r.evaluation, e.evaluation));
+  }
+}
+
+TEST_CASE("a cancelled search returns the best seed so far and says so", "[search][plan_search]") {
+  const Workload w = net();
+  const Bytes incore =
+      simulate(w, in_core_plan(w), test_machine(Bytes{1} << 40)).timeline.peak_reserved_bytes;
+  const Machine m = test_machine(incore * 7 / 10, 2e8, 1000);
+  SECTION("cancelled before it starts: only in-core (which always seeds) decides") {
+    const std::atomic<bool> cancel{true};
+    SearchOptions o = quick(2, true);
+    o.cancel = &cancel;
+    const SearchResult r = search_plan(w, m, o);
+    CHECK(r.cancelled);
+    CHECK_FALSE(r.converged);
+    CHECK(r.rounds == 0);
+    CHECK(r.best_policy == "in-core");
+    // Every other policy is listed as skipped, in policies() order, with the reason.
+    REQUIRE(r.skipped.size() == policies().size() - 1);
+    CHECK(r.skipped.front().policy == policies()[1].name);
+    for (const SkippedPolicy& s : r.skipped) CHECK(s.reason == "cancelled");
+  }
+  SECTION("cancelled from the progress callback after the first round") {
+    std::atomic<bool> cancel{false};
+    std::vector<std::string> stages;
+    SearchOptions o = quick(2, true);
+    o.cancel = &cancel;
+    o.on_progress = [&](const SearchProgress& p) {
+      stages.push_back(p.stage);
+      if (p.stage == "round") cancel = true;
+    };
+    const SearchResult r = search_plan(w, m, o);
+    CHECK(r.cancelled);
+    CHECK(r.rounds == 1);
+    CHECK(r.skipped.empty());
+    // One "seeding" call per policy, then the one round.
+    REQUIRE(stages.size() == policies().size() + 1);
+    CHECK(std::count(stages.begin(), stages.end(), "seeding") ==
+          static_cast<std::ptrdiff_t>(policies().size()));
+    CHECK(stages.back() == "round");
+    // The best plan so far is at least the best seed's.
+    CHECK_FALSE(better(r.best_policy_evaluation, r.evaluation));
+  }
+}
+
+TEST_CASE("compare reports progress per policy and can be cancelled", "[search][comparison]") {
+  const Workload w = net();
+  const Machine m = test_machine(Bytes{1} << 40, 2e8, 1000);
+  ComparisonOptions o;
+  o.threads = 2;
+  std::vector<std::size_t> done;
+  o.on_progress = [&](const ComparisonProgress& p) {
+    CHECK(p.total == policies().size());
+    CHECK(find_policy(p.policy) != nullptr);
+    done.push_back(p.done);
+  };
+  const Comparison c = compare_policies(w, m, o);
+  CHECK_FALSE(c.cancelled);
+  REQUIRE(c.rows.size() == policies().size());
+  for (std::size_t i = 0; i < c.rows.size(); ++i) CHECK(c.rows[i].policy == policies()[i].name);
+  // One call per policy, counting 1, 2, ... in the order they finished.
+  REQUIRE(done.size() == policies().size());
+  for (std::size_t i = 0; i < done.size(); ++i) CHECK(done[i] == i + 1);
+
+  const std::atomic<bool> cancel{true};
+  o.cancel = &cancel;
+  o.on_progress = nullptr;
+  const Comparison cancelled = compare_policies(w, m, o);
+  CHECK(cancelled.cancelled);
+  CHECK(cancelled.rows.empty());
+}
+
+TEST_CASE("fitting is monotone in device memory for random plans on random steps",
+          "[search][property]") {
+  // Random plans (keep, swap with a random prefetch point, recompute; fixed seeds) on the random
+  // training steps of exact_instances. A plan fits exactly when its peak arena end on a device
+  // without a memory limit is at most the capacity (Note [Arena top block]), so it fits at every
+  // capacity above one where it fits: checked at capacities around that peak, 512 bytes apart.
+  std::size_t plans = 0;
+  for (std::uint64_t seed = 1; seed <= 25; ++seed) {
+    CAPTURE(seed);
+    const ExactInstance inst = exact_instance(seed, 4, 12);
+    const std::vector<FeatureMap> maps = find_feature_maps(inst.workload);
+    std::mt19937_64 rng(seed);
+    for (int k = 0; k < 8; ++k) {
+      Plan plan = in_core_plan(inst.workload);
+      for (std::size_t m = 0; m < maps.size(); ++m) {
+        Decision& d = plan.decisions[m];
+        d.action = static_cast<Action>(rng() % 3);  // keep, swap, recompute
+        if (d.action == Action::kSwap && rng() % 2 == 0) {
+          const OpId after = maps[m].forward_uses.empty()
+                                 ? inst.workload.tensor(maps[m].tensor).producer
+                                 : maps[m].forward_uses.back();
+          const OpId before = maps[m].backward_uses.front();
+          d.prefetch_before =
+              after + 1 +
+              static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(before - after));
+        }
+        if (!decision_problem(d, maps[m], inst.workload).empty()) {
+          d.action = Action::kKeep;
+          d.prefetch_before = kNoOp;
+        }
+      }
+      if (lossy_map_recomputed_from(plan, maps, inst.workload)) continue;
+      Machine unlimited = inst.machine;
+      unlimited.memory_bytes = Bytes{1} << 40;
+      const Timeline free = simulate(inst.workload, plan, unlimited).timeline;
+      REQUIRE(free.feasible);
+      for (Bytes capacity = free.peak_reserved_bytes - 512 * 8;
+           capacity <= free.peak_reserved_bytes + 512 * 8; capacity += 512) {
+        CAPTURE(capacity, free.peak_reserved_bytes);
+        Machine m = inst.machine;
+        m.memory_bytes = capacity;
+        const Timeline t = simulate(inst.workload, plan, m).timeline;
+        CHECK(t.feasible == (capacity >= free.peak_reserved_bytes));
+        if (t.feasible) CHECK(t.iteration_ns == free.iteration_ns);
+      }
+      ++plans;
+    }
+  }
+  CHECK(plans > 100);
+}
