@@ -58,9 +58,9 @@ double wall_seconds_since(Clock::time_point t) {
 }
 
 /// The workload with a host side (trace format v2, Note [Host side] in
-/// importers/kineto/kineto_importer.cpp) as an imported trace has one: every op dispatched in 20 us, every
-/// 50th op synchronizing after 5 us more, 5 us per launch that a plan adds. The engine then walks
-/// its host stream too.
+/// importers/kineto/step_host_side.cpp) as an imported trace has one: every op dispatched in 20 us,
+/// every 50th op synchronizing after 5 us more, 5 us per launch that a plan adds. The engine then
+/// walks its host stream too.
 Workload with_host_side(Workload w) {
   for (Op& op : w.ops) {
     const bool sync = index(op.id) % 50 == 49;

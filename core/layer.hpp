@@ -2,18 +2,39 @@
 // The layer vocabulary: every layer type memplan has rules for, and one table (kLayerRules in
 // layer.cpp) that says per layer its name in traces and what it reads, saves for backward and
 // needs. Code asks the table (op.layer.rule().loss, .family, .spatial_dims, ...) instead of
-// comparing strings, so adding a layer is one row here plus one kernel per backend
-// (Note [Adding a layer]).
+// comparing strings, so adding a layer is a row here and, where it needs one, an entry in the few
+// tables keyed by it (Note [Adding a layer] lists them).
 //
 // A layer name with no rule (the importer and the PyTorch capture produce aten ops such as
 // "aten::gelu") is a generic op: it keeps its name (trace I/O writes it back unchanged) and is
 // simulated like any op, from its recorded time, tensors and inputs; no backend has a kernel for
 // it, and each refuses it with one line naming the op.
 //
-// Note [Adding a layer]: add an enumerator to Layer and its row to kLayerRules (same order), with
-// its operand conventions (traces/FORMAT.md); then one forward and one backward entry in each
-// backend's kernel table (host_backend/op_executor.cpp, cuda_backend/cuda_op_executor.cpp). The
-// zoo's cost model has a default efficiency for layers it does not list.
+// Note [Adding a layer]: every place a layer touches, by what it needs there.
+//  - Its vocabulary: an enumerator in Layer (kLayerCount is the last one's + 1) and its row in
+//    kLayerRules (core/layer.cpp, same order), with its operand conventions in traces/FORMAT.md.
+//  - Its aten operators: rows in core/aten_layers.cpp, as called (what the Kineto importer reads)
+//    and below autograd with their backward ops (what the PyTorch capture sees); the capture
+//    (python/memplan/torch/recorder.py) reads them through memplan._core, so nothing in Python.
+//  - Its kernels: one forward and one backward entry (update for an optimizer) in each backend's
+//    kernel table (host_backend/op_executor.cpp, cuda_backend/cuda_op_executor.cpp; a convolution
+//    also cuda_backend/conv_ops.cpp's algorithm choice), with the operand decoding both share in
+//    runtime/op_call.cpp (which gradients a linear or convolution backward writes, an
+//    optimizer's groups), runtime/initial_data.cpp where an input holds labels or indices, and
+//    runtime/host_ops.cpp for an optimizer that may run on the host.
+//  - The zoo: its cost model's row (zoo/cost_model.cpp's kTable, else the generic efficiency;
+//    docs/zoo.md's table), and a builder in zoo/network.cpp if a zoo network uses it.
+//  - The importer: a rule in importers/kineto/forward_ops.cpp (with the shapes it needs in
+//    unit_roles.cpp's `fits`) when the generic one — read every tensor argument, write one
+//    tensor shaped like the first, save every input — is not what it reads, writes and saves.
+//  - Policies key on the family (search/policies/network_view.cpp, core/plan.cpp's Gist pairs);
+//    SuperNeurons lists its checkpoint layers (search/policies/superneurons.cpp), and
+//    python/memplan/torch/schedule.py's _SIGN_READERS the backward ops binarize may serve.
+//  - Docs: docs/kineto-import.md's known layers, docs/torch.md's captured ones.
+//  - Tests: tests/core/layer_test.cpp (the table and its aten rows),
+//    tests/zoo/layer_rules_test.cpp, tests/host_backend/layer_kernels_test.cpp (gradient checks),
+//    tests/cuda_backend/cuda_layers_test.cpp (against the host's kernels),
+//    tests/importers/kineto/kineto_synthetic_test.cpp (the layers the importer builds).
 #include <cstdint>
 #include <span>
 #include <string>

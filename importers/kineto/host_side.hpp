@@ -6,7 +6,7 @@
 //  - the median cost of one launch (kernel, copy, memset), the price of an instruction a plan adds;
 //  - the recorded copies (direction, bytes, pinned or pageable, stream) and the link bandwidths
 //    they measure.
-// The importer turns these into trace format v2's HostSide per op (kineto_importer.cpp).
+// The importer turns these into trace format v2's HostSide per op (step_host_side.cpp).
 #include <cstdint>
 #include <optional>
 #include <set>

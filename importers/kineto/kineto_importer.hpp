@@ -3,7 +3,7 @@
 // forward ops with their parameters and activations, the backward ops that differentiate them,
 // gradients, optimizer state and the optimizer step — with each op's device time taken from the
 // kernels it launched. The profiler does not record which tensor an op read, so the dataflow is
-// reconstructed from program order and shapes (Note [Kineto dataflow] in kineto_importer.cpp,
+// reconstructed from program order and shapes (Note [Kineto dataflow] in dataflow.cpp,
 // docs/kineto-import.md says where it can be wrong). The result is validated like any trace.
 #include <cstdint>
 #include <optional>
@@ -67,7 +67,7 @@ struct ImportReport {
   sim::Bytes optimizer_shape_bytes = 0;
   /// The leaves autograd accumulated a gradient into (AccumulateGrad nodes with recorded shapes),
   /// of `leaf_nodes` such nodes in the step: the trainable parameters by PyTorch's own account
-  /// (Note [Leaves from AccumulateGrad] in kineto_importer.cpp). `promoted_leaves`: inputs of
+  /// (Note [Leaves from AccumulateGrad] in parameters.cpp). `promoted_leaves`: inputs of
   /// forward ops made parameters because no layer rule accounted for their leaf (an embedding's
   /// table, a weight read by mm).
   std::size_t leaf_nodes = 0;
@@ -86,8 +86,8 @@ struct ImportReport {
   sim::Bytes h2d_bytes = 0;
   sim::Bytes d2h_bytes = 0;
   std::size_t pageable_copies = 0;
-  /// With addressed [memory] events (importers/kineto/memory_timeline.hpp): the allocations paired in
-  /// the trace (of the step's device), those allocated before the trace started, and how many
+  /// With addressed [memory] events (importers/kineto/memory_timeline.hpp): the allocations paired
+  /// in the trace (of the step's device), those allocated before the trace started, and how many
   /// forward ops' outputs, of those checked, match in size an allocation the op made.
   std::optional<std::size_t> allocations;
   std::size_t allocations_before_trace = 0;

@@ -20,5 +20,6 @@ void bind_plans(pybind11::module_& m);       // Machine, Plan, plan files, named
 void bind_simulation(pybind11::module_& m);  // simulate, compare
 void bind_search(pybind11::module_& m);      // search, sweep
 void bind_validation(pybind11::module_& m);  // validate on the host backend
+void bind_layers(pybind11::module_& m);      // the aten table of the layer vocabulary
 
 }  // namespace memplan::python

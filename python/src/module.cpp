@@ -12,4 +12,5 @@ PYBIND11_MODULE(_core, m) {
   memplan::python::bind_simulation(m);
   memplan::python::bind_search(m);
   memplan::python::bind_validation(m);
+  memplan::python::bind_layers(m);
 }

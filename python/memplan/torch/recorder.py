@@ -34,37 +34,7 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# aten op -> memplan layer, for ops whose meaning is one of memplan's layers; any other op keeps
-# its aten name ("aten::mm"), which the simulator takes as a generic op.
-_LAYERS = {
-    "aten::convolution": "conv",
-    "aten::convolution_backward": "conv",
-    "aten::native_batch_norm": "batch_norm",
-    "aten::native_batch_norm_backward": "batch_norm",
-    "aten::relu": "relu",
-    "aten::relu_": "relu",
-    "aten::threshold_backward": "relu",
-    "aten::max_pool2d_with_indices": "max_pool2d",
-    "aten::max_pool2d_with_indices_backward": "max_pool2d",
-    "aten::max_pool3d_with_indices": "max_pool3d",
-    "aten::max_pool3d_with_indices_backward": "max_pool3d",
-    "aten::avg_pool2d": "avg_pool2d",
-    "aten::avg_pool2d_backward": "avg_pool2d",
-    "aten::_adaptive_avg_pool2d": "adaptive_avg_pool",
-    "aten::_adaptive_avg_pool2d_backward": "adaptive_avg_pool",
-    "aten::addmm": "linear",
-    "aten::native_layer_norm": "layer_norm",
-    "aten::native_layer_norm_backward": "layer_norm",
-    "aten::gelu": "gelu",
-    "aten::gelu_backward": "gelu",
-    "aten::_softmax": "softmax",
-    "aten::_softmax_backward_data": "softmax",
-    "aten::embedding": "embedding",
-    "aten::embedding_dense_backward": "embedding",
-    "aten::native_dropout": "dropout",
-    "aten::native_dropout_backward": "dropout",
-    "aten::cat": "concat",
-}
+from memplan._core import aten_layer
 
 _DTYPES = {
     torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
@@ -76,18 +46,12 @@ PHASES = ("forward", "backward", "update")
 
 
 def layer_of(func, args):
-    """The memplan layer of an aten op call (its aten name when memplan has no such layer)."""
+    """The memplan layer of an aten op call, or its aten name ("aten::mm") when memplan has no
+    such layer: a generic op. The table is core/aten_layers.hpp's, which the Kineto importer
+    reads too (a convolution's layer by its weight's rank, hardtanh as relu6 between 0 and 6, add
+    between two tensors)."""
     name = func._schema.name
-    layer = _LAYERS.get(name)
-    if layer == "conv":
-        weight = args[1] if name == "aten::convolution" else args[2]
-        return {4: "conv2d", 5: "conv3d"}.get(weight.dim(), name)
-    if name in ("aten::hardtanh", "aten::hardtanh_", "aten::hardtanh_backward"):
-        bounds = tuple(args[2:4] if name == "aten::hardtanh_backward" else args[1:3])
-        return "relu6" if bounds == (0.0, 6.0) else name
-    if name in ("aten::add", "aten::add_") and all(isinstance(a, torch.Tensor) for a in args[:2]):
-        return "add"
-    return layer if layer else name
+    return aten_layer(name, args) or name
 
 
 def flat_tensors(value, out):

@@ -1,11 +1,15 @@
 // The importer on small hand-made traces in both formats: dataflow, device times, step choice,
-// CPU-only traces and every kind of bad input.
+// CPU-only traces and every kind of bad input; and its layers, which are core/aten_layers.hpp's
+// read with the recorded shapes: conv3d is conv3d, conv1d a generic op built by the convolution
+// rule (Note [conv1d]), any other forward op the table's layer or a generic op named by its aten
+// name.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "core/aten_layers.hpp"
 #include "core/input_error.hpp"
 #include "core/liveness.hpp"
 #include "importers/kineto/kineto_importer.hpp"
@@ -17,7 +21,10 @@ using memplan::importers::import_kineto;
 using memplan::importers::ImportOptions;
 using memplan::importers::parse_kineto_trace;
 using memplan::sim::InputError;
+using memplan::sim::Layer;
 using memplan::sim::Phase;
+using memplan::sim::TensorKind;
+using memplan::sim::Workload;
 using memplan::test::import_json;
 using memplan::test::synthetic_kineto;
 using memplan::test::SyntheticOptions;
@@ -43,6 +50,52 @@ std::string import_error(const std::string& text, const ImportOptions& options =
   return "no error";
 }
 
+struct Event {
+  std::string name;
+  json dims;              // "Input Dims"
+  int seq = -1;           // "Sequence number"; -1: none
+  bool backward = false;  // a backward node on the autograd thread
+};
+
+// A CPU-only trace in the current format: one ProfilerStep#1 holding `events` one after another,
+// forward ones on the main thread, backward nodes on the autograd thread.
+json cpu_trace(const std::vector<Event>& events) {
+  json list = json::array();
+  std::int64_t t = 100;
+  for (const Event& e : events) {
+    json types = json::array();
+    for (const auto& d : e.dims) types.push_back(d.empty() ? "" : "float");
+    json args = {{"External id", t}, {"Input Dims", e.dims}, {"Input type", types}};
+    if (e.seq >= 0) args["Sequence number"] = e.seq;
+    list.push_back(
+        {{"ph", "X"},
+         {"cat", "cpu_op"},
+         {"name", e.backward ? "autograd::engine::evaluate_function: " + e.name : e.name},
+         {"pid", 1},
+         {"tid", e.backward ? 2 : 1},
+         {"ts", t},
+         {"dur", 10},
+         {"args", args}});
+    t += 20;
+  }
+  list.push_back({{"ph", "X"},
+                  {"cat", "user_annotation"},
+                  {"name", "ProfilerStep#1"},
+                  {"pid", 1},
+                  {"tid", 1},
+                  {"ts", 50},
+                  {"dur", t},
+                  {"args", {{"External id", 0}}}});
+  return {{"schemaVersion", 1}, {"traceEvents", list}};
+}
+
+std::vector<std::string> tensor_names(const Workload& w,
+                                      const std::vector<memplan::sim::TensorId>& ids) {
+  std::vector<std::string> names;
+  for (auto id : ids) names.push_back(w.tensor(id).name);
+  return names;
+}
+
 const memplan::sim::Op& op_named(const memplan::sim::Workload& w, const std::string& name) {
   auto it =
       std::find_if(w.ops.begin(), w.ops.end(), [&](const auto& op) { return op.name == name; });
@@ -58,10 +111,10 @@ TEST_CASE("current format: layer ops, backward ops, optimizer and device times",
   const auto& w = r.workload;
   CHECK(layers(w, Phase::kForward) ==
         std::vector<std::string>{"conv2d", "batch_norm", "relu", "conv2d", "batch_norm", "add",
-                                 "relu", "avg_pool2d", "linear", "softmax_cross_entropy"});
+                                 "relu", "adaptive_avg_pool", "linear", "softmax_cross_entropy"});
   CHECK(layers(w, Phase::kBackward) ==
-        std::vector<std::string>{"softmax_cross_entropy", "linear", "avg_pool2d", "relu", "add",
-                                 "batch_norm", "conv2d", "relu", "batch_norm", "conv2d"});
+        std::vector<std::string>{"softmax_cross_entropy", "linear", "adaptive_avg_pool", "relu",
+                                 "add", "batch_norm", "conv2d", "relu", "batch_norm", "conv2d"});
   CHECK(layers(w, Phase::kUpdate) == std::vector<std::string>{"sgd"});
   CHECK(r.report.op_time_ns == memplan::test::synthetic_step_kernel_ns());
   CHECK(r.report.persistent_grads);
@@ -279,5 +332,84 @@ TEST_CASE("bad input: a clear error, never a crash", "[importers][kineto][bad_in
       }
     }
     CHECK(import_error(doc.dump()).find("absurd") != std::string::npos);
+  }
+}
+
+TEST_CASE("conv3d is imported as conv3d", "[importers][kineto][layers]") {
+  const Workload w =
+      import_json(cpu_trace({
+                      {"aten::conv3d", json{{2, 3, 4, 8, 8}, {4, 3, 3, 3, 3}, {4}}, 1},
+                      {"ConvolutionBackward0", json{{2, 4, 4, 8, 8}}, 1, true},
+                  }))
+          .workload;
+  const auto& conv = op_named(w, "conv3d_1");
+  CHECK(conv.layer == Layer::kConv3d);
+  CHECK(conv.layer.rule().spatial_dims == 3);
+  CHECK(tensor_names(w, conv.inputs) ==
+        std::vector<std::string>{"input0", "conv3d_1.weight", "conv3d_1.bias"});
+  CHECK(w.tensor(conv.inputs[1]).shape == std::vector<std::int64_t>{4, 3, 3, 3, 3});
+  CHECK(w.tensor(conv.outputs[0]).shape == std::vector<std::int64_t>{2, 4, 4, 8, 8});
+  const auto& bwd = op_named(w, "conv3d_1_bwd");
+  CHECK(bwd.layer == Layer::kConv3d);
+  CHECK(bwd.differentiates == conv.id);
+}
+
+TEST_CASE("conv1d is a generic op with a convolution's tensors (Note [conv1d])",
+          "[importers][kineto][layers]") {
+  const Workload w = import_json(cpu_trace({
+                                     {"aten::conv1d", json{{2, 4, 16}, {6, 4, 3}, {6}}, 1},
+                                     {"aten::relu", json{{2, 6, 14}}, 2},
+                                     {"ReluBackward0", json{{2, 6, 14}}, 2, true},
+                                     {"ConvolutionBackward0", json{{2, 6, 14}}, 1, true},
+                                 }))
+                         .workload;
+  const auto& conv = op_named(w, "conv1d_1");
+  CHECK(conv.layer.generic());
+  CHECK(conv.layer.name() == "conv1d");
+  // Its weight and bias are parameters, not inputs; its output has the weight's channels and the
+  // length the next op reads.
+  CHECK(tensor_names(w, conv.inputs) ==
+        std::vector<std::string>{"input0", "conv1d_1.weight", "conv1d_1.bias"});
+  CHECK(w.tensor(conv.inputs[1]).kind == TensorKind::kParameter);
+  CHECK(w.tensor(conv.inputs[2]).kind == TensorKind::kParameter);
+  CHECK(w.tensor(conv.outputs[0]).shape == std::vector<std::int64_t>{2, 6, 14});
+  CHECK(w.tensor(op_named(w, "relu_1").inputs[0]).name == "conv1d_1.out");
+  // Its backward reads the output's gradient, x and the weight, as a convolution's does, and
+  // writes the gradients of the weight and bias.
+  const auto& bwd = op_named(w, "conv1d_1_bwd");
+  CHECK(bwd.layer.name() == "conv1d");
+  CHECK(tensor_names(w, bwd.inputs) ==
+        std::vector<std::string>{"grad.conv1d_1.out", "input0", "conv1d_1.weight"});
+  CHECK(tensor_names(w, bwd.outputs) ==
+        std::vector<std::string>{"grad.conv1d_1.weight", "grad.conv1d_1.bias"});
+}
+
+TEST_CASE("forward ops take the aten table's layer, or stay generic under their aten name",
+          "[importers][kineto][layers]") {
+  const std::vector<Event> events = {
+      {"aten::adaptive_avg_pool2d", json{{2, 4, 8, 8}, json::array()}, 1},
+      {"aten::addmm", json{{10}, {2, 4}, {4, 10}, json::array(), json::array()}, 2},
+      {"aten::gelu", json{{2, 10}, json::array()}, 3},
+      {"aten::hardtanh_", json{{2, 10}, json::array(), json::array()}, 4},
+      {"aten::relu6", json{{2, 10}}, 5},
+      {"aten::mm", json{{2, 10}, {10, 10}}, 6},
+      {"aten::layer_norm", json{{2, 10}, json::array(), {10}, {10}}, 7},
+      {"aten::cross_entropy_loss", json{{2, 10}, {2}}, 8},
+  };
+  const Workload w = import_json(cpu_trace(events)).workload;
+  std::vector<std::string> forward;
+  for (const auto& op : w.ops) {
+    if (op.phase == Phase::kForward) forward.push_back(op.layer.str());
+  }
+  // hardtanh is relu6 only between 0 and 6, and the profiler records no bounds.
+  CHECK(forward == std::vector<std::string>{"adaptive_avg_pool", "linear", "gelu", "hardtanh",
+                                            "relu6", "mm", "layer_norm", "softmax_cross_entropy"});
+  REQUIRE(forward.size() == events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    CAPTURE(events[i].name);
+    std::vector<memplan::sim::AtenArgument> arguments(events[i].dims.size());
+    const Layer table = memplan::sim::aten_layer(events[i].name, arguments);
+    CHECK(w.ops[i].layer.generic() == (table == Layer::kGeneric));
+    if (table != Layer::kGeneric) CHECK(w.ops[i].layer == table);
   }
 }

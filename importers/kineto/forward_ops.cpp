@@ -1,0 +1,273 @@
+// The forward ops of a step: one rule per layer for what the op reads (its data inputs resolved
+// by Note [Kineto dataflow], its parameters from the recorded arguments), what it writes and what
+// its backward op will read (PyTorch's autograd formulas), and a generic rule for any other op.
+#include <algorithm>
+#include <string_view>
+#include <utility>
+
+#include <fmt/core.h>
+
+#include "importers/kineto/step_builder.hpp"
+
+namespace memplan::importers::detail {
+
+using sim::Layer;
+using sim::OpId;
+using sim::TensorId;
+using sim::TensorKind;
+
+// One forward op being built: its event, its op and what backward will need of it; reading,
+// writing and parameter tensors go through here.
+struct StepBuilder::ForwardOp {
+  StepBuilder& im;
+  const CpuEvent& e;
+  std::size_t position;  // in units_
+  std::string name;
+  OpId op;
+  const Shape& x_shape;  // the first argument's shape and dtype
+  std::string dtype;
+  ForwardInfo info;
+
+  TensorId read(std::size_t v) {
+    im.values_[v].read = true;
+    const TensorId t = im.values_[v].tensor;
+    im.add_input(op, t);
+    // An op that reads one tensor twice (x * x) has one gradient for it, summed inside its
+    // backward kernel: listing it twice would make the backward op read its own output.
+    const auto& in = info.data_inputs;
+    if (im.tensor(t).kind == TensorKind::kActivation &&
+        std::find(in.begin(), in.end(), t) == in.end())
+      info.data_inputs.push_back(t);
+    return t;
+  }
+  TensorId produce(const std::string& suffix, const Shape& shape, const std::string& dt,
+                   TensorId in_place = sim::kNoTensor) {
+    return im.add_tensor(name + suffix, TensorKind::kActivation, shape, dt, op, in_place);
+  }
+  TensorId weight(const std::string& suffix, std::size_t k, bool trainable) {
+    const TensorId p = im.param(name + suffix, dims(e, k), dtype_of(e, k), trainable);
+    im.add_input(op, p);
+    if (trainable) info.params.push_back(p);
+    return p;
+  }
+  // Written in place over `base` when the op is an in-place one and nothing else needs `base`.
+  [[nodiscard]] bool in_place_ok(std::size_t base) const {
+    return ends_with(e.name, "_") && im.values_[base].activation &&
+           im.saved_.count(im.values_[base].tensor) == 0;
+  }
+  // The output value, shaped `shape`.
+  std::size_t output(const Shape& shape, const std::string& dt) {
+    return im.new_value(info.output, shape, dt, true);
+  }
+};
+
+void StepBuilder::build_forward(Unit& unit, std::size_t position) {
+  const CpuEvent& e = event(unit);
+  if (time_only_) {
+    build_timed_forward(unit);
+    return;
+  }
+  if (unit.alias != Unit::Alias::kNone) {
+    build_alias(unit, position);
+    return;
+  }
+  const std::string layer = unit.layer.str();
+  const std::string name = fmt::format("{}_{}", layer, ++layer_counts_[layer]);
+  const OpId o = add_op(name, unit.layer, sim::Phase::kForward, unit);
+  ForwardOp f{*this, e, position, name, o, dims(e, 0), dtype_of(e, 0), {}};
+  f.info.layer = unit.layer.kind();
+  f.info.name = name;
+  const std::size_t out_value = forward_layer(f, unit);
+  ForwardInfo& info = f.info;
+  saved_.insert(info.saved.begin(), info.saved.end());
+  const Layer kind = unit.layer.kind();
+  if (!info.data_inputs.empty() &&
+      (kind == Layer::kBatchNorm || kind == Layer::kLayerNorm || kind == Layer::kRelu)) {
+    for (Value& value : values_) {
+      if (value.tensor == info.data_inputs.front()) value.superseded = true;
+    }
+  }
+  last_output_ = out_value;
+  for (std::int64_t s : unit.sequences) op_of_sequence_[s] = o;
+  unit.op = o;
+  forward_[o] = std::move(info);
+  ++report_.forward_ops;
+}
+
+// A view or a device copy: the same tensor under another shape, no op.
+void StepBuilder::build_alias(const Unit& unit, std::size_t position) {
+  const CpuEvent& e = event(unit);
+  const Shape& x_shape = dims(e, 0);
+  const std::string dtype = dtype_of(e, 0);
+  const std::size_t x = resolve(x_shape, dtype, true);
+  const Shape to = unit.alias == Unit::Alias::kView ? lookahead_view(position, x_shape) : x_shape;
+  last_output_ = new_value(values_[x].tensor, to, dtype, values_[x].activation);
+  fold(unit);
+}
+
+// An op of a step recorded without shapes: its name and time, no tensors.
+void StepBuilder::build_timed_forward(Unit& unit) {
+  const std::string layer = unit.layer.str();
+  const std::string name = fmt::format("{}_{}", layer, ++layer_counts_[layer]);
+  const OpId o = add_op(name, unit.layer, sim::Phase::kForward, unit);
+  ForwardInfo info;
+  info.layer = unit.layer.kind();
+  info.name = name;
+  for (std::int64_t s : unit.sequences) op_of_sequence_[s] = o;
+  unit.op = o;
+  forward_[o] = std::move(info);
+  ++report_.forward_ops;
+}
+
+std::size_t StepBuilder::forward_layer(ForwardOp& f, const Unit& unit) {
+  if (unit.convolution) return forward_conv(f);  // conv1d too, a generic op (Note [conv1d])
+  switch (unit.layer.kind()) {
+    case Layer::kBatchNorm:
+      return forward_batch_norm(f);
+    case Layer::kLayerNorm:
+      return forward_layer_norm(f);
+    case Layer::kRelu:
+      return forward_relu(f);
+    case Layer::kMaxPool2d:
+      return forward_pool(f, true);
+    case Layer::kAvgPool2d:
+    case Layer::kAdaptiveAvgPool:
+      return forward_pool(f, false);
+    case Layer::kLinear:
+      return forward_linear(f);
+    case Layer::kAdd:
+      return forward_add(f);
+    case Layer::kSoftmaxCrossEntropy:
+      return forward_cross_entropy(f);
+    default:
+      return forward_generic(f);
+  }
+}
+
+std::size_t StepBuilder::forward_conv(ForwardOp& f) {
+  const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
+  const TensorId w = f.weight(".weight", 1, true);
+  if (dims(f.e, 2).size() == 1) f.weight(".bias", 2, true);
+  const Shape& ws = dims(f.e, 1);
+  Shape fallback = f.x_shape;
+  fallback[1] = ws[0];
+  const Shape out = lookahead(f.position, f.x_shape[0], ws[0], f.x_shape.size(), fallback);
+  f.info.output = f.produce(".out", out, f.dtype);
+  f.info.saved = {x, w};
+  return f.output(out, f.dtype);
+}
+
+std::size_t StepBuilder::forward_batch_norm(ForwardOp& f) {
+  const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
+  const Shape channels{f.x_shape[1]};
+  TensorId gamma = sim::kNoTensor;
+  if (dims(f.e, 1).size() == 1) gamma = f.weight(".weight", 1, true);
+  if (dims(f.e, 2).size() == 1) f.weight(".bias", 2, true);
+  if (dims(f.e, 3).size() == 1) f.weight(".running_mean", 3, false);
+  if (dims(f.e, 4).size() == 1) f.weight(".running_var", 4, false);
+  f.info.output = f.produce(".out", f.x_shape, f.dtype);
+  const TensorId mean = f.produce(".save_mean", channels, "float32");
+  const TensorId invstd = f.produce(".save_invstd", channels, "float32");
+  f.info.saved = {x, mean, invstd};
+  if (gamma != sim::kNoTensor) f.info.saved.push_back(gamma);
+  return f.output(f.x_shape, f.dtype);
+}
+
+std::size_t StepBuilder::forward_layer_norm(ForwardOp& f) {
+  const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
+  if (!dims(f.e, 2).empty()) f.weight(".weight", 2, true);
+  if (!dims(f.e, 3).empty()) f.weight(".bias", 3, true);
+  f.info.output = f.produce(".out", f.x_shape, f.dtype);
+  f.info.saved = {x};
+  return f.output(f.x_shape, f.dtype);
+}
+
+std::size_t StepBuilder::forward_relu(ForwardOp& f) {
+  const std::size_t xv = resolve(f.x_shape, f.dtype, true);
+  f.read(xv);
+  const bool in_place = f.in_place_ok(xv);
+  f.info.output =
+      f.produce(".out", f.x_shape, f.dtype, in_place ? values_[xv].tensor : sim::kNoTensor);
+  if (in_place) values_[xv].overwritten = true;
+  f.info.saved = {f.info.output};
+  return f.output(f.x_shape, f.dtype);
+}
+
+std::size_t StepBuilder::forward_pool(ForwardOp& f, bool max) {
+  const TensorId x = f.read(resolve(f.x_shape, f.dtype, true));
+  const Shape out = lookahead(f.position, f.x_shape[0], f.x_shape[1], f.x_shape.size(), f.x_shape);
+  f.info.output = f.produce(".out", out, f.dtype);
+  if (max) {
+    const TensorId indices = f.produce(".indices", out, "int64");
+    f.info.saved = {x, indices};
+  }
+  return f.output(out, f.dtype);
+}
+
+std::size_t StepBuilder::forward_linear(ForwardOp& f) {
+  const CpuEvent& e = f.e;
+  const bool addmm = ends_with(e.name, "addmm");
+  const std::size_t xk = addmm ? 1 : 0;
+  const std::size_t wk = addmm ? 2 : 1;
+  const std::size_t bk = addmm ? 0 : 2;
+  const Shape& in_shape = dims(e, xk);
+  if (in_shape.empty())
+    fail(fmt::format("'{}' at {} us has no input shape", e.name, e.start_ns / 1000));
+  const TensorId x = f.read(resolve(in_shape, dtype_of(e, xk), true));
+  const TensorId w = f.weight(".weight", wk, true);
+  if (dims(e, bk).size() == 1) f.weight(".bias", bk, true);
+  Shape out = in_shape;
+  out.back() = addmm ? dims(e, wk)[1] : dims(e, wk)[0];
+  f.info.output = f.produce(".out", out, dtype_of(e, xk));
+  f.info.saved = {x, w};
+  return f.output(out, dtype_of(e, xk));
+}
+
+std::size_t StepBuilder::forward_add(ForwardOp& f) {
+  const std::size_t av = resolve(f.x_shape, f.dtype, true);
+  const std::size_t bv = resolve(dims(f.e, 1), dtype_of(f.e, 1), false, av, true);
+  f.read(av);
+  f.read(bv);
+  values_[av].merged = true;
+  values_[bv].merged = true;
+  const bool in_place = f.in_place_ok(av);
+  f.info.output =
+      f.produce(".out", f.x_shape, f.dtype, in_place ? values_[av].tensor : sim::kNoTensor);
+  if (in_place) values_[av].overwritten = true;
+  const std::size_t out_value = f.output(f.x_shape, f.dtype);
+  merge_boundary_ = out_value;
+  return out_value;
+}
+
+std::size_t StepBuilder::forward_cross_entropy(ForwardOp& f) {
+  f.read(resolve(f.x_shape, f.dtype, true));  // the logits
+  TensorId target = sim::kNoTensor;
+  if (!dims(f.e, 1).empty()) target = f.read(resolve(dims(f.e, 1), dtype_of(f.e, 1), false));
+  f.info.output = f.produce(".loss", {}, f.dtype);
+  const TensorId log_probs = f.produce(".log_probs", f.x_shape, f.dtype);
+  f.info.saved = {log_probs};
+  if (target != sim::kNoTensor) f.info.saved.push_back(target);
+  return f.output({}, f.dtype);
+}
+
+// A generic op reads every tensor argument and writes one tensor shaped like the first.
+std::size_t StepBuilder::forward_generic(ForwardOp& f) {
+  const CpuEvent& e = f.e;
+  bool first = true;
+  Shape out;
+  std::string out_dtype = f.dtype;
+  for (std::size_t k = 0; k < e.input_dims.size(); ++k) {
+    if (e.input_dims[k].empty()) continue;
+    const std::size_t v = resolve(e.input_dims[k], dtype_of(e, k), first);
+    f.info.saved.push_back(f.read(v));
+    if (first) {
+      out = e.input_dims[k];
+      out_dtype = dtype_of(e, k);
+    }
+    first = false;
+  }
+  f.info.output = f.produce(".out", out, out_dtype);
+  return f.output(out, out_dtype);
+}
+
+}  // namespace memplan::importers::detail

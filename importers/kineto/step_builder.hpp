@@ -1,0 +1,146 @@
+#pragma once
+// StepBuilder: the Workload of one profiler step, built from its classified units (step_units.hpp,
+// unit_roles.hpp) in program order — forward ops with their parameters and activations, the
+// backward ops that differentiate them, gradients, optimizer state and the optimizer step — and
+// then checked against what the trace accounts for itself (the optimizer's tensor lists,
+// AccumulateGrad's leaves, the allocations of each forward op) and given its host side.
+//
+// The profiler records no tensor identities, so the dataflow is rebuilt from program order and
+// shapes: Note [Kineto dataflow] (dataflow.cpp). One file per concern: dataflow.cpp (tensors,
+// the values an op may read, folding), forward_ops.cpp (one rule per layer), backward_ops.cpp
+// (gradients and the update), parameters.cpp (parameters, optimizer state, leaves),
+// allocation_check.cpp, step_host_side.cpp (Note [Host side]).
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/workload.hpp"
+#include "importers/kineto/kineto_importer.hpp"
+#include "importers/kineto/kineto_trace.hpp"
+#include "importers/kineto/step_events.hpp"
+#include "importers/kineto/step_units.hpp"
+#include "importers/kineto/unit_roles.hpp"
+
+namespace memplan::importers::detail {
+
+/// A forward value: a tensor under one shape (a view is the same tensor under another).
+struct Value {
+  sim::TensorId tensor = sim::kNoTensor;
+  Shape shape;
+  std::string dtype;
+  bool overwritten = false;  // written over in place: no longer readable
+  bool merged = false;       // read by an add already
+  bool read = false;         // read by some op already
+  bool superseded = false;   // read by a normalisation or activation: its output carries on
+  bool activation = false;   // produced by a forward op
+};
+
+/// What a forward op's backward op will need.
+struct ForwardInfo {
+  std::vector<sim::TensorId> data_inputs;  // activations and inputs, for gradients
+  std::vector<sim::TensorId> params;       // trainable
+  std::vector<sim::TensorId> saved;        // read by the backward op
+  sim::TensorId output = sim::kNoTensor;   // the primary output
+  sim::Layer layer = sim::Layer::kGeneric;
+  std::string name;
+  bool has_backward = false;
+};
+
+class StepBuilder {
+ public:
+  /// `units` are classified; the builder records in each the op it made.
+  StepBuilder(const KinetoTrace& trace, std::vector<Unit>& units, const StepRoles& roles,
+              bool time_only, ImportReport& report);
+
+  /// Builds every unit in order (glue folded into the op before it). Throws InputError when the
+  /// step has no forward op.
+  void build();
+  /// The report's parameter counts beside the optimizer's tensor lists and the leaves.
+  void check_parameters_against_optimizer();
+  /// With addressed [memory] events: each forward output against the op's allocations.
+  void check_outputs_against_allocations();
+  /// Trace format v2's host side of every op, and the step's (Note [Host side]).
+  void fill_host_side(const StepWindow& step);
+  /// The link bandwidths the trace's own copies measure, kept in the workload's device (`--link
+  /// recorded` and the default machine use them); returns a sentence for the provenance note.
+  std::string measure_device_link();
+
+  sim::Workload& workload() { return workload_; }
+
+ private:
+  struct ForwardOp;  // forward_ops.cpp
+
+  [[noreturn]] void fail(const std::string& what) const;
+  const CpuEvent& event(const Unit& u) const { return trace_.cpu_events[u.event]; }
+  sim::Op& op(sim::OpId id) { return workload_.ops[index(id)]; }
+  const sim::Tensor& tensor(sim::TensorId id) const { return workload_.tensors[index(id)]; }
+
+  // dataflow.cpp
+  void fold(const Unit& unit);
+  std::size_t new_value(sim::TensorId tensor, const Shape& shape, const std::string& dtype,
+                        bool activation);
+  sim::TensorId add_tensor(std::string name, sim::TensorKind kind, const Shape& shape,
+                           const std::string& dtype, sim::OpId producer,
+                           sim::TensorId in_place_of = sim::kNoTensor);
+  sim::OpId add_op(std::string name, sim::LayerType layer, sim::Phase phase, const Unit& unit);
+  void add_input(sim::OpId op, sim::TensorId t);
+  std::size_t resolve(const Shape& shape, const std::string& dtype, bool first,
+                      std::size_t exclude = SIZE_MAX, bool for_merge = false);
+  Shape lookahead(std::size_t position, std::int64_t n, std::int64_t c, std::size_t rank,
+                  const Shape& fallback) const;
+  Shape lookahead_view(std::size_t position, const Shape& from) const;
+
+  // forward_ops.cpp
+  void build_forward(Unit& unit, std::size_t position);
+  void build_alias(const Unit& unit, std::size_t position);
+  void build_timed_forward(Unit& unit);
+  std::size_t forward_layer(ForwardOp& f, const Unit& unit);
+  std::size_t forward_conv(ForwardOp& f);
+  std::size_t forward_batch_norm(ForwardOp& f);
+  std::size_t forward_layer_norm(ForwardOp& f);
+  std::size_t forward_relu(ForwardOp& f);
+  std::size_t forward_pool(ForwardOp& f, bool max);
+  std::size_t forward_linear(ForwardOp& f);
+  std::size_t forward_add(ForwardOp& f);
+  std::size_t forward_cross_entropy(ForwardOp& f);
+  std::size_t forward_generic(ForwardOp& f);
+
+  // backward_ops.cpp
+  void build_backward(Unit& unit);
+  void build_update(Unit& unit);
+  void contribute_gradient(sim::TensorId forward_tensor, sim::TensorId grad, sim::OpId op);
+
+  // parameters.cpp
+  sim::TensorId param(const std::string& name, const Shape& shape, const std::string& dtype,
+                      bool trainable);
+  void make_trainable(sim::TensorId p);
+  void settle_parameters();
+
+  const KinetoTrace& trace_;
+  std::vector<Unit>& units_;
+  const StepRoles& roles_;
+  const bool time_only_;  // no recorded shapes in the step: ops with their times, no tensors
+  ImportReport& report_;
+  sim::Workload workload_;
+  std::unordered_map<sim::OpId, ForwardInfo> forward_;
+  std::vector<Value> values_;
+  std::optional<std::size_t> last_output_;  // value index
+  std::size_t merge_boundary_ = 0;          // values from here on were made since the last merge
+  std::map<std::int64_t, sim::OpId> op_of_sequence_;
+  std::unordered_map<sim::TensorId, sim::TensorId> grad_of_;  // forward tensor -> its gradient
+  std::vector<sim::TensorId> trainable_;
+  std::vector<sim::TensorId> optimizer_state_;
+  std::unordered_map<sim::TensorId, sim::TensorId> param_grad_;  // parameter -> gradient or .grad
+  std::set<sim::TensorId> saved_;                                // tensors a backward op reads
+  sim::OpId last_op_ = sim::kNoOp;
+  sim::Nanoseconds pending_ns_ = 0;  // folded time that came before the first op
+  std::size_t input_count_ = 0;
+  std::map<std::string, int> layer_counts_;
+};
+
+}  // namespace memplan::importers::detail
