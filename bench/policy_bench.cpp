@@ -2,8 +2,8 @@
 // simulates while deciding — where `memplan compare`'s time goes (issue 22: every policy
 // near-linear in the number of feature maps). One policy at a time, on one thread (oneTBB limited
 // to one worker), so the times are comparable; wall time and this process's CPU time. "plans":
-// plans simulated; "mem only": plans whose memory alone was checked (Evaluator::check_memory: a
-// lowering and the allocations replayed, no engine).
+// plans simulated (Evaluator::cost and timeline); "mem only": plans whose device memory alone was
+// checked (Evaluator::fits: the allocations replayed, no engine).
 //
 //   policy_bench TRACE MEMORY [POLICY...]     e.g. policy_bench r1517.json 8GiB pooch dtr
 #include <ctime>  // clock_gettime (POSIX, declared by time.h)
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = cpu_seconds() - c0;
-    const bool fits = evaluator.evaluate(d.plan).feasible;
+    const bool fits = evaluator.cost(d.plan).feasible;
     total += wall;
     fmt::print("{:<16} {:>9.3f} {:>9.3f} {:>9} {:>9} {:>6}\n", name, wall, cpu,
                evaluator.count() - 1, evaluator.memory_checks(), fits ? "yes" : "no");

@@ -1,10 +1,11 @@
 // sim_bench: how fast the simulator is on the deepest network memplan targets — the zoo's
 // 1517-layer residual network (Layrub's), batch 16 on a V100 cost model. Reports simulated
 // instructions per second on one core and the time to lower and to simulate one plan, without and
-// with a host side (the host stream an imported trace brings); then one swapped map kept, judged
-// by a full lowering and simulation, by an allocation replay, and incrementally (KeepCheck); and
-// one kept map evicted where memory runs out in the forward pass, judged by an allocation replay
-// and incrementally (EvictionCheck); and one swapped map recomputed, judged by a lowering and
+// with a host side (the host stream an imported trace brings); then the oracle's ways of answering
+// (search/oracle/evaluator.hpp): one swapped map kept, judged by a full lowering and simulation,
+// by an allocation replay, and from the base plan's allocations (KeepCheck); one kept map evicted
+// where memory runs out in the forward pass, judged by an allocation replay and from the base's
+// forward allocations (EvictionCheck); and one swapped map recomputed, judged by a lowering and
 // replay (and simulation) from the start and resumed where the backward pass starts.
 //
 // Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not wall time: on a shared machine a
@@ -25,8 +26,6 @@
 #include "core/feature_maps.hpp"
 #include "core/liveness.hpp"
 #include "search/oracle/evaluator.hpp"
-#include "search/oracle/eviction_check.hpp"
-#include "search/oracle/keep_check.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
 #include "zoo/zoo.hpp"
@@ -133,16 +132,11 @@ std::vector<Plan> one_map_recomputed(const Plan& base, int trials) {
 
 /// The change a search makes most (issue #22): one swapped map of swap-all kept instead, judged
 /// three ways on the same trials (maps spread over the step): a full lowering and simulation
-/// (Evaluator::evaluate: time and fit), a lowering and an allocation replay
-/// (Evaluator::check_memory: fit only), and KeepCheck (swap-all lowered once, the change edited
-/// into its allocations: fit only).
+/// (Evaluator::cost with no base: time and fit), a lowering and an allocation replay
+/// (Evaluator::fits with no base), and fits with swap-all as the base (its allocations with the
+/// change edited in: KeepCheck).
 void single_map_change(const Workload& w, const Machine& machine, int trials) {
   const Plan base = swap_all_plan(w);
-  memplan::search::KeepCheck keep(w, machine);
-  if (!keep.rebase(base)) {
-    fmt::print("single-map change: KeepCheck declines swap-all here\n");
-    return;
-  }
   std::vector<int> maps;
   maps.reserve(static_cast<std::size_t>(trials));
   for (int k = 0; k < trials; ++k) {
@@ -158,54 +152,53 @@ void single_map_change(const Workload& w, const Machine& machine, int trials) {
   memplan::search::Evaluator evaluator(w, machine);
   double c0 = cpu_seconds();
   std::size_t fit_full = 0;
-  for (int m : maps) fit_full += evaluator.evaluate(changed(m)).feasible ? 1 : 0;
+  for (int m : maps) fit_full += evaluator.cost(changed(m)).feasible ? 1 : 0;
   const double full_s = (cpu_seconds() - c0) / trials;
   c0 = cpu_seconds();
   std::size_t fit_replay = 0;
-  for (int m : maps) fit_replay += evaluator.check_memory(changed(m)).feasible ? 1 : 0;
+  for (int m : maps) fit_replay += evaluator.fits(changed(m)).feasible ? 1 : 0;
   const double replay_s = (cpu_seconds() - c0) / trials;
+  memplan::search::Evaluator based(w, machine);
+  based.rebase(base);
+  (void)based.fits(changed(maps.front()));  // makes the base's KeepCheck
   c0 = cpu_seconds();
   std::size_t fit_keep = 0;
-  for (int m : maps) fit_keep += keep.check({m}).value().feasible ? 1 : 0;
+  for (int m : maps) fit_keep += based.fits(changed(m)).feasible ? 1 : 0;
   const double keep_s = (cpu_seconds() - c0) / trials;
   fmt::print(
-      "\none swapped map of swap-all kept, {} trials (fitting: {} / {} / {}):\n"
+      "\none swapped map of swap-all kept, {} trials (fitting: {} / {} / {}; by KeepCheck: {}):\n"
       "  lowering + simulation   {:8.3f} ms\n  lowering + alloc replay {:8.3f} ms\n"
-      "  KeepCheck (incremental) {:8.3f} ms\n",
-      trials, fit_full, fit_replay, fit_keep, full_s * 1e3, replay_s * 1e3, keep_s * 1e3);
+      "  from the base's allocs  {:8.3f} ms\n",
+      trials, fit_full, fit_replay, fit_keep, based.ways().keep_check, full_s * 1e3,
+      replay_s * 1e3, keep_s * 1e3);
 }
 
 // One kept map of the in-core plan evicted (recomputed) on a device a third of the in-core peak,
 // where the plan runs out in the forward pass: judged by a lowering and allocation replay, and
-// by EvictionCheck (DTR's and SuperNeurons' feedback loops ask this after each batch).
+// from the in-core plan's forward allocations (EvictionCheck; DTR's and SuperNeurons' feedback
+// loops ask this after each batch).
 void single_eviction(const Workload& w, Machine machine, int trials) {
   machine.memory_bytes = incore_peak(w).bytes / 3;
   const Plan base = in_core_plan(w);
-  memplan::search::EvictionCheck forward(w, machine);
-  if (!forward.rebase(base)) {
-    fmt::print("single eviction: EvictionCheck declines the in-core plan here\n");
-    return;
-  }
   const std::vector<Plan> plans = one_map_recomputed(base, trials);
   memplan::search::Evaluator evaluator(w, machine);
   double c0 = cpu_seconds();
   std::vector<OpId> lowered;
   lowered.reserve(plans.size());
-  for (const Plan& plan : plans) lowered.push_back(evaluator.check_memory(plan).oom_op);
+  for (const Plan& plan : plans) lowered.push_back(evaluator.fits(plan).oom_op);
   const double replay_s = (cpu_seconds() - c0) / trials;
+  memplan::search::Evaluator based(w, machine);
+  based.rebase(base);
+  (void)based.fits(plans.front());  // makes the base's EvictionCheck
   c0 = cpu_seconds();
   std::size_t same = 0;
-  for (std::size_t k = 0; k < plans.size(); ++k) {
-    const auto m = static_cast<int>(base.decisions.size() * k / plans.size());
-    const auto e = forward.check(plans[k], {m});
-    same += e && e->oom_op == lowered[k] ? 1 : 0;
-  }
+  for (std::size_t k = 0; k < plans.size(); ++k) same += based.fits(plans[k]).oom_op == lowered[k];
   const double eviction_s = (cpu_seconds() - c0) / trials;
   fmt::print(
       "\none kept map of in-core evicted, in a third of the in-core peak, {} trials (the same "
-      "out-of-memory op: {}):\n"
-      "  lowering + alloc replay {:8.3f} ms\n  EvictionCheck           {:8.3f} ms\n",
-      trials, same, replay_s * 1e3, eviction_s * 1e3);
+      "out-of-memory op: {}; by EvictionCheck: {}):\n"
+      "  lowering + alloc replay {:8.3f} ms\n  from the base's allocs  {:8.3f} ms\n",
+      trials, same, based.ways().eviction_check, replay_s * 1e3, eviction_s * 1e3);
 }
 
 // One swapped map of swap-all recomputed instead (PoocH's step 3 makes this change): judged by a
@@ -214,24 +207,27 @@ void single_eviction(const Workload& w, Machine machine, int trials) {
 void single_recompute(const Workload& w, const Machine& machine, int trials) {
   const Plan base = swap_all_plan(w);
   const std::vector<Plan> plans = one_map_recomputed(base, trials);
+  // The timeline of a plan that fits: fits() first, then timeline() on the same lowering.
+  const auto simulate_if_fits = [](memplan::search::Evaluator& ev, const Plan& plan) {
+    if (ev.fits(plan).feasible) (void)ev.timeline(plan);
+  };
   memplan::search::Evaluator evaluator(w, machine);
-  memplan::search::MemoryCheckpoint checkpoint;
-  evaluator.checkpoint(base, checkpoint);
   double c0 = cpu_seconds();
   std::size_t fit_full = 0;
-  for (const Plan& plan : plans) fit_full += evaluator.check_memory(plan).feasible ? 1 : 0;
+  for (const Plan& plan : plans) fit_full += evaluator.fits(plan).feasible ? 1 : 0;
   const double replay_s = (cpu_seconds() - c0) / trials;
   c0 = cpu_seconds();
-  for (const Plan& plan : plans) (void)evaluator.simulate_if_fits(plan);
+  for (const Plan& plan : plans) simulate_if_fits(evaluator, plan);
   const double simulate_s = (cpu_seconds() - c0) / trials;
+  memplan::search::Evaluator based(w, machine);
+  based.rebase(base);
+  (void)based.fits(plans.front());  // makes the base's checkpoint
   c0 = cpu_seconds();
   std::size_t fit_resumed = 0;
-  for (const Plan& plan : plans) {
-    fit_resumed += evaluator.check_memory(plan, checkpoint).feasible ? 1 : 0;
-  }
+  for (const Plan& plan : plans) fit_resumed += based.fits(plan).feasible ? 1 : 0;
   const double resumed_replay_s = (cpu_seconds() - c0) / trials;
   c0 = cpu_seconds();
-  for (const Plan& plan : plans) (void)evaluator.simulate_if_fits(plan, checkpoint);
+  for (const Plan& plan : plans) simulate_if_fits(based, plan);
   const double resumed_simulate_s = (cpu_seconds() - c0) / trials;
   fmt::print(
       "\none swapped map of swap-all recomputed, {} trials (fitting: {} / {}; replays resumed: "
@@ -239,7 +235,7 @@ void single_recompute(const Workload& w, const Machine& machine, int trials) {
       "                                  from the start   resumed at the backward pass\n"
       "  lowering + alloc replay           {:8.3f} ms        {:8.3f} ms\n"
       "  the same + simulation if it fits  {:8.3f} ms        {:8.3f} ms\n",
-      trials, fit_full, fit_resumed, evaluator.resumed_replays(), replay_s * 1e3,
+      trials, fit_full, fit_resumed, based.ways().resumed_replay, replay_s * 1e3,
       resumed_replay_s * 1e3, simulate_s * 1e3, resumed_simulate_s * 1e3);
 }
 

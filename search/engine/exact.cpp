@@ -484,18 +484,18 @@ class Solver {
     ++worker.explored;
     const sim::Plan plan = plan_of(n, false);
     if (!n.simulated) {
-      n.real = worker.real.evaluate(plan);
+      n.real = worker.real.cost(plan);
       if (n.real.feasible) {
         n.complete_ns = n.real.iteration_ns;
       } else {
-        const Evaluation e = worker.relaxed.evaluate(plan);
+        const Evaluation e = worker.relaxed.cost(plan);
         n.complete_ns = e.feasible ? e.iteration_ns : std::numeric_limits<sim::Nanoseconds>::max();
       }
       n.simulated = true;
     }
     sim::Nanoseconds bound = n.complete_ns;
     if (needs_relaxing(n)) {
-      const Evaluation e = worker.relaxed.evaluate(plan_of(n, true));
+      const Evaluation e = worker.relaxed.cost(plan_of(n, true));
       if (e.feasible) bound = std::min(bound, e.iteration_ns);
     }
     if (bound < n.parent_bound) ++worker.violations;

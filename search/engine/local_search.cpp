@@ -111,7 +111,7 @@ std::vector<Move> LocalSearch::round_moves(const sim::Plan& plan,
   switch (sweep) {
     case Sweep::kSampled:
     case Sweep::kRandomPairs:
-      moves = draw(changes, blame(driver_.simulate(plan), view_, neighbourhood_, plan), batch_,
+      moves = draw(changes, blame(driver_.timeline(plan), view_, neighbourhood_, plan), batch_,
                    sweep == Sweep::kRandomPairs, rng);
       break;
     case Sweep::kSingles:
@@ -150,7 +150,7 @@ LocalSearch::Scored LocalSearch::evaluate_moves(const sim::Plan& plan, const Eva
         const sim::Plan candidate = with_move(plan, moves[i], neighbourhood_);
         out.scores[i] = sim::lossy_map_recomputed_from(candidate, view_.feature_maps(), workload_)
                             ? refused()
-                            : evaluators_.local()->evaluate(candidate);
+                            : evaluators_.local()->cost(candidate);
       });
     });
     evaluated_in_rounds_ += end - begin;

@@ -63,7 +63,7 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
             for (sim::Decision& d : plan.decisions) d.release_before = sim::kNoOp;
           }
           evaluator.measure_excess(true);
-          e = evaluator.evaluate(plan);
+          e = evaluator.cost(plan);
           decided[order[k]] = Seed{std::move(plan), e, std::string(policy.name)};
         } catch (const Stopped&) {
           why[order[k]] = stop.cancelled() ? std::string("cancelled")

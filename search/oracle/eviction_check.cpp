@@ -25,12 +25,14 @@ namespace memplan::search {
 // regenerating an evicted map that reads it, later, keeps its buffer alive past the forward pass
 // where the base frees it; a map whose regeneration could read such a tensor (through the
 // producers of the tensors it is made from) is not checked here.
-// tests/search/oracle/eviction_check_test.cpp compares check() with Evaluator::check_memory.
-EvictionCheck::EvictionCheck(const sim::Workload& workload, const sim::Machine& machine)
-    : workload_(&workload), machine_(machine), lowerer_(workload) {}
+// tests/search/oracle/evaluator_test.cpp and tests/property/oracle_test.cpp compare the answers
+// Evaluator::fits finds this way with a lowering and a simulation of the evicted plan.
+EvictionCheck::EvictionCheck(const sim::Workload& workload) : workload_(&workload) {}
 
-bool EvictionCheck::rebase(const sim::Plan& plan) {
+bool EvictionCheck::rebase(const sim::Plan& plan, sim::Lowerer& lowerer,
+                           const sim::Machine& machine) {
   ready_ = false;
+  machine_ = machine;
   if (machine_.allocator != sim::AllocatorModel::kArena || plan.host_update ||
       !plan.host_tensors.empty()) {
     return false;
@@ -44,7 +46,7 @@ bool EvictionCheck::rebase(const sim::Plan& plan) {
   while (forward_ops < w.ops.size() && w.ops[forward_ops].phase == sim::Phase::kForward)
     ++forward_ops;
   forward_ops_ = forward_ops;
-  lowerer_.lower(plan, program_);
+  lowerer.lower(plan, program_);
   ops_.clear();
   // after_op[u]: the position in ops_ after op u's calls (before the next op's).
   std::vector<std::int32_t> after_op(forward_ops, -1);
@@ -108,9 +110,12 @@ bool EvictionCheck::rebase(const sim::Plan& plan) {
 }
 
 std::optional<Evaluation> EvictionCheck::check(const sim::Plan& plan,
-                                               const std::vector<int>& evicted) {
+                                               const std::vector<int>& evicted,
+                                               Scratch& scratch) const {
   MEMPLAN_CHECK(ready_, "EvictionCheck::check after a rebase that accepted the plan");
-  moved_.clear();
+  auto& moved = scratch.moved_;
+  auto& replay = scratch.replay_;
+  moved.clear();
   for (int m : evicted) {
     const Eviction& e = eviction_[static_cast<std::size_t>(m)];
     const sim::Decision& d = plan.decisions[static_cast<std::size_t>(m)];
@@ -123,25 +128,24 @@ std::optional<Evaluation> EvictionCheck::check(const sim::Plan& plan,
     } else if (d.action != sim::Action::kRecompute) {
       return std::nullopt;
     }
-    if (e.free_at >= 0) moved_.emplace_back(e.free_at, e.buffer);
+    if (e.free_at >= 0) moved.emplace_back(e.free_at, e.buffer);
   }
-  std::sort(moved_.begin(), moved_.end());
+  std::sort(moved.begin(), moved.end());
   Evaluation e;
-  replay_.begin(machine_, program_, e);
-  auto next = moved_.begin();
+  replay.begin(machine_, program_, e);
+  auto next = moved.begin();
   for (std::size_t i = 0; i < ops_.size(); ++i) {
-    for (; next != moved_.end() && next->first == static_cast<std::int32_t>(i); ++next)
-      replay_.release(next->second);
+    for (; next != moved.end() && next->first == static_cast<std::int32_t>(i); ++next)
+      replay.release(next->second);
     const MemoryOp& op = ops_[i];
     if (op.alloc) {
-      if (!replay_.allocate(op.buffer, op.op, e)) break;
+      if (!replay.allocate(op.buffer, op.op, e)) break;
     } else {
-      replay_.release(op.buffer);
+      replay.release(op.buffer);
     }
   }
   if (e.feasible) return std::nullopt;  // the forward part fits: the rest is not known here
-  replay_.end(e);
-  ++count_;
+  replay.end(e);
   return e;
 }
 

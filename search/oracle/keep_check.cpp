@@ -12,19 +12,19 @@ namespace memplan::search {
 // the lowering emits for the swap (the copies, their events and waits) is not a memory operation,
 // and no other buffer's allocation or free moves (a keep/swap plan regenerates nothing). So the
 // kept plan's allocations and frees, in the compute stream's one order (Note [Fitting without the
-// clock] in evaluator.cpp), are the swapped plan's without the forward copy's free and the
+// clock] in memory_replay.cpp), are the swapped plan's without the forward copy's free and the
 // prefetched copy's allocation, the prefetched copy's free releasing the forward copy's block.
 // One difference: frees after the same instruction come in buffer id order, and the kept copy's
 // id is the forward one's; with no allocation between them, the arena's free blocks after such a
 // run of frees do not depend on their order (neighbours coalesce), so neither does any later
 // placement. (The caching allocator is not checked here: rebase() declines it.)
-// tests/search/oracle/keep_check_test.cpp compares check() with Evaluator::check_memory of the
-// lowered trial on random plans.
-KeepCheck::KeepCheck(const sim::Workload& workload, const sim::Machine& machine)
-    : workload_(&workload), machine_(machine), lowerer_(workload) {}
+// tests/search/oracle/evaluator_test.cpp and tests/property/oracle_test.cpp compare the answers
+// Evaluator::fits finds this way with a lowering and a simulation of the changed plan.
+KeepCheck::KeepCheck(const sim::Workload& workload) : workload_(&workload) {}
 
-bool KeepCheck::rebase(const sim::Plan& plan) {
+bool KeepCheck::rebase(const sim::Plan& plan, sim::Lowerer& lowerer, const sim::Machine& machine) {
   ready_ = false;
+  machine_ = machine;
   if (machine_.allocator != sim::AllocatorModel::kArena || plan.host_update ||
       !plan.host_tensors.empty()) {
     return false;
@@ -33,7 +33,7 @@ bool KeepCheck::rebase(const sim::Plan& plan) {
     if (d.action != sim::Action::kKeep && d.action != sim::Action::kSwap) return false;
     if (d.release_before != sim::kNoOp) return false;
   }
-  lowerer_.lower(plan, program_);
+  lowerer.lower(plan, program_);
   ops_.clear();
   for (const sim::Instruction& in : program_.stream(sim::StreamId::kCompute)) {
     if (in.kind == sim::InstrKind::kAlloc || in.kind == sim::InstrKind::kFree)
@@ -69,13 +69,12 @@ bool KeepCheck::rebase(const sim::Plan& plan) {
   return true;
 }
 
-std::optional<Evaluation> KeepCheck::check(const std::vector<int>& keep, Scratch& scratch) {
+std::optional<Evaluation> KeepCheck::check(const std::vector<int>& keep, Scratch& scratch) const {
   MEMPLAN_CHECK(ready_, "KeepCheck::check after a rebase that accepted the plan");
   for (int m : keep) {
     const Swapped& s = swapped_[static_cast<std::size_t>(m)];
     if (s.fetch_alloc < 0 || s.forward_free < 0) return std::nullopt;
   }
-  count_.fetch_add(1, std::memory_order_relaxed);
   // A scratch first used, or last used on a smaller base, starts with nothing skipped and every
   // buffer freeing its own block.
   scratch.skip_.resize(ops_.size(), 0);

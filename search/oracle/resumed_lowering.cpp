@@ -181,22 +181,36 @@ void ResumableLowerer::forget_waits(std::vector<Instruction>& stream,
 
 ResumableLowerer::Resumable ResumableLowerer::resumable(const Plan& plan,
                                                         const Checkpoint& from) const {
-  if (from.empty() || !plan.host_tensors.empty() || plan.host_update ||
-      plan.algorithms != from.algorithms_ || plan.decisions.size() != from.decisions_.size())
+  if (from.empty()) return Resumable::kNo;
+  return resumable(plan, from.decisions_, from.algorithms_);
+}
+
+ResumableLowerer::Resumable ResumableLowerer::resumable(const Plan& plan, const Plan& base) const {
+  if (!base.host_tensors.empty() || base.host_update || backward_start() == kNoOp)
+    return Resumable::kNo;  // lower() keeps no checkpoint of `base`
+  return resumable(plan, base.decisions, base.algorithms);
+}
+
+ResumableLowerer::Resumable ResumableLowerer::resumable(
+    const Plan& plan, const std::vector<Decision>& decisions,
+    const std::vector<sim::AlgorithmChoice>& algorithms) const {
+  if (!plan.host_tensors.empty() || plan.host_update || plan.algorithms != algorithms ||
+      plan.decisions.size() != decisions.size())
     return Resumable::kNo;
+  const OpId at = backward_start();
   Resumable how = Resumable::kExact;
   bool encodes = false;
   for (std::size_t i = 0; i < plan.decisions.size(); ++i) {
-    const Decision& a = from.decisions_[i];
+    const Decision& a = decisions[i];
     const Decision& b = plan.decisions[i];
     if (a.tensor != b.tensor) return Resumable::kNo;
     encodes = encodes || a.action == Action::kEncode;
-    if (a == b || prefix_reads_same(a, b, from.at_)) continue;
+    if (a == b || prefix_reads_same(a, b, at)) continue;
     const MapPoints& map = map_points(a.tensor);
     const bool copy_out_forgotten =
         a.action == Action::kSwap && b.action == Action::kRecompute && a.release_before == kNoOp &&
-        map.last_forward_use < from.at_ &&
-        (a.prefetch_before != kNoOp ? a.prefetch_before : map.default_prefetch) >= from.at_;
+        map.last_forward_use < at &&
+        (a.prefetch_before != kNoOp ? a.prefetch_before : map.default_prefetch) >= at;
     if (!copy_out_forgotten) return Resumable::kNo;
     how = Resumable::kEquivalent;
   }

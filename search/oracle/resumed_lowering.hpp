@@ -4,7 +4,7 @@
 // step 3 checks hundreds of plans that share the forward pass with the plan it starts from; each
 // lowers only the backward pass, half the step, and a resume from the same checkpoint into the
 // same Program rewinds what the previous one changed instead of copying the checkpoint again
-// (Note [Rewinding a resumed lowering]). It is the oracle's cache (Evaluator, MemoryCheckpoint),
+// (Note [Rewinding a resumed lowering]). It is the oracle's cache (search/oracle/evaluator.hpp),
 // not the simulator's: sim::Lowerer only lowers, and exposes to it the steps and state it needs.
 #include <array>
 #include <cstddef>
@@ -38,6 +38,9 @@ class ResumableLowerer : public sim::Lowerer {
     kExact        // its Program is lower()'s
   };
   [[nodiscard]] Resumable resumable(const sim::Plan& plan, const Checkpoint& from) const;
+  /// The same for a checkpoint that lower(base, ..., checkpoint) would keep, without keeping it:
+  /// whether one is worth keeping for `plan`.
+  [[nodiscard]] Resumable resumable(const sim::Plan& plan, const sim::Plan& base) const;
   /// What resume() did: how it lowered (kNo: nothing), and whether the compute stream before the
   /// checkpoint's op is the checkpoint's plan's, frees included (Checkpoint::placed_size): the
   /// plan frees the same buffers there.
@@ -52,6 +55,9 @@ class ResumableLowerer : public sim::Lowerer {
   [[nodiscard]] std::size_t rewinds() const { return rewinds_; }
 
  private:
+  [[nodiscard]] Resumable resumable(const sim::Plan& plan,
+                                    const std::vector<sim::Decision>& decisions,
+                                    const std::vector<sim::AlgorithmChoice>& algorithms) const;
   void keep_state(const sim::Plan& plan, Checkpoint& c) const;
   void keep_placed(Checkpoint& c, const sim::Program& out) const;
   [[nodiscard]] bool prefix_reads_same(const sim::Decision& a, const sim::Decision& b,

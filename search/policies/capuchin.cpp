@@ -144,9 +144,8 @@ PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view) {
   while (next < candidates.size() && saved < to_save) take();
   // The feedback pass, a batch of candidates per simulation (Note [Capuchin in a plan]).
   while (next < candidates.size()) {
-    // Only where memory runs out is read: the allocations alone tell (Note [Fitting without
-    // the clock] in evaluator.cpp).
-    const Evaluation e = evaluator.check_memory(plan);
+    // Only where memory runs out is read (Evaluator::fits).
+    const Evaluation e = evaluator.fits(plan);
     if (e.feasible) break;
     const sim::Bytes batch_end = saved + std::max<sim::Bytes>(1, e.oom_bytes_missing);
     while (next < candidates.size() && saved < batch_end) take();

@@ -23,11 +23,9 @@
 // a map or two more than the one-at-a-time loop would (docs/policies.md).
 #include <algorithm>
 #include <limits>
-#include <optional>
 
 #include <fmt/core.h>
 
-#include "search/oracle/eviction_check.hpp"
 #include "search/policies/policy.hpp"
 
 namespace memplan::search {
@@ -161,16 +159,13 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
   sim::Plan plan = keep_all(view, "dtr");
   const InCoreSchedule schedule = in_core_schedule(view.workload());
   DtrCosts costs(view, plan);
-  // Where the plan runs out in the forward pass is found from the all-kept plan's allocations
-  // with the evicted maps' frees moved up (Note [Evicting in the forward pass]); past it, from the
-  // plan's own allocations (Note [Fitting without the clock] in evaluator.cpp).
-  EvictionCheck forward(evaluator.workload(), evaluator.machine());
-  const bool incremental = forward.rebase(plan);
+  // Only where memory runs out is read, of plans that evict maps the all-kept plan keeps: the
+  // oracle answers them from that plan's allocations (Note [One oracle] in
+  // search/oracle/evaluator.cpp).
+  const BaseScope based(evaluator, plan);
   std::vector<int> evicted;
   for (;;) {
-    std::optional<Evaluation> fast;
-    if (incremental) fast = forward.check(plan, evicted);
-    const Evaluation e = fast ? *fast : evaluator.check_memory(plan);
+    const Evaluation e = evaluator.fits(plan);
     if (e.feasible || e.oom_op == sim::kNoOp) break;
     // Evict at the op where memory ran out until the evicted bytes cover the bytes missing there
     // (Note [DTR frozen into a plan], batches), then simulate again.
@@ -188,7 +183,6 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view) {
     }
     if (batch == 0) break;
   }
-  evaluator.credit(0, forward.count());
   std::string note = fmt::format("{} maps evicted for recomputation", evicted.size());
   return {std::move(plan), false, std::move(note)};
 }

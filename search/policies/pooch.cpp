@@ -71,13 +71,15 @@
 // device instead of +89.1%) in 40% less time (bench/resnet1517-scale.sh).
 // What each trial costs (none of this changes a decision): a trial whose time is not read (the
 // keep scans, a leaf's first fit, the estimate step's and the swap-in scheduling's trials that run
-// out of memory) is decided from its allocations alone (Evaluator::check_memory: the engine's
-// verdict, where it ran out and by how much, without the engine); the keep scans edit the trial
-// into the allocations of one lowering of the plan they change, re-lowered only when a run is
-// kept (KeepCheck, Note [Keeping a swapped map, incrementally]); a run the estimate step takes is
-// simulated once, its timeline ranking the maps left. Speculation: where a keep scan goes one map
-// at a time (nearly every trial refused), it checks the next PoochLimits::speculative_trials maps
-// against the current plan at once, in parallel, and uses the answers in order until one fits;
+// out of memory) is asked only whether it fits (Evaluator::fits: the engine's verdict, where it
+// ran out and by how much, without the engine); the keep scans and the estimate step name the
+// plan their trials change (a BaseScope), so the oracle answers a keep trial from that plan's
+// allocations and a recompute trial from its lowering resumed at the backward pass (Note [One
+// oracle] in search/oracle/evaluator.cpp); a run the estimate step takes is simulated once, its
+// timeline ranking the maps left. Speculation: where a keep scan goes one map at a time (nearly
+// every trial refused), it tells the oracle to expect the next PoochLimits::speculative_trials
+// single-map trials against the current plan (Evaluator::expect: answered at once, in parallel,
+// where the plan's allocations answer them) and uses the answers in order until one fits;
 // the answers after it were made against the plan it replaced and are dropped. The decisions are
 // the one-by-one scan's whatever the width or the number of threads (pooch_test); the width is
 // fixed, so the work done is too. Step 3's estimate loop offers, beside each trial, the trial it
@@ -95,14 +97,13 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
-#include <optional>
+#include <span>
 
 #include <oneapi/tbb/enumerable_thread_specific.h>
 
 #include <fmt/core.h>
 
 #include "memory/device_arena.hpp"
-#include "search/oracle/keep_check.hpp"
 #include "search/parallel.hpp"
 #include "search/policies/policy.hpp"
 #include "sim/lowering.hpp"
@@ -163,47 +164,44 @@ struct Refusal {
   sim::Bytes bytes;
 };
 
-// The single-map trials of a keep scan, checked `width` at a time against one plan (Note [PoocH in
-// memplan], the keep scan: speculation): answer(i) is the check of keeping maps[i] alone, from
-// the last batch when it holds maps[i], else from a new batch of maps[i] and the next maps not
-// known to be refused now. A refusal only adds to what is known refused, which the scan checks
-// again before it asks, so a batch stays right until the plan changes (forget()).
+// The single-map trials of a keep scan, expected `width` at a time against one plan (Note [PoocH
+// in memplan], the keep scan: speculation): before the scan asks about keeping maps[i] alone,
+// ahead(i) makes sure the oracle expects it, from the last batch when that holds maps[i], else
+// with a new batch of maps[i] and the next maps not known to be refused now. A refusal only adds
+// to what is known refused, which the scan checks again before it asks, so a batch stays right
+// until the plan changes (forget()).
 class SpeculativeKeeps {
  public:
-  SpeculativeKeeps(KeepCheck& check, const std::vector<int>& maps, std::size_t width)
-      : check_(check),
+  SpeculativeKeeps(Evaluator& evaluator, const std::vector<int>& maps, std::size_t width)
+      : evaluator_(evaluator),
         maps_(maps),
-        scratch_(std::max<std::size_t>(1, width)),
-        answer_(scratch_.size()),
-        position_(scratch_.size()) {}
+        trials_(std::max<std::size_t>(1, width)),
+        position_(trials_.size()) {}
 
   template <typename KnownRefused>
-  std::optional<Evaluation> answer(std::size_t i, KnownRefused&& known_refused) {
+  void ahead(const sim::Plan& plan, std::size_t i, KnownRefused&& known_refused) {
     while (next_ < count_ && position_[next_] < i) ++next_;
-    if (next_ == count_ || position_[next_] != i) {
-      count_ = 0;
-      for (std::size_t j = i; j < maps_.size() && count_ < scratch_.size(); ++j) {
-        if (j == i || !known_refused(maps_[j])) position_[count_++] = j;
-      }
-      parallel_each(
-          0, count_,
-          [&](std::size_t k) { answer_[k] = check_.check({maps_[position_[k]]}, scratch_[k]); },
-          Split::kOnePerTask);
-      next_ = 0;
+    if (next_ < count_ && position_[next_] == i) return;
+    count_ = 0;
+    for (std::size_t j = i; j < maps_.size() && count_ < trials_.size(); ++j) {
+      if (j != i && known_refused(maps_[j])) continue;
+      trials_[count_] = plan;
+      trials_[count_].decisions[static_cast<std::size_t>(maps_[j])].action = sim::Action::kKeep;
+      position_[count_++] = j;
     }
-    return answer_[next_++];
+    evaluator_.expect(std::span<const sim::Plan>(trials_.data(), count_));
+    next_ = 0;
   }
-  /// The plan changed: the answers were made against the old one.
+  /// The plan changed: the batch was made against the old one.
   void forget() { count_ = next_ = 0; }
 
  private:
-  KeepCheck& check_;
+  Evaluator& evaluator_;
   const std::vector<int>& maps_;
-  std::vector<KeepCheck::Scratch> scratch_;
-  std::vector<std::optional<Evaluation>> answer_;
-  std::vector<std::size_t> position_;  // of the answers' maps in maps_
-  std::size_t count_ = 0;              // answers in the batch
-  std::size_t next_ = 0;               // the first not used yet
+  std::vector<sim::Plan> trials_;
+  std::vector<std::size_t> position_;  // of the trials' maps in maps_
+  std::size_t count_ = 0;              // trials in the batch
+  std::size_t next_ = 0;               // the first not asked about yet
 };
 
 // From `maps` in order: swap -> keep while the plan fits (Note [PoocH in memplan], the keep
@@ -221,11 +219,10 @@ bool keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
     }
     return false;
   };
-  // Trials keep swapped maps of `plan`: checked by editing its lowered allocations (Note [Keeping
-  // a swapped map, incrementally]) where that applies, else lowered each.
-  KeepCheck check(evaluator.workload(), evaluator.machine());
-  bool incremental = check.rebase(plan);
-  SpeculativeKeeps one_at_a_time(check, maps, speculative_trials);
+  // Trials keep swapped maps of `plan`: the oracle answers them from its allocations where it can
+  // (Note [Keeping a swapped map, incrementally]).
+  const BaseScope based(evaluator, plan);
+  SpeculativeKeeps one_at_a_time(evaluator, maps, speculative_trials);
   std::vector<int> kept;
   std::size_t i = 0;
   std::size_t run = maps.size();  // everything at once first
@@ -236,8 +233,7 @@ bool keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
       ++i;
       continue;
     }
-    std::optional<Evaluation> fast;
-    if (incremental && run == 1) fast = one_at_a_time.answer(i, known_refused);
+    if (run == 1) one_at_a_time.ahead(plan, i, known_refused);
     std::size_t end = i;
     kept.clear();
     while (end < maps.size() && end - i < run) {
@@ -247,11 +243,10 @@ bool keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
     sim::Plan trial = plan;
     for (int m : kept) trial.decisions[static_cast<std::size_t>(m)].action = sim::Action::kKeep;
     // Only whether it fits (and where it ran out) is read.
-    if (incremental && !fast) fast = check.check(kept);
-    const Evaluation e = fast ? *fast : evaluator.check_memory(trial);
+    const Evaluation e = evaluator.fits(trial);
     if (e.feasible) {
       plan = std::move(trial);
-      if (incremental) incremental = check.rebase(plan);
+      evaluator.rebase(plan);
       one_at_a_time.forget();
       refusals = 0;
       i = end;
@@ -264,7 +259,6 @@ bool keep_while_fits(Evaluator& evaluator, sim::Plan& plan, const std::vector<in
       run = (end - i) / 2;
     }
   }
-  evaluator.credit(0, check.count());
   return i < maps.size();
 }
 
@@ -283,6 +277,12 @@ std::vector<int> recompute_candidates(const sim::Timeline& timeline, const sim::
     if (waited > 0 && rerun <= waited) out.push_back(static_cast<int>(m));
   }
   return out;
+}
+
+// The timeline of a trial that fits, else nullptr: fits() first, so that a trial that does not
+// fit is never run, and timeline() then runs the lowering fits() made.
+const sim::Timeline* timeline_if_fits(Evaluator& evaluator, const sim::Plan& trial) {
+  return evaluator.fits(trial).feasible ? &evaluator.timeline(trial) : nullptr;
 }
 
 // Step 3 when a pass would measure more than kMeasuredCandidates maps (Note [PoocH in memplan]):
@@ -308,7 +308,7 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     }
     std::stable_sort(order.begin(), order.end());
   };
-  rank(evaluator.simulate(plan));
+  rank(evaluator.timeline(plan));
   // The plan with the `k` maps of the order from `first` on recomputed.
   auto trial_of = [&](std::size_t first, std::size_t k) {
     sim::Plan trial = plan;
@@ -319,14 +319,14 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     }
     return trial;
   };
-  // Every trial recomputes maps this plan swaps: its memory check goes on from this plan's
+  // Every trial recomputes maps this plan swaps: the oracle lowers and replays it from this plan's
   // lowering and replay where the backward pass starts (Note [Resuming a memory check]).
-  MemoryCheckpoint start;
-  evaluator.checkpoint(plan, start);
+  const BaseScope based(evaluator, plan);
   // The trial the loop makes next if this one is refused, timed by an idle core if there is one
   // (Note [PoocH in memplan], step 3: speculation).
   Evaluator beside(evaluator.workload(), evaluator.machine());
   beside.stop_when(evaluator.stop());
+  beside.share_base(evaluator);
   std::size_t run = 1;
   std::size_t refusals = 0;
   auto going = [&] { return current > 0 && !order.empty() && refusals < kRefusalsInARow; };
@@ -358,11 +358,11 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
     sim::Plan next;  // made by the idle core, if one takes it up
     const sim::Timeline* timeline = nullptr;
     const sim::Timeline* next_timeline = nullptr;
-    const bool timed_next = run_beside([&] { timeline = evaluator.simulate_if_fits(trial, start); },
+    const bool timed_next = run_beside([&] { timeline = timeline_if_fits(evaluator, trial); },
                                        [&] {
                                          if (!next_exists) return;
                                          next = k > 1 ? trial_of(0, k / 2) : trial_of(1, 1);
-                                         next_timeline = beside.simulate_if_fits(next, start);
+                                         next_timeline = timeline_if_fits(beside, next);
                                        });
     if (decide(trial, timeline, k) || !next_exists || !timed_next || !going()) continue;
     decide(next, next_timeline, std::min(run, order.size()));
@@ -442,18 +442,19 @@ void hoist_swap_ins(const NetworkView& view, const sim::Program& program, sim::B
 namespace {
 
 // pooch_schedule_swap_ins, returning the evaluation of the plan it leaves (its caller times it).
-// A trial that runs out of device memory is known from its allocations alone (check_memory: the
-// same oom_bytes_missing as a simulation); one that fits is simulated.
+// A trial is asked whether it fits first (fits: where it ran out, and by how much), and only one
+// that fits is timed (cost).
 Evaluation schedule_swap_ins(Evaluator& evaluator, const NetworkView& view, sim::Plan& plan) {
   for (sim::Decision& d : plan.decisions) d.prefetch_before = sim::kNoOp;
-  const Evaluation base = evaluator.evaluate(plan);
+  const Evaluation base = evaluator.cost(plan);
   if (!base.feasible) return base;
   const sim::Program program = sim::lower(view.workload(), plan);
   sim::Bytes margin = 0;
   for (;;) {
     sim::Plan trial = plan;
     hoist_swap_ins(view, program, evaluator.machine().memory_bytes - margin, trial);
-    const Evaluation e = evaluator.evaluate_if_fits(trial);
+    Evaluation e = evaluator.fits(trial);
+    if (e.feasible) e = evaluator.cost(trial);
     if (e.feasible) {
       if (e.iteration_ns > base.iteration_ns) return base;
       plan = std::move(trial);
@@ -474,7 +475,7 @@ PoochProfile pooch_profile(Evaluator& evaluator, const NetworkView& view) {
   sim::Plan all_swap = keep_all(view, "pooch");
   for (sim::Decision& d : all_swap.decisions) d.action = sim::Action::kSwap;
   pooch_schedule_swap_ins(evaluator, view, all_swap);
-  const std::vector<Exposure> exposed = exposures(evaluator.simulate(all_swap), view);
+  const std::vector<Exposure> exposed = exposures(evaluator.timeline(all_swap), view);
   PoochProfile profile;
   for (std::size_t m = 0; m < exposed.size(); ++m) {
     if (exposed[m].swap_in_ns > 0) {
@@ -507,7 +508,7 @@ PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
 
   // The all-keep leaf first.
   sim::Plan best = plan;
-  sim::Nanoseconds best_ns = time_or_infinity(evaluator.evaluate(plan));
+  sim::Nanoseconds best_ns = time_or_infinity(evaluator.cost(plan));
   std::size_t best_ended = 0;
   const std::uint64_t leaves = std::uint64_t{1} << enumerated;
   for (std::uint64_t k = 0; k < leaves; ++k) {
@@ -519,7 +520,7 @@ PoochKeepSwap pooch_keep_swap(Evaluator& evaluator, const NetworkView& view,
       }
     }
     // Keeping more only needs more memory.
-    if (!evaluator.check_memory(candidate).feasible) continue;
+    if (!evaluator.fits(candidate).feasible) continue;
     const bool ended =
         keep_while_fits(evaluator, candidate, l_o_only, view, limits.speculative_trials);
     const sim::Nanoseconds t = time_or_infinity(schedule_swap_ins(evaluator, view, candidate));
@@ -571,12 +572,12 @@ class RatioMeter {
     Evaluators& ev = *local_.local();
     sim::Plan candidate = plan;
     candidate.decisions[m].action = sim::Action::kKeep;
-    const sim::Nanoseconds base = ev.reference.evaluate(candidate).iteration_ns;
+    const sim::Nanoseconds base = ev.reference.cost(candidate).iteration_ns;
     const sim::Nanoseconds swap_overhead = current - base;
     if (swap_overhead <= 0) return kInfinite;  // the swap is free: r is infinite
     candidate.decisions[m].action = sim::Action::kRecompute;
     candidate.decisions[m].prefetch_before = sim::kNoOp;
-    const Evaluation e = ev.budget.evaluate(candidate);
+    const Evaluation e = ev.budget.cost(candidate);
     if (!e.feasible) return kInfinite;
     return static_cast<double>(e.iteration_ns - base) / static_cast<double>(swap_overhead);
   }
@@ -619,7 +620,7 @@ bool take_smallest_ratios(Evaluator& evaluator, RatioMeter& meter, const std::ve
     }
     plan.decisions[m].action = sim::Action::kRecompute;
     plan.decisions[m].prefetch_before = sim::kNoOp;
-    current = time_or_infinity(evaluator.evaluate(plan));
+    current = time_or_infinity(evaluator.cost(plan));
     fresh = false;
   }
   return true;
@@ -633,7 +634,7 @@ void recompute_by_ratio(Evaluator& evaluator, const NetworkView& view, sim::Plan
   std::vector<double> ratio(plan.decisions.size());
   for (;;) {
     // A full pass over the swapped maps the current timeline says might have r < 1.
-    const sim::Timeline& timeline = evaluator.simulate(plan);
+    const sim::Timeline& timeline = evaluator.timeline(plan);
     const sim::Nanoseconds current =
         timeline.feasible ? timeline.iteration_ns : std::numeric_limits<sim::Nanoseconds>::max();
     const std::vector<int> candidates = recompute_candidates(timeline, plan, view);

@@ -77,7 +77,7 @@ bool better(const Evaluation& before, const Evaluation& after) {
 
 bool adopt_if_faster(Evaluator& evaluator, sim::Plan& plan, sim::Plan candidate) {
   if (candidate == plan) return false;
-  if (!better(evaluator.evaluate(plan), evaluator.evaluate(candidate))) return false;
+  if (!better(evaluator.cost(plan), evaluator.cost(candidate))) return false;
   plan = std::move(candidate);
   return true;
 }
@@ -90,7 +90,7 @@ bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& pl
   // Deferring every release holds too much memory, or costs time elsewhere: one map at a time,
   // those whose copy-outs stall compute longest first.
   std::vector<std::pair<sim::Nanoseconds, int>> stalled;
-  const sim::Timeline& timeline = evaluator.simulate(plan);
+  const sim::Timeline& timeline = evaluator.timeline(plan);
   Evaluation current = summarize(timeline);
   for (const sim::Stall& s : timeline.stalls) {
     const int m = s.tensor == sim::kNoTensor ? -1 : view.map_index(s.tensor);
@@ -105,7 +105,7 @@ bool defer_releases(Evaluator& evaluator, const NetworkView& view, sim::Plan& pl
     sim::Plan one = plan;
     one.decisions[m].release_before = all.decisions[m].release_before;
     if (one == plan) continue;
-    const Evaluation e = evaluator.evaluate(one);
+    const Evaluation e = evaluator.cost(one);
     if (!better(current, e)) continue;
     plan = std::move(one);
     current = e;

@@ -27,12 +27,10 @@
 //   swap-in starts one conv layer ahead: before the backward op of the nearest conv layer above its
 //   first backward use.
 #include <algorithm>
-#include <optional>
 #include <vector>
 
 #include <fmt/core.h>
 
-#include "search/oracle/eviction_check.hpp"
 #include "search/policies/policy.hpp"
 #include "search/policies/schedule.hpp"
 
@@ -154,17 +152,13 @@ int least_recently_used(const NetworkView& view, const std::vector<bool>& checkp
 // until the plan fits or nothing is left to swap. Returns how many it swapped.
 std::size_t swap_by_pool(Evaluator& evaluator, const NetworkView& view,
                          const std::vector<bool>& checkpoint, sim::Plan& plan) {
-  // Only where memory runs out is read: in the forward pass from the plan's allocations before
-  // the pool swapped anything, with the swapped maps' frees moved up (Note [Evicting in the
-  // forward pass]); past it, from the plan's own allocations (Note [Fitting without the clock] in
-  // evaluator.cpp).
-  EvictionCheck forward(evaluator.workload(), evaluator.machine());
-  const bool incremental = forward.rebase(plan);
+  // Only where memory runs out is read, of plans that swap maps the plan before the pool keeps:
+  // the oracle answers them from that plan's allocations (Note [One oracle] in
+  // search/oracle/evaluator.cpp).
+  const BaseScope based(evaluator, plan);
   std::vector<int> evicted;
   for (;;) {
-    std::optional<Evaluation> fast;
-    if (incremental) fast = forward.check(plan, evicted);
-    const Evaluation e = fast ? *fast : evaluator.check_memory(plan);
+    const Evaluation e = evaluator.fits(plan);
     if (e.feasible || e.oom_op == sim::kNoOp) break;
     const std::size_t before = evicted.size();
     sim::Bytes freed = 0;
@@ -181,7 +175,6 @@ std::size_t swap_by_pool(Evaluator& evaluator, const NetworkView& view,
     }
     if (evicted.size() == before) break;
   }
-  evaluator.credit(0, forward.count());
   return evicted.size();
 }
 

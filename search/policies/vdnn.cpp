@@ -105,7 +105,7 @@ void choose(sim::Plan& plan, sim::OpId op, std::int32_t algorithm) {
 bool fit_algorithms(Evaluator& evaluator, sim::Plan& plan) {
   const sim::Workload& w = evaluator.workload();
   for (;;) {
-    const Evaluation e = evaluator.evaluate(plan);
+    const Evaluation e = evaluator.cost(plan);
     if (e.feasible) return true;
     if (e.oom_op == sim::kNoOp) return false;
     const sim::Op& op = w.op(e.oom_op);
@@ -149,12 +149,12 @@ PolicyDecision decide_vdnn_dyn(Evaluator& evaluator, const NetworkView& view) {
     return plan;
   };
   const sim::Plan in_core = keep_all(view, "vdnn-dyn");
-  if (evaluator.evaluate(in_core).feasible) return {in_core, false, "in-core, fastest algorithms"};
+  if (evaluator.cost(in_core).feasible) return {in_core, false, "in-core, fastest algorithms"};
   const sim::Plan conv = named(vdnn(view, true, "vdnn-dyn").plan);
-  if (evaluator.evaluate(conv).feasible)
+  if (evaluator.cost(conv).feasible)
     return {conv, false, "conv inputs swapped, fastest algorithms"};
   const sim::Plan all = named(vdnn(view, false, "vdnn-dyn").plan);
-  if (evaluator.evaluate(all).feasible)
+  if (evaluator.cost(all).feasible)
     return {all, false, "all inputs swapped, fastest algorithms"};
   for (const auto& [base, what] : {std::pair{conv, "conv"}, std::pair{all, "all"}}) {
     sim::Plan plan = base;
@@ -167,7 +167,7 @@ PolicyDecision decide_vdnn_dyn(Evaluator& evaluator, const NetworkView& view) {
   for (const auto& [base, what] : {std::pair{conv, "conv"}, std::pair{all, "all"}}) {
     sim::Plan plan = base;
     for (const sim::Op& op : view.workload().ops) choose(plan, op.id, least_workspace(op));
-    if (evaluator.evaluate(plan).feasible) {
+    if (evaluator.cost(plan).feasible) {
       return {plan, false, fmt::format("{} inputs swapped, memory-optimal algorithms", what)};
     }
   }

@@ -84,7 +84,7 @@ Nanoseconds brute_force_optimum(const Workload& w, const Machine& m,
     std::vector<std::size_t> at(maps.size(), 0);
     while (true) {
       for (std::size_t i = 0; i < maps.size(); ++i) plan.decisions[i] = choices[i][at[i]];
-      const Evaluation e = evaluator.evaluate(plan);
+      const Evaluation e = evaluator.cost(plan);
       if (e.feasible && (best < 0 || e.iteration_ns < best)) best = e.iteration_ns;
       std::size_t i = 0;
       while (i < maps.size() && ++at[i] == choices[i].size()) at[i++] = 0;

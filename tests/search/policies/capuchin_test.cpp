@@ -82,7 +82,7 @@ TEST_CASE("capuchin swaps the maps with the most free time until the plan fits",
   const auto d = capuchin(w, m);
   CHECK(actions(d.plan) ==
         std::vector<Action>{Action::kSwap, Action::kKeep, Action::kSwap, Action::kKeep});
-  const Evaluation e = Evaluator(w, m).evaluate(d.plan);
+  const Evaluation e = Evaluator(w, m).cost(d.plan);
   REQUIRE(e.feasible);
   CHECK(w.op(d.plan.decisions[0].release_before).name == "f4");
   CHECK(d.plan.decisions[2].release_before == kNoOp);
@@ -101,7 +101,7 @@ TEST_CASE("capuchin recomputes where no swap can hide, highest saving per second
   const auto one = capuchin(w, roomier);
   CHECK(actions(one.plan) ==
         std::vector<Action>{Action::kKeep, Action::kKeep, Action::kRecompute, Action::kKeep});
-  const Evaluation e1 = Evaluator(w, roomier).evaluate(one.plan);
+  const Evaluation e1 = Evaluator(w, roomier).cost(one.plan);
   REQUIRE(e1.feasible);
   CHECK(e1.iteration_ns == 10200);
   // 4096 bytes: 1536 to save: c, then b (regenerated before h2): 9700 + 500 + 800 = 11000 ns.
@@ -109,7 +109,7 @@ TEST_CASE("capuchin recomputes where no swap can hide, highest saving per second
   const auto two = capuchin(w, tight);
   CHECK(actions(two.plan) == std::vector<Action>{Action::kKeep, Action::kRecompute,
                                                    Action::kRecompute, Action::kKeep});
-  const Evaluation e2 = Evaluator(w, tight).evaluate(two.plan);
+  const Evaluation e2 = Evaluator(w, tight).cost(two.plan);
   REQUIRE(e2.feasible);
   CHECK(e2.iteration_ns == 11000);
 }

@@ -44,7 +44,7 @@ TEST_CASE("dtr evicts the map with the smallest cost / (bytes x staleness)", "[s
   CHECK(actions(d.plan) ==
         std::vector<Action>{Action::kKeep, Action::kRecompute, Action::kKeep, Action::kKeep});
   CHECK(d.note == "1 maps evicted for recomputation");
-  const Evaluation e = Evaluator(w, m).evaluate(d.plan);
+  const Evaluation e = Evaluator(w, m).cost(d.plan);
   REQUIRE(e.feasible);
   CHECK(e.iteration_ns == 12500);  // 11700 ns of compute plus f2 once more
 }
@@ -60,7 +60,7 @@ TEST_CASE("dtr evicts again where the frozen plan runs out next", "[search][dtr]
   CHECK(actions(d.plan) == std::vector<Action>{Action::kKeep, Action::kRecompute,
                                                  Action::kRecompute, Action::kKeep});
   CHECK(d.note == "2 maps evicted for recomputation");
-  const Evaluation e = Evaluator(w, m).evaluate(d.plan);
+  const Evaluation e = Evaluator(w, m).cost(d.plan);
   REQUIRE(e.feasible);
   CHECK(e.iteration_ns == 13000);  // 11700 + f2 + f3
 }

@@ -32,7 +32,7 @@ TEST_CASE("layrub migrates every map and brings it back one op ahead", "[search]
   // fetched before h1, in tensor order: b [6796,7820], d [7820,8844]; h1 [8844,9844]; a before
   // h2 [9844,10868], h2 [9844,12844]; c before h3 [12844,13868], h3 [12844,14844];
   // h4 [14844,15844].
-  const Evaluation e = evaluator.evaluate(d.plan);
+  const Evaluation e = evaluator.cost(d.plan);
   REQUIRE(e.feasible);
   CHECK(e.iteration_ns == 15844);
   // On the device at once: x, the map in use and the one coming back for the next layer, plus

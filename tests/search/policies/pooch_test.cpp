@@ -74,7 +74,7 @@ TEST_CASE("with room for everything PoocH keeps the exposed maps and leaves hidd
   CHECK(d.plan.decisions[0].action == Action::kKeep);   // f1_out
   CHECK(d.plan.decisions[2].action == Action::kKeep);   // f3_out
   CHECK(d.plan.decisions[1].action == Action::kSwap);   // f2_out: its swap is hidden
-  CHECK(roomy.evaluate(d.plan).iteration_ns == 10500);  // the compute time: nothing exposed
+  CHECK(roomy.cost(d.plan).iteration_ns == 10500);  // the compute time: nothing exposed
 }
 
 namespace {
@@ -112,7 +112,7 @@ TEST_CASE("PoocH's profile: a swap-out that compute does not hide, its swap-in h
   CHECK(d.plan.decisions[0].action == Action::kKeep);       // L_O \ L_I scanned: fits, kept
   CHECK(d.plan.decisions[1].action == Action::kSwap);       // hidden
   CHECK(d.plan.decisions[2].action == Action::kKeep);       // L_I enumerated: keeping it is fastest
-  CHECK(evaluator.evaluate(d.plan).iteration_ns == 11000);  // compute only
+  CHECK(evaluator.cost(d.plan).iteration_ns == 11000);  // compute only
 }
 
 TEST_CASE("PoocH's swap-in scheduling starts a swap-in as soon as memory has room for it",
@@ -132,11 +132,11 @@ TEST_CASE("PoocH's swap-in scheduling starts a swap-in as soon as memory has roo
   // At the default point the copy-in would run [10000,15000] and g1 end at 16500.
   {
     Evaluator evaluator(w, test_machine(Bytes{1} << 30));
-    CHECK(evaluator.evaluate(plan).iteration_ns == 16500);
+    CHECK(evaluator.cost(plan).iteration_ns == 16500);
     Plan scheduled = plan;
     pooch_schedule_swap_ins(evaluator, view, scheduled);
     CHECK(scheduled.decisions[0].prefetch_before == OpId{2});  // f3
-    CHECK(evaluator.evaluate(scheduled).iteration_ns == 13500);
+    CHECK(evaluator.cost(scheduled).iteration_ns == 13500);
   }
   // 8192 bytes: room at g3 (3072 + 5120) and at f3 (2560 + 5120), so f3 again.
   {
@@ -154,7 +154,7 @@ TEST_CASE("PoocH's swap-in scheduling starts a swap-in as soon as memory has roo
     Plan small_plan = keep_all(small_view, "pooch");
     small_plan.decisions[0].action = Action::kSwap;
     Evaluator evaluator(small, test_machine(5120));
-    REQUIRE(evaluator.evaluate(small_plan).feasible);
+    REQUIRE(evaluator.cost(small_plan).feasible);
     pooch_schedule_swap_ins(evaluator, small_view, small_plan);
     CHECK(small_plan.decisions[0].prefetch_before == kNoOp);
   }
@@ -183,7 +183,7 @@ TEST_CASE("PoocH's r(X) loop turns swaps into recomputes where no keep/swap clas
   CHECK(d.plan.decisions[0].action == Action::kRecompute);  // a
   CHECK(d.plan.decisions[1].action == Action::kSwap);       // b
   CHECK(d.plan.decisions[2].action == Action::kRecompute);  // c
-  const Evaluation e = evaluator.evaluate(d.plan);
+  const Evaluation e = evaluator.cost(d.plan);
   REQUIRE(e.feasible);
   CHECK(e.iteration_ns == 14600);
   // The leaves that keep a or c do not fit; all-swap does not either.
@@ -191,11 +191,11 @@ TEST_CASE("PoocH's r(X) loop turns swaps into recomputes where no keep/swap clas
     Plan leaf = d.plan;
     leaf.decisions[0].action = keep_a ? Action::kKeep : Action::kSwap;
     leaf.decisions[2].action = keep_c ? Action::kKeep : Action::kSwap;
-    CHECK_FALSE(evaluator.evaluate(leaf).feasible);
+    CHECK_FALSE(evaluator.cost(leaf).feasible);
   }
   Plan all_swap = d.plan;
   for (Decision& x : all_swap.decisions) x.action = Action::kSwap;
-  CHECK_FALSE(evaluator.evaluate(all_swap).feasible);
+  CHECK_FALSE(evaluator.cost(all_swap).feasible);
 }
 
 namespace {
@@ -230,14 +230,14 @@ Plan full_tree(Evaluator& evaluator, const NetworkView& view, const PoochProfile
     for (std::size_t bit = 0; bit < l_i.size(); ++bit)
       if (((leaf >> bit) & 1u) != 0)
         candidate.decisions[static_cast<std::size_t>(l_i[bit])].action = Action::kKeep;
-    if (!evaluator.evaluate(candidate).feasible) continue;
+    if (!evaluator.cost(candidate).feasible) continue;
     for (int m : profile.swap_out_only_exposed) {
       auto& d = candidate.decisions[static_cast<std::size_t>(m)];
       d.action = Action::kKeep;
-      if (!evaluator.evaluate(candidate).feasible) d.action = Action::kSwap;
+      if (!evaluator.cost(candidate).feasible) d.action = Action::kSwap;
     }
     pooch_schedule_swap_ins(evaluator, view, candidate);  // the runtime's swap-in scheduling
-    const Evaluation e = evaluator.evaluate(candidate);
+    const Evaluation e = evaluator.cost(candidate);
     if (e.feasible && e.iteration_ns < best_ns) {
       best_ns = e.iteration_ns;
       best = candidate;
@@ -274,22 +274,22 @@ TEST_CASE("PoocH's keep/swap tree: a leaf that keeps some of L_I and swaps the r
   const PoochKeepSwap step = pooch_keep_swap(evaluator, view, profile);
   CHECK(step.enumerated == 2);
   CHECK(actions(step.plan) == std::vector<Action>{Action::kSwap, Action::kKeep, Action::kKeep});
-  CHECK(evaluator.evaluate(step.plan).iteration_ns == 9096);
+  CHECK(evaluator.cost(step.plan).iteration_ns == 9096);
   Plan neither = step.plan;
   neither.decisions[2].action = Action::kSwap;
-  CHECK(evaluator.evaluate(neither).iteration_ns == 13192);
+  CHECK(evaluator.cost(neither).iteration_ns == 13192);
   for (const auto& [keep_p, keep_r] : {std::pair{true, true}, {true, false}}) {
     Plan leaf = step.plan;
     leaf.decisions[0].action = keep_p ? Action::kKeep : Action::kSwap;
     leaf.decisions[1].action = Action::kSwap;
     leaf.decisions[2].action = keep_r ? Action::kKeep : Action::kSwap;
-    CHECK_FALSE(evaluator.evaluate(leaf).feasible);
+    CHECK_FALSE(evaluator.cost(leaf).feasible);
   }
   // Then r(p): p's swap costs 9096 - 6000 (everything kept, unlimited memory) = 3096 ns;
   // recomputing it re-runs f1 before h3: 7000 ns, r = 1000 / 3096 < 1: p is recomputed.
   const auto d = find_policy("pooch")->decide(evaluator, view);
   CHECK(actions(d.plan) == std::vector<Action>{Action::kRecompute, Action::kKeep, Action::kKeep});
-  CHECK(evaluator.evaluate(d.plan).iteration_ns == 7000);
+  CHECK(evaluator.cost(d.plan).iteration_ns == 7000);
 }
 
 TEST_CASE("PoocH's bounded keep/swap tree finds what the full tree finds on a small instance",
@@ -354,8 +354,8 @@ TEST_CASE("PoocH's keep/swap step matches the full tree on random small fans", "
     const PoochProfile profile = pooch_profile(evaluator, view);
     if (profile.swap_in_exposed.size() > 8) continue;
     const Plan full = full_tree(evaluator, view, profile);
-    const Evaluation full_e = evaluator.evaluate(full);
-    const Evaluation step_e = evaluator.evaluate(pooch_keep_swap(evaluator, view, profile).plan);
+    const Evaluation full_e = evaluator.cost(full);
+    const Evaluation step_e = evaluator.cost(pooch_keep_swap(evaluator, view, profile).plan);
     CHECK(step_e.feasible == full_e.feasible);
     if (full_e.feasible) CHECK(step_e.iteration_ns == full_e.iteration_ns);
     ++compared;
@@ -387,7 +387,7 @@ TEST_CASE("PoocH's keep scan decides the same whether it checks trials one by on
   const Workload w = memplan::zoo::make_workload(request);
   const NetworkView view(w);
   const Bytes in_core = Evaluator(w, test_machine(Bytes{1} << 50))
-                            .evaluate(keep_all(view, "test"))
+                            .cost(keep_all(view, "test"))
                             .peak_reserved_bytes;
   int kept_after_refusals = 0;
   for (int percent : {35, 45, 55, 65}) {
@@ -434,7 +434,7 @@ TEST_CASE("PoocH ends a long keep scan after refusals in a row", "[search][pooch
   CHECK(step.scans_ended == 1);
   const PolicyDecision d = find_policy("pooch")->decide(evaluator, view);
   CHECK_THAT(d.note, Catch::Matchers::Contains("1 keep scan(s) ended after 32 refusals in a row"));
-  CHECK(Evaluator(w, m).evaluate(d.plan).feasible);
+  CHECK(Evaluator(w, m).cost(d.plan).feasible);
 }
 
 TEST_CASE("PoocH decides the same whether an idle core times step 3's next trial or not",

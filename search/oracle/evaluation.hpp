@@ -1,0 +1,25 @@
+#pragma once
+// Evaluation: what the oracle (search/oracle/evaluator.hpp) answers about a plan. Which fields an
+// answer fills depends on the question asked (Evaluator::fits, Evaluator::cost); a field an answer
+// does not fill is zero.
+#include "core/ids.hpp"
+#include "core/units.hpp"
+
+namespace memplan::search {
+
+struct Evaluation {
+  bool feasible = false;
+  sim::Nanoseconds iteration_ns = 0;
+  sim::Bytes peak_bytes = 0;
+  sim::Bytes peak_reserved_bytes = 0;
+  sim::Nanoseconds stall_ns = 0;
+  sim::OpId oom_op = sim::kNoOp;  // where memory ran out, when it did
+  sim::Bytes oom_bytes_missing = 0;
+  /// For a plan that does not fit, when the Evaluator measures it (Evaluator::measure_excess):
+  /// its peak arena end on a device without a memory limit, minus the capacity. Zero exactly
+  /// when the plan fits (Note [Arena top block]), and it falls smoothly as a plan gets closer to
+  /// fitting, where oom_bytes_missing is flat.
+  sim::Bytes excess_bytes = 0;
+};
+
+}  // namespace memplan::search
