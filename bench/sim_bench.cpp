@@ -169,8 +169,8 @@ void single_map_change(const Workload& w, const Machine& machine, int trials) {
       "\none swapped map of swap-all kept, {} trials (fitting: {} / {} / {}; by KeepCheck: {}):\n"
       "  lowering + simulation   {:8.3f} ms\n  lowering + alloc replay {:8.3f} ms\n"
       "  from the base's allocs  {:8.3f} ms\n",
-      trials, fit_full, fit_replay, fit_keep, based.ways().keep_check, full_s * 1e3,
-      replay_s * 1e3, keep_s * 1e3);
+      trials, fit_full, fit_replay, fit_keep, based.ways().keep_check, full_s * 1e3, replay_s * 1e3,
+      keep_s * 1e3);
 }
 
 // One kept map of the in-core plan evicted (recomputed) on a device a third of the in-core peak,

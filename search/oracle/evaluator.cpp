@@ -53,9 +53,9 @@ struct Evaluator::Base {
   KeepCheck keep;
   EvictionCheck eviction;
   ResumableLowerer::Checkpoint checkpoint;
-  MemoryReplay replay;           // the base's replay up to where the backward pass starts
-  bool replayed = false;         // the base's allocations before the backward pass fit
-  sim::Bytes memory_bytes = 0;   // the replay's device
+  MemoryReplay replay;          // the base's replay up to where the backward pass starts
+  bool replayed = false;        // the base's allocations before the backward pass fit
+  sim::Bytes memory_bytes = 0;  // the replay's device
   sim::AllocatorModel allocator = sim::AllocatorModel::kArena;
 };
 
@@ -140,9 +140,13 @@ void Evaluator::rebase(const sim::Plan& plan) {
   base_ = &b;
 }
 
-void Evaluator::clear_base() { base_ = nullptr; }
+void Evaluator::clear_base() {
+  base_ = nullptr;
+}
 
-void Evaluator::share_base(Evaluator& owner) { base_ = owner.base_; }
+void Evaluator::share_base(Evaluator& owner) {
+  base_ = owner.base_;
+}
 
 // The change from `base` to `plan` (Note [One oracle]).
 void Evaluator::diff(const sim::Plan& base, const sim::Plan& plan, Change& out) {
@@ -283,8 +287,8 @@ bool Evaluator::prepare_checkpoint() {
   if (!b.checkpoint.empty()) {
     Evaluation e;
     b.replay.begin(machine_, program_, e);
-    b.replayed = b.replay.replay(program_.stream(sim::StreamId::kCompute), 0,
-                                 b.checkpoint.placed_size(), e);
+    b.replayed =
+        b.replay.replay(program_.stream(sim::StreamId::kCompute), 0, b.checkpoint.placed_size(), e);
     b.memory_bytes = machine_.memory_bytes;
     b.allocator = machine_.allocator;
   }

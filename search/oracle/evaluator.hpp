@@ -150,7 +150,7 @@ class Evaluator {
   sim::Program program_;  // reused between plans
   sim::Plan lowered_;     // the plan program_ is a lowering of, when lowered_valid_
   bool lowered_valid_ = false;
-  bool lowered_same_prefix_ = false;     // lower()'s answer for it ...
+  bool lowered_same_prefix_ = false;      // lower()'s answer for it ...
   std::uint64_t lowered_generation_ = 0;  // ... against this base (0: none)
   sim::Engine engine_;
   MemoryReplay replay_;

@@ -63,8 +63,9 @@ PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_zero_offload(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_fsdp_offload(Evaluator& evaluator, const NetworkView& view);
 
-/// The offload policies' plan (search/policies/zero_offload.cpp): every feature map kept, gradients and
-/// optimizer state (and, with `parameters`, the parameters) on the host, the update on the host.
+/// The offload policies' plan (search/policies/zero_offload.cpp): every feature map kept, gradients
+/// and optimizer state (and, with `parameters`, the parameters) on the host, the update on the
+/// host.
 PolicyDecision offload_decision(const NetworkView& view, std::string_view name, bool parameters);
 
 /// PoocH's profile of all-swap (Note [PoocH in memplan]): feature maps (indices into

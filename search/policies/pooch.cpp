@@ -22,10 +22,10 @@
 //    enumerated ones are scanned like L_O \ L_I on the best leaf (from the output layer backwards,
 //    swap -> keep while the plan fits). That is not the full tree's answer in general (the greedy
 //    scan can keep a map whose memory, left to two others, would have saved more time).
-//    tests/search/policies/pooch_test.cpp checks that on a small instance the bounded tree, with 0, 1 or
-//    all of L_I enumerated, gives the full tree's classification, and that on random small fans
-//    the shortcuts above lose nothing against the plain tree. pooch_keep_swap() takes the limits
-//    so that a caller can enumerate more.
+//    tests/search/policies/pooch_test.cpp checks that on a small instance the bounded tree, with 0,
+//    1 or all of L_I enumerated, gives the full tree's classification, and that on random small
+//    fans the shortcuts above lose nothing against the plain tree. pooch_keep_swap() takes the
+//    limits so that a caller can enumerate more.
 // 3. For the maps still swapped, r(X) = recompute_overhead(X) / swap_overhead(X), where an
 //    overhead is the iteration time with X so treated minus the time with X kept on a device with
 //    unlimited memory, the other maps fixed. Maps with r >= 1 stay swapped; the one with the

@@ -154,8 +154,7 @@ PolicyDecision decide_vdnn_dyn(Evaluator& evaluator, const NetworkView& view) {
   if (evaluator.cost(conv).feasible)
     return {conv, false, "conv inputs swapped, fastest algorithms"};
   const sim::Plan all = named(vdnn(view, false, "vdnn-dyn").plan);
-  if (evaluator.cost(all).feasible)
-    return {all, false, "all inputs swapped, fastest algorithms"};
+  if (evaluator.cost(all).feasible) return {all, false, "all inputs swapped, fastest algorithms"};
   for (const auto& [base, what] : {std::pair{conv, "conv"}, std::pair{all, "all"}}) {
     sim::Plan plan = base;
     if (fit_algorithms(evaluator, plan)) {

@@ -27,8 +27,8 @@
 #include "runtime/validation.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
-#include "tests/support/sim_helpers.hpp"
 #include "tests/cuda_backend/cuda_test_support.hpp"
+#include "tests/support/sim_helpers.hpp"
 
 namespace mp = memplan;
 

@@ -7,11 +7,11 @@
 #include "tests/support/workload_builder.hpp"
 
 using namespace memplan::sim;
+using memplan::test::kPlenty;
 using memplan::test::plan_with;
 using memplan::test::span_labels;
 using memplan::test::span_of;
 using memplan::test::test_machine;
-using memplan::test::kPlenty;
 using memplan::test::WorkloadBuilder;
 using Interval = std::pair<Nanoseconds, Nanoseconds>;
 

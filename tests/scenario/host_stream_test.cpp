@@ -22,10 +22,10 @@
 #include "tests/support/workload_builder.hpp"
 
 using namespace memplan::sim;
+using memplan::test::kPlenty;
 using memplan::test::plan_with;
 using memplan::test::span_of;
 using memplan::test::test_machine;
-using memplan::test::kPlenty;
 using memplan::test::WorkloadBuilder;
 using Interval = std::pair<Nanoseconds, Nanoseconds>;
 

@@ -1,5 +1,5 @@
-// [memory] events with addresses (importers/kineto/memory_timeline.hpp), in the current Kineto format:
-// instant events named "[memory]" whose args carry "Addr", "Bytes" (positive on allocation,
+// [memory] events with addresses (importers/kineto/memory_timeline.hpp), in the current Kineto
+// format: instant events named "[memory]" whose args carry "Addr", "Bytes" (positive on allocation,
 // negative on free), "Total Allocated", "Total Reserved", "Device Type" (1: CUDA) and "Device Id",
 // as torch.profiler writes them with profile_memory=True. The expectations follow PyTorch's memory
 // timeline: an allocation lives from its event until the next free at its address.

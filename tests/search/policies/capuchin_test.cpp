@@ -107,8 +107,8 @@ TEST_CASE("capuchin recomputes where no swap can hide, highest saving per second
   // 4096 bytes: 1536 to save: c, then b (regenerated before h2): 9700 + 500 + 800 = 11000 ns.
   const Machine tight = test_machine(4096, 1e8);
   const auto two = capuchin(w, tight);
-  CHECK(actions(two.plan) == std::vector<Action>{Action::kKeep, Action::kRecompute,
-                                                   Action::kRecompute, Action::kKeep});
+  CHECK(actions(two.plan) ==
+        std::vector<Action>{Action::kKeep, Action::kRecompute, Action::kRecompute, Action::kKeep});
   const Evaluation e2 = Evaluator(w, tight).cost(two.plan);
   REQUIRE(e2.feasible);
   CHECK(e2.iteration_ns == 11000);

@@ -57,8 +57,8 @@ TEST_CASE("dtr evicts again where the frozen plan runs out next", "[search][dtr]
   // read: a 3000 / 2700 = 1.11, c 500 / 1400 = 0.36: c goes, although a is staler. Then it fits.
   const Machine m = test_machine(4608);
   const auto d = dtr(w, m);
-  CHECK(actions(d.plan) == std::vector<Action>{Action::kKeep, Action::kRecompute,
-                                                 Action::kRecompute, Action::kKeep});
+  CHECK(actions(d.plan) ==
+        std::vector<Action>{Action::kKeep, Action::kRecompute, Action::kRecompute, Action::kKeep});
   CHECK(d.note == "2 maps evicted for recomputation");
   const Evaluation e = Evaluator(w, m).cost(d.plan);
   REQUIRE(e.feasible);

@@ -71,10 +71,10 @@ TEST_CASE("with room for everything PoocH keeps the exposed maps and leaves hidd
   const Workload w = chain(5000, 100, 100);
   Evaluator roomy(w, test_machine(Bytes{1} << 30));
   const auto d = find_policy("pooch")->decide(roomy, NetworkView(w));
-  CHECK(d.plan.decisions[0].action == Action::kKeep);   // f1_out
-  CHECK(d.plan.decisions[2].action == Action::kKeep);   // f3_out
-  CHECK(d.plan.decisions[1].action == Action::kSwap);   // f2_out: its swap is hidden
-  CHECK(roomy.cost(d.plan).iteration_ns == 10500);  // the compute time: nothing exposed
+  CHECK(d.plan.decisions[0].action == Action::kKeep);  // f1_out
+  CHECK(d.plan.decisions[2].action == Action::kKeep);  // f3_out
+  CHECK(d.plan.decisions[1].action == Action::kSwap);  // f2_out: its swap is hidden
+  CHECK(roomy.cost(d.plan).iteration_ns == 10500);     // the compute time: nothing exposed
 }
 
 namespace {
@@ -109,9 +109,9 @@ TEST_CASE("PoocH's profile: a swap-out that compute does not hide, its swap-in h
   CHECK(names(w, view, p.swap_in_exposed) == std::vector<std::string>{"f3_out"});
   CHECK(names(w, view, p.swap_out_only_exposed) == std::vector<std::string>{"f1_out"});
   const auto d = find_policy("pooch")->decide(evaluator, view);
-  CHECK(d.plan.decisions[0].action == Action::kKeep);       // L_O \ L_I scanned: fits, kept
-  CHECK(d.plan.decisions[1].action == Action::kSwap);       // hidden
-  CHECK(d.plan.decisions[2].action == Action::kKeep);       // L_I enumerated: keeping it is fastest
+  CHECK(d.plan.decisions[0].action == Action::kKeep);   // L_O \ L_I scanned: fits, kept
+  CHECK(d.plan.decisions[1].action == Action::kSwap);   // hidden
+  CHECK(d.plan.decisions[2].action == Action::kKeep);   // L_I enumerated: keeping it is fastest
   CHECK(evaluator.cost(d.plan).iteration_ns == 11000);  // compute only
 }
 
@@ -386,9 +386,8 @@ TEST_CASE("PoocH's keep scan decides the same whether it checks trials one by on
   request.options.batch = 32;
   const Workload w = memplan::zoo::make_workload(request);
   const NetworkView view(w);
-  const Bytes in_core = Evaluator(w, test_machine(Bytes{1} << 50))
-                            .cost(keep_all(view, "test"))
-                            .peak_reserved_bytes;
+  const Bytes in_core =
+      Evaluator(w, test_machine(Bytes{1} << 50)).cost(keep_all(view, "test")).peak_reserved_bytes;
   int kept_after_refusals = 0;
   for (int percent : {35, 45, 55, 65}) {
     CAPTURE(percent);
