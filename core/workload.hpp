@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/allocator_model.hpp"
+#include "core/collective.hpp"
 #include "core/ids.hpp"
 #include "core/layer.hpp"
 #include "core/link.hpp"
@@ -120,6 +121,15 @@ struct Op {
   Attributes attributes;
   /// The dispatching thread's side of this op (trace format v2); nullopt when not recorded.
   std::optional<HostSide> host;
+  /// The device stream it ran on (trace format v3, Note [Device streams]): 0 is the stream the
+  /// step's compute runs on, others are Workload::streams' positions.
+  std::int32_t stream = 0;
+  /// Ops on other streams whose end this op waits for beyond its inputs (a recorded
+  /// cudaStreamWaitEvent): each issued before it.
+  std::vector<OpId> after;
+  /// Set for a communication op (trace format v3): its duration_ns is then its transfer time as
+  /// recorded, without waiting for other ranks.
+  std::optional<Collective> collective;
 
   friend bool operator==(const Op&, const Op&) = default;
 };
@@ -155,9 +165,25 @@ struct Provenance {
   friend bool operator==(const Provenance&, const Provenance&) = default;
 };
 
+/// Note [Device streams]
+/// ~~~~~~~~~~~~~~~~~~~~~~
+/// A step may run on several device streams: the stream of its compute, and others for
+/// communication (NCCL's, RCCL's) or for work a user put beside it. Each stream runs its ops in
+/// issue order. An op on another stream than the compute stream starts only after everything
+/// issued on the compute stream before it has ended — what `wait_stream(current_stream())`
+/// before a side stream's work, and c10d before every collective, make CUDA do — and after the
+/// ops it reads or lists in `after`; an op of any stream that reads what an op of another stream
+/// wrote waits for that op's end. Memory is still allocated and freed in issue order, on the
+/// compute stream (core/program.hpp).
+
 struct Workload {
   Provenance provenance;
   DeviceInfo device;
+  /// Which rank of which job this step is (trace format v3); nullopt for a single-GPU step.
+  std::optional<Distributed> distributed;
+  /// Labels of the device streams ops run on, by Op::stream ("compute (stream 7)", "nccl (stream
+  /// 20)"); empty when every op runs on stream 0. Stream 0 is the compute stream.
+  std::vector<std::string> streams;
   std::vector<Tensor> tensors;
   std::vector<Op> ops;
   /// Host time to launch one device operation that a plan adds (a copy, a recompute, a codec),

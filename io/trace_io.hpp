@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/job.hpp"
 #include "core/workload.hpp"
 
 namespace memplan::sim {
@@ -37,6 +38,15 @@ std::string write_trace(const Workload& workload);
 /// Writes the trace to `path` atomically (a temporary file renamed into place), so a failure
 /// never leaves a half-written file. Throws InputError when the file cannot be written.
 void write_trace_file(const Workload& workload, const std::filesystem::path& path);
+
+/// A job (core/job.hpp): a trace of format v3 that holds several ranks (`ranks`), or any trace
+/// of one step, read as a job of one rank. Reading validates each rank and the job. Throws
+/// InputError naming the file, the rank and the JSON path.
+Job read_job(const std::filesystem::path& path);
+Job parse_job(std::string_view text, std::string_view source);
+/// A job of one rank is written as write_trace writes that rank; several ranks as one v3 file.
+std::string write_job(const Job& job);
+void write_job_file(const Job& job, const std::filesystem::path& path);
 
 /// Writes `text` to `path` through a temporary file beside it and a rename, so a failure never
 /// leaves a half-written file. A symlink is written through (its target is replaced, the link
