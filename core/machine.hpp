@@ -48,6 +48,10 @@ struct Machine {
   [[nodiscard]] Nanoseconds codec_ns(Bytes bytes) const;
   /// ceil(bytes / host bandwidth): a host op that reads and writes `bytes` of host memory.
   [[nodiscard]] Nanoseconds host_op_ns(Bytes bytes) const;
+  /// The transfer time of collective `c` run by global rank `rank` of `world_size`, once its
+  /// group has arrived: `recorded_ns`, its transfer time as the trace recorded it.
+  [[nodiscard]] Nanoseconds collective_ns(const Collective& c, Nanoseconds recorded_ns,
+                                          std::int32_t rank, std::int32_t world_size) const;
 };
 
 /// What-if values given on the command line; unset ones keep the trace's value.

@@ -15,7 +15,7 @@ std::string_view to_string(StreamId stream) {
     case StreamId::kHost:
       return "host";
   }
-  return "?";
+  return "side stream";
 }
 
 std::string_view to_string(InstrKind kind) {
@@ -42,6 +42,8 @@ std::string_view to_string(InstrKind kind) {
       return "wait";
     case InstrKind::kHostRun:
       return "host-run";
+    case InstrKind::kCollective:
+      return "collective";
   }
   return "?";
 }
@@ -56,6 +58,10 @@ std::string_view to_string(WaitCause cause) {
       return "swap-out";
     case WaitCause::kSwapIn:
       return "swap-in";
+    case WaitCause::kIssue:
+      return "issue";
+    case WaitCause::kStream:
+      return "stream";
   }
   return "?";
 }
@@ -79,6 +85,7 @@ std::string buffer_label(BufferId b, const Program& p, const Workload& w) {
 std::string instruction_label(const Instruction& in, const Program& p, const Workload& w) {
   switch (in.kind) {
     case InstrKind::kRun:
+    case InstrKind::kCollective:
       return w.op(in.op).name;
     case InstrKind::kHostRun:
       return fmt::format("{} (host)", w.op(in.op).name);

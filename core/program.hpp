@@ -1,7 +1,9 @@
 #pragma once
-// Program: a Plan lowered to what a device does (docs/simulator.md "Program"). Three streams — the
-// compute stream and one copy stream per direction — each run their instruction list in order;
-// record/wait on events are the only links between streams. All memory operations (alloc, free)
+// Program: a Plan lowered to what a device does (docs/simulator.md "Program"). The compute stream,
+// one copy stream per direction, the host's stream for host ops, and one stream per other device
+// stream the step ran on (communication, side streams: Note [Device streams] in core/workload.hpp)
+// each run their instruction list in order; record/wait on events are the only links between
+// streams. All memory operations (alloc, free)
 // are on the compute stream, so they happen in one total order that the simulator and the
 // backends share: the same arena calls give the same offsets, the same peak and the same
 // fragmentation, whatever the real timing. The Program knows nothing of the Machine: copies carry
@@ -18,10 +20,23 @@
 namespace memplan::sim {
 
 /// kHost: the CPU running host ops (an optimizer update on the host, Note [Host placement] in
-/// core/plan.hpp) over host slots; empty unless the plan updates on the host.
+/// core/plan.hpp) over host slots; empty unless the plan updates on the host. The workload's other
+/// device streams follow: its stream s (s >= 1) is StreamId(kFixedStreamCount - 1 + s).
 enum class StreamId : std::uint8_t { kCompute = 0, kD2H = 1, kH2D = 2, kHost = 3 };
-inline constexpr int kStreamCount = 4;
+/// The streams every Program has; Program::streams may hold more (side streams).
+inline constexpr int kFixedStreamCount = 4;
+/// At most this many device streams per workload (Workload::streams), so that a StreamId holds one.
+inline constexpr int kMaxDeviceStreams = 250;
+/// "compute", "d2h", "h2d", "host", or "stream N" for a side stream.
 std::string_view to_string(StreamId stream);
+/// The Program stream that runs the workload's device stream `stream` (0: the compute stream).
+constexpr StreamId program_stream(std::int32_t stream) {
+  return stream == 0 ? StreamId::kCompute
+                     : static_cast<StreamId>(kFixedStreamCount - 1 + stream);
+}
+constexpr bool is_side_stream(StreamId stream) {
+  return static_cast<int>(stream) >= kFixedStreamCount;
+}
 
 enum class InstrKind : std::uint8_t {
   kRun,        // compute: run `op` on `operands` (inputs, outputs, then workspace if any)
@@ -35,6 +50,8 @@ enum class InstrKind : std::uint8_t {
   kRecord,     // any: event `aux` happens when the stream reaches this point
   kWait,       // any: the stream waits until event `aux` has happened
   kHostRun,  // host: run `op` on the CPU; `operands` are host slots (its inputs, updated in place)
+  kCollective,  // side stream: run `op`, a collective; `aux` indexes Program::collectives,
+                // `operands` as for kRun, duration_ns its recorded transfer time
 };
 std::string_view to_string(InstrKind kind);
 
@@ -55,6 +72,8 @@ struct Instruction {
   [[nodiscard]] HostSlotId slot() const { return host_slot_id(aux); }
   /// The encoded buffer written or read: kEncode, kDecode only.
   [[nodiscard]] BufferId encoded() const { return buffer_id(aux); }
+  /// The collective run, an index into Program::collectives: kCollective only.
+  [[nodiscard]] std::size_t collective() const { return static_cast<std::size_t>(aux); }
 };
 
 enum class BufferRole : std::uint8_t { kTensor, kWorkspace, kEncoded };
@@ -79,8 +98,10 @@ enum class WaitCause : std::uint8_t {
   kAlloc,     // a prefetch waits for its buffer to be allocated
   kSwapOut,   // compute waits for a copy-out before freeing the map (memory)
   kSwapIn,    // compute waits for a prefetch before a backward use
+  kIssue,     // a side stream's op waits for the compute stream's work issued before it
+  kStream,    // an op waits for an op of another device stream (its input, `after`)
 };
-inline constexpr int kWaitCauseCount = 4;
+inline constexpr int kWaitCauseCount = 6;
 std::string_view to_string(WaitCause cause);
 
 struct Event {
@@ -114,7 +135,9 @@ struct HostProgram {
 };
 
 struct Program {
-  std::array<std::vector<Instruction>, kStreamCount> streams;
+  /// The fixed streams (StreamId), then one per side stream of the workload.
+  std::vector<std::vector<Instruction>> streams =
+      std::vector<std::vector<Instruction>>(kFixedStreamCount);
   /// Operands of runs and recomputes (buffers) and of host runs (host slots), each instruction's
   /// in one stretch: read them through operand_buffer() and operand_slot().
   std::vector<std::int32_t> operands;
@@ -127,9 +150,17 @@ struct Program {
   Nanoseconds op_compute_ns = 0;
   std::array<std::size_t, kActionCount> action_counts{};
   HostProgram host;
+  /// The collectives kCollective instructions run, in issue order, and where this rank stands
+  /// (the workload's Distributed; rank 0 of 1 for a single-GPU step): the engine prices each
+  /// through the Machine's interconnect.
+  std::vector<Collective> collectives;
+  std::int32_t rank = 0;
+  std::int32_t world_size = 1;
 
   [[nodiscard]] std::size_t instruction_count() const {
-    return streams[0].size() + streams[1].size() + streams[2].size() + streams[3].size();
+    std::size_t n = 0;
+    for (const auto& s : streams) n += s.size();
+    return n;
   }
   [[nodiscard]] const std::vector<Instruction>& stream(StreamId s) const {
     return streams[static_cast<std::size_t>(s)];

@@ -110,7 +110,7 @@ class CudaDevice final : public runtime::ArenaDevice {
   std::shared_ptr<ConvAlgorithmCache> algorithms_;
   const sim::Workload* prepared_for_ = nullptr;  // the workload executor_ and initial_ are for
   std::uint64_t fingerprint_ = 0;
-  cudaStream_t streams_[sim::kStreamCount] = {};
+  cudaStream_t streams_[sim::kFixedStreamCount] = {};
   std::unique_ptr<CudaOpExecutor> executor_;
   std::vector<cudaEvent_t> events_;  // the Program's (no timing)
   std::vector<cudaEvent_t> timing_;  // pool of timing events, reused across runs

@@ -86,7 +86,7 @@ void StreamWorker::loop() {
 
 HostDevice::HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed, sim::AllocatorModel allocator)
     : ArenaDevice(capacity_bytes, seed, allocator) {
-  for (int s = 0; s < sim::kStreamCount; ++s) workers_.push_back(std::make_unique<StreamWorker>());
+  for (int s = 0; s < sim::kFixedStreamCount; ++s) workers_.push_back(std::make_unique<StreamWorker>());
 }
 
 std::byte* HostDevice::map_segment(sim::Bytes bytes) {

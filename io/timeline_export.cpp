@@ -7,8 +7,19 @@
 namespace memplan::sim {
 
 namespace {
-constexpr int kStallTrack = kStreamCount;
+constexpr int kStallTrack = kFixedStreamCount;
 constexpr int kHostTrack = kStallTrack + 1;
+/// The track of a Program stream: the fixed streams first, side streams after the host's track.
+int track_of(StreamId stream) {
+  const int s = static_cast<int>(stream);
+  return is_side_stream(stream) ? s + 2 : s;
+}
+/// A side stream's name: the workload's label of it, or its number.
+std::string stream_name(StreamId stream, const Workload& w) {
+  if (!is_side_stream(stream)) return std::string(to_string(stream)) + " stream";
+  const auto s = static_cast<std::size_t>(stream) - kFixedStreamCount + 1;  // the workload's
+  return s < w.streams.size() ? w.streams[s] : fmt::format("stream {}", s);
+}
 double to_us(Nanoseconds ns) {
   return static_cast<double>(ns) / 1000.0;
 }
@@ -43,17 +54,15 @@ std::string chrome_trace_json(const Timeline& timeline, const Program& program,
                     {"pid", 1},
                     {"name", "process_name"},
                     {"args", {{"name", "memplan simulation"}}}});
-  for (int s = 0; s < kStreamCount; ++s) {
+  for (std::size_t s = 0; s < program.streams.size(); ++s) {
+    const auto stream = static_cast<StreamId>(s);
     // The host stream runs host ops only (an update on the CPU): a track when it has some.
-    if (program.stream(static_cast<StreamId>(s)).empty() &&
-        static_cast<StreamId>(s) == StreamId::kHost)
-      continue;
-    events.push_back(
-        {{"ph", "M"},
-         {"pid", 1},
-         {"tid", s},
-         {"name", "thread_name"},
-         {"args", {{"name", std::string(to_string(static_cast<StreamId>(s))) + " stream"}}}});
+    if (program.stream(stream).empty() && stream == StreamId::kHost) continue;
+    events.push_back({{"ph", "M"},
+                      {"pid", 1},
+                      {"tid", track_of(stream)},
+                      {"name", "thread_name"},
+                      {"args", {{"name", stream_name(stream, workload)}}}});
   }
   events.push_back({{"ph", "M"},
                     {"pid", 1},
@@ -69,7 +78,7 @@ std::string chrome_trace_json(const Timeline& timeline, const Program& program,
     }
     events.push_back({{"ph", "X"},
                       {"pid", 1},
-                      {"tid", static_cast<int>(span.stream)},
+                      {"tid", track_of(span.stream)},
                       {"name", instruction_label(in, program, workload)},
                       {"cat", to_string(in.kind)},
                       {"ts", to_us(span.start_ns)},

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "core/check.hpp"
+#include "runtime/backend_error.hpp"
 #include "sim/program_walk.hpp"
 
 namespace memplan::runtime {
@@ -58,6 +59,9 @@ class Enqueuer {
         device_.free(in.buffer);
         live_[index(in.buffer)] = 0;
         break;
+      case sim::InstrKind::kCollective:
+        MEMPLAN_CHECK(false, "run_program refuses programs with side streams");
+        break;
     }
     return sim::Step::kNext;
   }
@@ -100,6 +104,11 @@ void align_spans(std::vector<sim::Span>& spans) {
 
 sim::Timeline run_program(Device& device, const sim::Workload& workload,
                           const sim::Program& program) {
+  if (program.streams.size() > static_cast<std::size_t>(sim::kFixedStreamCount)) {
+    throw BackendError(
+        "the step runs on several device streams (communication or side streams): the backends "
+        "run one device's compute, copy and host streams, so it is simulated only");
+  }
   sim::Timeline tl;
   tl.op_compute_ns = program.op_compute_ns;
   device.prepare(workload, program);

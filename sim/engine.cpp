@@ -19,7 +19,17 @@ class Engine::Clock {
         program_(program),
         machine_(machine),
         options_(options),
-        now_(options.stream_ready_ns) {}
+        now_(program.streams.size(), 0) {
+    if (!options.stream_ready_ns.empty()) {
+      MEMPLAN_CHECK(options.stream_ready_ns.size() == now_.size(),
+                    "a backlog is given for every stream of the program");
+      now_ = options.stream_ready_ns;
+    }
+    MEMPLAN_CHECK(options.collective_ready_ns.empty() ||
+                      options.collective_ready_ns.size() == program.collectives.size(),
+                  "a ready time is given for every collective of the program or for none");
+    tl_.collectives.assign(program.collectives.size(), {});
+  }
 
   Nanoseconds enter(StreamId stream) const { return now_[static_cast<std::size_t>(stream)]; }
   void leave(StreamId stream, Nanoseconds t) { now_[static_cast<std::size_t>(stream)] = t; }
@@ -28,8 +38,7 @@ class Engine::Clock {
     if (kHostStream && stream == StreamId::kCompute) issue(index, t);
     switch (in.kind) {
       case InstrKind::kRecord:
-        record(stream, in, t);
-        return Step::kNext;
+        return record(stream, in, t);
       case InstrKind::kWait:
         wait(stream, in, t);
         return Step::kNext;
@@ -54,23 +63,35 @@ class Engine::Clock {
   }
 
  private:
-  void record(StreamId stream, const Instruction& in, Nanoseconds t) {
+  Step record(StreamId stream, const Instruction& in, Nanoseconds t) {
     Nanoseconds happens = t;
+    Step next = Step::kNext;
     if (kHostStream && stream == StreamId::kCompute) {
-      // A copy stream waits for this event to start a copy: the host launches that copy here.
       const WaitCause cause = program_.events[index(in.event())].cause;
       if (cause == WaitCause::kProducer || cause == WaitCause::kAlloc) {
+        // A copy stream waits for this event to start a copy: the host launches that copy here.
         happens = std::max(t, host_work(HostActivity::kLaunch, in.op, program_.host.launch_ns));
+      } else if (cause == WaitCause::kIssue && program_.host.ops[index(in.op)].synchronizes) {
+        next = synchronize(in.op);  // a side stream's op the host waits for
       }
     }
     e_.event_time_[index(in.event())] = happens;
+    return next;
+  }
+
+  /// After the host launched synchronizing op `op`: the other streams catch up before it goes on.
+  Step synchronize(OpId op) {
+    sync_pending_ = true;
+    sync_op_ = op;
+    return Step::kPause;
   }
 
   void wait(StreamId stream, const Instruction& in, Nanoseconds& t) {
     const Nanoseconds happened = e_.event_time_[index(in.event())];
     if (happened <= t) return;
-    if (stream == StreamId::kCompute) {
-      const Event& event = program_.events[index(in.event())];
+    const Event& event = program_.events[index(in.event())];
+    if (stream == StreamId::kCompute &&
+        (event.cause == WaitCause::kSwapOut || event.cause == WaitCause::kSwapIn)) {
       const StallCause cause =
           event.cause == WaitCause::kSwapOut ? StallCause::kSwapOut : StallCause::kSwapIn;
       stall(cause, event.tensor, in.op, t, happened - t);
@@ -85,11 +106,9 @@ class Engine::Clock {
     }
     t = add_ns(t, duration);
     if (stream == StreamId::kHost) tl_.host_ops_ns = add_ns(tl_.host_ops_ns, duration);
-    if (kHostStream && in.kind == InstrKind::kRun &&
+    if (kHostStream && stream == StreamId::kCompute && in.kind == InstrKind::kRun &&
         program_.host.ops[sim::index(in.op)].synchronizes) {
-      sync_pending_ = true;
-      sync_op_ = in.op;
-      return Step::kPause;  // the copy streams catch up before the host goes on
+      return synchronize(in.op);
     }
     return Step::kNext;
   }
@@ -125,10 +144,25 @@ class Engine::Clock {
       }
       case InstrKind::kHostRun:
         return machine_.host_op_ns(host_op_bytes(in));
+      case InstrKind::kCollective:
+        return collective(in, t);
       default:
         MEMPLAN_CHECK(false, "only runs, recomputes, codecs and copies take time");
         return 0;
     }
+  }
+
+  /// A collective reached at `t` (Note [Collective start]): it starts once its group has arrived.
+  Nanoseconds collective(const Instruction& in, Nanoseconds& t) {
+    const std::size_t c = in.collective();
+    CollectiveTiming& timing = tl_.collectives[c];
+    timing.arrival_ns = t;
+    if (!options_.collective_ready_ns.empty()) t = std::max(t, options_.collective_ready_ns[c]);
+    const Nanoseconds duration = machine_.collective_ns(
+        program_.collectives[c], in.duration_ns, program_.rank, program_.world_size);
+    timing.start_ns = t;
+    timing.end_ns = add_ns(t, duration);
+    return duration;
   }
 
   /// Host memory a host op streams: it reads every operand and writes back the resident ones
@@ -219,7 +253,8 @@ class Engine::Clock {
     sync_pending_ = false;
     host_work(HostActivity::kDispatch, sync_op_,
               program_.host.ops[sim::index(sync_op_)].sync_after_ns);
-    const Nanoseconds device = std::max({compute, now_[1], now_[2], now_[3]});
+    Nanoseconds device = compute;
+    for (std::size_t s = 1; s < now_.size(); ++s) device = std::max(device, now_[s]);
     if (device <= host_now_) return;
     if (options_.record_spans) {
       tl_.host_spans.push_back({HostActivity::kSynchronize, sync_op_, host_now_, device});
@@ -232,7 +267,7 @@ class Engine::Clock {
   const Program& program_;
   const Machine& machine_;
   const EngineOptions& options_;
-  std::array<Nanoseconds, kStreamCount> now_{};
+  std::vector<Nanoseconds> now_;  // per stream
   Bytes live_ = 0;
   Nanoseconds host_now_ = 0;
   std::size_t next_op_ = 0;  // the next op the host dispatches
@@ -298,7 +333,7 @@ void Engine::host_peak(const Machine& machine) {
 }
 
 Bytes capacity_to_run(const Program& program, const Machine& machine) {
-  const EngineOptions totals{.record_spans = false, .record_memory = false, .record_stalls = false};
+  const EngineOptions totals = EngineOptions::totals();
   Engine engine;
   Machine m = machine;
   m.memory_bytes = std::int64_t{1} << 50;
@@ -311,7 +346,7 @@ Nanoseconds step_period_ns(const Program& program, const Machine& machine, const
   constexpr int kMaxSteps = 16;
   if (!alone.feasible) return 0;
   if (!program.host.active()) return alone.iteration_ns;
-  EngineOptions options{.record_spans = false, .record_memory = false, .record_stalls = false};
+  EngineOptions options = EngineOptions::totals();
   Engine engine;
   const Timeline* tl = &alone;
   // Absolute times: `start` is the host's start of the step just replayed.
@@ -323,11 +358,12 @@ Nanoseconds step_period_ns(const Program& program, const Machine& machine, const
     device_end =
         add_ns(start, *std::max_element(tl->stream_end_ns.begin(), tl->stream_end_ns.end()));
     if (step == 1) first_device_end = device_end;
-    std::array<Nanoseconds, kStreamCount> backlog{};
+    std::vector<Nanoseconds> backlog(tl->stream_end_ns.size());
     for (std::size_t s = 0; s < backlog.size(); ++s) {
       backlog[s] = std::max<Nanoseconds>(0, tl->stream_end_ns[s] - host_end);
     }
-    if (backlog == options.stream_ready_ns) return host_end;  // the fixed point
+    const bool idle = std::all_of(backlog.begin(), backlog.end(), [](Nanoseconds b) { return b == 0; });
+    if (backlog == options.stream_ready_ns || (step == 1 && idle)) return host_end;  // fixed point
     if (step == kMaxSteps) break;
     start = add_ns(start, host_end);
     options.stream_ready_ns = backlog;

@@ -48,12 +48,33 @@
 
 namespace memplan::sim {
 
+// Note [Collective start]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A collective (kCollective, on its side stream) is reached when its stream gets to it and what it
+// waits for has happened: that is its arrival. It starts when every rank of its group has arrived
+// (EngineOptions::collective_ready_ns: the group's last arrival, which the job's simulation finds,
+// sim/job_simulation.hpp), and then takes its transfer time, which the Machine prices
+// (Machine::collective_ns: the recorded transfer time, or the interconnect's cost model). One rank
+// run alone, whose peers are assumed alike, starts each collective on arrival. Timeline::collectives
+// keeps arrival, start and end, so waiting for a late peer is told apart from the transfer.
+
 struct EngineOptions {
   bool record_spans = true;   // Timeline::spans
   bool record_memory = true;  // Timeline::memory
   bool record_stalls = true;  // Timeline::stalls (the per-cause totals are always kept)
-  /// Per stream: busy with the previous step's work until then (Note [Step period]).
-  std::array<Nanoseconds, kStreamCount> stream_ready_ns{};
+  /// Per Program stream: busy with the previous step's work until then (Note [Step period]);
+  /// empty: every stream is idle at the start.
+  std::vector<Nanoseconds> stream_ready_ns;
+  /// Per Program::collectives entry: the earliest it may start (Note [Collective start]); empty:
+  /// each starts on arrival.
+  std::vector<Nanoseconds> collective_ready_ns;
+
+  /// Totals only: no spans, memory curve or stall list (a search's runs).
+  static EngineOptions totals() {
+    EngineOptions o;
+    o.record_spans = o.record_memory = o.record_stalls = false;
+    return o;
+  }
 };
 
 class Engine {

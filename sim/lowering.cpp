@@ -51,10 +51,21 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
   for (const Tensor& t : w_.tensors)
     tensor_.push_back({t.bytes, t.producer, t.in_place_of, t.kind});
   op_.reserve(w_.ops.size());
+  side_index_.assign(w_.ops.size(), -1);
   std::vector<std::pair<OpId, TensorId>> inputs;
   std::vector<std::pair<OpId, TensorId>> outputs;
   for (const Op& op : w_.ops) {
-    op_.push_back({op.duration_ns, op.workspace_bytes, op.phase});
+    std::int32_t collective = -1;
+    if (op.collective) {
+      collective = static_cast<std::int32_t>(collectives_.size());
+      collectives_.push_back(*op.collective);
+    }
+    op_.push_back({op.duration_ns, op.workspace_bytes, op.phase, op.stream, collective});
+    if (op.stream != 0) {
+      side_index_[index(op.id)] = static_cast<std::int32_t>(side_ops_.size());
+      side_ops_.push_back(op.id);
+    }
+    stream_count_ = std::max(stream_count_, static_cast<std::size_t>(program_stream(op.stream)) + 1);
     for (TensorId t : op.inputs) inputs.emplace_back(op.id, t);
     for (TensorId t : op.outputs) outputs.emplace_back(op.id, t);
   }
@@ -74,7 +85,7 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
   const Liveness liveness = analyze_liveness(w_);
   std::vector<bool> read(w_.tensors.size(), false);
   for (const Op& op : w_.ops) {
-    op_compute_ns_ += op.duration_ns;
+    if (op.stream == 0) op_compute_ns_ += op.duration_ns;
     for (TensorId t : op.inputs) read[index(t)] = true;
   }
   entries_.clear();
@@ -123,11 +134,19 @@ void Lowerer::finish() {
 // the plan's algorithm choices and of an update it moves to the host.
 void Lowerer::start_program(const Plan& plan) {
   Program& out = *program_;
+  out.streams.resize(stream_count_);
   for (auto& stream : out.streams) stream.clear();
   out.operands.clear();
   out.buffers.clear();
   out.events.clear();
+  for (std::size_t k = 0; k < side_ops_.size(); ++k) {  // issue_event, end_event of side op k
+    out.events.push_back({WaitCause::kIssue, kNoTensor});
+    out.events.push_back({WaitCause::kStream, kNoTensor});
+  }
   out.host_slots.clear();
+  out.collectives = collectives_;
+  out.rank = w_.distributed ? w_.distributed->rank : 0;
+  out.world_size = w_.distributed ? w_.distributed->world_size : 1;
   out.op_compute_ns = op_compute_ns_;
   out.action_counts = {};
   out.host = host_;
@@ -139,7 +158,7 @@ void Lowerer::start_program(const Plan& plan) {
   }
   if (plan.host_update) {  // the update runs on the host stream, not on the device
     for (const OpInfo& op : op_) {
-      if (op.phase == Phase::kUpdate) out.op_compute_ns -= op.duration_ns;
+      if (op.phase == Phase::kUpdate && op.stream == 0) out.op_compute_ns -= op.duration_ns;
     }
   }
   state_.assign(w_.tensors.size(), TensorState{});
@@ -147,6 +166,7 @@ void Lowerer::start_program(const Plan& plan) {
   body_.swap(out.streams[static_cast<std::size_t>(StreamId::kCompute)]);
   body_.clear();
   last_ref_.clear();
+  side_use_.clear();
   operand_stack_.clear();
 }
 
@@ -238,6 +258,7 @@ BufferId Lowerer::new_buffer(const Buffer& buffer, OpId for_op) {
   const BufferId b = buffer_id(program_->buffers.size());
   program_->buffers.push_back(buffer);
   last_ref_.push_back(emit({InstrKind::kAlloc, for_op, b, -1, 0, 0, 0}));
+  if (!side_ops_.empty()) side_use_.push_back(kNoEvent);
   return b;
 }
 
@@ -383,6 +404,11 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
         op);
     operand_stack_.push_back(ws);
   }
+  if (kind == InstrKind::kRun && side(op)) {
+    emit_side_op(op, base);
+    return;
+  }
+  if (!side_ops_.empty()) wait_for_streams(op, body_);
   const auto begin = static_cast<std::int32_t>(program_->operands.size());
   const auto count = static_cast<std::int32_t>(operand_stack_.size() - base);
   for (std::size_t k = base; k < operand_stack_.size(); ++k)
@@ -390,6 +416,44 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
   const auto when = emit({kind, op, kNoBuffer, -1, begin, count, duration});
   for (std::size_t k = base; k < operand_stack_.size(); ++k) touch(operand_stack_[k], when);
   operand_stack_.resize(base);
+}
+
+// An op of a side stream (Note [Device streams] in core/workload.hpp), its operands on the
+// operand stack above `base`: the compute stream marks where it is issued (its buffers' frees come
+// after that mark, and wait for the op's end); the side stream waits for that mark, for the other
+// streams' ops it depends on, runs the op and records its end.
+void Lowerer::emit_side_op(OpId op, std::size_t base) {
+  const OpInfo& info = op_[index(op)];
+  auto& stream = program_->streams[static_cast<std::size_t>(program_stream(info.stream))];
+  const auto issued = emit({InstrKind::kRecord, op, kNoBuffer, value(issue_event(op)), 0, 0, 0});
+  stream.push_back({InstrKind::kWait, op, kNoBuffer, value(issue_event(op)), 0, 0, 0});
+  wait_for_streams(op, stream);
+  const auto begin = static_cast<std::int32_t>(program_->operands.size());
+  const auto count = static_cast<std::int32_t>(operand_stack_.size() - base);
+  for (std::size_t k = base; k < operand_stack_.size(); ++k) {
+    program_->operands.push_back(value(operand_stack_[k]));
+    touch(operand_stack_[k], issued);
+    side_use_[index(operand_stack_[k])] = end_event(op);
+  }
+  const bool collective = info.collective >= 0;
+  stream.push_back({collective ? InstrKind::kCollective : InstrKind::kRun, op, kNoBuffer,
+                    info.collective, begin, count, info.duration_ns});
+  stream.push_back({InstrKind::kRecord, op, kNoBuffer, value(end_event(op)), 0, 0, 0});
+  operand_stack_.resize(base);
+}
+
+// Before `op` runs on `stream`: a wait for the end of each op of another device stream that wrote
+// one of its inputs or that it lists in `after` (what is issued earlier on the compute stream is
+// covered by the issue mark).
+void Lowerer::wait_for_streams(OpId op, std::vector<Instruction>& stream) {
+  const std::int32_t own = op_[index(op)].stream;
+  auto wait = [&](OpId other) {
+    if (other == kNoOp || op_[index(other)].stream == own || !side(other)) return;
+    stream.push_back({InstrKind::kWait, op, kNoBuffer, value(end_event(other)), 0, 0, 0});
+  };
+  for (auto k = inputs_.begin[index(op)]; k < inputs_.begin[index(op) + 1]; ++k)
+    wait(tensor_[index(inputs_.items[at(k)])].producer);
+  for (OpId other : w_.op(op).after) wait(other);
 }
 
 void Lowerer::issue_copy_out(TensorId t, OpId producer) {
@@ -405,6 +469,8 @@ void Lowerer::issue_copy_out(TensorId t, OpId producer) {
   emit({InstrKind::kRecord, producer, kNoBuffer, value(written), 0, 0, 0});
   auto& d2h = program_->streams[static_cast<std::size_t>(StreamId::kD2H)];
   d2h.push_back({InstrKind::kWait, producer, kNoBuffer, value(written), 0, 0, 0});
+  if (side(producer))  // written on a side stream: the copy waits for that op too
+    d2h.push_back({InstrKind::kWait, producer, kNoBuffer, value(end_event(producer)), 0, 0, 0});
   d2h.push_back({InstrKind::kCopyOut, producer, b, value(state_[ti].slot), 0, 0, 0});
   d2h.push_back({InstrKind::kRecord, producer, kNoBuffer, value(state_[ti].out_event), 0, 0, 0});
 }
@@ -586,6 +652,10 @@ void Lowerer::place_frees() {
   // it), its frees follow it; every target lies at or after the source, so nothing unread is
   // overwritten.
   const std::size_t n = body_.size();
+  if (!side_ops_.empty()) {
+    place_side_frees();
+    return;
+  }
   body_.resize(n + free_items_.size());
   for (std::size_t i = n; i-- > 0;) {
     const Instruction in = body_[i];
@@ -598,6 +668,29 @@ void Lowerer::place_frees() {
   }
   // Each op's first instruction moved by the frees placed before it.
   for (std::size_t& i : program_->host.dispatch_at) i += static_cast<std::size_t>(free_begin_[i]);
+  body_.swap(program_->streams[static_cast<std::size_t>(StreamId::kCompute)]);
+}
+
+// place_frees for a workload with side streams: a buffer a side-stream op used is freed once that
+// op has ended, so its free waits for the op's end event (what record_stream makes PyTorch's
+// caching allocator do); the compute stream then pauses there until the side op is done.
+void Lowerer::place_side_frees() {
+  std::vector<Instruction> out;
+  out.reserve(body_.size() + 2 * free_items_.size());
+  std::vector<std::size_t> moved(body_.size() + 1);
+  for (std::size_t i = 0; i < body_.size(); ++i) {
+    moved[i] = out.size();
+    out.push_back(body_[i]);
+    for (std::int32_t k = free_begin_[i]; k < free_begin_[i + 1]; ++k) {
+      const BufferId b = free_items_[at(k)];
+      if (side_use_[index(b)] != kNoEvent)
+        out.push_back({InstrKind::kWait, body_[i].op, kNoBuffer, value(side_use_[index(b)]), 0, 0, 0});
+      out.push_back({InstrKind::kFree, body_[i].op, b, -1, 0, 0, 0});
+    }
+  }
+  moved[body_.size()] = out.size();
+  for (std::size_t& i : program_->host.dispatch_at) i = moved[i];
+  body_.swap(out);
   body_.swap(program_->streams[static_cast<std::size_t>(StreamId::kCompute)]);
 }
 

@@ -79,8 +79,12 @@ class Lowerer {
   void sort_frees(std::size_t from);
   // Writes the compute stream: the body with each buffer's free right after its last reference.
   void place_frees();
+  // place_frees for a workload with side streams.
+  void place_side_frees();
 
   [[nodiscard]] std::size_t op_count() const { return op_.size(); }
+  // Some op runs on a side stream (Note [Device streams] in core/workload.hpp).
+  [[nodiscard]] bool has_side_streams() const { return !side_ops_.empty(); }
   // The first op that is not a forward op (kNoOp: none).
   [[nodiscard]] OpId backward_start() const { return backward_start_; }
   [[nodiscard]] OpId producer(TensorId t) const { return tensor_[index(t)].producer; }
@@ -93,6 +97,9 @@ class Lowerer {
   std::vector<TensorState> state_;        // per tensor
   std::vector<std::int64_t> last_ref_;    // per buffer: its last reference in body_, or kNeverFreed
   std::vector<Instruction> body_;         // the compute stream being built (its storage, swapped)
+  // Per buffer, only for a workload with side streams: the end event of the last side-stream op
+  // that used it, which its free waits for (kNoEvent: none).
+  std::vector<EventId> side_use_;
   std::vector<std::int32_t> free_begin_;  // sort_frees()'s
   std::vector<BufferId> free_items_;
 
@@ -116,6 +123,8 @@ class Lowerer {
   void place_preexisting();
   void lower_op(const Plan& plan, OpId op);
   void emit_op(OpId op, InstrKind kind);
+  void emit_side_op(OpId op, std::size_t base);
+  void wait_for_streams(OpId op, std::vector<Instruction>& stream);
   void finish_op(OpId op, InstrKind kind, std::size_t base);
   BufferId ensure(TensorId t, OpId for_op);
   BufferId make_resident(TensorId t, OpId for_op);
@@ -147,7 +156,17 @@ class Lowerer {
     Nanoseconds duration_ns;
     Bytes workspace_bytes;
     Phase phase;
+    std::int32_t stream;      // the workload's device stream (0: compute)
+    std::int32_t collective;  // index into collectives_, or -1
   };
+  // Side streams (Note [Device streams] in core/workload.hpp): each op on a side stream has two
+  // events, made first in every Program, so their ids depend on the workload alone — event
+  // 2k is "the compute stream has issued side op k", 2k + 1 "side op k has ended".
+  [[nodiscard]] bool side(OpId op) const { return op_[index(op)].stream != 0; }
+  [[nodiscard]] EventId issue_event(OpId op) const { return event_id(2 * side_index_[index(op)]); }
+  [[nodiscard]] EventId end_event(OpId op) const {
+    return event_id(2 * side_index_[index(op)] + 1);
+  }
 
   // Per workload.
   const Workload& w_;
@@ -158,6 +177,10 @@ class Lowerer {
   std::vector<FeatureMap> maps_;
   std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
   std::vector<MapPoints> map_points_;
+  std::vector<Collective> collectives_;  // of the workload's collective ops, in issue order
+  std::vector<std::int32_t> side_index_;  // per op: its number among side-stream ops, or -1
+  std::vector<OpId> side_ops_;            // the side-stream ops in issue order
+  std::size_t stream_count_ = kFixedStreamCount;  // of every Program
   PerOp drop_at_;                  // tensors whose last use (in the original order) is the op
   Lists<TensorId, OpId> readers_;  // per tensor: the ops that read it, ascending (with repeats)
   std::vector<TensorId> preexisting_read_;  // allocated before the step, in tensor id order

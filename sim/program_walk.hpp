@@ -3,7 +3,7 @@
 // (which prices them in simulated time) and the runtime interpreter (which enqueues them on a
 // device). Each stream goes through its list in order, as far as it can; a wait whose event has
 // not been recorded yet blocks its stream, and the walk moves to the next stream. Rounds over the
-// three streams repeat until every list is done. So every record is handed out before any wait on
+// streams repeat until every list is done. So every record is handed out before any wait on
 // its event (which CUDA needs: a wait on an event not yet recorded is a no-op there), and streams
 // interact only through events: O(1) per instruction, no event queue.
 //
@@ -14,7 +14,6 @@
 // (the engine's clock of that stream) lives in a local of the walk meanwhile, where the compiler
 // keeps it in a register. The walk is a template over the driver so that the engine's
 // per-instruction work inlines into the loop.
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -43,18 +42,19 @@ class ProgramWalk {
   template <class Driver>
   [[gnu::always_inline]] WalkEnd run(const Program& program, Driver& driver) {
     recorded_.assign(program.events.size(), 0);
-    position_ = {};
+    const std::size_t streams = program.streams.size();
+    position_.assign(streams, 0);
     executed_ = 0;
     bool moved = true;
     while (moved) {
       moved = false;
-      for (std::size_t s = 0; s < kStreamCount; ++s) {
+      for (std::size_t s = 0; s < streams; ++s) {
         const Advance a = advance(program, static_cast<StreamId>(s), driver);
         if (a == Advance::kStopped) return WalkEnd::kStopped;
         if (a == Advance::kMoved) moved = true;
       }
     }
-    for (std::size_t s = 0; s < kStreamCount; ++s) {
+    for (std::size_t s = 0; s < streams; ++s) {
       MEMPLAN_CHECK(
           position_[s] == program.streams[s].size(),
           "every wait has a matching record that is reached (the program does not deadlock)");
@@ -96,7 +96,7 @@ class ProgramWalk {
   }
 
   std::vector<std::uint8_t> recorded_;  // per event
-  std::array<std::size_t, kStreamCount> position_{};
+  std::vector<std::size_t> position_;  // per stream
   std::size_t executed_ = 0;
 };
 

@@ -67,10 +67,11 @@ void Timeline::clear() {
   memory.clear();
   stalls.clear();
   host_spans.clear();
+  collectives.clear();
   compute_busy_ns = 0;
   host_busy_ns = 0;
   host_end_ns = 0;
-  stream_end_ns = {};
+  stream_end_ns.clear();
   period_ns = 0;
   host_ops_ns = 0;
   oom.reset();

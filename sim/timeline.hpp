@@ -63,6 +63,18 @@ struct Stall {
   Nanoseconds end_ns = 0;
 };
 
+/// A collective as one rank ran it (Note [Collective start] in sim/engine.hpp): when the rank
+/// reached it with its inputs ready, when it started (once every rank of its group had), and when
+/// its transfer ended. start - arrival is the time this rank waited for a later peer.
+struct CollectiveTiming {
+  Nanoseconds arrival_ns = 0;
+  Nanoseconds start_ns = 0;
+  Nanoseconds end_ns = 0;
+
+  [[nodiscard]] Nanoseconds wait_ns() const { return start_ns - arrival_ns; }
+  [[nodiscard]] Nanoseconds transfer_ns() const { return end_ns - start_ns; }
+};
+
 struct OomReport {
   bool host = false;  // true: pinned host memory for swapped maps ran out, not device memory
   OpId op = kNoOp;    // the op the allocation was for
@@ -94,7 +106,7 @@ struct Timeline {
   Nanoseconds compute_busy_ns = 0;  // time the compute stream runs instructions
   Nanoseconds host_busy_ns = 0;     // dispatch and launch time of the host (0 without host side)
   Nanoseconds host_end_ns = 0;      // when the host leaves the step: host end + tail (host side)
-  std::array<Nanoseconds, kStreamCount> stream_end_ns{};  // each stream's last instruction's end
+  std::vector<Nanoseconds> stream_end_ns;  // per Program stream: its last instruction's end
   /// The step's period when the training loop runs it back to back (Note [Step period] in
   /// sim/engine.hpp; sim::step_period_ns): iteration_ns without a host side. Set by
   /// simulate_plan and the comparison, 0 where nobody computed it.
@@ -108,6 +120,8 @@ struct Timeline {
   std::vector<MemoryPoint> memory;
   std::vector<Stall> stalls;
   std::vector<HostSpan> host_spans;  // empty without a host side (recorded with spans)
+  /// Per Program::collectives entry, in its order (always recorded).
+  std::vector<CollectiveTiming> collectives;
   std::optional<OomReport> oom;
   std::size_t instructions_executed = 0;
 

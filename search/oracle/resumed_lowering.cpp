@@ -12,7 +12,7 @@ using sim::Instruction;
 using sim::kNoEvent;
 using sim::kNoHostSlot;
 using sim::kNoOp;
-using sim::kStreamCount;
+using sim::kFixedStreamCount;
 using sim::OpId;
 using sim::Plan;
 using sim::Program;
@@ -50,7 +50,7 @@ void ResumableLowerer::keep_state(const Plan& plan, Checkpoint& c) const {
   p.buffers = program_->buffers;
   p.events = program_->events;
   p.host_slots = program_->host_slots;
-  for (std::size_t s = 0; s < kStreamCount; ++s) {
+  for (std::size_t s = 0; s < kFixedStreamCount; ++s) {
     if (s != static_cast<std::size_t>(StreamId::kCompute)) p.streams[s] = program_->streams[s];
   }
   p.host.dispatch_at = program_->host.dispatch_at;
@@ -256,7 +256,7 @@ void ResumableLowerer::restore(const Plan& plan, const Checkpoint& from, Program
   out.buffers = p.buffers;
   out.events = p.events;
   out.host_slots = p.host_slots;
-  for (std::size_t s = 0; s < kStreamCount; ++s) {
+  for (std::size_t s = 0; s < kFixedStreamCount; ++s) {
     if (s != static_cast<std::size_t>(StreamId::kCompute)) out.streams[s] = p.streams[s];
   }
   out.host.dispatch_at = p.host.dispatch_at;
@@ -268,7 +268,7 @@ void ResumableLowerer::keep_rewind(const Checkpoint& from, const Program& out) {
   rewind_.generation = from.generation_;
   rewind_.lowerings = lowerings();
   rewind_.program = &out;
-  for (std::size_t s = 0; s < kStreamCount; ++s) rewind_.stream_sizes[s] = out.streams[s].size();
+  for (std::size_t s = 0; s < kFixedStreamCount; ++s) rewind_.stream_sizes[s] = out.streams[s].size();
   rewind_.operands = out.operands.size();
   rewind_.buffers = out.buffers.size();
   rewind_.events = out.events.size();
@@ -298,7 +298,7 @@ bool ResumableLowerer::rewind(const Checkpoint& from) {
       out.events.size() != r.events || out.host_slots.size() != r.host_slots ||
       body_.size() != r.body)
     return false;
-  for (std::size_t s = 0; s < kStreamCount; ++s) {
+  for (std::size_t s = 0; s < kFixedStreamCount; ++s) {
     if (out.streams[s].size() != r.stream_sizes[s]) return false;
   }
   const Program& p = from.program_;
@@ -307,7 +307,7 @@ bool ResumableLowerer::rewind(const Checkpoint& from) {
   out.events.resize(p.events.size());
   for (std::size_t e : r.events_changed) out.events[e].cause = p.events[e].cause;
   out.host_slots.resize(p.host_slots.size());
-  for (std::size_t s = 0; s < kStreamCount; ++s) {
+  for (std::size_t s = 0; s < kFixedStreamCount; ++s) {
     if (s == static_cast<std::size_t>(StreamId::kCompute)) continue;
     if (s == static_cast<std::size_t>(StreamId::kD2H) && r.d2h_changed) {
       out.streams[s] = p.streams[s];

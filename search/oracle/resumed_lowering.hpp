@@ -76,7 +76,7 @@ class ResumableLowerer : public sim::Lowerer {
     std::uint64_t generation = 0;  // of the checkpoint it resumed from
     std::uint64_t lowerings = 0;   // lowerings() then: a lowering since leaves nothing to rewind
     const sim::Program* program = nullptr;
-    std::array<std::size_t, sim::kStreamCount> stream_sizes{};  // as the resume left them
+    std::array<std::size_t, sim::kFixedStreamCount> stream_sizes{};  // as the resume left them
     std::size_t operands = 0;
     std::size_t buffers = 0;
     std::size_t events = 0;

@@ -25,7 +25,7 @@ std::pair<sim::Nanoseconds, sim::Nanoseconds> ideal_step(const sim::Workload& wo
   sim::Machine unlimited = machine;
   unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
   sim::Engine engine;
-  sim::EngineOptions quiet{false, false, false};
+  const sim::EngineOptions quiet = sim::EngineOptions::totals();
   const sim::Program program = sim::lower(workload, sim::in_core_plan(workload));
   const sim::Timeline& alone = engine.run(program, unlimited, quiet);
   const sim::Nanoseconds wall = alone.iteration_ns;
@@ -56,7 +56,7 @@ ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
   row.decide_s = std::chrono::duration<double>(decided - start).count();
   row.program = sim::lower(workload, decision.plan);
   sim::Engine engine;
-  row.timeline = engine.run(row.program, machine, {false, false, false});
+  row.timeline = engine.run(row.program, machine, sim::EngineOptions::totals());
   row.timeline.period_ns = sim::step_period_ns(row.program, machine, row.timeline);
   row.decision = std::move(decision);
   if (row.timeline.feasible && ideal_ns > 0) {

@@ -33,7 +33,8 @@ bool same_instructions(const std::vector<Instruction>& a, const std::vector<Inst
 }
 
 void require_same_program(const Program& a, const Program& b) {
-  for (std::size_t s = 0; s < kStreamCount; ++s)
+  REQUIRE(a.streams.size() == b.streams.size());
+  for (std::size_t s = 0; s < a.streams.size(); ++s)
     REQUIRE(same_instructions(a.streams[s], b.streams[s]));
   REQUIRE(a.operands == b.operands);
   REQUIRE(a.buffers.size() == b.buffers.size());
@@ -259,7 +260,9 @@ void require_engines_answers(Evaluator& oracle, const Workload& w, const Plan& p
                              const Machine& m, bool cost_first) {
   Engine engine;
   const Program program = lower(w, plan);
-  const Timeline& want = engine.run(program, m, {false, false, true});
+  EngineOptions stalls = EngineOptions::totals();
+  stalls.record_stalls = true;
+  const Timeline& want = engine.run(program, m, stalls);
   Evaluation fit;
   Evaluation cost;
   if (cost_first) {
