@@ -671,24 +671,48 @@ void Lowerer::place_frees() {
   body_.swap(program_->streams[static_cast<std::size_t>(StreamId::kCompute)]);
 }
 
-// place_frees for a workload with side streams: a buffer a side-stream op used is freed once that
-// op has ended, so its free waits for the op's end event (what record_stream makes PyTorch's
-// caching allocator do); the compute stream then pauses there until the side op is done.
+// place_frees for a workload with side streams. A buffer a side-stream op used may go only once
+// that op has ended (what record_stream makes PyTorch's caching allocator do), and the compute
+// stream does not wait for it: its free moves to the first point where the compute stream joins
+// that op's stream at or after the op (a wait for the end of that op or a later one of its
+// stream), or to the end of the step. Memory stays in one order, the compute stream never stalls
+// for a free, and a buffer is held no longer than the step's own dependencies say it must be.
 void Lowerer::place_side_frees() {
   std::vector<Instruction> out;
   out.reserve(body_.size() + 2 * free_items_.size());
   std::vector<std::size_t> moved(body_.size() + 1);
+  std::vector<std::pair<std::int32_t, BufferId>> pending;  // (side op number, buffer)
+  const auto side_events = static_cast<std::int32_t>(2 * side_ops_.size());
+  auto side_of = [](EventId end) { return (value(end) - 1) / 2; };
   for (std::size_t i = 0; i < body_.size(); ++i) {
     moved[i] = out.size();
-    out.push_back(body_[i]);
+    const Instruction& in = body_[i];
+    out.push_back(in);
+    if (in.kind == InstrKind::kWait && value(in.event()) < side_events && value(in.event()) % 2 == 1) {
+      // A join: frees of buffers used by this op or an earlier op of its stream go here.
+      const std::int32_t joined = side_of(in.event());
+      const std::int32_t stream = op_[index(side_ops_[at(joined)])].stream;
+      std::erase_if(pending, [&](const std::pair<std::int32_t, BufferId>& p) {
+        if (p.first > joined || op_[index(side_ops_[at(p.first)])].stream != stream) return false;
+        out.push_back({InstrKind::kFree, in.op, p.second, -1, 0, 0, 0});
+        return true;
+      });
+    }
     for (std::int32_t k = free_begin_[i]; k < free_begin_[i + 1]; ++k) {
       const BufferId b = free_items_[at(k)];
-      if (side_use_[index(b)] != kNoEvent)
-        out.push_back({InstrKind::kWait, body_[i].op, kNoBuffer, value(side_use_[index(b)]), 0, 0, 0});
-      out.push_back({InstrKind::kFree, body_[i].op, b, -1, 0, 0, 0});
+      if (side_use_[index(b)] != kNoEvent) {
+        pending.emplace_back(side_of(side_use_[index(b)]), b);
+      } else {
+        out.push_back({InstrKind::kFree, in.op, b, -1, 0, 0, 0});
+      }
     }
   }
   moved[body_.size()] = out.size();
+  for (const auto& [side_op, b] : pending) {  // never joined: freed at the end of the step
+    const OpId op = side_ops_[at(side_op)];
+    out.push_back({InstrKind::kWait, op, kNoBuffer, value(end_event(op)), 0, 0, 0});
+    out.push_back({InstrKind::kFree, op, b, -1, 0, 0, 0});
+  }
   for (std::size_t& i : program_->host.dispatch_at) i = moved[i];
   body_.swap(out);
   body_.swap(program_->streams[static_cast<std::size_t>(StreamId::kCompute)]);

@@ -1,0 +1,44 @@
+#pragma once
+// JobSimulation: one step of a job that ran on several GPUs, every rank's Program simulated
+// together. Ranks interact only through collectives: a collective starts when every rank of its
+// group has arrived (Note [Collective start] in sim/engine.hpp), so a rank that reaches one late
+// makes the others wait, and that wait delays what each of them does after it.
+//
+// How: each rank runs on its own Engine with a ready time for each of its collectives (none at
+// first); after a round, every collective's ready time becomes the latest arrival of its group;
+// rounds repeat until no ready time moves. A step is a max-plus system — every start is the
+// latest of what it waits for, plus durations — so arrivals only grow with ready times, and the
+// rounds climb to the least fixed point, which is the joint simulation: each round settles at
+// least the earliest collective still moving, so there are at most as many rounds as collectives,
+// plus one. Peers of a group that the job does not hold (a single rank, or some ranks of a larger
+// job) are assumed alike to those it holds: they arrive with the latest of them.
+//
+// Matching: collectives are matched across ranks by (process group, sequence number); send and
+// recv by their pair of ranks and their order among that pair's calls.
+#include <cstddef>
+#include <vector>
+
+#include "core/machine.hpp"
+#include "core/program.hpp"
+#include "sim/engine.hpp"
+#include "sim/timeline.hpp"
+
+namespace memplan::sim {
+
+struct JobTimeline {
+  /// Per rank, in the order the Programs were given.
+  std::vector<Timeline> ranks;
+  bool feasible = true;
+  /// The step's wall time: the slowest rank's iteration_ns (0 when a rank ran out of memory).
+  Nanoseconds step_ns = 0;
+  std::size_t slowest = 0;  // the rank that sets the step
+  int rounds = 0;           // rounds the ready times took to settle
+};
+
+/// Simulates every rank's Program (each validated and lowered from its own workload, with its
+/// Program::rank set) on its Machine together. `options`' collective_ready_ns is ignored (the job
+/// sets it); its other fields apply to every rank.
+JobTimeline simulate_job(const std::vector<const Program*>& programs,
+                         const std::vector<Machine>& machines, const EngineOptions& options = {});
+
+}  // namespace memplan::sim

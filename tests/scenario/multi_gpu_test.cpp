@@ -1,0 +1,204 @@
+// Golden timelines of steps on several device streams and several ranks (Note [Device streams] in
+// core/workload.hpp, Note [Collective start] in sim/engine.hpp, sim/job_simulation.hpp). Every
+// number is worked out by hand in the comments first: 1 GB/s copy links (1 byte per ns), no copy
+// latency, collectives at their recorded time unless a test gives the machine an interconnect.
+#include <catch2/catch.hpp>
+
+#include "sim/job_simulation.hpp"
+#include "sim/lowering.hpp"
+#include "tests/support/sim_helpers.hpp"
+#include "tests/support/workload_builder.hpp"
+
+using namespace memplan::sim;
+using memplan::test::kPlenty;
+using memplan::test::plan_with;
+using memplan::test::span_of;
+using memplan::test::test_machine;
+using memplan::test::WorkloadBuilder;
+using Interval = std::pair<Nanoseconds, Nanoseconds>;
+
+namespace {
+
+constexpr StreamId kSide = program_stream(1);
+
+/// Moves op `op` to device stream 1 of `w` (labelled "nccl") and, with `collective`, makes it one.
+void to_side_stream(Workload& w, OpId op, std::optional<Collective> collective = std::nullopt) {
+  w.streams = {"compute", "nccl"};
+  w.ops[index(op)].stream = 1;
+  w.ops[index(op)].collective = std::move(collective);
+}
+
+Collective all_gather(Bytes in, Bytes out) {
+  Collective c;
+  c.kind = CollectiveKind::kAllGather;
+  c.in_bytes = in;
+  c.out_bytes = out;
+  c.group = "0";
+  return c;
+}
+
+/// The simulations of each rank of a job: one Program per workload, simulated together.
+struct Job {
+  std::vector<Program> programs;
+  JobTimeline timeline;
+};
+
+Job run_job(const std::vector<Workload>& ranks, const std::vector<Plan>& plans,
+            const Machine& machine) {
+  Job job;
+  for (std::size_t r = 0; r < ranks.size(); ++r) job.programs.push_back(lower(ranks[r], plans[r]));
+  std::vector<const Program*> programs;
+  for (const Program& p : job.programs) programs.push_back(&p);
+  job.timeline = simulate_job(programs, std::vector<Machine>(ranks.size(), machine));
+  return job;
+}
+
+/// [start, end] of the span labelled `label` on `stream` of rank `r`.
+Interval rank_span(const Job& job, const std::vector<Workload>& ranks, std::size_t r,
+                   StreamId stream, const std::string& label) {
+  const memplan::test::Simulation s{job.programs[r], job.timeline.ranks[r]};
+  return span_of(s, ranks[r], stream, label);
+}
+
+}  // namespace
+
+TEST_CASE("two device streams joined by an event", "[scenario][streams]") {
+  // f1 (1000) on compute; s1 (3000) on a side stream, issued after f1; f2 (2000) on compute; f3
+  // (500) on compute waits for s1 (`after`, a recorded cudaStreamWaitEvent).
+  WorkloadBuilder b;
+  const auto x = b.input("x", 100);
+  const auto a = b.forward("f1", {x}, 100, 1000);
+  b.forward("s1", {x}, 100, 3000);
+  const OpId s1 = b.last_op();
+  const auto c = b.forward("f2", {a}, 100, 2000);
+  b.forward("f3", {c}, 100, 500);
+  to_side_stream(b.workload(), s1);
+  b.workload().ops.back().after = {s1};
+  const Workload w = b.build();
+  const auto s = memplan::test::simulate(w, plan_with(w, {}), test_machine(kPlenty));
+  // s1 waits for what compute issued before it (f1, ends at 1000): [1000, 4000], beside f2
+  // [1000, 3000]. f3 waits for s1's end: [4000, 4500]. Waiting for another stream is the step's
+  // own structure, not a stall a plan caused.
+  REQUIRE(s.timeline.feasible);
+  CHECK(span_of(s, w, StreamId::kCompute, "f1") == Interval{0, 1000});
+  CHECK(span_of(s, w, kSide, "s1") == Interval{1000, 4000});
+  CHECK(span_of(s, w, StreamId::kCompute, "f2") == Interval{1000, 3000});
+  CHECK(span_of(s, w, StreamId::kCompute, "f3") == Interval{4000, 4500});
+  CHECK(s.timeline.iteration_ns == 4500);
+  CHECK(s.timeline.stall_ns() == 0);
+  // The compute stream's own work: f1 + f2 + f3 (s1 ran on the other stream).
+  CHECK(s.timeline.op_compute_ns == 3500);
+}
+
+TEST_CASE("a collective on its own stream overlaps compute", "[scenario][streams]") {
+  // b1 (1000) writes gradient g1; ar all-reduces g1 on the nccl stream (recorded transfer 2500);
+  // b2 (2000) runs meanwhile; the update (500) waits for ar (DDP's work.wait()).
+  WorkloadBuilder b;
+  const auto x = b.input("x", 100);
+  const auto y = b.forward("f", {x}, 100, 1000);
+  const auto g1 = b.backward("b1", {y}, 100, 1000);
+  const OpId b1 = b.last_op();
+  const OpId ar = b.op("ar", "all_reduce", Phase::kBackward, {g1}, {}, 2500);
+  const auto g2 = b.backward("b2", {y}, 100, 2000);
+  b.op("upd", "sgd", Phase::kUpdate, {g1, g2}, {}, 500);
+  Collective c;
+  c.kind = CollectiveKind::kAllReduce;
+  c.in_bytes = c.out_bytes = 100;
+  to_side_stream(b.workload(), ar, c);
+  b.workload().ops.back().after = {ar};
+  const Workload w = b.build();
+  const auto s = memplan::test::simulate(w, plan_with(w, {}), test_machine(kPlenty));
+  // f [0,1000], b1 [1000,2000]; ar issued after b1: [2000, 4500] beside b2 [2000, 4000]; upd
+  // waits for ar: [4500, 5000]. One rank alone: its collective starts on arrival.
+  REQUIRE(b1 == op_id(1));
+  CHECK(span_of(s, w, kSide, "ar") == Interval{2000, 4500});
+  CHECK(span_of(s, w, StreamId::kCompute, "b2") == Interval{2000, 4000});
+  CHECK(span_of(s, w, StreamId::kCompute, "upd") == Interval{4500, 5000});
+  CHECK(s.timeline.iteration_ns == 5000);
+  REQUIRE(s.timeline.collectives.size() == 1);
+  CHECK(s.timeline.collectives[0].arrival_ns == 2000);
+  CHECK(s.timeline.collectives[0].wait_ns() == 0);
+  CHECK(s.timeline.collectives[0].transfer_ns() == 2500);
+}
+
+namespace {
+
+// One rank of a 2-rank job: f1 (`f1_ns`) writes a (1000 bytes), f2 (100) reads a and writes b, ag
+// all-gathers b on the nccl stream (recorded transfer 500) into c, f3 (1000) reads c, g3 (1000)
+// and g1 (1000) are the backward pass, g1 reading a again (a is a feature map).
+Workload gather_rank(std::int32_t rank, Nanoseconds f1_ns) {
+  WorkloadBuilder b;
+  const auto x = b.input("x", 100);
+  const auto a = b.forward("f1", {x}, 1000, f1_ns);
+  const auto bb = b.forward("f2", {a}, 100, 100);
+  const OpId ag = b.op("ag", "all_gather", Phase::kForward, {bb}, {{"c", 200}}, 500);
+  const auto c = b.workload().ops.back().outputs.front();
+  const auto d = b.forward("f3", {c}, 100, 1000);
+  const auto gd = b.backward("g3", {d}, 100, 1000);
+  b.backward("g1", {gd, a}, 100, 1000);
+  to_side_stream(b.workload(), ag, all_gather(100, 200));
+  b.workload().distributed = Distributed{"nccl", rank, 2};
+  return b.build();
+}
+
+}  // namespace
+
+TEST_CASE("a late rank makes the other wait, and a swap that fits the wait costs nothing",
+          "[scenario][job]") {
+  // Rank 1's f1 takes 3000 where rank 0's takes 1000.
+  const std::vector<Workload> ranks{gather_rank(0, 1000), gather_rank(1, 3000)};
+  const Machine m = test_machine(kPlenty);
+  const std::vector<Plan> in_core{plan_with(ranks[0], {}), plan_with(ranks[1], {})};
+  const Job job = run_job(ranks, in_core, m);
+  // Rank 0 reaches ag after f2 at 1100, rank 1 at 3100: ag runs [3100, 3600] on both. f3 waits
+  // for it, [3600, 4600]; g3 [4600, 5600]; g1 [5600, 6600] on both ranks.
+  REQUIRE(job.timeline.feasible);
+  CHECK(job.timeline.rounds == 2);  // the ready time moves once, then settles
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(rank_span(job, ranks, r, kSide, "ag") == Interval{3100, 3600});
+    CHECK(rank_span(job, ranks, r, StreamId::kCompute, "f3") == Interval{3600, 4600});
+    CHECK(job.timeline.ranks[r].iteration_ns == 6600);
+  }
+  // The report: rank 0 waited 2000 for its late peer, rank 1 not at all; both transfers 500.
+  CHECK(job.timeline.ranks[0].collectives[0].wait_ns() == 2000);
+  CHECK(job.timeline.ranks[1].collectives[0].wait_ns() == 0);
+  CHECK(job.timeline.ranks[0].collectives[0].transfer_ns() == 500);
+  CHECK(job.timeline.step_ns == 6600);
+
+  // Rank 0 swaps a: its copy-out [1000, 2000] holds the compute stream after f2 (a goes once the
+  // copy has read it) until 2000, and rank 0 reaches ag at 2000 — still before rank 1 at 3100.
+  // The prefetch, issued before g3 at 4600, lands at 5600 when g1 starts. Nothing moves: the swap
+  // costs nothing, and rank 0 now waits 1100.
+  const std::vector<Plan> rank0_swaps{plan_with(ranks[0], {{"f1_out", Action::kSwap}}),
+                                      in_core[1]};
+  const Job hidden = run_job(ranks, rank0_swaps, m);
+  REQUIRE(hidden.timeline.feasible);
+  CHECK(rank_span(hidden, ranks, 0, StreamId::kD2H, "copy-out f1_out") == Interval{1000, 2000});
+  CHECK(rank_span(hidden, ranks, 0, StreamId::kH2D, "copy-in f1_out") == Interval{4600, 5600});
+  CHECK(hidden.timeline.ranks[0].collectives[0].arrival_ns == 2000);
+  CHECK(hidden.timeline.ranks[0].collectives[0].wait_ns() == 1100);
+  CHECK(hidden.timeline.step_ns == 6600);
+  CHECK(hidden.timeline.ranks[0].iteration_ns == 6600);
+}
+
+TEST_CASE("a swap that delays its rank's arrival delays the other rank too", "[scenario][job]") {
+  const std::vector<Workload> ranks{gather_rank(0, 1000), gather_rank(1, 3000)};
+  const Machine m = test_machine(kPlenty);
+  // Rank 1 (the late one) swaps a: copy-out [3000, 4000]; f2 [3000, 3100], then compute waits for
+  // the copy-out until 4000 (a 900 ns swap-out stall), so rank 1 reaches ag at 4000, not 3100. ag
+  // runs [4000, 4500] on both ranks; f3 [4500, 5500], g3 [5500, 6500]; rank 1's prefetch before
+  // g3, [5500, 6500], lands as g1 starts: g1 [6500, 7500] on both. Both ranks lose 900 ns.
+  const std::vector<Plan> plans{plan_with(ranks[0], {}),
+                                plan_with(ranks[1], {{"f1_out", Action::kSwap}})};
+  const Job job = run_job(ranks, plans, m);
+  REQUIRE(job.timeline.feasible);
+  CHECK(job.timeline.ranks[1].stall_ns_by_cause[static_cast<std::size_t>(StallCause::kSwapOut)] ==
+        900);
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(rank_span(job, ranks, r, kSide, "ag") == Interval{4000, 4500});
+    CHECK(rank_span(job, ranks, r, StreamId::kCompute, "g1") == Interval{6500, 7500});
+    CHECK(job.timeline.ranks[r].iteration_ns == 7500);
+  }
+  CHECK(job.timeline.ranks[0].collectives[0].wait_ns() == 2900);
+  CHECK(job.timeline.step_ns == 7500);
+}
