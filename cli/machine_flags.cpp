@@ -1,10 +1,48 @@
 #include "cli/machine_flags.hpp"
 
+#include <charconv>
+#include <cstdint>
 #include <optional>
+#include <string>
 
 #include "cli/flag_checks.hpp"
+#include "core/input_error.hpp"
+#include "core/interconnect.hpp"
 
 namespace memplan::cli {
+
+namespace {
+
+// The fabrics a multi-GPU step's collectives are priced over (core/interconnect.hpp); the names
+// are checked by the request, which lists the known ones.
+void add_interconnect_flags(CLI::App& command, MachineFlags& flags) {
+  command.add_option(
+      "--interconnect", flags.interconnect,
+      "the fabric between the GPUs of a node, which prices every collective of a multi-GPU step: " +
+          sim::fabric_preset_names(false) + "; or recorded (the trace's times, as when not given)");
+  command.add_option(
+      "--network", flags.network,
+      "the network between nodes, one NIC per GPU: " + sim::fabric_preset_names(true) +
+          " (needs --interconnect; default: the intra-node fabric joins every GPU)");
+  command
+      .add_option("--gpus-per-node", flags.gpus_per_node,
+                  "GPUs in a node: global rank r sits on node r / N (needs --interconnect; "
+                  "default 8)")
+      ->check(integer_in(1, sim::kMaxGpusPerNode));
+}
+
+// A count integer_in let through while parsing (the request checks its range).
+std::int64_t whole_number(const std::string& text) {
+  std::int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc{} || ptr != end) {
+    throw sim::InputError("--gpus-per-node", "'" + text + "' is not a whole number");
+  }
+  return value;
+}
+
+}  // namespace
 
 void add_machine_flags(CLI::App& command, MachineFlags& flags) {
   command
@@ -36,6 +74,7 @@ void add_machine_flags(CLI::App& command, MachineFlags& flags) {
                   "cnmem, as vDNN used) or caching (PyTorch's caching allocator: segments, cached "
                   "free ones given back when memory runs out) (default: the trace's, else arena)")
       ->check(CLI::IsMember({"arena", "caching"}));
+  add_interconnect_flags(command, flags);
 }
 
 requests::MachineRequest machine_request(const MachineFlags& flags) {
@@ -51,6 +90,9 @@ requests::MachineRequest machine_request(const MachineFlags& flags) {
   request.host_memory = given(flags.host_memory);
   request.host_bandwidth = given(flags.host_bandwidth);
   request.allocator = given(flags.allocator);
+  request.interconnect = given(flags.interconnect);
+  request.network = given(flags.network);
+  if (!flags.gpus_per_node.empty()) request.gpus_per_node = whole_number(flags.gpus_per_node);
   return request;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The what-if flags every command that simulates shares (--memory, --link, --h2d, --d2h,
-// --latency, --host-memory, --host-bandwidth, --allocator), as text; requests/machine_request.hpp
-// parses them, for the CLI and the Python API alike.
+// --latency, --host-memory, --host-bandwidth, --allocator, --interconnect, --network,
+// --gpus-per-node), as text; requests/machine_request.hpp parses them, for the CLI and the Python
+// API alike.
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +22,9 @@ struct MachineFlags {
   std::string host_memory;
   std::string host_bandwidth;
   std::string allocator;
+  std::string interconnect;
+  std::string network;
+  std::string gpus_per_node;
 };
 
 void add_machine_flags(CLI::App& command, MachineFlags& flags);

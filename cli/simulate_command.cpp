@@ -1,6 +1,8 @@
 // `memplan simulate`: lower a plan (from a file or a built-in policy) and simulate it on the
-// trace's device, or on a what-if machine. Exit 0 when the plan fits, 1 when it does not (with the
-// diagnosis), 2 for bad input. Output files are written only when the plan fits (cli/output_file).
+// trace's device, or on a what-if machine; a job of several ranks (trace format v3) is simulated
+// rank by rank together, each rank under the same plan flags. Exit 0 when the plan fits, 1 when it
+// does not (with the diagnosis), 2 for bad input. Output files are written only when the plan fits
+// (cli/output_file).
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
@@ -8,9 +10,11 @@
 #include "cli/output_file.hpp"
 #include "cli/plan_flags.hpp"
 #include "core/input_error.hpp"
+#include "io/job_report.hpp"
 #include "io/plan_io.hpp"
 #include "io/timeline_export.hpp"
 #include "io/trace_io.hpp"
+#include "sim/job_simulation.hpp"
 #include "sim/simulation.hpp"
 
 namespace memplan::cli {
@@ -26,6 +30,41 @@ struct SimulateOptions {
   std::string plan_out;
 };
 
+/// A job of several ranks: each rank's machine and plan from the same flags, simulated together.
+int simulate_job(const SimulateOptions& o, const sim::Job& job, std::FILE* report) {
+  for (const auto& [path, flag] : {std::pair{o.memory_csv, "--memory-csv"},
+                                   {o.plan_out, "--plan-out"}}) {
+    if (!path.empty()) {
+      throw sim::InputError(flag, fmt::format("{} holds a job of {} ranks, and {} writes one "
+                                              "rank's; simulate a single rank's trace for it",
+                                              o.trace, job.ranks.size(), flag));
+    }
+  }
+  std::vector<sim::Machine> machines;
+  std::vector<sim::Plan> plans;
+  for (const sim::Workload& w : job.ranks) {
+    machines.push_back(machine_from_flags(w, o.machine));
+    plans.push_back(plan_from_flags(w, machines.back(), o.plan, "simulate"));
+  }
+  const sim::JobRun run = sim::simulate_job(job, plans, machines);
+  const std::string policy = plans.front().policy.empty() ? o.plan.plan : plans.front().policy;
+  if (o.json) {
+    nlohmann::json j = sim::job_summary_json(run, job, machines);
+    j["policy"] = policy;
+    fmt::print(report, "{}\n", j.dump(2));
+  } else {
+    fmt::print(report, "{}", sim::job_summary_text(run, job, machines, policy));
+  }
+  if (!run.timeline.feasible) {
+    if (!o.json)
+      fmt::print(stderr, "memplan: the plan does not fit on every rank{}\n",
+                 o.timeline.empty() ? "" : " (no output file written)");
+    return 1;
+  }
+  write_outputs({{o.timeline, o.timeline.empty() ? "" : sim::job_chrome_trace_json(run, job)}});
+  return 0;
+}
+
 int simulate(const SimulateOptions& o) {
   for (const auto& [path, flag] : {std::pair{o.timeline, "--timeline"},
                                    {o.memory_csv, "--memory-csv"},
@@ -33,7 +72,9 @@ int simulate(const SimulateOptions& o) {
     check_output(path, flag);
   }
   std::FILE* report = report_stream({o.timeline, o.memory_csv, o.plan_out});
-  const sim::Workload workload = sim::read_trace(o.trace);
+  sim::Job job = sim::read_job(o.trace);
+  if (job.ranks.size() > 1) return simulate_job(o, job, report);
+  const sim::Workload workload = std::move(job.ranks.front());
   const sim::Machine machine = machine_from_flags(workload, o.machine);
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "simulate");
   const sim::Simulation simulation = sim::simulate_plan(workload, plan, machine);
@@ -69,7 +110,8 @@ int simulate(const SimulateOptions& o) {
 void add_simulate_command(CLI::App& app, int& exit_status) {
   auto options = std::make_shared<SimulateOptions>();
   auto* cmd = app.add_subcommand("simulate", "Simulate one training iteration under a memory plan");
-  cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
+  cmd->add_option("TRACE", options->trace,
+                  "trace file (formats v1 to v3, see traces/FORMAT.md): one step, or a job's ranks")
       ->required();
   add_plan_flags(*cmd, options->plan);
   add_machine_flags(*cmd, options->machine);

@@ -72,6 +72,15 @@ void refuse_flags_torch_ignores(const ValidateOptions& o) {
                           "prices an update run on the host, and --backend torch carries out plans "
                           "of feature maps only (the update stays in PyTorch)");
   }
+  for (const auto& [flag, value] : {std::pair{"--interconnect", o.machine.interconnect},
+                                    {"--network", o.machine.network},
+                                    {"--gpus-per-node", o.machine.gpus_per_node}}) {
+    if (!value.empty()) {
+      throw sim::InputError(flag,
+                            "prices the collectives of a multi-GPU step, and --backend "
+                            "torch validates a step captured on one GPU");
+    }
+  }
 }
 
 int validate_in_torch(const ValidateOptions& o) {

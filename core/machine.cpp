@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/collective_cost.hpp"
 #include "core/input_error.hpp"
 
 namespace memplan::sim {
@@ -35,6 +36,21 @@ Link base_link(const DeviceInfo& device, const std::optional<std::string>& name)
   }
   return trace_link(device.link);
 }
+
+// The interconnect the flags name; none for `--interconnect recorded` or no flag.
+std::optional<Interconnect> interconnect_of(const MachineOverrides& o) {
+  const bool recorded = o.interconnect == kRecordedInterconnect;
+  if (!o.interconnect || recorded) {
+    const char* flag = o.network ? "--network" : o.gpus_per_node ? "--gpus-per-node" : nullptr;
+    if (flag == nullptr) return std::nullopt;
+    throw InputError(flag, recorded ? "prices collectives, and --interconnect recorded keeps their "
+                                      "recorded times: name the intra-node fabric instead"
+                                    : "name the intra-node fabric too (e.g. --interconnect "
+                                      "nvlink4)");
+  }
+  return make_interconnect(*o.interconnect, o.network,
+                           o.gpus_per_node.value_or(kDefaultGpusPerNode));
+}
 }  // namespace
 
 Nanoseconds Machine::h2d_copy_ns(Bytes bytes) const {
@@ -49,6 +65,12 @@ Nanoseconds Machine::codec_ns(Bytes bytes) const {
 
 Nanoseconds Machine::host_op_ns(Bytes bytes) const {
   return copy_ns(0, bytes, host_bandwidth_bytes_per_s);
+}
+
+Nanoseconds Machine::collective_ns(const Collective& c, Nanoseconds recorded_ns, std::int32_t rank,
+                                   std::int32_t world_size) const {
+  if (!interconnect) return recorded_ns;
+  return collective_cost(c, rank, world_size, *interconnect).transfer_ns;
 }
 
 Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides) {
@@ -74,12 +96,8 @@ Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides
   if (m.link.latency_ns < 0) throw InputError("--latency", "latency must not be negative");
   if (!(m.host_bandwidth_bytes_per_s > 0))
     throw InputError("--host-bandwidth", "bandwidth must be positive");
+  m.interconnect = interconnect_of(overrides);
   return m;
-}
-
-Nanoseconds Machine::collective_ns(const Collective& /*c*/, Nanoseconds recorded_ns,
-                                  std::int32_t /*rank*/, std::int32_t /*world_size*/) const {
-  return recorded_ns;
 }
 
 }  // namespace memplan::sim

@@ -7,13 +7,18 @@
 //
 // A Machine starts from the DeviceInfo a trace carries and is then overridden by what-if flags
 // (`--memory`, `--link`, `--h2d`, `--d2h`, `--latency`, `--host-memory`, `--host-bandwidth`,
-// `--allocator`).
+// `--allocator`, `--interconnect`, `--network`, `--gpus-per-node`).
 // Copies are never taken from a trace: the lowering creates them and the engine prices each at
 // latency + bytes / bandwidth of its direction, so asking for another bandwidth rescales every copy
-// of a recorded trace.
+// of a recorded trace. Collectives of a multi-GPU step keep their recorded time unless the
+// Machine has an interconnect (core/interconnect.hpp), which then prices every one of them
+// (core/collective_cost.hpp).
+#include <cstdint>
 #include <optional>
 #include <string>
 
+#include "core/collective.hpp"
+#include "core/interconnect.hpp"
 #include "core/link.hpp"
 #include "core/units.hpp"
 #include "core/workload.hpp"
@@ -39,6 +44,7 @@ struct Machine {
   /// How device memory is handed out (core/allocator_model.hpp): the trace's, `--allocator`, or
   /// the contiguous arena.
   AllocatorModel allocator = AllocatorModel::kArena;
+  std::optional<Interconnect> interconnect;  // nullopt: every collective takes its recorded time
 
   /// latency + ceil(bytes / bandwidth), in nanoseconds.
   [[nodiscard]] Nanoseconds h2d_copy_ns(Bytes bytes) const;
@@ -48,8 +54,9 @@ struct Machine {
   [[nodiscard]] Nanoseconds codec_ns(Bytes bytes) const;
   /// ceil(bytes / host bandwidth): a host op that reads and writes `bytes` of host memory.
   [[nodiscard]] Nanoseconds host_op_ns(Bytes bytes) const;
-  /// The transfer time of collective `c` run by global rank `rank` of `world_size`, once its
-  /// group has arrived: `recorded_ns`, its transfer time as the trace recorded it.
+  /// The transfer time of collective `c` called by global rank `rank` of `world_size`, once its
+  /// group has arrived: `recorded_ns` without an interconnect, else the cost model's
+  /// (Note [Collective cost model] in core/collective_cost.hpp).
   [[nodiscard]] Nanoseconds collective_ns(const Collective& c, Nanoseconds recorded_ns,
                                           std::int32_t rank, std::int32_t world_size) const;
 };
@@ -64,13 +71,20 @@ struct MachineOverrides {
   std::optional<Bytes> host_memory_bytes;
   std::optional<BytesPerSecond> host_bandwidth_bytes_per_s;  // `--host-bandwidth`
   std::optional<AllocatorModel> allocator;                   // `--allocator`
+  /// `--interconnect`: an intra-node fabric preset, or kRecordedInterconnect (keep every
+  /// collective's recorded time, as when it is not given); `--network`: a network preset between
+  /// nodes; `--gpus-per-node` (default 8). The last two need the first.
+  std::optional<std::string> interconnect;
+  std::optional<std::string> network;
+  std::optional<std::int32_t> gpus_per_node;
 };
 
 /// Trace values first, then the preset `link_name`, then the single values of `link` (so `--link
 /// pcie4 --latency 2us` takes the bandwidth of pcie4 and a 2 us latency). Missing bandwidths come
-/// from kDefaultLink; a trace that gives a bandwidth but no latency has none. Throws InputError
-/// (naming the flag) for an unknown link, `recorded` on a trace without a bandwidth, or a
-/// non-positive value.
+/// from kDefaultLink; a trace that gives a bandwidth but no latency has none. The interconnect is
+/// make_interconnect's of `--interconnect`, `--network` and `--gpus-per-node`. Throws InputError
+/// (naming the flag) for an unknown link or fabric, `recorded` on a trace without a bandwidth, a
+/// non-positive value, or `--network` / `--gpus-per-node` without an intra-node fabric.
 Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides = {});
 
 }  // namespace memplan::sim

@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <tuple>
 #include <unordered_set>
 
 #include <fmt/core.h>
@@ -23,6 +25,8 @@ constexpr std::array<std::string_view, kTensorKindCount> kKindNames{
 // 1 PiB, or a single op running for over an hour, is taken as an error in the file.
 constexpr Bytes kMaxTensorBytes = Bytes{1} << 50;
 constexpr Nanoseconds kMaxOpDuration = Nanoseconds{3600} * kNanosecondsPerSecond;
+// The largest job a trace may describe (trace format v3 `distributed.world_size`).
+constexpr std::int32_t kMaxWorldSize = std::int32_t{1} << 20;
 
 [[noreturn]] void fail(std::string_view source, const std::string& path, const std::string& what) {
   throw InputError(fmt::format("{}: {}", source, path), what);
@@ -220,6 +224,117 @@ void check_differentiates(const Workload& w, std::string_view source, const std:
   }
 }
 
+// The op's stream and the ops of other streams it waits for (Note [Device streams]).
+void check_op_streams(const Workload& w, std::string_view source, const std::string& at,
+                      const Op& op) {
+  const std::size_t stream_count = std::max<std::size_t>(1, w.streams.size());
+  if (op.stream < 0 || static_cast<std::size_t>(op.stream) >= stream_count) {
+    fail(source, at + ".stream",
+         w.streams.empty()
+             ? fmt::format("stream {}, but the trace names no streams ($.streams), so every op "
+                           "runs on stream 0",
+                           op.stream)
+             : fmt::format("stream {} is not one of the {} streams of $.streams", op.stream,
+                           w.streams.size()));
+  }
+  std::unordered_set<OpId> seen;
+  for (std::size_t k = 0; k < op.after.size(); ++k) {
+    const OpId other = op.after[k];
+    const std::string where = fmt::format("{}.after[{}]", at, k);
+    if (index(other) >= w.ops.size())  // -1 included
+      fail(source, where, fmt::format("unknown op id {}", other));
+    if (other >= op.id) {
+      fail(source, where,
+           fmt::format("op {} is not issued before {}: an op waits only for earlier ones", other,
+                       op_label(op)));
+    }
+    if (w.op(other).stream == op.stream) {
+      fail(source, where,
+           fmt::format("op {} runs on the same stream ({}), which runs its ops in order anyway",
+                       other, op.stream));
+    }
+    if (!seen.insert(other).second) fail(source, where, fmt::format("op {} listed twice", other));
+  }
+}
+
+// A collective's group: its ranks distinct, within the job's world, and holding this rank.
+void check_collective_ranks(const Workload& w, std::string_view source, const std::string& where,
+                            const Collective& c) {
+  const std::optional<Distributed>& d = w.distributed;
+  const std::int32_t world = d ? d->world_size : kMaxWorldSize;
+  std::unordered_set<std::int32_t> seen;
+  for (std::size_t k = 0; k < c.ranks.size(); ++k) {
+    const std::int32_t r = c.ranks[k];
+    const std::string at = fmt::format("{}.ranks[{}]", where, k);
+    if (r < 0) fail(source, at, fmt::format("negative rank {}", r));
+    if (r >= world)
+      fail(source, at, fmt::format("rank {} is not below the world size {}", r, world));
+    if (!seen.insert(r).second) fail(source, at, fmt::format("rank {} listed twice", r));
+  }
+  if (d && !c.ranks.empty() && !seen.contains(d->rank)) {
+    fail(source, where + ".ranks",
+         fmt::format("the group does not hold this step's own rank {} ($.distributed.rank)",
+                     d->rank));
+  }
+}
+
+// A send or a recv names the rank at its other end; no other collective does.
+void check_collective_peer(const Workload& w, std::string_view source, const std::string& where,
+                           const Collective& c) {
+  const bool p2p = c.kind == CollectiveKind::kSend || c.kind == CollectiveKind::kRecv;
+  if (!p2p) {
+    if (c.peer != -1) {
+      fail(
+          source, where + ".peer",
+          fmt::format("a peer, but the collective is {}, not a send or a recv", to_string(c.kind)));
+    }
+    return;
+  }
+  if (c.peer < 0) {
+    fail(source, where + ".peer",
+         fmt::format("a {} names its peer, the rank at the other end (from 0)", to_string(c.kind)));
+  }
+  const std::optional<Distributed>& d = w.distributed;
+  const std::int32_t world = d ? d->world_size : kMaxWorldSize;
+  if (c.peer >= world) {
+    fail(source, where + ".peer",
+         fmt::format("peer {} is not below the world size {}", c.peer, world));
+  }
+  if (d && c.peer == d->rank) {
+    fail(source, where + ".peer",
+         fmt::format("peer {} is this step's own rank ($.distributed.rank)", c.peer));
+  }
+}
+
+// A communication op (trace format v3): sizes, group, peer, and no compute-side costs.
+void check_collective(const Workload& w, std::string_view source, const std::string& at,
+                      const Op& op) {
+  if (!op.collective) return;
+  const Collective& c = *op.collective;
+  const std::string where = at + ".collective";
+  const std::array<std::pair<const char*, Bytes>, 2> sizes{
+      {{"in_bytes", c.in_bytes}, {"out_bytes", c.out_bytes}}};
+  for (const auto& [key, bytes] : sizes) {
+    if (bytes < 0)
+      fail(source, fmt::format("{}.{}", where, key), fmt::format("negative size {}", bytes));
+    if (bytes > kMaxTensorBytes) {
+      fail(source, fmt::format("{}.{}", where, key),
+           fmt::format("absurd size {} bytes (over 1 PiB)", bytes));
+    }
+  }
+  if (c.sequence < 0) {
+    fail(source, where + ".sequence", fmt::format("negative sequence number {}", c.sequence));
+  }
+  check_collective_ranks(w, source, where, c);
+  check_collective_peer(w, source, where, c);
+  if (op.workspace_bytes != 0) {
+    fail(source, at + ".workspace_bytes",
+         fmt::format("{} bytes, but a collective's op has no workspace", op.workspace_bytes));
+  }
+  if (!op.algorithms.empty())
+    fail(source, at + ".algorithms", "a collective's op has no other algorithms");
+}
+
 void validate_ops(const Workload& w, std::string_view source) {
   for (std::size_t i = 0; i < w.ops.size(); ++i) {
     const Op& op = w.ops[i];
@@ -235,6 +350,51 @@ void validate_ops(const Workload& w, std::string_view source) {
     check_op_dataflow(w, source, at, op);
     check_op_costs(source, at, op);
     check_differentiates(w, source, at, op);
+    check_op_streams(w, source, at, op);
+    check_collective(w, source, at, op);
+  }
+}
+
+// "all_reduce #3 of group '0'": a collective call as messages name it.
+std::string call_label(const Collective& c) {
+  return fmt::format(
+      "{} #{} of {}", to_string(c.kind), c.sequence,
+      c.group.empty() ? std::string("the default group") : fmt::format("group '{}'", c.group));
+}
+
+// Each call of a group is one op: (group, sequence) names it. Sends and receives are numbered
+// apart from the group's collectives, as c10d numbers them.
+void validate_collective_calls(const Workload& w, std::string_view source) {
+  std::map<std::tuple<bool, std::string_view, std::int64_t>, OpId> calls;
+  for (const Op& op : w.ops) {
+    if (!op.collective) continue;
+    const Collective& c = *op.collective;
+    const bool p2p = c.kind == CollectiveKind::kSend || c.kind == CollectiveKind::kRecv;
+    const auto [it, fresh] = calls.try_emplace({p2p, c.group, c.sequence}, op.id);
+    if (!fresh) {
+      fail(source, fmt::format("$.ops[{}].collective.sequence", op.id),
+           fmt::format("{} again: op {} is that call already (a group numbers its calls)",
+                       call_label(c), it->second));
+    }
+  }
+}
+
+// The step's place in its job and its streams' labels (trace format v3).
+void validate_distributed(const Workload& w, std::string_view source) {
+  if (const auto& d = w.distributed) {
+    if (d->world_size < 1 || d->world_size > kMaxWorldSize) {
+      fail(source, "$.distributed.world_size",
+           fmt::format("{} is out of range (1 to {})", d->world_size, kMaxWorldSize));
+    }
+    if (d->rank < 0) fail(source, "$.distributed.rank", fmt::format("negative rank {}", d->rank));
+    if (d->rank >= d->world_size) {
+      fail(source, "$.distributed.rank",
+           fmt::format("rank {} is not below the world size {}", d->rank, d->world_size));
+    }
+  }
+  for (std::size_t k = 0; k < w.streams.size(); ++k) {
+    if (w.streams[k].empty())
+      fail(source, fmt::format("$.streams[{}]", k), "an empty label (each stream is named)");
   }
 }
 
@@ -389,8 +549,10 @@ std::optional<Bytes> dtype_bytes(std::string_view dtype) {
 
 void validate(const Workload& workload, std::string_view source) {
   validate_device(workload.device, source);
+  validate_distributed(workload, source);
   validate_tensors(workload, source);
   validate_ops(workload, source);
+  validate_collective_calls(workload, source);
   validate_unproduced(workload, source);
   validate_order(workload, source);
   validate_in_place(workload, source);

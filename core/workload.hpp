@@ -2,7 +2,7 @@
 // Workload: one training iteration as memplan sees it — ops in issue order and the tensors they
 // read and write, with sizes, kinds and measured or modeled costs. Every source of work (a recorded
 // trace, an imported profiler trace, the zoo's cost model) produces one, and everything downstream
-// (plans, lowering, simulation, execution) reads it. Its file form is trace format v1
+// (plans, lowering, simulation, execution) reads it. Its file form is the trace format
 // (traces/FORMAT.md, io/trace_io.hpp).
 //
 // Ids are positions (core/ids.hpp): tensor `t` is `tensors[index(t)]`, op `o` is `ops[index(o)]`.
@@ -198,10 +198,10 @@ struct Workload {
   friend bool operator==(const Workload&, const Workload&) = default;
 };
 
-/// Checks every structural rule of trace format v1 and throws InputError naming `source` and the
-/// JSON path of the first problem: ids equal positions, references in range, sizes and durations
-/// sane and consistent with shape and dtype, producers consistent with op outputs, no cycle, no
-/// tensor read before it is produced, in-place outputs that really take over a dead input.
+/// Checks every structural rule of trace formats v1 to v3 (traces/FORMAT.md) and throws InputError
+/// naming `source` and the JSON path of the first problem: ids equal positions, references in
+/// range, sizes and durations sane, producers consistent with outputs, no cycle, no read before a
+/// write, in-place outputs over dead inputs; streams, waits, collectives, `distributed` consistent.
 void validate(const Workload& workload, std::string_view source);
 
 }  // namespace memplan::sim

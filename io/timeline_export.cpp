@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "io/job_report.hpp"
 #include "memory/device_arena.hpp"
 
 namespace memplan::sim {
@@ -26,9 +27,9 @@ double to_us(Nanoseconds ns) {
 
 /// The thread that dispatches the step (Note [Host stream] in sim/engine.hpp): its dispatches,
 /// launches and synchronizations.
-void host_track(nlohmann::json& events, const Timeline& tl, const Workload& w) {
+void host_track(nlohmann::json& events, const Timeline& tl, const Workload& w, int pid) {
   events.push_back({{"ph", "M"},
-                    {"pid", 1},
+                    {"pid", pid},
                     {"tid", kHostTrack},
                     {"name", "thread_name"},
                     {"args", {{"name", "host"}}}});
@@ -36,7 +37,7 @@ void host_track(nlohmann::json& events, const Timeline& tl, const Workload& w) {
     std::string name(to_string(span.activity));
     if (span.op != kNoOp) name += " " + w.op(span.op).name;
     events.push_back({{"ph", "X"},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", kHostTrack},
                       {"name", name},
                       {"cat", to_string(span.activity)},
@@ -45,27 +46,28 @@ void host_track(nlohmann::json& events, const Timeline& tl, const Workload& w) {
   }
 }
 
-}  // namespace
 
-std::string chrome_trace_json(const Timeline& timeline, const Program& program,
-                              const Workload& workload) {
-  nlohmann::json events = nlohmann::json::array();
+/// One process of the trace: its streams, stalls, host track and memory counter.
+void append_process(nlohmann::json& events, const TraceProcess& process, int pid) {
+  const Timeline& timeline = *process.timeline;
+  const Program& program = *process.program;
+  const Workload& workload = *process.workload;
   events.push_back({{"ph", "M"},
-                    {"pid", 1},
+                    {"pid", pid},
                     {"name", "process_name"},
-                    {"args", {{"name", "memplan simulation"}}}});
+                    {"args", {{"name", process.name}}}});
   for (std::size_t s = 0; s < program.streams.size(); ++s) {
     const auto stream = static_cast<StreamId>(s);
     // The host stream runs host ops only (an update on the CPU): a track when it has some.
     if (program.stream(stream).empty() && stream == StreamId::kHost) continue;
     events.push_back({{"ph", "M"},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", track_of(stream)},
                       {"name", "thread_name"},
                       {"args", {{"name", stream_name(stream, workload)}}}});
   }
   events.push_back({{"ph", "M"},
-                    {"pid", 1},
+                    {"pid", pid},
                     {"tid", kStallTrack},
                     {"name", "thread_name"},
                     {"args", {{"name", "compute stalls"}}}});
@@ -77,7 +79,7 @@ std::string chrome_trace_json(const Timeline& timeline, const Program& program,
       args["bytes"] = program.buffers[index(in.buffer)].bytes;
     }
     events.push_back({{"ph", "X"},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", track_of(span.stream)},
                       {"name", instruction_label(in, program, workload)},
                       {"cat", to_string(in.kind)},
@@ -85,13 +87,13 @@ std::string chrome_trace_json(const Timeline& timeline, const Program& program,
                       {"dur", to_us(span.end_ns - span.start_ns)},
                       {"args", args}});
   }
-  if (program.host.active()) host_track(events, timeline, workload);
+  if (program.host.active()) host_track(events, timeline, workload, pid);
   for (const Stall& stall : timeline.stalls) {
     std::string name(to_string(stall.cause));
     if (stall.tensor != kNoTensor) name += " " + workload.tensor(stall.tensor).name;
     if (stall.op != kNoOp) name += " (for " + workload.op(stall.op).name + ")";
     events.push_back({{"ph", "X"},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", kStallTrack},
                       {"name", name},
                       {"cat", to_string(stall.cause)},
@@ -101,13 +103,26 @@ std::string chrome_trace_json(const Timeline& timeline, const Program& program,
   for (const MemoryPoint& p : timeline.memory) {
     events.push_back(
         {{"ph", "C"},
-         {"pid", 1},
+         {"pid", pid},
          {"name", "device memory"},
          {"ts", to_us(p.time_ns)},
          {"args", {{"live_bytes", p.live_bytes}, {"reserved_bytes", p.reserved_bytes}}}});
   }
+}
+
+}  // namespace
+
+std::string chrome_trace_json(const std::vector<TraceProcess>& processes) {
+  nlohmann::json events = nlohmann::json::array();
+  for (std::size_t i = 0; i < processes.size(); ++i)
+    append_process(events, processes[i], static_cast<int>(i) + 1);
   nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}};
   return doc.dump() + "\n";
+}
+
+std::string chrome_trace_json(const Timeline& timeline, const Program& program,
+                              const Workload& workload) {
+  return chrome_trace_json({{&timeline, &program, &workload, "memplan simulation"}});
 }
 
 std::string memory_csv(const Timeline& timeline) {
@@ -222,6 +237,7 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
         {"memory_bandwidth_bytes_per_s", machine.memory_bandwidth_bytes_per_s}}}};
   j["oom"] = timeline.oom ? oom_to_json(*timeline.oom, program, workload) : nlohmann::json(nullptr);
   j["host_ops_s"] = to_seconds(timeline.host_ops_ns);
+  if (!program.collectives.empty()) j["collectives"] = collectives_json(timeline, program, workload);
   if (program.host.active()) {
     j["step_period_s"] =
         timeline.feasible ? nlohmann::json(to_seconds(timeline.period_ns)) : nlohmann::json();
@@ -284,6 +300,7 @@ std::string summary_text(const Timeline& timeline, const Program& program, const
     out += fmt::format("host ops    {:.3f} ms on the CPU (the update on the host)\n",
                        to_seconds(timeline.host_ops_ns) * 1e3);
   }
+  out += collectives_text(timeline, program, workload);
   out += fmt::format("program     {} instructions\n", program.instruction_count());
   return out;
 }

@@ -5,6 +5,7 @@
 // host side, a counter track of device memory) and a CSV of the memory curve. Also the JSON summary
 // that `memplan simulate --json` prints.
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,17 @@ namespace memplan::sim {
 
 std::string chrome_trace_json(const Timeline& timeline, const Program& program,
                               const Workload& workload);
+
+/// One process of a trace of several: a rank of a job.
+struct TraceProcess {
+  const Timeline* timeline = nullptr;
+  const Program* program = nullptr;
+  const Workload* workload = nullptr;
+  std::string name;  // "rank 3"
+};
+/// One Perfetto process per entry, each with its tracks (a job: a process per rank, a track per
+/// device stream).
+std::string chrome_trace_json(const std::vector<TraceProcess>& processes);
 
 /// "time_ns,live_bytes,reserved_bytes" then one line per alloc/free.
 std::string memory_csv(const Timeline& timeline);

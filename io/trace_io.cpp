@@ -16,6 +16,7 @@
 
 #include "core/input_error.hpp"
 #include "io/json_reader.hpp"
+#include "io/trace_body.hpp"
 
 namespace memplan::sim {
 namespace {
@@ -26,6 +27,13 @@ using OrderedJson = nlohmann::ordered_json;
 constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMinInt = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max();
+constexpr std::int64_t kMinInt32 = std::numeric_limits<std::int32_t>::min();
+
+// A 32-bit integer whose range validate() checks (a rank, a stream), so that its message, not a
+// bare range, names what is wrong.
+std::int32_t read_int32(const JsonReader& r) {
+  return static_cast<std::int32_t>(r.as_int(kMinInt32, kMaxId));
+}
 
 // An id in the file: a tensor's or an op's position (Id is TensorId or OpId).
 template <typename Id>
@@ -139,8 +147,13 @@ HostSide read_host(const JsonReader& r) {
   return h;
 }
 
-Op read_op(const JsonReader& r, std::int64_t version) {
-  if (version >= 2) {
+// An op's keys, by the version that brought them: v2 the host side, v3 streams and collectives.
+void reject_unknown_op_keys(const JsonReader& r, std::int64_t version) {
+  if (version >= 3) {
+    r.reject_unknown_keys({"id", "name", "layer", "phase", "inputs", "outputs", "workspace_bytes",
+                           "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms",
+                           "attributes", "host", "stream", "after", "collective"});
+  } else if (version == 2) {
     r.reject_unknown_keys({"id", "name", "layer", "phase", "inputs", "outputs", "workspace_bytes",
                            "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms",
                            "attributes", "host"});
@@ -149,6 +162,54 @@ Op read_op(const JsonReader& r, std::int64_t version) {
                            "duration_ns", "flops", "bytes_moved", "differentiates", "algorithms",
                            "attributes"});
   }
+}
+
+Attributes read_attributes(const JsonReader& attrs) {
+  if (!attrs.value().is_object()) attrs.fail("expected an object of numbers or lists of numbers");
+  Attributes attributes;
+  for (const auto& [key, value] : attrs.value().items()) {
+    const JsonReader entry = attrs.inside(value);
+    std::vector<double> numbers;
+    if (value.is_array()) {
+      for (const auto& e : entry.elements()) numbers.push_back(e.as_number());
+    } else {
+      numbers.push_back(entry.as_number());
+    }
+    attributes.emplace(key, std::move(numbers));
+  }
+  return attributes;
+}
+
+CollectiveKind read_collective_kind(const JsonReader& r) {
+  const std::string name = r.as_string();
+  std::string names;
+  for (int k = 0; k < kCollectiveKindCount; ++k) {
+    const auto kind = static_cast<CollectiveKind>(k);
+    if (to_string(kind) == name) return kind;
+    names += fmt::format("{}{}", k == 0 ? "" : ", ", to_string(kind));
+  }
+  r.fail(fmt::format("unknown collective '{}' ({})", name, names));
+}
+
+Collective read_collective(const JsonReader& r) {
+  r.reject_unknown_keys(
+      {"kind", "in_bytes", "out_bytes", "dtype", "group", "ranks", "peer", "sequence"});
+  Collective c;
+  c.kind = read_collective_kind(r.at("kind"));
+  c.in_bytes = r.at("in_bytes").as_int(kMinInt, kMaxInt);
+  c.out_bytes = r.at("out_bytes").as_int(kMinInt, kMaxInt);
+  c.dtype = read_optional_string(r, "dtype");
+  c.group = read_optional_string(r, "group");
+  if (auto ranks = r.find("ranks")) {
+    for (const auto& e : ranks->elements()) c.ranks.push_back(read_int32(e));
+  }
+  if (auto peer = r.find("peer")) c.peer = static_cast<std::int32_t>(peer->as_int(0, kMaxId));
+  c.sequence = r.at("sequence").as_int(kMinInt, kMaxInt);
+  return c;
+}
+
+Op read_op(const JsonReader& r, std::int64_t version) {
+  reject_unknown_op_keys(r, version);
   Op op;
   op.id = read_id<OpId>(r.at("id"));
   op.name = r.at("name").as_string();
@@ -174,21 +235,13 @@ Op read_op(const JsonReader& r, std::int64_t version) {
                                a.at("duration_ns").as_int(kMinInt, kMaxInt)});
     }
   }
-  if (auto attrs = r.find("attributes")) {
-    if (!attrs->value().is_object())
-      attrs->fail("expected an object of numbers or lists of numbers");
-    for (const auto& [key, value] : attrs->value().items()) {
-      const JsonReader entry = attrs->inside(value);
-      std::vector<double> numbers;
-      if (value.is_array()) {
-        for (const auto& e : entry.elements()) numbers.push_back(e.as_number());
-      } else {
-        numbers.push_back(entry.as_number());
-      }
-      op.attributes.emplace(key, std::move(numbers));
-    }
-  }
+  if (auto attrs = r.find("attributes")) op.attributes = read_attributes(*attrs);
   if (auto h = r.find("host")) op.host = read_host(*h);
+  if (auto s = r.find("stream")) op.stream = read_int32(*s);
+  if (auto after = r.find("after")) {
+    for (const auto& e : after->elements()) op.after.push_back(read_id<OpId>(e));
+  }
+  if (auto c = r.find("collective")) op.collective = read_collective(*c);
   return op;
 }
 
@@ -251,6 +304,19 @@ OrderedJson tensor_json(const Tensor& t) {
   return j;
 }
 
+OrderedJson collective_json(const Collective& c) {
+  OrderedJson j;
+  j["kind"] = to_string(c.kind);
+  j["in_bytes"] = c.in_bytes;
+  j["out_bytes"] = c.out_bytes;
+  if (!c.dtype.empty()) j["dtype"] = c.dtype;
+  if (!c.group.empty()) j["group"] = c.group;
+  if (!c.ranks.empty()) j["ranks"] = c.ranks;
+  if (c.kind == CollectiveKind::kSend || c.kind == CollectiveKind::kRecv) j["peer"] = c.peer;
+  j["sequence"] = c.sequence;
+  return j;
+}
+
 OrderedJson op_json(const Op& op) {
   OrderedJson j;
   j["id"] = value(op.id);
@@ -291,22 +357,69 @@ OrderedJson op_json(const Op& op) {
     if (op.host->sync_after_ns != 0) h["sync_after_ns"] = op.host->sync_after_ns;
     j["host"] = std::move(h);
   }
+  if (op.stream != 0) j["stream"] = op.stream;
+  if (!op.after.empty()) {
+    OrderedJson after = OrderedJson::array();
+    for (OpId o : op.after) after.push_back(value(o));
+    j["after"] = std::move(after);
+  }
+  if (op.collective) j["collective"] = collective_json(*op.collective);
   return j;
+}
+
+OrderedJson distributed_json(const Distributed& d) {
+  OrderedJson j;
+  if (!d.backend.empty()) j["backend"] = d.backend;
+  j["rank"] = d.rank;
+  j["world_size"] = d.world_size;
+  return j;
+}
+
+// Fields of version 2: the host side.
+bool has_host_side(const Workload& w) {
+  return w.launch_ns || w.host_tail_ns != 0 ||
+         std::any_of(w.ops.begin(), w.ops.end(), [](const Op& op) { return op.host.has_value(); });
+}
+
+// Fields of version 3: streams, waits between them, collectives, the step's place in a job.
+bool has_job_fields(const Workload& w) {
+  return w.distributed || !w.streams.empty() ||
+         std::any_of(w.ops.begin(), w.ops.end(), [](const Op& op) {
+           return op.stream != 0 || !op.after.empty() || op.collective.has_value();
+         });
+}
+
+// A step's top-level keys, by the version that brought them: v2 the host fields, v3 the
+// step's place in a job and its streams. In a file they sit beside `format` and `version`.
+void reject_unknown_body_keys(const JsonReader& r, std::int64_t version, bool in_file) {
+  if (!in_file) {  // a rank of a job (version 3)
+    r.reject_unknown_keys({"provenance", "device", "distributed", "streams", "launch_ns",
+                           "host_tail_ns", "tensors", "ops"});
+  } else if (version >= 3) {
+    r.reject_unknown_keys({"format", "version", "provenance", "device", "distributed", "streams",
+                           "launch_ns", "host_tail_ns", "tensors", "ops"});
+  } else if (version == 2) {
+    r.reject_unknown_keys({"format", "version", "provenance", "device", "launch_ns", "host_tail_ns",
+                           "tensors", "ops"});
+  } else {
+    r.reject_unknown_keys({"format", "version", "provenance", "device", "tensors", "ops"});
+  }
 }
 
 }  // namespace
 
-Workload trace_from_json(const Json& document, std::string_view source) {
+namespace trace_body {
+
+std::int64_t read_header(const Json& document, const JsonReader& root) {
   // A Chrome trace: {"traceEvents": [...]}, or a bare array of events (each with a phase "ph").
   const bool profiler_trace = (document.is_object() && document.contains("traceEvents")) ||
                               (document.is_array() && !document.empty() &&
                                document.front().is_object() && document.front().contains("ph"));
   if (profiler_trace) {
-    throw InputError(std::string(source),
+    throw InputError(std::string(root.source()),
                      "a profiler (Chrome) trace, not a memplan trace: convert it first with "
                      "`memplan import kineto FILE -o trace.json`");
   }
-  const JsonReader root(document, source);
   const auto format = root.at("format");
   if (format.as_string() != kTraceFormatName) {
     format.fail(fmt::format("format '{}' is not '{}'", format.as_string(), kTraceFormatName));
@@ -318,53 +431,42 @@ Workload trace_from_json(const Json& document, std::string_view source) {
         fmt::format("version {} is not supported (this memplan reads versions {} to {})",
                     version_reader.value().dump(), kTraceFormatOldestVersion, kTraceFormatVersion));
   }
-  if (version >= 2) {
-    root.reject_unknown_keys({"format", "version", "provenance", "device", "tensors", "ops",
-                              "launch_ns", "host_tail_ns"});
-  } else {
-    root.reject_unknown_keys({"format", "version", "provenance", "device", "tensors", "ops"});
-  }
+  return version;
+}
+
+Distributed read_distributed(const JsonReader& r) {
+  r.reject_unknown_keys({"backend", "rank", "world_size"});
+  Distributed d;
+  d.backend = read_optional_string(r, "backend");
+  d.rank = read_int32(r.at("rank"));
+  d.world_size = read_int32(r.at("world_size"));
+  return d;
+}
+
+Workload read(const JsonReader& body, std::int64_t version, bool in_file) {
+  reject_unknown_body_keys(body, version, in_file);
   Workload w;
-  w.provenance = read_provenance(root.at("provenance"));
-  w.device = read_device(root.at("device"));
-  for (const auto& t : root.at("tensors").elements()) w.tensors.push_back(read_tensor(t));
-  for (const auto& o : root.at("ops").elements()) w.ops.push_back(read_op(o, version));
-  if (auto l = root.find("launch_ns")) w.launch_ns = l->as_int(0, kNanosecondsPerSecond);
-  if (auto t = root.find("host_tail_ns")) w.host_tail_ns = t->as_int(0, kMaxInt);
-  validate(w, source);
+  w.provenance = read_provenance(body.at("provenance"));
+  w.device = read_device(body.at("device"));
+  if (auto d = body.find("distributed")) w.distributed = read_distributed(*d);
+  if (auto streams = body.find("streams")) {
+    for (const auto& s : streams->elements()) w.streams.push_back(s.as_string());
+  }
+  for (const auto& t : body.at("tensors").elements()) w.tensors.push_back(read_tensor(t));
+  for (const auto& o : body.at("ops").elements()) w.ops.push_back(read_op(o, version));
+  if (auto l = body.find("launch_ns")) w.launch_ns = l->as_int(0, kNanosecondsPerSecond);
+  if (auto t = body.find("host_tail_ns")) w.host_tail_ns = t->as_int(0, kMaxInt);
   return w;
 }
 
-int trace_format_version(const Workload& workload) {
-  const bool host = workload.launch_ns || workload.host_tail_ns != 0 ||
-                    std::any_of(workload.ops.begin(), workload.ops.end(),
-                                [](const Op& op) { return op.host.has_value(); });
-  return host ? 2 : 1;
-}
-
-Workload parse_trace(std::string_view text, std::string_view source) {
-  return trace_from_json(parse_json(text, source), source);
-}
-
-Workload read_trace(const std::filesystem::path& path) {
-  const std::string text = read_file(path);
-  if (text.size() >= 2 && text[0] == '\x1f' && text[1] == '\x8b') {
-    throw InputError(path.string(),
-                     "gzip-compressed, and memplan traces are plain JSON: a PyTorch profiler trace "
-                     "(.pt.trace.json.gz) is converted with `memplan import kineto FILE -o "
-                     "trace.json`");
-  }
-  return parse_trace(text, path.string());
-}
-
-std::string write_trace(const Workload& workload) {
-  std::string out;
-  out += "{\n";
-  out += fmt::format("\"format\": \"{}\",\n", kTraceFormatName);
-  const int version = trace_format_version(workload);
-  out += fmt::format("\"version\": {},\n", version);
+void write(std::string& out, const Workload& workload) {
   out += fmt::format("\"provenance\": {},\n", provenance_json(workload.provenance).dump());
   out += fmt::format("\"device\": {},\n", device_json(workload.device).dump());
+  if (workload.distributed) {
+    out += fmt::format("\"distributed\": {},\n", distributed_json(*workload.distributed).dump());
+  }
+  if (!workload.streams.empty())
+    out += fmt::format("\"streams\": {},\n", OrderedJson(workload.streams).dump());
   auto list = [&out](const char* key, const auto& items, auto to_json, bool last) {
     out += fmt::format("\"{}\": [", key);
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -375,9 +477,63 @@ std::string write_trace(const Workload& workload) {
     out += last ? "\n" : ",\n";
   };
   if (workload.launch_ns) out += fmt::format("\"launch_ns\": {},\n", *workload.launch_ns);
-  if (version >= 2) out += fmt::format("\"host_tail_ns\": {},\n", workload.host_tail_ns);
+  if (has_host_side(workload)) out += fmt::format("\"host_tail_ns\": {},\n", workload.host_tail_ns);
   list("tensors", workload.tensors, tensor_json, false);
   list("ops", workload.ops, op_json, true);
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::string text = read_file(path);
+  if (text.size() >= 2 && text[0] == '\x1f' && text[1] == '\x8b') {
+    throw InputError(path.string(),
+                     "gzip-compressed, and memplan traces are plain JSON: a PyTorch profiler trace "
+                     "(.pt.trace.json.gz) is converted with `memplan import kineto FILE -o "
+                     "trace.json`");
+  }
+  return text;
+}
+
+}  // namespace trace_body
+
+Workload trace_from_json(const Json& document, std::string_view source) {
+  const JsonReader root(document, source);
+  const std::int64_t version = trace_body::read_header(document, root);
+  if (version >= 3 && document.contains("ranks")) {
+    // A job's file: one step is read from it only when it holds one rank.
+    const auto ranks = root.at("ranks");
+    if (ranks.value().is_array() && ranks.value().size() > 1) {
+      throw InputError(std::string(source),
+                       fmt::format("holds a job of {} ranks (trace format v3 `ranks`), and this "
+                                   "command reads the step of one GPU: give the file to a "
+                                   "command that takes a job",
+                                   ranks.value().size()));
+    }
+    return std::move(job_from_json(document, source).ranks.front());
+  }
+  Workload w = trace_body::read(root, version, /*in_file=*/true);
+  validate(w, source);
+  return w;
+}
+
+int trace_format_version(const Workload& workload) {
+  if (has_job_fields(workload)) return 3;
+  return has_host_side(workload) ? 2 : 1;
+}
+
+Workload parse_trace(std::string_view text, std::string_view source) {
+  return trace_from_json(parse_json(text, source), source);
+}
+
+Workload read_trace(const std::filesystem::path& path) {
+  return parse_trace(trace_body::read_text(path), path.string());
+}
+
+std::string write_trace(const Workload& workload) {
+  std::string out;
+  out += "{\n";
+  out += fmt::format("\"format\": \"{}\",\n", kTraceFormatName);
+  out += fmt::format("\"version\": {},\n", trace_format_version(workload));
+  trace_body::write(out, workload);
   out += "}\n";
   return out;
 }

@@ -1,9 +1,11 @@
 #pragma once
-// Trace format v1 and v2 (traces/FORMAT.md): reading into a Workload and writing back. Version 2
-// adds the host side (each op's `host`, the top-level `launch_ns` and `host_tail_ns`); a workload
-// without host data is written as version 1, so v1 readers keep reading it. Reading checks
-// every field's presence and type and then validate()s the workload, so a Workload that comes out
-// of here is sound. Writing is stable: read -> write -> read -> write gives the same bytes.
+// Trace formats v1 to v3 (traces/FORMAT.md): reading into a Workload or a Job and writing back.
+// Version 2 adds the host side (each op's `host`, the top-level `launch_ns` and `host_tail_ns`);
+// version 3 the steps of several GPUs (each op's `stream`, `after` and `collective`, the
+// top-level `distributed` and `streams`, and a job's `ranks`). A workload is written in the
+// oldest version that holds it, so older readers keep reading what they can. Reading checks every
+// field's presence and type and then validate()s the workload or job, so what comes out of here
+// is sound. Writing is stable: read -> write -> read -> write gives the same bytes.
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -16,14 +18,17 @@
 namespace memplan::sim {
 
 inline constexpr std::string_view kTraceFormatName = "memplan-trace";
-/// The newest version this memplan reads and writes; version 1 is still read.
-inline constexpr int kTraceFormatVersion = 2;
+/// The newest version this memplan reads and writes; versions 1 and 2 are still read.
+inline constexpr int kTraceFormatVersion = 3;
 inline constexpr int kTraceFormatOldestVersion = 1;
 
-/// The version write_trace() gives `workload`: 2 when it carries host data, else 1.
+/// The version write_trace() gives `workload`: 3 when it carries a field of several GPUs (an op
+/// on a stream other than 0, an `after`, a collective, `distributed`, `streams`), else 2 when it
+/// carries host data, else 1.
 int trace_format_version(const Workload& workload);
 
-/// Reads and validates a trace file. Throws InputError naming the file and JSON path.
+/// Reads and validates a trace file. Throws InputError naming the file and JSON path; a job's file
+/// of several ranks is refused (read_job reads it).
 Workload read_trace(const std::filesystem::path& path);
 
 /// Parses and validates trace text; `source` names it in errors (a file name, "<stdin>").
@@ -41,9 +46,10 @@ void write_trace_file(const Workload& workload, const std::filesystem::path& pat
 
 /// A job (core/job.hpp): a trace of format v3 that holds several ranks (`ranks`), or any trace
 /// of one step, read as a job of one rank. Reading validates each rank and the job. Throws
-/// InputError naming the file, the rank and the JSON path.
+/// InputError naming the file, the rank and the JSON path (within that rank's object).
 Job read_job(const std::filesystem::path& path);
 Job parse_job(std::string_view text, std::string_view source);
+Job job_from_json(const nlohmann::json& document, std::string_view source);
 /// A job of one rank is written as write_trace writes that rank; several ranks as one v3 file.
 std::string write_job(const Job& job);
 void write_job_file(const Job& job, const std::filesystem::path& path);

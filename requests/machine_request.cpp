@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/input_error.hpp"
+#include "core/interconnect.hpp"
 #include "core/units.hpp"
 
 namespace memplan::requests {
@@ -22,6 +23,21 @@ double checked_number(double value, std::string_view flag, bool whole, bool zero
     throw sim::InputError(std::string(flag), fmt::format("{} is not a whole number", value));
   }
   return value;
+}
+
+// The interconnect's names and node size (a Python int may be any size: checked before it
+// narrows); sim::make_machine checks the names and builds the interconnect.
+void interconnect_overrides(const MachineRequest& request, sim::MachineOverrides& o) {
+  if (request.gpus_per_node) {
+    const std::int64_t n = *request.gpus_per_node;
+    if (n < 1 || n > sim::kMaxGpusPerNode) {
+      throw sim::InputError("--gpus-per-node", fmt::format("{} is not a whole number from 1 to {}",
+                                                           n, sim::kMaxGpusPerNode));
+    }
+    o.gpus_per_node = static_cast<std::int32_t>(n);
+  }
+  o.interconnect = request.interconnect;
+  o.network = request.network;
 }
 
 }  // namespace
@@ -67,6 +83,7 @@ sim::MachineOverrides overrides(const MachineRequest& request) {
                             "'" + *request.allocator + "' is not an allocator: arena or caching");
     }
   }
+  interconnect_overrides(request, o);
   return o;
 }
 

@@ -340,13 +340,15 @@ Bytes capacity_to_run(const Program& program, const Machine& machine) {
   return engine.run(program, m, totals).peak_reserved_bytes;
 }
 
-Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone) {
+Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone,
+                           const std::vector<Nanoseconds>& collective_ready_ns) {
   // A handful of steps reach the fixed point on real traces (one or two when the host is the
   // bottleneck); a backlog still moving after this many is taken as growing.
   constexpr int kMaxSteps = 16;
   if (!alone.feasible) return 0;
   if (!program.host.active()) return alone.iteration_ns;
   EngineOptions options = EngineOptions::totals();
+  options.collective_ready_ns = collective_ready_ns;
   Engine engine;
   const Timeline* tl = &alone;
   // Absolute times: `start` is the host's start of the step just replayed.

@@ -109,6 +109,9 @@ Bytes capacity_to_run(const Program& program, const Machine& machine);
 /// The period of `program`'s step when a training loop repeats it back to back (Note [Step
 /// period]), given `alone`, the step run once on `machine` from an idle device: its iteration_ns
 /// without a host side, 0 when the step does not fit.
-Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone);
+/// `collective_ready_ns`: when each collective of the program may start (a job's, Note [Collective
+/// start]); empty: each on arrival.
+Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone,
+                           const std::vector<Nanoseconds>& collective_ready_ns = {});
 
 }  // namespace memplan::sim

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/check.hpp"
+#include "sim/lowering.hpp"
 
 namespace memplan::sim {
 namespace {
@@ -84,6 +85,29 @@ JobTimeline simulate_job(const std::vector<const Program*>& programs,
     }
   }
   return job;
+}
+
+JobRun simulate_job(const Job& job, const std::vector<Plan>& plans,
+                    const std::vector<Machine>& machines, const EngineOptions& options) {
+  MEMPLAN_CHECK(plans.size() == job.ranks.size() && machines.size() == job.ranks.size(),
+                "one plan and one machine per rank");
+  JobRun run;
+  run.programs.reserve(job.ranks.size());
+  for (std::size_t r = 0; r < job.ranks.size(); ++r)
+    run.programs.push_back(lower(job.ranks[r], plans[r]));
+  std::vector<const Program*> programs;
+  for (const Program& p : run.programs) programs.push_back(&p);
+  run.timeline = simulate_job(programs, machines, options);
+  if (!run.timeline.feasible) return run;
+  for (std::size_t r = 0; r < job.ranks.size(); ++r) {
+    Timeline& tl = run.timeline.ranks[r];
+    std::vector<Nanoseconds> ready;
+    ready.reserve(tl.collectives.size());
+    for (const CollectiveTiming& c : tl.collectives) ready.push_back(c.start_ns);
+    tl.period_ns = step_period_ns(run.programs[r], machines[r], tl, ready);
+    run.period_ns = std::max(run.period_ns, tl.period_ns);
+  }
+  return run;
 }
 
 }  // namespace memplan::sim

@@ -18,7 +18,9 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/job.hpp"
 #include "core/machine.hpp"
+#include "core/plan.hpp"
 #include "core/program.hpp"
 #include "sim/engine.hpp"
 #include "sim/timeline.hpp"
@@ -40,5 +42,20 @@ struct JobTimeline {
 /// sets it); its other fields apply to every rank.
 JobTimeline simulate_job(const std::vector<const Program*>& programs,
                          const std::vector<Machine>& machines, const EngineOptions& options = {});
+
+/// A job's plans lowered and simulated: each rank's Program with its Timeline.
+struct JobRun {
+  std::vector<Program> programs;
+  JobTimeline timeline;
+  /// The step's period when the loop repeats it (Note [Step period] in sim/engine.hpp): the
+  /// slowest rank's, each rank's found with its collectives at the times the job gave them; the
+  /// step_ns without a host side, 0 when a rank does not fit.
+  Nanoseconds period_ns = 0;
+};
+
+/// Lowers plans[r] (validated for job.ranks[r]) and simulates every rank on machines[r] together;
+/// sets each rank's Timeline::period_ns.
+JobRun simulate_job(const Job& job, const std::vector<Plan>& plans,
+                    const std::vector<Machine>& machines, const EngineOptions& options = {});
 
 }  // namespace memplan::sim

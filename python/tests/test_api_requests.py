@@ -23,6 +23,15 @@ def test_text_and_numbers_give_the_same_machine():
     assert text.memory_bytes == 2 << 30 and text.copy_latency_ns == 10_000
 
 
+def test_an_interconnect_is_named_by_its_presets():
+    trace = memplan.load_trace(MLP4)
+    assert memplan.machine(trace).interconnect is None
+    assert memplan.machine(trace, interconnect="recorded").interconnect is None
+    assert memplan.machine(trace, interconnect="nvlink4").interconnect == "nvlink4"
+    both = memplan.machine(trace, interconnect="nvlink4", network="ib-ndr", gpus_per_node=4)
+    assert both.interconnect == "nvlink4 + ib-ndr"
+
+
 def test_host_bandwidth_acts_on_an_update_on_the_host():
     trace = memplan.load_trace(MLP4)
     slow = memplan.simulate(trace, policy="zero-offload", host_bandwidth="1GB/s")
@@ -38,6 +47,11 @@ def test_host_bandwidth_acts_on_an_update_on_the_host():
     (dict(latency=-5), "--latency"),
     (dict(host_bandwidth="fast"), "--host-bandwidth"),
     (dict(allocator="buddy"), "--allocator"),
+    (dict(interconnect="nvlink9"), "--interconnect"),
+    (dict(interconnect="ib-ndr"), "--interconnect"),
+    (dict(interconnect="nvlink4", network="nvlink4"), "--network"),
+    (dict(network="ib-ndr"), "--network"),
+    (dict(interconnect="nvlink4", gpus_per_node=0), "--gpus-per-node"),
 ])
 def test_a_bad_machine_value_names_its_flag(kwargs, flag):
     trace = memplan.load_trace(MLP4)

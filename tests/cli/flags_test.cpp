@@ -130,6 +130,30 @@ TEST_CASE("messages name what the user gave", "[cli][flags]") {
   check_refused(run_memplan("info '" + path + "'"), "18446744073709551616 is out of range");
 }
 
+TEST_CASE("the interconnect flags: presets taken, bad ones refused naming the flag",
+          "[cli][flags][interconnect]") {
+  const std::string simulate = "simulate " + memplan::test::tiny_trace() + " --policy in-core ";
+  for (const char* flags : {"--interconnect recorded", "--interconnect nvlink4",
+                            "--interconnect nvlink4 --network ib-ndr --gpus-per-node 4",
+                            "--interconnect xgmi --gpus-per-node 1024"}) {
+    const auto r = run_memplan(simulate + flags);
+    CAPTURE(flags, r.err);
+    CHECK(r.exit_status == 0);
+  }
+  check_refused(run_memplan(simulate + "--interconnect nvlink9"),
+                "--interconnect: unknown fabric 'nvlink9'");
+  check_refused(run_memplan(simulate + "--interconnect ib-ndr"), "give it to --network");
+  check_refused(run_memplan(simulate + "--interconnect nvlink4 --network pcie4-p2p"),
+                "--network: 'pcie4-p2p' joins the GPUs of one node");
+  check_refused(run_memplan(simulate + "--network ib-ndr"),
+                "--network: name the intra-node fabric too");
+  check_refused(run_memplan(simulate + "--interconnect nvlink4 --gpus-per-node 0"),
+                "'0' is not a whole number from 1 to 1024");
+  check_refused(run_memplan(simulate + "--interconnect nvlink4 --gpus-per-node 2000"),
+                "--gpus-per-node");
+  check_refused(run_memplan(simulate + "--gpus-per-node 4"), "--gpus-per-node");
+}
+
 TEST_CASE("progress goes to stderr; --quiet and --json silence it", "[cli][flags][progress]") {
   // Not a terminal: a line every MEMPLAN_PROGRESS_SECONDS while the wait lasts, none for a run
   // shorter than that (the default 5 s), none with --quiet or --json.

@@ -1,6 +1,7 @@
 #include "tests/io/bad_traces.hpp"
 
 #include <functional>
+#include <utility>
 
 namespace memplan::test {
 
@@ -27,6 +28,184 @@ json valid_small_trace() {
   })");
 }
 
+json valid_v3_trace(int rank) {
+  json j = valid_small_trace();
+  j["version"] = 3;
+  j["distributed"] = {{"backend", "nccl"}, {"rank", rank}, {"world_size", 2}};
+  j["streams"] = {"compute", "nccl"};
+  json sgd = j["ops"][3];
+  sgd["id"] = 4;
+  sgd["after"] = {3};
+  j["ops"][3] = json::parse(R"({"id": 3, "name": "nccl:all_reduce", "layer": "nccl:all_reduce",
+    "phase": "backward", "inputs": [4], "outputs": [], "workspace_bytes": 0, "duration_ns": 30,
+    "stream": 1, "collective": {"kind": "all_reduce", "in_bytes": 64, "out_bytes": 64,
+    "dtype": "float32", "group": "0", "sequence": 0}})");
+  j["ops"].push_back(sgd);
+  return j;
+}
+
+json valid_two_rank_job() {
+  json job = {{"format", "memplan-trace"}, {"version", 3}, {"ranks", json::array()}};
+  for (int rank : {0, 1}) {
+    json body = valid_v3_trace(rank);
+    body.erase("format");
+    body.erase("version");
+    job["ranks"].push_back(std::move(body));
+  }
+  return job;
+}
+
+namespace {
+
+// Trace format v3's fields (streams, waits, collectives, the job), each broken one way.
+std::vector<BadTrace> bad_v3_traces() {
+  std::vector<BadTrace> cases;
+  auto mutate = [&](std::string name, const std::function<void(json&)>& change, std::string where,
+                    std::string problem) {
+    json j = valid_v3_trace();
+    change(j);
+    cases.push_back({std::move(name), j.dump(), std::move(where), std::move(problem)});
+  };
+  auto collective = [&](std::string name, const json& fields, std::string where,
+                        std::string problem) {
+    mutate(
+        std::move(name), [&](json& j) { j["ops"][3]["collective"].update(fields); },
+        std::move(where), std::move(problem));
+  };
+  mutate(
+      "a v3 field in a v2 trace",
+      [](json& j) {
+        j = valid_small_trace();
+        j["version"] = 2;
+        j["ops"][1]["stream"] = 0;
+      },
+      "$.ops[1]", "unknown field 'stream'");
+  mutate(
+      "a v3 field in a v1 trace",
+      [](json& j) {
+        j = valid_small_trace();
+        j["distributed"] = {{"rank", 0}, {"world_size", 1}};
+      },
+      "$", "unknown field 'distributed'");
+  mutate(
+      "a job in a v2 trace",
+      [](json& j) {
+        j = valid_two_rank_job();
+        j["version"] = 2;
+      },
+      "$", "unknown field 'ranks'");
+  cases.push_back({"a job of two ranks read as one step", valid_two_rank_job().dump(), "bad.json",
+                   "holds a job of 2 ranks"});
+  mutate(
+      "a stream beyond the trace's streams", [](json& j) { j["ops"][1]["stream"] = 2; },
+      "$.ops[1].stream", "stream 2 is not one of the 2 streams");
+  mutate(
+      "a negative stream", [](json& j) { j["ops"][1]["stream"] = -1; }, "$.ops[1].stream",
+      "stream -1 is not one of the 2 streams");
+  mutate(
+      "a stream without streams", [](json& j) { j.erase("streams"); }, "$.ops[3].stream",
+      "names no streams");
+  mutate(
+      "a mistyped stream", [](json& j) { j["ops"][3]["stream"] = "nccl"; }, "$.ops[3].stream",
+      "expected an integer");
+  mutate(
+      "an empty stream label", [](json& j) { j["streams"][1] = ""; }, "$.streams[1]",
+      "an empty label");
+  mutate(
+      "a stream label that is not a string", [](json& j) { j["streams"][0] = 7; }, "$.streams[0]",
+      "expected a string");
+  mutate(
+      "after a later op", [](json& j) { j["ops"][2]["after"] = {3}; }, "$.ops[2].after[0]",
+      "op 3 is not issued before op 2");
+  mutate(
+      "after an op of the same stream", [](json& j) { j["ops"][4]["after"] = {2}; },
+      "$.ops[4].after[0]", "runs on the same stream (0)");
+  mutate(
+      "after the same op twice",
+      [](json& j) {
+        j["ops"][4]["after"] = {3, 3};
+      },
+      "$.ops[4].after[1]", "op 3 listed twice");
+  mutate(
+      "after an unknown op", [](json& j) { j["ops"][4]["after"] = {99}; }, "$.ops[4].after[0]",
+      "unknown op id 99");
+  mutate(
+      "after a negative op id", [](json& j) { j["ops"][4]["after"] = {-1}; }, "$.ops[4].after[0]",
+      "out of range");
+  mutate(
+      "after that is not a list", [](json& j) { j["ops"][4]["after"] = 3; }, "$.ops[4].after",
+      "expected an array");
+  collective("an unknown collective", {{"kind", "allreduce"}}, "$.ops[3].collective.kind",
+             "unknown collective 'allreduce' (all_reduce, all_gather");
+  collective("a collective of a mistyped size", {{"in_bytes", "64"}},
+             "$.ops[3].collective.in_bytes", "expected an integer");
+  collective("a collective of a negative size", {{"in_bytes", -64}}, "$.ops[3].collective.in_bytes",
+             "negative size -64");
+  collective("a collective of an absurd size", {{"out_bytes", 1LL << 51}},
+             "$.ops[3].collective.out_bytes", "absurd size");
+  collective("a negative sequence number", {{"sequence", -1}}, "$.ops[3].collective.sequence",
+             "negative sequence number -1");
+  collective("a group's rank listed twice", {{"ranks", {0, 0}}}, "$.ops[3].collective.ranks[1]",
+             "rank 0 listed twice");
+  collective("a group's rank beyond the world", {{"ranks", {0, 2}}}, "$.ops[3].collective.ranks[1]",
+             "rank 2 is not below the world size 2");
+  collective("a group's negative rank", {{"ranks", {0, -1}}}, "$.ops[3].collective.ranks[1]",
+             "negative rank -1");
+  collective("a group without this rank", {{"ranks", {1}}}, "$.ops[3].collective.ranks",
+             "does not hold this step's own rank 0");
+  collective("a peer of an all_reduce", {{"peer", 1}}, "$.ops[3].collective.peer",
+             "a peer, but the collective is all_reduce");
+  collective("a send without its peer", {{"kind", "send"}}, "$.ops[3].collective.peer",
+             "a send names its peer");
+  collective("a recv from itself", {{"kind", "recv"}, {"peer", 0}}, "$.ops[3].collective.peer",
+             "peer 0 is this step's own rank");
+  collective("a send beyond the world", {{"kind", "send"}, {"peer", 2}}, "$.ops[3].collective.peer",
+             "peer 2 is not below the world size 2");
+  collective("a negative peer", {{"kind", "send"}, {"peer", -1}}, "$.ops[3].collective.peer",
+             "out of range");
+  collective("an unknown collective field", {{"root", 0}}, "$.ops[3].collective",
+             "unknown field 'root'");
+  mutate(
+      "a collective without its sequence",
+      [](json& j) { j["ops"][3]["collective"].erase("sequence"); }, "$.ops[3].collective",
+      "missing field 'sequence'");
+  mutate(
+      "one call of a group twice",
+      [](json& j) { j["ops"][2]["collective"] = j["ops"][3]["collective"]; },
+      "$.ops[3].collective.sequence", "all_reduce #0 of group '0' again: op 2 is that call");
+  mutate(
+      "a collective's op with a workspace", [](json& j) { j["ops"][3]["workspace_bytes"] = 16; },
+      "$.ops[3].workspace_bytes", "a collective's op has no workspace");
+  mutate(
+      "a collective's op with algorithms",
+      [](json& j) {
+        j["ops"][3]["algorithms"] = {
+            {{"name", "ring"}, {"workspace_bytes", 0}, {"duration_ns", 20}}};
+      },
+      "$.ops[3].algorithms", "a collective's op has no other algorithms");
+  mutate(
+      "a rank beyond the world", [](json& j) { j["distributed"]["rank"] = 2; },
+      "$.distributed.rank", "rank 2 is not below the world size 2");
+  mutate(
+      "a negative rank", [](json& j) { j["distributed"]["rank"] = -1; }, "$.distributed.rank",
+      "negative rank -1");
+  mutate(
+      "an empty world", [](json& j) { j["distributed"]["world_size"] = 0; },
+      "$.distributed.world_size", "0 is out of range (1 to 1048576)");
+  mutate(
+      "a world too large", [](json& j) { j["distributed"]["world_size"] = 1 << 21; },
+      "$.distributed.world_size", "2097152 is out of range (1 to 1048576)");
+  mutate(
+      "a distributed step without its rank", [](json& j) { j["distributed"].erase("rank"); },
+      "$.distributed", "missing field 'rank'");
+  mutate(
+      "a mistyped backend", [](json& j) { j["distributed"]["backend"] = 1; },
+      "$.distributed.backend", "expected a string");
+  return cases;
+}
+
+}  // namespace
+
 std::vector<BadTrace> bad_traces() {
   std::vector<BadTrace> cases;
   auto mutate = [&](std::string name, const std::function<void(json&)>& change, std::string where,
@@ -48,8 +227,8 @@ std::vector<BadTrace> bad_traces() {
       "wrong format name", [](json& j) { j["format"] = "chrome-trace"; }, "$.format",
       "is not 'memplan-trace'");
   mutate(
-      "wrong version", [](json& j) { j["version"] = 3; }, "$.version",
-      "version 3 is not supported");
+      "wrong version", [](json& j) { j["version"] = 4; }, "$.version",
+      "version 4 is not supported");
   mutate(
       "a version-2 field in a version-1 trace", [](json& j) { j["launch_ns"] = 5000; }, "$",
       "unknown field 'launch_ns'");
@@ -211,6 +390,7 @@ std::vector<BadTrace> bad_traces() {
   mutate(
       "bad provenance", [](json& j) { j["provenance"]["source"] = "dreamt"; },
       "$.provenance.source", "is not one of");
+  for (BadTrace& bad : bad_v3_traces()) cases.push_back(std::move(bad));
   return cases;
 }
 

@@ -2,6 +2,7 @@
 // and the Python API. Each expected value is the unit grammar's (core/units.hpp) or the range the
 // CLI refuses with (cli/flag_checks.hpp uses the same constants).
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -88,6 +89,55 @@ TEST_CASE("a bad machine value is refused naming its flag", "[requests][bad_inpu
   CHECK(refused([](MachineRequest& r) { r.link = "pcie9"; }) != "");
   // A zero latency is a machine, not an error.
   CHECK(refused([](MachineRequest& r) { r.latency = Quantity{0.0}; }).empty());
+}
+
+TEST_CASE("a machine request names its interconnect by presets", "[requests][interconnect]") {
+  const auto workload = tiny();
+  MachineRequest r;
+  CHECK_FALSE(memplan::requests::make_machine(workload, r).interconnect);
+  r.interconnect = "recorded";
+  CHECK_FALSE(memplan::requests::make_machine(workload, r).interconnect);
+  r.interconnect = "nvlink4";
+  r.network = "ib-ndr";
+  r.gpus_per_node = 4;
+  const auto m = memplan::requests::make_machine(workload, r);
+  REQUIRE(m.interconnect);
+  CHECK(m.interconnect->name == "nvlink4 + ib-ndr");
+  CHECK(m.interconnect->intra.bytes_per_s == 450e9);
+  CHECK(m.interconnect->inter.bytes_per_s == 50e9);
+  CHECK(m.interconnect->gpus_per_node == 4);
+}
+
+TEST_CASE("a bad interconnect is refused naming its flag", "[requests][interconnect][bad_input]") {
+  const auto workload = tiny();
+  const auto refused = [&](auto set) {
+    MachineRequest r;
+    r.interconnect = "nvlink4";
+    set(r);
+    return refused_by([&] { (void)memplan::requests::make_machine(workload, r); });
+  };
+  CHECK(refused([](MachineRequest& r) { r.interconnect = "nvlink9"; }) == "--interconnect");
+  CHECK(refused([](MachineRequest& r) { r.interconnect = "ib-ndr"; }) == "--interconnect");
+  CHECK(refused([](MachineRequest& r) { r.network = "warp"; }) == "--network");
+  CHECK(refused([](MachineRequest& r) { r.network = "nvlink3"; }) == "--network");
+  CHECK(refused([](MachineRequest& r) { r.gpus_per_node = 0; }) == "--gpus-per-node");
+  CHECK(refused([](MachineRequest& r) { r.gpus_per_node = -8; }) == "--gpus-per-node");
+  CHECK(refused([](MachineRequest& r) { r.gpus_per_node = std::int64_t{1} << 40; }) ==
+        "--gpus-per-node");
+  // A network or a node size without an intra-node fabric, or with "recorded".
+  CHECK(refused([](MachineRequest& r) {
+          r.interconnect.reset();
+          r.network = "ib-ndr";
+        }) == "--network");
+  CHECK(refused([](MachineRequest& r) {
+          r.interconnect.reset();
+          r.gpus_per_node = 8;
+        }) == "--gpus-per-node");
+  CHECK(refused([](MachineRequest& r) {
+          r.interconnect = "recorded";
+          r.network = "ib-ndr";
+        }) == "--network");
+  CHECK(refused([](MachineRequest& r) { r.gpus_per_node = 1024; }).empty());
 }
 
 TEST_CASE("a search request out of range is refused naming its flag", "[requests][bad_input]") {

@@ -37,24 +37,14 @@ Collective all_gather(Bytes in, Bytes out) {
   return c;
 }
 
-/// The simulations of each rank of a job: one Program per workload, simulated together.
-struct Job {
-  std::vector<Program> programs;
-  JobTimeline timeline;
-};
-
-Job run_job(const std::vector<Workload>& ranks, const std::vector<Plan>& plans,
-            const Machine& machine) {
-  Job job;
-  for (std::size_t r = 0; r < ranks.size(); ++r) job.programs.push_back(lower(ranks[r], plans[r]));
-  std::vector<const Program*> programs;
-  for (const Program& p : job.programs) programs.push_back(&p);
-  job.timeline = simulate_job(programs, std::vector<Machine>(ranks.size(), machine));
-  return job;
+/// The ranks' plans simulated together, each rank on `machine`.
+JobRun run_job(const std::vector<Workload>& ranks, const std::vector<Plan>& plans,
+               const Machine& machine) {
+  return simulate_job(Job{ranks}, plans, std::vector<Machine>(ranks.size(), machine));
 }
 
 /// [start, end] of the span labelled `label` on `stream` of rank `r`.
-Interval rank_span(const Job& job, const std::vector<Workload>& ranks, std::size_t r,
+Interval rank_span(const JobRun& job, const std::vector<Workload>& ranks, std::size_t r,
                    StreamId stream, const std::string& label) {
   const memplan::test::Simulation s{job.programs[r], job.timeline.ranks[r]};
   return span_of(s, ranks[r], stream, label);
@@ -149,7 +139,7 @@ TEST_CASE("a late rank makes the other wait, and a swap that fits the wait costs
   const std::vector<Workload> ranks{gather_rank(0, 1000), gather_rank(1, 3000)};
   const Machine m = test_machine(kPlenty);
   const std::vector<Plan> in_core{plan_with(ranks[0], {}), plan_with(ranks[1], {})};
-  const Job job = run_job(ranks, in_core, m);
+  const JobRun job = run_job(ranks, in_core, m);
   // Rank 0 reaches ag after f2 at 1100, rank 1 at 3100: ag runs [3100, 3600] on both. f3 waits
   // for it, [3600, 4600]; g3 [4600, 5600]; g1 [5600, 6600] on both ranks.
   REQUIRE(job.timeline.feasible);
@@ -171,7 +161,7 @@ TEST_CASE("a late rank makes the other wait, and a swap that fits the wait costs
   // costs nothing, and rank 0 now waits 1100.
   const std::vector<Plan> rank0_swaps{plan_with(ranks[0], {{"f1_out", Action::kSwap}}),
                                       in_core[1]};
-  const Job hidden = run_job(ranks, rank0_swaps, m);
+  const JobRun hidden = run_job(ranks, rank0_swaps, m);
   REQUIRE(hidden.timeline.feasible);
   CHECK(rank_span(hidden, ranks, 0, StreamId::kD2H, "copy-out f1_out") == Interval{1000, 2000});
   CHECK(rank_span(hidden, ranks, 0, StreamId::kH2D, "copy-in f1_out") == Interval{4600, 5600});
@@ -190,7 +180,7 @@ TEST_CASE("a swap that delays its rank's arrival delays the other rank too", "[s
   // g3, [5500, 6500], lands as g1 starts: g1 [6500, 7500] on both. Both ranks lose 900 ns.
   const std::vector<Plan> plans{plan_with(ranks[0], {}),
                                 plan_with(ranks[1], {{"f1_out", Action::kSwap}})};
-  const Job job = run_job(ranks, plans, m);
+  const JobRun job = run_job(ranks, plans, m);
   REQUIRE(job.timeline.feasible);
   CHECK(job.timeline.ranks[1].stall_ns_by_cause[static_cast<std::size_t>(StallCause::kSwapOut)] ==
         900);
@@ -201,4 +191,56 @@ TEST_CASE("a swap that delays its rank's arrival delays the other rank too", "[s
   }
   CHECK(job.timeline.ranks[0].collectives[0].wait_ns() == 2900);
   CHECK(job.timeline.step_ns == 7500);
+}
+
+namespace {
+
+// One rank of a 2-rank DDP step: b1 (1000) writes g1 (1000 bytes), ar all-reduces it on the nccl
+// stream (recorded 9999 ns: what the interconnect replaces), the update (500) waits for it.
+Workload all_reduce_rank(std::int32_t rank, Nanoseconds b1_ns) {
+  WorkloadBuilder b;
+  const auto x = b.input("x", 100);
+  const auto y = b.forward("f", {x}, 100, 1000);
+  const auto g1 = b.backward("b1", {y}, 1000, b1_ns);
+  const OpId ar = b.op("ar", "all_reduce", Phase::kBackward, {g1}, {}, 9999);
+  b.op("upd", "sgd", Phase::kUpdate, {g1}, {}, 500);
+  Collective c;
+  c.kind = CollectiveKind::kAllReduce;
+  c.in_bytes = c.out_bytes = 1000;
+  c.group = "0";
+  to_side_stream(b.workload(), ar, c);
+  b.workload().ops.back().after = {ar};
+  b.workload().distributed = Distributed{"nccl", rank, 2};
+  return b.build();
+}
+
+Machine with_fabric(BytesPerSecond bytes_per_s, Nanoseconds latency_ns) {
+  Machine m = test_machine(kPlenty);
+  m.interconnect = Interconnect{"test", {bytes_per_s, latency_ns}, {bytes_per_s, latency_ns}, 8};
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a 2-rank ring all-reduce under two bandwidths", "[scenario][job]") {
+  const std::vector<Workload> ranks{all_reduce_rank(0, 1000), all_reduce_rank(1, 1000)};
+  const std::vector<Plan> plans{plan_with(ranks[0], {}), plan_with(ranks[1], {})};
+  // n = 2 on one node, S = 1000 bytes, a = 100 ns. At 1 GB/s (1 byte/ns): ring 2(n-1)a +
+  // 2(n-1)/n S/B = 200 + 1000 = 1200 ns; tree 2 ceil(log2 2) a + 2 S/B = 200 + 2000 = 2200: the
+  // ring. Both ranks reach ar after b1 at 2000: ar [2000, 3200], upd [3200, 3700].
+  const JobRun fast = run_job(ranks, plans, with_fabric(1e9, 100));
+  // At 0.5 GB/s: ring 200 + 2000 = 2200 (tree 200 + 4000): ar [2000, 4200], upd [4200, 4700].
+  const JobRun slow = run_job(ranks, plans, with_fabric(0.5e9, 100));
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(rank_span(fast, ranks, r, kSide, "ar") == Interval{2000, 3200});
+    CHECK(rank_span(fast, ranks, r, StreamId::kCompute, "upd") == Interval{3200, 3700});
+    CHECK(rank_span(slow, ranks, r, kSide, "ar") == Interval{2000, 4200});
+    CHECK(rank_span(slow, ranks, r, StreamId::kCompute, "upd") == Interval{4200, 4700});
+    CHECK(fast.timeline.ranks[r].collectives[0].wait_ns() == 0);
+  }
+  CHECK(fast.timeline.step_ns == 3700);
+  CHECK(slow.timeline.step_ns == 4700);
+  // Without an interconnect the recorded transfer stands: ar [2000, 11999].
+  const JobRun recorded = run_job(ranks, plans, test_machine(kPlenty));
+  CHECK(rank_span(recorded, ranks, 0, kSide, "ar") == Interval{2000, 11999});
 }
