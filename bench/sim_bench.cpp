@@ -27,6 +27,7 @@
 #include "core/liveness.hpp"
 #include "search/oracle/evaluator.hpp"
 #include "sim/engine.hpp"
+#include "sim/job_simulation.hpp"
 #include "sim/lowering.hpp"
 #include "zoo/zoo.hpp"
 
@@ -239,6 +240,83 @@ void single_recompute(const Workload& w, const Machine& machine, int trials) {
       resumed_replay_s * 1e3, simulate_s * 1e3, resumed_simulate_s * 1e3);
 }
 
+/// Rank `rank` of an 8-rank data-parallel step of `w` as DDP runs it: every backward op that
+/// writes a gradient the optimizer reads is followed by an all-reduce of it on an NCCL stream,
+/// the update waits for them all, and each rank's compute is `rank` per mille slower than rank
+/// 0's (so that ranks wait for each other).
+Workload ddp_rank(const Workload& w, std::int32_t rank, std::int32_t world_size) {
+  Workload out = w;
+  out.ops.clear();
+  out.streams = {"compute", "nccl"};
+  out.distributed = Distributed{"nccl", rank, world_size};
+  std::vector<bool> updated(w.tensors.size(), false);  // gradients the optimizer reads
+  for (const Op& op : w.ops) {
+    if (op.phase != Phase::kUpdate) continue;
+    for (TensorId t : op.inputs) updated[index(t)] = w.tensor(t).kind == TensorKind::kGradient;
+  }
+  std::vector<OpId> renamed(w.ops.size());
+  std::vector<OpId> all_reduces;
+  std::int64_t sequence = 0;
+  for (const Op& original : w.ops) {
+    Op op = original;
+    op.id = op_id(out.ops.size());
+    renamed[index(original.id)] = op.id;
+    op.duration_ns += op.duration_ns * rank / 1000;
+    if (op.differentiates != kNoOp) op.differentiates = renamed[index(op.differentiates)];
+    if (op.phase == Phase::kUpdate) op.after = all_reduces;
+    out.ops.push_back(op);
+    for (TensorId t : original.outputs) out.tensors[index(t)].producer = op.id;
+    if (op.phase != Phase::kBackward) continue;
+    for (TensorId t : original.outputs) {
+      if (!updated[index(t)]) continue;
+      Op ar;
+      ar.id = op_id(out.ops.size());
+      ar.name = "all_reduce " + w.tensor(t).name;
+      ar.layer = LayerType::named("all_reduce");
+      ar.phase = Phase::kBackward;
+      ar.inputs = {t};
+      ar.stream = 1;
+      ar.duration_ns = 1000 + w.tensor(t).bytes / 100;  // 100 GB/s and 1 us
+      ar.collective = Collective{CollectiveKind::kAllReduce, w.tensor(t).bytes, w.tensor(t).bytes,
+                                 "float32", "0", {}, -1, sequence++};
+      all_reduces.push_back(ar.id);
+      out.ops.push_back(std::move(ar));
+    }
+  }
+  return out;
+}
+
+/// The 8 ranks of a DDP step of `w` simulated together: instructions per second over every rank's
+/// engine runs, and the rounds the collectives' ready times took.
+void bench_job(const Workload& w, const Machine& machine, int repetitions) {
+  constexpr std::int32_t kRanks = 8;
+  Job job;
+  for (std::int32_t r = 0; r < kRanks; ++r) job.ranks.push_back(ddp_rank(w, r, kRanks));
+  validate(job, "8-rank DDP step");
+  const std::vector<Plan> plans(kRanks, in_core_plan(job.ranks.front()));
+  const std::vector<Machine> machines(kRanks, machine);
+  std::vector<Program> programs;
+  for (std::int32_t r = 0; r < kRanks; ++r) programs.push_back(lower(job.ranks[r], plans[r]));
+  std::vector<const Program*> pointers;
+  for (const Program& p : programs) pointers.push_back(&p);
+  const EngineOptions lean = EngineOptions::totals();
+  JobTimeline tl = simulate_job(pointers, machines, lean);  // warm
+  const double c0 = cpu_seconds();
+  std::size_t executed = 0;
+  for (int k = 0; k < repetitions; ++k) {
+    tl = simulate_job(pointers, machines, lean);
+    for (const Timeline& rank : tl.ranks) executed += rank.instructions_executed * tl.rounds;
+  }
+  const double s = cpu_seconds() - c0;
+  fmt::print(
+      "\n8-rank DDP step ({} collectives per rank on an NCCL stream): {} instructions per rank, "
+      "{} rounds, {:.3f} ms per job step, {:.1f} Minstr/s over every rank's runs; step {:.3f} ms, "
+      "slowest rank {}\n",
+      programs.front().collectives.size(), programs.front().instruction_count(), tl.rounds,
+      s / repetitions * 1e3, static_cast<double>(executed) / s / 1e6,
+      static_cast<double>(tl.step_ns) / 1e6, tl.slowest);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,5 +339,6 @@ int main(int argc, char** argv) {
   single_map_change(w, machine, 40);
   single_eviction(w, machine, 40);
   single_recompute(w, machine, 40);
+  bench_job(w, machine, std::max(1, repetitions / 20));
   return 0;
 }
