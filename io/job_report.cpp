@@ -88,6 +88,13 @@ std::string job_summary_text(const JobRun& run, const Job& job,
   std::string out = fmt::format("job         {} of {} ranks{}, plan {}\n", job.ranks.size(),
                                 job.world_size(), d.backend.empty() ? "" : " (" + d.backend + ")",
                                 policy);
+  if (const auto& net = machines.front().interconnect) {
+    out += fmt::format("interconnect {}: {:.0f} GB/s within a node of {}, {:.0f} GB/s between nodes\n",
+                       net->name, net->intra.bytes_per_s / 1e9, net->gpus_per_node,
+                       net->inter.bytes_per_s / 1e9);
+  } else {
+    out += "interconnect recorded: each collective takes its recorded transfer time\n";
+  }
   if (!jt.feasible) {
     for (std::size_t r = 0; r < jt.ranks.size(); ++r) {
       if (!jt.ranks[r].feasible && jt.ranks[r].oom) {

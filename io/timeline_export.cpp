@@ -235,6 +235,15 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
         {"d2h_bytes_per_s", machine.link.d2h_bytes_per_s},
         {"copy_latency_ns", machine.link.latency_ns},
         {"memory_bandwidth_bytes_per_s", machine.memory_bandwidth_bytes_per_s}}}};
+  if (machine.interconnect) {
+    const Interconnect& net = *machine.interconnect;
+    j["machine"]["interconnect"] = {{"name", net.name},
+                                    {"intra_bytes_per_s", net.intra.bytes_per_s},
+                                    {"intra_latency_ns", net.intra.latency_ns},
+                                    {"inter_bytes_per_s", net.inter.bytes_per_s},
+                                    {"inter_latency_ns", net.inter.latency_ns},
+                                    {"gpus_per_node", net.gpus_per_node}};
+  }
   j["oom"] = timeline.oom ? oom_to_json(*timeline.oom, program, workload) : nlohmann::json(nullptr);
   j["host_ops_s"] = to_seconds(timeline.host_ops_ns);
   if (!program.collectives.empty()) j["collectives"] = collectives_json(timeline, program, workload);
@@ -260,6 +269,12 @@ std::string summary_text(const Timeline& timeline, const Program& program, const
       format_bytes(machine.memory_bytes), to_string(machine.allocator),
       machine.link.h2d_bytes_per_s / 1e9, machine.link.d2h_bytes_per_s / 1e9,
       to_us(machine.link.latency_ns));
+  if (machine.interconnect && !program.collectives.empty()) {
+    const Interconnect& net = *machine.interconnect;
+    out += fmt::format(
+        "interconnect {}: {:.0f} GB/s within a node of {}, {:.0f} GB/s between nodes\n", net.name,
+        net.intra.bytes_per_s / 1e9, net.gpus_per_node, net.inter.bytes_per_s / 1e9);
+  }
   if (!timeline.feasible) {
     out += fmt::format("infeasible  {}\n",
                        timeline.oom ? oom_to_text(*timeline.oom, program, workload) : "unknown");
