@@ -110,4 +110,28 @@ CollectiveCost collective_cost(const Collective& c, std::int32_t rank, std::int3
   return {0, "local"};
 }
 
+std::optional<BytesPerSecond> bus_bandwidth(const Collective& c, std::int32_t world_size,
+                                            Nanoseconds transfer_ns) {
+  const auto n = static_cast<double>(c.ranks.empty() ? world_size : std::ssize(c.ranks));
+  const auto bytes = static_cast<double>(std::max(c.in_bytes, c.out_bytes));
+  if (n < 2 || transfer_ns <= 0 || bytes <= 0 || c.kind == CollectiveKind::kBarrier)
+    return std::nullopt;
+  double factor = 1.0;
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce:
+      factor = 2.0 * (n - 1) / n;
+      break;
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kGather:
+    case CollectiveKind::kScatter:
+      factor = (n - 1) / n;
+      break;
+    default:
+      break;
+  }
+  return bytes * factor / (static_cast<double>(transfer_ns) * 1e-9);
+}
+
 }  // namespace memplan::sim

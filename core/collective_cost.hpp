@@ -34,6 +34,7 @@
 // NVLS/CollNet algorithms: its bandwidth is the bus bandwidth nccl-tests reports, which already
 // folds them in.
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "core/collective.hpp"
@@ -52,5 +53,12 @@ struct CollectiveCost {
 /// (negative sizes, a zero bandwidth, sizes near 2^62) give 0 or saturate at kMaxNanoseconds.
 CollectiveCost collective_cost(const Collective& c, std::int32_t rank, std::int32_t world_size,
                                const Interconnect& net);
+
+/// The bus bandwidth a recorded transfer of `c` achieved, as nccl-tests reports it — the bytes one
+/// GPU put on the wire over the time, S/t times 2(n-1)/n for an all-reduce, (n-1)/n for an
+/// all-gather, reduce-scatter, all-to-all, gather or scatter, 1 for the others — so that it reads
+/// against a fabric preset's bandwidth. nullopt for a barrier, a group of one, or no time or bytes.
+std::optional<BytesPerSecond> bus_bandwidth(const Collective& c, std::int32_t world_size,
+                                            Nanoseconds transfer_ns);
 
 }  // namespace memplan::sim

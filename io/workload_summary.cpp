@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/collective_cost.hpp"
 #include "core/feature_maps.hpp"
 #include "core/machine.hpp"
 
@@ -53,6 +54,23 @@ WorkloadSummary summarize(const Workload& workload) {
   }
   s.peak = incore_peak(workload);
   s.host = host_timeline(workload);
+  s.ops_by_stream.assign(std::max<std::size_t>(1, workload.streams.size()), 0);
+  const std::int32_t world = workload.distributed ? workload.distributed->world_size : 1;
+  std::map<CollectiveKind, std::vector<BytesPerSecond>> bandwidths;
+  for (const Op& op : workload.ops) {
+    ++s.ops_by_stream[static_cast<std::size_t>(op.stream)];
+    if (!op.collective) continue;
+    auto& totals = s.collectives[op.collective->kind];
+    ++totals.calls;
+    totals.bytes += std::max(op.collective->in_bytes, op.collective->out_bytes);
+    totals.recorded_ns = add_ns(totals.recorded_ns, op.duration_ns);
+    if (auto bw = bus_bandwidth(*op.collective, world, op.duration_ns))
+      bandwidths[op.collective->kind].push_back(*bw);
+  }
+  for (auto& [kind, values] : bandwidths) {
+    std::sort(values.begin(), values.end());
+    s.collectives[kind].median_bus_bandwidth = values[(values.size() - 1) / 2];
+  }
   return s;
 }
 
@@ -94,6 +112,24 @@ nlohmann::ordered_json to_json(const WorkloadSummary& s, const Workload& workloa
   j["feature_map_bytes"] = s.feature_map_bytes;
   j["parameter_bytes"] = s.parameter_bytes();
   j["peak_bytes_incore"] = s.peak.bytes;
+  if (workload.distributed) {
+    j["distributed"] = {{"backend", workload.distributed->backend},
+                        {"rank", workload.distributed->rank},
+                        {"world_size", workload.distributed->world_size}};
+  }
+  if (s.ops_by_stream.size() > 1) j["ops_by_stream"] = s.ops_by_stream;
+  if (!s.collectives.empty()) {
+    nlohmann::ordered_json calls = nlohmann::ordered_json::object();
+    for (const auto& [kind, t] : s.collectives) {
+      calls[std::string(to_string(kind))] = {
+          {"calls", t.calls},
+          {"bytes", t.bytes},
+          {"recorded_s", to_seconds(t.recorded_ns)},
+          {"median_bus_bytes_per_s", t.median_bus_bandwidth ? nlohmann::ordered_json(*t.median_bus_bandwidth)
+                                                           : nlohmann::ordered_json(nullptr)}};
+    }
+    j["collectives"] = std::move(calls);
+  }
   j["no_reuse_bytes"] = no_reuse_bytes(workload);
   j["peak_op"] = s.peak.op == kNoOp ? nlohmann::ordered_json(nullptr)
                                     : nlohmann::ordered_json(workload.op(s.peak.op).name);
@@ -128,6 +164,52 @@ nlohmann::ordered_json to_json(const WorkloadSummary& s, const Workload& workloa
   j["link"] = link_json(workload);
   return j;
 }
+
+namespace {
+
+// The fabric presets of one kind, "nvlink3 300, nvlink4 450, ..." in GB/s.
+std::string presets_text(bool between_nodes) {
+  std::string out;
+  for (const FabricPreset& p : fabric_presets()) {
+    if (p.between_nodes != between_nodes) continue;
+    out += fmt::format("{}{} {:.0f}", out.empty() ? "" : ", ", p.name, p.fabric.bytes_per_s / 1e9);
+  }
+  return out;
+}
+
+// The rank, the device streams and the collectives of a step that ran on several GPUs: what each
+// kind of collective moved and the bus bandwidth its recorded transfers achieved, against the
+// fabric presets (GB/s) a what-if would price it with.
+std::string parallel_text(const WorkloadSummary& s, const Workload& workload) {
+  std::string out;
+  if (const auto& d = workload.distributed) {
+    out += fmt::format("rank         {} of {}{}\n", d->rank, d->world_size,
+                       d->backend.empty() ? "" : " (" + d->backend + ")");
+  }
+  if (s.ops_by_stream.size() > 1) {
+    out += fmt::format("streams      {}:", s.ops_by_stream.size());
+    for (std::size_t i = 0; i < s.ops_by_stream.size(); ++i) {
+      const std::string label = i < workload.streams.size() ? workload.streams[i] : "";
+      out += fmt::format("{} {} ({} ops)", i == 0 ? "" : ",", label.empty() ? std::to_string(i) : label,
+                         s.ops_by_stream[i]);
+    }
+    out += "\n";
+  }
+  for (const auto& [kind, t] : s.collectives) {
+    out += fmt::format("collective   {}: {} calls, {}, {:.3f} ms recorded", to_string(kind), t.calls,
+                       format_bytes(t.bytes), to_seconds(t.recorded_ns) * 1e3);
+    if (t.median_bus_bandwidth)
+      out += fmt::format(", bus bandwidth {:.1f} GB/s (median)", *t.median_bus_bandwidth / 1e9);
+    out += "\n";
+  }
+  if (!s.collectives.empty()) {
+    out += fmt::format("fabrics      presets in GB/s within a node: {}; between nodes: {}\n",
+                       presets_text(false), presets_text(true));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string to_text(const WorkloadSummary& s, const Workload& workload) {
   std::string out;
@@ -176,6 +258,7 @@ std::string to_text(const WorkloadSummary& s, const Workload& workload) {
         to_seconds(s.host->device_busy_ns) * 1e3, 100.0 * s.host->gpu_idle_share(),
         s.host->cpu_bound() ? "CPU-bound" : "GPU-bound");
   }
+  out += parallel_text(s, workload);
   out += "link        ";
   const nlohmann::ordered_json link = link_json(workload);
   for (const auto& [direction, source] : link.items()) {

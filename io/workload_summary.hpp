@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +39,15 @@ struct WorkloadSummary {
     std::size_t count = 0;
     Bytes bytes = 0;
   };
+  /// A step's collectives of one kind, as recorded: calls, bytes (the larger side of each), the
+  /// recorded transfer time, and the median bus bandwidth those transfers achieved
+  /// (core/collective_cost.hpp bus_bandwidth), to read against the fabric presets.
+  struct CollectiveTotals {
+    std::size_t calls = 0;
+    Bytes bytes = 0;
+    Nanoseconds recorded_ns = 0;
+    std::optional<BytesPerSecond> median_bus_bandwidth;
+  };
   std::size_t op_count = 0;
   std::size_t tensor_count = 0;
   std::array<std::map<std::string, std::size_t>, kPhaseCount> ops_by_layer;  // per phase
@@ -47,6 +57,9 @@ struct WorkloadSummary {
   InCorePeak peak;
   std::array<Nanoseconds, kPhaseCount> compute_ns{};
   std::optional<HostTimeline> host;
+  /// Ops per device stream (Workload::streams; one entry when every op runs on stream 0).
+  std::vector<std::size_t> ops_by_stream;
+  std::map<CollectiveKind, CollectiveTotals> collectives;
 
   [[nodiscard]] Bytes parameter_bytes() const {
     return tensors_by_kind[static_cast<std::size_t>(TensorKind::kParameter)].bytes;
