@@ -235,7 +235,9 @@ std::vector<bool> regenerable_tensors(const Workload& workload) {
   std::vector<bool> regenerable(workload.tensors.size(), false);
   for (const Tensor& t : workload.tensors) regenerable[index(t.id)] = is_preexisting(t.kind);
   for (const Op& op : workload.ops) {
-    bool ok = op.phase == Phase::kForward;
+    // A recompute runs on the compute stream: an op of another stream (a collective, which every
+    // rank of its group would have to call again) is never re-run.
+    bool ok = op.phase == Phase::kForward && op.stream == 0;
     for (TensorId in : op.inputs) ok = ok && regenerable[index(in)];
     for (TensorId out : op.outputs) regenerable[index(out)] = ok;
   }
@@ -625,7 +627,8 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
       throw InputError(
           fmt::format("{}: $.maps[{}]", source, i),
           fmt::format("tensor '{}' cannot be recomputed: its producer reads, directly or "
-                      "through other forward ops, a tensor that no forward op writes",
+                      "through other forward ops, a tensor that no forward op of the compute "
+                      "stream writes (collectives and side-stream ops are not re-run)",
                       workload.tensor(d.tensor).name));
     }
   }

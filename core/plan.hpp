@@ -260,8 +260,8 @@ std::vector<std::string> host_prefetch_problems(const Plan& plan, const Workload
 /// tensor (after a placement or the update's place changed).
 void drop_stale_host_prefetches(Plan& plan, const Workload& workload);
 
-/// Per tensor: can it be rebuilt by re-running forward ops from pre-existing tensors? (Pre-existing
-/// tensors themselves count as regenerable: they stay resident.)
+/// Per tensor: can it be rebuilt by re-running forward ops of the compute stream from pre-existing
+/// tensors? (Pre-existing tensors themselves count as regenerable: they stay resident.)
 std::vector<bool> regenerable_tensors(const Workload& workload);
 
 /// Per op: may regenerating one of the plan's recomputed maps re-run it? Over-approximated: the

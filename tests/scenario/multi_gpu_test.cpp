@@ -4,6 +4,7 @@
 // latency, collectives at their recorded time unless a test gives the machine an interconnect.
 #include <catch2/catch.hpp>
 
+#include "core/basic_plans.hpp"
 #include "sim/job_simulation.hpp"
 #include "sim/lowering.hpp"
 #include "tests/support/sim_helpers.hpp"
@@ -243,4 +244,21 @@ TEST_CASE("a 2-rank ring all-reduce under two bandwidths", "[scenario][job]") {
   // Without an interconnect the recorded transfer stands: ar [2000, 11999].
   const JobRun recorded = run_job(ranks, plans, test_machine(kPlenty));
   CHECK(rank_span(recorded, ranks, 0, kSide, "ar") == Interval{2000, 11999});
+}
+
+TEST_CASE("a map written on a side stream is never recomputed", "[scenario][streams]") {
+  // s1 on the side stream writes m, which the backward pass reads: a feature map. Recomputing it
+  // would re-run s1 on the compute stream (a collective every rank would have to call again).
+  WorkloadBuilder b;
+  const auto x = b.input("x", 100);
+  const auto m = b.forward("s1", {x}, 100, 1000);
+  const OpId s1 = b.last_op();
+  const auto y = b.forward("f2", {m}, 100, 1000);
+  b.backward("g", {y, m}, 100, 1000);
+  to_side_stream(b.workload(), s1);
+  const Workload w = b.build();
+  CHECK_THROWS_WITH(plan_with(w, {{"s1_out", Action::kRecompute}}),
+                    Catch::Contains("collectives and side-stream ops are not re-run"));
+  const Plan all = recompute_all_plan(w);  // keeps what cannot be recomputed
+  CHECK(all.decisions.front().action == Action::kKeep);
 }
