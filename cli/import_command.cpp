@@ -1,8 +1,13 @@
-// `memplan import kineto FILE -o TRACE`: a PyTorch profiler trace turned into a memplan trace.
+// `memplan import kineto FILE... | DIR -o TRACE`: PyTorch profiler traces turned into a memplan
+// trace: one step of one GPU, or of every rank of a job that ran on several (a job file).
 #include <filesystem>
 #include <limits>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
@@ -12,6 +17,7 @@
 #include "core/liveness.hpp"
 #include "core/units.hpp"
 #include "importers/kineto/kineto_importer.hpp"
+#include "importers/kineto/kineto_job.hpp"
 #include "importers/kineto/kineto_trace.hpp"
 #include "importers/kineto/recorded_step.hpp"
 #include "io/trace_io.hpp"
@@ -21,7 +27,8 @@ namespace memplan::cli {
 namespace {
 
 struct Options {
-  std::string file;
+  std::vector<std::string> files;
+  std::vector<std::int32_t> ranks;
   std::int64_t step = -1;
   std::string step_annotation;
   std::string window;
@@ -30,10 +37,47 @@ struct Options {
   bool json = false;
 };
 
+// One rank's import: its workload and report, with the trace it came from.
+struct RankView {
+  const sim::Workload& workload;
+  const importers::ImportReport& report;
+  const importers::KinetoTrace& trace;
+};
+
+double ms(sim::Nanoseconds ns) {
+  return static_cast<double>(ns) / 1e6;
+}
+
+// The rank, its streams, what orders them and its collectives, as text (nothing for a step of
+// one GPU on one stream).
+void print_streams_report(std::FILE* out, const RankView& v) {
+  const auto& r = v.report;
+  if (const auto& d = v.workload.distributed) {
+    fmt::print(out, "rank {} of {}{}\n", d->rank, d->world_size,
+               d->backend.empty() ? "" : fmt::format(" ({})", d->backend));
+  }
+  if (!v.workload.streams.empty()) {
+    fmt::print(out,
+               "streams: {} ({}); {} ops of work beside the compute stream; {} after edges from "
+               "{} ({} waits recorded)\n",
+               v.workload.streams.size(), fmt::join(v.workload.streams, ", "), r.side_stream_ops,
+               r.after_edges, r.wait_rule, r.stream_waits);
+  }
+  if (r.collectives == 0) return;
+  fmt::print(out, "collectives: {}, {}, recorded {:.3f} ms, transfer {:.3f} ms ({})\n",
+             r.collectives, sim::format_bytes(r.collective_bytes), ms(r.collective_recorded_ns),
+             ms(r.collective_transfer_ns),
+             r.transfer_from_peers
+                 ? fmt::format("the least any rank of the group recorded; {:.3f} ms waiting for "
+                               "the last peer",
+                               ms(r.collective_recorded_ns - r.collective_transfer_ns))
+                 : std::string("a single rank keeps its recorded time: its peers are assumed "
+                               "alike"));
+}
+
 // The parameters' cross-check, the time-only case and the host side, as text.
-void print_host_report(std::FILE* out, const importers::ImportResult& result,
-                       const importers::RecordedStep& recorded) {
-  const auto& r = result.report;
+void print_host_report(std::FILE* out, const RankView& v, const importers::RecordedStep& recorded) {
+  const auto& r = v.report;
   fmt::print(out, "trainable parameters: {} tensors, {} from the ops that read them",
              r.trainable_parameters, sim::format_bytes(r.trainable_parameter_bytes));
   if (r.optimizer_shape_tensors) {
@@ -71,7 +115,7 @@ void print_host_report(std::FILE* out, const importers::ImportResult& result,
                "host side: {} ops with their dispatch time, {} blocking calls ({:.3f} ms waiting), "
                "launch {} ns, {} streams; {} copies in the step ({} pageable, H2D {}, D2H {})\n",
                r.host_ops, r.blocking_calls, static_cast<double>(r.blocked_ns) / 1e6,
-               result.workload.launch_ns.value_or(0), r.streams, r.copies, r.pageable_copies,
+               v.workload.launch_ns.value_or(0), r.streams, r.copies, r.pageable_copies,
                sim::format_bytes(r.h2d_bytes), sim::format_bytes(r.d2h_bytes));
   }
   if (r.allocations) {
@@ -85,25 +129,27 @@ void print_host_report(std::FILE* out, const importers::ImportResult& result,
              static_cast<double>(recorded.span_ns) / 1e6);
 }
 
-// The JSON report: what was imported, against what the profiler recorded (time and peak).
-nlohmann::json report_json(const importers::ImportResult& result,
-                           const importers::RecordedStep& recorded, sim::Bytes peak_bytes,
-                           sim::Bytes preexisting, const Options& o) {
-  const auto& r = result.report;
+// The JSON report of one rank: what was imported, against what the profiler recorded (time and
+// peak).
+nlohmann::json report_json(const RankView& v, const importers::RecordedStep& recorded,
+                           sim::Bytes peak_bytes, sim::Bytes preexisting) {
+  const auto& r = v.report;
   nlohmann::json j = {{"step", r.step.label},
                       {"step_number", r.step.number},
                       {"step_was_chosen", r.step_was_chosen},
+                      {"step_reason", r.step_reason},
+                      {"file", v.trace.source},
                       {"forward_ops", r.forward_ops},
                       {"backward_ops", r.backward_ops},
                       {"update_ops", r.update_ops},
-                      {"tensors", result.workload.tensors.size()},
+                      {"tensors", v.workload.tensors.size()},
                       {"folded_events", r.folded_events},
                       {"unmatched_backward", r.unmatched_backward},
                       {"gpu", r.gpu},
                       {"op_time_s", sim::to_seconds(r.op_time_ns)},
                       {"recorded_busy_s", sim::to_seconds(recorded.device_busy_ns)},
-                      {"peak_bytes_incore", peak_bytes},
-                      {"output", o.output}};
+                      {"recorded_device_time_s", sim::to_seconds(recorded.device_time_ns)},
+                      {"peak_bytes_incore", peak_bytes}};
   j["recorded_peak_total_allocated_bytes"] =
       recorded.peak_total_allocated_bytes ? nlohmann::json(*recorded.peak_total_allocated_bytes)
                                           : nlohmann::json(nullptr);
@@ -122,8 +168,7 @@ nlohmann::json report_json(const importers::ImportResult& result,
   j["host_ops"] = r.host_ops;
   j["blocking_calls"] = r.blocking_calls;
   j["blocked_s"] = sim::to_seconds(r.blocked_ns);
-  j["launch_ns"] =
-      result.workload.launch_ns ? nlohmann::json(*result.workload.launch_ns) : nlohmann::json();
+  j["launch_ns"] = v.workload.launch_ns ? nlohmann::json(*v.workload.launch_ns) : nlohmann::json();
   j["streams"] = r.streams;
   if (r.allocations) {
     j["allocations"] = *r.allocations;
@@ -140,14 +185,35 @@ nlohmann::json report_json(const importers::ImportResult& result,
   return j;
 }
 
-// The text report: what was imported, against what the profiler recorded (time and peak).
-void print_text_report(std::FILE* out, const importers::ImportResult& result,
-                       const importers::RecordedStep& recorded, sim::Bytes peak_bytes,
-                       sim::Bytes preexisting, const Options& o) {
-  const auto& r = result.report;
+// The rank's place in its job, its streams and collectives, as JSON.
+void add_streams_json(const RankView& v, nlohmann::json& j) {
+  const auto& r = v.report;
+  if (const auto& d = v.workload.distributed) {
+    j["rank"] = d->rank;
+    j["world_size"] = d->world_size;
+    j["backend"] = d->backend;
+  }
+  j["stream_labels"] = v.workload.streams;
+  j["side_stream_ops"] = r.side_stream_ops;
+  j["after_edges"] = r.after_edges;
+  j["stream_waits"] = r.stream_waits;
+  j["wait_rule"] = r.wait_rule;
+  j["collectives"] = r.collectives;
+  j["collective_bytes"] = r.collective_bytes;
+  j["collective_recorded_s"] = sim::to_seconds(r.collective_recorded_ns);
+  j["collective_transfer_s"] = sim::to_seconds(r.collective_transfer_ns);
+  j["collective_wait_s"] = sim::to_seconds(r.collective_recorded_ns - r.collective_transfer_ns);
+  j["transfer_from_peers"] = r.transfer_from_peers;
+}
+
+// The text report of one rank: what was imported, against what the profiler recorded.
+void print_text_report(std::FILE* out, const RankView& v, const importers::RecordedStep& recorded,
+                       sim::Bytes peak_bytes, sim::Bytes preexisting) {
+  const auto& r = v.report;
   fmt::print(out, "imported {}{} from {}: {} forward, {} backward, {} update ops, {} tensors\n",
-             r.step.label, r.step_was_chosen ? " (the first complete step)" : "", o.file,
-             r.forward_ops, r.backward_ops, r.update_ops, result.workload.tensors.size());
+             r.step.label, r.step_was_chosen ? fmt::format(" ({})", r.step_reason) : "",
+             v.trace.source, r.forward_ops, r.backward_ops, r.update_ops,
+             v.workload.tensors.size());
   if (r.update_ops == 0 && r.backward_ops > 0) {
     fmt::print(out,
                "no Optimizer.step in this step: the optimizer did not run (a GradScaler skips it "
@@ -157,9 +223,9 @@ void print_text_report(std::FILE* out, const importers::ImportResult& result,
              "folded into the previous op: {} non-layer events, {} of them backward nodes without "
              "a forward layer op\n",
              r.folded_events, r.unmatched_backward);
+  print_streams_report(out, v);
   fmt::print(out, "{} time: in-core replay {:.3f} ms, recorded busy {:.3f} ms\n",
-             r.gpu ? "device" : "CPU", static_cast<double>(r.op_time_ns) / 1e6,
-             static_cast<double>(recorded.device_busy_ns) / 1e6);
+             r.gpu ? "device" : "CPU", ms(r.op_time_ns), ms(recorded.device_busy_ns));
   constexpr double kMiB = 1 << 20;
   if (recorded.peak_total_allocated_bytes) {
     fmt::print(out, "peak: in-core {:.1f} MiB, recorded Total Allocated {:.1f} MiB\n",
@@ -174,25 +240,99 @@ void print_text_report(std::FILE* out, const importers::ImportResult& result,
                static_cast<double>(preexisting) / kMiB,
                static_cast<double>(recorded.peak_above_start_bytes + preexisting) / kMiB);
   }
-  print_host_report(out, result, recorded);
-  fmt::print(out, "wrote {}\n", o.output);
+  print_host_report(out, v, recorded);
 }
 
-// What was imported, against what the profiler recorded (time and peak), as text or JSON.
-void print_report(std::FILE* out, const importers::ImportResult& result,
-                  const importers::KinetoTrace& trace, const Options& o) {
-  const auto& r = result.report;
-  const auto recorded = importers::measure_recorded_step(trace, r.step, r.gpu);
-  const auto peak = sim::incore_peak(result.workload);
+// One rank's report, as text or as a JSON object.
+nlohmann::json rank_report(std::FILE* out, const RankView& v, bool json) {
+  const auto& r = v.report;
+  const auto recorded = importers::measure_recorded_step(v.trace, r.step, r.gpu);
+  const auto peak = sim::incore_peak(v.workload);
   sim::Bytes preexisting = 0;
-  for (const auto& t : result.workload.tensors) {
+  for (const auto& t : v.workload.tensors) {
     if (sim::is_persistent(t.kind)) preexisting += t.bytes;
   }
+  if (!json) {
+    print_text_report(out, v, recorded, peak.bytes, preexisting);
+    return {};
+  }
+  nlohmann::json j = report_json(v, recorded, peak.bytes, preexisting);
+  add_streams_json(v, j);
+  return j;
+}
+
+// What was imported, against what the profiler recorded (time and peak), per rank, as text or
+// JSON (one object for one rank, as before; {"ranks": [...]} for a job).
+void print_report(std::FILE* out, const importers::JobImportResult& result,
+                  const std::vector<importers::KinetoTrace>& traces, const Options& o) {
+  const std::size_t n = result.job.ranks.size();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (std::size_t i = 0; i < n; ++i) {
+    const RankView v{result.job.ranks[i], result.reports[i], traces[i]};
+    if (!o.json && n > 1) {
+      fmt::print(out, "{}== rank {} ({}) ==\n", i == 0 ? "" : "\n", v.workload.distributed->rank,
+                 std::filesystem::path(v.trace.source).filename().string());
+    }
+    ranks.push_back(rank_report(out, v, o.json));
+  }
   if (o.json) {
-    fmt::print(out, "{}\n", report_json(result, recorded, peak.bytes, preexisting, o).dump(2));
+    nlohmann::json j = n == 1 ? ranks.front() : nlohmann::json{{"ranks", ranks}};
+    j["output"] = o.output;
+    fmt::print(out, "{}\n", j.dump(2));
     return;
   }
-  print_text_report(out, result, recorded, peak.bytes, preexisting, o);
+  fmt::print(out, "wrote {}{}\n", o.output,
+             n > 1 ? fmt::format(" (a job of {} ranks)", n) : std::string());
+}
+
+importers::ImportOptions import_options(const Options& o) {
+  importers::ImportOptions import_options;
+  if (o.step >= 0) import_options.step = o.step;
+  if (!o.step_annotation.empty()) import_options.step_annotation = o.step_annotation;
+  if (!o.window.empty()) {
+    const auto colon = o.window.find(':');
+    if (colon == std::string::npos)
+      throw sim::InputError("--window", "expected START:END, e.g. 10ms:86ms");
+    import_options.window = {sim::parse_duration(o.window.substr(0, colon), "--window"),
+                             sim::parse_duration(o.window.substr(colon + 1), "--window")};
+  }
+  import_options.whole_trace = o.whole;
+  return import_options;
+}
+
+void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) {
+  auto* kineto = cmd.add_subcommand(
+      "kineto",
+      "PyTorch profiler (Kineto) Chrome traces, .json or .json.gz: one file, the files of a job's "
+      "ranks, a folder of them or a merged file (docs/kineto-import.md)");
+  kineto->add_option("FILE", options->files, "profiler traces, or a folder of them")->required();
+  kineto
+      ->add_option("--step", options->step,
+                   "the N of ProfilerStep#N, on every rank (default: the median complete step)")
+      ->check(integer_in(0, std::numeric_limits<std::int64_t>::max()));
+  kineto->add_option("--rank", options->ranks,
+                     "the global rank of each trace, in the order read, for files that record "
+                     "none (no distributedInfo)");
+  kineto
+      ->add_option("-o,--output", options->output, "memplan trace to write (- for standard output)")
+      ->required();
+  kineto->add_option("--step-annotation", options->step_annotation,
+                     "the step is the first event of this name (a record_function range)");
+  kineto->add_option("--window", options->window,
+                     "the step is START:END from the trace's first event, e.g. 10ms:86ms");
+  kineto->add_flag("--whole", options->whole, "the step is the whole trace");
+  kineto->add_flag("--json", options->json, "print one JSON object");
+  kineto->callback([options] {
+    check_output(options->output, "-o");
+    std::FILE* report = report_stream({options->output});
+    const std::vector<std::filesystem::path> inputs(options->files.begin(), options->files.end());
+    const std::vector<importers::KinetoTrace> traces =
+        importers::read_kineto_job(inputs, options->ranks);
+    const importers::JobImportResult result =
+        importers::import_kineto_job(traces, import_options(*options));
+    write_output(options->output, sim::write_job(result.job));
+    print_report(report, result, traces, *options);
+  });
 }
 
 }  // namespace
@@ -210,45 +350,7 @@ void add_import_command(CLI::App& app) {
         "import", extras.empty() ? std::string("name the trace's format (formats: kineto)")
                                  : fmt::format("unknown format '{}' (formats: kineto)", extras[0]));
   });
-  auto* kineto = cmd->add_subcommand(
-      "kineto",
-      "PyTorch profiler (Kineto) Chrome trace, .json or .json.gz (docs/kineto-import.md)");
-  kineto->add_option("FILE", options->file, "profiler trace")->required();
-  kineto
-      ->add_option("--step", options->step,
-                   "the N of ProfilerStep#N (default: the first complete step)")
-      ->check(integer_in(0, std::numeric_limits<std::int64_t>::max()));
-  kineto
-      ->add_option("-o,--output", options->output, "memplan trace to write (- for standard output)")
-      ->required();
-  kineto->add_option("--step-annotation", options->step_annotation,
-                     "the step is the first event of this name (a record_function range)");
-  kineto->add_option("--window", options->window,
-                     "the step is START:END from the trace's first event, e.g. 10ms:86ms");
-  kineto->add_flag("--whole", options->whole, "the step is the whole trace");
-  kineto->add_flag("--json", options->json, "print one JSON object");
-  kineto->callback([options] {
-    check_output(options->output, "-o");
-    std::FILE* report = report_stream({options->output});
-    const importers::KinetoTrace trace = importers::read_kineto_trace(options->file);
-    importers::ImportOptions import_options;
-    if (options->step >= 0) import_options.step = options->step;
-    if (!options->step_annotation.empty())
-      import_options.step_annotation = options->step_annotation;
-    if (!options->window.empty()) {
-      const auto colon = options->window.find(':');
-      if (colon == std::string::npos)
-        throw sim::InputError("--window", "expected START:END, e.g. 10ms:86ms");
-      import_options.window = {sim::parse_duration(options->window.substr(0, colon), "--window"),
-                               sim::parse_duration(options->window.substr(colon + 1), "--window")};
-    }
-    import_options.whole_trace = options->whole;
-    const importers::ImportResult result = importers::import_kineto(
-        trace, import_options, std::filesystem::path(options->file).filename().string());
-    write_output(options->output, sim::write_trace(result.workload));
-
-    print_report(report, result, trace, *options);
-  });
+  add_kineto_command(*cmd, options);
 }
 
 }  // namespace memplan::cli

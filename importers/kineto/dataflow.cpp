@@ -32,8 +32,11 @@
 //    Each forward op's first backward node is its backward op; later ones (TBackward of a linear)
 //    and AccumulateGrad are folded into it. Saved tensors follow PyTorch's autograd formulas.
 //  - Top-level events that are not layer ops (BatchNorm's num_batches_tracked += 1, zero_grad,
-//    ones_like, AccumulateGrad, the gradient sums at forks) are folded: their device time is added
-//    to the previous layer op, so that the step's total device time is preserved.
+//    ones_like, AccumulateGrad, the gradient sums at forks) are folded: their compute-stream time
+//    is added to the previous layer op (their other streams' work is an op of its own, Note
+//    [Device time] in step_units.hpp), so that the step's total device time is preserved.
+//  - Collectives are ops of their own, without tensors, in issue order (Note [Collectives of a
+//    step] in collective_units.cpp).
 // It can be wrong when two live tensors of one shape could both be the input of a branch (the
 // rule picks the oldest since the last merge), for ops with several tensor outputs other than the
 // known ones, for tensors that are reused far apart (weight sharing, RNN loops), and for
@@ -45,9 +48,18 @@ using sim::kNoOp;
 using sim::OpId;
 using sim::TensorId;
 
-StepBuilder::StepBuilder(const KinetoTrace& trace, std::vector<Unit>& units, const StepRoles& roles,
-                         bool time_only, ImportReport& report)
-    : trace_(trace), units_(units), roles_(roles), time_only_(time_only), report_(report) {}
+StepBuilder::StepBuilder(const KinetoTrace& trace, const Nesting& nesting, std::vector<Unit>& units,
+                         const StepRoles& roles, const StepStreams& streams, bool time_only,
+                         ImportReport& report)
+    : trace_(trace),
+      nesting_(nesting),
+      units_(units),
+      roles_(roles),
+      streams_(streams),
+      time_only_(time_only),
+      report_(report) {
+  workload_.streams = streams.labels;
+}
 
 void StepBuilder::fail(const std::string& what) const {
   throw sim::InputError(trace_.source, what);
@@ -80,7 +92,11 @@ void StepBuilder::build() {
       case Unit::Role::kGlue:
         fold(u);
         break;
+      case Unit::Role::kCollective:
+        build_collective(u);
+        break;
     }
+    if (u.role != Unit::Role::kCollective) add_side_ops(u);
   }
   if (!settled) settle_parameters();  // a step without backward or update
   if (report_.forward_ops == 0) {
@@ -89,8 +105,11 @@ void StepBuilder::build() {
                     "input shapes): record with torch.profiler.profile(record_shapes=True)",
                     report_.step.label));
   }
-  if (pending_ns_ > 0)
-    op(OpId{0}).duration_ns = saturating_add(op(OpId{0}).duration_ns, pending_ns_);
+  if (pending_ns_ > 0) {  // to the first op on the compute stream (a forward op exists)
+    auto first = std::find_if(workload_.ops.begin(), workload_.ops.end(),
+                              [](const sim::Op& o) { return o.stream == 0 && !o.collective; });
+    first->duration_ns = saturating_add(first->duration_ns, pending_ns_);
+  }
 }
 
 void StepBuilder::fold(const Unit& unit) {
@@ -141,6 +160,11 @@ OpId StepBuilder::add_op(std::string name, sim::LayerType layer, sim::Phase phas
   o.workspace_bytes = unit.workspace;
   pending_ns_ = 0;
   workload_.ops.push_back(std::move(o));
+  // Its launch: the first of its compute-stream work, else of any, else its CPU start.
+  const auto on_compute = unit.first_launch_on.find(0);
+  launch_.push_back(on_compute != unit.first_launch_on.end()
+                        ? on_compute->second
+                        : unit.first_launch.value_or(event(unit).start_ns));
   last_op_ = workload_.ops.back().id;
   return last_op_;
 }

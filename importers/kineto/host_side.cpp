@@ -20,15 +20,20 @@ bool is_synchronize(std::string_view name) {
   return contains(name, "Synchronize");
 }
 
-// cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH...: every copy call that is not an ...Async one.
+// The runtime's or driver's memory calls: CUDA's, and HIP's on ROCm (hipMemcpyWithStream...).
+bool is_memory_call(std::string_view name) {
+  return starts_with(name, "cudaMem") || starts_with(name, "cuMem") || starts_with(name, "hipMem");
+}
+
+// cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH, hipMemcpyWithStream...: every copy call that is not an
+// ...Async one.
 bool is_copy_call(std::string_view name) {
-  return (starts_with(name, "cudaMemcpy") || starts_with(name, "cuMemcpy")) &&
-         !contains(name, "Peer");
+  return is_memory_call(name) && contains(name, "cpy") && !contains(name, "Peer");
 }
 
 bool is_launch(std::string_view name) {
   return contains(name, "LaunchKernel") || contains(name, "LaunchCooperativeKernel") ||
-         ((starts_with(name, "cudaMem") || starts_with(name, "cuMem")) && contains(name, "Async") &&
+         (is_memory_call(name) && contains(name, "Async") &&
           (contains(name, "cpy") || contains(name, "set")));
 }
 

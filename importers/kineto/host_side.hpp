@@ -1,8 +1,9 @@
 #pragma once
 // The CPU side of a profiler step, read from CUDA's semantics rather than from any one network:
 //  - which runtime calls block the calling thread (stream, device and event synchronize; the
-//    synchronous cudaMemcpy family; cudaMemcpyAsync with a pageable host buffer, which CUDA
-//    performs synchronously) and for how long the thread waited for the device in each;
+//    synchronous cudaMemcpy family, and HIP's on ROCm, hipMemcpyWithStream included;
+//    cudaMemcpyAsync with a pageable host buffer, which CUDA performs synchronously) and for how
+//    long the thread waited for the device in each;
 //  - the median cost of one launch (kernel, copy, memset), the price of an instruction a plan adds;
 //  - the recorded copies (direction, bytes, pinned or pageable, stream) and the link bandwidths
 //    they measure.

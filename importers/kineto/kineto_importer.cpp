@@ -59,8 +59,10 @@ ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& option
   const detail::ChosenStep chosen = detail::choose_step(trace, options, report.gpu);
   report.step = chosen.step;
   report.step_was_chosen = chosen.chosen;
+  report.step_reason = chosen.reason;
   std::vector<detail::Unit> units = detail::collect_units(trace, nesting, report.step);
-  detail::attribute_device_time(trace, report.step, report.gpu, units);
+  const detail::StepStreams streams =
+      detail::attribute_device_time(trace, report.step, report.gpu, units);
   detail::measure_workspace(trace, report.gpu, units);
   report.time_only = time_only(trace, units);
   const detail::StepRoles roles = detail::classify_units(trace, nesting, report.time_only, units);
@@ -68,16 +70,19 @@ ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& option
   report.leaf_nodes = roles.leaf_nodes;
   report.optimizer_states_per_parameter = static_cast<int>(roles.state_names.size());
 
-  detail::StepBuilder builder(trace, units, roles, report.time_only, report);
+  detail::StepBuilder builder(trace, nesting, units, roles, streams, report.time_only, report);
   builder.build();
   builder.check_parameters_against_optimizer();
   builder.check_outputs_against_allocations();
+  builder.order_streams(report.step);
   if (report.gpu) builder.fill_host_side(report.step);
   const std::string link = report.gpu ? builder.measure_device_link() : "";
   sim::Workload& workload = builder.workload();
   describe(trace, report, file_label, link, workload);
+  workload.distributed = trace.distributed;
   sim::validate(workload, trace.source);
   for (const sim::Op& o : workload.ops) report.op_time_ns += o.duration_ns;  // each under an hour
+  report.collective_transfer_ns = report.collective_recorded_ns;  // a single rank keeps its own
   return ImportResult{std::move(workload), report};
 }
 

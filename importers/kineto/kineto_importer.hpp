@@ -2,9 +2,12 @@
 // import_kineto: turns one profiler step of a KinetoTrace into a layer-level memplan Workload —
 // forward ops with their parameters and activations, the backward ops that differentiate them,
 // gradients, optimizer state and the optimizer step — with each op's device time taken from the
-// kernels it launched. The profiler does not record which tensor an op read, so the dataflow is
+// kernels it launched, on the device stream they ran on, the step's collectives as ops of their
+// own and what orders the streams (Note [Device time] in step_units.hpp, Note [Stream waits] in
+// stream_waits.cpp). The profiler does not record which tensor an op read, so the dataflow is
 // reconstructed from program order and shapes (Note [Kineto dataflow] in dataflow.cpp,
 // docs/kineto-import.md says where it can be wrong). The result is validated like any trace.
+// A job of several ranks: kineto_job.hpp.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,7 +23,8 @@ namespace memplan::importers {
 /// `step_annotation` (a user annotation such as `record_function("train_step")`), else a time
 /// window, else the whole trace. At most one of step, step_annotation, window, whole_trace.
 struct ImportOptions {
-  /// The N of "ProfilerStep#N"; nullopt picks the first complete step.
+  /// The N of "ProfilerStep#N"; nullopt picks the default step (Note [Default step] in
+  /// step_selection.cpp).
   std::optional<std::int64_t> step;
   std::optional<std::string> step_annotation;
   /// [start, end) in nanoseconds from the trace's first event.
@@ -47,6 +51,7 @@ std::vector<StepWindow> list_steps(const KinetoTrace& trace);
 struct ImportReport {
   StepWindow step;
   bool step_was_chosen = false;  // true when no --step was given
+  std::string step_reason;       // why the default step (Note [Default step])
   bool gpu = true;               // false: a CPU-only trace, op durations are CPU times
   std::size_t forward_ops = 0;
   std::size_t backward_ops = 0;
@@ -82,6 +87,23 @@ struct ImportReport {
   std::size_t blocking_calls = 0;
   sim::Nanoseconds blocked_ns = 0;
   std::size_t streams = 0;
+  /// Several device streams (trace format v3): ops made of a unit's work on another stream than
+  /// the compute stream (Note [Device time]), the stream waits the trace recorded and the `after`
+  /// edges they gave, and which rule of Note [Stream waits] ordered the streams.
+  std::size_t side_stream_ops = 0;
+  std::size_t stream_waits = 0;
+  std::size_t after_edges = 0;
+  std::string wait_rule;
+  /// Collectives (Note [Collectives of a step]): how many, their bytes (the larger of each one's
+  /// input and output), their kernels' recorded time, and their transfer time: the same for a
+  /// single rank, whose peers are assumed alike; in a job of several ranks the least any rank of
+  /// the group recorded, the rest of a rank's recorded time being its wait for the last peer
+  /// (Note [Transfer and wait] in kineto_job.cpp).
+  std::size_t collectives = 0;
+  sim::Bytes collective_bytes = 0;
+  sim::Nanoseconds collective_recorded_ns = 0;
+  sim::Nanoseconds collective_transfer_ns = 0;
+  bool transfer_from_peers = false;
   std::size_t copies = 0;
   sim::Bytes h2d_bytes = 0;
   sim::Bytes d2h_bytes = 0;
@@ -100,8 +122,9 @@ struct ImportResult {
   ImportReport report;
 };
 
-/// Imports one step. `file_label` is the file name written into the provenance. Throws InputError
-/// when the trace has no usable step or the step has no forward op.
+/// Imports one step of one rank. `file_label` is the file name written into the provenance. The
+/// workload's `distributed` is the trace's, its collectives keep their recorded times. Throws
+/// InputError when the trace has no usable step or the step has no forward op.
 ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& options,
                            const std::string& file_label);
 

@@ -3,183 +3,30 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <utility>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "core/input_error.hpp"
+#include "importers/kineto/comm_args.hpp"
 #include "importers/kineto/compressed_file.hpp"
+#include "importers/kineto/event_reader.hpp"
+#include "importers/kineto/rank_split.hpp"
+#include "importers/kineto/step_events.hpp"
 
 namespace memplan::importers {
 namespace {
 
 using nlohmann::json;
 
-// Timestamps beyond this many microseconds (the year 2096 counted from the Unix epoch) are taken
-// as corrupt; durations beyond a day likewise. These bounds keep every sum of times in the
-// importer far from integer overflow.
-constexpr double kMaxMicroseconds = 4e15;
-constexpr double kMaxDurationMicroseconds = 86400e6;
+using detail::EventReader;
+
 // Allocations over 1 PiB are corrupt.
 constexpr std::int64_t kMaxAllocationBytes = std::int64_t{1} << 50;
 
-class EventReader {
- public:
-  EventReader(const json& event, std::string_view source, std::size_t index)
-      : event_(event), source_(source), index_(index) {}
-
-  [[noreturn]] void fail(std::string_view field, const std::string& what) const {
-    throw sim::InputError(
-        fmt::format("{}: $.traceEvents[{}]{}{}", source_, index_, field.empty() ? "" : ".", field),
-        what);
-  }
-
-  const json* find(const json& object, std::string_view key) const {
-    auto it = object.find(key);
-    if (it == object.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  std::string string_field(std::string_view key) const {
-    const json* v = find(event_, key);
-    if (v == nullptr) fail(key, "missing field");
-    if (!v->is_string()) fail(key, "expected a string");
-    return v->get<std::string>();
-  }
-
-  // A pid or tid: an integer or a string.
-  std::string id_field(std::string_view key) const {
-    const json* v = find(event_, key);
-    if (v == nullptr) return "?";
-    if (v->is_string()) return v->get<std::string>();
-    if (v->is_number_integer()) return std::to_string(v->get<std::int64_t>());
-    if (v->is_number_unsigned()) return std::to_string(v->get<std::uint64_t>());
-    fail(key, "expected an integer or a string");
-  }
-
-  sim::Nanoseconds time_field(std::string_view key) const {
-    const json* v = find(event_, key);
-    if (v == nullptr) fail(key, "missing field");
-    if (!v->is_number()) fail(key, "expected a number of microseconds");
-    const double us = v->get<double>();
-    if (!std::isfinite(us) || std::abs(us) > kMaxMicroseconds) {
-      fail(key, fmt::format("implausible time {} us", us));
-    }
-    return static_cast<sim::Nanoseconds>(std::llround(us * 1000.0));
-  }
-
-  sim::Nanoseconds duration_field() const {
-    const sim::Nanoseconds d = time_field("dur");
-    if (d < 0) fail("dur", "negative duration");
-    if (static_cast<double>(d) > kMaxDurationMicroseconds * 1000.0)
-      fail("dur", "implausible duration (over a day)");
-    return d;
-  }
-
-  const json* args() const {
-    const json* a = find(event_, "args");
-    if (a != nullptr && !a->is_object()) fail("args", "expected an object");
-    return a;
-  }
-
-  // An optional integer argument, under any of the given spellings.
-  std::optional<std::int64_t> int_arg(std::initializer_list<std::string_view> keys) const {
-    const json* a = args();
-    if (a == nullptr) return std::nullopt;
-    for (std::string_view key : keys) {
-      const json* v = find(*a, key);
-      if (v == nullptr) continue;
-      if (v->is_number_integer()) return v->get<std::int64_t>();
-      if (v->is_number_unsigned() && v->get<std::uint64_t>() <= INT64_MAX) {
-        return static_cast<std::int64_t>(v->get<std::uint64_t>());
-      }
-      if (v->is_number_float()) {
-        const double d = v->get<double>();
-        if (std::isfinite(d) && std::abs(d) < 9e18 && d == std::floor(d)) {
-          return static_cast<std::int64_t>(d);
-        }
-      }
-      fail(fmt::format("args.{}", key), "expected an integer");
-    }
-    return std::nullopt;
-  }
-
-  // The recorded shapes; the shapes of tensor-list arguments go to `lists` (in argument order).
-  std::vector<std::vector<std::int64_t>> dims_arg(
-      std::vector<std::vector<std::vector<std::int64_t>>>* lists = nullptr) const {
-    std::vector<std::vector<std::int64_t>> out;
-    const json* a = args();
-    if (a == nullptr) return out;
-    for (std::string_view key : {"Input Dims", "Input dims"}) {
-      const json* v = find(*a, key);
-      if (v == nullptr) continue;
-      const std::string field = fmt::format("args.{}", key);
-      if (!v->is_array()) fail(field, "expected an array of shapes");
-      for (const json& shape : *v) {
-        std::vector<std::int64_t> dims;
-        // A tensor list argument is recorded as a list of shapes; memplan keeps none of them.
-        if (shape.is_array()) {
-          bool nested = false;
-          for (const json& extent : shape) {
-            if (extent.is_array()) {
-              nested = true;
-              break;
-            }
-            if (!extent.is_number_integer()) fail(field, "expected integer extents");
-            const auto e = extent.get<std::int64_t>();
-            if (e < 0) fail(field, fmt::format("negative extent {}", e));
-            dims.push_back(e);
-          }
-          if (nested) {
-            dims.clear();
-            if (lists != nullptr) lists->push_back(list_shapes(shape, field));
-          }
-        } else if (!shape.is_null()) {
-          fail(field, "expected each input's shape to be an array");
-        }
-        out.push_back(std::move(dims));
-      }
-      break;
-    }
-    return out;
-  }
-
-  std::vector<std::vector<std::int64_t>> list_shapes(const json& list,
-                                                     const std::string& field) const {
-    std::vector<std::vector<std::int64_t>> shapes;
-    for (const json& shape : list) {
-      if (!shape.is_array()) fail(field, "expected each tensor of a list to have a shape");
-      std::vector<std::int64_t> dims;
-      for (const json& extent : shape) {
-        if (!extent.is_number_integer()) fail(field, "expected integer extents");
-        const auto e = extent.get<std::int64_t>();
-        if (e < 0) fail(field, fmt::format("negative extent {}", e));
-        dims.push_back(e);
-      }
-      shapes.push_back(std::move(dims));
-    }
-    return shapes;
-  }
-
-  std::vector<std::string> types_arg() const {
-    std::vector<std::string> out;
-    const json* a = args();
-    if (a == nullptr) return out;
-    const json* v = find(*a, "Input type");
-    if (v == nullptr) return out;
-    if (!v->is_array()) fail("args.Input type", "expected an array of strings");
-    for (const json& t : *v) out.push_back(t.is_string() ? t.get<std::string>() : std::string());
-    return out;
-  }
-
- private:
-  const json& event_;
-  std::string_view source_;
-  std::size_t index_;
-};
-
-enum class Category : std::uint8_t { kCpu, kRuntime, kKernel, kMemcpy, kMemset, kIgnored };
+enum class Category : std::uint8_t { kCpu, kRuntime, kKernel, kMemcpy, kMemset, kSync, kIgnored };
 
 Category categorize(std::string_view cat, KinetoFormat& format) {
   auto mark = [&](KinetoFormat f) {
@@ -195,6 +42,7 @@ Category categorize(std::string_view cat, KinetoFormat& format) {
   if (cat == "kernel") return mark(KinetoFormat::kCurrent), Category::kKernel;
   if (cat == "Memcpy" || cat == "gpu_memcpy") return Category::kMemcpy;
   if (cat == "Memset" || cat == "gpu_memset") return Category::kMemset;
+  if (cat == "cuda_sync") return Category::kSync;
   return Category::kIgnored;
 }
 
@@ -285,6 +133,7 @@ CpuEvent read_cpu_event(const EventReader& r, std::string name, const std::strin
   c.sequence_number = r.int_arg({"Sequence number"});
   c.input_dims = r.dims_arg(&c.input_lists);
   c.input_types = r.types_arg();
+  c.comm = detail::read_comm_args(r, c.name);
   return c;
 }
 
@@ -315,7 +164,24 @@ GpuEvent read_gpu_event(const EventReader& r, std::string name, Category categor
       r.fail("args.bytes", fmt::format("implausible size {}", *b));
     g.bytes = *b;
   }
+  if (g.kind == GpuKind::kKernel) g.comm = detail::read_comm_args(r, g.name);
   return g;
+}
+
+// -1 in Kineto's sync records means "not known".
+std::optional<std::int64_t> known(std::optional<std::int64_t> v) {
+  return v && *v >= 0 ? v : std::nullopt;
+}
+
+SyncEvent read_sync_event(const EventReader& r, std::string name) {
+  SyncEvent s;
+  s.name = std::move(name);
+  s.start_ns = r.time_field("ts");
+  s.stream = r.int_arg({"stream"}).value_or(-1);
+  s.correlation = known(r.int_arg({"correlation"}));
+  s.wait_on_stream = known(r.int_arg({"wait_on_stream"}));
+  s.record_correlation = known(r.int_arg({"wait_on_cuda_event_record_corr_id"}));
+  return s;
 }
 
 // The events of one file as they are read, before flows resolve the GPU activities' launches.
@@ -357,7 +223,10 @@ void EventSink::read(const json& e, std::string_view source, std::size_t i) {
   if (category == Category::kCpu) {
     trace.cpu_events.push_back(read_cpu_event(r, std::move(name), thread));
   } else if (category == Category::kRuntime) {
+    if (detail::starts_with(name, "hip")) trace.hip = true;
     trace.runtime_events.push_back(read_runtime_event(r, std::move(name), thread));
+  } else if (category == Category::kSync) {
+    trace.sync_events.push_back(read_sync_event(r, std::move(name)));
   } else {
     GpuEvent g = read_gpu_event(r, std::move(name), category);
     // Without a correlation argument, the ac2g flow that ends on this activity names it; flows
@@ -384,24 +253,69 @@ void EventSink::finish() {
   std::stable_sort(
       trace.memory_events.begin(), trace.memory_events.end(),
       [](const MemoryEvent& a, const MemoryEvent& b) { return a.time_ns < b.time_ns; });
+  std::stable_sort(trace.sync_events.begin(), trace.sync_events.end(),
+                   [](const SyncEvent& a, const SyncEvent& b) { return a.start_ns < b.start_ns; });
 }
 
 }  // namespace
 
-KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
+std::vector<KinetoTrace> parse_kineto_ranks(std::string_view text, std::string_view source) {
   const json document = parse_document(text, source);
-  KinetoTrace trace;
-  trace.source = std::string(source);
-  const json& events = trace_events(document, source, trace);
-  EventSink sink{trace, {}, {}};
-  for (std::size_t i = 0; i < events.size(); ++i) sink.read(events[i], source, i);
-  sink.finish();
-  return trace;
+  KinetoTrace file;
+  file.source = std::string(source);
+  const json& events = trace_events(document, source, file);
+  file.distributed = detail::read_distributed_info(document, source);
+  const detail::RankSplit split(events, source, file.distributed.has_value());
+  std::vector<KinetoTrace> traces(split.ranks(), file);
+  std::vector<EventSink> sinks;
+  sinks.reserve(traces.size());
+  for (KinetoTrace& t : traces) sinks.push_back(EventSink{t, {}, {}});
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (const auto part = split.part_of(events[i])) sinks[*part].read(events[i], source, i);
+  }
+  for (std::size_t p = 0; p < traces.size(); ++p) {
+    sinks[p].finish();
+    traces[p].file_ranks = traces.size();
+    traces[p].rank_rule = split.rule();
+    detail::settle_distributed(traces[p], split.rank(p), traces.size());
+  }
+  // Ranks numbered by nothing in the file (Note [Ranks of a file], rule 3) and the same by
+  // their collectives: numbered in the file's order.
+  std::set<std::int32_t> numbers;
+  for (const KinetoTrace& t : traces) {
+    if (t.distributed) numbers.insert(t.distributed->rank);
+  }
+  if (traces.size() > 1 && numbers.size() != traces.size()) {
+    for (std::size_t p = 0; p < traces.size(); ++p) {
+      traces[p].distributed->rank = static_cast<std::int32_t>(p);
+      traces[p].rank_known = true;  // by the file's order of processes
+    }
+  }
+  std::stable_sort(traces.begin(), traces.end(), [](const KinetoTrace& a, const KinetoTrace& b) {
+    return a.distributed && b.distributed && a.distributed->rank < b.distributed->rank;
+  });
+  return traces;
+}
+
+KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
+  std::vector<KinetoTrace> ranks = parse_kineto_ranks(text, source);
+  if (ranks.size() != 1) {
+    throw sim::InputError(std::string(source),
+                          fmt::format("the file holds {} ranks of a job (a merged trace): import "
+                                      "it as a job (memplan import kineto imports every rank)",
+                                      ranks.size()));
+  }
+  return std::move(ranks.front());
 }
 
 KinetoTrace read_kineto_trace(const std::string& path) {
   const std::string text = read_maybe_compressed(path);
   return parse_kineto_trace(text, path);
+}
+
+std::vector<KinetoTrace> read_kineto_ranks(const std::string& path) {
+  const std::string text = read_maybe_compressed(path);
+  return parse_kineto_ranks(text, path);
 }
 
 }  // namespace memplan::importers

@@ -28,6 +28,8 @@ RecordedStep measure_recorded_step(const KinetoTrace& trace, const StepWindow& s
   r.span_ns = step.end_ns - step.start_ns;
   for (const auto& [begin, end] : intervals) r.span_ns = std::max(r.span_ns, end - step.start_ns);
   r.device_activities = intervals.size();
+  for (const auto& [begin, end] : intervals)
+    r.device_time_ns = saturating_add(r.device_time_ns, end - begin);
   std::sort(intervals.begin(), intervals.end());
   sim::Nanoseconds covered_to = 0;
   bool any = false;

@@ -16,6 +16,9 @@ struct RecordedStep {
   /// inside the window). Copies are left out, as in the import.
   sim::Nanoseconds device_busy_ns = 0;
   std::size_t device_activities = 0;
+  /// The same activities' durations summed, each counted whole: what ran on every stream, side
+  /// by side too (the imported ops' durations add up to it, Note [Device time]).
+  sim::Nanoseconds device_time_ns = 0;
   /// From the step's start until the later of its end and the end of the last device activity
   /// it launched: the device may still run the step's work after the host has left it (the next
   /// step's data loading then overlaps it).

@@ -9,7 +9,8 @@
 // shapes: Note [Kineto dataflow] (dataflow.cpp). One file per concern: dataflow.cpp (tensors,
 // the values an op may read, folding), forward_ops.cpp (one rule per layer), backward_ops.cpp
 // (gradients and the update), parameters.cpp (parameters, optimizer state, leaves),
-// allocation_check.cpp, step_host_side.cpp (Note [Host side]).
+// allocation_check.cpp, step_host_side.cpp (Note [Host side]), stream_ops.cpp (collectives and the
+// work of other streams), stream_waits.cpp (Note [Stream waits]).
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -53,9 +54,11 @@ struct ForwardInfo {
 
 class StepBuilder {
  public:
-  /// `units` are classified; the builder records in each the op it made.
-  StepBuilder(const KinetoTrace& trace, std::vector<Unit>& units, const StepRoles& roles,
-              bool time_only, ImportReport& report);
+  /// `units` are classified; the builder records in each the op it made. `streams`: the step's
+  /// device streams (step_units.hpp).
+  StepBuilder(const KinetoTrace& trace, const Nesting& nesting, std::vector<Unit>& units,
+              const StepRoles& roles, const StepStreams& streams, bool time_only,
+              ImportReport& report);
 
   /// Builds every unit in order (glue folded into the op before it). Throws InputError when the
   /// step has no forward op.
@@ -66,6 +69,9 @@ class StepBuilder {
   void check_outputs_against_allocations();
   /// Trace format v2's host side of every op, and the step's (Note [Host side]).
   void fill_host_side(const StepWindow& step);
+  /// What orders the ops of different streams beyond their inputs: each op's `after` (Note
+  /// [Stream waits] in stream_waits.cpp).
+  void order_streams(const StepWindow& step);
   /// The link bandwidths the trace's own copies measure, kept in the workload's device (`--link
   /// recorded` and the default machine use them); returns a sentence for the provenance note.
   std::string measure_device_link();
@@ -88,6 +94,17 @@ class StepBuilder {
                            const std::string& dtype, sim::OpId producer,
                            sim::TensorId in_place_of = sim::kNoTensor);
   sim::OpId add_op(std::string name, sim::LayerType layer, sim::Phase phase, const Unit& unit);
+  // stream_ops.cpp
+  void build_collective(Unit& unit);
+  void add_side_ops(const Unit& unit);
+  sim::OpId add_stream_op(std::string name, sim::LayerType layer, std::int32_t stream,
+                          sim::Nanoseconds duration, sim::Nanoseconds launch);
+  [[nodiscard]] sim::Phase current_phase() const;
+  // stream_waits.cpp
+  std::size_t wait_recorded_syncs(const StepWindow& step);
+  std::size_t wait_at_calls(const StepWindow& step, std::size_t& calls);
+  std::size_t wait_before_update();
+  bool add_after(sim::OpId consumer, sim::OpId producer);
   void add_input(sim::OpId op, sim::TensorId t);
   std::size_t resolve(const Shape& shape, const std::string& dtype, bool first,
                       std::size_t exclude = SIZE_MAX, bool for_merge = false);
@@ -122,8 +139,10 @@ class StepBuilder {
   void settle_parameters();
 
   const KinetoTrace& trace_;
+  const Nesting& nesting_;
   std::vector<Unit>& units_;
   const StepRoles& roles_;
+  const StepStreams& streams_;
   const bool time_only_;  // no recorded shapes in the step: ops with their times, no tensors
   ImportReport& report_;
   sim::Workload workload_;
@@ -137,8 +156,10 @@ class StepBuilder {
   std::vector<sim::TensorId> optimizer_state_;
   std::unordered_map<sim::TensorId, sim::TensorId> param_grad_;  // parameter -> gradient or .grad
   std::set<sim::TensorId> saved_;                                // tensors a backward op reads
-  sim::OpId last_op_ = sim::kNoOp;
-  sim::Nanoseconds pending_ns_ = 0;  // folded time that came before the first op
+  sim::OpId last_op_ = sim::kNoOp;        // the last op on the compute stream, where glue folds
+  std::vector<sim::Nanoseconds> launch_;  // each op's launch: the first of its device work
+  std::map<std::string, std::int64_t> group_calls_;  // collectives so far, by process group
+  sim::Nanoseconds pending_ns_ = 0;                  // folded time that came before the first op
   std::size_t input_count_ = 0;
   std::map<std::string, int> layer_counts_;
 };

@@ -19,7 +19,8 @@
 // Trace format v2 gives each op the host time from the previous op's launch to its own (its
 // dispatch) and says whether the host waited for the device after launching it. An op's launch is
 // the first launch call of the device work attributed to it (Note [Device time] in
-// step_units.hpp), or its CPU start when it launched nothing; launches are taken in issue order
+// step_units.hpp: a layer op's on the compute stream, a side-stream op's and a collective's on
+// theirs), or its CPU start when it launched nothing; launches are taken in issue order
 // and never go back in time. A blocking call (importers/kineto/host_side.hpp: synchronize, a
 // synchronous or pageable copy, which is what `.item()` and `.cpu()` do) marks the op launched
 // last before it as synchronizing, with the host time from that op's launch to the call's start
@@ -71,10 +72,7 @@ class WaitsBefore {
 }  // namespace
 
 void StepBuilder::fill_host_side(const StepWindow& step) {
-  std::vector<Nanoseconds> launch(workload_.ops.size(), step.start_ns);
-  for (const Unit& u : units_) {
-    if (u.op != sim::kNoOp) launch[index(u.op)] = u.first_launch.value_or(event(u).start_ns);
-  }
+  const std::vector<Nanoseconds>& launch = launch_;
   std::vector<BlockingCall> calls = blocking_calls(trace_, step.start_ns, step.end_ns);
   report_.blocking_calls = calls.size();
   WaitsBefore waits(std::move(calls), workload_, report_);

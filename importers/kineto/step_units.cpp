@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
+#include <fmt/core.h>
+
+#include "importers/kineto/collective_units.hpp"
 #include "importers/kineto/saturating_add.hpp"
 
 namespace memplan::importers::detail {
@@ -26,7 +31,7 @@ void collect_under(const KinetoTrace& trace, const Nesting& nesting, std::size_t
                    std::vector<Unit>& units) {
   for (std::size_t child : nesting.children[parent]) {
     const std::string& name = trace.cpu_events[child].name;
-    if (starts_with(name, "enumerate(DataLoader)")) continue;
+    if (starts_with(name, "enumerate(DataLoader)") || is_comm_event(trace, child)) continue;
     if (is_layer_event(name)) {
       units.push_back(make_unit(child));
     } else {
@@ -71,40 +76,145 @@ class Launches {
   std::unordered_map<std::int64_t, std::size_t> by_correlation_;
 };
 
-// The units of each thread, sorted by start (units of one thread do not overlap).
+// The layer units of each thread (collectives apart), sorted by start: units of one thread do not
+// overlap.
 class UnitsByThread {
  public:
   UnitsByThread(const KinetoTrace& trace, std::vector<Unit>& units) : trace_(trace), units_(units) {
-    for (std::size_t u = 0; u < units.size(); ++u)
-      of_thread_[trace.cpu_events[units[u].event].thread].push_back(u);
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      if (units[u].role == Unit::Role::kCollective) {
+        collectives_[event(units[u]).thread].push_back(u);
+      } else {
+        layer_.push_back(u);
+        of_thread_[event(units[u]).thread].push_back(u);
+      }
+    }
   }
 
-  /// The unit of `thread` whose window holds `at`, or nullptr.
-  Unit* at(const std::string& thread, Nanoseconds at) {
-    const auto list = of_thread_.find(thread);
-    if (list == of_thread_.end()) return nullptr;
+  /// The unit of `thread` whose window holds `at`: a collective's first, else a layer unit's.
+  std::optional<std::size_t> at(const std::string& thread, Nanoseconds at) const {
+    if (auto c = holding(collectives_, thread, at)) return c;
+    return holding(of_thread_, thread, at);
+  }
+
+  /// The layer unit that started last before `at` (the first one when none did).
+  std::optional<std::size_t> before(Nanoseconds at) const {
+    if (layer_.empty()) return std::nullopt;
+    auto it = std::upper_bound(layer_.begin(), layer_.end(), at, [&](Nanoseconds t, std::size_t u) {
+      return t < event(units_[u]).start_ns;
+    });
+    return it == layer_.begin() ? layer_.front() : *std::prev(it);
+  }
+
+ private:
+  using ByThread = std::unordered_map<std::string, std::vector<std::size_t>>;
+  const CpuEvent& event(const Unit& u) const { return trace_.cpu_events[u.event]; }
+
+  std::optional<std::size_t> holding(const ByThread& map, const std::string& thread,
+                                     Nanoseconds at) const {
+    const auto list = map.find(thread);
+    if (list == map.end()) return std::nullopt;
     const auto& ids = list->second;
     auto it = std::upper_bound(ids.begin(), ids.end(), at, [&](Nanoseconds t, std::size_t u) {
       return t < event(units_[u]).start_ns;
     });
-    if (it == ids.begin() || at >= event(units_[*std::prev(it)]).end_ns()) return nullptr;
-    return &units_[*std::prev(it)];
+    if (it == ids.begin() || at >= event(units_[*std::prev(it)]).end_ns()) return std::nullopt;
+    return *std::prev(it);
   }
-
-  /// The unit that started last before `at` (the first unit when none did).
-  Unit& before(Nanoseconds at) {
-    auto it = std::upper_bound(units_.begin(), units_.end(), at,
-                               [&](Nanoseconds t, const Unit& u) { return t < event(u).start_ns; });
-    return it == units_.begin() ? units_.front() : *std::prev(it);
-  }
-
- private:
-  const CpuEvent& event(const Unit& u) const { return trace_.cpu_events[u.event]; }
 
   const KinetoTrace& trace_;
   std::vector<Unit>& units_;
-  std::unordered_map<std::string, std::vector<std::size_t>> of_thread_;
+  std::vector<std::size_t> layer_;
+  ByThread of_thread_;
+  ByThread collectives_;
 };
+
+// One device activity of the step and the unit it counts for.
+struct Activity {
+  std::size_t unit = 0;
+  const GpuEvent* event = nullptr;
+  Nanoseconds launch = 0;
+};
+
+constexpr std::int64_t kHostStream = -1;  // collectives without a kernel (gloo)
+
+// The stream labels: what ran there (Note [Device time]).
+std::vector<std::string> label_streams(const std::vector<std::int64_t>& raw,
+                                       const std::set<std::int64_t>& comm, const char* library) {
+  std::vector<std::string> labels;
+  if (raw.size() < 2) return labels;
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == kHostStream) {
+      labels.emplace_back("gloo (host)");
+    } else if (i == 0) {
+      labels.push_back(fmt::format("compute (stream {})", raw[i]));
+    } else if (comm.count(raw[i]) > 0) {
+      labels.push_back(fmt::format("{} (stream {})", library, raw[i]));
+    } else {
+      labels.push_back(fmt::format("stream {}", raw[i]));
+    }
+  }
+  return labels;
+}
+
+StepStreams number_streams(const KinetoTrace& trace, const std::vector<Unit>& units,
+                           const std::vector<Activity>& activities, bool host_collectives) {
+  std::map<std::int64_t, std::size_t> compute_count;
+  std::map<std::int64_t, Nanoseconds> first_use;
+  std::set<std::int64_t> comm;
+  for (const Activity& a : activities) {
+    const std::int64_t s = a.event->stream;
+    auto [it, added] = first_use.emplace(s, a.event->start_ns);
+    if (!added) it->second = std::min(it->second, a.event->start_ns);
+    if (units[a.unit].role == Unit::Role::kCollective) {
+      comm.insert(s);
+    } else {
+      ++compute_count[s];
+    }
+  }
+  std::vector<std::int64_t> raw;
+  raw.reserve(first_use.size() + 1);
+  for (const auto& [s, at] : first_use) raw.push_back(s);
+  std::sort(raw.begin(), raw.end(), [&](std::int64_t a, std::int64_t b) {
+    return std::pair(first_use.at(a), a) < std::pair(first_use.at(b), b);
+  });
+  // The compute stream: most kernels that are no collective's, the earlier of equal counts.
+  auto most = raw.begin();
+  for (auto it = raw.begin(); it != raw.end(); ++it) {
+    if (compute_count[*it] > compute_count[*most]) most = it;
+  }
+  if (most != raw.end()) std::rotate(raw.begin(), most, std::next(most));
+  if (host_collectives) raw.push_back(kHostStream);
+  if (raw.empty()) raw.push_back(0);
+  StepStreams streams;
+  streams.labels = label_streams(raw, comm, trace.hip ? "rccl" : "nccl");
+  streams.raw = std::move(raw);
+  return streams;
+}
+
+std::int32_t index_of(const StepStreams& streams, std::int64_t raw) {
+  const auto it = std::find(streams.raw.begin(), streams.raw.end(), raw);
+  return static_cast<std::int32_t>(it - streams.raw.begin());
+}
+
+// Counts activity `a` for its unit on stream `s`.
+void count(Unit& u, const Activity& a, std::int32_t s) {
+  const Nanoseconds d = a.event->duration_ns;
+  if (u.role == Unit::Role::kCollective) {
+    if (u.first_launch_on.empty()) {
+      u.stream = s;
+      u.kernel_comm = a.event->comm;
+    }
+    u.device_ns = saturating_add(u.device_ns, d);
+  } else if (s == 0) {
+    u.device_ns = saturating_add(u.device_ns, d);
+  } else {
+    u.side_ns[s] = saturating_add(u.side_ns[s], d);
+  }
+  u.first_launch = std::min(u.first_launch.value_or(a.launch), a.launch);
+  auto [it, added] = u.first_launch_on.emplace(s, a.launch);
+  if (!added) it->second = std::min(it->second, a.launch);
+}
 
 }  // namespace
 
@@ -123,47 +233,55 @@ std::vector<Unit> collect_units(const KinetoTrace& trace, const Nesting& nesting
     }
     if (nesting.parent[i] != kNoEvent &&
         trace.cpu_events[nesting.parent[i]].start_ns >= step.start_ns)
-      continue;  // collected through its parent
+      continue;                             // collected through its parent
+    if (is_comm_event(trace, i)) continue;  // a collective, collected below
     if (is_layer_event(e.name)) {
       units.push_back(make_unit(i));
     } else if (!starts_with(e.name, "enumerate(DataLoader)")) {
       collect_under(trace, nesting, i, units);
     }
   }
+  for (Unit& c : collect_collectives(trace, nesting, step)) units.push_back(std::move(c));
   std::stable_sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
     return trace.cpu_events[a.event].start_ns < trace.cpu_events[b.event].start_ns;
   });
   return units;
 }
 
-void attribute_device_time(const KinetoTrace& trace, const StepWindow& step, bool gpu,
-                           std::vector<Unit>& units) {
+StepStreams attribute_device_time(const KinetoTrace& trace, const StepWindow& step, bool gpu,
+                                  std::vector<Unit>& units) {
   if (!gpu) {
     for (Unit& u : units) u.device_ns = trace.cpu_events[u.event].duration_ns;
-    return;
+    return StepStreams{{0}, {}};
   }
   const Launches launches(trace);
-  UnitsByThread by_thread(trace, units);
-  // Activities are sorted by start: each adds what it covers beyond the ones before.
-  Nanoseconds covered_to = std::numeric_limits<Nanoseconds>::min();
+  const UnitsByThread by_thread(trace, units);
+  std::vector<Activity> activities;
   for (const GpuEvent& g : trace.gpu_events) {
     if (g.kind == GpuKind::kMemcpy) continue;
-    const Nanoseconds end = g.start_ns + g.duration_ns;  // both bounded by the parser
-    const Nanoseconds added = std::max<Nanoseconds>(0, end - std::max(g.start_ns, covered_to));
-    covered_to = std::max(covered_to, end);
     const auto [thread, at] = launches.of(g);
-    if (Unit* unit = thread != nullptr ? by_thread.at(*thread, at) : nullptr) {
-      unit->device_ns = saturating_add(unit->device_ns, added);
-      unit->first_launch = std::min(unit->first_launch.value_or(at), at);
-      continue;
-    }
-    // Launched inside the step but outside every unit (a communication thread, a hook, an
-    // annotation without an aten op): its time goes to the unit that started last before the
-    // launch, so that the step's device time is kept whole.
-    if (units.empty() || at < step.start_ns || at >= step.end_ns) continue;
-    Unit& unit = by_thread.before(at);
-    unit.device_ns = saturating_add(unit.device_ns, added);
+    std::optional<std::size_t> unit = thread != nullptr ? by_thread.at(*thread, at) : std::nullopt;
+    // Launched inside the step but outside every unit (a hook, an annotation without an aten op):
+    // it counts for the unit that started last before the launch.
+    if (!unit && at >= step.start_ns && at < step.end_ns) unit = by_thread.before(at);
+    if (unit) activities.push_back({*unit, &g, at});
   }
+  bool host_collectives = false;
+  std::vector<bool> has_kernel(units.size(), false);
+  for (const Activity& a : activities) has_kernel[a.unit] = true;
+  for (std::size_t u = 0; u < units.size(); ++u)
+    host_collectives |= units[u].role == Unit::Role::kCollective && !has_kernel[u];
+  StepStreams streams = number_streams(trace, units, activities, host_collectives);
+  for (const Activity& a : activities) count(units[a.unit], a, index_of(streams, a.event->stream));
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (units[u].role != Unit::Role::kCollective || has_kernel[u]) continue;
+    // A collective without a kernel ran on the host (gloo): its CPU op's time.
+    const CpuEvent& e = trace.cpu_events[units[u].event];
+    units[u].stream = index_of(streams, kHostStream);
+    units[u].device_ns =
+        starts_with(e.name, "gloo") || e.name == "record_param_comms" ? e.duration_ns : 0;
+  }
+  return streams;
 }
 
 void measure_workspace(const KinetoTrace& trace, bool gpu, std::vector<Unit>& units) {

@@ -167,5 +167,6 @@ def zoo_devices():
 
 def import_kineto(path, step=None):
     """A trace from a PyTorch profiler (Kineto) Chrome trace, .json or .json.gz (`memplan import
-    kineto`); `step` is the N of ProfilerStep#N (default: the first complete step)."""
+    kineto`); `step` is the N of ProfilerStep#N (default: the median complete step, Note [Default
+    step] in importers/kineto/step_selection.cpp)."""
     return Trace(_core.import_kineto(os.fspath(path), step), str(path))

@@ -9,6 +9,7 @@
 
 #include "io/trace_io.hpp"
 #include "tests/importers/kineto/synthetic_kineto.hpp"
+#include "tests/importers/kineto/synthetic_ranks.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;
@@ -101,4 +102,53 @@ TEST_CASE("memplan import kineto --json prints one object; -o - writes the trace
   REQUIRE(piped.exit_status == 0);
   CHECK(memplan::sim::parse_trace(piped.out, "<stdout>").ops.size() == 21);
   CHECK(piped.err.find("imported ProfilerStep#1") != std::string::npos);  // the report moved
+}
+
+TEST_CASE("memplan import kineto: every rank of a job, in several files or one merged file",
+          "[cli][import][multirank]") {
+  memplan::test::SyntheticRank o;
+  o.rank = 1;
+  o.allreduce_us = 200;
+  const auto one = memplan::test::synthetic_rank(o);
+  const std::string r1 = write_temp("cli_rank1.json", one.dump());
+  o.rank = 0;
+  o.allreduce_us = 500;
+  const auto zero = memplan::test::synthetic_rank(o);
+  const std::string r0 = write_temp("cli_rank0.json", zero.dump());
+  const std::string merged =
+      write_temp("cli_merged.json", memplan::test::merge_ranks({zero, one}, true).dump());
+  const std::string out = std::filesystem::path(r0).parent_path() / "cli_job.json";
+  for (const std::string& inputs : {"'" + r1 + "' '" + r0 + "'", "'" + merged + "'"}) {
+    CAPTURE(inputs);
+    std::filesystem::remove(out);
+    const auto r = run_memplan(fmt::format("import kineto {} -o '{}'", inputs, out));
+    CAPTURE(r.err);
+    REQUIRE(r.exit_status == 0);
+    CHECK(r.out.find("== rank 0 (") != std::string::npos);
+    CHECK(r.out.find("== rank 1 (") != std::string::npos);
+    CHECK(r.out.find("rank 1 of 2 (nccl)") != std::string::npos);
+    CHECK(r.out.find("streams: 2 (compute (stream 7), nccl (stream 20))") != std::string::npos);
+    CHECK(r.out.find("collectives: 1, 200 B, recorded 0.500 ms, transfer 0.200 ms (the least any "
+                     "rank of the group recorded; 0.300 ms waiting for the last peer)") !=
+          std::string::npos);
+    CHECK(r.out.find("device time: in-core replay") != std::string::npos);
+    CHECK(r.out.find("(a job of 2 ranks)") != std::string::npos);
+    CHECK(std::filesystem::file_size(out) > 0);  // sim::write_job's (trace format v3)
+  }
+  const auto j = run_memplan(fmt::format("import kineto '{}' --json -o '{}'", merged, out));
+  REQUIRE(j.exit_status == 0);
+  const auto report = nlohmann::json::parse(j.out);
+  REQUIRE(report.at("ranks").size() == 2);
+  CHECK(report.at("ranks")[1].at("rank") == 1);
+  CHECK(report.at("ranks")[0].at("collectives") == 1);
+  CHECK(report.at("ranks")[0].at("collective_wait_s").get<double>() == Approx(300e-6));
+  CHECK(report.at("output") == out);
+  // One rank of a larger job: a trace, its collectives' recorded times kept.
+  const auto single = run_memplan(fmt::format("import kineto '{}' -o '{}'", r1, out));
+  REQUIRE(single.exit_status == 0);
+  CHECK(single.out.find("a single rank keeps its recorded time") != std::string::npos);
+  CHECK(memplan::sim::read_trace(out).ops.size() > 21);
+  // Files that say no rank, numbered by --rank; a clash is one line and exit 2.
+  check_one_line_error(run_memplan(fmt::format("import kineto '{}' '{}' -o '{}'", r0, r0, out)),
+                       "rank 0 again");
 }

@@ -192,12 +192,19 @@ TEST_CASE("a CPU-only trace gives a CPU workload timed by CPU durations", "[impo
   CHECK(r.report.op_time_ns == 26 * 40'000);
 }
 
-TEST_CASE("several steps: the first complete one by default, or the one asked for",
-          "[importers][kineto]") {
+// The default was the first complete step until the median rule (Note [Default step]): these
+// three steps are equally long, so the median is the first of them, as before; the median of
+// unequal ones is kineto_multirank_test.cpp's.
+TEST_CASE(
+    "several steps: the median complete one by default (of equal ones the first), or the "
+    "one asked for",
+    "[importers][kineto]") {
   SyntheticOptions o;
   o.steps = 3;
   const json doc = synthetic_kineto(o);
-  CHECK(import_json(doc).workload.provenance.step == 1);
+  const auto chosen = import_json(doc);
+  CHECK(chosen.workload.provenance.step == 1);
+  CHECK(chosen.report.step_reason == "the median of 3 complete steps (1.3, 1.3, 1.3 ms)");
   ImportOptions second;
   second.step = 2;
   const auto r = import_json(doc, second);
@@ -209,7 +216,8 @@ TEST_CASE("several steps: the first complete one by default, or the one asked fo
   CHECK(e.find("no ProfilerStep#9") != std::string::npos);
   CHECK(e.find("#1, #2, #3") != std::string::npos);
 
-  // Drop the kernels of step 1: it is incomplete, so step 2 is taken.
+  // Drop the kernels of step 1: it is incomplete, so step 2 is taken (of steps 2 and 3, equally
+  // long, the first).
   json cut = doc;
   auto& ev = cut.at("traceEvents");
   std::int64_t step1_end = 0;

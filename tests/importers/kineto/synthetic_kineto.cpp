@@ -113,6 +113,7 @@ json synthetic_kineto(const SyntheticOptions& o) {
   for (int step = 1; step <= o.steps; ++step) {
     const std::int64_t step_start = t;
     t += 5;
+    if (static_cast<std::size_t>(step) <= o.step_idle_us.size()) t += o.step_idle_us[step - 1];
     for (const auto& op : step_ops()) {
       const int thread = op.backward ? 2 : 1;
       const std::int64_t start = t;

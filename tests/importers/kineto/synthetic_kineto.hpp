@@ -5,6 +5,7 @@
 // launches one kernel of a known duration, so the expected device times are known exactly.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,9 @@ struct SyntheticOptions {
   bool gpu = true;             // false: no runtime calls, no kernels (a CPU-only training run)
   bool flows_only = false;  // kernels carry no correlation/external id, only ac2g flows link them
   bool memory = true;       // [memory] events
+  /// Host time (us) before the ops of each step, by step (data loading): steps of different
+  /// lengths. Empty: none.
+  std::vector<int> step_idle_us;
 };
 
 /// The trace as a JSON document.
