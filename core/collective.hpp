@@ -62,6 +62,10 @@ struct Distributed {
   std::string backend;  // "nccl", "rccl", "gloo", ... (empty when unknown)
   std::int32_t rank = 0;
   std::int32_t world_size = 1;
+  /// When this rank's step started on the clock its job's ranks share (the profiler's timestamps),
+  /// as recorded; nullopt when not known. Ranks start a step apart — a rank that begins early
+  /// waits longer at its first collectives — and a job's replay starts each rank where it did.
+  std::optional<Nanoseconds> step_start_ns;
 
   friend bool operator==(const Distributed&, const Distributed&) = default;
 };

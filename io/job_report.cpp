@@ -104,14 +104,15 @@ std::string job_summary_text(const JobRun& run, const Job& job,
     }
     return out;
   }
-  out += fmt::format("step        {:.3f} ms alone, {:.3f} ms back to back: rank {} is the slowest\n",
-                     ms(jt.step_ns), ms(run.period_ns), job.rank_of(jt.slowest));
-  out += "rank  iteration  period     compute    transfer   waiting    peak\n";
+  out += fmt::format("step        {:.3f} ms from the first rank's start to the last rank's end (rank {}); "
+                     "{:.3f} ms back to back\n",
+                     ms(jt.step_ns), job.rank_of(jt.slowest), ms(run.period_ns));
+  out += "rank  start      iteration  compute    transfer   waiting    peak\n";
   for (std::size_t r = 0; r < jt.ranks.size(); ++r) {
     const Timeline& tl = jt.ranks[r];
     const CollectiveTotals t = collective_totals(tl, run.programs[r]);
-    out += fmt::format("{:<5} {:>7.3f}ms {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {} of {}\n",
-                       job.rank_of(r), ms(tl.iteration_ns), ms(tl.period_ns),
+    out += fmt::format("{:<5} {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {} of {}\n",
+                       job.rank_of(r), ms(jt.start_ns[r]), ms(tl.iteration_ns),
                        ms(tl.op_compute_ns), ms(t.transfer_ns), ms(t.wait_ns),
                        format_bytes(tl.peak_reserved_bytes), format_bytes(machines[r].memory_bytes));
   }
@@ -125,6 +126,7 @@ nlohmann::json job_summary_json(const JobRun& run, const Job& job,
   for (std::size_t r = 0; r < jt.ranks.size(); ++r) {
     nlohmann::json j = summary_json(jt.ranks[r], run.programs[r], job.ranks[r], machines[r]);
     j["rank"] = job.rank_of(r);
+    j["start_s"] = to_seconds(jt.start_ns[r]);
     j["collectives"] = collectives_json(jt.ranks[r], run.programs[r], job.ranks[r]);
     ranks.push_back(std::move(j));
   }

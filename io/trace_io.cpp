@@ -372,6 +372,7 @@ OrderedJson distributed_json(const Distributed& d) {
   if (!d.backend.empty()) j["backend"] = d.backend;
   j["rank"] = d.rank;
   j["world_size"] = d.world_size;
+  if (d.step_start_ns) j["step_start_ns"] = *d.step_start_ns;
   return j;
 }
 
@@ -435,11 +436,12 @@ std::int64_t read_header(const Json& document, const JsonReader& root) {
 }
 
 Distributed read_distributed(const JsonReader& r) {
-  r.reject_unknown_keys({"backend", "rank", "world_size"});
+  r.reject_unknown_keys({"backend", "rank", "world_size", "step_start_ns"});
   Distributed d;
   d.backend = read_optional_string(r, "backend");
   d.rank = read_int32(r.at("rank"));
   d.world_size = read_int32(r.at("world_size"));
+  if (auto s = r.find("step_start_ns")) d.step_start_ns = s->as_int(0, kMaxNanoseconds);
   return d;
 }
 

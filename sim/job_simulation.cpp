@@ -38,53 +38,152 @@ Calls match_calls(const std::vector<const Program*>& programs) {
   return calls;
 }
 
-}  // namespace
 
-JobTimeline simulate_job(const std::vector<const Program*>& programs,
-                         const std::vector<Machine>& machines, const EngineOptions& options) {
-  MEMPLAN_CHECK(programs.size() == machines.size() && !programs.empty(),
-                "a job simulates one Machine per Program, and at least one");
-  const Calls calls = match_calls(programs);
-  std::vector<Engine> engines(programs.size());
-  std::vector<EngineOptions> rank_options(programs.size(), options);
-  for (std::size_t r = 0; r < programs.size(); ++r)
-    rank_options[r].collective_ready_ns.assign(programs[r]->collectives.size(), 0);
+/// Where one rank's step starts in the job's time, and what its streams still have to do then (Note
+/// [Step period] in sim/engine.hpp): each rank's Timeline is in its own frame, from its start.
+struct RankStart {
+  Nanoseconds offset_ns = 0;
+  std::vector<Nanoseconds> backlog_ns;  // per stream; empty: idle
+};
 
-  JobTimeline job;
-  job.ranks.resize(programs.size());
-  std::size_t collectives = 0;
-  for (const Program* p : programs) collectives += p->collectives.size();
-  for (bool moved = true; moved;) {
-    ++job.rounds;
-    MEMPLAN_CHECK(static_cast<std::size_t>(job.rounds) <= collectives + 1,
-                  "the ready times settle within one round per collective (max-plus monotone)");
-    for (std::size_t r = 0; r < programs.size(); ++r) {
-      job.ranks[r] = engines[r].run(*programs[r], machines[r], rank_options[r]);
-      if (!job.ranks[r].feasible) job.feasible = false;
+/// One step of every rank together (the rounds of the header's comment), each rank from its start.
+class JointStep {
+ public:
+  JointStep(const std::vector<const Program*>& programs, const std::vector<Machine>& machines,
+            const EngineOptions& options)
+      : programs_(programs),
+        machines_(machines),
+        calls_(match_calls(programs)),
+        engines_(programs.size()),
+        options_(programs.size(), options) {
+    MEMPLAN_CHECK(programs.size() == machines.size() && !programs.empty(),
+                  "a job simulates one Machine per Program, and at least one");
+    for (const Program* p : programs) collectives_ += p->collectives.size();
+  }
+
+  JobTimeline run(const std::vector<RankStart>& starts) {
+    JobTimeline job;
+    job.ranks.resize(programs_.size());
+    for (const RankStart& s : starts) job.start_ns.push_back(s.offset_ns);
+    for (std::size_t r = 0; r < programs_.size(); ++r) {
+      options_[r].stream_ready_ns = starts[r].backlog_ns;
+      options_[r].collective_ready_ns.assign(programs_[r]->collectives.size(), 0);
     }
-    if (!job.feasible) break;
-    moved = false;
-    for (const auto& [key, members] : calls) {
+    for (bool moved = true; moved;) {
+      ++job.rounds;
+      MEMPLAN_CHECK(static_cast<std::size_t>(job.rounds) <= collectives_ + 1,
+                    "the ready times settle within one round per collective (max-plus monotone)");
+      for (std::size_t r = 0; r < programs_.size(); ++r) {
+        job.ranks[r] = engines_[r].run(*programs_[r], machines_[r], options_[r]);
+        if (!job.ranks[r].feasible) job.feasible = false;
+      }
+      if (!job.feasible) return job;
+      moved = settle(job, starts);
+    }
+    for (std::size_t r = 0; r < job.ranks.size(); ++r) {
+      const Nanoseconds end = add_ns(starts[r].offset_ns, job.ranks[r].iteration_ns);
+      if (end > job.step_ns) {
+        job.step_ns = end;
+        job.slowest = r;
+      }
+    }
+    return job;
+  }
+
+ private:
+  /// Each call's ready time: its group's latest arrival in the job's time, in each rank's frame.
+  bool settle(const JobTimeline& job, const std::vector<RankStart>& starts) {
+    bool moved = false;
+    for (const auto& [key, members] : calls_) {
       Nanoseconds ready = 0;
       for (const auto& [r, c] : members)
-        ready = std::max(ready, job.ranks[r].collectives[c].arrival_ns);
+        ready = std::max(ready, add_ns(job.ranks[r].collectives[c].arrival_ns, starts[r].offset_ns));
       for (const auto& [r, c] : members) {
-        Nanoseconds& at = rank_options[r].collective_ready_ns[c];
-        if (at != ready) {
-          at = ready;
+        Nanoseconds& at = options_[r].collective_ready_ns[c];
+        const Nanoseconds own = ready - starts[r].offset_ns;
+        if (at != own) {
+          at = own;
           moved = true;
         }
       }
     }
+    return moved;
   }
-  if (!job.feasible) return job;
-  for (std::size_t r = 0; r < job.ranks.size(); ++r) {
-    if (job.ranks[r].iteration_ns > job.step_ns) {
-      job.step_ns = job.ranks[r].iteration_ns;
-      job.slowest = r;
+
+  const std::vector<const Program*>& programs_;
+  const std::vector<Machine>& machines_;
+  Calls calls_;
+  std::vector<Engine> engines_;
+  std::vector<EngineOptions> options_;
+  std::size_t collectives_ = 0;
+};
+
+/// Each rank's start as the job recorded it (Distributed::step_start_ns), from the earliest; all
+/// at 0 unless every rank has one.
+std::vector<RankStart> recorded_starts(const Job& job) {
+  std::vector<RankStart> starts(job.ranks.size());
+  const bool known = std::all_of(job.ranks.begin(), job.ranks.end(), [](const Workload& w) {
+    return w.distributed && w.distributed->step_start_ns;
+  });
+  if (!known || job.ranks.size() < 2) return starts;
+  Nanoseconds first = *job.ranks.front().distributed->step_start_ns;
+  for (const Workload& w : job.ranks) first = std::min(first, *w.distributed->step_start_ns);
+  for (std::size_t r = 0; r < job.ranks.size(); ++r)
+    starts[r].offset_ns = *job.ranks[r].distributed->step_start_ns - first;
+  return starts;
+}
+
+/// The job's period back to back (Note [Step period] in sim/engine.hpp, for every rank at once):
+/// each rank's next step starts where its host leaves this one (its device end without a host
+/// side), its streams busy with what is left; the ranks stay coupled through their collectives. The
+/// steps repeat until the ranks' relative starts and backlogs repeat; the period is then the
+/// growth of the earliest start per step.
+Nanoseconds job_period_ns(JointStep& joint, const JobTimeline& first,
+                          std::vector<RankStart> starts, const std::vector<const Program*>& programs) {
+  constexpr int kMaxSteps = 16;
+  const JobTimeline* step = &first;
+  JobTimeline next;
+  Nanoseconds grown = 0;  // the earliest start of the step just run, from the first step's
+  for (int k = 1; k <= kMaxSteps; ++k) {
+    std::vector<RankStart> following(programs.size());
+    for (std::size_t r = 0; r < programs.size(); ++r) {
+      const Timeline& tl = step->ranks[r];
+      const Nanoseconds leaves = programs[r]->host.active() ? tl.host_end_ns : tl.iteration_ns;
+      following[r].offset_ns = add_ns(starts[r].offset_ns, leaves);
+      following[r].backlog_ns.resize(tl.stream_end_ns.size());
+      for (std::size_t s = 0; s < tl.stream_end_ns.size(); ++s)
+        following[r].backlog_ns[s] = std::max<Nanoseconds>(0, tl.stream_end_ns[s] - leaves);
     }
+    Nanoseconds base = following.front().offset_ns;
+    for (const RankStart& f : following) base = std::min(base, f.offset_ns);
+    for (RankStart& f : following) f.offset_ns -= base;
+    grown = add_ns(grown, base);
+    const bool same = std::equal(following.begin(), following.end(), starts.begin(),
+                                 [](const RankStart& a, const RankStart& b) {
+                                   return a.offset_ns == b.offset_ns &&
+                                          (a.backlog_ns == b.backlog_ns ||
+                                           (b.backlog_ns.empty() &&
+                                            std::all_of(a.backlog_ns.begin(), a.backlog_ns.end(),
+                                                        [](Nanoseconds x) { return x == 0; })));
+                                 });
+    if (same) return base;  // the fixed point
+    if (k == kMaxSteps) break;
+    starts = std::move(following);
+    next = joint.run(starts);
+    if (!next.feasible) return 0;
+    step = &next;
   }
-  return job;
+  // Still moving: a backlog that grows every step (the device is the bottleneck); the period is
+  // the growth per step, averaged over the steps run.
+  return grown / kMaxSteps;
+}
+
+}  // namespace
+
+JobTimeline simulate_job(const std::vector<const Program*>& programs,
+                         const std::vector<Machine>& machines, const EngineOptions& options) {
+  JointStep joint(programs, machines, options);
+  return joint.run(std::vector<RankStart>(programs.size()));
 }
 
 JobRun simulate_job(const Job& job, const std::vector<Plan>& plans,
@@ -97,16 +196,14 @@ JobRun simulate_job(const Job& job, const std::vector<Plan>& plans,
     run.programs.push_back(lower(job.ranks[r], plans[r]));
   std::vector<const Program*> programs;
   for (const Program& p : run.programs) programs.push_back(&p);
-  run.timeline = simulate_job(programs, machines, options);
+  const std::vector<RankStart> starts = recorded_starts(job);
+  JointStep joint(programs, machines, options);
+  run.timeline = joint.run(starts);
   if (!run.timeline.feasible) return run;
-  for (std::size_t r = 0; r < job.ranks.size(); ++r) {
-    Timeline& tl = run.timeline.ranks[r];
-    std::vector<Nanoseconds> ready;
-    ready.reserve(tl.collectives.size());
-    for (const CollectiveTiming& c : tl.collectives) ready.push_back(c.start_ns);
-    tl.period_ns = step_period_ns(run.programs[r], machines[r], tl, ready);
-    run.period_ns = std::max(run.period_ns, tl.period_ns);
-  }
+  EngineOptions totals = EngineOptions::totals();
+  JointStep repeated(programs, machines, totals);
+  run.period_ns = job_period_ns(repeated, run.timeline, starts, programs);
+  for (Timeline& tl : run.timeline.ranks) tl.period_ns = run.period_ns;
   return run;
 }
 

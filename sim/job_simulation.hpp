@@ -28,12 +28,15 @@
 namespace memplan::sim {
 
 struct JobTimeline {
-  /// Per rank, in the order the Programs were given.
+  /// Per rank, in the order the Programs were given, each from its own start.
   std::vector<Timeline> ranks;
+  /// Per rank: where its step started, from the earliest rank's start.
+  std::vector<Nanoseconds> start_ns;
   bool feasible = true;
-  /// The step's wall time: the slowest rank's iteration_ns (0 when a rank ran out of memory).
+  /// The step's wall time, from the earliest rank's start to the last rank's end: the slowest
+  /// rank's iteration_ns when they start together (0 when a rank ran out of memory).
   Nanoseconds step_ns = 0;
-  std::size_t slowest = 0;  // the rank that sets the step
+  std::size_t slowest = 0;  // the rank that ends last
   int rounds = 0;           // rounds the ready times took to settle
 };
 
@@ -53,8 +56,10 @@ struct JobRun {
   Nanoseconds period_ns = 0;
 };
 
-/// Lowers plans[r] (validated for job.ranks[r]) and simulates every rank on machines[r] together;
-/// sets each rank's Timeline::period_ns.
+/// Lowers plans[r] (validated for job.ranks[r]) and simulates every rank on machines[r] together,
+/// each rank's step starting where the job recorded it (Distributed::step_start_ns, from the
+/// earliest rank's; together when a rank has none); each rank's Timeline is from its own start.
+/// Sets each rank's Timeline::period_ns to the job's.
 JobRun simulate_job(const Job& job, const std::vector<Plan>& plans,
                     const std::vector<Machine>& machines, const EngineOptions& options = {});
 

@@ -80,6 +80,7 @@ ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& option
   sim::Workload& workload = builder.workload();
   describe(trace, report, file_label, link, workload);
   workload.distributed = trace.distributed;
+  if (workload.distributed) workload.distributed->step_start_ns = report.step.start_ns;
   sim::validate(workload, trace.source);
   for (const sim::Op& o : workload.ops) report.op_time_ns += o.duration_ns;  // each under an hour
   report.collective_transfer_ns = report.collective_recorded_ns;  // a single rank keeps its own

@@ -94,8 +94,6 @@ std::vector<BadTrace> bad_v3_traces() {
         j["version"] = 2;
       },
       "$", "unknown field 'ranks'");
-  cases.push_back({"a job of two ranks read as one step", valid_two_rank_job().dump(), "bad.json",
-                   "holds a job of 2 ranks"});
   mutate(
       "a stream beyond the trace's streams", [](json& j) { j["ops"][1]["stream"] = 2; },
       "$.ops[1].stream", "stream 2 is not one of the 2 streams");

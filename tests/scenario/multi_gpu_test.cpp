@@ -128,7 +128,7 @@ Workload gather_rank(std::int32_t rank, Nanoseconds f1_ns) {
   const auto gd = b.backward("g3", {d}, 100, 1000);
   b.backward("g1", {gd, a}, 100, 1000);
   to_side_stream(b.workload(), ag, all_gather(100, 200));
-  b.workload().distributed = Distributed{"nccl", rank, 2};
+  b.workload().distributed = Distributed{"nccl", rank, 2, std::nullopt};
   return b.build();
 }
 
@@ -211,7 +211,7 @@ Workload all_reduce_rank(std::int32_t rank, Nanoseconds b1_ns) {
   c.group = "0";
   to_side_stream(b.workload(), ar, c);
   b.workload().ops.back().after = {ar};
-  b.workload().distributed = Distributed{"nccl", rank, 2};
+  b.workload().distributed = Distributed{"nccl", rank, 2, std::nullopt};
   return b.build();
 }
 
@@ -261,4 +261,29 @@ TEST_CASE("a map written on a side stream is never recomputed", "[scenario][stre
                     Catch::Contains("collectives and side-stream ops are not re-run"));
   const Plan all = recompute_all_plan(w);  // keeps what cannot be recomputed
   CHECK(all.decisions.front().action == Action::kKeep);
+}
+
+TEST_CASE("ranks start their step where the job recorded it", "[scenario][job]") {
+  // Both ranks' f1 takes 1000, but rank 1 started its step 2000 ns after rank 0 (step_start_ns).
+  // Each reaches ag at 1100 of its own step: rank 0 at 1100 of the job's time, rank 1 at 3100. ag
+  // starts at 3100: [3100, 3600] in rank 0's frame, [1100, 1600] in rank 1's. Rank 0 then runs
+  // f3 [3600, 4600], g3 [4600, 5600], g1 [5600, 6600]; rank 1 ends at 4600 of its own frame
+  // (6600 of the job's): the step ends together, rank 0's 2000 ns longer, as it recorded.
+  std::vector<Workload> ranks{gather_rank(0, 1000), gather_rank(1, 1000)};
+  ranks[0].distributed->step_start_ns = 50'000;
+  ranks[1].distributed->step_start_ns = 52'000;
+  const std::vector<Plan> plans{plan_with(ranks[0], {}), plan_with(ranks[1], {})};
+  const JobRun job = run_job(ranks, plans, test_machine(kPlenty));
+  REQUIRE(job.timeline.feasible);
+  CHECK(rank_span(job, ranks, 0, kSide, "ag") == Interval{3100, 3600});
+  CHECK(rank_span(job, ranks, 1, kSide, "ag") == Interval{1100, 1600});
+  CHECK(job.timeline.ranks[0].iteration_ns == 6600);
+  CHECK(job.timeline.ranks[1].iteration_ns == 4600);
+  CHECK(job.timeline.ranks[0].collectives[0].wait_ns() == 2000);
+  CHECK(job.timeline.step_ns == 6600);
+  CHECK(job.timeline.slowest == 0);
+  // Back to back, each rank's next step starts when it ends: rank 0 at 6600, rank 1 at 2000 +
+  // 4600 = 6600 — together, so from then on neither waits and the period is the step alone,
+  // 4600 (no host side: each rank leaves its step when its device is done).
+  CHECK(job.period_ns == 4600);
 }

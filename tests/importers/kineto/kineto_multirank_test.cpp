@@ -286,8 +286,10 @@ TEST_CASE("malformed collective arguments are one InputError naming the field",
 
 TEST_CASE("a long rank list, truncated as c10d writes it, is rebuilt from its ends or its stride",
           "[importers][kineto][multirank]") {
-  const auto ranks_of = [](const json& list, const json& start, const json& stride) {
-    SyntheticRank o = rank_options(0, 500);
+  // The step's own rank is in its group (validate() checks it): rank 1 for the odd ranks.
+  const auto ranks_of = [](const json& list, const json& start, const json& stride,
+                           std::int32_t rank = 0) {
+    SyntheticRank o = rank_options(rank, 500);
     o.world_size = 8;
     json doc = synthetic_rank(o);
     for (json& e : doc.at("traceEvents")) {
@@ -302,7 +304,7 @@ TEST_CASE("a long rank list, truncated as c10d writes it, is rebuilt from its en
   };
   using Ranks = std::vector<std::int32_t>;
   CHECK(ranks_of("[0, 2, ..., 6]", nullptr, nullptr) == Ranks{0, 2, 4, 6});
-  CHECK(ranks_of("[1, ..., 7]", 1, 2) == Ranks{1, 3, 5, 7});
+  CHECK(ranks_of("[1, ..., 7]", 1, 2, 1) == Ranks{1, 3, 5, 7});
   CHECK(ranks_of(json::array({0, 1, 2, 3}), nullptr, nullptr) == Ranks{0, 1, 2, 3});
   CHECK(ranks_of("[0, 1, ..., 9]", nullptr, nullptr).empty());  // does not step evenly: unknown
 }
