@@ -16,7 +16,7 @@ trap 'rm -rf "$work"' EXIT
 for job in mi300x dlrm; do
   for net in recorded "xgmi" "nvlink3" "pcie4-p2p" "nvlink4 --network ib-ndr --gpus-per-node 1"; do
     # shellcheck disable=SC2086
-    "$memplan" simulate "$work/$job.json" --policy in-core --interconnect $net --json \
+    "$memplan" simulate "$work/$job.json" --policy in-core --memory 1TiB --interconnect $net --json \
       >"$work/$job-$(echo "$net" | cut -d' ' -f1,3 | tr ' ' _).json"
   done
 done
