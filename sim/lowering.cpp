@@ -682,26 +682,33 @@ void Lowerer::place_side_frees() {
   out.reserve(body_.size() + 2 * free_items_.size());
   std::vector<std::size_t> moved(body_.size() + 1);
   std::vector<std::pair<std::int32_t, BufferId>> pending;  // (side op number, buffer)
+  // Per workload stream: the last side op the compute stream has joined (waited for), or -1.
+  std::vector<std::int32_t> joined(stream_count_, -1);
   const auto side_events = static_cast<std::int32_t>(2 * side_ops_.size());
   auto side_of = [](EventId end) { return (value(end) - 1) / 2; };
+  auto stream_of = [&](std::int32_t side_op) {
+    return static_cast<std::size_t>(op_[index(side_ops_[at(side_op)])].stream);
+  };
   for (std::size_t i = 0; i < body_.size(); ++i) {
     moved[i] = out.size();
     const Instruction& in = body_[i];
     out.push_back(in);
     if (in.kind == InstrKind::kWait && value(in.event()) < side_events && value(in.event()) % 2 == 1) {
       // A join: frees of buffers used by this op or an earlier op of its stream go here.
-      const std::int32_t joined = side_of(in.event());
-      const std::int32_t stream = op_[index(side_ops_[at(joined)])].stream;
+      const std::int32_t upto = side_of(in.event());
+      const std::size_t stream = stream_of(upto);
+      joined[stream] = std::max(joined[stream], upto);
       std::erase_if(pending, [&](const std::pair<std::int32_t, BufferId>& p) {
-        if (p.first > joined || op_[index(side_ops_[at(p.first)])].stream != stream) return false;
+        if (p.first > upto || stream_of(p.first) != stream) return false;
         out.push_back({InstrKind::kFree, in.op, p.second, -1, 0, 0, 0});
         return true;
       });
     }
     for (std::int32_t k = free_begin_[i]; k < free_begin_[i + 1]; ++k) {
       const BufferId b = free_items_[at(k)];
-      if (side_use_[index(b)] != kNoEvent) {
-        pending.emplace_back(side_of(side_use_[index(b)]), b);
+      const EventId used = side_use_[index(b)];
+      if (used != kNoEvent && side_of(used) > joined[stream_of(side_of(used))]) {
+        pending.emplace_back(side_of(used), b);  // its side op may still run: wait for a join
       } else {
         out.push_back({InstrKind::kFree, in.op, b, -1, 0, 0, 0});
       }

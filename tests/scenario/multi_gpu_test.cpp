@@ -287,3 +287,20 @@ TEST_CASE("ranks start their step where the job recorded it", "[scenario][job]")
   // 4600 (no host side: each rank leaves its step when its device is done).
   CHECK(job.period_ns == 4600);
 }
+
+TEST_CASE("a buffer a side stream wrote goes after its last use once the stream was joined",
+          "[scenario][streams]") {
+  // ag (nccl stream) writes c; f3 waits for ag (it reads c) and is c's last use: the compute stream
+  // has joined ag by then, so c is freed right after f3, not held to a later join or the end.
+  const Workload w = gather_rank(0, 1000);
+  const Program p = lower(w, plan_with(w, {}));
+  const auto& compute = p.stream(StreamId::kCompute);
+  std::size_t f3 = compute.size();
+  for (std::size_t i = 0; i < compute.size(); ++i) {
+    if (compute[i].kind == InstrKind::kRun && w.op(compute[i].op).name == "f3") f3 = i;
+  }
+  REQUIRE(f3 + 1 < compute.size());
+  const Instruction& next = compute[f3 + 1];
+  CHECK(next.kind == InstrKind::kFree);
+  CHECK(w.tensor(p.buffers[index(next.buffer)].tensor).name == "c");
+}
