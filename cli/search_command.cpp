@@ -1,4 +1,6 @@
-// `memplan search`: the best plan the search finds, starting from every policy.
+// `memplan search`: the best plan the search finds, starting from every policy; for a job of
+// several ranks (trace format v3), the plan searched on the slowest rank among its peers and
+// shared by the ranks it applies to (search/studies/job_search.hpp).
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
@@ -13,6 +15,7 @@
 #include "requests/search_request.hpp"
 #include "search/engine/exact.hpp"
 #include "search/engine/plan_search.hpp"
+#include "search/studies/job_search.hpp"
 
 namespace memplan::cli {
 
@@ -155,10 +158,40 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
   return fit_status(flags, result.simulation, workload);
 }
 
+// A job of several ranks: each rank's machine from the same flags; -o writes the searched rank's
+// plan (the one the ranks share) when every rank fits.
+int run_job_search(const sim::Job& job, const search::SearchOptions& so, const SearchFlags& flags) {
+  std::vector<sim::Machine> machines;
+  for (const sim::Workload& w : job.ranks) {
+    sim::require_sizes(w, flags.trace);
+    machines.push_back(machine_from_flags(w, flags.machine));
+  }
+  Progress progress("search", Progress::mode_for(flags.quiet, flags.json));
+  progress.stage(fmt::format("searching a plan for a job of {} ranks", job.ranks.size()));
+  const search::JobSearchResult result = search::search_job(job, machines, so);
+  progress.finish();
+  const bool fits = result.run.timeline.feasible;
+  if (!flags.output.empty() && fits) {
+    write_output(flags.output, sim::write_plan(result.search.plan, job.ranks[result.searched]));
+  }
+  std::FILE* report = report_stream({flags.output});
+  if (flags.json) {
+    fmt::print(report, "{}\n", search::job_search_json(result, job, machines).dump(2));
+  } else {
+    fmt::print(report, "{}", search::job_search_text(result, job, machines));
+  }
+  if (fits) return 0;
+  if (!flags.json)
+    fmt::print(stderr, "memplan: no plan found that fits every rank (no plan written)\n");
+  return 1;
+}
+
 // `memplan search`'s flags into `flags`; returns --time-limit's option (whether it was given
 // decides --exact's limit).
 CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
-  cmd.add_option("TRACE", flags.trace, "trace file (format v1, see traces/FORMAT.md)")->required();
+  cmd.add_option("TRACE", flags.trace,
+                 "trace file (formats v1 to v3, see traces/FORMAT.md): one step, or a job's ranks")
+      ->required();
   add_machine_flags(cmd, flags.machine);
   cmd.add_option("--encode", flags.search.encode,
                  "Gist encodings the search may use: binarize, sparse, dpr, fp16, fp10, fp8, all");
@@ -182,7 +215,8 @@ CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
                "plan feature maps only: keep parameters, gradients, optimizer state and the input "
                "batch on the device and the update there (what memplan.torch.apply carries out)");
   cmd.add_option("-o,--output", flags.output,
-                 "write the plan found (JSON; - for standard output), only when it fits");
+                 "write the plan found (JSON; - for standard output), only when it fits; for a "
+                 "job, the plan the ranks share");
   cmd.add_flag("--json", flags.json, "print one JSON object");
   add_quiet_flag(cmd, flags.quiet);
   return time_limit;
@@ -196,7 +230,18 @@ void add_search_command(CLI::App& app, int& exit_status) {
   CLI::Option* time_limit = add_search_flags(*cmd, *options);
   cmd->callback([options, time_limit, &exit_status] {
     check_output(options->output, "-o");
-    const sim::Workload workload = sim::read_trace(options->trace);
+    sim::Job job = sim::read_job(options->trace);
+    if (job.ranks.size() > 1) {
+      if (options->exact) {
+        throw sim::InputError("--exact", fmt::format("{} holds a job of {} ranks, and exact mode "
+                                                     "solves one rank's step: search the job "
+                                                     "without --exact",
+                                                     options->trace, job.ranks.size()));
+      }
+      exit_status = run_job_search(job, requests::search_options(options->search), *options);
+      return;
+    }
+    const sim::Workload workload = std::move(job.ranks.front());
     sim::require_sizes(workload, options->trace);
     const sim::Machine machine = machine_from_flags(workload, options->machine);
     search::SearchOptions so = requests::search_options(options->search);

@@ -1,8 +1,9 @@
 // `memplan sweep`: traces x memory budgets x links x (policies and the search), one CSV row per
-// cell (docs/sweep.md). Every input is read and checked before the first cell runs. With -o the
-// CSV grows in grid order as cells finish, so a run stopped midway leaves the grid's first rows,
-// and --resume runs only the rest. Under mpirun or srun the ranks share the cells
-// (cli/sweep_ranks.hpp) and rank 0 writes.
+// cell (docs/sweep.md); a grid of jobs (a trace of several ranks, --interconnects, --world-sizes)
+// runs every rank of each cell together. Every input is read and checked before the first cell
+// runs. With -o the CSV grows in grid order as cells finish, so a run stopped midway leaves the
+// grid's first rows, and --resume runs only the rest. Under mpirun or srun the ranks share the
+// cells (cli/sweep_ranks.hpp) and rank 0 writes.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -38,8 +39,12 @@ struct Options {
 search::SweepGrid read_grid(const Options& options) {
   std::vector<search::SweepTrace> traces;
   for (const std::string& path : options.traces) {
-    traces.push_back({path, sim::read_trace(path)});
-    sim::require_sizes(traces.back().workload, path);
+    sim::Job job = sim::read_job(path);
+    for (const sim::Workload& w : job.ranks) sim::require_sizes(w, path);
+    search::SweepTrace trace{path, std::move(job.ranks.front()), {}};
+    for (std::size_t r = 1; r < job.ranks.size(); ++r)
+      trace.more_ranks.push_back(std::move(job.ranks[r]));
+    traces.push_back(std::move(trace));
   }
   return requests::sweep_grid(std::move(traces), options.sweep);
 }
@@ -93,7 +98,7 @@ void run_sweep(const Options& options) {
   }
 
   const bool to_file = !options.output.empty() && options.output != "-";
-  std::string csv = search::sweep_csv_header();
+  std::string csv = sweep.csv_header();
   for (const std::string& row : kept) csv += row;
   std::ofstream file;
   if (ranks.root() && to_file) {
@@ -130,7 +135,8 @@ void add_sweep_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "sweep", "Run every policy and the search over a grid of traces, memories and links (CSV)");
-  cmd->add_option("TRACE", options->traces, "trace files (format v1, see traces/FORMAT.md)")
+  cmd->add_option("TRACE", options->traces,
+                  "trace files (formats v1 to v3, see traces/FORMAT.md): steps, or jobs' ranks")
       ->required();
   cmd->add_option("--memory", options->sweep.memories,
                   "device memory budgets, e.g. 4GiB,8GiB (default: each trace's)")
@@ -142,6 +148,18 @@ void add_sweep_command(CLI::App& app) {
                   "link bandwidths, both directions, e.g. 8GB/s,16GB/s (after the --link presets)")
       ->delimiter(',')
       ->check(bandwidth_value());
+  cmd->add_option("--interconnects", options->sweep.interconnects,
+                  fmt::format("what prices a job's collectives, one grid point each: recorded, a "
+                              "fabric ({}), or FABRIC+NETWORK ({})",
+                              sim::fabric_preset_names(false), sim::fabric_preset_names(true)))
+      ->delimiter(',');
+  cmd->add_option("--gpus-per-node", options->sweep.gpus_per_node,
+                  "GPUs a node holds for --interconnects (default 8)")
+      ->check(integer_in(1, sim::kMaxGpusPerNode));
+  cmd->add_option("--world-sizes", options->sweep.world_sizes,
+                  "world sizes a one-rank job's collectives are priced for, e.g. 8,16,64")
+      ->delimiter(',')
+      ->check(integer_in(1, requests::kMaxWorldSize));
   cmd->add_option("--policies", options->sweep.policies,
                   "policies to run, e.g. vdnn-all,pooch (default: every policy)")
       ->delimiter(',');

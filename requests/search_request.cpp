@@ -66,6 +66,19 @@ search::SweepGrid sweep_grid(std::vector<search::SweepTrace> traces, const Sweep
   grid.links = search::sweep_links(request.links, request.bandwidths);
   grid.policies = request.policies;
   grid.search = request.search;
+  if (request.gpus_per_node && request.interconnects.empty()) {
+    throw sim::InputError("--gpus-per-node",
+                          "says how --interconnects places the ranks: give "
+                          "--interconnects too");
+  }
+  grid.interconnects = search::sweep_interconnects(request.interconnects, request.gpus_per_node);
+  for (const std::int32_t size : request.world_sizes) {
+    if (size < 1 || size > kMaxWorldSize) {
+      throw sim::InputError("--world-sizes",
+                            fmt::format("{} is out of range (1 to {})", size, kMaxWorldSize));
+    }
+  }
+  grid.world_sizes = request.world_sizes;
   return grid;
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ inline constexpr std::int64_t kMaxThreads = 1024;
 inline constexpr double kMaxTimeLimitS = 7 * 86'400.0;  // a week
 inline constexpr std::int64_t kMaxRounds = 1'000'000'000;
 inline constexpr std::int64_t kMaxSeed = std::numeric_limits<std::int64_t>::max();
+/// The largest world `--world-sizes` takes (the trace format's limit).
+inline constexpr std::int32_t kMaxWorldSize = std::int32_t{1} << 20;
 
 struct SearchRequest {
   int threads = 0;  // 0: every core
@@ -40,8 +43,13 @@ struct SweepRequest {
   std::vector<std::string> links;       // presets
   std::vector<std::string> bandwidths;  // one bandwidth both ways per point, its label in the CSV
   std::vector<std::string> policies;    // empty: every policy
-  bool search = true;                   // a search cell beside the policies'
-  bool deterministic = false;           // the same CSV for any number of threads and ranks
+  /// A grid of jobs' axes: interconnects ("recorded", a fabric preset, or FABRIC+NETWORK) with
+  /// the GPUs per node they assume, and world sizes for one rank whose peers are assumed alike.
+  std::vector<std::string> interconnects;
+  std::optional<std::int32_t> gpus_per_node;
+  std::vector<std::int32_t> world_sizes;
+  bool search = true;          // a search cell beside the policies'
+  bool deterministic = false;  // the same CSV for any number of threads and ranks
   int threads = 0;
   std::string encode;
   double search_time_limit_s = 10.0;
@@ -49,7 +57,8 @@ struct SweepRequest {
   std::uint64_t seed = 1;
 };
 
-/// The grid of `traces` (read by the caller) under the request. Throws InputError.
+/// The grid of `traces` (read by the caller) under the request. Throws InputError (naming
+/// --gpus-per-node given without --interconnects, and a world size out of 1 to 2^20).
 search::SweepGrid sweep_grid(std::vector<search::SweepTrace> traces, const SweepRequest& request);
 /// The sweep's options. Throws InputError naming the flag (--search-time-limit, --threads, ...;
 /// --deterministic with search cells needs --search-rounds: they would stop by the clock).

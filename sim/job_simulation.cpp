@@ -186,6 +186,29 @@ JobTimeline simulate_job(const std::vector<const Program*>& programs,
   return joint.run(std::vector<RankStart>(programs.size()));
 }
 
+std::vector<Nanoseconds> peer_ready_ns(const std::vector<const Program*>& programs,
+                                       const JobTimeline& timeline, std::size_t rank) {
+  MEMPLAN_CHECK(
+      rank < programs.size() && timeline.ranks.size() == programs.size() && timeline.feasible,
+      "peer ready times are read from a feasible simulation of the same programs");
+  std::vector<Nanoseconds> ready(programs[rank]->collectives.size(), 0);
+  for (const auto& [key, members] : match_calls(programs)) {
+    // In the job's time (each rank's arrival from its own start), then in `rank`'s frame.
+    Nanoseconds latest = 0;
+    std::size_t own = ready.size();
+    for (const auto& [r, c] : members) {
+      if (r == rank) {
+        own = c;
+      } else {
+        latest = std::max(latest, add_ns(timeline.ranks[r].collectives[c].arrival_ns,
+                                          timeline.start_ns[r]));
+      }
+    }
+    if (own < ready.size()) ready[own] = std::max<Nanoseconds>(0, latest - timeline.start_ns[rank]);
+  }
+  return ready;
+}
+
 JobRun simulate_job(const Job& job, const std::vector<Plan>& plans,
                     const std::vector<Machine>& machines, const EngineOptions& options) {
   MEMPLAN_CHECK(plans.size() == job.ranks.size() && machines.size() == job.ranks.size(),

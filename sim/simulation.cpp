@@ -9,7 +9,8 @@ Simulation simulate_plan(const Workload& workload, const Plan& plan, const Machi
   Simulation s{lower(workload, plan), {}};
   Engine engine;
   s.timeline = engine.run(s.program, machine, options);
-  s.timeline.period_ns = step_period_ns(s.program, machine, s.timeline);
+  s.timeline.period_ns =
+      step_period_ns(s.program, machine, s.timeline, options.collective_ready_ns);
   return s;
 }
 

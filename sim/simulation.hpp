@@ -18,7 +18,8 @@ struct Simulation {
   Timeline timeline;
 };
 
-/// Lowers `plan` (validated for `workload`) and simulates it on `machine`.
+/// Lowers `plan` (validated for `workload`) and simulates it on `machine`; the period (Note [Step
+/// period] in sim/engine.hpp) with the collectives at `options`' ready times.
 Simulation simulate_plan(const Workload& workload, const Plan& plan, const Machine& machine,
                          const EngineOptions& options = {});
 

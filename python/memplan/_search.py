@@ -84,7 +84,8 @@ class Sweep:
 
     def to_dataframe(self):
         return _tables.read_csv(self.csv, keep_default_na=False,
-                                na_values={"iteration_s": [""], "overhead": [""]})
+                                na_values={"iteration_s": [""], "overhead": [""],
+                                           "slowest_rank": [""], "wait_s": [""]})
 
     def write(self, path):
         _core.write_file_atomically(os.fspath(path), self.csv)
@@ -101,12 +102,15 @@ def _list(value):
 
 def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=True,
           encode=None, threads=0, search_time_limit=10.0, search_rounds=None, seed=1,
-          progress=None):
+          progress=None, interconnects=None, gpus_per_node=None, world_sizes=None):
     """Runs the grid and returns a Sweep (`memplan sweep`).
 
     traces: Traces (named by their `name` in the CSV) or a dict {name: Trace}; memory: budgets
     ("8GiB" or bytes; default each trace's); link: presets; bandwidth: one bandwidth both ways
     per point ("8GB/s" or bytes/s; its text is the point's label in the CSV); policies: names (default every policy); search: add the search column.
+    interconnects ("recorded", "nvlink4", "nvlink4+ib-ndr", ...), gpus_per_node and world_sizes
+    (for one rank of a job, its peers assumed alike) make a grid of jobs, with the job's columns
+    (`memplan sweep --interconnects --gpus-per-node --world-sizes`).
     progress(p) is called after every cell with p.done, p.total, p.elapsed_s (an exception in it
     is raised once the grid has run).
     """
@@ -122,6 +126,9 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
     request.search_time_limit_s = float(search_time_limit)
     request.search_rounds = int(search_rounds or 0)
     request.seed = int(seed)
+    request.interconnects = [str(i) for i in _list(interconnects)]
+    request.gpus_per_node = None if gpus_per_node is None else int(gpus_per_node)
+    request.world_sizes = [int(w) for w in _list(world_sizes)]
     arguments = _core.SweepArguments()
     arguments.traces = [(str(name), t._workload) for name, t in items]
     arguments.request = request

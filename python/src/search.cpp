@@ -142,7 +142,10 @@ void bind_search(py::module_& m) {
       .def_readwrite("encode", &requests::SweepRequest::encode)
       .def_readwrite("search_time_limit_s", &requests::SweepRequest::search_time_limit_s)
       .def_readwrite("search_rounds", &requests::SweepRequest::search_rounds)
-      .def_readwrite("seed", &requests::SweepRequest::seed);
+      .def_readwrite("seed", &requests::SweepRequest::seed)
+      .def_readwrite("interconnects", &requests::SweepRequest::interconnects)
+      .def_readwrite("gpus_per_node", &requests::SweepRequest::gpus_per_node)
+      .def_readwrite("world_sizes", &requests::SweepRequest::world_sizes);
   py::class_<SweepArguments>(m, "SweepArguments")
       .def(py::init<>())
       .def_readwrite("traces", &SweepArguments::traces)

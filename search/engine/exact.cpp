@@ -320,8 +320,9 @@ struct Node {
 };
 
 struct Worker {
-  Worker(const sim::Workload& w, const sim::Machine& machine, const sim::Machine& unlimited)
-      : real(w, machine), relaxed(w, unlimited) {}
+  Worker(const sim::Workload& w, const sim::Machine& machine, const sim::Machine& unlimited,
+         const std::vector<sim::Nanoseconds>& ready)
+      : real(w, machine, ready), relaxed(w, unlimited, ready) {}
   Evaluator real;
   Evaluator relaxed;  // plans on a device without a memory limit: their time
   std::size_t explored = 0, pruned_memory = 0, pruned_time = 0, solved_by_bound = 0, violations = 0;
@@ -341,8 +342,8 @@ class Solver {
     unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
     unlimited.host_memory_bytes.reset();
     workers_ = std::make_unique<tbb::enumerable_thread_specific<std::unique_ptr<Worker>>>(
-        [&workload, machine, unlimited] {
-          return std::make_unique<Worker>(workload, machine, unlimited);
+        [&workload, machine, unlimited, ready = options.collective_ready_ns] {
+          return std::make_unique<Worker>(workload, machine, unlimited, ready);
         });
     producer_maps_.assign(view.workload().ops.size(), {});
     for (std::size_t m = 0; m < view.feature_maps().size(); ++m)

@@ -3,6 +3,7 @@
 // per-map actions with the simulator as the oracle (Note [Exact plan search] in exact.cpp).
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "core/machine.hpp"
 #include "core/plan.hpp"
@@ -21,6 +22,8 @@ struct ExactOptions {
   int threads = 0;            // 0: every core
   double time_limit_s = 0.0;  // 0: none; when it stops the search the result is not proven
   EncodingOptions encodings;
+  /// The collectives' ready times every Evaluator uses (SearchOptions::collective_ready_ns).
+  std::vector<sim::Nanoseconds> collective_ready_ns;
 };
 
 struct ExactResult {

@@ -43,9 +43,10 @@ LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& mach
       report_(report),
       result_(result),
       arena_(threads),
-      driver_(workload, machine),
+      driver_(workload, machine, options.collective_ready_ns),
       evaluators_([&] {
-        auto evaluator = std::make_unique<Evaluator>(workload, machine);
+        auto evaluator =
+            std::make_unique<Evaluator>(workload, machine, options.collective_ready_ns);
         evaluator->measure_excess(true);
         return evaluator;
       }),

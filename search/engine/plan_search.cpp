@@ -156,6 +156,14 @@ void take_fallback(const ExactResult& exact, SearchResult& result) {
   result.converged = exact.optimal;
 }
 
+// The winner simulated with every record kept, its collectives at the search's ready times.
+sim::Simulation simulate_winner(const sim::Workload& workload, const sim::Plan& plan,
+                                const sim::Machine& machine, const SearchOptions& options) {
+  sim::EngineOptions engine;
+  engine.collective_ready_ns = options.collective_ready_ns;
+  return sim::simulate_plan(workload, plan, machine, engine);
+}
+
 // When the branch and bound runs after the local search (Note [Plan search], composition).
 enum class Tree { kFallback, kAlways };
 
@@ -175,7 +183,7 @@ Solved solve(const sim::Workload& workload, const sim::Machine& machine,
   SearchResult& result = out.search;
   if (tree == Tree::kAlways) {
     out.exact = branch_and_bound(workload, machine, exact_options, result);
-    out.exact->simulation = sim::simulate_plan(workload, out.exact->plan, machine);
+    out.exact->simulation = simulate_winner(workload, out.exact->plan, machine, options);
     return out;
   }
   const double left = options.time_limit_s - seconds_since(start);
@@ -186,10 +194,11 @@ Solved solve(const sim::Workload& workload, const sim::Machine& machine,
     eo.threads = threads;
     eo.time_limit_s = left;
     eo.encodings = options.encodings;
+    eo.collective_ready_ns = options.collective_ready_ns;
     out.exact = branch_and_bound(workload, machine, eo, result);
     take_fallback(*out.exact, result);
   }
-  result.simulation = sim::simulate_plan(workload, result.plan, machine);
+  result.simulation = simulate_winner(workload, result.plan, machine, options);
   return out;
 }
 
@@ -219,6 +228,7 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   so.deterministic = true;
   so.time_limit_s = options.time_limit_s > 0 ? options.time_limit_s : 600.0;
   so.encodings = options.encodings;
+  so.collective_ready_ns = options.collective_ready_ns;
   so.host_placement = false;  // S keeps every tensor that is not a feature map on the device
   so.release_points = false;  // and frees every swapped map at its last forward use
   ExactResult result = *solve(workload, machine, so, Tree::kAlways, options, start).exact;

@@ -55,6 +55,11 @@ struct SearchOptions {
   /// feature maps, exact mode (search/engine/exact.hpp) searches on from its result in the time
   /// left (Note [Plan search], fallback); 0: never.
   std::size_t exact_fallback_maps = 12;
+  /// When each collective of the workload may start: the rank's peers' latest arrivals, for a
+  /// rank of a job priced with the other ranks fixed (Note [A rank among fixed peers] in
+  /// search/oracle/evaluator.hpp); every Evaluator of the search and the winner's simulation use
+  /// them. Empty: each collective starts on its arrival.
+  std::vector<sim::Nanoseconds> collective_ready_ns;
 };
 
 /// A policy whose plan did not seed the search: the time limit's seeding share ran out (or the

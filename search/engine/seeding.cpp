@@ -47,7 +47,7 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
       0, order.size(),
       [&](std::size_t k) {
         const Policy& policy = all[order[k]];
-        Evaluator evaluator(workload, machine);
+        Evaluator evaluator(workload, machine, options.collective_ready_ns);
         if (k > 0) evaluator.stop_when(&stop);
         Evaluation e;
         try {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "search/oracle/eviction_check.hpp"
 #include "search/oracle/keep_check.hpp"
@@ -88,14 +89,6 @@ std::uint64_t next_generation() {
   return ++generations;
 }
 
-// simulate()'s: the stalls with the tensor they wait for, no spans or memory curve.
-sim::EngineOptions timeline_options() {
-  sim::EngineOptions options;
-  options.record_spans = false;
-  options.record_memory = false;
-  return options;
-}
-
 // Lowering reads only the action of a kept map, so two kept decisions are the same decision.
 bool same_lowering(const sim::Decision& a, const sim::Decision& b) {
   return a.action == b.action && (a.action == sim::Action::kKeep || a == b);
@@ -117,11 +110,18 @@ Evaluation summarize(const sim::Timeline& timeline) {
   return e;
 }
 
-Evaluator::Evaluator(const sim::Workload& workload, const sim::Machine& machine)
+Evaluator::Evaluator(const sim::Workload& workload, const sim::Machine& machine,
+                     std::vector<sim::Nanoseconds> collective_ready_ns)
     : workload_(&workload),
       machine_(machine),
       lowerer_(workload),
-      scratch_(std::make_unique<Scratch>()) {}
+      totals_(sim::EngineOptions::totals()),
+      scratch_(std::make_unique<Scratch>()) {
+  totals_.collective_ready_ns = std::move(collective_ready_ns);
+  // timeline()'s: the stalls with the tensor they wait for, no spans or memory curve.
+  timeline_ = totals_;
+  timeline_.record_stalls = true;
+}
 
 Evaluator::~Evaluator() = default;
 
@@ -360,15 +360,11 @@ Evaluation Evaluator::cost(const sim::Plan& plan) {
   check_stop();
   lower(plan);
   ++count_;
-  sim::EngineOptions options;
-  options.record_spans = false;
-  options.record_memory = false;
-  options.record_stalls = false;
-  Evaluation e = summarize(engine_.run(program_, machine_, options));
+  Evaluation e = summarize(engine_.run(program_, machine_, totals_));
   if (!e.feasible && measure_excess_) {
     sim::Machine unlimited = machine_;
     unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
-    const sim::Timeline& t = engine_.run(program_, unlimited, options);
+    const sim::Timeline& t = engine_.run(program_, unlimited, totals_);
     e.excess_bytes = std::max<sim::Bytes>(1, t.peak_reserved_bytes - machine_.memory_bytes);
   }
   return e;
@@ -378,7 +374,7 @@ const sim::Timeline& Evaluator::timeline(const sim::Plan& plan) {
   check_stop();
   lower(plan);
   ++count_;
-  return engine_.run(program_, machine_, timeline_options());
+  return engine_.run(program_, machine_, timeline_);
 }
 
 }  // namespace memplan::search

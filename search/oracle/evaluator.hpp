@@ -10,6 +10,18 @@
 // (tests/property/oracle_test.cpp holds every way to a full lowering).
 // It owns its Lowerer, Program and Engine (and so their buffers), which makes repeated questions
 // cheap; use one Evaluator per thread.
+//
+// Note [A rank among fixed peers]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A plan for one rank of a job is priced with the other ranks fixed: each of the rank's collectives
+// starts no earlier than its peers' latest arrival (the ready times, per Program::collectives
+// entry, that sim::peer_ready_ns finds in a simulation of the job), as in the job's own
+// simulation (Note [Collective start] in sim/engine.hpp). The Evaluator passes them to every
+// engine run it makes (EngineOptions::collective_ready_ns), so a policy or the search deciding
+// for that rank sees a swap that fits into a collective's wait cost nothing and one that delays
+// the rank's arrival cost what it delays, without knowing of the job. Memory is not timed
+// (fits() replays allocations only), so the ready times change the time answers only. Helpers an
+// Evaluator's user creates for the same rank take the same ready times (collective_ready_ns()).
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -52,8 +64,11 @@ class Stopped : public std::runtime_error {
 
 class Evaluator {
  public:
-  /// The workload must outlive the Evaluator; the machine is copied.
-  Evaluator(const sim::Workload& workload, const sim::Machine& machine);
+  /// The workload must outlive the Evaluator; the machine is copied. `collective_ready_ns`: when
+  /// each collective of the workload may start (Note [A rank among fixed peers]); empty: each on
+  /// its arrival, as for a single GPU or a rank whose peers are assumed alike.
+  Evaluator(const sim::Workload& workload, const sim::Machine& machine,
+            std::vector<sim::Nanoseconds> collective_ready_ns = {});
   ~Evaluator();
   Evaluator(const Evaluator&) = delete;
   Evaluator& operator=(const Evaluator&) = delete;
@@ -99,6 +114,10 @@ class Evaluator {
 
   [[nodiscard]] const sim::Workload& workload() const { return *workload_; }
   [[nodiscard]] const sim::Machine& machine() const { return machine_; }
+  /// The ready times every engine run of this Evaluator uses (Note [A rank among fixed peers]).
+  [[nodiscard]] const std::vector<sim::Nanoseconds>& collective_ready_ns() const {
+    return totals_.collective_ready_ns;
+  }
   /// cost() and timeline() answers so far, including those credited by helpers.
   [[nodiscard]] std::size_t count() const { return count_; }
   /// fits() answers so far (not in count()), including those made ahead (expect) and credited.
@@ -153,6 +172,8 @@ class Evaluator {
   bool lowered_same_prefix_ = false;      // lower()'s answer for it ...
   std::uint64_t lowered_generation_ = 0;  // ... against this base (0: none)
   sim::Engine engine_;
+  sim::EngineOptions totals_;    // cost()'s engine runs, with the collectives' ready times
+  sim::EngineOptions timeline_;  // timeline()'s
   MemoryReplay replay_;
   std::unique_ptr<Base> own_base_;
   Base* base_ = nullptr;  // own_base_'s, an owner's (share_base), or null

@@ -324,7 +324,7 @@ void recompute_by_estimate(Evaluator& evaluator, const NetworkView& view, sim::P
   const BaseScope based(evaluator, plan);
   // The trial the loop makes next if this one is refused, timed by an idle core if there is one
   // (Note [PoocH in memplan], step 3: speculation).
-  Evaluator beside(evaluator.workload(), evaluator.machine());
+  Evaluator beside(evaluator.workload(), evaluator.machine(), evaluator.collective_ready_ns());
   beside.stop_when(evaluator.stop());
   beside.share_base(evaluator);
   std::size_t run = 1;
@@ -551,8 +551,7 @@ class RatioMeter {
  public:
   explicit RatioMeter(Evaluator& evaluator)
       : evaluator_(evaluator), unlimited_(evaluator.machine()), local_([this] {
-          auto ev =
-              std::make_unique<Evaluators>(evaluator_.workload(), evaluator_.machine(), unlimited_);
+          auto ev = std::make_unique<Evaluators>(evaluator_, unlimited_);
           ev->budget.stop_when(evaluator_.stop());
           ev->reference.stop_when(evaluator_.stop());
           return ev;
@@ -584,8 +583,10 @@ class RatioMeter {
 
  private:
   struct Evaluators {
-    Evaluators(const sim::Workload& w, const sim::Machine& m, const sim::Machine& u)
-        : budget(w, m), reference(w, u) {}
+    // Both priced as `of` prices (its machine, then `u`; its ready times).
+    Evaluators(const Evaluator& of, const sim::Machine& u)
+        : budget(of.workload(), of.machine(), of.collective_ready_ns()),
+          reference(of.workload(), u, of.collective_ready_ns()) {}
     Evaluator budget;
     Evaluator reference;
   };

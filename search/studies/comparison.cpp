@@ -218,10 +218,6 @@ std::string comparison_text(const Comparison& comparison, const sim::Workload& w
   return out;
 }
 
-namespace {
-
-// A CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, a quote or a line
-// break.
 std::string csv_field(const std::string& text) {
   if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
   std::string out = "\"";
@@ -231,8 +227,6 @@ std::string csv_field(const std::string& text) {
   }
   return out + '"';
 }
-
-}  // namespace
 
 std::string comparison_csv(const Comparison& comparison, const sim::Workload& workload) {
   std::string out =

@@ -100,5 +100,8 @@ std::string comparison_csv(const Comparison& comparison, const sim::Workload& wo
 /// Why a row's plan does not fit, in one line (empty when it fits): the out-of-memory report, or
 /// the policy's own verdict when it gave up.
 std::string why_not(const ComparisonRow& row, const sim::Workload& workload);
+/// A CSV field as RFC 4180 writes it: quoted, with quotes doubled, when it holds a comma, a quote
+/// or a line break.
+std::string csv_field(const std::string& text);
 
 }  // namespace memplan::search

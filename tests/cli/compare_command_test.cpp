@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "search/policies/policy.hpp"
+#include "tests/support/job_workloads.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;
@@ -191,4 +192,74 @@ TEST_CASE(
   REQUIRE(text.exit_status == 0);
   CHECK(text.out.find("GPU idle") != std::string::npos);
   CHECK(text.out.find("step wall") != std::string::npos);
+}
+
+namespace {
+
+// late_gather_job (tests/support/job_workloads.hpp) in a fresh directory, quoted for the shell,
+// with the flags of the link its numbers are worked out with (1 KiB in 1000 ns, no latency).
+std::string late_gather_args() {
+  return "'" + memplan::test::write_late_gather_job(memplan::test::temp_dir()) +
+         "' --h2d 1.024GB/s --d2h 1.024GB/s --latency 0us";
+}
+
+}  // namespace
+
+TEST_CASE("memplan compare on a job: every policy on every rank, the ranks together",
+          "[cli][compare][job]") {
+  const std::string job = late_gather_args();
+  const auto text = run_memplan("compare " + job);
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.rfind("job 2 of 2 ranks (nccl), device memory 5.00 KiB", 0) == 0);
+  CHECK(text.out.find("ideal step 0.011 ms (rank 1)") != std::string::npos);
+  // In core f3 does not fit on either rank: a why-not line per rank.
+  CHECK(text.out.find("why not: rank 0: out of device memory at op 'f3'") != std::string::npos);
+  CHECK(text.out.find("why not: rank 1: out of device memory at op 'f3'") != std::string::npos);
+
+  const auto json = run_memplan("compare --json " + job);
+  REQUIRE(json.exit_status == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j.at("ideal_s") == Approx(11300e-9));
+  CHECK(j.at("ideal_slowest_rank") == 1);
+  CHECK(j.at("world_size") == 2);
+  REQUIRE(j.at("rows").size() == memplan::search::policies().size());
+  for (const auto& row : j.at("rows")) {
+    for (const char* key : {"policy", "rank", "feasible", "wall_s", "step_s", "period_s",
+                            "slowest_rank", "overhead", "wait_s", "decide_s", "gave_up", "ranks"}) {
+      CAPTURE(key);
+      CHECK(row.contains(key));
+    }
+    REQUIRE(row.at("ranks").size() == 2);
+    for (const auto& rank : row.at("ranks")) {
+      for (const char* key : {"rank", "feasible", "iteration_s", "peak_bytes", "actions",
+                              "collectives", "policy", "note"}) {
+        CAPTURE(key);
+        CHECK(rank.contains(key));
+      }
+    }
+  }
+  // The best row hides its swap in rank 1's wait: the in-core step, rank 1 the slowest.
+  const auto& best = *std::find_if(j.at("rows").begin(), j.at("rows").end(),
+                                   [](const auto& row) { return row.at("rank") == 1; });
+  CHECK(best.at("feasible") == true);
+  CHECK(best.at("wall_s") == Approx(11300e-9));
+  CHECK(best.at("slowest_rank") == 1);
+
+  const auto csv = run_memplan("compare --csv " + job);
+  REQUIRE(csv.exit_status == 0);
+  const auto rows = lines_of(csv.out);
+  REQUIRE(rows.size() == 1 + 2 * memplan::search::policies().size());
+  CHECK(rows[0].rfind("policy,rank,feasible,step_s,slowest_rank,", 0) == 0);
+  CHECK(csv_fields(rows[1]).size() == csv_fields(rows[0]).size());
+}
+
+TEST_CASE("memplan compare on a job of one rank prints what it prints for a step",
+          "[cli][compare][job]") {
+  // One rank of the job, its peers assumed alike: the one-step table, not the job's.
+  const std::string rank =
+      "'" + memplan::test::write_late_gather_job(memplan::test::temp_dir(), true) + "'";
+  const auto r = run_memplan("compare " + rank);
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out.rfind("device memory 5.00 KiB", 0) == 0);
+  CHECK(r.out.find("slowest") == std::string::npos);
 }

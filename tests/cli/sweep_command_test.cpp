@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "search/policies/policy.hpp"
+#include "tests/support/job_workloads.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;
@@ -119,4 +120,81 @@ TEST_CASE("memplan sweep rejects bad input with exit 2, one line, and no CSV", "
   const auto r = run_memplan("sweep --no-search " + mlp + " -o '" + dir + "/no/such/dir/x.csv'");
   CHECK(r.exit_status == 2);
   CHECK(r.err.find("-o") != std::string::npos);
+}
+
+TEST_CASE("memplan sweep over jobs: interconnects and world sizes as axes, the job's columns",
+          "[cli][sweep][job]") {
+  const std::string dir = temp_dir();
+  const std::string job = "'" + memplan::test::write_late_gather_job(dir) + "'";
+  const auto r = run_memplan("sweep " + job +
+                             " --policies in-core,capuchin --no-search --quiet --interconnects "
+                             "recorded,nvlink4,pcie4-p2p+ib-hdr --gpus-per-node 1");
+  REQUIRE(r.exit_status == 0);
+  const auto rows = lines(r.out);
+  REQUIRE(rows.size() == 1 + 3 * 2);
+  CHECK(rows[0] ==
+        "trace,memory_bytes,link,interconnect,world_size,h2d_bytes_per_s,d2h_bytes_per_s,policy,"
+        "feasible,iteration_s,ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,"
+        "note,why_not,slowest_rank,wait_s");
+  // In grid order: interconnect, then policy. In core fits no rank.
+  CHECK(rows[1].find(",trace,recorded,2,") != std::string::npos);
+  CHECK(rows[1].find(",in-core,0,") != std::string::npos);
+  CHECK(rows[1].find("rank 0: out of device memory") != std::string::npos);
+  CHECK(rows[3].find(",trace,nvlink4,2,") != std::string::npos);
+  CHECK(rows[5].find(",trace,pcie4-p2p+ib-hdr,2,") != std::string::npos);
+  // Under its recorded times the job's ideal step is 11300 ns, rank 1 the slowest; a priced
+  // all-gather changes the ideal.
+  const auto recorded = split(rows[2]);
+  CHECK(recorded[7] == "capuchin");
+  CHECK(recorded[8] == "1");
+  CHECK(recorded[10] == "0.000011300");
+  CHECK(recorded[recorded.size() - 2] == "1");
+  CHECK(split(rows[4])[10] != "0.000011300");
+
+  // One rank, its peers assumed alike: priced for each world size.
+  const std::string rank = "'" + memplan::test::write_late_gather_job(dir, true) + "'";
+  const auto sizes = run_memplan("sweep " + rank +
+                                 " --policies capuchin --no-search --quiet --world-sizes 2,8,64 "
+                                 "--interconnects nvlink4+ib-ndr");
+  REQUIRE(sizes.exit_status == 0);
+  const auto size_rows = lines(sizes.out);
+  REQUIRE(size_rows.size() == 4);
+  double previous = 0;
+  for (std::size_t i = 1; i < size_rows.size(); ++i) {
+    const auto f = split(size_rows[i]);
+    CHECK(f[4] == std::to_string(std::vector<int>{2, 8, 64}[i - 1]));
+    // The all-gather over more ranks (and nodes) takes longer.
+    CHECK(std::stod(f[10]) > previous);
+    previous = std::stod(f[10]);
+  }
+  // A sweep without a job axis over a step writes today's CSV.
+  const auto plain = run_memplan("sweep --no-search --policies in-core --quiet '" +
+                                 source_path("traces/mlp4.json") + "'");
+  REQUIRE(plain.exit_status == 0);
+  CHECK(lines(plain.out)[0].rfind("trace,memory_bytes,link,h2d_bytes_per_s,", 0) == 0);
+}
+
+TEST_CASE("memplan sweep refuses a job axis it cannot apply, in one line, exit 2",
+          "[cli][sweep][job][bad_input]") {
+  const std::string dir = temp_dir();
+  const std::string job = "'" + memplan::test::write_late_gather_job(dir) + "'";
+  const std::string rank = "'" + memplan::test::write_late_gather_job(dir, true) + "'";
+  const std::string step = "'" + source_path("traces/mlp4.json") + "'";
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--world-sizes 8 " + job, "--world-sizes: " + dir +
+                                          "/late_gather_job.json: holds a "
+                                          "job of 2 ranks"},
+           {"--world-sizes 8 " + step, "is the step of one GPU"},
+           {"--world-sizes 1 " + rank, "rank 1 is not in a world of 1"},
+           {"--world-sizes 0 " + rank, "--world-sizes"},
+           {"--interconnects warp " + job, "--interconnects: warp: unknown fabric"},
+           {"--interconnects nvlink4+nvlink3 " + job, "--interconnects: nvlink4+nvlink3"},
+           {"--gpus-per-node 4 " + job, "--gpus-per-node"}}) {
+    CAPTURE(args);
+    const auto r = run_memplan("sweep --no-search --quiet " + args);
+    CHECK(r.exit_status == 2);
+    CHECK(r.out.empty());
+    CHECK(lines(r.err).size() == 1);
+    CHECK(r.err.find(says) != std::string::npos);
+  }
 }

@@ -3,9 +3,12 @@
 #include "core/input_error.hpp"
 #include "io/trace_io.hpp"
 #include "search/engine/plan_search.hpp"
+#include "search/policies/network_view.hpp"
 #include "search/policies/policy.hpp"
 #include "search/studies/comparison.hpp"
+#include "search/studies/job_comparison.hpp"
 #include "search/studies/sweep.hpp"
+#include "tests/support/job_workloads.hpp"
 #include "tests/support/run_command.hpp"
 
 using namespace memplan::sim;
@@ -194,4 +197,99 @@ TEST_CASE("a sweep resumes from the rows of its CSV cut short, not from another 
   grid.memories.pop_back();
   const Sweep smaller(grid);
   CHECK_THROWS_AS(smaller.finished_rows(csv, "x.csv"), InputError);
+}
+
+namespace {
+
+// late_gather_job (tests/support/job_workloads.hpp) as a sweep trace: rank 0, then rank 1.
+SweepTrace job_trace() {
+  Job job = memplan::test::late_gather_job();
+  return {"job.json", job.ranks[0], {job.ranks[1]}};
+}
+
+}  // namespace
+
+TEST_CASE("a grid of jobs runs every rank of each cell together, interconnect by interconnect",
+          "[search][sweep][job]") {
+  SweepGrid grid;
+  grid.traces = {job_trace()};
+  grid.policies = {"in-core", "capuchin"};
+  grid.interconnects = sweep_interconnects({"recorded", "nvlink4+ib-ndr"}, 1);
+  REQUIRE(grid.jobs());
+  SweepOptions options = small_options(2);
+  options.deterministic = true;
+  const auto rows = run_sweep(grid, options);
+  REQUIRE(rows.size() == 2 * 3);  // 2 interconnects x (2 policies + search)
+
+  const Job job = memplan::test::late_gather_job();
+  std::size_t i = 0;
+  for (const SweepInterconnect& fabric : grid.interconnects) {
+    std::vector<Machine> machines;
+    for (const Workload& w : job.ranks)
+      machines.push_back(make_machine(w.device, fabric.overrides));
+    const Nanoseconds ideal = ideal_job_run(job, machines).timeline.step_ns;
+    const std::vector<NetworkView> views{NetworkView(job.ranks[0]), NetworkView(job.ranks[1])};
+    for (const std::string& name : grid.policies) {
+      const SweepRow& row = rows[i++];
+      CAPTURE(fabric.label, name);
+      const JobComparisonRow expected =
+          run_job_policy(*find_policy(name), job, machines, views, {}, ideal);
+      CHECK(row.job);
+      CHECK(row.interconnect == fabric.label);
+      CHECK(row.world_size == 2);
+      CHECK(row.policy == expected.policy);
+      CHECK(row.ideal_ns == ideal);
+      CHECK(row.feasible == expected.feasible());
+      CHECK(row.iteration_ns == expected.run.timeline.step_ns);
+      CHECK(row.wait_ns == expected.wait_ns());
+      CHECK(row.slowest_rank == (expected.feasible() ? 1 : -1));
+      CHECK(row.why_not.empty() == row.feasible);
+    }
+    const SweepRow& search = rows[i++];
+    CHECK(search.policy == "search");
+    CHECK(search.note.find("on rank 1") != std::string::npos);
+  }
+  CHECK(rows[0].why_not.rfind("rank 0: out of device memory at op 'f3'", 0) == 0);
+  CHECK(rows[0].why_not.find("; rank 1: ") != std::string::npos);
+  // A priced all-gather is not the recorded one.
+  CHECK(rows[3].ideal_ns != rows[0].ideal_ns);
+
+  // The CSV has the job's columns; a grid of jobs resumes from its own rows only.
+  const Sweep sweep(grid);
+  CHECK(sweep.csv_header() == sweep_csv_header(true));
+  const std::string csv = sweep_csv(rows);
+  CHECK(csv.rfind(sweep_csv_header(true), 0) == 0);
+  CHECK(sweep.finished_rows(csv, "x.csv").size() == rows.size());
+  const std::string swapped = sweep_csv_header(true) + sweep_csv_line(rows[3]);
+  CHECK_THROWS_WITH(sweep.finished_rows(swapped, "x.csv"), Catch::Contains("row 1 is not cell 1"));
+  CHECK_THROWS_WITH(sweep.finished_rows(sweep_csv(std::vector<SweepRow>{}), "x.csv"),
+                    Catch::Contains("x.csv:1"));
+}
+
+TEST_CASE("a rank's job at another world size", "[search][sweep][job]") {
+  Job one{{memplan::test::late_gather_job().ranks[1]}};
+  one.ranks[0].ops[2].collective->ranks = {0, 1};  // ag's group: every rank of the world of 2
+  const Job eight = with_world_size(one, 8, "rank.json");
+  CHECK(eight.world_size() == 8);
+  CHECK(eight.ranks[0].distributed->rank == 1);
+  CHECK(eight.ranks[0].ops[2].collective->ranks.empty());      // still every rank
+  CHECK(eight.ranks[0].ops[2].collective->out_bytes == 2048);  // sizes as recorded
+
+  CHECK_THROWS_WITH(with_world_size(memplan::test::late_gather_job(), 8, "job.json"),
+                    Catch::StartsWith("--world-sizes: job.json: holds a job of 2 ranks"));
+  CHECK_THROWS_WITH(with_world_size(one, 1, "rank.json"),
+                    Catch::Contains("rank 1 is not in a world of 1"));
+  Job step = one;
+  step.ranks[0].distributed.reset();
+  for (Op& op : step.ranks[0].ops) op.collective.reset();
+  step.ranks[0].streams.clear();
+  for (Op& op : step.ranks[0].ops) {
+    op.stream = 0;
+    op.after.clear();
+  }
+  CHECK_THROWS_WITH(with_world_size(step, 8, "step.json"),
+                    Catch::Contains("is the step of one GPU"));
+  CHECK_THROWS_AS(sweep_interconnects({"warp"}, std::nullopt), InputError);
+  CHECK_THROWS_WITH(sweep_interconnects({"nvlink4"}, 0), Catch::StartsWith("--gpus-per-node"));
+  CHECK(sweep_interconnects({"nvlink4+ib-ndr"}, 4).front().overrides.network == "ib-ndr");
 }

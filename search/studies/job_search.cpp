@@ -1,0 +1,174 @@
+#include "search/studies/job_search.hpp"
+
+#include <chrono>
+#include <optional>
+
+#include <fmt/core.h>
+
+#include "core/input_error.hpp"
+#include "io/job_report.hpp"
+#include "io/timeline_export.hpp"
+#include "search/oracle/evaluator.hpp"
+#include "search/studies/job_comparison.hpp"
+
+namespace memplan::search {
+
+namespace {
+
+double ms(sim::Nanoseconds ns) {
+  return sim::to_seconds(ns) * 1e3;
+}
+
+// The search for rank r's plan among its peers held at the in-core job's arrivals (alone in the
+// one case that has none: an in-core job that does not fit even unlimited device memory).
+SearchResult search_rank(const sim::Job& job, const std::vector<sim::Machine>& machines,
+                         const sim::JobRun& ideal, std::size_t r, const SearchOptions& options) {
+  std::vector<const sim::Program*> programs;
+  for (const sim::Program& p : ideal.programs) programs.push_back(&p);
+  SearchOptions so = options;
+  so.collective_ready_ns.clear();
+  if (ideal.timeline.feasible)
+    so.collective_ready_ns = sim::peer_ready_ns(programs, ideal.timeline, r);
+  return search_plan(job.ranks[r], machines[r], so);
+}
+
+// Why `plan` (searched on another rank) does not apply to rank r: validate_plan's refusal, or
+// that it does not fit the rank's device memory; nullopt when it applies.
+std::optional<std::string> why_not_shared(const sim::Plan& plan, const sim::Workload& workload,
+                                          const sim::Machine& machine) {
+  try {
+    sim::validate_plan(plan, workload, "the shared plan");
+  } catch (const sim::InputError& e) {
+    return std::string("its workload differs: ") + e.what();
+  }
+  Evaluator evaluator(workload, machine);
+  const Evaluation fits = evaluator.fits(plan);
+  if (!fits.feasible) {
+    return fmt::format("the shared plan does not fit its memory ({} missing)",
+                       sim::format_bytes(fits.oom_bytes_missing));
+  }
+  return std::nullopt;
+}
+
+const char* source_name(RankPlan::Source source) {
+  switch (source) {
+    case RankPlan::Source::kSearched:
+      return "searched";
+    case RankPlan::Source::kShared:
+      return "shared";
+    case RankPlan::Source::kOwnSearch:
+      return "own search";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<sim::Plan> JobSearchResult::plans() const {
+  std::vector<sim::Plan> out;
+  out.reserve(ranks.size());
+  for (const RankPlan& r : ranks) out.push_back(r.plan);
+  return out;
+}
+
+JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>& machines,
+                           const SearchOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  JobSearchResult result;
+  const sim::JobRun ideal = ideal_job_run(job, machines);
+  result.ideal_ns = ideal.timeline.step_ns;
+  result.searched = ideal.timeline.slowest;
+  result.search = search_rank(job, machines, ideal, result.searched, options);
+  result.evaluated = result.search.evaluated;
+  result.ranks.resize(job.ranks.size());
+  for (std::size_t r = 0; r < job.ranks.size(); ++r) {
+    RankPlan& rank = result.ranks[r];
+    rank.plan = result.search.plan;
+    if (r == result.searched) {
+      rank.source = RankPlan::Source::kSearched;
+      continue;
+    }
+    const std::optional<std::string> why =
+        why_not_shared(result.search.plan, job.ranks[r], machines[r]);
+    if (!why) continue;
+    rank.source = RankPlan::Source::kOwnSearch;
+    rank.why = *why;
+    const SearchResult own = search_rank(job, machines, ideal, r, options);
+    rank.plan = own.plan;
+    result.evaluated += own.evaluated;
+  }
+  result.run = sim::simulate_job(job, result.plans(), machines);
+  result.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& job,
+                               const std::vector<sim::Machine>& machines) {
+  nlohmann::json j = sim::job_summary_json(result.run, job, machines);
+  for (std::size_t r = 0; r < result.ranks.size(); ++r) {
+    j["ranks"][r]["plan"] = source_name(result.ranks[r].source);
+    if (!result.ranks[r].why.empty()) j["ranks"][r]["why"] = result.ranks[r].why;
+  }
+  const SearchResult& s = result.search;
+  const auto seconds = [](const Evaluation& e) {
+    return e.feasible ? nlohmann::json(sim::to_seconds(e.iteration_ns)) : nlohmann::json(nullptr);
+  };
+  j["policy"] = "search";
+  j["searched_rank"] = job.rank_of(result.searched);
+  j["ideal_s"] = sim::to_seconds(result.ideal_ns);
+  j["searched_iteration_s"] = seconds(s.evaluation);
+  j["best_policy"] = s.best_policy;
+  j["best_policy_feasible"] = s.best_policy_evaluation.feasible;
+  j["best_policy_iteration_s"] = seconds(s.best_policy_evaluation);
+  j["evaluated"] = result.evaluated;
+  j["rounds"] = s.rounds;
+  j["converged"] = s.converged;
+  j["search_s"] = result.elapsed_s;
+  for (const SkippedPolicy& skipped : s.skipped)
+    j["skipped_policies"][skipped.policy] = skipped.reason;
+  return j;
+}
+
+std::string job_search_text(const JobSearchResult& result, const sim::Job& job,
+                            const std::vector<sim::Machine>& machines) {
+  const SearchResult& s = result.search;
+  const std::int32_t searched = job.rank_of(result.searched);
+  std::string out = fmt::format(
+      "searched   on rank {}, the slowest in core ({:.3f} ms with unlimited memory), its "
+      "collectives priced with the other ranks at their in-core arrivals\n",
+      searched, ms(result.ideal_ns));
+  if (s.best_policy_evaluation.feasible && s.evaluation.feasible) {
+    out += fmt::format("rank {}     best policy ({}) {:.3f} ms -> search {:.3f} ms ({:+.1f}%)\n",
+                       searched, s.best_policy, ms(s.best_policy_evaluation.iteration_ns),
+                       ms(s.evaluation.iteration_ns),
+                       (static_cast<double>(s.evaluation.iteration_ns) /
+                            static_cast<double>(s.best_policy_evaluation.iteration_ns) -
+                        1.0) *
+                           100);
+  } else {
+    out += fmt::format("rank {}     best policy: {} ({})\n", searched, s.best_policy,
+                       s.best_policy_evaluation.feasible ? "fits" : "does not fit");
+  }
+  std::string shared;
+  std::size_t sharing = 0;
+  for (std::size_t r = 0; r < result.ranks.size(); ++r) {
+    const RankPlan& rank = result.ranks[r];
+    if (rank.source == RankPlan::Source::kShared) {
+      shared += fmt::format("{}{}", sharing++ == 0 ? "" : ", ", job.rank_of(r));
+    } else if (rank.source == RankPlan::Source::kOwnSearch) {
+      out += fmt::format("plans      rank {} searched on its own: {}\n", job.rank_of(r), rank.why);
+    }
+  }
+  if (sharing > 0) {
+    out += fmt::format("plans      rank{} {} share{} rank {}'s plan\n", sharing > 1 ? "s" : "",
+                       shared, sharing > 1 ? "" : "s", searched);
+  }
+  out += sim::job_summary_text(result.run, job, machines, "search");
+  out += fmt::format("{} plans evaluated in {:.2f} s over {} rounds on rank {} ({})\n",
+                     result.evaluated, result.elapsed_s, s.rounds, searched,
+                     s.converged ? "converged" : "stopped by a limit");
+  return out;
+}
+
+}  // namespace memplan::search

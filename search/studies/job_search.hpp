@@ -1,0 +1,70 @@
+#pragma once
+// JobSearch: a plan searched for a job of several ranks — what `memplan search` does with a job
+// (a one-rank job keeps search_plan). The ranks of a data-parallel job share one plan, so the plan
+// is searched on the rank that sets the job's step in core (the slowest, on devices with unlimited
+// memory), pricing each candidate with the other ranks held at their in-core arrivals: its
+// collectives start no earlier than its peers' latest arrival (Note [A rank among fixed peers] in
+// search/oracle/evaluator.hpp). So a swap that fits into a collective's wait costs nothing and one
+// that delays the rank's arrival costs what it delays. The winner then goes to every other rank it
+// applies to (validate_plan: the same feature maps, and it fits that rank's memory); a rank whose
+// workload differs, or whose memory it does not fit, gets a search of its own, priced the same
+// way. The whole job is then simulated together under the plans (sim::simulate_job): that, not the
+// search's pricing, is the job's step reported.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/job.hpp"
+#include "core/machine.hpp"
+#include "search/engine/plan_search.hpp"
+#include "sim/job_simulation.hpp"
+
+namespace memplan::search {
+
+/// Where one rank's plan came from.
+struct RankPlan {
+  enum class Source : std::uint8_t {
+    kSearched,   // the rank the plan was searched on
+    kShared,     // the searched rank's plan, which applies to this rank too
+    kOwnSearch,  // a search of its own: the shared plan does not apply (`why`)
+  };
+  Source source = Source::kShared;
+  std::string why;  // kOwnSearch: validate_plan's refusal, or that it does not fit the memory
+  sim::Plan plan;
+};
+
+struct JobSearchResult {
+  std::size_t searched = 0;       // the rank searched on (an index into the job's ranks)
+  sim::Nanoseconds ideal_ns = 0;  // the job in core with unlimited memory: its step wall
+  /// The search on that rank, priced among its peers held fixed; its simulation too (with the
+  /// collectives at their ready times).
+  SearchResult search;
+  std::vector<RankPlan> ranks;  // per rank, in the job's order
+  sim::JobRun run;              // every rank under its plan, simulated together
+  std::size_t evaluated = 0;    // plans the searches simulated, over every rank's search
+  double elapsed_s = 0.0;
+
+  /// The plans in the job's order, as sim::simulate_job takes them.
+  [[nodiscard]] std::vector<sim::Plan> plans() const;
+};
+
+/// Searches a plan for `job` (one machine per rank) as above; `options` for each search (its time
+/// limit for each: a rank searched on its own adds one; collective_ready_ns is set per rank).
+JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>& machines,
+                           const SearchOptions& options);
+
+/// What `memplan search --json` prints for a job: sim::job_summary_json of the run with "policy"
+/// ("search"), "searched_rank", "ideal_s", per rank "plan" ("searched", "shared", "own search")
+/// and "why" for an own search, and of the searched rank's search "best_policy",
+/// "best_policy_feasible", "best_policy_iteration_s", "searched_iteration_s" (both priced among
+/// fixed peers), "evaluated", "rounds", "converged", "search_s".
+nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& job,
+                               const std::vector<sim::Machine>& machines);
+/// The text report: which rank was searched and how, the best policy against the plan found on
+/// it, where each rank's plan came from, then the job's report (sim::job_summary_text).
+std::string job_search_text(const JobSearchResult& result, const sim::Job& job,
+                            const std::vector<sim::Machine>& machines);
+
+}  // namespace memplan::search

@@ -1,0 +1,82 @@
+// `memplan search` on a job of several ranks (search/studies/job_search.hpp): the plan searched on
+// the slowest rank among its peers, shared, the job simulated together; and its refusals. The
+// job is late_gather_job (tests/support/job_workloads.hpp), under the link its numbers are worked
+// out with (tests/search/studies/job_studies_test.cpp).
+#include <filesystem>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "io/plan_io.hpp"
+#include "io/trace_io.hpp"
+#include "tests/support/job_workloads.hpp"
+#include "tests/support/run_command.hpp"
+
+using memplan::test::run_memplan;
+using memplan::test::temp_dir;
+
+namespace {
+
+constexpr const char* kLink = " --h2d 1.024GB/s --d2h 1.024GB/s --latency 0us";
+constexpr const char* kQuick = " --maps-only --deterministic --threads 2 --time-limit 60";
+
+}  // namespace
+
+TEST_CASE("memplan search on a job: the slowest rank's plan, shared, the job together",
+          "[cli][search][job]") {
+  const std::string dir = temp_dir();
+  const std::string job = "'" + memplan::test::write_late_gather_job(dir) + "'";
+  const auto text = run_memplan("search " + job + kLink + kQuick);
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.rfind("searched   on rank 1, the slowest in core (0.011 ms", 0) == 0);
+  CHECK(text.out.find("plans      rank 0 shares rank 1's plan") != std::string::npos);
+  CHECK(text.out.find("job         2 of 2 ranks (nccl), plan search") != std::string::npos);
+  CHECK(text.out.find("step        0.011 ms from the first rank's start") != std::string::npos);
+
+  const std::string plan = dir + "/plan.json";
+  const auto json = run_memplan("search --json -o '" + plan + "' " + job + kLink + kQuick);
+  REQUIRE(json.exit_status == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  for (const char* key :
+       {"policy", "feasible", "step_s", "step_ns", "period_s", "slowest_rank", "searched_rank",
+        "ideal_s", "searched_iteration_s", "best_policy", "best_policy_feasible",
+        "best_policy_iteration_s", "evaluated", "rounds", "converged", "search_s", "ranks"}) {
+    CAPTURE(key);
+    CHECK(j.contains(key));
+  }
+  CHECK(j.at("policy") == "search");
+  CHECK(j.at("searched_rank") == 1);
+  CHECK(j.at("step_ns") == 11300);  // the swap of a hides in rank 1's wait (job_studies_test)
+  REQUIRE(j.at("ranks").size() == 2);
+  CHECK(j.at("ranks")[0].at("plan") == "shared");
+  CHECK(j.at("ranks")[1].at("plan") == "searched");
+  // The plan written is the one the ranks share: it simulates the job to the same step.
+  REQUIRE(std::filesystem::exists(plan));
+  const auto again = run_memplan("simulate --json '" + dir + "/late_gather_job.json' --plan '" +
+                                 plan + "'" + kLink);
+  REQUIRE(again.exit_status == 0);
+  CHECK(nlohmann::json::parse(again.out).at("step_ns") == 11300);
+}
+
+TEST_CASE("memplan search on a job that fits nowhere exits 1 and writes no plan",
+          "[cli][search][job]") {
+  const std::string dir = temp_dir();
+  const std::string job = "'" + memplan::test::write_late_gather_job(dir) + "'";
+  const auto r =
+      run_memplan("search --memory 2KiB -o '" + dir + "/plan.json' " + job + kLink + kQuick);
+  CHECK(r.exit_status == 1);
+  CHECK(r.err.find("no plan found that fits every rank (no plan written)") != std::string::npos);
+  CHECK(r.out.find("infeasible  rank ") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir + "/plan.json"));
+}
+
+TEST_CASE("memplan search --exact refuses a job in one line, exit 2", "[cli][search][job]") {
+  const std::string job = "'" + memplan::test::write_late_gather_job(temp_dir()) + "'";
+  const auto r = run_memplan("search --exact " + job);
+  CHECK(r.exit_status == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.find("--exact: ") != std::string::npos);
+  CHECK(r.err.find("holds a job of 2 ranks") != std::string::npos);
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+}
