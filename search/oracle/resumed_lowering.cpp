@@ -22,7 +22,8 @@ using sim::WaitCause;
 void ResumableLowerer::lower(const Plan& plan, Program& out, Checkpoint& checkpoint) {
   checkpoint.at_ = kNoOp;
   const bool host = !plan.host_tensors.empty() || plan.host_update;
-  if (host || backward_start() == kNoOp) {
+  // A workload with side streams is never resumed (resumable()): no checkpoint to keep.
+  if (host || backward_start() == kNoOp || has_side_streams()) {
     lower(plan, out);
     return;
   }

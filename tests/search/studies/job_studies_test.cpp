@@ -251,3 +251,24 @@ TEST_CASE("a job's comparison runs each policy on every rank, the ranks together
   CHECK(std::count(csv.begin(), csv.end(), '\n') == static_cast<long>(1 + 2 * policies().size()));
   CHECK_THAT(csv, Catch::StartsWith("policy,rank,feasible,step_s,slowest_rank,"));
 }
+
+TEST_CASE("the oracle answers a workload with side streams as a fresh lowering does",
+          "[search][job]") {
+  // Each policy decides with an Evaluator (which may keep a base and its checkpoints), then the
+  // same Evaluator prices the plan: a workload with side streams is never resumed or checkpointed
+  // (its frees wait on side streams), so the answer is a fresh lowering and engine run's.
+  const Job job = late_gather_job();
+  const Workload& w = job.ranks[1];
+  const Machine m = late_gather_machines()[1];
+  const NetworkView view(w);
+  for (const Policy& policy : policies()) {
+    CAPTURE(policy.name);
+    Evaluator used(w, m);
+    const Plan plan = policy.decide(used, view).plan;
+    const Evaluation again = used.cost(plan);
+    Evaluator fresh(w, m);
+    const Evaluation want = fresh.cost(plan);
+    CHECK(again.feasible == want.feasible);
+    CHECK(again.iteration_ns == want.iteration_ns);
+  }
+}
