@@ -296,8 +296,10 @@ void bench_job(const Workload& w, const Machine& machine, int repetitions) {
   const std::vector<Plan> plans(kRanks, in_core_plan(job.ranks.front()));
   const std::vector<Machine> machines(kRanks, machine);
   std::vector<Program> programs;
+  programs.reserve(kRanks);
   for (std::int32_t r = 0; r < kRanks; ++r) programs.push_back(lower(job.ranks[r], plans[r]));
   std::vector<const Program*> pointers;
+  pointers.reserve(programs.size());
   for (const Program& p : programs) pointers.push_back(&p);
   const EngineOptions lean = EngineOptions::totals();
   JobTimeline tl = simulate_job(pointers, machines, lean);  // warm
