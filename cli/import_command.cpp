@@ -44,10 +44,6 @@ struct RankView {
   const importers::KinetoTrace& trace;
 };
 
-double ms(sim::Nanoseconds ns) {
-  return static_cast<double>(ns) / 1e6;
-}
-
 // The rank, its streams, what orders them and its collectives, as text (nothing for a step of
 // one GPU on one stream).
 void print_streams_report(std::FILE* out, const RankView& v) {
@@ -64,15 +60,16 @@ void print_streams_report(std::FILE* out, const RankView& v) {
                r.after_edges, r.wait_rule, r.stream_waits);
   }
   if (r.collectives == 0) return;
-  fmt::print(out, "collectives: {}, {}, recorded {:.3f} ms, transfer {:.3f} ms ({})\n",
-             r.collectives, sim::format_bytes(r.collective_bytes), ms(r.collective_recorded_ns),
-             ms(r.collective_transfer_ns),
-             r.transfer_from_peers
-                 ? fmt::format("the least any rank of the group recorded; {:.3f} ms waiting for "
-                               "the last peer",
-                               ms(r.collective_recorded_ns - r.collective_transfer_ns))
-                 : std::string("a single rank keeps its recorded time: its peers are assumed "
-                               "alike"));
+  fmt::print(
+      out, "collectives: {}, {}, recorded {:.3f} ms, transfer {:.3f} ms ({})\n", r.collectives,
+      sim::format_bytes(r.collective_bytes), sim::to_milliseconds(r.collective_recorded_ns),
+      sim::to_milliseconds(r.collective_transfer_ns),
+      r.transfer_from_peers
+          ? fmt::format("the least any rank of the group recorded; {:.3f} ms waiting for "
+                        "the last peer",
+                        sim::to_milliseconds(r.collective_recorded_ns - r.collective_transfer_ns))
+          : std::string("a single rank keeps its recorded time: its peers are assumed "
+                        "alike"));
 }
 
 // The parameters' cross-check, the time-only case and the host side, as text.
@@ -225,7 +222,8 @@ void print_text_report(std::FILE* out, const RankView& v, const importers::Recor
              r.folded_events, r.unmatched_backward);
   print_streams_report(out, v);
   fmt::print(out, "{} time: in-core replay {:.3f} ms, recorded busy {:.3f} ms\n",
-             r.gpu ? "device" : "CPU", ms(r.op_time_ns), ms(recorded.device_busy_ns));
+             r.gpu ? "device" : "CPU", sim::to_milliseconds(r.op_time_ns),
+             sim::to_milliseconds(recorded.device_busy_ns));
   constexpr double kMiB = 1 << 20;
   if (recorded.peak_total_allocated_bytes) {
     fmt::print(out, "peak: in-core {:.1f} MiB, recorded Total Allocated {:.1f} MiB\n",

@@ -35,6 +35,11 @@ constexpr double to_seconds(Nanoseconds ns) {
   return static_cast<double>(ns) * 1e-9;
 }
 
+/// Milliseconds as a double, for printing and JSON output only.
+constexpr double to_milliseconds(Nanoseconds ns) {
+  return static_cast<double>(ns) * 1e-6;
+}
+
 // The unit grammar of every size, bandwidth and time a user writes (README, "Units"): a decimal
 // number, optional spaces, then a unit, matched without regard to case except for the b/B of a
 // bandwidth. A bare number is refused (with a hint), so that `--memory 16` is never 16 bytes.

@@ -9,10 +9,6 @@
 namespace memplan::sim {
 namespace {
 
-double ms(Nanoseconds ns) {
-  return to_seconds(ns) * 1e3;
-}
-
 std::string call_name(const Program& program, const Workload& workload, std::size_t c) {
   const Collective& call = program.collectives[c];
   for (const Op& op : workload.ops) {
@@ -72,11 +68,12 @@ std::string collectives_text(const Timeline& timeline, const Program& program,
   const CollectiveTotals t = collective_totals(timeline, program);
   if (t.calls == 0) return "";
   std::string out = fmt::format("collectives {} calls, {}: transfer {:.3f} ms, waiting {:.3f} ms",
-                                t.calls, format_bytes(t.bytes), ms(t.transfer_ns), ms(t.wait_ns));
+                                t.calls, format_bytes(t.bytes), to_milliseconds(t.transfer_ns),
+                                to_milliseconds(t.wait_ns));
   if (t.wait_ns > 0) {
-    out += fmt::format(" (longest wait: {}, {:.3f} ms)",
-                       call_name(program, workload, t.longest_wait),
-                       ms(timeline.collectives[t.longest_wait].wait_ns()));
+    out +=
+        fmt::format(" (longest wait: {}, {:.3f} ms)", call_name(program, workload, t.longest_wait),
+                    to_milliseconds(timeline.collectives[t.longest_wait].wait_ns()));
   }
   return out + "\n";
 }
@@ -85,13 +82,13 @@ std::string job_summary_text(const JobRun& run, const Job& job,
                              const std::vector<Machine>& machines, std::string_view policy) {
   const JobTimeline& jt = run.timeline;
   const Distributed d = job.ranks.front().distributed.value_or(Distributed{});
-  std::string out = fmt::format("job         {} of {} ranks{}, plan {}\n", job.ranks.size(),
-                                job.world_size(), d.backend.empty() ? "" : " (" + d.backend + ")",
-                                policy);
+  std::string out =
+      fmt::format("job         {} of {} ranks{}, plan {}\n", job.ranks.size(), job.world_size(),
+                  d.backend.empty() ? "" : " (" + d.backend + ")", policy);
   if (const auto& net = machines.front().interconnect) {
-    out += fmt::format("interconnect {}: {:.0f} GB/s within a node of {}, {:.0f} GB/s between nodes\n",
-                       net->name, net->intra.bytes_per_s / 1e9, net->gpus_per_node,
-                       net->inter.bytes_per_s / 1e9);
+    out += fmt::format(
+        "interconnect {}: {:.0f} GB/s within a node of {}, {:.0f} GB/s between nodes\n", net->name,
+        net->intra.bytes_per_s / 1e9, net->gpus_per_node, net->inter.bytes_per_s / 1e9);
   } else {
     out += "interconnect recorded: each collective takes its recorded transfer time\n";
   }
@@ -104,17 +101,20 @@ std::string job_summary_text(const JobRun& run, const Job& job,
     }
     return out;
   }
-  out += fmt::format("step        {:.3f} ms from the first rank's start to the last rank's end (rank {}); "
-                     "{:.3f} ms back to back\n",
-                     ms(jt.step_ns), job.rank_of(jt.slowest), ms(run.period_ns));
+  out += fmt::format(
+      "step        {:.3f} ms from the first rank's start to the last rank's end (rank {}); "
+      "{:.3f} ms back to back\n",
+      to_milliseconds(jt.step_ns), job.rank_of(jt.slowest), to_milliseconds(run.period_ns));
   out += "rank  start      iteration  compute    transfer   waiting    peak\n";
   for (std::size_t r = 0; r < jt.ranks.size(); ++r) {
     const Timeline& tl = jt.ranks[r];
     const CollectiveTotals t = collective_totals(tl, run.programs[r]);
-    out += fmt::format("{:<5} {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {} of {}\n",
-                       job.rank_of(r), ms(jt.start_ns[r]), ms(tl.iteration_ns),
-                       ms(tl.op_compute_ns), ms(t.transfer_ns), ms(t.wait_ns),
-                       format_bytes(tl.peak_reserved_bytes), format_bytes(machines[r].memory_bytes));
+    out +=
+        fmt::format("{:<5} {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {:>7.3f}ms  {} of {}\n",
+                    job.rank_of(r), to_milliseconds(jt.start_ns[r]),
+                    to_milliseconds(tl.iteration_ns), to_milliseconds(tl.op_compute_ns),
+                    to_milliseconds(t.transfer_ns), to_milliseconds(t.wait_ns),
+                    format_bytes(tl.peak_reserved_bytes), format_bytes(machines[r].memory_bytes));
   }
   return out;
 }
@@ -133,14 +133,15 @@ nlohmann::json job_summary_json(const JobRun& run, const Job& job,
   const auto when = [&](Nanoseconds ns) {
     return jt.feasible ? nlohmann::json(to_seconds(ns)) : nlohmann::json(nullptr);
   };
-  return {{"feasible", jt.feasible},
-          {"world_size", job.world_size()},
-          {"step_s", when(jt.step_ns)},
-          {"step_ns", jt.feasible ? nlohmann::json(jt.step_ns) : nlohmann::json(nullptr)},
-          {"period_s", when(run.period_ns)},
-          {"slowest_rank", jt.feasible ? nlohmann::json(job.rank_of(jt.slowest)) : nlohmann::json()},
-          {"rounds", jt.rounds},
-          {"ranks", std::move(ranks)}};
+  return {
+      {"feasible", jt.feasible},
+      {"world_size", job.world_size()},
+      {"step_s", when(jt.step_ns)},
+      {"step_ns", jt.feasible ? nlohmann::json(jt.step_ns) : nlohmann::json(nullptr)},
+      {"period_s", when(run.period_ns)},
+      {"slowest_rank", jt.feasible ? nlohmann::json(job.rank_of(jt.slowest)) : nlohmann::json()},
+      {"rounds", jt.rounds},
+      {"ranks", std::move(ranks)}};
 }
 
 std::string job_chrome_trace_json(const JobRun& run, const Job& job) {

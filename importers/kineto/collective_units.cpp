@@ -53,8 +53,6 @@ const CpuEvent& sized_event(const KinetoTrace& trace, const Nesting& nesting, st
   return trace.cpu_events[i];
 }
 
-constexpr std::int64_t kMaxNelems = std::int64_t{1} << 50;
-
 // Elements of the first tensor (or tensor list) argument recorded; InputError past 2^50.
 std::int64_t first_input_nelems(const CpuEvent& e, const std::string& where) {
   for (const Shape& s : e.input_dims) {

@@ -3,6 +3,7 @@
 // profiler event: `record_param_comms` ops and kernels that carry "Collective name", and `nccl:*`
 // / `gloo:*` ops, whose names say the collective. A malformed value (a negative size, a rank that
 // is not a number, a collective no PyTorch names) is an InputError at the field's JSON path.
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -12,6 +13,10 @@
 namespace memplan::importers::detail {
 
 inline constexpr std::string_view kParamComms = "record_param_comms";
+
+/// The most elements a message of a communication op may have (2^50, as for allocations): a
+/// larger count read from a trace is refused, a larger one computed from one saturates here.
+inline constexpr std::int64_t kMaxNelems = std::int64_t{1} << 50;
 
 /// Whether `name` is an op of a communication library's own (`nccl:all_reduce`, `gloo:broadcast`).
 bool is_library_comm_op(std::string_view name);

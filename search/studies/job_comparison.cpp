@@ -19,10 +19,6 @@ namespace memplan::search {
 
 namespace {
 
-double ms(sim::Nanoseconds ns) {
-  return sim::to_seconds(ns) * 1e3;
-}
-
 std::vector<sim::Plan> plans_of(const std::vector<PolicyDecision>& decisions) {
   std::vector<sim::Plan> plans;
   plans.reserve(decisions.size());
@@ -216,7 +212,7 @@ std::string job_comparison_text(const JobComparison& comparison, const sim::Job&
       "{:.3f} ms (rank {})\n",
       job.ranks.size(), job.world_size(), d.backend.empty() ? "" : " (" + d.backend + ")",
       sim::format_bytes(m.memory_bytes), m.link.h2d_bytes_per_s / 1e9, m.link.d2h_bytes_per_s / 1e9,
-      ms(comparison.ideal_ns), job.rank_of(comparison.ideal_slowest));
+      sim::to_milliseconds(comparison.ideal_ns), job.rank_of(comparison.ideal_slowest));
   out +=
       "step: the slowest rank's, back to back; wait: what the ranks waited at collectives for a "
       "later peer, over every rank; peak: the largest rank's; actions: the slowest rank's plan\n";
@@ -232,10 +228,11 @@ std::string job_comparison_text(const JobComparison& comparison, const sim::Job&
     const auto counts = row.decisions[shown].plan.action_counts();
     out += fmt::format(
         "{:<22} {:>4} {:>12} {:>9} {:>7} {:>11} {:>12} {:>5} {:>5} {:>5} {:>5} {:>8.3f}s  {}\n",
-        row.policy, fits ? "yes" : "no", fits ? fmt::format("{:.3f} ms", ms(row.wall_ns())) : "-",
+        row.policy, fits ? "yes" : "no",
+        fits ? fmt::format("{:.3f} ms", sim::to_milliseconds(row.wall_ns())) : "-",
         fits ? fmt::format("{:+.1f}%", row.overhead * 100) : "-",
         fits ? std::to_string(job.rank_of(shown)) : "-",
-        fits ? fmt::format("{:.3f} ms", ms(row.wait_ns())) : "-",
+        fits ? fmt::format("{:.3f} ms", sim::to_milliseconds(row.wait_ns())) : "-",
         sim::format_bytes(peak_bytes(row.run)), counts[0], counts[1], counts[2], counts[3],
         row.decide_s, row.decisions[shown].note);
     if (fits) continue;

@@ -15,10 +15,6 @@ namespace memplan::search {
 
 namespace {
 
-double ms(sim::Nanoseconds ns) {
-  return sim::to_seconds(ns) * 1e3;
-}
-
 // The search for rank r's plan among its peers held at the in-core job's arrivals (alone in the
 // one case that has none: an in-core job that does not fit even unlimited device memory).
 SearchResult search_rank(const sim::Job& job, const std::vector<sim::Machine>& machines,
@@ -137,11 +133,12 @@ std::string job_search_text(const JobSearchResult& result, const sim::Job& job,
   std::string out = fmt::format(
       "searched   on rank {}, the slowest in core ({:.3f} ms with unlimited memory), its "
       "collectives priced with the other ranks at their in-core arrivals\n",
-      searched, ms(result.ideal_ns));
+      searched, sim::to_milliseconds(result.ideal_ns));
   if (s.best_policy_evaluation.feasible && s.evaluation.feasible) {
     out += fmt::format("rank {}     best policy ({}) {:.3f} ms -> search {:.3f} ms ({:+.1f}%)\n",
-                       searched, s.best_policy, ms(s.best_policy_evaluation.iteration_ns),
-                       ms(s.evaluation.iteration_ns),
+                       searched, s.best_policy,
+                       sim::to_milliseconds(s.best_policy_evaluation.iteration_ns),
+                       sim::to_milliseconds(s.evaluation.iteration_ns),
                        (static_cast<double>(s.evaluation.iteration_ns) /
                             static_cast<double>(s.best_policy_evaluation.iteration_ns) -
                         1.0) *
