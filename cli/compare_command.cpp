@@ -26,11 +26,8 @@ struct CompareOptions {
 
 // A job of several ranks: each rank's machine from the same flags.
 void compare_job(const CompareOptions& o, const sim::Job& job) {
-  std::vector<sim::Machine> machines;
-  for (const sim::Workload& w : job.ranks) {
-    sim::require_sizes(w, o.trace);
-    machines.push_back(machine_from_flags(w, o.machine));
-  }
+  sim::require_sizes(job, o.trace);
+  const std::vector<sim::Machine> machines = machines_from_flags(job, o.machine);
   const auto encodings = search::parse_encoding_options(o.encode, "--encode");
   Progress progress("compare", Progress::mode_for(o.quiet, o.json));
   progress.stage(fmt::format("running every policy on {} ranks", job.ranks.size()));

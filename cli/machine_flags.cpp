@@ -100,4 +100,8 @@ sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlag
   return requests::make_machine(workload, machine_request(flags));
 }
 
+std::vector<sim::Machine> machines_from_flags(const sim::Job& job, const MachineFlags& flags) {
+  return requests::make_machines(job, machine_request(flags));
+}
+
 }  // namespace memplan::cli

@@ -4,9 +4,11 @@
 // --gpus-per-node), as text; requests/machine_request.hpp parses them, for the CLI and the Python
 // API alike.
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "core/job.hpp"
 #include "core/machine.hpp"
 #include "core/workload.hpp"
 #include "requests/machine_request.hpp"
@@ -33,5 +35,7 @@ void add_machine_flags(CLI::App& command, MachineFlags& flags);
 requests::MachineRequest machine_request(const MachineFlags& flags);
 /// The trace's device with the flags applied. Throws InputError naming the bad flag.
 sim::Machine machine_from_flags(const sim::Workload& workload, const MachineFlags& flags);
+/// Each rank's machine, the flags applied to every rank alike.
+std::vector<sim::Machine> machines_from_flags(const sim::Job& job, const MachineFlags& flags);
 
 }  // namespace memplan::cli

@@ -161,11 +161,8 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
 // A job of several ranks: each rank's machine from the same flags; -o writes the searched rank's
 // plan (the one the ranks share) when every rank fits.
 int run_job_search(const sim::Job& job, const search::SearchOptions& so, const SearchFlags& flags) {
-  std::vector<sim::Machine> machines;
-  for (const sim::Workload& w : job.ranks) {
-    sim::require_sizes(w, flags.trace);
-    machines.push_back(machine_from_flags(w, flags.machine));
-  }
+  sim::require_sizes(job, flags.trace);
+  const std::vector<sim::Machine> machines = machines_from_flags(job, flags.machine);
   Progress progress("search", Progress::mode_for(flags.quiet, flags.json));
   progress.stage(fmt::format("searching a plan for a job of {} ranks", job.ranks.size()));
   const search::JobSearchResult result = search::search_job(job, machines, so);

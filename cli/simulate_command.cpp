@@ -40,11 +40,10 @@ int simulate_job(const SimulateOptions& o, const sim::Job& job, std::FILE* repor
                                               o.trace, job.ranks.size(), flag));
     }
   }
-  std::vector<sim::Machine> machines;
+  const std::vector<sim::Machine> machines = machines_from_flags(job, o.machine);
   std::vector<sim::Plan> plans;
-  for (const sim::Workload& w : job.ranks) {
-    machines.push_back(machine_from_flags(w, o.machine));
-    plans.push_back(plan_from_flags(w, machines.back(), o.plan, "simulate"));
+  for (std::size_t r = 0; r < job.ranks.size(); ++r) {
+    plans.push_back(plan_from_flags(job.ranks[r], machines[r], o.plan, "simulate"));
   }
   const sim::JobRun run = sim::simulate_job(job, plans, machines);
   const std::string policy = plans.front().policy.empty() ? o.plan.plan : plans.front().policy;

@@ -39,12 +39,7 @@ struct Options {
 search::SweepGrid read_grid(const Options& options) {
   std::vector<search::SweepTrace> traces;
   for (const std::string& path : options.traces) {
-    sim::Job job = sim::read_job(path);
-    for (const sim::Workload& w : job.ranks) sim::require_sizes(w, path);
-    search::SweepTrace trace{path, std::move(job.ranks.front()), {}};
-    for (std::size_t r = 1; r < job.ranks.size(); ++r)
-      trace.more_ranks.push_back(std::move(job.ranks[r]));
-    traces.push_back(std::move(trace));
+    traces.push_back(search::sweep_trace(path, sim::read_job(path)));
   }
   return requests::sweep_grid(std::move(traces), options.sweep);
 }

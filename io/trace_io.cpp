@@ -626,6 +626,10 @@ void require_sizes(const Workload& workload, std::string_view source) {
                    "profile_memory=True) and import again");
 }
 
+void require_sizes(const Job& job, std::string_view source) {
+  for (const Workload& w : job.ranks) require_sizes(w, source);
+}
+
 std::string read_file(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))

@@ -65,6 +65,8 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view t
 /// from a profiler trace recorded without shapes carries its times only, and a command that plans
 /// memory (compare, search, sweep, validate) has nothing to plan with.
 void require_sizes(const Workload& workload, std::string_view source);
+/// require_sizes of every rank of `job`.
+void require_sizes(const Job& job, std::string_view source);
 
 /// Reads a whole file. Throws InputError when it cannot be read.
 std::string read_file(const std::filesystem::path& path);

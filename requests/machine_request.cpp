@@ -91,4 +91,11 @@ sim::Machine make_machine(const sim::Workload& workload, const MachineRequest& r
   return sim::make_machine(workload.device, overrides(request));
 }
 
+std::vector<sim::Machine> make_machines(const sim::Job& job, const MachineRequest& request) {
+  std::vector<sim::Machine> machines;
+  machines.reserve(job.ranks.size());
+  for (const sim::Workload& w : job.ranks) machines.push_back(make_machine(w, request));
+  return machines;
+}
+
 }  // namespace memplan::requests

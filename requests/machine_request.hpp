@@ -12,7 +12,9 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
+#include "core/job.hpp"
 #include "core/machine.hpp"
 #include "core/workload.hpp"
 
@@ -49,5 +51,9 @@ sim::MachineOverrides overrides(const MachineRequest& request);
 /// The workload's device with the request applied (sim::make_machine). Throws InputError, also
 /// for an unknown fabric or network and a network or gpus_per_node without an interconnect.
 sim::Machine make_machine(const sim::Workload& workload, const MachineRequest& request);
+
+/// Each rank's machine, in the job's order: the rank's device with the same request applied (the
+/// ranks of a job are asked about alike). Throws InputError as make_machine does.
+std::vector<sim::Machine> make_machines(const sim::Job& job, const MachineRequest& request);
 
 }  // namespace memplan::requests

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <mutex>
 
 #include <fmt/core.h>
@@ -10,6 +11,7 @@
 
 #include "core/input_error.hpp"
 #include "io/timeline_export.hpp"
+#include "io/trace_io.hpp"
 #include "search/parallel.hpp"
 #include "search/policies/network_view.hpp"
 #include "search/policies/policy.hpp"
@@ -495,6 +497,14 @@ std::vector<std::string> Sweep::finished_rows(const std::string& csv,
     line += static_cast<std::size_t>(std::count(rows[i].begin(), rows[i].end(), '\n'));
   }
   return rows;
+}
+
+SweepTrace sweep_trace(std::string name, sim::Job job) {
+  sim::require_sizes(job, name);
+  SweepTrace trace{std::move(name), std::move(job.ranks.front())};
+  trace.more_ranks.assign(std::make_move_iterator(job.ranks.begin() + 1),
+                          std::make_move_iterator(job.ranks.end()));
+  return trace;
 }
 
 std::vector<SweepRow> run_sweep(const SweepGrid& grid, const SweepOptions& options) {

@@ -30,6 +30,11 @@ struct SweepTrace {
   std::vector<sim::Workload> more_ranks = {};
 };
 
+/// A trace file read as a job (sim::read_job) as a trace of the grid named `name`: its first rank,
+/// the others as more_ranks. Throws InputError naming `name` when a rank has no tensor sizes
+/// (sim::require_sizes: the grid plans memory).
+SweepTrace sweep_trace(std::string name, sim::Job job);
+
 /// One point of the interconnect axis of a grid of jobs: what prices the collectives.
 struct SweepInterconnect {
   std::string label;                // as given: "recorded", a fabric preset, or "FABRIC+NETWORK"

@@ -108,6 +108,32 @@ TEST_CASE("a machine request names its interconnect by presets", "[requests][int
   CHECK(m.interconnect->gpus_per_node == 4);
 }
 
+TEST_CASE("a job's machines are each rank's device with the same request", "[requests]") {
+  memplan::sim::Job job;
+  for (const std::int64_t memory : {std::int64_t{1} << 30, std::int64_t{2} << 30}) {
+    memplan::test::WorkloadBuilder b(memory);
+    b.forward("a", {b.input("x", 1024)}, 2048, 10);
+    job.ranks.push_back(b.build());
+  }
+  MachineRequest r;
+  r.h2d = Quantity{std::string("12.5GB/s")};
+  r.interconnect = "nvlink4";
+  const auto machines = memplan::requests::make_machines(job, r);
+  REQUIRE(machines.size() == 2);
+  CHECK(machines[0].memory_bytes == std::int64_t{1} << 30);  // each rank's own device
+  CHECK(machines[1].memory_bytes == std::int64_t{2} << 30);
+  for (const auto& m : machines) {
+    CHECK(m.link.h2d_bytes_per_s == 12.5e9);
+    REQUIRE(m.interconnect);
+    CHECK(m.interconnect->name == "nvlink4");
+  }
+  r.memory = Quantity{std::string("4GiB")};
+  for (const auto& m : memplan::requests::make_machines(job, r))
+    CHECK(m.memory_bytes == std::int64_t{4} << 30);
+  r.network = "warp";
+  CHECK(refused_by([&] { (void)memplan::requests::make_machines(job, r); }) == "--network");
+}
+
 TEST_CASE("a bad interconnect is refused naming its flag", "[requests][interconnect][bad_input]") {
   const auto workload = tiny();
   const auto refused = [&](auto set) {
