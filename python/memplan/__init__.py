@@ -6,6 +6,8 @@ The same libraries as the `memplan` command, in process:
     trace = memplan.zoo("resnet18", "v100-16gb", batch=512)      # or memplan.load_trace(path)
     print(trace.info())
     sim = memplan.simulate(trace, policy="vdnn-all", memory="8GiB")
+    job = memplan.load_job("job.json")      # or memplan.import_kineto_job("profiles/")
+    step = memplan.simulate(job, policy="in-core", interconnect="nvlink4").step_s
     table = memplan.compare(trace, memory="8GiB").to_dataframe()
     found = memplan.search(trace, memory="8GiB", time_limit=30)
     found.plan.write("plan.json")
@@ -17,10 +19,10 @@ message the command prints. memplan.torch (capture from PyTorch) is imported on 
 """
 from memplan._core import InputError
 from memplan._plans import Plan, machine, parse_plan, policies, read_plan
-from memplan._search import SearchResult, Sweep, search, sweep
-from memplan._simulation import Comparison, Simulation, Timeline, compare, simulate
-from memplan._traces import (Info, Trace, import_kineto, load_trace, parse_trace, zoo,
-                             zoo_devices, zoo_models)
+from memplan._search import JobSearchResult, SearchResult, Sweep, search, sweep
+from memplan._simulation import Comparison, JobSimulation, Simulation, Timeline, compare, simulate
+from memplan._traces import (Info, Job, Trace, import_kineto, import_kineto_job, load_job,
+                             load_trace, parse_job, parse_trace, zoo, zoo_devices, zoo_models)
 from memplan._validation import ValidationReport, validate
 
 __version__ = "0.1.0"
@@ -34,8 +36,9 @@ def info(trace):
 
 
 __all__ = [
-    "InputError", "Trace", "Info", "Plan", "Simulation", "Timeline", "Comparison", "SearchResult",
-    "Sweep", "ValidationReport", "load_trace", "parse_trace", "zoo", "zoo_models", "zoo_devices",
-    "import_kineto", "info", "read_plan", "parse_plan", "policies", "machine", "simulate",
+    "InputError", "Trace", "Job", "Info", "Plan", "Simulation", "JobSimulation", "Timeline",
+    "Comparison", "SearchResult", "JobSearchResult", "Sweep", "ValidationReport", "load_trace",
+    "parse_trace", "load_job", "parse_job", "zoo", "zoo_models", "zoo_devices", "import_kineto",
+    "import_kineto_job", "info", "read_plan", "parse_plan", "policies", "machine", "simulate",
     "compare", "search", "sweep", "validate",
 ]

@@ -3,6 +3,7 @@ import json
 import os
 
 from memplan import _core, _tables
+from memplan._traces import Job
 
 
 class Plan:
@@ -75,12 +76,14 @@ def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, hos
     collectives: nvlink3, nvlink4, nvlink5, pcie4-p2p, pcie5-p2p, xgmi; or "recorded", their
     recorded times), network (between nodes: ib-hdr, ib-ndr, roce-400g) and gpus_per_node (an
     int, default 8). Text takes the CLI's units; a number is in the base unit (requests/ parses
-    both)."""
-    return _core.make_machine(trace._workload, memory=memory, link=link, h2d=h2d, d2h=d2h,
-                              latency=latency, host_memory=host_memory,
-                              host_bandwidth=host_bandwidth, allocator=allocator,
-                              interconnect=interconnect, network=network,
-                              gpus_per_node=gpus_per_node)
+    both). For a Job, each rank's machine, in rank order: its device with the same values."""
+    request = _core.MachineRequest(memory=memory, link=link, h2d=h2d, d2h=d2h, latency=latency,
+                                   host_memory=host_memory, host_bandwidth=host_bandwidth,
+                                   allocator=allocator, interconnect=interconnect,
+                                   network=network, gpus_per_node=gpus_per_node)
+    if isinstance(trace, Job):
+        return _core.make_machines(trace._job, request)
+    return _core.make_machine(trace._workload, request)
 
 
 def resolve_plan(trace, machine_, plan, policy, encode, command):
@@ -97,3 +100,10 @@ def resolve_plan(trace, machine_, plan, policy, encode, command):
     else:
         raw = _core.read_plan(os.fspath(plan), trace._workload)
     return Plan(_core.apply_encodings(raw, trace._workload, _encode_text(encode)), trace)
+
+
+def resolve_plans(job, machines, plan, policy, encode, command):
+    """resolve_plan for each rank of `job` on its machine: the same policy, or the same plan (a
+    file, or a Plan made for any rank), read against each rank's trace."""
+    return [resolve_plan(t, m, plan, policy, encode, command)
+            for t, m in zip(job.ranks, machines)]

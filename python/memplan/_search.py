@@ -1,7 +1,9 @@
 """search (the plan search, with progress and cancellation) and sweep (a grid of cells)."""
+import json
 import os
 
 from memplan import _core, _plans, _simulation, _tables
+from memplan._traces import Job
 
 
 class SearchResult:
@@ -46,6 +48,58 @@ class SearchResult:
                 f"{', cancelled' if self.cancelled else ''}>")
 
 
+class JobSearchResult:
+    """The plan searched for a job (`memplan search` of a job's file): searched on the rank that
+    sets the job's step in core, priced among its peers, and shared by the ranks it applies to
+    (the others get a search of their own). `data` is the `--json` object, whose keys are also
+    attributes (feasible, step_s, slowest_rank, searched_rank, best_policy, evaluated, rounds,
+    converged, search_s, ranks: each with `plan`, "searched", "shared" or "own search"); `plan`
+    the shared plan (the searched rank's, what `-o` writes), `plans` each rank's, `simulation`
+    the JobSimulation of every rank under its plan, `cancelled` (progress stopped it)."""
+
+    def __init__(self, outcome, job, machines):
+        self._outcome = outcome
+        self.plans = [_plans.Plan(p, t) for p, t in zip(outcome.plans, job.ranks)]
+        self.plan = self.plans[outcome.searched]
+        self.simulation = _simulation.JobSimulation(outcome.simulation, self.plans, machines,
+                                                    "search")
+        self.cancelled = outcome.cancelled
+        self.data = json.loads(outcome.json())
+
+    def __getattr__(self, key):
+        try:
+            return self.__dict__["data"][key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    @property
+    def ok(self):
+        """Every rank fits under its plan (the command's exit 0)."""
+        return self.feasible
+
+    @property
+    def text(self):
+        """The report `memplan search` prints for a job."""
+        return self._outcome.text()
+
+    def to_dict(self):
+        """The object `memplan search --json` prints for a job, and `cancelled`."""
+        return {**self.data, "cancelled": self.cancelled}
+
+    def to_dataframe(self):
+        """One row per rank: its summary under its plan and where the plan came from (`plan`,
+        `why`)."""
+        return _simulation.rank_frame(self.ranks)
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        fit = f"step {self.step_s:.6g} s" if self.feasible else "no plan fits every rank"
+        return (f"<memplan.JobSearchResult {fit}, searched on rank {self.searched_rank}"
+                f"{', cancelled' if self.cancelled else ''}>")
+
+
 def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
            deterministic=False, maps_only=False, progress=None, **what_if):
     """Searches for a plan better than every policy's (`memplan search`).
@@ -59,6 +113,8 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     False stops the search (a seeding policy at its next simulation, the rounds at the next
     round), which returns the best plan so far (`cancelled` True). An exception in it stops the search and
     is raised. what_if: as machine() takes them.
+    A Job gives a JobSearchResult (time_limit and rounds apply to each rank's search; progress
+    reports each).
     """
     m = _plans.machine(trace, **what_if)
     request = _core.SearchRequest()
@@ -69,6 +125,9 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     request.deterministic = bool(deterministic)
     request.maps_only = bool(maps_only)
     request.encode = _plans._encode_text(encode)
+    if isinstance(trace, Job):
+        return JobSearchResult(_core.search_job(trace._job, m, request, trace.name, progress),
+                               trace, m)
     outcome = _core.search(trace._workload, m, request, progress)
     plan = _plans.Plan(outcome.plan, trace)
     simulation = _simulation.Simulation(_core.simulate(trace._workload, outcome.plan, m), plan, m)
@@ -105,7 +164,8 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
           progress=None, interconnects=None, gpus_per_node=None, world_sizes=None):
     """Runs the grid and returns a Sweep (`memplan sweep`).
 
-    traces: Traces (named by their `name` in the CSV) or a dict {name: Trace}; memory: budgets
+    traces: Traces or Jobs (named by their `name` in the CSV; a Job's cells run every rank
+    together) or a dict {name: Trace or Job}; memory: budgets
     ("8GiB" or bytes; default each trace's); link: presets; bandwidth: one bandwidth both ways
     per point ("8GB/s" or bytes/s; its text is the point's label in the CSV); policies: names (default every policy); search: add the search column.
     interconnects ("recorded", "nvlink4", "nvlink4+ib-ndr", ...), gpus_per_node and world_sizes
@@ -130,6 +190,7 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
     request.gpus_per_node = None if gpus_per_node is None else int(gpus_per_node)
     request.world_sizes = [int(w) for w in _list(world_sizes)]
     arguments = _core.SweepArguments()
-    arguments.traces = [(str(name), t._workload) for name, t in items]
+    arguments.traces = [(str(name), t._job if isinstance(t, Job) else t._workload)
+                        for name, t in items]
     arguments.request = request
     return Sweep(_core.sweep(arguments, progress))

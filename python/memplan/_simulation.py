@@ -3,6 +3,7 @@ import json
 import os
 
 from memplan import _core, _plans, _tables
+from memplan._traces import Job
 
 
 class Timeline:
@@ -83,16 +84,93 @@ class Simulation:
         return f"<memplan.Simulation {self.plan.policy!r}: {fit}, peak {self.peak_bytes} B>"
 
 
+def rank_frame(ranks):
+    """A job report's `ranks` as a DataFrame, one row per rank, nested keys flattened, without
+    the collectives' calls (a list)."""
+    rows = [{**r, "collectives": {k: v for k, v in r["collectives"].items() if k != "by_call"}}
+            for r in ranks]
+    return _tables.frame(rows, ["rank"])
+
+
+class JobSimulation:
+    """One plan simulated on every rank of a job together (`memplan simulate` of a job's file):
+    `summary` is the `--json` object, whose keys are also attributes: feasible (every rank fits),
+    world_size, step_s and step_ns (from the first rank's start to the last rank's end), period_s
+    (back to back), slowest_rank, rounds, policy, and `ranks`, each rank's `memplan simulate`
+    summary with its rank, start_s and collectives (calls, bytes, transfer_s, wait_s and
+    `by_call`: each call's transfer and wait for a later peer). `plans` and `machines` are the
+    ranks', in rank order."""
+
+    def __init__(self, simulation, plans, machines, policy):
+        self._simulation = simulation
+        self.plans = plans
+        self.machines = machines
+        self.summary = json.loads(simulation.summary_json())
+        self.summary["policy"] = policy
+
+    def __getattr__(self, key):
+        try:
+            return self.__dict__["summary"][key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    @property
+    def ok(self):
+        """Every rank fits (the command's exit 0)."""
+        return self.feasible
+
+    @property
+    def text(self):
+        """The report `memplan simulate` prints for a job."""
+        return self._simulation.summary_text(self.policy)
+
+    def chrome_trace(self):
+        """The Chrome trace event JSON as a dict: a process per rank, a track per stream."""
+        return json.loads(self._simulation.chrome_trace_json())
+
+    def write_timeline(self, path):
+        """Writes the Chrome trace JSON to `path` atomically (`memplan simulate --timeline`)."""
+        _core.write_file_atomically(os.fspath(path), self._simulation.chrome_trace_json())
+
+    def to_dataframe(self):
+        """One row per rank: its summary (nested keys flattened: `collectives.wait_s`, ...; the
+        calls are in collectives())."""
+        return rank_frame(self.ranks)
+
+    def collectives(self):
+        """One row per rank and collective call: rank, op, kind, group, sequence, in_bytes,
+        out_bytes, arrival_ns, start_ns, end_ns, wait_s (waiting for a later peer), transfer_s."""
+        rows = [{"rank": r["rank"], **call} for r in self.ranks
+                for call in r["collectives"]["by_call"]]
+        return _tables.frame(rows, ["rank", "op", "kind", "group", "sequence", "in_bytes",
+                                    "out_bytes", "arrival_ns", "start_ns", "end_ns", "wait_s",
+                                    "transfer_s"])
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        fit = f"step {self.step_s:.6g} s (rank {self.slowest_rank})" if self.feasible \
+            else "does not fit"
+        return f"<memplan.JobSimulation {self.policy!r} on {len(self.ranks)} ranks: {fit}>"
+
+
 class Comparison:
-    """Every policy on the same trace and machine (`memplan compare`): `rows` are the `--json`
-    rows (a policy's simulate summary plus overhead, decide_s, note), `ideal_s` the in-core time
-    with unlimited memory."""
+    """Every policy on the same trace and machine (`memplan compare`): `data` is the `--json`
+    object, whose keys are also attributes: `rows` (a policy's simulate summary plus overhead,
+    decide_s, note), `ideal_s` the in-core time with unlimited memory. For a job, every policy on
+    every rank together: each row is the job's simulate summary plus policy, rank (1 is best),
+    wall_s, overhead, wait_s, decide_s, gave_up; and `ideal_slowest_rank`, `world_size`."""
 
     def __init__(self, comparison):
         self._comparison = comparison
-        data = json.loads(comparison.json())
-        self.ideal_s = data["ideal_s"]
-        self.rows = data["rows"]
+        self.data = json.loads(comparison.json())
+
+    def __getattr__(self, key):
+        try:
+            return self.__dict__["data"][key]
+        except KeyError:
+            raise AttributeError(key) from None
 
     @property
     def text(self):
@@ -105,9 +183,12 @@ class Comparison:
         return self._comparison.csv()
 
     def to_dataframe(self):
-        """One row per policy, the columns of `memplan compare --csv` (why_not last)."""
-        return _tables.read_csv(self.csv, keep_default_na=False,
-                                na_values={"iteration_s": [""], "overhead": [""]})
+        """One row per policy (per policy and rank for a job), the columns of `memplan compare
+        --csv` (why_not last)."""
+        empty = [""]
+        return _tables.read_csv(self.csv, keep_default_na=False, na_values={
+            "iteration_s": empty, "overhead": empty, "step_s": empty, "slowest_rank": empty,
+            "period_s": empty, "wait_s": empty})
 
     def __str__(self):
         return self.text
@@ -121,15 +202,28 @@ def simulate(trace, plan=None, policy=None, encode=None, **what_if):
 
     plan: a Plan or a plan file; policy: a policy's name (policies()); exactly one of the two.
     encode: Gist encodings for kept maps ("binarize,fp16", a list, or "all").
-    what_if: memory, link, h2d, d2h, latency, host_memory, allocator, as machine() takes them.
+    what_if: memory, link, h2d, d2h, latency, host_memory, allocator, interconnect, network,
+    gpus_per_node, as machine() takes them.
     A plan that does not fit is a result (feasible False, oom says why), not an error.
+    A Job gives a JobSimulation: every rank under the plan (a plan file or Plan is read against
+    each rank's trace, a policy decides on each rank), on its machine, the ranks together.
     """
     m = _plans.machine(trace, **what_if)
+    if isinstance(trace, Job):
+        plans = _plans.resolve_plans(trace, m, plan, policy, encode, "simulate")
+        raw = _core.simulate_job(trace._job, [p._plan for p in plans], m)
+        # As the command names it: the plan's policy, else the plan file's path.
+        file = "" if isinstance(plan, _plans.Plan) else os.fspath(plan or "")
+        return JobSimulation(raw, plans, m, plans[0].policy or file)
     resolved = _plans.resolve_plan(trace, m, plan, policy, encode, "simulate")
     return Simulation(_core.simulate(trace._workload, resolved._plan, m), resolved, m)
 
 
 def compare(trace, encode=None, **what_if):
-    """Every policy on `trace` and the same machine, side by side (`memplan compare`)."""
+    """Every policy on `trace` and the same machine, side by side (`memplan compare`); on every
+    rank of a Job, the ranks simulated together."""
     m = _plans.machine(trace, **what_if)
+    if isinstance(trace, Job):
+        return Comparison(_core.compare_job(trace._job, m, _plans._encode_text(encode),
+                                            trace.name))
     return Comparison(_core.compare(trace._workload, m, _plans._encode_text(encode)))

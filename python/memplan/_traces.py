@@ -33,6 +33,16 @@ class Trace:
     def device_memory_bytes(self):
         return self._workload.device_memory_bytes
 
+    @property
+    def rank(self):
+        """The step's global rank in its job (the trace's `distributed`), None for one GPU's."""
+        return self._workload.rank
+
+    @property
+    def world_size(self):
+        """The job's world size, 1 for one GPU's step."""
+        return self._workload.world_size
+
     def to_json(self):
         """The trace file's text (stable: what write() writes)."""
         return _core.write_trace(self._workload)
@@ -89,6 +99,58 @@ class Trace:
         return f"<memplan.Trace {self.name!r}: {self.op_count} ops, {self.tensor_count} tensors>"
 
 
+class Job:
+    """One step of a training job that ran on several GPUs (trace format v3 `ranks`): `ranks`,
+    one Trace per rank in rank order, and `world_size`, the job's (a file may hold some ranks of
+    a larger world: the peers it lacks are taken to be alike, as the commands take them).
+
+    Make one with load_job(), parse_job() or import_kineto_job(); simulate(), compare(),
+    search() and machine() take it as the commands take a job's file. `name` names it in errors
+    (the path it was read from).
+    """
+
+    def __init__(self, job, name):
+        self._job = job
+        self.name = name
+        self.ranks = [Trace(w, f"{name}: rank {i if w.rank is None else w.rank}")
+                      for i, w in enumerate(_core.job_ranks(job))]
+
+    @property
+    def world_size(self):
+        return self._job.world_size
+
+    @property
+    def backend(self):
+        """The communication backend the ranks recorded ("nccl", "rccl", ...), or None."""
+        return self.ranks[0]._workload.backend
+
+    def to_json(self):
+        """The job's trace file (format v3 `ranks`; a job of one rank is that rank's trace)."""
+        return _core.write_job(self._job)
+
+    def write(self, path):
+        """Writes the job's trace file atomically (what `memplan import kineto -o` writes)."""
+        _core.write_job_file(self._job, os.fspath(path))
+
+    def collectives(self):
+        """A DataFrame, one row per collective op of each rank as recorded: rank, op (its id),
+        name, stream, duration_ns (the recorded transfer), and the op's `collective` fields
+        (kind, in_bytes, out_bytes, dtype, group, sequence; ranks and peer when set)."""
+        rows = [{"rank": t.rank, "op": op["id"], "name": op["name"],
+                 "stream": op.get("stream", 0), "duration_ns": op["duration_ns"],
+                 **op["collective"]}
+                for t in self.ranks for op in t.to_dict()["ops"] if "collective" in op]
+        return _tables.frame(rows, ["rank", "op", "name", "stream", "duration_ns", "kind",
+                                    "in_bytes", "out_bytes", "dtype", "group", "sequence"])
+
+    def __eq__(self, other):
+        return isinstance(other, Job) and self._job == other._job
+
+    def __repr__(self):
+        return (f"<memplan.Job {self.name!r}: {len(self.ranks)} of {self.world_size} ranks, "
+                f"{sum(t.op_count for t in self.ranks)} ops>")
+
+
 class Info:
     """`memplan info` of a trace: `data` is its JSON object (keys in traces/FORMAT.md), `text`
     its report; the keys are also attributes (info.peak_bytes_incore)."""
@@ -121,6 +183,18 @@ class Info:
 def load_trace(path):
     """Reads and validates a trace file. Raises InputError naming the file and JSON path."""
     return Trace(_core.read_trace(os.fspath(path)), str(path))
+
+
+def load_job(path):
+    """Reads and validates any trace file as a Job: a job's file of several ranks, or a step of one
+    GPU as a job of one rank (what the commands that take a job read). Raises InputError naming
+    the file, the rank and the JSON path."""
+    return Job(_core.read_job(os.fspath(path)), str(path))
+
+
+def parse_job(text, name="<string>"):
+    """Parses and validates trace text as a Job; `name` names it in errors."""
+    return Job(_core.parse_job(text, name), name)
 
 
 def parse_trace(text, name="<string>"):
@@ -170,3 +244,16 @@ def import_kineto(path, step=None):
     kineto`); `step` is the N of ProfilerStep#N (default: the median complete step, Note [Default
     step] in importers/kineto/step_selection.cpp)."""
     return Trace(_core.import_kineto(os.fspath(path), step), str(path))
+
+
+def import_kineto_job(paths, step=None, ranks=None):
+    """A Job from the PyTorch profiler (Kineto) traces of a job's ranks (`memplan import kineto`):
+    `paths` is a file, a folder of .json/.json.gz files, or a list of them; a merged file holds
+    several ranks. `step`: the N of ProfilerStep#N on every rank (default: one that stands for the
+    steady state, the same on every rank); `ranks`: each trace's global rank, in the order read,
+    for files that record none."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [os.fspath(p) for p in paths]
+    return Job(_core.import_kineto_job(paths, step, [int(r) for r in ranks or []]),
+               ", ".join(paths))

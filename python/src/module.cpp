@@ -11,6 +11,7 @@ PYBIND11_MODULE(_core, m) {
   memplan::python::bind_plans(m);
   memplan::python::bind_simulation(m);
   memplan::python::bind_search(m);
+  memplan::python::bind_jobs(m);
   memplan::python::bind_validation(m);
   memplan::python::bind_layers(m);
 }

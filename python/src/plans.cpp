@@ -26,14 +26,14 @@ using Text = std::optional<std::string>;
 
 // The what-if keywords as requests/ takes them: text with its unit or a number in the base unit.
 // The interconnect's: preset names and a count of GPUs per node (a Python int).
-sim::Machine make_machine(const sim::Workload& workload, const Value& memory, const Text& link,
-                          const Value& h2d, const Value& d2h, const Value& latency,
-                          const Value& host_memory, const Value& host_bandwidth,
-                          const Text& allocator, const Text& interconnect, const Text& network,
-                          const std::optional<std::int64_t>& gpus_per_node) {
-  return requests::make_machine(
-      workload, {memory, link, h2d, d2h, latency, host_memory, host_bandwidth, allocator,
-                 interconnect, network, gpus_per_node});
+requests::MachineRequest machine_request(const Value& memory, const Text& link, const Value& h2d,
+                                         const Value& d2h, const Value& latency,
+                                         const Value& host_memory, const Value& host_bandwidth,
+                                         const Text& allocator, const Text& interconnect,
+                                         const Text& network,
+                                         const std::optional<std::int64_t>& gpus_per_node) {
+  return {memory,         link,      h2d,          d2h,     latency,      host_memory,
+          host_bandwidth, allocator, interconnect, network, gpus_per_node};
 }
 
 sim::Plan apply_encodings(const sim::Plan& plan, const sim::Workload& workload,
@@ -65,12 +65,16 @@ void bind_plans(py::module_& m) {
         return machine.interconnect ? std::optional<std::string>(machine.interconnect->name)
                                     : std::nullopt;
       });
-  m.def("make_machine", &make_machine, py::arg("workload"), py::arg("memory") = std::nullopt,
-        py::arg("link") = std::nullopt, py::arg("h2d") = std::nullopt,
-        py::arg("d2h") = std::nullopt, py::arg("latency") = std::nullopt,
-        py::arg("host_memory") = std::nullopt, py::arg("host_bandwidth") = std::nullopt,
-        py::arg("allocator") = std::nullopt, py::arg("interconnect") = std::nullopt,
-        py::arg("network") = std::nullopt, py::arg("gpus_per_node") = std::nullopt);
+  py::class_<requests::MachineRequest>(m, "MachineRequest")
+      .def(py::init(&machine_request), py::arg("memory") = std::nullopt,
+           py::arg("link") = std::nullopt, py::arg("h2d") = std::nullopt,
+           py::arg("d2h") = std::nullopt, py::arg("latency") = std::nullopt,
+           py::arg("host_memory") = std::nullopt, py::arg("host_bandwidth") = std::nullopt,
+           py::arg("allocator") = std::nullopt, py::arg("interconnect") = std::nullopt,
+           py::arg("network") = std::nullopt, py::arg("gpus_per_node") = std::nullopt);
+  m.def("make_machine", &requests::make_machine, py::arg("workload"), py::arg("request"));
+  // Each rank's machine (a job's ranks are asked about alike).
+  m.def("make_machines", &requests::make_machines, py::arg("job"), py::arg("request"));
 
   py::class_<sim::Plan>(m, "Plan")
       .def_readonly("policy", &sim::Plan::policy)

@@ -1,9 +1,11 @@
 // search (the plan search, with a Python progress callback that can stop it) and sweep (a grid of
 // traces, memories and links, returned as the CSV `memplan sweep` writes).
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <pybind11/functional.h>
@@ -17,20 +19,10 @@
 namespace py = pybind11;
 
 namespace memplan::python {
-namespace {
 
-struct SearchOutcome {
-  search::SearchResult result;
-  bool cancelled = false;  // the callback returned False
-};
-
-// Calls `progress` (with the GIL) for every seeding policy and after every round until False
-// from it, or an exception, sets the search's cancel flag. An exception is kept and raised again
-// once the search has returned.
-SearchOutcome run_search(const sim::Workload& workload, const sim::Machine& machine,
-                         const requests::SearchRequest& request,
-                         const std::optional<py::function>& progress) {
-  search::SearchOptions options = requests::search_options(request);
+bool search_with_progress(search::SearchOptions& options,
+                          const std::optional<py::function>& progress,
+                          const std::function<void()>& run) {
   std::atomic<bool> cancel{false};
   std::optional<py::error_already_set> error;
   options.cancel = &cancel;
@@ -46,19 +38,37 @@ SearchOutcome run_search(const sim::Workload& workload, const sim::Machine& mach
       }
     };
   }
-  SearchOutcome outcome;
   {
     py::gil_scoped_release released;
-    outcome.result = search::search_plan(workload, machine, options);
+    run();
   }
+  options.cancel = nullptr;  // both point into this frame
+  options.on_progress = nullptr;
   if (error) throw std::move(*error);
-  outcome.cancelled = cancel;
+  return cancel;
+}
+
+namespace {
+
+struct SearchOutcome {
+  search::SearchResult result;
+  bool cancelled = false;  // the callback returned False
+};
+
+SearchOutcome run_search(const sim::Workload& workload, const sim::Machine& machine,
+                         const requests::SearchRequest& request,
+                         const std::optional<py::function>& progress) {
+  search::SearchOptions options = requests::search_options(request);
+  SearchOutcome outcome;
+  outcome.cancelled = search_with_progress(
+      options, progress, [&] { outcome.result = search::search_plan(workload, machine, options); });
   return outcome;
 }
 
-// What Python gives a sweep: the traces, already read, and the request, as the CLI's flags give it.
+// What Python gives a sweep: the traces and jobs, already read, and the request, as the CLI's
+// flags give it.
 struct SweepArguments {
-  std::vector<std::pair<std::string, WorkloadPtr>> traces;
+  std::vector<std::pair<std::string, std::variant<WorkloadPtr, JobPtr>>> traces;
   requests::SweepRequest request;
 };
 
@@ -66,7 +76,11 @@ struct SweepArguments {
 // (with the GIL) after every cell; an exception in it is raised once the sweep has returned.
 std::string run_sweep(const SweepArguments& a, const std::optional<py::function>& progress) {
   std::vector<search::SweepTrace> traces;
-  for (const auto& [name, workload] : a.traces) traces.push_back({name, *workload});
+  for (const auto& [name, read] : a.traces) {
+    const auto* job = std::get_if<JobPtr>(&read);
+    traces.push_back(
+        search::sweep_trace(name, job ? **job : sim::Job{{*std::get<WorkloadPtr>(read)}}));
+  }
   const search::SweepGrid grid = requests::sweep_grid(std::move(traces), a.request);
   search::SweepOptions options = requests::sweep_options(a.request);
   std::optional<py::error_already_set> error;

@@ -96,6 +96,22 @@ void bind_traces(py::module_& m) {
       .def_property_readonly("device", [](const sim::Workload& w) { return w.device.name; })
       .def_property_readonly("device_memory_bytes",
                              [](const sim::Workload& w) { return w.device.memory_bytes; })
+      // The step's place in a job (trace format v3 `distributed`): None for a single-GPU step.
+      .def_property_readonly("rank",
+                             [](const sim::Workload& w) -> std::optional<std::int32_t> {
+                               if (!w.distributed) return std::nullopt;
+                               return w.distributed->rank;
+                             })
+      .def_property_readonly("world_size",
+                             [](const sim::Workload& w) -> std::int32_t {
+                               return w.distributed ? w.distributed->world_size : 1;
+                             })
+      .def_property_readonly("backend",
+                             [](const sim::Workload& w) -> std::optional<std::string> {
+                               if (!w.distributed || w.distributed->backend.empty())
+                                 return std::nullopt;
+                               return w.distributed->backend;
+                             })
       .def("__eq__", [](const sim::Workload& a, const sim::Workload& b) { return a == b; });
 
   m.def(
