@@ -64,7 +64,8 @@ import torch
 
 from memplan.torch.capture import run_step
 from memplan.torch.encodings import decode_map, encode_map
-from memplan.torch.recorder import StepRecorder, flat_tensors, storage_key, written_arguments
+from memplan.torch.recorder import (StepRecorder, flat_tensors, storage_bytes, storage_key,
+                                    written_arguments)
 from memplan.torch.saved_bytes import StepLog, peak
 from memplan.torch.schedule import PlanError, check_batch, check_model, plan_schedule
 
@@ -94,9 +95,10 @@ def _geometry(t):
 def _whole_storage(t):
     """A tensor over all of `t`'s storage (`t` itself when it is a 0-dim tensor over all of it:
     torch 1.13's dispatch mode turns a wrapped number into a Python number, which has no view)."""
-    if t.dim() == 0 and t.storage_offset() == 0 and t.storage().size() == 1:
+    elements = storage_bytes(t) // t.element_size()
+    if t.dim() == 0 and t.storage_offset() == 0 and elements == 1:
         return t
-    return t.as_strided((t.storage().size(),), (1,), 0)
+    return t.as_strided((elements,), (1,), 0)
 
 
 def _written_refs(func, args, kwargs):
@@ -349,7 +351,7 @@ class _PlanRecorder(StepRecorder):
         self._release(tid)  # the lowering frees the copied-out buffer before the copy back
         copy = self.copies.copy_in(self.host[tid], self.held_device)
         self.device[tid] = copy
-        self.log.copy_in(tid, copy.storage().nbytes())
+        self.log.copy_in(tid, storage_bytes(copy))
         if tid in self.host_held:  # the simulator's host slot ends with its copy-in
             self.host_held.discard(tid)
             self._account_host(-self.tensors[tid]["bytes"])
@@ -381,7 +383,7 @@ class _PlanRecorder(StepRecorder):
         reader (the lowering's Decode); it is held to the drop point."""
         full = decode_map(self.encoded[tid])
         self.device[tid] = full
-        self.log.recompute([("encoded", tid)], [(tid, full.storage().nbytes(), None, True)])
+        self.log.recompute([("encoded", tid)], [(tid, storage_bytes(full), None, True)])
         return full
 
     def _regenerate(self, tid):
@@ -412,7 +414,7 @@ class _PlanRecorder(StepRecorder):
                 value = flat_tensors(result, [])[index]
             value = _whole_storage(value)
             held = out not in self.device  # else a temporary copy: the one held stays
-            writes.append((out, value.storage().nbytes(), self.tensors[out].get("in_place_of"),
+            writes.append((out, storage_bytes(value), self.tensors[out].get("in_place_of"),
                            held))
             if held:
                 self.device[out] = value

@@ -67,9 +67,21 @@ def flat_tensors(value, out):
     return out
 
 
+def untyped_storage(t):
+    """`t`'s storage in bytes: torch 2's `untyped_storage()`, which 1.13 calls `_storage()`
+    (torch 2 warns that `Tensor.storage()`, a typed storage, is deprecated)."""
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage()
+    return t._storage()
+
+
+def storage_bytes(t):
+    return untyped_storage(t).nbytes()
+
+
 def storage_key(t):
     """Identity of a tensor's storage: (device, data pointer); every empty storage is its own."""
-    storage = t.storage()
+    storage = untyped_storage(t)
     if storage.nbytes() == 0:
         return ("empty", id(t))
     return (str(t.device), storage.data_ptr())
@@ -202,9 +214,9 @@ class StepRecorder:
         return tid
 
     def _new_tensor(self, t, name, kind, producer, in_place_of=None):
-        storage_bytes = t.storage().nbytes()
-        record = {"id": len(self.tensors), "name": name, "bytes": storage_bytes, "kind": kind}
-        if t.numel() * t.element_size() == storage_bytes:
+        nbytes = storage_bytes(t)
+        record = {"id": len(self.tensors), "name": name, "bytes": nbytes, "kind": kind}
+        if t.numel() * t.element_size() == nbytes:
             record["shape"] = list(t.shape)
         if t.dtype in _DTYPES:
             record["dtype"] = _DTYPES[t.dtype]
@@ -226,7 +238,7 @@ class StepRecorder:
         with its capture."""
         key = storage_key(t)
         tid = self.current.get(key)
-        if tid is not None and (self.tensors[tid]["bytes"] != t.storage().nbytes() or
+        if tid is not None and (self.tensors[tid]["bytes"] != storage_bytes(t) or
                                 (packing and tid in self._packed_numbers)):
             del self.current[key]
             tid = None
@@ -267,7 +279,7 @@ class StepRecorder:
         key = storage_key(t)
         if tid not in self.persistent:
             self.saved[tid] = key
-            self.saved_bytes_by_key[key] = t.storage().nbytes()
+            self.saved_bytes_by_key[key] = storage_bytes(t)
         return (self.on_pack(t, tid), tid)
 
     def _unpack(self, packed):
