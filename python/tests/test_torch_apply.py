@@ -599,3 +599,18 @@ def test_validation_copies_own_their_optimizer_state():
         mine, theirs = opt.state[p]["momentum_buffer"], opt2.state[p2]["momentum_buffer"]
         assert torch.equal(mine, theirs)
         assert mine.data_ptr() != theirs.data_ptr()
+
+
+def test_a_recompute_chain_longer_than_pythons_recursion_limit_is_carried_out():
+    """recompute-all on a deep MLP regenerates, at the first backward unpack, every layer from the
+    input: a chain of 2 * 250 ops, each of whose inputs is gone. It is walked without Python
+    recursion (issue 36: a 100-layer MLP and efficientnet_b0 hit the recursion limit)."""
+    torch.manual_seed(0)
+    layers = 250
+    model = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(4, 4), nn.ReLU())])
+    batch = (torch.randn(2, 4), torch.randint(0, 4, (2,)))
+    opt, captured = capture_setup(model, batch)
+    plan = policy_plan(captured.trace, "recompute-all")
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
+    assert result.lossless_ok and result.peaks_match, result
+    assert result["recomputed_ops"] >= 2 * layers - 2

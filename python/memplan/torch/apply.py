@@ -161,6 +161,18 @@ class _Ref:
         self.tid, self.geometry = tid, _geometry(t)
 
 
+def _collect_refs(value, out):
+    """Appends the _Ref objects of a recorded op's (nested) arguments to `out`, in order."""
+    if isinstance(value, _Ref):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect_refs(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect_refs(v, out)
+
+
 class _PlanRecorder(StepRecorder):
     """The capture recorder, checking each op against the captured trace and acting on packs."""
 
@@ -387,9 +399,41 @@ class _PlanRecorder(StepRecorder):
         return full
 
     def _regenerate(self, tid):
-        """Re-runs the producer of `tid` (recursively for inputs that are gone)."""
-        tensor = self.tensors[tid]
-        producer = tensor["producer"]
+        """Re-runs the producer of `tid`, first regenerating each of its inputs that is gone
+        (neither held, nor on the host, nor encoded), in argument order and depth first, as a
+        recursion would, but on a stack of its own: a chain of recomputations may be as long as
+        the network (Python's recursion limit stopped a 100-layer MLP's, issue 36)."""
+        stack = [(tid, self._inputs_of(tid))]
+        while stack:
+            top, inputs = stack[-1]
+            gone = next((i for i in inputs if not self._at_hand(i)), None)
+            if gone is None:
+                stack.pop()
+                self._rerun(top)
+            else:
+                stack.append((gone, self._inputs_of(gone)))
+        return self.device[tid]
+
+    def _inputs_of(self, tid):
+        """The ids the producer of `tid` reads, in the order `_resolve` reads them."""
+        _, args, kwargs, _ = self.recipes[self.tensors[tid]["producer"]]
+        refs = []
+        for value in (args, kwargs):
+            _collect_refs(value, refs)
+        return iter([ref.tid for ref in refs])
+
+    def _at_hand(self, tid):
+        """Whether `tid` is on the device, bringing it back or decoding it if it can be (as
+        `_materialize` would, at the same point); False when it must be regenerated."""
+        if tid in self.host and tid not in self.device:
+            self._copy_in(tid)
+        elif tid in self.encoded and tid not in self.device:
+            self._decode(tid)
+        return tid in self.device
+
+    def _rerun(self, tid):
+        """Re-runs the producer of `tid` on its inputs, which are at hand (`_regenerate`)."""
+        producer = self.tensors[tid]["producer"]
         func, args, kwargs, rng = self.recipes[producer]
         written = _written_refs(func, args, kwargs)
         reads = []
@@ -420,7 +464,6 @@ class _PlanRecorder(StepRecorder):
                 self.device[out] = value
                 self.regenerated.add(out)
         self.log.recompute(reads, writes)
-        return self.device[tid]
 
     def _resolve(self, value, written, reads):
         if isinstance(value, _Ref):
