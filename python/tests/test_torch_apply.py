@@ -614,3 +614,67 @@ def test_a_recompute_chain_longer_than_pythons_recursion_limit_is_carried_out():
     result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.lossless_ok and result.peaks_match, result
     assert result["recomputed_ops"] >= 2 * layers - 2
+
+
+class PartlyTrained(nn.Module):
+    """A frozen stem, a branch the forward never uses, and a trained head: the frozen and unused
+    parameters end the step with no gradient (None)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.unused = nn.Linear(8, 8)
+        self.body = nn.Conv2d(8, 8, 3, padding=1)
+        self.head = nn.Linear(8 * 8 * 8, 10)
+        self.stem.requires_grad_(False)
+
+    def forward(self, x):
+        return self.head(F.relu(self.body(F.relu(self.stem(x)))).flatten(1))
+
+
+def partly_trained_setup():
+    """PartlyTrained under AdamW over the trained parameters only, in two groups: weight decay on
+    the weights, none on the biases (as training recipes do)."""
+    torch.manual_seed(0)
+    model = PartlyTrained()
+    trained = [(n, p) for n, p in model.named_parameters()
+               if p.requires_grad and not n.startswith("unused")]
+    groups = [{"params": [p for n, p in trained if not n.endswith("bias")], "weight_decay": 0.1},
+              {"params": [p for n, p in trained if n.endswith("bias")], "weight_decay": 0.0,
+               "lr": 3e-3}]
+    opt = torch.optim.AdamW(groups, lr=1e-3, foreach=False)
+    batch = (torch.randn(2, 3, 8, 8), torch.randint(0, 10, (2,)))
+    return model, batch, opt, capture(model, batch, F.cross_entropy, opt)
+
+
+@pytest.mark.parametrize("policy", ["swap-all", "recompute-all"])
+def test_validate_takes_frozen_and_unused_parameters_and_parameter_groups(policy):
+    """None gradients (a frozen stem, an unused branch) compare equal to None, and the optimizer
+    is copied as it is, over a subset of the parameters in two groups (issue 36: validate
+    compared None gradients and rebuilt the optimizer from its defaults)."""
+    model, batch, opt, captured = partly_trained_setup()
+    plan = policy_plan(captured.trace, policy)
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
+    assert result.lossless_ok and result.peaks_match, result
+    assert result["gradient_relative_error"] == 0.0
+    assert model.stem.weight.grad is None and model.unused.weight.grad is None
+
+
+def test_validation_copies_the_optimizer_as_it_is():
+    """The copies' optimizers have the user's groups, options and state, over the copied model's
+    parameters."""
+    from memplan.torch.validate import _copy
+    model, _, opt, _ = partly_trained_setup()
+    model2, opt2 = _copy(model, opt)
+    params2 = {id(p): n for n, p in model2.named_parameters()}
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert type(opt2) is type(opt) and len(opt2.param_groups) == len(opt.param_groups) == 2
+    for group, group2 in zip(opt.param_groups, opt2.param_groups):
+        assert [names[id(p)] for p in group["params"]] == [params2[id(p)] for p in group2["params"]]
+        assert {k: v for k, v in group.items() if k != "params"} == \
+            {k: v for k, v in group2.items() if k != "params"}
+    for p, p2 in zip(model.parameters(), model2.parameters()):
+        assert (p in opt.state) == (p2 in opt2.state)
+        if p in opt.state:
+            assert torch.equal(opt.state[p]["exp_avg"], opt2.state[p2]["exp_avg"])
+            assert opt.state[p]["exp_avg"].data_ptr() != opt2.state[p2]["exp_avg"].data_ptr()

@@ -1,10 +1,12 @@
 """`validate`: run a plan in PyTorch and check it against the baseline step and the prediction.
 
 What: `validate(model, batch, loss_fn, optimizer, plan, captured, seed=0, force=False, **what_if)`
-predicts the plan on the machine `what_if` describes, copies the model and optimizer twice (same
-weights, same optimizer state), runs the baseline step on one copy and the planned step
-(memplan.torch.apply) on the other, both from the same seed, and returns a `Validation`:
-- `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal) — what a lossless plan
+predicts the plan on the machine `what_if` describes, copies the model and optimizer twice as they
+are (same weights; the optimizer's parameter groups, options and state), runs the baseline step on
+one copy and the planned step (memplan.torch.apply) on the other, both from the same seed, and
+returns a `Validation`:
+- `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal; a parameter with no
+  gradient, frozen or unused by the step, only equal to one with none) — what a lossless plan
   (keep, swap, recompute, encode:binarize, encode:sparse) must give; `differing_weights`: the
   state_dict's keys (weights, buffers such as batch-norm statistics) that are not;
 - `measured_saved_peak_bytes`: the saved-bytes peak (memplan.torch.saved_bytes) of the planned
@@ -88,12 +90,12 @@ class Validation(dict):
 
 
 def _copy(model, optimizer):
-    model2 = copy.deepcopy(model)
-    optimizer2 = type(optimizer)(model2.parameters(), **optimizer.defaults)
-    # PyTorch 2's load_state_dict keeps the tensors it is given (1.13 copied them): without the
-    # deep copy, both copies would update the original's momentum buffers in place.
-    optimizer2.load_state_dict(copy.deepcopy(optimizer.state_dict()))
-    return model2, optimizer2
+    """The model and its optimizer copied as they are, together: the copied optimizer has the
+    same parameter groups and options, over the copy's parameters (one deep copy maps each
+    parameter once), with state of its own. Not rebuilt from `optimizer.defaults`: that loses the
+    groups and the parameters left out, and a constructor need not take its own defaults back
+    (torch 2.15's AdamW does not take `decoupled_weight_decay`)."""
+    return copy.deepcopy((model, optimizer))
 
 
 def saved_only(trace, plan):
@@ -119,11 +121,28 @@ def saved_only(trace, plan):
     return saved, memplan.parse_plan(json.dumps(readdressed), saved, "the plan on the feature maps")
 
 
-def _relative_error(baseline, planned):
-    """||planned - baseline||_2 / ||baseline||_2 over the tensors taken as one vector (Note
-    [Validation tolerance] in runtime/validation.hpp)."""
-    base = torch.cat([t.flatten().double() for t in baseline])
-    plan = torch.cat([t.flatten().double() for t in planned])
+def _gradients_equal(pairs):
+    """Every gradient bitwise equal, a parameter with none (frozen, or in a branch the step did
+    not use) only to none."""
+    return all((a.grad is None and b.grad is None) or
+               (a.grad is not None and b.grad is not None and torch.equal(a.grad, b.grad))
+               for a, b in pairs)
+
+
+def _relative_error(pairs):
+    """||planned - baseline||_2 / ||baseline||_2 over the gradients of (baseline, planned)
+    parameter pairs taken as one vector (Note [Validation tolerance] in
+    runtime/validation.hpp); a gradient one side has and the other has not counts as zeros."""
+    base, plan = [], []
+    for a, b in pairs:
+        if a.grad is None and b.grad is None:
+            continue
+        base.append((a.grad if a.grad is not None else torch.zeros_like(b.grad)).flatten())
+        plan.append((b.grad if b.grad is not None else torch.zeros_like(a.grad)).flatten())
+    if not base:
+        return 0.0
+    base = torch.cat(base).double()
+    plan = torch.cat(plan).double()
     norm = torch.linalg.vector_norm(base).item()
     diff = torch.linalg.vector_norm(plan - base).item()
     return diff / norm if norm > 0 else diff
@@ -190,9 +209,8 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, seed=0, force=
     return Validation(
         predicted,
         loss_equal=torch.equal(base_loss, plan_loss),
-        gradients_equal=all(torch.equal(a.grad, b.grad) for a, b in pairs),
-        gradient_relative_error=_relative_error([a.grad for a, _ in pairs],
-                                                [b.grad for _, b in pairs]),
+        gradients_equal=_gradients_equal(pairs),
+        gradient_relative_error=_relative_error(pairs),
         weights_equal=not differing_weights,
         differing_weights=differing_weights,
         measured_saved_peak_bytes=planned.stats["peak_saved_bytes"],
