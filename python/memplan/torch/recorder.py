@@ -68,7 +68,7 @@ def flat_tensors(value, out):
 
 
 def untyped_storage(t):
-    """`t`'s storage in bytes: torch 2's `untyped_storage()`, which 1.13 calls `_storage()`
+    """`t`'s storage, untyped (sized in bytes): torch 2's `untyped_storage()`, 1.13's `_storage()`
     (torch 2 warns that `Tensor.storage()`, a typed storage, is deprecated)."""
     if hasattr(t, "untyped_storage"):
         return t.untyped_storage()
