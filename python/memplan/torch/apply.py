@@ -64,7 +64,7 @@ import torch
 
 from memplan.torch.capture import run_step
 from memplan.torch.encodings import decode_map, encode_map
-from memplan.torch.recorder import (StepRecorder, flat_tensors, storage_bytes, storage_key,
+from memplan.torch.recorder import (StepRecorder, flat_tensors, storage_bytes,
                                     written_arguments)
 from memplan.torch.saved_bytes import StepLog, peak
 from memplan.torch.schedule import PlanError, check_batch, check_model, plan_schedule
@@ -254,7 +254,7 @@ class _PlanRecorder(StepRecorder):
                 continue
             if tid not in self.device and tid not in self.encoded:
                 found = next((t for t in flat_tensors(tensors, [])
-                              if self.current.get(storage_key(t)) == tid), None)
+                              if self.current.get(self.storage_key(t)) == tid), None)
                 if found is not None:
                     self.device[tid] = _whole_storage(found)
             if tid in self.device:
@@ -288,7 +288,7 @@ class _PlanRecorder(StepRecorder):
         for tid in op["outputs"]:
             for where, tensors in (("written", written), ("result", outputs)):
                 index = next((i for i, t in enumerate(tensors)
-                              if self.current.get(storage_key(t)) == tid), None)
+                              if self.current.get(self.storage_key(t)) == tid), None)
                 if index is not None:
                     self.output_slot[tid] = (where, index)
                     break
@@ -346,7 +346,7 @@ class _PlanRecorder(StepRecorder):
             self.copies.wait(result)
             result = result.as_strided(*value)
             # the copy stands for the saved storage: the same trace tensor
-            self.current[storage_key(result)] = tid
+            self.current[self.storage_key(result)] = tid
         finally:
             self.paused -= 1
         return result

@@ -10,8 +10,13 @@ truth of what backward keeps: memplan's feature maps (activations written in for
 backward) are made to be exactly the tensors autograd saved.
 
 How:
-- identity is the storage: a tensor of the trace is one storage (device, data pointer) at one
-  version. A view shares its base's storage and makes no new tensor; a write into an existing
+- identity is the storage: a tensor of the trace is one storage at one version. A storage is
+  known by its StorageImpl, which the recorder holds a weak reference to (the data is freed as
+  usual; the StorageImpl's address is not handed out again while the recorder lives), never by
+  its data pointer: the allocator gives a freed buffer's address to the next storage, and a
+  scalar made outside the dispatcher (torch 1.13 lifts the `3` of `mask[i] = 3` into a fresh
+  0-dim tensor) would take the id of whatever tensor had that address before, which depends on
+  the allocator's history, not on the step. A view shares its base's storage and makes no new tensor; a write into an existing
   storage (an in-place op, an `out=` argument, any argument the schema marks `(a!)`) makes a new
   version `in_place_of` the old one, except for parameters, buffers and optimizer state, which the
   trace keeps as one pre-existing tensor that ops read and update.
@@ -32,6 +37,7 @@ How:
 import time
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from memplan._core import aten_layer
@@ -77,14 +83,6 @@ def untyped_storage(t):
 
 def storage_bytes(t):
     return untyped_storage(t).nbytes()
-
-
-def storage_key(t):
-    """Identity of a tensor's storage: (device, data pointer); every empty storage is its own."""
-    storage = untyped_storage(t)
-    if storage.nbytes() == 0:
-        return ("empty", id(t))
-    return (str(t.device), storage.data_ptr())
 
 
 def written_arguments(func, args, kwargs):
@@ -170,7 +168,7 @@ class StepRecorder:
         self.paused = 0
         self.clock = _Clock(cuda)
         self.saved = {}  # tensor id -> storage key, for what autograd saved (ground truth)
-        self._packed_numbers = set()  # externals autograd made for one save (see tensor_id)
+        self._storages = {}  # storage key -> a weak reference that keeps the key from reuse
         self.saved_bytes_by_key = {}
         self.dropped_reads = 0  # backward reads of unsaved forward tensors (metadata only)
         self.attached_reads = 0  # saved tensors no backward op read, given to their node's op
@@ -204,7 +202,7 @@ class StepRecorder:
             self._pre_existing(t, f"batch.{i}", "input", persistent=False)
 
     def _pre_existing(self, t, name, kind, persistent):
-        key = storage_key(t)
+        key = self.storage_key(t)
         if key in self.current:
             return self.current[key]
         tid = self._new_tensor(t, name, kind, None)
@@ -226,26 +224,25 @@ class StepRecorder:
         self.tensors.append(record)
         return record["id"]
 
-    def tensor_id(self, t, packing=False):
-        """The trace id of the latest version of `t`'s storage, registering an unseen one as a
-        pre-existing input.
+    def storage_key(self, t):
+        """Identity of `t`'s storage: its StorageImpl's address, which a weak reference held
+        until the recorder goes keeps from being given to another storage (the data is freed as
+        usual). Not the data pointer: the allocator hands a freed buffer's address to the next
+        storage, so which tensor an address named would depend on the allocator's history, and a
+        replay of the step would disagree with its capture."""
+        storage = untyped_storage(t)
+        key = storage._cdata
+        if key not in self._storages:
+            self._storages[key] = StorageWeakRef(storage)
+        return key
 
-        A storage is known by its address, and the allocator hands the address of a freed storage
-        out again: a key that names a tensor of another size, or a tensor autograd made for one
-        save (a wrapped number such as the 8.0 of `x / 8.0`, first seen at its pack and already
-        packed), is a new storage, not the old tensor. Without this, which id a new tensor got
-        would depend on the allocator's history, and a replay of the same step would disagree
-        with its capture."""
-        key = storage_key(t)
-        tid = self.current.get(key)
-        if tid is not None and (self.tensors[tid]["bytes"] != storage_bytes(t) or
-                                (packing and tid in self._packed_numbers)):
-            del self.current[key]
-            tid = None
+    def tensor_id(self, t):
+        """The trace id of the latest version of `t`'s storage, registering an unseen one as a
+        pre-existing input (a constant the loss closes over, a scalar made outside the
+        dispatcher)."""
+        tid = self.current.get(self.storage_key(t))
         if tid is None:
             tid = self._pre_existing(t, f"external.{len(self.tensors)}", "input", persistent=False)
-            if packing:
-                self._packed_numbers.add(tid)
         return tid
 
     # ---- hooks ----------------------------------------------------------------------------
@@ -275,8 +272,8 @@ class StepRecorder:
             self._nodes.append(accumulator)
 
     def _pack(self, t):
-        tid = self.tensor_id(t, packing=True)
-        key = storage_key(t)
+        tid = self.tensor_id(t)
+        key = self.storage_key(t)
         if tid not in self.persistent:
             self.saved[tid] = key
             self.saved_bytes_by_key[key] = storage_bytes(t)
@@ -386,7 +383,7 @@ class StepRecorder:
         inputs = flat_tensors(args, flat_tensors(kwargs, []))
         written = written_arguments(func, args, kwargs)
         input_ids = [self.tensor_id(t) for t in inputs]
-        input_keys = {storage_key(t) for t in inputs}
+        input_keys = {self.storage_key(t) for t in inputs}
         started = self.clock.start()
         result = _rewrap_number(func, args, func(*args, **kwargs))
         op = self._record(func, args, input_ids, input_keys, written, flat_tensors(result, []))
@@ -421,10 +418,10 @@ class StepRecorder:
             if tid not in op["inputs"] and self._keep_read(tid):
                 op["inputs"].append(tid)
         kind = "gradient" if self.phase == "backward" else "activation"
-        written_keys = {storage_key(t) for t in written}
+        written_keys = {self.storage_key(t) for t in written}
         seen = set()
         for t in written + outputs:
-            key = storage_key(t)
+            key = self.storage_key(t)
             if key in seen:
                 continue
             seen.add(key)
