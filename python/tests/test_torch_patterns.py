@@ -118,3 +118,34 @@ def test_swin_blocks_plans_replay_the_captured_ids():
     captured = capture(model, batch, F.cross_entropy, opt)
     assert saved_bytes_in_trace(captured.trace) == captured.saved_bytes_hooks
     assert_plans_run_bitwise(model, batch, F.cross_entropy, opt, captured)
+
+
+# ---- issue 36, defect 3: what autograd saves of a recurrent cell -------------------------------
+
+class Recurrent(nn.Module):
+    """A two-layer nn.LSTM or nn.GRU over a short sequence, then a linear head on the last step.
+    On the CPU each cell writes its gates with sigmoid_ and tanh_ into `unsafe_chunk`s of one
+    buffer, which autograd saves gate by gate while the later gates are still to be written."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.rnn = getattr(nn, cell)(8, 16, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.fc(self.rnn(x)[0][:, -1])
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_recurrent_cells_are_captured_as_autograd_saves_them(cell, tmp_path):
+    # Before, `memplan info` refused the trace: "tensor 21 'rnn.sigmoid_.out0' is still read
+    # after op 19" (the first gate saved, then written over by the next gate's sigmoid_).
+    torch.manual_seed(0)
+    model = Recurrent(cell)
+    batch = (torch.randn(2, 3, 8), torch.randint(0, 5, (2,)))
+    opt = sgd(model)
+    captured = capture(model, batch, F.cross_entropy, opt)
+    summary = info(captured, tmp_path)
+    assert summary["feature_map_bytes"] == captured.saved_activation_bytes_hooks
+    assert saved_bytes_in_trace(captured.trace) == captured.saved_bytes_hooks
+    assert_plans_run_bitwise(model, batch, F.cross_entropy, opt, captured)

@@ -179,7 +179,8 @@ class _PlanRecorder(StepRecorder):
     def __init__(self, model, optimizer, batch, trace, plan, cuda=False):
         self.expected = trace
         self.plan = plan
-        self.recipes = {}  # op id -> (func, args, kwargs with _Ref, rng state or None)
+        # op id -> (func, args, kwargs with _Ref, rng state or None, grad mode)
+        self.recipes = {}
         # tensor id -> a device tensor over its whole storage: pre-existing tensors, kept maps (from
         # their pack), copies brought back and regenerated tensors (until the op after which the
         # captured trace no longer reads them, as the simulator's lowering drops them).
@@ -196,6 +197,11 @@ class _PlanRecorder(StepRecorder):
         self.recompute_ops = 0
         self.prefetched_through = -1  # prefetches issued for the ops up to this one
         self.output_slot = {}  # tensor id -> ("written" | "result", index) in its op's call
+        # version -> the version forward writes over it next, in the captured trace
+        self.written_over = {t["in_place_of"]: t["id"] for t in trace["tensors"]
+                             if t.get("in_place_of") is not None and
+                             trace["ops"][t["producer"]]["phase"] == "forward"}
+        self.unwritten = {}  # swapped map -> its storage, packed before forward has written it
         super().__init__(model, optimizer, batch, cuda)
 
     def _pre_existing(self, t, name, kind, persistent):
@@ -217,8 +223,8 @@ class _PlanRecorder(StepRecorder):
             self.paused += 1
             rng = _rng_state(self.clock.cuda)
             self.paused -= 1
-        recipe = (func, self._refs(args), self._refs(kwargs), rng) if self.phase == "forward" \
-            else None
+        recipe = (func, self._refs(args), self._refs(kwargs), rng, torch.is_grad_enabled()) \
+            if self.phase == "forward" else None
         self.paused += 1
         try:
             self._prefetch_through(op_id)
@@ -227,10 +233,14 @@ class _PlanRecorder(StepRecorder):
         result = super().dispatch(func, args, kwargs)
         if recipe is not None:
             self.recipes[op_id] = recipe
-        if op_id in self.plan.forward_drops:
+        written = [t for t in self.ops[op_id]["outputs"] if t in self.unwritten]
+        if written or op_id in self.plan.forward_drops:
             self.paused += 1
             try:
-                self._forward_drops(op_id, (args, kwargs, result))
+                for tid in written:  # now it is the map the plan swaps
+                    self._copy_out(tid, self.unwritten.pop(tid))
+                if op_id in self.plan.forward_drops:
+                    self._forward_drops(op_id, (args, kwargs, result))
             finally:
                 self.paused -= 1
         for tid in self.plan.drop_after.get(op_id, ()):  # the trace reads them no more
@@ -302,6 +312,15 @@ class _PlanRecorder(StepRecorder):
         return op
 
     # ---- packs and unpacks ------------------------------------------------------------------
+    def saved_version(self, tid):
+        """A pack in forward of a version that forward writes over later through a view
+        autograd does not see (StepRecorder._rewrite_saved) stands for the newest version: the
+        map of the captured trace, which the plan acts on."""
+        if self.phase == "forward":
+            while tid in self.written_over:
+                tid = self.written_over[tid]
+        return tid
+
     def on_pack(self, t, tid):
         self.paused += 1
         try:
@@ -311,13 +330,13 @@ class _PlanRecorder(StepRecorder):
 
     def _pack_as_planned(self, t, tid):
         action = self.plan.actions.get(tid, "keep")
-        if tid in self.persistent or self.tensors[tid]["kind"] != "activation":
+        if tid in self.persistent or self.expected["tensors"][tid]["kind"] != "activation":
             action = "keep"
         if action == "swap":
-            if tid not in self.host and tid not in self.device:
-                self.host[tid] = self.copies.copy_out(_whole_storage(t))
-                self.host_held.add(tid)
-                self._account_host(self.tensors[tid]["bytes"])
+            if tid >= len(self.tensors):  # a version forward has yet to write: copied then
+                self.unwritten.setdefault(tid, _whole_storage(t))
+            elif tid not in self.host and tid not in self.device:
+                self._copy_out(tid, _whole_storage(t))
             return ("swap", _geometry(t))
         if action == "recompute":
             return ("recompute", _geometry(t))
@@ -330,6 +349,11 @@ class _PlanRecorder(StepRecorder):
         if tid not in self.device:
             self.device[tid] = _whole_storage(t)
         return ("keep", t)
+
+    def _copy_out(self, tid, storage):
+        self.host[tid] = self.copies.copy_out(storage)
+        self.host_held.add(tid)
+        self._account_host(self.tensors[tid]["bytes"])
 
     def _account_host(self, delta):
         self.host_bytes += delta
@@ -416,7 +440,7 @@ class _PlanRecorder(StepRecorder):
 
     def _inputs_of(self, tid):
         """The ids the producer of `tid` reads, in the order `_resolve` reads them."""
-        _, args, kwargs, _ = self.recipes[self.tensors[tid]["producer"]]
+        _, args, kwargs, _, _ = self.recipes[self.tensors[tid]["producer"]]
         refs = []
         for value in (args, kwargs):
             _collect_refs(value, refs)
@@ -432,9 +456,12 @@ class _PlanRecorder(StepRecorder):
         return tid in self.device
 
     def _rerun(self, tid):
-        """Re-runs the producer of `tid` on its inputs, which are at hand (`_regenerate`)."""
+        """Re-runs the producer of `tid` on its inputs, which are at hand (`_regenerate`), in the
+        grad mode it first ran in (a kernel may look at it: torch 2's CPU LSTM layer,
+        `mkldnn_rnn_layer`, returns the workspace backward needs only with grad enabled) on
+        arguments detached from the graph (`_resolve`), so that it builds none."""
         producer = self.tensors[tid]["producer"]
-        func, args, kwargs, rng = self.recipes[producer]
+        func, args, kwargs, rng, grad_enabled = self.recipes[producer]
         written = _written_refs(func, args, kwargs)
         reads = []
         real_args = self._resolve(args, written, reads)
@@ -444,7 +471,8 @@ class _PlanRecorder(StepRecorder):
             saved_rng = _rng_state(self.clock.cuda)
             _set_rng_state(rng)
         try:
-            result = func(*real_args, **real_kwargs)
+            with torch.set_grad_enabled(grad_enabled):
+                result = func(*real_args, **real_kwargs)
         finally:
             if saved_rng is not None:
                 _set_rng_state(saved_rng)
@@ -468,7 +496,7 @@ class _PlanRecorder(StepRecorder):
     def _resolve(self, value, written, reads):
         if isinstance(value, _Ref):
             reads.append(value.tid)
-            whole = self._materialize(value.tid)
+            whole = self._materialize(value.tid).detach()
             if id(value) in written and value.tid in self.regenerated:
                 # written over in place: the regenerated tensor becomes the op's output
                 del self.device[value.tid]

@@ -168,6 +168,7 @@ class StepRecorder:
         self.paused = 0
         self.clock = _Clock(cuda)
         self.saved = {}  # tensor id -> storage key, for what autograd saved (ground truth)
+        self.rewritten = {}  # a saved version -> the version forward wrote over it (unsafe views)
         self._storages = {}  # storage key -> a weak reference that keeps the key from reuse
         self.saved_bytes_by_key = {}
         self.dropped_reads = 0  # backward reads of unsaved forward tensors (metadata only)
@@ -272,7 +273,7 @@ class StepRecorder:
             self._nodes.append(accumulator)
 
     def _pack(self, t):
-        tid = self.tensor_id(t)
+        tid = self.saved_version(self.tensor_id(t))
         key = self.storage_key(t)
         if tid not in self.persistent:
             self.saved[tid] = key
@@ -281,8 +282,26 @@ class StepRecorder:
 
     def _unpack(self, packed):
         payload, tid = packed
+        while tid in self.rewritten:
+            tid = self.rewritten[tid]
         self._unpacked.append((tid, len(self.ops)))
         return self.on_unpack(payload, tid)
+
+    def saved_version(self, tensor_id):
+        """The trace tensor a pack of `tensor_id` (the storage's version now) stands for: itself
+        at capture, where a later write moves it (`_rewrite_saved`); `apply` answers from the
+        captured trace, which knows the writes to come."""
+        return tensor_id
+
+    def _rewrite_saved(self, old, new):
+        """Forward wrote version `new` over `old`, which autograd saved. Autograd lets that pass
+        only where it cannot see it: a write through a view that shares the storage but not the
+        version counter (the CPU LSTM and GRU cells write their gates with `sigmoid_`/`tanh_`
+        into `unsafe_chunk`s of one buffer, the gates saved one after the other), or through
+        `.data`. The saved tensor is the storage, and what backward reads there is what forward
+        left in it: the saved tensor becomes the newest version, as one buffer in the trace."""
+        self.saved[new] = self.saved.pop(old)
+        self.rewritten[old] = new
 
     def on_pack(self, t, tensor_id):
         return t
@@ -435,6 +454,8 @@ class StepRecorder:
                                        in_place_of=old)
                 if old not in op["inputs"]:
                     op["inputs"].append(old)
+                if old in self.saved and self.phase == "forward":
+                    self._rewrite_saved(old, new)
             else:
                 new = self._new_tensor(t, f"{op['name']}.out{len(op['outputs'])}", kind, op_id)
             self.current[key] = new

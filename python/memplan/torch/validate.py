@@ -108,7 +108,9 @@ def saved_only(trace, plan):
         if t["id"] not in sized:
             t["bytes"] = 0
             t.pop("shape", None)
-    for t in derived["tensors"]:  # an in-place version is no larger than what it overwrites
+    # An in-place version is no larger than what it overwrites: newest first, so that a map's size
+    # reaches its root through the versions between (an LSTM cell's four gates).
+    for t in reversed(derived["tensors"]):
         base = t.get("in_place_of")
         if base is not None and t["bytes"] > derived["tensors"][base]["bytes"]:
             derived["tensors"][base]["bytes"] = t["bytes"]
