@@ -21,6 +21,7 @@ sys.path.append(str(ROOT / "build/release/python"))  # unless $PYTHONPATH names 
 import memplan  # noqa: E402
 from memplan.torch import capture, saved_bytes_in_trace  # noqa: E402
 from memplan.torch.capture import memplan_trace  # noqa: E402
+from memplan.torch.schedule import PlanError  # noqa: E402
 from memplan.torch.validate import validate  # noqa: E402
 
 MEMPLAN = pathlib.Path(os.environ.get("MEMPLAN_BINARY", ROOT / "build/release/bin/memplan"))
@@ -46,6 +47,14 @@ def policy_plan(trace, policy):
     simulation = memplan.simulate(memplan_trace(trace), policy=policy, memory="64GiB")
     assert simulation.feasible, simulation.oom
     return simulation.plan.to_dict()
+
+
+def plan_of(trace, actions):
+    """A plan in format v1 with the given {tensor id: action}."""
+    return {"format": "memplan-plan", "version": 1, "policy": "test",
+            "workload": {"fingerprint": memplan_trace(trace).fingerprint, "ops": len(trace["ops"]),
+                         "tensors": len(trace["tensors"])},
+            "maps": [{"tensor": t, "action": a} for t, a in actions.items()]}
 
 
 def assert_plans_run_bitwise(model, batch, loss_fn, opt, captured,
@@ -149,3 +158,61 @@ def test_recurrent_cells_are_captured_as_autograd_saves_them(cell, tmp_path):
     assert summary["feature_map_bytes"] == captured.saved_activation_bytes_hooks
     assert saved_bytes_in_trace(captured.trace) == captured.saved_bytes_hooks
     assert_plans_run_bitwise(model, batch, F.cross_entropy, opt, captured)
+
+
+# ---- issue 36, defect 5: what a checkpointed step holds -----------------------------------------
+
+class Checkpointed(nn.Module):
+    """linear -> a non-reentrant torch.utils.checkpoint block (linear, ReLU, linear) -> linear. The
+    block's input is saved by nothing but the checkpoint, which recomputes the block from it in
+    backward: torch 2.x saves it through autograd (and so through the saved-tensor hooks),
+    torch 1.13 keeps it in a closure the hooks never see."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(32, 64)
+        self.a = nn.Linear(64, 64)
+        self.b = nn.Linear(64, 64)
+        self.out = nn.Linear(64, 10)
+
+    def block(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        return self.out(checkpoint(self.block, self.inp(x), use_reentrant=False))
+
+
+def test_a_checkpoint_blocks_input_is_counted_as_held_for_backward(tmp_path):
+    # Before, torch 1.13's trace left the block input out of what backward keeps (4,096 of the
+    # step's 11,012 bytes), and validate could not see it.
+    torch.manual_seed(0)
+    model = Checkpointed()
+    batch = (torch.randn(16, 32), torch.randint(0, 10, (16,)))
+    opt = sgd(model)
+    captured = capture(model, batch, F.cross_entropy, opt)
+    trace = captured.trace
+    block_input = next(op for op in trace["ops"] if op["name"] == "inp.addmm")["outputs"][0]
+    summary = info(captured, tmp_path)
+    assert block_input in memplan_trace(trace).feature_maps()
+    assert summary["feature_map_bytes"] == \
+        captured.saved_activation_bytes_hooks + captured.held_activation_bytes
+    assert saved_bytes_in_trace(trace) == captured.saved_bytes_hooks + captured.held_bytes
+    assert captured.held_bytes in (0, 16 * 64 * 4)  # 1.13: the block input, beside the hooks
+    assert captured.stats["held_tensors"] == ([block_input] if captured.held_bytes else [])
+    # Every other map swapped, then recomputed, the block input kept: bitwise, to the byte.
+    maps = memplan_trace(trace).feature_maps()
+    for action in ("swap", "recompute"):
+        plan = plan_of(trace, {t: "keep" if t == block_input else action for t in maps})
+        result = validate(model, batch, F.cross_entropy, opt, plan, captured)
+        assert result.lossless_ok and result.peaks_match, (action, result)
+    # Swapping the block input: torch 2 carries it out; torch 1.13's closure holds it where the
+    # hooks cannot reach it, and apply says so before backward starts.
+    plan = plan_of(trace, {t: "swap" for t in maps})
+    if captured.held_bytes:
+        with pytest.raises(PlanError, match="'inp.addmm.out0': the plan says swap, but the step "
+                                            "holds it for backward outside autograd's saved"):
+            validate(model, batch, F.cross_entropy, opt, plan, captured)
+    else:
+        result = validate(model, batch, F.cross_entropy, opt, plan, captured)
+        assert result.lossless_ok and result.peaks_match, result

@@ -94,9 +94,12 @@ def run_capture(args):
     result = capture(model, batch, loss_of(model), optimizer, name=args.model)
     result.save(args.output)
     s = result.stats
+    held = (f" and {result.held_bytes} held for it beside them ({len(s['held_tensors'])} tensors)"
+            if result.held_bytes else "")
     phases = ", ".join(f"{p} {n}" for p, n in s["ops_by_phase"].items())
     print(f"captured {args.model}: {s['ops']} ops ({phases}), {s['tensors']} tensors, "
-          f"{result.saved_bytes_hooks} bytes saved for backward (saved-tensor hooks), "
+          f"{result.saved_bytes_hooks} bytes saved for backward (saved-tensor hooks)"
+          f"{held}, "
           f"{s['capture_seconds']:.2f} s -> {args.output}")
 
 

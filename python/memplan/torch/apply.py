@@ -202,6 +202,7 @@ class _PlanRecorder(StepRecorder):
                              if t.get("in_place_of") is not None and
                              trace["ops"][t["producer"]]["phase"] == "forward"}
         self.unwritten = {}  # swapped map -> its storage, packed before forward has written it
+        self.packed = set()  # maps autograd packed in forward
         super().__init__(model, optimizer, batch, cuda)
 
     def _pre_existing(self, t, name, kind, persistent):
@@ -233,12 +234,17 @@ class _PlanRecorder(StepRecorder):
         result = super().dispatch(func, args, kwargs)
         if recipe is not None:
             self.recipes[op_id] = recipe
-        written = [t for t in self.ops[op_id]["outputs"] if t in self.unwritten]
-        if written or op_id in self.plan.forward_drops:
+        outputs = self.ops[op_id]["outputs"]
+        written = [t for t in outputs if t in self.unwritten]
+        kept = [t for t in outputs if self.plan.actions.get(t) == "keep" and t not in self.device
+                and self.phase == "forward"]
+        if written or kept or op_id in self.plan.forward_drops:
             self.paused += 1
             try:
                 for tid in written:  # now it is the map the plan swaps
                     self._copy_out(tid, self.unwritten.pop(tid))
+                for tid in kept:  # at hand for recomputations, packed or held by the step
+                    self._hold(tid, (args, kwargs, result))
                 if op_id in self.plan.forward_drops:
                     self._forward_drops(op_id, (args, kwargs, result))
             finally:
@@ -263,12 +269,17 @@ class _PlanRecorder(StepRecorder):
                     self._release(tid)
                 continue
             if tid not in self.device and tid not in self.encoded:
-                found = next((t for t in flat_tensors(tensors, [])
-                              if self.current.get(self.storage_key(t)) == tid), None)
-                if found is not None:
-                    self.device[tid] = _whole_storage(found)
+                self._hold(tid, tensors)
             if tid in self.device:
                 self._encode(tid)
+
+    def _hold(self, tid, tensors):
+        """Holds the storage of `tid` from among an op's arguments and results (`tensors`), if
+        it is there, as a device tensor over all of it."""
+        found = next((t for t in flat_tensors(tensors, [])
+                      if self.current.get(self.storage_key(t)) == tid), None)
+        if found is not None:
+            self.device[tid] = _whole_storage(found)
 
     def _prefetch_through(self, op_id):
         """Issues the copies the plan brings back before ops up to `op_id`: called before op
@@ -328,7 +339,27 @@ class _PlanRecorder(StepRecorder):
         finally:
             self.paused -= 1
 
+    def begin_phase(self, phase):
+        if phase == "backward":
+            self._refuse_what_autograd_did_not_pack()
+        super().begin_phase(phase)
+
+    def _refuse_what_autograd_did_not_pack(self):
+        """A map forward held beside autograd's saved tensors (StepRecorder.held: the inputs of
+        torch 1.13's non-reentrant checkpoint, kept in its closure) never reaches the hooks, so
+        only keep can be carried out on it: PlanError (one line) for any other action, before
+        backward starts."""
+        for tid, action in sorted(self.plan.actions.items()):
+            if action != "keep" and tid not in self.packed:
+                name = self.expected["tensors"][tid]["name"]
+                raise PlanError(f"tensor '{name}': the plan says {action}, but the step holds it "
+                                "for backward outside autograd's saved tensors (a "
+                                "torch.utils.checkpoint block's input, torch 1.13), where the "
+                                "saved-tensor hooks cannot reach it: only keep can be carried out")
+
     def _pack_as_planned(self, t, tid):
+        if self.phase == "forward":
+            self.packed.add(tid)
         action = self.plan.actions.get(tid, "keep")
         if tid in self.persistent or self.expected["tensors"][tid]["kind"] != "activation":
             action = "keep"

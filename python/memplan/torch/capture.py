@@ -22,15 +22,24 @@ from memplan.torch.recorder import StepRecorder
 
 
 class Capture:
-    """What `capture` returns: the trace (a dict in trace format v1) and the hooks' counts."""
+    """What `capture` returns: the trace (a dict in trace format v1) and the hooks' counts. The
+    trace's saved bytes (`saved_bytes_in_trace`) are `saved_bytes_hooks + held_bytes`, its
+    feature-map bytes `saved_activation_bytes_hooks + held_activation_bytes`."""
 
-    def __init__(self, trace, saved_bytes_hooks, saved_activation_bytes_hooks, stats):
+    def __init__(self, trace, saved_bytes_hooks, saved_activation_bytes_hooks, stats,
+                 held_bytes=0, held_activation_bytes=0):
         self.trace = trace
         #: bytes of the distinct storages autograd saved, parameters and optimizer state left out
         #: (the batch's tensors counted, as the zoo counts them)
         self.saved_bytes_hooks = saved_bytes_hooks
         #: the same, activations only: what `memplan info` calls feature_map_bytes
         self.saved_activation_bytes_hooks = saved_activation_bytes_hooks
+        #: bytes of the distinct storages backward read that the step held beside what autograd
+        #: saved (the inputs torch 1.13's non-reentrant checkpoint keeps in its closure): the
+        #: hooks do not see them (`stats["held_tensors"]`: their trace ids)
+        self.held_bytes = held_bytes
+        #: the same, activations only
+        self.held_activation_bytes = held_activation_bytes
         self.stats = stats
 
     def save(self, path):
@@ -132,5 +141,6 @@ def capture(model, batch, loss_fn, optimizer, *, warmup_steps=1, name=None):
         phases[op["phase"]] = phases.get(op["phase"], 0) + 1
     stats = {"ops": len(trace["ops"]), "ops_by_phase": phases, "tensors": len(trace["tensors"]),
              "dropped_reads": recorder.dropped_reads, "attached_reads": recorder.attached_reads,
-             "capture_seconds": seconds}
-    return Capture(trace, recorder.saved_bytes(), recorder.saved_bytes(("activation",)), stats)
+             "held_tensors": sorted(recorder.held), "capture_seconds": seconds}
+    return Capture(trace, recorder.saved_bytes(), recorder.saved_bytes(("activation",)), stats,
+                   recorder.held_bytes(), recorder.held_bytes(("activation",)))

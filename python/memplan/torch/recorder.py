@@ -24,12 +24,16 @@ How:
   the trace counts as parameters), optimizer state, the batch's tensors (`input`); anything else
   (a constant the loss closes over) is an `input` too.
 - kinds: written in backward -> `gradient` (as the zoo does), otherwise `activation`.
-- backward ops read forward tensors only through what autograd saved: a read of a forward tensor
-  autograd did not save (`ones_like(loss)` reads only the loss's shape) is left out, and a saved
-  tensor an autograd node unpacks is an input of the first op recorded after the unpack and of the
-  node's last op (the data is needed from the unpack until the node returns), and one
-  autograd freed unread is given to the last backward op. So the trace's feature maps and
-  inputs read in backward are exactly the hooks' saved storages, byte for byte.
+- backward ops read forward tensors through what autograd saved, and through what the step holds
+  for backward beside it: a saved tensor an autograd node unpacks is an input of the first op
+  recorded after the unpack and of the node's last op (the data is needed from the unpack until
+  the node returns), and one autograd freed unread is given to the last backward op. A backward
+  read of a forward tensor autograd did not save is data something else held through forward
+  (`held`): the inputs of a torch.utils.checkpoint block, which torch 1.13's non-reentrant
+  checkpoint keeps in its closure and re-reads to recompute the block, a custom Function's ctx
+  attribute), except a factory that takes only its argument's sizes, dtype and device
+  (`ones_like(loss)`), which is left out. So the trace's feature maps and inputs read in
+  backward are exactly the hooks' saved storages and the held ones, byte for byte.
 - `differentiates`: each forward op's autograd node gets a post-hook; the backward ops recorded
   since the previous node finished belong to the node that just finished.
 """
@@ -49,6 +53,13 @@ _DTYPES = {
 }
 
 PHASES = ("forward", "backward", "update")
+
+# Factories that take only their argument's sizes, dtype and device: given a forward tensor in
+# backward (the engine's `ones_like(loss)`), they read none of its data.
+_METADATA_READERS = frozenset(
+    f"aten::{name}" for name in ("ones_like", "zeros_like", "empty_like", "full_like", "rand_like",
+                                 "randn_like", "randint_like", "new_empty", "new_empty_strided",
+                                 "new_zeros", "new_ones", "new_full"))
 
 
 def layer_of(func, args):
@@ -171,6 +182,7 @@ class StepRecorder:
         self.rewritten = {}  # a saved version -> the version forward wrote over it (unsafe views)
         self._storages = {}  # storage key -> a weak reference that keeps the key from reuse
         self.saved_bytes_by_key = {}
+        self.held = {}  # tensor id -> storage key, forward tensors backward read but not unpacked
         self.dropped_reads = 0  # backward reads of unsaved forward tensors (metadata only)
         self.attached_reads = 0  # saved tensors no backward op read, given to their node's op
         self._module_stack = []
@@ -403,6 +415,7 @@ class StepRecorder:
         written = written_arguments(func, args, kwargs)
         input_ids = [self.tensor_id(t) for t in inputs]
         input_keys = {self.storage_key(t) for t in inputs}
+        self._reads = (func, dict(zip(input_ids, inputs)))
         started = self.clock.start()
         result = _rewrap_number(func, args, func(*args, **kwargs))
         op = self._record(func, args, input_ids, input_keys, written, flat_tensors(result, []))
@@ -412,17 +425,24 @@ class StepRecorder:
         return result
 
     def _keep_read(self, tid):
-        """Whether a backward op's read of `tid` is data autograd saved (see the docstring)."""
-        if self.phase != "backward" or tid in self.saved:
+        """Whether a backward op's read of `tid` reads data held for backward: what autograd
+        saved, or a forward tensor the step held beside it (`held`; see the docstring)."""
+        if self.phase != "backward" or tid in self.saved or tid in self.held:
             return True
         tensor = self.tensors[tid]
         if tensor["kind"] not in ("activation", "input") or tid in self.persistent:
             return True
         producer = tensor["producer"]
-        from_forward = producer is None or self.ops[producer]["phase"] == "forward"
-        if from_forward:
+        if producer is not None and self.ops[producer]["phase"] != "forward":
+            return True
+        func, reads = self._reads
+        if func._schema.name in _METADATA_READERS:
             self.dropped_reads += 1
-        return not from_forward
+            return False
+        key = self.storage_key(reads[tid])
+        self.held[tid] = key
+        self.saved_bytes_by_key.setdefault(key, storage_bytes(reads[tid]))
+        return True
 
     def _record(self, func, args, input_ids, input_keys, written, outputs):
         op_id = len(self.ops)
@@ -466,6 +486,14 @@ class StepRecorder:
     def saved_bytes(self, kinds=("activation", "input")):
         """Bytes of the distinct storages autograd saved whose tensors are of `kinds`."""
         keys = {key for tid, key in self.saved.items() if self.tensors[tid]["kind"] in kinds}
+        return sum(self.saved_bytes_by_key[k] for k in keys)
+
+    def held_bytes(self, kinds=("activation", "input")):
+        """Bytes of the distinct storages of `kinds` held for backward that autograd did not
+        save (`held`): what the trace counts beyond the hooks."""
+        saved = set(self.saved.values())
+        keys = {key for tid, key in self.held.items()
+                if self.tensors[tid]["kind"] in kinds and key not in saved}
         return sum(self.saved_bytes_by_key[k] for k in keys)
 
     def trace(self, device, provenance):
