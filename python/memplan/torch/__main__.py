@@ -8,13 +8,18 @@ flags applied (--memory, --link, --h2d, --d2h, --latency, --host-memory, --alloc
 the plan's kept maps, as in `memplan validate`.
 
 Bad input (a model spec, an extent, a device, a plan for another model, a what-if value) is one
-line on stderr and exit status 2. validate exits 1 when the planned step's results are not the
+line on stderr and exit status 2, and so is a model or step that fails (a model at an input size
+it refuses, a batch-norm layer given one value per channel, a tensor the recorder cannot record):
+the line names where (building the model, making its batch, the step's forward pass, loss,
+backward pass or optimizer step, the innermost module of the model on the way) and what (the
+exception's type and first line). validate exits 1 when the planned step's results are not the
 baseline's (bitwise, or within the tolerance for a plan that narrows maps) or its peaks not the
 predicted ones, and when the simulator says the plan does not fit (unless --force), as
 `memplan validate` does.
 """
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -23,11 +28,56 @@ import torch
 import memplan
 from memplan.torch.capture import capture, run_step
 from memplan.torch.models import SpecError, load_model, loss_of, make_batch, parse_dims
+from memplan.torch.recorder import UnsupportedTensor
 from memplan.torch.schedule import PlanError
 from memplan.torch.validate import DoesNotFit, validate
 
 # The what-if flags validate passes to the simulator, as memplan.simulate's keywords.
 _WHAT_IF = ("memory", "link", "h2d", "d2h", "latency", "host_memory", "allocator")
+
+
+class _Failed(Exception):
+    """The user's model or step failed: one line saying where and what (`_user_code`)."""
+
+
+_OURS = (SpecError, PlanError, UnsupportedTensor, memplan.InputError, OSError)
+
+
+def _innermost_module(error, model):
+    """The innermost module of `model` whose code the traceback of `error` passes through, and
+    its name in `named_modules` ("" for the model itself); (None, None) when there is none."""
+    names = {id(m): n for n, m in model.named_modules()} if model is not None else {}
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is not None and id(owner) in names:
+            found = owner
+        tb = tb.tb_next
+    return found, names.get(id(found))
+
+
+@contextlib.contextmanager
+def _user_code(what, model=None):
+    """Runs the user's code (`what`: building the model, making its batch, the captured step):
+    an exception other than memplan's own becomes one line (_Failed) naming `what`, the part of
+    the step (memplan.torch.capture.step_part) and the innermost module it came from, then the
+    exception's type and first line."""
+    try:
+        yield
+    except _OURS:
+        raise
+    except Exception as e:
+        where = what
+        part = getattr(e, "step_part", None)
+        if part:
+            where += f", in {part}"
+        module, name = _innermost_module(e, model)
+        if module is not None:
+            kind = type(module).__name__
+            where += f", in module '{name}' ({kind})" if name else f", in the model ({kind})"
+        lines = str(e).strip().splitlines()
+        raise _Failed(f"{where}: {type(e).__name__}" + (f": {lines[0]}" if lines else "")) from e
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,14 +134,23 @@ def _setup(args):
     dims = parse_dims(args.input)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    model = load_model(args.model).to(device)
-    batch = make_batch(model, args.batch, dims, device)
+    with _user_code(f"building {args.model}"):
+        model = load_model(args.model).to(device)
+    with _user_code(f"making a batch of {args.batch} at --input {args.input} for {args.model}",
+                    model):
+        batch = make_batch(model, args.batch, dims, device)
     return model, batch, _optimizer(args.optimizer, model)
+
+
+def _step_of(args, model):
+    """The context the step runs in: its failures as one line (_user_code)."""
+    return _user_code(f"{args.model} at batch {args.batch}, --input {args.input}", model)
 
 
 def run_capture(args):
     model, batch, optimizer = _setup(args)
-    result = capture(model, batch, loss_of(model), optimizer, name=args.model)
+    with _step_of(args, model):
+        result = capture(model, batch, loss_of(model), optimizer, name=args.model)
     result.save(args.output)
     s = result.stats
     held = (f" and {result.held_bytes} held for it beside them ({len(s['held_tensors'])} tensors)"
@@ -153,9 +212,10 @@ def run_validate(args):
     what_if = {k: getattr(args, k) for k in _WHAT_IF if getattr(args, k) is not None}
     plan = _plan(args, trace, what_if)
     model, batch, optimizer = _setup(args)
-    run_step(model, batch, loss_of(model), optimizer)  # capture's warm-up: the optimizer state
-    v = validate(model, batch, loss_of(model), optimizer, plan, captured, seed=args.seed,
-                 force=args.force, **what_if)
+    with _step_of(args, model):
+        run_step(model, batch, loss_of(model), optimizer)  # capture's warm-up: optimizer state
+        v = validate(model, batch, loss_of(model), optimizer, plan, captured, seed=args.seed,
+                     force=args.force, **what_if)
     if args.json:
         print(json.dumps(dict(v, backend="torch", lossless=v.lossless_ok,
                               peaks_match=v.peaks_match,
@@ -181,7 +241,7 @@ def main(argv=None):
     except memplan.InputError as e:  # memplan's own line, which names the file or flag
         print(f"memplan: {e}", file=sys.stderr)
         return 2
-    except (SpecError, PlanError) as e:
+    except (SpecError, PlanError, UnsupportedTensor, _Failed) as e:
         print(f"memplan: {command}: {e}", file=sys.stderr)
         return 2
     except OSError as e:

@@ -82,6 +82,19 @@ def saved_bytes_in_trace(trace):
     return memplan_trace(trace).saved_activation_bytes()
 
 
+@contextlib.contextmanager
+def step_part(name):
+    """Marks an exception raised inside with the part of the step it came from (`step_part` of
+    the exception, the innermost part's name kept), for a one-line report (memplan.torch's
+    command line): the exception itself goes on unchanged."""
+    try:
+        yield
+    except Exception as e:
+        if not hasattr(e, "step_part"):
+            e.step_part = name
+        raise
+
+
 def run_step(model, batch, loss_fn, optimizer, recorder=None):
     """One training step; `recorder` (a StepRecorder) is told the phases. Returns the loss."""
     optimizer.zero_grad(set_to_none=True)
@@ -89,11 +102,17 @@ def run_step(model, batch, loss_fn, optimizer, recorder=None):
     phase = recorder.begin_phase if recorder is not None else (lambda name: None)
     with context:
         phase("forward")
-        loss = loss_fn(model(*batch[:-1]), batch[-1])
+        with step_part("the forward pass"):
+            output = model(*batch[:-1])
+        with step_part("the loss"):
+            loss = loss_fn(output, batch[-1])
+        del output
         phase("backward")
-        loss.backward()
+        with step_part("the backward pass"):
+            loss.backward()
         phase("update")
-        optimizer.step()
+        with step_part("the optimizer step"):
+            optimizer.step()
         if recorder is not None:
             recorder.finish()
     return loss.detach()

@@ -4,8 +4,10 @@ A model spec is `torchvision:NAME` (a torchvision classification model, e.g. `to
 or `package.module:factory` (a function taking no arguments that returns an `nn.Module`).
 
 The batch: a model with a `memplan_batch(batch_size, input_dims)` method makes its own (a tuple of
-its inputs, then the target); any other model is taken for an image classifier: a float32 image
-[batch, 3, H, W] from `--input HxW` and int64 class labels for cross-entropy.
+its inputs, then the target, which may itself be a tuple); any other model is taken for an image
+classifier: a float32 image [batch, 3, H, W] from `--input HxW` and int64 class labels for
+cross-entropy on its main output (torchvision's GoogLeNet and Inception v3 add their auxiliary
+classifiers' outputs in training: the loss is the main classifier's, as in evaluation).
 """
 
 import importlib
@@ -62,15 +64,46 @@ def make_batch(model, batch_size, input_dims, device):
             raise SpecError(f"--input {'x'.join(map(str, input_dims))}: an image model takes HxW")
         image = torch.randn(batch_size, 3, *input_dims)
         with torch.no_grad():
-            classes = model.eval()(image[:1]).shape[-1]
+            classes = main_output(model.eval()(image[:1])).shape[-1]
         model.train()
         batch = (image, torch.randint(0, classes, (batch_size,)))
-    return tuple(t.to(device) for t in batch)
+    return tuple(_to(t, device) for t in batch)
+
+
+def _to(value, device):
+    """`value` (a tensor, or tuples, lists and dicts of them) on `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    return value
+
+
+def main_output(output):
+    """A classifier's main output: the output itself, the `logits` of torchvision's GoogLeNet and
+    Inception v3 outputs in training (their auxiliary classifiers' beside it), or a tuple's
+    first element."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if hasattr(output, "logits"):
+        return output.logits
+    if isinstance(output, (tuple, list)) and output:
+        return main_output(output[0])
+    raise SpecError(f"the model returned a {type(output).__name__}, not the logits of a "
+                    "classifier (give it memplan_loss(output, target))")
+
+
+def classification_loss(output, target):
+    """Cross-entropy of a classifier's main output (`main_output`) against class labels."""
+    return F.cross_entropy(main_output(output), target)
 
 
 def loss_of(model):
-    """The loss function for `model`: its `memplan_loss` if it has one, else cross-entropy."""
-    return getattr(model, "memplan_loss", F.cross_entropy)
+    """The loss function for `model`: its `memplan_loss` if it has one, else cross-entropy on its
+    main output (`classification_loss`)."""
+    return getattr(model, "memplan_loss", classification_loss)
 
 
 class CausalSelfAttention(nn.Module):

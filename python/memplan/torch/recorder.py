@@ -62,6 +62,11 @@ _METADATA_READERS = frozenset(
                                  "new_zeros", "new_ones", "new_full"))
 
 
+class UnsupportedTensor(ValueError):
+    """A tensor the recorder cannot identify: one that is not strided, with no storage of its own
+    (a sparse gradient). One line, naming the op and the layout."""
+
+
 def layer_of(func, args):
     """The memplan layer of an aten op call, or its aten name ("aten::mm") when memplan has no
     such layer: a generic op. The table is core/aten_layers.hpp's, which the Kineto importer
@@ -192,6 +197,8 @@ class StepRecorder:
         self._node_start = 0  # first backward op of the node running now
         self._unpacked = []  # tensor ids unpacked since the last node finished
         self._handles = []
+        self._dispatching = None  # the op being recorded, or the last one
+        self._naming = None  # the pre-existing tensor being registered: "'NAME' (KIND)"
         self._register_pre_existing(model, optimizer, batch)
         self._hook_modules(model)
         self._hook_accumulators(model)
@@ -215,7 +222,9 @@ class StepRecorder:
             self._pre_existing(t, f"batch.{i}", "input", persistent=False)
 
     def _pre_existing(self, t, name, kind, persistent):
+        self._naming = None if name.startswith("external.") else f"'{name}' ({kind})"
         key = self.storage_key(t)
+        self._naming = None
         if key in self.current:
             return self.current[key]
         tid = self._new_tensor(t, name, kind, None)
@@ -243,6 +252,15 @@ class StepRecorder:
         usual). Not the data pointer: the allocator hands a freed buffer's address to the next
         storage, so which tensor an address named would depend on the allocator's history, and a
         replay of the step would disagree with its capture."""
+        if t.layout != torch.strided:
+            func = self._dispatching
+            what = self._naming or (f"a tensor of {self.phase} op {func._schema.name}" if func
+                                    else "a tensor autograd saves")
+            raise UnsupportedTensor(
+                f"{what} is a {str(t.layout).replace('torch.', '')} tensor of {list(t.shape)}: "
+                "memplan.torch records strided tensors only (a sparse gradient, as "
+                "nn.Embedding(sparse=True) makes, and optimizer state made from it must be "
+                "dense: sparse=False)")
         storage = untyped_storage(t)
         key = storage._cdata
         if key not in self._storages:
@@ -411,6 +429,7 @@ class StepRecorder:
         if self.paused or self.phase is None:
             return _rewrap_number(func, args, func(*args, **kwargs))
         self._hook_new_nodes()
+        self._dispatching = func
         inputs = flat_tensors(args, flat_tensors(kwargs, []))
         written = written_arguments(func, args, kwargs)
         input_ids = [self.tensor_id(t) for t in inputs]

@@ -1,0 +1,118 @@
+"""`python3 -m memplan.torch` (what `memplan capture` and `memplan validate --backend torch` run):
+models it supports as they are (auxiliary outputs, a tuple target), and everything else (a model
+at an input size it refuses, a batch-norm layer given one value per channel, sparse gradients)
+one line on stderr naming where and what, exit status 2, no file left behind."""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.append(str(ROOT / "build/release/python"))  # unless $PYTHONPATH names a build
+
+import memplan  # noqa: E402
+
+MEMPLAN = pathlib.Path(os.environ.get("MEMPLAN_BINARY", ROOT / "build/release/bin/memplan"))
+
+USER_MODELS = '''
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class TwoHeads(nn.Module):
+    """Two classifiers on one input: the target is a tuple of their labels."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 4), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+
+    def memplan_batch(self, batch, dims):
+        return (torch.randn(batch, 8),
+                (torch.randint(0, 4, (batch,)), torch.randint(0, 3, (batch,))))
+
+    @staticmethod
+    def memplan_loss(output, target):
+        return F.cross_entropy(output[0], target[0]) + F.cross_entropy(output[1], target[1])
+
+
+class SparseBag(nn.Module):
+    """An embedding with sparse gradients."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.fc = nn.Embedding(50, 8, sparse=True), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(self.emb(x).mean(1))
+
+    def memplan_batch(self, batch, dims):
+        return torch.randint(0, 50, (batch, 6)), torch.randint(0, 4, (batch,))
+
+
+def two_heads():
+    return TwoHeads()
+
+
+def sparse_bag():
+    return SparseBag()
+'''
+
+
+def run_module(tmp_path, *args):
+    """`python -m memplan.torch ARGS` with this test's package, and the user models above
+    importable as `user_models`."""
+    (tmp_path / "user_models.py").write_text(textwrap.dedent(USER_MODELS))
+    package = pathlib.Path(sys.modules["memplan"].__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=f"{package}:{tmp_path}")
+    return subprocess.run([sys.executable, "-m", "memplan.torch", *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+
+
+def only_line(run):
+    """The one line a failed run wrote on stderr (warnings of the model's own aside)."""
+    lines = [line for line in run.stderr.splitlines() if line.startswith("memplan:")]
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    return lines[0]
+
+
+# ---- issue 36, defect 6: one line, or support ---------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["torchvision:googlenet", "--batch", 2, "--input", "64x64"],  # training adds aux outputs
+    ["user_models:two_heads", "--batch", 2],  # the target is a tuple
+], ids=["auxiliary-outputs", "tuple-target"])
+def test_models_the_command_supports_as_they_are(tmp_path, args):
+    out = tmp_path / "t.json"
+    run = run_module(tmp_path, "capture", *args, "-o", out)
+    assert run.returncode == 0, run.stderr
+    trace = memplan.load_trace(str(out))
+    assert trace.info().feature_map_bytes > 0
+
+
+@pytest.mark.parametrize("args,where,what", [
+    (["torchvision:vit_b_16", "--batch", 2, "--input", "64x64"],
+     "making a batch of 2 at --input 64x64 for torchvision:vit_b_16, in the model "
+     "(VisionTransformer)", "AssertionError: Wrong image height! Expected 224 but got 64!"),
+    (["torchvision:resnet18", "--batch", 1, "--input", "32x32"],
+     "torchvision:resnet18 at batch 1, --input 32x32, in the forward pass, in module "
+     "'layer4.0.bn1' (BatchNorm2d)", "ValueError: Expected more than 1 value per channel when "
+                                     "training, got input size torch.Size([1, 512, 1, 1])"),
+    (["user_models:sparse_bag", "--batch", 2],
+     "'emb.weight.momentum_buffer' (optimizer_state)",
+     "is a sparse_coo tensor of [50, 8]: memplan.torch records strided tensors only"),
+], ids=["vit-at-a-size-it-refuses", "batch-norm-of-one-value", "sparse-gradients"])
+def test_a_model_that_fails_is_one_line_naming_where_and_what(tmp_path, args, where, what):
+    out = tmp_path / "t.json"
+    run = run_module(tmp_path, "capture", *args, "-o", out)
+    assert run.returncode == 2, run.stderr
+    line = only_line(run)
+    assert line.startswith(f"memplan: capture: {where}") and what in line, line
+    assert not out.exists()
