@@ -26,11 +26,17 @@ void check_time_limit(double seconds, std::string_view flag) {
   }
 }
 
-void check_rounds(std::size_t rounds, std::string_view flag) {
-  if (rounds > static_cast<std::size_t>(kMaxRounds)) {
+// Rounds as the engine counts them (0: until converged), from a count that is absent or in
+// [1, kMaxRounds].
+std::size_t checked_rounds(const std::optional<std::int64_t>& rounds, std::string_view flag) {
+  if (!rounds) return 0;
+  if (*rounds < 1 || *rounds > kMaxRounds) {
     throw sim::InputError(std::string(flag),
-                          fmt::format("{} is over {} (0: until converged)", rounds, kMaxRounds));
+                          fmt::format("{} is not a whole number from 1 to {} (leave it out to "
+                                      "search until converged)",
+                                      *rounds, kMaxRounds));
   }
+  return static_cast<std::size_t>(*rounds);
 }
 
 void check_seed(std::uint64_t seed) {
@@ -44,12 +50,11 @@ void check_seed(std::uint64_t seed) {
 search::SearchOptions search_options(const SearchRequest& request) {
   check_threads(request.threads, "--threads");
   check_time_limit(request.time_limit_s, "--time-limit");
-  check_rounds(request.rounds, "--rounds");
   check_seed(request.seed);
   search::SearchOptions options;
   options.threads = request.threads;
   options.time_limit_s = request.time_limit_s;
-  options.max_rounds = request.rounds;
+  options.max_rounds = checked_rounds(request.rounds, "--rounds");
   options.seed = request.seed;
   options.deterministic = request.deterministic;
   options.host_placement = !request.maps_only;
@@ -85,9 +90,9 @@ search::SweepGrid sweep_grid(std::vector<search::SweepTrace> traces, const Sweep
 search::SweepOptions sweep_options(const SweepRequest& request) {
   check_threads(request.threads, "--threads");
   check_time_limit(request.search_time_limit_s, "--search-time-limit");
-  check_rounds(request.search_rounds, "--search-rounds");
+  const std::size_t rounds = checked_rounds(request.search_rounds, "--search-rounds");
   check_seed(request.seed);
-  if (request.deterministic && request.search && request.search_rounds == 0) {
+  if (request.deterministic && request.search && rounds == 0) {
     throw sim::InputError("--deterministic",
                           "search cells stop by the clock: give --search-rounds or --no-search");
   }
@@ -96,7 +101,7 @@ search::SweepOptions sweep_options(const SweepRequest& request) {
   options.deterministic = request.deterministic;
   options.encodings = search::parse_encoding_options(request.encode, "--encode");
   options.search.time_limit_s = request.search_time_limit_s;
-  options.search.max_rounds = request.search_rounds;
+  options.search.max_rounds = rounds;
   options.search.seed = request.seed;
   return options;
 }

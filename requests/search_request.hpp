@@ -27,7 +27,7 @@ inline constexpr std::int32_t kMaxWorldSize = std::int32_t{1} << 20;
 struct SearchRequest {
   int threads = 0;  // 0: every core
   double time_limit_s = 10.0;
-  std::size_t rounds = 0;  // 0: until converged or out of time
+  std::optional<std::int64_t> rounds;  // none: until converged or out of time
   std::uint64_t seed = 1;
   bool deterministic = false;
   bool maps_only = false;  // feature maps only: no host placement
@@ -35,7 +35,8 @@ struct SearchRequest {
 };
 
 /// The engine's options for the request. Throws InputError naming the flag (--threads,
-/// --time-limit, --rounds, --seed, --encode) of a value out of its range.
+/// --time-limit, --rounds, --seed, --encode) of a value out of its range (rounds, when given,
+/// from 1: 0 rounds is refused, not taken for "until converged").
 search::SearchOptions search_options(const SearchRequest& request);
 
 struct SweepRequest {
@@ -53,7 +54,7 @@ struct SweepRequest {
   int threads = 0;
   std::string encode;
   double search_time_limit_s = 10.0;
-  std::size_t search_rounds = 0;
+  std::optional<std::int64_t> search_rounds;  // none: until converged or out of time
   std::uint64_t seed = 1;
 };
 

@@ -120,7 +120,7 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     request = _core.SearchRequest()
     request.threads = int(threads)
     request.time_limit_s = float(time_limit)
-    request.rounds = int(rounds or 0)
+    request.rounds = None if rounds is None else int(rounds)
     request.seed = int(seed)
     request.deterministic = bool(deterministic)
     request.maps_only = bool(maps_only)
@@ -184,7 +184,7 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
     request.threads = int(threads)
     request.encode = _plans._encode_text(encode)
     request.search_time_limit_s = float(search_time_limit)
-    request.search_rounds = int(search_rounds or 0)
+    request.search_rounds = None if search_rounds is None else int(search_rounds)
     request.seed = int(seed)
     request.interconnects = [str(i) for i in _list(interconnects)]
     request.gpus_per_node = None if gpus_per_node is None else int(gpus_per_node)

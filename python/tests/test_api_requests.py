@@ -74,6 +74,7 @@ def test_a_bad_text_value_is_the_cli_line():
     (dict(time_limit=0), "--time-limit"),
     (dict(time_limit=-1), "--time-limit"),
     (dict(rounds=2_000_000_000), "--rounds"),
+    (dict(rounds=0), "--rounds"),
 ])
 def test_a_search_out_of_range_is_refused_before_it_starts(kwargs, flag):
     trace = memplan.load_trace(MLP4)

@@ -285,6 +285,11 @@ class Space {
 
 using Path = std::vector<std::uint16_t>;
 
+// The largest of a node's per-op memory lower bounds: 0 for a step without ops (no bound).
+sim::Bytes peak_load(const std::vector<sim::Bytes>& load) {
+  return load.empty() ? 0 : *std::max_element(load.begin(), load.end());
+}
+
 // Position order: element by element, a missing element counting as 0 (option 0), so a node's
 // bounding plan has its node's position and precedes the rest of its subtree.
 int compare_paths(const Path& a, const Path& b) {
@@ -362,7 +367,7 @@ class Solver {
   void run(int threads, tbb::task_arena& arena) {
     Node root;
     root.load = space_.base();
-    if (*std::max_element(root.load.begin(), root.load.end()) > capacity_) {
+    if (peak_load(root.load) > capacity_) {
       ++root_pruned_;
       return;
     }
@@ -525,7 +530,7 @@ class Solver {
       Node c;
       c.load = n.load;
       space_.add_option(v, v.options[i], c.load);
-      if (*std::max_element(c.load.begin(), c.load.end()) > capacity_) {
+      if (peak_load(c.load) > capacity_) {
         ++worker.pruned_memory;
         continue;
       }

@@ -1,4 +1,6 @@
 // `memplan search --exact` as a user runs it.
+#include <fstream>
+
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -49,4 +51,27 @@ TEST_CASE("search --exact refuses a large trace in one line, exit 2", "[search][
   REQUIRE(!r.err.empty());
   CHECK(r.err.find('\n') == r.err.size() - 1);
   CHECK(r.err.find(fmt::format("at most {}", memplan::search::kExactMaxMaps)) != std::string::npos);
+}
+
+TEST_CASE("search and search --exact on a trace without ops answer the empty plan, no crash",
+          "[search][exact][cli]") {
+  // #40 item 3: the branch and bound took the largest per-op memory bound of no ops (SIGSEGV),
+  // and the search printed "-nan%" against a best policy of no time.
+  auto trace = nlohmann::json::parse(memplan::test::read_text(source_path("traces/mlp4.json")));
+  trace["tensors"] = nlohmann::json::array();
+  trace["ops"] = nlohmann::json::array();
+  const std::string path = memplan::test::temp_dir() + "/no_ops.json";
+  std::ofstream(path) << trace.dump();
+  const auto exact = run_memplan("search '" + path + "' --exact --threads 2 --json");
+  CAPTURE(exact.err);
+  REQUIRE(exact.exit_status == 0);
+  const auto j = nlohmann::json::parse(exact.out);
+  CHECK(j.at("optimal") == true);
+  CHECK(j.at("feasible") == true);
+  CHECK(j.at("iteration_ns") == 0);
+  const auto heuristic = run_memplan("search '" + path + "' --rounds 1 --threads 2");
+  CAPTURE(heuristic.err);
+  CHECK(heuristic.exit_status == 0);
+  CHECK(heuristic.out.find("nan") == std::string::npos);
+  CHECK(heuristic.out.find("(+0.0%)") != std::string::npos);
 }

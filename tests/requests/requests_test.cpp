@@ -178,7 +178,11 @@ TEST_CASE("a search request out of range is refused naming its flag", "[requests
   CHECK(refused([](SearchRequest& r) { r.time_limit_s = std::nan(""); }) == "--time-limit");
   CHECK(refused([](SearchRequest& r) { r.time_limit_s = 0; }) == "--time-limit");
   CHECK(refused([](SearchRequest& r) { r.time_limit_s = -1; }) == "--time-limit");
-  CHECK(refused([](SearchRequest& r) { r.rounds = std::size_t{2'000'000'000}; }) == "--rounds");
+  CHECK(refused([](SearchRequest& r) { r.rounds = std::int64_t{2'000'000'000}; }) == "--rounds");
+  // 0 rounds is refused as the CLI refuses it, not taken for "until converged" (#40 item 3).
+  CHECK(refused([](SearchRequest& r) { r.rounds = 0; }) == "--rounds");
+  CHECK(refused([](SearchRequest& r) { r.rounds = -1; }) == "--rounds");
+  CHECK(memplan::requests::search_options(SearchRequest{}).max_rounds == 0);  // until converged
   CHECK(refused([](SearchRequest& r) { r.seed = ~std::uint64_t{0}; }) == "--seed");
   CHECK(refused([](SearchRequest& r) { r.encode = "zip"; }) == "--encode");
 
@@ -216,6 +220,8 @@ TEST_CASE("a sweep request builds the grid and refuses what cannot run", "[reque
   CHECK(grid.links[1].overrides.link.h2d_bytes_per_s == 8e9);
   r.deterministic = true;  // search cells stop by the clock unless rounds are given
   CHECK(refused_by([&] { (void)memplan::requests::sweep_options(r); }) == "--deterministic");
+  r.search_rounds = 0;
+  CHECK(refused_by([&] { (void)memplan::requests::sweep_options(r); }) == "--search-rounds");
   r.search_rounds = 2;
   CHECK(memplan::requests::sweep_options(r).deterministic);
   r.search_time_limit_s = -3;
