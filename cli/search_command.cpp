@@ -74,7 +74,7 @@ int fit_status(const SearchFlags& flags, const sim::Simulation& found,
   if (found.timeline.feasible) return 0;
   if (!flags.json) {
     fmt::print(stderr, "memplan: no plan found that fits (no plan written): {}\n",
-               sim::oom_to_text(*found.timeline.oom, found.program, workload));
+               sim::why_not_text(found.timeline, found.program, workload));
   }
   return 1;
 }

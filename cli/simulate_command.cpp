@@ -92,9 +92,10 @@ int simulate(const SimulateOptions& o) {
   if (!timeline.feasible) {
     const bool outputs = !o.timeline.empty() || !o.memory_csv.empty() || !o.plan_out.empty();
     if (!o.json)
-      fmt::print(stderr, "memplan: the plan does not fit{}: {}\n",
+      fmt::print(stderr, "memplan: the plan {}{}: {}\n",
+                 timeline.saturated ? "has no time" : "does not fit",
                  outputs ? " (no output file written)" : "",
-                 sim::oom_to_text(*timeline.oom, program, workload));
+                 sim::why_not_text(timeline, program, workload));
     return 1;
   }
   const std::string timeline_json =

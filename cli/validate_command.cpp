@@ -277,7 +277,7 @@ int validate(const ValidateOptions& o) {
   const sim::Simulation predicted = sim::simulate_plan(workload, plan, machine);
   if (!o.force && !predicted.timeline.feasible) {
     fmt::print(stderr, "memplan: the simulator says the plan does not fit (--force runs it): {}\n",
-               sim::oom_to_text(*predicted.timeline.oom, predicted.program, workload));
+               sim::why_not_text(predicted.timeline, predicted.program, workload));
     return 1;
   }
   const Measured m = run_for_real(*backend, workload, plan, predicted, machine, o);

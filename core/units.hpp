@@ -18,7 +18,8 @@ inline constexpr Nanoseconds kNanosecondsPerSecond = 1'000'000'000;
 /// The longest time the simulator represents, about 146 years. Every duration it computes (a
 /// copy at a crawling link, a sum of op times) saturates here instead of overflowing: saturated
 /// sums stay below INT64_MAX, so times are in range by construction. Only absurd inputs reach it
-/// (a link of 1 B/s moving a PiB), whose times then print as about 4.6e15 ms.
+/// (a link of 1 B/s moving a PiB), and a run that does has no time to report: the engine marks it
+/// saturated and not feasible (Timeline::saturated in sim/timeline.hpp), and says why.
 inline constexpr Nanoseconds kMaxNanoseconds = Nanoseconds{1} << 62;
 
 /// a + b for non-negative a and b, saturating at kMaxNanoseconds.

@@ -192,6 +192,28 @@ void check_op_cost(std::string_view source, Bytes workspace, Nanoseconds duratio
   }
 }
 
+// The window attributes of a convolution or pooling (FORMAT.md, `attributes`), wherever they
+// appear: whole numbers, at least 1 (kernel, stride, dilation, groups) or 0 (padding), below 2^31
+// as the backends take them. A kernel, stride or groups of 0 would otherwise pass until a backend
+// ran the op.
+void check_op_attributes(std::string_view source, const std::string& at, const Op& op) {
+  static constexpr std::array<std::pair<std::string_view, double>, 5> kLeast{
+      {{"kernel", 1}, {"stride", 1}, {"dilation", 1}, {"groups", 1}, {"padding", 0}}};
+  for (const auto& [name, least] : kLeast) {
+    const auto it = op.attributes.find(name);
+    if (it == op.attributes.end()) continue;
+    for (std::size_t k = 0; k < it->second.size(); ++k) {
+      const double v = it->second[k];
+      if (v >= least && v < 2147483648.0 && v == std::floor(v)) continue;
+      fail(source,
+           fmt::format("{}.attributes.{}{}", at, name,
+                       it->second.size() == 1 ? std::string() : fmt::format("[{}]", k)),
+           fmt::format("{} {:g}: expected a whole number of at least {} (the op's window)", name,
+                       v, least));
+    }
+  }
+}
+
 // The op's costs: its workspace and duration and its algorithms', its flops and bytes moved.
 void check_op_costs(std::string_view source, const std::string& at, const Op& op) {
   check_op_cost(source, op.workspace_bytes, op.duration_ns, at);
@@ -349,6 +371,7 @@ void validate_ops(const Workload& w, std::string_view source) {
     check_tensor_refs(w, source, at, op.outputs, "outputs");
     check_op_dataflow(w, source, at, op);
     check_op_costs(source, at, op);
+    check_op_attributes(source, at, op);
     check_differentiates(w, source, at, op);
     check_op_streams(w, source, at, op);
     check_collective(w, source, at, op);

@@ -158,6 +158,13 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
   return j;
 }
 
+std::string why_not_text(const Timeline& timeline, const Program& program, const Workload& workload) {
+  if (timeline.oom) return oom_to_text(*timeline.oom, program, workload);
+  if (!timeline.saturated) return {};
+  return "its time runs past the end of memplan's clock (2^62 ns, about 146 years), where every "
+         "time saturates: no time is known at a link, latency or host speed this slow";
+}
+
 std::string oom_to_text(const OomReport& oom, const Program& program, const Workload& workload) {
   if (oom.host) {
     return fmt::format(
@@ -224,8 +231,9 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
       {"peak_reserved_bytes", timeline.peak_reserved_bytes},
       {"average_live_bytes", average_live_bytes(timeline)},
       {"peak_host_bytes", timeline.peak_host_bytes},
-      {"stall_s", to_seconds(timeline.stall_ns())},
-      {"stall_s_by_cause", stalls},
+      // A saturated run's stalls are the clock's end, not times.
+      {"stall_s", timeline.saturated ? nlohmann::json() : nlohmann::json(to_seconds(timeline.stall_ns()))},
+      {"stall_s_by_cause", timeline.saturated ? nlohmann::json() : stalls},
       {"actions", actions},
       {"instructions", program.instruction_count()},
       {"machine",
@@ -245,6 +253,7 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
                                     {"gpus_per_node", net.gpus_per_node}};
   }
   j["oom"] = timeline.oom ? oom_to_json(*timeline.oom, program, workload) : nlohmann::json(nullptr);
+  j["saturated"] = timeline.saturated;
   j["host_ops_s"] = to_seconds(timeline.host_ops_ns);
   if (!program.collectives.empty()) j["collectives"] = collectives_json(timeline, program, workload);
   if (program.host.active()) {
@@ -276,8 +285,8 @@ std::string summary_text(const Timeline& timeline, const Program& program, const
         net.intra.bytes_per_s / 1e9, net.gpus_per_node, net.inter.bytes_per_s / 1e9);
   }
   if (!timeline.feasible) {
-    out += fmt::format("infeasible  {}\n",
-                       timeline.oom ? oom_to_text(*timeline.oom, program, workload) : "unknown");
+    const std::string why = why_not_text(timeline, program, workload);
+    out += fmt::format("infeasible  {}\n", why.empty() ? "unknown" : why);
     return out;
   }
   if (program.host.active()) {

@@ -299,6 +299,10 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
                        tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kCodec)];
   tl.peak_reserved_bytes = memory_.peak_reserved_bytes();
   host_peak(machine);
+  if (tl.iteration_ns >= kMaxNanoseconds) {  // the clock saturated: no time is known
+    tl.saturated = true;
+    tl.feasible = false;
+  }
   return tl;
 }
 
@@ -367,12 +371,23 @@ Nanoseconds step_period_ns(const Program& program, const Machine& machine, const
     const bool idle = std::all_of(backlog.begin(), backlog.end(), [](Nanoseconds b) { return b == 0; });
     if (backlog == options.stream_ready_ns || (step == 1 && idle)) return host_end;  // fixed point
     if (step == kMaxSteps) break;
+    if (device_end >= kMaxNanoseconds) return kMaxNanoseconds;  // past the clock's end
     start = add_ns(start, host_end);
     options.stream_ready_ns = backlog;
     tl = &engine.run(program, machine, options);
   }
   // The backlog grows: the device is the bottleneck, and the period is its growth per step.
+  if (device_end >= kMaxNanoseconds) return kMaxNanoseconds;
   return (device_end - first_device_end) / (kMaxSteps - 1);
+}
+
+void set_step_period(Timeline& timeline, const Program& program, const Machine& machine,
+                     const std::vector<Nanoseconds>& collective_ready_ns) {
+  timeline.period_ns = step_period_ns(program, machine, timeline, collective_ready_ns);
+  if (timeline.period_ns >= kMaxNanoseconds) {
+    timeline.saturated = true;
+    timeline.feasible = false;
+  }
 }
 
 }  // namespace memplan::sim

@@ -111,7 +111,14 @@ Bytes capacity_to_run(const Program& program, const Machine& machine);
 /// without a host side, 0 when the step does not fit.
 /// `collective_ready_ns`: when each collective of the program may start (a job's, Note [Collective
 /// start]); empty: each on arrival.
+/// kMaxNanoseconds when the steps replayed run past the clock's end.
 Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone,
                            const std::vector<Nanoseconds>& collective_ready_ns = {});
+
+/// Sets `timeline.period_ns` to step_period_ns of the run it holds; a period at the clock's end
+/// makes the timeline saturated (Timeline::saturated) and infeasible, as a step alone that ran
+/// there is already.
+void set_step_period(Timeline& timeline, const Program& program, const Machine& machine,
+                     const std::vector<Nanoseconds>& collective_ready_ns = {});
 
 }  // namespace memplan::sim

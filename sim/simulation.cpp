@@ -9,8 +9,7 @@ Simulation simulate_plan(const Workload& workload, const Plan& plan, const Machi
   Simulation s{lower(workload, plan), {}};
   Engine engine;
   s.timeline = engine.run(s.program, machine, options);
-  s.timeline.period_ns =
-      step_period_ns(s.program, machine, s.timeline, options.collective_ready_ns);
+  set_step_period(s.timeline, s.program, machine, options.collective_ready_ns);
   return s;
 }
 

@@ -57,6 +57,7 @@ OomReport device_oom_report(const Program& program, const Instruction& alloc, By
 
 void Timeline::clear() {
   feasible = true;
+  saturated = false;
   iteration_ns = 0;
   op_compute_ns = 0;
   peak_bytes = 0;

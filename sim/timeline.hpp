@@ -101,6 +101,10 @@ OomReport device_oom_report(const Program& program, const Instruction& alloc, By
 
 struct Timeline {
   bool feasible = true;
+  /// The step's time reached the end of the clock (kMaxNanoseconds, about 146 years, where every
+  /// time saturates: core/units.hpp), as only an absurd link, latency or host speed makes it: no
+  /// time of this run is known, so it is not feasible either, and says why (io's why_not_text).
+  bool saturated = false;
   Nanoseconds iteration_ns = 0;   // wall time: max(last device instruction's end, host end + tail)
   Nanoseconds op_compute_ns = 0;  // the workload's own compute (each op once)
   Nanoseconds compute_busy_ns = 0;  // time the compute stream runs instructions

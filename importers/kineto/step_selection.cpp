@@ -59,25 +59,45 @@ StepWindow annotation_step(const KinetoTrace& trace, const std::string& name) {
   fail(trace, fmt::format("no event named '{}' (--step-annotation)", name));
 }
 
+// --whole and --window take one training step: a range over the starts of several
+// ProfilerStep#N would make one step's ops of the first iteration and fold every later
+// iteration's device time into them (each op is made once), a step many times too slow.
+void require_one_step(const KinetoTrace& trace, const StepWindow& range, std::string_view flag) {
+  std::vector<std::int64_t> inside;
+  for (const StepWindow& s : list_steps(trace)) {
+    if (s.start_ns >= range.start_ns && s.start_ns < range.end_ns) inside.push_back(s.number);
+  }
+  if (inside.size() <= 1) return;
+  fail(trace, fmt::format("{} takes one training step, and {} holds {} (ProfilerStep#{}): "
+                          "import one with --step N (without it, the median complete step)",
+                          flag, range.label, inside.size(), fmt::join(inside, ", #")));
+}
+
 StepWindow window_step(const KinetoTrace& trace, const ImportOptions& options) {
   if (trace.cpu_events.empty()) fail(trace, "no CPU events: nothing to import");
   Nanoseconds first = trace.cpu_events.front().start_ns;
   Nanoseconds last = first;
   for (const CpuEvent& e : trace.cpu_events) last = std::max(last, e.end_ns());
   for (const GpuEvent& g : trace.gpu_events) first = std::min(first, g.start_ns);
-  if (options.whole_trace) return {-1, "the whole trace", "", first, last + 1, std::nullopt};
+  if (options.whole_trace) {
+    StepWindow whole{-1, "the whole trace", "", first, last + 1, std::nullopt};
+    require_one_step(trace, whole, "--whole");
+    return whole;
+  }
   const auto [from, to] = *options.window;
   // A window is at most a day long, like any event the parser accepts: no sum overflows.
   constexpr Nanoseconds kDay = Nanoseconds{86400} * 1'000'000'000;
   if (from < 0 || to <= from || to > kDay)
     fail(trace, fmt::format("--window {}:{} ns: expected 0 <= START < END <= one day", from, to));
-  return {-1,
-          fmt::format("window {:.3f}:{:.3f} ms", static_cast<double>(from) / 1e6,
-                      static_cast<double>(to) / 1e6),
-          "",
-          first + from,
-          first + to,
-          std::nullopt};
+  StepWindow window{-1,
+                    fmt::format("window {:.3f}:{:.3f} ms", static_cast<double>(from) / 1e6,
+                                static_cast<double>(to) / 1e6),
+                    "",
+                    first + from,
+                    first + to,
+                    std::nullopt};
+  require_one_step(trace, window, "--window");
+  return window;
 }
 
 }  // namespace

@@ -57,8 +57,8 @@ void bind_simulation(py::module_& m) {
           py::arg("policy"))
       .def("oom_text",
            [](const Simulation& s) -> std::optional<std::string> {
-             if (!s.timeline.oom) return std::nullopt;
-             return sim::oom_to_text(*s.timeline.oom, s.program, *s.workload);
+             if (s.timeline.feasible) return std::nullopt;
+             return sim::why_not_text(s.timeline, s.program, *s.workload);
            })
       .def("memory_csv", [](const Simulation& s) { return sim::memory_csv(s.timeline); })
       .def("chrome_trace_json", [](const Simulation& s) {

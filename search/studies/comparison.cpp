@@ -57,7 +57,7 @@ ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
   row.program = sim::lower(workload, decision.plan);
   sim::Engine engine;
   row.timeline = engine.run(row.program, machine, sim::EngineOptions::totals());
-  row.timeline.period_ns = sim::step_period_ns(row.program, machine, row.timeline);
+  sim::set_step_period(row.timeline, row.program, machine);
   row.decision = std::move(decision);
   if (row.timeline.feasible && ideal_ns > 0) {
     row.overhead = static_cast<double>(row.wall_ns()) / static_cast<double>(ideal_ns) - 1.0;
@@ -176,7 +176,8 @@ nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload
 
 std::string why_not(const ComparisonRow& row, const sim::Workload& workload) {
   if (row.timeline.feasible) return {};
-  if (row.timeline.oom) return sim::oom_to_text(*row.timeline.oom, row.program, workload);
+  std::string why = sim::why_not_text(row.timeline, row.program, workload);
+  if (!why.empty()) return why;
   return row.decision.gave_up ? "the policy gave up: " + row.decision.note : "did not fit";
 }
 

@@ -195,9 +195,8 @@ std::string job_why_not(const JobComparisonRow& row, const sim::Job& job) {
     const sim::Timeline& tl = row.run.timeline.ranks[r];
     if (tl.feasible) continue;
     const PolicyDecision& d = row.decisions[r];
-    const std::string why =
-        tl.oom ? sim::oom_to_text(*tl.oom, row.run.programs[r], job.ranks[r])
-               : (d.gave_up ? "the policy gave up: " + d.note : std::string("did not fit"));
+    std::string why = sim::why_not_text(tl, row.run.programs[r], job.ranks[r]);
+    if (why.empty()) why = d.gave_up ? "the policy gave up: " + d.note : std::string("did not fit");
     out += fmt::format("{}rank {}: {}", out.empty() ? "" : "\n", job.rank_of(r), why);
   }
   return out;
@@ -258,10 +257,8 @@ std::string job_comparison_csv(const JobComparison& comparison, const sim::Job& 
       const auto seconds = [fits](sim::Nanoseconds ns) {
         return fits ? fmt::format("{:.9f}", sim::to_seconds(ns)) : std::string();
       };
-      const std::string why = tl.feasible ? std::string()
-                              : tl.oom
-                                  ? sim::oom_to_text(*tl.oom, row.run.programs[r], job.ranks[r])
-                                  : "the policy gave up: " + row.decisions[r].note;
+      std::string why = sim::why_not_text(tl, row.run.programs[r], job.ranks[r]);
+      if (!tl.feasible && why.empty()) why = "the policy gave up: " + row.decisions[r].note;
       out +=
           fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(row.policy),
                       job.rank_of(r), tl.feasible ? 1 : 0, seconds(row.wall_ns()),

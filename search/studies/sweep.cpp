@@ -69,9 +69,7 @@ void fill_outcome(SweepRow& row, const sim::Timeline& timeline, const sim::Progr
   row.swap = counts[1];
   row.recompute = counts[2];
   row.encode = counts[3];
-  if (!timeline.feasible && timeline.oom) {
-    row.why_not = sim::oom_to_text(*timeline.oom, program, workload);
-  }
+  if (!timeline.feasible) row.why_not = sim::why_not_text(timeline, program, workload);
 }
 
 SweepRow run_policy_cell(const SweepGrid& grid, const GridPoint& point, const Policy& policy,

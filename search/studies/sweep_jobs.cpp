@@ -52,10 +52,11 @@ void fill_job_outcome(SweepRow& row, const sim::JobRun& run, const sim::Job& job
   for (std::size_t r = 0; r < jt.ranks.size() && !jt.feasible; ++r) {
     const sim::Timeline& tl = jt.ranks[r];
     if (tl.feasible) continue;
-    const std::string why = tl.oom ? sim::oom_to_text(*tl.oom, run.programs[r], job.ranks[r])
-                            : r < gave_up.size() && !gave_up[r].empty()
-                                ? "the policy gave up: " + gave_up[r]
-                                : std::string("did not fit");
+    std::string why = sim::why_not_text(tl, run.programs[r], job.ranks[r]);
+    if (why.empty()) {
+      why = r < gave_up.size() && !gave_up[r].empty() ? "the policy gave up: " + gave_up[r]
+                                                      : std::string("did not fit");
+    }
     row.why_not +=
         fmt::format("{}rank {}: {}", row.why_not.empty() ? "" : "; ", job.rank_of(r), why);
   }

@@ -69,6 +69,37 @@ TEST_CASE("absurd links and latencies are refused, not overflowed", "[cli][flags
   CHECK(nlohmann::json::parse(slowest.out).at("iteration_s").get<double>() > 1000);
 }
 
+TEST_CASE("a time that ran past the end of the clock is no result: said, not printed",
+          "[cli][flags]") {
+  // #40 item 5: swap-all of the ResNet-50 step at 1 B/s saturated at 2^62 ns and printed
+  // "iteration 4611686018427.389 ms", exit 0; compare ranked layrub's period at 179.710 ms.
+  const std::string resnet = "'" + source_path("traces/resnet50_b32_v100.json") + "'";
+  const std::string crawl = " --h2d 1B/s --d2h 1B/s ";
+  const auto r = run_memplan("simulate " + resnet + " --policy swap-all --memory 100GiB" + crawl);
+  CAPTURE(r.out, r.err);
+  CHECK(r.exit_status == 1);
+  CHECK(r.out.find("4611686018427") == std::string::npos);
+  CHECK(r.out.find("infeasible  its time runs past the end of memplan's clock") !=
+        std::string::npos);
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+  CHECK(r.err.find("memplan: the plan has no time: ") == 0);
+  const auto json =
+      run_memplan("simulate " + resnet + " --policy swap-all --memory 100GiB --json" + crawl);
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j.at("saturated") == true);
+  CHECK(j.at("feasible") == false);
+  CHECK(j.at("iteration_s").is_null());
+  CHECK(j.at("stall_s").is_null());
+  const auto compare = run_memplan("compare " + resnet + " --memory 2GiB --json" + crawl);
+  CAPTURE(compare.err);
+  REQUIRE(compare.exit_status == 0);
+  for (const auto& row : nlohmann::json::parse(compare.out).at("rows")) {
+    CAPTURE(row.at("policy"));
+    if (row.at("policy") == "layrub") CHECK(row.at("feasible") == false);
+    if (row.at("feasible") == true) CHECK(row.at("iteration_s").get<double>() < 4.6e9);
+  }
+}
+
 TEST_CASE("one unit grammar: case-insensitive, bits and bytes explicit, no bare number",
           "[cli][flags]") {
   const auto machine = [](const std::string& flags) {

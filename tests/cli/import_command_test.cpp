@@ -152,3 +152,22 @@ TEST_CASE("memplan import kineto: every rank of a job, in several files or one m
   check_one_line_error(run_memplan(fmt::format("import kineto '{}' '{}' -o '{}'", r0, r0, out)),
                        "rank 0 again");
 }
+
+TEST_CASE("memplan import kineto --whole refuses a trace of several steps, exit 2, no file",
+          "[cli][import][bad_input]") {
+  // #40 item 5: --whole on a multi-step file made one step of the first iteration's ops with
+  // every iteration's device time, exit 0.
+  memplan::test::SyntheticOptions two;
+  two.steps = 2;
+  const std::string in = write_temp("two_steps.json", synthetic_kineto(two).dump());
+  const std::string out = memplan::test::temp_dir() + "/never.json";
+  check_one_line_error(run_memplan(fmt::format("import kineto '{}' --whole -o '{}'", in, out)),
+                       "--whole takes one training step, and the whole trace holds 2 "
+                       "(ProfilerStep#1, #2)");
+  CHECK_FALSE(std::filesystem::exists(out));
+  // One step in the trace: --whole takes it.
+  const std::string one = write_temp("one_step.json", synthetic_kineto().dump());
+  const auto r = run_memplan(fmt::format("import kineto '{}' --whole -o '{}'", one, out));
+  CAPTURE(r.err);
+  CHECK(r.exit_status == 0);
+}

@@ -243,6 +243,15 @@ TEST_CASE("step choice: an annotation, a window or the whole trace", "[importers
   const auto all = import_json(synthetic_kineto(), whole);
   CHECK(all.workload.ops.size() == 21);
   CHECK(all.report.op_time_ns == memplan::test::synthetic_step_kernel_ns());
+  // The whole of a trace of two steps, or a window over both, is not one step (#40 item 5: the
+  // second step's device time was folded into the first's ops).
+  CHECK(error_of(doc, whole) ==
+        "synthetic.json: --whole takes one training step, and the whole trace holds 2 "
+        "(ProfilerStep#1, #2): import one with --step N (without it, the median complete step)");
+  ImportOptions both;
+  both.window = std::pair<std::int64_t, std::int64_t>{0, 3'000'000};
+  CHECK_THAT(error_of(doc, both), Catch::Contains("--window takes one training step, and window "
+                                                  "0.000:3.000 ms holds 2"));
   CHECK(error_of(doc, [] {
           ImportOptions o;
           o.step_annotation = "train_step";
