@@ -321,7 +321,9 @@ void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) 
   kineto->add_flag("--whole", options->whole, "the step is the whole trace");
   kineto->add_flag("--json", options->json, "print one JSON object");
   kineto->callback([options] {
-    check_output(options->output, "-o");
+    std::vector<Input> read;
+    for (const std::string& file : options->files) read.push_back({file, "FILE"});
+    check_outputs({{options->output, "-o"}}, read);
     std::FILE* report = report_stream({options->output});
     const std::vector<std::filesystem::path> inputs(options->files.begin(), options->files.end());
     const std::vector<importers::KinetoTrace> traces =

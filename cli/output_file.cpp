@@ -1,5 +1,6 @@
 #include "cli/output_file.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -7,7 +8,7 @@
 #include <fmt/core.h>
 
 #include "core/input_error.hpp"
-#include "io/trace_io.hpp"
+#include "io/atomic_file.hpp"
 
 namespace memplan::cli {
 namespace {
@@ -21,7 +22,73 @@ bool is_regular_target(const std::string& path) {
   return !std::filesystem::exists(status) || std::filesystem::is_regular_file(status);
 }
 
+// What a path names on disk, to tell whether two paths are one file.
+struct FileIdentity {
+  bool exists = false;
+  bool special = false;  // an existing FIFO or device
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::filesystem::path path;  // absent: the absolute, normal path of the file a write creates
+
+  friend bool operator==(const FileIdentity& a, const FileIdentity& b) {
+    if (a.exists != b.exists) return false;
+    return a.exists ? a.device == b.device && a.inode == b.inode : a.path == b.path;
+  }
+};
+
+FileIdentity identity(std::string_view text) {
+  FileIdentity id;
+  const std::filesystem::path target = sim::write_target(std::string(text));
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0) {
+    id.exists = true;
+    id.special = !S_ISREG(st.st_mode);
+    id.device = st.st_dev;
+    id.inode = st.st_ino;
+    return id;
+  }
+  std::error_code ec;
+  id.path = std::filesystem::weakly_canonical(std::filesystem::absolute(target, ec), ec);
+  return id;
+}
+
+// Refuses `output` when it is one of the existing files of `inputs`.
+void check_not_input(const Output& output, const FileIdentity& id,
+                     const std::vector<Input>& inputs) {
+  for (const Input& input : inputs) {
+    if (input.path.empty() || input.path == "-") continue;
+    const FileIdentity in = identity(input.path);
+    if (!in.exists || !(in == id)) continue;
+    throw sim::InputError(
+        std::string(output.flag),
+        fmt::format("'{}' is the {} this command reads{}: write {} to another file", output.path,
+                    input.name,
+                    input.path == output.path ? std::string() : fmt::format(" ('{}')", input.path),
+                    output.flag));
+  }
+}
+
 }  // namespace
+
+void check_outputs(const std::vector<Output>& outputs, const std::vector<Input>& inputs) {
+  std::vector<std::pair<Output, FileIdentity>> seen;
+  for (const Output& output : outputs) {
+    if (output.path.empty() || output.path == "-") continue;
+    check_output(std::string(output.path), output.flag);
+    FileIdentity id = identity(output.path);
+    if (id.special) continue;
+    check_not_input(output, id, inputs);
+    for (const auto& [other, other_id] : seen) {
+      if (!(other_id == id)) continue;
+      throw sim::InputError(
+          std::string(output.flag),
+          fmt::format("'{}' is the file {} writes{}: give each output its own file", output.path,
+                      other.flag,
+                      other.path == output.path ? std::string() : fmt::format(" ('{}')", other.path)));
+    }
+    seen.emplace_back(output, std::move(id));
+  }
+}
 
 void check_output(const std::string& path, std::string_view flag) {
   if (path.empty() || path == "-") return;

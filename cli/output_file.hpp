@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace memplan::cli {
 
@@ -16,6 +17,24 @@ namespace memplan::cli {
 /// folder does not exist or is not writable. Empty means "not asked for". Throws InputError
 /// naming `flag`.
 void check_output(const std::string& path, std::string_view flag);
+
+/// An output of a command: its path ("" when not asked for, "-" standard output) and its flag.
+struct Output {
+  std::string_view path;
+  std::string_view flag;
+};
+/// A file a command reads, and what names it ("TRACE", "--plan").
+struct Input {
+  std::string_view path;
+  std::string_view name;
+};
+
+/// check_output of every output of one run, then refuses, before any work, two outputs that are
+/// one file (the second would replace the first) and an output that is one of `inputs` (it would
+/// replace what the run read), comparing what the paths name on disk: an existing file by device
+/// and inode (through symlinks, "./" and hard links), a new one by the absolute path a write
+/// creates. FIFOs and devices (/dev/null) may be shared. Throws InputError naming the flag.
+void check_outputs(const std::vector<Output>& outputs, const std::vector<Input>& inputs = {});
 
 /// Writes `text` to `path` ("-": standard output). Throws InputError when it cannot.
 void write_output(const std::string& path, std::string_view text);

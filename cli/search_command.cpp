@@ -228,7 +228,7 @@ void add_search_command(CLI::App& app, int& exit_status) {
   auto* cmd = app.add_subcommand("search", "Search for a plan better than every policy's");
   CLI::Option* time_limit = add_search_flags(*cmd, *options);
   cmd->callback([options, time_limit, &exit_status] {
-    check_output(options->output, "-o");
+    check_outputs({{options->output, "-o"}}, {{options->trace, "TRACE"}});
     sim::Job job = sim::read_job(options->trace);
     if (job.ranks.size() > 1) {
       if (options->exact) {

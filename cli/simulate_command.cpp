@@ -65,11 +65,9 @@ int simulate_job(const SimulateOptions& o, const sim::Job& job, std::FILE* repor
 }
 
 int simulate(const SimulateOptions& o) {
-  for (const auto& [path, flag] : {std::pair{o.timeline, "--timeline"},
-                                   {o.memory_csv, "--memory-csv"},
-                                   {o.plan_out, "--plan-out"}}) {
-    check_output(path, flag);
-  }
+  check_outputs(
+      {{o.timeline, "--timeline"}, {o.memory_csv, "--memory-csv"}, {o.plan_out, "--plan-out"}},
+      {{o.trace, "TRACE"}, {o.plan.plan, "--plan"}});
   std::FILE* report = report_stream({o.timeline, o.memory_csv, o.plan_out});
   sim::Job job = sim::read_job(o.trace);
   if (job.ranks.size() > 1) return simulate_job(o, job, report);

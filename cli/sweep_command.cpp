@@ -4,9 +4,7 @@
 // runs. With -o the CSV grows in grid order as cells finish, so a run stopped midway leaves the
 // grid's first rows, and --resume runs only the rest. Under mpirun or srun the ranks share the
 // cells (cli/sweep_ranks.hpp) and rank 0 writes.
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -18,6 +16,7 @@
 #include "cli/progress.hpp"
 #include "cli/sweep_ranks.hpp"
 #include "core/input_error.hpp"
+#include "io/atomic_file.hpp"
 #include "io/trace_io.hpp"
 #include "requests/search_request.hpp"
 #include "search/studies/sweep.hpp"
@@ -51,17 +50,23 @@ search::SweepOptions sweep_options(const Options& options) {
   return requests::sweep_options(options.sweep);
 }
 
-// On rank 0, the rows of the -o CSV to keep with --resume (none when it does not exist yet);
-// the number of them on every rank, or -1 on every rank when rank 0 found the CSV is not this
-// grid's (rank 0 then throws, the others return -1 to stop quietly).
+bool to_file(const Options& options) {
+  return !options.output.empty() && options.output != "-";
+}
+
+// On rank 0, the -o file taken for this run (locked: Note [Growing file] in io/atomic_file.cpp,
+// so that a second sweep on it is refused, not interleaved) and the rows of its CSV to keep with
+// --resume (none when it did not exist); the number of them on every rank, or -1 on every rank
+// when rank 0 could not take the file or found the CSV is not this grid's (rank 0 then throws,
+// the others return -1 to stop quietly).
 long long resumed_rows(const Options& options, const search::Sweep& sweep, SweepRanks& ranks,
-                       std::vector<std::string>& kept) {
-  if (ranks.root() && options.resume && std::filesystem::exists(options.output)) {
+                       std::optional<sim::GrowingFile>& file, std::vector<std::string>& kept) {
+  if (ranks.root() && to_file(options)) {
     try {
-      std::ifstream in(options.output, std::ios::binary);
-      std::stringstream text;
-      text << in.rdbuf();
-      kept = sweep.finished_rows(text.str(), options.output);
+      file.emplace(options.output, "-o");
+      if (options.resume && file->existed()) {
+        kept = sweep.finished_rows(file->contents(), options.output);
+      }
     } catch (const sim::InputError&) {
       (void)ranks.broadcast(-1);
       ranks.finalize();
@@ -73,13 +78,16 @@ long long resumed_rows(const Options& options, const search::Sweep& sweep, Sweep
 
 void run_sweep(const Options& options) {
   // A CSV that could not be written is found out before the grid runs, not after.
-  check_output(options.output, "-o");
+  std::vector<Input> inputs;
+  for (const std::string& trace : options.traces) inputs.push_back({trace, "TRACE"});
+  check_outputs({{options.output, "-o"}}, inputs);
   const search::SweepGrid grid = read_grid(options);
   const search::Sweep sweep(grid);
   const search::SweepOptions so = sweep_options(options);
   SweepRanks ranks;
   std::vector<std::string> kept;
-  const long long resumed = resumed_rows(options, sweep, ranks, kept);
+  std::optional<sim::GrowingFile> file;  // rank 0's -o file
+  const long long resumed = resumed_rows(options, sweep, ranks, file, kept);
   if (resumed < 0) return;
   const auto first = static_cast<std::size_t>(resumed);  // on every rank; `kept` is rank 0's
 
@@ -92,32 +100,26 @@ void run_sweep(const Options& options) {
     fmt::print(stderr, "sweep: {} MPI ranks share {} cells\n", ranks.size(), sweep.size() - first);
   }
 
-  const bool to_file = !options.output.empty() && options.output != "-";
   std::string csv = sweep.csv_header();
   for (const std::string& row : kept) csv += row;
-  std::ofstream file;
-  if (ranks.root() && to_file) {
-    write_output(options.output, csv);
-    file.open(options.output, std::ios::binary | std::ios::app);
-  }
+  if (file) file->replace(csv);
   std::size_t written = kept.size();
   const auto on_rows = [&](const std::vector<std::string>& lines) {
     written += lines.size();
-    for (const std::string& line : lines) {
-      if (to_file) {
-        file << line;
-      } else {
-        csv += line;
-      }
+    std::string rows;
+    for (const std::string& line : lines) rows += line;
+    if (file) {
+      file->append(rows);
+    } else {
+      csv += rows;
     }
-    if (to_file && !file.flush()) throw sim::InputError("-o", "could not write " + options.output);
   };
   ranks.run(sweep, first, so, on_rows, [&progress](std::size_t done, std::size_t total) {
     progress.update(done, total, "cells");
   });
   if (!ranks.root()) return;
   progress.finish();
-  if (to_file) {
+  if (to_file(options)) {
     fmt::print("wrote {} ({} rows)\n", options.output, written);
   } else {
     fmt::print("{}", csv);

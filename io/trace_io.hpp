@@ -14,6 +14,7 @@
 
 #include "core/job.hpp"
 #include "core/workload.hpp"
+#include "io/atomic_file.hpp"  // write_file_atomically, which write_trace_file uses
 
 namespace memplan::sim {
 
@@ -53,13 +54,6 @@ Job job_from_json(const nlohmann::json& document, std::string_view source);
 /// A job of one rank is written as write_trace writes that rank; several ranks as one v3 file.
 std::string write_job(const Job& job);
 void write_job_file(const Job& job, const std::filesystem::path& path);
-
-/// Writes `text` to `path` through a temporary file beside it and a rename, so a failure never
-/// leaves a half-written file. A symlink is written through (its target is replaced, the link
-/// stays); what is not a regular file (a FIFO, a device) is written directly, as coreutils do; a
-/// directory is refused. Shared by every command that writes an output file. Throws InputError
-/// when the file cannot be written.
-void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 
 /// Throws InputError naming `source` when the workload has ops but no tensors: a step imported
 /// from a profiler trace recorded without shapes carries its times only, and a command that plans

@@ -3,6 +3,8 @@
 // that exits 1 or 2 leaves no file and does not touch one that was there.
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -146,4 +148,100 @@ TEST_CASE("zoo -o and sweep -o say what they wrote; zoo --json", "[cli][output]"
                               source_path("traces/mlp4.json"), dir));
   REQUIRE(sweep.exit_status == 0);
   CHECK(sweep.out == fmt::format("wrote {}/s.csv (1 rows)\n", dir));
+}
+
+namespace {
+// A copy of the tiny trace in `dir`, for a run whose outputs point at its input.
+std::string copy_of_tiny_trace(const std::string& dir) {
+  const std::string path = dir + "/t.json";
+  spit(path, memplan::test::read_text(source_path("traces/resnet_tiny.json")));
+  return path;
+}
+void check_output_refused(const memplan::test::CommandResult& r, const std::string& problem) {
+  CAPTURE(r.out, r.err);
+  CHECK(r.exit_status == 2);
+  REQUIRE(!r.err.empty());
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+  CHECK(r.err.find(problem) != std::string::npos);
+}
+}  // namespace
+
+TEST_CASE("two outputs of one run that are one file are refused before any work",
+          "[cli][output]") {
+  // #40 item 6: --timeline x.json --memory-csv x.json exited 0 with the timeline lost.
+  const std::string dir = temp_dir();
+  const std::string simulate = "simulate " + memplan::test::tiny_trace() + " --policy swap-all ";
+  check_output_refused(run_memplan(simulate + fmt::format("--timeline '{0}/x.json' --memory-csv "
+                                                   "'{0}/x.json'",
+                                                   dir)),
+                fmt::format("--memory-csv: '{}/x.json' is the file --timeline writes", dir));
+  CHECK(file_count(dir) == 0);  // nothing written
+  // The same file by another name: "./", a folder's "..", a symlink (dangling: the file it
+  // would create), a hard link.
+  std::filesystem::create_directory(dir + "/sub");
+  std::filesystem::create_symlink("x.json", dir + "/link.json");
+  for (const std::string& other : {dir + "/./x.json", dir + "/sub/../x.json", dir + "/link.json"}) {
+    CAPTURE(other);
+    check_output_refused(
+        run_memplan(simulate + fmt::format("--timeline '{}/x.json' --plan-out '{}'", dir, other)),
+        "is the file --timeline writes ('" + dir + "/x.json'): give each output its own file");
+  }
+  spit(dir + "/x.json", "kept");
+  std::filesystem::create_hard_link(dir + "/x.json", dir + "/hard.json");
+  check_output_refused(
+      run_memplan(simulate + fmt::format("--memory-csv '{0}/hard.json' --plan-out '{0}/x.json'", dir)),
+      "--plan-out");
+  CHECK(memplan::test::read_text(dir + "/x.json") == "kept");
+  // Two devices are not one file to refuse.
+  CHECK(run_memplan(simulate + "--timeline /dev/null --memory-csv /dev/null").exit_status == 0);
+}
+
+TEST_CASE("an output over the command's own input is refused before any work", "[cli][output]") {
+  // #40 item 6: --plan-out t.json over the trace t.json exited 0 and replaced the trace.
+  const std::string dir = temp_dir();
+  const std::string trace = copy_of_tiny_trace(dir);
+  const std::string text = memplan::test::read_text(trace);
+  std::filesystem::create_symlink("t.json", dir + "/link.json");
+  check_output_refused(run_memplan(fmt::format("simulate '{0}' --policy swap-all --plan-out '{0}'", trace)),
+                fmt::format("--plan-out: '{}' is the TRACE this command reads: write --plan-out "
+                            "to another file",
+                            trace));
+  check_output_refused(run_memplan(fmt::format("simulate '{0}' --policy swap-all --timeline '{1}/./t.json'",
+                                        trace, dir)),
+                "is the TRACE this command reads ('" + trace + "')");
+  check_output_refused(
+      run_memplan(fmt::format("search '{0}' --rounds 1 -o '{1}/link.json'", trace, dir)),
+      "-o: '" + dir + "/link.json' is the TRACE this command reads");
+  check_output_refused(run_memplan(fmt::format("sweep '{0}' --policies in-core --no-search -o '{0}'", trace)),
+                "is the TRACE this command reads");
+  CHECK(memplan::test::read_text(trace) == text);
+  CHECK(file_count(dir) == 2);  // the trace and the link, no temporary
+}
+
+TEST_CASE("a second sweep on the -o file of one still running is refused, and no row is lost",
+          "[cli][output][sweep]") {
+  // #40 item 6: two concurrent `sweep -o same.csv` both exited 0; the second replaced the file,
+  // and the first one's rows went on into the file it had unlinked.
+  const std::string dir = temp_dir();
+  const std::string csv = dir + "/same.csv";
+  const std::string resnet = memplan::test::quoted_source_path("traces/resnet50_b32_v100.json");
+  // The first: three search cells of about a second each on ResNet-50; the second starts as soon
+  // as the first has written its header.
+  const std::string script = fmt::format(
+      "'{0}' sweep {1} --memory 2GiB,2.25GiB,2.5GiB --policies in-core --search-time-limit 1 "
+      "--threads 1 -o '{2}' >'{3}/first.out' 2>&1 & "
+      "i=0; while [ ! -s '{2}' ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; "
+      "'{0}' sweep {4} --policies in-core --no-search -o '{2}' >'{3}/second.out' 2>&1; "
+      "echo $? >'{3}/second.status'; wait $!; echo $? >'{3}/first.status'",
+      MEMPLAN_BINARY, resnet, csv, dir, memplan::test::tiny_trace());
+  REQUIRE(std::system(script.c_str()) == 0);
+  CHECK(memplan::test::read_text(dir + "/first.status") == "0\n");
+  CHECK(memplan::test::read_text(dir + "/second.status") == "2\n");
+  const std::string second = memplan::test::read_text(dir + "/second.out");
+  CHECK(second.find("memplan: -o: '" + csv + "' is being written by another memplan run") == 0);
+  // Every row of the first is in the file: the header and 3 memories x (in-core, search).
+  const std::string rows = memplan::test::read_text(csv);
+  CHECK(std::count(rows.begin(), rows.end(), '\n') == 7);
+  CHECK(rows.find("resnet_tiny") == std::string::npos);
+  CHECK(memplan::test::read_text(dir + "/first.out").find("(6 rows)") != std::string::npos);
 }
