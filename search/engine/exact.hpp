@@ -2,6 +2,7 @@
 // Exact mode of the plan search: the optimal plan of a small instance, by branch and bound over
 // per-map actions with the simulator as the oracle (Note [Exact plan search] in exact.cpp).
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ struct ExactResult {
   /// Children whose time bound came out below their parent's: the bound's monotonicity failed
   /// (never observed; counted so that an optimality claim can be checked).
   std::size_t bound_violations = 0;
+  /// The lower bound of search/bound/ over the space (no host placement), for the plan's gap;
+  /// nullopt for a rank priced among fixed peers.
+  std::optional<LowerBound> lower_bound;
   double elapsed_s = 0.0;
 };
 

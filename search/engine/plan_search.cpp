@@ -202,12 +202,25 @@ Solved solve(const sim::Workload& workload, const sim::Machine& machine,
   return out;
 }
 
+// The lower bound over the plans the options allow (search/bound/lower_bound.hpp); none for a
+// rank among fixed peers, whose collectives' waits it does not model.
+std::optional<LowerBound> bound_for(const sim::Workload& workload, const sim::Machine& machine,
+                                    const SearchOptions& options) {
+  if (!options.collective_ready_ns.empty()) return std::nullopt;
+  BoundOptions bo;
+  bo.encodings = options.encodings;
+  bo.host_placement = options.host_placement;
+  return lower_bound(workload, machine, bo);
+}
+
 }  // namespace
 
 SearchResult search_plan(const sim::Workload& workload, const sim::Machine& machine,
                          const SearchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  std::optional<LowerBound> bound = bound_for(workload, machine, options);
   SearchResult result = solve(workload, machine, options, Tree::kFallback, {}, start).search;
+  result.lower_bound = std::move(bound);
   result.elapsed_s = seconds_since(start);
   return result;
 }
@@ -231,7 +244,9 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   so.collective_ready_ns = options.collective_ready_ns;
   so.host_placement = false;  // S keeps every tensor that is not a feature map on the device
   so.release_points = false;  // and frees every swapped map at its last forward use
+  std::optional<LowerBound> bound = bound_for(workload, machine, so);
   ExactResult result = *solve(workload, machine, so, Tree::kAlways, options, start).exact;
+  result.lower_bound = std::move(bound);
   result.elapsed_s = seconds_since(start);
   return result;
 }

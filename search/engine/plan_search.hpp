@@ -4,11 +4,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/machine.hpp"
 #include "core/plan.hpp"
+#include "search/bound/lower_bound.hpp"
 #include "search/oracle/evaluator.hpp"
 #include "search/policies/gist.hpp"
 #include "sim/simulation.hpp"
@@ -81,6 +83,9 @@ struct SearchResult {
   bool cancelled = false;              // SearchOptions::cancel stopped it
   bool exact_fallback = false;         // exact mode ran: the local search found nothing that fits
   std::vector<SkippedPolicy> skipped;  // policies that did not seed it, in policies() order
+  /// No plan of the search's space that fits is faster (search/bound/lower_bound.hpp), for the
+  /// plan's gap; nullopt for a rank priced among fixed peers (collective_ready_ns).
+  std::optional<LowerBound> lower_bound;
   double elapsed_s = 0.0;
 };
 

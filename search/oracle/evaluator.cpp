@@ -356,11 +356,18 @@ Evaluation Evaluator::replay(bool from_checkpoint) {
   return e;
 }
 
+namespace {
+std::atomic<const Evaluator::Watcher*> watcher{nullptr};
+}  // namespace
+
+void Evaluator::watch(const Watcher* w) { watcher.store(w); }
+
 Evaluation Evaluator::cost(const sim::Plan& plan) {
   check_stop();
   lower(plan);
   ++count_;
   Evaluation e = summarize(engine_.run(program_, machine_, totals_));
+  if (const Watcher* w = watcher.load(std::memory_order_relaxed)) (*w)(machine_, e);
   if (!e.feasible && measure_excess_) {
     sim::Machine unlimited = machine_;
     unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
@@ -374,7 +381,9 @@ const sim::Timeline& Evaluator::timeline(const sim::Plan& plan) {
   check_stop();
   lower(plan);
   ++count_;
-  return engine_.run(program_, machine_, timeline_);
+  const sim::Timeline& t = engine_.run(program_, machine_, timeline_);
+  if (const Watcher* w = watcher.load(std::memory_order_relaxed)) (*w)(machine_, summarize(t));
+  return t;
 }
 
 }  // namespace memplan::search

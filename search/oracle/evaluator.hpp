@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -145,6 +146,14 @@ class Evaluator {
   /// From now on cost() of a plan that does not fit runs it once more without a memory limit, to
   /// fill Evaluation::excess_bytes (the search ranks plans that do not fit by it).
   void measure_excess(bool on) { measure_excess_ = on; }
+
+  /// A test's view of every answer: from now on each cost() and timeline() of any Evaluator calls
+  /// `watcher` with its machine and answer, on the thread that asked, until watch(nullptr) (the
+  /// lower bound's tests check every plan a search evaluates against it). The watcher must be
+  /// safe to call from several threads at once and outlive its use; none costs one atomic load
+  /// per answer.
+  using Watcher = std::function<void(const sim::Machine&, const Evaluation&)>;
+  static void watch(const Watcher* watcher);
 
  private:
   struct Base;

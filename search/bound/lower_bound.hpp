@@ -1,0 +1,72 @@
+#pragma once
+// The lower bound on a plan's time: no plan that fits the device runs the step faster (Note
+// [Lower bound on a plan's time] in lower_bound.cpp; docs/search.md, "How far from optimal"). A
+// relaxation of memplan's own model — bytes only, each copy engine a capacity over time, every
+// recomputation priced by its ops, the ideal step and the host stream as floors — solved as a
+// linear program (COIN-OR CLP) with a certified value. `memplan search` states its plan's gap to
+// it, `memplan compare` each policy's.
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/machine.hpp"
+#include "core/workload.hpp"
+#include "search/policies/gist.hpp"
+
+namespace memplan::search {
+
+struct BoundOptions {
+  /// The encodings plans may use (the search's or the comparison's).
+  EncodingOptions encodings;
+  /// Whether plans may place tensors that are not feature maps on the host and update there
+  /// (SearchOptions::host_placement): off, the bound holds for plans that keep them on the device
+  /// only, and is tighter.
+  bool host_placement = true;
+  /// Ops of each linear program's memory and time constraints (the pressure points), at most:
+  /// half those of largest excess, half spread over the others (more rarely tighten the bound:
+  /// ResNet-50 b128 at 25% of its feature maps, 16, 32 or 64 points, the same bound to 0.001%).
+  std::size_t max_points = 16;
+  /// Each program's columns, at most: fewer pressure points on large steps (DenseNet-121 b64 has
+  /// about 1,400 columns a point; its program solves in 1 to 3 s on one core).
+  std::size_t max_columns = 40000;
+};
+
+struct LowerBound {
+  /// False when no plan fits the device: at some op the bytes no plan can take off it exceed it.
+  bool fits = true;
+  /// No plan that fits the device has a shorter step (Timeline::iteration_ns).
+  sim::Nanoseconds bound_ns = 0;
+  /// The ideal step: in core, fastest algorithms, unlimited memory (a floor of the bound).
+  sim::Nanoseconds ideal_ns = 0;
+  /// The bound is that of plans updating on the host (below the device update's).
+  bool host_update = false;
+  /// The linear programs' size (both places of the update together) and whether each was solved
+  /// to optimality (the bound holds either way; it is only weaker).
+  std::size_t points = 0;
+  std::size_t columns = 0;
+  std::size_t rows = 0;
+  bool optimal = true;
+  double elapsed_s = 0.0;
+};
+
+/// The lower bound for plans of `workload` on `machine` (Note [Lower bound on a plan's time]).
+/// Requires a validated workload of one rank (a job's collectives at fixed ready times are not
+/// modelled).
+LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machine,
+                       const BoundOptions& options = {});
+
+/// A plan's distance to the bound, time / bound - 1; nullopt when the plan does not fit or no
+/// plan does.
+std::optional<double> bound_gap(const LowerBound& bound, bool feasible, sim::Nanoseconds time_ns);
+
+/// `lower_bound_s` (null when no plan fits) and `gap` (null when `feasible` is false) into `j`.
+void add_bound_json(nlohmann::json& j, const LowerBound& bound, bool feasible,
+                    sim::Nanoseconds time_ns);
+
+/// One line: the bound against the ideal step and, for a plan that fits, how far it is from it
+/// ("lower bound 412.345 ms (+3.1% over the ideal step): within 0.8% of the best possible").
+std::string bound_text(const LowerBound& bound, bool feasible, sim::Nanoseconds time_ns);
+
+}  // namespace memplan::search

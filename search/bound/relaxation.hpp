@@ -1,0 +1,86 @@
+#pragma once
+// Relaxation: what the lower bound's linear program is made of (Note [Lower bound on a plan's
+// time] in lower_bound.cpp), for one place of the update (device or host): per op, the bytes no
+// plan can take off the device, its shortest time on the compute stream and the earliest its run
+// can start; and every stretch of ops over which a plan may take a tensor off the device (an
+// Absence), with what leaving and coming back costs each way.
+#include <vector>
+
+#include "core/machine.hpp"
+#include "core/plan.hpp"
+#include "core/workload.hpp"
+#include "search/policies/gist.hpp"
+
+namespace memplan::search {
+
+/// The in-core plan with every op's fastest algorithm on a device without a memory limit: when
+/// each op's run starts and ends on the compute stream (0 for ops of other streams), and the step.
+/// No plan's run of an op starts or ends earlier (Note [Lower bound on a plan's time]).
+struct IdealRun {
+  sim::Nanoseconds iteration_ns = 0;
+  std::vector<sim::Nanoseconds> start_ns;
+  std::vector<sim::Nanoseconds> end_ns;
+};
+
+IdealRun ideal_run(const sim::Workload& workload, const sim::Machine& machine);
+
+/// A stretch of ops (first..last) over which a plan may hold a tensor off the device, and the
+/// device use after it (`next`) that needs it back.
+struct Absence {
+  sim::TensorId tensor = sim::kNoTensor;
+  sim::Bytes bytes = 0;  // on the device (aligned)
+  sim::OpId first = sim::kNoOp;
+  sim::OpId last = sim::kNoOp;
+  sim::OpId next = sim::kNoOp;
+  /// Away by a copy: the copy-out before it leaves (0: its home is the host already), which starts
+  /// no earlier than `release_ns`, and the copy-in before `next` (0 when `next` needs none).
+  bool copy = false;
+  sim::Nanoseconds copy_out_ns = 0;
+  sim::Nanoseconds release_ns = 0;
+  sim::Nanoseconds copy_in_ns = 0;
+  /// Away by recomputation: the ops re-run to bring it back when it is away at a forward op
+  /// (its producer and the producers of the dropped activations it is made from), and at a later
+  /// op (its producer alone).
+  bool recompute = false;
+  std::vector<sim::OpId> rerun_forward;
+  /// Away in an encoded copy: each encoding allowed, with its encoded bytes (aligned); the encode
+  /// and the decode take codec_ns each.
+  std::vector<std::pair<sim::Encoding, sim::Bytes>> encodings;
+  sim::Nanoseconds codec_ns = 0;
+};
+
+struct Relaxation {
+  bool host_update = false;
+  /// Per op: whether it runs on the device in this case (not an update op run on the host), and
+  /// whether on the compute stream (its start and end are the bound's pressure points).
+  std::vector<bool> on_device;
+  std::vector<bool> on_compute;
+  /// Per op: its shortest duration on the compute stream (0 off it); the compute stream's
+  /// shortest work before it and from it to the end (tail_ns has one more entry: 0).
+  std::vector<sim::Nanoseconds> min_ns;
+  std::vector<sim::Nanoseconds> before_ns;
+  std::vector<sim::Nanoseconds> tail_ns;
+  /// Per op: the earliest its run may start and end in any plan of this case (0 when not known).
+  std::vector<sim::Nanoseconds> start_ns;
+  std::vector<sim::Nanoseconds> end_ns;
+  /// Per op: the bytes every plan holds on the device at it (the op's own tensors and smallest
+  /// workspace, and everything no plan can take off the device across it), aligned.
+  std::vector<sim::Bytes> base;
+  std::vector<Absence> absences;
+  /// Ops before this one are forward ops at which every regeneration is still to come (all
+  /// forward ops come first): Absence::rerun_forward applies there.
+  sim::OpId forward_end = sim::OpId{0};
+  /// The floor of this case: no plan of it is faster (the ideal step, or the host update's).
+  sim::Nanoseconds floor_ns = 0;
+  /// The compute stream's work in this case, each op at its shortest.
+  sim::Nanoseconds busy_ns = 0;
+};
+
+/// The relaxation of the plans that update on the device (`host_update` false) or on the host,
+/// for plans that may use `encodings` and, with `host_placement`, place tensors that are not
+/// feature maps on the host.
+Relaxation relax(const sim::Workload& workload, const sim::Machine& machine,
+                 const EncodingOptions& encodings, bool host_placement, bool host_update,
+                 const IdealRun& ideal);
+
+}  // namespace memplan::search
