@@ -68,6 +68,19 @@ nlohmann::json search_json(const sim::Simulation& found, const std::string& poli
   return j;
 }
 
+// The lower bound and the plan's gap to it (search/bound/lower_bound.hpp), when the search gave one.
+void add_bound(nlohmann::json& j, const std::optional<search::LowerBound>& bound,
+               const sim::Timeline& timeline) {
+  if (bound) search::add_bound_json(j, *bound, timeline.feasible, timeline.iteration_ns);
+}
+void print_bound(std::FILE* report, const std::optional<search::LowerBound>& bound,
+                 const sim::Timeline& timeline) {
+  if (bound) {
+    fmt::print(report, "{}",
+               search::bound_text(*bound, timeline.feasible, timeline.iteration_ns));
+  }
+}
+
 // Exit 0 when the plan found fits; else 1, with the diagnosis on stderr (in the JSON with --json).
 int fit_status(const SearchFlags& flags, const sim::Simulation& found,
                const sim::Workload& workload) {
@@ -105,11 +118,13 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
     j["solved_by_bound"] = result.solved_by_bound;
     j["bound_violations"] = result.bound_violations;
     j["search_s"] = result.elapsed_s;
+    add_bound(j, result.lower_bound, timeline);
     fmt::print(report, "{}\n", j.dump(2));
   } else {
     fmt::print(report, "{}",
                sim::summary_text(timeline, program, workload, machine, "search --exact"));
     print_against_best_policy(report, result.best_policy, result.best_policy_evaluation, timeline);
+    print_bound(report, result.lower_bound, timeline);
     fmt::print(report,
                "{}: {:.3g} plans in the space, {} nodes explored, {} plans evaluated in {:.2f} s\n",
                result.optimal ? "optimal" : "stopped by the time limit (not proven optimal)",
@@ -149,10 +164,12 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
     j["search_s"] = result.elapsed_s;
     for (const search::SkippedPolicy& s : result.skipped)
       j["skipped_policies"][s.policy] = s.reason;
+    add_bound(j, result.lower_bound, timeline);
     fmt::print(report, "{}\n", j.dump(2));
   } else {
     fmt::print(report, "{}", sim::summary_text(timeline, program, workload, machine, "search"));
     print_against_best_policy(report, result.best_policy, result.best_policy_evaluation, timeline);
+    print_bound(report, result.lower_bound, timeline);
     fmt::print(report, "{} plans evaluated in {:.2f} s over {} rounds ({})\n", result.evaluated,
                result.elapsed_s, result.rounds,
                result.converged ? "converged" : "stopped by a limit");

@@ -1,4 +1,4 @@
-// `memplan search --exact` as a user runs it.
+// `memplan search --exact` as a user runs it, and the lower bound both searches state.
 #include <fstream>
 
 #include <fmt/format.h>
@@ -74,4 +74,33 @@ TEST_CASE("search and search --exact on a trace without ops answer the empty pla
   CHECK(heuristic.exit_status == 0);
   CHECK(heuristic.out.find("nan") == std::string::npos);
   CHECK(heuristic.out.find("(+0.0%)") != std::string::npos);
+}
+
+TEST_CASE("memplan search states the lower bound and the plan's gap to it", "[search][cli][bound]") {
+  const std::string trace = fmt::format("'{}'", source_path("traces/resnet_tiny.json"));
+  const auto incore = run_memplan("simulate " + trace + " --policy in-core --json");
+  REQUIRE(incore.exit_status == 0);
+  const auto peak = nlohmann::json::parse(incore.out).at("peak_reserved_bytes").get<long long>();
+  const std::string memory = fmt::format(" --memory {}B --link pcie3 --threads 2", peak * 9 / 10);
+  for (const char* mode : {"", " --exact"}) {
+    CAPTURE(mode);
+    const auto json = run_memplan("search " + trace + memory + mode + " --json");
+    REQUIRE(json.exit_status == 0);
+    const auto j = nlohmann::json::parse(json.out);
+    const double bound = j.at("lower_bound_s").get<double>();
+    const double time = j.at("iteration_s").get<double>();
+    CHECK(bound > 0);
+    CHECK(bound <= time);
+    CHECK(j.at("gap").get<double>() == Approx(time / bound - 1).margin(1e-9));
+    const auto text = run_memplan("search " + trace + memory + mode);
+    REQUIRE(text.exit_status == 0);
+    CHECK(text.out.find(fmt::format("lower bound {:.3f} ms", bound * 1e3)) != std::string::npos);
+    CHECK(text.out.find(fmt::format("within {:.1f}% of the best possible",
+                                    j.at("gap").get<double>() * 100)) != std::string::npos);
+  }
+  // Where nothing fits, there is no gap.
+  const auto none = run_memplan("search " + trace + " --memory 4KiB --json");
+  REQUIRE(none.exit_status == 1);
+  const auto j = nlohmann::json::parse(none.out);
+  CHECK(j.at("gap").is_null());
 }
