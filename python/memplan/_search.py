@@ -10,7 +10,8 @@ class SearchResult:
     """The best plan the search found (`memplan search`): `plan`, its `simulation`, the policy
     it started from (`best_policy`, `best_policy_iteration_s`, None when that plan does not fit),
     `evaluated` plans, `rounds`, `converged` (stopped because no move improved), `cancelled`
-    (the progress callback stopped it), `search_s`."""
+    (the progress callback stopped it), `search_s`, `lower_bound_s` (no plan that fits is faster;
+    None when none fits) and `gap` (the plan's time against it, None when it does not fit)."""
 
     def __init__(self, outcome, plan, simulation):
         self.plan = plan
@@ -24,6 +25,9 @@ class SearchResult:
         self.converged = outcome.converged
         self.cancelled = outcome.cancelled
         self.search_s = outcome.elapsed_s
+        bound = json.loads(outcome.bound_json)
+        self.lower_bound_s = bound.get("lower_bound_s")
+        self.gap = bound.get("gap")
 
     @property
     def feasible(self):
@@ -39,7 +43,8 @@ class SearchResult:
                 "best_policy_feasible": self.best_policy_feasible,
                 "best_policy_iteration_s": self.best_policy_iteration_s,
                 "evaluated": self.evaluated, "rounds": self.rounds, "converged": self.converged,
-                "cancelled": self.cancelled, "search_s": self.search_s}
+                "cancelled": self.cancelled, "search_s": self.search_s,
+                "lower_bound_s": self.lower_bound_s, "gap": self.gap}
 
     def __repr__(self):
         fit = f"{self.iteration_s:.6g} s" if self.feasible else "no plan fits"

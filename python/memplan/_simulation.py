@@ -158,7 +158,8 @@ class JobSimulation:
 class Comparison:
     """Every policy on the same trace and machine (`memplan compare`): `data` is the `--json`
     object, whose keys are also attributes: `rows` (a policy's simulate summary plus overhead,
-    decide_s, note), `ideal_s` the in-core time with unlimited memory. For a job, every policy on
+    gap, decide_s, note), `ideal_s` the in-core time with unlimited memory, `lower_bound_s` no
+    plan that fits is faster (each row's gap is its step against it). For a job, every policy on
     every rank together: each row is the job's simulate summary plus policy, rank (1 is best),
     wall_s, overhead, wait_s, decide_s, gave_up; and `ideal_slowest_rank`, `world_size`."""
 

@@ -9,10 +9,12 @@
 #include <vector>
 
 #include <pybind11/functional.h>
+#include <nlohmann/json.hpp>
 #include <pybind11/stl.h>
 
 #include "python/src/bindings.hpp"
 #include "requests/search_request.hpp"
+#include "search/bound/lower_bound.hpp"
 #include "search/engine/plan_search.hpp"
 #include "search/studies/sweep.hpp"
 
@@ -141,6 +143,15 @@ void bind_search(py::module_& m) {
       .def_property_readonly("rounds", [](const SearchOutcome& o) { return o.result.rounds; })
       .def_property_readonly("converged", [](const SearchOutcome& o) { return o.result.converged; })
       .def_property_readonly("elapsed_s", [](const SearchOutcome& o) { return o.result.elapsed_s; })
+      .def_property_readonly("bound_json",  // lower_bound_s and gap, as `memplan search --json`
+                             [](const SearchOutcome& o) {
+                               nlohmann::json j = nlohmann::json::object();
+                               const sim::Timeline& t = o.result.simulation.timeline;
+                               if (o.result.lower_bound)
+                                 search::add_bound_json(j, *o.result.lower_bound, t.feasible,
+                                                        t.iteration_ns);
+                               return j.dump();
+                             })
       .def_readonly("cancelled", &SearchOutcome::cancelled);
   m.def("search", &run_search, py::arg("workload"), py::arg("machine"), py::arg("arguments"),
         py::arg("progress"));

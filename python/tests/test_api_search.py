@@ -25,7 +25,7 @@ def test_search_finds_the_plan_memplan_search_finds(tight, tmp_path):
                    "--rounds", 6)
     mine = found.to_dict()
     for key in ("iteration_ns", "peak_bytes", "feasible", "best_policy", "best_policy_iteration_s",
-                "evaluated", "rounds", "converged", "actions"):
+                "evaluated", "rounds", "converged", "actions", "lower_bound_s", "gap"):
         assert mine[key] == cli[key], key
     assert not found.cancelled
     # Never worse than the best policy.

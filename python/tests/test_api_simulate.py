@@ -80,6 +80,7 @@ def test_compare_is_memplan_compare():
     cli = cli_json("compare", TINY, "--memory", "150KiB")
     strip = lambda rows: [{k: v for k, v in r.items() if k != "decide_s"} for r in rows]
     assert strip(c.rows) == strip(cli["rows"]) and c.ideal_s == cli["ideal_s"]
+    assert c.lower_bound_s == cli["lower_bound_s"] and all("gap" in r for r in c.rows)
     df = c.to_dataframe()
     assert list(df["policy"]) == [r["policy"] for r in c.rows]
     assert list(df["feasible"]) == [int(r["feasible"]) for r in c.rows]

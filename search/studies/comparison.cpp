@@ -84,12 +84,18 @@ Comparison compare_policies(const sim::Workload& workload, const sim::Machine& m
                    [&](std::size_t a, std::size_t b) { return all[a].cost > all[b].cost; });
   const int threads = options.threads > 0 ? options.threads : tbb::task_arena::automatic;
   tbb::task_arena arena(threads);
+  BoundOptions bound;  // every plan the rows may take: any placement, the encodings given
+  bound.encodings = options.encodings;
   arena.execute([&] {
     parallel_each(
-        0, order.size(),
+        0, order.size() + 1,
         [&](std::size_t k) {
-          const std::size_t p = order[k];
           if (stop.due()) return;
+          if (k == order.size()) {  // the lower bound, beside the policies
+            result.lower_bound = lower_bound(workload, machine, bound);
+            return;
+          }
+          const std::size_t p = order[k];
           try {
             rows[p] = run_policy(all[p], workload, machine, view, options.encodings,
                                  result.ideal_ns, &stop);
@@ -166,12 +172,23 @@ nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload
       j["cpu_bound"] = row.cpu_bound();
     }
     j["overhead"] = row.timeline.feasible ? nlohmann::json(row.overhead) : nlohmann::json(nullptr);
+    if (comparison.lower_bound) {
+      const auto gap = bound_gap(*comparison.lower_bound, row.timeline.feasible,
+                                 row.timeline.iteration_ns);
+      j["gap"] = gap ? nlohmann::json(*gap) : nlohmann::json(nullptr);
+    }
     j["decide_s"] = row.decide_s;
     j["note"] = row.decision.note;
     j["gave_up"] = row.decision.gave_up;
     rows.push_back(std::move(j));
   }
-  return {{"ideal_s", sim::to_seconds(comparison.ideal_ns)}, {"rows", std::move(rows)}};
+  nlohmann::json out = {{"ideal_s", sim::to_seconds(comparison.ideal_ns)}};
+  if (comparison.lower_bound) {
+    const LowerBound& b = *comparison.lower_bound;
+    out["lower_bound_s"] = b.fits ? nlohmann::json(sim::to_seconds(b.bound_ns)) : nullptr;
+  }
+  out["rows"] = std::move(rows);
+  return out;
 }
 
 std::string why_not(const ComparisonRow& row, const sim::Workload& workload) {
@@ -181,12 +198,29 @@ std::string why_not(const ComparisonRow& row, const sim::Workload& workload) {
   return row.decision.gave_up ? "the policy gave up: " + row.decision.note : "did not fit";
 }
 
+namespace {
+
+// A row's gap column: its step alone against the lower bound ("-" when it does not fit or there
+// is no bound).
+std::string gap_cell(const Comparison& comparison, const ComparisonRow& row) {
+  if (!comparison.lower_bound) return "-";
+  const auto gap =
+      bound_gap(*comparison.lower_bound, row.timeline.feasible, row.timeline.iteration_ns);
+  return gap ? fmt::format("{:+.1f}%", *gap * 100) : "-";
+}
+
+}  // namespace
+
 std::string comparison_text(const Comparison& comparison, const sim::Workload& workload,
                             const sim::Machine& machine) {
   std::string out =
       fmt::format("device memory {}, H2D {:.1f} GB/s, D2H {:.1f} GB/s; ideal step {:.3f} ms\n",
                   sim::format_bytes(machine.memory_bytes), machine.link.h2d_bytes_per_s / 1e9,
                   machine.link.d2h_bytes_per_s / 1e9, sim::to_seconds(comparison.ideal_ns) * 1e3);
+  if (comparison.lower_bound) {
+    out += bound_text(*comparison.lower_bound, false, 0);
+    if (comparison.lower_bound->fits) out += "gap: each plan's step alone against the lower bound\n";
+  }
   const bool host = !comparison.rows.empty() && comparison.rows.front().program.host.active();
   if (host) {
     out +=
@@ -194,20 +228,20 @@ std::string comparison_text(const Comparison& comparison, const sim::Workload& w
         "share of that wall; bound: CPU when the host's time per step exceeds the GPU's (running "
         "or waiting for copies)\n";
   }
-  out += fmt::format("{:<22} {:>4} {:>12} {:>9} {:>12} {:>5} {:>5} {:>5} {:>5} {:>9}", "policy",
-                     "fits", host ? "step wall" : "iteration", "overhead", "peak", "keep", "swap",
-                     "recmp", "enc", "decide");
+  out += fmt::format("{:<22} {:>4} {:>12} {:>9} {:>8} {:>12} {:>5} {:>5} {:>5} {:>5} {:>9}",
+                     "policy", "fits", host ? "step wall" : "iteration", "overhead", "gap", "peak",
+                     "keep", "swap", "recmp", "enc", "decide");
   out += host ? fmt::format(" {:>8} {:>5}  note\n", "GPU idle", "bound") : "  note\n";
   for (const std::size_t i : comparison.ranking()) {
     const ComparisonRow& row = comparison.rows[i];
     const auto counts = row.decision.plan.action_counts();
     const bool fits = row.timeline.feasible;
-    out += fmt::format("{:<22} {:>4} {:>12} {:>9} {:>12} {:>5} {:>5} {:>5} {:>5} {:>8.3f}s",
+    out += fmt::format("{:<22} {:>4} {:>12} {:>9} {:>8} {:>12} {:>5} {:>5} {:>5} {:>5} {:>8.3f}s",
                        row.policy, fits ? "yes" : "no",
                        fits ? fmt::format("{:.3f} ms", sim::to_seconds(row.wall_ns()) * 1e3) : "-",
                        fits ? fmt::format("{:+.1f}%", row.overhead * 100) : "-",
-                       sim::format_bytes(row.timeline.peak_bytes), counts[0], counts[1], counts[2],
-                       counts[3], row.decide_s);
+                       gap_cell(comparison, row), sim::format_bytes(row.timeline.peak_bytes),
+                       counts[0], counts[1], counts[2], counts[3], row.decide_s);
     if (host) {
       out += fmt::format(" {:>8} {:>5}",
                          fits ? fmt::format("{:.1f}%", 100.0 * row.gpu_idle_share()) : "-",

@@ -5,6 +5,7 @@
 // peak, the actions taken and how long the policy took to decide.
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 
 #include "core/machine.hpp"
 #include "core/program.hpp"
+#include "search/bound/lower_bound.hpp"
 #include "search/policies/gist.hpp"
 #include "search/policies/policy.hpp"
 #include "sim/timeline.hpp"
@@ -39,6 +41,10 @@ struct ComparisonRow {
 struct Comparison {
   sim::Nanoseconds ideal_ns = 0;    // in-core on a device with unlimited memory: its step wall
   std::vector<ComparisonRow> rows;  // in policies() order; only the finished ones if cancelled
+  /// No plan that fits (any placement, the encodings given) has a shorter step alone
+  /// (search/bound/lower_bound.hpp): each row's gap is its iteration time against it. nullopt
+  /// when cancelled before it was found.
+  std::optional<LowerBound> lower_bound;
   bool cancelled = false;           // ComparisonOptions::cancel stopped it
 
   /// Indices into rows, best first: plans that fit by their step wall (ties in policies()
@@ -86,9 +92,10 @@ sim::Nanoseconds ideal_iteration_ns(const sim::Workload& workload, const sim::Ma
 /// wall time the comparison ranks plans by.
 sim::Nanoseconds ideal_period_ns(const sim::Workload& workload, const sim::Machine& machine);
 
-/// `{"ideal_s": ..., "rows": [...]}`; each row: `policy`, the fields of `memplan simulate --json`,
-/// `overhead`, `decide_s`, `note`, `rank` (1 is best, by the step's wall), `wall_s` (the step's
-/// wall it is ranked by), and with a host side `gpu_idle_share` and `cpu_bound`.
+/// `{"ideal_s": ..., "lower_bound_s": ..., "rows": [...]}`; each row: `policy`, the fields of
+/// `memplan simulate --json`, `overhead`, `decide_s`, `note`, `rank` (1 is best, by the step's
+/// wall), `wall_s` (the step's wall it is ranked by), `gap` (its iteration time against the lower
+/// bound; null when it does not fit), and with a host side `gpu_idle_share` and `cpu_bound`.
 nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload& workload,
                                const sim::Machine& machine);
 /// One line per policy, in columns, best first (ranking()).

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "search/policies/policy.hpp"
@@ -42,6 +43,34 @@ TEST_CASE("memplan compare on a device with room: every policy fits, in-core has
   REQUIRE(r.exit_status == 0);
   CHECK(r.out.rfind("policy,feasible,iteration_s,overhead,", 0) == 0);
   CHECK(r.out.find("\nin-core,1,0.000055100,0.000000,") != std::string::npos);
+}
+
+TEST_CASE("memplan compare gives each policy's gap to one lower bound", "[cli][compare][bound]") {
+  // 23,000 B: under resnet_tiny's in-core peak (25.2 KiB); the offload policies fit.
+  const std::string trace = "'" + source_path("traces/resnet_tiny.json") + "'";
+  const auto r = run_memplan("compare --json --memory 23000B " + trace);
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const double bound = j.at("lower_bound_s").get<double>();
+  CHECK(bound >= j.at("ideal_s").get<double>() * (1 - 1e-12));  // no host update beats it here
+  int fits = 0;
+  for (const auto& row : j.at("rows")) {
+    CAPTURE(row.at("policy"));
+    REQUIRE(row.contains("gap"));
+    if (row.at("feasible") == false) {
+      CHECK(row.at("gap").is_null());
+      continue;
+    }
+    ++fits;
+    const double time = row.at("iteration_s").get<double>();
+    CHECK(time >= bound);
+    CHECK(row.at("gap").get<double>() == Approx(time / bound - 1).margin(1e-9));
+  }
+  CHECK(fits > 0);
+  const auto text = run_memplan("compare --memory 23000B " + trace);
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.find(fmt::format("lower bound {:.3f} ms", bound * 1e3)) != std::string::npos);
+  CHECK(text.out.find("     gap ") != std::string::npos);
 }
 
 TEST_CASE("memplan compare rejects a bad --encode and a bad --link with exit 2",
