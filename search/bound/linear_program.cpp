@@ -56,6 +56,8 @@ LinearProgram::Answer LinearProgram::minimize() const {
   Answer answer;
   answer.optimal = model.status() == 0;
   answer.objective = model.objectiveValue();
+  const double* primal = model.getColSolution();
+  if (primal != nullptr) answer.solution.assign(primal, primal + n_columns);
 
   // Note [A certified LP bound]: y >= 0 from the solver's duals, r = c - A^T y.
   const double* duals = model.dualRowSolution();

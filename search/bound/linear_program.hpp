@@ -27,6 +27,7 @@ class LinearProgram {
     /// A lower bound on the optimum from the solver's dual values by weak duality: valid for any
     /// dual values, exact up to rounding when they are optimal.
     double certified = 0.0;
+    std::vector<double> solution;  // the solver's value of each column
   };
   /// Solves the program (a few seconds at most on the bound's sizes); deterministic.
   [[nodiscard]] Answer minimize() const;

@@ -183,13 +183,24 @@ void CaseProgram::add_recomputations(OpId i, const std::vector<Way>& ways, Terms
 }
 
 // The copy engines' rows: before the point, the copy-outs released at or after each threshold
-// follow it one after another; after it, the copy-ins due at least each threshold before the end.
+// follow it one after another; after it, the copy-ins due at least each threshold before the end;
+// the write-backs after the update ops that end at or after each threshold, before the end.
 void CaseProgram::add_copy_cuts(OpId i, int start, const std::vector<Way>& ways) {
-  std::vector<Nanoseconds> releases, tails;
+  std::vector<Nanoseconds> releases, tails, updates;
   for (const Way& w : ways) {
     if (w.kind != Way::kCopy) continue;
     if (w.absence->copy_out_ns > 0) releases.push_back(w.absence->release_ns);
     if (w.absence->copy_in_ns > 0) tails.push_back(r_.tail_ns[index(w.absence->next)]);
+    if (w.absence->writeback_ns > 0) updates.push_back(w.absence->writeback_after_ns);
+  }
+  for (Nanoseconds a : cuts(updates)) {
+    Terms row{{step_, 1.0}};
+    for (const Way& w : ways) {
+      if (w.kind == Way::kCopy && w.absence->writeback_ns > 0 &&
+          w.absence->writeback_after_ns >= a)
+        row.emplace_back(w.column, -ns(w.absence->writeback_ns));
+    }
+    lp_.add_row(row, ns(a));
   }
   for (Nanoseconds a : cuts(releases)) {
     Terms row{{start, 1.0}};

@@ -248,6 +248,11 @@ void relax_host_tensors(const sim::Workload& w, const sim::Machine& machine,
         a.copy_out_ns = machine.d2h_copy_ns(tensor.bytes);
         a.release_ns = r.end_ns[index(tensor.producer)];
       }
+      for (OpId op : u) {  // an update on the device writes it: written back after it
+        if (!sim::is_persistent(kind) || w.op(op).phase != sim::Phase::kUpdate) continue;
+        a.writeback_ns = machine.d2h_copy_ns(tensor.bytes);
+        a.writeback_after_ns = std::max(a.writeback_after_ns, r.end_ns[index(op)]);
+      }
       const bool preexisting = sim::is_preexisting(kind);
       for (std::size_t k = preexisting ? 0 : 1; k < u.size(); ++k) {
         Absence gap = a;
@@ -343,9 +348,13 @@ Relaxation relax(const sim::Workload& w, const sim::Machine& machine,
   for (const sim::Tensor& t : w.tensors) {
     const auto& u = uses[index(t.id)];
     if (u.empty() || placeable[index(t.id)] || !held[index(t.id)].empty()) continue;
-    // Everything else is held from its producer (or the step's start) to its last device use.
+    // Everything else is held from its producer (or the step's start) to its last device use;
+    // parameters and optimizer state on the device are never freed.
     const OpId from = t.producer == sim::kNoOp ? sim::OpId{0} : u.front();
-    held[index(t.id)].emplace_back(from, u.back());
+    const OpId to = sim::is_persistent(t.kind) ? sim::op_id(static_cast<std::int64_t>(
+                                                     w.ops.size() - 1))
+                                               : u.back();
+    held[index(t.id)].emplace_back(from, to);
   }
   count_base(w, held, r);
   r.floor_ns = host_update ? host_update_floor(w, machine, r) : ideal.iteration_ns;

@@ -38,6 +38,11 @@ struct Absence {
   sim::Nanoseconds copy_out_ns = 0;
   sim::Nanoseconds release_ns = 0;
   sim::Nanoseconds copy_in_ns = 0;
+  /// A parameter or optimizer state on the host that an update on the device writes: its copy is
+  /// written back after that update (ending no earlier than `writeback_after_ns`), whenever it is
+  /// away anywhere (it is then host-placed).
+  sim::Nanoseconds writeback_ns = 0;
+  sim::Nanoseconds writeback_after_ns = 0;
   /// Away by recomputation: the ops re-run to bring it back when it is away at a forward op
   /// (its producer and the producers of the dropped activations it is made from), and at a later
   /// op (its producer alone).
