@@ -302,7 +302,9 @@ void count_base(const sim::Workload& w, const Intervals& held, Relaxation& r) {
 
 // The floor of plans that update on the host: the compute stream's work, and the host stream's
 // updates in order, each after its gradients' copy-outs (every gradient an update op reads is on
-// the host), each streaming at least its inputs.
+// the host), each streaming its inputs and writing back the parameters and optimizer state (their
+// slots are resident: the tensor's home or a device parameter's master copy), as the engine
+// prices a host run.
 Nanoseconds host_update_floor(const sim::Workload& w, const sim::Machine& machine,
                               const Relaxation& r) {
   std::vector<std::pair<Nanoseconds, Nanoseconds>> updates;  // ready, duration
@@ -315,7 +317,7 @@ Nanoseconds host_update_floor(const sim::Workload& w, const sim::Machine& machin
     Bytes bytes = 0;
     for (TensorId t : inputs) {
       const sim::Tensor& tensor = w.tensor(t);
-      bytes += tensor.bytes;
+      bytes += sim::is_persistent(tensor.kind) ? 2 * tensor.bytes : tensor.bytes;
       if (tensor.kind == sim::TensorKind::kGradient && tensor.producer != sim::kNoOp) {
         ready = std::max(ready, sim::add_ns(r.end_ns[index(tensor.producer)],
                                             machine.d2h_copy_ns(tensor.bytes)));

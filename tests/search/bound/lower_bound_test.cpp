@@ -111,3 +111,104 @@ TEST_CASE("the lower bound is at most the exact optimum and every fitting plan t
   CHECK(worst_gap >= 0.0);
 }
 
+
+namespace {
+
+// x -> f1 (5000 ns) -> a -> f2 (1000) -> b -> f3 (1000) -> c; backward g3 (1000) reads c, g2
+// (1000) reads b, g1 (1000) reads a; a is 8 KiB, every other tensor 1 KiB. Ops 0..5 in that
+// order; the ideal step is 10,000 ns with op i starting at 0, 5000, 6000, 7000, 8000, 9000.
+Workload long_lived_map() {
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1024);
+  const TensorId a = b.forward("f1", {x}, 8192, 5000);
+  const TensorId bb = b.forward("f2", {a}, 1024, 1000);
+  const TensorId c = b.forward("f3", {bb}, 1024, 1000);
+  const TensorId gc = b.backward("g3", {c}, 1024, 1000);
+  const TensorId gb = b.backward("g2", {gc, bb}, 1024, 1000);
+  b.backward("g1", {gb, a}, 1024, 1000);
+  return b.build();
+}
+
+}  // namespace
+
+TEST_CASE("golden bound: a map away at the peak, by copy and recomputation at once",
+          "[search][bound]") {
+  const Workload w = long_lived_map();
+  // Bytes no plan can move, per op (its own tensors, and what is held across it): op 0 x + a =
+  // 9 KiB, op 1 a + b = 9 KiB, op 2 b + c = 2 KiB, op 3 c + gc = 2 KiB, op 4 gc + b + gb =
+  // 3 KiB, op 5 gb + a + ga = 10 KiB. a may be away over ops 2..4 (after its last forward use f2,
+  // before g1), b over op 3. In core ops 3 and 4 hold 11 KiB, so on a 10 KiB device 1 KiB must
+  // be away at each: at op 4 only a can go, at least 1/8 of it.
+  const Machine m = test_machine(10240, 1e9, 0);  // 1 byte per ns, no latency
+  const LowerBound bound = lower_bound(w, m);
+  REQUIRE(bound.fits);
+  CHECK(bound.ideal_ns == 10000);
+  CHECK_FALSE(bound.host_update);  // no update op
+  // At op 4 (starting no earlier than 8000 ns) a fraction s of a away by copy comes back by a
+  // copy-in of s * 8192 ns after op 4's run ends (9000) and before g1 starts, which is at least
+  // g1's 1000 ns before the end: T >= 9000 + 8192 s + 1000. A fraction r away by recomputation
+  // re-runs f1 after op 4 starts: T >= 8000 + (op 4 and 5: 2000) + 5000 r. With s + r = 1/8 the
+  // larger of the two is least when 8192 s = 5000 r: s = 5000 / 13192 / 8, each term
+  // 40,960,000 / 105,536 = 388.11 ns, T >= 10,388.11. Op 3 needs less: its copy-in of a fraction
+  // s of a, after op 3 (8000) and 1000 ns before the end, gives T >= 9000 + 8192 s, so 1000 of
+  // the 1024 bytes go for free (T >= 10,000) and the rest costs t with (1000 + t) + 8192 t / 5000
+  // >= 1024 (copy and recomputation of a together): t = 9.10, T >= 10,009.10. The bound is the
+  // program's value less 1 ns for rounding: 10,387.
+  CHECK(bound.bound_ns == 10387);
+  // Every plan that fits takes longer. a recomputed (f1 again before g1): 10,000 + 5000 =
+  // 15,000. a swapped and prefetched before g1 (at g2 it would be back at op 4): its copy-out
+  // [5000, 13192] holds up its free after f2, so f3 starts at 13192, g3 and g2 end at 16,192,
+  // the copy-in takes [16192, 24384] and g1 ends at 25,384.
+  const Simulation recompute = simulate(w, plan_with(w, {{"f1_out", Action::kRecompute}}), m);
+  REQUIRE(recompute.timeline.feasible);
+  CHECK(recompute.timeline.iteration_ns == 15000);
+  Plan swap = plan_with(w, {{"f1_out", Action::kSwap}});
+  swap.decisions[0].prefetch_before = OpId{5};
+  const Simulation swapped = simulate(w, swap, m);
+  REQUIRE(swapped.timeline.feasible);
+  CHECK(swapped.timeline.iteration_ns == 25384);
+  ExactOptions eo;
+  eo.threads = 2;
+  const ExactResult exact = solve_exact(w, m, eo);
+  REQUIRE(exact.evaluation.feasible);
+  CHECK(exact.evaluation.iteration_ns >= bound.bound_ns);
+  // One byte less than op 5's own 10 KiB: no plan fits, and the bound says so.
+  const LowerBound none = lower_bound(w, test_machine(10239, 1e9, 0));
+  CHECK_FALSE(none.fits);
+  CHECK_FALSE(solve_exact(w, test_machine(10239, 1e9, 0), eo).evaluation.feasible);
+}
+
+TEST_CASE("golden bound: an update on the host can beat the ideal step", "[search][bound]") {
+  // x and parameter w -> f1 (1000 ns) -> a; g1 (1000) reads a and writes w's gradient gw; sgd
+  // (8000 ns on the device) reads w, gw and the momentum m. Every tensor 1 KiB; 1 byte per ns
+  // each way, the host's update at 1 GB/s.
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1024);
+  const TensorId wt = b.parameter("w", 1024);
+  const TensorId mt = b.parameter("m", 1024);
+  b.workload().tensors[index(mt)].kind = TensorKind::kOptimizerState;
+  const TensorId a = b.forward("f1", {x, wt}, 1024, 1000);
+  const TensorId gw = b.backward("g1", {a}, 1024, 1000);
+  b.op("sgd", "sgd", Phase::kUpdate, {wt, gw, mt}, {}, 8000);
+  const Workload w = b.build();
+  Machine m = test_machine(kPlenty, 1e9, 0);
+  m.host_bandwidth_bytes_per_s = 1e9;
+  const LowerBound bound = lower_bound(w, m);
+  REQUIRE(bound.fits);
+  // In core: 1000 + 1000 + 8000 = 10,000 ns. With the update on the host, gw is copied out after
+  // g1 ends (2000) in 1024 ns, then the host streams w and m twice (read, write back) and gw
+  // once, 5 KiB in 5120 ns: 2000 + 1024 + 5120 = 8144 ns; nothing else limits (the compute
+  // stream's 2000 ns, no memory pressure).
+  CHECK(bound.ideal_ns == 10000);
+  CHECK(bound.host_update);
+  CHECK(bound.bound_ns == 8144);
+  // ZeRO-Offload's plan (gw and m on the host, the update there) takes 9168 ns: the same 8144,
+  // then w's updated value copied back into its device buffer (1024 ns).
+  Plan offload = in_core_plan(w);
+  set_host_placement(offload, w, TensorKind::kGradient, true);
+  set_host_placement(offload, w, TensorKind::kOptimizerState, true);
+  offload.host_update = true;
+  const Simulation s = simulate(w, offload, m);
+  REQUIRE(s.timeline.feasible);
+  CHECK(s.timeline.iteration_ns == 9168);
+}
