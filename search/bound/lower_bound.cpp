@@ -305,7 +305,7 @@ std::vector<OpId> pressure_points(const std::vector<Bytes>& excess,
 Nanoseconds upper_ns(const Relaxation& r) {
   Nanoseconds u = sim::add_ns(r.floor_ns, 2 * r.busy_ns);
   Nanoseconds latest = 0;
-  for (std::size_t i = 0; i < r.end_ns.size(); ++i) latest = std::max(latest, r.end_ns[i]);
+  for (const Nanoseconds end : r.end_ns) latest = std::max(latest, end);
   u = sim::add_ns(u, latest);
   for (const Absence& a : r.absences) {
     u = sim::add_ns(u, sim::add_ns(a.copy_out_ns, a.copy_in_ns));

@@ -218,9 +218,9 @@ std::optional<LowerBound> bound_for(const sim::Workload& workload, const sim::Ma
 SearchResult search_plan(const sim::Workload& workload, const sim::Machine& machine,
                          const SearchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  std::optional<LowerBound> bound = bound_for(workload, machine, options);
+  const std::optional<LowerBound> bound = bound_for(workload, machine, options);
   SearchResult result = solve(workload, machine, options, Tree::kFallback, {}, start).search;
-  result.lower_bound = std::move(bound);
+  result.lower_bound = bound;
   result.elapsed_s = seconds_since(start);
   return result;
 }
@@ -244,9 +244,9 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   so.collective_ready_ns = options.collective_ready_ns;
   so.host_placement = false;  // S keeps every tensor that is not a feature map on the device
   so.release_points = false;  // and frees every swapped map at its last forward use
-  std::optional<LowerBound> bound = bound_for(workload, machine, so);
+  const std::optional<LowerBound> bound = bound_for(workload, machine, so);
   ExactResult result = *solve(workload, machine, so, Tree::kAlways, options, start).exact;
-  result.lower_bound = std::move(bound);
+  result.lower_bound = bound;
   result.elapsed_s = seconds_since(start);
   return result;
 }
