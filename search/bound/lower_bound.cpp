@@ -22,7 +22,8 @@
 // Memory, at op i (its allocations: its inputs, outputs and workspace are live together): the
 // bytes no plan can take off the device (base: the op's own tensors, the smallest workspace,
 // activations from producer to last reader, each feature map from producer to its drop point,
-// pre-existing tensors that cannot go to the host, all 512-byte aligned as every allocator rounds;
+// pre-existing tensors that cannot go to the host (parameters and optimizer state on the device
+// for the whole step: they are never freed), all 512-byte aligned as every allocator rounds;
 // fragmentation only adds) plus every tensor that could be away at i but is not must fit in the
 // capacity. What can be away at i (Absence): a feature map between its drop point and its next
 // use (by copy, recomputation or an encoding), or between two backward uses (per-use
@@ -35,7 +36,9 @@
 //     producer's ideal end: for every threshold a, start_i >= a + sum of the copy-outs released at
 //     or after a. Its copy-in runs after op i's run (its buffer is allocated later) and ends before
 //     its next use starts, which is at least tail(next) before the end: for every threshold t,
-//     end >= start_i + min_i + t + sum of the copy-ins whose next use has tail >= t.
+//     end >= start_i + min_i + t + sum of the copy-ins whose next use has tail >= t. A parameter or
+//     optimizer state away under a device update is host-placed, so the update's copy of it is
+//     written back after the update: end >= a + sum of the write-backs after updates ending >= a.
 //   - by recomputation: its producer re-runs after i (else it would be back at i). At a forward op
 //     (all regenerations come after the forward pass), so do the producers of the dropped
 //     activations it is made from (rerun_forward); later, the producer alone counts. An op that
