@@ -29,7 +29,7 @@ class LinearProgram {
     double certified = 0.0;
     std::vector<double> solution;  // the solver's value of each column
   };
-  /// Solves the program (a few seconds at most on the bound's sizes); deterministic.
+  /// Solves the program (presolved, by CLP's choice of simplex); deterministic.
   [[nodiscard]] Answer minimize() const;
 
  private:

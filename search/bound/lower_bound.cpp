@@ -383,8 +383,11 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
       relax(workload, machine, options.encodings, options.host_placement, false, ideal), machine,
       options));
   if (options.host_placement && host_update_possible(workload)) {
-    cases.push_back(solve_case(
-        relax(workload, machine, options.encodings, true, true, ideal), machine, options));
+    const Relaxation host = relax(workload, machine, options.encodings, true, true, ideal);
+    // Its program's value is at least its floor: no need to solve it when that is no lower.
+    if (!cases.front().fits || host.floor_ns < cases.front().bound_ns) {
+      cases.push_back(solve_case(host, machine, options));
+    }
   }
   result.fits = false;
   for (std::size_t c = 0; c < cases.size(); ++c) {
