@@ -116,3 +116,38 @@ def test_a_model_that_fails_is_one_line_naming_where_and_what(tmp_path, args, wh
     line = only_line(run)
     assert line.startswith(f"memplan: capture: {where}") and what in line, line
     assert not out.exists()
+
+
+# ---- issue 36, defect 7: messages that name the cause ------------------------------------------
+
+def captured_gpt(tmp_path, batch):
+    out = tmp_path / f"gpt{batch}.json"
+    run = run_module(tmp_path, "capture", "memplan.torch.models:gpt_block", "--batch", batch,
+                     "--input", 16, "-o", out)
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+def validate_gpt(tmp_path, trace, batch, *flags):
+    return run_module(tmp_path, "validate", trace, "--model", "memplan.torch.models:gpt_block",
+                      "--batch", batch, "--input", 16, "--policy", "swap-all", *flags)
+
+
+def test_another_optimizer_at_validate_is_named_as_such(tmp_path):
+    # Before: "op 0 is 'arange' (aten::arange) here and 'arange' (aten::arange) in the captured
+    # trace: another model or input shape" (Adam's state shifted every id after it).
+    trace = captured_gpt(tmp_path, 2)
+    run = validate_gpt(tmp_path, trace, 2, "--optimizer", "adam")
+    assert run.returncode == 2, run.stderr
+    line = only_line(run)
+    assert line.startswith("memplan: validate: the optimizer's state holds 'wte.weight.") and \
+        "where the captured trace holds 'wte.weight.momentum_buffer' (1048576 B): another " \
+        "optimizer, or other options, than the captured step's" in line, line
+
+
+def test_a_batch_whose_tensors_share_a_storage_is_the_captured_batch(tmp_path):
+    # GPT's inputs and targets at batch 1 are two views of one row of tokens: one tensor of the
+    # trace. Before: "batch tensor 1 is [1, 16]; the captured trace has nothing: another input
+    # shape".
+    run = validate_gpt(tmp_path, captured_gpt(tmp_path, 1), 1)
+    assert run.returncode == 0, run.stderr + run.stdout

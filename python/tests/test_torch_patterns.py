@@ -216,3 +216,50 @@ def test_a_checkpoint_blocks_input_is_counted_as_held_for_backward(tmp_path):
     else:
         result = validate(model, batch, F.cross_entropy, opt, plan, captured)
         assert result.lossless_ok and result.peaks_match, result
+
+
+# ---- issue 36, defect 7: a step that goes another way is named for its cause ------------------
+
+class Branching(nn.Module):
+    """ReLU or tanh, whichever the sign of the features' sum says: a branch on the data."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8, bias=False)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h = torch.relu(h) if h.sum() > 0 else torch.tanh(h)
+        return self.head(h)
+
+
+def test_a_branch_on_data_that_goes_the_other_way_is_named_as_such():
+    torch.manual_seed(0)
+    model = Branching()
+    x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    opt = sgd(model)
+    captured = capture(model, (x, y), F.cross_entropy, opt)
+    plan = policy_plan(captured.trace, "swap-all")
+    took_relu = any(op["layer"] == "relu" for op in captured.trace["ops"])
+    with torch.no_grad():  # the other branch, for the weights the capture's step left
+        flipped = x if (model.fc(x).sum() > 0) != took_relu else -x
+    # Before: "... in the captured trace: another model or input shape".
+    with pytest.raises(PlanError, match=r"here and '(relu|tanh)' \([\w:]+\) in the captured trace: "
+                                        r"the step took another path after op \d+ '\w+' read a "
+                                        r"tensor's value into Python \(a branch on the data"):
+        validate(model, (flipped, y), F.cross_entropy, opt, plan, captured)
+
+
+def test_other_optimizer_options_with_the_same_state_are_named_as_such():
+    # Adam with weight decay keeps the same state as without; its step adds the decay first.
+    torch.manual_seed(0)
+    model = Recurrent("GRU")
+    batch = (torch.randn(2, 3, 8), torch.randint(0, 5, (2,)))
+    adam = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    captured = capture(model, batch, F.cross_entropy, adam)
+    plan = policy_plan(captured.trace, "swap-all")
+    adam.param_groups[0]["weight_decay"] = 0.1
+    with pytest.raises(PlanError, match=r"in the captured trace: the optimizer step differs from "
+                                        r"the captured one \(another optimizer, or other options"):
+        validate(model, batch, F.cross_entropy, adam, plan, captured)

@@ -39,8 +39,11 @@ map autograd saves:
   8 bits, rounded as host_backend rounds (nearest, ties to even, subnormals, saturating). A
   binarized or narrowed map that a forward op re-run by a recomputation reads is refused (one
   line): the simulator's plan reader refuses it.
-A step whose ops differ from the captured trace's (another model, another input shape) stops at
-the first differing op with one line (PlanError).
+A step whose parameters, batch shapes or optimizer state are not the captured ones is refused
+before it runs, and one whose ops differ from the captured trace's stops at the first differing
+op, with one line (PlanError) naming the likely cause: the optimizer's options for an update op, a
+branch on data after a value was read into Python (`.item()`, `if tensor:`), else the code of the
+model or its loss.
 
 Why this module: it is the part only PyTorch can do, holding, copying, regenerating and encoding
 live tensors as autograd saves and unpacks them. What the plan says and where the simulator acts
@@ -67,13 +70,18 @@ from memplan.torch.encodings import decode_map, encode_map
 from memplan.torch.recorder import (StepRecorder, flat_tensors, storage_bytes,
                                     written_arguments)
 from memplan.torch.saved_bytes import StepLog, peak
-from memplan.torch.schedule import PlanError, check_batch, check_model, plan_schedule
+from memplan.torch.schedule import (PlanError, check_batch, check_model,
+                                    check_optimizer_state, plan_schedule)
 
 __all__ = ["PlanError", "PlannedModel", "apply"]
 
 _RANDOM_OPS = {"aten::bernoulli_", "aten::bernoulli", "aten::native_dropout", "aten::rand_like",
                "aten::randn_like", "aten::uniform_", "aten::normal_", "aten::randint_like",
                "aten::rand", "aten::randn", "aten::randperm", "aten::exponential_"}
+
+
+# Ops that hand a tensor's value to Python, where a branch may depend on it.
+_VALUE_READS = {"aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal", "aten::allclose"}
 
 
 def _rng_state(cuda):
@@ -203,6 +211,7 @@ class _PlanRecorder(StepRecorder):
                              trace["ops"][t["producer"]]["phase"] == "forward"}
         self.unwritten = {}  # swapped map -> its storage, packed before forward has written it
         self.packed = set()  # maps autograd packed in forward
+        self.value_read = None  # the last op that read a tensor's value into Python
         super().__init__(model, optimizer, batch, cuda)
 
     def _pre_existing(self, t, name, kind, persistent):
@@ -319,8 +328,37 @@ class _PlanRecorder(StepRecorder):
                 (op["layer"], op["phase"], op["outputs"]):
             what = f"'{want['name']}' ({want['layer']})" if want else "no more ops"
             raise PlanError(f"op {op['id']} is '{op['name']}' ({op['layer']}) here and {what} in "
-                            "the captured trace: another model or input shape")
+                            f"the captured trace: {self._why_another_step(op, want)}")
+        if func._schema.name in _VALUE_READS:
+            self.value_read = op
         return op
+
+    def finish(self):
+        super().finish()
+        ops = self.expected["ops"]
+        if len(self.ops) < len(ops):
+            want = ops[len(self.ops)]
+            raise PlanError(f"the step ended after {len(self.ops)} ops, and the captured trace goes "
+                            f"on with op {want['id']} '{want['name']}' ({want['layer']}): "
+                            f"{self._why_another_step(None, want)}")
+
+    def _why_another_step(self, op, want):
+        """Why the step's ops are not the captured ones, from what else could differ: the model's
+        parameters and buffers, the batch's shapes and the optimizer's state are the captured ones
+        (checked before the step), so an update op points at the optimizer's options, a value
+        read into Python before (`.item()`, `if tensor:`) at a branch on data, and anything else
+        at the code of the model or its loss."""
+        phases = {want["phase"] if want else None, op["phase"] if op else None}
+        if "update" in phases:
+            return ("the optimizer step differs from the captured one (another optimizer, or "
+                    "other options)")
+        if self.value_read is not None:
+            read = self.value_read
+            return (f"the step took another path after op {read['id']} '{read['name']}' read a "
+                    "tensor's value into Python (a branch on the data: the plan is for the path "
+                    "the captured step took)")
+        return ("the step's code differs from the captured one (the model's forward or its loss; "
+                "its parameters, buffers, batch shapes and optimizer state are the captured ones)")
 
     # ---- packs and unpacks ------------------------------------------------------------------
     def saved_version(self, tid):
@@ -557,6 +595,7 @@ class PlannedModel:
         check_batch(batch, self.trace)
         cuda = any(p.is_cuda for p in self.model.parameters())
         recorder = _PlanRecorder(self.model, optimizer, batch, self.trace, self.schedule, cuda)
+        check_optimizer_state(recorder.tensors, self.trace)
         if cuda:
             torch.cuda.synchronize()
         started = time.perf_counter()

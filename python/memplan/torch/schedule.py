@@ -23,7 +23,7 @@ import json
 import memplan
 from memplan import _validation
 from memplan.torch.capture import memplan_trace
-from memplan.torch.recorder import flat_tensors
+from memplan.torch.recorder import flat_tensors, untyped_storage
 
 
 class PlanError(ValueError):
@@ -149,9 +149,32 @@ def check_model(model, trace):
                             "captured trace: another model")
 
 
+def check_optimizer_state(tensors, trace):
+    """Refuses (PlanError) an optimizer whose state is not the captured one: `tensors`, the
+    planned step's pre-existing tensors as its recorder registered them."""
+    here = [(t["name"], t["bytes"]) for t in tensors if t["kind"] == "optimizer_state"]
+    there = [(t["name"], t["bytes"]) for t in trace["tensors"] if t["kind"] == "optimizer_state"]
+    if here == there:
+        return
+    i = next((i for i, (a, b) in enumerate(zip(here, there)) if a != b), min(len(here), len(there)))
+
+    def describe(state):
+        return f"'{state[i][0]}' ({state[i][1]} B)" if i < len(state) else "nothing more"
+    raise PlanError(f"the optimizer's state holds {describe(here)} here where the captured trace "
+                    f"holds {describe(there)}: another optimizer, or other options, than the "
+                    "captured step's")
+
+
 def check_batch(batch, trace):
-    """Refuses (PlanError) a batch whose tensors' shapes differ from the captured trace's."""
+    """Refuses (PlanError) a batch whose tensors' shapes differ from the captured trace's. A
+    tensor over the storage of an earlier one (GPT's inputs and targets, two views of one row of
+    tokens at batch 1) is no tensor of its own in the trace."""
+    storages = set()
     for i, t in enumerate(flat_tensors(batch, [])):
+        storage = untyped_storage(t)._cdata
+        if storage in storages:
+            continue
+        storages.add(storage)
         captured = next((c for c in trace["tensors"] if c["name"] == f"batch.{i}"), None)
         if captured is None or captured.get("shape", list(t.shape)) != list(t.shape):
             want = captured.get("shape") if captured else "nothing"
