@@ -53,7 +53,7 @@ class SearchResult:
                 f"{', cancelled' if self.cancelled else ''}>")
 
 
-class JobSearchResult:
+class JobSearchResult(_tables.JsonFields):
     """The plan searched for a job (`memplan search` of a job's file): searched on the rank that
     sets the job's step in core, priced among its peers, and shared by the ranks it applies to
     (the others get a search of their own). `data` is the `--json` object, whose keys are also
@@ -70,12 +70,6 @@ class JobSearchResult:
                                                     "search")
         self.cancelled = outcome.cancelled
         self.data = json.loads(outcome.json())
-
-    def __getattr__(self, key):
-        try:
-            return self.__dict__["data"][key]
-        except KeyError:
-            raise AttributeError(key) from None
 
     @property
     def ok(self):

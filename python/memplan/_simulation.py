@@ -46,7 +46,7 @@ class Timeline:
         return _tables.read_csv(self.memory_csv())
 
 
-class Simulation:
+class Simulation(_tables.JsonFields):
     """One plan simulated on one machine (`memplan simulate`): `summary` is the `--json` object
     (feasible, iteration_s, peak_bytes, stall_s_by_cause, actions, machine, oom, ...), whose keys
     are also attributes; `plan` the plan simulated; `timeline` its Timeline; `oom` the one-line
@@ -61,11 +61,7 @@ class Simulation:
         self.timeline = Timeline(simulation)
         self.oom = simulation.oom_text()
 
-    def __getattr__(self, key):
-        try:
-            return self.__dict__["summary"][key]
-        except KeyError:
-            raise AttributeError(key) from None
+    _fields = "summary"
 
     @property
     def text(self):
@@ -92,7 +88,7 @@ def rank_frame(ranks):
     return _tables.frame(rows, ["rank"])
 
 
-class JobSimulation:
+class JobSimulation(_tables.JsonFields):
     """One plan simulated on every rank of a job together (`memplan simulate` of a job's file):
     `summary` is the `--json` object, whose keys are also attributes: feasible (every rank fits),
     world_size, step_s and step_ns (from the first rank's start to the last rank's end), period_s
@@ -108,11 +104,7 @@ class JobSimulation:
         self.summary = json.loads(simulation.summary_json())
         self.summary["policy"] = policy
 
-    def __getattr__(self, key):
-        try:
-            return self.__dict__["summary"][key]
-        except KeyError:
-            raise AttributeError(key) from None
+    _fields = "summary"
 
     @property
     def ok(self):
@@ -155,7 +147,7 @@ class JobSimulation:
         return f"<memplan.JobSimulation {self.policy!r} on {len(self.ranks)} ranks: {fit}>"
 
 
-class Comparison:
+class Comparison(_tables.JsonFields):
     """Every policy on the same trace and machine (`memplan compare`): `data` is the `--json`
     object, whose keys are also attributes: `rows` (a policy's simulate summary plus overhead,
     gap, decide_s, note), `ideal_s` the in-core time with unlimited memory, `lower_bound_s` no
@@ -166,12 +158,6 @@ class Comparison:
     def __init__(self, comparison):
         self._comparison = comparison
         self.data = json.loads(comparison.json())
-
-    def __getattr__(self, key):
-        try:
-            return self.__dict__["data"][key]
-        except KeyError:
-            raise AttributeError(key) from None
 
     @property
     def text(self):

@@ -16,3 +16,16 @@ def read_csv(text, **kwargs):
     import pandas as pd
 
     return pd.read_csv(io.StringIO(text), **kwargs)
+
+
+class JsonFields:
+    """A result whose JSON object (the attribute `_fields` names, `data` unless a class says
+    otherwise) also gives its keys as attributes."""
+
+    _fields = "data"
+
+    def __getattr__(self, key):
+        try:
+            return self.__dict__[self._fields][key]
+        except KeyError:
+            raise AttributeError(key) from None

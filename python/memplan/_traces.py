@@ -151,19 +151,13 @@ class Job:
                 f"{sum(t.op_count for t in self.ranks)} ops>")
 
 
-class Info:
+class Info(_tables.JsonFields):
     """`memplan info` of a trace: `data` is its JSON object (keys in traces/FORMAT.md), `text`
     its report; the keys are also attributes (info.peak_bytes_incore)."""
 
     def __init__(self, data, text):
         self.data = data
         self.text = text
-
-    def __getattr__(self, key):
-        try:
-            return self.data[key]
-        except KeyError:
-            raise AttributeError(key) from None
 
     def to_dataframe(self):
         """Ops per phase and layer type: one row per (phase, layer) with its op count."""

@@ -27,7 +27,7 @@ def map_points(plan):
     return _core.map_points(plan._plan, plan.trace._workload)
 
 
-class ValidationReport:
+class ValidationReport(_tables.JsonFields):
     """What `memplan validate --backend host --json` prints, as attributes: fits,
     peak_bytes_predicted/measured, peak_reserved_bytes_predicted/measured,
     iteration_s_predicted/measured, iteration_error_percent, peaks_match, gradients_match,
@@ -58,12 +58,6 @@ class ValidationReport:
             "max_tensor_rel_diff": report.max_tensor_rel_diff,
             "tensors_compared": report.tensors_compared, "spilled_bytes": report.spilled_bytes,
             "calibrated": report.calibrated}
-
-    def __getattr__(self, key):
-        try:
-            return self.__dict__["data"][key]
-        except KeyError:
-            raise AttributeError(key) from None
 
     @property
     def ok(self):
