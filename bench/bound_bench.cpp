@@ -25,10 +25,12 @@ int main(int argc, char** argv) {
   if (argc > 4) options.max_points = static_cast<std::size_t>(std::atoll(argv[4]));
   if (argc > 5) options.max_columns = static_cast<std::size_t>(std::atoll(argv[5]));
   const memplan::search::LowerBound b = memplan::search::lower_bound(workload, machine, options);
-  fmt::print("fits {} bound {:.6f} ms ideal {:.6f} ms (+{:.2f}%) host_update {} points {} "
-             "columns {} rows {} optimal {} in {:.2f} s\n",
-             b.fits, memplan::sim::to_seconds(b.bound_ns) * 1e3, memplan::sim::to_seconds(b.ideal_ns) * 1e3,
-             (static_cast<double>(b.bound_ns) / static_cast<double>(b.ideal_ns) - 1) * 100,
-             b.host_update, b.points, b.columns, b.rows, b.optimal, b.elapsed_s);
+  fmt::print(
+      "fits {} bound {:.6f} ms ideal {:.6f} ms (+{:.2f}%) host_update {} points {} "
+      "columns {} rows {} optimal {} in {:.2f} s\n",
+      b.fits, memplan::sim::to_seconds(b.bound_ns) * 1e3,
+      memplan::sim::to_seconds(b.ideal_ns) * 1e3,
+      (static_cast<double>(b.bound_ns) / static_cast<double>(b.ideal_ns) - 1) * 100, b.host_update,
+      b.points, b.columns, b.rows, b.optimal, b.elapsed_s);
   return 0;
 }

@@ -277,8 +277,14 @@ Workload ddp_rank(const Workload& w, std::int32_t rank, std::int32_t world_size)
       ar.inputs = {t};
       ar.stream = 1;
       ar.duration_ns = 1000 + w.tensor(t).bytes / 100;  // 100 GB/s and 1 us
-      ar.collective = Collective{CollectiveKind::kAllReduce, w.tensor(t).bytes, w.tensor(t).bytes,
-                                 "float32", "0", {}, -1, sequence++};
+      ar.collective = Collective{CollectiveKind::kAllReduce,
+                                 w.tensor(t).bytes,
+                                 w.tensor(t).bytes,
+                                 "float32",
+                                 "0",
+                                 {},
+                                 -1,
+                                 sequence++};
       all_reduces.push_back(ar.id);
       out.ops.push_back(std::move(ar));
     }

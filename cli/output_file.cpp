@@ -82,9 +82,10 @@ void check_outputs(const std::vector<Output>& outputs, const std::vector<Input>&
       if (!(other_id == id)) continue;
       throw sim::InputError(
           std::string(output.flag),
-          fmt::format("'{}' is the file {} writes{}: give each output its own file", output.path,
-                      other.flag,
-                      other.path == output.path ? std::string() : fmt::format(" ('{}')", other.path)));
+          fmt::format(
+              "'{}' is the file {} writes{}: give each output its own file", output.path,
+              other.flag,
+              other.path == output.path ? std::string() : fmt::format(" ('{}')", other.path)));
     }
     seen.emplace_back(output, std::move(id));
   }

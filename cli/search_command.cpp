@@ -68,7 +68,8 @@ nlohmann::json search_json(const sim::Simulation& found, const std::string& poli
   return j;
 }
 
-// The lower bound and the plan's gap to it (search/bound/lower_bound.hpp), when the search gave one.
+// The lower bound and the plan's gap to it (search/bound/lower_bound.hpp), when the search gave
+// one.
 void add_bound(nlohmann::json& j, const std::optional<search::LowerBound>& bound,
                const sim::Timeline& timeline) {
   if (bound) search::add_bound_json(j, *bound, timeline.feasible, timeline.iteration_ns);
@@ -76,8 +77,7 @@ void add_bound(nlohmann::json& j, const std::optional<search::LowerBound>& bound
 void print_bound(std::FILE* report, const std::optional<search::LowerBound>& bound,
                  const sim::Timeline& timeline) {
   if (bound) {
-    fmt::print(report, "{}",
-               search::bound_text(*bound, timeline.feasible, timeline.iteration_ns));
+    fmt::print(report, "{}", search::bound_text(*bound, timeline.feasible, timeline.iteration_ns));
   }
 }
 

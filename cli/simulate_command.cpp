@@ -32,8 +32,8 @@ struct SimulateOptions {
 
 /// A job of several ranks: each rank's machine and plan from the same flags, simulated together.
 int simulate_job(const SimulateOptions& o, const sim::Job& job, std::FILE* report) {
-  for (const auto& [path, flag] : {std::pair{o.memory_csv, "--memory-csv"},
-                                   {o.plan_out, "--plan-out"}}) {
+  for (const auto& [path, flag] :
+       {std::pair{o.memory_csv, "--memory-csv"}, {o.plan_out, "--plan-out"}}) {
     if (!path.empty()) {
       throw sim::InputError(flag, fmt::format("{} holds a job of {} ranks, and {} writes one "
                                               "rank's; simulate a single rank's trace for it",

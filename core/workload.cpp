@@ -208,8 +208,8 @@ void check_op_attributes(std::string_view source, const std::string& at, const O
       fail(source,
            fmt::format("{}.attributes.{}{}", at, name,
                        it->second.size() == 1 ? std::string() : fmt::format("[{}]", k)),
-           fmt::format("{} {:g}: expected a whole number of at least {} (the op's window)", name,
-                       v, least));
+           fmt::format("{} {:g}: expected a whole number of at least {} (the op's window)", name, v,
+                       least));
     }
   }
 }

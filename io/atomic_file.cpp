@@ -26,7 +26,8 @@ void write_all(int fd, std::string_view text, const fs::path& path, std::string_
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw InputError(path.string(), fmt::format("{}: {}", failed, std::strerror(errno)));
+    if (n <= 0)
+      throw InputError(path.string(), fmt::format("{}: {}", failed, std::strerror(errno)));
     done += static_cast<std::size_t>(n);
   }
 }
@@ -200,7 +201,8 @@ std::string GrowingFile::contents() const {
   for (off_t at = 0;;) {
     const ssize_t n = ::pread(fd_, buffer, sizeof buffer, at);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw InputError(path_.string(), fmt::format("read failed: {}", std::strerror(errno)));
+    if (n < 0)
+      throw InputError(path_.string(), fmt::format("read failed: {}", std::strerror(errno)));
     if (n == 0) return text;
     text.append(buffer, static_cast<std::size_t>(n));
     at += n;

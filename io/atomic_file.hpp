@@ -47,8 +47,8 @@ class GrowingFile {
   std::filesystem::path path_;    // as given, for messages
   std::filesystem::path target_;  // the links followed
   int fd_ = -1;
-  bool created_ = false;  // this created the file and has not replaced it yet
-  bool special_ = false;  // a FIFO or a device: written directly, not locked or replaced
+  bool created_ = false;   // this created the file and has not replaced it yet
+  bool special_ = false;   // a FIFO or a device: written directly, not locked or replaced
   bool writable_ = false;  // fd_ is open for writing: a special file, or since replace()
 };
 

@@ -46,16 +46,13 @@ void host_track(nlohmann::json& events, const Timeline& tl, const Workload& w, i
   }
 }
 
-
 /// One process of the trace: its streams, stalls, host track and memory counter.
 void append_process(nlohmann::json& events, const TraceProcess& process, int pid) {
   const Timeline& timeline = *process.timeline;
   const Program& program = *process.program;
   const Workload& workload = *process.workload;
-  events.push_back({{"ph", "M"},
-                    {"pid", pid},
-                    {"name", "process_name"},
-                    {"args", {{"name", process.name}}}});
+  events.push_back(
+      {{"ph", "M"}, {"pid", pid}, {"name", "process_name"}, {"args", {{"name", process.name}}}});
   for (std::size_t s = 0; s < program.streams.size(); ++s) {
     const auto stream = static_cast<StreamId>(s);
     // The host stream runs host ops only (an update on the CPU): a track when it has some.
@@ -158,7 +155,8 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
   return j;
 }
 
-std::string why_not_text(const Timeline& timeline, const Program& program, const Workload& workload) {
+std::string why_not_text(const Timeline& timeline, const Program& program,
+                         const Workload& workload) {
   if (timeline.oom) return oom_to_text(*timeline.oom, program, workload);
   if (!timeline.saturated) return {};
   return "its time runs past the end of memplan's clock (2^62 ns, about 146 years), where every "
@@ -232,7 +230,8 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
       {"average_live_bytes", average_live_bytes(timeline)},
       {"peak_host_bytes", timeline.peak_host_bytes},
       // A saturated run's stalls are the clock's end, not times.
-      {"stall_s", timeline.saturated ? nlohmann::json() : nlohmann::json(to_seconds(timeline.stall_ns()))},
+      {"stall_s",
+       timeline.saturated ? nlohmann::json() : nlohmann::json(to_seconds(timeline.stall_ns()))},
       {"stall_s_by_cause", timeline.saturated ? nlohmann::json() : stalls},
       {"actions", actions},
       {"instructions", program.instruction_count()},
@@ -255,7 +254,8 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
   j["oom"] = timeline.oom ? oom_to_json(*timeline.oom, program, workload) : nlohmann::json(nullptr);
   j["saturated"] = timeline.saturated;
   j["host_ops_s"] = to_seconds(timeline.host_ops_ns);
-  if (!program.collectives.empty()) j["collectives"] = collectives_json(timeline, program, workload);
+  if (!program.collectives.empty())
+    j["collectives"] = collectives_json(timeline, program, workload);
   if (program.host.active()) {
     j["step_period_s"] =
         timeline.feasible ? nlohmann::json(to_seconds(timeline.period_ns)) : nlohmann::json();

@@ -39,7 +39,8 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
 /// Why a run is not feasible, in one line: oom_to_text of its report, or that its time ran past
 /// the clock's end (Timeline::saturated); "" when it says neither (it fits, or its caller knows
 /// why: a policy that gave up).
-std::string why_not_text(const Timeline& timeline, const Program& program, const Workload& workload);
+std::string why_not_text(const Timeline& timeline, const Program& program,
+                         const Workload& workload);
 
 /// Live device bytes averaged over the step's time: each point of the memory curve holds until the
 /// next one, the last until the end of the iteration (vDNN's "average memory usage"). 0 when the

@@ -158,8 +158,8 @@ class Engine::Clock {
     CollectiveTiming& timing = tl_.collectives[c];
     timing.arrival_ns = t;
     if (!options_.collective_ready_ns.empty()) t = std::max(t, options_.collective_ready_ns[c]);
-    const Nanoseconds duration = machine_.collective_ns(
-        program_.collectives[c], in.duration_ns, program_.rank, program_.world_size);
+    const Nanoseconds duration = machine_.collective_ns(program_.collectives[c], in.duration_ns,
+                                                        program_.rank, program_.world_size);
     timing.start_ns = t;
     timing.end_ns = add_ns(t, duration);
     return duration;
@@ -368,7 +368,8 @@ Nanoseconds step_period_ns(const Program& program, const Machine& machine, const
     for (std::size_t s = 0; s < backlog.size(); ++s) {
       backlog[s] = std::max<Nanoseconds>(0, tl->stream_end_ns[s] - host_end);
     }
-    const bool idle = std::all_of(backlog.begin(), backlog.end(), [](Nanoseconds b) { return b == 0; });
+    const bool idle =
+        std::all_of(backlog.begin(), backlog.end(), [](Nanoseconds b) { return b == 0; });
     if (backlog == options.stream_ready_ns || (step == 1 && idle)) return host_end;  // fixed point
     if (step == kMaxSteps) break;
     if (device_end >= kMaxNanoseconds) return kMaxNanoseconds;  // past the clock's end

@@ -55,8 +55,9 @@ namespace memplan::sim {
 // (EngineOptions::collective_ready_ns: the group's last arrival, which the job's simulation finds,
 // sim/job_simulation.hpp), and then takes its transfer time, which the Machine prices
 // (Machine::collective_ns: the recorded transfer time, or the interconnect's cost model). One rank
-// run alone, whose peers are assumed alike, starts each collective on arrival. Timeline::collectives
-// keeps arrival, start and end, so waiting for a late peer is told apart from the transfer.
+// run alone, whose peers are assumed alike, starts each collective on arrival.
+// Timeline::collectives keeps arrival, start and end, so waiting for a late peer is told apart from
+// the transfer.
 
 struct EngineOptions {
   bool record_spans = true;   // Timeline::spans

@@ -13,7 +13,7 @@ namespace memplan::importers::detail {
 
 namespace {
 
-constexpr std::int64_t kMaxRank = std::int64_t{1} << 24;    // 16 M GPUs
+constexpr std::int64_t kMaxRank = std::int64_t{1} << 24;  // 16 M GPUs
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '"')) s.remove_prefix(1);

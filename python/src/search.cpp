@@ -9,8 +9,8 @@
 #include <vector>
 
 #include <pybind11/functional.h>
-#include <nlohmann/json.hpp>
 #include <pybind11/stl.h>
+#include <nlohmann/json.hpp>
 
 #include "python/src/bindings.hpp"
 #include "requests/search_request.hpp"

@@ -11,7 +11,8 @@
 // instructions or waits, or lengthening one, makes nothing happen earlier. Every plan runs each op
 // of the compute stream once, at least as long as its fastest algorithm, in issue order, and adds
 // instructions (copies, recomputes, codecs, waits; launches on the host). So:
-//   - the ideal run (ideal_run: in core, fastest algorithms, no limit) is a floor, and each op's run
+//   - the ideal run (ideal_run: in core, fastest algorithms, no limit) is a floor, and each op's
+//   run
 //     starts and ends no earlier than there (start_ns, end_ns), in every plan that updates on the
 //     device; with the update on the host (a plan may move it off the compute stream) the floor is
 //     the compute stream's work and the host stream's update chain (host_update_floor), and the
@@ -96,7 +97,8 @@ std::vector<Nanoseconds> cuts(std::vector<Nanoseconds> values) {
   values.erase(std::unique(values.begin(), values.end()), values.end());
   if (values.size() <= kCuts) return values;
   std::vector<Nanoseconds> out;
-  for (std::size_t j = 0; j < kCuts; ++j) out.push_back(values[j * (values.size() - 1) / (kCuts - 1)]);
+  for (std::size_t j = 0; j < kCuts; ++j)
+    out.push_back(values[j * (values.size() - 1) / (kCuts - 1)]);
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
@@ -166,7 +168,8 @@ void CaseProgram::add_recomputations(OpId i, const std::vector<Way>& ways, Terms
   for (const Way& w : ways) {
     if (w.kind != Way::kRecompute) continue;
     const auto& rerun = w.absence->rerun_forward;
-    const std::size_t count = i < r_.forward_end ? rerun.size() : std::min<std::size_t>(1, rerun.size());
+    const std::size_t count =
+        i < r_.forward_end ? rerun.size() : std::min<std::size_t>(1, rerun.size());
     for (std::size_t k = 0; k < count; ++k) needs[rerun[k]].push_back(w.column);
   }
   for (const auto& [op, columns] : needs) {
@@ -199,8 +202,7 @@ void CaseProgram::add_copy_cuts(OpId i, int start, const std::vector<Way>& ways)
   for (Nanoseconds a : cuts(updates)) {
     Terms row{{step_, 1.0}};
     for (const Way& w : ways) {
-      if (w.kind == Way::kCopy && w.absence->writeback_ns > 0 &&
-          w.absence->writeback_after_ns >= a)
+      if (w.kind == Way::kCopy && w.absence->writeback_ns > 0 && w.absence->writeback_after_ns >= a)
         row.emplace_back(w.column, -ns(w.absence->writeback_ns));
     }
     lp_.add_row(row, ns(a));
@@ -379,9 +381,9 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
   LowerBound result;
   result.ideal_ns = ideal.iteration_ns;
   std::vector<CaseBound> cases;
-  cases.push_back(solve_case(
-      relax(workload, machine, options.encodings, options.host_placement, false, ideal), machine,
-      options));
+  cases.push_back(
+      solve_case(relax(workload, machine, options.encodings, options.host_placement, false, ideal),
+                 machine, options));
   if (options.host_placement && host_update_possible(workload)) {
     const Relaxation host = relax(workload, machine, options.encodings, true, true, ideal);
     // Its program's value is at least its floor: no need to solve it when that is no lower.
@@ -430,7 +432,8 @@ std::string bound_text(const LowerBound& bound, bool feasible, Nanoseconds time_
                                 sim::to_seconds(bound.bound_ns) * 1e3,
                                 (static_cast<double>(bound.bound_ns) /
                                      static_cast<double>(std::max<Nanoseconds>(bound.ideal_ns, 1)) -
-                                 1.0) * 100);
+                                 1.0) *
+                                    100);
   if (const std::optional<double> gap = bound_gap(bound, feasible, time_ns))
     out += fmt::format(": within {:.1f}% of the best possible", *gap * 100);
   return out + "\n";

@@ -23,9 +23,13 @@ using sim::TensorId;
 // a lower bound).
 constexpr std::size_t kMaxRerun = 64;
 
-Bytes aligned(Bytes bytes) { return sim::DeviceArena::aligned_size(bytes); }
+Bytes aligned(Bytes bytes) {
+  return sim::DeviceArena::aligned_size(bytes);
+}
 
-bool computes(const sim::Op& op) { return op.stream == 0 && !op.collective; }
+bool computes(const sim::Op& op) {
+  return op.stream == 0 && !op.collective;
+}
 
 Nanoseconds fastest_ns(const sim::Op& op) {
   Nanoseconds best = op.duration_ns;
@@ -353,9 +357,9 @@ Relaxation relax(const sim::Workload& w, const sim::Machine& machine,
     // Everything else is held from its producer (or the step's start) to its last device use;
     // parameters and optimizer state on the device are never freed.
     const OpId from = t.producer == sim::kNoOp ? sim::OpId{0} : u.front();
-    const OpId to = sim::is_persistent(t.kind) ? sim::op_id(static_cast<std::int64_t>(
-                                                     w.ops.size() - 1))
-                                               : u.back();
+    const OpId to = sim::is_persistent(t.kind)
+                        ? sim::op_id(static_cast<std::int64_t>(w.ops.size() - 1))
+                        : u.back();
     held[index(t.id)].emplace_back(from, to);
   }
   count_base(w, held, r);

@@ -360,7 +360,9 @@ namespace {
 std::atomic<const Evaluator::Watcher*> watcher{nullptr};
 }  // namespace
 
-void Evaluator::watch(const Watcher* w) { watcher.store(w); }
+void Evaluator::watch(const Watcher* w) {
+  watcher.store(w);
+}
 
 Evaluation Evaluator::cost(const sim::Plan& plan) {
   check_stop();

@@ -173,8 +173,8 @@ nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload
     }
     j["overhead"] = row.timeline.feasible ? nlohmann::json(row.overhead) : nlohmann::json(nullptr);
     if (comparison.lower_bound) {
-      const auto gap = bound_gap(*comparison.lower_bound, row.timeline.feasible,
-                                 row.timeline.iteration_ns);
+      const auto gap =
+          bound_gap(*comparison.lower_bound, row.timeline.feasible, row.timeline.iteration_ns);
       j["gap"] = gap ? nlohmann::json(*gap) : nlohmann::json(nullptr);
     }
     j["decide_s"] = row.decide_s;
@@ -219,7 +219,8 @@ std::string comparison_text(const Comparison& comparison, const sim::Workload& w
                   machine.link.d2h_bytes_per_s / 1e9, sim::to_seconds(comparison.ideal_ns) * 1e3);
   if (comparison.lower_bound) {
     out += bound_text(*comparison.lower_bound, false, 0);
-    if (comparison.lower_bound->fits) out += "gap: each plan's step alone against the lower bound\n";
+    if (comparison.lower_bound->fits)
+      out += "gap: each plan's step alone against the lower bound\n";
   }
   const bool host = !comparison.rows.empty() && comparison.rows.front().program.host.active();
   if (host) {

@@ -45,7 +45,7 @@ struct Comparison {
   /// (search/bound/lower_bound.hpp): each row's gap is its iteration time against it. nullopt
   /// when cancelled before it was found.
   std::optional<LowerBound> lower_bound;
-  bool cancelled = false;           // ComparisonOptions::cancel stopped it
+  bool cancelled = false;  // ComparisonOptions::cancel stopped it
 
   /// Indices into rows, best first: plans that fit by their step wall (ties in policies()
   /// order), then those that do not.

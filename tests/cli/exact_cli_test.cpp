@@ -76,7 +76,8 @@ TEST_CASE("search and search --exact on a trace without ops answer the empty pla
   CHECK(heuristic.out.find("(+0.0%)") != std::string::npos);
 }
 
-TEST_CASE("memplan search states the lower bound and the plan's gap to it", "[search][cli][bound]") {
+TEST_CASE("memplan search states the lower bound and the plan's gap to it",
+          "[search][cli][bound]") {
   const std::string trace = fmt::format("'{}'", source_path("traces/resnet_tiny.json"));
   const auto incore = run_memplan("simulate " + trace + " --policy in-core --json");
   REQUIRE(incore.exit_status == 0);

@@ -166,15 +166,14 @@ void check_output_refused(const memplan::test::CommandResult& r, const std::stri
 }
 }  // namespace
 
-TEST_CASE("two outputs of one run that are one file are refused before any work",
-          "[cli][output]") {
+TEST_CASE("two outputs of one run that are one file are refused before any work", "[cli][output]") {
   // #40 item 6: --timeline x.json --memory-csv x.json exited 0 with the timeline lost.
   const std::string dir = temp_dir();
   const std::string simulate = "simulate " + memplan::test::tiny_trace() + " --policy swap-all ";
   check_output_refused(run_memplan(simulate + fmt::format("--timeline '{0}/x.json' --memory-csv "
-                                                   "'{0}/x.json'",
-                                                   dir)),
-                fmt::format("--memory-csv: '{}/x.json' is the file --timeline writes", dir));
+                                                          "'{0}/x.json'",
+                                                          dir)),
+                       fmt::format("--memory-csv: '{}/x.json' is the file --timeline writes", dir));
   CHECK(file_count(dir) == 0);  // nothing written
   // The same file by another name: "./", a folder's "..", a symlink (dangling: the file it
   // would create), a hard link.
@@ -189,7 +188,8 @@ TEST_CASE("two outputs of one run that are one file are refused before any work"
   spit(dir + "/x.json", "kept");
   std::filesystem::create_hard_link(dir + "/x.json", dir + "/hard.json");
   check_output_refused(
-      run_memplan(simulate + fmt::format("--memory-csv '{0}/hard.json' --plan-out '{0}/x.json'", dir)),
+      run_memplan(simulate +
+                  fmt::format("--memory-csv '{0}/hard.json' --plan-out '{0}/x.json'", dir)),
       "--plan-out");
   CHECK(memplan::test::read_text(dir + "/x.json") == "kept");
   // Two devices are not one file to refuse.
@@ -202,18 +202,21 @@ TEST_CASE("an output over the command's own input is refused before any work", "
   const std::string trace = copy_of_tiny_trace(dir);
   const std::string text = memplan::test::read_text(trace);
   std::filesystem::create_symlink("t.json", dir + "/link.json");
-  check_output_refused(run_memplan(fmt::format("simulate '{0}' --policy swap-all --plan-out '{0}'", trace)),
-                fmt::format("--plan-out: '{}' is the TRACE this command reads: write --plan-out "
-                            "to another file",
-                            trace));
-  check_output_refused(run_memplan(fmt::format("simulate '{0}' --policy swap-all --timeline '{1}/./t.json'",
-                                        trace, dir)),
-                "is the TRACE this command reads ('" + trace + "')");
+  check_output_refused(
+      run_memplan(fmt::format("simulate '{0}' --policy swap-all --plan-out '{0}'", trace)),
+      fmt::format("--plan-out: '{}' is the TRACE this command reads: write --plan-out "
+                  "to another file",
+                  trace));
+  check_output_refused(
+      run_memplan(
+          fmt::format("simulate '{0}' --policy swap-all --timeline '{1}/./t.json'", trace, dir)),
+      "is the TRACE this command reads ('" + trace + "')");
   check_output_refused(
       run_memplan(fmt::format("search '{0}' --rounds 1 -o '{1}/link.json'", trace, dir)),
       "-o: '" + dir + "/link.json' is the TRACE this command reads");
-  check_output_refused(run_memplan(fmt::format("sweep '{0}' --policies in-core --no-search -o '{0}'", trace)),
-                "is the TRACE this command reads");
+  check_output_refused(
+      run_memplan(fmt::format("sweep '{0}' --policies in-core --no-search -o '{0}'", trace)),
+      "is the TRACE this command reads");
   CHECK(memplan::test::read_text(trace) == text);
   CHECK(file_count(dir) == 2);  // the trace and the link, no temporary
 }

@@ -252,16 +252,28 @@ std::vector<BadTrace> bad_traces() {
       "$.ops[1].attributes.stride[1]", "expected a number");
   // A window of no size passed reading and failed only in a backend (#40 item 5).
   mutate(
-      "a stride of 0", [](json& j) { j["ops"][1]["attributes"] = {{"stride", {1, 0}}}; },
+      "a stride of 0",
+      [](json& j) {
+        j["ops"][1]["attributes"] = {{"stride", {1, 0}}};
+      },
       "$.ops[1].attributes.stride[1]", "stride 0: expected a whole number of at least 1");
   mutate(
-      "a kernel of 0", [](json& j) { j["ops"][1]["attributes"] = {{"kernel", 0}}; },
+      "a kernel of 0",
+      [](json& j) {
+        j["ops"][1]["attributes"] = {{"kernel", 0}};
+      },
       "$.ops[1].attributes.kernel", "kernel 0: expected a whole number of at least 1");
   mutate(
-      "groups of 0", [](json& j) { j["ops"][1]["attributes"] = {{"groups", 0}}; },
+      "groups of 0",
+      [](json& j) {
+        j["ops"][1]["attributes"] = {{"groups", 0}};
+      },
       "$.ops[1].attributes.groups", "groups 0: expected a whole number of at least 1");
   mutate(
-      "a padding of -1", [](json& j) { j["ops"][1]["attributes"] = {{"padding", {-1, 1}}}; },
+      "a padding of -1",
+      [](json& j) {
+        j["ops"][1]["attributes"] = {{"padding", {-1, 1}}};
+      },
       "$.ops[1].attributes.padding[0]", "padding -1: expected a whole number of at least 0");
   mutate(
       "an algorithm without its workspace",

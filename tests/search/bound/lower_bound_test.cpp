@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <mutex>
 
-#include <catch2/catch.hpp>
 #include <fmt/core.h>
+#include <catch2/catch.hpp>
 
 #include "core/basic_plans.hpp"
 #include "core/feature_maps.hpp"
@@ -30,8 +30,7 @@ namespace {
 class FittingPlans {
  public:
   explicit FittingPlans(Bytes capacity)
-      : capacity_(capacity),
-        watcher_([this](const Machine&, const Evaluation& e) {
+      : capacity_(capacity), watcher_([this](const Machine&, const Evaluation& e) {
           if (!e.feasible || e.peak_reserved_bytes > capacity_) return;
           const std::lock_guard<std::mutex> lock(mutex_);
           ++count_;
@@ -57,8 +56,10 @@ class FittingPlans {
 }  // namespace
 
 // MEMPLAN_BOUND_INSTANCES=N prints one line per instance (bound, optimum, gap) for N instances.
-TEST_CASE("the lower bound is at most the exact optimum and every fitting plan the searches "
-          "evaluate", "[search][bound]") {
+TEST_CASE(
+    "the lower bound is at most the exact optimum and every fitting plan the searches "
+    "evaluate",
+    "[search][bound]") {
   std::size_t count = 24;
   const char* env = std::getenv("MEMPLAN_BOUND_INSTANCES");
   if (env != nullptr) count = std::stoul(env);
@@ -101,16 +102,16 @@ TEST_CASE("the lower bound is at most the exact optimum and every fitting plan t
     const double gap = static_cast<double>(optimum) / static_cast<double>(on_device.bound_ns) - 1;
     worst_gap = std::max(worst_gap, gap);
     if (env != nullptr) {
-      fmt::print("instance seed={} maps={} ideal_ns={} bound_ns={} bound_all_ns={} optimum_ns={} "
-                 "gap={:.6f}\n",
-                 seed, find_feature_maps(w).size(), on_device.ideal_ns, on_device.bound_ns,
-                 all.bound_ns, optimum, gap);
+      fmt::print(
+          "instance seed={} maps={} ideal_ns={} bound_ns={} bound_all_ns={} optimum_ns={} "
+          "gap={:.6f}\n",
+          seed, find_feature_maps(w).size(), on_device.ideal_ns, on_device.bound_ns, all.bound_ns,
+          optimum, gap);
     }
     ++done;
   }
   CHECK(worst_gap >= 0.0);
 }
-
 
 namespace {
 
