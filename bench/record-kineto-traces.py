@@ -11,13 +11,23 @@ importer is judged on (issue 15): each a few training steps of a job written as 
   compiled    a torch.compile'd MLP (Triton kernels), SGD
   no_shapes   ResNet-18 recorded without shapes or memory, each step a record_function
               "train_step" rather than ProfilerStep#N
+  gpt_blocks  a GPT block stack (8 pre-norm blocks, 1024 wide, 16 heads, batch 8 x 1024 tokens),
+              bf16 autocast, scaled-dot-product attention (causal), AdamW (foreach)
+  gpt_checkpointed   the same, each block under torch.utils.checkpoint (non-reentrant)
+  gpt_offloaded      the same, every saved tensor offloaded to pinned host memory
+              (torch.autograd.graph.save_on_cpu(pin_memory=True))
 
 Each is recorded with record_shapes and profile_memory (except no_shapes), wait 1, warmup 1,
-active 3 steps, and written as OUT/NAME.pt.trace.json.gz.
+active 3 steps, and written as OUT/NAME.pt.trace.json.gz; the CUDA caching allocator's history
+over the same five steps (torch.cuda.memory._record_memory_history, Python frames) is written
+beside it as OUT/NAME.snapshot.pickle.gz (except no_shapes): real snapshots for reading them and
+checking the caching-allocator model against them (issue 38).
 
   python3 bench/record-kineto-traces.py OUT [NAME...]
 """
 
+import gzip
+import pickle
 import sys
 import time
 import traceback
@@ -31,15 +41,22 @@ ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
 
 
 def run_profiled(path, step, steps=5, **kwargs):
-    """Run `step` under the profiler (wait 1, warmup 1, active 3) and write the trace."""
+    """Run `step` under the profiler (wait 1, warmup 1, active 3) and write the trace, and the
+    allocator's history over the same steps as a memory snapshot beside it."""
     opts = dict(record_shapes=True, profile_memory=True)
     opts.update(kwargs)
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(max_entries=200000, stacks="python")
     with profile(activities=ACTIVITIES, schedule=schedule(wait=1, warmup=1, active=3),
                  on_trace_ready=lambda p: p.export_chrome_trace(path), **opts) as prof:
         for _ in range(steps):
             step()
             prof.step()
     torch.cuda.synchronize()
+    snapshot = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    with gzip.open(path.replace(".pt.trace.json.gz", ".snapshot.pickle.gz"), "wb") as f:
+        pickle.dump(snapshot, f)
 
 
 def gpt2(path):
@@ -164,8 +181,68 @@ def no_shapes(path):
     prof.export_chrome_trace(path)
 
 
+class Block(nn.Module):
+    """A pre-norm GPT block: causal scaled-dot-product attention, then a 4x GELU MLP."""
+
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, c // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.norm2(x))
+
+
+class BlockStack(nn.Module):
+    def __init__(self, layers=8, width=1024, heads=16, vocab=32000, checkpointed=False):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.norm, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
+        self.checkpointed = checkpointed
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for block in self.blocks:
+            if self.checkpointed:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return self.head(self.norm(x))
+
+
+def gpt_stack(path, checkpointed=False, offloaded=False):
+    import contextlib
+    import torch.utils.checkpoint  # noqa: F401
+    model = BlockStack(checkpointed=checkpointed).cuda().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    ids = torch.randint(0, 32000, (8, 1024), device="cuda")
+
+    def step():
+        saving = (torch.autograd.graph.save_on_cpu(pin_memory=True) if offloaded
+                  else contextlib.nullcontext())
+        with saving, torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(ids)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), ids.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+
+    run_profiled(path, step)
+
+
 JOBS = dict(gpt2=gpt2, resnet50=resnet50, two_streams=two_streams, compiled=compiled,
-            no_shapes=no_shapes)
+            no_shapes=no_shapes, gpt_blocks=gpt_stack,
+            gpt_checkpointed=lambda path: gpt_stack(path, checkpointed=True),
+            gpt_offloaded=lambda path: gpt_stack(path, offloaded=True))
 
 
 def main():

@@ -1,18 +1,23 @@
 #!/usr/bin/python3
-"""Capture and validate in PyTorch (issues 16 and 17): for resnet18, mobilenet_v2 and a GPT block on
-the CPU, capture one step (op counts, saved bytes against the hooks, capture time), then validate a
+"""Capture and validate in PyTorch (issues 16, 17 and 41): for resnet18, mobilenet_v2 and a GPT block
+(also densenet121 and efficientnet_b0 with --models) on the CPU or, with --device cuda, a GPU, capture
+one step (op counts, saved bytes against the hooks, capture time), then validate a
 swap-heavy plan (swap-all), a recompute-heavy plan (recompute-all), `memplan search`'s plan at
 a memory budget of the in-core peak less 50% of the feature-map bytes (then 45%, 42%, 40% when the
 search finds no plan that fits), and with --encode the in-core plan with Gist's encodings wherever
 their consumer patterns hold (`--encode binarize,sparse`, then fp10, then fp8).
 
 Usage: bench/torch-capture-validate.py [--batch N] [--size S] [--models M,..] [--time-limit S]
-                                       [--encode] [MEMPLAN_BINARY]
+                                       [--device cpu|cuda] [--encode] [MEMPLAN_BINARY]
+On a GPU the table adds the step's CUDA memory (torch.cuda.max_memory_allocated above the resident
+tensors) against the simulator's prediction of the same. MEMPLAN_PYTHON_PATH, when set, is where
+the memplan package is imported from (default: build/release/python).
 Timings depend on the machine's load; they are figures for a report, never a test.
 """
 
 import argparse
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -20,7 +25,7 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "build/release/python"))
+sys.path.insert(0, os.environ.get("MEMPLAN_PYTHON_PATH", str(ROOT / "build/release/python")))
 
 import torch  # noqa: E402
 import torchvision  # noqa: E402
@@ -31,13 +36,18 @@ from memplan.torch.models import GPT  # noqa: E402
 from memplan.torch.validate import validate  # noqa: E402
 
 
-def models(batch, size):
+def models(names, batch, size, device):
+    """(name, model, batch, loss) for each name, on `device`."""
     torch.manual_seed(0)
-    image = (torch.randn(batch, 3, size, size), torch.randint(0, 1000, (batch,)))
-    yield "resnet18", torchvision.models.resnet18(), image, F.cross_entropy
-    yield "mobilenet_v2", torchvision.models.mobilenet_v2(), image, F.cross_entropy
-    gpt = GPT(layers=1, hidden=256, heads=4, sequence=128, vocab=1024)
-    yield "gpt_block", gpt, gpt.memplan_batch(batch, [128]), gpt.memplan_loss
+    image = (torch.randn(batch, 3, size, size, device=device),
+             torch.randint(0, 1000, (batch,), device=device))
+    for name in names:
+        if name == "gpt_block":
+            gpt = GPT(layers=1, hidden=256, heads=4, sequence=128, vocab=1024).to(device)
+            yield (name, gpt, tuple(t.to(device) for t in gpt.memplan_batch(batch, [128])),
+                   gpt.memplan_loss)
+        else:
+            yield name, getattr(torchvision.models, name)().to(device), image, F.cross_entropy
 
 
 def plan_for(memplan, trace_path, how, folder, time_limit):
@@ -60,21 +70,29 @@ def plan_for(memplan, trace_path, how, folder, time_limit):
     return json.loads(plan_path.read_text()), ""
 
 
+def cuda_columns(v):
+    """The step's CUDA memory above the resident tensors, predicted and measured (GPU runs)."""
+    if v["measured_cuda_step_peak_bytes"] is None:
+        return ""
+    return (f" {v['predicted_step_peak_bytes']:,} | {v['measured_cuda_step_peak_bytes']:,} | "
+            f"{v['baseline_cuda_step_peak_bytes']:,} |")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--models", default="resnet18,mobilenet_v2,gpt_block",
-                        help="which of resnet18, mobilenet_v2, gpt_block")
+                        help="gpt_block or torchvision model names (resnet18, densenet121, ...)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--time-limit", type=float, default=30, help="seconds for each search")
     parser.add_argument("--encode", action="store_true",
                         help="also the in-core plan with binarize,sparse, then fp10, then fp8")
     parser.add_argument("memplan", nargs="?", default=str(ROOT / "build/release/bin/memplan"))
     args = parser.parse_args()
     rows = []
-    for name, model, batch, loss_fn in models(args.batch, args.size):
-        if name not in args.models.split(","):
-            continue
+    for name, model, batch, loss_fn in models(args.models.split(","), args.batch, args.size,
+                                              torch.device(args.device)):
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)
         result = capture(model, batch, loss_fn, opt, name=name)
         s = result.stats
@@ -118,13 +136,16 @@ def main():
                             f"{v['predicted_saved_peak_bytes']:,} | {v['measured_saved_peak_bytes']:,} | "
                             f"{v['predicted_host_peak_bytes']:,} | {v['measured_host_peak_bytes']:,} | "
                             f"{v['predicted_seconds']:.3f} | {v['measured_seconds']:.3f} | "
-                            f"{error:+.0%} |")
+                            f"{error:+.0%} |" + cuda_columns(v))
                 print(f"  {' '.join(map(str, how))}: validated in "
                       f"{time.perf_counter() - started:.1f} s", flush=True)
+    cuda = args.device == "cuda"
     print("\n| model | plan | bitwise (or relative error ≤ bound) | predicted saved peak (B) | "
           "measured saved peak (B) | predicted host peak (B) | measured host peak (B) | "
-          "predicted time (s) | measured time (s) | time error |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "predicted time (s) | measured time (s) | time error |" +
+          (" predicted step CUDA memory (B) | measured (B) | baseline step's (B) |" if cuda else ""))
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" +
+          (" ---: | ---: | ---: |" if cuda else ""))
     print("\n".join(rows))
 
 if __name__ == "__main__":

@@ -23,10 +23,6 @@ using sim::TensorId;
 // a lower bound).
 constexpr std::size_t kMaxRerun = 64;
 
-Bytes aligned(Bytes bytes) {
-  return sim::DeviceArena::aligned_size(bytes);
-}
-
 bool computes(const sim::Op& op) {
   return op.stream == 0 && !op.collective;
 }
@@ -40,7 +36,7 @@ Nanoseconds fastest_ns(const sim::Op& op) {
 Bytes smallest_workspace(const sim::Op& op) {
   Bytes least = op.workspace_bytes;
   for (const sim::Algorithm& a : op.algorithms) least = std::min(least, a.workspace_bytes);
-  return least > 0 ? aligned(least) : 0;
+  return least > 0 ? sim::DeviceArena::aligned_size(least) : 0;
 }
 
 // The ops of each case: which run on the device, which on the compute stream, their shortest
@@ -157,7 +153,7 @@ void relax_maps(const sim::Workload& w, const sim::Machine& machine,
     if (later == u.end()) continue;
     Absence a;
     a.tensor = t.id;
-    a.bytes = aligned(t.bytes);
+    a.bytes = sim::DeviceArena::aligned_size(t.bytes);
     a.recompute = regenerable[index(t.id)];
     if (a.recompute) a.rerun_forward = rerun_ops(w, t.id, dropped);
     Absence main = a;
@@ -172,7 +168,7 @@ void relax_maps(const sim::Workload& w, const sim::Machine& machine,
     for (sim::Encoding e : codecs) {
       sim::Decision d{t.id, sim::Action::kEncode, e};
       if (sim::decision_problem(d, fm, w).empty())
-        main.encodings.emplace_back(e, aligned(sim::encoded_bytes(e, t)));
+        main.encodings.emplace_back(e, sim::DeviceArena::aligned_size(sim::encoded_bytes(e, t)));
     }
     if (main.first <= main.last) r.absences.push_back(std::move(main));
     if (!a.recompute) {
@@ -245,7 +241,7 @@ void relax_host_tensors(const sim::Workload& w, const sim::Machine& machine,
       if (u.empty()) continue;
       Absence a;
       a.tensor = t;
-      a.bytes = aligned(tensor.bytes);
+      a.bytes = sim::DeviceArena::aligned_size(tensor.bytes);
       a.copy = true;
       a.copy_in_ns = machine.h2d_copy_ns(tensor.bytes);
       if (kind == sim::TensorKind::kGradient) {
@@ -276,8 +272,8 @@ void count_base(const sim::Workload& w, const Intervals& held, Relaxation& r) {
   std::vector<std::int64_t> diff(n + 1, 0);
   for (const sim::Tensor& t : w.tensors) {
     for (const auto& [from, to] : held[index(t.id)]) {
-      diff[index(from)] += aligned(t.bytes);
-      diff[index(to) + 1] -= aligned(t.bytes);
+      diff[index(from)] += sim::DeviceArena::aligned_size(t.bytes);
+      diff[index(to) + 1] -= sim::DeviceArena::aligned_size(t.bytes);
     }
   }
   r.base.assign(n, 0);
@@ -295,9 +291,10 @@ void count_base(const sim::Workload& w, const Intervals& held, Relaxation& r) {
     for (TensorId t : own) {
       const sim::Tensor& tensor = w.tensor(t);
       const bool aliased = tensor.producer == op.id && tensor.in_place_of != sim::kNoTensor;
-      if (!aliased) bytes += aligned(tensor.bytes);
+      if (!aliased) bytes += sim::DeviceArena::aligned_size(tensor.bytes);
       for (const auto& [from, to] : held[index(t)]) {
-        if (from <= op.id && op.id <= to) bytes -= aligned(tensor.bytes);  // counted as own
+        if (from <= op.id && op.id <= to)
+          bytes -= sim::DeviceArena::aligned_size(tensor.bytes);  // counted as own
       }
     }
     r.base[i] = bytes;

@@ -101,10 +101,6 @@ struct Variable {
   std::vector<Option> options;
 };
 
-sim::Bytes aligned(sim::Bytes bytes) {
-  return sim::DeviceArena::aligned_size(bytes);
-}
-
 // The variables in branching order, and the memory lower bound's ingredients: per op, the part
 // no plan can avoid; per option, what it adds.
 class Space {
@@ -134,7 +130,7 @@ class Space {
       for (sim::TensorId t : mine) {
         const sim::Tensor& tensor = w.tensor(t);
         const bool aliased = tensor.producer == op.id && tensor.in_place_of != sim::kNoTensor;
-        if (!aliased) bytes += aligned(tensor.bytes);
+        if (!aliased) bytes += sim::DeviceArena::aligned_size(tensor.bytes);
       }
       base_[index(op.id)] = bytes;
     }
@@ -142,7 +138,7 @@ class Space {
       for (sim::OpId i = std::max(from, sim::OpId{0}); i <= to; ++i) {
         const auto& mine = own[index(i)];
         if (!std::binary_search(mine.begin(), mine.end(), t))
-          base_[index(i)] += aligned(w.tensor(t).bytes);
+          base_[index(i)] += sim::DeviceArena::aligned_size(w.tensor(t).bytes);
       }
     };
     std::vector<int> map_of(w.tensors.size(), -1);
@@ -214,14 +210,14 @@ class Space {
     sim::Bytes bytes = 0;
     switch (o.action) {
       case sim::Action::kKeep:
-        bytes = aligned(tensor.bytes);
+        bytes = sim::DeviceArena::aligned_size(tensor.bytes);
         break;
       case sim::Action::kSwap:
         from = o.prefetch_before;
-        bytes = aligned(tensor.bytes);
+        bytes = sim::DeviceArena::aligned_size(tensor.bytes);
         break;
       case sim::Action::kEncode:
-        bytes = aligned(sim::encoded_bytes(o.encoding, tensor));
+        bytes = sim::DeviceArena::aligned_size(sim::encoded_bytes(o.encoding, tensor));
         break;
       case sim::Action::kRecompute:
         return;
@@ -230,7 +226,9 @@ class Space {
   }
 
  private:
-  static sim::Bytes workspace(sim::Bytes bytes) { return bytes > 0 ? aligned(bytes) : 0; }
+  static sim::Bytes workspace(sim::Bytes bytes) {
+    return bytes > 0 ? sim::DeviceArena::aligned_size(bytes) : 0;
+  }
   static sim::Bytes op_workspace(const sim::Op& op, std::int32_t algorithm) {
     return algorithm < 0 ? op.workspace_bytes
                          : op.algorithms[static_cast<std::size_t>(algorithm)].workspace_bytes;

@@ -64,7 +64,7 @@ def make_batch(model, batch_size, input_dims, device):
             raise SpecError(f"--input {'x'.join(map(str, input_dims))}: an image model takes HxW")
         image = torch.randn(batch_size, 3, *input_dims)
         with torch.no_grad():
-            classes = main_output(model.eval()(image[:1])).shape[-1]
+            classes = main_output(model.eval()(_to(image[:1], device))).shape[-1]
         model.train()
         batch = (image, torch.randint(0, classes, (batch_size,)))
     return tuple(_to(t, device) for t in batch)
