@@ -42,6 +42,7 @@ struct ValidateOptions {
   bool json = false;
   bool force = false;
   bool calibrate = false;
+  bool no_host_check = false;  // --backend cuda: skip the run on the host backend
   bool quiet = false;
   std::uint64_t seed = 1;
   // --backend torch: the captured model, rebuilt as `memplan capture` built it.
@@ -145,7 +146,7 @@ Measured run_for_real(const runtime::Backend& backend, const sim::Workload& work
   }
   progress.finish();
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
-  if (backend.name() == "cuda" && m.report.measured_feasible) {
+  if (backend.name() == "cuda" && m.report.measured_feasible && !o.no_host_check) {
     m.host = runtime::compare_backends(backend, host_backend::HostBackend(), workload, plan,
                                        machine, o.seed);
   }
@@ -311,9 +312,17 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_flag("--calibrate", options->calibrate,
                 "predict with op and copy costs measured on the backend, not the trace's (host, "
                 "cuda)");
+  cmd->add_flag("--no-host-check", options->no_host_check,
+                "--backend cuda: do not run the in-core step on the host backend (CPU) to compare "
+                "the GPU's gradients with (it can take minutes on a large step)");
   cmd->add_flag("--json", options->json, "print one JSON object");
   add_quiet_flag(*cmd, options->quiet);
   cmd->callback([options, cmd, &exit_status] {
+    if (options->no_host_check && options->backend != "cuda") {
+      throw sim::InputError("--no-host-check",
+                            "skips the CUDA backend's comparison with the host backend: only for "
+                            "--backend cuda, not --backend " + options->backend);
+    }
     if (options->backend == "torch") {
       exit_status = validate_in_torch(*options);
       return;

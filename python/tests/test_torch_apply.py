@@ -231,6 +231,26 @@ def test_cuda_swap_plan_is_bitwise_lossless():
     assert result["predicted_step_peak_bytes"] > 0
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device: PyTorch's CUDA kernels need a GPU")
+@pytest.mark.parametrize("name", ["mobilenet_v2", "efficientnet_b0"])
+def test_cuda_plans_of_depthwise_networks_are_bitwise_lossless(name):
+    """On an H200, both networks' swap-all and recompute-all steps differed from their baselines
+    (every plan, swaps included) while resnet18's and densenet121's did not: the two steps were not
+    repeatable until validate ran them under PyTorch's deterministic algorithms."""
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(num_classes=10).cuda()
+    batch = (torch.randn(4, 3, 64, 64).cuda(), torch.randint(0, 10, (4,)).cuda())
+    opt, captured = capture_setup(model, batch)
+    before = torch.backends.cudnn.deterministic, torch.are_deterministic_algorithms_enabled()
+    for policy in ("swap-all", "recompute-all"):
+        result = validate(model, batch, F.cross_entropy, opt, policy_plan(captured.trace, policy),
+                          captured)
+        assert result.lossless_ok, (policy, result)
+    assert (torch.backends.cudnn.deterministic, torch.are_deterministic_algorithms_enabled()) == \
+        before
+
+
 def test_cpu_validation_reports_no_cuda_memory():
     model, batch, opt, captured = tiny_setup()
     result = validate(model, batch, F.cross_entropy, opt, make_plan(captured.trace, {}), captured)

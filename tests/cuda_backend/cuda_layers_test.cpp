@@ -143,6 +143,69 @@ using mp::sim::Phase;
 
 }  // namespace
 
+namespace {
+
+/// One convolution of shape `s` (3-d when s.in_d > 1 or s.kernel_d > 1) run by the CUDA executor
+/// with `workspace` bytes, forward and backward, against the host's kernels on the same data.
+void check_conv_against_host(const hb::ConvShape& s, mp::sim::Bytes workspace) {
+  const bool three_d = s.in_d > 1 || s.kernel_d > 1;
+  std::vector<std::int64_t> xs{s.batch, s.in_channels, s.in_h, s.in_w};
+  std::vector<std::int64_t> ws{s.out_channels, s.in_channels / s.groups, s.kernel_h, s.kernel_w};
+  std::vector<std::int64_t> ys{s.batch, s.out_channels, s.out_h(), s.out_w()};
+  auto d = [](std::int64_t v) { return static_cast<double>(v); };
+  mp::sim::Attributes attributes{{"kernel", {d(s.kernel_h), d(s.kernel_w)}},
+                                 {"stride", {d(s.stride_h), d(s.stride_w)}},
+                                 {"padding", {d(s.pad_h), d(s.pad_w)}}};
+  if (three_d) {
+    xs.insert(xs.begin() + 2, s.in_d);
+    ws.insert(ws.begin() + 2, s.kernel_d);
+    ys.insert(ys.begin() + 2, s.out_d());
+    attributes = {{"kernel", {d(s.kernel_d), d(s.kernel_h), d(s.kernel_w)}},
+                  {"stride", {d(s.stride_d), d(s.stride_h), d(s.stride_w)}},
+                  {"padding", {d(s.pad_d), d(s.pad_h), d(s.pad_w)}}};
+  }
+  attributes["groups"] = {d(s.groups)};
+  const auto x = random_floats(static_cast<std::size_t>(s.input_elements()), 1);
+  const auto w = random_floats(static_cast<std::size_t>(s.filter_elements()), 2);
+  const auto b = random_floats(static_cast<std::size_t>(s.out_channels), 3);
+  const auto dy = random_floats(static_cast<std::size_t>(s.output_elements()), 4);
+  std::vector<float> scratch(static_cast<std::size_t>(s.workspace_elements()));
+  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
+  hb::conv_forward(s, x.data(), w.data(), b.data(), y.data(), scratch.data());
+  hb::conv_backward_data(s, dy.data(), w.data(), dx.data(), scratch.data());
+  hb::conv_backward_filter(s, x.data(), dy.data(), dw.data(), db.data(), scratch.data());
+
+  LayerCase c;
+  const auto tx = c.tensor(xs), tw = c.tensor(ws), tb = c.tensor({s.out_channels});
+  const auto ty = c.tensor(ys), tdy = c.tensor(ys), tdx = c.tensor(xs), tdw = c.tensor(ws),
+             tdb = c.tensor({s.out_channels});
+  c.upload(tx, x);
+  c.upload(tw, w);
+  c.upload(tb, b);
+  c.upload(tdy, dy);
+  const std::string layer = three_d ? "conv3d" : "conv2d";
+  c.run(layer, Phase::kForward, {tx, tw, tb}, {ty}, attributes, workspace);
+  {
+    INFO("y");
+    check_close(c.download(ty), y);
+  }
+  c.run(layer, Phase::kBackward, {tdy, tx, tw}, {tdx, tdw, tdb}, attributes, workspace);
+  {
+    INFO("dx");
+    check_close(c.download(tdx), dx);
+  }
+  {
+    INFO("dw");
+    check_close(c.download(tdw), dw);
+  }
+  {
+    INFO("db");
+    check_close(c.download(tdb), db);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("cuDNN convolutions match the host's, 2-d and 3-d, forward and backward",
           "[cuda][layers]") {
   if (skip_without_device()) return;
@@ -165,42 +228,36 @@ TEST_CASE("cuDNN convolutions match the host's, 2-d and 3-d, forward and backwar
   s.pad_d = three_d ? 1 : 0;
   s.pad_h = s.pad_w = 1;
   s.stride_h = 2;
-  std::vector<std::int64_t> xs{s.batch, s.in_channels, s.in_h, s.in_w};
-  std::vector<std::int64_t> ws{s.out_channels, s.in_channels / groups, s.kernel_h, s.kernel_w};
-  std::vector<std::int64_t> ys{s.batch, s.out_channels, s.out_h(), s.out_w()};
-  mp::sim::Attributes attributes{{"kernel", {3, 3}}, {"stride", {2, 1}}, {"padding", {1, 1}}};
-  if (three_d) {
-    xs.insert(xs.begin() + 2, s.in_d);
-    ws.insert(ws.begin() + 2, s.kernel_d);
-    ys.insert(ys.begin() + 2, s.out_d());
-    attributes = {{"kernel", {3, 3, 3}}, {"stride", {1, 2, 1}}, {"padding", {1, 1, 1}}};
-  }
-  attributes["groups"] = {static_cast<double>(groups)};
-  const auto x = random_floats(static_cast<std::size_t>(s.input_elements()), 1);
-  const auto w = random_floats(static_cast<std::size_t>(s.filter_elements()), 2);
-  const auto b = random_floats(static_cast<std::size_t>(s.out_channels), 3);
-  const auto dy = random_floats(static_cast<std::size_t>(s.output_elements()), 4);
-  std::vector<float> scratch(static_cast<std::size_t>(s.workspace_elements()));
-  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
-  hb::conv_forward(s, x.data(), w.data(), b.data(), y.data(), scratch.data());
-  hb::conv_backward_data(s, dy.data(), w.data(), dx.data(), scratch.data());
-  hb::conv_backward_filter(s, x.data(), dy.data(), dw.data(), db.data(), scratch.data());
+  check_conv_against_host(s, workspace);
+}
 
-  LayerCase c;
-  const auto tx = c.tensor(xs), tw = c.tensor(ws), tb = c.tensor({s.out_channels});
-  const auto ty = c.tensor(ys), tdy = c.tensor(ys), tdx = c.tensor(xs), tdw = c.tensor(ws),
-             tdb = c.tensor({s.out_channels});
-  c.upload(tx, x);
-  c.upload(tw, w);
-  c.upload(tb, b);
-  c.upload(tdy, dy);
-  const std::string layer = three_d ? "conv3d" : "conv2d";
-  c.run(layer, Phase::kForward, {tx, tw, tb}, {ty}, attributes, workspace);
-  check_close(c.download(ty), y);
-  c.run(layer, Phase::kBackward, {tdy, tx, tw}, {tdx, tdw, tdb}, attributes, workspace);
-  check_close(c.download(tdx), dx);
-  check_close(c.download(tdw), dw);
-  check_close(c.download(tdb), db);
+TEST_CASE("cuDNN grouped convolutions match the host's at the zoo's shapes", "[cuda][layers]") {
+  if (skip_without_device()) return;
+  // Passed at 4 channels on an H200, while the zoo's mobilenet_v2 and resnext101-3d stayed
+  // 2.5-2.8% off the host: the shapes those networks have (MobileNetV2's depthwise 3x3 at stride
+  // 1 and 2, ResNeXt-3D's 32 groups), with room for cuDNN's fastest algorithms' workspace.
+  const mp::sim::Bytes workspace = GENERATE(mp::sim::Bytes{0}, mp::sim::Bytes{256} << 20);
+  const int which = GENERATE(0, 1, 2, 3);
+  CAPTURE(workspace, which);
+  hb::ConvShape s;
+  s.batch = 4;
+  s.kernel_h = s.kernel_w = 3;
+  s.pad_h = s.pad_w = 1;
+  if (which < 3) {  // depthwise: 32 channels at 16x16 (stride 1, 2), 96 at 8x8
+    s.in_channels = s.out_channels = s.groups = which == 2 ? 96 : 32;
+    s.in_h = s.in_w = which == 2 ? 8 : 16;
+    s.stride_h = s.stride_w = which == 1 ? 2 : 1;
+  } else {  // ResNeXt-3D: 128 channels in 32 groups, 4x8x8 clips, stride 1x2x2
+    s.batch = 2;
+    s.in_channels = s.out_channels = 128;
+    s.groups = 32;
+    s.in_d = 4;
+    s.in_h = s.in_w = 8;
+    s.kernel_d = 3;
+    s.pad_d = 1;
+    s.stride_h = s.stride_w = 2;
+  }
+  check_conv_against_host(s, workspace);
 }
 
 TEST_CASE("cuDNN batch-norm matches the host's", "[cuda][layers]") {

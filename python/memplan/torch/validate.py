@@ -3,8 +3,9 @@
 What: `validate(model, batch, loss_fn, optimizer, plan, captured, seed=0, force=False, **what_if)`
 predicts the plan on the machine `what_if` describes, copies the model and optimizer twice as they
 are (same weights; the optimizer's parameter groups, options and state), runs the baseline step on
-one copy and the planned step (memplan.torch.apply) on the other, both from the same seed, and
-returns a `Validation`:
+one copy and the planned step (memplan.torch.apply) on the other, both from the same seed (on a
+GPU under PyTorch's deterministic algorithms: deterministic_algorithms), and returns a
+`Validation`:
 - `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal; a parameter with no
   gradient, frozen or unused by the step, only equal to one with none) — what a lossless plan
   (keep, swap, recompute, encode:binarize, encode:sparse) must give; `differing_weights`: the
@@ -44,6 +45,7 @@ the feature maps, the tolerance) is asked of memplan._core in this process, so t
 C++ ones and the what-if values act as they act in `memplan simulate`.
 """
 
+import contextlib
 import copy
 import json
 
@@ -150,6 +152,27 @@ def _relative_error(pairs):
     return diff / norm if norm > 0 else diff
 
 
+@contextlib.contextmanager
+def deterministic_algorithms(device):
+    """On a GPU, PyTorch's deterministic algorithms for what runs inside (cuDNN's deterministic
+    convolutions, no benchmark mode; an op that has none warns): bitwise equality of two steps is
+    only a test of the plan when each step is bitwise repeatable. The settings before are restored
+    after. Nothing changes on the CPU, whose kernels are repeatable."""
+    if device.type != "cuda":
+        yield
+        return
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2:]
+
+
 def _cuda_step_peak(device, step):
     """Runs `step()`; returns (its result, the bytes it allocated at most above what was allocated
     before it on the CUDA `device`, or None elsewhere)."""
@@ -199,12 +222,13 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, seed=0, force=
     plan_model, plan_opt = _copy(model, optimizer)
     planned = apply(plan_model, plan, trace)
     device = next(model.parameters()).device
-    torch.manual_seed(seed)
-    base_loss, base_cuda = _cuda_step_peak(
-        device, lambda: run_step(base_model, batch, loss_fn, base_opt))
-    torch.manual_seed(seed)
-    plan_loss, plan_cuda = _cuda_step_peak(
-        device, lambda: planned.step(batch, loss_fn, plan_opt))
+    with deterministic_algorithms(device):
+        torch.manual_seed(seed)
+        base_loss, base_cuda = _cuda_step_peak(
+            device, lambda: run_step(base_model, batch, loss_fn, base_opt))
+        torch.manual_seed(seed)
+        plan_loss, plan_cuda = _cuda_step_peak(
+            device, lambda: planned.step(batch, loss_fn, plan_opt))
     pairs = list(zip(base_model.parameters(), plan_model.parameters()))
     base_state, plan_state = base_model.state_dict(), plan_model.state_dict()
     differing_weights = [k for k in base_state if not torch.equal(base_state[k], plan_state[k])]
