@@ -1,7 +1,8 @@
-// The importer on traces that PyTorch 2.11 wrote on an H100 (traces/kineto-h100, recorded by
-// bench/record-kineto-traces.py): a transformer with fused AdamW and bf16, a CNN with a
-// GradScaler, work on three streams, Triton kernels from torch.compile, and a trace without shapes
-// whose steps are record_function ranges. Each imported step's in-core replay must reproduce the
+// The importer on traces that PyTorch 2.11 wrote on an H100 (traces/kineto-h100) and an H200
+// (traces/kineto-h200), recorded by bench/record-kineto-traces.py: a transformer with fused AdamW
+// and bf16, a CNN with a GradScaler, work on three streams, Triton kernels from torch.compile, a
+// trace without shapes whose steps are record_function ranges, and a GPT block stack plain,
+// checkpointed and offloaded. Each imported step's in-core replay must reproduce the
 // step the profiler recorded: its device busy time exactly, its wall time within 3%.
 #include <catch2/catch.hpp>
 
@@ -26,8 +27,9 @@ using memplan::test::op_time;
 
 namespace {
 
-importers::KinetoTrace read(const std::string& name) {
-  const auto path = std::filesystem::path(MEMPLAN_SOURCE_DIR) / "traces/kineto-h100" /
+importers::KinetoTrace read(const std::string& name,
+                           const std::string& folder = "kineto-h100") {
+  const auto path = std::filesystem::path(MEMPLAN_SOURCE_DIR) / "traces" / folder /
                     (name + ".pt.trace.json.gz");
   return importers::read_kineto_trace(path.string());
 }
@@ -43,11 +45,18 @@ sim::Nanoseconds replayed_period(const sim::Workload& w) {
 
 }  // namespace
 
-TEST_CASE("PyTorch 2.11 on an H100: each step's replay is the recorded step",
+TEST_CASE("PyTorch 2.11 on an H100 and an H200: each step's replay is the recorded step",
           "[importers][kineto][real][h100]") {
-  const std::string name = GENERATE("gpt2", "resnet50", "two_streams", "compiled");
-  CAPTURE(name);
-  const importers::KinetoTrace trace = read(name);
+  // traces/kineto-h200: a GPT block stack plain and under torch.utils.checkpoint. Not here: the
+  // same stack with every saved tensor offloaded by save_on_cpu (gpt_offloaded), whose 441
+  // blocking copies make the step 8 times its device time: its replay is 72-77% short of the
+  // recorded step (the copies on the compute stream and the host's waits are not replayed yet).
+  const auto [folder, name] = GENERATE(table<std::string, std::string>(
+      {{"kineto-h100", "gpt2"}, {"kineto-h100", "resnet50"}, {"kineto-h100", "two_streams"},
+       {"kineto-h100", "compiled"}, {"kineto-h200", "gpt2"}, {"kineto-h200", "resnet50"},
+       {"kineto-h200", "gpt_blocks"}, {"kineto-h200", "gpt_checkpointed"}}));
+  CAPTURE(folder, name);
+  const importers::KinetoTrace trace = read(name, folder);
   const auto steps = importers::list_steps(trace);
   REQUIRE(steps.size() == 3);  // active=3 of the profiler's schedule
   std::vector<double> errors;
