@@ -30,6 +30,20 @@ CLI::Validator unit_validator(Parse parse, std::string description) {
 
 }  // namespace
 
+void refuse_empty_values(CLI::App& app) {
+  const CLI::Validator non_empty(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "an empty value: give one, or leave the flag out" : std::string();
+      },
+      "");
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_type_size_max() > 0) option->check(non_empty);  // flags take no value
+  }
+  for (CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+    refuse_empty_values(*command);
+  }
+}
+
 CLI::Validator integer_in(std::int64_t lo, std::int64_t hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {

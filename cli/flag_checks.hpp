@@ -18,6 +18,11 @@ using requests::kMaxSeed;
 using requests::kMaxThreads;
 using requests::kMaxTimeLimitS;
 
+/// Refuses an empty value ('') of every option of `app` and its subcommands that takes one, so
+/// that `-o ''`, `--link ''`, `--encode ''` or `--step-annotation ''` is one line and exit 2
+/// rather than taken for "not given" (or accepted). Called once all commands are added.
+void refuse_empty_values(CLI::App& app);
+
 /// A whole number in [lo, hi] ("--threads 0" is refused with the range).
 CLI::Validator integer_in(std::int64_t lo, std::int64_t hi);
 /// Seconds: a finite number in (0, hi].

@@ -3,14 +3,16 @@
 // 0 success, 1 an expected negative outcome a command reports (e.g. a plan that does not fit),
 // 2 bad input (a trace, a plan, a flag), 1 also when a backend fails at run time
 // (runtime::BackendError: a kernel, a CUDA call), 3 an internal error (a bug in memplan: please
-// report it).
+// report it). Every error line is one printable line (core/printable.hpp).
 #include <exception>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/flag_checks.hpp"
 #include "core/input_error.hpp"
+#include "core/printable.hpp"
 #include "runtime/backend_error.hpp"
 
 int main(int argc, char** argv) {
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
   memplan::cli::add_validate_command(app, exit_status);
   memplan::cli::add_record_command(app);
   memplan::cli::add_capture_command(app, exit_status);
+  memplan::cli::refuse_empty_values(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -36,17 +39,18 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // An unexpected argument is most often the second word of a value with a space in it.
     const bool extra = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
-    fmt::print(stderr, "memplan: {} (see memplan --help{})\n", e.what(),
+    fmt::print(stderr, "memplan: {} (see memplan --help{})\n", memplan::sim::printable(e.what()),
                extra ? "; write a value without spaces, e.g. --latency 10us" : "");
     return 2;
   } catch (const memplan::sim::InputError& e) {
-    fmt::print(stderr, "memplan: {}\n", e.what());
+    fmt::print(stderr, "memplan: {}\n", e.what());  // printable already
     return 2;
   } catch (const memplan::runtime::BackendError& e) {
-    fmt::print(stderr, "memplan: backend failed: {}\n", e.what());
+    fmt::print(stderr, "memplan: backend failed: {}\n", memplan::sim::printable(e.what()));
     return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "memplan: internal error (a bug; please report it): {}\n", e.what());
+    fmt::print(stderr, "memplan: internal error (a bug; please report it): {}\n",
+               memplan::sim::printable(e.what()));
     return 3;
   }
   return exit_status;

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -44,8 +45,11 @@ Quantity split(std::string_view text, std::string_view where, std::string_view w
   Quantity q;
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, q.number);
-  if (ec == std::errc::result_out_of_range) {
-    throw InputError(std::string(where), fmt::format("'{}' is too large for a {}", text, what));
+  if (ec == std::errc::result_out_of_range) {  // 1e400 overflows, 1e-400 underflows to 0
+    const std::string number(text.data(), ptr);
+    const bool tiny = std::fabs(std::strtod(number.c_str(), nullptr)) < 1;
+    throw InputError(std::string(where), fmt::format("'{}' is too {} for a {}", text,
+                                                     tiny ? "small (it is 0)" : "large", what));
   }
   if (ec != std::errc{} || ptr == text.data() || !std::isfinite(q.number)) {
     throw InputError(std::string(where),

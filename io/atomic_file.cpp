@@ -5,8 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <system_error>
 
@@ -46,20 +50,111 @@ int open_special(const fs::path& target, const fs::path& path) {
   return fd;
 }
 
+// Note [Temporaries on a signal]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A run stopped by Ctrl-C (SIGINT), kill (SIGTERM) or a closed terminal (SIGHUP) while it wrote
+// an output left its temporary `.NAME.tmp.PID` beside the file. While a temporary exists, a
+// handler of those signals is installed that removes every temporary of the process (unlink is
+// async-signal-safe), puts back the disposition it found and raises the signal again, so that the
+// run still ends as that signal ends it (its exit status says so; an embedding Python process
+// gets its KeyboardInterrupt). A signal that was ignored (SIGINT of a background job) is left
+// ignored. The paths live in fixed slots the handler reads without allocating.
+constexpr std::array<int, 3> kCleanupSignals{SIGINT, SIGTERM, SIGHUP};
+constexpr std::size_t kTempSlots = 16;
+constexpr std::size_t kTempPathBytes = 4096;
+enum : int { kSlotFree, kSlotWriting, kSlotReady };
+
+struct TempSlot {
+  std::atomic<int> state{kSlotFree};
+  std::array<char, kTempPathBytes> path{};
+};
+std::array<TempSlot, kTempSlots> g_temp_slots;
+std::array<struct sigaction, kCleanupSignals.size()> g_previous_actions{};
+std::array<std::atomic<bool>, kCleanupSignals.size()> g_handler_installed{};
+std::mutex g_temp_mutex;  // registration and (un)installing, never taken by the handler
+int g_temp_count = 0;
+
+void remove_temporaries(int signal) {
+  const int saved_errno = errno;
+  for (TempSlot& slot : g_temp_slots) {
+    if (slot.state.load(std::memory_order_acquire) == kSlotReady) ::unlink(slot.path.data());
+  }
+  for (std::size_t i = 0; i < kCleanupSignals.size(); ++i) {
+    if (kCleanupSignals[i] == signal && g_handler_installed[i].exchange(false)) {
+      ::sigaction(signal, &g_previous_actions[i], nullptr);
+    }
+  }
+  errno = saved_errno;
+  ::raise(signal);  // delivered once this handler returns, to the disposition put back
+}
+
+// With g_temp_mutex held: the handler installed for each signal not ignored, or the previous
+// dispositions put back.
+void set_cleanup_handler(bool install) {
+  for (std::size_t i = 0; i < kCleanupSignals.size(); ++i) {
+    if (install) {
+      struct sigaction action {};
+      action.sa_handler = remove_temporaries;
+      ::sigemptyset(&action.sa_mask);
+      struct sigaction previous {};
+      if (::sigaction(kCleanupSignals[i], nullptr, &previous) != 0) continue;
+      if (previous.sa_handler == SIG_IGN) continue;
+      g_previous_actions[i] = previous;
+      g_handler_installed[i].store(true);
+      ::sigaction(kCleanupSignals[i], &action, nullptr);
+    } else if (g_handler_installed[i].exchange(false)) {
+      ::sigaction(kCleanupSignals[i], &g_previous_actions[i], nullptr);
+    }
+  }
+}
+
+// Registers `path` for removal on a signal; the slot, or -1 when every slot is taken (that
+// temporary is then not removed on a signal) or the path is too long for one.
+int register_temporary(const fs::path& path) {
+  const std::string& text = path.native();
+  if (text.size() >= kTempPathBytes) return -1;
+  const std::lock_guard<std::mutex> lock(g_temp_mutex);
+  for (std::size_t s = 0; s < kTempSlots; ++s) {
+    TempSlot& slot = g_temp_slots[s];
+    if (slot.state.load() != kSlotFree) continue;
+    slot.state.store(kSlotWriting);
+    std::memcpy(slot.path.data(), text.c_str(), text.size() + 1);
+    slot.state.store(kSlotReady, std::memory_order_release);
+    if (g_temp_count++ == 0) set_cleanup_handler(true);
+    return static_cast<int>(s);
+  }
+  return -1;
+}
+
+void unregister_temporary(int slot) {
+  if (slot < 0) return;
+  const std::lock_guard<std::mutex> lock(g_temp_mutex);
+  g_temp_slots[static_cast<std::size_t>(slot)].state.store(kSlotFree, std::memory_order_release);
+  if (--g_temp_count == 0) set_cleanup_handler(false);
+}
+
 // The temporary file beside `target` that a write goes to before it is renamed into place,
-// `.NAME.tmp.PID`; removed unless committed.
+// `.NAME.tmp.PID`; removed unless committed, also when a signal stops the run (Note
+// [Temporaries on a signal]).
 class TempFile {
  public:
   TempFile(const fs::path& target, const fs::path& path)
       : path_(path),
         temp_(target.parent_path() /
-              fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())) {
+              fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())),
+        slot_(register_temporary(temp_)) {
     fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd_ < 0) throw InputError(path.string(), "cannot open for writing");
+    if (fd_ < 0) {
+      unregister_temporary(slot_);
+      throw InputError(path.string(), "cannot open for writing");
+    }
   }
   ~TempFile() {
     if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temp_.c_str());
+    if (!committed_) {
+      ::unlink(temp_.c_str());
+      unregister_temporary(slot_);
+    }
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
@@ -76,6 +171,7 @@ class TempFile {
     fs::rename(temp_, target, ec);
     if (ec) throw InputError(path_.string(), fmt::format("cannot write: {}", ec.message()));
     committed_ = true;
+    unregister_temporary(slot_);  // the path is gone: a signal now has nothing to remove
   }
 
   // The descriptor, left open for the caller (after commit: the file's).
@@ -88,6 +184,7 @@ class TempFile {
  private:
   fs::path path_;  // as the user gave it, for messages
   fs::path temp_;
+  int slot_ = -1;  // in g_temp_slots, -1 when not registered
   int fd_ = -1;
   bool committed_ = false;
 };

@@ -1,6 +1,8 @@
 #include "io/json_reader.hpp"
 
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include <fmt/core.h>
 
@@ -115,23 +117,41 @@ std::string JsonReader::as_string() const {
   return value_->get<std::string>();
 }
 
+namespace {
+// The range of an integer field as a message says it: "[0, 3]", or for the whole 64-bit range,
+// which a field that checks its value later asks for, words rather than two 19-digit numbers.
+std::string range_text(std::int64_t min, std::int64_t max) {
+  if (min == std::numeric_limits<std::int64_t>::min() &&
+      max == std::numeric_limits<std::int64_t>::max()) {
+    return "a 64-bit integer's range";
+  }
+  return fmt::format("[{}, {}]", min, max);
+}
+}  // namespace
+
 std::int64_t JsonReader::as_int(std::int64_t min, std::int64_t max) const {
   std::int64_t v = 0;
   if (value_->is_number_unsigned()) {
     const auto u = value_->get<std::uint64_t>();
     if (u > static_cast<std::uint64_t>(max))
-      fail(fmt::format("{} is out of range [{}, {}]", u, min, max));
+      fail(fmt::format("{} is out of range ({})", u, range_text(min, max)));
     v = static_cast<std::int64_t>(u);
   } else if (value_->is_number_integer()) {
     v = value_->get<std::int64_t>();
   } else if (value_->is_number_float() &&
              std::trunc(value_->get<double>()) == value_->get<double>()) {
-    // An integer too large for 64 bits (2^64) parses as a double: say so, not "a fraction".
-    fail(fmt::format("{:.0f} is out of range [{}, {}]", value_->get<double>(), min, max));
+    const double d = value_->get<double>();
+    // A whole number written with a decimal point or an exponent ("version": 1.0), or an integer
+    // too large for 64 bits (2^64), which parses as a double: say which, not "a fraction".
+    if (std::fabs(d) < 9.2e18) {
+      fail(fmt::format("{} is not an integer: write it without a decimal point or exponent ({:.0f})",
+                       value_->dump(), d));
+    }
+    fail(fmt::format("{:.0f} is out of range ({})", d, range_text(min, max)));
   } else {
     fail(fmt::format("expected an integer, found {}", type_name(*value_)));
   }
-  if (v < min || v > max) fail(fmt::format("{} is out of range [{}, {}]", v, min, max));
+  if (v < min || v > max) fail(fmt::format("{} is out of range ({})", v, range_text(min, max)));
   return v;
 }
 

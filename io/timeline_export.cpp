@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/printable.hpp"
 #include "io/job_report.hpp"
 #include "memory/device_arena.hpp"
 
@@ -157,7 +158,8 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
 
 std::string why_not_text(const Timeline& timeline, const Program& program,
                          const Workload& workload) {
-  if (timeline.oom) return oom_to_text(*timeline.oom, program, workload);
+  // The names of the report are the trace's: printable, for the one line it is printed on.
+  if (timeline.oom) return printable(oom_to_text(*timeline.oom, program, workload));
   if (!timeline.saturated) return {};
   return "its time runs past the end of memplan's clock (2^62 ns, about 146 years), where every "
          "time saturates: no time is known at a link, latency or host speed this slow";
@@ -180,12 +182,15 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
   if (oom.live_encoded_bytes > 0)
     kinds += fmt::format("{}encoded {}", kinds.empty() ? "" : ", ",
                          format_bytes(oom.live_encoded_bytes));
-  if (oom.host_resident_bytes > 0)
-    kinds += fmt::format("; {} already on the host", format_bytes(oom.host_resident_bytes));
+  if (oom.host_resident_bytes > 0) {
+    kinds += fmt::format("{}{} already on the host", kinds.empty() ? "" : "; ",
+                         format_bytes(oom.host_resident_bytes));
+  }
+  if (!kinds.empty()) kinds = " (" + kinds + ")";  // nothing live: no empty "()"
   Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
   return fmt::format(
       "out of device memory {} (t={:.3f} us): {} needs {}, largest free block {}, {} missing; "
-      "live {} of {} ({})",
+      "live {} of {}{}",
       oom.op == kNoOp ? std::string("before the first op (tensors that exist before the step)")
                       : fmt::format("at op '{}'", workload.op(oom.op).name),
       to_us(oom.time_ns), instruction_label(alloc, program, workload),

@@ -5,11 +5,13 @@
 // of a parallel_for is invisible to it, and once a worker's access is older than TSan's history
 // no suppression of TBB's frames can apply (tests/tsan.supp). Each body ends with a release
 // increment of a counter, the caller acquires it after the loop, and checks that every index ran.
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <exception>
 
 #include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
 #include <oneapi/tbb/task_group.h>
@@ -22,6 +24,18 @@ enum class Split {
   kAuto,       // oneTBB's chunking: many cheap bodies (one simulation each)
   kOnePerTask  // one index per task: few bodies of very different cost (subtrees, grid cells)
 };
+
+/// The concurrency to give a task arena asked for `threads` (a thread count from 1, or
+/// tbb::task_arena::automatic): at most what oneTBB's pool allows on this machine, since an arena
+/// asked for more runs with that many anyway, after oneTBB printed a raw "TBB Warning: The number
+/// of workers is currently limited" on standard error (--threads 64 on two cores). The search's
+/// results do not depend on it (Same inputs, same outputs, whatever the number of threads).
+inline int arena_concurrency(int threads) {
+  if (threads <= 0) return threads;
+  const auto most = static_cast<int>(
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
+  return std::clamp(threads, 1, std::max(1, most));
+}
 
 template <class Body>
 void parallel_each(std::size_t begin, std::size_t end, Body&& body, Split split = Split::kAuto) {

@@ -578,7 +578,7 @@ ExactResult branch_and_bound(const sim::Workload& workload, const sim::Machine& 
   const int threads = options.threads > 0
                           ? options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  tbb::task_arena arena(threads);
+  tbb::task_arena arena(arena_concurrency(threads));
   ExactResult result;
   result.plan = heuristic.plan;
   result.evaluation = heuristic.evaluation;

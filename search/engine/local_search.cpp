@@ -42,7 +42,7 @@ LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& mach
       stop_(stop),
       report_(report),
       result_(result),
-      arena_(threads),
+      arena_(arena_concurrency(threads)),
       driver_(workload, machine, options.collective_ready_ns),
       evaluators_([&] {
         auto evaluator =

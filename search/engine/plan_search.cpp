@@ -81,6 +81,7 @@
 #include "search/engine/local_search.hpp"
 #include "search/engine/seeding.hpp"
 #include "search/policies/network_view.hpp"
+#include "search/parallel.hpp"
 
 namespace memplan::search {
 
@@ -114,7 +115,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 SearchResult local_search(const sim::Workload& workload, const sim::Machine& machine,
                           const NetworkView& view, const SearchOptions& options, int threads,
                           std::chrono::steady_clock::time_point start) {
-  tbb::task_arena arena(threads);
+  tbb::task_arena arena(arena_concurrency(threads));
   engine::Reporter report(options, start);
   SearchResult result;
 

@@ -83,7 +83,7 @@ Comparison compare_policies(const sim::Workload& workload, const sim::Machine& m
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return all[a].cost > all[b].cost; });
   const int threads = options.threads > 0 ? options.threads : tbb::task_arena::automatic;
-  tbb::task_arena arena(threads);
+  tbb::task_arena arena(arena_concurrency(threads));
   BoundOptions bound;  // every plan the rows may take: any placement, the encodings given
   bound.encodings = options.encodings;
   arena.execute([&] {

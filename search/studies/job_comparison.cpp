@@ -123,7 +123,7 @@ JobComparison compare_job_policies(const sim::Job& job, const std::vector<sim::M
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return all[a].cost > all[b].cost; });
   const int threads = options.threads > 0 ? options.threads : tbb::task_arena::automatic;
-  tbb::task_arena arena(threads);
+  tbb::task_arena arena(arena_concurrency(threads));
   arena.execute([&] {
     parallel_each(
         0, order.size(),

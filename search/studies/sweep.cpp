@@ -440,7 +440,7 @@ std::vector<SweepRow> Sweep::run(const std::vector<std::size_t>& cells,
 
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, tbb::info::default_concurrency());
-  tbb::task_arena arena(threads);
+  tbb::task_arena arena(arena_concurrency(threads));
   const auto start = std::chrono::steady_clock::now();
   std::vector<SweepRow> rows(cells.size());
   std::mutex progress_mutex;

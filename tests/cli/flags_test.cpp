@@ -237,3 +237,87 @@ TEST_CASE("a recorded trace has the device's memory: a policy fits without --mem
   CHECK(nlohmann::json::parse(given.out).at("memory_bytes") == 3LL << 30);
   CHECK(memplan::sim::read_trace(path).device.memory_bytes == 3LL << 30);
 }
+
+namespace {
+// mlp4 with every op's and tensor's name ending in a newline, an ESC sequence and a fake line.
+std::string trace_with_control_names(bool orphan) {
+  auto trace = nlohmann::json::parse(memplan::sim::read_file(source_path("traces/mlp4.json")));
+  for (auto& list : {&trace["ops"], &trace["tensors"]}) {
+    for (auto& item : *list) item["name"] = item["name"].get<std::string>() + "\n\x1b[2Kmemplan: ok";
+  }
+  if (orphan) trace["tensors"][6]["producer"] = nullptr;  // an error that quotes a name
+  const std::string path = temp_dir() + "/names.json";
+  memplan::sim::write_file_atomically(path, trace.dump());
+  return path;
+}
+void check_one_clean_line(const CommandResult& r) {
+  CAPTURE(r.err);
+  REQUIRE(!r.err.empty());
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+  CHECK(r.err.find('\x1b') == std::string::npos);
+}
+}  // namespace
+
+TEST_CASE("names with control characters are escaped in the one-line messages", "[cli][flags]") {
+  // #40 item 9: an op name with a newline or an ESC split or spoofed the error line.
+  const auto bad = run_memplan("info '" + trace_with_control_names(true) + "'");
+  CHECK(bad.exit_status == 2);
+  check_one_clean_line(bad);
+  CHECK(bad.err.find("tensor 6 'h1\\n\\x1b[2Kmemplan: ok', whose producer is none") !=
+        std::string::npos);
+  const auto oom = run_memplan("simulate '" + trace_with_control_names(false) +
+                               "' --policy in-core --memory 400KiB");
+  CHECK(oom.exit_status == 1);
+  check_one_clean_line(oom);
+  CHECK(oom.out.find('\x1b') == std::string::npos);
+  // A flag's value too (CLI11's own messages).
+  const auto flag = run_memplan("search " + memplan::test::tiny_trace() +
+                                " --threads \"$(printf '1\\n\\033[2Kx')\"");
+  check_one_clean_line(flag);
+}
+
+TEST_CASE("messages echo what was given briefly and say what is wrong with it", "[cli][flags]") {
+  // #40 item 9: a 5,000-digit literal echoed whole, "version": 1.0 answered with a 19-digit
+  // range, 1e-400GiB called too large, "of 16.00 GiB ()".
+  const std::string simulate = "simulate " + memplan::test::tiny_trace() + " --policy in-core ";
+  check_refused(run_memplan(simulate + "--memory " + std::string(5000, '9') + "GiB"),
+                "...[4925 characters]...9999999999999999GiB' is too large for a size");
+  check_refused(run_memplan(simulate + "--memory 1e-400GiB"), "'1e-400GiB' is too small");
+  std::string text = memplan::sim::read_file(source_path("traces/mlp4.json"));
+  text.replace(text.find("\"version\": 1"), 12, "\"version\": 1.0");
+  const std::string path = temp_dir() + "/v.json";
+  memplan::sim::write_file_atomically(path, text);
+  const auto version = run_memplan("info '" + path + "'");
+  check_refused(version, "$.version: 1.0 is not an integer: write it without a decimal point");
+  CHECK(version.err.find("9223372036854775807") == std::string::npos);
+  // Nothing live when memory runs out: no empty parentheses.
+  const auto oom = run_memplan(simulate + "--memory 1B");
+  CHECK(oom.exit_status == 1);
+  CHECK(oom.err.find("()") == std::string::npos);
+}
+
+TEST_CASE("an empty value is refused, not taken for no value", "[cli][flags]") {
+  // #40 item 9: -o '' was ignored; --link '', --encode '', --step-annotation '' were accepted.
+  const std::string tiny = memplan::test::tiny_trace();
+  for (const std::string& args :
+       {"simulate " + tiny + " --policy in-core --link ''", "compare " + tiny + " --encode ''",
+        "search " + tiny + " --rounds 1 -o ''", "simulate " + tiny + " --policy in-core --timeline ''",
+        std::string("import kineto x.json --step-annotation '' -o y.json"),
+        std::string("import kineto x.json -o ''"), std::string("info ''")}) {
+    CAPTURE(args);
+    check_refused(run_memplan(args), "an empty value: give one, or leave the flag out");
+  }
+}
+
+TEST_CASE("more threads than the machine has: no raw TBB warning", "[cli][flags]") {
+  // #40 item 9: --threads 64 on two cores printed oneTBB's "TBB Warning: The number of workers
+  // is currently limited to 1".
+  const std::string tiny = memplan::test::tiny_trace();
+  for (const std::string& args : {"search " + tiny + " --threads 1024 --rounds 1 --quiet",
+                                  "sweep " + tiny + " --threads 1024 --search-rounds 1 --quiet"}) {
+    const auto r = run_memplan(args);
+    CAPTURE(args, r.err);
+    CHECK(r.exit_status == 0);
+    CHECK(r.err.find("TBB") == std::string::npos);
+  }
+}
