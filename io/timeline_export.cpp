@@ -148,6 +148,14 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
                       {"largest_free_block", oom.largest_free_block},
                       {"bytes_missing", oom.bytes_missing},
                       {"host_resident_bytes", oom.host_resident_bytes}};
+  if (oom.caching) {
+    const CachingAllocator::Shortfall& c = *oom.caching;
+    j["caching"] = {{"pool", c.small_pool ? "small" : "large"},
+                    {"largest_cached_bytes", c.largest_cached},
+                    {"largest_cached_other_pool_bytes", c.largest_cached_other},
+                    {"segment_bytes", c.segment_bytes},
+                    {"free_for_segments_bytes", c.free_for_segments}};
+  }
   j["op"] = oom.op == kNoOp ? nlohmann::json(nullptr) : nlohmann::json(workload.op(oom.op).name);
   if (oom.buffer != kNoBuffer) {
     Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
@@ -155,6 +163,42 @@ nlohmann::json oom_to_json(const OomReport& oom, const Program& program, const W
   }
   return j;
 }
+
+namespace {
+// Why a request PyTorch's caching allocator refuses fails, in its terms: the pool it is served
+// from (the pools are separate: a large cached block does not serve a small request) has no
+// cached block that large, and the segment it would take does not fit beside the segments that
+// hold live blocks (the others are given back first). Its exact size says its pool where the
+// rounded one would hide it (1.00 MiB for a request just over 1 MiB).
+std::string caching_shortfall_text(const CachingAllocator::Shortfall& c) {
+  std::string segment;
+  if (c.small_pool) {
+    segment = fmt::format("a new {} small segment (PyTorch's for every request up to 1 MiB)",
+                          format_bytes(c.segment_bytes));
+  } else if (c.requested < CachingAllocator::kMinLargeAlloc) {
+    segment = fmt::format(
+        "a new {} segment (PyTorch's for every request over 1 MiB and under 10 MiB)",
+        format_bytes(c.segment_bytes));
+  } else {
+    segment = fmt::format("a new segment of {} (the request rounded up to 2 MiB)",
+                          format_bytes(c.segment_bytes));
+  }
+  std::string text = fmt::format(
+      "{} ({} B, {}), which has no cached block that large ({}), and {} does not fit in the {} "
+      "the capacity leaves beside the segments holding live blocks: {} missing",
+      format_bytes(c.requested), c.requested,
+      c.small_pool ? "up to 1 MiB: the small pool" : "over 1 MiB: the large pool",
+      c.largest_cached > 0 ? fmt::format("largest {}", format_bytes(c.largest_cached))
+                           : std::string("none cached"),
+      segment, format_bytes(c.free_for_segments), format_bytes(c.missing));
+  if (c.largest_cached_other >= c.requested) {
+    text += fmt::format(" (the {} pool's cached {} serves {} only)",
+                        c.small_pool ? "large" : "small", format_bytes(c.largest_cached_other),
+                        c.small_pool ? "requests over 1 MiB" : "requests up to 1 MiB");
+  }
+  return text;
+}
+}  // namespace
 
 std::string why_not_text(const Timeline& timeline, const Program& program,
                          const Workload& workload) {
@@ -188,15 +232,18 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
   }
   if (!kinds.empty()) kinds = " (" + kinds + ")";  // nothing live: no empty "()"
   Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
+  const std::string needs =
+      oom.caching ? caching_shortfall_text(*oom.caching)
+                  : fmt::format("{}, largest free block {}, {} missing",
+                                format_bytes(oom.requested_bytes),
+                                format_bytes(oom.largest_free_block),
+                                format_bytes(oom.bytes_missing));
   return fmt::format(
-      "out of device memory {} (t={:.3f} us): {} needs {}, largest free block {}, {} missing; "
-      "live {} of {}{}",
+      "out of device memory {} (t={:.3f} us): {} needs {}; live {} of {}{}",
       oom.op == kNoOp ? std::string("before the first op (tensors that exist before the step)")
                       : fmt::format("at op '{}'", workload.op(oom.op).name),
-      to_us(oom.time_ns), instruction_label(alloc, program, workload),
-      format_bytes(oom.requested_bytes), format_bytes(oom.largest_free_block),
-      format_bytes(oom.bytes_missing), format_bytes(oom.live_bytes),
-      format_bytes(oom.capacity_bytes), kinds);
+      to_us(oom.time_ns), instruction_label(alloc, program, workload), needs,
+      format_bytes(oom.live_bytes), format_bytes(oom.capacity_bytes), kinds);
 }
 
 Bytes average_live_bytes(const Timeline& timeline) {

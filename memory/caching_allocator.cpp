@@ -173,17 +173,38 @@ void CachingAllocator::release(Handle handle) {
   cache(b);
 }
 
-CachingAllocator::Size CachingAllocator::largest_free_block() const {
-  Size cached = 0;
-  Size releasable = 0;
+CachingAllocator::Size CachingAllocator::largest_cached(bool small_pool) const {
+  const Pool& pool = small_pool ? small_pool_ : large_pool_;
+  return pool.empty() ? 0 : std::get<0>(*pool.rbegin());
+}
+
+CachingAllocator::Size CachingAllocator::free_for_segments() const {
+  Size releasable = 0;  // cached segments without a live block: given back before a new one
   for (const Pool* pool : {&small_pool_, &large_pool_}) {
-    if (!pool->empty()) cached = std::max(cached, std::get<0>(*pool->rbegin()));
     for (const auto& [size, at, b] : *pool) {
       const Block& block = blocks_[static_cast<std::size_t>(b)];
       if (block.prev == kNone && block.next == kNone) releasable += size;
     }
   }
-  return std::max(cached, capacity_ - reserved_ + releasable);
+  return capacity_ - reserved_ + releasable;
+}
+
+CachingAllocator::Size CachingAllocator::largest_free_block() const {
+  return std::max({largest_cached(true), largest_cached(false), free_for_segments()});
+}
+
+CachingAllocator::Shortfall CachingAllocator::shortfall(Size bytes) const {
+  Shortfall s;
+  s.requested = rounded_size(bytes);
+  s.small_pool = small(s.requested);
+  s.largest_cached = largest_cached(s.small_pool);
+  s.largest_cached_other = largest_cached(!s.small_pool);
+  s.segment_bytes = segment_size(s.requested);
+  s.free_for_segments = free_for_segments();
+  if (s.largest_cached < s.requested) {
+    s.missing = std::max<Size>(0, s.segment_bytes - s.free_for_segments);
+  }
+  return s;
 }
 
 }  // namespace memplan::sim

@@ -98,6 +98,21 @@ class CachingAllocator {
   /// The largest request that would succeed now: a cached free block, or a new segment in what
   /// the live segments leave of the capacity.
   [[nodiscard]] Size largest_free_block() const;
+
+  /// Why a request fails, in PyTorch's terms: the pools are separate, and a request no cached
+  /// block of its pool holds takes a new segment of segment_size, which must fit in what the
+  /// capacity leaves beside the segments that hold live blocks (the others are given back first).
+  struct Shortfall {
+    Size requested = 0;             // rounded_size of the request
+    bool small_pool = false;        // served from the small pool (requests up to 1 MiB)
+    Size largest_cached = 0;        // the largest cached free block of its pool (0: none)
+    Size largest_cached_other = 0;  // ... of the other pool, which cannot serve it
+    Size segment_bytes = 0;         // the segment a new block for it takes
+    Size free_for_segments = 0;     // the capacity less the segments holding live blocks
+    Size missing = 0;               // what a new segment lacks; 0 when the request would succeed
+  };
+  /// The shortfall of a request of `bytes` now (its `missing` is 0 when it would succeed).
+  [[nodiscard]] Shortfall shortfall(Size bytes) const;
   [[nodiscard]] std::size_t segment_count() const { return segment_count_; }
 
  private:
@@ -119,6 +134,8 @@ class CachingAllocator {
   using Pool = std::set<std::tuple<Size, Offset, Handle>>;
 
   [[nodiscard]] static bool small(Size size) { return size <= kSmallSize; }
+  [[nodiscard]] Size largest_cached(bool small_pool) const;
+  [[nodiscard]] Size free_for_segments() const;
   [[nodiscard]] Pool& pool_of(const Block& block);
   [[nodiscard]] Offset address(Handle b) const;
   void cache(Handle b);

@@ -1,5 +1,7 @@
 #include "memory/device_memory.hpp"
 
+#include <algorithm>
+
 namespace memplan::sim {
 
 void DeviceMemory::reset(AllocatorModel model, Size capacity) {
@@ -40,6 +42,20 @@ DeviceMemory::Size DeviceMemory::peak_reserved_bytes() const {
 DeviceMemory::Size DeviceMemory::largest_free_block() const {
   return model_ == AllocatorModel::kArena ? arena_.largest_free_block()
                                           : caching_.largest_free_block();
+}
+
+DeviceMemory::Shortfall DeviceMemory::shortfall(Size bytes) const {
+  Shortfall s;
+  s.largest_free_block = largest_free_block();
+  if (model_ == AllocatorModel::kArena) {
+    s.requested = DeviceArena::aligned_size(bytes);
+    s.missing = std::max<Size>(0, s.requested - s.largest_free_block);
+    return s;
+  }
+  s.caching = caching_.shortfall(bytes);
+  s.requested = s.caching->requested;
+  s.missing = s.caching->missing;
+  return s;
 }
 
 }  // namespace memplan::sim

@@ -64,6 +64,20 @@ class DeviceMemory {
   /// The largest request that would succeed now.
   [[nodiscard]] Size largest_free_block() const;
 
+  /// Why a request of `bytes` fails now (what allocate's nullopt means), the one account of it
+  /// the simulator's and the backends' out-of-memory reports and the search's replay give:
+  /// `requested`, the request as the allocator rounds it; `missing`, what would have to be found
+  /// for it (0 when it would succeed): under the arena, the request less the largest free block;
+  /// under the caching allocator, what its new segment lacks (`caching`: the pools are separate,
+  /// so a cached block of the other pool, however large, does not serve it).
+  struct Shortfall {
+    Size requested = 0;
+    Size largest_free_block = 0;
+    Size missing = 0;
+    std::optional<CachingAllocator::Shortfall> caching;
+  };
+  [[nodiscard]] Shortfall shortfall(Size bytes) const;
+
  private:
   AllocatorModel model_ = AllocatorModel::kArena;
   DeviceArena arena_;

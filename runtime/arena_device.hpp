@@ -26,6 +26,9 @@ class ArenaDevice : public Device {
   [[nodiscard]] bool allocate(sim::BufferId buffer) final;
   void free(sim::BufferId buffer) final;
   [[nodiscard]] MemoryStats memory_stats() const final;
+  [[nodiscard]] sim::DeviceMemory::Shortfall shortfall(sim::Bytes bytes) const final {
+    return memory_.shortfall(bytes);
+  }
   void set_capture(bool capture) final { capture_ = capture; }
 
  protected:

@@ -7,6 +7,7 @@
 // same offsets and reaches the same peak. A Device knows the Program it runs (prepare), so that
 // instructions are passed by their position in a stream's list and the interpreter stays free of
 // any backend detail.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -59,6 +60,15 @@ class Device {
   /// prepare). Valid after synchronize.
   [[nodiscard]] virtual std::vector<sim::Span> measured_spans() const = 0;
   [[nodiscard]] virtual MemoryStats memory_stats() const = 0;
+  /// Why a request of `bytes` fails now (sim::DeviceMemory::shortfall); by default, an arena's
+  /// account from memory_stats (the request aligned, less the largest free block).
+  [[nodiscard]] virtual sim::DeviceMemory::Shortfall shortfall(sim::Bytes bytes) const {
+    sim::DeviceMemory::Shortfall s;
+    s.requested = sim::DeviceArena::aligned_size(bytes);
+    s.largest_free_block = memory_stats().largest_free_block;
+    s.missing = std::max<sim::Bytes>(0, s.requested - s.largest_free_block);
+    return s;
+  }
 
   /// Bytes of tensor `t` as the run left them: parameters and optimizer state (on the device at the
   /// end, else in their resident host slot), or the value a kRun wrote for a gradient or the loss

@@ -1,6 +1,5 @@
 #include "sim/timeline.hpp"
 
-#include "memory/device_arena.hpp"
 
 namespace memplan::sim {
 
@@ -31,14 +30,16 @@ std::string_view to_string(HostActivity activity) {
 }
 
 OomReport device_oom_report(const Program& program, const Instruction& alloc, Bytes capacity,
-                            Bytes largest_free_block, const std::function<bool(BufferId)>& live) {
+                            const DeviceMemory::Shortfall& shortfall,
+                            const std::function<bool(BufferId)>& live) {
   OomReport r;
   r.op = alloc.op;
   r.buffer = alloc.buffer;
-  r.requested_bytes = DeviceArena::aligned_size(program.buffers[index(alloc.buffer)].bytes);
+  r.requested_bytes = shortfall.requested;
   r.capacity_bytes = capacity;
-  r.largest_free_block = largest_free_block;
-  r.bytes_missing = r.requested_bytes - r.largest_free_block;
+  r.largest_free_block = shortfall.largest_free_block;
+  r.bytes_missing = shortfall.missing;
+  r.caching = shortfall.caching;
   for (const HostSlot& slot : program.host_slots) {
     if (slot.resident) r.host_resident_bytes += slot.bytes;
   }

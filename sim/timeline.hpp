@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/program.hpp"
+#include "memory/device_memory.hpp"
 
 namespace memplan::sim {
 
@@ -80,7 +81,7 @@ struct OomReport {
   OpId op = kNoOp;    // the op the allocation was for
   BufferId buffer = kNoBuffer;
   Nanoseconds time_ns = 0;
-  Bytes requested_bytes = 0;  // as aligned by the arena (device) or as copied (host)
+  Bytes requested_bytes = 0;  // as the allocator rounds it (device) or as copied (host)
   Bytes capacity_bytes = 0;
   Bytes live_bytes = 0;
   std::array<Bytes, kTensorKindCount> live_by_kind{};  // tensor buffers, workspace included
@@ -89,15 +90,20 @@ struct OomReport {
   /// core/plan.hpp): what it already moved off the device.
   Bytes host_resident_bytes = 0;
   Bytes largest_free_block = 0;
-  Bytes bytes_missing = 0;  // requested minus the largest free block (what would have to be found)
+  /// What would have to be found for the request (DeviceMemory::Shortfall): the request less the
+  /// largest free block in an arena; what its new segment lacks under the caching allocator.
+  Bytes bytes_missing = 0;
+  /// Under the caching allocator, why in its terms (pool, cached blocks, the new segment).
+  std::optional<CachingAllocator::Shortfall> caching;
 };
 
-/// The report for the kAlloc `alloc` of `program` that found no free block in an arena of
-/// `capacity` whose largest free block was `largest_free_block`; `live(b)` says whether buffer b
-/// was allocated then. The one builder of device OomReports: the engine and the interpreter both
-/// call it (the caller sets time_ns when it knows one).
+/// The report for the kAlloc `alloc` of `program` that the device memory of `capacity` refused,
+/// `shortfall` its account of why (DeviceMemory::shortfall of the buffer's bytes); `live(b)` says
+/// whether buffer b was allocated then. The one builder of device OomReports: the engine and the
+/// interpreter both call it (the caller sets time_ns when it knows one).
 OomReport device_oom_report(const Program& program, const Instruction& alloc, Bytes capacity,
-                            Bytes largest_free_block, const std::function<bool(BufferId)>& live);
+                            const DeviceMemory::Shortfall& shortfall,
+                            const std::function<bool(BufferId)>& live);
 
 struct Timeline {
   bool feasible = true;

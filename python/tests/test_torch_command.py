@@ -151,3 +151,42 @@ def test_a_batch_whose_tensors_share_a_storage_is_the_captured_batch(tmp_path):
     # shape".
     run = validate_gpt(tmp_path, captured_gpt(tmp_path, 1), 1)
     assert run.returncode == 0, run.stderr + run.stdout
+
+
+# ---- issue 36, defect 8: exit statuses and the file a failed capture names ---------------------
+
+@pytest.mark.parametrize("where", ["a-folder", "no-folder"])
+def test_a_trace_capture_cannot_write_is_said_first_naming_the_file_asked_for(tmp_path, where):
+    # Before: after the whole capture, "memplan: capture: .../.t.json.r5vrddv7: Is a directory".
+    out = tmp_path / "t.json"
+    if where == "a-folder":
+        out.mkdir()
+    else:
+        out = tmp_path / "missing" / "t.json"
+    run = run_module(tmp_path, "capture", "torchvision:resnet18", "--batch", 2, "--input",
+                     "32x32", "-o", out)
+    assert run.returncode == 2, run.stderr
+    line = only_line(run)
+    reason = "Is a directory" if where == "a-folder" else "no such folder to write it in"
+    assert line == f"memplan: capture: {out}: {reason}", line
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["t.json", "user_models.py"] if where == "a-folder" else ["user_models.py"])
+
+
+def test_the_planned_step_running_out_of_memory_is_a_result():
+    # A plan whose step runs out of memory is exit 1, as a plan the simulator says does not fit
+    # (tests/cli/capture_command_test.cpp); the baseline step running out is the model not
+    # fitting the device at all: exit 2.
+    import torch
+    from memplan.torch.__main__ import _Failed, _user_code
+    from memplan.torch.capture import step_part
+    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    for run, status in (("the planned step", 1), ("the baseline step", 2)):
+        with pytest.raises(_Failed) as failed:
+            with _user_code("gpt_block at batch 2"), step_part(run, "step_run"), \
+                    step_part("the forward pass"):
+                raise oom("CUDA out of memory. Tried to allocate 2.00 GiB")
+        assert failed.value.status == status
+        assert str(failed.value) == (f"gpt_block at batch 2, in {run}, in the forward pass: "
+                                     "OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                                     "2.00 GiB")

@@ -1,7 +1,5 @@
 #include "search/oracle/memory_replay.hpp"
 
-#include "memory/device_arena.hpp"
-
 namespace memplan::search {
 
 // Note [Fitting without the clock]
@@ -10,10 +8,9 @@ namespace memplan::search {
 // first allocation of that sequence the allocator refuses. Replaying the compute stream's allocs
 // and frees through the same DeviceMemory therefore finds the same answer as the engine: the plan
 // fits exactly when the replay does, and when it does not the refused allocation, and so the op,
-// the bytes missing (its aligned request minus the largest free block, as device_oom_report
-// computes them) and the reserved peak, are the engine's. The engine also fails a plan that runs
-// out of host memory (a timed curve): only a plan the replay finds fitting can, so a refusal here
-// is final. The replay is a small part of a simulation's cost (no events, no streams); the
+// the bytes missing (DeviceMemory::shortfall, as device_oom_report takes them) and the reserved
+// peak, are the engine's. The engine also fails a plan that runs out of host memory (a timed
+// curve): only a plan the replay finds fitting can, so a refusal here is final. The replay is a small part of a simulation's cost (no events, no streams); the
 // lowering is the rest.
 void MemoryReplay::begin(const sim::Machine& machine, const sim::Program& program, Evaluation& e) {
   program_ = &program;
@@ -36,7 +33,7 @@ bool MemoryReplay::allocate(sim::BufferId buffer, sim::OpId op, Evaluation& e) {
   if (!placed) {
     e.feasible = false;
     e.oom_op = op;
-    e.oom_bytes_missing = sim::DeviceArena::aligned_size(bytes) - memory_.largest_free_block();
+    e.oom_bytes_missing = memory_.shortfall(bytes).missing;
     return false;
   }
   handles_[index(buffer)] = placed->handle;

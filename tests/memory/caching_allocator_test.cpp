@@ -183,3 +183,33 @@ TEST_CASE("random allocations and releases keep blocks apart, inside segments an
     }
   }
 }
+
+TEST_CASE("a refused request's shortfall is what its new segment lacks, never negative",
+          "[sim][caching]") {
+  // 1 MiB and 768 KiB share a 2 MiB small segment (256 KiB cached after them); 4 MiB takes a
+  // 20 MiB segment (16 MiB cached after it, in the large pool). 22 MiB of 23 are held by
+  // segments with live blocks.
+  CachingAllocator memory(23 * kMiB);
+  REQUIRE(memory.allocate(kMiB));
+  REQUIRE(memory.allocate(3 * kMiB / 4));
+  REQUIRE(memory.allocate(4 * kMiB));
+  // 1 MiB is a small request: the small pool's largest block is 256 KiB, and the large pool's
+  // 16 MiB does not serve it; its new 2 MiB segment has 1 MiB: 1 MiB missing. (The largest free
+  // block, 16 MiB, would say -15 MiB.)
+  CHECK_FALSE(memory.allocate(kMiB));
+  const auto small = memory.shortfall(kMiB);
+  CHECK(small.requested == kMiB);
+  CHECK(small.small_pool);
+  CHECK(small.largest_cached == kMiB / 4);
+  CHECK(small.largest_cached_other == 16 * kMiB);
+  CHECK(small.segment_bytes == 2 * kMiB);
+  CHECK(small.free_for_segments == kMiB);
+  CHECK(small.missing == kMiB);
+  CHECK(memory.largest_free_block() == 16 * kMiB);
+  // 17 MiB is large: no cached block holds it, and its own 18 MiB segment has 1 MiB.
+  CHECK_FALSE(memory.allocate(17 * kMiB));
+  CHECK(memory.shortfall(17 * kMiB).missing == 17 * kMiB);
+  // 2 MiB comes from the large pool's 16 MiB block: nothing missing.
+  CHECK(memory.shortfall(2 * kMiB).missing == 0);
+  CHECK(memory.allocate(2 * kMiB));
+}

@@ -3,6 +3,7 @@
 // caching allocator gives the cached 12 MiB segment back to the driver and fits.
 #include <catch2/catch.hpp>
 
+#include "io/timeline_export.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
 
@@ -59,4 +60,46 @@ TEST_CASE("a hole too small: the arena runs out, the caching allocator gives a s
   REQUIRE(spare.timeline.feasible);
   CHECK(spare.timeline.peak_reserved_bytes == 44 * kMiB);
   CHECK(capacity_to_run(spare.program, machine) == 44 * kMiB);
+}
+
+TEST_CASE("the caching allocator's out-of-memory line says its pool and the segment it lacks",
+          "[scenario][allocator]") {
+  // x (1 MiB) and y (768 KiB) share a 2 MiB small segment, a (4 MiB) takes a 20 MiB one whose
+  // 16 MiB rest stays cached in the large pool; b (1 MiB, small) finds no small block that
+  // large (256 KiB) and its new 2 MiB segment has 1 MiB of the 23: 1 MiB missing. It said
+  // "largest free block 16.00 MiB, -15.00 MiB missing" (the large pool's block, which never
+  // serves a small request).
+  WorkloadBuilder builder;
+  const auto x = builder.input("x", kMiB);
+  const auto y = builder.input("y", 3 * kMiB / 4);
+  const auto a = builder.forward("f1", {x, y}, 4 * kMiB, 1000);
+  const auto b = builder.forward("f2", {a, x, y}, kMiB, 1000);
+  builder.backward("g2", {b}, 512, 1000);
+  const Workload w = builder.build();
+  Machine machine = test_machine(23 * kMiB);
+  machine.allocator = AllocatorModel::kCaching;
+  const auto run = memplan::test::simulate(w, in_core_plan(w), machine);
+  REQUIRE_FALSE(run.timeline.feasible);
+  const OomReport& oom = *run.timeline.oom;
+  CHECK(oom.bytes_missing == kMiB);
+  CHECK(oom_to_text(oom, run.program, w) ==
+        "out of device memory at op 'f2' (t=1.000 us): alloc f2_out needs 1.00 MiB "
+        "(1048576 B, up to 1 MiB: the small pool), which has no cached block that large "
+        "(largest 256.00 KiB), and a new 2.00 MiB small segment (PyTorch's for every request up "
+        "to 1 MiB) does not fit in the 1.00 MiB the capacity leaves beside the segments holding "
+        "live blocks: 1.00 MiB missing (the large pool's cached 16.00 MiB serves requests over "
+        "1 MiB only); live 5.75 MiB of 23.00 MiB (activation 4.00 MiB, input 1.75 MiB)");
+
+  // A request over 1 MiB and under 10 MiB takes a 20 MiB segment: with only the 2 MiB small
+  // segment held, 21 MiB leave 19 MiB for it: 1 MiB missing (it said "-15.00 MiB").
+  machine.memory_bytes = 21 * kMiB;
+  const auto large = memplan::test::simulate(w, in_core_plan(w), machine);
+  REQUIRE_FALSE(large.timeline.feasible);
+  CHECK(large.timeline.oom->bytes_missing == kMiB);
+  CHECK(oom_to_text(*large.timeline.oom, large.program, w) ==
+        "out of device memory at op 'f1' (t=0.000 us): alloc f1_out needs 4.00 MiB (4194304 B, "
+        "over 1 MiB: the large pool), which has no cached block that large (none cached), and a "
+        "new 20.00 MiB segment (PyTorch's for every request over 1 MiB and under 10 MiB) does "
+        "not fit in the 19.00 MiB the capacity leaves beside the segments holding live blocks: "
+        "1.00 MiB missing; live 1.75 MiB of 21.00 MiB (input 1.75 MiB)");
 }

@@ -14,8 +14,9 @@ the line names where (building the model, making its batch, the step's forward p
 backward pass or optimizer step, the innermost module of the model on the way) and what (the
 exception's type and first line). validate exits 1 when the planned step's results are not the
 baseline's (bitwise, or within the tolerance for a plan that narrows maps) or its peaks not the
-predicted ones, and when the simulator says the plan does not fit (unless --force), as
-`memplan validate` does.
+predicted ones, when the simulator says the plan does not fit (unless --force), as `memplan
+validate` does, and when the planned step runs out of memory (a plan's result too: one line).
+A trace `capture -o` cannot write is said before the capture's work, naming the file asked for.
 """
 
 import argparse
@@ -26,7 +27,7 @@ import sys
 import torch
 
 import memplan
-from memplan.torch.capture import capture, run_step
+from memplan.torch.capture import capture, check_writable, run_step
 from memplan.torch.models import SpecError, load_model, loss_of, make_batch, parse_dims
 from memplan.torch.recorder import UnsupportedTensor
 from memplan.torch.schedule import PlanError
@@ -37,7 +38,22 @@ _WHAT_IF = ("memory", "link", "h2d", "d2h", "latency", "host_memory", "allocator
 
 
 class _Failed(Exception):
-    """The user's model or step failed: one line saying where and what (`_user_code`)."""
+    """The user's model or step failed: one line saying where and what (`_user_code`), and the
+    exit status: 1 when the planned step ran out of memory (a plan's result, as a plan that does
+    not fit is), else 2."""
+
+    def __init__(self, line, status=2):
+        super().__init__(line)
+        self.status = status
+
+
+def _out_of_memory(error):
+    """Whether `error` is an allocator's out of memory (CUDA's, or the CPU's)."""
+    kinds = tuple(k for k in (getattr(torch, "OutOfMemoryError", None),
+                              getattr(torch.cuda, "OutOfMemoryError", None), MemoryError) if k)
+    text = str(error)
+    return isinstance(error, kinds) or (isinstance(error, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text))
 
 
 _OURS = (SpecError, PlanError, UnsupportedTensor, memplan.InputError, OSError)
@@ -69,15 +85,17 @@ def _user_code(what, model=None):
         raise
     except Exception as e:
         where = what
-        part = getattr(e, "step_part", None)
-        if part:
-            where += f", in {part}"
+        for part in (getattr(e, "step_run", None), getattr(e, "step_part", None)):
+            if part:
+                where += f", in {part}"
         module, name = _innermost_module(e, model)
         if module is not None:
             kind = type(module).__name__
             where += f", in module '{name}' ({kind})" if name else f", in the model ({kind})"
         lines = str(e).strip().splitlines()
-        raise _Failed(f"{where}: {type(e).__name__}" + (f": {lines[0]}" if lines else "")) from e
+        planned = getattr(e, "step_run", None) == "the planned step"
+        raise _Failed(f"{where}: {type(e).__name__}" + (f": {lines[0]}" if lines else ""),
+                      1 if planned and _out_of_memory(e) else 2) from e
 
 
 class _Parser(argparse.ArgumentParser):
@@ -148,6 +166,7 @@ def _step_of(args, model):
 
 
 def run_capture(args):
+    check_writable(args.output)
     model, batch, optimizer = _setup(args)
     with _step_of(args, model):
         result = capture(model, batch, loss_of(model), optimizer, name=args.model)
@@ -243,7 +262,7 @@ def main(argv=None):
         return 2
     except (SpecError, PlanError, UnsupportedTensor, _Failed) as e:
         print(f"memplan: {command}: {e}", file=sys.stderr)
-        return 2
+        return getattr(e, "status", 2)
     except OSError as e:
         print(f"memplan: {command}: {e.filename or ''}: {e.strerror}", file=sys.stderr)
         return 2

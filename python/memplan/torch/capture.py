@@ -10,6 +10,7 @@ C++ trace reader): what every question memplan.torch asks the simulator takes, i
 """
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -47,8 +48,20 @@ class Capture:
         write_trace(self.trace, path)
 
 
+def check_writable(path):
+    """OSError naming `path` when a trace cannot be written there (its folder missing, or a
+    folder in its place): to be said before a capture's work, not after it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if not os.path.isdir(folder):
+        raise OSError(errno.ENOENT, "no such folder to write it in", path)
+
+
 def write_trace(trace, path):
-    """Writes a trace dict as memplan writes traces (one line per tensor and per op), atomically."""
+    """Writes a trace dict as memplan writes traces (one line per tensor and per op), atomically:
+    through a temporary file beside it and a rename. An OSError names `path`, never the temporary
+    file (which is removed)."""
     lines = ["{"]
     for key in ("format", "version", "provenance", "device"):
         lines.append(f"{json.dumps(key)}: {json.dumps(trace[key])},")
@@ -58,15 +71,24 @@ def write_trace(trace, path):
         lines.append(f"{json.dumps(key)}: {body}" + ("" if last else ","))
     lines.append("}")
     folder = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
+    temp = None
     try:
+        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
         with os.fdopen(fd, "w") as out:
             out.write("\n".join(lines) + "\n")
         os.replace(temp, path)
+    except OSError as e:
+        _remove(temp)
+        raise OSError(e.errno, e.strerror, path) from None
     except BaseException:
+        _remove(temp)
+        raise
+
+
+def _remove(temp):
+    if temp is not None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
-        raise
 
 
 def memplan_trace(captured):
@@ -83,15 +105,15 @@ def saved_bytes_in_trace(trace):
 
 
 @contextlib.contextmanager
-def step_part(name):
-    """Marks an exception raised inside with the part of the step it came from (`step_part` of
-    the exception, the innermost part's name kept), for a one-line report (memplan.torch's
-    command line): the exception itself goes on unchanged."""
+def step_part(name, attribute="step_part"):
+    """Marks an exception raised inside with the part of the step it came from (its `attribute`,
+    the innermost part's name kept), for a one-line report (memplan.torch's command line): the
+    exception itself goes on unchanged."""
     try:
         yield
     except Exception as e:
-        if not hasattr(e, "step_part"):
-            e.step_part = name
+        if not hasattr(e, attribute):
+            setattr(e, attribute, name)
         raise
 
 

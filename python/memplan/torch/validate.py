@@ -54,7 +54,7 @@ import torch
 import memplan
 from memplan import _validation
 from memplan.torch.apply import apply
-from memplan.torch.capture import memplan_trace, run_step
+from memplan.torch.capture import memplan_trace, run_step, step_part
 from memplan.torch.schedule import PlanError, read_plan
 
 # Device memory for the saved-bytes prediction: more than any step holds (2^50 bytes).
@@ -224,11 +224,13 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, seed=0, force=
     device = next(model.parameters()).device
     with deterministic_algorithms(device):
         torch.manual_seed(seed)
-        base_loss, base_cuda = _cuda_step_peak(
-            device, lambda: run_step(base_model, batch, loss_fn, base_opt))
+        with step_part("the baseline step", "step_run"):
+            base_loss, base_cuda = _cuda_step_peak(
+                device, lambda: run_step(base_model, batch, loss_fn, base_opt))
         torch.manual_seed(seed)
-        plan_loss, plan_cuda = _cuda_step_peak(
-            device, lambda: planned.step(batch, loss_fn, plan_opt))
+        with step_part("the planned step", "step_run"):
+            plan_loss, plan_cuda = _cuda_step_peak(
+                device, lambda: planned.step(batch, loss_fn, plan_opt))
     pairs = list(zip(base_model.parameters(), plan_model.parameters()))
     base_state, plan_state = base_model.state_dict(), plan_model.state_dict()
     differing_weights = [k for k in base_state if not torch.equal(base_state[k], plan_state[k])]
