@@ -43,7 +43,9 @@ A step whose parameters, batch shapes or optimizer state are not the captured on
 before it runs, and one whose ops differ from the captured trace's stops at the first differing
 op, with one line (PlanError) naming the likely cause: the optimizer's options for an update op, a
 branch on data after a value was read into Python (`.item()`, `if tensor:`), else the code of the
-model or its loss.
+model or its loss. A plan that moves a map the step holds for backward outside autograd's saved
+tensors (StepRecorder.held: torch 1.13's checkpoint inputs), which the hooks cannot reach, is
+refused with one line when backward starts.
 
 Why this module: it is the part only PyTorch can do, holding, copying, regenerating and encoding
 live tensors as autograd saves and unpacks them. What the plan says and where the simulator acts

@@ -7,7 +7,8 @@ and builds the trace's tensors and ops; `trace()` returns the JSON document (tra
 Why this way: the dispatcher is the one place every op of forward, backward and the optimizer
 passes through, with its real inputs and outputs, and autograd's saved-tensor hooks are the ground
 truth of what backward keeps: memplan's feature maps (activations written in forward and read in
-backward) are made to be exactly the tensors autograd saved.
+backward) are made to be exactly the tensors autograd saved, and those the step held for backward
+beside them (below).
 
 How:
 - identity is the storage: a tensor of the trace is one storage at one version. A storage is
@@ -16,10 +17,12 @@ How:
   its data pointer: the allocator gives a freed buffer's address to the next storage, and a
   scalar made outside the dispatcher (torch 1.13 lifts the `3` of `mask[i] = 3` into a fresh
   0-dim tensor) would take the id of whatever tensor had that address before, which depends on
-  the allocator's history, not on the step. A view shares its base's storage and makes no new tensor; a write into an existing
-  storage (an in-place op, an `out=` argument, any argument the schema marks `(a!)`) makes a new
-  version `in_place_of` the old one, except for parameters, buffers and optimizer state, which the
-  trace keeps as one pre-existing tensor that ops read and update.
+  the allocator's history, not on the step. A view shares its base's storage and makes no new
+  tensor; a write into an existing storage (an in-place op, an `out=` argument, any argument the
+  schema marks `(a!)`) makes a new version `in_place_of` the old one, except for parameters,
+  buffers and optimizer state, which the trace keeps as one pre-existing tensor that ops read and
+  update. A saved version forward writes over through a view autograd does not see is the newest
+  version (`_rewrite_saved`).
 - storages seen before they are written existed before the step: parameters (and buffers, which
   the trace counts as parameters), optimizer state, the batch's tensors (`input`); anything else
   (a constant the loss closes over) is an `input` too.
@@ -29,8 +32,8 @@ How:
   recorded after the unpack and of the node's last op (the data is needed from the unpack until
   the node returns), and one autograd freed unread is given to the last backward op. A backward
   read of a forward tensor autograd did not save is data something else held through forward
-  (`held`): the inputs of a torch.utils.checkpoint block, which torch 1.13's non-reentrant
-  checkpoint keeps in its closure and re-reads to recompute the block, a custom Function's ctx
+  (`held`: the inputs of a torch.utils.checkpoint block, which torch 1.13's non-reentrant
+  checkpoint keeps in its closure and re-reads to recompute the block; a custom Function's ctx
   attribute), except a factory that takes only its argument's sizes, dtype and device
   (`ones_like(loss)`), which is left out. So the trace's feature maps and inputs read in
   backward are exactly the hooks' saved storages and the held ones, byte for byte.
@@ -187,7 +190,7 @@ class StepRecorder:
         self.rewritten = {}  # a saved version -> the version forward wrote over it (unsafe views)
         self._storages = {}  # storage key -> a weak reference that keeps the key from reuse
         self.saved_bytes_by_key = {}
-        self.held = {}  # tensor id -> storage key, forward tensors backward read but not unpacked
+        self.held = {}  # tensor id -> storage key: forward tensors backward read, not saved
         self.dropped_reads = 0  # backward reads of unsaved forward tensors (metadata only)
         self.attached_reads = 0  # saved tensors no backward op read, given to their node's op
         self._module_stack = []
@@ -198,6 +201,7 @@ class StepRecorder:
         self._unpacked = []  # tensor ids unpacked since the last node finished
         self._handles = []
         self._dispatching = None  # the op being recorded, or the last one
+        self._reads = (None, {})  # that op and its inputs: {tensor id: tensor}
         self._naming = None  # the pre-existing tensor being registered: "'NAME' (KIND)"
         self._register_pre_existing(model, optimizer, batch)
         self._hook_modules(model)

@@ -5,7 +5,8 @@ What: `plan_schedule(plan, trace)` takes a plan (a dict in plan format v1, or a 
 the captured trace (a dict), and returns the `Schedule` the planned step follows: each map's
 action, the ops before which swapped maps are brought back and released, the op after which a
 swapped or encoded map leaves the device, and the op after which the trace reads a tensor for the
-last time. `check_model` and `check_batch` refuse a model or batch other than the captured one.
+last time. `check_model`, `check_batch` and `check_optimizer_state` refuse a model, batch or
+optimizer other than the captured one.
 
 Why this way: whether the plan was made for this workload (its fingerprint), which action a map
 may take (encodings of float32 maps only, a lossy map that a recomputation would re-read), where
