@@ -2,7 +2,9 @@
 made outside the dispatcher (swin's shifted-window mask), recurrent cells that write their gates
 in place into chunks of one buffer (nn.LSTM, nn.GRU), and torch.utils.checkpoint. Each is
 captured into a trace `memplan info` reads, with what backward keeps counted as autograd keeps it,
-and carried out by apply bit for bit with the saved-bytes peak the simulator predicts."""
+and carried out by apply bit for bit with the saved-bytes peak the simulator predicts. A step that
+goes another way than its capture (a branch on data, the optimizer's options) is refused with one
+line naming that cause."""
 
 import json
 import os
