@@ -321,7 +321,8 @@ void add_validate_command(CLI::App& app, int& exit_status) {
     if (options->no_host_check && options->backend != "cuda") {
       throw sim::InputError("--no-host-check",
                             "skips the CUDA backend's comparison with the host backend: only for "
-                            "--backend cuda, not --backend " + options->backend);
+                            "--backend cuda, not --backend " +
+                                options->backend);
     }
     if (options->backend == "torch") {
       exit_status = validate_in_torch(*options);

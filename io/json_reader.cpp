@@ -144,8 +144,9 @@ std::int64_t JsonReader::as_int(std::int64_t min, std::int64_t max) const {
     // A whole number written with a decimal point or an exponent ("version": 1.0), or an integer
     // too large for 64 bits (2^64), which parses as a double: say which, not "a fraction".
     if (std::fabs(d) < 9.2e18) {
-      fail(fmt::format("{} is not an integer: write it without a decimal point or exponent ({:.0f})",
-                       value_->dump(), d));
+      fail(
+          fmt::format("{} is not an integer: write it without a decimal point or exponent ({:.0f})",
+                      value_->dump(), d));
     }
     fail(fmt::format("{:.0f} is out of range ({})", d, range_text(min, max)));
   } else {

@@ -176,9 +176,9 @@ std::string caching_shortfall_text(const CachingAllocator::Shortfall& c) {
     segment = fmt::format("a new {} small segment (PyTorch's for every request up to 1 MiB)",
                           format_bytes(c.segment_bytes));
   } else if (c.requested < CachingAllocator::kMinLargeAlloc) {
-    segment = fmt::format(
-        "a new {} segment (PyTorch's for every request over 1 MiB and under 10 MiB)",
-        format_bytes(c.segment_bytes));
+    segment =
+        fmt::format("a new {} segment (PyTorch's for every request over 1 MiB and under 10 MiB)",
+                    format_bytes(c.segment_bytes));
   } else {
     segment = fmt::format("a new segment of {} (the request rounded up to 2 MiB)",
                           format_bytes(c.segment_bytes));
@@ -233,17 +233,16 @@ std::string oom_to_text(const OomReport& oom, const Program& program, const Work
   if (!kinds.empty()) kinds = " (" + kinds + ")";  // nothing live: no empty "()"
   Instruction alloc{InstrKind::kAlloc, oom.op, oom.buffer, -1, 0, 0, 0};
   const std::string needs =
-      oom.caching ? caching_shortfall_text(*oom.caching)
-                  : fmt::format("{}, largest free block {}, {} missing",
-                                format_bytes(oom.requested_bytes),
-                                format_bytes(oom.largest_free_block),
-                                format_bytes(oom.bytes_missing));
-  return fmt::format(
-      "out of device memory {} (t={:.3f} us): {} needs {}; live {} of {}{}",
-      oom.op == kNoOp ? std::string("before the first op (tensors that exist before the step)")
-                      : fmt::format("at op '{}'", workload.op(oom.op).name),
-      to_us(oom.time_ns), instruction_label(alloc, program, workload), needs,
-      format_bytes(oom.live_bytes), format_bytes(oom.capacity_bytes), kinds);
+      oom.caching
+          ? caching_shortfall_text(*oom.caching)
+          : fmt::format("{}, largest free block {}, {} missing", format_bytes(oom.requested_bytes),
+                        format_bytes(oom.largest_free_block), format_bytes(oom.bytes_missing));
+  return fmt::format("out of device memory {} (t={:.3f} us): {} needs {}; live {} of {}{}",
+                     oom.op == kNoOp
+                         ? std::string("before the first op (tensors that exist before the step)")
+                         : fmt::format("at op '{}'", workload.op(oom.op).name),
+                     to_us(oom.time_ns), instruction_label(alloc, program, workload), needs,
+                     format_bytes(oom.live_bytes), format_bytes(oom.capacity_bytes), kinds);
 }
 
 Bytes average_live_bytes(const Timeline& timeline) {

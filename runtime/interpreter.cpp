@@ -71,10 +71,9 @@ class Enqueuer {
     const MemoryStats stats = device_.memory_stats();
     const auto& live = live_;
     tl_.feasible = false;
-    tl_.oom = sim::device_oom_report(
-        program_, in, stats.capacity_bytes,
-        device_.shortfall(program_.buffers[index(in.buffer)].bytes),
-        [&live](sim::BufferId b) { return live[index(b)] != 0; });
+    tl_.oom = sim::device_oom_report(program_, in, stats.capacity_bytes,
+                                     device_.shortfall(program_.buffers[index(in.buffer)].bytes),
+                                     [&live](sim::BufferId b) { return live[index(b)] != 0; });
   }
 
   Device& device_;

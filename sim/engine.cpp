@@ -214,10 +214,9 @@ class Engine::Clock {
 
   void out_of_memory(const Instruction& in, Nanoseconds t) {
     const auto& block = e_.block_;
-    OomReport r = device_oom_report(
-        program_, in, e_.memory_.capacity(),
-        e_.memory_.shortfall(program_.buffers[index(in.buffer)].bytes),
-        [&block](BufferId b) { return block[index(b)].has_value(); });
+    OomReport r = device_oom_report(program_, in, e_.memory_.capacity(),
+                                    e_.memory_.shortfall(program_.buffers[index(in.buffer)].bytes),
+                                    [&block](BufferId b) { return block[index(b)].has_value(); });
     r.time_ns = t;
     tl_.feasible = false;
     tl_.oom = r;

@@ -1,6 +1,5 @@
 #include "sim/timeline.hpp"
 
-
 namespace memplan::sim {
 
 std::string_view to_string(StallCause cause) {

@@ -80,8 +80,8 @@
 #include "search/engine/exact.hpp"
 #include "search/engine/local_search.hpp"
 #include "search/engine/seeding.hpp"
-#include "search/policies/network_view.hpp"
 #include "search/parallel.hpp"
+#include "search/policies/network_view.hpp"
 
 namespace memplan::search {
 

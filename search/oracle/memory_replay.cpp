@@ -10,8 +10,8 @@ namespace memplan::search {
 // fits exactly when the replay does, and when it does not the refused allocation, and so the op,
 // the bytes missing (DeviceMemory::shortfall, as device_oom_report takes them) and the reserved
 // peak, are the engine's. The engine also fails a plan that runs out of host memory (a timed
-// curve): only a plan the replay finds fitting can, so a refusal here is final. The replay is a small part of a simulation's cost (no events, no streams); the
-// lowering is the rest.
+// curve): only a plan the replay finds fitting can, so a refusal here is final. The replay is a
+// small part of a simulation's cost (no events, no streams); the lowering is the rest.
 void MemoryReplay::begin(const sim::Machine& machine, const sim::Program& program, Evaluation& e) {
   program_ = &program;
   memory_.reset(machine.allocator, machine.memory_bytes);

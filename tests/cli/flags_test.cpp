@@ -243,7 +243,8 @@ namespace {
 std::string trace_with_control_names(bool orphan) {
   auto trace = nlohmann::json::parse(memplan::sim::read_file(source_path("traces/mlp4.json")));
   for (auto& list : {&trace["ops"], &trace["tensors"]}) {
-    for (auto& item : *list) item["name"] = item["name"].get<std::string>() + "\n\x1b[2Kmemplan: ok";
+    for (auto& item : *list)
+      item["name"] = item["name"].get<std::string>() + "\n\x1b[2Kmemplan: ok";
   }
   if (orphan) trace["tensors"][6]["producer"] = nullptr;  // an error that quotes a name
   const std::string path = temp_dir() + "/names.json";
@@ -301,7 +302,8 @@ TEST_CASE("an empty value is refused, not taken for no value", "[cli][flags]") {
   const std::string tiny = memplan::test::tiny_trace();
   for (const std::string& args :
        {"simulate " + tiny + " --policy in-core --link ''", "compare " + tiny + " --encode ''",
-        "search " + tiny + " --rounds 1 -o ''", "simulate " + tiny + " --policy in-core --timeline ''",
+        "search " + tiny + " --rounds 1 -o ''",
+        "simulate " + tiny + " --policy in-core --timeline ''",
         std::string("import kineto x.json --step-annotation '' -o y.json"),
         std::string("import kineto x.json -o ''"), std::string("info ''")}) {
     CAPTURE(args);

@@ -270,8 +270,7 @@ TEST_CASE("validate refuses a flag its backend would ignore: one line naming it,
   // --no-host-check skips the CUDA backend's comparison with the host backend.
   for (const std::string& other : {host, torch}) {
     CAPTURE(other);
-    const auto r =
-        run_memplan(fmt::format("validate {} {} --no-host-check", trace("mlp4"), other));
+    const auto r = run_memplan(fmt::format("validate {} {} --no-host-check", trace("mlp4"), other));
     CHECK(r.exit_status == 2);
     CHECK(r.err.find("memplan: --no-host-check: ") == 0);
     CHECK(r.err.find("only for --backend cuda") != std::string::npos);

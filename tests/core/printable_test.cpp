@@ -14,7 +14,8 @@ TEST_CASE("printable escapes control characters and keeps the rest", "[core][pri
   CHECK(printable("relu_1") == "relu_1");
   CHECK(printable("a\nb\r\tc") == "a\\nb\\r\\tc");
   CHECK(printable("\x1b[31mred\x7f") == "\\x1b[31mred\\x7f");
-  CHECK(printable("\xc2\x9b" "2J") == "\\u009b2J");  // a C1 CSI
+  CHECK(printable("\xc2\x9b"
+                  "2J") == "\\u009b2J");  // a C1 CSI
   CHECK(printable("caf\xc3\xa9 \xe2\x86\x92 ok") == "caf\xc3\xa9 \xe2\x86\x92 ok");
   CHECK(printable(printable("x\n\x1b")) == printable("x\n\x1b"));  // escaping twice: the same
 }

@@ -27,10 +27,9 @@ using memplan::test::op_time;
 
 namespace {
 
-importers::KinetoTrace read(const std::string& name,
-                           const std::string& folder = "kineto-h100") {
-  const auto path = std::filesystem::path(MEMPLAN_SOURCE_DIR) / "traces" / folder /
-                    (name + ".pt.trace.json.gz");
+importers::KinetoTrace read(const std::string& name, const std::string& folder = "kineto-h100") {
+  const auto path =
+      std::filesystem::path(MEMPLAN_SOURCE_DIR) / "traces" / folder / (name + ".pt.trace.json.gz");
   return importers::read_kineto_trace(path.string());
 }
 
@@ -51,10 +50,15 @@ TEST_CASE("PyTorch 2.11 on an H100 and an H200: each step's replay is the record
   // same stack with every saved tensor offloaded by save_on_cpu (gpt_offloaded), whose 441
   // blocking copies make the step 8 times its device time: its replay is 72-77% short of the
   // recorded step (the copies on the compute stream and the host's waits are not replayed yet).
-  const auto [folder, name] = GENERATE(table<std::string, std::string>(
-      {{"kineto-h100", "gpt2"}, {"kineto-h100", "resnet50"}, {"kineto-h100", "two_streams"},
-       {"kineto-h100", "compiled"}, {"kineto-h200", "gpt2"}, {"kineto-h200", "resnet50"},
-       {"kineto-h200", "gpt_blocks"}, {"kineto-h200", "gpt_checkpointed"}}));
+  const auto [folder, name] =
+      GENERATE(table<std::string, std::string>({{"kineto-h100", "gpt2"},
+                                                {"kineto-h100", "resnet50"},
+                                                {"kineto-h100", "two_streams"},
+                                                {"kineto-h100", "compiled"},
+                                                {"kineto-h200", "gpt2"},
+                                                {"kineto-h200", "resnet50"},
+                                                {"kineto-h200", "gpt_blocks"},
+                                                {"kineto-h200", "gpt_checkpointed"}}));
   CAPTURE(folder, name);
   const importers::KinetoTrace trace = read(name, folder);
   const auto steps = importers::list_steps(trace);
