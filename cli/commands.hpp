@@ -15,6 +15,8 @@ void add_search_command(CLI::App& app, int& exit_status);
 void add_sweep_command(CLI::App& app);
 void add_zoo_command(CLI::App& app);
 void add_import_command(CLI::App& app);
+/// `import snapshot` under the `import` command (cli/import_snapshot_command.cpp).
+void add_import_snapshot_command(CLI::App& import);
 /// Sets `exit_status` to 1 when the plan does not fit or gradients differ from the in-core run.
 void add_validate_command(CLI::App& app, int& exit_status);
 void add_record_command(CLI::App& app);

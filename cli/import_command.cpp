@@ -339,7 +339,8 @@ void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) 
 
 void add_import_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("import", "Turn a profiler trace into a memplan trace");
+  auto* cmd = app.add_subcommand(
+      "import", "Turn a profiler trace into a memplan trace, or read a memory snapshot");
   // Not require_subcommand(1): its message ("A subcommand is required") names no format.
   cmd->require_subcommand(0, 1);
   cmd->allow_extras();
@@ -347,10 +348,12 @@ void add_import_command(CLI::App& app) {
     if (!cmd->get_subcommands().empty()) return;
     const std::vector<std::string> extras = cmd->remaining();
     throw sim::InputError(
-        "import", extras.empty() ? std::string("name the trace's format (formats: kineto)")
-                                 : fmt::format("unknown format '{}' (formats: kineto)", extras[0]));
+        "import", extras.empty()
+                      ? std::string("name the input's format (formats: kineto, snapshot)")
+                      : fmt::format("unknown format '{}' (formats: kineto, snapshot)", extras[0]));
   });
   add_kineto_command(*cmd, options);
+  add_import_snapshot_command(*cmd);
 }
 
 }  // namespace memplan::cli

@@ -138,7 +138,8 @@ TEST_CASE("one unit grammar: case-insensitive, bits and bytes explicit, no bare 
 }
 
 TEST_CASE("messages name what the user gave", "[cli][flags]") {
-  check_refused(run_memplan("import foo x"), "import: unknown format 'foo' (formats: kineto)");
+  check_refused(run_memplan("import foo x"),
+                "import: unknown format 'foo' (formats: kineto, snapshot)");
   check_refused(
       run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --latency 10 us"),
       "--latency: '10' has no unit (write it like 10us");

@@ -171,3 +171,49 @@ TEST_CASE("memplan import kineto --whole refuses a trace of several steps, exit 
   CAPTURE(r.err);
   CHECK(r.exit_status == 0);
 }
+
+TEST_CASE("memplan import snapshot reads a real snapshot: --json with the dump's figures",
+          "[cli][import][snapshot]") {
+  const auto r = run_memplan(
+      fmt::format("import snapshot '{}' --json",
+                  memplan::test::source_path("traces/kineto-h200/gpt_blocks.snapshot.pickle.gz")));
+  CAPTURE(r.err);
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["segments"] == 109);
+  REQUIRE(j["devices"].size() == 1);
+  const auto& d = j["devices"][0];
+  CHECK(d["reserved_bytes"] == 9277800448LL);   // pickle.load: the segments' total sizes
+  CHECK(d["allocated_bytes"] == 2066014208LL);  // the active_allocated blocks' sizes
+  CHECK(d["events"] == 10975);
+  CHECK(d["event_sizes"] == "requested");
+  CHECK(d["peak_live_bytes"] == 8472355016LL);
+  CHECK(j["allocator_settings"]["expandable_segments"] == false);
+  const auto text = run_memplan(
+      fmt::format("import snapshot '{}'",
+                  memplan::test::source_path("traces/kineto-h200/gpt_blocks.snapshot.pickle.gz")));
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.find("device 0: 109 segments (8.64 GiB reserved") != std::string::npos);
+}
+
+TEST_CASE("memplan import snapshot refuses a pickle that would run code, and a truncated one",
+          "[cli][import][snapshot]") {
+  const std::filesystem::path pwned = std::filesystem::temp_directory_path() / "memplan-pwned";
+  std::filesystem::remove(pwned);
+  // pickle.dumps of an object whose __reduce__ is os.system('touch <pwned>'), protocol 0.
+  const std::string evil = write_temp(
+      "evil.pickle", "cposix\nsystem\np0\n(Vtouch " + pwned.string() + "\np1\ntp2\nRp3\n.");
+  check_one_line_error(run_memplan(fmt::format("import snapshot '{}'", evil)),
+                       "evil.pickle: pickle byte 0: GLOBAL (imports a Python object by name): "
+                       "refused");
+  CHECK_FALSE(std::filesystem::exists(pwned));
+  // The real snapshot cut short, gzip'd and not.
+  const std::string whole =
+      memplan::test::source_path("traces/kineto-h200/gpt_blocks.snapshot.pickle.gz");
+  const std::string cut = write_temp("cut.pickle", "");
+  REQUIRE(std::system(fmt::format("gzip -dc '{}' | head -c 100000 > '{}'", whole, cut).c_str()) ==
+          0);
+  check_one_line_error(run_memplan(fmt::format("import snapshot '{}'", cut)), "truncated");
+  REQUIRE(std::system(fmt::format("head -c 30000 '{}' > '{}'", whole, cut).c_str()) == 0);
+  check_one_line_error(run_memplan(fmt::format("import snapshot '{}'", cut)), "cut.pickle");
+}

@@ -1,0 +1,48 @@
+#pragma once
+// A pickle read as data only. PyTorch writes its memory snapshots with Python's pickle
+// (torch.cuda.memory._dump_snapshot), and unpickling runs whatever the file names: a GLOBAL and a
+// REDUCE call any function (os.system) with any arguments. This reader builds values of the
+// plain types a snapshot holds (None, booleans, integers up to 64 bits, floats, strings, lists,
+// tuples, dicts) and refuses every opcode that names, calls or constructs anything else (GLOBAL,
+// STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT*, PERSID, BINPERSID, the
+// out-of-band buffers) before acting on it, as well as bytes and sets: one InputError naming the
+// byte offset and the opcode. Nothing is executed, imported or looked up.
+//
+// How: the pickle machine of protocols 0 to 5 (stack, marks, memo) over shared values, so that a
+// memo GET yields the same list or dict as Python's would (an APPEND after it shows in both).
+// Bounded by the input: each opcode makes at most one value, a string is at most what is left of
+// the data. Values may form cycles through the memo, as Python's do: a reader of the result
+// follows a schema of known depth, never the graph.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace memplan::importers {
+
+struct PickleValue;
+using PickleRef = std::shared_ptr<PickleValue>;
+
+struct PickleValue {
+  enum class Kind { kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict };
+  Kind kind = Kind::kNone;
+  bool boolean = false;
+  std::int64_t integer = 0;
+  double number = 0;
+  std::string text;                                   // kString (UTF-8)
+  std::vector<PickleRef> items;                       // kList, kTuple
+  std::vector<std::pair<PickleRef, PickleRef>> dict;  // kDict, in insertion order
+};
+
+/// The value `data` (a whole pickle, protocol 0 to 5) holds. `source` names it in errors
+/// ("FILE: pickle byte 1234: ..."). Throws InputError on anything but plain data, and on
+/// truncated or malformed input.
+PickleRef read_pickle(std::string_view data, const std::string& source);
+
+/// The name of a value's kind, for messages ("a dict", "a list", "an integer").
+std::string kind_name(PickleValue::Kind kind);
+
+}  // namespace memplan::importers
