@@ -1,106 +1,23 @@
 // `memplan import snapshot FILE`: a PyTorch CUDA memory snapshot (torch.cuda.memory._dump_snapshot)
-// read as data, never unpickled (importers/snapshot/pickle.hpp), and what it says of each device:
-// its segments, its allocator events and the allocated and reserved bytes over them.
+// read as data, never unpickled (importers/snapshot/pickle.hpp), and what it says of each device
+// (importers/snapshot/snapshot_report.hpp).
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
+#include <fmt/core.h>
 
 #include "cli/commands.hpp"
-#include "core/units.hpp"
 #include "importers/snapshot/memory_snapshot.hpp"
+#include "importers/snapshot/snapshot_report.hpp"
 
 namespace memplan::cli {
 
 namespace {
-
 struct SnapshotOptions {
   std::string file;
   bool json = false;
 };
-
-nlohmann::json settings_json(const importers::AllocatorSettings& s) {
-  nlohmann::json divisions = nlohmann::json::object();
-  for (const auto& [mib, n] : s.roundup_power2_divisions) divisions[std::to_string(mib)] = n;
-  return {{"PYTORCH_CUDA_ALLOC_CONF", s.alloc_conf},
-          {"max_split_size", s.max_split_size},
-          {"garbage_collection_threshold", s.garbage_collection_threshold},
-          {"expandable_segments", s.expandable_segments},
-          {"roundup_power2_divisions", divisions}};
-}
-
-nlohmann::json history_json(const importers::SnapshotHistory& h) {
-  auto optional = [](const std::optional<double>& v) {
-    return v ? nlohmann::json(*v) : nlohmann::json();
-  };
-  return {{"device", h.device},
-          {"segments", h.segments},
-          {"largest_segment_bytes", h.largest_segment},
-          {"reserved_bytes", h.reserved_at_end},
-          {"allocated_bytes", h.allocated_at_end},
-          {"requested_bytes", h.requested_at_end},
-          {"events", h.events},
-          {"actions", h.actions},
-          {"event_sizes", h.events_give_requests ? "requested" : "block"},
-          {"live_bytes_at_first_event", h.live_at_first_event},
-          {"peak_live_bytes", h.peak_live},
-          {"peak_live_event", h.peak_live_event},
-          {"reserved_bytes_at_first_event", h.reserved_at_first_event},
-          {"peak_reserved_bytes", h.peak_reserved},
-          {"first_time_us", optional(h.first_us)},
-          {"last_time_us", optional(h.last_us)}};
-}
-
-void print_text(const SnapshotOptions& o, const importers::MemorySnapshot& s,
-                const std::vector<importers::SnapshotHistory>& histories) {
-  fmt::print("snapshot {}: {} segments, {} devices with events\n", o.file, s.segments.size(),
-             s.device_traces.size());
-  if (s.settings) {
-    const importers::AllocatorSettings& a = *s.settings;
-    fmt::print(
-        "allocator: PYTORCH_CUDA_ALLOC_CONF '{}', max_split_size {}, expandable segments {}, "
-        "garbage collection threshold {:g}, roundup_power2_divisions {}\n",
-        a.alloc_conf,
-        a.max_split_size < 0 ? std::string("none") : sim::format_bytes(a.max_split_size),
-        a.expandable_segments ? "yes" : "no", a.garbage_collection_threshold,
-        a.roundup_power2_divisions.empty() ? std::string("none")
-                                           : fmt::format("{}", a.roundup_power2_divisions));
-  } else {
-    fmt::print("allocator: settings not recorded (PyTorch before 2.4)\n");
-  }
-  for (const importers::SnapshotHistory& h : histories) {
-    fmt::print(
-        "device {}: {} segments ({} reserved, the largest {}); at the dump {} allocated in blocks "
-        "({} requested)\n",
-        h.device, h.segments, sim::format_bytes(h.reserved_at_end),
-        sim::format_bytes(h.largest_segment), sim::format_bytes(h.allocated_at_end),
-        sim::format_bytes(h.requested_at_end));
-    if (h.events == 0) continue;
-    const std::string span = h.first_us && h.last_us
-                                 ? fmt::format(" over {:.3f} ms", (*h.last_us - *h.first_us) / 1e3)
-                                 : std::string(" (no times: PyTorch before 2.1)");
-    std::vector<std::string> actions;
-    for (const auto& [action, n] : h.actions) actions.push_back(fmt::format("{} {}", action, n));
-    fmt::print("  {} events{}: {}\n", h.events, span, fmt::join(actions, ", "));
-    const char* unit = h.events_give_requests ? "requested" : "in blocks";
-    fmt::print("  live ({}): {} at the first event, peak {} (event {}), {} at the dump\n", unit,
-               sim::format_bytes(h.live_at_first_event), sim::format_bytes(h.peak_live),
-               h.peak_live_event,
-               sim::format_bytes(h.events_give_requests ? h.requested_at_end : h.allocated_at_end));
-    fmt::print("  reserved: {} at the first event, peak {}, {} at the dump\n",
-               sim::format_bytes(h.reserved_at_first_event), sim::format_bytes(h.peak_reserved),
-               sim::format_bytes(h.reserved_at_end));
-    if (h.live_at_first_event < 0 || h.reserved_at_first_event < 0) {
-      fmt::print(
-          "  (negative at the first event: the events do not run up to the dump, as when "
-          "recording stopped before it)\n");
-    }
-  }
-}
-
 }  // namespace
 
 void add_import_snapshot_command(CLI::App& import) {
@@ -115,17 +32,11 @@ void add_import_snapshot_command(CLI::App& import) {
     const importers::MemorySnapshot snapshot = importers::read_memory_snapshot(options->file);
     const std::vector<importers::SnapshotHistory> histories =
         importers::snapshot_histories(snapshot);
-    if (!options->json) {
-      print_text(*options, snapshot, histories);
-      return;
+    if (options->json) {
+      fmt::print("{}\n", importers::snapshot_json(options->file, snapshot, histories).dump(2));
+    } else {
+      fmt::print("{}", importers::snapshot_text(options->file, snapshot, histories));
     }
-    nlohmann::json j = {{"file", options->file},
-                        {"segments", snapshot.segments.size()},
-                        {"devices", nlohmann::json::array()},
-                        {"allocator_settings",
-                         snapshot.settings ? settings_json(*snapshot.settings) : nlohmann::json()}};
-    for (const auto& h : histories) j["devices"].push_back(history_json(h));
-    fmt::print("{}\n", j.dump(2));
   });
 }
 

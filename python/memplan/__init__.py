@@ -21,8 +21,9 @@ from memplan._core import InputError
 from memplan._plans import Plan, machine, parse_plan, policies, read_plan
 from memplan._search import JobSearchResult, SearchResult, Sweep, search, sweep
 from memplan._simulation import Comparison, JobSimulation, Simulation, Timeline, compare, simulate
-from memplan._traces import (Info, Job, Trace, import_kineto, import_kineto_job, load_job,
-                             load_trace, parse_job, parse_trace, zoo, zoo_devices, zoo_models)
+from memplan._traces import (Info, Job, Snapshot, Trace, import_kineto, import_kineto_job,
+                             import_snapshot, load_job, load_trace, parse_job, parse_trace, zoo,
+                             zoo_devices, zoo_models)
 from memplan._validation import ValidationReport, validate
 
 __version__ = "0.1.0"
@@ -39,6 +40,6 @@ __all__ = [
     "InputError", "Trace", "Job", "Info", "Plan", "Simulation", "JobSimulation", "Timeline",
     "Comparison", "SearchResult", "JobSearchResult", "Sweep", "ValidationReport", "load_trace",
     "parse_trace", "load_job", "parse_job", "zoo", "zoo_models", "zoo_devices", "import_kineto",
-    "import_kineto_job", "info", "read_plan", "parse_plan", "policies", "machine", "simulate",
+    "import_kineto_job", "import_snapshot", "Snapshot", "info", "read_plan", "parse_plan", "policies", "machine", "simulate",
     "compare", "search", "sweep", "validate",
 ]

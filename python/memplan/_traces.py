@@ -240,6 +240,37 @@ def import_kineto(path, step=None):
     return Trace(_core.import_kineto(os.fspath(path), step), str(path))
 
 
+class Snapshot(_tables.JsonFields):
+    """A PyTorch CUDA memory snapshot as `memplan import snapshot` reads it (as data: a pickle that
+    would import or call anything raises InputError): `data` is its JSON object (`file`,
+    `segments`, `devices`, `allocator_settings`; docs/snapshots.md), `text` its report; the keys
+    are also attributes (snapshot.devices)."""
+
+    def __init__(self, data, text):
+        self.data = data
+        self.text = text
+
+    def to_dataframe(self):
+        """One row per device: its figures at the dump and over the events."""
+        columns = ["device", "segments", "reserved_bytes", "allocated_bytes", "requested_bytes",
+                   "events", "event_sizes", "live_bytes_at_first_event", "peak_live_bytes",
+                   "reserved_bytes_at_first_event", "peak_reserved_bytes"]
+        return _tables.frame([{c: d[c] for c in columns} for d in self.data["devices"]], columns)
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return f"<memplan.Snapshot {self.data['file']!r}: {self.data['segments']} segments>"
+
+
+def import_snapshot(path):
+    """The memory snapshot `path` wrote by torch.cuda.memory._dump_snapshot (.pickle or
+    .pickle.gz), read as data only (`memplan import snapshot`)."""
+    data, text = _core.import_snapshot(os.fspath(path))
+    return Snapshot(json.loads(data), text)
+
+
 def import_kineto_job(paths, step=None, ranks=None):
     """A Job from the PyTorch profiler (Kineto) traces of a job's ranks (`memplan import kineto`):
     `paths` is a file, a folder of .json/.json.gz files, or a list of them; a merged file holds

@@ -1,4 +1,5 @@
-// Workloads: trace files (read, parse, write), the zoo's models, Kineto imports, `info`, and the
+// Workloads: trace files (read, parse, write), the zoo's models, Kineto imports, `info`, memory
+// snapshots (what `memplan import snapshot` says of one), and the
 // structure the simulator sees in a workload (its fingerprint, feature maps, buffers and last
 // uses), which memplan.torch asks for instead of computing it again.
 #include <cstdint>
@@ -16,6 +17,8 @@
 #include "core/plan.hpp"
 #include "importers/kineto/kineto_importer.hpp"
 #include "importers/kineto/kineto_trace.hpp"
+#include "importers/snapshot/memory_snapshot.hpp"
+#include "importers/snapshot/snapshot_report.hpp"
 #include "io/trace_io.hpp"
 #include "io/workload_summary.hpp"
 #include "python/src/bindings.hpp"
@@ -131,6 +134,15 @@ void bind_traces(py::module_& m) {
   m.def(
       "info_text", [](const sim::Workload& w) { return sim::to_text(sim::summarize(w), w); },
       py::arg("workload"));
+  m.def(
+      "import_snapshot",
+      [](const std::string& path) {
+        const importers::MemorySnapshot snapshot = importers::read_memory_snapshot(path);
+        const auto histories = importers::snapshot_histories(snapshot);
+        return std::pair{importers::snapshot_json(path, snapshot, histories).dump(),
+                         importers::snapshot_text(path, snapshot, histories)};
+      },
+      py::arg("path"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "workload_fingerprint",
       [](const sim::Workload& w) { return fmt::format("{:016x}", sim::workload_fingerprint(w)); },

@@ -91,3 +91,22 @@ def test_import_kineto_is_memplan_import(tmp_path):
         memplan.import_kineto(tmp_path / "nope.json")
     assert str(e.value) == cli_error("import", "kineto", tmp_path / "nope.json", "-o",
                                      tmp_path / "x.json")
+
+
+def test_import_snapshot_is_what_the_cli_says(tmp_path):
+    """memplan.import_snapshot and `memplan import snapshot --json` are one report; a pickle that
+    would call os.system is refused and runs nothing."""
+    path = TRACES / "kineto-h200" / "gpt_blocks.snapshot.pickle.gz"
+    snapshot = memplan.import_snapshot(path)
+    assert snapshot.data == cli_json("import", "snapshot", path)
+    device = snapshot.devices[0]
+    assert (snapshot.segments, device["reserved_bytes"], device["events"]) == (109, 9277800448, 10975)
+    frame = snapshot.to_dataframe()
+    assert list(frame["peak_live_bytes"]) == [8472355016]  # pickle.load's figure
+    assert "device 0: 109 segments" in str(snapshot)
+    pwned = tmp_path / "pwned"
+    evil = tmp_path / "evil.pickle"
+    evil.write_bytes(b"cposix\nsystem\np0\n(Vtouch " + str(pwned).encode() + b"\np1\ntp2\nRp3\n.")
+    with pytest.raises(memplan.InputError, match="pickle byte 0: GLOBAL"):
+        memplan.import_snapshot(evil)
+    assert not pwned.exists()

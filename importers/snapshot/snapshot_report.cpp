@@ -1,0 +1,109 @@
+#include "importers/snapshot/snapshot_report.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/units.hpp"
+
+namespace memplan::importers {
+
+namespace {
+
+nlohmann::json settings_json(const AllocatorSettings& s) {
+  nlohmann::json divisions = nlohmann::json::object();
+  for (const auto& [mib, n] : s.roundup_power2_divisions) divisions[std::to_string(mib)] = n;
+  return {{"PYTORCH_CUDA_ALLOC_CONF", s.alloc_conf},
+          {"max_split_size", s.max_split_size},
+          {"garbage_collection_threshold", s.garbage_collection_threshold},
+          {"expandable_segments", s.expandable_segments},
+          {"roundup_power2_divisions", divisions}};
+}
+
+nlohmann::json history_json(const SnapshotHistory& h) {
+  auto optional = [](const std::optional<double>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json();
+  };
+  return {{"device", h.device},
+          {"segments", h.segments},
+          {"largest_segment_bytes", h.largest_segment},
+          {"reserved_bytes", h.reserved_at_end},
+          {"allocated_bytes", h.allocated_at_end},
+          {"requested_bytes", h.requested_at_end},
+          {"events", h.events},
+          {"actions", h.actions},
+          {"event_sizes", h.events_give_requests ? "requested" : "block"},
+          {"live_bytes_at_first_event", h.live_at_first_event},
+          {"peak_live_bytes", h.peak_live},
+          {"peak_live_event", h.peak_live_event},
+          {"reserved_bytes_at_first_event", h.reserved_at_first_event},
+          {"peak_reserved_bytes", h.peak_reserved},
+          {"first_time_us", optional(h.first_us)},
+          {"last_time_us", optional(h.last_us)}};
+}
+
+}  // namespace
+
+std::string snapshot_text(const std::string& file, const MemorySnapshot& s,
+                          const std::vector<SnapshotHistory>& histories) {
+  std::string out = fmt::format("snapshot {}: {} segments, {} devices with events\n", file,
+                                s.segments.size(), s.device_traces.size());
+  if (s.settings) {
+    const AllocatorSettings& a = *s.settings;
+    out += fmt::format(
+        "allocator: PYTORCH_CUDA_ALLOC_CONF '{}', max_split_size {}, expandable segments {}, "
+        "garbage collection threshold {:g}, roundup_power2_divisions {}\n",
+        a.alloc_conf,
+        a.max_split_size < 0 ? std::string("none") : sim::format_bytes(a.max_split_size),
+        a.expandable_segments ? "yes" : "no", a.garbage_collection_threshold,
+        a.roundup_power2_divisions.empty() ? std::string("none")
+                                           : fmt::format("{}", a.roundup_power2_divisions));
+  } else {
+    out += fmt::format("allocator: settings not recorded (PyTorch before 2.4)\n");
+  }
+  for (const SnapshotHistory& h : histories) {
+    out += fmt::format(
+        "device {}: {} segments ({} reserved, the largest {}); at the dump {} allocated in blocks "
+        "({} requested)\n",
+        h.device, h.segments, sim::format_bytes(h.reserved_at_end),
+        sim::format_bytes(h.largest_segment), sim::format_bytes(h.allocated_at_end),
+        sim::format_bytes(h.requested_at_end));
+    if (h.events == 0) continue;
+    const std::string span = h.first_us && h.last_us
+                                 ? fmt::format(" over {:.3f} ms", (*h.last_us - *h.first_us) / 1e3)
+                                 : std::string(" (no times: PyTorch before 2.1)");
+    std::vector<std::string> actions;
+    for (const auto& [action, n] : h.actions) actions.push_back(fmt::format("{} {}", action, n));
+    out += fmt::format("  {} events{}: {}\n", h.events, span, fmt::join(actions, ", "));
+    const char* unit = h.events_give_requests ? "requested" : "in blocks";
+    out += fmt::format(
+        "  live ({}): {} at the first event, peak {} (event {}), {} at the dump\n", unit,
+        sim::format_bytes(h.live_at_first_event), sim::format_bytes(h.peak_live), h.peak_live_event,
+        sim::format_bytes(h.events_give_requests ? h.requested_at_end : h.allocated_at_end));
+    out += fmt::format("  reserved: {} at the first event, peak {}, {} at the dump\n",
+                       sim::format_bytes(h.reserved_at_first_event),
+                       sim::format_bytes(h.peak_reserved), sim::format_bytes(h.reserved_at_end));
+    if (h.live_at_first_event < 0 || h.reserved_at_first_event < 0) {
+      out += fmt::format(
+          "  (negative at the first event: the events do not run up to the dump, as when "
+          "recording stopped before it)\n");
+    }
+  }
+  return out;
+}
+
+nlohmann::json snapshot_json(const std::string& file, const MemorySnapshot& snapshot,
+                             const std::vector<SnapshotHistory>& histories) {
+  nlohmann::json j = {{"file", file},
+                      {"segments", snapshot.segments.size()},
+                      {"devices", nlohmann::json::array()},
+                      {"allocator_settings",
+                       snapshot.settings ? settings_json(*snapshot.settings) : nlohmann::json()}};
+  for (const SnapshotHistory& h : histories) j["devices"].push_back(history_json(h));
+  return j;
+}
+
+}  // namespace memplan::importers
