@@ -3,12 +3,10 @@
 // (importers/snapshot/snapshot_report.hpp).
 #include <memory>
 #include <string>
-#include <vector>
 
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
-#include "importers/snapshot/memory_snapshot.hpp"
 #include "importers/snapshot/snapshot_report.hpp"
 
 namespace memplan::cli {
@@ -29,13 +27,11 @@ void add_import_snapshot_command(CLI::App& import) {
   cmd->add_option("FILE", options->file, "memory snapshot")->required();
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->callback([options] {
-    const importers::MemorySnapshot snapshot = importers::read_memory_snapshot(options->file);
-    const std::vector<importers::SnapshotHistory> histories =
-        importers::snapshot_histories(snapshot);
+    const importers::SnapshotReport report = importers::report_snapshot(options->file);
     if (options->json) {
-      fmt::print("{}\n", importers::snapshot_json(options->file, snapshot, histories).dump(2));
+      fmt::print("{}\n", importers::snapshot_json(report).dump(2));
     } else {
-      fmt::print("{}", importers::snapshot_text(options->file, snapshot, histories));
+      fmt::print("{}", importers::snapshot_text(report));
     }
   });
 }

@@ -45,11 +45,42 @@ nlohmann::json history_json(const SnapshotHistory& h) {
           {"last_time_us", optional(h.last_us)}};
 }
 
+nlohmann::json replay_json(const AllocatorReplay& r) {
+  return {{"reserved_bytes", r.reserved_at_end},    {"allocated_bytes", r.allocated_at_end},
+          {"peak_reserved_bytes", r.peak_reserved}, {"peak_allocated_bytes", r.peak_allocated},
+          {"segments", r.segments_at_end},          {"seeded_blocks", r.seeded_blocks},
+          {"failed_allocations", r.failed_allocs},  {"differences", r.differences}};
+}
+
+std::string replay_text(const SnapshotHistory& h, const AllocatorReplay& r) {
+  std::string out = fmt::format(
+      "  the caching-allocator model, the events replayed ({} blocks live before the first event "
+      "allocated first{}): reserved {} at the end (snapshot {}), peak {} (snapshot {}); "
+      "allocated {} (snapshot {}); {} segments (snapshot {})\n",
+      r.seeded_blocks,
+      r.failed_allocs > 0 ? fmt::format(", {} requests failed", r.failed_allocs) : "",
+      sim::format_bytes(r.reserved_at_end), sim::format_bytes(h.reserved_at_end),
+      sim::format_bytes(r.peak_reserved), sim::format_bytes(h.peak_reserved),
+      sim::format_bytes(r.allocated_at_end), sim::format_bytes(h.allocated_at_end),
+      r.segments_at_end, h.segments);
+  for (const std::string& d : r.differences) out += fmt::format("    not modelled: {}\n", d);
+  return out;
+}
+
 }  // namespace
 
-std::string snapshot_text(const std::string& file, const MemorySnapshot& s,
-                          const std::vector<SnapshotHistory>& histories) {
-  std::string out = fmt::format("snapshot {}: {} segments, {} devices with events\n", file,
+SnapshotReport report_snapshot(const std::filesystem::path& path) {
+  SnapshotReport r;
+  r.file = path.string();
+  r.snapshot = read_memory_snapshot(path);
+  r.histories = snapshot_histories(r.snapshot);
+  for (const SnapshotHistory& h : r.histories) r.replays.push_back(replay_allocator(r.snapshot, h));
+  return r;
+}
+
+std::string snapshot_text(const SnapshotReport& report) {
+  const MemorySnapshot& s = report.snapshot;
+  std::string out = fmt::format("snapshot {}: {} segments, {} devices with events\n", report.file,
                                 s.segments.size(), s.device_traces.size());
   if (s.settings) {
     const AllocatorSettings& a = *s.settings;
@@ -64,7 +95,8 @@ std::string snapshot_text(const std::string& file, const MemorySnapshot& s,
   } else {
     out += fmt::format("allocator: settings not recorded (PyTorch before 2.4)\n");
   }
-  for (const SnapshotHistory& h : histories) {
+  for (std::size_t i = 0; i < report.histories.size(); ++i) {
+    const SnapshotHistory& h = report.histories[i];
     out += fmt::format(
         "device {}: {} segments ({} reserved, the largest {}); at the dump {} allocated in blocks "
         "({} requested)\n",
@@ -91,18 +123,26 @@ std::string snapshot_text(const std::string& file, const MemorySnapshot& s,
           "  (negative at the first event: the events do not run up to the dump, as when "
           "recording stopped before it)\n");
     }
+    out += replay_text(h, report.replays[i]);
   }
   return out;
 }
 
-nlohmann::json snapshot_json(const std::string& file, const MemorySnapshot& snapshot,
-                             const std::vector<SnapshotHistory>& histories) {
-  nlohmann::json j = {{"file", file},
+nlohmann::json snapshot_json(const SnapshotReport& report) {
+  const MemorySnapshot& snapshot = report.snapshot;
+  nlohmann::json j = {{"file", report.file},
                       {"segments", snapshot.segments.size()},
                       {"devices", nlohmann::json::array()},
                       {"allocator_settings",
                        snapshot.settings ? settings_json(*snapshot.settings) : nlohmann::json()}};
-  for (const SnapshotHistory& h : histories) j["devices"].push_back(history_json(h));
+  for (std::size_t i = 0; i < report.histories.size(); ++i) {
+    nlohmann::json d = history_json(report.histories[i]);
+    const AllocatorReplay& r = report.replays[i];
+    d["model_reserved_bytes"] = r.reserved_at_end;
+    d["model_allocated_bytes"] = r.allocated_at_end;
+    d["model"] = replay_json(r);
+    j["devices"].push_back(std::move(d));
+  }
   return j;
 }
 

@@ -1,23 +1,33 @@
 #pragma once
 // What a memory snapshot says, as `memplan import snapshot` prints it and memplan.import_snapshot
 // returns it: one report for the CLI and Python (docs/snapshots.md).
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "importers/snapshot/allocator_replay.hpp"
 #include "importers/snapshot/memory_snapshot.hpp"
 
 namespace memplan::importers {
 
-/// What `memplan import snapshot FILE` prints: the allocator's settings and, per device
-/// (snapshot_histories), the segments, the events and the bytes over them.
-std::string snapshot_text(const std::string& file, const MemorySnapshot& snapshot,
-                          const std::vector<SnapshotHistory>& histories);
+/// A snapshot with what it says of each device and the caching-allocator model's replay of it.
+struct SnapshotReport {
+  std::string file;
+  MemorySnapshot snapshot;
+  std::vector<SnapshotHistory> histories;  // snapshot_histories
+  std::vector<AllocatorReplay> replays;    // replay_allocator, one per history
+};
+/// Reads FILE (read_memory_snapshot) and makes its report. Throws InputError.
+SnapshotReport report_snapshot(const std::filesystem::path& path);
+
+/// What `memplan import snapshot FILE` prints: the allocator's settings and, per device, the
+/// segments, the events, the bytes over them, and the model's replay against them.
+std::string snapshot_text(const SnapshotReport& report);
 /// The same as one JSON object (`memplan import snapshot --json`; memplan.import_snapshot):
-/// `file`, `segments`, `devices` (one object per history, keys in docs/snapshots.md) and
+/// `file`, `segments`, `devices` (one object per device, keys in docs/snapshots.md) and
 /// `allocator_settings` (null when the snapshot has none).
-nlohmann::json snapshot_json(const std::string& file, const MemorySnapshot& snapshot,
-                             const std::vector<SnapshotHistory>& histories);
+nlohmann::json snapshot_json(const SnapshotReport& report);
 
 }  // namespace memplan::importers

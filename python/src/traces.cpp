@@ -17,7 +17,6 @@
 #include "core/plan.hpp"
 #include "importers/kineto/kineto_importer.hpp"
 #include "importers/kineto/kineto_trace.hpp"
-#include "importers/snapshot/memory_snapshot.hpp"
 #include "importers/snapshot/snapshot_report.hpp"
 #include "io/trace_io.hpp"
 #include "io/workload_summary.hpp"
@@ -137,10 +136,8 @@ void bind_traces(py::module_& m) {
   m.def(
       "import_snapshot",
       [](const std::string& path) {
-        const importers::MemorySnapshot snapshot = importers::read_memory_snapshot(path);
-        const auto histories = importers::snapshot_histories(snapshot);
-        return std::pair{importers::snapshot_json(path, snapshot, histories).dump(),
-                         importers::snapshot_text(path, snapshot, histories)};
+        const importers::SnapshotReport report = importers::report_snapshot(path);
+        return std::pair{importers::snapshot_json(report).dump(), importers::snapshot_text(report)};
       },
       py::arg("path"), py::call_guard<py::gil_scoped_release>());
   m.def(
