@@ -10,7 +10,7 @@
 
 #include "core/input_error.hpp"
 #include "core/liveness.hpp"
-#include "importers/kineto/compressed_file.hpp"
+#include "importers/compressed_file.hpp"
 #include "importers/kineto/kineto_importer.hpp"
 #include "importers/kineto/kineto_job.hpp"
 #include "importers/kineto/kineto_trace.hpp"

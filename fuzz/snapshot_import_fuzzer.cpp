@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/input_error.hpp"
-#include "importers/kineto/compressed_file.hpp"
+#include "importers/compressed_file.hpp"
 #include "importers/snapshot/memory_snapshot.hpp"
 #include "importers/snapshot/pickle.hpp"
 

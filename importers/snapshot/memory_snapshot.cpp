@@ -9,7 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "core/input_error.hpp"
-#include "importers/kineto/compressed_file.hpp"
+#include "importers/compressed_file.hpp"
 
 namespace memplan::importers {
 

@@ -93,7 +93,9 @@ TEST_CASE("a time that ran past the end of the clock is no result: said, not pri
   const auto compare = run_memplan("compare " + resnet + " --memory 2GiB --json" + crawl);
   CAPTURE(compare.err);
   REQUIRE(compare.exit_status == 0);
-  for (const auto& row : nlohmann::json::parse(compare.out).at("rows")) {
+  // Held in a variable: a range-for over a member of a temporary would read freed memory.
+  const auto rows = nlohmann::json::parse(compare.out);
+  for (const auto& row : rows.at("rows")) {
     CAPTURE(row.at("policy"));
     if (row.at("policy") == "layrub") CHECK(row.at("feasible") == false);
     if (row.at("feasible") == true) CHECK(row.at("iteration_s").get<double>() < 4.6e9);

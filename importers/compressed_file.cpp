@@ -1,4 +1,4 @@
-#include "importers/kineto/compressed_file.hpp"
+#include "importers/compressed_file.hpp"
 
 #include <zlib.h>
 

@@ -1,6 +1,7 @@
 #pragma once
-// Reading profiler files that may be gzip-compressed: PyTorch's tensorboard handler writes
-// `*.pt.trace.json.gz`, plain `export_chrome_trace` writes `.json`. The gzip magic bytes decide,
+// Reading files that may be gzip-compressed: PyTorch's tensorboard handler writes
+// `*.pt.trace.json.gz`, plain `export_chrome_trace` writes `.json`; a memory snapshot may be
+// gzip'd too. The gzip magic bytes decide,
 // not the file name. Truncated or corrupt data is bad input (InputError), never a crash.
 #include <cstddef>
 #include <filesystem>
