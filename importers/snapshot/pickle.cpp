@@ -77,7 +77,8 @@ const char* refused(std::uint8_t op) {
 // The pickle machine (Python's Lib/pickle.py, _Unpickler) for the opcodes that build plain data.
 class Machine {
  public:
-  Machine(std::string_view data, const std::string& source) : data_(data), source_(source) {}
+  Machine(std::string_view data, const std::string& source, std::size_t max_values)
+      : data_(data), source_(source), max_values_(max_values) {}
 
   PickleRef run() {
     while (pos_ < data_.size()) {
@@ -191,7 +192,13 @@ class Machine {
     return v;
   }
 
-  void push(PickleRef v) { stack_.push_back(std::move(v)); }
+  void push(PickleRef v) {
+    if (v.use_count() == 1 && ++made_ > max_values_) {  // a new value, not a DUP or a GET
+      fail(
+          fmt::format("more than {} values: larger than the snapshots memplan reads", max_values_));
+    }
+    stack_.push_back(std::move(v));
+  }
   PickleRef pop() {
     if (stack_.size() <= (marks_.empty() ? 0 : marks_.back())) fail("the stack is empty");
     PickleRef v = std::move(stack_.back());
@@ -441,6 +448,8 @@ class Machine {
   const std::string& source_;
   std::size_t pos_ = 0;
   std::size_t op_at_ = 0;
+  std::size_t max_values_;
+  std::size_t made_ = 0;  // values made so far
   std::vector<PickleRef> stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint64_t, PickleRef> memo_;
@@ -448,8 +457,8 @@ class Machine {
 
 }  // namespace
 
-PickleRef read_pickle(std::string_view data, const std::string& source) {
-  return Machine(data, source).run();
+PickleRef read_pickle(std::string_view data, const std::string& source, std::size_t max_values) {
+  return Machine(data, source, max_values).run();
 }
 
 std::string kind_name(PickleValue::Kind kind) {

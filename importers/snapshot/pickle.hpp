@@ -10,9 +10,10 @@
 //
 // How: the pickle machine of protocols 0 to 5 (stack, marks, memo) over shared values, so that a
 // memo GET yields the same list or dict as Python's would (an APPEND after it shows in both).
-// Bounded by the input: each opcode makes at most one value, a string is at most what is left of
-// the data. Values may form cycles through the memo, as Python's do: a reader of the result
-// follows a schema of known depth, never the graph.
+// Bounded: each opcode makes at most one value, a string is at most what is left of the data, and
+// a pickle of more than kMaxPickleValues values is refused (about 120 bytes each: a real
+// snapshot's 3 MB pickle makes 3 million, 360 MB). Values may form cycles through the memo, as
+// Python's do: a reader of the result follows a schema of known depth, never the graph.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,8 @@
 #include <vector>
 
 namespace memplan::importers {
+
+inline constexpr std::size_t kMaxPickleValues = std::size_t{1} << 25;
 
 struct PickleValue;
 using PickleRef = std::shared_ptr<PickleValue>;
@@ -38,9 +41,10 @@ struct PickleValue {
 };
 
 /// The value `data` (a whole pickle, protocol 0 to 5) holds. `source` names it in errors
-/// ("FILE: pickle byte 1234: ..."). Throws InputError on anything but plain data, and on
-/// truncated or malformed input.
-PickleRef read_pickle(std::string_view data, const std::string& source);
+/// ("FILE: pickle byte 1234: ..."). Throws InputError on anything but plain data, on truncated
+/// or malformed input, and past `max_values` values made (a memo GET or a DUP makes none).
+PickleRef read_pickle(std::string_view data, const std::string& source,
+                      std::size_t max_values = kMaxPickleValues);
 
 /// The name of a value's kind, for messages ("a dict", "a list", "an integer").
 std::string kind_name(PickleValue::Kind kind);

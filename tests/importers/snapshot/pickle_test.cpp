@@ -130,6 +130,18 @@ TEST_CASE("a pickle that would import, call or construct is refused before it ac
   CHECK(refusal(bytes("8002ff2e")).find("unknown opcode 0xff") != std::string::npos);
 }
 
+TEST_CASE("a pickle of more values than the limit is refused; shared ones do not count",
+          "[importers][snapshot]") {
+  // Protocol 2: 1001 None (each a new value), then STOP.
+  std::string many = bytes("8002") + std::string(1001, 'N') + ".";
+  CHECK_THROWS_WITH(read_pickle(many, "x.pickle", 1000),
+                    "x.pickle: pickle byte 1002: more than 1000 values: larger than the snapshots "
+                    "memplan reads");
+  // One list and 5000 DUPs of it: one value made.
+  const std::string dups = bytes("80025d") + std::string(5000, '2') + ".";
+  CHECK(read_pickle(dups, "x.pickle", 1000)->kind == Kind::kList);
+}
+
 TEST_CASE("a truncated or malformed pickle is one InputError, never a crash",
           "[importers][snapshot]") {
   for (const std::string& pickle : kProtocol) {
