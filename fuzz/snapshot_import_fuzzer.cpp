@@ -16,8 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const std::string bytes = importers::decompress_if_gzip(
         std::string(reinterpret_cast<const char*>(data), size), "fuzz", std::size_t{64} << 20);
-    const importers::PickleRef root = importers::read_pickle(bytes, "fuzz");
-    const importers::MemorySnapshot snapshot = importers::memory_snapshot_from(*root, "fuzz");
+    const importers::PickleDocument pickle = importers::read_pickle(bytes, "fuzz");
+    const importers::MemorySnapshot snapshot = importers::memory_snapshot_from(*pickle, "fuzz");
     (void)importers::snapshot_histories(snapshot);
   } catch (const sim::InputError&) {
   }

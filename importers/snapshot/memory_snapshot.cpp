@@ -224,8 +224,8 @@ MemorySnapshot memory_snapshot_from(const PickleValue& root, const std::string& 
 
 MemorySnapshot read_memory_snapshot(const std::filesystem::path& path) {
   const std::string data = read_maybe_compressed(path);
-  const PickleRef root = read_pickle(data, path.string());
-  return memory_snapshot_from(*root, path.string());
+  const PickleDocument pickle = read_pickle(data, path.string());
+  return memory_snapshot_from(*pickle, path.string());
 }
 
 std::vector<SnapshotHistory> snapshot_histories(const MemorySnapshot& snapshot) {

@@ -15,6 +15,15 @@ namespace {
 
 using Kind = PickleValue::Kind;
 
+// Empties the containers of `values`: what a memo cycle holds is then freed with the rest.
+void break_cycles(std::vector<PickleRef>& values) {
+  for (const PickleRef& v : values) {
+    v->items.clear();
+    v->dict.clear();
+  }
+  values.clear();
+}
+
 PickleRef make(Kind kind) {
   auto v = std::make_shared<PickleValue>();
   v->kind = kind;
@@ -79,8 +88,11 @@ class Machine {
  public:
   Machine(std::string_view data, const std::string& source, std::size_t max_values)
       : data_(data), source_(source), max_values_(max_values) {}
+  Machine(const Machine&) = delete;
+  Machine& operator=(const Machine&) = delete;
+  ~Machine() { break_cycles(values_); }  // a pickle refused half-way
 
-  PickleRef run() {
+  PickleDocument run() {
     while (pos_ < data_.size()) {
       op_at_ = pos_;
       const std::uint8_t op = byte();
@@ -91,7 +103,8 @@ class Machine {
                         what));
       }
       if (op == '.') {  // STOP
-        return pop();
+        PickleRef root = pop();
+        return {std::move(root), std::move(values_)};
       }
       step(op);
     }
@@ -193,9 +206,12 @@ class Machine {
   }
 
   void push(PickleRef v) {
-    if (v.use_count() == 1 && ++made_ > max_values_) {  // a new value, not a DUP or a GET
-      fail(
-          fmt::format("more than {} values: larger than the snapshots memplan reads", max_values_));
+    if (v.use_count() == 1) {  // a new value, not a DUP or a GET
+      if (values_.size() >= max_values_) {
+        fail(fmt::format("more than {} values: larger than the snapshots memplan reads",
+                         max_values_));
+      }
+      values_.push_back(v);
     }
     stack_.push_back(std::move(v));
   }
@@ -449,7 +465,7 @@ class Machine {
   std::size_t pos_ = 0;
   std::size_t op_at_ = 0;
   std::size_t max_values_;
-  std::size_t made_ = 0;  // values made so far
+  std::vector<PickleRef> values_;  // every value made, for PickleDocument
   std::vector<PickleRef> stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint64_t, PickleRef> memo_;
@@ -457,7 +473,12 @@ class Machine {
 
 }  // namespace
 
-PickleRef read_pickle(std::string_view data, const std::string& source, std::size_t max_values) {
+PickleDocument::~PickleDocument() {
+  break_cycles(values_);
+}
+
+PickleDocument read_pickle(std::string_view data, const std::string& source,
+                           std::size_t max_values) {
   return Machine(data, source, max_values).run();
 }
 

@@ -40,11 +40,32 @@ struct PickleValue {
   std::vector<std::pair<PickleRef, PickleRef>> dict;  // kDict, in insertion order
 };
 
+/// A pickle's values, owned together. A memo can make a value hold itself (a list appended to
+/// itself through a GET), which shared ownership alone would never free: the document empties
+/// every list, tuple and dict it made when it goes. Keep it while reading its values.
+class PickleDocument {
+ public:
+  PickleDocument(PickleRef root, std::vector<PickleRef> values)
+      : root_(std::move(root)), values_(std::move(values)) {}
+  PickleDocument(PickleDocument&&) = default;
+  PickleDocument& operator=(PickleDocument&&) = delete;
+  PickleDocument(const PickleDocument&) = delete;
+  PickleDocument& operator=(const PickleDocument&) = delete;
+  ~PickleDocument();
+
+  [[nodiscard]] const PickleValue& operator*() const { return *root_; }
+  const PickleValue* operator->() const { return root_.get(); }
+
+ private:
+  PickleRef root_;
+  std::vector<PickleRef> values_;
+};
+
 /// The value `data` (a whole pickle, protocol 0 to 5) holds. `source` names it in errors
 /// ("FILE: pickle byte 1234: ..."). Throws InputError on anything but plain data, on truncated
 /// or malformed input, and past `max_values` values made (a memo GET or a DUP makes none).
-PickleRef read_pickle(std::string_view data, const std::string& source,
-                      std::size_t max_values = kMaxPickleValues);
+PickleDocument read_pickle(std::string_view data, const std::string& source,
+                           std::size_t max_values = kMaxPickleValues);
 
 /// The name of a value's kind, for messages ("a dict", "a list", "an integer").
 std::string kind_name(PickleValue::Kind kind);
