@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/input_error.hpp"
-#include "importers/kineto/comm_args.hpp"
 #include "importers/compressed_file.hpp"
+#include "importers/kineto/comm_args.hpp"
 #include "importers/kineto/event_reader.hpp"
 #include "importers/kineto/rank_split.hpp"
 #include "importers/kineto/step_events.hpp"
