@@ -27,7 +27,7 @@ import sys
 import torch
 
 import memplan
-from memplan.torch.capture import capture, check_writable, run_step
+from memplan.torch.capture import StepError, capture, check_writable, run_step
 from memplan.torch.models import SpecError, load_model, loss_of, make_batch, parse_dims
 from memplan.torch.recorder import UnsupportedTensor
 from memplan.torch.schedule import PlanError
@@ -56,7 +56,7 @@ def _out_of_memory(error):
         "out of memory" in text or "can't allocate memory" in text))
 
 
-_OURS = (SpecError, PlanError, UnsupportedTensor, memplan.InputError, OSError)
+_OURS = (SpecError, PlanError, StepError, UnsupportedTensor, memplan.InputError, OSError)
 
 
 def _innermost_module(error, model):

@@ -586,10 +586,12 @@ class _PlanRecorder(StepRecorder):
 
 class PlannedModel:
     """`apply`'s result: `step(batch, loss_fn, optimizer)` runs one training step under the plan
-    and returns its loss; `stats` holds what the last step's hooks measured."""
+    (the captured one: `training_step`, the user's own or memplan.torch.capture.default_step) and
+    returns its loss; `stats` holds what the last step's hooks measured."""
 
-    def __init__(self, model, trace, schedule):
+    def __init__(self, model, trace, schedule, training_step=None):
         self.model, self.trace, self.schedule = model, trace, schedule
+        self.training_step = training_step
         self.stats = {}
 
     def step(self, batch, loss_fn, optimizer):
@@ -601,7 +603,7 @@ class PlannedModel:
         if cuda:
             torch.cuda.synchronize()
         started = time.perf_counter()
-        loss = run_step(self.model, batch, loss_fn, optimizer, recorder)
+        loss = run_step(self.model, batch, loss_fn, optimizer, recorder, self.training_step)
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
@@ -614,11 +616,12 @@ class PlannedModel:
         return loss
 
 
-def apply(model, plan, captured):
+def apply(model, plan, captured, *, step=None):
     """Checks `plan` (a dict in plan format v1, or a memplan.Plan) against `captured` (a Capture
     or its trace dict) and `model`, and returns a PlannedModel; PlanError (one line) when they do
-    not belong together."""
+    not belong together. `step`: the training step `captured` recorded, when it was the user's
+    own (capture's `step`)."""
     trace = captured.trace if hasattr(captured, "trace") else captured
     schedule = plan_schedule(plan, trace)
     check_model(model, trace)
-    return PlannedModel(model, trace, schedule)
+    return PlannedModel(model, trace, schedule, step)

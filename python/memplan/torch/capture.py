@@ -1,9 +1,18 @@
 """`capture`: one real training step of a PyTorch model, recorded as a memplan trace (v1 JSON).
 
-The step is the user's: `loss = loss_fn(model(*batch[:-1]), batch[-1])`, `loss.backward()`,
-`optimizer.step()`, after `warmup_steps` unrecorded steps (they create the optimizer's state, so
-that it exists before the recorded step as the trace format wants, and warm the allocator). The
-model and optimizer are trained by those steps: capture does not restore them.
+The step is `default_step` (`optimizer.zero_grad()`, `loss = loss_fn(model(*batch[:-1]),
+batch[-1])`, `loss.backward()`, `optimizer.step()`) or the user's own, a callable
+`step(model, batch, loss_fn, optimizer)` that returns the loss: under autocast with a GradScaler,
+with gradient clipping, a loss of its own making, anything a training loop does in one step with
+one backward pass. It runs after `warmup_steps` unrecorded steps (they create the optimizer's
+state, so that it exists before the recorded step as the trace format wants, and warm the
+allocator). The model and optimizer are trained by those steps: capture does not restore them.
+
+The step's phases are told by what it calls, not by where it is written (`_phases`): forward until
+the backward pass starts (`torch.autograd.backward`, which `Tensor.backward` calls, or
+`torch.autograd.grad`), backward inside it, update after it (unscaling, clipping, the optimizer's
+step, the scaler's update). A second backward pass in one step (gradient accumulation) is refused
+in one line (`StepError`): the trace holds one forward, one backward and one update.
 
 `memplan_trace(captured)` is the captured trace as a memplan.Trace (read and checked by memplan's
 C++ trace reader): what every question memplan.torch asks the simulator takes, in process.
@@ -117,27 +126,74 @@ def step_part(name, attribute="step_part"):
         raise
 
 
-def run_step(model, batch, loss_fn, optimizer, recorder=None):
-    """One training step; `recorder` (a StepRecorder) is told the phases. Returns the loss."""
+class StepError(ValueError):
+    """A step the trace cannot hold (a second backward pass, none at all): one line."""
+
+
+def default_step(model, batch, loss_fn, optimizer):
+    """The step `capture`, `apply` and `validate` run when given none: zero the gradients, the
+    forward pass and the loss, the backward pass, the optimizer's step. Returns the loss."""
     optimizer.zero_grad(set_to_none=True)
-    context = recorder if recorder is not None else contextlib.nullcontext()
-    phase = recorder.begin_phase if recorder is not None else (lambda name: None)
-    with context:
-        phase("forward")
-        with step_part("the forward pass"):
-            output = model(*batch[:-1])
-        with step_part("the loss"):
-            loss = loss_fn(output, batch[-1])
-        del output
-        phase("backward")
-        with step_part("the backward pass"):
-            loss.backward()
-        phase("update")
-        with step_part("the optimizer step"):
-            optimizer.step()
-        if recorder is not None:
+    with step_part("the forward pass"):
+        output = model(*batch[:-1])
+    with step_part("the loss"):
+        loss = loss_fn(output, batch[-1])
+    del output
+    with step_part("the backward pass"):
+        loss.backward()
+    with step_part("the optimizer step"):
+        optimizer.step()
+    return loss
+
+
+@contextlib.contextmanager
+def _phases(recorder):
+    """Tells `recorder` the step's phases from what the step calls (the module's docstring):
+    `torch.autograd.backward` and `torch.autograd.grad` are wrapped while the step runs."""
+    originals = {name: getattr(torch.autograd, name) for name in ("backward", "grad")}
+    passes = []
+
+    def watched(name):
+        def run(*args, **kwargs):
+            if passes:
+                raise StepError(f"the step ran a second backward pass (torch.autograd.{name} "
+                                f"after torch.autograd.{passes[0]}): a trace holds one forward, "
+                                "one backward and one update; for gradient accumulation, "
+                                "capture a step of one micro-batch")
+            passes.append(name)
+            recorder.begin_phase("backward")
+            try:
+                return originals[name](*args, **kwargs)
+            finally:
+                recorder.begin_phase("update")
+        return run
+
+    recorder.begin_phase("forward")
+    for name in originals:
+        setattr(torch.autograd, name, watched(name))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch.autograd, name, original)
+    if not passes:
+        raise StepError("the step ran no backward pass (torch.autograd.backward or "
+                        "torch.autograd.grad): there is nothing for a plan to keep")
+
+
+def run_step(model, batch, loss_fn, optimizer, recorder=None, step=None):
+    """One training step, `step` or `default_step`; `recorder` (a StepRecorder) records it and is
+    told its phases. Returns the step's loss, detached (None when the step returns none)."""
+    own = step is not None and step is not default_step
+    step = step or default_step
+    with step_part("the step function") if own else contextlib.nullcontext():
+        if recorder is None:
+            loss = step(model, batch, loss_fn, optimizer)
+        else:
+            with recorder, _phases(recorder):
+                loss = step(model, batch, loss_fn, optimizer)
             recorder.finish()
-    return loss.detach()
+    return loss.detach() if isinstance(loss, torch.Tensor) else None
 
 
 def device_record(device):
@@ -158,19 +214,20 @@ def model_device(model, batch):
     return torch.device("cpu")
 
 
-def capture(model, batch, loss_fn, optimizer, *, warmup_steps=1, name=None):
+def capture(model, batch, loss_fn, optimizer, *, step=None, warmup_steps=1, name=None):
     """Records one training step of `model` on `batch` (a tuple: the model's inputs, then the
-    target) and returns a `Capture`. See the module's docstring for what the step is."""
+    target) and returns a `Capture`. `step`: the user's own step, `step(model, batch, loss_fn,
+    optimizer)` returning the loss (default: `default_step`); see the module's docstring."""
     if not isinstance(batch, (tuple, list)) or len(batch) < 2:
         raise ValueError("batch must be a tuple (model inputs..., target)")
     batch = tuple(batch)
     model.train()
     for _ in range(warmup_steps):
-        run_step(model, batch, loss_fn, optimizer)
+        run_step(model, batch, loss_fn, optimizer, step=step)
     device = model_device(model, batch)
     started = time.perf_counter()
     recorder = StepRecorder(model, optimizer, batch, cuda=device.type == "cuda")
-    run_step(model, batch, loss_fn, optimizer, recorder)
+    run_step(model, batch, loss_fn, optimizer, recorder, step)
     seconds = time.perf_counter() - started
     provenance = {
         "source": "recorded", "backend": "torch",

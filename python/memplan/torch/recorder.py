@@ -19,9 +19,10 @@ How:
   0-dim tensor) would take the id of whatever tensor had that address before, which depends on
   the allocator's history, not on the step. A view shares its base's storage and makes no new
   tensor; a write into an existing storage (an in-place op, an `out=` argument, any argument the
-  schema marks `(a!)`) makes a new version `in_place_of` the old one, except for parameters,
-  buffers and optimizer state, which the trace keeps as one pre-existing tensor that ops read and
-  update. A saved version forward writes over through a view autograd does not see is the newest
+  schema marks `(a!)`) makes a new version `in_place_of` the old one, except for a tensor that
+  existed before the step (parameters, buffers, optimizer state, the batch, the loop's own state
+  such as a GradScaler's scale, which becomes optimizer state), which the trace keeps as one
+  pre-existing tensor that ops read and update. A saved version forward writes over through a view autograd does not see is the newest
   version (`_rewrite_saved`).
 - storages seen before they are written existed before the step: parameters (and buffers, which
   the trace counts as parameters), optimizer state, the batch's tensors (`input`); anything else
@@ -56,6 +57,10 @@ _DTYPES = {
 }
 
 PHASES = ("forward", "backward", "update")
+
+# The name prefix of the training loop's own state (StepRecorder._updated_in_place), which the trace
+# keeps as optimizer state beside the optimizer's.
+LOOP_STATE = "loop_state."
 
 # Factories that take only their argument's sizes, dtype and device: given a forward tensor in
 # backward (the engine's `ones_like(loss)`), they read none of its data.
@@ -490,8 +495,9 @@ class StepRecorder:
             if key in input_keys and key not in written_keys:
                 continue  # a view of an input, or the input returned as it is
             old = self.current.get(key)
-            if old is not None and old in self.persistent:
-                continue  # parameters, buffers, optimizer state: updated, not versioned
+            if old is not None and self.tensors[old]["producer"] is None:
+                self._updated_in_place(old)
+                continue
             if old is not None and key in input_keys:
                 new = self._new_tensor(t, f"{op['name']}.out{len(op['outputs'])}", kind, op_id,
                                        in_place_of=old)
@@ -504,6 +510,18 @@ class StepRecorder:
             self.current[key] = new
             op["outputs"].append(new)
         return op
+
+    def _updated_in_place(self, tid):
+        """A write into a tensor that existed before the step: it is updated, not versioned (the
+        trace keeps pre-existing tensors as one tensor that ops read and update). One the step
+        found outside the model, the optimizer and the batch (`external.N`: a GradScaler's scale
+        and growth tracker, a counter) is state the training loop carries from step to step: it
+        becomes optimizer state, kept on the device from step to step as the optimizer's is."""
+        record = self.tensors[tid]
+        if record["kind"] == "input" and record["name"].startswith("external."):
+            record["kind"] = "optimizer_state"
+            record["name"] = f"{LOOP_STATE}{tid}"
+            self.persistent.add(tid)
 
     # ---- the result -----------------------------------------------------------------------
     def saved_bytes(self, kinds=("activation", "input")):

@@ -24,7 +24,7 @@ import json
 import memplan
 from memplan import _validation
 from memplan.torch.capture import memplan_trace
-from memplan.torch.recorder import flat_tensors, untyped_storage
+from memplan.torch.recorder import LOOP_STATE, flat_tensors, untyped_storage
 
 
 class PlanError(ValueError):
@@ -152,9 +152,11 @@ def check_model(model, trace):
 
 def check_optimizer_state(tensors, trace):
     """Refuses (PlanError) an optimizer whose state is not the captured one: `tensors`, the
-    planned step's pre-existing tensors as its recorder registered them."""
+    planned step's pre-existing tensors as its recorder registered them before the step (the
+    loop's own state, a GradScaler's, is found during the step: not compared here)."""
     here = [(t["name"], t["bytes"]) for t in tensors if t["kind"] == "optimizer_state"]
-    there = [(t["name"], t["bytes"]) for t in trace["tensors"] if t["kind"] == "optimizer_state"]
+    there = [(t["name"], t["bytes"]) for t in trace["tensors"] if t["kind"] == "optimizer_state"
+             and not t["name"].startswith(LOOP_STATE)]  # found during the step, as here
     if here == there:
         return
     i = next((i for i, (a, b) in enumerate(zip(here, there)) if a != b), min(len(here), len(there)))

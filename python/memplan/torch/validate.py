@@ -1,11 +1,13 @@
 """`validate`: run a plan in PyTorch and check it against the baseline step and the prediction.
 
-What: `validate(model, batch, loss_fn, optimizer, plan, captured, seed=0, force=False, **what_if)`
-predicts the plan on the machine `what_if` describes, copies the model and optimizer twice as they
-are (same weights; the optimizer's parameter groups, options and state), runs the baseline step on
-one copy and the planned step (memplan.torch.apply) on the other, both from the same seed (on a
-GPU under PyTorch's deterministic algorithms: deterministic_algorithms), and returns a
-`Validation`:
+What: `validate(model, batch, loss_fn, optimizer, plan, captured, step=None, seed=0, force=False,
+**what_if)` predicts the plan on the machine `what_if` describes, copies the model and optimizer
+twice as they are (same weights; the optimizer's parameter groups, options and state), runs the
+baseline step on one copy and the planned step (memplan.torch.apply) on the other, both from the
+same seed (on a GPU under PyTorch's deterministic algorithms: deterministic_algorithms), and
+returns a `Validation`. The step is the captured one: `step`, the user's own (capture's), or the
+default. State the user's step keeps of its own (a GradScaler it closes over) is not copied: both
+steps use it, one after the other. The checks:
 - `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal; a parameter with no
   gradient, frozen or unused by the step, only equal to one with none) — what a lossless plan
   (keep, swap, recompute, encode:binarize, encode:sparse) must give; `differing_weights`: the
@@ -210,9 +212,11 @@ def predict(plan, captured, **what_if):
         "predicted_host_peak_bytes": saved.peak_host_bytes}
 
 
-def validate(model, batch, loss_fn, optimizer, plan, captured, *, seed=0, force=False, **what_if):
+def validate(model, batch, loss_fn, optimizer, plan, captured, *, step=None, seed=0, force=False,
+             **what_if):
     """See the module's docstring. `plan`: a dict in plan format v1 or a memplan.Plan;
-    `captured`: a Capture or its trace dict; `what_if`: the machine the plan is predicted on."""
+    `captured`: a Capture or its trace dict; `step`: the user's own training step that `captured`
+    recorded (capture's `step`); `what_if`: the machine the plan is predicted on."""
     plan, predicted = predict(plan, captured, **what_if)
     if not predicted["predicted_feasible"] and not force:
         raise DoesNotFit(predicted["predicted_oom"])
@@ -220,13 +224,13 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, seed=0, force=
     batch = tuple(batch)
     base_model, base_opt = _copy(model, optimizer)
     plan_model, plan_opt = _copy(model, optimizer)
-    planned = apply(plan_model, plan, trace)
+    planned = apply(plan_model, plan, trace, step=step)
     device = next(model.parameters()).device
     with deterministic_algorithms(device):
         torch.manual_seed(seed)
         with step_part("the baseline step", "step_run"):
             base_loss, base_cuda = _cuda_step_peak(
-                device, lambda: run_step(base_model, batch, loss_fn, base_opt))
+                device, lambda: run_step(base_model, batch, loss_fn, base_opt, step=step))
         torch.manual_seed(seed)
         with step_part("the planned step", "step_run"):
             plan_loss, plan_cuda = _cuda_step_peak(
@@ -236,7 +240,9 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, seed=0, force=
     differing_weights = [k for k in base_state if not torch.equal(base_state[k], plan_state[k])]
     return Validation(
         predicted,
-        loss_equal=torch.equal(base_loss, plan_loss),
+        # a step of the user's that returns no loss leaves the gradients and weights to compare
+        loss_equal=(base_loss is None and plan_loss is None) or (
+            base_loss is not None and plan_loss is not None and torch.equal(base_loss, plan_loss)),
         gradients_equal=_gradients_equal(pairs),
         gradient_relative_error=_relative_error(pairs),
         weights_equal=not differing_weights,
