@@ -12,7 +12,7 @@ namespace memplan::cli {
 
 void add_capture_command(CLI::App& app, int& exit_status) {
   struct Options {
-    std::string model, input = "224x224", device = "cpu", optimizer = "sgd", output;
+    std::string model, input = "224x224", device = "cpu", optimizer = "sgd", step, output;
     int batch = 32;
     int seed = 0;
   };
@@ -30,13 +30,18 @@ void add_capture_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--optimizer", options->optimizer, "sgd (momentum 0.9) or adam")
       ->check(CLI::IsMember({"sgd", "adam"}));
   cmd->add_option("--seed", options->seed, "torch.manual_seed for the weights and the batch");
+  cmd->add_option("--step", options->step,
+                  "package.module:function, your own training step: function(model, batch, "
+                  "loss_fn, optimizer) returning the loss (autocast, a GradScaler, clipping; one "
+                  "backward pass); default: zero_grad, forward, loss, backward, optimizer.step");
   cmd->add_option("-o,--output", options->output, "trace file to write (format v1)")->required();
   cmd->callback([options, &exit_status] {
-    const std::vector<std::string> args{
+    std::vector<std::string> args{
         "capture",     options->model,     "--batch",  std::to_string(options->batch),
         "--input",     options->input,     "--device", options->device,
         "--optimizer", options->optimizer, "--seed",   std::to_string(options->seed),
         "-o",          options->output};
+    if (!options->step.empty()) args.insert(args.end(), {"--step", options->step});
     exit_status = run_memplan_torch("capture", args);
   });
 }

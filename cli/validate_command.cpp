@@ -45,8 +45,8 @@ struct ValidateOptions {
   bool no_host_check = false;  // --backend cuda: skip the run on the host backend
   bool quiet = false;
   std::uint64_t seed = 1;
-  // --backend torch: the captured model, rebuilt as `memplan capture` built it.
-  std::string model, input = "224x224", optimizer = "sgd";
+  // --backend torch: the captured model, rebuilt as `memplan capture` built it, and its step.
+  std::string model, input = "224x224", optimizer = "sgd", step;
   int batch = 32;
 };
 
@@ -59,6 +59,7 @@ struct ValidateOptions {
 //   --force                             runs a plan the simulator says does not fit;
 //   --model, --batch, --input,          rebuild the captured model, batch and optimizer;
 //   --optimizer, --seed
+//   --step                              the captured step, when it was the user's own;
 //   --json, --quiet                     the report's form; the torch run shows no progress.
 // Refused (one line, exit 2): --calibrate and --host-bandwidth, which would change nothing.
 void refuse_flags_torch_ignores(const ValidateOptions& o) {
@@ -105,6 +106,7 @@ int validate_in_torch(const ValidateOptions& o) {
                                     {"--allocator", m.allocator}}) {
     if (!value.empty()) args.insert(args.end(), {flag, value});
   }
+  if (!o.step.empty()) args.insert(args.end(), {"--step", o.step});
   if (o.force) args.emplace_back("--force");
   if (o.json) args.emplace_back("--json");
   return run_memplan_torch("validate", args);
@@ -112,7 +114,7 @@ int validate_in_torch(const ValidateOptions& o) {
 
 // The flags that rebuild a captured PyTorch model mean nothing to the other backends: refused.
 void refuse_torch_flags(const CLI::App& cmd, const std::string& backend) {
-  for (const char* flag : {"--model", "--batch", "--input", "--optimizer"}) {
+  for (const char* flag : {"--model", "--batch", "--input", "--optimizer", "--step"}) {
     if (cmd.count(flag) > 0) {
       throw sim::InputError(flag, fmt::format("rebuilds the captured PyTorch model: only for "
                                               "--backend torch, not --backend {}",
@@ -305,6 +307,8 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--input", options->input, "--backend torch: the --input of the capture");
   cmd->add_option("--optimizer", options->optimizer, "--backend torch: sgd or adam")
       ->check(CLI::IsMember({"sgd", "adam"}));
+  cmd->add_option("--step", options->step,
+                  "--backend torch: the --step of the capture (package.module:function)");
   add_machine_flags(*cmd, options->machine);
   cmd->add_option("--seed", options->seed, "seed of the input data and weights")
       ->check(integer_in(0, kMaxSeed));

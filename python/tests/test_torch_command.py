@@ -3,6 +3,7 @@ models it supports as they are (auxiliary outputs, a tuple target), and everythi
 at an input size it refuses, a batch-norm layer given one value per channel, sparse gradients)
 one line on stderr naming where and what, exit status 2, no file left behind."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -63,6 +64,25 @@ def two_heads():
 
 def sparse_bag():
     return SparseBag()
+
+
+def clipped_step(model, batch, loss_fn, optimizer):
+    """A step of the user's own: bf16 autocast, gradients clipped to norm 1."""
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = loss_fn(model(*batch[:-1]), batch[-1])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
+
+
+def accumulating_step(model, batch, loss_fn, optimizer):
+    """Two micro-batches' gradients accumulated, then one update."""
+    optimizer.zero_grad(set_to_none=True)
+    for _ in range(2):
+        loss_fn(model(*batch[:-1]), batch[-1]).backward()
+    optimizer.step()
 '''
 
 
@@ -151,6 +171,34 @@ def test_a_batch_whose_tensors_share_a_storage_is_the_captured_batch(tmp_path):
     # shape".
     run = validate_gpt(tmp_path, captured_gpt(tmp_path, 1), 1)
     assert run.returncode == 0, run.stderr + run.stdout
+
+
+# ---- issue 36: the user's own training step (--step) -------------------------------------------
+
+def test_a_step_of_the_users_own_is_captured_and_its_plan_validated(tmp_path):
+    out = tmp_path / "t.json"
+    gpt = ["memplan.torch.models:gpt_block", "--batch", 2, "--input", 16]
+    run = run_module(tmp_path, "capture", *gpt, "--step", "user_models:clipped_step", "-o", out)
+    assert run.returncode == 0, run.stderr
+    validate = ["validate", out, "--model", *gpt, "--policy", "recompute-all"]
+    run = run_module(tmp_path, *validate, "--step", "user_models:clipped_step", "--json")
+    assert run.returncode == 0, run.stderr + run.stdout
+    report = json.loads(run.stdout)
+    assert report["lossless"] and report["peaks_match"] and report["recomputed_ops"] > 0
+    # Without --step, validate runs the default step, without autocast: said, naming --step.
+    run = run_module(tmp_path, *validate)
+    assert run.returncode == 2
+    assert "the step's code differs from the captured one (the model's forward, its loss, or the " \
+        "training step itself: capture's `step`, `--step`" in only_line(run)
+
+
+def test_a_step_with_two_backward_passes_is_one_line(tmp_path):
+    out = tmp_path / "t.json"
+    run = run_module(tmp_path, "capture", "memplan.torch.models:gpt_block", "--batch", 2,
+                     "--input", 16, "--step", "user_models:accumulating_step", "-o", out)
+    assert run.returncode == 2
+    assert only_line(run).startswith("memplan: capture: the step ran a second backward pass")
+    assert not out.exists()
 
 
 # ---- issue 36, defect 8: exit statuses and the file a failed capture names ---------------------

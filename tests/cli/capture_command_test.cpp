@@ -84,7 +84,9 @@ TEST_CASE("capture: bad input is one line and exit 2, nothing written",
   for (const Case& c : {Case{"torchvision:no_such_net", "torchvision has no model 'no_such_net'"},
                         Case{"torchvision:resnet18 --input 7", "an image model takes HxW"},
                         Case{"torchvision:resnet18 --device tpu", "tpu not in {cpu,cuda}"},
-                        Case{"torchvision:resnet18 --batch 0", "--batch"}}) {
+                        Case{"torchvision:resnet18 --batch 0", "--batch"},
+                        Case{"torchvision:resnet18 --step no_such_module:step",
+                             "--step: cannot import 'no_such_module'"}}) {
     CAPTURE(c.args);
     const auto r = run_memplan(fmt::format("capture {} -o '{}'", c.args, out));
     CHECK(r.exit_status == 2);

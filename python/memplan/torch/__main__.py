@@ -28,7 +28,7 @@ import torch
 
 import memplan
 from memplan.torch.capture import StepError, capture, check_writable, run_step
-from memplan.torch.models import SpecError, load_model, loss_of, make_batch, parse_dims
+from memplan.torch.models import SpecError, load_model, load_step, loss_of, make_batch, parse_dims
 from memplan.torch.recorder import UnsupportedTensor
 from memplan.torch.schedule import PlanError
 from memplan.torch.validate import DoesNotFit, validate
@@ -110,6 +110,7 @@ def _model_flags(cmd):
     cmd.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     cmd.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--step", help="package.module:function, the user's own training step")
 
 
 def _parser():
@@ -144,7 +145,7 @@ def _optimizer(name, model):
 
 
 def _setup(args):
-    """The model, batch and optimizer `capture` saw for these flags (same seed)."""
+    """The model, batch, optimizer and step `capture` saw for these flags (same seed)."""
     if args.batch <= 0:
         raise SpecError(f"--batch {args.batch} must be positive")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -157,7 +158,11 @@ def _setup(args):
     with _user_code(f"making a batch of {args.batch} at --input {args.input} for {args.model}",
                     model):
         batch = make_batch(model, args.batch, dims, device)
-    return model, batch, _optimizer(args.optimizer, model)
+    step = None
+    if args.step is not None:
+        with _user_code(f"importing --step {args.step}"):
+            step = load_step(args.step)
+    return model, batch, _optimizer(args.optimizer, model), step
 
 
 def _step_of(args, model):
@@ -167,9 +172,9 @@ def _step_of(args, model):
 
 def run_capture(args):
     check_writable(args.output)
-    model, batch, optimizer = _setup(args)
+    model, batch, optimizer, step = _setup(args)
     with _step_of(args, model):
-        result = capture(model, batch, loss_of(model), optimizer, name=args.model)
+        result = capture(model, batch, loss_of(model), optimizer, step=step, name=args.model)
     result.save(args.output)
     s = result.stats
     held = (f" and {result.held_bytes} held for it beside them ({len(s['held_tensors'])} tensors)"
@@ -230,11 +235,12 @@ def run_validate(args):
         captured = json.load(f)
     what_if = {k: getattr(args, k) for k in _WHAT_IF if getattr(args, k) is not None}
     plan = _plan(args, trace, what_if)
-    model, batch, optimizer = _setup(args)
+    model, batch, optimizer, step = _setup(args)
     with _step_of(args, model):
-        run_step(model, batch, loss_of(model), optimizer)  # capture's warm-up: optimizer state
-        v = validate(model, batch, loss_of(model), optimizer, plan, captured, seed=args.seed,
-                     force=args.force, **what_if)
+        # capture's warm-up: optimizer state
+        run_step(model, batch, loss_of(model), optimizer, step=step)
+        v = validate(model, batch, loss_of(model), optimizer, plan, captured, step=step,
+                     seed=args.seed, force=args.force, **what_if)
     if args.json:
         print(json.dumps(dict(v, backend="torch", lossless=v.lossless_ok,
                               peaks_match=v.peaks_match,
@@ -260,7 +266,7 @@ def main(argv=None):
     except memplan.InputError as e:  # memplan's own line, which names the file or flag
         print(f"memplan: {e}", file=sys.stderr)
         return 2
-    except (SpecError, PlanError, UnsupportedTensor, _Failed) as e:
+    except (SpecError, PlanError, StepError, UnsupportedTensor, _Failed) as e:
         print(f"memplan: {command}: {e}", file=sys.stderr)
         return getattr(e, "status", 2)
     except OSError as e:

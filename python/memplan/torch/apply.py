@@ -359,8 +359,9 @@ class _PlanRecorder(StepRecorder):
             return (f"the step took another path after op {read['id']} '{read['name']}' read a "
                     "tensor's value into Python (a branch on the data: the plan is for the path "
                     "the captured step took)")
-        return ("the step's code differs from the captured one (the model's forward or its loss; "
-                "its parameters, buffers, batch shapes and optimizer state are the captured ones)")
+        return ("the step's code differs from the captured one (the model's forward, its loss, or "
+                "the training step itself: capture's `step`, `--step`; its parameters, buffers, "
+                "batch shapes and optimizer state are the captured ones)")
 
     # ---- packs and unpacks ------------------------------------------------------------------
     def saved_version(self, tid):

@@ -45,6 +45,22 @@ def load_model(spec):
     return model
 
 
+def load_step(spec):
+    """The training step `package.module:function` names (`--step`): a callable
+    `function(model, batch, loss_fn, optimizer)` returning the loss (memplan.torch.capture)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SpecError(f"--step '{spec}' is not 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SpecError(f"--step: cannot import '{module_name}': {e}") from None
+    step = getattr(module, attr, None)
+    if step is None or not callable(step):
+        raise SpecError(f"--step: '{module_name}' has no function '{attr}'")
+    return step
+
+
 def parse_dims(text):
     try:
         dims = [int(d) for d in text.lower().split("x")]
