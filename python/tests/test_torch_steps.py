@@ -1,6 +1,7 @@
 """memplan.torch with the user's own training step (capture's, apply's and validate's `step`): its
 phases are told by what it calls, so a step under autocast with a GradScaler and gradient clipping
-is captured, planned and carried out bit for bit like the default one; a step the trace cannot
+is captured, planned and carried out bit for bit like the default one, and so are foreach and fused
+optimizers; a step the trace cannot
 hold (two backward passes, none) is refused in one line."""
 
 import pathlib
@@ -188,3 +189,30 @@ def test_a_step_with_no_backward_pass_is_refused_in_one_line():
     model, batch, opt = small_setup()
     with pytest.raises(StepError, match=r"^the step ran no backward pass"):
         capture(model, batch, F.cross_entropy, opt, step=forward_only)
+
+
+def fused_cpu_adamw():
+    """Whether this PyTorch has a fused AdamW on the CPU (2.4 and later)."""
+    try:
+        torch.optim.AdamW([nn.Parameter(torch.zeros(1))], fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("implementation", ["foreach", "fused"])
+def test_foreach_and_fused_optimizers_are_captured_and_their_plans_bitwise(implementation):
+    if implementation == "fused" and not fused_cpu_adamw():
+        pytest.skip(f"torch {torch.__version__} has no fused AdamW on the CPU (2.4 and later)")
+    torch.manual_seed(0)
+    model = Attention(depth=1)
+    batch = (torch.randn(4, 32, 32), torch.randint(0, 10, (4,)))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **{implementation: True})
+    captured = capture(model, batch, F.cross_entropy, opt)
+    update = [op["name"] for op in captured.trace["ops"] if op["phase"] == "update"]
+    # One op updates every parameter (a list of them), not one op per parameter.
+    assert any(n.startswith("_fused_adamw" if implementation == "fused" else "_foreach_")
+               for n in update), update
+    result = validate(model, batch, F.cross_entropy, opt,
+                      policy_plan(captured.trace, "recompute-all"), captured)
+    assert result.lossless_ok and result.peaks_match, result
