@@ -220,6 +220,79 @@ def test_a_checkpoint_blocks_input_is_counted_as_held_for_backward(tmp_path):
         assert result.lossless_ok and result.peaks_match, result
 
 
+class CheckpointedAttention(nn.Module):
+    """linear -> two torch.utils.checkpoint'ed attention blocks (test_torch_steps.Block: the
+    attention written out under torch 1.13, scores divided by a Python float) -> head. `how`:
+    "non-reentrant", "reentrant" (its backward runs the block's backward in a nested
+    torch.autograd.backward) or "selective" (SAC, torch 2.4 and later: the matmuls' outputs saved,
+    the rest recomputed)."""
+
+    def __init__(self, how):
+        super().__init__()
+        from test_torch_steps import Block
+        self.how = how
+        self.inp = nn.Linear(32, 32)
+        self.blocks = nn.ModuleList(Block(32, 4) for _ in range(2))
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        import functools
+        from torch.utils import checkpoint
+        x = self.inp(x)
+        for block in self.blocks:
+            if self.how == "selective":
+                def policy(ctx, op, *args, **kwargs):
+                    return (checkpoint.CheckpointPolicy.MUST_SAVE
+                            if op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+                            else checkpoint.CheckpointPolicy.PREFER_RECOMPUTE)
+                contexts = functools.partial(checkpoint.create_selective_checkpoint_contexts,
+                                             policy)
+                x = checkpoint.checkpoint(block, x, use_reentrant=False, context_fn=contexts)
+            else:
+                x = checkpoint.checkpoint(block, x, use_reentrant=self.how == "reentrant")
+        return self.head(x.mean(1))
+
+
+@pytest.mark.parametrize("how", ["non-reentrant", "reentrant", "selective"])
+def test_checkpointed_attention_is_captured_and_its_plans_run_bitwise(how):
+    # Before: torch 1.13 failed the non-reentrant capture ("aten::detach() Expected a value of
+    # type 'Tensor' ... found type 'float'": the wrapped 1/sqrt(d) handed over as a number), and
+    # a step's backward pass wrapped for its phases refused the reentrant one's nested pass.
+    import torch.utils.checkpoint as checkpoint
+    if how == "selective" and not hasattr(checkpoint, "create_selective_checkpoint_contexts"):
+        pytest.skip(f"torch {torch.__version__} has no selective activation checkpointing")
+    torch.manual_seed(0)
+    model = CheckpointedAttention(how)
+    batch = (torch.randn(4, 32, 32), torch.randint(0, 10, (4,)))
+    opt = sgd(model)
+    captured = capture(model, batch, F.cross_entropy, opt)
+    trace = captured.trace
+    forward = [op["name"] for op in trace["ops"] if op["phase"] == "forward"]
+    backward = [op["name"] for op in trace["ops"] if op["phase"] == "backward"]
+    # The blocks' forward ops run again in backward: each block's GELU, recomputed.
+    assert sum(n.endswith(".mlp.1.gelu") for n in forward) == 2
+    assert sum(n.rsplit(".", 1)[-1] == "gelu" for n in backward) == 2, backward
+    # What backward keeps is counted whichever way the step keeps it: autograd's saved tensors
+    # and what the step held beside them (1.13's checkpoint closure, SAC's saved outputs).
+    summary = memplan_trace(trace).info()
+    assert summary.feature_map_bytes == \
+        captured.saved_activation_bytes_hooks + captured.held_activation_bytes
+    if how == "selective":
+        assert captured.held_bytes > 0  # what SAC saves bypasses the saved-tensor hooks
+    # Every map the hooks reach swapped, then recomputed, the held ones kept: bitwise.
+    held = set(captured.stats["held_tensors"])
+    maps = memplan_trace(trace).feature_maps()
+    for action in ("swap", "recompute"):
+        plan = plan_of(trace, {t: "keep" if t in held else action for t in maps})
+        result = validate(model, batch, F.cross_entropy, opt, plan, captured)
+        assert result.lossless_ok and result.peaks_match, (action, result)
+    if held:  # a plan that acts on a held map: one line, before backward starts
+        plan = plan_of(trace, {t: "swap" for t in maps})
+        with pytest.raises(PlanError, match="the plan says swap, but the step holds it for "
+                                            "backward outside autograd's saved tensors"):
+            validate(model, batch, F.cross_entropy, opt, plan, captured)
+
+
 # ---- issue 36, defect 7: a step that goes another way is named for its cause ------------------
 
 class Branching(nn.Module):

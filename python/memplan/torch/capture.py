@@ -152,19 +152,24 @@ def _phases(recorder):
     `torch.autograd.backward` and `torch.autograd.grad` are wrapped while the step runs."""
     originals = {name: getattr(torch.autograd, name) for name in ("backward", "grad")}
     passes = []
+    inside = []  # the backward pass running now: a call within it is part of it
 
     def watched(name):
         def run(*args, **kwargs):
+            if inside:  # reentrant torch.utils.checkpoint runs its block's backward so
+                return originals[name](*args, **kwargs)
             if passes:
                 raise StepError(f"the step ran a second backward pass (torch.autograd.{name} "
                                 f"after torch.autograd.{passes[0]}): a trace holds one forward, "
                                 "one backward and one update; for gradient accumulation, "
                                 "capture a step of one micro-batch")
             passes.append(name)
+            inside.append(name)
             recorder.begin_phase("backward")
             try:
                 return originals[name](*args, **kwargs)
             finally:
+                inside.clear()
                 recorder.begin_phase("update")
         return run
 

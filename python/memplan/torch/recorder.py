@@ -120,14 +120,33 @@ def written_arguments(func, args, kwargs):
     return written
 
 
-def _rewrap_number(func, args, result):
+def _number_tensor(value):
+    return torch.tensor(value, dtype={bool: torch.bool, int: torch.int64,
+                                      float: torch.float64}[type(value)])
+
+
+def _is_number(value):
+    return isinstance(value, (bool, int, float))
+
+
+def _rewrap_numbers(func, args):
     """torch 1.13 hands a saved wrapped number (the 0.125 of `scores * 0.125`) to the dispatch mode
-    as a Python number, and autograd's detach of it then returns that number where a tensor is
-    due; give autograd back a 0-dim tensor of the wrapped number's type."""
-    if isinstance(result, (bool, int, float)) and func._schema.returns and \
+    as a Python number: as the argument of autograd's detach of it (non-reentrant checkpoint's
+    recomputation does this), and as its result. Both become 0-dim tensors of the number's type
+    where the schema wants a tensor; returns the arguments to call `func` with."""
+    schema = func._schema.arguments
+    if not any(_is_number(a) for a in args):
+        return args
+    return tuple(_number_tensor(a) if _is_number(a) and i < len(schema) and
+                 str(schema[i].type) == "Tensor" else a for i, a in enumerate(args))
+
+
+def _call(func, args, kwargs):
+    """`func(*args, **kwargs)` with wrapped numbers given back as tensors (_rewrap_numbers)."""
+    result = func(*_rewrap_numbers(func, args), **kwargs)
+    if _is_number(result) and func._schema.returns and \
             str(func._schema.returns[0].type) == "Tensor":
-        dtype = {bool: torch.bool, int: torch.int64, float: torch.float64}[type(result)]
-        return torch.tensor(result, dtype=dtype)
+        return _number_tensor(result)
     return result
 
 
@@ -436,7 +455,7 @@ class StepRecorder:
     # ---- ops ------------------------------------------------------------------------------
     def dispatch(self, func, args, kwargs):
         if self.paused or self.phase is None:
-            return _rewrap_number(func, args, func(*args, **kwargs))
+            return _call(func, args, kwargs)
         self._hook_new_nodes()
         self._dispatching = func
         inputs = flat_tensors(args, flat_tensors(kwargs, []))
@@ -445,7 +464,7 @@ class StepRecorder:
         input_keys = {self.storage_key(t) for t in inputs}
         self._reads = (func, dict(zip(input_ids, inputs)))
         started = self.clock.start()
-        result = _rewrap_number(func, args, func(*args, **kwargs))
+        result = _call(func, args, kwargs)
         op = self._record(func, args, input_ids, input_keys, written, flat_tensors(result, []))
         self.clock.stop(op, started)
         if self.phase == "forward":
