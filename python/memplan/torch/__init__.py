@@ -18,9 +18,9 @@ torch`.
 """
 
 from memplan.torch.apply import PlanError, PlannedModel, apply
-from memplan.torch.capture import (Capture, StepError, capture, default_step, saved_bytes_in_trace,
-                                   write_trace)
+from memplan.torch.capture import (Capture, CompiledModelWarning, StepError, capture, default_step,
+                                   saved_bytes_in_trace, write_trace)
 from memplan.torch.validate import DoesNotFit, Validation, validate
 
-__all__ = ["Capture", "DoesNotFit", "PlanError", "PlannedModel", "StepError", "Validation", "apply",
+__all__ = ["Capture", "CompiledModelWarning", "DoesNotFit", "PlanError", "PlannedModel", "StepError", "Validation", "apply",
            "capture", "default_step", "saved_bytes_in_trace", "validate", "write_trace"]

@@ -67,7 +67,7 @@ import time
 
 import torch
 
-from memplan.torch.capture import run_step
+from memplan.torch.capture import eager_module, run_step
 from memplan.torch.encodings import decode_map, encode_map
 from memplan.torch.recorder import (StepRecorder, flat_tensors, storage_bytes,
                                     written_arguments)
@@ -624,5 +624,6 @@ def apply(model, plan, captured, *, step=None):
     own (capture's `step`)."""
     trace = captured.trace if hasattr(captured, "trace") else captured
     schedule = plan_schedule(plan, trace)
+    model = eager_module(model)
     check_model(model, trace)
     return PlannedModel(model, trace, schedule, step)
