@@ -9,6 +9,7 @@
 
 #include "core/input_error.hpp"
 #include "core/units.hpp"
+#include "requests/machine_request.hpp"
 
 namespace memplan::cli {
 namespace {
@@ -73,6 +74,17 @@ CLI::Validator seconds_up_to(double hi) {
 
 CLI::Validator size_value() {
   return unit_validator([](const std::string& t) { sim::parse_bytes(t, ""); }, "SIZE");
+}
+CLI::Validator budget_value() {
+  return unit_validator(
+      [](const std::string& t) {
+        if (!t.empty() && t.back() == '%') {
+          (void)requests::share_percent(t, "");
+        } else {
+          sim::parse_bytes(t, "");
+        }
+      },
+      "SIZE|N%");
 }
 CLI::Validator bandwidth_value() {
   return unit_validator([](const std::string& t) { sim::parse_bandwidth(t, ""); }, "BANDWIDTH");

@@ -30,6 +30,8 @@ CLI::Validator seconds_up_to(double hi);
 /// A size, bandwidth or duration in the unit grammar of core/units.hpp ("16GiB", "12.5GB/s",
 /// "10us"): the same parse the command does later, so its message is the one shown.
 CLI::Validator size_value();
+/// A device memory budget: a size, or a share of the step's in-core peak ("50%").
+CLI::Validator budget_value();
 CLI::Validator bandwidth_value();
 CLI::Validator duration_value();
 

@@ -47,8 +47,9 @@ std::int64_t whole_number(const std::string& text) {
 void add_machine_flags(CLI::App& command, MachineFlags& flags) {
   command
       .add_option("--memory", flags.memory,
-                  "device memory capacity, e.g. 16GiB (default: the trace's)")
-      ->check(size_value());
+                  "device memory capacity, e.g. 16GiB, or a share of the step's in-core peak, "
+                  "e.g. 50% (default: the trace's)")
+      ->check(budget_value());
   command.add_option(
       "--link", flags.link,
       "link: recorded (the trace's measured bandwidths) or a preset: pcie3, pcie4, pcie5, "

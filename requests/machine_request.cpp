@@ -1,5 +1,6 @@
 #include "requests/machine_request.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <string_view>
 
@@ -7,6 +8,7 @@
 
 #include "core/input_error.hpp"
 #include "core/interconnect.hpp"
+#include "core/liveness.hpp"
 #include "core/units.hpp"
 
 namespace memplan::requests {
@@ -65,8 +67,46 @@ sim::Nanoseconds duration_of(const Quantity& q, std::string_view flag) {
   return static_cast<sim::Nanoseconds>(value);
 }
 
+bool is_share(const Quantity& q) {
+  const auto* text = std::get_if<std::string>(&q);
+  return text != nullptr && !text->empty() && text->back() == '%';
+}
+
+double share_percent(std::string_view text, std::string_view flag) {
+  double percent = 0;
+  const std::string_view number = text.substr(0, text.empty() ? 0 : text.size() - 1);
+  const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), percent);
+  if (text.empty() || text.back() != '%' || error != std::errc() ||
+      end != number.data() + number.size() || !std::isfinite(percent) || percent <= 0) {
+    throw sim::InputError(std::string(flag),
+                          fmt::format("'{}' is not a positive share of the in-core peak, like 50%",
+                                      text));
+  }
+  return percent;
+}
+
+sim::Bytes budget_of(const Quantity& q, const sim::Workload& workload, std::string_view flag) {
+  if (!is_share(q)) return bytes_of(q, flag);
+  const std::string& text = std::get<std::string>(q);
+  const double percent = share_percent(text, flag);
+  const double peak = static_cast<double>(sim::incore_peak(workload).bytes);
+  const double bytes = std::floor(peak * percent / 100.0);
+  if (bytes < 1 || bytes > static_cast<double>(sim::kMaxBytes)) {
+    throw sim::InputError(
+        std::string(flag),
+        fmt::format("{} of the in-core peak ({} bytes) is {}", text, sim::incore_peak(workload).bytes,
+                    bytes < 1 ? "no byte" : "over the limit of 1 EiB"));
+  }
+  return static_cast<sim::Bytes>(bytes);
+}
+
 sim::MachineOverrides overrides(const MachineRequest& request) {
   sim::MachineOverrides o;
+  if (request.memory && is_share(*request.memory)) {
+    throw sim::InputError("--memory", fmt::format("'{}': a share of the in-core peak is for one "
+                                                  "trace's machine, not here",
+                                                  std::get<std::string>(*request.memory)));
+  }
   if (request.memory) o.memory_bytes = bytes_of(*request.memory, "--memory");
   o.link_name = request.link;
   if (request.h2d) o.link.h2d_bytes_per_s = bandwidth_of(*request.h2d, "--h2d");
@@ -88,7 +128,11 @@ sim::MachineOverrides overrides(const MachineRequest& request) {
 }
 
 sim::Machine make_machine(const sim::Workload& workload, const MachineRequest& request) {
-  return sim::make_machine(workload.device, overrides(request));
+  MachineRequest resolved = request;
+  if (request.memory && is_share(*request.memory)) {
+    resolved.memory = static_cast<double>(budget_of(*request.memory, workload, "--memory"));
+  }
+  return sim::make_machine(workload.device, overrides(resolved));
 }
 
 std::vector<sim::Machine> make_machines(const sim::Job& job, const MachineRequest& request) {

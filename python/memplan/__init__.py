@@ -17,11 +17,13 @@ Bad input (a trace, a plan, an argument) raises InputError (a ValueError) with t
 message the command prints. memplan.torch (capture from PyTorch) is imported on demand:
 `import memplan.torch`; this package itself does not import torch.
 """
+import os
+
 from memplan._core import InputError
 from memplan._plans import Plan, machine, parse_plan, policies, read_plan
 from memplan._search import JobSearchResult, SearchResult, Sweep, search, sweep
 from memplan._simulation import Comparison, JobSimulation, Simulation, Timeline, compare, simulate
-from memplan._traces import (Info, Job, Snapshot, Trace, import_kineto, import_kineto_job,
+from memplan._traces import (Info, Job, Snapshot, Trace, as_trace, import_kineto, import_kineto_job,
                              import_snapshot, load_job, load_trace, parse_job, parse_trace, zoo,
                              zoo_devices, zoo_models)
 from memplan._validation import ValidationReport, validate
@@ -30,10 +32,11 @@ __version__ = "0.1.0"
 
 
 def info(trace):
-    """What `memplan info` shows about `trace` (a Trace or a trace file)."""
-    if not isinstance(trace, Trace):
+    """What `memplan info` shows about `trace` (a Trace, a memplan.torch Capture or a trace
+    file)."""
+    if isinstance(trace, (str, os.PathLike)):
         trace = load_trace(trace)
-    return trace.info()
+    return as_trace(trace).info()
 
 
 __all__ = [
@@ -41,5 +44,5 @@ __all__ = [
     "Comparison", "SearchResult", "JobSearchResult", "Sweep", "ValidationReport", "load_trace",
     "parse_trace", "load_job", "parse_job", "zoo", "zoo_models", "zoo_devices", "import_kineto",
     "import_kineto_job", "import_snapshot", "Snapshot", "info", "read_plan", "parse_plan", "policies", "machine", "simulate",
-    "compare", "search", "sweep", "validate",
+    "compare", "search", "sweep", "validate", "as_trace",
 ]

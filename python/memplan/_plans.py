@@ -3,7 +3,7 @@ import json
 import os
 
 from memplan import _core, _tables
-from memplan._traces import Job
+from memplan._traces import Job, as_trace
 
 
 class Plan:
@@ -44,11 +44,13 @@ class Plan:
 def read_plan(path, trace):
     """Reads a plan file for `trace`, checked against it. Raises InputError naming the file and
     JSON path."""
+    trace = as_trace(trace)
     return Plan(_core.read_plan(os.fspath(path), trace._workload), trace)
 
 
 def parse_plan(text, trace, name="<string>"):
     """Parses plan text for `trace`; `name` names it in errors."""
+    trace = as_trace(trace)
     return Plan(_core.parse_plan(text, name, trace._workload), trace)
 
 
@@ -77,6 +79,7 @@ def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, hos
     recorded times), network (between nodes: ib-hdr, ib-ndr, roce-400g) and gpus_per_node (an
     int, default 8). Text takes the CLI's units; a number is in the base unit (requests/ parses
     both). For a Job, each rank's machine, in rank order: its device with the same values."""
+    trace = as_trace(trace)
     request = _core.MachineRequest(memory=memory, link=link, h2d=h2d, d2h=d2h, latency=latency,
                                    host_memory=host_memory, host_bandwidth=host_bandwidth,
                                    allocator=allocator, interconnect=interconnect,

@@ -3,7 +3,7 @@ import json
 import os
 
 from memplan import _core, _plans, _simulation, _tables
-from memplan._traces import Job
+from memplan._traces import Job, as_trace
 
 
 class SearchResult:
@@ -113,8 +113,9 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     round), which returns the best plan so far (`cancelled` True). An exception in it stops the search and
     is raised. what_if: as machine() takes them.
     A Job gives a JobSearchResult (time_limit and rounds apply to each rank's search; progress
-    reports each).
+    reports each). A memplan.torch Capture is taken as its trace.
     """
+    trace = as_trace(trace)
     m = _plans.machine(trace, **what_if)
     request = _core.SearchRequest()
     request.threads = int(threads)

@@ -3,7 +3,7 @@ import json
 import os
 
 from memplan import _core, _plans, _tables
-from memplan._traces import Job
+from memplan._traces import Job, as_trace
 
 
 class Timeline:
@@ -194,7 +194,9 @@ def simulate(trace, plan=None, policy=None, encode=None, **what_if):
     A plan that does not fit is a result (feasible False, oom says why), not an error.
     A Job gives a JobSimulation: every rank under the plan (a plan file or Plan is read against
     each rank's trace, a policy decides on each rank), on its machine, the ranks together.
+    A memplan.torch Capture is taken as its trace.
     """
+    trace = as_trace(trace)
     m = _plans.machine(trace, **what_if)
     if isinstance(trace, Job):
         plans = _plans.resolve_plans(trace, m, plan, policy, encode, "simulate")
@@ -209,6 +211,7 @@ def simulate(trace, plan=None, policy=None, encode=None, **what_if):
 def compare(trace, encode=None, **what_if):
     """Every policy on `trace` and the same machine, side by side (`memplan compare`); on every
     rank of a Job, the ranks simulated together."""
+    trace = as_trace(trace)
     m = _plans.machine(trace, **what_if)
     if isinstance(trace, Job):
         return Comparison(_core.compare_job(trace._job, m, _plans._encode_text(encode),

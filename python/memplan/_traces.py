@@ -174,6 +174,18 @@ class Info(_tables.JsonFields):
         return f"<memplan.Info {self.data.get('ops')} ops, in-core peak {peak} B>"
 
 
+def as_trace(value):
+    """`value` as the commands take it: a Trace or Job as it is, anything that knows its trace
+    (`value.memplan_trace()`: memplan.torch's Capture) as that trace. TypeError otherwise."""
+    if isinstance(value, (Trace, Job)):
+        return value
+    to_trace = getattr(value, "memplan_trace", None)
+    if callable(to_trace):
+        return to_trace()
+    raise TypeError(f"expected a memplan.Trace, a memplan.Job or a memplan.torch.Capture, not "
+                    f"{type(value).__name__}")
+
+
 def load_trace(path):
     """Reads and validates a trace file. Raises InputError naming the file and JSON path."""
     return Trace(_core.read_trace(os.fspath(path)), str(path))

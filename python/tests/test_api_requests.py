@@ -23,6 +23,16 @@ def test_text_and_numbers_give_the_same_machine():
     assert text.memory_bytes == 2 << 30 and text.copy_latency_ns == 10_000
 
 
+def test_a_budget_may_be_a_share_of_the_in_core_peak():
+    trace = memplan.load_trace(MLP4)
+    peak = trace.info().peak_bytes_incore
+    assert memplan.machine(trace, memory="50%").memory_bytes == peak // 2
+    assert memplan.machine(trace, memory="100%").memory_bytes == peak
+    # The same budget in simulate, for a plan: what the CLI's --memory 50% gives.
+    simulation = memplan.simulate(trace, policy="checkpoint-sqrt", memory="50%")
+    assert simulation.summary["machine"]["memory_bytes"] == peak // 2
+
+
 def test_an_interconnect_is_named_by_its_presets():
     trace = memplan.load_trace(MLP4)
     assert memplan.machine(trace).interconnect is None

@@ -16,8 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "build/release/python"))  # unless $PYTHONPATH names a build
 
 import memplan  # noqa: E402
-from memplan.torch import (CompiledModelWarning, StepError, capture, default_step,  # noqa: E402
-                           validate)
+from memplan.torch import (CompiledModelWarning, StepError, apply, capture,  # noqa: E402
+                           default_step, validate)
 from memplan.torch.capture import memplan_trace  # noqa: E402
 
 # torch.amp.GradScaler on the CPU: PyTorch 2.3 and later (1.13's scaler is CUDA's only).
@@ -241,3 +241,28 @@ def test_a_compiled_model_is_captured_as_its_eager_step_and_says_so():
     result = validate(compiled, batch, F.cross_entropy, opt,
                       policy_plan(captured.trace, "swap-all"), captured)
     assert result.lossless_ok and result.peaks_match, result
+
+
+def test_the_python_api_takes_a_capture_where_it_takes_a_trace():
+    # One API: search takes the capture, apply and validate the Plan search returns, budgets as a
+    # share of the in-core peak.
+    step = mixed_precision_step(torch.amp.GradScaler("cpu") if CPU_SCALER else None)
+    model, batch, opt, captured = attention_setup(step)
+    peak = memplan.info(captured).peak_bytes_incore
+    assert peak == captured.memplan_trace().info().peak_bytes_incore
+    found = memplan.search(captured, memory="60%", time_limit=30, rounds=2, deterministic=True,
+                           maps_only=True)
+    assert found.feasible and found.simulation.summary["machine"]["memory_bytes"] == peak * 6 // 10
+    assert memplan.simulate(captured, plan=found.plan, memory="60%").feasible
+    result = validate(model, batch, F.cross_entropy, opt, found.plan, captured, step=step,
+                      memory="60%")
+    assert result.lossless_ok and result.peaks_match, result
+    # The plan runs step after step of the user's loop, each at the predicted saved-bytes peak.
+    planned = apply(model, found.plan, captured, step=step)
+    for _ in range(3):
+        loss = planned.step(batch, F.cross_entropy, opt)
+        assert torch.isfinite(loss)
+        assert planned.stats["peak_saved_bytes"] == result["predicted_saved_peak_bytes"]
+    with pytest.raises(TypeError, match="expected a memplan.Trace, a memplan.Job or a "
+                                        "memplan.torch.Capture, not dict"):
+        memplan.search(captured.trace)

@@ -326,3 +326,19 @@ TEST_CASE("more threads than the machine has: no raw TBB warning", "[cli][flags]
     CHECK(r.err.find("TBB") == std::string::npos);
   }
 }
+
+TEST_CASE("the memory flag takes a share of the step's in-core peak", "[cli][flags]") {
+  // The budget is the share of what `memplan info` calls the in-core peak, rounded down to bytes.
+  const std::string trace = source_path("traces/mlp4.json");
+  const auto info = run_memplan("info '" + trace + "' --json");
+  REQUIRE(info.exit_status == 0);
+  const auto peak = nlohmann::json::parse(info.out).at("peak_bytes_incore").get<long long>();
+  const auto half = run_memplan("simulate '" + trace + "' --policy swap-all --memory 50% --json");
+  CAPTURE(half.err);
+  REQUIRE((half.exit_status == 0 || half.exit_status == 1));
+  CHECK(nlohmann::json::parse(half.out).at("machine").at("memory_bytes") == peak / 2);
+  check_refused(run_memplan("simulate '" + trace + "' --policy swap-all --memory 0%"),
+                "'0%' is not a positive share of the in-core peak");
+  check_refused(run_memplan("simulate '" + trace + "' --policy swap-all --memory 50%%"),
+                "'50%%' is not a positive share of the in-core peak");
+}

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/input_error.hpp"
+#include "core/liveness.hpp"
 #include "requests/machine_request.hpp"
 #include "requests/search_request.hpp"
 #include "tests/support/workload_builder.hpp"
@@ -89,6 +90,33 @@ TEST_CASE("a bad machine value is refused naming its flag", "[requests][bad_inpu
   CHECK(refused([](MachineRequest& r) { r.link = "pcie9"; }) != "");
   // A zero latency is a machine, not an error.
   CHECK(refused([](MachineRequest& r) { r.latency = Quantity{0.0}; }).empty());
+}
+
+TEST_CASE("a memory budget may be a share of the step's in-core peak", "[requests]") {
+  // tiny(): at op a, its input (1,024 B) and its output (2,048 B) are live: 3,072 B in core.
+  const auto workload = tiny();
+  REQUIRE(memplan::sim::incore_peak(workload).bytes == 3072);
+  const auto budget = [&](const char* text) {
+    MachineRequest r;
+    r.memory = Quantity{std::string(text)};
+    return memplan::requests::make_machine(workload, r).memory_bytes;
+  };
+  CHECK(budget("50%") == 1536);
+  CHECK(budget("12.5%") == 384);
+  CHECK(budget("100%") == 3072);
+  CHECK(budget("150%") == 4608);
+  CHECK(budget("33%") == 1013);  // 1,013.76 rounded down to whole bytes
+  const auto refused = [&](const char* text) {
+    return refused_by([&] { (void)budget(text); });
+  };
+  for (const char* bad : {"%", "-5%", "0%", "nan%", "inf%", "five%", "50 %", "0.001%", "1e300%"}) {
+    CAPTURE(bad);
+    CHECK(refused(bad) == "--memory");
+  }
+  // Without a trace there is nothing to take a share of: the overrides alone refuse it.
+  MachineRequest share;
+  share.memory = Quantity{std::string("50%")};
+  CHECK(refused_by([&] { (void)memplan::requests::overrides(share); }) == "--memory");
 }
 
 TEST_CASE("a machine request names its interconnect by presets", "[requests][interconnect]") {

@@ -52,10 +52,18 @@ class Capture:
         #: the same, activations only
         self.held_activation_bytes = held_activation_bytes
         self.stats = stats
+        self._trace = None
 
     def save(self, path):
         """Writes the trace to `path` through a temporary file and a rename."""
         write_trace(self.trace, path)
+
+    def memplan_trace(self):
+        """The trace as a memplan.Trace (read and checked by memplan's C++ trace reader, once):
+        what memplan.simulate, compare, search and info take a Capture as."""
+        if self._trace is None:
+            self._trace = memplan_trace(self.trace)
+        return self._trace
 
 
 def check_writable(path):
