@@ -78,9 +78,9 @@ double share_percent(std::string_view text, std::string_view flag) {
   const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), percent);
   if (text.empty() || text.back() != '%' || error != std::errc() ||
       end != number.data() + number.size() || !std::isfinite(percent) || percent <= 0) {
-    throw sim::InputError(std::string(flag),
-                          fmt::format("'{}' is not a positive share of the in-core peak, like 50%",
-                                      text));
+    throw sim::InputError(
+        std::string(flag),
+        fmt::format("'{}' is not a positive share of the in-core peak, like 50%", text));
   }
   return percent;
 }
@@ -92,10 +92,10 @@ sim::Bytes budget_of(const Quantity& q, const sim::Workload& workload, std::stri
   const double peak = static_cast<double>(sim::incore_peak(workload).bytes);
   const double bytes = std::floor(peak * percent / 100.0);
   if (bytes < 1 || bytes > static_cast<double>(sim::kMaxBytes)) {
-    throw sim::InputError(
-        std::string(flag),
-        fmt::format("{} of the in-core peak ({} bytes) is {}", text, sim::incore_peak(workload).bytes,
-                    bytes < 1 ? "no byte" : "over the limit of 1 EiB"));
+    throw sim::InputError(std::string(flag),
+                          fmt::format("{} of the in-core peak ({} bytes) is {}", text,
+                                      sim::incore_peak(workload).bytes,
+                                      bytes < 1 ? "no byte" : "over the limit of 1 EiB"));
   }
   return static_cast<sim::Bytes>(bytes);
 }

@@ -428,24 +428,24 @@ std::string bound_text(const LowerBound& bound, bool feasible, Nanoseconds time_
     return "lower bound: no plan fits this device (at some op, the bytes no plan can move off "
            "it exceed it)\n";
   }
-  const double over =
-      static_cast<double>(bound.bound_ns) /
-          static_cast<double>(std::max<Nanoseconds>(bound.ideal_ns, 1)) -
-      1.0;
+  const double over = static_cast<double>(bound.bound_ns) /
+                          static_cast<double>(std::max<Nanoseconds>(bound.ideal_ns, 1)) -
+                      1.0;
   // The bound and the ideal step are of the step run alone (Timeline::iteration_ns), named so
   // beside a table of steps back to back. Below the ideal step (in core, the update on the
   // device) only where the bound is that of plans updating on the host, which may beat it.
   const double bound_ms = sim::to_seconds(bound.bound_ns) * 1e3;
   const double ideal_ms = sim::to_seconds(bound.ideal_ns) * 1e3;
   std::string out =
-      over < 0 ? fmt::format("lower bound {:.3f} ms on the step alone ({:.1f}% under the ideal "
-                             "step alone, {:.3f} ms{})",
-                             bound_ms, -over * 100, ideal_ms,
-                             bound.host_update ? ": a plan that updates on the host may beat it"
-                                               : "")
-               : fmt::format("lower bound {:.3f} ms on the step alone ({:+.1f}% over the ideal "
-                             "step alone, {:.3f} ms)",
-                             bound_ms, over * 100, ideal_ms);
+      over < 0 ? fmt::format(
+                     "lower bound {:.3f} ms on the step alone ({:.1f}% under the ideal "
+                     "step alone, {:.3f} ms{})",
+                     bound_ms, -over * 100, ideal_ms,
+                     bound.host_update ? ": a plan that updates on the host may beat it" : "")
+               : fmt::format(
+                     "lower bound {:.3f} ms on the step alone ({:+.1f}% over the ideal "
+                     "step alone, {:.3f} ms)",
+                     bound_ms, over * 100, ideal_ms);
   if (const std::optional<double> gap = bound_gap(bound, feasible, time_ns))
     out += fmt::format(": within {:.1f}% of the best possible", *gap * 100);
   return out + "\n";

@@ -106,9 +106,7 @@ TEST_CASE("a memory budget may be a share of the step's in-core peak", "[request
   CHECK(budget("100%") == 3072);
   CHECK(budget("150%") == 4608);
   CHECK(budget("33%") == 1013);  // 1,013.76 rounded down to whole bytes
-  const auto refused = [&](const char* text) {
-    return refused_by([&] { (void)budget(text); });
-  };
+  const auto refused = [&](const char* text) { return refused_by([&] { (void)budget(text); }); };
   for (const char* bad : {"%", "-5%", "0%", "nan%", "inf%", "five%", "50 %", "0.001%", "1e300%"}) {
     CAPTURE(bad);
     CHECK(refused(bad) == "--memory");
