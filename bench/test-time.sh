@@ -21,10 +21,11 @@ set +e
 status=${PIPESTATUS[0]}
 set -e
 end=$(date +%s)
-# A stage lasts from its "== " line to the next one (the last to the end of the command).
+# A stage lasts from its "== " line to the next one (the last to the end of the command); the
+# "== stage: N s" lines scripts/test prints at each stage's end are its own count, not a stage.
 awk -v start="$start" -v end="$end" '
   BEGIN { name = "setup (scripts/setup)"; from = start }
-  $2 == "==" { if (name != "") printf "%-28s %6d s\n", name, $1 - from; name = substr($0, index($0, "== ") + 3); from = $1 }
+  $2 == "==" && $NF != "s" { if (name != "") printf "%-28s %6d s\n", name, $1 - from; name = substr($0, index($0, "== ") + 3); from = $1 }
   $2 == "cpu" { cpu = $3 + $5 }
   END { if (name != "") printf "%-28s %6d s\n", name, end - from
         printf "%-28s %6d s wall, %d s CPU, exit %s\n", "scripts/test", end - start, cpu, "'"$status"'" }' "$log"
