@@ -22,6 +22,19 @@ class SpecError(ValueError):
     """A model spec or an input that cannot be used (one line, for the command line)."""
 
 
+def _function(module_name, attr, prefix=""):
+    """The function `module_name.attr` (a `package.module:function` spec's); SpecError, its
+    message after `prefix`, when the module does not import or has no such function."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SpecError(f"{prefix}cannot import '{module_name}': {e}") from None
+    function = getattr(module, attr, None)
+    if function is None or not callable(function):
+        raise SpecError(f"{prefix}'{module_name}' has no function '{attr}'")
+    return function
+
+
 def load_model(spec):
     if ":" not in spec:
         raise SpecError(f"model '{spec}' is not 'torchvision:NAME' or 'package.module:factory'")
@@ -32,14 +45,7 @@ def load_model(spec):
         if factory is None or not callable(factory) or attr.startswith("_"):
             raise SpecError(f"torchvision has no model '{attr}'")
         return factory()
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise SpecError(f"cannot import '{module_name}': {e}") from None
-    factory = getattr(module, attr, None)
-    if factory is None or not callable(factory):
-        raise SpecError(f"'{module_name}' has no function '{attr}'")
-    model = factory()
+    model = _function(module_name, attr)()
     if not isinstance(model, nn.Module):
         raise SpecError(f"'{spec}' returned a {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -51,14 +57,7 @@ def load_step(spec):
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise SpecError(f"--step '{spec}' is not 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise SpecError(f"--step: cannot import '{module_name}': {e}") from None
-    step = getattr(module, attr, None)
-    if step is None or not callable(step):
-        raise SpecError(f"--step: '{module_name}' has no function '{attr}'")
-    return step
+    return _function(module_name, attr, "--step: ")
 
 
 def parse_dims(text):
