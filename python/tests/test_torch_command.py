@@ -180,6 +180,10 @@ def test_a_step_of_the_users_own_is_captured_and_its_plan_validated(tmp_path):
     gpt = ["memplan.torch.models:gpt_block", "--batch", 2, "--input", 16]
     run = run_module(tmp_path, "capture", *gpt, "--step", "user_models:clipped_step", "-o", out)
     assert run.returncode == 0, run.stderr
+    # A CPU capture says what device memory a simulation of it assumes.
+    memory = json.loads(out.read_text())["device"]["memory_bytes"]
+    assert f"device memory: the trace's device is this CPU, with its {memory} bytes of physical " \
+        "memory; --memory" in run.stdout
     validate = ["validate", out, "--model", *gpt, "--policy", "recompute-all"]
     run = run_module(tmp_path, *validate, "--step", "user_models:clipped_step", "--json")
     assert run.returncode == 0, run.stderr + run.stdout

@@ -184,6 +184,11 @@ def run_capture(args):
           f"{result.saved_bytes_hooks} bytes saved for backward (saved-tensor hooks)"
           f"{held}, "
           f"{s['capture_seconds']:.2f} s -> {args.output}")
+    device = result.trace["device"]
+    if device["name"] == "cpu":  # what a simulation of the trace assumes unless told otherwise
+        print(f"device memory: the trace's device is this CPU, with its "
+              f"{device['memory_bytes']} bytes of physical memory; --memory (an amount, or a "
+              "share of the in-core peak such as 50%) gives a GPU's")
 
 
 def _plan(args, trace, what_if):
