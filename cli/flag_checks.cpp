@@ -78,7 +78,7 @@ CLI::Validator size_value() {
 CLI::Validator budget_value() {
   return unit_validator(
       [](const std::string& t) {
-        if (!t.empty() && t.back() == '%') {
+        if (requests::is_share(requests::Quantity{t})) {
           (void)requests::share_percent(t, "");
         } else {
           sim::parse_bytes(t, "");

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -89,12 +90,11 @@ sim::Bytes budget_of(const Quantity& q, const sim::Workload& workload, std::stri
   if (!is_share(q)) return bytes_of(q, flag);
   const std::string& text = std::get<std::string>(q);
   const double percent = share_percent(text, flag);
-  const double peak = static_cast<double>(sim::incore_peak(workload).bytes);
-  const double bytes = std::floor(peak * percent / 100.0);
+  const sim::Bytes peak = sim::incore_peak(workload).bytes;
+  const double bytes = std::floor(static_cast<double>(peak) * percent / 100.0);
   if (bytes < 1 || bytes > static_cast<double>(sim::kMaxBytes)) {
     throw sim::InputError(std::string(flag),
-                          fmt::format("{} of the in-core peak ({} bytes) is {}", text,
-                                      sim::incore_peak(workload).bytes,
+                          fmt::format("{} of the in-core peak ({} bytes) is {}", text, peak,
                                       bytes < 1 ? "no byte" : "over the limit of 1 EiB"));
   }
   return static_cast<sim::Bytes>(bytes);
@@ -128,11 +128,14 @@ sim::MachineOverrides overrides(const MachineRequest& request) {
 }
 
 sim::Machine make_machine(const sim::Workload& workload, const MachineRequest& request) {
-  MachineRequest resolved = request;
-  if (request.memory && is_share(*request.memory)) {
-    resolved.memory = static_cast<double>(budget_of(*request.memory, workload, "--memory"));
-  }
-  return sim::make_machine(workload.device, overrides(resolved));
+  // The budget first (a share needs the workload), as overrides() checks the memory first.
+  std::optional<sim::Bytes> memory;
+  if (request.memory) memory = budget_of(*request.memory, workload, "--memory");
+  MachineRequest rest = request;
+  rest.memory.reset();
+  sim::MachineOverrides o = overrides(rest);
+  o.memory_bytes = memory;
+  return sim::make_machine(workload.device, o);
 }
 
 std::vector<sim::Machine> make_machines(const sim::Job& job, const MachineRequest& request) {

@@ -22,8 +22,8 @@ How:
   schema marks `(a!)`) makes a new version `in_place_of` the old one, except for a tensor that
   existed before the step (parameters, buffers, optimizer state, the batch, the loop's own state
   such as a GradScaler's scale, which becomes optimizer state), which the trace keeps as one
-  pre-existing tensor that ops read and update. A saved version forward writes over through a view autograd does not see is the newest
-  version (`_rewrite_saved`).
+  pre-existing tensor that ops read and update. A saved version forward writes over through a
+  view autograd does not see is the newest version (`_rewrite_saved`).
 - storages seen before they are written existed before the step: parameters (and buffers, which
   the trace counts as parameters), optimizer state, the batch's tensors (`input`); anything else
   (a constant the loss closes over) is an `input` too.
@@ -134,9 +134,9 @@ def _rewrap_numbers(func, args):
     as a Python number: as the argument of autograd's detach of it (non-reentrant checkpoint's
     recomputation does this), and as its result. Both become 0-dim tensors of the number's type
     where the schema wants a tensor; returns the arguments to call `func` with."""
-    schema = func._schema.arguments
     if not any(_is_number(a) for a in args):
         return args
+    schema = func._schema.arguments
     return tuple(_number_tensor(a) if _is_number(a) and i < len(schema) and
                  str(schema[i].type) == "Tensor" else a for i, a in enumerate(args))
 
