@@ -12,7 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
-#include "cli/output_file.hpp"
+#include "io/output_file.hpp"
 #include "core/input_error.hpp"
 #include "core/liveness.hpp"
 #include "core/units.hpp"
@@ -321,16 +321,16 @@ void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) 
   kineto->add_flag("--whole", options->whole, "the step is the whole trace");
   kineto->add_flag("--json", options->json, "print one JSON object");
   kineto->callback([options] {
-    std::vector<Input> read;
+    std::vector<sim::InputFile> read;
     for (const std::string& file : options->files) read.push_back({file, "FILE"});
-    check_outputs({{options->output, "-o"}}, read);
-    std::FILE* report = report_stream({options->output});
+    sim::check_outputs({{options->output, "-o"}}, read);
+    std::FILE* report = sim::report_stream({options->output});
     const std::vector<std::filesystem::path> inputs(options->files.begin(), options->files.end());
     const std::vector<importers::KinetoTrace> traces =
         importers::read_kineto_job(inputs, options->ranks);
     const importers::JobImportResult result =
         importers::import_kineto_job(traces, import_options(*options));
-    write_output(options->output, sim::write_job(result.job));
+    sim::write_output(options->output, sim::write_job(result.job));
     print_report(report, result, traces, *options);
   });
 }

@@ -1,9 +1,11 @@
 #include "cli/python_runner.hpp"
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -64,9 +66,16 @@ int run_memplan_torch(const std::string& command, const std::vector<std::string>
   raw.reserve(argv.size() + 1);
   for (const std::string& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
   raw.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw sim::InputError(command, fmt::format("fork: {}", std::strerror(errno)));
   if (pid == 0) {
+    // The child ends with this process: a memplan killed (SIGTERM, SIGKILL) must not leave a
+    // Python process behind that writes -o after the command failed. SIGTERM is Python's end
+    // without a word (no handler of its own), and the C++ writer removes its temporary on it.
+    // Asked before the check, so a parent gone in between is seen either way.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(3);
     ::setenv("PYTHONPATH", path.c_str(), 1);
     ::execv(raw[0], raw.data());
     fmt::print(stderr, "memplan: {}: cannot run {}: {}\n", command, argv[0], std::strerror(errno));

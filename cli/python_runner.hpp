@@ -13,7 +13,8 @@ namespace memplan::cli {
 std::filesystem::path find_python_package(const std::string& command);
 
 /// Runs `$MEMPLAN_PYTHON` (default /usr/bin/python3) `-m memplan.torch ARGS` with PYTHONPATH
-/// starting at the package; returns its exit status (3 when it was killed by a signal).
+/// starting at the package; returns its exit status (3 when it was killed by a signal). The child
+/// is ended (SIGTERM) when this process ends first, so it never writes after memplan failed.
 int run_memplan_torch(const std::string& command, const std::vector<std::string>& args);
 
 }  // namespace memplan::cli

@@ -13,7 +13,7 @@
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
 #include "cli/model_flags.hpp"
-#include "cli/output_file.hpp"
+#include "io/output_file.hpp"
 #include "cli/progress.hpp"
 #include "core/input_error.hpp"
 #include "core/units.hpp"
@@ -39,8 +39,8 @@ struct RecordOptions {
 };
 
 void record(const RecordOptions& o, const CLI::App& cmd) {
-  check_output(o.output, "-o");
-  std::FILE* report = report_stream({o.output});
+  sim::check_output(o.output, "-o");
+  std::FILE* report = sim::report_stream({o.output});
   const std::unique_ptr<runtime::Backend> backend = make_backend(o.backend);
   const zoo::ModelInfo* model = zoo::find_model(o.model);
   if (model == nullptr) {
@@ -75,7 +75,7 @@ void record(const RecordOptions& o, const CLI::App& cmd) {
   progress.finish();
   r.workload.device.memory_bytes = o.memory.empty() ? device_memory_bytes(backend->name())
                                                     : sim::parse_bytes(o.memory, "--memory");
-  write_output(o.output, sim::write_trace(r.workload));
+  sim::write_output(o.output, sim::write_trace(r.workload));
   if (o.json) {
     const nlohmann::json j = {
         {"model", model->name},

@@ -6,7 +6,7 @@
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
 #include "cli/machine_flags.hpp"
-#include "cli/output_file.hpp"
+#include "io/output_file.hpp"
 #include "cli/progress.hpp"
 #include "core/input_error.hpp"
 #include "io/plan_io.hpp"
@@ -35,7 +35,7 @@ struct SearchFlags {
 void write_plan_if_fits(const SearchFlags& flags, const sim::Timeline& timeline,
                         const sim::Plan& plan, const sim::Workload& workload) {
   if (!flags.output.empty() && timeline.feasible) {
-    write_output(flags.output, sim::write_plan(plan, workload));
+    sim::write_output(flags.output, sim::write_plan(plan, workload));
   }
 }
 
@@ -99,7 +99,7 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
   const sim::Program& program = result.simulation.program;
   const sim::Timeline& timeline = result.simulation.timeline;
   write_plan_if_fits(flags, timeline, result.plan, workload);
-  std::FILE* report = report_stream({flags.output});
+  std::FILE* report = sim::report_stream({flags.output});
   if (flags.json) {
     nlohmann::json j = search_json(result.simulation, result.plan.policy, result.best_policy,
                                    result.best_policy_evaluation, workload, machine);
@@ -154,7 +154,7 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
   const sim::Program& program = result.simulation.program;
   const sim::Timeline& timeline = result.simulation.timeline;
   write_plan_if_fits(flags, timeline, result.plan, workload);
-  std::FILE* report = report_stream({flags.output});
+  std::FILE* report = sim::report_stream({flags.output});
   if (flags.json) {
     nlohmann::json j = search_json(result.simulation, result.plan.policy, result.best_policy,
                                    result.best_policy_evaluation, workload, machine);
@@ -188,9 +188,9 @@ int run_job_search(const sim::Job& job, const search::SearchOptions& so, const S
   progress.finish();
   const bool fits = result.run.timeline.feasible;
   if (!flags.output.empty() && fits) {
-    write_output(flags.output, sim::write_plan(result.search.plan, job.ranks[result.searched]));
+    sim::write_output(flags.output, sim::write_plan(result.search.plan, job.ranks[result.searched]));
   }
-  std::FILE* report = report_stream({flags.output});
+  std::FILE* report = sim::report_stream({flags.output});
   if (flags.json) {
     fmt::print(report, "{}\n", search::job_search_json(result, job, machines).dump(2));
   } else {
@@ -245,7 +245,7 @@ void add_search_command(CLI::App& app, int& exit_status) {
   auto* cmd = app.add_subcommand("search", "Search for a plan better than every policy's");
   CLI::Option* time_limit = add_search_flags(*cmd, *options);
   cmd->callback([options, time_limit, &exit_status] {
-    check_outputs({{options->output, "-o"}}, {{options->trace, "TRACE"}});
+    sim::check_outputs({{options->output, "-o"}}, {{options->trace, "TRACE"}});
     sim::Job job = sim::read_job(options->trace);
     if (job.ranks.size() > 1) {
       if (options->exact) {

@@ -7,7 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
-#include "cli/output_file.hpp"
+#include "io/output_file.hpp"
 #include "cli/plan_flags.hpp"
 #include "core/input_error.hpp"
 #include "io/job_report.hpp"
@@ -60,15 +60,15 @@ int simulate_job(const SimulateOptions& o, const sim::Job& job, std::FILE* repor
                  o.timeline.empty() ? "" : " (no output file written)");
     return 1;
   }
-  write_outputs({{o.timeline, o.timeline.empty() ? "" : sim::job_chrome_trace_json(run, job)}});
+  sim::write_outputs({{o.timeline, o.timeline.empty() ? "" : sim::job_chrome_trace_json(run, job)}});
   return 0;
 }
 
 int simulate(const SimulateOptions& o) {
-  check_outputs(
+  sim::check_outputs(
       {{o.timeline, "--timeline"}, {o.memory_csv, "--memory-csv"}, {o.plan_out, "--plan-out"}},
       {{o.trace, "TRACE"}, {o.plan.plan, "--plan"}});
-  std::FILE* report = report_stream({o.timeline, o.memory_csv, o.plan_out});
+  std::FILE* report = sim::report_stream({o.timeline, o.memory_csv, o.plan_out});
   sim::Job job = sim::read_job(o.trace);
   if (job.ranks.size() > 1) return simulate_job(o, job, report);
   const sim::Workload workload = std::move(job.ranks.front());
@@ -100,7 +100,7 @@ int simulate(const SimulateOptions& o) {
       o.timeline.empty() ? "" : sim::chrome_trace_json(timeline, program, workload);
   const std::string memory_csv = o.memory_csv.empty() ? "" : sim::memory_csv(timeline);
   const std::string plan_json = o.plan_out.empty() ? "" : sim::write_plan(plan, workload);
-  write_outputs({{o.timeline, timeline_json}, {o.memory_csv, memory_csv}, {o.plan_out, plan_json}});
+  sim::write_outputs({{o.timeline, timeline_json}, {o.memory_csv, memory_csv}, {o.plan_out, plan_json}});
   return 0;
 }
 }  // namespace

@@ -12,7 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
-#include "cli/output_file.hpp"
+#include "io/output_file.hpp"
 #include "cli/progress.hpp"
 #include "cli/sweep_ranks.hpp"
 #include "core/input_error.hpp"
@@ -78,9 +78,9 @@ long long resumed_rows(const Options& options, const search::Sweep& sweep, Sweep
 
 void run_sweep(const Options& options) {
   // A CSV that could not be written is found out before the grid runs, not after.
-  std::vector<Input> inputs;
+  std::vector<sim::InputFile> inputs;
   for (const std::string& trace : options.traces) inputs.push_back({trace, "TRACE"});
-  check_outputs({{options.output, "-o"}}, inputs);
+  sim::check_outputs({{options.output, "-o"}}, inputs);
   const search::SweepGrid grid = read_grid(options);
   const search::Sweep sweep(grid);
   const search::SweepOptions so = sweep_options(options);

@@ -4,7 +4,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
-#include "cli/output_file.hpp"
+#include "io/output_file.hpp"
 #include "core/input_error.hpp"
 #include "core/liveness.hpp"
 #include "io/trace_io.hpp"
@@ -57,7 +57,7 @@ const zoo::ModelInfo& requested_model(const CLI::App& cmd, const ZooFlags& flags
   }
   if (cmd.count("--batch") == 0) throw sim::InputError("--batch", "give the batch size");
   if (flags.output.empty()) throw sim::InputError("-o", "give the trace file to write");
-  check_output(flags.output, "-o");
+  sim::check_output(flags.output, "-o");
   const zoo::ModelInfo* model = zoo::find_model(flags.model);
   if (model == nullptr) {
     throw sim::InputError(
@@ -69,7 +69,7 @@ const zoo::ModelInfo& requested_model(const CLI::App& cmd, const ZooFlags& flags
 // Builds the model's workload, writes it as a trace and prints what was written.
 void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
   const zoo::ModelInfo& model = requested_model(cmd, flags);
-  std::FILE* report = report_stream({flags.output});
+  std::FILE* report = sim::report_stream({flags.output});
   zoo::ZooRequest request;
   request.model = flags.model;
   request.device = flags.device;
@@ -83,7 +83,7 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
         "; Caffe conventions: {} ReLU gradients in place, {} int32 max-pool masks", relus, masks);
     sim::validate(workload, fmt::format("zoo model '{}'", request.model));
   }
-  write_output(flags.output, sim::write_trace(workload));
+  sim::write_output(flags.output, sim::write_trace(workload));
   const sim::Bytes peak = sim::incore_peak(workload).bytes;
   if (flags.json) {
     const nlohmann::json j = {{"model", model.name},

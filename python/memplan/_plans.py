@@ -3,6 +3,7 @@ import json
 import os
 
 from memplan import _core, _tables
+from memplan._files import write_output
 from memplan._traces import Job, as_trace
 
 
@@ -28,7 +29,7 @@ class Plan:
 
     def write(self, path):
         """Writes the plan file atomically (readable by read_plan and `memplan simulate --plan`)."""
-        _core.write_file_atomically(os.fspath(path), self.to_json())
+        write_output(path, self.to_json())
 
     def to_dataframe(self):
         """One row per feature map: tensor, action and the action's fields."""

@@ -3,6 +3,7 @@ import json
 import os
 
 from memplan import _core, _plans, _simulation, _tables
+from memplan._files import write_output
 from memplan._traces import Job, as_trace
 
 
@@ -147,7 +148,7 @@ class Sweep:
                                            "slowest_rank": [""], "wait_s": [""]})
 
     def write(self, path):
-        _core.write_file_atomically(os.fspath(path), self.csv)
+        write_output(path, self.csv)
 
 
 def _list(value):

@@ -3,6 +3,7 @@ import json
 import os
 
 from memplan import _core, _plans, _tables
+from memplan._files import write_output
 from memplan._traces import Job, as_trace
 
 
@@ -20,7 +21,7 @@ class Timeline:
 
     def write(self, path):
         """Writes the Chrome trace JSON to `path` atomically."""
-        _core.write_file_atomically(os.fspath(path), self._simulation.chrome_trace_json())
+        write_output(path, self._simulation.chrome_trace_json())
 
     def to_dataframe(self):
         """One row per span: track (the stream, or "compute stalls") and track_id (the tracks'
@@ -122,7 +123,7 @@ class JobSimulation(_tables.JsonFields):
 
     def write_timeline(self, path):
         """Writes the Chrome trace JSON to `path` atomically (`memplan simulate --timeline`)."""
-        _core.write_file_atomically(os.fspath(path), self._simulation.chrome_trace_json())
+        write_output(path, self._simulation.chrome_trace_json())
 
     def to_dataframe(self):
         """One row per rank: its summary (nested keys flattened: `collectives.wait_s`, ...; the

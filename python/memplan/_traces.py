@@ -3,6 +3,7 @@ import json
 import os
 
 from memplan import _core, _tables
+from memplan._files import write_output
 
 
 class Trace:
@@ -53,7 +54,7 @@ class Trace:
 
     def write(self, path):
         """Writes the trace file atomically (nothing half-written on failure)."""
-        _core.write_trace_file(self._workload, os.fspath(path))
+        write_output(path, _core.write_trace(self._workload))
 
     def ops(self):
         """A DataFrame, one row per op (the trace's `ops` fields)."""
@@ -130,7 +131,7 @@ class Job:
 
     def write(self, path):
         """Writes the job's trace file atomically (what `memplan import kineto -o` writes)."""
-        _core.write_job_file(self._job, os.fspath(path))
+        write_output(path, _core.write_job(self._job))
 
     def collectives(self):
         """A DataFrame, one row per collective op of each rank as recorded: rank, op (its id),

@@ -168,7 +168,6 @@ void bind_jobs(py::module_& m) {
       },
       py::arg("text"), py::arg("source"), py::call_guard<py::gil_scoped_release>());
   m.def("write_job", &sim::write_job, py::arg("job"));
-  m.def("write_job_file", &sim::write_job_file, py::arg("job"), py::arg("path"));
   m.def("import_kineto_job", &import_kineto_job, py::arg("inputs"), py::arg("step"),
         py::arg("ranks"), py::call_guard<py::gil_scoped_release>());
   bind_job_simulation(m);

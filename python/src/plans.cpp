@@ -8,6 +8,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include "core/machine.hpp"
+#include "io/output_file.hpp"
 #include "io/plan_io.hpp"
 #include "io/trace_io.hpp"
 #include "python/src/bindings.hpp"
@@ -87,11 +88,16 @@ void bind_plans(py::module_& m) {
       },
       py::arg("text"), py::arg("source"), py::arg("workload"));
   m.def("write_plan", &sim::write_plan, py::arg("plan"), py::arg("workload"));
+  // The CLI's output files (io/output_file.hpp): checked before the work, written after it.
   m.def(
-      "write_file_atomically",
-      [](const std::filesystem::path& path, const std::string& text) {
-        sim::write_file_atomically(path, text);
+      "check_output",
+      [](const std::string& path, const std::string& flag) {
+        sim::check_outputs({{path, flag}});
       },
+      py::arg("path"), py::arg("flag"));
+  m.def(
+      "write_output",
+      [](const std::string& path, const std::string& text) { sim::write_output(path, text); },
       py::arg("path"), py::arg("text"));
   m.def("named_plan", &search::named_plan, py::arg("name"), py::arg("workload"), py::arg("machine"),
         py::call_guard<py::gil_scoped_release>());

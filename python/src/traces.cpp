@@ -126,7 +126,6 @@ void bind_traces(py::module_& m) {
       },
       py::arg("text"), py::arg("source"), py::call_guard<py::gil_scoped_release>());
   m.def("write_trace", &sim::write_trace, py::arg("workload"));
-  m.def("write_trace_file", &sim::write_trace_file, py::arg("workload"), py::arg("path"));
   m.def(
       "info_json", [](const sim::Workload& w) { return sim::to_json(sim::summarize(w), w).dump(); },
       py::arg("workload"));

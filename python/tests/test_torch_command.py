@@ -6,9 +6,13 @@ one line on stderr naming where and what, exit status 2, no file left behind."""
 import json
 import os
 import pathlib
+import signal
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -75,6 +79,22 @@ def clipped_step(model, batch, loss_fn, optimizer):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     return loss
+
+
+def exits():
+    """A factory that ends the interpreter itself."""
+    import sys
+    sys.exit(0)
+
+
+def slow(pid_file):
+    """A factory that says where it runs, then takes its time."""
+    import os
+    import time
+    with open(pid_file, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(60)
+    return TwoHeads()
 
 
 def accumulating_step(model, batch, loss_fn, optimizer):
@@ -219,8 +239,9 @@ def test_a_trace_capture_cannot_write_is_said_first_naming_the_file_asked_for(tm
                      "32x32", "-o", out)
     assert run.returncode == 2, run.stderr
     line = only_line(run)
-    reason = "Is a directory" if where == "a-folder" else "no such folder to write it in"
-    assert line == f"memplan: capture: {out}: {reason}", line
+    reason = ("is a directory, not a file" if where == "a-folder"
+              else f": the folder '{out.parent}' does not exist")
+    assert line == f"memplan: -o: '{out}'" + (" " if where == "a-folder" else "") + reason, line
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["t.json", "user_models.py"] if where == "a-folder" else ["user_models.py"])
 
@@ -242,3 +263,92 @@ def test_the_planned_step_running_out_of_memory_is_a_result():
         assert str(failed.value) == (f"gpt_block at batch 2, in {run}, in the forward pass: "
                                      "OutOfMemoryError: CUDA out of memory. Tried to allocate "
                                      "2.00 GiB")
+
+
+# ---- issue 40, items 1 and 7: capture -o is written as every memplan output ----------------------
+
+def capture_two_heads(tmp_path, out):
+    return run_module(tmp_path, "capture", "user_models:two_heads", "--batch", 2, "-o", out)
+
+
+def test_capture_writes_a_device_a_symlink_and_a_fifo_as_the_other_commands_do(tmp_path):
+    # Before: mkstemp + os.replace replaced /dev/full by a regular file (as root) and exit 0,
+    # replaced a symlink by a file and a FIFO by a file, and wrote files of mode 0600.
+    full = capture_two_heads(tmp_path, "/dev/full")
+    assert full.returncode == 2, full.stderr
+    assert "No space left on device" in only_line(full)
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+    target = tmp_path / "target.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    old = os.umask(0o022)
+    try:
+        assert capture_two_heads(tmp_path, link).returncode == 0
+    finally:
+        os.umask(old)
+    assert link.is_symlink() and memplan.load_trace(str(target)).info().ops > 0
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o644  # the umask's, not mkstemp's 0600
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()))
+    reader.start()
+    run = capture_two_heads(tmp_path, fifo)
+    reader.join(60)
+    assert run.returncode == 0, run.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert memplan.parse_trace(read[0], "fifo").info().ops > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "fifo", "link.json", "target.json", "user_models.py"]  # no temporary left
+
+
+def test_capture_to_standard_output(tmp_path):
+    # Before: `-o -` wrote a file named "-".
+    run = capture_two_heads(tmp_path, "-")
+    assert run.returncode == 0, run.stderr
+    assert memplan.parse_trace(run.stdout, "stdout").info().ops > 0
+    assert "captured user_models:two_heads" in run.stderr
+    assert not (tmp_path / "-").exists()
+
+
+def test_a_factory_that_exits_is_one_line_and_exit_2(tmp_path):
+    # Before: a factory calling sys.exit(0) ended the capture with exit 0 and no file.
+    out = tmp_path / "t.json"
+    run = run_module(tmp_path, "capture", "user_models:exits", "-o", out)
+    assert run.returncode == 2, run.stderr
+    assert only_line(run) == ("memplan: capture: building user_models:exits: SystemExit: the "
+                              "user's code called sys.exit(0)")
+    assert not out.exists()
+
+
+def test_memplan_killed_ends_its_python_child_which_writes_nothing(tmp_path):
+    # Before: SIGTERM to `memplan capture` left its Python child running, which wrote -o after
+    # the parent had failed.
+    if not MEMPLAN.exists():
+        pytest.skip(f"{MEMPLAN} is not built (scripts/build release)")
+    (tmp_path / "user_models.py").write_text(textwrap.dedent(USER_MODELS))
+    pid_file, out = tmp_path / "child.pid", tmp_path / "t.json"
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), MEMPLAN_PYTHON=sys.executable)
+    (tmp_path / "slow_model.py").write_text(
+        f"import user_models\n\ndef model():\n    return user_models.slow({str(pid_file)!r})\n")
+    parent = subprocess.Popen([str(MEMPLAN.resolve()), "capture", "slow_model:model", "-o", str(out)],
+                              env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(10) == -signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the Python child outlived memplan")
+    assert not out.exists()

@@ -27,7 +27,8 @@ import sys
 import torch
 
 import memplan
-from memplan.torch.capture import StepError, capture, check_writable, run_step
+from memplan._files import check_output
+from memplan.torch.capture import StepError, capture, run_step
 from memplan.torch.models import SpecError, load_model, load_step, loss_of, make_batch, parse_dims
 from memplan.torch.recorder import UnsupportedTensor
 from memplan.torch.schedule import PlanError
@@ -83,7 +84,7 @@ def _user_code(what, model=None):
         yield
     except _OURS:
         raise
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a factory or step that calls sys.exit fails too
         where = what
         for part in (getattr(e, "step_run", None), getattr(e, "step_part", None)):
             if part:
@@ -92,7 +93,8 @@ def _user_code(what, model=None):
         if module is not None:
             kind = type(module).__name__
             where += f", in module '{name}' ({kind})" if name else f", in the model ({kind})"
-        lines = str(e).strip().splitlines()
+        lines = (str(e).strip().splitlines() if not isinstance(e, SystemExit)
+                 else [f"the user's code called sys.exit({e.code!r})"])
         planned = getattr(e, "step_run", None) == "the planned step"
         raise _Failed(f"{where}: {type(e).__name__}" + (f": {lines[0]}" if lines else ""),
                       1 if planned and _out_of_memory(e) else 2) from e
@@ -171,11 +173,12 @@ def _step_of(args, model):
 
 
 def run_capture(args):
-    check_writable(args.output)
+    check_output(args.output, "-o")
     model, batch, optimizer, step = _setup(args)
     with _step_of(args, model):
         result = capture(model, batch, loss_of(model), optimizer, step=step, name=args.model)
     result.save(args.output)
+    report = sys.stderr if args.output == "-" else sys.stdout  # the trace went to stdout
     s = result.stats
     held = (f" and {result.held_bytes} held for it beside them ({len(s['held_tensors'])} tensors)"
             if result.held_bytes else "")
@@ -183,12 +186,12 @@ def run_capture(args):
     print(f"captured {args.model}: {s['ops']} ops ({phases}), {s['tensors']} tensors, "
           f"{result.saved_bytes_hooks} bytes saved for backward (saved-tensor hooks)"
           f"{held}, "
-          f"{s['capture_seconds']:.2f} s -> {args.output}")
+          f"{s['capture_seconds']:.2f} s -> {args.output}", file=report)
     device = result.trace["device"]
     if device["name"] == "cpu":  # what a simulation of the trace assumes unless told otherwise
         print(f"device memory: the trace's device is this CPU, with its "
               f"{device['memory_bytes']} bytes of physical memory; --memory (an amount, or a "
-              "share of the in-core peak such as 50%) gives a GPU's")
+              "share of the in-core peak such as 50%) gives a GPU's", file=report)
 
 
 def _plan(args, trace, what_if):
@@ -277,6 +280,9 @@ def main(argv=None):
     except OSError as e:
         print(f"memplan: {command}: {e.filename or ''}: {e.strerror}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"memplan: {command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -19,16 +19,15 @@ C++ trace reader): what every question memplan.torch asks the simulator takes, i
 """
 
 import contextlib
-import errno
 import json
 import os
-import tempfile
 import time
 import warnings
 
 import torch
 
 import memplan
+from memplan._files import write_output
 from memplan.torch.recorder import StepRecorder
 
 
@@ -55,7 +54,9 @@ class Capture:
         self._trace = None
 
     def save(self, path):
-        """Writes the trace to `path` through a temporary file and a rename."""
+        """Writes the trace to `path` as every memplan output is written (memplan._files: "-"
+        standard output, a file through a temporary file and a rename); memplan.InputError
+        naming the file when it cannot."""
         write_trace(self.trace, path)
 
     def memplan_trace(self):
@@ -66,20 +67,13 @@ class Capture:
         return self._trace
 
 
-def check_writable(path):
-    """OSError naming `path` when a trace cannot be written there (its folder missing, or a
-    folder in its place): to be said before a capture's work, not after it."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-    if not os.path.isdir(folder):
-        raise OSError(errno.ENOENT, "no such folder to write it in", path)
-
-
 def write_trace(trace, path):
-    """Writes a trace dict as memplan writes traces (one line per tensor and per op), atomically:
-    through a temporary file beside it and a rename. An OSError names `path`, never the temporary
-    file (which is removed)."""
+    """Writes a trace dict to `path` as every memplan output is written (memplan._files)."""
+    write_output(path, _trace_text(trace))
+
+
+def _trace_text(trace):
+    """A trace dict as memplan writes traces: one line per tensor and per op."""
     lines = ["{"]
     for key in ("format", "version", "provenance", "device"):
         lines.append(f"{json.dumps(key)}: {json.dumps(trace[key])},")
@@ -88,25 +82,7 @@ def write_trace(trace, path):
         body = f"[\n  {items}\n]" if trace[key] else "[]"
         lines.append(f"{json.dumps(key)}: {body}" + ("" if last else ","))
     lines.append("}")
-    folder = os.path.dirname(os.path.abspath(path))
-    temp = None
-    try:
-        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)
-        with os.fdopen(fd, "w") as out:
-            out.write("\n".join(lines) + "\n")
-        os.replace(temp, path)
-    except OSError as e:
-        _remove(temp)
-        raise OSError(e.errno, e.strerror, path) from None
-    except BaseException:
-        _remove(temp)
-        raise
-
-
-def _remove(temp):
-    if temp is not None:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
+    return "\n".join(lines) + "\n"
 
 
 def memplan_trace(captured):

@@ -1,4 +1,4 @@
-#include "cli/output_file.hpp"
+#include "io/output_file.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include "core/input_error.hpp"
 #include "io/atomic_file.hpp"
 
-namespace memplan::cli {
+namespace memplan::sim {
 namespace {
 
 // A path that write_file_atomically replaces by a rename: a regular file, or none yet (symlinks
@@ -38,7 +38,7 @@ struct FileIdentity {
 
 FileIdentity identity(std::string_view text) {
   FileIdentity id;
-  const std::filesystem::path target = sim::write_target(std::string(text));
+  const std::filesystem::path target = write_target(std::string(text));
   struct stat st {};
   if (::stat(target.c_str(), &st) == 0) {
     id.exists = true;
@@ -53,13 +53,13 @@ FileIdentity identity(std::string_view text) {
 }
 
 // Refuses `output` when it is one of the existing files of `inputs`.
-void check_not_input(const Output& output, const FileIdentity& id,
-                     const std::vector<Input>& inputs) {
-  for (const Input& input : inputs) {
+void check_not_input(const OutputFile& output, const FileIdentity& id,
+                     const std::vector<InputFile>& inputs) {
+  for (const InputFile& input : inputs) {
     if (input.path.empty() || input.path == "-") continue;
     const FileIdentity in = identity(input.path);
     if (!in.exists || !(in == id)) continue;
-    throw sim::InputError(
+    throw InputError(
         std::string(output.flag),
         fmt::format("'{}' is the {} this command reads{}: write {} to another file", output.path,
                     input.name,
@@ -70,9 +70,9 @@ void check_not_input(const Output& output, const FileIdentity& id,
 
 }  // namespace
 
-void check_outputs(const std::vector<Output>& outputs, const std::vector<Input>& inputs) {
-  std::vector<std::pair<Output, FileIdentity>> seen;
-  for (const Output& output : outputs) {
+void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs) {
+  std::vector<std::pair<OutputFile, FileIdentity>> seen;
+  for (const OutputFile& output : outputs) {
     if (output.path.empty() || output.path == "-") continue;
     check_output(std::string(output.path), output.flag);
     FileIdentity id = identity(output.path);
@@ -80,7 +80,7 @@ void check_outputs(const std::vector<Output>& outputs, const std::vector<Input>&
     check_not_input(output, id, inputs);
     for (const auto& [other, other_id] : seen) {
       if (!(other_id == id)) continue;
-      throw sim::InputError(
+      throw InputError(
           std::string(output.flag),
           fmt::format(
               "'{}' is the file {} writes{}: give each output its own file", output.path,
@@ -95,16 +95,16 @@ void check_output(const std::string& path, std::string_view flag) {
   if (path.empty() || path == "-") return;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    throw sim::InputError(std::string(flag), fmt::format("'{}' is a directory, not a file", path));
+    throw InputError(std::string(flag), fmt::format("'{}' is a directory, not a file", path));
   }
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
-    throw sim::InputError(std::string(flag), fmt::format("'{}': the folder '{}' does not exist",
+    throw InputError(std::string(flag), fmt::format("'{}': the folder '{}' does not exist",
                                                          path, parent.string()));
   }
   const std::string folder = parent.empty() ? std::string(".") : parent.string();
   if (is_regular_target(path) && ::access(folder.c_str(), W_OK) != 0) {
-    throw sim::InputError(std::string(flag),
+    throw InputError(std::string(flag),
                           fmt::format("'{}': the folder '{}' is not writable", path, folder));
   }
 }
@@ -125,16 +125,16 @@ void write_output(const std::string& path, std::string_view text) {
     std::fflush(stdout);
     return;
   }
-  sim::write_file_atomically(path, text);
+  write_file_atomically(path, text);
 }
 
 std::FILE* report_stream(std::initializer_list<std::string_view> outputs) {
   int to_stdout = 0;
   for (std::string_view o : outputs) to_stdout += o == "-" ? 1 : 0;
   if (to_stdout > 1) {
-    throw sim::InputError("-", "only one output can be standard output");
+    throw InputError("-", "only one output can be standard output");
   }
   return to_stdout == 1 ? stderr : stdout;
 }
 
-}  // namespace memplan::cli
+}  // namespace memplan::sim

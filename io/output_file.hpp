@@ -1,7 +1,8 @@
 #pragma once
-// Output files of every command (-o, --timeline, --memory-csv, --plan-out): one way to check
-// them before the work and one way to write them after it. "-" means standard output; anything
-// else goes through sim::write_file_atomically (a temporary file renamed into place, symlinks
+// Output files of every command (-o, --timeline, --memory-csv, --plan-out) and of the Python
+// package (memplan.torch's capture -o, a Capture's save): one way to check them before the work
+// and one way to write them after it. "-" means standard output; anything
+// else goes through write_file_atomically (a temporary file renamed into place, symlinks
 // written through, FIFOs and devices written directly). A command writes its files only when it
 // succeeds, so a run that exits 1 or 2 leaves none.
 #include <cstdio>
@@ -11,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace memplan::cli {
+namespace memplan::sim {
 
 /// Refuses, before any work, an output path that cannot be written: a directory, one whose
 /// folder does not exist or is not writable. Empty means "not asked for". Throws InputError
@@ -19,12 +20,12 @@ namespace memplan::cli {
 void check_output(const std::string& path, std::string_view flag);
 
 /// An output of a command: its path ("" when not asked for, "-" standard output) and its flag.
-struct Output {
+struct OutputFile {
   std::string_view path;
   std::string_view flag;
 };
 /// A file a command reads, and what names it ("TRACE", "--plan").
-struct Input {
+struct InputFile {
   std::string_view path;
   std::string_view name;
 };
@@ -34,7 +35,7 @@ struct Input {
 /// replace what the run read), comparing what the paths name on disk: an existing file by device
 /// and inode (through symlinks, "./" and hard links), a new one by the absolute path a write
 /// creates. FIFOs and devices (/dev/null) may be shared. Throws InputError naming the flag.
-void check_outputs(const std::vector<Output>& outputs, const std::vector<Input>& inputs = {});
+void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs = {});
 
 /// Writes `text` to `path` ("-": standard output). Throws InputError when it cannot.
 void write_output(const std::string& path, std::string_view text);
@@ -49,4 +50,4 @@ void write_outputs(std::initializer_list<std::pair<std::string_view, std::string
 /// otherwise. Throws InputError when more than one output is "-".
 std::FILE* report_stream(std::initializer_list<std::string_view> outputs);
 
-}  // namespace memplan::cli
+}  // namespace memplan::sim
