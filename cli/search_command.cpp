@@ -43,8 +43,8 @@ void write_plan_if_fits(const SearchFlags& flags, const sim::Timeline& timeline,
 void print_against_best_policy(std::FILE* report, const std::string& best_policy,
                                const search::Evaluation& policy, const sim::Timeline& timeline) {
   if (policy.feasible && timeline.feasible) {
-    const double policy_s = sim::to_seconds(policy.iteration_ns);
-    const double found_s = sim::to_seconds(timeline.iteration_ns);
+    const double policy_s = sim::to_seconds(policy.step_ns);
+    const double found_s = sim::to_seconds(timeline.period_ns);
     // A step of no time (a trace without ops) is 0% faster than a policy of no time.
     const double change = policy_s > 0 ? (found_s / policy_s - 1.0) * 100 : 0.0;
     fmt::print(report, "against the best policy ({}): {:.3f} ms -> {:.3f} ms ({:+.1f}%)\n",
@@ -63,8 +63,8 @@ nlohmann::json search_json(const sim::Simulation& found, const std::string& poli
   j["policy"] = policy;
   j["best_policy"] = best_policy;
   j["best_policy_feasible"] = best.feasible;
-  j["best_policy_iteration_s"] =
-      best.feasible ? nlohmann::json(sim::to_seconds(best.iteration_ns)) : nlohmann::json(nullptr);
+  j["best_policy_step_s"] =
+      best.feasible ? nlohmann::json(sim::to_seconds(best.step_ns)) : nlohmann::json(nullptr);
   return j;
 }
 
@@ -107,9 +107,9 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
     j["exact"] = true;
     j["optimal"] = result.optimal;
     j["from_heuristic"] = result.from_heuristic;
-    j["heuristic_iteration_s"] =
+    j["heuristic_step_s"] =
         result.heuristic_evaluation.feasible
-            ? nlohmann::json(sim::to_seconds(result.heuristic_evaluation.iteration_ns))
+            ? nlohmann::json(sim::to_seconds(result.heuristic_evaluation.step_ns))
             : nlohmann::json(nullptr);
     j["space_plans"] = result.space_plans;
     j["explored"] = result.explored;
@@ -144,7 +144,7 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
         p.round, 0,
         fmt::format("rounds, best {}, {} plans, {:.0f} plans/s",
                     p.best.feasible
-                        ? fmt::format("{:.3f} ms", sim::to_seconds(p.best.iteration_ns) * 1e3)
+                        ? fmt::format("{:.3f} ms", sim::to_seconds(p.best.step_ns) * 1e3)
                         : std::string("no fit"),
                     p.evaluated, static_cast<double>(p.evaluated) / std::max(p.elapsed_s, 1e-9)));
   };
@@ -188,7 +188,9 @@ int run_job_search(const sim::Job& job, const search::SearchOptions& so, const S
   progress.finish();
   const bool fits = result.run.timeline.feasible;
   if (!flags.output.empty() && fits) {
-    sim::write_output(flags.output, sim::write_plan(result.search.plan, job.ranks[result.searched]));
+    // The searched rank's plan: the one the ranks share.
+    sim::write_output(flags.output, sim::write_plan(result.ranks[result.searched].plan,
+                                                    job.ranks[result.searched]));
   }
   std::FILE* report = sim::report_stream({flags.output});
   if (flags.json) {

@@ -102,10 +102,10 @@ std::string job_summary_text(const JobRun& run, const Job& job,
     return out;
   }
   out += fmt::format(
-      "step        {:.3f} ms from the first rank's start to the last rank's end (rank {}); "
-      "{:.3f} ms back to back\n",
-      to_milliseconds(jt.step_ns), job.rank_of(jt.slowest), to_milliseconds(run.period_ns));
-  out += "rank  start      iteration  compute    transfer   waiting    peak\n";
+      "step        {:.3f} ms back to back ({:.3f} ms alone, from the first rank's start to the last "
+      "rank's end: rank {})\n",
+      to_milliseconds(run.period_ns), to_milliseconds(jt.step_ns), job.rank_of(jt.slowest));
+  out += "rank  start      alone      compute    transfer   waiting    peak\n";
   for (std::size_t r = 0; r < jt.ranks.size(); ++r) {
     const Timeline& tl = jt.ranks[r];
     const CollectiveTotals t = collective_totals(tl, run.programs[r]);
@@ -136,9 +136,8 @@ nlohmann::json job_summary_json(const JobRun& run, const Job& job,
   return {
       {"feasible", jt.feasible},
       {"world_size", job.world_size()},
-      {"step_s", when(jt.step_ns)},
-      {"step_ns", jt.feasible ? nlohmann::json(jt.step_ns) : nlohmann::json(nullptr)},
-      {"period_s", when(run.period_ns)},
+      {"step_s", when(run.period_ns)},
+      {"step_alone_s", when(jt.step_ns)},
       {"slowest_rank", jt.feasible ? nlohmann::json(job.rank_of(jt.slowest)) : nlohmann::json()},
       {"rounds", jt.rounds},
       {"ranks", std::move(ranks)}};

@@ -37,8 +37,8 @@ std::string collectives_text(const Timeline& timeline, const Program& program,
 /// The job's text report: the step and the slowest rank, then a line per rank.
 std::string job_summary_text(const JobRun& run, const Job& job,
                              const std::vector<Machine>& machines, std::string_view policy);
-/// {"ranks": [each rank's summary_json with "rank" and "collectives"], "step_s", "step_ns",
-/// "period_s", "slowest_rank", "feasible", "rounds", "world_size"}.
+/// {"ranks": [each rank's summary_json with "rank" and "collectives"], "step_s" (back to back),
+/// "step_alone_s", "slowest_rank", "feasible", "rounds", "world_size"}.
 nlohmann::json job_summary_json(const JobRun& run, const Job& job,
                                 const std::vector<Machine>& machines);
 /// Perfetto/Chrome trace JSON: a process per rank ("rank 3"), a track per device stream.

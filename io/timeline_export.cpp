@@ -271,10 +271,11 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
   }
   nlohmann::json j = {
       {"feasible", timeline.feasible},
-      {"iteration_s", timeline.feasible ? nlohmann::json(to_seconds(timeline.iteration_ns))
-                                        : nlohmann::json(nullptr)},
-      {"iteration_ns",
-       timeline.feasible ? nlohmann::json(timeline.iteration_ns) : nlohmann::json(nullptr)},
+      // The step as a training loop sees it (the period back to back), and the step alone.
+      {"step_s", timeline.feasible ? nlohmann::json(to_seconds(timeline.period_ns))
+                                   : nlohmann::json(nullptr)},
+      {"step_alone_s", timeline.feasible ? nlohmann::json(to_seconds(timeline.iteration_ns))
+                                         : nlohmann::json(nullptr)},
       {"compute_s", to_seconds(timeline.op_compute_ns)},
       {"peak_bytes", timeline.peak_bytes},
       {"peak_reserved_bytes", timeline.peak_reserved_bytes},
@@ -308,8 +309,6 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
   if (!program.collectives.empty())
     j["collectives"] = collectives_json(timeline, program, workload);
   if (program.host.active()) {
-    j["step_period_s"] =
-        timeline.feasible ? nlohmann::json(to_seconds(timeline.period_ns)) : nlohmann::json();
     j["host_busy_s"] = to_seconds(timeline.host_busy_ns);
     j["gpu_idle_share"] =
         timeline.feasible ? nlohmann::json(timeline.gpu_idle_share()) : nlohmann::json();
@@ -344,12 +343,12 @@ std::string summary_text(const Timeline& timeline, const Program& program, const
     // The host's dispatching is part of the step: a percentage over compute alone would charge
     // the plan with the idle time the recorded step already had.
     out += fmt::format(
-        "iteration   {:.3f} ms alone, {:.3f} ms back to back (compute {:.3f} ms, host {:.3f} ms)\n",
-        to_seconds(timeline.iteration_ns) * 1e3, to_seconds(timeline.period_ns) * 1e3,
+        "step        {:.3f} ms back to back ({:.3f} ms alone; compute {:.3f} ms, host {:.3f} ms)\n",
+        to_seconds(timeline.period_ns) * 1e3, to_seconds(timeline.iteration_ns) * 1e3,
         to_seconds(timeline.op_compute_ns) * 1e3, to_seconds(timeline.host_busy_ns) * 1e3);
   } else {
     out += fmt::format(
-        "iteration   {:.3f} ms (compute {:.3f} ms, +{:.1f}%)\n",
+        "step        {:.3f} ms (compute {:.3f} ms, +{:.1f}%)\n",
         to_seconds(timeline.iteration_ns) * 1e3, to_seconds(timeline.op_compute_ns) * 1e3,
         timeline.op_compute_ns > 0
             ? 100.0 * static_cast<double>(timeline.iteration_ns - timeline.op_compute_ns) /

@@ -344,26 +344,35 @@ Bytes capacity_to_run(const Program& program, const Machine& machine) {
   return engine.run(program, m, totals).peak_reserved_bytes;
 }
 
-Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone,
+Nanoseconds step_period_ns(Engine& engine, const Program& program, const Machine& machine,
+                           const Timeline& alone,
                            const std::vector<Nanoseconds>& collective_ready_ns) {
   // A handful of steps reach the fixed point on real traces (one or two when the host is the
-  // bottleneck); a backlog still moving after this many is taken as growing.
+  // bottleneck, three or four until a growing backlog grows by the same each step); a backlog
+  // still moving otherwise after this many is taken as growing by its average.
   constexpr int kMaxSteps = 16;
   if (!alone.feasible) return 0;
   if (!program.host.active()) return alone.iteration_ns;
   EngineOptions options = EngineOptions::totals();
   options.collective_ready_ns = collective_ready_ns;
-  Engine engine;
-  const Timeline* tl = &alone;
+  const Timeline* tl = &alone;  // read before each run: `alone` may be the engine's own
   // Absolute times: `start` is the host's start of the step just replayed.
   Nanoseconds start = 0;
   Nanoseconds first_device_end = 0;
   Nanoseconds device_end = 0;
+  Nanoseconds growth = -1;  // of the device's end over the step before
   for (int step = 1;; ++step) {
     const Nanoseconds host_end = tl->host_end_ns;
-    device_end =
+    const Nanoseconds end =
         add_ns(start, *std::max_element(tl->stream_end_ns.begin(), tl->stream_end_ns.end()));
-    if (step == 1) first_device_end = device_end;
+    if (step == 1) first_device_end = end;
+    if (step >= 2 && end < kMaxNanoseconds) {
+      // The device is the bottleneck once its backlog grows by the same every step: the period
+      // is that growth (the host's launches no longer reach its queue's head).
+      if (end - device_end == growth && growth > host_end) return growth;
+      growth = end - device_end;
+    }
+    device_end = end;
     std::vector<Nanoseconds> backlog(tl->stream_end_ns.size());
     for (std::size_t s = 0; s < backlog.size(); ++s) {
       backlog[s] = std::max<Nanoseconds>(0, tl->stream_end_ns[s] - host_end);
@@ -384,7 +393,8 @@ Nanoseconds step_period_ns(const Program& program, const Machine& machine, const
 
 void set_step_period(Timeline& timeline, const Program& program, const Machine& machine,
                      const std::vector<Nanoseconds>& collective_ready_ns) {
-  timeline.period_ns = step_period_ns(program, machine, timeline, collective_ready_ns);
+  Engine engine;
+  timeline.period_ns = step_period_ns(engine, program, machine, timeline, collective_ready_ns);
   if (timeline.period_ns >= kMaxNanoseconds) {
     timeline.saturated = true;
     timeline.feasible = false;

@@ -35,7 +35,8 @@
 // with each device stream first busy with the backlog the previous step left
 // (EngineOptions::stream_ready_ns: its end less the host's end, from the host's start) and repeats
 // from no backlog until the backlog repeats; the period is then the host's end. When the device is
-// the bottleneck the backlog grows every step and the period is the device's growth per step.
+// the bottleneck the backlog grows every step, by the same once the host's launches no longer
+// reach the device queue's head, and the period is that growth per step.
 #include <array>
 #include <optional>
 #include <vector>
@@ -109,11 +110,13 @@ Bytes capacity_to_run(const Program& program, const Machine& machine);
 
 /// The period of `program`'s step when a training loop repeats it back to back (Note [Step
 /// period]), given `alone`, the step run once on `machine` from an idle device: its iteration_ns
-/// without a host side, 0 when the step does not fit.
+/// without a host side, 0 when the step does not fit. `engine` replays the steps after the first
+/// (its timeline is overwritten: `alone` may be it).
 /// `collective_ready_ns`: when each collective of the program may start (a job's, Note [Collective
 /// start]); empty: each on arrival.
 /// kMaxNanoseconds when the steps replayed run past the clock's end.
-Nanoseconds step_period_ns(const Program& program, const Machine& machine, const Timeline& alone,
+Nanoseconds step_period_ns(Engine& engine, const Program& program, const Machine& machine,
+                           const Timeline& alone,
                            const std::vector<Nanoseconds>& collective_ready_ns = {});
 
 /// Sets `timeline.period_ns` to step_period_ns of the run it holds; a period at the clock's end

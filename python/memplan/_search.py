@@ -9,10 +9,12 @@ from memplan._traces import Job, as_trace
 
 class SearchResult:
     """The best plan the search found (`memplan search`): `plan`, its `simulation`, the policy
-    it started from (`best_policy`, `best_policy_iteration_s`, None when that plan does not fit),
+    it started from (`best_policy`, `best_policy_step_s`, None when that plan does not fit),
     `evaluated` plans, `rounds`, `converged` (stopped because no move improved), `cancelled`
     (the progress callback stopped it), `search_s`, `lower_bound_s` (no plan that fits is faster;
-    None when none fits) and `gap` (the plan's time against it, None when it does not fit)."""
+    None when none fits) and `gap` (the plan's step alone against it, None when it does not fit).
+    `step_s` is the step a training loop sees (the period back to back), what the search
+    optimises; `step_alone_s` one step from an idle device."""
 
     def __init__(self, outcome, plan, simulation):
         self.plan = plan
@@ -20,7 +22,7 @@ class SearchResult:
         self.best_policy = outcome.best_policy
         best = outcome.best_policy_evaluation
         self.best_policy_feasible = best.feasible
-        self.best_policy_iteration_s = best.iteration_ns * 1e-9 if best.feasible else None
+        self.best_policy_step_s = best.step_ns * 1e-9 if best.feasible else None
         self.evaluated = outcome.evaluated
         self.rounds = outcome.rounds
         self.converged = outcome.converged
@@ -35,20 +37,24 @@ class SearchResult:
         return self.simulation.feasible
 
     @property
-    def iteration_s(self):
-        return self.simulation.iteration_s
+    def step_s(self):
+        return self.simulation.step_s
+
+    @property
+    def step_alone_s(self):
+        return self.simulation.step_alone_s
 
     def to_dict(self):
         """The object `memplan search --json` prints."""
         return {**self.simulation.summary, "best_policy": self.best_policy,
                 "best_policy_feasible": self.best_policy_feasible,
-                "best_policy_iteration_s": self.best_policy_iteration_s,
+                "best_policy_step_s": self.best_policy_step_s,
                 "evaluated": self.evaluated, "rounds": self.rounds, "converged": self.converged,
                 "cancelled": self.cancelled, "search_s": self.search_s,
                 "lower_bound_s": self.lower_bound_s, "gap": self.gap}
 
     def __repr__(self):
-        fit = f"{self.iteration_s:.6g} s" if self.feasible else "no plan fits"
+        fit = f"step {self.step_s:.6g} s" if self.feasible else "no plan fits"
         return (f"<memplan.SearchResult {fit} (best policy {self.best_policy}), "
                 f"{self.rounds} rounds"
                 f"{', cancelled' if self.cancelled else ''}>")
@@ -109,7 +115,7 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     for any thread count; maps_only: plan feature maps only (keep parameters, gradients, optimizer
     state and the input batch on the device: what memplan.torch.apply carries out). progress(p) is called once for every policy that seeds the search
     (p.stage "seeding", p.policy its name) and after every round (p.stage "round"), with
-    p.round, p.evaluated, p.elapsed_s and p.best (feasible, iteration_ns, peak_bytes); returning
+    p.round, p.evaluated, p.elapsed_s and p.best (feasible, step_ns, iteration_ns: the step alone, peak_bytes); returning
     False stops the search (a seeding policy at its next simulation, the rounds at the next
     round), which returns the best plan so far (`cancelled` True). An exception in it stops the search and
     is raised. what_if: as machine() takes them.
@@ -144,7 +150,7 @@ class Sweep:
 
     def to_dataframe(self):
         return _tables.read_csv(self.csv, keep_default_na=False,
-                                na_values={"iteration_s": [""], "overhead": [""],
+                                na_values={"step_s": [""], "overhead": [""],
                                            "slowest_rank": [""], "wait_s": [""]})
 
     def write(self, path):

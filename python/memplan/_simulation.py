@@ -49,7 +49,8 @@ class Timeline:
 
 class Simulation(_tables.JsonFields):
     """One plan simulated on one machine (`memplan simulate`): `summary` is the `--json` object
-    (feasible, iteration_s, peak_bytes, stall_s_by_cause, actions, machine, oom, ...), whose keys
+    (feasible, step_s: the period back to back, what a training loop sees, step_alone_s,
+    peak_bytes, stall_s_by_cause, actions, machine, oom, ...), whose keys
     are also attributes; `plan` the plan simulated; `timeline` its Timeline; `oom` the one-line
     diagnosis when it does not fit (None when it fits)."""
 
@@ -77,7 +78,7 @@ class Simulation(_tables.JsonFields):
         return self.text
 
     def __repr__(self):
-        fit = f"{self.iteration_s:.6g} s" if self.feasible else "does not fit"
+        fit = f"step {self.step_s:.6g} s" if self.feasible else "does not fit"
         return f"<memplan.Simulation {self.plan.policy!r}: {fit}, peak {self.peak_bytes} B>"
 
 
@@ -92,8 +93,8 @@ def rank_frame(ranks):
 class JobSimulation(_tables.JsonFields):
     """One plan simulated on every rank of a job together (`memplan simulate` of a job's file):
     `summary` is the `--json` object, whose keys are also attributes: feasible (every rank fits),
-    world_size, step_s and step_ns (from the first rank's start to the last rank's end), period_s
-    (back to back), slowest_rank, rounds, policy, and `ranks`, each rank's `memplan simulate`
+    world_size, step_s (the ranks' steps back to back, what a training loop sees), step_alone_s
+    (from the first rank's start to the last rank's end), slowest_rank, rounds, policy, and `ranks`, each rank's `memplan simulate`
     summary with its rank, start_s and collectives (calls, bytes, transfer_s, wait_s and
     `by_call`: each call's transfer and wait for a later peer). `plans` and `machines` are the
     ranks', in rank order."""
@@ -151,10 +152,11 @@ class JobSimulation(_tables.JsonFields):
 class Comparison(_tables.JsonFields):
     """Every policy on the same trace and machine (`memplan compare`): `data` is the `--json`
     object, whose keys are also attributes: `rows` (a policy's simulate summary plus overhead,
-    gap, decide_s, note), `ideal_s` the in-core time with unlimited memory, `lower_bound_s` no
-    plan that fits is faster (each row's gap is its step against it). For a job, every policy on
+    gap, decide_s, note; rows rank by step_s, the step back to back), `ideal_s` the in-core step
+    with unlimited memory, `lower_bound_s` no plan that fits has a shorter step alone (each row's
+    gap is its step alone against it). For a job, every policy on
     every rank together: each row is the job's simulate summary plus policy, rank (1 is best),
-    wall_s, overhead, wait_s, decide_s, gave_up; and `ideal_slowest_rank`, `world_size`."""
+    overhead, wait_s, decide_s, gave_up; and `ideal_slowest_rank`, `world_size`."""
 
     def __init__(self, comparison):
         self._comparison = comparison
@@ -175,8 +177,8 @@ class Comparison(_tables.JsonFields):
         --csv` (why_not last)."""
         empty = [""]
         return _tables.read_csv(self.csv, keep_default_na=False, na_values={
-            "iteration_s": empty, "overhead": empty, "step_s": empty, "slowest_rank": empty,
-            "period_s": empty, "wait_s": empty})
+            "overhead": empty, "step_s": empty, "step_alone_s": empty, "slowest_rank": empty,
+            "wait_s": empty})
 
     def __str__(self):
         return self.text

@@ -111,6 +111,7 @@ std::string run_sweep(const SweepArguments& a, const std::optional<py::function>
 void bind_search(py::module_& m) {
   py::class_<search::Evaluation>(m, "Evaluation")
       .def_readonly("feasible", &search::Evaluation::feasible)
+      .def_readonly("step_ns", &search::Evaluation::step_ns)
       .def_readonly("iteration_ns", &search::Evaluation::iteration_ns)
       .def_readonly("peak_bytes", &search::Evaluation::peak_bytes)
       .def_readonly("peak_reserved_bytes", &search::Evaluation::peak_reserved_bytes)

@@ -88,6 +88,7 @@ namespace memplan::search {
 bool better(const Evaluation& a, const Evaluation& b) {
   if (a.feasible != b.feasible) return a.feasible;
   if (a.feasible) {
+    if (a.step_ns != b.step_ns) return a.step_ns < b.step_ns;
     if (a.iteration_ns != b.iteration_ns) return a.iteration_ns < b.iteration_ns;
     return a.peak_bytes < b.peak_bytes;
   }

@@ -368,7 +368,12 @@ Evaluation Evaluator::cost(const sim::Plan& plan) {
   check_stop();
   lower(plan);
   ++count_;
-  Evaluation e = summarize(engine_.run(program_, machine_, totals_));
+  const sim::Timeline& alone = engine_.run(program_, machine_, totals_);
+  Evaluation e = summarize(alone);
+  if (e.feasible) {
+    e.step_ns = sim::step_period_ns(engine_, program_, machine_, alone, totals_.collective_ready_ns);
+    if (e.step_ns >= sim::kMaxNanoseconds) e.feasible = false;  // ran past the clock's end
+  }
   if (const Watcher* w = watcher.load(std::memory_order_relaxed)) (*w)(machine_, e);
   if (!e.feasible && measure_excess_) {
     sim::Machine unlimited = machine_;

@@ -18,27 +18,13 @@
 
 namespace memplan::search {
 
-namespace {
-// In core on a device with unlimited memory: the step's wall alone, and its period.
-std::pair<sim::Nanoseconds, sim::Nanoseconds> ideal_step(const sim::Workload& workload,
-                                                         const sim::Machine& machine) {
+sim::Nanoseconds ideal_step_ns(const sim::Workload& workload, const sim::Machine& machine) {
   sim::Machine unlimited = machine;
   unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
   sim::Engine engine;
-  const sim::EngineOptions quiet = sim::EngineOptions::totals();
   const sim::Program program = sim::lower(workload, sim::in_core_plan(workload));
-  const sim::Timeline& alone = engine.run(program, unlimited, quiet);
-  const sim::Nanoseconds wall = alone.iteration_ns;
-  return {wall, sim::step_period_ns(program, unlimited, alone)};
-}
-}  // namespace
-
-sim::Nanoseconds ideal_iteration_ns(const sim::Workload& workload, const sim::Machine& machine) {
-  return ideal_step(workload, machine).first;
-}
-
-sim::Nanoseconds ideal_period_ns(const sim::Workload& workload, const sim::Machine& machine) {
-  return ideal_step(workload, machine).second;
+  const sim::Timeline& alone = engine.run(program, unlimited, sim::EngineOptions::totals());
+  return sim::step_period_ns(engine, program, unlimited, alone);
 }
 
 ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
@@ -60,7 +46,7 @@ ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
   sim::set_step_period(row.timeline, row.program, machine);
   row.decision = std::move(decision);
   if (row.timeline.feasible && ideal_ns > 0) {
-    row.overhead = static_cast<double>(row.wall_ns()) / static_cast<double>(ideal_ns) - 1.0;
+    row.overhead = static_cast<double>(row.step_ns()) / static_cast<double>(ideal_ns) - 1.0;
   }
   return row;
 }
@@ -69,7 +55,7 @@ Comparison compare_policies(const sim::Workload& workload, const sim::Machine& m
                             const ComparisonOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   Comparison result;
-  result.ideal_ns = ideal_period_ns(workload, machine);
+  result.ideal_ns = ideal_step_ns(workload, machine);
   const NetworkView view(workload);
   const std::vector<Policy>& all = policies();
   std::vector<std::optional<ComparisonRow>> rows(all.size());
@@ -127,8 +113,8 @@ Comparison compare_policies(const sim::Workload& workload, const sim::Machine& m
 }
 
 double ComparisonRow::gpu_idle_share() const {
-  if (wall_ns() <= 0) return 0.0;
-  return 1.0 - static_cast<double>(timeline.compute_busy_ns) / static_cast<double>(wall_ns());
+  if (step_ns() <= 0) return 0.0;
+  return 1.0 - static_cast<double>(timeline.compute_busy_ns) / static_cast<double>(step_ns());
 }
 
 bool ComparisonRow::cpu_bound() const {
@@ -148,7 +134,7 @@ std::vector<std::size_t> Comparison::ranking() const {
     const ComparisonRow& x = rows[a];
     const ComparisonRow& y = rows[b];
     if (x.timeline.feasible != y.timeline.feasible) return x.timeline.feasible;
-    return x.timeline.feasible && x.wall_ns() < y.wall_ns();
+    return x.timeline.feasible && x.step_ns() < y.step_ns();
   });
   return order;
 }
@@ -164,8 +150,6 @@ nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload
     nlohmann::json j = sim::summary_json(row.timeline, row.program, workload, machine);
     j["policy"] = row.policy;
     j["rank"] = rank[i];
-    j["wall_s"] = row.timeline.feasible ? nlohmann::json(sim::to_seconds(row.wall_ns()))
-                                        : nlohmann::json(nullptr);
     if (row.program.host.active()) {
       j["gpu_idle_share"] =
           row.timeline.feasible ? nlohmann::json(row.gpu_idle_share()) : nlohmann::json(nullptr);
@@ -225,12 +209,12 @@ std::string comparison_text(const Comparison& comparison, const sim::Workload& w
   const bool host = !comparison.rows.empty() && comparison.rows.front().program.host.active();
   if (host) {
     out +=
-        "step wall: the period of the step repeated back to back with its host side; GPU idle "
-        "share of that wall; bound: CPU when the host's time per step exceeds the GPU's (running "
-        "or waiting for copies)\n";
+        "step: the period of the step repeated back to back with its host side, what a training "
+        "loop sees; GPU idle share of that step; bound: CPU when the host's time per step "
+        "exceeds the GPU's (running or waiting for copies)\n";
   }
   out += fmt::format("{:<22} {:>4} {:>12} {:>9} {:>8} {:>12} {:>5} {:>5} {:>5} {:>5} {:>9}",
-                     "policy", "fits", host ? "step wall" : "iteration", "overhead", "gap", "peak",
+                     "policy", "fits", "step", "overhead", "gap", "peak",
                      "keep", "swap", "recmp", "enc", "decide");
   out += host ? fmt::format(" {:>8} {:>5}  note\n", "GPU idle", "bound") : "  note\n";
   for (const std::size_t i : comparison.ranking()) {
@@ -239,7 +223,7 @@ std::string comparison_text(const Comparison& comparison, const sim::Workload& w
     const bool fits = row.timeline.feasible;
     out += fmt::format("{:<22} {:>4} {:>12} {:>9} {:>8} {:>12} {:>5} {:>5} {:>5} {:>5} {:>8.3f}s",
                        row.policy, fits ? "yes" : "no",
-                       fits ? fmt::format("{:.3f} ms", sim::to_seconds(row.wall_ns()) * 1e3) : "-",
+                       fits ? fmt::format("{:.3f} ms", sim::to_seconds(row.step_ns()) * 1e3) : "-",
                        fits ? fmt::format("{:+.1f}%", row.overhead * 100) : "-",
                        gap_cell(comparison, row), sim::format_bytes(row.timeline.peak_bytes),
                        counts[0], counts[1], counts[2], counts[3], row.decide_s);
@@ -266,14 +250,14 @@ std::string csv_field(const std::string& text) {
 
 std::string comparison_csv(const Comparison& comparison, const sim::Workload& workload) {
   std::string out =
-      "policy,feasible,iteration_s,overhead,peak_bytes,peak_reserved_bytes,stall_s,keep,swap,"
+      "policy,feasible,step_s,overhead,peak_bytes,peak_reserved_bytes,stall_s,keep,swap,"
       "recompute,encode,decide_s,why_not\n";
   for (const ComparisonRow& row : comparison.rows) {
     const auto counts = row.decision.plan.action_counts();
     out += fmt::format(
         "{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(row.policy),
         row.timeline.feasible ? 1 : 0,
-        row.timeline.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.wall_ns())) : "",
+        row.timeline.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.step_ns())) : "",
         row.timeline.feasible ? fmt::format("{:.6f}", row.overhead) : "", row.timeline.peak_bytes,
         row.timeline.peak_reserved_bytes, sim::to_seconds(row.timeline.stall_ns()), counts[0],
         counts[1], counts[2], counts[3], row.decide_s, csv_field(why_not(row, workload)));

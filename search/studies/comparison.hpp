@@ -25,13 +25,13 @@ struct ComparisonRow {
   PolicyDecision decision;
   sim::Program program;
   sim::Timeline timeline;
-  double overhead = 0.0;  // step wall / ideal step wall - 1 (when it fits)
+  double overhead = 0.0;  // step / ideal step - 1 (when it fits)
   double decide_s = 0.0;  // wall-clock time the policy took to decide
 
-  /// The step's wall time the comparison ranks by: its period when the loop repeats it
-  /// (Timeline::period_ns; the single step's iteration time without a host side).
-  [[nodiscard]] sim::Nanoseconds wall_ns() const { return timeline.period_ns; }
-  /// Share of that wall in which the compute stream runs nothing.
+  /// The step the comparison ranks by, what a training loop sees: its period when the loop repeats
+  /// it back to back (Timeline::period_ns; the step alone without a host side).
+  [[nodiscard]] sim::Nanoseconds step_ns() const { return timeline.period_ns; }
+  /// Share of that step in which the compute stream runs nothing.
   [[nodiscard]] double gpu_idle_share() const;
   /// The host's own time per step (dispatches, launches, tail) exceeds the device's: its compute
   /// stream's busy time and its waits for the plan's copies.
@@ -39,7 +39,7 @@ struct ComparisonRow {
 };
 
 struct Comparison {
-  sim::Nanoseconds ideal_ns = 0;    // in-core on a device with unlimited memory: its step wall
+  sim::Nanoseconds ideal_ns = 0;    // in-core on a device with unlimited memory: its step
   std::vector<ComparisonRow> rows;  // in policies() order; only the finished ones if cancelled
   /// No plan that fits (any placement, the encodings given) has a shorter step alone
   /// (search/bound/lower_bound.hpp): each row's gap is its iteration time against it. nullopt
@@ -78,7 +78,7 @@ Comparison compare_policies(const sim::Workload& workload, const sim::Machine& m
                             const EncodingOptions& encodings = {});
 
 /// One policy's row: decide (timed), apply the encodings, lower and simulate on `machine`; the
-/// overhead is taken against `ideal_ns` (ideal_period_ns). What compare_policies does for each
+/// overhead is taken against `ideal_ns` (ideal_step_ns). What compare_policies does for each
 /// policy.
 /// With a `stop`, throws Stopped (evaluator.hpp) when it is due before the policy has decided.
 ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
@@ -86,11 +86,9 @@ ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
                          const EncodingOptions& encodings, sim::Nanoseconds ideal_ns,
                          const Stop* stop = nullptr);
 
-/// The iteration time of the in-core plan on this machine with unlimited device memory.
-sim::Nanoseconds ideal_iteration_ns(const sim::Workload& workload, const sim::Machine& machine);
-/// Its period when the training loop repeats it back to back (sim::step_period_ns): the step's
-/// wall time the comparison ranks plans by.
-sim::Nanoseconds ideal_period_ns(const sim::Workload& workload, const sim::Machine& machine);
+/// The step of the in-core plan on this machine with unlimited device memory: its period when
+/// the training loop repeats it back to back (sim::step_period_ns), as plans are ranked.
+sim::Nanoseconds ideal_step_ns(const sim::Workload& workload, const sim::Machine& machine);
 
 /// `{"ideal_s": ..., "lower_bound_s": ..., "rows": [...]}`; each row: `policy`, the fields of
 /// `memplan simulate --json`, `overhead`, `decide_s`, `note`, `rank` (1 is best, by the step's

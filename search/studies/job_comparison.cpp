@@ -65,7 +65,7 @@ std::vector<std::size_t> JobComparison::ranking() const {
     const JobComparisonRow& x = rows[a];
     const JobComparisonRow& y = rows[b];
     if (x.feasible() != y.feasible()) return x.feasible();
-    return x.feasible() && x.wall_ns() < y.wall_ns();
+    return x.feasible() && x.step_ns() < y.step_ns();
   });
   return order;
 }
@@ -99,7 +99,7 @@ JobComparisonRow run_job_policy(const Policy& policy, const sim::Job& job,
   row.policy = row.decisions.front().plan.policy;
   row.run = sim::simulate_job(job, plans_of(row.decisions), machines, sim::EngineOptions::totals());
   if (row.feasible() && ideal_ns > 0) {
-    row.overhead = static_cast<double>(row.wall_ns()) / static_cast<double>(ideal_ns) - 1.0;
+    row.overhead = static_cast<double>(row.step_ns()) / static_cast<double>(ideal_ns) - 1.0;
   }
   return row;
 }
@@ -109,7 +109,7 @@ JobComparison compare_job_policies(const sim::Job& job, const std::vector<sim::M
   const auto start = std::chrono::steady_clock::now();
   JobComparison result;
   const sim::JobRun ideal = ideal_job_run(job, machines);
-  result.ideal_ns = ideal.timeline.step_ns;
+  result.ideal_ns = ideal.period_ns;
   result.ideal_slowest = ideal.timeline.slowest;
   const std::vector<NetworkView> views = views_of(job);
   const std::vector<Policy>& all = policies();
@@ -175,7 +175,6 @@ nlohmann::json job_comparison_json(const JobComparison& comparison, const sim::J
     };
     j["policy"] = row.policy;
     j["rank"] = place[i];
-    j["wall_s"] = when(sim::to_seconds(row.wall_ns()));
     j["overhead"] = when(row.overhead);
     j["wait_s"] = when(sim::to_seconds(row.wait_ns()));
     j["decide_s"] = row.decide_s;
@@ -208,7 +207,7 @@ std::string job_comparison_text(const JobComparison& comparison, const sim::Job&
   const sim::Distributed d = job.ranks.front().distributed.value_or(sim::Distributed{});
   std::string out = fmt::format(
       "job {} of {} ranks{}, device memory {}, H2D {:.1f} GB/s, D2H {:.1f} GB/s; ideal step "
-      "{:.3f} ms (rank {})\n",
+      "{:.3f} ms (rank {} the last to end alone)\n",
       job.ranks.size(), job.world_size(), d.backend.empty() ? "" : " (" + d.backend + ")",
       sim::format_bytes(m.memory_bytes), m.link.h2d_bytes_per_s / 1e9, m.link.d2h_bytes_per_s / 1e9,
       sim::to_milliseconds(comparison.ideal_ns), job.rank_of(comparison.ideal_slowest));
@@ -228,7 +227,7 @@ std::string job_comparison_text(const JobComparison& comparison, const sim::Job&
     out += fmt::format(
         "{:<22} {:>4} {:>12} {:>9} {:>7} {:>11} {:>12} {:>5} {:>5} {:>5} {:>5} {:>8.3f}s  {}\n",
         row.policy, fits ? "yes" : "no",
-        fits ? fmt::format("{:.3f} ms", sim::to_milliseconds(row.wall_ns())) : "-",
+        fits ? fmt::format("{:.3f} ms", sim::to_milliseconds(row.step_ns())) : "-",
         fits ? fmt::format("{:+.1f}%", row.overhead * 100) : "-",
         fits ? std::to_string(job.rank_of(shown)) : "-",
         fits ? fmt::format("{:.3f} ms", sim::to_milliseconds(row.wait_ns())) : "-",
@@ -247,7 +246,7 @@ std::string job_comparison_text(const JobComparison& comparison, const sim::Job&
 
 std::string job_comparison_csv(const JobComparison& comparison, const sim::Job& job) {
   std::string out =
-      "policy,rank,feasible,step_s,slowest_rank,iteration_s,period_s,wait_s,peak_bytes,"
+      "policy,rank,feasible,step_s,slowest_rank,step_alone_s,wait_s,peak_bytes,"
       "peak_reserved_bytes,keep,swap,recompute,encode,decide_s,why_not\n";
   for (const JobComparisonRow& row : comparison.rows) {
     const bool fits = row.feasible();
@@ -260,10 +259,10 @@ std::string job_comparison_csv(const JobComparison& comparison, const sim::Job& 
       std::string why = sim::why_not_text(tl, row.run.programs[r], job.ranks[r]);
       if (!tl.feasible && why.empty()) why = "the policy gave up: " + row.decisions[r].note;
       out +=
-          fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(row.policy),
-                      job.rank_of(r), tl.feasible ? 1 : 0, seconds(row.wall_ns()),
+          fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(row.policy),
+                      job.rank_of(r), tl.feasible ? 1 : 0, seconds(row.step_ns()),
                       fits ? std::to_string(job.rank_of(row.run.timeline.slowest)) : std::string(),
-                      seconds(tl.iteration_ns), seconds(tl.period_ns),
+                      seconds(tl.iteration_ns),
                       seconds(sim::collective_totals(tl, row.run.programs[r]).wait_ns),
                       tl.peak_bytes, tl.peak_reserved_bytes, counts[0], counts[1], counts[2],
                       counts[3], row.decide_s, csv_field(why));

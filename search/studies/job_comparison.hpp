@@ -24,14 +24,14 @@ struct JobComparisonRow {
   std::string policy;                     // the plan's name (e.g. "pooch", "vdnn-all+gist")
   std::vector<PolicyDecision> decisions;  // per rank, in the job's order
   sim::JobRun run;                        // the ranks' plans lowered and simulated together
-  double overhead = 0.0;                  // wall / ideal wall - 1 (when every rank fits)
+  double overhead = 0.0;                  // step / ideal step - 1 (when every rank fits)
   double decide_s = 0.0;                  // wall-clock time the policy took, over every rank
 
   [[nodiscard]] bool feasible() const { return run.timeline.feasible; }
-  /// The job's step the comparison ranks by: the recorded step replayed, from the first rank's
-  /// start to the last rank's end (JobTimeline::step_ns; each rank starts where it recorded its
-  /// step). The back-to-back period (JobRun::period_ns) is reported beside it.
-  [[nodiscard]] sim::Nanoseconds wall_ns() const { return run.timeline.step_ns; }
+  /// The job's step the comparison ranks by: the period of the ranks' steps repeated back to back
+  /// (JobRun::period_ns), what a training loop sees. The step alone, from the first rank's start
+  /// to the last rank's end (JobTimeline::step_ns), is reported beside it as such.
+  [[nodiscard]] sim::Nanoseconds step_ns() const { return run.period_ns; }
   /// Time the ranks waited at collectives for a later peer, summed over every rank and call.
   [[nodiscard]] sim::Nanoseconds wait_ns() const;
   /// The rank whose plan the row's action counts show: the slowest when every rank fits, else
@@ -40,12 +40,12 @@ struct JobComparisonRow {
 };
 
 struct JobComparison {
-  sim::Nanoseconds ideal_ns = 0;  // in-core on devices with unlimited memory: the job's step wall
+  sim::Nanoseconds ideal_ns = 0;  // in-core on devices with unlimited memory: the job's step
   std::size_t ideal_slowest = 0;  // the rank that sets that step (an index into the job's ranks)
   std::vector<JobComparisonRow> rows;  // in policies() order; only the finished ones if cancelled
   bool cancelled = false;
 
-  /// Indices into rows, best first: jobs where every rank fits by their step wall (ties in
+  /// Indices into rows, best first: jobs where every rank fits by their step (ties in
   /// policies() order), then the others.
   [[nodiscard]] std::vector<std::size_t> ranking() const;
 };

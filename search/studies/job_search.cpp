@@ -72,7 +72,7 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
   const auto start = std::chrono::steady_clock::now();
   JobSearchResult result;
   const sim::JobRun ideal = ideal_job_run(job, machines);
-  result.ideal_ns = ideal.timeline.step_ns;
+  result.ideal_ns = ideal.period_ns;
   result.searched = ideal.timeline.slowest;
   result.search = search_rank(job, machines, ideal, result.searched, options);
   result.evaluated = result.search.evaluated;
@@ -108,15 +108,15 @@ nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& jo
   }
   const SearchResult& s = result.search;
   const auto seconds = [](const Evaluation& e) {
-    return e.feasible ? nlohmann::json(sim::to_seconds(e.iteration_ns)) : nlohmann::json(nullptr);
+    return e.feasible ? nlohmann::json(sim::to_seconds(e.step_ns)) : nlohmann::json(nullptr);
   };
   j["policy"] = "search";
   j["searched_rank"] = job.rank_of(result.searched);
   j["ideal_s"] = sim::to_seconds(result.ideal_ns);
-  j["searched_iteration_s"] = seconds(s.evaluation);
+  j["searched_rank_step_s"] = seconds(s.evaluation);
   j["best_policy"] = s.best_policy;
   j["best_policy_feasible"] = s.best_policy_evaluation.feasible;
-  j["best_policy_iteration_s"] = seconds(s.best_policy_evaluation);
+  j["best_policy_rank_step_s"] = seconds(s.best_policy_evaluation);
   j["evaluated"] = result.evaluated;
   j["rounds"] = s.rounds;
   j["converged"] = s.converged;
@@ -131,16 +131,16 @@ std::string job_search_text(const JobSearchResult& result, const sim::Job& job,
   const SearchResult& s = result.search;
   const std::int32_t searched = job.rank_of(result.searched);
   std::string out = fmt::format(
-      "searched   on rank {}, the slowest in core ({:.3f} ms with unlimited memory), its "
-      "collectives priced with the other ranks at their in-core arrivals\n",
+      "searched   on rank {}, the last to end in core (the job's step {:.3f} ms with unlimited "
+      "memory), its collectives priced with the other ranks at their in-core arrivals\n",
       searched, sim::to_milliseconds(result.ideal_ns));
   if (s.best_policy_evaluation.feasible && s.evaluation.feasible) {
     out += fmt::format("rank {}     best policy ({}) {:.3f} ms -> search {:.3f} ms ({:+.1f}%)\n",
                        searched, s.best_policy,
-                       sim::to_milliseconds(s.best_policy_evaluation.iteration_ns),
-                       sim::to_milliseconds(s.evaluation.iteration_ns),
-                       (static_cast<double>(s.evaluation.iteration_ns) /
-                            static_cast<double>(s.best_policy_evaluation.iteration_ns) -
+                       sim::to_milliseconds(s.best_policy_evaluation.step_ns),
+                       sim::to_milliseconds(s.evaluation.step_ns),
+                       (static_cast<double>(s.evaluation.step_ns) /
+                            static_cast<double>(s.best_policy_evaluation.step_ns) -
                         1.0) *
                            100);
   } else {

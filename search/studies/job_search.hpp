@@ -37,7 +37,7 @@ struct RankPlan {
 
 struct JobSearchResult {
   std::size_t searched = 0;       // the rank searched on (an index into the job's ranks)
-  sim::Nanoseconds ideal_ns = 0;  // the job in core with unlimited memory: its step wall
+  sim::Nanoseconds ideal_ns = 0;  // the job in core with unlimited memory: its step
   /// The search on that rank, priced among its peers held fixed; its simulation too (with the
   /// collectives at their ready times).
   SearchResult search;

@@ -59,10 +59,10 @@ SweepRow row_header(const SweepGrid& grid, const GridPoint& point) {
 void fill_outcome(SweepRow& row, const sim::Timeline& timeline, const sim::Program& program,
                   const sim::Workload& workload, const sim::Plan& plan) {
   row.feasible = timeline.feasible;
-  row.iteration_ns = timeline.iteration_ns;
+  row.step_ns = timeline.period_ns;
   row.peak_bytes = timeline.peak_bytes;
   if (row.feasible && row.ideal_ns > 0) {
-    row.overhead = static_cast<double>(row.iteration_ns) / static_cast<double>(row.ideal_ns) - 1.0;
+    row.overhead = static_cast<double>(row.step_ns) / static_cast<double>(row.ideal_ns) - 1.0;
   }
   const auto counts = plan.action_counts();
   row.keep = counts[0];
@@ -450,7 +450,7 @@ std::vector<SweepRow> Sweep::run(const std::vector<std::size_t>& cells,
       GridPoint& point = points[used[u]];
       point.ideal_ns = point.job.job != nullptr
                            ? ideal_job_step_ns(point.job)
-                           : ideal_iteration_ns(grid.traces[point.trace].workload, point.machine);
+                           : ideal_step_ns(grid.traces[point.trace].workload, point.machine);
     });
     parallel_each(
         0, cells.size(),
@@ -514,7 +514,7 @@ std::vector<SweepRow> run_sweep(const SweepGrid& grid, const SweepOptions& optio
 
 std::string sweep_csv_header(bool jobs) {
   return fmt::format(
-      "trace,memory_bytes,link,{}h2d_bytes_per_s,d2h_bytes_per_s,policy,feasible,iteration_s,"
+      "trace,memory_bytes,link,{}h2d_bytes_per_s,d2h_bytes_per_s,policy,feasible,step_s,"
       "ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,note,why_not{}\n",
       jobs ? "interconnect,world_size," : "", jobs ? ",slowest_rank,wait_s" : "");
 }
@@ -532,7 +532,7 @@ std::string sweep_csv_line(const SweepRow& row) {
       "{},{},{},{}{:.0f},{:.0f},{},{},{},{:.9f},{},{},{},{},{},{},{:.6f},{},{}{}\n",
       csv_field(row.trace), row.memory_bytes, csv_field(row.link), job_point, row.h2d_bytes_per_s,
       row.d2h_bytes_per_s, csv_field(row.policy), row.feasible ? 1 : 0,
-      row.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.iteration_ns)) : "",
+      row.feasible ? fmt::format("{:.9f}", sim::to_seconds(row.step_ns)) : "",
       sim::to_seconds(row.ideal_ns), row.feasible ? fmt::format("{:.6f}", row.overhead) : "",
       row.peak_bytes, row.keep, row.swap, row.recompute, row.encode, row.decide_s,
       csv_field(row.note), csv_field(row.why_not), job_outcome);

@@ -115,15 +115,15 @@ struct SweepRow {
   sim::BytesPerSecond d2h_bytes_per_s = 0;
   std::string policy;  // the policy's plan name (e.g. "vdnn-all", "pooch+gist"), or "search"
   bool feasible = false;
-  sim::Nanoseconds iteration_ns = 0;
+  sim::Nanoseconds step_ns = 0;   // back to back (ComparisonRow::step_ns)
   sim::Nanoseconds ideal_ns = 0;  // in-core with unlimited device memory on the same link
-  double overhead = 0.0;          // iteration / ideal - 1, when feasible
+  double overhead = 0.0;          // step / ideal step - 1, when feasible
   sim::Bytes peak_bytes = 0;
   std::size_t keep = 0, swap = 0, recompute = 0, encode = 0;
   double decide_s = 0.0;  // wall-clock time the policy (or the whole search) took
   std::string note;       // the policy's note; for the search, the policy it started from
   std::string why_not;    // the out-of-memory diagnosis when not feasible
-  // A grid of jobs' cells (SweepGrid::jobs): iteration_ns and ideal_ns are the job's step (its
+  // A grid of jobs' cells (SweepGrid::jobs): step_ns and ideal_ns are the job's step (its
   // slowest rank's), peak_bytes the largest rank's, the actions the slowest rank's plan's (the
   // first rank that does not fit when one does not), why_not each such rank's diagnosis.
   bool job = false;          // the job's columns are written

@@ -31,9 +31,9 @@ void fill_job_outcome(SweepRow& row, const sim::JobRun& run, const sim::Job& job
                       const std::vector<std::string>& gave_up = {}) {
   const sim::JobTimeline& jt = run.timeline;
   row.feasible = jt.feasible;
-  row.iteration_ns = jt.step_ns;
+  row.step_ns = run.period_ns;
   if (row.feasible && row.ideal_ns > 0) {
-    row.overhead = static_cast<double>(row.iteration_ns) / static_cast<double>(row.ideal_ns) - 1.0;
+    row.overhead = static_cast<double>(row.step_ns) / static_cast<double>(row.ideal_ns) - 1.0;
   }
   row.peak_bytes = 0;
   row.wait_ns = 0;
@@ -65,7 +65,7 @@ void fill_job_outcome(SweepRow& row, const sim::JobRun& run, const sim::Job& job
 }  // namespace
 
 sim::Nanoseconds ideal_job_step_ns(const SweepJobPoint& point) {
-  return ideal_job_run(*point.job, point.machines).timeline.step_ns;
+  return ideal_job_run(*point.job, point.machines).period_ns;
 }
 
 void run_job_policy_cell(const SweepJobPoint& point, const Policy& policy,

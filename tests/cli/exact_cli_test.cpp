@@ -29,8 +29,8 @@ TEST_CASE("search --exact prints the search's fields, exact: true and what it ex
   CHECK(j.at("explored").get<long long>() >= 1);
   CHECK(j.at("evaluated").get<long long>() >= j.at("explored").get<long long>());
   CHECK(j.at("bound_violations") == 0);
-  for (const char* field : {"iteration_s", "peak_bytes", "actions", "best_policy",
-                            "best_policy_iteration_s", "space_plans", "search_s"}) {
+  for (const char* field : {"step_s", "peak_bytes", "actions", "best_policy",
+                            "best_policy_step_s", "space_plans", "search_s"}) {
     CAPTURE(field);
     CHECK(j.contains(field));
   }
@@ -39,8 +39,8 @@ TEST_CASE("search --exact prints the search's fields, exact: true and what it ex
   const auto heuristic = run_memplan("search " + trace + memory + " --threads 2 --json");
   REQUIRE(heuristic.exit_status == 0);
   const auto h = nlohmann::json::parse(heuristic.out);
-  CHECK(j.at("iteration_ns").get<long long>() <= h.at("iteration_ns").get<long long>());
-  CHECK(j.at("iteration_s").get<double>() <= j.at("best_policy_iteration_s").get<double>());
+  CHECK(j.at("step_s").get<double>() <= h.at("step_s").get<double>());
+  CHECK(j.at("step_s").get<double>() <= j.at("best_policy_step_s").get<double>());
 }
 
 TEST_CASE("search --exact refuses a large trace in one line, exit 2", "[search][exact][cli]") {
@@ -68,7 +68,7 @@ TEST_CASE("search and search --exact on a trace without ops answer the empty pla
   const auto j = nlohmann::json::parse(exact.out);
   CHECK(j.at("optimal") == true);
   CHECK(j.at("feasible") == true);
-  CHECK(j.at("iteration_ns") == 0);
+  CHECK(j.at("step_s") == 0);
   const auto heuristic = run_memplan("search '" + path + "' --rounds 1 --threads 2");
   CAPTURE(heuristic.err);
   CHECK(heuristic.exit_status == 0);
@@ -89,7 +89,7 @@ TEST_CASE("memplan search states the lower bound and the plan's gap to it",
     REQUIRE(json.exit_status == 0);
     const auto j = nlohmann::json::parse(json.out);
     const double bound = j.at("lower_bound_s").get<double>();
-    const double time = j.at("iteration_s").get<double>();
+    const double time = j.at("step_s").get<double>();
     CHECK(bound > 0);
     CHECK(bound <= time);
     CHECK(j.at("gap").get<double>() == Approx(time / bound - 1).margin(1e-9));

@@ -66,7 +66,7 @@ TEST_CASE("absurd links and latencies are refused, not overflowed", "[cli][flags
   // At the slowest link a flag takes, the run completes (in 146 years at most).
   const auto slowest = run_memplan(swap + "--h2d 1B/s --d2h 8b/s --json");
   REQUIRE(slowest.exit_status == 0);
-  CHECK(nlohmann::json::parse(slowest.out).at("iteration_s").get<double>() > 1000);
+  CHECK(nlohmann::json::parse(slowest.out).at("step_s").get<double>() > 1000);
 }
 
 TEST_CASE("a time that ran past the end of the clock is no result: said, not printed",
@@ -88,7 +88,7 @@ TEST_CASE("a time that ran past the end of the clock is no result: said, not pri
   const auto j = nlohmann::json::parse(json.out);
   CHECK(j.at("saturated") == true);
   CHECK(j.at("feasible") == false);
-  CHECK(j.at("iteration_s").is_null());
+  CHECK(j.at("step_s").is_null());
   CHECK(j.at("stall_s").is_null());
   const auto compare = run_memplan("compare " + resnet + " --memory 2GiB --json" + crawl);
   CAPTURE(compare.err);
@@ -98,7 +98,7 @@ TEST_CASE("a time that ran past the end of the clock is no result: said, not pri
   for (const auto& row : rows.at("rows")) {
     CAPTURE(row.at("policy"));
     if (row.at("policy") == "layrub") CHECK(row.at("feasible") == false);
-    if (row.at("feasible") == true) CHECK(row.at("iteration_s").get<double>() < 4.6e9);
+    if (row.at("feasible") == true) CHECK(row.at("step_s").get<double>() < 4.6e9);
   }
 }
 

@@ -50,7 +50,7 @@ TEST_CASE("simulate a job: a line per rank, the slowest sets the step", "[cli][j
   REQUIRE(r.exit_status == 0);
   CHECK(r.out.find("job         2 of 2 ranks (nccl), plan in-core") != std::string::npos);
   CHECK(r.out.find("interconnect recorded") != std::string::npos);
-  CHECK(r.out.find("to the last rank's end (rank 0)") != std::string::npos);  // alike: the first
+  CHECK(r.out.find("to the last rank's end: rank 0)") != std::string::npos);  // alike: the first
   const auto j = nlohmann::json::parse(run_memplan("simulate " + job + " --policy in-core --json").out);
   REQUIRE(j["ranks"].size() == 2);
   CHECK(j["feasible"] == true);
@@ -59,7 +59,7 @@ TEST_CASE("simulate a job: a line per rank, the slowest sets the step", "[cli][j
   CHECK(j["ranks"][0]["collectives"]["by_call"][0]["transfer_s"].get<double>() ==
         Approx(30e-9));
   CHECK(j["ranks"][1]["collectives"]["wait_s"].get<double>() == 0.0);
-  CHECK(j["step_ns"] == j["ranks"][0]["iteration_ns"]);
+  CHECK(j["step_alone_s"] == j["ranks"][0]["step_alone_s"]);
 }
 
 TEST_CASE("simulate a job on another interconnect prices its collectives", "[cli][job]") {

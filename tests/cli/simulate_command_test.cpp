@@ -27,7 +27,7 @@ TEST_CASE("simulate prints a summary of the in-core plan", "[cli][simulate]") {
   CHECK(r.exit_status == 0);
   CHECK(r.out.find("plan        in-core (keep 6, swap 0, recompute 0, encode 0)") !=
         std::string::npos);
-  CHECK(r.out.find("iteration   0.055 ms (compute 0.055 ms, +0.0%)") != std::string::npos);
+  CHECK(r.out.find("step        0.055 ms (compute 0.055 ms, +0.0%)") != std::string::npos);
   CHECK(r.out.find("peak 25.22 KiB live") != std::string::npos);
 }
 
@@ -36,7 +36,7 @@ TEST_CASE("simulate --json has the documented keys", "[cli][simulate]") {
       run_memplan("simulate " + memplan::test::tiny_trace() + " --policy swap-all --json");
   REQUIRE(r.exit_status == 0);
   const auto j = nlohmann::json::parse(r.out);
-  for (const char* key : {"feasible", "iteration_s", "peak_bytes", "peak_reserved_bytes", "stall_s",
+  for (const char* key : {"feasible", "step_s", "peak_bytes", "peak_reserved_bytes", "stall_s",
                           "actions", "oom"}) {
     CAPTURE(key);
     CHECK(j.contains(key));
@@ -45,7 +45,7 @@ TEST_CASE("simulate --json has the documented keys", "[cli][simulate]") {
   CHECK(j.at("oom").is_null());
   CHECK(j.at("actions").at("swap") == 6);
   CHECK(j.at("actions").at("keep") == 0);
-  CHECK(j.at("iteration_s").get<double>() > j.at("compute_s").get<double>());
+  CHECK(j.at("step_s").get<double>() > j.at("compute_s").get<double>());
   CHECK(j.at("stall_s").get<double>() > 0);
   CHECK(j.at("peak_bytes").get<long>() <= j.at("peak_reserved_bytes").get<long>());
   // A time average of the live bytes cannot exceed their peak (tests/io/memory_measures_test.cpp
@@ -63,13 +63,13 @@ TEST_CASE("a faster link makes swapping cheaper; flags override the preset", "[c
   };
   const auto pcie3 = iteration("--link pcie3");
   const auto c2c = iteration("--link c2c");
-  CHECK(c2c.at("iteration_s").get<double>() < pcie3.at("iteration_s").get<double>());
+  CHECK(c2c.at("step_s").get<double>() < pcie3.at("step_s").get<double>());
   CHECK(pcie3.at("machine").at("h2d_bytes_per_s") == 16e9);
   const auto manual = iteration("--link pcie3 --h2d 1GB/s --d2h 2GB/s --latency 20us");
   CHECK(manual.at("machine").at("h2d_bytes_per_s") == 1e9);
   CHECK(manual.at("machine").at("d2h_bytes_per_s") == 2e9);
   CHECK(manual.at("machine").at("copy_latency_ns") == 20000);
-  CHECK(manual.at("iteration_s").get<double>() > pcie3.at("iteration_s").get<double>());
+  CHECK(manual.at("step_s").get<double>() > pcie3.at("step_s").get<double>());
 }
 
 TEST_CASE("a plan that does not fit exits 1 with the diagnosis", "[cli][simulate]") {
@@ -84,7 +84,7 @@ TEST_CASE("a plan that does not fit exits 1 with the diagnosis", "[cli][simulate
   CHECK(r.exit_status == 1);
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j.at("feasible") == false);
-  CHECK(j.at("iteration_s").is_null());
+  CHECK(j.at("step_s").is_null());
   const auto& oom = j.at("oom");
   CHECK(oom.at("memory") == "device");
   CHECK(oom.at("op").is_string());
@@ -131,7 +131,7 @@ TEST_CASE("simulate writes the timeline, the memory curve and the plan", "[cli][
   REQUIRE(again.exit_status == 0);
   auto first = nlohmann::json::parse(r.out);
   auto second = nlohmann::json::parse(again.out);
-  CHECK(first.at("iteration_s") == second.at("iteration_s"));
+  CHECK(first.at("step_s") == second.at("step_s"));
   CHECK(first.at("peak_reserved_bytes") == second.at("peak_reserved_bytes"));
   std::filesystem::remove_all(dir);
 }

@@ -30,8 +30,8 @@ steps use it, one after the other. The checks:
 - the prediction on the machine: the trace's device with `what_if` applied (memory, link, h2d,
   d2h, latency, host_memory, allocator: as memplan.simulate takes them), in `machine`;
   `predicted_feasible`, `predicted_oom` (why not, when it does not fit), `predicted_seconds` (the
-  iteration time; None when it does not fit) against `measured_seconds` (the planned step's wall
-  time, recorder included). A plan the simulator says does not fit raises DoesNotFit before
+  step alone, one step from an idle device; None when it does not fit) against
+  `measured_seconds` (the planned step's wall time, recorder included). A plan the simulator says does not fit raises DoesNotFit before
   anything runs, unless `force`;
 - on a GPU, the device memory each step adds to what was allocated before it (its parameters,
   optimizer state and batch are resident already): `measured_cuda_step_peak_bytes` (planned step)
@@ -206,7 +206,7 @@ def predict(plan, captured, **what_if):
         "gradient_tolerance": tolerance["relative"] if tolerance else 0.0,
         "machine": whole.summary["machine"],
         "predicted_feasible": whole.feasible, "predicted_oom": whole.oom,
-        "predicted_seconds": whole.iteration_s,
+        "predicted_seconds": whole.step_alone_s,
         "predicted_step_peak_bytes": whole.peak_bytes - resident,
         "predicted_saved_peak_bytes": saved.peak_bytes,
         "predicted_host_peak_bytes": saved.peak_host_bytes}

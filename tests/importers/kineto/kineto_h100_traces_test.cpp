@@ -39,7 +39,7 @@ sim::Nanoseconds replayed_period(const sim::Workload& w) {
   const sim::Machine machine = sim::make_machine(w.device);
   sim::Engine engine;
   const sim::Timeline alone = engine.run(program, machine);
-  return sim::step_period_ns(program, machine, alone);
+  return sim::step_period_ns(engine, program, machine, alone);
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ TEST_CASE("sweep rows come in grid order and match compare and search cell by ce
           CHECK(row.policy == expected.policy);
           CHECK(row.ideal_ns == comparison.ideal_ns);
           CHECK(row.feasible == expected.timeline.feasible);
-          CHECK(row.iteration_ns == expected.timeline.iteration_ns);
+          CHECK(row.step_ns == expected.step_ns());
           CHECK(row.peak_bytes == expected.timeline.peak_bytes);
           const auto counts = expected.decision.plan.action_counts();
           CHECK(row.keep == counts[0]);
@@ -82,7 +82,7 @@ TEST_CASE("sweep rows come in grid order and match compare and search cell by ce
         CAPTURE(trace.name, machine.memory_bytes, link.label);
         CHECK(row.policy == "search");
         CHECK(row.feasible == expected.evaluation.feasible);
-        CHECK(row.iteration_ns == expected.evaluation.iteration_ns);
+        CHECK(row.step_ns == expected.evaluation.step_ns);
         CHECK(row.peak_bytes == expected.evaluation.peak_bytes);
         CHECK(row.note.rfind("from " + expected.best_policy, 0) == 0);
       }
@@ -101,7 +101,7 @@ TEST_CASE("sweep gives the same rows with one thread and with two", "[search][sw
   for (std::size_t i = 0; i < one.size(); ++i) {
     CAPTURE(i);
     CHECK(one[i].policy == two[i].policy);
-    CHECK(one[i].iteration_ns == two[i].iteration_ns);
+    CHECK(one[i].step_ns == two[i].step_ns);
     CHECK(one[i].peak_bytes == two[i].peak_bytes);
     CHECK(one[i].why_not == two[i].why_not);
   }
@@ -227,7 +227,7 @@ TEST_CASE("a grid of jobs runs every rank of each cell together, interconnect by
     std::vector<Machine> machines;
     for (const Workload& w : job.ranks)
       machines.push_back(make_machine(w.device, fabric.overrides));
-    const Nanoseconds ideal = ideal_job_run(job, machines).timeline.step_ns;
+    const Nanoseconds ideal = ideal_job_run(job, machines).period_ns;
     const std::vector<NetworkView> views{NetworkView(job.ranks[0]), NetworkView(job.ranks[1])};
     for (const std::string& name : grid.policies) {
       const SweepRow& row = rows[i++];
@@ -240,7 +240,7 @@ TEST_CASE("a grid of jobs runs every rank of each cell together, interconnect by
       CHECK(row.policy == expected.policy);
       CHECK(row.ideal_ns == ideal);
       CHECK(row.feasible == expected.feasible());
-      CHECK(row.iteration_ns == expected.run.timeline.step_ns);
+      CHECK(row.step_ns == expected.step_ns());
       CHECK(row.wait_ns == expected.wait_ns());
       CHECK(row.slowest_rank == (expected.feasible() ? 1 : -1));
       CHECK(row.why_not.empty() == row.feasible);
