@@ -40,7 +40,7 @@ imp = imp["ranks"] if "ranks" in imp else [imp]
 sim = json.load(open(f"{work}/sim.json"))
 ranks = sim["ranks"] if "ranks" in sim else [dict(sim, rank=0, start_s=0.0)]
 recorded = [r["recorded_wall_s"] * 1e3 for r in imp]
-replayed = [r["iteration_s"] * 1e3 for r in ranks]
+replayed = [r["step_s"] * 1e3 for r in ranks]
 starts = [r["start_s"] * 1e3 for r in ranks]
 job_replayed = max(s + t for s, t in zip(starts, replayed))
 job_recorded = max(s + t for s, t in zip(starts, recorded))  # the recorded starts are the same

@@ -33,7 +33,7 @@ for path in sorted(glob.glob(f"{work}/*-*.json")):
         k = kinds.setdefault(call["kind"], [0, 0.0])
         k[0] += 1
         k[1] += call["transfer_s"] * 1e3
-    step = (j["step_s"] if "step_s" in j else j["iteration_s"]) * 1e3
+    step = j["step_s"] * 1e3
     wait = max(r["collectives"]["wait_s"] for r in j.get("ranks", [j])) * 1e3
     detail = "; ".join(f"{k} {n}, {t:.3f}" for k, (n, t) in kinds.items())
     print(f"{job:8} {net.replace('_', ' '):24} {step:9.3f} {wait:8.3f}  {detail}")

@@ -52,12 +52,12 @@ print(int(j['peak_bytes_incore'] - (1 - $f) * j['feature_map_bytes']))")
 import json, re, sys
 case, f, memory, work = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 s = json.load(open(f"{work}/search.json"))
-ideal = json.load(open(f"{work}/ideal.json"))["iteration_s"]
+ideal = json.load(open(f"{work}/ideal.json"))["step_s"]
 m = re.search(r" in ([0-9.]+) s", open(f"{work}/bound.txt").read() or " in - s")
 bound_s = m.group(1) if m else "-"
 def ms(x):
     return "-" if x is None else f"{x * 1e3:.1f} ms ({(x / ideal - 1) * 100:+.1f}%)"
-step = s["iteration_s"] if s["feasible"] else None
+step = s["step_s"] if s["feasible"] else None
 bound = s.get("lower_bound_s")
 gap = s.get("gap")
 print(f"| {case} | {f:.0%} | {memory / 2**30:.2f} GiB | {ideal * 1e3:.1f} ms | {ms(step)} | "

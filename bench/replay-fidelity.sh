@@ -49,7 +49,7 @@ optime = float(re.search(r"in-core replay ([0-9.]+) ms", text).group(1))
 m = re.search(r"recorded step wall ([0-9.]+) ms, its device work ends at ([0-9.]+) ms", text)
 wall, span = float(m.group(1)), float(m.group(2))
 sim = json.load(open(f"{work}/sim.json"))
-replay = sim.get("step_period_s", sim["iteration_s"]) * 1e3
+replay = sim["step_s"] * 1e3
 host = json.load(open(f"{work}/info.json")).get("host")
 inorder = host["wall_s"] * 1e3 if host else float("nan")
 print(wall, busy, optime, replay, inorder, span)

@@ -27,7 +27,7 @@ import json, sys
 j = json.load(sys.stdin)
 print("search_s {:.2f}, rounds {}, evaluated {}, converged {}, best policy {} {:.3f} s -> {:.3f} s"
       .format(j["search_s"], j["rounds"], j["evaluated"], j["converged"], j["best_policy"],
-              j["best_policy_iteration_s"], j["iteration_s"]))
+              j["best_policy_step_s"], j["step_s"]))
 for p, why in j.get("skipped_policies", {}).items():
     print("skipped {}: {}".format(p, why))'
 echo "== 4. one lowering + simulation (CPU time)"

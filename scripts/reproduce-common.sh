@@ -2,8 +2,8 @@
 # workload with `memplan zoo`, run `memplan compare --json` and `memplan search --json` on it, and
 # append one CSV line per policy (and one for the search) to the output file. why_not, for a row
 # that does not fit, is the out-of-memory report in one line (op, request, largest free block,
-# bytes missing, live bytes), as `memplan compare` prints it; empty when the row fits. iteration_s
-# and ideal_s are the step back to back (step_period_s, Note [Step period]), the measure `memplan
+# bytes missing, live bytes), as `memplan compare` prints it; empty when the row fits. step_s
+# and ideal_s are the step back to back (Note [Step period]), the measure `memplan
 # compare` ranks by: on a step with a recorded host side it is not the step replayed alone.
 #   MEMPLAN   the memplan binary (default build/release/bin/memplan)
 #   SEARCH_TIME_LIMIT  seconds for each `memplan search` (default 20)
@@ -18,7 +18,7 @@ if [[ ! -x $MEMPLAN ]]; then
   exit 2
 fi
 
-readonly REPRO_HEADER="workload,batch,device,link,memory,policy,feasible,iteration_s,ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,note,why_not"
+readonly REPRO_HEADER="workload,batch,device,link,memory,policy,feasible,step_s,ideal_s,overhead,peak_bytes,keep,swap,recompute,encode,decide_s,note,why_not"
 
 # repro_begin OUT: creates OUT (and its folder) with the header.
 repro_begin() {
@@ -87,7 +87,7 @@ import csv, json, os, sys
 d, label, batch, device, link, memory, policies = sys.argv[1:8]
 w = csv.writer(sys.stdout, lineterminator="\n")
 def step_s(j):  # the step's time as `memplan compare` ranks it: back to back (Note [Step period])
-    return j.get("step_period_s") or j["iteration_s"]
+    return j["step_s"]
 if policies == "all":
     compare = json.load(open(f"{d}/compare.json"))
     ideal = compare["ideal_s"]

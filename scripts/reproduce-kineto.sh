@@ -44,8 +44,8 @@ print(f"{len(swapped)},{sum(size[m] for m in swapped)},{info['compute_s']['forwa
 PY
 # Where the time of the compared policies goes: stalls by cause (kineto-stalls.csv).
 stalls=$(dirname "$out")/kineto-stalls.csv
-# host_busy_s: the host's dispatch of the step; step_period_s: the step back to back.
-echo "link,policy,swap_out_stall_s,swap_in_stall_s,recompute_s,swap,recompute,host_busy_s,step_period_s,gpu_idle_share,instructions" >"$stalls"
+# host_busy_s: the host's dispatch of the step; step_s: the step back to back.
+echo "link,policy,swap_out_stall_s,swap_in_stall_s,recompute_s,swap,recompute,host_busy_s,step_s,gpu_idle_share,instructions" >"$stalls"
 for link in pcie3 nvlink2; do
   for policy in pooch vdnn-conv capuchin checkpoint-sqrt; do
     "$MEMPLAN" simulate "$trace" --memory 2GiB --link "$link" --policy "$policy" --json |
@@ -54,7 +54,7 @@ import json, sys
 j = json.load(sys.stdin)
 s, a = j['stall_s_by_cause'], j['actions']
 print(f\"$link,$policy,{s['swap-out']},{s['swap-in']},{s['recompute']},{a['swap']},{a['recompute']},\"
-      f\"{j['host_busy_s']},{j['step_period_s']},{j['gpu_idle_share']},{j['instructions']}\")" \
+      f\"{j['host_busy_s']},{j['step_s']},{j['gpu_idle_share']},{j['instructions']}\")" \
       >>"$stalls"
   done
 done

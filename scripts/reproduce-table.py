@@ -184,8 +184,8 @@ def pooch_rows(d):
            if all(got[l] < as_time[l] for l in loss) else "")
         + "memplan's search finds "
         f"{pct(ovh(get(640, 'pcie3', 'search')))} / {pct(ovh(get(640, 'nvlink2', 'search')))}."))
-    ratios = {l: [float(get(b, l, "superneurons")["iteration_s"]) /
-                  float(get(b, l, "pooch")["iteration_s"]) for b in (256, 384, 512)] for l in loss}
+    ratios = {l: [float(get(b, l, "superneurons")["step_s"]) /
+                  float(get(b, l, "pooch")["step_s"]) for b in (256, 384, 512)] for l in loss}
     out.append((
         "PoocH faster than the SuperNeurons rule, b256-512",
         "1.40-1.73x",
@@ -294,13 +294,13 @@ def kineto_rows(d):
     def gpu_stall(r):
         return f(r, "swap_out_stall_s") + f(r, "swap_in_stall_s") + f(r, "recompute_s")
 
-    tail = f(pooch, "step_period_s") - f(pooch, "host_busy_s")
-    conv_tail = f(conv, "step_period_s") - f(conv, "host_busy_s")
+    tail = f(pooch, "step_s") - f(pooch, "host_busy_s")
+    conv_tail = f(conv, "step_s") - f(conv, "host_busy_s")
     return [(
         "Imported ResNet-50 b32, 2 GiB, NVLink 2: PoocH against vdnn-conv",
         "PoocH at least as fast (it searches over swaps)",
         f"pooch {pct(o('nvlink2', 'pooch'))}, vdnn-conv {pct(o('nvlink2', 'vdnn-conv'))} "
-        f"({f(pooch, 'step_period_s') * 1e3:.3f} ms and {f(conv, 'step_period_s') * 1e3:.3f} ms)",
+        f"({f(pooch, 'step_s') * 1e3:.3f} ms and {f(conv, 'step_s') * 1e3:.3f} ms)",
         verdict(o("nvlink2", "pooch") <= o("nvlink2", "vdnn-conv")),
         f"The recorded step is CPU-bound: the GPU is idle {100 * f(pooch, 'gpu_idle_share'):.0f}% "
         f"of it under PoocH's plan and {100 * f(conv, 'gpu_idle_share'):.0f}% under vdnn-conv's, and "
@@ -316,7 +316,7 @@ def kineto_rows(d):
         f"is busy {(f(pooch, 'host_busy_s') - f(conv, 'host_busy_s')) * 1e3:.3f} ms longer "
         f"(dispatch, {pooch['instructions']} instructions against {conv['instructions']}, and "
         f"waits for the device at synchronisations): the two are level within "
-        f"{abs(f(pooch, 'step_period_s') / f(conv, 'step_period_s') - 1) * 100:.3f}% of the step. "
+        f"{abs(f(pooch, 'step_s') / f(conv, 'step_s') - 1) * 100:.3f}% of the step. "
         f"The paper's claim is about a GPU-bound step; PoocH minimizes the step's time, which here is "
         f"the host's, where nothing is left for it to find."), (
 

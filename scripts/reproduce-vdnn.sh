@@ -51,7 +51,7 @@ repro_run "$out" "$REPRO_TMP/vgg16-caffe.json" vgg16-caffe-on-demand-caching 256
   pcie3 - "plan:$REPRO_TMP/plan-vdnn-all-on-demand.json" 0 --allocator caching
 # The average-memory rows.
 mem_out=$(dirname "$out")/vdnn-memory.csv
-echo "network,batch,algorithms,no_reuse_bytes,persistent_bytes,average_live_bytes,peak_bytes,iteration_s" \
+echo "network,batch,algorithms,no_reuse_bytes,persistent_bytes,average_live_bytes,peak_bytes,step_s" \
   >"$mem_out"
 for model in alexnet overfeat googlenet; do
   trace=$REPRO_TMP/$model-128.json
@@ -78,7 +78,7 @@ kinds = info["tensors_by_kind"]
 # the optimizer's state.
 persistent = 2 * kinds["parameter"]["bytes"] + kinds.get("optimizer_state", {"bytes": 0})["bytes"]
 print(f"{sys.argv[3]},128,{sys.argv[4]},{info['no_reuse_bytes']},{persistent},"
-      f"{run['average_live_bytes']},{run['peak_bytes']},{run['iteration_s']:.6f}")
+      f"{run['average_live_bytes']},{run['peak_bytes']},{run['step_s']:.6f}")
 PY
   done
 done

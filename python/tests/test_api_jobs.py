@@ -181,7 +181,7 @@ def test_simulate_the_dlrm_job_is_memplan_simulate(dlrm, what_if, flags):
         assert any(r["oom"] and r["oom"]["memory"] == "device" for r in sim.ranks)
         return
     # The step runs from the first rank's start to the last rank's end.
-    assert sim.step_s == pytest.approx(max(r["start_s"] + r["iteration_s"] for r in sim.ranks))
+    assert sim.step_s == pytest.approx(max(r["start_s"] + r["step_alone_s"] for r in sim.ranks))
     calls = sim.collectives()
     assert len(calls) == len(job.collectives()) == 16
     # A later peer's wait is the rank's, beside the transfer.
@@ -278,7 +278,7 @@ def test_sweep_a_job_is_memplan_sweep(small, tmp_path):
     assert len(mine) == 2 * 2  # interconnects x policies, each cell every rank together
     assert mine.drop(columns="decide_s").equals(cli.drop(columns="decide_s"))
     in_core = mine[(mine["policy"] == "in-core") & (mine["interconnect"] == "recorded")]
-    assert list(in_core["iteration_s"]) == pytest.approx([700e-9])  # the hand-worked step
+    assert list(in_core["step_s"]) == pytest.approx([700e-9])  # the hand-worked step
 
 
 @pytest.mark.parametrize("what_if, flags", [

@@ -24,13 +24,13 @@ def test_search_finds_the_plan_memplan_search_finds(tight, tmp_path):
     cli = cli_json("search", TINY, "--memory", f"{memory}B", "--threads", 1, "--deterministic",
                    "--rounds", 6)
     mine = found.to_dict()
-    for key in ("iteration_ns", "peak_bytes", "feasible", "best_policy", "best_policy_iteration_s",
+    for key in ("step_s", "step_alone_s", "peak_bytes", "feasible", "best_policy", "best_policy_step_s",
                 "evaluated", "rounds", "converged", "actions", "lower_bound_s", "gap"):
         assert mine[key] == cli[key], key
     assert not found.cancelled
     # Never worse than the best policy.
     if found.best_policy_feasible:
-        assert found.feasible and found.iteration_s <= found.best_policy_iteration_s * (1 + 1e-12)
+        assert found.feasible and found.step_s <= found.best_policy_step_s * (1 + 1e-12)
 
 
 def test_progress_is_called_every_round_and_false_stops_the_search(tight):
@@ -83,7 +83,7 @@ def test_sweep_is_memplan_sweep(tmp_path):
     assert status == 0, err
     df = result.to_dataframe()
     cli = memplan._tables.read_csv((tmp_path / "s.csv").read_text(), keep_default_na=False,
-                                   na_values={"iteration_s": [""], "overhead": [""]})
+                                   na_values={"step_s": [""], "overhead": [""]})
     cli["trace"] = cli["trace"].map(lambda p: p.rsplit("/", 1)[-1])
     assert len(df) == 2 * 2 * 2 * 2  # traces x memories x links x policies
     assert sorted(done) == list(range(1, len(df) + 1))  # one call per cell
