@@ -109,14 +109,14 @@ def test_simulate_a_job_gives_the_hand_worked_step(small, tmp_path):
     sim = memplan.simulate(memplan.load_job(small), policy="in-core")
     assert sim.summary == cli_json("simulate", small, "--policy", "in-core")
     assert sim.ok and sim.feasible and sim.world_size == 2
-    assert sim.step_ns == 700 and sim.slowest_rank == 1
+    assert sim.step_alone_s == pytest.approx(700e-9) and sim.slowest_rank == 1
     calls = sim.collectives()
     assert list(calls["arrival_ns"]) == [310, 610]
     assert list(calls["start_ns"]) == [610, 610] and list(calls["end_ns"]) == [640, 640]
     assert list(calls["wait_s"]) == pytest.approx([300e-9, 0.0])
     assert list(calls["transfer_s"]) == pytest.approx([30e-9, 30e-9])
     frame = sim.to_dataframe()
-    assert list(frame["rank"]) == [0, 1] and list(frame["iteration_ns"]) == [690, 700]
+    assert list(frame["rank"]) == [0, 1] and list(frame["step_alone_s"]) == pytest.approx([690e-9, 700e-9])
     assert list(frame["collectives.wait_s"]) == pytest.approx([300e-9, 0.0])
     status, out, err = run_cli("simulate", small, "--policy", "in-core",
                                "--timeline", tmp_path / "cli.json")
@@ -180,8 +180,8 @@ def test_simulate_the_dlrm_job_is_memplan_simulate(dlrm, what_if, flags):
         assert not all(r["feasible"] for r in sim.ranks)
         assert any(r["oom"] and r["oom"]["memory"] == "device" for r in sim.ranks)
         return
-    # The step runs from the first rank's start to the last rank's end.
-    assert sim.step_s == pytest.approx(max(r["start_s"] + r["step_alone_s"] for r in sim.ranks))
+    # The step alone runs from the first rank's start to the last rank's end.
+    assert sim.step_alone_s == pytest.approx(max(r["start_s"] + r["step_alone_s"] for r in sim.ranks))
     calls = sim.collectives()
     assert len(calls) == len(job.collectives()) == 16
     # A later peer's wait is the rank's, beside the transfer.
@@ -239,7 +239,7 @@ def test_search_a_job_is_memplan_search(dlrm, tmp_path):
     searched = job.ranks[found.searched_rank]
     assert found.plan == memplan.read_plan(tmp_path / "plan.json", searched)
     assert [r["plan"] for r in found.ranks] == ["searched", "own search"]
-    assert found.simulation.step_ns == found.step_ns
+    assert found.simulation.step_s == found.step_s
     assert [p.trace for p in found.plans] == job.ranks
     assert list(found.to_dataframe()["plan"]) == ["searched", "own search"]
 
