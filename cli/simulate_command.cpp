@@ -2,7 +2,7 @@
 // trace's device, or on a what-if machine; a job of several ranks (trace format v3) is simulated
 // rank by rank together, each rank under the same plan flags. Exit 0 when the plan fits, 1 when it
 // does not (with the diagnosis), 2 for bad input. Output files are written only when the plan fits
-// (cli/output_file).
+// (io/output_file).
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"

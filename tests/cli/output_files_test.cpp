@@ -1,4 +1,4 @@
-// Output files (cli/output_file.hpp): "-" is standard output; a symlink is written through; a
+// Output files (io/output_file.hpp): "-" is standard output; a symlink is written through; a
 // FIFO or device is written directly, a FIFO nobody reads refused rather than waited on; a run
 // that exits 1 or 2 leaves no file and does not touch one that was there.
 #include <sys/stat.h>
