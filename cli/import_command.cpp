@@ -12,7 +12,6 @@
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
-#include "io/output_file.hpp"
 #include "core/input_error.hpp"
 #include "core/liveness.hpp"
 #include "core/units.hpp"
@@ -20,6 +19,7 @@
 #include "importers/kineto/kineto_job.hpp"
 #include "importers/kineto/kineto_trace.hpp"
 #include "importers/kineto/recorded_step.hpp"
+#include "io/output_file.hpp"
 #include "io/trace_io.hpp"
 
 namespace memplan::cli {

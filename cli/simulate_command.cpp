@@ -7,10 +7,10 @@
 
 #include "cli/commands.hpp"
 #include "cli/machine_flags.hpp"
-#include "io/output_file.hpp"
 #include "cli/plan_flags.hpp"
 #include "core/input_error.hpp"
 #include "io/job_report.hpp"
+#include "io/output_file.hpp"
 #include "io/plan_io.hpp"
 #include "io/timeline_export.hpp"
 #include "io/trace_io.hpp"
@@ -60,7 +60,8 @@ int simulate_job(const SimulateOptions& o, const sim::Job& job, std::FILE* repor
                  o.timeline.empty() ? "" : " (no output file written)");
     return 1;
   }
-  sim::write_outputs({{o.timeline, o.timeline.empty() ? "" : sim::job_chrome_trace_json(run, job)}});
+  sim::write_outputs(
+      {{o.timeline, o.timeline.empty() ? "" : sim::job_chrome_trace_json(run, job)}});
   return 0;
 }
 
@@ -100,7 +101,8 @@ int simulate(const SimulateOptions& o) {
       o.timeline.empty() ? "" : sim::chrome_trace_json(timeline, program, workload);
   const std::string memory_csv = o.memory_csv.empty() ? "" : sim::memory_csv(timeline);
   const std::string plan_json = o.plan_out.empty() ? "" : sim::write_plan(plan, workload);
-  sim::write_outputs({{o.timeline, timeline_json}, {o.memory_csv, memory_csv}, {o.plan_out, plan_json}});
+  sim::write_outputs(
+      {{o.timeline, timeline_json}, {o.memory_csv, memory_csv}, {o.plan_out, plan_json}});
   return 0;
 }
 }  // namespace

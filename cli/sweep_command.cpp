@@ -12,11 +12,11 @@
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
-#include "io/output_file.hpp"
 #include "cli/progress.hpp"
 #include "cli/sweep_ranks.hpp"
 #include "core/input_error.hpp"
 #include "io/atomic_file.hpp"
+#include "io/output_file.hpp"
 #include "io/trace_io.hpp"
 #include "requests/search_request.hpp"
 #include "search/studies/sweep.hpp"

@@ -4,9 +4,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
-#include "io/output_file.hpp"
 #include "core/input_error.hpp"
 #include "core/liveness.hpp"
+#include "io/output_file.hpp"
 #include "io/trace_io.hpp"
 #include "zoo/devices.hpp"
 #include "zoo/models.hpp"

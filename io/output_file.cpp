@@ -80,12 +80,11 @@ void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<Inp
     check_not_input(output, id, inputs);
     for (const auto& [other, other_id] : seen) {
       if (!(other_id == id)) continue;
-      throw InputError(
-          std::string(output.flag),
-          fmt::format(
-              "'{}' is the file {} writes{}: give each output its own file", output.path,
-              other.flag,
-              other.path == output.path ? std::string() : fmt::format(" ('{}')", other.path)));
+      throw InputError(std::string(output.flag),
+                       fmt::format("'{}' is the file {} writes{}: give each output its own file",
+                                   output.path, other.flag,
+                                   other.path == output.path ? std::string()
+                                                             : fmt::format(" ('{}')", other.path)));
     }
     seen.emplace_back(output, std::move(id));
   }
@@ -99,13 +98,13 @@ void check_output(const std::string& path, std::string_view flag) {
   }
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
-    throw InputError(std::string(flag), fmt::format("'{}': the folder '{}' does not exist",
-                                                         path, parent.string()));
+    throw InputError(std::string(flag),
+                     fmt::format("'{}': the folder '{}' does not exist", path, parent.string()));
   }
   const std::string folder = parent.empty() ? std::string(".") : parent.string();
   if (is_regular_target(path) && ::access(folder.c_str(), W_OK) != 0) {
     throw InputError(std::string(flag),
-                          fmt::format("'{}': the folder '{}' is not writable", path, folder));
+                     fmt::format("'{}': the folder '{}' is not writable", path, folder));
   }
 }
 

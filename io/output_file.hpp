@@ -35,7 +35,8 @@ struct InputFile {
 /// replace what the run read), comparing what the paths name on disk: an existing file by device
 /// and inode (through symlinks, "./" and hard links), a new one by the absolute path a write
 /// creates. FIFOs and devices (/dev/null) may be shared. Throws InputError naming the flag.
-void check_outputs(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs = {});
+void check_outputs(const std::vector<OutputFile>& outputs,
+                   const std::vector<InputFile>& inputs = {});
 
 /// Writes `text` to `path` ("-": standard output). Throws InputError when it cannot.
 void write_output(const std::string& path, std::string_view text);

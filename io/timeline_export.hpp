@@ -47,9 +47,9 @@ std::string why_not_text(const Timeline& timeline, const Program& program,
 /// run did not finish or took no time.
 Bytes average_live_bytes(const Timeline& timeline);
 
-/// feasible, step_s (Timeline::period_ns: set it), step_alone_s, peak_bytes, average_live_bytes, peak_reserved_bytes, peak_host_bytes,
-/// stall_s, stall_s_by_cause, compute_s, actions, instructions, machine, oom; with a host side also
-/// host_busy_s and gpu_idle_share.
+/// feasible, step_s (Timeline::period_ns: set it), step_alone_s, peak_bytes, average_live_bytes,
+/// peak_reserved_bytes, peak_host_bytes, stall_s, stall_s_by_cause, compute_s, actions,
+/// instructions, machine, oom; with a host side also host_busy_s and gpu_idle_share.
 nlohmann::json summary_json(const Timeline& timeline, const Program& program,
                             const Workload& workload, const Machine& machine);
 std::string summary_text(const Timeline& timeline, const Program& program, const Workload& workload,

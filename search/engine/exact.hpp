@@ -54,9 +54,9 @@ struct ExactResult {
   double elapsed_s = 0.0;
 };
 
-/// The plan of the space of Note [Exact plan search] with the shortest step alone (ties: the first in the tree's
-/// order), or the heuristic search's plan when nothing in the space is faster: the heuristic
-/// search, then branch_and_bound from its plan (the driver's, Note [Plan search] in
+/// The plan of the space of Note [Exact plan search] with the shortest step alone (ties: the first
+/// in the tree's order), or the heuristic search's plan when nothing in the space is faster: the
+/// heuristic search, then branch_and_bound from its plan (the driver's, Note [Plan search] in
 /// plan_search.cpp, composition). Throws InputError naming `source` when the workload has more
 /// than kExactMaxMaps feature maps.
 ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machine,

@@ -90,7 +90,8 @@ struct SearchResult {
 };
 
 /// Ranks evaluations: a plan that fits beats one that does not; then a shorter step (the period
-/// back to back, Evaluation::step_ns), then a shorter step alone, then less peak memory; between plans that do not fit, fewer bytes missing.
+/// back to back, Evaluation::step_ns), then a shorter step alone, then less peak memory; between
+/// plans that do not fit, fewer bytes missing.
 bool better(const Evaluation& a, const Evaluation& b);
 
 SearchResult search_plan(const sim::Workload& workload, const sim::Machine& machine,

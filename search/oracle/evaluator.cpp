@@ -371,7 +371,8 @@ Evaluation Evaluator::cost(const sim::Plan& plan) {
   const sim::Timeline& alone = engine_.run(program_, machine_, totals_);
   Evaluation e = summarize(alone);
   if (e.feasible) {
-    e.step_ns = sim::step_period_ns(engine_, program_, machine_, alone, totals_.collective_ready_ns);
+    e.step_ns =
+        sim::step_period_ns(engine_, program_, machine_, alone, totals_.collective_ready_ns);
     if (e.step_ns >= sim::kMaxNanoseconds) e.feasible = false;  // ran past the clock's end
   }
   if (const Watcher* w = watcher.load(std::memory_order_relaxed)) (*w)(machine_, e);

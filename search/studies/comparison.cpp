@@ -214,8 +214,8 @@ std::string comparison_text(const Comparison& comparison, const sim::Workload& w
         "exceeds the GPU's (running or waiting for copies)\n";
   }
   out += fmt::format("{:<22} {:>4} {:>12} {:>9} {:>8} {:>12} {:>5} {:>5} {:>5} {:>5} {:>9}",
-                     "policy", "fits", "step", "overhead", "gap", "peak",
-                     "keep", "swap", "recmp", "enc", "decide");
+                     "policy", "fits", "step", "overhead", "gap", "peak", "keep", "swap", "recmp",
+                     "enc", "decide");
   out += host ? fmt::format(" {:>8} {:>5}  note\n", "GPU idle", "bound") : "  note\n";
   for (const std::size_t i : comparison.ranking()) {
     const ComparisonRow& row = comparison.rows[i];

@@ -135,14 +135,14 @@ std::string job_search_text(const JobSearchResult& result, const sim::Job& job,
       "memory), its collectives priced with the other ranks at their in-core arrivals\n",
       searched, sim::to_milliseconds(result.ideal_ns));
   if (s.best_policy_evaluation.feasible && s.evaluation.feasible) {
-    out += fmt::format("rank {}     best policy ({}) {:.3f} ms -> search {:.3f} ms ({:+.1f}%)\n",
-                       searched, s.best_policy,
-                       sim::to_milliseconds(s.best_policy_evaluation.step_ns),
-                       sim::to_milliseconds(s.evaluation.step_ns),
-                       (static_cast<double>(s.evaluation.step_ns) /
-                            static_cast<double>(s.best_policy_evaluation.step_ns) -
-                        1.0) *
-                           100);
+    out +=
+        fmt::format("rank {}     best policy ({}) {:.3f} ms -> search {:.3f} ms ({:+.1f}%)\n",
+                    searched, s.best_policy, sim::to_milliseconds(s.best_policy_evaluation.step_ns),
+                    sim::to_milliseconds(s.evaluation.step_ns),
+                    (static_cast<double>(s.evaluation.step_ns) /
+                         static_cast<double>(s.best_policy_evaluation.step_ns) -
+                     1.0) *
+                        100);
   } else {
     out += fmt::format("rank {}     best policy: {} ({})\n", searched, s.best_policy,
                        s.best_policy_evaluation.feasible ? "fits" : "does not fit");

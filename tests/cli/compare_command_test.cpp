@@ -21,9 +21,8 @@ TEST_CASE("memplan compare --json has one row per policy with the simulate field
   const auto j = nlohmann::json::parse(r.out);
   REQUIRE(j.at("rows").size() == memplan::search::policies().size());
   for (const auto& row : j.at("rows")) {
-    for (const char* key :
-         {"policy", "feasible", "step_s", "peak_bytes", "peak_reserved_bytes", "stall_s",
-          "actions", "oom", "overhead", "decide_s"}) {
+    for (const char* key : {"policy", "feasible", "step_s", "peak_bytes", "peak_reserved_bytes",
+                            "stall_s", "actions", "oom", "overhead", "decide_s"}) {
       CAPTURE(key);
       CHECK(row.contains(key));
     }
@@ -255,15 +254,15 @@ TEST_CASE("memplan compare on a job: every policy on every rank, the ranks toget
   CHECK(j.at("world_size") == 2);
   REQUIRE(j.at("rows").size() == memplan::search::policies().size());
   for (const auto& row : j.at("rows")) {
-    for (const char* key : {"policy", "rank", "feasible", "step_s", "step_alone_s",
-                            "slowest_rank", "overhead", "wait_s", "decide_s", "gave_up", "ranks"}) {
+    for (const char* key : {"policy", "rank", "feasible", "step_s", "step_alone_s", "slowest_rank",
+                            "overhead", "wait_s", "decide_s", "gave_up", "ranks"}) {
       CAPTURE(key);
       CHECK(row.contains(key));
     }
     REQUIRE(row.at("ranks").size() == 2);
     for (const auto& rank : row.at("ranks")) {
-      for (const char* key : {"rank", "feasible", "step_s", "peak_bytes", "actions",
-                              "collectives", "policy", "note"}) {
+      for (const char* key : {"rank", "feasible", "step_s", "peak_bytes", "actions", "collectives",
+                              "policy", "note"}) {
         CAPTURE(key);
         CHECK(rank.contains(key));
       }

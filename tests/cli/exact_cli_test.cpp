@@ -29,8 +29,8 @@ TEST_CASE("search --exact prints the search's fields, exact: true and what it ex
   CHECK(j.at("explored").get<long long>() >= 1);
   CHECK(j.at("evaluated").get<long long>() >= j.at("explored").get<long long>());
   CHECK(j.at("bound_violations") == 0);
-  for (const char* field : {"step_s", "peak_bytes", "actions", "best_policy",
-                            "best_policy_step_s", "space_plans", "search_s"}) {
+  for (const char* field : {"step_s", "peak_bytes", "actions", "best_policy", "best_policy_step_s",
+                            "space_plans", "search_s"}) {
     CAPTURE(field);
     CHECK(j.contains(field));
   }

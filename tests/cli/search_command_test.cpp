@@ -43,9 +43,9 @@ TEST_CASE("memplan search on a job: the slowest rank's plan, shared, the job tog
   REQUIRE(json.exit_status == 0);
   const auto j = nlohmann::json::parse(json.out);
   for (const char* key :
-       {"policy", "feasible", "step_s", "step_alone_s", "slowest_rank", "searched_rank",
-        "ideal_s", "searched_rank_step_s", "best_policy", "best_policy_feasible",
-        "best_policy_rank_step_s", "evaluated", "rounds", "converged", "search_s", "ranks"}) {
+       {"policy", "feasible", "step_s", "step_alone_s", "slowest_rank", "searched_rank", "ideal_s",
+        "searched_rank_step_s", "best_policy", "best_policy_feasible", "best_policy_rank_step_s",
+        "evaluated", "rounds", "converged", "search_s", "ranks"}) {
     CAPTURE(key);
     CHECK(j.contains(key));
   }

@@ -36,8 +36,8 @@ TEST_CASE("simulate --json has the documented keys", "[cli][simulate]") {
       run_memplan("simulate " + memplan::test::tiny_trace() + " --policy swap-all --json");
   REQUIRE(r.exit_status == 0);
   const auto j = nlohmann::json::parse(r.out);
-  for (const char* key : {"feasible", "step_s", "peak_bytes", "peak_reserved_bytes", "stall_s",
-                          "actions", "oom"}) {
+  for (const char* key :
+       {"feasible", "step_s", "peak_bytes", "peak_reserved_bytes", "stall_s", "actions", "oom"}) {
     CAPTURE(key);
     CHECK(j.contains(key));
   }

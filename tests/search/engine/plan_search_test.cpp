@@ -41,7 +41,8 @@ SearchOptions quick(int threads, bool deterministic = false) {
 
 TEST_CASE("the ranking: fitting beats not fitting, then the step, the step alone, then memory",
           "[search][plan_search]") {
-  // {feasible, step_ns (back to back), iteration_ns (alone), peak, reserved, stall, oom op, missing}
+  // {feasible, step_ns (back to back), iteration_ns (alone), peak, reserved, stall, oom op,
+  // missing}
   Evaluation fits_slow{true, 200, 200, 50, 50, 0, kNoOp, 0};
   Evaluation fits_fast{true, 100, 100, 90, 90, 0, kNoOp, 0};
   Evaluation fits_fast_small{true, 100, 100, 60, 60, 0, kNoOp, 0};
