@@ -102,9 +102,8 @@ std::string job_summary_text(const JobRun& run, const Job& job,
     return out;
   }
   out += fmt::format(
-      "step        {:.3f} ms back to back ({:.3f} ms alone, from the first rank's start to the "
-      "last "
-      "rank's end: rank {})\n",
+      "step        {:.3f} ms back to back ({:.3f} ms alone, from the first rank's start to "
+      "the last rank's end: rank {})\n",
       to_milliseconds(run.period_ns), to_milliseconds(jt.step_ns), job.rank_of(jt.slowest));
   out += "rank  start      alone      compute    transfer   waiting    peak\n";
   for (std::size_t r = 0; r < jt.ranks.size(); ++r) {

@@ -48,6 +48,7 @@ LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& mach
         auto evaluator =
             std::make_unique<Evaluator>(workload, machine, options.collective_ready_ns);
         evaluator->measure_excess(true);
+        evaluator->measure_step(true);
         return evaluator;
       }),
       neighbourhood_(view, options.encodings, options.host_placement, options.release_points),

@@ -63,6 +63,7 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
             for (sim::Decision& d : plan.decisions) d.release_before = sim::kNoOp;
           }
           evaluator.measure_excess(true);
+          evaluator.measure_step(true);
           e = evaluator.cost(plan);
           decided[order[k]] = Seed{std::move(plan), e, std::string(policy.name)};
         } catch (const Stopped&) {

@@ -11,7 +11,8 @@ struct Evaluation {
   bool feasible = false;
   /// The step: what a training loop sees, the period of the step repeated back to back (Note
   /// [Step period] in sim/engine.hpp), iteration_ns for a step without a host side. What the
-  /// search optimises and every command ranks plans by. Filled by cost() of a plan that fits.
+  /// search optimises and every command ranks plans by. Filled by cost() of a plan that fits when
+  /// the Evaluator measures it (Evaluator::measure_step).
   sim::Nanoseconds step_ns = 0;
   /// The step alone: one step run from an idle device to its end (Timeline::iteration_ns).
   sim::Nanoseconds iteration_ns = 0;

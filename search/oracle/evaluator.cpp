@@ -370,7 +370,7 @@ Evaluation Evaluator::cost(const sim::Plan& plan) {
   ++count_;
   const sim::Timeline& alone = engine_.run(program_, machine_, totals_);
   Evaluation e = summarize(alone);
-  if (e.feasible) {
+  if (e.feasible && measure_step_) {
     e.step_ns =
         sim::step_period_ns(engine_, program_, machine_, alone, totals_.collective_ready_ns);
     if (e.step_ns >= sim::kMaxNanoseconds) e.feasible = false;  // ran past the clock's end

@@ -146,6 +146,10 @@ class Evaluator {
   /// From now on cost() of a plan that does not fit runs it once more without a memory limit, to
   /// fill Evaluation::excess_bytes (the search ranks plans that do not fit by it).
   void measure_excess(bool on) { measure_excess_ = on; }
+  /// From now on cost() of a plan that fits fills Evaluation::step_ns, the step back to back (the
+  /// search ranks plans by it): for a step with a host side, one or a few more engine runs
+  /// (sim::step_period_ns). Off (the default, what policies decide with): step_ns is zero.
+  void measure_step(bool on) { measure_step_ = on; }
 
   /// A test's view of every answer: from now on each cost() and timeline() of any Evaluator calls
   /// `watcher` with its machine and answer, on the thread that asked, until watch(nullptr) (the
@@ -194,6 +198,7 @@ class Evaluator {
   Ways ways_;
   const Stop* stop_ = nullptr;
   bool measure_excess_ = false;
+  bool measure_step_ = false;
 };
 
 /// rebase() for a scope: the base is cleared when the scope ends, so that questions asked after a
