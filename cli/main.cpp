@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
+#include "cli/input_limit_flags.hpp"
 #include "core/input_error.hpp"
 #include "core/printable.hpp"
 #include "runtime/backend_error.hpp"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   memplan::cli::add_validate_command(app, exit_status);
   memplan::cli::add_record_command(app);
   memplan::cli::add_capture_command(app, exit_status);
+  memplan::cli::add_input_limit_flags(app);
   memplan::cli::refuse_empty_values(app);
   try {
     app.parse(argc, argv);

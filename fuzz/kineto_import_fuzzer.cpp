@@ -10,11 +10,11 @@
 
 #include "core/input_error.hpp"
 #include "core/liveness.hpp"
-#include "importers/compressed_file.hpp"
 #include "importers/kineto/kineto_importer.hpp"
 #include "importers/kineto/kineto_job.hpp"
 #include "importers/kineto/kineto_trace.hpp"
 #include "importers/kineto/recorded_step.hpp"
+#include "io/input_stream.hpp"
 #include "io/trace_io.hpp"
 #include "io/workload_summary.hpp"
 
@@ -38,10 +38,11 @@ memplan::sim::Workload without_v3(memplan::sim::Workload w) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace memplan;
   try {
-    std::string text(reinterpret_cast<const char*>(data), size);
-    // A small cap keeps decompression bombs from exhausting the fuzzer's memory.
-    text = importers::decompress_if_gzip(std::move(text), "fuzz", std::size_t{64} << 20);
-    const std::vector<importers::KinetoTrace> traces = importers::parse_kineto_ranks(text, "fuzz");
+    // Small limits keep decompression bombs and floods of events from exhausting the fuzzer's
+    // memory, and are met themselves.
+    sim::set_input_limits({std::uint64_t{64} << 20, 1'000'000});
+    const std::vector<importers::KinetoTrace> traces = importers::parse_kineto_ranks(
+        std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
     // The input's size picks the step rule, so that every rule meets every input shape.
     importers::ImportOptions options;
     if (size % 3 == 1) options.whole_trace = true;

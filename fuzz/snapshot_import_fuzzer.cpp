@@ -7,15 +7,17 @@
 #include <string>
 
 #include "core/input_error.hpp"
-#include "importers/compressed_file.hpp"
 #include "importers/snapshot/memory_snapshot.hpp"
 #include "importers/snapshot/pickle.hpp"
+#include "io/input_stream.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace memplan;
   try {
-    const std::string bytes = importers::decompress_if_gzip(
-        std::string(reinterpret_cast<const char*>(data), size), "fuzz", std::size_t{64} << 20);
+    // A small cap keeps decompression bombs from exhausting the fuzzer's memory.
+    sim::InputStream input(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz",
+                           sim::Content::kBinary, {std::uint64_t{64} << 20, 1'000'000});
+    const std::string bytes = sim::read_all(input);
     const importers::PickleDocument pickle = importers::read_pickle(bytes, "fuzz");
     const importers::MemorySnapshot snapshot = importers::memory_snapshot_from(*pickle, "fuzz");
     (void)importers::snapshot_histories(snapshot);

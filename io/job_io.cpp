@@ -57,7 +57,7 @@ Job parse_job(std::string_view text, std::string_view source) {
 }
 
 Job read_job(const std::filesystem::path& path) {
-  return parse_job(trace_body::read_text(path), path.string());
+  return job_from_json(trace_body::read_document(path), path.string());
 }
 
 std::string write_job(const Job& job) {

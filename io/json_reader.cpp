@@ -1,12 +1,14 @@
 #include "io/json_reader.hpp"
 
 #include <cmath>
+#include <istream>
 #include <limits>
 #include <string>
 
 #include <fmt/core.h>
 
 #include "core/input_error.hpp"
+#include "io/input_stream.hpp"
 
 namespace memplan::sim {
 namespace {
@@ -56,15 +58,39 @@ bool path_to(const nlohmann::json& at, const nlohmann::json* target, std::string
 
 }  // namespace
 
-nlohmann::json parse_json(std::string_view text, std::string_view source) {
+nlohmann::json parse_json(InputStream& input, const JsonFilter& filter) {
+  const std::uint64_t limit = input.limits().values;
+  std::uint64_t values = 0;
+  // Every value is counted as it starts (an object, an array) or completes (anything else).
+  const nlohmann::json::parser_callback_t count = [&](int depth, nlohmann::json::parse_event_t event,
+                                                      nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::object_start ||
+        event == nlohmann::json::parse_event_t::array_start ||
+        event == nlohmann::json::parse_event_t::value) {
+      if (++values > limit) refuse_values(input.source(), limit, "JSON values");
+    }
+    return filter == nullptr || filter(depth, event, parsed);
+  };
+  std::istream stream(&input);
   try {
-    return nlohmann::json::parse(text.begin(), text.end());
+    return nlohmann::json::parse(stream, count);
   } catch (const nlohmann::json::exception& e) {
     // nlohmann's message names the line and column; strip its "[json.exception...] " prefix.
     std::string message = e.what();
     if (auto pos = message.find("] "); pos != std::string::npos) message = message.substr(pos + 2);
-    throw InputError(std::string(source), fmt::format("not valid JSON ({})", message));
+    throw InputError(input.source(), fmt::format("not valid JSON ({})", message));
   }
+}
+
+nlohmann::json read_json(const std::filesystem::path& path, const JsonFilter& filter) {
+  InputStream input(path, Content::kText);
+  return parse_json(input, filter);
+}
+
+nlohmann::json parse_json(std::string_view text, std::string_view source,
+                          const JsonFilter& filter) {
+  InputStream input(text, std::string(source), Content::kText);
+  return parse_json(input, filter);
 }
 
 std::string JsonReader::path() const {

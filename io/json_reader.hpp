@@ -6,7 +6,12 @@
 // an error is reported (a search of the document for the value), so reading a valid document
 // formats no strings (a ResNet-1517 trace: 30,000 tensors and 10,000 ops, each read field was a
 // formatted path, a fifth of the read).
+// Documents are parsed as they stream from an InputStream (io/input_stream.hpp), their values
+// counted against the input limit; a filter may drop values as they complete (a profiler trace's
+// events, read one at a time and never held together).
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,9 +21,23 @@
 
 namespace memplan::sim {
 
-/// Parses a whole JSON document. Any failure (truncated or corrupt text, a number too large for
-/// any JSON number type) becomes an InputError naming `source` and, where known, the line.
-nlohmann::json parse_json(std::string_view text, std::string_view source);
+class InputStream;
+
+/// nlohmann's parser callback: called as each value starts and completes (`depth`: 0 for the
+/// document, 1 for its members or elements...); returning false drops the completed value.
+using JsonFilter =
+    std::function<bool(int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed)>;
+
+/// Parses the JSON document `input` holds as it streams, through `filter` when given. Any failure
+/// (truncated or corrupt text, a number too large for any JSON number type, trailing bytes, more
+/// values than the input limit) becomes an InputError naming the source and, where known, the
+/// line; the filter's own InputErrors pass through.
+nlohmann::json parse_json(InputStream& input, const JsonFilter& filter = nullptr);
+/// parse_json of the file at `path` (which may be gzip'd).
+nlohmann::json read_json(const std::filesystem::path& path, const JsonFilter& filter = nullptr);
+/// parse_json of `text`; `source` names it in errors.
+nlohmann::json parse_json(std::string_view text, std::string_view source,
+                          const JsonFilter& filter = nullptr);
 
 class JsonReader {
  public:

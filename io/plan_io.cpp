@@ -236,7 +236,7 @@ Plan parse_plan(std::string_view text, std::string_view source, const Workload& 
 }
 
 Plan read_plan(const std::filesystem::path& path, const Workload& workload) {
-  return parse_plan(read_file(path), path.string(), workload);
+  return plan_from_json(read_json(path), path.string(), workload);
 }
 
 std::string write_plan(const Plan& plan, const Workload& workload) {

@@ -32,7 +32,9 @@ Distributed read_distributed(const JsonReader& r);
 /// the last ending with a comma.
 void write(std::string& out, const Workload& workload);
 
-/// A trace file's text; a gzip-compressed file (a profiler trace, most likely) is refused.
-std::string read_text(const std::filesystem::path& path);
+/// The JSON document of a trace or job file (which may be gzip'd), streamed: a profiler trace is
+/// refused as soon as it shows (its `traceEvents` key, or a first event of a bare array), not
+/// after it has been read whole.
+nlohmann::json read_document(const std::filesystem::path& path);
 
 }  // namespace memplan::sim::trace_body

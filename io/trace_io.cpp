@@ -1,15 +1,8 @@
 #include "io/trace_io.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
-#include <system_error>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -411,16 +404,30 @@ void reject_unknown_body_keys(const JsonReader& r, std::int64_t version, bool in
 
 namespace trace_body {
 
+namespace {
+
+[[noreturn]] void refuse_profiler_trace(std::string_view source) {
+  throw InputError(std::string(source),
+                   "a profiler (Chrome) trace, not a memplan trace: convert it first with "
+                   "`memplan import kineto FILE -o trace.json`");
+}
+
+// A Chrome trace: {"traceEvents": [...]}, or a bare array of events (each with a phase "ph").
+bool profiler_member(int depth, nlohmann::json::parse_event_t event, const Json& parsed) {
+  return depth == 1 && event == nlohmann::json::parse_event_t::key && parsed == "traceEvents";
+}
+bool profiler_event(int depth, nlohmann::json::parse_event_t event, const Json& parsed) {
+  return depth == 1 && event == nlohmann::json::parse_event_t::object_end &&
+         parsed.contains("ph");
+}
+
+}  // namespace
+
 std::int64_t read_header(const Json& document, const JsonReader& root) {
-  // A Chrome trace: {"traceEvents": [...]}, or a bare array of events (each with a phase "ph").
   const bool profiler_trace = (document.is_object() && document.contains("traceEvents")) ||
                               (document.is_array() && !document.empty() &&
                                document.front().is_object() && document.front().contains("ph"));
-  if (profiler_trace) {
-    throw InputError(std::string(root.source()),
-                     "a profiler (Chrome) trace, not a memplan trace: convert it first with "
-                     "`memplan import kineto FILE -o trace.json`");
-  }
+  if (profiler_trace) refuse_profiler_trace(root.source());
   const auto format = root.at("format");
   if (format.as_string() != kTraceFormatName) {
     format.fail(fmt::format("format '{}' is not '{}'", format.as_string(), kTraceFormatName));
@@ -484,15 +491,14 @@ void write(std::string& out, const Workload& workload) {
   list("ops", workload.ops, op_json, true);
 }
 
-std::string read_text(const std::filesystem::path& path) {
-  std::string text = read_file(path);
-  if (text.size() >= 2 && text[0] == '\x1f' && text[1] == '\x8b') {
-    throw InputError(path.string(),
-                     "gzip-compressed, and memplan traces are plain JSON: a PyTorch profiler trace "
-                     "(.pt.trace.json.gz) is converted with `memplan import kineto FILE -o "
-                     "trace.json`");
-  }
-  return text;
+Json read_document(const std::filesystem::path& path) {
+  bool array = false;
+  return read_json(path, [&](int depth, nlohmann::json::parse_event_t event, Json& parsed) {
+    if (depth == 0 && event == nlohmann::json::parse_event_t::array_start) array = true;
+    if (profiler_member(depth, event, parsed) || (array && profiler_event(depth, event, parsed)))
+      refuse_profiler_trace(path.string());
+    return true;
+  });
 }
 
 }  // namespace trace_body
@@ -527,7 +533,7 @@ Workload parse_trace(std::string_view text, std::string_view source) {
 }
 
 Workload read_trace(const std::filesystem::path& path) {
-  return parse_trace(trace_body::read_text(path), path.string());
+  return trace_from_json(trace_body::read_document(path), path.string());
 }
 
 std::string write_trace(const Workload& workload) {
@@ -554,18 +560,6 @@ void require_sizes(const Workload& workload, std::string_view source) {
 
 void require_sizes(const Job& job, std::string_view source) {
   for (const Workload& w : job.ranks) require_sizes(w, source);
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError(path.string(), "is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string(), "cannot open for reading (does it exist?)");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw InputError(path.string(), "read failed");
-  return buffer.str();
 }
 
 }  // namespace memplan::sim

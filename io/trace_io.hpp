@@ -62,7 +62,4 @@ void require_sizes(const Workload& workload, std::string_view source);
 /// require_sizes of every rank of `job`.
 void require_sizes(const Job& job, std::string_view source);
 
-/// Reads a whole file. Throws InputError when it cannot be read.
-std::string read_file(const std::filesystem::path& path);
-
 }  // namespace memplan::sim

@@ -10,7 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/input_error.hpp"
-#include "importers/compressed_file.hpp"
+#include "io/input_stream.hpp"
+#include "io/json_reader.hpp"
 #include "importers/kineto/comm_args.hpp"
 #include "importers/kineto/event_reader.hpp"
 #include "importers/kineto/rank_split.hpp"
@@ -63,22 +64,11 @@ void read_device(const json& document, KinetoTrace& trace) {
 
 namespace {
 
-json parse_document(std::string_view text, std::string_view source) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw sim::InputError(
-        std::string(source),
-        fmt::format("not complete JSON (truncated or corrupt?) at byte {}", e.byte));
-  } catch (const json::exception& e) {
-    // A number too large for any JSON number type (out_of_range.406), and the like.
-    throw sim::InputError(std::string(source), fmt::format("unreadable JSON: {}", e.what()));
-  }
-}
-
-// The array of events: `traceEvents` of a Chrome trace object (whose device properties are read
-// into `trace`), or a bare array, refused when it is the legacy format without categories.
-const json& trace_events(const json& document, std::string_view source, KinetoTrace& trace) {
+// What the top level of the file is, once its events were read: a Chrome trace object with
+// `traceEvents` (whose device properties are read into `trace`), or a bare array, refused when it
+// is the legacy format without categories.
+void check_top_level(const json& document, std::string_view source, std::size_t events,
+                     bool categorized, KinetoTrace& trace) {
   if (document.is_object()) {
     auto it = document.find("traceEvents");
     if (it == document.end()) {
@@ -88,14 +78,11 @@ const json& trace_events(const json& document, std::string_view source, KinetoTr
     if (!it->is_array())
       throw sim::InputError(fmt::format("{}: $.traceEvents", source), "expected an array");
     read_device(document, trace);
-    return *it;
+    return;
   }
   if (!document.is_array())
     throw sim::InputError(fmt::format("{}: $", source), "expected an object with 'traceEvents'");
-  const bool categorized = std::any_of(document.begin(), document.end(), [](const json& e) {
-    return e.is_object() && e.contains("cat");
-  });
-  if (!document.empty() && !categorized) {
+  if (events > 0 && !categorized) {
     throw sim::InputError(
         fmt::format("{}: $", source),
         "a bare array of events without categories: the legacy torch.autograd.profiler format "
@@ -104,7 +91,6 @@ const json& trace_events(const json& document, std::string_view source, KinetoTr
         "record_shapes=True, profile_memory=True) on a PyTorch built with Kineto (the pip and "
         "conda builds are)");
   }
-  return document;
 }
 
 MemoryEvent read_memory_event(const EventReader& r, const std::string& thread) {
@@ -184,15 +170,19 @@ SyncEvent read_sync_event(const EventReader& r, std::string name) {
   return s;
 }
 
-// The events of one file as they are read, before flows resolve the GPU activities' launches.
+// The events of one pid of a file as they are read, before flows resolve the GPU activities'
+// launches (a flow ends on its activity's thread, so within the pid). A file is read in one pass
+// and which ranks its pids belong to is known only at its end (Note [Ranks of a file]), so an
+// event's error is kept, and raised only if its pid is part of a rank.
 struct EventSink {
-  KinetoTrace& trace;
+  KinetoTrace trace;  // its events only
   // ac2g flow ends: (thread, time) of the GPU activity -> correlation id.
   std::map<std::pair<std::string, sim::Nanoseconds>, std::int64_t> flow_ends;
   std::vector<std::pair<std::size_t, std::string>> unresolved;  // GPU event index, thread
+  std::optional<std::pair<std::size_t, sim::InputError>> error;  // the first bad event, its index
 
   void read(const json& e, std::string_view source, std::size_t i);
-  void finish();
+  void resolve_flows();
 };
 
 void EventSink::read(const json& e, std::string_view source, std::size_t i) {
@@ -236,13 +226,40 @@ void EventSink::read(const json& e, std::string_view source, std::size_t i) {
   }
 }
 
-// Flow ends may come after their GPU events in the file; then every list in time order.
-void EventSink::finish() {
+// Flow ends may come after their GPU events in the file.
+void EventSink::resolve_flows() {
   for (const auto& [index, thread] : unresolved) {
     GpuEvent& g = trace.gpu_events[index];
     if (auto f = flow_ends.find({thread, g.start_ns}); f != flow_ends.end())
       g.correlation = f->second;
   }
+  flow_ends.clear();
+  unresolved.clear();
+}
+
+template <typename T>
+void append(std::vector<T>& to, std::vector<T>& from) {
+  if (to.empty()) {
+    to = std::move(from);
+    return;
+  }
+  to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+  from = {};
+}
+
+// Moves the events of `pid` into `trace`, its rank.
+void take_events(KinetoTrace& trace, KinetoTrace& pid) {
+  if (trace.format == KinetoFormat::kUnknown) trace.format = pid.format;
+  trace.hip = trace.hip || pid.hip;
+  append(trace.cpu_events, pid.cpu_events);
+  append(trace.runtime_events, pid.runtime_events);
+  append(trace.gpu_events, pid.gpu_events);
+  append(trace.memory_events, pid.memory_events);
+  append(trace.sync_events, pid.sync_events);
+}
+
+// Every list of a rank's events in time order.
+void sort_events(KinetoTrace& trace) {
   std::stable_sort(trace.cpu_events.begin(), trace.cpu_events.end(),
                    [](const CpuEvent& a, const CpuEvent& b) {
                      if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
@@ -257,24 +274,95 @@ void EventSink::finish() {
                    [](const SyncEvent& a, const SyncEvent& b) { return a.start_ns < b.start_ns; });
 }
 
+// A profiler file read in one pass: each element of `traceEvents` (or of a bare array) is read
+// into its pid's sink as it completes, then dropped, so a file never sits whole in memory.
+struct StreamedFile {
+  json document;  // the top level, its events dropped
+  std::size_t events = 0;
+  bool categorized = false;  // some event has a "cat"
+  std::vector<std::optional<std::string>> pids;  // in order of appearance (nullopt: no pid)
+  std::vector<EventSink> sinks;                  // parallel to pids
+};
+
+StreamedFile stream_events(sim::InputStream& input, detail::RankSplit& split) {
+  StreamedFile file;
+  std::map<std::optional<std::string>, std::size_t> sink_of;
+  const std::string& source = input.source();
+  int events_depth = -1;  // the depth of the events, once their array started
+  bool events_key = false;
+  auto read_event = [&](const json& e) {
+    const std::size_t i = file.events++;
+    if (e.is_object() && e.contains("cat")) file.categorized = true;
+    split.observe(e, i);
+    auto pid = detail::RankSplit::pid_of(e);
+    auto [it, added] = sink_of.emplace(pid, file.sinks.size());
+    if (added) {
+      file.pids.push_back(std::move(pid));
+      file.sinks.emplace_back();
+    }
+    EventSink& sink = file.sinks[it->second];
+    if (sink.error) return;
+    try {
+      sink.read(e, source, i);
+    } catch (const sim::InputError& error) {
+      sink.error.emplace(i, error);
+    }
+  };
+  using Event = json::parse_event_t;
+  file.document = sim::parse_json(input, [&](int depth, Event event, json& parsed) {
+    if (events_depth < 0) {
+      // {"traceEvents": [ ... ]} or [ ... ]
+      if (depth == 1 && event == Event::key) events_key = parsed == "traceEvents";
+      if (event == Event::array_start && ((depth == 1 && events_key) || depth == 0))
+        events_depth = depth + 1;
+      return true;
+    }
+    if (depth == events_depth - 1 && event == Event::array_end) {
+      events_depth = -1;
+      events_key = false;
+      return true;
+    }
+    const bool element_done = depth == events_depth && (event == Event::value ||
+                                                        event == Event::object_end ||
+                                                        event == Event::array_end);
+    if (!element_done) return true;
+    read_event(parsed);
+    return false;
+  });
+  return file;
+}
+
 }  // namespace
 
-std::vector<KinetoTrace> parse_kineto_ranks(std::string_view text, std::string_view source) {
-  const json document = parse_document(text, source);
+namespace {
+
+std::vector<KinetoTrace> read_ranks(sim::InputStream& input) {
+  const std::string& source = input.source();
+  detail::RankSplit split(source);
+  StreamedFile streamed = stream_events(input, split);
   KinetoTrace file;
-  file.source = std::string(source);
-  const json& events = trace_events(document, source, file);
-  file.distributed = detail::read_distributed_info(document, source);
-  const detail::RankSplit split(events, source, file.distributed.has_value());
+  file.source = source;
+  check_top_level(streamed.document, source, streamed.events, streamed.categorized, file);
+  file.distributed = detail::read_distributed_info(streamed.document, source);
+  streamed.document = json();
+  split.decide(file.distributed.has_value());
+  // The first bad event of a pid that is part of a rank, in the file's order.
+  const std::pair<std::size_t, sim::InputError>* error = nullptr;
+  for (std::size_t s = 0; s < streamed.sinks.size(); ++s) {
+    const auto& e = streamed.sinks[s].error;
+    if (e && split.part_of(streamed.pids[s]) && (error == nullptr || e->first < error->first))
+      error = &*e;
+  }
+  if (error != nullptr) throw error->second;
   std::vector<KinetoTrace> traces(split.ranks(), file);
-  std::vector<EventSink> sinks;
-  sinks.reserve(traces.size());
-  for (KinetoTrace& t : traces) sinks.push_back(EventSink{t, {}, {}});
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    if (const auto part = split.part_of(events[i])) sinks[*part].read(events[i], source, i);
+  for (std::size_t s = 0; s < streamed.sinks.size(); ++s) {
+    const auto part = split.part_of(streamed.pids[s]);
+    if (!part) continue;
+    streamed.sinks[s].resolve_flows();
+    take_events(traces[*part], streamed.sinks[s].trace);
   }
   for (std::size_t p = 0; p < traces.size(); ++p) {
-    sinks[p].finish();
+    sort_events(traces[p]);
     traces[p].file_ranks = traces.size();
     traces[p].rank_rule = split.rule();
     detail::settle_distributed(traces[p], split.rank(p), traces.size());
@@ -297,8 +385,7 @@ std::vector<KinetoTrace> parse_kineto_ranks(std::string_view text, std::string_v
   return traces;
 }
 
-KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
-  std::vector<KinetoTrace> ranks = parse_kineto_ranks(text, source);
+KinetoTrace one_rank(std::vector<KinetoTrace> ranks, std::string_view source) {
   if (ranks.size() != 1) {
     throw sim::InputError(std::string(source),
                           fmt::format("the file holds {} ranks of a job (a merged trace): import "
@@ -308,14 +395,24 @@ KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
   return std::move(ranks.front());
 }
 
+}  // namespace
+
+std::vector<KinetoTrace> parse_kineto_ranks(std::string_view text, std::string_view source) {
+  sim::InputStream input(text, std::string(source), sim::Content::kText);
+  return read_ranks(input);
+}
+
+KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
+  return one_rank(parse_kineto_ranks(text, source), source);
+}
+
 KinetoTrace read_kineto_trace(const std::string& path) {
-  const std::string text = read_maybe_compressed(path);
-  return parse_kineto_trace(text, path);
+  return one_rank(read_kineto_ranks(path), path);
 }
 
 std::vector<KinetoTrace> read_kineto_ranks(const std::string& path) {
-  const std::string text = read_maybe_compressed(path);
-  return parse_kineto_ranks(text, path);
+  sim::InputStream input(path, sim::Content::kText);
+  return read_ranks(input);
 }
 
 }  // namespace memplan::importers

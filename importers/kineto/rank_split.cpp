@@ -43,24 +43,12 @@ namespace {
 
 using nlohmann::json;
 
-// A pid as text, or nullopt when absent or of another type.
-std::optional<std::string> pid_of(const json& event) {
-  if (!event.is_object()) return std::nullopt;
-  const json* v = EventReader::find(event, "pid");
-  if (v == nullptr) return std::nullopt;
-  if (v->is_string()) return v->get<std::string>();
-  if (v->is_number_integer()) return std::to_string(v->get<std::int64_t>());
-  if (v->is_number_unsigned()) return std::to_string(v->get<std::uint64_t>());
-  return std::nullopt;
-}
-
 std::string string_or(const json& e, const char* key) {
   const json* v = e.is_object() ? EventReader::find(e, key) : nullptr;
   return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
 }
 
-bool is_device_event(const json& e) {
-  const std::string cat = string_or(e, "cat");
+bool is_device_event(std::string_view cat) {
   return cat == "kernel" || cat == "Kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" ||
          cat == "Memcpy" || cat == "Memset";
 }
@@ -73,81 +61,105 @@ bool pid_less(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-RankSplit::RankSplit(const json& events, std::string_view source, bool distributed_info) {
-  if (distributed_info) {
-    rule_ = "distributedInfo";
-    return;
-  }
-  if (by_metadata(events, source)) return;
-  by_steps(events, source);
+std::optional<std::string> RankSplit::pid_of(const json& event) {
+  if (!event.is_object()) return std::nullopt;
+  const json* v = EventReader::find(event, "pid");
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) return v->get<std::string>();
+  if (v->is_number_integer()) return std::to_string(v->get<std::int64_t>());
+  if (v->is_number_unsigned()) return std::to_string(v->get<std::uint64_t>());
+  return std::nullopt;
 }
 
-std::optional<std::size_t> RankSplit::part_of(const json& event) const {
+std::size_t RankSplit::pid_number(const std::string& pid) {
+  const auto [it, added] = pid_numbers_.emplace(pid, pids_.size());
+  if (added) pids_.push_back(pid);
+  return it->second;
+}
+
+void RankSplit::observe(const json& e, std::size_t index) {
+  const auto pid_text = pid_of(e);
+  if (!pid_text) return;
+  const std::size_t pid = pid_number(*pid_text);
+  const std::string ph = string_or(e, "ph");
+  if (ph == "M") {
+    if (metadata_error_) return;
+    try {
+      const EventReader r(e, source_, index);
+      if (const auto rank = r.int_arg({"rank"})) {
+        if (*rank < 0 || *rank >= (std::int64_t{1} << 24))
+          r.fail("args.rank", fmt::format("implausible rank {}", *rank));
+        const auto [it, added] = rank_of_pid_.emplace(pid, static_cast<std::int32_t>(*rank));
+        if (!added && it->second != *rank) {
+          r.fail("args.rank",
+                 fmt::format("pid {} was given rank {} before", *pid_text, it->second));
+        }
+      }
+    } catch (const sim::InputError& error) {
+      metadata_error_ = error;  // an error only if the metadata decides (not distributedInfo)
+    }
+    return;
+  }
+  const std::string cat = string_or(e, "cat");
+  const bool host = cat == "user_annotation" || cat == "cpu_op" || cat == "Operator";
+  if (host && ph == "X" && step_number(string_or(e, "name"))) step_pids_.insert(pid);
+  if (is_device_event(cat)) device_pids_.insert(pid);
+  if (cat != "ac2g" && cat != "async_cpu_to_gpu") return;
+  const json* id = EventReader::find(e, "id");
+  const json* ts = EventReader::find(e, "ts");
+  if (id == nullptr || ts == nullptr || !id->is_number_integer() || !ts->is_number()) return;
+  if (ph == "s") flow_starts_[id->get<std::int64_t>()].emplace_back(pid, ts->get<double>());
+  if (ph == "f") flow_ends_.emplace_back(pid, id->get<std::int64_t>(), ts->get<double>());
+}
+
+void RankSplit::decide(bool distributed_info) {
+  if (distributed_info) {
+    rule_ = "distributedInfo";
+  } else if (!by_metadata()) {
+    by_steps();
+  }
+  // What the split needed of the events is no longer needed.
+  step_pids_.clear();
+  device_pids_.clear();
+  flow_starts_.clear();
+  flow_ends_.clear();
+}
+
+std::optional<std::size_t> RankSplit::part_of(const std::optional<std::string>& pid) const {
   if (part_of_pid_.empty()) return 0;
-  const auto pid = pid_of(event);
   if (!pid) return std::nullopt;
   const auto it = part_of_pid_.find(*pid);
   if (it == part_of_pid_.end()) return std::nullopt;
   return it->second;
 }
 
-bool RankSplit::by_metadata(const json& events, std::string_view source) {
-  std::map<std::string, std::int32_t> rank_of_pid;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const json& e = events[i];
-    if (string_or(e, "ph") != "M") continue;
-    const EventReader r(e, source, i);
-    const auto rank = r.int_arg({"rank"});
-    const auto pid = pid_of(e);
-    if (!rank || !pid) continue;
-    if (*rank < 0 || *rank >= (std::int64_t{1} << 24))
-      r.fail("args.rank", fmt::format("implausible rank {}", *rank));
-    const auto [it, added] = rank_of_pid.emplace(*pid, static_cast<std::int32_t>(*rank));
-    if (!added && it->second != *rank)
-      r.fail("args.rank", fmt::format("pid {} was given rank {} before", *pid, it->second));
-  }
+bool RankSplit::by_metadata() {
+  if (metadata_error_) throw *metadata_error_;
   std::set<std::int32_t> ranks;
-  for (const auto& [pid, rank] : rank_of_pid) ranks.insert(rank);
+  for (const auto& [pid, rank] : rank_of_pid_) ranks.insert(rank);
   if (ranks.empty()) return false;
   ranks_.assign(ranks.begin(), ranks.end());
   rule_ = "the metadata's rank";
   if (ranks.size() == 1) return true;  // the whole file, its rank named
-  for (const auto& [pid, rank] : rank_of_pid)
-    part_of_pid_[pid] = static_cast<std::size_t>(std::distance(ranks.begin(), ranks.find(rank)));
+  for (const auto& [pid, rank] : rank_of_pid_) {
+    part_of_pid_[pids_[pid]] =
+        static_cast<std::size_t>(std::distance(ranks.begin(), ranks.find(rank)));
+  }
   return true;
 }
 
-bool RankSplit::by_steps(const json& events, std::string_view source) {
-  std::set<std::string, decltype(&pid_less)> step_pids(&pid_less);
-  std::set<std::string> device_pids;
-  std::map<std::int64_t, std::vector<std::pair<std::string, double>>> starts;  // flow id ->
-  std::vector<std::tuple<std::string, std::int64_t, double>> ends;             // device, id, ts
-  for (const json& e : events) {
-    const auto pid = pid_of(e);
-    if (!pid) continue;
-    const std::string cat = string_or(e, "cat");
-    const bool host = cat == "user_annotation" || cat == "cpu_op" || cat == "Operator";
-    if (host && string_or(e, "ph") == "X" && step_number(string_or(e, "name")))
-      step_pids.insert(*pid);
-    if (is_device_event(e)) device_pids.insert(*pid);
-    const json* id = EventReader::find(e, "id");
-    const json* ts = EventReader::find(e, "ts");
-    if ((cat != "ac2g" && cat != "async_cpu_to_gpu") || id == nullptr || ts == nullptr ||
-        !id->is_number_integer() || !ts->is_number())
-      continue;
-    if (string_or(e, "ph") == "s")
-      starts[id->get<std::int64_t>()].emplace_back(*pid, ts->get<double>());
-    if (string_or(e, "ph") == "f")
-      ends.emplace_back(*pid, id->get<std::int64_t>(), ts->get<double>());
-  }
-  if (step_pids.size() < 2) return false;
-  std::map<std::string, std::size_t> part;
-  for (const std::string& pid : step_pids) part.emplace(pid, part.size());
-  std::map<std::string, std::map<std::size_t, std::size_t>> votes;  // device pid -> part -> n
-  for (const auto& [device, id, ts] : ends) {
-    const auto s = starts.find(id);
-    if (s == starts.end()) continue;
-    const std::pair<std::string, double>* best = nullptr;
+bool RankSplit::by_steps() {
+  if (step_pids_.size() < 2) return false;
+  std::vector<std::size_t> steps(step_pids_.begin(), step_pids_.end());
+  std::sort(steps.begin(), steps.end(),
+            [&](std::size_t a, std::size_t b) { return pid_less(pids_[a], pids_[b]); });
+  std::map<std::size_t, std::size_t> part;  // pid -> part
+  for (const std::size_t pid : steps) part.emplace(pid, part.size());
+  std::map<std::size_t, std::map<std::size_t, std::size_t>> votes;  // device pid -> part -> n
+  for (const auto& [device, id, ts] : flow_ends_) {
+    const auto s = flow_starts_.find(id);
+    if (s == flow_starts_.end()) continue;
+    const std::pair<std::size_t, double>* best = nullptr;
     for (const auto& candidate : s->second) {
       if (candidate.second <= ts && part.count(candidate.first) > 0 &&
           (best == nullptr || candidate.second > best->second))
@@ -155,23 +167,25 @@ bool RankSplit::by_steps(const json& events, std::string_view source) {
     }
     if (best != nullptr) ++votes[device][part.at(best->first)];
   }
-  ranks_.clear();
-  for (std::size_t i = 0; i < step_pids.size(); ++i) ranks_.emplace_back(std::nullopt);
-  for (const auto& [pid, p] : part) part_of_pid_[pid] = p;
-  for (const std::string& device : device_pids) {
+  ranks_.assign(steps.size(), std::nullopt);
+  for (const auto& [pid, p] : part) part_of_pid_[pids_[pid]] = p;
+  std::vector<std::size_t> devices(device_pids_.begin(), device_pids_.end());
+  std::sort(devices.begin(), devices.end(), [&](std::size_t a, std::size_t b) {
+    return pids_[a] < pids_[b];  // the order the error names the first of (as text)
+  });
+  for (const std::size_t device : devices) {
     if (part.count(device) > 0) continue;
     const auto v = votes.find(device);
     if (v == votes.end()) {
       throw sim::InputError(
-          std::string(source),
-          fmt::format("{} processes record their own ProfilerStep#N, but no launch of theirs "
-                      "reaches the device of pid {}: cannot tell which rank it is",
-                      step_pids.size(), device));
+          source_, fmt::format("{} processes record their own ProfilerStep#N, but no launch of "
+                               "theirs reaches the device of pid {}: cannot tell which rank it is",
+                               steps.size(), pids_[device]));
     }
     const auto most =
         std::max_element(v->second.begin(), v->second.end(),
                          [](const auto& a, const auto& b) { return a.second < b.second; });
-    part_of_pid_[device] = most->first;
+    part_of_pid_[pids_[device]] = most->first;
   }
   rule_ = "each process with its own ProfilerStep#N";
   return true;

@@ -9,7 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "core/input_error.hpp"
-#include "importers/compressed_file.hpp"
+#include "io/input_stream.hpp"
 
 namespace memplan::importers {
 
@@ -223,7 +223,7 @@ MemorySnapshot memory_snapshot_from(const PickleValue& root, const std::string& 
 }
 
 MemorySnapshot read_memory_snapshot(const std::filesystem::path& path) {
-  const std::string data = read_maybe_compressed(path);
+  const std::string data = sim::read_file(path);
   const PickleDocument pickle = read_pickle(data, path.string());
   return memory_snapshot_from(*pickle, path.string());
 }

@@ -20,6 +20,7 @@ message the command prints. memplan.torch (capture from PyTorch) is imported on 
 import os
 
 from memplan._core import InputError
+from memplan._files import set_input_limits
 from memplan._plans import Plan, machine, parse_plan, policies, read_plan
 from memplan._search import JobSearchResult, SearchResult, Sweep, search, sweep
 from memplan._simulation import Comparison, JobSimulation, Simulation, Timeline, compare, simulate
@@ -43,6 +44,7 @@ __all__ = [
     "InputError", "Trace", "Job", "Info", "Plan", "Simulation", "JobSimulation", "Timeline",
     "Comparison", "SearchResult", "JobSearchResult", "Sweep", "ValidationReport", "load_trace",
     "parse_trace", "load_job", "parse_job", "zoo", "zoo_models", "zoo_devices", "import_kineto",
-    "import_kineto_job", "import_snapshot", "Snapshot", "info", "read_plan", "parse_plan", "policies", "machine", "simulate",
-    "compare", "search", "sweep", "validate", "as_trace",
+    "import_kineto_job", "import_snapshot", "Snapshot", "info", "read_plan", "parse_plan",
+    "policies", "machine", "simulate", "compare", "search", "sweep", "validate", "as_trace",
+    "set_input_limits",
 ]

@@ -3,11 +3,16 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
+#include <variant>
 
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
 #include "core/machine.hpp"
+#include "core/input_error.hpp"
+#include "core/units.hpp"
+#include "io/input_stream.hpp"
 #include "io/output_file.hpp"
 #include "io/plan_io.hpp"
 #include "io/trace_io.hpp"
@@ -99,6 +104,28 @@ void bind_plans(py::module_& m) {
       "write_output",
       [](const std::string& path, const std::string& text) { sim::write_output(path, text); },
       py::arg("path"), py::arg("text"));
+  // The input limits (io/input_stream.hpp): the CLI's --max-input-size and --max-input-values.
+  m.def(
+      "set_input_limits",
+      [](const std::optional<std::variant<std::int64_t, std::string>>& size,
+         std::optional<std::int64_t> values) {
+        const sim::InputLimits before = sim::input_limits();
+        sim::InputLimits limits = before;
+        if (size) {
+          const std::int64_t bytes = std::holds_alternative<std::string>(*size)
+                                         ? sim::parse_bytes(std::get<std::string>(*size), "size")
+                                         : std::get<std::int64_t>(*size);
+          if (bytes < 1) throw sim::InputError("size", "must be at least 1 byte");
+          limits.bytes = static_cast<std::uint64_t>(bytes);
+        }
+        if (values) {
+          if (*values < 1) throw sim::InputError("values", "must be at least 1");
+          limits.values = static_cast<std::uint64_t>(*values);
+        }
+        sim::set_input_limits(limits);
+        return std::make_pair(before.bytes, before.values);
+      },
+      py::arg("size") = py::none(), py::arg("values") = py::none());
   m.def("named_plan", &search::named_plan, py::arg("name"), py::arg("workload"), py::arg("machine"),
         py::call_guard<py::gil_scoped_release>());
   m.def("named_plan_names", &search::named_plan_names);

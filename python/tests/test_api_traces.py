@@ -110,3 +110,27 @@ def test_import_snapshot_is_what_the_cli_says(tmp_path):
     with pytest.raises(memplan.InputError, match="pickle byte 0: GLOBAL"):
         memplan.import_snapshot(evil)
     assert not pwned.exists()
+
+
+def test_input_limits_bound_what_is_read(tmp_path):
+    # #40 item 2: inputs are read as streams within limits the user can raise, as the CLI's
+    # --max-input-size and --max-input-values; a gzip'd trace reads as the trace.
+    import gzip
+    path = tmp_path / "mlp4.json.gz"
+    path.write_bytes(gzip.compress((TRACES / "mlp4.json").read_bytes()))
+    assert memplan.load_trace(path) == memplan.load_trace(TRACES / "mlp4.json")
+    before = memplan.set_input_limits(values=100)
+    try:
+        with pytest.raises(memplan.InputError, match=r"mlp4.json.gz: holds more than 100 JSON "
+                           r"values \(memplan's input limit"):
+            memplan.load_trace(path)
+        memplan.set_input_limits(size="1KiB", values=before[1])
+        with pytest.raises(memplan.InputError, match=r"larger than 1.00 KiB once decompressed"):
+            memplan.load_trace(path)
+        with pytest.raises(memplan.InputError, match=r"^size: "):
+            memplan.set_input_limits(size="lots")
+        with pytest.raises(memplan.InputError, match=r"^values: must be at least 1"):
+            memplan.set_input_limits(values=0)
+    finally:
+        memplan.set_input_limits(*before)
+    assert memplan.load_trace(path).op_count == 17

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "io/input_stream.hpp"
 #include "io/trace_io.hpp"
 #include "tests/support/run_command.hpp"
 

@@ -73,7 +73,7 @@ TEST_CASE("memplan import kineto: bad input is one line and exit 2, no output fi
   SECTION("truncated JSON") {
     const auto f = write_temp("cut.json", text.substr(0, text.size() - 100));
     check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"),
-                         "not complete JSON");
+                         "not valid JSON");
   }
   SECTION("a missing file") {
     check_one_line_error(run_memplan("import kineto '" + dir + "/nope.json' -o '" + out + "'"),
@@ -83,7 +83,37 @@ TEST_CASE("memplan import kineto: bad input is one line and exit 2, no output fi
     check_one_line_error(run_memplan("import kineto '" + good + "' --step 4 -o '" + out + "'"),
                          "no ProfilerStep#4");
   }
+  SECTION("more than the input limits (#40 item 2), given before or after the command") {
+    check_one_line_error(
+        run_memplan("--max-input-values 500 import kineto '" + good + "' -o '" + out + "'"),
+        "good.json: holds more than 500 JSON values (memplan's input limit: raise it with "
+        "--max-input-values");
+    check_one_line_error(
+        run_memplan("import kineto '" + good + ".gz' -o '" + out + "' --max-input-size 1KiB"),
+        "good.json.gz: larger than 1.00 KiB once decompressed (memplan's input limit: raise it "
+        "with --max-input-size");
+    check_one_line_error(run_memplan("import kineto '" + good + "' --max-input-values 0"),
+                         "--max-input-values");
+  }
+  SECTION("a trace followed by a NUL and garbage") {
+    const auto f = write_temp("nul.json", text + std::string(1, '\0') + "garbage");
+    check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"),
+                         fmt::format("nul.json: a NUL byte at byte {}: not a text file",
+                                     text.size()));
+  }
   CHECK_FALSE(std::filesystem::exists(out));
+}
+
+TEST_CASE("memplan info /dev/zero is refused at once, and the limits let a big input through",
+          "[cli][import][bad_input]") {
+  check_one_line_error(run_memplan("info /dev/zero"), "/dev/zero: a NUL byte at byte 0");
+  const std::string in = write_temp("limits.json", synthetic_kineto().dump());
+  const std::string out = std::filesystem::path(in).parent_path() / "limits_out.json";
+  const auto r = run_memplan("--max-input-values 100000 --max-input-size 1MiB import kineto '" +
+                             in + "' -o '" + out + "'");
+  CAPTURE(r.err);
+  CHECK(r.exit_status == 0);
+  CHECK(memplan::sim::read_trace(out).ops.size() == 21);
 }
 
 TEST_CASE("memplan import kineto --json prints one object; -o - writes the trace to stdout",

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/basic_plans.hpp"
+#include "io/input_stream.hpp"
 #include "io/plan_io.hpp"
 #include "io/trace_io.hpp"
 #include "tests/support/run_command.hpp"

@@ -6,6 +6,7 @@
 #include "core/input_error.hpp"
 #include "core/machine.hpp"
 #include "core/units.hpp"
+#include "io/input_stream.hpp"
 #include "io/trace_io.hpp"
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"

@@ -21,6 +21,7 @@
 #include "importers/kineto/host_side.hpp"
 #include "importers/kineto/kineto_importer.hpp"
 #include "importers/kineto/kineto_trace.hpp"
+#include "io/input_stream.hpp"
 #include "io/trace_io.hpp"
 #include "tests/importers/kineto/synthetic_kineto.hpp"
 

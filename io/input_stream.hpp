@@ -1,0 +1,90 @@
+#pragma once
+// Reading an input file as a stream, within limits. Every file memplan reads (traces, jobs, plans,
+// profiler traces, memory snapshots) comes through InputStream: it reads a bounded buffer at a
+// time (so /dev/zero, a FIFO or a 4 GiB file never sits whole in memory), gunzips transparently
+// when the data starts with the gzip magic (PyTorch's tensorboard handler writes
+// `*.pt.trace.json.gz`; the magic decides, not the name), refuses a NUL byte in a text input
+// (JSON holds none, and nlohmann's lexer would read one as the end of the document), and refuses
+// an input that expands past the size limit (a gzip bomb) at the byte where it does.
+// The limits are the process's (set_input_limits: the CLI's --max-input-size and
+// --max-input-values, memplan.set_input_limits in Python); `values` bounds what a parsed input may
+// hold (io/json_reader.hpp counts JSON values, the snapshot reader pickle values).
+// Every problem is an InputError naming the input: "t.json.gz: truncated gzip data".
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <streambuf>
+#include <string>
+#include <string_view>
+
+namespace memplan::sim {
+
+struct InputLimits {
+  /// The most bytes one input may hold once decompressed.
+  std::uint64_t bytes = std::uint64_t{4} << 30;
+  /// The most values (JSON values, pickle values) one input may hold once parsed.
+  std::uint64_t values = 100'000'000;
+};
+
+/// The limits every InputStream opened from now on gets (defaults: InputLimits{}).
+[[nodiscard]] InputLimits input_limits();
+void set_input_limits(InputLimits limits);
+
+/// The InputError of an input that holds more than the limit of `values` (what they are: "JSON
+/// values"), with how to raise it.
+[[noreturn]] void refuse_values(std::string_view source, std::uint64_t limit,
+                                std::string_view what);
+
+enum class Content : std::uint8_t {
+  kText,    // a NUL byte is an error
+  kBinary,  // any byte
+};
+
+class InputStream final : public std::streambuf {
+ public:
+  /// Opens `path` (a file, a FIFO, a device; not a folder). Throws InputError.
+  InputStream(const std::filesystem::path& path, Content content,
+              InputLimits limits = input_limits());
+  /// Reads `data`, which must outlive the stream; `source` names it in errors.
+  InputStream(std::string_view data, std::string source, Content content,
+              InputLimits limits = input_limits());
+  ~InputStream() override;
+  InputStream(const InputStream&) = delete;
+  InputStream& operator=(const InputStream&) = delete;
+
+  [[nodiscard]] const std::string& source() const { return source_; }
+  [[nodiscard]] const InputLimits& limits() const { return limits_; }
+  /// Whether the input is gzip data (decided by its first two bytes).
+  [[nodiscard]] bool gzip() const { return inflater_ != nullptr; }
+
+ protected:
+  int_type underflow() override;
+
+ private:
+  struct Inflater;
+  void open_file(const std::filesystem::path& path);
+  // Up to `size` bytes of the input as stored (compressed or not); 0 at its end.
+  std::size_t read_raw(char* into, std::size_t size);
+  // Fills buffer_ with the next bytes of the data; 0 at its end.
+  std::size_t fill();
+  std::size_t inflate_into(char* into, std::size_t size);
+
+  std::string source_;
+  Content content_;
+  InputLimits limits_;
+  int fd_ = -1;
+  std::string_view memory_;  // the input when it is in memory (fd_ is -1)
+  bool raw_end_ = false;
+  std::string raw_;            // read ahead of the inflater, or the first bytes of plain data
+  std::size_t raw_begin_ = 0;  // what of raw_ is not consumed yet starts here
+  std::unique_ptr<Inflater> inflater_;
+  std::string buffer_;
+  std::uint64_t delivered_ = 0;
+};
+
+/// Everything `input` holds from where it is, within its size limit.
+std::string read_all(InputStream& input);
+/// read_all of the file at `path` (gunzipped when it is gzip data).
+std::string read_file(const std::filesystem::path& path, Content content = Content::kBinary);
+
+}  // namespace memplan::sim
