@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/input_limit_flags.hpp"
 #include "cli/machine_flags.hpp"
 #include "cli/progress.hpp"
 #include "core/input_error.hpp"
@@ -74,6 +75,7 @@ void add_compare_command(CLI::App& app) {
   auto options = std::make_shared<CompareOptions>();
   auto* cmd =
       app.add_subcommand("compare", "Run every memory policy on a trace and compare their plans");
+  add_input_limit_flags(*cmd);
   cmd->add_option("TRACE", options->trace,
                   "trace file (formats v1 to v3, see traces/FORMAT.md): one step, or a job's ranks")
       ->required();

@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
+#include "cli/input_limit_flags.hpp"
 #include "core/input_error.hpp"
 #include "core/liveness.hpp"
 #include "core/units.hpp"
@@ -303,6 +304,7 @@ void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) 
       "kineto",
       "PyTorch profiler (Kineto) Chrome traces, .json or .json.gz: one file, the files of a job's "
       "ranks, a folder of them or a merged file (docs/kineto-import.md)");
+  add_input_limit_flags(*kineto);
   kineto->add_option("FILE", options->files, "profiler traces, or a folder of them")->required();
   kineto
       ->add_option("--step", options->step,

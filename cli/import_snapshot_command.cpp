@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/input_limit_flags.hpp"
 #include "importers/snapshot/snapshot_report.hpp"
 
 namespace memplan::cli {
@@ -24,6 +25,7 @@ void add_import_snapshot_command(CLI::App& import) {
       "snapshot",
       "PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot, .pickle or .pickle.gz), "
       "read as data only: segments, allocator events, allocated and reserved bytes over them");
+  add_input_limit_flags(*cmd);
   cmd->add_option("FILE", options->file, "memory snapshot")->required();
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->callback([options] {

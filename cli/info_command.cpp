@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/input_limit_flags.hpp"
 #include "io/trace_io.hpp"
 #include "io/workload_summary.hpp"
 
@@ -14,6 +15,7 @@ void add_info_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   auto* cmd =
       app.add_subcommand("info", "Summarise a trace: ops, tensors, feature maps, in-core peak");
+  add_input_limit_flags(*cmd);
   cmd->add_option("TRACE", options->trace,
                   "trace file (formats v1 to v3, see traces/FORMAT.md): one step, or a job's ranks")
       ->required();

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   memplan::cli::add_validate_command(app, exit_status);
   memplan::cli::add_record_command(app);
   memplan::cli::add_capture_command(app, exit_status);
-  memplan::cli::add_input_limit_flags(app);
+  memplan::cli::add_input_limit_flags(app);  // before a command's name
   memplan::cli::refuse_empty_values(app);
   try {
     app.parse(argc, argv);

@@ -5,6 +5,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
+#include "cli/input_limit_flags.hpp"
 #include "cli/machine_flags.hpp"
 #include "cli/progress.hpp"
 #include "core/input_error.hpp"
@@ -245,6 +246,7 @@ CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
 void add_search_command(CLI::App& app, int& exit_status) {
   auto options = std::make_shared<SearchFlags>();
   auto* cmd = app.add_subcommand("search", "Search for a plan better than every policy's");
+  add_input_limit_flags(*cmd);
   CLI::Option* time_limit = add_search_flags(*cmd, *options);
   cmd->callback([options, time_limit, &exit_status] {
     sim::check_outputs({{options->output, "-o"}}, {{options->trace, "TRACE"}});

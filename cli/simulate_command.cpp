@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/input_limit_flags.hpp"
 #include "cli/machine_flags.hpp"
 #include "cli/plan_flags.hpp"
 #include "core/input_error.hpp"
@@ -110,6 +111,7 @@ int simulate(const SimulateOptions& o) {
 void add_simulate_command(CLI::App& app, int& exit_status) {
   auto options = std::make_shared<SimulateOptions>();
   auto* cmd = app.add_subcommand("simulate", "Simulate one training iteration under a memory plan");
+  add_input_limit_flags(*cmd);
   cmd->add_option("TRACE", options->trace,
                   "trace file (formats v1 to v3, see traces/FORMAT.md): one step, or a job's ranks")
       ->required();

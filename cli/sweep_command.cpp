@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
+#include "cli/input_limit_flags.hpp"
 #include "cli/progress.hpp"
 #include "cli/sweep_ranks.hpp"
 #include "core/input_error.hpp"
@@ -132,6 +133,7 @@ void add_sweep_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "sweep", "Run every policy and the search over a grid of traces, memories and links (CSV)");
+  add_input_limit_flags(*cmd);
   cmd->add_option("TRACE", options->traces,
                   "trace files (formats v1 to v3, see traces/FORMAT.md): steps, or jobs' ranks")
       ->required();

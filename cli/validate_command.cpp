@@ -19,6 +19,7 @@
 #include "cli/backends.hpp"
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
+#include "cli/input_limit_flags.hpp"
 #include "cli/machine_flags.hpp"
 #include "cli/plan_flags.hpp"
 #include "cli/progress.hpp"
@@ -147,12 +148,10 @@ Measured run_for_real(const runtime::Backend& backend, const sim::Workload& work
     throw sim::InputError("--backend " + backend.name(), e.what());
   }
   progress.finish();
-#ifdef MEMPLAN_WITH_CUDA_BACKEND
   if (backend.name() == "cuda" && m.report.measured_feasible && !o.no_host_check) {
     m.host = runtime::compare_backends(backend, host_backend::HostBackend(), workload, plan,
                                        machine, o.seed);
   }
-#endif
   return m;
 }
 
@@ -297,6 +296,7 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   auto options = std::make_shared<ValidateOptions>();
   auto* cmd = app.add_subcommand(
       "validate", "Run a plan for real and compare it with the prediction and the in-core run");
+  add_input_limit_flags(*cmd);
   cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
       ->required();
   add_plan_flags(*cmd, options->plan);

@@ -176,27 +176,55 @@ std::size_t InputStream::fill() {
 
 InputStream::int_type InputStream::underflow() {
   if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-  const std::size_t n = fill();
-  if (n == 0) return traits_type::eof();
-  if (delivered_ + n > limits_.bytes) {
-    throw InputError(source_,
-                     fmt::format("larger than {}{} (memplan's input limit: raise it with "
-                                 "--max-input-size, or memplan.set_input_limits in Python)",
-                                 format_bytes(static_cast<Bytes>(limits_.bytes)),
-                                 gzip() ? " once decompressed" : ""));
-  }
-  if (content_ == Content::kText) {
-    if (const void* nul = std::memchr(buffer_.data(), '\0', n); nul != nullptr) {
-      const auto at = delivered_ + static_cast<std::uint64_t>(static_cast<const char*>(nul) -
-                                                              buffer_.data());
+  std::size_t kept = 0;
+  while (kept == 0) {  // 0 when a whole buffer was whitespace past the run's limit
+    const std::size_t n = fill();
+    if (n == 0) return traits_type::eof();
+    if (delivered_ + n > limits_.bytes) {
       throw InputError(source_,
-                       fmt::format("a NUL byte at byte {}{}: not a text file", at,
-                                   gzip() ? " of the decompressed data" : ""));
+                       fmt::format("larger than {}{} (memplan's input limit: raise it with "
+                                   "--max-input-size, or memplan.set_input_limits in Python)",
+                                   format_bytes(static_cast<Bytes>(limits_.bytes)),
+                                   gzip() ? " once decompressed" : ""));
     }
+    if (content_ == Content::kJson) {
+      if (const void* nul = std::memchr(buffer_.data(), '\0', n); nul != nullptr) {
+        const auto at = delivered_ + static_cast<std::uint64_t>(static_cast<const char*>(nul) -
+                                                                buffer_.data());
+        throw InputError(source_,
+                         fmt::format("a NUL byte at byte {}{}: not a text file", at,
+                                     gzip() ? " of the decompressed data" : ""));
+      }
+    }
+    delivered_ += n;
+    kept = content_ == Content::kJson ? cut_whitespace(n) : n;
   }
-  delivered_ += n;
-  setg(buffer_.data(), buffer_.data(), buffer_.data() + n);
+  setg(buffer_.data(), buffer_.data(), buffer_.data() + kept);
   return traits_type::to_int_type(*gptr());
+}
+
+std::size_t InputStream::cut_whitespace(std::size_t n) {
+  char* data = buffer_.data();
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const char c = data[i];
+    if (in_string_) {
+      if (escaped_) {
+        escaped_ = false;
+      } else if (c == '\\') {
+        escaped_ = true;
+      } else if (c == '"') {
+        in_string_ = false;
+      }
+    } else if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+      if (++whitespace_run_ > kMaxWhitespaceRun) continue;
+    } else {
+      whitespace_run_ = 0;
+      in_string_ = c == '"';
+    }
+    data[kept++] = c;
+  }
+  return kept;
 }
 
 std::string read_file(const std::filesystem::path& path, Content content) {

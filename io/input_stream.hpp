@@ -10,6 +10,7 @@
 // --max-input-values, memplan.set_input_limits in Python); `values` bounds what a parsed input may
 // hold (io/json_reader.hpp counts JSON values, the snapshot reader pickle values).
 // Every problem is an InputError naming the input: "t.json.gz: truncated gzip data".
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -36,9 +37,13 @@ void set_input_limits(InputLimits limits);
                                 std::string_view what);
 
 enum class Content : std::uint8_t {
-  kText,    // a NUL byte is an error
+  // JSON text: a NUL byte is an error, and whitespace between tokens past kMaxWhitespaceRun bytes
+  // in a row is dropped (insignificant to JSON, but nlohmann's lexer keeps every byte between two
+  // tokens for its messages: 4 GB of spaces were 4 GB held).
+  kJson,
   kBinary,  // any byte
 };
+inline constexpr std::size_t kMaxWhitespaceRun = 4096;
 
 class InputStream final : public std::streambuf {
  public:
@@ -68,6 +73,9 @@ class InputStream final : public std::streambuf {
   // Fills buffer_ with the next bytes of the data; 0 at its end.
   std::size_t fill();
   std::size_t inflate_into(char* into, std::size_t size);
+  // Drops the whitespace of buffer_'s first `n` bytes that runs past kMaxWhitespaceRun outside
+  // strings; returns how many bytes are left.
+  std::size_t cut_whitespace(std::size_t n);
 
   std::string source_;
   Content content_;
@@ -79,7 +87,11 @@ class InputStream final : public std::streambuf {
   std::size_t raw_begin_ = 0;  // what of raw_ is not consumed yet starts here
   std::unique_ptr<Inflater> inflater_;
   std::string buffer_;
-  std::uint64_t delivered_ = 0;
+  std::uint64_t delivered_ = 0;  // bytes of the data read so far (before cut_whitespace)
+  // cut_whitespace's state across buffers.
+  bool in_string_ = false;
+  bool escaped_ = false;
+  std::size_t whitespace_run_ = 0;
 };
 
 /// Everything `input` holds from where it is, within its size limit.

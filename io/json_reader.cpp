@@ -83,13 +83,13 @@ nlohmann::json parse_json(InputStream& input, const JsonFilter& filter) {
 }
 
 nlohmann::json read_json(const std::filesystem::path& path, const JsonFilter& filter) {
-  InputStream input(path, Content::kText);
+  InputStream input(path, Content::kJson);
   return parse_json(input, filter);
 }
 
 nlohmann::json parse_json(std::string_view text, std::string_view source,
                           const JsonFilter& filter) {
-  InputStream input(text, std::string(source), Content::kText);
+  InputStream input(text, std::string(source), Content::kJson);
   return parse_json(input, filter);
 }
 

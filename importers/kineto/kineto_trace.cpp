@@ -398,7 +398,7 @@ KinetoTrace one_rank(std::vector<KinetoTrace> ranks, std::string_view source) {
 }  // namespace
 
 std::vector<KinetoTrace> parse_kineto_ranks(std::string_view text, std::string_view source) {
-  sim::InputStream input(text, std::string(source), sim::Content::kText);
+  sim::InputStream input(text, std::string(source), sim::Content::kJson);
   return read_ranks(input);
 }
 
@@ -411,7 +411,7 @@ KinetoTrace read_kineto_trace(const std::string& path) {
 }
 
 std::vector<KinetoTrace> read_kineto_ranks(const std::string& path) {
-  sim::InputStream input(path, sim::Content::kText);
+  sim::InputStream input(path, sim::Content::kJson);
   return read_ranks(input);
 }
 

@@ -1,9 +1,13 @@
 // `memplan record --backend host`: a zoo model's step run for real and written as a recorded
 // trace; record, search and validate end to end; bad input (unknown model or backend, bad
 // flags, --backend cuda without a GPU) is one line and exit 2 with no file written.
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
@@ -120,4 +124,39 @@ TEST_CASE("record --backend cuda without a GPU is one clear line and exit 2", "[
   CHECK(r.out.empty());
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   CHECK_FALSE(std::filesystem::exists(out));
+}
+
+TEST_CASE("the binary maps no CUDA library until --backend cuda asks for it (#40 item 11)",
+          "[cli][record]") {
+  // Its dynamic dependencies, transitively: no CUDA runtime, cuBLAS or cuDNN.
+  const std::string dir = temp_dir();
+  REQUIRE(std::system(fmt::format("ldd '{}' > '{}/ldd'", MEMPLAN_BINARY, dir).c_str()) == 0);
+  const std::string libraries = memplan::test::read_text(dir + "/ldd");
+  REQUIRE(libraries.find("libstdc++") != std::string::npos);
+  for (const char* cuda : {"libcudart", "libcublas", "libcudnn", "libcuda."}) {
+    CAPTURE(cuda);
+    CHECK(libraries.find(cuda) == std::string::npos);
+  }
+  // A copy of the binary without the module beside it (a machine without CUDA's libraries is the
+  // same to it) runs every command, and --backend cuda says what it could not load.
+  std::filesystem::create_directories(dir + "/bin");
+  std::filesystem::copy_file(MEMPLAN_BINARY, dir + "/bin/memplan");
+  auto run = [&](const std::string& args) {
+    const int status = std::system(fmt::format("'{}/bin/memplan' {} >'{}/out' 2>'{}/err'", dir,
+                                               args, dir, dir).c_str());
+    return std::pair{WEXITSTATUS(status), memplan::test::read_text(dir + "/err")};
+  };
+  CHECK(run("info " + memplan::test::tiny_trace()).first == 0);
+  CHECK(run("simulate " + memplan::test::tiny_trace() + " --policy in-core").first == 0);
+  const auto [status, err] = run("record mlp --batch 4 --backend cuda -o " + dir + "/r.json");
+  CHECK(status == 2);
+#ifdef MEMPLAN_WITH_CUDA_BACKEND
+  CHECK(err == fmt::format("memplan: --backend cuda: cannot load the CUDA backend: "
+                           "{}/lib/libmemplan_cuda.so: cannot open shared object file: No such "
+                           "file or directory\n",
+                           dir));
+#else
+  CHECK(err.find("this build has no CUDA backend") != std::string::npos);
+#endif
+  CHECK_FALSE(std::filesystem::exists(dir + "/r.json"));
 }
