@@ -106,7 +106,7 @@ std::string c10_dtype(std::string_view name) {
 
 bool is_comm_event(const KinetoTrace& trace, std::size_t i) {
   const CpuEvent& e = trace.cpu_events[i];
-  return e.comm.has_value() && (e.name == kParamComms || is_library_comm_op(e.name));
+  return e.comm != nullptr && (e.name == kParamComms || is_library_comm_op(e.name));
 }
 
 std::optional<sim::CollectiveKind> collective_kind(const KinetoTrace& trace, const Nesting& nesting,

@@ -146,14 +146,14 @@ bool is_comm_bookkeeping(std::string_view collective) {
   return false;
 }
 
-std::optional<CommArgs> read_comm_args(const EventReader& r, std::string_view name) {
+std::shared_ptr<const CommArgs> read_comm_args(const EventReader& r, std::string_view name) {
   const auto collective = r.string_arg("Collective name");
-  if (name != kParamComms && !collective && !is_library_comm_op(name)) return std::nullopt;
+  if (name != kParamComms && !collective && !is_library_comm_op(name)) return nullptr;
   CommArgs c;
   if (is_library_comm_op(name)) {
     read_library_title(r, name, c);
     check_collective(r, c, "name");
-    return c;
+    return std::make_shared<const CommArgs>(std::move(c));
   }
   c.collective = collective.value_or("");
   check_collective(r, c, "args.Collective name");
@@ -171,7 +171,7 @@ std::optional<CommArgs> read_comm_args(const EventReader& r, std::string_view na
   const auto peer = r.int_arg({key});
   if (peer && *peer >= kMaxRank) r.fail(fmt::format("args.{}", key), "implausible rank");
   if (peer && *peer >= 0) c.peer = *peer;
-  return c;
+  return std::make_shared<const CommArgs>(std::move(c));
 }
 
 }  // namespace memplan::importers::detail

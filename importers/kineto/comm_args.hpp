@@ -4,6 +4,7 @@
 // / `gloo:*` ops, whose names say the collective. A malformed value (a negative size, a rank that
 // is not a number, a collective no PyTorch names) is an InputError at the field's JSON path.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -21,9 +22,9 @@ inline constexpr std::int64_t kMaxNelems = std::int64_t{1} << 50;
 /// Whether `name` is an op of a communication library's own (`nccl:all_reduce`, `gloo:broadcast`).
 bool is_library_comm_op(std::string_view name);
 
-/// The CommArgs of the event `r` reads, named `name`; nullopt for an event that is no
+/// The CommArgs of the event `r` reads, named `name`; null for an event that is no
 /// communication op.
-std::optional<CommArgs> read_comm_args(const EventReader& r, std::string_view name);
+std::shared_ptr<const CommArgs> read_comm_args(const EventReader& r, std::string_view name);
 
 /// A "Collective name" that is c10d's bookkeeping, not a transfer: `wait` (work.wait()), the
 /// coalescing brackets, `init`.

@@ -20,6 +20,7 @@
 // `distributedInfo`. One file may hold several ranks (a merged trace): parse_kineto_ranks splits
 // it, one KinetoTrace per rank (Note [Ranks of a file] in rank_split.cpp).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,8 +66,9 @@ struct CpuEvent {
   std::vector<std::vector<std::vector<std::int64_t>>> input_lists;
   /// Recorded input types ("Input type"), parallel to input_dims when present.
   std::vector<std::string> input_types;
-  /// A communication op's arguments (`record_param_comms`, `nccl:*`, `gloo:*`).
-  std::optional<CommArgs> comm;
+  /// A communication op's arguments (`record_param_comms`, `nccl:*`, `gloo:*`); null for any
+  /// other (shared, not inline: a trace holds millions of events and few are collectives).
+  std::shared_ptr<const CommArgs> comm;
 
   [[nodiscard]] sim::Nanoseconds end_ns() const { return start_ns + duration_ns; }
 };
@@ -94,8 +96,9 @@ struct GpuEvent {
   std::int64_t stream = 0;
   /// Bytes copied or set ("bytes"), when recorded.
   std::optional<sim::Bytes> bytes;
-  /// A collective's kernel as newer Kineto writes it: its record_param_comms op's arguments.
-  std::optional<CommArgs> comm;
+  /// A collective's kernel as newer Kineto writes it: its record_param_comms op's arguments
+  /// (null for any other kernel).
+  std::shared_ptr<const CommArgs> comm;
 };
 
 /// A synchronization the device recorded (category `cuda_sync`, written with PyTorch's

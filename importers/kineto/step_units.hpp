@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -57,7 +58,7 @@ struct Unit {
   std::map<std::int32_t, sim::Nanoseconds> first_launch_on;
   /// A collective's stream, and its kernel's copy of the collective's arguments (newer Kineto).
   std::int32_t stream = 0;
-  std::optional<CommArgs> kernel_comm;
+  std::shared_ptr<const CommArgs> kernel_comm;
   sim::Bytes workspace = 0;
   std::optional<std::int64_t> sequence;          // a backward node's sequence number
   std::set<std::int64_t> sequences;              // a forward op's: every number in its subtree
