@@ -2,9 +2,10 @@
 // subcommands together and turns errors into one line and an exit status:
 // 0 success, 1 an expected negative outcome a command reports (e.g. a plan that does not fit),
 // 2 bad input (a trace, a plan, a flag), 1 also when a backend fails at run time
-// (runtime::BackendError: a kernel, a CUDA call), 3 an internal error (a bug in memplan: please
-// report it). Every error line is one printable line (core/printable.hpp).
+// (runtime::BackendError: a kernel, a CUDA call) and when the machine runs out of memory
+// (std::bad_alloc), 3 an internal error (a bug in memplan: please report it). Every error line is one printable line (core/printable.hpp).
 #include <exception>
+#include <new>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -49,6 +50,12 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const memplan::runtime::BackendError& e) {
     fmt::print(stderr, "memplan: backend failed: {}\n", memplan::sim::printable(e.what()));
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // What a request will need is said before it starts where it can be known (a zoo model's
+    // size, the input limits); anything else that runs the machine out of memory ends here.
+    fmt::print(stderr,
+               "memplan: out of memory: the run needed more memory than this machine gave it\n");
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "memplan: internal error (a bug; please report it): {}\n",

@@ -68,9 +68,10 @@ void record(const RecordOptions& o, const CLI::App& cmd) {
                   model->name, built.workload.ops.size(), backend->name(), o.warmup, o.iterations));
   try {  // a runtime::BackendError goes on to main (exit 1)
     r = runtime::record(*backend, built.workload, ro);
-  } catch (const sim::InputError& e) {  // a layer the backend has no kernel for
-    throw sim::InputError("--backend " + backend->name(),
-                          fmt::format("cannot run {}: {}", model->name, e.what()));
+  } catch (const sim::InputError& e) {  // a layer the backend has no kernel for, or no memory
+    const std::string where = "--backend " + backend->name();
+    throw sim::InputError(where, fmt::format("cannot run {}: {}", model->name,
+                                             e.where() == where ? e.problem() : e.what()));
   }
   progress.finish();
   r.workload.device.memory_bytes = o.memory.empty() ? device_memory_bytes(backend->name())

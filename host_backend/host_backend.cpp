@@ -5,6 +5,10 @@
 #include <cstddef>
 #include <vector>
 
+#include <fmt/core.h>
+
+#include "core/host_memory.hpp"
+#include "core/input_error.hpp"
 #include "host_backend/host_device.hpp"
 
 namespace memplan::host_backend {
@@ -45,6 +49,16 @@ double handoff_ns() {
 std::unique_ptr<runtime::Device> HostBackend::make_device(sim::Bytes capacity_bytes,
                                                           std::uint64_t seed,
                                                           sim::AllocatorModel allocator) const {
+  // The device's memory is this machine's: a run that needs more than it has is refused before
+  // it starts (the arena is mapped without reserve, so it would end in the OOM killer instead).
+  const sim::Bytes available = sim::available_host_memory();
+  if (capacity_bytes > available) {
+    throw sim::InputError(
+        "--backend host",
+        fmt::format("the run needs {} of device memory, which the host backend takes from this "
+                    "machine's memory: {} available",
+                    sim::format_bytes(capacity_bytes), sim::format_bytes(available)));
+  }
   return std::make_unique<HostDevice>(capacity_bytes, seed, allocator);
 }
 

@@ -1,7 +1,12 @@
 #include "zoo/models.hpp"
 
+#include <functional>
+#include <string>
+#include <string_view>
+
 #include <fmt/core.h>
 
+#include "core/host_memory.hpp"
 #include "core/input_error.hpp"
 
 namespace memplan::zoo {
@@ -120,6 +125,75 @@ const ModelInfo* find_model(std::string_view name) {
   return nullptr;
 }
 
+namespace {
+
+// Note [A model larger than the machine]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Two flags grow a network without bound: --layers (a GPT, up to 2^20) and --depth (the residual
+// family, up to 100,000: its third stage's blocks). A step built, checked and written holds about
+// kHostBytesPerElement of memory per op and tensor (`memplan zoo resnet --depth 100000`: 700,013
+// ops and 2,000,047 tensors in 1.61 GB, 596 bytes each), and the ops and tensors grow linearly
+// with the layers or blocks (each adds the same forward ops, backward ops and update). So before
+// building, the network is built at three and at four layers (blocks) of the same shape, its size at
+// the requested count extrapolated, and a request that would need more memory than the machine
+// has available (sim::available_host_memory()) is refused in one line that says what it needs,
+// exit 2, instead of std::bad_alloc after 14.7 GB.
+constexpr double kHostBytesPerElement = 600;
+
+std::size_t elements_of(const ModelInfo& model, const ModelOptions& options) {
+  Network net(std::string(model.name), options.batch, options.optimizer);
+  model.build(net, options);
+  const sim::Workload w = net.finish();
+  return w.ops.size() + w.tensors.size();
+}
+
+void refuse_larger_than_machine(const ModelInfo& model, const ModelOptions& options) {
+  // The flag, the count of layers (blocks) it asks for, and the options at k of them.
+  const char* flag = nullptr;
+  std::int64_t count = 0;
+  std::function<ModelOptions(std::int64_t)> at;
+  if (model.input_dims == 0) {
+    flag = "--layers";
+    count = options.transformer.layers;
+    at = [&](std::int64_t k) {
+      ModelOptions o = options;
+      o.transformer.layers = k;
+      return o;
+    };
+  } else if (options.depth) {
+    const ResidualLayout layout = residual_layout(*options.depth);
+    const bool general = layout.bottleneck ? (*options.depth - 2) / 3 - 14 == layout.blocks[2]
+                                           : (*options.depth - 2) / 2 - 10 == layout.blocks[2];
+    if (!general || *options.depth == 2500) return;  // the fixed layouts: small networks
+    flag = "--depth";
+    count = layout.blocks[2];
+    at = [&options, bottleneck = layout.bottleneck](std::int64_t k) {
+      ModelOptions o = options;
+      o.depth = bottleneck ? 3 * (k + 14) + 2 : 2 * (k + 10) + 2;
+      return o;
+    };
+  }
+  // Three and four layers (blocks): no torchvision depth has that layout (depth 50 is not the
+  // general rule's two bottleneck blocks, nor 34 its six basic ones).
+  if (flag == nullptr || count <= 4) return;
+  const auto three = static_cast<double>(elements_of(model, at(3)));
+  const auto four = static_cast<double>(elements_of(model, at(4)));
+  const double elements = three + (four - three) * static_cast<double>(count - 3);
+  const double need = elements * kHostBytesPerElement;
+  const sim::Bytes available = sim::available_host_memory();
+  if (need <= static_cast<double>(available)) return;
+  throw sim::InputError(
+      flag, fmt::format("{} {} would be {:.1f} million ops and tensors, about {} of memory to "
+                        "build; this machine has {} available",
+                        model.name, flag == std::string_view("--layers")
+                                        ? fmt::format("of {} layers", count)
+                                        : fmt::format("of depth {}", *options.depth),
+                        elements * 1e-6, sim::format_bytes(static_cast<sim::Bytes>(need)),
+                        sim::format_bytes(available)));
+}
+
+}  // namespace
+
 BuiltModel build_model(const ModelInfo& model, const ModelOptions& options) {
   ModelOptions o = options;
   if (o.batch <= 0)
@@ -164,6 +238,7 @@ BuiltModel build_model(const ModelInfo& model, const ModelOptions& options) {
         fmt::format("{} has a fixed depth; use the 'resnet' family for --depth", model.name));
   }
   if (o.depth) residual_layout(*o.depth);  // rejects impossible depths before building anything
+  refuse_larger_than_machine(model, o);
   Network net(std::string(model.name), o.batch, o.optimizer);
   model.build(net, o);
   BuiltModel built;

@@ -160,3 +160,20 @@ TEST_CASE("the binary maps no CUDA library until --backend cuda asks for it (#40
 #endif
   CHECK_FALSE(std::filesystem::exists(dir + "/r.json"));
 }
+
+TEST_CASE("record on the host backend refuses a step larger than the machine's memory",
+          "[cli][record][bad_input]") {
+  // The host backend's device is this machine's memory (#40 item 4): ResNet-18 at batch 64 and
+  // 224x224 needs 1.86 GiB in core, more than a 1.5 GB address space leaves.
+  const std::string out = temp_dir() + "/big.json";
+  const auto r = run_memplan(
+      fmt::format("record resnet18 --batch 64 --input 224x224 --backend host --warmup 0 -o '{}'",
+                  out),
+      "ulimit -v 1500000;");
+  CAPTURE(r.err);
+  CHECK(r.exit_status == 2);
+  CHECK(r.err.rfind("memplan: --backend host: cannot run resnet18: the run needs 1.86 GiB of "
+                    "device memory, which the host backend takes from this machine's memory: ",
+                    0) == 0);
+  CHECK_FALSE(std::filesystem::exists(out));
+}

@@ -391,3 +391,26 @@ TEST_CASE("parameter counts of the deep family and ResNeXt-101 3D follow the arc
   }
   CHECK(momentum == resnext101_3d_parameters());
 }
+
+TEST_CASE("a GPT's and a deep residual network's ops and tensors grow linearly with their layers",
+          "[zoo][memory]") {
+  // What build_model's refusal of a model larger than the machine extrapolates from (Note [A
+  // model larger than the machine]): the size at three and four layers (blocks) predicts any
+  // other exactly.
+  auto elements = [](std::string_view model, auto set) {
+    memplan::zoo::ModelOptions options;
+    set(options);
+    const auto built = memplan::zoo::build_model(*memplan::zoo::find_model(model), options);
+    return static_cast<std::int64_t>(built.workload.ops.size() + built.workload.tensors.size());
+  };
+  auto gpt = [&](std::int64_t layers) {
+    return elements("gpt", [=](memplan::zoo::ModelOptions& o) { o.transformer.layers = layers; });
+  };
+  CHECK(gpt(3) + (gpt(4) - gpt(3)) * (37 - 3) == gpt(37));
+  // Bottleneck blocks [3, 8, n, 3] at depth 3(n + 14) + 2, basic [3, 4, n, 3] at 2(n + 10) + 2.
+  auto resnet = [&](std::int64_t depth) {
+    return elements("resnet", [=](memplan::zoo::ModelOptions& o) { o.depth = depth; });
+  };
+  CHECK(resnet(53) + (resnet(56) - resnet(53)) * (30 - 3) == resnet(3 * (30 + 14) + 2));
+  CHECK(resnet(28) + (resnet(30) - resnet(28)) * (30 - 3) == resnet(2 * (30 + 10) + 2));
+}

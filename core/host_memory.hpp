@@ -1,0 +1,16 @@
+#pragma once
+// How much memory this process can still take from the machine it runs on: what a request that
+// grows with its flags (a zoo model of a million layers, a host-backend device of the step's
+// peak) is held to before it starts taking it, so that it is refused in one line instead of ending
+// in std::bad_alloc or the kernel's OOM killer.
+#include "core/units.hpp"
+
+namespace memplan::sim {
+
+/// The least of: the kernel's estimate of memory available without swapping (MemAvailable in
+/// /proc/meminfo), what the process's cgroup (v2 memory.max, v1 memory.limit_in_bytes) leaves,
+/// and what RLIMIT_AS leaves of the address space (`ulimit -v`). A limit that cannot be read is
+/// not counted; with none readable, the largest Bytes.
+[[nodiscard]] Bytes available_host_memory();
+
+}  // namespace memplan::sim
