@@ -15,8 +15,8 @@
 namespace memplan::cli {
 namespace {
 
-// The CUDA backend's module (cuda_backend/cuda_module.hpp), loaded on first use: lib/ beside the
-// binary's bin/. Throws InputError naming `--backend cuda` when this build has none or it cannot
+// The CUDA backend's module (cuda_backend/cuda_module.hpp), loaded on first use: lib/memplan/
+// beside the binary's bin/ (in the build folder and where it is installed). Throws InputError naming `--backend cuda` when this build has none or it cannot
 // be loaded (CUDA's libraries missing).
 const cuda_backend::Module& cuda_module() {
 #ifndef MEMPLAN_CUDA_MODULE
@@ -28,7 +28,7 @@ const cuda_backend::Module& cuda_module() {
   if (module != nullptr) return *module;
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::canonical("/proc/self/exe", ec);
-  const std::filesystem::path path = exe.parent_path().parent_path() / "lib" / MEMPLAN_CUDA_MODULE;
+  const std::filesystem::path path = exe.parent_path().parent_path() / "lib" / "memplan" / MEMPLAN_CUDA_MODULE;
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();

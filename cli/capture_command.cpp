@@ -36,7 +36,7 @@ void add_capture_command(CLI::App& app, int& exit_status) {
                   "loss_fn, optimizer) returning the loss (autocast, a GradScaler, clipping; one "
                   "backward pass); default: zero_grad, forward, loss, backward, optimizer.step");
   cmd->add_option("-o,--output", options->output,
-                  "trace file to write (format v1; - for standard output)")
+                  "trace file to write (traces/FORMAT.md; - for standard output)")
       ->required();
   cmd->callback([options, &exit_status] {
     sim::check_output(options->output, "-o");  // before Python and torch start

@@ -124,7 +124,7 @@ void add_record_command(CLI::App& app) {
                   "the host's physical memory)")
       ->check(size_value());
   cmd->add_option("-o,--output", options->output,
-                  "trace file to write (format v1; - for standard output)")
+                  "trace file to write (traces/FORMAT.md; - for standard output)")
       ->required();
   cmd->add_flag("--json", options->json, "print one JSON object");
   add_quiet_flag(*cmd, options->quiet);

@@ -297,7 +297,7 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   auto* cmd = app.add_subcommand(
       "validate", "Run a plan for real and compare it with the prediction and the in-core run");
   add_input_limit_flags(*cmd);
-  cmd->add_option("TRACE", options->trace, "trace file (format v1, see traces/FORMAT.md)")
+  cmd->add_option("TRACE", options->trace, "trace file (formats v1 to v3, see traces/FORMAT.md)")
       ->required();
   add_plan_flags(*cmd, options->plan);
   cmd->add_option("--backend", options->backend,

@@ -120,7 +120,7 @@ void add_zoo_command(CLI::App& app) {
                 "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
                 "max-pool masks");
   cmd->add_option("-o,--output", options->output,
-                  "trace file to write (format v1; - for standard output)");
+                  "trace file to write (traces/FORMAT.md; - for standard output)");
   cmd->add_flag("--json", options->json,
                 "print one JSON object (with --list: the models and devices)");
   cmd->callback([options, cmd] {

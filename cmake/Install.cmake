@@ -1,5 +1,5 @@
 # Installation and packaging: `cmake --install build/release [--prefix P]` puts the memplan binary
-# in bin/, its man page (generated from --help at build time, cmake/help_to_docs.py) in
+# in bin/ (and the CUDA backend's module in lib/memplan/), its man page (generated from --help at build time, cmake/help_to_docs.py) in
 # share/man/man1/ and its bash completion in share/bash-completion/completions/; `cpack` in the
 # build folder makes a Debian package of the same files (tests/install/ checks both).
 include(GNUInstallDirs)
@@ -18,6 +18,10 @@ add_custom_command(
 add_custom_target(memplan_docs ALL DEPENDS ${MEMPLAN_MAN_PAGE} ${MEMPLAN_COMPLETION})
 
 install(TARGETS memplan RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The CUDA backend's module, a private library where the binary looks for it (bin/../lib/memplan).
+if(TARGET memplan_cuda_module)
+  install(TARGETS memplan_cuda_module LIBRARY DESTINATION lib/memplan)
+endif()
 install(FILES ${MEMPLAN_MAN_PAGE} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 install(FILES ${MEMPLAN_COMPLETION} DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
         RENAME memplan)

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA backend as a module (lib/libmemplan_cuda.so, beside the binary's bin/) that the memplan
+// The CUDA backend as a module (lib/memplan/libmemplan_cuda.so, beside the binary's bin/) that the memplan
 // binary loads only when `--backend cuda` asks for it (cli/backends.cpp): every other run maps no
 // CUDA runtime, cuBLAS or cuDNN (220 MB of a run's memory before), and one build starts on a
 // machine without CUDA's libraries, saying so only when the GPU is asked for.

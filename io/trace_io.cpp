@@ -421,13 +421,20 @@ bool profiler_event(int depth, nlohmann::json::parse_event_t event, const Json& 
          parsed.contains("ph");
 }
 
+// An event without a category: the legacy format of a PyTorch built without Kineto.
+[[noreturn]] void refuse_profiler_event(std::string_view source, const Json& event) {
+  if (!event.contains("cat")) throw InputError(std::string(source), std::string(kLegacyProfilerFormat));
+  refuse_profiler_trace(source);
+}
+
 }  // namespace
 
 std::int64_t read_header(const Json& document, const JsonReader& root) {
-  const bool profiler_trace = (document.is_object() && document.contains("traceEvents")) ||
-                              (document.is_array() && !document.empty() &&
-                               document.front().is_object() && document.front().contains("ph"));
-  if (profiler_trace) refuse_profiler_trace(root.source());
+  if (document.is_object() && document.contains("traceEvents"))
+    refuse_profiler_trace(root.source());
+  if (document.is_array() && !document.empty() && document.front().is_object() &&
+      document.front().contains("ph"))
+    refuse_profiler_event(root.source(), document.front());
   const auto format = root.at("format");
   if (format.as_string() != kTraceFormatName) {
     format.fail(fmt::format("format '{}' is not '{}'", format.as_string(), kTraceFormatName));
@@ -495,8 +502,8 @@ Json read_document(const std::filesystem::path& path) {
   bool array = false;
   return read_json(path, [&](int depth, nlohmann::json::parse_event_t event, Json& parsed) {
     if (depth == 0 && event == nlohmann::json::parse_event_t::array_start) array = true;
-    if (profiler_member(depth, event, parsed) || (array && profiler_event(depth, event, parsed)))
-      refuse_profiler_trace(path.string());
+    if (profiler_member(depth, event, parsed)) refuse_profiler_trace(path.string());
+    if (array && profiler_event(depth, event, parsed)) refuse_profiler_event(path.string(), parsed);
     return true;
   });
 }

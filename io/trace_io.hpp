@@ -19,6 +19,17 @@
 namespace memplan::sim {
 
 inline constexpr std::string_view kTraceFormatName = "memplan-trace";
+/// Why a legacy profiler file (a bare array of events without categories) is refused, and what to
+/// do instead; `memplan info` and the
+/// Kineto importer say it of one.
+inline constexpr std::string_view kLegacyProfilerFormat =
+    "a bare array of events without categories: the legacy torch.autograd.profiler format of a "
+    "PyTorch built without Kineto (Debian's python3-torch writes it), which records no kernels, "
+    "shapes or memory; `memplan capture MODEL` records the step from the model itself, or record "
+    "with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
+    "record_shapes=True, profile_memory=True) on a PyTorch built with Kineto (the pip and conda "
+    "builds are)";
+
 /// The newest version this memplan reads and writes; versions 1 and 2 are still read.
 inline constexpr int kTraceFormatVersion = 3;
 inline constexpr int kTraceFormatOldestVersion = 1;

@@ -12,6 +12,7 @@
 #include "core/input_error.hpp"
 #include "io/input_stream.hpp"
 #include "io/json_reader.hpp"
+#include "io/trace_io.hpp"
 #include "importers/kineto/comm_args.hpp"
 #include "importers/kineto/event_reader.hpp"
 #include "importers/kineto/rank_split.hpp"
@@ -85,11 +86,7 @@ void check_top_level(const json& document, std::string_view source, std::size_t 
   if (events > 0 && !categorized) {
     throw sim::InputError(
         fmt::format("{}: $", source),
-        "a bare array of events without categories: the legacy torch.autograd.profiler format "
-        "of a PyTorch built without Kineto, which records no kernels, shapes or memory; record "
-        "with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
-        "record_shapes=True, profile_memory=True) on a PyTorch built with Kineto (the pip and "
-        "conda builds are)");
+        std::string(sim::kLegacyProfilerFormat));
   }
 }
 

@@ -152,8 +152,8 @@ TEST_CASE("the binary maps no CUDA library until --backend cuda asks for it (#40
   CHECK(status == 2);
 #ifdef MEMPLAN_WITH_CUDA_BACKEND
   CHECK(err == fmt::format("memplan: --backend cuda: cannot load the CUDA backend: "
-                           "{}/lib/libmemplan_cuda.so: cannot open shared object file: No such "
-                           "file or directory\n",
+                           "{}/lib/memplan/libmemplan_cuda.so: cannot open shared object file: No "
+                           "such file or directory\n",
                            dir));
 #else
   CHECK(err.find("this build has no CUDA backend") != std::string::npos);

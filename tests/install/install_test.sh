@@ -24,6 +24,13 @@ version=$("$bin" --version)
 [[ $version == "memplan 0."* ]] || fail "--version: $version"
 summary=$("$bin" simulate "$source/traces/resnet_tiny.json" --policy swap-all --json)
 [[ $summary == *'"feasible": true'* ]] || fail "the installed binary does not simulate"
+# The CUDA backend's module, when the build has one, is found beside the installed binary: without
+# a GPU, --backend cuda says there is no device, not that the module cannot be loaded.
+if [[ -e $build/lib/memplan/libmemplan_cuda.so ]]; then
+  [[ -e $stage/usr/lib/memplan/libmemplan_cuda.so ]] || fail "no CUDA backend module installed"
+  cuda=$("$bin" record mlp --batch 2 --backend cuda -o "$stage/r.json" 2>&1 || true)
+  [[ $cuda != *"cannot load the CUDA backend"* ]] || fail "--backend cuda: $cuda"
+fi
 
 man="$stage/usr/share/man/man1/memplan.1"
 [[ -s $man ]] || fail "no man page"
