@@ -18,11 +18,12 @@ namespace {
 void add_interconnect_flags(CLI::App& command, MachineFlags& flags) {
   command.add_option(
       "--interconnect", flags.interconnect,
-      "the fabric between the GPUs of a node, which prices every collective of a multi-GPU step: " +
-          sim::fabric_preset_names(false) + "; or recorded (the trace's times, as when not given)");
+      "the fabric between the GPUs of a node, which prices every collective of a multi-GPU step, "
+      "one of: " +
+          sim::fabric_preset_names(false) + ", recorded (the trace's times, as when not given)");
   command.add_option(
       "--network", flags.network,
-      "the network between nodes, one NIC per GPU: " + sim::fabric_preset_names(true) +
+      "the network between nodes, one NIC per GPU, one of: " + sim::fabric_preset_names(true) +
           " (needs --interconnect; default: the intra-node fabric joins every GPU)");
   command
       .add_option("--gpus-per-node", flags.gpus_per_node,
@@ -52,8 +53,8 @@ void add_machine_flags(CLI::App& command, MachineFlags& flags) {
       ->check(budget_value());
   command.add_option(
       "--link", flags.link,
-      "link: recorded (the trace's measured bandwidths) or a preset: pcie3, pcie4, pcie5, "
-      "nvlink2, c2c");
+      "the host-device link, one of: recorded, pcie3, pcie4, pcie5, nvlink2, c2c (recorded: the "
+      "trace's measured bandwidths)");
   command.add_option("--h2d", flags.h2d, "host-to-device bandwidth, e.g. 12.5GB/s")
       ->check(bandwidth_value());
   command.add_option("--d2h", flags.d2h, "device-to-host bandwidth, e.g. 12.5GB/s")

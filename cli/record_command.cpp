@@ -109,7 +109,7 @@ void add_record_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "record", "Run a zoo model's training step on a backend and write the measured trace");
   cmd->add_option("MODEL", options->model, "zoo model name (see memplan zoo --list)")->required();
-  cmd->add_option("--backend", options->backend, "where to run: host, cuda (a GPU)");
+  cmd->add_option("--backend", options->backend, "where to run, one of: host, cuda (a GPU)");
   add_model_flags(*cmd, options->shape);
   cmd->get_option("--batch")->required();
   cmd->add_option("--seed", options->seed, "seed of the input data and weights")

@@ -301,7 +301,8 @@ void add_validate_command(CLI::App& app, int& exit_status) {
       ->required();
   add_plan_flags(*cmd, options->plan);
   cmd->add_option("--backend", options->backend,
-                  "where to run: host, cuda (a GPU), torch (a captured PyTorch model: --model)");
+                  "where to run, one of: host, cuda (a GPU), torch (a captured PyTorch model: "
+                  "--model)");
   cmd->add_option("--model", options->model, "--backend torch: the MODEL given to memplan capture");
   cmd->add_option("--batch", options->batch, "--backend torch: the batch size of the capture");
   cmd->add_option("--input", options->input, "--backend torch: the --input of the capture");

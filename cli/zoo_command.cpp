@@ -110,7 +110,8 @@ void add_zoo_command(CLI::App& app) {
       "zoo", "Write the modeled training step of a known network on a known GPU");
   cmd->add_option("MODEL", options->model, "model name (see --list)");
   cmd->add_flag("--list", options->list, "list models and devices, one line each");
-  cmd->add_option("--device", options->device, "device preset (see --list)");
+  cmd->add_option("--device", options->device,
+                  "device preset, one of: " + zoo::device_names() + " (see --list)");
   add_model_flags(*cmd, options->shape);
   cmd->add_option("--optimizer", options->optimizer,
                   "sgd (momentum; one state tensor per parameter) or adam (exp_avg and "

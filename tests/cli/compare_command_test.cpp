@@ -294,3 +294,17 @@ TEST_CASE("memplan compare on a job of one rank prints what it prints for a step
   CHECK(r.out.rfind("device memory 5.00 KiB", 0) == 0);
   CHECK(r.out.find("slowest") == std::string::npos);
 }
+
+TEST_CASE("memplan compare shows no peak for a plan that does not fit", "[cli][compare]") {
+  // #40 item 10: the in-core row of a step that does not fit showed "peak 17.61 KiB", what was
+  // live when it ran out, where `memplan info` says the in-core peak is 25.22 KiB. That figure is
+  // in the row's "why not" ("live 17.19 KiB of 20.00 KiB"), named for what it is.
+  const auto r = run_memplan("compare " + memplan::test::tiny_trace() + " --memory 20KiB");
+  REQUIRE(r.exit_status == 0);
+  const auto at = r.out.find("\nin-core ");
+  REQUIRE(at != std::string::npos);
+  const std::string row = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  CHECK(row.rfind("in-core                  no            -         -        -            -  ", 0) ==
+        0);
+  CHECK(r.out.find("live 17.19 KiB of 20.00 KiB") != std::string::npos);
+}

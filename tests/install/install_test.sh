@@ -39,6 +39,7 @@ for command in simulate compare search sweep zoo import validate record info; do
   grep -q "^\.SS memplan $command" "$man" || fail "man page lacks $command"
 done
 grep -q 'time\\-limit' "$man" || fail "man page lacks the flags"
+grep -q '^\.SH EXAMPLES' "$man" || fail "man page lacks EXAMPLES"
 
 completion="$stage/usr/share/bash-completion/completions/memplan"
 [[ -s $completion ]] || fail "no bash completion"
@@ -46,4 +47,13 @@ words=$(bash -c "source '$completion'; COMP_WORDS=(memplan si); COMP_CWORD=1; _m
 [[ $words == simulate ]] || fail "completion of 'memplan si': '$words'"
 words=$(bash -c "source '$completion'; COMP_WORDS=(memplan search --time); COMP_CWORD=2; _memplan; echo \${COMPREPLY[*]}")
 [[ $words == --time-limit ]] || fail "completion of 'memplan search --time': '$words'"
+# A flag's value: its words (a policy, a device), nothing for a size, file names for a file.
+words=$(bash -c "source '$completion'; COMP_WORDS=(memplan simulate t.json --policy dt); COMP_CWORD=4; _memplan; echo \${COMPREPLY[*]}")
+[[ $words == dtr ]] || fail "completion of 'memplan simulate t.json --policy dt': '$words'"
+words=$(bash -c "source '$completion'; COMP_WORDS=(memplan zoo resnet50 --device a100-8); COMP_CWORD=4; _memplan; echo \${COMPREPLY[*]}")
+[[ $words == a100-80gb ]] || fail "completion of 'memplan zoo resnet50 --device a100-8': '$words'"
+words=$(bash -c "cd '$source'; source '$completion'; COMP_WORDS=(memplan simulate t.json --memory ''); COMP_CWORD=4; _memplan; echo \${COMPREPLY[*]}")
+[[ -z $words ]] || fail "completion of 'memplan simulate t.json --memory': '$words'"
+words=$(bash -c "cd '$source'; source '$completion'; COMP_WORDS=(memplan info trac); COMP_CWORD=2; _memplan; echo \${COMPREPLY[*]}")
+[[ $words == traces ]] || fail "completion of 'memplan info trac': '$words'"
 echo "install_test: $mode ok"
