@@ -16,8 +16,9 @@ namespace memplan::cli {
 namespace {
 
 // The CUDA backend's module (cuda_backend/cuda_module.hpp), loaded on first use: lib/memplan/
-// beside the binary's bin/ (in the build folder and where it is installed). Throws InputError naming `--backend cuda` when this build has none or it cannot
-// be loaded (CUDA's libraries missing).
+// beside the binary's bin/ (in the build folder and where it is installed). Throws InputError
+// naming `--backend cuda` when this build has none or it cannot be loaded (CUDA's libraries
+// missing).
 const cuda_backend::Module& cuda_module() {
 #ifndef MEMPLAN_CUDA_MODULE
   throw sim::InputError("--backend cuda",
@@ -28,21 +29,21 @@ const cuda_backend::Module& cuda_module() {
   if (module != nullptr) return *module;
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::canonical("/proc/self/exe", ec);
-  const std::filesystem::path path = exe.parent_path().parent_path() / "lib" / "memplan" / MEMPLAN_CUDA_MODULE;
+  const std::filesystem::path path =
+      exe.parent_path().parent_path() / "lib" / "memplan" / MEMPLAN_CUDA_MODULE;
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();
-    throw sim::InputError("--backend cuda",
-                          fmt::format("cannot load the CUDA backend: {}",
-                                      why != nullptr ? why : path.string()));
+    throw sim::InputError("--backend cuda", fmt::format("cannot load the CUDA backend: {}",
+                                                        why != nullptr ? why : path.string()));
   }
   using Entry = const cuda_backend::Module* (*)();
   const auto entry = reinterpret_cast<Entry>(::dlsym(handle, cuda_backend::kModuleEntry));
   const cuda_backend::Module* loaded = entry != nullptr ? entry() : nullptr;
   if (loaded == nullptr || loaded->version != cuda_backend::kModuleVersion) {
-    throw sim::InputError("--backend cuda",
-                          fmt::format("{} is not this memplan's CUDA backend (another build's?)",
-                                      path.string()));
+    throw sim::InputError(
+        "--backend cuda",
+        fmt::format("{} is not this memplan's CUDA backend (another build's?)", path.string()));
   }
   module = loaded;  // the handle stays open for the process's life
   return *module;

@@ -34,7 +34,7 @@ void add_info_command(CLI::App& app) {
     }
     if (!options->json) return;
     fmt::print("{}\n", job.ranks.size() == 1 ? ranks.front().dump(2)
-                                              : nlohmann::ordered_json{{"ranks", ranks}}.dump(2));
+                                             : nlohmann::ordered_json{{"ranks", ranks}}.dump(2));
   });
 }
 

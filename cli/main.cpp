@@ -3,7 +3,8 @@
 // 0 success, 1 an expected negative outcome a command reports (e.g. a plan that does not fit),
 // 2 bad input (a trace, a plan, a flag), 1 also when a backend fails at run time
 // (runtime::BackendError: a kernel, a CUDA call) and when the machine runs out of memory
-// (std::bad_alloc), 3 an internal error (a bug in memplan: please report it). Every error line is one printable line (core/printable.hpp).
+// (std::bad_alloc), 3 an internal error (a bug in memplan: please report it). Every error line is
+// one printable line (core/printable.hpp).
 #include <exception>
 #include <new>
 

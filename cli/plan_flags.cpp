@@ -9,9 +9,9 @@ namespace memplan::cli {
 
 void add_plan_flags(CLI::App& command, PlanFlags& flags) {
   auto* plan = command.add_option("--plan", flags.plan, "plan file (JSON, see docs/simulator.md)");
-  auto* policy = command.add_option("--policy", flags.policy,
-                                    fmt::format("a policy, one of: {} (memplan compare ranks them)",
-                                                search::named_plan_names()));
+  auto* policy = command.add_option(
+      "--policy", flags.policy,
+      fmt::format("a policy, one of: {} (memplan compare ranks them)", search::named_plan_names()));
   plan->excludes(policy);
   policy->excludes(plan);
   command.add_option("--encode", flags.encode,

@@ -53,9 +53,10 @@ Bytes available_host_memory() {
   if (v1_max && v1_now) available = std::min(available, std::max<Bytes>(*v1_max - *v1_now, 0));
   rlimit limit{};
   if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-    const auto cap = static_cast<Bytes>(std::min<rlim_t>(
-        limit.rlim_cur, static_cast<rlim_t>(std::numeric_limits<Bytes>::max())));
-    if (const auto used = address_space()) available = std::min(available, std::max<Bytes>(cap - *used, 0));
+    const auto cap = static_cast<Bytes>(
+        std::min<rlim_t>(limit.rlim_cur, static_cast<rlim_t>(std::numeric_limits<Bytes>::max())));
+    if (const auto used = address_space())
+      available = std::min(available, std::max<Bytes>(cap - *used, 0));
   }
   return available;
 }

@@ -1,11 +1,11 @@
 #pragma once
-// The CUDA backend as a module (lib/memplan/libmemplan_cuda.so, beside the binary's bin/) that the memplan
-// binary loads only when `--backend cuda` asks for it (cli/backends.cpp): every other run maps no
-// CUDA runtime, cuBLAS or cuDNN (220 MB of a run's memory before), and one build starts on a
-// machine without CUDA's libraries, saying so only when the GPU is asked for.
-// The module holds its own copy of the libraries it needs, its symbols hidden but
-// memplan_cuda_module(); what crosses is the Backend it makes (virtual calls on the types both
-// sides compile from the same headers) and the probe's CudaEnvironment.
+// The CUDA backend as a module (lib/memplan/libmemplan_cuda.so, beside the binary's bin/) that the
+// memplan binary loads only when `--backend cuda` asks for it (cli/backends.cpp): every other run
+// maps no CUDA runtime, cuBLAS or cuDNN (220 MB of a run's memory before), and one build starts on
+// a machine without CUDA's libraries, saying so only when the GPU is asked for. The module holds
+// its own copy of the libraries it needs, its symbols hidden but memplan_cuda_module(); what
+// crosses is the Backend it makes (virtual calls on the types both sides compile from the same
+// headers) and the probe's CudaEnvironment.
 #include <memory>
 
 #include "cuda_backend/cuda_environment.hpp"

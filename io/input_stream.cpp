@@ -24,7 +24,9 @@ std::atomic<std::uint64_t> limit_values{InputLimits{}.values};
 
 }  // namespace
 
-InputLimits input_limits() { return {limit_bytes.load(), limit_values.load()}; }
+InputLimits input_limits() {
+  return {limit_bytes.load(), limit_values.load()};
+}
 
 void set_input_limits(InputLimits limits) {
   limit_bytes = limits.bytes;
@@ -108,7 +110,8 @@ std::size_t InputStream::read_raw(char* into, std::size_t size) {
       raw_end_ = true;
       return 0;
     }
-    if (errno != EINTR) throw InputError(source_, fmt::format("read failed: {}", std::strerror(errno)));
+    if (errno != EINTR)
+      throw InputError(source_, fmt::format("read failed: {}", std::strerror(errno)));
   }
 }
 
@@ -137,7 +140,8 @@ std::size_t InputStream::inflate_into(char* into, std::size_t size) {
       }
       if (z.avail_in == 0) {
         if (inflater_->member_ended) break;  // the data ends after a whole member
-        throw InputError(source_, "truncated gzip data (the file ends in the middle of the stream)");
+        throw InputError(source_,
+                         "truncated gzip data (the file ends in the middle of the stream)");
       }
     }
     if (inflater_->member_ended) {
@@ -151,8 +155,9 @@ std::size_t InputStream::inflate_into(char* into, std::size_t size) {
       continue;
     }
     if (status == Z_OK || (status == Z_BUF_ERROR && z.avail_in == 0)) continue;
-    throw InputError(source_, fmt::format("corrupt gzip data: {}",
-                                          z.msg != nullptr ? z.msg : fmt::format("zlib error {}", status)));
+    throw InputError(source_,
+                     fmt::format("corrupt gzip data: {}",
+                                 z.msg != nullptr ? z.msg : fmt::format("zlib error {}", status)));
   }
   return size - z.avail_out;
 }
@@ -189,11 +194,10 @@ InputStream::int_type InputStream::underflow() {
     }
     if (content_ == Content::kJson) {
       if (const void* nul = std::memchr(buffer_.data(), '\0', n); nul != nullptr) {
-        const auto at = delivered_ + static_cast<std::uint64_t>(static_cast<const char*>(nul) -
-                                                                buffer_.data());
-        throw InputError(source_,
-                         fmt::format("a NUL byte at byte {}{}: not a text file", at,
-                                     gzip() ? " of the decompressed data" : ""));
+        const auto at =
+            delivered_ + static_cast<std::uint64_t>(static_cast<const char*>(nul) - buffer_.data());
+        throw InputError(source_, fmt::format("a NUL byte at byte {}{}: not a text file", at,
+                                              gzip() ? " of the decompressed data" : ""));
       }
     }
     delivered_ += n;

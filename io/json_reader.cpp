@@ -62,15 +62,15 @@ nlohmann::json parse_json(InputStream& input, const JsonFilter& filter) {
   const std::uint64_t limit = input.limits().values;
   std::uint64_t values = 0;
   // Every value is counted as it starts (an object, an array) or completes (anything else).
-  const nlohmann::json::parser_callback_t count = [&](int depth, nlohmann::json::parse_event_t event,
-                                                      nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::object_start ||
-        event == nlohmann::json::parse_event_t::array_start ||
-        event == nlohmann::json::parse_event_t::value) {
-      if (++values > limit) refuse_values(input.source(), limit, "JSON values");
-    }
-    return filter == nullptr || filter(depth, event, parsed);
-  };
+  const nlohmann::json::parser_callback_t count =
+      [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::object_start ||
+            event == nlohmann::json::parse_event_t::array_start ||
+            event == nlohmann::json::parse_event_t::value) {
+          if (++values > limit) refuse_values(input.source(), limit, "JSON values");
+        }
+        return filter == nullptr || filter(depth, event, parsed);
+      };
   std::istream stream(&input);
   try {
     return nlohmann::json::parse(stream, count);

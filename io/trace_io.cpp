@@ -417,13 +417,13 @@ bool profiler_member(int depth, nlohmann::json::parse_event_t event, const Json&
   return depth == 1 && event == nlohmann::json::parse_event_t::key && parsed == "traceEvents";
 }
 bool profiler_event(int depth, nlohmann::json::parse_event_t event, const Json& parsed) {
-  return depth == 1 && event == nlohmann::json::parse_event_t::object_end &&
-         parsed.contains("ph");
+  return depth == 1 && event == nlohmann::json::parse_event_t::object_end && parsed.contains("ph");
 }
 
 // An event without a category: the legacy format of a PyTorch built without Kineto.
 [[noreturn]] void refuse_profiler_event(std::string_view source, const Json& event) {
-  if (!event.contains("cat")) throw InputError(std::string(source), std::string(kLegacyProfilerFormat));
+  if (!event.contains("cat"))
+    throw InputError(std::string(source), std::string(kLegacyProfilerFormat));
   refuse_profiler_trace(source);
 }
 

@@ -134,8 +134,8 @@ namespace {
 // kHostBytesPerElement of memory per op and tensor (`memplan zoo resnet --depth 100000`: 700,013
 // ops and 2,000,047 tensors in 1.61 GB, 596 bytes each), and the ops and tensors grow linearly
 // with the layers or blocks (each adds the same forward ops, backward ops and update). So before
-// building, the network is built at three and at four layers (blocks) of the same shape, its size at
-// the requested count extrapolated, and a request that would need more memory than the machine
+// building, the network is built at three and at four layers (blocks) of the same shape, its size
+// at the requested count extrapolated, and a request that would need more memory than the machine
 // has available (sim::available_host_memory()) is refused in one line that says what it needs,
 // exit 2, instead of std::bad_alloc after 14.7 GB.
 constexpr double kHostBytesPerElement = 600;
@@ -183,13 +183,14 @@ void refuse_larger_than_machine(const ModelInfo& model, const ModelOptions& opti
   const sim::Bytes available = sim::available_host_memory();
   if (need <= static_cast<double>(available)) return;
   throw sim::InputError(
-      flag, fmt::format("{} {} would be {:.1f} million ops and tensors, about {} of memory to "
-                        "build; this machine has {} available",
-                        model.name, flag == std::string_view("--layers")
-                                        ? fmt::format("of {} layers", count)
-                                        : fmt::format("of depth {}", *options.depth),
-                        elements * 1e-6, sim::format_bytes(static_cast<sim::Bytes>(need)),
-                        sim::format_bytes(available)));
+      flag,
+      fmt::format("{} {} would be {:.1f} million ops and tensors, about {} of memory to "
+                  "build; this machine has {} available",
+                  model.name,
+                  flag == std::string_view("--layers") ? fmt::format("of {} layers", count)
+                                                       : fmt::format("of depth {}", *options.depth),
+                  elements * 1e-6, sim::format_bytes(static_cast<sim::Bytes>(need)),
+                  sim::format_bytes(available)));
 }
 
 }  // namespace

@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/input_error.hpp"
-#include "io/input_stream.hpp"
-#include "io/json_reader.hpp"
-#include "io/trace_io.hpp"
 #include "importers/kineto/comm_args.hpp"
 #include "importers/kineto/event_reader.hpp"
 #include "importers/kineto/rank_split.hpp"
 #include "importers/kineto/step_events.hpp"
+#include "io/input_stream.hpp"
+#include "io/json_reader.hpp"
+#include "io/trace_io.hpp"
 
 namespace memplan::importers {
 namespace {
@@ -84,9 +84,7 @@ void check_top_level(const json& document, std::string_view source, std::size_t 
   if (!document.is_array())
     throw sim::InputError(fmt::format("{}: $", source), "expected an object with 'traceEvents'");
   if (events > 0 && !categorized) {
-    throw sim::InputError(
-        fmt::format("{}: $", source),
-        std::string(sim::kLegacyProfilerFormat));
+    throw sim::InputError(fmt::format("{}: $", source), std::string(sim::kLegacyProfilerFormat));
   }
 }
 
@@ -175,7 +173,7 @@ struct EventSink {
   KinetoTrace trace;  // its events only
   // ac2g flow ends: (thread, time) of the GPU activity -> correlation id.
   std::map<std::pair<std::string, sim::Nanoseconds>, std::int64_t> flow_ends;
-  std::vector<std::pair<std::size_t, std::string>> unresolved;  // GPU event index, thread
+  std::vector<std::pair<std::size_t, std::string>> unresolved;   // GPU event index, thread
   std::optional<std::pair<std::size_t, sim::InputError>> error;  // the first bad event, its index
 
   void read(const json& e, std::string_view source, std::size_t i);
@@ -276,7 +274,7 @@ void sort_events(KinetoTrace& trace) {
 struct StreamedFile {
   json document;  // the top level, its events dropped
   std::size_t events = 0;
-  bool categorized = false;  // some event has a "cat"
+  bool categorized = false;                      // some event has a "cat"
   std::vector<std::optional<std::string>> pids;  // in order of appearance (nullopt: no pid)
   std::vector<EventSink> sinks;                  // parallel to pids
 };
@@ -319,9 +317,9 @@ StreamedFile stream_events(sim::InputStream& input, detail::RankSplit& split) {
       events_key = false;
       return true;
     }
-    const bool element_done = depth == events_depth && (event == Event::value ||
-                                                        event == Event::object_end ||
-                                                        event == Event::array_end);
+    const bool element_done =
+        depth == events_depth &&
+        (event == Event::value || event == Event::object_end || event == Event::array_end);
     if (!element_done) return true;
     read_event(parsed);
     return false;

@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>

@@ -9,8 +9,8 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
-#include "core/machine.hpp"
 #include "core/input_error.hpp"
+#include "core/machine.hpp"
 #include "core/units.hpp"
 #include "io/input_stream.hpp"
 #include "io/output_file.hpp"

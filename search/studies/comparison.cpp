@@ -228,8 +228,8 @@ std::string comparison_text(const Comparison& comparison, const sim::Workload& w
                        // A row that does not fit has no peak: what was live when it ran out is in
                        // its "why not" (and is not the step's in-core peak of `memplan info`).
                        gap_cell(comparison, row),
-                       fits ? sim::format_bytes(row.timeline.peak_bytes) : "-",
-                       counts[0], counts[1], counts[2], counts[3], row.decide_s);
+                       fits ? sim::format_bytes(row.timeline.peak_bytes) : "-", counts[0],
+                       counts[1], counts[2], counts[3], row.decide_s);
     if (host) {
       out += fmt::format(" {:>8} {:>5}",
                          fits ? fmt::format("{:.1f}%", 100.0 * row.gpu_idle_share()) : "-",

@@ -232,8 +232,7 @@ std::string job_comparison_text(const JobComparison& comparison, const sim::Job&
         fits ? std::to_string(job.rank_of(shown)) : "-",
         fits ? fmt::format("{:.3f} ms", sim::to_milliseconds(row.wait_ns())) : "-",
         fits ? sim::format_bytes(peak_bytes(row.run)) : "-", counts[0], counts[1], counts[2],
-        counts[3],
-        row.decide_s, row.decisions[shown].note);
+        counts[3], row.decide_s, row.decisions[shown].note);
     if (fits) continue;
     const std::string why = job_why_not(row, job);
     for (std::size_t at = 0; at < why.size();) {

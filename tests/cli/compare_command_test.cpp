@@ -304,7 +304,7 @@ TEST_CASE("memplan compare shows no peak for a plan that does not fit", "[cli][c
   const auto at = r.out.find("\nin-core ");
   REQUIRE(at != std::string::npos);
   const std::string row = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
-  CHECK(row.rfind("in-core                  no            -         -        -            -  ", 0) ==
-        0);
+  CHECK(row.rfind("in-core                  no            -         -        -            -  ",
+                  0) == 0);
   CHECK(r.out.find("live 17.19 KiB of 20.00 KiB") != std::string::npos);
 }

@@ -97,9 +97,9 @@ TEST_CASE("memplan import kineto: bad input is one line and exit 2, no output fi
   }
   SECTION("a trace followed by a NUL and garbage") {
     const auto f = write_temp("nul.json", text + std::string(1, '\0') + "garbage");
-    check_one_line_error(run_memplan("import kineto '" + f + "' -o '" + out + "'"),
-                         fmt::format("nul.json: a NUL byte at byte {}: not a text file",
-                                     text.size()));
+    check_one_line_error(
+        run_memplan("import kineto '" + f + "' -o '" + out + "'"),
+        fmt::format("nul.json: a NUL byte at byte {}: not a text file", text.size()));
   }
   CHECK_FALSE(std::filesystem::exists(out));
 }

@@ -142,8 +142,8 @@ TEST_CASE("the binary maps no CUDA library until --backend cuda asks for it (#40
   std::filesystem::create_directories(dir + "/bin");
   std::filesystem::copy_file(MEMPLAN_BINARY, dir + "/bin/memplan");
   auto run = [&](const std::string& args) {
-    const int status = std::system(fmt::format("'{}/bin/memplan' {} >'{}/out' 2>'{}/err'", dir,
-                                               args, dir, dir).c_str());
+    const int status = std::system(
+        fmt::format("'{}/bin/memplan' {} >'{}/out' 2>'{}/err'", dir, args, dir, dir).c_str());
     return std::pair{WEXITSTATUS(status), memplan::test::read_text(dir + "/err")};
   };
   CHECK(run("info " + memplan::test::tiny_trace()).first == 0);

@@ -129,9 +129,9 @@ TEST_CASE("memplan zoo says what a model larger than the machine would need, and
   // a 2 GB address space it is refused at once, naming the flag and the need.
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
   const std::string out = (dir / "out.json").string();
-  const auto r = run_memplan(
-      fmt::format("zoo gpt --layers 1048576 --batch 1 --device a100-80gb -o '{}'", out),
-      "ulimit -v 2000000;");
+  const auto r =
+      run_memplan(fmt::format("zoo gpt --layers 1048576 --batch 1 --device a100-80gb -o '{}'", out),
+                  "ulimit -v 2000000;");
   CAPTURE(r.err);
   CHECK(r.exit_status == 2);
   CHECK(r.err.rfind("memplan: --layers: gpt of 1048576 layers would be 111.1 million ops and "
@@ -140,15 +140,15 @@ TEST_CASE("memplan zoo says what a model larger than the machine would need, and
   CHECK(r.err.find("available\n") == r.err.size() - 10);
   CHECK(!std::filesystem::exists(out));
   // The same for the residual family's depth; one that fits is built.
-  const auto deep = run_memplan(
-      fmt::format("zoo resnet --depth 99998 --batch 1 --device a100-80gb -o '{}'", out),
-      "ulimit -v 1000000;");
+  const auto deep =
+      run_memplan(fmt::format("zoo resnet --depth 99998 --batch 1 --device a100-80gb -o '{}'", out),
+                  "ulimit -v 1000000;");
   CHECK(deep.exit_status == 2);
   CHECK(deep.err.find("--depth: resnet of depth 99998 would be 2.6 million ops and tensors") !=
         std::string::npos);
-  CHECK(run_memplan(fmt::format("zoo resnet --depth 1517 --batch 1 --device a100-80gb -o '{}'",
-                                out),
-                    "ulimit -v 1000000;")
-            .exit_status == 0);
+  CHECK(
+      run_memplan(fmt::format("zoo resnet --depth 1517 --batch 1 --device a100-80gb -o '{}'", out),
+                  "ulimit -v 1000000;")
+          .exit_status == 0);
   std::filesystem::remove_all(dir);
 }

@@ -28,8 +28,8 @@ using memplan::sim::InputStream;
 // `text` gzip'd in memory (one member).
 std::string gzip(const std::string& text) {
   z_stream z{};
-  REQUIRE(deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
-                       Z_DEFAULT_STRATEGY) == Z_OK);
+  REQUIRE(deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) ==
+          Z_OK);
   std::string out(deflateBound(&z, static_cast<uLong>(text.size())), '\0');
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
   z.avail_in = static_cast<uInt>(text.size());
@@ -96,8 +96,8 @@ TEST_CASE("an input past the size limit is refused where it passes it", "[io][in
   CHECK(error_of(bomb, Content::kJson, small) ==
         "in.json: larger than 1.00 MiB once decompressed (memplan's input limit: raise it with "
         "--max-input-size, or memplan.set_input_limits in Python)");
-  CHECK(error_of(std::string((1 << 20) + 1, ' '), Content::kJson, small).find(
-            "larger than 1.00 MiB (memplan's input limit") != std::string::npos);
+  CHECK(error_of(std::string((1 << 20) + 1, ' '), Content::kJson, small)
+            .find("larger than 1.00 MiB (memplan's input limit") != std::string::npos);
   CHECK(read(std::string(1 << 20, 'x'), Content::kBinary, small).size() == (1u << 20));
 }
 
