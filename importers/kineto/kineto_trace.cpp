@@ -348,7 +348,7 @@ std::vector<KinetoTrace> read_ranks(sim::InputStream& input) {
     if (e && split.part_of(streamed.pids[s]) && (error == nullptr || e->first < error->first))
       error = &*e;
   }
-  if (error != nullptr) throw error->second;
+  if (error != nullptr) throw sim::InputError(error->second);
   std::vector<KinetoTrace> traces(split.ranks(), file);
   for (std::size_t s = 0; s < streamed.sinks.size(); ++s) {
     const auto part = split.part_of(streamed.pids[s]);

@@ -134,7 +134,7 @@ std::optional<std::size_t> RankSplit::part_of(const std::optional<std::string>& 
 }
 
 bool RankSplit::by_metadata() {
-  if (metadata_error_) throw *metadata_error_;
+  if (metadata_error_) throw sim::InputError(*metadata_error_);
   std::set<std::int32_t> ranks;
   for (const auto& [pid, rank] : rank_of_pid_) ranks.insert(rank);
   if (ranks.empty()) return false;

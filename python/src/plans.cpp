@@ -48,6 +48,28 @@ sim::Plan apply_encodings(const sim::Plan& plan, const sim::Workload& workload,
   return search::apply_encodings(plan, search::NetworkView(workload), options);
 }
 
+// The input limits (io/input_stream.hpp): the CLI's --max-input-size and --max-input-values.
+// Returns the limits before.
+std::pair<std::uint64_t, std::uint64_t> set_input_limits(
+    const std::optional<std::variant<std::int64_t, std::string>>& size,
+    std::optional<std::int64_t> values) {
+  const sim::InputLimits before = sim::input_limits();
+  sim::InputLimits limits = before;
+  if (size) {
+    const std::int64_t bytes = std::holds_alternative<std::string>(*size)
+                                   ? sim::parse_bytes(std::get<std::string>(*size), "size")
+                                   : std::get<std::int64_t>(*size);
+    if (bytes < 1) throw sim::InputError("size", "must be at least 1 byte");
+    limits.bytes = static_cast<std::uint64_t>(bytes);
+  }
+  if (values) {
+    if (*values < 1) throw sim::InputError("values", "must be at least 1");
+    limits.values = static_cast<std::uint64_t>(*values);
+  }
+  sim::set_input_limits(limits);
+  return std::make_pair(before.bytes, before.values);
+}
+
 }  // namespace
 
 void bind_plans(py::module_& m) {
@@ -104,28 +126,8 @@ void bind_plans(py::module_& m) {
       "write_output",
       [](const std::string& path, const std::string& text) { sim::write_output(path, text); },
       py::arg("path"), py::arg("text"));
-  // The input limits (io/input_stream.hpp): the CLI's --max-input-size and --max-input-values.
-  m.def(
-      "set_input_limits",
-      [](const std::optional<std::variant<std::int64_t, std::string>>& size,
-         std::optional<std::int64_t> values) {
-        const sim::InputLimits before = sim::input_limits();
-        sim::InputLimits limits = before;
-        if (size) {
-          const std::int64_t bytes = std::holds_alternative<std::string>(*size)
-                                         ? sim::parse_bytes(std::get<std::string>(*size), "size")
-                                         : std::get<std::int64_t>(*size);
-          if (bytes < 1) throw sim::InputError("size", "must be at least 1 byte");
-          limits.bytes = static_cast<std::uint64_t>(bytes);
-        }
-        if (values) {
-          if (*values < 1) throw sim::InputError("values", "must be at least 1");
-          limits.values = static_cast<std::uint64_t>(*values);
-        }
-        sim::set_input_limits(limits);
-        return std::make_pair(before.bytes, before.values);
-      },
-      py::arg("size") = py::none(), py::arg("values") = py::none());
+  m.def("set_input_limits", &set_input_limits, py::arg("size") = py::none(),
+        py::arg("values") = py::none());
   m.def("named_plan", &search::named_plan, py::arg("name"), py::arg("workload"), py::arg("machine"),
         py::call_guard<py::gil_scoped_release>());
   m.def("named_plan_names", &search::named_plan_names);
