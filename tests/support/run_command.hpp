@@ -11,6 +11,14 @@ struct CommandResult {
   std::string err;
 };
 
+/// Whether this build (the memplan binary's and the tests') is sanitized: a sanitizer reserves
+/// terabytes of address space for its shadow memory, so a run under `ulimit -v` cannot start.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizedBuild = true;
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+
 /// Runs `memplan ARGS` through /bin/sh (ARGS is shell text) and captures stdout and stderr;
 /// `launcher` (shell text, e.g. "mpirun -np 2") goes before memplan's path when given.
 CommandResult run_memplan(const std::string& args, const std::string& launcher = "");
