@@ -5,6 +5,8 @@
 // (runtime::BackendError: a kernel, a CUDA call) and when the machine runs out of memory
 // (std::bad_alloc), 3 an internal error (a bug in memplan: please report it). Every error line is
 // one printable line (core/printable.hpp).
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 
@@ -18,7 +20,22 @@
 #include "core/printable.hpp"
 #include "runtime/backend_error.hpp"
 
+namespace {
+
+// What a request will need is said before it starts where it can be known (a zoo model's size,
+// the input limits); anything else that runs the machine out of memory ends here, in one line:
+// from operator new (std::set_new_handler, so also where a std::bad_alloc could not propagate: a
+// noexcept function, another thread) or a std::bad_alloc thrown otherwise.
+[[noreturn]] void out_of_memory() {
+  std::fputs("memplan: out of memory: the run needed more memory than this machine gave it\n",
+             stderr);
+  std::_Exit(1);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  std::set_new_handler(out_of_memory);
   CLI::App app{"memplan: simulate, search and validate memory plans for GPU training steps"};
   app.name("memplan");
   app.require_subcommand(1);
@@ -53,11 +70,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "memplan: backend failed: {}\n", memplan::sim::printable(e.what()));
     return 1;
   } catch (const std::bad_alloc&) {
-    // What a request will need is said before it starts where it can be known (a zoo model's
-    // size, the input limits); anything else that runs the machine out of memory ends here.
-    fmt::print(stderr,
-               "memplan: out of memory: the run needed more memory than this machine gave it\n");
-    return 1;
+    out_of_memory();
   } catch (const std::exception& e) {
     fmt::print(stderr, "memplan: internal error (a bug; please report it): {}\n",
                memplan::sim::printable(e.what()));

@@ -27,15 +27,25 @@ Unit make_unit(std::size_t event) {
   return u;
 }
 
+// Depth first, in the children's order, without recursion: events nest as deep as the trace has
+// them (2 M identical events each inside the one before overflowed the stack).
 void collect_under(const KinetoTrace& trace, const Nesting& nesting, std::size_t parent,
                    std::vector<Unit>& units) {
-  for (std::size_t child : nesting.children[parent]) {
+  std::vector<std::pair<std::size_t, std::size_t>> stack{{parent, 0}};  // event, next child
+  while (!stack.empty()) {
+    const std::size_t event = stack.back().first;
+    const std::size_t next = stack.back().second++;
+    if (next == nesting.children[event].size()) {
+      stack.pop_back();
+      continue;
+    }
+    const std::size_t child = nesting.children[event][next];
     const std::string& name = trace.cpu_events[child].name;
     if (starts_with(name, "enumerate(DataLoader)") || is_comm_event(trace, child)) continue;
     if (is_layer_event(name)) {
       units.push_back(make_unit(child));
     } else {
-      collect_under(trace, nesting, child, units);
+      stack.emplace_back(child, 0);
     }
   }
 }

@@ -421,3 +421,16 @@ TEST_CASE("forward ops take the aten table's layer, or stay generic under their 
     if (table != Layer::kGeneric) CHECK(w.ops[i].layer == table);
   }
 }
+
+TEST_CASE("events nested as deep as the trace has them are no crash",
+          "[importers][kineto][bad_input]") {
+  // Found by scripts/fuzz-cli: 300,000 identical events inside one ProfilerStep nest each inside
+  // the one before, and the walk over them recursed once per level (SIGSEGV).
+  std::string text =
+      R"({"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", )"
+      R"("pid": 1, "tid": 1, "ts": 0, "dur": 10})";
+  for (int i = 0; i < 300000; ++i)
+    text += R"(, {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1})";
+  text += "]}";
+  CHECK(import_error(text).find("ProfilerStep#1 has no forward layer op") != std::string::npos);
+}
