@@ -4,6 +4,7 @@ import os
 
 from memplan import _core, _plans, _simulation, _tables
 from memplan._files import write_output
+from memplan._numbers import whole, whole_or_none
 from memplan._traces import Job, as_trace
 
 
@@ -125,10 +126,10 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     trace = as_trace(trace)
     m = _plans.machine(trace, **what_if)
     request = _core.SearchRequest()
-    request.threads = int(threads)
+    request.threads = whole(threads, "--threads")
     request.time_limit_s = float(time_limit)
-    request.rounds = None if rounds is None else int(rounds)
-    request.seed = int(seed)
+    request.rounds = whole_or_none(rounds, "--rounds")
+    request.seed = whole(seed, "--seed")
     request.deterministic = bool(deterministic)
     request.maps_only = bool(maps_only)
     request.encode = _plans._encode_text(encode)
@@ -188,14 +189,14 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
     request.bandwidths = [b if isinstance(b, str) else f"{b!r}B/s" for b in _list(bandwidth)]
     request.policies = list(policies or [])
     request.search = bool(search)
-    request.threads = int(threads)
+    request.threads = whole(threads, "--threads")
     request.encode = _plans._encode_text(encode)
     request.search_time_limit_s = float(search_time_limit)
-    request.search_rounds = None if search_rounds is None else int(search_rounds)
-    request.seed = int(seed)
+    request.search_rounds = whole_or_none(search_rounds, "--search-rounds")
+    request.seed = whole(seed, "--seed")
     request.interconnects = [str(i) for i in _list(interconnects)]
-    request.gpus_per_node = None if gpus_per_node is None else int(gpus_per_node)
-    request.world_sizes = [int(w) for w in _list(world_sizes)]
+    request.gpus_per_node = whole_or_none(gpus_per_node, "--gpus-per-node")
+    request.world_sizes = [whole(w, "--world-sizes") for w in _list(world_sizes)]
     arguments = _core.SweepArguments()
     arguments.traces = [(str(name), t._job if isinstance(t, Job) else t._workload)
                         for name, t in items]

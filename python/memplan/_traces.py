@@ -4,6 +4,7 @@ import os
 
 from memplan import _core, _tables
 from memplan._files import write_output
+from memplan._numbers import whole
 
 
 class Trace:
@@ -223,9 +224,9 @@ def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, 
     for key, value in dict(layers=layers, hidden=hidden, heads=heads, sequence=seq,
                            vocab=vocab).items():
         if value is not None:
-            setattr(transformer, key, int(value))
-    workload = _core.zoo_workload(model, device, int(batch), list(input or []), depth, transformer,
-                                  optimizer)
+            setattr(transformer, key, whole(value, "--" + {"sequence": "seq"}.get(key, key)))
+    workload = _core.zoo_workload(model, device, whole(batch, "--batch"), list(input or []),
+                                  depth, transformer, optimizer)
     return Trace(workload, f"{model}_{device}_b{batch}")
 
 

@@ -2,6 +2,7 @@
 what a plan carried out elsewhere (memplan.torch) takes from the simulator: the tolerance its
 results are held to and where the lowering acts on each map."""
 from memplan import _core, _plans, _simulation, _tables, _traces
+from memplan._numbers import whole
 
 
 def _tolerance_fields(t):
@@ -93,6 +94,6 @@ def validate(trace, plan=None, policy=None, encode=None, seed=1, calibrate=False
     if not force and not predicted.feasible:
         raise _core.InputError("the simulator says the plan does not fit (force=True "
                                f"runs it): {predicted.oom}")
-    report, oom = _core.validate_on_host(trace._workload, resolved._plan, m, int(seed),
+    report, oom = _core.validate_on_host(trace._workload, resolved._plan, m, whole(seed, "--seed"),
                                          bool(calibrate))
     return ValidationReport(report, resolved, oom)

@@ -134,3 +134,11 @@ def test_input_limits_bound_what_is_read(tmp_path):
     finally:
         memplan.set_input_limits(*before)
     assert memplan.load_trace(path).op_count == 17
+
+
+def test_an_infinite_whole_number_is_an_input_error():
+    # Found by scripts/fuzz-cli --python: int(float("inf")) raised OverflowError.
+    with pytest.raises(memplan.InputError, match=r"^--batch: inf is not a whole number"):
+        memplan.zoo("resnet18", "v100-16gb", batch=float("inf"))
+    with pytest.raises(memplan.InputError, match=r"^--threads: inf is not a whole number"):
+        memplan.search(memplan.load_trace(TRACES / "mlp4.json"), threads=float("inf"))
