@@ -7,8 +7,8 @@
 // formats no strings (a ResNet-1517 trace: 30,000 tensors and 10,000 ops, each read field was a
 // formatted path, a fifth of the read).
 // Documents are parsed as they stream from an InputStream (io/input_stream.hpp), their values
-// counted against the input limit; a filter may drop values as they complete (a profiler trace's
-// events, read one at a time and never held together).
+// counted against the input limit; the elements of one array may be handed over one at a time
+// instead of kept (a profiler trace's events, never held together).
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -23,21 +23,27 @@ namespace memplan::sim {
 
 class InputStream;
 
-/// nlohmann's parser callback: called as each value starts and completes (`depth`: 0 for the
-/// document, 1 for its members or elements...); returning false drops the completed value.
-using JsonFilter =
-    std::function<bool(int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed)>;
+/// What a document's reader wants as it streams (io/json_reader.cpp's Note [Streamed JSON]).
+struct JsonStreaming {
+  /// Called with each member name of the top-level object as it is read (may throw: a reader
+  /// that refuses a file as soon as it shows what it is).
+  std::function<void(const std::string& key)> top_key;
+  /// When set, the elements of the top-level array, or of the array under the top-level member
+  /// `streamed_key`, are handed to it one at a time as each completes, and not kept.
+  std::function<void(nlohmann::json& element)> element;
+  std::string streamed_key;
+};
 
-/// Parses the JSON document `input` holds as it streams, through `filter` when given. Any failure
-/// (truncated or corrupt text, a number too large for any JSON number type, trailing bytes, more
-/// values than the input limit) becomes an InputError naming the source and, where known, the
-/// line; the filter's own InputErrors pass through.
-nlohmann::json parse_json(InputStream& input, const JsonFilter& filter = nullptr);
+/// Parses the JSON document `input` holds as it streams. Any failure (truncated or corrupt text,
+/// a number too large for any JSON number type, trailing bytes, more values than the input limit)
+/// becomes an InputError naming the source and, where known, the line; the callbacks' own
+/// InputErrors pass through.
+nlohmann::json parse_json(InputStream& input, const JsonStreaming& streaming = {});
 /// parse_json of the file at `path` (which may be gzip'd).
-nlohmann::json read_json(const std::filesystem::path& path, const JsonFilter& filter = nullptr);
+nlohmann::json read_json(const std::filesystem::path& path, const JsonStreaming& streaming = {});
 /// parse_json of `text`; `source` names it in errors.
 nlohmann::json parse_json(std::string_view text, std::string_view source,
-                          const JsonFilter& filter = nullptr);
+                          const JsonStreaming& streaming = {});
 
 class JsonReader {
  public:

@@ -412,14 +412,6 @@ namespace {
                    "`memplan import kineto FILE -o trace.json`");
 }
 
-// A Chrome trace: {"traceEvents": [...]}, or a bare array of events (each with a phase "ph").
-bool profiler_member(int depth, nlohmann::json::parse_event_t event, const Json& parsed) {
-  return depth == 1 && event == nlohmann::json::parse_event_t::key && parsed == "traceEvents";
-}
-bool profiler_event(int depth, nlohmann::json::parse_event_t event, const Json& parsed) {
-  return depth == 1 && event == nlohmann::json::parse_event_t::object_end && parsed.contains("ph");
-}
-
 // An event without a category: the legacy format of a PyTorch built without Kineto.
 [[noreturn]] void refuse_profiler_event(std::string_view source, const Json& event) {
   if (!event.contains("cat"))
@@ -499,13 +491,13 @@ void write(std::string& out, const Workload& workload) {
 }
 
 Json read_document(const std::filesystem::path& path) {
-  bool array = false;
-  return read_json(path, [&](int depth, nlohmann::json::parse_event_t event, Json& parsed) {
-    if (depth == 0 && event == nlohmann::json::parse_event_t::array_start) array = true;
-    if (profiler_member(depth, event, parsed)) refuse_profiler_trace(path.string());
-    if (array && profiler_event(depth, event, parsed)) refuse_profiler_event(path.string(), parsed);
-    return true;
-  });
+  // A Chrome trace, {"traceEvents": [...]}, is refused at its key, before its events are read; a
+  // bare array of events, by read_header.
+  JsonStreaming streaming;
+  streaming.top_key = [&path](const std::string& key) {
+    if (key == "traceEvents") refuse_profiler_trace(path.string());
+  };
+  return read_json(path, streaming);
 }
 
 }  // namespace trace_body

@@ -283,9 +283,7 @@ StreamedFile stream_events(sim::InputStream& input, detail::RankSplit& split) {
   StreamedFile file;
   std::map<std::optional<std::string>, std::size_t> sink_of;
   const std::string& source = input.source();
-  int events_depth = -1;  // the depth of the events, once their array started
-  bool events_key = false;
-  auto read_event = [&](const json& e) {
+  auto read_event = [&](json& e) {
     const std::size_t i = file.events++;
     if (e.is_object() && e.contains("cat")) file.categorized = true;
     split.observe(e, i);
@@ -303,27 +301,10 @@ StreamedFile stream_events(sim::InputStream& input, detail::RankSplit& split) {
       sink.error.emplace(i, error);
     }
   };
-  using Event = json::parse_event_t;
-  file.document = sim::parse_json(input, [&](int depth, Event event, json& parsed) {
-    if (events_depth < 0) {
-      // {"traceEvents": [ ... ]} or [ ... ]
-      if (depth == 1 && event == Event::key) events_key = parsed == "traceEvents";
-      if (event == Event::array_start && ((depth == 1 && events_key) || depth == 0))
-        events_depth = depth + 1;
-      return true;
-    }
-    if (depth == events_depth - 1 && event == Event::array_end) {
-      events_depth = -1;
-      events_key = false;
-      return true;
-    }
-    const bool element_done =
-        depth == events_depth &&
-        (event == Event::value || event == Event::object_end || event == Event::array_end);
-    if (!element_done) return true;
-    read_event(parsed);
-    return false;
-  });
+  sim::JsonStreaming streaming;
+  streaming.element = read_event;
+  streaming.streamed_key = "traceEvents";
+  file.document = sim::parse_json(input, streaming);
   return file;
 }
 
