@@ -4,7 +4,7 @@ import os
 
 from memplan import _core, _plans, _simulation, _tables
 from memplan._files import write_output
-from memplan._numbers import whole, whole_or_none
+from memplan._numbers import real, whole, whole_or_none
 from memplan._traces import Job, as_trace
 
 
@@ -127,7 +127,7 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     m = _plans.machine(trace, **what_if)
     request = _core.SearchRequest()
     request.threads = whole(threads, "--threads")
-    request.time_limit_s = float(time_limit)
+    request.time_limit_s = real(time_limit, "--time-limit")
     request.rounds = whole_or_none(rounds, "--rounds")
     request.seed = whole(seed, "--seed")
     request.deterministic = bool(deterministic)
@@ -191,7 +191,7 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
     request.search = bool(search)
     request.threads = whole(threads, "--threads")
     request.encode = _plans._encode_text(encode)
-    request.search_time_limit_s = float(search_time_limit)
+    request.search_time_limit_s = real(search_time_limit, "--search-time-limit")
     request.search_rounds = whole_or_none(search_rounds, "--search-rounds")
     request.seed = whole(seed, "--seed")
     request.interconnects = [str(i) for i in _list(interconnects)]

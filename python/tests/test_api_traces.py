@@ -142,3 +142,5 @@ def test_an_infinite_whole_number_is_an_input_error():
         memplan.zoo("resnet18", "v100-16gb", batch=float("inf"))
     with pytest.raises(memplan.InputError, match=r"^--threads: inf is not a whole number"):
         memplan.search(memplan.load_trace(TRACES / "mlp4.json"), threads=float("inf"))
+    with pytest.raises(memplan.InputError, match=r"^--time-limit: 1000.* is too large"):
+        memplan.search(memplan.load_trace(TRACES / "mlp4.json"), time_limit=10**400)
