@@ -72,6 +72,8 @@ namespace {
 using Json = nlohmann::json;
 using DomBuilder = nlohmann::detail::json_sax_dom_parser<Json>;
 
+constexpr int kMaxJsonDepth = 1000;
+
 class StreamingSax {
  public:
   StreamingSax(Json& document, const JsonStreaming& streaming, const InputStream& input)
@@ -100,6 +102,7 @@ class StreamingSax {
   }
   bool start_object(std::size_t n) {
     count();
+    deeper();
     begin_element();
     ++depth_;
     return builder().start_object(n);
@@ -120,6 +123,7 @@ class StreamingSax {
   }
   bool start_array(std::size_t n) {
     count();
+    deeper();
     const bool streamed = streaming_.element && element_builder_ == nullptr &&
                           (depth_ == 0 || (depth_ == 1 && streamed_key_));
     begin_element();
@@ -145,6 +149,15 @@ class StreamingSax {
   void count() {
     if (++values_ > input_.limits().values)
       refuse_values(input_.source(), input_.limits().values, "JSON values");
+  }
+  // No file memplan reads nests more than a few levels; a document nested without end (arrays
+  // opened and never closed) is refused before nlohmann's DOM of it grows past what memory holds.
+  void deeper() const {
+    if (depth_ >= kMaxJsonDepth) {
+      throw InputError(
+          input_.source(),
+          fmt::format("nested more than {} deep: not a file memplan reads", kMaxJsonDepth));
+    }
   }
   // An element of the streamed array starts here: it is built on its own.
   void begin_element() {

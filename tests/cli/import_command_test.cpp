@@ -250,14 +250,15 @@ TEST_CASE("memplan import snapshot refuses a pickle that would run code, and a t
 
 TEST_CASE("running out of memory is one line and exit 1, never an abort", "[cli][bad_input]") {
   // Found by scripts/fuzz-cli: with the values limit raised past what the machine holds, a
-  // std::bad_alloc in a noexcept function ended in std::terminate (SIGABRT). Arrays nested 2 M
-  // deep, each with three values, are about 8 M values: more than 400 MB of address space holds.
+  // std::bad_alloc in a noexcept function ended in std::terminate (SIGABRT). 2 M small arrays of
+  // three values each are about 10 M values: more than 400 MB of address space holds.
   if (memplan::test::kSanitizedBuild) {
     WARN("skipped: a sanitized memplan cannot start under ulimit -v (its shadow memory)");
     return;
   }
-  std::string text;
-  for (int i = 0; i < 2000000; ++i) text += R"([1,2,{"a":"x"},)";
+  std::string text = "[";
+  for (int i = 0; i < 2000000; ++i) text += R"([1,2,{"a":"x"}],)";
+  text += "0]";
   const std::string in = write_temp("nested.json", text);
   const auto r =
       run_memplan("info '" + in + "' --max-input-values 1000000000", "ulimit -v 400000;");

@@ -206,6 +206,17 @@ TEST_CASE("400,000 small objects in one array parse in linear time", "[io][input
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
 }
 
+TEST_CASE("a document nested without end is refused at 1000 levels", "[io][input][json]") {
+  // Found by scripts/fuzz-cli: arrays opened and never closed grew nlohmann's DOM until memory ran
+  // out, and its destructor's std::bad_alloc aborted the Python interpreter.
+  CHECK(memplan::sim::parse_json(std::string(1000, '[') + std::string(1000, ']'), "ok.json")
+            .is_array());
+  std::string open;
+  for (int i = 0; i < 100000; ++i) open += R"([1,2,{"a":"\u001b"},)";
+  CHECK_THROWS_WITH(memplan::sim::parse_json(open, "deep.json"),
+                    "deep.json: nested more than 1000 deep: not a file memplan reads");
+}
+
 TEST_CASE("whitespace between tokens is cut past a run of 4 KiB, never inside a string",
           "[io][input][json]") {
   // nlohmann's lexer keeps every byte between two tokens: a gzip of 4 GB of spaces was 4 GB held.
