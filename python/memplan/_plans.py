@@ -45,14 +45,23 @@ class Plan:
 def read_plan(path, trace):
     """Reads a plan file for `trace`, checked against it. Raises InputError naming the file and
     JSON path."""
-    trace = as_trace(trace)
+    trace = _one_step(trace)
     return Plan(_core.read_plan(os.fspath(path), trace._workload), trace)
 
 
 def parse_plan(text, trace, name="<string>"):
     """Parses plan text for `trace`; `name` names it in errors."""
-    trace = as_trace(trace)
+    trace = _one_step(trace)
     return Plan(_core.parse_plan(text, name, trace._workload), trace)
+
+
+def _one_step(trace):
+    """`trace` as a Trace: a plan is one step's, so a Job of several ranks is a TypeError."""
+    trace = as_trace(trace)
+    if isinstance(trace, Job):
+        raise TypeError("a plan is one step's: give a Trace, or one rank of the Job "
+                        "(job.ranks[r])")
+    return trace
 
 
 def policies():
