@@ -182,7 +182,8 @@ def sweep(traces, memory=None, link=None, bandwidth=None, policies=None, search=
     progress(p) is called after every cell with p.done, p.total, p.elapsed_s (an exception in it
     is raised once the grid has run).
     """
-    items = traces.items() if isinstance(traces, dict) else [(t.name, t) for t in traces]
+    items = (traces.items() if isinstance(traces, dict)
+             else [(t.name, t) for t in map(as_trace, traces)])
     request = _core.SweepRequest()
     request.memories = _list(memory)
     request.links = _list(link)
