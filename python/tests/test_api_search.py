@@ -88,3 +88,9 @@ def test_sweep_is_memplan_sweep(tmp_path):
     assert len(df) == 2 * 2 * 2 * 2  # traces x memories x links x policies
     assert sorted(done) == list(range(1, len(df) + 1))  # one call per cell
     assert df.drop(columns="decide_s").equals(cli.drop(columns="decide_s"))
+
+
+def test_sweep_refuses_what_is_not_a_trace():
+    # Found by fuzz-cli --python: sweep([None]) raised AttributeError ('NoneType' ... 'name').
+    with pytest.raises(TypeError, match=r"^expected a memplan.Trace, a memplan.Job"):
+        memplan.sweep([None], search=False)
