@@ -19,6 +19,12 @@ namespace {
 
 constexpr std::size_t kChunk = std::size_t{1} << 20;
 
+// The gzip magic: the data decides, not the file's name.
+bool starts_gzip(std::string_view data) {
+  return data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f &&
+         static_cast<unsigned char>(data[1]) == 0x8b;
+}
+
 std::atomic<std::uint64_t> limit_bytes{InputLimits{}.bytes};
 std::atomic<std::uint64_t> limit_values{InputLimits{}.values};
 
@@ -54,26 +60,20 @@ InputStream::InputStream(const std::filesystem::path& path, Content content, Inp
   open_file(path);
   raw_.resize(kChunk);
   raw_.resize(read_raw(raw_.data(), kChunk));
-  const bool gzip = raw_.size() >= 2 && static_cast<unsigned char>(raw_[0]) == 0x1f &&
-                    static_cast<unsigned char>(raw_[1]) == 0x8b;
-  if (gzip) {
-    inflater_ = std::make_unique<Inflater>();
-    // 16 + MAX_WBITS: expect a gzip header; inflateInit2 is a macro with an old-style cast.
-    if (inflateInit2(&inflater_->stream, 16 + MAX_WBITS) != Z_OK)
-      throw InputError(source_, "cannot initialise zlib");
-  }
+  if (starts_gzip(raw_)) start_inflating();
 }
 
 InputStream::InputStream(std::string_view data, std::string source, Content content,
                          InputLimits limits)
     : source_(std::move(source)), content_(content), limits_(limits), memory_(data) {
-  const bool gzip = data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f &&
-                    static_cast<unsigned char>(data[1]) == 0x8b;
-  if (gzip) {
-    inflater_ = std::make_unique<Inflater>();
-    if (inflateInit2(&inflater_->stream, 16 + MAX_WBITS) != Z_OK)
-      throw InputError(source_, "cannot initialise zlib");
-  }
+  if (starts_gzip(data)) start_inflating();
+}
+
+void InputStream::start_inflating() {
+  inflater_ = std::make_unique<Inflater>();
+  // 16 + MAX_WBITS: expect a gzip header; inflateInit2 is a macro with an old-style cast.
+  if (inflateInit2(&inflater_->stream, 16 + MAX_WBITS) != Z_OK)
+    throw InputError(source_, "cannot initialise zlib");
 }
 
 InputStream::~InputStream() {

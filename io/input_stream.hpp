@@ -68,6 +68,7 @@ class InputStream final : public std::streambuf {
  private:
   struct Inflater;
   void open_file(const std::filesystem::path& path);
+  void start_inflating();
   // Up to `size` bytes of the input as stored (compressed or not); 0 at its end.
   std::size_t read_raw(char* into, std::size_t size);
   // Fills buffer_ with the next bytes of the data; 0 at its end.
