@@ -286,8 +286,8 @@ StreamedFile stream_events(sim::InputStream& input, detail::RankSplit& split) {
   auto read_event = [&](json& e) {
     const std::size_t i = file.events++;
     if (e.is_object() && e.contains("cat")) file.categorized = true;
-    split.observe(e, i);
     auto pid = detail::RankSplit::pid_of(e);
+    split.observe(e, pid, i);
     auto [it, added] = sink_of.emplace(pid, file.sinks.size());
     if (added) {
       file.pids.push_back(std::move(pid));

@@ -77,8 +77,8 @@ std::size_t RankSplit::pid_number(const std::string& pid) {
   return it->second;
 }
 
-void RankSplit::observe(const json& e, std::size_t index) {
-  const auto pid_text = pid_of(e);
+void RankSplit::observe(const json& e, const std::optional<std::string>& pid_text,
+                        std::size_t index) {
   if (!pid_text) return;
   const std::size_t pid = pid_number(*pid_text);
   const std::string ph = string_or(e, "ph");

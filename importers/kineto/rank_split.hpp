@@ -30,7 +30,9 @@ class RankSplit {
 
   /// Notes what the split needs of the `index`th event (its pid, a metadata event's rank, a
   /// ProfilerStep#N, a device activity, an ac2g flow), as the events stream.
-  void observe(const nlohmann::json& event, std::size_t index);
+  /// `pid` is pid_of(event), which the caller has computed already.
+  void observe(const nlohmann::json& event, const std::optional<std::string>& pid,
+               std::size_t index);
   /// Groups the pids into ranks once every event was observed; `distributed_info`: the file has
   /// distributedInfo. Throws InputError on a metadata rank that is implausible or contradicts an
   /// earlier one, when the metadata decides.
