@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/flag_checks.hpp"
 #include "cli/input_limit_flags.hpp"
+#include "core/host_memory.hpp"
 #include "core/input_error.hpp"
 #include "core/printable.hpp"
 #include "runtime/backend_error.hpp"
@@ -24,18 +25,33 @@ namespace {
 
 // What a request will need is said before it starts where it can be known (a zoo model's size,
 // the input limits); anything else that runs the machine out of memory ends here, in one line:
-// from operator new (std::set_new_handler, so also where a std::bad_alloc could not propagate: a
-// noexcept function, another thread) or a std::bad_alloc thrown otherwise.
-[[noreturn]] void out_of_memory() {
-  std::fputs("memplan: out of memory: the run needed more memory than this machine gave it\n",
-             stderr);
-  std::_Exit(1);
+// a std::bad_alloc caught in main once what it unwound has cleaned up (sim::hold_memory_reserve
+// lets the destructors that allocate finish), or one that could not propagate (thrown in a
+// noexcept function), at std::terminate.
+constexpr const char* kOutOfMemory =
+    "memplan: out of memory: the run needed more memory than this machine gave it\n";
+
+std::terminate_handler default_terminate = nullptr;
+
+[[noreturn]] void on_terminate() {
+  if (const std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      std::fputs(kOutOfMemory, stderr);
+      std::_Exit(1);
+    } catch (...) {
+    }
+  }
+  if (default_terminate != nullptr) default_terminate();  // the C++ runtime's message, then abort
+  std::abort();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::set_new_handler(out_of_memory);
+  memplan::sim::hold_memory_reserve();
+  default_terminate = std::set_terminate(on_terminate);
   CLI::App app{"memplan: simulate, search and validate memory plans for GPU training steps"};
   app.name("memplan");
   app.require_subcommand(1);
@@ -70,7 +86,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "memplan: backend failed: {}\n", memplan::sim::printable(e.what()));
     return 1;
   } catch (const std::bad_alloc&) {
-    out_of_memory();
+    std::fputs(kOutOfMemory, stderr);
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "memplan: internal error (a bug; please report it): {}\n",
                memplan::sim::printable(e.what()));

@@ -31,4 +31,23 @@ sim::Plan plan_from_flags(const sim::Workload& workload, const sim::Machine& mac
   return search::apply_encodings(plan, search::NetworkView(workload), encodings);
 }
 
+std::vector<sim::Plan> plans_from_flags(const sim::Job& job,
+                                        const std::vector<sim::Machine>& machines,
+                                        const PlanFlags& flags, std::string_view command) {
+  if (flags.plan.empty()) {
+    std::vector<sim::Plan> plans;
+    for (std::size_t r = 0; r < job.ranks.size(); ++r) {
+      plans.push_back(plan_from_flags(job.ranks[r], machines[r], flags, command));
+    }
+    return plans;
+  }
+  const search::EncodingOptions encodings =
+      search::parse_encoding_options(flags.encode, "--encode");
+  std::vector<sim::Plan> plans = sim::read_job_plans(flags.plan, job);
+  for (std::size_t r = 0; r < job.ranks.size(); ++r) {
+    plans[r] = search::apply_encodings(plans[r], search::NetworkView(job.ranks[r]), encodings);
+  }
+  return plans;
+}
+
 }  // namespace memplan::cli

@@ -178,8 +178,8 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
   return fit_status(flags, result.simulation, workload);
 }
 
-// A job of several ranks: each rank's machine from the same flags; -o writes the searched rank's
-// plan (the one the ranks share) when every rank fits.
+// A job of several ranks: each rank's machine from the same flags; -o writes the ranks' plans (a
+// job plan file, io/plan_io.hpp) when every rank fits.
 int run_job_search(const sim::Job& job, const search::SearchOptions& so, const SearchFlags& flags) {
   sim::require_sizes(job, flags.trace);
   const std::vector<sim::Machine> machines = machines_from_flags(job, flags.machine);
@@ -189,9 +189,7 @@ int run_job_search(const sim::Job& job, const search::SearchOptions& so, const S
   progress.finish();
   const bool fits = result.run.timeline.feasible;
   if (!flags.output.empty() && fits) {
-    // The searched rank's plan: the one the ranks share.
-    sim::write_output(flags.output, sim::write_plan(result.ranks[result.searched].plan,
-                                                    job.ranks[result.searched]));
+    sim::write_output(flags.output, sim::write_job_plan(result.plans(), job));
   }
   std::FILE* report = sim::report_stream({flags.output});
   if (flags.json) {
@@ -235,7 +233,7 @@ CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
                "batch on the device and the update there (what memplan.torch.apply carries out)");
   cmd.add_option("-o,--output", flags.output,
                  "write the plan found (JSON; - for standard output), only when it fits; for a "
-                 "job, the plan the ranks share");
+                 "job, each rank's plan (a job plan file)");
   cmd.add_flag("--json", flags.json, "print one JSON object");
   add_quiet_flag(cmd, flags.quiet);
   return time_limit;

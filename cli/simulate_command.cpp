@@ -42,10 +42,7 @@ int simulate_job(const SimulateOptions& o, const sim::Job& job, std::FILE* repor
     }
   }
   const std::vector<sim::Machine> machines = machines_from_flags(job, o.machine);
-  std::vector<sim::Plan> plans;
-  for (std::size_t r = 0; r < job.ranks.size(); ++r) {
-    plans.push_back(plan_from_flags(job.ranks[r], machines[r], o.plan, "simulate"));
-  }
+  const std::vector<sim::Plan> plans = plans_from_flags(job, machines, o.plan, "simulate");
   const sim::JobRun run = sim::simulate_job(job, plans, machines);
   const std::string policy = plans.front().policy.empty() ? o.plan.plan : plans.front().policy;
   if (o.json) {

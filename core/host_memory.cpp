@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -40,7 +43,24 @@ std::optional<Bytes> address_space() {
   return pages * ::sysconf(_SC_PAGESIZE);
 }
 
+std::atomic<void*> reserve{nullptr};
+
+void release_reserve_and_throw() {
+  std::free(reserve.exchange(nullptr));
+  throw std::bad_alloc();
+}
+
 }  // namespace
+
+void hold_memory_reserve() {
+  if (reserve.load() == nullptr) {
+    // malloc, not new: a reserve that cannot be taken now is simply not held.
+    void* block = std::malloc(static_cast<std::size_t>(kMemoryReserve));
+    void* expected = nullptr;
+    if (!reserve.compare_exchange_strong(expected, block)) std::free(block);
+  }
+  std::set_new_handler(release_reserve_and_throw);
+}
 
 Bytes available_host_memory() {
   Bytes available = std::numeric_limits<Bytes>::max();

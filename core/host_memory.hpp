@@ -13,4 +13,16 @@ namespace memplan::sim {
 /// not counted; with none readable, the largest Bytes.
 [[nodiscard]] Bytes available_host_memory();
 
+/// How many bytes hold_memory_reserve keeps back.
+inline constexpr Bytes kMemoryReserve = Bytes{64} << 20;
+
+/// Running out of memory as a std::bad_alloc that reaches whoever catches it: installs a
+/// std::new_handler that, when an allocation fails, releases a reserve of kMemoryReserve bytes
+/// (address space, never touched) taken for this moment and throws std::bad_alloc, so that what
+/// runs while it unwinds (destructors that allocate: nlohmann's frees a DOM with a stack of its
+/// own; an atomic write removes its temporary) finds memory instead of throwing from a noexcept
+/// destructor into std::terminate. Called again after a release, takes the reserve again. The CLI
+/// calls it at start, the Python bindings at import and after each MemoryError.
+void hold_memory_reserve();
+
 }  // namespace memplan::sim

@@ -5,12 +5,14 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/core.h>
 
+#include "core/host_memory.hpp"
 #include "core/input_error.hpp"
 #include "core/units.hpp"
 
@@ -39,11 +41,24 @@ void set_input_limits(InputLimits limits) {
   limit_values = limits.values;
 }
 
-void refuse_values(std::string_view source, std::uint64_t limit, std::string_view what) {
+ValueBudget value_budget(const InputLimits& limits, std::uint64_t bytes_each) {
+  const auto available = static_cast<std::uint64_t>(std::max<Bytes>(available_host_memory(), 0));
+  const std::uint64_t by_memory = available / std::max<std::uint64_t>(bytes_each, 1);
+  if (by_memory < limits.values) return {by_memory, true, available};
+  return {limits.values, false, available};
+}
+
+void ValueBudget::refuse(std::string_view source, std::string_view what) const {
+  if (by_memory) {
+    throw InputError(std::string(source),
+                     fmt::format("holds more than {} {}, as many as this machine's available "
+                                 "memory ({}) holds",
+                                 values, what, format_bytes(static_cast<Bytes>(available))));
+  }
   throw InputError(std::string(source),
                    fmt::format("holds more than {} {} (memplan's input limit: raise it with "
                                "--max-input-values, or memplan.set_input_limits in Python)",
-                               limit, what));
+                               values, what));
 }
 
 struct InputStream::Inflater {

@@ -8,7 +8,8 @@
 // an input that expands past the size limit (a gzip bomb) at the byte where it does.
 // The limits are the process's (set_input_limits: the CLI's --max-input-size and
 // --max-input-values, memplan.set_input_limits in Python); `values` bounds what a parsed input may
-// hold (io/json_reader.hpp counts JSON values, the snapshot reader pickle values).
+// hold (io/json_reader.hpp counts JSON values, the snapshot reader pickle values), within what the
+// machine's memory holds (value_budget).
 // Every problem is an InputError naming the input: "t.json.gz: truncated gzip data".
 #include <cstddef>
 #include <cstdint>
@@ -31,10 +32,18 @@ struct InputLimits {
 [[nodiscard]] InputLimits input_limits();
 void set_input_limits(InputLimits limits);
 
-/// The InputError of an input that holds more than the limit of `values` (what they are: "JSON
-/// values"), with how to raise it.
-[[noreturn]] void refuse_values(std::string_view source, std::uint64_t limit,
-                                std::string_view what);
+/// How many values a parsed input may hold at once: the values limit, or fewer where the memory
+/// this machine has available (core/host_memory.hpp) holds fewer of `bytes_each` (what one
+/// value parsed costs its reader, measured), so that a flood of values is refused in one line
+/// before it ends in "out of memory".
+struct ValueBudget {
+  std::uint64_t values = 0;
+  bool by_memory = false;       // the machine's memory, not the limit, sets `values`
+  std::uint64_t available = 0;  // the machine's available memory, in bytes
+  /// The InputError of an input that holds more (what they are: "JSON values"), with the cause.
+  [[noreturn]] void refuse(std::string_view source, std::string_view what) const;
+};
+[[nodiscard]] ValueBudget value_budget(const InputLimits& limits, std::uint64_t bytes_each);
 
 enum class Content : std::uint8_t {
   // JSON text: a NUL byte is an error, and whitespace between tokens past kMaxWhitespaceRun bytes

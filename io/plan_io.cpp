@@ -113,11 +113,13 @@ void read_host_placement(const JsonReader& root, const Workload& workload, Plan&
             });
 }
 
-// "format" and "version": a plan file of the version this memplan reads.
-void check_format(const JsonReader& root) {
-  if (root.at("format").as_string() != kPlanFormatName) {
-    root.at("format").fail(fmt::format("expected \"{}\"", kPlanFormatName));
+// "format" and "version": a plan file (or a job plan file) of the version this memplan reads.
+void check_format(const JsonReader& root, std::string_view format = kPlanFormatName) {
+  const std::string found = root.at("format").as_string();
+  if (found == kJobPlanFormatName && format == kPlanFormatName) {
+    root.at("format").fail("a job's plans, one per rank: give them with the job's trace");
   }
+  if (found != format) root.at("format").fail(fmt::format("expected \"{}\"", format));
   const auto version = root.at("version").as_int(0, kMaxId);
   if (version != kPlanFormatVersion) {
     root.at("version").fail(fmt::format(
@@ -218,9 +220,9 @@ void read_algorithms(const JsonReader& root, const Workload& workload, Plan& pla
 Plan plan_from_json(const nlohmann::json& document, std::string_view source,
                     const Workload& workload) {
   const JsonReader root(document, source);
+  check_format(root);
   root.reject_unknown_keys(
       {"format", "version", "policy", "workload", "maps", "algorithms", "tensors", "update"});
-  check_format(root);
   Plan plan;
   if (auto policy = root.find("policy")) plan.policy = policy->as_string();
   read_fingerprint(root, workload, plan);
@@ -307,6 +309,47 @@ std::string write_plan(const Plan& plan, const Workload& workload) {
   if (plan.host_update) out += ",\n\"update\": \"host\"";
   out += "\n}\n";
   return out;
+}
+
+std::vector<Plan> read_job_plans(const std::filesystem::path& path, const Job& job) {
+  const nlohmann::json document = read_json(path);
+  const std::string source = path.string();
+  const JsonReader root(document, source);
+  std::vector<Plan> plans;
+  if (!document.is_object() || !document.contains("format") ||
+      document.at("format") != kJobPlanFormatName) {
+    for (const Workload& rank : job.ranks) plans.push_back(plan_from_json(document, source, rank));
+    return plans;
+  }
+  root.reject_unknown_keys({"format", "version", "ranks"});
+  check_format(root, kJobPlanFormatName);
+  const std::vector<JsonReader> ranks = root.at("ranks").elements();
+  if (ranks.size() != job.ranks.size()) {
+    root.at("ranks").fail(
+        fmt::format("{} plans for a job of {} ranks", ranks.size(), job.ranks.size()));
+  }
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    ranks[i].reject_unknown_keys({"rank", "plan"});
+    if (ranks[i].at("rank").as_int(0, kMaxId) != job.rank_of(i)) {
+      ranks[i].at("rank").fail(
+          fmt::format("expected rank {} (the job's ranks, in order)", job.rank_of(i)));
+    }
+    plans.push_back(plan_from_json(ranks[i].at("plan").value(),
+                                   fmt::format("{}: ranks[{}].plan", source, i), job.ranks[i]));
+  }
+  return plans;
+}
+
+std::string write_job_plan(const std::vector<Plan>& plans, const Job& job) {
+  std::string out = fmt::format("{{\n\"format\": \"{}\",\n\"version\": {},\n\"ranks\": [",
+                                kJobPlanFormatName, kPlanFormatVersion);
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    std::string plan = write_plan(plans[i], job.ranks[i]);
+    while (!plan.empty() && plan.back() == '\n') plan.pop_back();
+    out +=
+        fmt::format("{}\n{{\"rank\": {}, \"plan\":\n{}}}", i == 0 ? "" : ",", job.rank_of(i), plan);
+  }
+  return out + "\n]\n}\n";
 }
 
 }  // namespace memplan::sim

@@ -223,8 +223,8 @@ MemorySnapshot memory_snapshot_from(const PickleValue& root, const std::string& 
 }
 
 MemorySnapshot read_memory_snapshot(const std::filesystem::path& path) {
-  const std::string data = sim::read_file(path);
-  const PickleDocument pickle = read_pickle(data, path.string());
+  sim::InputStream input(path, sim::Content::kBinary);
+  const PickleDocument pickle = read_pickle(input);
   return memory_snapshot_from(*pickle, path.string());
 }
 

@@ -1,5 +1,6 @@
 #include "importers/snapshot/pickle.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cstring>
@@ -15,7 +16,9 @@ namespace {
 
 using Kind = PickleValue::Kind;
 
-// Empties the containers of `values`: what a memo cycle holds is then freed with the rest.
+constexpr std::uint64_t kChunk = std::uint64_t{1} << 20;
+
+// Empties the containers `values`: what a memo cycle holds is then freed with the rest.
 void break_cycles(std::vector<PickleRef>& values) {
   for (const PickleRef& v : values) {
     v->items.clear();
@@ -86,14 +89,13 @@ const char* refused(std::uint8_t op) {
 // The pickle machine (Python's Lib/pickle.py, _Unpickler) for the opcodes that build plain data.
 class Machine {
  public:
-  Machine(std::string_view data, const std::string& source, std::size_t max_values)
-      : data_(data), source_(source), max_values_(max_values) {}
+  Machine(sim::InputStream& in, sim::ValueBudget budget) : in_(in), budget_(budget) {}
   Machine(const Machine&) = delete;
   Machine& operator=(const Machine&) = delete;
   ~Machine() { break_cycles(values_); }  // a pickle refused half-way
 
   PickleDocument run() {
-    while (pos_ < data_.size()) {
+    while (in_.sgetc() != std::streambuf::traits_type::eof()) {
       op_at_ = pos_;
       const std::uint8_t op = byte();
       if (const char* what = refused(op)) {
@@ -114,30 +116,47 @@ class Machine {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw sim::InputError(source_, fmt::format("pickle byte {}: {}", op_at_, what));
+    throw sim::InputError(in_.source(), fmt::format("pickle byte {}: {}", op_at_, what));
   }
 
-  std::string_view take(std::uint64_t n) {
-    if (n > data_.size() - pos_) fail("truncated: an argument runs past the end of the data");
-    const std::string_view s = data_.substr(pos_, static_cast<std::size_t>(n));
-    pos_ += static_cast<std::size_t>(n);
+  // The next `n` bytes, read in chunks so that a length the data does not hold is refused at its
+  // end rather than allocated.
+  std::string take(std::uint64_t n) {
+    std::string s;
+    while (s.size() < n) {
+      const std::size_t chunk =
+          static_cast<std::size_t>(std::min<std::uint64_t>(n - s.size(), kChunk));
+      const std::size_t at = s.size();
+      s.resize(at + chunk);
+      const auto got =
+          static_cast<std::size_t>(in_.sgetn(s.data() + at, static_cast<std::streamsize>(chunk)));
+      pos_ += got;
+      if (got < chunk) fail("truncated: an argument runs past the end of the data");
+    }
     return s;
   }
-  std::uint8_t byte() { return static_cast<std::uint8_t>(take(1)[0]); }
+  std::uint8_t byte() {
+    const auto c = in_.sbumpc();
+    if (c == std::streambuf::traits_type::eof())
+      fail("truncated: an argument runs past the end of the data");
+    ++pos_;
+    return static_cast<std::uint8_t>(c);
+  }
   std::uint64_t little_endian(int n) {
-    const std::string_view s = take(static_cast<std::uint64_t>(n));
     std::uint64_t v = 0;
-    for (int i = n - 1; i >= 0; --i) {
-      v = v << 8U | static_cast<std::uint8_t>(s[static_cast<std::size_t>(i)]);
-    }
+    for (int i = 0; i < n; ++i) v |= std::uint64_t{byte()} << (8U * static_cast<unsigned>(i));
     return v;
   }
-  std::string_view line() {
-    const std::size_t end = data_.find('\n', pos_);
-    if (end == std::string_view::npos) fail("truncated: a text argument has no end of line");
-    const std::string_view s = data_.substr(pos_, end - pos_);
-    pos_ = end + 1;
-    return s;
+  std::string line() {
+    std::string s;
+    for (;;) {
+      const auto c = in_.sbumpc();
+      if (c == std::streambuf::traits_type::eof())
+        fail("truncated: a text argument has no end of line");
+      ++pos_;
+      if (c == '\n') return s;
+      s += static_cast<char>(c);
+    }
   }
   std::int64_t decimal(std::string_view s) {
     std::int64_t v = 0;
@@ -150,7 +169,7 @@ class Machine {
   // LONG1 / LONG4: n bytes of two's complement, little-endian.
   PickleRef long_integer(std::uint64_t n) {
     if (n > 8) fail("an integer wider than 64 bits");
-    const std::string_view s = take(n);
+    const std::string s = take(n);
     std::uint64_t v = 0;
     for (std::size_t i = s.size(); i-- > 0;) v = v << 8U | static_cast<std::uint8_t>(s[i]);
     if (n > 0 && n < 8 && (static_cast<std::uint8_t>(s.back()) & 0x80U) != 0) {
@@ -205,15 +224,35 @@ class Machine {
     return v;
   }
 
+  // Each value made, each reference to one pushed (a DUP, a memo GET) and each memo PUT counts
+  // against the budget: together they are what the machine holds.
+  void count() {
+    if (++counted_ > budget_.values) budget_.refuse(in_.source(), "pickle values");
+  }
   void push(PickleRef v) {
-    if (v.use_count() == 1) {  // a new value, not a DUP or a GET
-      if (values_.size() >= max_values_) {
-        fail(fmt::format("more than {} values: larger than the snapshots memplan reads",
-                         max_values_));
-      }
+    count();
+    // A new list, tuple or dict (not a DUP or a GET) is kept until the document goes: it may be in
+    // a cycle, and emptying each in turn frees the deepest nesting without recursion. Scalars
+    // are freed with what holds them, or when popped.
+    if (v.use_count() == 1 &&
+        (v->kind == Kind::kList || v->kind == Kind::kTuple || v->kind == Kind::kDict)) {
+      if (values_.size() >= next_drop_) drop_unreachable();
       values_.push_back(v);
     }
     stack_.push_back(std::move(v));
+  }
+  // Frees the containers only values_ still holds (popped, or replaced in the memo): none of them
+  // is in a cycle, and what each held is either freed or in values_ too, so nothing recurses.
+  // Done when values_ has doubled since the last time: each container is looked at O(1) times
+  // on average.
+  void drop_unreachable() {
+    std::erase_if(values_, [](const PickleRef& v) {
+      if (v.use_count() > 1) return false;
+      v->items.clear();
+      v->dict.clear();
+      return true;
+    });
+    next_drop_ = std::max<std::size_t>(2 * values_.size(), kFirstDrop);
   }
   PickleRef pop() {
     if (stack_.size() <= (marks_.empty() ? 0 : marks_.back())) fail("the stack is empty");
@@ -246,7 +285,10 @@ class Machine {
       dict.dict.emplace_back(std::move(items[i]), std::move(items[i + 1]));
     }
   }
-  void put(std::uint64_t index) { memo_[index] = top(); }
+  void put(std::uint64_t index) {
+    count();
+    memo_[index] = top();
+  }
   void get(std::uint64_t index) {
     const auto it = memo_.find(index);
     if (it == memo_.end()) fail(fmt::format("GET of memo {}, which was never PUT", index));
@@ -302,7 +344,7 @@ class Machine {
   bool number(std::uint8_t op) {
     switch (op) {
       case 'I': {  // INT: also protocol 0's booleans
-        const std::string_view s = line();
+        const std::string s = line();
         if (s == "00" || s == "01") {
           PickleRef v = make(Kind::kBool);
           v->boolean = s == "01";
@@ -313,8 +355,8 @@ class Machine {
         return true;
       }
       case 'L': {
-        std::string_view s = line();
-        if (!s.empty() && s.back() == 'L') s.remove_suffix(1);
+        std::string s = line();
+        if (!s.empty() && s.back() == 'L') s.pop_back();
         push(make_int(decimal(s)));
         return true;
       }
@@ -334,7 +376,7 @@ class Machine {
         push(long_integer(little_endian(4)));
         return true;
       case 'F': {
-        const std::string_view s = line();
+        const std::string s = line();
         PickleRef v = make(Kind::kFloat);
         const auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), v->number);
         if (error != std::errc() || end != s.data() + s.size()) fail("a float that is not one");
@@ -460,12 +502,14 @@ class Machine {
     }
   }
 
-  std::string_view data_;
-  const std::string& source_;
-  std::size_t pos_ = 0;
-  std::size_t op_at_ = 0;
-  std::size_t max_values_;
-  std::vector<PickleRef> values_;  // every value made, for PickleDocument
+  sim::InputStream& in_;
+  sim::ValueBudget budget_;
+  std::uint64_t counted_ = 0;
+  std::uint64_t pos_ = 0;
+  std::uint64_t op_at_ = 0;
+  std::vector<PickleRef> values_;  // every container made and still reachable, for PickleDocument
+  static constexpr std::size_t kFirstDrop = 4096;
+  std::size_t next_drop_ = kFirstDrop;
   std::vector<PickleRef> stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint64_t, PickleRef> memo_;
@@ -477,9 +521,13 @@ PickleDocument::~PickleDocument() {
   break_cycles(values_);
 }
 
-PickleDocument read_pickle(std::string_view data, const std::string& source,
-                           std::size_t max_values) {
-  return Machine(data, source, max_values).run();
+PickleDocument read_pickle(sim::InputStream& input) {
+  return Machine(input, sim::value_budget(input.limits(), kBytesPerPickleValue)).run();
+}
+
+PickleDocument read_pickle(std::string_view data, const std::string& source) {
+  sim::InputStream input(data, source, sim::Content::kBinary);
+  return read_pickle(input);
 }
 
 std::string kind_name(PickleValue::Kind kind) {

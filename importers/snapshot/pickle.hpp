@@ -10,10 +10,13 @@
 //
 // How: the pickle machine of protocols 0 to 5 (stack, marks, memo) over shared values, so that a
 // memo GET yields the same list or dict as Python's would (an APPEND after it shows in both).
-// Bounded: each opcode makes at most one value, a string is at most what is left of the data, and
-// a pickle of more than kMaxPickleValues values is refused (about 120 bytes each: a real
-// snapshot's 3 MB pickle makes 3 million, 360 MB). Values may form cycles through the memo, as
-// Python's do: a reader of the result follows a schema of known depth, never the graph.
+// Read as it streams from an InputStream (io/input_stream.hpp: gunzipped when it is gzip data,
+// within the size limit), so that data which is not a pickle is refused at its first byte.
+// Bounded: each opcode makes or shares at most one value, a string is read in chunks up to what
+// the data holds, and every value made, shared (DUP, memo GET) or memoized (PUT) counts against
+// the input's value budget (sim::value_budget, at kBytesPerPickleValue each: the Transformer
+// snapshot's 3 MB pickle counts 856,000). Values may form cycles through the memo, as Python's do:
+// a reader of the result follows a schema of known depth, never the graph.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,9 +25,14 @@
 #include <utility>
 #include <vector>
 
+#include "io/input_stream.hpp"
+
 namespace memplan::importers {
 
-inline constexpr std::size_t kMaxPickleValues = std::size_t{1} << 25;
+// What one counted value costs: the value with its shared_ptr's control block, its places on the
+// stack and in the document, and what the snapshot reader makes of it: `memplan import snapshot`
+// on the 3 MB Transformer snapshot peaks at 147 MB for 856,000 counted, 176 bytes each.
+inline constexpr std::uint64_t kBytesPerPickleValue = 176;
 
 struct PickleValue;
 using PickleRef = std::shared_ptr<PickleValue>;
@@ -61,11 +69,12 @@ class PickleDocument {
   std::vector<PickleRef> values_;
 };
 
-/// The value `data` (a whole pickle, protocol 0 to 5) holds. `source` names it in errors
+/// The value `input` (a whole pickle, protocol 0 to 5) holds; `input.source()` names it in errors
 /// ("FILE: pickle byte 1234: ..."). Throws InputError on anything but plain data, on truncated
-/// or malformed input, and past `max_values` values made (a memo GET or a DUP makes none).
-PickleDocument read_pickle(std::string_view data, const std::string& source,
-                           std::size_t max_values = kMaxPickleValues);
+/// or malformed input, and past the value budget.
+PickleDocument read_pickle(sim::InputStream& input);
+/// read_pickle of `data`, named `source`.
+PickleDocument read_pickle(std::string_view data, const std::string& source);
 
 /// The name of a value's kind, for messages ("a dict", "a list", "an integer").
 std::string kind_name(PickleValue::Kind kind);

@@ -44,8 +44,12 @@ class Plan:
 
 def read_plan(path, trace):
     """Reads a plan file for `trace`, checked against it. Raises InputError naming the file and
-    JSON path."""
-    trace = _one_step(trace)
+    JSON path. For a Job, a list of one Plan per rank: a job plan file's own plan for each (what
+    `memplan search JOB -o` and JobSearchResult.write write), or a plan file's for every rank."""
+    trace = as_trace(trace)
+    if isinstance(trace, Job):
+        plans = _core.read_job_plans(os.fspath(path), trace._job)
+        return [Plan(p, t) for p, t in zip(plans, trace.ranks)]
     return Plan(_core.read_plan(os.fspath(path), trace._workload), trace)
 
 

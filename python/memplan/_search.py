@@ -62,16 +62,19 @@ class SearchResult:
 
 
 class JobSearchResult(_tables.JsonFields):
-    """The plan searched for a job (`memplan search` of a job's file): searched on the rank that
-    sets the job's step in core, priced among its peers, and shared by the ranks it applies to
-    (the others get a search of their own). `data` is the `--json` object, whose keys are also
-    attributes (feasible, step_s, slowest_rank, searched_rank, best_policy, evaluated, rounds,
-    converged, search_s, ranks: each with `plan`, "searched", "shared" or "own search"); `plan`
-    the shared plan (the searched rank's, what `-o` writes), `plans` each rank's, `simulation`
-    the JobSimulation of every rank under its plan, `cancelled` (progress stopped it)."""
+    """The plans searched for a job (`memplan search` of a job's file): searched on the rank
+    that sets the job's step in core, priced among its peers, and shared by the ranks it applies
+    to (the others get a search of their own); or, when they make the job's step shorter, the
+    best policy's plans with each rank its own decision. `data` is the `--json` object, whose
+    keys are also attributes (feasible, step_s, plans_from, searched_plans_step_s, slowest_rank,
+    searched_rank, best_policy, evaluated, rounds, converged, search_s, ranks: each with `plan`,
+    "searched", "shared", "own search" or "policy"); `plans` each rank's (what `-o` and write()
+    write), `plan` the searched rank's, `simulation` the JobSimulation of every rank under its
+    plan, `cancelled` (progress stopped it)."""
 
     def __init__(self, outcome, job, machines):
         self._outcome = outcome
+        self._job = job
         self.plans = [_plans.Plan(p, t) for p, t in zip(outcome.plans, job.ranks)]
         self.plan = self.plans[outcome.searched]
         self.simulation = _simulation.JobSimulation(outcome.simulation, self.plans, machines,
@@ -83,6 +86,12 @@ class JobSearchResult(_tables.JsonFields):
     def ok(self):
         """Every rank fits under its plan (the command's exit 0)."""
         return self.feasible
+
+    def write(self, path):
+        """Writes the ranks' plans as a job plan file, atomically (what `memplan search JOB -o`
+        writes; read_plan(path, job) and `memplan simulate JOB --plan` read it)."""
+        write_output(path, _core.write_job_plan([p._plan for p in self.plans],
+                                                self._job._job))
 
     @property
     def text(self):

@@ -14,6 +14,7 @@
 
 #include "importers/kineto/kineto_job.hpp"
 #include "io/job_report.hpp"
+#include "io/plan_io.hpp"
 #include "io/trace_io.hpp"
 #include "python/src/bindings.hpp"
 #include "requests/search_request.hpp"
@@ -113,6 +114,19 @@ void bind_job_simulation(py::module_& m) {
       },
       py::arg("job"), py::arg("plans"), py::arg("machines"),
       py::call_guard<py::gil_scoped_release>());
+  // A job's plans, one per rank (io/plan_io.hpp): a job plan file, or a plan file for every rank.
+  m.def(
+      "read_job_plans",
+      [](const std::filesystem::path& path, const JobPtr& job) {
+        return sim::read_job_plans(path, *job);
+      },
+      py::arg("path"), py::arg("job"));
+  m.def(
+      "write_job_plan",
+      [](const std::vector<sim::Plan>& plans, const JobPtr& job) {
+        return sim::write_job_plan(plans, *job);
+      },
+      py::arg("plans"), py::arg("job"));
 }
 
 void bind_job_studies(py::module_& m) {

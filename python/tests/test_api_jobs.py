@@ -236,12 +236,21 @@ def test_search_a_job_is_memplan_search(dlrm, tmp_path):
     assert not mine.pop("cancelled")
     assert without(mine, "search_s") == without(cli, "search_s")
     assert found.ok and found.searched_rank == cli["searched_rank"]
-    searched = job.ranks[found.searched_rank]
-    assert found.plan == memplan.read_plan(tmp_path / "plan.json", searched)
-    assert [r["plan"] for r in found.ranks] == ["searched", "own search"]
+    # -o writes each rank's plan (a job plan file); read_plan of a Job reads them, and
+    # JobSearchResult.write writes the same bytes.
+    assert found.plans == memplan.read_plan(tmp_path / "plan.json", job)
+    assert found.plan == found.plans[found.searched_rank]
+    found.write(tmp_path / "mine.json")
+    assert (tmp_path / "mine.json").read_bytes() == (tmp_path / "plan.json").read_bytes()
+    sources = ["policy"] * 2 if found.plans_from != "search" else ["searched", "own search"]
+    assert [r["plan"] for r in found.ranks] == sources
     assert found.simulation.step_s == found.step_s
     assert [p.trace for p in found.plans] == job.ranks
-    assert list(found.to_dataframe()["plan"]) == ["searched", "own search"]
+    assert list(found.to_dataframe()["plan"]) == sources
+    # A plan file of one rank's plan, read for the job: that plan for every rank it applies to.
+    found.plans[0].write(tmp_path / "one.json")
+    with pytest.raises(memplan.InputError, match=r"one.json"):
+        memplan.read_plan(tmp_path / "one.json", job)  # rank 1's workload differs
 
 
 def test_progress_stops_a_job_search(dlrm):

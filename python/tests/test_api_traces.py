@@ -136,6 +136,36 @@ def test_input_limits_bound_what_is_read(tmp_path):
     assert memplan.load_trace(path).op_count == 17
 
 
+def test_running_out_of_memory_is_a_memory_error(tmp_path):
+    # #40: memory exhausted inside memplan's C++ is a MemoryError the caller can catch, and the
+    # interpreter carries on (a std::bad_alloc in a noexcept destructor aborted it). A child
+    # interpreter under RLIMIT_AS reads 100 strings of 4 MB (400 MB in 400 KB of gzip).
+    import gzip
+    import subprocess
+    import sys
+    path = tmp_path / "strings.json.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b"[")
+        for _ in range(100):
+            f.write(b'"' + b"x" * 4_000_000 + b'",')
+        f.write(b"0]")
+    child = f"""
+import re, resource, memplan
+size = int(re.search(r"VmSize:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + (300 << 20),) * 2)
+try:
+    memplan.load_trace({str(path)!r})
+except MemoryError as e:
+    print("MemoryError:", e)
+print(memplan.load_trace({str(TRACES / "mlp4.json")!r}).op_count)
+"""
+    run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == ("MemoryError: memplan: out of memory: the call needed more memory than "
+                          "this machine gave it\n17\n")
+
+
 def test_an_infinite_whole_number_is_an_input_error():
     # Found by scripts/fuzz-cli --python: int(float("inf")) raised OverflowError.
     with pytest.raises(memplan.InputError, match=r"^--batch: inf is not a whole number"):

@@ -9,7 +9,10 @@
 // applies to (validate_plan: the same feature maps, and it fits that rank's memory); a rank whose
 // workload differs, or whose memory it does not fit, gets a search of its own, priced the same
 // way. The whole job is then simulated together under the plans (sim::simulate_job): that, not the
-// search's pricing, is the job's step reported.
+// search's pricing, is the job's step reported. Last, every policy is run on every rank as
+// `memplan compare` runs it (each rank its own decision, the ranks together): when one's plans
+// make the job's step shorter than the search's, they are the answer (Note [A job's search is
+// never behind a policy] in job_search.cpp), so that search never loses to a row of compare.
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -41,12 +44,17 @@ struct JobSearchResult {
   /// The search on that rank, priced among its peers held fixed; its simulation too (with the
   /// collectives at their ready times).
   SearchResult search;
-  std::vector<RankPlan> ranks;  // per rank, in the job's order
-  sim::JobRun run;              // every rank under its plan, simulated together
-  std::size_t evaluated = 0;    // plans the searches simulated, over every rank's search
+  std::vector<RankPlan> ranks;  // the search's plan per rank, in the job's order
+  sim::JobRun searched_run;     // every rank under the search's plan, simulated together
+  /// The policy whose plans (each rank its own decision) are the answer, when they make the
+  /// job's step shorter than the search's plans; empty when the search's plans are.
+  std::string policy;
+  std::vector<sim::Plan> policy_plans;  // that policy's plan per rank, in the job's order
+  sim::JobRun run;                      // every rank under the answer's plan (plans()) together
+  std::size_t evaluated = 0;            // plans the searches simulated, over every rank's search
   double elapsed_s = 0.0;
 
-  /// The plans in the job's order, as sim::simulate_job takes them.
+  /// The answer's plans in the job's order, as sim::simulate_job takes them.
   [[nodiscard]] std::vector<sim::Plan> plans() const;
 };
 
@@ -56,8 +64,10 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
                            const SearchOptions& options);
 
 /// What `memplan search --json` prints for a job: sim::job_summary_json of the run with "policy"
-/// ("search"), "searched_rank", "ideal_s", per rank "plan" ("searched", "shared", "own search")
-/// and "why" for an own search, and of the searched rank's search "best_policy",
+/// ("search"), "plans_from" ("search", or the policy whose plans won), "searched_plans_step_s"
+/// (the job's step under the search's own plans), "searched_rank", "ideal_s", per rank "plan"
+/// (where the search's plan came from: "searched", "shared", "own search"; or "policy") and "why"
+/// for an own search, and of the searched rank's search "best_policy",
 /// "best_policy_feasible", "best_policy_iteration_s", "searched_iteration_s" (both priced among
 /// fixed peers), "evaluated", "rounds", "converged", "search_s".
 nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& job,

@@ -248,10 +248,12 @@ TEST_CASE("memplan import snapshot refuses a pickle that would run code, and a t
   check_one_line_error(run_memplan(fmt::format("import snapshot '{}'", cut)), "cut.pickle");
 }
 
-TEST_CASE("running out of memory is one line and exit 1, never an abort", "[cli][bad_input]") {
+TEST_CASE("a flood of values is refused for the machine's memory; running out is one line",
+          "[cli][bad_input]") {
   // Found by scripts/fuzz-cli: with the values limit raised past what the machine holds, a
   // std::bad_alloc in a noexcept function ended in std::terminate (SIGABRT). 2 M small arrays of
-  // three values each are about 10 M values: more than 400 MB of address space holds.
+  // three values each are about 10 M values, more than 400 MB of address space holds: refused as
+  // they are counted, whatever the limit.
   if (memplan::test::kSanitizedBuild) {
     WARN("skipped: a sanitized memplan cannot start under ulimit -v (its shadow memory)");
     return;
@@ -260,8 +262,22 @@ TEST_CASE("running out of memory is one line and exit 1, never an abort", "[cli]
   for (int i = 0; i < 2000000; ++i) text += R"([1,2,{"a":"x"}],)";
   text += "0]";
   const std::string in = write_temp("nested.json", text);
-  const auto r =
+  const auto flood =
       run_memplan("info '" + in + "' --max-input-values 1000000000", "ulimit -v 400000;");
-  CHECK(r.exit_status == 1);
-  CHECK(r.err == "memplan: out of memory: the run needed more memory than this machine gave it\n");
+  CHECK(flood.exit_status == 2);
+  CHECK_THAT(flood.err, Catch::StartsWith("memplan: " + in + ": holds more than ") &&
+                            Catch::Contains(" JSON values, as many as this machine's available "
+                                            "memory ("));
+  // Few values, each a string of 4 MB (100 of them, 400 MB in 400 KB of gzip): no count refuses
+  // them, and the machine runs out. One line, exit 1, once what was parsed has been freed.
+  const std::string strings = write_temp("strings.json.gz", "");
+  REQUIRE(std::system(fmt::format("{{ printf '['; for i in $(seq 100); do printf '\"'; "
+                                  "head -c 4000000 /dev/zero | tr '\\0' x; printf '\",'; done; "
+                                  "printf '0]'; }} | gzip -1 > '{}'",
+                                  strings)
+                          .c_str()) == 0);
+  const auto out = run_memplan("info '" + strings + "'", "ulimit -v 400000;");
+  CHECK(out.exit_status == 1);
+  CHECK(out.err ==
+        "memplan: out of memory: the run needed more memory than this machine gave it\n");
 }

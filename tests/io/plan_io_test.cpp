@@ -1,8 +1,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <vector>
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "core/basic_plans.hpp"
 #include "core/input_error.hpp"
@@ -11,6 +14,7 @@
 #include "sim/engine.hpp"
 #include "sim/lowering.hpp"
 #include "tests/io/bad_plans.hpp"
+#include "tests/support/job_workloads.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/workload_builder.hpp"
 
@@ -240,4 +244,48 @@ TEST_CASE("a narrowed map whose forward consumer a recompute re-runs is refused"
                                                 {"tensor":"relu3_out","action":"recompute"}])"),
                  "p.json", w),
       Catch::Contains("'relu1_out' cannot be narrowed to fp16") && Catch::Contains("'add1'"));
+}
+
+TEST_CASE("a job plan file holds each rank's plan; a plan file gives every rank the same",
+          "[sim][plan][job]") {
+  const Job job = memplan::test::late_gather_job();
+  const std::string dir = memplan::test::temp_dir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    return path;
+  };
+  // Rank 0 swaps every map, rank 1 recomputes every one: read back as written, rank by rank.
+  const std::vector<Plan> plans = {swap_all_plan(job.ranks[0]), recompute_all_plan(job.ranks[1])};
+  const std::string text = write_job_plan(plans, job);
+  const std::string path = write("job_plan.json", text);
+  CHECK(read_job_plans(path, job) == plans);
+  CHECK(write_job_plan(read_job_plans(path, job), job) == text);  // stable
+  // A plan file: the same plan for every rank, validated against each.
+  const std::string one = write("plan.json", write_plan(plans[0], job.ranks[0]));
+  CHECK(read_job_plans(one, job) == std::vector<Plan>{plans[0], plans[0]});
+  // A job plan file where one rank's plan is expected says so.
+  CHECK_THROWS_WITH(read_plan(path, job.ranks[0]),
+                    path +
+                        ": $.format: a job's plans, one per rank: give them with the job's "
+                        "trace");
+  // Ranks that are not the job's, in number or in order.
+  nlohmann::json j = nlohmann::json::parse(text);
+  j["ranks"].erase(1);
+  CHECK_THROWS_WITH(read_job_plans(write("short.json", j.dump()), job),
+                    Catch::EndsWith("$.ranks: 1 plans for a job of 2 ranks"));
+  j = nlohmann::json::parse(text);
+  std::swap(j["ranks"][0], j["ranks"][1]);
+  CHECK_THROWS_WITH(
+      read_job_plans(write("swapped.json", j.dump()), job),
+      Catch::EndsWith("$.ranks[0].rank: expected rank 0 (the job's ranks, in order)"));
+  // A rank's plan that is not its workload's is refused where it is.
+  j = nlohmann::json::parse(text);
+  j["ranks"][1]["plan"]["maps"][0]["action"] = "fly";
+  CHECK_THROWS_WITH(
+      read_job_plans(write("bad.json", j.dump()), job),
+      Catch::StartsWith(dir + "/bad.json: ranks[1].plan: $.maps[0].action: unknown action 'fly'"));
 }

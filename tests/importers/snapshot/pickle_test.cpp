@@ -9,6 +9,7 @@
 
 #include "core/input_error.hpp"
 #include "importers/snapshot/pickle.hpp"
+#include "io/input_stream.hpp"
 
 using memplan::importers::PickleDocument;
 using memplan::importers::PickleValue;
@@ -137,16 +138,61 @@ TEST_CASE("a list that holds itself through the memo is read and freed", "[impor
   CHECK(v->items[0].get() == &*v);
 }
 
-TEST_CASE("a pickle of more values than the limit is refused; shared ones do not count",
+TEST_CASE("a pickle of more values than the limit is refused; references to shared ones count",
           "[importers][snapshot]") {
+  const memplan::sim::InputLimits limits{.bytes = std::uint64_t{1} << 20, .values = 1000};
+  auto read = [&](const std::string& pickle) {
+    memplan::sim::InputStream input(pickle, "x.pickle", memplan::sim::Content::kBinary, limits);
+    return read_pickle(input);
+  };
   // Protocol 2: 1001 None (each a new value), then STOP.
-  std::string many = bytes("8002") + std::string(1001, 'N') + ".";
-  CHECK_THROWS_WITH(read_pickle(many, "x.pickle", 1000),
-                    "x.pickle: pickle byte 1002: more than 1000 values: larger than the snapshots "
-                    "memplan reads");
-  // One list and 5000 DUPs of it: one value made.
-  const std::string dups = bytes("80025d") + std::string(5000, '2') + ".";
-  CHECK(read_pickle(dups, "x.pickle", 1000)->kind == Kind::kList);
+  CHECK_THROWS_WITH(read(bytes("8002") + std::string(1001, 'N') + "."),
+                    "x.pickle: holds more than 1000 pickle values (memplan's input limit: raise it "
+                    "with --max-input-values, or memplan.set_input_limits in Python)");
+  // 1000 None popped as they come: still 1000 made. One more is refused.
+  std::string popped = bytes("8002");
+  for (int i = 0; i < 1000; ++i) popped += "N0";
+  CHECK_THROWS_WITH(read(popped + "N."), Catch::Contains("more than 1000 pickle values"));
+  // A list and 999 DUPs of it are 1000 on the stack; 1000 DUPs are one too many (a pickle of DUPs
+  // alone would otherwise hold 16 bytes of stack per byte read).
+  CHECK(read(bytes("80025d") + std::string(999, '2') + ".")->kind == Kind::kList);
+  CHECK_THROWS_WITH(read(bytes("80025d") + std::string(1000, '2') + "."),
+                    Catch::Contains("more than 1000 pickle values"));
+  // Memo PUTs count: a list MEMOIZEd (0x94) under 1000 indices.
+  CHECK_THROWS_WITH(read(bytes("80045d") + std::string(1000, '\x94') + "."),
+                    Catch::Contains("more than 1000 pickle values"));
+}
+
+TEST_CASE("popped lists are freed as the pickle is read, nested ones without recursion",
+          "[importers][snapshot]") {
+  // 200,000 lists nested in one another (EMPTY_LIST each, then APPEND each into the one below),
+  // with a list made and popped between any two, and one that holds itself through the memo.
+  // Freeing the nesting one shared_ptr inside the next would recurse 200,000 deep; the ASan
+  // preset's leak check sees the cycle freed.
+  constexpr int kDepth = 200000;
+  std::string pickle = bytes("80045d9468006130");  // [] MEMOIZE GET 0 APPEND, POP: l = [l]
+  for (int i = 0; i < kDepth; ++i) pickle += "]]0";
+  pickle += std::string(kDepth - 1, 'a') + ".";
+  const PickleDocument v = read_pickle(pickle, "x.pickle");
+  const PickleValue* inner = &*v;
+  int depth = 1;
+  while (!inner->items.empty()) {
+    inner = inner->items[0].get();
+    ++depth;
+  }
+  CHECK(depth == kDepth);
+}
+
+TEST_CASE("what is not a pickle is refused at its first byte, however long it is",
+          "[importers][snapshot]") {
+  // /dev/zero was read whole, up to the 4 GiB size limit, before the first opcode was looked at.
+  memplan::sim::InputStream zeros("/dev/zero", memplan::sim::Content::kBinary);
+  CHECK_THROWS_WITH(read_pickle(zeros), "/dev/zero: pickle byte 0: unknown opcode 0x00");
+  // A string whose length is past the data's end is refused at the end, not allocated.
+  CHECK_THROWS_WITH(
+      read_pickle(bytes("80048d") + std::string("\xff\xff\xff\xff\xff\xff\x00\x00") + "ab",
+                  "x.pickle"),
+      "x.pickle: pickle byte 2: truncated: an argument runs past the end of the data");
 }
 
 TEST_CASE("a truncated or malformed pickle is one InputError, never a crash",
