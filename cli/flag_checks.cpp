@@ -89,6 +89,10 @@ CLI::Validator budget_value() {
 CLI::Validator bandwidth_value() {
   return unit_validator([](const std::string& t) { sim::parse_bandwidth(t, ""); }, "BANDWIDTH");
 }
+CLI::Validator gap_value() {
+  return unit_validator(
+      [](const std::string& t) { (void)requests::gap_of(requests::Quantity{t}, ""); }, "GAP");
+}
 CLI::Validator duration_value() {
   return unit_validator([](const std::string& t) { sim::parse_duration(t, ""); }, "DURATION");
 }

@@ -33,6 +33,8 @@ CLI::Validator size_value();
 /// A device memory budget: a size, or a share of the step's in-core peak ("50%").
 CLI::Validator budget_value();
 CLI::Validator bandwidth_value();
+/// A search's gap to the lower bound: a fraction (0.005) or a percentage ("0.5%").
+CLI::Validator gap_value();
 CLI::Validator duration_value();
 
 }  // namespace memplan::cli

@@ -26,6 +26,7 @@ struct SearchFlags {
   std::string trace;
   MachineFlags machine;
   requests::SearchRequest search;
+  std::string gap = "0.5%";  // into search.gap
   bool exact = false;
   std::string output;
   bool json = false;
@@ -162,6 +163,7 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
     j["evaluated"] = result.evaluated;
     j["rounds"] = result.rounds;
     j["converged"] = result.converged;
+    j["within_gap"] = result.within_gap;
     j["search_s"] = result.elapsed_s;
     for (const search::SkippedPolicy& s : result.skipped)
       j["skipped_policies"][s.policy] = s.reason;
@@ -172,8 +174,7 @@ int run_search(const sim::Workload& workload, const sim::Machine& machine, searc
     print_against_best_policy(report, result.best_policy, result.best_policy_evaluation, timeline);
     print_bound(report, result.lower_bound, timeline);
     fmt::print(report, "{} plans evaluated in {:.2f} s over {} rounds ({})\n", result.evaluated,
-               result.elapsed_s, result.rounds,
-               result.converged ? "converged" : "stopped by a limit");
+               result.elapsed_s, result.rounds, search::stop_reason(result, so.gap));
   }
   return fit_status(flags, result.simulation, workload);
 }
@@ -225,6 +226,11 @@ CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
       ->check(integer_in(0, kMaxSeed));
   cmd.add_flag("--deterministic", flags.search.deterministic,
                "the same plan for any number of threads");
+  cmd.add_option("--gap", flags.gap,
+                 "stop once the plan is within this of the lower bound, a fraction or a "
+                 "percentage (default 0.5%; 0: only at the bound; a step with a host side runs "
+                 "on, its period not bounded)")
+      ->check(gap_value());
   cmd.add_flag("--exact", flags.exact,
                fmt::format("the optimal plan by branch and bound (at most {} feature maps)",
                            search::kExactMaxMaps));
@@ -247,6 +253,7 @@ void add_search_command(CLI::App& app, int& exit_status) {
   add_input_limit_flags(*cmd);
   CLI::Option* time_limit = add_search_flags(*cmd, *options);
   cmd->callback([options, time_limit, &exit_status] {
+    options->search.gap = options->gap;
     sim::check_outputs({{options->output, "-o"}}, {{options->trace, "TRACE"}});
     sim::Job job = sim::read_job(options->trace);
     if (job.ranks.size() > 1) {

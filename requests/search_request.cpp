@@ -1,8 +1,11 @@
 #include "requests/search_request.hpp"
 
+#include <charconv>
 #include <cmath>
+#include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -47,6 +50,33 @@ void check_seed(std::uint64_t seed) {
 
 }  // namespace
 
+double gap_of(const Quantity& gap, std::string_view flag) {
+  double value = 0;
+  std::string text;
+  if (const double* given = std::get_if<double>(&gap)) {
+    value = *given;
+    text = fmt::format("{}", value);
+  } else {
+    text = std::get<std::string>(gap);
+    std::string_view number = text;
+    while (!number.empty() && number.back() == ' ') number.remove_suffix(1);
+    const bool percent = !number.empty() && number.back() == '%';
+    if (percent) number.remove_suffix(1);
+    while (!number.empty() && number.back() == ' ') number.remove_suffix(1);
+    const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
+    if (number.empty() || error != std::errc() || end != number.data() + number.size()) {
+      throw sim::InputError(std::string(flag),
+                            fmt::format("'{}' is not a gap, like 0.5% or 0.005", text));
+    }
+    if (percent) value /= 100.0;
+  }
+  if (!std::isfinite(value) || value < 0 || value > kMaxGap) {
+    throw sim::InputError(std::string(flag), fmt::format("{} is not a gap from 0 to {} ({:.0f}%)",
+                                                         text, kMaxGap, kMaxGap * 100));
+  }
+  return value;
+}
+
 search::SearchOptions search_options(const SearchRequest& request) {
   check_threads(request.threads, "--threads");
   check_time_limit(request.time_limit_s, "--time-limit");
@@ -59,6 +89,7 @@ search::SearchOptions search_options(const SearchRequest& request) {
   options.deterministic = request.deterministic;
   options.host_placement = !request.maps_only;
   options.encodings = search::parse_encoding_options(request.encode, "--encode");
+  options.gap = gap_of(request.gap, "--gap");
   return options;
 }
 

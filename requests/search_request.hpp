@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "requests/machine_request.hpp"
@@ -32,11 +33,20 @@ struct SearchRequest {
   bool deterministic = false;
   bool maps_only = false;  // feature maps only: no host placement
   std::string encode;      // Gist encodings the search may use ("binarize,sparse", "all")
+  /// Stop once within this of the lower bound (SearchOptions::gap): a fraction (0.005) or a
+  /// percentage ("0.5%").
+  Quantity gap = 0.005;
 };
 
+/// The most --gap takes: 100, ten thousand percent (a search that stops after its seeding).
+inline constexpr double kMaxGap = 100.0;
+/// --gap's value as a fraction: a number (0.005) or a percentage ("0.5%", "0.5 %"), in
+/// [0, kMaxGap]. Throws InputError naming `flag`.
+double gap_of(const Quantity& gap, std::string_view flag);
+
 /// The engine's options for the request. Throws InputError naming the flag (--threads,
-/// --time-limit, --rounds, --seed, --encode) of a value out of its range (rounds, when given,
-/// from 1: 0 rounds is refused, not taken for "until converged").
+/// --time-limit, --rounds, --seed, --encode, --gap) of a value out of its range (rounds, when
+/// given, from 1: 0 rounds is refused, not taken for "until converged").
 search::SearchOptions search_options(const SearchRequest& request);
 
 struct SweepRequest {

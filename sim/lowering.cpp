@@ -29,15 +29,19 @@ void Lowerer::Lists<Key, Item>::build(std::size_t key_count,
   begin[0] = 0;
 }
 
+bool has_host_side(const Workload& workload) {
+  return workload.launch_ns.has_value() ||
+         std::any_of(workload.ops.begin(), workload.ops.end(),
+                     [](const Op& op) { return op.host.has_value(); });
+}
+
 namespace {
 /// The workload's host side as the engine reads it (Note [Host stream] in sim/engine.hpp): active
 /// when some op records one or the workload knows its launch cost.
 HostProgram host_program(const Workload& w) {
   HostProgram host;
   host.tail_ns = w.host_tail_ns;
-  const bool recorded =
-      std::any_of(w.ops.begin(), w.ops.end(), [](const Op& op) { return op.host.has_value(); });
-  if (!recorded && !w.launch_ns) return host;
+  if (!has_host_side(w)) return host;
   host.launch_ns = w.launch_ns.value_or(0);
   host.ops.reserve(w.ops.size());
   for (const Op& op : w.ops) host.ops.push_back(op.host.value_or(HostSide{}));
@@ -65,7 +69,8 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
       side_index_[index(op.id)] = static_cast<std::int32_t>(side_ops_.size());
       side_ops_.push_back(op.id);
     }
-    stream_count_ = std::max(stream_count_, static_cast<std::size_t>(program_stream(op.stream)) + 1);
+    stream_count_ =
+        std::max(stream_count_, static_cast<std::size_t>(program_stream(op.stream)) + 1);
     for (TensorId t : op.inputs) inputs.emplace_back(op.id, t);
     for (TensorId t : op.outputs) outputs.emplace_back(op.id, t);
   }
@@ -693,7 +698,8 @@ void Lowerer::place_side_frees() {
     moved[i] = out.size();
     const Instruction& in = body_[i];
     out.push_back(in);
-    if (in.kind == InstrKind::kWait && value(in.event()) < side_events && value(in.event()) % 2 == 1) {
+    if (in.kind == InstrKind::kWait && value(in.event()) < side_events &&
+        value(in.event()) % 2 == 1) {
       // A join: frees of buffers used by this op or an earlier op of its stream go here.
       const std::int32_t upto = side_of(in.event());
       const std::size_t stream = stream_of(upto);

@@ -93,10 +93,10 @@ class Lowerer {
     return map_points_[static_cast<std::size_t>(map_of_[index(t)])];
   }
 
-  Program* program_ = nullptr;            // the Program being lowered
-  std::vector<TensorState> state_;        // per tensor
-  std::vector<std::int64_t> last_ref_;    // per buffer: its last reference in body_, or kNeverFreed
-  std::vector<Instruction> body_;         // the compute stream being built (its storage, swapped)
+  Program* program_ = nullptr;          // the Program being lowered
+  std::vector<TensorState> state_;      // per tensor
+  std::vector<std::int64_t> last_ref_;  // per buffer: its last reference in body_, or kNeverFreed
+  std::vector<Instruction> body_;       // the compute stream being built (its storage, swapped)
   // Per buffer, only for a workload with side streams: the end event of the last side-stream op
   // that used it, which its free waits for (kNoEvent: none).
   std::vector<EventId> side_use_;
@@ -177,7 +177,7 @@ class Lowerer {
   std::vector<FeatureMap> maps_;
   std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
   std::vector<MapPoints> map_points_;
-  std::vector<Collective> collectives_;  // of the workload's collective ops, in issue order
+  std::vector<Collective> collectives_;   // of the workload's collective ops, in issue order
   std::vector<std::int32_t> side_index_;  // per op: its number among side-stream ops, or -1
   std::vector<OpId> side_ops_;            // the side-stream ops in issue order
   std::size_t stream_count_ = kFixedStreamCount;  // of every Program
@@ -207,5 +207,10 @@ class Lowerer {
 
 /// Convenience: lowers one plan with a fresh Lowerer.
 Program lower(const Workload& workload, const Plan& plan);
+
+/// Whether the workload records a host side (an op's host side, or the launch cost of the
+/// instructions a plan adds): its Program's HostProgram is then active, whatever the plan, and
+/// the step back to back may be shorter than the step alone (Note [Step period] in engine.hpp).
+bool has_host_side(const Workload& workload);
 
 }  // namespace memplan::sim

@@ -11,7 +11,8 @@ from memplan._traces import Job, as_trace
 class SearchResult:
     """The best plan the search found (`memplan search`): `plan`, its `simulation`, the policy
     it started from (`best_policy`, `best_policy_step_s`, None when that plan does not fit),
-    `evaluated` plans, `rounds`, `converged` (stopped because no move improved), `cancelled`
+    `evaluated` plans, `rounds`, `converged` (stopped because no move improved), `within_gap`
+    (stopped because the plan is within the gap asked of the lower bound), `cancelled`
     (the progress callback stopped it), `search_s`, `lower_bound_s` (no plan that fits is faster;
     None when none fits) and `gap` (the plan's step alone against it, None when it does not fit).
     `step_s` is the step a training loop sees (the period back to back), what the search
@@ -27,6 +28,7 @@ class SearchResult:
         self.evaluated = outcome.evaluated
         self.rounds = outcome.rounds
         self.converged = outcome.converged
+        self.within_gap = outcome.within_gap
         self.cancelled = outcome.cancelled
         self.search_s = outcome.elapsed_s
         bound = json.loads(outcome.bound_json)
@@ -51,7 +53,8 @@ class SearchResult:
                 "best_policy_feasible": self.best_policy_feasible,
                 "best_policy_step_s": self.best_policy_step_s,
                 "evaluated": self.evaluated, "rounds": self.rounds, "converged": self.converged,
-                "cancelled": self.cancelled, "search_s": self.search_s,
+                "within_gap": self.within_gap, "cancelled": self.cancelled,
+                "search_s": self.search_s,
                 "lower_bound_s": self.lower_bound_s, "gap": self.gap}
 
     def __repr__(self):
@@ -117,13 +120,15 @@ class JobSearchResult(_tables.JsonFields):
 
 
 def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
-           deterministic=False, maps_only=False, progress=None, **what_if):
+           deterministic=False, maps_only=False, progress=None, gap=0.005, **what_if):
     """Searches for a plan better than every policy's (`memplan search`).
 
     time_limit: seconds for the whole search, the policies' seeding included; rounds: stop after
     this many (None: until converged); threads: 0 for every core; deterministic: the same plan
     for any thread count; maps_only: plan feature maps only (keep parameters, gradients, optimizer
-    state and the input batch on the device: what memplan.torch.apply carries out). progress(p) is called once for every policy that seeds the search
+    state and the input batch on the device: what memplan.torch.apply carries out); gap: stop once
+    the plan is within this of the lower bound (a fraction, 0.005, or a percentage, "0.5%";
+    `memplan search --gap`; a step with a host side runs on). progress(p) is called once for every policy that seeds the search
     (p.stage "seeding", p.policy its name) and after every round (p.stage "round"), with
     p.round, p.evaluated, p.elapsed_s and p.best (feasible, step_ns, iteration_ns: the step alone, peak_bytes); returning
     False stops the search (a seeding policy at its next simulation, the rounds at the next
@@ -142,6 +147,7 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     request.deterministic = bool(deterministic)
     request.maps_only = bool(maps_only)
     request.encode = _plans._encode_text(encode)
+    request.gap = gap if isinstance(gap, str) else real(gap, "--gap")
     if isinstance(trace, Job):
         return JobSearchResult(_core.search_job(trace._job, m, request, trace.name, progress),
                                trace, m)

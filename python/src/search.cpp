@@ -131,7 +131,8 @@ void bind_search(py::module_& m) {
       .def_readwrite("seed", &requests::SearchRequest::seed)
       .def_readwrite("deterministic", &requests::SearchRequest::deterministic)
       .def_readwrite("maps_only", &requests::SearchRequest::maps_only)
-      .def_readwrite("encode", &requests::SearchRequest::encode);
+      .def_readwrite("encode", &requests::SearchRequest::encode)
+      .def_readwrite("gap", &requests::SearchRequest::gap);
   py::class_<SearchOutcome>(m, "SearchOutcome")
       .def_property_readonly("plan", [](const SearchOutcome& o) { return o.result.plan; })
       .def_property_readonly("evaluation",
@@ -143,6 +144,8 @@ void bind_search(py::module_& m) {
       .def_property_readonly("evaluated", [](const SearchOutcome& o) { return o.result.evaluated; })
       .def_property_readonly("rounds", [](const SearchOutcome& o) { return o.result.rounds; })
       .def_property_readonly("converged", [](const SearchOutcome& o) { return o.result.converged; })
+      .def_property_readonly("within_gap",
+                             [](const SearchOutcome& o) { return o.result.within_gap; })
       .def_property_readonly("elapsed_s", [](const SearchOutcome& o) { return o.result.elapsed_s; })
       .def_property_readonly("bound_json",  // lower_bound_s and gap, as `memplan search --json`
                              [](const SearchOutcome& o) {

@@ -25,12 +25,26 @@ def test_search_finds_the_plan_memplan_search_finds(tight, tmp_path):
                    "--rounds", 6)
     mine = found.to_dict()
     for key in ("step_s", "step_alone_s", "peak_bytes", "feasible", "best_policy", "best_policy_step_s",
-                "evaluated", "rounds", "converged", "actions", "lower_bound_s", "gap"):
+                "evaluated", "rounds", "converged", "within_gap", "actions", "lower_bound_s", "gap"):
         assert mine[key] == cli[key], key
     assert not found.cancelled
     # Never worse than the best policy.
     if found.best_policy_feasible:
         assert found.feasible and found.step_s <= found.best_policy_step_s * (1 + 1e-12)
+
+
+def test_the_search_stops_within_the_gap_it_is_given(tight):
+    # #39: memplan search --gap; a fraction or a percentage, refused out of range as the CLI does.
+    trace, memory = tight
+    wide = memplan.search(trace, memory=memory, threads=1, deterministic=True, gap="1000%")
+    assert wide.within_gap and wide.gap <= 10
+    assert wide.to_dict()["within_gap"] is True
+    same = memplan.search(trace, memory=memory, threads=1, deterministic=True, gap=10)
+    assert same.plan == wide.plan and same.rounds == wide.rounds
+    with pytest.raises(memplan.InputError, match=r"^--gap: -0.1 is not a gap from 0 to 100"):
+        memplan.search(trace, memory=memory, gap=-0.1)
+    with pytest.raises(memplan.InputError, match=r"^--gap: 'half' is not a gap"):
+        memplan.search(trace, memory=memory, gap="half")
 
 
 def test_progress_is_called_every_round_and_false_stops_the_search(tight):

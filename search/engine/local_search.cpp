@@ -35,7 +35,8 @@ Evaluation refused() {
 
 LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& machine,
                          const NetworkView& view, const SearchOptions& options, int threads,
-                         const Stop& stop, Reporter& report, SearchResult& result)
+                         const Stop& stop, Reporter& report, SearchResult& result,
+                         std::optional<sim::Nanoseconds> good_enough_ns)
     : workload_(workload),
       view_(view),
       options_(options),
@@ -53,7 +54,8 @@ LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& mach
       }),
       neighbourhood_(view, options.encodings, options.host_placement, options.release_points),
       batch_(options.deterministic ? kDeterministicBatch
-                                   : kBatchPerThread * static_cast<std::size_t>(threads)) {}
+                                   : kBatchPerThread * static_cast<std::size_t>(threads)),
+      good_enough_ns_(good_enough_ns) {}
 
 // Searches from each seed in turn; returns false when a limit, not convergence, ended it.
 bool LocalSearch::run(const std::vector<Seed>& seeds) {
@@ -70,7 +72,13 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
 }
 
 bool LocalSearch::out_of_limits() const {
-  return stop_.due() || (options_.max_rounds != 0 && result_.rounds >= options_.max_rounds);
+  return stop_.due() || (options_.max_rounds != 0 && result_.rounds >= options_.max_rounds) ||
+         within_gap();
+}
+
+bool LocalSearch::within_gap() const {
+  return good_enough_ns_ && result_.evaluation.feasible &&
+         result_.evaluation.step_ns <= *good_enough_ns_;
 }
 
 // Local search from one seed until it settles (true) or a limit stops it (false).

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -27,15 +28,19 @@ class LocalSearch {
  public:
   // Improves on `result` (its plan and evaluation: the best seed's), counting rounds there; every
   // reference must outlive the LocalSearch.
+  // `good_enough_ns`: a step at which the search stops (the lower bound within the gap, Note [Plan
+  // search], stopping within the gap); none: it runs to convergence or a limit.
   LocalSearch(const sim::Workload& workload, const sim::Machine& machine, const NetworkView& view,
               const SearchOptions& options, int threads, const Stop& stop, Reporter& report,
-              SearchResult& result);
+              SearchResult& result, std::optional<sim::Nanoseconds> good_enough_ns = std::nullopt);
 
   // Searches from each seed in turn (Note [Plan search], restarts); returns false when a limit,
   // not convergence, ended it.
   bool run(const std::vector<Seed>& seeds);
   // Plans evaluated or simulated by the rounds.
   [[nodiscard]] std::size_t evaluated() const { return driver_.count() + evaluated_in_rounds_; }
+  // The best plan so far fits at good_enough_ns or faster.
+  [[nodiscard]] bool within_gap() const;
 
  private:
   // The neighbourhood a round evaluates, widened after each idle round (Note [Plan search]).
@@ -66,6 +71,7 @@ class LocalSearch {
   const Neighbourhood neighbourhood_;
   const std::size_t batch_;
   std::size_t evaluated_in_rounds_ = 0;
+  std::optional<sim::Nanoseconds> good_enough_ns_;
 };
 
 }  // namespace memplan::search::engine

@@ -61,6 +61,14 @@
 // search] in exact.cpp) searches on from the local search's result in the time left, so a plan
 // that fits is found whenever one exists and the time allows.
 //
+// Stopping within the gap. The lower bound (search/bound/) is computed before the seeding; when the
+// best plan's step is within SearchOptions::gap of it, no plan of the space is more than that
+// faster, and the local search stops at its next round (so a step that fits in core stops after
+// the seeding: its in-core plan is at the bound). The bound is on the step alone, so this holds
+// only for a step without a host side, whose step back to back is its step alone (a host-side
+// step's period can lie below the bound), and not for a rank among fixed peers (no bound). The
+// stop depends on the plans evaluated only, so --deterministic gives the same plan.
+//
 // Composition. The engine's two entry points are this file's, over one driver, solve(): seeding
 // (seeding.cpp), the local search (local_search.cpp, over the moves of neighbourhood.cpp), then
 // the branch and bound (exact.cpp) — for search_plan as the fallback, for solve_exact always, with
@@ -82,6 +90,7 @@
 #include "search/engine/seeding.hpp"
 #include "search/parallel.hpp"
 #include "search/policies/network_view.hpp"
+#include "sim/lowering.hpp"
 
 namespace memplan::search {
 
@@ -115,7 +124,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 // Seeding, then the local search from the seeds (Note [Plan search]); the plan is not simulated.
 SearchResult local_search(const sim::Workload& workload, const sim::Machine& machine,
                           const NetworkView& view, const SearchOptions& options, int threads,
-                          std::chrono::steady_clock::time_point start) {
+                          std::chrono::steady_clock::time_point start,
+                          std::optional<sim::Nanoseconds> good_enough_ns) {
   tbb::task_arena arena(arena_concurrency(threads));
   engine::Reporter report(options, start);
   SearchResult result;
@@ -136,10 +146,12 @@ SearchResult local_search(const sim::Workload& workload, const sim::Machine& mac
   result.skipped = seeding.skipped;
 
   const Stop stop{engine::deadline_after(start, options.time_limit_s), options.cancel};
-  engine::LocalSearch local(workload, machine, view, options, threads, stop, report, result);
+  engine::LocalSearch local(workload, machine, view, options, threads, stop, report, result,
+                            good_enough_ns);
   result.converged = local.run(seeding.seeds);
   result.cancelled = stop.cancelled();
   if (result.cancelled) result.converged = false;
+  result.within_gap = local.within_gap();
   result.evaluated = seeding.evaluated + local.evaluated();
   result.plan.policy = "search";
   return result;
@@ -178,10 +190,12 @@ struct Solved {
 // simulated once (Note [Plan search], composition).
 Solved solve(const sim::Workload& workload, const sim::Machine& machine,
              const SearchOptions& options, Tree tree, const ExactOptions& exact_options,
-             std::chrono::steady_clock::time_point start) {
+             std::chrono::steady_clock::time_point start,
+             std::optional<sim::Nanoseconds> good_enough_ns = std::nullopt) {
   const int threads = thread_count(options.threads);
   const NetworkView view(workload);
-  Solved out{local_search(workload, machine, view, options, threads, start), std::nullopt};
+  Solved out{local_search(workload, machine, view, options, threads, start, good_enough_ns),
+             std::nullopt};
   SearchResult& result = out.search;
   if (tree == Tree::kAlways) {
     out.exact = branch_and_bound(workload, machine, exact_options, result);
@@ -215,16 +229,35 @@ std::optional<LowerBound> bound_for(const sim::Workload& workload, const sim::Ma
   return lower_bound(workload, machine, bo);
 }
 
+// The step at which the search stops (Stopping within the gap, above); none where the bound does
+// not bound the step the search minimises.
+std::optional<sim::Nanoseconds> good_enough_ns(const sim::Workload& workload,
+                                               const std::optional<LowerBound>& bound, double gap) {
+  if (!bound || !bound->fits || sim::has_host_side(workload)) return std::nullopt;
+  const double ns = static_cast<double>(bound->bound_ns) * (1.0 + gap);
+  if (ns >= static_cast<double>(sim::kMaxNanoseconds)) return sim::kMaxNanoseconds;
+  return static_cast<sim::Nanoseconds>(ns);
+}
+
 }  // namespace
 
 SearchResult search_plan(const sim::Workload& workload, const sim::Machine& machine,
                          const SearchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   const std::optional<LowerBound> bound = bound_for(workload, machine, options);
-  SearchResult result = solve(workload, machine, options, Tree::kFallback, {}, start).search;
+  SearchResult result = solve(workload, machine, options, Tree::kFallback, {}, start,
+                              good_enough_ns(workload, bound, options.gap))
+                            .search;
   result.lower_bound = bound;
   result.elapsed_s = seconds_since(start);
   return result;
+}
+
+std::string stop_reason(const SearchResult& result, double gap) {
+  if (result.within_gap) return fmt::format("within {:g}% of the lower bound", gap * 100);
+  if (result.converged) return "converged";
+  if (result.cancelled) return "cancelled";
+  return "stopped by a limit";
 }
 
 ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machine,

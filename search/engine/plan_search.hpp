@@ -62,6 +62,12 @@ struct SearchOptions {
   /// search/oracle/evaluator.hpp); every Evaluator of the search and the winner's simulation use
   /// them. Empty: each collective starts on its arrival.
   std::vector<sim::Nanoseconds> collective_ready_ns;
+  /// Stop once the best plan is within this fraction of the lower bound (its step / bound - 1 at
+  /// most `gap`, Note [Plan search], stopping within the gap): no plan of the space is more than
+  /// that faster. Only where the bound bounds what the search minimises: a step without a host
+  /// side (whose step back to back is its step alone), priced alone. 0: stop only on reaching the
+  /// bound itself.
+  double gap = 0.005;
 };
 
 /// A policy whose plan did not seed the search: the time limit's seeding share ran out (or the
@@ -80,6 +86,7 @@ struct SearchResult {
   std::size_t evaluated = 0;  // plans simulated, policies' own simulations included
   std::size_t rounds = 0;
   bool converged = false;              // stopped because no move improved, not because of a limit
+  bool within_gap = false;             // stopped because the plan is within SearchOptions::gap
   bool cancelled = false;              // SearchOptions::cancel stopped it
   bool exact_fallback = false;         // exact mode ran: the local search found nothing that fits
   std::vector<SkippedPolicy> skipped;  // policies that did not seed it, in policies() order
@@ -96,5 +103,9 @@ bool better(const Evaluation& a, const Evaluation& b);
 
 SearchResult search_plan(const sim::Workload& workload, const sim::Machine& machine,
                          const SearchOptions& options);
+
+/// Why the search stopped, in a few words: "converged", "within 0.5% of the lower bound" (the
+/// gap it was given), "cancelled" or "stopped by a limit".
+std::string stop_reason(const SearchResult& result, double gap);
 
 }  // namespace memplan::search

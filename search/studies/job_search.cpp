@@ -209,8 +209,7 @@ std::string job_search_text(const JobSearchResult& result, const sim::Job& job,
   }
   out += sim::job_summary_text(result.run, job, machines, "search");
   out += fmt::format("{} plans evaluated in {:.2f} s over {} rounds on rank {} ({})\n",
-                     result.evaluated, result.elapsed_s, s.rounds, searched,
-                     s.converged ? "converged" : "stopped by a limit");
+                     result.evaluated, result.elapsed_s, s.rounds, searched, stop_reason(s, 0.0));
   return out;
 }
 

@@ -99,6 +99,15 @@ TEST_CASE("memplan search states the lower bound and the plan's gap to it",
     CHECK(text.out.find(fmt::format("within {:.1f}% of the best possible",
                                     j.at("gap").get<double>() * 100)) != std::string::npos);
   }
+  // --gap: a search whose plan is within it of the bound stops there, and says so.
+  const auto wide = run_memplan("search " + trace + memory + " --gap 1000% --json");
+  REQUIRE(wide.exit_status == 0);
+  const auto w = nlohmann::json::parse(wide.out);
+  CHECK(w.at("within_gap") == true);
+  CHECK(w.at("gap").get<double>() <= 10.0);
+  const auto wide_text = run_memplan("search " + trace + memory + " --gap 10");
+  REQUIRE(wide_text.exit_status == 0);
+  CHECK(wide_text.out.find("(within 1000% of the lower bound)") != std::string::npos);
   // Where nothing fits, there is no gap.
   const auto none = run_memplan("search " + trace + " --memory 4KiB --json");
   REQUIRE(none.exit_status == 1);

@@ -37,6 +37,8 @@ TEST_CASE("values that were accepted silently are refused with the range", "[cli
   check_refused(run_memplan(search + "--rounds -1"), "from 1 to 1000000000");
   check_refused(run_memplan(search + "--threads 0"), "'0' is not a whole number from 1 to 1024");
   check_refused(run_memplan(search + "--threads 100000"), "from 1 to 1024");
+  check_refused(run_memplan(search + "--gap -1%"), "--gap: -1% is not a gap from 0 to 100");
+  check_refused(run_memplan(search + "--gap half"), "'half' is not a gap, like 0.5% or 0.005");
   check_refused(run_memplan("sweep " + memplan::test::tiny_trace() + " --threads 0"), "--threads");
   check_refused(run_memplan("sweep " + memplan::test::tiny_trace() + " --search-rounds -1"),
                 "--search-rounds");

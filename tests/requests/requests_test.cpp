@@ -211,6 +211,22 @@ TEST_CASE("a search request out of range is refused naming its flag", "[requests
   CHECK(memplan::requests::search_options(SearchRequest{}).max_rounds == 0);  // until converged
   CHECK(refused([](SearchRequest& r) { r.seed = ~std::uint64_t{0}; }) == "--seed");
   CHECK(refused([](SearchRequest& r) { r.encode = "zip"; }) == "--encode");
+  for (const Quantity& gap : {Quantity{-0.1}, Quantity{std::nan("")}, Quantity{101.0},
+                              Quantity{std::string("-1%")}, Quantity{std::string("1e5%x")},
+                              Quantity{std::string("%")}, Quantity{std::string("half")}}) {
+    CHECK(refused([&](SearchRequest& r) { r.gap = gap; }) == "--gap");
+  }
+  // A fraction or a percentage, the default half a percent.
+  using memplan::requests::gap_of;
+  CHECK(memplan::requests::search_options(SearchRequest{}).gap == 0.005);
+  CHECK(gap_of(Quantity{std::string("0.5%")}, "--gap") == Approx(0.005));
+  CHECK(gap_of(Quantity{std::string("2 %")}, "--gap") == Approx(0.02));
+  CHECK(gap_of(Quantity{std::string("0.01")}, "--gap") == 0.01);
+  CHECK(gap_of(Quantity{0.0}, "--gap") == 0.0);
+  CHECK_THROWS_WITH(gap_of(Quantity{std::string("half")}, "--gap"),
+                    "--gap: 'half' is not a gap, like 0.5% or 0.005");
+  CHECK_THROWS_WITH(gap_of(Quantity{std::string("-1%")}, "--gap"),
+                    "--gap: -1% is not a gap from 0 to 100 (10000%)");
 
   SearchRequest r;
   r.threads = 3;

@@ -78,12 +78,68 @@ TEST_CASE("the search is never worse than the best policy", "[search][plan_searc
       policy.step_ns = row.step_ns();  // as compare ranks it
       CHECK_FALSE(better(policy, r.evaluation));
     }
-    CHECK(r.converged);
+    CHECK((r.converged || r.within_gap));
     // The plan it reports is the plan it found.
     const Timeline found = simulate(w, r.plan, m).timeline;
     CHECK(found.iteration_ns == r.evaluation.iteration_ns);
     CHECK(found.period_ns == r.evaluation.step_ns);
   }
+}
+
+TEST_CASE("the search stops once its plan is within the gap of the lower bound",
+          "[search][plan_search]") {
+  const Workload w = net();
+  const Bytes incore =
+      simulate(w, in_core_plan(w), test_machine(Bytes{1} << 40)).timeline.peak_reserved_bytes;
+  // In core the plan that keeps every map is the ideal step, at the bound: within any gap, 0
+  // included, after the seeding and before a round.
+  SearchOptions at_bound = quick(2, true);
+  at_bound.gap = 0;
+  const SearchResult fits = search_plan(w, test_machine(incore, 2e8, 1000), at_bound);
+  REQUIRE(fits.lower_bound);
+  CHECK(fits.evaluation.iteration_ns == fits.lower_bound->bound_ns);  // the ideal step
+  CHECK(fits.within_gap);
+  CHECK(fits.rounds == 0);
+  CHECK(stop_reason(fits, 0) == "within 0% of the lower bound");
+  // At 95% of it the best seed is 26600 ns against the bound's 26500 (0.38%): within the default
+  // gap, so no round runs; asked for 0, the search runs its rounds to convergence.
+  const Machine near = test_machine(incore * 95 / 100, 2e8, 1000);
+  const SearchResult stopped = search_plan(w, near, quick(2, true));
+  REQUIRE(stopped.lower_bound);
+  CHECK(stopped.lower_bound->bound_ns == 26500);
+  CHECK(stopped.evaluation.iteration_ns == 26600);
+  CHECK(stopped.within_gap);
+  CHECK(stopped.rounds == 0);
+  const SearchResult on = search_plan(w, near, at_bound);
+  CHECK_FALSE(on.within_gap);
+  CHECK(on.converged);
+  CHECK(on.rounds > 0);
+  CHECK(on.evaluation.iteration_ns <= 26600);
+  // At 80% the plan the search converges to is further than the default gap from the bound ...
+  const Machine tight = test_machine(incore * 8 / 10, 2e8, 1000);
+  const SearchResult full = search_plan(w, tight, quick(2, true));
+  REQUIRE(full.evaluation.feasible);
+  REQUIRE(full.lower_bound);
+  CHECK_FALSE(full.within_gap);
+  CHECK(full.converged);
+  CHECK(full.rounds > 0);
+  CHECK(*bound_gap(*full.lower_bound, true, full.evaluation.iteration_ns) > 0.005);
+  // ... and with a gap wider than any plan's it stops at the first plan that fits: no seed does
+  // here, the first round finds one.
+  SearchOptions wide = quick(2, true);
+  wide.gap = 100;
+  const SearchResult early = search_plan(w, tight, wide);
+  CHECK_FALSE(early.best_policy_evaluation.feasible);
+  CHECK(early.evaluation.feasible);
+  CHECK(early.within_gap);
+  CHECK(early.rounds == 1);
+  CHECK(stop_reason(early, wide.gap) == "within 10000% of the lower bound");
+  // A step with a host side is not stopped: its step back to back can lie below the bound.
+  Workload hosted = w;
+  hosted.launch_ns = 100;
+  const SearchResult host = search_plan(hosted, tight, wide);
+  CHECK_FALSE(host.within_gap);
+  CHECK(host.rounds > 0);
 }
 
 TEST_CASE("the same seed and threads give the same plan; --deterministic any thread count",
