@@ -58,11 +58,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include <fmt/core.h>
 
 #include "core/basic_plans.hpp"
+#include "core/check.hpp"
 #include "search/bound/linear_program.hpp"
 #include "search/bound/relaxation.hpp"
 
@@ -122,26 +124,68 @@ class CaseProgram {
         upper_(static_cast<double>(upper_ns) / unit_ns_),
         step_(lp_.add_column(static_cast<double>(r.floor_ns) / unit_ns_, upper_, 1.0)) {}
 
+  // The algorithm columns of the pressure points whose ops have alternatives (before any point).
+  void add_algorithms(const std::vector<OpId>& points,
+                      const std::vector<std::vector<const Absence*>>& away,
+                      const std::vector<Bytes>& excess);
   void add_point(OpId i, const std::vector<const Absence*>& away, Bytes excess);
   [[nodiscard]] const LinearProgram& program() const { return lp_; }
   [[nodiscard]] double unit_ns() const { return unit_ns_; }
 
  private:
   [[nodiscard]] double ns(Nanoseconds t) const { return static_cast<double>(t) / unit_ns_; }
-  std::vector<Way> add_ways(const std::vector<const Absence*>& away, Bytes excess);
+  std::vector<Way> add_ways(const std::vector<const Absence*>& away, Bytes excess, Terms memory);
   void add_recomputations(OpId i, const std::vector<Way>& ways, Terms& end_terms);
   void add_copy_cuts(OpId i, int start, const std::vector<Way>& ways);
+
+  // A pressure point's op with alternatives: a column per algorithm (AlgorithmCost).
+  struct Choice {
+    OpId op;
+    std::vector<int> columns;
+  };
 
   const Relaxation& r_;
   double unit_ns_, unit_bytes_, upper_;
   LinearProgram lp_;
   int step_;
+  std::vector<Choice> choices_;  // by op, ascending
 };
 
+// Note [An op's algorithm in the bound]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An op with alternative algorithms (cuDNN's: faster with more workspace) runs one of them in any
+// plan, and its workspace is live at that op alone. At a pressure point whose op has
+// alternatives, a fraction of each algorithm (summing to 1) adds its workspace over the smallest
+// to that point's memory row and its time over the fastest to the op's own duration, which every
+// point's rows count: the end rows of the points at or before it (the op is in their tail) and
+// the start rows of the points after it (the op is in their work before). An algorithm whose
+// workspace does not fit even with everything that may leave the device away at its op is out
+// (its column bounded at 0): no plan that fits runs it. A plan gives a solution: its algorithm at
+// 1, the others at 0.
+void CaseProgram::add_algorithms(const std::vector<OpId>& points,
+                                 const std::vector<std::vector<const Absence*>>& away,
+                                 const std::vector<Bytes>& excess) {
+  for (std::size_t k = 0; k < points.size(); ++k) {
+    const std::size_t p = index(points[k]);
+    if (r_.algorithms[p].empty()) continue;
+    Bytes leaving = 0;
+    for (const Absence* a : away[k]) leaving += a->bytes;
+    Choice choice{points[k], {}};
+    Terms one;
+    for (const AlgorithmCost& a : r_.algorithms[p]) {
+      const bool fits = excess[k] + a.extra_bytes <= leaving;
+      choice.columns.push_back(lp_.add_column(0, fits ? 1 : 0, 0));
+      one.emplace_back(choice.columns.back(), 1.0);
+    }
+    lp_.add_row(one, 1.0);
+    choices_.push_back(std::move(choice));
+  }
+}
+
 // The ways each absence may be away at the point (summing to at most 1) and the memory row.
-std::vector<Way> CaseProgram::add_ways(const std::vector<const Absence*>& away, Bytes excess) {
+std::vector<Way> CaseProgram::add_ways(const std::vector<const Absence*>& away, Bytes excess,
+                                       Terms memory) {
   std::vector<Way> ways;
-  Terms memory;
   for (const Absence* a : away) {
     const std::size_t first = ways.size();
     if (a->copy) ways.push_back({lp_.add_column(0, 1, 0), a, Way::kCopy, 0});
@@ -229,9 +273,20 @@ void CaseProgram::add_copy_cuts(OpId i, int start, const std::vector<Way>& ways)
 void CaseProgram::add_point(OpId i, const std::vector<const Absence*>& away, Bytes excess) {
   const std::size_t p = index(i);
   const int start = lp_.add_column(std::min(ns(r_.start_ns[p]), upper_), upper_, 0);
-  const std::vector<Way> ways = add_ways(away, excess);
   Terms end{{step_, 1.0}, {start, -1.0}};  // the step's end after op i's start
   Terms begin{{start, 1.0}};               // op i's start after the work before it
+  Terms memory;
+  // The algorithms' time (Note [An op's algorithm in the bound]), and at op i its workspace.
+  for (const Choice& c : choices_) {
+    const auto& costs = r_.algorithms[index(c.op)];
+    for (std::size_t k = 0; k < costs.size(); ++k) {
+      if (costs[k].extra_ns != 0)
+        (c.op >= i ? end : begin).emplace_back(c.columns[k], -ns(costs[k].extra_ns));
+      if (c.op == i && costs[k].extra_bytes != 0)
+        memory.emplace_back(c.columns[k], -static_cast<double>(costs[k].extra_bytes) / unit_bytes_);
+    }
+  }
+  const std::vector<Way> ways = add_ways(away, excess, std::move(memory));
   for (const Way& w : ways) {
     if (w.kind != Way::kEncode) continue;
     end.emplace_back(w.column, -ns(w.absence->codec_ns));
@@ -316,6 +371,9 @@ Nanoseconds upper_ns(const Relaxation& r) {
     u = sim::add_ns(u, sim::add_ns(a.copy_out_ns, a.copy_in_ns));
     u = sim::add_ns(u, 2 * a.codec_ns);
   }
+  for (const auto& algorithms : r.algorithms) {
+    for (const AlgorithmCost& a : algorithms) u = sim::add_ns(u, a.extra_ns);
+  }
   return sim::add_ns(u, u);
 }
 
@@ -326,26 +384,39 @@ CaseBound solve_case(const Relaxation& r, const sim::Machine& machine,
   std::vector<Bytes> away;
   std::vector<std::size_t> ways;
   spanning(r, away, ways);
+  // Per op, the bytes over the device in core with the smallest workspace (the memory row's),
+  // and with the workspace of its fastest algorithm: the op is a pressure point when that is
+  // positive (it cannot run at its fastest in core).
   std::vector<Bytes> excess(r.base.size(), 0);
+  std::vector<Bytes> pressure(r.base.size(), 0);
   for (std::size_t i = 0; i < r.base.size(); ++i) {
     if (!r.on_device[i]) continue;
     if (r.base[i] > machine.memory_bytes) {
       out.fits = false;
       return out;
     }
-    if (r.on_compute[i]) excess[i] = r.base[i] + away[i] - machine.memory_bytes;
+    if (!r.on_compute[i]) continue;
+    excess[i] = r.base[i] + away[i] - machine.memory_bytes;
+    Bytes fastest = std::numeric_limits<Bytes>::max();
+    for (const AlgorithmCost& a : r.algorithms[i]) {
+      if (a.extra_ns == 0) fastest = std::min(fastest, a.extra_bytes);
+    }
+    pressure[i] = excess[i] + (fastest == std::numeric_limits<Bytes>::max() ? 0 : fastest);
   }
-  const std::vector<OpId> points = pressure_points(excess, ways, options);
+  const std::vector<OpId> points = pressure_points(pressure, ways, options);
   if (points.empty()) return out;
   CaseProgram program(r, machine, upper_ns(r));
-  std::vector<const Absence*> at;
-  for (OpId i : points) {
-    at.clear();
+  std::vector<std::vector<const Absence*>> at(points.size());
+  std::vector<Bytes> point_excess;
+  for (std::size_t k = 0; k < points.size(); ++k) {
     for (const Absence& a : r.absences) {
-      if (a.first <= i && i <= a.last) at.push_back(&a);
+      if (a.first <= points[k] && points[k] <= a.last) at[k].push_back(&a);
     }
-    program.add_point(i, at, excess[index(i)]);
+    point_excess.push_back(excess[index(points[k])]);
   }
+  program.add_algorithms(points, at, point_excess);
+  for (std::size_t k = 0; k < points.size(); ++k)
+    program.add_point(points[k], at[k], point_excess[k]);
   const LinearProgram& lp = program.program();
   const LinearProgram::Answer answer = lp.minimize();
   out.points = points.size();
@@ -372,7 +443,81 @@ bool host_update_possible(const sim::Workload& w) {
   return sim::host_update_problem(plan, w).empty();
 }
 
+// Restricts `r` to the plans that decide maps as `decided` says (DecidedMapsBound): a kept map's
+// absences go, their bytes to the base; a decided map's other absences keep the ways its
+// decision allows, recomputation always (a sibling's hands it back) but for a kept map.
+void restrict_to(Relaxation& r, const std::vector<std::optional<sim::Decision>>& decided) {
+  std::vector<Absence> left;
+  left.reserve(r.absences.size());
+  for (Absence& a : r.absences) {
+    const std::size_t t = index(a.tensor);
+    const std::optional<sim::Decision>& d = t < decided.size() ? decided[t] : std::nullopt;
+    if (d) {
+      switch (d->action) {
+        case sim::Action::kKeep:
+          a.copy = a.recompute = false;
+          a.encodings.clear();
+          break;
+        case sim::Action::kSwap:
+          a.encodings.clear();
+          break;
+        case sim::Action::kRecompute:
+          a.copy = false;
+          a.encodings.clear();
+          break;
+        case sim::Action::kEncode:
+          a.copy = false;
+          std::erase_if(a.encodings, [&](const auto& e) { return e.first != d->encoding; });
+          break;
+      }
+    }
+    if (a.copy || a.recompute || !a.encodings.empty()) {
+      left.push_back(std::move(a));
+      continue;
+    }
+    for (std::size_t i = index(a.first); i <= index(a.last); ++i) r.base[i] += a.bytes;
+  }
+  r.absences = std::move(left);
+}
+
 }  // namespace
+
+struct DecidedMapsBound::Model {
+  sim::Machine machine;
+  BoundOptions options;
+  IdealRun ideal;
+  Relaxation device;
+};
+
+DecidedMapsBound::DecidedMapsBound(const sim::Workload& workload, const sim::Machine& machine,
+                                   const BoundOptions& options)
+    : model_(std::make_unique<Model>()) {
+  MEMPLAN_CHECK(!options.host_placement, "DecidedMapsBound bounds plans without host placement");
+  model_->machine = machine;
+  model_->options = options;
+  model_->ideal = ideal_run(workload, machine);
+  model_->device = relax(workload, machine, options.encodings, false, false, model_->ideal);
+}
+
+DecidedMapsBound::~DecidedMapsBound() = default;
+
+LowerBound DecidedMapsBound::bound(const std::vector<std::optional<sim::Decision>>& decided) const {
+  const auto start = std::chrono::steady_clock::now();
+  Relaxation r = model_->device;
+  restrict_to(r, decided);
+  const CaseBound b = solve_case(r, model_->machine, model_->options);
+  LowerBound result;
+  result.fits = b.fits;
+  result.bound_ns = b.fits ? b.bound_ns : sim::kMaxNanoseconds;
+  result.ideal_ns = model_->ideal.iteration_ns;
+  result.points = b.points;
+  result.columns = b.columns;
+  result.rows = b.rows;
+  result.optimal = b.optimal;
+  result.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
 
 LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machine,
                        const BoundOptions& options) {

@@ -6,12 +6,15 @@
 // linear program (COIN-OR CLP) with a certified value. `memplan search` states its plan's gap to
 // it, `memplan compare` each policy's.
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/machine.hpp"
+#include "core/plan.hpp"
 #include "core/workload.hpp"
 #include "search/policies/gist.hpp"
 
@@ -56,6 +59,32 @@ struct LowerBound {
 /// modelled).
 LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machine,
                        const BoundOptions& options = {});
+
+/// The bound over the plans that decide some feature maps as given (exact mode's branch and
+/// bound, search/engine/exact.cpp, bounds each node's subtree with it): a map decided `keep`
+/// stays on the device from its producer to its last use; `recompute` may be away by
+/// recomputation only; `swap` by a copy, or by recomputation (a sibling's recomputation re-runs
+/// its producer and hands it back); `encode` in its own encoding, or by recomputation. The
+/// relaxation of plans that update on the device is built once; each bound() solves its program
+/// restricted so. Plans that place tensors other than feature maps on the host are outside it
+/// (BoundOptions::host_placement must be false).
+class DecidedMapsBound {
+ public:
+  DecidedMapsBound(const sim::Workload& workload, const sim::Machine& machine,
+                   const BoundOptions& options);
+  ~DecidedMapsBound();
+  DecidedMapsBound(const DecidedMapsBound&) = delete;
+  DecidedMapsBound& operator=(const DecidedMapsBound&) = delete;
+
+  /// `decided`: per tensor id, the map's decision, or nullopt for a map not decided (every
+  /// way); shorter than the tensors: the rest are not decided. `bound_ns` is kMaxNanoseconds
+  /// when no such plan fits.
+  [[nodiscard]] LowerBound bound(const std::vector<std::optional<sim::Decision>>& decided) const;
+
+ private:
+  struct Model;
+  std::unique_ptr<Model> model_;
+};
 
 /// A plan's distance to the bound, time / bound - 1; nullopt when the plan does not fit or no
 /// plan does.

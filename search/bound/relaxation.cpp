@@ -301,6 +301,23 @@ void count_base(const sim::Workload& w, const Intervals& held, Relaxation& r) {
   }
 }
 
+// Per op with alternatives on the compute stream, each algorithm's time and workspace over the
+// fastest time and the smallest workspace (Relaxation::algorithms).
+void cost_algorithms(const sim::Workload& w, Relaxation& r) {
+  r.algorithms.assign(w.ops.size(), {});
+  for (const sim::Op& op : w.ops) {
+    const std::size_t i = index(op.id);
+    if (!r.on_compute[i] || op.algorithms.empty()) continue;
+    const Bytes least = smallest_workspace(op);
+    auto cost = [&](Nanoseconds ns, Bytes workspace) {
+      const Bytes aligned = workspace > 0 ? sim::DeviceArena::aligned_size(workspace) : 0;
+      r.algorithms[i].push_back({ns - r.min_ns[i], aligned - least});
+    };
+    cost(op.duration_ns, op.workspace_bytes);
+    for (const sim::Algorithm& a : op.algorithms) cost(a.duration_ns, a.workspace_bytes);
+  }
+}
+
 // The floor of plans that update on the host: the compute stream's work, and the host stream's
 // updates in order, each after its gradients' copy-outs (every gradient an update op reads is on
 // the host), each streaming its inputs and writing back the parameters and optimizer state (their
@@ -360,6 +377,7 @@ Relaxation relax(const sim::Workload& w, const sim::Machine& machine,
     held[index(t.id)].emplace_back(from, to);
   }
   count_base(w, held, r);
+  cost_algorithms(w, r);
   r.floor_ns = host_update ? host_update_floor(w, machine, r) : ideal.iteration_ns;
   return r;
 }

@@ -54,6 +54,13 @@ struct Absence {
   sim::Nanoseconds codec_ns = 0;
 };
 
+/// One algorithm of an op with alternatives (Op::algorithms and its default): what it takes over
+/// the op's fastest time (min_ns) and over the smallest workspace (counted in base), aligned.
+struct AlgorithmCost {
+  sim::Nanoseconds extra_ns = 0;
+  sim::Bytes extra_bytes = 0;
+};
+
 struct Relaxation {
   bool host_update = false;
   /// Per op: whether it runs on the device in this case (not an update op run on the host), and
@@ -71,6 +78,10 @@ struct Relaxation {
   /// Per op: the bytes every plan holds on the device at it (the op's own tensors and smallest
   /// workspace, and everything no plan can take off the device across it), aligned.
   std::vector<sim::Bytes> base;
+  /// Per op of the compute stream with alternative algorithms: each one's cost (an op's
+  /// workspace is live at the op alone, so at a pressure point the op's choice trades its time
+  /// against its memory there); empty for the others.
+  std::vector<std::vector<AlgorithmCost>> algorithms;
   std::vector<Absence> absences;
   /// Ops before this one are forward ops at which every regeneration is still to come (all
   /// forward ops come first): Absence::rerun_forward applies there.

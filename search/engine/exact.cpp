@@ -330,7 +330,8 @@ struct Worker {
   }
   Evaluator real;
   Evaluator relaxed;  // plans on a device without a memory limit: their time
-  std::size_t explored = 0, pruned_memory = 0, pruned_time = 0, solved_by_bound = 0, violations = 0;
+  std::size_t explored = 0, pruned_memory = 0, pruned_time = 0, pruned_lower_bound = 0,
+              solved_by_bound = 0, violations = 0;
 };
 
 class Solver {
@@ -353,6 +354,14 @@ class Solver {
     producer_maps_.assign(view.workload().ops.size(), {});
     for (std::size_t m = 0; m < view.feature_maps().size(); ++m)
       producer_maps_[index(view.producer(static_cast<int>(m)))].push_back(static_cast<int>(m));
+    // The lower bound of the node's decided maps (not for a rank among fixed peers: it does not
+    // model their collectives' waits).
+    if (options.collective_ready_ns.empty()) {
+      BoundOptions bo;
+      bo.encodings = options.encodings;
+      bo.host_placement = false;
+      decided_bound_ = std::make_unique<DecidedMapsBound>(workload, machine, bo);
+    }
   }
 
   void seed(const sim::Plan& plan, const Evaluation& e) {
@@ -395,6 +404,7 @@ class Solver {
       result.explored += w->explored;
       result.pruned_memory += w->pruned_memory;
       result.pruned_time += w->pruned_time;
+      result.pruned_lower_bound += w->pruned_lower_bound;
       result.solved_by_bound += w->solved_by_bound;
       result.bound_violations += w->violations;
       result.evaluated += w->real.count() + w->relaxed.count();
@@ -436,6 +446,24 @@ class Solver {
         plan.algorithms.begin(), plan.algorithms.end(),
         [](const sim::AlgorithmChoice& a, const sim::AlgorithmChoice& b) { return a.op < b.op; });
     return plan;
+  }
+
+  // The lower bound over the node's subtree: the plans with its decided maps (search/bound/).
+  [[nodiscard]] sim::Nanoseconds decided_maps_bound(const Node& n) const {
+    std::vector<std::optional<sim::Decision>> decided(view_.workload().tensors.size());
+    const auto& vars = space_.variables();
+    for (std::size_t i = 0; i < n.path.size(); ++i) {
+      const Variable& v = vars[i];
+      if (v.map < 0) continue;
+      const Option& o = v.options[n.path[i]];
+      sim::Decision d;
+      d.tensor = view_.feature_maps()[static_cast<std::size_t>(v.map)].tensor;
+      d.action = o.action;
+      d.encoding = o.encoding;
+      d.prefetch_before = o.prefetch_before;
+      decided[index(d.tensor)] = d;
+    }
+    return decided_bound_->bound(decided).bound_ns;
   }
 
   [[nodiscard]] bool has_free_sibling(int map, std::size_t fixed) const {
@@ -521,6 +549,10 @@ class Solver {
       ++worker.pruned_time;
       return {};
     }
+    if (decided_bound_ && dominated(decided_maps_bound(n), n.path)) {
+      ++worker.pruned_lower_bound;
+      return {};
+    }
     const std::size_t depth = n.path.size();
     if (depth == space_.variables().size()) return {};
     const Variable& v = space_.variables()[depth];
@@ -559,6 +591,7 @@ class Solver {
   sim::Plan blank_;
   std::unique_ptr<tbb::enumerable_thread_specific<std::unique_ptr<Worker>>> workers_;
   std::vector<std::vector<int>> producer_maps_;
+  std::unique_ptr<DecidedMapsBound> decided_bound_;
   std::size_t root_pruned_ = 0;
 
   std::mutex mutex_;

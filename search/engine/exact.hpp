@@ -17,7 +17,7 @@
 namespace memplan::search {
 
 /// Exact mode refuses workloads with more feature maps than this (InputError).
-inline constexpr std::size_t kExactMaxMaps = 16;
+inline constexpr std::size_t kExactMaxMaps = 64;
 
 struct ExactOptions {
   int threads = 0;            // 0: every core
@@ -39,11 +39,14 @@ struct ExactResult {
   Evaluation heuristic_evaluation;
   std::string best_policy;
   Evaluation best_policy_evaluation;
-  double space_plans = 0.0;         // plans in the space (product of options per map)
-  std::size_t explored = 0;         // nodes of the branch-and-bound tree visited
-  std::size_t evaluated = 0;        // plans simulated, the heuristic's and policies' included
-  std::size_t pruned_memory = 0;    // subtrees cut by the memory lower bound
-  std::size_t pruned_time = 0;      // subtrees cut by the time lower bound
+  double space_plans = 0.0;       // plans in the space (product of options per map)
+  std::size_t explored = 0;       // nodes of the branch-and-bound tree visited
+  std::size_t evaluated = 0;      // plans simulated, the heuristic's and policies' included
+  std::size_t pruned_memory = 0;  // subtrees cut by the memory lower bound
+  std::size_t pruned_time = 0;    // subtrees cut by the time lower bound
+  /// Subtrees cut by the lower bound of search/bound/ over the plans with the node's decided maps
+  /// (DecidedMapsBound).
+  std::size_t pruned_lower_bound = 0;
   std::size_t solved_by_bound = 0;  // subtrees whose bounding plan fits (hence is their optimum)
   /// Children whose time bound came out below their parent's: the bound's monotonicity failed
   /// (never observed; counted so that an optimality claim can be checked).

@@ -2,10 +2,12 @@
 // time]) against random plans on random graphs (fixed seeds): a plan simulated on a device of
 // exactly its reserved peak fits there, so the bound for that device may not exceed its time.
 // The plans take every action (swap with random prefetch and release points, recompute, per-use
-// recompute, every encoding), a third place tensors on the host, some update there; the machines
-// have random links, latencies and codec speeds.
+// recompute, every encoding) and random algorithms where ops have alternatives, a third place
+// tensors on the host, some update there; the machines have random links, latencies and codec
+// speeds.
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,6 +40,32 @@ Machine random_machine(Rng& rng) {
   return m;
 }
 
+// A third of the compute-stream ops get one or two alternative algorithms (cuDNN's trade: faster
+// with more workspace, or slower with less), so that a device may have to run some op slower to
+// fit it (Relaxation::algorithms).
+void add_algorithms(Workload& w, Rng& rng) {
+  for (Op& op : w.ops) {
+    if (op.stream != 0 || op.collective || uniform(rng, 0, 2) != 0) continue;
+    const int count = static_cast<int>(uniform(rng, 1, 2));
+    for (int a = 0; a < count; ++a) {
+      Algorithm alt;
+      alt.name = "alt" + std::to_string(a);
+      alt.duration_ns = std::max<Nanoseconds>(1, op.duration_ns * uniform(rng, 50, 200) / 100);
+      alt.workspace_bytes = op.workspace_bytes * uniform(rng, 0, 200) / 100;
+      op.algorithms.push_back(std::move(alt));
+    }
+  }
+}
+
+// Each op with alternatives runs one of them at random, or its default.
+void choose_algorithms(const Workload& w, Plan& plan, Rng& rng) {
+  for (const Op& op : w.ops) {
+    if (op.algorithms.empty()) continue;
+    const auto pick = uniform(rng, -1, static_cast<std::int64_t>(op.algorithms.size()) - 1);
+    if (pick >= 0) plan.algorithms.push_back({op.id, static_cast<std::int32_t>(pick)});
+  }
+}
+
 // Half the recomputed maps forget their regenerated copy after each backward use (per_use).
 void per_use_some(Plan& plan, Rng& rng) {
   for (Decision& d : plan.decisions) {
@@ -67,12 +95,14 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed));
-    const Workload w = random_workload(rng);
+    Workload w = random_workload(rng);
+    add_algorithms(w, rng);
     const Machine roomy = random_machine(rng);
     std::vector<std::pair<Plan, Timeline>> runs;
     for (int k = 0; k < kPlansPerCase; ++k) {
       Plan plan = random_plan(w, rng);
       per_use_some(plan, rng);
+      choose_algorithms(w, plan, rng);
       Simulation s = simulate_plan(w, plan, roomy);
       if (s.timeline.feasible) runs.emplace_back(std::move(plan), std::move(s.timeline));
     }

@@ -179,6 +179,41 @@ TEST_CASE("golden bound: a map away at the peak, by copy and recomputation at on
   CHECK_FALSE(solve_exact(w, test_machine(10239, 1e9, 0), eo).evaluation.feasible);
 }
 
+TEST_CASE("golden bound: an op that must run a slower algorithm to fit", "[search][bound]") {
+  // long_lived_map, with f2 (op 1) at 1000 ns needing 2 KiB of workspace, or at 3000 ns with
+  // none (Note [An op's algorithm in the bound]). The ideal step runs f2 at 1000: 10,000 ns.
+  Workload w = long_lived_map();
+  w.ops[1].workspace_bytes = 2048;
+  w.ops[1].algorithms.push_back({"slow", 0, 3000});
+  const Machine m = test_machine(10240, 1e9, 0);
+  const LowerBound bound = lower_bound(w, m);
+  REQUIRE(bound.fits);
+  CHECK(bound.ideal_ns == 10000);
+  // At f2 every plan holds a and b (9 KiB), and nothing else may leave: with 2 KiB of workspace
+  // it would need 11 KiB, so every plan that fits runs f2 slowly, 2000 ns more. At op 1: T >=
+  // 5000 + (ops 1..5: 5000) + 2000 = 12,000. At op 4 (a fraction of a away, as in the golden case
+  // above) the op starts no earlier than 8000 + 2000: with s of a away by copy T >= 10,000 + 1000
+  // + 1000 + 8192 s, by recomputation T >= 10,000 + 2000 + 5000 r, s + r = 1/8: T >= 12,388.11,
+  // less 1 ns for rounding: 12,387. Without the algorithm's columns the bound was 10,387 (the
+  // case above): f2 at its fastest, its workspace counted at the smallest.
+  CHECK(bound.bound_ns == 12387);
+  // The fastest algorithm does not fit; recomputing a with f2 slow takes 5000 + 3000 + 4 x 1000 +
+  // 5000 = 17,000 ns.
+  Plan fast = plan_with(w, {{"f1_out", Action::kRecompute}});
+  CHECK_FALSE(simulate(w, fast, m).timeline.feasible);
+  Plan slow = fast;
+  slow.algorithms.push_back({OpId{1}, 0});
+  const Simulation run = simulate(w, slow, m);
+  REQUIRE(run.timeline.feasible);
+  CHECK(run.timeline.iteration_ns == 17000);
+  ExactOptions eo;
+  eo.threads = 2;
+  const ExactResult exact = solve_exact(w, m, eo);
+  REQUIRE(exact.optimal);
+  REQUIRE(exact.evaluation.feasible);
+  CHECK(exact.evaluation.iteration_ns >= bound.bound_ns);
+}
+
 TEST_CASE("golden bound: an update on the host can beat the ideal step", "[search][bound]") {
   // x and parameter w -> f1 (1000 ns) -> a; g1 (1000) reads a and writes w's gradient gw; sgd
   // (8000 ns on the device) reads w, gw and the momentum m. Every tensor 1 KiB; 1 byte per ns
