@@ -385,8 +385,8 @@ CaseBound solve_case(const Relaxation& r, const sim::Machine& machine,
   std::vector<std::size_t> ways;
   spanning(r, away, ways);
   // Per op, the bytes over the device in core with the smallest workspace (the memory row's),
-  // and with the workspace of its fastest algorithm: the op is a pressure point when that is
-  // positive (it cannot run at its fastest in core).
+  // and with the workspace of its fastest algorithm (positive: it cannot run at its fastest in
+  // core).
   std::vector<Bytes> excess(r.base.size(), 0);
   std::vector<Bytes> pressure(r.base.size(), 0);
   for (std::size_t i = 0; i < r.base.size(); ++i) {
@@ -403,7 +403,21 @@ CaseBound solve_case(const Relaxation& r, const sim::Machine& machine,
     }
     pressure[i] = excess[i] + (fastest == std::numeric_limits<Bytes>::max() ? 0 : fastest);
   }
-  const std::vector<OpId> points = pressure_points(pressure, ways, options);
+  // The pressure points: those of the bytes in core as without algorithms, then as many more
+  // among the ops that may have to run a slower algorithm. More points and rows only
+  // raise the program's value, so the algorithms never lower the bound.
+  std::vector<OpId> points = pressure_points(excess, ways, options);
+  std::vector<Bytes> slower(pressure.size(), 0);
+  for (std::size_t i = 0; i < pressure.size(); ++i) {
+    const OpId op = sim::op_id(static_cast<std::int64_t>(i));
+    if (pressure[i] > 0 && !r.algorithms[i].empty() &&
+        !std::binary_search(points.begin(), points.end(), op))
+      slower[i] = pressure[i];
+  }
+  BoundOptions more = options;
+  more.max_points = options.max_points;
+  for (OpId i : pressure_points(slower, ways, more)) points.push_back(i);
+  std::sort(points.begin(), points.end());
   if (points.empty()) return out;
   CaseProgram program(r, machine, upper_ns(r));
   std::vector<std::vector<const Absence*>> at(points.size());
