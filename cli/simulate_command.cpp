@@ -11,6 +11,7 @@
 #include "cli/plan_flags.hpp"
 #include "core/input_error.hpp"
 #include "io/job_report.hpp"
+#include "io/memory_snapshot_export.hpp"
 #include "io/output_file.hpp"
 #include "io/plan_io.hpp"
 #include "io/timeline_export.hpp"
@@ -29,12 +30,14 @@ struct SimulateOptions {
   std::string timeline;
   std::string memory_csv;
   std::string plan_out;
+  std::string snapshot_out;
 };
 
 /// A job of several ranks: each rank's machine and plan from the same flags, simulated together.
 int simulate_job(const SimulateOptions& o, const sim::Job& job, std::FILE* report) {
-  for (const auto& [path, flag] :
-       {std::pair{o.memory_csv, "--memory-csv"}, {o.plan_out, "--plan-out"}}) {
+  for (const auto& [path, flag] : {std::pair{o.memory_csv, "--memory-csv"},
+                                   {o.plan_out, "--plan-out"},
+                                   {o.snapshot_out, "--snapshot-out"}}) {
     if (!path.empty()) {
       throw sim::InputError(flag, fmt::format("{} holds a job of {} ranks, and {} writes one "
                                               "rank's; simulate a single rank's trace for it",
@@ -64,10 +67,12 @@ int simulate_job(const SimulateOptions& o, const sim::Job& job, std::FILE* repor
 }
 
 int simulate(const SimulateOptions& o) {
-  sim::check_outputs(
-      {{o.timeline, "--timeline"}, {o.memory_csv, "--memory-csv"}, {o.plan_out, "--plan-out"}},
-      {{o.trace, "TRACE"}, {o.plan.plan, "--plan"}});
-  std::FILE* report = sim::report_stream({o.timeline, o.memory_csv, o.plan_out});
+  sim::check_outputs({{o.timeline, "--timeline"},
+                      {o.memory_csv, "--memory-csv"},
+                      {o.plan_out, "--plan-out"},
+                      {o.snapshot_out, "--snapshot-out"}},
+                     {{o.trace, "TRACE"}, {o.plan.plan, "--plan"}});
+  std::FILE* report = sim::report_stream({o.timeline, o.memory_csv, o.plan_out, o.snapshot_out});
   sim::Job job = sim::read_job(o.trace);
   if (job.ranks.size() > 1) return simulate_job(o, job, report);
   const sim::Workload workload = std::move(job.ranks.front());
@@ -87,7 +92,8 @@ int simulate(const SimulateOptions& o) {
                                  plan.policy.empty() ? o.plan.plan : plan.policy));
   }
   if (!timeline.feasible) {
-    const bool outputs = !o.timeline.empty() || !o.memory_csv.empty() || !o.plan_out.empty();
+    const bool outputs = !o.timeline.empty() || !o.memory_csv.empty() || !o.plan_out.empty() ||
+                         !o.snapshot_out.empty();
     if (!o.json)
       fmt::print(stderr, "memplan: the plan {}{}: {}\n",
                  timeline.saturated ? "has no time" : "does not fit",
@@ -99,8 +105,12 @@ int simulate(const SimulateOptions& o) {
       o.timeline.empty() ? "" : sim::chrome_trace_json(timeline, program, workload);
   const std::string memory_csv = o.memory_csv.empty() ? "" : sim::memory_csv(timeline);
   const std::string plan_json = o.plan_out.empty() ? "" : sim::write_plan(plan, workload);
-  sim::write_outputs(
-      {{o.timeline, timeline_json}, {o.memory_csv, memory_csv}, {o.plan_out, plan_json}});
+  const std::string snapshot =
+      o.snapshot_out.empty() ? "" : sim::memory_snapshot_pickle(timeline, program, workload);
+  sim::write_outputs({{o.timeline, timeline_json},
+                      {o.memory_csv, memory_csv},
+                      {o.plan_out, plan_json},
+                      {o.snapshot_out, snapshot}});
   return 0;
 }
 }  // namespace
@@ -121,6 +131,9 @@ void add_simulate_command(CLI::App& app, int& exit_status) {
                   "write the device memory curve as CSV (- for standard output)");
   cmd->add_option("--plan-out", options->plan_out,
                   "write the plan that was simulated (- for standard output)");
+  cmd->add_option("--snapshot-out", options->snapshot_out,
+                  "write the device memory over the step as a PyTorch memory snapshot (a pickle "
+                  "for pytorch.org/memory_viz)");
   cmd->callback([options, &exit_status] { exit_status = simulate(*options); });
 }
 

@@ -66,7 +66,6 @@ std::string_view to_string(WaitCause cause) {
   return "?";
 }
 
-namespace {
 std::string buffer_label(BufferId b, const Program& p, const Workload& w) {
   if (b == kNoBuffer) return "?";
   const Buffer& buf = p.buffers[index(b)];
@@ -80,7 +79,6 @@ std::string buffer_label(BufferId b, const Program& p, const Workload& w) {
   }
   return "?";
 }
-}  // namespace
 
 std::string instruction_label(const Instruction& in, const Program& p, const Workload& w) {
   switch (in.kind) {

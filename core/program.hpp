@@ -31,8 +31,7 @@ inline constexpr int kMaxDeviceStreams = 250;
 std::string_view to_string(StreamId stream);
 /// The Program stream that runs the workload's device stream `stream` (0: the compute stream).
 constexpr StreamId program_stream(std::int32_t stream) {
-  return stream == 0 ? StreamId::kCompute
-                     : static_cast<StreamId>(kFixedStreamCount - 1 + stream);
+  return stream == 0 ? StreamId::kCompute : static_cast<StreamId>(kFixedStreamCount - 1 + stream);
 }
 constexpr bool is_side_stream(StreamId stream) {
   return static_cast<int>(stream) >= kFixedStreamCount;
@@ -175,6 +174,9 @@ struct Program {
   }
 };
 
+/// A buffer's name for people: its tensor's, "conv1_out (fp16)" for an encoded copy, "workspace
+/// of conv1".
+std::string buffer_label(BufferId buffer, const Program& program, const Workload& workload);
 /// "conv2 (recompute)", "copy-out relu1_out", "alloc relu1_out": a short label for exports.
 std::string instruction_label(const Instruction& instruction, const Program& program,
                               const Workload& workload);

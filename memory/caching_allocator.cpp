@@ -139,7 +139,7 @@ std::optional<CachingAllocator::Placed> CachingAllocator::allocate(Size bytes) {
   const Block& block = blocks_[static_cast<std::size_t>(b)];
   live_ += block.size;
   peak_live_ = std::max(peak_live_, live_);
-  return Placed{block.segment, block.offset, b};
+  return Placed{block.segment, block.offset, b, block.size};
 }
 
 void CachingAllocator::absorb_next(Handle b) {

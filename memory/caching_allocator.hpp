@@ -74,9 +74,11 @@ class CachingAllocator {
     Segment segment;
     Offset offset;  // within the segment
     Handle handle;
+    Size size;  // the block: rounded_size(bytes), or more where the rest was too small to split
   };
-  /// A block of rounded_size(bytes), or nullopt when PyTorch would report out of memory. Either
-  /// way, segments may have been given back or taken: segments_released() and segment_created().
+  /// A block of at least rounded_size(bytes), or nullopt when PyTorch would report out of memory.
+  /// Either way, segments may have been given back or taken: segments_released() and
+  /// segment_created().
   [[nodiscard]] std::optional<Placed> allocate(Size bytes);
   void release(Handle handle);
 

@@ -27,6 +27,7 @@ class DeviceMemory {
     Segment segment;
     Offset offset;  // within the segment
     Handle handle;
+    Size size;  // the block as the allocator hands it out (the request rounded, or more)
   };
 
   /// Forgets every allocation; the model and capacity of the next run. Keeps buffers for reuse.
@@ -36,11 +37,11 @@ class DeviceMemory {
     if (model_ == AllocatorModel::kArena) {
       const auto placed = arena_.allocate_block(bytes);
       if (!placed) return std::nullopt;
-      return Placed{0, placed->offset, placed->handle};
+      return Placed{0, placed->offset, placed->handle, DeviceArena::aligned_size(bytes)};
     }
     const auto placed = caching_.allocate(bytes);
     if (!placed) return std::nullopt;
-    return Placed{placed->segment, placed->offset, placed->handle};
+    return Placed{placed->segment, placed->offset, placed->handle, placed->size};
   }
   void release(Handle handle) {
     if (model_ == AllocatorModel::kArena) {

@@ -199,8 +199,26 @@ class Engine::Clock {
     e_.block_[index(in.buffer)] = placed->handle;
     live_ += bytes;
     tl_.peak_bytes = std::max(tl_.peak_bytes, live_);
-    if (options_.record_memory) tl_.memory.push_back({t, live_, e_.memory_.reserved_bytes()});
+    if (options_.record_memory) {
+      tl_.memory.push_back({t, live_, e_.memory_.reserved_bytes()});
+      record_allocation(in, *placed, t);
+    }
     return true;
+  }
+
+  // The allocator's events of an allocation: the segments it gave back and took, then the block.
+  void record_allocation(const Instruction& in, const DeviceMemory::Placed& placed, Nanoseconds t) {
+    using Kind = AllocatorEvent::Kind;
+    for (const DeviceMemory::Segment s : e_.memory_.segments_released()) {
+      tl_.allocator_events.push_back({Kind::kSegmentFree, t, kNoBuffer, in.op, s, 0, 0});
+    }
+    if (const auto s = e_.memory_.segment_created()) {
+      tl_.allocator_events.push_back(
+          {Kind::kSegmentAlloc, t, kNoBuffer, in.op, *s, 0, e_.memory_.segment_bytes(*s)});
+    }
+    tl_.allocator_events.push_back(
+        {Kind::kAlloc, t, in.buffer, in.op, placed.segment, placed.offset, placed.size});
+    e_.placed_[index(in.buffer)] = {placed.segment, placed.offset, placed.size};
   }
 
   void release(const Instruction& in, Nanoseconds t) {
@@ -209,7 +227,12 @@ class Engine::Clock {
     e_.memory_.release(*block);
     block.reset();
     live_ -= program_.buffers[index(in.buffer)].bytes;
-    if (options_.record_memory) tl_.memory.push_back({t, live_, e_.memory_.reserved_bytes()});
+    if (options_.record_memory) {
+      tl_.memory.push_back({t, live_, e_.memory_.reserved_bytes()});
+      const auto& [segment, offset, bytes] = e_.placed_[index(in.buffer)];
+      tl_.allocator_events.push_back(
+          {AllocatorEvent::Kind::kFree, t, in.buffer, in.op, segment, offset, bytes});
+    }
   }
 
   void out_of_memory(const Instruction& in, Nanoseconds t) {
@@ -283,6 +306,7 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
   memory_.reset(machine.allocator, machine.memory_bytes);
   event_time_.assign(program.events.size(), 0);
   block_.assign(program.buffers.size(), std::nullopt);
+  if (options.record_memory) placed_.assign(program.buffers.size(), {});
   host_changes_.clear();
   for (const HostSlot& slot : program.host_slots) {
     if (slot.resident) host_changes_.emplace_back(0, slot.bytes);  // held for the whole step

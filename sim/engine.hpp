@@ -39,6 +39,7 @@
 // reach the device queue's head, and the period is that growth per step.
 #include <array>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "core/machine.hpp"
@@ -98,6 +99,8 @@ class Engine {
   DeviceMemory memory_;
   std::vector<Nanoseconds> event_time_;                     // per event, read only once recorded
   std::vector<std::optional<DeviceMemory::Handle>> block_;  // per buffer, while allocated
+  /// Per buffer, where its block is (segment, offset, bytes), with record_memory.
+  std::vector<std::tuple<std::int32_t, Bytes, Bytes>> placed_;
   std::vector<std::pair<Nanoseconds, Bytes>> host_changes_;
   Timeline timeline_;
 };

@@ -66,6 +66,7 @@ void Timeline::clear() {
   stall_ns_by_cause = {};
   spans.clear();
   memory.clear();
+  allocator_events.clear();
   stalls.clear();
   host_spans.clear();
   collectives.clear();

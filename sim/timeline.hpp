@@ -46,6 +46,21 @@ struct MemoryPoint {
   Bytes reserved_bytes = 0;  // end of the highest live block in the arena
 };
 
+/// One event of the device allocator (recorded with the memory curve): a buffer's block handed out
+/// or given back, or a segment taken from or given back to the driver (the caching allocator's;
+/// the arena's one segment, of the capacity, is there from the start and never named). What
+/// io/memory_snapshot_export.hpp writes as a PyTorch memory snapshot's device trace.
+struct AllocatorEvent {
+  enum class Kind : std::uint8_t { kAlloc, kFree, kSegmentAlloc, kSegmentFree };
+  Kind kind = Kind::kAlloc;
+  Nanoseconds time_ns = 0;
+  BufferId buffer = kNoBuffer;  // kAlloc, kFree
+  OpId op = kNoOp;              // the op the allocation or free serves (Instruction::op)
+  std::int32_t segment = 0;     // the allocator's number (reused once a segment is given back)
+  Bytes offset = 0;             // of the block within its segment (kAlloc, kFree)
+  Bytes bytes = 0;              // the block as the allocator hands it out; a segment's size
+};
+
 /// Time the compute stream spends on something other than the workload's own ops.
 enum class StallCause : std::uint8_t {
   kSwapIn,     // waiting for a prefetch before a backward use
@@ -128,6 +143,7 @@ struct Timeline {
   std::array<Nanoseconds, kStallCauseCount> stall_ns_by_cause{};
   std::vector<Span> spans;
   std::vector<MemoryPoint> memory;
+  std::vector<AllocatorEvent> allocator_events;  // recorded with `memory`
   std::vector<Stall> stalls;
   std::vector<HostSpan> host_spans;  // empty without a host side (recorded with spans)
   /// Per Program::collectives entry, in its order (always recorded).

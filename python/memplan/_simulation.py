@@ -46,6 +46,16 @@ class Timeline:
         """The device memory curve as a DataFrame: time_ns, live_bytes, reserved_bytes."""
         return _tables.read_csv(self.memory_csv())
 
+    def memory_snapshot(self):
+        """The device memory over the step as a PyTorch memory snapshot, pickle bytes (what
+        `memplan simulate --snapshot-out` writes; pickle.loads gives the dict that
+        torch.cuda._memory_viz and pytorch.org/memory_viz take)."""
+        return self._simulation.memory_snapshot()
+
+    def write_snapshot(self, path):
+        """Writes memory_snapshot() to `path` atomically (`--snapshot-out`)."""
+        write_output(path, self._simulation.memory_snapshot())
+
 
 class Simulation(_tables.JsonFields):
     """One plan simulated on one machine (`memplan simulate`): `summary` is the `--json` object

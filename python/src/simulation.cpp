@@ -6,6 +6,7 @@
 
 #include <pybind11/stl.h>
 
+#include "io/memory_snapshot_export.hpp"
 #include "io/timeline_export.hpp"
 #include "python/src/bindings.hpp"
 #include "search/studies/comparison.hpp"
@@ -61,6 +62,10 @@ void bind_simulation(py::module_& m) {
              return sim::why_not_text(s.timeline, s.program, *s.workload);
            })
       .def("memory_csv", [](const Simulation& s) { return sim::memory_csv(s.timeline); })
+      .def("memory_snapshot",
+           [](const Simulation& s) {
+             return py::bytes(sim::memory_snapshot_pickle(s.timeline, s.program, *s.workload));
+           })
       .def("chrome_trace_json", [](const Simulation& s) {
         return sim::chrome_trace_json(s.timeline, s.program, *s.workload);
       });

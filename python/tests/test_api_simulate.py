@@ -107,3 +107,40 @@ def test_bad_arguments_raise_the_cli_line(tmp_path):
     assert str(e.value) == cli_error("simulate", MLP4, "--plan", tmp_path / "other.json")
     with pytest.raises(memplan.InputError):  # a Plan object for another trace: checked the same way
         memplan.simulate(trace, plan=other)
+
+
+@pytest.mark.parametrize("allocator", ["arena", "caching"])
+def test_a_simulated_step_as_a_pytorch_memory_snapshot(tmp_path, allocator):
+    # #38 item 4: `memplan simulate --snapshot-out` and Timeline.memory_snapshot() write the step's
+    # device memory as PyTorch's snapshot pickle: loaded by pickle, drawn by this PyTorch's own
+    # torch.cuda._memory_viz, its live bytes peak where the simulator's do, to the byte.
+    import pickle
+    from torch.cuda import _memory_viz as viz
+    trace = memplan.load_trace(TRACES / "resnet_tiny.json")
+    sim = memplan.simulate(trace, policy="swap-all", allocator=allocator, memory="64MiB")
+    data = sim.timeline.memory_snapshot()
+    path = tmp_path / "step.pickle"
+    status, _, err = run_cli("simulate", TRACES / "resnet_tiny.json", "--policy", "swap-all",
+                             "--allocator", allocator, "--memory", "64MiB",
+                             "--snapshot-out", path)
+    assert status == 0, err
+    assert path.read_bytes() == data
+    sim.timeline.write_snapshot(tmp_path / "mine.pickle")
+    assert (tmp_path / "mine.pickle").read_bytes() == data
+    snapshot = pickle.loads(data)
+    live = peak = 0
+    for e in snapshot["device_traces"][0]:
+        live += {"alloc": e["size"], "free_completed": -e["size"]}.get(e["action"], 0)
+        peak = max(peak, live)
+    assert peak == sim.peak_bytes
+    segments = snapshot["segments"]
+    assert sum(s["total_size"] for s in segments) == sim.peak_reserved_bytes
+    for s in segments:  # each segment tiled by its blocks
+        assert sum(b["size"] for b in s["blocks"]) == s["total_size"]
+    if hasattr(viz, "segsum"):  # PyTorch 2.x: the summaries, and the viewer's HTML pages
+        assert "Summary of segments" in viz.segsum(snapshot)
+        assert f"{len(snapshot['device_traces'][0])} entries" in viz.trace(snapshot)
+        assert len(viz.trace_plot(snapshot)) > len(data) and len(viz.segment_plot(snapshot)) > 0
+    else:  # PyTorch 1.13: a snapshot was its list of segments
+        assert viz.stats(segments)["segments"] == len(segments)
+        assert "active_allocated" in viz.segments(segments, format_flamegraph=lambda lines: lines)

@@ -9,6 +9,7 @@
 
 #include "io/trace_io.hpp"
 #include "tests/io/bad_plans.hpp"
+#include "tests/support/job_workloads.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;
@@ -168,4 +169,56 @@ TEST_CASE("bad plans and flags: one line, exit 2, nothing written", "[cli][simul
     CHECK_FALSE(std::filesystem::exists(timeline));
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("simulate --snapshot-out writes the step as a PyTorch memory snapshot",
+          "[cli][simulate][snapshot]") {
+  // #38 item 4. Read back by memplan's own snapshot reader (the pickle PyTorch's would read; the
+  // Python tests load it with pickle and torch.cuda._memory_viz): the live bytes over its trace
+  // peak where the simulator's do, to the byte, and its segments are the allocator's at the end.
+  const std::string dir = memplan::test::temp_dir();
+  const std::string trace = "'" + source_path("traces/resnet_tiny.json") + "'";
+  for (const char* allocator : {"arena", "caching"}) {
+    CAPTURE(allocator);
+    const std::string snapshot = dir + "/" + allocator + ".pickle";
+    const auto sim = run_memplan(
+        fmt::format("simulate {} --policy swap-all --allocator {} --memory 64MiB --json "
+                    "--snapshot-out '{}'",
+                    trace, allocator, snapshot));
+    REQUIRE(sim.exit_status == 0);
+    const auto s = nlohmann::json::parse(sim.out);
+    const auto read = run_memplan("import snapshot '" + snapshot + "' --json");
+    REQUIRE(read.exit_status == 0);
+    const auto d = nlohmann::json::parse(read.out).at("devices").at(0);
+    CHECK(d.at("peak_live_bytes") == s.at("peak_bytes"));
+    CHECK(d.at("live_bytes_at_first_event") == 0);
+    CHECK(d.at("event_sizes") == "requested");
+    // Every block allocated is freed but what lives past the step (parameters, optimizer
+    // state): the frees are as many as the allocs less those.
+    const auto& actions = d.at("actions");
+    CHECK(actions.at("free_requested") == actions.at("free_completed"));
+    CHECK(actions.at("alloc").get<int>() > actions.at("free_completed").get<int>());
+    if (std::string(allocator) == "caching") {
+      // The caching allocator's own model, replaying the snapshot's requests, ends where the
+      // snapshot says the simulator's did: the same segments, reserved and allocated bytes.
+      CHECK(d.at("model_reserved_bytes") == d.at("reserved_bytes"));
+      CHECK(d.at("model_allocated_bytes") == d.at("allocated_bytes"));
+      CHECK(d.at("peak_reserved_bytes") == s.at("peak_reserved_bytes"));
+    } else {
+      // The arena is one segment, as large as its highest end in use.
+      CHECK(d.at("segments") == 1);
+      CHECK(d.at("reserved_bytes") == s.at("peak_reserved_bytes"));
+    }
+  }
+  // A plan that does not fit writes none; a job's ranks are refused it in one line.
+  const std::string none = dir + "/none.pickle";
+  CHECK(run_memplan(fmt::format("simulate {} --policy in-core --memory 4KiB --snapshot-out '{}'",
+                                trace, none))
+            .exit_status == 1);
+  CHECK_FALSE(std::filesystem::exists(none));
+  const auto job = run_memplan(fmt::format("simulate '{}' --policy in-core --snapshot-out '{}'",
+                                           memplan::test::write_late_gather_job(dir), none));
+  CHECK(job.exit_status == 2);
+  CHECK(job.err.find("--snapshot-out") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(none));
 }
