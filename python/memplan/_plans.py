@@ -59,12 +59,12 @@ def parse_plan(text, trace, name="<string>"):
     return Plan(_core.parse_plan(text, name, trace._workload), trace)
 
 
-def _one_step(trace):
-    """`trace` as a Trace: a plan is one step's, so a Job of several ranks is a TypeError."""
+def _one_step(trace, what="a plan is one step's"):
+    """`trace` as a Trace: for what takes one step (a plan, a validation), a Job is a TypeError
+    that says `what`."""
     trace = as_trace(trace)
     if isinstance(trace, Job):
-        raise TypeError("a plan is one step's: give a Trace, or one rank of the Job "
-                        "(job.ranks[r])")
+        raise TypeError(f"{what}: give a Trace, or one rank of the Job (job.ranks[r])")
     return trace
 
 

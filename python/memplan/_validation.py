@@ -1,7 +1,7 @@
 """validate: a plan run for real on the host backend, against the prediction and in-core; and
 what a plan carried out elsewhere (memplan.torch) takes from the simulator: the tolerance its
 results are held to and where the lowering acts on each map."""
-from memplan import _core, _plans, _simulation, _tables, _traces
+from memplan import _core, _plans, _simulation, _tables
 from memplan._numbers import whole
 
 
@@ -86,7 +86,7 @@ def validate(trace, plan=None, policy=None, encode=None, seed=1, calibrate=False
     calibrate: predict with costs measured on this host instead of the trace's. A plan the
     simulator says does not fit raises InputError unless force=True.
     """
-    trace = _traces.as_trace(trace)
+    trace = _plans._one_step(trace, "validate runs one step")
     m = _plans.machine(trace, **what_if)
     resolved = _plans.resolve_plan(trace, m, plan, policy, encode, "validate")
     predicted = _simulation.Simulation(_core.simulate(trace._workload, resolved._plan, m),

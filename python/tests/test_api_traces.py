@@ -177,10 +177,13 @@ def test_an_infinite_whole_number_is_an_input_error():
 
 
 def test_a_plan_is_read_for_one_step_not_a_job():
-    # Found by fuzz-cli --python: read_plan/parse_plan with a Job raised AttributeError.
+    # Found by fuzz-cli --python: read_plan/parse_plan with a Job raised AttributeError, and so
+    # did validate.
     job = memplan.load_job(TRACES / "mlp4.json")
     with pytest.raises(TypeError, match=r"^a plan is one step's: give a Trace, or one rank"):
         memplan.parse_plan("{}", job)
+    with pytest.raises(TypeError, match=r"^validate runs one step: give a Trace, or one rank"):
+        memplan.validate(job, policy="in-core")
     trace = memplan.load_trace(TRACES / "mlp4.json")
     plan = memplan.simulate(trace, policy="swap-all").plan
     assert memplan.parse_plan(plan.to_json(), job.ranks[0]).to_json() == plan.to_json()
