@@ -144,3 +144,27 @@ def test_a_simulated_step_as_a_pytorch_memory_snapshot(tmp_path, allocator):
     else:  # PyTorch 1.13: a snapshot was its list of segments
         assert viz.stats(segments)["segments"] == len(segments)
         assert "active_allocated" in viz.segments(segments, format_flamegraph=lambda lines: lines)
+
+
+def test_the_demo_search_plan_as_a_pytorch_memory_snapshot():
+    # #38 item 4's check on the demo's step (ResNet-50 b32 imported from a V100 trace, the search
+    # at half its in-core peak): the snapshot of the searched plan loads with pickle and is drawn
+    # by this PyTorch's torch.cuda._memory_viz; its live bytes peak where the simulator's do.
+    import pickle
+    from torch.cuda import _memory_viz as viz
+    demo = memplan.load_trace(TRACES / "resnet50_b32_v100.json")
+    found = memplan.search(demo, memory="50%", time_limit=3, threads=2)
+    assert found.feasible
+    snapshot = pickle.loads(found.simulation.timeline.memory_snapshot())
+    live = peak = 0
+    for e in snapshot["device_traces"][0]:
+        live += {"alloc": e["size"], "free_completed": -e["size"]}.get(e["action"], 0)
+        peak = max(peak, live)
+    assert peak == found.simulation.peak_bytes
+    actions = {e["action"] for e in snapshot["device_traces"][0]}
+    assert {"segment_alloc", "alloc", "free_requested", "free_completed"} <= actions
+    if hasattr(viz, "segsum"):
+        assert "Summary of segments" in viz.segsum(snapshot)
+        assert len(viz.trace_plot(snapshot)) > 0 and len(viz.segment_plot(snapshot)) > 0
+    else:
+        assert viz.stats(snapshot["segments"])["segments"] == len(snapshot["segments"])
