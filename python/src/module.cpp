@@ -14,6 +14,8 @@ PYBIND11_MODULE(_core, m) {
   // Out of memory: a MemoryError, never an abort of the interpreter (core/host_memory.hpp); the
   // reserve released for it is taken again for the next call.
   memplan::sim::hold_memory_reserve();
+  // pybind11's translator is a void(*)(std::exception_ptr): the parameter by value.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
   pybind11::register_exception_translator([](std::exception_ptr e) {
     try {
       if (e) std::rethrow_exception(e);
