@@ -83,6 +83,10 @@ namespace memplan::search {
 namespace {
 
 constexpr std::size_t kOpenNodesPerThread = 16;
+// The bound of a node's decided maps is a linear program (a fraction of a millisecond and up),
+// where a small step's simulation takes microseconds: it is solved only at a node whose subtree
+// holds at least this many plans, where a cut saves more than it costs.
+constexpr double kLowerBoundSubtreePlans = 256;
 
 // One option of a variable: for a map its action (and encoding or prefetch point); for an op
 // with alternative algorithms the algorithm (-1: the default).
@@ -182,7 +186,14 @@ class Space {
     for (std::size_t i = 0; i < variables_.size(); ++i) {
       if (variables_[i].map >= 0) position_of_map_[static_cast<std::size_t>(variables_[i].map)] = i;
     }
+    subtree_plans_.assign(variables_.size() + 1, 1.0);
+    for (std::size_t i = variables_.size(); i-- > 0;) {
+      subtree_plans_[i] = subtree_plans_[i + 1] * static_cast<double>(variables_[i].options.size());
+    }
   }
+
+  /// Plans in the subtree of a node that fixes `depth` variables.
+  [[nodiscard]] double subtree_plans(std::size_t depth) const { return subtree_plans_[depth]; }
 
   [[nodiscard]] const std::vector<Variable>& variables() const { return variables_; }
   [[nodiscard]] const std::vector<sim::Bytes>& base() const { return base_; }
@@ -277,6 +288,7 @@ class Space {
   const NetworkView& view_;
   std::vector<Variable> variables_;
   std::vector<std::size_t> position_of_map_;
+  std::vector<double> subtree_plans_;  // per depth, the product of the options from there on
   std::vector<sim::Bytes> base_;
   std::vector<sim::OpId> last_reader_;
 };
@@ -549,7 +561,8 @@ class Solver {
       ++worker.pruned_time;
       return {};
     }
-    if (decided_bound_ && dominated(decided_maps_bound(n), n.path)) {
+    if (decided_bound_ && space_.subtree_plans(n.path.size()) >= kLowerBoundSubtreePlans &&
+        dominated(decided_maps_bound(n), n.path)) {
       ++worker.pruned_lower_bound;
       return {};
     }
