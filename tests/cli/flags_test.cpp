@@ -191,7 +191,7 @@ TEST_CASE("the interconnect flags: presets taken, bad ones refused naming the fl
   check_refused(run_memplan(simulate + "--gpus-per-node 4"), "--gpus-per-node");
 }
 
-TEST_CASE("progress goes to stderr; --quiet and --json silence it", "[cli][flags][progress]") {
+TEST_CASE("progress goes to stderr, --quiet and --json silence it", "[cli][flags][progress]") {
   // Not a terminal: a line every MEMPLAN_PROGRESS_SECONDS while the wait lasts, none for a run
   // shorter than that (the default 5 s), none with --quiet or --json.
   const std::string mlp = source_path("traces/mlp4.json");

@@ -116,7 +116,7 @@ TEST_CASE("memplan info /dev/zero is refused at once, and the limits let a big i
   CHECK(memplan::sim::read_trace(out).ops.size() == 21);
 }
 
-TEST_CASE("memplan import kineto --json prints one object; -o - writes the trace to stdout",
+TEST_CASE("memplan import kineto --json prints one object, -o - writes the trace to stdout",
           "[cli][import]") {
   const std::string in = write_temp("j.json", synthetic_kineto().dump());
   const std::string out = std::filesystem::path(in).parent_path() / "j_out.json";
@@ -248,7 +248,7 @@ TEST_CASE("memplan import snapshot refuses a pickle that would run code, and a t
   check_one_line_error(run_memplan(fmt::format("import snapshot '{}'", cut)), "cut.pickle");
 }
 
-TEST_CASE("a flood of values is refused for the machine's memory; running out is one line",
+TEST_CASE("a flood of values is refused for the machine's memory, running out is one line",
           "[cli][bad_input]") {
   // Found by scripts/fuzz-cli: with the values limit raised past what the machine holds, a
   // std::bad_alloc in a noexcept function ended in std::terminate (SIGABRT). 2 M small arrays of

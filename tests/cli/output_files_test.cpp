@@ -125,7 +125,7 @@ TEST_CASE("a run that exits 1 or 2 writes no output file and keeps an existing o
   CHECK(memplan::test::read_text(dir + "/kept.json") == "kept");
 }
 
-TEST_CASE("zoo -o and sweep -o say what they wrote; zoo --json", "[cli][output]") {
+TEST_CASE("zoo -o and sweep -o say what they wrote, zoo --json", "[cli][output]") {
   const std::string dir = temp_dir();
   const auto zoo =
       run_memplan(fmt::format("zoo resnet18 --batch 2 --device v100-16gb -o '{}/r.json'", dir));

@@ -55,7 +55,7 @@ TEST_CASE("simulate --json has the documented keys", "[cli][simulate]") {
   CHECK(j.at("average_live_bytes").get<long>() <= j.at("peak_bytes").get<long>());
 }
 
-TEST_CASE("a faster link makes swapping cheaper; flags override the preset", "[cli][simulate]") {
+TEST_CASE("a faster link makes swapping cheaper, flags override the preset", "[cli][simulate]") {
   auto iteration = [](const std::string& flags) {
     const auto r = run_memplan("simulate " + memplan::test::tiny_trace() +
                                " --policy swap-all --json " + flags);

@@ -164,7 +164,7 @@ TEST_CASE("send and recv take the fabric between the two ranks", "[collective]")
   CHECK(c.algorithm == "local");
 }
 
-TEST_CASE("a barrier is a tree of latencies; a group of one is free", "[collective]") {
+TEST_CASE("a barrier is a tree of latencies, a group of one is free", "[collective]") {
   // 8 ranks on one node: 2·3·2 us = 12'000 ns; 5 ranks: ceil(log2 5) = 3, the same.
   CollectiveCost c = priced(make(CollectiveKind::kBarrier, 0, 0), 8);
   CHECK(c.transfer_ns == 12'000);

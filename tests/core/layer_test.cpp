@@ -178,7 +178,7 @@ TEST_CASE("aten table: the ops both readers of PyTorch steps rely on", "[core][l
   CHECK_FALSE(find_aten_layer("aten::convolution")->backward);
 }
 
-TEST_CASE("aten table: a convolution's layer is its weight's rank; conv1d has none",
+TEST_CASE("aten table: a convolution's layer is its weight's rank, conv1d has none",
           "[core][layer][aten]") {
   const std::vector<AtenArgument> conv3d{tensor_of_rank(5), tensor_of_rank(5), tensor_of_rank(1)};
   const std::vector<AtenArgument> conv2d{tensor_of_rank(4), tensor_of_rank(4)};
@@ -203,7 +203,7 @@ TEST_CASE("aten table: a convolution's layer is its weight's rank; conv1d has no
   CHECK(convolution_layer(3) == Layer::kGeneric);
 }
 
-TEST_CASE("aten table: relu6 is hardtanh between 0 and 6; add is between two tensors",
+TEST_CASE("aten table: relu6 is hardtanh between 0 and 6, add is between two tensors",
           "[core][layer][aten]") {
   const AtenArgument x = tensor_of_rank(4);
   CHECK(aten_layer("aten::hardtanh_", std::vector{x, number(0), number(6)}) == Layer::kRelu6);

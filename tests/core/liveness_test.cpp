@@ -17,7 +17,7 @@ TEST_CASE("in-place tensors share one buffer that lives until the last reader", 
   CHECK(l.storage_of[10] == l.storage_of[11]);
 }
 
-TEST_CASE("persistent tensors outlive the step; unread outputs die at once", "[sim][liveness]") {
+TEST_CASE("persistent tensors outlive the step, unread outputs die at once", "[sim][liveness]") {
   const Workload w = read_trace(memplan::test::source_path("traces/mlp4.json"));
   const Liveness l = analyze_liveness(w);
   CHECK(l.storages[l.storage_of[1]].first == kNoOp);  // w1 exists before the step

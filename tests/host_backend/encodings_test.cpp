@@ -49,7 +49,7 @@ TEST_CASE("sparse storage is lossless and sized by the zeros", "[host_backend][g
   CHECK(sparse_bytes(1000, 1000) > 4000);
 }
 
-TEST_CASE("the plan's sparse buffer is the format's size; denser data spills to host memory",
+TEST_CASE("the plan's sparse buffer is the format's size, denser data spills to host memory",
           "[host_backend][gist]") {
   // A map of 1000 values exactly half stored fits the buffer the plan gives it to the byte.
   memplan::sim::Tensor t;
@@ -79,7 +79,7 @@ TEST_CASE("the plan's sparse buffer is the format's size; denser data spills to 
   CHECK(sparse_encode(1000, dense.data(), device.data(), planned) == -1);
 }
 
-TEST_CASE("narrow floats: fp16 is IEEE half; rounding error is bounded", "[host_backend][gist]") {
+TEST_CASE("narrow floats: fp16 is IEEE half, rounding error is bounded", "[host_backend][gist]") {
   CHECK(narrow_encode_value(kFp16, 1.0f) == 0x3C00u);
   CHECK(narrow_encode_value(kFp16, -2.0f) == 0xC000u);
   CHECK(narrow_encode_value(kFp16, 65504.0f) == 0x7BFFu);

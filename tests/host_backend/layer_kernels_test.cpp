@@ -46,7 +46,7 @@ TEST_CASE("batch-norm normalises per channel and its backward matches finite dif
   CHECK(max_gradient_error(x, r, forward, dx, 1e-3f) < 2e-2);
 }
 
-TEST_CASE("ReLU backward reads the output; in place works", "[host_backend][relu]") {
+TEST_CASE("ReLU backward reads the output, in place works", "[host_backend][relu]") {
   std::vector<float> x{-1.0f, 0.0f, 2.0f, -0.5f, 3.0f};
   relu_forward(5, x.data(), x.data());
   CHECK(x == std::vector<float>{0.0f, 0.0f, 2.0f, 0.0f, 3.0f});

@@ -179,7 +179,7 @@ TEST_CASE("JSON is parsed as it streams, its values counted", "[io][input][json]
   CHECK(seen == std::vector<nlohmann::json>{nlohmann::json::object(), 1});
 }
 
-TEST_CASE("a memplan trace may be gzip'd; a profiler trace is refused as soon as it shows",
+TEST_CASE("a memplan trace may be gzip'd, a profiler trace is refused as soon as it shows",
           "[io][input]") {
   const std::string text = memplan::sim::read_file(MEMPLAN_SOURCE_DIR "/traces/mlp4.json");
   const std::string gz = write_file("mlp4.json.gz", gzip(text));

@@ -27,7 +27,7 @@ Workload resnet_tiny() {
 }
 }  // namespace
 
-TEST_CASE("a plan file names maps by name or id; maps left out are kept", "[sim][plan]") {
+TEST_CASE("a plan file names maps by name or id, maps left out are kept", "[sim][plan]") {
   const Workload w = resnet_tiny();
   const Plan plan = parse_plan(
       plan_text(w, R"([{"tensor":"relu1_out","action":"swap","prefetch_before":"conv2_bwd",
@@ -158,7 +158,7 @@ TEST_CASE("recompute is refused when regeneration would need a backward tensor",
       parse_plan(plan_text(w, R"([{"tensor":"f1_out","action":"recompute"}])"), "p.json", w));
 }
 
-TEST_CASE("a plan can run ops with an alternative algorithm; it round-trips and is priced",
+TEST_CASE("a plan can run ops with an alternative algorithm, it round-trips and is priced",
           "[sim][plan]") {
   const Workload w = read_trace(memplan::test::source_path("traces/resnet_tiny.json"));
   Plan plan = in_core_plan(w);
@@ -246,7 +246,7 @@ TEST_CASE("a narrowed map whose forward consumer a recompute re-runs is refused"
       Catch::Contains("'relu1_out' cannot be narrowed to fp16") && Catch::Contains("'add1'"));
 }
 
-TEST_CASE("a job plan file holds each rank's plan; a plan file gives every rank the same",
+TEST_CASE("a job plan file holds each rank's plan, a plan file gives every rank the same",
           "[sim][plan][job]") {
   const Job job = memplan::test::late_gather_job();
   const std::string dir = memplan::test::temp_dir();

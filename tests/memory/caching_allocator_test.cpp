@@ -29,7 +29,7 @@ TEST_CASE("segment sizes follow PyTorch's: 2 MiB, 20 MiB, or the request in 2 Mi
   CHECK(CachingAllocator::segment_size(10 * kMiB + 512) == 12 * kMiB);
 }
 
-TEST_CASE("small requests share a 2 MiB segment; the first takes its front", "[sim][caching]") {
+TEST_CASE("small requests share a 2 MiB segment, the first takes its front", "[sim][caching]") {
   CachingAllocator memory(100 * kMiB);
   // 1000 bytes round to 1024: a new 2 MiB segment, split (the rest, 2 MiB - 1024, is >= 512).
   const auto a = memory.allocate(1000);
@@ -48,7 +48,7 @@ TEST_CASE("small requests share a 2 MiB segment; the first takes its front", "[s
   CHECK(memory.segment_count() == 1);
 }
 
-TEST_CASE("a large request under 10 MiB splits a 20 MiB segment; a rest of 1 MiB is not split",
+TEST_CASE("a large request under 10 MiB splits a 20 MiB segment, a rest of 1 MiB is not split",
           "[sim][caching]") {
   CachingAllocator memory(100 * kMiB);
   // 3 MiB: a 20 MiB segment, split (the rest, 17 MiB, is more than 1 MiB).
@@ -90,7 +90,7 @@ TEST_CASE("released blocks merge with their free neighbours in the segment", "[s
   CHECK(memory.live_bytes() == 20 * kMiB);
 }
 
-TEST_CASE("cached segments are given back when a new one would not fit; the arena runs out",
+TEST_CASE("cached segments are given back when a new one would not fit, the arena runs out",
           "[sim][caching]") {
   // 12 MiB and 16 MiB each take a segment of their size (28 MiB of 40); the first is released,
   // its segment cached. 14 MiB: no cached block is large enough, and 28 + 14 > 40, so the cached

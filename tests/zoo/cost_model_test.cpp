@@ -60,7 +60,7 @@ TEST_CASE("ResNet-50 batch 112 on a V100 16GB is within 25% of NVIDIA's publishe
   CHECK(total_ms(w) == Approx(112.0 / 367.0 * 1e3).epsilon(0.25));
 }
 
-TEST_CASE("faster devices give shorter steps; time scales with the batch", "[zoo][cost]") {
+TEST_CASE("faster devices give shorter steps, time scales with the batch", "[zoo][cost]") {
   const double k40 = total_ms(modeled("resnet50", "k40c", 16));
   const double v100 = total_ms(modeled("resnet50", "v100-16gb", 16));
   const double h100 = total_ms(modeled("resnet50", "h100-80gb", 16));

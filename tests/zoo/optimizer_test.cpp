@@ -90,7 +90,7 @@ TEST_CASE("with adam every parameter has exp_avg and exp_avg_sq, and the update 
   CHECK(adam.provenance.note.find(", fp32, Adam") != std::string::npos);
 }
 
-TEST_CASE("memplan zoo --optimizer adam writes the adam step; a bad optimizer is exit 2",
+TEST_CASE("memplan zoo --optimizer adam writes the adam step, a bad optimizer is exit 2",
           "[cli][zoo][optimizer]") {
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
   const auto path = dir / "gpt.json";

@@ -100,7 +100,7 @@ TEST_CASE("host side: each op's dispatch is the time from the previous launch to
   CHECK(r.report.streams == 1);
 }
 
-TEST_CASE("host side: a synchronize marks the op launched before it; its wait leaves the dispatch",
+TEST_CASE("host side: a synchronize marks the op launched before it, its wait leaves the dispatch",
           "[importers][kineto][host]") {
   json doc = synthetic_kineto();
   // After cross-entropy's launch (1580), a 20 us cudaStreamSynchronize at 1590.
@@ -166,7 +166,7 @@ TEST_CASE("measured link: pinned copies first, pageable ones when there is no pi
   CHECK(link.d2h_pageable);
 }
 
-TEST_CASE("trace format v2: host fields round-trip; a workload without them stays v1",
+TEST_CASE("trace format v2: host fields round-trip, a workload without them stays v1",
           "[importers][trace_io][host]") {
   auto w = import_json(synthetic_kineto()).workload;
   CHECK(memplan::sim::trace_format_version(w) == 2);
@@ -286,7 +286,7 @@ TEST_CASE("the legacy format of a PyTorch built without Kineto: one line, what t
   }
 }
 
-TEST_CASE("without recorded shapes the time side alone is imported; planning commands refuse",
+TEST_CASE("without recorded shapes the time side alone is imported, planning commands refuse",
           "[importers][kineto]") {
   json doc = synthetic_kineto();
   for (auto& e : doc["traceEvents"]) {

@@ -37,7 +37,7 @@ std::vector<memplan::importers::MemoryEvent> parse(const json& events) {
 
 }  // namespace
 
-TEST_CASE("allocations pair with their frees by address; an address is reused after its free",
+TEST_CASE("allocations pair with their frees by address, an address is reused after its free",
           "[importers][memory]") {
   // t=1 us: 512 B at 0x1000; t=2: 1024 B at 0x2000; t=3: 0x1000 freed; t=4: 0x1000 handed out
   // again, 2048 B (another allocation); t=5: 4096 B freed at 0x3000, never allocated in the trace

@@ -147,7 +147,7 @@ TEST_CASE("a single rank of a larger job keeps its recorded collective times",
   CHECK(r.reports[0].collective_transfer_ns == r.reports[0].collective_recorded_ns);
 }
 
-TEST_CASE("streams: compute first, the others by first use; side-stream work is an op of its own",
+TEST_CASE("streams: compute first, the others by first use, side-stream work is an op of its own",
           "[importers][kineto][multirank]") {
   SyntheticRank o = rank_options(0, 500);
   o.side_kernel = true;

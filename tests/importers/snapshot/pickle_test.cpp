@@ -138,7 +138,7 @@ TEST_CASE("a list that holds itself through the memo is read and freed", "[impor
   CHECK(v->items[0].get() == &*v);
 }
 
-TEST_CASE("a pickle of more values than the limit is refused; references to shared ones count",
+TEST_CASE("a pickle of more values than the limit is refused, references to shared ones count",
           "[importers][snapshot]") {
   const memplan::sim::InputLimits limits{.bytes = std::uint64_t{1} << 20, .values = 1000};
   auto read = [&](const std::string& pickle) {

@@ -294,7 +294,7 @@ const std::vector<double>& random_instance_gaps() {
 // The goal: the heuristic search lands within 1% of the exact optimum on at least 95% of
 // random instances of at most 12 feature maps (docs/search.md has the distribution over 1,000).
 // One test case, so that ctest (a process per case) computes the instances once.
-TEST_CASE("random instances: nothing beats the exact optimum; the heuristic is within 1% on 95%",
+TEST_CASE("random instances: nothing beats the exact optimum, the heuristic is within 1% on 95%",
           "[search][exact]") {
   const std::vector<double>& gaps = random_instance_gaps();
   REQUIRE(!gaps.empty());

@@ -142,7 +142,7 @@ TEST_CASE("the search stops once its plan is within the gap of the lower bound",
   CHECK(host.rounds > 0);
 }
 
-TEST_CASE("the same seed and threads give the same plan; --deterministic any thread count",
+TEST_CASE("the same seed and threads give the same plan, --deterministic any thread count",
           "[search][plan_search]") {
   const Workload w = net();
   const Machine m = test_machine(20000, 2e8, 1000);

@@ -46,7 +46,7 @@ PolicyDecision run(const char* name, const Workload& w, const Machine& m) {
 
 }  // namespace
 
-TEST_CASE("vdnn-conv swaps exactly the conv inputs; its prefetch walk stops at a conv",
+TEST_CASE("vdnn-conv swaps exactly the conv inputs, its prefetch walk stops at a conv",
           "[search][vdnn]") {
   const Workload w = three_convs();
   const auto d = run("vdnn-conv", w, test_machine(Bytes{1} << 40));
@@ -124,7 +124,7 @@ TEST_CASE("layrub migrates every feature map", "[search][layrub]") {
   CHECK(d.plan.action_counts()[static_cast<std::size_t>(Action::kSwap)] == 5);
 }
 
-TEST_CASE("every policy gives a valid plan; the ones that adapt fit where in-core does not",
+TEST_CASE("every policy gives a valid plan, the ones that adapt fit where in-core does not",
           "[search]") {
   // In-core needs 7168 bytes of arena (sizes round up to 512); swap-all needs 5120.
   const Workload w = three_convs(6144);
