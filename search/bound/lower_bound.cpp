@@ -414,9 +414,7 @@ CaseBound solve_case(const Relaxation& r, const sim::Machine& machine,
         !std::binary_search(points.begin(), points.end(), op))
       slower[i] = pressure[i];
   }
-  BoundOptions more = options;
-  more.max_points = options.max_points;
-  for (OpId i : pressure_points(slower, ways, more)) points.push_back(i);
+  for (OpId i : pressure_points(slower, ways, options)) points.push_back(i);
   std::sort(points.begin(), points.end());
   if (points.empty()) return out;
   CaseProgram program(r, machine, upper_ns(r));

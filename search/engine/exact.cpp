@@ -186,10 +186,7 @@ class Space {
     for (std::size_t i = 0; i < variables_.size(); ++i) {
       if (variables_[i].map >= 0) position_of_map_[static_cast<std::size_t>(variables_[i].map)] = i;
     }
-    subtree_plans_.assign(variables_.size() + 1, 1.0);
-    for (std::size_t i = variables_.size(); i-- > 0;) {
-      subtree_plans_[i] = subtree_plans_[i + 1] * static_cast<double>(variables_[i].options.size());
-    }
+    count_subtree_plans();
   }
 
   /// Plans in the subtree of a node that fixes `depth` variables.
@@ -252,6 +249,13 @@ class Space {
     sim::Bytes least = op.workspace_bytes;
     for (const sim::Algorithm& a : op.algorithms) least = std::min(least, a.workspace_bytes);
     return least;
+  }
+
+  void count_subtree_plans() {
+    subtree_plans_.assign(variables_.size() + 1, 1.0);
+    for (std::size_t i = variables_.size(); i-- > 0;) {
+      subtree_plans_[i] = subtree_plans_[i + 1] * static_cast<double>(variables_[i].options.size());
+    }
   }
 
   Variable map_variable(int map, const EncodingOptions& encodings) const {
