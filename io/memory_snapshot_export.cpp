@@ -40,10 +40,10 @@ class PickleWriter {
     out_ += s;
   }
   void key(std::string_view k) { text(k); }
-  void begin_list() { out_ += "]("; }  // EMPTY_LIST, MARK
-  void end_list() { out_ += 'e'; }      // APPENDS
-  void begin_dict() { out_ += "}("; }  // EMPTY_DICT, MARK
-  void end_dict() { out_ += 'u'; }      // SETITEMS
+  void begin_list() { out_ += "]("; }                        // EMPTY_LIST, MARK
+  void end_list() { out_ += 'e'; }                           // APPENDS
+  void begin_dict() { out_ += "}("; }                        // EMPTY_DICT, MARK
+  void end_dict() { out_ += 'u'; }                           // SETITEMS
   std::string finish() && { return std::move(out_) + '.'; }  // STOP
 
  private:
@@ -99,11 +99,8 @@ class Writer {
     const bool arena = std::none_of(
         timeline_.allocator_events.begin(), timeline_.allocator_events.end(),
         [](const AllocatorEvent& e) { return e.kind == AllocatorEvent::Kind::kSegmentAlloc; });
-    if (arena) {
-      Bytes end = 0;
-      for (const AllocatorEvent& e : timeline_.allocator_events) end = std::max(end, e.offset + e.bytes);
-      take_segment(0, std::max(end, timeline_.peak_reserved_bytes), 0, kNoOp);
-    }
+    // The arena's peak reserved bytes are the highest end of a block it handed out.
+    if (arena) take_segment(0, timeline_.peak_reserved_bytes, 0, kNoOp);
     for (const AllocatorEvent& e : timeline_.allocator_events) {
       switch (e.kind) {
         case AllocatorEvent::Kind::kSegmentAlloc:
