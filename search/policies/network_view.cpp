@@ -1,9 +1,85 @@
 #include "search/policies/network_view.hpp"
 
+#include <algorithm>
+#include <array>
+
 namespace memplan::search {
 
 bool is_conv_layer(const sim::LayerType& layer) {
   return layer.rule().family == sim::LayerFamily::kConvolution;
+}
+
+namespace {
+
+// An ATen name without its namespace, overload and in-place mark: "aten::add_.Tensor" -> "add".
+std::string_view aten_base(std::string_view name) {
+  if (const std::size_t colons = name.rfind("::"); colons != std::string_view::npos) {
+    name.remove_prefix(colons + 2);
+  }
+  if (const std::size_t dot = name.find('.'); dot != std::string_view::npos) {
+    name = name.substr(0, dot);
+  }
+  while (name.size() > 1 && name.back() == '_') name.remove_suffix(1);
+  return name;
+}
+
+bool contains(std::string_view text, std::string_view part) {
+  return text.find(part) != std::string_view::npos;
+}
+
+OpKind generic_kind(std::string_view name) {
+  static constexpr std::array<std::string_view, 4> kLinear{"mm", "addmm", "linear", "matmul"};
+  static constexpr std::array<std::string_view, 2> kBatched{"bmm", "baddbmm"};
+  static constexpr std::array<std::string_view, 21> kPointwise{
+      "add",   "sub",   "mul", "div", "neg",  "relu",  "gelu", "silu",    "sigmoid",
+      "tanh",  "exp",   "log", "pow", "sqrt", "rsqrt", "erf",  "dropout", "native_dropout",
+      "clamp", "where", "abs"};
+  const std::string_view base = aten_base(name);
+  const auto in = [&](const auto& list) {
+    return std::find(list.begin(), list.end(), base) != list.end();
+  };
+  if (in(kLinear)) return OpKind::kLinearMatmul;
+  if (in(kBatched)) return OpKind::kBatchedMatmul;
+  if (contains(base, "scaled_dot_product") || contains(base, "flash_attention") ||
+      contains(base, "efficient_attention") || contains(base, "cudnn_attention")) {
+    return OpKind::kFusedAttention;
+  }
+  if (contains(base, "conv")) return OpKind::kConvolution;
+  if (in(kPointwise)) return OpKind::kPointwise;
+  return OpKind::kOther;
+}
+
+}  // namespace
+
+OpKind op_kind(const sim::Op& op) {
+  switch (op.layer.kind()) {
+    case sim::Layer::kGeneric:
+      return generic_kind(op.layer.name());
+    case sim::Layer::kLinear:
+      return OpKind::kLinearMatmul;
+    case sim::Layer::kAttentionScores:
+    case sim::Layer::kAttentionContext:
+      return OpKind::kBatchedMatmul;
+    default:
+      break;
+  }
+  switch (op.layer.rule().family) {
+    case sim::LayerFamily::kConvolution:
+      return OpKind::kConvolution;
+    case sim::LayerFamily::kMatmul:
+      return OpKind::kLinearMatmul;
+    case sim::LayerFamily::kActivation:
+    case sim::LayerFamily::kSum:
+    case sim::LayerFamily::kDropout:
+      return OpKind::kPointwise;
+    default:
+      return OpKind::kOther;
+  }
+}
+
+bool compute_intensive(OpKind kind) {
+  return kind == OpKind::kLinearMatmul || kind == OpKind::kBatchedMatmul ||
+         kind == OpKind::kFusedAttention || kind == OpKind::kConvolution;
 }
 
 NetworkView::NetworkView(const sim::Workload& workload)

@@ -14,6 +14,22 @@ namespace memplan::search {
 /// Convolution layers (conv2d, conv3d): the convolution family of core/layer.hpp.
 bool is_conv_layer(const sim::LayerType& layer);
 
+/// What today's checkpointing policies tell ops apart by (PyTorch's own lists: torchtitan's
+/// selective-AC save list, the partitioner's compute-intensive ops and recomputable allowlist).
+/// Known layers by their family; a generic op by its ATen name ("aten::addmm", "bmm",
+/// "_scaled_dot_product_flash_attention").
+enum class OpKind {
+  kLinearMatmul,    // a linear layer's product: aten.mm, addmm, linear, matmul
+  kBatchedMatmul,   // attention's products as separate kernels: bmm, baddbmm
+  kFusedAttention,  // scaled-dot-product attention in one kernel (flash, efficient, cuDNN, math)
+  kConvolution,     // convolution, conv2d, conv3d
+  kPointwise,       // the partitioner's recomputable allowlist: activations, add, mul, dropout
+  kOther,           // normalisation, softmax, pooling, embedding, loss, anything else
+};
+OpKind op_kind(const sim::Op& op);
+/// The partitioner's compute-intensive ops (matmuls, attention, convolution).
+bool compute_intensive(OpKind kind);
+
 class NetworkView {
  public:
   /// Requires a validated workload.

@@ -46,6 +46,21 @@ const std::vector<Policy>& policies() {
        "FSDP CPU offload: parameters on the host per use, gradients and optimizer state too, "
        "CPU update",
        decide_fsdp_offload, PolicyCost::kNone},
+      {"full-ac", "torch.utils.checkpoint around every block (torchtitan full AC, DeepSpeed)",
+       decide_full_ac, PolicyCost::kNone},
+      {"selective-ac",
+       "PyTorch SAC, torchtitan's op policy: save matmuls (but every second) and attention",
+       decide_selective_ac, PolicyCost::kNone},
+      {"selective-ac-layer", "torchtitan selective AC by layer: every second block checkpointed",
+       decide_selective_ac_layer, PolicyCost::kNone},
+      {"megatron-selective", "Megatron-LM selective recompute: core attention recomputed",
+       decide_megatron_selective, PolicyCost::kNone},
+      {"budget-partitioner",
+       "torch.compile's memory-budget partitioner: the largest activation_memory_budget that fits",
+       decide_budget_partitioner, PolicyCost::kFew},
+      {"offload-activations",
+       "torchtune OffloadActivations: every saved tensor of 1 KiB or more to the host, on demand",
+       decide_offload_activations, PolicyCost::kNone},
   };
   return kPolicies;
 }

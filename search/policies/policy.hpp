@@ -62,6 +62,17 @@ PolicyDecision decide_capuchin(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_dtr(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_zero_offload(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_fsdp_offload(Evaluator& evaluator, const NetworkView& view);
+// Today's policies (activation_checkpointing.cpp, budget_partitioner.cpp, offload_activations.cpp).
+PolicyDecision decide_full_ac(Evaluator& evaluator, const NetworkView& view);
+PolicyDecision decide_selective_ac(Evaluator& evaluator, const NetworkView& view);
+PolicyDecision decide_selective_ac_layer(Evaluator& evaluator, const NetworkView& view);
+PolicyDecision decide_megatron_selective(Evaluator& evaluator, const NetworkView& view);
+PolicyDecision decide_budget_partitioner(Evaluator& evaluator, const NetworkView& view);
+PolicyDecision decide_offload_activations(Evaluator& evaluator, const NetworkView& view);
+
+/// PyTorch's memory-budget partitioner's choice at `budget` (0 to 1: torch._functorch.config.
+/// activation_memory_budget), Note [The memory-budget partitioner in a plan].
+sim::Plan partitioner_plan(const NetworkView& view, double budget);
 
 /// The offload policies' plan (search/policies/zero_offload.cpp): every feature map kept, gradients
 /// and optimizer state (and, with `parameters`, the parameters) on the host, the update on the

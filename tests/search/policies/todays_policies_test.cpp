@@ -1,0 +1,264 @@
+// Today's policies (activation checkpointing per block, SAC, Megatron's selective recompute, the
+// memory-budget partitioner, torchtune's offloading) on small steps whose right plans are worked
+// out by hand from what each library does.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <catch2/catch.hpp>
+
+#include "io/trace_io.hpp"
+#include "search/policies/blocks.hpp"
+#include "search/policies/policy.hpp"
+#include "tests/support/run_command.hpp"
+#include "tests/support/sim_helpers.hpp"
+#include "tests/support/workload_builder.hpp"
+#include "zoo/zoo.hpp"
+
+using namespace memplan::sim;
+using namespace memplan::search;
+using namespace memplan::test;
+
+namespace {
+
+// A one-layer GPT (zoo/transformer.cpp): embed, drop, h.0 (ln_1, c_attn, scores, softmax,
+// attn_dropout, context, c_proj, resid_dropout, residual1, ln_2, c_fc, act, c_proj, dropout,
+// residual2), ln_f, lm_head, loss.
+Workload gpt(std::int64_t layers, std::int64_t sequence = 16) {
+  memplan::zoo::ZooRequest request;
+  request.model = "gpt";
+  request.device = "v100-16gb";
+  request.options.transformer = {layers, 64, 2, sequence, 100};
+  return memplan::zoo::make_workload(request);
+}
+
+// The maps a plan acts on with `action`, by name, in tensor order.
+std::string maps_with(const Workload& w, const Plan& plan, Action action) {
+  std::string out;
+  for (const Decision& d : plan.decisions) {
+    if (d.action == action) out += w.tensor(d.tensor).name + " ";
+  }
+  return out;
+}
+
+PolicyDecision run(const char* name, const Workload& w) {
+  Evaluator evaluator(w, test_machine(Bytes{1} << 40));
+  const NetworkView view(w);
+  const Policy* p = find_policy(name);
+  REQUIRE(p != nullptr);
+  PolicyDecision d = p->decide(evaluator, view);
+  validate_plan(d.plan, w, name);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("blocks by module path: the zoo GPT's layers, its embedding and head in none",
+          "[search][todays][blocks]") {
+  CHECK(block_name("h.3.attn.c_attn") == "h.3");
+  CHECK(block_name("layer1.0.downsample.0") == "layer1.0");
+  CHECK(block_name("encoder.layers.encoder_layer_11.ln_1") == "encoder.layers.encoder_layer_11");
+  CHECK(block_name("features.1.1.attn.fill_") == "features.1");
+  CHECK(block_name("conv2d_1").empty());  // one component: no module path
+  CHECK(block_name("h.3").empty());       // "3" is the layer's own name, not a path
+  CHECK(block_name("ln_f").empty());
+  const Workload w = gpt(2);
+  const std::vector<Block> blocks = checkpoint_blocks(NetworkView(w));
+  REQUIRE(blocks.size() == 2);
+  CHECK(blocks[0].name == "h.0");
+  CHECK(blocks[1].name == "h.1");
+  // ln_1, c_attn, scores, softmax, attn_dropout, context, c_proj, resid_dropout, residual1, ln_2,
+  // c_fc, act, c_proj, dropout, residual2.
+  CHECK(blocks[0].ops.size() == 15);
+  CHECK(w.op(blocks[1].ops.front()).name == "h.1.ln_1");
+}
+
+TEST_CASE("blocks by structure: the imported ResNet-50's 16 bottlenecks, each with its last ReLU",
+          "[search][todays][blocks]") {
+  // No op name has a module path ("conv2d_1"), so the forward is cut where one tensor alone is
+  // live: after each bottleneck's add and after its ReLU. The stem's four ops are one op each
+  // between cuts (no block); each bottleneck is 3 x (conv, bn) + 2 ReLU + add = 9 ops, 11 with
+  // the projection shortcut of the first block of each stage, and its final ReLU joins it.
+  const Workload w = read_trace(source_path("traces/resnet50_b32_v100.json"));
+  const std::vector<Block> blocks = checkpoint_blocks(NetworkView(w));
+  REQUIRE(blocks.size() == 16);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    CAPTURE(b);
+    const bool projection = b == 0 || b == 3 || b == 7 || b == 13;
+    CHECK(blocks[b].ops.size() == (projection ? 12U : 10U));
+    CHECK(w.op(blocks[b].ops.back()).layer == Layer::kRelu);
+    CHECK(w.op(blocks[b].ops[blocks[b].ops.size() - 2]).layer == Layer::kAdd);
+  }
+  CHECK(w.op(blocks[0].ops.front()).name == "conv2d_2");
+}
+
+TEST_CASE("full-ac recomputes what each block writes but the maps read outside it",
+          "[search][todays][full-ac]") {
+  const Workload w = gpt(2);
+  const auto d = run("full-ac", w);
+  // Kept: the embedding's dropout output and mask (in no block), each block's output (read by
+  // the next block's ln_1 backward, or ln_f's), ln_f's maps and the loss's probabilities. The
+  // resid_dropout and MLP dropout outputs are no maps (an add saves nothing); their masks are.
+  CHECK(maps_with(w, d.plan, Action::kKeep) ==
+        "drop drop.mask h.0.residual2 h.1.residual2 ln_f ln_f.mean ln_f.rstd loss.probs ");
+  std::string recomputed;
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "h." + std::to_string(l);
+    for (const char* m : {".ln_1", ".ln_1.mean", ".ln_1.rstd", ".attn.c_attn", ".attn.softmax",
+                          ".attn.attn_dropout", ".attn.attn_dropout.mask", ".attn.context",
+                          ".attn.resid_dropout.mask", ".residual1", ".ln_2", ".ln_2.mean",
+                          ".ln_2.rstd", ".mlp.c_fc", ".mlp.act", ".mlp.dropout.mask"}) {
+      recomputed += p + m + " ";
+    }
+  }
+  CHECK(maps_with(w, d.plan, Action::kRecompute) == recomputed);
+}
+
+TEST_CASE("selective-ac-layer checkpoints the second block, torchtitan's count from 1",
+          "[search][todays][full-ac]") {
+  const Workload w = gpt(2);
+  const Plan full = run("full-ac", w).plan;
+  const Plan layer = run("selective-ac-layer", w).plan;
+  for (std::size_t m = 0; m < full.decisions.size(); ++m) {
+    const std::string& name = w.tensor(full.decisions[m].tensor).name;
+    CAPTURE(name);
+    const bool second = name.rfind("h.1.", 0) == 0;
+    CHECK(layer.decisions[m].action == (second ? full.decisions[m].action : Action::kKeep));
+  }
+}
+
+TEST_CASE("selective-ac keeps the first and third matmul of a block, recomputes the rest",
+          "[search][todays][selective-ac]") {
+  const Workload w = gpt(1);
+  const auto d = run("selective-ac", w);
+  // The block's linear layers in forward order: c_attn (1st, saved), attn.c_proj (2nd), c_fc
+  // (3rd, saved), mlp.c_proj (4th); the c_proj outputs are no maps (dropout saves its mask). The
+  // attention products are bmm, not on torchtitan's list: recomputed with everything else.
+  CHECK(maps_with(w, d.plan, Action::kKeep) ==
+        "drop drop.mask h.0.attn.c_attn h.0.mlp.c_fc h.0.residual2 ln_f ln_f.mean ln_f.rstd "
+        "loss.probs ");
+}
+
+TEST_CASE("megatron-selective recomputes the core attention between the scores and context",
+          "[search][todays][megatron]") {
+  const Workload w = gpt(1);
+  const auto d = run("megatron-selective", w);
+  // scores -> softmax -> attn_dropout -> context: softmax's output and the dropout's output and
+  // mask are maps (the scores' output is read by softmax alone, which saves its own output); the
+  // context's output stays (c_proj saves it).
+  CHECK(maps_with(w, d.plan, Action::kRecompute) ==
+        "h.0.attn.softmax h.0.attn.attn_dropout h.0.attn.attn_dropout.mask ");
+}
+
+TEST_CASE("offload-activations swaps every map of 1 KiB or more, fetched when backward reads it",
+          "[search][todays][offload]") {
+  const Workload w = gpt(1);
+  const NetworkView view(w);
+  const auto d = run("offload-activations", w);
+  // Kept: the layer norms' statistics (16 floats, 64 B) and the attention dropout's mask (2 heads
+  // x 16 x 16 bools, 512 B): under torchtune's 1,024-byte threshold.
+  CHECK(maps_with(w, d.plan, Action::kKeep) ==
+        "h.0.ln_1.mean h.0.ln_1.rstd h.0.attn.attn_dropout.mask h.0.ln_2.mean h.0.ln_2.rstd "
+        "ln_f.mean ln_f.rstd ");
+  std::vector<std::size_t> swapped;
+  for (std::size_t m = 0; m < d.plan.decisions.size(); ++m) {
+    if (d.plan.decisions[m].action == Action::kSwap) swapped.push_back(m);
+  }
+  REQUIRE(swapped.size() == 16);
+  for (std::size_t k = 0; k < swapped.size(); ++k) {
+    const Decision& dec = d.plan.decisions[swapped[k]];
+    const FeatureMap& map = view.feature_maps()[swapped[k]];
+    CAPTURE(w.tensor(dec.tensor).name);
+    CHECK(dec.prefetch_before == map.backward_uses.front());  // on demand: no prefetch ahead
+    // The stash holds five: the device copy goes before the op writing the fifth map after it.
+    const OpId expected = k + 5 < swapped.size()
+                              ? std::max(last_forward_use(map, w) + 1,
+                                         view.producer(static_cast<int>(swapped[k + 5])))
+                              : map.backward_uses.front();
+    CHECK(dec.release_before == std::min(expected, map.backward_uses.front()));
+  }
+}
+
+TEST_CASE("the budget partitioner's knapsack at 0.3, 0.5 and 0.7 of a GPT layer's saved bytes",
+          "[search][todays][partitioner]") {
+  const Workload w = gpt(1);
+  const NetworkView view(w);
+  // Sequence 16, hidden 64, 2 heads, vocabulary 100, batch 1, float32. The maps the partitioner
+  // may save (all but the pointwise ones: dropout outputs and masks, GELU, the residual adds):
+  //   ln_1, ln_2, ln_f: 16x64x4 = 4,096 each, with 64-byte mean and rstd;  softmax 2x16x16x4 =
+  //   2,048;  loss.probs 16x100x4 = 6,400;  and the compute-intensive ones, the knapsack's items:
+  //   c_attn 16x192x4 = 12,288,  context 16x64x4 = 4,096,  c_fc 16x256x4 = 16,384.
+  // Budget 1 saves all of them: 3 x 4,224 + 2,048 + 6,400 + 32,768 = 53,888 bytes; budget 0
+  // nothing (every map regenerates from the tokens and the parameters), so a budget b allows
+  // b x 53,888 bytes.
+  const auto bytes = [&](const char* name) {
+    for (std::size_t m = 0; m < view.feature_maps().size(); ++m) {
+      if (w.tensor(view.feature_maps()[m].tensor).name == name) {
+        return view.map_bytes(static_cast<int>(m));
+      }
+    }
+    return Bytes{0};
+  };
+  REQUIRE(bytes("h.0.attn.c_attn") == 12288);
+  REQUIRE(bytes("h.0.attn.context") == 4096);
+  REQUIRE(bytes("h.0.mlp.c_fc") == 16384);
+  REQUIRE(bytes("loss.probs") == 6400);
+  const auto kept = [&](double budget) {
+    return maps_with(w, partitioner_plan(view, budget), Action::kKeep);
+  };
+  CHECK(kept(1.0) ==
+        "h.0.ln_1 h.0.ln_1.mean h.0.ln_1.rstd h.0.attn.c_attn h.0.attn.softmax h.0.attn.context "
+        "h.0.ln_2 h.0.ln_2.mean h.0.ln_2.rstd h.0.mlp.c_fc ln_f ln_f.mean ln_f.rstd loss.probs ");
+  CHECK(kept(0.0).empty());
+  // 0.7: the three items, 32,768 B = 0.608 of 53,888, fit without the knapsack: saved, the rest
+  // recomputed.
+  CHECK(kept(0.7) == "h.0.attn.c_attn h.0.attn.context h.0.mlp.c_fc ");
+  // The knapsack's weights, in 1/10,000 of 53,888: c_fc 3,040, c_attn 2,280, context 760. Values,
+  // the FLOPs (2 per multiply-add): c_fc 2x16x64x256 = 524,288, c_attn 393,216, context
+  // 2x2x16x16x32 = 32,768 (the zoo's counts, checked below).
+  // 0.5 (5,000): c_fc + c_attn weighs 5,320, too much; c_fc + context (3,800) is worth the most.
+  CHECK(kept(0.5) == "h.0.attn.context h.0.mlp.c_fc ");
+  // 0.3 (3,000): c_fc alone is too heavy, c_attn + context weighs 3,040; c_attn alone wins.
+  CHECK(kept(0.3) == "h.0.attn.c_attn ");
+  const auto flops = [&](const char* op_name) {
+    for (const Op& op : w.ops) {
+      if (op.name == op_name) return op.flops.value_or(0);
+    }
+    return 0.0;
+  };
+  CHECK(flops("h.0.mlp.c_fc") >= 524288);
+  CHECK(flops("h.0.attn.c_attn") >= 393216);
+  CHECK(flops("h.0.attn.c_attn") < flops("h.0.mlp.c_fc"));
+  CHECK(flops("h.0.attn.context") < flops("h.0.attn.c_attn") / 4);
+}
+
+TEST_CASE("budget-partitioner in compare takes the largest budget in tenths whose plan fits",
+          "[search][todays][partitioner]") {
+  const Workload w = gpt(2, 256);  // activations weigh more than the parameters and state
+  const NetworkView view(w);
+  const Machine roomy = test_machine(Bytes{1} << 40);
+  Evaluator evaluator(w, roomy);
+  CHECK(decide_budget_partitioner(evaluator, view).note == "activation_memory_budget 1.0");
+  // A device as large as the peak of budget 0.9's plan, below budget 1's (the peak is not
+  // monotone in the budget: recomputing everything makes long regeneration chains in backward).
+  std::vector<Bytes> peak;
+  for (int t = 0; t <= 10; ++t) {
+    peak.push_back(simulate(w, partitioner_plan(view, t / 10.0), roomy).timeline.peak_bytes);
+  }
+  INFO(fmt::format("peaks {}", fmt::join(peak, " ")));
+  REQUIRE(peak[9] < peak[10]);
+  const Machine tight = test_machine(peak[9]);
+  Evaluator evaluator_tight(w, tight);
+  const auto d = decide_budget_partitioner(evaluator_tight, view);
+  // The policy's answer fits, and every larger budget in tenths does not.
+  int chosen = -1;
+  for (int t = 0; t <= 10; ++t) {
+    if (d.note == fmt::format("activation_memory_budget {:.1f}", t / 10.0)) chosen = t;
+  }
+  REQUIRE(chosen >= 0);
+  REQUIRE(chosen < 10);
+  CHECK(d.plan.decisions == partitioner_plan(view, chosen / 10.0).decisions);
+  CHECK(simulate(w, d.plan, tight).timeline.feasible);
+  for (int t = chosen + 1; t <= 10; ++t) {
+    CAPTURE(t);
+    CHECK_FALSE(simulate(w, partitioner_plan(view, t / 10.0), tight).timeline.feasible);
+  }
+}
