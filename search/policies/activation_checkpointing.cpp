@@ -14,8 +14,11 @@
 // backward op outside the block reads it. memplan's "mm" is a linear layer's product (aten.mm, or
 // addmm for a linear with a bias: torchtitan's models have none, so its list never needed addmm);
 // attention's products as separate kernels (bmm, in an unfused attention) are not on the list and
-// are recomputed, as torchtitan would. What it cannot see: the policy is a fixed list, blind to
-// the budget, the device's memory and the link: it fits or it does not.
+// are recomputed, as torchtitan would. A saved output that backward reads only through layout
+// copies (matmul's contiguous copies of q and k) is no map of the plain step; memplan keeps those
+// copies, as many bytes, which PyTorch regenerates from the saved output for free. What it cannot
+// see: the policy is a fixed list, blind to the budget, the device's memory and the link: it fits
+// or it does not.
 //
 // Note [Megatron's selective recompute]
 // Megatron-LM's `--recompute-granularity selective` (Korthikanti et al., "Reducing Activation
@@ -25,6 +28,8 @@
 // op that reads it (the context's own output excluded) is recomputed; the rest is kept. A fused
 // attention kernel keeps nothing quadratic to drop, and the policy then changes nothing — as
 // Megatron, which turns selective recompute off under flash attention.
+#include <algorithm>
+
 #include <fmt/core.h>
 
 #include "search/policies/blocks.hpp"
@@ -94,6 +99,20 @@ PolicyDecision decide_selective_ac(Evaluator& /*evaluator*/, const NetworkView& 
       saved_op[sim::index(op)] = static_cast<char>(
           kind == OpKind::kFusedAttention || (kind == OpKind::kLinearMatmul && matmuls % 2 == 1));
     }
+  }
+  // A copy that only lays out a saved output anew (the contiguous q and k a matmul's backward
+  // reads) is recomputed from it by PyTorch at no cost and holds the same bytes: memplan keeps the
+  // copy, since the saved output itself is no map when backward reads only its copies.
+  std::vector<char> from_saved(w.tensors.size(), 0);
+  for (sim::OpId id : view.layers()) {
+    const sim::Op& op = w.op(id);
+    const bool copies_saved = op_kind(op) == OpKind::kLayoutCopy && !op.inputs.empty() &&
+                              std::all_of(op.inputs.begin(), op.inputs.end(), [&](sim::TensorId t) {
+                                return from_saved[sim::index(t)] != 0;
+                              });
+    if (copies_saved) saved_op[sim::index(id)] = 1;
+    if (saved_op[sim::index(id)] == 0) continue;
+    for (sim::TensorId out : op.outputs) from_saved[sim::index(out)] = 1;
   }
   const std::size_t n = checkpoint_blocks_into(
       view, plan, [](std::size_t) { return true; },

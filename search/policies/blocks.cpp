@@ -31,8 +31,8 @@ bool numbered(std::string_view component) {
          digits(component.substr(underscore + 1));
 }
 
-// Blocks by module path: runs of consecutive forward ops with the same non-empty block name.
-std::vector<Block> named_blocks(const NetworkView& view) {
+// Runs of consecutive forward ops with the same non-empty block name.
+std::vector<Block> runs_of_names(const NetworkView& view) {
   std::vector<Block> blocks;
   std::string current;
   for (sim::OpId op : view.layers()) {
@@ -45,6 +45,19 @@ std::vector<Block> named_blocks(const NetworkView& view) {
     current = std::move(name);
     blocks.back().ops.push_back(op);
   }
+  return blocks;
+}
+
+// Blocks by module path: runs of consecutive forward ops with the same non-empty block name that
+// compute (a convolution, a matmul, attention): a lone dropout or activation in a Sequential
+// (a classifier's Dropout) is no block anyone checkpoints.
+std::vector<Block> named_blocks(const NetworkView& view) {
+  std::vector<Block> blocks = runs_of_names(view);
+  std::erase_if(blocks, [&](const Block& b) {
+    return std::none_of(b.ops.begin(), b.ops.end(), [&](sim::OpId op) {
+      return compute_intensive(op_kind(view.workload().op(op)));
+    });
+  });
   return blocks;
 }
 

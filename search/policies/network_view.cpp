@@ -34,6 +34,10 @@ OpKind generic_kind(std::string_view name) {
       "add",   "sub",   "mul", "div", "neg",  "relu",  "gelu", "silu",    "sigmoid",
       "tanh",  "exp",   "log", "pow", "sqrt", "rsqrt", "erf",  "dropout", "native_dropout",
       "clamp", "where", "abs"};
+  static constexpr std::array<std::string_view, 16> kLayout{
+      "clone",     "contiguous", "view",    "reshape",   "_unsafe_view", "expand",
+      "transpose", "permute",    "t",       "split",     "chunk",        "slice",
+      "select",    "unsqueeze",  "squeeze", "as_strided"};
   const std::string_view base = aten_base(name);
   const auto in = [&](const auto& list) {
     return std::find(list.begin(), list.end(), base) != list.end();
@@ -46,6 +50,7 @@ OpKind generic_kind(std::string_view name) {
   }
   if (contains(base, "conv")) return OpKind::kConvolution;
   if (in(kPointwise)) return OpKind::kPointwise;
+  if (in(kLayout)) return OpKind::kLayoutCopy;
   return OpKind::kOther;
 }
 

@@ -24,6 +24,7 @@ enum class OpKind {
   kFusedAttention,  // scaled-dot-product attention in one kernel (flash, efficient, cuDNN, math)
   kConvolution,     // convolution, conv2d, conv3d
   kPointwise,       // the partitioner's recomputable allowlist: activations, add, mul, dropout
+  kLayoutCopy,      // a copy or view that only lays data out anew: clone, contiguous, view, ...
   kOther,           // normalisation, softmax, pooling, embedding, loss, anything else
 };
 OpKind op_kind(const sim::Op& op);
