@@ -11,7 +11,10 @@ void add_plan_flags(CLI::App& command, PlanFlags& flags) {
   auto* plan = command.add_option("--plan", flags.plan, "plan file (JSON, see docs/simulator.md)");
   auto* policy = command.add_option(
       "--policy", flags.policy,
-      fmt::format("a policy, one of: {} (memplan compare ranks them)", search::named_plan_names()));
+      fmt::format(
+          "a policy, one of: {} (memplan compare ranks them); or budget-partitioner=B, "
+          "torch.compile's memory-budget partitioner at activation_memory_budget B (0 to 1)",
+          search::named_plan_names()));
   plan->excludes(policy);
   policy->excludes(plan);
   command.add_option("--encode", flags.encode,

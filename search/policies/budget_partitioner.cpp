@@ -38,22 +38,48 @@
 namespace memplan::search {
 namespace {
 
-enum class Role { kInput, kPointwise, kComputeIntensive, kOther };
+// What the partitioner may do with a map's producer (Note [The memory-budget partitioner in a
+// plan]).
+enum class Role {
+  kInput,             // nothing can regenerate it: saved at every budget
+  kPointwise,         // on the recomputable allowlist
+  kRandom,            // a random op: banned but at budget 0
+  kReduction,         // a reduction's small output (a norm's statistics): banned but at budget 0
+  kComputeIntensive,  // the knapsack's items
+  kOther,             // recomputable once the allowlist is off
+};
+
+Role role_of(const NetworkView& view, int map) {
+  const sim::Workload& w = view.workload();
+  const sim::Op& producer = w.op(view.producer(map));
+  const OpKind kind = op_kind(producer);
+  if (kind == OpKind::kPointwise) return Role::kPointwise;
+  if (kind == OpKind::kRandom) return Role::kRandom;
+  if (compute_intensive(kind)) return Role::kComputeIntensive;
+  if (kind == OpKind::kLayoutCopy) {
+    // A copy of a matmul's output (the contiguous q and k) goes with the matmul: PyTorch's
+    // knapsack weighs the matmul's output, which backward reads through the copy.
+    const bool of_compute =
+        std::all_of(producer.inputs.begin(), producer.inputs.end(), [&](sim::TensorId t) {
+          const sim::OpId from = w.tensor(t).producer;
+          return from != sim::kNoOp && compute_intensive(op_kind(w.op(from)));
+        });
+    if (of_compute && !producer.inputs.empty()) return Role::kComputeIntensive;
+  }
+  sim::Bytes largest_input = 0;
+  for (sim::TensorId t : producer.inputs)
+    largest_input = std::max(largest_input, w.tensor(t).bytes);
+  if (4 * view.map_bytes(map) <= largest_input) return Role::kReduction;
+  return Role::kOther;
+}
 
 std::vector<Role> roles(const NetworkView& view) {
-  const sim::Workload& w = view.workload();
-  const std::vector<bool> regenerable = sim::regenerable_tensors(w);
+  const std::vector<bool> regenerable = sim::regenerable_tensors(view.workload());
   std::vector<Role> out;
   for (std::size_t m = 0; m < view.feature_maps().size(); ++m) {
-    const auto map = static_cast<int>(m);
-    if (!regenerable[sim::index(view.feature_maps()[m].tensor)]) {
-      out.push_back(Role::kInput);
-      continue;
-    }
-    const OpKind kind = op_kind(w.op(view.producer(map)));
-    out.push_back(kind == OpKind::kPointwise ? Role::kPointwise
-                  : compute_intensive(kind)  ? Role::kComputeIntensive
-                                             : Role::kOther);
+    out.push_back(regenerable[sim::index(view.feature_maps()[m].tensor)]
+                      ? role_of(view, static_cast<int>(m))
+                      : Role::kInput);
   }
   return out;
 }
@@ -97,50 +123,58 @@ sim::Plan partitioner_plan(const NetworkView& view, double budget) {
   const sim::Workload& w = view.workload();
   const std::vector<Role> role = roles(view);
   sim::Plan plan = keep_all(view, "budget-partitioner");
-  const auto bytes = [&](int m) { return static_cast<double>(view.map_bytes(m)); };
-  double min_bytes = 0;
-  double max_bytes = 0;
-  double compute_bytes = 0;
-  std::vector<int> items;
-  for (std::size_t m = 0; m < role.size(); ++m) {
-    const auto map = static_cast<int>(m);
-    if (role[m] == Role::kInput) min_bytes += bytes(map);
-    if (role[m] != Role::kPointwise) max_bytes += bytes(map);
-    if (role[m] == Role::kComputeIntensive) {
-      compute_bytes += bytes(map);
-      items.push_back(map);
-    }
-  }
-  const auto recompute = [&](auto which) {
+  if (budget >= 1) return plan;  // the runtime-optimal cut: what eager autograd saves
+  const auto bytes = [&](std::size_t m) {
+    return static_cast<double>(view.map_bytes(static_cast<int>(m)));
+  };
+  const auto recompute = [&](std::initializer_list<Role> which) {
     for (std::size_t m = 0; m < role.size(); ++m) {
-      if (role[m] != Role::kInput && which(static_cast<int>(m))) {
+      if (std::find(which.begin(), which.end(), role[m]) != which.end()) {
         plan.decisions[m].action = sim::Action::kRecompute;
       }
     }
   };
-  if (budget <= 0) {
-    recompute([](int) { return true; });
+  if (budget <= 0) {  // only the inputs saved
+    recompute(
+        {Role::kPointwise, Role::kRandom, Role::kReduction, Role::kComputeIntensive, Role::kOther});
     return plan;
   }
-  recompute([&](int m) { return role[static_cast<std::size_t>(m)] == Role::kPointwise; });
-  if (budget >= 1 || max_bytes <= min_bytes) return plan;
-  const double range = max_bytes - min_bytes;
-  recompute([&](int m) { return role[static_cast<std::size_t>(m)] == Role::kOther; });
-  if (compute_bytes / range < budget) return plan;  // recomputing all but the heavy ops fits
-  std::stable_sort(items.begin(), items.end(), [&](int a, int b) { return bytes(a) > bytes(b); });
+  double min_bytes = 0;
+  double max_bytes = 0;
+  for (std::size_t m = 0; m < role.size(); ++m) {
+    max_bytes += bytes(m);
+    if (role[m] == Role::kInput) min_bytes += bytes(m);
+  }
+  const auto ratio = [&] {
+    double kept = 0;
+    for (std::size_t m = 0; m < role.size(); ++m) {
+      if (plan.decisions[m].action == sim::Action::kKeep) kept += bytes(m);
+    }
+    return (kept - min_bytes) / (max_bytes - min_bytes);
+  };
+  if (max_bytes <= min_bytes) return plan;
+  recompute({Role::kPointwise});  // the allowlist's ops, used far apart or not
+  if (ratio() < budget) return plan;
+  recompute({Role::kOther});  // the allowlist off: what is banned is random, reductions, matmuls
+  if (ratio() < budget) return plan;
+  std::vector<std::size_t> items;
+  for (std::size_t m = 0; m < role.size(); ++m) {
+    if (role[m] == Role::kComputeIntensive) items.push_back(m);
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [&](std::size_t a, std::size_t b) { return bytes(a) > bytes(b); });
   std::vector<double> memory;
   std::vector<double> value;
-  for (int m : items) {
-    const sim::Op& producer = w.op(view.producer(m));
-    memory.push_back(bytes(m) / range);
+  for (std::size_t m : items) {
+    const sim::Op& producer = w.op(view.producer(static_cast<int>(m)));
+    memory.push_back(bytes(m) / (max_bytes - min_bytes));
     value.push_back(producer.flops
                         ? std::max(*producer.flops, 1.0)
                         : static_cast<double>(std::max<sim::Nanoseconds>(producer.duration_ns, 1)));
   }
   const std::vector<bool> saved = dp_knapsack(memory, value, budget);
   for (std::size_t i = 0; i < items.size(); ++i) {
-    if (!saved[i])
-      plan.decisions[static_cast<std::size_t>(items[i])].action = sim::Action::kRecompute;
+    if (!saved[i]) plan.decisions[items[i]].action = sim::Action::kRecompute;
   }
   return plan;
 }

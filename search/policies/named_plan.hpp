@@ -1,6 +1,7 @@
 #pragma once
 // A plan named by a policy: every policy of search/ (its decision on this workload and machine),
-// then the simulator's basic plans (swap-all, recompute-all). What `--policy NAME` means on the
+// then the simulator's basic plans (swap-all, recompute-all), and `budget-partitioner=B` (PyTorch's
+// memory-budget partitioner at activation_memory_budget B). What `--policy NAME` means on the
 // command line and `policy=NAME` in the Python API, in one place.
 #include <string>
 #include <string_view>

@@ -30,10 +30,9 @@ bool contains(std::string_view text, std::string_view part) {
 OpKind generic_kind(std::string_view name) {
   static constexpr std::array<std::string_view, 4> kLinear{"mm", "addmm", "linear", "matmul"};
   static constexpr std::array<std::string_view, 2> kBatched{"bmm", "baddbmm"};
-  static constexpr std::array<std::string_view, 21> kPointwise{
-      "add",   "sub",   "mul", "div", "neg",  "relu",  "gelu", "silu",    "sigmoid",
-      "tanh",  "exp",   "log", "pow", "sqrt", "rsqrt", "erf",  "dropout", "native_dropout",
-      "clamp", "where", "abs"};
+  static constexpr std::array<std::string_view, 19> kPointwise{
+      "add", "sub", "mul", "div",  "neg",   "relu", "gelu",  "silu",  "sigmoid", "tanh",
+      "exp", "log", "pow", "sqrt", "rsqrt", "erf",  "clamp", "where", "abs"};
   static constexpr std::array<std::string_view, 16> kLayout{
       "clone",     "contiguous", "view",    "reshape",   "_unsafe_view", "expand",
       "transpose", "permute",    "t",       "split",     "chunk",        "slice",
@@ -50,6 +49,9 @@ OpKind generic_kind(std::string_view name) {
   }
   if (contains(base, "conv")) return OpKind::kConvolution;
   if (in(kPointwise)) return OpKind::kPointwise;
+  if (contains(base, "dropout") || base == "bernoulli" || base == "rand_like") {
+    return OpKind::kRandom;
+  }
   if (in(kLayout)) return OpKind::kLayoutCopy;
   return OpKind::kOther;
 }
@@ -75,8 +77,9 @@ OpKind op_kind(const sim::Op& op) {
       return OpKind::kLinearMatmul;
     case sim::LayerFamily::kActivation:
     case sim::LayerFamily::kSum:
-    case sim::LayerFamily::kDropout:
       return OpKind::kPointwise;
+    case sim::LayerFamily::kDropout:
+      return OpKind::kRandom;
     default:
       return OpKind::kOther;
   }

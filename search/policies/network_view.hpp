@@ -23,7 +23,8 @@ enum class OpKind {
   kBatchedMatmul,   // attention's products as separate kernels: bmm, baddbmm
   kFusedAttention,  // scaled-dot-product attention in one kernel (flash, efficient, cuDNN, math)
   kConvolution,     // convolution, conv2d, conv3d
-  kPointwise,       // the partitioner's recomputable allowlist: activations, add, mul, dropout
+  kPointwise,       // the partitioner's recomputable allowlist: activations, add, mul, ...
+  kRandom,          // a random op: dropout
   kLayoutCopy,      // a copy or view that only lays data out anew: clone, contiguous, view, ...
   kOther,           // normalisation, softmax, pooling, embedding, loss, anything else
 };
