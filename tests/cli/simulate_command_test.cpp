@@ -222,3 +222,33 @@ TEST_CASE("simulate --snapshot-out writes the step as a PyTorch memory snapshot"
   CHECK(job.err.find("--snapshot-out") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(none));
 }
+
+TEST_CASE("simulate --policy budget-partitioner=B runs the partitioner at that budget",
+          "[cli][simulate][partitioner]") {
+  // The zoo's one-layer GPT: at budget 1 every map is kept (eager autograd's set); at 0 every map
+  // but what no op regenerates is recomputed (tests/search/policies/todays_policies_test.cpp
+  // works the budgets in between).
+  const std::string trace =
+      (std::filesystem::temp_directory_path() / "memplan_partitioner_gpt.json").string();
+  REQUIRE(run_memplan("zoo gpt --layers 1 --hidden 64 --heads 2 --seq 16 --vocab 100 --batch 1 "
+                      "--device v100-16gb -o " +
+                      trace)
+              .exit_status == 0);
+  const auto all = run_memplan("simulate " + trace + " --policy budget-partitioner=1 --json");
+  REQUIRE(all.exit_status == 0);
+  CHECK(nlohmann::json::parse(all.out).at("actions").at("recompute") == 0);
+  const auto none = run_memplan("simulate " + trace + " --policy budget-partitioner=0 --json");
+  REQUIRE(none.exit_status == 0);
+  CHECK(nlohmann::json::parse(none.out).at("actions").at("keep") == 0);
+  for (const char* bad :
+       {"budget-partitioner=1.5", "budget-partitioner=-0.1", "budget-partitioner=half",
+        "budget-partitioner=", "budget-partitioner=nan"}) {
+    CAPTURE(bad);
+    const auto r = run_memplan("simulate " + trace + " --policy " + bad);
+    CHECK(r.exit_status == 2);
+    check_one_line(r);
+    CHECK(r.err.find("budget-partitioner=B takes activation_memory_budget B from 0 to 1") !=
+          std::string::npos);
+  }
+  std::filesystem::remove(trace);
+}
