@@ -1,6 +1,7 @@
 #include "memory/caching_allocator.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "core/check.hpp"
@@ -8,6 +9,28 @@
 namespace memplan::sim {
 
 CachingAllocator::CachingAllocator(Size capacity) : capacity_(capacity) {}
+
+CachingAllocator::CachingAllocator(Size capacity, const Settings& settings)
+    : settings_(settings), capacity_(capacity) {}
+
+CachingAllocator::Size CachingAllocator::request_size(Size bytes) const {
+  // c10's round_size with roundup_power2_divisions: the interval's index counts powers of two
+  // from 1 MiB (requests under 2 MiB share index 0), up to the last.
+  if (bytes < kMinBlockSize) return kMinBlockSize;
+  const auto log2 = static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes))) - 1;
+  const std::size_t index = std::min<std::size_t>(static_cast<std::size_t>(std::max(log2 - 20, 0)),
+                                                  kRoundupIntervals - 1);
+  const Size divisions = settings_.roundup_power2_divisions[index];
+  if (divisions > 1 && bytes > kMinBlockSize * divisions) {
+    if (std::has_single_bit(static_cast<std::uint64_t>(bytes))) return bytes;
+    const Size floor = Size{1} << log2;
+    const Size step = floor >> (std::bit_width(static_cast<std::uint64_t>(divisions)) - 1);
+    if (step == 0) return floor << 1;
+    const Size down = bytes & ~(step - 1);
+    return down == bytes ? bytes : down + step;
+  }
+  return rounded_size(bytes);
+}
 
 void CachingAllocator::reset(Size capacity) {
   blocks_.clear();
@@ -39,12 +62,14 @@ CachingAllocator::Pool& CachingAllocator::pool_of(const Block& block) {
 void CachingAllocator::cache(Handle b) {
   Block& block = blocks_[static_cast<std::size_t>(b)];
   block.free = true;
-  pool_of(block).emplace(block.size, address(b), b);
+  pool_of(block).emplace(segments_[static_cast<std::size_t>(block.segment)].stream, block.size,
+                         address(b), b);
 }
 
 void CachingAllocator::uncache(Handle b) {
   Block& block = blocks_[static_cast<std::size_t>(b)];
-  const auto erased = pool_of(block).erase({block.size, address(b), b});
+  const auto erased = pool_of(block).erase(
+      {segments_[static_cast<std::size_t>(block.segment)].stream, block.size, address(b), b});
   MEMPLAN_CHECK(erased == 1, "a cached block is in its pool");
   block.free = false;
 }
@@ -60,7 +85,9 @@ CachingAllocator::Handle CachingAllocator::new_block() {
   return static_cast<Handle>(blocks_.size() - 1);
 }
 
-std::optional<CachingAllocator::Handle> CachingAllocator::new_segment(Size bytes, bool small_pool) {
+std::optional<CachingAllocator::Handle> CachingAllocator::new_segment(Size bytes, bool small_pool,
+                                                                     Stream stream,
+                                                                     Offset address) {
   if (reserved_ + bytes > capacity_) return std::nullopt;
   Segment s = 0;
   if (!spare_segments_.empty()) {
@@ -70,76 +97,140 @@ std::optional<CachingAllocator::Handle> CachingAllocator::new_segment(Size bytes
     segments_.emplace_back();
     s = static_cast<Segment>(segments_.size() - 1);
   }
-  segments_[static_cast<std::size_t>(s)] = {next_address_, bytes, small_pool};
-  next_address_ += bytes;
+  const Handle b = new_block();
+  const Offset at = address >= 0 ? address : next_address_;
+  segments_[static_cast<std::size_t>(s)] = {at, bytes, small_pool, stream, b};
+  next_address_ = std::max(next_address_, at + bytes);
   reserved_ += bytes;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   ++segment_count_;
   created_ = s;
-  const Handle b = new_block();
   blocks_[static_cast<std::size_t>(b)] = {.segment = s, .offset = 0, .size = bytes};
   return b;
+}
+
+void CachingAllocator::give_back(Segment s, Handle block) {
+  reserved_ -= segment_bytes(s);
+  --segment_count_;
+  released_.push_back(s);
+  spare_segments_.push_back(s);
+  spare_blocks_.push_back(block);
 }
 
 void CachingAllocator::release_cached_segments() {
   for (Pool* pool : {&small_pool_, &large_pool_}) {
     for (auto it = pool->begin(); it != pool->end();) {
-      const Handle b = std::get<2>(*it);
+      const Handle b = std::get<3>(*it);
       const Block& block = blocks_[static_cast<std::size_t>(b)];
       if (block.prev != kNone || block.next != kNone) {
         ++it;
         continue;
       }
-      const Segment s = block.segment;
-      reserved_ -= segment_bytes(s);
-      --segment_count_;
-      released_.push_back(s);
-      spare_segments_.push_back(s);
-      spare_blocks_.push_back(b);
+      give_back(block.segment, b);
       it = pool->erase(it);
     }
   }
 }
 
-std::optional<CachingAllocator::Placed> CachingAllocator::allocate(Size bytes) {
+CachingAllocator::Handle CachingAllocator::best_fit(Pool& pool, Size size, Stream stream) const {
+  const auto it = pool.lower_bound({stream, size, std::numeric_limits<Offset>::min(), kNone});
+  if (it == pool.end() || std::get<0>(*it) != stream) return kNone;
+  const Size found = std::get<1>(*it);
+  const Size max_split = settings_.max_split_size;
+  // c10's get_free_block: no oversize block for a request under max_split_size, and none much
+  // larger for one over it.
+  if (size < max_split && found >= max_split) return kNone;
+  if (size >= max_split && found >= size + kLargeBuffer) return kNone;
+  return std::get<3>(*it);
+}
+
+bool CachingAllocator::should_split(Size size, Size rest) const {
+  return small(size) ? rest >= kMinBlockSize
+                     : size < settings_.max_split_size && rest > kSmallSize;
+}
+
+void CachingAllocator::split(Handle b, Size size) {
+  const Handle r = new_block();
+  Block& block = blocks_[static_cast<std::size_t>(b)];
+  Block& remainder = blocks_[static_cast<std::size_t>(r)];
+  remainder = {.segment = block.segment,
+               .offset = block.offset + size,
+               .size = block.size - size,
+               .prev = b,
+               .next = block.next};
+  if (block.next != kNone) blocks_[static_cast<std::size_t>(block.next)].prev = r;
+  block.next = r;
+  block.size = size;
+  cache(r);
+}
+
+std::optional<CachingAllocator::Placed> CachingAllocator::allocate(Size bytes, Stream stream,
+                                                                   Offset segment_address) {
   released_.clear();
   created_.reset();
-  const Size size = rounded_size(bytes);
+  const Size size = request_size(bytes);
   Pool& pool = small(size) ? small_pool_ : large_pool_;
-  Handle b = kNone;
-  if (const auto it = pool.lower_bound({size, std::numeric_limits<Offset>::min(), kNone});
-      it != pool.end()) {
-    b = std::get<2>(*it);
-    pool.erase(it);
-    blocks_[static_cast<std::size_t>(b)].free = false;
+  Handle b = best_fit(pool, size, stream);
+  if (b != kNone) {
+    uncache(b);
   } else {
-    std::optional<Handle> fresh = new_segment(segment_size(size), small(size));
+    std::optional<Handle> fresh =
+        new_segment(segment_size(size), small(size), stream, segment_address);
     if (!fresh) {
       release_cached_segments();
-      fresh = new_segment(segment_size(size), small(size));
+      fresh = new_segment(segment_size(size), small(size), stream, segment_address);
     }
     if (!fresh) return std::nullopt;
     b = *fresh;
   }
-  const Size rest = blocks_[static_cast<std::size_t>(b)].size - size;
-  if (small(size) ? rest >= kMinBlockSize : rest > kSmallSize) {
-    const Handle r = new_block();
-    Block& block = blocks_[static_cast<std::size_t>(b)];
-    Block& remainder = blocks_[static_cast<std::size_t>(r)];
-    remainder = {.segment = block.segment,
-                 .offset = block.offset + size,
-                 .size = rest,
-                 .prev = b,
-                 .next = block.next};
-    if (block.next != kNone) blocks_[static_cast<std::size_t>(block.next)].prev = r;
-    block.next = r;
-    block.size = size;
-    cache(r);
-  }
+  if (should_split(size, blocks_[static_cast<std::size_t>(b)].size - size)) split(b, size);
   const Block& block = blocks_[static_cast<std::size_t>(b)];
   live_ += block.size;
   peak_live_ = std::max(peak_live_, live_);
   return Placed{block.segment, block.offset, b, block.size};
+}
+
+CachingAllocator::Segment CachingAllocator::add_segment(Offset address, Size bytes, bool small_pool,
+                                                        Stream stream) {
+  const std::optional<Handle> b = new_segment(bytes, small_pool, stream, address);
+  MEMPLAN_CHECK(b.has_value(), "an added segment fits the capacity");
+  cache(*b);
+  return blocks_[static_cast<std::size_t>(*b)].segment;
+}
+
+std::optional<CachingAllocator::Handle> CachingAllocator::place(Segment s, Offset offset,
+                                                                Size size) {
+  Handle b = segments_[static_cast<std::size_t>(s)].first;
+  while (b != kNone && blocks_[static_cast<std::size_t>(b)].offset +
+                               blocks_[static_cast<std::size_t>(b)].size <= offset) {
+    b = blocks_[static_cast<std::size_t>(b)].next;
+  }
+  if (b == kNone) return std::nullopt;
+  const Block holder = blocks_[static_cast<std::size_t>(b)];  // a copy: split() may grow blocks_
+  if (!holder.free || holder.offset > offset || holder.offset + holder.size < offset + size) {
+    return std::nullopt;
+  }
+  uncache(b);
+  if (holder.offset < offset) {  // the free front stays cached, the block is the rest
+    split(b, offset - holder.offset);
+    const Handle front = b;
+    b = blocks_[static_cast<std::size_t>(front)].next;
+    uncache(b);
+    cache(front);
+  }
+  if (blocks_[static_cast<std::size_t>(b)].size > size) split(b, size);
+  live_ += size;
+  peak_live_ = std::max(peak_live_, live_);
+  return b;
+}
+
+bool CachingAllocator::release_segment(Segment s) {
+  const Handle b = segments_[static_cast<std::size_t>(s)].first;
+  const Block& block = blocks_[static_cast<std::size_t>(b)];
+  if (!block.free || block.next != kNone) return false;
+  uncache(b);
+  give_back(s, b);
+  return true;
 }
 
 void CachingAllocator::absorb_next(Handle b) {
@@ -173,15 +264,18 @@ void CachingAllocator::release(Handle handle) {
   cache(b);
 }
 
-CachingAllocator::Size CachingAllocator::largest_cached(bool small_pool) const {
+CachingAllocator::Size CachingAllocator::largest_cached(bool small_pool, Stream stream) const {
   const Pool& pool = small_pool ? small_pool_ : large_pool_;
-  return pool.empty() ? 0 : std::get<0>(*pool.rbegin());
+  auto it = pool.lower_bound({stream + 1, 0, std::numeric_limits<Offset>::min(), kNone});
+  if (it == pool.begin()) return 0;
+  --it;
+  return std::get<0>(*it) == stream ? std::get<1>(*it) : 0;
 }
 
 CachingAllocator::Size CachingAllocator::free_for_segments() const {
   Size releasable = 0;  // cached segments without a live block: given back before a new one
   for (const Pool* pool : {&small_pool_, &large_pool_}) {
-    for (const auto& [size, at, b] : *pool) {
+    for (const auto& [stream, size, at, b] : *pool) {
       const Block& block = blocks_[static_cast<std::size_t>(b)];
       if (block.prev == kNone && block.next == kNone) releasable += size;
     }
@@ -195,7 +289,7 @@ CachingAllocator::Size CachingAllocator::largest_free_block() const {
 
 CachingAllocator::Shortfall CachingAllocator::shortfall(Size bytes) const {
   Shortfall s;
-  s.requested = rounded_size(bytes);
+  s.requested = request_size(bytes);
   s.small_pool = small(s.requested);
   s.largest_cached = largest_cached(s.small_pool);
   s.largest_cached_other = largest_cached(!s.small_pool);

@@ -25,15 +25,30 @@
 //     1 MiB (large pool): the request keeps the front, the rest stays cached;
 //   - a released block merges with its free neighbours in its segment and is cached; segments are
 //     given back to the driver only as above.
-// Not modelled: per-stream pools (a Program allocates in compute-stream order, so every block is
-// the compute stream's), max_split_size, expandable segments, garbage_collection_threshold.
+// Settings PyTorch takes from PYTORCH_CUDA_ALLOC_CONF, as c10 applies them (Settings):
+//   - max_split_size: a request under it is never served by a cached block of that size or more,
+//     a request of that size or more only by a block less than 20 MiB larger, and a block is split
+//     only for a request under it;
+//   - roundup_power2_divisions: a request in a power-of-two interval [2^k, 2^(k+1)) given N > 1
+//     divisions is rounded up to the next of the N equal steps of that interval (when it is larger
+//     than 512 x N), not to 512 bytes; the intervals are keyed from 1 MiB (all below) to 32 GiB
+//     (all above).
+// Streams: a block serves requests of the stream whose segment it is in (c10 keys its pools by
+// stream); a Program allocates on the compute stream, stream 0. A snapshot's replay starts from
+// its segments and blocks as they were (add_segment, place) and gives back the segments the
+// program did (release_segment).
+// Not modelled: expandable segments, garbage_collection_threshold, and which cached blocks
+// max_split_size makes c10 give back first when cudaMalloc fails (here, as without it, every
+// cached segment without a live block).
 //
 // Placement depends on the capacity (a tighter device gives segments back earlier), as PyTorch's
 // does: fitting is not monotone in the capacity under this model. A run that fits at capacity C
 // with peak reserved bytes R gives back segments at the same requests at every capacity in
 // [R, C], so it runs the same there; a run on an unlimited device gives none back and runs the
 // same at every capacity from its peak up.
+#include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -47,6 +62,7 @@ class CachingAllocator {
   using Offset = std::int64_t;
   using Handle = std::int32_t;   // a block handed out
   using Segment = std::int32_t;  // a segment's number, reused once it was given back
+  using Stream = std::int64_t;
 
   static constexpr Size kMinBlockSize = 512;
   static constexpr Size kSmallSize = Size{1} << 20;
@@ -55,7 +71,19 @@ class CachingAllocator {
   static constexpr Size kRoundLarge = Size{2} << 20;
   static constexpr Size kLargeBuffer = Size{20} << 20;
 
+  static constexpr Size kNoMaxSplit = std::numeric_limits<Size>::max();
+  static constexpr std::size_t kRoundupIntervals = 16;  // 1 MiB, 2 MiB, ..., 32 GiB
+
+  /// PYTORCH_CUDA_ALLOC_CONF's settings the model follows; the default is PyTorch's default.
+  struct Settings {
+    Size max_split_size = kNoMaxSplit;
+    /// Divisions per power-of-two interval of request sizes, from [0, 2 MiB) (index 0) up to
+    /// [32 GiB, ...) (index 15); 0 or 1: none.
+    std::array<std::int64_t, kRoundupIntervals> roundup_power2_divisions{};
+  };
+
   explicit CachingAllocator(Size capacity = 0);
+  CachingAllocator(Size capacity, const Settings& settings);
 
   /// Forgets every block and segment and sets a new capacity; keeps the buffers for reuse.
   void reset(Size capacity);
@@ -63,6 +91,8 @@ class CachingAllocator {
   static constexpr Size rounded_size(Size bytes) {
     return bytes <= 0 ? kMinBlockSize : (bytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
   }
+  /// The block size a request of `bytes` takes under the settings (rounded_size without them).
+  [[nodiscard]] Size request_size(Size bytes) const;
   /// The size of the segment a request of rounded size `size` asks the driver for.
   static constexpr Size segment_size(Size size) {
     if (size <= kSmallSize) return kSmallBuffer;
@@ -79,8 +109,22 @@ class CachingAllocator {
   /// A block of at least rounded_size(bytes), or nullopt when PyTorch would report out of memory.
   /// Either way, segments may have been given back or taken: segments_released() and
   /// segment_created().
-  [[nodiscard]] std::optional<Placed> allocate(Size bytes);
+  /// `segment_address`: where a new segment goes if the request takes one (a replay of a recorded
+  /// run gives cudaMalloc's address, which orders equal blocks as the real allocator does); -1:
+  /// after every segment so far.
+  [[nodiscard]] std::optional<Placed> allocate(Size bytes, Stream stream = 0,
+                                               Offset segment_address = -1);
   void release(Handle handle);
+
+  /// A segment of `bytes` at `address` of `stream`, in the small pool or the large, all of it a
+  /// cached free block: a segment the real allocator held. Addresses of segments made later
+  /// follow the highest one given.
+  Segment add_segment(Offset address, Size bytes, bool small_pool, Stream stream);
+  /// Hands out the block of `size` bytes at `offset` in segment `s`, splitting the cached free
+  /// block that holds it; nullopt when no free block holds all of it.
+  [[nodiscard]] std::optional<Handle> place(Segment s, Offset offset, Size size);
+  /// Gives back segment `s` when no block of it is live (torch.cuda.empty_cache); false if one is.
+  bool release_segment(Segment s);
 
   /// The segments the last allocate gave back, in the order it gave them back.
   [[nodiscard]] const std::vector<Segment>& segments_released() const { return released_; }
@@ -88,6 +132,11 @@ class CachingAllocator {
   [[nodiscard]] std::optional<Segment> segment_created() const { return created_; }
   [[nodiscard]] Size segment_bytes(Segment s) const {
     return segments_[static_cast<std::size_t>(s)].bytes;
+  }
+  /// Where segment `s` starts: the address add_segment or allocate gave it, else its place after
+  /// the segments before it.
+  [[nodiscard]] Offset segment_address(Segment s) const {
+    return segments_[static_cast<std::size_t>(s)].address;
   }
 
   [[nodiscard]] Size capacity() const { return capacity_; }
@@ -131,12 +180,19 @@ class CachingAllocator {
     Offset address = 0;  // in the one growing address space: orders blocks of equal size
     Size bytes = 0;
     bool small = false;  // in the small pool (a 2 MiB segment for requests up to 1 MiB)
+    Stream stream = 0;
+    Handle first = kNone;  // the block at offset 0 (merges keep the lower block's handle)
   };
-  /// (size, address, block): a pool's cached free blocks in best-fit order.
-  using Pool = std::set<std::tuple<Size, Offset, Handle>>;
+  /// (stream, size, address, block): a pool's cached free blocks, per stream in best-fit order.
+  using Pool = std::set<std::tuple<Stream, Size, Offset, Handle>>;
 
   [[nodiscard]] static bool small(Size size) { return size <= kSmallSize; }
-  [[nodiscard]] Size largest_cached(bool small_pool) const;
+  [[nodiscard]] Size largest_cached(bool small_pool, Stream stream = 0) const;
+  /// The cached block c10's get_free_block takes for a request of `size`, or kNone.
+  [[nodiscard]] Handle best_fit(Pool& pool, Size size, Stream stream) const;
+  [[nodiscard]] bool should_split(Size size, Size rest) const;
+  /// Block `b` keeps its first `size` bytes; the rest becomes a cached free block after it.
+  void split(Handle b, Size size);
   [[nodiscard]] Size free_for_segments() const;
   [[nodiscard]] Pool& pool_of(const Block& block);
   [[nodiscard]] Offset address(Handle b) const;
@@ -145,7 +201,9 @@ class CachingAllocator {
   /// Block `b` takes over the block after it in its segment (both out of the pools).
   void absorb_next(Handle b);
   Handle new_block();
-  std::optional<Handle> new_segment(Size bytes, bool small_pool);
+  std::optional<Handle> new_segment(Size bytes, bool small_pool, Stream stream,
+                                    Offset address = -1);
+  void give_back(Segment s, Handle block);
   void release_cached_segments();
 
   std::vector<Block> blocks_;
@@ -156,6 +214,7 @@ class CachingAllocator {
   Pool large_pool_;
   std::vector<Segment> released_;
   std::optional<Segment> created_;
+  Settings settings_;
   Offset next_address_ = 0;
   std::size_t segment_count_ = 0;
   Size capacity_ = 0;

@@ -1,6 +1,8 @@
 #include "importers/snapshot/allocator_replay.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <optional>
 #include <map>
 #include <set>
 #include <utility>
@@ -17,23 +19,74 @@ namespace {
 
 constexpr std::int64_t kUnlimited = std::int64_t{1} << 50;
 
-// The blocks live before the first event, by address: freed by an event before any `alloc` of
-// theirs, or live at the dump without one. Sizes in the events' unit.
+// The snapshot's settings as the model takes them.
+sim::CachingAllocator::Settings settings_of(const MemorySnapshot& snapshot) {
+  sim::CachingAllocator::Settings settings;
+  if (!snapshot.settings) return settings;
+  if (snapshot.settings->max_split_size >= 0) {
+    settings.max_split_size = snapshot.settings->max_split_size;
+  }
+  // Keyed by the interval's start in MiB (1, 2, 4, ..., 32768): index log2 of it.
+  for (const auto& [mib, divisions] : snapshot.settings->roundup_power2_divisions) {
+    if (mib <= 0) continue;
+    const auto index = static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(mib)) - 1);
+    if (index < settings.roundup_power2_divisions.size()) {
+      settings.roundup_power2_divisions[index] = divisions;
+    }
+  }
+  return settings;
+}
+
+struct SegmentAtStart {
+  std::int64_t size = 0;
+  std::int64_t stream = 0;
+  bool small = false;
+};
+
+// The device's segments as they were at the first event: the dump's, less those the events
+// cudaMalloc'ed, plus those they cudaFree'd (a small segment is the 2 MiB one c10 makes for
+// requests up to 1 MiB, as the dump's segment_type says).
+std::map<std::int64_t, SegmentAtStart> segments_at_first_event(
+    const MemorySnapshot& snapshot, const SnapshotHistory& h,
+    const std::vector<SnapshotEvent>& events) {
+  std::map<std::int64_t, SegmentAtStart> segments;
+  for (const SnapshotSegment& s : snapshot.segments) {
+    if (s.device != h.device) continue;
+    const bool small = s.segment_type.empty() ? s.total_size == sim::CachingAllocator::kSmallBuffer
+                                              : s.segment_type == "small";
+    segments[s.address] = {s.total_size, s.stream, small};
+  }
+  for (auto e = events.rbegin(); e != events.rend(); ++e) {
+    if (e->action == "segment_alloc") segments.erase(e->address);
+    if (e->action == "segment_free") {
+      segments[e->address] = {e->size, e->stream,
+                              e->size == sim::CachingAllocator::kSmallBuffer};
+    }
+  }
+  return segments;
+}
+
+// The blocks live before the first event, by address, with their block sizes: freed by an event
+// before any `alloc` of theirs (the event's size, rounded as the model rounds a request of it when
+// the events give requests), or live at the dump without one.
 std::map<std::int64_t, std::int64_t> live_before(const std::vector<SnapshotEvent>& events,
                                                  const MemorySnapshot& snapshot,
-                                                 const SnapshotHistory& h) {
+                                                 const SnapshotHistory& h,
+                                                 const sim::CachingAllocator& model) {
   std::map<std::int64_t, std::int64_t> before;
   std::set<std::int64_t> open;
   for (const SnapshotEvent& e : events) {
     if (e.action == "alloc") open.insert(e.address);
     if (e.action != "free_requested") continue;
-    if (open.erase(e.address) == 0) before.emplace(e.address, e.size);
+    if (open.erase(e.address) == 0) {
+      before.emplace(e.address, h.events_give_requests ? model.request_size(e.size) : e.size);
+    }
   }
   for (const SnapshotSegment& s : snapshot.segments) {
     if (s.device != h.device) continue;
     for (const SnapshotBlock& b : s.blocks) {
       if (b.state == "active_allocated" && open.count(b.address) == 0) {
-        before.emplace(b.address, h.events_give_requests ? b.requested_size : b.size);
+        before.emplace(b.address, b.size);
       }
     }
   }
@@ -42,46 +95,25 @@ std::map<std::int64_t, std::int64_t> live_before(const std::vector<SnapshotEvent
 
 // What this snapshot shows that the model does not do (the module comment).
 std::vector<std::string> unmodelled(const MemorySnapshot& snapshot, const SnapshotHistory& h,
-                                    const std::vector<SnapshotEvent>& events,
-                                    std::int64_t seeded_reserved) {
+                                    std::size_t unplaced) {
   std::vector<std::string> out;
-  std::set<std::int64_t> streams;
-  for (const SnapshotEvent& e : events) streams.insert(e.stream);
+  bool expandable = false;
   for (const SnapshotSegment& s : snapshot.segments) {
-    if (s.device == h.device) streams.insert(s.stream);
-  }
-  if (streams.size() > 1) {
-    out.push_back(
-        fmt::format("{} streams ({}): PyTorch keeps a stream's cached blocks for that "
-                    "stream, the model pools them",
-                    streams.size(), fmt::join(streams, ", ")));
+    expandable = expandable || (s.device == h.device && s.expandable);
   }
   if (snapshot.settings) {
     const AllocatorSettings& a = *snapshot.settings;
-    if (a.max_split_size >= 0) {
-      out.push_back(fmt::format("max_split_size {} (not modelled)", a.max_split_size));
-    }
-    if (a.expandable_segments) out.emplace_back("expandable segments (not modelled)");
+    expandable = expandable || a.expandable_segments;
     if (a.garbage_collection_threshold > 0) {
       out.push_back(fmt::format("garbage_collection_threshold {:g} (not modelled)",
                                 a.garbage_collection_threshold));
     }
-    if (std::any_of(a.roundup_power2_divisions.begin(), a.roundup_power2_divisions.end(),
-                    [](const auto& d) { return d.second > 0; })) {
-      out.emplace_back("roundup_power2_divisions (not modelled)");
-    }
   }
-  if (const auto it = h.actions.find("segment_free"); it != h.actions.end()) {
-    out.push_back(
-        fmt::format("{} segments given back by the program (torch.cuda.empty_cache), "
-                    "which the model keeps",
-                    it->second));
-  }
-  if (h.reserved_at_first_event > seeded_reserved) {
-    out.push_back(
-        fmt::format("{} reserved at the first event in cached free segments, which the "
-                    "model starts without",
-                    sim::format_bytes(h.reserved_at_first_event - seeded_reserved)));
+  if (expandable) out.emplace_back("expandable segments (not modelled)");
+  if (unplaced > 0) {
+    out.push_back(fmt::format("{} blocks live before the first event lie in no segment the "
+                              "snapshot gives for that time: the model placed them itself",
+                              unplaced));
   }
   return out;
 }
@@ -93,31 +125,73 @@ AllocatorReplay replay_allocator(const MemorySnapshot& snapshot, const SnapshotH
   const auto device = static_cast<std::size_t>(history.device);
   const std::vector<SnapshotEvent>& events =
       device < snapshot.device_traces.size() ? snapshot.device_traces[device] : kNone;
-  sim::CachingAllocator model(kUnlimited);
+  sim::CachingAllocator model(kUnlimited, settings_of(snapshot));
   AllocatorReplay r;
   r.device = history.device;
+  // The real segments (by address) and the model's, for the program's cudaFree (empty_cache).
+  std::map<std::int64_t, sim::CachingAllocator::Segment> segment_at;
+  const auto segments = segments_at_first_event(snapshot, history, events);
+  for (const auto& [address, s] : segments) {
+    segment_at[address] = model.add_segment(address, s.size, s.small, s.stream);
+  }
+  r.seeded_segments = segments.size();
   std::map<std::int64_t, sim::CachingAllocator::Handle> handles;  // address -> live block
-  for (const auto& [address, size] : live_before(events, snapshot, history)) {
-    if (const auto placed = model.allocate(size)) {
-      handles[address] = placed->handle;
+  std::size_t unplaced = 0;
+  for (const auto& [address, size] : live_before(events, snapshot, history, model)) {
+    auto holder = segments.upper_bound(address);
+    std::optional<sim::CachingAllocator::Handle> placed;
+    if (holder != segments.begin()) {
+      --holder;
+      placed = model.place(segment_at.at(holder->first), address - holder->first, size);
+    }
+    if (!placed) {  // in no segment of that time: the model places it itself
+      ++unplaced;
+      if (const auto p = model.allocate(size)) placed = p->handle;
+    }
+    if (placed) {
+      handles[address] = *placed;
       ++r.seeded_blocks;
     } else {
       ++r.failed_allocs;
     }
   }
-  const std::int64_t seeded_reserved = model.reserved_bytes();
-  for (const SnapshotEvent& e : events) {
-    if (e.action == "alloc") {
-      if (const auto placed = model.allocate(e.size)) {
+  std::optional<std::int64_t> cudamalloc;  // the last segment_alloc, until an alloc takes it
+  std::int64_t reserved = history.reserved_at_first_event;  // the snapshot's, event by event
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const SnapshotEvent& e = events[i];
+    if (e.action == "segment_alloc" || e.action == "segment_map") reserved += e.size;
+    if (e.action == "segment_free" || e.action == "segment_unmap") reserved -= e.size;
+    if (e.action == "segment_alloc") {
+      cudamalloc = e.address;
+    } else if (e.action == "alloc") {
+      ++r.allocations;
+      if (const auto placed = model.allocate(e.size, e.stream, cudamalloc.value_or(-1))) {
         handles[e.address] = placed->handle;
+        if (model.segment_address(placed->segment) + placed->offset == e.address) {
+          ++r.placed_as_recorded;
+        } else if (!r.first_misplaced) {
+          r.first_misplaced = i;
+        }
+        if (model.segment_created() && cudamalloc) segment_at[*cudamalloc] = *model.segment_created();
       } else {
         ++r.failed_allocs;
       }
+      cudamalloc.reset();
     } else if (e.action == "free_completed") {
       if (const auto it = handles.find(e.address); it != handles.end()) {
         model.release(it->second);
         handles.erase(it);
       }
+    } else if (e.action == "segment_free") {
+      if (const auto it = segment_at.find(e.address); it != segment_at.end()) {
+        if (!model.release_segment(it->second)) ++r.segments_kept;
+        segment_at.erase(it);
+      }
+    }
+    // (After a segment_alloc the model has not made the segment yet: it does at the alloc.)
+    if (!r.first_reserved_mismatch && e.action != "segment_alloc" &&
+        model.reserved_bytes() != reserved) {
+      r.first_reserved_mismatch = i;
     }
   }
   r.reserved_at_end = model.reserved_bytes();
@@ -125,7 +199,7 @@ AllocatorReplay replay_allocator(const MemorySnapshot& snapshot, const SnapshotH
   r.peak_reserved = model.peak_reserved_bytes();
   r.peak_allocated = model.peak_live_bytes();
   r.segments_at_end = model.segment_count();
-  r.differences = unmodelled(snapshot, history, events, seeded_reserved);
+  r.differences = unmodelled(snapshot, history, unplaced);
   return r;
 }
 

@@ -46,23 +46,43 @@ nlohmann::json history_json(const SnapshotHistory& h) {
 }
 
 nlohmann::json replay_json(const AllocatorReplay& r) {
-  return {{"reserved_bytes", r.reserved_at_end},    {"allocated_bytes", r.allocated_at_end},
-          {"peak_reserved_bytes", r.peak_reserved}, {"peak_allocated_bytes", r.peak_allocated},
-          {"segments", r.segments_at_end},          {"seeded_blocks", r.seeded_blocks},
-          {"failed_allocations", r.failed_allocs},  {"differences", r.differences}};
+  const auto index = [](const std::optional<std::size_t>& i) {
+    return i ? nlohmann::json(*i) : nlohmann::json(nullptr);
+  };
+  return {{"reserved_bytes", r.reserved_at_end},
+          {"allocated_bytes", r.allocated_at_end},
+          {"peak_reserved_bytes", r.peak_reserved},
+          {"peak_allocated_bytes", r.peak_allocated},
+          {"segments", r.segments_at_end},
+          {"seeded_segments", r.seeded_segments},
+          {"seeded_blocks", r.seeded_blocks},
+          {"allocations", r.allocations},
+          {"placed_as_recorded", r.placed_as_recorded},
+          {"first_misplaced_event", index(r.first_misplaced)},
+          {"first_reserved_mismatch_event", index(r.first_reserved_mismatch)},
+          {"segments_kept", r.segments_kept},
+          {"failed_allocations", r.failed_allocs},
+          {"differences", r.differences}};
 }
 
 std::string replay_text(const SnapshotHistory& h, const AllocatorReplay& r) {
   std::string out = fmt::format(
-      "  the caching-allocator model, the events replayed ({} blocks live before the first event "
-      "allocated first{}): reserved {} at the end (snapshot {}), peak {} (snapshot {}); "
+      "  the caching-allocator model, the events replayed from the {} segments and {} blocks held "
+      "at the first event{}: reserved {} at the end (snapshot {}), peak {} (snapshot {}); "
       "allocated {} (snapshot {}); {} segments (snapshot {})\n",
-      r.seeded_blocks,
+      r.seeded_segments, r.seeded_blocks,
       r.failed_allocs > 0 ? fmt::format(", {} requests failed", r.failed_allocs) : "",
       sim::format_bytes(r.reserved_at_end), sim::format_bytes(h.reserved_at_end),
       sim::format_bytes(r.peak_reserved), sim::format_bytes(h.peak_reserved),
       sim::format_bytes(r.allocated_at_end), sim::format_bytes(h.allocated_at_end),
       r.segments_at_end, h.segments);
+  out += fmt::format(
+      "    {} of {} allocations placed at the address PyTorch gave them{}; reserved bytes {}\n",
+      r.placed_as_recorded, r.allocations,
+      r.first_misplaced ? fmt::format(" (the first elsewhere: event {})", *r.first_misplaced) : "",
+      r.first_reserved_mismatch
+          ? fmt::format("differ from event {} on", *r.first_reserved_mismatch)
+          : std::string("equal after every event"));
   for (const std::string& d : r.differences) out += fmt::format("    not modelled: {}\n", d);
   return out;
 }

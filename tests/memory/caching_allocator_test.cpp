@@ -12,6 +12,7 @@
 
 using memplan::sim::CachingAllocator;
 using memplan::sim::DeviceArena;
+using Offset = CachingAllocator::Offset;
 
 namespace {
 constexpr CachingAllocator::Size kMiB = CachingAllocator::Size{1} << 20;
@@ -212,4 +213,99 @@ TEST_CASE("a refused request's shortfall is what its new segment lacks, never ne
   // 2 MiB comes from the large pool's 16 MiB block: nothing missing.
   CHECK(memory.shortfall(2 * kMiB).missing == 0);
   CHECK(memory.allocate(2 * kMiB));
+}
+
+TEST_CASE("roundup_power2_divisions rounds a request up to the next division of its power of two",
+          "[sim][caching][settings]") {
+  CachingAllocator::Settings settings;
+  settings.roundup_power2_divisions[0] = 4;  // requests under 2 MiB: [1 MiB, 2 MiB) in quarters
+  settings.roundup_power2_divisions[2] = 2;  // [4 MiB, 8 MiB) in halves
+  const CachingAllocator memory(100 * kMiB, settings);
+  // 1,200,000 B is in [1 MiB, 2 MiB): steps of 1 MiB / 4 = 262,144 B from 1 MiB; the next one up
+  // is 1 MiB + 262,144 = 1,310,720.
+  CHECK(memory.request_size(1200000) == 1310720);
+  // 5 MiB: steps of 2 MiB from 4 MiB: 6 MiB.
+  CHECK(memory.request_size(5 * kMiB) == 6 * kMiB);
+  CHECK(memory.request_size(4 * kMiB) == 4 * kMiB);        // a power of two stays
+  CHECK(memory.request_size(2 * kMiB + 1) == 2 * kMiB + 512);  // [2 MiB, 4 MiB): no divisions
+  CHECK(memory.request_size(600) == 1024);  // not above 512 x 4: 512-byte rounding
+  CHECK(CachingAllocator(100 * kMiB).request_size(1200000) == 1200128);  // the default
+}
+
+TEST_CASE("max_split_size keeps oversize blocks whole and away from smaller requests",
+          "[sim][caching][settings]") {
+  CachingAllocator::Settings settings;
+  settings.max_split_size = 8 * kMiB;
+  CachingAllocator memory(1024 * kMiB, settings);
+  // A 30 MiB block and a 40 MiB one, cached.
+  const auto thirty = memory.allocate(30 * kMiB);
+  const auto forty = memory.allocate(40 * kMiB);
+  REQUIRE((thirty && forty));
+  memory.release(thirty->handle);
+  memory.release(forty->handle);
+  // 16 MiB (over it) takes a cached block only under 16 + 20 MiB: the 30 MiB one, whole.
+  const auto first = memory.allocate(16 * kMiB);
+  REQUIRE(first);
+  CHECK_FALSE(memory.segment_created());
+  CHECK(first->segment == thirty->segment);
+  CHECK(first->size == 30 * kMiB);
+  // Another: the 40 MiB block is 20 MiB or more larger than 16 MiB: a new 16 MiB segment.
+  const auto second = memory.allocate(16 * kMiB);
+  REQUIRE(second);
+  CHECK(memory.segment_created());
+  CHECK(second->size == 16 * kMiB);
+  // 2 MiB (under max_split_size) may not take an oversize block: a new 20 MiB segment, split.
+  const auto two = memory.allocate(2 * kMiB);
+  REQUIRE(two);
+  CHECK(memory.segment_created());
+  CHECK(two->size == 2 * kMiB);
+  CHECK(memory.reserved_bytes() == (30 + 40 + 16 + 20) * kMiB);
+}
+
+TEST_CASE("a block serves its own stream's requests only", "[sim][caching][streams]") {
+  CachingAllocator memory(100 * kMiB);
+  const auto side = memory.allocate(1000, 1);
+  REQUIRE(side);
+  memory.release(side->handle);
+  // Stream 0 does not take stream 1's cached 2 MiB: a segment of its own.
+  const auto compute = memory.allocate(1000, 0);
+  REQUIRE(compute);
+  CHECK(compute->segment != side->segment);
+  CHECK(memory.segment_count() == 2);
+  // Stream 1 takes its own again.
+  const auto again = memory.allocate(1000, 1);
+  REQUIRE(again);
+  CHECK(again->segment == side->segment);
+}
+
+TEST_CASE("a replay starts from given segments and blocks and gives segments back as recorded",
+          "[sim][caching][replay]") {
+  CachingAllocator memory(1024 * kMiB);
+  const auto s = memory.add_segment(Offset{1} << 30, 20 * kMiB, false, 0);
+  CHECK(memory.segment_address(s) == Offset{1} << 30);
+  CHECK(memory.reserved_bytes() == 20 * kMiB);
+  // A 2 MiB block at 4 MiB: the free blocks are [0, 4 MiB) and [6 MiB, 20 MiB).
+  const auto placed = memory.place(s, 4 * kMiB, 2 * kMiB);
+  REQUIRE(placed);
+  CHECK(memory.live_bytes() == 2 * kMiB);
+  CHECK_FALSE(memory.place(s, 5 * kMiB, kMiB));  // inside the live block
+  // 3 MiB: best fit is the 4 MiB front; its 1 MiB rest is not split (not more than 1 MiB).
+  const auto front = memory.allocate(3 * kMiB);
+  REQUIRE(front);
+  CHECK(front->segment == s);
+  CHECK(front->offset == 0);
+  CHECK(front->size == 4 * kMiB);
+  CHECK_FALSE(memory.release_segment(s));  // blocks of it are live
+  memory.release(front->handle);
+  memory.release(*placed);
+  CHECK(memory.release_segment(s));
+  CHECK(memory.reserved_bytes() == 0);
+  CHECK(memory.segment_count() == 0);
+  // A new segment goes where cudaMalloc put it, when given; else after the highest so far.
+  const auto at = memory.allocate(25 * kMiB, 0, Offset{5} << 30);
+  REQUIRE(at);
+  CHECK(memory.segment_address(at->segment) == Offset{5} << 30);
+  const auto after = memory.allocate(25 * kMiB);
+  REQUIRE(after);
+  CHECK(memory.segment_address(after->segment) == (Offset{5} << 30) + 26 * kMiB);
 }
