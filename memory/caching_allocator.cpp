@@ -86,8 +86,8 @@ CachingAllocator::Handle CachingAllocator::new_block() {
 }
 
 std::optional<CachingAllocator::Handle> CachingAllocator::new_segment(Size bytes, bool small_pool,
-                                                                     Stream stream,
-                                                                     Offset address) {
+                                                                      Stream stream,
+                                                                      Offset address) {
   if (reserved_ + bytes > capacity_) return std::nullopt;
   Segment s = 0;
   if (!spare_segments_.empty()) {
@@ -145,8 +145,7 @@ CachingAllocator::Handle CachingAllocator::best_fit(Pool& pool, Size size, Strea
 }
 
 bool CachingAllocator::should_split(Size size, Size rest) const {
-  return small(size) ? rest >= kMinBlockSize
-                     : size < settings_.max_split_size && rest > kSmallSize;
+  return small(size) ? rest >= kMinBlockSize : size < settings_.max_split_size && rest > kSmallSize;
 }
 
 void CachingAllocator::split(Handle b, Size size) {
@@ -190,10 +189,11 @@ std::optional<CachingAllocator::Placed> CachingAllocator::allocate(Size bytes, S
   return Placed{block.segment, block.offset, b, block.size};
 }
 
-CachingAllocator::Segment CachingAllocator::add_segment(Offset address, Size bytes, bool small_pool,
-                                                        Stream stream) {
+std::optional<CachingAllocator::Segment> CachingAllocator::add_segment(Offset address, Size bytes,
+                                                                       bool small_pool,
+                                                                       Stream stream) {
   const std::optional<Handle> b = new_segment(bytes, small_pool, stream, address);
-  MEMPLAN_CHECK(b.has_value(), "an added segment fits the capacity");
+  if (!b) return std::nullopt;
   cache(*b);
   return blocks_[static_cast<std::size_t>(*b)].segment;
 }
@@ -201,8 +201,9 @@ CachingAllocator::Segment CachingAllocator::add_segment(Offset address, Size byt
 std::optional<CachingAllocator::Handle> CachingAllocator::place(Segment s, Offset offset,
                                                                 Size size) {
   Handle b = segments_[static_cast<std::size_t>(s)].first;
-  while (b != kNone && blocks_[static_cast<std::size_t>(b)].offset +
-                               blocks_[static_cast<std::size_t>(b)].size <= offset) {
+  while (b != kNone &&
+         blocks_[static_cast<std::size_t>(b)].offset + blocks_[static_cast<std::size_t>(b)].size <=
+             offset) {
     b = blocks_[static_cast<std::size_t>(b)].next;
   }
   if (b == kNone) return std::nullopt;

@@ -117,9 +117,10 @@ class CachingAllocator {
   void release(Handle handle);
 
   /// A segment of `bytes` at `address` of `stream`, in the small pool or the large, all of it a
-  /// cached free block: a segment the real allocator held. Addresses of segments made later
-  /// follow the highest one given.
-  Segment add_segment(Offset address, Size bytes, bool small_pool, Stream stream);
+  /// cached free block: a segment the real allocator held; nullopt when it does not fit the
+  /// capacity beside the segments held. Addresses of segments made later follow the highest one
+  /// given.
+  std::optional<Segment> add_segment(Offset address, Size bytes, bool small_pool, Stream stream);
   /// Hands out the block of `size` bytes at `offset` in segment `s`, splitting the cached free
   /// block that holds it; nullopt when no free block holds all of it.
   [[nodiscard]] std::optional<Handle> place(Segment s, Offset offset, Size size);

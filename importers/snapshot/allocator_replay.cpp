@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -19,6 +19,12 @@ namespace {
 
 constexpr std::int64_t kUnlimited = std::int64_t{1} << 50;
 
+// A size the model can take: a real allocator's never passes the model's address space; a
+// hostile snapshot's may be anything.
+bool plausible(std::int64_t size) {
+  return size >= 0 && size <= kUnlimited;
+}
+
 // The snapshot's settings as the model takes them.
 sim::CachingAllocator::Settings settings_of(const MemorySnapshot& snapshot) {
   sim::CachingAllocator::Settings settings;
@@ -29,7 +35,8 @@ sim::CachingAllocator::Settings settings_of(const MemorySnapshot& snapshot) {
   // Keyed by the interval's start in MiB (1, 2, 4, ..., 32768): index log2 of it.
   for (const auto& [mib, divisions] : snapshot.settings->roundup_power2_divisions) {
     if (mib <= 0) continue;
-    const auto index = static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(mib)) - 1);
+    const auto index =
+        static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(mib)) - 1);
     if (index < settings.roundup_power2_divisions.size()) {
       settings.roundup_power2_divisions[index] = divisions;
     }
@@ -59,8 +66,7 @@ std::map<std::int64_t, SegmentAtStart> segments_at_first_event(
   for (auto e = events.rbegin(); e != events.rend(); ++e) {
     if (e->action == "segment_alloc") segments.erase(e->address);
     if (e->action == "segment_free") {
-      segments[e->address] = {e->size, e->stream,
-                              e->size == sim::CachingAllocator::kSmallBuffer};
+      segments[e->address] = {e->size, e->stream, e->size == sim::CachingAllocator::kSmallBuffer};
     }
   }
   return segments;
@@ -95,7 +101,7 @@ std::map<std::int64_t, std::int64_t> live_before(const std::vector<SnapshotEvent
 
 // What this snapshot shows that the model does not do (the module comment).
 std::vector<std::string> unmodelled(const MemorySnapshot& snapshot, const SnapshotHistory& h,
-                                    std::size_t unplaced) {
+                                    std::size_t unplaced, std::size_t unheld) {
   std::vector<std::string> out;
   bool expandable = false;
   for (const SnapshotSegment& s : snapshot.segments) {
@@ -110,10 +116,17 @@ std::vector<std::string> unmodelled(const MemorySnapshot& snapshot, const Snapsh
     }
   }
   if (expandable) out.emplace_back("expandable segments (not modelled)");
+  if (unheld > 0) {
+    out.push_back(
+        fmt::format("{} segments held at the first event of no size the model can hold "
+                    "(none, or past its 2^50-byte address space): left out",
+                    unheld));
+  }
   if (unplaced > 0) {
-    out.push_back(fmt::format("{} blocks live before the first event lie in no segment the "
-                              "snapshot gives for that time: the model placed them itself",
-                              unplaced));
+    out.push_back(
+        fmt::format("{} blocks live before the first event lie in no segment the "
+                    "snapshot gives for that time: the model placed them itself",
+                    unplaced));
   }
   return out;
 }
@@ -130,14 +143,29 @@ AllocatorReplay replay_allocator(const MemorySnapshot& snapshot, const SnapshotH
   r.device = history.device;
   // The real segments (by address) and the model's, for the program's cudaFree (empty_cache).
   std::map<std::int64_t, sim::CachingAllocator::Segment> segment_at;
-  const auto segments = segments_at_first_event(snapshot, history, events);
-  for (const auto& [address, s] : segments) {
-    segment_at[address] = model.add_segment(address, s.size, s.small, s.stream);
+  auto segments = segments_at_first_event(snapshot, history, events);
+  std::size_t unheld = 0;
+  for (auto it = segments.begin(); it != segments.end();) {
+    const auto& [address, s] = *it;
+    const auto added = s.size > 0 && plausible(s.size) && plausible(address)
+                           ? model.add_segment(address, s.size, s.small, s.stream)
+                           : std::nullopt;
+    if (!added) {
+      ++unheld;
+      it = segments.erase(it);
+      continue;
+    }
+    segment_at[address] = *added;
+    ++it;
   }
   r.seeded_segments = segments.size();
   std::map<std::int64_t, sim::CachingAllocator::Handle> handles;  // address -> live block
   std::size_t unplaced = 0;
   for (const auto& [address, size] : live_before(events, snapshot, history, model)) {
+    if (!plausible(size)) {
+      ++r.failed_allocs;
+      continue;
+    }
     auto holder = segments.upper_bound(address);
     std::optional<sim::CachingAllocator::Handle> placed;
     if (holder != segments.begin()) {
@@ -165,14 +193,20 @@ AllocatorReplay replay_allocator(const MemorySnapshot& snapshot, const SnapshotH
       cudamalloc = e.address;
     } else if (e.action == "alloc") {
       ++r.allocations;
-      if (const auto placed = model.allocate(e.size, e.stream, cudamalloc.value_or(-1))) {
+      const auto placed =
+          plausible(e.size)
+              ? model.allocate(e.size, e.stream,
+                               cudamalloc && plausible(*cudamalloc) ? *cudamalloc : -1)
+              : std::nullopt;
+      if (placed) {
         handles[e.address] = placed->handle;
         if (model.segment_address(placed->segment) + placed->offset == e.address) {
           ++r.placed_as_recorded;
         } else if (!r.first_misplaced) {
           r.first_misplaced = i;
         }
-        if (model.segment_created() && cudamalloc) segment_at[*cudamalloc] = *model.segment_created();
+        if (model.segment_created() && cudamalloc)
+          segment_at[*cudamalloc] = *model.segment_created();
       } else {
         ++r.failed_allocs;
       }
@@ -199,7 +233,7 @@ AllocatorReplay replay_allocator(const MemorySnapshot& snapshot, const SnapshotH
   r.peak_reserved = model.peak_reserved_bytes();
   r.peak_allocated = model.peak_live_bytes();
   r.segments_at_end = model.segment_count();
-  r.differences = unmodelled(snapshot, history, unplaced);
+  r.differences = unmodelled(snapshot, history, unplaced, unheld);
   return r;
 }
 

@@ -33,18 +33,18 @@ struct AllocatorReplay {
   std::int64_t peak_reserved = 0;
   std::int64_t peak_allocated = 0;
   std::size_t segments_at_end = 0;
-  std::size_t seeded_segments = 0;       // held at the first event, the model's start
-  std::size_t seeded_blocks = 0;         // live before the first event, placed first
-  std::size_t segments_kept = 0;         // segment_free events for a model segment still in use
+  std::size_t seeded_segments = 0;  // held at the first event, the model's start
+  std::size_t seeded_blocks = 0;    // live before the first event, placed first
+  std::size_t segments_kept = 0;    // segment_free events for a model segment still in use
   // At every event: each `alloc` placed at the address the real allocator gave it, and the
   // reserved bytes after each event equal to the snapshot's (its segment events' running total;
   // not checked right after a segment_alloc, whose segment the model makes at the next alloc).
   std::size_t allocations = 0;
   std::size_t placed_as_recorded = 0;
-  std::optional<std::size_t> first_misplaced;         // index of the first alloc placed elsewhere
+  std::optional<std::size_t> first_misplaced;          // index of the first alloc placed elsewhere
   std::optional<std::size_t> first_reserved_mismatch;  // ... of the first event after which the
                                                        // reserved bytes differ
-  std::size_t failed_allocs = 0;         // requests the model could not serve
+  std::size_t failed_allocs = 0;                       // requests the model could not serve
   std::vector<std::string> differences;  // what the model does not do that this snapshot shows
 };
 

@@ -15,6 +15,27 @@ namespace memplan::importers {
 
 namespace {
 
+constexpr std::int64_t kMaxSize = std::int64_t{1} << 50;  // 1 PiB: past any device's memory
+
+// total += v, or InputError when the sizes' sum passes what 64 bits hold (sizes are at most
+// kMaxSize, so only a hostile snapshot of thousands of them gets there).
+void add(std::int64_t& total, std::int64_t v) {
+  if (__builtin_add_overflow(total, v, &total)) {
+    throw sim::InputError("", "the snapshot's sizes sum past 2^63 bytes");
+  }
+}
+std::int64_t sum(std::int64_t a, std::int64_t b) {
+  add(a, b);
+  return a;
+}
+std::int64_t difference(std::int64_t a, std::int64_t b) {
+  std::int64_t out = 0;
+  if (__builtin_sub_overflow(a, b, &out)) {
+    throw sim::InputError("", "the snapshot's sizes sum past 2^63 bytes");
+  }
+  return out;
+}
+
 using Kind = PickleValue::Kind;
 
 // Typed access to the pickle's values, every failure one line naming the field's path.
@@ -55,6 +76,9 @@ class Fields {
   std::int64_t size(const PickleValue& v, const std::string& path) const {
     const std::int64_t n = integer(v, path);
     if (n < 0) fail(path, fmt::format("a size of {} bytes", n));
+    if (n > kMaxSize) {
+      fail(path, fmt::format("a size of {} bytes, more than the 1 PiB a device holds", n));
+    }
     return n;
   }
   double number(const PickleValue& v, const std::string& path) const {
@@ -236,11 +260,11 @@ std::vector<SnapshotHistory> snapshot_histories(const MemorySnapshot& snapshot) 
     h.device = s.device;
     ++h.segments;
     h.largest_segment = std::max(h.largest_segment, s.total_size);
-    h.reserved_at_end += s.total_size;
+    add(h.reserved_at_end, s.total_size);
     for (const SnapshotBlock& b : s.blocks) {
       if (b.state != "active_allocated") continue;
-      h.allocated_at_end += b.size;
-      h.requested_at_end += b.requested_size;
+      add(h.allocated_at_end, b.size);
+      add(h.requested_at_end, b.requested_size);
       live[s.device][b.address] = &b;
     }
   }
@@ -271,10 +295,10 @@ std::vector<SnapshotHistory> snapshot_histories(const MemorySnapshot& snapshot) 
     for (std::size_t i = 0; i < events.size(); ++i) {
       const SnapshotEvent& e = events[i];
       ++h.actions[e.action];
-      if (e.action == "alloc") net_live += e.size;
-      if (e.action == "free_requested") net_live -= e.size;
-      if (e.action == "segment_alloc" || e.action == "segment_map") net_reserved += e.size;
-      if (e.action == "segment_free" || e.action == "segment_unmap") net_reserved -= e.size;
+      if (e.action == "alloc") add(net_live, e.size);
+      if (e.action == "free_requested") add(net_live, -e.size);
+      if (e.action == "segment_alloc" || e.action == "segment_map") add(net_reserved, e.size);
+      if (e.action == "segment_free" || e.action == "segment_unmap") add(net_reserved, -e.size);
       live_net[i] = net_live;
       reserved_net[i] = net_reserved;
       if (e.time_us) {
@@ -284,16 +308,16 @@ std::vector<SnapshotHistory> snapshot_histories(const MemorySnapshot& snapshot) 
     }
     const std::int64_t live_at_end =
         h.events_give_requests ? h.requested_at_end : h.allocated_at_end;
-    h.live_at_first_event = live_at_end - net_live;
-    h.reserved_at_first_event = h.reserved_at_end - net_reserved;
+    h.live_at_first_event = difference(live_at_end, net_live);
+    h.reserved_at_first_event = difference(h.reserved_at_end, net_reserved);
     h.peak_live = h.live_at_first_event;
     h.peak_reserved = h.reserved_at_first_event;
     for (std::size_t i = 0; i < events.size(); ++i) {
-      if (h.live_at_first_event + live_net[i] > h.peak_live) {
-        h.peak_live = h.live_at_first_event + live_net[i];
+      if (sum(h.live_at_first_event, live_net[i]) > h.peak_live) {
+        h.peak_live = sum(h.live_at_first_event, live_net[i]);
         h.peak_live_event = i;
       }
-      h.peak_reserved = std::max(h.peak_reserved, h.reserved_at_first_event + reserved_net[i]);
+      h.peak_reserved = std::max(h.peak_reserved, sum(h.reserved_at_first_event, reserved_net[i]));
     }
   }
   std::vector<SnapshotHistory> out;

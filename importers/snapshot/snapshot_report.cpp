@@ -80,9 +80,8 @@ std::string replay_text(const SnapshotHistory& h, const AllocatorReplay& r) {
       "    {} of {} allocations placed at the address PyTorch gave them{}; reserved bytes {}\n",
       r.placed_as_recorded, r.allocations,
       r.first_misplaced ? fmt::format(" (the first elsewhere: event {})", *r.first_misplaced) : "",
-      r.first_reserved_mismatch
-          ? fmt::format("differ from event {} on", *r.first_reserved_mismatch)
-          : std::string("equal after every event"));
+      r.first_reserved_mismatch ? fmt::format("differ from event {} on", *r.first_reserved_mismatch)
+                                : std::string("equal after every event"));
   for (const std::string& d : r.differences) out += fmt::format("    not modelled: {}\n", d);
   return out;
 }

@@ -226,7 +226,7 @@ TEST_CASE("roundup_power2_divisions rounds a request up to the next division of 
   CHECK(memory.request_size(1200000) == 1310720);
   // 5 MiB: steps of 2 MiB from 4 MiB: 6 MiB.
   CHECK(memory.request_size(5 * kMiB) == 6 * kMiB);
-  CHECK(memory.request_size(4 * kMiB) == 4 * kMiB);        // a power of two stays
+  CHECK(memory.request_size(4 * kMiB) == 4 * kMiB);            // a power of two stays
   CHECK(memory.request_size(2 * kMiB + 1) == 2 * kMiB + 512);  // [2 MiB, 4 MiB): no divisions
   CHECK(memory.request_size(600) == 1024);  // not above 512 x 4: 512-byte rounding
   CHECK(CachingAllocator(100 * kMiB).request_size(1200000) == 1200128);  // the default
@@ -281,8 +281,11 @@ TEST_CASE("a block serves its own stream's requests only", "[sim][caching][strea
 TEST_CASE("a replay starts from given segments and blocks and gives segments back as recorded",
           "[sim][caching][replay]") {
   CachingAllocator memory(1024 * kMiB);
-  const auto s = memory.add_segment(Offset{1} << 30, 20 * kMiB, false, 0);
+  const auto added = memory.add_segment(Offset{1} << 30, 20 * kMiB, false, 0);
+  REQUIRE(added);
+  const auto s = *added;
   CHECK(memory.segment_address(s) == Offset{1} << 30);
+  CHECK_FALSE(memory.add_segment(Offset{2} << 30, 1024 * kMiB, false, 0));  // past the capacity
   CHECK(memory.reserved_bytes() == 20 * kMiB);
   // A 2 MiB block at 4 MiB: the free blocks are [0, 4 MiB) and [6 MiB, 20 MiB).
   const auto placed = memory.place(s, 4 * kMiB, 2 * kMiB);
