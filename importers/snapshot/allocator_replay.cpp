@@ -63,10 +63,11 @@ std::map<std::int64_t, SegmentAtStart> segments_at_first_event(
                                               : s.segment_type == "small";
     segments[s.address] = {s.total_size, s.stream, small};
   }
-  for (auto e = events.rbegin(); e != events.rend(); ++e) {
-    if (e->action == "segment_alloc") segments.erase(e->address);
-    if (e->action == "segment_free") {
-      segments[e->address] = {e->size, e->stream, e->size == sim::CachingAllocator::kSmallBuffer};
+  for (std::size_t i = events.size(); i-- > 0;) {  // newest first
+    const SnapshotEvent& e = events[i];
+    if (e.action == "segment_alloc") segments.erase(e.address);
+    if (e.action == "segment_free") {
+      segments[e.address] = {e.size, e.stream, e.size == sim::CachingAllocator::kSmallBuffer};
     }
   }
   return segments;
@@ -131,6 +132,121 @@ std::vector<std::string> unmodelled(const MemorySnapshot& snapshot, const Snapsh
   return out;
 }
 
+// The model as the replay drives it: where the real segments and blocks are in it.
+class Replay {
+ public:
+  Replay(const MemorySnapshot& snapshot, const SnapshotHistory& history)
+      : model_(kUnlimited, settings_of(snapshot)) {
+    r_.device = history.device;
+  }
+
+  // The segments held at the first event, and the blocks live then in them.
+  void seed(const std::map<std::int64_t, SegmentAtStart>& segments,
+            const std::map<std::int64_t, std::int64_t>& blocks) {
+    for (const auto& [address, s] : segments) {
+      const auto added = s.size > 0 && plausible(s.size) && plausible(address)
+                             ? model_.add_segment(address, s.size, s.small, s.stream)
+                             : std::nullopt;
+      if (added)
+        segment_at_[address] = *added;
+      else
+        ++unheld_;
+    }
+    r_.seeded_segments = segment_at_.size();
+    for (const auto& [address, size] : blocks) {
+      if (!plausible(size)) {
+        ++r_.failed_allocs;
+        continue;
+      }
+      std::optional<sim::CachingAllocator::Handle> placed;
+      if (auto holder = segment_at_.upper_bound(address); holder != segment_at_.begin()) {
+        --holder;
+        placed = model_.place(holder->second, address - holder->first, size);
+      }
+      if (!placed) {  // in no segment of that time: the model places it itself
+        ++unplaced_;
+        if (const auto p = model_.allocate(size)) placed = p->handle;
+      }
+      if (placed) {
+        handles_[address] = *placed;
+        ++r_.seeded_blocks;
+      } else {
+        ++r_.failed_allocs;
+      }
+    }
+  }
+
+  void play(const std::vector<SnapshotEvent>& events, std::int64_t reserved) {
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const SnapshotEvent& e = events[i];
+      if (e.action == "segment_alloc" || e.action == "segment_map") reserved += e.size;
+      if (e.action == "segment_free" || e.action == "segment_unmap") reserved -= e.size;
+      if (e.action == "segment_alloc") {
+        cudamalloc_ = e.address;
+      } else if (e.action == "alloc") {
+        allocate(e, i);
+      } else if (e.action == "free_completed") {
+        if (const auto it = handles_.find(e.address); it != handles_.end()) {
+          model_.release(it->second);
+          handles_.erase(it);
+        }
+      } else if (e.action == "segment_free") {
+        if (const auto it = segment_at_.find(e.address); it != segment_at_.end()) {
+          if (!model_.release_segment(it->second)) ++r_.segments_kept;
+          segment_at_.erase(it);
+        }
+      }
+      // (After a segment_alloc the model has not made the segment yet: it does at the alloc.)
+      if (!r_.first_reserved_mismatch && e.action != "segment_alloc" &&
+          model_.reserved_bytes() != reserved) {
+        r_.first_reserved_mismatch = i;
+      }
+    }
+  }
+
+  AllocatorReplay result(const MemorySnapshot& snapshot, const SnapshotHistory& history) {
+    r_.reserved_at_end = model_.reserved_bytes();
+    r_.allocated_at_end = model_.live_bytes();
+    r_.peak_reserved = model_.peak_reserved_bytes();
+    r_.peak_allocated = model_.peak_live_bytes();
+    r_.segments_at_end = model_.segment_count();
+    r_.differences = unmodelled(snapshot, history, unplaced_, unheld_);
+    return r_;
+  }
+
+  [[nodiscard]] const sim::CachingAllocator& model() const { return model_; }
+
+ private:
+  void allocate(const SnapshotEvent& e, std::size_t i) {
+    ++r_.allocations;
+    const std::int64_t at = cudamalloc_ && plausible(*cudamalloc_) ? *cudamalloc_ : -1;
+    const auto placed = plausible(e.size) ? model_.allocate(e.size, e.stream, at) : std::nullopt;
+    if (placed) {
+      handles_[e.address] = placed->handle;
+      if (model_.segment_address(placed->segment) + placed->offset == e.address) {
+        ++r_.placed_as_recorded;
+      } else if (!r_.first_misplaced) {
+        r_.first_misplaced = i;
+      }
+      if (model_.segment_created() && cudamalloc_) {
+        segment_at_[*cudamalloc_] = *model_.segment_created();
+      }
+    } else {
+      ++r_.failed_allocs;
+    }
+    cudamalloc_.reset();
+  }
+
+  sim::CachingAllocator model_;
+  AllocatorReplay r_;
+  // The real segments by address and the model's, for the program's cudaFree (empty_cache).
+  std::map<std::int64_t, sim::CachingAllocator::Segment> segment_at_;
+  std::map<std::int64_t, sim::CachingAllocator::Handle> handles_;  // address -> live block
+  std::optional<std::int64_t> cudamalloc_;  // the last segment_alloc, until an alloc takes it
+  std::size_t unheld_ = 0;                  // segments of no size the model can hold
+  std::size_t unplaced_ = 0;                // blocks in no segment of the first event
+};
+
 }  // namespace
 
 AllocatorReplay replay_allocator(const MemorySnapshot& snapshot, const SnapshotHistory& history) {
@@ -138,103 +254,11 @@ AllocatorReplay replay_allocator(const MemorySnapshot& snapshot, const SnapshotH
   const auto device = static_cast<std::size_t>(history.device);
   const std::vector<SnapshotEvent>& events =
       device < snapshot.device_traces.size() ? snapshot.device_traces[device] : kNone;
-  sim::CachingAllocator model(kUnlimited, settings_of(snapshot));
-  AllocatorReplay r;
-  r.device = history.device;
-  // The real segments (by address) and the model's, for the program's cudaFree (empty_cache).
-  std::map<std::int64_t, sim::CachingAllocator::Segment> segment_at;
-  auto segments = segments_at_first_event(snapshot, history, events);
-  std::size_t unheld = 0;
-  for (auto it = segments.begin(); it != segments.end();) {
-    const auto& [address, s] = *it;
-    const auto added = s.size > 0 && plausible(s.size) && plausible(address)
-                           ? model.add_segment(address, s.size, s.small, s.stream)
-                           : std::nullopt;
-    if (!added) {
-      ++unheld;
-      it = segments.erase(it);
-      continue;
-    }
-    segment_at[address] = *added;
-    ++it;
-  }
-  r.seeded_segments = segments.size();
-  std::map<std::int64_t, sim::CachingAllocator::Handle> handles;  // address -> live block
-  std::size_t unplaced = 0;
-  for (const auto& [address, size] : live_before(events, snapshot, history, model)) {
-    if (!plausible(size)) {
-      ++r.failed_allocs;
-      continue;
-    }
-    auto holder = segments.upper_bound(address);
-    std::optional<sim::CachingAllocator::Handle> placed;
-    if (holder != segments.begin()) {
-      --holder;
-      placed = model.place(segment_at.at(holder->first), address - holder->first, size);
-    }
-    if (!placed) {  // in no segment of that time: the model places it itself
-      ++unplaced;
-      if (const auto p = model.allocate(size)) placed = p->handle;
-    }
-    if (placed) {
-      handles[address] = *placed;
-      ++r.seeded_blocks;
-    } else {
-      ++r.failed_allocs;
-    }
-  }
-  std::optional<std::int64_t> cudamalloc;  // the last segment_alloc, until an alloc takes it
-  std::int64_t reserved = history.reserved_at_first_event;  // the snapshot's, event by event
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const SnapshotEvent& e = events[i];
-    if (e.action == "segment_alloc" || e.action == "segment_map") reserved += e.size;
-    if (e.action == "segment_free" || e.action == "segment_unmap") reserved -= e.size;
-    if (e.action == "segment_alloc") {
-      cudamalloc = e.address;
-    } else if (e.action == "alloc") {
-      ++r.allocations;
-      const auto placed =
-          plausible(e.size)
-              ? model.allocate(e.size, e.stream,
-                               cudamalloc && plausible(*cudamalloc) ? *cudamalloc : -1)
-              : std::nullopt;
-      if (placed) {
-        handles[e.address] = placed->handle;
-        if (model.segment_address(placed->segment) + placed->offset == e.address) {
-          ++r.placed_as_recorded;
-        } else if (!r.first_misplaced) {
-          r.first_misplaced = i;
-        }
-        if (model.segment_created() && cudamalloc)
-          segment_at[*cudamalloc] = *model.segment_created();
-      } else {
-        ++r.failed_allocs;
-      }
-      cudamalloc.reset();
-    } else if (e.action == "free_completed") {
-      if (const auto it = handles.find(e.address); it != handles.end()) {
-        model.release(it->second);
-        handles.erase(it);
-      }
-    } else if (e.action == "segment_free") {
-      if (const auto it = segment_at.find(e.address); it != segment_at.end()) {
-        if (!model.release_segment(it->second)) ++r.segments_kept;
-        segment_at.erase(it);
-      }
-    }
-    // (After a segment_alloc the model has not made the segment yet: it does at the alloc.)
-    if (!r.first_reserved_mismatch && e.action != "segment_alloc" &&
-        model.reserved_bytes() != reserved) {
-      r.first_reserved_mismatch = i;
-    }
-  }
-  r.reserved_at_end = model.reserved_bytes();
-  r.allocated_at_end = model.live_bytes();
-  r.peak_reserved = model.peak_reserved_bytes();
-  r.peak_allocated = model.peak_live_bytes();
-  r.segments_at_end = model.segment_count();
-  r.differences = unmodelled(snapshot, history, unplaced, unheld);
-  return r;
+  Replay replay(snapshot, history);
+  replay.seed(segments_at_first_event(snapshot, history, events),
+              live_before(events, snapshot, history, replay.model()));
+  replay.play(events, history.reserved_at_first_event);
+  return replay.result(snapshot, history);
 }
 
 }  // namespace memplan::importers
