@@ -15,6 +15,7 @@ namespace memplan::cli {
 namespace {
 struct SnapshotOptions {
   std::string file;
+  std::string trace;
   bool json = false;
 };
 }  // namespace
@@ -27,9 +28,13 @@ void add_import_snapshot_command(CLI::App& import) {
       "read as data only: segments, allocator events, allocated and reserved bytes over them");
   add_input_limit_flags(*cmd);
   cmd->add_option("FILE", options->file, "memory snapshot")->required();
+  cmd->add_option("--trace", options->trace,
+                  "a PyTorch profiler trace of the same run: each allocation attributed to the op "
+                  "running when it was made (joined by time)");
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->callback([options] {
-    const importers::SnapshotReport report = importers::report_snapshot(options->file);
+    const importers::SnapshotReport report =
+        importers::report_snapshot(options->file, options->trace);
     if (options->json) {
       fmt::print("{}\n", importers::snapshot_json(report).dump(2));
     } else {

@@ -86,14 +86,56 @@ std::string replay_text(const SnapshotHistory& h, const AllocatorReplay& r) {
   return out;
 }
 
+const SnapshotTraceJoin* join_of(const SnapshotReport& report, std::int64_t device) {
+  for (const SnapshotTraceJoin& j : report.joins) {
+    if (j.device == device) return &j;
+  }
+  return nullptr;
+}
+
+constexpr std::size_t kOpsShown = 10;
+
+std::string join_text(const SnapshotReport& report, const SnapshotTraceJoin& j) {
+  std::string out = fmt::format(
+      "  joined with {} by time: {} of the {} allocations in its span made inside an op ({})\n",
+      report.trace, j.attributed, j.in_span, sim::format_bytes(j.attributed_bytes));
+  for (std::size_t i = 0; i < std::min(kOpsShown, j.by_op.size()); ++i) {
+    const OpAllocations& a = j.by_op[i];
+    out += fmt::format("    {:>10}  {:>6} allocations  {}\n", sim::format_bytes(a.bytes),
+                       a.allocations, a.op);
+  }
+  if (j.by_op.size() > kOpsShown) {
+    out +=
+        fmt::format("    ... {} ops more (--json lists every one)\n", j.by_op.size() - kOpsShown);
+  }
+  return out;
+}
+
+nlohmann::json join_json(const SnapshotReport& report, const SnapshotTraceJoin& j) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const OpAllocations& a : j.by_op) {
+    ops.push_back({{"op", a.op}, {"allocations", a.allocations}, {"bytes", a.bytes}});
+  }
+  return {{"trace", report.trace},
+          {"allocations_in_span", j.in_span},
+          {"attributed", j.attributed},
+          {"attributed_bytes", j.attributed_bytes},
+          {"by_op", ops}};
+}
+
 }  // namespace
 
-SnapshotReport report_snapshot(const std::filesystem::path& path) {
+SnapshotReport report_snapshot(const std::filesystem::path& path,
+                               const std::filesystem::path& trace) {
   SnapshotReport r;
   r.file = path.string();
   r.snapshot = read_memory_snapshot(path);
   r.histories = snapshot_histories(r.snapshot);
   for (const SnapshotHistory& h : r.histories) r.replays.push_back(replay_allocator(r.snapshot, h));
+  if (!trace.empty()) {
+    r.trace = trace.string();
+    r.joins = join_with_trace(r.snapshot, trace);
+  }
   return r;
 }
 
@@ -143,6 +185,7 @@ std::string snapshot_text(const SnapshotReport& report) {
           "recording stopped before it)\n");
     }
     out += replay_text(h, report.replays[i]);
+    if (const SnapshotTraceJoin* join = join_of(report, h.device)) out += join_text(report, *join);
   }
   return out;
 }
@@ -160,6 +203,9 @@ nlohmann::json snapshot_json(const SnapshotReport& report) {
     d["model_reserved_bytes"] = r.reserved_at_end;
     d["model_allocated_bytes"] = r.allocated_at_end;
     d["model"] = replay_json(r);
+    if (const SnapshotTraceJoin* join = join_of(report, report.histories[i].device)) {
+      d["trace_join"] = join_json(report, *join);
+    }
     j["devices"].push_back(std::move(d));
   }
   return j;

@@ -9,6 +9,7 @@
 
 #include "importers/snapshot/allocator_replay.hpp"
 #include "importers/snapshot/memory_snapshot.hpp"
+#include "importers/snapshot/trace_join.hpp"
 
 namespace memplan::importers {
 
@@ -18,9 +19,13 @@ struct SnapshotReport {
   MemorySnapshot snapshot;
   std::vector<SnapshotHistory> histories;  // snapshot_histories
   std::vector<AllocatorReplay> replays;    // replay_allocator, one per history
+  std::string trace;                       // a profiler trace of the same run, when given
+  std::vector<SnapshotTraceJoin> joins;    // join_with_trace, per device with events
 };
-/// Reads FILE (read_memory_snapshot) and makes its report. Throws InputError.
-SnapshotReport report_snapshot(const std::filesystem::path& path);
+/// Reads FILE (read_memory_snapshot) and makes its report; with `trace` (a Kineto trace of the
+/// same run), joins them by time. Throws InputError.
+SnapshotReport report_snapshot(const std::filesystem::path& path,
+                               const std::filesystem::path& trace = {});
 
 /// What `memplan import snapshot FILE` prints: the allocator's settings and, per device, the
 /// segments, the events, the bytes over them, and the model's replay against them.

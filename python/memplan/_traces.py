@@ -278,10 +278,12 @@ class Snapshot(_tables.JsonFields):
         return f"<memplan.Snapshot {self.data['file']!r}: {self.data['segments']} segments>"
 
 
-def import_snapshot(path):
+def import_snapshot(path, trace=None):
     """The memory snapshot `path` wrote by torch.cuda.memory._dump_snapshot (.pickle or
-    .pickle.gz), read as data only (`memplan import snapshot`)."""
-    data, text = _core.import_snapshot(os.fspath(path))
+    .pickle.gz), read as data only (`memplan import snapshot`). `trace`: a PyTorch profiler trace
+    of the same run, joined by time (`--trace`): each device's `trace_join` attributes its
+    allocations to the ops that made them (`by_op`: op, allocations, bytes)."""
+    data, text = _core.import_snapshot(os.fspath(path), "" if trace is None else os.fspath(trace))
     return Snapshot(json.loads(data), text)
 
 

@@ -134,11 +134,11 @@ void bind_traces(py::module_& m) {
       py::arg("workload"));
   m.def(
       "import_snapshot",
-      [](const std::string& path) {
-        const importers::SnapshotReport report = importers::report_snapshot(path);
+      [](const std::string& path, const std::string& trace) {
+        const importers::SnapshotReport report = importers::report_snapshot(path, trace);
         return std::pair{importers::snapshot_json(report).dump(), importers::snapshot_text(report)};
       },
-      py::arg("path"), py::call_guard<py::gil_scoped_release>());
+      py::arg("path"), py::arg("trace") = std::string(), py::call_guard<py::gil_scoped_release>());
   m.def(
       "workload_fingerprint",
       [](const sim::Workload& w) { return fmt::format("{:016x}", sim::workload_fingerprint(w)); },

@@ -112,6 +112,22 @@ def test_import_snapshot_is_what_the_cli_says(tmp_path):
     assert not pwned.exists()
 
 
+def test_import_snapshot_joins_a_trace_of_the_same_run():
+    """memplan.import_snapshot(path, trace=...) is `memplan import snapshot --trace`: each device's
+    allocations in the trace's span attributed to the ops that made them (issue 38)."""
+    path = TRACES / "kineto-h200" / "gpt2.snapshot.pickle.gz"
+    trace = TRACES / "kineto-h200" / "gpt2.pt.trace.json.gz"
+    snapshot = memplan.import_snapshot(path, trace=trace)
+    assert snapshot.data == cli_json("import", "snapshot", path, "--trace", trace)
+    join = snapshot.devices[0]["trace_join"]
+    # The profiler saw 2,016 device allocations in its three steps (its [memory] events).
+    assert join["allocations_in_span"] == join["attributed"] == 2016
+    assert sum(op["allocations"] for op in join["by_op"]) == 2016
+    assert "joined with" in str(snapshot)
+    with pytest.raises(memplan.InputError, match="not the same run"):
+        memplan.import_snapshot(path, trace=TRACES / "kineto-h200" / "resnet50.pt.trace.json.gz")
+
+
 def test_input_limits_bound_what_is_read(tmp_path):
     # #40 item 2: inputs are read as streams within limits the user can raise, as the CLI's
     # --max-input-size and --max-input-values; a gzip'd trace reads as the trace.

@@ -1,4 +1,5 @@
 // `memplan import kineto` as a user runs it.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -224,6 +225,28 @@ TEST_CASE("memplan import snapshot reads a real snapshot: --json with the dump's
                   memplan::test::source_path("traces/kineto-h200/gpt_blocks.snapshot.pickle.gz")));
   REQUIRE(text.exit_status == 0);
   CHECK(text.out.find("device 0: 109 segments (8.64 GiB reserved") != std::string::npos);
+}
+
+TEST_CASE("memplan import snapshot --trace joins a profiler trace of the same run",
+          "[cli][import][snapshot]") {
+  const std::string snapshot =
+      memplan::test::source_path("traces/kineto-h200/gpt2.snapshot.pickle.gz");
+  const auto r = run_memplan(
+      fmt::format("import snapshot '{}' --trace '{}'", snapshot,
+                  memplan::test::source_path("traces/kineto-h200/gpt2.pt.trace.json.gz")));
+  CAPTURE(r.err);
+  REQUIRE(r.exit_status == 0);
+  // The profiler's three steps hold 2,016 of the snapshot's 3,588 allocations, each inside an op
+  // (tests/importers/snapshot/trace_join_test.cpp checks which).
+  CHECK(r.out.find("by time: 2016 of the 2016 allocations in its span made inside an op") !=
+        std::string::npos);
+  const auto other = run_memplan(
+      fmt::format("import snapshot '{}' --trace '{}'", snapshot,
+                  memplan::test::source_path("traces/kineto-h200/resnet50.pt.trace.json.gz")));
+  CHECK(other.exit_status == 2);
+  CHECK(other.out.empty());
+  CHECK(other.err.find("do not overlap in time: not the same run") != std::string::npos);
+  CHECK(std::count(other.err.begin(), other.err.end(), '\n') == 1);
 }
 
 TEST_CASE("memplan import snapshot refuses a pickle that would run code, and a truncated one",
