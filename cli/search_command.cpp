@@ -121,6 +121,8 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
     j["solved_by_bound"] = result.solved_by_bound;
     j["bound_violations"] = result.bound_violations;
     j["search_s"] = result.elapsed_s;
+    j["time_limit_s"] =
+        result.time_limit_s > 0 ? nlohmann::json(result.time_limit_s) : nlohmann::json(nullptr);
     add_bound(j, result.lower_bound, timeline);
     fmt::print(report, "{}\n", j.dump(2));
   } else {
@@ -128,10 +130,17 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
                sim::summary_text(timeline, program, workload, machine, "search --exact"));
     print_against_best_policy(report, result.best_policy, result.best_policy_evaluation, timeline);
     print_bound(report, result.lower_bound, timeline);
+    const std::string stopped =
+        result.default_time_limit
+            ? fmt::format(
+                  "stopped by the default {:g} s time limit of more than {} feature maps "
+                  "(not proven optimal; --time-limit gives it more)",
+                  result.time_limit_s, search::kExactUnlimitedMaps)
+            : std::string("stopped by the time limit (not proven optimal)");
     fmt::print(report,
                "{}: {:.3g} plans in the space, {} nodes explored, {} plans evaluated in {:.2f} s\n",
-               result.optimal ? "optimal" : "stopped by the time limit (not proven optimal)",
-               result.space_plans, result.explored, result.evaluated, result.elapsed_s);
+               result.optimal ? std::string("optimal") : stopped, result.space_plans,
+               result.explored, result.evaluated, result.elapsed_s);
     if (result.from_heuristic && timeline.feasible)
       fmt::print(report, "no plan of the space is faster than the heuristic search's\n");
   }
@@ -216,10 +225,13 @@ CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
                  "Gist encodings the search may use: binarize, sparse, dpr, fp16, fp10, fp8, all");
   cmd.add_option("--threads", flags.search.threads, "worker threads (default: every core)")
       ->check(integer_in(1, kMaxThreads));
-  auto* time_limit = cmd.add_option("--time-limit", flags.search.time_limit_s,
-                                    "seconds for the whole search, seeding included (default "
-                                    "10; with --exact: none unless given)")
-                         ->check(seconds_up_to(kMaxTimeLimitS));
+  auto* time_limit =
+      cmd.add_option("--time-limit", flags.search.time_limit_s,
+                     fmt::format("seconds for the whole search, seeding included "
+                                 "(default 10; with --exact: none up to {} "
+                                 "feature maps, {:g} beyond)",
+                                 search::kExactUnlimitedMaps, search::kExactDefaultTimeLimitS))
+          ->check(seconds_up_to(kMaxTimeLimitS));
   cmd.add_option("--rounds", flags.search.rounds,
                  "stop after this many rounds (default: until converged)")
       ->check(integer_in(1, kMaxRounds));
@@ -274,7 +286,7 @@ void add_search_command(CLI::App& app, int& exit_status) {
     if (options->exact) {
       search::ExactOptions eo;
       eo.threads = options->search.threads;
-      eo.time_limit_s = time_limit->count() > 0 ? options->search.time_limit_s : 0.0;
+      if (time_limit->count() > 0) eo.time_limit_s = options->search.time_limit_s;
       eo.encodings = so.encodings;
       exit_status = run_exact(workload, machine, eo, *options);
       return;

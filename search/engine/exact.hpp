@@ -18,10 +18,22 @@ namespace memplan::search {
 
 /// Exact mode refuses workloads with more feature maps than this (InputError).
 inline constexpr std::size_t kExactMaxMaps = 64;
+/// Without a time limit given, exact mode runs to the end on up to this many feature maps (proven
+/// in seconds: docs/search.md) and stops after kExactDefaultTimeLimitS beyond, where proving may
+/// take far longer than anyone waits.
+inline constexpr std::size_t kExactUnlimitedMaps = 16;
+inline constexpr double kExactDefaultTimeLimitS = 60.0;
+
+/// The time limit exact mode takes on `maps` feature maps when none is given (0: none).
+constexpr double exact_default_time_limit(std::size_t maps) {
+  return maps <= kExactUnlimitedMaps ? 0.0 : kExactDefaultTimeLimitS;
+}
 
 struct ExactOptions {
-  int threads = 0;            // 0: every core
-  double time_limit_s = 0.0;  // 0: none; when it stops the search the result is not proven
+  int threads = 0;  // 0: every core
+  /// Seconds; 0: none; negative: exact_default_time_limit. When it stops the search the result is
+  /// not proven.
+  double time_limit_s = -1.0;
   EncodingOptions encodings;
   /// The collectives' ready times every Evaluator uses (SearchOptions::collective_ready_ns).
   std::vector<sim::Nanoseconds> collective_ready_ns;
@@ -55,6 +67,8 @@ struct ExactResult {
   /// nullopt for a rank priced among fixed peers.
   std::optional<LowerBound> lower_bound;
   double elapsed_s = 0.0;
+  double time_limit_s = 0.0;        // the limit it ran under (0: none)
+  bool default_time_limit = false;  // exact_default_time_limit's, none having been given
 };
 
 /// The plan of the space of Note [Exact plan search] with the shortest step alone (ties: the first

@@ -261,7 +261,7 @@ std::string stop_reason(const SearchResult& result, double gap) {
 }
 
 ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machine,
-                        const ExactOptions& options, const std::string& source) {
+                        const ExactOptions& given, const std::string& source) {
   const auto start = std::chrono::steady_clock::now();
   const std::size_t maps = NetworkView(workload).feature_maps().size();
   if (maps > kExactMaxMaps) {
@@ -269,6 +269,8 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
                                               "instances of at most {} (use the heuristic search)",
                                               maps, kExactMaxMaps));
   }
+  ExactOptions options = given;
+  if (options.time_limit_s < 0) options.time_limit_s = exact_default_time_limit(maps);
   // The heuristic search (which starts from every policy): the incumbent to beat, and the
   // answer when nothing in the space is faster.
   SearchOptions so;
@@ -283,6 +285,8 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
   ExactResult result = *solve(workload, machine, so, Tree::kAlways, options, start).exact;
   result.lower_bound = bound;
   result.elapsed_s = seconds_since(start);
+  result.time_limit_s = options.time_limit_s;
+  result.default_time_limit = given.time_limit_s < 0;
   return result;
 }
 

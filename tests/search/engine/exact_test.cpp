@@ -135,7 +135,17 @@ TEST_CASE("exact mode: a case solved by hand", "[search][exact]") {
     CHECK(r.evaluation.iteration_ns == 10000);
     Plan expected = plan_with(w, {{"f1_out", Action::kRecompute}});
     CHECK(r.plan.decisions == expected.decisions);
+    // No limit was given: on 3 maps, none (proven in any case); the result says so.
+    CHECK(r.default_time_limit);
+    CHECK(r.time_limit_s == 0.0);
   }
+}
+
+TEST_CASE("exact mode's default time limit: none up to 16 maps, 60 s beyond", "[search][exact]") {
+  STATIC_REQUIRE(exact_default_time_limit(1) == 0.0);
+  STATIC_REQUIRE(exact_default_time_limit(kExactUnlimitedMaps) == 0.0);
+  STATIC_REQUIRE(exact_default_time_limit(kExactUnlimitedMaps + 1) == kExactDefaultTimeLimitS);
+  STATIC_REQUIRE(exact_default_time_limit(kExactMaxMaps) == 60.0);
 }
 
 TEST_CASE("exact mode agrees with brute force over the whole space", "[search][exact]") {
