@@ -261,7 +261,7 @@ std::string stop_reason(const SearchResult& result, double gap) {
 }
 
 ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machine,
-                        const ExactOptions& given, const std::string& source) {
+                        const ExactOptions& options, const std::string& source) {
   const auto start = std::chrono::steady_clock::now();
   const std::size_t maps = NetworkView(workload).feature_maps().size();
   if (maps > kExactMaxMaps) {
@@ -269,24 +269,24 @@ ExactResult solve_exact(const sim::Workload& workload, const sim::Machine& machi
                                               "instances of at most {} (use the heuristic search)",
                                               maps, kExactMaxMaps));
   }
-  ExactOptions options = given;
-  if (options.time_limit_s < 0) options.time_limit_s = exact_default_time_limit(maps);
+  ExactOptions limited = options;
+  if (limited.time_limit_s < 0) limited.time_limit_s = exact_default_time_limit(maps);
   // The heuristic search (which starts from every policy): the incumbent to beat, and the
   // answer when nothing in the space is faster.
   SearchOptions so;
-  so.threads = thread_count(options.threads);
+  so.threads = thread_count(limited.threads);
   so.deterministic = true;
-  so.time_limit_s = options.time_limit_s > 0 ? options.time_limit_s : 600.0;
-  so.encodings = options.encodings;
-  so.collective_ready_ns = options.collective_ready_ns;
+  so.time_limit_s = limited.time_limit_s > 0 ? limited.time_limit_s : 600.0;
+  so.encodings = limited.encodings;
+  so.collective_ready_ns = limited.collective_ready_ns;
   so.host_placement = false;  // S keeps every tensor that is not a feature map on the device
   so.release_points = false;  // and frees every swapped map at its last forward use
   const std::optional<LowerBound> bound = bound_for(workload, machine, so);
-  ExactResult result = *solve(workload, machine, so, Tree::kAlways, options, start).exact;
+  ExactResult result = *solve(workload, machine, so, Tree::kAlways, limited, start).exact;
   result.lower_bound = bound;
   result.elapsed_s = seconds_since(start);
-  result.time_limit_s = options.time_limit_s;
-  result.default_time_limit = given.time_limit_s < 0;
+  result.time_limit_s = limited.time_limit_s;
+  result.default_time_limit = options.time_limit_s < 0;
   return result;
 }
 
