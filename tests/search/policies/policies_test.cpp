@@ -3,6 +3,7 @@
 
 #include "io/trace_io.hpp"
 #include "search/policies/policy.hpp"
+#include "tests/search/policies/run_policy.hpp"
 #include "tests/search/policy_workloads.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/sim_helpers.hpp"
@@ -35,13 +36,7 @@ std::string describe(const Workload& w, const Plan& plan) {
 }
 
 PolicyDecision run(const char* name, const Workload& w, const Machine& m) {
-  Evaluator evaluator(w, m);
-  const NetworkView view(w);
-  const Policy* p = find_policy(name);
-  REQUIRE(p != nullptr);
-  PolicyDecision d = p->decide(evaluator, view);
-  validate_plan(d.plan, w, name);
-  return d;
+  return run_policy(name, w, m);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "io/trace_io.hpp"
 #include "search/policies/blocks.hpp"
 #include "search/policies/policy.hpp"
+#include "tests/search/policies/run_policy.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"
@@ -40,13 +41,7 @@ std::string maps_with(const Workload& w, const Plan& plan, Action action) {
 }
 
 PolicyDecision run(const char* name, const Workload& w) {
-  Evaluator evaluator(w, test_machine(Bytes{1} << 40));
-  const NetworkView view(w);
-  const Policy* p = find_policy(name);
-  REQUIRE(p != nullptr);
-  PolicyDecision d = p->decide(evaluator, view);
-  validate_plan(d.plan, w, name);
-  return d;
+  return run_policy(name, w, test_machine(Bytes{1} << 40));
 }
 
 }  // namespace
