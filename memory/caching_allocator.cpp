@@ -132,7 +132,8 @@ void CachingAllocator::release_cached_segments() {
   }
 }
 
-CachingAllocator::Handle CachingAllocator::best_fit(Pool& pool, Size size, Stream stream) const {
+CachingAllocator::Handle CachingAllocator::best_fit(const Pool& pool, Size size,
+                                                    Stream stream) const {
   const auto it = pool.lower_bound({stream, size, std::numeric_limits<Offset>::min(), kNone});
   if (it == pool.end() || std::get<0>(*it) != stream) return kNone;
   const Size found = std::get<1>(*it);
@@ -223,6 +224,12 @@ std::optional<CachingAllocator::Handle> CachingAllocator::place(Segment s, Offse
   live_ += size;
   peak_live_ = std::max(peak_live_, live_);
   return b;
+}
+
+bool CachingAllocator::fails_with_free(Size bytes, Stream stream, Size free_device) const {
+  const Size size = request_size(bytes);
+  return best_fit(small(size) ? small_pool_ : large_pool_, size, stream) == kNone &&
+         segment_size(size) > free_device;
 }
 
 bool CachingAllocator::release_segment(Segment s) {

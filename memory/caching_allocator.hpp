@@ -126,6 +126,10 @@ class CachingAllocator {
   [[nodiscard]] std::optional<Handle> place(Segment s, Offset offset, Size size);
   /// Gives back segment `s` when no block of it is live (torch.cuda.empty_cache); false if one is.
   bool release_segment(Segment s);
+  /// Whether a request of `bytes` on `stream` fails when the device has `free_device` bytes free
+  /// beside the segments held: no cached block of its pool and stream serves it and the segment it
+  /// would take is larger (c10's out of memory, after it gave back its cached segments).
+  [[nodiscard]] bool fails_with_free(Size bytes, Stream stream, Size free_device) const;
 
   /// The segments the last allocate gave back, in the order it gave them back.
   [[nodiscard]] const std::vector<Segment>& segments_released() const { return released_; }
@@ -190,7 +194,7 @@ class CachingAllocator {
   [[nodiscard]] static bool small(Size size) { return size <= kSmallSize; }
   [[nodiscard]] Size largest_cached(bool small_pool, Stream stream = 0) const;
   /// The cached block c10's get_free_block takes for a request of `size`, or kNone.
-  [[nodiscard]] Handle best_fit(Pool& pool, Size size, Stream stream) const;
+  [[nodiscard]] Handle best_fit(const Pool& pool, Size size, Stream stream) const;
   [[nodiscard]] bool should_split(Size size, Size rest) const;
   /// Block `b` keeps its first `size` bytes; the rest becomes a cached free block after it.
   void split(Handle b, Size size);

@@ -195,6 +195,14 @@ class Replay {
           if (!model_.release_segment(it->second)) ++r_.segments_kept;
           segment_at_.erase(it);
         }
+      } else if (e.action == "oom") {
+        ++r_.ooms;
+        if (e.device_free && plausible(e.size) &&
+            model_.fails_with_free(e.size, e.stream, *e.device_free)) {
+          ++r_.ooms_reproduced;
+        } else if (!r_.first_oom_served) {
+          r_.first_oom_served = i;
+        }
       }
       // (After a segment_alloc the model has not made the segment yet: it does at the alloc.)
       if (!r_.first_reserved_mismatch && e.action != "segment_alloc" &&

@@ -10,9 +10,10 @@
 // their addresses. Then each `alloc` event allocates its size on its stream, each
 // `free_completed` releases its block (the moment the real allocator could reuse it), and each
 // `segment_free` (torch.cuda.empty_cache, or a cudaMalloc that failed) gives back the model's
-// segment the same `segment_alloc` made. The model follows the snapshot's max_split_size and
-// roundup_power2_divisions. The device is as large as the model's address space (2^50 bytes): a
-// snapshot records no capacity.
+// segment the same `segment_alloc` made. At each `oom` the model is asked whether it too fails the
+// request with the free device memory the event records. The model follows the snapshot's
+// max_split_size and roundup_power2_divisions. The device is as large as the model's address space
+// (2^50 bytes): a snapshot records no capacity.
 //
 // What the model does not do, each said in `differences` when the snapshot shows it: expandable
 // segments and a garbage-collection threshold; blocks live before the first event in no segment
@@ -44,7 +45,12 @@ struct AllocatorReplay {
   std::optional<std::size_t> first_misplaced;          // index of the first alloc placed elsewhere
   std::optional<std::size_t> first_reserved_mismatch;  // ... of the first event after which the
                                                        // reserved bytes differ
-  std::size_t failed_allocs = 0;                       // requests the model could not serve
+  // Each `oom` event (c10 could not serve a request even after giving back its cached segments):
+  // whether the model fails the same request with the device's free memory the event gives.
+  std::size_t ooms = 0;
+  std::size_t ooms_reproduced = 0;
+  std::optional<std::size_t> first_oom_served;  // index of an oom the model would have served
+  std::size_t failed_allocs = 0;                // requests the model could not serve
   std::vector<std::string> differences;  // what the model does not do that this snapshot shows
 };
 

@@ -166,14 +166,22 @@ SnapshotEvent read_event(const Fields& f, const PickleValue& v, const std::strin
   const PickleValue& d = f.dict(v, path);
   SnapshotEvent e;
   e.action = f.text(f.required(d, "action", path), path + ".action");
-  static const char* const kActions[] = {"alloc",         "free_requested", "free_completed",
-                                         "segment_alloc", "segment_free",   "segment_map",
-                                         "segment_unmap", "snapshot",       "oom"};
-  if (std::find(std::begin(kActions), std::end(kActions), e.action) == std::end(kActions)) {
-    f.fail(path + ".action",
-           fmt::format("'{}' (actions: {})", e.action, fmt::join(kActions, ", ")));
+  // The actions that name a block or a segment by its address; an `oom` names none and says how
+  // much the device had free; others (snapshot, annotate, any a newer PyTorch adds) are kept
+  // with their address if they give one.
+  static const char* const kAddressed[] = {"alloc",         "free_requested", "free_completed",
+                                           "segment_alloc", "segment_free",   "segment_map",
+                                           "segment_unmap"};
+  if (std::find(std::begin(kAddressed), std::end(kAddressed), e.action) != std::end(kAddressed)) {
+    e.address = f.integer(f.required(d, "addr", path), path + ".addr");
+  } else if (const PickleValue* a = Fields::find(d, "addr")) {
+    e.address = f.integer(*a, path + ".addr");
   }
-  e.address = f.integer(f.required(d, "addr", path), path + ".addr");
+  if (e.action == "oom") {
+    if (const PickleValue* free = Fields::find(d, "device_free")) {
+      e.device_free = f.size(*free, path + ".device_free");
+    }
+  }
   e.size = f.size(f.required(d, "size", path), path + ".size");
   e.stream = f.integer(f.required(d, "stream", path), path + ".stream");
   if (const PickleValue* t = Fields::find(d, "time_us"))

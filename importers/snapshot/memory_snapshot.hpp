@@ -48,12 +48,15 @@ struct SnapshotSegment {
 };
 
 struct SnapshotEvent {
+  /// alloc, free_requested, free_completed, segment_alloc, segment_free, segment_map,
+  /// segment_unmap, oom, snapshot, annotate, or one a newer PyTorch added (kept, not replayed).
   std::string action;
-  std::int64_t address = 0;
-  std::int64_t size = 0;
+  std::int64_t address = 0;  // absent for oom (0)
+  std::int64_t size = 0;     // for oom, the request that failed
   std::int64_t stream = 0;
-  std::optional<double> time_us;      // absent before PyTorch 2.1
-  std::vector<SnapshotFrame> frames;  // innermost first
+  std::optional<std::int64_t> device_free;  // oom: what cudaMemGetInfo said was free
+  std::optional<double> time_us;            // absent before PyTorch 2.1
+  std::vector<SnapshotFrame> frames;        // innermost first
 };
 
 struct AllocatorSettings {

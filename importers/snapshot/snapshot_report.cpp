@@ -61,6 +61,9 @@ nlohmann::json replay_json(const AllocatorReplay& r) {
           {"first_misplaced_event", index(r.first_misplaced)},
           {"first_reserved_mismatch_event", index(r.first_reserved_mismatch)},
           {"segments_kept", r.segments_kept},
+          {"ooms", r.ooms},
+          {"ooms_reproduced", r.ooms_reproduced},
+          {"first_oom_served_event", index(r.first_oom_served)},
           {"failed_allocations", r.failed_allocs},
           {"differences", r.differences}};
 }
@@ -82,6 +85,15 @@ std::string replay_text(const SnapshotHistory& h, const AllocatorReplay& r) {
       r.first_misplaced ? fmt::format(" (the first elsewhere: event {})", *r.first_misplaced) : "",
       r.first_reserved_mismatch ? fmt::format("differ from event {} on", *r.first_reserved_mismatch)
                                 : std::string("equal after every event"));
+  if (r.ooms > 0) {
+    out += fmt::format(
+        "    {} of {} out-of-memory events failed by the model too, with the free memory each "
+        "records{}\n",
+        r.ooms_reproduced, r.ooms,
+        r.first_oom_served
+            ? fmt::format(" (event {} the model would have served)", *r.first_oom_served)
+            : "");
+  }
   for (const std::string& d : r.differences) out += fmt::format("    not modelled: {}\n", d);
   return out;
 }

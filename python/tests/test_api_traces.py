@@ -128,6 +128,35 @@ def test_import_snapshot_joins_a_trace_of_the_same_run():
         memplan.import_snapshot(path, trace=TRACES / "kineto-h200" / "resnet50.pt.trace.json.gz")
 
 
+def test_a_snapshot_of_an_out_of_memory_reads_and_its_oom_is_checked(tmp_path):
+    """The snapshot a user has when a step ran out of memory: its `oom` event has no `addr` (PyTorch
+    records `device_free` there), and reads; the model fails the same request with that much free
+    (issue 38). Written as torch.cuda.memory._dump_snapshot writes one (pickle of dicts)."""
+    import pickle
+    mib = 1 << 20
+    snapshot = {
+        "segments": [{"device": 0, "address": 4096, "total_size": 20 * mib,
+                      "allocated_size": 5 * mib, "active_size": 5 * mib, "stream": 0,
+                      "segment_type": "large",
+                      "blocks": [{"address": 4096, "size": 5 * mib, "requested_size": 5 * mib,
+                                  "state": "active_allocated"},
+                                 {"address": 4096 + 5 * mib, "size": 15 * mib,
+                                  "requested_size": 0, "state": "inactive"}]}],
+        "device_traces": [[
+            {"action": "segment_alloc", "addr": 4096, "size": 20 * mib, "stream": 0,
+             "time_us": 1.0e15, "frames": []},
+            {"action": "alloc", "addr": 4096, "size": 5 * mib, "stream": 0, "time_us": 1.0e15,
+             "frames": []},
+            {"action": "oom", "device_free": 10 * mib, "size": 18 * mib, "stream": 0,
+             "time_us": 1.0e15, "frames": []}]]}
+    path = tmp_path / "oom.pickle"
+    path.write_bytes(pickle.dumps(snapshot, protocol=2))
+    model = memplan.import_snapshot(path).devices[0]["model"]
+    assert (model["ooms"], model["ooms_reproduced"], model["first_oom_served_event"]) == (1, 1, None)
+    assert model["placed_as_recorded"] == model["allocations"] == 1
+    assert model["first_reserved_mismatch_event"] is None
+
+
 def test_input_limits_bound_what_is_read(tmp_path):
     # #40 item 2: inputs are read as streams within limits the user can raise, as the CLI's
     # --max-input-size and --max-input-values; a gzip'd trace reads as the trace.

@@ -86,12 +86,12 @@ TEST_CASE("a hand-made history replays through the model as worked out", "[impor
   segment.blocks = {{4096, 1024, 1024, "active_allocated"},
                     {5120, (2 << 20) - 1024, 0, "inactive"}};
   s.segments = {segment};
-  s.device_traces = {{{"alloc", 4096, 1024, 0, {}, {}},
-                      {"alloc", 5120, 512, 0, {}, {}},
-                      {"free_requested", 5120, 512, 0, {}, {}},
-                      {"free_completed", 5120, 512, 0, {}, {}},
-                      {"free_requested", 8192, 1024, 0, {}, {}},
-                      {"free_completed", 8192, 1024, 0, {}, {}}}};
+  s.device_traces = {{{"alloc", 4096, 1024, 0, {}, {}, {}},
+                      {"alloc", 5120, 512, 0, {}, {}, {}},
+                      {"free_requested", 5120, 512, 0, {}, {}, {}},
+                      {"free_completed", 5120, 512, 0, {}, {}, {}},
+                      {"free_requested", 8192, 1024, 0, {}, {}, {}},
+                      {"free_completed", 8192, 1024, 0, {}, {}, {}}}};
   const AllocatorReplay r = replay_allocator(s, snapshot_histories(s)[0]);
   // The start: the segment, and the block at 8192 placed at offset 4096 in it. Free then:
   // [4096, 8192) (4 KiB) and [9216, 4096 + 2 MiB). 1 KiB takes the front of the 4 KiB block (best
@@ -114,11 +114,11 @@ TEST_CASE("a segment the program gives back is given back by the model", "[impor
   // (segment_free): nothing is held at the dump. The model makes its segment at 4096 (where
   // cudaMalloc put it) and gives it back at the segment_free.
   MemorySnapshot s;
-  s.device_traces = {{{"segment_alloc", 4096, 2 << 20, 0, {}, {}},
-                      {"alloc", 4096, 1024, 0, {}, {}},
-                      {"free_requested", 4096, 1024, 0, {}, {}},
-                      {"free_completed", 4096, 1024, 0, {}, {}},
-                      {"segment_free", 4096, 2 << 20, 0, {}, {}}}};
+  s.device_traces = {{{"segment_alloc", 4096, 2 << 20, 0, {}, {}, {}},
+                      {"alloc", 4096, 1024, 0, {}, {}, {}},
+                      {"free_requested", 4096, 1024, 0, {}, {}, {}},
+                      {"free_completed", 4096, 1024, 0, {}, {}, {}},
+                      {"segment_free", 4096, 2 << 20, 0, {}, {}, {}}}};
   const AllocatorReplay r = replay_allocator(s, snapshot_histories(s)[0]);
   CHECK(r.seeded_segments == 0);
   CHECK(r.placed_as_recorded == 1);
@@ -127,4 +127,34 @@ TEST_CASE("a segment the program gives back is given back by the model", "[impor
   CHECK(r.reserved_at_end == 0);
   CHECK(r.segments_at_end == 0);
   CHECK(r.segments_kept == 0);
+}
+
+TEST_CASE("an out-of-memory event is checked against the model with the free memory it records",
+          "[importers][snapshot]") {
+  // 5 MiB takes a 20 MiB segment (a request under 10 MiB takes one of 20) and is split from it:
+  // 15 MiB stay cached. c10 then fails 18 MiB with 10 MiB free on the device: no cached block
+  // holds 18 MiB and its segment, 18 MiB (10 MiB or more: rounded to 2 MiB), does not fit in 10.
+  // The model fails it too. A second `oom`, of 4 MiB with nothing free, is one the model would
+  // have served (from the 15 MiB cached): said.
+  constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+  MemorySnapshot s;
+  SnapshotSegment segment;
+  segment.address = 4096;
+  segment.total_size = 20 * kMiB;
+  segment.segment_type = "large";
+  segment.blocks = {{4096, 5 * kMiB, 5 * kMiB, "active_allocated"},
+                    {4096 + 5 * kMiB, 15 * kMiB, 0, "inactive"}};
+  s.segments = {segment};
+  SnapshotEvent oom{"oom", 0, 18 * kMiB, 0, 10 * kMiB, {}, {}};
+  SnapshotEvent served{"oom", 0, 4 * kMiB, 0, 0, {}, {}};
+  s.device_traces = {{{"segment_alloc", 4096, 20 * kMiB, 0, {}, {}, {}},
+                      {"alloc", 4096, 5 * kMiB, 0, {}, {}, {}},
+                      oom,
+                      served}};
+  const AllocatorReplay r = replay_allocator(s, snapshot_histories(s)[0]);
+  CHECK(r.placed_as_recorded == 1);
+  CHECK_FALSE(r.first_reserved_mismatch);
+  CHECK(r.ooms == 2);
+  CHECK(r.ooms_reproduced == 1);
+  CHECK(r.first_oom_served == std::optional<std::size_t>(3));
 }
