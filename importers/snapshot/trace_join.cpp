@@ -54,7 +54,14 @@ CpuOps read_cpu_ops(const std::filesystem::path& path) {
   double base_us = 0;
   if (top.is_object()) {
     if (const auto base = top.find("baseTimeNanoseconds"); base != top.end() && base->is_number()) {
-      base_us = base->get<double>() / 1000.0;
+      // Whole microseconds first: 1.8e18 ns is past what a double holds to the nanosecond.
+      base_us = base->is_number_unsigned()
+                    ? static_cast<double>(base->get<std::uint64_t>() / 1000) +
+                          static_cast<double>(base->get<std::uint64_t>() % 1000) / 1000.0
+                : base->is_number_integer()
+                    ? static_cast<double>(base->get<std::int64_t>() / 1000) +
+                          static_cast<double>(base->get<std::int64_t>() % 1000) / 1000.0
+                    : base->get<double>() / 1000.0;
     }
   }
   for (CpuOp& op : out.ops) {
@@ -75,6 +82,7 @@ SnapshotTraceJoin join_device(std::int64_t device, const std::vector<SnapshotEve
   double first = cpu.ops.front().start_us;
   double last = cpu.ops.front().end_us;
   for (std::size_t i = 0; i < cpu.ops.size(); ++i) {
+    if (cpu.ops[i].end_us <= cpu.ops[i].start_us) continue;  // [t, t) holds no time
     points.emplace_back(cpu.ops[i].start_us, kStart, i);
     points.emplace_back(cpu.ops[i].end_us, kEnd, i);
     first = std::min(first, cpu.ops[i].start_us);
@@ -89,13 +97,16 @@ SnapshotTraceJoin join_device(std::int64_t device, const std::vector<SnapshotEve
     points.emplace_back(*e.time_us, kQuery, i);
   }
   std::sort(points.begin(), points.end());
-  std::set<std::pair<double, std::size_t>> open;  // (start, op): the last started is the last
+  // Open ops by (start, end, op): the last is the innermost, the one that started last; of ops
+  // that started in the same microsecond, the one that ends last (the caller: an op allocates its
+  // output before it calls the ops nested in it, and c10's clock is a microsecond coarse).
+  std::set<std::tuple<double, double, std::size_t>> open;
   std::map<std::size_t, OpAllocations> by_name;
   for (const auto& [t, kind, i] : points) {
-    if (kind == kStart) open.emplace(cpu.ops[i].start_us, i);
-    if (kind == kEnd) open.erase({cpu.ops[i].start_us, i});
+    if (kind == kStart) open.emplace(cpu.ops[i].start_us, cpu.ops[i].end_us, i);
+    if (kind == kEnd) open.erase({cpu.ops[i].start_us, cpu.ops[i].end_us, i});
     if (kind != kQuery || open.empty()) continue;
-    const std::size_t name = cpu.ops[open.rbegin()->second].name;
+    const std::size_t name = cpu.ops[std::get<2>(*open.rbegin())].name;
     OpAllocations& a = by_name[name];
     ++a.allocations;
     a.bytes += events[i].size;

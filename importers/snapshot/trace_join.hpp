@@ -7,13 +7,15 @@
 // `ts` are microseconds since its `baseTimeNanoseconds` (traces without it, before PyTorch 2.2 or
 // so, count from the epoch themselves). An allocation at time t goes to the innermost CPU op
 // (`cat` cpu_op, a complete event) open at t: of the ops open then on any thread, the one that
-// started last (the thread that allocates is the one that entered an op most recently: during
-// backward the main thread waits inside `backward` while the autograd thread runs the ops). Only
+// started last, and of those that started in the same microsecond the one that ends last (an op
+// allocates its output before it calls the ops nested in it; the thread that allocates is the one
+// that entered an op most recently: during backward the main thread waits inside `backward`
+// while the autograd thread runs the ops). Only
 // allocations within the trace's span count; one outside every op is not attributed. A snapshot
 // whose events do not overlap the trace in time is from another run: InputError. c10 stamps its
-// events with an approximate clock, about a microsecond off the profiler's: an allocation made as
-// an op starts a nested one may be given to the nested one (3 of GPT-2's 2,016 against the
-// profiler's own `[memory]` events, tests/importers/snapshot/trace_join_test.cpp).
+// events with an approximate clock, about a microsecond off the profiler's; on the H200 traces
+// every allocation still goes to the op the profiler's own `[memory]` events name
+// (tests/importers/snapshot/trace_join_test.cpp).
 #include <cstdint>
 #include <filesystem>
 #include <string>
