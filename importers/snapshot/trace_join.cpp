@@ -27,6 +27,14 @@ struct CpuOps {
   std::vector<std::string> names;
 };
 
+// Microseconds of a count of nanoseconds, whole microseconds first: 1.8e18 ns (a trace's
+// baseTimeNanoseconds) is past what a double holds to the nanosecond.
+double microseconds(std::int64_t ns) {
+  const std::int64_t whole = ns / 1000;
+  const std::int64_t rest = ns % 1000;
+  return static_cast<double>(whole) + static_cast<double>(rest) / 1000.0;
+}
+
 // The trace's CPU ops, their times moved to the epoch.
 CpuOps read_cpu_ops(const std::filesystem::path& path) {
   CpuOps out;
@@ -54,14 +62,8 @@ CpuOps read_cpu_ops(const std::filesystem::path& path) {
   double base_us = 0;
   if (top.is_object()) {
     if (const auto base = top.find("baseTimeNanoseconds"); base != top.end() && base->is_number()) {
-      // Whole microseconds first: 1.8e18 ns is past what a double holds to the nanosecond.
-      base_us = base->is_number_unsigned()
-                    ? static_cast<double>(base->get<std::uint64_t>() / 1000) +
-                          static_cast<double>(base->get<std::uint64_t>() % 1000) / 1000.0
-                : base->is_number_integer()
-                    ? static_cast<double>(base->get<std::int64_t>() / 1000) +
-                          static_cast<double>(base->get<std::int64_t>() % 1000) / 1000.0
-                    : base->get<double>() / 1000.0;
+      base_us = base->is_number_integer() ? microseconds(base->get<std::int64_t>())
+                                          : base->get<double>() / 1000.0;
     }
   }
   for (CpuOp& op : out.ops) {
