@@ -79,7 +79,7 @@ CpuOps read_cpu_ops(const std::filesystem::path& path) {
 // Each allocation (time, size) attributed to the op open then that started last, or none.
 SnapshotTraceJoin join_device(std::int64_t device, const std::vector<SnapshotEvent>& events,
                               const CpuOps& cpu) {
-  enum Kind { kEnd = 0, kStart = 1, kQuery = 2 };  // at one time: ends, then starts, then queries
+  enum PointKind { kEnd = 0, kStart = 1, kQuery = 2 };  // at one time: ends, starts, queries
   std::vector<std::tuple<double, int, std::size_t>> points;
   double first = cpu.ops.front().start_us;
   double last = cpu.ops.front().end_us;
