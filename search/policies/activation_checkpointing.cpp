@@ -38,12 +38,11 @@
 namespace memplan::search {
 namespace {
 
-// Recompute, in the blocks `chosen` selects, every map the block writes that `save` does not
-// keep and no backward op outside the block reads. Returns the number of maps recomputed.
+// Recompute, in the `blocks` (checkpoint_blocks) `chosen` selects, every map the block writes that
+// `save` does not keep and no backward op outside the block reads. Returns the number recomputed.
 template <typename Chosen, typename Save>
-std::size_t checkpoint_blocks_into(const NetworkView& view, sim::Plan& plan, Chosen chosen,
-                                   Save save) {
-  const std::vector<Block> blocks = checkpoint_blocks(view);
+std::size_t checkpoint_blocks_into(const NetworkView& view, const std::vector<Block>& blocks,
+                                   sim::Plan& plan, Chosen chosen, Save save) {
   const std::vector<int> block_of = block_of_maps(view, blocks);
   const std::vector<bool> regenerable = sim::regenerable_tensors(view.workload());
   std::size_t recomputed = 0;
@@ -69,20 +68,22 @@ std::string described(std::size_t recomputed, std::size_t blocks, std::string_vi
 
 PolicyDecision decide_full_ac(Evaluator& /*evaluator*/, const NetworkView& view) {
   sim::Plan plan = keep_all(view, "full-ac");
-  const std::size_t blocks = checkpoint_blocks(view).size();
+  const std::vector<Block> blocks = checkpoint_blocks(view);
   const std::size_t n = checkpoint_blocks_into(
-      view, plan, [](std::size_t) { return true; }, [](int) { return false; });
-  return {std::move(plan), false, described(n, blocks, "checkpointed blocks")};
+      view, blocks, plan, [](std::size_t) { return true; }, [](int) { return false; });
+  return {std::move(plan), false, described(n, blocks.size(), "checkpointed blocks")};
 }
 
 PolicyDecision decide_selective_ac_layer(Evaluator& /*evaluator*/, const NetworkView& view) {
   // torchtitan's `selective_ac_option = "2"`: its wrapper counts the blocks from 1 and
   // checkpoints those whose count is a multiple of 2, the second, fourth, ...
   sim::Plan plan = keep_all(view, "selective-ac-layer");
-  const std::size_t blocks = checkpoint_blocks(view).size();
+  const std::vector<Block> blocks = checkpoint_blocks(view);
   const std::size_t n = checkpoint_blocks_into(
-      view, plan, [](std::size_t b) { return (b + 1) % 2 == 0; }, [](int) { return false; });
-  return {std::move(plan), false, described(n, blocks / 2, "checkpointed blocks (every second)")};
+      view, blocks, plan, [](std::size_t b) { return (b + 1) % 2 == 0; },
+      [](int) { return false; });
+  return {std::move(plan), false,
+          described(n, blocks.size() / 2, "checkpointed blocks (every second)")};
 }
 
 PolicyDecision decide_selective_ac(Evaluator& /*evaluator*/, const NetworkView& view) {
@@ -115,7 +116,7 @@ PolicyDecision decide_selective_ac(Evaluator& /*evaluator*/, const NetworkView& 
     for (sim::TensorId out : op.outputs) from_saved[sim::index(out)] = 1;
   }
   const std::size_t n = checkpoint_blocks_into(
-      view, plan, [](std::size_t) { return true; },
+      view, blocks, plan, [](std::size_t) { return true; },
       [&](int map) { return saved_op[sim::index(view.producer(map))] != 0; });
   return {std::move(plan), false,
           described(n, blocks.size(), "blocks (matmuls but every second one and attention saved)")};
