@@ -37,9 +37,23 @@
 // stream); a Program allocates on the compute stream, stream 0. A snapshot's replay starts from
 // its segments and blocks as they were (add_segment, place) and gives back the segments the
 // program did (release_segment).
-// Not modelled: expandable segments, garbage_collection_threshold, and which cached blocks
-// max_split_size makes c10 give back first when cudaMalloc fails (here, as without it, every
-// cached segment without a live block).
+// Expandable segments (expandable_segments:True, c10's Note [Expandable Segments]): a pool's
+// requests on a stream share one segment of address space (1 1/8 of the capacity) into which
+// physical pages are mapped as needed, 2 MiB pages for the small pool and 20 MiB for the large.
+// A request no cached block serves maps pages at the lowest address where the free and unmapped
+// blocks after it hold it (a free block just before an unmapped one grows into it); blocks split
+// whenever 512 bytes or more are left, in either pool; best fit counts a free block at the end of
+// what is mapped as large as it can grow, after every block that fits as it is. Out of memory, the
+// whole pages of cached free blocks are unmapped (and segments without a live block given back)
+// before the request is tried again. Reserved bytes are the pages mapped; each run of mapped pages
+// counts as a segment, as a snapshot lists them.
+// garbage_collection_threshold (G > 0): before a request that no cached block serves takes new
+// memory, when the reserved bytes exceed G x the capacity (c10: its per-process memory fraction,
+// the only case where it collects), whole cached segments of the large pool are given back, oldest
+// first: those not taken for at least the average number of requests to their pool since they were
+// cached, pass after pass, until the excess is reclaimed.
+// Not modelled: which cached blocks max_split_size makes c10 give back first when cudaMalloc fails
+// (here, as without it, every cached segment without a live block).
 //
 // Placement depends on the capacity (a tighter device gives segments back earlier), as PyTorch's
 // does: fitting is not monotone in the capacity under this model. A run that fits at capacity C
@@ -80,6 +94,9 @@ class CachingAllocator {
     /// Divisions per power-of-two interval of request sizes, from [0, 2 MiB) (index 0) up to
     /// [32 GiB, ...) (index 15); 0 or 1: none.
     std::array<std::int64_t, kRoundupIntervals> roundup_power2_divisions{};
+    bool expandable_segments = false;
+    /// A share of the capacity; 0: no garbage collection.
+    double garbage_collection_threshold = 0;
   };
 
   explicit CachingAllocator(Size capacity = 0);
@@ -98,6 +115,11 @@ class CachingAllocator {
     if (size <= kSmallSize) return kSmallBuffer;
     if (size < kMinLargeAlloc) return kLargeBuffer;
     return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  }
+
+  /// The page an expandable segment of the pool maps at a time.
+  static constexpr Size page_size(bool small_pool) {
+    return small_pool ? kSmallBuffer : kLargeBuffer;
   }
 
   struct Placed {
@@ -121,6 +143,17 @@ class CachingAllocator {
   /// capacity beside the segments held. Addresses of segments made later follow the highest one
   /// given.
   std::optional<Segment> add_segment(Offset address, Size bytes, bool small_pool, Stream stream);
+  /// An expandable segment's address space at `address` for `stream`'s requests to the small pool
+  /// or the large, nothing mapped yet: one the real allocator held (map its mapped pages).
+  Segment add_expandable_segment(Offset address, bool small_pool, Stream stream);
+  /// Maps the pages of expandable segment `s` over [offset, offset + bytes), unmapped so far, as
+  /// a cached free block; false when they are not all unmapped or do not fit the capacity.
+  bool map(Segment s, Offset offset, Size bytes);
+  /// Unmaps the whole pages of expandable segment `s` within [offset, offset + bytes) that lie in
+  /// cached free blocks (a recorded segment_unmap); the bytes unmapped.
+  Size unmap(Segment s, Offset offset, Size bytes);
+  /// The segment whose addresses hold `address`, if any.
+  [[nodiscard]] std::optional<Segment> segment_holding(Offset address) const;
   /// Hands out the block of `size` bytes at `offset` in segment `s`, splitting the cached free
   /// block that holds it; nullopt when no free block holds all of it.
   [[nodiscard]] std::optional<Handle> place(Segment s, Offset offset, Size size);
@@ -133,7 +166,8 @@ class CachingAllocator {
 
   /// The segments the last allocate gave back, in the order it gave them back.
   [[nodiscard]] const std::vector<Segment>& segments_released() const { return released_; }
-  /// The segment the last allocate took from the driver, if it took one.
+  /// The segment the last allocate took from the driver (cudaMalloc), if it took one; an
+  /// expandable segment's pages are not reported.
   [[nodiscard]] std::optional<Segment> segment_created() const { return created_; }
   [[nodiscard]] Size segment_bytes(Segment s) const {
     return segments_[static_cast<std::size_t>(s)].bytes;
@@ -169,7 +203,8 @@ class CachingAllocator {
   };
   /// The shortfall of a request of `bytes` now (its `missing` is 0 when it would succeed).
   [[nodiscard]] Shortfall shortfall(Size bytes) const;
-  [[nodiscard]] std::size_t segment_count() const { return segment_count_; }
+  /// Segments held: each cudaMalloc'ed one, and each run of mapped pages of an expandable one.
+  [[nodiscard]] std::size_t segment_count() const;
 
  private:
   static constexpr Handle kNone = -1;
@@ -179,7 +214,9 @@ class CachingAllocator {
     Size size = 0;
     Handle prev = kNone;  // neighbours within the segment
     Handle next = kNone;
-    bool free = false;
+    bool free = false;           // cached: in its pool
+    bool mapped = true;          // false: an expandable segment's unmapped pages
+    std::int64_t cached_at = 0;  // its pool's requests when it was cached (its age for GC)
   };
   struct SegmentInfo {
     Offset address = 0;  // in the one growing address space: orders blocks of equal size
@@ -187,14 +224,46 @@ class CachingAllocator {
     bool small = false;  // in the small pool (a 2 MiB segment for requests up to 1 MiB)
     Stream stream = 0;
     Handle first = kNone;  // the block at offset 0 (merges keep the lower block's handle)
+    bool expandable = false;
   };
   /// (stream, size, address, block): a pool's cached free blocks, per stream in best-fit order.
   using Pool = std::set<std::tuple<Stream, Size, Offset, Handle>>;
+  /// (stream, address, block): a pool's unmapped blocks, by address per stream.
+  using Unmapped = std::set<std::tuple<Stream, Offset, Handle>>;
 
   [[nodiscard]] static bool small(Size size) { return size <= kSmallSize; }
   [[nodiscard]] Size largest_cached(bool small_pool, Stream stream = 0) const;
   /// The cached block c10's get_free_block takes for a request of `size`, or kNone.
   [[nodiscard]] Handle best_fit(const Pool& pool, Size size, Stream stream) const;
+  /// How large block `b` can grow: itself and the unmapped block after it.
+  [[nodiscard]] Size expandable_size(Handle b) const;
+  [[nodiscard]] bool allocated(Handle b) const;
+  [[nodiscard]] const Block& block(Handle b) const { return blocks_[static_cast<std::size_t>(b)]; }
+  [[nodiscard]] Block& block(Handle b) { return blocks_[static_cast<std::size_t>(b)]; }
+  [[nodiscard]] const SegmentInfo& segment_of(Handle b) const {
+    return segments_[static_cast<std::size_t>(block(b).segment)];
+  }
+  /// New memory for a request of rounded size `size`: a segment, or pages of an expandable one.
+  std::optional<Handle> new_memory(Size size, Stream stream, Offset address);
+  [[nodiscard]] Size new_memory_bytes(Size size) const;
+  std::optional<Handle> expandable_block(Size size, Stream stream, Offset address);
+  /// c10's find_expandable_block: the lowest unmapped block (or the free block before it) from
+  /// which free and unmapped blocks hold `size`; a new expandable segment when none does.
+  Handle find_expandable(Size size, bool small_pool, Stream stream, Offset address);
+  /// Maps the first `bytes` (rounded up to pages) of unmapped block `b` as a cached free block,
+  /// merged with free neighbours; the merged block, or kNone when the capacity is exceeded.
+  Handle map_block(Handle b, Size bytes);
+  /// Unmaps the whole pages of cached free block `b` within [lo, hi) (segment offsets).
+  Size unmap_block(Handle b, Offset lo, Offset hi);
+  /// Takes `b` out of its pool or the unmapped blocks, whichever holds it.
+  void detach(Handle b);
+  void attach(Handle b);
+  /// Merges `b` (detached) with the neighbours in its state (free, or unmapped); the merged block,
+  /// still detached.
+  Handle coalesce(Handle b);
+  /// A new block after `b` in its segment, over its last `size` bytes.
+  Handle split_off(Handle b, Size size);
+  void garbage_collect();
   [[nodiscard]] bool should_split(Size size, Size rest) const;
   /// Block `b` keeps its first `size` bytes; the rest becomes a cached free block after it.
   void split(Handle b, Size size);
@@ -217,6 +286,8 @@ class CachingAllocator {
   std::vector<Segment> spare_segments_;
   Pool small_pool_;
   Pool large_pool_;
+  std::array<Unmapped, 2> unmapped_;                // [small pool?]
+  std::array<std::int64_t, 2> requests_to_pool_{};  // [small pool?]: c10's gc counters
   std::vector<Segment> released_;
   std::optional<Segment> created_;
   Settings settings_;

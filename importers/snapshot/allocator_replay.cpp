@@ -29,6 +29,8 @@ bool plausible(std::int64_t size) {
 sim::CachingAllocator::Settings settings_of(const MemorySnapshot& snapshot) {
   sim::CachingAllocator::Settings settings;
   if (!snapshot.settings) return settings;
+  settings.expandable_segments = snapshot.settings->expandable_segments;
+  settings.garbage_collection_threshold = snapshot.settings->garbage_collection_threshold;
   if (snapshot.settings->max_split_size >= 0) {
     settings.max_split_size = snapshot.settings->max_split_size;
   }
@@ -50,27 +52,88 @@ struct SegmentAtStart {
   bool small = false;
 };
 
-// The device's segments as they were at the first event: the dump's, less those the events
-// cudaMalloc'ed, plus those they cudaFree'd (a small segment is the 2 MiB one c10 makes for
-// requests up to 1 MiB, as the dump's segment_type says).
-std::map<std::int64_t, SegmentAtStart> segments_at_first_event(
-    const MemorySnapshot& snapshot, const SnapshotHistory& h,
-    const std::vector<SnapshotEvent>& events) {
-  std::map<std::int64_t, SegmentAtStart> segments;
+// A run of an expandable segment's mapped pages: [address, end).
+struct MappedRun {
+  std::int64_t end = 0;
+  std::int64_t stream = 0;
+  bool small = false;
+};
+using MappedRuns = std::map<std::int64_t, MappedRun>;  // by address
+
+// `runs` less [lo, hi): the parts of runs outside it stay.
+void erase_range(MappedRuns& runs, std::int64_t lo, std::int64_t hi) {
+  auto it = runs.lower_bound(lo);
+  if (it != runs.begin() && std::prev(it)->second.end > lo) --it;
+  while (it != runs.end() && it->first < hi) {
+    const auto [start, run] = *it;
+    it = runs.erase(it);
+    if (start < lo) runs[start] = {lo, run.stream, run.small};
+    if (run.end > hi) runs[hi] = {run.end, run.stream, run.small};
+  }
+}
+
+// The pool of an expandable segment's range at `address` of `stream`: that of the dump's run
+// nearest below it of the stream (the same address space: c10 reserves one per pool and stream),
+// else nearest above, else the large pool.
+bool small_pool_at(const MappedRuns& dump, std::int64_t address, std::int64_t stream) {
+  std::optional<bool> below;
+  std::optional<bool> above;
+  for (const auto& [start, run] : dump) {  // by address
+    if (run.stream != stream) continue;
+    if (start <= address) {
+      below = run.small;
+    } else if (!above) {
+      above = run.small;
+    }
+  }
+  return below.value_or(above.value_or(false));
+}
+
+// The device as it was at the first event: cudaMalloc'ed segments (the dump's, less those the
+// events cudaMalloc'ed, plus those they cudaFree'd), and expandable segments' mapped pages (the
+// dump's runs, less those the events mapped, plus those they unmapped). A small segment is the
+// 2 MiB one c10 makes for requests up to 1 MiB, as the dump's segment_type says.
+struct DeviceAtStart {
+  std::map<std::int64_t, SegmentAtStart> segments;  // by address
+  MappedRuns mapped;
+  // Per stream and pool, the lowest address an expandable segment is seen at: its start.
+  std::map<std::pair<std::int64_t, bool>, std::int64_t> expandable_base;
+};
+
+DeviceAtStart device_at_first_event(const MemorySnapshot& snapshot, const SnapshotHistory& h,
+                                    const std::vector<SnapshotEvent>& events) {
+  DeviceAtStart d;
   for (const SnapshotSegment& s : snapshot.segments) {
     if (s.device != h.device) continue;
     const bool small = s.segment_type.empty() ? s.total_size == sim::CachingAllocator::kSmallBuffer
                                               : s.segment_type == "small";
-    segments[s.address] = {s.total_size, s.stream, small};
-  }
-  for (std::size_t i = events.size(); i-- > 0;) {  // newest first
-    const SnapshotEvent& e = events[i];
-    if (e.action == "segment_alloc") segments.erase(e.address);
-    if (e.action == "segment_free") {
-      segments[e.address] = {e.size, e.stream, e.size == sim::CachingAllocator::kSmallBuffer};
+    if (s.expandable) {
+      d.mapped[s.address] = {s.address + std::max<std::int64_t>(s.total_size, 0), s.stream, small};
+    } else {
+      d.segments[s.address] = {s.total_size, s.stream, small};
     }
   }
-  return segments;
+  const MappedRuns dump = d.mapped;
+  const auto seen = [&](std::int64_t address, std::int64_t stream, bool small) {
+    auto [it, fresh] = d.expandable_base.try_emplace({stream, small}, address);
+    if (!fresh) it->second = std::min(it->second, address);
+  };
+  for (const auto& [address, run] : dump) seen(address, run.stream, run.small);
+  for (std::size_t i = events.size(); i-- > 0;) {  // newest first
+    const SnapshotEvent& e = events[i];
+    if (e.action == "segment_alloc") d.segments.erase(e.address);
+    if (e.action == "segment_free") {
+      d.segments[e.address] = {e.size, e.stream, e.size == sim::CachingAllocator::kSmallBuffer};
+    }
+    if ((e.action == "segment_map" || e.action == "segment_unmap") && plausible(e.size) &&
+        plausible(e.address)) {
+      const bool small = small_pool_at(dump, e.address, e.stream);
+      seen(e.address, e.stream, small);
+      erase_range(d.mapped, e.address, e.address + e.size);
+      if (e.action == "segment_unmap") d.mapped[e.address] = {e.address + e.size, e.stream, small};
+    }
+  }
+  return d;
 }
 
 // The blocks live before the first event, by address, with their block sizes: freed by an event
@@ -101,22 +164,16 @@ std::map<std::int64_t, std::int64_t> live_before(const std::vector<SnapshotEvent
 }
 
 // What this snapshot shows that the model does not do (the module comment).
-std::vector<std::string> unmodelled(const MemorySnapshot& snapshot, const SnapshotHistory& h,
-                                    std::size_t unplaced, std::size_t unheld) {
+std::vector<std::string> unmodelled(const MemorySnapshot& snapshot, std::size_t unplaced,
+                                    std::size_t unheld) {
   std::vector<std::string> out;
-  bool expandable = false;
-  for (const SnapshotSegment& s : snapshot.segments) {
-    expandable = expandable || (s.device == h.device && s.expandable);
+  if (snapshot.settings && snapshot.settings->garbage_collection_threshold > 0) {
+    out.push_back(fmt::format(
+        "garbage_collection_threshold {:g}: c10 collects only under a per-process memory "
+        "fraction, which a snapshot does not record; the replay's device is unlimited, so the "
+        "model never collects",
+        snapshot.settings->garbage_collection_threshold));
   }
-  if (snapshot.settings) {
-    const AllocatorSettings& a = *snapshot.settings;
-    expandable = expandable || a.expandable_segments;
-    if (a.garbage_collection_threshold > 0) {
-      out.push_back(fmt::format("garbage_collection_threshold {:g} (not modelled)",
-                                a.garbage_collection_threshold));
-    }
-  }
-  if (expandable) out.emplace_back("expandable segments (not modelled)");
   if (unheld > 0) {
     out.push_back(
         fmt::format("{} segments held at the first event of no size the model can hold "
@@ -141,9 +198,8 @@ class Replay {
   }
 
   // The segments held at the first event, and the blocks live then in them.
-  void seed(const std::map<std::int64_t, SegmentAtStart>& segments,
-            const std::map<std::int64_t, std::int64_t>& blocks) {
-    for (const auto& [address, s] : segments) {
+  void seed(const DeviceAtStart& device, const std::map<std::int64_t, std::int64_t>& blocks) {
+    for (const auto& [address, s] : device.segments) {
       const auto added = s.size > 0 && plausible(s.size) && plausible(address)
                              ? model_.add_segment(address, s.size, s.small, s.stream)
                              : std::nullopt;
@@ -152,7 +208,19 @@ class Replay {
       else
         ++unheld_;
     }
-    r_.seeded_segments = segment_at_.size();
+    for (const auto& [key, base] : device.expandable_base) {
+      if (plausible(base)) {
+        segment_at_[base] = model_.add_expandable_segment(base, key.second, key.first);
+      }
+    }
+    for (const auto& [address, run] : device.mapped) {
+      const auto base = device.expandable_base.find({run.stream, run.small});
+      const bool mapped =
+          base != device.expandable_base.end() && plausible(base->second) && plausible(run.end) &&
+          model_.map(segment_at_[base->second], address - base->second, run.end - address);
+      if (!mapped) ++unheld_;
+    }
+    r_.seeded_segments = model_.segment_count();
     for (const auto& [address, size] : blocks) {
       if (!plausible(size)) {
         ++r_.failed_allocs;
@@ -181,8 +249,8 @@ class Replay {
       const SnapshotEvent& e = events[i];
       if (e.action == "segment_alloc" || e.action == "segment_map") reserved += e.size;
       if (e.action == "segment_free" || e.action == "segment_unmap") reserved -= e.size;
-      if (e.action == "segment_alloc") {
-        cudamalloc_ = e.address;
+      if (e.action == "segment_alloc" || (e.action == "segment_map" && !new_memory_at_)) {
+        new_memory_at_ = e.address;  // (a request maps its lowest pages first)
       } else if (e.action == "alloc") {
         allocate(e, i);
       } else if (e.action == "free_completed") {
@@ -195,6 +263,8 @@ class Replay {
           if (!model_.release_segment(it->second)) ++r_.segments_kept;
           segment_at_.erase(it);
         }
+      } else if (e.action == "segment_unmap") {
+        unmap(e);
       } else if (e.action == "oom") {
         ++r_.ooms;
         if (e.device_free && plausible(e.size) &&
@@ -204,21 +274,22 @@ class Replay {
           r_.first_oom_served = i;
         }
       }
-      // (After a segment_alloc the model has not made the segment yet: it does at the alloc.)
-      if (!r_.first_reserved_mismatch && e.action != "segment_alloc" &&
+      // (After a segment_alloc or _map the model has not taken the memory yet: it does at the
+      // alloc.)
+      if (!r_.first_reserved_mismatch && e.action != "segment_alloc" && e.action != "segment_map" &&
           model_.reserved_bytes() != reserved) {
         r_.first_reserved_mismatch = i;
       }
     }
   }
 
-  AllocatorReplay result(const MemorySnapshot& snapshot, const SnapshotHistory& history) {
+  AllocatorReplay result(const MemorySnapshot& snapshot) {
     r_.reserved_at_end = model_.reserved_bytes();
     r_.allocated_at_end = model_.live_bytes();
     r_.peak_reserved = model_.peak_reserved_bytes();
     r_.peak_allocated = model_.peak_live_bytes();
     r_.segments_at_end = model_.segment_count();
-    r_.differences = unmodelled(snapshot, history, unplaced_, unheld_);
+    r_.differences = unmodelled(snapshot, unplaced_, unheld_);
     return r_;
   }
 
@@ -227,7 +298,7 @@ class Replay {
  private:
   void allocate(const SnapshotEvent& e, std::size_t i) {
     ++r_.allocations;
-    const std::int64_t at = cudamalloc_ && plausible(*cudamalloc_) ? *cudamalloc_ : -1;
+    const std::int64_t at = new_memory_at_ && plausible(*new_memory_at_) ? *new_memory_at_ : -1;
     const auto placed = plausible(e.size) ? model_.allocate(e.size, e.stream, at) : std::nullopt;
     if (placed) {
       handles_[e.address] = placed->handle;
@@ -236,13 +307,23 @@ class Replay {
       } else if (!r_.first_misplaced) {
         r_.first_misplaced = i;
       }
-      if (model_.segment_created() && cudamalloc_) {
-        segment_at_[*cudamalloc_] = *model_.segment_created();
+      if (model_.segment_created() && new_memory_at_) {
+        segment_at_[*new_memory_at_] = *model_.segment_created();
       }
     } else {
       ++r_.failed_allocs;
     }
-    cudamalloc_.reset();
+    new_memory_at_.reset();
+  }
+
+  // The program's empty_cache (or c10's, before a retry) unmapped these pages: the model unmaps
+  // them too where they are free in it.
+  void unmap(const SnapshotEvent& e) {
+    const auto s = plausible(e.address) && plausible(e.size) ? model_.segment_holding(e.address)
+                                                             : std::nullopt;
+    if (!s || model_.unmap(*s, e.address - model_.segment_address(*s), e.size) < e.size) {
+      ++r_.segments_kept;
+    }
   }
 
   sim::CachingAllocator model_;
@@ -250,9 +331,10 @@ class Replay {
   // The real segments by address and the model's, for the program's cudaFree (empty_cache).
   std::map<std::int64_t, sim::CachingAllocator::Segment> segment_at_;
   std::map<std::int64_t, sim::CachingAllocator::Handle> handles_;  // address -> live block
-  std::optional<std::int64_t> cudamalloc_;  // the last segment_alloc, until an alloc takes it
-  std::size_t unheld_ = 0;                  // segments of no size the model can hold
-  std::size_t unplaced_ = 0;                // blocks in no segment of the first event
+  // The last segment_alloc (or first segment_map) before an alloc: where its new memory is.
+  std::optional<std::int64_t> new_memory_at_;
+  std::size_t unheld_ = 0;    // segments of no size the model can hold
+  std::size_t unplaced_ = 0;  // blocks in no segment of the first event
 };
 
 }  // namespace
@@ -263,10 +345,10 @@ AllocatorReplay replay_allocator(const MemorySnapshot& snapshot, const SnapshotH
   const std::vector<SnapshotEvent>& events =
       device < snapshot.device_traces.size() ? snapshot.device_traces[device] : kNone;
   Replay replay(snapshot, history);
-  replay.seed(segments_at_first_event(snapshot, history, events),
+  replay.seed(device_at_first_event(snapshot, history, events),
               live_before(events, snapshot, history, replay.model()));
   replay.play(events, history.reserved_at_first_event);
-  return replay.result(snapshot, history);
+  return replay.result(snapshot);
 }
 
 }  // namespace memplan::importers

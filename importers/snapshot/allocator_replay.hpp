@@ -15,9 +15,15 @@
 // max_split_size and roundup_power2_divisions. The device is as large as the model's address space
 // (2^50 bytes): a snapshot records no capacity.
 //
-// What the model does not do, each said in `differences` when the snapshot shows it: expandable
-// segments and a garbage-collection threshold; blocks live before the first event in no segment
-// of that time (an inconsistent snapshot) are placed by the model.
+// Expandable segments: each pool's and stream's address space starts at the lowest address the
+// dump or the events show for it, with the pages mapped at the first event (the dump's runs, less
+// what the events mapped, plus what they unmapped); each `segment_unmap` unmaps the same pages
+// where the model has them free.
+//
+// What the model does not do, each said in `differences` when the snapshot shows it: a
+// garbage-collection threshold (c10 collects only under a memory fraction, which a snapshot does
+// not record); blocks live before the first event in no segment of that time (an inconsistent
+// snapshot) are placed by the model.
 #include <cstdint>
 #include <optional>
 #include <string>

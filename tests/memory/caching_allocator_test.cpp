@@ -312,3 +312,177 @@ TEST_CASE("a replay starts from given segments and blocks and gives segments bac
   REQUIRE(after);
   CHECK(memory.segment_address(after->segment) == (Offset{5} << 30) + 26 * kMiB);
 }
+
+namespace {
+CachingAllocator expandable(CachingAllocator::Size capacity) {
+  CachingAllocator::Settings settings;
+  settings.expandable_segments = true;
+  return CachingAllocator(capacity, settings);
+}
+}  // namespace
+
+TEST_CASE("expandable segments: one segment per pool grows by 20 MiB pages into its free tail",
+          "[sim][caching][expandable]") {
+  // 100 MiB: the large pool's segment reserves 1 1/8 of it in 20 MiB pages, 6 (120 MiB).
+  CachingAllocator memory = expandable(100 * kMiB);
+  // 3 MiB: a new segment, its first page mapped; split (a rest of 512 bytes or more is split in
+  // either pool here), 17 MiB cached after it.
+  const auto a = memory.allocate(3 * kMiB);
+  REQUIRE(a);
+  CHECK(a->offset == 0);
+  CHECK(memory.segment_bytes(a->segment) == 120 * kMiB);
+  CHECK_FALSE(memory.segment_created());  // no cudaMalloc
+  CHECK(memory.reserved_bytes() == 20 * kMiB);
+  // 25 MiB: no cached block holds it; the free 17 MiB at 3 MiB and the unmapped pages after it
+  // do: one more page is mapped ([20, 40) MiB) and merges with it, the block is [3, 28) MiB and
+  // 12 MiB stay cached. (Without expandable segments: a new segment of 26 MiB, 46 MiB reserved.)
+  const auto b = memory.allocate(25 * kMiB);
+  REQUIRE(b);
+  CHECK(b->segment == a->segment);
+  CHECK(b->offset == 3 * kMiB);
+  CHECK(memory.reserved_bytes() == 40 * kMiB);
+  CHECK(memory.segment_count() == 1);
+  // 1 MiB + 512 (large): best fit is the cached 12 MiB; its rest is split off however small.
+  const auto c = memory.allocate(kMiB + 512);
+  REQUIRE(c);
+  CHECK(c->offset == 28 * kMiB);
+  CHECK(c->size == kMiB + 512);
+}
+
+TEST_CASE("expandable segments: best fit takes a block that fits before the growable tail",
+          "[sim][caching][expandable]") {
+  CachingAllocator memory = expandable(100 * kMiB);
+  // 15 MiB at [0, 15) MiB of the first page; 13 MiB: the free 5 MiB at 15 MiB and one more page,
+  // [15, 28) MiB, 12 MiB cached at [28, 40) with the unmapped pages after it.
+  const auto a = memory.allocate(15 * kMiB);
+  const auto b = memory.allocate(13 * kMiB);
+  REQUIRE((a && b));
+  CHECK(b->offset == 15 * kMiB);
+  memory.release(a->handle);  // cached: [0, 15) MiB
+  // 10 MiB: the smallest cached block that holds it is the 12 MiB tail, but the tail counts as
+  // large as it can grow (12 + 80 MiB); the 15 MiB block at 0 counts as 15 and is taken.
+  const auto c = memory.allocate(10 * kMiB);
+  REQUIRE(c);
+  CHECK(c->offset == 0);
+  CHECK(memory.reserved_bytes() == 40 * kMiB);
+}
+
+TEST_CASE("expandable segments: out of memory unmaps the free pages and maps them where needed",
+          "[sim][caching][expandable]") {
+  // 60 MiB: 4 pages of address space (67.5 MiB rounded up to 20 MiB pages).
+  CachingAllocator memory = expandable(60 * kMiB);
+  const auto a = memory.allocate(30 * kMiB);  // pages [0, 40) MiB; [30, 40) cached
+  const auto b = memory.allocate(15 * kMiB);  // + page [40, 60): b is [30, 45), [45, 60) cached
+  REQUIRE((a && b));
+  CHECK(b->offset == 30 * kMiB);
+  CHECK(memory.reserved_bytes() == 60 * kMiB);
+  memory.release(a->handle);  // cached: [0, 30) and [45, 60)
+  // 35 MiB: [45, 60) and the last page [60, 80) hold it, but a fourth page passes 60 MiB. The
+  // whole free pages are unmapped ([0, 20); [20, 40) and [40, 60) hold parts of b) and the
+  // request is tried again: [0, 20) with the free [20, 30) is too small, page [60, 80) is mapped.
+  const auto c = memory.allocate(35 * kMiB);
+  REQUIRE(c);
+  CHECK(c->offset == 45 * kMiB);
+  CHECK(c->size == 35 * kMiB);
+  CHECK(memory.reserved_bytes() == 60 * kMiB);
+  CHECK(memory.peak_reserved_bytes() == 60 * kMiB);
+  CHECK(memory.segment_count() == 1);  // mapped: [20, 80) MiB, one run
+  // Now nothing is free but [20, 30): 11 MiB fails, the segment has no room left for it.
+  CHECK_FALSE(memory.allocate(11 * kMiB));
+}
+
+TEST_CASE("expandable segments in a replay: pages mapped and unmapped as recorded",
+          "[sim][caching][expandable][replay]") {
+  CachingAllocator memory = expandable(1024 * kMiB);
+  const auto s = memory.add_expandable_segment(Offset{1} << 40, false, 0);
+  CHECK(memory.segment_address(s) == Offset{1} << 40);
+  CHECK(memory.segment_holding((Offset{1} << 40) + 5 * kMiB) == s);
+  CHECK_FALSE(memory.segment_holding(5 * kMiB));
+  CHECK(memory.map(s, 0, 40 * kMiB));
+  CHECK_FALSE(memory.map(s, 20 * kMiB, 20 * kMiB));  // mapped already
+  CHECK_FALSE(memory.map(s, 50 * kMiB, 20 * kMiB));  // not on a page
+  CHECK(memory.reserved_bytes() == 40 * kMiB);
+  const auto live = memory.place(s, 0, 10 * kMiB);
+  REQUIRE(live);
+  // Unmapping [0, 40): the page [0, 20) holds the live block and stays.
+  CHECK(memory.unmap(s, 0, 40 * kMiB) == 20 * kMiB);
+  CHECK(memory.reserved_bytes() == 20 * kMiB);
+  CHECK(memory.segment_count() == 1);
+  CHECK(memory.map(s, 60 * kMiB, 20 * kMiB));
+  CHECK(memory.segment_count() == 2);  // [0, 20) and [60, 80): two runs, two segments
+  // 15 MiB: best fit is the 20 MiB at 60 (the 10 MiB at 10 is too small).
+  const auto next = memory.allocate(15 * kMiB);
+  REQUIRE(next);
+  CHECK(next->offset == 60 * kMiB);
+}
+
+TEST_CASE("garbage collection gives back the cached segments idle longest, past its threshold",
+          "[sim][caching][gc]") {
+  CachingAllocator::Settings settings;
+  settings.garbage_collection_threshold = 0.5;  // of 200 MiB: 100 MiB
+  CachingAllocator memory(200 * kMiB, settings);
+  // Requests to the large pool count the ages: a (1st) and b (2nd) take segments of 30 and
+  // 24 MiB; a is cached after the 2nd request, x (3rd, 40 MiB: a segment, 94 MiB reserved), b
+  // cached after the 3rd, y (4th, 50 MiB: 144 MiB reserved), x cached after the 4th.
+  const auto a = memory.allocate(30 * kMiB);
+  const auto b = memory.allocate(24 * kMiB);
+  REQUIRE((a && b));
+  memory.release(a->handle);
+  const auto x = memory.allocate(40 * kMiB);
+  REQUIRE(x);
+  CHECK(memory.segments_released().empty());  // 54 MiB reserved: under the threshold
+  memory.release(b->handle);
+  const auto y = memory.allocate(50 * kMiB);
+  REQUIRE(y);
+  CHECK(memory.segments_released().empty());  // 94 MiB: under it
+  memory.release(x->handle);
+  CHECK(memory.reserved_bytes() == 144 * kMiB);
+  // z (5th, 60 MiB), served by no cached block: 44 MiB over the threshold. Ages: b 5 - 3 = 2,
+  // a 5 - 2 = 3, x 5 - 4 = 1; average 2. In the pool's order (by size): b (24 MiB, 2 >= 2) and
+  // a (30 MiB, 3 >= 2) are given back, 54 MiB; x (1 < 2) stays. Then z's segment: 150 MiB.
+  // (Without collection: 204 MiB would pass the capacity, all three go, 170 MiB.)
+  const auto z = memory.allocate(60 * kMiB);
+  REQUIRE(z);
+  CHECK(memory.segments_released() == std::vector{b->segment, a->segment});
+  CHECK(memory.reserved_bytes() == 150 * kMiB);
+  CHECK(memory.segment_count() == 3);
+}
+
+TEST_CASE("random requests with expandable segments keep blocks apart, in the mapped capacity",
+          "[sim][caching][expandable][property]") {
+  for (const std::uint32_t seed : {1U, 2U, 3U, 4U, 5U}) {
+    std::mt19937 rng(seed);
+    const CachingAllocator::Size capacity = 256 * kMiB;
+    CachingAllocator memory = expandable(capacity);
+    std::vector<CachingAllocator::Placed> live;
+    std::uniform_int_distribution<int> kind(0, 9);
+    std::size_t refused = 0;
+    for (int step = 0; step < 3000; ++step) {
+      if (!live.empty() && kind(rng) < 4) {
+        const auto i = std::uniform_int_distribution<std::size_t>(0, live.size() - 1)(rng);
+        memory.release(live[i].handle);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      const int magnitude = std::uniform_int_distribution<int>(8, 25)(rng);
+      const auto placed = memory.allocate(std::uniform_int_distribution<CachingAllocator::Size>(
+          1, CachingAllocator::Size{1} << magnitude)(rng));
+      CHECK(memory.reserved_bytes() <= capacity);
+      CHECK(memory.reserved_bytes() % (2 * kMiB) == 0);  // whole pages
+      if (!placed) {
+        ++refused;
+        continue;
+      }
+      CHECK(placed->offset + placed->size <= memory.segment_bytes(placed->segment));
+      for (const CachingAllocator::Placed& l : live) {
+        if (l.segment != placed->segment) continue;
+        REQUIRE((placed->offset + placed->size <= l.offset || l.offset + l.size <= placed->offset));
+      }
+      live.push_back(*placed);
+      CHECK(memory.live_bytes() <= memory.reserved_bytes());
+    }
+    CHECK(refused > 0);  // the capacity was reached: unmapping was exercised
+    for (const CachingAllocator::Placed& l : live) memory.release(l.handle);
+    CHECK(memory.live_bytes() == 0);
+  }
+}

@@ -158,3 +158,68 @@ TEST_CASE("an out-of-memory event is checked against the model with the free mem
   CHECK(r.ooms_reproduced == 1);
   CHECK(r.first_oom_served == std::optional<std::size_t>(3));
 }
+
+TEST_CASE("expandable segments replay as worked out, whole or with the ring buffer's start lost",
+          "[importers][snapshot][expandable]") {
+  // expandable_segments:True, the large pool's address space at B. As c10 writes it: 3 MiB maps
+  // the first 20 MiB page and takes [0, 3) MiB; 25 MiB maps the next page, [20, 40), and takes the
+  // free [3, 20) with it, [3, 28); the 3 MiB block is freed; 10 MiB takes the free [28, 40) (the
+  // smallest that holds it, where the 3 MiB block does not); the 25 MiB block is freed, [0, 28)
+  // free; empty_cache unmaps the one page wholly free, [0, 20). At the dump one run of mapped
+  // pages, [20, 40), with the 10 MiB block at 28 MiB.
+  constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+  constexpr std::int64_t kB = std::int64_t{1} << 40;
+  MemorySnapshot s;
+  s.settings = AllocatorSettings{};
+  s.settings->expandable_segments = true;
+  SnapshotSegment run;
+  run.address = kB + 20 * kMiB;
+  run.total_size = 20 * kMiB;
+  run.segment_type = "large";
+  run.expandable = true;
+  run.blocks = {{kB + 20 * kMiB, 8 * kMiB, 0, "inactive"},
+                {kB + 28 * kMiB, 10 * kMiB, 10 * kMiB, "active_allocated"},
+                {kB + 38 * kMiB, 2 * kMiB, 0, "inactive"}};
+  s.segments = {run};
+  const std::vector<SnapshotEvent> events = {
+      {"segment_map", kB, 20 * kMiB, 0, {}, {}, {}},
+      {"alloc", kB, 3 * kMiB, 0, {}, {}, {}},
+      {"segment_map", kB + 20 * kMiB, 20 * kMiB, 0, {}, {}, {}},
+      {"alloc", kB + 3 * kMiB, 25 * kMiB, 0, {}, {}, {}},
+      {"free_requested", kB, 3 * kMiB, 0, {}, {}, {}},
+      {"free_completed", kB, 3 * kMiB, 0, {}, {}, {}},
+      {"alloc", kB + 28 * kMiB, 10 * kMiB, 0, {}, {}, {}},
+      {"free_requested", kB + 3 * kMiB, 25 * kMiB, 0, {}, {}, {}},
+      {"free_completed", kB + 3 * kMiB, 25 * kMiB, 0, {}, {}, {}},
+      {"segment_unmap", kB, 20 * kMiB, 0, {}, {}, {}}};
+  SECTION("every event") {
+    // Nothing mapped at the first event; the model's address space starts at B (the lowest
+    // address the events and the dump show for it) and maps, places and unmaps as c10 did.
+    s.device_traces = {events};
+    const AllocatorReplay r = replay_allocator(s, snapshot_histories(s)[0]);
+    CHECK(r.seeded_segments == 0);
+    CHECK(r.allocations == 3);
+    CHECK(r.placed_as_recorded == 3);
+    CHECK_FALSE(r.first_reserved_mismatch);
+    CHECK(r.peak_reserved == 40 * kMiB);
+    CHECK(r.reserved_at_end == 20 * kMiB);
+    CHECK(r.allocated_at_end == 10 * kMiB);
+    CHECK(r.segments_at_end == 1);
+    CHECK(r.segments_kept == 0);
+    CHECK(r.differences.empty());
+  }
+  SECTION("the ring buffer lost the first four") {
+    // At the first event: [20, 40) mapped (the dump's run) and [0, 20) (unmapped later), one run
+    // [0, 40); the 3 MiB block (freed, never allocated in the events) and the 25 MiB one live.
+    s.device_traces = {std::vector<SnapshotEvent>(events.begin() + 4, events.end())};
+    const AllocatorReplay r = replay_allocator(s, snapshot_histories(s)[0]);
+    CHECK(r.seeded_segments == 1);
+    CHECK(r.seeded_blocks == 2);
+    CHECK(r.allocations == 1);
+    CHECK(r.placed_as_recorded == 1);
+    CHECK_FALSE(r.first_reserved_mismatch);
+    CHECK(r.reserved_at_end == 20 * kMiB);
+    CHECK(r.segments_at_end == 1);
+    CHECK(r.segments_kept == 0);
+  }
+}
