@@ -26,6 +26,8 @@
 #include "cli/python_runner.hpp"
 #include "core/input_error.hpp"
 #include "host_backend/host_backend.hpp"
+#include "io/memory_snapshot_export.hpp"
+#include "io/output_file.hpp"
 #include "io/plan_io.hpp"
 #include "io/timeline_export.hpp"
 #include "io/trace_io.hpp"
@@ -45,6 +47,7 @@ struct ValidateOptions {
   bool calibrate = false;
   bool no_host_check = false;  // --backend cuda: skip the run on the host backend
   bool quiet = false;
+  std::string snapshot_out;
   std::uint64_t seed = 1;
   // --backend torch: the captured model, rebuilt as `memplan capture` built it, and its step.
   std::string model, input = "224x224", optimizer = "sgd", step;
@@ -64,6 +67,13 @@ struct ValidateOptions {
 //   --json, --quiet                     the report's form; the torch run shows no progress.
 // Refused (one line, exit 2): --calibrate and --host-bandwidth, which would change nothing.
 void refuse_flags_torch_ignores(const ValidateOptions& o) {
+  if (!o.snapshot_out.empty()) {
+    throw sim::InputError("--snapshot-out",
+                          "writes the device allocator's events of a host or CUDA backend run; "
+                          "--backend torch measures the tensors saved for backward (record the "
+                          "PyTorch run's own snapshot with "
+                          "torch.cuda.memory._record_memory_history)");
+  }
   if (o.calibrate) {
     throw sim::InputError("--calibrate",
                           "measures op and copy costs on the host or CUDA backend; --backend torch "
@@ -271,6 +281,11 @@ int exit_status_of(const Measured& m, const sim::Program& program, const sim::Wo
 }
 
 int validate(const ValidateOptions& o) {
+  if (o.snapshot_out == "-") {  // the report goes to standard output
+    throw sim::InputError("--snapshot-out", "a pickle: give a file, not standard output");
+  }
+  sim::check_outputs({{o.snapshot_out, "--snapshot-out"}},
+                     {{o.trace, "TRACE"}, {o.plan.plan, "--plan"}});
   const std::unique_ptr<runtime::Backend> backend = make_backend(o.backend);
   const sim::Workload workload = sim::read_trace(o.trace);
   sim::require_sizes(workload, o.trace);
@@ -287,6 +302,12 @@ int validate(const ValidateOptions& o) {
     print_json(o, plan, m);
   } else {
     print_text(o, backend->name(), plan, m);
+  }
+  // What the backend's allocator did, whenever the run went to the end (a peak that differs from
+  // the prediction is what one opens it to see); none after an out-of-memory stop.
+  if (m.report.measured_feasible && !o.snapshot_out.empty()) {
+    sim::write_outputs({{o.snapshot_out, sim::memory_snapshot_pickle(
+                                             m.report.measured, predicted.program, workload)}});
   }
   return exit_status_of(m, predicted.program, workload);
 }
@@ -321,6 +342,9 @@ void add_validate_command(CLI::App& app, int& exit_status) {
                 "--backend cuda: do not run the in-core step on the host backend (CPU) to compare "
                 "the GPU's gradients with (it can take minutes on a large step)");
   cmd->add_flag("--json", options->json, "print one JSON object");
+  cmd->add_option("--snapshot-out", options->snapshot_out,
+                  "write the device memory of the run the backend measured as a PyTorch memory "
+                  "snapshot (host, cuda; when the run went to the end)");
   add_quiet_flag(*cmd, options->quiet);
   cmd->callback([options, cmd, &exit_status] {
     if (options->no_host_check && options->backend != "cuda") {

@@ -35,6 +35,15 @@ void ArenaDevice::begin_run(const sim::Workload& workload, const sim::Program& p
   place_.assign(program.buffers.size(), Place{});
   live_ = 0;
   peak_ = 0;
+  events_.clear();
+  run_start_ = std::chrono::steady_clock::now();
+}
+
+void ArenaDevice::log_event(sim::AllocatorEvent event) {
+  event.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - run_start_)
+                      .count();
+  events_.push_back(event);
 }
 
 std::byte* ArenaDevice::data(sim::BufferId buffer) const {
@@ -44,15 +53,18 @@ std::byte* ArenaDevice::data(sim::BufferId buffer) const {
 }
 
 void ArenaDevice::follow_segments() {
+  using Kind = sim::AllocatorEvent::Kind;
   for (const sim::DeviceMemory::Segment s : memory_.segments_released()) {
     const auto i = static_cast<std::size_t>(s);
     unmap_segment(segment_base_[i], memory_.segment_bytes(s));
     segment_base_[i] = nullptr;
+    log_event({.kind = Kind::kSegmentFree, .segment = s});
   }
   if (const auto s = memory_.segment_created()) {
     const auto i = static_cast<std::size_t>(*s);
     if (segment_base_.size() <= i) segment_base_.resize(i + 1, nullptr);
     segment_base_[i] = map_segment(memory_.segment_bytes(*s));
+    log_event({.kind = Kind::kSegmentAlloc, .segment = *s, .bytes = memory_.segment_bytes(*s)});
   }
 }
 
@@ -64,7 +76,12 @@ bool ArenaDevice::allocate(sim::BufferId buffer) {
   if (!placed) return false;
   MEMPLAN_CHECK(placed->offset + buf.bytes <= memory_.segment_bytes(placed->segment),
                 "a block stays within its segment");
-  place_[b] = {placed->segment, placed->offset, placed->handle};
+  place_[b] = {placed->segment, placed->offset, placed->handle, placed->size};
+  log_event({.kind = sim::AllocatorEvent::Kind::kAlloc,
+             .buffer = buffer,
+             .segment = placed->segment,
+             .offset = placed->offset,
+             .bytes = placed->size});
   live_ += buf.bytes;
   peak_ = std::max(peak_, live_);
   if (buf.initial) {
@@ -79,6 +96,11 @@ void ArenaDevice::free(sim::BufferId buffer) {
   // Stream-ordered: later work that reuses these bytes is enqueued after every use of them on
   // the compute stream, and copy streams' uses are fenced by events before the free.
   memory_.release(place_[b].handle);
+  log_event({.kind = sim::AllocatorEvent::Kind::kFree,
+             .buffer = buffer,
+             .segment = place_[b].segment,
+             .offset = place_[b].offset,
+             .bytes = place_[b].bytes});
   place_[b] = Place{};
   live_ -= program_->buffers[b].bytes;
 }

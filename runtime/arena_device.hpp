@@ -11,6 +11,7 @@
 // allocated (Buffer::initial), finds a tensor's resident buffer for tensor_bytes, says which kRun
 // outputs are captured, and checks an encode/decode instruction against its buffer before a backend
 // runs it.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -26,6 +27,7 @@ class ArenaDevice : public Device {
   [[nodiscard]] bool allocate(sim::BufferId buffer) final;
   void free(sim::BufferId buffer) final;
   [[nodiscard]] MemoryStats memory_stats() const final;
+  [[nodiscard]] std::vector<sim::AllocatorEvent> allocator_events() const final { return events_; }
   [[nodiscard]] sim::DeviceMemory::Shortfall shortfall(sim::Bytes bytes) const final {
     return memory_.shortfall(bytes);
   }
@@ -89,15 +91,19 @@ class ArenaDevice : public Device {
     sim::DeviceMemory::Segment segment = -1;  // -1: not allocated
     sim::DeviceMemory::Offset offset = 0;
     sim::DeviceMemory::Handle handle = 0;
+    sim::Bytes bytes = 0;  // the block as the allocator handed it out
   };
   /// Maps and unmaps what the last allocate took and gave back.
   void follow_segments();
+  void log_event(sim::AllocatorEvent event);
 
   sim::DeviceMemory memory_;
   std::vector<std::byte*> segment_base_;  // per segment, nullptr while not mapped
   std::vector<Place> place_;              // per buffer
   sim::Bytes live_ = 0;
   sim::Bytes peak_ = 0;
+  std::vector<sim::AllocatorEvent> events_;  // since begin_run
+  std::chrono::steady_clock::time_point run_start_;
 };
 
 }  // namespace memplan::runtime

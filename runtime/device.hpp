@@ -60,6 +60,10 @@ class Device {
   /// prepare). Valid after synchronize.
   [[nodiscard]] virtual std::vector<sim::Span> measured_spans() const = 0;
   [[nodiscard]] virtual MemoryStats memory_stats() const = 0;
+  /// The device allocator's events since prepare, in order, each at the host clock's time of the
+  /// call since prepare (as c10 stamps its trace entries), `op` left kNoOp (run_program names
+  /// it): what `memplan validate --snapshot-out` writes. Empty for a device that keeps none.
+  [[nodiscard]] virtual std::vector<sim::AllocatorEvent> allocator_events() const { return {}; }
   /// Why a request of `bytes` fails now (sim::DeviceMemory::shortfall); by default, an arena's
   /// account from memory_stats (the request aligned, less the largest free block).
   [[nodiscard]] virtual sim::DeviceMemory::Shortfall shortfall(sim::Bytes bytes) const {

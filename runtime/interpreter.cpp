@@ -53,11 +53,13 @@ class Enqueuer {
           return sim::Step::kStop;
         }
         live_[index(in.buffer)] = 1;
+        memory_ops_.push_back(in.op);
         break;
       case sim::InstrKind::kFree:
         MEMPLAN_CHECK(stream == sim::StreamId::kCompute, "memory operations are on compute");
         device_.free(in.buffer);
         live_[index(in.buffer)] = 0;
+        memory_ops_.push_back(in.op);
         break;
       case sim::InstrKind::kCollective:
         MEMPLAN_CHECK(false, "run_program refuses programs with side streams");
@@ -65,6 +67,9 @@ class Enqueuer {
     }
     return sim::Step::kNext;
   }
+
+  /// The op each allocation and free the device made serves, in their order.
+  [[nodiscard]] const std::vector<sim::OpId>& memory_ops() const { return memory_ops_; }
 
  private:
   void out_of_memory(const sim::Instruction& in) {
@@ -80,7 +85,28 @@ class Enqueuer {
   const sim::Program& program_;
   sim::Timeline& tl_;
   std::vector<std::uint8_t> live_;  // per buffer
+  std::vector<sim::OpId> memory_ops_;
 };
+
+/// The device's allocator events with the op each serves: an allocation's or free's from the
+/// instruction that made it (`ops`, in order), a segment's from the allocation it was taken or
+/// given back for (the next one).
+std::vector<sim::AllocatorEvent> name_ops(std::vector<sim::AllocatorEvent> events,
+                                          const std::vector<sim::OpId>& ops) {
+  using Kind = sim::AllocatorEvent::Kind;
+  std::size_t next = 0;
+  for (sim::AllocatorEvent& e : events) {
+    if (e.kind == Kind::kAlloc || e.kind == Kind::kFree) {
+      if (next < ops.size()) e.op = ops[next++];
+    }
+  }
+  sim::OpId following = sim::kNoOp;
+  for (auto it = events.rbegin(); it != events.rend(); ++it) {
+    if (it->kind == Kind::kAlloc) following = it->op;
+    if (it->kind == Kind::kSegmentAlloc || it->kind == Kind::kSegmentFree) it->op = following;
+  }
+  return events;
+}
 
 /// Moves the measured spans so that the step starts at 0 with its first instruction that takes
 /// time, as in the simulator (setting up, filling inputs and weights, is not part of it), and
@@ -130,6 +156,7 @@ sim::Timeline run_program(Device& device, const sim::Workload& workload,
   const MemoryStats stats = device.memory_stats();
   tl.peak_bytes = stats.peak_bytes;
   tl.peak_reserved_bytes = stats.peak_reserved_bytes;
+  tl.allocator_events = name_ops(device.allocator_events(), enqueuer.memory_ops());
   return tl;
 }
 

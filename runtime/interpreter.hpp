@@ -15,7 +15,9 @@ namespace memplan::runtime {
 
 /// Runs `program` (lowered from `workload`) on `device` to the end and returns what happened:
 /// spans with measured times (0 = the start of the first instruction that takes time), iteration
-/// time, peaks, and an OomReport when an allocation did not fit under the device's cap.
+/// time, peaks, the device allocator's events (with the host clock's time of each call since the
+/// run's start, and the op each serves; none for a device that keeps none), and an OomReport when
+/// an allocation did not fit under the device's cap.
 sim::Timeline run_program(Device& device, const sim::Workload& workload,
                           const sim::Program& program);
 

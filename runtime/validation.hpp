@@ -157,6 +157,9 @@ struct ValidationReport {
   /// Bytes of sparse maps denser than planned that went to host memory (Device::spilled_bytes).
   sim::Bytes spilled_bytes = 0;
   bool calibrated = false;
+  /// The compared run as the backend ran it (run_program's timeline: its allocator events are
+  /// what `validate --snapshot-out` writes); empty when it did not run to the end.
+  sim::Timeline measured;
 
   /// (measured - predicted) / predicted iteration time, in percent.
   [[nodiscard]] double iteration_error_percent() const;

@@ -5,6 +5,7 @@
 // one line and exit 2, never dropped (--backend torch's what-if flags act:
 // tests/cli/capture_command_test.cpp).
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/basic_plans.hpp"
+#include "importers/snapshot/memory_snapshot.hpp"
 #include "io/input_stream.hpp"
 #include "io/plan_io.hpp"
 #include "io/trace_io.hpp"
@@ -277,4 +279,71 @@ TEST_CASE("validate refuses a flag its backend would ignore: one line naming it,
     CHECK(r.err.find("only for --backend cuda") != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
+}
+
+TEST_CASE("validate --snapshot-out writes what the backend's allocator did as a PyTorch snapshot",
+          "[cli][validate][snapshot]") {
+  // #38 item 4 for a run for real: the host backend's allocator events, stamped with the host
+  // clock as c10 stamps its own, read back by memplan's snapshot reader: the live bytes over the
+  // trace peak at the peak the run measured, the times never go back, and the events are the
+  // simulator's (`simulate --snapshot-out` of the same plan) call for call: the same actions at
+  // the same addresses and sizes, naming the same buffers and ops.
+  const std::string dir = memplan::test::temp_dir();
+  for (const char* allocator : {"arena", "caching"}) {
+    CAPTURE(allocator);
+    const std::string measured = dir + "/" + allocator + ".pickle";
+    const std::string predicted = dir + "/" + allocator + "-predicted.pickle";
+    const std::string flags = fmt::format("{} --policy swap-all --allocator {} --memory 64MiB",
+                                          trace("resnet_tiny"), allocator);
+    const auto run =
+        run_memplan(fmt::format("validate {} --json --snapshot-out '{}'", flags, measured));
+    REQUIRE(run.exit_status == 0);
+    REQUIRE(
+        run_memplan(fmt::format("simulate {} --snapshot-out '{}'", flags, predicted)).exit_status ==
+        0);
+    const auto v = nlohmann::json::parse(run.out);
+    const auto read = run_memplan("import snapshot '" + measured + "' --json");
+    REQUIRE(read.exit_status == 0);
+    const auto d = nlohmann::json::parse(read.out).at("devices").at(0);
+    CHECK(d.at("peak_live_bytes") == v.at("peak_bytes_measured"));
+    CHECK(d.at("peak_reserved_bytes") == v.at("peak_reserved_bytes_measured"));
+    const auto m = memplan::importers::read_memory_snapshot(measured);
+    const auto p = memplan::importers::read_memory_snapshot(predicted);
+    REQUIRE(m.device_traces.size() == 1);
+    REQUIRE(m.device_traces[0].size() == p.device_traces[0].size());
+    double last = 0;
+    for (std::size_t i = 0; i < m.device_traces[0].size(); ++i) {
+      const auto& e = m.device_traces[0][i];
+      const auto& want = p.device_traces[0][i];
+      REQUIRE(e.time_us);
+      CHECK(*e.time_us >= last);
+      last = *e.time_us;
+      CHECK(e.action == want.action);
+      CHECK(e.address == want.address);
+      CHECK(e.size == want.size);
+      REQUIRE(e.frames.size() == want.frames.size());
+      for (std::size_t f = 0; f < e.frames.size(); ++f) {
+        CHECK(e.frames[f].name == want.frames[f].name);
+      }
+    }
+  }
+  // No file after an out-of-memory stop, for --backend torch (which measures saved tensors, not
+  // an allocator), or on standard output (the report goes there).
+  const std::string none = dir + "/none.pickle";
+  const auto oom = run_memplan(
+      fmt::format("validate {} --policy swap-all --memory 200KiB --force --snapshot-out '{}'",
+                  trace("mlp4"), none));
+  CHECK(oom.exit_status == 1);
+  CHECK_FALSE(std::filesystem::exists(none));
+  for (const std::string& flags :
+       {fmt::format("--backend torch --model m --snapshot-out '{}'", none),
+        std::string("--snapshot-out -")}) {
+    const auto refused =
+        run_memplan(fmt::format("validate {} --policy swap-all {}", trace("mlp4"), flags));
+    CHECK(refused.exit_status == 2);
+    CHECK(refused.err.find("--snapshot-out") != std::string::npos);
+    CHECK(refused.err.find('\n') == refused.err.size() - 1);
+  }
+  CHECK_FALSE(std::filesystem::exists(none));
+  std::filesystem::remove_all(dir);
 }
