@@ -101,9 +101,10 @@ std::vector<sim::AllocatorEvent> name_ops(std::vector<sim::AllocatorEvent> event
     }
   }
   sim::OpId following = sim::kNoOp;
-  for (auto it = events.rbegin(); it != events.rend(); ++it) {
-    if (it->kind == Kind::kAlloc) following = it->op;
-    if (it->kind == Kind::kSegmentAlloc || it->kind == Kind::kSegmentFree) it->op = following;
+  for (std::size_t i = events.size(); i-- > 0;) {  // newest first
+    sim::AllocatorEvent& e = events[i];
+    if (e.kind == Kind::kAlloc) following = e.op;
+    if (e.kind == Kind::kSegmentAlloc || e.kind == Kind::kSegmentFree) e.op = following;
   }
   return events;
 }
