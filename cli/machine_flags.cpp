@@ -76,6 +76,9 @@ void add_machine_flags(CLI::App& command, MachineFlags& flags) {
                   "cnmem, as vDNN used) or caching (PyTorch's caching allocator: segments, cached "
                   "free ones given back when memory runs out) (default: the trace's, else arena)")
       ->check(CLI::IsMember({"arena", "caching"}));
+  command.add_option("--alloc-conf", flags.alloc_conf,
+                     "the caching allocator's PYTORCH_CUDA_ALLOC_CONF, e.g. "
+                     "expandable_segments:True or max_split_size_mb:128 (default: PyTorch's)");
   add_interconnect_flags(command, flags);
 }
 
@@ -92,6 +95,7 @@ requests::MachineRequest machine_request(const MachineFlags& flags) {
   request.host_memory = given(flags.host_memory);
   request.host_bandwidth = given(flags.host_bandwidth);
   request.allocator = given(flags.allocator);
+  request.alloc_conf = given(flags.alloc_conf);
   request.interconnect = given(flags.interconnect);
   request.network = given(flags.network);
   if (!flags.gpus_per_node.empty()) request.gpus_per_node = whole_number(flags.gpus_per_node);

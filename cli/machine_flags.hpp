@@ -1,6 +1,6 @@
 #pragma once
 // The what-if flags every command that simulates shares (--memory, --link, --h2d, --d2h,
-// --latency, --host-memory, --host-bandwidth, --allocator, --interconnect, --network,
+// --latency, --host-memory, --host-bandwidth, --allocator, --alloc-conf, --interconnect, --network,
 // --gpus-per-node), as text; requests/machine_request.hpp parses them, for the CLI and the Python
 // API alike.
 #include <string>
@@ -24,6 +24,7 @@ struct MachineFlags {
   std::string host_memory;
   std::string host_bandwidth;
   std::string allocator;
+  std::string alloc_conf;
   std::string interconnect;
   std::string network;
   std::string gpus_per_node;

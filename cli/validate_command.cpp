@@ -114,7 +114,8 @@ int validate_in_torch(const ValidateOptions& o) {
                                     {"--d2h", m.d2h},
                                     {"--latency", m.latency},
                                     {"--host-memory", m.host_memory},
-                                    {"--allocator", m.allocator}}) {
+                                    {"--allocator", m.allocator},
+                                    {"--alloc-conf", m.alloc_conf}}) {
     if (!value.empty()) args.insert(args.end(), {flag, value});
   }
   if (!o.step.empty()) args.insert(args.end(), {"--step", o.step});
@@ -290,6 +291,7 @@ int validate(const ValidateOptions& o) {
   const sim::Workload workload = sim::read_trace(o.trace);
   sim::require_sizes(workload, o.trace);
   const sim::Machine machine = machine_from_flags(workload, o.machine);
+  runtime::require_backend_runs(machine);  // before run_for_real, which names the backend
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "validate");
   const sim::Simulation predicted = sim::simulate_plan(workload, plan, machine);
   if (!o.force && !predicted.timeline.feasible) {

@@ -82,6 +82,14 @@ Machine make_machine(const DeviceInfo& device, const MachineOverrides& overrides
   if (overrides.memory_bytes) m.memory_bytes = *overrides.memory_bytes;
   if (overrides.host_memory_bytes) m.host_memory_bytes = *overrides.host_memory_bytes;
   m.allocator = overrides.allocator.value_or(device.allocator.value_or(AllocatorModel::kArena));
+  if (overrides.allocator_config) {
+    if (m.allocator != AllocatorModel::kCaching) {
+      throw InputError("--alloc-conf",
+                       "configures PyTorch's caching allocator, and the machine's is the arena "
+                       "(add --allocator caching)");
+    }
+    m.allocator_config = *overrides.allocator_config;
+  }
   m.host_bandwidth_bytes_per_s = overrides.host_bandwidth_bytes_per_s.value_or(
       device.host_bandwidth_bytes_per_s.value_or(kDefaultHostBandwidth));
   if (m.memory_bytes <= 0) {

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "core/allocator_model.hpp"
 #include "core/collective.hpp"
 #include "core/interconnect.hpp"
 #include "core/link.hpp"
@@ -44,6 +45,9 @@ struct Machine {
   /// How device memory is handed out (core/allocator_model.hpp): the trace's, `--allocator`, or
   /// the contiguous arena.
   AllocatorModel allocator = AllocatorModel::kArena;
+  /// The caching allocator's PYTORCH_CUDA_ALLOC_CONF (`--alloc-conf`): PyTorch's default unless
+  /// given; only with the caching model.
+  AllocatorConfig allocator_config;
   std::optional<Interconnect> interconnect;  // nullopt: every collective takes its recorded time
 
   /// latency + ceil(bytes / bandwidth), in nanoseconds.
@@ -71,6 +75,7 @@ struct MachineOverrides {
   std::optional<Bytes> host_memory_bytes;
   std::optional<BytesPerSecond> host_bandwidth_bytes_per_s;  // `--host-bandwidth`
   std::optional<AllocatorModel> allocator;                   // `--allocator`
+  std::optional<AllocatorConfig> allocator_config;           // `--alloc-conf`
   /// `--interconnect`: an intra-node fabric preset, or kRecordedInterconnect (keep every
   /// collective's recorded time, as when it is not given); `--network`: a network preset between
   /// nodes; `--gpus-per-node` (default 8). The last two need the first.

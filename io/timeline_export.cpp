@@ -290,6 +290,7 @@ nlohmann::json summary_json(const Timeline& timeline, const Program& program,
       {"machine",
        {{"memory_bytes", machine.memory_bytes},
         {"allocator", to_string(machine.allocator)},
+        {"alloc_conf", to_string(machine.allocator_config)},
         {"h2d_bytes_per_s", machine.link.h2d_bytes_per_s},
         {"d2h_bytes_per_s", machine.link.d2h_bytes_per_s},
         {"copy_latency_ns", machine.link.latency_ns},
@@ -323,9 +324,11 @@ std::string summary_text(const Timeline& timeline, const Program& program, const
                      program.action_counts[0], program.action_counts[1], program.action_counts[2],
                      program.action_counts[3]);
   out += fmt::format(
-      "machine     {} device memory ({} allocator), h2d {:.2f} GB/s, d2h {:.2f} GB/s, copy latency "
-      "{:.3f} us\n",
+      "machine     {} device memory ({} allocator{}), h2d {:.2f} GB/s, d2h {:.2f} GB/s, copy "
+      "latency {:.3f} us\n",
       format_bytes(machine.memory_bytes), to_string(machine.allocator),
+      machine.allocator_config == AllocatorConfig{} ? ""
+                                                    : ", " + to_string(machine.allocator_config),
       machine.link.h2d_bytes_per_s / 1e9, machine.link.d2h_bytes_per_s / 1e9,
       to_us(machine.link.latency_ns));
   if (machine.interconnect && !program.collectives.empty()) {

@@ -32,7 +32,8 @@ CachingAllocator::Size CachingAllocator::request_size(Size bytes) const {
   return rounded_size(bytes);
 }
 
-void CachingAllocator::reset(Size capacity) {
+void CachingAllocator::reset(Size capacity, const Settings& settings) {
+  settings_ = settings;
   blocks_.clear();
   spare_blocks_.clear();
   segments_.clear();

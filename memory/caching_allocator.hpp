@@ -68,6 +68,8 @@
 #include <tuple>
 #include <vector>
 
+#include "core/allocator_model.hpp"
+
 namespace memplan::sim {
 
 class CachingAllocator {
@@ -85,25 +87,18 @@ class CachingAllocator {
   static constexpr Size kRoundLarge = Size{2} << 20;
   static constexpr Size kLargeBuffer = Size{20} << 20;
 
-  static constexpr Size kNoMaxSplit = std::numeric_limits<Size>::max();
-  static constexpr std::size_t kRoundupIntervals = 16;  // 1 MiB, 2 MiB, ..., 32 GiB
+  static constexpr Size kNoMaxSplit = AllocatorConfig::kNoMaxSplit;
+  static constexpr std::size_t kRoundupIntervals = AllocatorConfig::kRoundupIntervals;
 
   /// PYTORCH_CUDA_ALLOC_CONF's settings the model follows; the default is PyTorch's default.
-  struct Settings {
-    Size max_split_size = kNoMaxSplit;
-    /// Divisions per power-of-two interval of request sizes, from [0, 2 MiB) (index 0) up to
-    /// [32 GiB, ...) (index 15); 0 or 1: none.
-    std::array<std::int64_t, kRoundupIntervals> roundup_power2_divisions{};
-    bool expandable_segments = false;
-    /// A share of the capacity; 0: no garbage collection.
-    double garbage_collection_threshold = 0;
-  };
+  using Settings = AllocatorConfig;
 
   explicit CachingAllocator(Size capacity = 0);
   CachingAllocator(Size capacity, const Settings& settings);
 
-  /// Forgets every block and segment and sets a new capacity; keeps the buffers for reuse.
-  void reset(Size capacity);
+  /// Forgets every block and segment and sets a new capacity and settings; keeps the buffers for
+  /// reuse.
+  void reset(Size capacity, const Settings& settings = {});
 
   static constexpr Size rounded_size(Size bytes) {
     return bytes <= 0 ? kMinBlockSize : (bytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;

@@ -4,12 +4,12 @@
 
 namespace memplan::sim {
 
-void DeviceMemory::reset(AllocatorModel model, Size capacity) {
+void DeviceMemory::reset(AllocatorModel model, Size capacity, const AllocatorConfig& config) {
   model_ = model;
   if (model == AllocatorModel::kArena) {
     arena_.reset(capacity);
   } else {
-    caching_.reset(capacity);
+    caching_.reset(capacity, config);
   }
 }
 

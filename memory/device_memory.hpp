@@ -30,8 +30,9 @@ class DeviceMemory {
     Size size;  // the block as the allocator hands it out (the request rounded, or more)
   };
 
-  /// Forgets every allocation; the model and capacity of the next run. Keeps buffers for reuse.
-  void reset(AllocatorModel model, Size capacity);
+  /// Forgets every allocation; the model, capacity and (caching model) configuration of the next
+  /// run. Keeps buffers for reuse.
+  void reset(AllocatorModel model, Size capacity, const AllocatorConfig& config = {});
 
   [[nodiscard]] std::optional<Placed> allocate(Size bytes) {
     if (model_ == AllocatorModel::kArena) {

@@ -123,6 +123,8 @@ sim::MachineOverrides overrides(const MachineRequest& request) {
                             "'" + *request.allocator + "' is not an allocator: arena or caching");
     }
   }
+  if (request.alloc_conf)
+    o.allocator_config = sim::parse_alloc_conf(*request.alloc_conf, "--alloc-conf");
   interconnect_overrides(request, o);
   return o;
 }

@@ -1,9 +1,9 @@
 #pragma once
 // MachineRequest: the machine a user asks a step to be simulated on, as the what-if values the
 // CLI's flags (--memory, --link, --h2d, --d2h, --latency, --host-memory, --host-bandwidth,
-// --allocator, --interconnect, --network, --gpus-per-node) and the Python API's keywords give
-// them. Parsed here and nowhere else, so that every entry accepts the same values and names a bad
-// one by its flag.
+// --allocator, --alloc-conf, --interconnect, --network, --gpus-per-node) and the Python API's
+// keywords give them. Parsed here and nowhere else, so that every entry accepts the same values and
+// names a bad one by its flag.
 //
 // A quantity is text with its unit ("16GiB", "12.5GB/s", "10us", core/units.hpp) or, from
 // Python, a plain number in the base unit (bytes, bytes per second, nanoseconds). The device
@@ -34,6 +34,7 @@ struct MachineRequest {
   std::optional<Quantity> host_memory;        // bytes
   std::optional<Quantity> host_bandwidth;     // bytes per second
   std::optional<std::string> allocator;       // arena or caching
+  std::optional<std::string> alloc_conf;      // PYTORCH_CUDA_ALLOC_CONF's syntax
   std::optional<std::string> interconnect;    // an intra-node fabric preset or "recorded"
   std::optional<std::string> network;         // a network preset between nodes
   std::optional<std::int64_t> gpus_per_node;  // 1 to sim::kMaxGpusPerNode

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/basic_plans.hpp"
+#include "core/input_error.hpp"
 #include "runtime/host_speed.hpp"
 #include "runtime/interpreter.hpp"
 #include "sim/engine.hpp"
@@ -245,9 +246,18 @@ ValidationReport validate(const Backend& backend, const sim::Workload& workload,
                   options);
 }
 
+void require_backend_runs(const sim::Machine& machine) {
+  if (machine.allocator_config != sim::AllocatorConfig{}) {
+    throw sim::InputError("--alloc-conf",
+                          "is simulated only: the host and CUDA backends run the caching "
+                          "allocator in PyTorch's default configuration");
+  }
+}
+
 ValidationReport validate(const Backend& backend, const sim::Workload& workload,
                           const sim::Plan& plan, const sim::Simulation& simulation,
                           const sim::Machine& machine, const ValidationOptions& options) {
+  require_backend_runs(machine);
   ValidationReport r;
   const sim::Program& program = simulation.program;
   // The reference: in-core on a device with room for it (its own peak is what it needs).

@@ -18,6 +18,10 @@
 
 namespace memplan::runtime {
 
+/// Throws InputError when the backends cannot run a step on `machine` as the simulator does: a
+/// caching allocator configured otherwise than PyTorch's default (--alloc-conf) is simulated only.
+void require_backend_runs(const sim::Machine& machine);
+
 struct ValidationOptions {
   std::uint64_t seed = 1;
   int repetitions = 5;  // the plan's measured iteration time is the median of this many runs

@@ -303,7 +303,7 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
   Timeline& tl = timeline_;
   tl.clear();
   tl.op_compute_ns = program.op_compute_ns;
-  memory_.reset(machine.allocator, machine.memory_bytes);
+  memory_.reset(machine.allocator, machine.memory_bytes, machine.allocator_config);
   event_time_.assign(program.events.size(), 0);
   block_.assign(program.buffers.size(), std::nullopt);
   if (options.record_memory) placed_.assign(program.buffers.size(), {});

@@ -26,8 +26,8 @@ bool plausible(std::int64_t size) {
 }
 
 // The snapshot's settings as the model takes them.
-sim::CachingAllocator::Settings settings_of(const MemorySnapshot& snapshot) {
-  sim::CachingAllocator::Settings settings;
+sim::AllocatorConfig settings_of(const MemorySnapshot& snapshot) {
+  sim::AllocatorConfig settings;
   if (!snapshot.settings) return settings;
   settings.expandable_segments = snapshot.settings->expandable_segments;
   settings.garbage_collection_threshold = snapshot.settings->garbage_collection_threshold;

@@ -81,14 +81,15 @@ def _encode_text(encode):
 
 
 def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, host_memory=None,
-            host_bandwidth=None, allocator=None, interconnect=None, network=None,
+            host_bandwidth=None, allocator=None, alloc_conf=None, interconnect=None, network=None,
             gpus_per_node=None):
     """The trace's device with the what-if values of `memplan simulate` applied: memory ("16GiB"
     or bytes), link (a preset: pcie3, pcie4, pcie5, nvlink2, c2c; or "recorded", the trace's
     measured link), h2d and d2h ("12.5GB/s" or bytes/s), latency ("10us" or ns), host_memory
     (pinned host bytes for swapped maps), host_bandwidth (the host CPU's streaming speed at an
     update on the host: "20GB/s" or bytes/s), allocator ("arena" or "caching": PyTorch's caching
-    allocator), interconnect (the fabric inside a node that prices a multi-GPU step's
+    allocator), alloc_conf (the caching allocator's PYTORCH_CUDA_ALLOC_CONF, such as
+    "expandable_segments:True" or "max_split_size_mb:128"), interconnect (the fabric inside a node that prices a multi-GPU step's
     collectives: nvlink3, nvlink4, nvlink5, pcie4-p2p, pcie5-p2p, xgmi; or "recorded", their
     recorded times), network (between nodes: ib-hdr, ib-ndr, roce-400g) and gpus_per_node (an
     int, default 8). Text takes the CLI's units; a number is in the base unit (requests/ parses
@@ -96,7 +97,8 @@ def machine(trace, memory=None, link=None, h2d=None, d2h=None, latency=None, hos
     trace = as_trace(trace)
     request = _core.MachineRequest(memory=memory, link=link, h2d=h2d, d2h=d2h, latency=latency,
                                    host_memory=host_memory, host_bandwidth=host_bandwidth,
-                                   allocator=allocator, interconnect=interconnect,
+                                   allocator=allocator, alloc_conf=alloc_conf,
+                                   interconnect=interconnect,
                                    network=network, gpus_per_node=gpus_per_node)
     if isinstance(trace, Job):
         return _core.make_machines(trace._job, request)

@@ -202,7 +202,7 @@ def simulate(trace, plan=None, policy=None, encode=None, **what_if):
 
     plan: a Plan or a plan file; policy: a policy's name (policies()); exactly one of the two.
     encode: Gist encodings for kept maps ("binarize,fp16", a list, or "all").
-    what_if: memory, link, h2d, d2h, latency, host_memory, allocator, interconnect, network,
+    what_if: memory, link, h2d, d2h, latency, host_memory, allocator, alloc_conf, interconnect, network,
     gpus_per_node, as machine() takes them.
     A plan that does not fit is a result (feasible False, oom says why), not an error.
     A Job gives a JobSimulation: every rank under the plan (a plan file or Plan is read against

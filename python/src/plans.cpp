@@ -35,11 +35,11 @@ using Text = std::optional<std::string>;
 requests::MachineRequest machine_request(const Value& memory, const Text& link, const Value& h2d,
                                          const Value& d2h, const Value& latency,
                                          const Value& host_memory, const Value& host_bandwidth,
-                                         const Text& allocator, const Text& interconnect,
-                                         const Text& network,
+                                         const Text& allocator, const Text& alloc_conf,
+                                         const Text& interconnect, const Text& network,
                                          const std::optional<std::int64_t>& gpus_per_node) {
-  return {memory,         link,      h2d,          d2h,     latency,      host_memory,
-          host_bandwidth, allocator, interconnect, network, gpus_per_node};
+  return {memory,         link,      h2d,        d2h,          latency, host_memory,
+          host_bandwidth, allocator, alloc_conf, interconnect, network, gpus_per_node};
 }
 
 sim::Plan apply_encodings(const sim::Plan& plan, const sim::Workload& workload,
@@ -88,6 +88,9 @@ void bind_plans(py::module_& m) {
                              [](const sim::Machine& machine) {
                                return std::string(sim::to_string(machine.allocator));
                              })
+      .def_property_readonly(
+          "alloc_conf",
+          [](const sim::Machine& machine) { return sim::to_string(machine.allocator_config); })
       .def_property_readonly("interconnect", [](const sim::Machine& machine) {
         // The fabrics' names ("nvlink4 + ib-ndr"), or None: collectives keep their recorded time.
         return machine.interconnect ? std::optional<std::string>(machine.interconnect->name)
@@ -98,8 +101,9 @@ void bind_plans(py::module_& m) {
            py::arg("link") = std::nullopt, py::arg("h2d") = std::nullopt,
            py::arg("d2h") = std::nullopt, py::arg("latency") = std::nullopt,
            py::arg("host_memory") = std::nullopt, py::arg("host_bandwidth") = std::nullopt,
-           py::arg("allocator") = std::nullopt, py::arg("interconnect") = std::nullopt,
-           py::arg("network") = std::nullopt, py::arg("gpus_per_node") = std::nullopt);
+           py::arg("allocator") = std::nullopt, py::arg("alloc_conf") = std::nullopt,
+           py::arg("interconnect") = std::nullopt, py::arg("network") = std::nullopt,
+           py::arg("gpus_per_node") = std::nullopt);
   m.def("make_machine", &requests::make_machine, py::arg("workload"), py::arg("request"));
   // Each rank's machine (a job's ranks are asked about alike).
   m.def("make_machines", &requests::make_machines, py::arg("job"), py::arg("request"));

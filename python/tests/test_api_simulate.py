@@ -168,3 +168,19 @@ def test_the_demo_search_plan_as_a_pytorch_memory_snapshot():
         assert len(viz.trace_plot(snapshot)) > 0 and len(viz.segment_plot(snapshot)) > 0
     else:
         assert viz.stats(snapshot["segments"])["segments"] == len(snapshot["segments"])
+
+
+def test_alloc_conf_what_if():
+    # `alloc_conf` is `--alloc-conf`: the demo's step with every map swapped on 28% of its in-core
+    # peak runs out under PyTorch's default caching allocator and fits with expandable segments
+    # (tests/cli/simulate_command_test.cpp works it out); a bad option is the CLI's one line.
+    trace = memplan.load_trace(TRACES / "resnet50_b32_v100.json")
+    default = memplan.simulate(trace, policy="swap-all", allocator="caching", memory="28%")
+    expandable = memplan.simulate(trace, policy="swap-all", allocator="caching", memory="28%",
+                                  alloc_conf="expandable_segments:True")
+    assert not default.feasible and expandable.feasible
+    assert memplan.machine(trace, allocator="caching",
+                           alloc_conf="max_split_size_mb:128").alloc_conf == "max_split_size_mb:128"
+    with pytest.raises(memplan.InputError) as e:
+        memplan.simulate(trace, policy="swap-all", allocator="caching", alloc_conf="no_such:1")
+    assert str(e.value).startswith("--alloc-conf")

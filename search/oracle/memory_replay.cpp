@@ -14,7 +14,7 @@ namespace memplan::search {
 // small part of a simulation's cost (no events, no streams); the lowering is the rest.
 void MemoryReplay::begin(const sim::Machine& machine, const sim::Program& program, Evaluation& e) {
   program_ = &program;
-  memory_.reset(machine.allocator, machine.memory_bytes);
+  memory_.reset(machine.allocator, machine.memory_bytes, machine.allocator_config);
   handles_.assign(program.buffers.size(), -1);
   e.feasible = true;
 }

@@ -252,3 +252,53 @@ TEST_CASE("simulate --policy budget-partitioner=B runs the partitioner at that b
   }
   std::filesystem::remove(trace);
 }
+
+TEST_CASE(
+    "simulate --alloc-conf expandable_segments:True: the step PyTorch's default fragments fits",
+    "[cli][simulate][allocator]") {
+  // The demo's ResNet-50 b32 with every map swapped needs 788,739,040 bytes live at most under
+  // any allocator. On 28% of its in-core peak (870,560,902 bytes) PyTorch's default caching
+  // allocator runs out: its segments, one cudaMalloc per block size class, hold holes no request
+  // can use. With expandable segments the same requests tile one growing segment per pool and fit.
+  // On 29% both fit.
+  const std::string trace = "'" + source_path("traces/resnet50_b32_v100.json") + "'";
+  const auto run = [&](const char* memory, const char* conf) {
+    return run_memplan(
+        fmt::format("simulate {} --policy swap-all --allocator caching --memory "
+                    "{} {} --json",
+                    trace, memory, conf));
+  };
+  const auto fragmented = run("28%", "");
+  CHECK(fragmented.exit_status == 1);
+  const auto expandable = run("28%", "--alloc-conf expandable_segments:True");
+  REQUIRE(expandable.exit_status == 0);
+  const auto roomy = run("29%", "");
+  REQUIRE(roomy.exit_status == 0);
+  const auto e = nlohmann::json::parse(expandable.out);
+  const auto r = nlohmann::json::parse(roomy.out);
+  CHECK(e.at("peak_bytes") == r.at("peak_bytes"));
+  CHECK(e.at("peak_reserved_bytes").get<std::int64_t>() <
+        r.at("peak_reserved_bytes").get<std::int64_t>());
+  CHECK(e.at("machine").at("alloc_conf") == "expandable_segments:True");
+  const auto text = run_memplan(
+      fmt::format("simulate {} --policy swap-all --allocator caching --memory 28% --alloc-conf "
+                  "expandable_segments:True",
+                  trace));
+  CHECK(text.out.find("(caching allocator, expandable_segments:True)") != std::string::npos);
+  // Under the arena, or on a backend (simulated only): one line, exit 2.
+  for (const std::string& command :
+       {fmt::format("simulate {} --policy swap-all --allocator arena --alloc-conf "
+                    "expandable_segments:True",
+                    trace),
+        fmt::format("validate {} --policy swap-all --allocator caching --alloc-conf "
+                    "max_split_size_mb:64",
+                    source_path("traces/mlp4.json")),
+        fmt::format("simulate {} --policy swap-all --allocator caching --alloc-conf "
+                    "max_split_size_mb:8",
+                    trace)}) {
+    const auto refused = run_memplan(command);
+    CHECK(refused.exit_status == 2);
+    CHECK(refused.err.rfind("memplan: --alloc-conf", 0) == 0);
+    CHECK(refused.err.find('\n') == refused.err.size() - 1);
+  }
+}

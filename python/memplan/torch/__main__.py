@@ -3,7 +3,7 @@
 torch` runs (cli/validate_command).
 
 validate predicts the plan in process (memplan._core) on the trace's device with the what-if
-flags applied (--memory, --link, --h2d, --d2h, --latency, --host-memory, --allocator: the values
+flags applied (--memory, --link, --h2d, --d2h, --latency, --host-memory, --allocator, --alloc-conf: the values
 `memplan simulate` takes); --policy plans for that machine, --encode applies Gist's encodings to
 the plan's kept maps, as in `memplan validate`.
 
@@ -35,7 +35,7 @@ from memplan.torch.schedule import PlanError
 from memplan.torch.validate import DoesNotFit, validate
 
 # The what-if flags validate passes to the simulator, as memplan.simulate's keywords.
-_WHAT_IF = ("memory", "link", "h2d", "d2h", "latency", "host_memory", "allocator")
+_WHAT_IF = ("memory", "link", "h2d", "d2h", "latency", "host_memory", "allocator", "alloc_conf")
 
 
 class _Failed(Exception):
