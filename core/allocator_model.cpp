@@ -27,7 +27,7 @@ namespace {
 
 constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 
-std::string_view trim(std::string_view s) {
+std::string_view without_spaces(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
   return s;
@@ -44,14 +44,14 @@ std::vector<std::pair<std::string_view, std::string_view>> options_of(std::strin
     if (i < text.size() && text[i] == '[') ++depth;
     if (i < text.size() && text[i] == ']') --depth;
     if (i < text.size() && (text[i] != ',' || depth > 0)) continue;
-    const std::string_view option = trim(text.substr(start, i - start));
+    const std::string_view option = without_spaces(text.substr(start, i - start));
     start = i + 1;
     if (option.empty()) continue;
     const std::size_t colon = option.find(':');
     if (colon == std::string_view::npos) {
       throw InputError(std::string(flag), fmt::format("'{}': an option is key:value", option));
     }
-    options.emplace_back(trim(option.substr(0, colon)), trim(option.substr(colon + 1)));
+    options.emplace_back(without_spaces(option.substr(0, colon)), without_spaces(option.substr(colon + 1)));
   }
   return options;
 }
