@@ -8,7 +8,7 @@
 # PyPI venv's, Debian's 1.13). One row per model and PyTorch: what each stage said, the saved-bytes
 # peak predicted and measured, and the stage that failed with its one line.
 #   bench/torch-models.sh [MODEL...]          (default: the list below; torchvision:NAME or
-#                                              package.module:factory)
+#                                              package.module:factory, MODEL@STEP for a --step)
 #   PYTHONS="venv debian" (default both), BATCH (8), INPUT (128x128), SEQUENCE (64, a GPT's), SEARCH_TIME_LIMIT (10)
 # Runtime: about half a minute a model and PyTorch on two cores.
 set -euo pipefail
@@ -26,7 +26,10 @@ if [[ ${#models[@]} -eq 0 ]]; then
           torchvision:shufflenet_v2_x0_5 torchvision:mnasnet0_5 torchvision:regnet_x_400mf
           torchvision:regnet_y_400mf torchvision:vgg11 torchvision:vgg11_bn torchvision:alexnet
           torchvision:googlenet torchvision:convnext_tiny torchvision:swin_t
-          memplan.torch.models:gpt_block)
+          memplan.torch.models:gpt_block memplan.torch.models:gpt_sdpa_block
+          memplan.torch.models:gpt_sdpa_block@memplan.torch.models:bf16_autocast_step
+          memplan.torch.models:compiled_gpt_block memplan.torch.models:lstm_tagger
+          memplan.torch.models:gru_tagger memplan.torch.models:ssdlite)
 fi
 declare -A pythons=([venv]="$(scripts/setup --torch2-python)" [debian]=/usr/bin/python3)
 work=$(mktemp -d)
@@ -36,14 +39,17 @@ echo "| --- | --- | --- | --- | --- | --- |"
 for which in ${PYTHONS:-venv debian}; do
   python=${pythons[$which]}
   version=$("$python" -c "import torch; print(torch.__version__.split('+')[0])")
-  for model in "${models[@]}"; do
+  for spec in "${models[@]}"; do
+    model=${spec%%@*}
+    step=()
+    [[ $spec == *@* ]] && step=(--step "${spec#*@}")
     trace="$work/trace.json" plan="$work/plan.json"
     dims=$input
-    [[ $model == *gpt* ]] && dims=${SEQUENCE:-64}  # a GPT takes a sequence length
-    row="| $model | $version |"
+    [[ $model == *gpt* || $model == *tagger* ]] && dims=${SEQUENCE:-64}  # a sequence length
+    row="| $spec | $version |"
     if ! MEMPLAN_PYTHON=$python "$memplan" capture "$model" --batch "$batch" --input "$dims" \
-        -o "$trace" >"$work/out" 2>"$work/err"; then
-      echo "$row failed: $(tail -n 1 "$work/err") | - | - | - |"
+        "${step[@]}" -o "$trace" >"$work/out" 2>"$work/err"; then
+      echo "$row failed: $(grep -v "^[[:space:]]*$" "$work/err" | tail -n 1) | - | - | - |"
       continue
     fi
     row="$row $("$memplan" info "$trace" --json | "$python" -c \
@@ -62,11 +68,11 @@ j = json.load(sys.stdin); print(int(j['peak_bytes_incore'] - $less * j['feature_
     fi
     row="$row ${less/0./}0% less: $(grep -m1 '^plan' "$work/out" | sed 's/^plan *//') |"
     if MEMPLAN_PYTHON=$python "$memplan" validate "$trace" --plan "$plan" --backend torch \
-        --model "$model" --batch "$batch" --input "$dims" --memory "${memory}B" \
+        --model "$model" --batch "$batch" --input "$dims" --memory "${memory}B" "${step[@]}" \
         >"$work/out" 2>"$work/err"; then
       verdict="ok"
     else
-      verdict="exit $?: $(tail -n 1 "$work/err")"
+      verdict="exit $?: $(grep -v "^[[:space:]]*$" "$work/err" | tail -n 1)"
     fi
     peaks=$(grep -m1 -i "saved" "$work/out" | sed 's/^ *//' || true)
     echo "$row $verdict | ${peaks:--} |"

@@ -191,3 +191,119 @@ class GPT(nn.Module):
 def gpt_block():
     """One GPT-2-style block with a 256-wide residual stream, 4 heads, 128 tokens, 1024 words."""
     return GPT(layers=1)
+
+
+# ---- the user battery's other models (bench/torch-models.sh): what a PyTorch user trains besides
+# image classifiers, each with its own batch and loss ----------------------------------------------
+
+class RecurrentTagger(nn.Module):
+    """A sequence tagger: embeddings, a 2-layer nn.LSTM or nn.GRU (batch first), a linear head
+    per token (issue 36: the CPU cells write gates in place into chunks of one saved buffer)."""
+
+    def __init__(self, cell, hidden=128, vocab=512, tags=16, sequence=32):
+        super().__init__()
+        self.sequence, self.vocab, self.tags = sequence, vocab, tags
+        self.embed = nn.Embedding(vocab, hidden)
+        self.rnn = cell(hidden, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, tags)
+
+    def forward(self, tokens):
+        return self.head(self.rnn(self.embed(tokens))[0])
+
+    def memplan_batch(self, batch_size, input_dims):
+        sequence = input_dims[0] if input_dims else self.sequence
+        if len(input_dims) > 1:
+            raise SpecError("--input: a sequence tagger takes a sequence length")
+        return (torch.randint(0, self.vocab, (batch_size, sequence)),
+                torch.randint(0, self.tags, (batch_size, sequence)))
+
+    @staticmethod
+    def memplan_loss(logits, tags):
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tags.reshape(-1))
+
+
+def lstm_tagger():
+    return RecurrentTagger(nn.LSTM)
+
+
+def gru_tagger():
+    return RecurrentTagger(nn.GRU)
+
+
+class SdpaAttention(CausalSelfAttention):
+    """CausalSelfAttention through F.scaled_dot_product_attention (PyTorch 2.x's fused kernels)."""
+
+    def forward(self, x):
+        b, s, h = x.shape
+        q, k, v = self.c_attn(x).split(h, dim=2)
+        q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.attn_dropout.p if self.training else 0)
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(b, s, h)))
+
+
+def gpt_sdpa_block():
+    """gpt_block with scaled-dot-product attention (PyTorch 2.x: F.scaled_dot_product_attention)."""
+    if not hasattr(F, "scaled_dot_product_attention"):
+        raise SpecError("F.scaled_dot_product_attention needs PyTorch 2.0 or later")
+    model = GPT(layers=1)
+    for block in model.h:
+        attention = SdpaAttention(256, 4, 0.1)
+        attention.load_state_dict(block.attn.state_dict())
+        block.attn = attention
+    return model
+
+
+def compiled_gpt_block():
+    """gpt_block under torch.compile (captured, applied and validated as the eager module it
+    wraps: memplan.torch.capture.eager_module)."""
+    if not hasattr(torch, "compile"):
+        raise SpecError("torch.compile needs PyTorch 2.0 or later")
+    return torch.compile(GPT(layers=1))
+
+
+def bf16_autocast_step(model, batch, loss_fn, optimizer):
+    """A training step under CPU bf16 autocast (a `--step`): the forward pass and the loss in
+    bfloat16 where autocast casts, backward and the update outside it."""
+    *inputs, target = batch
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = loss_fn(model(*inputs), target)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+class SsdLite(nn.Module):
+    """torchvision's SSDlite (MobileNetV3-Large backbone, 320x320, 91 classes, no pretrained
+    weights) in training: the batch is images and one box with its label per image, the loss the
+    sum of the detector's losses."""
+
+    def __init__(self):
+        super().__init__()
+        from torchvision.models.detection import ssdlite320_mobilenet_v3_large
+        self.detector = ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None)
+
+    def forward(self, images, boxes, labels):
+        targets = [{"boxes": b.unsqueeze(0), "labels": l.unsqueeze(0)}
+                   for b, l in zip(boxes, labels)]
+        losses = self.detector(list(images), targets)
+        return sum(losses.values())
+
+    def memplan_batch(self, batch_size, input_dims):
+        if len(input_dims) != 2:
+            raise SpecError("--input: SSDlite takes HxW")
+        h, w = input_dims
+        corner = torch.rand(batch_size, 2) * 0.5
+        size = torch.rand(batch_size, 2) * 0.4 + 0.1
+        scale = torch.tensor([w, h, w, h], dtype=torch.float32)
+        boxes = torch.cat([corner, corner + size], dim=1) * scale
+        return torch.rand(batch_size, 3, h, w), boxes, torch.randint(1, 91, (batch_size,)), None
+
+    @staticmethod
+    def memplan_loss(loss, _target):
+        return loss
+
+
+def ssdlite():
+    return SsdLite()
