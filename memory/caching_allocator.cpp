@@ -41,6 +41,7 @@ void CachingAllocator::reset(Size capacity, const Settings& settings) {
   small_pool_.clear();
   large_pool_.clear();
   for (Unmapped& u : unmapped_) u.clear();
+  expandable_.clear();
   requests_to_pool_ = {};
   released_.clear();
   created_.reset();
@@ -298,6 +299,7 @@ CachingAllocator::Segment CachingAllocator::add_expandable_segment(Offset addres
   const Handle b = new_block();
   const Offset at = address >= 0 ? address : next_address_;
   segments_[static_cast<std::size_t>(s)] = {at, bytes, small_pool, stream, b, true};
+  expandable_.emplace(at, s);
   next_address_ = std::max(next_address_, at + bytes);
   block(b) = {.segment = s, .offset = 0, .size = bytes, .mapped = false};
   attach(b);
@@ -405,27 +407,20 @@ CachingAllocator::Size CachingAllocator::unmap(Segment s, Offset offset, Size by
   return unmapped;
 }
 
-std::optional<CachingAllocator::Segment> CachingAllocator::segment_holding(Offset address) const {
-  for (std::size_t s = 0; s < segments_.size(); ++s) {
-    const SegmentInfo& seg = segments_[s];
-    const bool held =
-        seg.first != kNone && std::find(spare_segments_.begin(), spare_segments_.end(),
-                                        static_cast<Segment>(s)) == spare_segments_.end();
-    if (held && seg.address <= address && address < seg.address + seg.bytes) {
-      return static_cast<Segment>(s);
-    }
-  }
+std::optional<CachingAllocator::Segment> CachingAllocator::expandable_segment_holding(
+    Offset address) const {
+  auto it = expandable_.upper_bound(address);
+  if (it == expandable_.begin()) return std::nullopt;
+  --it;
+  const SegmentInfo& seg = segments_[static_cast<std::size_t>(it->second)];
+  if (address < seg.address + seg.bytes) return it->second;
   return std::nullopt;
 }
 
 std::size_t CachingAllocator::segment_count() const {
   std::size_t count = segment_count_;
-  for (std::size_t s = 0; s < segments_.size(); ++s) {
-    if (!segments_[s].expandable || std::find(spare_segments_.begin(), spare_segments_.end(),
-                                              static_cast<Segment>(s)) != spare_segments_.end()) {
-      continue;
-    }
-    for (Handle b = segments_[s].first; b != kNone; b = block(b).next) {
+  for (const auto& [address, s] : expandable_) {
+    for (Handle b = segments_[static_cast<std::size_t>(s)].first; b != kNone; b = block(b).next) {
       if (block(b).mapped && (block(b).prev == kNone || !block(block(b).prev).mapped)) ++count;
     }
   }

@@ -1,8 +1,9 @@
 #pragma once
 // CachingAllocator: PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, with its
-// default configuration) as a model of device memory, for steps recorded from PyTorch and for
-// plans meant to run there. Like DeviceArena it knows only sizes and places; the simulator and the
-// backends make the same calls and get the same placements (memory/device_memory.hpp).
+// default configuration or PYTORCH_CUDA_ALLOC_CONF's: Settings) as a model of device memory, for
+// steps recorded from PyTorch and for plans meant to run there. Like DeviceArena it knows only
+// sizes and places; the simulator and the backends make the same calls and get the same placements
+// (memory/device_memory.hpp).
 //
 // Why: a single contiguous arena loses every hole between live blocks, so a large request fails
 // there while the device has the bytes free in several holes. PyTorch asks the driver for memory
@@ -63,6 +64,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -147,8 +149,8 @@ class CachingAllocator {
   /// Unmaps the whole pages of expandable segment `s` within [offset, offset + bytes) that lie in
   /// cached free blocks (a recorded segment_unmap); the bytes unmapped.
   Size unmap(Segment s, Offset offset, Size bytes);
-  /// The segment whose addresses hold `address`, if any.
-  [[nodiscard]] std::optional<Segment> segment_holding(Offset address) const;
+  /// The expandable segment whose address space holds `address`, if any.
+  [[nodiscard]] std::optional<Segment> expandable_segment_holding(Offset address) const;
   /// Hands out the block of `size` bytes at `offset` in segment `s`, splitting the cached free
   /// block that holds it; nullopt when no free block holds all of it.
   [[nodiscard]] std::optional<Handle> place(Segment s, Offset offset, Size size);
@@ -281,7 +283,8 @@ class CachingAllocator {
   std::vector<Segment> spare_segments_;
   Pool small_pool_;
   Pool large_pool_;
-  std::array<Unmapped, 2> unmapped_;                // [small pool?]
+  std::array<Unmapped, 2> unmapped_;      // [small pool?]
+  std::map<Offset, Segment> expandable_;  // the expandable segments by address (never given back)
   std::array<std::int64_t, 2> requests_to_pool_{};  // [small pool?]: c10's gc counters
   std::vector<Segment> released_;
   std::optional<Segment> created_;

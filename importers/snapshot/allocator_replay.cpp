@@ -319,8 +319,9 @@ class Replay {
   // The program's empty_cache (or c10's, before a retry) unmapped these pages: the model unmaps
   // them too where they are free in it.
   void unmap(const SnapshotEvent& e) {
-    const auto s = plausible(e.address) && plausible(e.size) ? model_.segment_holding(e.address)
-                                                             : std::nullopt;
+    const auto s = plausible(e.address) && plausible(e.size)
+                       ? model_.expandable_segment_holding(e.address)
+                       : std::nullopt;
     if (!s || model_.unmap(*s, e.address - model_.segment_address(*s), e.size) < e.size) {
       ++r_.segments_kept;
     }

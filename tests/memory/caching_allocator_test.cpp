@@ -396,8 +396,8 @@ TEST_CASE("expandable segments in a replay: pages mapped and unmapped as recorde
   CachingAllocator memory = expandable(1024 * kMiB);
   const auto s = memory.add_expandable_segment(Offset{1} << 40, false, 0);
   CHECK(memory.segment_address(s) == Offset{1} << 40);
-  CHECK(memory.segment_holding((Offset{1} << 40) + 5 * kMiB) == s);
-  CHECK_FALSE(memory.segment_holding(5 * kMiB));
+  CHECK(memory.expandable_segment_holding((Offset{1} << 40) + 5 * kMiB) == s);
+  CHECK_FALSE(memory.expandable_segment_holding(5 * kMiB));
   CHECK(memory.map(s, 0, 40 * kMiB));
   CHECK_FALSE(memory.map(s, 20 * kMiB, 20 * kMiB));  // mapped already
   CHECK_FALSE(memory.map(s, 50 * kMiB, 20 * kMiB));  // not on a page
