@@ -2,6 +2,7 @@
 what a plan carried out elsewhere (memplan.torch) takes from the simulator: the tolerance its
 results are held to and where the lowering acts on each map."""
 from memplan import _core, _plans, _simulation, _tables
+from memplan._files import write_output
 from memplan._numbers import whole
 
 
@@ -35,11 +36,13 @@ class ValidationReport(_tables.JsonFields):
     bitwise_equal, comparison ("bitwise" or "tolerance"), tolerance, max_abs_diff, max_rel_diff,
     max_tensor_rel_diff, tensors_compared, spilled_bytes, calibrated. `failures` are the lines
     the CLI prints when it exits 1 (empty when the run fits, peaks match and results match);
-    `oom` the diagnosis when the run ran out of memory."""
+    `oom` the diagnosis when the run ran out of memory. memory_snapshot() / write_snapshot(path):
+    the measured run's device memory as a PyTorch memory snapshot (`--snapshot-out`)."""
 
-    def __init__(self, report, plan, oom):
+    def __init__(self, report, plan, oom, snapshot=None):
         self.plan = plan
         self.oom = oom
+        self._snapshot = snapshot
         self.failures = [] if not report.measured_feasible else list(report.failures())
         t = report.tolerance
         tolerance = None if t.bitwise else _tolerance_fields(t)
@@ -68,6 +71,19 @@ class ValidationReport(_tables.JsonFields):
     def to_dict(self):
         return dict(self.data)
 
+    def memory_snapshot(self):
+        """The measured run's device memory as a PyTorch memory snapshot, pickle bytes: the host
+        backend's allocator events as they happened (what `memplan validate --snapshot-out`
+        writes); None when the run ran out of memory."""
+        return self._snapshot
+
+    def write_snapshot(self, path):
+        """Writes memory_snapshot() to `path` atomically; InputError when the run ran out of
+        memory (no snapshot)."""
+        if self._snapshot is None:
+            raise _core.InputError("--snapshot-out: the run ran out of memory, no snapshot")
+        write_output(path, self._snapshot)
+
     def to_dataframe(self):
         """The report as one row."""
         return _tables.frame([self.data])
@@ -94,6 +110,6 @@ def validate(trace, plan=None, policy=None, encode=None, seed=1, calibrate=False
     if not force and not predicted.feasible:
         raise _core.InputError("the simulator says the plan does not fit (force=True "
                                f"runs it): {predicted.oom}")
-    report, oom = _core.validate_on_host(trace._workload, resolved._plan, m, whole(seed, "--seed"),
-                                         bool(calibrate))
-    return ValidationReport(report, resolved, oom)
+    report, oom, snapshot = _core.validate_on_host(trace._workload, resolved._plan, m,
+                                                   whole(seed, "--seed"), bool(calibrate))
+    return ValidationReport(report, resolved, oom, snapshot)

@@ -15,6 +15,7 @@
 #include "core/input_error.hpp"
 #include "core/plan.hpp"
 #include "host_backend/host_backend.hpp"
+#include "io/memory_snapshot_export.hpp"
 #include "io/timeline_export.hpp"
 #include "python/src/bindings.hpp"
 #include "runtime/validation.hpp"
@@ -26,10 +27,11 @@ namespace memplan::python {
 namespace {
 
 // As `memplan validate --backend host`: a backend's refusal (a layer it cannot run) is bad input.
-// The report, and the one-line diagnosis when the run ran out of memory.
-std::pair<runtime::ValidationReport, std::optional<std::string>> validate_on_host(
-    const sim::Workload& workload, const sim::Plan& plan, const sim::Machine& machine,
-    std::uint64_t seed, bool calibrate) {
+// The report, the one-line diagnosis when the run ran out of memory, and the measured run's device
+// memory as a PyTorch memory snapshot when it went to the end (`--snapshot-out`).
+std::tuple<runtime::ValidationReport, std::optional<std::string>, std::optional<std::string>>
+validate_on_host(const sim::Workload& workload, const sim::Plan& plan, const sim::Machine& machine,
+                 std::uint64_t seed, bool calibrate) {
   const host_backend::HostBackend backend{};
   runtime::ValidationOptions options;
   options.seed = seed;
@@ -45,7 +47,11 @@ std::pair<runtime::ValidationReport, std::optional<std::string>> validate_on_hos
   }
   std::optional<std::string> oom;
   if (report.oom) oom = sim::oom_to_text(*report.oom, predicted.program, workload);
-  return {report, std::move(oom)};
+  std::optional<std::string> snapshot;
+  if (report.measured_feasible) {
+    snapshot = sim::memory_snapshot_pickle(report.measured, predicted.program, workload);
+  }
+  return {report, std::move(oom), std::move(snapshot)};
 }
 
 // One feature map's decision and the ops where the lowering acts on it (core/plan.hpp).
@@ -135,9 +141,22 @@ void bind_validation(py::module_& m) {
       .def("iteration_error_percent", &R::iteration_error_percent)
       .def("peaks_match", &R::peaks_match)
       .def("failures", [](const R& r) { return runtime::validation_failures(r); });
-  m.def("validate_on_host", &validate_on_host, py::arg("workload"), py::arg("plan"),
-        py::arg("machine"), py::arg("seed"), py::arg("calibrate"),
-        py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "validate_on_host",
+      [](const sim::Workload& workload, const sim::Plan& plan, const sim::Machine& machine,
+         std::uint64_t seed, bool calibrate) {
+        auto result = [&] {
+          py::gil_scoped_release release;
+          return validate_on_host(workload, plan, machine, seed, calibrate);
+        }();
+        auto& [report, oom, snapshot] = result;
+        // The snapshot is a pickle: bytes, not text.
+        std::optional<py::bytes> bytes;
+        if (snapshot) bytes = py::bytes(*snapshot);
+        return py::make_tuple(report, oom, bytes);
+      },
+      py::arg("workload"), py::arg("plan"), py::arg("machine"), py::arg("seed"),
+      py::arg("calibrate"));
   m.attr("TOLERANCE_FACTOR") = runtime::kToleranceFactor;
   m.attr("MAX_RELATIVE_TOLERANCE") = runtime::kMaxRelativeTolerance;
   m.def("tolerance_for", &runtime::tolerance_for, py::arg("plan"));

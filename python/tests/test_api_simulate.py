@@ -184,3 +184,26 @@ def test_alloc_conf_what_if():
     with pytest.raises(memplan.InputError) as e:
         memplan.simulate(trace, policy="swap-all", allocator="caching", alloc_conf="no_such:1")
     assert str(e.value).startswith("--alloc-conf")
+
+
+def test_a_validated_run_as_a_pytorch_memory_snapshot(tmp_path):
+    # `memplan validate --snapshot-out` from Python: the host backend's run, its allocator's events
+    # as they happened, call for call the simulator's (tests/cli/validate_command_test.cpp); its
+    # live bytes peak at the measured peak.
+    import pickle
+    trace = memplan.load_trace(TRACES / "resnet_tiny.json")
+    report = memplan.validate(trace, policy="swap-all", allocator="caching", memory="64MiB")
+    assert report.ok
+    snapshot = pickle.loads(report.memory_snapshot())
+    predicted = pickle.loads(memplan.simulate(trace, policy="swap-all", allocator="caching",
+                                              memory="64MiB").timeline.memory_snapshot())
+    measured = snapshot["device_traces"][0]
+    assert [(e["action"], e["addr"], e["size"]) for e in measured] == \
+        [(e["action"], e["addr"], e["size"]) for e in predicted["device_traces"][0]]
+    live = peak = 0
+    for e in measured:
+        live += {"alloc": e["size"], "free_completed": -e["size"]}.get(e["action"], 0)
+        peak = max(peak, live)
+    assert peak == report.peak_bytes_measured
+    report.write_snapshot(tmp_path / "run.pickle")
+    assert (tmp_path / "run.pickle").read_bytes() == report.memory_snapshot()
