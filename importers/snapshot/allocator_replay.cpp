@@ -73,20 +73,14 @@ void erase_range(MappedRuns& runs, std::int64_t lo, std::int64_t hi) {
 }
 
 // The pool of an expandable segment's range at `address` of `stream`: that of the dump's run
-// nearest below it of the stream (the same address space: c10 reserves one per pool and stream),
-// else nearest above, else the large pool.
-bool small_pool_at(const MappedRuns& dump, std::int64_t address, std::int64_t stream) {
-  std::optional<bool> below;
-  std::optional<bool> above;
-  for (const auto& [start, run] : dump) {  // by address
-    if (run.stream != stream) continue;
-    if (start <= address) {
-      below = run.small;
-    } else if (!above) {
-      above = run.small;
-    }
-  }
-  return below.value_or(above.value_or(false));
+// nearest below it on the stream (the same address space: c10 reserves one per pool and stream),
+// else nearest above, else the large pool. `pools`: the dump's runs by (stream, address).
+bool small_pool_at(const std::map<std::pair<std::int64_t, std::int64_t>, bool>& pools,
+                   std::int64_t address, std::int64_t stream) {
+  auto it = pools.upper_bound({stream, address});
+  if (it != pools.begin() && std::prev(it)->first.first == stream) return std::prev(it)->second;
+  if (it != pools.end() && it->first.first == stream) return it->second;
+  return false;
 }
 
 // The device as it was at the first event: cudaMalloc'ed segments (the dump's, less those the
@@ -108,17 +102,20 @@ DeviceAtStart device_at_first_event(const MemorySnapshot& snapshot, const Snapsh
     const bool small = s.segment_type.empty() ? s.total_size == sim::CachingAllocator::kSmallBuffer
                                               : s.segment_type == "small";
     if (s.expandable) {
-      d.mapped[s.address] = {s.address + std::max<std::int64_t>(s.total_size, 0), s.stream, small};
+      if (plausible(s.address) && plausible(s.total_size)) {
+        d.mapped[s.address] = {s.address + s.total_size, s.stream, small};
+      }
     } else {
       d.segments[s.address] = {s.total_size, s.stream, small};
     }
   }
-  const MappedRuns dump = d.mapped;
+  std::map<std::pair<std::int64_t, std::int64_t>, bool> pools;  // the dump's runs' pools
+  for (const auto& [address, run] : d.mapped) pools[{run.stream, address}] = run.small;
   const auto seen = [&](std::int64_t address, std::int64_t stream, bool small) {
     auto [it, fresh] = d.expandable_base.try_emplace({stream, small}, address);
     if (!fresh) it->second = std::min(it->second, address);
   };
-  for (const auto& [address, run] : dump) seen(address, run.stream, run.small);
+  for (const auto& [address, run] : d.mapped) seen(address, run.stream, run.small);
   for (std::size_t i = events.size(); i-- > 0;) {  // newest first
     const SnapshotEvent& e = events[i];
     if (e.action == "segment_alloc") d.segments.erase(e.address);
@@ -127,7 +124,7 @@ DeviceAtStart device_at_first_event(const MemorySnapshot& snapshot, const Snapsh
     }
     if ((e.action == "segment_map" || e.action == "segment_unmap") && plausible(e.size) &&
         plausible(e.address)) {
-      const bool small = small_pool_at(dump, e.address, e.stream);
+      const bool small = small_pool_at(pools, e.address, e.stream);
       seen(e.address, e.stream, small);
       erase_range(d.mapped, e.address, e.address + e.size);
       if (e.action == "segment_unmap") d.mapped[e.address] = {e.address + e.size, e.stream, small};
