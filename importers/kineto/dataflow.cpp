@@ -175,9 +175,11 @@ void StepBuilder::add_input(OpId o, TensorId t) {
 }
 
 std::size_t StepBuilder::resolve(const Shape& shape, const std::string& dtype, bool first,
-                                 std::size_t exclude, bool for_merge) {
+                                 std::size_t exclude, bool for_merge,
+                                 const std::vector<std::size_t>& taken) {
   auto usable = [&](std::size_t v) {
-    return v != exclude && !values_[v].overwritten && values_[v].shape == shape;
+    return v != exclude && !values_[v].overwritten && values_[v].shape == shape &&
+           std::find(taken.begin(), taken.end(), v) == taken.end();
   };
   if (first && last_output_ && usable(*last_output_)) return *last_output_;
   if (for_merge) {
@@ -198,6 +200,13 @@ std::size_t StepBuilder::resolve(const Shape& shape, const std::string& dtype, b
   const TensorId t = add_tensor(fmt::format("input{}", input_count_++), sim::TensorKind::kInput,
                                 shape, dtype, kNoOp);
   return new_value(t, shape, dtype, false);
+}
+
+std::size_t StepBuilder::resolve_recent(const Shape& shape, const std::string& dtype) {
+  for (std::size_t v = values_.size(); v-- > 0;) {
+    if (values_[v].activation && !values_[v].overwritten && values_[v].shape == shape) return v;
+  }
+  return resolve(shape, dtype, false);
 }
 
 namespace {

@@ -2,8 +2,10 @@
 // by Note [Kineto dataflow], its parameters from the recorded arguments), what it writes and what
 // its backward op will read (PyTorch's autograd formulas), and a generic rule for any other op.
 #include <algorithm>
+#include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -61,6 +63,21 @@ struct StepBuilder::ForwardOp {
   }
 };
 
+namespace {
+
+// An elementwise activation: like ReLU, its output carries on and its input is superseded.
+bool is_activation(const sim::LayerType& layer) {
+  if (layer.kind() == Layer::kGelu || layer.kind() == Layer::kRelu6) return true;
+  const std::string name = layer.str();
+  for (std::string_view a : {"silu", "sigmoid", "hardswish", "hardsigmoid", "tanh", "hardtanh",
+                             "mish", "elu", "leaky_relu", "softplus"}) {
+    if (name == a || name == std::string(a) + "_") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void StepBuilder::build_forward(Unit& unit, std::size_t position) {
   const CpuEvent& e = event(unit);
   if (time_only_) {
@@ -81,8 +98,8 @@ void StepBuilder::build_forward(Unit& unit, std::size_t position) {
   ForwardInfo& info = f.info;
   saved_.insert(info.saved.begin(), info.saved.end());
   const Layer kind = unit.layer.kind();
-  if (!info.data_inputs.empty() &&
-      (kind == Layer::kBatchNorm || kind == Layer::kLayerNorm || kind == Layer::kRelu)) {
+  if (!info.data_inputs.empty() && (kind == Layer::kBatchNorm || kind == Layer::kLayerNorm ||
+                                    kind == Layer::kRelu || is_activation(unit.layer))) {
     for (Value& value : values_) {
       if (value.tensor == info.data_inputs.front()) value.superseded = true;
     }
@@ -139,6 +156,10 @@ std::size_t StepBuilder::forward_layer(ForwardOp& f, const Unit& unit) {
       return forward_add(f);
     case Layer::kSoftmaxCrossEntropy:
       return forward_cross_entropy(f);
+    case Layer::kConcat:
+      return forward_concat(f);
+    case Layer::kDropout:
+      return forward_dropout(f);
     default:
       return forward_generic(f);
   }
@@ -200,6 +221,10 @@ std::size_t StepBuilder::forward_pool(ForwardOp& f, bool max) {
   if (max) {
     const TensorId indices = f.produce(".indices", out, "int64");
     f.info.saved = {x, indices};
+  } else if (!subtree_has(units_[f.position].event, "aten::mean")) {
+    // avg_pool2d_backward(grad, self) and _adaptive_avg_pool2d_backward(grad, self) take the
+    // input; an adaptive pool to 1x1 is a mean (its subtree says so), whose backward keeps sizes.
+    f.info.saved = {x};
   }
   return f.output(out, f.dtype);
 }
@@ -250,21 +275,155 @@ std::size_t StepBuilder::forward_cross_entropy(ForwardOp& f) {
   return f.output({}, f.dtype);
 }
 
-// A generic op reads every tensor argument and writes one tensor shaped like the first.
+// cat(tensors, dim) reads each tensor of its list and writes their concatenation; CatBackward
+// keeps only their sizes, so nothing is saved. The profiler records the list's shapes, not `dim`:
+// it is the one extent in which they differ, else (all alike) the one whose concatenation the
+// next forward op reads, else 0, torch.cat's default.
+std::size_t StepBuilder::forward_concat(ForwardOp& f) {
+  const std::vector<Shape>& parts = f.e.input_lists.front();
+  const Shape& first = parts.front();
+  std::vector<std::size_t> taken;
+  std::string out_dtype = f.dtype;
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    // Each part is a different tensor: the rule would otherwise give the same one each time.
+    // In list order, none of them the chain's by default: a later part is often the previous
+    // op's output (the last branch of an Inception or fire module).
+    const std::size_t v = resolve(parts[k], f.dtype, false, SIZE_MAX, false, taken);
+    f.read(v);
+    taken.push_back(v);
+    if (k == 0) out_dtype = values_[v].dtype;
+  }
+  std::optional<std::size_t> dim;
+  for (const Shape& s : parts) {
+    if (s.size() != first.size()) continue;
+    for (std::size_t d = 0; d < s.size(); ++d) {
+      if (s[d] != first[d]) dim = d;
+    }
+  }
+  auto joined = [&](std::size_t d) {
+    Shape out = first;
+    out[d] = 0;
+    for (const Shape& s : parts) out[d] += d < s.size() ? s[d] : 0;
+    return out;
+  };
+  if (!dim) {
+    for (std::size_t j = f.position + 1; j < units_.size() && !dim; ++j) {
+      if (units_[j].role != Unit::Role::kForward) continue;
+      for (std::size_t d = 0; d < first.size() && !dim; ++d) {
+        if (dims(event(units_[j]), 0) == joined(d)) dim = d;
+      }
+      break;  // the next forward op only
+    }
+  }
+  const Shape out = joined(dim.value_or(0));
+  f.info.output = f.produce(".out", out, out_dtype);
+  return f.output(out, out_dtype);
+}
+
+// Dropout in training: the input times a mask that backward reads (native_dropout's bool mask
+// where the backend fuses it, CUDA; else, as on the CPU, bernoulli_ into a tensor of the input's
+// dtype, scaled, then mul). Its input is not saved. With p = 0 (or in eval) PyTorch runs neither
+// and returns its input: nothing saved.
+std::size_t StepBuilder::forward_dropout(ForwardOp& f) {
+  f.read(resolve(f.x_shape, f.dtype, true));
+  f.info.output = f.produce(".out", f.x_shape, f.dtype);
+  const std::size_t event = units_[f.position].event;
+  if (subtree_has(event, "native_dropout")) {
+    f.info.saved = {f.produce(".mask", f.x_shape, "bool")};
+  } else if (subtree_has(event, "bernoulli")) {
+    f.info.saved = {f.produce(".mask", f.x_shape, f.dtype)};
+  }
+  return f.output(f.x_shape, f.dtype);
+}
+
+bool StepBuilder::subtree_has(std::size_t event, std::string_view needle) const {
+  std::vector<std::size_t> todo{event};
+  while (!todo.empty()) {
+    const std::size_t i = todo.back();
+    todo.pop_back();
+    if (trace_.cpu_events[i].name.find(needle) != std::string::npos) return true;
+    todo.insert(todo.end(), nesting_.children[i].begin(), nesting_.children[i].end());
+  }
+  return false;
+}
+
+namespace {
+
+// Elementwise ops that broadcast their tensor operands (PyTorch's TensorIterator): the output has
+// the broadcast shape, e.g. a squeeze-and-excitation's mul([N, C, 1, 1], [N, C, H, W]).
+bool broadcasts(std::string_view op) {
+  for (std::string_view name :
+       {"mul", "div", "add", "sub", "where", "maximum", "minimum", "pow", "masked_fill", "rsub"}) {
+    if (op == name ||
+        (op.size() == name.size() + 1 && op.substr(0, name.size()) == name && op.back() == '_'))
+      return true;
+  }
+  return false;
+}
+
+// Whose backward reads none of its operands (add and sub: the gradient passes through).
+bool saves_no_operand(std::string_view op) {
+  return op == "add" || op == "add_" || op == "sub" || op == "sub_" || op == "rsub";
+}
+
+// Broadcast shape of `a` and `b`, or nothing when they do not broadcast.
+std::optional<Shape> broadcast(const Shape& a, const Shape& b) {
+  Shape out(std::max(a.size(), b.size()), 1);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const std::int64_t y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (x != y && x != 1 && y != 1) return std::nullopt;
+    out[out.size() - 1 - i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+// matmul's output: the broadcast batch extents, then [rows of a, columns of b].
+std::optional<Shape> matmul_shape(const Shape& a, const Shape& b) {
+  if (a.size() < 2 || b.size() < 2 || a.back() != b[b.size() - 2]) return std::nullopt;
+  auto batch = broadcast(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  if (!batch) return std::nullopt;
+  batch->push_back(a[a.size() - 2]);
+  batch->push_back(b.back());
+  return batch;
+}
+
+}  // namespace
+
+// A generic op reads every tensor argument and writes one tensor shaped like the first (the
+// broadcast shape for an elementwise op, the product's for matmul), and saves what it reads
+// (add and sub nothing). Its first operand is resolved as any op's; the others are the most
+// recent live tensor of their shape: an op that combines the chain with another tensor combines
+// it with the one made last (a squeeze-and-excitation's scale times the tensor it pooled, not
+// the block's input of the same shape).
 std::size_t StepBuilder::forward_generic(ForwardOp& f) {
   const CpuEvent& e = f.e;
+  const std::string_view op = std::string_view(e.name).substr(e.name.find("::") + 2);
   bool first = true;
   Shape out;
   std::string out_dtype = f.dtype;
+  std::vector<Shape> operands;
   for (std::size_t k = 0; k < e.input_dims.size(); ++k) {
     if (e.input_dims[k].empty()) continue;
-    const std::size_t v = resolve(e.input_dims[k], dtype_of(e, k), first);
-    f.info.saved.push_back(f.read(v));
+    const std::size_t v = first ? resolve(e.input_dims[k], dtype_of(e, k), true)
+                                : resolve_recent(e.input_dims[k], dtype_of(e, k));
+    const TensorId t = f.read(v);
+    if (!saves_no_operand(op)) f.info.saved.push_back(t);
+    operands.push_back(e.input_dims[k]);
     if (first) {
       out = e.input_dims[k];
       out_dtype = dtype_of(e, k);
     }
     first = false;
+  }
+  if (operands.size() == 2) {
+    std::optional<Shape> shaped;
+    if (op == "matmul") {
+      shaped = matmul_shape(operands[0], operands[1]);
+    } else if (broadcasts(op) && !ends_with(op, "_")) {  // in place: the first operand's shape
+      shaped = broadcast(operands[0], operands[1]);
+    }
+    if (shaped) out = *shaped;
   }
   f.info.output = f.produce(".out", out, out_dtype);
   return f.output(out, out_dtype);

@@ -138,6 +138,9 @@ bool fits(Layer layer, const CpuEvent& e) {
       return !x.empty() && dims(e, 1) == x;
     case Layer::kSoftmaxCrossEntropy:
       return x.size() == 2;
+    case Layer::kConcat:  // cat(tensors, dim): its tensors are a recorded list
+      return !e.input_lists.empty() && !e.input_lists.front().empty() &&
+             e.input_lists.front().front().size() >= 2;
     default:
       return reads_matrix(e);
   }
@@ -183,7 +186,15 @@ void classify_forward(const CpuEvent& e, bool time_only, Unit& u) {
   const Layer layer = row != nullptr ? sim::aten_layer(*row, aten_arguments(e)) : Layer::kGeneric;
   u.layer = layer == Layer::kGeneric ? sim::LayerType::named(aten_short_name(e.name))
                                      : sim::LayerType(layer);
-  if (time_only || builds(e, row, layer, u)) u.role = Unit::Role::kForward;
+  if (time_only || builds(e, row, layer, u)) {
+    u.role = Unit::Role::kForward;
+  } else if (layer == Layer::kAdd && reads_matrix(e)) {
+    // An add of two tensors of different shapes (a broadcast: x + a position embedding) is no
+    // residual add: a generic op, which broadcasts its operands, under its full aten name as the
+    // capture names it (the short name is the add layer's).
+    u.layer = sim::LayerType::named(e.name);
+    u.role = Unit::Role::kForward;
+  }
 }
 
 // `Optimizer.step#AdamW.step` -> "adamw" with its state; the last of several steps wins.
