@@ -160,6 +160,8 @@ std::size_t StepBuilder::forward_layer(ForwardOp& f, const Unit& unit) {
       return forward_concat(f);
     case Layer::kDropout:
       return forward_dropout(f);
+    case Layer::kEmbedding:
+      return forward_embedding(f);
     default:
       return forward_generic(f);
   }
@@ -199,7 +201,17 @@ std::size_t StepBuilder::forward_layer_norm(ForwardOp& f) {
   if (!dims(f.e, 2).empty()) f.weight(".weight", 2, true);
   if (!dims(f.e, 3).empty()) f.weight(".bias", 3, true);
   f.info.output = f.produce(".out", f.x_shape, f.dtype);
-  f.info.saved = {x};
+  // native_layer_norm's mean and rstd: one value per normalized row (the normalized extents,
+  // those of the weight, become 1), float32 as PyTorch keeps them for float32 and lower.
+  // (layer_norm(x, normalized_shape, weight, bias): the shape is a scalar list, the weight has it.)
+  const std::size_t normalized =
+      std::min<std::size_t>(dims(f.e, 2).empty() ? 1 : dims(f.e, 2).size(), f.x_shape.size());
+  Shape stats = f.x_shape;
+  for (std::size_t d = stats.size() - normalized; d < stats.size(); ++d) stats[d] = 1;
+  const std::string stats_dtype = f.dtype == "float64" ? f.dtype : "float32";
+  const TensorId mean = f.produce(".mean", stats, stats_dtype);
+  const TensorId rstd = f.produce(".rstd", stats, stats_dtype);
+  f.info.saved = {x, mean, rstd};
   return f.output(f.x_shape, f.dtype);
 }
 
@@ -320,6 +332,23 @@ std::size_t StepBuilder::forward_concat(ForwardOp& f) {
   return f.output(out, out_dtype);
 }
 
+// embedding(weight, indices): the output is the indices' shape with a row of the weight each;
+// embedding_dense_backward keeps only the indices. The table is read as any generic op's operand:
+// AccumulateGrad's leaves make it a parameter unless a layer rule already has it (a table tied
+// to the LM head; Note [Leaves from AccumulateGrad]).
+std::size_t StepBuilder::forward_embedding(ForwardOp& f) {
+  const Shape& w = dims(f.e, 0);
+  const Shape& indices = dims(f.e, 1);
+  if (w.size() != 2 || indices.empty()) return forward_generic(f);
+  f.read(resolve(w, f.dtype, false));
+  const TensorId i = f.read(resolve(indices, dtype_of(f.e, 1), false));
+  Shape out = indices;
+  out.push_back(w[1]);
+  f.info.output = f.produce(".out", out, f.dtype);
+  f.info.saved = {i};
+  return f.output(out, f.dtype);
+}
+
 // Dropout in training: the input times a mask that backward reads (native_dropout's bool mask
 // where the backend fuses it, CUDA; else, as on the CPU, bernoulli_ into a tensor of the input's
 // dtype, scaled, then mul). Its input is not saved. With p = 0 (or in eval) PyTorch runs neither
@@ -334,6 +363,16 @@ std::size_t StepBuilder::forward_dropout(ForwardOp& f) {
     f.info.saved = {f.produce(".mask", f.x_shape, f.dtype)};
   }
   return f.output(f.x_shape, f.dtype);
+}
+
+std::vector<bool> StepBuilder::reshape_copies(std::size_t event) const {
+  std::vector<bool> out;
+  for (std::size_t child : nesting_.children[event]) {
+    const std::string& name = trace_.cpu_events[child].name;
+    if (name == "aten::reshape" || name == "aten::contiguous")
+      out.push_back(subtree_has(child, "aten::clone"));
+  }
+  return out;
 }
 
 bool StepBuilder::subtree_has(std::size_t event, std::string_view needle) const {
@@ -361,9 +400,69 @@ bool broadcasts(std::string_view op) {
   return false;
 }
 
-// Whose backward reads none of its operands (add and sub: the gradient passes through).
-bool saves_no_operand(std::string_view op) {
-  return op == "add" || op == "add_" || op == "sub" || op == "sub_" || op == "rsub";
+// What a generic op's backward keeps, by its aten name (PyTorch's derivatives.yaml): the default
+// is every tensor operand (mul, div, matmul, gelu, silu...).
+enum class Keeps : std::uint8_t { kOperands, kNothing, kOutput, kLaterOperands };
+
+Keeps keeps(std::string_view op) {
+  if (!op.empty() && op.back() == '_') op.remove_suffix(1);  // in place: the same formula
+  // Views (their backward is a view or a scatter of the gradient, by sizes), gradients passed
+  // through (add, sub, neg), copies and pads, and ops whose backward needs only sizes or
+  // arguments the profiler records as scalars.
+  for (std::string_view name : {"add",
+                                "sub",
+                                "rsub",
+                                "neg",
+                                "transpose",
+                                "permute",
+                                "t",
+                                "unsqueeze",
+                                "squeeze",
+                                "expand",
+                                "expand_as",
+                                "select",
+                                "slice",
+                                "narrow",
+                                "chunk",
+                                "split",
+                                "split_with_sizes",
+                                "unbind",
+                                "unflatten",
+                                "view_as",
+                                "as_strided",
+                                "alias",
+                                "diagonal",
+                                "movedim",
+                                "clone",
+                                "contiguous",
+                                "reshape",
+                                "view",
+                                "flatten",
+                                "_unsafe_view",
+                                "to",
+                                "_to_copy",
+                                "copy",
+                                "pad",
+                                "constant_pad_nd",
+                                "roll",
+                                "repeat",
+                                "tril",
+                                "triu",
+                                "fill",
+                                "zero",
+                                "sum",
+                                "index",
+                                "stack",
+                                "flip"}) {
+    if (op == name) return Keeps::kNothing;
+  }
+  // Backward from the result: sigmoid, tanh, exp, the softmaxes.
+  for (std::string_view name :
+       {"sigmoid", "tanh", "exp", "softmax", "_softmax", "log_softmax", "_log_softmax"}) {
+    if (op == name) return Keeps::kOutput;
+  }
+  if (op == "masked_fill") return Keeps::kLaterOperands;  // the mask
+  return Keeps::kOperands;
 }
 
 // Broadcast shape of `a` and `b`, or nothing when they do not broadcast.
@@ -391,11 +490,11 @@ std::optional<Shape> matmul_shape(const Shape& a, const Shape& b) {
 }  // namespace
 
 // A generic op reads every tensor argument and writes one tensor shaped like the first (the
-// broadcast shape for an elementwise op, the product's for matmul), and saves what it reads
-// (add and sub nothing). Its first operand is resolved as any op's; the others are the most
-// recent live tensor of their shape: an op that combines the chain with another tensor combines
-// it with the one made last (a squeeze-and-excitation's scale times the tensor it pooled, not
-// the block's input of the same shape).
+// broadcast shape for an elementwise op, the product's for matmul), and saves what its
+// backward formula keeps (`keeps`). Its first operand is resolved as any op's; the others are the
+// most recent live tensor of their shape: an op that combines the chain with another tensor
+// combines it with the one made last (a squeeze-and-excitation's scale times the tensor it pooled,
+// not the block's input of the same shape).
 std::size_t StepBuilder::forward_generic(ForwardOp& f) {
   const CpuEvent& e = f.e;
   const std::string_view op = std::string_view(e.name).substr(e.name.find("::") + 2);
@@ -408,7 +507,8 @@ std::size_t StepBuilder::forward_generic(ForwardOp& f) {
     const std::size_t v = first ? resolve(e.input_dims[k], dtype_of(e, k), true)
                                 : resolve_recent(e.input_dims[k], dtype_of(e, k));
     const TensorId t = f.read(v);
-    if (!saves_no_operand(op)) f.info.saved.push_back(t);
+    if (keeps(op) == Keeps::kOperands || (keeps(op) == Keeps::kLaterOperands && !first))
+      f.info.saved.push_back(t);
     operands.push_back(e.input_dims[k]);
     if (first) {
       out = e.input_dims[k];
@@ -416,16 +516,31 @@ std::size_t StepBuilder::forward_generic(ForwardOp& f) {
     }
     first = false;
   }
+  if (keeps(op) == Keeps::kNothing && !operands.empty() &&
+      (op == "reshape" || op == "view" || op == "flatten"))
+    out = lookahead_view(f.position, operands.front());  // a copy under its new shape
+  std::vector<bool> copies;
   if (operands.size() == 2) {
     std::optional<Shape> shaped;
     if (op == "matmul") {
       shaped = matmul_shape(operands[0], operands[1]);
+      // matmul of batches reshapes each operand for bmm; the reshape of one that is not
+      // contiguous (a transpose) is a copy (a clone in its subtree), and bmm keeps the copy.
+      copies = reshape_copies(units_[f.position].event);
     } else if (broadcasts(op) && !ends_with(op, "_")) {  // in place: the first operand's shape
       shaped = broadcast(operands[0], operands[1]);
     }
     if (shaped) out = *shaped;
   }
+  // Times or over a number (a Python scalar, recorded without a shape): the backward scales the
+  // gradient by the number and keeps no tensor.
+  if (operands.size() == 1 && (starts_with(op, "mul") || starts_with(op, "div")))
+    f.info.saved.clear();
   f.info.output = f.produce(".out", out, out_dtype);
+  if (keeps(op) == Keeps::kOutput) f.info.saved = {f.info.output};
+  for (std::size_t k = 0; k < copies.size() && k < f.info.saved.size(); ++k) {
+    if (copies[k]) f.info.saved[k] = f.produce(fmt::format(".copy{}", k), operands[k], out_dtype);
+  }
   return f.output(out, out_dtype);
 }
 

@@ -131,7 +131,10 @@ class StepBuilder {
   std::size_t forward_cross_entropy(ForwardOp& f);
   std::size_t forward_concat(ForwardOp& f);
   std::size_t forward_dropout(ForwardOp& f);
+  std::size_t forward_embedding(ForwardOp& f);
   [[nodiscard]] bool subtree_has(std::size_t event, std::string_view needle) const;
+  // For each reshape or contiguous directly inside `event`, in order: whether it copied (a clone).
+  [[nodiscard]] std::vector<bool> reshape_copies(std::size_t event) const;
   std::size_t forward_generic(ForwardOp& f);
 
   // backward_ops.cpp

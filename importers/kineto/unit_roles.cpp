@@ -237,6 +237,12 @@ StepRoles classify_units(const KinetoTrace& trace, const Nesting& nesting, bool 
       }
     } else if (!backward_started) {
       classify_forward(e, time_only, u);
+      if (u.alias != Unit::Alias::kNone && subtree.has(u.event, "aten::clone")) {
+        // reshape or contiguous of a tensor that is not contiguous (a transpose's) copies it:
+        // a new tensor (a generic op that keeps nothing), not a view of the old.
+        u.alias = Unit::Alias::kNone;
+        u.layer = sim::LayerType::named(aten_short_name(e.name));
+      }
       if (u.role == Unit::Role::kForward) subtree.sequences(u.event, u.sequences);
     }
   }

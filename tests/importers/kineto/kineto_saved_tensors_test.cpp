@@ -3,8 +3,10 @@
 // bench/importer-vs-capture.py): concatenation (a tensor list, CatBackward keeps sizes only),
 // dropout (its mask, not its input; bool where native_dropout ran), average pooling (the input,
 // unless an adaptive pool to 1x1 ran as a mean), broadcasting elementwise ops (the broadcast
-// shape; add and sub save nothing), matmul's output shape, and the tensor a squeeze-and-excitation
-// scale multiplies.
+// shape; add and sub save nothing), matmul's output shape and the copies its reshapes made, the
+// tensor a squeeze-and-excitation scale multiplies, layer norm's statistics, embedding's indices,
+// what other generic ops keep (views nothing, sigmoid and softmax their output, masked_fill its
+// mask, a product with a number nothing), and a contiguous() that copied.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -276,6 +278,125 @@ TEST_CASE("matmul's output is the product's shape", "[importers][kineto][saved]"
                          .workload;
   CHECK(output_shape(w, "matmul_1") == Shape{2, 3, 5, 7});
   CHECK(names(w, op_named(w, "softmax_1").inputs).front() == "matmul_1.out");
+}
+
+TEST_CASE("layer norm keeps its input, mean and rstd; embedding its indices",
+          "[importers][kineto][saved]") {
+  const json layer_norm_types = json::array({"float", "ScalarList", "float", "float", "Scalar"});
+  const Workload w =
+      import_json(cpu_trace({
+                      {"aten::embedding",
+                       json{{50, 16}, {2, 8}, {}, {}, {}},
+                       1,
+                       false,
+                       {},
+                       json::array({"float", "long int", "Scalar", "Scalar", "Scalar"})},
+                      {"aten::layer_norm",
+                       json{{2, 8, 16}, {}, {16}, {16}, {}},
+                       2,
+                       false,
+                       {},
+                       layer_norm_types},
+                      {"aten::linear", json{{2, 8, 16}, {4, 16}, {4}}, 3},
+                      {"AddmmBackward0", json{{16, 4}}, 3, true},
+                      {"NativeLayerNormBackward0", json{{2, 8, 16}}, 2, true},
+                      {"EmbeddingBackward0", json{{2, 8, 16}}, 1, true},
+                  }))
+          .workload;
+  CHECK(output_shape(w, "embedding_1") == Shape{2, 8, 16});
+  CHECK(names(w, op_named(w, "layer_norm_1").inputs).front() == "embedding_1.out");
+  CHECK(saved(w, "embedding_1_bwd") == std::vector<std::string>{"input1"});
+  CHECK(w.tensor(op_named(w, "embedding_1_bwd").inputs.back()).dtype == "int64");
+  CHECK(saved(w, "layer_norm_1_bwd") ==
+        std::vector<std::string>{"embedding_1.out", "layer_norm_1.mean", "layer_norm_1.rstd"});
+  CHECK(w.tensor(op_named(w, "layer_norm_1").outputs.at(1)).shape == Shape{2, 8, 1});
+}
+
+TEST_CASE("generic ops keep what their backward formula reads", "[importers][kineto][saved]") {
+  const Workload w =
+      import_json(
+          cpu_trace({
+              {"aten::gelu", json{{2, 4, 6}, {}}, 1},
+              {"aten::transpose", json{{2, 4, 6}, {}, {}}, 2},
+              {"aten::sigmoid", json{{2, 4, 6}}, 3},
+              {"aten::div", json{{2, 4, 6}, {}}, 4, false, {}, json::array({"float", "Scalar"})},
+              {"aten::masked_fill",
+               json{{2, 4, 6}, {4, 6}, {}},
+               5,
+               false,
+               {},
+               json::array({"float", "bool", "Scalar"})},
+              {"aten::softmax", json{{2, 4, 6}, {}, {}}, 6},
+              {"SoftmaxBackward0", json{{2, 4, 6}}, 6, true},
+              {"MaskedFillBackward0", json{{2, 4, 6}}, 5, true},
+              {"DivBackward0", json{{2, 4, 6}}, 4, true},
+              {"SigmoidBackward0", json{{2, 4, 6}}, 3, true},
+              {"TransposeBackward0", json{{2, 4, 6}}, 2, true},
+              {"GeluBackward0", json{{2, 4, 6}}, 1, true},
+          }))
+          .workload;
+  CHECK(saved(w, "gelu_1_bwd") == std::vector<std::string>{"input0"});
+  CHECK(saved(w, "transpose_1_bwd").empty());
+  CHECK(saved(w, "sigmoid_1_bwd") == std::vector<std::string>{"sigmoid_1.out"});
+  CHECK(saved(w, "div_1_bwd").empty());  // over a number
+  CHECK(saved(w, "masked_fill_1_bwd") == std::vector<std::string>{"input1"});
+  CHECK(saved(w, "softmax_1_bwd") == std::vector<std::string>{"softmax_1.out"});
+}
+
+TEST_CASE("copies a trace shows: matmul's reshape of a transpose, contiguous()",
+          "[importers][kineto][saved]") {
+  const json x{{2, 3, 5, 5}, json::array()};
+  const std::vector<Child> copy = {{"aten::clone", x, json{"float", ""}}};
+  const std::vector<Child> view = {{"aten::view", x, json{"float", ""}}};
+  auto trace = cpu_trace({
+      {"aten::gelu", json{{2, 3, 5, 5}, {}}, 1},
+      {"aten::transpose", json{{2, 3, 5, 5}, {}, {}}, 2},
+      {"aten::matmul", json{{2, 3, 5, 5}, {2, 3, 5, 5}}, 3},
+      {"aten::contiguous", json{{2, 3, 5, 5}, {}}, -1, false, copy},
+      {"aten::relu", json{{2, 3, 5, 5}}, 4},
+      {"ReluBackward0", json{{2, 3, 5, 5}}, 4, true},
+      {"BmmBackward0", json{{2, 3, 5, 5}}, 3, true},
+  });
+  // The matmul's two reshapes, nested inside it: the first a view, the second a copy.
+  auto& events = trace["traceEvents"];
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i]["name"] != "aten::matmul") continue;
+    const std::int64_t ts = events[i]["ts"];
+    events.push_back({{"ph", "X"},
+                      {"cat", "cpu_op"},
+                      {"name", "aten::reshape"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", ts + 1},
+                      {"dur", 10},
+                      {"args", {{"Input Dims", x}, {"Input type", {"float", ""}}}}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "cpu_op"},
+                      {"name", "aten::reshape"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", ts + 20},
+                      {"dur", 10},
+                      {"args", {{"Input Dims", x}, {"Input type", {"float", ""}}}}});
+    events.push_back({{"ph", "X"},
+                      {"cat", "cpu_op"},
+                      {"name", "aten::clone"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"ts", ts + 21},
+                      {"dur", 5},
+                      {"args", {{"Input Dims", x}, {"Input type", {"float", ""}}}}});
+    break;
+  }
+  const Workload w = import_json(trace).workload;
+  const auto kept = saved(w, "matmul_1_bwd");
+  REQUIRE(kept.size() == 2);
+  CHECK(kept[0] == "transpose_1.out");  // the chain; its reshape was a view
+  CHECK(kept[1] == "matmul_1.copy1");
+  // contiguous() that cloned is a new tensor, not the matmul's output under another name.
+  const Op& contiguous = op_named(w, "contiguous_1");
+  CHECK(names(w, contiguous.inputs) == std::vector<std::string>{"matmul_1.out"});
+  CHECK(names(w, op_named(w, "relu_1").inputs) == std::vector<std::string>{"contiguous_1.out"});
 }
 
 }  // namespace kineto_saved_test
