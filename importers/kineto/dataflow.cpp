@@ -24,7 +24,9 @@
 //    the oldest live tensor of that shape produced since the last merge (a residual add): that is
 //    the block input a downsample branch reads. The second input of an add (the skip) is the most
 //    recent live tensor of that shape that no add has read yet. A tensor written over in place is
-//    no longer a candidate. Inputs that match nothing are the network's inputs.
+//    no longer a candidate. Inputs that match nothing are the network's inputs. A generic op's
+//    operands after the first are the most recent live tensor of their shape (resolve_recent);
+//    a concatenation reads each tensor of its recorded list once, in order.
 //  - Output shapes that the profiler does not record (convolution, pooling) are taken from the
 //    next forward op that reads a tensor of the expected batch and channel extents.
 //  - A backward node belongs to the forward op whose subtree recorded its sequence number (the
@@ -39,8 +41,10 @@
 //    step] in collective_units.cpp).
 // It can be wrong when two live tensors of one shape could both be the input of a branch (the
 // rule picks the oldest since the last merge), for ops with several tensor outputs other than the
-// known ones, for tensors that are reused far apart (weight sharing, RNN loops), and for
-// concatenations (DenseNet), whose inputs are resolved one by one by the same rules.
+// known ones, for tensors that are reused far apart (weight sharing, RNN loops), for
+// concatenations (DenseNet), whose inputs are resolved one by one by the same rules, and for
+// chains of views, whose arguments (transpose's dims, chunk's count) the trace records only in
+// "Concrete Inputs", not read: their shapes are guessed.
 
 namespace memplan::importers::detail {
 

@@ -65,12 +65,14 @@ struct StepBuilder::ForwardOp {
 
 namespace {
 
-// An elementwise activation: like ReLU, its output carries on and its input is superseded.
-bool is_activation(const sim::LayerType& layer) {
+// An elementwise activation, or a copy (a contiguous() or reshape that cloned): like ReLU, its
+// output carries on and its input is superseded.
+bool supersedes_input(const sim::LayerType& layer) {
   if (layer.kind() == Layer::kGelu || layer.kind() == Layer::kRelu6) return true;
   const std::string name = layer.str();
-  for (std::string_view a : {"silu", "sigmoid", "hardswish", "hardsigmoid", "tanh", "hardtanh",
-                             "mish", "elu", "leaky_relu", "softplus"}) {
+  for (std::string_view a :
+       {"silu", "sigmoid", "hardswish", "hardsigmoid", "tanh", "hardtanh", "mish", "elu",
+        "leaky_relu", "softplus", "contiguous", "clone", "reshape"}) {
     if (name == a || name == std::string(a) + "_") return true;
   }
   return false;
@@ -99,7 +101,7 @@ void StepBuilder::build_forward(Unit& unit, std::size_t position) {
   saved_.insert(info.saved.begin(), info.saved.end());
   const Layer kind = unit.layer.kind();
   if (!info.data_inputs.empty() && (kind == Layer::kBatchNorm || kind == Layer::kLayerNorm ||
-                                    kind == Layer::kRelu || is_activation(unit.layer))) {
+                                    kind == Layer::kRelu || supersedes_input(unit.layer))) {
     for (Value& value : values_) {
       if (value.tensor == info.data_inputs.front()) value.superseded = true;
     }
@@ -117,7 +119,10 @@ void StepBuilder::build_alias(const Unit& unit, std::size_t position) {
   const Shape& x_shape = dims(e, 0);
   const std::string dtype = dtype_of(e, 0);
   const std::size_t x = resolve(x_shape, dtype, true);
-  const Shape to = unit.alias == Unit::Alias::kView ? lookahead_view(position, x_shape) : x_shape;
+  // A view's shape from its recorded arguments, else from the next op that reads as many values.
+  const Shape to = unit.alias == Unit::Alias::kView
+                       ? view_shape(e).value_or(lookahead_view(position, x_shape))
+                       : x_shape;
   last_output_ = new_value(values_[x].tensor, to, dtype, values_[x].activation);
   fold(unit);
 }
@@ -518,7 +523,7 @@ std::size_t StepBuilder::forward_generic(ForwardOp& f) {
   }
   if (keeps(op) == Keeps::kNothing && !operands.empty() &&
       (op == "reshape" || op == "view" || op == "flatten"))
-    out = lookahead_view(f.position, operands.front());  // a copy under its new shape
+    out = view_shape(e).value_or(lookahead_view(f.position, operands.front()));  // a copy
   std::vector<bool> copies;
   if (operands.size() == 2) {
     std::optional<Shape> shaped;

@@ -166,7 +166,11 @@ bool builds(const CpuEvent& e, const sim::AtenLayer* row, Layer layer, Unit& u) 
     return u.convolution;
   }
   if (row == nullptr) {
-    const Unit::Alias alias = alias_of(std::string_view(e.name).substr(kAtenPrefix.size()));
+    Unit::Alias alias = alias_of(std::string_view(e.name).substr(kAtenPrefix.size()));
+    // Any other view whose output shape its recorded arguments give (transpose, permute, select,
+    // chunk...): the same tensor under that shape. Without them it stays a generic op.
+    if (alias == Unit::Alias::kNone && is_view_op(e.name) && view_shape(e))
+      alias = Unit::Alias::kView;
     if (alias != Unit::Alias::kNone) {
       u.alias = alias;
       return !dims(e, 0).empty();

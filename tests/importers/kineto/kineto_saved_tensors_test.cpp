@@ -9,6 +9,7 @@
 // mask, a product with a number nothing), and a contiguous() that copied.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,8 @@
 
 #include "core/workload.hpp"
 #include "importers/kineto/kineto_importer.hpp"
+#include "importers/kineto/kineto_trace.hpp"
+#include "importers/kineto/step_events.hpp"
 #include "tests/importers/kineto/synthetic_kineto.hpp"
 
 using memplan::sim::Op;
@@ -43,6 +46,7 @@ struct Event {
   bool backward = false;             // a backward node on the autograd thread
   std::vector<Child> children = {};  // ops nested inside it on its thread
   json types = nullptr;              // "Input type"; null: "float" for each shape, "" for the rest
+  json concrete = nullptr;           // "Concrete Inputs"; null: none
 };
 
 json op_event(const std::string& name, std::int64_t tid, std::int64_t ts, std::int64_t dur,
@@ -66,6 +70,7 @@ json cpu_trace(const std::vector<Event>& events) {
     }
     json args = {{"External id", id++}, {"Input Dims", e.dims}, {"Input type", types}};
     if (e.seq >= 0) args["Sequence number"] = e.seq;
+    if (!e.concrete.is_null()) args["Concrete Inputs"] = e.concrete;
     const std::int64_t tid = e.backward ? 2 : 1;
     list.push_back(op_event(e.backward ? "autograd::engine::evaluate_function: " + e.name : e.name,
                             tid, t, 50, args));
@@ -397,6 +402,84 @@ TEST_CASE("copies a trace shows: matmul's reshape of a transpose, contiguous()",
   const Op& contiguous = op_named(w, "contiguous_1");
   CHECK(names(w, contiguous.inputs) == std::vector<std::string>{"matmul_1.out"});
   CHECK(names(w, op_named(w, "relu_1").inputs) == std::vector<std::string>{"contiguous_1.out"});
+}
+
+TEST_CASE("a view's shape from its recorded arguments", "[importers][kineto][saved]") {
+  auto shape_of = [](const std::string& op, const Shape& x, const std::vector<std::string>& args) {
+    memplan::importers::CpuEvent e;
+    e.name = "aten::" + op;
+    e.input_dims = {x};
+    e.concrete_inputs = args;
+    e.concrete_inputs.insert(e.concrete_inputs.begin(), "");
+    return memplan::importers::detail::view_shape(e);
+  };
+  const Shape x{4, 48, 8, 8};
+  CHECK(shape_of("view", x, {"[4, 2, 24, 8, 8]"}) == Shape{4, 2, 24, 8, 8});
+  CHECK(shape_of("reshape", x, {"[4, -1]"}) == Shape{4, 3072});
+  CHECK(shape_of("view", x, {"[5, -1]"}) == std::nullopt);  // does not divide
+  CHECK(shape_of("transpose", Shape{4, 2, 24, 8, 8}, {"1", "2"}) == Shape{4, 24, 2, 8, 8});
+  CHECK(shape_of("transpose", x, {"-2", "-1"}) == Shape{4, 48, 8, 8});
+  CHECK(shape_of("permute", x, {"[0, 2, 3, 1]"}) == Shape{4, 8, 8, 48});
+  CHECK(shape_of("unsqueeze", x, {"-1"}) == Shape{4, 48, 8, 8, 1});
+  CHECK(shape_of("squeeze", Shape{4, 1, 8}, {"1"}) == Shape{4, 8});
+  CHECK(shape_of("flatten", x, {"1", "-1"}) == Shape{4, 3072});
+  CHECK(shape_of("select", Shape{3, 36, 3, 49, 32}, {"0", "1"}) == Shape{36, 3, 49, 32});
+  CHECK(shape_of("slice", Shape{4, 21, 21, 96}, {"1", "0", "16", "1"}) == Shape{4, 16, 21, 96});
+  CHECK(shape_of("slice", x, {"1", "0", "9223372036854775807", "2"}) == Shape{4, 24, 8, 8});
+  CHECK(shape_of("chunk", x, {"2", "1"}) == Shape{4, 24, 8, 8});
+  CHECK(shape_of("split", x, {"24", "1"}) == Shape{4, 24, 8, 8});
+  CHECK(shape_of("expand", Shape{4, 1, 8}, {"[-1, 3, 8]"}) == Shape{4, 3, 8});
+  CHECK(shape_of("transpose", x, {"1", "7"}) == std::nullopt);  // no such dim
+  CHECK(shape_of("gelu", x, {""}) == std::nullopt);             // no view
+}
+
+TEST_CASE("a channel shuffle: the views' shapes and the copy the branch reads",
+          "[importers][kineto][saved]") {
+  const json scalars = json::array({"float", "Scalar", "Scalar"});
+  const std::vector<Child> clone = {{"aten::clone", json{{2, 4, 2, 3, 3}, {}}, json{"float", ""}}};
+  const Workload w =
+      import_json(cpu_trace({
+                      {"aten::relu", json{{2, 8, 3, 3}}, 1},
+                      {"aten::view",
+                       json{{2, 8, 3, 3}, {}},
+                       -1,
+                       false,
+                       {},
+                       json::array({"float", "ScalarList"}),
+                       json::array({"", "[2, 2, 4, 3, 3]"})},
+                      {"aten::transpose",
+                       json{{2, 2, 4, 3, 3}, {}, {}},
+                       2,
+                       false,
+                       {},
+                       scalars,
+                       json::array({"", "1", "2"})},
+                      {"aten::contiguous", json{{2, 4, 2, 3, 3}, {}}, -1, false, clone},
+                      {"aten::view",
+                       json{{2, 4, 2, 3, 3}, {}},
+                       -1,
+                       false,
+                       {},
+                       json::array({"float", "ScalarList"}),
+                       json::array({"", "[2, 8, 3, 3]"})},
+                      {"aten::chunk",
+                       json{{2, 8, 3, 3}, {}, {}},
+                       3,
+                       false,
+                       {},
+                       scalars,
+                       json::array({"", "2", "1"})},
+                      {"aten::conv2d", json{{2, 4, 3, 3}, {4, 4, 1, 1}, {4}}, 4},
+                      {"ConvolutionBackward0", json{{2, 4, 3, 3}}, 4, true},
+                  }))
+          .workload;
+  // view, transpose and chunk are views (no ops); the contiguous() copied; the convolution reads
+  // a half of the copy (its storage) and keeps it, not the ReLU's output.
+  CHECK_FALSE(has_op(w, "transpose_1"));
+  CHECK_FALSE(has_op(w, "chunk_1"));
+  CHECK(names(w, op_named(w, "contiguous_1").inputs) == std::vector<std::string>{"relu_1.out"});
+  CHECK(output_shape(w, "contiguous_1") == Shape{2, 4, 2, 3, 3});
+  CHECK(saved(w, "conv2d_1_bwd") == std::vector<std::string>{"contiguous_1.out"});
 }
 
 }  // namespace kineto_saved_test
