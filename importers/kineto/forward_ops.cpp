@@ -357,16 +357,18 @@ std::size_t StepBuilder::forward_embedding(ForwardOp& f) {
 // Dropout in training: the input times a mask that backward reads (native_dropout's bool mask
 // where the backend fuses it, CUDA; else, as on the CPU, bernoulli_ into a tensor of the input's
 // dtype, scaled, then mul). Its input is not saved. With p = 0 (or in eval) PyTorch runs neither
-// and returns its input: nothing saved.
+// and returns its input: the op writes nothing and its output is its input.
 std::size_t StepBuilder::forward_dropout(ForwardOp& f) {
-  f.read(resolve(f.x_shape, f.dtype, true));
-  f.info.output = f.produce(".out", f.x_shape, f.dtype);
+  const std::size_t xv = resolve(f.x_shape, f.dtype, true);
+  const TensorId x = f.read(xv);
   const std::size_t event = units_[f.position].event;
-  if (subtree_has(event, "native_dropout")) {
-    f.info.saved = {f.produce(".mask", f.x_shape, "bool")};
-  } else if (subtree_has(event, "bernoulli")) {
-    f.info.saved = {f.produce(".mask", f.x_shape, f.dtype)};
+  const bool fused = subtree_has(event, "native_dropout");
+  if (!fused && !subtree_has(event, "bernoulli")) {
+    f.info.output = x;  // the input itself, no new tensor
+    return xv;
   }
+  f.info.output = f.produce(".out", f.x_shape, f.dtype);
+  f.info.saved = {f.produce(".mask", f.x_shape, fused ? "bool" : f.dtype)};
   return f.output(f.x_shape, f.dtype);
 }
 
@@ -521,6 +523,8 @@ std::size_t StepBuilder::forward_generic(ForwardOp& f) {
     }
     first = false;
   }
+  if (!operands.empty() && (op == "pad" || op == "constant_pad_nd"))
+    out = view_shape(e).value_or(out);
   if (keeps(op) == Keeps::kNothing && !operands.empty() &&
       (op == "reshape" || op == "view" || op == "flatten"))
     out = view_shape(e).value_or(lookahead_view(f.position, operands.front()));  // a copy

@@ -30,9 +30,12 @@ std::string dtype_name(std::string_view t) {
 }
 
 constexpr std::string_view kViewOps[] = {
-    "aten::view",    "aten::reshape",   "aten::_unsafe_view", "aten::flatten", "aten::transpose",
-    "aten::permute", "aten::unsqueeze", "aten::squeeze",      "aten::select",  "aten::slice",
-    "aten::narrow",  "aten::chunk",     "aten::split",        "aten::expand",  "aten::t"};
+    "aten::view",      "aten::reshape",        "aten::_unsafe_view",
+    "aten::flatten",   "aten::transpose",      "aten::permute",
+    "aten::unsqueeze", "aten::squeeze",        "aten::select",
+    "aten::slice",     "aten::narrow",         "aten::chunk",
+    "aten::split",     "aten::expand",         "aten::t",
+    "aten::pad",       "aten::constant_pad_nd"};
 
 // "3", "-1" -> the integer; "[4, -1, 8]" -> the integers; nothing for anything else.
 std::optional<std::vector<std::int64_t>> integers(std::string_view text) {
@@ -193,6 +196,19 @@ std::optional<Shape> part_view(const CpuEvent& e, std::string_view op, const Sha
   return out;
 }
 
+// pad(x, [left, right, top, bottom, ...]): pairs from the last extent backwards.
+std::optional<Shape> padded(const CpuEvent& e, const Shape& x) {
+  auto pads = e.concrete_inputs.size() > 1 ? integers(e.concrete_inputs[1]) : std::nullopt;
+  if (!pads || pads->size() % 2 != 0 || pads->size() / 2 > x.size()) return std::nullopt;
+  Shape out = x;
+  for (std::size_t i = 0; i < pads->size() / 2; ++i) {
+    std::int64_t& extent = out[x.size() - 1 - i];
+    extent += (*pads)[2 * i] + (*pads)[2 * i + 1];
+    if (extent < 0) return std::nullopt;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<Shape> view_shape(const CpuEvent& e) {
@@ -203,6 +219,7 @@ std::optional<Shape> view_shape(const CpuEvent& e) {
     return sized_view(e, op, x);
   if (op == "select" || op == "slice" || op == "narrow" || op == "chunk" || op == "split")
     return part_view(e, op, x);
+  if (op == "pad" || op == "constant_pad_nd") return padded(e, x);
   return reordered_view(e, op, x);
 }
 

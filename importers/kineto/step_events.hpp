@@ -53,8 +53,9 @@ std::vector<sim::AtenArgument> aten_arguments(const CpuEvent& e);
 /// The op's name without "aten::" and without the trailing underscores of an in-place op.
 std::string_view aten_short_name(std::string_view name);
 
-/// A view op whose output shape its arguments give (view, reshape, flatten, transpose, permute,
-/// unsqueeze, squeeze, select, slice, narrow, chunk, split, expand, t): "aten::" names.
+/// An op whose output shape its recorded arguments give: the views (view, reshape, flatten,
+/// transpose, permute, unsqueeze, squeeze, select, slice, narrow, chunk, split, expand, t) and
+/// pad, a copy: "aten::" names.
 bool is_view_op(std::string_view name);
 /// The shape of a view op's output (of its first output for chunk and split) from its input's
 /// recorded shape and its "Concrete Inputs"; nothing when they are not recorded (PyTorch before

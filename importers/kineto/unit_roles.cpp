@@ -169,7 +169,8 @@ bool builds(const CpuEvent& e, const sim::AtenLayer* row, Layer layer, Unit& u) 
     Unit::Alias alias = alias_of(std::string_view(e.name).substr(kAtenPrefix.size()));
     // Any other view whose output shape its recorded arguments give (transpose, permute, select,
     // chunk...): the same tensor under that shape. Without them it stays a generic op.
-    if (alias == Unit::Alias::kNone && is_view_op(e.name) && view_shape(e))
+    if (alias == Unit::Alias::kNone && is_view_op(e.name) && view_shape(e) &&
+        !ends_with(e.name, "pad") && !ends_with(e.name, "pad_nd"))
       alias = Unit::Alias::kView;
     if (alias != Unit::Alias::kNone) {
       u.alias = alias;
