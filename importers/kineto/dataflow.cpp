@@ -43,8 +43,7 @@
 // rule picks the oldest since the last merge), for ops with several tensor outputs other than the
 // known ones, for tensors that are reused far apart (weight sharing, RNN loops), for
 // concatenations (DenseNet), whose inputs are resolved one by one by the same rules, and for
-// chains of views, whose arguments (transpose's dims, chunk's count) the trace records only in
-// "Concrete Inputs", not read: their shapes are guessed.
+// views recorded without "Concrete Inputs" (before PyTorch 2), whose shapes are guessed.
 
 namespace memplan::importers::detail {
 
