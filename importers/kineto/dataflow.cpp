@@ -24,7 +24,9 @@
 //    the oldest live tensor of that shape produced since the last merge (a residual add): that is
 //    the block input a downsample branch reads. The second input of an add (the skip) is the most
 //    recent live tensor of that shape that no add has read yet. A tensor written over in place is
-//    no longer a candidate. Inputs that match nothing are the network's inputs.
+//    no longer a candidate. Inputs that match nothing are the network's inputs. A generic op's
+//    operands after the first are the most recent live tensor of their shape (resolve_recent);
+//    a concatenation reads each tensor of its recorded list once, in order.
 //  - Output shapes that the profiler does not record (convolution, pooling) are taken from the
 //    next forward op that reads a tensor of the expected batch and channel extents.
 //  - A backward node belongs to the forward op whose subtree recorded its sequence number (the
@@ -39,8 +41,9 @@
 //    step] in collective_units.cpp).
 // It can be wrong when two live tensors of one shape could both be the input of a branch (the
 // rule picks the oldest since the last merge), for ops with several tensor outputs other than the
-// known ones, for tensors that are reused far apart (weight sharing, RNN loops), and for
-// concatenations (DenseNet), whose inputs are resolved one by one by the same rules.
+// known ones, for tensors that are reused far apart (weight sharing, RNN loops), for
+// concatenations (DenseNet), whose inputs are resolved one by one by the same rules, and for
+// views recorded without "Concrete Inputs" (before PyTorch 2), whose shapes are guessed.
 
 namespace memplan::importers::detail {
 
@@ -175,9 +178,11 @@ void StepBuilder::add_input(OpId o, TensorId t) {
 }
 
 std::size_t StepBuilder::resolve(const Shape& shape, const std::string& dtype, bool first,
-                                 std::size_t exclude, bool for_merge) {
+                                 std::size_t exclude, bool for_merge,
+                                 const std::vector<std::size_t>& taken) {
   auto usable = [&](std::size_t v) {
-    return v != exclude && !values_[v].overwritten && values_[v].shape == shape;
+    return v != exclude && !values_[v].overwritten && values_[v].shape == shape &&
+           std::find(taken.begin(), taken.end(), v) == taken.end();
   };
   if (first && last_output_ && usable(*last_output_)) return *last_output_;
   if (for_merge) {
@@ -198,6 +203,13 @@ std::size_t StepBuilder::resolve(const Shape& shape, const std::string& dtype, b
   const TensorId t = add_tensor(fmt::format("input{}", input_count_++), sim::TensorKind::kInput,
                                 shape, dtype, kNoOp);
   return new_value(t, shape, dtype, false);
+}
+
+std::size_t StepBuilder::resolve_recent(const Shape& shape, const std::string& dtype) {
+  for (std::size_t v = values_.size(); v-- > 0;) {
+    if (values_[v].activation && !values_[v].overwritten && values_[v].shape == shape) return v;
+  }
+  return resolve(shape, dtype, false);
 }
 
 namespace {

@@ -162,12 +162,16 @@ std::vector<std::vector<std::int64_t>> EventReader::list_shapes(const json& list
 }
 
 std::vector<std::string> EventReader::types_arg() const {
+  return strings_arg("Input type");
+}
+
+std::vector<std::string> EventReader::strings_arg(std::string_view key) const {
   std::vector<std::string> out;
   const json* a = args();
   if (a == nullptr) return out;
-  const json* v = find(*a, "Input type");
+  const json* v = find(*a, key);
   if (v == nullptr) return out;
-  if (!v->is_array()) fail("args.Input type", "expected an array of strings");
+  if (!v->is_array()) fail(fmt::format("args.{}", key), "expected an array of strings");
   for (const json& t : *v) out.push_back(t.is_string() ? t.get<std::string>() : std::string());
   return out;
 }

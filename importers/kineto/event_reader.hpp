@@ -47,6 +47,8 @@ class EventReader {
   [[nodiscard]] std::vector<std::vector<std::int64_t>> dims_arg(
       std::vector<std::vector<std::vector<std::int64_t>>>* lists = nullptr) const;
   [[nodiscard]] std::vector<std::string> types_arg() const;
+  /// An array of strings under `key` ("Concrete Inputs"); anything else in it reads as "".
+  [[nodiscard]] std::vector<std::string> strings_arg(std::string_view key) const;
 
  private:
   [[nodiscard]] std::vector<std::vector<std::int64_t>> list_shapes(const nlohmann::json& list,

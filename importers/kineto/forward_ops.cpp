@@ -2,8 +2,10 @@
 // by Note [Kineto dataflow], its parameters from the recorded arguments), what it writes and what
 // its backward op will read (PyTorch's autograd formulas), and a generic rule for any other op.
 #include <algorithm>
+#include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -61,6 +63,23 @@ struct StepBuilder::ForwardOp {
   }
 };
 
+namespace {
+
+// An elementwise activation, or a copy (a contiguous() or reshape that cloned): like ReLU, its
+// output carries on and its input is superseded.
+bool supersedes_input(const sim::LayerType& layer) {
+  if (layer.kind() == Layer::kGelu || layer.kind() == Layer::kRelu6) return true;
+  const std::string name = layer.str();
+  for (std::string_view a :
+       {"silu", "sigmoid", "hardswish", "hardsigmoid", "tanh", "hardtanh", "mish", "elu",
+        "leaky_relu", "softplus", "contiguous", "clone", "reshape"}) {
+    if (name == a || name == std::string(a) + "_") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void StepBuilder::build_forward(Unit& unit, std::size_t position) {
   const CpuEvent& e = event(unit);
   if (time_only_) {
@@ -81,8 +100,8 @@ void StepBuilder::build_forward(Unit& unit, std::size_t position) {
   ForwardInfo& info = f.info;
   saved_.insert(info.saved.begin(), info.saved.end());
   const Layer kind = unit.layer.kind();
-  if (!info.data_inputs.empty() &&
-      (kind == Layer::kBatchNorm || kind == Layer::kLayerNorm || kind == Layer::kRelu)) {
+  if (!info.data_inputs.empty() && (kind == Layer::kBatchNorm || kind == Layer::kLayerNorm ||
+                                    kind == Layer::kRelu || supersedes_input(unit.layer))) {
     for (Value& value : values_) {
       if (value.tensor == info.data_inputs.front()) value.superseded = true;
     }
@@ -100,7 +119,10 @@ void StepBuilder::build_alias(const Unit& unit, std::size_t position) {
   const Shape& x_shape = dims(e, 0);
   const std::string dtype = dtype_of(e, 0);
   const std::size_t x = resolve(x_shape, dtype, true);
-  const Shape to = unit.alias == Unit::Alias::kView ? lookahead_view(position, x_shape) : x_shape;
+  // A view's shape from its recorded arguments, else from the next op that reads as many values.
+  const Shape to = unit.alias == Unit::Alias::kView
+                       ? view_shape(e).value_or(lookahead_view(position, x_shape))
+                       : x_shape;
   last_output_ = new_value(values_[x].tensor, to, dtype, values_[x].activation);
   fold(unit);
 }
@@ -139,6 +161,12 @@ std::size_t StepBuilder::forward_layer(ForwardOp& f, const Unit& unit) {
       return forward_add(f);
     case Layer::kSoftmaxCrossEntropy:
       return forward_cross_entropy(f);
+    case Layer::kConcat:
+      return forward_concat(f);
+    case Layer::kDropout:
+      return forward_dropout(f);
+    case Layer::kEmbedding:
+      return forward_embedding(f);
     default:
       return forward_generic(f);
   }
@@ -178,7 +206,17 @@ std::size_t StepBuilder::forward_layer_norm(ForwardOp& f) {
   if (!dims(f.e, 2).empty()) f.weight(".weight", 2, true);
   if (!dims(f.e, 3).empty()) f.weight(".bias", 3, true);
   f.info.output = f.produce(".out", f.x_shape, f.dtype);
-  f.info.saved = {x};
+  // native_layer_norm's mean and rstd: one value per normalized row (the normalized extents,
+  // those of the weight, become 1), float32 as PyTorch keeps them for float32 and lower.
+  // (layer_norm(x, normalized_shape, weight, bias): the shape is a scalar list, the weight has it.)
+  const std::size_t normalized =
+      std::min<std::size_t>(dims(f.e, 2).empty() ? 1 : dims(f.e, 2).size(), f.x_shape.size());
+  Shape stats = f.x_shape;
+  for (std::size_t d = stats.size() - normalized; d < stats.size(); ++d) stats[d] = 1;
+  const std::string stats_dtype = f.dtype == "float64" ? f.dtype : "float32";
+  const TensorId mean = f.produce(".mean", stats, stats_dtype);
+  const TensorId rstd = f.produce(".rstd", stats, stats_dtype);
+  f.info.saved = {x, mean, rstd};
   return f.output(f.x_shape, f.dtype);
 }
 
@@ -200,6 +238,10 @@ std::size_t StepBuilder::forward_pool(ForwardOp& f, bool max) {
   if (max) {
     const TensorId indices = f.produce(".indices", out, "int64");
     f.info.saved = {x, indices};
+  } else if (!subtree_has(units_[f.position].event, "aten::mean")) {
+    // avg_pool2d_backward(grad, self) and _adaptive_avg_pool2d_backward(grad, self) take the
+    // input; an adaptive pool to 1x1 is a mean (its subtree says so), whose backward keeps sizes.
+    f.info.saved = {x};
   }
   return f.output(out, f.dtype);
 }
@@ -250,23 +292,264 @@ std::size_t StepBuilder::forward_cross_entropy(ForwardOp& f) {
   return f.output({}, f.dtype);
 }
 
-// A generic op reads every tensor argument and writes one tensor shaped like the first.
+// cat(tensors, dim) reads each tensor of its list and writes their concatenation; CatBackward
+// keeps only their sizes, so nothing is saved. The profiler records the list's shapes, not `dim`:
+// it is the one extent in which they differ, else (all alike) the one whose concatenation the
+// next forward op reads, else 0, torch.cat's default.
+std::size_t StepBuilder::forward_concat(ForwardOp& f) {
+  const std::vector<Shape>& parts = f.e.input_lists.front();
+  const Shape& first = parts.front();
+  std::vector<std::size_t> taken;
+  std::string out_dtype = f.dtype;
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    // Each part is a different tensor: the rule would otherwise give the same one each time.
+    // In list order, none of them the chain's by default: a later part is often the previous
+    // op's output (the last branch of an Inception or fire module).
+    const std::size_t v = resolve(parts[k], f.dtype, false, SIZE_MAX, false, taken);
+    f.read(v);
+    taken.push_back(v);
+    if (k == 0) out_dtype = values_[v].dtype;
+  }
+  std::optional<std::size_t> dim;
+  for (const Shape& s : parts) {
+    if (s.size() != first.size()) continue;
+    for (std::size_t d = 0; d < s.size(); ++d) {
+      if (s[d] != first[d]) dim = d;
+    }
+  }
+  auto joined = [&](std::size_t d) {
+    Shape out = first;
+    out[d] = 0;
+    for (const Shape& s : parts) out[d] += d < s.size() ? s[d] : 0;
+    return out;
+  };
+  if (!dim) {
+    for (std::size_t j = f.position + 1; j < units_.size() && !dim; ++j) {
+      if (units_[j].role != Unit::Role::kForward) continue;
+      for (std::size_t d = 0; d < first.size() && !dim; ++d) {
+        if (dims(event(units_[j]), 0) == joined(d)) dim = d;
+      }
+      break;  // the next forward op only
+    }
+  }
+  const Shape out = joined(dim.value_or(0));
+  f.info.output = f.produce(".out", out, out_dtype);
+  return f.output(out, out_dtype);
+}
+
+// embedding(weight, indices): the output is the indices' shape with a row of the weight each;
+// embedding_dense_backward keeps only the indices. The table is read as any generic op's operand:
+// AccumulateGrad's leaves make it a parameter unless a layer rule already has it (a table tied
+// to the LM head; Note [Leaves from AccumulateGrad]).
+std::size_t StepBuilder::forward_embedding(ForwardOp& f) {
+  const Shape& w = dims(f.e, 0);
+  const Shape& indices = dims(f.e, 1);
+  if (w.size() != 2 || indices.empty()) return forward_generic(f);
+  f.read(resolve(w, f.dtype, false));
+  const TensorId i = f.read(resolve(indices, dtype_of(f.e, 1), false));
+  Shape out = indices;
+  out.push_back(w[1]);
+  f.info.output = f.produce(".out", out, f.dtype);
+  f.info.saved = {i};
+  return f.output(out, f.dtype);
+}
+
+// Dropout in training: the input times a mask that backward reads (native_dropout's bool mask
+// where the backend fuses it, CUDA; else, as on the CPU, bernoulli_ into a tensor of the input's
+// dtype, scaled, then mul). Its input is not saved. With p = 0 (or in eval) PyTorch runs neither
+// and returns its input: the op writes nothing and its output is its input.
+std::size_t StepBuilder::forward_dropout(ForwardOp& f) {
+  const std::size_t xv = resolve(f.x_shape, f.dtype, true);
+  const TensorId x = f.read(xv);
+  const std::size_t event = units_[f.position].event;
+  const bool fused = subtree_has(event, "native_dropout");
+  if (!fused && !subtree_has(event, "bernoulli")) {
+    f.info.output = x;  // the input itself, no new tensor
+    return xv;
+  }
+  f.info.output = f.produce(".out", f.x_shape, f.dtype);
+  f.info.saved = {f.produce(".mask", f.x_shape, fused ? "bool" : f.dtype)};
+  return f.output(f.x_shape, f.dtype);
+}
+
+std::vector<bool> StepBuilder::reshape_copies(std::size_t event) const {
+  std::vector<bool> out;
+  for (std::size_t child : nesting_.children[event]) {
+    const std::string& name = trace_.cpu_events[child].name;
+    if (name == "aten::reshape" || name == "aten::contiguous")
+      out.push_back(subtree_has(child, "aten::clone"));
+  }
+  return out;
+}
+
+bool StepBuilder::subtree_has(std::size_t event, std::string_view needle) const {
+  std::vector<std::size_t> todo{event};
+  while (!todo.empty()) {
+    const std::size_t i = todo.back();
+    todo.pop_back();
+    if (trace_.cpu_events[i].name.find(needle) != std::string::npos) return true;
+    todo.insert(todo.end(), nesting_.children[i].begin(), nesting_.children[i].end());
+  }
+  return false;
+}
+
+namespace {
+
+// Elementwise ops that broadcast their tensor operands (PyTorch's TensorIterator): the output has
+// the broadcast shape, e.g. a squeeze-and-excitation's mul([N, C, 1, 1], [N, C, H, W]).
+bool broadcasts(std::string_view op) {
+  for (std::string_view name :
+       {"mul", "div", "add", "sub", "where", "maximum", "minimum", "pow", "masked_fill", "rsub"}) {
+    if (op == name ||
+        (op.size() == name.size() + 1 && op.substr(0, name.size()) == name && op.back() == '_'))
+      return true;
+  }
+  return false;
+}
+
+// What a generic op's backward keeps, by its aten name (PyTorch's derivatives.yaml): the default
+// is every tensor operand (mul, div, matmul, gelu, silu...).
+enum class Keeps : std::uint8_t { kOperands, kNothing, kOutput, kLaterOperands };
+
+Keeps keeps(std::string_view op) {
+  if (!op.empty() && op.back() == '_') op.remove_suffix(1);  // in place: the same formula
+  // Views (their backward is a view or a scatter of the gradient, by sizes), gradients passed
+  // through (add, sub, neg), copies and pads, and ops whose backward needs only sizes or
+  // arguments the profiler records as scalars.
+  for (std::string_view name : {"add",
+                                "sub",
+                                "rsub",
+                                "neg",
+                                "transpose",
+                                "permute",
+                                "t",
+                                "unsqueeze",
+                                "squeeze",
+                                "expand",
+                                "expand_as",
+                                "select",
+                                "slice",
+                                "narrow",
+                                "chunk",
+                                "split",
+                                "split_with_sizes",
+                                "unbind",
+                                "unflatten",
+                                "view_as",
+                                "as_strided",
+                                "alias",
+                                "diagonal",
+                                "movedim",
+                                "clone",
+                                "contiguous",
+                                "reshape",
+                                "view",
+                                "flatten",
+                                "_unsafe_view",
+                                "to",
+                                "_to_copy",
+                                "copy",
+                                "pad",
+                                "constant_pad_nd",
+                                "roll",
+                                "repeat",
+                                "tril",
+                                "triu",
+                                "fill",
+                                "zero",
+                                "sum",
+                                "index",
+                                "stack",
+                                "flip"}) {
+    if (op == name) return Keeps::kNothing;
+  }
+  // Backward from the result: sigmoid, tanh, exp, the softmaxes.
+  for (std::string_view name :
+       {"sigmoid", "tanh", "exp", "softmax", "_softmax", "log_softmax", "_log_softmax"}) {
+    if (op == name) return Keeps::kOutput;
+  }
+  if (op == "masked_fill") return Keeps::kLaterOperands;  // the mask
+  return Keeps::kOperands;
+}
+
+// Broadcast shape of `a` and `b`, or nothing when they do not broadcast.
+std::optional<Shape> broadcast(const Shape& a, const Shape& b) {
+  Shape out(std::max(a.size(), b.size()), 1);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const std::int64_t y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (x != y && x != 1 && y != 1) return std::nullopt;
+    out[out.size() - 1 - i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+// matmul's output: the broadcast batch extents, then [rows of a, columns of b].
+std::optional<Shape> matmul_shape(const Shape& a, const Shape& b) {
+  if (a.size() < 2 || b.size() < 2 || a.back() != b[b.size() - 2]) return std::nullopt;
+  auto batch = broadcast(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  if (!batch) return std::nullopt;
+  batch->push_back(a[a.size() - 2]);
+  batch->push_back(b.back());
+  return batch;
+}
+
+}  // namespace
+
+// A generic op reads every tensor argument and writes one tensor shaped like the first (the
+// broadcast shape for an elementwise op, the product's for matmul), and saves what its
+// backward formula keeps (`keeps`). Its first operand is resolved as any op's; the others are the
+// most recent live tensor of their shape: an op that combines the chain with another tensor
+// combines it with the one made last (a squeeze-and-excitation's scale times the tensor it pooled,
+// not the block's input of the same shape).
 std::size_t StepBuilder::forward_generic(ForwardOp& f) {
   const CpuEvent& e = f.e;
+  const std::string_view op = std::string_view(e.name).substr(e.name.find("::") + 2);
   bool first = true;
   Shape out;
   std::string out_dtype = f.dtype;
+  std::vector<Shape> operands;
   for (std::size_t k = 0; k < e.input_dims.size(); ++k) {
     if (e.input_dims[k].empty()) continue;
-    const std::size_t v = resolve(e.input_dims[k], dtype_of(e, k), first);
-    f.info.saved.push_back(f.read(v));
+    const std::size_t v = first ? resolve(e.input_dims[k], dtype_of(e, k), true)
+                                : resolve_recent(e.input_dims[k], dtype_of(e, k));
+    const TensorId t = f.read(v);
+    if (keeps(op) == Keeps::kOperands || (keeps(op) == Keeps::kLaterOperands && !first))
+      f.info.saved.push_back(t);
+    operands.push_back(e.input_dims[k]);
     if (first) {
       out = e.input_dims[k];
       out_dtype = dtype_of(e, k);
     }
     first = false;
   }
+  if (!operands.empty() && (op == "pad" || op == "constant_pad_nd"))
+    out = view_shape(e).value_or(out);
+  if (keeps(op) == Keeps::kNothing && !operands.empty() &&
+      (op == "reshape" || op == "view" || op == "flatten"))
+    out = view_shape(e).value_or(lookahead_view(f.position, operands.front()));  // a copy
+  std::vector<bool> copies;
+  if (operands.size() == 2) {
+    std::optional<Shape> shaped;
+    if (op == "matmul") {
+      shaped = matmul_shape(operands[0], operands[1]);
+      // matmul of batches reshapes each operand for bmm; the reshape of one that is not
+      // contiguous (a transpose) is a copy (a clone in its subtree), and bmm keeps the copy.
+      copies = reshape_copies(units_[f.position].event);
+    } else if (broadcasts(op) && !ends_with(op, "_")) {  // in place: the first operand's shape
+      shaped = broadcast(operands[0], operands[1]);
+    }
+    if (shaped) out = *shaped;
+  }
+  // Times or over a number (a Python scalar, recorded without a shape): the backward scales the
+  // gradient by the number and keeps no tensor.
+  if (operands.size() == 1 && (starts_with(op, "mul") || starts_with(op, "div")))
+    f.info.saved.clear();
   f.info.output = f.produce(".out", out, out_dtype);
+  if (keeps(op) == Keeps::kOutput) f.info.saved = {f.info.output};
+  for (std::size_t k = 0; k < copies.size() && k < f.info.saved.size(); ++k) {
+    if (copies[k]) f.info.saved[k] = f.produce(fmt::format(".copy{}", k), operands[k], out_dtype);
+  }
   return f.output(out, out_dtype);
 }
 

@@ -114,6 +114,7 @@ CpuEvent read_cpu_event(const EventReader& r, std::string name, const std::strin
   c.sequence_number = r.int_arg({"Sequence number"});
   c.input_dims = r.dims_arg(&c.input_lists);
   c.input_types = r.types_arg();
+  if (detail::is_view_op(c.name)) c.concrete_inputs = r.strings_arg("Concrete Inputs");
   c.comm = detail::read_comm_args(r, c.name);
   return c;
 }

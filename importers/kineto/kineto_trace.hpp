@@ -66,6 +66,9 @@ struct CpuEvent {
   std::vector<std::vector<std::vector<std::int64_t>>> input_lists;
   /// Recorded input types ("Input type"), parallel to input_dims when present.
   std::vector<std::string> input_types;
+  /// "Concrete Inputs" (PyTorch 2.x: the scalar arguments' values as text, "" for tensors), kept
+  /// for view ops only (transpose's dims, a view's sizes: step_events.hpp's view_shape).
+  std::vector<std::string> concrete_inputs;
   /// A communication op's arguments (`record_param_comms`, `nccl:*`, `gloo:*`); null for any
   /// other (shared, not inline: a trace holds millions of events and few are collectives).
   std::shared_ptr<const CommArgs> comm;

@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -107,7 +108,10 @@ class StepBuilder {
   bool add_after(sim::OpId consumer, sim::OpId producer);
   void add_input(sim::OpId op, sim::TensorId t);
   std::size_t resolve(const Shape& shape, const std::string& dtype, bool first,
-                      std::size_t exclude = SIZE_MAX, bool for_merge = false);
+                      std::size_t exclude = SIZE_MAX, bool for_merge = false,
+                      const std::vector<std::size_t>& taken = {});
+  // The most recent live activation of this shape, else resolve()'s.
+  std::size_t resolve_recent(const Shape& shape, const std::string& dtype);
   Shape lookahead(std::size_t position, std::int64_t n, std::int64_t c, std::size_t rank,
                   const Shape& fallback) const;
   Shape lookahead_view(std::size_t position, const Shape& from) const;
@@ -125,6 +129,12 @@ class StepBuilder {
   std::size_t forward_linear(ForwardOp& f);
   std::size_t forward_add(ForwardOp& f);
   std::size_t forward_cross_entropy(ForwardOp& f);
+  std::size_t forward_concat(ForwardOp& f);
+  std::size_t forward_dropout(ForwardOp& f);
+  std::size_t forward_embedding(ForwardOp& f);
+  [[nodiscard]] bool subtree_has(std::size_t event, std::string_view needle) const;
+  // For each reshape or contiguous directly inside `event`, in order: whether it copied (a clone).
+  [[nodiscard]] std::vector<bool> reshape_copies(std::size_t event) const;
   std::size_t forward_generic(ForwardOp& f);
 
   // backward_ops.cpp

@@ -1,7 +1,10 @@
 #include "importers/kineto/step_events.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "core/input_error.hpp"
 
@@ -26,7 +29,199 @@ std::string dtype_name(std::string_view t) {
   return "float32";
 }
 
+constexpr std::string_view kViewOps[] = {
+    "aten::view",      "aten::reshape",        "aten::_unsafe_view",
+    "aten::flatten",   "aten::transpose",      "aten::permute",
+    "aten::unsqueeze", "aten::squeeze",        "aten::select",
+    "aten::slice",     "aten::narrow",         "aten::chunk",
+    "aten::split",     "aten::expand",         "aten::t",
+    "aten::pad",       "aten::constant_pad_nd"};
+
+// "3", "-1" -> the integer; "[4, -1, 8]" -> the integers; nothing for anything else.
+std::optional<std::vector<std::int64_t>> integers(std::string_view text) {
+  std::vector<std::int64_t> out;
+  if (!text.empty() && text.front() == '[') {
+    if (text.back() != ']') return std::nullopt;
+    text = text.substr(1, text.size() - 2);
+  }
+  while (!text.empty()) {
+    while (!text.empty() && (text.front() == ' ' || text.front() == ',')) text.remove_prefix(1);
+    if (text.empty()) break;
+    std::int64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc()) return std::nullopt;
+    out.push_back(v);
+    text.remove_prefix(static_cast<std::size_t>(end - text.data()));
+  }
+  return out;
+}
+
+// Argument k of `e` as one integer.
+std::optional<std::int64_t> integer_arg(const CpuEvent& e, std::size_t k) {
+  if (k >= e.concrete_inputs.size()) return std::nullopt;
+  auto v = integers(e.concrete_inputs[k]);
+  if (!v || v->size() != 1) return std::nullopt;
+  return v->front();
+}
+
+// A dimension index as PyTorch wraps it (-1: the last of `rank`); nothing when out of range.
+std::optional<std::size_t> wrap_dim(std::optional<std::int64_t> d, std::size_t rank) {
+  if (!d) return std::nullopt;
+  const auto r = static_cast<std::int64_t>(rank);
+  const std::int64_t w = *d < 0 ? *d + r : *d;
+  if (w < 0 || w >= r) return std::nullopt;
+  return static_cast<std::size_t>(w);
+}
+
+// A view's sizes with -1 inferred from the input's element count.
+std::optional<Shape> sized(std::vector<std::int64_t> sizes, const Shape& x) {
+  std::int64_t known = 1;
+  std::optional<std::size_t> infer;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1 && !infer) {
+      infer = i;
+    } else if (sizes[i] < 0) {
+      return std::nullopt;
+    } else {
+      known *= sizes[i];
+    }
+  }
+  const auto total = static_cast<std::int64_t>(numel(x));
+  if (infer) {
+    if (known == 0 || total % known != 0) return std::nullopt;
+    sizes[*infer] = total / known;
+  } else if (known != total) {
+    return std::nullopt;
+  }
+  return sizes;
+}
+
 }  // namespace
+
+bool is_view_op(std::string_view name) {
+  for (std::string_view v : kViewOps) {
+    if (name == v) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// view, reshape, expand: the sizes argument.
+std::optional<Shape> sized_view(const CpuEvent& e, std::string_view op, const Shape& x) {
+  auto sizes = e.concrete_inputs.size() > 1 ? integers(e.concrete_inputs[1]) : std::nullopt;
+  if (!sizes) return std::nullopt;
+  if (op != "expand") return sized(*sizes, x);
+  if (sizes->size() < x.size()) return std::nullopt;
+  Shape o(sizes->begin(), sizes->end());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    std::int64_t& s = o[o.size() - x.size() + i];
+    if (s == -1) s = x[i];
+  }
+  return o;
+}
+
+// t, transpose, permute, unsqueeze, squeeze, flatten: the extents reordered or regrouped.
+std::optional<Shape> reordered_view(const CpuEvent& e, std::string_view op, const Shape& x) {
+  Shape out = x;
+  if (op == "t") {
+    std::reverse(out.begin(), out.end());
+  } else if (op == "transpose") {
+    auto a = wrap_dim(integer_arg(e, 1), x.size());
+    auto b = wrap_dim(integer_arg(e, 2), x.size());
+    if (!a || !b) return std::nullopt;
+    std::swap(out[*a], out[*b]);
+  } else if (op == "permute") {
+    auto order = e.concrete_inputs.size() > 1 ? integers(e.concrete_inputs[1]) : std::nullopt;
+    if (!order || order->size() != x.size()) return std::nullopt;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      auto d = wrap_dim((*order)[i], x.size());
+      if (!d) return std::nullopt;
+      out[i] = x[*d];
+    }
+  } else if (op == "unsqueeze") {
+    auto d = wrap_dim(integer_arg(e, 1), x.size() + 1);
+    if (!d) return std::nullopt;
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(*d), 1);
+  } else if (op == "squeeze") {
+    if (e.concrete_inputs.size() < 2 || e.concrete_inputs[1].empty()) {
+      out.erase(std::remove(out.begin(), out.end(), 1), out.end());
+      return out;
+    }
+    auto d = wrap_dim(integer_arg(e, 1), x.size());
+    if (!d) return std::nullopt;
+    if (out[*d] == 1) out.erase(out.begin() + static_cast<std::ptrdiff_t>(*d));
+  } else {  // flatten(start, end)
+    auto a = wrap_dim(integer_arg(e, 1), x.size());
+    auto b = wrap_dim(integer_arg(e, 2), x.size());
+    if (!a || !b || *a > *b) return std::nullopt;
+    out.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(*a));
+    std::int64_t n = 1;
+    for (std::size_t i = *a; i <= *b; ++i) n *= x[i];
+    out.push_back(n);
+    out.insert(out.end(), x.begin() + static_cast<std::ptrdiff_t>(*b) + 1, x.end());
+  }
+  return out;
+}
+
+// select, slice, narrow, chunk, split: a part of one extent (chunk and split: the first piece).
+std::optional<Shape> part_view(const CpuEvent& e, std::string_view op, const Shape& x) {
+  Shape out = x;
+  if (op == "chunk" || op == "split") {
+    auto n = integer_arg(e, 1);
+    auto d = wrap_dim(e.concrete_inputs.size() > 2 ? integer_arg(e, 2) : std::int64_t{0}, x.size());
+    if (!n || *n <= 0 || !d) return std::nullopt;
+    // chunk: n pieces of ceil(size / n); split: pieces of n.
+    out[*d] = op == "chunk" ? (x[*d] + *n - 1) / *n : std::min(*n, x[*d]);
+    return out;
+  }
+  auto d = wrap_dim(integer_arg(e, 1), x.size());
+  if (!d) return std::nullopt;
+  if (op == "select") {
+    out.erase(out.begin() + static_cast<std::ptrdiff_t>(*d));
+    return out;
+  }
+  auto start = integer_arg(e, 2);
+  auto third = integer_arg(e, 3);  // slice: end; narrow: length
+  if (!start || !third) return std::nullopt;
+  const std::int64_t size = x[*d];
+  auto clamp = [&](std::int64_t v) {
+    return std::clamp(v < 0 ? v + size : v, std::int64_t{0}, size);
+  };
+  const std::int64_t b = clamp(*start);
+  const std::int64_t end = op == "narrow" ? b + *third : clamp(*third);
+  const std::int64_t step = op == "slice" ? integer_arg(e, 4).value_or(1) : 1;
+  if (step <= 0) return std::nullopt;
+  out[*d] = end > b ? (std::min(end, size) - b + step - 1) / step : 0;
+  return out;
+}
+
+// pad(x, [left, right, top, bottom, ...]): pairs from the last extent backwards.
+std::optional<Shape> padded(const CpuEvent& e, const Shape& x) {
+  auto pads = e.concrete_inputs.size() > 1 ? integers(e.concrete_inputs[1]) : std::nullopt;
+  if (!pads || pads->size() % 2 != 0 || pads->size() / 2 > x.size()) return std::nullopt;
+  Shape out = x;
+  for (std::size_t i = 0; i < pads->size() / 2; ++i) {
+    std::int64_t& extent = out[x.size() - 1 - i];
+    extent += (*pads)[2 * i] + (*pads)[2 * i + 1];
+    if (extent < 0) return std::nullopt;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<Shape> view_shape(const CpuEvent& e) {
+  const Shape& x = dims(e, 0);
+  if (x.empty() || e.concrete_inputs.empty() || !is_view_op(e.name)) return std::nullopt;
+  const std::string_view op = std::string_view(e.name).substr(kAtenPrefix.size());
+  if (op == "view" || op == "reshape" || op == "_unsafe_view" || op == "expand")
+    return sized_view(e, op, x);
+  if (op == "select" || op == "slice" || op == "narrow" || op == "chunk" || op == "split")
+    return part_view(e, op, x);
+  if (op == "pad" || op == "constant_pad_nd") return padded(e, x);
+  return reordered_view(e, op, x);
+}
 
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;

@@ -53,6 +53,15 @@ std::vector<sim::AtenArgument> aten_arguments(const CpuEvent& e);
 /// The op's name without "aten::" and without the trailing underscores of an in-place op.
 std::string_view aten_short_name(std::string_view name);
 
+/// An op whose output shape its recorded arguments give: the views (view, reshape, flatten,
+/// transpose, permute, unsqueeze, squeeze, select, slice, narrow, chunk, split, expand, t) and
+/// pad, a copy: "aten::" names.
+bool is_view_op(std::string_view name);
+/// The shape of a view op's output (of its first output for chunk and split) from its input's
+/// recorded shape and its "Concrete Inputs"; nothing when they are not recorded (PyTorch before
+/// 2.x) or do not fit.
+std::optional<Shape> view_shape(const CpuEvent& e);
+
 /// Bytes of a tensor of `shape` with `item`-byte elements; InputError at `where` past 2^50.
 sim::Bytes checked_bytes(const Shape& shape, sim::Bytes item, const std::string& where);
 /// Elements of a tensor of `shape`.

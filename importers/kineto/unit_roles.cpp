@@ -138,6 +138,9 @@ bool fits(Layer layer, const CpuEvent& e) {
       return !x.empty() && dims(e, 1) == x;
     case Layer::kSoftmaxCrossEntropy:
       return x.size() == 2;
+    case Layer::kConcat:  // cat(tensors, dim): its tensors are a recorded list
+      return !e.input_lists.empty() && !e.input_lists.front().empty() &&
+             e.input_lists.front().front().size() >= 2;
     default:
       return reads_matrix(e);
   }
@@ -163,7 +166,12 @@ bool builds(const CpuEvent& e, const sim::AtenLayer* row, Layer layer, Unit& u) 
     return u.convolution;
   }
   if (row == nullptr) {
-    const Unit::Alias alias = alias_of(std::string_view(e.name).substr(kAtenPrefix.size()));
+    Unit::Alias alias = alias_of(std::string_view(e.name).substr(kAtenPrefix.size()));
+    // Any other view whose output shape its recorded arguments give (transpose, permute, select,
+    // chunk...): the same tensor under that shape. Without them it stays a generic op.
+    if (alias == Unit::Alias::kNone && is_view_op(e.name) && view_shape(e) &&
+        !ends_with(e.name, "pad") && !ends_with(e.name, "pad_nd"))
+      alias = Unit::Alias::kView;
     if (alias != Unit::Alias::kNone) {
       u.alias = alias;
       return !dims(e, 0).empty();
@@ -183,7 +191,15 @@ void classify_forward(const CpuEvent& e, bool time_only, Unit& u) {
   const Layer layer = row != nullptr ? sim::aten_layer(*row, aten_arguments(e)) : Layer::kGeneric;
   u.layer = layer == Layer::kGeneric ? sim::LayerType::named(aten_short_name(e.name))
                                      : sim::LayerType(layer);
-  if (time_only || builds(e, row, layer, u)) u.role = Unit::Role::kForward;
+  if (time_only || builds(e, row, layer, u)) {
+    u.role = Unit::Role::kForward;
+  } else if (layer == Layer::kAdd && reads_matrix(e)) {
+    // An add of two tensors of different shapes (a broadcast: x + a position embedding) is no
+    // residual add: a generic op, which broadcasts its operands, under its full aten name as the
+    // capture names it (the short name is the add layer's).
+    u.layer = sim::LayerType::named(e.name);
+    u.role = Unit::Role::kForward;
+  }
 }
 
 // `Optimizer.step#AdamW.step` -> "adamw" with its state; the last of several steps wins.
@@ -226,6 +242,12 @@ StepRoles classify_units(const KinetoTrace& trace, const Nesting& nesting, bool 
       }
     } else if (!backward_started) {
       classify_forward(e, time_only, u);
+      if (u.alias != Unit::Alias::kNone && subtree.has(u.event, "aten::clone")) {
+        // reshape or contiguous of a tensor that is not contiguous (a transpose's) copies it:
+        // a new tensor (a generic op that keeps nothing), not a view of the old.
+        u.alias = Unit::Alias::kNone;
+        u.layer = sim::LayerType::named(aten_short_name(e.name));
+      }
       if (u.role == Unit::Role::kForward) subtree.sequences(u.event, u.sequences);
     }
   }
