@@ -49,6 +49,7 @@ struct ValidateOptions {
   bool quiet = false;
   std::string snapshot_out;
   std::uint64_t seed = 1;
+  bool seed_given = false;  // --backend torch: else the capture's default (memplan capture --seed)
   // --backend torch: the captured model, rebuilt as `memplan capture` built it, and its step.
   std::string model, input = "224x224", optimizer = "sgd", step;
   int batch = 32;
@@ -62,7 +63,7 @@ struct ValidateOptions {
 //   --allocator
 //   --force                             runs a plan the simulator says does not fit;
 //   --model, --batch, --input,          rebuild the captured model, batch and optimizer;
-//   --optimizer, --seed
+//   --optimizer, --seed                 (the capture's seed unless --seed is given)
 //   --step                              the captured step, when it was the user's own;
 //   --json, --quiet                     the report's form; the torch run shows no progress.
 // Refused (one line, exit 2): --calibrate and --host-bandwidth, which would change nothing.
@@ -102,8 +103,12 @@ int validate_in_torch(const ValidateOptions& o) {
   }
   refuse_flags_torch_ignores(o);
   std::vector<std::string> args{
-      "validate", o.trace, "--model",     o.model,     "--batch", std::to_string(o.batch),
-      "--input",  o.input, "--optimizer", o.optimizer, "--seed",  std::to_string(o.seed)};
+      "validate", o.trace, "--model",     o.model,    "--batch", std::to_string(o.batch),
+      "--input",  o.input, "--optimizer", o.optimizer};
+  // The weights and the batch the capture made: its seed unless another is asked for (the host
+  // backend's default, 1, would rebuild another model and batch than capture's, 0, and a step
+  // whose path depends on the data would leave the captured one).
+  if (o.seed_given) args.insert(args.end(), {"--seed", std::to_string(o.seed)});
   const MachineFlags& m = o.machine;
   for (const auto& [flag, value] : {std::pair{"--plan", o.plan.plan},
                                     {"--policy", o.plan.policy},
@@ -356,6 +361,7 @@ void add_validate_command(CLI::App& app, int& exit_status) {
                                 options->backend);
     }
     if (options->backend == "torch") {
+      options->seed_given = cmd->count("--seed") > 0;
       exit_status = validate_in_torch(*options);
       return;
     }

@@ -163,9 +163,17 @@ def check_optimizer_state(tensors, trace):
 
     def describe(state):
         return f"'{state[i][0]}' ({state[i][1]} B)" if i < len(state) else "nothing more"
+
+    def kinds(state):  # 'h.0.attn.c_attn.weight.exp_avg' -> 'exp_avg'
+        return {name.rpartition(".")[2] for name, _ in state}
+    # The same kinds of state for other parameters: the optimizer is the captured one, but the
+    # step before this one gave gradients to other parameters.
+    cause = ("the step before this one gave gradients to other parameters than the captured "
+             "step's (a branch on the data that went the other way, or other layers frozen)"
+             if kinds(here) == kinds(there) else
+             "another optimizer, or other options, than the captured step's")
     raise PlanError(f"the optimizer's state holds {describe(here)} here where the captured trace "
-                    f"holds {describe(there)}: another optimizer, or other options, than the "
-                    "captured step's")
+                    f"holds {describe(there)}: {cause}")
 
 
 def check_batch(batch, trace):
