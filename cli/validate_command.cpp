@@ -339,7 +339,9 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--step", options->step,
                   "--backend torch: the --step of the capture (package.module:function)");
   add_machine_flags(*cmd, options->machine);
-  cmd->add_option("--seed", options->seed, "seed of the input data and weights")
+  cmd->add_option("--seed", options->seed,
+                  "seed of the input data and weights (default 1; --backend torch: the capture's, "
+                  "0)")
       ->check(integer_in(0, kMaxSeed));
   cmd->add_flag("--force", options->force, "run even when the simulator says it does not fit");
   cmd->add_flag("--calibrate", options->calibrate,
