@@ -90,10 +90,9 @@ CachingAllocator::Handle CachingAllocator::new_block() {
   return static_cast<Handle>(blocks_.size() - 1);
 }
 
-std::optional<CachingAllocator::Handle> CachingAllocator::new_segment(Size bytes, bool small_pool,
-                                                                      Stream stream,
-                                                                      Offset address) {
-  if (reserved_ + bytes > capacity_) return std::nullopt;
+CachingAllocator::Segment CachingAllocator::take_segment_number(Offset address, Size bytes,
+                                                                bool small_pool, Stream stream,
+                                                                bool expandable) {
   Segment s = 0;
   if (!spare_segments_.empty()) {
     s = spare_segments_.back();
@@ -102,10 +101,18 @@ std::optional<CachingAllocator::Handle> CachingAllocator::new_segment(Size bytes
     segments_.emplace_back();
     s = static_cast<Segment>(segments_.size() - 1);
   }
-  const Handle b = new_block();
   const Offset at = address >= 0 ? address : next_address_;
-  segments_[static_cast<std::size_t>(s)] = {at, bytes, small_pool, stream, b, false};
+  segments_[static_cast<std::size_t>(s)] = {at, bytes, small_pool, stream, new_block(), expandable};
   next_address_ = std::max(next_address_, at + bytes);
+  return s;
+}
+
+std::optional<CachingAllocator::Handle> CachingAllocator::new_segment(Size bytes, bool small_pool,
+                                                                      Stream stream,
+                                                                      Offset address) {
+  if (reserved_ + bytes > capacity_) return std::nullopt;
+  const Segment s = take_segment_number(address, bytes, small_pool, stream, false);
+  const Handle b = segments_[static_cast<std::size_t>(s)].first;
   reserved_ += bytes;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   ++segment_count_;
@@ -288,19 +295,9 @@ CachingAllocator::Segment CachingAllocator::add_expandable_segment(Offset addres
   const Size page = page_size(small_pool);
   const Size pages = (capacity_ + capacity_ / 8 + page - 1) / page;
   const Size bytes = std::max<Size>(pages, 1) * page;
-  Segment s = 0;
-  if (!spare_segments_.empty()) {
-    s = spare_segments_.back();
-    spare_segments_.pop_back();
-  } else {
-    segments_.emplace_back();
-    s = static_cast<Segment>(segments_.size() - 1);
-  }
-  const Handle b = new_block();
-  const Offset at = address >= 0 ? address : next_address_;
-  segments_[static_cast<std::size_t>(s)] = {at, bytes, small_pool, stream, b, true};
-  expandable_.emplace(at, s);
-  next_address_ = std::max(next_address_, at + bytes);
+  const Segment s = take_segment_number(address, bytes, small_pool, stream, true);
+  const Handle b = segments_[static_cast<std::size_t>(s)].first;
+  expandable_.emplace(segments_[static_cast<std::size_t>(s)].address, s);
   block(b) = {.segment = s, .offset = 0, .size = bytes, .mapped = false};
   attach(b);
   return s;

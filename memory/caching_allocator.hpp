@@ -272,6 +272,10 @@ class CachingAllocator {
   /// Block `b` takes over the block after it in its segment (both out of the pools).
   void absorb_next(Handle b);
   Handle new_block();
+  /// A segment number for a segment of `bytes` at `address` (-1: after every segment so far), its
+  /// first block a new handle (not initialised).
+  Segment take_segment_number(Offset address, Size bytes, bool small_pool, Stream stream,
+                              bool expandable);
   std::optional<Handle> new_segment(Size bytes, bool small_pool, Stream stream,
                                     Offset address = -1);
   void give_back(Segment s, Handle block);
