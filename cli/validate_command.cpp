@@ -60,7 +60,7 @@ struct ValidateOptions {
 //   --plan, --policy, --encode          the plan, as for the other backends;
 //   --memory, --link, --h2d, --d2h,     the machine the plan is predicted on (and --policy plans
 //   --latency, --host-memory,           for): passed on as `memplan simulate` takes them;
-//   --allocator
+//   --allocator, --alloc-conf
 //   --force                             runs a plan the simulator says does not fit;
 //   --model, --batch, --input,          rebuild the captured model, batch and optimizer;
 //   --optimizer, --seed                 (the capture's seed unless --seed is given)
