@@ -142,10 +142,22 @@ TEST_CASE("validate --backend torch predicts on the machine its what-if flags de
     CHECK((*j)["within_tolerance"] == true);
     CHECK((*j)["peaks_match"] == true);
   }
-  // --encode narrows the kept maps of the policy's plan.
-  const auto fp16 = validate_json("--policy in-core --encode fp16");
+  // --encode narrows the kept maps of the policy's plan. Whether fp16 on all 60 kept maps of this
+  // tiny step stays within the first-order tolerance depends on the data (batch 2 at 32x32 ends
+  // in batch norms over two values, which amplify rounding): on the capture's weights and batch
+  // the gradients' relative error is 0.166 against 0.117, exit 1 with the report (on seed 1's,
+  // which validate used to rebuild, 0.096).
+  const auto r =
+      run_memplan(fmt::format("validate '{}' --backend torch {} --policy in-core "
+                              "--encode fp16 --json",
+                              resnet18_capture(), kResnet18));
+  INFO(r.err);
+  REQUIRE(r.exit_status <= 1);
+  const auto fp16 = nlohmann::json::parse(r.out);
   CHECK(fp16["comparison"] == "tolerance");
   CHECK(fp16["narrowed_maps"].get<int>() > 0);
+  CHECK(fp16["peaks_match"] == true);
+  CHECK(fp16["within_tolerance"].get<bool>() == (r.exit_status == 0));
 }
 
 TEST_CASE("validate --backend torch: a plan that does not fit the machine is exit 1 unless --force",
