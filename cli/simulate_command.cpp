@@ -77,6 +77,7 @@ int simulate(const SimulateOptions& o) {
   if (job.ranks.size() > 1) return simulate_job(o, job, report);
   const sim::Workload workload = std::move(job.ranks.front());
   const sim::Machine machine = machine_from_flags(workload, o.machine);
+  if (!o.snapshot_out.empty()) sim::require_snapshot_writable(machine);  // before any work
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "simulate");
   const sim::Simulation simulation = sim::simulate_plan(workload, plan, machine);
   const sim::Program& program = simulation.program;
@@ -106,7 +107,8 @@ int simulate(const SimulateOptions& o) {
   const std::string memory_csv = o.memory_csv.empty() ? "" : sim::memory_csv(timeline);
   const std::string plan_json = o.plan_out.empty() ? "" : sim::write_plan(plan, workload);
   const std::string snapshot =
-      o.snapshot_out.empty() ? "" : sim::memory_snapshot_pickle(timeline, program, workload);
+      o.snapshot_out.empty() ? ""
+                             : sim::memory_snapshot_pickle(timeline, program, workload, machine);
   sim::write_outputs({{o.timeline, timeline_json},
                       {o.memory_csv, memory_csv},
                       {o.plan_out, plan_json},

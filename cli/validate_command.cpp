@@ -313,8 +313,9 @@ int validate(const ValidateOptions& o) {
   // What the backend's allocator did, whenever the run went to the end (a peak that differs from
   // the prediction is what one opens it to see); none after an out-of-memory stop.
   if (m.report.measured_feasible && !o.snapshot_out.empty()) {
-    sim::write_outputs({{o.snapshot_out, sim::memory_snapshot_pickle(
-                                             m.report.measured, predicted.program, workload)}});
+    sim::write_outputs(
+        {{o.snapshot_out,
+          sim::memory_snapshot_pickle(m.report.measured, predicted.program, workload, machine)}});
   }
   return exit_status_of(m, predicted.program, workload);
 }

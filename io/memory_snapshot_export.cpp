@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/check.hpp"
+#include "core/input_error.hpp"
 
 namespace memplan::sim {
 namespace {
@@ -248,8 +249,17 @@ class Writer {
 
 }  // namespace
 
+void require_snapshot_writable(const Machine& machine) {
+  if (machine.allocator_config.expandable_segments) {
+    throw InputError("--snapshot-out",
+                     "a step under expandable segments (--alloc-conf) is not written as a "
+                     "snapshot yet: its segments' pages are mapped and unmapped as it runs");
+  }
+}
+
 std::string memory_snapshot_pickle(const Timeline& timeline, const Program& program,
-                                   const Workload& workload) {
+                                   const Workload& workload, const Machine& machine) {
+  require_snapshot_writable(machine);
   return Writer(timeline, program, workload).write();
 }
 

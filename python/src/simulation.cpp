@@ -64,7 +64,8 @@ void bind_simulation(py::module_& m) {
       .def("memory_csv", [](const Simulation& s) { return sim::memory_csv(s.timeline); })
       .def("memory_snapshot",
            [](const Simulation& s) {
-             return py::bytes(sim::memory_snapshot_pickle(s.timeline, s.program, *s.workload));
+             return py::bytes(
+                 sim::memory_snapshot_pickle(s.timeline, s.program, *s.workload, s.machine));
            })
       .def("chrome_trace_json", [](const Simulation& s) {
         return sim::chrome_trace_json(s.timeline, s.program, *s.workload);

@@ -49,7 +49,7 @@ validate_on_host(const sim::Workload& workload, const sim::Plan& plan, const sim
   if (report.oom) oom = sim::oom_to_text(*report.oom, predicted.program, workload);
   std::optional<std::string> snapshot;
   if (report.measured_feasible) {
-    snapshot = sim::memory_snapshot_pickle(report.measured, predicted.program, workload);
+    snapshot = sim::memory_snapshot_pickle(report.measured, predicted.program, workload, machine);
   }
   return {report, std::move(oom), std::move(snapshot)};
 }

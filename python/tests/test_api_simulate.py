@@ -184,6 +184,9 @@ def test_alloc_conf_what_if():
     with pytest.raises(memplan.InputError) as e:
         memplan.simulate(trace, policy="swap-all", allocator="caching", alloc_conf="no_such:1")
     assert str(e.value).startswith("--alloc-conf")
+    with pytest.raises(memplan.InputError) as e:  # its pages' maps are not written yet
+        expandable.timeline.memory_snapshot()
+    assert str(e.value).startswith("--snapshot-out")
 
 
 def test_a_validated_run_as_a_pytorch_memory_snapshot(tmp_path):

@@ -285,6 +285,19 @@ TEST_CASE(
                   "expandable_segments:True",
                   trace));
   CHECK(text.out.find("(caching allocator, expandable_segments:True)") != std::string::npos);
+  // A snapshot of a step under expandable segments is not written (their pages' maps are not):
+  // one line, exit 2, no file.
+  const std::string dir = memplan::test::temp_dir();
+  const std::string snapshot = dir + "/expandable.pickle";
+  const auto unwritten = run_memplan(
+      fmt::format("simulate {} --policy swap-all --allocator caching --memory 28% --alloc-conf "
+                  "expandable_segments:True --snapshot-out '{}'",
+                  trace, snapshot));
+  CHECK(unwritten.exit_status == 2);
+  CHECK(unwritten.err.rfind("memplan: --snapshot-out", 0) == 0);
+  CHECK(unwritten.out.empty());
+  CHECK_FALSE(std::filesystem::exists(snapshot));
+  std::filesystem::remove_all(dir);
   // Under the arena, or on a backend (simulated only): one line, exit 2.
   for (const std::string& command :
        {fmt::format("simulate {} --policy swap-all --allocator arena --alloc-conf "
