@@ -51,7 +51,8 @@ std::vector<std::pair<std::string_view, std::string_view>> options_of(std::strin
     if (colon == std::string_view::npos) {
       throw InputError(std::string(flag), fmt::format("'{}': an option is key:value", option));
     }
-    options.emplace_back(without_spaces(option.substr(0, colon)), without_spaces(option.substr(colon + 1)));
+    options.emplace_back(without_spaces(option.substr(0, colon)),
+                         without_spaces(option.substr(colon + 1)));
   }
   return options;
 }
