@@ -77,11 +77,16 @@ TEST_CASE("FIFOs and devices are written directly, not replaced", "[cli][output]
   CHECK(unread.exit_status == 2);
   CHECK(unread.err.find("a FIFO nobody reads") != std::string::npos);
   CHECK(std::filesystem::is_fifo(fifo));
-  // With a reader, the plan goes through the FIFO.
-  // (run_memplan's redirections apply to the last command: the reader's output is captured.)
+  // With a reader, the plan goes through the FIFO. The shell holds the FIFO open read-write on
+  // fd 3 before memplan starts (so a reader exists, with no race against a `cat` that has not
+  // opened it yet), opens a read end on fd 4 after memplan exits, closes fd 3 so that the last
+  // writer is gone, and reads what memplan left in the pipe to its end. (run_memplan's
+  // redirections apply to the last command, the braced group, whose own `<&4` wins.)
   const auto read =
       run_memplan("simulate " + memplan::test::tiny_trace() + " --policy in-core --plan-out '" +
-                  fifo + "' >/dev/null & cat '" + fifo + "'");
+                      fifo + "' >/dev/null; exec 4<'" + fifo + "' 3<&-; { cat <&4; }",
+                  "exec 3<>'" + fifo + "';");
+  CHECK(read.exit_status == 0);
   CHECK(read.out.find("\"maps\"") != std::string::npos);
   CHECK(std::filesystem::is_fifo(fifo));
   const auto null = run_memplan("simulate " + memplan::test::tiny_trace() +
