@@ -20,6 +20,8 @@
 #include "importers/kineto/kineto_job.hpp"
 #include "importers/kineto/kineto_trace.hpp"
 #include "importers/kineto/recorded_step.hpp"
+#include "importers/snapshot/memory_snapshot.hpp"
+#include "importers/snapshot/snapshot_allocations.hpp"
 #include "io/output_file.hpp"
 #include "io/trace_io.hpp"
 
@@ -36,6 +38,8 @@ struct Options {
   bool whole = false;
   std::string output;
   bool json = false;
+  std::string snapshot;
+  std::int64_t snapshot_device = -1;
 };
 
 // One rank's import: its workload and report, with the trace it came from.
@@ -102,11 +106,19 @@ void print_host_report(std::FILE* out, const RankView& v, const importers::Recor
                           "matmul) made parameters",
                           r.promoted_leaves));
   }
-  if (r.time_only) {
+  if (r.time_only && !r.sizes_from.empty()) {
+    fmt::print(out,
+               "no recorded shapes: sizes from {}, {} allocations in the step made {} tensors "
+               "whose lifetimes are known and whose readers are not (the in-core replay, memory "
+               "timeline and allocator and link what-ifs follow them; no plan moves them); record "
+               "with torch.profiler.profile(record_shapes=True) for a step memplan can plan\n",
+               r.sizes_from, r.sized_allocations, v.workload.tensors.size());
+  } else if (r.time_only) {
     fmt::print(out,
                "no recorded shapes: imported the time side alone (in-core replay and link what-ifs "
                "work; compare, search, sweep and validate refuse); record with "
-               "torch.profiler.profile(record_shapes=True) for sizes\n");
+               "torch.profiler.profile(record_shapes=True) for sizes, or give the run's memory "
+               "snapshot (--snapshot)\n");
   }
   if (r.host_ops > 0) {
     fmt::print(out,
@@ -163,6 +175,11 @@ nlohmann::json report_json(const RankView& v, const importers::RecordedStep& rec
   j["leaf_bytes"] = r.leaf_bytes;
   j["promoted_leaves"] = r.promoted_leaves;
   j["time_only"] = r.time_only;
+  if (!r.sizes_from.empty()) {
+    j["sizes_from"] = r.sizes_from;
+    j["sized_allocations"] = r.sized_allocations;
+    j["allocations_peak_bytes"] = *r.allocations_peak_bytes;
+  }
   j["host_ops"] = r.host_ops;
   j["blocking_calls"] = r.blocking_calls;
   j["blocked_s"] = sim::to_seconds(r.blocked_ns);
@@ -226,7 +243,11 @@ void print_text_report(std::FILE* out, const RankView& v, const importers::Recor
              r.gpu ? "device" : "CPU", sim::to_milliseconds(r.op_time_ns),
              sim::to_milliseconds(recorded.device_busy_ns));
   constexpr double kMiB = 1 << 20;
-  if (recorded.peak_total_allocated_bytes) {
+  if (r.allocations_peak_bytes) {
+    fmt::print(out, "peak: in-core {:.1f} MiB, the allocations' own {:.1f} MiB\n",
+               static_cast<double>(peak_bytes) / kMiB,
+               static_cast<double>(*r.allocations_peak_bytes) / kMiB);
+  } else if (recorded.peak_total_allocated_bytes) {
     fmt::print(out, "peak: in-core {:.1f} MiB, recorded Total Allocated {:.1f} MiB\n",
                static_cast<double>(peak_bytes) / kMiB,
                static_cast<double>(*recorded.peak_total_allocated_bytes) / kMiB);
@@ -299,6 +320,22 @@ importers::ImportOptions import_options(const Options& o) {
   return import_options;
 }
 
+// --snapshot: the snapshot's allocations, at the times of the one trace they give sizes to.
+importers::AllocationHistory snapshot_sizes(const Options& o,
+                                            const std::vector<importers::KinetoTrace>& traces) {
+  if (traces.size() != 1) {
+    throw sim::InputError("--snapshot",
+                          fmt::format("gives sizes to the step of one trace; the input holds {} "
+                                      "ranks",
+                                      traces.size()));
+  }
+  const auto snapshot = importers::read_memory_snapshot(o.snapshot);
+  return importers::snapshot_allocation_history(
+      snapshot,
+      o.snapshot_device >= 0 ? std::optional<std::int64_t>(o.snapshot_device) : std::nullopt,
+      traces.front().base_time_ns.value_or(0), o.snapshot);
+}
+
 void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) {
   auto* kineto = cmd.add_subcommand(
       "kineto",
@@ -322,16 +359,29 @@ void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) 
                      "the step is START:END from the trace's first event, e.g. 10ms:86ms");
   kineto->add_flag("--whole", options->whole, "the step is the whole trace");
   kineto->add_flag("--json", options->json, "print one JSON object");
+  kineto->add_option("--snapshot", options->snapshot,
+                     "a CUDA memory snapshot of the same run (torch.cuda.memory._dump_snapshot): "
+                     "its allocations give sizes to a step recorded without shapes");
+  kineto
+      ->add_option("--snapshot-device", options->snapshot_device,
+                   "the snapshot's device that ran the step (default: the one with events)")
+      ->check(integer_in(0, 1 << 20));
   kineto->callback([options] {
     std::vector<sim::InputFile> read;
     for (const std::string& file : options->files) read.push_back({file, "FILE"});
+    if (!options->snapshot.empty()) read.push_back({options->snapshot, "--snapshot"});
+    if (options->snapshot_device >= 0 && options->snapshot.empty()) {
+      throw sim::InputError("--snapshot-device",
+                            "names a device of --snapshot, which is not given");
+    }
     sim::check_outputs({{options->output, "-o"}}, read);
     std::FILE* report = sim::report_stream({options->output});
     const std::vector<std::filesystem::path> inputs(options->files.begin(), options->files.end());
     const std::vector<importers::KinetoTrace> traces =
         importers::read_kineto_job(inputs, options->ranks);
-    const importers::JobImportResult result =
-        importers::import_kineto_job(traces, import_options(*options));
+    importers::ImportOptions import = import_options(*options);
+    if (!options->snapshot.empty()) import.allocations = snapshot_sizes(*options, traces);
+    const importers::JobImportResult result = importers::import_kineto_job(traces, import);
     sim::write_output(options->output, sim::write_job(result.job));
     print_report(report, result, traces, *options);
   });

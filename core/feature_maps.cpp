@@ -14,7 +14,7 @@ std::vector<FeatureMap> find_feature_maps(const Workload& workload) {
   std::vector<FeatureMap> result;
   for (const Tensor& t : workload.tensors) {
     auto& fm = by_tensor[index(t.id)];
-    if (t.kind != TensorKind::kActivation || t.producer == kNoOp) continue;
+    if (t.kind != TensorKind::kActivation || t.producer == kNoOp || t.lifetime_only) continue;
     if (workload.op(t.producer).phase != Phase::kForward || fm.backward_uses.empty()) continue;
     fm.tensor = t.id;
     result.push_back(std::move(fm));

@@ -151,6 +151,7 @@ std::uint64_t workload_fingerprint(const Workload& workload) {
     f.integer(static_cast<std::int64_t>(t.kind));
     f.integer(value(t.producer));
     f.integer(value(t.in_place_of));
+    if (t.lifetime_only) f.text("lifetime_only");  // only then: other plans keep their prints
   }
   f.integer(static_cast<std::int64_t>(workload.ops.size()));
   for (const Op& op : workload.ops) {
@@ -313,6 +314,7 @@ std::optional<LossyConflict> lossy_map_recomputed_from(const Plan& plan,
 
 std::string host_placement_problem(TensorId t, const Workload& w) {
   const Tensor& tensor = w.tensor(t);
+  if (tensor.lifetime_only) return "only its lifetime is known, not which ops read it";
   if (!is_preexisting(tensor.kind) && tensor.kind != TensorKind::kGradient) {
     return fmt::format(
         "a tensor of kind {} is not placed (parameters, optimizer state, inputs and gradients "
@@ -353,7 +355,7 @@ std::vector<TensorId> host_placeable(const Workload& w, TensorKind kind) {
   std::vector<TensorId> out;
   for (const Tensor& t : w.tensors) {
     const auto i = index(t.id);
-    if (t.kind != kind || overwritten[i] || t.in_place_of != kNoTensor) continue;
+    if (t.kind != kind || overwritten[i] || t.in_place_of != kNoTensor || t.lifetime_only) continue;
     if (is_preexisting(kind)
             ? read[i] != 0
             : kind == TensorKind::kGradient && (read[i] & 2) != 0 && t.producer != kNoOp &&

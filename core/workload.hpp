@@ -66,6 +66,12 @@ struct Tensor {
   /// When set, this tensor is written over the buffer of that input of its producer (an in-place
   /// ReLU, say): it takes over that buffer instead of allocating its own.
   TensorId in_place_of = kNoTensor;
+  /// Only its lifetime is known, not what reads it: its buffer was allocated while its producer
+  /// ran (or before the step) and freed while its last listed reader ran, as an allocator
+  /// recorded it (a profiler trace without shapes given sizes by its allocations: Note
+  /// [Sizes from allocations] in importers/kineto/allocation_sizes.cpp). Its memory is simulated
+  /// exactly, but no plan moves it: a swap or a recompute would need the reads in between.
+  bool lifetime_only = false;
 
   friend bool operator==(const Tensor&, const Tensor&) = default;
 };

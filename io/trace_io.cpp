@@ -99,8 +99,8 @@ Provenance read_provenance(const JsonReader& r) {
 }
 
 Tensor read_tensor(const JsonReader& r) {
-  r.reject_unknown_keys(
-      {"id", "name", "bytes", "kind", "shape", "dtype", "producer", "in_place_of"});
+  r.reject_unknown_keys({"id", "name", "bytes", "kind", "shape", "dtype", "producer", "in_place_of",
+                         "lifetime_only"});
   Tensor t;
   t.id = read_id<TensorId>(r.at("id"));
   t.name = r.at("name").as_string();
@@ -122,6 +122,7 @@ Tensor read_tensor(const JsonReader& r) {
     r.fail("missing field 'producer' (null for tensors that exist before the step)");
   t.producer = read_optional_id<OpId>(r, "producer");
   t.in_place_of = read_optional_id<TensorId>(r, "in_place_of");
+  if (auto l = r.find("lifetime_only")) t.lifetime_only = l->as_bool();
   return t;
 }
 
@@ -294,6 +295,7 @@ OrderedJson tensor_json(const Tensor& t) {
   if (!t.dtype.empty()) j["dtype"] = t.dtype;
   j["producer"] = id_or_null(t.producer);
   if (t.in_place_of != kNoTensor) j["in_place_of"] = value(t.in_place_of);
+  if (t.lifetime_only) j["lifetime_only"] = true;
   return j;
 }
 
@@ -551,10 +553,12 @@ void write_trace_file(const Workload& workload, const std::filesystem::path& pat
 
 void require_sizes(const Workload& workload, std::string_view source) {
   if (!workload.tensors.empty() || workload.ops.empty()) return;
-  throw InputError(std::string(source),
-                   "has no tensor sizes (its profiler trace recorded no shapes): this command "
-                   "needs them; record with torch.profiler.profile(record_shapes=True, "
-                   "profile_memory=True) and import again");
+  throw InputError(
+      std::string(source),
+      "has no tensor sizes (its profiler trace recorded no shapes and no allocations): "
+      "this command needs them; record with torch.profiler.profile(record_shapes=True, "
+      "profile_memory=True) and import again, or import it with a memory snapshot "
+      "of the same run (memplan import kineto --snapshot)");
 }
 
 void require_sizes(const Job& job, std::string_view source) {

@@ -10,6 +10,8 @@
 
 #include <fmt/core.h>
 
+#include "core/input_error.hpp"
+#include "importers/kineto/memory_timeline.hpp"
 #include "importers/kineto/step_builder.hpp"
 #include "importers/kineto/step_events.hpp"
 #include "importers/kineto/step_selection.hpp"
@@ -74,6 +76,22 @@ ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& option
   builder.build();
   builder.check_parameters_against_optimizer();
   builder.check_outputs_against_allocations();
+  if (report.time_only) {
+    std::optional<AllocationHistory> history =
+        options.allocations ? options.allocations : trace_allocation_history(trace);
+    if (history && !builder.size_from_allocations(*history) && options.allocations) {
+      throw sim::InputError(trace.source,
+                            fmt::format("{} has no allocation of {} in its time span: not the "
+                                        "same run",
+                                        report.step.label, history->source));
+    }
+  } else if (options.allocations) {
+    throw sim::InputError(trace.source,
+                          fmt::format("{} has recorded shapes: its sizes come from them ({} gives "
+                                      "sizes to a step recorded without shapes; `memplan import "
+                                      "snapshot --trace` joins a snapshot with any trace)",
+                                      report.step.label, options.allocations->source));
+  }
   builder.order_streams(report.step);
   if (report.gpu) builder.fill_host_side(report.step);
   const std::string link = report.gpu ? builder.measure_device_link() : "";

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/workload.hpp"
+#include "importers/allocation_history.hpp"
 #include "importers/kineto/kineto_trace.hpp"
 
 namespace memplan::importers {
@@ -30,6 +31,10 @@ struct ImportOptions {
   /// [start, end) in nanoseconds from the trace's first event.
   std::optional<std::pair<sim::Nanoseconds, sim::Nanoseconds>> window;
   bool whole_trace = false;
+  /// For a step recorded without shapes: the allocations that give its tensors sizes (a memory
+  /// snapshot of the same run, importers/snapshot/snapshot_allocations.hpp). Without it such a
+  /// step takes the trace's own addressed [memory] events where it has them.
+  std::optional<AllocationHistory> allocations;
 };
 
 /// The step's time window: a `ProfilerStep#N` or annotation event on the thread that recorded it,
@@ -64,6 +69,13 @@ struct ImportReport {
   /// The step has no recorded shapes: its ops carry their times and host side but no tensors
   /// (sim::require_sizes makes the commands that need sizes refuse).
   bool time_only = false;
+  /// A step without shapes given sizes by allocations (Note [Sizes from allocations]): where
+  /// they came from (empty when it was not), how many were made or freed in the step, and the
+  /// live bytes they
+  /// reached in it, what the in-core replay is measured against.
+  std::string sizes_from;
+  std::size_t sized_allocations = 0;
+  std::optional<sim::Bytes> allocations_peak_bytes;
   /// The trainable parameters imported (from the ops that read them), and what the optimizer's
   /// foreach/fused ops record as their tensor lists (nullopt when they record none).
   std::size_t trainable_parameters = 0;

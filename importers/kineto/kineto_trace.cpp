@@ -79,6 +79,10 @@ void check_top_level(const json& document, std::string_view source, std::size_t 
     if (!it->is_array())
       throw sim::InputError(fmt::format("{}: $.traceEvents", source), "expected an array");
     read_device(document, trace);
+    if (auto base = document.find("baseTimeNanoseconds");
+        base != document.end() && base->is_number_integer() && base->get<std::int64_t>() >= 0) {
+      trace.base_time_ns = base->get<std::int64_t>();
+    }
     return;
   }
   if (!document.is_array())

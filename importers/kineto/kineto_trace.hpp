@@ -132,6 +132,9 @@ enum class KinetoFormat : std::uint8_t { k2021, kCurrent, kUnknown };
 struct KinetoTrace {
   std::string source;  // the file name, for errors and provenance
   KinetoFormat format = KinetoFormat::kUnknown;
+  /// `baseTimeNanoseconds`: the Unix time, in nanoseconds, of `ts` 0 (PyTorch 2.2 on); absent,
+  /// `ts` counts from the epoch itself. What joins the trace with a memory snapshot's clock.
+  std::optional<sim::Nanoseconds> base_time_ns;
   std::string device_name;           // from deviceProperties, empty when absent
   sim::Bytes device_memory = 0;      // totalGlobalMem, 0 when absent
   std::vector<CpuEvent> cpu_events;  // sorted by (start, longer first)

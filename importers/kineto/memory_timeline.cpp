@@ -1,5 +1,6 @@
 #include "importers/kineto/memory_timeline.hpp"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -46,6 +47,27 @@ std::optional<std::vector<Allocation>> pair_allocations(const std::vector<Memory
   }
   if (!addressed) return std::nullopt;
   return out;
+}
+
+std::optional<AllocationHistory> trace_allocation_history(const KinetoTrace& trace) {
+  constexpr std::int64_t kCuda = 1;
+  auto allocations = pair_allocations(trace.memory_events, kCuda, trace.source);
+  if (!allocations) return std::nullopt;
+  AllocationHistory history;
+  history.source = "the trace's [memory] events";
+  const auto first = std::find_if(
+      trace.memory_events.begin(), trace.memory_events.end(), [](const MemoryEvent& m) {
+        return m.device_type == kCuda && m.addr && m.bytes != 0 && m.total_allocated;
+      });
+  if (first != trace.memory_events.end()) {
+    sim::Bytes before = *first->total_allocated - first->bytes;
+    for (const Allocation& a : *allocations) {
+      if (!a.alloc_ns) before -= a.bytes;  // freed in the trace: accounted for
+    }
+    history.held_throughout = std::max<sim::Bytes>(0, before);
+  }
+  history.allocations = std::move(*allocations);
+  return history;
 }
 
 sim::Bytes allocator_bytes(sim::Bytes bytes, std::int64_t device_type) {

@@ -15,18 +15,10 @@
 #include <string_view>
 #include <vector>
 
+#include "importers/allocation_history.hpp"
 #include "importers/kineto/kineto_trace.hpp"
 
 namespace memplan::importers {
-
-struct Allocation {
-  std::int64_t device_type = 0;  // 0 CPU, 1 CUDA
-  std::int64_t addr = 0;
-  sim::Bytes bytes = 0;
-  std::optional<sim::Nanoseconds> alloc_ns;  // nullopt: allocated before the trace started
-  std::optional<sim::Nanoseconds> free_ns;   // nullopt: still allocated when the trace ends
-  std::string thread;                        // where it was allocated (freed, if before the trace)
-};
 
 /// The allocations of `events` (sorted by time) on `device_type`, in the order of their first
 /// event; nullopt when none of that device's events carries an address (the 2021 format). A
@@ -35,6 +27,11 @@ struct Allocation {
 std::optional<std::vector<Allocation>> pair_allocations(const std::vector<MemoryEvent>& events,
                                                         std::int64_t device_type,
                                                         std::string_view source);
+
+/// pair_allocations of the CUDA device with what was held throughout: the `Total Allocated` of
+/// the first event less the event's own bytes, less what allocations freed in the trace held
+/// then; nullopt as pair_allocations.
+std::optional<AllocationHistory> trace_allocation_history(const KinetoTrace& trace);
 
 /// The size the allocator reserves for a request of `bytes` on `device_type`: the CUDA caching
 /// allocator rounds every request up to a multiple of 512 bytes (at least 512); the CPU

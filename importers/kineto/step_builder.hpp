@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/workload.hpp"
+#include "importers/allocation_history.hpp"
 #include "importers/kineto/kineto_importer.hpp"
 #include "importers/kineto/kineto_trace.hpp"
 #include "importers/kineto/step_events.hpp"
@@ -68,6 +69,10 @@ class StepBuilder {
   void check_parameters_against_optimizer();
   /// With addressed [memory] events: each forward output against the op's allocations.
   void check_outputs_against_allocations();
+  /// A step without shapes: its tensors from the allocations of `history` (Note [Sizes from
+  /// allocations] in allocation_sizes.cpp); false, and nothing added, when none of them was made
+  /// or freed in the step.
+  bool size_from_allocations(const AllocationHistory& history);
   /// Trace format v2's host side of every op, and the step's (Note [Host side]).
   void fill_host_side(const StepWindow& step);
   /// What orders the ops of different streams beyond their inputs: each op's `after` (Note

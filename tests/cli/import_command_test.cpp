@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "io/json_reader.hpp"
 #include "io/trace_io.hpp"
 #include "tests/importers/kineto/synthetic_kineto.hpp"
 #include "tests/importers/kineto/synthetic_ranks.hpp"
@@ -303,4 +304,66 @@ TEST_CASE("a flood of values is refused for the machine's memory, running out is
   CHECK(out.exit_status == 1);
   CHECK(out.err ==
         "memplan: out of memory: the run needed more memory than this machine gave it\n");
+}
+
+TEST_CASE("memplan import kineto --snapshot gives sizes to a trace recorded without shapes",
+          "[cli][import][snapshot]") {
+  // gpt2's H200 trace as torch.profiler records it by default: no shapes, no [memory] events.
+  nlohmann::json doc = memplan::sim::read_json(
+      memplan::test::source_path("traces/kineto-h200/gpt2.pt.trace.json.gz"));
+  auto& events = doc["traceEvents"];
+  events.erase(
+      std::remove_if(events.begin(), events.end(),
+                     [](const nlohmann::json& e) { return e.value("name", "") == "[memory]"; }),
+      events.end());
+  for (auto& e : events) {
+    if (e.contains("args")) {
+      for (const char* key : {"Input Dims", "Input type", "Input Strides", "Concrete Inputs"})
+        e["args"].erase(key);
+    }
+  }
+  const std::string bare = write_temp("gpt2-bare.json", doc.dump());
+  const std::string snapshot =
+      memplan::test::source_path("traces/kineto-h200/gpt2.snapshot.pickle.gz");
+  const std::string dir = memplan::test::temp_dir();
+  const auto r = run_memplan(
+      fmt::format("import kineto '{}' --snapshot '{}' -o '{}/t.json' --json", bare, snapshot, dir));
+  CAPTURE(r.err);
+  REQUIRE(r.exit_status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("time_only") == true);
+  CHECK(j.at("sizes_from") == fmt::format("snapshot {} (device 0)", snapshot));
+  // The replay's peak is the snapshot's own within 0.01% (kineto_allocation_sizes_test.cpp).
+  const auto peak = j.at("peak_bytes_incore").get<std::int64_t>();
+  const auto recorded = j.at("allocations_peak_bytes").get<std::int64_t>();
+  CHECK(peak >= recorded);
+  CHECK(peak - recorded <= recorded / 10000);
+  const auto w = memplan::sim::read_trace(dir + "/t.json");
+  CHECK(w.tensors.size() == j.at("tensors").get<std::size_t>());
+  CHECK(std::all_of(w.tensors.begin(), w.tensors.end(),
+                    [](const auto& t) { return t.lifetime_only; }));
+  // The text report says where the sizes came from; simulate replays the step with them.
+  const auto text = run_memplan(
+      fmt::format("import kineto '{}' --snapshot '{}' -o '{}/t.json'", bare, snapshot, dir));
+  CHECK(text.out.find("no recorded shapes: sizes from snapshot") != std::string::npos);
+  const auto sim = run_memplan(fmt::format("simulate '{}/t.json' --policy in-core", dir));
+  CHECK(sim.exit_status == 0);
+  CHECK(sim.out.find("memory      peak 5.03 GiB live") != std::string::npos);
+
+  // Refused, one line and exit 2, nothing written: a trace with shapes, several ranks, a device
+  // the snapshot does not have, --snapshot-device alone.
+  const std::string out = dir + "/never.json";
+  check_one_line_error(
+      run_memplan(fmt::format(
+          "import kineto '{}' --snapshot '{}' -o '{}'",
+          memplan::test::source_path("traces/kineto-h200/gpt2.pt.trace.json.gz"), snapshot, out)),
+      "has recorded shapes: its sizes come from them");
+  check_one_line_error(run_memplan(fmt::format("import kineto '{}' --snapshot '{}' "
+                                               "--snapshot-device 3 -o '{}'",
+                                               bare, snapshot, out)),
+                       "device 3 has no allocator events (devices with events: 0)");
+  check_one_line_error(
+      run_memplan(fmt::format("import kineto '{}' --snapshot-device 0 -o '{}'", bare, out)),
+      "names a device of --snapshot, which is not given");
+  CHECK_FALSE(std::filesystem::exists(out));
 }
