@@ -247,11 +247,15 @@ def zoo_devices():
     return _core.zoo_device_names().split(", ")
 
 
-def import_kineto(path, step=None):
+def import_kineto(path, step=None, snapshot=None, snapshot_device=None):
     """A trace from a PyTorch profiler (Kineto) Chrome trace, .json or .json.gz (`memplan import
     kineto`); `step` is the N of ProfilerStep#N (default: the median complete step, Note [Default
-    step] in importers/kineto/step_selection.cpp)."""
-    return Trace(_core.import_kineto(os.fspath(path), step), str(path))
+    step] in importers/kineto/step_selection.cpp). `snapshot`: a CUDA memory snapshot of the same
+    run (`--snapshot`), whose allocations give sizes to a step recorded without shapes
+    (`snapshot_device`: its device that ran the step, when several have events)."""
+    return Trace(_core.import_kineto(os.fspath(path), step,
+                                     None if snapshot is None else os.fspath(snapshot),
+                                     snapshot_device), str(path))
 
 
 class Snapshot(_tables.JsonFields):

@@ -13,10 +13,13 @@
 #include <pybind11/stl/filesystem.h>
 
 #include "core/feature_maps.hpp"
+#include "core/input_error.hpp"
 #include "core/liveness.hpp"
 #include "core/plan.hpp"
 #include "importers/kineto/kineto_importer.hpp"
 #include "importers/kineto/kineto_trace.hpp"
+#include "importers/snapshot/memory_snapshot.hpp"
+#include "importers/snapshot/snapshot_allocations.hpp"
 #include "importers/snapshot/snapshot_report.hpp"
 #include "io/trace_io.hpp"
 #include "io/workload_summary.hpp"
@@ -47,10 +50,19 @@ WorkloadPtr zoo_workload(const std::string& model, const std::string& device, st
   return share(zoo::make_workload(request));
 }
 
-WorkloadPtr import_kineto(const std::filesystem::path& path, std::optional<std::int64_t> step) {
+WorkloadPtr import_kineto(const std::filesystem::path& path, std::optional<std::int64_t> step,
+                          const std::optional<std::filesystem::path>& snapshot,
+                          std::optional<std::int64_t> snapshot_device) {
   const importers::KinetoTrace trace = importers::read_kineto_trace(path.string());
   importers::ImportOptions options;
   if (step) options.step = *step;
+  if (snapshot) {
+    options.allocations = importers::snapshot_allocation_history(
+        importers::read_memory_snapshot(*snapshot), snapshot_device, trace.base_time_ns.value_or(0),
+        snapshot->string());
+  } else if (snapshot_device) {
+    throw sim::InputError("snapshot_device", "names a device of snapshot, which is not given");
+  }
   return share(importers::import_kineto(trace, options, path.filename().string()).workload);
 }
 
@@ -161,8 +173,8 @@ void bind_traces(py::module_& m) {
   m.def("zoo_list_text", &zoo::list_text);
   m.def("zoo_model_names", &zoo::model_names);
   m.def("zoo_device_names", &zoo::device_names);
-  m.def("import_kineto", &import_kineto, py::arg("path"), py::arg("step"),
-        py::call_guard<py::gil_scoped_release>());
+  m.def("import_kineto", &import_kineto, py::arg("path"), py::arg("step"), py::arg("snapshot"),
+        py::arg("snapshot_device"), py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace memplan::python

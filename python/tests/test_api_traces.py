@@ -1,4 +1,6 @@
 """Traces through the Python API: load, write, zoo, info, and that `import memplan` stays light."""
+import gzip
+import json
 import subprocess
 import sys
 
@@ -91,6 +93,29 @@ def test_import_kineto_is_memplan_import(tmp_path):
         memplan.import_kineto(tmp_path / "nope.json")
     assert str(e.value) == cli_error("import", "kineto", tmp_path / "nope.json", "-o",
                                      tmp_path / "x.json")
+
+
+def test_import_kineto_with_a_snapshot_is_the_cli_import(tmp_path):
+    """A trace recorded without shapes (nor [memory] events) takes its sizes from the run's
+    snapshot, as `memplan import kineto --snapshot` does; without it, it has none."""
+    with gzip.open(TRACES / "kineto-h200" / "gpt2.pt.trace.json.gz", "rt") as f:
+        doc = json.load(f)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "[memory]"]
+    for e in doc["traceEvents"]:
+        for key in ("Input Dims", "Input type", "Input Strides", "Concrete Inputs"):
+            e.get("args", {}).pop(key, None)
+    bare = tmp_path / "gpt2-bare.json"
+    bare.write_text(json.dumps(doc))
+    snapshot = TRACES / "kineto-h200" / "gpt2.snapshot.pickle.gz"
+    status, _, err = run_cli("import", "kineto", bare, "--snapshot", snapshot,
+                             "-o", tmp_path / "t.json")
+    assert status == 0, err
+    trace = memplan.import_kineto(bare, snapshot=snapshot)
+    assert trace.to_json() == (tmp_path / "t.json").read_text()
+    assert trace.info().tensors > 0
+    assert memplan.import_kineto(bare).info().tensors == 0
+    with pytest.raises(memplan.InputError, match="device 2 has no allocator events"):
+        memplan.import_kineto(bare, snapshot=snapshot, snapshot_device=2)
 
 
 def test_import_snapshot_is_what_the_cli_says(tmp_path):
