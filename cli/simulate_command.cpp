@@ -77,7 +77,6 @@ int simulate(const SimulateOptions& o) {
   if (job.ranks.size() > 1) return simulate_job(o, job, report);
   const sim::Workload workload = std::move(job.ranks.front());
   const sim::Machine machine = machine_from_flags(workload, o.machine);
-  if (!o.snapshot_out.empty()) sim::require_snapshot_writable(machine);  // before any work
   const sim::Plan plan = plan_from_flags(workload, machine, o.plan, "simulate");
   const sim::Simulation simulation = sim::simulate_plan(workload, plan, machine);
   const sim::Program& program = simulation.program;

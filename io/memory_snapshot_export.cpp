@@ -35,6 +35,11 @@ class PickleWriter {
     out_ += static_cast<char>(8);
     little_endian(static_cast<std::uint64_t>(v), 8);
   }
+  void number(double v) {
+    out_ += 'G';  // BINFLOAT: 8 bytes, big-endian
+    const auto bits = std::bit_cast<std::uint64_t>(v);
+    for (int i = 7; i >= 0; --i) out_ += static_cast<char>((bits >> (8 * i)) & 0xFFU);
+  }
   void text(std::string_view s) {
     out_ += 'X';  // BINUNICODE: 4-byte length, UTF-8
     little_endian(s.size(), 4);
@@ -58,6 +63,7 @@ class PickleWriter {
 // from where CUDA's allocations typically start.
 constexpr std::int64_t kFirstAddress = std::int64_t{0x7f0000000000};
 constexpr std::int64_t kSegmentAlignment = std::int64_t{2} << 20;
+constexpr Bytes kSmallRequest = Bytes{1} << 20;  // c10's kSmallSize: the small pool's largest block
 
 struct Block {
   Bytes bytes = 0;
@@ -70,12 +76,41 @@ struct Segment {
   std::int64_t address = 0;
   Bytes bytes = 0;
   std::map<Bytes, Block> blocks;  // live, by offset
+  /// An expandable segment's address space: its mapped pages as runs, [offset, end) by offset.
+  bool expandable = false;
+  std::map<Bytes, Bytes> mapped;
+  bool small = false;  // an expandable one serves the small pool (blocks of at most 1 MiB)
 };
+
+// `runs` with [lo, hi) added, merged with the runs it touches.
+void add_run(std::map<Bytes, Bytes>& runs, Bytes lo, Bytes hi) {
+  auto it = runs.lower_bound(lo);
+  if (it != runs.begin() && std::prev(it)->second >= lo) --it;
+  while (it != runs.end() && it->first <= hi) {
+    lo = std::min(lo, it->first);
+    hi = std::max(hi, it->second);
+    it = runs.erase(it);
+  }
+  runs[lo] = hi;
+}
+
+// `runs` less [lo, hi): the parts of runs outside it stay.
+void erase_run(std::map<Bytes, Bytes>& runs, Bytes lo, Bytes hi) {
+  auto it = runs.lower_bound(lo);
+  if (it != runs.begin() && std::prev(it)->second > lo) --it;
+  while (it != runs.end() && it->first < hi) {
+    const auto [start, end] = *it;
+    it = runs.erase(it);
+    if (start < lo) runs[start] = lo;
+    if (end > hi) runs[hi] = end;
+  }
+}
 
 class Writer {
  public:
-  Writer(const Timeline& timeline, const Program& program, const Workload& workload)
-      : timeline_(timeline), program_(program), workload_(workload) {}
+  Writer(const Timeline& timeline, const Program& program, const Workload& workload,
+         const Machine& machine)
+      : timeline_(timeline), program_(program), workload_(workload), machine_(machine) {}
 
   std::string write() && {
     p_.begin_dict();
@@ -87,8 +122,13 @@ class Writer {
     p_.end_list();
     p_.key("segments");
     p_.begin_list();
-    for (const auto& [number, segment] : segments_) write_segment(segment);
+    for (const auto& [number, segment] : segments_) {
+      if (!segment.expandable) write_segment(segment, 0, segment.bytes);
+      // Each run of mapped pages is a segment of its own, as c10's snapshot() lists them.
+      for (const auto& [lo, hi] : segment.mapped) write_segment(segment, lo, hi);
+    }
     p_.end_list();
+    write_settings();
     p_.end_dict();
     return std::move(p_).finish();
   }
@@ -97,11 +137,9 @@ class Writer {
   // The trace, event by event, keeping the segments and their live blocks up to date. Under the
   // arena model (no segment events) the arena is one segment from the start.
   void replay() {
-    const bool arena = std::none_of(
-        timeline_.allocator_events.begin(), timeline_.allocator_events.end(),
-        [](const AllocatorEvent& e) { return e.kind == AllocatorEvent::Kind::kSegmentAlloc; });
     // The arena's peak reserved bytes are the highest end of a block it handed out.
-    if (arena) take_segment(0, timeline_.peak_reserved_bytes, 0, kNoOp);
+    if (machine_.allocator == AllocatorModel::kArena)
+      take_segment(0, timeline_.peak_reserved_bytes, 0, kNoOp);
     for (const AllocatorEvent& e : timeline_.allocator_events) {
       switch (e.kind) {
         case AllocatorEvent::Kind::kSegmentAlloc:
@@ -115,10 +153,23 @@ class Writer {
           segments_.erase(it);
           break;
         }
+        case AllocatorEvent::Kind::kSegmentMap: {
+          Segment& s = expandable_segment(e.segment);
+          add_run(s.mapped, e.offset, e.offset + e.bytes);
+          event("segment_map", s.address + e.offset, e.bytes, e.time_ns, {}, e.op);
+          break;
+        }
+        case AllocatorEvent::Kind::kSegmentUnmap: {
+          Segment& s = expandable_segment(e.segment);
+          erase_run(s.mapped, e.offset, e.offset + e.bytes);
+          event("segment_unmap", s.address + e.offset, e.bytes, e.time_ns, {}, e.op);
+          break;
+        }
         case AllocatorEvent::Kind::kAlloc: {
           Segment& s = segments_.at(e.segment);
           const Block b{e.bytes, program_.buffers[index(e.buffer)].bytes, e.buffer, e.op};
           s.blocks[e.offset] = b;
+          if (s.expandable && e.bytes <= kSmallRequest) s.small = true;
           event("alloc", s.address + e.offset, b.requested, e.time_ns, e.buffer, e.op);
           break;
         }
@@ -132,6 +183,43 @@ class Writer {
         }
       }
     }
+  }
+
+  // An expandable segment's address space, placed when its first pages are mapped: c10 reserves
+  // 1 1/8 of the device's memory for each (caching_allocator.hpp).
+  Segment& expandable_segment(std::int32_t number) {
+    const auto [it, added] = segments_.try_emplace(number);
+    if (added) {
+      it->second.address = next_address_;
+      it->second.expandable = true;
+      const Bytes space = machine_.memory_bytes + machine_.memory_bytes / 8;
+      next_address_ += (space + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment;
+    }
+    return it->second;
+  }
+
+  // The settings the step ran under, as c10's snapshot() writes them (what the replay of the
+  // snapshot reads back: importers/snapshot/allocator_replay.hpp).
+  void write_settings() {
+    const AllocatorConfig& c = machine_.allocator_config;
+    p_.key("allocator_settings");
+    p_.begin_dict();
+    p_.key("PYTORCH_CUDA_ALLOC_CONF");
+    p_.text(to_string(c));
+    p_.key("max_split_size");
+    p_.integer(c.max_split_size == AllocatorConfig::kNoMaxSplit ? -1 : c.max_split_size);
+    p_.key("garbage_collection_threshold");
+    p_.number(c.garbage_collection_threshold);
+    p_.key("expandable_segments");
+    p_.boolean(c.expandable_segments);
+    p_.key("roundup_power2_divisions");
+    p_.begin_dict();
+    for (std::size_t i = 0; i < c.roundup_power2_divisions.size(); ++i) {
+      p_.key(std::to_string(std::int64_t{1} << i));  // the interval's start in MiB, as c10 keys it
+      p_.integer(c.roundup_power2_divisions[i]);
+    }
+    p_.end_dict();
+    p_.end_dict();
   }
 
   void take_segment(std::int32_t number, Bytes bytes, Nanoseconds t, OpId op) {
@@ -198,20 +286,23 @@ class Writer {
     p_.end_dict();
   }
 
-  // A segment tiled by its blocks: the live ones, and the gaps between them as inactive blocks.
-  void write_segment(const Segment& s) {
+  // The segment's [lo, hi) tiled by its blocks: the live ones, and the gaps between them as
+  // inactive blocks.
+  void write_segment(const Segment& s, Bytes lo, Bytes hi) {
+    const auto first = s.blocks.lower_bound(lo);
+    const auto last = s.blocks.lower_bound(hi);
     Bytes allocated = 0, requested = 0;
-    for (const auto& [offset, b] : s.blocks) {
-      allocated += b.bytes;
-      requested += b.requested;
+    for (auto it = first; it != last; ++it) {
+      allocated += it->second.bytes;
+      requested += it->second.requested;
     }
     p_.begin_dict();
     p_.key("device");
     p_.integer(0);
     p_.key("address");
-    p_.integer(s.address);
+    p_.integer(s.address + lo);
     p_.key("total_size");
-    p_.integer(s.bytes);
+    p_.integer(hi - lo);
     p_.key("allocated_size");
     p_.integer(allocated);
     p_.key("active_size");
@@ -221,20 +312,21 @@ class Writer {
     p_.key("stream");
     p_.integer(0);
     p_.key("segment_type");
-    p_.text(s.bytes <= kSegmentAlignment ? "small" : "large");
+    p_.text((s.expandable ? s.small : hi - lo <= kSegmentAlignment) ? "small" : "large");
     p_.key("is_expandable");
-    p_.boolean(false);
+    p_.boolean(s.expandable);
     p_.key("frames");
     frames(std::nullopt, kNoOp);
     p_.key("blocks");
     p_.begin_list();
-    Bytes at = 0;
-    for (const auto& [offset, b] : s.blocks) {
+    Bytes at = lo;
+    for (auto it = first; it != last; ++it) {
+      const auto& [offset, b] = *it;
       if (offset > at) block(s.address + at, offset - at, 0, false, nullptr);
       block(s.address + offset, b.bytes, b.requested, true, &b);
       at = offset + b.bytes;
     }
-    if (at < s.bytes) block(s.address + at, s.bytes - at, 0, false, nullptr);
+    if (at < hi) block(s.address + at, hi - at, 0, false, nullptr);
     p_.end_list();
     p_.end_dict();
   }
@@ -242,6 +334,7 @@ class Writer {
   const Timeline& timeline_;
   const Program& program_;
   const Workload& workload_;
+  const Machine& machine_;
   PickleWriter p_;
   std::map<std::int32_t, Segment> segments_;
   std::int64_t next_address_ = kFirstAddress;
@@ -249,18 +342,9 @@ class Writer {
 
 }  // namespace
 
-void require_snapshot_writable(const Machine& machine) {
-  if (machine.allocator_config.expandable_segments) {
-    throw InputError("--snapshot-out",
-                     "a step under expandable segments (--alloc-conf) is not written as a "
-                     "snapshot yet: its segments' pages are mapped and unmapped as it runs");
-  }
-}
-
 std::string memory_snapshot_pickle(const Timeline& timeline, const Program& program,
                                    const Workload& workload, const Machine& machine) {
-  require_snapshot_writable(machine);
-  return Writer(timeline, program, workload).write();
+  return Writer(timeline, program, workload, machine).write();
 }
 
 }  // namespace memplan::sim

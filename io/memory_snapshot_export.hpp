@@ -28,12 +28,8 @@
 
 namespace memplan::sim {
 
-/// Throws InputError ("--snapshot-out") when a step run on `machine` cannot be written: under
-/// expandable segments (--alloc-conf), whose pages' maps and unmaps are not written yet.
-void require_snapshot_writable(const Machine& machine);
-
 /// The snapshot of `timeline` (recorded with its memory curve, feasible) of `program`, lowered
-/// from `workload` and run on `machine` (require_snapshot_writable), as pickle bytes.
+/// from `workload` and run on `machine`, as pickle bytes.
 std::string memory_snapshot_pickle(const Timeline& timeline, const Program& program,
                                    const Workload& workload, const Machine& machine);
 

@@ -45,6 +45,7 @@ void CachingAllocator::reset(Size capacity, const Settings& settings) {
   requests_to_pool_ = {};
   released_.clear();
   created_.reset();
+  pages_changed_.clear();
   next_address_ = 0;
   segment_count_ = 0;
   capacity_ = capacity;
@@ -222,6 +223,7 @@ std::optional<CachingAllocator::Placed> CachingAllocator::allocate(Size bytes, S
                                                                    Offset segment_address) {
   released_.clear();
   created_.reset();
+  pages_changed_.clear();
   const Size size = request_size(bytes);
   Pool& pool = small(size) ? small_pool_ : large_pool_;
   ++requests_to_pool_[small(size)];
@@ -344,6 +346,7 @@ CachingAllocator::Handle CachingAllocator::map_block(Handle b, Size bytes) {
   detach(b);
   if (mapped < block(b).size) attach(split_off(b, block(b).size - mapped));
   block(b).mapped = true;
+  pages_changed_.push_back({block(b).segment, block(b).offset, mapped, true});
   reserved_ += mapped;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   b = coalesce(b);
@@ -368,11 +371,13 @@ CachingAllocator::Size CachingAllocator::unmap_block(Handle b, Offset lo, Offset
   block(b).mapped = false;
   block(b).free = false;
   reserved_ -= end - begin;
+  pages_changed_.push_back({block(b).segment, begin, end - begin, false});
   attach(coalesce(b));
   return end - begin;
 }
 
 bool CachingAllocator::map(Segment s, Offset offset, Size bytes) {
+  pages_changed_.clear();
   const SegmentInfo& seg = segments_[static_cast<std::size_t>(s)];
   Handle b = seg.first;
   while (b != kNone && block(b).offset + block(b).size <= offset) b = block(b).next;
@@ -392,6 +397,7 @@ bool CachingAllocator::map(Segment s, Offset offset, Size bytes) {
 }
 
 CachingAllocator::Size CachingAllocator::unmap(Segment s, Offset offset, Size bytes) {
+  pages_changed_.clear();
   std::vector<Handle> free;
   for (Handle b = segments_[static_cast<std::size_t>(s)].first; b != kNone; b = block(b).next) {
     if (block(b).free && block(b).offset < offset + bytes &&

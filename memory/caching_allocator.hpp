@@ -164,8 +164,17 @@ class CachingAllocator {
   /// The segments the last allocate gave back, in the order it gave them back.
   [[nodiscard]] const std::vector<Segment>& segments_released() const { return released_; }
   /// The segment the last allocate took from the driver (cudaMalloc), if it took one; an
-  /// expandable segment's pages are not reported.
+  /// expandable segment's pages are pages_changed.
   [[nodiscard]] std::optional<Segment> segment_created() const { return created_; }
+  /// Pages of an expandable segment mapped or unmapped (c10's segment_map, segment_unmap).
+  struct PageChange {
+    Segment segment;
+    Offset offset;  // within the segment's address space
+    Size bytes;
+    bool mapped;  // false: unmapped
+  };
+  /// The pages the last allocate, map or unmap mapped and unmapped, in order.
+  [[nodiscard]] const std::vector<PageChange>& pages_changed() const { return pages_changed_; }
   [[nodiscard]] Size segment_bytes(Segment s) const {
     return segments_[static_cast<std::size_t>(s)].bytes;
   }
@@ -292,6 +301,7 @@ class CachingAllocator {
   std::array<std::int64_t, 2> requests_to_pool_{};  // [small pool?]: c10's gc counters
   std::vector<Segment> released_;
   std::optional<Segment> created_;
+  std::vector<PageChange> pages_changed_;
   Settings settings_;
   Offset next_address_ = 0;
   std::size_t segment_count_ = 0;

@@ -22,6 +22,10 @@ std::optional<DeviceMemory::Segment> DeviceMemory::segment_created() const {
   return caching_.segment_created();
 }
 
+const std::vector<CachingAllocator::PageChange>& DeviceMemory::pages_changed() const {
+  return model_ == AllocatorModel::kArena ? no_pages_ : caching_.pages_changed();
+}
+
 DeviceMemory::Size DeviceMemory::segment_bytes(Segment s) const {
   return model_ == AllocatorModel::kArena ? arena_.capacity() : caching_.segment_bytes(s);
 }

@@ -56,6 +56,9 @@ class DeviceMemory {
   /// Segments the last allocate gave back and took (always none under the arena model).
   [[nodiscard]] const std::vector<Segment>& segments_released() const;
   [[nodiscard]] std::optional<Segment> segment_created() const;
+  /// Pages of expandable segments the last allocate mapped and unmapped, in order (none under
+  /// the arena model).
+  [[nodiscard]] const std::vector<CachingAllocator::PageChange>& pages_changed() const;
   [[nodiscard]] Size segment_bytes(Segment s) const;
 
   [[nodiscard]] Size capacity() const;
@@ -85,6 +88,7 @@ class DeviceMemory {
   DeviceArena arena_;
   CachingAllocator caching_;
   std::vector<Segment> none_released_;
+  std::vector<CachingAllocator::PageChange> no_pages_;
 };
 
 }  // namespace memplan::sim

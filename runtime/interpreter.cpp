@@ -104,7 +104,7 @@ std::vector<sim::AllocatorEvent> name_ops(std::vector<sim::AllocatorEvent> event
   for (std::size_t i = events.size(); i-- > 0;) {  // newest first
     sim::AllocatorEvent& e = events[i];
     if (e.kind == Kind::kAlloc) following = e.op;
-    if (e.kind == Kind::kSegmentAlloc || e.kind == Kind::kSegmentFree) e.op = following;
+    if (e.kind != Kind::kAlloc && e.kind != Kind::kFree) e.op = following;
   }
   return events;
 }

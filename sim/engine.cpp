@@ -206,11 +206,16 @@ class Engine::Clock {
     return true;
   }
 
-  // The allocator's events of an allocation: the segments it gave back and took, then the block.
+  // The allocator's events of an allocation: the segments it gave back, the pages it unmapped and
+  // mapped, the segment it took, then the block.
   void record_allocation(const Instruction& in, const DeviceMemory::Placed& placed, Nanoseconds t) {
     using Kind = AllocatorEvent::Kind;
     for (const DeviceMemory::Segment s : e_.memory_.segments_released()) {
       tl_.allocator_events.push_back({Kind::kSegmentFree, t, kNoBuffer, in.op, s, 0, 0});
+    }
+    for (const auto& c : e_.memory_.pages_changed()) {
+      tl_.allocator_events.push_back({c.mapped ? Kind::kSegmentMap : Kind::kSegmentUnmap, t,
+                                      kNoBuffer, in.op, c.segment, c.offset, c.bytes});
     }
     if (const auto s = e_.memory_.segment_created()) {
       tl_.allocator_events.push_back(

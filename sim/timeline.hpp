@@ -51,14 +51,22 @@ struct MemoryPoint {
 /// the arena's one segment, of the capacity, is there from the start and never named). What
 /// io/memory_snapshot_export.hpp writes as a PyTorch memory snapshot's device trace.
 struct AllocatorEvent {
-  enum class Kind : std::uint8_t { kAlloc, kFree, kSegmentAlloc, kSegmentFree };
+  /// kSegmentMap, kSegmentUnmap: pages of an expandable segment (`offset`, `bytes`).
+  enum class Kind : std::uint8_t {
+    kAlloc,
+    kFree,
+    kSegmentAlloc,
+    kSegmentFree,
+    kSegmentMap,
+    kSegmentUnmap
+  };
   Kind kind = Kind::kAlloc;
   Nanoseconds time_ns = 0;
   BufferId buffer = kNoBuffer;  // kAlloc, kFree
   OpId op = kNoOp;              // the op the allocation or free serves (Instruction::op)
   std::int32_t segment = 0;     // the allocator's number (reused once a segment is given back)
-  Bytes offset = 0;             // of the block within its segment (kAlloc, kFree)
-  Bytes bytes = 0;              // the block as the allocator hands it out; a segment's size
+  Bytes offset = 0;  // of the block within its segment (kAlloc, kFree), of the pages (map, unmap)
+  Bytes bytes = 0;   // the block as the allocator hands it out; a segment's size
 };
 
 /// Time the compute stream spends on something other than the workload's own ops.

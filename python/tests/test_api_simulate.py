@@ -184,9 +184,18 @@ def test_alloc_conf_what_if():
     with pytest.raises(memplan.InputError) as e:
         memplan.simulate(trace, policy="swap-all", allocator="caching", alloc_conf="no_such:1")
     assert str(e.value).startswith("--alloc-conf")
-    with pytest.raises(memplan.InputError) as e:  # its pages' maps are not written yet
-        expandable.timeline.memory_snapshot()
-    assert str(e.value).startswith("--snapshot-out")
+    # Its snapshot has the pages' maps and the settings, and this PyTorch draws it.
+    import pickle
+    from torch.cuda import _memory_viz as viz
+    snapshot = pickle.loads(expandable.timeline.memory_snapshot())
+    assert snapshot["allocator_settings"]["expandable_segments"] is True
+    actions = {e["action"] for e in snapshot["device_traces"][0]}
+    assert "segment_map" in actions and "segment_alloc" not in actions
+    assert all(s["is_expandable"] for s in snapshot["segments"])
+    assert sum(s["total_size"] for s in snapshot["segments"]) <= expandable.peak_reserved_bytes
+    if hasattr(viz, "segsum"):
+        assert "Summary of segments" in viz.segsum(snapshot)
+        assert len(viz.trace_plot(snapshot)) > 0 and len(viz.segment_plot(snapshot)) > 0
 
 
 def test_a_validated_run_as_a_pytorch_memory_snapshot(tmp_path):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -333,6 +334,17 @@ TEST_CASE("expandable segments: one segment per pool grows by 20 MiB pages into 
   CHECK(memory.segment_bytes(a->segment) == 120 * kMiB);
   CHECK_FALSE(memory.segment_created());  // no cudaMalloc
   CHECK(memory.reserved_bytes() == 20 * kMiB);
+  using Change = CachingAllocator::PageChange;
+  const auto changes = [&] {
+    std::vector<std::tuple<std::int64_t, std::int64_t, bool>> out;
+    for (const Change& c : memory.pages_changed()) {
+      CHECK(c.segment == a->segment);
+      out.emplace_back(c.offset, c.bytes, c.mapped);
+    }
+    return out;
+  };
+  CHECK(changes() ==
+        std::vector<std::tuple<std::int64_t, std::int64_t, bool>>{{0, 20 * kMiB, true}});
   // 25 MiB: no cached block holds it; the free 17 MiB at 3 MiB and the unmapped pages after it
   // do: one more page is mapped ([20, 40) MiB) and merges with it, the block is [3, 28) MiB and
   // 12 MiB stay cached. (Without expandable segments: a new segment of 26 MiB, 46 MiB reserved.)
@@ -342,11 +354,14 @@ TEST_CASE("expandable segments: one segment per pool grows by 20 MiB pages into 
   CHECK(b->offset == 3 * kMiB);
   CHECK(memory.reserved_bytes() == 40 * kMiB);
   CHECK(memory.segment_count() == 1);
+  CHECK(changes() ==
+        std::vector<std::tuple<std::int64_t, std::int64_t, bool>>{{20 * kMiB, 20 * kMiB, true}});
   // 1 MiB + 512 (large): best fit is the cached 12 MiB; its rest is split off however small.
   const auto c = memory.allocate(kMiB + 512);
   REQUIRE(c);
   CHECK(c->offset == 28 * kMiB);
   CHECK(c->size == kMiB + 512);
+  CHECK(changes().empty());  // a cached block: no page
 }
 
 TEST_CASE("expandable segments: best fit takes a block that fits before the growable tail",
@@ -382,6 +397,11 @@ TEST_CASE("expandable segments: out of memory unmaps the free pages and maps the
   // request is tried again: [0, 20) with the free [20, 30) is too small, page [60, 80) is mapped.
   const auto c = memory.allocate(35 * kMiB);
   REQUIRE(c);
+  // In order: [0, 20) unmapped, then [60, 80) mapped.
+  const auto& changes = memory.pages_changed();
+  REQUIRE(changes.size() == 2);
+  CHECK((changes[0].offset == 0 && changes[0].bytes == 20 * kMiB && !changes[0].mapped));
+  CHECK((changes[1].offset == 60 * kMiB && changes[1].bytes == 20 * kMiB && changes[1].mapped));
   CHECK(c->offset == 45 * kMiB);
   CHECK(c->size == 35 * kMiB);
   CHECK(memory.reserved_bytes() == 60 * kMiB);
