@@ -5,13 +5,16 @@
 // beside their own run's snapshot. `memplan simulate --snapshot-out FILE` writes it.
 //
 // What: `device_traces` holds device 0's allocator events in order (a segment taken from the
-// driver, each block handed out, its free requested and completed, a segment given back), with
+// driver, an expandable segment's pages mapped or unmapped, each block handed out, its free
+// requested and completed, a segment given back), with
 // `time_us` from the step's start and, as frames, the buffer's name (tensor, "workspace of
 // conv1", "conv1_out (fp16)") and the op it serves; `segments` the allocator's state at the
 // step's end, each segment tiled by its blocks (live ones `active_allocated` with their request,
 // the gaps `inactive`). Under the caching allocator model a segment is one of its segments, at an
 // address of its own; under the arena model the arena is one segment, as large as its highest
-// end in use (Timeline::peak_reserved_bytes), there from the start. Sizes are the blocks as the
+// end in use (Timeline::peak_reserved_bytes), there from the start; an expandable segment is an
+// address space of its own whose runs of mapped pages are the dump's segments, as c10 lists them.
+// `allocator_settings` are the machine's. Sizes are the blocks as the
 // allocator rounds them, `requested_size` what the buffer asked for; an event's `size` is the
 // request, as PyTorch's trace entries give it, so that the live bytes over the trace peak where
 // the simulator's do (Timeline::peak_bytes), to the byte.
