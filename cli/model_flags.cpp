@@ -47,33 +47,46 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("--depth", flags.depth, "depth of the deep residual family ('resnet')")
       ->check(integer_in(1, kMaxExtent));
   for (const auto& [name, value, help] :
-       {std::tuple{"--layers", &flags.transformer.layers, "transformer layers (gpt)"},
-        {"--hidden", &flags.transformer.hidden, "transformer hidden size (gpt)"},
-        {"--heads", &flags.transformer.heads, "attention heads (gpt)"},
-        {"--seq", &flags.transformer.sequence, "sequence length (gpt)"},
-        {"--vocab", &flags.transformer.vocab, "vocabulary size (gpt)"}}) {
+       {std::tuple{"--layers", &flags.decoder.layers, "decoder layers (gpt, llama)"},
+        {"--hidden", &flags.decoder.hidden, "decoder hidden size (gpt, llama)"},
+        {"--heads", &flags.decoder.heads, "attention heads (gpt, llama)"},
+        {"--seq", &flags.decoder.sequence, "sequence length (gpt, llama)"},
+        {"--vocab", &flags.decoder.vocab, "vocabulary size (gpt, llama)"},
+        {"--intermediate", &flags.decoder.intermediate,
+         "MLP width (gpt: 4 x hidden; llama: 2/3 of 4 x hidden rounded up to a multiple of 256)"},
+        {"--kv-heads", &flags.decoder.kv_heads,
+         "key/value heads, dividing --heads: grouped-query attention (llama; default --heads)"}}) {
     command.add_option(name, *value, help)->check(integer_in(1, kMaxExtent));
   }
 }
 
 zoo::ModelOptions model_options_from_flags(const CLI::App& command, const ModelFlags& flags,
                                            const zoo::ModelInfo& model) {
-  // A flag the model does not take is refused, not ignored (a transformer's --layers on a CNN).
-  const bool transformer = model.input_dims == 0;
-  for (const char* name : {"--layers", "--hidden", "--heads", "--seq", "--vocab"}) {
-    if (!transformer && command.count(name) != 0) {
+  // A flag the model does not take is refused, not ignored (a decoder's --layers on a CNN).
+  const bool decoder = model.input_dims == 0;
+  zoo::ModelOptions options;
+  zoo::TransformerOptions& shape = options.transformer;
+  for (const auto& [name, value, field] :
+       {std::tuple{"--layers", flags.decoder.layers, &shape.layers},
+        {"--hidden", flags.decoder.hidden, &shape.hidden},
+        {"--heads", flags.decoder.heads, &shape.heads},
+        {"--seq", flags.decoder.sequence, &shape.sequence},
+        {"--vocab", flags.decoder.vocab, &shape.vocab},
+        {"--intermediate", flags.decoder.intermediate, &shape.intermediate},
+        {"--kv-heads", flags.decoder.kv_heads, &shape.kv_heads}}) {
+    if (command.count(name) == 0) continue;
+    if (!decoder) {
       throw sim::InputError(
-          name, fmt::format("{} is not a transformer: {} is for gpt", model.name, name));
+          name, fmt::format("{} is not a decoder: {} is for gpt and llama", model.name, name));
     }
+    *field = value;
   }
-  if (transformer && !flags.input.empty()) {
+  if (decoder && !flags.input.empty()) {
     throw sim::InputError("--input", fmt::format("{} takes tokens: give --seq", model.name));
   }
-  zoo::ModelOptions options;
   options.batch = flags.batch;
   if (!flags.input.empty()) options.input = parse_extents(flags.input);
   if (command.count("--depth") != 0) options.depth = flags.depth;
-  options.transformer = flags.transformer;
   return options;
 }
 

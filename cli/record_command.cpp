@@ -52,7 +52,9 @@ void record(const RecordOptions& o, const CLI::App& cmd) {
   const zoo::Shape& in = options.input.empty() ? model->default_input : options.input;
   std::string dims;
   for (std::size_t i = 0; i < in.size(); ++i) dims += (i > 0 ? "x" : "") + std::to_string(in[i]);
-  if (model->input_dims == 0) dims = fmt::format("sequence {}", o.shape.transformer.sequence);
+  if (model->input_dims == 0) {
+    dims = fmt::format("sequence {}", model->decoder_shape(options.transformer).sequence);
+  }
   built.workload.provenance.note =
       fmt::format("{} input {}, batch {}, {} trainable parameters, fp32, SGD with momentum",
                   model->name, dims, o.shape.batch, built.parameter_count);

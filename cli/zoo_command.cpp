@@ -108,7 +108,8 @@ void add_zoo_command(CLI::App& app) {
   auto options = std::make_shared<ZooFlags>();
   auto* cmd = app.add_subcommand(
       "zoo", "Write the modeled training step of a known network on a known GPU");
-  cmd->add_option("MODEL", options->model, "model name (see --list)");
+  cmd->add_option("MODEL", options->model,
+                  "model name, one of: " + zoo::model_names() + " (see --list)");
   cmd->add_flag("--list", options->list, "list models and devices, one line each");
   cmd->add_option("--device", options->device,
                   "device preset, one of: " + zoo::device_names() + " (see --list)");

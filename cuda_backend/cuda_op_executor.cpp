@@ -107,6 +107,7 @@ void CudaOpExecutor::run(const sim::Op& op, std::span<void* const> operands,
                         : op.phase == sim::Phase::kBackward ? row.backward
                                                             : row.update;
   if (kernel == nullptr) runtime::no_kernel(op, "CUDA");
+  runtime::refuse_unsupported(op, "CUDA");
   const std::size_t n_in = op.inputs.size();
   const std::size_t n_out = op.outputs.size();
   if (operands.size() < n_in + n_out) fail(op, "fewer operands than inputs and outputs");

@@ -598,6 +598,7 @@ void OpExecutor::run(const sim::Op& op, std::span<void* const> operands) {
                         : op.phase == sim::Phase::kBackward ? row.backward
                                                             : row.update;
   if (kernel == nullptr) runtime::no_kernel(op, "host");
+  runtime::refuse_unsupported(op, "host");
   const std::size_t n_in = op.inputs.size();
   const std::size_t n_out = op.outputs.size();
   if (operands.size() < n_in + n_out) {

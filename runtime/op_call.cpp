@@ -54,6 +54,14 @@ void no_kernel(const sim::Op& op, std::string_view backend) {
                             (op.layer.generic() ? " (a generic op)" : ""));
 }
 
+void refuse_unsupported(const sim::Op& op, std::string_view backend) {
+  if (op.layer == sim::Layer::kAttentionScores && attr(op, "causal", 0, 1) != 1) {
+    throw sim::InputError(op_place(op), "no " + std::string(backend) +
+                                            " kernel for attention without the causal mask "
+                                            "(causal 0)");
+  }
+}
+
 std::int64_t attr(const sim::Op& op, const char* name, std::size_t i, std::int64_t fallback) {
   const auto it = op.attributes.find(name);
   if (it == op.attributes.end() || it->second.empty()) return fallback;

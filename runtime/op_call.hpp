@@ -78,6 +78,10 @@ std::string op_place(const sim::Op& op);
 /// Throws sim::InputError naming `op`: `backend` ("host", "CUDA") has no kernel for its layer and
 /// phase (a generic op, core/layer.hpp, never has one).
 [[noreturn]] void no_kernel(const sim::Op& op, std::string_view backend);
+/// Throws sim::InputError naming `op` when its attributes ask for what no backend's kernels do:
+/// attention scores without the causal mask (causal 0, the zoo's vit_b16), which they always
+/// apply.
+void refuse_unsupported(const sim::Op& op, std::string_view backend);
 
 /// The dropout mask's seed: a function of the forward op alone, so a recompute draws the same
 /// mask as the first run, on every backend.

@@ -113,7 +113,24 @@ const std::vector<ModelInfo>& models() {
        {},
        false,
        build_transformer,
-       {}},
+       {},
+       gpt_shape},
+      {"llama",
+       "LLaMA decoder (HF LlamaForCausalLM; default small: --layers 4 --hidden 512 --heads 8 "
+       "--seq 512 --vocab 32000; LLaMA-2-7B: --layers 32 --hidden 4096 --heads 32 --seq 4096)",
+       0,
+       {},
+       false,
+       build_llama,
+       {},
+       llama_shape},
+      {"vit_b16",
+       "ViT-B/16 (torchvision vit_b_16), 86.6M parameters, 224x224",
+       2,
+       {224, 224},
+       false,
+       build_vit_b16,
+       "vit-b"},
   };
   return kModels;
 }
@@ -154,7 +171,7 @@ void refuse_larger_than_machine(const ModelInfo& model, const ModelOptions& opti
   std::function<ModelOptions(std::int64_t)> at;
   if (model.input_dims == 0) {
     flag = "--layers";
-    count = options.transformer.layers;
+    count = model.decoder_shape(options.transformer).layers;
     at = [&](std::int64_t k) {
       ModelOptions o = options;
       o.transformer.layers = k;
@@ -204,18 +221,21 @@ BuiltModel build_model(const ModelInfo& model, const ModelOptions& options) {
       throw sim::InputError("--input",
                             fmt::format("{} takes --seq, not an image size", model.name));
     }
-    const TransformerOptions& t = o.transformer;
-    const std::pair<const char*, std::int64_t> fields[] = {{"--layers", t.layers},
-                                                           {"--hidden", t.hidden},
-                                                           {"--heads", t.heads},
-                                                           {"--seq", t.sequence},
-                                                           {"--vocab", t.vocab}};
+    const TransformerShape t = model.decoder_shape(o.transformer);
+    const std::pair<const char*, std::int64_t> fields[] = {
+        {"--layers", t.layers},    {"--hidden", t.hidden}, {"--heads", t.heads},
+        {"--seq", t.sequence},     {"--vocab", t.vocab},   {"--intermediate", t.intermediate},
+        {"--kv-heads", t.kv_heads}};
     for (const auto& [flag, value] : fields) {
       if (value <= 0) throw sim::InputError(flag, fmt::format("{} (must be at least 1)", value));
     }
     if (t.hidden % t.heads != 0) {
       throw sim::InputError(
           "--heads", fmt::format("{} heads do not divide hidden size {}", t.heads, t.hidden));
+    }
+    if (t.heads % t.kv_heads != 0) {
+      throw sim::InputError("--kv-heads", fmt::format("{} key/value heads do not divide {} heads",
+                                                      t.kv_heads, t.heads));
     }
   } else {
     if (o.input.empty()) o.input = model.default_input;

@@ -12,13 +12,27 @@
 
 namespace memplan::zoo {
 
-/// A GPT-style decoder: the defaults are GPT-2 small (124.4M parameters).
+/// A decoder's shape as asked for (the --layers... flags): a field left empty takes the model's
+/// default (gpt: GPT-2 small, 124.4M parameters; llama: a small LLaMA, zoo/llama.cpp).
 struct TransformerOptions {
-  std::int64_t layers = 12;
-  std::int64_t hidden = 768;
-  std::int64_t heads = 12;
-  std::int64_t sequence = 1024;
-  std::int64_t vocab = 50257;
+  std::optional<std::int64_t> layers{};
+  std::optional<std::int64_t> hidden{};
+  std::optional<std::int64_t> heads{};
+  std::optional<std::int64_t> sequence{};
+  std::optional<std::int64_t> vocab{};
+  std::optional<std::int64_t> intermediate{};  // the MLP's inner width
+  std::optional<std::int64_t> kv_heads{};      // key and value heads (grouped-query attention)
+};
+
+/// A decoder's shape with every field decided (TransformerOptions over the model's defaults).
+struct TransformerShape {
+  std::int64_t layers = 0;
+  std::int64_t hidden = 0;
+  std::int64_t heads = 0;
+  std::int64_t sequence = 0;
+  std::int64_t vocab = 0;
+  std::int64_t intermediate = 0;
+  std::int64_t kv_heads = 0;  // fewer than heads: each key and value head serves heads/kv_heads
 };
 
 struct ModelOptions {
@@ -30,16 +44,20 @@ struct ModelOptions {
 };
 
 using ModelBuilder = void (*)(Network&, const ModelOptions&);
+/// A decoder's shape from its options, its defaults filling what they leave empty; throws
+/// InputError for an option the decoder does not take.
+using DecoderShape = TransformerShape (*)(const TransformerOptions&);
 
 struct ModelInfo {
   std::string_view name;
   std::string_view summary;
-  int input_dims = 2;  // 2: HxW image, 3: TxHxW clip, 0: token sequence (transformer options)
+  int input_dims = 2;  // 2: HxW image, 3: TxHxW clip, 0: token sequence (a decoder)
   Shape default_input;
   bool takes_depth = false;
   ModelBuilder build = nullptr;
   /// Another name find_model() accepts (the and the papers' name), or empty.
   std::string_view alias;
+  DecoderShape decoder_shape = nullptr;  // decoders only (input_dims 0)
 };
 
 struct BuiltModel {
@@ -65,6 +83,16 @@ void build_resnext3d(Network& net, const ModelOptions& options);
 void build_densenet121(Network& net, const ModelOptions& options);
 void build_mobilenet_v2(Network& net, const ModelOptions& options);
 void build_transformer(Network& net, const ModelOptions& options);
+void build_llama(Network& net, const ModelOptions& options);
+void build_vit_b16(Network& net, const ModelOptions& options);
+
+/// The decoders' shapes (DecoderShape): GPT-2 small's defaults, an MLP of 4·hidden unless given,
+/// no grouped-query attention; LLaMA's (zoo/llama.cpp).
+TransformerShape gpt_shape(const TransformerOptions& options);
+TransformerShape llama_shape(const TransformerOptions& options);
+/// LLaMA's SwiGLU width for `hidden` (Meta's ModelArgs): 2/3 of 4·hidden, rounded up to a
+/// multiple of 256 — 11008 for LLaMA-2-7B's 4096.
+std::int64_t llama_intermediate(std::int64_t hidden);
 
 /// How the deep residual family spends `depth` weighted layers (see resnet.cpp); throws
 /// InputError for a depth the family cannot have.

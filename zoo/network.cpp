@@ -133,7 +133,7 @@ Value Network::parameter(const std::string& name, const Shape& shape) {
   return {id, shape};
 }
 
-OpId Network::forward_op(const std::string& name, sim::Layer layer,
+OpId Network::forward_op(const std::string& name, const sim::LayerType& layer,
                          const std::vector<TensorId>& inputs, std::vector<TensorId> outputs,
                          double flops) {
   MEMPLAN_CHECK(!finished_, "layers are added before finish()");
@@ -253,7 +253,7 @@ Value Network::batch_norm(const std::string& name, const Value& x) {
   return y;
 }
 
-Value Network::pointwise(const std::string& name, sim::Layer layer_type, const Value& x,
+Value Network::pointwise(const std::string& name, const sim::LayerType& layer_type, const Value& x,
                          bool in_place, bool saves_output, double flops_per_element) {
   Value y = activation(name, x.shape);
   if (in_place) workload_.tensors[index(y.id)].in_place_of = x.id;
@@ -435,7 +435,8 @@ Value Network::embedding(const std::string& name, const Value& indices, const Va
   return y;
 }
 
-Value Network::attention_scores(const std::string& name, const Value& qkv, std::int64_t heads) {
+Value Network::attention_scores(const std::string& name, const Value& qkv, std::int64_t heads,
+                                bool causal) {
   MEMPLAN_CHECK(qkv.shape.size() == 3 && qkv.shape[2] % (3 * heads) == 0, "qkv is [B, S, 3H]");
   const std::int64_t b = qkv.shape[0];
   const std::int64_t s = qkv.shape[1];
@@ -444,6 +445,7 @@ Value Network::attention_scores(const std::string& name, const Value& qkv, std::
   const double flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) *
                        static_cast<double>(s) * static_cast<double>(hidden);
   const OpId op = forward_op(name, sim::Layer::kAttentionScores, {qkv.id}, {y.id}, flops);
+  if (!causal) workload_.ops.back().attributes = {{"causal", {0.0}}};
   Layer& layer = record(op, {qkv.id}, y.id, {qkv.id});
   layer.backward_flops = 2.0 * flops;
   return y;
@@ -465,6 +467,113 @@ Value Network::attention_context(const std::string& name, const Value& probs, co
   Layer& layer = record(op, {probs.id, qkv.id}, y.id, {probs.id, qkv.id});
   layer.backward_flops = 2.0 * flops;
   return y;
+}
+
+Value Network::rms_norm(const std::string& name, const Value& x) {
+  const std::int64_t h = x.shape.back();
+  const Value weight = parameter(name + ".weight", {h});
+  const Shape rows(x.shape.begin(), x.shape.end() - 1);
+  Value y = activation(name, x.shape);
+  const Value rstd = activation(name + ".rstd", rows);
+  const std::vector<TensorId> inputs{x.id, weight.id};
+  // Per element: square and sum, then scale by rstd and by the weight; backward twice that (dx's
+  // row dot product and rescaling, dweight's sum).
+  const OpId op = forward_op(name, sim::LayerType::named("rms_norm"), inputs, {y.id, rstd.id},
+                             4.0 * product(x.shape));
+  Layer& layer = record(op, inputs, y.id, {x.id, weight.id, rstd.id});
+  layer.backward_flops = 8.0 * product(x.shape);
+  return y;
+}
+
+Value Network::silu(const std::string& name, const Value& x) {
+  return pointwise(name, sim::LayerType::named("silu"), x, false, false, 4.0);
+}
+
+Value Network::mul(const std::string& name, const Value& a, const Value& b) {
+  MEMPLAN_CHECK(a.shape == b.shape, "mul of equal shapes");
+  Value y = activation(name, a.shape);
+  const OpId op =
+      forward_op(name, sim::LayerType::named("mul"), {a.id, b.id}, {y.id}, product(a.shape));
+  // Autograd's MulBackward0 keeps b for a's gradient and a for b's.
+  const bool a_grad = requires_grad_[index(a.id)] != 0;
+  const bool b_grad = requires_grad_[index(b.id)] != 0;
+  std::vector<TensorId> saved;
+  if (b_grad) saved.push_back(a.id);
+  if (a_grad) saved.push_back(b.id);
+  Layer& layer = record(op, {a.id, b.id}, y.id, saved);
+  // One product per element for each gradient (each saved operand serves one).
+  layer.backward_flops = static_cast<double>(saved.size()) * product(a.shape);
+  return y;
+}
+
+RotaryTables Network::rotary_tables(const std::string& name, std::int64_t sequence,
+                                    std::int64_t head_dim) {
+  MEMPLAN_CHECK(head_dim % 2 == 0, "rotary heads have an even width");
+  // A persistent buffer without a gradient (register_buffer), not a trainable parameter.
+  const TensorId inv_freq =
+      new_tensor(name + ".inv_freq", TensorKind::kParameter, {head_dim / 2}, "float32");
+  requires_grad_[index(inv_freq)] = 0;
+  const Value cos = activation(name + ".cos", {sequence, head_dim});
+  const Value sin = activation(name + ".sin", {sequence, head_dim});
+  // A cos and a sin per table element (the angles are one product per position and frequency).
+  forward_op(name, sim::LayerType::named("rotary_tables"), {inv_freq}, {cos.id, sin.id},
+             2.0 * product(cos.shape));
+  return {cos, sin};
+}
+
+Value Network::rotary_embedding(const std::string& name, const Value& qkv,
+                                const RotaryTables& tables, std::int64_t heads,
+                                std::int64_t kv_heads) {
+  const std::int64_t head_dim = tables.cos.shape.back();
+  MEMPLAN_CHECK(qkv.shape.size() == 3 && qkv.shape[2] == (heads + 2 * kv_heads) * head_dim,
+                "qkv is [B, S, (heads + 2·kv_heads)·d]");
+  Value y = activation(name, qkv.shape);
+  workload_.tensors[index(y.id)].in_place_of = qkv.id;
+  const std::vector<TensorId> inputs{qkv.id, tables.cos.id, tables.sin.id};
+  // Per rotated element (query and key heads): two products and a sum; backward the same.
+  const double rotated = product(qkv.shape) / static_cast<double>(heads + 2 * kv_heads) *
+                         static_cast<double>(heads + kv_heads);
+  const OpId op =
+      forward_op(name, sim::LayerType::named("rotary_embedding"), inputs, {y.id}, 3.0 * rotated);
+  Layer& layer = record(op, inputs, y.id, {tables.cos.id, tables.sin.id});
+  layer.backward_flops = 3.0 * rotated;
+  return y;
+}
+
+Value Network::repeat_kv(const std::string& name, const Value& qkv, std::int64_t heads,
+                         std::int64_t kv_heads) {
+  MEMPLAN_CHECK(
+      qkv.shape.size() == 3 && qkv.shape[2] % (heads + 2 * kv_heads) == 0 && heads % kv_heads == 0,
+      "qkv is [B, S, (heads + 2·kv_heads)·d] and kv_heads divide heads");
+  const std::int64_t head_dim = qkv.shape[2] / (heads + 2 * kv_heads);
+  Value y = activation(name, {qkv.shape[0], qkv.shape[1], 3 * heads * head_dim});
+  const OpId op = forward_op(name, sim::LayerType::named("repeat_kv"), {qkv.id}, {y.id}, 0.0);
+  Layer& layer = record(op, {qkv.id}, y.id, {});
+  // Backward sums each key and value head's copies: one add per copied key and value element.
+  layer.backward_flops = product(y.shape) * 2.0 / 3.0;
+  return y;
+}
+
+Value Network::patch_tokens(const std::string& name, const Value& patches, const Value& class_token,
+                            const Value& positions) {
+  MEMPLAN_CHECK(patches.shape.size() == 4, "patches are [B, C, h, w]");
+  const std::int64_t c = patches.shape[1];
+  const std::int64_t tokens = 1 + patches.shape[2] * patches.shape[3];
+  MEMPLAN_CHECK(class_token.shape == Shape({1, 1, c}) && positions.shape == Shape({1, tokens, c}),
+                "the class token is [1, 1, C] and the position embedding [1, 1 + h·w, C]");
+  Value y = activation(name, {patches.shape[0], tokens, c});
+  const std::vector<TensorId> inputs{patches.id, class_token.id, positions.id};
+  // The position add (the cat copies); backward sums the batch for the two parameters' gradients.
+  const OpId op =
+      forward_op(name, sim::LayerType::named("patch_tokens"), inputs, {y.id}, product(y.shape));
+  Layer& layer = record(op, inputs, y.id, {});
+  layer.backward_flops = product(y.shape);
+  return y;
+}
+
+Value Network::first_token(const Value& x) {
+  MEMPLAN_CHECK(x.shape.size() == 3, "tokens are [B, S, C]");
+  return {x.id, {x.shape[0], x.shape[2]}};
 }
 
 void Network::contribute(TensorId tensor, TensorId gradient) {

@@ -16,8 +16,20 @@
 //   linear: input and weight; add and concat: nothing; dropout: its bool mask;
 //   softmax cross-entropy: the probabilities and the labels; layer-norm: input, weight, mean, rstd;
 //   GELU: input; embedding: the indices; attention scores (Q·Kᵀ): the fused QKV buffer;
-//   softmax: its output; attention context (P·V): the probabilities and the QKV buffer.
-// A view (flatten, split of QKV) shares its base's buffer, so it is the same tensor here.
+//   softmax: its output; attention context (P·V): the probabilities and the QKV buffer;
+//   RMSNorm: input, weight and rstd (what the fused kernels keep: aten::_fused_rms_norm, Apex's
+//   FusedRMSNorm); SiLU: input; mul: each operand the other's gradient needs (both where both
+//   need one); rotary embedding: the cos and sin tables (its muls' other operands; its neg, cat
+//   and add save nothing); ViT's class-token cat and position add, and repeat_kv's copy: nothing.
+// A view (flatten, split of QKV, ViT's x[:, 0]) shares its base's buffer, so it is the same tensor
+// here.
+//
+// Note [Generic zoo ops]
+// Layers the vocabulary (core/layer.hpp) has no rule for are generic ops, named as below: the
+// simulator, the policies and the search take them like any op (their flops and bytes moved
+// costed by the cost model's generic row), but no backend has a kernel for them, so a network
+// that has one (llama, vit_b16) is modeled only. They are rms_norm, silu, mul, rotary_tables,
+// rotary_embedding, repeat_kv and patch_tokens.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -49,6 +61,12 @@ struct PoolSpec {
   Shape stride;   // empty = kernel
   Shape padding;  // empty = all 0
   bool ceil_mode = false;
+};
+
+/// The rotary position embedding's cos and sin tables, [sequence, head_dim] each.
+struct RotaryTables {
+  Value cos;
+  Value sin;
 };
 
 /// The optimizer of the step: what state each parameter carries and which update op reads it.
@@ -100,11 +118,45 @@ class Network {
   Value gelu(const std::string& name, const Value& x);
   /// Rows of `table` [rows, dim] picked by int64 `indices` [...] → [..., dim].
   Value embedding(const std::string& name, const Value& indices, const Value& table);
-  /// Q·Kᵀ/√d from a fused QKV buffer [B, S, 3H] → scores [B, heads, S, S], causal mask applied.
-  Value attention_scores(const std::string& name, const Value& qkv, std::int64_t heads);
+  /// Q·Kᵀ/√d from a fused QKV buffer [B, S, 3H] → scores [B, heads, S, S], the causal mask
+  /// applied when `causal` (else the op carries the attribute causal = 0: ViT's encoder).
+  Value attention_scores(const std::string& name, const Value& qkv, std::int64_t heads,
+                         bool causal = true);
   Value softmax(const std::string& name, const Value& x);
   /// P·V with V from the fused QKV buffer, heads merged back → [B, S, H].
   Value attention_context(const std::string& name, const Value& probs, const Value& qkv);
+
+  // LLaMA's and ViT's layers beyond GPT's (generic ops: Note [Generic zoo ops]).
+  /// RMSNorm over the last axis with a learned scale and no bias: y = x · rstd · weight, rstd the
+  /// per-row 1/√(mean(x²) + ε), written beside y for backward.
+  Value rms_norm(const std::string& name, const Value& x);
+  Value silu(const std::string& name, const Value& x);
+  /// a · b, elementwise, of equal shapes.
+  Value mul(const std::string& name, const Value& a, const Value& b);
+  /// The rotary position embedding's tables for positions 0..sequence-1 of heads `head_dim`
+  /// wide: cos and sin [sequence, head_dim], computed each step from the inv_freq buffer
+  /// (Hugging Face's LlamaRotaryEmbedding); no gradient.
+  RotaryTables rotary_tables(const std::string& name, std::int64_t sequence, std::int64_t head_dim);
+  /// Rotates the query and key heads of a fused projection [B, S, (heads + 2·kv_heads)·d] by their
+  /// positions — x·cos + rotate_half(x)·sin — in place (values untouched; flash-attn's
+  /// apply_rotary_emb_qkv_).
+  Value rotary_embedding(const std::string& name, const Value& qkv, const RotaryTables& tables,
+                         std::int64_t heads, std::int64_t kv_heads);
+  /// Grouped-query attention's repeat_kv: the fused projection [B, S, (heads + 2·kv_heads)·d] with
+  /// each key and value head repeated heads/kv_heads times → the QKV buffer [B, S, 3H] that the
+  /// attention reads. A copy, as Hugging Face's expand + reshape is. It copies the query heads
+  /// along where Hugging Face copies the keys and values alone; the attention saves the queries
+  /// with them either way, so only the forward's transient copy of the queries is extra.
+  Value repeat_kv(const std::string& name, const Value& qkv, std::int64_t heads,
+                  std::int64_t kv_heads);
+  /// ViT's tokens (torchvision's VisionTransformer): the patch grid [B, C, h, w] read as h·w
+  /// tokens of C (a permuted view), the class token [1, 1, C] put in front (torch.cat) and the
+  /// position embedding [1, 1 + h·w, C] added (broadcast over the batch) → [B, 1 + h·w, C].
+  Value patch_tokens(const std::string& name, const Value& patches, const Value& class_token,
+                     const Value& positions);
+  /// x[:, 0] of tokens [B, S, C] → [B, C] (ViT's class token): a view, so a layer that saves it
+  /// saves the whole buffer, as autograd saves the view's base.
+  static Value first_token(const Value& x);
 
   /// Emits the backward pass from the loss and the optimizer's update; returns the
   /// workload (durations still zero: the cost model fills them). Call once, after the loss.
@@ -131,13 +183,13 @@ class Network {
                    const std::string& dtype = "float32");
   /// Appends a forward op reading `inputs` and writing `outputs`, with its flops and bytes moved;
   /// an output needs a gradient when any input does.
-  sim::OpId forward_op(const std::string& name, sim::Layer layer,
+  sim::OpId forward_op(const std::string& name, const sim::LayerType& layer,
                        const std::vector<sim::TensorId>& inputs, std::vector<sim::TensorId> outputs,
                        double flops);
   Layer& record(sim::OpId op, const std::vector<sim::TensorId>& inputs, sim::TensorId output,
                 std::vector<sim::TensorId> saved);
-  Value pointwise(const std::string& name, sim::Layer layer, const Value& x, bool in_place,
-                  bool saves_output, double flops_per_element);
+  Value pointwise(const std::string& name, const sim::LayerType& layer, const Value& x,
+                  bool in_place, bool saves_output, double flops_per_element);
   Value pool(const std::string& name, sim::Layer layer, const Value& x, const PoolSpec& spec,
              bool with_indices);
   /// Hands `gradient` to `tensor`, summing it with what arrived before (a fan-out).

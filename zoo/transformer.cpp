@@ -1,17 +1,36 @@
 // A GPT-style decoder (Radford et al. 2019, GPT-2) as Hugging Face's GPT2LMHeadModel builds it
 // without fused attention kernels: token + position embeddings, pre-norm blocks (layer-norm,
 // fused QKV projection, causal softmax attention with dropout, output projection, dropout,
-// residual; layer-norm, 4H MLP with GELU, dropout, residual), a final layer-norm and an LM head
+// residual; layer-norm, MLP with GELU, dropout, residual), a final layer-norm and an LM head
 // tied to the token embedding; loss is cross-entropy over the vocabulary at every position.
-// The defaults (12 layers, 768 hidden, 12 heads, 1024 tokens, 50257 words) are GPT-2 small.
+// The defaults (12 layers, 768 hidden, 12 heads, 1024 tokens, 50257 words, an MLP of 4·hidden:
+// GPT2Config's n_inner) are GPT-2 small.
 #include <fmt/core.h>
 
+#include "core/input_error.hpp"
+#include "zoo/attention.hpp"
 #include "zoo/models.hpp"
 
 namespace memplan::zoo {
 
+TransformerShape gpt_shape(const TransformerOptions& options) {
+  if (options.kv_heads) {
+    throw sim::InputError("--kv-heads",
+                          "gpt has no grouped-query attention (its keys and values have --heads)");
+  }
+  TransformerShape t;
+  t.layers = options.layers.value_or(12);
+  t.hidden = options.hidden.value_or(768);
+  t.heads = options.heads.value_or(12);
+  t.sequence = options.sequence.value_or(1024);
+  t.vocab = options.vocab.value_or(50257);
+  t.intermediate = options.intermediate.value_or(4 * t.hidden);
+  t.kv_heads = t.heads;
+  return t;
+}
+
 void build_transformer(Network& net, const ModelOptions& options) {
-  const TransformerOptions& o = options.transformer;
+  const TransformerShape o = gpt_shape(options.transformer);
   const Value tokens = net.int_input("tokens", {o.sequence});
   const Value positions = net.int_input("positions", {o.sequence});
   const Value labels = net.int_input("labels", {o.sequence});
@@ -23,16 +42,12 @@ void build_transformer(Network& net, const ModelOptions& options) {
   for (std::int64_t l = 0; l < o.layers; ++l) {
     const std::string p = fmt::format("h.{}", l);
     Value a = net.layer_norm(p + ".ln_1", h);
-    const Value qkv = net.linear(p + ".attn.c_attn", a, 3 * o.hidden);
-    Value scores = net.attention_scores(p + ".attn.scores", qkv, o.heads);
-    scores = net.softmax(p + ".attn.softmax", scores);
-    scores = net.dropout(p + ".attn.attn_dropout", scores);
-    a = net.attention_context(p + ".attn.context", scores, qkv);
-    a = net.linear(p + ".attn.c_proj", a, o.hidden);
+    a = self_attention(net, {p + ".attn.c_attn", p + ".attn", p + ".attn.c_proj"}, a, o.heads,
+                       {.causal = true, .dropout = true});
     a = net.dropout(p + ".attn.resid_dropout", a);
     h = net.add(p + ".residual1", a, h, false);
     Value m = net.layer_norm(p + ".ln_2", h);
-    m = net.linear(p + ".mlp.c_fc", m, 4 * o.hidden);
+    m = net.linear(p + ".mlp.c_fc", m, o.intermediate);
     m = net.gelu(p + ".mlp.act", m);
     m = net.linear(p + ".mlp.c_proj", m, o.hidden);
     m = net.dropout(p + ".mlp.dropout", m);

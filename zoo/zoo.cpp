@@ -51,9 +51,10 @@ sim::Workload make_workload(const ZooRequest& request) {
   std::string what = std::string(model->name);
   if (request.options.depth) what += fmt::format(" depth {}", *request.options.depth);
   if (model->input_dims == 0) {
-    const TransformerOptions& t = request.options.transformer;
-    what += fmt::format(" layers {} hidden {} heads {} seq {} vocab {}", t.layers, t.hidden,
-                        t.heads, t.sequence, t.vocab);
+    const TransformerShape t = model->decoder_shape(request.options.transformer);
+    what += fmt::format(" layers {} hidden {} heads {} seq {} vocab {} intermediate {}", t.layers,
+                        t.hidden, t.heads, t.sequence, t.vocab, t.intermediate);
+    if (t.kv_heads != t.heads) what += fmt::format(" kv_heads {}", t.kv_heads);
   } else {
     const Shape& in = request.options.input.empty() ? model->default_input : request.options.input;
     std::string dims;

@@ -211,20 +211,23 @@ def parse_trace(text, name="<string>"):
 
 
 def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, heads=None,
-        seq=None, vocab=None, optimizer="sgd"):
+        seq=None, vocab=None, intermediate=None, kv_heads=None, optimizer="sgd"):
     """The zoo's modeled training step of `model` on the `device` preset (`memplan zoo`).
 
     input: extents, "224x224" or (224, 224) (TxHxW for clips); depth: the deep residual family's;
-    layers, hidden, heads, seq, vocab: the transformer's (gpt); optimizer: "sgd" (momentum) or
-    "adam" (two state tensors per parameter). See zoo_models(), zoo_devices().
+    layers, hidden, heads, seq, vocab, intermediate (the MLP's width): a decoder's (gpt, llama),
+    each the model's default when None; kv_heads: llama's key/value heads (grouped-query
+    attention); optimizer: "sgd" (momentum) or "adam" (two state tensors per parameter). See
+    zoo_models(), zoo_devices().
     """
     if isinstance(input, str):
         input = _parse_extents(input)
     transformer = _core.TransformerOptions()
-    for key, value in dict(layers=layers, hidden=hidden, heads=heads, sequence=seq,
-                           vocab=vocab).items():
+    for key, value in dict(layers=layers, hidden=hidden, heads=heads, sequence=seq, vocab=vocab,
+                           intermediate=intermediate, kv_heads=kv_heads).items():
         if value is not None:
-            setattr(transformer, key, whole(value, "--" + {"sequence": "seq"}.get(key, key)))
+            flag = "--" + {"sequence": "seq", "kv_heads": "kv-heads"}.get(key, key)
+            setattr(transformer, key, whole(value, flag))
     workload = _core.zoo_workload(model, device, whole(batch, "--batch"), list(input or []),
                                   depth, transformer, optimizer)
     return Trace(workload, f"{model}_{device}_b{batch}")

@@ -166,7 +166,9 @@ void bind_traces(py::module_& m) {
       .def_readwrite("hidden", &zoo::TransformerOptions::hidden)
       .def_readwrite("heads", &zoo::TransformerOptions::heads)
       .def_readwrite("sequence", &zoo::TransformerOptions::sequence)
-      .def_readwrite("vocab", &zoo::TransformerOptions::vocab);
+      .def_readwrite("vocab", &zoo::TransformerOptions::vocab)
+      .def_readwrite("intermediate", &zoo::TransformerOptions::intermediate)
+      .def_readwrite("kv_heads", &zoo::TransformerOptions::kv_heads);
   m.def("zoo_workload", &zoo_workload, py::arg("model"), py::arg("device"), py::arg("batch"),
         py::arg("input"), py::arg("depth"), py::arg("transformer"), py::arg("optimizer") = "sgd",
         py::call_guard<py::gil_scoped_release>());

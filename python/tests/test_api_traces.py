@@ -36,6 +36,13 @@ def test_zoo_trace_is_the_one_memplan_zoo_writes(tmp_path):
                              "--hidden", 128, "--heads", 4, "--seq", 64, "--vocab", 1000, "-o", path)
     assert status == 0, err
     assert gpt.to_json() == path.read_text()
+    llama = memplan.zoo("llama", "h100-80gb", batch=1, layers=2, hidden=64, heads=4, seq=16,
+                        vocab=100, intermediate=128, kv_heads=2)
+    status, _, err = run_cli("zoo", "llama", "--device", "h100-80gb", "--batch", 1, "--layers", 2,
+                             "--hidden", 64, "--heads", 4, "--seq", 16, "--vocab", 100,
+                             "--intermediate", 128, "--kv-heads", 2, "-o", path)
+    assert status == 0, err
+    assert llama.to_json() == path.read_text()
     assert "resnet50" in memplan.zoo_models() and "v100-16gb" in memplan.zoo_devices()
 
 

@@ -47,7 +47,13 @@ TEST_CASE("values that were accepted silently are refused with the range", "[cli
       "is not a size");
   check_refused(run_memplan("import kineto x.json --step -1 -o out.json"), "--step");
   check_refused(run_memplan("zoo resnet18 --batch 1 --device v100-16gb --layers 4 -o r.json"),
-                "--layers: resnet18 is not a transformer");
+                "--layers: resnet18 is not a decoder");
+  check_refused(run_memplan("zoo vit_b16 --batch 1 --device v100-16gb --kv-heads 4 -o r.json"),
+                "--kv-heads: vit_b16 is not a decoder");
+  check_refused(run_memplan("zoo gpt --batch 1 --device v100-16gb --kv-heads 4 -o r.json"),
+                "--kv-heads: gpt has no grouped-query attention");
+  check_refused(run_memplan("zoo llama --batch 1 --device v100-16gb --kv-heads 3 -o r.json"),
+                "--kv-heads: 3 key/value heads do not divide 8 heads");
   check_refused(run_memplan("zoo resnet18 --batch 0 --device v100-16gb -o r.json"), "batch 0");
   check_refused(run_memplan("record resnet18 --batch 1 --warmup -1 -o r.json"), "--warmup");
 }

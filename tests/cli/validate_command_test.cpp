@@ -234,6 +234,27 @@ TEST_CASE("validate refuses a generic op (a layer with no rule): one line, exit 
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
+TEST_CASE("validate refuses attention without the causal mask: one line, exit 2",
+          "[cli][validate]") {
+  // The zoo's vit_b16 marks its attention scores causal 0; the host's kernels always mask. A small
+  // gpt with that mark: refused at its first attention op, before running it.
+  const std::string path = memplan::test::temp_dir() + "/gpt_not_causal.json";
+  REQUIRE(run_memplan(fmt::format("zoo gpt --batch 1 --layers 1 --hidden 16 --heads 2 --seq 8 "
+                                  "--vocab 32 --device v100-16gb -o '{}'",
+                                  path))
+              .exit_status == 0);
+  memplan::sim::Workload w = memplan::sim::read_trace(path);
+  for (memplan::sim::Op& op : w.ops) {
+    if (op.layer == memplan::sim::Layer::kAttentionScores) op.attributes["causal"] = {0};
+  }
+  memplan::sim::write_trace_file(w, path);
+  const auto r = run_memplan(fmt::format("validate '{}' --policy in-core --backend host", path));
+  CHECK(r.exit_status == 2);
+  CHECK(r.err.find("op 'h.0.attn.scores' (attention_scores, forward)") != std::string::npos);
+  CHECK(r.err.find("without the causal mask") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
 TEST_CASE("validate refuses a flag its backend would ignore: one line naming it, exit 2",
           "[cli][validate]") {
   struct Case {

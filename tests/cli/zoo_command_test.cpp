@@ -55,6 +55,40 @@ TEST_CASE("memplan zoo --list names every model and device on its own line", "[c
   }
 }
 
+TEST_CASE("memplan zoo lists, describes and writes llama and vit_b16", "[cli][zoo]") {
+  const auto list = run_memplan("zoo --list");
+  REQUIRE(list.exit_status == 0);
+  CHECK(list.out.find("\n  llama            LLaMA decoder") != std::string::npos);
+  const auto vit = list.out.find("\n  vit_b16          ViT-B/16");
+  REQUIRE(vit != std::string::npos);
+  CHECK(list.out.substr(vit, list.out.find('\n', vit + 1) - vit).find("(alias: vit-b)") !=
+        std::string::npos);
+  const auto help = run_memplan("zoo --help");
+  CHECK(help.out.find("llama, vit_b16 (or vit-b)") != std::string::npos);
+  CHECK(help.out.find("--intermediate") != std::string::npos);
+  CHECK(help.out.find("--kv-heads") != std::string::npos);
+
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  const auto llama = dir / "llama.json";
+  const auto r = run_memplan(fmt::format(
+      "zoo llama --batch 1 --layers 2 --hidden 64 --heads 4 --kv-heads 2 --seq 16 --vocab 100 "
+      "--device h100-80gb -o '{}'",
+      llama.string()));
+  CHECK(r.exit_status == 0);
+  CHECK(r.err.empty());
+  CHECK(memplan::sim::read_trace(llama).provenance.note.find(
+            "llama layers 2 hidden 64 heads 4 seq 16 vocab 100 intermediate 256 kv_heads 2") !=
+        std::string::npos);
+  const auto image = dir / "vit.json";
+  CHECK(run_memplan(fmt::format("zoo vit-b --batch 1 --input 32x32 --device v100-16gb -o '{}'",
+                                image.string()))
+            .exit_status == 0);
+  const memplan::sim::Workload w = memplan::sim::read_trace(image);
+  CHECK(w.tensors.front().shape == std::vector<std::int64_t>{1, 3, 32, 32});
+  CHECK(w.provenance.note.find("vit_b16 input 32x32") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("memplan zoo accepts resnext101, the issue's name, for resnext101-3d", "[cli][zoo]") {
   const auto list = run_memplan("zoo --list");
   REQUIRE(list.exit_status == 0);
@@ -105,6 +139,8 @@ TEST_CASE("memplan zoo: bad input is one line, exit 2, no file", "[cli][zoo][bad
       {"zoo alexnet --batch 1 --input 224 --device v100-16gb -o " + out, "HxW"},
       {"zoo alexnet --batch 1 --input 22Ox224 --device v100-16gb -o " + out, "22Ox224"},
       {"zoo gpt --batch 1 --heads 5 --device v100-16gb -o " + out, "heads"},
+      {"zoo llama --batch 1 --heads 8 --kv-heads 3 --device v100-16gb -o " + out, "--kv-heads"},
+      {"zoo vit_b16 --batch 1 --input 100x100 --device v100-16gb -o " + out, "divisible by"},
       {"zoo resnet50 --batch 1 -o " + out, "name a device"},
   };
   for (const auto& c : cases) {

@@ -2,6 +2,7 @@
 // gradient, only what its layer's rule says is saved; weights only where the rule has them; a
 // workspace only for layers that may use one.
 #include <string>
+#include <string_view>
 
 #include <catch2/catch.hpp>
 
@@ -28,15 +29,22 @@ std::uint8_t saved_as(const sim::Workload& w, const sim::Op& forward, sim::Tenso
 }  // namespace
 
 TEST_CASE("the zoo's layers read, save and need what core/layer.hpp's table says", "[zoo][layer]") {
-  // Every layer the zoo builds, 2-d and 3-d.
-  for (const char* model : {"alexnet", "overfeat", "vgg16", "googlenet", "resnet50",
-                            "resnext101-3d", "densenet121", "mobilenet_v2", "gpt"}) {
+  // Every layer the zoo builds, 2-d and 3-d; llama's and vit_b16's generic ops have no rule
+  // (Note [Generic zoo ops]).
+  for (const char* model :
+       {"alexnet", "overfeat", "vgg16", "googlenet", "resnet50", "resnext101-3d", "densenet121",
+        "mobilenet_v2", "gpt", "llama", "vit_b16"}) {
     CAPTURE(model);
+    const bool has_generic =
+        std::string_view(model) == "llama" || std::string_view(model) == "vit_b16";
     const sim::Workload w = memplan::test::build(model).workload;
     for (const sim::Op& op : w.ops) {
       CAPTURE(op.name);
       const sim::LayerRule& rule = op.layer.rule();
-      REQUIRE_FALSE(op.layer.generic());
+      if (op.layer.generic()) {
+        CHECK(has_generic);
+        continue;
+      }
       if (op.phase == sim::Phase::kForward) {
         bool reads_parameter = false;
         for (sim::TensorId t : op.inputs) {
