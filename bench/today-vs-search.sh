@@ -8,7 +8,8 @@
 # <= 0.97 wherever one of today's fits; fitting where none does).
 #   bench/today-vs-search.sh [BUILD_DIR]   (default build/release)
 #   SEARCH_TIME_LIMIT=seconds (default 20), SEARCH_THREADS (default 2),
-#   TODAY_BUDGETS="0.9 0.7 0.5 0.3", TODAY_CASES="gpt2 resnet50 imported-resnet50 imported-gpt2".
+#   TODAY_BUDGETS="0.9 0.7 0.5 0.3",
+#   TODAY_CASES="gpt2 llama vit-b resnet50 imported-resnet50 imported-gpt2".
 # Runtime: about 30 s a row (the search's limit, compare, reading the trace).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ memplan=$build/bin/memplan
 limit=${SEARCH_TIME_LIMIT:-20}
 threads=${SEARCH_THREADS:-2}
 budgets=${TODAY_BUDGETS:-0.9 0.7 0.5 0.3}
-cases=${TODAY_CASES:-gpt2 resnet50 imported-resnet50 imported-gpt2}
+cases=${TODAY_CASES:-gpt2 llama vit-b resnet50 imported-resnet50 imported-gpt2}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -25,6 +26,10 @@ trace_of() {  # the case's trace file
   case $1 in
     gpt2) "$memplan" zoo gpt --layers 12 --hidden 768 --heads 12 --seq 1024 --batch 4 \
       --device a100-40gb --optimizer adam -o "$work/$1.json" >/dev/null ;;
+    llama) "$memplan" zoo llama --layers 8 --hidden 1024 --heads 16 --seq 1024 --batch 4 \
+      --device a100-40gb --optimizer adam -o "$work/$1.json" >/dev/null ;;
+    vit-b) "$memplan" zoo vit_b16 --batch 64 --device a100-40gb --optimizer adam \
+      -o "$work/$1.json" >/dev/null ;;
     resnet50) "$memplan" zoo resnet50 --batch 128 --device v100-16gb -o "$work/$1.json" >/dev/null ;;
     imported-resnet50) cp traces/resnet50_b32_v100.json "$work/$1.json" ;;
     imported-gpt2) "$memplan" import kineto traces/kineto-h100/gpt2.pt.trace.json.gz \

@@ -1,13 +1,20 @@
 // `memplan zoo`: the modeled training step of a known network on a known GPU, written as a trace.
+#include <optional>
+#include <string_view>
+#include <utility>
+
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/model_flags.hpp"
 #include "core/input_error.hpp"
+#include "core/interconnect.hpp"
+#include "core/job.hpp"
 #include "core/liveness.hpp"
 #include "io/output_file.hpp"
 #include "io/trace_io.hpp"
+#include "zoo/data_parallel.hpp"
 #include "zoo/devices.hpp"
 #include "zoo/models.hpp"
 #include "zoo/network.hpp"
@@ -25,7 +32,56 @@ struct ZooFlags {
   bool list = false;
   bool caffe = false;
   bool json = false;
+  // Data parallelism (zoo/data_parallel.hpp).
+  std::int32_t data_parallel = 0;
+  std::int32_t fsdp = 0;
+  std::string fsdp_strategy = "full-shard";
+  std::int32_t fsdp_prefetch = 1;
+  std::string interconnect;
+  std::string network;
+  std::int32_t gpus_per_node = sim::kDefaultGpusPerNode;
 };
+
+// What --data-parallel or --fsdp ask for, with the fabric they are priced on; nullopt for
+// neither.
+std::optional<std::pair<zoo::DataParallel, sim::Interconnect>> data_parallel(
+    const CLI::App& cmd, const ZooFlags& flags) {
+  const bool ddp = cmd.count("--data-parallel") > 0;
+  const bool fsdp = cmd.count("--fsdp") > 0;
+  if (ddp && fsdp) throw sim::InputError("--fsdp", "give --data-parallel or --fsdp, not both");
+  for (const char* f : {"--fsdp-strategy", "--fsdp-prefetch"}) {
+    if (cmd.count(f) > 0 && !fsdp)
+      throw sim::InputError(f, "applies to --fsdp, which is not given");
+  }
+  for (const char* f : {"--interconnect", "--network", "--gpus-per-node"}) {
+    if (cmd.count(f) > 0 && !ddp && !fsdp)
+      throw sim::InputError(f,
+                            "prices the collectives of --data-parallel or --fsdp, neither given");
+  }
+  if (!ddp && !fsdp) return std::nullopt;
+  zoo::DataParallel dp;
+  dp.world_size = ddp ? flags.data_parallel : flags.fsdp;
+  if (fsdp) {
+    dp.strategy = flags.fsdp_strategy == "full-shard" ? zoo::DataParallel::Strategy::kFullShard
+                                                      : zoo::DataParallel::Strategy::kShardGradOp;
+    dp.prefetch = flags.fsdp_prefetch;
+  }
+  std::string fabric = flags.interconnect;
+  if (fabric.empty()) {
+    const auto preset = zoo::default_fabric(flags.device);
+    if (!preset) {
+      throw sim::InputError(
+          "--interconnect",
+          fmt::format("name the fabric between the {} GPUs of a node (one of: {})", flags.device,
+                      sim::fabric_preset_names(false)));
+    }
+    fabric = std::string(*preset);
+  }
+  const sim::Interconnect net = sim::make_interconnect(
+      fabric, flags.network.empty() ? std::nullopt : std::optional<std::string_view>(flags.network),
+      flags.gpus_per_node);
+  return std::pair{dp, net};
+}
 
 // `memplan zoo --list`: the models and devices, one line each or one JSON object.
 void print_list(bool json) {
@@ -83,7 +139,15 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
         "; Caffe conventions: {} ReLU gradients in place, {} int32 max-pool masks", relus, masks);
     sim::validate(workload, fmt::format("zoo model '{}'", request.model));
   }
-  sim::write_output(flags.output, sim::write_trace(workload));
+  const auto parallel = data_parallel(cmd, flags);
+  if (parallel) {
+    const sim::Job job = zoo::data_parallel_job(workload, parallel->first, parallel->second);
+    sim::validate(job, fmt::format("zoo model '{}'", request.model));
+    workload = job.ranks.front();
+    sim::write_output(flags.output, sim::write_job(job));
+  } else {
+    sim::write_output(flags.output, sim::write_trace(workload));
+  }
   const sim::Bytes peak = sim::incore_peak(workload).bytes;
   if (flags.json) {
     const nlohmann::json j = {{"model", model.name},
@@ -92,13 +156,19 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
                               {"ops", workload.ops.size()},
                               {"tensors", workload.tensors.size()},
                               {"peak_bytes_incore", peak},
+                              {"world_size", parallel ? parallel->first.world_size : 1},
+                              {"interconnect", parallel ? parallel->second.name : ""},
                               {"memory_bytes", workload.device.memory_bytes},
                               {"output", flags.output}};
     fmt::print(report, "{}\n", j.dump(2));
   } else {
-    fmt::print(report, "wrote {}: {} on {}, {} ops, {} tensors, in-core peak {} of {}\n",
-               flags.output, model.name, workload.device.name, workload.ops.size(),
-               workload.tensors.size(), sim::format_bytes(peak),
+    fmt::print(report, "wrote {}: {} on {}{}, {} ops, {} tensors, in-core peak {} of {}\n",
+               flags.output, model.name, workload.device.name,
+               parallel ? fmt::format(", {} over {} ranks on {} (each rank's step)",
+                                      zoo::to_string(parallel->first.strategy),
+                                      parallel->first.world_size, parallel->second.name)
+                        : "",
+               workload.ops.size(), workload.tensors.size(), sim::format_bytes(peak),
                sim::format_bytes(workload.device.memory_bytes));
   }
 }
@@ -121,6 +191,30 @@ void add_zoo_command(CLI::App& app) {
   cmd->add_flag("--caffe", options->caffe,
                 "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
                 "max-pool masks");
+  cmd->add_option("--data-parallel", options->data_parallel,
+                  "train on N GPUs with DistributedDataParallel: gradients all-reduced in 25 MiB "
+                  "buckets (writes a job: each rank's step)")
+      ->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--fsdp", options->fsdp,
+                  "train on N GPUs with FullyShardedDataParallel, one unit per repeated block: "
+                  "parameters, gradients and optimizer state sharded (writes a job)")
+      ->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--fsdp-strategy", options->fsdp_strategy,
+                  "full-shard (ZeRO-3: parameters gathered again for backward, the default) or "
+                  "shard-grad-op (ZeRO-2: kept from forward)")
+      ->check(CLI::IsMember({"full-shard", "shard-grad-op"}));
+  cmd->add_option("--fsdp-prefetch", options->fsdp_prefetch,
+                  "units whose parameters are gathered ahead of the one running (default 1)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option(
+      "--interconnect", options->interconnect,
+      "the fabric between the GPUs of a node, one of: " + sim::fabric_preset_names(false) +
+          " (default: the device's servers': a100 nvlink3, h100 and gh200 nvlink4)");
+  cmd->add_option("--network", options->network,
+                  "the network between nodes, one NIC per GPU, one of: " +
+                      sim::fabric_preset_names(true) + " (default: one fabric joins every GPU)");
+  cmd->add_option("--gpus-per-node", options->gpus_per_node, "GPUs in a node (default 8)")
+      ->check(CLI::Range(1, sim::kMaxGpusPerNode));
   cmd->add_option("-o,--output", options->output,
                   "trace file to write (traces/FORMAT.md; - for standard output)");
   cmd->add_flag("--json", options->json,

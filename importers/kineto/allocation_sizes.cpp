@@ -52,10 +52,28 @@ namespace {
 struct OpClock {
   std::vector<std::pair<Nanoseconds, OpId>> starts;
 
+  OpClock(const std::vector<Unit>& units, const KinetoTrace& trace, const sim::Workload& w) {
+    for (const Unit& u : units) {
+      if (u.op != sim::kNoOp && w.op(u.op).stream == 0 && !w.op(u.op).collective)
+        starts.emplace_back(trace.cpu_events[u.event].start_ns, u.op);
+    }
+    std::stable_sort(starts.begin(), starts.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
   [[nodiscard]] OpId at(Nanoseconds t) const {
     auto it = std::upper_bound(starts.begin(), starts.end(), t,
                                [](Nanoseconds x, const auto& s) { return x < s.first; });
     return it == starts.begin() ? starts.front().second : std::prev(it)->second;
+  }
+  [[nodiscard]] OpId first() const {
+    return std::min_element(starts.begin(), starts.end(),
+                            [](const auto& a, const auto& b) { return a.second < b.second; })
+        ->second;
+  }
+  [[nodiscard]] OpId last() const {
+    return std::max_element(starts.begin(), starts.end(),
+                            [](const auto& a, const auto& b) { return a.second < b.second; })
+        ->second;
   }
 };
 
@@ -71,6 +89,31 @@ TensorKind kind_made_in(sim::Phase phase) {
   return TensorKind::kWorkspace;
 }
 
+TensorId add_lifetime_tensor(sim::Workload& w, std::string name, TensorKind kind, Bytes bytes,
+                             OpId producer) {
+  sim::Tensor t;
+  t.id = sim::tensor_id(w.tensors.size());
+  t.name = std::move(name);
+  t.kind = kind;
+  t.bytes = bytes;
+  t.producer = producer;
+  t.lifetime_only = true;
+  if (producer != sim::kNoOp) w.ops[index(producer)].outputs.push_back(t.id);
+  w.tensors.push_back(std::move(t));
+  return w.tensors.back().id;
+}
+
+// The most a level reaches from `start` as `changes` (time, +bytes or -bytes) apply in time
+// order, frees before allocations at one time.
+Bytes highest(std::vector<std::pair<Nanoseconds, Bytes>> changes, Bytes start) {
+  std::sort(changes.begin(), changes.end());
+  Bytes level = start;
+  Bytes high = start;
+  for (const auto& [t, bytes] : changes)
+    high = std::max(high, level = saturating_add(level, bytes));
+  return high;
+}
+
 }  // namespace
 
 bool StepBuilder::size_from_allocations(const AllocationHistory& history) {
@@ -82,34 +125,12 @@ bool StepBuilder::size_from_allocations(const AllocationHistory& history) {
   const auto in_step = static_cast<std::size_t>(
       std::count_if(history.allocations.begin(), history.allocations.end(),
                     [&](const Allocation& a) { return inside(a.alloc_ns) || inside(a.free_ns); }));
-  OpClock clock;
-  for (const Unit& u : units_) {
-    if (u.op != sim::kNoOp && op(u.op).stream == 0 && !op(u.op).collective)
-      clock.starts.emplace_back(event(u).start_ns, u.op);
-  }
-  std::stable_sort(clock.starts.begin(), clock.starts.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  const OpClock clock(units_, trace_, workload_);
   if (in_step == 0 || clock.starts.empty()) return false;
-  const OpId first =
-      std::min_element(clock.starts.begin(), clock.starts.end(), [](const auto& a, const auto& b) {
-        return a.second < b.second;
-      })->second;
-  const OpId last =
-      std::max_element(clock.starts.begin(), clock.starts.end(), [](const auto& a, const auto& b) {
-        return a.second < b.second;
-      })->second;
-
+  const OpId first = clock.first();
+  const OpId last = clock.last();
   auto add = [&](std::string name, TensorKind kind, Bytes bytes, OpId producer) {
-    sim::Tensor t;
-    t.id = sim::tensor_id(workload_.tensors.size());
-    t.name = std::move(name);
-    t.kind = kind;
-    t.bytes = bytes;
-    t.producer = producer;
-    t.lifetime_only = true;
-    if (producer != sim::kNoOp) op(producer).outputs.push_back(t.id);
-    workload_.tensors.push_back(std::move(t));
-    return workload_.tensors.back().id;
+    return add_lifetime_tensor(workload_, std::move(name), kind, bytes, producer);
   };
   // Per op: its scratch allocations as (time, +bytes) and (time, -bytes).
   std::map<OpId, std::vector<std::pair<Nanoseconds, Bytes>>> scratch;
@@ -151,21 +172,10 @@ bool StepBuilder::size_from_allocations(const AllocationHistory& history) {
     add_input(first, add("held before the trace", TensorKind::kParameter, history.held_throughout,
                          sim::kNoOp));
   }
-  // Workspace: the most scratch an op held at once (frees before allocations at one time).
+  // Workspace: the most scratch an op held at once.
   for (const auto& [_, o] : clock.starts) op(o).workspace_bytes = 0;
-  for (auto& [o, events] : scratch) {
-    std::sort(events.begin(), events.end());
-    Bytes level = 0;
-    Bytes high = 0;
-    for (const auto& [t, bytes] : events) {
-      level = saturating_add(level, bytes);
-      high = std::max(high, level);
-    }
-    op(o).workspace_bytes = high;
-  }
-  std::sort(changes.begin(), changes.end());
-  Bytes peak = live;
-  for (const auto& [t, bytes] : changes) peak = std::max(peak, live = saturating_add(live, bytes));
+  for (auto& [o, events] : scratch) op(o).workspace_bytes = highest(std::move(events), 0);
+  const Bytes peak = highest(std::move(changes), live);
   report_.sizes_from = history.source;
   report_.sized_allocations = in_step;
   report_.allocations_peak_bytes = peak;

@@ -1,4 +1,7 @@
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/core.h>
 #include <catch2/catch.hpp>
@@ -191,4 +194,43 @@ TEST_CASE("memplan zoo says what a model larger than the machine would need, and
                   "ulimit -v 1000000;")
           .exit_status == 0);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("memplan zoo --fsdp and --data-parallel write a job that simulate reads",
+          "[cli][zoo][data_parallel]") {
+  const std::string dir = memplan::test::temp_dir();
+  const std::string gpt = "zoo gpt --layers 2 --seq 128 --batch 2 --device a100-40gb";
+  const auto fsdp = run_memplan(fmt::format("{} --fsdp 8 -o '{}/f.json'", gpt, dir));
+  CAPTURE(fsdp.err);
+  REQUIRE(fsdp.exit_status == 0);
+  CHECK(fsdp.out.find("fsdp full-shard over 8 ranks on nvlink3 (each rank's step)") !=
+        std::string::npos);
+  const auto job = memplan::sim::read_job(dir + "/f.json");
+  REQUIRE(job.ranks.size() == 1);
+  CHECK(job.world_size() == 8);
+  const auto sim = run_memplan(fmt::format("simulate '{}/f.json' --policy in-core", dir));
+  CHECK(sim.exit_status == 0);
+  const auto ddp = run_memplan(
+      fmt::format("{} --data-parallel 16 --network ib-ndr --json -o '{}/d.json'", gpt, dir));
+  REQUIRE(ddp.exit_status == 0);
+  CHECK(ddp.out.find("\"world_size\": 16") != std::string::npos);
+  CHECK(ddp.out.find("nvlink3 + ib-ndr") != std::string::npos);
+  // Refused, one line and exit 2: both at once, an FSDP flag without --fsdp, a device whose
+  // servers' fabric memplan does not assume, one rank.
+  for (const auto& [flags, problem] : std::vector<std::pair<std::string, std::string>>{
+           {"--fsdp 8 --data-parallel 8", "give --data-parallel or --fsdp, not both"},
+           {"--fsdp-strategy shard-grad-op", "applies to --fsdp, which is not given"},
+           {"--network ib-ndr", "prices the collectives of --data-parallel or --fsdp"},
+           {"--fsdp 1", "--fsdp"}}) {
+    const auto r = run_memplan(fmt::format("{} {} -o '{}/x.json'", gpt, flags, dir));
+    CAPTURE(flags, r.err);
+    CHECK(r.exit_status == 2);
+    CHECK(r.err.find(problem) != std::string::npos);
+  }
+  const auto v100 = run_memplan(fmt::format(
+      "zoo gpt --layers 2 --seq 128 --batch 2 --device v100-16gb --fsdp 8 -o '{}/x.json'", dir));
+  CHECK(v100.exit_status == 2);
+  CHECK(v100.err.find("--interconnect: name the fabric between the v100-16gb GPUs") !=
+        std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir + "/x.json"));
 }

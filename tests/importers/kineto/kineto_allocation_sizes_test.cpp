@@ -88,7 +88,7 @@ std::vector<memplan::sim::Tensor> of_kind(const Workload& w, TensorKind kind) {
 // Allocated, 13,000, less its own 1000 and the 2000 of c), 2000 (c) and 4000 (e): 16,000. Then
 // +1000 (a) 17,000; in relu_ 17,512, 18,536, 18,024, 17,000, 19,048, 17,000; -2000 (c) 15,000;
 // +3000 (d) 18,000; -1000 (a) 17,000. The peak: 19,048 B in the first relu_.
-const std::vector<Alloc> kAllocs(const json& doc) {
+std::vector<Alloc> test_allocations(const json& doc) {
   const double conv = start_of(doc, "aten::conv2d");
   const double relu = start_of(doc, "aten::relu_");
   return {
@@ -160,7 +160,7 @@ TEST_CASE("a step without shapes takes its tensors from the trace's own [memory]
   json doc = shapeless_step();
   double total = 13000;  // Total Allocated after each event: 10,000 + 2000 + 1000 at the first
   bool first = true;
-  for (const Alloc& a : kAllocs(doc)) {
+  for (const Alloc& a : test_allocations(doc)) {
     if (a.ts_us < 1000) continue;  // e) comes from the snapshot test only: here, held before
     if (!first) total += static_cast<double>(a.bytes);
     first = false;
@@ -198,7 +198,7 @@ TEST_CASE("a step without shapes takes its tensors from a memory snapshot of the
   REQUIRE(trace.base_time_ns == base);
   MemorySnapshot snapshot;
   snapshot.device_traces.resize(1);
-  for (const Alloc& a : kAllocs(doc)) {
+  for (const Alloc& a : test_allocations(doc)) {
     SnapshotEvent e;
     e.action = a.bytes > 0 ? "alloc" : "free_requested";
     e.address = a.addr;
