@@ -71,7 +71,7 @@ from memplan.torch.capture import eager_module, run_step
 from memplan.torch.encodings import decode_map, encode_map
 from memplan.torch.recorder import (StepRecorder, flat_tensors, storage_bytes,
                                     written_arguments)
-from memplan.torch.saved_bytes import StepLog, peak
+from memplan.torch.saved_bytes import StepLog, feature_map_buffers, peak
 from memplan.torch.schedule import (PlanError, check_batch, check_model,
                                     check_optimizer_state, plan_schedule)
 
@@ -594,6 +594,7 @@ class PlannedModel:
         self.model, self.trace, self.schedule = model, trace, schedule
         self.training_step = training_step
         self.stats = {}
+        self._feature_map_buffers = None  # the captured trace's, computed at the first step
 
     def step(self, batch, loss_fn, optimizer):
         batch = tuple(batch)
@@ -610,7 +611,9 @@ class PlannedModel:
         seconds = time.perf_counter() - started
         step_trace = recorder.trace(self.trace["device"], self.trace["provenance"])
         self.last_step = (recorder.log, step_trace)  # what the step ran, for saved_bytes.curve
-        self.stats = {"peak_saved_bytes": peak(recorder.log, step_trace),
+        if self._feature_map_buffers is None:
+            self._feature_map_buffers = feature_map_buffers(self.trace)
+        self.stats = {"peak_saved_bytes": peak(recorder.log, step_trace, self._feature_map_buffers),
                       "peak_host_bytes": recorder.peak_host_bytes,
                       "recomputed_ops": recorder.recompute_ops, "step_seconds": seconds,
                       "sparse_spilled_bytes": recorder.spilled_bytes}

@@ -33,7 +33,7 @@ def feature_maps(trace):
     return memplan_trace(trace).feature_maps()
 
 
-def _maps_and_buffers(trace):
+def feature_map_buffers(trace):
     """The feature maps of `trace`, and the ids of the tensors that allocate their buffers: the
     roots of the maps' in-place chains (a map written over an earlier version lives in that
     version's buffer)."""
@@ -60,15 +60,17 @@ class StepLog:
         self.entries.append(("copy_in", tensor_id, nbytes))
 
 
-def peak(log, trace):
+def peak(log, trace, known=None):
     """The saved-bytes peak of the step `log` recorded; `trace` is the step's own trace (a trace
-    dict: its ops with their final inputs, its tensors' bytes)."""
-    return max(curve(log, trace), default=0)
+    dict: its ops with their final inputs, its tensors' bytes). `known`: feature_map_buffers of
+    the trace when the caller has it (a planned step's are its capture's: the step runs the
+    captured ops on the captured tensors), which spares parsing the trace every step."""
+    return max(curve(log, trace, known), default=0)
 
 
-def curve(log, trace):
+def curve(log, trace, known=None):
     """The bytes held at each position of `log` (see peak)."""
-    maps, buffers = _maps_and_buffers(trace)
+    maps, buffers = known or feature_map_buffers(trace)
     tensors, ops = trace["tensors"], trace["ops"]
     first, last, size = [], [], []
     loc = {}  # tensor id -> the buffer holding it now (None: a buffer of 0 bytes)
