@@ -1,6 +1,7 @@
 """Issue 36: what running a plan through memplan.torch.apply costs per step, against the same
-plan written by hand. Each row times whole training steps on this CPU, the two alternating
-(STEPS of each after two warm-up steps, the median): `PlannedModel.step` (the recorder that
+plan written by hand. Each row times whole training steps on this CPU in one thread, by the
+process's CPU time (steady when other work shares the cores), the two alternating (STEPS of each
+after two warm-up steps, the median): `PlannedModel.step` (the recorder that
 gives every tensor its captured id and carries out the plan's packs) against
 
   - in-core: the plain step (zero_grad, forward, loss, backward, optimizer step), no hooks;
@@ -35,9 +36,9 @@ STEPS = int(os.environ.get("STEPS", "10"))
 
 
 def timed(step):
-    start = time.perf_counter()
+    start = time.process_time()
     step()
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def checkpointed_blocks(model):
@@ -74,7 +75,7 @@ def compare(label, model, batch, loss_fn, policy, by_hand=lambda m: None):
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(1)
     print("| model | plan | by hand | memplan.torch.apply | overhead |")
     print("| --- | --- | --- | --- | --- |")
 
