@@ -79,12 +79,26 @@ def resnet_batch(model):
     return (torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))), F.cross_entropy
 
 
+def resnet50():
+    return torchvision.models.resnet50(num_classes=10)
+
+
 def mobilenet():
     return torchvision.models.mobilenet_v2(num_classes=10)
 
 
+def vit():
+    """torchvision's ViT (vit_b_16's code) at a size a test runs: 32x32 images in 8x8 patches,
+    2 encoder blocks 64 wide with 2 heads."""
+    return torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                                                num_heads=2, hidden_dim=64, mlp_dim=128,
+                                                num_classes=10)
+
+
 GPT_BLOCKS = [f"h.{i}" for i in range(4)]
+VIT_BLOCKS = [f"encoder.layers.encoder_layer_{i}" for i in range(2)]
 RESNET_BLOCKS = [f"layer{s}.{b}" for s in range(1, 5) for b in range(2)]
+RESNET50_BLOCKS = [f"layer{s}.{b}" for s, n in zip(range(1, 5), (3, 4, 6, 3)) for b in range(n)]
 MOBILENET_BLOCKS = [f"features.{i}" for i in range(19)]
 CASES = {
     # policy, model, batch, the blocks PyTorch checkpoints, with SAC's contexts or not
@@ -93,8 +107,12 @@ CASES = {
     "resnet18 full-ac": ("full-ac", resnet, resnet_batch, RESNET_BLOCKS, None),
     "resnet18 selective-ac-layer": ("selective-ac-layer", resnet, resnet_batch,
                                     RESNET_BLOCKS[1::2], None),
+    "resnet50 full-ac": ("full-ac", resnet50, resnet_batch, RESNET50_BLOCKS, None),
     "mobilenet_v2 full-ac": ("full-ac", mobilenet, resnet_batch, MOBILENET_BLOCKS, None),
     "gpt selective-ac": ("selective-ac", gpt, gpt_batch, GPT_BLOCKS, "torchtitan"),
+    "vit full-ac": ("full-ac", vit, resnet_batch, VIT_BLOCKS, None),
+    "vit selective-ac-layer": ("selective-ac-layer", vit, resnet_batch, VIT_BLOCKS[1::2], None),
+    "vit selective-ac": ("selective-ac", vit, resnet_batch, VIT_BLOCKS, "torchtitan"),
 }
 
 

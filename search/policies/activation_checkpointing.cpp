@@ -15,8 +15,9 @@
 // addmm for a linear with a bias: torchtitan's models have none, so its list never needed addmm);
 // attention's products as separate kernels (bmm, in an unfused attention) are not on the list and
 // are recomputed, as torchtitan would. A saved output that backward reads only through layout
-// copies (matmul's contiguous copies of q and k) is no map of the plain step; memplan keeps those
-// copies, as many bytes, which PyTorch regenerates from the saved output for free. What it cannot
+// copies (matmul's contiguous copies of q and k) or a bias added to it (nn.MultiheadAttention's
+// in-projection) is no map of the plain step; memplan keeps those tensors, as many bytes, which
+// PyTorch regenerates from the saved output for free. What it cannot
 // see: the policy is a fixed list, blind to the budget, the device's memory and the link: it fits
 // or it does not.
 //
@@ -102,16 +103,23 @@ PolicyDecision decide_selective_ac(Evaluator& /*evaluator*/, const NetworkView& 
     }
   }
   // A copy that only lays out a saved output anew (the contiguous q and k a matmul's backward
-  // reads) is recomputed from it by PyTorch at no cost and holds the same bytes: memplan keeps the
-  // copy, since the saved output itself is no map when backward reads only its copies.
+  // reads), or adds a bias to it (nn.MultiheadAttention's in-projection, an mm and then an add of
+  // in_proj_bias), is recomputed from it by PyTorch at no cost to memory and holds the same bytes:
+  // memplan keeps that tensor, since the saved output itself is no map when backward reads only
+  // what was made from it.
   std::vector<char> from_saved(w.tensors.size(), 0);
   for (sim::OpId id : view.layers()) {
     const sim::Op& op = w.op(id);
+    const auto saved_input = [&](sim::TensorId t) { return from_saved[sim::index(t)] != 0; };
+    const auto parameter = [&](sim::TensorId t) { return sim::is_persistent(w.tensor(t).kind); };
     const bool copies_saved = op_kind(op) == OpKind::kLayoutCopy && !op.inputs.empty() &&
-                              std::all_of(op.inputs.begin(), op.inputs.end(), [&](sim::TensorId t) {
-                                return from_saved[sim::index(t)] != 0;
-                              });
-    if (copies_saved) saved_op[sim::index(id)] = 1;
+                              std::all_of(op.inputs.begin(), op.inputs.end(), saved_input);
+    const bool adds_bias = op.layer == sim::Layer::kAdd && op.outputs.size() == 1 &&
+                           std::count_if(op.inputs.begin(), op.inputs.end(), saved_input) == 1 &&
+                           std::all_of(op.inputs.begin(), op.inputs.end(), [&](sim::TensorId t) {
+                             return saved_input(t) || parameter(t);
+                           });
+    if (copies_saved || adds_bias) saved_op[sim::index(id)] = 1;
     if (saved_op[sim::index(id)] == 0) continue;
     for (sim::TensorId out : op.outputs) from_saved[sim::index(out)] = 1;
   }
