@@ -1,8 +1,4 @@
 // `memplan zoo`: the modeled training step of a known network on a known GPU, written as a trace.
-#include <optional>
-#include <string_view>
-#include <utility>
-
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -10,11 +6,10 @@
 #include "cli/model_flags.hpp"
 #include "core/input_error.hpp"
 #include "core/interconnect.hpp"
-#include "core/job.hpp"
 #include "core/liveness.hpp"
 #include "io/output_file.hpp"
 #include "io/trace_io.hpp"
-#include "zoo/data_parallel.hpp"
+#include "requests/data_parallel_request.hpp"
 #include "zoo/devices.hpp"
 #include "zoo/models.hpp"
 #include "zoo/network.hpp"
@@ -33,54 +28,27 @@ struct ZooFlags {
   bool caffe = false;
   bool json = false;
   // Data parallelism (zoo/data_parallel.hpp).
-  std::int32_t data_parallel = 0;
-  std::int32_t fsdp = 0;
-  std::string fsdp_strategy = "full-shard";
-  std::int32_t fsdp_prefetch = 1;
+  std::int64_t data_parallel = 0;
+  std::int64_t fsdp = 0;
+  std::string fsdp_strategy;
+  std::int64_t fsdp_prefetch = 1;
   std::string interconnect;
   std::string network;
-  std::int32_t gpus_per_node = sim::kDefaultGpusPerNode;
+  std::int64_t gpus_per_node = 0;
 };
 
-// What --data-parallel or --fsdp ask for, with the fabric they are priced on; nullopt for
-// neither.
-std::optional<std::pair<zoo::DataParallel, sim::Interconnect>> data_parallel(
-    const CLI::App& cmd, const ZooFlags& flags) {
-  const bool ddp = cmd.count("--data-parallel") > 0;
-  const bool fsdp = cmd.count("--fsdp") > 0;
-  if (ddp && fsdp) throw sim::InputError("--fsdp", "give --data-parallel or --fsdp, not both");
-  for (const char* f : {"--fsdp-strategy", "--fsdp-prefetch"}) {
-    if (cmd.count(f) > 0 && !fsdp)
-      throw sim::InputError(f, "applies to --fsdp, which is not given");
-  }
-  for (const char* f : {"--interconnect", "--network", "--gpus-per-node"}) {
-    if (cmd.count(f) > 0 && !ddp && !fsdp)
-      throw sim::InputError(f,
-                            "prices the collectives of --data-parallel or --fsdp, neither given");
-  }
-  if (!ddp && !fsdp) return std::nullopt;
-  zoo::DataParallel dp;
-  dp.world_size = ddp ? flags.data_parallel : flags.fsdp;
-  if (fsdp) {
-    dp.strategy = flags.fsdp_strategy == "full-shard" ? zoo::DataParallel::Strategy::kFullShard
-                                                      : zoo::DataParallel::Strategy::kShardGradOp;
-    dp.prefetch = flags.fsdp_prefetch;
-  }
-  std::string fabric = flags.interconnect;
-  if (fabric.empty()) {
-    const auto preset = zoo::default_fabric(flags.device);
-    if (!preset) {
-      throw sim::InputError(
-          "--interconnect",
-          fmt::format("name the fabric between the {} GPUs of a node (one of: {})", flags.device,
-                      sim::fabric_preset_names(false)));
-    }
-    fabric = std::string(*preset);
-  }
-  const sim::Interconnect net = sim::make_interconnect(
-      fabric, flags.network.empty() ? std::nullopt : std::optional<std::string_view>(flags.network),
-      flags.gpus_per_node);
-  return std::pair{dp, net};
+// What --data-parallel, --fsdp and the fabric flags ask for (requests/data_parallel_request.hpp).
+requests::DataParallelRequest data_parallel_request(const CLI::App& cmd, const ZooFlags& flags) {
+  requests::DataParallelRequest r;
+  auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
+  if (given("--data-parallel")) r.data_parallel = flags.data_parallel;
+  if (given("--fsdp")) r.fsdp = flags.fsdp;
+  if (given("--fsdp-strategy")) r.fsdp_strategy = flags.fsdp_strategy;
+  if (given("--fsdp-prefetch")) r.fsdp_prefetch = flags.fsdp_prefetch;
+  if (given("--interconnect")) r.interconnect = flags.interconnect;
+  if (given("--network")) r.network = flags.network;
+  if (given("--gpus-per-node")) r.gpus_per_node = flags.gpus_per_node;
+  return r;
 }
 
 // `memplan zoo --list`: the models and devices, one line each or one JSON object.
@@ -139,36 +107,39 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
         "; Caffe conventions: {} ReLU gradients in place, {} int32 max-pool masks", relus, masks);
     sim::validate(workload, fmt::format("zoo model '{}'", request.model));
   }
-  const auto parallel = data_parallel(cmd, flags);
-  if (parallel) {
-    const sim::Job job = zoo::data_parallel_job(workload, parallel->first, parallel->second);
-    sim::validate(job, fmt::format("zoo model '{}'", request.model));
-    workload = job.ranks.front();
-    sim::write_output(flags.output, sim::write_job(job));
+  const requests::DataParallelRequest parallel = data_parallel_request(cmd, flags);
+  const bool many = parallel.wanted();
+  std::int32_t world_size = 1;
+  std::string description;  // of the data parallelism, if any
+  if (many) {
+    const requests::DataParallelJob dp =
+        requests::data_parallel_job(workload, flags.device, parallel);
+    workload = dp.job.ranks.front();
+    world_size = dp.job.world_size();
+    description = dp.description;
+    sim::write_output(flags.output, sim::write_job(dp.job));
   } else {
     sim::write_output(flags.output, sim::write_trace(workload));
   }
   const sim::Bytes peak = sim::incore_peak(workload).bytes;
   if (flags.json) {
-    const nlohmann::json j = {{"model", model.name},
-                              {"device", workload.device.name},
-                              {"optimizer", flags.optimizer},
-                              {"ops", workload.ops.size()},
-                              {"tensors", workload.tensors.size()},
-                              {"peak_bytes_incore", peak},
-                              {"world_size", parallel ? parallel->first.world_size : 1},
-                              {"interconnect", parallel ? parallel->second.name : ""},
-                              {"memory_bytes", workload.device.memory_bytes},
-                              {"output", flags.output}};
+    const nlohmann::json j = {
+        {"model", model.name},
+        {"device", workload.device.name},
+        {"optimizer", flags.optimizer},
+        {"ops", workload.ops.size()},
+        {"tensors", workload.tensors.size()},
+        {"peak_bytes_incore", peak},
+        {"world_size", world_size},
+        {"data_parallel", many ? nlohmann::json(description) : nlohmann::json()},
+        {"memory_bytes", workload.device.memory_bytes},
+        {"output", flags.output}};
     fmt::print(report, "{}\n", j.dump(2));
   } else {
     fmt::print(report, "wrote {}: {} on {}{}, {} ops, {} tensors, in-core peak {} of {}\n",
                flags.output, model.name, workload.device.name,
-               parallel ? fmt::format(", {} over {} ranks on {} (each rank's step)",
-                                      zoo::to_string(parallel->first.strategy),
-                                      parallel->first.world_size, parallel->second.name)
-                        : "",
-               workload.ops.size(), workload.tensors.size(), sim::format_bytes(peak),
+               many ? fmt::format(", {} (each rank's step)", description) : "", workload.ops.size(),
+               workload.tensors.size(), sim::format_bytes(peak),
                sim::format_bytes(workload.device.memory_bytes));
   }
 }

@@ -429,6 +429,13 @@ void add_fsdp(const sim::Workload& w, const DataParallel& dp,
 
 }  // namespace
 
+std::string describe(const DataParallel& dp, const sim::Interconnect& net) {
+  return fmt::format(
+      "{} over {} ranks{} on {}", to_string(dp.strategy), dp.world_size,
+      dp.strategy == DataParallel::Strategy::kDdp ? "" : fmt::format(" (prefetch {})", dp.prefetch),
+      net.name);
+}
+
 std::optional<std::string_view> default_fabric(std::string_view device) {
   if (device.rfind("a100", 0) == 0) return "nvlink3";
   if (device.rfind("h100", 0) == 0 || device == "gh200") return "nvlink4";
@@ -458,10 +465,7 @@ sim::Job data_parallel_job(const sim::Workload& step, const DataParallel& dp,
   }
   sim::Workload rank0 = r.finish(u);
   rank0.distributed = sim::Distributed{"nccl", 0, dp.world_size, std::nullopt};
-  rank0.provenance.note += fmt::format(
-      "; {} over {} ranks{}", to_string(dp.strategy), dp.world_size,
-      dp.strategy == DataParallel::Strategy::kDdp ? ""
-                                                  : fmt::format(" (prefetch {})", dp.prefetch));
+  rank0.provenance.note += "; " + describe(dp, net);
   sim::Job job;
   job.ranks.push_back(std::move(rank0));  // its peers alike (core/job.hpp)
   return job;

@@ -42,6 +42,9 @@ std::string_view to_string(DataParallel::Strategy strategy);
 /// root unit) for a name with neither ("wte", "fc.weight").
 std::string fsdp_unit(std::string_view parameter);
 
+/// "fsdp full-shard over 8 ranks (prefetch 1) on nvlink4": what a job of `dp` on `net` is.
+std::string describe(const DataParallel& dp, const sim::Interconnect& net);
+
 /// The fabric between the GPUs of a node of `device` (a zoo preset's name) as its vendor builds
 /// the 8-GPU servers it sells (A100: NVLink 3, H100 and GH200: NVLink 4, B200: NVLink 5, MI300X:
 /// Infinity Fabric), a core/interconnect.hpp preset; nullopt for the older GPUs, whose servers

@@ -203,7 +203,7 @@ TEST_CASE("memplan zoo --fsdp and --data-parallel write a job that simulate read
   const auto fsdp = run_memplan(fmt::format("{} --fsdp 8 -o '{}/f.json'", gpt, dir));
   CAPTURE(fsdp.err);
   REQUIRE(fsdp.exit_status == 0);
-  CHECK(fsdp.out.find("fsdp full-shard over 8 ranks on nvlink3 (each rank's step)") !=
+  CHECK(fsdp.out.find("fsdp full-shard over 8 ranks (prefetch 1) on nvlink3 (each rank's step)") !=
         std::string::npos);
   const auto job = memplan::sim::read_job(dir + "/f.json");
   REQUIRE(job.ranks.size() == 1);
@@ -214,7 +214,8 @@ TEST_CASE("memplan zoo --fsdp and --data-parallel write a job that simulate read
       fmt::format("{} --data-parallel 16 --network ib-ndr --json -o '{}/d.json'", gpt, dir));
   REQUIRE(ddp.exit_status == 0);
   CHECK(ddp.out.find("\"world_size\": 16") != std::string::npos);
-  CHECK(ddp.out.find("nvlink3 + ib-ndr") != std::string::npos);
+  CHECK(ddp.out.find("\"data_parallel\": \"ddp over 16 ranks on nvlink3 + ib-ndr\"") !=
+        std::string::npos);
   // Refused, one line and exit 2: both at once, an FSDP flag without --fsdp, a device whose
   // servers' fabric memplan does not assume, one rank.
   for (const auto& [flags, problem] : std::vector<std::pair<std::string, std::string>>{
