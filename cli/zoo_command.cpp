@@ -22,6 +22,7 @@ struct ZooFlags {
   ModelFlags shape;
   std::string output;
   std::string optimizer = "sgd";
+  std::string precision = "fp32";
   bool list = false;
   bool caffe = false;
   bool json = false;
@@ -75,6 +76,7 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
   request.device = flags.device;
   request.options = model_options_from_flags(cmd, flags.shape, model);
   request.options.optimizer = zoo::optimizer_named(flags.optimizer);
+  request.options.precision = zoo::precision_named(flags.precision);
   sim::Workload workload = zoo::make_workload(request);
   if (flags.caffe) {
     const std::size_t relus = zoo::relu_backward_in_place(workload);
@@ -86,14 +88,12 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
   sim::write_output(flags.output, sim::write_trace(workload));
   const sim::Bytes peak = sim::incore_peak(workload).bytes;
   if (flags.json) {
-    const nlohmann::json j = {{"model", model.name},
-                              {"device", workload.device.name},
-                              {"optimizer", flags.optimizer},
-                              {"ops", workload.ops.size()},
-                              {"tensors", workload.tensors.size()},
-                              {"peak_bytes_incore", peak},
-                              {"memory_bytes", workload.device.memory_bytes},
-                              {"output", flags.output}};
+    const nlohmann::json j = {
+        {"model", model.name},          {"device", workload.device.name},
+        {"optimizer", flags.optimizer}, {"precision", flags.precision},
+        {"ops", workload.ops.size()},   {"tensors", workload.tensors.size()},
+        {"peak_bytes_incore", peak},    {"memory_bytes", workload.device.memory_bytes},
+        {"output", flags.output}};
     fmt::print(report, "{}\n", j.dump(2));
   } else {
     fmt::print(report, "wrote {}: {} on {}, {} ops, {} tensors, in-core peak {} of {}\n",
@@ -118,6 +118,11 @@ void add_zoo_command(CLI::App& app) {
                   "sgd (momentum; one state tensor per parameter) or adam (exp_avg and "
                   "exp_avg_sq per parameter); default sgd")
       ->check(CLI::IsMember({"sgd", "adam"}));
+  // Checked by the zoo (zoo::precision_named): the Python API's message is the same.
+  cmd->add_option("--precision", options->precision,
+                  "fp32 (the default), tf32 (float32 tensors, TF32 tensor-core matmuls and "
+                  "convolutions), bf16 or fp16 (torch.autocast: low-precision activations, float32 "
+                  "parameters, gradients and optimizer state; fp16 with a GradScaler)");
   cmd->add_flag("--caffe", options->caffe,
                 "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
                 "max-pool masks");
