@@ -24,6 +24,7 @@ struct ZooFlags {
   ModelFlags shape;
   std::string output;
   std::string optimizer = "sgd";
+  std::string precision = "fp32";
   bool list = false;
   bool caffe = false;
   bool json = false;
@@ -99,6 +100,7 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
   request.device = flags.device;
   request.options = model_options_from_flags(cmd, flags.shape, model);
   request.options.optimizer = zoo::optimizer_named(flags.optimizer);
+  request.options.precision = zoo::precision_named(flags.precision);
   sim::Workload workload = zoo::make_workload(request);
   if (flags.caffe) {
     const std::size_t relus = zoo::relu_backward_in_place(workload);
@@ -127,6 +129,7 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
         {"model", model.name},
         {"device", workload.device.name},
         {"optimizer", flags.optimizer},
+        {"precision", flags.precision},
         {"ops", workload.ops.size()},
         {"tensors", workload.tensors.size()},
         {"peak_bytes_incore", peak},
@@ -159,6 +162,11 @@ void add_zoo_command(CLI::App& app) {
                   "sgd (momentum; one state tensor per parameter) or adam (exp_avg and "
                   "exp_avg_sq per parameter); default sgd")
       ->check(CLI::IsMember({"sgd", "adam"}));
+  // Checked by the zoo (zoo::precision_named): the Python API's message is the same.
+  cmd->add_option("--precision", options->precision,
+                  "fp32 (the default), tf32 (float32 tensors, TF32 tensor-core matmuls and "
+                  "convolutions), bf16 or fp16 (torch.autocast: low-precision activations, float32 "
+                  "parameters, gradients and optimizer state; fp16 with a GradScaler)");
   cmd->add_flag("--caffe", options->caffe,
                 "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
                 "max-pool masks");

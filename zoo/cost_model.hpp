@@ -2,8 +2,10 @@
 // CostModel: the analytic time of every op of a workload on a device, so that networks can be
 // planned for GPUs the user does not have. Each op's time is a roofline — the larger of its flops
 // over the device's peak and its bytes over the memory bandwidth — scaled by an efficiency factor
-// per layer type and phase, plus a fixed per-kernel overhead. The factors are calibrated against a
-// real profile (Note [Cost model calibration] in cost_model.cpp).
+// per layer type and phase, plus a fixed per-kernel overhead. The peak is the device's matrix rate
+// for the step's precision for convolutions and matmuls, its FP32 vector rate for every other op
+// (Note [Training precision] in zoo/precision.hpp). The factors are calibrated against real
+// profiles (Note [Cost model calibration] in cost_model.cpp).
 #include <string_view>
 
 #include "core/workload.hpp"
@@ -22,7 +24,9 @@ class CostModel {
  public:
   static constexpr std::string_view kName = "roofline-v1";
 
-  explicit CostModel(const Device& device) : device_(device) {}
+  /// `precision` picks the rate of convolutions and matmuls; the device must have it
+  /// (matrix_flops_per_s > 0).
+  explicit CostModel(const Device& device, Precision precision = Precision::kFp32);
 
   /// Time of `op` with its default (fastest) algorithm, or with the memory-optimal one.
   [[nodiscard]] sim::Nanoseconds duration(const sim::Op& op, bool memory_optimal = false) const;
@@ -35,6 +39,7 @@ class CostModel {
 
  private:
   const Device& device_;
+  double matrix_flops_per_s_;  // convolutions and matmuls in the step's precision
 };
 
 }  // namespace memplan::zoo

@@ -158,7 +158,7 @@ namespace {
 constexpr double kHostBytesPerElement = 600;
 
 std::size_t elements_of(const ModelInfo& model, const ModelOptions& options) {
-  Network net(std::string(model.name), options.batch, options.optimizer);
+  Network net(std::string(model.name), options.batch, options.optimizer, options.precision);
   model.build(net, options);
   const sim::Workload w = net.finish();
   return w.ops.size() + w.tensors.size();
@@ -260,7 +260,7 @@ BuiltModel build_model(const ModelInfo& model, const ModelOptions& options) {
   }
   if (o.depth) residual_layout(*o.depth);  // rejects impossible depths before building anything
   refuse_larger_than_machine(model, o);
-  Network net(std::string(model.name), o.batch, o.optimizer);
+  Network net(std::string(model.name), o.batch, o.optimizer, o.precision);
   model.build(net, o);
   BuiltModel built;
   built.parameter_count = net.parameter_count();

@@ -40,7 +40,8 @@ struct ModelOptions {
   Shape input;                        // spatial extents (HxW or TxHxW); empty = the model's default
   std::optional<std::int64_t> depth;  // deep residual family only
   TransformerOptions transformer;
-  Optimizer optimizer = Optimizer::kSgd;  // the update op and the state per parameter
+  Optimizer optimizer = Optimizer::kSgd;   // the update op and the state per parameter
+  Precision precision = Precision::kFp32;  // the dtypes (Note [Training precision])
 };
 
 using ModelBuilder = void (*)(Network&, const ModelOptions&);

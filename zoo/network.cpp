@@ -55,6 +55,22 @@ std::vector<double> as_numbers(const Shape& extents) {
   return {extents.begin(), extents.end()};
 }
 
+// The dtypes autocast casts between; int64 and bool tensors it leaves alone.
+bool floating(const std::string& dtype) {
+  return dtype == "float32" || dtype == "bfloat16" || dtype == "float16";
+}
+
+// A dtype as a cast's name says it: x.to_bf16.
+std::string_view short_name(const std::string& dtype) {
+  if (dtype == "bfloat16") return "bf16";
+  if (dtype == "float16") return "fp16";
+  return "fp32";
+}
+
+double item_bytes(const std::string& dtype) {
+  return static_cast<double>(sim::dtype_bytes(dtype).value());
+}
+
 }  // namespace
 
 std::int64_t checked_elements(const Shape& shape, std::int64_t item_bytes,
@@ -79,8 +95,12 @@ std::int64_t checked_elements(const Shape& shape, std::int64_t item_bytes,
   return elements;
 }
 
-Network::Network(std::string model, std::int64_t batch, Optimizer optimizer)
-    : model_(std::move(model)), batch_(batch), optimizer_(optimizer) {
+Network::Network(std::string model, std::int64_t batch, Optimizer optimizer, Precision precision)
+    : model_(std::move(model)),
+      batch_(batch),
+      optimizer_(optimizer),
+      precision_(precision),
+      autocast_(autocast_dtype(precision)) {
   if (batch_ <= 0)
     throw sim::InputError("--batch", fmt::format("batch {} (must be at least 1)", batch_));
 }
@@ -107,11 +127,55 @@ TensorId Network::new_tensor(const std::string& name, TensorKind kind, const Sha
   t.dtype = dtype;
   workload_.tensors.push_back(std::move(t));
   requires_grad_.push_back(kind == TensorKind::kParameter ? 1 : 0);
+  cached_cast_.push_back(kNoTensor);
   return workload_.tensors.back().id;
 }
 
 Value Network::activation(const std::string& name, const Shape& shape, const std::string& dtype) {
   return {new_tensor(name, TensorKind::kActivation, shape, dtype), shape};
+}
+
+std::string Network::widest_dtype(const std::vector<TensorId>& tensors) const {
+  std::string widest;
+  for (TensorId t : tensors) {
+    const std::string& dtype = workload_.tensor(t).dtype;
+    if (floating(dtype) && (widest.empty() || dtype == "float32")) widest = dtype;
+  }
+  return widest.empty() ? "float32" : widest;
+}
+
+TensorId Network::cast(const Value& x, const std::string& dtype, const std::string& consumer) {
+  const sim::Tensor source = workload_.tensor(x.id);  // a copy: new_tensor() grows the list
+  if (source.dtype == dtype || !floating(source.dtype)) return x.id;
+  // Autocast caches the casts of leaves that need a gradient: the trainable parameters.
+  const bool cached = source.kind == TensorKind::kParameter && requires_grad_[index(x.id)] != 0;
+  if (cached && cached_cast_[index(x.id)] != kNoTensor) return cached_cast_[index(x.id)];
+  const std::string name =
+      cached ? fmt::format("{}.to_{}", source.name, short_name(dtype))
+             : fmt::format("{}.{}.to_{}", consumer, source.name, short_name(dtype));
+  // The copy has the shape the op sees: a view's elements (ViT's x[:, 0]), not its base's.
+  const Value y = activation(name, x.shape, dtype);
+  const double elements = product(x.shape);
+  const OpId op = forward_op(name, sim::LayerType::named("cast"), {x.id}, {y.id}, elements);
+  workload_.ops.back().bytes_moved =
+      static_cast<Bytes>(elements * (item_bytes(source.dtype) + item_bytes(dtype)));
+  Layer& layer = record(op, {x.id}, y.id, {});
+  layer.backward_flops = elements;  // the gradient converted back to the source's dtype
+  if (cached) cached_cast_[index(x.id)] = y.id;
+  return y.id;
+}
+
+std::pair<std::vector<TensorId>, std::string> Network::autocast(const std::string& name,
+                                                                const std::vector<Value>& inputs,
+                                                                Cast policy) {
+  std::vector<TensorId> ids(inputs.size());
+  std::transform(inputs.begin(), inputs.end(), ids.begin(), [](const Value& v) { return v.id; });
+  if (autocast_.empty()) return {ids, "float32"};
+  const std::string dtype = policy == Cast::kLowPrecision ? autocast_
+                            : policy == Cast::kFloat32    ? "float32"
+                                                          : widest_dtype(ids);
+  for (std::size_t i = 0; i < inputs.size(); ++i) ids[i] = cast(inputs[i], dtype, name);
+  return {ids, dtype};
 }
 
 Value Network::input(const std::string& name, const Shape& dims) {
@@ -196,9 +260,10 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
   Shape w_shape{spec.out_channels, in_channels / spec.groups};
   w_shape.insert(w_shape.end(), spec.kernel.begin(), spec.kernel.end());
   const Value w = parameter(name + ".weight", w_shape);
-  std::vector<TensorId> inputs{x.id, w.id};
-  if (spec.bias) inputs.push_back(parameter(name + ".bias", {spec.out_channels}).id);
-  Value y = activation(name, out);
+  std::vector<Value> operands{x, w};
+  if (spec.bias) operands.push_back(parameter(name + ".bias", {spec.out_channels}));
+  const auto [inputs, dtype] = autocast(name, operands, Cast::kLowPrecision);
+  Value y = activation(name, out, dtype);
   const std::int64_t channels_per_group = in_channels / spec.groups;
   // 2 flops per multiply-add: every output element sums (C/g)·prod(kernel) products.
   const double macs_per_output = static_cast<double>(channels_per_group) * product(spec.kernel);
@@ -210,13 +275,14 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
   // at kMaxConvWorkspace as frameworks cap the workspace they let cuDNN take; a 1x1 stride-1 conv
   // is a plain GEMM and needs none. A grouped conv lowers one group at a time, so its buffer holds
   // C/groups input channels (a depthwise conv's is one channel's). The memory-optimal algorithm
-  // (implicit GEMM) needs none.
+  // (implicit GEMM) needs none. The lowered input has the dtype the conv runs in.
   constexpr Bytes kMaxConvWorkspace = Bytes{1} << 30;
   const bool pointwise = product(spec.kernel) == 1 && product(stride) == 1;
   Bytes workspace = 0;
   if (!pointwise) {
     const double lowered = product(out) / static_cast<double>(spec.out_channels) *
-                           static_cast<double>(channels_per_group) * product(spec.kernel) * 4.0;
+                           static_cast<double>(channels_per_group) * product(spec.kernel) *
+                           item_bytes(dtype);
     workspace = static_cast<Bytes>(std::min(lowered, static_cast<double>(kMaxConvWorkspace)));
   }
   sim::Op& fop = workload_.ops.back();
@@ -226,8 +292,8 @@ Value Network::conv(const std::string& name, const Value& x, const ConvSpec& spe
                     {"groups", {static_cast<double>(spec.groups)}}};
   fop.workspace_bytes = workspace;
   if (workspace > 0) fop.algorithms.push_back({"memory_optimal", 0, 0});
-  Layer& layer = record(op, inputs, y.id, {x.id, w.id});
-  const bool input_grad = requires_grad_[index(x.id)] != 0;
+  Layer& layer = record(op, inputs, y.id, {inputs[0], inputs[1]});
+  const bool input_grad = requires_grad_[index(inputs[0])] != 0;
   layer.backward_flops = flops * (input_grad ? 2.0 : 1.0);  // dgrad (when needed) + wgrad
   layer.backward_workspace = workspace;
   layer.backward_has_memory_optimal = workspace > 0;
@@ -241,7 +307,8 @@ Value Network::batch_norm(const std::string& name, const Value& x) {
   // Running mean and variance: persistent buffers without a gradient (not trainable parameters).
   const TensorId running =
       new_tensor(name + ".running_stats", TensorKind::kParameter, {2, c}, "float32");
-  Value y = activation(name, x.shape);
+  // cuDNN's batch norm writes its input's dtype (float32 weights and statistics beside it).
+  Value y = activation(name, x.shape, workload_.tensor(x.id).dtype);
   const Value mean = activation(name + ".save_mean", {c});
   const Value invstd = activation(name + ".save_invstd", {c});
   const double elements = product(x.shape);
@@ -254,8 +321,9 @@ Value Network::batch_norm(const std::string& name, const Value& x) {
 }
 
 Value Network::pointwise(const std::string& name, const sim::LayerType& layer_type, const Value& x,
-                         bool in_place, bool saves_output, double flops_per_element) {
-  Value y = activation(name, x.shape);
+                         bool in_place, bool saves_output, double flops_per_element,
+                         const std::string& dtype) {
+  Value y = activation(name, x.shape, dtype);
   if (in_place) workload_.tensors[index(y.id)].in_place_of = x.id;
   const OpId op =
       forward_op(name, layer_type, {x.id}, {y.id}, flops_per_element * product(x.shape));
@@ -265,15 +333,15 @@ Value Network::pointwise(const std::string& name, const sim::LayerType& layer_ty
 }
 
 Value Network::relu(const std::string& name, const Value& x, bool in_place) {
-  return pointwise(name, sim::Layer::kRelu, x, in_place, true, 1.0);
+  return pointwise(name, sim::Layer::kRelu, x, in_place, true, 1.0, workload_.tensor(x.id).dtype);
 }
 
 Value Network::relu6(const std::string& name, const Value& x) {
-  return pointwise(name, sim::Layer::kRelu6, x, false, false, 2.0);
+  return pointwise(name, sim::Layer::kRelu6, x, false, false, 2.0, workload_.tensor(x.id).dtype);
 }
 
 Value Network::gelu(const std::string& name, const Value& x) {
-  return pointwise(name, sim::Layer::kGelu, x, false, false, 8.0);
+  return pointwise(name, sim::Layer::kGelu, x, false, false, 8.0, workload_.tensor(x.id).dtype);
 }
 
 Value Network::pool(const std::string& name, sim::Layer layer_type, const Value& x,
@@ -293,7 +361,7 @@ Value Network::pool(const std::string& name, sim::Layer layer_type, const Value&
     }
     out.push_back(o);
   }
-  Value y = activation(name, out);
+  Value y = activation(name, out, workload_.tensor(x.id).dtype);
   std::vector<TensorId> outputs{y.id};
   std::vector<TensorId> saved{x.id};
   if (with_indices) {
@@ -326,7 +394,7 @@ Value Network::adaptive_avg_pool(const std::string& name, const Value& x, const 
   MEMPLAN_CHECK(x.shape.size() == out_dims.size() + 2, "adaptive pool input is [N, C, spatial...]");
   Shape out{x.shape[0], x.shape[1]};
   out.insert(out.end(), out_dims.begin(), out_dims.end());
-  Value y = activation(name, out);
+  Value y = activation(name, out, workload_.tensor(x.id).dtype);
   const OpId op = forward_op(name, sim::Layer::kAdaptiveAvgPool, {x.id}, {y.id}, product(x.shape));
   Layer& layer = record(op, {x.id}, y.id, {x.id});
   layer.backward_flops = product(x.shape);
@@ -350,19 +418,22 @@ Value Network::linear_with(const std::string& name, const Value& x, const Value&
   const std::int64_t out_features = weight.shape[0];
   Shape out = x.shape;
   out.back() = out_features;
-  std::vector<TensorId> inputs{x.id, weight.id};
-  if (bias) inputs.push_back(parameter(name + ".bias", {out_features}).id);
-  Value y = activation(name, out);
+  std::vector<Value> operands{x, weight};
+  if (bias) operands.push_back(parameter(name + ".bias", {out_features}));
+  const auto [inputs, dtype] = autocast(name, operands, Cast::kLowPrecision);
+  Value y = activation(name, out, dtype);
   const double flops = 2.0 * product(x.shape) * static_cast<double>(out_features);
   const OpId op = forward_op(name, sim::Layer::kLinear, inputs, {y.id}, flops);
-  Layer& layer = record(op, inputs, y.id, {x.id, weight.id});
-  layer.backward_flops = flops * (requires_grad_[index(x.id)] != 0 ? 2.0 : 1.0);
+  Layer& layer = record(op, inputs, y.id, {inputs[0], inputs[1]});
+  layer.backward_flops = flops * (requires_grad_[index(inputs[0])] != 0 ? 2.0 : 1.0);
   return y;
 }
 
 Value Network::add(const std::string& name, const Value& a, const Value& b, bool in_place) {
   MEMPLAN_CHECK(product(a.shape) == product(b.shape), "add of equal shapes");
-  Value y = activation(name, a.shape);
+  // In place, the sum takes a's dtype; else the wider of the two (type promotion).
+  Value y = activation(name, a.shape,
+                       in_place ? workload_.tensor(a.id).dtype : widest_dtype({a.id, b.id}));
   if (in_place) workload_.tensors[index(y.id)].in_place_of = a.id;
   const OpId op = forward_op(name, sim::Layer::kAdd, {a.id, b.id}, {y.id}, product(a.shape));
   Layer& layer = record(op, {a.id, b.id}, y.id, {});
@@ -374,12 +445,9 @@ Value Network::concat(const std::string& name, const std::vector<Value>& parts) 
   MEMPLAN_CHECK(!parts.empty(), "concat of at least one part");
   Shape out = parts.front().shape;
   out[1] = 0;
-  std::vector<TensorId> inputs;
-  for (const Value& p : parts) {
-    out[1] += p.shape[1];
-    inputs.push_back(p.id);
-  }
-  Value y = activation(name, out);
+  for (const Value& p : parts) out[1] += p.shape[1];
+  const auto [inputs, dtype] = autocast(name, parts, Cast::kWidest);
+  Value y = activation(name, out, dtype);
   const OpId op = forward_op(name, sim::Layer::kConcat, inputs, {y.id}, 0.0);
   Layer& layer = record(op, inputs, y.id, {});
   layer.backward_flops = 0.0;
@@ -387,7 +455,7 @@ Value Network::concat(const std::string& name, const std::vector<Value>& parts) 
 }
 
 Value Network::dropout(const std::string& name, const Value& x) {
-  Value y = activation(name, x.shape);
+  Value y = activation(name, x.shape, workload_.tensor(x.id).dtype);
   const Value mask = activation(name + ".mask", x.shape, "bool");
   const OpId op =
       forward_op(name, sim::Layer::kDropout, {x.id}, {y.id, mask.id}, 2.0 * product(x.shape));
@@ -399,11 +467,12 @@ Value Network::dropout(const std::string& name, const Value& x) {
 Value Network::softmax_cross_entropy(const std::string& name, const Value& logits,
                                      const Value& labels) {
   MEMPLAN_CHECK(loss_.empty(), "one loss per network");
+  const std::vector<TensorId> inputs = autocast(name, {logits, labels}, Cast::kFloat32).first;
   Value loss = activation(name, {1});
   const Value probs = activation(name + ".probs", logits.shape);
-  const OpId op = forward_op(name, sim::Layer::kSoftmaxCrossEntropy, {logits.id, labels.id},
-                             {loss.id, probs.id}, 5.0 * product(logits.shape));
-  Layer& layer = record(op, {logits.id}, loss.id, {probs.id, labels.id});
+  const OpId op = forward_op(name, sim::Layer::kSoftmaxCrossEntropy, inputs, {loss.id, probs.id},
+                             5.0 * product(logits.shape));
+  Layer& layer = record(op, {inputs[0]}, loss.id, {probs.id, labels.id});
   layer.backward_flops = 2.0 * product(logits.shape);
   loss_.push_back(loss.id);
   return loss;
@@ -414,13 +483,13 @@ Value Network::layer_norm(const std::string& name, const Value& x) {
   const Value weight = parameter(name + ".weight", {h});
   const Value bias = parameter(name + ".bias", {h});
   const Shape rows(x.shape.begin(), x.shape.end() - 1);
+  const std::vector<TensorId> inputs = autocast(name, {x, weight, bias}, Cast::kFloat32).first;
   Value y = activation(name, x.shape);
   const Value mean = activation(name + ".mean", rows);
   const Value rstd = activation(name + ".rstd", rows);
-  const std::vector<TensorId> inputs{x.id, weight.id, bias.id};
   const OpId op = forward_op(name, sim::Layer::kLayerNorm, inputs, {y.id, mean.id, rstd.id},
                              8.0 * product(x.shape));
-  Layer& layer = record(op, inputs, y.id, {x.id, weight.id, mean.id, rstd.id});
+  Layer& layer = record(op, inputs, y.id, {inputs[0], weight.id, mean.id, rstd.id});
   layer.backward_flops = 12.0 * product(x.shape);
   return y;
 }
@@ -428,7 +497,7 @@ Value Network::layer_norm(const std::string& name, const Value& x) {
 Value Network::embedding(const std::string& name, const Value& indices, const Value& table) {
   Shape out = indices.shape;
   out.push_back(table.shape[1]);
-  Value y = activation(name, out);
+  Value y = activation(name, out, workload_.tensor(table.id).dtype);
   const OpId op = forward_op(name, sim::Layer::kEmbedding, {indices.id, table.id}, {y.id}, 0.0);
   Layer& layer = record(op, {indices.id, table.id}, y.id, {indices.id});
   layer.backward_flops = product(out);
@@ -440,31 +509,33 @@ Value Network::attention_scores(const std::string& name, const Value& qkv, std::
   MEMPLAN_CHECK(qkv.shape.size() == 3 && qkv.shape[2] % (3 * heads) == 0, "qkv is [B, S, 3H]");
   const std::int64_t b = qkv.shape[0];
   const std::int64_t s = qkv.shape[1];
-  Value y = activation(name, {b, heads, s, s});
+  const auto [inputs, dtype] = autocast(name, {qkv}, Cast::kLowPrecision);
+  Value y = activation(name, {b, heads, s, s}, dtype);
   const std::int64_t hidden = qkv.shape[2] / 3;
   const double flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) *
                        static_cast<double>(s) * static_cast<double>(hidden);
-  const OpId op = forward_op(name, sim::Layer::kAttentionScores, {qkv.id}, {y.id}, flops);
+  const OpId op = forward_op(name, sim::Layer::kAttentionScores, inputs, {y.id}, flops);
   if (!causal) workload_.ops.back().attributes = {{"causal", {0.0}}};
-  Layer& layer = record(op, {qkv.id}, y.id, {qkv.id});
+  Layer& layer = record(op, inputs, y.id, inputs);
   layer.backward_flops = 2.0 * flops;
   return y;
 }
 
 Value Network::softmax(const std::string& name, const Value& x) {
-  return pointwise(name, sim::Layer::kSoftmax, x, false, true, 5.0);
+  // Autocast's softmax reads its input as it is and writes float32 (fp32_set_opt_dtype).
+  return pointwise(name, sim::Layer::kSoftmax, x, false, true, 5.0, "float32");
 }
 
 Value Network::attention_context(const std::string& name, const Value& probs, const Value& qkv) {
   const std::int64_t b = qkv.shape[0];
   const std::int64_t s = qkv.shape[1];
   const std::int64_t h = qkv.shape[2] / 3;
-  Value y = activation(name, {b, s, h});
+  const auto [inputs, dtype] = autocast(name, {probs, qkv}, Cast::kLowPrecision);
+  Value y = activation(name, {b, s, h}, dtype);
   const double flops = 2.0 * static_cast<double>(b) * static_cast<double>(s) *
                        static_cast<double>(s) * static_cast<double>(h);
-  const OpId op =
-      forward_op(name, sim::Layer::kAttentionContext, {probs.id, qkv.id}, {y.id}, flops);
-  Layer& layer = record(op, {probs.id, qkv.id}, y.id, {probs.id, qkv.id});
+  const OpId op = forward_op(name, sim::Layer::kAttentionContext, inputs, {y.id}, flops);
+  Layer& layer = record(op, inputs, y.id, inputs);
   layer.backward_flops = 2.0 * flops;
   return y;
 }
@@ -473,25 +544,26 @@ Value Network::rms_norm(const std::string& name, const Value& x) {
   const std::int64_t h = x.shape.back();
   const Value weight = parameter(name + ".weight", {h});
   const Shape rows(x.shape.begin(), x.shape.end() - 1);
+  const std::vector<TensorId> inputs = autocast(name, {x, weight}, Cast::kFloat32).first;
   Value y = activation(name, x.shape);
   const Value rstd = activation(name + ".rstd", rows);
-  const std::vector<TensorId> inputs{x.id, weight.id};
   // Per element: square and sum, then scale by rstd and by the weight; backward twice that (dx's
   // row dot product and rescaling, dweight's sum).
   const OpId op = forward_op(name, sim::LayerType::named("rms_norm"), inputs, {y.id, rstd.id},
                              4.0 * product(x.shape));
-  Layer& layer = record(op, inputs, y.id, {x.id, weight.id, rstd.id});
+  Layer& layer = record(op, inputs, y.id, {inputs[0], weight.id, rstd.id});
   layer.backward_flops = 8.0 * product(x.shape);
   return y;
 }
 
 Value Network::silu(const std::string& name, const Value& x) {
-  return pointwise(name, sim::LayerType::named("silu"), x, false, false, 4.0);
+  return pointwise(name, sim::LayerType::named("silu"), x, false, false, 4.0,
+                   workload_.tensor(x.id).dtype);
 }
 
 Value Network::mul(const std::string& name, const Value& a, const Value& b) {
   MEMPLAN_CHECK(a.shape == b.shape, "mul of equal shapes");
-  Value y = activation(name, a.shape);
+  Value y = activation(name, a.shape, widest_dtype({a.id, b.id}));
   const OpId op =
       forward_op(name, sim::LayerType::named("mul"), {a.id, b.id}, {y.id}, product(a.shape));
   // Autograd's MulBackward0 keeps b for a's gradient and a for b's.
@@ -527,7 +599,7 @@ Value Network::rotary_embedding(const std::string& name, const Value& qkv,
   const std::int64_t head_dim = tables.cos.shape.back();
   MEMPLAN_CHECK(qkv.shape.size() == 3 && qkv.shape[2] == (heads + 2 * kv_heads) * head_dim,
                 "qkv is [B, S, (heads + 2·kv_heads)·d]");
-  Value y = activation(name, qkv.shape);
+  Value y = activation(name, qkv.shape, workload_.tensor(qkv.id).dtype);  // in place
   workload_.tensors[index(y.id)].in_place_of = qkv.id;
   const std::vector<TensorId> inputs{qkv.id, tables.cos.id, tables.sin.id};
   // Per rotated element (query and key heads): two products and a sum; backward the same.
@@ -546,7 +618,8 @@ Value Network::repeat_kv(const std::string& name, const Value& qkv, std::int64_t
       qkv.shape.size() == 3 && qkv.shape[2] % (heads + 2 * kv_heads) == 0 && heads % kv_heads == 0,
       "qkv is [B, S, (heads + 2·kv_heads)·d] and kv_heads divide heads");
   const std::int64_t head_dim = qkv.shape[2] / (heads + 2 * kv_heads);
-  Value y = activation(name, {qkv.shape[0], qkv.shape[1], 3 * heads * head_dim});
+  Value y = activation(name, {qkv.shape[0], qkv.shape[1], 3 * heads * head_dim},
+                       workload_.tensor(qkv.id).dtype);
   const OpId op = forward_op(name, sim::LayerType::named("repeat_kv"), {qkv.id}, {y.id}, 0.0);
   Layer& layer = record(op, {qkv.id}, y.id, {});
   // Backward sums each key and value head's copies: one add per copied key and value element.
@@ -561,8 +634,9 @@ Value Network::patch_tokens(const std::string& name, const Value& patches, const
   const std::int64_t tokens = 1 + patches.shape[2] * patches.shape[3];
   MEMPLAN_CHECK(class_token.shape == Shape({1, 1, c}) && positions.shape == Shape({1, tokens, c}),
                 "the class token is [1, 1, C] and the position embedding [1, 1 + h·w, C]");
-  Value y = activation(name, {patches.shape[0], tokens, c});
-  const std::vector<TensorId> inputs{patches.id, class_token.id, positions.id};
+  // torch.cat promotes the patches to the parameters' float32 under autocast.
+  const auto [inputs, dtype] = autocast(name, {patches, class_token, positions}, Cast::kWidest);
+  Value y = activation(name, {patches.shape[0], tokens, c}, dtype);
   // The position add (the cat copies); backward sums the batch for the two parameters' gradients.
   const OpId op =
       forward_op(name, sim::LayerType::named("patch_tokens"), inputs, {y.id}, product(y.shape));
@@ -574,6 +648,25 @@ Value Network::patch_tokens(const std::string& name, const Value& patches, const
 Value Network::first_token(const Value& x) {
   MEMPLAN_CHECK(x.shape.size() == 3, "tokens are [B, S, C]");
   return {x.id, {x.shape[0], x.shape[2]}};
+}
+
+TensorId Network::gradient_in_dtype(TensorId tensor, TensorId gradient, const std::string& add) {
+  const sim::Tensor base = workload_.tensor(tensor);  // a copy: new_tensor() grows the list
+  const sim::Tensor incoming = workload_.tensor(gradient);
+  if (incoming.dtype == base.dtype) return gradient;
+  sim::Op op;
+  op.id = sim::op_id(workload_.ops.size());
+  op.name = fmt::format("{}_bwd.{}.to_{}", add, base.name, short_name(base.dtype));
+  op.layer = sim::LayerType::named("cast");
+  op.phase = sim::Phase::kBackward;
+  const TensorId g = new_tensor("d_" + base.name, TensorKind::kGradient, base.shape, base.dtype);
+  op.inputs = {gradient};
+  op.outputs = {g};
+  op.flops = product(base.shape);
+  op.bytes_moved = incoming.bytes + workload_.tensor(g).bytes;
+  workload_.tensors[index(g)].producer = op.id;
+  workload_.ops.push_back(std::move(op));
+  return g;
 }
 
 void Network::contribute(TensorId tensor, TensorId gradient) {
@@ -597,7 +690,7 @@ void Network::contribute(TensorId tensor, TensorId gradient) {
   op.phase = sim::Phase::kBackward;
   op.inputs = {grad_[t], gradient};
   op.outputs = {sum};
-  op.flops = static_cast<double>(base.bytes) / 4.0;
+  op.flops = product(base.shape);
   op.bytes_moved = 3 * base.bytes;
   workload_.tensors[index(sum)].producer = op.id;
   workload_.ops.push_back(std::move(op));
@@ -663,6 +756,9 @@ void Network::add_backward_op(const Layer& layer, TensorId grad_out) {
 // - Adam (torch.optim.Adam, its defaults as attributes; step 1: the one step of the trace):
 //   m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²; p -= lr/(1-β1^t) · m / (√v/√(1-β2^t) + ε). Two
 //   states (exp_avg, exp_avg_sq); about 12 flops per element; reads 4 and writes 3 tensors.
+// With fp16, GradScaler's unscale_ (torch._amp_foreach_non_finite_check_and_unscale_) first reads
+// every gradient and writes it back divided by the scale: one flop, one more read and one more
+// write per element, counted in the update op.
 void Network::add_update() {
   const bool adam = optimizer_ == Optimizer::kAdam;
   sim::Op update;
@@ -701,8 +797,9 @@ void Network::add_update() {
   }
   // Reads params, grads and every state; writes params and every state back; 4 bytes an element.
   const auto state_count = static_cast<double>(states.size());
-  const double tensors_moved = (2.0 + state_count) + (1.0 + state_count);
-  update.flops = (adam ? 12.0 : 4.0) * elements;
+  const bool unscale = precision_ == Precision::kFp16;
+  const double tensors_moved = (2.0 + state_count) + (1.0 + state_count) + (unscale ? 2.0 : 0.0);
+  update.flops = ((adam ? 12.0 : 4.0) + (unscale ? 1.0 : 0.0)) * elements;
   update.bytes_moved = static_cast<Bytes>(tensors_moved * 4.0 * elements);
   workload_.ops.push_back(std::move(update));
 }
@@ -719,7 +816,9 @@ sim::Workload Network::finish() {
     MEMPLAN_CHECK(grad_out != kNoTensor,
                   "every consumer's gradient has arrived when a layer's turn comes");
     if (layer.pass_through) {
-      for (TensorId t : layer.differentiable_inputs) contribute(t, grad_out);
+      for (TensorId t : layer.differentiable_inputs) {
+        contribute(t, gradient_in_dtype(t, grad_out, workload_.op(layer.forward).name));
+      }
     } else {
       add_backward_op(layer, grad_out);
     }

@@ -3,7 +3,9 @@
 // iteration as a sim::Workload — forward ops, the tensors each layer saves for backward (following
 // PyTorch autograd's choices, Note [Saved tensors]), backward ops in reverse order with gradient
 // accumulation where a tensor fans out, parameters with gradients and optimizer state (SGD's
-// momentum, or Adam's two moments), and one update op. Model families (zoo/alexnet.cpp,
+// momentum, or Adam's two moments), and one update op. Under mixed precision (bf16, fp16) each
+// layer writes the dtype autocast gives it and the casts autocast makes are ops of their own
+// (Note [Training precision] in zoo/precision.hpp). Model families (zoo/alexnet.cpp,
 // zoo/resnet.cpp, ...) are written against this API; costs are filled in afterwards by the cost
 // model (zoo/cost_model.hpp), so structure and time stay apart.
 //
@@ -20,7 +22,8 @@
 //   RMSNorm: input, weight and rstd (what the fused kernels keep: aten::_fused_rms_norm, Apex's
 //   FusedRMSNorm); SiLU: input; mul: each operand the other's gradient needs (both where both
 //   need one); rotary embedding: the cos and sin tables (its muls' other operands; its neg, cat
-//   and add save nothing); ViT's class-token cat and position add, and repeat_kv's copy: nothing.
+//   and add save nothing); ViT's class-token cat and position add, and repeat_kv's copy: nothing;
+//   an autocast cast: nothing (its consumer saves the cast tensor where it saves that input).
 // A view (flatten, split of QKV, ViT's x[:, 0]) shares its base's buffer, so it is the same tensor
 // here.
 //
@@ -29,12 +32,15 @@
 // simulator, the policies and the search take them like any op (their flops and bytes moved
 // costed by the cost model's generic row), but no backend has a kernel for them, so a network
 // that has one (llama, vit_b16) is modeled only. They are rms_norm, silu, mul, rotary_tables,
-// rotary_embedding, repeat_kv and patch_tokens.
+// rotary_embedding, repeat_kv and patch_tokens, and autocast's cast (a bf16 or fp16 step is
+// modeled only).
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/workload.hpp"
+#include "zoo/precision.hpp"
 
 namespace memplan::zoo {
 
@@ -77,8 +83,11 @@ enum class Optimizer : std::uint8_t {
 
 class Network {
  public:
-  /// `model` names the network in error messages; `batch` is the leading extent of every input.
-  Network(std::string model, std::int64_t batch, Optimizer optimizer = Optimizer::kSgd);
+  /// `model` names the network in error messages; `batch` is the leading extent of every input;
+  /// `precision` gives the dtypes (bf16 and fp16 autocast the forward; fp32 and tf32 are all
+  /// float32).
+  Network(std::string model, std::int64_t batch, Optimizer optimizer = Optimizer::kSgd,
+          Precision precision = Precision::kFp32);
 
   [[nodiscard]] std::int64_t batch() const { return batch_; }
 
@@ -181,6 +190,23 @@ class Network {
                            const std::string& dtype);
   Value activation(const std::string& name, const Shape& shape,
                    const std::string& dtype = "float32");
+  /// How autocast treats an op's inputs (Note [Training precision]).
+  enum class Cast : std::uint8_t {
+    kLowPrecision,  // cast each floating input to the autocast dtype, write it
+    kFloat32,       // cast each floating input to float32, write float32
+    kWidest,        // cast the narrower floating inputs to the widest (cat), write the widest
+  };
+  /// `inputs` as op `name` reads them under autocast — each floating input cast by `policy`, a
+  /// cast op appended before it where the dtype changes — and the dtype it writes. Without
+  /// autocast, `inputs` themselves and float32.
+  std::pair<std::vector<sim::TensorId>, std::string> autocast(const std::string& name,
+                                                              const std::vector<Value>& inputs,
+                                                              Cast policy);
+  /// `x` in `dtype`: x itself, or the cast autocast makes for op `consumer` (cached for a
+  /// trainable parameter), of x's shape (a view's elements).
+  sim::TensorId cast(const Value& x, const std::string& dtype, const std::string& consumer);
+  /// The widest floating dtype of `tensors` (float32 over the autocast dtype); float32 if none.
+  [[nodiscard]] std::string widest_dtype(const std::vector<sim::TensorId>& tensors) const;
   /// Appends a forward op reading `inputs` and writing `outputs`, with its flops and bytes moved;
   /// an output needs a gradient when any input does.
   sim::OpId forward_op(const std::string& name, const sim::LayerType& layer,
@@ -188,12 +214,19 @@ class Network {
                        double flops);
   Layer& record(sim::OpId op, const std::vector<sim::TensorId>& inputs, sim::TensorId output,
                 std::vector<sim::TensorId> saved);
+  /// A one-input elementwise layer writing `dtype` (its input's, or softmax's float32).
   Value pointwise(const std::string& name, const sim::LayerType& layer, const Value& x,
-                  bool in_place, bool saves_output, double flops_per_element);
+                  bool in_place, bool saves_output, double flops_per_element,
+                  const std::string& dtype);
   Value pool(const std::string& name, sim::Layer layer, const Value& x, const PoolSpec& spec,
              bool with_indices);
   /// Hands `gradient` to `tensor`, summing it with what arrived before (a fan-out).
   void contribute(sim::TensorId tensor, sim::TensorId gradient);
+  /// `gradient`, which pass-through `add` hands to its input `tensor`, in that tensor's dtype:
+  /// itself, or a cast of it (autograd's engine converts a gradient to its input's dtype, as an
+  /// add of a float32 and a bf16 tensor needs under autocast).
+  sim::TensorId gradient_in_dtype(sim::TensorId tensor, sim::TensorId gradient,
+                                  const std::string& add);
   /// Per layer, whether it is on a path to the loss (only those send gradients back); sets up
   /// the backward bookkeeping (expected_grads_, grad_) for the forward tensors.
   std::vector<char> start_backward();
@@ -205,6 +238,9 @@ class Network {
   std::string model_;
   std::int64_t batch_;
   Optimizer optimizer_;
+  Precision precision_;
+  std::string autocast_;                    // autocast_dtype(precision_); empty without autocast
+  std::vector<sim::TensorId> cached_cast_;  // per tensor: autocast's cached cast of a parameter
   sim::Workload workload_;
   std::vector<Layer> layers_;
   std::vector<char> requires_grad_;    // per tensor

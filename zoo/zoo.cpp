@@ -7,6 +7,24 @@
 #include "zoo/devices.hpp"
 
 namespace memplan::zoo {
+namespace {
+
+// The precision as the provenance note says it (Note [Training precision]).
+std::string_view precision_note(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kTf32:
+      return "tf32 (float32 tensors, TF32 tensor-core matmuls and convolutions)";
+    case Precision::kBf16:
+      return "bf16 autocast (float32 parameters, gradients and optimizer state)";
+    case Precision::kFp16:
+      return "fp16 autocast with a GradScaler (float32 parameters, gradients and optimizer state)";
+  }
+  return "fp32";
+}
+
+}  // namespace
 
 std::string model_names() {
   std::string out;
@@ -30,6 +48,15 @@ Optimizer optimizer_named(const std::string& name) {
                         fmt::format("unknown optimizer '{}' (optimizers: sgd, adam)", name));
 }
 
+Precision precision_named(const std::string& name) {
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kBf16, Precision::kFp16}) {
+    if (name == precision_name(p)) return p;
+  }
+  throw sim::InputError("--precision", fmt::format("unknown precision '{}' (precisions: fp32, "
+                                                   "tf32, bf16, fp16)",
+                                                   name));
+}
+
 sim::Workload make_workload(const ZooRequest& request) {
   const ModelInfo* model = find_model(request.model);
   if (model == nullptr) {
@@ -41,9 +68,15 @@ sim::Workload make_workload(const ZooRequest& request) {
     throw sim::InputError("--device", fmt::format("unknown device '{}' (devices: {})",
                                                   request.device, device_names()));
   }
+  const Precision precision = request.options.precision;
+  if (matrix_flops_per_s(*device, precision) <= 0) {
+    throw sim::InputError(
+        "--precision", fmt::format("{} has no {} tensor cores (its precisions: {})", device->name,
+                                   precision_name(precision), precision_names(*device)));
+  }
   BuiltModel built = build_model(*model, request.options);
   sim::Workload& w = built.workload;
-  CostModel(*device).apply(w);
+  CostModel(*device, precision).apply(w);
   w.device = device_info(*device);
   w.provenance.source = "modeled";
   w.provenance.cost_model = std::string(CostModel::kName);
@@ -65,8 +98,8 @@ sim::Workload make_workload(const ZooRequest& request) {
     what += " input " + dims;
   }
   w.provenance.note =
-      fmt::format("memplan zoo: {}, batch {}, {} trainable parameters, fp32, {}", what,
-                  request.options.batch, built.parameter_count,
+      fmt::format("memplan zoo: {}, batch {}, {} trainable parameters, {}, {}", what,
+                  request.options.batch, built.parameter_count, precision_note(precision),
                   request.options.optimizer == Optimizer::kAdam ? "Adam" : "SGD with momentum");
   sim::validate(w, fmt::format("zoo model '{}'", model->name));
   return std::move(built.workload);

@@ -16,11 +16,16 @@ struct ZooRequest {
 };
 
 /// Builds the model, applies the cost model for the device, validates the result. Throws
-/// InputError for an unknown model or device (listing the valid ones) or bad options.
+/// InputError for an unknown model or device (listing the valid ones), a precision the device
+/// has no rate for, or bad options.
 sim::Workload make_workload(const ZooRequest& request);
 
 /// The optimizer named `name` ("sgd" or "adam"). Throws InputError naming --optimizer otherwise.
 Optimizer optimizer_named(const std::string& name);
+
+/// The precision named `name` ("fp32", "tf32", "bf16", "fp16"). Throws InputError naming
+/// --precision otherwise.
+Precision precision_named(const std::string& name);
 
 /// One line per model and per device, for `memplan zoo --list`.
 std::string list_text();

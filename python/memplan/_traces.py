@@ -211,14 +211,17 @@ def parse_trace(text, name="<string>"):
 
 
 def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, heads=None,
-        seq=None, vocab=None, intermediate=None, kv_heads=None, optimizer="sgd"):
+        seq=None, vocab=None, intermediate=None, kv_heads=None, optimizer="sgd", precision="fp32"):
     """The zoo's modeled training step of `model` on the `device` preset (`memplan zoo`).
 
     input: extents, "224x224" or (224, 224) (TxHxW for clips); depth: the deep residual family's;
     layers, hidden, heads, seq, vocab, intermediate (the MLP's width): a decoder's (gpt, llama),
     each the model's default when None; kv_heads: llama's key/value heads (grouped-query
-    attention); optimizer: "sgd" (momentum) or "adam" (two state tensors per parameter). See
-    zoo_models(), zoo_devices().
+    attention); optimizer: "sgd" (momentum) or "adam" (two state tensors per parameter);
+    precision: "fp32", "tf32" (float32 tensors, TF32 tensor-core matmuls and convolutions), "bf16"
+    or "fp16" (torch.autocast's dtypes, float32 parameters, gradients and optimizer state; fp16
+    with a GradScaler), refused on a device without that tensor-core rate. See zoo_models(),
+    zoo_devices().
     """
     if isinstance(input, str):
         input = _parse_extents(input)
@@ -229,7 +232,7 @@ def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, 
             flag = "--" + {"sequence": "seq", "kv_heads": "kv-heads"}.get(key, key)
             setattr(transformer, key, whole(value, flag))
     workload = _core.zoo_workload(model, device, whole(batch, "--batch"), list(input or []),
-                                  depth, transformer, optimizer)
+                                  depth, transformer, optimizer, precision)
     return Trace(workload, f"{model}_{device}_b{batch}")
 
 

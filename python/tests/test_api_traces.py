@@ -46,6 +46,26 @@ def test_zoo_trace_is_the_one_memplan_zoo_writes(tmp_path):
     assert "resnet50" in memplan.zoo_models() and "v100-16gb" in memplan.zoo_devices()
 
 
+def test_zoo_precision_is_the_cli_precision(tmp_path):
+    path = tmp_path / "step.json"
+    for precision in ("tf32", "bf16", "fp16"):
+        trace = memplan.zoo("llama", "h100-80gb", batch=1, layers=2, hidden=64, heads=4, seq=16,
+                            vocab=100, kv_heads=2, optimizer="adam", precision=precision)
+        status, _, err = run_cli("zoo", "llama", "--device", "h100-80gb", "--batch", 1,
+                                 "--layers", 2, "--hidden", 64, "--heads", 4, "--seq", 16,
+                                 "--vocab", 100, "--kv-heads", 2, "--optimizer", "adam",
+                                 "--precision", precision, "-o", path)
+        assert status == 0, err
+        assert trace.to_json() == path.read_text()
+    assert memplan.zoo("resnet18", "v100-16gb", batch=2, precision="fp32").to_json() == \
+        memplan.zoo("resnet18", "v100-16gb", batch=2).to_json()
+    for device, precision in (("v100-16gb", "bf16"), ("h100-80gb", "fp8")):
+        with pytest.raises(memplan.InputError) as e:
+            memplan.zoo("resnet18", device, batch=2, precision=precision)
+        assert str(e.value) == cli_error("zoo", "resnet18", "--device", device, "--batch", 2,
+                                         "--precision", precision, "-o", tmp_path / "x.json")
+
+
 def test_info_is_memplan_info():
     info = memplan.info(TRACES / "resnet_tiny.json")
     assert info.data == cli_json("info", TRACES / "resnet_tiny.json")

@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "io/trace_io.hpp"
 #include "tests/support/run_command.hpp"
@@ -125,6 +126,37 @@ TEST_CASE("memplan zoo accepts resnext101, the issue's name, for resnext101-3d",
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("memplan zoo --precision writes the step in that precision", "[cli][zoo][precision]") {
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  const auto write = [&](const std::string& name, const std::string& flags) {
+    const auto path = dir / name;
+    const auto r = run_memplan(fmt::format(
+        "zoo resnet18 --batch 2 --device a100-40gb {} --json -o '{}'", flags, path.string()));
+    CHECK(r.exit_status == 0);
+    CHECK(r.err.empty());
+    return std::pair{nlohmann::json::parse(r.out), memplan::sim::read_trace(path)};
+  };
+  const auto [plain_report, plain] = write("plain.json", "");
+  const auto [fp32_report, fp32] = write("fp32.json", "--precision fp32");
+  CHECK(plain == fp32);  // fp32 is the default, the step as before the flag
+  CHECK(plain_report["precision"] == "fp32");
+  CHECK(plain.provenance.note.find(", fp32, SGD with momentum") != std::string::npos);
+  const auto [bf16_report, bf16] = write("bf16.json", "--precision bf16");
+  CHECK(bf16_report["precision"] == "bf16");
+  CHECK(bf16.provenance.note.find("bf16 autocast (float32 parameters, gradients and optimizer "
+                                  "state)") != std::string::npos);
+  CHECK(bf16_report["peak_bytes_incore"] < fp32_report["peak_bytes_incore"]);
+  bool weight_copy = false;
+  for (const auto& t : bf16.tensors) {
+    if (t.name == "conv1.weight.to_bf16") weight_copy = t.dtype == "bfloat16";
+  }
+  CHECK(weight_copy);
+  const auto [tf32_report, tf32] = write("tf32.json", "--precision tf32");
+  CHECK(tf32.tensors == fp32.tensors);  // the same float32 step, faster matmuls
+  CHECK(tf32_report["peak_bytes_incore"] == fp32_report["peak_bytes_incore"]);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("memplan zoo: bad input is one line, exit 2, no file", "[cli][zoo][bad_input]") {
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
   const std::string out = fmt::format("'{}'", (dir / "out.json").string());
@@ -145,6 +177,10 @@ TEST_CASE("memplan zoo: bad input is one line, exit 2, no file", "[cli][zoo][bad
       {"zoo llama --batch 1 --heads 8 --kv-heads 3 --device v100-16gb -o " + out, "--kv-heads"},
       {"zoo vit_b16 --batch 1 --input 100x100 --device v100-16gb -o " + out, "divisible by"},
       {"zoo resnet50 --batch 1 -o " + out, "name a device"},
+      {"zoo resnet50 --batch 1 --device v100-16gb --precision bf16 -o " + out,
+       "memplan: --precision: v100-16gb has no bf16 tensor cores (its precisions: fp32, fp16)"},
+      {"zoo resnet50 --batch 1 --device h100-80gb --precision fp8 -o " + out,
+       "memplan: --precision: unknown precision 'fp8' (precisions: fp32, tf32, bf16, fp16)"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.args);

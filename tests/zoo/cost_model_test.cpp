@@ -1,5 +1,6 @@
 #include <map>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -96,6 +97,7 @@ TEST_CASE("device presets carry capacity, peak rates and their link", "[zoo][dev
       {"v100-32gb", {32, "pcie3"}},      {"v100-16gb-nvlink", {16, "nvlink2"}},
       {"a100-40gb", {40, "pcie4"}},      {"a100-80gb", {80, "pcie4"}},
       {"h100-80gb", {80, "pcie5"}},      {"gh200", {96, "c2c"}},
+      {"b200", {180, "pcie5"}},          {"mi300x", {192, "pcie5"}},
   };
   CHECK(zoo::devices().size() == capacity_and_link.size());
   for (const zoo::Device& d : zoo::devices()) {
@@ -127,4 +129,38 @@ TEST_CASE("device presets carry capacity, peak rates and their link", "[zoo][dev
   const sim::DeviceInfo a100 = zoo::device_info(*zoo::find_device("a100-40gb"));
   CHECK(a100.link.h2d_bytes_per_s == 32e9);
   CHECK(a100.link.latency_ns == 8'000);
+}
+
+TEST_CASE("device presets carry their vendors' dense tensor-core rates", "[zoo][devices]") {
+  // devices.cpp cites each: {FP32 vector, FP32 matrix, TF32, BF16, FP16}, TFLOP/s; 0 = no unit.
+  const std::map<std::string, std::vector<double>> rates{
+      {"titanx-maxwell", {6.6, 6.6, 0, 0, 0}},
+      {"k40c", {4.29, 4.29, 0, 0, 0}},
+      {"p100-16gb", {9.3, 9.3, 0, 0, 0}},
+      {"v100-16gb", {15.7, 15.7, 0, 0, 125}},
+      {"v100-32gb", {15.7, 15.7, 0, 0, 125}},
+      {"v100-16gb-nvlink", {15.7, 15.7, 0, 0, 125}},
+      {"a100-40gb", {19.5, 19.5, 156, 312, 312}},
+      {"a100-80gb", {19.5, 19.5, 156, 312, 312}},
+      {"h100-80gb", {67, 67, 494.7, 989.4, 989.4}},
+      {"gh200", {67, 67, 494.7, 989.4, 989.4}},
+      {"b200", {80, 80, 1100, 2250, 2250}},
+      {"mi300x", {81.7, 163.4, 653.7, 1307.4, 1307.4}},
+  };
+  for (const zoo::Device& d : zoo::devices()) {
+    CAPTURE(d.name);
+    const std::vector<double>& r = rates.at(std::string(d.name));
+    CHECK(d.peak_flops_per_s == Approx(r[0] * 1e12));
+    const zoo::Precision precisions[] = {zoo::Precision::kFp32, zoo::Precision::kTf32,
+                                         zoo::Precision::kBf16, zoo::Precision::kFp16};
+    for (std::size_t i = 0; i < 4; ++i) {
+      CHECK(zoo::matrix_flops_per_s(d, precisions[i]) == Approx(r[i + 1] * 1e12));
+    }
+  }
+  CHECK(zoo::precision_names(*zoo::find_device("v100-16gb")) == "fp32, fp16");
+  CHECK(zoo::precision_names(*zoo::find_device("mi300x")) == "fp32, tf32, bf16, fp16");
+  const zoo::Device& b200 = *zoo::find_device("b200");
+  CHECK(b200.memory_bytes_per_s == 8000e9);
+  const zoo::Device& mi300x = *zoo::find_device("mi300x");
+  CHECK(mi300x.memory_bytes_per_s == 5300e9);
 }
