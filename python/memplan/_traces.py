@@ -211,7 +211,9 @@ def parse_trace(text, name="<string>"):
 
 
 def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, heads=None,
-        seq=None, vocab=None, intermediate=None, kv_heads=None, optimizer="sgd", precision="fp32"):
+        seq=None, vocab=None, intermediate=None, kv_heads=None, optimizer="sgd", precision="fp32",
+        data_parallel=None, fsdp=None, fsdp_strategy=None, fsdp_prefetch=None, interconnect=None,
+        network=None, gpus_per_node=None):
     """The zoo's modeled training step of `model` on the `device` preset (`memplan zoo`).
 
     input: extents, "224x224" or (224, 224) (TxHxW for clips); depth: the deep residual family's;
@@ -222,6 +224,10 @@ def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, 
     or "fp16" (torch.autocast's dtypes, float32 parameters, gradients and optimizer state; fp16
     with a GradScaler), refused on a device without that tensor-core rate. See zoo_models(),
     zoo_devices().
+
+    data_parallel=N (DDP) or fsdp=N (FSDP; fsdp_strategy "full-shard" or "shard-grad-op",
+    fsdp_prefetch units ahead), priced on interconnect, network and gpus_per_node: a Job, rank 0's
+    step of the job on N GPUs (`--data-parallel`, `--fsdp`, docs/zoo.md).
     """
     if isinstance(input, str):
         input = _parse_extents(input)
@@ -233,7 +239,18 @@ def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, 
             setattr(transformer, key, whole(value, flag))
     workload = _core.zoo_workload(model, device, whole(batch, "--batch"), list(input or []),
                                   depth, transformer, optimizer, precision)
-    return Trace(workload, f"{model}_{device}_b{batch}")
+    name = f"{model}_{device}_b{batch}"
+    parallel = dict(data_parallel=data_parallel, fsdp=fsdp, fsdp_strategy=fsdp_strategy,
+                    fsdp_prefetch=fsdp_prefetch, interconnect=interconnect, network=network,
+                    gpus_per_node=gpus_per_node)
+    if all(v is None for v in parallel.values()):
+        return Trace(workload, name)
+    request = _core.DataParallelRequest()
+    for key, value in parallel.items():
+        if value is not None:
+            flag = "--" + key.replace("_", "-")
+            setattr(request, key, value if isinstance(value, str) else whole(value, flag))
+    return Job(_core.zoo_data_parallel_job(workload, device, request), name)
 
 
 def _parse_extents(text):

@@ -12,11 +12,13 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include "core/check.hpp"
 #include "importers/kineto/kineto_job.hpp"
 #include "io/job_report.hpp"
 #include "io/plan_io.hpp"
 #include "io/trace_io.hpp"
 #include "python/src/bindings.hpp"
+#include "requests/data_parallel_request.hpp"
 #include "requests/search_request.hpp"
 #include "search/policies/gist.hpp"
 #include "search/studies/job_comparison.hpp"
@@ -45,6 +47,15 @@ JobPtr import_kineto_job(const std::vector<std::filesystem::path>& inputs,
   importers::ImportOptions options;
   if (step) options.step = *step;
   return share(importers::import_kineto_job(inputs, options, ranks).job);
+}
+
+// As `memplan zoo ... --data-parallel N | --fsdp N`: rank 0's step of the zoo's `step` on
+// `device`; the request's fields are the keywords, None where not given.
+JobPtr zoo_data_parallel_job(const WorkloadPtr& step, const std::string& device,
+                             const requests::DataParallelRequest& request) {
+  // zoo() asks only with a field given: any but data_parallel and fsdp needs one of them.
+  MEMPLAN_CHECK(request.wanted(), "a data-parallel request names its ranks");
+  return std::make_shared<sim::Job>(requests::data_parallel_job(*step, device, request).job);
 }
 
 // A job's plans simulated together: what `memplan simulate` computes for a job before it prints.
@@ -182,6 +193,17 @@ void bind_jobs(py::module_& m) {
       },
       py::arg("text"), py::arg("source"), py::call_guard<py::gil_scoped_release>());
   m.def("write_job", &sim::write_job, py::arg("job"));
+  py::class_<requests::DataParallelRequest>(m, "DataParallelRequest")
+      .def(py::init<>())
+      .def_readwrite("data_parallel", &requests::DataParallelRequest::data_parallel)
+      .def_readwrite("fsdp", &requests::DataParallelRequest::fsdp)
+      .def_readwrite("fsdp_strategy", &requests::DataParallelRequest::fsdp_strategy)
+      .def_readwrite("fsdp_prefetch", &requests::DataParallelRequest::fsdp_prefetch)
+      .def_readwrite("interconnect", &requests::DataParallelRequest::interconnect)
+      .def_readwrite("network", &requests::DataParallelRequest::network)
+      .def_readwrite("gpus_per_node", &requests::DataParallelRequest::gpus_per_node);
+  m.def("zoo_data_parallel_job", &zoo_data_parallel_job, py::arg("step"), py::arg("device"),
+        py::arg("request"), py::call_guard<py::gil_scoped_release>());
   m.def("import_kineto_job", &import_kineto_job, py::arg("inputs"), py::arg("step"),
         py::arg("ranks"), py::call_guard<py::gil_scoped_release>());
   bind_job_simulation(m);

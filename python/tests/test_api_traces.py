@@ -66,6 +66,24 @@ def test_zoo_precision_is_the_cli_precision(tmp_path):
                                          "--precision", precision, "-o", tmp_path / "x.json")
 
 
+def test_zoo_data_parallel_is_the_cli_job(tmp_path):
+    """memplan.zoo(..., fsdp=N) is `memplan zoo ... --fsdp N`: a Job of rank 0's step."""
+    path = tmp_path / "job.json"
+    job = memplan.zoo("gpt", "a100-40gb", batch=2, layers=2, seq=64, optimizer="adam", fsdp=8,
+                      fsdp_strategy="shard-grad-op", network="ib-ndr")
+    status, _, err = run_cli("zoo", "gpt", "--device", "a100-40gb", "--batch", 2, "--layers", 2,
+                             "--seq", 64, "--optimizer", "adam", "--fsdp", 8, "--fsdp-strategy",
+                             "shard-grad-op", "--network", "ib-ndr", "-o", path)
+    assert status == 0, err
+    assert isinstance(job, memplan.Job) and job.world_size == 8
+    assert job.to_json() == path.read_text()
+    with pytest.raises(memplan.InputError) as e:
+        memplan.zoo("gpt", "a100-40gb", batch=2, layers=2, seq=64, fsdp_prefetch=2)
+    assert str(e.value) == cli_error("zoo", "gpt", "--device", "a100-40gb", "--batch", 2,
+                                     "--layers", 2, "--seq", 64, "--fsdp-prefetch", 2,
+                                     "-o", tmp_path / "x.json")
+
+
 def test_info_is_memplan_info():
     info = memplan.info(TRACES / "resnet_tiny.json")
     assert info.data == cli_json("info", TRACES / "resnet_tiny.json")
