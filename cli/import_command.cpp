@@ -20,7 +20,6 @@
 #include "importers/kineto/kineto_job.hpp"
 #include "importers/kineto/kineto_trace.hpp"
 #include "importers/kineto/recorded_step.hpp"
-#include "importers/snapshot/memory_snapshot.hpp"
 #include "importers/snapshot/snapshot_allocations.hpp"
 #include "io/output_file.hpp"
 #include "io/trace_io.hpp"
@@ -38,7 +37,7 @@ struct Options {
   bool whole = false;
   std::string output;
   bool json = false;
-  std::string snapshot;
+  std::vector<std::string> snapshots;  // one per rank, in rank order
   std::int64_t snapshot_device = -1;
 };
 
@@ -320,22 +319,6 @@ importers::ImportOptions import_options(const Options& o) {
   return import_options;
 }
 
-// --snapshot: the snapshot's allocations, at the times of the one trace they give sizes to.
-importers::AllocationHistory snapshot_sizes(const Options& o,
-                                            const std::vector<importers::KinetoTrace>& traces) {
-  if (traces.size() != 1) {
-    throw sim::InputError("--snapshot",
-                          fmt::format("gives sizes to the step of one trace; the input holds {} "
-                                      "ranks",
-                                      traces.size()));
-  }
-  const auto snapshot = importers::read_memory_snapshot(o.snapshot);
-  return importers::snapshot_allocation_history(
-      snapshot,
-      o.snapshot_device >= 0 ? std::optional<std::int64_t>(o.snapshot_device) : std::nullopt,
-      traces.front().base_time_ns.value_or(0), o.snapshot);
-}
-
 void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) {
   auto* kineto = cmd.add_subcommand(
       "kineto",
@@ -359,9 +342,12 @@ void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) 
                      "the step is START:END from the trace's first event, e.g. 10ms:86ms");
   kineto->add_flag("--whole", options->whole, "the step is the whole trace");
   kineto->add_flag("--json", options->json, "print one JSON object");
-  kineto->add_option("--snapshot", options->snapshot,
-                     "a CUDA memory snapshot of the same run (torch.cuda.memory._dump_snapshot): "
-                     "its allocations give sizes to a step recorded without shapes");
+  kineto
+      ->add_option("--snapshot", options->snapshots,
+                   "a CUDA memory snapshot of the same run (torch.cuda.memory._dump_snapshot), "
+                   "one per rank in rank order (repeat the flag): its allocations give sizes to a "
+                   "step recorded without shapes")
+      ->allow_extra_args(false);
   kineto
       ->add_option("--snapshot-device", options->snapshot_device,
                    "the snapshot's device that ran the step (default: the one with events)")
@@ -369,8 +355,8 @@ void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) 
   kineto->callback([options] {
     std::vector<sim::InputFile> read;
     for (const std::string& file : options->files) read.push_back({file, "FILE"});
-    if (!options->snapshot.empty()) read.push_back({options->snapshot, "--snapshot"});
-    if (options->snapshot_device >= 0 && options->snapshot.empty()) {
+    for (const std::string& s : options->snapshots) read.push_back({s, "--snapshot"});
+    if (options->snapshot_device >= 0 && options->snapshots.empty()) {
       throw sim::InputError("--snapshot-device",
                             "names a device of --snapshot, which is not given");
     }
@@ -379,9 +365,16 @@ void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) 
     const std::vector<std::filesystem::path> inputs(options->files.begin(), options->files.end());
     const std::vector<importers::KinetoTrace> traces =
         importers::read_kineto_job(inputs, options->ranks);
-    importers::ImportOptions import = import_options(*options);
-    if (!options->snapshot.empty()) import.allocations = snapshot_sizes(*options, traces);
-    const importers::JobImportResult result = importers::import_kineto_job(traces, import);
+    const std::vector<importers::AllocationHistory> allocations =
+        options->snapshots.empty() ? std::vector<importers::AllocationHistory>()
+                                   : importers::read_snapshot_allocation_histories(
+                                         {options->snapshots.begin(), options->snapshots.end()},
+                                         options->snapshot_device >= 0
+                                             ? std::optional<std::int64_t>(options->snapshot_device)
+                                             : std::nullopt,
+                                         importers::time_zeros(traces));
+    const importers::JobImportResult result =
+        importers::import_kineto_job(traces, import_options(*options), allocations);
     sim::write_output(options->output, sim::write_job(result.job));
     print_report(report, result, traces, *options);
   });

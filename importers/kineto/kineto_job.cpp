@@ -214,8 +214,14 @@ std::vector<KinetoTrace> read_kineto_job(const std::vector<fs::path>& inputs,
 }
 
 JobImportResult import_kineto_job(const std::vector<KinetoTrace>& traces,
-                                  const ImportOptions& options) {
+                                  const ImportOptions& options,
+                                  const std::vector<AllocationHistory>& allocations) {
   if (traces.empty()) throw sim::InputError("import", "no rank to import");
+  if (!allocations.empty() && allocations.size() != traces.size()) {
+    throw sim::InputError("--snapshot", fmt::format("{} snapshots for {} ranks: give one per rank, "
+                                                    "in rank order",
+                                                    allocations.size(), traces.size()));
+  }
   check_ranks(traces);
   for (std::size_t i = 1; i < traces.size(); ++i) {
     if (traces[i].distributed->rank < traces[i - 1].distributed->rank)
@@ -227,7 +233,9 @@ JobImportResult import_kineto_job(const std::vector<KinetoTrace>& traces,
   std::string reason;
   if (default_step) each.step = job_step(traces, reason);
   JobImportResult result;
-  for (const KinetoTrace& t : traces) {
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    const KinetoTrace& t = traces[i];
+    if (!allocations.empty()) each.allocations = allocations[i];
     ImportResult r = import_kineto(t, each, trace_label(t));
     if (default_step) {
       r.report.step_was_chosen = true;

@@ -36,8 +36,11 @@ struct JobImportResult {
 /// each collective's duration becomes its transfer time (Note [Transfer and wait]); the reports
 /// say how much of each rank's recorded time was waiting. Throws InputError when no step is
 /// complete on every rank, or when a rank lacks a collective its group's other ranks ran.
+/// `allocations`: none, or one per rank in `traces`' order (each rank's memory snapshot), given
+/// to that rank's step as ImportOptions::allocations; InputError when their count is another.
 JobImportResult import_kineto_job(const std::vector<KinetoTrace>& traces,
-                                  const ImportOptions& options = {});
+                                  const ImportOptions& options = {},
+                                  const std::vector<AllocationHistory>& allocations = {});
 
 /// read_kineto_job, then import_kineto_job.
 JobImportResult import_kineto_job(const std::vector<std::filesystem::path>& inputs,

@@ -383,6 +383,13 @@ std::vector<KinetoTrace> parse_kineto_ranks(std::string_view text, std::string_v
   return read_ranks(input);
 }
 
+std::vector<sim::Nanoseconds> time_zeros(const std::vector<KinetoTrace>& traces) {
+  std::vector<sim::Nanoseconds> zeros;
+  zeros.reserve(traces.size());
+  for (const KinetoTrace& t : traces) zeros.push_back(t.base_time_ns.value_or(0));
+  return zeros;
+}
+
 KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source) {
   return one_rank(parse_kineto_ranks(text, source), source);
 }

@@ -157,6 +157,10 @@ struct KinetoTrace {
   bool rank_known = false;
 };
 
+/// The Unix time, in nanoseconds, of each trace's time 0 (its base_time_ns, else 0: a trace that
+/// counts from the epoch), in order: the clocks memory snapshots of the same ranks are put on.
+std::vector<sim::Nanoseconds> time_zeros(const std::vector<KinetoTrace>& traces);
+
 /// Parses the text of a trace of one rank (already decompressed). Throws InputError naming
 /// `source`, also when the file holds several ranks (parse_kineto_ranks reads those).
 KinetoTrace parse_kineto_trace(std::string_view text, std::string_view source);

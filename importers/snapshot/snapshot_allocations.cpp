@@ -91,4 +91,20 @@ AllocationHistory snapshot_allocation_history(const MemorySnapshot& snapshot,
   return history;
 }
 
+std::vector<AllocationHistory> read_snapshot_allocation_histories(
+    const std::vector<std::filesystem::path>& snapshots, std::optional<std::int64_t> device,
+    const std::vector<sim::Nanoseconds>& trace_zero_ns) {
+  if (snapshots.size() != trace_zero_ns.size()) {
+    throw sim::InputError("--snapshot",
+                          fmt::format("{} snapshots for {} ranks: give one per rank, in rank order",
+                                      snapshots.size(), trace_zero_ns.size()));
+  }
+  std::vector<AllocationHistory> histories;
+  for (std::size_t i = 0; i < snapshots.size(); ++i) {
+    histories.push_back(snapshot_allocation_history(read_memory_snapshot(snapshots[i]), device,
+                                                    trace_zero_ns[i], snapshots[i].string()));
+  }
+  return histories;
+}
+
 }  // namespace memplan::importers

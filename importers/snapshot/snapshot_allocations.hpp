@@ -11,8 +11,10 @@
 // allocated at the dump that no event allocated was held since before it. Times: `time_us` is
 // microseconds since the Unix epoch, moved to the trace's time base by its baseTimeNanoseconds.
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "importers/allocation_history.hpp"
 #include "importers/snapshot/memory_snapshot.hpp"
@@ -28,5 +30,12 @@ AllocationHistory snapshot_allocation_history(const MemorySnapshot& snapshot,
                                               std::optional<std::int64_t> device,
                                               sim::Nanoseconds trace_zero_ns,
                                               const std::string& source);
+
+/// snapshot_allocation_history of each file in `snapshots` (read_memory_snapshot), the i-th on
+/// the clock of the trace whose time 0 is `trace_zero_ns[i]`: one per rank of a job, in rank
+/// order. Throws InputError ("--snapshot") when the counts differ, and as the two it calls.
+std::vector<AllocationHistory> read_snapshot_allocation_histories(
+    const std::vector<std::filesystem::path>& snapshots, std::optional<std::int64_t> device,
+    const std::vector<sim::Nanoseconds>& trace_zero_ns);
 
 }  // namespace memplan::importers

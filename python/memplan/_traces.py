@@ -314,14 +314,16 @@ def import_snapshot(path, trace=None):
     return Snapshot(json.loads(data), text)
 
 
-def import_kineto_job(paths, step=None, ranks=None):
+def import_kineto_job(paths, step=None, ranks=None, snapshots=None, snapshot_device=None):
     """A Job from the PyTorch profiler (Kineto) traces of a job's ranks (`memplan import kineto`):
     `paths` is a file, a folder of .json/.json.gz files, or a list of them; a merged file holds
     several ranks. `step`: the N of ProfilerStep#N on every rank (default: one that stands for the
     steady state, the same on every rank); `ranks`: each trace's global rank, in the order read,
-    for files that record none."""
+    for files that record none; `snapshots`: a memory snapshot of each rank, in rank order, whose
+    allocations give sizes to steps recorded without shapes (`--snapshot`, repeated)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
-    return Job(_core.import_kineto_job(paths, step, [int(r) for r in ranks or []]),
+    return Job(_core.import_kineto_job(paths, step, [int(r) for r in ranks or []],
+                                       [os.fspath(s) for s in snapshots or []], snapshot_device),
                ", ".join(paths))

@@ -14,6 +14,7 @@
 
 #include "core/check.hpp"
 #include "importers/kineto/kineto_job.hpp"
+#include "importers/snapshot/snapshot_allocations.hpp"
 #include "io/job_report.hpp"
 #include "io/plan_io.hpp"
 #include "io/trace_io.hpp"
@@ -43,10 +44,18 @@ std::vector<WorkloadPtr> job_ranks(const JobPtr& job) {
 }
 
 JobPtr import_kineto_job(const std::vector<std::filesystem::path>& inputs,
-                         std::optional<std::int64_t> step, const std::vector<std::int32_t>& ranks) {
+                         std::optional<std::int64_t> step, const std::vector<std::int32_t>& ranks,
+                         const std::vector<std::filesystem::path>& snapshots,
+                         std::optional<std::int64_t> snapshot_device) {
   importers::ImportOptions options;
   if (step) options.step = *step;
-  return share(importers::import_kineto_job(inputs, options, ranks).job);
+  const std::vector<importers::KinetoTrace> traces = importers::read_kineto_job(inputs, ranks);
+  std::vector<importers::AllocationHistory> allocations;
+  if (!snapshots.empty()) {
+    allocations = importers::read_snapshot_allocation_histories(snapshots, snapshot_device,
+                                                                importers::time_zeros(traces));
+  }
+  return share(importers::import_kineto_job(traces, options, allocations).job);
 }
 
 // As `memplan zoo ... --data-parallel N | --fsdp N`: rank 0's step of the zoo's `step` on
@@ -205,7 +214,8 @@ void bind_jobs(py::module_& m) {
   m.def("zoo_data_parallel_job", &zoo_data_parallel_job, py::arg("step"), py::arg("device"),
         py::arg("request"), py::call_guard<py::gil_scoped_release>());
   m.def("import_kineto_job", &import_kineto_job, py::arg("inputs"), py::arg("step"),
-        py::arg("ranks"), py::call_guard<py::gil_scoped_release>());
+        py::arg("ranks"), py::arg("snapshots"), py::arg("snapshot_device"),
+        py::call_guard<py::gil_scoped_release>());
   bind_job_simulation(m);
   bind_job_studies(m);
 }

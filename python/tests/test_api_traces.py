@@ -159,6 +159,8 @@ def test_import_kineto_with_a_snapshot_is_the_cli_import(tmp_path):
     assert trace.to_json() == (tmp_path / "t.json").read_text()
     assert trace.info().tensors > 0
     assert memplan.import_kineto(bare).info().tensors == 0
+    # A job's import takes one snapshot per rank (here, one rank).
+    assert memplan.import_kineto_job(bare, snapshots=[snapshot]).to_json() == trace.to_json()
     with pytest.raises(memplan.InputError, match="device 2 has no allocator events"):
         memplan.import_kineto(bare, snapshot=snapshot, snapshot_device=2)
 

@@ -365,5 +365,13 @@ TEST_CASE("memplan import kineto --snapshot gives sizes to a trace recorded with
   check_one_line_error(
       run_memplan(fmt::format("import kineto '{}' --snapshot-device 0 -o '{}'", bare, out)),
       "names a device of --snapshot, which is not given");
+  // A job takes one snapshot per rank, in rank order.
+  memplan::test::SyntheticRank rank;
+  const std::string r0 = write_temp("r0.json", memplan::test::synthetic_rank(rank).dump());
+  rank.rank = 1;
+  const std::string r1 = write_temp("r1.json", memplan::test::synthetic_rank(rank).dump());
+  check_one_line_error(run_memplan(fmt::format("import kineto '{}' '{}' --snapshot '{}' -o '{}'",
+                                               r0, r1, snapshot, out)),
+                       "1 snapshots for 2 ranks: give one per rank, in rank order");
   CHECK_FALSE(std::filesystem::exists(out));
 }

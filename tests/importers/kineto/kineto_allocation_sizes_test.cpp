@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -14,17 +15,20 @@
 #include "core/liveness.hpp"
 #include "core/plan.hpp"
 #include "importers/kineto/kineto_importer.hpp"
+#include "importers/kineto/kineto_job.hpp"
 #include "importers/kineto/kineto_trace.hpp"
 #include "importers/snapshot/memory_snapshot.hpp"
 #include "importers/snapshot/snapshot_allocations.hpp"
 #include "io/json_reader.hpp"
 #include "tests/importers/kineto/synthetic_kineto.hpp"
+#include "tests/importers/kineto/synthetic_ranks.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::importers::AllocationHistory;
 using memplan::importers::ImportOptions;
 using memplan::importers::MemorySnapshot;
 using memplan::importers::SnapshotEvent;
+namespace sim = memplan::sim;
 using memplan::sim::TensorKind;
 using memplan::sim::Workload;
 using nlohmann::json;
@@ -289,4 +293,39 @@ TEST_CASE("the H200 steps without their shapes: the in-core peak is the recorded
     const auto b = *from_snapshot.report.allocations_peak_bytes;
     CHECK(std::max(a, b) - std::min(a, b) <= a / 200);
   }
+}
+
+TEST_CASE("each rank of a job without shapes takes its sizes from its own snapshot",
+          "[importers][kineto][allocations]") {
+  // Two ranks of the synthetic DDP step, shapes and [memory] events taken out; rank r's history
+  // holds one allocation made in its step's first op and never freed, of 1000 * (r + 1) bytes.
+  std::vector<memplan::importers::KinetoTrace> traces;
+  std::vector<AllocationHistory> histories;
+  for (int r = 0; r < 2; ++r) {
+    memplan::test::SyntheticRank options;
+    options.rank = r;
+    options.memory = false;
+    json doc = memplan::test::synthetic_rank(options);
+    strip_shapes(doc);
+    traces.push_back(memplan::importers::parse_kineto_trace(doc.dump(), "rank.json"));
+    AllocationHistory h;
+    h.source = fmt::format("snapshot of rank {}", r);
+    h.allocations.push_back(
+        {1, 0x10, 1000 * (r + 1),
+         static_cast<sim::Nanoseconds>(start_of(doc, "aten::conv2d") * 1000) + 1, std::nullopt,
+         ""});
+    histories.push_back(h);
+  }
+  const auto job = memplan::importers::import_kineto_job(traces, {}, histories);
+  REQUIRE(job.job.ranks.size() == 2);
+  for (int r = 0; r < 2; ++r) {
+    const auto& w = job.job.ranks[static_cast<std::size_t>(r)];
+    CHECK(job.reports[static_cast<std::size_t>(r)].sizes_from ==
+          fmt::format("snapshot of rank {}", r));
+    REQUIRE(w.tensors.size() == 1);
+    CHECK(w.tensors[0].bytes == 1000 * (r + 1));
+  }
+  histories.pop_back();
+  CHECK_THROWS_WITH(memplan::importers::import_kineto_job(traces, {}, histories),
+                    Catch::Contains("1 snapshots for 2 ranks: give one per rank, in rank order"));
 }
