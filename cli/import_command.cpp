@@ -356,23 +356,17 @@ void add_kineto_command(CLI::App& cmd, const std::shared_ptr<Options>& options) 
     std::vector<sim::InputFile> read;
     for (const std::string& file : options->files) read.push_back({file, "FILE"});
     for (const std::string& s : options->snapshots) read.push_back({s, "--snapshot"});
-    if (options->snapshot_device >= 0 && options->snapshots.empty()) {
-      throw sim::InputError("--snapshot-device",
-                            "names a device of --snapshot, which is not given");
-    }
     sim::check_outputs({{options->output, "-o"}}, read);
     std::FILE* report = sim::report_stream({options->output});
     const std::vector<std::filesystem::path> inputs(options->files.begin(), options->files.end());
     const std::vector<importers::KinetoTrace> traces =
         importers::read_kineto_job(inputs, options->ranks);
     const std::vector<importers::AllocationHistory> allocations =
-        options->snapshots.empty() ? std::vector<importers::AllocationHistory>()
-                                   : importers::read_snapshot_allocation_histories(
-                                         {options->snapshots.begin(), options->snapshots.end()},
-                                         options->snapshot_device >= 0
-                                             ? std::optional<std::int64_t>(options->snapshot_device)
-                                             : std::nullopt,
-                                         importers::time_zeros(traces));
+        importers::read_snapshot_allocation_histories(
+            {options->snapshots.begin(), options->snapshots.end()},
+            options->snapshot_device >= 0 ? std::optional<std::int64_t>(options->snapshot_device)
+                                          : std::nullopt,
+            importers::time_zeros(traces));
     const importers::JobImportResult result =
         importers::import_kineto_job(traces, import_options(*options), allocations);
     sim::write_output(options->output, sim::write_job(result.job));

@@ -272,12 +272,11 @@ Bytes shard_of(Bytes bytes, std::int32_t n) {
   return (bytes + n - 1) / n;
 }
 
-// The ops (indices) that read tensor `t`, in order.
-std::vector<std::size_t> readers(const sim::Workload& w, TensorId t) {
-  std::vector<std::size_t> out;
+// Per tensor, the ops (indices) that read it, in order: one pass over the ops.
+std::vector<std::vector<std::size_t>> readers(const sim::Workload& w) {
+  std::vector<std::vector<std::size_t>> out(w.tensors.size());
   for (std::size_t i = 0; i < w.ops.size(); ++i) {
-    const auto& in = w.ops[i].inputs;
-    if (std::find(in.begin(), in.end(), t) != in.end()) out.push_back(i);
+    for (TensorId t : w.ops[i].inputs) out[index(t)].push_back(i);
   }
   return out;
 }
@@ -286,8 +285,9 @@ void add_ddp(const sim::Workload& w, const DataParallel& dp,
              const std::vector<Trainable>& trainable, Rewriter& r) {
   // Reverse order of first use: the order backward writes the gradients.
   std::vector<std::pair<std::size_t, const Trainable*>> by_use;
+  const auto read_by = readers(w);
   for (const Trainable& t : trainable) {
-    const auto use = readers(w, t.param);
+    const auto& use = read_by[index(t.param)];
     by_use.emplace_back(use.empty() ? w.ops.size() : use.front(), &t);
   }
   std::stable_sort(by_use.begin(), by_use.end(),
@@ -330,12 +330,13 @@ struct Unit {
 // them (each with its ops sorted).
 std::vector<Unit> fsdp_units(const sim::Workload& w, const std::vector<Trainable>& trainable) {
   std::map<std::string, Unit> by_name;
+  const auto read_by = readers(w);
   for (const Trainable& t : trainable) {
     Unit& u = by_name[fsdp_unit(w.tensor(t.param).name)];
     u.members.push_back(&t);
     u.bytes += w.tensor(t.param).bytes;
     u.last_grad = std::max(u.last_grad, index(w.tensor(t.grad).producer));
-    for (std::size_t i : readers(w, t.param)) {
+    for (std::size_t i : read_by[index(t.param)]) {
       if (w.ops[i].phase == Phase::kForward) u.forward_ops.push_back(i);
       if (w.ops[i].phase == Phase::kBackward) u.backward_ops.push_back(i);
     }

@@ -94,6 +94,13 @@ AllocationHistory snapshot_allocation_history(const MemorySnapshot& snapshot,
 std::vector<AllocationHistory> read_snapshot_allocation_histories(
     const std::vector<std::filesystem::path>& snapshots, std::optional<std::int64_t> device,
     const std::vector<sim::Nanoseconds>& trace_zero_ns) {
+  if (snapshots.empty()) {
+    if (device) {
+      throw sim::InputError("--snapshot-device",
+                            "names a device of --snapshot, which is not given");
+    }
+    return {};
+  }
   if (snapshots.size() != trace_zero_ns.size()) {
     throw sim::InputError("--snapshot",
                           fmt::format("{} snapshots for {} ranks: give one per rank, in rank order",

@@ -33,7 +33,8 @@ AllocationHistory snapshot_allocation_history(const MemorySnapshot& snapshot,
 
 /// snapshot_allocation_history of each file in `snapshots` (read_memory_snapshot), the i-th on
 /// the clock of the trace whose time 0 is `trace_zero_ns[i]`: one per rank of a job, in rank
-/// order. Throws InputError ("--snapshot") when the counts differ, and as the two it calls.
+/// order; none for no file. Throws InputError ("--snapshot") when the counts differ,
+/// ("--snapshot-device") for a device named without a snapshot, and as the two it calls.
 std::vector<AllocationHistory> read_snapshot_allocation_histories(
     const std::vector<std::filesystem::path>& snapshots, std::optional<std::int64_t> device,
     const std::vector<sim::Nanoseconds>& trace_zero_ns);

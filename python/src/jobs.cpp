@@ -50,12 +50,11 @@ JobPtr import_kineto_job(const std::vector<std::filesystem::path>& inputs,
   importers::ImportOptions options;
   if (step) options.step = *step;
   const std::vector<importers::KinetoTrace> traces = importers::read_kineto_job(inputs, ranks);
-  std::vector<importers::AllocationHistory> allocations;
-  if (!snapshots.empty()) {
-    allocations = importers::read_snapshot_allocation_histories(snapshots, snapshot_device,
-                                                                importers::time_zeros(traces));
-  }
-  return share(importers::import_kineto_job(traces, options, allocations).job);
+  return share(
+      importers::import_kineto_job(traces, options,
+                                   importers::read_snapshot_allocation_histories(
+                                       snapshots, snapshot_device, importers::time_zeros(traces)))
+          .job);
 }
 
 // As `memplan zoo ... --data-parallel N | --fsdp N`: rank 0's step of the zoo's `step` on

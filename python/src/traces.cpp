@@ -13,12 +13,10 @@
 #include <pybind11/stl/filesystem.h>
 
 #include "core/feature_maps.hpp"
-#include "core/input_error.hpp"
 #include "core/liveness.hpp"
 #include "core/plan.hpp"
 #include "importers/kineto/kineto_importer.hpp"
 #include "importers/kineto/kineto_trace.hpp"
-#include "importers/snapshot/memory_snapshot.hpp"
 #include "importers/snapshot/snapshot_allocations.hpp"
 #include "importers/snapshot/snapshot_report.hpp"
 #include "io/trace_io.hpp"
@@ -58,13 +56,12 @@ WorkloadPtr import_kineto(const std::filesystem::path& path, std::optional<std::
   const importers::KinetoTrace trace = importers::read_kineto_trace(path.string());
   importers::ImportOptions options;
   if (step) options.step = *step;
-  if (snapshot) {
-    options.allocations = importers::snapshot_allocation_history(
-        importers::read_memory_snapshot(*snapshot), snapshot_device, trace.base_time_ns.value_or(0),
-        snapshot->string());
-  } else if (snapshot_device) {
-    throw sim::InputError("snapshot_device", "names a device of snapshot, which is not given");
-  }
+  std::vector<importers::AllocationHistory> allocations =
+      importers::read_snapshot_allocation_histories(
+          snapshot ? std::vector<std::filesystem::path>{*snapshot}
+                   : std::vector<std::filesystem::path>(),
+          snapshot_device, importers::time_zeros({trace}));
+  if (!allocations.empty()) options.allocations = std::move(allocations.front());
   return share(importers::import_kineto(trace, options, path.filename().string()).workload);
 }
 
