@@ -196,7 +196,9 @@ std::string decision_problem(const Decision& d, const FeatureMap& map, const Wor
   }
   if (d.per_use && d.action != Action::kRecompute) return "per_use is for recomputed maps only";
   if (d.prefetch_before != kNoOp) {
-    if (d.action != Action::kSwap) return "prefetch_before is for swapped maps only";
+    if (d.action != Action::kSwap && d.action != Action::kRecompute)
+      return "prefetch_before is for swapped and recomputed maps only";
+    if (d.per_use) return "a map recomputed per use has no issue point (prefetch_before)";
     const OpId last_forward = last_forward_use(map, w);
     const OpId first_backward = map.backward_uses.front();
     if (d.prefetch_before <= last_forward || d.prefetch_before > first_backward) {
@@ -236,9 +238,9 @@ std::vector<bool> regenerable_tensors(const Workload& workload) {
   std::vector<bool> regenerable(workload.tensors.size(), false);
   for (const Tensor& t : workload.tensors) regenerable[index(t.id)] = is_preexisting(t.kind);
   for (const Op& op : workload.ops) {
-    // A recompute runs on the compute stream: an op of another stream (a collective, which every
-    // rank of its group would have to call again) is never re-run.
-    bool ok = op.phase == Phase::kForward && op.stream == 0;
+    // An op of another stream is re-run on its stream, a collective by every rank of its group
+    // alike (Note [Issue point of a recomputation] in core/plan.hpp).
+    bool ok = op.phase == Phase::kForward;
     for (TensorId in : op.inputs) ok = ok && regenerable[index(in)];
     for (TensorId out : op.outputs) regenerable[index(out)] = ok;
   }
@@ -629,8 +631,8 @@ void validate_plan(const Plan& plan, const Workload& workload, std::string_view 
       throw InputError(
           fmt::format("{}: $.maps[{}]", source, i),
           fmt::format("tensor '{}' cannot be recomputed: its producer reads, directly or "
-                      "through other forward ops, a tensor that no forward op of the compute "
-                      "stream writes (collectives and side-stream ops are not re-run)",
+                      "through other forward ops, a tensor that no forward op writes and that "
+                      "does not exist before the step",
                       workload.tensor(d.tensor).name));
     }
   }

@@ -153,6 +153,9 @@ struct Program {
   /// (the workload's Distributed; rank 0 of 1 for a single-GPU step): the engine prices each
   /// through the Machine's interconnect.
   std::vector<Collective> collectives;
+  /// How many of `collectives` are the workload's own, in its order; those after them are a
+  /// plan's re-runs (Note [Re-running a side-stream op] in sim/lowering.cpp).
+  std::size_t workload_collectives = 0;
   std::int32_t rank = 0;
   std::int32_t world_size = 1;
 

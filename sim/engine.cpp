@@ -26,8 +26,9 @@ class Engine::Clock {
       now_ = options.stream_ready_ns;
     }
     MEMPLAN_CHECK(options.collective_ready_ns.empty() ||
-                      options.collective_ready_ns.size() == program.collectives.size(),
-                  "a ready time is given for every collective of the program or for none");
+                      (options.collective_ready_ns.size() >= program.workload_collectives &&
+                       options.collective_ready_ns.size() <= program.collectives.size()),
+                  "a ready time is given for every collective of the workload or for none");
     tl_.collectives.assign(program.collectives.size(), {});
   }
 
@@ -157,7 +158,7 @@ class Engine::Clock {
     const std::size_t c = in.collective();
     CollectiveTiming& timing = tl_.collectives[c];
     timing.arrival_ns = t;
-    if (!options_.collective_ready_ns.empty()) t = std::max(t, options_.collective_ready_ns[c]);
+    if (c < options_.collective_ready_ns.size()) t = std::max(t, options_.collective_ready_ns[c]);
     const Nanoseconds duration = machine_.collective_ns(program_.collectives[c], in.duration_ns,
                                                         program_.rank, program_.world_size);
     timing.start_ns = t;

@@ -69,7 +69,8 @@ struct EngineOptions {
   /// empty: every stream is idle at the start.
   std::vector<Nanoseconds> stream_ready_ns;
   /// Per Program::collectives entry: the earliest it may start (Note [Collective start]); empty:
-  /// each starts on arrival.
+  /// each starts on arrival. Given for the workload's collectives at least; a plan's re-runs past
+  /// its end (Program::workload_collectives) start on arrival, their peers alike.
   std::vector<Nanoseconds> collective_ready_ns;
 
   /// Totals only: no spans, memory curve or stall list (a search's runs).

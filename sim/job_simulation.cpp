@@ -206,6 +206,8 @@ std::vector<Nanoseconds> peer_ready_ns(const std::vector<const Program*>& progra
     }
     if (own < ready.size()) ready[own] = std::max<Nanoseconds>(0, latest - timeline.start_ns[rank]);
   }
+  // A plan's re-runs are its own: another plan of the rank re-runs others, their peers alike.
+  ready.resize(programs[rank]->workload_collectives);
   return ready;
 }
 

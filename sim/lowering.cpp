@@ -63,6 +63,12 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
     if (op.collective) {
       collective = static_cast<std::int32_t>(collectives_.size());
       collectives_.push_back(*op.collective);
+      const Collective& c = *op.collective;
+      auto group = std::find_if(first_rerun_sequence_.begin(), first_rerun_sequence_.end(),
+                                [&](const auto& g) { return g.first == c.group; });
+      if (group == first_rerun_sequence_.end())
+        group = first_rerun_sequence_.insert(group, {c.group, 0});
+      group->second = std::max(group->second, c.sequence + 1);
     }
     op_.push_back({op.duration_ns, op.workspace_bytes, op.phase, op.stream, collective});
     if (op.stream != 0) {
@@ -150,6 +156,7 @@ void Lowerer::start_program(const Plan& plan) {
   }
   out.host_slots.clear();
   out.collectives = collectives_;
+  out.workload_collectives = collectives_.size();
   out.rank = w_.distributed ? w_.distributed->rank : 0;
   out.world_size = w_.distributed ? w_.distributed->world_size : 1;
   out.op_compute_ns = op_compute_ns_;
@@ -172,6 +179,8 @@ void Lowerer::start_program(const Plan& plan) {
   body_.clear();
   last_ref_.clear();
   side_use_.clear();
+  side_runs_.clear();
+  next_sequence_ = first_rerun_sequence_;
   operand_stack_.clear();
 }
 
@@ -195,6 +204,8 @@ void Lowerer::plan_drop_points(const Plan& plan) {
       prefetches_.emplace_back(
           d.prefetch_before != kNoOp ? d.prefetch_before : map.default_prefetch, d.tensor);
       if (d.release_before != kNoOp) releases_.emplace_back(d.release_before, d.tensor);
+    } else if (d.action == Action::kRecompute && d.prefetch_before != kNoOp) {
+      prefetches_.emplace_back(d.prefetch_before, d.tensor);  // Note [Issue point of a recomp...]
     }
   }
   forward_drop_at_.build(w_.ops.size(), entries_);
@@ -224,7 +235,13 @@ void Lowerer::lower_op(const Plan& plan, OpId op) {
     release(release_at_.items[at(k)], op);
   for (auto k = prefetch_at_.begin[i]; k < prefetch_at_.begin[i + 1]; ++k) {
     const TensorId t = prefetch_at_.items[at(k)];
-    if (state_[index(t)].loc == kNoBuffer) issue_prefetch(t, op);
+    if (state_[index(t)].loc != kNoBuffer) continue;
+    const Decision* d = state_[index(t)].decision;
+    if (d != nullptr && d->action == Action::kRecompute) {
+      regenerate(t);
+    } else {
+      issue_prefetch(t, op);
+    }
   }
   regenerated_.clear();
   if (plan.host_update && op_[i].phase == Phase::kUpdate) {
@@ -263,7 +280,7 @@ BufferId Lowerer::new_buffer(const Buffer& buffer, OpId for_op) {
   const BufferId b = buffer_id(program_->buffers.size());
   program_->buffers.push_back(buffer);
   last_ref_.push_back(emit({InstrKind::kAlloc, for_op, b, -1, 0, 0, 0}));
-  if (!side_ops_.empty()) side_use_.push_back(kNoEvent);
+  if (!side_ops_.empty()) side_use_.push_back(-1);
   return b;
 }
 
@@ -409,8 +426,8 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
         op);
     operand_stack_.push_back(ws);
   }
-  if (kind == InstrKind::kRun && side(op)) {
-    emit_side_op(op, base);
+  if (side(op)) {
+    emit_side_op(op, base, kind == InstrKind::kRecompute);
     return;
   }
   if (!side_ops_.empty()) wait_for_streams(op, body_);
@@ -427,24 +444,59 @@ void Lowerer::finish_op(OpId op, InstrKind kind, std::size_t base) {
 // operand stack above `base`: the compute stream marks where it is issued (its buffers' frees come
 // after that mark, and wait for the op's end); the side stream waits for that mark, for the other
 // streams' ops it depends on, runs the op and records its end.
-void Lowerer::emit_side_op(OpId op, std::size_t base) {
+//
+// Note [Re-running a side-stream op]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A recomputation of a map that an op of another stream wrote runs that op again on its stream
+// (`rerun`): FSDP gathering a unit's parameters again for backward is the all-gather re-run. The
+// re-run has events of its own, made as it is emitted, and a collective re-run is a call of its
+// own (a Program::collectives entry): its sequence number follows the workload's last of its
+// group and the re-runs before it, so the ranks of a job that share a plan number their re-runs
+// alike and the job's simulation matches them (sim/job_simulation.hpp). The compute stream does not
+// wait for it where it is issued: an op that reads what it wrote waits for its end first
+// (make_resident), so a re-run issued ahead of its use (Note [Issue point of a recomputation] in
+// core/plan.hpp) overlaps the compute in between.
+void Lowerer::emit_side_op(OpId op, std::size_t base, bool rerun) {
   const OpInfo& info = op_[index(op)];
   auto& stream = program_->streams[static_cast<std::size_t>(program_stream(info.stream))];
-  const auto issued = emit({InstrKind::kRecord, op, kNoBuffer, value(issue_event(op)), 0, 0, 0});
-  stream.push_back({InstrKind::kWait, op, kNoBuffer, value(issue_event(op)), 0, 0, 0});
+  EventId issue = issue_event(op);
+  EventId end = end_event(op);
+  std::int32_t collective = info.collective;
+  if (rerun) {
+    issue = new_event(WaitCause::kIssue, kNoTensor);
+    end = new_event(WaitCause::kStream, kNoTensor);
+    if (collective >= 0) {
+      Collective call = collectives_[at(collective)];
+      const auto group = std::find_if(next_sequence_.begin(), next_sequence_.end(),
+                                      [&](const auto& g) { return g.first == call.group; });
+      MEMPLAN_CHECK(group != next_sequence_.end(), "a re-run collective's group is known");
+      call.sequence = group->second++;
+      collective = static_cast<std::int32_t>(program_->collectives.size());
+      program_->collectives.push_back(std::move(call));
+    }
+  }
+  const auto run = static_cast<std::int32_t>(side_runs_.size());
+  side_runs_.push_back({op, end, info.stream});
+  const auto issued = emit({InstrKind::kRecord, op, kNoBuffer, value(issue), 0, 0, 0});
+  stream.push_back({InstrKind::kWait, op, kNoBuffer, value(issue), 0, 0, 0});
   wait_for_streams(op, stream);
   const auto begin = static_cast<std::int32_t>(program_->operands.size());
   const auto count = static_cast<std::int32_t>(operand_stack_.size() - base);
   for (std::size_t k = base; k < operand_stack_.size(); ++k) {
     program_->operands.push_back(value(operand_stack_[k]));
     touch(operand_stack_[k], issued);
-    side_use_[index(operand_stack_[k])] = end_event(op);
+    side_use_[index(operand_stack_[k])] = run;
   }
-  const bool collective = info.collective >= 0;
-  stream.push_back({collective ? InstrKind::kCollective : InstrKind::kRun, op, kNoBuffer,
-                    info.collective, begin, count, info.duration_ns});
-  stream.push_back({InstrKind::kRecord, op, kNoBuffer, value(end_event(op)), 0, 0, 0});
+  stream.push_back({collective >= 0 ? InstrKind::kCollective : InstrKind::kRun, op, kNoBuffer,
+                    collective, begin, count, info.duration_ns});
+  stream.push_back({InstrKind::kRecord, op, kNoBuffer, value(end), 0, 0, 0});
   operand_stack_.resize(base);
+  if (!rerun) return;
+  for (auto k = outputs_.begin[index(op)]; k < outputs_.begin[index(op) + 1]; ++k) {
+    TensorState& out = state_[index(outputs_.items[at(k)])];
+    out.in_event = end;  // its readers wait for the re-run (make_resident)
+    out.awaiting_in = 1;
+  }
 }
 
 // Before `op` runs on `stream`: a wait for the end of each op of another device stream that wrote
@@ -686,22 +738,23 @@ void Lowerer::place_side_frees() {
   std::vector<Instruction> out;
   out.reserve(body_.size() + 2 * free_items_.size());
   std::vector<std::size_t> moved(body_.size() + 1);
-  std::vector<std::pair<std::int32_t, BufferId>> pending;  // (side op number, buffer)
-  // Per workload stream: the last side op the compute stream has joined (waited for), or -1.
+  std::vector<std::pair<std::int32_t, BufferId>> pending;  // (side run, buffer)
+  // Per workload stream: the last side run the compute stream has joined (waited for), or -1.
   std::vector<std::int32_t> joined(stream_count_, -1);
-  const auto side_events = static_cast<std::int32_t>(2 * side_ops_.size());
-  auto side_of = [](EventId end) { return (value(end) - 1) / 2; };
-  auto stream_of = [&](std::int32_t side_op) {
-    return static_cast<std::size_t>(op_[index(side_ops_[at(side_op)])].stream);
+  // Per event: the side run whose end it is, or -1.
+  std::vector<std::int32_t> run_ending(program_->events.size(), -1);
+  for (std::size_t r = 0; r < side_runs_.size(); ++r)
+    run_ending[index(side_runs_[r].end)] = static_cast<std::int32_t>(r);
+  auto stream_of = [&](std::int32_t run) {
+    return static_cast<std::size_t>(side_runs_[at(run)].stream);
   };
   for (std::size_t i = 0; i < body_.size(); ++i) {
     moved[i] = out.size();
     const Instruction& in = body_[i];
     out.push_back(in);
-    if (in.kind == InstrKind::kWait && value(in.event()) < side_events &&
-        value(in.event()) % 2 == 1) {
-      // A join: frees of buffers used by this op or an earlier op of its stream go here.
-      const std::int32_t upto = side_of(in.event());
+    if (in.kind == InstrKind::kWait && run_ending[index(in.event())] >= 0) {
+      // A join: frees of buffers used by this run or an earlier run of its stream go here.
+      const std::int32_t upto = run_ending[index(in.event())];
       const std::size_t stream = stream_of(upto);
       joined[stream] = std::max(joined[stream], upto);
       std::erase_if(pending, [&](const std::pair<std::int32_t, BufferId>& p) {
@@ -712,19 +765,19 @@ void Lowerer::place_side_frees() {
     }
     for (std::int32_t k = free_begin_[i]; k < free_begin_[i + 1]; ++k) {
       const BufferId b = free_items_[at(k)];
-      const EventId used = side_use_[index(b)];
-      if (used != kNoEvent && side_of(used) > joined[stream_of(side_of(used))]) {
-        pending.emplace_back(side_of(used), b);  // its side op may still run: wait for a join
+      const std::int32_t used = side_use_[index(b)];
+      if (used >= 0 && used > joined[stream_of(used)]) {
+        pending.emplace_back(used, b);  // its side run may still be going: wait for a join
       } else {
         out.push_back({InstrKind::kFree, in.op, b, -1, 0, 0, 0});
       }
     }
   }
   moved[body_.size()] = out.size();
-  for (const auto& [side_op, b] : pending) {  // never joined: freed at the end of the step
-    const OpId op = side_ops_[at(side_op)];
-    out.push_back({InstrKind::kWait, op, kNoBuffer, value(end_event(op)), 0, 0, 0});
-    out.push_back({InstrKind::kFree, op, b, -1, 0, 0, 0});
+  for (const auto& [run, b] : pending) {  // never joined: freed at the end of the step
+    const SideRun& r = side_runs_[at(run)];
+    out.push_back({InstrKind::kWait, r.op, kNoBuffer, value(r.end), 0, 0, 0});
+    out.push_back({InstrKind::kFree, r.op, b, -1, 0, 0, 0});
   }
   for (std::size_t& i : program_->host.dispatch_at) i = moved[i];
   body_.swap(out);

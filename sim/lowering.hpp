@@ -12,6 +12,7 @@
 // thread does little allocation. Use one Lowerer per thread.
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -97,9 +98,17 @@ class Lowerer {
   std::vector<TensorState> state_;      // per tensor
   std::vector<std::int64_t> last_ref_;  // per buffer: its last reference in body_, or kNeverFreed
   std::vector<Instruction> body_;       // the compute stream being built (its storage, swapped)
-  // Per buffer, only for a workload with side streams: the end event of the last side-stream op
-  // that used it, which its free waits for (kNoEvent: none).
-  std::vector<EventId> side_use_;
+  // Per buffer, only for a workload with side streams: the last side-stream run (an index into
+  // side_runs_) that used it, which its free waits for (-1: none).
+  std::vector<std::int32_t> side_use_;
+  // Each run of a side-stream op, in the order the lowering emits them (the order of each side
+  // stream's list): an op of the workload's, or its re-run by a recomputation.
+  struct SideRun {
+    OpId op;
+    EventId end;          // recorded on its stream when it ends
+    std::int32_t stream;  // the workload's device stream
+  };
+  std::vector<SideRun> side_runs_;
   std::vector<std::int32_t> free_begin_;  // sort_frees()'s
   std::vector<BufferId> free_items_;
 
@@ -123,7 +132,7 @@ class Lowerer {
   void place_preexisting();
   void lower_op(const Plan& plan, OpId op);
   void emit_op(OpId op, InstrKind kind);
-  void emit_side_op(OpId op, std::size_t base);
+  void emit_side_op(OpId op, std::size_t base, bool rerun);
   void wait_for_streams(OpId op, std::vector<Instruction>& stream);
   void finish_op(OpId op, InstrKind kind, std::size_t base);
   BufferId ensure(TensorId t, OpId for_op);
@@ -178,6 +187,9 @@ class Lowerer {
   std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
   std::vector<MapPoints> map_points_;
   std::vector<Collective> collectives_;   // of the workload's collective ops, in issue order
+  // Per process group: the sequence number its first re-run collective takes (one past the
+  // workload's last); next_sequence_ is this plan's.
+  std::vector<std::pair<std::string, std::int64_t>> first_rerun_sequence_, next_sequence_;
   std::vector<std::int32_t> side_index_;  // per op: its number among side-stream ops, or -1
   std::vector<OpId> side_ops_;            // the side-stream ops in issue order
   std::size_t stream_count_ = kFixedStreamCount;  // of every Program

@@ -24,7 +24,9 @@ namespace memplan::search {
 // One exception: a tensor that exists before the step is never dropped by the lowering, so
 // regenerating an evicted map that reads it, later, keeps its buffer alive past the forward pass
 // where the base frees it; a map whose regeneration could read such a tensor (through the
-// producers of the tensors it is made from) is not checked here.
+// producers of the tensors it is made from) is not checked here, nor is one that an op of another
+// stream reads in the forward pass (its free waits for that stream), nor a regeneration issued
+// early, inside the forward pass (Note [Issue point of a recomputation] in core/plan.hpp).
 // tests/search/oracle/evaluator_test.cpp and tests/property/oracle_test.cpp compare the answers
 // Evaluator::fits finds this way with a lowering and a simulation of the evicted plan.
 EvictionCheck::EvictionCheck(const sim::Workload& workload) : workload_(&workload) {}
@@ -102,7 +104,11 @@ bool EvictionCheck::rebase(const sim::Plan& plan, sim::Lowerer& lowerer,
            w.tensor(holder).in_place_of != sim::kNoTensor)
       holder = w.tensor(holder).in_place_of;
     e.buffer = buffer_of[index(holder)];
-    e.unchecked = e.buffer == sim::kNoBuffer;
+    // A buffer a side stream reads is freed at a join of that stream (Lowerer::place_side_frees),
+    // not necessarily after the last forward use.
+    const auto& uses = maps[static_cast<std::size_t>(m)].forward_uses;
+    e.unchecked = e.buffer == sim::kNoBuffer ||
+                  std::any_of(uses.begin(), uses.end(), [&](sim::OpId u) { return w.op(u).stream != 0; });
     e.free_at = after_op[index(last)];
   }
   ready_ = true;
@@ -125,8 +131,9 @@ std::optional<Evaluation> EvictionCheck::check(const sim::Plan& plan,
     if (d.action == sim::Action::kSwap) {
       const sim::OpId at = d.prefetch_before != sim::kNoOp ? d.prefetch_before : e.default_prefetch;
       if (index(at) < forward_ops_) return std::nullopt;
-    } else if (d.action != sim::Action::kRecompute) {
-      return std::nullopt;
+    } else if (d.action != sim::Action::kRecompute ||
+               (d.prefetch_before != sim::kNoOp && index(d.prefetch_before) < forward_ops_)) {
+      return std::nullopt;  // a regeneration issued inside the forward part
     }
     if (e.free_at >= 0) moved.emplace_back(e.free_at, e.buffer);
   }

@@ -246,21 +246,99 @@ TEST_CASE("a 2-rank ring all-reduce under two bandwidths", "[scenario][job]") {
   CHECK(rank_span(recorded, ranks, 0, kSide, "ar") == Interval{2000, 11999});
 }
 
-TEST_CASE("a map written on a side stream is never recomputed", "[scenario][streams]") {
-  // s1 on the side stream writes m, which the backward pass reads: a feature map. Recomputing it
-  // would re-run s1 on the compute stream (a collective every rank would have to call again).
+namespace {
+
+// FSDP's gathered parameters, in small: p (100 B, a parameter shard) is all-gathered by ag on the
+// nccl stream (recorded transfer 500) into w (400 B), which f2 reads in forward and g2 in
+// backward: a feature map an op of another stream writes. f1 writes a (100), f2 y, f3 z (100
+// each); g3 reads z, g2 reads y and w, g1 reads a; each op takes 1000 ns (`g3_ns` for g3) and the
+// backward ops' outputs (100 each) are read by nothing, so each goes right after its op.
+Workload gathered_rank(std::int32_t rank, Nanoseconds g3_ns) {
   WorkloadBuilder b;
   const auto x = b.input("x", 100);
-  const auto m = b.forward("s1", {x}, 100, 1000);
-  const OpId s1 = b.last_op();
-  const auto y = b.forward("f2", {m}, 100, 1000);
-  b.backward("g", {y, m}, 100, 1000);
-  to_side_stream(b.workload(), s1);
-  const Workload w = b.build();
-  CHECK_THROWS_WITH(plan_with(w, {{"s1_out", Action::kRecompute}}),
-                    Catch::Contains("collectives and side-stream ops are not re-run"));
-  const Plan all = recompute_all_plan(w);  // keeps what cannot be recomputed
-  CHECK(all.decisions.front().action == Action::kKeep);
+  const auto p = b.parameter("p", 100);
+  const auto a = b.forward("f1", {x}, 100, 1000);
+  const OpId ag = b.op("ag", "all_gather", Phase::kForward, {p}, {{"w", 400}}, 500);
+  const auto w = b.workload().ops.back().outputs.front();
+  const auto y = b.forward("f2", {a, w}, 100, 1000);
+  const auto z = b.forward("f3", {y}, 100, 1000);
+  b.backward("g3", {z}, 100, g3_ns);
+  b.backward("g2", {y, w}, 100, 1000);
+  b.backward("g1", {a}, 100, 1000);
+  to_side_stream(b.workload(), ag, all_gather(100, 400));
+  b.workload().distributed = Distributed{"nccl", rank, 2, std::nullopt};
+  return b.build();
+}
+
+}  // namespace
+
+TEST_CASE("a map written by a collective is recomputed by re-running it on its stream",
+          "[scenario][streams]") {
+  const Workload w = gathered_rank(0, 1000);
+  const Machine m = test_machine(kPlenty);
+  // Kept (FSDP's SHARD_GRAD_OP): f1 [0, 1000]; ag, issued after f1, [1000, 1500]; f2 waits for it,
+  // [1500, 2500]; f3 [2500, 3500], g3 [3500, 4500], g2 [4500, 5500], g1 [5500, 6500]. Memory: x and
+  // p (200) at the start, a (300), x goes after f1 (200), w at ag's issue (600), y (700), z (800),
+  // g3's output (900, the peak), then down.
+  const auto kept = memplan::test::simulate(w, plan_with(w, {}), test_machine(kPlenty));
+  REQUIRE(kept.timeline.feasible);
+  CHECK(span_of(kept, w, kSide, "ag") == Interval{1000, 1500});
+  CHECK(kept.timeline.iteration_ns == 6500);
+  CHECK(kept.timeline.peak_bytes == 900);
+  CHECK(kept.timeline.collectives.size() == 1);
+
+  // Recomputed where g2 needs it (FULL_SHARD without backward prefetch): w goes after f2, its last
+  // forward use (f2 waited for ag, so the compute stream has joined it): 300 after f2, z 400, g3's
+  // output 500. Before g2, ag runs again on the nccl stream: issued after g3 [4500, 5000], a call
+  // of its own numbered after the workload's (sequence 1); g2 waits for it [5000, 6000], g1 [6000,
+  // 7000]. Memory at g2: a, p, y, w again, g2's output: 800, the peak.
+  const auto regathered = memplan::test::simulate(w, plan_with(w, {{"w", Action::kRecompute}}), m);
+  REQUIRE(regathered.timeline.feasible);
+  CHECK(span_of(regathered, w, kSide, "ag", 0) == Interval{1000, 1500});
+  CHECK(span_of(regathered, w, kSide, "ag", 1) == Interval{4500, 5000});
+  CHECK(span_of(regathered, w, StreamId::kCompute, "g2") == Interval{5000, 6000});
+  CHECK(regathered.timeline.iteration_ns == 7000);
+  CHECK(regathered.timeline.peak_bytes == 800);
+  REQUIRE(regathered.program.collectives.size() == 2);
+  CHECK(regathered.program.workload_collectives == 1);
+  CHECK(regathered.program.collectives[1].sequence == 1);
+  CHECK(regathered.program.collectives[1].kind == CollectiveKind::kAllGather);
+  CHECK(regathered.timeline.collectives[1].arrival_ns == 4500);
+
+  // Issued before g3 (FSDP's backward prefetch): ag runs [3500, 4000] beside g3 [3500, 4500], and
+  // g2 runs at once [4500, 5500]: the step of the kept plan, 6500. w is held from g3 on: a, p, y,
+  // z, w (800) and g3's output, 900 — what the overlap costs.
+  const auto prefetched = memplan::test::simulate(
+      w, plan_with(w, {{"w", Action::kRecompute, Encoding::kNone, "g3"}}), m);
+  REQUIRE(prefetched.timeline.feasible);
+  CHECK(span_of(prefetched, w, kSide, "ag", 1) == Interval{3500, 4000});
+  CHECK(span_of(prefetched, w, StreamId::kCompute, "g3") == Interval{3500, 4500});
+  CHECK(span_of(prefetched, w, StreamId::kCompute, "g2") == Interval{4500, 5500});
+  CHECK(prefetched.timeline.iteration_ns == 6500);
+  CHECK(prefetched.timeline.peak_bytes == 900);
+}
+
+TEST_CASE("the ranks' re-run collectives are matched as one call", "[scenario][job]") {
+  // Both ranks recompute w where g2 needs it; rank 1's g3 takes 2000. The first ag: both arrive
+  // at 1000, [1000, 1500]. The re-run: rank 0 arrives after its g3 at 4500, rank 1 at 5500, so it
+  // runs [5500, 6000] on both (sequence 1 on each); g2 [6000, 7000], g1 [7000, 8000] on both.
+  const std::vector<Workload> ranks{gathered_rank(0, 1000), gathered_rank(1, 2000)};
+  const std::vector<Plan> plans{plan_with(ranks[0], {{"w", Action::kRecompute}}),
+                                plan_with(ranks[1], {{"w", Action::kRecompute}})};
+  const JobRun job = run_job(ranks, plans, test_machine(kPlenty));
+  REQUIRE(job.timeline.feasible);
+  for (std::size_t r = 0; r < 2; ++r) {
+    CHECK(rank_span(job, ranks, r, kSide, "ag") == Interval{1000, 1500});
+    CHECK(job.timeline.ranks[r].iteration_ns == 8000);
+  }
+  CHECK(job.timeline.ranks[0].collectives[1].wait_ns() == 1000);
+  CHECK(job.timeline.ranks[1].collectives[1].wait_ns() == 0);
+  CHECK(job.timeline.ranks[0].collectives[1].start_ns == 5500);
+  CHECK(job.timeline.step_ns == 8000);
+  // Rank 0 searched among its peers held fixed: its re-run has no ready time of its own (another
+  // plan re-runs others), so it starts on arrival, its peers alike.
+  const std::vector<const Program*> programs{&job.programs[0], &job.programs[1]};
+  CHECK(peer_ready_ns(programs, job.timeline, 0) == std::vector<Nanoseconds>{1000});
 }
 
 TEST_CASE("ranks start their step where the job recorded it", "[scenario][job]") {
