@@ -248,7 +248,7 @@ Workload ddp_rank(const Workload& w, std::int32_t rank, std::int32_t world_size)
   Workload out = w;
   out.ops.clear();
   out.streams = {"compute", "nccl"};
-  out.distributed = Distributed{"nccl", rank, world_size, std::nullopt};
+  out.distributed = Distributed{"nccl", rank, world_size, std::nullopt, std::nullopt};
   std::vector<bool> updated(w.tensors.size(), false);  // gradients the optimizer reads
   for (const Op& op : w.ops) {
     if (op.phase != Phase::kUpdate) continue;

@@ -1,6 +1,7 @@
 #include "core/basic_plans.hpp"
 
 #include "core/feature_maps.hpp"
+#include "core/fsdp_setting.hpp"
 
 namespace memplan::sim {
 
@@ -35,10 +36,12 @@ const std::vector<std::string_view>& basic_plan_names() {
 }
 
 std::optional<Plan> basic_plan(std::string_view name, const Workload& workload) {
-  if (name == "in-core") return in_core_plan(workload);
-  if (name == "swap-all") return swap_all_plan(workload);
-  if (name == "recompute-all") return recompute_all_plan(workload);
-  return std::nullopt;
+  std::optional<Plan> plan;
+  if (name == "in-core") plan = in_core_plan(workload);
+  if (name == "swap-all") plan = swap_all_plan(workload);
+  if (name == "recompute-all") plan = recompute_all_plan(workload);
+  if (plan) apply_workload_fsdp_setting(*plan, workload);
+  return plan;
 }
 
 }  // namespace memplan::sim

@@ -56,6 +56,19 @@ struct Collective {
   friend bool operator==(const Collective&, const Collective&) = default;
 };
 
+/// How FSDP (FullyShardedDataParallel, FSDP2's fully_shard; ZeRO-3 alike) runs a job's sharded
+/// parameters (trace format v3 `distributed.fsdp`): whether a unit's gathered parameters are freed
+/// after its forward and gathered again for its backward (FULL_SHARD, reshard_after_forward) or
+/// kept (SHARD_GRAD_OP), and how many units ahead backward issues a gather (BACKWARD_PRE: 1; none:
+/// 0). Every plan's default for the parameters an all-gather makes (Note [FSDP's setting in a
+/// plan] in core/basic_plans.hpp).
+struct FsdpSetting {
+  bool reshard_after_forward = true;
+  std::int32_t backward_prefetch = 1;
+
+  friend bool operator==(const FsdpSetting&, const FsdpSetting&) = default;
+};
+
 /// The step's place in a job of several ranks (trace format v3 `distributed`, PyTorch's
 /// `distributedInfo`).
 struct Distributed {
@@ -66,6 +79,8 @@ struct Distributed {
   /// as recorded; nullopt when not known. Ranks start a step apart — a rank that begins early
   /// waits longer at its first collectives — and a job's replay starts each rank where it did.
   std::optional<Nanoseconds> step_start_ns;
+  /// FSDP's setting of the job, when it shards its parameters and says how.
+  std::optional<FsdpSetting> fsdp;
 
   friend bool operator==(const Distributed&, const Distributed&) = default;
 };

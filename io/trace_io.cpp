@@ -368,6 +368,12 @@ OrderedJson distributed_json(const Distributed& d) {
   j["rank"] = d.rank;
   j["world_size"] = d.world_size;
   if (d.step_start_ns) j["step_start_ns"] = *d.step_start_ns;
+  if (d.fsdp) {
+    OrderedJson f;
+    f["reshard_after_forward"] = d.fsdp->reshard_after_forward;
+    f["backward_prefetch"] = d.fsdp->backward_prefetch;
+    j["fsdp"] = std::move(f);
+  }
   return j;
 }
 
@@ -444,12 +450,19 @@ std::int64_t read_header(const Json& document, const JsonReader& root) {
 }
 
 Distributed read_distributed(const JsonReader& r) {
-  r.reject_unknown_keys({"backend", "rank", "world_size", "step_start_ns"});
+  r.reject_unknown_keys({"backend", "rank", "world_size", "step_start_ns", "fsdp"});
   Distributed d;
   d.backend = read_optional_string(r, "backend");
   d.rank = read_int32(r.at("rank"));
   d.world_size = read_int32(r.at("world_size"));
   if (auto s = r.find("step_start_ns")) d.step_start_ns = s->as_int(0, kMaxNanoseconds);
+  if (auto f = r.find("fsdp")) {
+    f->reject_unknown_keys({"reshard_after_forward", "backward_prefetch"});
+    FsdpSetting fsdp;
+    fsdp.reshard_after_forward = f->at("reshard_after_forward").as_bool();
+    fsdp.backward_prefetch = static_cast<std::int32_t>(f->at("backward_prefetch").as_int(0, 1024));
+    d.fsdp = fsdp;
+  }
   return d;
 }
 

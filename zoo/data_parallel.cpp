@@ -16,17 +16,16 @@
 // FSDP2's fully_shard per block alike): each unit's parameters are one flat parameter of which a
 // rank holds 1/N (padded: ceil(bytes / N)), as it holds 1/N of their optimizer state and of their
 // gradients after the reduce-scatter. Before a unit's first forward op, an all-gather makes its
-// full parameters (the shards gathered, N times a shard), which its forward ops read instead of
-// the parameters; under FULL_SHARD they are freed after the unit's last forward op and gathered
-// again before its first backward op, for the backward ops that read them; under SHARD_GRAD_OP
-// the forward's copy is kept for backward. The root unit (parameters of no block: embeddings,
-// the final norm, the head) is gathered once and kept until backward in both, as FSDP does not
-// reshard the root after forward. A unit's all-gather is issued `prefetch` units ahead, in the
-// order its phase reaches the units (forward: first use; backward: the reverse). Once the last
-// backward op that writes a gradient of a unit has run, a reduce-scatter reads the unit's full
-// gradients and writes this rank's shard, which the update reads with the shards of the
-// parameters and their state; the update's work is the shards'. The gathered parameters are
-// workspace tensors: memory held over a stretch of the step that no activation plan moves.
+// full parameters (the shards gathered, N times a shard), which its forward and backward ops read
+// instead of the parameters: a feature map, which FULL_SHARD frees after the unit's last forward
+// op and gathers again for backward (a plan's recomputation of it, the all-gather re-run) and
+// SHARD_GRAD_OP keeps. That choice and the backward prefetch are plan variables, whose default the
+// job records (Distributed::fsdp: Note [FSDP's setting in a plan] in core/fsdp_setting.hpp; the
+// root, the parameters of no block — embeddings, the final norm, the head — is never resharded). A
+// unit's forward all-gather is issued `prefetch` units ahead, in the order forward reaches the
+// units (its first use). Once the last backward op that writes a gradient of a unit has run, a
+// reduce-scatter reads the unit's full gradients and writes this rank's shard, which the update
+// reads with the shards of the parameters and their state; the update's work is the shards'.
 //
 // Left out: FSDP's mixed-precision copies (param_dtype), CPU offload (memplan's host placement
 // plans it), hybrid sharding, and the host time of the hooks.
@@ -361,17 +360,9 @@ void add_fsdp(const sim::Workload& w, const DataParallel& dp,
   std::vector<Unit> units = fsdp_units(w, trainable);
   std::vector<Unit*> forward_order(units.size());
   std::transform(units.begin(), units.end(), forward_order.begin(), [](Unit& u) { return &u; });
-  std::vector<Unit*> backward_order;
-  for (Unit* u : forward_order) {
-    if (!u->backward_ops.empty()) backward_order.push_back(u);
-  }
-  std::sort(backward_order.begin(), backward_order.end(), [](const Unit* a, const Unit* b) {
-    return a->backward_ops.front() < b->backward_ops.front();
-  });
-  const auto issue_at = [&](const std::vector<Unit*>& order, std::size_t k, bool forward) {
+  const auto issue_at = [&](std::size_t k) {
     const auto p = static_cast<std::size_t>(dp.prefetch);
-    const Unit* u = order[k >= p ? k - p : 0];
-    return forward ? u->forward_ops.front() : u->backward_ops.front();
+    return forward_order[k >= p ? k - p : 0]->forward_ops.front();
   };
   std::vector<TensorId> update_inputs;
   for (std::size_t k = 0; k < forward_order.size(); ++k) {
@@ -379,28 +370,17 @@ void add_fsdp(const sim::Workload& w, const DataParallel& dp,
     const Bytes shard = shard_of(u.bytes, n);
     const TensorId flat =
         r.add_tensor(u.name + ".flat_param (shard)", TensorKind::kParameter, shard);
-    const bool keep = u.name == "root" || dp.strategy == DataParallel::Strategy::kShardGradOp;
-    const TensorId gathered = r.add_tensor(u.name + ".flat_param (gathered for forward)",
-                                           TensorKind::kWorkspace, shard * n);
+    const TensorId gathered = r.add_tensor(u.name + ".flat_param (gathered)",
+                                           TensorKind::kActivation, shard * n);
     r.collective(u.name + ".all_gather", sim::CollectiveKind::kAllGather, Phase::kForward, shard,
-                 shard * n, {flat}, gathered, issue_at(forward_order, k, true), false);
-    TensorId for_backward = gathered;
-    if (!keep && !u.backward_ops.empty()) {
-      for_backward = r.add_tensor(u.name + ".flat_param (gathered for backward)",
-                                  TensorKind::kWorkspace, shard * n);
-      const auto at =
-          std::find(backward_order.begin(), backward_order.end(), &u) - backward_order.begin();
-      r.collective(u.name + ".all_gather (backward)", sim::CollectiveKind::kAllGather,
-                   Phase::kBackward, shard, shard * n, {flat}, for_backward,
-                   issue_at(backward_order, static_cast<std::size_t>(at), false), false);
-    }
+                 shard * n, {flat}, gathered, issue_at(k), false);
     const TensorId grad_shard =
         r.add_tensor(u.name + ".flat_param.grad (shard)", TensorKind::kGradient, shard);
     std::vector<TensorId> grads;
     for (const Trainable* t : u.members) {
       grads.push_back(t->grad);
       for (std::size_t i : u.forward_ops) r.redirect(i, t->param, gathered);
-      for (std::size_t i : u.backward_ops) r.redirect(i, t->param, for_backward);
+      for (std::size_t i : u.backward_ops) r.redirect(i, t->param, gathered);
       r.redirect(update, t->param, sim::kNoTensor);
       r.redirect(update, t->grad, sim::kNoTensor);
       r.drop(t->param);
@@ -465,7 +445,11 @@ sim::Job data_parallel_job(const sim::Workload& step, const DataParallel& dp,
     add_fsdp(step, dp, trainable, u, r);
   }
   sim::Workload rank0 = r.finish(u);
-  rank0.distributed = sim::Distributed{"nccl", 0, dp.world_size, std::nullopt};
+  rank0.distributed = sim::Distributed{"nccl", 0, dp.world_size, std::nullopt, std::nullopt};
+  if (dp.strategy != DataParallel::Strategy::kDdp) {
+    rank0.distributed->fsdp =
+        sim::FsdpSetting{dp.strategy == DataParallel::Strategy::kFullShard, dp.prefetch};
+  }
   rank0.provenance.note += "; " + describe(dp, net);
   sim::Job job;
   job.ranks.push_back(std::move(rank0));  // its peers alike (core/job.hpp)

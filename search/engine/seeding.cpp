@@ -35,7 +35,7 @@ void Reporter::operator()(std::string stage, std::string policy, std::size_t rou
 Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& machine,
                            const NetworkView& view, const SearchOptions& options, const Stop& stop,
                            double seeding_s, Reporter& report) {
-  const std::vector<Policy>& all = policies();
+  const std::vector<Policy> all = policies_for(view);
   std::vector<std::size_t> order(all.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
@@ -53,7 +53,7 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
         try {
           if (k > 0 && stop.due()) throw Stopped();
           sim::Plan plan =
-              apply_encodings(policy.decide(evaluator, view).plan, view, options.encodings);
+              apply_encodings(decide(policy, evaluator, view).plan, view, options.encodings);
           if (!options.host_placement && (plan.host_update || !plan.host_tensors.empty())) {
             why[order[k]] = "places tensors on the host, which this search does not";
             report("seeding", std::string(policy.name), 0, evaluated, e);

@@ -45,7 +45,7 @@ sim::Plan named_plan(std::string_view name, const sim::Workload& workload,
   }
   if (const Policy* policy = find_policy(name)) {
     Evaluator evaluator(workload, machine);
-    sim::Plan plan = policy->decide(evaluator, NetworkView(workload)).plan;
+    sim::Plan plan = decide(*policy, evaluator, NetworkView(workload)).plan;
     sim::validate_plan(plan, workload, name);
     return plan;
   }

@@ -1,5 +1,7 @@
 #include "search/policies/policy.hpp"
 
+#include "core/fsdp_setting.hpp"
+
 namespace memplan::search {
 
 sim::Plan keep_all(const NetworkView& view, std::string_view policy) {
@@ -11,6 +13,7 @@ sim::Plan keep_all(const NetworkView& view, std::string_view policy) {
     d.tensor = map.tensor;
     plan.decisions.push_back(d);
   }
+  sim::apply_workload_fsdp_setting(plan, view.workload());
   return plan;
 }
 
@@ -61,8 +64,29 @@ const std::vector<Policy>& policies() {
       {"offload-activations",
        "torchtune OffloadActivations: every saved tensor of 1 KiB or more to the host, on demand",
        decide_offload_activations, PolicyCost::kNone},
+      {"fsdp-full-shard",
+       "FSDP FULL_SHARD: each unit's parameters gathered again for backward, one unit ahead",
+       decide_fsdp_full_shard, PolicyCost::kNone, true},
+      {"fsdp-shard-grad-op",
+       "FSDP SHARD_GRAD_OP: each unit's gathered parameters kept from forward to backward",
+       decide_fsdp_shard_grad_op, PolicyCost::kNone, true},
   };
   return kPolicies;
+}
+
+std::vector<Policy> policies_for(const NetworkView& view) {
+  const bool gathered = !sim::gathered_parameter_maps(view.feature_maps(), view.workload()).empty();
+  std::vector<Policy> out;
+  for (const Policy& p : policies()) {
+    if (gathered || !p.fsdp_setting) out.push_back(p);
+  }
+  return out;
+}
+
+PolicyDecision decide(const Policy& policy, Evaluator& evaluator, const NetworkView& view) {
+  PolicyDecision decision = policy.decide(evaluator, view);
+  if (!policy.fsdp_setting) sim::apply_workload_fsdp_setting(decision.plan, view.workload());
+  return decision;
 }
 
 const Policy* find_policy(std::string_view name) {

@@ -39,14 +39,25 @@ struct Policy {
   std::string_view summary;
   DecideFunction decide;
   PolicyCost cost = PolicyCost::kFew;
+  /// One of FSDP's standard settings: it decides the gathered parameters itself, and only a
+  /// workload that has some (core/fsdp_setting.hpp) is given it.
+  bool fsdp_setting = false;
 };
 
 /// All policies, in the order `memplan compare` lists them.
 const std::vector<Policy>& policies();
+/// The policies for this workload, in policies()' order: FSDP's settings only where parameters are
+/// gathered.
+std::vector<Policy> policies_for(const NetworkView& view);
+/// The policy's decision as the caller runs it: the gathered parameters of a workload that records
+/// FSDP's setting decided by that setting (Note [FSDP's setting in a plan] in
+/// core/fsdp_setting.hpp), unless the policy is one of FSDP's settings itself.
+PolicyDecision decide(const Policy& policy, Evaluator& evaluator, const NetworkView& view);
 /// The policy of that name, or nullptr.
 const Policy* find_policy(std::string_view name);
 
-/// An in-core plan (every map kept) named after `policy`, to be edited by a policy.
+/// An in-core plan (every map kept; a workload's gathered parameters as its FSDP setting has them)
+/// named after `policy`, to be edited by a policy.
 sim::Plan keep_all(const NetworkView& view, std::string_view policy);
 
 // The policy families, one file each.
@@ -69,6 +80,9 @@ PolicyDecision decide_selective_ac_layer(Evaluator& evaluator, const NetworkView
 PolicyDecision decide_megatron_selective(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_budget_partitioner(Evaluator& evaluator, const NetworkView& view);
 PolicyDecision decide_offload_activations(Evaluator& evaluator, const NetworkView& view);
+// FSDP's standard settings (fsdp_settings.cpp).
+PolicyDecision decide_fsdp_full_shard(Evaluator& evaluator, const NetworkView& view);
+PolicyDecision decide_fsdp_shard_grad_op(Evaluator& evaluator, const NetworkView& view);
 
 /// PyTorch's memory-budget partitioner's choice at `budget` (0 to 1: torch._functorch.config.
 /// activation_memory_budget), Note [The memory-budget partitioner in a plan].

@@ -34,7 +34,7 @@ ComparisonRow run_policy(const Policy& policy, const sim::Workload& workload,
   Evaluator evaluator(workload, machine);
   evaluator.stop_when(stop);
   const auto start = std::chrono::steady_clock::now();
-  PolicyDecision decision = policy.decide(evaluator, view);
+  PolicyDecision decision = decide(policy, evaluator, view);
   decision.plan = apply_encodings(decision.plan, view, encodings);
   const auto decided = std::chrono::steady_clock::now();
   ComparisonRow row;
@@ -57,7 +57,7 @@ Comparison compare_policies(const sim::Workload& workload, const sim::Machine& m
   Comparison result;
   result.ideal_ns = ideal_step_ns(workload, machine);
   const NetworkView view(workload);
-  const std::vector<Policy>& all = policies();
+  const std::vector<Policy> all = policies_for(view);
   std::vector<std::optional<ComparisonRow>> rows(all.size());
   const Stop stop{std::chrono::steady_clock::time_point::max(), options.cancel};
   std::mutex progress;

@@ -91,7 +91,7 @@ JobComparisonRow run_job_policy(const Policy& policy, const sim::Job& job,
   for (std::size_t r = 0; r < job.ranks.size(); ++r) {
     Evaluator evaluator(job.ranks[r], machines[r]);
     evaluator.stop_when(stop);
-    PolicyDecision decision = policy.decide(evaluator, views[r]);
+    PolicyDecision decision = decide(policy, evaluator, views[r]);
     decision.plan = apply_encodings(decision.plan, views[r], encodings);
     row.decisions.push_back(std::move(decision));
   }
@@ -112,7 +112,7 @@ JobComparison compare_job_policies(const sim::Job& job, const std::vector<sim::M
   result.ideal_ns = ideal.period_ns;
   result.ideal_slowest = ideal.timeline.slowest;
   const std::vector<NetworkView> views = views_of(job);
-  const std::vector<Policy>& all = policies();
+  const std::vector<Policy> all = policies_for(views.front());
   std::vector<std::optional<JobComparisonRow>> rows(all.size());
   const Stop stop{std::chrono::steady_clock::time_point::max(), options.cancel};
   std::mutex progress;

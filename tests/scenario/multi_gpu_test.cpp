@@ -128,7 +128,7 @@ Workload gather_rank(std::int32_t rank, Nanoseconds f1_ns) {
   const auto gd = b.backward("g3", {d}, 100, 1000);
   b.backward("g1", {gd, a}, 100, 1000);
   to_side_stream(b.workload(), ag, all_gather(100, 200));
-  b.workload().distributed = Distributed{"nccl", rank, 2, std::nullopt};
+  b.workload().distributed = Distributed{"nccl", rank, 2, std::nullopt, std::nullopt};
   return b.build();
 }
 
@@ -211,7 +211,7 @@ Workload all_reduce_rank(std::int32_t rank, Nanoseconds b1_ns) {
   c.group = "0";
   to_side_stream(b.workload(), ar, c);
   b.workload().ops.back().after = {ar};
-  b.workload().distributed = Distributed{"nccl", rank, 2, std::nullopt};
+  b.workload().distributed = Distributed{"nccl", rank, 2, std::nullopt, std::nullopt};
   return b.build();
 }
 
@@ -266,7 +266,7 @@ Workload gathered_rank(std::int32_t rank, Nanoseconds g3_ns) {
   b.backward("g2", {y, w}, 100, 1000);
   b.backward("g1", {a}, 100, 1000);
   to_side_stream(b.workload(), ag, all_gather(100, 400));
-  b.workload().distributed = Distributed{"nccl", rank, 2, std::nullopt};
+  b.workload().distributed = Distributed{"nccl", rank, 2, std::nullopt, std::nullopt};
   return b.build();
 }
 

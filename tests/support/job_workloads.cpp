@@ -36,7 +36,7 @@ Workload late_gather_rank(std::int32_t rank, Nanoseconds f1_ns, Nanoseconds f2_n
   call.out_bytes = 2048;
   call.group = "0";
   gather.collective = call;
-  w.distributed = Distributed{"nccl", rank, 2};
+  w.distributed = Distributed{"nccl", rank, 2, std::nullopt, std::nullopt};
   return b.build();
 }
 

@@ -7,15 +7,19 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/basic_plans.hpp"
 #include "core/input_error.hpp"
 #include "core/interconnect.hpp"
 #include "core/liveness.hpp"
+#include "sim/simulation.hpp"
 #include "zoo/data_parallel.hpp"
 #include "zoo/zoo.hpp"
 
+using memplan::sim::Action;
 using memplan::sim::Bytes;
 using memplan::sim::Op;
 using memplan::sim::Phase;
+using memplan::sim::Plan;
 using memplan::sim::TensorKind;
 using memplan::sim::Workload;
 using memplan::zoo::DataParallel;
@@ -83,6 +87,15 @@ std::vector<std::string> op_names(const Workload& w) {
 
 const memplan::sim::Interconnect kNvlink = memplan::sim::make_interconnect("nvlink3", {}, 8);
 
+// The simulated peak of `plan` on a device with room for anything.
+Bytes peak_of(const Workload& w, const Plan& plan) {
+  memplan::sim::Machine machine;
+  machine.memory_bytes = Bytes{1} << 40;
+  const auto s = memplan::sim::simulate_plan(w, plan, machine);
+  REQUIRE(s.timeline.feasible);
+  return s.timeline.peak_bytes;
+}
+
 }  // namespace
 
 TEST_CASE("fsdp units: one per repeated block, the rest the root", "[zoo][data_parallel]") {
@@ -102,10 +115,13 @@ TEST_CASE("fsdp full-shard over 4 ranks: gathers, reduce-scatters and each rank'
   // Units (fsdp_unit): blocks.0 {W0: 4000 B, its shard 1000}, blocks.1 {W1: 8000, shard 2000},
   // root {H: 2000, shard 500}. Forward order blocks.0, blocks.1, root; backward order root,
   // blocks.1, blocks.0. Prefetch 1: a unit's forward gather goes before the first op of the unit
-  // before it (blocks.0's and blocks.1's before blocks.0.fc, root's before blocks.1.fc); a
-  // backward gather before the first backward op of the unit before it in backward (blocks.1's
-  // before head_bwd, blocks.0's before blocks.1.fc_bwd); the root is gathered once. A unit's
-  // reduce-scatter follows the op that writes its last gradient.
+  // before it (blocks.0's and blocks.1's before blocks.0.fc, root's before blocks.1.fc). Each
+  // gathered tensor is a feature map (read by its unit's forward and backward ops), and the job
+  // records FULL_SHARD with prefetch 1 as its plans' default (core/fsdp_setting.hpp): blocks.1's
+  // and blocks.0's recomputed — their all-gathers re-run — issued before the first backward op of
+  // the unit before them in backward (blocks.1's before head_bwd, blocks.0's before
+  // blocks.1.fc_bwd); the root is never resharded. A unit's reduce-scatter follows the op that
+  // writes its last gradient.
   DataParallel dp;
   dp.strategy = DataParallel::Strategy::kFullShard;
   dp.world_size = 4;
@@ -113,12 +129,12 @@ TEST_CASE("fsdp full-shard over 4 ranks: gathers, reduce-scatters and each rank'
   REQUIRE(job.ranks.size() == 1);
   const Workload& w = job.ranks.front();
   CHECK(w.distributed->world_size == 4);
-  CHECK(op_names(w) ==
-        std::vector<std::string>{
-            "blocks.0.all_gather", "blocks.1.all_gather", "blocks.0.fc", "root.all_gather",
-            "blocks.1.fc", "head", "blocks.1.all_gather (backward)", "head_bwd",
-            "root.reduce_scatter", "blocks.0.all_gather (backward)", "blocks.1.fc_bwd",
-            "blocks.1.reduce_scatter", "blocks.0.fc_bwd", "blocks.0.reduce_scatter", "sgd"});
+  CHECK(w.distributed->fsdp == memplan::sim::FsdpSetting{true, 1});
+  CHECK(op_names(w) == std::vector<std::string>{"blocks.0.all_gather", "blocks.1.all_gather",
+                                                "blocks.0.fc", "root.all_gather", "blocks.1.fc",
+                                                "head", "head_bwd", "root.reduce_scatter",
+                                                "blocks.1.fc_bwd", "blocks.1.reduce_scatter",
+                                                "blocks.0.fc_bwd", "blocks.0.reduce_scatter", "sgd"});
   // Collectives on stream 1, numbered in issue order; the update waits for all of them and
   // reads the shards: 1000 + 2000 + 500 B of parameters, as much of gradients and of momentum.
   std::int64_t sequence = 0;
@@ -129,35 +145,54 @@ TEST_CASE("fsdp full-shard over 4 ranks: gathers, reduce-scatters and each rank'
     CHECK(o.duration_ns > 0);
   }
   const Op& update = w.ops.back();
-  CHECK(update.after.size() == 8);
+  CHECK(update.after.size() == 6);
   Bytes read = 0;
   for (auto t : update.inputs) read += w.tensor(t).bytes;
   CHECK(read == 3 * 3500);
   CHECK(update.duration_ns == 1000 * 3500 / 14000);  // the shards' share of the work
-  // Each rank's peak, op by op (allocated when the producer starts, freed after the last
-  // reader): at the start x 1000 and the shards of parameters and momentum, 7000: 8000.
-  // blocks.0's and blocks.1's gathers 12000, 20000; blocks.0.fc a0 21000, then its gather freed
-  // 17000; root's gather 19000; blocks.1.fc a1 20000, then blocks.1's gather freed 12000; head
-  // loss 12100; blocks.1 again 20100; head_bwd g_a1 and g_H 23100, then loss, a1 and the root's
-  // gather freed 20000; the root's gradient shard 20500, then g_H freed 18500; blocks.0 again
-  // 22500; blocks.1.fc_bwd g_a0 and g_W1: 31500, the peak.
-  CHECK(memplan::sim::incore_peak(w).bytes == 31500);
+  const Plan full_shard = *memplan::sim::basic_plan("in-core", w);
+  const auto decision = [&](const Plan& plan, const std::string& unit) {
+    for (const auto& d : plan.decisions) {
+      if (w.tensor(d.tensor).name == unit + ".flat_param (gathered)") return d;
+    }
+    FAIL("no decision for " << unit);
+    return memplan::sim::Decision{};
+  };
+  CHECK(decision(full_shard, "root").action == Action::kKeep);
+  CHECK(decision(full_shard, "blocks.1").action == Action::kRecompute);
+  CHECK(w.op(decision(full_shard, "blocks.1").prefetch_before).name == "head_bwd");
+  CHECK(w.op(decision(full_shard, "blocks.0").prefetch_before).name == "blocks.1.fc_bwd");
+  // Each rank's peak, op by op (allocated when the producer is issued, freed after the last
+  // reader; a buffer a collective read, once the compute stream has waited for that collective):
+  // at the start x 1000 and the shards of parameters and momentum, 7000: 8000. blocks.0's and
+  // blocks.1's gathers 12000, 20000; blocks.0.fc a0 21000, then its gather freed 17000; root's
+  // gather 19000; blocks.1.fc a1 20000, then blocks.1's gather freed 12000; head loss 12100;
+  // blocks.1 gathered again 20100; head_bwd g_a1 and g_H 23100, then loss, a1 and the root's
+  // gather freed 20000; the root's gradient shard 20500 (g_H, which its reduce-scatter reads,
+  // stays until the update waits for that collective); blocks.0 gathered again 24500;
+  // blocks.1.fc_bwd g_a0 and g_W1: 33500, the peak. Without the stream rule (liveness alone),
+  // g_H goes after its reduce-scatter is issued: 31500.
+  CHECK(peak_of(w, full_shard) == 33500);
 
-  // SHARD_GRAD_OP: no backward gathers; the forward's kept: blocks.0's until blocks.0.fc_bwd,
+  // SHARD_GRAD_OP: nothing gathered again; the forward's kept: blocks.0's until blocks.0.fc_bwd,
   // blocks.1's until blocks.1.fc_bwd. At blocks.1.fc_bwd: 8000 + blocks.0's 4000 + blocks.1's
-  // 8000 + a0 1000 + g_a1 1000 + the root's shard of gradient 500 + g_a0 1000 + g_W1 8000 = 31500.
+  // 8000 + a0 1000 + g_a1 1000 + g_H 2000 + the root's shard of gradient 500 + g_a0 1000 + g_W1
+  // 8000 = 33500 (31500 by liveness alone).
   dp.strategy = DataParallel::Strategy::kShardGradOp;
   const Workload kept = memplan::zoo::data_parallel_job(three_ops(), dp, kNvlink).ranks.front();
-  CHECK(std::none_of(kept.ops.begin(), kept.ops.end(),
-                     [](const Op& o) { return o.name.find("(backward)") != std::string::npos; }));
+  CHECK(kept.distributed->fsdp == memplan::sim::FsdpSetting{false, 1});
+  const Plan shard_grad_op = *memplan::sim::basic_plan("in-core", kept);
+  CHECK(decision(shard_grad_op, "blocks.0").action == Action::kKeep);
+  CHECK(peak_of(kept, shard_grad_op) == 33500);
   CHECK(memplan::sim::incore_peak(kept).bytes == 31500);
-  // Prefetch 0: each gather when its unit starts; at blocks.1.fc_bwd blocks.0's backward gather
-  // is not there yet: 31500 - 4000.
+  // Prefetch 0: each gather when its unit needs it. At blocks.1.fc_bwd blocks.0's backward gather
+  // is not there yet (-4000), and g_H is gone: blocks.1's gather, which blocks.1.fc_bwd waits for,
+  // runs on the nccl stream after the root's reduce-scatter, so that wait joins both (-2000):
+  // 33500 - 4000 - 2000 = 27500.
   dp.strategy = DataParallel::Strategy::kFullShard;
   dp.prefetch = 0;
-  CHECK(memplan::sim::incore_peak(
-            memplan::zoo::data_parallel_job(three_ops(), dp, kNvlink).ranks.front())
-            .bytes == 27500);
+  const Workload late = memplan::zoo::data_parallel_job(three_ops(), dp, kNvlink).ranks.front();
+  CHECK(peak_of(late, *memplan::sim::basic_plan("in-core", late)) == 27500);
 }
 
 TEST_CASE("ddp over 4 ranks: gradient buckets all-reduced as backward fills them",
