@@ -14,6 +14,9 @@ Neighbourhood::Neighbourhood(const NetworkView& view, const EncodingOptions& enc
   for (const sim::Op& op : view.workload().ops) {
     if (!op.algorithms.empty()) algorithm_ops_.push_back(op.id);
   }
+  side_made_.reserve(view.feature_maps().size());
+  for (std::size_t m = 0; m < view.feature_maps().size(); ++m)
+    side_made_.push_back(view.workload().op(view.producer(static_cast<int>(m))).stream != 0 ? 1 : 0);
   actions_ = {{sim::Action::kKeep, sim::Encoding::kNone},
               {sim::Action::kSwap, sim::Encoding::kNone},
               {sim::Action::kRecompute, sim::Encoding::kNone}};
@@ -84,13 +87,14 @@ std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
       candidate.per_use = false;
       if (!sim::decision_problem(candidate, fm, w).empty()) continue;
       out.push_back(map_change(m, action, encoding, sim::kNoOp));
-      if (action == sim::Action::kSwap) {
+      if (issued_early(m, action)) {
         // A swap whose prefetch starts earlier than the default (one op ahead): PoocH's "as
-        // soon as memory has room" is one of these. In a short window, every point.
+        // soon as memory has room" is one of these; a side-stream re-run issued ahead of its use
+        // (FSDP's backward prefetch). In a short window, every point.
         const auto [last_forward, first_backward] = prefetch_window(static_cast<int>(m));
         if (first_backward - last_forward <= kEveryPrefetchPoint) {
           for (sim::OpId at = last_forward + 1; at <= first_backward; ++at) {
-            if (at != default_prefetch(static_cast<int>(m)))
+            if (at != default_issue(static_cast<int>(m), action))
               out.push_back(map_change(m, action, encoding, at));
           }
         } else {
@@ -102,7 +106,7 @@ std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
         }
       }
     }
-    if (d.action == sim::Action::kSwap) swap_point_changes(m, d, out);
+    if (issued_early(m, d.action)) issue_point_changes(m, d, out);
   }
   // Each op with alternative algorithms: any other of them, or its default.
   for (std::size_t k = 0; k < algorithm_ops_.size(); ++k) {
@@ -244,19 +248,30 @@ std::size_t Neighbourhood::host_group_variable(sim::TensorId t, sim::OpId first_
          static_cast<std::size_t>(it - host_groups_.begin());
 }
 
-// The other prefetch and release points of a swapped map (Note [Release point] in
-// core/plan.hpp).
-void Neighbourhood::swap_point_changes(std::size_t m, const sim::Decision& d,
-                                       std::vector<Change>& out) const {
+// Whether the search varies where `action` of map m is issued: a swap's prefetch, and the re-run
+// of a map an op of another stream makes (Note [Issue point of a recomputation] in
+// core/plan.hpp); a recomputation on the compute stream issued early only holds memory longer.
+bool Neighbourhood::issued_early(std::size_t m, sim::Action action) const {
+  return action == sim::Action::kSwap || (action == sim::Action::kRecompute && side_made_[m] != 0);
+}
+// Where the lowering issues `action` of map m when the plan names no point.
+sim::OpId Neighbourhood::default_issue(int m, sim::Action action) const {
+  return action == sim::Action::kSwap ? default_prefetch(m) : prefetch_window(m).second;
+}
+
+// The other prefetch (or issue) and release points of a swapped (or re-run) map (Note [Release
+// point] in core/plan.hpp).
+void Neighbourhood::issue_point_changes(std::size_t m, const sim::Decision& d,
+                                        std::vector<Change>& out) const {
   // Named copies, not a structured binding: clang-tidy 14's parser cannot capture one.
   const std::pair<sim::OpId, sim::OpId> window = prefetch_window(static_cast<int>(m));
   const sim::OpId last_forward = window.first;
   const sim::OpId first_backward = window.second;
-  const sim::OpId current =
-      d.prefetch_before != sim::kNoOp ? d.prefetch_before : default_prefetch(static_cast<int>(m));
+  const sim::OpId fallback = default_issue(static_cast<int>(m), d.action);
+  const sim::OpId current = d.prefetch_before != sim::kNoOp ? d.prefetch_before : fallback;
   auto add = [&](sim::OpId at) {
     if (at <= last_forward || at > first_backward || at == current) return;
-    Change c = map_change(m, sim::Action::kSwap, sim::Encoding::kNone, at);
+    Change c = map_change(m, d.action, sim::Encoding::kNone, at == fallback ? sim::kNoOp : at);
     if (d.release_before <= at) c.release_before = d.release_before;  // still valid
     out.push_back(c);
   };
@@ -265,7 +280,7 @@ void Neighbourhood::swap_point_changes(std::size_t m, const sim::Decision& d,
   } else {
     for (std::int32_t delta : {-64, -16, -4, -1, 1}) add(current + delta);
   }
-  if (!release_points_) return;
+  if (!release_points_ || d.action != sim::Action::kSwap) return;
   // Its release point (Note [Release point]): at the last forward use (kNoOp), or later, up
   // to the prefetch point.
   const sim::OpId released = d.release_before != sim::kNoOp ? d.release_before : last_forward;

@@ -19,7 +19,8 @@
 
 namespace memplan::search::engine {
 
-// In a prefetch window of at most this many ops, a swap may prefetch before any of them.
+// In a prefetch window of at most this many ops, a swap may prefetch (a side-stream re-run be
+// issued) before any of them.
 inline constexpr std::int32_t kEveryPrefetchPoint = 32;
 
 // The placement variables of the neighbourhood (Note [Plan search], rounds).
@@ -41,7 +42,8 @@ struct Change {
   int map = -1;                                // the map it changes, or -1 for an algorithm change
   sim::Action action = sim::Action::kKeep;
   sim::Encoding encoding = sim::Encoding::kNone;
-  sim::OpId prefetch_before = sim::kNoOp;  // a swap's or a host group's; kNoOp: the default
+  sim::OpId prefetch_before = sim::kNoOp;  // a swap's, a re-run's or a host group's; kNoOp: the
+                                           // default
   sim::OpId release_before = sim::kNoOp;   // Note [Release point] in core/plan.hpp
   sim::OpId op = sim::kNoOp;               // an algorithm change's op
   std::int32_t algorithm = -1;             // its algorithm; -1: the op's default
@@ -79,7 +81,9 @@ class Neighbourhood {
 
  private:
   void host_prefetch_changes(const sim::Plan& plan, std::vector<Change>& out) const;
-  void swap_point_changes(std::size_t m, const sim::Decision& d, std::vector<Change>& out) const;
+  void issue_point_changes(std::size_t m, const sim::Decision& d, std::vector<Change>& out) const;
+  [[nodiscard]] bool issued_early(std::size_t m, sim::Action action) const;
+  [[nodiscard]] sim::OpId default_issue(int m, sim::Action action) const;
   void prefetch_at_first_uses(sim::Plan& plan, sim::TensorKind kind) const;
   void groups_of(const sim::Plan& plan, sim::TensorId t,
                  std::vector<sim::HostUseGroup>& groups) const;
@@ -95,7 +99,8 @@ class Neighbourhood {
 
   const NetworkView& view_;
   std::vector<std::pair<sim::Action, sim::Encoding>> actions_;
-  std::vector<sim::OpId> algorithm_ops_;  // ops with alternative algorithms, in op order
+  std::vector<sim::OpId> algorithm_ops_;
+  std::vector<char> side_made_;  // per map: an op of another stream makes it (a re-run overlaps)  // ops with alternative algorithms, in op order
   std::array<bool, kPlacementCount> placeable_{};
   bool release_points_ = true;
   std::vector<std::vector<sim::OpId>> readers_;  // per tensor, ascending: with host placement

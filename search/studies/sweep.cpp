@@ -9,6 +9,8 @@
 #include <oneapi/tbb/info.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include "core/feature_maps.hpp"
+#include "core/fsdp_setting.hpp"
 #include "core/input_error.hpp"
 #include "io/timeline_export.hpp"
 #include "io/trace_io.hpp"
@@ -240,7 +242,13 @@ namespace {
 std::vector<const Policy*> selected_policies(const SweepGrid& grid) {
   std::vector<const Policy*> selected;
   if (grid.policies.empty()) {
-    for (const Policy& policy : policies()) selected.push_back(&policy);
+    // FSDP's settings where a trace gathers parameters (search::policies_for).
+    const bool gathered = std::any_of(grid.traces.begin(), grid.traces.end(), [](const auto& t) {
+      return !sim::gathered_parameter_maps(sim::find_feature_maps(t.workload), t.workload).empty();
+    });
+    for (const Policy& policy : policies()) {
+      if (gathered || !policy.fsdp_setting) selected.push_back(&policy);
+    }
     return selected;
   }
   for (const std::string& name : grid.policies) {

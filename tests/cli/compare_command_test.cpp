@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/policy_counts.hpp"
 #include "search/policies/policy.hpp"
 #include "tests/support/job_workloads.hpp"
 #include "tests/support/run_command.hpp"
@@ -19,7 +20,7 @@ TEST_CASE("memplan compare --json has one row per policy with the simulate field
       run_memplan("compare --json --memory 12KiB '" + source_path("traces/resnet_tiny.json") + "'");
   REQUIRE(r.exit_status == 0);
   const auto j = nlohmann::json::parse(r.out);
-  REQUIRE(j.at("rows").size() == memplan::search::policies().size());
+  REQUIRE(j.at("rows").size() == memplan::test::unsharded_policy_count());
   for (const auto& row : j.at("rows")) {
     for (const char* key : {"policy", "feasible", "step_s", "peak_bytes", "peak_reserved_bytes",
                             "stall_s", "actions", "oom", "overhead", "decide_s"}) {
@@ -123,7 +124,7 @@ TEST_CASE("memplan compare --csv says why a plan does not fit, in a quoted last 
   const auto r = run_memplan("compare --csv --memory 12KiB " + trace);
   REQUIRE(r.exit_status == 0);
   const auto lines = lines_of(r.out);
-  REQUIRE(lines.size() == 1 + memplan::search::policies().size());
+  REQUIRE(lines.size() == 1 + memplan::test::unsharded_policy_count());
   const auto header = csv_fields(lines[0]);
   CHECK(header.back() == "why_not");
   for (std::size_t i = 1; i < lines.size(); ++i) {
@@ -153,7 +154,7 @@ TEST_CASE("memplan compare's table prints a why-not line under each row that doe
   for (const std::string& line : lines_of(tight.out)) {
     if (line.find("why not: out of device memory at op '") != std::string::npos) ++why;
   }
-  CHECK(why == memplan::search::policies().size());
+  CHECK(why == memplan::test::unsharded_policy_count());
   const auto roomy = run_memplan("compare --memory 1MiB " + trace);
   REQUIRE(roomy.exit_status == 0);
   CHECK(roomy.out.find("why not:") == std::string::npos);
@@ -164,7 +165,7 @@ TEST_CASE("memplan compare --encode all runs every policy with the encodings", "
                              source_path("traces/resnet_tiny.json") + "'");
   REQUIRE(r.exit_status == 0);
   const auto j = nlohmann::json::parse(r.out);
-  REQUIRE(j.at("rows").size() == memplan::search::policies().size());
+  REQUIRE(j.at("rows").size() == memplan::test::unsharded_policy_count());
   for (const auto& row : j.at("rows")) {
     CAPTURE(row.at("policy"));
     CHECK(row.at("feasible") == true);
@@ -184,7 +185,7 @@ TEST_CASE(
                              source_path("traces/resnet50_b32_v100.json") + "'");
   REQUIRE(r.exit_status == 0);
   const auto rows = nlohmann::json::parse(r.out).at("rows");
-  REQUIRE(rows.size() == memplan::search::policies().size());
+  REQUIRE(rows.size() == memplan::test::unsharded_policy_count());
   std::vector<std::pair<std::size_t, double>> ranked;  // rank, wall of the rows that fit
   for (const auto& row : rows) {
     CAPTURE(row.at("policy"));
@@ -252,7 +253,7 @@ TEST_CASE("memplan compare on a job: every policy on every rank, the ranks toget
   CHECK(j.at("ideal_s") == Approx(9300e-9));
   CHECK(j.at("ideal_slowest_rank") == 1);
   CHECK(j.at("world_size") == 2);
-  REQUIRE(j.at("rows").size() == memplan::search::policies().size());
+  REQUIRE(j.at("rows").size() == memplan::test::unsharded_policy_count());
   for (const auto& row : j.at("rows")) {
     for (const char* key : {"policy", "rank", "feasible", "step_s", "step_alone_s", "slowest_rank",
                             "overhead", "wait_s", "decide_s", "gave_up", "ranks"}) {
@@ -279,7 +280,7 @@ TEST_CASE("memplan compare on a job: every policy on every rank, the ranks toget
   const auto csv = run_memplan("compare --csv " + job);
   REQUIRE(csv.exit_status == 0);
   const auto rows = lines_of(csv.out);
-  REQUIRE(rows.size() == 1 + 2 * memplan::search::policies().size());
+  REQUIRE(rows.size() == 1 + 2 * memplan::test::unsharded_policy_count());
   CHECK(rows[0].rfind("policy,rank,feasible,step_s,slowest_rank,", 0) == 0);
   CHECK(csv_fields(rows[1]).size() == csv_fields(rows[0]).size());
 }

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/support/policy_counts.hpp"
 #include "search/policies/policy.hpp"
 
 #include "tests/support/run_command.hpp"
@@ -29,7 +30,7 @@ std::string small_grid() {
          "--search-time-limit 60 --deterministic";
 }
 std::size_t cells() {
-  return 8 * (memplan::search::policies().size() + 1);
+  return 8 * (memplan::test::unsharded_policy_count() + 1);
 }
 std::string rows() {
   return "(" + std::to_string(cells()) + " rows)";

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/support/policy_counts.hpp"
 #include "core/feature_maps.hpp"
 #include "io/trace_io.hpp"
 #include "search/engine/exact.hpp"
@@ -243,7 +244,7 @@ TEST_CASE("a cancelled search returns the best seed so far and says so", "[searc
     CHECK(r.rounds == 0);
     CHECK(r.best_policy == "in-core");
     // Every other policy is listed as skipped, in policies() order, with the reason.
-    REQUIRE(r.skipped.size() == policies().size() - 1);
+    REQUIRE(r.skipped.size() == memplan::test::unsharded_policy_count() - 1);
     CHECK(r.skipped.front().policy == policies()[1].name);
     for (const SkippedPolicy& s : r.skipped) CHECK(s.reason == "cancelled");
   }
@@ -261,9 +262,9 @@ TEST_CASE("a cancelled search returns the best seed so far and says so", "[searc
     CHECK(r.rounds == 1);
     CHECK(r.skipped.empty());
     // One "seeding" call per policy, then the one round.
-    REQUIRE(stages.size() == policies().size() + 1);
+    REQUIRE(stages.size() == memplan::test::unsharded_policy_count() + 1);
     CHECK(std::count(stages.begin(), stages.end(), "seeding") ==
-          static_cast<std::ptrdiff_t>(policies().size()));
+          static_cast<std::ptrdiff_t>(memplan::test::unsharded_policy_count()));
     CHECK(stages.back() == "round");
     // The best plan so far is at least the best seed's.
     CHECK_FALSE(better(r.best_policy_evaluation, r.evaluation));
@@ -277,16 +278,16 @@ TEST_CASE("compare reports progress per policy and can be cancelled", "[search][
   o.threads = 2;
   std::vector<std::size_t> done;
   o.on_progress = [&](const ComparisonProgress& p) {
-    CHECK(p.total == policies().size());
+    CHECK(p.total == memplan::test::unsharded_policy_count());
     CHECK(find_policy(p.policy) != nullptr);
     done.push_back(p.done);
   };
   const Comparison c = compare_policies(w, m, o);
   CHECK_FALSE(c.cancelled);
-  REQUIRE(c.rows.size() == policies().size());
+  REQUIRE(c.rows.size() == memplan::test::unsharded_policy_count());
   for (std::size_t i = 0; i < c.rows.size(); ++i) CHECK(c.rows[i].policy == policies()[i].name);
   // One call per policy, counting 1, 2, ... in the order they finished.
-  REQUIRE(done.size() == policies().size());
+  REQUIRE(done.size() == memplan::test::unsharded_policy_count());
   for (std::size_t i = 0; i < done.size(); ++i) CHECK(done[i] == i + 1);
 
   const std::atomic<bool> cancel{true};

@@ -25,6 +25,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/policy_counts.hpp"
 #include "search/engine/plan_search.hpp"
 #include "search/oracle/evaluator.hpp"
 #include "search/policies/network_view.hpp"
@@ -215,9 +216,9 @@ TEST_CASE("a job's comparison runs each policy on every rank, the ranks together
   // the gather's 200 fit inside it); rank 1 is still the last to end alone.
   CHECK(comparison.ideal_ns == 9300);
   CHECK(comparison.ideal_slowest == 1);
-  REQUIRE(comparison.rows.size() == policies().size());
+  REQUIRE(comparison.rows.size() == memplan::test::unsharded_policy_count());
   const std::vector<NetworkView> views{NetworkView(job.ranks[0]), NetworkView(job.ranks[1])};
-  for (std::size_t p = 0; p < policies().size(); ++p) {
+  for (std::size_t p = 0; p < memplan::test::unsharded_policy_count(); ++p) {
     const JobComparisonRow& row = comparison.rows[p];
     CAPTURE(row.policy);
     // Each rank's plan is the policy's decision on that rank alone.
@@ -255,7 +256,7 @@ TEST_CASE("a job's comparison runs each policy on every rank, the ranks together
   CHECK(j["ideal_s"] == Approx(9300e-9));
   CHECK(j["ideal_slowest_rank"] == 1);
   CHECK(j["world_size"] == 2);
-  REQUIRE(j["rows"].size() == policies().size());
+  REQUIRE(j["rows"].size() == memplan::test::unsharded_policy_count());
   const nlohmann::json& first = j["rows"][order.front()];
   CHECK(first["rank"] == 1);
   CHECK(first["feasible"] == true);
@@ -271,7 +272,7 @@ TEST_CASE("a job's comparison runs each policy on every rank, the ranks together
   CHECK_THAT(text, Catch::StartsWith("job 2 of 2 ranks (nccl)"));
   CHECK_THAT(text, Catch::Contains("why not: rank 0: out of device memory"));
   const std::string csv = job_comparison_csv(comparison, job);
-  CHECK(std::count(csv.begin(), csv.end(), '\n') == static_cast<long>(1 + 2 * policies().size()));
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == static_cast<long>(1 + 2 * memplan::test::unsharded_policy_count()));
   CHECK_THAT(csv, Catch::StartsWith("policy,rank,feasible,step_s,slowest_rank,"));
 }
 

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "tests/support/policy_counts.hpp"
 #include "core/input_error.hpp"
 #include "io/trace_io.hpp"
 #include "search/engine/plan_search.hpp"
@@ -42,7 +43,7 @@ TEST_CASE("sweep rows come in grid order and match compare and search cell by ce
           "[search][sweep]") {
   const SweepGrid grid = small_grid();
   const std::vector<SweepRow> rows = run_sweep(grid, small_options(2));
-  const std::size_t per_point = policies().size() + 1;
+  const std::size_t per_point = memplan::test::unsharded_policy_count() + 1;
   REQUIRE(rows.size() == 2 * 2 * 2 * per_point);
 
   std::size_t i = 0;
