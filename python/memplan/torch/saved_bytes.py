@@ -59,6 +59,11 @@ class StepLog:
     def copy_in(self, tensor_id, nbytes):
         self.entries.append(("copy_in", tensor_id, nbytes))
 
+    def host_op(self, op_id):
+        """An op run on the host's copies (an update on the host): one position, reading and
+        writing no device buffer."""
+        self.entries.append(("host_op", op_id))
+
 
 def peak(log, trace, known=None):
     """The saved-bytes peak of the step `log` recorded; `trace` is the step's own trace (a trace
@@ -87,6 +92,8 @@ def curve(log, trace, known=None):
             loc[entry[1]] = new_buffer(entry[2], position + 1)
             continue
         position += 1
+        if entry[0] == "host_op":
+            continue
         if entry[0] == "op":
             op = ops[entry[1]]
             reads = op["inputs"]
