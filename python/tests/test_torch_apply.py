@@ -325,9 +325,9 @@ def test_fp16_plan_is_within_the_stated_tolerance_and_measures_its_peak():
     assert result["gradient_relative_error"] > 0  # narrowed: not the baseline's bits
 
 
-def test_plans_with_another_algorithm_are_refused_with_one_line():
-    """apply carries out feature-map plans and host placement (test_torch_host_placement.py), not
-    an op run with another algorithm: PyTorch picks its kernels."""
+def test_host_placement_is_taken_and_a_host_update_the_reader_refuses_is_one_line():
+    """apply carries out host placement (test_torch_host_placement.py has the figures); an update
+    on the host that memplan's plan reader refuses is one line."""
     model, batch, opt, captured = tiny_setup()
     plan = make_plan(captured.trace, {})
     plan["tensors"] = [{"tensor": "conv1.weight", "placement": "host"}]

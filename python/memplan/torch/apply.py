@@ -39,6 +39,24 @@ map autograd saves:
   8 bits, rounded as host_backend rounds (nearest, ties to even, subnormals, saturating). A
   binarized or narrowed map that a forward op re-run by a recomputation reads is refused (one
   line): the simulator's plan reader refuses it.
+- host placement (Note [Host placement] in core/plan.hpp; the points from
+  memplan.torch.schedule): a parameter, buffer, optimizer state or batch tensor the plan places
+  on the host lives in a host slot (pinned memory on a GPU), its tensor kept with an empty storage
+  (resized to 0 bytes: autograd's metadata, the optimizer's references and the recorder's identity
+  stay), so it holds no device memory; before each group of its uses (at the plan's prefetch
+  point, else the simulator's default) the storage is filled again from the slot (on the side
+  stream, waited for at the first use), and after the group's last use it is emptied (copied back
+  first after an update on the device, and for batch norm's buffers, which forward writes). The
+  batch's host-placed tensors are placeholders on the model's device (the user's batch is left
+  as it is). A host-placed gradient is copied to its slot as soon as its op has written it and
+  its storage emptied after its last use before the update (at the earliest one op later); an
+  update on the device brings it back for its update uses. With the update on the host, every
+  update op runs on the host's copies: the slots of the gradients and optimizer state (which the
+  plan must place there) and of host-placed parameters, and a master copy of each other
+  parameter, copied back to the device after each op that reads it (ZeRO-Offload's flow).
+  Parameters and optimizer state stay on the host from step to step (`PlannedModel.restore()`
+  brings them back). A host-placed tensor the step makes during the step (a constant the loss
+  closes over, a GradScaler's state) is carried out in the accounting only.
 A step whose parameters, batch shapes or optimizer state are not the captured ones is refused
 before it runs, and one whose ops differ from the captured trace's stops at the first differing
 op, with one line (PlanError) naming the likely cause: the optimizer's options for an update op, a
@@ -55,9 +73,12 @@ recorder as `capture` (memplan.torch.recorder), which gives every tensor the id 
 gave it.
 
 Stats: `peak_saved_bytes`, the saved-bytes peak of the step as it ran (memplan.torch.saved_bytes:
-apply logs every op, recomputation and copy brought back); `peak_host_bytes`, the most bytes of
-swap copies on the host, each counted from its copy-out to its copy-in as the simulator counts a
-host slot (the copy itself is let go at the map's drop point). A recomputed map is held from its
+apply logs every op, recomputation and copy brought back, the device copies of host-placed tensors
+among them); `peak_host_bytes`, the most bytes of host slots at once: those of host-placed
+parameters, buffers, optimizer state and batch tensors for the whole step, a swapped map's and a
+host-placed gradient's from its copy-out to the end of its copy-in, which is taken as the first
+use of that copy or of one issued after it (one H2D stream: memplan.torch.validate predicts this
+order, `_ORDER_MACHINE`); the copy itself is let go at the map's drop point. A recomputed map is held from its
 regeneration to its drop point; a plan with `per_use` recomputation (regenerate for every backward
 use, SuperNeurons' memory-centric mode) is refused with one line, since its peak would not be the
 simulator's.

@@ -18,8 +18,9 @@ steps use it, one after the other. The checks:
   sparse encodings beyond their planned buffers, held in host memory (not in either peak);
 - `predicted_saved_peak_bytes` / `predicted_host_peak_bytes`: the simulator's peaks of the same
   buffers: the plan simulated on a copy of the captured trace in which every tensor but the
-  feature maps (and the buffers they are written over) has 0 bytes and no op has workspace, with
-  unbounded memory (these peaks depend on the order of allocations alone, not on the machine);
+  feature maps (and the buffers they are written over) and the tensors the plan places on the
+  host has 0 bytes and no op has workspace, with unbounded memory, on `_ORDER_MACHINE` (these
+  peaks depend on the order of allocations and copies alone, not on the machine);
   `peaks_match` when both pairs are equal;
 - `gradient_relative_error` (||planned - baseline||_2 / ||baseline||_2 over all gradients) and,
   `comparison` "tolerance" for a plan that narrows `narrowed_maps` maps (encode:fp16, fp10, fp8),
@@ -40,7 +41,8 @@ steps use it, one after the other. The checks:
   simulator's whole peak of the plan on the machine less the pre-existing tensors' bytes.
   Reported, not required equal: the CUDA caching allocator rounds blocks, and cuBLAS/cuDNN
   workspaces and autograd's own buffers are not in a captured trace. None on the CPU.
-The model and optimizer given are not changed.
+The model and optimizer given are not changed; the planned copy's host-placed tensors are brought
+back (`PlannedModel.restore`) before they are compared.
 
 Why this way: every question to the simulator (the prediction, the plan read against the trace,
 the feature maps, the tolerance) is asked of memplan._core in this process, so the rules are the
