@@ -11,8 +11,8 @@
 # peak predicted and measured, and the stage that failed with its one line.
 #   bench/torch-models.sh [MODEL...]          (default: the list below; torchvision:NAME or
 #                                              package.module:factory, MODEL@STEP for a --step)
-#   PYTHONS="venv debian" (default both), BATCH (8), INPUT (128x128), SEQUENCE (64, a GPT's), SEARCH_TIME_LIMIT (10),
-#   MAPS_ONLY (unset)
+#   PYTHONS="venv debian" (default both), BATCH (8), INPUT (128x128), SEQUENCE (64, a GPT's),
+#   SEARCH_TIME_LIMIT (10), MAPS_ONLY (unset)
 # Runtime: about half a minute a model and PyTorch on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,8 +4,9 @@ torch` runs (cli/validate_command).
 
 validate predicts the plan in process (memplan._core) on the trace's device with the what-if
 flags applied (--memory, --link, --h2d, --d2h, --latency, --host-memory, --host-bandwidth (an
-update on the host), --allocator, --alloc-conf: the values `memplan simulate` takes); --policy plans for that machine, --encode applies Gist's encodings to
-the plan's kept maps, as in `memplan validate`.
+update on the host), --allocator, --alloc-conf: the values `memplan simulate` takes); --policy
+plans for that machine, --encode applies Gist's encodings to the plan's kept maps, as in `memplan
+validate`.
 
 Bad input (a model spec, an extent, a device, a plan for another model, a what-if value) is one
 line on stderr and exit status 2, and so is a model or step that fails (a model at an input size

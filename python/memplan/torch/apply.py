@@ -78,10 +78,10 @@ among them); `peak_host_bytes`, the most bytes of host slots at once: those of h
 parameters, buffers, optimizer state and batch tensors for the whole step, a swapped map's and a
 host-placed gradient's from its copy-out to the end of its copy-in, which is taken as the first
 use of that copy or of one issued after it (one H2D stream: memplan.torch.validate predicts this
-order, `_ORDER_MACHINE`); the copy itself is let go at the map's drop point. A recomputed map is held from its
-regeneration to its drop point; a plan with `per_use` recomputation (regenerate for every backward
-use, SuperNeurons' memory-centric mode) is refused with one line, since its peak would not be the
-simulator's.
+order, `_ORDER_MACHINE`); the copy itself is let go at the map's drop point. A recomputed map is
+held from its regeneration to its drop point; a plan with `per_use` recomputation (regenerate for
+every backward use, SuperNeurons' memory-centric mode) is refused with one line, since its peak
+would not be the simulator's.
 """
 
 import time

@@ -21,9 +21,9 @@ ones keep theirs). Which tensors
 are feature maps, and which tensor allocates each one's buffer, is the simulator's answer too
 (`memplan.Trace.feature_maps`, `storage_roots`), so both sides count the same buffers.
 
-How (measured): `apply` logs the step as it runs it: every op the recorder sees ("op", its id; "host_op" for one an update on the host runs on host
-copies, which reads no device buffer),
-every op a recomputation re-runs ("recompute", what it read and wrote) and every copy it brings to
+How (measured): `apply` logs the step as it runs it: every op the recorder sees ("op", its id;
+"host_op" for one an update on the host runs on host copies, which reads no device buffer), every
+op a recomputation re-runs ("recompute", what it read and wrote) and every copy it brings to
 the device ("copy_in", before which op). `peak(...)` walks that log once the step is over (the
 backward ops' inputs are complete only when their autograd node has finished): each entry is one
 position; a buffer lives from the position that writes it to the last position that reads it.
