@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Issue 36's user battery: each model as a PyTorch user meets memplan, from the command line —
-# `memplan capture` (one training step on the CPU), `memplan search --maps-only` at the in-core
+# `memplan capture` (one training step on the CPU), `memplan search` (parameters, gradients,
+# optimizer state and the batch may go to the host, the update too; MAPS_ONLY=1: `--maps-only`,
+# the battery before issue 36's host placement) at the in-core
 # peak less half the feature-map bytes (memplan info --json; less 40, 30, 20, 10% of them where no plan
 # fits, down to 10%), and
 # `memplan validate --backend torch` of that plan (the plan carried out in PyTorch: loss, gradients
@@ -9,7 +11,8 @@
 # peak predicted and measured, and the stage that failed with its one line.
 #   bench/torch-models.sh [MODEL...]          (default: the list below; torchvision:NAME or
 #                                              package.module:factory, MODEL@STEP for a --step)
-#   PYTHONS="venv debian" (default both), BATCH (8), INPUT (128x128), SEQUENCE (64, a GPT's), SEARCH_TIME_LIMIT (10)
+#   PYTHONS="venv debian" (default both), BATCH (8), INPUT (128x128), SEQUENCE (64, a GPT's),
+#   SEARCH_TIME_LIMIT (10), MAPS_ONLY (unset)
 # Runtime: about half a minute a model and PyTorch on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +20,8 @@ memplan=${MEMPLAN:-build/release/bin/memplan}
 batch=${BATCH:-8}
 input=${INPUT:-128x128}
 limit=${SEARCH_TIME_LIMIT:-10}
+maps_only=()
+[[ -n ${MAPS_ONLY:-} ]] && maps_only=(--maps-only)
 models=("$@")
 if [[ ${#models[@]} -eq 0 ]]; then
   models=(torchvision:resnet18 torchvision:resnet50 torchvision:resnext50_32x4d
@@ -58,7 +63,7 @@ for which in ${PYTHONS:-venv debian}; do
     for less in 0.5 0.4 0.3 0.2 0.1; do
       memory=$("$memplan" info "$trace" --json | "$python" -c "import json, sys
 j = json.load(sys.stdin); print(int(j['peak_bytes_incore'] - $less * j['feature_map_bytes']))")
-      "$memplan" search "$trace" --memory "${memory}B" --maps-only --time-limit "$limit" \
+      "$memplan" search "$trace" --memory "${memory}B" "${maps_only[@]}" --time-limit "$limit" \
         --quiet -o "$plan" >"$work/out" 2>"$work/err" || true
       [[ -e $plan ]] && break
     done

@@ -3,9 +3,10 @@
 torch` runs (cli/validate_command).
 
 validate predicts the plan in process (memplan._core) on the trace's device with the what-if
-flags applied (--memory, --link, --h2d, --d2h, --latency, --host-memory, --allocator, --alloc-conf: the values
-`memplan simulate` takes); --policy plans for that machine, --encode applies Gist's encodings to
-the plan's kept maps, as in `memplan validate`.
+flags applied (--memory, --link, --h2d, --d2h, --latency, --host-memory, --host-bandwidth (an
+update on the host), --allocator, --alloc-conf: the values `memplan simulate` takes); --policy
+plans for that machine, --encode applies Gist's encodings to the plan's kept maps, as in `memplan
+validate`.
 
 Bad input (a model spec, an extent, a device, a plan for another model, a what-if value) is one
 line on stderr and exit status 2, and so is a model or step that fails (a model at an input size
@@ -35,7 +36,8 @@ from memplan.torch.schedule import PlanError
 from memplan.torch.validate import DoesNotFit, validate
 
 # The what-if flags validate passes to the simulator, as memplan.simulate's keywords.
-_WHAT_IF = ("memory", "link", "h2d", "d2h", "latency", "host_memory", "allocator", "alloc_conf")
+_WHAT_IF = ("memory", "link", "h2d", "d2h", "latency", "host_memory", "host_bandwidth", "allocator",
+            "alloc_conf")
 
 
 class _Failed(Exception):

@@ -39,6 +39,24 @@ map autograd saves:
   8 bits, rounded as host_backend rounds (nearest, ties to even, subnormals, saturating). A
   binarized or narrowed map that a forward op re-run by a recomputation reads is refused (one
   line): the simulator's plan reader refuses it.
+- host placement (Note [Host placement] in core/plan.hpp; the points from
+  memplan.torch.schedule): a parameter, buffer, optimizer state or batch tensor the plan places
+  on the host lives in a host slot (pinned memory on a GPU), its tensor kept with an empty storage
+  (resized to 0 bytes: autograd's metadata, the optimizer's references and the recorder's identity
+  stay), so it holds no device memory; before each group of its uses (at the plan's prefetch
+  point, else the simulator's default) the storage is filled again from the slot (on the side
+  stream, waited for at the first use), and after the group's last use it is emptied (copied back
+  first after an update on the device, and for batch norm's buffers, which forward writes). The
+  batch's host-placed tensors are placeholders on the model's device (the user's batch is left
+  as it is). A host-placed gradient is copied to its slot as soon as its op has written it and
+  its storage emptied after its last use before the update (at the earliest one op later); an
+  update on the device brings it back for its update uses. With the update on the host, every
+  update op runs on the host's copies: the slots of the gradients and optimizer state (which the
+  plan must place there) and of host-placed parameters, and a master copy of each other
+  parameter, copied back to the device after each op that reads it (ZeRO-Offload's flow).
+  Parameters and optimizer state stay on the host from step to step (`PlannedModel.restore()`
+  brings them back). A host-placed tensor the step makes during the step (a constant the loss
+  closes over, a GradScaler's state) is carried out in the accounting only.
 A step whose parameters, batch shapes or optimizer state are not the captured ones is refused
 before it runs, and one whose ops differ from the captured trace's stops at the first differing
 op, with one line (PlanError) naming the likely cause: the optimizer's options for an update op, a
@@ -55,12 +73,15 @@ recorder as `capture` (memplan.torch.recorder), which gives every tensor the id 
 gave it.
 
 Stats: `peak_saved_bytes`, the saved-bytes peak of the step as it ran (memplan.torch.saved_bytes:
-apply logs every op, recomputation and copy brought back); `peak_host_bytes`, the most bytes of
-swap copies on the host, each counted from its copy-out to its copy-in as the simulator counts a
-host slot (the copy itself is let go at the map's drop point). A recomputed map is held from its
-regeneration to its drop point; a plan with `per_use` recomputation (regenerate for every backward
-use, SuperNeurons' memory-centric mode) is refused with one line, since its peak would not be the
-simulator's.
+apply logs every op, recomputation and copy brought back, the device copies of host-placed tensors
+among them); `peak_host_bytes`, the most bytes of host slots at once: those of host-placed
+parameters, buffers, optimizer state and batch tensors for the whole step, a swapped map's and a
+host-placed gradient's from its copy-out to the end of its copy-in, which is taken as the first
+use of that copy or of one issued after it (one H2D stream: memplan.torch.validate predicts this
+order, `_ORDER_MACHINE`); the copy itself is let go at the map's drop point. A recomputed map is
+held from its regeneration to its drop point; a plan with `per_use` recomputation (regenerate for
+every backward use, SuperNeurons' memory-centric mode) is refused with one line, since its peak
+would not be the simulator's.
 """
 
 import time
@@ -69,8 +90,8 @@ import torch
 
 from memplan.torch.capture import eager_module, run_step
 from memplan.torch.encodings import decode_map, encode_map
-from memplan.torch.recorder import (StepRecorder, flat_tensors, storage_bytes,
-                                    written_arguments)
+from memplan.torch.recorder import (_METADATA_READERS, StepRecorder, flat_tensors,
+                                    storage_bytes, untyped_storage, written_arguments)
 from memplan.torch.saved_bytes import StepLog, feature_map_buffers, peak
 from memplan.torch.schedule import (PlanError, check_batch, check_model,
                                     check_optimizer_state, plan_schedule)
@@ -135,6 +156,8 @@ class _Copies:
         self.cuda = cuda
         self.stream = torch.cuda.Stream() if cuda else None
         self.ready = {}  # data pointer of a tensor copied in -> its copy's CUDA event
+        self.host_written = {}  # data pointer of a host slot -> the CUDA event of a copy into it
+        self.pending_to_device = False  # a master's copy to the device may be running
 
     def copy_out(self, t):
         if not t.is_cuda:
@@ -143,7 +166,10 @@ class _Copies:
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
             host.copy_(t, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
         t.record_stream(self.stream)
+        self.host_written[host.data_ptr()] = event
         return host
 
     def copy_in(self, host, device):
@@ -162,6 +188,76 @@ class _Copies:
         event = self.ready.pop(t.data_ptr(), None) if t.is_cuda else None
         if event is not None:
             torch.cuda.current_stream().wait_event(event)
+
+    # ---- host placement: a tensor's home is a host slot, its device storage is filled and
+    # emptied around its uses (the tensor object, and so autograd's metadata, stays)
+    def slot_of(self, t):
+        """A host slot holding `t` (a tensor over a whole storage, on any device), written now
+        (before the step: nothing runs beside it)."""
+        if not t.is_cuda:
+            return t.detach().to("cpu", copy=True)
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        host.copy_(t)
+        return host
+
+    def refill(self, t, nbytes, slot):
+        """Gives `t`'s emptied storage `nbytes` again (on the compute stream, as the lowering
+        allocates) and copies its slot into it (on the side stream: `wait` before a use)."""
+        untyped_storage(t).resize_(nbytes)
+        whole = _whole_storage(t).detach()
+        if not whole.is_cuda:
+            whole.copy_(slot)
+            return whole
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            whole.copy_(slot, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        self.ready[whole.data_ptr()] = event
+        return whole
+
+    def write_back(self, slot, whole):
+        """Copies a device copy into its slot (an update on the device wrote it), before its
+        storage is emptied; the host reads the slot only after `host_ready`."""
+        if not whole.is_cuda:
+            slot.copy_(whole)
+            return
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            slot.copy_(whole, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        whole.record_stream(self.stream)  # its block is reused once the copy has read it
+        self.host_written[slot.data_ptr()] = event
+
+    def host_ready(self, slot):
+        """Waits until the copies into host slot `slot` are done (before the host reads it)."""
+        event = self.host_written.pop(slot.data_ptr(), None)
+        if event is not None:
+            event.synchronize()
+
+    def copy_to_device(self, whole, master):
+        """An update on the host wrote `master`: its device parameter gets it (the lowering's
+        copy-in after a host update op). The compute stream waits for it at the end of the step."""
+        whole = whole.detach()
+        if not whole.is_cuda:
+            whole.copy_(master)
+            return
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            whole.copy_(master, non_blocking=True)
+        self.pending_to_device = True
+
+    def before_host_op(self):
+        """A host op may write a master an earlier copy to the device still reads."""
+        if self.cuda and self.pending_to_device:
+            self.stream.synchronize()
+            self.pending_to_device = False
+
+    def end_of_step(self):
+        if self.cuda:
+            torch.cuda.current_stream().wait_stream(self.stream)
+            self.pending_to_device = False
 
 
 class _Ref:
@@ -186,9 +282,23 @@ def _collect_refs(value, out):
 class _PlanRecorder(StepRecorder):
     """The capture recorder, checking each op against the captured trace and acting on packs."""
 
-    def __init__(self, model, optimizer, batch, trace, plan, cuda=False):
+    def __init__(self, model, optimizer, batch, trace, plan, cuda=False, host_state=None):
         self.expected = trace
         self.plan = plan
+        # Host placement (Note [Host placement] in core/plan.hpp): the tensor objects of the
+        # host-placed tensors (parameters, buffers, optimizer state, the batch's placeholders,
+        # gradients once written), their host slots (`host_state`: kept from step to step for
+        # parameters and optimizer state; a gradient's and the batch's for this step), the master
+        # copies a host update keeps of the parameters that stay on the device, which of them have
+        # a device copy now, and the copies brought in that no use has waited for yet (in issue
+        # order: the H2D stream's queue).
+        self.host_state = host_state if host_state is not None else HostState()
+        self.objects = {}  # tensor id -> a tensor over its storage (host-placed, known)
+        self.real_placed = set()  # host-placed tensors whose storage the step empties and fills
+        self.resident_placed = set()  # host-placed tensors with a device copy now
+        self.h2d_queue = []  # (tensor id, host bytes its copy's end releases), issue order
+        self.host_op_ids = set()  # ops run on the host's copies
+        self.recorder_bytes = {}  # host-placed pre-existing tensor id -> its captured bytes
         # op id -> (func, args, kwargs with _Ref, rng state or None, grad mode)
         self.recipes = {}
         # tensor id -> a device tensor over its whole storage: pre-existing tensors, kept maps (from
@@ -215,15 +325,202 @@ class _PlanRecorder(StepRecorder):
         self.packed = set()  # maps autograd packed in forward
         self.value_read = None  # the last op that read a tensor's value into Python
         super().__init__(model, optimizer, batch, cuda)
+        # Host slots of the plan's pre-existing host-placed tensors, which the step finds there:
+        # held for the whole step, as the simulator counts them (Engine::run: resident slots).
+        resident = sum(trace["tensors"][t]["bytes"] for t in self.plan.host_tensors
+                       if trace["tensors"][t]["producer"] is None)
+        self.host_bytes = self.peak_host_bytes = resident
+
+    def _new_tensor(self, t, name, kind, producer, in_place_of=None):
+        tid = super()._new_tensor(t, name, kind, producer, in_place_of)
+        if tid in self.plan.host_tensors and producer is None and tid < len(
+                self.expected["tensors"]):
+            # its storage may be on the host already (emptied on the device by an earlier step)
+            record, captured = self.tensors[tid], self.expected["tensors"][tid]
+            record["bytes"] = captured["bytes"]
+            if "shape" in captured:
+                record["shape"] = captured["shape"]
+        return tid
 
     def _pre_existing(self, t, name, kind, persistent):
         self.held_device = t.device
         tid = super()._pre_existing(t, name, kind, persistent)
-        if tid not in self.device:
+        if tid in self.plan.host_tensors and self.phase is None:
+            self.objects.setdefault(tid, t)  # its storage goes to the host (offload)
+        elif tid not in self.device:
             self.paused += 1
             self.device[tid] = _whole_storage(t)
             self.paused -= 1
         return tid
+
+    # ---- host placement ------------------------------------------------------------------
+    def offload(self):
+        """Before the step: each host-placed tensor the recorder knows (parameters, buffers,
+        optimizer state, the batch) lives in its host slot, its device storage empty (the first
+        step moves it there; the slots stay for the next step), and an update on the host has a
+        master copy of each parameter it reads that stays on the device. A host-placed tensor
+        the step makes before its first use (a constant the loss closes over, a GradScaler's
+        state) is carried out in the accounting only: its data stays where PyTorch made it."""
+        state = self.host_state
+        for tid, t in self.objects.items():
+            self.real_placed.add(tid)
+            if tid not in state.slots:
+                state.slots[tid] = self.copies.slot_of(_whole_storage(t))
+                state.objects[tid] = t
+            untyped_storage(t).resize_(0)
+        if self.plan.host_update:
+            for op in self.expected["ops"]:
+                if op["phase"] != "update":
+                    continue
+                for tid in op["inputs"]:
+                    if tid in self.plan.host_tensors or tid in state.masters or \
+                            self.expected["tensors"][tid]["kind"] != "parameter":
+                        continue
+                    state.masters[tid] = self.copies.slot_of(self.device[tid])
+
+    def _placed_bytes(self, tid):
+        return self.expected["tensors"][tid]["bytes"]
+
+    def _host_copy_in(self, tid):
+        """A device copy of host-placed `tid` from its slot (the lowering's issue_prefetch): its
+        storage filled again and counted from here, its copy's end waited for at its first use."""
+        nbytes = self._placed_bytes(tid)
+        if tid in self.real_placed:
+            slot = self.host_state.slots.get(tid, self.host_state.gradients.get(tid))
+            self.copies.refill(self.objects[tid], nbytes, slot)
+        self.resident_placed.add(tid)
+        self.log.copy_in(tid, nbytes)
+        # a gradient's slot (not one the step starts with) ends with its copy-in
+        resident = self.expected["tensors"][tid]["producer"] is None
+        self.h2d_queue.append((tid, 0 if resident else nbytes))
+
+    def _wait_copy_in(self, tid):
+        """The first use of a copy brought in waits for its copy's end, and so for the end of
+        every copy issued before it (one H2D stream): the host slots those copies end are let go
+        here, as the simulator lets them go when the copy ends (Engine: a copy-in's end)."""
+        if not any(t == tid for t, _ in self.h2d_queue):
+            return
+        while True:
+            done, release = self.h2d_queue.pop(0)
+            self._account_host(-release)
+            if done == tid:
+                return
+
+    def _use_placed(self, tid):
+        """Host-placed `tid` read on the device now (an op's input, a recomputation's): brought
+        in when it has no device copy (the lowering's on-demand prefetch), its copy waited for."""
+        if tid not in self.resident_placed:
+            self._host_copy_in(tid)
+        self._wait_copy_in(tid)
+        if tid in self.real_placed:
+            whole = _whole_storage(self.objects[tid])
+            self.copies.wait(whole)
+            return whole
+        return self.device[tid]
+
+    def _host_drop(self, tid, op_id):
+        """After the last use of a group of uses of host-placed `tid` (the lowering's host_drop):
+        an update on the device wrote a parameter or optimizer state, and batch norm writes its
+        buffers in forward without its schema saying so: they are copied back into their slot;
+        then the device storage is emptied. A gradient's device copy is held until here (logged
+        as a read: the lowering waits for its copy-out here)."""
+        if tid not in self.resident_placed:
+            return
+        self.resident_placed.discard(tid)
+        record = self.expected["tensors"][tid]
+        if record["producer"] is not None:
+            self.log.recompute([tid], [])
+        if tid not in self.real_placed:
+            return
+        t = self.objects[tid]
+        phase = self.plan.host_group_phase.get((tid, op_id))
+        if record["producer"] is None and (phase == "update" or tid in self.host_state.buffers):
+            self.copies.write_back(self.host_state.slots[tid], _whole_storage(t))
+        untyped_storage(t).resize_(0)
+
+    def _copy_out_gradient(self, tid, tensors):
+        """A host-placed gradient goes to its slot as soon as its op has written it."""
+        found = next((t for t in flat_tensors(tensors, [])
+                      if self.current.get(self.storage_key(t)) == tid), None)
+        if found is None:
+            raise PlanError(f"tensor '{self.expected['tensors'][tid]['name']}': the plan places "
+                            "it on the host, and its op gave no tensor of its storage")
+        # Another tensor over its storage, not the op's result itself: autograd's AccumulateGrad
+        # takes a gradient as the parameter's .grad only when nothing else holds it (else it
+        # clones it: another op than the captured step's).
+        whole = _whole_storage(found)
+        self.objects[tid] = whole
+        self.real_placed.add(tid)
+        self.resident_placed.add(tid)
+        self.host_state.gradients[tid] = self.copies.copy_out(whole)
+        self.host_state.objects[tid] = whole
+        self._account_host(self._placed_bytes(tid))
+
+    def _check_placed_inputs(self, func, args, kwargs):
+        """Before an op on the device: each host-placed tensor it reads has a device copy (the
+        plan's prefetch, or one made now as the lowering makes one on demand), waited for."""
+        if func._schema.name in _METADATA_READERS:
+            return
+        for t in flat_tensors(args, flat_tensors(kwargs, [])):
+            tid = self.current.get(self.storage_key(t))
+            if tid is None or tid not in self.plan.host_tensors:
+                continue
+            self._use_placed(tid)
+
+    def run_op(self, func, args, kwargs):
+        """An update op of a plan that runs the update on the host runs on the host's copies:
+        each host-placed tensor's slot (its gradient's, optimizer state's, parameter's) and each
+        other parameter's master copy, in the argument's own geometry; a result that is one of
+        them (an in-place op returns its argument) is given back as the argument it stands for.
+        After it, each parameter that stays on the device gets its master copied back."""
+        if not (self.plan.host_update and self.phase == "update" and not self.paused):
+            return super().run_op(func, args, kwargs)
+        self.paused += 1
+        try:
+            self.copies.before_host_op()
+            stands_for = {}
+            masters = []
+
+            def host(value):
+                if isinstance(value, torch.Tensor):
+                    tid = self.current.get(self.storage_key(value))
+                    slot = self._host_slot(tid)
+                    if slot is None:
+                        return value
+                    self.copies.host_ready(slot)
+                    if tid in self.host_state.masters:
+                        masters.append(tid)
+                    view = slot.as_strided(value.shape, value.stride(), value.storage_offset())
+                    stands_for[id(view)] = value
+                    return view
+                if isinstance(value, (list, tuple)):
+                    return type(value)(host(v) for v in value)
+                if isinstance(value, dict):
+                    return {k: host(v) for k, v in value.items()}
+                return value
+
+            result = super().run_op(func, host(args), host(kwargs))
+
+            def back(value):
+                if isinstance(value, torch.Tensor):
+                    return stands_for.get(id(value), value)
+                if isinstance(value, (list, tuple)):
+                    return type(value)(back(v) for v in value)
+                return value
+
+            for tid in dict.fromkeys(masters):
+                self.copies.copy_to_device(self.device[tid], self.host_state.masters[tid])
+            return back(result)
+        finally:
+            self.paused -= 1
+
+    def _host_slot(self, tid):
+        """The host copy an update on the host reads for `tid`, or None (not a host copy)."""
+        if tid is None:
+            return None
+        if tid in self.real_placed:
+            return self.host_state.slots.get(tid, self.host_state.gradients.get(tid))
+        return self.host_state.masters.get(tid)
 
     # ---- ops: record a recipe, compare with the captured trace ------------------------------
     def dispatch(self, func, args, kwargs):
@@ -237,11 +534,16 @@ class _PlanRecorder(StepRecorder):
             self.paused -= 1
         recipe = (func, self._refs(args), self._refs(kwargs), rng, torch.is_grad_enabled()) \
             if self.phase == "forward" else None
+        host_op = self.plan.host_update and self.phase == "update"
         self.paused += 1
         try:
             self._prefetch_through(op_id)
+            if self.plan.host_tensors and not host_op:
+                self._check_placed_inputs(func, args, kwargs)
         finally:
             self.paused -= 1
+        if host_op:
+            self.host_op_ids.add(op_id)
         result = super().dispatch(func, args, kwargs)
         if recipe is not None:
             self.recipes[op_id] = recipe
@@ -249,15 +551,29 @@ class _PlanRecorder(StepRecorder):
         written = [t for t in outputs if t in self.unwritten]
         kept = [t for t in outputs if self.plan.actions.get(t) == "keep" and t not in self.device
                 and self.phase == "forward"]
-        if written or kept or op_id in self.plan.forward_drops:
+        # the lowering's copy-outs after the op: swapped maps (once forward has written them) and
+        # host-placed gradients, in output order
+        copied = [t for t in outputs if t not in self.host and
+                  (t in self.unwritten or t in self.plan.host_tensors or
+                   (self.plan.actions.get(t) == "swap" and self.phase == "forward"))]
+        if copied or kept or op_id in self.plan.forward_drops or \
+                op_id in self.plan.host_drop_after:
             self.paused += 1
             try:
-                for tid in written:  # now it is the map the plan swaps
-                    self._copy_out(tid, self.unwritten.pop(tid))
+                tensors = (args, kwargs, result)
+                for tid in copied:
+                    if tid in self.unwritten:  # now it is the map the plan swaps
+                        self._copy_out(tid, self.unwritten.pop(tid))
+                    elif tid in self.plan.host_tensors:
+                        self._copy_out_gradient(tid, tensors)
+                    else:
+                        self._copy_out_written(tid, tensors)
                 for tid in kept:  # at hand for recomputations, packed or held by the step
-                    self._hold(tid, (args, kwargs, result))
+                    self._hold(tid, tensors)
                 if op_id in self.plan.forward_drops:
-                    self._forward_drops(op_id, (args, kwargs, result))
+                    self._forward_drops(op_id, tensors)
+                for tid in self.plan.host_drop_after.get(op_id, ()):
+                    self._host_drop(tid, op_id)
             finally:
                 self.paused -= 1
         for tid in self.plan.drop_after.get(op_id, ()):  # the trace reads them no more
@@ -284,6 +600,14 @@ class _PlanRecorder(StepRecorder):
             if tid in self.device:
                 self._encode(tid)
 
+    def _copy_out_written(self, tid, tensors):
+        """A swapped map is copied out as soon as its op has written it (the lowering's copy-out
+        after its producer), whenever autograd packs it."""
+        found = next((t for t in flat_tensors(tensors, [])
+                      if self.current.get(self.storage_key(t)) == tid), None)
+        if found is not None:
+            self._copy_out(tid, _whole_storage(found))
+
     def _hold(self, tid, tensors):
         """Holds the storage of `tid` from among an op's arguments and results (`tensors`), if
         it is there, as a device tensor over all of it."""
@@ -304,6 +628,9 @@ class _PlanRecorder(StepRecorder):
             for tid in self.plan.prefetch_before.get(self.prefetched_through, ()):
                 if tid not in self.device and tid in self.host:
                     self._copy_in(tid)
+            for tid in self.plan.host_prefetch_before.get(self.prefetched_through, ()):
+                if tid not in self.resident_placed:
+                    self._host_copy_in(tid)
 
     def _refs(self, value):
         if isinstance(value, torch.Tensor):
@@ -316,7 +643,10 @@ class _PlanRecorder(StepRecorder):
 
     def _record(self, func, args, input_ids, input_keys, written, outputs):
         op = super()._record(func, args, input_ids, input_keys, written, outputs)
-        self.log.op(op["id"])
+        if op["id"] in self.host_op_ids:
+            self.log.host_op(op["id"])  # on the host's copies: no device buffer
+        else:
+            self.log.op(op["id"])
         for tid in op["outputs"]:
             for where, tensors in (("written", written), ("result", outputs)):
                 index = next((i for i, t in enumerate(tensors)
@@ -337,6 +667,17 @@ class _PlanRecorder(StepRecorder):
 
     def finish(self):
         super().finish()
+        self.paused += 1
+        try:  # a device copy the plan left (one made on demand) goes: the step ends on the host
+            for tid in sorted(self.resident_placed & self.real_placed):
+                t = self.objects[tid]
+                if tid in self.host_state.buffers:
+                    self.copies.write_back(self.host_state.slots[tid], _whole_storage(t))
+                untyped_storage(t).resize_(0)
+            self.resident_placed.clear()
+            self.copies.end_of_step()
+        finally:
+            self.paused -= 1
         ops = self.expected["ops"]
         if len(self.ops) < len(ops):
             want = ops[len(self.ops)]
@@ -418,7 +759,7 @@ class _PlanRecorder(StepRecorder):
                 if len(self.ops) - 1 >= self.plan.encode_at[tid]:  # packed after its last reader
                     self._encode(tid)  # (an output autograd saves once its op has returned)
             return ("encode", _geometry(t))
-        if tid not in self.device:
+        if tid not in self.device and tid not in self.plan.host_tensors:
             self.device[tid] = _whole_storage(t)
         return ("keep", t)
 
@@ -460,17 +801,25 @@ class _PlanRecorder(StepRecorder):
         copy = self.copies.copy_in(self.host[tid], self.held_device)
         self.device[tid] = copy
         self.log.copy_in(tid, storage_bytes(copy))
-        if tid in self.host_held:  # the simulator's host slot ends with its copy-in
+        release = 0
+        if tid in self.host_held:  # the simulator's host slot ends with its copy-in's end
             self.host_held.discard(tid)
-            self._account_host(-self.tensors[tid]["bytes"])
+            release = self.tensors[tid]["bytes"]
+        self.h2d_queue.append((tid, release))
         return copy
 
     def _materialize(self, tid):
-        """A device tensor over the whole storage of `tid`: held, brought back or regenerated."""
+        """A device tensor over the whole storage of `tid`: held, brought back or regenerated
+        (a copy brought back waited for: its first use)."""
+        if tid in self.plan.host_tensors:
+            return self._use_placed(tid)
         if tid in self.device:
+            self._wait_copy_in(tid)
             return self.device[tid]
         if tid in self.host:
-            return self._copy_in(tid)
+            copy = self._copy_in(tid)
+            self._wait_copy_in(tid)
+            return copy
         if tid in self.encoded:
             return self._decode(tid)
         return self._regenerate(tid)
@@ -521,10 +870,15 @@ class _PlanRecorder(StepRecorder):
     def _at_hand(self, tid):
         """Whether `tid` is on the device, bringing it back or decoding it if it can be (as
         `_materialize` would, at the same point); False when it must be regenerated."""
+        if tid in self.plan.host_tensors:
+            self._use_placed(tid)
+            return True
         if tid in self.host and tid not in self.device:
             self._copy_in(tid)
         elif tid in self.encoded and tid not in self.device:
             self._decode(tid)
+        if tid in self.device:
+            self._wait_copy_in(tid)
         return tid in self.device
 
     def _rerun(self, tid):
@@ -585,34 +939,133 @@ class _PlanRecorder(StepRecorder):
         return value
 
 
+class HostState:
+    """What a plan keeps on the host from step to step (Note [Host placement] in core/plan.hpp):
+    the host slots of its host-placed parameters, buffers and optimizer state (their device
+    storages empty between steps), the master copies an update on the host keeps of the
+    parameters that stay on the device, and the last step's host-placed gradients and batch."""
+
+    def __init__(self, buffers=()):
+        self.slots = {}  # tensor id -> host slot (a tensor over its whole storage)
+        self.objects = {}  # tensor id -> the tensor whose device storage is emptied and filled
+        self.masters = {}  # parameter id -> its master copy on the host (an update on the host)
+        self.gradients = {}  # gradient id -> its host slot (the last step's)
+        self.per_step = set()  # ids of the batch's tensors: slots for one step
+        self.buffers = set(buffers)  # ids of the model's buffers (batch norm writes in forward)
+
+
+def _rebuild(value, tensors):
+    """`value` (a nested batch) with its tensors replaced, in flat_tensors order, by `tensors`."""
+    if isinstance(value, torch.Tensor):
+        return next(tensors)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rebuild(v, tensors) for v in value)
+    if isinstance(value, dict):
+        return {k: _rebuild(v, tensors) for k, v in value.items()}
+    return value
+
+
 class PlannedModel:
     """`apply`'s result: `step(batch, loss_fn, optimizer)` runs one training step under the plan
     (the captured one: `training_step`, the user's own or memplan.torch.capture.default_step) and
-    returns its loss; `stats` holds what the last step's hooks measured."""
+    returns its loss; `stats` holds what the last step's hooks measured.
+
+    A plan that places parameters, buffers or optimizer state on the host keeps them there from
+    step to step: between steps their tensors have empty storages (their values are in host
+    slots), and the last step's host-placed gradients are on the host too. `restore()` brings them
+    all back to their tensors (before reading the model's weights or gradients, saving a
+    checkpoint, or training without the plan); the next step moves them to the host again."""
 
     def __init__(self, model, trace, schedule, training_step=None):
         self.model, self.trace, self.schedule = model, trace, schedule
         self.training_step = training_step
         self.stats = {}
         self._feature_map_buffers = None  # the captured trace's, computed at the first step
+        buffers = {name for name, _ in model.named_buffers()}
+        self.host_state = HostState(t["id"] for t in trace["tensors"]
+                                    if t["kind"] == "parameter" and t["name"] in buffers)
+
+    def restore(self):
+        """Brings every host-placed tensor's value back into its tensor's device storage (see the
+        class's docstring) and lets the host copies go."""
+        state = self.host_state
+        for slots in (state.slots, state.gradients):
+            for tid, slot in slots.items():
+                if tid in state.per_step:
+                    continue
+                t = state.objects[tid]
+                if storage_bytes(t) == 0:
+                    untyped_storage(t).resize_(self.trace["tensors"][tid]["bytes"])
+                    _whole_storage(t).detach().copy_(slot)
+            slots.clear()
+        state.objects.clear()
+        state.masters.clear()
+        state.per_step.clear()
+        if any(p.is_cuda for p in self.model.parameters()):
+            torch.cuda.synchronize()
+
+    def _placed_batch(self, batch, cuda):
+        """The batch the planned step runs on: each of its tensors the plan places on the host is
+        a view of a placeholder on the model's device whose storage is empty until a group of its
+        uses needs it, its values in a host slot (the user's batch is not changed)."""
+        placed = self.schedule.host_tensors
+        if not placed:
+            return batch
+        state = self.host_state
+        names = {t["name"]: t["id"] for t in self.trace["tensors"] if t["kind"] == "input"}
+        device = next((p.device for p in self.model.parameters()), None)
+        first, placeholders, tensors = {}, {}, []
+        for i, t in enumerate(flat_tensors(batch, [])):
+            key = untyped_storage(t)._cdata
+            first.setdefault(key, i)
+            tid = names.get(f"batch.{first[key]}")
+            if tid not in placed:
+                tensors.append(t)
+                continue
+            if key not in placeholders:
+                whole = _whole_storage(t)
+                placeholders[key] = torch.empty_like(whole, device=device or whole.device)
+                state.slots[tid] = (whole.detach().to("cpu", copy=True) if not cuda else
+                                    whole.detach().to("cpu").pin_memory())
+                state.per_step.add(tid)
+            tensors.append(placeholders[key].as_strided(t.shape, t.stride(), t.storage_offset()))
+        for placeholder in placeholders.values():
+            untyped_storage(placeholder).resize_(0)
+        return _rebuild(batch, iter(tensors))
 
     def step(self, batch, loss_fn, optimizer):
         batch = tuple(batch)
         check_batch(batch, self.trace)
         cuda = any(p.is_cuda for p in self.model.parameters())
-        recorder = _PlanRecorder(self.model, optimizer, batch, self.trace, self.schedule, cuda)
+        state = self.host_state
+        for tid in state.per_step:  # the last step's batch
+            state.slots.pop(tid, None)
+            state.objects.pop(tid, None)
+        state.per_step.clear()
+        state.gradients.clear()
+        batch = self._placed_batch(batch, cuda)
+        recorder = _PlanRecorder(self.model, optimizer, batch, self.trace, self.schedule, cuda,
+                                 state)
         check_optimizer_state(recorder.tensors, self.trace)
+        recorder.offload()
         if cuda:
             torch.cuda.synchronize()
         started = time.perf_counter()
-        loss = run_step(self.model, batch, loss_fn, optimizer, recorder, self.training_step)
+        try:
+            loss = run_step(self.model, batch, loss_fn, optimizer, recorder, self.training_step)
+        except BaseException:
+            if self.schedule.host_tensors:
+                self.restore()  # the values are in their host slots: none is left empty
+            raise
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
         step_trace = recorder.trace(self.trace["device"], self.trace["provenance"])
         self.last_step = (recorder.log, step_trace)  # what the step ran, for saved_bytes.curve
         if self._feature_map_buffers is None:
-            self._feature_map_buffers = feature_map_buffers(self.trace)
+            maps, buffers = feature_map_buffers(self.trace)
+            # the device copies of host-placed tensors are counted beside the maps' buffers
+            self._feature_map_buffers = maps, buffers | self.schedule.host_tensors
         self.stats = {"peak_saved_bytes": peak(recorder.log, step_trace, self._feature_map_buffers),
                       "peak_host_bytes": recorder.peak_host_bytes,
                       "recomputed_ops": recorder.recompute_ops, "step_seconds": seconds,

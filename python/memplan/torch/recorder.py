@@ -326,7 +326,10 @@ class StepRecorder:
         for p in model.parameters():
             if not p.requires_grad:
                 continue
-            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            # view_as, not expand_as: a view that checks no bounds, so that a parameter whose
+            # storage a plan has moved to the host (resized to 0 bytes: memplan.torch.apply) has
+            # its node found too.
+            accumulator = p.view_as(p).grad_fn.next_functions[0][0]
             accumulator.register_hook(lambda gi, go: self._node_finished(None))
             self._nodes.append(accumulator)
 
@@ -464,12 +467,16 @@ class StepRecorder:
         input_keys = {self.storage_key(t) for t in inputs}
         self._reads = (func, dict(zip(input_ids, inputs)))
         started = self.clock.start()
-        result = _call(func, args, kwargs)
+        result = self.run_op(func, args, kwargs)
         op = self._record(func, args, input_ids, input_keys, written, flat_tensors(result, []))
         self.clock.stop(op, started)
         if self.phase == "forward":
             self._pending_outputs.append((op["id"], flat_tensors(result, [])))
         return result
+
+    def run_op(self, func, args, kwargs):
+        """Runs a recorded op (memplan.torch.apply runs an update on the host's copies here)."""
+        return _call(func, args, kwargs)
 
     def _keep_read(self, tid):
         """Whether a backward op's read of `tid` reads data held for backward: what autograd

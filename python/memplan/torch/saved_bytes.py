@@ -3,7 +3,10 @@
 What: the most bytes held at once on the device by the step's feature-map buffers (the storages of
 the activations autograd saved, with the versions written over them in place) and by the copies a
 plan makes of them (a swapped map brought back, a map or an intermediate recomputed, a map's
-encoded copy in sim::encoded_bytes's size and the map decoded from it). A buffer is
+encoded copy in sim::encoded_bytes's size and the map decoded from it), and by the device copies
+of the tensors a plan places on the host (Note [Host placement]: a parameter's, optimizer state's
+or batch tensor's copy for a group of its uses, a gradient from its op to its drop point and its
+copy brought back for an update on the device). A buffer is
 held from the op that writes it, or from the copy that brings it back, to the last op that reads
 it; ops run one after another, and an op holds its inputs and its outputs at once.
 
@@ -13,12 +16,14 @@ plan names, a recomputation before the backward op that needs it), frees it afte
 reference, and keeps a swapped buffer until its copy-out is done and its last forward reader has
 run; the engine applies the compute stream's allocations and frees in order, so the peak depends on
 that order only, not on durations. `memplan.torch.validate` predicts it by simulating the plan in
-process (memplan._core) on the captured trace with every other tensor at 0 bytes. Which tensors
+process (memplan._core) on the captured trace with every other tensor at 0 bytes (the host-placed
+ones keep theirs). Which tensors
 are feature maps, and which tensor allocates each one's buffer, is the simulator's answer too
 (`memplan.Trace.feature_maps`, `storage_roots`), so both sides count the same buffers.
 
-How (measured): `apply` logs the step as it runs it: every op the recorder sees ("op", its id),
-every op a recomputation re-runs ("recompute", what it read and wrote) and every copy it brings to
+How (measured): `apply` logs the step as it runs it: every op the recorder sees ("op", its id;
+"host_op" for one an update on the host runs on host copies, which reads no device buffer), every
+op a recomputation re-runs ("recompute", what it read and wrote) and every copy it brings to
 the device ("copy_in", before which op). `peak(...)` walks that log once the step is over (the
 backward ops' inputs are complete only when their autograd node has finished): each entry is one
 position; a buffer lives from the position that writes it to the last position that reads it.
@@ -59,6 +64,11 @@ class StepLog:
     def copy_in(self, tensor_id, nbytes):
         self.entries.append(("copy_in", tensor_id, nbytes))
 
+    def host_op(self, op_id):
+        """An op run on the host's copies (an update on the host): one position, reading and
+        writing no device buffer."""
+        self.entries.append(("host_op", op_id))
+
 
 def peak(log, trace, known=None):
     """The saved-bytes peak of the step `log` recorded; `trace` is the step's own trace (a trace
@@ -87,6 +97,8 @@ def curve(log, trace, known=None):
             loc[entry[1]] = new_buffer(entry[2], position + 1)
             continue
         position += 1
+        if entry[0] == "host_op":
+            continue
         if entry[0] == "op":
             op = ops[entry[1]]
             reads = op["inputs"]

@@ -5,18 +5,27 @@ What: `plan_schedule(plan, trace)` takes a plan (a dict in plan format v1, or a 
 the captured trace (a dict), and returns the `Schedule` the planned step follows: each map's
 action, the ops before which swapped maps are brought back and released, the op after which a
 swapped or encoded map leaves the device, and the op after which the trace reads a tensor for the
-last time. `check_model`, `check_batch` and `check_optimizer_state` refuse a model, batch or
-optimizer other than the captured one.
+last time; and the plan's host placement (Note [Host placement] in core/plan.hpp): the tensors
+that are not feature maps it places on the host (parameters and buffers, gradients, optimizer
+state, the input batch), the op before which each group of their uses gets a device copy and the
+op after which that copy goes, and whether the update runs on the host. `check_model`,
+`check_batch` and `check_optimizer_state` refuse a model, batch or optimizer other than the
+captured one.
 
 Why this way: whether the plan was made for this workload (its fingerprint), which action a map
-may take (encodings of float32 maps only, a lossy map that a recomputation would re-read), where
-a swapped map is prefetched by default, where a map the plan does not keep leaves the device and
-where a tensor is read last are the simulator's rules. memplan._core answers them (the C++ plan
-reader, `memplan._validation.map_points`, `Trace.last_uses`), so the step follows the lowering it
-is compared with rather than a copy of it. Refused here, one line each (PlanError), is what
-PyTorch adds to them: tensors placed on the host or an update on the host (make the plan with
-`memplan search --maps-only`), ops run with another algorithm, `per_use` recomputation (its peak
-would not be the simulator's), and binarize for a map a backward op reads for more than its sign.
+may take (encodings of float32 maps only, a lossy map that a recomputation would re-read), which
+tensor may go to the host and whether the update may run there, where a swapped map is prefetched
+by default, where a map the plan does not keep leaves the device and where a tensor is read last
+are the simulator's rules. memplan._core answers them (the C++ plan reader, which refuses a
+placement or host update the simulator would not carry out; `memplan._validation.map_points`,
+`Trace.last_uses`), so the step follows the lowering it is compared with rather than a copy of it.
+The groups of a host-placed tensor's uses, their default prefetch points and a gradient's drop
+point are not exposed by memplan._core: `_host_groups` and `_gradient_drop` follow
+core/plan.cpp's `host_use_groups` and `host_gradient_drop` line for line, and validate checks
+them, since a device copy made or dropped at another op than the lowering's would change the
+measured device peak. Refused here, one line each (PlanError), is what PyTorch adds to the
+simulator's rules: ops run with another algorithm, `per_use` recomputation (its peak would not be
+the simulator's), and binarize for a map a backward op reads for more than its sign.
 """
 
 import json
@@ -53,16 +62,101 @@ def plan_schedule(plan, trace):
     captured = memplan_trace(trace)
     plan = read_plan(plan, captured)
     points = _validation.map_points(plan)
-    _refuse_what_torch_does_not_carry_out(plan.to_dict(), points, trace)
-    return Schedule(points, captured.last_uses())
+    data = plan.to_dict()
+    _refuse_what_torch_does_not_carry_out(data, points, trace)
+    schedule = Schedule(points, captured.last_uses())
+    schedule.place_on_host(host_placement(data, trace), trace)
+    return schedule
+
+
+def _resolve(ref, items, what):
+    """A plan's reference to a tensor or op: its id, or its name where that is unique (the plan
+    writer's rule, io/plan_io.cpp)."""
+    if isinstance(ref, int):
+        return ref
+    found = [x["id"] for x in items if x["name"] == ref]
+    if len(found) != 1:  # the plan reader has checked it
+        raise PlanError(f"the plan names {what} '{ref}', which is not one {what} of the trace")
+    return found[0]
+
+
+def host_placement(data, trace):
+    """The plan's host placement (plan format v1's "tensors" and "update", as memplan's plan reader
+    wrote them back): (host-placed tensor ids ascending, {(tensor, first use): prefetch_before},
+    whether the update runs on the host)."""
+    tensors, ops = trace["tensors"], trace["ops"]
+    placed, chosen = [], {}
+    for entry in data.get("tensors", []):
+        if entry.get("placement") != "host":
+            continue
+        t = _resolve(entry["tensor"], tensors, "tensor")
+        placed.append(t)
+        for p in entry.get("prefetches", []):
+            chosen[(t, _resolve(p["first_use"], ops, "op"))] = _resolve(p["prefetch_before"], ops,
+                                                                         "op")
+    return sorted(placed), chosen, data.get("update") == "host"
+
+
+_PRE_EXISTING = ("parameter", "optimizer_state", "input")
+
+
+def _readers(trace):
+    """tensor id -> the ops that read it, ascending."""
+    readers = {}
+    for op in trace["ops"]:
+        for t in op["inputs"]:
+            readers.setdefault(t, []).append(op["id"])
+    return readers
+
+
+def _gradient_drop(trace, t, readers):
+    """core/plan.cpp's host_gradient_drop: the op after which a host-placed gradient's device copy
+    goes, its last use before the update, at the earliest one op after its producer."""
+    ops = trace["ops"]
+    drop = min(trace["tensors"][t]["producer"] + 1, len(ops) - 1)
+    update_first = None
+    for r in readers:
+        if ops[r]["phase"] != "update":
+            drop = max(drop, r)
+        elif update_first is None:
+            update_first = r
+    return min(drop, update_first) if update_first is not None else drop
+
+
+def _host_groups(trace, t, readers, host_update):
+    """core/plan.cpp's host_use_groups: the groups of uses of host-placed `t` that get a device
+    copy, as (first use, last use, default prefetch point), ascending."""
+    ops = trace["ops"]
+    groups = []
+
+    def add(first, last, previous_drop):
+        earliest = previous_drop + 1
+        if earliest > first:  # the previous copy is still there: no prefetch
+            return
+        groups.append((first, last, max(earliest, first - 1)))
+
+    if trace["tensors"][t]["kind"] not in _PRE_EXISTING:  # a gradient: its update uses
+        if host_update:
+            return groups
+        update = next((r for r in readers if ops[r]["phase"] == "update"), None)
+        if update is not None:
+            add(update, readers[-1], _gradient_drop(trace, t, readers))
+        return groups
+    previous_end, k = -1, 0
+    while k < len(readers):
+        first = last = readers[k]
+        phase = ops[first]["phase"]
+        while k < len(readers) and ops[readers[k]]["phase"] == phase:
+            last = readers[k]
+            k += 1
+        if phase == "update" and host_update:
+            continue  # the update reads the host slot
+        add(first, last, previous_end)
+        previous_end = last
+    return groups
 
 
 def _refuse_what_torch_does_not_carry_out(data, points, trace):
-    placed = [e["tensor"] for e in data.get("tensors", [])]
-    if placed or data.get("update") == "host":
-        what = f"places '{placed[0]}' on the host" if placed else "runs the update on the host"
-        raise PlanError(f"the plan {what}: memplan.torch.apply carries out plans of feature maps "
-                        "only (make it with `memplan search --maps-only`)")
     if data.get("algorithms"):
         op = data["algorithms"][0]["op"]
         raise PlanError(f"the plan runs op '{op}' with another algorithm, which "
@@ -115,7 +209,15 @@ class Schedule:
       swapped and encoded maps in tensor id order: a swapped map's buffer goes once its copy-out has
       read it, an encoded map is encoded and its buffer goes; `encode_at`: encoded map -> that op;
     - `drop_after`: op id -> tensors the trace reads last there (a copy brought back or
-      regenerated is let go after it)."""
+      regenerated is let go after it);
+    - host placement (`place_on_host`; Note [Host placement] in core/plan.hpp): `host_tensors`,
+      the tensors placed on the host; `host_update`, whether the update runs there;
+      `host_prefetch_before`: op id -> host-placed tensors whose device copy is made before it, in
+      the lowering's order (by point, first use, tensor), after the maps' (`prefetch_before`);
+      `host_drop_after`: op id -> host-placed tensors whose device copy goes after it (the last
+      use of a pre-existing tensor's group, a gradient's drop point, the last update use of a
+      gradient brought back for an update on the device), in the lowering's order;
+      `host_group_phase`: (tensor, op of a host drop) -> the phase of the group it ends."""
 
     def __init__(self, points, last_uses):
         self.actions = {p.tensor: p.action for p in points}
@@ -136,6 +238,31 @@ class Schedule:
         for t, op in enumerate(last_uses):
             if op is not None:
                 self.drop_after.setdefault(op, []).append(t)
+        self.host_tensors, self.host_update = set(), False
+        self.host_prefetch_before, self.host_drop_after, self.host_group_phase = {}, {}, {}
+
+    def place_on_host(self, placement, trace):
+        """Lays out the plan's host placement (`host_placement`) as the lowering does
+        (Lowerer::plan_host_placement)."""
+        placed, chosen, self.host_update = placement
+        self.host_tensors = set(placed)
+        readers = _readers(trace)
+        prefetches = []
+        ops = trace["ops"]
+        for t in placed:
+            uses = readers.get(t, [])
+            pre_existing = trace["tensors"][t]["kind"] in _PRE_EXISTING
+            if not pre_existing:
+                drop = _gradient_drop(trace, t, uses)
+                self.host_drop_after.setdefault(drop, []).append(t)
+                self.host_group_phase[(t, drop)] = ops[drop]["phase"]
+            for first, last, default in _host_groups(trace, t, uses, self.host_update):
+                prefetches.append((chosen.get((t, first), default), first, t))
+                # a gradient's copy brought back for the update goes after its last use there
+                self.host_drop_after.setdefault(last, []).append(t)
+                self.host_group_phase[(t, last)] = ops[first]["phase"]
+        for when, _, t in sorted(prefetches):
+            self.host_prefetch_before.setdefault(when, []).append(t)
 
 
 def check_model(model, trace):

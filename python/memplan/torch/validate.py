@@ -18,8 +18,9 @@ steps use it, one after the other. The checks:
   sparse encodings beyond their planned buffers, held in host memory (not in either peak);
 - `predicted_saved_peak_bytes` / `predicted_host_peak_bytes`: the simulator's peaks of the same
   buffers: the plan simulated on a copy of the captured trace in which every tensor but the
-  feature maps (and the buffers they are written over) has 0 bytes and no op has workspace, with
-  unbounded memory (these peaks depend on the order of allocations alone, not on the machine);
+  feature maps (and the buffers they are written over) and the tensors the plan places on the
+  host has 0 bytes and no op has workspace, with unbounded memory, on `_ORDER_MACHINE` (these
+  peaks depend on the order of allocations and copies alone, not on the machine);
   `peaks_match` when both pairs are equal;
 - `gradient_relative_error` (||planned - baseline||_2 / ||baseline||_2 over all gradients) and,
   `comparison` "tolerance" for a plan that narrows `narrowed_maps` maps (encode:fp16, fp10, fp8),
@@ -40,7 +41,8 @@ steps use it, one after the other. The checks:
   simulator's whole peak of the plan on the machine less the pre-existing tensors' bytes.
   Reported, not required equal: the CUDA caching allocator rounds blocks, and cuBLAS/cuDNN
   workspaces and autograd's own buffers are not in a captured trace. None on the CPU.
-The model and optimizer given are not changed.
+The model and optimizer given are not changed; the planned copy's host-placed tensors are brought
+back (`PlannedModel.restore`) before they are compared.
 
 Why this way: every question to the simulator (the prediction, the plan read against the trace,
 the feature maps, the tolerance) is asked of memplan._core in this process, so the rules are the
@@ -57,10 +59,22 @@ import memplan
 from memplan import _validation
 from memplan.torch.apply import apply
 from memplan.torch.capture import eager_module, memplan_trace, run_step, step_part
-from memplan.torch.schedule import PlanError, read_plan
+from memplan.torch.schedule import PlanError, host_placement, read_plan
 
 # Device memory for the saved-bytes prediction: more than any step holds (2^50 bytes).
 _UNBOUNDED_MEMORY = "1048576GiB"
+
+# The machine the saved-bytes and host peaks are predicted on. The device peak depends on the
+# order of the compute stream's allocations alone; the host peak is timed (a host slot is taken
+# when its copy-out starts and let go when its copy-in ends: Engine::run), and the planned step's
+# timing is not the simulator's. So the prediction runs on a machine where that order is the
+# program's: every op 1 ns (saved_only), copies out 1 ns (1 EB/s) and copies in slow (1 B/s, no
+# latency), so that a copy-in ends only once the compute stream waits for it, or for one issued
+# after it (one H2D stream), long after everything before that wait and before anything after
+# it. apply counts the step's host slots by the same rule: taken at a copy-out, let go at the
+# first use of the copy brought in (or of one issued after it). The step's time saturates only
+# past 4.6 GB copied in.
+_ORDER_MACHINE = {"memory": _UNBOUNDED_MEMORY, "h2d": 1.0, "d2h": 1e18, "latency": 0}
 
 
 class DoesNotFit(PlanError):
@@ -103,11 +117,13 @@ def _copy(model, optimizer):
 
 
 def saved_only(trace, plan):
-    """`trace` (a memplan.Trace) with every tensor but the feature maps and their buffers' roots
-    at 0 bytes and no workspace, and `plan` (a memplan.Plan of it) re-addressed to that trace."""
+    """`trace` (a memplan.Trace) with every tensor but the feature maps, their buffers' roots and
+    the tensors the plan places on the host at 0 bytes, no workspace and every op taking 1 ns,
+    and `plan` (a memplan.Plan of it) re-addressed to that trace."""
     maps, roots = trace.feature_maps(), trace.storage_roots()
-    sized = set(maps) | {roots[t] for t in maps}
     derived = trace.to_dict()
+    placed, _, _ = host_placement(plan.to_dict(), derived)
+    sized = set(maps) | {roots[t] for t in maps} | set(placed)
     for t in derived["tensors"]:
         if t["id"] not in sized:
             t["bytes"] = 0
@@ -121,6 +137,7 @@ def saved_only(trace, plan):
             derived["tensors"][base].pop("shape", None)
     for op in derived["ops"]:
         op["workspace_bytes"] = 0
+        op["duration_ns"] = 1  # _ORDER_MACHINE: the host peak follows the order of the copies
     saved = memplan.parse_trace(json.dumps(derived), "the captured trace's feature maps")
     readdressed = plan.to_dict()
     readdressed["workload"]["fingerprint"] = saved.fingerprint
@@ -196,8 +213,10 @@ def predict(plan, captured, **what_if):
     trace = memplan_trace(data)
     plan = read_plan(plan, trace)
     whole = memplan.simulate(trace, plan=plan, **what_if)
-    saved = memplan.simulate(*saved_only(trace, plan), memory=_UNBOUNDED_MEMORY)
-    resident = sum(t["bytes"] for t in data["tensors"] if t.get("producer") is None)
+    saved = memplan.simulate(*saved_only(trace, plan), **_ORDER_MACHINE)
+    placed, _, _ = host_placement(plan.to_dict(), data)
+    resident = sum(t["bytes"] for t in data["tensors"]
+                   if t.get("producer") is None and t["id"] not in placed)
     tolerance = _validation.tolerance(plan)
     return plan, {
         "comparison": "bitwise" if tolerance is None else "tolerance",
@@ -236,6 +255,7 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, step=None, see
         with step_part("the planned step", "step_run"):
             plan_loss, plan_cuda = _cuda_step_peak(
                 device, lambda: planned.step(batch, loss_fn, plan_opt))
+    planned.restore()  # host-placed parameters, state and gradients back in their tensors
     pairs = list(zip(base_model.parameters(), plan_model.parameters()))
     base_state, plan_state = base_model.state_dict(), plan_model.state_dict()
     differing_weights = [k for k in base_state if not torch.equal(base_state[k], plan_state[k])]
