@@ -249,7 +249,7 @@ CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
                            search::kExactMaxMaps));
   cmd.add_flag("--maps-only", flags.search.maps_only,
                "plan feature maps only: keep parameters, gradients, optimizer state and the input "
-               "batch on the device and the update there (what memplan.torch.apply carries out)");
+               "batch on the device and the update there");
   cmd.add_option("-o,--output", flags.output,
                  "write the plan found (JSON; - for standard output), only when it fits; for a "
                  "job, each rank's plan (a job plan file)");

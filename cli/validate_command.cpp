@@ -59,14 +59,15 @@ struct ValidateOptions {
 // asks the simulator in process (memplan._core). What each flag does there:
 //   --plan, --policy, --encode          the plan, as for the other backends;
 //   --memory, --link, --h2d, --d2h,     the machine the plan is predicted on (and --policy plans
-//   --latency, --host-memory,           for): passed on as `memplan simulate` takes them;
-//   --allocator, --alloc-conf
+//   --latency, --host-memory,           for): passed on as `memplan simulate` takes them
+//   --host-bandwidth, --allocator,      (--host-bandwidth prices an update the plan runs on the
+//   --alloc-conf                        host, which PyTorch then runs on CPU copies);
 //   --force                             runs a plan the simulator says does not fit;
 //   --model, --batch, --input,          rebuild the captured model, batch and optimizer;
 //   --optimizer, --seed                 (the capture's seed unless --seed is given)
 //   --step                              the captured step, when it was the user's own;
 //   --json, --quiet                     the report's form; the torch run shows no progress.
-// Refused (one line, exit 2): --calibrate and --host-bandwidth, which would change nothing.
+// Refused (one line, exit 2): --calibrate, which would change nothing.
 void refuse_flags_torch_ignores(const ValidateOptions& o) {
   if (!o.snapshot_out.empty()) {
     throw sim::InputError("--snapshot-out",
@@ -80,11 +81,6 @@ void refuse_flags_torch_ignores(const ValidateOptions& o) {
                           "measures op and copy costs on the host or CUDA backend; --backend torch "
                           "predicts with the op times the capture measured in PyTorch (give the "
                           "copy link with --link, --h2d, --d2h, --latency)");
-  }
-  if (!o.machine.host_bandwidth.empty()) {
-    throw sim::InputError("--host-bandwidth",
-                          "prices an update run on the host, and --backend torch carries out plans "
-                          "of feature maps only (the update stays in PyTorch)");
   }
   for (const auto& [flag, value] : {std::pair{"--interconnect", o.machine.interconnect},
                                     {"--network", o.machine.network},
@@ -119,6 +115,7 @@ int validate_in_torch(const ValidateOptions& o) {
                                     {"--d2h", m.d2h},
                                     {"--latency", m.latency},
                                     {"--host-memory", m.host_memory},
+                                    {"--host-bandwidth", m.host_bandwidth},
                                     {"--allocator", m.allocator},
                                     {"--alloc-conf", m.alloc_conf}}) {
     if (!value.empty()) args.insert(args.end(), {flag, value});

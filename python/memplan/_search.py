@@ -126,7 +126,7 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     time_limit: seconds for the whole search, the policies' seeding included; rounds: stop after
     this many (None: until converged); threads: 0 for every core; deterministic: the same plan
     for any thread count; maps_only: plan feature maps only (keep parameters, gradients, optimizer
-    state and the input batch on the device: what memplan.torch.apply carries out); gap: stop once
+    state and the input batch on the device); gap: stop once
     the plan is within this of the lower bound (a fraction, 0.005, or a percentage, "0.5%";
     `memplan search --gap`; a step with a host side runs on). progress(p) is called once for every policy that seeds the search
     (p.stage "seeding", p.policy its name) and after every round (p.stage "round"), with
