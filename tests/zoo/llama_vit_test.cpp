@@ -399,3 +399,44 @@ TEST_CASE("the fused attention: ViT's is not causal, LLaMA's has no dropout; bf1
   CHECK_THROWS_WITH(zoo::attention_named("flash"),
                     "--attention: unknown attention 'flash' (attentions: eager, sdpa)");
 }
+
+TEST_CASE("GPT's gelu_new: Hugging Face's eight terms and what autograd saves of them",
+          "[zoo][memory]") {
+  // Note [Unfused GELU] in zoo/network.cpp. The one-layer GPT above in bf16 (eager attention, so
+  // only the activation differs): the MLP's 4·64 = 256 wide hidden activation holds
+  // N = 2 · 16 · 256 = 8,192 elements.
+  zoo::ModelOptions options;
+  options.batch = 2;
+  options.precision = zoo::Precision::kBf16;
+  options.attention = zoo::AttentionKernel::kEager;
+  options.transformer = {.layers = 1, .hidden = 64, .heads = 4, .sequence = 16, .vocab = 96};
+  const sim::Workload fused = zoo::build_model(*zoo::find_model("gpt"), options).workload;
+  options.activation = zoo::GptActivation::kGeluNew;
+  const sim::Workload unfused = zoo::build_model(*zoo::find_model("gpt"), options).workload;
+  // Forward: pow is a float32 op under autocast, so c_fc's bf16 output is cast first; then the
+  // eight terms, each one op.
+  const auto act = forward_layers(unfused, "h.0.mlp.act");
+  CHECK(act ==
+        std::vector<std::string>{"cast", "pow", "mul", "add", "mul", "tanh", "add", "mul", "mul"});
+  CHECK(forward_layers(fused, "h.0.mlp.act") == std::vector<std::string>{"gelu"});
+  // Only 0.5·x stays bf16; the result is float32 and c_proj casts it back.
+  CHECK(memplan::test::tensor_named(unfused, "h.0.mlp.act.mul_half").dtype == "bfloat16");
+  CHECK(memplan::test::tensor_named(unfused, "h.0.mlp.act.mul").dtype == "float32");
+  CHECK(memplan::test::tensor_named(unfused, "h.0.mlp.c_proj.h.0.mlp.act.mul.to_bf16").bytes ==
+        8'192 * 2);
+  // Saved: the fused GELU keeps its bf16 input and c_proj its bf16 output, 2 + 2 bytes an
+  // element. gelu_new keeps pow's float32 input (4), tanh's output (4), both factors of the last
+  // product (0.5·x in bf16, 2, and 1 + tanh in float32, 4) and c_proj's bf16 cast of the result
+  // (2): 16 bytes; c_fc's own output is saved by none of them. 12 · 8,192 = 98,304 bytes more.
+  CHECK(zoo::saved_activation_bytes(unfused) - zoo::saved_activation_bytes(fused) == 98'304);
+  // Backward, named after the activation's ops: one op for each of the four products, pow, tanh
+  // and the cast before pow, and the cast of the float32 gradient the sum x + 0.044715·x³ hands
+  // c_fc's bf16 output (the sums have no kernel of their own): 8. Three gradients reach c_fc's
+  // output (from that sum, the cast before pow and 0.5·x): two accumulations.
+  std::size_t kernels = 0;
+  for (const sim::Op& op : unfused.ops) {
+    if (op.phase == Phase::kBackward && op.name.starts_with("h.0.mlp.act")) ++kernels;
+  }
+  CHECK(kernels == 8);
+  CHECK(accumulations(unfused, "h.0.mlp.c_fc") == 2);
+}
