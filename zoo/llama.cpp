@@ -1,7 +1,7 @@
 // A LLaMA decoder (Touvron et al. 2023, LLaMA and Llama 2) as Hugging Face's LlamaForCausalLM
 // builds it (transformers' modeling_llama.py with attn_implementation "eager", or "sdpa": Note
-// [Fused attention] in zoo/attention.hpp; no biases, no
-// dropout, an LM head not tied to the embedding): a token embedding; pre-norm blocks — RMSNorm,
+// [Fused attention] in zoo/attention.hpp; no biases, no dropout, an LM head not tied to the
+// embedding): a token embedding; pre-norm blocks — RMSNorm,
 // the q, k and v projections, the rotary position embedding of q and k, causal softmax attention,
 // the output projection, residual; RMSNorm, the SwiGLU MLP down(silu(gate(x)) · up(x)),
 // residual; a final RMSNorm, the LM head and cross-entropy at every position.

@@ -1,8 +1,8 @@
 // A GPT-style decoder (Radford et al. 2019, GPT-2) as Hugging Face's GPT2LMHeadModel builds it:
-// token + position embeddings, pre-norm blocks (layer-norm,
-// fused QKV projection, causal softmax attention with dropout, output projection, dropout,
-// residual; layer-norm, MLP with GELU, dropout, residual), a final layer-norm and an LM head
-// tied to the token embedding; loss is cross-entropy over the vocabulary at every position.
+// token + position embeddings, pre-norm blocks (layer-norm, fused QKV projection, causal softmax
+// attention with dropout, output projection, dropout, residual; layer-norm, MLP with GELU,
+// dropout, residual), a final layer-norm and an LM head tied to the token embedding; loss is
+// cross-entropy over the vocabulary at every position.
 // The defaults (12 layers, 768 hidden, 12 heads, 1024 tokens, 50257 words, an MLP of 4·hidden:
 // GPT2Config's n_inner) are GPT-2 small. The attention is eager or fused (attn_implementation
 // "eager" or "sdpa": Note [Fused attention] in zoo/attention.hpp), the GELU one fused kernel or
