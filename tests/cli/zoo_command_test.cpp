@@ -158,7 +158,7 @@ TEST_CASE("memplan zoo --precision writes the step in that precision", "[cli][zo
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("memplan zoo --attention picks the attention's kernels; bf16 defaults to sdpa",
+TEST_CASE("memplan zoo --attention picks the attention's kernels, bf16 defaults to sdpa",
           "[cli][zoo][attention]") {
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
   const auto write = [&](const std::string& name, const std::string& flags) {

@@ -369,7 +369,7 @@ TEST_CASE("one attention layer's saved bytes, eager against fused, counted by ha
   CHECK(op_named(fp32, "h.0.attn.sdpa_bwd").workspace_bytes == 0);
 }
 
-TEST_CASE("the fused attention: ViT's is not causal, LLaMA's has no dropout; bf16's default",
+TEST_CASE("the fused attention: ViT's is not causal, LLaMA's has no dropout, bf16's default",
           "[zoo][attention]") {
   zoo::ModelOptions vit;
   vit.attention = zoo::AttentionKernel::kSdpa;
