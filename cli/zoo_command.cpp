@@ -25,6 +25,8 @@ struct ZooFlags {
   std::string output;
   std::string optimizer = "sgd";
   std::string precision = "fp32";
+  std::string attention;   // empty: the precision's default (Note [Fused attention])
+  std::string activation;  // empty: gpt's fused GELU
   bool list = false;
   bool caffe = false;
   bool json = false;
@@ -101,6 +103,10 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
   request.options = model_options_from_flags(cmd, flags.shape, model);
   request.options.optimizer = zoo::optimizer_named(flags.optimizer);
   request.options.precision = zoo::precision_named(flags.precision);
+  if (cmd.count("--attention") > 0)
+    request.options.attention = zoo::attention_named(flags.attention);
+  if (cmd.count("--activation") > 0)
+    request.options.activation = zoo::activation_named(flags.activation);
   sim::Workload workload = zoo::make_workload(request);
   if (flags.caffe) {
     const std::size_t relus = zoo::relu_backward_in_place(workload);
@@ -167,6 +173,16 @@ void add_zoo_command(CLI::App& app) {
                   "fp32 (the default), tf32 (float32 tensors, TF32 tensor-core matmuls and "
                   "convolutions), bf16 or fp16 (torch.autocast: low-precision activations, float32 "
                   "parameters, gradients and optimizer state; fp16 with a GradScaler)");
+  // Checked by the zoo (zoo::attention_named, zoo::activation_named), as --precision is.
+  cmd->add_option("--attention", options->attention,
+                  "the attention's kernels (gpt, llama, vit_b16): eager (scores, softmax, P.V; "
+                  "the S x S probabilities saved) or sdpa (PyTorch's fused "
+                  "scaled_dot_product_attention, FlashAttention-2: q, k, v, the output and a "
+                  "log-sum-exp per row saved); default sdpa for bf16 and fp16, eager for fp32 and "
+                  "tf32");
+  cmd->add_option("--activation", options->activation,
+                  "gpt's MLP activation: gelu (one fused kernel, the default) or gelu_new (Hugging "
+                  "Face GPT-2's, eight elementwise kernels)");
   cmd->add_flag("--caffe", options->caffe,
                 "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
                 "max-pool masks");

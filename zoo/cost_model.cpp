@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.hpp"
+#include "zoo/network.hpp"
 
 namespace memplan::zoo {
 namespace {
@@ -38,10 +39,65 @@ namespace {
 //   - ResNet-50's fp16 convolutions (batch 64, channels_last) take 4.8 ms of kernels on the H100
 //     where the model gives 3.8 ms: cuDNN's tensor-core convolutions fall short of the table's
 //     0.80 / 0.75 by about a fifth there;
-//   - not modeled: a 16-bit GEMM whose leading dimension is not a multiple of 8 elements (16
-//     bytes, NVIDIA's alignment for tensor cores) runs cuBLAS's align1 fallback kernels: GPT-2's
-//     LM head over 50,257 words at 10-15% of the BF16 peak.
+//   - a 16-bit GEMM whose leading dimension is not a multiple of 8 elements (16 bytes, NVIDIA's
+//     alignment for tensor cores) runs cuBLAS's align1 fallback kernels: GPT-2's LM head over
+//     50,257 words at 10-15% of the BF16 peak (Note [Unaligned GEMMs]).
+// The fused attention (scaled_dot_product_attention, Note [Fused attention] in
+// zoo/attention.hpp) runs PyTorch's FlashAttention-2 kernels, whose share of the H100's BF16
+// peak Shah et al. measured (FlashAttention-3, 2024, figures 5 and 6: FlashAttention-2 on an H100
+// SXM5 in BF16, 16k tokens a batch): forward 180-309 TFLOP/s at 512 tokens a sequence rising to
+// 299-370 at 16k (head widths 64 to 256), backward 198-214 rising to 291-322 — at long sequences
+// 0.30-0.37 and 0.29-0.33 of the 989.4 dense peak; FlashAttention-2 does not use Hopper's
+// warpgroup MMA ("35% utilization on H100"). The table takes 0.35 forward and 0.30 backward, with
+// the flops of the FlashAttention papers' accounting (4·B·S²·H forward, half with the causal
+// mask; 2.5 times that backward). On the A100, whose mma instructions FlashAttention-2 was
+// written for, it reaches up to 73% forward and 63% backward (Dao 2023, §4.1): there the model's
+// fused attention is about twice as slow as the kernel's best.
 constexpr sim::Nanoseconds kKernelOverheadNs = 2'500;
+constexpr Efficiency kFusedAttentionForward{0.35, 0.70};
+constexpr Efficiency kFusedAttentionBackward{0.30, 0.70};
+
+// Note [Unaligned GEMMs]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// NVIDIA's rule (Matrix Multiplication Background User's Guide, "Tensor Core Requirements"):
+// tensor cores are used most efficiently when a GEMM's dimensions are multiples of 16 bytes —
+// 8 elements in FP16 and BF16, 4 in TF32 — (on the A100, of 128 bytes); since cuBLAS 11 the
+// tensor cores are used regardless, but an unaligned GEMM runs kernels that read their operands in
+// narrower loads: CUTLASS's kernels carry the width in their names (align8 for 16 bytes of 16-bit
+// elements, align4, align2, align1), and a leading dimension of 50,257 bf16 elements leaves only
+// align1 (2 bytes a load). For a linear layer y = x·Wᵀ (x [M, in], W [out, in], y [M, out], all
+// row-major) the leading dimensions are `in` and `out` in forward and in both backward GEMMs (dX =
+// dY·W, dW = dYᵀ·x): the rows M (the batch's tokens) are never one, so an odd batch costs nothing.
+// The zoo prices such a layer at its aligned efficiency times the load width over 16 bytes —
+// the largest power of two dividing both `in` and `out`, in bytes, capped at 16 — on the premise
+// that the narrow kernels are bound by their load instructions, which grow as the width shrinks:
+// GPT-2's LM head (in 768, out 50,257) in bf16 at 2/16 of 0.75 forward and 0.70 backward, 9.4% and
+// 8.8% of the BF16 peak. The H100 profile of Hugging Face's GPT-2 (traces/kineto-h100) ran those
+// three GEMMs in cutlass_75 "align1" kernels at 9.7% (forward) and 13.5% and 15.0% (backward) of
+// the peak: the rule is that profile's within a factor of 1.7, not fitted to it. fp32 runs on the
+// CUDA cores, which have no such rule, and is priced as before; convolutions (cuDNN pads their
+// channels) and the attention products are left as they are.
+double load_share(std::int64_t in_features, std::int64_t out_features, Precision precision) {
+  constexpr std::int64_t kVectorBytes = 16;
+  std::int64_t item = 0;
+  switch (precision) {
+    case Precision::kFp32:
+      return 1.0;
+    case Precision::kTf32:
+      item = 4;  // float32 operands
+      break;
+    case Precision::kBf16:
+    case Precision::kFp16:
+      item = 2;
+      break;
+  }
+  std::int64_t width = item;  // bytes a load reads: the elements dividing both, in bytes
+  while (width < kVectorBytes && in_features % (2 * width / item) == 0 &&
+         out_features % (2 * width / item) == 0) {
+    width *= 2;
+  }
+  return static_cast<double>(width) / static_cast<double>(kVectorBytes);
+}
 constexpr double kMemoryOptimalSlowdown = 1.8;  // implicit GEMM without workspace vs the fastest
 
 struct Row {
@@ -85,7 +141,9 @@ constexpr std::array<Row, 25> kTable{{
 }  // namespace
 
 CostModel::CostModel(const Device& device, Precision precision)
-    : device_(device), matrix_flops_per_s_(matrix_flops_per_s(device, precision)) {
+    : device_(device),
+      precision_(precision),
+      matrix_flops_per_s_(matrix_flops_per_s(device, precision)) {
   MEMPLAN_CHECK(matrix_flops_per_s_ > 0, "the zoo refuses a precision its device has no rate for");
 }
 
@@ -100,14 +158,31 @@ Efficiency CostModel::efficiency(sim::Layer layer, sim::Phase phase) {
   return phase == sim::Phase::kBackward ? row->backward : row->forward;
 }
 
+Efficiency CostModel::fused_attention(sim::Phase phase) {
+  return phase == sim::Phase::kBackward ? kFusedAttentionBackward : kFusedAttentionForward;
+}
+
+double CostModel::alignment(std::int64_t in_features, std::int64_t out_features,
+                            Precision precision) {
+  return load_share(in_features, out_features, precision);
+}
+
 sim::Nanoseconds CostModel::duration(const sim::Op& op, bool memory_optimal) const {
-  Efficiency e = efficiency(op.layer.kind(), op.phase);
+  return scaled_duration(op, memory_optimal, 1.0);
+}
+
+sim::Nanoseconds CostModel::scaled_duration(const sim::Op& op, bool memory_optimal,
+                                            double compute_share) const {
+  const bool fused_attention_op = op.layer.generic() && op.layer.name() == kFusedAttentionOp;
+  Efficiency e =
+      fused_attention_op ? fused_attention(op.phase) : efficiency(op.layer.kind(), op.phase);
   if (memory_optimal) e.compute /= kMemoryOptimalSlowdown;
+  e.compute *= compute_share;
   const double flops = op.flops.value_or(0.0);
   const double bytes = static_cast<double>(op.bytes_moved.value_or(0));
   const sim::LayerFamily family = op.layer.rule().family;
-  const bool matrix =
-      family == sim::LayerFamily::kConvolution || family == sim::LayerFamily::kMatmul;
+  const bool matrix = fused_attention_op || family == sim::LayerFamily::kConvolution ||
+                      family == sim::LayerFamily::kMatmul;
   const double peak = matrix ? matrix_flops_per_s_ : device_.peak_flops_per_s;
   const double compute_s = flops / (peak * e.compute);
   const double memory_s = bytes / (device_.memory_bytes_per_s * e.memory);
@@ -117,9 +192,17 @@ sim::Nanoseconds CostModel::duration(const sim::Op& op, bool memory_optimal) con
 
 void CostModel::apply(sim::Workload& workload) const {
   for (sim::Op& op : workload.ops) {
-    op.duration_ns = duration(op, false);
+    double share = 1.0;
+    if (op.layer == sim::Layer::kLinear) {
+      // The weight [out, in] is the forward op's second input (a backward op's forward names it).
+      const sim::Op& forward =
+          op.phase == sim::Phase::kForward ? op : workload.op(op.differentiates);
+      const std::vector<std::int64_t>& weight = workload.tensor(forward.inputs.at(1)).shape;
+      if (weight.size() == 2) share = alignment(weight[1], weight[0], precision_);
+    }
+    op.duration_ns = scaled_duration(op, false, share);
     for (sim::Algorithm& a : op.algorithms)
-      a.duration_ns = duration(op, a.name == "memory_optimal");
+      a.duration_ns = scaled_duration(op, a.name == "memory_optimal", share);
   }
 }
 

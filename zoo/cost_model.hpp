@@ -6,6 +6,7 @@
 // for the step's precision for convolutions and matmuls, its FP32 vector rate for every other op
 // (Note [Training precision] in zoo/precision.hpp). The factors are calibrated against real
 // profiles (Note [Cost model calibration] in cost_model.cpp).
+#include <cstdint>
 #include <string_view>
 
 #include "core/workload.hpp"
@@ -31,14 +32,29 @@ class CostModel {
   /// Time of `op` with its default (fastest) algorithm, or with the memory-optimal one.
   [[nodiscard]] sim::Nanoseconds duration(const sim::Op& op, bool memory_optimal = false) const;
 
-  /// Fills duration_ns of every op and of every alternative algorithm.
+  /// Fills duration_ns of every op and of every alternative algorithm; a linear layer whose
+  /// features are not multiples of 16 bytes on the tensor cores at the share of its rate
+  /// alignment() gives (Note [Unaligned GEMMs] in cost_model.cpp).
   void apply(sim::Workload& workload) const;
 
-  /// The factors used for a layer type in a phase.
+  /// The factors used for a layer type in a phase (the fused attention's: fused_attention()).
   [[nodiscard]] static Efficiency efficiency(sim::Layer layer, sim::Phase phase);
+  /// The fused scaled_dot_product_attention's factors in a phase (Note [Cost model calibration]).
+  [[nodiscard]] static Efficiency fused_attention(sim::Phase phase);
+  /// The share of an aligned GEMM's rate a linear layer of `in_features` → `out_features` runs
+  /// at in `precision` (Note [Unaligned GEMMs]): 1 on the CUDA cores (fp32) or when both are
+  /// multiples of 16 bytes' elements, else the largest power of two dividing both, in bytes, over
+  /// 16 (GPT-2's 50,257-word head in bf16: 2 / 16).
+  [[nodiscard]] static double alignment(std::int64_t in_features, std::int64_t out_features,
+                                        Precision precision);
 
  private:
+  /// duration() with the compute efficiency multiplied by `compute_share`.
+  [[nodiscard]] sim::Nanoseconds scaled_duration(const sim::Op& op, bool memory_optimal,
+                                                 double compute_share) const;
+
   const Device& device_;
+  Precision precision_;
   double matrix_flops_per_s_;  // convolutions and matmuls in the step's precision
 };
 

@@ -1,6 +1,7 @@
 // A LLaMA decoder (Touvron et al. 2023, LLaMA and Llama 2) as Hugging Face's LlamaForCausalLM
-// builds it (transformers' modeling_llama.py with attn_implementation="eager"; no biases, no
-// dropout, an LM head not tied to the embedding): a token embedding; pre-norm blocks — RMSNorm,
+// builds it (transformers' modeling_llama.py with attn_implementation "eager", or "sdpa": Note
+// [Fused attention] in zoo/attention.hpp; no biases, no dropout, an LM head not tied to the
+// embedding): a token embedding; pre-norm blocks — RMSNorm,
 // the q, k and v projections, the rotary position embedding of q and k, causal softmax attention,
 // the output projection, residual; RMSNorm, the SwiGLU MLP down(silu(gate(x)) · up(x)),
 // residual; a final RMSNorm, the LM head and cross-entropy at every position.
@@ -65,7 +66,8 @@ void build_llama(Network& net, const ModelOptions& options) {
     qkv = net.rotary_embedding(p + ".self_attn.rotary", qkv, tables, o.heads, o.kv_heads);
     if (o.kv_heads != o.heads)
       qkv = net.repeat_kv(p + ".self_attn.repeat_kv", qkv, o.heads, o.kv_heads);
-    a = attention_core(net, p + ".self_attn", qkv, o.heads, {.causal = true, .dropout = false});
+    a = attention_core(net, p + ".self_attn", qkv, o.heads,
+                       {.causal = true, .dropout = false, .kernel = attention_kernel(options)});
     a = net.linear(p + ".self_attn.o_proj", a, o.hidden, false);
     h = net.add(p + ".residual1", h, a, false);
     const Value m = net.rms_norm(p + ".post_attention_layernorm", h);

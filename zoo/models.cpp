@@ -114,7 +114,8 @@ const std::vector<ModelInfo>& models() {
        false,
        build_transformer,
        {},
-       gpt_shape},
+       gpt_shape,
+       true},
       {"llama",
        "LLaMA decoder (HF LlamaForCausalLM; default small: --layers 4 --hidden 512 --heads 8 "
        "--seq 512 --vocab 32000; LLaMA-2-7B: --layers 32 --hidden 4096 --heads 32 --seq 4096)",
@@ -123,14 +124,17 @@ const std::vector<ModelInfo>& models() {
        false,
        build_llama,
        {},
-       llama_shape},
+       llama_shape,
+       true},
       {"vit_b16",
        "ViT-B/16 (torchvision vit_b_16), 86.6M parameters, 224x224",
        2,
        {224, 224},
        false,
        build_vit_b16,
-       "vit-b"},
+       "vit-b",
+       nullptr,
+       true},
   };
   return kModels;
 }
@@ -212,8 +216,22 @@ void refuse_larger_than_machine(const ModelInfo& model, const ModelOptions& opti
 
 }  // namespace
 
+AttentionKernel attention_kernel(const ModelOptions& options) {
+  return options.attention.value_or(default_attention(options.precision));
+}
+
 BuiltModel build_model(const ModelInfo& model, const ModelOptions& options) {
   ModelOptions o = options;
+  if (o.attention && !model.attention) {
+    throw sim::InputError("--attention", fmt::format("{} has no attention (--attention is for gpt, "
+                                                     "llama and vit_b16)",
+                                                     model.name));
+  }
+  if (o.activation && model.build != build_transformer) {
+    throw sim::InputError("--activation", fmt::format("{} has no GELU to choose (--activation is "
+                                                      "for gpt)",
+                                                      model.name));
+  }
   if (o.batch <= 0)
     throw sim::InputError("--batch", fmt::format("batch {} (must be at least 1)", o.batch));
   if (model.input_dims == 0) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/workload.hpp"
+#include "zoo/attention.hpp"
 #include "zoo/network.hpp"
 
 namespace memplan::zoo {
@@ -35,6 +36,12 @@ struct TransformerShape {
   std::int64_t kv_heads = 0;  // fewer than heads: each key and value head serves heads/kv_heads
 };
 
+/// GPT's MLP activation (`memplan zoo gpt --activation`; GPT2Config.activation_function's names).
+enum class GptActivation : std::uint8_t {
+  kGelu,     // one fused GELU kernel (torch.nn.GELU; Hugging Face's "gelu_pytorch_tanh")
+  kGeluNew,  // Hugging Face's default "gelu_new": eight elementwise ops (Note [Unfused GELU])
+};
+
 struct ModelOptions {
   std::int64_t batch = 1;
   Shape input;                        // spatial extents (HxW or TxHxW); empty = the model's default
@@ -42,7 +49,13 @@ struct ModelOptions {
   TransformerOptions transformer;
   Optimizer optimizer = Optimizer::kSgd;   // the update op and the state per parameter
   Precision precision = Precision::kFp32;  // the dtypes (Note [Training precision])
+  /// The attention's kernels (models with attention only); empty: default_attention(precision).
+  std::optional<AttentionKernel> attention;
+  std::optional<GptActivation> activation;  // gpt only; empty: kGelu
 };
+
+/// The attention kernel `options` ask for, or the precision's default (Note [Fused attention]).
+AttentionKernel attention_kernel(const ModelOptions& options);
 
 using ModelBuilder = void (*)(Network&, const ModelOptions&);
 /// A decoder's shape from its options, its defaults filling what they leave empty; throws
@@ -59,6 +72,7 @@ struct ModelInfo {
   /// Another name find_model() accepts (the and the papers' name), or empty.
   std::string_view alias;
   DecoderShape decoder_shape = nullptr;  // decoders only (input_dims 0)
+  bool attention = false;                // has self-attention: takes --attention
 };
 
 struct BuiltModel {

@@ -540,6 +540,87 @@ Value Network::attention_context(const std::string& name, const Value& probs, co
   return y;
 }
 
+Value Network::scaled_dot_product_attention(const std::string& name, const Value& qkv,
+                                            std::int64_t heads, bool causal, bool dropout) {
+  MEMPLAN_CHECK(qkv.shape.size() == 3 && qkv.shape[2] % (3 * heads) == 0, "qkv is [B, S, 3H]");
+  const std::int64_t b = qkv.shape[0];
+  const std::int64_t s = qkv.shape[1];
+  const std::int64_t h = qkv.shape[2] / 3;
+  const std::int64_t d = h / heads;
+  // Note [Fused attention] in zoo/attention.hpp. Autocast runs it in the low dtype (a
+  // lower-precision op); without autocast PyTorch takes the memory-efficient kernel, whose
+  // log-sum-exp rows are padded to a multiple of 32, and flash's backward workspace is not needed.
+  const auto [inputs, dtype] = autocast(name, {qkv}, Cast::kLowPrecision);
+  const bool flash = !autocast_.empty();
+  const auto round_up = [](std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; };
+  Value y = activation(name, {b, s, h}, dtype);
+  const Value lse = activation(name + ".logsumexp", {b, heads, flash ? s : round_up(s, 32)});
+  std::vector<TensorId> outputs{y.id, lse.id};
+  std::vector<TensorId> saved{inputs[0], y.id, lse.id};
+  if (dropout) {
+    const Value rng = activation(name + ".rng_state", {2}, "int64");
+    outputs.push_back(rng.id);
+    saved.push_back(rng.id);
+  }
+  // Q·Kᵀ and P·V, 2·B·S²·H flops each; the causal mask skips half the blocks.
+  const double flops = 4.0 * static_cast<double>(b) * static_cast<double>(s) *
+                       static_cast<double>(s) * static_cast<double>(h) * (causal ? 0.5 : 1.0);
+  const OpId op =
+      forward_op(name, sim::LayerType::named(kFusedAttentionOp), inputs, std::move(outputs), flops);
+  if (!causal) workload_.ops.back().attributes = {{"causal", {0.0}}};  // as the scores op's
+  Layer& layer = record(op, inputs, y.id, std::move(saved));
+  layer.backward_flops = 2.5 * flops;
+  if (flash) {
+    // flash_api.cpp's dq_accum [B, S₁₂₈, heads, d₃₂] and softmax_d [B, heads, S₁₂₈], float32.
+    const std::int64_t rows = round_up(s, 128);
+    const std::int64_t width = round_up(d, d <= 128 ? 32 : 64);
+    layer.backward_workspace = b * heads * rows * (width + 1) * 4;
+  }
+  return y;
+}
+
+Value Network::with_constant(const std::string& name, const sim::LayerType& layer_type,
+                             const Value& x, bool sum) {
+  Value y = activation(name, x.shape, workload_.tensor(x.id).dtype);
+  const OpId op = forward_op(name, layer_type, {x.id}, {y.id}, product(x.shape));
+  Layer& layer = record(op, {x.id}, y.id, {});
+  layer.pass_through = sum;
+  layer.backward_flops = product(x.shape);
+  return {y.id, x.shape};
+}
+
+// Note [Unfused GELU]
+// ~~~~~~~~~~~~~~~~~~~
+// Hugging Face's GPT-2 (activation_function "gelu_new", NewGELUActivation) computes the tanh
+// approximation of GELU term by term in Python,
+//   0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0)))),
+// so eager PyTorch runs eight elementwise kernels where torch's GELU is one, each reading and
+// writing its whole tensor: pow, a product by 0.044715, the sum with x, a product by √(2/π),
+// tanh, the sum with 1, the product 0.5·x and the product of the two halves. Under autocast
+// pow is a float32 op (autocast's op reference): x is cast to float32 first, and every term
+// after it is float32 by type promotion but 0.5·x (x's dtype), so the result is float32 and the
+// next linear layer casts it back. Autograd saves pow's (float32) input, tanh's output and both
+// factors of the last product; the products by a constant and the sums save nothing, and a sum's
+// backward is no kernel. `memplan zoo gpt --activation gelu_new` builds it (the ops
+// "<name>.pow" ... "<name>.mul"); the default is one fused GELU (`gelu`, Hugging Face's
+// "gelu_pytorch_tanh" and torch.nn.GELU).
+Value Network::gelu_new(const std::string& name, const Value& x) {
+  const std::vector<TensorId> wide = autocast(name + ".pow", {x}, Cast::kFloat32).first;
+  const Value x32{wide[0], x.shape};
+  const std::string dtype = workload_.tensor(x32.id).dtype;
+  const Value cube =
+      pointwise(name + ".pow", sim::LayerType::named("pow"), x32, false, false, 2.0, dtype);
+  const sim::LayerType mul = sim::LayerType::named("mul");
+  const Value scaled = with_constant(name + ".mul_0044715", mul, cube, false);
+  const Value inner = add(name + ".add_x", x, scaled, false);
+  const Value angle = with_constant(name + ".mul_sqrt_2_pi", mul, inner, false);
+  const Value tanh = pointwise(name + ".tanh", sim::LayerType::named("tanh"), angle, false, true,
+                               4.0, workload_.tensor(angle.id).dtype);
+  const Value one_plus = with_constant(name + ".add_1", sim::Layer::kAdd, tanh, true);
+  const Value half = with_constant(name + ".mul_half", mul, x, false);
+  return Network::mul(name + ".mul", half, one_plus);
+}
+
 Value Network::rms_norm(const std::string& name, const Value& x) {
   const std::int64_t h = x.shape.back();
   const Value weight = parameter(name + ".weight", {h});

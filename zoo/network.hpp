@@ -23,7 +23,10 @@
 //   FusedRMSNorm); SiLU: input; mul: each operand the other's gradient needs (both where both
 //   need one); rotary embedding: the cos and sin tables (its muls' other operands; its neg, cat
 //   and add save nothing); ViT's class-token cat and position add, and repeat_kv's copy: nothing;
-//   an autocast cast: nothing (its consumer saves the cast tensor where it saves that input).
+//   an autocast cast: nothing (its consumer saves the cast tensor where it saves that input);
+//   the fused attention: the QKV buffer, its output, the log-sum-exp and the generator state
+//   (Note [Fused attention] in zoo/attention.hpp); gelu_new's terms: pow its input, tanh its
+//   output, a product by a constant and a sum nothing, the product of two tensors both.
 // A view (flatten, split of QKV, ViT's x[:, 0]) shares its base's buffer, so it is the same tensor
 // here.
 //
@@ -32,10 +35,13 @@
 // simulator, the policies and the search take them like any op (their flops and bytes moved
 // costed by the cost model's generic row), but no backend has a kernel for them, so a network
 // that has one (llama, vit_b16) is modeled only. They are rms_norm, silu, mul, rotary_tables,
-// rotary_embedding, repeat_kv and patch_tokens, and autocast's cast (a bf16 or fp16 step is
-// modeled only).
+// rotary_embedding, repeat_kv and patch_tokens, autocast's cast (a bf16 or fp16 step is
+// modeled only), the fused attention scaled_dot_product_attention (Note [Fused attention] in
+// zoo/attention.hpp) and gelu_new's pow, tanh and products (Note [Unfused GELU] in
+// zoo/network.cpp).
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,6 +51,10 @@
 namespace memplan::zoo {
 
 using Shape = std::vector<std::int64_t>;
+
+/// The fused attention's op name (a generic op: Note [Fused attention] in zoo/attention.hpp), the
+/// name search/policies/network_view.cpp reads as fused attention.
+inline constexpr std::string_view kFusedAttentionOp = "scaled_dot_product_attention";
 
 /// A value flowing through the network: a tensor and the shape the next layer sees (a flatten is
 /// a view: same tensor, other shape).
@@ -134,6 +144,16 @@ class Network {
   Value softmax(const std::string& name, const Value& x);
   /// P·V with V from the fused QKV buffer, heads merged back → [B, S, H].
   Value attention_context(const std::string& name, const Value& probs, const Value& qkv);
+  /// The fused attention (Note [Fused attention] in zoo/attention.hpp): one
+  /// scaled_dot_product_attention op from the fused QKV buffer [B, S, 3H] to the heads' merged
+  /// context [B, S, H], writing the float32 log-sum-exp [B, heads, S] (and, with `dropout`, the
+  /// generator's seed and offset) beside it for backward; causal or not.
+  Value scaled_dot_product_attention(const std::string& name, const Value& qkv, std::int64_t heads,
+                                     bool causal, bool dropout);
+  /// GPT-2's gelu_new as Hugging Face's NewGELUActivation computes it, one elementwise op per
+  /// term of 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (Note [Unfused GELU] in
+  /// zoo/network.cpp).
+  Value gelu_new(const std::string& name, const Value& x);
 
   // LLaMA's and ViT's layers beyond GPT's (generic ops: Note [Generic zoo ops]).
   /// RMSNorm over the last axis with a learned scale and no bias: y = x · rstd · weight, rstd the
@@ -220,6 +240,11 @@ class Network {
                   const std::string& dtype);
   Value pool(const std::string& name, sim::Layer layer, const Value& x, const PoolSpec& spec,
              bool with_indices);
+  /// An elementwise op of `x` and a constant, in x's dtype, saving nothing: a product (its
+  /// backward one op scaling the gradient) or, `sum`, a sum (its backward hands the gradient on
+  /// without a kernel, as autograd's AddBackward does).
+  Value with_constant(const std::string& name, const sim::LayerType& layer, const Value& x,
+                      bool sum);
   /// Hands `gradient` to `tensor`, summing it with what arrived before (a fan-out).
   void contribute(sim::TensorId tensor, sim::TensorId gradient);
   /// `gradient`, which pass-through `add` hands to its input `tensor`, in that tensor's dtype:

@@ -17,8 +17,8 @@
 //   reference (torch.amp docs, "Autocast Op Reference"; aten/src/ATen/autocast_mode.h) decides the
 //   dtype an op runs in and writes:
 //   - lower-precision ops (conv1d/2d/3d, linear, addmm, matmul, mm, bmm, baddbmm,
-//     scaled_dot_product_attention; here conv, linear and the attention's two products) cast each
-//     floating input to the low dtype and write the low dtype;
+//     scaled_dot_product_attention; here conv, linear, the attention's two products and the fused
+//     attention) cast each floating input to the low dtype and write the low dtype;
 //   - float32 ops (layer_norm, group_norm, cross_entropy, nll_loss, exp, log, pow, norm, ...; here
 //     layer-norm, the softmax cross-entropy, and RMSNorm, which Hugging Face's LlamaRMSNorm upcasts
 //     itself) cast each floating input to float32 and write float32; softmax, log_softmax, sum,

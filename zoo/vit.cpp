@@ -3,8 +3,8 @@
 // learned position embedding is added (Network::patch_tokens); 12 pre-norm encoder blocks
 // (layer-norm, 12-head self-attention with biases, residual; layer-norm, MLP of 3072 with GELU,
 // residual); a final layer-norm; the head (1000 classes) on the class token. torchvision's dropout
-// is 0, so none runs. The attention is the unfused one GPT's is (zoo/attention.hpp), without the
-// causal mask.
+// is 0, so none runs. The attention is GPT's (zoo/attention.hpp: eager, or the fused
+// scaled_dot_product_attention PyTorch 2's nn.MultiheadAttention calls), without the causal mask.
 // 224x224 by default (14x14 patches, 197 tokens); another input divisible by 16 sizes the position
 // embedding to its patch grid, as VisionTransformer(image_size=...) does.
 #include <fmt/core.h>
@@ -41,7 +41,7 @@ void build_vit_b16(Network& net, const ModelOptions& options) {
     Value a = net.layer_norm(p + ".ln_1", h);
     a = self_attention(
         net, {p + ".self_attention.in_proj", p + ".self_attention", p + ".self_attention.out_proj"},
-        a, kHeads, {.causal = false, .dropout = false});
+        a, kHeads, {.causal = false, .dropout = false, .kernel = attention_kernel(options)});
     h = net.add(p + ".residual1", a, h, false);
     Value m = net.layer_norm(p + ".ln_2", h);
     m = net.linear(p + ".mlp.0", m, kMlp);

@@ -57,6 +57,21 @@ Precision precision_named(const std::string& name) {
                                                    name));
 }
 
+AttentionKernel attention_named(const std::string& name) {
+  for (AttentionKernel k : {AttentionKernel::kEager, AttentionKernel::kSdpa}) {
+    if (name == attention_name(k)) return k;
+  }
+  throw sim::InputError("--attention",
+                        fmt::format("unknown attention '{}' (attentions: eager, sdpa)", name));
+}
+
+GptActivation activation_named(const std::string& name) {
+  if (name == "gelu") return GptActivation::kGelu;
+  if (name == "gelu_new") return GptActivation::kGeluNew;
+  throw sim::InputError("--activation",
+                        fmt::format("unknown activation '{}' (activations: gelu, gelu_new)", name));
+}
+
 sim::Workload make_workload(const ZooRequest& request) {
   const ModelInfo* model = find_model(request.model);
   if (model == nullptr) {
@@ -97,6 +112,10 @@ sim::Workload make_workload(const ZooRequest& request) {
     }
     what += " input " + dims;
   }
+  // The eager attention and the fused GELU were the zoo's only ones: their steps' notes stay.
+  if (model->attention && attention_kernel(request.options) == AttentionKernel::kSdpa)
+    what += ", fused scaled-dot-product attention (FlashAttention-2)";
+  if (request.options.activation == GptActivation::kGeluNew) what += ", gelu_new (unfused)";
   w.provenance.note =
       fmt::format("memplan zoo: {}, batch {}, {} trainable parameters, {}, {}", what,
                   request.options.batch, built.parameter_count, precision_note(precision),

@@ -27,6 +27,14 @@ Optimizer optimizer_named(const std::string& name);
 /// --precision otherwise.
 Precision precision_named(const std::string& name);
 
+/// The attention kernel named `name` ("eager", "sdpa"; Note [Fused attention]). Throws
+/// InputError naming --attention otherwise.
+AttentionKernel attention_named(const std::string& name);
+
+/// GPT's activation named `name` ("gelu", "gelu_new"). Throws InputError naming --activation
+/// otherwise.
+GptActivation activation_named(const std::string& name);
+
 /// One line per model and per device, for `memplan zoo --list`.
 std::string list_text();
 

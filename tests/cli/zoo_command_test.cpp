@@ -1,4 +1,5 @@
 #include <filesystem>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,6 +158,45 @@ TEST_CASE("memplan zoo --precision writes the step in that precision", "[cli][zo
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("memplan zoo --attention picks the attention's kernels, bf16 defaults to sdpa",
+          "[cli][zoo][attention]") {
+  const auto dir = std::filesystem::path(memplan::test::temp_dir());
+  const auto write = [&](const std::string& name, const std::string& flags) {
+    const auto path = dir / name;
+    const auto r = run_memplan(
+        fmt::format("zoo gpt --layers 1 --hidden 64 --heads 4 --seq 16 --vocab 96 --batch 2 "
+                    "--device h100-80gb {} -o '{}'",
+                    flags, path.string()));
+    CHECK(r.exit_status == 0);
+    CHECK(r.err.empty());
+    return memplan::sim::read_trace(path);
+  };
+  const auto names = [](const memplan::sim::Workload& w) {
+    std::set<std::string> out;
+    for (const auto& op : w.ops) out.insert(op.name);
+    return out;
+  };
+  // fp32 keeps the eager attention by default (the step as before the flag, byte for byte).
+  const auto fp32 = write("fp32.json", "");
+  CHECK(fp32 == write("fp32-eager.json", "--attention eager"));
+  CHECK(names(fp32).contains("h.0.attn.scores"));
+  CHECK(!names(fp32).contains("h.0.attn.sdpa"));
+  CHECK(fp32.provenance.note.find("attention") == std::string::npos);
+  // bf16 and fp16 default to the fused kernel (Note [Fused attention]); eager is still there.
+  const auto bf16 = write("bf16.json", "--precision bf16");
+  CHECK(bf16 == write("bf16-sdpa.json", "--precision bf16 --attention sdpa"));
+  CHECK(names(bf16).contains("h.0.attn.sdpa"));
+  CHECK(!names(bf16).contains("h.0.attn.scores"));
+  CHECK(bf16.provenance.note.find("fused scaled-dot-product attention (FlashAttention-2)") !=
+        std::string::npos);
+  const auto eager = write("bf16-eager.json", "--precision bf16 --attention eager");
+  CHECK(names(eager).contains("h.0.attn.softmax"));
+  const auto gelu_new = write("gelu-new.json", "--activation gelu_new");
+  CHECK(names(gelu_new).contains("h.0.mlp.act.tanh"));
+  CHECK(gelu_new.provenance.note.find("gelu_new (unfused)") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("memplan zoo: bad input is one line, exit 2, no file", "[cli][zoo][bad_input]") {
   const auto dir = std::filesystem::path(memplan::test::temp_dir());
   const std::string out = fmt::format("'{}'", (dir / "out.json").string());
@@ -181,6 +221,16 @@ TEST_CASE("memplan zoo: bad input is one line, exit 2, no file", "[cli][zoo][bad
        "memplan: --precision: v100-16gb has no bf16 tensor cores (its precisions: fp32, fp16)"},
       {"zoo resnet50 --batch 1 --device h100-80gb --precision fp8 -o " + out,
        "memplan: --precision: unknown precision 'fp8' (precisions: fp32, tf32, bf16, fp16)"},
+      {"zoo gpt --batch 1 --device h100-80gb --attention flash -o " + out,
+       "memplan: --attention: unknown attention 'flash' (attentions: eager, sdpa)"},
+      {"zoo gpt --batch 1 --device h100-80gb --attention '' -o " + out, "an empty value"},
+      {"zoo resnet50 --batch 1 --device h100-80gb --attention sdpa -o " + out,
+       "memplan: --attention: resnet50 has no attention (--attention is for gpt, llama and "
+       "vit_b16)"},
+      {"zoo gpt --batch 1 --device h100-80gb --activation relu -o " + out,
+       "memplan: --activation: unknown activation 'relu' (activations: gelu, gelu_new)"},
+      {"zoo llama --batch 1 --device h100-80gb --activation gelu_new -o " + out,
+       "memplan: --activation: llama has no GELU to choose (--activation is for gpt)"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.args);

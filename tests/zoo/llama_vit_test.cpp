@@ -300,3 +300,143 @@ TEST_CASE("a decoder's options are checked against it", "[zoo][llama][bad_input]
   CHECK_THROWS_WITH(zoo::build_model(*zoo::find_model("vit_b16"), options),
                     Catch::Contains("divisible"));
 }
+
+namespace {
+
+// A one-layer GPT (64 wide, 4 heads of 16, 16 tokens, batch 2) in `precision` with `attention`.
+sim::Workload small_gpt(zoo::Precision precision, zoo::AttentionKernel attention) {
+  zoo::ModelOptions options;
+  options.batch = 2;
+  options.precision = precision;
+  options.attention = attention;
+  options.transformer = {.layers = 1, .hidden = 64, .heads = 4, .sequence = 16, .vocab = 96};
+  return zoo::build_model(*zoo::find_model("gpt"), options).workload;
+}
+
+}  // namespace
+
+TEST_CASE("one attention layer's saved bytes, eager against fused, counted by hand",
+          "[zoo][attention][memory]") {
+  // Note [Fused attention] in zoo/attention.hpp. B = 2, heads = 4, S = 16, H = 64 (d = 16), bf16.
+  const sim::Workload eager = small_gpt(zoo::Precision::kBf16, zoo::AttentionKernel::kEager);
+  const sim::Workload fused = small_gpt(zoo::Precision::kBf16, zoo::AttentionKernel::kSdpa);
+  // The fused op reads the QKV buffer (c_attn's bf16 output [2, 16, 192], 12,288 bytes) and
+  // writes the context [2, 16, 64] in bf16 (4,096 bytes: c_proj reads it without a cast), the
+  // float32 log-sum-exp [2, 4, 16] (512 bytes) and, GPT-2 having attention dropout, the
+  // generator's seed and offset (two int64, 16 bytes).
+  const sim::Op& sdpa = op_named(fused, "h.0.attn.sdpa");
+  CHECK(sdpa.layer.str() == "scaled_dot_product_attention");
+  CHECK(sdpa.layer.str() == zoo::kFusedAttentionOp);
+  REQUIRE(sdpa.inputs.size() == 1);
+  CHECK(fused.tensor(sdpa.inputs[0]).name == "h.0.attn.c_attn");
+  CHECK(fused.tensor(sdpa.inputs[0]).bytes == 2 * 16 * 192 * 2);
+  REQUIRE(sdpa.outputs.size() == 3);
+  const sim::Tensor& out = fused.tensor(sdpa.outputs[0]);
+  const sim::Tensor& lse = fused.tensor(sdpa.outputs[1]);
+  const sim::Tensor& rng = fused.tensor(sdpa.outputs[2]);
+  CHECK((out.dtype == "bfloat16" && out.bytes == 4'096));
+  CHECK(op_named(fused, "h.0.attn.c_proj").inputs.front() == out.id);
+  CHECK((lse.name == "h.0.attn.sdpa.logsumexp" && lse.dtype == "float32" && lse.bytes == 512));
+  CHECK(lse.shape == std::vector<std::int64_t>{2, 4, 16});
+  CHECK((rng.dtype == "int64" && rng.bytes == 16));
+  // Flops: Q·Kᵀ and P·V, 2·B·S²·H each, halved by the causal mask: 4 · 2 · 16² · 64 / 2 =
+  // 65,536; backward 2.5 times that, 163,840.
+  CHECK(sdpa.flops == 65'536.0);
+  CHECK(sdpa.attributes.empty());  // causal, as the eager scores op says it
+  // Backward reads dy, the QKV buffer, the output, the log-sum-exp and the generator state and
+  // writes the QKV buffer's gradient; FlashAttention-2's workspace is dq_accum [2, 128, 4, 32]
+  // and softmax_d [2, 4, 128] in float32 (S rounded up to 128, d = 16 to 32):
+  // 2 · 4 · 128 · (32 + 1) · 4 = 135,168 bytes.
+  const sim::Op& backward = op_named(fused, "h.0.attn.sdpa_bwd");
+  CHECK(backward.inputs.size() == 5);
+  CHECK(std::vector<sim::TensorId>(backward.inputs.begin() + 1, backward.inputs.end()) ==
+        std::vector<sim::TensorId>{sdpa.inputs[0], out.id, lse.id, rng.id});
+  REQUIRE(backward.outputs.size() == 1);
+  CHECK(fused.tensor(backward.outputs[0]).name == "d_h.0.attn.c_attn");
+  CHECK(backward.flops == 163'840.0);
+  CHECK(backward.workspace_bytes == 135'168);
+  // Saved bytes: the eager path keeps, of B · heads · S² = 2,048 elements each, softmax's float32
+  // probabilities (8,192 bytes), dropout's bool mask (2,048) and P·V's bf16 cast of the dropped
+  // probabilities (4,096): 7 bytes an element, 14,336 bytes. The fused op keeps instead the
+  // log-sum-exp (512) and the generator state (16). The QKV buffer and the context are saved
+  // either way; nothing else differs.
+  CHECK(zoo::saved_activation_bytes(eager) - zoo::saved_activation_bytes(fused) ==
+        14'336 - 512 - 16);
+  // In float32 PyTorch runs the memory-efficient kernel: the log-sum-exp's rows padded to a
+  // multiple of 32 ([2, 4, 32], 1,024 bytes), no flash workspace.
+  const sim::Workload fp32 = small_gpt(zoo::Precision::kFp32, zoo::AttentionKernel::kSdpa);
+  CHECK(memplan::test::tensor_named(fp32, "h.0.attn.sdpa.logsumexp").bytes == 1'024);
+  CHECK(op_named(fp32, "h.0.attn.sdpa_bwd").workspace_bytes == 0);
+}
+
+TEST_CASE("the fused attention: ViT's is not causal, LLaMA's has no dropout, bf16's default",
+          "[zoo][attention]") {
+  zoo::ModelOptions vit;
+  vit.attention = zoo::AttentionKernel::kSdpa;
+  const sim::Workload v = zoo::build_model(*zoo::find_model("vit_b16"), vit).workload;
+  const sim::Op& sdpa = op_named(v, "encoder.layers.encoder_layer_0.self_attention.sdpa");
+  CHECK(sdpa.attributes.at("causal") == std::vector<double>{0});
+  // 197 tokens, 768 wide, no mask: 4 · 197² · 768 = 119,221,248 flops at batch 1; no dropout,
+  // so no generator state.
+  CHECK(sdpa.flops == 119'221'248.0);
+  CHECK(sdpa.outputs.size() == 2);
+  // LLaMA: bf16 takes the fused kernel unless told otherwise; fp32 keeps the eager one.
+  zoo::ModelOptions llama;
+  llama.precision = zoo::Precision::kBf16;
+  const sim::Workload l = zoo::build_model(*zoo::find_model("llama"), llama).workload;
+  CHECK(op_named(l, "model.layers.0.self_attn.sdpa").outputs.size() == 2);
+  CHECK(zoo::attention_kernel(llama) == zoo::AttentionKernel::kSdpa);
+  llama.precision = zoo::Precision::kFp32;
+  CHECK(zoo::attention_kernel(llama) == zoo::AttentionKernel::kEager);
+  CHECK(zoo::default_attention(zoo::Precision::kFp16) == zoo::AttentionKernel::kSdpa);
+  CHECK(zoo::default_attention(zoo::Precision::kTf32) == zoo::AttentionKernel::kEager);
+  // A CNN has none to choose.
+  zoo::ModelOptions cnn;
+  cnn.attention = zoo::AttentionKernel::kSdpa;
+  CHECK_THROWS_WITH(zoo::build_model(*zoo::find_model("resnet18"), cnn),
+                    "--attention: resnet18 has no attention (--attention is for gpt, llama and "
+                    "vit_b16)");
+  CHECK_THROWS_WITH(zoo::attention_named("flash"),
+                    "--attention: unknown attention 'flash' (attentions: eager, sdpa)");
+}
+
+TEST_CASE("GPT's gelu_new: Hugging Face's eight terms and what autograd saves of them",
+          "[zoo][memory]") {
+  // Note [Unfused GELU] in zoo/network.cpp. The one-layer GPT above in bf16 (eager attention, so
+  // only the activation differs): the MLP's 4·64 = 256 wide hidden activation holds
+  // N = 2 · 16 · 256 = 8,192 elements.
+  zoo::ModelOptions options;
+  options.batch = 2;
+  options.precision = zoo::Precision::kBf16;
+  options.attention = zoo::AttentionKernel::kEager;
+  options.transformer = {.layers = 1, .hidden = 64, .heads = 4, .sequence = 16, .vocab = 96};
+  const sim::Workload fused = zoo::build_model(*zoo::find_model("gpt"), options).workload;
+  options.activation = zoo::GptActivation::kGeluNew;
+  const sim::Workload unfused = zoo::build_model(*zoo::find_model("gpt"), options).workload;
+  // Forward: pow is a float32 op under autocast, so c_fc's bf16 output is cast first; then the
+  // eight terms, each one op.
+  const auto act = forward_layers(unfused, "h.0.mlp.act");
+  CHECK(act ==
+        std::vector<std::string>{"cast", "pow", "mul", "add", "mul", "tanh", "add", "mul", "mul"});
+  CHECK(forward_layers(fused, "h.0.mlp.act") == std::vector<std::string>{"gelu"});
+  // Only 0.5·x stays bf16; the result is float32 and c_proj casts it back.
+  CHECK(memplan::test::tensor_named(unfused, "h.0.mlp.act.mul_half").dtype == "bfloat16");
+  CHECK(memplan::test::tensor_named(unfused, "h.0.mlp.act.mul").dtype == "float32");
+  CHECK(memplan::test::tensor_named(unfused, "h.0.mlp.c_proj.h.0.mlp.act.mul.to_bf16").bytes ==
+        8'192 * 2);
+  // Saved: the fused GELU keeps its bf16 input and c_proj its bf16 output, 2 + 2 bytes an
+  // element. gelu_new keeps pow's float32 input (4), tanh's output (4), both factors of the last
+  // product (0.5·x in bf16, 2, and 1 + tanh in float32, 4) and c_proj's bf16 cast of the result
+  // (2): 16 bytes; c_fc's own output is saved by none of them. 12 · 8,192 = 98,304 bytes more.
+  CHECK(zoo::saved_activation_bytes(unfused) - zoo::saved_activation_bytes(fused) == 98'304);
+  // Backward, named after the activation's ops: one op for each of the four products, pow, tanh
+  // and the cast before pow, and the cast of the float32 gradient the sum x + 0.044715·x³ hands
+  // c_fc's bf16 output (the sums have no kernel of their own): 8. Three gradients reach c_fc's
+  // output (from that sum, the cast before pow and 0.5·x): two accumulations.
+  std::size_t kernels = 0;
+  for (const sim::Op& op : unfused.ops) {
+    if (op.phase == Phase::kBackward && op.name.starts_with("h.0.mlp.act")) ++kernels;
+  }
+  CHECK(kernels == 8);
+  CHECK(accumulations(unfused, "h.0.mlp.c_fc") == 2);
+}

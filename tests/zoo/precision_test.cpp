@@ -325,3 +325,68 @@ TEST_CASE("ResNet-50 fp16 on the H100 is within 15% of its recorded step",
   for (const sim::Op& op : zoo::make_workload(request).ops) step += op.duration_ns;
   CHECK(static_cast<double>(step) / 1e6 == Approx(14.451).epsilon(0.15));
 }
+
+TEST_CASE("the fused attention's time at the BF16 rate, GPT-2 small's layer on the H100",
+          "[zoo][precision][cost][attention]") {
+  // One GPT-2 small layer, batch 8 × 512, bf16 (Note [Fused attention] in zoo/attention.hpp):
+  // B = 8, S = 512, H = 768, 12 heads of 64, causal, attention dropout.
+  zoo::ZooRequest request{"gpt", "h100-80gb", {}};
+  request.options.batch = 8;
+  request.options.precision = zoo::Precision::kBf16;  // sdpa by default
+  request.options.transformer = {.layers = 1, .sequence = 512};
+  const sim::Workload w = zoo::make_workload(request);
+  const sim::Op& sdpa = op_named(w, "h.0.attn.sdpa");
+  // Forward flops 4 · 8 · 512² · 768 / 2 = 3,221,225,472. Bytes: the QKV buffer 8 · 512 · 2304 · 2
+  // = 18,874,368, the context 6,291,456, the log-sum-exp 8 · 12 · 512 · 4 = 196,608, the
+  // generator state 16: 25,362,448. At the fused attention's forward efficiencies (0.35, 0.70):
+  // compute 3.2212e9 / (989.4e12 · 0.35) = 9,302.1 ns, memory 25,362,448 / (3350e9 · 0.70) =
+  // 10,815.5 ns: memory bound, + 2,500 = 13,316 ns.
+  CHECK(sdpa.flops == 3'221'225'472.0);
+  CHECK(sdpa.bytes_moved == 25'362'448);
+  CHECK(sdpa.duration_ns == 13'316);
+  // Backward: 2.5 × the flops, 8,053,063,680; bytes dy 6,291,456 + the QKV buffer, the output,
+  // the log-sum-exp and the state as above + dqkv 18,874,368 = 50,528,272. Compute at 0.30:
+  // 27,131.1 ns; memory 21,547.2 ns; + 2,500 = 29,631 ns. Workspace dq_accum and softmax_d:
+  // 8 · 12 · 512 · (64 + 1) · 4 = 12,779,520 bytes.
+  const sim::Op& backward = op_named(w, "h.0.attn.sdpa_bwd");
+  CHECK(backward.flops == 8'053'063'680.0);
+  CHECK(backward.bytes_moved == 50'528'272);
+  CHECK(backward.duration_ns == 29'631);
+  CHECK(backward.workspace_bytes == 12'779'520);
+  CHECK(zoo::CostModel::fused_attention(sim::Phase::kForward).compute == 0.35);
+  CHECK(zoo::CostModel::fused_attention(sim::Phase::kBackward).compute == 0.30);
+}
+
+TEST_CASE("a linear layer whose features are not multiples of 16 bytes runs slower",
+          "[zoo][precision][cost]") {
+  // Note [Unaligned GEMMs] in zoo/cost_model.cpp: the share is the widest load dividing both
+  // features, in bytes, over 16.
+  using zoo::CostModel;
+  CHECK(CostModel::alignment(768, 50'257, zoo::Precision::kBf16) == 2.0 / 16);  // align1
+  CHECK(CostModel::alignment(768, 50'304, zoo::Precision::kBf16) == 1.0);       // 50,304 = 8·6,288
+  CHECK(CostModel::alignment(768, 100, zoo::Precision::kFp16) == 8.0 / 16);     // 100 = 4·25
+  CHECK(CostModel::alignment(768, 1'002, zoo::Precision::kBf16) == 4.0 / 16);   // 1,002 = 2·501
+  CHECK(CostModel::alignment(768, 50'257, zoo::Precision::kTf32) == 4.0 / 16);  // float32: 4 bytes
+  CHECK(CostModel::alignment(768, 50'258, zoo::Precision::kTf32) == 8.0 / 16);
+  CHECK(CostModel::alignment(768, 50'257, zoo::Precision::kFp32) == 1.0);  // the CUDA cores
+  // GPT-2's LM head, tied to the 50,257-word embedding, at batch 8 × 512 in bf16: forward
+  // 2 · 4096 · 768 · 50,257 = 316,189,704,192 flops over the ln_f output's bf16 cast (6,291,456
+  // bytes), the weight copy (77,194,752) and the logits (411,705,344): 495,191,552 bytes. At
+  // 0.75 · 2/16 of 989.4 TFLOP/s: 3,408,823.7 ns (memory 211,169.1 ns) + 2,500 = 3,411,324 ns,
+  // where an aligned head would take 426,103.0 + 2,500 = 428,603 ns.
+  zoo::ZooRequest request{"gpt", "h100-80gb", {}};
+  request.options.batch = 8;
+  request.options.precision = zoo::Precision::kBf16;
+  request.options.transformer = {.layers = 1, .sequence = 512};
+  const sim::Op head = op_named(zoo::make_workload(request), "lm_head");
+  CHECK(head.flops == 316'189'704'192.0);
+  CHECK(head.bytes_moved == 495'191'552);
+  CHECK(head.duration_ns == 3'411'324);
+  CHECK(zoo::CostModel(*zoo::find_device("h100-80gb"), zoo::Precision::kBf16).duration(head) ==
+        428'603);
+  // fp32 is priced as before: the CUDA cores have no such rule.
+  request.options.precision = zoo::Precision::kFp32;
+  const sim::Workload fp32 = zoo::make_workload(request);
+  CHECK(op_named(fp32, "lm_head").duration_ns ==
+        zoo::CostModel(*zoo::find_device("h100-80gb")).duration(op_named(fp32, "lm_head")));
+}
