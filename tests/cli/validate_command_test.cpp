@@ -261,15 +261,13 @@ TEST_CASE("validate refuses a flag its backend would ignore: one line naming it,
     const char* flags;
     const char* flag;
   };
-  // --backend torch predicts with the op times the capture measured and runs plans of feature
-  // maps only, captured on one GPU: --calibrate, --host-bandwidth and the interconnect's flags
-  // would change nothing. Refused before Python runs.
+  // --backend torch predicts with the op times the capture measured, captured on one GPU:
+  // --calibrate and the interconnect's flags would change nothing. Refused before Python runs.
   const std::string torch = "--backend torch --model torchvision:resnet18 --policy swap-all";
   // The flags that rebuild a captured PyTorch model mean nothing to the host backend.
   const std::string host = "--backend host --policy swap-all";
   for (const auto& [flags, flag] :
-       {Case{"--calibrate", "--calibrate"}, Case{"--host-bandwidth 20GB/s", "--host-bandwidth"},
-        Case{"--interconnect nvlink4", "--interconnect"},
+       {Case{"--calibrate", "--calibrate"}, Case{"--interconnect nvlink4", "--interconnect"},
         Case{"--interconnect nvlink4 --network ib-ndr", "--interconnect"},
         Case{"--gpus-per-node 4", "--gpus-per-node"}}) {
     CAPTURE(flags);
