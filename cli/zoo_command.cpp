@@ -119,17 +119,19 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
   const bool many = parallel.wanted();
   std::int32_t world_size = 1;
   std::string description;  // of the data parallelism, if any
+  sim::Bytes peak = 0;
   if (many) {
     const requests::DataParallelJob dp =
         requests::data_parallel_job(workload, flags.device, parallel);
     workload = dp.job.ranks.front();
     world_size = dp.job.world_size();
     description = dp.description;
+    peak = dp.incore_peak_bytes;
     sim::write_output(flags.output, sim::write_job(dp.job));
   } else {
+    peak = sim::incore_peak(workload).bytes;
     sim::write_output(flags.output, sim::write_trace(workload));
   }
-  const sim::Bytes peak = sim::incore_peak(workload).bytes;
   if (flags.json) {
     const nlohmann::json j = {
         {"model", model.name},
@@ -196,10 +198,12 @@ void add_zoo_command(CLI::App& app) {
       ->check(CLI::Range(2, 1 << 20));
   cmd->add_option("--fsdp-strategy", options->fsdp_strategy,
                   "full-shard (ZeRO-3: parameters gathered again for backward, the default) or "
-                  "shard-grad-op (ZeRO-2: kept from forward)")
+                  "shard-grad-op (ZeRO-2: kept from forward): the job's setting, every plan's "
+                  "default for the gathered parameters, which a search may change per unit")
       ->check(CLI::IsMember({"full-shard", "shard-grad-op"}));
   cmd->add_option("--fsdp-prefetch", options->fsdp_prefetch,
-                  "units whose parameters are gathered ahead of the one running (default 1)")
+                  "units whose parameters are gathered ahead of the one running, in forward and "
+                  "(full-shard) backward (default 1)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option(
       "--interconnect", options->interconnect,

@@ -2,8 +2,10 @@
 
 #include <fmt/core.h>
 
+#include "core/basic_plans.hpp"
 #include "core/input_error.hpp"
 #include "core/interconnect.hpp"
+#include "sim/simulation.hpp"
 #include "zoo/data_parallel.hpp"
 
 namespace memplan::requests {
@@ -85,6 +87,11 @@ DataParallelJob data_parallel_job(const sim::Workload& step, const std::string& 
       static_cast<std::int32_t>(per_node));
   DataParallelJob out{zoo::data_parallel_job(step, dp, net), zoo::describe(dp, net)};
   sim::validate(out.job, "the " + out.description);
+  const sim::Workload& rank = out.job.ranks.front();
+  sim::Machine unlimited;
+  unlimited.memory_bytes = sim::kMaxBytes;
+  out.incore_peak_bytes =
+      sim::simulate_plan(rank, *sim::basic_plan("in-core", rank), unlimited).timeline.peak_bytes;
   return out;
 }
 

@@ -29,6 +29,10 @@ struct DataParallelRequest {
 struct DataParallelJob {
   sim::Job job;
   std::string description;  // zoo::describe's
+  /// Rank 0's peak under the in-core plan as the job runs it: every activation kept, the gathered
+  /// parameters as its FSDP setting has them (core/fsdp_setting.hpp), simulated with room for
+  /// anything.
+  sim::Bytes incore_peak_bytes = 0;
 };
 
 /// Rank 0's step of `step`, the zoo's step of one GPU of the zoo preset `device`, trained as

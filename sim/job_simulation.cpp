@@ -38,7 +38,6 @@ Calls match_calls(const std::vector<const Program*>& programs) {
   return calls;
 }
 
-
 /// Where one rank's step starts in the job's time, and what its streams still have to do then (Note
 /// [Step period] in sim/engine.hpp): each rank's Timeline is in its own frame, from its start.
 struct RankStart {
@@ -97,7 +96,8 @@ class JointStep {
     for (const auto& [key, members] : calls_) {
       Nanoseconds ready = 0;
       for (const auto& [r, c] : members)
-        ready = std::max(ready, add_ns(job.ranks[r].collectives[c].arrival_ns, starts[r].offset_ns));
+        ready =
+            std::max(ready, add_ns(job.ranks[r].collectives[c].arrival_ns, starts[r].offset_ns));
       for (const auto& [r, c] : members) {
         Nanoseconds& at = options_[r].collective_ready_ns[c];
         const Nanoseconds own = ready - starts[r].offset_ns;
@@ -138,8 +138,8 @@ std::vector<RankStart> recorded_starts(const Job& job) {
 /// side), its streams busy with what is left; the ranks stay coupled through their collectives. The
 /// steps repeat until the ranks' relative starts and backlogs repeat; the period is then the
 /// growth of the earliest start per step.
-Nanoseconds job_period_ns(JointStep& joint, const JobTimeline& first,
-                          std::vector<RankStart> starts, const std::vector<const Program*>& programs) {
+Nanoseconds job_period_ns(JointStep& joint, const JobTimeline& first, std::vector<RankStart> starts,
+                          const std::vector<const Program*>& programs) {
   constexpr int kMaxSteps = 16;
   const JobTimeline* step = &first;
   JobTimeline next;
@@ -158,14 +158,14 @@ Nanoseconds job_period_ns(JointStep& joint, const JobTimeline& first,
     for (const RankStart& f : following) base = std::min(base, f.offset_ns);
     for (RankStart& f : following) f.offset_ns -= base;
     grown = add_ns(grown, base);
-    const bool same = std::equal(following.begin(), following.end(), starts.begin(),
-                                 [](const RankStart& a, const RankStart& b) {
-                                   return a.offset_ns == b.offset_ns &&
-                                          (a.backlog_ns == b.backlog_ns ||
-                                           (b.backlog_ns.empty() &&
-                                            std::all_of(a.backlog_ns.begin(), a.backlog_ns.end(),
-                                                        [](Nanoseconds x) { return x == 0; })));
-                                 });
+    const bool same = std::equal(
+        following.begin(), following.end(), starts.begin(),
+        [](const RankStart& a, const RankStart& b) {
+          return a.offset_ns == b.offset_ns &&
+                 (a.backlog_ns == b.backlog_ns ||
+                  (b.backlog_ns.empty() && std::all_of(a.backlog_ns.begin(), a.backlog_ns.end(),
+                                                       [](Nanoseconds x) { return x == 0; })));
+        });
     if (same) return base;  // the fixed point
     if (k == kMaxSteps) break;
     starts = std::move(following);
@@ -200,8 +200,8 @@ std::vector<Nanoseconds> peer_ready_ns(const std::vector<const Program*>& progra
       if (r == rank) {
         own = c;
       } else {
-        latest = std::max(latest, add_ns(timeline.ranks[r].collectives[c].arrival_ns,
-                                          timeline.start_ns[r]));
+        latest = std::max(
+            latest, add_ns(timeline.ranks[r].collectives[c].arrival_ns, timeline.start_ns[r]));
       }
     }
     if (own < ready.size()) ready[own] = std::max<Nanoseconds>(0, latest - timeline.start_ns[rank]);

@@ -370,8 +370,8 @@ void add_fsdp(const sim::Workload& w, const DataParallel& dp,
     const Bytes shard = shard_of(u.bytes, n);
     const TensorId flat =
         r.add_tensor(u.name + ".flat_param (shard)", TensorKind::kParameter, shard);
-    const TensorId gathered = r.add_tensor(u.name + ".flat_param (gathered)",
-                                           TensorKind::kActivation, shard * n);
+    const TensorId gathered =
+        r.add_tensor(u.name + ".flat_param (gathered)", TensorKind::kActivation, shard * n);
     r.collective(u.name + ".all_gather", sim::CollectiveKind::kAllGather, Phase::kForward, shard,
                  shard * n, {flat}, gathered, issue_at(k), false);
     const TensorId grad_shard =

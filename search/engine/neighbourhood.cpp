@@ -16,7 +16,8 @@ Neighbourhood::Neighbourhood(const NetworkView& view, const EncodingOptions& enc
   }
   side_made_.reserve(view.feature_maps().size());
   for (std::size_t m = 0; m < view.feature_maps().size(); ++m)
-    side_made_.push_back(view.workload().op(view.producer(static_cast<int>(m))).stream != 0 ? 1 : 0);
+    side_made_.push_back(view.workload().op(view.producer(static_cast<int>(m))).stream != 0 ? 1
+                                                                                            : 0);
   actions_ = {{sim::Action::kKeep, sim::Encoding::kNone},
               {sim::Action::kSwap, sim::Encoding::kNone},
               {sim::Action::kRecompute, sim::Encoding::kNone}};

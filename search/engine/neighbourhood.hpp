@@ -100,7 +100,8 @@ class Neighbourhood {
   const NetworkView& view_;
   std::vector<std::pair<sim::Action, sim::Encoding>> actions_;
   std::vector<sim::OpId> algorithm_ops_;
-  std::vector<char> side_made_;  // per map: an op of another stream makes it (a re-run overlaps)  // ops with alternative algorithms, in op order
+  std::vector<char> side_made_;  // per map: an op of another stream makes it (a re-run overlaps) //
+                                 // ops with alternative algorithms, in op order
   std::array<bool, kPlacementCount> placeable_{};
   bool release_points_ = true;
   std::vector<std::vector<sim::OpId>> readers_;  // per tensor, ascending: with host placement

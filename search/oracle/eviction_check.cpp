@@ -107,8 +107,9 @@ bool EvictionCheck::rebase(const sim::Plan& plan, sim::Lowerer& lowerer,
     // A buffer a side stream reads is freed at a join of that stream (Lowerer::place_side_frees),
     // not necessarily after the last forward use.
     const auto& uses = maps[static_cast<std::size_t>(m)].forward_uses;
-    e.unchecked = e.buffer == sim::kNoBuffer ||
-                  std::any_of(uses.begin(), uses.end(), [&](sim::OpId u) { return w.op(u).stream != 0; });
+    e.unchecked =
+        e.buffer == sim::kNoBuffer ||
+        std::any_of(uses.begin(), uses.end(), [&](sim::OpId u) { return w.op(u).stream != 0; });
     e.free_at = after_op[index(last)];
   }
   ready_ = true;

@@ -6,9 +6,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "tests/support/policy_counts.hpp"
 #include "search/policies/policy.hpp"
 #include "tests/support/job_workloads.hpp"
+#include "tests/support/policy_counts.hpp"
 #include "tests/support/run_command.hpp"
 
 using memplan::test::run_memplan;

@@ -6,8 +6,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/support/policy_counts.hpp"
 #include "search/policies/policy.hpp"
+#include "tests/support/policy_counts.hpp"
 
 #include "tests/support/run_command.hpp"
 

@@ -160,8 +160,7 @@ TEST_CASE("a late rank makes the other wait, and a swap that fits the wait costs
   // copy has read it) until 2000, and rank 0 reaches ag at 2000 — still before rank 1 at 3100.
   // The prefetch, issued before g3 at 4600, lands at 5600 when g1 starts. Nothing moves: the swap
   // costs nothing, and rank 0 now waits 1100.
-  const std::vector<Plan> rank0_swaps{plan_with(ranks[0], {{"f1_out", Action::kSwap}}),
-                                      in_core[1]};
+  const std::vector<Plan> rank0_swaps{plan_with(ranks[0], {{"f1_out", Action::kSwap}}), in_core[1]};
   const JobRun hidden = run_job(ranks, rank0_swaps, m);
   REQUIRE(hidden.timeline.feasible);
   CHECK(rank_span(hidden, ranks, 0, StreamId::kD2H, "copy-out f1_out") == Interval{1000, 2000});

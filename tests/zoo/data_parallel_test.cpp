@@ -130,11 +130,11 @@ TEST_CASE("fsdp full-shard over 4 ranks: gathers, reduce-scatters and each rank'
   const Workload& w = job.ranks.front();
   CHECK(w.distributed->world_size == 4);
   CHECK(w.distributed->fsdp == memplan::sim::FsdpSetting{true, 1});
-  CHECK(op_names(w) == std::vector<std::string>{"blocks.0.all_gather", "blocks.1.all_gather",
-                                                "blocks.0.fc", "root.all_gather", "blocks.1.fc",
-                                                "head", "head_bwd", "root.reduce_scatter",
-                                                "blocks.1.fc_bwd", "blocks.1.reduce_scatter",
-                                                "blocks.0.fc_bwd", "blocks.0.reduce_scatter", "sgd"});
+  CHECK(op_names(w) == std::vector<std::string>{
+                           "blocks.0.all_gather", "blocks.1.all_gather", "blocks.0.fc",
+                           "root.all_gather", "blocks.1.fc", "head", "head_bwd",
+                           "root.reduce_scatter", "blocks.1.fc_bwd", "blocks.1.reduce_scatter",
+                           "blocks.0.fc_bwd", "blocks.0.reduce_scatter", "sgd"});
   // Collectives on stream 1, numbered in issue order; the update waits for all of them and
   // reads the shards: 1000 + 2000 + 500 B of parameters, as much of gradients and of momentum.
   std::int64_t sequence = 0;

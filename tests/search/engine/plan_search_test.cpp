@@ -4,7 +4,6 @@
 
 #include <catch2/catch.hpp>
 
-#include "tests/support/policy_counts.hpp"
 #include "core/feature_maps.hpp"
 #include "io/trace_io.hpp"
 #include "search/engine/exact.hpp"
@@ -13,6 +12,7 @@
 #include "search/studies/comparison.hpp"
 #include "tests/search/engine/exact_instances.hpp"
 #include "tests/search/policy_workloads.hpp"
+#include "tests/support/policy_counts.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/sim_helpers.hpp"
 #include "tests/support/workload_builder.hpp"

@@ -25,7 +25,6 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "tests/support/policy_counts.hpp"
 #include "search/engine/plan_search.hpp"
 #include "search/oracle/evaluator.hpp"
 #include "search/policies/network_view.hpp"
@@ -33,6 +32,7 @@
 #include "search/studies/job_comparison.hpp"
 #include "search/studies/job_search.hpp"
 #include "tests/support/job_workloads.hpp"
+#include "tests/support/policy_counts.hpp"
 #include "tests/support/sim_helpers.hpp"
 
 using namespace memplan::sim;
@@ -272,7 +272,8 @@ TEST_CASE("a job's comparison runs each policy on every rank, the ranks together
   CHECK_THAT(text, Catch::StartsWith("job 2 of 2 ranks (nccl)"));
   CHECK_THAT(text, Catch::Contains("why not: rank 0: out of device memory"));
   const std::string csv = job_comparison_csv(comparison, job);
-  CHECK(std::count(csv.begin(), csv.end(), '\n') == static_cast<long>(1 + 2 * memplan::test::unsharded_policy_count()));
+  CHECK(std::count(csv.begin(), csv.end(), '\n') ==
+        static_cast<long>(1 + 2 * memplan::test::unsharded_policy_count()));
   CHECK_THAT(csv, Catch::StartsWith("policy,rank,feasible,step_s,slowest_rank,"));
 }
 

@@ -1,6 +1,5 @@
 #include <catch2/catch.hpp>
 
-#include "tests/support/policy_counts.hpp"
 #include "core/input_error.hpp"
 #include "io/trace_io.hpp"
 #include "search/engine/plan_search.hpp"
@@ -10,6 +9,7 @@
 #include "search/studies/job_comparison.hpp"
 #include "search/studies/sweep.hpp"
 #include "tests/support/job_workloads.hpp"
+#include "tests/support/policy_counts.hpp"
 #include "tests/support/run_command.hpp"
 
 using namespace memplan::sim;
