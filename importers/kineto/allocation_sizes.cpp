@@ -453,6 +453,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
   const OpClock clock(units_, trace_, workload_);
   if (!allocations || clock.starts.empty()) return {};
   std::unordered_map<std::size_t, OpId> collective_of;
+  std::unordered_map<OpId, Nanoseconds> ended;  // each collective's event end
   std::set<std::size_t> layer_events;
   std::vector<std::pair<Nanoseconds, OpId>> issued;  // the collectives by their event's start
   for (const Unit& u : units_) {
@@ -462,6 +463,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
       continue;
     }
     collective_of.emplace(u.event, u.op);
+    ended.emplace(u.op, event(u).end_ns());
     issued.emplace_back(event(u).start_ns, u.op);
   }
   if (issued.empty()) return {};
@@ -514,8 +516,12 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
     const TensorId t = add_lifetime_tensor(
         workload_, fmt::format("{}/alloc{}", op(collective).name, ++made[collective]), kind,
         a.bytes, producer);
-    const OpId reader = freed_in ? clock.at(*a.free_ns)
-                                 : (kind == TensorKind::kGradient ? reads_shards : clock.last());
+    // Freed inside the collective that made it (gloo's temporaries): with the collective, whatever
+    // the launching thread did meanwhile.
+    const bool own = site.collective != sim::kNoOp && freed_in && *a.free_ns <= ended.at(collective);
+    const OpId reader = own        ? producer
+                        : freed_in ? clock.at(*a.free_ns)
+                                   : (kind == TensorKind::kGradient ? reads_shards : clock.last());
     if (reader > producer) add_input(reader, t);
     if (const TensorId gathered = collective_output(out, collective, producer_start);
         site.copy_out && producer != collective && gathered != sim::kNoTensor)
