@@ -434,6 +434,50 @@ std::pair<OpId, Nanoseconds> copy_out_op(const OpClock& clock, OpId gather, Nano
   return {gather, t};
 }
 
+// The step's collectives by their events: which event is which collective, when each started
+// and ended, in issue order, and the events of the other ops (a layer's own memory).
+struct StepCollectives {
+  std::unordered_map<std::size_t, OpId> of_event;
+  std::unordered_map<OpId, std::pair<Nanoseconds, Nanoseconds>> span;
+  std::vector<std::pair<Nanoseconds, OpId>> issued;
+  std::set<std::size_t> layer_events;
+
+  StepCollectives(const KinetoTrace& trace, const std::vector<Unit>& units) {
+    for (const Unit& u : units) {
+      if (u.op == sim::kNoOp) continue;
+      const CpuEvent& e = trace.cpu_events[u.event];
+      if (u.role != Unit::Role::kCollective) {
+        layer_events.insert(u.event);
+        continue;
+      }
+      of_event.emplace(u.event, u.op);
+      span.emplace(u.op, std::pair{e.start_ns, e.end_ns()});
+      issued.emplace_back(e.start_ns, u.op);
+    }
+    std::stable_sort(issued.begin(), issued.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+};
+
+using EventKeys = std::set<std::pair<std::int64_t, Nanoseconds>>;  // address, time
+using Scratch = std::map<OpId, std::vector<std::pair<Nanoseconds, Bytes>>>;
+
+// Each op's workspace without the memory events in `skip` (FSDP's and the collectives'), or the
+// most of `scratch` it held at once, whichever is more.
+void leave_workspace(const KinetoTrace& trace, std::int64_t device, const std::vector<Unit>& units,
+                     const EventKeys& skip, Scratch& scratch, sim::Workload& w) {
+  const ThreadMemory memory(trace, device);
+  for (const Unit& u : units) {
+    if (u.op == sim::kNoOp || u.role == Unit::Role::kCollective) continue;
+    const Bytes left_out =
+        u.workspace - std::min(u.workspace, memory.scratch(trace.cpu_events[u.event], skip));
+    Bytes& workspace = w.ops[index(u.op)].workspace_bytes;
+    workspace = std::max<Bytes>(0, workspace - left_out);
+    if (auto s = scratch.find(u.op); s != scratch.end())
+      workspace = std::max(workspace, highest(std::move(s->second), 0));
+  }
+}
+
 }  // namespace
 
 // The first tensor `collective` produced itself and held at `t` (what a copy-out then reads),
@@ -452,23 +496,8 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
   const auto allocations = pair_allocations(trace_.memory_events, device, trace_.source);
   const OpClock clock(units_, trace_, workload_);
   if (!allocations || clock.starts.empty()) return {};
-  std::unordered_map<std::size_t, OpId> collective_of;
-  std::unordered_map<OpId, Nanoseconds> ended;  // each collective's event end
-  std::set<std::size_t> layer_events;
-  std::vector<std::pair<Nanoseconds, OpId>> issued;  // the collectives by their event's start
-  for (const Unit& u : units_) {
-    if (u.op == sim::kNoOp) continue;
-    if (u.role != Unit::Role::kCollective) {
-      layer_events.insert(u.event);
-      continue;
-    }
-    collective_of.emplace(u.event, u.op);
-    ended.emplace(u.op, event(u).end_ns());
-    issued.emplace_back(event(u).start_ns, u.op);
-  }
-  if (issued.empty()) return {};
-  std::stable_sort(issued.begin(), issued.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  const StepCollectives collectives(trace_, units_);
+  if (collectives.issued.empty()) return {};
   const auto update = std::find_if(workload_.ops.begin(), workload_.ops.end(), [](const auto& o) {
     return o.phase == sim::Phase::kUpdate && !o.collective;
   });
@@ -476,11 +505,9 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
   const EnclosingEvent enclosing(trace_, nesting_);
   const Nanoseconds start = report_.step.start_ns;
   const Nanoseconds end = report_.step.end_ns;
-  std::set<std::pair<std::int64_t, Nanoseconds>> skip;  // their events leave the workspace
+  EventKeys skip;  // their events leave the workspace
   std::map<OpId, int> made;
-  std::map<OpId, std::vector<std::pair<Nanoseconds, Bytes>>> scratch;
-  std::unordered_map<OpId, Nanoseconds> started;  // each collective's event start
-  for (const auto& [t, c] : issued) started.emplace(c, t);
+  Scratch scratch;
   std::vector<CollectiveMemory> out;
   for (const Allocation& a : *allocations) {
     const bool made_in = a.alloc_ns && *a.alloc_ns >= start && *a.alloc_ns < end;
@@ -488,15 +515,17 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
     if (!made_in && !freed_in) continue;
     const CommSite site =
         comm_site(trace_, nesting_, enclosing.at(a.thread, made_in ? *a.alloc_ns : *a.free_ns),
-                  collective_of, layer_events);
+                  collectives.of_event, collectives.layer_events);
     if (!site.comm) continue;
     if (a.alloc_ns) skip.emplace(a.addr, *a.alloc_ns);
     if (a.free_ns) skip.emplace(a.addr, *a.free_ns);
     if (!made_in || a.bytes <= 0) continue;
-    const OpId collective = site.collective != sim::kNoOp
-                                ? site.collective
-                                : served_collective(workload_, issued, *a.alloc_ns, site.copy_out);
-    if (site.collective == sim::kNoOp && freed_in && *a.free_ns <= started.at(collective)) {
+    const OpId collective =
+        site.collective != sim::kNoOp
+            ? site.collective
+            : served_collective(workload_, collectives.issued, *a.alloc_ns, site.copy_out);
+    const auto [issued_at, ended_at] = collectives.span.at(collective);
+    if (site.collective == sim::kNoOp && freed_in && *a.free_ns <= issued_at) {
       // Freed before its collective started (c10d's copy into a temporary): scratch space of
       // the op then running.
       scratch[clock.at(*a.alloc_ns)].emplace_back(*a.alloc_ns, a.bytes);
@@ -509,7 +538,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
                                                 ? copy_out_op(clock, collective, *a.alloc_ns)
                                                 : std::pair{collective, *a.alloc_ns};
     // A reduction's input, made before it: the op then running copies the gradients into it.
-    if (!gather && site.collective == sim::kNoOp && *a.alloc_ns < started.at(collective) &&
+    if (!gather && site.collective == sim::kNoOp && *a.alloc_ns < issued_at &&
         a.bytes == allocator_bytes(c.in_bytes, device))
       copy_in_.try_emplace(collective, clock.at(*a.alloc_ns));
     const TensorKind kind = !freed_in && !gather ? TensorKind::kGradient : TensorKind::kWorkspace;
@@ -518,7 +547,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
         a.bytes, producer);
     // Freed inside the collective that made it (gloo's temporaries): with the collective, whatever
     // the launching thread did meanwhile.
-    const bool own = site.collective != sim::kNoOp && freed_in && *a.free_ns <= ended.at(collective);
+    const bool own = site.collective != sim::kNoOp && freed_in && *a.free_ns <= ended_at;
     const OpId reader = own        ? producer
                         : freed_in ? clock.at(*a.free_ns)
                                    : (kind == TensorKind::kGradient ? reads_shards : clock.last());
@@ -528,15 +557,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
       add_input(producer, gathered);  // the copy-out reads the all-gather's output
     out.push_back({t, collective, *a.alloc_ns, freed_in ? *a.free_ns : end});
   }
-  const ThreadMemory memory(trace_, device);
-  for (const Unit& u : units_) {
-    if (u.op == sim::kNoOp || u.role == Unit::Role::kCollective) continue;
-    const Bytes left_out = u.workspace - std::min(u.workspace, memory.scratch(event(u), skip));
-    Bytes& workspace = op(u.op).workspace_bytes;
-    workspace = std::max<Bytes>(0, workspace - left_out);
-    if (auto s = scratch.find(u.op); s != scratch.end())
-      workspace = std::max(workspace, highest(std::move(s->second), 0));
-  }
+  leave_workspace(trace_, device, units_, skip, scratch, workload_);
   return out;
 }
 
