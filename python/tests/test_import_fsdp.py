@@ -26,6 +26,11 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
+# Before PyTorch 2 there is no fully_shard (and 1.13's torch.distributed.fsdp does not even import
+# under Python 3.11): ask the version first.
+if int(torch.__version__.split(".")[0]) < 2:
+    pytest.skip(f"torch {torch.__version__} has no FSDP2 (torch.distributed.fsdp.fully_shard, "
+                "PyTorch 2.6 on)", allow_module_level=True)
 try:
     from torch.distributed.fsdp import fully_shard
 except ImportError:
