@@ -75,6 +75,9 @@
 //    the op running when it was freed (as in Note [Sizes from allocations]); alive at the step's
 //    end, a reduction's buffer is the gradient shard the update reads, anything else is read by
 //    the last op. These allocations leave the layer ops' workspace;
+//  - FSDP1's parameters are views of its FlatParameter: autograd concatenates their gradients
+//    into the flat gradient in the views' backward (SplitWithSizesBackward0), a backward node of
+//    no layer op; its allocations are memory of the next reduction too;
 //  - a layer op that reads a parameter reads instead the tensors of the latest all-gather that
 //    holds its shard (FSDP2: its copy-in lists the shards' sizes) and were allocated when the op
 //    started, and that all-gather reads the shard: forward and backward each read their own
@@ -283,15 +286,19 @@ class EnclosingEvent {
 // collective's, when inside one), or a layer op's own.
 struct CommSite {
   bool comm = false;
-  bool copy_out = false;  // FSDP2's all-gather copy-out: the all-gather before it
+  bool copy_out = false;       // FSDP2's all-gather copy-out: the all-gather before it
+  bool flat_gradient = false;  // FSDP1's flat gradient, made by autograd
   OpId collective = sim::kNoOp;
 };
 
 CommSite comm_site(const KinetoTrace& trace, const Nesting& nesting, std::size_t event,
                    const std::unordered_map<std::size_t, OpId>& collective_of,
-                   const std::set<std::size_t>& layer_events) {
+                   const std::set<std::size_t>& layer_events,
+                   const std::set<std::size_t>& flat_gradients) {
   CommSite site;
   for (std::size_t e = event; e != kNoEvent; e = nesting.parent[e]) {
+    site.flat_gradient = site.flat_gradient || flat_gradients.count(e) > 0;
+    site.comm = site.comm || site.flat_gradient;
     if (const auto c = collective_of.find(e); c != collective_of.end()) {
       site.comm = true;
       site.collective = c->second;
@@ -441,9 +448,12 @@ struct StepCollectives {
   std::unordered_map<OpId, std::pair<Nanoseconds, Nanoseconds>> span;
   std::vector<std::pair<Nanoseconds, OpId>> issued;
   std::set<std::size_t> layer_events;
+  std::set<std::size_t> flat_gradients;  // FSDP1: backward nodes of no layer op
 
-  StepCollectives(const KinetoTrace& trace, const std::vector<Unit>& units) {
+  StepCollectives(const KinetoTrace& trace, const std::vector<Unit>& units, bool flat) {
     for (const Unit& u : units) {
+      if (flat && u.op == sim::kNoOp && u.role == Unit::Role::kBackward)
+        flat_gradients.insert(u.event);
       if (u.op == sim::kNoOp) continue;
       const CpuEvent& e = trace.cpu_events[u.event];
       if (u.role != Unit::Role::kCollective) {
@@ -496,7 +506,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
   const auto allocations = pair_allocations(trace_.memory_events, device, trace_.source);
   const OpClock clock(units_, trace_, workload_);
   if (!allocations || clock.starts.empty()) return {};
-  const StepCollectives collectives(trace_, units_);
+  const StepCollectives collectives(trace_, units_, starts_with(report_.fsdp, "FSDP1"));
   if (collectives.issued.empty()) return {};
   const auto update = std::find_if(workload_.ops.begin(), workload_.ops.end(), [](const auto& o) {
     return o.phase == sim::Phase::kUpdate && !o.collective;
@@ -515,7 +525,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
     if (!made_in && !freed_in) continue;
     const CommSite site =
         comm_site(trace_, nesting_, enclosing.at(a.thread, made_in ? *a.alloc_ns : *a.free_ns),
-                  collectives.of_event, collectives.layer_events);
+                  collectives.of_event, collectives.layer_events, collectives.flat_gradients);
     if (!site.comm) continue;
     if (a.alloc_ns) skip.emplace(a.addr, *a.alloc_ns);
     if (a.free_ns) skip.emplace(a.addr, *a.free_ns);
@@ -534,9 +544,12 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
     }
     const sim::Collective& c = *op(collective).collective;
     const bool gather = c.kind == sim::CollectiveKind::kAllGather;
-    const auto [producer, producer_start] = site.copy_out
-                                                ? copy_out_op(clock, collective, *a.alloc_ns)
-                                                : std::pair{collective, *a.alloc_ns};
+    auto [producer, producer_start] = site.copy_out ? copy_out_op(clock, collective, *a.alloc_ns)
+                                                    : std::pair{collective, *a.alloc_ns};
+    // FSDP1's flat gradient: made by the op autograd's concatenation is folded into, read by
+    // the reduction.
+    const bool flat = site.flat_gradient && clock.at(*a.alloc_ns) < collective;
+    if (flat) producer = clock.at(*a.alloc_ns);
     // A reduction's input, made before it: the op then running copies the gradients into it.
     if (!gather && site.collective == sim::kNoOp && *a.alloc_ns < issued_at &&
         a.bytes == allocator_bytes(c.in_bytes, device))
@@ -552,6 +565,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
                         : freed_in ? clock.at(*a.free_ns)
                                    : (kind == TensorKind::kGradient ? reads_shards : clock.last());
     if (reader > producer) add_input(reader, t);
+    if (flat) add_input(collective, t);
     if (const TensorId gathered = collective_output(out, collective, producer_start);
         site.copy_out && producer != collective && gathered != sim::kNoTensor)
       add_input(producer, gathered);  // the copy-out reads the all-gather's output
