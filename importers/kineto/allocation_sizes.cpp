@@ -66,24 +66,32 @@
 //  - what FSDP holds of the gathered parameters and what its collectives use is taken from the
 //    allocations, not rebuilt from FSDP's rules: when each buffer is freed depends on FSDP's
 //    version and settings (FSDP2 keeps an all-gather's output until the next all-gather, a
-//    reduce-scatter's input until the next reduce-scatter; gloo copies into temporaries), and the
-//    trace's addressed `[memory]` events say it. Each allocation made in the step inside FSDP's
-//    ranges or a communication op (`c10d::`, `gloo:`, `nccl:`, record_param_comms), on any thread,
-//    and not inside a layer op nested in them, is a lifetime_only tensor of its size produced by
-//    the collective it serves: the collective it was made in; for a copy-out, the all-gather
-//    before it; else the next collective issued (its output or input buffer). Its last reader is
-//    the op running when it was freed (as in Note [Sizes from allocations]); alive at the step's
+//    reduce-scatter's input until the next reduce-scatter; c10d and gloo copy into temporaries),
+//    and the trace's addressed `[memory]` events say it. Each allocation made in the step inside
+//    FSDP's ranges or a communication op (`c10d::`, `gloo:`, `nccl:`, record_param_comms), on any
+//    thread, and not inside a layer op nested in them, is a lifetime_only tensor of its size,
+//    named after the collective it serves: the collective it was made in; for a copy-out, the
+//    all-gather before it; else the next collective issued (its output or input buffer). That
+//    collective produces it, but for FSDP2's copy-out, whose per-parameter tensors the op the copy
+//    precedes makes (reading the all-gather's output: the copy is glue before that op). Its last
+//    reader is the op running when it was freed (as in Note [Sizes from allocations]); freed inside
+//    the collective that made it (gloo's temporaries), with that collective; alive at the step's
 //    end, a reduction's buffer is the gradient shard the update reads, anything else is read by
-//    the last op. These allocations leave the layer ops' workspace;
+//    the last op. One freed before its collective started (c10d's copy into a temporary) is
+//    scratch space of the op then running. These allocations leave the layer ops' workspace;
 //  - FSDP1's parameters are views of its FlatParameter: autograd concatenates their gradients
 //    into the flat gradient in the views' backward (SplitWithSizesBackward0), a backward node of
-//    no layer op; its allocations are memory of the next reduction too;
+//    no layer op; what it allocates is made by the op it is folded into and read by the next
+//    reduction;
 //  - a layer op that reads a parameter reads instead the tensors of the latest all-gather that
 //    holds its shard (FSDP2: its copy-in lists the shards' sizes) and were allocated when the op
 //    started, and that all-gather reads the shard: forward and backward each read their own
 //    gather;
-//  - each unsharded gradient is read by the first gradient reduction (a reduce-scatter or an
-//    all-reduce) issued after the backward op that wrote it, not by the update.
+//  - each unsharded gradient is read by the op that copies it into its reduction's input (the op
+//    running when a buffer of the collective's input size was allocated for it, FSDP2's
+//    chunk_cat, FSDP1's concatenation), else by the first gradient reduction (a reduce-scatter,
+//    or the all-reduce gloo runs in its place) issued after the backward op that wrote it; not by
+//    the update.
 // Without addressed `[memory]` events (the 2021 format) only the shards and the gradients' reads
 // change: the gathered memory is not modelled. Left out: FSDP's mixed-precision copies (they are
 // allocations like any other, but the layers' parameters keep the recorded dtype), CPU offload.
