@@ -4,7 +4,7 @@ Adam, batch 32; torch.profiler (record_shapes, profile_memory) over steps 2 and 
 trace per rank.
 
     $(scripts/setup --torch2-python) bench/record-fsdp-cpu.py OUT_DIR [--width W] [--blocks B]
-        [--active N] [--gzip]
+        [--active N] [--gzip] [--fsdp1]
     build/release/bin/memplan import kineto OUT_DIR/rank0.json OUT_DIR/rank1.json -o job.json
 
 The import reads it as FSDP's (Note [FSDP in a trace] in importers/kineto/allocation_sizes.cpp):
@@ -14,7 +14,9 @@ shards, the gathered parameters and the collectives' buffers as tensors of the c
 the trace's [memory] events. Each rank's in-core peak above the shards and Adam's state (made before
 the profiler started, which the CPU's Total Allocated does not count) is 11,358,760 bytes against
 the profiler's Total Allocated peak of 11,297,368 (+0.54%, PyTorch 2.15; docs/kineto-import.md).
-traces/fsdp-cpu holds a smaller recording (--width 128 --blocks 2 --active 1 --gzip).
+traces/fsdp-cpu holds a smaller recording (--width 128 --blocks 2 --active 1 --gzip), and in
+fsdp1/ the same step under FSDP1 (--fsdp1: FullyShardedDataParallel, one FlatParameter per block
+and one for the root's own parameters).
 """
 import argparse
 import gzip
@@ -24,7 +26,8 @@ import shutil
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from torch.profiler import ProfilerActivity, profile, schedule
 
 
@@ -53,15 +56,19 @@ class Net(torch.nn.Module):
         return self.head(h)
 
 
-def run(rank, world, out, width, blocks, active, compress):
+def run(rank, world, out, width, blocks, active, compress, fsdp1):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = Net(width, blocks)
-    for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+    if fsdp1:
+        model = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({Block}),
+                                         device_id=torch.device("cpu"))
+    else:
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True,
@@ -87,6 +94,8 @@ if __name__ == "__main__":
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--active", type=int, default=2, help="profiled steps")
     parser.add_argument("--gzip", action="store_true", help="write rankR.json.gz")
+    parser.add_argument("--fsdp1", action="store_true",
+                        help="FSDP1 (FullyShardedDataParallel) instead of FSDP2's fully_shard")
     a = parser.parse_args()
     os.makedirs(a.out_dir, exist_ok=True)
-    mp.spawn(run, args=(2, a.out_dir, a.width, a.blocks, a.active, a.gzip), nprocs=2)
+    mp.spawn(run, args=(2, a.out_dir, a.width, a.blocks, a.active, a.gzip, a.fsdp1), nprocs=2)

@@ -80,8 +80,8 @@
 //    the last op. One freed before its collective started (c10d's copy into a temporary) is
 //    scratch space of the op then running. These allocations leave the layer ops' workspace;
 //  - FSDP1's parameters are views of its FlatParameter: autograd concatenates their gradients
-//    into the flat gradient in the views' backward (SplitWithSizesBackward0), a backward node of
-//    no layer op; what it allocates is made by the op it is folded into and read by the next
+//    into the flat gradient in the views' backward (SplitWithSizesBackward0, a backward node of no
+//    layer op); what it allocates is made by the op it is folded into and read by the next
 //    reduction;
 //  - a layer op that reads a parameter reads instead the tensors of the latest all-gather that
 //    holds its shard (FSDP2: its copy-in lists the shards' sizes) and were allocated when the op
@@ -456,11 +456,12 @@ struct StepCollectives {
   std::unordered_map<OpId, std::pair<Nanoseconds, Nanoseconds>> span;
   std::vector<std::pair<Nanoseconds, OpId>> issued;
   std::set<std::size_t> layer_events;
-  std::set<std::size_t> flat_gradients;  // FSDP1: backward nodes of no layer op
+  std::set<std::size_t> flat_gradients;  // FSDP1: the flat parameter's views' backward
 
   StepCollectives(const KinetoTrace& trace, const std::vector<Unit>& units, bool flat) {
     for (const Unit& u : units) {
-      if (flat && u.op == sim::kNoOp && u.role == Unit::Role::kBackward)
+      if (flat && u.op == sim::kNoOp && u.role == Unit::Role::kBackward &&
+          backward_node(trace.cpu_events[u.event].name) == "SplitWithSizesBackward0")
         flat_gradients.insert(u.event);
       if (u.op == sim::kNoOp) continue;
       const CpuEvent& e = trace.cpu_events[u.event];
@@ -556,7 +557,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
                                                     : std::pair{collective, *a.alloc_ns};
     // FSDP1's flat gradient: made by the op autograd's concatenation is folded into, read by
     // the reduction.
-    const bool flat = site.flat_gradient && clock.at(*a.alloc_ns) < collective;
+    const bool flat = site.flat_gradient && !gather && clock.at(*a.alloc_ns) < collective;
     if (flat) producer = clock.at(*a.alloc_ns);
     // A reduction's input, made before it: the op then running copies the gradients into it.
     if (!gather && site.collective == sim::kNoOp && *a.alloc_ns < issued_at &&
