@@ -76,6 +76,7 @@ ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& option
   builder.build();
   builder.check_parameters_against_optimizer();
   builder.check_outputs_against_allocations();
+  builder.shard_for_fsdp();  // after the checks, which compare the unsharded parameters
   if (report.time_only) {
     std::optional<AllocationHistory> history =
         options.allocations ? options.allocations : trace_allocation_history(trace);

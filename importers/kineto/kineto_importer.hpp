@@ -116,6 +116,17 @@ struct ImportReport {
   sim::Nanoseconds collective_recorded_ns = 0;
   sim::Nanoseconds collective_transfer_ns = 0;
   bool transfer_from_peers = false;
+  /// FSDP (Note [FSDP in a trace] in allocation_sizes.cpp): which FSDP ran the step ("FSDP2
+  /// (fully_shard)", "FSDP1 (FlatParameter)"; empty when none did), the ranks its parameters are
+  /// sharded over, the all-gathers of parameters and the reductions of gradients, the tensors
+  /// made from the memory FSDP and its collectives allocated in the step, and the parameters'
+  /// shards this rank holds.
+  std::string fsdp;
+  std::int64_t fsdp_shards = 0;
+  std::size_t fsdp_gathers = 0;
+  std::size_t fsdp_reductions = 0;
+  std::size_t fsdp_tensors = 0;
+  sim::Bytes fsdp_shard_bytes = 0;
   std::size_t copies = 0;
   sim::Bytes h2d_bytes = 0;
   sim::Bytes d2h_bytes = 0;

@@ -47,6 +47,7 @@ void StepBuilder::make_trainable(TensorId p) {
   for (const std::string& state : roles_.state_names) {
     optimizer_state_.push_back(add_tensor(fmt::format("{}.{}", name, state),
                                           TensorKind::kOptimizerState, shape, dtype, sim::kNoOp));
+    states_of_[p].push_back(optimizer_state_.back());
   }
   if (roles_.persistent_grads) {
     param_grad_[p] =
@@ -91,6 +92,25 @@ void StepBuilder::settle_parameters() {
     }
   }
   report_.promoted_leaves = promoted.size();
+}
+
+// FSDP's shard of each trainable parameter, its optimizer state and its persistent .grad: dim 0
+// split over `ranks`, padded to equal shards (FSDP2's Shard(0); FSDP1 shards a flat
+// concatenation, the same bytes but for the padding). Note [FSDP in a trace].
+void StepBuilder::shard_parameters(std::int64_t ranks) {
+  auto shard = [&](TensorId id) {
+    sim::Tensor& t = workload_.tensors[index(id)];
+    if (t.shape.empty() || t.shape[0] <= 0) return;
+    t.shape[0] = (t.shape[0] + ranks - 1) / ranks;
+    t.bytes = checked_bytes(t.shape, sim::dtype_bytes(t.dtype).value_or(4),
+                            fmt::format("{}: tensor '{}'", trace_.source, t.name));
+  };
+  for (TensorId p : trainable_) {
+    shard(p);
+    report_.fsdp_shard_bytes += tensor(p).bytes;
+    for (TensorId s : states_of_[p]) shard(s);
+    if (roles_.persistent_grads) shard(param_grad_.at(p));
+  }
 }
 
 // The imported trainable parameters beside what the optimizer's own ops say, when they record

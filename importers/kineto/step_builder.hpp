@@ -73,6 +73,11 @@ class StepBuilder {
   /// allocations] in allocation_sizes.cpp); false, and nothing added, when none of them was made
   /// or freed in the step.
   bool size_from_allocations(const AllocationHistory& history);
+  /// An FSDP step (Note [FSDP in a trace] in allocation_sizes.cpp): the parameters become this
+  /// rank's shards, the gathered parameters and the collectives' buffers tensors of the
+  /// collectives from the memory the trace recorded, the gradients read by their reduction. False,
+  /// and nothing changed, when FSDP did not run the step.
+  bool shard_for_fsdp();
   /// Trace format v2's host side of every op, and the step's (Note [Host side]).
   void fill_host_side(const StepWindow& step);
   /// What orders the ops of different streams beyond their inputs: each op's `after` (Note
@@ -147,7 +152,17 @@ class StepBuilder {
   void build_update(Unit& unit);
   void contribute_gradient(sim::TensorId forward_tensor, sim::TensorId grad, sim::OpId op);
 
+  // allocation_sizes.cpp: Note [FSDP in a trace]
+  struct CollectiveMemory;
+  [[nodiscard]] std::string fsdp_kind() const;
+  std::vector<CollectiveMemory> collective_memory();
+  [[nodiscard]] sim::TensorId collective_output(const std::vector<CollectiveMemory>& memory,
+                                                sim::OpId collective, sim::Nanoseconds t) const;
+  void read_gathered(const std::vector<CollectiveMemory>& memory);
+  void route_gradients(const std::vector<sim::OpId>& reductions);
+
   // parameters.cpp
+  void shard_parameters(std::int64_t ranks);
   sim::TensorId param(const std::string& name, const Shape& shape, const std::string& dtype,
                       bool trainable);
   void make_trainable(sim::TensorId p);
@@ -169,6 +184,8 @@ class StepBuilder {
   std::unordered_map<sim::TensorId, sim::TensorId> grad_of_;  // forward tensor -> its gradient
   std::vector<sim::TensorId> trainable_;
   std::vector<sim::TensorId> optimizer_state_;
+  std::unordered_map<sim::TensorId, std::vector<sim::TensorId>> states_of_;  // parameter -> state
+  std::map<sim::OpId, sim::OpId> copy_in_;  // FSDP: a reduction -> the op copying into its input
   std::unordered_map<sim::TensorId, sim::TensorId> param_grad_;  // parameter -> gradient or .grad
   std::set<sim::TensorId> saved_;                                // tensors a backward op reads
   sim::OpId last_op_ = sim::kNoOp;        // the last op on the compute stream, where glue folds

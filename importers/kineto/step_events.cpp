@@ -253,6 +253,12 @@ bool is_layer_event(std::string_view name) {
          starts_with(name, kEvaluatePrefix) || !backward_node(name).empty();
 }
 
+bool is_fsdp_machinery(std::string_view name) {
+  constexpr std::string_view kFsdp1 = "FullyShardedDataParallel.";
+  return starts_with(name, "FSDP::") || starts_with(name, "fsdp::") ||
+         (starts_with(name, kFsdp1) && name != "FullyShardedDataParallel.forward");
+}
+
 Nesting nest(const std::vector<CpuEvent>& events) {
   Nesting n;
   n.parent.assign(events.size(), kNoEvent);

@@ -42,8 +42,8 @@ void collect_under(const KinetoTrace& trace, const Nesting& nesting, std::size_t
     const std::size_t child = nesting.children[event][next];
     const std::string& name = trace.cpu_events[child].name;
     if (starts_with(name, "enumerate(DataLoader)") || is_comm_event(trace, child)) continue;
-    if (is_layer_event(name)) {
-      units.push_back(make_unit(child));
+    if (is_layer_event(name) || is_fsdp_machinery(name)) {
+      units.push_back(make_unit(child));  // FSDP's hooks: glue, their aten ops no layers
     } else {
       stack.emplace_back(child, 0);
     }
@@ -245,7 +245,7 @@ std::vector<Unit> collect_units(const KinetoTrace& trace, const Nesting& nesting
         trace.cpu_events[nesting.parent[i]].start_ns >= step.start_ns)
       continue;                             // collected through its parent
     if (is_comm_event(trace, i)) continue;  // a collective, collected below
-    if (is_layer_event(e.name)) {
+    if (is_layer_event(e.name) || is_fsdp_machinery(e.name)) {
       units.push_back(make_unit(i));
     } else if (!starts_with(e.name, "enumerate(DataLoader)")) {
       collect_under(trace, nesting, i, units);

@@ -230,7 +230,7 @@ StepRoles classify_units(const KinetoTrace& trace, const Nesting& nesting, bool 
       u.role = Unit::Role::kUpdate;
       read_optimizer(subtree, e, u.event, roles);
     } else if (starts_with(e.name, "Optimizer.zero_grad")) {
-      if (subtree.has(u.event, "zero_")) roles.persistent_grads = true;
+      if (subtree.has(u.event, "aten::zero_")) roles.persistent_grads = true;
     } else if (!node.empty()) {
       backward_started = true;
       if (ends_with(node, "AccumulateGrad")) {
