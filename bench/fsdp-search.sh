@@ -9,7 +9,7 @@
 #   best policy                the fastest `compare` row that fits (every policy under the job's
 #                              setting, and the two settings)
 #   search                     `memplan search`'s step, its regathered units and their issue
-#                              points moved from the setting's, and its gap to the lower bound
+#                              points (how many are issued ahead of their use), and its gap to the lower bound
 #   bench/fsdp-search.sh [BUILD_DIR]   BATCH (default 8), SEARCH_TIME_LIMIT seconds (default 20),
 #   BUDGETS (GiB, default "80 64 48 40 32")
 set -euo pipefail
@@ -26,7 +26,7 @@ trap 'rm -rf "$work"' EXIT
   >"$work/zoo.json"
 /usr/bin/python3 -c "import json,sys; z=json.load(open(sys.argv[1])); print(f\"GPT-2 XL shape, bf16, Adam, batch $batch x 1024, {z['data_parallel']}: in-core peak {z['peak_bytes_incore']/2**30:.2f} GiB per rank\")" "$work/zoo.json"
 echo
-echo "| budget | full-shard | shard-grad-op | best policy | search | regathered units | issue points moved | gap to bound |"
+echo "| budget | full-shard | shard-grad-op | best policy | search | regathered units | issued ahead of use | gap to bound |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for gib in $budgets; do
   "$memplan" compare "$work/job.json" --memory "${gib}GiB" --json >"$work/compare.json" || true
