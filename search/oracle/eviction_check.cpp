@@ -29,6 +29,15 @@ namespace memplan::search {
 // early, inside the forward pass (Note [Issue point of a recomputation] in core/plan.hpp).
 // tests/search/oracle/evaluator_test.cpp and tests/property/oracle_test.cpp compare the answers
 // Evaluator::fits finds this way with a lowering and a simulation of the evicted plan.
+namespace {
+// Whether an op of another stream reads the map in forward: its buffer is freed at a join of that
+// stream (Lowerer::place_side_frees), not necessarily after its last forward use.
+bool read_on_side_stream(const sim::FeatureMap& map, const sim::Workload& w) {
+  return std::any_of(map.forward_uses.begin(), map.forward_uses.end(),
+                     [&](sim::OpId u) { return w.op(u).stream != 0; });
+}
+}  // namespace
+
 EvictionCheck::EvictionCheck(const sim::Workload& workload) : workload_(&workload) {}
 
 bool EvictionCheck::rebase(const sim::Plan& plan, sim::Lowerer& lowerer,
@@ -104,12 +113,8 @@ bool EvictionCheck::rebase(const sim::Plan& plan, sim::Lowerer& lowerer,
            w.tensor(holder).in_place_of != sim::kNoTensor)
       holder = w.tensor(holder).in_place_of;
     e.buffer = buffer_of[index(holder)];
-    // A buffer a side stream reads is freed at a join of that stream (Lowerer::place_side_frees),
-    // not necessarily after the last forward use.
-    const auto& uses = maps[static_cast<std::size_t>(m)].forward_uses;
     e.unchecked =
-        e.buffer == sim::kNoBuffer ||
-        std::any_of(uses.begin(), uses.end(), [&](sim::OpId u) { return w.op(u).stream != 0; });
+        e.buffer == sim::kNoBuffer || read_on_side_stream(maps[static_cast<std::size_t>(m)], w);
     e.free_at = after_op[index(last)];
   }
   ready_ = true;
