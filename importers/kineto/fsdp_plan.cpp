@@ -173,6 +173,7 @@ std::vector<StepBuilder::GatheredUnit> StepBuilder::match_gathers(std::string& w
   const std::set<TensorId> shards(trainable_.begin(), trainable_.end());
   std::vector<GatheredUnit> units;
   std::map<TensorId, std::size_t> unit_of_shard;
+  std::map<OpId, std::size_t> unit_of_op;  // forward layer ops by the unit whose parts they read
   std::vector<OpId> regathers;
   for (const sim::Op& o : workload_.ops) {
     if (!is_all_gather(o)) continue;
@@ -180,48 +181,65 @@ std::vector<StepBuilder::GatheredUnit> StepBuilder::match_gathers(std::string& w
       regathers.push_back(o.id);
       continue;
     }
+    const std::vector<TensorId> parts = gathered_parts(o.id);
     const bool of_shards = !o.inputs.empty() && std::all_of(o.inputs.begin(), o.inputs.end(),
                                                             [&](TensorId t) {
                                                               return shards.count(t) > 0;
                                                             });
-    if (!of_shards || gathered_parts(o.id).empty()) {
+    if (!of_shards || parts.empty()) {
       why = fmt::format("{}: no shards gathered into tensors that layer ops read", o.name);
       return {};
     }
     for (TensorId t : o.inputs) unit_of_shard.emplace(t, units.size());
+    for (OpId r : users_of(parts, o.id)) {
+      if (workload_.op(r).phase == sim::Phase::kForward) unit_of_op.emplace(r, units.size());
+    }
     units.push_back({o.id, sim::kNoOp});
   }
   for (OpId g : regathers) {
-    // The units whose shards the ops that made or read g's parts read, by how often.
-    std::set<OpId> users;
-    for (TensorId t : gathered_parts(g)) {
-      if (tensor(t).producer != g) users.insert(tensor(t).producer);
-      for (const sim::Op& o : workload_.ops) {
-        if (std::find(o.inputs.begin(), o.inputs.end(), t) != o.inputs.end()) users.insert(o.id);
-      }
-    }
+    // The units not matched yet, of g's bytes, whose shards the ops that made or read g's parts
+    // read, or whose forward ops they differentiate, by how often.
     std::map<std::size_t, int> votes;
-    for (OpId u : users) {
-      const auto read = shard_reads_.find(u);
-      if (read == shard_reads_.end()) continue;
-      for (TensorId s : read->second) {
-        const auto unit = unit_of_shard.find(s);
-        if (unit != unit_of_shard.end() &&
-            workload_.op(units[unit->second].forward).collective->out_bytes ==
-                workload_.op(g).collective->out_bytes)
-          ++votes[unit->second];
+    auto vote = [&](std::size_t unit) {
+      if (units[unit].backward == sim::kNoOp &&
+          workload_.op(units[unit].forward).collective->out_bytes ==
+              workload_.op(g).collective->out_bytes)
+        ++votes[unit];
+    };
+    for (OpId u : users_of(gathered_parts(g), g)) {
+      if (const auto read = shard_reads_.find(u); read != shard_reads_.end()) {
+        for (TensorId s : read->second) {
+          if (const auto unit = unit_of_shard.find(s); unit != unit_of_shard.end())
+            vote(unit->second);
+        }
       }
+      if (const auto f = unit_of_op.find(workload_.op(u).differentiates); f != unit_of_op.end())
+        vote(f->second);
     }
     const auto best = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) {
       return a.second < b.second;
     });
-    if (best == votes.end() || units[best->first].backward != sim::kNoOp) {
-      why = fmt::format("{}: re-gathers no one unit's shards", workload_.op(g).name);
+    if (best == votes.end()) {
+      why = fmt::format("{}: re-gathers no unit's shards", workload_.op(g).name);
       return {};
     }
     units[best->first].backward = g;
   }
   return units;
+}
+
+// The ops that read one of `parts` or made it (another op than `gather`).
+std::set<OpId> StepBuilder::users_of(const std::vector<TensorId>& parts, OpId gather) const {
+  std::set<OpId> users;
+  for (TensorId t : parts) {
+    if (tensor(t).producer != gather) users.insert(tensor(t).producer);
+  }
+  for (const sim::Op& o : workload_.ops) {
+    for (TensorId t : parts) {
+      if (std::find(o.inputs.begin(), o.inputs.end(), t) != o.inputs.end()) users.insert(o.id);
+    }
+  }
+  return users;
 }
 
 // The setting the trace ran (Note [Gathered parameters as feature maps]), from the units' maps'
@@ -260,6 +278,31 @@ sim::FsdpSetting StepBuilder::recorded_setting(const std::vector<GatheredUnit>& 
   return setting;
 }
 
+// The ops that read unit `u`'s map: those that read one of its `parts` (of its forward gather and
+// its backward's) or made one (the copy-out's op), but for a layer op whose shards are all another
+// unit's (read_gathered gave it the latest gather of their size, a prefetched one of another
+// unit), and every op that read one of the unit's shards.
+std::set<OpId> StepBuilder::map_readers(const GatheredUnit& u,
+                                        const std::vector<TensorId>& parts) const {
+  const std::vector<TensorId>& shards = workload_.op(u.forward).inputs;
+  auto reads_own = [&](const std::vector<TensorId>& read) {
+    return std::any_of(read.begin(), read.end(), [&](TensorId s) {
+      return std::find(shards.begin(), shards.end(), s) != shards.end();
+    });
+  };
+  std::set<OpId> readers;
+  for (OpId o : users_of(parts, u.forward)) {
+    const auto read = shard_reads_.find(o);
+    if (o != u.backward && !workload_.op(o).collective &&
+        (read == shard_reads_.end() || reads_own(read->second)))
+      readers.insert(o);
+  }
+  for (const auto& [o, read] : shard_reads_) {
+    if (reads_own(read)) readers.insert(o);
+  }
+  return readers;
+}
+
 void StepBuilder::plan_gathered_parameters() {
   if (report_.fsdp.empty() || gather_memory_.empty()) return;
   std::string why;
@@ -284,7 +327,6 @@ void StepBuilder::plan_gathered_parameters() {
     t.producer = u.forward;
     workload_.tensors.push_back(std::move(t));
     op(u.forward).outputs.push_back(map);
-    std::set<OpId> readers;
     if (u.backward != sim::kNoOp) {
       const std::vector<TensorId> again = gathered_parts(u.backward);
       parts.insert(parts.end(), again.begin(), again.end());
@@ -292,26 +334,9 @@ void StepBuilder::plan_gathered_parameters() {
       const auto& served = gather_memory_.at(u.backward);
       dead_tensors.insert(served.begin(), served.end());
     }
-    for (TensorId p : parts) {
-      dead_tensors.insert(p);
-      if (tensor(p).producer != u.forward && tensor(p).producer != u.backward)
-        readers.insert(tensor(p).producer);
-    }
-    const std::set<TensorId> gathered(parts.begin(), parts.end());
-    const std::vector<TensorId>& shards = op(u.forward).inputs;
-    for (const sim::Op& o : workload_.ops) {
-      const bool reads_part = std::any_of(o.inputs.begin(), o.inputs.end(),
-                                          [&](TensorId x) { return gathered.count(x) > 0; });
-      const auto read = shard_reads_.find(o.id);
-      const bool reads_shard =
-          read != shard_reads_.end() &&
-          std::any_of(read->second.begin(), read->second.end(), [&](TensorId s) {
-            return std::find(shards.begin(), shards.end(), s) != shards.end();
-          });
-      if (!o.collective && (reads_part || reads_shard)) readers.insert(o.id);
-    }
-    for (OpId r : readers) {
-      if (r > u.forward && dead_ops.count(r) == 0) add_input(r, map);
+    dead_tensors.insert(parts.begin(), parts.end());
+    for (OpId r : map_readers(u, parts)) {
+      if (r > u.forward) add_input(r, map);
     }
   }
   const sim::FsdpSetting setting = recorded_setting(units);

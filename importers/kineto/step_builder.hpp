@@ -169,6 +169,10 @@ class StepBuilder {
   struct GatheredUnit;
   [[nodiscard]] std::vector<sim::TensorId> gathered_parts(sim::OpId gather) const;
   [[nodiscard]] std::vector<GatheredUnit> match_gathers(std::string& why) const;
+  [[nodiscard]] std::set<sim::OpId> users_of(const std::vector<sim::TensorId>& parts,
+                                             sim::OpId gather) const;
+  [[nodiscard]] std::set<sim::OpId> map_readers(const GatheredUnit& u,
+                                                const std::vector<sim::TensorId>& parts) const;
   void keep_out_of_regather(sim::OpId gather, const std::vector<sim::TensorId>& parts);
   [[nodiscard]] sim::FsdpSetting recorded_setting(const std::vector<GatheredUnit>& units) const;
 
