@@ -29,10 +29,11 @@
 //    lowering numbers the re-runs after them;
 //  - the setting (Distributed::fsdp): reshard_after_forward when the backward re-gathered some
 //    unit; backward_prefetch, how many units ahead in backward order (by each map's first backward
-//    use) a re-gather was issued, the most of any unit: a unit is counted as issued before another's
-//    first backward use when its all-gather started before that op's event ended (FSDP2 issues
-//    its prefetch in the pre-backward hook, inside the autograd node of that op). Without backward
-//    gathers the trace kept its gathered parameters (SHARD_GRAD_OP), prefetch 1 (FSDP's default).
+//    use) a re-gather was issued, the most of any unit: a unit is counted as issued before
+//    another's first backward use when its all-gather started before that op's event ended (FSDP2
+//    issues its prefetch in the pre-backward hook, inside the autograd node of that op). Without
+//    backward gathers the trace kept its gathered parameters (SHARD_GRAD_OP), prefetch 1 (FSDP's
+//    default).
 // A step whose structure does not map (a backward gather of no unit's shards, no parts) stays as
 // Note [FSDP in a trace] leaves it, and ImportReport::fsdp_unplanned says why.
 #include <algorithm>
@@ -182,10 +183,9 @@ std::vector<StepBuilder::GatheredUnit> StepBuilder::match_gathers(std::string& w
       continue;
     }
     const std::vector<TensorId> parts = gathered_parts(o.id);
-    const bool of_shards = !o.inputs.empty() && std::all_of(o.inputs.begin(), o.inputs.end(),
-                                                            [&](TensorId t) {
-                                                              return shards.count(t) > 0;
-                                                            });
+    const bool of_shards =
+        !o.inputs.empty() && std::all_of(o.inputs.begin(), o.inputs.end(),
+                                         [&](TensorId t) { return shards.count(t) > 0; });
     if (!of_shards || parts.empty()) {
       why = fmt::format("{}: no shards gathered into tensors that layer ops read", o.name);
       return {};
@@ -216,9 +216,9 @@ std::vector<StepBuilder::GatheredUnit> StepBuilder::match_gathers(std::string& w
       if (const auto f = unit_of_op.find(workload_.op(u).differentiates); f != unit_of_op.end())
         vote(f->second);
     }
-    const auto best = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) {
-      return a.second < b.second;
-    });
+    const auto best =
+        std::max_element(votes.begin(), votes.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
     if (best == votes.end()) {
       why = fmt::format("{}: re-gathers no unit's shards", workload_.op(g).name);
       return {};
@@ -270,8 +270,7 @@ sim::FsdpSetting StepBuilder::recorded_setting(const std::vector<GatheredUnit>& 
     setting.reshard_after_forward = true;
     const Nanoseconds issued = span.at(regather).first;
     std::size_t j = 0;
-    while (j < k && span.count(order[j].first) > 0 && span.at(order[j].first).second <= issued)
-      ++j;
+    while (j < k && span.count(order[j].first) > 0 && span.at(order[j].first).second <= issued) ++j;
     ahead = std::max(ahead, static_cast<std::int32_t>(k - j));
   }
   if (ahead >= 0) setting.backward_prefetch = ahead;

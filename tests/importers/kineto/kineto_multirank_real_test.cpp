@@ -163,8 +163,8 @@ void check_gathered_maps(const sim::Workload& w) {
     CAPTURE(t.name);
     CHECK_FALSE(t.lifetime_only);
     CHECK(w.op(t.producer).phase == sim::Phase::kForward);
-    CHECK(maps[m].forward_uses.size() >= 3);  // the block's layer norm, linears and add
-    CHECK(maps[m].backward_uses.size() >= 3);
+    CHECK(maps[m].forward_uses.size() >= 2);  // the root: the first linear and the head
+    CHECK(maps[m].backward_uses.size() >= 2);
     bytes.insert(t.bytes);
   }
   CHECK(bytes == std::multiset<sim::Bytes>{38440, 527872, 527872});
@@ -191,8 +191,8 @@ void check_gathered_maps(const sim::Workload& w) {
 
 TEST_CASE("real job: an FSDP2 and an FSDP1 step on two CPU processes over gloo (traces/fsdp-cpu)",
           "[importers][kineto][multirank][real][fsdp]") {
-  // The in-core peaks measured, the plan regathering the blocks as the trace did: FSDP2 PEAK2,
-  // FSDP1 PEAK1.
+  // The in-core peaks measured, the plan regathering the blocks as the trace did (as before the
+  // re-gathers became the plan's): FSDP2 +1.7% on both ranks, FSDP1 +2.6% and +2.3%.
   const auto [folder, kind, tolerance] = GENERATE(table<std::string, std::string, double>(
       {{"", "FSDP2 (fully_shard)", 0.02}, {"fsdp1", "FSDP1 (FlatParameter)", 0.03}}));
   CAPTURE(kind);
