@@ -361,6 +361,10 @@ bool StepBuilder::shard_for_fsdp() {
   shard_parameters(ranks);
   const std::vector<CollectiveMemory> memory = collective_memory();
   report_.fsdp_tensors = memory.size();
+  for (const CollectiveMemory& m : memory) {
+    if (op(m.collective).collective->kind == sim::CollectiveKind::kAllGather)
+      gather_memory_[m.collective].push_back(m.tensor);
+  }
   read_gathered(memory);
   route_gradients(reductions);
   return true;
@@ -622,6 +626,7 @@ void StepBuilder::read_gathered(const std::vector<CollectiveMemory>& memory) {
           gather = m.collective;
       }
       if (gather == sim::kNoOp) continue;
+      shard_reads_[o.id].push_back(x);
       std::erase(o.inputs, x);
       for (const CollectiveMemory& m : memory) {
         // What the op made itself (a copy-out before it) is its output, not an input.

@@ -96,10 +96,12 @@ ImportResult import_kineto(const KinetoTrace& trace, const ImportOptions& option
   builder.order_streams(report.step);
   if (report.gpu) builder.fill_host_side(report.step);
   const std::string link = report.gpu ? builder.measure_device_link() : "";
+  builder.plan_gathered_parameters();  // last: it removes ops and tensors
   sim::Workload& workload = builder.workload();
   describe(trace, report, file_label, link, workload);
   workload.distributed = trace.distributed;
   if (workload.distributed) workload.distributed->step_start_ns = report.step.start_ns;
+  if (workload.distributed) workload.distributed->fsdp = report.fsdp_setting;
   sim::validate(workload, trace.source);
   for (const sim::Op& o : workload.ops) report.op_time_ns += o.duration_ns;  // each under an hour
   report.collective_transfer_ns = report.collective_recorded_ns;  // a single rank keeps its own

@@ -127,6 +127,15 @@ struct ImportReport {
   std::size_t fsdp_reductions = 0;
   std::size_t fsdp_tensors = 0;
   sim::Bytes fsdp_shard_bytes = 0;
+  /// Note [Gathered parameters as feature maps] (fsdp_plan.cpp): the units whose gathered
+  /// parameters became a feature map of their forward all-gather, the backward re-gathers removed
+  /// (a plan's recompute of the map runs them), and the setting the trace ran (the workload's
+  /// `distributed.fsdp`); `fsdp_unplanned` says why not, where the step's FSDP structure does not
+  /// map.
+  std::size_t fsdp_units = 0;
+  std::size_t fsdp_regathers = 0;
+  std::optional<sim::FsdpSetting> fsdp_setting;
+  std::string fsdp_unplanned;
   std::size_t copies = 0;
   sim::Bytes h2d_bytes = 0;
   sim::Bytes d2h_bytes = 0;

@@ -78,6 +78,11 @@ class StepBuilder {
   /// collectives from the memory the trace recorded, the gradients read by their reduction. False,
   /// and nothing changed, when FSDP did not run the step.
   bool shard_for_fsdp();
+  /// After shard_for_fsdp, the last stage: each unit's gathered parameters one feature map of its
+  /// forward all-gather, the backward's re-gathers of them removed (a plan's recompute of the map
+  /// runs them), and the job's FSDP setting in the report (Note [Gathered parameters as feature
+  /// maps] in fsdp_plan.cpp). Nothing changes where the step's FSDP structure does not map.
+  void plan_gathered_parameters();
   /// Trace format v2's host side of every op, and the step's (Note [Host side]).
   void fill_host_side(const StepWindow& step);
   /// What orders the ops of different streams beyond their inputs: each op's `after` (Note
@@ -160,6 +165,16 @@ class StepBuilder {
                                                 sim::OpId collective, sim::Nanoseconds t) const;
   void read_gathered(const std::vector<CollectiveMemory>& memory);
   void route_gradients(const std::vector<sim::OpId>& reductions);
+  // fsdp_plan.cpp: Note [Gathered parameters as feature maps]
+  struct GatheredUnit;
+  [[nodiscard]] std::vector<sim::TensorId> gathered_parts(sim::OpId gather) const;
+  [[nodiscard]] std::vector<GatheredUnit> match_gathers(std::string& why) const;
+  [[nodiscard]] std::set<sim::OpId> users_of(const std::vector<sim::TensorId>& parts,
+                                             sim::OpId gather) const;
+  [[nodiscard]] std::set<sim::OpId> map_readers(const GatheredUnit& u,
+                                                const std::vector<sim::TensorId>& parts) const;
+  void keep_out_of_regather(sim::OpId gather, const std::vector<sim::TensorId>& parts);
+  [[nodiscard]] sim::FsdpSetting recorded_setting(const std::vector<GatheredUnit>& units) const;
 
   // parameters.cpp
   void shard_parameters(std::int64_t ranks);
@@ -186,6 +201,10 @@ class StepBuilder {
   std::vector<sim::TensorId> optimizer_state_;
   std::unordered_map<sim::TensorId, std::vector<sim::TensorId>> states_of_;  // parameter -> state
   std::map<sim::OpId, sim::OpId> copy_in_;  // FSDP: a reduction -> the op copying into its input
+  // FSDP: the tensors made of the memory each all-gather served (collective_memory), and the
+  // shards each layer op read before read_gathered pointed it to a gather's tensors.
+  std::map<sim::OpId, std::vector<sim::TensorId>> gather_memory_;
+  std::map<sim::OpId, std::vector<sim::TensorId>> shard_reads_;
   std::unordered_map<sim::TensorId, sim::TensorId> param_grad_;  // parameter -> gradient or .grad
   std::set<sim::TensorId> saved_;                                // tensors a backward op reads
   sim::OpId last_op_ = sim::kNoOp;        // the last op on the compute stream, where glue folds

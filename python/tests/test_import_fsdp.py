@@ -3,10 +3,11 @@ of a small residual MLP under FSDP2 (fully_shard on each block and on the root, 
 torch.profiler (record_shapes, profile_memory), and `memplan import kineto` reads both ranks' traces
 as FSDP's (Note [FSDP in a trace] in importers/kineto/allocation_sizes.cpp):
 
-- the collectives: one all-gather per unit in forward, one per block in backward (the root stays
-  gathered), one gradient reduction per unit;
-- the parameters are this rank's shards, the gathered parameters tensors the all-gathers make,
-  freed after each block's forward and gathered again for its backward;
+- the collectives: one all-gather per unit in forward (the backward's re-gather of each block is
+  the plan's recompute of its map), one gradient reduction per unit;
+- the parameters are this rank's shards, each unit's gathered parameters one feature map of its
+  forward all-gather, read in forward and backward, and the job records FSDP2's setting (reshard
+  after forward, prefetch 1);
 - each rank's in-core peak above what it holds throughout (the shards and Adam's state, made
   before the profiler started, which the CPU's `Total Allocated` does not count) is within 2% of
   the profiler's `Total Allocated` peak in the step.
@@ -129,9 +130,12 @@ def test_fsdp_collectives_recognised(imported):
     _, workloads = imported
     for w in workloads:
         gathers = collectives(w, "all_gather")
-        # Each unit (the root and every block) before its forward; every block again before its
-        # backward: the root is not resharded after forward.
-        assert len(gathers) == (1 + BLOCKS) + BLOCKS
+        # Each unit (the root and every block) before its forward; the backward's re-gathers of
+        # the blocks are the plan's recompute of their maps (Note [Gathered parameters as feature
+        # maps] in importers/kineto/fsdp_plan.cpp).
+        assert len(gathers) == 1 + BLOCKS
+        assert all(g["phase"] == "forward" for g in gathers)
+        assert w["distributed"]["fsdp"] == {"reshard_after_forward": True, "backward_prefetch": 1}
         # Gloo reduces a reduce-scatter with an all-reduce: one per unit, in backward.
         reductions = collectives(w, "all_reduce") + collectives(w, "reduce_scatter")
         assert len(reductions) == 1 + BLOCKS
@@ -149,50 +153,24 @@ def test_fsdp_collectives_recognised(imported):
                        for t in update["inputs"])
 
 
-def test_gathered_parameters_are_freed_and_gathered_again(imported):
+def test_gathered_parameters_are_feature_maps(imported):
     _, workloads = imported
     for w in workloads:
         ops, tensors = w["ops"], w["tensors"]
-        last_read = {}
-        for o in ops:
-            for t in o["inputs"]:
-                last_read[t] = o["id"]
-        first_backward = next(o["id"] for o in ops if o["phase"] == "backward")
-        gathers = collectives(w, "all_gather")
-        # What each all-gather holds: the buffer it writes (its outputs) and the unsharded
-        # parameters copied out of it for the layers (made by the op the copy-out precedes).
-        held = {g["id"]: [t for t in tensors if t["name"].startswith(g["name"] + "/")]
-                for g in gathers}
-        for g in gathers:
-            assert g["outputs"], g["name"]
-            assert all(tensors[t]["producer"] == g["id"] for t in g["outputs"])
-            assert all(t["lifetime_only"] for t in held[g["id"]])
         # The layers read the all-gathers' tensors, not resident unsharded parameters.
         layer_reads = {t for o in ops if not o.get("collective") and o["phase"] != "update"
                        for t in o["inputs"]}
         assert not any(tensors[t]["kind"] == "parameter" for t in layer_reads)
-
-        def parameters(g):  # the unsharded parameters the layers read, by size
-            return sorted(t["bytes"] for t in held[g["id"]] if t["id"] in layer_reads)
-
-        def freed_in_forward(g):
-            return all(last_read.get(t["id"], t["producer"]) < first_backward
-                       for t in held[g["id"]])
-
-        forward = [g for g in gathers if g["phase"] == "forward"]
-        backward = [g for g in gathers if g["phase"] == "backward"]
-        # Each block's gathered parameters are freed after its forward; the root's are kept.
-        resharded = [g for g in forward if freed_in_forward(g)]
-        assert len(resharded) == BLOCKS and not freed_in_forward(forward[0]), [
-            (t["name"], t["producer"], last_read.get(t["id"])) for g in forward
-            for t in held[g["id"]]]
-        # ... and gathered again, the same tensors, for the block's backward ops.
-        assert len(backward) == BLOCKS
-        assert sorted(map(parameters, resharded)) == sorted(map(parameters, backward))
-        for g in backward:
-            assert parameters(g)
-            readers = [o for o in ops if any(t["id"] in o["inputs"] for t in held[g["id"]])]
-            assert any(o["phase"] == "backward" and not o.get("collective") for o in readers)
+        for g in collectives(w, "all_gather"):
+            # One map per unit: an activation of the forward gather, made of the shards, read by
+            # the unit's forward and backward layer ops.
+            maps = [t for t in g["outputs"] if tensors[t]["kind"] == "activation"
+                    and not tensors[t].get("lifetime_only")]
+            assert len(maps) == 1, g["name"]
+            assert all(tensors[t]["kind"] == "parameter" for t in g["inputs"])
+            readers = [o for o in ops if maps[0] in o["inputs"]]
+            assert any(o["phase"] == "forward" for o in readers)
+            assert any(o["phase"] == "backward" for o in readers)
 
 
 def test_parameters_are_this_ranks_shards(imported):

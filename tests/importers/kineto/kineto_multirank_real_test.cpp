@@ -13,9 +13,16 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/liveness.hpp"
+#include "core/basic_plans.hpp"
+#include "core/feature_maps.hpp"
+#include "core/fsdp_setting.hpp"
+#include "core/machine.hpp"
+#include "core/plan.hpp"
 #include "importers/kineto/kineto_job.hpp"
 #include "importers/kineto/recorded_step.hpp"
+#include "search/policies/network_view.hpp"
+#include "search/policies/policy.hpp"
+#include "sim/job_simulation.hpp"
 
 using namespace memplan;
 
@@ -135,76 +142,57 @@ std::vector<const sim::Op*> collectives_of(const sim::Workload& w, sim::Collecti
   return out;
 }
 
-// What an all-gather holds: the tensors named after it (its buffer and temporaries, and the
-// unsharded parameters a copy-out made of them).
-std::vector<const sim::Tensor*> held_by(const sim::Workload& w, const sim::Op& gather) {
-  std::vector<const sim::Tensor*> out;
-  for (const sim::Tensor& t : w.tensors) {
-    if (t.name.rfind(gather.name + "/", 0) == 0) out.push_back(&t);
-  }
-  return out;
-}
-
-// The last op that reads each tensor (its producer when none does).
-std::vector<sim::OpId> last_reads(const sim::Workload& w) {
-  std::vector<sim::OpId> last(w.tensors.size(), sim::kNoOp);
-  for (const sim::Tensor& t : w.tensors) last[index(t.id)] = t.producer;
-  for (const sim::Op& o : w.ops) {
-    for (sim::TensorId t : o.inputs) last[index(t)] = std::max(last[index(t)], o.id);
-  }
-  return last;
-}
-
-// Checks that each block's gathered parameters are freed before backward, the root's are not,
-// and every block is gathered again, the same tensors' sizes, for its backward ops.
-void check_gathered_memory(const sim::Workload& w) {
-  const auto last = last_reads(w);
-  const sim::OpId first_backward = std::find_if(w.ops.begin(), w.ops.end(), [](const sim::Op& o) {
-                                     return o.phase == sim::Phase::kBackward;
-                                   })->id;
+// Note [Gathered parameters as feature maps]: the root's and each block's gathered parameters are
+// one feature map of its forward all-gather (the root's 38,440 bytes, each block's 527,872), read
+// by the unit's forward and backward layer ops and by no parameter; the backward's re-gathers are
+// gone, the trace's setting recorded (FSDP2's default: reshard after forward, prefetch 1); the
+// in-core plan keeps the root and regathers each block, issued one unit ahead.
+void check_gathered_maps(const sim::Workload& w) {
   std::set<sim::TensorId> layer_reads;
   for (const sim::Op& o : w.ops) {
     if (!o.collective && o.phase != sim::Phase::kUpdate)
       layer_reads.insert(o.inputs.begin(), o.inputs.end());
   }
   for (sim::TensorId t : layer_reads) CHECK(w.tensor(t).kind != sim::TensorKind::kParameter);
-  auto parameters = [&](const sim::Op& g) {  // the unsharded parameters the layers read
-    std::multiset<sim::Bytes> sizes;
-    for (const sim::Tensor* t : held_by(w, g)) {
-      if (layer_reads.count(t->id) > 0) sizes.insert(t->bytes);
-    }
-    return sizes;
-  };
-  std::vector<std::multiset<sim::Bytes>> resharded, regathered;
-  bool root = true;
-  for (const sim::Op* g : collectives_of(w, sim::CollectiveKind::kAllGather)) {
-    CHECK(!g->outputs.empty());
-    const auto held = held_by(w, *g);
-    const bool freed = std::all_of(held.begin(), held.end(), [&](const sim::Tensor* t) {
-      return t->lifetime_only && last[index(t->id)] < first_backward;
-    });
-    if (g->phase == sim::Phase::kBackward) {
-      regathered.push_back(parameters(*g));
-    } else if (root) {
-      CHECK_FALSE(freed);  // FSDP does not reshard the root after forward
-      root = false;
-    } else {
-      CHECK(freed);
-      resharded.push_back(parameters(*g));
-    }
+  const auto maps = sim::find_feature_maps(w);
+  const auto units = sim::gathered_parameter_maps(maps, w);
+  REQUIRE(units.size() == 3);
+  std::multiset<sim::Bytes> bytes;
+  for (std::size_t m : units) {
+    const sim::Tensor& t = w.tensor(maps[m].tensor);
+    CAPTURE(t.name);
+    CHECK_FALSE(t.lifetime_only);
+    CHECK(w.op(t.producer).phase == sim::Phase::kForward);
+    CHECK(maps[m].forward_uses.size() >= 2);  // the root: the first linear and the head
+    CHECK(maps[m].backward_uses.size() >= 2);
+    bytes.insert(t.bytes);
   }
-  std::sort(resharded.begin(), resharded.end());
-  std::sort(regathered.begin(), regathered.end());
-  CHECK(resharded.size() == 2);
-  CHECK(resharded == regathered);
-  CHECK_FALSE(regathered.front().empty());
+  CHECK(bytes == std::multiset<sim::Bytes>{38440, 527872, 527872});
+  REQUIRE(w.distributed);
+  REQUIRE(w.distributed->fsdp);
+  CHECK(*w.distributed->fsdp == sim::FsdpSetting{true, 1});
+  sim::Plan plan = sim::in_core_plan(w);
+  sim::apply_workload_fsdp_setting(plan, w);
+  std::vector<sim::OpId> issued;
+  for (std::size_t m : units) {
+    const sim::Decision& d = plan.decisions[m];
+    if (d.action == sim::Action::kKeep) continue;
+    CHECK(d.action == sim::Action::kRecompute);
+    REQUIRE(d.prefetch_before != sim::kNoOp);
+    CHECK(d.prefetch_before > sim::last_forward_use(maps[m], w));
+    CHECK(d.prefetch_before < maps[m].backward_uses.front());
+    issued.push_back(d.prefetch_before);
+  }
+  CHECK(issued.size() == 2);  // the blocks, not the root
+  sim::validate_plan(plan, w, "the in-core plan");
 }
 
 }  // namespace
 
 TEST_CASE("real job: an FSDP2 and an FSDP1 step on two CPU processes over gloo (traces/fsdp-cpu)",
           "[importers][kineto][multirank][real][fsdp]") {
-  // The in-core peaks measured: FSDP2 +1.7% on both ranks, FSDP1 +2.6% and +2.3%.
+  // The in-core peaks measured, the plan regathering the blocks as the trace did (as before the
+  // re-gathers became the plan's): FSDP2 +1.7% on both ranks, FSDP1 +2.6% and +2.3%.
   const auto [folder, kind, tolerance] = GENERATE(table<std::string, std::string, double>(
       {{"", "FSDP2 (fully_shard)", 0.02}, {"fsdp1", "FSDP1 (FlatParameter)", 0.03}}));
   CAPTURE(kind);
@@ -213,6 +201,16 @@ TEST_CASE("real job: an FSDP2 and an FSDP1 step on two CPU processes over gloo (
   REQUIRE(traces.size() == 2);
   const auto r = importers::import_kineto_job(traces);
   REQUIRE(r.job.ranks.size() == 2);
+  // Each rank's in-core plan with the job's FSDP setting, simulated together.
+  std::vector<sim::Plan> plans;
+  for (const sim::Workload& w : r.job.ranks) {
+    plans.push_back(sim::in_core_plan(w));
+    sim::apply_workload_fsdp_setting(plans.back(), w);
+  }
+  sim::Machine machine;
+  machine.memory_bytes = sim::Bytes{1} << 30;
+  const sim::JobRun run = sim::simulate_job(r.job, plans, {machine, machine});
+  REQUIRE(run.timeline.feasible);
   // Net(128 wide, 2 blocks): 273,546 float32 parameters, every dim 0 even but the head's 10.
   constexpr sim::Bytes kShards = 547092;
   for (std::size_t k = 0; k < 2; ++k) {
@@ -225,10 +223,14 @@ TEST_CASE("real job: an FSDP2 and an FSDP1 step on two CPU processes over gloo (
     // all-reduces, one per unit.
     CHECK(report.fsdp_gathers == 5);
     CHECK(report.fsdp_reductions == 3);
-    CHECK(collectives_of(w, sim::CollectiveKind::kAllGather).size() == 5);
+    // The backward's two re-gathers are the plan's to make: a unit's forward gather re-run.
+    CHECK(report.fsdp_units == 3);
+    CHECK(report.fsdp_regathers == 2);
+    CHECK(report.fsdp_unplanned.empty());
+    CHECK(collectives_of(w, sim::CollectiveKind::kAllGather).size() == 3);
     const auto reductions = collectives_of(w, sim::CollectiveKind::kAllReduce);
     CHECK(reductions.size() == 3);
-    check_gathered_memory(w);
+    check_gathered_maps(w);
     // The update reads the reductions' shards, not the unsharded gradients.
     const auto update = std::find_if(w.ops.begin(), w.ops.end(), [](const sim::Op& o) {
       return o.phase == sim::Phase::kUpdate;
@@ -251,8 +253,24 @@ TEST_CASE("real job: an FSDP2 and an FSDP1 step on two CPU processes over gloo (
     // 8,448 bytes from before the profiler, and the order of allocations inside an op.
     const auto recorded = importers::measure_recorded_step(traces[k], report.step, false);
     REQUIRE(recorded.peak_total_allocated_bytes);
-    const double simulated = static_cast<double>(sim::incore_peak(w).bytes - parameters - state);
     const auto total = static_cast<double>(*recorded.peak_total_allocated_bytes);
+    const double simulated =
+        static_cast<double>(run.timeline.ranks[k].peak_bytes - parameters - state);
     CHECK(simulated == Approx(total).epsilon(tolerance));
+    // memplan compare's rows: FSDP's two settings, as for the zoo's sharded steps.
+    std::vector<std::string> names;
+    for (const auto& p : search::policies_for(search::NetworkView(w))) names.emplace_back(p.name);
+    CHECK(std::count(names.begin(), names.end(), "fsdp-full-shard") == 1);
+    CHECK(std::count(names.begin(), names.end(), "fsdp-shard-grad-op") == 1);
+  }
+  // The ranks' collectives still match by (group, sequence): 0 to 5 on each, alike.
+  const Calls calls = calls_of(r.job);
+  CHECK(calls.size() == 6);
+  for (const auto& [key, ranks] : calls) {
+    CAPTURE(key.second);
+    CHECK(key.second < 6);
+    REQUIRE(ranks.size() == 2);
+    CHECK(std::get<1>(ranks[0]) == std::get<1>(ranks[1]));
+    CHECK(std::get<2>(ranks[0]) == std::get<2>(ranks[1]));
   }
 }
