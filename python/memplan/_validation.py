@@ -1,6 +1,7 @@
 """validate: a plan run for real on the host backend, against the prediction and in-core; and
 what a plan carried out elsewhere (memplan.torch) takes from the simulator: the tolerance its
-results are held to and where the lowering acts on each map."""
+results are held to, where the lowering acts on each map, and where it brings each host-placed
+tensor to the device and lets it go."""
 from memplan import _core, _plans, _simulation, _tables
 from memplan._files import write_output
 from memplan._numbers import whole
@@ -28,6 +29,17 @@ def map_points(plan):
     point] in core/plan.hpp; None: right after the last forward use)."""
     return _core.map_points(plan._plan, plan.trace._workload)
 
+
+
+def host_points(plan):
+    """Per tensor `plan` places on the host (Note [Host placement] in core/plan.hpp), in tensor id
+    order, the ops where the lowering (Lowerer::plan_host_placement) acts on it: `tensor`;
+    `gradient_drop`, for a tensor that is not pre-existing (a gradient), the op after which its
+    device copy goes (None for a parameter, optimizer state or input); `groups`, its groups of
+    uses that get a device copy, ascending, each with `first_use`, `last_use` (after it a
+    pre-existing tensor's copy goes), `earliest_prefetch` and `default_prefetch` (its window
+    and default point) and `prefetch_before` (the plan's point, else the default one)."""
+    return _core.host_points(plan._plan, plan.trace._workload)
 
 class ValidationReport(_tables.JsonFields):
     """What `memplan validate --backend host --json` prints, as attributes: fits,

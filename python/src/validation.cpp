@@ -2,7 +2,8 @@
 // in-core run (runtime::validate), the report's fields as they are. And what a plan carried out
 // elsewhere (memplan.torch) takes from the simulator rather than computing it again: each map's
 // points in the step (where the lowering drops it, prefetches and releases it), the encodings'
-// formats and sizes, and the tolerance its results are held to.
+// formats and sizes, where it brings a host-placed tensor to the device and lets it go, and the
+// tolerance its results are held to.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "core/feature_maps.hpp"
 #include "core/input_error.hpp"
 #include "core/plan.hpp"
+#include "core/workload.hpp"
 #include "host_backend/host_backend.hpp"
 #include "io/memory_snapshot_export.hpp"
 #include "io/timeline_export.hpp"
@@ -80,6 +82,66 @@ std::vector<MapPoints> map_points(const sim::Plan& plan, const sim::Workload& wo
                                          ? d.prefetch_before
                                          : sim::default_prefetch_point(maps[i], workload));
       if (d.release_before != sim::kNoOp) p.release_before = sim::value(d.release_before);
+    }
+    points.push_back(std::move(p));
+  }
+  return points;
+}
+
+// One group of uses of a host-placed tensor that gets its own device copy (sim::HostUseGroup),
+// with the op before which the lowering prefetches it.
+struct HostGroupPoints {
+  std::int32_t first_use = -1;
+  std::int32_t last_use = -1;           // the device copy goes after it (a pre-existing tensor's)
+  std::int32_t earliest_prefetch = -1;  // the group's window: earliest_prefetch .. first_use
+  std::int32_t default_prefetch = -1;
+  std::int32_t prefetch_before = -1;  // the plan's point (Plan::host_prefetches), else the default
+};
+
+// A host-placed tensor's points in the step (Note [Host placement] in core/plan.hpp).
+struct HostPoints {
+  std::int32_t tensor = -1;
+  std::optional<std::int32_t> gradient_drop;  // a gradient: sim::host_gradient_drop
+  std::vector<HostGroupPoints> groups;        // sim::host_use_groups, ascending
+};
+
+// Per host-placed tensor of `plan`, ascending, what Lowerer::plan_host_placement (sim/lowering.cpp)
+// lowers it with: its drop point when it is not pre-existing, and its groups of uses with the
+// plan's prefetch point or the default one.
+std::vector<HostPoints> host_points(const sim::Plan& plan, const sim::Workload& workload) {
+  // The ops that read each host-placed tensor, ascending, with repeats (the lowering's readers).
+  std::vector<std::int32_t> placed(workload.tensors.size(), -1);
+  for (std::size_t k = 0; k < plan.host_tensors.size(); ++k)
+    placed[sim::index(plan.host_tensors[k])] = static_cast<std::int32_t>(k);
+  std::vector<std::vector<sim::OpId>> readers(plan.host_tensors.size());
+  for (const sim::Op& op : workload.ops) {
+    for (const sim::TensorId x : op.inputs) {
+      const std::int32_t k = placed[sim::index(x)];
+      if (k >= 0) readers[static_cast<std::size_t>(k)].push_back(op.id);
+    }
+  }
+  std::vector<HostPoints> points;
+  points.reserve(plan.host_tensors.size());
+  std::vector<sim::HostUseGroup> groups;
+  auto chosen = plan.host_prefetches.begin();  // ascending (tensor, first use), like the loops
+  for (std::size_t k = 0; k < plan.host_tensors.size(); ++k) {
+    const sim::TensorId t = plan.host_tensors[k];
+    HostPoints p;
+    p.tensor = sim::value(t);
+    if (!sim::is_preexisting(workload.tensor(t).kind))
+      p.gradient_drop = sim::value(sim::host_gradient_drop(t, readers[k], workload));
+    sim::host_use_groups(t, readers[k], plan.host_update, workload, groups);
+    for (const sim::HostUseGroup& g : groups) {
+      sim::OpId when = g.default_prefetch;
+      while (chosen != plan.host_prefetches.end() &&
+             std::pair(chosen->tensor, chosen->first_use) < std::pair(t, g.first_use))
+        ++chosen;
+      if (chosen != plan.host_prefetches.end() && chosen->tensor == t &&
+          chosen->first_use == g.first_use)
+        when = chosen->prefetch_before;
+      p.groups.push_back({sim::value(g.first_use), sim::value(g.last_use),
+                          sim::value(g.earliest_prefetch), sim::value(g.default_prefetch),
+                          sim::value(when)});
     }
     points.push_back(std::move(p));
   }
@@ -169,6 +231,17 @@ void bind_validation(py::module_& m) {
       .def_readonly("prefetch_before", &MapPoints::prefetch_before)
       .def_readonly("release_before", &MapPoints::release_before);
   m.def("map_points", &map_points, py::arg("plan"), py::arg("workload"));
+  py::class_<HostGroupPoints>(m, "HostGroupPoints")
+      .def_readonly("first_use", &HostGroupPoints::first_use)
+      .def_readonly("last_use", &HostGroupPoints::last_use)
+      .def_readonly("earliest_prefetch", &HostGroupPoints::earliest_prefetch)
+      .def_readonly("default_prefetch", &HostGroupPoints::default_prefetch)
+      .def_readonly("prefetch_before", &HostGroupPoints::prefetch_before);
+  py::class_<HostPoints>(m, "HostPoints")
+      .def_readonly("tensor", &HostPoints::tensor)
+      .def_readonly("gradient_drop", &HostPoints::gradient_drop)
+      .def_readonly("groups", &HostPoints::groups);
+  m.def("host_points", &host_points, py::arg("plan"), py::arg("workload"));
   m.def("encoded_bytes", &encoded_bytes, py::arg("scheme"), py::arg("values"));
   m.def("narrow_format", &narrow_format, py::arg("scheme"));
   m.attr("SPARSE_BLOCK_VALUES") = sim::kSparseBlockValues;

@@ -18,14 +18,12 @@ tensor may go to the host and whether the update may run there, where a swapped 
 by default, where a map the plan does not keep leaves the device and where a tensor is read last
 are the simulator's rules. memplan._core answers them (the C++ plan reader, which refuses a
 placement or host update the simulator would not carry out; `memplan._validation.map_points`,
-`Trace.last_uses`), so the step follows the lowering it is compared with rather than a copy of it.
-The groups of a host-placed tensor's uses, their default prefetch points and a gradient's drop
-point are not exposed by memplan._core: `_host_groups` and `_gradient_drop` follow
-core/plan.cpp's `host_use_groups` and `host_gradient_drop` line for line, and validate checks
-them, since a device copy made or dropped at another op than the lowering's would change the
-measured device peak. Refused here, one line each (PlanError), is what PyTorch adds to the
-simulator's rules: ops run with another algorithm, `per_use` recomputation (its peak would not be
-the simulator's), and binarize for a map a backward op reads for more than its sign.
+`memplan._validation.host_points`, `Trace.last_uses`), so the step follows the lowering it is
+compared with rather than a copy of it: a device copy made or dropped at another op than the
+lowering's would change the measured device peak. Refused here, one line each (PlanError), is
+what PyTorch adds to the simulator's rules: ops run with another algorithm, `per_use`
+recomputation (its peak would not be the simulator's), and binarize for a map a backward op reads
+for more than its sign.
 """
 
 import json
@@ -65,95 +63,13 @@ def plan_schedule(plan, trace):
     data = plan.to_dict()
     _refuse_what_torch_does_not_carry_out(data, points, trace)
     schedule = Schedule(points, captured.last_uses())
-    schedule.place_on_host(host_placement(data, trace), trace)
+    schedule.place_on_host(_validation.host_points(plan), data.get("update") == "host", trace)
     return schedule
 
 
-def _resolve(ref, items, what):
-    """A plan's reference to a tensor or op: its id, or its name where that is unique (the plan
-    writer's rule, io/plan_io.cpp)."""
-    if isinstance(ref, int):
-        return ref
-    found = [x["id"] for x in items if x["name"] == ref]
-    if len(found) != 1:  # the plan reader has checked it
-        raise PlanError(f"the plan names {what} '{ref}', which is not one {what} of the trace")
-    return found[0]
-
-
-def host_placement(data, trace):
-    """The plan's host placement (plan format v1's "tensors" and "update", as memplan's plan reader
-    wrote them back): (host-placed tensor ids ascending, {(tensor, first use): prefetch_before},
-    whether the update runs on the host)."""
-    tensors, ops = trace["tensors"], trace["ops"]
-    placed, chosen = [], {}
-    for entry in data.get("tensors", []):
-        if entry.get("placement") != "host":
-            continue
-        t = _resolve(entry["tensor"], tensors, "tensor")
-        placed.append(t)
-        for p in entry.get("prefetches", []):
-            chosen[(t, _resolve(p["first_use"], ops, "op"))] = _resolve(p["prefetch_before"], ops,
-                                                                         "op")
-    return sorted(placed), chosen, data.get("update") == "host"
-
-
-_PRE_EXISTING = ("parameter", "optimizer_state", "input")
-
-
-def _readers(trace):
-    """tensor id -> the ops that read it, ascending."""
-    readers = {}
-    for op in trace["ops"]:
-        for t in op["inputs"]:
-            readers.setdefault(t, []).append(op["id"])
-    return readers
-
-
-def _gradient_drop(trace, t, readers):
-    """core/plan.cpp's host_gradient_drop: the op after which a host-placed gradient's device copy
-    goes, its last use before the update, at the earliest one op after its producer."""
-    ops = trace["ops"]
-    drop = min(trace["tensors"][t]["producer"] + 1, len(ops) - 1)
-    update_first = None
-    for r in readers:
-        if ops[r]["phase"] != "update":
-            drop = max(drop, r)
-        elif update_first is None:
-            update_first = r
-    return min(drop, update_first) if update_first is not None else drop
-
-
-def _host_groups(trace, t, readers, host_update):
-    """core/plan.cpp's host_use_groups: the groups of uses of host-placed `t` that get a device
-    copy, as (first use, last use, default prefetch point), ascending."""
-    ops = trace["ops"]
-    groups = []
-
-    def add(first, last, previous_drop):
-        earliest = previous_drop + 1
-        if earliest > first:  # the previous copy is still there: no prefetch
-            return
-        groups.append((first, last, max(earliest, first - 1)))
-
-    if trace["tensors"][t]["kind"] not in _PRE_EXISTING:  # a gradient: its update uses
-        if host_update:
-            return groups
-        update = next((r for r in readers if ops[r]["phase"] == "update"), None)
-        if update is not None:
-            add(update, readers[-1], _gradient_drop(trace, t, readers))
-        return groups
-    previous_end, k = -1, 0
-    while k < len(readers):
-        first = last = readers[k]
-        phase = ops[first]["phase"]
-        while k < len(readers) and ops[readers[k]]["phase"] == phase:
-            last = readers[k]
-            k += 1
-        if phase == "update" and host_update:
-            continue  # the update reads the host slot
-        add(first, last, previous_end)
-        previous_end = last
-    return groups
+def host_tensors(plan):
+    """The tensors `plan` (a memplan.Plan) places on the host, ascending."""
+    return [p.tensor for p in _validation.host_points(plan)]
 
 
 def _refuse_what_torch_does_not_carry_out(data, points, trace):
@@ -241,26 +157,24 @@ class Schedule:
         self.host_tensors, self.host_update = set(), False
         self.host_prefetch_before, self.host_drop_after, self.host_group_phase = {}, {}, {}
 
-    def place_on_host(self, placement, trace):
-        """Lays out the plan's host placement (`host_placement`) as the lowering does
-        (Lowerer::plan_host_placement)."""
-        placed, chosen, self.host_update = placement
-        self.host_tensors = set(placed)
-        readers = _readers(trace)
-        prefetches = []
+    def place_on_host(self, points, host_update, trace):
+        """Lays out the plan's host placement (`_validation.host_points`) as the lowering does
+        (Lowerer::plan_host_placement); `host_update`: whether the update runs on the host."""
+        self.host_update = host_update
+        self.host_tensors = {p.tensor for p in points}
         ops = trace["ops"]
-        for t in placed:
-            uses = readers.get(t, [])
-            pre_existing = trace["tensors"][t]["kind"] in _PRE_EXISTING
-            if not pre_existing:
-                drop = _gradient_drop(trace, t, uses)
-                self.host_drop_after.setdefault(drop, []).append(t)
-                self.host_group_phase[(t, drop)] = ops[drop]["phase"]
-            for first, last, default in _host_groups(trace, t, uses, self.host_update):
-                prefetches.append((chosen.get((t, first), default), first, t))
+        prefetches = []
+        for p in points:
+            t = p.tensor
+            if p.gradient_drop is not None:
+                self.host_drop_after.setdefault(p.gradient_drop, []).append(t)
+                self.host_group_phase[(t, p.gradient_drop)] = ops[p.gradient_drop]["phase"]
+            for g in p.groups:
+                prefetches.append((g.prefetch_before, g.first_use, t))
                 # a gradient's copy brought back for the update goes after its last use there
-                self.host_drop_after.setdefault(last, []).append(t)
-                self.host_group_phase[(t, last)] = ops[first]["phase"]
+                self.host_drop_after.setdefault(g.last_use, []).append(t)
+                self.host_group_phase[(t, g.last_use)] = ops[g.first_use]["phase"]
+        # at one op, the copy needed first is issued first (the lowering's order)
         for when, _, t in sorted(prefetches):
             self.host_prefetch_before.setdefault(when, []).append(t)
 

@@ -59,7 +59,7 @@ import memplan
 from memplan import _validation
 from memplan.torch.apply import apply
 from memplan.torch.capture import eager_module, memplan_trace, run_step, step_part
-from memplan.torch.schedule import PlanError, host_placement, read_plan
+from memplan.torch.schedule import PlanError, host_tensors, read_plan
 
 # Device memory for the saved-bytes prediction: more than any step holds (2^50 bytes).
 _UNBOUNDED_MEMORY = "1048576GiB"
@@ -122,7 +122,7 @@ def saved_only(trace, plan):
     and `plan` (a memplan.Plan of it) re-addressed to that trace."""
     maps, roots = trace.feature_maps(), trace.storage_roots()
     derived = trace.to_dict()
-    placed, _, _ = host_placement(plan.to_dict(), derived)
+    placed = host_tensors(plan)
     sized = set(maps) | {roots[t] for t in maps} | set(placed)
     for t in derived["tensors"]:
         if t["id"] not in sized:
@@ -214,7 +214,7 @@ def predict(plan, captured, **what_if):
     plan = read_plan(plan, trace)
     whole = memplan.simulate(trace, plan=plan, **what_if)
     saved = memplan.simulate(*saved_only(trace, plan), **_ORDER_MACHINE)
-    placed, _, _ = host_placement(plan.to_dict(), data)
+    placed = host_tensors(plan)
     resident = sum(t["bytes"] for t in data["tensors"]
                    if t.get("producer") is None and t["id"] not in placed)
     tolerance = _validation.tolerance(plan)
