@@ -133,6 +133,22 @@ void print_host_report(std::FILE* out, const RankView& v, const importers::Recor
                "forward outputs match an allocation their op made\n",
                *r.allocations, r.allocations_before_trace, r.outputs_confirmed, r.outputs_checked);
   }
+  if (!r.fsdp.empty()) {
+    fmt::print(
+        out,
+        "{}: parameters sharded {} ways ({} of shards here), {} all-gathers, {} gradient "
+        "reductions; {}\n",
+        r.fsdp, r.fsdp_shards, sim::format_bytes(r.fsdp_shard_bytes), r.fsdp_gathers,
+        r.fsdp_reductions,
+        r.fsdp_setting
+            ? fmt::format("{} units' gathered parameters as feature maps, the step's "
+                          "setting {} with backward prefetch {} (its {} backward re-gathers "
+                          "are the plan's re-runs)",
+                          r.fsdp_units,
+                          r.fsdp_setting->reshard_after_forward ? "FULL_SHARD" : "SHARD_GRAD_OP",
+                          r.fsdp_setting->backward_prefetch, r.fsdp_regathers)
+            : fmt::format("the gathered parameters not plannable: {}", r.fsdp_unplanned));
+  }
   fmt::print(out, "recorded step wall {:.3f} ms, its device work ends at {:.3f} ms\n",
              static_cast<double>(r.step.end_ns - r.step.start_ns) / 1e6,
              static_cast<double>(recorded.span_ns) / 1e6);
@@ -189,6 +205,16 @@ nlohmann::json report_json(const RankView& v, const importers::RecordedStep& rec
     j["allocations_before_trace"] = r.allocations_before_trace;
     j["outputs_checked"] = r.outputs_checked;
     j["outputs_confirmed"] = r.outputs_confirmed;
+  }
+  if (!r.fsdp.empty()) {
+    j["fsdp"] = r.fsdp;
+    j["fsdp_shards"] = r.fsdp_shards;
+    j["fsdp_shard_bytes"] = r.fsdp_shard_bytes;
+    j["fsdp_gathers"] = r.fsdp_gathers;
+    j["fsdp_reductions"] = r.fsdp_reductions;
+    j["fsdp_units"] = r.fsdp_units;
+    j["fsdp_regathers"] = r.fsdp_regathers;
+    j["fsdp_unplanned"] = r.fsdp_unplanned;
   }
   j["copies"] = r.copies;
   j["pageable_copies"] = r.pageable_copies;

@@ -375,3 +375,24 @@ TEST_CASE("memplan import kineto --snapshot gives sizes to a trace recorded with
                        "1 snapshots for 2 ranks: give one per rank, in rank order");
   CHECK_FALSE(std::filesystem::exists(out));
 }
+
+TEST_CASE("memplan import kineto says what it made of an FSDP step", "[cli][import][fsdp]") {
+  // traces/fsdp-cpu (README.md there): FSDP2 over two CPU processes, two blocks and the root; 5
+  // all-gathers in the trace, of which the blocks' 2 backward re-gathers become the in-core plan's
+  // re-runs of the forward gathers (Note [Gathered parameters as feature maps]).
+  const std::string out = write_temp("cli_fsdp_job.json", "");
+  const auto r = run_memplan(fmt::format("import kineto '{}' -o '{}'",
+                                         memplan::test::source_path("traces/fsdp-cpu"), out));
+  CAPTURE(r.err);
+  REQUIRE(r.exit_status == 0);
+  CHECK(r.out.find("FSDP2 (fully_shard): parameters sharded 2 ways") != std::string::npos);
+  CHECK(r.out.find("3 all-gathers, 3 gradient reductions; 3 units' gathered parameters as "
+                   "feature maps, the step's setting FULL_SHARD with backward prefetch 1 (its 2 "
+                   "backward re-gathers are the plan's re-runs)") != std::string::npos);
+  const auto j = run_memplan(fmt::format("import kineto '{}' --json -o '{}'",
+                                         memplan::test::source_path("traces/fsdp-cpu"), out));
+  REQUIRE(j.exit_status == 0);
+  const auto report = nlohmann::json::parse(j.out);
+  CHECK(report.at("ranks").at(0).at("fsdp_units") == 3);
+  CHECK(report.at("ranks").at(1).at("fsdp_regathers") == 2);
+}
