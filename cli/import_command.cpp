@@ -136,8 +136,8 @@ void print_host_report(std::FILE* out, const RankView& v, const importers::Recor
   if (!r.fsdp.empty()) {
     fmt::print(
         out,
-        "{}: parameters sharded {} ways ({} of shards here), {} all-gathers, {} gradient "
-        "reductions; {}\n",
+        "{}: parameters sharded {} ways ({} of shards here), {} all-gathers in the trace, {} "
+        "gradient reductions; {}\n",
         r.fsdp, r.fsdp_shards, sim::format_bytes(r.fsdp_shard_bytes), r.fsdp_gathers,
         r.fsdp_reductions,
         r.fsdp_setting
