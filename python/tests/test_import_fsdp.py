@@ -13,8 +13,8 @@ as FSDP's (Note [FSDP in a trace] in importers/kineto/allocation_sizes.cpp):
   the profiler's `Total Allocated` peak in the step.
 
 Needs PyTorch 2.x with fully_shard, gloo and Kineto; Debian's torch 1.13 has none: skipped.
-bench/record-fsdp-cpu.py records the larger step of the same kind that docs/kineto-import.md
-measures.
+The step is bench/record-fsdp-cpu.py's, run here at a smaller size (docs/kineto-import.md
+measures its default size).
 """
 
 import json
@@ -33,7 +33,7 @@ if int(torch.__version__.split(".")[0]) < 2:
     pytest.skip(f"torch {torch.__version__} has no FSDP2 (torch.distributed.fsdp.fully_shard, "
                 "PyTorch 2.6 on)", allow_module_level=True)
 try:
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import fully_shard  # noqa: F401 (FSDP2 is there)
 except ImportError:
     pytest.skip(f"torch {torch.__version__} has no FSDP2 (torch.distributed.fsdp.fully_shard, "
                 "PyTorch 2.6 on)", allow_module_level=True)
@@ -45,61 +45,11 @@ if not (hasattr(torch.autograd, "kineto_available") and torch.autograd.kineto_av
     pytest.skip(f"torch {torch.__version__} is built without Kineto: torch.profiler writes no "
                 "Chrome trace the importer reads", allow_module_level=True)
 
-import torch.multiprocessing as mp  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, schedule  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MEMPLAN = pathlib.Path(os.environ.get("MEMPLAN_BINARY", ROOT / "build/release/bin/memplan"))
 
 WIDTH, BLOCKS, WORLD = 128, 2, 2
-
-
-class Block(torch.nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.ln = torch.nn.LayerNorm(d)
-        self.fc1 = torch.nn.Linear(d, 4 * d)
-        self.fc2 = torch.nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln(x))))
-
-
-class Net(torch.nn.Module):
-    def __init__(self, d=WIDTH, blocks=BLOCKS):
-        super().__init__()
-        self.inp = torch.nn.Linear(32, d)
-        self.blocks = torch.nn.ModuleList([Block(d) for _ in range(blocks)])
-        self.head = torch.nn.Linear(d, 10)
-
-    def forward(self, x):
-        h = self.inp(x)
-        for b in self.blocks:
-            h = b(h)
-        return self.head(h)
-
-
-def record(rank, world, port, out):
-    """One rank: a step before the profiler (Adam's state made), a warm-up, one profiled step."""
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(0)
-    model = Net()
-    for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True,
-                 schedule=schedule(wait=1, warmup=1, active=1)) as prof:
-        for _ in range(3):
-            optimizer.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            optimizer.step()
-            prof.step()
-    prof.export_chrome_trace(os.path.join(out, f"rank{rank}.json"))
-    dist.destroy_process_group()
 
 
 def free_port():
@@ -113,7 +63,11 @@ def imported(tmp_path_factory):
     if not MEMPLAN.exists():
         pytest.skip(f"{MEMPLAN} is not built (scripts/build release)")
     out = tmp_path_factory.mktemp("fsdp")
-    mp.spawn(record, args=(WORLD, free_port(), str(out)), nprocs=WORLD)
+    # bench/record-fsdp-cpu.py's step (its model, Adam, two ranks over gloo, the profiler's
+    # schedule) at this size, one profiled step, on a port of its own.
+    subprocess.run([sys.executable, str(ROOT / "bench" / "record-fsdp-cpu.py"), str(out),
+                    "--width", str(WIDTH), "--blocks", str(BLOCKS), "--active", "1"],
+                   check=True, env={**os.environ, "MASTER_PORT": str(free_port())})
     traces = [str(out / f"rank{r}.json") for r in range(WORLD)]
     job = out / "job.json"
     run = subprocess.run([str(MEMPLAN), "import", "kineto", *traces, "-o", str(job), "--json"],
@@ -175,7 +129,10 @@ def test_gathered_parameters_are_feature_maps(imported):
 
 def test_parameters_are_this_ranks_shards(imported):
     reports, workloads = imported
-    full = sum(p.numel() for p in Net().parameters()) * 4
+    # bench/record-fsdp-cpu.py's Net, float32: the input linear 64 -> d, each block's layer norm
+    # and linears d -> 4d -> d, the head d -> 10 (273,546 parameters at d = 128, two blocks).
+    d = WIDTH
+    full = 4 * ((64 * d + d) + BLOCKS * (2 * d + 4 * d * d + 4 * d + 4 * d * d + d) + (10 * d + 10))
     for report, w in zip(reports, workloads):
         params = sum(t["bytes"] for t in w["tensors"] if t["kind"] == "parameter")
         assert full / WORLD <= params <= full / WORLD * 1.01
