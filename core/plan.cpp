@@ -432,6 +432,16 @@ OpId host_gradient_drop(TensorId t, std::span<const OpId> readers, const Workloa
   return update_first != kNoOp ? std::min(drop, update_first) : drop;
 }
 
+OpId host_prefetch_point(const Plan& plan, TensorId t, const HostUseGroup& g) {
+  const auto& chosen = plan.host_prefetches;
+  const auto it = std::lower_bound(chosen.begin(), chosen.end(), std::pair(t, g.first_use),
+                                   [](const HostPrefetch& p, std::pair<TensorId, OpId> key) {
+                                     return std::pair(p.tensor, p.first_use) < key;
+                                   });
+  return it != chosen.end() && it->tensor == t && it->first_use == g.first_use ? it->prefetch_before
+                                                                               : g.default_prefetch;
+}
+
 void host_use_groups(TensorId t, std::span<const OpId> readers, bool host_update, const Workload& w,
                      std::vector<HostUseGroup>& out) {
   out.clear();

@@ -262,6 +262,9 @@ void host_use_groups(TensorId t, std::span<const OpId> readers, bool host_update
                      const Workload& workload, std::vector<HostUseGroup>& out);
 /// The same, finding the readers.
 std::vector<HostUseGroup> host_use_groups(TensorId t, bool host_update, const Workload& workload);
+/// Where `plan` prefetches group `g` of host-placed tensor `t`: the plan's point for it
+/// (Plan::host_prefetches, ascending), or the group's default.
+OpId host_prefetch_point(const Plan& plan, TensorId t, const HostUseGroup& g);
 
 /// Why each of the plan's host prefetches is not allowed, in order (an empty string where it is):
 /// each must name a host-placed tensor, the first use of one of its prefetched groups, and an op

@@ -591,7 +591,6 @@ void Lowerer::plan_host_placement(const Plan& plan) {
   };
   // (issued at, first use, tensor): at one op, the copy needed first is issued first.
   host_prefetches_.clear();
-  auto chosen = plan.host_prefetches.begin();  // ascending (tensor, first use), like the loops
   for (TensorId t : plan.host_tensors) {
     state_[index(t)].host = 1;
     const auto begin = static_cast<std::size_t>(readers_.begin[index(t)]);
@@ -604,14 +603,7 @@ void Lowerer::plan_host_placement(const Plan& plan) {
     }
     host_use_groups(t, readers, plan.host_update, w_, groups_);
     for (const HostUseGroup& g : groups_) {
-      OpId when = g.default_prefetch;
-      while (chosen != plan.host_prefetches.end() &&
-             std::pair(chosen->tensor, chosen->first_use) < std::pair(t, g.first_use))
-        ++chosen;
-      if (chosen != plan.host_prefetches.end() && chosen->tensor == t &&
-          chosen->first_use == g.first_use)
-        when = chosen->prefetch_before;
-      host_prefetches_.emplace_back(when, g.first_use, t);
+      host_prefetches_.emplace_back(host_prefetch_point(plan, t, g), g.first_use, t);
       if (is_preexisting(tensor_[index(t)].kind)) entries_.emplace_back(g.last_use, t);
     }
   }

@@ -123,7 +123,6 @@ std::vector<HostPoints> host_points(const sim::Plan& plan, const sim::Workload& 
   std::vector<HostPoints> points;
   points.reserve(plan.host_tensors.size());
   std::vector<sim::HostUseGroup> groups;
-  auto chosen = plan.host_prefetches.begin();  // ascending (tensor, first use), like the loops
   for (std::size_t k = 0; k < plan.host_tensors.size(); ++k) {
     const sim::TensorId t = plan.host_tensors[k];
     HostPoints p;
@@ -132,16 +131,9 @@ std::vector<HostPoints> host_points(const sim::Plan& plan, const sim::Workload& 
       p.gradient_drop = sim::value(sim::host_gradient_drop(t, readers[k], workload));
     sim::host_use_groups(t, readers[k], plan.host_update, workload, groups);
     for (const sim::HostUseGroup& g : groups) {
-      sim::OpId when = g.default_prefetch;
-      while (chosen != plan.host_prefetches.end() &&
-             std::pair(chosen->tensor, chosen->first_use) < std::pair(t, g.first_use))
-        ++chosen;
-      if (chosen != plan.host_prefetches.end() && chosen->tensor == t &&
-          chosen->first_use == g.first_use)
-        when = chosen->prefetch_before;
       p.groups.push_back({sim::value(g.first_use), sim::value(g.last_use),
                           sim::value(g.earliest_prefetch), sim::value(g.default_prefetch),
-                          sim::value(when)});
+                          sim::value(sim::host_prefetch_point(plan, t, g))});
     }
     points.push_back(std::move(p));
   }

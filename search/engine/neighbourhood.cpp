@@ -151,7 +151,7 @@ void Neighbourhood::host_prefetch_changes(const sim::Plan& plan, std::vector<Cha
   for (sim::TensorId t : plan.host_tensors) {
     groups_of(plan, t, groups);
     for (const sim::HostUseGroup& g : groups) {
-      const sim::OpId current = prefetch_point(plan, t, g);
+      const sim::OpId current = sim::host_prefetch_point(plan, t, g);
       points.clear();
       for (std::int32_t delta : {-16, -4, -1, 1, 4, 16}) points.push_back(current + delta);
       points.push_back(g.first_use);
@@ -210,7 +210,7 @@ void Neighbourhood::blame_host_groups(const sim::Timeline& timeline, const sim::
   for (sim::TensorId t : plan.host_tensors) {
     groups_of(plan, t, groups);
     for (const sim::HostUseGroup& g : groups) {
-      if (prefetch_point(plan, t, g) <= at && at < g.first_use) {
+      if (sim::host_prefetch_point(plan, t, g) <= at && at < g.first_use) {
         score[host_group_variable(t, g.first_use)] +=
             1e9 + static_cast<double>(view_.workload().tensor(t).bytes);
       }
@@ -222,14 +222,6 @@ void Neighbourhood::blame_host_groups(const sim::Timeline& timeline, const sim::
 void Neighbourhood::groups_of(const sim::Plan& plan, sim::TensorId t,
                               std::vector<sim::HostUseGroup>& groups) const {
   sim::host_use_groups(t, readers_[index(t)], plan.host_update, view_.workload(), groups);
-}
-// Where `plan` prefetches group `g` of host-placed tensor `t`.
-sim::OpId Neighbourhood::prefetch_point(const sim::Plan& plan, sim::TensorId t,
-                                        const sim::HostUseGroup& g) {
-  const auto it = find_host_prefetch(plan.host_prefetches, t, g.first_use);
-  return it != plan.host_prefetches.end() && it->tensor == t && it->first_use == g.first_use
-             ? it->prefetch_before
-             : g.default_prefetch;
 }
 // The first of `prefetches` (ascending) at or after (t, first_use).
 std::vector<sim::HostPrefetch>::const_iterator Neighbourhood::find_host_prefetch(

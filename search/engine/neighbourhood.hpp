@@ -87,8 +87,6 @@ class Neighbourhood {
   void prefetch_at_first_uses(sim::Plan& plan, sim::TensorKind kind) const;
   void groups_of(const sim::Plan& plan, sim::TensorId t,
                  std::vector<sim::HostUseGroup>& groups) const;
-  static sim::OpId prefetch_point(const sim::Plan& plan, sim::TensorId t,
-                                  const sim::HostUseGroup& g);
   [[nodiscard]] std::size_t host_group_variable(sim::TensorId t, sim::OpId first_use) const;
   [[nodiscard]] bool placed(const sim::Plan& plan, Placement placement) const;
   [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const;
