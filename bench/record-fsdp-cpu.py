@@ -7,7 +7,7 @@ trace per rank.
         [--active N] [--gzip] [--fsdp1]
     build/release/bin/memplan import kineto OUT_DIR/rank0.json OUT_DIR/rank1.json -o job.json
 
-The import reads it as FSDP's (Note [FSDP in a trace] in importers/kineto/allocation_sizes.cpp):
+The import reads it as FSDP's (Note [FSDP in a trace] in importers/kineto/fsdp_steps.cpp):
 the 14 collectives (9 all-gathers: each unit before its forward, each block again before its
 backward; 5 gradient reductions, which gloo runs as all-reduces), the parameters as this rank's
 shards, the gathered parameters and the collectives' buffers as tensors of the collectives from

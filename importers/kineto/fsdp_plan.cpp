@@ -4,7 +4,7 @@
 // in core/fsdp_setting.hpp): a unit's gathered parameters are one feature map, made by the unit's
 // forward all-gather from the rank's shards and read by its forward and backward ops; keeping it
 // is SHARD_GRAD_OP, recomputing it (the all-gather re-run) FULL_SHARD, the recomputation's issue
-// point the backward prefetch. Note [FSDP in a trace] (allocation_sizes.cpp) leaves an imported
+// point the backward prefetch. Note [FSDP in a trace] (fsdp_steps.cpp) leaves an imported
 // step with what the trace did: each all-gather's buffers lifetime_only tensors of the
 // allocations, and the backward's re-gather a collective of its own. This last stage of an FSDP
 // import turns that into the plannable form, from the trace's own structure:

@@ -116,7 +116,7 @@ struct ImportReport {
   sim::Nanoseconds collective_recorded_ns = 0;
   sim::Nanoseconds collective_transfer_ns = 0;
   bool transfer_from_peers = false;
-  /// FSDP (Note [FSDP in a trace] in allocation_sizes.cpp): which FSDP ran the step ("FSDP2
+  /// FSDP (Note [FSDP in a trace] in fsdp_steps.cpp): which FSDP ran the step ("FSDP2
   /// (fully_shard)", "FSDP1 (FlatParameter)"; empty when none did), the ranks its parameters are
   /// sharded over, the all-gathers of parameters and the reductions of gradients, the tensors
   /// made from the memory FSDP and its collectives allocated in the step, and the parameters'

@@ -73,7 +73,7 @@ class StepBuilder {
   /// allocations] in allocation_sizes.cpp); false, and nothing added, when none of them was made
   /// or freed in the step.
   bool size_from_allocations(const AllocationHistory& history);
-  /// An FSDP step (Note [FSDP in a trace] in allocation_sizes.cpp): the parameters become this
+  /// An FSDP step (Note [FSDP in a trace] in fsdp_steps.cpp): the parameters become this
   /// rank's shards, the gathered parameters and the collectives' buffers tensors of the
   /// collectives from the memory the trace recorded, the gradients read by their reduction. False,
   /// and nothing changed, when FSDP did not run the step.
@@ -157,7 +157,7 @@ class StepBuilder {
   void build_update(Unit& unit);
   void contribute_gradient(sim::TensorId forward_tensor, sim::TensorId grad, sim::OpId op);
 
-  // allocation_sizes.cpp: Note [FSDP in a trace]
+  // fsdp_steps.cpp: Note [FSDP in a trace]
   struct CollectiveMemory;
   [[nodiscard]] std::string fsdp_kind() const;
   std::vector<CollectiveMemory> collective_memory();

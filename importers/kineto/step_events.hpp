@@ -33,7 +33,7 @@ std::string backward_node(std::string_view name);
 /// An event the importer takes as one unit of the step: an aten op, an optimizer call, a backward
 /// node. Annotations around them (nn.Module, record_function) are looked through.
 bool is_layer_event(std::string_view name);
-/// FSDP's own work around the layers (Note [FSDP in a trace] in allocation_sizes.cpp): FSDP2's
+/// FSDP's own work around the layers (Note [FSDP in a trace] in fsdp_steps.cpp): FSDP2's
 /// `FSDP::` ranges and `fsdp::` ops (all-gather copy-in and copy-out, the reduce-scatter's
 /// copy-in), FSDP1's `FullyShardedDataParallel._*` hooks (not `FullyShardedDataParallel.forward`,
 /// which holds the wrapped module's layers). A unit of its own that no layer op is made of.

@@ -1,7 +1,7 @@
 """A real FSDP step imported (issue 35): two processes on the CPU over gloo run one training step
 of a small residual MLP under FSDP2 (fully_shard on each block and on the root, Adam) with
 torch.profiler (record_shapes, profile_memory), and `memplan import kineto` reads both ranks' traces
-as FSDP's (Note [FSDP in a trace] in importers/kineto/allocation_sizes.cpp):
+as FSDP's (Note [FSDP in a trace] in importers/kineto/fsdp_steps.cpp):
 
 - the collectives: one all-gather per unit in forward (the backward's re-gather of each block is
   the plan's recompute of its map), one gradient reduction per unit;
