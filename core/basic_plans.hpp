@@ -20,7 +20,8 @@ Plan recompute_all_plan(const Workload& workload);
 /// "in-core", "swap-all", "recompute-all".
 const std::vector<std::string_view>& basic_plan_names();
 /// The plan of that name, or nullopt when there is none; on a workload that records FSDP's setting,
-/// its gathered parameters decided by it (Note [FSDP's setting in a plan] in core/fsdp_setting.hpp).
+/// its gathered parameters decided by it (Note [FSDP's setting in a plan] in
+/// core/fsdp_setting.hpp).
 std::optional<Plan> basic_plan(std::string_view name, const Workload& workload);
 
 }  // namespace memplan::sim

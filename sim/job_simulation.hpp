@@ -48,11 +48,11 @@ JobTimeline simulate_job(const std::vector<const Program*>& programs,
 
 /// What rank `rank`'s collectives wait for when the other ranks are held as `timeline` ran them:
 /// per collective of its workload (the first Program::workload_collectives entries of
-/// programs[rank]; a plan's re-runs are left to start on arrival), the latest arrival of the other ranks of its
-/// call that the job holds (0 when it holds none: peers assumed alike arrive with it). Passed as
-/// EngineOptions::collective_ready_ns, the rank then runs alone as it would among those peers, as
-/// long as its own arrivals do not move theirs: what a search for one rank's plan prices by.
-/// `timeline` is simulate_job's of `programs` and feasible.
+/// programs[rank]; a plan's re-runs are left to start on arrival), the latest arrival of the other
+/// ranks of its call that the job holds (0 when it holds none: peers assumed alike arrive with it).
+/// Passed as EngineOptions::collective_ready_ns, the rank then runs alone as it would among those
+/// peers, as long as its own arrivals do not move theirs: what a search for one rank's plan prices
+/// by. `timeline` is simulate_job's of `programs` and feasible.
 std::vector<Nanoseconds> peer_ready_ns(const std::vector<const Program*>& programs,
                                        const JobTimeline& timeline, std::size_t rank);
 

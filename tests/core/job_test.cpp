@@ -34,8 +34,10 @@ TEST_CASE("a job's world size and ranks", "[core][job][v3]") {
   CHECK(single.rank_of(0) == 0);
   CHECK(job_error(single) == "accepted");
   Job pair{{mlp4(), mlp4()}};
-  pair.ranks[0].distributed = Distributed{.backend = "nccl", .rank = 4, .world_size = 8, .step_start_ns = {}, .fsdp = {}};
-  pair.ranks[1].distributed = Distributed{.backend = "nccl", .rank = 6, .world_size = 8, .step_start_ns = {}, .fsdp = {}};
+  pair.ranks[0].distributed =
+      Distributed{.backend = "nccl", .rank = 4, .world_size = 8, .step_start_ns = {}, .fsdp = {}};
+  pair.ranks[1].distributed =
+      Distributed{.backend = "nccl", .rank = 6, .world_size = 8, .step_start_ns = {}, .fsdp = {}};
   CHECK(pair.world_size() == 8);
   CHECK(pair.rank_of(0) == 4);
   CHECK(pair.rank_of(1) == 6);
@@ -49,7 +51,8 @@ TEST_CASE("validate(Job) refuses what no file can hold", "[core][job][v3]") {
         "job: $.ranks[0]: missing field 'distributed': each rank of a job of several names its "
         "rank and world size");
   Job one{{mlp4()}};
-  one.ranks[0].distributed = Distributed{.backend = "", .rank = 1, .world_size = 2, .step_start_ns = {}, .fsdp = {}};
+  one.ranks[0].distributed =
+      Distributed{.backend = "", .rank = 1, .world_size = 2, .step_start_ns = {}, .fsdp = {}};
   one.ranks[0].ops[3].after = {kNoOp};
   CHECK(job_error(one) == "job: rank 1: $.ops[3].after[0]: unknown op id -1");
   one.ranks[0].ops[3].after.clear();

@@ -70,7 +70,9 @@ TEST_CASE("a job of two ranks: read -> write -> read gives the same job and the 
   CHECK(job.world_size() == 2);
   CHECK(job.rank_of(1) == 1);
   const Workload& one = job.ranks[1];
-  CHECK(one.distributed == Distributed{.backend = "nccl", .rank = 1, .world_size = 2, .step_start_ns = {}, .fsdp = {}});
+  CHECK(
+      one.distributed ==
+      Distributed{.backend = "nccl", .rank = 1, .world_size = 2, .step_start_ns = {}, .fsdp = {}});
   CHECK(one.streams == std::vector<std::string>{"compute", "nccl"});
   CHECK(one.op(OpId{3}).stream == 1);
   CHECK(one.op(OpId{4}).after == std::vector<OpId>{OpId{3}});
@@ -144,7 +146,8 @@ TEST_CASE("a step is written in the oldest version that holds it", "[io][trace_i
         Keys{"format", "version", "provenance", "device", "host_tail_ns", "tensors", "ops"});
   for (const std::function<void(Workload&)>& v3_field : std::vector<std::function<void(Workload&)>>{
            [](Workload& s) {
-             s.distributed = Distributed{.backend = "", .rank = 0, .world_size = 1, .step_start_ns = {}, .fsdp = {}};
+             s.distributed = Distributed{
+                 .backend = "", .rank = 0, .world_size = 1, .step_start_ns = {}, .fsdp = {}};
            },
            [](Workload& s) { s.streams = {"compute"}; }, [](Workload& s) { s.ops[1].stream = 1; },
            [](Workload& s) { s.ops[1].after = {OpId{0}}; },
