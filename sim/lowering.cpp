@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <span>
+#include <string_view>
 
 #include "core/check.hpp"
 #include "core/liveness.hpp"
@@ -58,17 +59,21 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
   side_index_.assign(w_.ops.size(), -1);
   std::vector<std::pair<OpId, TensorId>> inputs;
   std::vector<std::pair<OpId, TensorId>> outputs;
+  std::vector<std::string_view> groups;  // names, by number
   for (const Op& op : w_.ops) {
     std::int32_t collective = -1;
     if (op.collective) {
       collective = static_cast<std::int32_t>(collectives_.size());
       collectives_.push_back(*op.collective);
       const Collective& c = *op.collective;
-      auto group = std::find_if(first_rerun_sequence_.begin(), first_rerun_sequence_.end(),
-                                [&](const auto& g) { return g.first == c.group; });
-      if (group == first_rerun_sequence_.end())
-        group = first_rerun_sequence_.insert(group, {c.group, 0});
-      group->second = std::max(group->second, c.sequence + 1);
+      const auto group = static_cast<std::size_t>(std::find(groups.begin(), groups.end(), c.group) -
+                                                  groups.begin());
+      if (group == groups.size()) {
+        groups.emplace_back(c.group);
+        first_rerun_sequence_.push_back(0);
+      }
+      group_of_.push_back(static_cast<std::int32_t>(group));
+      first_rerun_sequence_[group] = std::max(first_rerun_sequence_[group], c.sequence + 1);
     }
     op_.push_back({op.duration_ns, op.workspace_bytes, op.phase, op.stream, collective});
     if (op.stream != 0) {
@@ -467,10 +472,7 @@ void Lowerer::emit_side_op(OpId op, std::size_t base, bool rerun) {
     end = new_event(WaitCause::kStream, kNoTensor);
     if (collective >= 0) {
       Collective call = collectives_[at(collective)];
-      const auto group = std::find_if(next_sequence_.begin(), next_sequence_.end(),
-                                      [&](const auto& g) { return g.first == call.group; });
-      MEMPLAN_CHECK(group != next_sequence_.end(), "a re-run collective's group is known");
-      call.sequence = group->second++;
+      call.sequence = next_sequence_[at(group_of_[at(collective)])]++;
       collective = static_cast<std::int32_t>(program_->collectives.size());
       program_->collectives.push_back(std::move(call));
     }

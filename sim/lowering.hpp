@@ -12,7 +12,6 @@
 // thread does little allocation. Use one Lowerer per thread.
 #include <cstdint>
 #include <limits>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -187,11 +186,12 @@ class Lowerer {
   std::vector<std::int32_t> map_of_;  // tensor -> index into maps_, -1 when not a feature map
   std::vector<MapPoints> map_points_;
   std::vector<Collective> collectives_;  // of the workload's collective ops, in issue order
-  // Per process group: the sequence number its first re-run collective takes (one past the
-  // workload's last); next_sequence_ is this plan's.
-  std::vector<std::pair<std::string, std::int64_t>> first_rerun_sequence_, next_sequence_;
-  std::vector<std::int32_t> side_index_;          // per op: its number among side-stream ops, or -1
-  std::vector<OpId> side_ops_;                    // the side-stream ops in issue order
+  // Per process group (numbered in order of appearance): the sequence number its first re-run
+  // collective takes (one past the workload's last); next_sequence_ is this plan's.
+  std::vector<std::int64_t> first_rerun_sequence_, next_sequence_;
+  std::vector<std::int32_t> group_of_;    // per collectives_ entry: its process group's number
+  std::vector<std::int32_t> side_index_;  // per op: its number among side-stream ops, or -1
+  std::vector<OpId> side_ops_;            // the side-stream ops in issue order
   std::size_t stream_count_ = kFixedStreamCount;  // of every Program
   PerOp drop_at_;                  // tensors whose last use (in the original order) is the op
   Lists<TensorId, OpId> readers_;  // per tensor: the ops that read it, ascending (with repeats)

@@ -25,27 +25,9 @@ from memplan.torch.capture import memplan_trace, run_step  # noqa: E402
 from memplan.torch.models import GPT  # noqa: E402
 from memplan.torch.recorder import storage_bytes  # noqa: E402
 from memplan.torch.validate import validate  # noqa: E402
+from torch_support import Tiny  # noqa: E402
 
 TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
-
-
-class Small(nn.Module):
-    """conv-bn-relu_ -> max-pool -> conv-bn + add -> relu_ -> dropout -> linear: batch norm's
-    buffers (written in forward), in-place chains, a residual and randomness."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(8)
-        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(8)
-        self.drop = nn.Dropout(0.3)
-        self.fc = nn.Linear(8 * 4 * 4, 10)
-
-    def forward(self, x):
-        h = F.max_pool2d(F.relu(self.bn1(self.conv1(x)), inplace=True), 2)
-        h = F.relu(self.bn2(self.conv2(h)) + h, inplace=True)
-        return self.fc(self.drop(h.flatten(1)))
 
 
 def manual_sgd(model, batch, loss_fn, optimizer):
@@ -62,7 +44,7 @@ def manual_sgd(model, batch, loss_fn, optimizer):
 
 def small_setup(step=None, seed=0):
     torch.manual_seed(seed)
-    model = Small()
+    model = Tiny()
     batch = (torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)
     return model, batch, opt, capture(model, batch, F.cross_entropy, opt, step=step)
@@ -182,7 +164,7 @@ def test_host_placement_holds_from_step_to_step():
 def test_an_update_on_the_host_that_makes_tensors_is_refused_with_one_line():
     """memplan's plan reader refuses it: Adam's update computes new tensors (its denominator)."""
     torch.manual_seed(0)
-    model = Small()
+    model = Tiny()
     batch = (torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,)))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     captured = capture(model, batch, F.cross_entropy, opt)
