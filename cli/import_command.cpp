@@ -179,6 +179,7 @@ nlohmann::json report_json(const RankView& v, const importers::RecordedStep& rec
       recorded.peak_total_allocated_bytes ? nlohmann::json(*recorded.peak_total_allocated_bytes)
                                           : nlohmann::json(nullptr);
   j["recorded_peak_above_start_bytes"] = recorded.peak_above_start_bytes;
+  j["unrecorded_frees"] = recorded.unrecorded_frees;
   j["preexisting_bytes"] = preexisting;
   j["trainable_parameters"] = r.trainable_parameters;
   j["trainable_parameter_bytes"] = r.trainable_parameter_bytes;
@@ -284,6 +285,12 @@ void print_text_report(std::FILE* out, const RankView& v, const importers::Recor
                static_cast<double>(recorded.peak_above_start_bytes) / kMiB,
                static_cast<double>(preexisting) / kMiB,
                static_cast<double>(recorded.peak_above_start_bytes + preexisting) / kMiB);
+  }
+  if (recorded.unrecorded_frees > 0) {
+    fmt::print(out,
+               "the profiler recorded no free for {} allocations (freed on threads it does not "
+               "watch; their addresses were allocated again)\n",
+               recorded.unrecorded_frees);
   }
   print_host_report(out, v, recorded);
 }

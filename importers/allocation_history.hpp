@@ -20,6 +20,9 @@ struct Allocation {
   std::optional<sim::Nanoseconds> alloc_ns;  // nullopt: allocated before the history starts
   std::optional<sim::Nanoseconds> free_ns;   // nullopt: still allocated when it ends
   std::string thread;  // where it was allocated (freed, if before the history); may be empty
+  /// Freed where no event records it, by free_ns at the latest (Note [Frees the profiler does
+  /// not see] in importers/kineto/memory_timeline.hpp).
+  bool free_unrecorded = false;
 };
 
 struct AllocationHistory {

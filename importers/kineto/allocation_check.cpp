@@ -15,7 +15,7 @@ namespace memplan::importers::detail {
 
 void StepBuilder::check_outputs_against_allocations() {
   const std::int64_t device = report_.gpu ? 1 : 0;
-  const auto allocations = pair_allocations(trace_.memory_events, device, trace_.source);
+  const auto allocations = pair_allocations(trace_.memory_events, device);
   if (!allocations) return;
   report_.allocations = allocations->size();
   std::unordered_map<std::string, std::vector<std::pair<sim::Nanoseconds, sim::Bytes>>> by_thread;

@@ -30,10 +30,12 @@
 //    collective produces it, but for FSDP2's copy-out, whose per-parameter tensors the op the copy
 //    precedes makes (reading the all-gather's output: the copy is glue before that op). Its last
 //    reader is the op running when it was freed (as in Note [Sizes from allocations]); freed inside
-//    the collective that made it (gloo's temporaries), with that collective; alive at the step's
-//    end, a reduction's buffer is the gradient shard the update reads, anything else is read by
-//    the last op. One freed before its collective started (c10d's copy into a temporary) is
-//    scratch space of the op then running. These allocations leave the layer ops' workspace;
+//    the collective that made it (gloo's temporaries), or made there and freed with no event (its
+//    communication thread let go last: Note [Frees the profiler does not see] in
+//    memory_timeline.hpp), with that collective; alive at the step's end, a reduction's buffer is
+//    the gradient shard the update reads, anything else is read by the last op. One freed before
+//    its collective started (c10d's copy into a temporary) is scratch space of the op then running.
+//    These allocations leave the layer ops' workspace;
 //  - FSDP1's parameters are views of its FlatParameter: autograd concatenates their gradients
 //    into the flat gradient in the views' backward (SplitWithSizesBackward0, a backward node of no
 //    layer op); what it allocates is made by the op it is folded into and read by the next
@@ -85,9 +87,13 @@ struct StepBuilder::CollectiveMemory {
 namespace {
 
 // Where FSDP or a collective works: its ranges and ops, c10d's ops, the libraries' ops.
+bool is_comm_op(std::string_view name) {
+  return starts_with(name, "c10d::") || starts_with(name, "gloo:") || starts_with(name, "nccl:") ||
+         name == kParamComms;
+}
+
 bool is_comm_site(std::string_view name) {
-  return is_fsdp_machinery(name) || starts_with(name, "c10d::") || starts_with(name, "gloo:") ||
-         starts_with(name, "nccl:") || name == kParamComms;
+  return is_fsdp_machinery(name) || is_comm_op(name);
 }
 
 // The innermost CPU event of a thread that holds a time.
@@ -129,6 +135,7 @@ struct CommSite {
   bool comm = false;
   bool copy_out = false;       // FSDP2's all-gather copy-out: the all-gather before it
   bool flat_gradient = false;  // FSDP1's flat gradient, made by autograd
+  bool in_comm_op = false;     // inside a communication op, not only FSDP's ranges
   OpId collective = sim::kNoOp;
 };
 
@@ -141,13 +148,14 @@ CommSite comm_site(const KinetoTrace& trace, const Nesting& nesting, std::size_t
     site.flat_gradient = site.flat_gradient || flat_gradients.count(e) > 0;
     site.comm = site.comm || site.flat_gradient;
     if (const auto c = collective_of.find(e); c != collective_of.end()) {
-      site.comm = true;
+      site.comm = site.in_comm_op = true;
       site.collective = c->second;
       break;
     }
     if (!site.comm && layer_events.count(e) > 0) return site;  // a layer op's own memory
     const std::string& name = trace.cpu_events[e].name;
     site.comm = site.comm || is_comm_site(name);
+    site.in_comm_op = site.in_comm_op || is_comm_op(name);
     site.copy_out = site.copy_out || name.find("all_gather_copy_out") != std::string::npos;
   }
   return site;
@@ -349,7 +357,7 @@ TensorId StepBuilder::collective_output(const std::vector<CollectiveMemory>& mem
 
 std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
   const std::int64_t device = report_.gpu ? 1 : 0;
-  const auto allocations = pair_allocations(trace_.memory_events, device, trace_.source);
+  const auto allocations = pair_allocations(trace_.memory_events, device);
   const OpClock clock(units_, trace_, workload_);
   if (!allocations || clock.starts.empty()) return {};
   const StepCollectives collectives(trace_, units_, starts_with(report_.fsdp, "FSDP1"));
@@ -400,13 +408,19 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
     if (!gather && site.collective == sim::kNoOp && *a.alloc_ns < issued_at &&
         a.bytes == allocator_bytes(c.in_bytes, device))
       copy_in_.try_emplace(collective, clock.at(*a.alloc_ns));
-    const TensorKind kind = !freed_in && !gather ? TensorKind::kGradient : TensorKind::kWorkspace;
+    // Made inside a communication op (c10d's ops write into the tensors their caller passes) and
+    // freed with no event: the collective's temporary, whose last reference its communication
+    // thread dropped (Note [Frees the profiler does not see] in memory_timeline.hpp).
+    const bool temporary = site.in_comm_op && (!freed_in || a.free_unrecorded);
+    const TensorKind kind =
+        !freed_in && !gather && !temporary ? TensorKind::kGradient : TensorKind::kWorkspace;
     const TensorId t = add_lifetime_tensor(
         workload_, fmt::format("{}/alloc{}", op(collective).name, ++made[collective]), kind,
         a.bytes, producer);
-    // Freed inside the collective that made it (gloo's temporaries): with the collective, whatever
-    // the launching thread did meanwhile.
-    const bool own = site.collective != sim::kNoOp && freed_in && *a.free_ns <= ended_at;
+    // Freed inside the collective that made it (gloo's temporaries), or a temporary freed unseen:
+    // with the collective, whatever the launching thread did meanwhile.
+    const bool own =
+        temporary || (site.collective != sim::kNoOp && freed_in && *a.free_ns <= ended_at);
     const OpId reader = own        ? producer
                         : freed_in ? clock.at(*a.free_ns)
                                    : (kind == TensorKind::kGradient ? reads_shards : clock.last());
@@ -415,7 +429,7 @@ std::vector<StepBuilder::CollectiveMemory> StepBuilder::collective_memory() {
     if (const TensorId gathered = collective_output(out, collective, producer_start);
         site.copy_out && producer != collective && gathered != sim::kNoTensor)
       add_input(producer, gathered);  // the copy-out reads the all-gather's output
-    out.push_back({t, collective, *a.alloc_ns, freed_in ? *a.free_ns : end});
+    out.push_back({t, collective, *a.alloc_ns, temporary ? ended_at : freed_in ? *a.free_ns : end});
   }
   leave_workspace(trace_, device, units_, skip, scratch, workload_);
   return out;

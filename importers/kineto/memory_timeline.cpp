@@ -4,46 +4,46 @@
 #include <map>
 #include <utility>
 
-#include <fmt/core.h>
-
-#include "core/input_error.hpp"
-
 namespace memplan::importers {
 
+namespace {
+
+void close_unrecorded(Allocation& a, sim::Nanoseconds by) {
+  a.free_ns = by;
+  a.free_unrecorded = true;
+}
+
+}  // namespace
+
 std::optional<std::vector<Allocation>> pair_allocations(const std::vector<MemoryEvent>& events,
-                                                        std::int64_t device_type,
-                                                        std::string_view source) {
+                                                        std::int64_t device_type) {
   std::vector<Allocation> out;
   std::map<std::int64_t, std::size_t> live;  // address -> index in out
   bool addressed = false;
   for (const MemoryEvent& m : events) {
     if (m.device_type != device_type || !m.addr || m.bytes == 0) continue;
     addressed = true;
-    const auto where = [&] {
-      return fmt::format("[memory] event at {} us, address {:#x}", m.time_ns / 1000, *m.addr);
-    };
     const auto it = live.find(*m.addr);
     if (m.bytes > 0) {
-      if (it != live.end()) {
-        throw sim::InputError(std::string(source),
-                              where() + ": allocated again before it was freed");
-      }
-      live.emplace(*m.addr, out.size());
+      // Its earlier allocation was freed where no event records it (Note [Frees the profiler
+      // does not see]): then, at the latest.
+      if (it != live.end()) close_unrecorded(out[it->second], m.time_ns);
+      live.insert_or_assign(*m.addr, out.size());
       out.push_back({device_type, *m.addr, m.bytes, m.time_ns, std::nullopt, m.thread});
       continue;
     }
-    if (it == live.end()) {  // allocated before the trace started
-      out.push_back({device_type, *m.addr, -m.bytes, std::nullopt, m.time_ns, m.thread});
+    if (it != live.end() && out[it->second].bytes != -m.bytes) {
+      // Another size than the allocation it frees: that one was freed and this one allocated
+      // unseen.
+      close_unrecorded(out[it->second], m.time_ns);
+      live.erase(it);
+    } else if (it != live.end()) {
+      out[it->second].free_ns = m.time_ns;
+      live.erase(it);
       continue;
     }
-    Allocation& a = out[it->second];
-    if (a.bytes != -m.bytes) {
-      throw sim::InputError(
-          std::string(source),
-          fmt::format("{}: frees {} bytes of an allocation of {}", where(), -m.bytes, a.bytes));
-    }
-    a.free_ns = m.time_ns;
-    live.erase(it);
+    // Allocated before the trace started, or unseen.
+    out.push_back({device_type, *m.addr, -m.bytes, std::nullopt, m.time_ns, m.thread});
   }
   if (!addressed) return std::nullopt;
   return out;
@@ -51,7 +51,7 @@ std::optional<std::vector<Allocation>> pair_allocations(const std::vector<Memory
 
 std::optional<AllocationHistory> trace_allocation_history(const KinetoTrace& trace) {
   constexpr std::int64_t kCuda = 1;
-  auto allocations = pair_allocations(trace.memory_events, kCuda, trace.source);
+  auto allocations = pair_allocations(trace.memory_events, kCuda);
   if (!allocations) return std::nullopt;
   AllocationHistory history;
   history.source = "the trace's [memory] events";

@@ -47,9 +47,26 @@ RecordedStep measure_recorded_step(const KinetoTrace& trace, const StepWindow& s
   sim::Bytes level = 0;
   sim::Bytes at_start = 0;
   bool started = false;
+  std::unordered_map<std::int64_t, sim::Bytes> live;  // address -> bytes
+  sim::Bytes uncounted = 0;  // unrecorded frees the CPU's total still counts
   for (const MemoryEvent& m : trace.memory_events) {
     if (m.device_type != device) continue;
     if (m.time_ns >= step.end_ns) break;
+    if (m.addr && m.bytes != 0) {
+      // Note [Frees the profiler does not see] in memory_timeline.hpp.
+      const auto [it, fresh] = live.try_emplace(*m.addr, m.bytes);
+      const bool reused = !fresh && m.bytes > 0;
+      if (reused || (!fresh && it->second != -m.bytes)) {
+        if (m.time_ns >= step.start_ns) ++r.unrecorded_frees;
+        if (!gpu && reused) uncounted = saturating_add(uncounted, it->second);
+        // The events' own sum: what was there is freed, and a free of another size undone.
+        level = saturating_add(level, reused ? -it->second : -it->second - m.bytes);
+      }
+      if (m.bytes > 0)
+        it->second = m.bytes;
+      else
+        live.erase(it);
+    }
     if (m.time_ns >= step.start_ns && !started) {
       at_start = level;
       started = true;
@@ -58,8 +75,8 @@ RecordedStep measure_recorded_step(const KinetoTrace& trace, const StepWindow& s
     if (m.time_ns < step.start_ns) continue;
     r.peak_above_start_bytes = std::max(r.peak_above_start_bytes, saturating_add(level, -at_start));
     if (m.total_allocated) {
-      r.peak_total_allocated_bytes =
-          std::max(r.peak_total_allocated_bytes.value_or(0), *m.total_allocated);
+      r.peak_total_allocated_bytes = std::max(r.peak_total_allocated_bytes.value_or(0),
+                                              saturating_add(*m.total_allocated, -uncounted));
     }
   }
   return r;

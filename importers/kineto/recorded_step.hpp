@@ -24,10 +24,15 @@ struct RecordedStep {
   /// step's data loading then overlaps it).
   sim::Nanoseconds span_ns = 0;
   /// Peak of allocated bytes inside the step, above the level at the step's start, summed from
-  /// the [memory] events' signed sizes (device memory, or host memory for a CPU-only trace).
+  /// the [memory] events' signed sizes (device memory, or host memory for a CPU-only trace), an
+  /// allocation whose free no event records freed when its address is known to be free.
   sim::Bytes peak_above_start_bytes = 0;
-  /// Peak of "Total Allocated" inside the step, when the trace records it (current format).
+  /// Peak of "Total Allocated" inside the step, when the trace records it (current format). On
+  /// the CPU less what frees the profiler did not see still add to it once they are known (their
+  /// address allocated again; Note [Frees the profiler does not see] in memory_timeline.hpp).
   std::optional<sim::Bytes> peak_total_allocated_bytes;
+  /// Allocations in the step whose free no event records, known by their address.
+  std::size_t unrecorded_frees = 0;
 };
 
 RecordedStep measure_recorded_step(const KinetoTrace& trace, const StepWindow& step, bool gpu);

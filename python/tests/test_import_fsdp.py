@@ -12,6 +12,15 @@ as FSDP's (Note [FSDP in a trace] in importers/kineto/fsdp_steps.cpp):
   before the profiler started, which the CPU's `Total Allocated` does not count) is within 2% of
   the profiler's `Total Allocated` peak in the step.
 
+The profiler records a free only on a thread it watches (Note [Frees the profiler does not see]
+in importers/kineto/memory_timeline.hpp): when gloo's worker thread lets go of a collective's
+buffer after the training thread, the free has no event and the CPU's `Total Allocated` counts
+the buffer until the process ends. It happens now and then, more often on a loaded machine. Such
+a recording is no reference for the peak, and one step shows no sign of it: two steps are
+profiled, and the first is the reference when every allocation it made is freed by the end of the
+second (a training step in its steady state frees what the step before it made); else the step is
+recorded again.
+
 Needs PyTorch 2.x with fully_shard, gloo and Kineto; Debian's torch 1.13 has none: skipped.
 The step is bench/record-fsdp-cpu.py's, run here at a smaller size (docs/kineto-import.md
 measures its default size).
@@ -58,19 +67,53 @@ def free_port():
         return s.getsockname()[1]
 
 
+def first_step_frees_all_it_makes(trace_path):
+    """The first profiled step's allocations all freed, each by an event of its own, before the
+    trace ends (the CPU's [memory] events, paired by address as the importer does)."""
+    events = json.loads(pathlib.Path(trace_path).read_text())["traceEvents"]
+    steps = sorted((e for e in events if e.get("name", "").startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])
+    start, end = steps[0]["ts"], steps[0]["ts"] + steps[0]["dur"]
+    live = {}  # address -> allocated in the first step
+    for e in sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"]):
+        args = e["args"]
+        if args.get("Device Type", 0) != 0 or "Addr" not in args or args["Bytes"] == 0:
+            continue
+        if args["Bytes"] > 0:
+            if live.get(args["Addr"]):
+                return False  # allocated again: the free before had no event
+            live[args["Addr"]] = start <= e["ts"] < end
+        else:
+            live.pop(args["Addr"], None)
+    return not any(live.values())
+
+
+def profiled_step(trace_path):
+    events = json.loads(pathlib.Path(trace_path).read_text())["traceEvents"]
+    return min(int(e["name"].split("#")[1]) for e in events
+               if e.get("name", "").startswith("ProfilerStep#"))
+
+
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     if not MEMPLAN.exists():
         pytest.skip(f"{MEMPLAN} is not built (scripts/build release)")
-    out = tmp_path_factory.mktemp("fsdp")
     # bench/record-fsdp-cpu.py's step (its model, Adam, two ranks over gloo, the profiler's
-    # schedule) at this size, one profiled step, on a port of its own.
-    subprocess.run([sys.executable, str(ROOT / "bench" / "record-fsdp-cpu.py"), str(out),
-                    "--width", str(WIDTH), "--blocks", str(BLOCKS), "--active", "1"],
-                   check=True, env={**os.environ, "MASTER_PORT": str(free_port())})
-    traces = [str(out / f"rank{r}.json") for r in range(WORLD)]
+    # schedule) at this size, two profiled steps, on a port of its own.
+    for attempt in range(3):
+        out = tmp_path_factory.mktemp("fsdp")
+        subprocess.run([sys.executable, str(ROOT / "bench" / "record-fsdp-cpu.py"), str(out),
+                        "--width", str(WIDTH), "--blocks", str(BLOCKS), "--active", "2"],
+                       check=True, env={**os.environ, "MASTER_PORT": str(free_port())})
+        traces = [str(out / f"rank{r}.json") for r in range(WORLD)]
+        if all(first_step_frees_all_it_makes(t) for t in traces):
+            break
+        print(f"recording {attempt + 1}: a free the profiler did not record; recording again")
+    else:
+        pytest.fail("three recordings each lost a free in their first step: no reference")
     job = out / "job.json"
-    run = subprocess.run([str(MEMPLAN), "import", "kineto", *traces, "-o", str(job), "--json"],
+    run = subprocess.run([str(MEMPLAN), "import", "kineto", *traces, "-o", str(job), "--json",
+                          "--step", str(profiled_step(traces[0]))],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)["ranks"], json.loads(job.read_text())["ranks"]
