@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string_view>
+#include <utility>
 
 #include "core/check.hpp"
 #include "zoo/network.hpp"
@@ -138,6 +140,36 @@ constexpr std::array<Row, 25> kTable{{
     {sim::Layer::kGeneric, {0.50, 0.50}, {0.50, 0.50}},  // anything else
 }};
 
+// Note [Generic ops' kernels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The zoo's ops without a layer of their own (core/layer.hpp's kGeneric) run kernels of kinds the
+// table already prices. A cast, pow, tanh, mul, SiLU, the rotary embedding's products and
+// repeat_kv's broadcast copy read each input element once and write each output element once:
+// PyTorch's elementwise (TensorIterator) kernels, which stream at the bandwidth ReLU and add reach
+// (0.90 of it, BabelStream's figure in Note [Cost model calibration]); the H100 profile of GPT-2
+// small (traces/kineto-h100) ran its unfused GELU's pow, tanh and products and its casts at 0.88.
+// RMSNorm reads its input twice, for the mean square and the scaling, as layer norm does. Any
+// other generic op keeps the generic row.
+constexpr std::array<std::pair<std::string_view, sim::Layer>, 8> kGenericKernels{{
+    {"cast", sim::Layer::kAdd},
+    {"pow", sim::Layer::kAdd},
+    {"tanh", sim::Layer::kAdd},
+    {"mul", sim::Layer::kAdd},
+    {"silu", sim::Layer::kAdd},
+    {"rotary_embedding", sim::Layer::kAdd},
+    {"repeat_kv", sim::Layer::kAdd},
+    {"rms_norm", sim::Layer::kLayerNorm},
+}};
+
+// The layer whose row prices `layer`'s kernels.
+sim::Layer priced_as(const sim::LayerType& layer) {
+  if (!layer.generic()) return layer.kind();
+  for (const auto& [name, like] : kGenericKernels) {
+    if (layer.name() == name) return like;
+  }
+  return sim::Layer::kGeneric;
+}
+
 }  // namespace
 
 CostModel::CostModel(const Device& device, Precision precision)
@@ -175,7 +207,7 @@ sim::Nanoseconds CostModel::scaled_duration(const sim::Op& op, bool memory_optim
                                             double compute_share) const {
   const bool fused_attention_op = op.layer.generic() && op.layer.name() == kFusedAttentionOp;
   Efficiency e =
-      fused_attention_op ? fused_attention(op.phase) : efficiency(op.layer.kind(), op.phase);
+      fused_attention_op ? fused_attention(op.phase) : efficiency(priced_as(op.layer), op.phase);
   if (memory_optimal) e.compute /= kMemoryOptimalSlowdown;
   e.compute *= compute_share;
   const double flops = op.flops.value_or(0.0);

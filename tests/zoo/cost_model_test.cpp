@@ -1,5 +1,6 @@
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -163,4 +164,32 @@ TEST_CASE("device presets carry their vendors' dense tensor-core rates", "[zoo][
   CHECK(b200.memory_bytes_per_s == 8000e9);
   const zoo::Device& mi300x = *zoo::find_device("mi300x");
   CHECK(mi300x.memory_bytes_per_s == 5300e9);
+}
+
+TEST_CASE("generic ops are priced as the kernels they run", "[zoo][cost]") {
+  // Note [Generic ops' kernels]: 1,000,000,000 bytes through each, no flops, on an H100 (3350
+  // GB/s). An elementwise stream at add's 0.90 of the bandwidth: 1e9 / 3.015e12 s = 331,675 ns,
+  // + 2,500 per kernel = 334,175 ns in either phase. RMSNorm at layer norm's 0.55 forward (1e9 /
+  // 1.8425e12 s = 542,741 ns) and 0.50 backward (597,015 ns). Any other generic op (ViT's patch
+  // tokens): the generic 0.50 both ways, 599,515 ns.
+  const zoo::Device& h100 = *zoo::find_device("h100-80gb");
+  const zoo::CostModel model(h100, zoo::Precision::kBf16);
+  const auto priced = [&](std::string_view name, sim::Phase phase) {
+    sim::Op op;
+    op.layer = sim::LayerType::named(name);
+    op.phase = phase;
+    op.flops = 0.0;
+    op.bytes_moved = 1'000'000'000;
+    return model.duration(op);
+  };
+  for (const sim::Phase phase : {sim::Phase::kForward, sim::Phase::kBackward}) {
+    for (const char* elementwise :
+         {"cast", "pow", "tanh", "mul", "silu", "rotary_embedding", "repeat_kv"}) {
+      CAPTURE(elementwise);
+      CHECK(priced(elementwise, phase) == 334'175);
+    }
+    CHECK(priced("patch_tokens", phase) == 599'515);
+  }
+  CHECK(priced("rms_norm", sim::Phase::kForward) == 545'241);
+  CHECK(priced("rms_norm", sim::Phase::kBackward) == 599'515);
 }
