@@ -103,6 +103,7 @@ MemoryEvent read_memory_event(const EventReader& r, const std::string& thread) {
   }
   m.bytes = *bytes;
   m.device_type = r.int_arg({"Device Type"}).value_or(0);
+  m.device_id = r.int_arg({"Device Id"}).value_or(0);
   m.total_allocated = r.int_arg({"Total Allocated"});
   m.addr = r.int_arg({"Addr"});
   return m;

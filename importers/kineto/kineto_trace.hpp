@@ -123,6 +123,7 @@ struct MemoryEvent {
   sim::Nanoseconds time_ns = 0;
   sim::Bytes bytes = 0;
   std::int64_t device_type = 0;  // 0 CPU, 1 CUDA
+  std::int64_t device_id = 0;    // "Device Id": which GPU (-1 on the CPU)
   std::optional<sim::Bytes> total_allocated;
   std::optional<std::int64_t> addr;  // "Addr" (current format): pairs an allocation with its free
 };

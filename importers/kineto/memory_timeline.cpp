@@ -1,16 +1,77 @@
 #include "importers/kineto/memory_timeline.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <utility>
+
+#include "importers/kineto/saturating_add.hpp"
 
 namespace memplan::importers {
 
 namespace {
 
+constexpr std::int64_t kCuda = 1;
+
 void close_unrecorded(Allocation& a, sim::Nanoseconds by) {
   a.free_ns = by;
   a.free_unrecorded = true;
+}
+
+struct UnseenFree {
+  sim::Nanoseconds seen_ns = 0;  // the first event whose Total Allocated lacks it
+  sim::Bytes bytes = 0;
+};
+
+// Where the CUDA allocator's Total Allocated falls below what the events sum to, per device: by
+// how many bytes and from which event. Events of two threads may carry totals out of their time
+// order (the allocator counts, then the thread reports): a shortfall that a later event makes up
+// is that; only a rise of the running shortfall above its highest so far is a free.
+std::vector<UnseenFree> unseen_frees(const std::vector<MemoryEvent>& events) {
+  struct Device {
+    sim::Bytes total = 0;
+    sim::Bytes shortfall = 0;
+    sim::Bytes highest = 0;
+  };
+  std::map<std::int64_t, Device> devices;
+  std::vector<UnseenFree> out;
+  for (const MemoryEvent& m : events) {
+    if (m.device_type != kCuda || !m.total_allocated) continue;
+    const auto [it, first] = devices.try_emplace(m.device_id);
+    Device& d = it->second;
+    if (!first) {
+      const sim::Bytes total = std::clamp(*m.total_allocated, -kSaturation, kSaturation);
+      d.shortfall =
+          saturating_add(d.shortfall, saturating_add(saturating_add(d.total, m.bytes), -total));
+      if (d.shortfall > d.highest) {
+        out.push_back({m.time_ns, d.shortfall - d.highest});
+        d.highest = d.shortfall;
+      }
+    }
+    d.total = *m.total_allocated;
+  }
+  return out;
+}
+
+// Each unseen free given to the oldest allocation of its size that no event frees while the
+// trace holds it then: freed by the event that first shows it. The frees come in time order.
+void time_unseen_frees(const std::vector<MemoryEvent>& events, std::vector<Allocation>& out) {
+  std::map<sim::Bytes, std::deque<std::size_t>> unfreed;  // by size, oldest first
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].alloc_ns && (!out[i].free_ns || out[i].free_unrecorded))
+      unfreed[out[i].bytes].push_back(i);
+  }
+  for (const UnseenFree& f : unseen_frees(events)) {
+    const auto it = unfreed.find(f.bytes);
+    if (it == unfreed.end()) continue;
+    std::deque<std::size_t>& q = it->second;
+    // Those whose address was handed out again before are gone for this free and every later.
+    while (!q.empty() && out[q.front()].free_ns && *out[q.front()].free_ns < f.seen_ns)
+      q.pop_front();
+    if (q.empty() || *out[q.front()].alloc_ns >= f.seen_ns) continue;
+    close_unrecorded(out[q.front()], f.seen_ns);
+    q.pop_front();
+  }
 }
 
 }  // namespace
@@ -46,11 +107,11 @@ std::optional<std::vector<Allocation>> pair_allocations(const std::vector<Memory
     out.push_back({device_type, *m.addr, -m.bytes, std::nullopt, m.time_ns, m.thread});
   }
   if (!addressed) return std::nullopt;
+  if (device_type == kCuda) time_unseen_frees(events, out);
   return out;
 }
 
 std::optional<AllocationHistory> trace_allocation_history(const KinetoTrace& trace) {
-  constexpr std::int64_t kCuda = 1;
   auto allocations = pair_allocations(trace.memory_events, kCuda);
   if (!allocations) return std::nullopt;
   AllocationHistory history;

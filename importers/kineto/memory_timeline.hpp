@@ -17,8 +17,12 @@
 // allocated unseen). Either closes the earlier allocation, as freed without an event by then at
 // the latest (`free_unrecorded`). The CPU allocator's reporter (ProfiledCPUMemoryReporter) also
 // subtracts only the frees it reports: from such a free on, its `Total Allocated` counts the
-// bytes still (RecordedStep). An unrecorded free whose address is not reused is not seen at all:
-// the allocation outlives the trace, in the import and in the CPU's total alike.
+// bytes still (RecordedStep). The CUDA caching allocator's `Total Allocated` is its own count of
+// every thread's blocks: an unrecorded free shows as the first event whose total is that much
+// below the events' sum, and the oldest allocation of that size the trace still holds (or holds
+// until its address is reused) is freed there. On the CPU an unrecorded free whose address is not
+// reused is not seen at all: the allocation outlives the trace, in the import and in the CPU's
+// total alike.
 //
 // What the importer does with them: it checks the forward ops' output shapes against the
 // allocations each op made (ImportReport::outputs_confirmed), and FSDP's buffers are tensors of

@@ -104,6 +104,33 @@ TEST_CASE("an address allocated again, or freed as another size, was freed with 
   CHECK_FALSE((*a)[3].free_unrecorded);
 }
 
+TEST_CASE("the CUDA allocator's Total Allocated times the frees no event records",
+          "[importers][memory]") {
+  // The caching allocator counts every thread's blocks (Note [Frees the profiler does not see]).
+  // t=1 us: 512 B at 0x1000 (total 512); t=2: 1024 B at 0x2000 (1536); t=2.5: 512 B at 0x6000
+  // (2048); t=3: 256 B at 0x3000, total 1792 = 2048 + 256 - 512: a 512-byte block was freed
+  // unseen, the oldest the trace holds (0x1000). t=4: 64 B at 0x4000 with a total of 1984, 128
+  // above the sum (another thread's block counted before its event), which t=5's 128 B at
+  // 0x5000 (total 1984) makes up: no free.
+  constexpr int kCuda = 1;
+  const auto events = parse(json::array({memory_event(1, 0x1000, 512, kCuda, 512),
+                                         memory_event(2, 0x2000, 1024, kCuda, 1536),
+                                         memory_event(2.5, 0x6000, 512, kCuda, 2048),
+                                         memory_event(3, 0x3000, 256, kCuda, 1792),
+                                         memory_event(4, 0x4000, 64, kCuda, 1984),
+                                         memory_event(5, 0x5000, 128, kCuda, 1984)}));
+  const auto a = pair_allocations(events, kCuda);
+  REQUIRE(a);
+  REQUIRE(a->size() == 6);
+  CHECK((*a)[0].addr == 0x1000);
+  CHECK((*a)[0].free_ns == 3000);
+  CHECK((*a)[0].free_unrecorded);
+  for (std::size_t i = 1; i < a->size(); ++i) {
+    CAPTURE((*a)[i].addr);
+    CHECK_FALSE((*a)[i].free_ns);
+  }
+}
+
 TEST_CASE("the CPU's Total Allocated less the frees it never saw", "[importers][memory]") {
   // ProfiledCPUMemoryReporter subtracts only the frees it reports: the 512 B at 0x1000, freed
   // unseen before t=2 us, stay in its total. t=1: +512 (512); t=2: 0x1000 again, +256 (768);
