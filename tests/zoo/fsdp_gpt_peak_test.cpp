@@ -5,6 +5,7 @@
 // first; none is copied from the program's output.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -57,7 +58,7 @@ Workload xl_rank(DataParallel::Strategy strategy) {
 
 // The simulated peak and what is live at it. Every allocation and free is an instruction of the
 // compute stream, in the one order the engine applies them (core/program.hpp), so walking that
-// stream gives the engine's live bytes: the peak is reached by the allocation for `op`.
+// stream gives the engine's live bytes: the highest point is reached by an allocation for `op`.
 struct PeakParts {
   Bytes total = 0;
   OpId op = memplan::sim::kNoOp;
@@ -65,23 +66,33 @@ struct PeakParts {
   Bytes gathered = 0;    // the units' gathered flat parameters
   int gathered_units = 0;
   Bytes inputs = 0;
-  Bytes other = 0;  // activations, gradients, workspace
+  Bytes gradients = 0;  // gradients of activations and parameters, full or sharded
+  Bytes other = 0;      // activations, workspace
 };
 
-PeakParts peak_parts(const Workload& w, const Program& program) {
+// The highest live bytes over the compute stream's instructions from the first of op `from` to
+// the first of op `to` (the whole step when not given), and what is live there.
+PeakParts highest(const Workload& w, const Program& program, std::string_view from = {},
+                  std::string_view to = {}) {
   const auto& stream = program.streams[static_cast<std::size_t>(StreamId::kCompute)];
+  const auto named = [&](const memplan::sim::Instruction& in, std::string_view name) {
+    return in.op != memplan::sim::kNoOp && w.op(in.op).name == name;
+  };
   std::size_t at = 0;
   Bytes live = 0, best = -1;
+  bool inside = from.empty();
   for (std::size_t i = 0; i < stream.size(); ++i) {
     const auto& in = stream[i];
+    inside = (inside || named(in, from)) && (to.empty() || !named(in, to));
     if (in.kind != InstrKind::kAlloc && in.kind != InstrKind::kFree) continue;
     const Bytes bytes = program.buffers[index(in.buffer)].bytes;
     live += in.kind == InstrKind::kAlloc ? bytes : -bytes;
-    if (live > best) {
+    if (inside && live > best) {
       best = live;
       at = i;
     }
   }
+  REQUIRE(best >= 0);
   std::vector<char> held(program.buffers.size(), 0);
   for (std::size_t i = 0; i <= at; ++i) {
     const auto& in = stream[i];
@@ -103,6 +114,8 @@ PeakParts peak_parts(const Workload& w, const Program& program) {
       ++parts.gathered_units;
     } else if (buffer.kind == TensorKind::kInput) {
       parts.inputs += buffer.bytes;
+    } else if (buffer.kind == TensorKind::kGradient) {
+      parts.gradients += buffer.bytes;
     } else {
       parts.other += buffer.bytes;
     }
@@ -203,12 +216,13 @@ TEST_CASE("GPT-2 XL's shape with Adam in bf16 under fsdp over 8 H100s: each rank
     CHECK(machine.memory_bytes == Bytes{80} << 30);
     const auto s = memplan::sim::simulate_plan(w, *memplan::sim::basic_plan("in-core", w), machine);
     REQUIRE(s.timeline.feasible);
-    const PeakParts peak = peak_parts(w, s.program);
+    const PeakParts peak = highest(w, s.program);
     CHECK(w.op(peak.op).name == "loss");
     CHECK(peak.persistent == kShards);
     CHECK(peak.inputs == kInputs);
     CHECK(peak.gathered == gathered);
     CHECK(peak.gathered_units == units);
+    CHECK(peak.gradients == 0);
     CHECK(peak.other == kSaved + kLoss);
     CHECK(peak.total == kShards + kInputs + kSaved + kLoss + gathered);
     CHECK(s.timeline.peak_bytes == peak.total);
@@ -217,4 +231,87 @@ TEST_CASE("GPT-2 XL's shape with Adam in bf16 under fsdp over 8 H100s: each rank
   CHECK(check(DataParallel::Strategy::kFullShard, kRootGathered, 1) == 33'113'372'324);
   CHECK(check(DataParallel::Strategy::kShardGradOp, kRootGathered + kBlocksGathered, 49) ==
         39'015'605'924);
+}
+
+TEST_CASE(
+    "GPT-2 XL's shape under fsdp full-shard: a block's backward with its neighbours' gathers "
+    "and reduce-scatters",
+    "[zoo][data_parallel][golden]") {
+  // The highest point of block 24's backward under FULL_SHARD, prefetch 1: how many units are
+  // gathered and how many units' full gradients are held at once, worked out from the step's order
+  // (shapes and names as in the test above; G = a block's flat parameter, 122,963,200 B, float32
+  // like its gradients; G/8 = its shard, 15,370,400 B).
+  //
+  // Where the collectives go (Note [Data-parallel steps], Note [FSDP's setting in a plan]): a
+  // block's backward reads its gathered parameters first at ln_2's backward (the linear layers'
+  // backward read the bf16 weight copies saved in forward; the casts' backward read nothing from
+  // forward), so block l is gathered again before block l+1's ln_2 backward (one unit ahead) and
+  // freed after its own ln_1 backward, its last use. Block l's reduce-scatter follows ln_1's
+  // backward, the last op writing one of its gradients; it reads the block's full float32
+  // gradients, 4·(12H² + 13H) = G, and writes its shard G/8, kept for the update. A buffer a
+  // collective read is freed once the compute stream joins the collective stream at or after it
+  // (Lowerer::place_side_frees): in backward the compute stream waits only for the gathers, at
+  // each block's ln_2 backward. Block m's reduce-scatter is issued after the gather of block m-1
+  // (issued before block m's ln_2 backward) and before that of block m-2, so its inputs go when
+  // block m-2's ln_2 backward waits for block m-2's gather.
+  //
+  // Live when block 24's backward starts (after block 25's last op, the sum of h_25's two
+  // gradients):
+  //   the shards of parameters and Adam's states                       2,336,416,800
+  //   the gradients' shards of blocks 47…25: 23 × 15,370,400             353,519,200
+  //   the root's gradients so far (its reduce-scatter comes after the embeddings' backward):
+  //     g_wte from the tied LM head's weight copy, float32 [V, H] 4VH    321,644,800
+  //     g_ln_f.weight and .bias, 4H each                                      12,800
+  //   tokens and positions (the labels went with the loss's backward) 16T   131,072
+  //   the embedding dropout's mask TH                                     13,107,200
+  //   blocks 0…24's saved activations and weight copies, 25 × 560,463,888
+  //                                                                   14,011,597,200
+  //   h_25's gradient, float32 4TH                                        52,428,800
+  //   block 25's and block 26's full gradients, held by their reduce-scatters
+  //     (block 26's until block 24's ln_2 backward, block 25's until block 23's) 2G  245,926,400
+  //   block 24's gathered parameters (gathered before block 25's ln_2 backward; block 25's went
+  //     after its ln_1 backward, block 23's comes before block 24's ln_2 backward)  G  122,963,200
+  //   = 17,457,747,472 B.
+  // Block 24's backward, op by op (+ allocated for the op's outputs, − freed after it; the root
+  // and every other block untouched):
+  //   cast of h_25's gradient to bf16 for the mlp.dropout branch  +2TH; h_25's gradient stays
+  //     (residual1's share of it)                                            Δ = 2TH
+  //   mlp.dropout backward: +2TH, −2TH (the cast) −TH (the mask)             Δ = TH (4TH during)
+  //   mlp.c_proj backward: + GELU output's gradient bf16 [T, 4H] 8TH, the weight copy's gradient
+  //     bf16 8H², the bias copy's 2H                          during it: Δ = 9TH + 8H² + 2H
+  //     − the incoming gradient 2TH, GELU's output 8TH, the weight copy 8H²: Δ = −TH + 2H
+  //   the bias's and the weight's casts backward: float32 gradients 4H, 16H² for the bf16 ones
+  //     (2H, 8H²)                                    during: at most Δ = −TH + 16H² + 4H
+  //   GELU backward: + 8TH                                   during: Δ = 7TH + 8H² + 4H,
+  //     − 8TH (its incoming gradient) − 8TH (c_fc's output):  Δ = −9TH + 8H² + 4H
+  //   c_fc backward: + its input's gradient 2TH, the copies' gradients 8H² + 8H
+  //     during: Δ = −7TH + 16H² + 12H; − 8TH, the bf16 input 2TH, the copy 8H²
+  //   and every later point is below where the block started (Δ < 0; TH is five times H²): the
+  //   c_fc copies' casts backward (at most −17TH + 24H² + 20H), ln_2's input cast backward
+  //   (−13TH + 16H² + 20H), block 23's gather before ln_2's backward (−15TH + 16H² + 20H + G;
+  //   block 26's G goes once ln_2's backward has waited for block 24's), ln_2's backward
+  //   (−11TH + 16H² + 28H), the attention's (sdpa's backward with FlashAttention's workspace
+  //   B·a·1024·65·4 = 53,248,000: −16TH + 18H² + 32H − 8T + 53,248,000) and c_attn's, ln_1's,
+  //   the reduce-scatter's shard G/8 (−34TH + 24H² + 52H − G + G/8 …).
+  // The highest point: the mlp.c_proj backward, 17,457,747,472 + 9TH + 8H² + 2H
+  //   = 17,457,747,472 + 117,964,800 + 20,480,000 + 3,200 = 17,596,195,472 B, with one unit
+  //   gathered (block 24) and these gradients: the shards 353,519,200 + the root's 321,657,600 +
+  //   blocks 25 and 26's 245,926,400 + h_25's 52,428,800 + mlp.dropout's backward's output 2TH
+  //   26,214,400 + the op's outputs 8TH + 8H² + 2H 125,340,800 = 1,125,087,200 B; activations
+  //   25 × 560,463,888 − block 24's mlp.dropout mask TH + the embedding's mask TH =
+  //   14,011,597,200 B.
+  const Workload w = xl_rank(DataParallel::Strategy::kFullShard);
+  const auto s = memplan::sim::simulate_plan(w, *memplan::sim::basic_plan("in-core", w),
+                                             memplan::sim::make_machine(w.device));
+  REQUIRE(s.timeline.feasible);
+  const PeakParts block = highest(w, s.program, "h.24.residual2_bwd.h.24.mlp.dropout.to_bf16",
+                                  "h.23.residual2_bwd.h.23.mlp.dropout.to_bf16");
+  CHECK(w.op(block.op).name == "h.24.mlp.c_proj_bwd");
+  CHECK(block.persistent == 2'336'416'800);
+  CHECK(block.inputs == 131'072);
+  CHECK(block.gathered == 122'963'200);
+  CHECK(block.gathered_units == 1);
+  CHECK(block.gradients == 1'125'087'200);
+  CHECK(block.other == 14'011'597'200);
+  CHECK(block.total == 17'596'195'472);
 }
