@@ -26,6 +26,10 @@
 // units (its first use). Once the last backward op that writes a gradient of a unit has run, a
 // reduce-scatter reads the unit's full gradients and writes this rank's shard, which the update
 // reads with the shards of the parameters and their state; the update's work is the shards'.
+// FSDP2 holds a reduce-scatter's input until the next unit's post-backward, which makes the
+// compute stream wait for it before issuing its own (FSDPParamGroup.post_backward's wait_event on
+// reduce_scatter_state): the compute op after a reduce-scatter waits for the one before, and the
+// gradients that one read go there (Lowerer::place_side_frees frees at such a join).
 //
 // Left out: FSDP's mixed-precision copies (param_dtype), CPU offload (memplan's host placement
 // plans it), hybrid sharding, and the host time of the hooks.
@@ -182,16 +186,28 @@ class Rewriter {
   void drop(TensorId t) { dropped_.push_back(t); }
 
   /// The step with every new op in place, the update (original op `update`) waiting for every
-  /// collective issued before it, the dropped tensors gone.
+  /// collective issued before it, the compute op after a reduce-scatter for the one before it
+  /// (FSDP2's post-backward waits for the previous reduce-scatter and lets its input go), the
+  /// dropped tensors gone.
   sim::Workload finish(std::size_t update) {
     std::vector<OpId> collectives_so_far;
     std::int64_t sequence = 0;
+    OpId last_reduce_scatter = sim::kNoOp;
+    OpId unwaited_reduce_scatter = sim::kNoOp;  // for the next compute op to wait for
     auto place = [&](Op op) {
       op.id = sim::op_id(out_.ops.size());
       if (op.collective) {
         op.collective->sequence = sequence++;
         op.duration_ns = sim::collective_cost(*op.collective, 0, world_size_, net_).transfer_ns;
         collectives_so_far.push_back(op.id);
+        if (op.collective->kind == sim::CollectiveKind::kReduceScatter) {
+          unwaited_reduce_scatter = last_reduce_scatter;
+          last_reduce_scatter = op.id;
+        }
+      } else if (unwaited_reduce_scatter != sim::kNoOp) {
+        const OpId waited = std::exchange(unwaited_reduce_scatter, sim::kNoOp);
+        if (std::find(op.after.begin(), op.after.end(), waited) == op.after.end())
+          op.after.push_back(waited);
       }
       for (TensorId t : op.outputs) out_.tensors[index(t)].producer = op.id;
       out_.ops.push_back(std::move(op));

@@ -12,6 +12,7 @@
 #include "core/interconnect.hpp"
 #include "core/liveness.hpp"
 #include "sim/simulation.hpp"
+#include "tests/zoo/zoo_test_support.hpp"
 #include "zoo/data_parallel.hpp"
 #include "zoo/zoo.hpp"
 
@@ -121,7 +122,8 @@ TEST_CASE("fsdp full-shard over 4 ranks: gathers, reduce-scatters and each rank'
   // and blocks.0's recomputed — their all-gathers re-run — issued before the first backward op of
   // the unit before them in backward (blocks.1's before head_bwd, blocks.0's before
   // blocks.1.fc_bwd); the root is never resharded. A unit's reduce-scatter follows the op that
-  // writes its last gradient.
+  // writes its last gradient; the compute op after a reduce-scatter waits for the one before
+  // (blocks.0.fc_bwd for root's; sgd waits for every collective).
   DataParallel dp;
   dp.strategy = DataParallel::Strategy::kFullShard;
   dp.world_size = 4;
@@ -144,6 +146,9 @@ TEST_CASE("fsdp full-shard over 4 ranks: gathers, reduce-scatters and each rank'
     CHECK(o.collective->sequence == sequence++);
     CHECK(o.duration_ns > 0);
   }
+  CHECK(memplan::test::op_named(w, "blocks.0.fc_bwd").after ==
+        std::vector<memplan::sim::OpId>{memplan::test::op_named(w, "root.reduce_scatter").id});
+  CHECK(memplan::test::op_named(w, "blocks.1.fc_bwd").after.empty());
   const Op& update = w.ops.back();
   CHECK(update.after.size() == 6);
   Bytes read = 0;
@@ -169,9 +174,9 @@ TEST_CASE("fsdp full-shard over 4 ranks: gathers, reduce-scatters and each rank'
   // gather 19000; blocks.1.fc a1 20000, then blocks.1's gather freed 12000; head loss 12100;
   // blocks.1 gathered again 20100; head_bwd g_a1 and g_H 23100, then loss, a1 and the root's
   // gather freed 20000; the root's gradient shard 20500 (g_H, which its reduce-scatter reads,
-  // stays until the update waits for that collective); blocks.0 gathered again 24500;
-  // blocks.1.fc_bwd g_a0 and g_W1: 33500, the peak. Without the stream rule (liveness alone),
-  // g_H goes after its reduce-scatter is issued: 31500.
+  // stays until blocks.0.fc_bwd, the op after the next reduce-scatter, waits for that one);
+  // blocks.0 gathered again 24500; blocks.1.fc_bwd g_a0 and g_W1: 33500, the peak. Without the
+  // stream rule (liveness alone), g_H goes after its reduce-scatter is issued: 31500.
   CHECK(peak_of(w, full_shard) == 33500);
 
   // SHARD_GRAD_OP: nothing gathered again; the forward's kept: blocks.0's until blocks.0.fc_bwd,

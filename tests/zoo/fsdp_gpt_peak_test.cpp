@@ -235,7 +235,7 @@ TEST_CASE("GPT-2 XL's shape with Adam in bf16 under fsdp over 8 H100s: each rank
 
 TEST_CASE(
     "GPT-2 XL's shape under fsdp full-shard: a block's backward with its neighbours' gathers "
-    "and reduce-scatters",
+    "and reduce-scatter",
     "[zoo][data_parallel][golden]") {
   // The highest point of block 24's backward under FULL_SHARD, prefetch 1: how many units are
   // gathered and how many units' full gradients are held at once, worked out from the step's order
@@ -250,10 +250,10 @@ TEST_CASE(
   // backward, the last op writing one of its gradients; it reads the block's full float32
   // gradients, 4·(12H² + 13H) = G, and writes its shard G/8, kept for the update. A buffer a
   // collective read is freed once the compute stream joins the collective stream at or after it
-  // (Lowerer::place_side_frees): in backward the compute stream waits only for the gathers, at
-  // each block's ln_2 backward. Block m's reduce-scatter is issued after the gather of block m-1
-  // (issued before block m's ln_2 backward) and before that of block m-2, so its inputs go when
-  // block m-2's ln_2 backward waits for block m-2's gather.
+  // (Lowerer::place_side_frees): in backward the compute stream waits for the gathers, at each
+  // block's ln_2 backward, and, as FSDP2's post-backward does, the op after each reduce-scatter
+  // waits for the reduce-scatter before it (Note [Data-parallel steps]). So block m's full
+  // gradients go at the op after block m-1's reduce-scatter: the sum of h_m's two gradients.
   //
   // Live when block 24's backward starts (after block 25's last op, the sum of h_25's two
   // gradients):
@@ -267,11 +267,11 @@ TEST_CASE(
   //   blocks 0…24's saved activations and weight copies, 25 × 560,463,888
   //                                                                   14,011,597,200
   //   h_25's gradient, float32 4TH                                        52,428,800
-  //   block 25's and block 26's full gradients, held by their reduce-scatters
-  //     (block 26's until block 24's ln_2 backward, block 25's until block 23's) 2G  245,926,400
+  //   block 25's full gradients, held by its reduce-scatter (until the op after block 24's;
+  //     block 26's went at the op after block 25's, h_25's sum)                G  122,963,200
   //   block 24's gathered parameters (gathered before block 25's ln_2 backward; block 25's went
   //     after its ln_1 backward, block 23's comes before block 24's ln_2 backward)  G  122,963,200
-  //   = 17,457,747,472 B.
+  //   = 17,334,784,272 B.
   // Block 24's backward, op by op (+ allocated for the op's outputs, − freed after it; the root
   // and every other block untouched):
   //   cast of h_25's gradient to bf16 for the mlp.dropout branch  +2TH; h_25's gradient stays
@@ -288,16 +288,16 @@ TEST_CASE(
   //     during: Δ = −7TH + 16H² + 12H; − 8TH, the bf16 input 2TH, the copy 8H²
   //   and every later point is below where the block started (Δ < 0; TH is five times H²): the
   //   c_fc copies' casts backward (at most −17TH + 24H² + 20H), ln_2's input cast backward
-  //   (−13TH + 16H² + 20H), block 23's gather before ln_2's backward (−15TH + 16H² + 20H + G;
-  //   block 26's G goes once ln_2's backward has waited for block 24's), ln_2's backward
+  //   (−13TH + 16H² + 20H), block 23's gather before ln_2's backward (−15TH + 16H² + 20H + G),
+  //   ln_2's backward
   //   (−11TH + 16H² + 28H), the attention's (sdpa's backward with FlashAttention's workspace
   //   B·a·1024·65·4 = 53,248,000: −16TH + 18H² + 32H − 8T + 53,248,000) and c_attn's, ln_1's,
   //   the reduce-scatter's shard G/8 (−34TH + 24H² + 52H − G + G/8 …).
-  // The highest point: the mlp.c_proj backward, 17,457,747,472 + 9TH + 8H² + 2H
-  //   = 17,457,747,472 + 117,964,800 + 20,480,000 + 3,200 = 17,596,195,472 B, with one unit
+  // The highest point: the mlp.c_proj backward, 17,334,784,272 + 9TH + 8H² + 2H
+  //   = 17,334,784,272 + 117,964,800 + 20,480,000 + 3,200 = 17,473,232,272 B, with one unit
   //   gathered (block 24) and these gradients: the shards 353,519,200 + the root's 321,657,600 +
-  //   blocks 25 and 26's 245,926,400 + h_25's 52,428,800 + mlp.dropout's backward's output 2TH
-  //   26,214,400 + the op's outputs 8TH + 8H² + 2H 125,340,800 = 1,125,087,200 B; activations
+  //   block 25's 122,963,200 + h_25's 52,428,800 + mlp.dropout's backward's output 2TH
+  //   26,214,400 + the op's outputs 8TH + 8H² + 2H 125,340,800 = 1,002,124,000 B; activations
   //   25 × 560,463,888 − block 24's mlp.dropout mask TH + the embedding's mask TH =
   //   14,011,597,200 B.
   const Workload w = xl_rank(DataParallel::Strategy::kFullShard);
@@ -311,7 +311,7 @@ TEST_CASE(
   CHECK(block.inputs == 131'072);
   CHECK(block.gathered == 122'963'200);
   CHECK(block.gathered_units == 1);
-  CHECK(block.gradients == 1'125'087'200);
+  CHECK(block.gradients == 1'002'124'000);
   CHECK(block.other == 14'011'597'200);
-  CHECK(block.total == 17'596'195'472);
+  CHECK(block.total == 17'473'232'272);
 }

@@ -113,12 +113,10 @@ TEST_CASE("the CUDA allocator's Total Allocated times the frees no event records
   // above the sum (another thread's block counted before its event), which t=5's 128 B at
   // 0x5000 (total 1984) makes up: no free.
   constexpr int kCuda = 1;
-  const auto events = parse(json::array({memory_event(1, 0x1000, 512, kCuda, 512),
-                                         memory_event(2, 0x2000, 1024, kCuda, 1536),
-                                         memory_event(2.5, 0x6000, 512, kCuda, 2048),
-                                         memory_event(3, 0x3000, 256, kCuda, 1792),
-                                         memory_event(4, 0x4000, 64, kCuda, 1984),
-                                         memory_event(5, 0x5000, 128, kCuda, 1984)}));
+  const auto events = parse(json::array(
+      {memory_event(1, 0x1000, 512, kCuda, 512), memory_event(2, 0x2000, 1024, kCuda, 1536),
+       memory_event(2.5, 0x6000, 512, kCuda, 2048), memory_event(3, 0x3000, 256, kCuda, 1792),
+       memory_event(4, 0x4000, 64, kCuda, 1984), memory_event(5, 0x5000, 128, kCuda, 1984)}));
   const auto a = pair_allocations(events, kCuda);
   REQUIRE(a);
   REQUIRE(a->size() == 6);
