@@ -65,12 +65,12 @@ recorded "gpt2 bf16, H100 (kineto-h100/gpt2)" traces/kineto-h100/gpt2.pt.trace.j
   gpt --layers 6 --hidden 768 --heads 12 --seq 512 --vocab 50257 --batch 8 --optimizer adam \
   --precision bf16 --attention sdpa --activation gelu_new --device h100-80gb
 recorded "resnet50 fp16, H100 (kineto-h100/resnet50)" traces/kineto-h100/resnet50.pt.trace.json.gz \
-  resnet50 --batch 64 --precision fp16 --device h100-80gb
+  resnet50 --batch 64 --precision fp16 --channels-last --device h100-80gb
 published "resnet50 AMP b256, A100 80GB: 2470 img/s" 256 2470 \
-  resnet50 --precision fp16 --device a100-80gb
+  resnet50 --precision fp16 --channels-last --device a100-80gb
 published "resnet50 TF32 b256, A100 80GB: 938 img/s" 256 938 \
   resnet50 --precision tf32 --device a100-80gb
 published "resnet50 AMP b256, V100 16GB: 1200 img/s" 256 1200 \
-  resnet50 --precision fp16 --device v100-16gb
+  resnet50 --precision fp16 --channels-last --device v100-16gb
 published "resnet50 FP32 b112, V100 16GB: 367 img/s" 112 367 \
   resnet50 --device v100-16gb

@@ -29,6 +29,7 @@ struct ZooFlags {
   std::string activation;  // empty: gpt's fused GELU
   bool list = false;
   bool caffe = false;
+  bool channels_last = false;
   bool json = false;
   // Data parallelism (zoo/data_parallel.hpp).
   std::int64_t data_parallel = 0;
@@ -107,6 +108,7 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
     request.options.attention = zoo::attention_named(flags.attention);
   if (cmd.count("--activation") > 0)
     request.options.activation = zoo::activation_named(flags.activation);
+  request.options.channels_last = flags.channels_last;
   sim::Workload workload = zoo::make_workload(request);
   if (flags.caffe) {
     const std::size_t relus = zoo::relu_backward_in_place(workload);
@@ -138,6 +140,7 @@ void write_zoo_trace(const CLI::App& cmd, const ZooFlags& flags) {
         {"device", workload.device.name},
         {"optimizer", flags.optimizer},
         {"precision", flags.precision},
+        {"channels_last", flags.channels_last},
         {"ops", workload.ops.size()},
         {"tensors", workload.tensors.size()},
         {"peak_bytes_incore", peak},
@@ -185,6 +188,9 @@ void add_zoo_command(CLI::App& app) {
   cmd->add_option("--activation", options->activation,
                   "gpt's MLP activation: gelu (one fused kernel, the default) or gelu_new (Hugging "
                   "Face GPT-2's, eight elementwise kernels)");
+  cmd->add_flag("--channels-last", options->channels_last,
+                "the activations in NHWC (torch.channels_last; default NCHW): tensor-core "
+                "convolutions without cuDNN's transposes into NHWC and back");
   cmd->add_flag("--caffe", options->caffe,
                 "Caffe's memory conventions (vDNN, Layrub): ReLU backward in place, int32 "
                 "max-pool masks");

@@ -56,6 +56,27 @@ namespace {
 // written for, it reaches up to 73% forward and 63% backward (Dao 2023, §4.1): there the model's
 // fused attention is about twice as slow as the kernel's best.
 constexpr sim::Nanoseconds kKernelOverheadNs = 2'500;
+
+// Note [Tensor-core convolutions]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// cuDNN's tensor-core convolutions do not reach the share of the tensor-core peak its CUDA-core
+// ones reach of theirs (the table's 0.80 forward, 0.75 backward): in the H100 profile of
+// torchvision's ResNet-50 (traces/kineto-h100, fp16 autocast, batch 64, channels_last) the
+// convolutions' forward kernels take 1.81 ms where the table gives 1.47, their backward (the data
+// and the weight gradients) 4.39 ms where it gives 2.33. A convolution on the tensor cores is
+// priced at that share of the table's efficiency: 1.47 / 1.81 = 0.81 forward, 2.33 / 4.39 = 0.53
+// backward (a 2D convolution at 0.65 and 0.40 of the peak). Checked against
+// NVIDIA's published ResNet-50 throughputs on the A100 and the V100 (docs/zoo.md), which were not
+// used to set them.
+// The tensor cores' kernels work on NHWC activations (NVIDIA's Deep Learning Performance Guide,
+// "Tensor Core requirements" for convolutions): on NCHW tensors, PyTorch's default memory format,
+// cuDNN transposes what a convolution reads and writes into NHWC and back, around its kernels. A
+// tensor-core convolution on NCHW activations is priced with those transposes: its bytes read
+// and written twice more (once each way), streamed as elementwise kernels are (add's 0.90 of the
+// bandwidth), one kernel each way. channels_last (`--channels-last`, torch.channels_last) needs
+// none; the CUDA cores' kernels (fp32) read NCHW as it is.
+constexpr double kTensorCoreConvolutionForward = 0.81;
+constexpr double kTensorCoreConvolutionBackward = 0.53;
 constexpr Efficiency kFusedAttentionForward{0.35, 0.70};
 constexpr Efficiency kFusedAttentionBackward{0.30, 0.70};
 
@@ -172,9 +193,10 @@ sim::Layer priced_as(const sim::LayerType& layer) {
 
 }  // namespace
 
-CostModel::CostModel(const Device& device, Precision precision)
+CostModel::CostModel(const Device& device, Precision precision, bool channels_last)
     : device_(device),
       precision_(precision),
+      channels_last_(channels_last),
       matrix_flops_per_s_(matrix_flops_per_s(device, precision)) {
   MEMPLAN_CHECK(matrix_flops_per_s_ > 0, "the zoo refuses a precision its device has no rate for");
 }
@@ -188,6 +210,13 @@ Efficiency CostModel::efficiency(sim::Layer layer, sim::Phase phase) {
     }
   }
   return phase == sim::Phase::kBackward ? row->backward : row->forward;
+}
+
+Efficiency CostModel::tensor_core_convolution(sim::Layer layer, sim::Phase phase) {
+  Efficiency e = efficiency(layer, phase);
+  e.compute *= phase == sim::Phase::kBackward ? kTensorCoreConvolutionBackward
+                                              : kTensorCoreConvolutionForward;
+  return e;
 }
 
 Efficiency CostModel::fused_attention(sim::Phase phase) {
@@ -206,20 +235,30 @@ sim::Nanoseconds CostModel::duration(const sim::Op& op, bool memory_optimal) con
 sim::Nanoseconds CostModel::scaled_duration(const sim::Op& op, bool memory_optimal,
                                             double compute_share) const {
   const bool fused_attention_op = op.layer.generic() && op.layer.name() == kFusedAttentionOp;
-  Efficiency e =
-      fused_attention_op ? fused_attention(op.phase) : efficiency(priced_as(op.layer), op.phase);
+  const sim::LayerFamily family = op.layer.rule().family;
+  const bool convolution = family == sim::LayerFamily::kConvolution;
+  const bool tensor_cores = precision_ != Precision::kFp32;
+  Efficiency e = fused_attention_op            ? fused_attention(op.phase)
+                 : convolution && tensor_cores ? tensor_core_convolution(op.layer.kind(), op.phase)
+                                               : efficiency(priced_as(op.layer), op.phase);
   if (memory_optimal) e.compute /= kMemoryOptimalSlowdown;
   e.compute *= compute_share;
   const double flops = op.flops.value_or(0.0);
   const double bytes = static_cast<double>(op.bytes_moved.value_or(0));
-  const sim::LayerFamily family = op.layer.rule().family;
-  const bool matrix = fused_attention_op || family == sim::LayerFamily::kConvolution ||
-                      family == sim::LayerFamily::kMatmul;
+  const bool matrix = fused_attention_op || convolution || family == sim::LayerFamily::kMatmul;
   const double peak = matrix ? matrix_flops_per_s_ : device_.peak_flops_per_s;
   const double compute_s = flops / (peak * e.compute);
   const double memory_s = bytes / (device_.memory_bytes_per_s * e.memory);
-  const double seconds = std::max(compute_s, memory_s);
-  return kKernelOverheadNs + static_cast<sim::Nanoseconds>(std::llround(seconds * 1e9));
+  sim::Nanoseconds ns = kKernelOverheadNs + static_cast<sim::Nanoseconds>(
+                                                std::llround(std::max(compute_s, memory_s) * 1e9));
+  if (convolution && tensor_cores && !channels_last_) {
+    // Into NHWC and back (Note [Tensor-core convolutions]).
+    const double stream =
+        device_.memory_bytes_per_s * efficiency(sim::Layer::kAdd, op.phase).memory;
+    ns += 2 * kKernelOverheadNs +
+          static_cast<sim::Nanoseconds>(std::llround(2.0 * bytes / stream * 1e9));
+  }
+  return ns;
 }
 
 void CostModel::apply(sim::Workload& workload) const {

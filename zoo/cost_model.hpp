@@ -26,8 +26,10 @@ class CostModel {
   static constexpr std::string_view kName = "roofline-v1";
 
   /// `precision` picks the rate of convolutions and matmuls; the device must have it
-  /// (matrix_flops_per_s > 0).
-  explicit CostModel(const Device& device, Precision precision = Precision::kFp32);
+  /// (matrix_flops_per_s > 0). `channels_last`: the activations are NHWC, else NCHW (Note
+  /// [Tensor-core convolutions] in cost_model.cpp).
+  explicit CostModel(const Device& device, Precision precision = Precision::kFp32,
+                     bool channels_last = false);
 
   /// Time of `op` with its default (fastest) algorithm, or with the memory-optimal one.
   [[nodiscard]] sim::Nanoseconds duration(const sim::Op& op, bool memory_optimal = false) const;
@@ -37,8 +39,11 @@ class CostModel {
   /// alignment() gives (Note [Unaligned GEMMs] in cost_model.cpp).
   void apply(sim::Workload& workload) const;
 
-  /// The factors used for a layer type in a phase (the fused attention's: fused_attention()).
+  /// The factors used for a layer type in a phase (the fused attention's: fused_attention(); a
+  /// convolution on the tensor cores: tensor_core_convolution()).
   [[nodiscard]] static Efficiency efficiency(sim::Layer layer, sim::Phase phase);
+  /// A convolution's factors on the tensor cores in a phase (Note [Tensor-core convolutions]).
+  [[nodiscard]] static Efficiency tensor_core_convolution(sim::Layer layer, sim::Phase phase);
   /// The fused scaled_dot_product_attention's factors in a phase (Note [Cost model calibration]).
   [[nodiscard]] static Efficiency fused_attention(sim::Phase phase);
   /// The share of an aligned GEMM's rate a linear layer of `in_features` → `out_features` runs
@@ -55,6 +60,7 @@ class CostModel {
 
   const Device& device_;
   Precision precision_;
+  bool channels_last_;
   double matrix_flops_per_s_;  // convolutions and matmuls in the step's precision
 };
 

@@ -52,6 +52,9 @@ struct ModelOptions {
   /// The attention's kernels (models with attention only); empty: default_attention(precision).
   std::optional<AttentionKernel> attention;
   std::optional<GptActivation> activation;  // gpt only; empty: kGelu
+  /// The activations in NHWC (torch.channels_last), else NCHW, PyTorch's default: the cost of a
+  /// tensor-core convolution (Note [Tensor-core convolutions] in zoo/cost_model.cpp).
+  bool channels_last = false;
 };
 
 /// The attention kernel `options` ask for, or the precision's default (Note [Fused attention]).

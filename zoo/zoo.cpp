@@ -91,7 +91,7 @@ sim::Workload make_workload(const ZooRequest& request) {
   }
   BuiltModel built = build_model(*model, request.options);
   sim::Workload& w = built.workload;
-  CostModel(*device, precision).apply(w);
+  CostModel(*device, precision, request.options.channels_last).apply(w);
   w.device = device_info(*device);
   w.provenance.source = "modeled";
   w.provenance.cost_model = std::string(CostModel::kName);
@@ -116,6 +116,7 @@ sim::Workload make_workload(const ZooRequest& request) {
   if (model->attention && attention_kernel(request.options) == AttentionKernel::kSdpa)
     what += ", fused scaled-dot-product attention (FlashAttention-2)";
   if (request.options.activation == GptActivation::kGeluNew) what += ", gelu_new (unfused)";
+  if (request.options.channels_last) what += ", channels_last";
   w.provenance.note =
       fmt::format("memplan zoo: {}, batch {}, {} trainable parameters, {}, {}", what,
                   request.options.batch, built.parameter_count, precision_note(precision),

@@ -212,8 +212,9 @@ def parse_trace(text, name="<string>"):
 
 def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, heads=None,
         seq=None, vocab=None, intermediate=None, kv_heads=None, optimizer="sgd", precision="fp32",
-        attention=None, activation=None, data_parallel=None, fsdp=None, fsdp_strategy=None,
-        fsdp_prefetch=None, interconnect=None, network=None, gpus_per_node=None):
+        attention=None, activation=None, channels_last=False, data_parallel=None, fsdp=None,
+        fsdp_strategy=None, fsdp_prefetch=None, interconnect=None, network=None,
+        gpus_per_node=None):
     """The zoo's modeled training step of `model` on the `device` preset (`memplan zoo`).
 
     input: extents, "224x224" or (224, 224) (TxHxW for clips); depth: the deep residual family's;
@@ -226,7 +227,9 @@ def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, 
     vit_b16): "eager" (scores, softmax, P·V, the S×S probabilities saved) or "sdpa" (PyTorch's
     fused scaled_dot_product_attention, FlashAttention-2), None for the precision's default (sdpa
     for bf16 and fp16, eager for fp32 and tf32); activation (gpt): "gelu" (fused, the default) or
-    "gelu_new" (Hugging Face GPT-2's eight elementwise kernels). See zoo_models(), zoo_devices().
+    "gelu_new" (Hugging Face GPT-2's eight elementwise kernels); channels_last: the activations in
+    NHWC (torch.channels_last), else NCHW, whose tensor-core convolutions cuDNN transposes. See
+    zoo_models(), zoo_devices().
 
     data_parallel=N (DDP) or fsdp=N (FSDP; fsdp_strategy "full-shard" or "shard-grad-op",
     fsdp_prefetch units ahead), priced on interconnect, network and gpus_per_node: a Job, rank 0's
@@ -242,7 +245,7 @@ def zoo(model, device, batch, input=None, depth=None, layers=None, hidden=None, 
             setattr(transformer, key, whole(value, flag))
     workload = _core.zoo_workload(model, device, whole(batch, "--batch"), list(input or []),
                                   depth, transformer, optimizer, precision, attention,
-                                  activation)
+                                  activation, bool(channels_last))
     name = f"{model}_{device}_b{batch}"
     parallel = dict(data_parallel=data_parallel, fsdp=fsdp, fsdp_strategy=fsdp_strategy,
                     fsdp_prefetch=fsdp_prefetch, interconnect=interconnect, network=network,

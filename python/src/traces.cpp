@@ -38,7 +38,7 @@ WorkloadPtr zoo_workload(const std::string& model, const std::string& device, st
                          const std::vector<std::int64_t>& input, std::optional<std::int64_t> depth,
                          const zoo::TransformerOptions& transformer, const std::string& optimizer,
                          const std::string& precision, const std::optional<std::string>& attention,
-                         const std::optional<std::string>& activation) {
+                         const std::optional<std::string>& activation, bool channels_last) {
   zoo::ZooRequest request;
   request.model = model;
   request.device = device;
@@ -50,6 +50,7 @@ WorkloadPtr zoo_workload(const std::string& model, const std::string& device, st
   request.options.precision = zoo::precision_named(precision);
   if (attention) request.options.attention = zoo::attention_named(*attention);
   if (activation) request.options.activation = zoo::activation_named(*activation);
+  request.options.channels_last = channels_last;
   return share(zoo::make_workload(request));
 }
 
@@ -174,7 +175,8 @@ void bind_traces(py::module_& m) {
   m.def("zoo_workload", &zoo_workload, py::arg("model"), py::arg("device"), py::arg("batch"),
         py::arg("input"), py::arg("depth"), py::arg("transformer"), py::arg("optimizer") = "sgd",
         py::arg("precision") = "fp32", py::arg("attention") = std::nullopt,
-        py::arg("activation") = std::nullopt, py::call_guard<py::gil_scoped_release>());
+        py::arg("activation") = std::nullopt, py::arg("channels_last") = false,
+        py::call_guard<py::gil_scoped_release>());
   m.def("zoo_list_text", &zoo::list_text);
   m.def("zoo_model_names", &zoo::model_names);
   m.def("zoo_device_names", &zoo::device_names);

@@ -59,6 +59,13 @@ def test_zoo_precision_is_the_cli_precision(tmp_path):
         assert trace.to_json() == path.read_text()
     assert memplan.zoo("resnet18", "v100-16gb", batch=2, precision="fp32").to_json() == \
         memplan.zoo("resnet18", "v100-16gb", batch=2).to_json()
+    nhwc = memplan.zoo("resnet18", "a100-40gb", batch=2, precision="fp16", channels_last=True)
+    status, _, err = run_cli("zoo", "resnet18", "--device", "a100-40gb", "--batch", 2,
+                             "--precision", "fp16", "--channels-last", "-o", path)
+    assert status == 0, err
+    assert nhwc.to_json() == path.read_text()
+    assert nhwc.to_json() != memplan.zoo("resnet18", "a100-40gb", batch=2,
+                                         precision="fp16").to_json()
     for device, precision in (("v100-16gb", "bf16"), ("h100-80gb", "fp8")):
         with pytest.raises(memplan.InputError) as e:
             memplan.zoo("resnet18", device, batch=2, precision=precision)

@@ -155,6 +155,23 @@ TEST_CASE("memplan zoo --precision writes the step in that precision", "[cli][zo
   const auto [tf32_report, tf32] = write("tf32.json", "--precision tf32");
   CHECK(tf32.tensors == fp32.tensors);  // the same float32 step, faster matmuls
   CHECK(tf32_report["peak_bytes_incore"] == fp32_report["peak_bytes_incore"]);
+  // --channels-last: the same tensors, the tensor-core convolutions without cuDNN's transposes
+  // (Note [Tensor-core convolutions]); fp32's CUDA-core convolutions read NCHW as they are.
+  const auto [nhwc_report, nhwc] = write("nhwc.json", "--precision bf16 --channels-last");
+  CHECK(nhwc_report["channels_last"] == true);
+  CHECK(bf16_report["channels_last"] == false);
+  CHECK(nhwc.tensors == bf16.tensors);
+  CHECK(nhwc.provenance.note.find(", channels_last") != std::string::npos);
+  const auto conv_ns = [](const memplan::sim::Workload& w) {
+    memplan::sim::Nanoseconds ns = 0;
+    for (const auto& op : w.ops) {
+      if (op.layer == memplan::sim::Layer::kConv2d) ns += op.duration_ns;
+    }
+    return ns;
+  };
+  CHECK(conv_ns(nhwc) < conv_ns(bf16));
+  const auto [fp32_nhwc_report, fp32_nhwc] = write("fp32-nhwc.json", "--channels-last");
+  CHECK(conv_ns(fp32_nhwc) == conv_ns(fp32));
   std::filesystem::remove_all(dir);
 }
 

@@ -62,6 +62,22 @@ TEST_CASE("ResNet-50 batch 112 on a V100 16GB is within 25% of NVIDIA's publishe
   CHECK(total_ms(w) == Approx(112.0 / 367.0 * 1e3).epsilon(0.25));
 }
 
+TEST_CASE("ResNet-50 on an A100 80GB is within 15% of NVIDIA's published AMP and TF32 steps",
+          "[zoo][cost][precision]") {
+  // The same README, "Training performance: NVIDIA DGX A100 (8x A100 80GB)", 1 GPU, batch 256:
+  // AMP 2470 img/s (fp16 autocast, channels_last: configs.yml's memory_format nhwc), 103.6 ms a
+  // step; TF32 938 img/s (NCHW), 272.9 ms. Neither set an efficiency (Note [Tensor-core
+  // convolutions]: the H100 profile did); the issue's goal is 15%.
+  zoo::ZooRequest request{"resnet50", "a100-80gb", {}};
+  request.options.batch = 256;
+  request.options.precision = zoo::Precision::kFp16;
+  request.options.channels_last = true;
+  CHECK(total_ms(zoo::make_workload(request)) == Approx(256.0 / 2470.0 * 1e3).epsilon(0.15));
+  request.options.precision = zoo::Precision::kTf32;
+  request.options.channels_last = false;
+  CHECK(total_ms(zoo::make_workload(request)) == Approx(256.0 / 938.0 * 1e3).epsilon(0.15));
+}
+
 TEST_CASE("faster devices give shorter steps, time scales with the batch", "[zoo][cost]") {
   const double k40 = total_ms(modeled("resnet50", "k40c", 16));
   const double v100 = total_ms(modeled("resnet50", "v100-16gb", 16));
