@@ -358,6 +358,24 @@ TEST_CASE("ResNet-50 fp16 on the H100 is within 15% of its recorded step",
   CHECK(static_cast<double>(step) / 1e6 == Approx(14.451).epsilon(0.15));
 }
 
+TEST_CASE("GPT-2 bf16 on the H100 is within 15% of its recorded step", "[zoo][precision][cost]") {
+  // traces/kineto-h100/gpt2.pt.trace.json.gz: Hugging Face GPT-2 (6 layers, 768 wide, 12 heads),
+  // batch 8 x 512 tokens, bf16 autocast, scaled-dot-product attention, gelu_new, fused AdamW, one
+  // H100 80GB; `memplan import kineto` says "recorded busy 23.198 ms". None of the efficiencies
+  // was set from it (docs/zoo.md: its parts, kernel by kernel); the goal is 15%.
+  zoo::ZooRequest request{"gpt", "h100-80gb", {}};
+  request.options.batch = 8;
+  request.options.precision = zoo::Precision::kBf16;
+  request.options.optimizer = zoo::Optimizer::kAdam;
+  request.options.attention = zoo::AttentionKernel::kSdpa;
+  request.options.activation = zoo::GptActivation::kGeluNew;
+  request.options.transformer = {
+      .layers = 6, .hidden = 768, .heads = 12, .sequence = 512, .vocab = 50257};
+  sim::Nanoseconds step = 0;
+  for (const sim::Op& op : zoo::make_workload(request).ops) step += op.duration_ns;
+  CHECK(static_cast<double>(step) / 1e6 == Approx(23.198).epsilon(0.15));
+}
+
 TEST_CASE("the fused attention's time at the BF16 rate, GPT-2 small's layer on the H100",
           "[zoo][precision][cost][attention]") {
   // One GPT-2 small layer, batch 8 × 512, bf16 (Note [Fused attention] in zoo/attention.hpp):
