@@ -223,15 +223,13 @@ class StepRecorder:
         self._nodes = []  # keeps hooked nodes alive so their ids stay unique
         self._node_start = 0  # first backward op of the node running now
         self._unpacked = []  # tensor ids unpacked since the last node finished
-        self._handles = []
+        self._handles = []  # the module and node hooks, removed when the recording ends
         self._dispatching = None  # the op being recorded, or the last one
         self._reads = (None, {})  # that op and its inputs: {tensor id: tensor}
         self._naming = None  # the pre-existing tensor being registered: "'NAME' (KIND)"
         self._register_pre_existing(model, optimizer, batch)
-        self._hook_modules(model)
-        self._hook_accumulators(model)
-        self._mode = _Dispatch(self)
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._model = model
+        self._mode = self._saved_hooks = None  # while recording (`with recorder:`)
 
     # ---- pre-existing tensors -------------------------------------------------------------
     def _register_pre_existing(self, model, optimizer, batch):
@@ -330,7 +328,8 @@ class StepRecorder:
             # storage a plan has moved to the host (resized to 0 bytes: memplan.torch.apply) has
             # its node found too.
             accumulator = p.view_as(p).grad_fn.next_functions[0][0]
-            accumulator.register_hook(lambda gi, go: self._node_finished(None))
+            self._handles.append(
+                accumulator.register_hook(lambda gi, go: self._node_finished(None)))
             self._nodes.append(accumulator)
 
     def _pack(self, t):
@@ -378,7 +377,8 @@ class StepRecorder:
                     continue
                 self._node_op[id(node)] = op_id
                 self._nodes.append(node)
-                node.register_hook(lambda gi, go, node_id=id(node): self._node_finished(node_id))
+                self._handles.append(node.register_hook(
+                    lambda gi, go, node_id=id(node): self._node_finished(node_id)))
         self._pending_outputs = []
 
     def _node_finished(self, node_id):
@@ -414,16 +414,28 @@ class StepRecorder:
 
     # ---- phases ---------------------------------------------------------------------------
     def __enter__(self):
+        self._hook_modules(self._model)
+        self._hook_accumulators(self._model)
+        self._mode = _Dispatch(self)
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._saved_hooks.__enter__()
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc):
+        """Ends the recording and lets go of everything that refers back to the recorder: the
+        hooks on the model's modules and on autograd's nodes (an AccumulateGrad node outlives the
+        step and would hold the recorder, and with it a planned step's copies, for good: issue
+        36's step that grew by every step's regenerated maps), the hooked nodes, the dispatch mode
+        and the saved-tensor hooks, so that what the recorder holds goes when it goes, not at a
+        later garbage collection."""
         self._mode.__exit__(*exc)
         self._saved_hooks.__exit__(*exc)
         for h in self._handles:
             h.remove()
         self._handles = []
+        self._nodes = []
+        self._mode = self._saved_hooks = None
         return False
 
     def begin_phase(self, phase):
@@ -449,7 +461,6 @@ class StepRecorder:
 
     def finish(self):
         """Ends the step: closes the backward bookkeeping and reads the CUDA timings."""
-        self._hook_new_nodes()
         if self.phase == "backward":
             self._end_backward()
         self.phase = None
