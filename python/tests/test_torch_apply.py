@@ -4,6 +4,7 @@ within Note [Validation tolerance] (fp16, fp10, fp8), with the saved-bytes peak 
 predicts; plans for another model or input shape, and encodings where their consumer pattern does
 not hold, are refused with one line; random plans (fixed seeds) hold the same property."""
 
+import gc
 import math
 import pathlib
 import random
@@ -25,6 +26,7 @@ from memplan.torch.capture import memplan_trace  # noqa: E402
 from memplan.torch.encodings import (decode_map, encode_map, encoded_bytes,  # noqa: E402
                                      narrow_codes, narrow_values)
 from memplan.torch.models import GPT  # noqa: E402
+from memplan.torch.recorder import StepRecorder  # noqa: E402
 from memplan.torch.saved_bytes import feature_maps  # noqa: E402
 from memplan.torch.validate import DoesNotFit, validate  # noqa: E402
 from torch_support import Tiny  # noqa: E402
@@ -156,6 +158,29 @@ def test_random_plans_are_bitwise_lossless(seed):
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"], plan
     swapped = sum(captured.trace["tensors"][t]["bytes"] for t, a in actions.items() if a == "swap")
     assert result["measured_host_peak_bytes"] <= swapped
+
+
+def test_a_step_lets_go_of_its_recorder_when_it_returns():
+    """The capture's recorder and each planned step's go when the step returns, by reference
+    counts alone, with every copy the plan made (issue 36: each one was held for good by its hook
+    on the parameters' AccumulateGrad nodes, which outlive the step, so a recomputing plan's step
+    kept its regenerated maps and grew by them every step); no hook stays on the model, nor after
+    a step refused before it runs."""
+    gc.collect()
+    gc.disable()
+    try:
+        model, batch, opt, captured = tiny_setup()
+        planned = apply(model, policy_plan(captured.trace, "recompute-all"), captured)
+        for _ in range(2):
+            planned.step(batch, F.cross_entropy, opt)
+        assert planned.stats["recomputed_ops"] > 0
+        with pytest.raises(PlanError):
+            planned.step(batch, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.01))
+        left = [o for o in gc.get_objects() if isinstance(o, StepRecorder)]
+    finally:
+        gc.enable()
+    assert left == []
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
 
 
 def test_a_plan_for_another_trace_is_refused():

@@ -90,7 +90,7 @@ import torch
 
 from memplan.torch.capture import eager_module, run_step
 from memplan.torch.encodings import decode_map, encode_map
-from memplan.torch.recorder import (_METADATA_READERS, StepRecorder, flat_tensors,
+from memplan.torch.recorder import (_METADATA_READERS, StepRecorder, flat_tensors, op_schema,
                                     storage_bytes, untyped_storage, written_arguments)
 from memplan.torch.saved_bytes import StepLog, feature_map_buffers, peak
 from memplan.torch.schedule import (PlanError, check_batch, check_model,
@@ -135,10 +135,8 @@ def _whole_storage(t):
 def _written_refs(func, args, kwargs):
     """ids of the _Ref objects in the arguments the op's schema marks as written."""
     refs = set()
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        value = args[i] if i < len(args) else kwargs.get(arg.name)
+    for i, name in op_schema(func).written:
+        value = args[i] if i < len(args) else kwargs.get(name)
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(v, _Ref):
                 refs.add(id(v))
@@ -299,8 +297,10 @@ class _PlanRecorder(StepRecorder):
         self.h2d_queue = []  # (tensor id, host bytes its copy's end releases), issue order
         self.host_op_ids = set()  # ops run on the host's copies
         self.recorder_bytes = {}  # host-placed pre-existing tensor id -> its captured bytes
-        # op id -> (func, args, kwargs with _Ref, rng state or None, grad mode)
+        # op id -> (func, args, kwargs with _Ref, rng state or None, grad mode), for each forward
+        # op of a plan that recomputes (the only one that re-runs ops)
         self.recipes = {}
+        self.recomputes = "recompute" in plan.actions.values()
         # tensor id -> a device tensor over its whole storage: pre-existing tensors, kept maps (from
         # their pack), copies brought back and regenerated tensors (until the op after which the
         # captured trace no longer reads them, as the simulator's lowering drops them).
@@ -325,6 +325,10 @@ class _PlanRecorder(StepRecorder):
         self.packed = set()  # maps autograd packed in forward
         self.value_read = None  # the last op that read a tensor's value into Python
         super().__init__(model, optimizer, batch, cuda)
+        # the model's parameters, less any storage a buffer shares: no op writes them without its
+        # schema saying so (`_resolve`)
+        self.weights = {self.tensor_id(p) for p in model.parameters()} - \
+            {self.tensor_id(b) for b in model.buffers()}
         # Host slots of the plan's pre-existing host-placed tensors, which the step finds there:
         # held for the whole step, as the simulator counts them (Engine::run: resident slots).
         resident = sum(trace["tensors"][t]["bytes"] for t in self.plan.host_tensors
@@ -459,7 +463,7 @@ class _PlanRecorder(StepRecorder):
     def _check_placed_inputs(self, func, args, kwargs):
         """Before an op on the device: each host-placed tensor it reads has a device copy (the
         plan's prefetch, or one made now as the lowering makes one on demand), waited for."""
-        if func._schema.name in _METADATA_READERS:
+        if op_schema(func).name in _METADATA_READERS:
             return
         for t in flat_tensors(args, flat_tensors(kwargs, [])):
             tid = self.current.get(self.storage_key(t))
@@ -527,13 +531,14 @@ class _PlanRecorder(StepRecorder):
         if self.paused or self.phase is None:
             return super().dispatch(func, args, kwargs)
         op_id = len(self.ops)
-        rng = None
-        if self.phase == "forward" and func._schema.name in _RANDOM_OPS:
-            self.paused += 1
-            rng = _rng_state(self.clock.cuda)
-            self.paused -= 1
-        recipe = (func, self._refs(args), self._refs(kwargs), rng, torch.is_grad_enabled()) \
-            if self.phase == "forward" else None
+        recipe = None
+        if self.phase == "forward" and self.recomputes:
+            rng = None
+            if op_schema(func).name in _RANDOM_OPS:
+                self.paused += 1
+                rng = _rng_state(self.clock.cuda)
+                self.paused -= 1
+            recipe = (func, self._refs(args), self._refs(kwargs), rng, torch.is_grad_enabled())
         host_op = self.plan.host_update and self.phase == "update"
         self.paused += 1
         try:
@@ -547,15 +552,17 @@ class _PlanRecorder(StepRecorder):
         result = super().dispatch(func, args, kwargs)
         if recipe is not None:
             self.recipes[op_id] = recipe
-        outputs = self.ops[op_id]["outputs"]
-        written = [t for t in outputs if t in self.unwritten]
-        kept = [t for t in outputs if self.plan.actions.get(t) == "keep" and t not in self.device
-                and self.phase == "forward"]
-        # the lowering's copy-outs after the op: swapped maps (once forward has written them) and
-        # host-placed gradients, in output order
-        copied = [t for t in outputs if t not in self.host and
-                  (t in self.unwritten or t in self.plan.host_tensors or
-                   (self.plan.actions.get(t) == "swap" and self.phase == "forward"))]
+        forward = self.phase == "forward"
+        kept, copied = [], []
+        for t in self.ops[op_id]["outputs"]:
+            action = self.plan.actions.get(t)
+            if forward and action == "keep" and t not in self.device:
+                kept.append(t)
+            # the lowering's copy-outs after the op: swapped maps (once forward has written them)
+            # and host-placed gradients, in output order
+            if t not in self.host and (t in self.unwritten or t in self.plan.host_tensors or
+                                       (forward and action == "swap")):
+                copied.append(t)
         if copied or kept or op_id in self.plan.forward_drops or \
                 op_id in self.plan.host_drop_after:
             self.paused += 1
@@ -647,13 +654,14 @@ class _PlanRecorder(StepRecorder):
             self.log.host_op(op["id"])  # on the host's copies: no device buffer
         else:
             self.log.op(op["id"])
-        for tid in op["outputs"]:
+        if op["outputs"]:  # where the op gave each output: its first tensor of that storage
+            made = set(op["outputs"])
             for where, tensors in (("written", written), ("result", outputs)):
-                index = next((i for i, t in enumerate(tensors)
-                              if self.current.get(self.storage_key(t)) == tid), None)
-                if index is not None:
-                    self.output_slot[tid] = (where, index)
-                    break
+                for index, (_, key) in enumerate(tensors):
+                    tid = self.current.get(key)
+                    if tid in made:
+                        self.output_slot[tid] = (where, index)
+                        made.discard(tid)
         ops = self.expected["ops"]
         want = ops[op["id"]] if op["id"] < len(ops) else None
         if want is None or (want["layer"], want["phase"], want["outputs"]) != \
@@ -661,7 +669,7 @@ class _PlanRecorder(StepRecorder):
             what = f"'{want['name']}' ({want['layer']})" if want else "no more ops"
             raise PlanError(f"op {op['id']} is '{op['name']}' ({op['layer']}) here and {what} in "
                             f"the captured trace: {self._why_another_step(op, want)}")
-        if func._schema.name in _VALUE_READS:
+        if op_schema(func).name in _VALUE_READS:
             self.value_read = op
         return op
 
@@ -929,9 +937,12 @@ class _PlanRecorder(StepRecorder):
                 self.regenerated.discard(value.tid)
                 return whole.as_strided(*value.geometry)
             base = whole.as_strided(*value.geometry)
-            # Clone what the op writes that is held for another use, and persistent state:
-            # native_batch_norm updates its running statistics without marking them written.
-            return base.clone() if id(value) in written or value.tid in self.persistent else base
+            # Clone what the op writes that is held for another use, and persistent state but the
+            # weights: native_batch_norm updates its running statistics (buffers) without marking
+            # them written; no op writes a weight unmarked, and a clone of each at every re-run
+            # was a good part of a recomputing step's overhead (issue 36).
+            unmarked = value.tid in self.persistent and value.tid not in self.weights
+            return base.clone() if id(value) in written or unmarked else base
         if isinstance(value, (list, tuple)):
             return type(value)(self._resolve(v, written, reads) for v in value)
         if isinstance(value, dict):

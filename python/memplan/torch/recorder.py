@@ -75,6 +75,39 @@ class UnsupportedTensor(ValueError):
     (a sparse gradient). One line, naming the op and the layout."""
 
 
+class OpSchema:
+    """What the recorder reads of an op's schema: its name, the positions and names of the
+    arguments it marks written `(a!)`, the positions typed `Tensor`, and whether it returns a
+    Tensor. Read once per op (`op_schema`): pybind builds a schema's argument objects anew at each
+    access, which was a good part of the recorder's time per op (issue 36)."""
+
+    __slots__ = ("func", "name", "short_name", "written", "tensor_positions", "returns_tensor")
+
+    def __init__(self, func):
+        self.func = func  # held, so that its id names no other op (`op_schema`)
+        schema = func._schema
+        self.name = schema.name
+        self.short_name = self.name.split("::")[-1]
+        arguments = schema.arguments
+        self.written = tuple((i, arg.name) for i, arg in enumerate(arguments)
+                             if arg.alias_info is not None and arg.alias_info.is_write)
+        self.tensor_positions = tuple(i for i, arg in enumerate(arguments)
+                                      if str(arg.type) == "Tensor")
+        self.returns_tensor = bool(schema.returns) and str(schema.returns[0].type) == "Tensor"
+
+
+_SCHEMAS = {}  # id of an op overload -> its OpSchema
+
+
+def op_schema(func):
+    """The OpSchema of an op overload (`torch.ops.aten.add.Tensor`), read at its first call. Keyed
+    by id: an OpOverload hashes in Python."""
+    schema = _SCHEMAS.get(id(func))
+    if schema is None:
+        schema = _SCHEMAS[id(func)] = OpSchema(func)
+    return schema
+
+
 def layer_of(func, args):
     """The memplan layer of an aten op call, or its aten name ("aten::mm") when memplan has no
     such layer: a generic op. The table is core/aten_layers.hpp's, which the Kineto importer
@@ -90,19 +123,25 @@ def flat_tensors(value, out):
         out.append(value)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            flat_tensors(v, out)
+            if isinstance(v, torch.Tensor):
+                out.append(v)
+            elif isinstance(v, (list, tuple, dict)):
+                flat_tensors(v, out)
     elif isinstance(value, dict):
         for v in value.values():
             flat_tensors(v, out)
     return out
 
 
-def untyped_storage(t):
-    """`t`'s storage, untyped (sized in bytes): torch 2's `untyped_storage()`, 1.13's `_storage()`
-    (torch 2 warns that `Tensor.storage()`, a typed storage, is deprecated)."""
-    if hasattr(t, "untyped_storage"):
+if hasattr(torch.Tensor, "untyped_storage"):
+    def untyped_storage(t):
+        """`t`'s storage, untyped (sized in bytes): torch 2's `untyped_storage()`, 1.13's
+        `_storage()` (torch 2 warns that `Tensor.storage()`, a typed storage, is deprecated)."""
         return t.untyped_storage()
-    return t._storage()
+else:
+    def untyped_storage(t):
+        """`t`'s storage, untyped (sized in bytes): torch 1.13's `_storage()`."""
+        return t._storage()
 
 
 def storage_bytes(t):
@@ -112,11 +151,8 @@ def storage_bytes(t):
 def written_arguments(func, args, kwargs):
     """The tensors of the arguments the op's schema marks as written, `(a!)`."""
     written = []
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        value = args[i] if i < len(args) else kwargs.get(arg.name)
-        flat_tensors(value, written)
+    for i, name in op_schema(func).written:
+        flat_tensors(args[i] if i < len(args) else kwargs.get(name), written)
     return written
 
 
@@ -129,23 +165,25 @@ def _is_number(value):
     return isinstance(value, (bool, int, float))
 
 
-def _rewrap_numbers(func, args):
+def _rewrap_numbers(schema, args):
     """torch 1.13 hands a saved wrapped number (the 0.125 of `scores * 0.125`) to the dispatch mode
     as a Python number: as the argument of autograd's detach of it (non-reentrant checkpoint's
     recomputation does this), and as its result. Both become 0-dim tensors of the number's type
-    where the schema wants a tensor; returns the arguments to call `func` with."""
-    if not any(_is_number(a) for a in args):
+    where the schema (an OpSchema) wants a tensor; returns the arguments to call the op with."""
+    numbers = [i for i in schema.tensor_positions if i < len(args) and _is_number(args[i])]
+    if not numbers:
         return args
-    schema = func._schema.arguments
-    return tuple(_number_tensor(a) if _is_number(a) and i < len(schema) and
-                 str(schema[i].type) == "Tensor" else a for i, a in enumerate(args))
+    args = list(args)
+    for i in numbers:
+        args[i] = _number_tensor(args[i])
+    return tuple(args)
 
 
 def _call(func, args, kwargs):
     """`func(*args, **kwargs)` with wrapped numbers given back as tensors (_rewrap_numbers)."""
-    result = func(*_rewrap_numbers(func, args), **kwargs)
-    if _is_number(result) and func._schema.returns and \
-            str(func._schema.returns[0].type) == "Tensor":
+    schema = op_schema(func)
+    result = func(*_rewrap_numbers(schema, args), **kwargs)
+    if schema.returns_tensor and _is_number(result):
         return _number_tensor(result)
     return result
 
@@ -223,15 +261,13 @@ class StepRecorder:
         self._nodes = []  # keeps hooked nodes alive so their ids stay unique
         self._node_start = 0  # first backward op of the node running now
         self._unpacked = []  # tensor ids unpacked since the last node finished
-        self._handles = []
+        self._handles = []  # the module and node hooks, removed when the recording ends
         self._dispatching = None  # the op being recorded, or the last one
         self._reads = (None, {})  # that op and its inputs: {tensor id: tensor}
         self._naming = None  # the pre-existing tensor being registered: "'NAME' (KIND)"
         self._register_pre_existing(model, optimizer, batch)
-        self._hook_modules(model)
-        self._hook_accumulators(model)
-        self._mode = _Dispatch(self)
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._model = model
+        self._mode = self._saved_hooks = None  # while recording (`with recorder:`)
 
     # ---- pre-existing tensors -------------------------------------------------------------
     def _register_pre_existing(self, model, optimizer, batch):
@@ -282,7 +318,7 @@ class StepRecorder:
         replay of the step would disagree with its capture."""
         if t.layout != torch.strided:
             func = self._dispatching
-            what = self._naming or (f"a tensor of {self.phase} op {func._schema.name}" if func
+            what = self._naming or (f"a tensor of {self.phase} op {op_schema(func).name}" if func
                                     else "a tensor autograd saves")
             raise UnsupportedTensor(
                 f"{what} is a {str(t.layout).replace('torch.', '')} tensor of {list(t.shape)}: "
@@ -299,7 +335,11 @@ class StepRecorder:
         """The trace id of the latest version of `t`'s storage, registering an unseen one as a
         pre-existing input (a constant the loss closes over, a scalar made outside the
         dispatcher)."""
-        tid = self.current.get(self.storage_key(t))
+        return self._id_of(self.storage_key(t), t)
+
+    def _id_of(self, key, t):
+        """tensor_id of `t`, whose storage key is `key`."""
+        tid = self.current.get(key)
         if tid is None:
             tid = self._pre_existing(t, f"external.{len(self.tensors)}", "input", persistent=False)
         return tid
@@ -330,12 +370,13 @@ class StepRecorder:
             # storage a plan has moved to the host (resized to 0 bytes: memplan.torch.apply) has
             # its node found too.
             accumulator = p.view_as(p).grad_fn.next_functions[0][0]
-            accumulator.register_hook(lambda gi, go: self._node_finished(None))
+            self._handles.append(
+                accumulator.register_hook(lambda gi, go: self._node_finished(None)))
             self._nodes.append(accumulator)
 
     def _pack(self, t):
-        tid = self.saved_version(self.tensor_id(t))
         key = self.storage_key(t)
+        tid = self.saved_version(self._id_of(key, t))
         if tid not in self.persistent:
             self.saved[tid] = key
             self.saved_bytes_by_key[key] = storage_bytes(t)
@@ -378,7 +419,8 @@ class StepRecorder:
                     continue
                 self._node_op[id(node)] = op_id
                 self._nodes.append(node)
-                node.register_hook(lambda gi, go, node_id=id(node): self._node_finished(node_id))
+                self._handles.append(node.register_hook(
+                    lambda gi, go, node_id=id(node): self._node_finished(node_id)))
         self._pending_outputs = []
 
     def _node_finished(self, node_id):
@@ -414,16 +456,28 @@ class StepRecorder:
 
     # ---- phases ---------------------------------------------------------------------------
     def __enter__(self):
+        self._hook_modules(self._model)
+        self._hook_accumulators(self._model)
+        self._mode = _Dispatch(self)
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._saved_hooks.__enter__()
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc):
+        """Ends the recording and lets go of everything that refers back to the recorder: the
+        hooks on the model's modules and on autograd's nodes (an AccumulateGrad node outlives the
+        step and would hold the recorder, and with it a planned step's copies, for good: issue
+        36's step that grew by every step's regenerated maps), the hooked nodes, the dispatch mode
+        and the saved-tensor hooks, so that what the recorder holds goes when it goes, not at a
+        later garbage collection."""
         self._mode.__exit__(*exc)
         self._saved_hooks.__exit__(*exc)
         for h in self._handles:
             h.remove()
         self._handles = []
+        self._nodes = []
+        self._mode = self._saved_hooks = None
         return False
 
     def begin_phase(self, phase):
@@ -449,7 +503,6 @@ class StepRecorder:
 
     def finish(self):
         """Ends the step: closes the backward bookkeeping and reads the CUDA timings."""
-        self._hook_new_nodes()
         if self.phase == "backward":
             self._end_backward()
         self.phase = None
@@ -459,19 +512,23 @@ class StepRecorder:
     def dispatch(self, func, args, kwargs):
         if self.paused or self.phase is None:
             return _call(func, args, kwargs)
-        self._hook_new_nodes()
+        if self._pending_outputs:
+            self._hook_new_nodes()
         self._dispatching = func
         inputs = flat_tensors(args, flat_tensors(kwargs, []))
         written = written_arguments(func, args, kwargs)
-        input_ids = [self.tensor_id(t) for t in inputs]
-        input_keys = {self.storage_key(t) for t in inputs}
-        self._reads = (func, dict(zip(input_ids, inputs)))
+        input_keys = [self.storage_key(t) for t in inputs]
+        input_ids = [self._id_of(key, t) for key, t in zip(input_keys, inputs)]
+        self._reads = (func, input_ids, inputs)
         started = self.clock.start()
         result = self.run_op(func, args, kwargs)
-        op = self._record(func, args, input_ids, input_keys, written, flat_tensors(result, []))
+        # storage keys once the op has run (`set_` gives its argument another storage)
+        written = [(t, self.storage_key(t)) for t in written]
+        outputs = [(t, self.storage_key(t)) for t in flat_tensors(result, [])]
+        op = self._record(func, args, input_ids, set(input_keys), written, outputs)
         self.clock.stop(op, started)
         if self.phase == "forward":
-            self._pending_outputs.append((op["id"], flat_tensors(result, [])))
+            self._pending_outputs.append((op["id"], [t for t, _ in outputs]))
         return result
 
     def run_op(self, func, args, kwargs):
@@ -489,32 +546,34 @@ class StepRecorder:
         producer = tensor["producer"]
         if producer is not None and self.ops[producer]["phase"] != "forward":
             return True
-        func, reads = self._reads
-        if func._schema.name in _METADATA_READERS:
+        func, input_ids, inputs = self._reads
+        if op_schema(func).name in _METADATA_READERS:
             self.dropped_reads += 1
             return False
+        reads = dict(zip(input_ids, inputs))
         key = self.storage_key(reads[tid])
         self.held[tid] = key
         self.saved_bytes_by_key.setdefault(key, storage_bytes(reads[tid]))
         return True
 
     def _record(self, func, args, input_ids, input_keys, written, outputs):
+        """The op's record, its inputs and outputs: `written` and `outputs` are the tensors of its
+        written arguments and of its result, each with its storage key."""
         op_id = len(self.ops)
-        aten = func._schema.name
-        short = aten.split("::")[-1]
+        short = op_schema(func).short_name
         module = self._module_stack[-1] if self._module_stack and self.phase == "forward" else ""
         op = {"id": op_id, "name": f"{module}.{short}" if module else short,
               "layer": layer_of(func, args), "phase": self.phase, "inputs": [], "outputs": [],
               "workspace_bytes": 0, "duration_ns": 0}
         self.ops.append(op)
+        inputs, backward = op["inputs"], self.phase == "backward"
         for tid in input_ids:
-            if tid not in op["inputs"] and self._keep_read(tid):
-                op["inputs"].append(tid)
-        kind = "gradient" if self.phase == "backward" else "activation"
-        written_keys = {self.storage_key(t) for t in written}
+            if tid not in inputs and (not backward or self._keep_read(tid)):
+                inputs.append(tid)
+        kind = "gradient" if backward else "activation"
+        written_keys = {key for _, key in written}
         seen = set()
-        for t in written + outputs:
-            key = self.storage_key(t)
+        for t, key in written + outputs:
             if key in seen:
                 continue
             seen.add(key)
