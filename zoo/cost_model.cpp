@@ -30,17 +30,17 @@ namespace {
 //     batch-norm reaches about half, reading its input twice (statistics, then normalisation).
 // Every kernel costs at least kKernelOverheadNs: the smallest kernels in the profile (SGD's
 // per-parameter mul_/add_) take 2-3 us each.
-// Tensor cores (Note [Training precision] in zoo/precision.hpp): the rule is that cuBLAS and cuDNN
-// reach the same fraction of a tensor-core peak as of the CUDA cores', so the factors below apply
-// to the matrix rates unchanged; nothing was refitted. Checked against the kernels of real steps
-// (bench/zoo-vs-recorded.sh, docs/zoo.md):
+// Tensor cores (Note [Training precision] in zoo/precision.hpp): the rule is that cuBLAS reaches
+// the same fraction of a tensor-core peak as of the CUDA cores', so the factors below apply to the
+// matrix rates unchanged; cuDNN's convolutions do not (Note [Tensor-core convolutions]). Checked
+// against the kernels of real steps (bench/zoo-vs-recorded.sh, docs/zoo.md):
 //   - the 16-bit GEMMs whose dimensions are multiples of 8 reach 64% of the BF16 peak in the H100
 //     profile of GPT-2 small (traces/kineto-h100: M = 4096, K = 768 or 3072) and 77% in the H200
 //     profile of traces/kineto-h200's gpt_blocks (M = 8192, K = 1024 or 4096), where the table
 //     gives 0.75 forward, 0.70 backward;
-//   - ResNet-50's fp16 convolutions (batch 64, channels_last) take 4.8 ms of kernels on the H100
-//     where the model gives 3.8 ms: cuDNN's tensor-core convolutions fall short of the table's
-//     0.80 / 0.75 by about a fifth there;
+//   - ResNet-50's fp16 convolutions (batch 64, channels_last) take 6.2 ms of kernels on the H100
+//     where the table's factors give 3.8 ms: the tensor-core convolutions' own factors come from
+//     there (Note [Tensor-core convolutions]);
 //   - a 16-bit GEMM whose leading dimension is not a multiple of 8 elements (16 bytes, NVIDIA's
 //     alignment for tensor cores) runs cuBLAS's align1 fallback kernels: GPT-2's LM head over
 //     50,257 words at 10-15% of the BF16 peak (Note [Unaligned GEMMs]).
