@@ -15,11 +15,11 @@ as FSDP's (Note [FSDP in a trace] in importers/kineto/fsdp_steps.cpp):
 The profiler records a free only on a thread it watches (Note [Frees the profiler does not see]
 in importers/kineto/memory_timeline.hpp): when gloo's worker thread lets go of a collective's
 buffer after the training thread, the free has no event and the CPU's `Total Allocated` counts
-the buffer until the process ends. It happens now and then, more often on a loaded machine. Such
-a recording is no reference for the peak, and one step shows no sign of it: two steps are
-profiled, and the first is the reference when every allocation it made is freed by the end of the
-second (a training step in its steady state frees what the step before it made); else the step is
-recorded again.
+the buffer until the process ends. On a loaded machine most recordings lose one. One step shows no
+sign of it, two do: a training step in its steady state frees what the step before it made, so an
+allocation of the first profiled step that the trace never frees (or whose address is allocated
+again first) lost its free. The first step is compared, with the profiler's peak taken as at most
+its `Total Allocated` and at least that less the lost frees' bytes.
 
 Needs PyTorch 2.x with fully_shard, gloo and Kineto; Debian's torch 1.13 has none: skipped.
 The step is bench/record-fsdp-cpu.py's, run here at a smaller size (docs/kineto-import.md
@@ -67,25 +67,25 @@ def free_port():
         return s.getsockname()[1]
 
 
-def first_step_frees_all_it_makes(trace_path):
-    """The first profiled step's allocations all freed, each by an event of its own, before the
-    trace ends (the CPU's [memory] events, paired by address as the importer does)."""
+def lost_free_bytes(trace_path):
+    """Bytes of the first profiled step's allocations whose free no event records before the trace
+    ends (the CPU's [memory] events, paired by address as the importer does)."""
     events = json.loads(pathlib.Path(trace_path).read_text())["traceEvents"]
     steps = sorted((e for e in events if e.get("name", "").startswith("ProfilerStep#")),
                    key=lambda e: e["ts"])
     start, end = steps[0]["ts"], steps[0]["ts"] + steps[0]["dur"]
-    live = {}  # address -> allocated in the first step
+    live, lost = {}, 0  # address -> bytes, for the first step's allocations
     for e in sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"]):
         args = e["args"]
         if args.get("Device Type", 0) != 0 or "Addr" not in args or args["Bytes"] == 0:
             continue
         if args["Bytes"] > 0:
-            if live.get(args["Addr"]):
-                return False  # allocated again: the free before had no event
-            live[args["Addr"]] = start <= e["ts"] < end
+            lost += live.pop(args["Addr"], 0)  # allocated again: the free before had no event
+            if start <= e["ts"] < end:
+                live[args["Addr"]] = args["Bytes"]
         else:
             live.pop(args["Addr"], None)
-    return not any(live.values())
+    return lost + sum(live.values())
 
 
 def profiled_step(trace_path):
@@ -100,23 +100,18 @@ def imported(tmp_path_factory):
         pytest.skip(f"{MEMPLAN} is not built (scripts/build release)")
     # bench/record-fsdp-cpu.py's step (its model, Adam, two ranks over gloo, the profiler's
     # schedule) at this size, two profiled steps, on a port of its own.
-    for attempt in range(3):
-        out = tmp_path_factory.mktemp("fsdp")
-        subprocess.run([sys.executable, str(ROOT / "bench" / "record-fsdp-cpu.py"), str(out),
-                        "--width", str(WIDTH), "--blocks", str(BLOCKS), "--active", "2"],
-                       check=True, env={**os.environ, "MASTER_PORT": str(free_port())})
-        traces = [str(out / f"rank{r}.json") for r in range(WORLD)]
-        if all(first_step_frees_all_it_makes(t) for t in traces):
-            break
-        print(f"recording {attempt + 1}: a free the profiler did not record; recording again")
-    else:
-        pytest.fail("three recordings each lost a free in their first step: no reference")
+    out = tmp_path_factory.mktemp("fsdp")
+    subprocess.run([sys.executable, str(ROOT / "bench" / "record-fsdp-cpu.py"), str(out),
+                    "--width", str(WIDTH), "--blocks", str(BLOCKS), "--active", "2"],
+                   check=True, env={**os.environ, "MASTER_PORT": str(free_port())})
+    traces = [str(out / f"rank{r}.json") for r in range(WORLD)]
     job = out / "job.json"
     run = subprocess.run([str(MEMPLAN), "import", "kineto", *traces, "-o", str(job), "--json",
                           "--step", str(profiled_step(traces[0]))],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout)["ranks"], json.loads(job.read_text())["ranks"]
+    return (json.loads(run.stdout)["ranks"], json.loads(job.read_text())["ranks"],
+            [lost_free_bytes(t) for t in traces])
 
 
 def collectives(workload, kind):
@@ -124,7 +119,7 @@ def collectives(workload, kind):
 
 
 def test_fsdp_collectives_recognised(imported):
-    _, workloads = imported
+    _, workloads, _ = imported
     for w in workloads:
         gathers = collectives(w, "all_gather")
         # Each unit (the root and every block) before its forward; the backward's re-gathers of
@@ -151,7 +146,7 @@ def test_fsdp_collectives_recognised(imported):
 
 
 def test_gathered_parameters_are_feature_maps(imported):
-    _, workloads = imported
+    _, workloads, _ = imported
     for w in workloads:
         ops, tensors = w["ops"], w["tensors"]
         # The layers read the all-gathers' tensors, not resident unsharded parameters.
@@ -171,7 +166,7 @@ def test_gathered_parameters_are_feature_maps(imported):
 
 
 def test_parameters_are_this_ranks_shards(imported):
-    reports, workloads = imported
+    reports, workloads, _ = imported
     # bench/record-fsdp-cpu.py's Net, float32: the input linear 64 -> d, each block's layer norm
     # and linears d -> 4d -> d, the head d -> 10 (273,546 parameters at d = 128, two blocks).
     d = WIDTH
@@ -185,11 +180,13 @@ def test_parameters_are_this_ranks_shards(imported):
 
 
 def test_peak_per_rank_matches_the_profilers_memory_events(imported):
-    reports, _ = imported
-    for report in reports:
+    reports, _, lost = imported
+    for report, lost_bytes in zip(reports, lost):
         # The CPU's Total Allocated counts what was allocated since the profiler started: not the
-        # shards and Adam's state, which the imported step holds throughout.
+        # shards and Adam's state, which the imported step holds throughout; and it keeps counting
+        # what lost its free (at most lost_bytes at its peak).
         simulated = report["peak_bytes_incore"] - report["preexisting_bytes"]
         recorded = report["recorded_peak_total_allocated_bytes"]
         assert recorded > 0
-        assert abs(simulated - recorded) <= 0.02 * recorded, (simulated, recorded)
+        assert 0.98 * (recorded - lost_bytes) <= simulated <= 1.02 * recorded, \
+            (simulated, recorded, lost_bytes)
