@@ -13,6 +13,7 @@
 
 namespace zoo = memplan::zoo;
 namespace sim = memplan::sim;
+using memplan::test::total_ms;
 
 namespace {
 
@@ -20,12 +21,6 @@ sim::Workload modeled(const std::string& model, const std::string& device, std::
   zoo::ZooRequest request{model, device, {}};
   request.options.batch = batch;
   return zoo::make_workload(request);
-}
-
-double total_ms(const sim::Workload& w) {
-  sim::Nanoseconds ns = 0;
-  for (const sim::Op& op : w.ops) ns += op.duration_ns;
-  return static_cast<double>(ns) / 1e6;
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 namespace zoo = memplan::zoo;
 namespace sim = memplan::sim;
 using memplan::test::op_named;
+using memplan::test::total_ms;
 
 namespace {
 
@@ -353,9 +354,7 @@ TEST_CASE("ResNet-50 fp16 on the H100 is within 15% of its recorded step",
   request.options.batch = 64;
   request.options.precision = zoo::Precision::kFp16;
   request.options.channels_last = true;
-  sim::Nanoseconds step = 0;
-  for (const sim::Op& op : zoo::make_workload(request).ops) step += op.duration_ns;
-  CHECK(static_cast<double>(step) / 1e6 == Approx(14.451).epsilon(0.15));
+  CHECK(total_ms(zoo::make_workload(request)) == Approx(14.451).epsilon(0.15));
 }
 
 TEST_CASE("GPT-2 bf16 on the H100 is within 15% of its recorded step", "[zoo][precision][cost]") {
@@ -371,9 +370,7 @@ TEST_CASE("GPT-2 bf16 on the H100 is within 15% of its recorded step", "[zoo][pr
   request.options.activation = zoo::GptActivation::kGeluNew;
   request.options.transformer = {
       .layers = 6, .hidden = 768, .heads = 12, .sequence = 512, .vocab = 50257};
-  sim::Nanoseconds step = 0;
-  for (const sim::Op& op : zoo::make_workload(request).ops) step += op.duration_ns;
-  CHECK(static_cast<double>(step) / 1e6 == Approx(23.198).epsilon(0.15));
+  CHECK(total_ms(zoo::make_workload(request)) == Approx(23.198).epsilon(0.15));
 }
 
 TEST_CASE("the fused attention's time at the BF16 rate, GPT-2 small's layer on the H100",

@@ -1,5 +1,6 @@
 #pragma once
-// Helpers shared by the zoo tests: build a model without costs, find tensors and ops by name.
+// Helpers shared by the zoo tests: build a model without costs, find tensors and ops by name,
+// sum a step's op time.
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -27,6 +28,13 @@ inline const sim::Op& op_named(const sim::Workload& w, std::string_view name) {
       std::find_if(w.ops.begin(), w.ops.end(), [&](const sim::Op& op) { return op.name == name; });
   if (it == w.ops.end()) throw std::runtime_error("no op named " + std::string(name));
   return *it;
+}
+
+/// The step's op time, every op's duration summed, in milliseconds.
+inline double total_ms(const sim::Workload& w) {
+  sim::Nanoseconds ns = 0;
+  for (const sim::Op& op : w.ops) ns += op.duration_ns;
+  return static_cast<double>(ns) / 1e6;
 }
 
 inline std::size_t count_layer(const sim::Workload& w, std::string_view layer, sim::Phase phase) {
