@@ -702,3 +702,51 @@ def test_validation_copies_the_optimizer_as_it_is():
         if p in opt.state:
             assert torch.equal(opt.state[p]["exp_avg"], opt2.state[p2]["exp_avg"])
             assert opt.state[p]["exp_avg"].data_ptr() != opt2.state[p2]["exp_avg"].data_ptr()
+
+
+class WithAuxiliaryHead(nn.Module):
+    """A trunk and an auxiliary classifier whose output the step returns but the loss does not
+    read (GoogLeNet's and Inception's in training mode): the head's autograd nodes never run, so
+    what they saved is never unpacked, and it goes with the graph after the step."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.aux = nn.Sequential(nn.Conv2d(8, 4, 1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 64, 10))
+        self.fc = nn.Linear(8 * 64, 10)
+
+    def forward(self, x):
+        h = F.relu(self.conv1(x))
+        aux = self.aux(h)
+        return self.fc(F.relu(self.conv2(h)).flatten(1)), aux
+
+
+def main_logits_loss(output, target):
+    return F.cross_entropy(output[0], target)
+
+
+@pytest.mark.parametrize("policy", ["recompute-all", "swap-all"])
+def test_what_an_unused_head_saved_is_held_to_the_end_as_in_the_real_step(policy):
+    """What the auxiliary head saved (its ReLU's output, the flattened input of its linear) is
+    read by the step's last op, an update op, so it is no feature map, and no plan drops it: the
+    planned run holds it as autograd does, and the saved-bytes peak is the predicted one (issue
+    36: GoogLeNet's recomputing plans measured 993,280 B over, when such tensors were given to
+    the last backward op as feature maps that the plan dropped and the real step kept)."""
+    torch.manual_seed(0)
+    model = WithAuxiliaryHead()
+    batch = (torch.randn(2, 3, 8, 8), torch.randint(0, 10, (2,)))
+    opt, captured = capture_setup(model, batch, main_logits_loss)
+    trace = captured.trace
+    last = trace["ops"][-1]
+    assert last["phase"] == "update"
+    held = [t for t in last["inputs"] if trace["tensors"][t]["kind"] == "activation"]
+    assert held and set(held) == set(captured.stats["never_unpacked"])
+    # They are not among what backward keeps, on either side of capture's identity.
+    assert memplan_trace(trace).saved_activation_bytes() == \
+        captured.saved_bytes_hooks + captured.held_bytes
+    maps = {m["tensor"] for m in policy_plan(trace, policy)["maps"]}
+    assert maps and not maps & set(held)
+    result = validate(model, batch, main_logits_loss, opt, policy_plan(trace, policy), captured)
+    assert result.lossless_ok, result
+    assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"]

@@ -39,8 +39,10 @@ class Capture:
     def __init__(self, trace, saved_bytes_hooks, saved_activation_bytes_hooks, stats,
                  held_bytes=0, held_activation_bytes=0):
         self.trace = trace
-        #: bytes of the distinct storages autograd saved, parameters and optimizer state left out
-        #: (the batch's tensors counted, as the zoo counts them)
+        #: bytes of the distinct storages autograd saved for a node that ran, parameters and
+        #: optimizer state left out (the batch's tensors counted, as the zoo counts them); what a
+        #: branch that does not reach the loss saved is never unpacked and not counted
+        #: (`stats["never_unpacked"]`: their trace ids)
         self.saved_bytes_hooks = saved_bytes_hooks
         #: the same, activations only: what `memplan info` calls feature_map_bytes
         self.saved_activation_bytes_hooks = saved_activation_bytes_hooks
@@ -251,6 +253,7 @@ def capture(model, batch, loss_fn, optimizer, *, step=None, warmup_steps=1, name
         phases[op["phase"]] = phases.get(op["phase"], 0) + 1
     stats = {"ops": len(trace["ops"]), "ops_by_phase": phases, "tensors": len(trace["tensors"]),
              "dropped_reads": recorder.dropped_reads, "attached_reads": recorder.attached_reads,
-             "held_tensors": sorted(recorder.held), "capture_seconds": seconds}
+             "held_tensors": sorted(recorder.held),
+             "never_unpacked": sorted(recorder.never_unpacked), "capture_seconds": seconds}
     return Capture(trace, recorder.saved_bytes(), recorder.saved_bytes(("activation",)), stats,
                    recorder.held_bytes(), recorder.held_bytes(("activation",)))

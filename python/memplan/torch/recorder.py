@@ -31,7 +31,8 @@ How:
 - backward ops read forward tensors through what autograd saved, and through what the step holds
   for backward beside it: a saved tensor an autograd node unpacks is an input of the first op
   recorded after the unpack and of the node's last op (the data is needed from the unpack until
-  the node returns), and one autograd freed unread is given to the last backward op. A backward
+  the node returns), and one no node unpacked is given to the step's last op (it goes with the
+  graph, after the update). A backward
   read of a forward tensor autograd did not save is data something else held through forward
   (`held`: the inputs of a torch.utils.checkpoint block, which torch 1.13's non-reentrant
   checkpoint keeps in its closure and re-reads to recompute the block; a custom Function's ctx
@@ -249,6 +250,7 @@ class StepRecorder:
         self.paused = 0
         self.clock = _Clock(cuda)
         self.saved = {}  # tensor id -> storage key, for what autograd saved (ground truth)
+        self.never_unpacked = set()  # saved tensor ids no backward op read (`_hold_never_unpacked`)
         self.rewritten = {}  # a saved version -> the version forward wrote over it (unsafe views)
         self._storages = {}  # storage key -> a weak reference that keeps the key from reuse
         self.saved_bytes_by_key = {}
@@ -491,20 +493,28 @@ class StepRecorder:
 
     def _end_backward(self):
         self._attach_unread(self.ops[self._node_start:])
-        # Autograd frees what it saved and never unpacked when the graph goes: at the end.
-        backward = [op for op in self.ops if op["phase"] == "backward"]
-        if not backward:
+
+    def _hold_never_unpacked(self):
+        """What autograd saved and no node unpacked (the saved tensors of a branch that does not
+        reach the loss, such as GoogLeNet's auxiliary classifiers) goes with the graph, which
+        the step's outputs hold until the step has returned: an input of the step's last op. That
+        op is the update's where there is one, so such a tensor is no feature map (no backward op
+        reads it), and no plan moves it: held to the end in the planned run as in the trace."""
+        read = {t for op in self.ops if op["phase"] == "backward" for t in op["inputs"]}
+        self.never_unpacked = {tid for tid in self.saved if tid not in read}
+        if not self.never_unpacked or not self.ops:
             return
-        read = {t for op in backward for t in op["inputs"]}
-        for tid in self.saved:
-            if tid not in read:
-                backward[-1]["inputs"].append(tid)
+        last = self.ops[-1]
+        for tid in sorted(self.never_unpacked):
+            if tid not in last["inputs"]:
+                last["inputs"].append(tid)
                 self.attached_reads += 1
 
     def finish(self):
         """Ends the step: closes the backward bookkeeping and reads the CUDA timings."""
         if self.phase == "backward":
             self._end_backward()
+        self._hold_never_unpacked()
         self.phase = None
         self.clock.finish()
 
@@ -610,8 +620,10 @@ class StepRecorder:
 
     # ---- the result -----------------------------------------------------------------------
     def saved_bytes(self, kinds=("activation", "input")):
-        """Bytes of the distinct storages autograd saved whose tensors are of `kinds`."""
-        keys = {key for tid, key in self.saved.items() if self.tensors[tid]["kind"] in kinds}
+        """Bytes of the distinct storages autograd saved for a node that ran, whose tensors are of
+        `kinds` (what no node unpacked goes with the graph unread: `never_unpacked`)."""
+        keys = {key for tid, key in self.saved.items()
+                if self.tensors[tid]["kind"] in kinds and tid not in self.never_unpacked}
         return sum(self.saved_bytes_by_key[k] for k in keys)
 
     def held_bytes(self, kinds=("activation", "input")):
