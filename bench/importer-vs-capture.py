@@ -50,12 +50,9 @@ MODELS = ["torchvision:resnet18", "torchvision:resnet50", "torchvision:mobilenet
           "torchvision:convnext_tiny", "torchvision:swin_t", "memplan.torch.models:gpt_block"]
 
 
-# Why a model's importer count is more than 1% off (docs/kineto-import.md, "Against capture").
-NOTES = {
-    "torchvision:swin_t":
-        "not broken down yet: the extra buffers have the shapes of patch merging's tensors "
-        "(strided slices, cat, layer norm) and of the shifted-window attention masks",
-}
+# Why a model's importer count is more than 1% off (docs/kineto-import.md, "Against capture"):
+# none at the last run; `--notes` adds some.
+NOTES = {}
 
 
 def dims_for(model, args):

@@ -5,6 +5,7 @@
 // gradient through to both inputs. The update reads every trainable parameter, its gradient and
 // its optimizer state.
 #include <optional>
+#include <set>
 #include <string>
 
 #include "importers/kineto/saturating_add.hpp"
@@ -25,6 +26,36 @@ void StepBuilder::contribute_gradient(TensorId forward_tensor, TensorId grad, Op
   } else {
     grad_of_[forward_tensor] = grad;
   }
+}
+
+// Note [What needs a gradient]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Autograd keeps an operand of a product only for the other operand's gradient (derivatives.yaml:
+// mul saves `other` if `self` requires grad, and `self` if `other` does). An activation requires
+// grad when the op that wrote it made an autograd node; what ops without a node made
+// (stochastic depth's and dropout's noise, an attention mask) does not. Parameters and inputs
+// are taken to (the importer cannot tell a frozen parameter from a trained one). Which forward ops
+// made a node the trace says once the forward pass is over: each backward node's sequence number
+// names the last forward op that recorded it (settle_nodes; a view recorded after it took the
+// number: its node is the view's, Note [Kineto dataflow]). So Swin's `x * noise` keeps the noise
+// alone, not its [N, H, W, C] input.
+void StepBuilder::settle_nodes() {
+  std::set<std::int64_t> nodes;
+  for (const Unit& u : units_) {
+    if (u.role == Unit::Role::kBackward && u.sequence) nodes.insert(*u.sequence);
+  }
+  for (const auto& [sequence, o] : op_of_sequence_) {
+    if (nodes.count(sequence) != 0) differentiable_.insert(o);
+  }
+}
+
+// Whether `t` may require grad: false only for an activation whose producer made no node. A
+// parameter or an input is taken to (a leaf the rules could not pair is an input; a frozen one is
+// not known), as is an activation of an op outside the forward pass's numbering.
+bool StepBuilder::needs_gradient(TensorId t) const {
+  const sim::Tensor& x = tensor(t);
+  if (x.kind != TensorKind::kActivation || x.producer == sim::kNoOp) return true;
+  return forward_.count(x.producer) == 0 || differentiable_.count(x.producer) != 0;
 }
 
 void StepBuilder::build_backward(Unit& unit) {
@@ -52,7 +83,12 @@ void StepBuilder::build_backward(Unit& unit) {
     gy = it->second;
     add_input(o, gy);
   }
-  for (TensorId s : info.saved) add_input(o, s);
+  for (std::size_t k = 0; k < info.saved.size(); ++k) {
+    const auto& needed_by = k < info.saved_for.size() ? info.saved_for[k] : std::vector<TensorId>{};
+    if (needed_by.empty() || std::any_of(needed_by.begin(), needed_by.end(),
+                                         [&](TensorId x) { return needs_gradient(x); }))
+      add_input(o, info.saved[k]);
+  }
   for (TensorId x : info.data_inputs) {
     if (info.layer == sim::Layer::kAdd && grad_of_.count(x) == 0 && gy != sim::kNoTensor) {
       grad_of_[x] = gy;  // passed through unchanged; only a fork needs a new tensor

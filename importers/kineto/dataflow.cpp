@@ -20,17 +20,22 @@
 //  - A forward op's layer is core/aten_layers.hpp's (unit_roles.cpp); forward_ops.cpp has one
 //    rule per layer for what it reads, writes and saves, and a generic rule for the rest.
 //  - Forward ops run in program order. An op's first data input is the previous layer op's output
-//    when the shapes agree (a chain). When they do not, the op starts a branch, and its input is
-//    the oldest live tensor of that shape produced since the last merge (a residual add): that is
-//    the block input a downsample branch reads. The second input of an add (the skip) is the most
-//    recent live tensor of that shape that no add has read yet. A tensor written over in place is
-//    no longer a candidate. Inputs that match nothing are the network's inputs. A generic op's
-//    operands after the first are the most recent live tensor of their shape (resolve_recent);
-//    a concatenation reads each tensor of its recorded list once, in order.
+//    when the shapes agree (a chain). When they do not, it is the latest tensor of that shape made
+//    since the last merge that nothing has read yet (the chain goes on after side work of other
+//    shapes: the noise of stochastic depth, `x + f(x) * noise`); else the op starts a branch, and
+//    its input is the oldest live tensor of that shape produced since the last merge (a residual
+//    add): that is the block input a downsample branch reads. A view reads its base. The second
+//    input of an add (the skip) is the most recent live tensor of that shape that no add has read
+//    yet. A tensor written over in place is no longer a candidate. Inputs that match nothing are
+//    the network's inputs. A generic op's operands after the first are the most recent live tensor
+//    of their shape (resolve_recent); a concatenation reads each tensor of its recorded list once,
+//    in order.
 //  - Output shapes that the profiler does not record (convolution, pooling) are taken from the
 //    next forward op that reads a tensor of the expected batch and channel extents.
 //  - A backward node belongs to the forward op whose subtree recorded its sequence number (the
-//    last such op: an op that creates no autograd node records the number the next node gets).
+//    last such op: an op that creates no autograd node records the number the next node gets);
+//    a view recorded after it that took the number made the node itself (Swin's `view` of its
+//    scores after the masked_fill that built the mask: a ViewBackward0, no masked_fill's).
 //    Each forward op's first backward node is its backward op; later ones (TBackward of a linear)
 //    and AccumulateGrad are folded into it. Saved tensors follow PyTorch's autograd formulas.
 //  - Top-level events that are not layer ops (BatchNorm's num_batches_tracked += 1, zero_grad,
@@ -75,6 +80,7 @@ void StepBuilder::build() {
     Unit& u = units_[i];
     if (!settled && (u.role == Unit::Role::kBackward || u.role == Unit::Role::kUpdate)) {
       settle_parameters();  // the forward is built: its inputs are known, no gradient made yet
+      settle_nodes();
       settled = true;
     }
     switch (u.role) {
@@ -185,6 +191,13 @@ std::size_t StepBuilder::resolve(const Shape& shape, const std::string& dtype, b
            std::find(taken.begin(), taken.end(), v) == taken.end();
   };
   if (first && last_output_ && usable(*last_output_)) return *last_output_;
+  if (first) {
+    // A tensor made since the last merge that nothing has read yet is waiting for this op: the
+    // chain went on after side work of other shapes (stochastic depth's noise).
+    for (std::size_t v = values_.size(); v-- > merge_boundary_;) {
+      if (usable(v) && values_[v].activation && !values_[v].read) return v;
+    }
+  }
   if (for_merge) {
     // A branch output that nothing has read yet is waiting for this merge.
     for (std::size_t v = values_.size(); v-- > 0;) {

@@ -119,11 +119,14 @@ void StepBuilder::build_alias(const Unit& unit, std::size_t position) {
   const Shape& x_shape = dims(e, 0);
   const std::string dtype = dtype_of(e, 0);
   const std::size_t x = resolve(x_shape, dtype, true);
+  values_[x].read = true;
   // A view's shape from its recorded arguments, else from the next op that reads as many values.
   const Shape to = unit.alias == Unit::Alias::kView
                        ? view_shape(e).value_or(lookahead_view(position, x_shape))
                        : x_shape;
   last_output_ = new_value(values_[x].tensor, to, dtype, values_[x].activation);
+  // A node with a number the view recorded is the view's (Note [Kineto dataflow]).
+  for (std::int64_t s : unit.sequences) op_of_sequence_.erase(s);
   fold(unit);
 }
 
@@ -472,6 +475,27 @@ Keeps keeps(std::string_view op) {
   return Keeps::kOperands;
 }
 
+// For each tensor a generic op's backward keeps (`saved` of them, from its operands `read`): the
+// operands whose gradient needs it (derivatives.yaml; Note [What needs a gradient]). A product
+// keeps each factor for the other's gradient; a quotient its divisor for either and its dividend
+// for the divisor's; masked_fill its mask for its input's. Empty: kept for any gradient.
+std::vector<std::vector<TensorId>> saved_for(std::string_view op, const std::vector<TensorId>& read,
+                                             std::size_t saved) {
+  std::vector<std::vector<TensorId>> out(saved);
+  if (!op.empty() && op.back() == '_') op.remove_suffix(1);
+  if (read.size() != 2) return out;
+  const bool product = op == "mul" || op == "matmul" || op == "mm" || op == "bmm";
+  if (product && saved == 2) {
+    out[0] = {read[1]};
+    out[1] = {read[0]};
+  } else if (op == "div" && saved == 2) {
+    out[0] = {read[1]};
+  } else if (op == "masked_fill" && saved == 1) {
+    out[0] = {read[0]};
+  }
+  return out;
+}
+
 // Broadcast shape of `a` and `b`, or nothing when they do not broadcast.
 std::optional<Shape> broadcast(const Shape& a, const Shape& b) {
   Shape out(std::max(a.size(), b.size()), 1);
@@ -509,6 +533,7 @@ std::size_t StepBuilder::forward_generic(ForwardOp& f) {
   Shape out;
   std::string out_dtype = f.dtype;
   std::vector<Shape> operands;
+  std::vector<TensorId> read;
   for (std::size_t k = 0; k < e.input_dims.size(); ++k) {
     if (e.input_dims[k].empty()) continue;
     const std::size_t v = first ? resolve(e.input_dims[k], dtype_of(e, k), true)
@@ -516,6 +541,7 @@ std::size_t StepBuilder::forward_generic(ForwardOp& f) {
     const TensorId t = f.read(v);
     if (keeps(op) == Keeps::kOperands || (keeps(op) == Keeps::kLaterOperands && !first))
       f.info.saved.push_back(t);
+    read.push_back(t);
     operands.push_back(e.input_dims[k]);
     if (first) {
       out = e.input_dims[k];
@@ -545,8 +571,12 @@ std::size_t StepBuilder::forward_generic(ForwardOp& f) {
   // gradient by the number and keeps no tensor.
   if (operands.size() == 1 && (starts_with(op, "mul") || starts_with(op, "div")))
     f.info.saved.clear();
+  f.info.saved_for = saved_for(op, read, f.info.saved.size());
   f.info.output = f.produce(".out", out, out_dtype);
-  if (keeps(op) == Keeps::kOutput) f.info.saved = {f.info.output};
+  if (keeps(op) == Keeps::kOutput) {
+    f.info.saved = {f.info.output};
+    f.info.saved_for = {{}};
+  }
   for (std::size_t k = 0; k < copies.size() && k < f.info.saved.size(); ++k) {
     if (copies[k]) f.info.saved[k] = f.produce(fmt::format(".copy{}", k), operands[k], out_dtype);
   }

@@ -48,7 +48,11 @@ struct ForwardInfo {
   std::vector<sim::TensorId> data_inputs;  // activations and inputs, for gradients
   std::vector<sim::TensorId> params;       // trainable
   std::vector<sim::TensorId> saved;        // read by the backward op
-  sim::TensorId output = sim::kNoTensor;   // the primary output
+  /// For each of `saved`: the operands for whose gradient backward keeps it (empty: for any). An
+  /// operand nothing differentiable made (dropout's noise, a mask) needs no gradient, and its
+  /// product with a tensor that does keeps only itself (Note [What needs a gradient]).
+  std::vector<std::vector<sim::TensorId>> saved_for;
+  sim::TensorId output = sim::kNoTensor;  // the primary output
   sim::Layer layer = sim::Layer::kGeneric;
   std::string name;
   bool has_backward = false;
@@ -156,6 +160,8 @@ class StepBuilder {
   void build_backward(Unit& unit);
   void build_update(Unit& unit);
   void contribute_gradient(sim::TensorId forward_tensor, sim::TensorId grad, sim::OpId op);
+  void settle_nodes();
+  [[nodiscard]] bool needs_gradient(sim::TensorId t) const;
 
   // fsdp_steps.cpp: Note [FSDP in a trace]
   struct CollectiveMemory;
@@ -196,6 +202,7 @@ class StepBuilder {
   std::optional<std::size_t> last_output_;  // value index
   std::size_t merge_boundary_ = 0;          // values from here on were made since the last merge
   std::map<std::int64_t, sim::OpId> op_of_sequence_;
+  std::set<sim::OpId> differentiable_;  // forward ops that made an autograd node (settle_nodes)
   std::unordered_map<sim::TensorId, sim::TensorId> grad_of_;  // forward tensor -> its gradient
   std::vector<sim::TensorId> trainable_;
   std::vector<sim::TensorId> optimizer_state_;

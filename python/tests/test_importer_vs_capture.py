@@ -35,14 +35,16 @@ MEMPLAN = pathlib.Path(os.environ.get("MEMPLAN_BINARY", ROOT / "build/release/bi
 
 class Mixed(nn.Module):
     """What the importer's rules are for beyond a ResNet: conv-bn-SiLU, a squeeze-and-excitation
-    scale (mean, 1x1 convolutions, sigmoid, a broadcast mul), a fire module's concatenation,
-    average pooling, dropout, linear."""
+    scale (mean, 1x1 convolutions, sigmoid, a broadcast mul), a residual branch under stochastic
+    depth (Swin's and ConvNeXt's: times a noise no autograd node made, so only the noise is
+    kept), a fire module's concatenation, average pooling, dropout, linear."""
 
     def __init__(self, classes=10):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.SiLU())
         self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 4, 1), nn.SiLU(),
                                 nn.Conv2d(4, 16, 1), nn.Sigmoid())
+        self.body = nn.Conv2d(16, 16, 3, padding=1)
         self.squeeze = nn.Conv2d(16, 8, 1)
         self.left = nn.Conv2d(8, 16, 1)
         self.right = nn.Conv2d(8, 16, 3, padding=1)
@@ -52,6 +54,8 @@ class Mixed(nn.Module):
     def forward(self, x):
         x = self.stem(x)
         x = x * self.se(x)
+        noise = torch.empty(x.shape[0], 1, 1, 1).bernoulli_(0.8).div_(0.8)  # stochastic depth
+        x = x + self.body(x) * noise
         s = F.relu(self.squeeze(x))
         x = torch.cat([F.relu(self.left(s)), F.relu(self.right(s))], 1)
         return self.head(self.pool(x))

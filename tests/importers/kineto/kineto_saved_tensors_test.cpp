@@ -262,6 +262,11 @@ TEST_CASE("a squeeze-and-excitation scale: the broadcast product of the tensor i
                       {"AddBackward0", json{{2, 2, 8, 8}}, 8, true},
                       {"ConvolutionBackward0", json{{2, 2, 8, 8}}, 7, true},
                       {"MulBackward0", json{{2, 4, 8, 8}}, 6, true},
+                      {"SigmoidBackward0", json{{2, 4, 1, 1}}, 5, true},
+                      {"ConvolutionBackward0", json{{2, 4, 1, 1}}, 4, true},
+                      {"MeanBackward1", json{{2, 4, 1, 1}}, 3, true},
+                      {"SiluBackward0", json{{2, 4, 8, 8}}, 2, true},
+                      {"NativeBatchNormBackward0", json{{2, 4, 8, 8}}, 1, true},
                   }))
           .workload;
   // The product has the broadcast shape, and multiplies the activation's output (the tensor the
@@ -362,6 +367,8 @@ TEST_CASE("copies a trace shows: matmul's reshape of a transpose, contiguous()",
       {"aten::relu", json{{2, 3, 5, 5}}, 4},
       {"ReluBackward0", json{{2, 3, 5, 5}}, 4, true},
       {"BmmBackward0", json{{2, 3, 5, 5}}, 3, true},
+      {"TransposeBackward0", json{{2, 3, 5, 5}}, 2, true},
+      {"GeluBackward0", json{{2, 3, 5, 5}}, 1, true},
   });
   // The matmul's two reshapes, nested inside it: the first a view, the second a copy.
   auto& events = trace["traceEvents"];
@@ -483,6 +490,76 @@ TEST_CASE("a channel shuffle: the views' shapes and the copy the branch reads",
   CHECK(names(w, op_named(w, "contiguous_1").inputs) == std::vector<std::string>{"relu_1.out"});
   CHECK(output_shape(w, "contiguous_1") == Shape{2, 4, 2, 3, 3});
   CHECK(saved(w, "conv2d_1_bwd") == std::vector<std::string>{"contiguous_1.out"});
+}
+
+TEST_CASE("a product with what no node made keeps that factor alone; a view's node is the view's",
+          "[importers][kineto][saved]") {
+  // Swin's stochastic depth, `x * noise` (noise = empty().bernoulli_(p).div_(p): no autograd node,
+  // each recording the number the product's node then takes), and its attention mask,
+  // `mask.masked_fill(mask != 0, -100)` of tensors that need no gradient, whose number (the next
+  // node's) the `view` of the scores after it takes: that ViewBackward0 is the view's node.
+  const json scalars = json::array({"float", "Scalar", ""});
+  const Workload w =
+      import_json(cpu_trace({
+                      {"aten::gelu", json{{2, 4, 8}, {}}, 1},
+                      {"aten::bernoulli_", json{{2, 1, 1}, {}, {}}, 2, false, {}, scalars},
+                      {"aten::div_", json{{2, 1, 1}, {}}, 2},
+                      {"aten::mul", json{{2, 4, 8}, {2, 1, 1}}, 2},
+                      {"aten::sub", json{{3, 1, 4}, {3, 4, 1}, {}}, 3},
+                      {"aten::ne", json{{3, 4, 4}, {}}, 3},
+                      {"aten::masked_fill",
+                       json{{3, 4, 4}, {3, 4, 4}, {}},
+                       3,
+                       false,
+                       {},
+                       json::array({"float", "bool", ""})},
+                      {"aten::view",
+                       json{{2, 4, 8}, {}},
+                       3,
+                       false,
+                       {},
+                       json::array({"float", "ScalarList"}),
+                       json::array({"", "[8, 8]"})},
+                      {"ViewBackward0", json{{8, 8}}, 3, true},
+                      {"MulBackward0", json{{2, 4, 8}}, 2, true},
+                      {"GeluBackward0", json{{2, 4, 8}}, 1, true},
+                  }))
+          .workload;
+  // The product's backward reads the noise (div_'s output), not gelu's [2, 4, 8] output.
+  const std::vector<std::string> product = saved(w, "mul_1_bwd");
+  REQUIRE(product.size() == 1);
+  CHECK(product.front() == "div_1.out");
+  // The masked_fill made no node: no backward op, and its mask is kept by none.
+  CHECK_FALSE(has_op(w, "masked_fill_1_bwd"));
+  CHECK(saved(w, "gelu_1_bwd") == std::vector<std::string>{"input0"});
+}
+
+TEST_CASE("an op after side work of other shapes reads the tensor made for it, not an older one",
+          "[importers][kineto][saved]") {
+  // x = silu(input) * se(x), then a residual branch under stochastic depth: the convolution after
+  // the noise (bernoulli_, div_: [2, 1, 1, 1]) reads the scaled tensor, which nothing has read
+  // yet, not silu's output that the pool read.
+  const std::vector<Child> mean = {{"aten::mean", json{{2, 4, 8, 8}, {}, {}, {}}, json::array()}};
+  const json scalars = json::array({"float", "Scalar", ""});
+  const Workload w =
+      import_json(cpu_trace({
+                      {"aten::silu", json{{2, 4, 8, 8}}, 1},
+                      {"aten::adaptive_avg_pool2d", json{{2, 4, 8, 8}, {}}, 2, false, mean},
+                      {"aten::sigmoid", json{{2, 4, 1, 1}}, 3},
+                      {"aten::mul", json{{2, 4, 8, 8}, {2, 4, 1, 1}}, 4},
+                      {"aten::bernoulli_", json{{2, 1, 1, 1}, {}, {}}, 5, false, {}, scalars},
+                      {"aten::div_", json{{2, 1, 1, 1}, {}}, 5},
+                      {"aten::conv2d", json{{2, 4, 8, 8}, {4, 4, 3, 3}, {4}}, 5},
+                      {"ConvolutionBackward0", json{{2, 4, 8, 8}}, 5, true},
+                      {"MulBackward0", json{{2, 4, 8, 8}}, 4, true},
+                      {"SigmoidBackward0", json{{2, 4, 1, 1}}, 3, true},
+                      {"MeanBackward1", json{{2, 4, 1, 1}}, 2, true},
+                      {"SiluBackward0", json{{2, 4, 8, 8}}, 1, true},
+                  }))
+          .workload;
+  CHECK(names(w, op_named(w, "mul_1").inputs).front() == "silu_1.out");
+  CHECK(names(w, op_named(w, "conv2d_1").inputs).front() == "mul_1.out");
+  CHECK(saved(w, "conv2d_1_bwd") == std::vector<std::string>{"mul_1.out"});
 }
 
 }  // namespace kineto_saved_test
