@@ -134,7 +134,7 @@ std::optional<double> flops_of(const sim::Workload& w, const sim::Op& op) {
       const std::vector<std::int64_t>& s = shape(i);
       if (w.tensor(op.inputs[i]).kind == sim::TensorKind::kParameter && s.size() == out.size() &&
           s.front() == out[1]) {
-        return 2 * n_out * static_cast<double>(elements(s) / s.front());
+        return 2 * n_out * static_cast<double>(elements(s)) / static_cast<double>(s.front());
       }
     }
     return std::nullopt;
@@ -147,7 +147,7 @@ std::optional<double> flops_of(const sim::Workload& w, const sim::Op& op) {
                           op.inputs[0] != op.inputs[2];
     if (distinct && q.size() >= 2 && k.size() == q.size() && v.size() == q.size() &&
         k.back() == q.back() && k[k.size() - 2] == v[v.size() - 2]) {
-      const double q_rows = static_cast<double>(elements(q) / q.back());
+      const double q_rows = static_cast<double>(elements(q)) / static_cast<double>(q.back());
       return 2 * q_rows * static_cast<double>(k[k.size() - 2]) *
              static_cast<double>(q.back() + v.back());
     }
@@ -221,10 +221,87 @@ std::vector<sim::TensorId> step_inputs(const sim::Workload& w) {
   return out;
 }
 
+// Saved sizes as `choose_saved_values_set` measures them, the step's inputs counted: a plan's is
+// its kept maps' bytes and those of the inputs that are no map but that backward or a
+// recomputation reads; the least is every input's (what budget 0 saves).
+class SavedSizes {
+ public:
+  explicit SavedSizes(const NetworkView& view)
+      : view_(&view),
+        inputs_(step_inputs(view.workload())),
+        read_in_backward_(view.workload().tensors.size(), false) {
+    const sim::Workload& w = view.workload();
+    for (const sim::Op& op : w.ops) {
+      if (op.phase != sim::Phase::kBackward) continue;
+      for (sim::TensorId t : op.inputs) read_in_backward_[sim::index(t)] = true;
+    }
+    for (sim::TensorId t : inputs_) least_ += static_cast<double>(w.tensor(t).bytes);
+  }
+
+  [[nodiscard]] double least() const { return least_; }
+
+  [[nodiscard]] double of(const sim::Plan& plan) const {
+    const sim::Workload& w = view_->workload();
+    double saved = 0;
+    for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+      if (plan.decisions[m].action == sim::Action::kKeep) {
+        saved += static_cast<double>(view_->map_bytes(static_cast<int>(m)));
+      }
+    }
+    const std::vector<bool> rerun = sim::ops_rerun_by_recompute(plan, w);
+    std::vector<bool> reread(w.tensors.size(), false);
+    for (const sim::Op& op : w.ops) {
+      if (!rerun[sim::index(op.id)]) continue;
+      for (sim::TensorId t : op.inputs) reread[sim::index(t)] = true;
+    }
+    for (sim::TensorId t : inputs_) {
+      if (view_->map_index(t) < 0 && (read_in_backward_[sim::index(t)] || reread[sim::index(t)])) {
+        saved += static_cast<double>(w.tensor(t).bytes);
+      }
+    }
+    return saved;
+  }
+
+ private:
+  const NetworkView* view_;
+  std::vector<sim::TensorId> inputs_;
+  std::vector<bool> read_in_backward_;
+  double least_ = 0;
+};
+
+// The knapsack items' values. A compute-intensive item is worth its op's FLOPs, a copy of a
+// matmul's output its share of the matmul's; if an op's FLOPs are not known, every
+// compute-intensive item is worth its op's duration instead. The others are worth 1:
+// FlopCounterMode counts no FLOPs for a reduction or a random op, and the estimate is at least 1.
+std::vector<double> knapsack_values(const NetworkView& view, const std::vector<Role>& role,
+                                    const std::vector<std::size_t>& items) {
+  const sim::Workload& w = view.workload();
+  std::vector<double> flops;
+  std::vector<double> duration;
+  bool all_flops = true;
+  for (std::size_t m : items) {
+    flops.push_back(1);
+    duration.push_back(1);
+    if (role[m] != Role::kComputeIntensive) continue;
+    const sim::Op& producer = w.op(view.producer(static_cast<int>(m)));
+    const sim::OpId copied = copied_compute_op(w, producer);
+    const sim::Op& op = copied == sim::kNoOp ? producer : w.op(copied);
+    // A copy carries the share of the matmul's output it copies.
+    const auto map_bytes = static_cast<double>(view.map_bytes(static_cast<int>(m)));
+    const auto op_bytes = static_cast<double>(w.tensor(op.outputs.front()).bytes);
+    const double share =
+        copied == sim::kNoOp || op_bytes == 0 ? 1.0 : std::min(1.0, map_bytes / op_bytes);
+    const std::optional<double> f = flops_of(w, op);
+    all_flops = all_flops && f.has_value();
+    flops.back() = std::max(f.value_or(0) * share, 1.0);
+    duration.back() = std::max(static_cast<double>(op.duration_ns) * share, 1.0);
+  }
+  return all_flops ? flops : duration;
+}
+
 }  // namespace
 
 sim::Plan partitioner_plan(const NetworkView& view, double budget) {
-  const sim::Workload& w = view.workload();
   const std::vector<Role> role = roles(view);
   sim::Plan plan = keep_all(view, "budget-partitioner");
   if (budget >= 1) return plan;  // the runtime-optimal cut: what eager autograd saves
@@ -243,48 +320,18 @@ sim::Plan partitioner_plan(const NetworkView& view, double budget) {
         {Role::kPointwise, Role::kRandom, Role::kReduction, Role::kComputeIntensive, Role::kOther});
     return plan;
   }
-  // Saved sizes as `choose_saved_values_set` measures them, the step's inputs counted: the kept
-  // maps, and the inputs that are no map but that backward or a recomputation reads. The least is
-  // every input (what budget 0 saves), the most budget 1's.
-  const std::vector<sim::TensorId> inputs = step_inputs(w);
-  std::vector<bool> read_in_backward(w.tensors.size(), false);
-  for (const sim::Op& op : w.ops) {
-    if (op.phase != sim::Phase::kBackward) continue;
-    for (sim::TensorId t : op.inputs) read_in_backward[sim::index(t)] = true;
-  }
-  const auto saved_bytes = [&] {
-    double saved = 0;
-    for (std::size_t m = 0; m < role.size(); ++m) {
-      if (plan.decisions[m].action == sim::Action::kKeep) saved += bytes(m);
-    }
-    const std::vector<bool> rerun = sim::ops_rerun_by_recompute(plan, w);
-    std::vector<bool> reread(w.tensors.size(), false);
-    for (const sim::Op& op : w.ops) {
-      if (!rerun[sim::index(op.id)]) continue;
-      for (sim::TensorId t : op.inputs) reread[sim::index(t)] = true;
-    }
-    for (sim::TensorId t : inputs) {
-      if (view.map_index(t) < 0 && (read_in_backward[sim::index(t)] || reread[sim::index(t)])) {
-        saved += static_cast<double>(w.tensor(t).bytes);
-      }
-    }
-    return saved;
-  };
-  double min_bytes = 0;
-  for (sim::TensorId t : inputs) min_bytes += static_cast<double>(w.tensor(t).bytes);
-  const double max_bytes = saved_bytes();
+  const SavedSizes sizes(view);
+  const double min_bytes = sizes.least();
+  const double max_bytes = sizes.of(plan);
   // Budget 1's cut saves no more than the inputs: PyTorch keeps it at every budget above 0.
   if (max_bytes <= min_bytes) return plan;
-  const auto ratio = [&] { return (saved_bytes() - min_bytes) / (max_bytes - min_bytes); };
+  const auto ratio = [&] { return (sizes.of(plan) - min_bytes) / (max_bytes - min_bytes); };
   recompute({Role::kPointwise});  // the allowlist's ops, used far apart or not
   if (ratio() < budget) return plan;
   recompute({Role::kOther});  // the allowlist off: what is banned is random, reductions, matmuls
   if (ratio() < budget) return plan;
   // The knapsack over what the last cut bans, largest first (a stable sort, so ties keep the
-  // maps' order). A compute-intensive item is worth its op's FLOPs, a copy of a matmul's output
-  // its share of the matmul's; if an op's FLOPs are not known, every compute-intensive item is
-  // worth its op's duration instead. The others are worth 1: FlopCounterMode counts no FLOPs for
-  // a reduction or a random op, and the estimate is at least 1.
+  // maps' order).
   std::vector<std::size_t> items;
   for (std::size_t m = 0; m < role.size(); ++m) {
     if (role[m] == Role::kComputeIntensive || role[m] == Role::kReduction ||
@@ -294,29 +341,11 @@ sim::Plan partitioner_plan(const NetworkView& view, double budget) {
   }
   std::stable_sort(items.begin(), items.end(),
                    [&](std::size_t a, std::size_t b) { return bytes(a) > bytes(b); });
-  std::vector<double> memory;
-  std::vector<double> flops;
-  std::vector<double> duration;
-  bool all_flops = true;
-  for (std::size_t m : items) {
-    memory.push_back(bytes(m) / (max_bytes - min_bytes));
-    flops.push_back(1);
-    duration.push_back(1);
-    if (role[m] != Role::kComputeIntensive) continue;
-    const sim::Op& producer = w.op(view.producer(static_cast<int>(m)));
-    const sim::OpId copied = copied_compute_op(w, producer);
-    const sim::Op& op = copied == sim::kNoOp ? producer : w.op(copied);
-    // A copy carries the share of the matmul's output it copies.
-    const double share =
-        copied == sim::kNoOp || w.tensor(op.outputs.front()).bytes == 0
-            ? 1.0
-            : std::min(1.0, bytes(m) / static_cast<double>(w.tensor(op.outputs.front()).bytes));
-    const std::optional<double> f = flops_of(w, op);
-    all_flops = all_flops && f.has_value();
-    flops.back() = std::max(f.value_or(0) * share, 1.0);
-    duration.back() = std::max(static_cast<double>(op.duration_ns) * share, 1.0);
+  std::vector<double> memory(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    memory[i] = bytes(items[i]) / (max_bytes - min_bytes);
   }
-  const std::vector<bool> saved = dp_knapsack(memory, all_flops ? flops : duration, budget);
+  const std::vector<bool> saved = dp_knapsack(memory, knapsack_values(view, role, items), budget);
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (!saved[i]) plan.decisions[items[i]].action = sim::Action::kRecompute;
   }
