@@ -7,32 +7,52 @@
 // PyTorch's rule, as of 2.15:
 //   - budget 1: the default min-cut, which recomputes the cheap pointwise ops (its allowlist) and
 //     saves the rest;
-//   - budget 0: save only the graph's inputs, recompute everything;
-//   - between: with a budget normalised between those two saved sizes, if recomputing every op but
-//     the compute-intensive ones (matmuls, convolution, attention) already fits, that; else a 0/1
-//     knapsack over the compute-intensive ops' outputs (sizes normalised, quantised to 1/10,000;
-//     value: the op's FLOPs; the `dp` solver, largest first) chooses which to save, and every
-//     other op may be recomputed.
-// In a plan, with memplan's feature maps as the saved values: at budget 1 every map a pointwise
-// op writes (OpKind::kPointwise) is recomputed and the others kept; the inputs' size is that of
-// the maps nothing can regenerate (kept at every budget); the knapsack's items are the maps
-// compute-intensive ops write, valued by the op's FLOPs where the trace has them, else by its
-// duration; what it does not save is recomputed. A map memplan cannot regenerate is always kept.
+//   - budget 0: save only the graph's inputs (its primals: parameters, buffers, the batch),
+//     recompute everything;
+//   - between: saved sizes count the inputs a cut saves, and a budget b allows a cut whose size is
+//     below min + b x (max - min), min the size of all the inputs and max that of budget 1's cut.
+//     First the min-cut with the allowlist but without the bans on pointwise ops used far apart;
+//     if that does not fit, the min-cut without the allowlist, which bans (saves) only random ops,
+//     reductions (an output 4x smaller than its inputs) and compute-intensive ops (matmuls,
+//     convolution, attention); if that does not fit either, a 0/1 knapsack over those banned ops'
+//     outputs (sizes normalised by max - min, quantised to 1/10,000, the budget the capacity;
+//     value: FlopCounterMode's FLOPs, at least 1, so 1 for a reduction or a random op; the `dp`
+//     solver over a float32 table, largest first) chooses which stay banned, and a last min-cut
+//     may recompute the others.
+// In a plan, with memplan's feature maps as the saved values: at budget 1 the maps are kept
+// (eager's set, which the default cut matches on transformers and MLPs); the inputs are the
+// tensors forward reads that no op writes, of kind parameter or input; a plan's size is its kept
+// maps' bytes plus those of the inputs that are no map and that backward or a recomputation
+// (`ops_rerun_by_recompute`) reads. The ladder recomputes the maps pointwise ops write
+// (OpKind::kPointwise), then the others but those of random ops, reductions and compute-intensive
+// ops (a copy of a matmul's output counts as the matmul), then runs the knapsack over those maps:
+// a compute-intensive one is worth its op's FLOPs (the trace's, else worked out from the shapes
+// as FlopCounterMode counts them; a copy takes its share of the matmul's), the others 1; if some
+// compute-intensive op's FLOPs are unknown, durations stand in for all of them. What the knapsack
+// does not save is recomputed. A map memplan cannot regenerate is always kept.
 //
-// What memplan's emulation leaves out: the min-cut's choice of a cheaper cut through the same
-// ops (saving a norm's input instead of its output), its bans on recomputing pointwise chains used
-// far apart, and the decompositions inductor makes first. What the partitioner cannot see (and
-// memplan can): where in the step the peak is (it bounds saved bytes, not the peak), the
-// allocator's fragmentation, copy engines that could swap instead of recompute, and op times as
-// they run (FLOPs rank a memory-bound op as free).
+// What memplan's emulation leaves out: the last min-cut's choice of what to save instead of a
+// rejected item, which may be no feature map at all (a matmul's output that eager frees, the
+// attention scores before the softmax: memplan recomputes rejected items from the nearest kept
+// map); the min-cut's cheaper cuts through the same ops at budget 1 and on the first rung (saving
+// a norm's input instead of its output); its bans on recomputing pointwise chains used far apart;
+// and AOTAutograd's decompositions (softmax and layer norm as reductions plus pointwise ops,
+// whose small statistics it saves; ReLU outputs saved as bool masks, max-pool's int8 offsets).
+// What the partitioner cannot see (and memplan can): where in the step the peak is (it bounds
+// saved bytes, not the peak), the allocator's fragmentation, copy engines that could swap
+// instead of recompute, and op times as they run (FLOPs rank a memory-bound op as free).
 //
 // In `compare` the row is a user who tunes the knob: budgets 1, 0.9, ..., 0.1, 0, the first
 // whose plan fits.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <optional>
+#include <vector>
 
 #include <fmt/core.h>
 
+#include "core/plan.hpp"
 #include "search/policies/policy.hpp"
 
 namespace memplan::search {
@@ -43,11 +63,22 @@ namespace {
 enum class Role {
   kInput,             // nothing can regenerate it: saved at every budget
   kPointwise,         // on the recomputable allowlist
-  kRandom,            // a random op: banned but at budget 0
-  kReduction,         // a reduction's small output (a norm's statistics): banned but at budget 0
-  kComputeIntensive,  // the knapsack's items
+  kRandom,            // a random op: banned, a knapsack item
+  kReduction,         // a reduction's small output (a norm's statistics): banned, a knapsack item
+  kComputeIntensive,  // banned, a knapsack item valued by its FLOPs
   kOther,             // recomputable once the allowlist is off
 };
+
+// The matmul or convolution a layout copy of a compute-intensive op's output copies (the
+// contiguous q and k), else kNoOp.
+sim::OpId copied_compute_op(const sim::Workload& w, const sim::Op& copy) {
+  if (op_kind(copy) != OpKind::kLayoutCopy || copy.inputs.empty()) return sim::kNoOp;
+  const bool of_compute = std::all_of(copy.inputs.begin(), copy.inputs.end(), [&](sim::TensorId t) {
+    const sim::OpId from = w.tensor(t).producer;
+    return from != sim::kNoOp && compute_intensive(op_kind(w.op(from)));
+  });
+  return of_compute ? w.tensor(copy.inputs.front()).producer : sim::kNoOp;
+}
 
 Role role_of(const NetworkView& view, int map) {
   const sim::Workload& w = view.workload();
@@ -56,21 +87,72 @@ Role role_of(const NetworkView& view, int map) {
   if (kind == OpKind::kPointwise) return Role::kPointwise;
   if (kind == OpKind::kRandom) return Role::kRandom;
   if (compute_intensive(kind)) return Role::kComputeIntensive;
-  if (kind == OpKind::kLayoutCopy) {
-    // A copy of a matmul's output (the contiguous q and k) goes with the matmul: PyTorch's
-    // knapsack weighs the matmul's output, which backward reads through the copy.
-    const bool of_compute =
-        std::all_of(producer.inputs.begin(), producer.inputs.end(), [&](sim::TensorId t) {
-          const sim::OpId from = w.tensor(t).producer;
-          return from != sim::kNoOp && compute_intensive(op_kind(w.op(from)));
-        });
-    if (of_compute && !producer.inputs.empty()) return Role::kComputeIntensive;
-  }
-  sim::Bytes largest_input = 0;
-  for (sim::TensorId t : producer.inputs)
-    largest_input = std::max(largest_input, w.tensor(t).bytes);
-  if (4 * view.map_bytes(map) <= largest_input) return Role::kReduction;
+  // A copy of a matmul's output (the contiguous q and k) goes with the matmul: PyTorch's
+  // knapsack weighs the matmul's output, which backward reads through the copy.
+  if (copied_compute_op(w, producer) != sim::kNoOp) return Role::kComputeIntensive;
+  // `should_ban_recomputation`'s reduction rule: an output 4x smaller than its op's inputs.
+  sim::Bytes inputs = 0;
+  for (sim::TensorId t : producer.inputs) inputs += w.tensor(t).bytes;
+  if (4 * view.map_bytes(map) < inputs) return Role::kReduction;
   return Role::kOther;
+}
+
+std::int64_t elements(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+// What torch.utils.flop_counter counts for a compute-intensive op, the partitioner's runtime
+// estimate ("flops"), from the shapes of its tensors where the trace has no count: 2 x output
+// elements x the contracted length for a matmul (the length is the last dimension of the first
+// operand whose rows are the output's); 2 x output elements x a weight's elements per output
+// channel for a convolution; 2 x (q's rows) x keys x (query + value width) for attention.
+// nullopt where the shapes do not say.
+std::optional<double> flops_of(const sim::Workload& w, const sim::Op& op) {
+  if (op.flops) return op.flops;
+  if (op.outputs.empty()) return std::nullopt;
+  const std::vector<std::int64_t>& out = w.tensor(op.outputs.front()).shape;
+  if (out.empty() || elements(out) <= 0) return std::nullopt;
+  const double n_out = static_cast<double>(elements(out));
+  const OpKind kind = op_kind(op);
+  const auto shape = [&](std::size_t i) -> const std::vector<std::int64_t>& {
+    return w.tensor(op.inputs[i]).shape;
+  };
+  if (kind == OpKind::kLinearMatmul || kind == OpKind::kBatchedMatmul) {
+    const std::int64_t rows = elements(out) / out.back();
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      const std::vector<std::int64_t>& s = shape(i);
+      if (s.size() >= 2 && s.back() > 0 && elements(s) / s.back() == rows) {
+        return 2 * n_out * static_cast<double>(s.back());
+      }
+    }
+    return std::nullopt;
+  }
+  if (kind == OpKind::kConvolution && out.size() >= 3) {
+    for (std::size_t i = 0; i < op.inputs.size(); ++i) {
+      const std::vector<std::int64_t>& s = shape(i);
+      if (w.tensor(op.inputs[i]).kind == sim::TensorKind::kParameter && s.size() == out.size() &&
+          s.front() == out[1]) {
+        return 2 * n_out * static_cast<double>(elements(s)) / static_cast<double>(s.front());
+      }
+    }
+    return std::nullopt;
+  }
+  if (kind == OpKind::kFusedAttention && op.inputs.size() >= 3) {
+    const std::vector<std::int64_t>& q = shape(0);
+    const std::vector<std::int64_t>& k = shape(1);
+    const std::vector<std::int64_t>& v = shape(2);
+    const bool distinct = op.inputs[0] != op.inputs[1] && op.inputs[1] != op.inputs[2] &&
+                          op.inputs[0] != op.inputs[2];
+    if (distinct && q.size() >= 2 && k.size() == q.size() && v.size() == q.size() &&
+        k.back() == q.back() && k[k.size() - 2] == v[v.size() - 2]) {
+      const double q_rows = static_cast<double>(elements(q)) / static_cast<double>(q.back());
+      return 2 * q_rows * static_cast<double>(k[k.size() - 2]) *
+             static_cast<double>(q.back() + v.back());
+    }
+  }
+  return std::nullopt;
 }
 
 std::vector<Role> roles(const NetworkView& view) {
@@ -84,22 +166,24 @@ std::vector<Role> roles(const NetworkView& view) {
   return out;
 }
 
-// PyTorch's `dp_knapsack`: items' memory quantised to 1/10,000, the most value within `capacity`
-// (also quantised), backtracked from the last item. Returns which items are saved.
+// PyTorch's `dp_knapsack`: items' memory quantised to 1/10,000 (Python's round, half to even),
+// the most value within `capacity` (also quantised) in a float32 table, backtracked from the last
+// item. Returns which items are saved.
 std::vector<bool> dp_knapsack(const std::vector<double>& memory, const std::vector<double>& value,
                               double capacity) {
   constexpr double kScale = 10000;
-  const auto cap = static_cast<std::size_t>(std::max(0.0, std::round(capacity * kScale)));
+  const auto cap = static_cast<std::size_t>(std::max(0.0, std::nearbyint(capacity * kScale)));
   const std::size_t n = memory.size();
   std::vector<std::size_t> weight(n);
   for (std::size_t i = 0; i < n; ++i) {
-    weight[i] = static_cast<std::size_t>(std::round(memory[i] * kScale));
+    weight[i] = static_cast<std::size_t>(std::nearbyint(memory[i] * kScale));
   }
-  std::vector<double> best(cap + 1, 0.0);
+  std::vector<float> best(cap + 1, 0.0F);
   std::vector<std::vector<bool>> took(n, std::vector<bool>(cap + 1, false));
   for (std::size_t i = 0; i < n; ++i) {
+    const auto v = static_cast<float>(value[i]);
     for (std::size_t j = cap + 1; j-- > weight[i];) {
-      const double with = best[j - weight[i]] + value[i];
+      const float with = best[j - weight[i]] + v;
       if (with > best[j]) {
         best[j] = with;
         took[i][j] = true;
@@ -117,10 +201,107 @@ std::vector<bool> dp_knapsack(const std::vector<double>& memory, const std::vect
   return saved;
 }
 
+// The step's inputs as the partitioner's graph has them (its primals): the tensors forward reads
+// that no op of the step writes (parameters, buffers, the batch).
+std::vector<sim::TensorId> step_inputs(const sim::Workload& w) {
+  std::vector<bool> seen(w.tensors.size(), false);
+  std::vector<sim::TensorId> out;
+  for (const sim::Op& op : w.ops) {
+    if (op.phase != sim::Phase::kForward) continue;
+    for (sim::TensorId t : op.inputs) {
+      const sim::Tensor& tensor = w.tensor(t);
+      if (tensor.producer != sim::kNoOp || seen[sim::index(t)]) continue;
+      if (tensor.kind != sim::TensorKind::kParameter && tensor.kind != sim::TensorKind::kInput) {
+        continue;
+      }
+      seen[sim::index(t)] = true;
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+// Saved sizes as `choose_saved_values_set` measures them, the step's inputs counted: a plan's is
+// its kept maps' bytes and those of the inputs that are no map but that backward or a
+// recomputation reads; the least is every input's (what budget 0 saves).
+class SavedSizes {
+ public:
+  explicit SavedSizes(const NetworkView& view)
+      : view_(&view),
+        inputs_(step_inputs(view.workload())),
+        read_in_backward_(view.workload().tensors.size(), false) {
+    const sim::Workload& w = view.workload();
+    for (const sim::Op& op : w.ops) {
+      if (op.phase != sim::Phase::kBackward) continue;
+      for (sim::TensorId t : op.inputs) read_in_backward_[sim::index(t)] = true;
+    }
+    for (sim::TensorId t : inputs_) least_ += static_cast<double>(w.tensor(t).bytes);
+  }
+
+  [[nodiscard]] double least() const { return least_; }
+
+  [[nodiscard]] double of(const sim::Plan& plan) const {
+    const sim::Workload& w = view_->workload();
+    double saved = 0;
+    for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
+      if (plan.decisions[m].action == sim::Action::kKeep) {
+        saved += static_cast<double>(view_->map_bytes(static_cast<int>(m)));
+      }
+    }
+    const std::vector<bool> rerun = sim::ops_rerun_by_recompute(plan, w);
+    std::vector<bool> reread(w.tensors.size(), false);
+    for (const sim::Op& op : w.ops) {
+      if (!rerun[sim::index(op.id)]) continue;
+      for (sim::TensorId t : op.inputs) reread[sim::index(t)] = true;
+    }
+    for (sim::TensorId t : inputs_) {
+      if (view_->map_index(t) < 0 && (read_in_backward_[sim::index(t)] || reread[sim::index(t)])) {
+        saved += static_cast<double>(w.tensor(t).bytes);
+      }
+    }
+    return saved;
+  }
+
+ private:
+  const NetworkView* view_;
+  std::vector<sim::TensorId> inputs_;
+  std::vector<bool> read_in_backward_;
+  double least_ = 0;
+};
+
+// The knapsack items' values. A compute-intensive item is worth its op's FLOPs, a copy of a
+// matmul's output its share of the matmul's; if an op's FLOPs are not known, every
+// compute-intensive item is worth its op's duration instead. The others are worth 1:
+// FlopCounterMode counts no FLOPs for a reduction or a random op, and the estimate is at least 1.
+std::vector<double> knapsack_values(const NetworkView& view, const std::vector<Role>& role,
+                                    const std::vector<std::size_t>& items) {
+  const sim::Workload& w = view.workload();
+  std::vector<double> flops;
+  std::vector<double> duration;
+  bool all_flops = true;
+  for (std::size_t m : items) {
+    flops.push_back(1);
+    duration.push_back(1);
+    if (role[m] != Role::kComputeIntensive) continue;
+    const sim::Op& producer = w.op(view.producer(static_cast<int>(m)));
+    const sim::OpId copied = copied_compute_op(w, producer);
+    const sim::Op& op = copied == sim::kNoOp ? producer : w.op(copied);
+    // A copy carries the share of the matmul's output it copies.
+    const auto map_bytes = static_cast<double>(view.map_bytes(static_cast<int>(m)));
+    const auto op_bytes = static_cast<double>(w.tensor(op.outputs.front()).bytes);
+    const double share =
+        copied == sim::kNoOp || op_bytes == 0 ? 1.0 : std::min(1.0, map_bytes / op_bytes);
+    const std::optional<double> f = flops_of(w, op);
+    all_flops = all_flops && f.has_value();
+    flops.back() = std::max(f.value_or(0) * share, 1.0);
+    duration.back() = std::max(static_cast<double>(op.duration_ns) * share, 1.0);
+  }
+  return all_flops ? flops : duration;
+}
+
 }  // namespace
 
 sim::Plan partitioner_plan(const NetworkView& view, double budget) {
-  const sim::Workload& w = view.workload();
   const std::vector<Role> role = roles(view);
   sim::Plan plan = keep_all(view, "budget-partitioner");
   if (budget >= 1) return plan;  // the runtime-optimal cut: what eager autograd saves
@@ -139,40 +320,32 @@ sim::Plan partitioner_plan(const NetworkView& view, double budget) {
         {Role::kPointwise, Role::kRandom, Role::kReduction, Role::kComputeIntensive, Role::kOther});
     return plan;
   }
-  double min_bytes = 0;
-  double max_bytes = 0;
-  for (std::size_t m = 0; m < role.size(); ++m) {
-    max_bytes += bytes(m);
-    if (role[m] == Role::kInput) min_bytes += bytes(m);
-  }
-  const auto ratio = [&] {
-    double kept = 0;
-    for (std::size_t m = 0; m < role.size(); ++m) {
-      if (plan.decisions[m].action == sim::Action::kKeep) kept += bytes(m);
-    }
-    return (kept - min_bytes) / (max_bytes - min_bytes);
-  };
+  const SavedSizes sizes(view);
+  const double min_bytes = sizes.least();
+  const double max_bytes = sizes.of(plan);
+  // Budget 1's cut saves no more than the inputs: PyTorch keeps it at every budget above 0.
   if (max_bytes <= min_bytes) return plan;
+  const auto ratio = [&] { return (sizes.of(plan) - min_bytes) / (max_bytes - min_bytes); };
   recompute({Role::kPointwise});  // the allowlist's ops, used far apart or not
   if (ratio() < budget) return plan;
   recompute({Role::kOther});  // the allowlist off: what is banned is random, reductions, matmuls
   if (ratio() < budget) return plan;
+  // The knapsack over what the last cut bans, largest first (a stable sort, so ties keep the
+  // maps' order).
   std::vector<std::size_t> items;
   for (std::size_t m = 0; m < role.size(); ++m) {
-    if (role[m] == Role::kComputeIntensive) items.push_back(m);
+    if (role[m] == Role::kComputeIntensive || role[m] == Role::kReduction ||
+        role[m] == Role::kRandom) {
+      items.push_back(m);
+    }
   }
   std::stable_sort(items.begin(), items.end(),
                    [&](std::size_t a, std::size_t b) { return bytes(a) > bytes(b); });
-  std::vector<double> memory;
-  std::vector<double> value;
-  for (std::size_t m : items) {
-    const sim::Op& producer = w.op(view.producer(static_cast<int>(m)));
-    memory.push_back(bytes(m) / (max_bytes - min_bytes));
-    value.push_back(producer.flops
-                        ? std::max(*producer.flops, 1.0)
-                        : static_cast<double>(std::max<sim::Nanoseconds>(producer.duration_ns, 1)));
+  std::vector<double> memory(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    memory[i] = bytes(items[i]) / (max_bytes - min_bytes);
   }
-  const std::vector<bool> saved = dp_knapsack(memory, value, budget);
+  const std::vector<bool> saved = dp_knapsack(memory, knapsack_values(view, role, items), budget);
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (!saved[i]) plan.decisions[items[i]].action = sim::Action::kRecompute;
   }

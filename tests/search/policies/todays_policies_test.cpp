@@ -187,7 +187,10 @@ TEST_CASE("the budget partitioner's cuts and knapsack at 1, 0.7, 0.5, 0.3 and 0 
   //     6,400: 20,736;
   //   pointwise: residual1 and residual2 4,096 each, the GELU's 16,384: 24,576.
   // Budget 1 keeps all 88,192 bytes (eager's set); budget 0 nothing (every map regenerates from
-  // the tokens and the parameters): a budget b allows b of 88,192.
+  // the tokens and the parameters). Saved sizes count the step's inputs: the tokens, positions and
+  // labels (128 each) and the parameters, 230,528 bytes in all (the least); backward reads all
+  // but wpe (4,096) and the seven biases (3,072), so budget 1 saves 88,192 + 223,360 = 311,552
+  // and a budget b allows b of the 81,024 between.
   const auto bytes = [&](const char* name) {
     for (std::size_t m = 0; m < view.feature_maps().size(); ++m) {
       if (w.tensor(view.feature_maps()[m].tensor).name == name) {
@@ -225,16 +228,27 @@ TEST_CASE("the budget partitioner's cuts and knapsack at 1, 0.7, 0.5, 0.3 and 0 
     }
     return out;
   };
-  // Recomputing the pointwise maps leaves 63,616 bytes, 0.721 of them: not under 0.7. Recomputing
-  // the others too leaves 42,880, 0.486: under 0.7 and 0.5, so both keep the banned maps and the
-  // three compute-intensive ones.
+  // Recomputing the pointwise maps leaves 63,616 bytes of maps; regenerating the residuals re-runs
+  // the two c_proj (their outputs are no map), which read their biases (256 each): 63,616 +
+  // 223,360 + 512 - 230,528 = 56,960, 0.703 of 81,024: not under 0.7. Recomputing the others
+  // too leaves 42,880 and re-runs the layer norms, which read their biases (768 more): 36,992,
+  // 0.457: under 0.7 and 0.5, so both keep the banned maps and the three compute-intensive ones.
   CHECK(kept(0.7) == with_banned("h.0.attn.c_attn h.0.attn.context h.0.mlp.c_fc "));
   CHECK(kept(0.5) == kept(0.7));
-  // 0.3: the knapsack. Weights in 1/10,000 of 88,192: c_fc 1,858, c_attn 1,393, context 464;
-  // capacity 3,000. Values, the FLOPs (2 per multiply-add): c_fc 2x16x64x256 = 524,288, c_attn
-  // 393,216, context 2x2x16x16x32 = 32,768 (the zoo's counts, checked below). c_fc + c_attn
-  // weighs 3,251, too much; c_fc + context (2,322) is worth more than c_attn + context.
-  CHECK(kept(0.3) == with_banned("h.0.attn.context h.0.mlp.c_fc "));
+  // 0.3: the knapsack over the banned maps and the compute-intensive ones, largest first, weights
+  // in 1/10,000 of 81,024: c_fc 2,022, c_attn 1,517, drop and context 506, attn_dropout 253, the
+  // drop, resid_dropout and MLP dropout masks 126 each, attn_dropout's 63, the six statistics 8
+  // each; capacity 3,000. Values, the FLOPs (2 per multiply-add): c_fc 2x16x64x256 = 524,288,
+  // c_attn 393,216, context 2x2x16x16x32 = 32,768 (the zoo's counts, checked below); the random
+  // and reduction maps 1 each. c_fc + c_attn weighs 3,539, too much; c_fc + context (2,528) is
+  // worth the most, and the 472 left hold at most nine of the items worth 1: the six statistics
+  // (48) and three of the 126s and the 63 (426 or 363). Backtracking from the last item, the 63
+  // is not taken (the three 126s make nine without it), the 126s are. c_attn, drop,
+  // attn_dropout and its mask are recomputed.
+  CHECK(kept(0.3) ==
+        "drop.mask h.0.ln_1.mean h.0.ln_1.rstd h.0.attn.context "
+        "h.0.attn.resid_dropout.mask h.0.ln_2.mean h.0.ln_2.rstd h.0.mlp.c_fc "
+        "h.0.mlp.dropout.mask ln_f.mean ln_f.rstd ");
   const auto flops = [&](const char* op_name) {
     for (const Op& op : w.ops) {
       if (op.name == op_name) return op.flops.value_or(0);
@@ -245,6 +259,92 @@ TEST_CASE("the budget partitioner's cuts and knapsack at 1, 0.7, 0.5, 0.3 and 0 
   CHECK(flops("h.0.attn.c_attn") >= 393216);
   CHECK(flops("h.0.attn.c_attn") < flops("h.0.mlp.c_fc"));
   CHECK(flops("h.0.attn.context") < flops("h.0.attn.c_attn") / 4);
+}
+
+TEST_CASE("the budget partitioner measures saved sizes with the step's inputs, as PyTorch does",
+          "[search][todays][partitioner]") {
+  // An MLP head whose first weight backward never reads (no gradient for the batch): PyTorch's
+  // least saved size is every input, so the inputs budget 1's cut does not save lower the ratio
+  // of every cut (Note [The memory-budget partitioner in a plan]).
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1000);
+  const TensorId w1 = b.parameter("w1", 1500);
+  const TensorId w2 = b.parameter("w2", 2000);
+  const TensorId h1 = b.forward("fc1", {x, w1}, 2000, 100, "linear");
+  const TensorId a1 = b.forward("act", {h1}, 2000, 10, "relu");
+  const TensorId h2 = b.forward("fc2", {a1, w2}, 400, 100, "linear");
+  const TensorId loss = b.forward("loss", {h2}, 4, 10, "cross_entropy");
+  const TensorId g_loss = b.backward("loss.backward", {loss, h2}, 400, 10);
+  const TensorId g_a1 = b.backward("fc2.backward", {g_loss, a1, w2}, 2000, 100);
+  const TensorId g_h1 = b.backward("act.backward", {g_a1, h1}, 2000, 10);
+  b.backward("fc1.backward", {g_h1, x}, 1500, 100);
+  // FLOPs from the shapes: fc1 2 x 10x50 x 25 = 25,000, fc2 2 x 10x10 x 50 = 10,000.
+  b.workload().tensors[static_cast<std::size_t>(x)].shape = {10, 25};
+  b.workload().tensors[static_cast<std::size_t>(h1)].shape = {10, 50};
+  b.workload().tensors[static_cast<std::size_t>(a1)].shape = {10, 50};
+  b.workload().tensors[static_cast<std::size_t>(h2)].shape = {10, 10};
+  const Workload w = b.build();
+  const NetworkView view(w);
+  const auto kept = [&](double budget) {
+    return maps_with(w, partitioner_plan(view, budget), Action::kKeep);
+  };
+  // Maps: fc1_out 2,000 and fc2_out 400 (compute-intensive), act_out 2,000 (pointwise), loss_out
+  // 4 (a reduction: 4 x 4 < 400). Inputs: x 1,000, w1 1,500, w2 2,000; the least size 4,500.
+  // Budget 1 saves the maps (4,404) and the inputs backward reads (x, w2): 7,404. The range is
+  // 7,404 - 4,500 = 2,904 (the maps alone would make it 4,404).
+  // Recomputing act_out re-runs act, which reads no input: 2,404 + 3,000 = 5,404, a ratio of
+  // 904 / 2,904 = 0.3113 (with the maps alone 2,404 / 4,404 = 0.546, not under 0.5).
+  CHECK(kept(0.5) == "fc1_out fc2_out loss_out ");
+  CHECK(kept(0.32) == kept(0.5));
+  // At 0.31 not under: no other maps to recompute, so the knapsack. Items, largest first, in
+  // 1/10,000 of 2,904: fc1_out 6,887, fc2_out 1,377, loss_out 14 (worth 25,000, 10,000, 1).
+  // Capacity 3,100: fc1_out does not fit, the other two do.
+  CHECK(kept(0.31) == "fc2_out loss_out ");
+  // Capacity 1,000: only loss_out, a knapsack item like the matmuls (with the maps alone fc2_out
+  // weighs 908 and fits, and the reduction is no item).
+  CHECK(kept(0.1) == "loss_out ");
+  CHECK(kept(0.0).empty());
+  CHECK(kept(1.0) == "fc1_out act_out fc2_out loss_out ");
+}
+
+TEST_CASE("the budget partitioner's knapsack values matmuls by FLOPs worked out from shapes",
+          "[search][todays][partitioner]") {
+  // Two matmuls of one size: the longer one does fewer FLOPs. PyTorch's estimate is
+  // FlopCounterMode's count, not a time.
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 512);
+  const TensorId w1 = b.parameter("w1", 1024);
+  const TensorId w2 = b.parameter("w2", 1024);
+  const TensorId a = b.forward("fa", {x, w1}, 2048, 900, "linear");
+  const TensorId c = b.forward("fb", {a, w2}, 2048, 100, "linear");
+  const TensorId r = b.forward("act", {c}, 2048, 10, "relu");
+  b.forward("loss", {r}, 4, 10, "cross_entropy");
+  const TensorId g_r = b.backward("loss.backward", {r}, 2048, 10);
+  const TensorId g_c = b.backward("act.backward", {g_r, c}, 2048, 10);
+  const TensorId g_a = b.backward("fb.backward", {g_c, a, w2}, 2048, 100);
+  b.backward("fa.backward", {g_a, x, w1}, 1024, 100);
+  b.workload().tensors[static_cast<std::size_t>(x)].shape = {8, 16};
+  b.workload().tensors[static_cast<std::size_t>(a)].shape = {8, 64};
+  b.workload().tensors[static_cast<std::size_t>(c)].shape = {8, 64};
+  const Workload w = b.build();
+  const NetworkView view(w);
+  // Every input is read by backward: the range is the maps' 6,144 bytes. Recomputing act_out
+  // leaves 4,096, 0.667: not under 0.5; nothing else to recompute; the knapsack over fa_out and
+  // fb_out, 3,333 each, capacity 5,000: one fits. fa: 2 x 8x64 x 16 = 16,384 FLOPs (x's rows
+  // are the output's, 16 long); fb: 2 x 8x64 x 64 = 65,536. fb_out is saved, though fa runs 9x
+  // longer (by duration, fa_out would be).
+  CHECK(maps_with(w, partitioner_plan(view, 0.5), Action::kKeep) == "fb_out ");
+  // The trace's own count wins over the shapes'.
+  Workload counted = w;
+  for (Op& op : counted.ops) {
+    if (op.name == "fa") op.flops = 1e6;
+  }
+  CHECK(maps_with(counted, partitioner_plan(NetworkView(counted), 0.5), Action::kKeep) ==
+        "fa_out ");
+  // With a matmul's FLOPs unknown (no shapes), durations value every matmul.
+  Workload timed = w;
+  for (Tensor& t : timed.tensors) t.shape.clear();
+  CHECK(maps_with(timed, partitioner_plan(NetworkView(timed), 0.5), Action::kKeep) == "fa_out ");
 }
 
 TEST_CASE("budget-partitioner in compare takes the largest budget in tenths whose plan fits",
