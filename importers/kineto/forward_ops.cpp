@@ -119,7 +119,6 @@ void StepBuilder::build_alias(const Unit& unit, std::size_t position) {
   const Shape& x_shape = dims(e, 0);
   const std::string dtype = dtype_of(e, 0);
   const std::size_t x = resolve(x_shape, dtype, true);
-  values_[x].read = true;
   // A view's shape from its recorded arguments, else from the next op that reads as many values.
   const Shape to = unit.alias == Unit::Alias::kView
                        ? view_shape(e).value_or(lookahead_view(position, x_shape))
@@ -287,12 +286,26 @@ std::size_t StepBuilder::forward_add(ForwardOp& f) {
 std::size_t StepBuilder::forward_cross_entropy(ForwardOp& f) {
   f.read(resolve(f.x_shape, f.dtype, true));  // the logits
   TensorId target = sim::kNoTensor;
-  if (!dims(f.e, 1).empty()) target = f.read(resolve(dims(f.e, 1), dtype_of(f.e, 1), false));
+  if (!dims(f.e, 1).empty()) target = f.read(resolve_target(dims(f.e, 1), dtype_of(f.e, 1)));
   f.info.output = f.produce(".loss", {}, f.dtype);
   const TensorId log_probs = f.produce(".log_probs", f.x_shape, f.dtype);
   f.info.saved = {log_probs};
   if (target != sim::kNoTensor) f.info.saved.push_back(target);
   return f.output({}, f.dtype);
+}
+
+// A loss's target: the latest tensor of its shape that no op has read yet (a tensor of the batch,
+// or labels the step shifted: HF's `labels[..., 1:].contiguous()`), else a new input. The model
+// reads its inputs before the loss, so an input of the target's shape that an op read (a
+// language model's token ids, which its targets share a shape with) is not the target.
+std::size_t StepBuilder::resolve_target(const Shape& shape, const std::string& dtype) {
+  for (std::size_t v = values_.size(); v-- > 0;) {
+    const Value& value = values_[v];
+    if (!value.read && !value.overwritten && value.shape == shape) return v;
+  }
+  const TensorId t = add_tensor(fmt::format("input{}", input_count_++), sim::TensorKind::kInput,
+                                shape, dtype, sim::kNoOp);
+  return new_value(t, shape, dtype, false);
 }
 
 // cat(tensors, dim) reads each tensor of its list and writes their concatenation; CatBackward

@@ -244,7 +244,9 @@ std::string backward_node(std::string_view name) {
   if (starts_with(name, kEvaluatePrefix)) name.remove_prefix(kEvaluatePrefix.size());
   std::string_view core = name;
   while (!core.empty() && core.back() >= '0' && core.back() <= '9') core.remove_suffix(1);
-  if (ends_with(core, "Backward") || ends_with(name, "AccumulateGrad")) return std::string(name);
+  if (ends_with(core, "Backward") || ends_with(name, "AccumulateGrad") ||
+      ends_with(name, "CopySlices"))
+    return std::string(name);
   return {};
 }
 

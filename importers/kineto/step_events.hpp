@@ -27,7 +27,8 @@ bool ends_with(std::string_view s, std::string_view suffix);
 
 /// N of "ProfilerStep#N", or nullopt for any other name.
 std::optional<std::int64_t> step_number(std::string_view name);
-/// A backward node's name without the engine prefix ("ConvolutionBackward0", "AccumulateGrad"),
+/// A backward node's name without the engine prefix ("ConvolutionBackward0", "AccumulateGrad",
+/// "torch::autograd::CopySlices": an in-place op on a view),
 /// or empty when the event is not a backward node.
 std::string backward_node(std::string_view name);
 /// An event the importer takes as one unit of the step: an aten op, an optimizer call, a backward

@@ -67,6 +67,21 @@ class Subtree {
     return std::nullopt;
   }
 
+  /// The sequence number of the node a CopySlices node wraps (an in-place op on a view: autograd
+  /// runs the op's own node inside it), breadth first below the CopySlices events.
+  [[nodiscard]] std::optional<std::int64_t> wrapped_sequence(std::size_t root) const {
+    std::vector<std::size_t> todo{root};
+    while (!todo.empty()) {
+      const std::size_t i = todo.front();
+      todo.erase(todo.begin());
+      const CpuEvent& e = trace_.cpu_events[i];
+      if (e.name.find("CopySlices") == std::string::npos && e.sequence_number)
+        return e.sequence_number;
+      todo.insert(todo.end(), nesting_.children[i].begin(), nesting_.children[i].end());
+    }
+    return std::nullopt;
+  }
+
   /// The leaf an AccumulateGrad node accumulated into: the first recorded shape depth first.
   [[nodiscard]] std::optional<Leaf> leaf(std::size_t node) const {
     std::vector<std::size_t> todo{node};
@@ -238,7 +253,10 @@ StepRoles classify_units(const KinetoTrace& trace, const Nesting& nesting, bool 
         if (auto leaf = subtree.leaf(u.event)) roles.leaves.push_back(std::move(*leaf));
       } else {
         u.role = Unit::Role::kBackward;
-        u.sequence = e.sequence_number ? e.sequence_number : subtree.first_sequence(u.event);
+        // A CopySlices node is the in-place op's own node, run on the view's base.
+        u.sequence = ends_with(node, "CopySlices") ? subtree.wrapped_sequence(u.event)
+                     : e.sequence_number           ? e.sequence_number
+                                                   : subtree.first_sequence(u.event);
       }
     } else if (!backward_started) {
       classify_forward(e, time_only, u);

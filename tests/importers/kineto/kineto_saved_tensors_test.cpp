@@ -37,6 +37,7 @@ struct Child {
   std::string name;
   json dims = json::array();
   json types = json::array();
+  int seq = -1;  // "Sequence number"; -1: none
 };
 
 struct Event {
@@ -76,9 +77,10 @@ json cpu_trace(const std::vector<Event>& events) {
                             tid, t, 50, args));
     std::int64_t c = t + 1;
     for (const Child& child : e.children) {
-      list.push_back(op_event(
-          child.name, tid, c, 5,
-          {{"External id", id++}, {"Input Dims", child.dims}, {"Input type", child.types}}));
+      json child_args = {
+          {"External id", id++}, {"Input Dims", child.dims}, {"Input type", child.types}};
+      if (child.seq >= 0) child_args["Sequence number"] = child.seq;
+      list.push_back(op_event(child.name, tid, c, 5, child_args));
       c += 6;
     }
     t += 60;
@@ -560,6 +562,72 @@ TEST_CASE("an op after side work of other shapes reads the tensor made for it, n
   CHECK(names(w, op_named(w, "mul_1").inputs).front() == "silu_1.out");
   CHECK(names(w, op_named(w, "conv2d_1").inputs).front() == "mul_1.out");
   CHECK(saved(w, "conv2d_1_bwd") == std::vector<std::string>{"mul_1.out"});
+}
+
+TEST_CASE("an in-place op on a view: its node runs inside CopySlices",
+          "[importers][kineto][saved]") {
+  // EfficientNet's classifier: Dropout(inplace=True) on flatten's view. The in-place mul_ makes
+  // MulBackward0 (number 3), which autograd wraps in a CopySlices node on the view's base
+  // (number 4), and the view gets an AsStridedBackward0 (number 5); the profiler records the
+  // CopySlices node with MulBackward0 nested inside it.
+  const std::vector<Child> cpu = {{"aten::empty_like", json{{2, 8}}, json{"float"}, 3},
+                                  {"aten::bernoulli_", json{{2, 8}, {}}, json{"float", ""}, 3},
+                                  {"aten::div_", json{{2, 8}, {}}, json{"float", "Scalar"}, 3},
+                                  {"aten::mul_", json{{2, 8}, {2, 8}}, json{"float", "float"}, 3}};
+  const std::vector<Child> wrapped = {
+      {"torch::autograd::CopySlices", json{{2, 8, 1, 1}}, json{"float"}, 4},
+      {"MulBackward0", json{{2, 8}}, json{"float"}, 3}};
+  const Workload w =
+      import_json(cpu_trace({
+                      {"aten::gelu", json{{2, 8, 1, 1}, {}}, 1},
+                      {"aten::flatten",
+                       json{{2, 8, 1, 1}, {}, {}},
+                       2,
+                       false,
+                       {},
+                       json::array({"float", "Scalar", "Scalar"}),
+                       json::array({"", "1", "-1"})},
+                      {"aten::dropout_", json{{2, 8}, {}, {}}, 3, false, cpu},
+                      {"aten::mm", json{{2, 8}, {8, 8}}, 6},
+                      {"MmBackward0", json{{2, 8}}, 6, true},
+                      {"AsStridedBackward0", json{{2, 8}}, 5, true},
+                      {"torch::autograd::CopySlices", json{{2, 8, 1, 1}}, 4, true, wrapped},
+                      {"GeluBackward0", json{{2, 8, 1, 1}}, 1, true},
+                  }))
+          .workload;
+  // The dropout's backward op reads its mask (the CPU's: float).
+  REQUIRE(saved(w, "dropout_1_bwd") == std::vector<std::string>{"dropout_1.mask"});
+  CHECK(w.tensor(op_named(w, "dropout_1").outputs.at(1)).dtype == "float32");
+}
+
+TEST_CASE("a loss reads a target of its own, not an input of that shape the model read",
+          "[importers][kineto][saved]") {
+  // A model that embeds 16 ids ([16], int64) and classifies them: its targets ([16], int64) have
+  // the ids' shape, but the model read the ids, and the loss reads the batch's other tensor.
+  const Workload w =
+      import_json(cpu_trace({
+                      {"aten::embedding",
+                       json{{50, 8}, {16}, {}, {}, {}},
+                       1,
+                       false,
+                       {},
+                       json::array({"float", "long int", "Scalar", "Scalar", "Scalar"})},
+                      {"aten::linear", json{{16, 8}, {4, 8}, {4}}, 2},
+                      {"aten::cross_entropy_loss",
+                       json{{16, 4}, {16}, {}, {}, {}, {}},
+                       3,
+                       false,
+                       {},
+                       json::array({"float", "long int", "", "Scalar", "Scalar", "Scalar"})},
+                      {"NllLossBackward0", json{{}}, 3, true},
+                      {"AddmmBackward0", json{{16, 4}}, 2, true},
+                      {"EmbeddingBackward0", json{{16, 8}}, 1, true},
+                  }))
+          .workload;
+  CHECK(saved(w, "embedding_1_bwd") == std::vector<std::string>{"input1"});  // the ids
+  const std::vector<std::string> loss = saved(w, "softmax_cross_entropy_1_bwd");
+  REQUIRE(loss.size() == 2);
+  CHECK(loss.back() == "input2");
 }
 
 }  // namespace kineto_saved_test
