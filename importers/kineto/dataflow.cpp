@@ -24,12 +24,12 @@
 //    since the last merge that nothing has read yet (the chain goes on after side work of other
 //    shapes: the noise of stochastic depth, `x + f(x) * noise`); else the op starts a branch, and
 //    its input is the oldest live tensor of that shape produced since the last merge (a residual
-//    add): that is the block input a downsample branch reads. A view reads its base. The second
-//    input of an add (the skip) is the most recent live tensor of that shape that no add has read
-//    yet. A tensor written over in place is no longer a candidate. Inputs that match nothing are
+//    add): that is the block input a downsample branch reads. The second input of an add (the
+//    skip) is the most recent live tensor of that shape that no add has read yet. A tensor
+//    written over in place is no longer a candidate. Inputs that match nothing are
 //    the network's inputs. A generic op's operands after the first are the most recent live tensor
 //    of their shape (resolve_recent); a concatenation reads each tensor of its recorded list once,
-//    in order.
+//    in order; a loss's target is the latest tensor of its shape nothing has read (resolve_target).
 //  - Output shapes that the profiler does not record (convolution, pooling) are taken from the
 //    next forward op that reads a tensor of the expected batch and channel extents.
 //  - A backward node belongs to the forward op whose subtree recorded its sequence number (the
