@@ -15,22 +15,27 @@
 //
 // In a plan: every feature map of 1,024 bytes or more is swapped and prefetched before its first
 // backward use (an on-demand fetch, which the reader waits for). Its device copy is released after
-// its last forward use and after the op whose save makes the stash drop its last save of it:
-// saves are numbered as the trace's backward ops read them (for each forward op in issue order, the
-// forward tensors that the backward ops differentiating it read, by tensor id; a map no such op
-// reads is numbered at its producer), and a save of at least 1,024 bytes that is not a parameter
-// triggers the drops. A map still stashed when forward ends is released after the first backward
-// node that reads an offloaded save, and kept when that node reads it itself (the stash hands it
-// back; nothing comes back from the host).
+// its last forward use and before the op at whose save the stash drops its last save of it. Saves
+// are read from the trace: a forward op's are the forward tensors that the backward ops
+// differentiating it read, its inputs saved before it and its outputs after it, in autograd's
+// order by argument name told by role (a bias, the data, buffers, the weight); a map no such op
+// reads is saved after its producer. A save of at least 1,024 bytes triggers the drops unless it
+// is a parameter as saved: a parameter of which forward takes a view (an op that reads it and
+// writes nothing: `weight.t()`) is none, nor is a buffer (a parameter no update reads, in a step
+// whose update reads parameters: `register_buffer`'s tensors are no nn.Buffer). A map still
+// stashed when forward ends is released after the first backward node that reads an offloaded
+// save, and kept when that node reads it itself (the stash hands it back; nothing comes back from
+// the host).
 //
 // What the trace does not say, and the emulation therefore does not do as torchtune does
 // (python/tests/test_torchtune_offloading.py measures each against torchtune itself):
-//  - the order of one op's saves (autograd's: its arguments by name, then its outputs); tensor id
-//    order stands for it, so a drop can come one op early or late;
-//  - which saved parameter is a view (a linear layer's `weight.t()`, which torchtune copies to the
-//    host as an activation and back, while a convolution's weight is saved as itself): parameters
-//    are never moved, and their saves trigger no drop;
-//  - a storage saved twice is copied out and back twice by torchtune, once by the plan;
+//  - the argument names: the role order is wrong for a product without bias (an mm saves its
+//    "mat2", the weight, before its "self"), and one op saving one storage several times (an
+//    attention's q, k and v, views of one in-projection) shows as one read; a drop then comes some
+//    ops early or late;
+//  - the saved view's own bytes: torchtune's threshold is on them, the plan's on the storage;
+//  - the copies that are no feature map — views of parameters, buffers, the batch's inputs — and
+//    the second copy of a storage saved twice: they count in the stash, but the plan moves none;
 //  - where the hooks' context ends: torchtune's recipes wrap the model alone, while the trace's
 //    forward runs the loss too, whose maps the plan swaps as well.
 // What torchtune cannot see: which maps are cheap to recompute, how long the link takes against
@@ -157,8 +162,8 @@ std::vector<Save> saves_in_pack_order(const NetworkView& view, const ParameterUs
   return saves;
 }
 
-// The op after the first backward node that reads an offloaded save (its stash-emptying hook
-// runs when the node finishes), and the node's last op; kNoOp for both when none does.
+// The first and the last op of the first backward node that reads an offloaded save (torchtune's
+// hook empties the forward stash when that node finishes); kNoOp for both when none does.
 std::pair<sim::OpId, sim::OpId> first_unpacking_node(const sim::Workload& w,
                                                      const std::vector<bool>& offloaded_save) {
   for (const sim::Op& op : w.ops) {
