@@ -149,27 +149,83 @@ TEST_CASE("offload-activations swaps every map of 1 KiB or more, fetched when ba
   const NetworkView view(w);
   const auto d = run("offload-activations", w);
   // Kept: the layer norms' statistics (16 floats, 64 B) and the attention dropout's mask (2 heads
-  // x 16 x 16 bools, 512 B): under torchtune's 1,024-byte threshold.
+  // x 16 x 16 bools, 512 B): under torchtune's 1,024-byte threshold; and the loss's
+  // probabilities, still in the forward stash when backward's first node, the loss's, reads them.
   CHECK(maps_with(w, d.plan, Action::kKeep) ==
         "h.0.ln_1.mean h.0.ln_1.rstd h.0.attn.attn_dropout.mask h.0.ln_2.mean h.0.ln_2.rstd "
-        "ln_f.mean ln_f.rstd ");
-  std::vector<std::size_t> swapped;
+        "ln_f.mean ln_f.rstd loss.probs ");
+  std::size_t swapped = 0;
   for (std::size_t m = 0; m < d.plan.decisions.size(); ++m) {
-    if (d.plan.decisions[m].action == Action::kSwap) swapped.push_back(m);
-  }
-  REQUIRE(swapped.size() == 16);
-  for (std::size_t k = 0; k < swapped.size(); ++k) {
-    const Decision& dec = d.plan.decisions[swapped[k]];
-    const FeatureMap& map = view.feature_maps()[swapped[k]];
+    const Decision& dec = d.plan.decisions[m];
+    if (dec.action != Action::kSwap) continue;
+    ++swapped;
+    const FeatureMap& map = view.feature_maps()[m];
     CAPTURE(w.tensor(dec.tensor).name);
     CHECK(dec.prefetch_before == map.backward_uses.front());  // on demand: no prefetch ahead
-    // The stash holds five: the device copy goes before the op writing the fifth map after it.
-    const OpId expected = k + 5 < swapped.size()
-                              ? std::max(last_forward_use(map, w) + 1,
-                                         view.producer(static_cast<int>(swapped[k + 5])))
-                              : map.backward_uses.front();
-    CHECK(dec.release_before == std::min(expected, map.backward_uses.front()));
+    CHECK(dec.release_before > last_forward_use(map, w));
+    CHECK(dec.release_before <= dec.prefetch_before);
   }
+  CHECK(swapped == 15);
+}
+
+TEST_CASE("offload-activations: torchtune's stash counts every save, parameters too",
+          "[search][todays][offload]") {
+  // f1..f6 each read the previous map and two parameters (W_i, then U_i: a weight and a bias),
+  // all three saved for backward before the op runs, in autograd's order by argument name: the
+  // bias, the data, the weight; the loss saves a6. Saves in pack order:
+  //   f1: U1 a0 W1 (#0-2), f2: a1 #4, f3: a2 #7, f4: a3 #10, f5: a4 #13, f6: a5 #16, loss: a6 #18.
+  // Before copying save #n the stash drops saves #n-5 and older: a0 at #7 (before f3), a1 at #10
+  // (before f4), a2 at #13 (before f5), a3 at #16 (before f6), a4 at #18 (before the loss). a5 and
+  // a6 are stashed when forward ends; the loss's backward, the first node to read an offloaded
+  // save, reads a6 from the stash (kept) and empties it when done: a5 goes before f6's backward.
+  // Counting swapped maps alone, as if parameters were not saved, a0 would go only before f5.
+  WorkloadBuilder b;
+  std::vector<TensorId> w_params;
+  std::vector<TensorId> u_params;
+  for (int i = 1; i <= 6; ++i) {
+    w_params.push_back(b.parameter(fmt::format("W{}", i), 4096));
+    u_params.push_back(b.parameter(fmt::format("U{}", i), 4096));
+  }
+  const TensorId x = b.input("x", 512);
+  std::vector<TensorId> a{b.forward("f0", {x}, 2048, 10)};
+  std::vector<OpId> f{b.last_op()};
+  for (std::size_t i = 1; i <= 6; ++i) {
+    a.push_back(
+        b.forward(fmt::format("f{}", i), {a[i - 1], w_params[i - 1], u_params[i - 1]}, 2048, 10));
+    f.push_back(b.last_op());
+  }
+  b.forward("loss", {a[6]}, 4, 10);
+  const OpId loss = b.last_op();
+  const auto differentiates = [&](OpId forward_op) {
+    b.workload().ops[index(b.last_op())].differentiates = forward_op;
+  };
+  TensorId g = b.backward("loss.backward", {a[6]}, 2048, 10);
+  differentiates(loss);
+  std::vector<OpId> backward_of(7, kNoOp);
+  for (std::size_t i = 6; i >= 1; --i) {
+    g = b.backward(fmt::format("f{}.backward", i), {g, a[i - 1], w_params[i - 1], u_params[i - 1]},
+                   2048, 10);
+    differentiates(f[i]);
+    backward_of[i] = b.last_op();
+  }
+  const Workload w = b.build();
+  const auto d = run("offload-activations", w);
+  const auto decision = [&](std::size_t i) {
+    for (const Decision& dec : d.plan.decisions) {
+      if (dec.tensor == a[i]) return dec;
+    }
+    FAIL("a" << i << " is not a feature map");
+    return Decision{};
+  };
+  const std::vector<OpId> released{f[3], f[4], f[5], f[6], loss, backward_of[6]};
+  for (std::size_t i = 0; i < released.size(); ++i) {
+    CAPTURE(i);
+    const Decision dec = decision(i);
+    CHECK(dec.action == Action::kSwap);
+    CHECK(dec.release_before == released[i]);
+    CHECK(dec.prefetch_before == backward_of[i + 1]);
+  }
+  CHECK(decision(6).action == Action::kKeep);
 }
 
 TEST_CASE("the budget partitioner's cuts and knapsack at 1, 0.7, 0.5, 0.3 and 0 on a GPT layer",
