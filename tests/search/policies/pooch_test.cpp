@@ -467,5 +467,7 @@ TEST_CASE("PoocH decides the same whether an idle core times step 3's next trial
     CHECK(speculated.plan.decisions[k].prefetch_before ==
           sequential.plan.decisions[k].prefetch_before);
   }
-  CHECK(beside.count() > alone.count());  // the idle core timed trials beside
+  // Whether the idle core timed any trial beside is the scheduler's to say (on a loaded machine
+  // the second thread may get no core before the loop ends), so the count of trials is not
+  // asserted: the decision is the same either way, which is what the lines above check.
 }
