@@ -380,7 +380,7 @@ void CaseProgram::add_point(OpId i, const std::vector<const Absence*>& away, Byt
 // (Absence::rerun_forward) re-runs at least once if any absence that needs it is away by
 // recomputation: once for all of them. A copy-out is counted once per tensor (a gradient's
 // absences may share one). Any representative gives a valid row; the largest excess is where an
-// absence is most likely away. On the measured steps these rows move the bound by 0.01% at
+// absence is most likely away. On the measured steps these rows move the bound by 0.05% at
 // most: their worst point already spans nearly every absence (docs/search.md).
 void CaseProgram::choose_representatives(const std::vector<OpId>& points,
                                          const std::vector<std::vector<const Absence*>>& away,
