@@ -64,11 +64,11 @@ struct AlgorithmCost {
   sim::Bytes extra_bytes = 0;
 };
 
-/// A pre-existing tensor that no plan of the case places on the host (the input batch; with host
-/// placement off, parameters and optimizer state too): the lowering keeps its device buffer until
-/// its last reference, a regeneration's re-run included. Every plan holds it to `last_use` (its
-/// last device use, in Relaxation::base); after it, while an absence whose producer reads it is
-/// away by recomputation.
+/// A pre-existing tensor that is not held to the end and that no plan of the case places on the
+/// host (the input batch, without host placement): the lowering keeps its device buffer until its
+/// last reference, a regeneration's re-run included. Every plan holds it to `last_use` (its last
+/// device use, in Relaxation::base); after it, while an absence whose producer reads it is away by
+/// recomputation.
 struct KeptInput {
   sim::TensorId tensor = sim::kNoTensor;
   sim::Bytes bytes = 0;  // aligned
