@@ -265,6 +265,31 @@ void relax_host_tensors(const sim::Workload& w, const sim::Machine& machine,
   }
 }
 
+// The pre-existing tensors that the producers of absences away by recomputation read and no plan
+// places on the host (Relaxation::kept_inputs), those held to the end (persistent) left out:
+// every plan holds them across every op already.
+void keep_inputs(const sim::Workload& w, const std::vector<std::vector<OpId>>& uses,
+                 const std::vector<bool>& placeable, Relaxation& r) {
+  std::vector<std::size_t> kept(w.tensors.size(), std::numeric_limits<std::size_t>::max());
+  for (Absence& a : r.absences) {
+    if (!a.recompute || a.rerun_forward.empty()) continue;
+    for (TensorId t : w.op(a.rerun_forward.front()).inputs) {
+      const sim::Tensor& tensor = w.tensor(t);
+      const auto& u = uses[index(t)];
+      if (!sim::is_preexisting(tensor.kind) || sim::is_persistent(tensor.kind) ||
+          placeable[index(t)] || u.empty())
+        continue;
+      if (kept[index(t)] == std::numeric_limits<std::size_t>::max()) {
+        kept[index(t)] = r.kept_inputs.size();
+        r.kept_inputs.push_back({t, sim::DeviceArena::aligned_size(tensor.bytes), u.back()});
+      }
+      if (std::find(a.kept_inputs.begin(), a.kept_inputs.end(), kept[index(t)]) ==
+          a.kept_inputs.end())
+        a.kept_inputs.push_back(kept[index(t)]);
+    }
+  }
+}
+
 // Per op, the bytes every plan holds (Relaxation::base): the op's own tensors (an in-place output
 // shares its base's buffer) and smallest workspace, and each held interval across it.
 void count_base(const sim::Workload& w, const Intervals& held, Relaxation& r) {
@@ -365,6 +390,7 @@ Relaxation relax(const sim::Workload& w, const sim::Machine& machine,
   relax_maps(w, machine, encodings, uses, r, held);
   std::vector<bool> placeable(w.tensors.size(), false);
   if (host_placement) relax_host_tensors(w, machine, uses, r, placeable);
+  keep_inputs(w, uses, placeable, r);
   for (const sim::Tensor& t : w.tensors) {
     const auto& u = uses[index(t.id)];
     if (u.empty() || placeable[index(t.id)] || !held[index(t.id)].empty()) continue;

@@ -48,6 +48,9 @@ struct Absence {
   /// op (its producer alone).
   bool recompute = false;
   std::vector<sim::OpId> rerun_forward;
+  /// The tensors its producer reads that stay on the device until its regeneration
+  /// (Relaxation::kept_inputs, by index).
+  std::vector<std::size_t> kept_inputs;
   /// Away in an encoded copy: each encoding allowed, with its encoded bytes (aligned); the encode
   /// and the decode take codec_ns each.
   std::vector<std::pair<sim::Encoding, sim::Bytes>> encodings;
@@ -59,6 +62,17 @@ struct Absence {
 struct AlgorithmCost {
   sim::Nanoseconds extra_ns = 0;
   sim::Bytes extra_bytes = 0;
+};
+
+/// A pre-existing tensor that is not held to the end and that no plan of the case places on the
+/// host (the input batch, without host placement): the lowering keeps its device buffer until its
+/// last reference, a regeneration's re-run included. Every plan holds it to `last_use` (its last
+/// device use, in Relaxation::base); after it, while an absence whose producer reads it is away by
+/// recomputation.
+struct KeptInput {
+  sim::TensorId tensor = sim::kNoTensor;
+  sim::Bytes bytes = 0;  // aligned
+  sim::OpId last_use = sim::kNoOp;
 };
 
 struct Relaxation {
@@ -83,6 +97,7 @@ struct Relaxation {
   /// against its memory there); empty for the others.
   std::vector<std::vector<AlgorithmCost>> algorithms;
   std::vector<Absence> absences;
+  std::vector<KeptInput> kept_inputs;
   /// Ops before this one are forward ops at which every regeneration is still to come (all
   /// forward ops come first): Absence::rerun_forward applies there.
   sim::OpId forward_end = sim::OpId{0};
