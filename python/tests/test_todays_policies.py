@@ -11,7 +11,6 @@ import sys
 
 import pytest
 import torch
-from torch.nn import functional as F
 from torch.utils import checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -20,9 +19,9 @@ sys.path.append(str(ROOT / "build/release/python"))  # unless $PYTHONPATH names 
 import memplan  # noqa: E402
 from memplan.torch import capture  # noqa: E402
 from memplan.torch.capture import memplan_trace  # noqa: E402
-from memplan.torch.models import GPT  # noqa: E402
 
-torchvision = pytest.importorskip("torchvision")
+pytest.importorskip("torchvision")
+from policy_models import gpt, gpt_batch, mobilenet, resnet, resnet50, resnet_batch, vit  # noqa: E402
 
 
 def torchtitan_op_policy():
@@ -61,38 +60,11 @@ def checkpoint_blocks(model, paths, context_fn=None):
     return model
 
 
-def gpt():
-    return GPT(layers=4, hidden=64, heads=4, sequence=32, vocab=128, dropout=0.0)
 
 
-def gpt_batch(model):
-    torch.manual_seed(1)
-    return model.memplan_batch(2, [32]), model.memplan_loss
 
 
-def resnet():
-    return torchvision.models.resnet18(num_classes=10)
 
-
-def resnet_batch(model):
-    torch.manual_seed(1)
-    return (torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))), F.cross_entropy
-
-
-def resnet50():
-    return torchvision.models.resnet50(num_classes=10)
-
-
-def mobilenet():
-    return torchvision.models.mobilenet_v2(num_classes=10)
-
-
-def vit():
-    """torchvision's ViT (vit_b_16's code) at a size a test runs: 32x32 images in 8x8 patches,
-    2 encoder blocks 64 wide with 2 heads."""
-    return torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
-                                                num_heads=2, hidden_dim=64, mlp_dim=128,
-                                                num_classes=10)
 
 
 GPT_BLOCKS = [f"h.{i}" for i in range(4)]

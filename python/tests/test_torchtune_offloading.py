@@ -33,7 +33,6 @@ from unittest import mock
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "build/release/python"))  # unless $PYTHONPATH names a build
@@ -41,7 +40,6 @@ sys.path.append(str(ROOT / "build/release/python"))  # unless $PYTHONPATH names 
 import memplan  # noqa: E402
 from memplan.torch import capture  # noqa: E402
 from memplan.torch.capture import device_record, memplan_trace, run_step  # noqa: E402
-from memplan.torch.models import GPT  # noqa: E402
 from memplan.torch.recorder import StepRecorder  # noqa: E402
 
 
@@ -73,7 +71,8 @@ except ImportError as e:
 if offloading is None:
     pytest.skip("torchtune is not installed (python/requirements-torch2.txt pins it; "
                 "scripts/setup installs it)", allow_module_level=True)
-torchvision = pytest.importorskip("torchvision")
+pytest.importorskip("torchvision")
+from policy_models import gpt, gpt_batch, resnet, resnet_batch, vit  # noqa: E402
 
 
 class CpuStream:
@@ -194,30 +193,9 @@ class TorchtuneRecorder(StepRecorder):
         return saved
 
 
-def gpt():
-    return GPT(layers=4, hidden=64, heads=4, sequence=32, vocab=128, dropout=0.0)
 
 
-def gpt_batch(model):
-    torch.manual_seed(1)
-    return model.memplan_batch(2, [32]), model.memplan_loss
 
-
-def resnet():
-    return torchvision.models.resnet18(num_classes=10)
-
-
-def resnet_batch(model):
-    torch.manual_seed(1)
-    return (torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))), F.cross_entropy
-
-
-def vit():
-    """torchvision's ViT (vit_b_16's code) at a size a test runs: 32x32 images in 8x8 patches,
-    2 encoder blocks 64 wide with 2 heads (nn.MultiheadAttention)."""
-    return torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
-                                                num_heads=2, hidden_dim=64, mlp_dim=128,
-                                                num_classes=10)
 
 
 CASES = {"gpt": (gpt, gpt_batch), "resnet18": (resnet, resnet_batch), "vit": (vit, resnet_batch)}
