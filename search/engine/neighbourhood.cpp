@@ -46,11 +46,14 @@ Neighbourhood::Neighbourhood(const NetworkView& view, const EncodingOptions& enc
     }
   }
   std::sort(host_groups_.begin(), host_groups_.end());
+  states_ = sim::host_placeable(w, sim::TensorKind::kOptimizerState);
+  for (sim::TensorId t : states_) state_bytes_ += static_cast<double>(w.tensor(t).bytes);
 }
 
 // Sets a placement variable of `plan` (Note [Host placement] in core/plan.hpp); `at_use`: the
 // groups of the tensors it places are prefetched at their first uses, not one op ahead.
-void Neighbourhood::apply(sim::Plan& plan, Placement placement, bool on, bool at_use) const {
+void Neighbourhood::apply(sim::Plan& plan, Placement placement, bool on, bool at_use,
+                          bool states_stay) const {
   const sim::Workload& w = view_.workload();
   switch (placement) {
     case Placement::kParameters:
@@ -59,7 +62,7 @@ void Neighbourhood::apply(sim::Plan& plan, Placement placement, bool on, bool at
       break;
     case Placement::kUpdate:
       sim::set_host_placement(plan, w, sim::TensorKind::kGradient, on);
-      sim::set_host_placement(plan, w, sim::TensorKind::kOptimizerState, on);
+      if (!states_stay) sim::set_host_placement(plan, w, sim::TensorKind::kOptimizerState, on);
       plan.host_update = on;
       sim::drop_stale_host_prefetches(plan, w);  // an update's groups come and go with it
       break;
@@ -138,9 +141,38 @@ std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
       c.at_use = true;
       out.push_back(c);
     }
+    // The update back on the device with the optimizer states left on the host: from there each
+    // state is a variable of its own (below), so that a plan can move just the ones it must.
+    if (!c.on && c.placement == Placement::kUpdate && !states_.empty()) {
+      c.states_stay = true;
+      out.push_back(c);
+    }
   }
   host_prefetch_changes(plan, out);
+  // Each optimizer state on its own, the update on the device: the other value. (With the update
+  // on the host every state is there.)
+  if (!plan.host_update) {
+    const std::size_t first =
+        view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount + host_groups_.size();
+    for (std::size_t k = 0; k < states_.size(); ++k) {
+      Change c;
+      c.variable = static_cast<int>(first + k);
+      c.state = states_[k];
+      c.on = !std::binary_search(plan.host_tensors.begin(), plan.host_tensors.end(), states_[k]);
+      out.push_back(c);
+    }
+  }
   return out;
+}
+
+void Neighbourhood::blame_states(const sim::Timeline& timeline, const sim::Plan& plan,
+                                 std::vector<double>& score) const {
+  if (!timeline.oom || plan.host_update || state_bytes_ <= 0) return;
+  const std::size_t first =
+      view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount + host_groups_.size();
+  for (std::size_t k = 0; k < states_.size(); ++k)
+    score[first + k] +=
+        1e9 * static_cast<double>(workload().tensor(states_[k]).bytes) / state_bytes_;
 }
 
 // For each group of uses of a host-placed tensor: its prefetch point 1, 4 or 16 ops earlier or
@@ -331,7 +363,16 @@ sim::Plan with_move(const sim::Plan& plan, const Move& move, const Neighbourhood
   bool placed = false;
   for (const Change& c : move) {
     if (c.placement != Placement::kNone) {
-      neighbourhood.apply(result, c.placement, c.on, c.at_use);
+      neighbourhood.apply(result, c.placement, c.on, c.at_use, c.states_stay);
+      placed = true;
+      continue;
+    }
+    if (c.state != sim::kNoTensor) {  // host_tensors stay ascending
+      auto& host = result.host_tensors;
+      const auto it = std::lower_bound(host.begin(), host.end(), c.state);
+      const bool there = it != host.end() && *it == c.state;
+      if (c.on && !there) host.insert(it, c.state);
+      if (!c.on && there) host.erase(it);
       placed = true;
       continue;
     }
@@ -397,6 +438,7 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
       score[plan.decisions.size() + neighbourhood.algorithm_ops().size() + k] += 1e9;
   }
   neighbourhood.blame_host_groups(timeline, plan, score);
+  neighbourhood.blame_states(timeline, plan, score);
   return score;
 }
 

@@ -33,9 +33,13 @@ inline constexpr std::size_t kPlacementCount = 3;
 struct Change {
   int variable = -1;  // a map index, or the map count plus the op's index in algorithm_ops(),
                       // or after those the placement's index, or after those the host group's
-                      // index in host_groups()
+                      // index in host_groups(), or after those the state's index in states_
   Placement placement = Placement::kNone;
-  bool at_use = false;  // placed with every group of its tensors prefetched at its first use
+  sim::TensorId state = sim::kNoTensor;  // one optimizer state placed (`on`) or not, the update
+                                         // on the device
+  bool at_use = false;       // placed with every group of its tensors prefetched at its first use
+  bool states_stay = false;  // the update back on the device, every optimizer state kept on the
+                             // host (each then a variable of its own)
   sim::TensorId host_tensor = sim::kNoTensor;  // a host group's tensor
   sim::OpId first_use = sim::kNoOp;            // and its first use
   bool on = false;                             // the placement's new value
@@ -59,7 +63,8 @@ class Neighbourhood {
 
   // Sets a placement variable of `plan` (Note [Host placement] in core/plan.hpp); `at_use`: the
   // groups of the tensors it places are prefetched at their first uses, not one op ahead.
-  void apply(sim::Plan& plan, Placement placement, bool on, bool at_use) const;
+  void apply(sim::Plan& plan, Placement placement, bool on, bool at_use,
+             bool states_stay = false) const;
   // Every single change of `plan`, grouped by variable in variable order.
   [[nodiscard]] std::vector<Change> changes(const sim::Plan& plan) const;
   // Adds to `score` (per variable) the blame of the host groups' prefetch points: the stalls
@@ -74,8 +79,12 @@ class Neighbourhood {
 
   [[nodiscard]] std::size_t variable_count() const {
     return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount +
-           host_groups_.size();
+           host_groups_.size() + states_.size();
   }
+  // Adds to `score` the blame of the optimizer states' variables where memory ran out with the
+  // update on the device: 1e9 among them, by their bytes.
+  void blame_states(const sim::Timeline& timeline, const sim::Plan& plan,
+                    std::vector<double>& score) const;
   [[nodiscard]] const std::vector<sim::OpId>& algorithm_ops() const { return algorithm_ops_; }
   [[nodiscard]] const sim::Workload& workload() const { return view_.workload(); }
 
@@ -105,6 +114,10 @@ class Neighbourhood {
   std::vector<std::vector<sim::OpId>> readers_;  // per tensor, ascending: with host placement
   // (tensor, first use) of every group of uses that a host-placed tensor may have, ascending.
   std::vector<std::pair<sim::TensorId, sim::OpId>> host_groups_;
+  // The optimizer states one may place on the host alone, the update staying on the device
+  // (Note [Plan search], placement), ascending; and their bytes in all.
+  std::vector<sim::TensorId> states_;
+  double state_bytes_ = 0;
 };
 
 // `plan` with the changes of `move` made.

@@ -41,6 +41,7 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return all[a].cost < all[b].cost; });
   std::vector<std::optional<Seed>> decided(all.size());
+  std::vector<std::optional<Seed>> state_on_host(all.size());
   std::vector<std::string> why(all.size());
   std::atomic<std::size_t> evaluated{0};
   parallel_each(
@@ -65,6 +66,17 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
           evaluator.measure_excess(true);
           evaluator.measure_step(true);
           e = evaluator.cost(plan);
+          if (!e.feasible && options.host_placement && !plan.host_update) {
+            sim::Plan moved = plan;
+            sim::set_host_placement(moved, workload, sim::TensorKind::kOptimizerState, true);
+            if (moved.host_tensors != plan.host_tensors) {
+              const Evaluation fits = evaluator.cost(moved);
+              if (fits.feasible) {
+                state_on_host[order[k]] =
+                    Seed{std::move(moved), fits, fmt::format("{}, state on the host", policy.name)};
+              }
+            }
+          }
           decided[order[k]] = Seed{std::move(plan), e, std::string(policy.name)};
         } catch (const Stopped&) {
           why[order[k]] = stop.cancelled() ? std::string("cancelled")
@@ -86,8 +98,14 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
       result.skipped.push_back({std::string(all[p].name), why[p]});
     }
   }
-  std::stable_sort(result.seeds.begin(), result.seeds.end(),
-                   [](const Seed& x, const Seed& y) { return better(x.evaluation, y.evaluation); });
+  for (std::optional<Seed>& seed : state_on_host) {
+    if (seed) result.state_on_host.push_back(std::move(*seed));
+  }
+  const auto by_rank = [](const Seed& x, const Seed& y) {
+    return better(x.evaluation, y.evaluation);
+  };
+  std::stable_sort(result.seeds.begin(), result.seeds.end(), by_rank);
+  std::stable_sort(result.state_on_host.begin(), result.state_on_host.end(), by_rank);
   return result;
 }
 

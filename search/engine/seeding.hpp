@@ -44,6 +44,11 @@ struct Seed {
 
 struct Seeding {
   std::vector<Seed> seeds;  // best first (better()); ties in policies() order
+  // Where a policy's plan does not fit and leaves the update on the device: the same plan with
+  // every optimizer state on the host (brought back for its update op), where that fits. Local
+  // searches start from them as from the seeds; they are no policy's plan, so never the best
+  // policy (Note [Plan search], seeding).
+  std::vector<Seed> state_on_host;
   std::vector<SkippedPolicy> skipped;
   std::size_t evaluated = 0;
 };

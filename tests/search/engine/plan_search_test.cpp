@@ -207,6 +207,58 @@ TEST_CASE("the search prefetches a host-placed batch at its use where only that 
   CHECK_FALSE(search_plan(w, m, o).evaluation.feasible);
 }
 
+TEST_CASE("the search places one optimizer state on the host where moving every one costs more",
+          "[search][plan_search]") {
+  // Two layers, each a parameter w with momentum m; m2 is 16 KiB, the rest 1 KiB; g2 reads both
+  // maps and takes an 8 KiB workspace: the step's peak, where every parameter and state is on
+  // the device too. The host updates at 1 MB/s, so an update there costs over 20 ms against the
+  // device's 2 us. On a device 6 KiB under the in-core peak neither the maps (g2 reads both) nor
+  // the parameters (2 KiB) nor the batch (1 KiB) make room; every state with the update on the
+  // host does, slowly; m2 alone on the host, brought back for its update op, does at the cost of
+  // its copies. Only a variable per state reaches that plan.
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1024);
+  const TensorId w1 = b.parameter("w1", 1024);
+  const TensorId w2 = b.parameter("w2", 1024);
+  const TensorId m1 = b.parameter("m1", 1024);
+  const TensorId m2 = b.parameter("m2", 16384);
+  b.workload().tensors[index(m1)].kind = TensorKind::kOptimizerState;
+  b.workload().tensors[index(m2)].kind = TensorKind::kOptimizerState;
+  const TensorId a = b.forward("f1", {x, w1}, 1024, 1000);
+  const TensorId y = b.forward("f2", {a, w2}, 1024, 1000);
+  b.op("g2", "linear", Phase::kBackward, {y, a, w2}, {{"gw2", 1024}, {"d_a", 1024}}, 1000, 8192);
+  const TensorId gw2 = TensorId{7};
+  const TensorId d_a = TensorId{8};
+  const TensorId gw1 = b.backward("g1", {d_a, x, w1}, 1024, 1000);
+  b.op("sgd1", "sgd", Phase::kUpdate, {w1, gw1, m1}, {}, 1000);
+  b.op("sgd2", "sgd", Phase::kUpdate, {w2, gw2, m2}, {}, 1000);
+  const Workload w = b.build();
+  REQUIRE(w.tensor(gw2).name == "gw2");
+  Machine m = test_machine(kPlenty, 1e9, 0);
+  const Simulation in_core = simulate(w, in_core_plan(w), m);
+  REQUIRE(in_core.timeline.feasible);
+  m.memory_bytes = in_core.timeline.peak_reserved_bytes - 6144;
+  m.host_bandwidth_bytes_per_s = 1e6;
+  Plan one = in_core_plan(w);  // m2 alone on the host fits
+  one.host_tensors = {m2};
+  CHECK(simulate(w, one, m).timeline.feasible);
+  const SearchResult r = search_plan(w, m, quick(2, true));
+  REQUIRE(r.evaluation.feasible);
+  CHECK_FALSE(r.plan.host_update);
+  CHECK(std::find(r.plan.host_tensors.begin(), r.plan.host_tensors.end(), m2) !=
+        r.plan.host_tensors.end());
+  CHECK_NOTHROW(validate_plan(r.plan, w, "searched plan"));
+  // Every state and gradient on the host with the update there (what the search's placement
+  // variables reached before): it fits, and its step is the host update's.
+  Plan offload = in_core_plan(w);
+  set_host_placement(offload, w, TensorKind::kGradient, true);
+  set_host_placement(offload, w, TensorKind::kOptimizerState, true);
+  offload.host_update = true;
+  const Simulation slow = simulate(w, offload, m);
+  REQUIRE(slow.timeline.feasible);
+  CHECK(r.evaluation.iteration_ns * 10 < slow.timeline.iteration_ns);
+}
+
 TEST_CASE("searched plans keep the plan rules across maps (no lossy map read by a re-run op)",
           "[search][plan_search]") {
   // With every encoding on, many neighbours of a plan narrow or binarize a map that a recomputed
