@@ -149,20 +149,23 @@ std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
     }
   }
   host_prefetch_changes(plan, out);
-  // Each optimizer state on its own, the update on the device: the other value. (With the update
-  // on the host every state is there.)
-  if (!plan.host_update) {
-    const std::size_t first =
-        view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount + host_groups_.size();
-    for (std::size_t k = 0; k < states_.size(); ++k) {
-      Change c;
-      c.variable = static_cast<int>(first + k);
-      c.state = states_[k];
-      c.on = !std::binary_search(plan.host_tensors.begin(), plan.host_tensors.end(), states_[k]);
-      out.push_back(c);
-    }
-  }
+  state_changes(plan, out);
   return out;
+}
+
+// Each optimizer state on its own, the update on the device: the other value. (With the update on
+// the host every state is there.)
+void Neighbourhood::state_changes(const sim::Plan& plan, std::vector<Change>& out) const {
+  if (plan.host_update) return;
+  const std::size_t first =
+      view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount + host_groups_.size();
+  for (std::size_t k = 0; k < states_.size(); ++k) {
+    Change c;
+    c.variable = static_cast<int>(first + k);
+    c.state = states_[k];
+    c.on = !std::binary_search(plan.host_tensors.begin(), plan.host_tensors.end(), states_[k]);
+    out.push_back(c);
+  }
 }
 
 void Neighbourhood::blame_states(const sim::Timeline& timeline, const sim::Plan& plan,

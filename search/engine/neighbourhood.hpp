@@ -90,6 +90,7 @@ class Neighbourhood {
 
  private:
   void host_prefetch_changes(const sim::Plan& plan, std::vector<Change>& out) const;
+  void state_changes(const sim::Plan& plan, std::vector<Change>& out) const;
   void issue_point_changes(std::size_t m, const sim::Decision& d, std::vector<Change>& out) const;
   [[nodiscard]] bool issued_early(std::size_t m, sim::Action action) const;
   [[nodiscard]] sim::OpId default_issue(int m, sim::Action action) const;
