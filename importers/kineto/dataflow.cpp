@@ -213,6 +213,10 @@ std::size_t StepBuilder::resolve(const Shape& shape, const std::string& dtype, b
   for (std::size_t v = values_.size(); v-- > 0;) {
     if (usable(v)) return v;
   }
+  return new_input(shape, dtype);
+}
+
+std::size_t StepBuilder::new_input(const Shape& shape, const std::string& dtype) {
   const TensorId t = add_tensor(fmt::format("input{}", input_count_++), sim::TensorKind::kInput,
                                 shape, dtype, kNoOp);
   return new_value(t, shape, dtype, false);

@@ -303,9 +303,7 @@ std::size_t StepBuilder::resolve_target(const Shape& shape, const std::string& d
     const Value& value = values_[v];
     if (!value.read && !value.overwritten && value.shape == shape) return v;
   }
-  const TensorId t = add_tensor(fmt::format("input{}", input_count_++), sim::TensorKind::kInput,
-                                shape, dtype, sim::kNoOp);
-  return new_value(t, shape, dtype, false);
+  return new_input(shape, dtype);
 }
 
 // cat(tensors, dim) reads each tensor of its list and writes their concatenation; CatBackward

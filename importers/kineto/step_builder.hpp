@@ -133,6 +133,8 @@ class StepBuilder {
   std::size_t resolve_recent(const Shape& shape, const std::string& dtype);
   // A loss's target: the latest value of its shape nothing has read yet, else a new input.
   std::size_t resolve_target(const Shape& shape, const std::string& dtype);
+  // A network input of this shape that no op of the step made: its value.
+  std::size_t new_input(const Shape& shape, const std::string& dtype);
   Shape lookahead(std::size_t position, std::int64_t n, std::int64_t c, std::size_t rank,
                   const Shape& fallback) const;
   Shape lookahead_view(std::size_t position, const Shape& from) const;

@@ -157,8 +157,7 @@ std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
 // the host every state is there.)
 void Neighbourhood::state_changes(const sim::Plan& plan, std::vector<Change>& out) const {
   if (plan.host_update) return;
-  const std::size_t first =
-      view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount + host_groups_.size();
+  const std::size_t first = first_state_variable();
   for (std::size_t k = 0; k < states_.size(); ++k) {
     Change c;
     c.variable = static_cast<int>(first + k);
@@ -171,8 +170,7 @@ void Neighbourhood::state_changes(const sim::Plan& plan, std::vector<Change>& ou
 void Neighbourhood::blame_states(const sim::Timeline& timeline, const sim::Plan& plan,
                                  std::vector<double>& score) const {
   if (!timeline.oom || plan.host_update || state_bytes_ <= 0) return;
-  const std::size_t first =
-      view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount + host_groups_.size();
+  const std::size_t first = first_state_variable();
   for (std::size_t k = 0; k < states_.size(); ++k)
     score[first + k] +=
         1e9 * static_cast<double>(workload().tensor(states_[k]).bytes) / state_bytes_;

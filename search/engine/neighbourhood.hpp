@@ -78,8 +78,7 @@ class Neighbourhood {
       const std::vector<sim::HostPrefetch>& prefetches, sim::TensorId t, sim::OpId first_use);
 
   [[nodiscard]] std::size_t variable_count() const {
-    return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount +
-           host_groups_.size() + states_.size();
+    return first_state_variable() + states_.size();
   }
   // Adds to `score` the blame of the optimizer states' variables where memory ran out with the
   // update on the device: 1e9 among them, by their bytes.
@@ -98,6 +97,11 @@ class Neighbourhood {
   void groups_of(const sim::Plan& plan, sim::TensorId t,
                  std::vector<sim::HostUseGroup>& groups) const;
   [[nodiscard]] std::size_t host_group_variable(sim::TensorId t, sim::OpId first_use) const;
+  // The variable of states_.front() (Change::variable): after the host groups'.
+  [[nodiscard]] std::size_t first_state_variable() const {
+    return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount +
+           host_groups_.size();
+  }
   [[nodiscard]] bool placed(const sim::Plan& plan, Placement placement) const;
   [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const;
   [[nodiscard]] sim::OpId default_prefetch(int m) const;

@@ -155,9 +155,7 @@ SearchResult local_search(const sim::Workload& workload, const sim::Machine& mac
                             good_enough_ns);
   std::vector<engine::Seed> starts = seeding.seeds;
   starts.insert(starts.end(), seeding.state_on_host.begin(), seeding.state_on_host.end());
-  std::stable_sort(starts.begin(), starts.end(), [](const engine::Seed& x, const engine::Seed& y) {
-    return better(x.evaluation, y.evaluation);
-  });
+  std::stable_sort(starts.begin(), starts.end(), engine::ranks_before);
   result.converged = local.run(starts);
   result.cancelled = stop.cancelled();
   if (result.cancelled) result.converged = false;

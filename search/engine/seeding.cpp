@@ -101,11 +101,7 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
   for (std::optional<Seed>& seed : state_on_host) {
     if (seed) result.state_on_host.push_back(std::move(*seed));
   }
-  const auto by_rank = [](const Seed& x, const Seed& y) {
-    return better(x.evaluation, y.evaluation);
-  };
-  std::stable_sort(result.seeds.begin(), result.seeds.end(), by_rank);
-  std::stable_sort(result.state_on_host.begin(), result.state_on_host.end(), by_rank);
+  std::stable_sort(result.seeds.begin(), result.seeds.end(), ranks_before);
   return result;
 }
 

@@ -42,12 +42,17 @@ struct Seed {
   std::string policy;
 };
 
+// Whether `x` ranks before `y` (better() of their evaluations): the order local searches start in.
+inline bool ranks_before(const Seed& x, const Seed& y) {
+  return better(x.evaluation, y.evaluation);
+}
+
 struct Seeding {
   std::vector<Seed> seeds;  // best first (better()); ties in policies() order
   // Where a policy's plan does not fit and leaves the update on the device: the same plan with
   // every optimizer state on the host (brought back for its update op), where that fits. Local
   // searches start from them as from the seeds; they are no policy's plan, so never the best
-  // policy (Note [Plan search], seeding).
+  // policy (Note [Plan search], seeding). In policies() order.
   std::vector<Seed> state_on_host;
   std::vector<SkippedPolicy> skipped;
   std::size_t evaluated = 0;
