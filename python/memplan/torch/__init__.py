@@ -19,7 +19,8 @@ torch`.
 """
 
 from memplan.torch.apply import PlanError, PlannedModel, apply
-from memplan.torch.capture import (Capture, CompiledModelWarning, StepError, capture, default_step,
+from memplan.torch.compiled import CompiledModelWarning
+from memplan.torch.capture import (Capture, StepError, capture, default_step,
                                    saved_bytes_in_trace, write_trace)
 from memplan.torch.validate import DoesNotFit, Validation, validate
 

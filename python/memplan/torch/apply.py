@@ -88,7 +88,7 @@ import time
 
 import torch
 
-from memplan.torch.capture import eager_module, run_step
+from memplan.torch.capture import run_step, step_module
 from memplan.torch.encodings import decode_map, encode_map
 from memplan.torch.recorder import (_METADATA_READERS, StepRecorder, flat_tensors, op_schema,
                                     storage_bytes, untyped_storage, written_arguments)
@@ -1091,6 +1091,6 @@ def apply(model, plan, captured, *, step=None):
     own (capture's `step`)."""
     trace = captured.trace if hasattr(captured, "trace") else captured
     schedule = plan_schedule(plan, trace)
-    model = eager_module(model)
+    model = step_module(model)
     check_model(model, trace)
     return PlannedModel(model, trace, schedule, step)

@@ -22,12 +22,12 @@ import contextlib
 import json
 import os
 import time
-import warnings
 
 import torch
 
 import memplan
 from memplan._files import write_output
+from memplan.torch.compiled import running_compiled, step_module
 from memplan.torch.recorder import StepRecorder
 
 
@@ -178,7 +178,8 @@ def run_step(model, batch, loss_fn, optimizer, recorder=None, step=None):
     told its phases. Returns the step's loss, detached (None when the step returns none)."""
     own = step is not None and step is not default_step
     step = step or default_step
-    with step_part("the step function") if own else contextlib.nullcontext():
+    with step_part("the step function") if own else contextlib.nullcontext(), \
+            running_compiled(model):
         if recorder is None:
             loss = step(model, batch, loss_fn, optimizer)
         else:
@@ -206,27 +207,6 @@ def model_device(model, batch):
     return torch.device("cpu")
 
 
-class CompiledModelWarning(UserWarning):
-    """capture was given a torch.compile'd model: it records the model as eager PyTorch runs it."""
-
-
-def eager_module(model, warn=False):
-    """The module a torch.compile'd `model` wraps (itself otherwise). Under the recorder's dispatch
-    mode PyTorch runs a compiled model eagerly, op by op, so a trace records the eager step (what
-    eager autograd saves), not the compiled one (what AOTAutograd's partitioner saves and
-    recomputes): capture says so (`warn`: CompiledModelWarning), and apply and validate run the
-    eager module, the step the plan was made for."""
-    original = getattr(model, "_orig_mod", None)
-    if original is None or not isinstance(original, torch.nn.Module):
-        return model
-    if warn:
-        warnings.warn("a torch.compile'd model is captured as eager PyTorch runs it (the "
-                      "compiled step saves what AOTAutograd's partitioner chooses, which this "
-                      "trace does not hold); plans are applied and validated on the eager model",
-                      CompiledModelWarning, stacklevel=3)
-    return original
-
-
 def capture(model, batch, loss_fn, optimizer, *, step=None, warmup_steps=1, name=None):
     """Records one training step of `model` on `batch` (a tuple: the model's inputs, then the
     target) and returns a `Capture`. `step`: the user's own step, `step(model, batch, loss_fn,
@@ -234,7 +214,7 @@ def capture(model, batch, loss_fn, optimizer, *, step=None, warmup_steps=1, name
     if not isinstance(batch, (tuple, list)) or len(batch) < 2:
         raise ValueError("batch must be a tuple (model inputs..., target)")
     batch = tuple(batch)
-    model = eager_module(model, warn=True)
+    model = step_module(model, warn=True)
     model.train()
     for _ in range(warmup_steps):
         run_step(model, batch, loss_fn, optimizer, step=step)

@@ -255,8 +255,8 @@ def gpt_sdpa_block():
 
 
 def compiled_gpt_block():
-    """gpt_block under torch.compile (captured, applied and validated as the eager module it
-    wraps: memplan.torch.capture.eager_module)."""
+    """gpt_block under torch.compile (inductor): captured, applied and validated as its
+    AOTAutograd split (memplan.torch.compiled)."""
     if not hasattr(torch, "compile"):
         raise SpecError("torch.compile needs PyTorch 2.0 or later")
     return torch.compile(GPT(layers=1))

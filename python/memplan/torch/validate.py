@@ -58,7 +58,7 @@ import torch
 import memplan
 from memplan import _validation
 from memplan.torch.apply import apply
-from memplan.torch.capture import eager_module, memplan_trace, run_step, step_part
+from memplan.torch.capture import memplan_trace, run_step, step_module, step_part
 from memplan.torch.schedule import PlanError, host_tensors, read_plan
 
 # Device memory for the saved-bytes prediction: more than any step holds (2^50 bytes).
@@ -241,7 +241,7 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, step=None, see
         raise DoesNotFit(predicted["predicted_oom"])
     trace = captured.trace if hasattr(captured, "trace") else captured
     batch = tuple(batch)
-    model = eager_module(model)  # a compiled model's plan is its eager step's (capture)
+    model = step_module(model)  # a compiled model runs its AOTAutograd split (capture)
     base_model, base_opt = _copy(model, optimizer)
     plan_model, plan_opt = _copy(model, optimizer)
     planned = apply(plan_model, plan, trace, step=step)

@@ -1,0 +1,221 @@
+"""What a `torch.compile`'d model's step saves: AOTAutograd's forward and backward graphs, run op by op.
+
+What: `step_module(model, warn)` is the module memplan.torch runs for `model` (its eager module
+when `model` is an OptimizedModule), marked with the compile backend's AOTAutograd split when the
+backend is one whose split is known (`_SPLITS`); `running_compiled(module)` is the context in which
+a step calls that module through the split; capture, apply and validate run every step inside it
+(memplan.torch.capture.run_step).
+
+Why: torch.compile hands the model's graph to AOTAutograd, whose partitioner chooses what the
+forward graph saves for backward and what the backward graph recomputes (under inductor, the
+default backend, the min-cut rematerialisation with inductor's decompositions; torch's
+`activation_memory_budget` acts there); inductor then generates kernels for each graph, which
+fuses the intermediates inside a graph but does not change which tensors cross from forward to
+backward. Under a dispatch mode TorchDynamo does not compile (it runs the module eagerly), so
+capturing the compiled module as it is would record eager's step, which saves other tensors.
+
+How: the split is `aot_function` over `torch.func.functional_call` of the eager module with the
+backend's partitioner and decompositions, each graph compiled to itself (an FX graph that calls
+its aten ops one by one), so that under the recorder every aten op of both graphs is an op of the
+trace and what the forward graph saves is what the compiled step saves. AOTAutograd traces at its
+first call, and that first call also runs the forward: `_prime` makes that call once per input
+signature (shapes, dtypes, grad and autocast state) with the recorder's dispatch mode and
+saved-tensor hooks set aside, the module's buffers (batch-norm statistics) and the random number
+generators put back afterwards, so that the step's own call is the split's second and is recorded
+like any other. A planned step runs the same split, so the plan meets the ops it was made for.
+
+What it does not see: inductor's fusion inside a graph (the trace's intermediates are those of
+the unfused aten ops, so its transient memory is more than inductor's; the feature maps are the
+same); a graph break (the module is traced whole: a forward that branches on data cannot be
+traced, and that error is the step's); module names inside the module (every op of the split is
+the module's own: policies by block see no blocks). A backend whose split is not known here
+(`eager` needs none; `cudagraphs`, a callable of the user's) is run as eager PyTorch runs the
+module, with a CompiledModelWarning for the others.
+"""
+
+import contextlib
+import functools
+import warnings
+import weakref
+
+import torch
+
+
+class CompiledModelWarning(UserWarning):
+    """capture was given a torch.compile'd model whose backend's split memplan does not know: it
+    records the model as eager PyTorch runs it."""
+
+
+def _splits():
+    """backend name -> (partition function, decomposition table or None), as torch's own
+    backends of those names build them (torch/_dynamo/backends/debugging.py, inductor)."""
+    from functorch.compile import default_partition, min_cut_rematerialization_partition
+
+    def inductor_decompositions():
+        from torch._inductor.decomposition import select_decomp_table
+        return select_decomp_table()
+
+    inductor = (functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
+                inductor_decompositions)
+    return {"inductor": inductor, "aot_eager_decomp_partition": inductor,
+            "aot_eager": (min_cut_rematerialization_partition, None),
+            "aot_eager_default_partitioner": (default_partition, None)}
+
+
+def backend_name(model):
+    """The name of the backend `model` (an OptimizedModule) was compiled with, or None: the
+    compile wrapper's `compiler_name`, found down the chain of `_torchdynamo_orig_backend`."""
+    found = getattr(getattr(model, "dynamo_ctx", None), "callback", None)
+    for _ in range(8):
+        if found is None:
+            return None
+        name = getattr(found, "compiler_name", None)
+        if isinstance(name, str):
+            return name
+        found = getattr(found, "_torchdynamo_orig_backend", None)
+    return None
+
+
+def step_module(model, warn=False):
+    """The module memplan.torch runs for `model`: itself, or the module a torch.compile'd `model`
+    wraps, marked with its backend's split (`running_compiled` then calls it through the split);
+    for a backend whose split is not known, `warn` warns that the eager step is recorded."""
+    original = getattr(model, "_orig_mod", None)
+    if original is None or not isinstance(original, torch.nn.Module):
+        return model
+    name = backend_name(model)
+    if name in _splits():
+        original._memplan_compiled_backend = name
+    elif warn and name != "eager":
+        warnings.warn(f"a torch.compile'd model (backend {name or 'unknown'}) is captured as "
+                      "eager PyTorch runs it: memplan knows the AOTAutograd split of inductor, "
+                      "aot_eager, aot_eager_decomp_partition and aot_eager_default_partitioner "
+                      "only; plans are applied and validated on the eager model",
+                      CompiledModelWarning, stacklevel=3)
+    return original
+
+
+def compiled_backend(module):
+    """The backend whose split `module` runs under `running_compiled`, or None."""
+    return getattr(module, "_memplan_compiled_backend", None)
+
+
+# torch.autograd's own entry points, taken before any step runs: capture watches the step's calls
+# of them (memplan.torch.capture._phases), and AOTAutograd's tracing calls them too.
+_AUTOGRAD = {name: getattr(torch.autograd, name) for name in ("backward", "grad")}
+
+
+@contextlib.contextmanager
+def _autograd_unwatched():
+    """torch.autograd's entry points as torch defines them: AOTAutograd's tracing differentiates
+    the joint graph with torch.autograd.grad, which is no backward pass of the step."""
+    watched = {name: getattr(torch.autograd, name) for name in _AUTOGRAD}
+    for name, function in _AUTOGRAD.items():
+        setattr(torch.autograd, name, function)
+    try:
+        yield
+    finally:
+        for name, function in watched.items():
+            setattr(torch.autograd, name, function)
+
+
+# module -> {input signature: the split, an aot_function}; a copy of the module has its own.
+_SPLIT_CACHE = weakref.WeakKeyDictionary()
+
+
+def _signature(args, kwargs):
+    def describe(value):
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape), value.dtype, value.device, value.requires_grad)
+        return ("value", repr(value))
+    autocast = tuple((device, torch.is_autocast_enabled(device))
+                     for device in ("cpu", "cuda")) if _autocast_takes_device() else \
+        (torch.is_autocast_enabled(), torch.is_autocast_cpu_enabled())
+    return (tuple(describe(a) for a in args),
+            tuple((k, describe(v)) for k, v in sorted(kwargs.items())),
+            torch.is_grad_enabled(), autocast)
+
+
+@functools.lru_cache(maxsize=None)
+def _autocast_takes_device():
+    try:
+        torch.is_autocast_enabled("cpu")
+        return True
+    except TypeError:
+        return False
+
+
+@contextlib.contextmanager
+def _class_forward(module):
+    """`module` with its class's forward while AOTAutograd traces it (not the split's)."""
+    own = module.__dict__.pop("forward", None)
+    try:
+        yield
+    finally:
+        if own is not None:
+            module.forward = own
+
+
+def _split(module, backend):
+    from functorch.compile import aot_function, make_boxed_func
+    partition, decompositions = _splits()[backend]
+
+    def graph_itself(graph, example_inputs):
+        return make_boxed_func(graph.forward)
+
+    def functional(params, buffers, *args, **kwargs):
+        return torch.func.functional_call(module, {**params, **buffers}, args, kwargs)
+
+    return aot_function(functional, fw_compiler=graph_itself, bw_compiler=graph_itself,
+                        partition_fn=partition,
+                        decompositions=decompositions() if decompositions else None,
+                        num_params_buffers=len(_named(module)[0]) + len(_named(module)[1]))
+
+
+def _named(module):
+    return (dict(module.named_parameters(remove_duplicate=False)),
+            dict(module.named_buffers(remove_duplicate=False)))
+
+
+def _prime(module, split, args, kwargs):
+    """The split's first call (AOTAutograd traces it and runs the forward) with no dispatch mode
+    and no saved-tensor hooks of the caller's, its effects put back: buffers and random state. Its
+    tracing's torch.autograd.grad is not the step's backward pass (`_autograd_unwatched`)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    devices = sorted({t.device.index or 0 for t in [*module.parameters(), *args]
+                      if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
+    with _disable_current_modes(), torch.random.fork_rng(devices=devices), \
+            torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t), \
+            _class_forward(module), _autograd_unwatched():
+        with torch.no_grad():
+            buffers = [(b, b.clone()) for b in module.buffers()]
+        split(*_named(module), *args, **kwargs)
+        with torch.no_grad():
+            for buffer, value in buffers:
+                buffer.copy_(value)
+
+
+@contextlib.contextmanager
+def running_compiled(module):
+    """While inside, calling `module` runs its backend's split (nothing changes for a module
+    `step_module` did not mark)."""
+    backend = compiled_backend(module)
+    if backend is None:
+        yield
+        return
+    splits = _SPLIT_CACHE.setdefault(module, {})
+
+    def forward(*args, **kwargs):
+        key = _signature(args, kwargs)
+        split = splits.get(key)
+        if split is None:
+            split = _split(module, backend)
+            _prime(module, split, args, kwargs)
+            splits[key] = split
+        return split(*_named(module), *args, **kwargs)
+
+    module.forward = forward
+    try:
+        yield
+    finally:
+        module.__dict__.pop("forward", None)
