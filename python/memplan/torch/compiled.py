@@ -36,7 +36,6 @@ module, with a CompiledModelWarning for the others.
 import contextlib
 import functools
 import warnings
-import weakref
 
 import torch
 
@@ -119,10 +118,6 @@ def _autograd_unwatched():
             setattr(torch.autograd, name, function)
 
 
-# module -> {input signature: the split, an aot_function}; a copy of the module has its own.
-_SPLIT_CACHE = weakref.WeakKeyDictionary()
-
-
 def _signature(args, kwargs):
     def describe(value):
         if isinstance(value, torch.Tensor):
@@ -195,27 +190,32 @@ def _prime(module, split, args, kwargs):
                 buffer.copy_(value)
 
 
-@contextlib.contextmanager
 def running_compiled(module):
-    """While inside, calling `module` runs its backend's split (nothing changes for a module
-    `step_module` did not mark)."""
+    """A context in which calling `module` runs its backend's split (nothing changes for a module
+    `step_module` did not mark). A class, not a generator: a generator's frame would hold the
+    step's recorder in a reference cycle with an exception raised through it."""
     backend = compiled_backend(module)
-    if backend is None:
-        yield
-        return
-    splits = _SPLIT_CACHE.setdefault(module, {})
+    return contextlib.nullcontext() if backend is None else _RunningSplit(module, backend)
 
-    def forward(*args, **kwargs):
+
+class _RunningSplit:
+    def __init__(self, module, backend):
+        self.module, self.backend = module, backend
+        # input signature -> the split (an aot_function), kept on the module: a split takes the
+        # parameters and buffers as arguments, so a copy of the module may run its original's
+        self.splits = module.__dict__.setdefault("_memplan_splits", {})
+
+    def __enter__(self):
+        self.module.forward = self.forward
+
+    def __exit__(self, *exc):
+        self.module.__dict__.pop("forward", None)
+
+    def forward(self, *args, **kwargs):
         key = _signature(args, kwargs)
-        split = splits.get(key)
+        split = self.splits.get(key)
         if split is None:
-            split = _split(module, backend)
-            _prime(module, split, args, kwargs)
-            splits[key] = split
-        return split(*_named(module), *args, **kwargs)
-
-    module.forward = forward
-    try:
-        yield
-    finally:
-        module.__dict__.pop("forward", None)
+            split = _split(self.module, self.backend)
+            _prime(self.module, split, args, kwargs)
+            self.splits[key] = split
+        return split(*_named(self.module), *args, **kwargs)
