@@ -19,9 +19,11 @@ backend's partitioner and decompositions, each graph compiled to itself (an FX g
 its aten ops one by one), so that under the recorder every aten op of both graphs is an op of the
 trace and what the forward graph saves is what the compiled step saves. AOTAutograd traces at its
 first call, and that first call also runs the forward: `_prime` makes that call once per input
-signature (shapes, dtypes, grad and autocast state) with the recorder's dispatch mode and
-saved-tensor hooks set aside, the module's buffers (batch-norm statistics) and the random number
-generators put back afterwards, so that the step's own call is the split's second and is recorded
+signature (shapes, dtypes; grad, autocast and deterministic algorithms on or off: AOTAutograd
+refuses to run a split traced under other settings) on zero-filled stand-ins for every tensor it
+takes (the step's own are untouched, and a plan may have emptied them at that point), with the
+recorder's dispatch mode and saved-tensor hooks set aside and the random number generators put
+back, so that the step's own call is the split's second and is recorded
 like any other. A planned step runs the same split, so the plan meets the ops it was made for.
 
 What it does not see: inductor's fusion inside a graph (the trace's intermediates are those of
@@ -128,7 +130,7 @@ def _signature(args, kwargs):
         (torch.is_autocast_enabled(), torch.is_autocast_cpu_enabled())
     return (tuple(describe(a) for a in args),
             tuple((k, describe(v)) for k, v in sorted(kwargs.items())),
-            torch.is_grad_enabled(), autocast)
+            torch.is_grad_enabled(), autocast, torch.are_deterministic_algorithms_enabled())
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,26 +170,41 @@ def _split(module, backend):
 
 
 def _named(module):
-    return (dict(module.named_parameters(remove_duplicate=False)),
-            dict(module.named_buffers(remove_duplicate=False)))
+    """The split's parameters and buffers, each once: a tied weight (a GPT's embedding and head)
+    under one name, which functional_call ties to the others (its `tie_weights`), so that no two
+    of the split's inputs alias (AOTAutograd would rebuild aliased inputs from a synthetic base,
+    views a host-placed parameter's emptied storage cannot give)."""
+    return dict(module.named_parameters()), dict(module.named_buffers())
+
+
+def _stand_in(value):
+    """A tensor like `value` (shape, strides, dtype, device, requires_grad) holding zeros, for the
+    split's first call: the tensors a planned step hands the split may have emptied storages (a
+    host-placed parameter or batch tensor before its copy comes back), and the first call must
+    change none of the step's tensors (a batch-norm buffer). Anything else as it is."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    with torch.no_grad():
+        stand_in = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype,
+                                       device=value.device).zero_()
+    return stand_in.requires_grad_(value.requires_grad)
 
 
 def _prime(module, split, args, kwargs):
-    """The split's first call (AOTAutograd traces it and runs the forward) with no dispatch mode
-    and no saved-tensor hooks of the caller's, its effects put back: buffers and random state. Its
-    tracing's torch.autograd.grad is not the step's backward pass (`_autograd_unwatched`)."""
+    """The split's first call (AOTAutograd traces it and runs the forward) on stand-ins for every
+    tensor it takes, with no dispatch mode and no saved-tensor hooks of the caller's and the random
+    state put back; its tracing's torch.autograd.grad is not the step's backward pass
+    (`_autograd_unwatched`)."""
     from torch.utils._python_dispatch import _disable_current_modes
     devices = sorted({t.device.index or 0 for t in [*module.parameters(), *args]
                       if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
     with _disable_current_modes(), torch.random.fork_rng(devices=devices), \
             torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t), \
             _class_forward(module), _autograd_unwatched():
-        with torch.no_grad():
-            buffers = [(b, b.clone()) for b in module.buffers()]
-        split(*_named(module), *args, **kwargs)
-        with torch.no_grad():
-            for buffer, value in buffers:
-                buffer.copy_(value)
+        params, buffers = ({name: _stand_in(t) for name, t in named.items()}
+                           for named in _named(module))
+        split(params, buffers, *(_stand_in(a) for a in args),
+              **{k: _stand_in(v) for k, v in kwargs.items()})
 
 
 def running_compiled(module):

@@ -4,7 +4,7 @@ What: `validate(model, batch, loss_fn, optimizer, plan, captured, step=None, see
 **what_if)` predicts the plan on the machine `what_if` describes, copies the model and optimizer
 twice as they are (same weights; the optimizer's parameter groups, options and state), runs the
 baseline step on one copy and the planned step (memplan.torch.apply) on the other, both from the
-same seed (on a GPU under PyTorch's deterministic algorithms: deterministic_algorithms), and
+same seed under PyTorch's deterministic algorithms (deterministic_algorithms), and
 returns a `Validation`. The step is the captured one: `step`, the user's own (capture's), or the
 default. State the user's step keeps of its own (a GradScaler it closes over) is not copied: both
 steps use it, one after the other. The checks:
@@ -173,23 +173,23 @@ def _relative_error(pairs):
 
 @contextlib.contextmanager
 def deterministic_algorithms(device):
-    """On a GPU, PyTorch's deterministic algorithms for what runs inside (cuDNN's deterministic
-    convolutions, no benchmark mode; an op that has none warns): bitwise equality of two steps is
-    only a test of the plan when each step is bitwise repeatable. The settings before are restored
-    after. Nothing changes on the CPU, whose kernels are repeatable."""
-    if device.type != "cuda":
-        yield
-        return
+    """PyTorch's deterministic algorithms for what runs inside (an op that has none warns), and on
+    a GPU cuDNN's deterministic convolutions, no benchmark mode: bitwise equality of two steps is
+    only a test of the plan when each step is bitwise repeatable. The CPU needs them too: an
+    `index_put_` that accumulates (the decomposition of an embedding's backward in a compiled
+    model's split) adds in the order its threads reach it. The settings before are restored
+    after."""
     before = (torch.are_deterministic_algorithms_enabled(),
-              torch.is_deterministic_algorithms_warn_only_enabled(),
-              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+              torch.is_deterministic_algorithms_warn_only_enabled())
+    cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    if device.type == "cuda":
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2:]
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
 
 
 def _cuda_step_peak(device, step):
