@@ -53,7 +53,9 @@ def _splits():
     from functorch.compile import default_partition, min_cut_rematerialization_partition
 
     def inductor_decompositions():
-        from torch._inductor.decomposition import select_decomp_table
+        # from compile_fx, as aot_eager_decomp_partition takes it: importing it imports the
+        # lowerings that some of the decompositions look up (max-pooling's)
+        from torch._inductor.compile_fx import select_decomp_table
         return select_decomp_table()
 
     inductor = (functools.partial(min_cut_rematerialization_partition, compiler="inductor"),

@@ -4,8 +4,8 @@ What: `validate(model, batch, loss_fn, optimizer, plan, captured, step=None, see
 **what_if)` predicts the plan on the machine `what_if` describes, copies the model and optimizer
 twice as they are (same weights; the optimizer's parameter groups, options and state), runs the
 baseline step on one copy and the planned step (memplan.torch.apply) on the other, both from the
-same seed under PyTorch's deterministic algorithms (deterministic_algorithms), and
-returns a `Validation`. The step is the captured one: `step`, the user's own (capture's), or the
+same seed, each step made bitwise repeatable (`repeatable`: on a GPU PyTorch's deterministic
+algorithms), and returns a `Validation`. The step is the captured one: `step`, the user's own (capture's), or the
 default. State the user's step keeps of its own (a GradScaler it closes over) is not copied: both
 steps use it, one after the other. The checks:
 - `loss_equal`, `gradients_equal`, `weights_equal`: bitwise (torch.equal; a parameter with no
@@ -59,6 +59,7 @@ import memplan
 from memplan import _validation
 from memplan.torch.apply import apply
 from memplan.torch.capture import memplan_trace, run_step, step_module, step_part
+from memplan.torch.compiled import compiled_backend
 from memplan.torch.schedule import PlanError, host_tensors, read_plan
 
 # Device memory for the saved-bytes prediction: more than any step holds (2^50 bytes).
@@ -172,24 +173,34 @@ def _relative_error(pairs):
 
 
 @contextlib.contextmanager
-def deterministic_algorithms(device):
-    """PyTorch's deterministic algorithms for what runs inside (an op that has none warns), and on
-    a GPU cuDNN's deterministic convolutions, no benchmark mode: bitwise equality of two steps is
-    only a test of the plan when each step is bitwise repeatable. The CPU needs them too: an
-    `index_put_` that accumulates (the decomposition of an embedding's backward in a compiled
-    model's split) adds in the order its threads reach it. The settings before are restored
-    after."""
+def repeatable(device, model):
+    """Each step bitwise repeatable for what runs inside, so that bitwise equality of two steps is
+    a test of the plan; the settings before are restored after.
+    - On a GPU, PyTorch's deterministic algorithms (an op that has none warns), cuDNN's
+      deterministic convolutions, no benchmark mode.
+    - A torch.compile'd model's split (memplan.torch.compiled) keeps the setting it was captured
+      under: AOTAutograd refuses to run a backward graph traced without deterministic algorithms
+      under them, and inductor's decompositions depend on the setting, so a split traced anew
+      under it would not be the captured step. On the CPU it runs on one intra-op thread
+      instead: its decompositions accumulate with `index_put_` (an embedding's backward), which
+      on several threads adds in the order they finish. On a GPU it is not made repeatable.
+    - Eager steps on the CPU: nothing changes; their kernels are repeatable."""
+    compiled = compiled_backend(model) is not None
+    threads = torch.get_num_threads()
     before = (torch.are_deterministic_algorithms_enabled(),
-              torch.is_deterministic_algorithms_warn_only_enabled())
-    cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    if device.type == "cuda":
+              torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    if device.type == "cuda" and not compiled:
+        torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    elif device.type != "cuda" and compiled:
+        torch.set_num_threads(1)
     try:
         yield
     finally:
+        torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2:]
 
 
 def _cuda_step_peak(device, step):
@@ -246,7 +257,7 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, step=None, see
     plan_model, plan_opt = _copy(model, optimizer)
     planned = apply(plan_model, plan, trace, step=step)
     device = next(model.parameters()).device
-    with deterministic_algorithms(device):
+    with repeatable(device, model):
         torch.manual_seed(seed)
         with step_part("the baseline step", "step_run"):
             base_loss, base_cuda = _cuda_step_peak(
