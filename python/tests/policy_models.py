@@ -40,3 +40,9 @@ def vit():
     return torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
                                                 num_heads=2, hidden_dim=64, mlp_dim=128,
                                                 num_classes=10)
+
+
+def mobilenet_small():
+    """torchvision's MobileNetV2 at a quarter of its width (8 to 320 channels), for tests that
+    compile the step (the memory-budget partitioner's)."""
+    return torchvision.models.mobilenet_v2(num_classes=10, width_mult=0.25)
