@@ -91,6 +91,22 @@ Role role_of(const NetworkView& view, int map) {
   // knapsack weighs the matmul's output, which backward reads through the copy.
   if (copied_compute_op(w, producer) != sim::kNoOp) return Role::kComputeIntensive;
   // `should_ban_recomputation`'s reduction rule: an output 4x smaller than its op's inputs.
+  // AOTAutograd decomposes a normalisation's statistics into one `var_mean` over the data input
+  // (`var` and `mean` are on the allowlist), whose two outputs are weighed together against that
+  // input alone: they are a reduction only when both are 4x smaller (ResNet's batch norms over
+  // 2x2 or 1x1 maps at batch 2 are not), else recomputed with the allowlist's ops. Its output
+  // stays with the others: recomputing it needs its input, which the min-cut must then save
+  // (memplan's plan would regenerate it from further back, through matmuls the min-cut bans).
+  if (producer.layer.rule().family == sim::LayerFamily::kNormalization &&
+      !producer.inputs.empty() && producer.outputs.size() > 1 &&
+      producer.outputs.front() != view.feature_maps()[map].tensor) {
+    sim::Bytes statistics = 0;
+    for (std::size_t i = 1; i < producer.outputs.size(); ++i) {
+      statistics += w.tensor(producer.outputs[i]).bytes;
+    }
+    return 4 * statistics < w.tensor(producer.inputs.front()).bytes ? Role::kReduction
+                                                                    : Role::kPointwise;
+  }
   sim::Bytes inputs = 0;
   for (sim::TensorId t : producer.inputs) inputs += w.tensor(t).bytes;
   if (4 * view.map_bytes(map) < inputs) return Role::kReduction;
@@ -221,14 +237,63 @@ std::vector<sim::TensorId> step_inputs(const sim::Workload& w) {
   return out;
 }
 
+// The bytes PyTorch's graph saves for a map eager keeps whole, where AOTAutograd's decompositions
+// make that smaller: a max-pool's int64 indices become int8 offsets
+// (`_low_memory_max_pool2d_with_offsets`), and its backward no longer reads its input; a map that
+// only ReLU's or ReLU6's backward reads then (`threshold_backward`, `hardtanh_backward`: a
+// `where` on a comparison with it) costs the min-cut at most that comparison's bool mask, one byte
+// an element; a map no backward op reads then costs nothing. Other maps, and maps without a
+// shape, count their bytes. These sizes only weigh a plan against the budget: the plan still
+// keeps eager's maps whole (Note [The memory-budget partitioner in a plan]).
+std::vector<double> partitioner_bytes(const NetworkView& view) {
+  const sim::Workload& w = view.workload();
+  enum Read : std::uint8_t { kNone = 0, kMask = 1, kWhole = 2 };
+  std::vector<std::uint8_t> read(view.feature_maps().size(), kNone);
+  for (const sim::Op& op : w.ops) {
+    if (op.phase != sim::Phase::kBackward) continue;
+    const sim::Op* of = op.differentiates == sim::kNoOp ? nullptr : &w.op(op.differentiates);
+    const sim::Layer layer = of == nullptr ? sim::Layer::kGeneric : of->layer.kind();
+    for (sim::TensorId t : op.inputs) {
+      const int m = view.map_index(t);
+      if (m < 0) continue;
+      const bool pool_input =
+          of != nullptr && of->layer.rule().family == sim::LayerFamily::kMaxPool &&
+          std::find(of->inputs.begin(), of->inputs.end(), t) != of->inputs.end();
+      if (pool_input) continue;
+      read[m] |= layer == sim::Layer::kRelu || layer == sim::Layer::kRelu6 ? kMask : kWhole;
+    }
+  }
+  std::vector<double> out;
+  for (std::size_t m = 0; m < view.feature_maps().size(); ++m) {
+    const auto map = static_cast<int>(m);
+    const sim::Tensor& tensor = w.tensor(view.feature_maps()[m].tensor);
+    const sim::Op& producer = w.op(view.producer(map));
+    const auto n = static_cast<double>(elements(tensor.shape));
+    const bool indices = producer.layer.rule().family == sim::LayerFamily::kMaxPool &&
+                         producer.outputs.size() > 1 && producer.outputs.front() != tensor.id;
+    double bytes = static_cast<double>(view.map_bytes(map));
+    if (!tensor.shape.empty() && indices) {
+      bytes = n;
+    } else if (!tensor.shape.empty() && read[m] == kMask) {
+      bytes = std::min(bytes, n);
+    } else if (read[m] == kNone) {
+      bytes = 0;
+    }
+    out.push_back(bytes);
+  }
+  return out;
+}
+
 // Saved sizes as `choose_saved_values_set` measures them, the step's inputs counted: a plan's is
-// its kept maps' bytes and those of the inputs that are no map but that backward or a
-// recomputation reads; the least is every input's (what budget 0 saves).
+// its kept maps' bytes as PyTorch's graph saves them (partitioner_bytes) and those of the inputs
+// that are no map but that backward or a recomputation reads; the least is every input's (what
+// budget 0 saves).
 class SavedSizes {
  public:
   explicit SavedSizes(const NetworkView& view)
       : view_(&view),
         inputs_(step_inputs(view.workload())),
+        bytes_(partitioner_bytes(view)),
         read_in_backward_(view.workload().tensors.size(), false) {
     const sim::Workload& w = view.workload();
     for (const sim::Op& op : w.ops) {
@@ -244,9 +309,7 @@ class SavedSizes {
     const sim::Workload& w = view_->workload();
     double saved = 0;
     for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
-      if (plan.decisions[m].action == sim::Action::kKeep) {
-        saved += static_cast<double>(view_->map_bytes(static_cast<int>(m)));
-      }
+      if (plan.decisions[m].action == sim::Action::kKeep) saved += bytes_[m];
     }
     const std::vector<bool> rerun = sim::ops_rerun_by_recompute(plan, w);
     std::vector<bool> reread(w.tensors.size(), false);
@@ -265,6 +328,7 @@ class SavedSizes {
  private:
   const NetworkView* view_;
   std::vector<sim::TensorId> inputs_;
+  std::vector<double> bytes_;  // each map's, as PyTorch's graph saves it
   std::vector<bool> read_in_backward_;
   double least_ = 0;
 };
