@@ -33,7 +33,7 @@ def resnet():
 
 
 def mobilenet():
-    """torchvision's MobileNetV2 code at a small width on two 32x32 images (policy_models)."""
+    """torchvision's MobileNetV2 code, small (policy_models), on two 32x32 images."""
     return mobilenet_small(), torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,)), F.cross_entropy
 
 
@@ -53,7 +53,7 @@ def mlp():
 MODELS = {
     "gpt": ("gpt 2 layers", gpt),
     "resnet": ("resnet18 32x32", resnet),
-    "mobilenet": ("mobilenet_v2 w0.25 32x32", mobilenet),
+    "mobilenet": ("mobilenet_v2 small 32x32", mobilenet),
     "vit": ("vit 2 blocks 32x32", vit_blocks),
     "mlp": ("mlp 4x256", mlp),
 }

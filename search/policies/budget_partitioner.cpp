@@ -69,15 +69,45 @@ enum class Role {
   kOther,             // recomputable once the allowlist is off
 };
 
+// The compute-intensive op a tensor is that op's output of, directly or through a bias added to
+// it (nn.MultiheadAttention's in-projection: an mm, then an add of in_proj_bias), else kNoOp.
+sim::OpId compute_source(const sim::Workload& w, sim::TensorId t) {
+  const sim::OpId from = w.tensor(t).producer;
+  if (from == sim::kNoOp) return sim::kNoOp;
+  const sim::Op& op = w.op(from);
+  if (compute_intensive(op_kind(op))) return from;
+  if (op.layer.kind() != sim::Layer::kAdd || op.outputs.size() != 1) return sim::kNoOp;
+  sim::OpId source = sim::kNoOp;
+  for (sim::TensorId input : op.inputs) {
+    if (sim::is_persistent(w.tensor(input).kind)) continue;
+    const sim::OpId of = w.tensor(input).producer;
+    if (source != sim::kNoOp || of == sim::kNoOp || !compute_intensive(op_kind(w.op(of)))) {
+      return sim::kNoOp;
+    }
+    source = of;
+  }
+  return source;
+}
+
 // The matmul or convolution a layout copy of a compute-intensive op's output copies (the
-// contiguous q and k), else kNoOp.
+// contiguous q and k; the in-projection's q, k and v with its bias), else kNoOp.
 sim::OpId copied_compute_op(const sim::Workload& w, const sim::Op& copy) {
   if (op_kind(copy) != OpKind::kLayoutCopy || copy.inputs.empty()) return sim::kNoOp;
+  const sim::OpId source = compute_source(w, copy.inputs.front());
   const bool of_compute = std::all_of(copy.inputs.begin(), copy.inputs.end(), [&](sim::TensorId t) {
-    const sim::OpId from = w.tensor(t).producer;
-    return from != sim::kNoOp && compute_intensive(op_kind(w.op(from)));
+    return compute_source(w, t) != sim::kNoOp;
   });
-  return of_compute ? w.tensor(copy.inputs.front()).producer : sim::kNoOp;
+  return of_compute ? source : sim::kNoOp;
+}
+
+// The data input of the normalisation whose statistic a map is (not its output), else kNoTensor.
+sim::TensorId statistic_of(const NetworkView& view, int map) {
+  const sim::Workload& w = view.workload();
+  const sim::Op& producer = w.op(view.producer(map));
+  const bool statistic = producer.layer.rule().family == sim::LayerFamily::kNormalization &&
+                         !producer.inputs.empty() && producer.outputs.size() > 1 &&
+                         producer.outputs.front() != view.feature_maps()[map].tensor;
+  return statistic ? producer.inputs.front() : sim::kNoTensor;
 }
 
 Role role_of(const NetworkView& view, int map) {
@@ -90,6 +120,9 @@ Role role_of(const NetworkView& view, int map) {
   // A copy of a matmul's output (the contiguous q and k) goes with the matmul: PyTorch's
   // knapsack weighs the matmul's output, which backward reads through the copy.
   if (copied_compute_op(w, producer) != sim::kNoOp) return Role::kComputeIntensive;
+  // Any other copy or view is on the allowlist (`aten.clone`, `view`, `permute`, ...): the copy
+  // of its input an in-place ReLU6 makes for its backward, say.
+  if (kind == OpKind::kLayoutCopy) return Role::kPointwise;
   // `should_ban_recomputation`'s reduction rule: an output 4x smaller than its op's inputs.
   // AOTAutograd decomposes a normalisation's statistics into one `var_mean` over the data input
   // (`var` and `mean` are on the allowlist), whose two outputs are weighed together against that
@@ -97,15 +130,12 @@ Role role_of(const NetworkView& view, int map) {
   // 2x2 or 1x1 maps at batch 2 are not), else recomputed with the allowlist's ops. Its output
   // stays with the others: recomputing it needs its input, which the min-cut must then save
   // (memplan's plan would regenerate it from further back, through matmuls the min-cut bans).
-  if (producer.layer.rule().family == sim::LayerFamily::kNormalization &&
-      !producer.inputs.empty() && producer.outputs.size() > 1 &&
-      producer.outputs.front() != view.feature_maps()[map].tensor) {
+  if (const sim::TensorId data = statistic_of(view, map); data != sim::kNoTensor) {
     sim::Bytes statistics = 0;
     for (std::size_t i = 1; i < producer.outputs.size(); ++i) {
       statistics += w.tensor(producer.outputs[i]).bytes;
     }
-    return 4 * statistics < w.tensor(producer.inputs.front()).bytes ? Role::kReduction
-                                                                    : Role::kPointwise;
+    return 4 * statistics < w.tensor(data).bytes ? Role::kReduction : Role::kPointwise;
   }
   sim::Bytes inputs = 0;
   for (sim::TensorId t : producer.inputs) inputs += w.tensor(t).bytes;
@@ -290,8 +320,9 @@ std::vector<double> partitioner_bytes(const NetworkView& view) {
 // budget 0 saves).
 class SavedSizes {
  public:
-  explicit SavedSizes(const NetworkView& view)
+  SavedSizes(const NetworkView& view, const std::vector<Role>& role)
       : view_(&view),
+        role_(&role),
         inputs_(step_inputs(view.workload())),
         bytes_(partitioner_bytes(view)),
         read_in_backward_(view.workload().tensors.size(), false) {
@@ -309,7 +340,9 @@ class SavedSizes {
     const sim::Workload& w = view_->workload();
     double saved = 0;
     for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
-      if (plan.decisions[m].action == sim::Action::kKeep) saved += bytes_[m];
+      if (plan.decisions[m].action == sim::Action::kKeep && !free_statistic(plan, m)) {
+        saved += bytes_[m];
+      }
     }
     const std::vector<bool> rerun = sim::ops_rerun_by_recompute(plan, w);
     std::vector<bool> reread(w.tensors.size(), false);
@@ -326,7 +359,19 @@ class SavedSizes {
   }
 
  private:
+  // A normalisation's statistics that are no reduction cost nothing while the cut saves its data
+  // input: the min-cut recomputes them from it (at budget 1, ResNet's layer3 and layer4).
+  [[nodiscard]] bool free_statistic(const sim::Plan& plan, std::size_t m) const {
+    if ((*role_)[m] != Role::kPointwise) return false;
+    const sim::TensorId data = statistic_of(*view_, static_cast<int>(m));
+    if (data == sim::kNoTensor) return false;
+    const int input = view_->map_index(data);
+    return input < 0 ? std::find(inputs_.begin(), inputs_.end(), data) != inputs_.end()
+                     : plan.decisions[static_cast<std::size_t>(input)].action == sim::Action::kKeep;
+  }
+
   const NetworkView* view_;
+  const std::vector<Role>* role_;
   std::vector<sim::TensorId> inputs_;
   std::vector<double> bytes_;  // each map's, as PyTorch's graph saves it
   std::vector<bool> read_in_backward_;
@@ -384,7 +429,7 @@ sim::Plan partitioner_plan(const NetworkView& view, double budget) {
         {Role::kPointwise, Role::kRandom, Role::kReduction, Role::kComputeIntensive, Role::kOther});
     return plan;
   }
-  const SavedSizes sizes(view);
+  const SavedSizes sizes(view, role);
   const double min_bytes = sizes.least();
   const double max_bytes = sizes.of(plan);
   // Budget 1's cut saves no more than the inputs: PyTorch keeps it at every budget above 0.
