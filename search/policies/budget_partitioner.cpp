@@ -22,22 +22,32 @@
 // In a plan, with memplan's feature maps as the saved values: at budget 1 the maps are kept
 // (eager's set, which the default cut matches on transformers and MLPs); the inputs are the
 // tensors forward reads that no op writes, of kind parameter or input; a plan's size is its kept
-// maps' bytes plus those of the inputs that are no map and that backward or a recomputation
-// (`ops_rerun_by_recompute`) reads. The ladder recomputes the maps pointwise ops write
-// (OpKind::kPointwise), then the others but those of random ops, reductions and compute-intensive
-// ops (a copy of a matmul's output counts as the matmul), then runs the knapsack over those maps:
-// a compute-intensive one is worth its op's FLOPs (the trace's, else worked out from the shapes
-// as FlopCounterMode counts them; a copy takes its share of the matmul's), the others 1; if some
-// compute-intensive op's FLOPs are unknown, durations stand in for all of them. What the knapsack
-// does not save is recomputed. A map memplan cannot regenerate is always kept.
+// maps' bytes as PyTorch's decomposed graph would hold them (a max-pool's indices as int8
+// offsets, one byte an element; a map only ReLU's or ReLU6's backward reads as a bool mask; a
+// max-pool's input not read by its backward; a normalisation's statistics that are no reduction
+// free while their data input is saved) plus those of the inputs that are no map and that
+// backward or a recomputation (`ops_rerun_by_recompute`) reads. Budget 1's size so counted
+// normalises the ladder's ratios and the knapsack's weights, as PyTorch's own cut's size does.
+// The ladder recomputes the maps of ops on the allowlist (OpKind::kPointwise; copies and views;
+// a normalisation's statistics when, weighed together as the `var_mean` they decompose into,
+// they are no reduction), then the others but those of random ops, reductions and
+// compute-intensive ops (a copy of a matmul's output, or of it with a bias added, counts as the
+// matmul), then runs the knapsack over those maps: a compute-intensive one is worth its op's
+// FLOPs (the trace's, else worked out from the shapes as FlopCounterMode counts them; a copy
+// takes its share of the matmul's), the others 1; if some compute-intensive op's FLOPs are
+// unknown, durations stand in for all of them. What the knapsack does not save is recomputed. A
+// map memplan cannot regenerate is always kept.
 //
 // What memplan's emulation leaves out: the last min-cut's choice of what to save instead of a
 // rejected item, which may be no feature map at all (a matmul's output that eager frees, the
 // attention scores before the softmax: memplan recomputes rejected items from the nearest kept
 // map); the min-cut's cheaper cuts through the same ops at budget 1 and on the first rung (saving
-// a norm's input instead of its output); its bans on recomputing pointwise chains used far apart;
-// and AOTAutograd's decompositions (softmax and layer norm as reductions plus pointwise ops,
-// whose small statistics it saves; ReLU outputs saved as bool masks, max-pool's int8 offsets).
+// a norm's input instead of its output, recomputing a ReLU from a saved convolution output and
+// statistics instead of saving its mask); its bans on recomputing pointwise chains used far
+// apart; and in the plan (not in the sizes above) AOTAutograd's decompositions (softmax and layer
+// norm as reductions plus pointwise ops, whose small statistics it saves; ReLU outputs saved as
+// bool masks, max-pool's int8 offsets; an in-place ReLU6 functionalised, which saves neither the
+// copy of its input eager makes nor its output): a plan keeps eager's maps whole.
 // What the partitioner cannot see (and memplan can): where in the step the peak is (it bounds
 // saved bytes, not the peak), the allocator's fragmentation, copy engines that could swap
 // instead of recompute, and op times as they run (FLOPs rank a memory-bound op as free).
