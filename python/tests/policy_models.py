@@ -40,3 +40,12 @@ def vit():
     return torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
                                                 num_heads=2, hidden_dim=64, mlp_dim=128,
                                                 num_classes=10)
+
+
+def mobilenet_small():
+    """torchvision's MobileNetV2 code, small enough to compile in seconds (the memory-budget
+    partitioner's tests): a quarter of its width and three of its seven stages (five inverted
+    residual blocks, one with a residual), then its 1x1 convolution to 1,280 channels."""
+    stages = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 2, 2]]  # expansion, channels, blocks, stride
+    return torchvision.models.mobilenet_v2(num_classes=10, width_mult=0.25,
+                                           inverted_residual_setting=stages)

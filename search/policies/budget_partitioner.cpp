@@ -22,22 +22,32 @@
 // In a plan, with memplan's feature maps as the saved values: at budget 1 the maps are kept
 // (eager's set, which the default cut matches on transformers and MLPs); the inputs are the
 // tensors forward reads that no op writes, of kind parameter or input; a plan's size is its kept
-// maps' bytes plus those of the inputs that are no map and that backward or a recomputation
-// (`ops_rerun_by_recompute`) reads. The ladder recomputes the maps pointwise ops write
-// (OpKind::kPointwise), then the others but those of random ops, reductions and compute-intensive
-// ops (a copy of a matmul's output counts as the matmul), then runs the knapsack over those maps:
-// a compute-intensive one is worth its op's FLOPs (the trace's, else worked out from the shapes
-// as FlopCounterMode counts them; a copy takes its share of the matmul's), the others 1; if some
-// compute-intensive op's FLOPs are unknown, durations stand in for all of them. What the knapsack
-// does not save is recomputed. A map memplan cannot regenerate is always kept.
+// maps' bytes as PyTorch's decomposed graph would hold them (a max-pool's indices as int8
+// offsets, one byte an element; a map only ReLU's or ReLU6's backward reads as a bool mask; a
+// max-pool's input not read by its backward; a normalisation's statistics that are no reduction
+// free while their data input is saved) plus those of the inputs that are no map and that
+// backward or a recomputation (`ops_rerun_by_recompute`) reads. Budget 1's size so counted
+// normalises the ladder's ratios and the knapsack's weights, as PyTorch's own cut's size does.
+// The ladder recomputes the maps of ops on the allowlist (OpKind::kPointwise; copies and views;
+// a normalisation's statistics when, weighed together as the `var_mean` they decompose into,
+// they are no reduction), then the others but those of random ops, reductions and
+// compute-intensive ops (a copy of a matmul's output, or of it with a bias added, counts as the
+// matmul), then runs the knapsack over those maps: a compute-intensive one is worth its op's
+// FLOPs (the trace's, else worked out from the shapes as FlopCounterMode counts them; a copy
+// takes its share of the matmul's), the others 1; if some compute-intensive op's FLOPs are
+// unknown, durations stand in for all of them. What the knapsack does not save is recomputed. A
+// map memplan cannot regenerate is always kept.
 //
 // What memplan's emulation leaves out: the last min-cut's choice of what to save instead of a
 // rejected item, which may be no feature map at all (a matmul's output that eager frees, the
 // attention scores before the softmax: memplan recomputes rejected items from the nearest kept
 // map); the min-cut's cheaper cuts through the same ops at budget 1 and on the first rung (saving
-// a norm's input instead of its output); its bans on recomputing pointwise chains used far apart;
-// and AOTAutograd's decompositions (softmax and layer norm as reductions plus pointwise ops,
-// whose small statistics it saves; ReLU outputs saved as bool masks, max-pool's int8 offsets).
+// a norm's input instead of its output, recomputing a ReLU from a saved convolution output and
+// statistics instead of saving its mask); its bans on recomputing pointwise chains used far
+// apart; and in the plan (not in the sizes above) AOTAutograd's decompositions (softmax and layer
+// norm as reductions plus pointwise ops, whose small statistics it saves; ReLU outputs saved as
+// bool masks, max-pool's int8 offsets; an in-place ReLU6 functionalised, which saves neither the
+// copy of its input eager makes nor its output): a plan keeps eager's maps whole.
 // What the partitioner cannot see (and memplan can): where in the step the peak is (it bounds
 // saved bytes, not the peak), the allocator's fragmentation, copy engines that could swap
 // instead of recompute, and op times as they run (FLOPs rank a memory-bound op as free).
@@ -69,15 +79,45 @@ enum class Role {
   kOther,             // recomputable once the allowlist is off
 };
 
+// The compute-intensive op a tensor is that op's output of, directly or through a bias added to
+// it (nn.MultiheadAttention's in-projection: an mm, then an add of in_proj_bias), else kNoOp.
+sim::OpId compute_source(const sim::Workload& w, sim::TensorId t) {
+  const sim::OpId from = w.tensor(t).producer;
+  if (from == sim::kNoOp) return sim::kNoOp;
+  const sim::Op& op = w.op(from);
+  if (compute_intensive(op_kind(op))) return from;
+  if (op.layer.kind() != sim::Layer::kAdd || op.outputs.size() != 1) return sim::kNoOp;
+  sim::OpId source = sim::kNoOp;
+  for (sim::TensorId input : op.inputs) {
+    if (sim::is_persistent(w.tensor(input).kind)) continue;
+    const sim::OpId of = w.tensor(input).producer;
+    if (source != sim::kNoOp || of == sim::kNoOp || !compute_intensive(op_kind(w.op(of)))) {
+      return sim::kNoOp;
+    }
+    source = of;
+  }
+  return source;
+}
+
 // The matmul or convolution a layout copy of a compute-intensive op's output copies (the
-// contiguous q and k), else kNoOp.
+// contiguous q and k; the in-projection's q, k and v with its bias), else kNoOp.
 sim::OpId copied_compute_op(const sim::Workload& w, const sim::Op& copy) {
   if (op_kind(copy) != OpKind::kLayoutCopy || copy.inputs.empty()) return sim::kNoOp;
+  const sim::OpId source = compute_source(w, copy.inputs.front());
   const bool of_compute = std::all_of(copy.inputs.begin(), copy.inputs.end(), [&](sim::TensorId t) {
-    const sim::OpId from = w.tensor(t).producer;
-    return from != sim::kNoOp && compute_intensive(op_kind(w.op(from)));
+    return compute_source(w, t) != sim::kNoOp;
   });
-  return of_compute ? w.tensor(copy.inputs.front()).producer : sim::kNoOp;
+  return of_compute ? source : sim::kNoOp;
+}
+
+// The data input of the normalisation whose statistic a map is (not its output), else kNoTensor.
+sim::TensorId statistic_of(const NetworkView& view, int map) {
+  const sim::Workload& w = view.workload();
+  const sim::Op& producer = w.op(view.producer(map));
+  const bool statistic = producer.layer.rule().family == sim::LayerFamily::kNormalization &&
+                         !producer.inputs.empty() && producer.outputs.size() > 1 &&
+                         producer.outputs.front() != view.feature_maps()[map].tensor;
+  return statistic ? producer.inputs.front() : sim::kNoTensor;
 }
 
 Role role_of(const NetworkView& view, int map) {
@@ -90,7 +130,23 @@ Role role_of(const NetworkView& view, int map) {
   // A copy of a matmul's output (the contiguous q and k) goes with the matmul: PyTorch's
   // knapsack weighs the matmul's output, which backward reads through the copy.
   if (copied_compute_op(w, producer) != sim::kNoOp) return Role::kComputeIntensive;
+  // Any other copy or view is on the allowlist (`aten.clone`, `view`, `permute`, ...): the copy
+  // of its input an in-place ReLU6 makes for its backward, say.
+  if (kind == OpKind::kLayoutCopy) return Role::kPointwise;
   // `should_ban_recomputation`'s reduction rule: an output 4x smaller than its op's inputs.
+  // AOTAutograd decomposes a normalisation's statistics into one `var_mean` over the data input
+  // (`var` and `mean` are on the allowlist), whose two outputs are weighed together against that
+  // input alone: they are a reduction only when both are 4x smaller (ResNet's batch norms over
+  // 2x2 or 1x1 maps at batch 2 are not), else recomputed with the allowlist's ops. Its output
+  // stays with the others: recomputing it needs its input, which the min-cut must then save
+  // (memplan's plan would regenerate it from further back, through matmuls the min-cut bans).
+  if (const sim::TensorId data = statistic_of(view, map); data != sim::kNoTensor) {
+    sim::Bytes statistics = 0;
+    for (std::size_t i = 1; i < producer.outputs.size(); ++i) {
+      statistics += w.tensor(producer.outputs[i]).bytes;
+    }
+    return 4 * statistics < w.tensor(data).bytes ? Role::kReduction : Role::kPointwise;
+  }
   sim::Bytes inputs = 0;
   for (sim::TensorId t : producer.inputs) inputs += w.tensor(t).bytes;
   if (4 * view.map_bytes(map) < inputs) return Role::kReduction;
@@ -221,14 +277,64 @@ std::vector<sim::TensorId> step_inputs(const sim::Workload& w) {
   return out;
 }
 
+// The bytes PyTorch's graph saves for a map eager keeps whole, where AOTAutograd's decompositions
+// make that smaller: a max-pool's int64 indices become int8 offsets
+// (`_low_memory_max_pool2d_with_offsets`), and its backward no longer reads its input; a map that
+// only ReLU's or ReLU6's backward reads then (`threshold_backward`, `hardtanh_backward`: a
+// `where` on a comparison with it) costs the min-cut at most that comparison's bool mask, one byte
+// an element; a map no backward op reads then costs nothing. Other maps, and maps without a
+// shape, count their bytes. These sizes only weigh a plan against the budget: the plan still
+// keeps eager's maps whole (Note [The memory-budget partitioner in a plan]).
+std::vector<double> partitioner_bytes(const NetworkView& view) {
+  const sim::Workload& w = view.workload();
+  enum Read : std::uint8_t { kNone = 0, kMask = 1, kWhole = 2 };
+  std::vector<std::uint8_t> read(view.feature_maps().size(), kNone);
+  for (const sim::Op& op : w.ops) {
+    if (op.phase != sim::Phase::kBackward) continue;
+    const sim::Op* of = op.differentiates == sim::kNoOp ? nullptr : &w.op(op.differentiates);
+    const sim::Layer layer = of == nullptr ? sim::Layer::kGeneric : of->layer.kind();
+    for (sim::TensorId t : op.inputs) {
+      const int m = view.map_index(t);
+      if (m < 0) continue;
+      const bool pool_input =
+          of != nullptr && of->layer.rule().family == sim::LayerFamily::kMaxPool &&
+          std::find(of->inputs.begin(), of->inputs.end(), t) != of->inputs.end();
+      if (pool_input) continue;
+      read[m] |= layer == sim::Layer::kRelu || layer == sim::Layer::kRelu6 ? kMask : kWhole;
+    }
+  }
+  std::vector<double> out;
+  for (std::size_t m = 0; m < view.feature_maps().size(); ++m) {
+    const auto map = static_cast<int>(m);
+    const sim::Tensor& tensor = w.tensor(view.feature_maps()[m].tensor);
+    const sim::Op& producer = w.op(view.producer(map));
+    const auto n = static_cast<double>(elements(tensor.shape));
+    const bool indices = producer.layer.rule().family == sim::LayerFamily::kMaxPool &&
+                         producer.outputs.size() > 1 && producer.outputs.front() != tensor.id;
+    double bytes = static_cast<double>(view.map_bytes(map));
+    if (!tensor.shape.empty() && indices) {
+      bytes = n;
+    } else if (!tensor.shape.empty() && read[m] == kMask) {
+      bytes = std::min(bytes, n);
+    } else if (read[m] == kNone) {
+      bytes = 0;
+    }
+    out.push_back(bytes);
+  }
+  return out;
+}
+
 // Saved sizes as `choose_saved_values_set` measures them, the step's inputs counted: a plan's is
-// its kept maps' bytes and those of the inputs that are no map but that backward or a
-// recomputation reads; the least is every input's (what budget 0 saves).
+// its kept maps' bytes as PyTorch's graph saves them (partitioner_bytes) and those of the inputs
+// that are no map but that backward or a recomputation reads; the least is every input's (what
+// budget 0 saves).
 class SavedSizes {
  public:
-  explicit SavedSizes(const NetworkView& view)
+  SavedSizes(const NetworkView& view, const std::vector<Role>& role)
       : view_(&view),
+        role_(&role),
         inputs_(step_inputs(view.workload())),
+        bytes_(partitioner_bytes(view)),
         read_in_backward_(view.workload().tensors.size(), false) {
     const sim::Workload& w = view.workload();
     for (const sim::Op& op : w.ops) {
@@ -244,8 +350,8 @@ class SavedSizes {
     const sim::Workload& w = view_->workload();
     double saved = 0;
     for (std::size_t m = 0; m < plan.decisions.size(); ++m) {
-      if (plan.decisions[m].action == sim::Action::kKeep) {
-        saved += static_cast<double>(view_->map_bytes(static_cast<int>(m)));
+      if (plan.decisions[m].action == sim::Action::kKeep && !free_statistic(plan, m)) {
+        saved += bytes_[m];
       }
     }
     const std::vector<bool> rerun = sim::ops_rerun_by_recompute(plan, w);
@@ -263,8 +369,21 @@ class SavedSizes {
   }
 
  private:
+  // A normalisation's statistics that are no reduction cost nothing while the cut saves its data
+  // input: the min-cut recomputes them from it (at budget 1, ResNet's layer3 and layer4).
+  [[nodiscard]] bool free_statistic(const sim::Plan& plan, std::size_t m) const {
+    if ((*role_)[m] != Role::kPointwise) return false;
+    const sim::TensorId data = statistic_of(*view_, static_cast<int>(m));
+    if (data == sim::kNoTensor) return false;
+    const int input = view_->map_index(data);
+    return input < 0 ? std::find(inputs_.begin(), inputs_.end(), data) != inputs_.end()
+                     : plan.decisions[static_cast<std::size_t>(input)].action == sim::Action::kKeep;
+  }
+
   const NetworkView* view_;
+  const std::vector<Role>* role_;
   std::vector<sim::TensorId> inputs_;
+  std::vector<double> bytes_;  // each map's, as PyTorch's graph saves it
   std::vector<bool> read_in_backward_;
   double least_ = 0;
 };
@@ -320,7 +439,7 @@ sim::Plan partitioner_plan(const NetworkView& view, double budget) {
         {Role::kPointwise, Role::kRandom, Role::kReduction, Role::kComputeIntensive, Role::kOther});
     return plan;
   }
-  const SavedSizes sizes(view);
+  const SavedSizes sizes(view, role);
   const double min_bytes = sizes.least();
   const double max_bytes = sizes.of(plan);
   // Budget 1's cut saves no more than the inputs: PyTorch keeps it at every budget above 0.

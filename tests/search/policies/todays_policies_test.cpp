@@ -363,6 +363,67 @@ TEST_CASE("the budget partitioner measures saved sizes with the step's inputs, a
   CHECK(kept(1.0) == "fc1_out act_out fc2_out loss_out ");
 }
 
+TEST_CASE("the budget partitioner counts budget 1's size as PyTorch's decomposed graph holds it",
+          "[search][todays][partitioner]") {
+  // conv -> relu -> max-pool -> linear -> loss. Eager saves the ReLU's output (the max-pool's and
+  // the ReLU's backward read it) and the max-pool's int64 indices; AOTAutograd's max-pool saves
+  // int8 offsets and its backward does not read its input, so PyTorch's cut holds the ReLU's
+  // output as a bool mask: one byte an element for both (Note [The memory-budget partitioner in
+  // a plan]). That size normalises the ladder's ratios.
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 4096);
+  const TensorId wc = b.parameter("wc", 1000);
+  const TensorId wf = b.parameter("wf", 2000);
+  const TensorId c = b.forward("conv", {x, wc}, 8192, 100, "conv2d");
+  const OpId conv = b.last_op();
+  const TensorId r = b.forward("relu", {c}, 8192, 10, "relu");
+  const OpId relu = b.last_op();
+  const OpId pool =
+      b.op("pool", "max_pool2d", Phase::kForward, {r}, {{"p", 2048}, {"idx", 4096}}, 10);
+  const TensorId p = b.workload().ops[static_cast<std::size_t>(pool)].outputs[0];
+  const TensorId idx = b.workload().ops[static_cast<std::size_t>(pool)].outputs[1];
+  const TensorId h = b.forward("fc", {p, wf}, 400, 100, "linear");
+  const OpId fc = b.last_op();
+  const TensorId loss = b.forward("loss", {h}, 4, 10, "cross_entropy");
+  const OpId loss_op = b.last_op();
+  const auto differentiates = [&](OpId forward) {
+    b.workload().ops.back().differentiates = forward;
+  };
+  const TensorId g_h = b.backward("loss.backward", {loss, h}, 400, 10);
+  differentiates(loss_op);
+  const TensorId g_p = b.backward("fc.backward", {g_h, p, wf}, 2048, 100);
+  differentiates(fc);
+  const TensorId g_r = b.backward("pool.backward", {g_p, r, idx}, 8192, 10);
+  differentiates(pool);
+  const TensorId g_c = b.backward("relu.backward", {g_r, r}, 8192, 10);
+  differentiates(relu);
+  b.backward("conv.backward", {g_c, x, wc}, 1000, 100);
+  differentiates(conv);
+  auto& tensors = b.workload().tensors;
+  tensors[static_cast<std::size_t>(c)].shape = {1, 8, 16, 16};  // 2,048 elements
+  tensors[static_cast<std::size_t>(r)].shape = {1, 8, 16, 16};
+  tensors[static_cast<std::size_t>(p)].shape = {1, 8, 8, 8};  // 512 elements
+  tensors[static_cast<std::size_t>(idx)].shape = {1, 8, 8, 8};
+  b.workload().ops[static_cast<std::size_t>(conv)].flops = 1000;
+  b.workload().ops[static_cast<std::size_t>(fc)].flops = 500;
+  const Workload w = b.build();
+  const NetworkView view(w);
+  const auto kept = [&](double budget) {
+    return maps_with(w, partitioner_plan(view, budget), Action::kKeep);
+  };
+  // Maps: relu_out 8,192 (pointwise), p 2,048 and idx 4,096 (the max-pool's: neither is 4x
+  // smaller than its input, so others), fc_out 400 (compute-intensive), loss_out 4 (a
+  // reduction). The inputs (x, wc, wf: 7,096) are all read by backward, so they cancel out.
+  // Counted as PyTorch's graph holds them: relu_out 2,048 (a mask), idx 512 (offsets), the
+  // others whole: budget 1's range is 5,012 bytes (eager's would be 14,740). Recomputing the
+  // pointwise relu_out leaves 2,048 + 512 + 400 + 4 = 2,964, a ratio of 0.591 (eager's bytes:
+  // 6,548 / 14,740 = 0.444, under 0.5). Recomputing the others too leaves 404, 0.081.
+  CHECK(kept(1.0) == "relu_out p idx fc_out loss_out ");
+  CHECK(kept(0.6) == "p idx fc_out loss_out ");
+  CHECK(kept(0.5) == "fc_out loss_out ");
+  CHECK(kept(0.1) == "fc_out loss_out ");
+}
+
 TEST_CASE("the budget partitioner's knapsack values matmuls by FLOPs worked out from shapes",
           "[search][todays][partitioner]") {
   // Two matmuls of one size: the longer one does fewer FLOPs. PyTorch's estimate is
