@@ -26,9 +26,9 @@ constexpr std::size_t kRandomPairRounds = 2;
 constexpr std::size_t kStarts = 3;
 // Note [Repair chains]: chains per idle round, changes a chain adds at most, and the relief
 // changes evaluated at each of its steps.
-constexpr std::size_t kRepairChains = 8;
+constexpr std::size_t kRepairChains = 4;
 constexpr std::size_t kRepairDepth = 8;
-constexpr std::size_t kRepairWidth = 24;
+constexpr std::size_t kRepairWidth = 12;
 // Note [Combined improvements]: the combinations of a round's improving moves evaluated, at most.
 constexpr std::size_t kCombined = 8;
 
