@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "search/parallel.hpp"
 
@@ -22,6 +24,13 @@ constexpr std::size_t kSweepChunk = 4096;
 constexpr std::size_t kRandomPairRounds = 2;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
+// Note [Repair chains]: chains per idle round, changes a chain adds at most, and the relief
+// changes evaluated at each of its steps.
+constexpr std::size_t kRepairChains = 4;
+constexpr std::size_t kRepairDepth = 8;
+constexpr std::size_t kRepairWidth = 12;
+// Note [Combined improvements]: the combinations of a round's improving moves evaluated, at most.
+constexpr std::size_t kCombined = 8;
 
 // The score of a candidate the plan rules refuse (sim::lossy_map_recomputed_from): it never
 // beats anything.
@@ -97,8 +106,18 @@ bool LocalSearch::improve(sim::Plan plan, Evaluation evaluation, std::uint64_t s
     const auto [best, scores, swept] = evaluate_moves(plan, evaluation, moves);
     bool settled = false;
     if (best < moves.size()) {
-      plan = with_move(plan, moves[best], neighbourhood_);
-      evaluation = scores[best];
+      if (options_.compound_moves) {
+        std::tie(plan, evaluation) = combine(plan, evaluation, moves, scores, best);
+      } else {
+        plan = with_move(plan, moves[best], neighbourhood_);
+        evaluation = scores[best];
+      }
+      sweep = Sweep::kSampled;
+      idle_random_pairs = 0;
+    } else if (auto repaired = options_.compound_moves ? repair(plan, evaluation, moves, scores)
+                                                       : std::nullopt) {
+      plan = std::move(repaired->first);
+      evaluation = repaired->second;
       sweep = Sweep::kSampled;
       idle_random_pairs = 0;
     } else if (swept) {
@@ -189,6 +208,154 @@ bool LocalSearch::widen(Sweep& sweep, const std::vector<Change>& changes,
     return true;  // every pair (or triple) swept, or the sampled pairs ran out of luck
   }
   return false;
+}
+
+// Note [Combined improvements]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A round often holds several improving moves to different variables (early on, one per map that
+// a cheaper action suits): taking only the best, the search needs a round per change, hundreds on
+// a network of hundreds of maps, more than a time limit of seconds allows on a loaded machine.
+// So the round's improving moves, best first (better(), ties in batch order), are added up one
+// after another, skipping any that touches a variable already changed, and each of the first
+// kCombined sums of two or more is evaluated (in parallel, as a chunk); the best of them is the
+// round's move when it beats the best single move, else that move is. Every candidate is still
+// simulated and only a better plan is taken, so the search stays a descent; the sums are built by
+// the driving thread from the round's scores, so determinism is kept.
+std::pair<sim::Plan, Evaluation> LocalSearch::combine(const sim::Plan& plan,
+                                                      const Evaluation& evaluation,
+                                                      const std::vector<Move>& moves,
+                                                      const std::vector<Evaluation>& scores,
+                                                      std::size_t best) {
+  std::vector<std::size_t> improving{best};
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    if (i != best && better(scores[i], evaluation)) improving.push_back(i);
+  }
+  std::stable_sort(improving.begin() + 1, improving.end(),
+                   [&](std::size_t a, std::size_t b) { return better(scores[a], scores[b]); });
+  std::vector<Move> sums;
+  Move sum;
+  std::vector<int> used;
+  for (std::size_t i : improving) {
+    if (std::any_of(moves[i].begin(), moves[i].end(), [&](const Change& c) {
+          return std::find(used.begin(), used.end(), c.variable) != used.end();
+        }))
+      continue;
+    for (const Change& c : moves[i]) {
+      sum.push_back(c);
+      used.push_back(c.variable);
+    }
+    if (i != best) sums.push_back(sum);
+    if (sums.size() == kCombined) break;
+  }
+  if (!sums.empty()) {
+    const Scored scored = evaluate_moves(plan, scores[best], sums);
+    if (scored.best < sums.size())
+      return {with_move(plan, sums[scored.best], neighbourhood_), scored.scores[scored.best]};
+  }
+  return {with_move(plan, moves[best], neighbourhood_), scores[best]};
+}
+
+// Note [Repair chains]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Under a tight budget the local search's optimum is often a plan where every faster single
+// change runs out of memory: keeping a swapped map whose copies stall the step, or swapping a map
+// whose recomputation stalls it, needs memory that only other maps' changes free (MobileNetV2
+// b128 at 25% of its feature-map bytes: a 147 MiB map swapped with 26 ms of copy stalls). Such a
+// pair or triple is one among millions, which sampled pairs rarely meet. A round that improves
+// nothing therefore looks at its own candidates that did not fit but would have run faster than
+// the incumbent without a memory limit (Evaluation::unlimited_ns: memory never changes timing),
+// the kRepairChains fastest, and repairs each greedily: at the op where its memory ran out, the
+// kRepairWidth largest maps that a change takes off the device there (a kept map swapped,
+// recomputed or encoded over its absence; a swapped map prefetched later or recomputed; never a
+// variable of the move being repaired) are tried, and the best of them by better() (the least
+// excess until one fits) is added; up to kRepairDepth changes. A chain stops when no change gets
+// it closer to fitting, when its plan without a limit is no longer faster than the incumbent, or
+// when it fits; a chain that fits faster than the incumbent is the round's move (the first of the
+// chains, in the order they were ranked, that does). So the search still only ever accepts an
+// improvement, and everything is generated by the driving thread from the round's scores, which
+// do not depend on scheduling: determinism is kept.
+std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
+    const sim::Plan& plan, const Evaluation& evaluation, const std::vector<Move>& moves,
+    const std::vector<Evaluation>& scores) {
+  if (!evaluation.feasible) return std::nullopt;
+  std::vector<std::size_t> promising;
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    const Evaluation& e = scores[i];
+    if (!e.feasible && e.excess_bytes > 0 && e.oom_op != sim::kNoOp && e.unlimited_ns > 0 &&
+        e.unlimited_ns < evaluation.iteration_ns)
+      promising.push_back(i);
+  }
+  std::stable_sort(promising.begin(), promising.end(), [&](std::size_t a, std::size_t b) {
+    return scores[a].unlimited_ns < scores[b].unlimited_ns;
+  });
+  // A sampled batch may hold a move more than once: each is repaired once.
+  promising.erase(std::unique(promising.begin(), promising.end(),
+                              [&](std::size_t a, std::size_t b) { return moves[a] == moves[b]; }),
+                  promising.end());
+  if (promising.size() > kRepairChains) promising.resize(kRepairChains);
+  for (std::size_t i : promising) {
+    sim::Plan chain = with_move(plan, moves[i], neighbourhood_);
+    Evaluation at = scores[i];
+    Move fixed = moves[i];
+    for (std::size_t depth = 0; depth < kRepairDepth && !stop_.due(); ++depth) {
+      const std::vector<Move> relief = relief_moves(chain, at.oom_op, fixed);
+      if (relief.empty()) break;
+      const Scored scored = evaluate_moves(chain, at, relief);
+      if (scored.best == relief.size()) break;  // nothing gets it closer to fitting
+      chain = with_move(chain, relief[scored.best], neighbourhood_);
+      at = scored.scores[scored.best];
+      fixed.push_back(relief[scored.best].front());
+      if (at.feasible) {
+        if (better(at, evaluation)) return std::pair(std::move(chain), at);
+        break;
+      }
+      if (at.unlimited_ns >= evaluation.iteration_ns) break;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<Move> LocalSearch::relief_moves(const sim::Plan& plan, sim::OpId at,
+                                            const Move& fixed) const {
+  if (at == sim::kNoOp) return {};
+  const std::vector<Change> changes = neighbourhood_.changes(plan);
+  std::vector<std::pair<sim::Bytes, std::size_t>> ranked;  // (bytes, index in changes)
+  for (std::size_t k = 0; k < changes.size(); ++k) {
+    const Change& c = changes[k];
+    if (c.map < 0 || std::any_of(fixed.begin(), fixed.end(),
+                                 [&](const Change& f) { return f.variable == c.variable; }))
+      continue;
+    const auto m = static_cast<std::size_t>(c.map);
+    const sim::Decision& d = plan.decisions[m];
+    const sim::FeatureMap& fm = view_.feature_maps()[m];
+    const sim::OpId last_forward =
+        fm.forward_uses.empty() ? view_.producer(c.map) : fm.forward_uses.back();
+    const sim::OpId first_backward = fm.backward_uses.front();
+    if (at <= last_forward || at >= first_backward) continue;  // needed on the device at `at`
+    // A swap's prefetch: the change's point, or the default; the map is back from there on.
+    const sim::OpId prefetch = c.prefetch_before != sim::kNoOp
+                                   ? c.prefetch_before
+                                   : sim::default_prefetch_point(fm, workload_);
+    const bool away = c.action != sim::Action::kSwap || prefetch > at;
+    bool relieves = false;
+    if (d.action == sim::Action::kKeep) {
+      relieves = away;
+    } else if (d.action == sim::Action::kSwap) {
+      // Back on the device at `at` now: its prefetch is issued at or before it.
+      const sim::OpId current = d.prefetch_before != sim::kNoOp
+                                    ? d.prefetch_before
+                                    : sim::default_prefetch_point(fm, workload_);
+      relieves = current <= at && away && c.action != sim::Action::kKeep &&
+                 (c.action != sim::Action::kSwap || c.release_before == d.release_before);
+    }
+    if (relieves) ranked.emplace_back(view_.map_bytes(c.map), k);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<Move> out;
+  for (std::size_t j = 0; j < ranked.size() && out.size() < kRepairWidth; ++j)
+    out.push_back({changes[ranked[j].second]});
+  return out;
 }
 
 }  // namespace memplan::search::engine

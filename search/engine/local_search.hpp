@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <oneapi/tbb/enumerable_thread_specific.h>
@@ -58,6 +59,21 @@ class LocalSearch {
   Scored evaluate_moves(const sim::Plan& plan, const Evaluation& evaluation,
                         const std::vector<Move>& moves);
   bool widen(Sweep& sweep, const std::vector<Change>& changes, std::size_t& idle_random_pairs);
+  // Note [Combined improvements]: the best of the round's best move (moves[best]) and the sums
+  // of its improving moves over `evaluation`, the incumbent's; with its evaluation.
+  std::pair<sim::Plan, Evaluation> combine(const sim::Plan& plan, const Evaluation& evaluation,
+                                           const std::vector<Move>& moves,
+                                           const std::vector<Evaluation>& scores, std::size_t best);
+  // Note [Repair chains]: a plan better than `evaluation` (which fits) made from one of `moves`
+  // that does not fit but would run faster, and changes that free memory where it ran out.
+  std::optional<std::pair<sim::Plan, Evaluation>> repair(const sim::Plan& plan,
+                                                         const Evaluation& evaluation,
+                                                         const std::vector<Move>& moves,
+                                                         const std::vector<Evaluation>& scores);
+  // The changes of `plan` that take a map off the device at op `at` (or hold a prefetch back
+  // past it), none to the variables of `fixed`; the largest maps first, at most kRepairWidth.
+  [[nodiscard]] std::vector<Move> relief_moves(const sim::Plan& plan, sim::OpId at,
+                                               const Move& fixed) const;
 
   const sim::Workload& workload_;
   const NetworkView& view_;

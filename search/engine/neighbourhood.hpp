@@ -51,6 +51,8 @@ struct Change {
   sim::OpId release_before = sim::kNoOp;   // Note [Release point] in core/plan.hpp
   sim::OpId op = sim::kNoOp;               // an algorithm change's op
   std::int32_t algorithm = -1;             // its algorithm; -1: the op's default
+
+  friend bool operator==(const Change&, const Change&) = default;
 };
 
 using Move = std::vector<Change>;  // changes to distinct variables

@@ -35,7 +35,10 @@
 // host-placed tensor's copy resident ahead of its use or an op's workspace where memory ran out).
 // The batch is evaluated in parallel (oneTBB, parallel_each; one Evaluator, hence one Engine, per
 // worker thread) and the best candidate that improves on the incumbent (ties broken by batch
-// position) becomes the new incumbent, and the next round samples again.
+// position) becomes the new incumbent, and the next round samples again. With compound moves
+// (SearchOptions::compound_moves) the round's improving moves summed may be taken instead, and a
+// round that improves nothing first repairs its faster candidates that ran out of memory (Notes
+// [Combined improvements] and [Repair chains] in local_search.cpp).
 //
 // Widening. A round in which nothing improves widens the neighbourhood of the next one: every
 // single change (up to kFullSweepCap), then every pair of changes to two variables, then every

@@ -45,6 +45,10 @@ struct SearchOptions {
   /// neighbourhood moves them, and seeds keep the points their policies chose. Off, every swapped
   /// map is freed at its last forward use; exact mode turns it off (Note [Exact plan search]).
   bool release_points = true;
+  /// Whether a round takes the sum of its improving moves where that is better (Note [Combined
+  /// improvements] in search/engine/local_search.cpp) and an idle round repairs the faster plans
+  /// that do not fit (Note [Repair chains]); off: one move a round (tests compare the two).
+  bool compound_moves = true;
   EncodingOptions encodings;
   /// Called after every seeding policy (from the worker that ran it) and after every round (from
   /// the driving thread); one call at a time.

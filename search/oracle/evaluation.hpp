@@ -26,6 +26,11 @@ struct Evaluation {
   /// when the plan fits (Note [Arena top block]), and it falls smoothly as a plan gets closer to
   /// fitting, where oom_bytes_missing is flat.
   sim::Bytes excess_bytes = 0;
+  /// For a plan that does not fit, when excess_bytes is measured: its step alone on that device
+  /// without a memory limit: what it would take if it fitted (memory never changes timing). The
+  /// search repairs the plans it finds faster than its incumbent (Note [Repair chains] in
+  /// search/engine/local_search.cpp).
+  sim::Nanoseconds unlimited_ns = 0;
 };
 
 }  // namespace memplan::search

@@ -381,6 +381,7 @@ Evaluation Evaluator::cost(const sim::Plan& plan) {
     unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
     const sim::Timeline& t = engine_.run(program_, unlimited, totals_);
     e.excess_bytes = std::max<sim::Bytes>(1, t.peak_reserved_bytes - machine_.memory_bytes);
+    e.unlimited_ns = t.iteration_ns;
   }
   return e;
 }
