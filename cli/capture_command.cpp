@@ -33,8 +33,9 @@ void add_capture_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--seed", options->seed, "torch.manual_seed for the weights and the batch");
   cmd->add_option("--step", options->step,
                   "package.module:function, your own training step: function(model, batch, "
-                  "loss_fn, optimizer) returning the loss (autocast, a GradScaler, clipping; one "
-                  "backward pass); default: zero_grad, forward, loss, backward, optimizer.step");
+                  "loss_fn, optimizer) returning the loss (autocast, a GradScaler, clipping, "
+                  "gradient accumulation over micro-batches); default: zero_grad, forward, loss, "
+                  "backward, optimizer.step");
   cmd->add_option("-o,--output", options->output,
                   "trace file to write (traces/FORMAT.md; - for standard output)")
       ->required();

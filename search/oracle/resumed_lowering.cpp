@@ -9,10 +9,10 @@ using sim::Action;
 using sim::Decision;
 using sim::InstrKind;
 using sim::Instruction;
+using sim::kFixedStreamCount;
 using sim::kNoEvent;
 using sim::kNoHostSlot;
 using sim::kNoOp;
-using sim::kFixedStreamCount;
 using sim::OpId;
 using sim::Plan;
 using sim::Program;
@@ -83,7 +83,11 @@ void ResumableLowerer::keep_placed(Checkpoint& c, const Program& out) const {
 // at `at` (the Checkpoint) and lower only the rest: the same Program (kExact). The checkpoint is
 // taken where the backward pass starts, the first op that is not a forward op; a search that
 // changes how maps come back for the backward pass (swap, recompute, prefetch points) resumes
-// there and lowers about half of the step.
+// there and lowers about half of the step. With gradient accumulation (forward and backward passes
+// alternating, one pair per micro-batch) that is where the first micro-batch's backward pass
+// starts: a later micro-batch's maps are made after it, so every decision about them acts after it
+// (prefix_reads_same: nothing of them before `at`), and the search's changes to any micro-batch's
+// way back resume there (tests/search/oracle/accumulation_test.cpp).
 // One change that the forward pass sees is allowed as well (kEquivalent): a map the checkpoint's
 // plan swaps, released after its last forward use and prefetched at or after `at`, that the plan
 // recomputes. Its forward pass differs from a recomputed map's only by its copy-out: a record on
@@ -269,7 +273,8 @@ void ResumableLowerer::keep_rewind(const Checkpoint& from, const Program& out) {
   rewind_.generation = from.generation_;
   rewind_.lowerings = lowerings();
   rewind_.program = &out;
-  for (std::size_t s = 0; s < kFixedStreamCount; ++s) rewind_.stream_sizes[s] = out.streams[s].size();
+  for (std::size_t s = 0; s < kFixedStreamCount; ++s)
+    rewind_.stream_sizes[s] = out.streams[s].size();
   rewind_.operands = out.operands.size();
   rewind_.buffers = out.buffers.size();
   rewind_.events = out.events.size();

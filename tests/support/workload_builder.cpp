@@ -74,4 +74,23 @@ Workload WorkloadBuilder::build() const {
   return w_;
 }
 
+Workload two_micro_batches(Bytes map_bytes) {
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 512);
+  const TensorId w = b.parameter("w", 512);
+  TensorId gradient = kNoTensor;
+  for (const std::string i : {"1", "2"}) {
+    const TensorId f = b.forward("f" + i, {x, w}, map_bytes, 1000);
+    const TensorId h = b.forward("h" + i, {f, w}, 512, 2000);
+    const TensorId gh = b.backward("gh" + i, {h}, 512, 1000);
+    std::vector<TensorId> inputs{gh, f};
+    if (gradient != kNoTensor) inputs.push_back(gradient);
+    const TensorId gf = b.backward("gf" + i, inputs, 512, 1500);
+    if (gradient != kNoTensor) b.workload().tensors[index(gf)].in_place_of = gradient;
+    gradient = gf;
+  }
+  b.op("sgd", "sgd", Phase::kUpdate, {w, gradient}, {}, 500);
+  return b.build();
+}
+
 }  // namespace memplan::test

@@ -43,4 +43,14 @@ class WorkloadBuilder {
   sim::Workload w_;
 };
 
+/// A step of two micro-batches (gradient accumulation), as memplan.torch.capture records one:
+///   forward 1:  f1 {x, w} -> f1_out (`map_bytes`, 1000 ns), h1 {f1_out, w} -> h1_out (512, 2000)
+///   backward 1: gh1 {h1_out} -> gh1_out (512, 1000), gf1 {gh1_out, f1_out} -> gf1_out (w's
+///               gradient, 512 bytes, 1500)
+///   forward 2 and backward 2: the same ops with 2 for 1 (f2 reads x and w again); gf2 adds into
+///               w's gradient in place (gf2_out in_place_of gf1_out, AccumulateGrad's add_)
+///   update:     sgd {w, gf2_out} (500 ns)
+/// x is a 512-byte input, w a 512-byte parameter (512 bytes: the allocator's block size).
+sim::Workload two_micro_batches(sim::Bytes map_bytes);
+
 }  // namespace memplan::test

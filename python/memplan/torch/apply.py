@@ -702,7 +702,8 @@ class _PlanRecorder(StepRecorder):
         phases = {want["phase"] if want else None, op["phase"] if op else None}
         if "update" in phases:
             return ("the optimizer step differs from the captured one (another optimizer, or "
-                    "other options)")
+                    "other options), or the step ran another number of backward passes "
+                    "(micro-batches) before it")
         if self.value_read is not None:
             read = self.value_read
             return (f"the step took another path after op {read['id']} '{read['name']}' read a "
@@ -734,13 +735,20 @@ class _PlanRecorder(StepRecorder):
             self._refuse_what_autograd_did_not_pack()
         super().begin_phase(phase)
 
+    def phase_after_backward(self):
+        """The captured trace's phase after this backward pass: the next micro-batch's forward,
+        or the update (gradient accumulation: capture._phases)."""
+        ops = self.expected["ops"]
+        following = ops[len(self.ops)]["phase"] if len(self.ops) < len(ops) else "update"
+        return "forward" if following == "forward" else "update"
+
     def _refuse_what_autograd_did_not_pack(self):
         """A map forward held beside autograd's saved tensors (StepRecorder.held: the inputs of
         torch 1.13's non-reentrant checkpoint, kept in its closure) never reaches the hooks, so
         only keep can be carried out on it: PlanError (one line) for any other action, before
-        backward starts."""
+        the backward pass that reads it starts (a later micro-batch's maps are not made yet)."""
         for tid, action in sorted(self.plan.actions.items()):
-            if action != "keep" and tid not in self.packed:
+            if action != "keep" and tid not in self.packed and tid < len(self.tensors):
                 name = self.expected["tensors"][tid]["name"]
                 raise PlanError(f"tensor '{name}': the plan says {action}, but the step holds it "
                                 "for backward outside autograd's saved tensors (a "

@@ -3,16 +3,22 @@
 The step is `default_step` (`optimizer.zero_grad()`, `loss = loss_fn(model(*batch[:-1]),
 batch[-1])`, `loss.backward()`, `optimizer.step()`) or the user's own, a callable
 `step(model, batch, loss_fn, optimizer)` that returns the loss: under autocast with a GradScaler,
-with gradient clipping, a loss of its own making, anything a training loop does in one step with
-one backward pass. It runs after `warmup_steps` unrecorded steps (they create the optimizer's
-state, so that it exists before the recorded step as the trace format wants, and warm the
-allocator). The model and optimizer are trained by those steps: capture does not restore them.
+with gradient clipping, a loss of its own making, gradient accumulation (for each of k
+micro-batches the forward pass, the loss divided by k and its backward pass, then one optimizer
+step), anything a training loop does in one step. It runs after `warmup_steps` unrecorded steps
+(they create the optimizer's state, so that it exists before the recorded step as the trace format
+wants, and warm the allocator). The model and optimizer are trained by those steps: capture does
+not restore them.
 
 The step's phases are told by what it calls, not by where it is written (`_phases`): forward until
-the backward pass starts (`torch.autograd.backward`, which `Tensor.backward` calls, or
-`torch.autograd.grad`), backward inside it, update after it (unscaling, clipping, the optimizer's
-step, the scaler's update). A second backward pass in one step (gradient accumulation) is refused
-in one line (`StepError`): the trace holds one forward, one backward and one update.
+a backward pass starts (`torch.autograd.backward`, which `Tensor.backward` calls, or
+`torch.autograd.grad`), backward inside it, then forward again (the next micro-batch's) until the
+next backward pass, and update after the last one (unscaling, clipping, the optimizer's step, the
+scaler's update): ops carry their phase in the trace, so a step of k micro-batches is k forward and
+backward passes alternating, then the update. Each micro-batch's saved tensors are read by its own
+backward pass only; the second pass adds into the `.grad` tensors the first one made (autograd's
+AccumulateGrad: an in-place `add_`, a new version of each gradient). A step that runs no backward
+pass is refused in one line (`StepError`).
 
 `memplan_trace(captured)` is the captured trace as a memplan.Trace (read and checked by memplan's
 C++ trace reader): what every question memplan.torch asks the simulator takes, in process.
@@ -114,7 +120,7 @@ def step_part(name, attribute="step_part"):
 
 
 class StepError(ValueError):
-    """A step the trace cannot hold (a second backward pass, none at all): one line."""
+    """A step the trace cannot hold (no backward pass): one line."""
 
 
 def default_step(model, batch, loss_fn, optimizer):
@@ -136,7 +142,11 @@ def default_step(model, batch, loss_fn, optimizer):
 @contextlib.contextmanager
 def _phases(recorder):
     """Tells `recorder` the step's phases from what the step calls (the module's docstring):
-    `torch.autograd.backward` and `torch.autograd.grad` are wrapped while the step runs."""
+    `torch.autograd.backward` and `torch.autograd.grad` are wrapped while the step runs. What
+    follows a backward pass is the next micro-batch's forward pass or the update, which the
+    recorder tells (`StepRecorder.phase_after_backward`: capture records it as forward, apply takes
+    the captured trace's phase); once the step has returned, what follows its last backward pass is
+    the update (`StepRecorder.update_after_last_backward`)."""
     originals = {name: getattr(torch.autograd, name) for name in ("backward", "grad")}
     passes = []
     inside = []  # the backward pass running now: a call within it is part of it
@@ -145,11 +155,6 @@ def _phases(recorder):
         def run(*args, **kwargs):
             if inside:  # reentrant torch.utils.checkpoint runs its block's backward so
                 return originals[name](*args, **kwargs)
-            if passes:
-                raise StepError(f"the step ran a second backward pass (torch.autograd.{name} "
-                                f"after torch.autograd.{passes[0]}): a trace holds one forward, "
-                                "one backward and one update; for gradient accumulation, "
-                                "capture a step of one micro-batch")
             passes.append(name)
             inside.append(name)
             recorder.begin_phase("backward")
@@ -157,7 +162,7 @@ def _phases(recorder):
                 return originals[name](*args, **kwargs)
             finally:
                 inside.clear()
-                recorder.begin_phase("update")
+                recorder.begin_phase(recorder.phase_after_backward())
         return run
 
     recorder.begin_phase("forward")
@@ -171,6 +176,7 @@ def _phases(recorder):
     if not passes:
         raise StepError("the step ran no backward pass (torch.autograd.backward or "
                         "torch.autograd.grad): there is nothing for a plan to keep")
+    recorder.update_after_last_backward()
 
 
 def run_step(model, batch, loss_fn, optimizer, recorder=None, step=None):

@@ -237,9 +237,11 @@ class _Dispatch(TorchDispatchMode):
 class StepRecorder:
     """Records one training step; see the module's docstring.
 
-    Use: construct, `with recorder:` around the step, `begin_phase(name)` before the forward, the
-    backward and the optimizer step, then `trace()`. `on_pack(t, tensor_id)` and `on_unpack(packed)`
-    may be overridden (memplan.torch.apply does) to act on what autograd saves."""
+    Use: construct, `with recorder:` around the step, `begin_phase(name)` before each forward and
+    backward pass (alternating, one pair per micro-batch under gradient accumulation) and the
+    optimizer step (`phase_after_backward`, `update_after_last_backward`: capture._phases), then
+    `trace()`. `on_pack(t, tensor_id)` and `on_unpack(packed)` may be overridden
+    (memplan.torch.apply does) to act on what autograd saves."""
 
     def __init__(self, model, optimizer, batch, cuda=False):
         self.tensors = []
@@ -247,6 +249,7 @@ class StepRecorder:
         self.current = {}  # storage key -> tensor id of its latest version
         self.persistent = set()  # tensor ids of parameters, buffers, optimizer state
         self.phase = None
+        self._backward_end = 0  # the first op after the last backward pass so far
         self.paused = 0
         self.clock = _Clock(cuda)
         self.saved = {}  # tensor id -> storage key, for what autograd saved (ground truth)
@@ -487,9 +490,29 @@ class StepRecorder:
         self._hook_new_nodes()
         if self.phase == "backward":
             self._end_backward()
+            self._backward_end = len(self.ops)
         self.phase = phase
         self._node_start = len(self.ops)
 
+    def phase_after_backward(self):
+        """The phase of the ops after a backward pass (capture._phases): forward, the next
+        micro-batch's, until the step returns and shows it was the last pass
+        (`update_after_last_backward`). The recorder records an update op as a forward one: it
+        holds the outputs of both until the next op to hook their autograd nodes (an update makes
+        none, but holding an output changes the step under torch 1.13, which then detaches it: an
+        `aten::detach` after the `torch.zeros(1)` of the optimizer's record_function), and a
+        module's name is given to an op inside a module's forward only. So relabelling them
+        changes nothing else, and apply, which knows the phase as it runs, records the same
+        ops."""
+        return "forward"
+
+    def update_after_last_backward(self):
+        """The step has returned: the ops recorded since its last backward pass, recorded as the
+        next micro-batch's forward pass could have been, are its update (capture._phases)."""
+        for op in self.ops[self._backward_end:]:
+            op["phase"] = "update"
+        if self.phase == "forward":
+            self.phase = "update"
 
     def _end_backward(self):
         self._attach_unread(self.ops[self._node_start:])
@@ -537,7 +560,7 @@ class StepRecorder:
         outputs = [(t, self.storage_key(t)) for t in flat_tensors(result, [])]
         op = self._record(func, args, input_ids, set(input_keys), written, outputs)
         self.clock.stop(op, started)
-        if self.phase == "forward":
+        if self.phase != "backward":  # forward, and the update alike (`phase_after_backward`)
             self._pending_outputs.append((op["id"], [t for t, _ in outputs]))
         return result
 
