@@ -225,6 +225,7 @@ class _Step:
         self.copies = _Copies(cuda)
         self.cuda = cuda
         self.recompute_ops = 0
+        self.swapped_maps = 0  # maps copied out to host memory
         if program.batch_sources:
             flat = flat_tensors(batch, [])
             for i, tid in program.batch_sources:
@@ -246,6 +247,7 @@ class _Step:
         if how == _SWAP and tid not in self.host:
             self.host[tid] = self.copies.copy_out(_whole_storage(t))
             self.home[tid] = t.device
+            self.swapped_maps += 1
         return (tid, _geometry(t))
 
     def _leave(self, t, n):
@@ -445,7 +447,7 @@ class SteadyPath:
         started = time.perf_counter()
         if program.in_core:
             loss = run_step(model, batch, loss_fn, optimizer, None, training_step)
-            recomputed, off = 0, None
+            recomputed, swapped, off = 0, 0, None
         else:
             hooks = _Step(program, batch, cuda)
             try:
@@ -453,12 +455,13 @@ class SteadyPath:
                     loss = run_step(model, batch, loss_fn, optimizer, None, training_step)
             finally:
                 hooks.finish()
-            recomputed, off = hooks.recompute_ops, hooks.off
+            recomputed, swapped, off = hooks.recompute_ops, hooks.swapped_maps, hooks.off
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
         stats = dict(program.peaks or {})
-        stats.update({"steady": True, "recomputed_ops": recomputed, "step_seconds": seconds})
+        stats.update({"steady": True, "recomputed_ops": recomputed, "swapped_maps": swapped,
+                      "step_seconds": seconds})
         self.planned.stats = stats
         if off is not None:
             self.program = None  # the next step is recorded, and checked against the capture
