@@ -1,30 +1,24 @@
 """Issue 36: what running a plan through memplan.torch.apply costs per step, against the same
 plan written by hand. Each row times whole training steps on this CPU in one thread, by the
-process's CPU time (steady when other work shares the cores), the two alternating (STEPS of each
-after two warm-up steps, the median): `PlannedModel.step` (the recorder that
-gives every tensor its captured id and carries out the plan's packs) against
+process's CPU time (steady when other work shares the cores), the four steps alternating (STEPS
+of each after two warm-up steps, the median):
 
-  - in-core: the plain step (zero_grad, forward, loss, backward, optimizer step), no hooks;
-  - full-ac: the same step with each transformer block under torch.utils.checkpoint
-    (use_reentrant=False), which is what memplan's `full-ac` plan recomputes.
+  - by hand: the plain step (zero_grad, forward, loss, backward, optimizer step) for in-core; with
+    each transformer block under torch.utils.checkpoint (use_reentrant=False) for full-ac, which is
+    what memplan's `full-ac` plan recomputes; under saved-tensor hooks that copy every saved tensor
+    but the parameters, buffers and batch out at the pack and back at the unpack for swap-all;
+  - steady step: `PlannedModel.step` from its second step on, the steady path
+    (memplan.torch.steady: the plan through saved-tensor hooks alone, no dispatch mode; the plain
+    step for in-core);
+  - recorded step: `PlannedModel.step` with `steady = False`, every step under the recorder that
+    gives every tensor its captured id and carries out the plan op by op (what every step cost
+    before the steady path);
+  - bare mode: the hand-written step under a dispatch mode that only calls each op (and
+    saved-tensor hooks that only hand the tensor back, or the hand-written swap's): the floor of
+    any recorder at the dispatcher.
 
-and, as the floor of any recorder at the dispatcher, the hand-written step under a dispatch mode
-that only calls each op and saved-tensor hooks that only hand the tensor back ("bare mode").
-
-The goal the issue sets is an overhead of at most 2%. `PY=$(scripts/setup --torch2-python);
-STEPS=6 $PY bench/torch-step-overhead.py`, PyTorch 2.15, a 2-core machine shared with other work
-(rows move by a few percent from run to run):
-
-    | model | plan | by hand | memplan.torch.apply | overhead | bare mode |
-    | gpt 4x256, b16x128 | in-core | 467.1 ms | 509.2 ms | +9.0% | +2.0% |
-    | gpt 4x256, b16x128 | full-ac | 574.5 ms | 616.2 ms | +7.3% | +3.2% |
-    | resnet18 b16 64x64 | in-core | 104.3 ms | 131.3 ms | +26.0% | +5.4% |
-
-(full-ac was +113.8% while each step's recorder stayed alive, held by its hooks on the
-parameters' AccumulateGrad nodes, with the maps it had regenerated.) What remains is the
-recorder's Python at every aten op (captured ids, the step's trace, the check against the
-capture, the plan's points), ~20 us an op: a larger share of a step of short ops. docs/torch.md,
-"What a planned step costs", has the measurements and what would take it to 2%.
+The goal the issue sets is an overhead of at most 2%. docs/torch.md, "What a planned step costs",
+has the command, the measured table and the machine's load.
 
     $(scripts/setup --torch2-python) bench/torch-step-overhead.py [BUILD_DIR]
     STEPS (default 10)

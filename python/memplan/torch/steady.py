@@ -98,8 +98,8 @@ class ObservingRecorder(_PlanRecorder):
             self.unpack_ops.append(len(self.ops))
         return super().on_unpack(payload, tid)
 
-    def _record(self, func, args, input_ids, input_keys, written, outputs):
-        op = super()._record(func, args, input_ids, input_keys, written, outputs)
+    def _record(self, func, *args, **kwargs):
+        op = super()._record(func, *args, **kwargs)
         if self.phase == "forward" and op_schema(func).name in _VALUE_READS:
             self.forward_value_read = op
         return op
@@ -108,11 +108,11 @@ class ObservingRecorder(_PlanRecorder):
         self.reran.add(self.tensors[tid]["producer"])
         return super()._rerun(tid)
 
-    def _resolve(self, value, written, reads):
+    def _resolve(self, value, *args, **kwargs):
         if isinstance(value, _Ref) and value.tid not in self.regenerated and \
                 value.tid not in self.host:
             self.sources.add(value.tid)
-        return super()._resolve(value, written, reads)
+        return super()._resolve(value, *args, **kwargs)
 
 
 class _Program:
