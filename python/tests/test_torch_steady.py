@@ -257,3 +257,30 @@ def test_steady_can_be_turned_off():
         run_both(planned, opt, base, base_opt, batches(), loss_fn, seed=i)
     assert planned.recorded_steps == 3 and planned.steady_steps == 0
     assert planned.steady_reason is None
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"),
+                    reason=f"torch {torch.__version__} has no torch.compile")
+@pytest.mark.parametrize("policy", ["swap-all", "recompute-all"])
+def test_a_compiled_models_steady_steps_are_its_recorded_steps(policy):
+    """A torch.compile'd model's plan runs on its AOTAutograd split (memplan.torch.compiled): its
+    steady steps give what its recorded steps give, bit for bit (two copies of the model, one
+    with `steady = False`)."""
+    runs = []
+    for steady in (True, False):
+        model, batches, loss_fn = cnn()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        compiled = torch.compile(model, backend="aot_eager")
+        captured = capture(compiled, batches(), loss_fn, opt)
+        planned = apply(compiled, policy_plan(captured.trace, policy), captured)
+        planned.steady = steady
+        torch.manual_seed(1)
+        losses = [planned.step(batches(), loss_fn, opt) for _ in range(3)]
+        runs.append((planned, model, losses))
+    (steady, a, a_losses), (recorded, b, b_losses) = runs
+    assert (steady.steady_steps, recorded.steady_steps) == (2, 0)
+    assert all(torch.equal(x, y) for x, y in zip(a_losses, b_losses))
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
+    for (name, x), y in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(x.grad, y.grad), name
