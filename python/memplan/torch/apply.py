@@ -979,7 +979,10 @@ def _rebuild(value, tensors):
 class PlannedModel:
     """`apply`'s result: `step(batch, loss_fn, optimizer)` runs one training step under the plan
     (the captured one: `training_step`, the user's own or memplan.torch.capture.default_step) and
-    returns its loss; `stats` holds what the last step's hooks measured.
+    returns its loss; `stats` holds what the last step's hooks measured. The first step runs under
+    the recorder; the steps after it run the plan through saved-tensor hooks alone where they can
+    (memplan.torch.steady: `steady`, `steady_steps`, `recorded_steps`, `steady_reason`,
+    `stats["steady"]`).
 
     A plan that places parameters, buffers or optimizer state on the host keeps them there from
     step to step: between steps their tensors have empty storages (their values are in host
