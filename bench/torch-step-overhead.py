@@ -1,34 +1,29 @@
 """Issue 36: what running a plan through memplan.torch.apply costs per step, against the same
 plan written by hand. Each row times whole training steps on this CPU in one thread, by the
-process's CPU time (steady when other work shares the cores), the two alternating (STEPS of each
-after two warm-up steps, the median): `PlannedModel.step` (the recorder that
-gives every tensor its captured id and carries out the plan's packs) against
+process's CPU time (steady when other work shares the cores), the four steps alternating (STEPS
+of each after two warm-up steps, the median):
 
-  - in-core: the plain step (zero_grad, forward, loss, backward, optimizer step), no hooks;
-  - full-ac: the same step with each transformer block under torch.utils.checkpoint
-    (use_reentrant=False), which is what memplan's `full-ac` plan recomputes.
+  - by hand: the plain step (zero_grad, forward, loss, backward, optimizer step) for in-core; with
+    each transformer block under torch.utils.checkpoint (use_reentrant=False) for full-ac, which is
+    what memplan's `full-ac` plan recomputes; under saved-tensor hooks that copy every saved tensor
+    but the parameters, buffers and batch out at the pack and back at the unpack for swap-all;
+  - steady step: `PlannedModel.step` from its second step on, the steady path
+    (memplan.torch.steady: the plan through saved-tensor hooks alone, no dispatch mode; the plain
+    step for in-core);
+  - recorded step: `PlannedModel.step` with `steady = False`, every step under the recorder that
+    gives every tensor its captured id and carries out the plan op by op (what every step cost
+    before the steady path);
+  - bare mode: the hand-written step under a dispatch mode that only calls each op (and
+    saved-tensor hooks that only hand the tensor back, or the hand-written swap's): the floor of
+    any recorder at the dispatcher.
 
-and, as the floor of any recorder at the dispatcher, the hand-written step under a dispatch mode
-that only calls each op and saved-tensor hooks that only hand the tensor back ("bare mode").
-
-The goal the issue sets is an overhead of at most 2%. `PY=$(scripts/setup --torch2-python);
-STEPS=6 $PY bench/torch-step-overhead.py`, PyTorch 2.15, a 2-core machine shared with other work
-(rows move by a few percent from run to run):
-
-    | model | plan | by hand | memplan.torch.apply | overhead | bare mode |
-    | gpt 4x256, b16x128 | in-core | 467.1 ms | 509.2 ms | +9.0% | +2.0% |
-    | gpt 4x256, b16x128 | full-ac | 574.5 ms | 616.2 ms | +7.3% | +3.2% |
-    | resnet18 b16 64x64 | in-core | 104.3 ms | 131.3 ms | +26.0% | +5.4% |
-
-(full-ac was +113.8% while each step's recorder stayed alive, held by its hooks on the
-parameters' AccumulateGrad nodes, with the maps it had regenerated.) What remains is the
-recorder's Python at every aten op (captured ids, the step's trace, the check against the
-capture, the plan's points), ~20 us an op: a larger share of a step of short ops. docs/torch.md,
-"What a planned step costs", has the measurements and what would take it to 2%.
+The goal the issue sets is an overhead of at most 2%. docs/torch.md, "What a planned step costs",
+has the command, the measured table and the machine's load.
 
     $(scripts/setup --torch2-python) bench/torch-step-overhead.py [BUILD_DIR]
     STEPS (default 10)
 """
+import contextlib
 import copy
 import os
 import pathlib
@@ -65,8 +60,11 @@ class BareMode(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def in_bare_mode(step):
-    with BareMode(), torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+def in_bare_mode(step, hooks=None):
+    """`step` under BareMode, and under `hooks()` (the hand-written step's saved-tensor hooks)
+    or hooks that only hand the tensor back."""
+    with BareMode(), hooks() if hooks else torch.autograd.graph.saved_tensors_hooks(
+            lambda t: t, lambda t: t):
         step()
 
 
@@ -78,9 +76,25 @@ def checkpointed_blocks(model):
             f, *a, use_reentrant=False))(forward)
 
 
-def compare(label, model, batch, loss_fn, policy, by_hand=lambda m: None):
-    """`model` under memplan's `policy` against a copy of it that `by_hand` prepares, each with
-    its own optimizer."""
+def swapped_by_hand(model, batch):
+    """Saved-tensor hooks that copy each saved tensor but the parameters, buffers and batch (by
+    their data pointers) out at the pack and back at the unpack: the hand-written swap-all (on
+    the CPU both copies are memory copies, as memplan's are). memplan copies a storage once
+    where autograd saves it twice (a ReLU's result, then the next convolution's input); these
+    hooks copy it at each pack."""
+    held = {t.data_ptr() for t in [*model.parameters(), *model.buffers(), *batch]}
+
+    def pack(t):
+        return t if t.data_ptr() in held else (t.device, t.to("cpu", copy=True))
+
+    def unpack(packed):
+        return packed if isinstance(packed, torch.Tensor) else packed[1].to(packed[0], copy=True)
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+def compare(label, model, batch, loss_fn, policy, by_hand=lambda m: None, hooks=None):
+    """`model` under memplan's `policy` against a copy of it that `by_hand` prepares and whose
+    step runs under `hooks()` when given, each with its own optimizer."""
     hand, bare = copy.deepcopy(model), copy.deepcopy(model)
     by_hand(hand)
     by_hand(bare)
@@ -89,31 +103,43 @@ def compare(label, model, batch, loss_fn, policy, by_hand=lambda m: None):
     bare_optimizer = torch.optim.SGD(bare.parameters(), lr=1e-3, momentum=0.9)
     captured = memplan.torch.capture(model, batch, loss_fn, optimizer)
     plan = memplan.simulate(captured, policy=policy).plan
+    steady, steady_optimizer = copy.deepcopy((model, optimizer))  # its momentum too
     planned = memplan.torch.apply(model, plan, captured)
+    recorded = memplan.torch.apply(steady, plan, captured)
+    recorded.steady = False  # every step under the recorder, as before the steady path
     mine = lambda: planned.step(batch, loss_fn, optimizer)  # noqa: E731
-    theirs = lambda: default_step(hand, batch, loss_fn, hand_optimizer)  # noqa: E731
-    floor = lambda: in_bare_mode(  # noqa: E731
-        lambda: default_step(bare, batch, loss_fn, bare_optimizer))
+    recorded_step = lambda: recorded.step(batch, loss_fn, steady_optimizer)  # noqa: E731
+    def theirs():
+        with hooks(hand, batch) if hooks else contextlib.nullcontext():
+            default_step(hand, batch, loss_fn, hand_optimizer)
+
+    def floor():
+        in_bare_mode(lambda: default_step(bare, batch, loss_fn, bare_optimizer),
+                     hooks and (lambda: hooks(bare, batch)))
+    steps = (theirs, mine, recorded_step, floor)
     for _ in range(2):
-        mine()
-        theirs()
-        floor()
-    a, b, c = [], [], []
+        for step in steps:
+            step()
+    assert planned.stats["steady"] and not recorded.stats["steady"], planned.steady_reason
+    times = [[] for _ in steps]
     for _ in range(STEPS):
-        a.append(timed(mine))
-        b.append(timed(theirs))
-        c.append(timed(floor))
-    planned_s, hand_s, bare_s = (statistics.median(x) for x in (a, b, c))
-    print(f"| {label} | {policy} | {hand_s * 1e3:.1f} ms | {planned_s * 1e3:.1f} ms | "
-          f"{(planned_s / hand_s - 1) * 100:+.1f}% | {(bare_s / hand_s - 1) * 100:+.1f}% |",
-          flush=True)
+        for step, spent in zip(steps, times):
+            spent.append(timed(step))
+    hand_s, steady_s, recorded_s, bare_s = (statistics.median(x) for x in times)
+
+    def share(seconds):
+        return f"{(seconds / hand_s - 1) * 100:+.1f}%"
+    print(f"| {label} | {policy} | {hand_s * 1e3:.1f} ms | {steady_s * 1e3:.1f} ms | "
+          f"{share(steady_s)} | {recorded_s * 1e3:.1f} ms | {share(recorded_s)} | "
+          f"{share(bare_s)} |", flush=True)
 
 
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    print("| model | plan | by hand | memplan.torch.apply | overhead | bare mode |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| model | plan | by hand | steady step | overhead | recorded step | overhead | "
+          "bare mode |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 
     def gpt():
         model = GPT(layers=4, hidden=256, heads=4, sequence=128, vocab=1024, dropout=0.0)
@@ -127,6 +153,11 @@ def main():
     model = torchvision.models.resnet18(num_classes=10)
     batch = (torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,)))
     compare("resnet18 b16 64x64", model, batch, torch.nn.functional.cross_entropy, "in-core")
+    model = torchvision.models.resnet18(num_classes=10)
+    compare("resnet18 b16 64x64", model, batch, torch.nn.functional.cross_entropy, "swap-all",
+            hooks=swapped_by_hand)
+    model, batch, loss_fn = gpt()
+    compare("gpt 4x256, b16x128", model, batch, loss_fn, "swap-all", hooks=swapped_by_hand)
 
 
 if __name__ == "__main__":

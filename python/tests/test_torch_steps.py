@@ -220,12 +220,15 @@ def test_the_python_api_takes_a_capture_where_it_takes_a_trace():
     result = validate(model, batch, F.cross_entropy, opt, found.plan, captured, step=step,
                       memory="60%")
     assert result.lossless_ok and result.peaks_match, result
-    # The plan runs step after step of the user's loop, each at the predicted saved-bytes peak.
+    # The plan runs step after step of the user's loop: the first under the recorder, at the
+    # predicted saved-bytes peak, the next ones on the steady path (memplan.torch.steady), which
+    # repeats it and reports the recorded step's peak.
     planned = apply(model, found.plan, captured, step=step)
-    for _ in range(3):
+    for i in range(3):
         loss = planned.step(batch, F.cross_entropy, opt)
         assert torch.isfinite(loss)
         assert planned.stats["peak_saved_bytes"] == result["predicted_saved_peak_bytes"]
+        assert planned.stats["steady"] == (i > 0), planned.steady_reason
     with pytest.raises(TypeError, match="expected a memplan.Trace, a memplan.Job or a "
                                         "memplan.torch.Capture, not dict"):
         memplan.search(captured.trace)

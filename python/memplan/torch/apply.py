@@ -987,7 +987,10 @@ def _rebuild(value, tensors):
 class PlannedModel:
     """`apply`'s result: `step(batch, loss_fn, optimizer)` runs one training step under the plan
     (the captured one: `training_step`, the user's own or memplan.torch.capture.default_step) and
-    returns its loss; `stats` holds what the last step's hooks measured.
+    returns its loss; `stats` holds what the last step's hooks measured. The first step runs under
+    the recorder; the steps after it run the plan through saved-tensor hooks alone where they can
+    (memplan.torch.steady: `steady`, `steady_steps`, `recorded_steps`, `steady_reason`,
+    `stats["steady"]`).
 
     A plan that places parameters, buffers or optimizer state on the host keeps them there from
     step to step: between steps their tensors have empty storages (their values are in host
@@ -996,9 +999,16 @@ class PlannedModel:
     checkpoint, or training without the plan); the next step moves them to the host again."""
 
     def __init__(self, model, trace, schedule, training_step=None):
+        from memplan.torch.steady import SteadyPath  # it builds on this module's recorder
         self.model, self.trace, self.schedule = model, trace, schedule
         self.training_step = training_step
         self.stats = {}
+        # The steps after a recorded one run on the steady path (memplan.torch.steady) where
+        # they can: `steady = False` records every step; `steady_steps` and `recorded_steps`
+        # count the steps each way, `steady_reason` says why a plan's steps are all recorded.
+        self.steady = True
+        self.steady_steps = self.recorded_steps = 0
+        self._steady = SteadyPath(self)
         self._feature_map_buffers = None  # the captured trace's, computed at the first step
         buffers = {name for name, _ in model.named_buffers()}
         self.host_state = HostState(t["id"] for t in trace["tensors"]
@@ -1052,8 +1062,19 @@ class PlannedModel:
             untyped_storage(placeholder).resize_(0)
         return _rebuild(batch, iter(tensors))
 
+    @property
+    def steady_reason(self):
+        """Why this plan's steps are all recorded (memplan.torch.steady), or None: known once a
+        step has been recorded, but for host placement and encodings."""
+        return self._steady.reason
+
     def step(self, batch, loss_fn, optimizer):
         batch = tuple(batch)
+        if self.steady:
+            ran, loss = self._steady.step(batch, loss_fn, optimizer, self.training_step)
+            if ran:
+                self.steady_steps += 1
+                return loss
         check_batch(batch, self.trace)
         cuda = any(p.is_cuda for p in self.model.parameters())
         state = self.host_state
@@ -1063,8 +1084,8 @@ class PlannedModel:
         state.per_step.clear()
         state.gradients.clear()
         batch = self._placed_batch(batch, cuda)
-        recorder = _PlanRecorder(self.model, optimizer, batch, self.trace, self.schedule, cuda,
-                                 state)
+        recorder = self._steady.recorder_type()(self.model, optimizer, batch, self.trace,
+                                                self.schedule, cuda, state)
         check_optimizer_state(recorder.tensors, self.trace)
         recorder.offload()
         if cuda:
@@ -1088,7 +1109,9 @@ class PlannedModel:
         self.stats = {"peak_saved_bytes": peak(recorder.log, step_trace, self._feature_map_buffers),
                       "peak_host_bytes": recorder.peak_host_bytes,
                       "recomputed_ops": recorder.recompute_ops, "step_seconds": seconds,
-                      "sparse_spilled_bytes": recorder.spilled_bytes}
+                      "sparse_spilled_bytes": recorder.spilled_bytes, "steady": False}
+        self.recorded_steps += 1
+        self._steady.learn(recorder, batch, loss_fn, optimizer)
         return loss
 
 
