@@ -284,3 +284,33 @@ def test_a_compiled_models_steady_steps_are_its_recorded_steps(policy):
         assert torch.equal(x, y), name
     for (name, x), y in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(x.grad, y.grad), name
+
+
+def accumulate2(model, batch, loss_fn, optimizer):
+    """Gradient accumulation: two micro-batches, each its forward and backward pass, then one
+    update."""
+    optimizer.zero_grad()
+    total = 0
+    for inputs, target in zip(batch[0].chunk(2), batch[1].chunk(2)):
+        loss = loss_fn(model(inputs), target) / 2
+        loss.backward()
+        total = total + loss.detach()
+    optimizer.step()
+    return total
+
+
+@pytest.mark.parametrize("policy", ["swap-all", "recompute-all"])
+def test_steady_steps_of_an_accumulating_step_are_bitwise(policy):
+    """The steady path follows the packs and unpacks of every micro-batch as the recorded step
+    made them: each step gives the plain accumulating step's values, bit for bit."""
+    model, batches, loss_fn = cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    captured = capture(model, batches(), loss_fn, opt, step=accumulate2)
+    planned = apply(model, policy_plan(captured.trace, policy), captured, step=accumulate2)
+    base, base_opt = copy.deepcopy((model, opt))
+    for i in range(STEPS):
+        batch = batches()
+        base_loss = run_step(base, batch, loss_fn, base_opt, step=accumulate2)
+        assert_same(base, planned.model, base_loss, planned.step(batch, loss_fn, opt))
+        assert planned.stats["steady"] == (i > 0)
+    assert planned.steady_reason is None
