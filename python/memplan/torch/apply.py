@@ -277,6 +277,22 @@ def _collect_refs(value, out):
             _collect_refs(v, out)
 
 
+def regenerate(tid, inputs_of, at_hand, rerun):
+    """Re-runs the producer of `tid` (`rerun(tid)`), first regenerating each of its inputs
+    (`inputs_of(tid)`, ids) that is not `at_hand`, in argument order and depth first, as a
+    recursion would, but on a stack of its own: a chain of recomputations may be as long as the
+    network (Python's recursion limit stopped a 100-layer MLP's, issue 36)."""
+    stack = [(tid, inputs_of(tid))]
+    while stack:
+        top, inputs = stack[-1]
+        gone = next((i for i in inputs if not at_hand(i)), None)
+        if gone is None:
+            stack.pop()
+            rerun(top)
+        else:
+            stack.append((gone, inputs_of(gone)))
+
+
 class _PlanRecorder(StepRecorder):
     """The capture recorder, checking each op against the captured trace and acting on packs."""
 
@@ -860,19 +876,9 @@ class _PlanRecorder(StepRecorder):
         return full
 
     def _regenerate(self, tid):
-        """Re-runs the producer of `tid`, first regenerating each of its inputs that is gone
-        (neither held, nor on the host, nor encoded), in argument order and depth first, as a
-        recursion would, but on a stack of its own: a chain of recomputations may be as long as
-        the network (Python's recursion limit stopped a 100-layer MLP's, issue 36)."""
-        stack = [(tid, self._inputs_of(tid))]
-        while stack:
-            top, inputs = stack[-1]
-            gone = next((i for i in inputs if not self._at_hand(i)), None)
-            if gone is None:
-                stack.pop()
-                self._rerun(top)
-            else:
-                stack.append((gone, self._inputs_of(gone)))
+        """Regenerates `tid` (`regenerate`), an input gone when it is neither held, nor on the
+        host, nor encoded."""
+        regenerate(tid, self._inputs_of, self._at_hand, self._rerun)
         return self.device[tid]
 
     def _inputs_of(self, tid):

@@ -59,7 +59,7 @@ import warnings
 import torch
 
 from memplan.torch.apply import (_VALUE_READS, _Copies, _geometry, _PlanRecorder,
-                                 _Ref, _whole_storage, _written_refs)
+                                 _Ref, _whole_storage, _written_refs, regenerate)
 from memplan.torch.capture import run_step
 from memplan.torch.recorder import _call, flat_tensors, op_schema, written_arguments
 
@@ -311,15 +311,7 @@ class _Step:
         return iter(refs)
 
     def _regenerate(self, tid):
-        stack = [(tid, self._inputs_of(tid))]
-        while stack:
-            top, inputs = stack[-1]
-            gone = next((i for i in inputs if not self._at_hand(i)), None)
-            if gone is None:
-                stack.pop()
-                self._rerun(top)
-            else:
-                stack.append((gone, self._inputs_of(gone)))
+        regenerate(tid, self._inputs_of, self._at_hand, self._rerun)
         return self.device[tid]
 
     def _rerun(self, tid):
