@@ -152,3 +152,25 @@ def test_a_plan_that_places_the_parameters_on_the_host_runs_on_a_compiled_model(
     result = validate(compiled, batch, loss_fn, opt, plan, captured, step=step)
     assert result.lossless_ok and result.peaks_match, result
     assert threads == [1, 1]  # the baseline step and the planned one
+
+
+def test_a_model_compiled_in_place_is_captured_and_planned_as_its_split():
+    # nn.Module.compile() (PyTorch 2.2 and later) compiles the module's own _call_impl: before,
+    # the model was not seen as compiled at all (its eager step recorded, silently), and
+    # validate's deep copies would have called the original's compiled _call_impl.
+    if not hasattr(torch.nn.Module, "compile"):
+        pytest.skip(f"torch {torch.__version__} has no nn.Module.compile")
+    model, batch, loss_fn, opt = setup("cnn")
+    model.compile(backend="aot_eager_decomp_partition")
+    captured = capture(model, batch, loss_fn, opt)
+    assert captured.saved_bytes_hooks == saved_by_compiled_step("cnn",
+                                                                "aot_eager_decomp_partition")
+    result = validate(model, batch, loss_fn, opt, policy_plan(captured, "recompute-all"),
+                      captured)
+    assert result.lossless_ok and result.peaks_match, result
+    assert model._compiled_call_impl is not None  # the user's model as it was
+
+
+def policy_plan(captured, policy):
+    simulation = memplan.simulate(memplan_trace(captured.trace), policy=policy, memory="64GiB")
+    return simulation.plan.to_dict()

@@ -1,8 +1,9 @@
 """What a `torch.compile`'d model's step saves: AOTAutograd's forward and backward graphs, run op by op.
 
 What: `step_module(model, warn)` is the module memplan.torch runs for `model` (its eager module
-when `model` is an OptimizedModule), marked with the compile backend's AOTAutograd split when the
-backend is one whose split is known (`_SPLITS`); `running_compiled(module)` is the context in which
+when `model` is an OptimizedModule; the module itself when `nn.Module.compile()` compiled it in
+place), marked with the compile backend, whose AOTAutograd split it runs when the backend is one
+whose split is known (`_splits`); `running_compiled(module)` is the context in which
 a step calls that module through the split; capture, apply and validate run every step inside it
 (memplan.torch.capture.run_step).
 
@@ -65,10 +66,24 @@ def _splits():
             "aot_eager_default_partitioner": (default_partition, None)}
 
 
+def _compile_context(model):
+    """The OptimizeContext `model` was compiled under: an OptimizedModule's `dynamo_ctx`, or for a
+    module compiled in place (`nn.Module.compile()`, which wraps its `_call_impl`) the one the
+    compiled function closes over; None for a module compiled neither way."""
+    if isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+        return getattr(model, "dynamo_ctx", None)
+    function = getattr(model, "_compiled_call_impl", None)
+    for cell in getattr(function, "__closure__", None) or ():
+        if hasattr(cell.cell_contents, "callback"):
+            return cell.cell_contents
+    return None
+
+
 def backend_name(model):
-    """The name of the backend `model` (an OptimizedModule) was compiled with, or None: the
-    compile wrapper's `compiler_name`, found down the chain of `_torchdynamo_orig_backend`."""
-    found = getattr(getattr(model, "dynamo_ctx", None), "callback", None)
+    """The name of the backend `model` was compiled with (torch.compile or nn.Module.compile), or
+    None: the compile wrapper's `compiler_name`, found down the chain of
+    `_torchdynamo_orig_backend`."""
+    found = getattr(_compile_context(model), "callback", None)
     for _ in range(8):
         if found is None:
             return None
@@ -81,26 +96,31 @@ def backend_name(model):
 
 def step_module(model, warn=False):
     """The module memplan.torch runs for `model`: itself, or the module a torch.compile'd `model`
-    wraps, marked with its backend's split (`running_compiled` then calls it through the split);
-    for a backend whose split is not known, `warn` warns that the eager step is recorded."""
+    wraps; a compiled module (either, or one compiled in place by `nn.Module.compile()`) is marked
+    with its backend (`running_compiled` then calls it through the backend's split, or eagerly,
+    and never through Dynamo, which a deep copy of an in-place compiled module would run on the
+    original's `_call_impl`); for a backend whose split is not known, `warn` warns that the eager
+    step is recorded."""
     original = getattr(model, "_orig_mod", None)
-    if original is None or not isinstance(original, torch.nn.Module):
+    module = original if isinstance(original, torch.nn.Module) else model
+    if module is model and getattr(model, "_compiled_call_impl", None) is None:
         return model
     name = backend_name(model)
-    if name in _splits():
-        original._memplan_compiled_backend = name
-    elif warn and name != "eager":
+    module._memplan_compiled_backend = name or "unknown"
+    if warn and name not in _splits() and name != "eager":
         warnings.warn(f"a torch.compile'd model (backend {name or 'unknown'}) is captured as "
                       "eager PyTorch runs it: memplan knows the AOTAutograd split of inductor, "
                       "aot_eager, aot_eager_decomp_partition and aot_eager_default_partitioner "
                       "only; plans are applied and validated on the eager model",
                       CompiledModelWarning, stacklevel=3)
-    return original
+    return module
 
 
 def compiled_backend(module):
-    """The backend whose split `module` runs under `running_compiled`, or None."""
-    return getattr(module, "_memplan_compiled_backend", None)
+    """The backend whose split `module` runs under `running_compiled`, or None (not compiled, or
+    run eagerly)."""
+    name = getattr(module, "_memplan_compiled_backend", None)
+    return name if name in _splits() else None
 
 
 # torch.autograd's own entry points, taken before any step runs: capture watches the step's calls
@@ -210,25 +230,37 @@ def _prime(module, split, args, kwargs):
 
 
 def running_compiled(module):
-    """A context in which calling `module` runs its backend's split (nothing changes for a module
-    `step_module` did not mark). A class, not a generator: a generator's frame would hold the
-    step's recorder in a reference cycle with an exception raised through it."""
-    backend = compiled_backend(module)
-    return contextlib.nullcontext() if backend is None else _RunningSplit(module, backend)
+    """A context in which calling `module` runs its backend's split, or eagerly for a backend
+    whose split is not known; nothing changes for a module `step_module` did not mark. A class,
+    not a generator: a generator's frame would hold the step's recorder in a reference cycle with
+    an exception raised through it."""
+    if getattr(module, "_memplan_compiled_backend", None) is None:
+        return contextlib.nullcontext()
+    return _RunningSplit(module, compiled_backend(module))
 
 
 class _RunningSplit:
+    """Calls of the module go to its class's `_call_impl` (not the `_compiled_call_impl` an
+    in-place compile set) and, for a known backend, its forward to the split."""
+
     def __init__(self, module, backend):
         self.module, self.backend = module, backend
         # input signature -> the split (an aot_function), kept on the module: a split takes the
         # parameters and buffers as arguments, so a copy of the module may run its original's
         self.splits = module.__dict__.setdefault("_memplan_splits", {})
+        self.compiled_call = None
 
     def __enter__(self):
-        self.module.forward = self.forward
+        self.compiled_call = self.module.__dict__.get("_compiled_call_impl")
+        if self.compiled_call is not None:
+            self.module._compiled_call_impl = None
+        if self.backend is not None:
+            self.module.forward = self.forward
 
     def __exit__(self, *exc):
         self.module.__dict__.pop("forward", None)
+        if self.compiled_call is not None:
+            self.module._compiled_call_impl = self.compiled_call
 
     def forward(self, *args, **kwargs):
         key = _signature(args, kwargs)
