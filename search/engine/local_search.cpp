@@ -32,8 +32,8 @@ constexpr std::size_t kRepairWidth = 12;
 // Note [Combined improvements]: the combinations of a round's improving moves evaluated, at most.
 constexpr std::size_t kCombined = 8;
 
-// The score of a candidate the plan rules refuse (sim::lossy_map_recomputed_from): it never
-// beats anything.
+// The score of a candidate the plan rules refuse (sim::lossy_map_recomputed_from,
+// sim::host_update_problem): it never beats anything.
 Evaluation refused() {
   Evaluation e;
   e.oom_bytes_missing = std::numeric_limits<sim::Bytes>::max();
@@ -177,9 +177,13 @@ LocalSearch::Scored LocalSearch::evaluate_moves(const sim::Plan& plan, const Eva
           return;
         }
         const sim::Plan candidate = with_move(plan, moves[i], neighbourhood_);
-        out.scores[i] = sim::lossy_map_recomputed_from(candidate, view_.feature_maps(), workload_)
-                            ? refused()
-                            : evaluators_.local()->cost(candidate);
+        // Each move is valid alone, but a sum of moves may not be (Note [Combined improvements]:
+        // one brings an optimizer state to the device, another moves the update to the host,
+        // which must then read it there), nor may a random pair.
+        const bool invalid =
+            sim::lossy_map_recomputed_from(candidate, view_.feature_maps(), workload_) ||
+            !sim::host_update_problem(candidate, workload_).empty();
+        out.scores[i] = invalid ? refused() : evaluators_.local()->cost(candidate);
       });
     });
     evaluated_in_rounds_ += end - begin;
