@@ -33,7 +33,8 @@ if [[ ${#models[@]} -eq 0 ]]; then
           torchvision:googlenet torchvision:convnext_tiny torchvision:swin_t
           memplan.torch.models:gpt_block memplan.torch.models:gpt_sdpa_block
           memplan.torch.models:gpt_sdpa_block@memplan.torch.models:bf16_autocast_step
-          memplan.torch.models:compiled_gpt_block memplan.torch.models:lstm_tagger
+          memplan.torch.models:compiled_gpt_block memplan.torch.models:compiled_resnet18
+          memplan.torch.models:lstm_tagger
           memplan.torch.models:gru_tagger memplan.torch.models:ssdlite)
 fi
 declare -A pythons=([venv]="$(scripts/setup --torch2-python)" [debian]=/usr/bin/python3)

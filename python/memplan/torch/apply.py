@@ -98,9 +98,18 @@ from memplan.torch.schedule import (PlanError, check_batch, check_model,
 
 __all__ = ["PlanError", "PlannedModel", "apply"]
 
-_RANDOM_OPS = {"aten::bernoulli_", "aten::bernoulli", "aten::native_dropout", "aten::rand_like",
-               "aten::randn_like", "aten::uniform_", "aten::normal_", "aten::randint_like",
-               "aten::rand", "aten::randn", "aten::randperm", "aten::exponential_"}
+# Ops whose eager implementation draws from the random number generator without the
+# `nondeterministic_seeded` tag that marks every random aten op (inductor's random prims, which a
+# compiled model's split holds: memplan.torch.compiled; their eager forms call torch.rand and
+# torch.randint).
+_UNTAGGED_RANDOM_OPS = {"prims::inductor_random", "prims::inductor_randint"}
+
+
+def _is_random(func):
+    """Whether `func` draws from the random number generator (a recomputation must run it under
+    the state it first ran with)."""
+    return torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()) or \
+        op_schema(func).name in _UNTAGGED_RANDOM_OPS
 
 
 # Ops that hand a tensor's value to Python, where a branch may depend on it.
@@ -550,7 +559,7 @@ class _PlanRecorder(StepRecorder):
         recipe = None
         if self.phase == "forward" and self.recomputes:
             rng = None
-            if op_schema(func).name in _RANDOM_OPS:
+            if _is_random(func):
                 self.paused += 1
                 rng = _rng_state(self.clock.cuda)
                 self.paused -= 1

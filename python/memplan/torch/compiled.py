@@ -26,10 +26,17 @@ takes (the step's own are untouched, and a plan may have emptied them at that po
 recorder's dispatch mode and saved-tensor hooks set aside and the random number generators put
 back, so that the step's own call is the split's second and is recorded
 like any other. A planned step runs the same split, so the plan meets the ops it was made for.
+Under inductor the split is partitioned as inductor partitions it (its joint-graph passes: pattern
+replacements such as its random-number prims for dropout, then the min-cut), and inductor lowers
+the forward graph once, without generating code, to say how it lays out what the forward saves:
+where it saves a buffer of its own (a convolution weight or input copied channels-last by its
+layout optimisation, an output with padded strides), the forward graph saves a copy of as many
+bytes (`_save_as_inductor_lays_out`), so the trace holds the bytes inductor's step saves.
 
-What it does not see: inductor's fusion inside a graph (the trace's intermediates are those of
-the unfused aten ops, so its transient memory is more than inductor's; the feature maps are the
-same); a graph break (the module is traced whole: a forward that branches on data cannot be
+What it does not see: inductor's fusion and scheduling inside a graph (the trace's intermediates
+are those of the unfused aten ops, so its transient memory is more than inductor's, and the
+layout copies are made where the graph first reads their source; the saved bytes are the same);
+a graph break (the module is traced whole: a forward that branches on data cannot be
 traced, and that error is the step's); module names inside the module (every op of the split is
 the module's own: policies by block see no blocks). A backend whose split is not known here
 (`eager` needs none; `cudagraphs`, a callable of the user's) is run as eager PyTorch runs the
@@ -49,8 +56,9 @@ class CompiledModelWarning(UserWarning):
 
 
 def _splits():
-    """backend name -> (partition function, decomposition table or None), as torch's own
-    backends of those names build them (torch/_dynamo/backends/debugging.py, inductor)."""
+    """backend name -> (partition function, decomposition table or None, whether inductor lowers
+    the forward graph), as torch's own backends of those names build them
+    (torch/_dynamo/backends/debugging.py, torch/_inductor/compile_fx.py)."""
     from functorch.compile import default_partition, min_cut_rematerialization_partition
 
     def inductor_decompositions():
@@ -59,11 +67,26 @@ def _splits():
         from torch._inductor.compile_fx import select_decomp_table
         return select_decomp_table()
 
-    inductor = (functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
-                inductor_decompositions)
-    return {"inductor": inductor, "aot_eager_decomp_partition": inductor,
-            "aot_eager": (min_cut_rematerialization_partition, None),
-            "aot_eager_default_partitioner": (default_partition, None)}
+    min_cut_as_inductor = functools.partial(min_cut_rematerialization_partition,
+                                            compiler="inductor")
+
+    def inductor_partition(graph, joint_inputs, **kwargs):
+        # inductor's own: its joint-graph passes, then the min-cut (PyTorch 2.6 and later have it
+        # at module level; before, compile_fx made it inside and the min-cut alone stands in),
+        # under the fake mode of the joint graph's inputs, as compile_fx runs it
+        from torch._guards import detect_fake_mode
+        from torch._inductor import compile_fx
+        from torch._inductor.virtualized import V
+        partition = getattr(compile_fx, "partition_fn", None)
+        if partition is None:
+            return min_cut_as_inductor(graph, joint_inputs, **kwargs)
+        with V.set_fake_mode(detect_fake_mode(joint_inputs)):
+            return partition(graph, joint_inputs, **kwargs)
+
+    return {"inductor": (inductor_partition, inductor_decompositions, True),
+            "aot_eager_decomp_partition": (min_cut_as_inductor, inductor_decompositions, False),
+            "aot_eager": (min_cut_rematerialization_partition, None, False),
+            "aot_eager_default_partitioner": (default_partition, None, False)}
 
 
 def _compile_context(model):
@@ -177,18 +200,128 @@ def _class_forward(module):
 
 def _split(module, backend):
     from functorch.compile import aot_function, make_boxed_func
-    partition, decompositions = _splits()[backend]
+    partition, decompositions, lowered = _splits()[backend]
 
     def graph_itself(graph, example_inputs):
+        return make_boxed_func(graph.forward)
+
+    def forward_as_inductor_saves(graph, example_inputs):
+        _save_as_inductor_lays_out(graph, example_inputs)
         return make_boxed_func(graph.forward)
 
     def functional(params, buffers, *args, **kwargs):
         return torch.func.functional_call(module, {**params, **buffers}, args, kwargs)
 
-    return aot_function(functional, fw_compiler=graph_itself, bw_compiler=graph_itself,
-                        partition_fn=partition,
+    return aot_function(functional,
+                        fw_compiler=forward_as_inductor_saves if lowered else graph_itself,
+                        bw_compiler=graph_itself, partition_fn=partition,
                         decompositions=decompositions() if decompositions else None,
                         num_params_buffers=len(_named(module)[0]) + len(_named(module)[1]))
+
+
+class _Lowered(Exception):
+    """Inductor has lowered a graph: what memplan asks of it is known, its code is not needed."""
+
+
+def _inductor_outputs(graph, example_inputs):
+    """The forward graph's outputs as inductor lays them out: for each, the name of its buffer (a
+    graph input's own name where inductor returns that input) and the elements its layout spans;
+    None for an output that is no tensor. Inductor lowers a copy of `graph` (its post-grad passes,
+    then the lowering, which decides every buffer's layout) and stops before generating code."""
+    import copy
+
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.graph import GraphLowering
+
+    lowerings = []
+
+    def stop(lowering, *args, **kwargs):
+        lowerings.append(lowering)
+        raise _Lowered()
+
+    compile_to_module = GraphLowering.compile_to_module
+    GraphLowering.compile_to_module = stop
+    try:
+        with config.patch(fx_graph_cache=False):
+            compile_fx_inner(copy.deepcopy(graph), example_inputs)
+    except Exception:  # inductor wraps _Lowered in its own error
+        if not lowerings:
+            raise
+    finally:
+        GraphLowering.compile_to_module = compile_to_module
+    if not lowerings:
+        raise RuntimeError("inductor compiled the forward graph without lowering it here")
+    described = []
+    for output in lowerings[0].graph_outputs:
+        layout = output.get_layout() if output.has_tensor_output() else None
+        described.append(None if layout is None else
+                         (output.get_name(), int(layout.storage_size())))
+    return described
+
+
+def _extent(size, stride):
+    """Elements from a tensor's first to one past its last (its storage offset aside)."""
+    return 0 if 0 in size else 1 + sum((n - 1) * s for n, s in zip(size, stride))
+
+
+def _copy_of_extent(graph, value, own, extent):
+    """Nodes of `graph` that copy `value` (`own` its example) into a storage of `extent`
+    elements, in `own`'s strides: the bytes inductor's buffer holds, read by the backward graph
+    as the graph's own output was (its views assume those strides)."""
+    aten = torch.ops.aten
+    if extent == _extent(own.shape, own.stride()):
+        return graph.call_function(aten.clone.default, (value,))
+    storage = graph.call_function(aten.empty.memory_format, ([extent],),
+                                  {"dtype": own.dtype, "device": own.device})
+    view = graph.call_function(aten.as_strided.default, (storage, list(own.shape),
+                                                          list(own.stride())))
+    return graph.call_function(aten.copy_.default, (view, value))
+
+
+def _save_as_inductor_lays_out(graph, example_inputs):
+    """Makes `graph` (the forward graph) save the bytes inductor's forward saves. Where inductor
+    returns an output in a buffer of its own that the graph's output is not, the graph saves a
+    copy, in a storage of the elements inductor's layout spans: a graph input (a convolution's
+    weight or input) that layout optimisation (`torch._inductor.config.layout_optimization`)
+    copies channels-last (inductor's convolution reads that copy and backward gets it; here the
+    convolution reads the input, whose values the copy holds); and an output whose strides
+    inductor pads (`comprehensive_padding`, on by default for GPUs). The copy is made just
+    before the input's first reader, or just after the output's producer. If
+    inductor cannot say (another version's internals, dynamic shapes), the graph stays as it is
+    and a CompiledModelWarning says so."""
+    try:
+        laid_out = _inductor_outputs(graph, example_inputs)
+    except Exception as error:  # noqa: BLE001 - any failure of inductor's internals
+        said = (str(error).splitlines() or [""])[0][:200]
+        warnings.warn("memplan could not read how inductor lays out the forward graph's saved "
+                      f"tensors ({type(error).__name__}: {said}): "
+                      "its layout copies (channels-last convolution weights, padded strides) "
+                      "are not in the trace", CompiledModelWarning, stacklevel=2)
+        return
+    nodes = list(graph.graph.nodes)
+    order = {node: i for i, node in enumerate(nodes)}
+    output = nodes[-1]
+    values = list(output.args[0])
+    inputs = {node.target for node in nodes if node.op == "placeholder"}
+    for i, (value, described) in enumerate(zip(values, laid_out)):
+        if described is None or not isinstance(value, torch.fx.Node) or \
+                not isinstance(value.meta.get("val"), torch.Tensor):
+            continue
+        name, extent = described
+        own = value.meta["val"]
+        if value.op == "placeholder":
+            copied = name not in inputs
+        else:
+            copied = extent > _extent(own.shape, own.stride())
+        if not copied:
+            continue
+        readers = sorted((n for n in value.users if n is not output), key=order.get)
+        place = readers[0] if value.op == "placeholder" and readers else value.next
+        with graph.graph.inserting_before(place):
+            values[i] = _copy_of_extent(graph.graph, value, own, extent)
+    output.args = (type(output.args[0])(values),) + tuple(output.args[1:])
+    graph.recompile()
 
 
 def _named(module):

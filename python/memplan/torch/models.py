@@ -262,6 +262,16 @@ def compiled_gpt_block():
     return torch.compile(GPT(layers=1))
 
 
+def compiled_resnet18():
+    """torchvision's resnet18 under torch.compile (inductor): its split saves the channels-last
+    copies of the convolution weights that inductor's layout optimisation makes on the CPU
+    (memplan.torch.compiled)."""
+    if not hasattr(torch, "compile"):
+        raise SpecError("torch.compile needs PyTorch 2.0 or later")
+    import torchvision
+    return torch.compile(torchvision.models.resnet18())
+
+
 def bf16_autocast_step(model, batch, loss_fn, optimizer):
     """A training step under CPU bf16 autocast (a `--step`): the forward pass and the loss in
     bfloat16 where autocast casts, backward and the update outside it."""
