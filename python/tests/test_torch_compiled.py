@@ -50,12 +50,12 @@ def setup(name):
     return model, batch, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
-def saved_by_compiled_step(name, backend):
+def saved_by_compiled_step(name, backend, **compile_args):
     """Bytes of the distinct storages the model's step, compiled by torch.compile and run as
     PyTorch runs it, saves for backward (saved-tensor hooks around its second forward: the first
     compiles), the model's parameters and buffers left out as capture leaves them out."""
     model, batch, loss_fn, _ = setup(name)
-    compiled = torch.compile(model, backend=backend)
+    compiled = torch.compile(model, backend=backend, **compile_args)
     own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
     saved = {}
 
@@ -192,6 +192,17 @@ def test_inductor_s_layout_copies_of_convolution_weights_are_saved_as_its_step_s
     copied = [tensors[op["inputs"][0]]["shape"] for op in captured.trace["ops"]
               if op["name"] == "clone"]
     assert copied == [[8, 3, 3, 3], [2, 3, 16, 16], [16, 8, 3, 3], [16, 16, 3, 3]]
+
+
+def test_torch_compile_s_options_for_inductor_are_inductor_s_configuration_at_capture():
+    # options={"layout_optimization": False}: no channels-last copies, in the compiled step as in
+    # the trace: the split's own 52,772 B.
+    options = {"layout_optimization": False}
+    model, batch, loss_fn, opt = setup("cnn")
+    captured = capture(torch.compile(model, backend="inductor", options=options), batch, loss_fn,
+                       opt)
+    assert captured.saved_bytes_hooks == 52_772 == \
+        saved_by_compiled_step("cnn", "inductor", options=options)
 
 
 def wide():

@@ -102,19 +102,21 @@ def _compile_context(model):
     return None
 
 
-def backend_name(model):
-    """The name of the backend `model` was compiled with (torch.compile or nn.Module.compile), or
-    None: the compile wrapper's `compiler_name`, found down the chain of
-    `_torchdynamo_orig_backend`."""
+def _backend(model):
+    """The backend `model` was compiled with (torch.compile or nn.Module.compile), or None: the
+    compile wrapper's callback down the chain of `_torchdynamo_orig_backend` to the first that
+    has a `compiler_name`."""
     found = getattr(_compile_context(model), "callback", None)
     for _ in range(8):
-        if found is None:
-            return None
-        name = getattr(found, "compiler_name", None)
-        if isinstance(name, str):
-            return name
+        if found is None or isinstance(getattr(found, "compiler_name", None), str):
+            return found
         found = getattr(found, "_torchdynamo_orig_backend", None)
     return None
+
+
+def backend_name(model):
+    """The name of the backend `model` was compiled with, or None."""
+    return getattr(_backend(model), "compiler_name", None)
 
 
 def step_module(model, warn=False):
@@ -128,8 +130,13 @@ def step_module(model, warn=False):
     module = original if isinstance(original, torch.nn.Module) else model
     if module is model and getattr(model, "_compiled_call_impl", None) is None:
         return model
-    name = backend_name(model)
+    backend = _backend(model)
+    name = getattr(backend, "compiler_name", None)
     module._memplan_compiled_backend = name or "unknown"
+    # torch.compile's mode and options for inductor (`mode="max-autotune"`, `options={...}`):
+    # inductor's configuration while it partitions and lays out the split
+    module._memplan_compile_options = dict(getattr(backend, "config", None) or {}) \
+        if name == "inductor" else {}
     if warn and name not in _splits() and name != "eager":
         warnings.warn(f"a torch.compile'd model (backend {name or 'unknown'}) is captured as "
                       "eager PyTorch runs it: memplan knows the AOTAutograd split of inductor, "
@@ -201,12 +208,15 @@ def _class_forward(module):
 def _split(module, backend):
     from functorch.compile import aot_function, make_boxed_func
     partition, decompositions, lowered = _splits()[backend]
+    options = getattr(module, "_memplan_compile_options", None)
+    if options:
+        partition = _under_inductor_options(partition, options)
 
     def graph_itself(graph, example_inputs):
         return make_boxed_func(graph.forward)
 
     def forward_as_inductor_saves(graph, example_inputs):
-        _save_as_inductor_lays_out(graph, example_inputs)
+        _under_inductor_options(_save_as_inductor_lays_out, options)(graph, example_inputs)
         return make_boxed_func(graph.forward)
 
     def functional(params, buffers, *args, **kwargs):
@@ -217,6 +227,20 @@ def _split(module, backend):
                         bw_compiler=graph_itself, partition_fn=partition,
                         decompositions=decompositions() if decompositions else None,
                         num_params_buffers=len(_named(module)[0]) + len(_named(module)[1]))
+
+
+def _under_inductor_options(function, options):
+    """`function` run with inductor's configuration patched by `options` (a torch.compile
+    wrapper's, validated when it was made), as compile_fx runs under them."""
+    if not options:
+        return function
+
+    @functools.wraps(function)
+    def patched(*args, **kwargs):
+        from torch._inductor import config
+        with config.patch(options):
+            return function(*args, **kwargs)
+    return patched
 
 
 class _Lowered(Exception):
