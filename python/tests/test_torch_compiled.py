@@ -245,3 +245,39 @@ def test_when_inductor_cannot_say_how_it_lays_out_the_split_is_saved_as_it_is(mo
     with pytest.warns(CompiledModelWarning, match="could not read how inductor lays out"):
         captured = capture(torch.compile(model, backend="inductor"), batch, loss_fn, opt)
     assert captured.saved_bytes_hooks == 52_772
+
+
+class BranchOnData(nn.Module):
+    """A forward that branches on a tensor's value: torch.compile breaks the graph there."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if h.sum() > 0:
+            h = torch.tanh(h)
+        return self.b(h)
+
+
+def test_a_forward_with_a_graph_break_is_captured_and_planned_as_eager_pytorch_runs_it():
+    # Before: capture failed with "DataDependentOutputException: aten._local_scalar_dense".
+    def setup_branch():
+        torch.manual_seed(0)
+        model = BranchOnData()
+        return (model, (torch.randn(4, 16), torch.randint(0, 10, (4,))), F.cross_entropy,
+                torch.optim.SGD(model.parameters(), lr=0.1))
+    model, batch, loss_fn, opt = setup_branch()
+    eager = capture(model, batch, loss_fn, opt)
+    model, batch, loss_fn, opt = setup_branch()
+    compiled = torch.compile(model, backend="aot_eager_decomp_partition")
+    with pytest.warns(CompiledModelWarning, match="cannot be traced as one graph"):
+        captured = capture(compiled, batch, loss_fn, opt)
+    assert [op["name"] for op in captured.trace["ops"]] == \
+        [op["name"] for op in eager.trace["ops"]]
+    assert captured.saved_bytes_hooks == eager.saved_bytes_hooks
+    simulation = memplan.simulate(memplan_trace(captured.trace), policy="swap-all",
+                                  memory="64GiB")
+    result = validate(compiled, batch, loss_fn, opt, simulation.plan.to_dict(), captured)
+    assert result.lossless_ok and result.peaks_match, result

@@ -36,8 +36,10 @@ bytes (`_save_as_inductor_lays_out`), so the trace holds the bytes inductor's st
 What it does not see: inductor's fusion and scheduling inside a graph (the trace's intermediates
 are those of the unfused aten ops, so its transient memory is more than inductor's, and the
 layout copies are made where the graph first reads their source; the saved bytes are the same);
-a graph break (the module is traced whole: a forward that branches on data cannot be
-traced, and that error is the step's); module names inside the module (every op of the split is
+graph breaks (the module is traced whole: a forward AOTAutograd cannot trace as one graph,
+one that branches on a tensor's value, is run as eager PyTorch runs it, with a
+CompiledModelWarning that says why; torch.compile would compile the pieces between the breaks);
+module names inside the module (every op of the split is
 the module's own: policies by block see no blocks). A backend whose split is not known here
 (`eager` needs none; `cudagraphs`, a callable of the user's) is run as eager PyTorch runs the
 module, with a CompiledModelWarning for the others.
@@ -421,9 +423,27 @@ class _RunningSplit:
 
     def forward(self, *args, **kwargs):
         key = _signature(args, kwargs)
-        split = self.splits.get(key)
+        if key not in self.splits:
+            self.splits[key] = self._traced(args, kwargs)
+        split = self.splits[key]
         if split is None:
-            split = _split(self.module, self.backend)
-            _prime(self.module, split, args, kwargs)
-            self.splits[key] = split
+            return type(self.module).forward(self.module, *args, **kwargs)
         return split(*_named(self.module), *args, **kwargs)
+
+    def _traced(self, args, kwargs):
+        """The split for these inputs, or None where AOTAutograd cannot trace the forward as one
+        graph (a branch on a tensor's value, `.item()`, an op it cannot trace: where torch.compile
+        breaks the graph and runs the piece between graphs eagerly); then the module runs as
+        eager PyTorch runs it, with a CompiledModelWarning that says why (if the forward fails
+        eagerly too, that error is the step's)."""
+        split = _split(self.module, self.backend)
+        try:
+            _prime(self.module, split, args, kwargs)
+        except Exception as error:  # noqa: BLE001 - whatever stops the tracing
+            said = (str(error).splitlines() or [""])[0][:200]
+            warnings.warn(f"the forward of a torch.compile'd {type(self.module).__name__} cannot "
+                          f"be traced as one graph ({type(error).__name__}: {said}), as "
+                          "torch.compile would break it: memplan captures, plans and runs it as "
+                          "eager PyTorch runs it", CompiledModelWarning, stacklevel=3)
+            return None
+        return split
