@@ -123,36 +123,65 @@ def backend_name(model):
 
 def step_module(model, warn=False):
     """The module memplan.torch runs for `model`: itself, or the module a torch.compile'd `model`
-    wraps; a compiled module (either, or one compiled in place by `nn.Module.compile()`) is marked
-    with its backend (`running_compiled` then calls it through the backend's split, or eagerly,
-    and never through Dynamo, which a deep copy of an in-place compiled module would run on the
-    original's `_call_impl`); for a backend whose split is not known, `warn` warns that the eager
-    step is recorded."""
+    wraps. Every compiled module of its tree (the model itself, a block that `torch.compile`
+    wrapped, one compiled in place by `nn.Module.compile()`; not the modules inside a compiled
+    one, which its split traces) is marked with its backend, and the list of them kept on the
+    module that is returned: `running_compiled` then calls each through the backend's split, or
+    eagerly, and never through Dynamo (which a deep copy of an in-place compiled module would run
+    on the original's `_call_impl`). For a backend whose split is not known, `warn` warns that
+    those modules are recorded as eager PyTorch runs them."""
     original = getattr(model, "_orig_mod", None)
     module = original if isinstance(original, torch.nn.Module) else model
-    if module is model and getattr(model, "_compiled_call_impl", None) is None:
-        return model
-    backend = _backend(model)
-    name = getattr(backend, "compiler_name", None)
-    module._memplan_compiled_backend = name or "unknown"
-    # torch.compile's mode and options for inductor (`mode="max-autotune"`, `options={...}`):
-    # inductor's configuration while it partitions and lays out the split
-    module._memplan_compile_options = dict(getattr(backend, "config", None) or {}) \
-        if name == "inductor" else {}
-    if warn and name not in _splits() and name != "eager":
-        warnings.warn(f"a torch.compile'd model (backend {name or 'unknown'}) is captured as "
-                      "eager PyTorch runs it: memplan knows the AOTAutograd split of inductor, "
-                      "aot_eager, aot_eager_decomp_partition and aot_eager_default_partitioner "
-                      "only; plans are applied and validated on the eager model",
-                      CompiledModelWarning, stacklevel=3)
+    compiled = list(_compiled_modules(model))
+    # (the wrapper whose forward must call the module rather than Dynamo, or None, the module):
+    # none for the model itself (the module returned is called) or a module compiled in place;
+    # added to those an earlier call found (the module a compiled model wraps, given again)
+    marked = module.__dict__.setdefault("_memplan_compiled", [])
+    for wrapper, eager in compiled:
+        if all(eager is not known for _, known in marked):
+            marked.append((wrapper if wrapper not in (eager, model) else None, eager))
+    unknown = set()
+    for wrapper, eager in compiled:
+        backend = _backend(wrapper)
+        name = getattr(backend, "compiler_name", None)
+        eager._memplan_compiled_backend = name or "unknown"
+        # torch.compile's mode and options for inductor (`mode="max-autotune"`, `options={...}`):
+        # inductor's configuration while it partitions and lays out the split
+        eager._memplan_compile_options = dict(getattr(backend, "config", None) or {}) \
+            if name == "inductor" else {}
+        if name not in _splits() and name != "eager":
+            unknown.add(name or "unknown")
+    if warn and unknown:
+        warnings.warn(f"a torch.compile'd model (backend {', '.join(sorted(unknown))}) is "
+                      "captured as eager PyTorch runs it: memplan knows the AOTAutograd split of "
+                      "inductor, aot_eager, aot_eager_decomp_partition and "
+                      "aot_eager_default_partitioner only; plans are applied and validated on "
+                      "the eager model", CompiledModelWarning, stacklevel=3)
     return module
 
 
+def _compiled_modules(model):
+    """(the compiled module, the module it runs) for each compiled module of `model`'s tree, not
+    looking inside one: a torch.compile wrapper (OptimizedModule) and the module it wraps; a
+    module compiled in place, twice."""
+    original = getattr(model, "_orig_mod", None)
+    if isinstance(original, torch.nn.Module):
+        yield model, original
+        return
+    if getattr(model, "_compiled_call_impl", None) is not None:
+        yield model, model
+        return
+    for child in model.children():
+        yield from _compiled_modules(child)
+
+
 def compiled_backend(module):
-    """The backend whose split `module` runs under `running_compiled`, or None (not compiled, or
-    run eagerly)."""
-    name = getattr(module, "_memplan_compiled_backend", None)
-    return name if name in _splits() else None
+    """The backend whose split a compiled module of `module` (`step_module`'s) runs under
+    `running_compiled`, or None (none compiled, or all run eagerly)."""
+    for _, eager in getattr(module, "_memplan_compiled", ()):
+        if _split_backend(eager) is not None:
+            return _split_backend(eager)
+    return None
 
 
 # torch.autograd's own entry points, taken before any step runs: capture watches the step's calls
@@ -389,35 +418,68 @@ def _prime(module, split, args, kwargs):
 
 
 def running_compiled(module):
-    """A context in which calling `module` runs its backend's split, or eagerly for a backend
-    whose split is not known; nothing changes for a module `step_module` did not mark. A class,
-    not a generator: a generator's frame would hold the step's recorder in a reference cycle with
-    an exception raised through it."""
-    if getattr(module, "_memplan_compiled_backend", None) is None:
+    """A context in which each compiled module of `module` (`step_module`'s) runs its backend's
+    split, or eagerly for a backend whose split is not known, and a torch.compile wrapper inside
+    the tree calls the module it wraps rather than Dynamo; nothing changes for a module
+    `step_module` did not see. A class, not a generator: a generator's frame would hold the
+    step's recorder in a reference cycle with an exception raised through it."""
+    compiled = getattr(module, "_memplan_compiled", None)
+    if not compiled:
         return contextlib.nullcontext()
-    return _RunningSplit(module, compiled_backend(module))
+    return _RunningCompiled(compiled)
+
+
+class _RunningCompiled:
+    """The splits of a tree's compiled modules, entered and left together."""
+
+    def __init__(self, compiled):
+        self.running = [_RunningSplit(eager, _split_backend(eager), wrapper)
+                        for wrapper, eager in compiled]
+
+    def __enter__(self):
+        for running in self.running:
+            running.__enter__()
+
+    def __exit__(self, *exc):
+        for running in reversed(self.running):
+            running.__exit__(*exc)
+
+
+def _split_backend(eager):
+    """The backend whose split the compiled module `eager` runs, or None (run eagerly)."""
+    name = getattr(eager, "_memplan_compiled_backend", None)
+    return name if name in _splits() else None
 
 
 class _RunningSplit:
     """Calls of the module go to its class's `_call_impl` (not the `_compiled_call_impl` an
-    in-place compile set) and, for a known backend, its forward to the split."""
+    in-place compile set), a torch.compile `wrapper`'s (if any) to the module rather than to
+    Dynamo, and, for a known backend, the module's forward to the split."""
 
-    def __init__(self, module, backend):
-        self.module, self.backend = module, backend
+    def __init__(self, module, backend, wrapper=None):
+        self.module, self.backend, self.wrapper = module, backend, wrapper
         # input signature -> the split (an aot_function), kept on the module: a split takes the
         # parameters and buffers as arguments, so a copy of the module may run its original's
         self.splits = module.__dict__.setdefault("_memplan_splits", {})
-        self.compiled_call = None
+        self.compiled_call = self.wrapper_forward = None
 
     def __enter__(self):
         self.compiled_call = self.module.__dict__.get("_compiled_call_impl")
         if self.compiled_call is not None:
             self.module._compiled_call_impl = None
+        if self.wrapper is not None:
+            self.wrapper_forward = self.wrapper.__dict__.get("forward")
+            self.wrapper.forward = self.module.__call__
         if self.backend is not None:
             self.module.forward = self.forward
 
     def __exit__(self, *exc):
         self.module.__dict__.pop("forward", None)
+        if self.wrapper is not None:
+            if self.wrapper_forward is None:
+                self.wrapper.__dict__.pop("forward", None)
+            else:
+                self.wrapper.forward = self.wrapper_forward
         if self.compiled_call is not None:
             self.module._compiled_call_impl = self.compiled_call
 
