@@ -1,11 +1,12 @@
 """What a `torch.compile`'d model's step saves: AOTAutograd's forward and backward graphs, run op by op.
 
 What: `step_module(model, warn)` is the module memplan.torch runs for `model` (its eager module
-when `model` is an OptimizedModule; the module itself when `nn.Module.compile()` compiled it in
-place), marked with the compile backend, whose AOTAutograd split it runs when the backend is one
-whose split is known (`_splits`); `running_compiled(module)` is the context in which
-a step calls that module through the split; capture, apply and validate run every step inside it
-(memplan.torch.capture.run_step).
+when `model` is an OptimizedModule; the module itself otherwise), with every compiled module of
+its tree (the model, or blocks of it, wrapped by torch.compile or compiled in place by
+`nn.Module.compile()`) marked with its compile backend, whose AOTAutograd split it runs when the
+backend is one whose split is known (`_splits`); `running_compiled(module)` is the context in
+which a step calls those modules through their splits; capture, apply and validate run every step
+inside it (memplan.torch.capture.run_step).
 
 Why: torch.compile hands the model's graph to AOTAutograd, whose partitioner chooses what the
 forward graph saves for backward and what the backward graph recomputes (under inductor, the
