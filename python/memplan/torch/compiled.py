@@ -33,6 +33,9 @@ the forward graph once, without generating code, to say how it lays out what the
 where it saves a buffer of its own (a convolution weight or input copied channels-last by its
 layout optimisation, an output with padded strides), the forward graph saves a copy of as many
 bytes (`_save_as_inductor_lays_out`), so the trace holds the bytes inductor's step saves.
+`torch.utils.checkpoint` inside the module is traced as Dynamo hands it to AOTAutograd
+(`_checkpoints_as_dynamo_traces_them`): non-reentrant, its region's ops tagged for recomputation
+(or as a SAC policy says), so the partitioner recomputes the region as torch.compile's does.
 
 What it does not see: inductor's fusion and scheduling inside a graph (the trace's intermediates
 are those of the unfused aten ops, so its transient memory is more than inductor's, and the
@@ -401,6 +404,85 @@ def _stand_in(value):
     return stand_in.requires_grad_(value.requires_grad)
 
 
+@contextlib.contextmanager
+def _checkpoints_as_dynamo_traces_them():
+    """`torch.utils.checkpoint` inside the split's tracing as Dynamo hands it to AOTAutograd
+    (torch/_higher_order_ops/wrap.py, tag_activation_checkpoint): non-reentrant whatever
+    `use_reentrant` says, without preserving the random state (inductor does that), its ops
+    tagged for recomputation by selective checkpointing's dispatch mode (the user's `context_fn`
+    if given, else a policy that prefers recomputing every op) under a graph id of its own, so
+    that the partitioner recomputes the region in backward as torch.compile's does. Patched where
+    torch.utils.checkpoint looks them up at each call (its non-reentrant generator, under either
+    of its names, and CheckpointFunction); on a PyTorch without selective checkpointing (before
+    2.4) nothing changes."""
+    import inspect
+    import itertools
+
+    import torch.fx.traceback as fx_traceback
+    from torch.utils import checkpoint as torch_checkpoint
+    if not hasattr(torch_checkpoint, "create_selective_checkpoint_contexts"):
+        yield
+        return
+    graph_ids = itertools.count()
+
+    def prefer_recompute(ctx, op, *args, **kwargs):
+        return torch_checkpoint.CheckpointPolicy.PREFER_RECOMPUTE
+
+    def tagged(context_fn):
+        if getattr(context_fn, "_memplan_tagged", False):
+            return context_fn
+        base = functools.partial(torch_checkpoint.create_selective_checkpoint_contexts,
+                                 prefer_recompute) \
+            if context_fn is torch_checkpoint.noop_context_fn else context_fn
+        graph_id = next(graph_ids)
+
+        def with_graph_id():
+            forward_context, recompute_context = base()
+            forward_context.ac_graph_id = graph_id
+            return forward_context, recompute_context
+        with_graph_id._memplan_tagged = True
+        return with_graph_id
+
+    def as_traced(generator):
+        signature = inspect.signature(generator)
+
+        @functools.wraps(generator)
+        def traced(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            bound.arguments["context_fn"] = tagged(bound.arguments["context_fn"])
+            bound.arguments["preserve_rng_state"] = False
+            if "early_stop" in bound.arguments:
+                bound.arguments["early_stop"] = False
+            return tagging_the_region(generator(*bound.args, **bound.kwargs))
+        return traced
+
+    def tagging_the_region(region):
+        # the tags selective checkpointing sets go on the nodes traced from the region's first
+        # step to its last (the checkpointed function runs between them), and no further
+        with fx_traceback.preserve_node_meta():
+            return (yield from region)
+
+    class NonReentrant:
+        @staticmethod
+        def apply(function, preserve, *args):
+            return torch_checkpoint.checkpoint(function, *args, use_reentrant=False,
+                                               preserve_rng_state=preserve)
+
+    patched = {name: getattr(torch_checkpoint, name) for name in
+               ("_checkpoint_without_reentrant_generator",
+                "_checkpoint_without_reentrant_generator_impl", "CheckpointFunction")
+               if hasattr(torch_checkpoint, name)}
+    try:
+        for name, original in patched.items():
+            setattr(torch_checkpoint, name,
+                    NonReentrant if name == "CheckpointFunction" else as_traced(original))
+        yield
+    finally:
+        for name, original in patched.items():
+            setattr(torch_checkpoint, name, original)
+
+
 def _prime(module, split, args, kwargs):
     """The split's first call (AOTAutograd traces it and runs the forward) on stand-ins for every
     tensor it takes, with no dispatch mode and no saved-tensor hooks of the caller's and the random
@@ -411,7 +493,7 @@ def _prime(module, split, args, kwargs):
                       if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
     with _disable_current_modes(), torch.random.fork_rng(devices=devices), \
             torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t), \
-            _class_forward(module), _autograd_unwatched():
+            _class_forward(module), _autograd_unwatched(), _checkpoints_as_dynamo_traces_them():
         params, buffers = ({name: _stand_in(t) for name, t in named.items()}
                            for named in _named(module))
         split(params, buffers, *(_stand_in(a) for a in args),
