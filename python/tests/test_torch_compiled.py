@@ -20,7 +20,7 @@ sys.path.append(str(ROOT / "build/release/python"))  # unless $PYTHONPATH names 
 import memplan  # noqa: E402
 from memplan.torch import CompiledModelWarning, apply, capture, validate  # noqa: E402
 from memplan.torch.capture import memplan_trace  # noqa: E402
-from memplan.torch.models import GPT  # noqa: E402
+from memplan.torch.models import GPT, bf16_autocast_step  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not hasattr(torch, "compile"),
                                 reason=f"torch {torch.__version__} has no torch.compile")
@@ -51,7 +51,7 @@ def setup(name):
     return model, batch, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
-def saved_by_compiled_step(name, backend, **compile_args):
+def saved_by_compiled_step(name, backend, autocast=False, **compile_args):
     """Bytes of the distinct storages the model's step, compiled by torch.compile and run as
     PyTorch runs it, saves for backward (saved-tensor hooks around its second forward: the first
     compiles), the model's parameters and buffers left out as capture leaves them out."""
@@ -67,7 +67,8 @@ def saved_by_compiled_step(name, backend, **compile_args):
 
     for _ in range(2):
         saved.clear()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+                torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             loss = loss_fn(compiled(*batch[:-1]), batch[-1])
         loss.backward()
     return sum(saved.values())
@@ -396,3 +397,14 @@ def test_checkpointing_inside_a_compiled_model_is_traced_as_dynamo_hands_it_to_a
                                       memory="64GiB")
         result = validate(compiled, batch, loss_fn, opt, simulation.plan.to_dict(), captured)
         assert result.lossless_ok and result.peaks_match, result
+
+
+def test_a_compiled_model_under_bf16_autocast_saves_what_its_step_saves():
+    # The split traced under autocast (its signature holds autocast's state): the GPT with
+    # dropout's step saves bf16 copies and the float32 ops autocast leaves; the trace the same.
+    real = saved_by_compiled_step("gpt", "aot_eager_decomp_partition", autocast=True)
+    model, batch, loss_fn, opt = setup("gpt")
+    captured = capture(torch.compile(model, backend="aot_eager_decomp_partition"), batch, loss_fn,
+                       opt, step=bf16_autocast_step)
+    assert captured.saved_bytes_hooks == real != \
+        saved_by_compiled_step("gpt", "aot_eager_decomp_partition")
