@@ -13,7 +13,7 @@ namespace memplan::cli {
 
 void add_capture_command(CLI::App& app, int& exit_status) {
   struct Options {
-    std::string model, input = "224x224", device = "cpu", optimizer = "sgd", step, output;
+    std::string model, input = "224x224", device = "cpu", optimizer = "sgd", step, compile, output;
     int batch = 32;
     int seed = 0;
   };
@@ -36,6 +36,9 @@ void add_capture_command(CLI::App& app, int& exit_status) {
                   "loss_fn, optimizer) returning the loss (autocast, a GradScaler, clipping, "
                   "gradient accumulation over micro-batches); default: zero_grad, forward, loss, "
                   "backward, optimizer.step");
+  cmd->add_option("--compile", options->compile,
+                  "torch.compile the model with this backend (inductor, aot_eager, ...): the "
+                  "trace holds what its compiled step saves");
   cmd->add_option("-o,--output", options->output,
                   "trace file to write (traces/FORMAT.md; - for standard output)")
       ->required();
@@ -47,6 +50,7 @@ void add_capture_command(CLI::App& app, int& exit_status) {
         "--optimizer", options->optimizer, "--seed",   std::to_string(options->seed),
         "-o",          options->output};
     if (!options->step.empty()) args.insert(args.end(), {"--step", options->step});
+    if (!options->compile.empty()) args.insert(args.end(), {"--compile", options->compile});
     exit_status = run_memplan_torch("capture", args);
   });
 }

@@ -51,7 +51,7 @@ struct ValidateOptions {
   std::uint64_t seed = 1;
   bool seed_given = false;  // --backend torch: else the capture's default (memplan capture --seed)
   // --backend torch: the captured model, rebuilt as `memplan capture` built it, and its step.
-  std::string model, input = "224x224", optimizer = "sgd", step;
+  std::string model, input = "224x224", optimizer = "sgd", step, compile;
   int batch = 32;
 };
 
@@ -66,6 +66,7 @@ struct ValidateOptions {
 //   --model, --batch, --input,          rebuild the captured model, batch and optimizer;
 //   --optimizer, --seed                 (the capture's seed unless --seed is given)
 //   --step                              the captured step, when it was the user's own;
+//   --compile                           the capture's torch.compile backend;
 //   --json, --quiet                     the report's form; the torch run shows no progress.
 // Refused (one line, exit 2): --calibrate, which would change nothing.
 void refuse_flags_torch_ignores(const ValidateOptions& o) {
@@ -121,6 +122,7 @@ int validate_in_torch(const ValidateOptions& o) {
     if (!value.empty()) args.insert(args.end(), {flag, value});
   }
   if (!o.step.empty()) args.insert(args.end(), {"--step", o.step});
+  if (!o.compile.empty()) args.insert(args.end(), {"--compile", o.compile});
   if (o.force) args.emplace_back("--force");
   if (o.json) args.emplace_back("--json");
   return run_memplan_torch("validate", args);
@@ -128,7 +130,7 @@ int validate_in_torch(const ValidateOptions& o) {
 
 // The flags that rebuild a captured PyTorch model mean nothing to the other backends: refused.
 void refuse_torch_flags(const CLI::App& cmd, const std::string& backend) {
-  for (const char* flag : {"--model", "--batch", "--input", "--optimizer", "--step"}) {
+  for (const char* flag : {"--model", "--batch", "--input", "--optimizer", "--step", "--compile"}) {
     if (cmd.count(flag) > 0) {
       throw sim::InputError(flag, fmt::format("rebuilds the captured PyTorch model: only for "
                                               "--backend torch, not --backend {}",
@@ -336,6 +338,8 @@ void add_validate_command(CLI::App& app, int& exit_status) {
       ->check(CLI::IsMember({"sgd", "adam"}));
   cmd->add_option("--step", options->step,
                   "--backend torch: the --step of the capture (package.module:function)");
+  cmd->add_option("--compile", options->compile,
+                  "--backend torch: the --compile of the capture (a torch.compile backend)");
   add_machine_flags(*cmd, options->machine);
   cmd->add_option("--seed", options->seed,
                   "seed of the input data and weights (default 1; --backend torch: the capture's, "

@@ -431,3 +431,30 @@ def test_validate_in_torch_rebuilds_the_model_and_batch_capture_made(tmp_path):
     assert run.returncode == 2, run.stderr
     assert "the step before this one gave gradients to other parameters than the captured " \
         "step's (a branch on the data" in only_line(run), run.stderr
+
+
+# ---- issue 36: a torch.compile'd model from the command line (--compile) -----------------------
+
+def test_a_model_compiled_with_compile_is_captured_as_its_split_and_its_plan_validated(tmp_path):
+    import torch
+    out = tmp_path / "t.json"
+    gpt = ["memplan.torch.models:gpt_block", "--batch", 2, "--input", 16]
+    run = run_module(tmp_path, "capture", *gpt, "--compile", "aot_eager_decomp_partition",
+                     "-o", out)
+    if not hasattr(torch, "compile"):
+        assert run.returncode == 2 and "torch.compile needs PyTorch 2.0" in only_line(run)
+        assert not out.exists()
+        return
+    assert run.returncode == 0, run.stderr
+    names = {op["name"] for op in json.loads(out.read_text())["ops"]}
+    assert "var_mean" in names and "native_layer_norm" not in names  # the split's decomposition
+    run = run_module(tmp_path, "validate", out, "--model", gpt[0], *gpt[1:], "--compile",
+                     "aot_eager_decomp_partition", "--policy", "swap-all")
+    assert run.returncode == 0, run.stderr + run.stdout
+    # validated against the eager model instead: the step differs from the captured one
+    run = run_module(tmp_path, "validate", out, "--model", gpt[0], *gpt[1:], "--policy",
+                     "swap-all")
+    assert run.returncode == 2 and "differs from the captured one" in only_line(run)
+    run = run_module(tmp_path, "capture", *gpt, "--compile", "no_such_backend", "-o", out)
+    assert run.returncode == 2 and "torch.compile has no backend 'no_such_backend'" in \
+        only_line(run)

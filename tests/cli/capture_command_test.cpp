@@ -86,7 +86,10 @@ TEST_CASE("capture: bad input is one line and exit 2, nothing written",
                         Case{"torchvision:resnet18 --device tpu", "tpu not in {cpu,cuda}"},
                         Case{"torchvision:resnet18 --batch 0", "--batch"},
                         Case{"torchvision:resnet18 --step no_such_module:step",
-                             "--step: cannot import 'no_such_module'"}}) {
+                             "--step: cannot import 'no_such_module'"},
+                        // PyTorch 2: no such backend; 1.13: no torch.compile at all
+                        Case{"torchvision:resnet18 --compile no_such_backend",
+                             "--compile no_such_backend: torch.compile"}}) {
     CAPTURE(c.args);
     const auto r = run_memplan(fmt::format("capture {} -o '{}'", c.args, out));
     CHECK(r.exit_status == 2);

@@ -280,7 +280,8 @@ TEST_CASE("validate refuses a flag its backend would ignore: one line naming it,
   }
   for (const auto& [flags, flag] :
        {Case{"--model torchvision:resnet18", "--model"}, Case{"--batch 4", "--batch"},
-        Case{"--input 32x32", "--input"}, Case{"--optimizer adam", "--optimizer"}}) {
+        Case{"--input 32x32", "--input"}, Case{"--optimizer adam", "--optimizer"},
+        Case{"--compile inductor", "--compile"}}) {
     CAPTURE(flags);
     const auto r = run_memplan(fmt::format("validate {} {} {}", trace("mlp4"), host, flags));
     CHECK(r.exit_status == 2);

@@ -30,7 +30,8 @@ import torch
 import memplan
 from memplan._files import check_output
 from memplan.torch.capture import StepError, capture, run_step
-from memplan.torch.models import SpecError, load_model, load_step, loss_of, make_batch, parse_dims
+from memplan.torch.models import (SpecError, compile_model, load_model, load_step, loss_of,
+                                  make_batch, parse_dims)
 from memplan.torch.recorder import UnsupportedTensor
 from memplan.torch.schedule import PlanError
 from memplan.torch.validate import DoesNotFit, validate
@@ -115,6 +116,8 @@ def _model_flags(cmd):
     cmd.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--step", help="package.module:function, the user's own training step")
+    cmd.add_argument("--compile", metavar="BACKEND",
+                     help="torch.compile the model with this backend (inductor, aot_eager, ...)")
 
 
 def _parser():
@@ -159,6 +162,8 @@ def _setup(args):
     device = torch.device(args.device)
     with _user_code(f"building {args.model}"):
         model = load_model(args.model).to(device)
+    if args.compile is not None:
+        model = compile_model(model, args.compile)
     with _user_code(f"making a batch of {args.batch} at --input {args.input} for {args.model}",
                     model):
         batch = make_batch(model, args.batch, dims, device)

@@ -51,6 +51,20 @@ def load_model(spec):
     return model
 
 
+def compile_model(model, backend):
+    """`torch.compile(model, backend=backend)` (`--compile`), or SpecError: no torch.compile in
+    this PyTorch, or a backend it does not know."""
+    if not hasattr(torch, "compile"):
+        raise SpecError(f"--compile {backend}: torch.compile needs PyTorch 2.0 or later "
+                        f"(this is {torch.__version__})")
+    from torch._dynamo import list_backends
+    if backend not in set(list_backends(exclude_tags=())) | {"inductor", "eager"}:
+        raise SpecError(f"--compile {backend}: torch.compile has no backend '{backend}' "
+                        "(torch._dynamo.list_backends(); memplan captures the splits of inductor, "
+                        "aot_eager, aot_eager_decomp_partition and aot_eager_default_partitioner)")
+    return torch.compile(model, backend=backend)
+
+
 def load_step(spec):
     """The training step `package.module:function` names (`--step`): a callable
     `function(model, batch, loss_fn, optimizer)` returning the loss (memplan.torch.capture)."""
