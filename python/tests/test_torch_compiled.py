@@ -408,3 +408,19 @@ def test_a_compiled_model_under_bf16_autocast_saves_what_its_step_saves():
                        opt, step=bf16_autocast_step)
     assert captured.saved_bytes_hooks == real != \
         saved_by_compiled_step("gpt", "aot_eager_decomp_partition")
+
+
+def test_a_captured_compiled_model_can_be_saved_whole_and_captured_again_where_it_is_loaded():
+    # Before: torch.save(model) failed ("Can't pickle local object '_split.<locals>.functional'")
+    # once memplan had captured it: its splits were kept on the module.
+    import io
+    model, batch, loss_fn, opt = setup("cnn")
+    captured = capture(torch.compile(model, backend="aot_eager_decomp_partition"), batch, loss_fn,
+                       opt)
+    saved = io.BytesIO()
+    torch.save(model, saved)
+    saved.seek(0)
+    loaded = torch.load(saved, weights_only=False)
+    again = capture(torch.compile(loaded, backend="aot_eager_decomp_partition"), batch, loss_fn,
+                    torch.optim.SGD(loaded.parameters(), lr=0.1, momentum=0.9))
+    assert again.saved_bytes_hooks == captured.saved_bytes_hooks

@@ -534,6 +534,18 @@ def _split_backend(eager):
     return name if name in _splits() else None
 
 
+class _Splits(dict):
+    """A module's splits by input signature. Pickled empty (a split is closures; saving the whole
+    module with torch.save must not fail for them: it traces again where it is loaded), and a
+    deep copy shares them (a split takes the parameters and buffers as arguments)."""
+
+    def __reduce__(self):
+        return _Splits, ()
+
+    def __deepcopy__(self, memo):
+        return _Splits(self)
+
+
 class _RunningSplit:
     """Calls of the module go to its class's `_call_impl` (not the `_compiled_call_impl` an
     in-place compile set), a torch.compile `wrapper`'s (if any) to the module rather than to
@@ -543,7 +555,7 @@ class _RunningSplit:
         self.module, self.backend, self.wrapper = module, backend, wrapper
         # input signature -> the split (an aot_function), kept on the module: a split takes the
         # parameters and buffers as arguments, so a copy of the module may run its original's
-        self.splits = module.__dict__.setdefault("_memplan_splits", {})
+        self.splits = module.__dict__.setdefault("_memplan_splits", _Splits())
         self.compiled_call = self.wrapper_forward = None
 
     def __enter__(self):
