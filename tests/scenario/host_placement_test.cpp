@@ -11,6 +11,7 @@
 #include "tests/support/workload_builder.hpp"
 
 using namespace memplan::sim;
+using memplan::test::span_labels;
 using memplan::test::span_of;
 using memplan::test::test_machine;
 using memplan::test::WorkloadBuilder;
