@@ -57,7 +57,8 @@ struct Version {
 // and stays put while copied; host runs and copy-ins read slots that hold their tensors.
 // `history(b)` is what check_contents tracked for device buffer b.
 template <class History>
-void check_host_slots(const Program& p, const Timeline& tl, const History& history) {
+void check_host_slots(const Workload& w, const Program& p, const Timeline& tl,
+                      const History& history) {
   constexpr Nanoseconds kNever = std::numeric_limits<Nanoseconds>::max();
   const auto& h2d = p.stream(StreamId::kH2D);
   auto slot_content = [&](std::int32_t slot) {
@@ -87,15 +88,24 @@ void check_host_slots(const Program& p, const Timeline& tl, const History& histo
     if (!p.host_slots[static_cast<std::size_t>(in.aux)].resident)
       slot[static_cast<std::size_t>(in.aux)] = {slot_content(in.aux), s.end_ns, kNever};
   }
-  // A host run reads slots that hold their tensors (a gradient's copy-out has ended) and writes
-  // the resident ones (parameters, updated in place).
+  // A host run reads slots that hold its inputs (a gradient's copy-out has ended, a temporary
+  // has been written by an earlier run) and writes the resident ones (parameters, updated in
+  // place) and its outputs' (temporaries, in a slot of their own or their base's).
   for (const Span& s : tl.spans) {
     if (s.stream != StreamId::kHost) continue;
     const Instruction& in = p.stream(StreamId::kHost)[static_cast<std::size_t>(s.index)];
     REQUIRE(in.kind == InstrKind::kHostRun);
+    const Op& op = w.op(in.op);
+    REQUIRE(static_cast<std::size_t>(in.operand_count) == op.inputs.size() + op.outputs.size());
     for (std::int32_t k = 0; k < in.operand_count; ++k) {
       const auto at = index(p.operand_slot(in, k));
-      REQUIRE(slot[at].content.tensor == p.host_slots[at].tensor);
+      const auto n = static_cast<std::size_t>(k);
+      if (n >= op.inputs.size()) {  // an output
+        REQUIRE(p.host_slots[at].temporary);
+        slot[at] = {Content{op.outputs[n - op.inputs.size()], false}, s.end_ns, kNever};
+        continue;
+      }
+      REQUIRE(slot[at].content.tensor == op.inputs[n]);
       REQUIRE(slot[at].from_ns <= s.start_ns);
       for (const auto& [from, to] : writes[at]) REQUIRE(to <= s.start_ns);
       if (p.host_slots[at].resident) writes[at].emplace_back(s.start_ns, s.end_ns);
@@ -267,7 +277,7 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
         break;
     }
   }
-  check_host_slots(p, tl, [&](BufferId b) -> const std::vector<Version>& {
+  check_host_slots(w, p, tl, [&](BufferId b) -> const std::vector<Version>& {
     return buf[static_cast<std::size_t>(b)].history;
   });
 }
@@ -412,6 +422,7 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   int lossless = 0;
   int host_placed = 0;
   int host_updates = 0;
+  int host_temporaries = 0;
   int moved_host_prefetches = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
@@ -434,6 +445,11 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
     host_placed += plan.host_tensors.empty() ? 0 : 1;
     moved_host_prefetches += plan.host_prefetches.empty() ? 0 : 1;
     host_updates += plan.host_update && first.feasible ? 1 : 0;
+    host_temporaries +=
+        first.feasible && std::any_of(program.host_slots.begin(), program.host_slots.end(),
+                                      [](const HostSlot& s) { return s.temporary; })
+            ? 1
+            : 0;
     for (const Decision& d : plan.decisions) {
       lossless += d.encoding == Encoding::kBinarize || d.encoding == Encoding::kSparse ? 1 : 0;
     }
@@ -500,5 +516,6 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   CHECK(lossless > kCases / 100);              // binarize and sparse maps do occur
   CHECK(host_placed > kCases / 5);             // host placement in about a third of the plans
   CHECK(host_updates > kCases / 50);           // and host updates that run to the end
+  CHECK(host_temporaries > kCases / 100);      // some making temporaries on the host
   CHECK(moved_host_prefetches > kCases / 10);  // and host copies prefetched at other points
 }
