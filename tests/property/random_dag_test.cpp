@@ -130,6 +130,47 @@ void check_host_slots(const Workload& w, const Program& p, const Timeline& tl,
   }
 }
 
+// The host peak is the most bytes the host slots hold at once, as HostSlot says they are held
+// (core/program.hpp), read from the spans: a resident slot the whole step, a copy's slot from its
+// copy-out's start to its copy-in's end, a temporary from the start of the first host run that
+// names it to the end of the last; at one time, releases before takes.
+void check_host_peak(const Program& p, const Timeline& tl) {
+  std::vector<std::pair<Nanoseconds, Bytes>> changes;
+  std::vector<std::pair<Nanoseconds, Nanoseconds>> temporary(p.host_slots.size(), {-1, -1});
+  for (const HostSlot& slot : p.host_slots) {
+    if (slot.resident) changes.emplace_back(0, slot.bytes);
+  }
+  for (const Span& s : tl.spans) {
+    const Instruction& in = p.stream(s.stream)[static_cast<std::size_t>(s.index)];
+    if (in.kind == InstrKind::kCopyOut || in.kind == InstrKind::kCopyIn) {
+      const HostSlot& slot = p.host_slots[index(in.slot())];
+      if (slot.resident) continue;
+      if (in.kind == InstrKind::kCopyOut) changes.emplace_back(s.start_ns, slot.bytes);
+      if (in.kind == InstrKind::kCopyIn) changes.emplace_back(s.end_ns, -slot.bytes);
+    } else if (in.kind == InstrKind::kHostRun) {
+      for (std::int32_t k = 0; k < in.operand_count; ++k) {
+        const auto at = index(p.operand_slot(in, k));
+        if (!p.host_slots[at].temporary) continue;
+        if (temporary[at].first < 0) temporary[at].first = s.start_ns;
+        temporary[at].second = s.end_ns;
+      }
+    }
+  }
+  for (std::size_t k = 0; k < p.host_slots.size(); ++k) {
+    if (temporary[k].first < 0) continue;
+    changes.emplace_back(temporary[k].first, p.host_slots[k].bytes);
+    changes.emplace_back(temporary[k].second, -p.host_slots[k].bytes);
+  }
+  std::sort(changes.begin(), changes.end());
+  Bytes live = 0;
+  Bytes peak = 0;
+  for (const auto& [time, delta] : changes) {
+    live += delta;
+    peak = std::max(peak, live);
+  }
+  REQUIRE(peak == tl.peak_host_bytes);
+}
+
 // Replays the program against its timeline and tracks, per device buffer, which tensor it holds
 // and since when: a run or recompute writes its outputs, an encode its encoded buffer, a decode
 // the full map, a copy-in the prefetched map (at the copy's end); an allocation holds nothing
@@ -343,6 +384,7 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
     }
   }
   check_contents(w, p, tl, executed);
+  if (tl.feasible) check_host_peak(p, tl);
   // Copies: a copy-out reads a buffer that was written and is not freed before the copy ends; a
   // copy-in lands before any compute instruction reads the buffer.
   for (const Span& s : tl.spans) {
