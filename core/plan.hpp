@@ -76,10 +76,10 @@
 // longer; the first use itself frees the memory the ops before it need (a batch of 3.45 GiB
 // prefetched one op before its backward use sits beside that op's own 13.3 GiB).
 // host_update: every update-phase op runs on the host stream (kHostRun) over host slots, where
-// the step issues it: once the compute stream has reached it (optimizer.step() after backward),
-// and once the gradients it reads are copied out. Each gradient and optimizer state it reads must
-// be host-placed; another tensor from before the step that stays on the device gets a host copy
-// (a slot holding it from the start: a parameter's master copy, whose updated value is copied
+// the step issues it: once the compute stream has reached it (optimizer.step() after backward)
+// and every gradient the update reads is copied out. Each gradient and optimizer state it reads
+// must be host-placed; another tensor from before the step that stays on the device gets a host
+// copy (a slot holding it from the start: a parameter's master copy, whose updated value is copied
 // into its device buffer after each update op that reads it, ZeRO-Offload's flow). What update
 // ops write (Adam's sqrt(v), its denominator; the _foreach_ variants' lists) are the update's
 // temporaries: host memory, made by their op and let go after the last update op that reads them

@@ -646,12 +646,12 @@ void Lowerer::host_drop(TensorId t, OpId op) {
 }
 
 // An update op on the host stream over host slots (Note [Host placement]). The compute stream
-// marks where it reaches the op, which the host run waits for (the step issues the update after
-// backward), as the first run waits for every gradient's copy-out (the update starts once they
-// are on the host), and where the device has read its parameters for the last time. The run
-// reads its inputs' slots and writes its outputs' (temporaries: a new slot, or the slot of the
-// temporary it writes over); each parameter that stays on the device gets its updated master copy
-// back after the run.
+// marks where it reaches the op: the device has read its parameters for the last time, and the
+// host run waits for it (the step issues the update after backward); the first run waits for
+// every gradient's copy-out too (the update starts once they are on the host). The run reads its
+// inputs' slots and writes its outputs' (temporaries: a new slot, or the slot of the temporary it
+// writes over); each parameter that stays on the device gets its updated master copy back after
+// the run.
 void Lowerer::emit_host_update(OpId op) {
   const EventId reached = new_event(WaitCause::kProducer, kNoTensor);
   emit({InstrKind::kRecord, op, kNoBuffer, value(reached), 0, 0, 0});
