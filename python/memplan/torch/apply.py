@@ -57,9 +57,9 @@ map autograd saves:
   What update ops write (Adam's sqrt and denominator, the _foreach_ variants' lists) are host
   tensors, made by their op on the host's copies and let go after the last update op that reads
   them (the update's temporaries). Parameters and optimizer state stay on the host from step to
-  step (`PlannedModel.restore()`
-  brings them back). A host-placed tensor the step makes during the step (a constant the loss
-  closes over, a GradScaler's state) is carried out in the accounting only.
+  step (`PlannedModel.restore()` brings them back). A host-placed tensor the step makes during
+  the step (a constant the loss closes over, a GradScaler's state) is carried out in the
+  accounting only.
 A step whose parameters, batch shapes or optimizer state are not the captured ones is refused
 before it runs, and one whose ops differ from the captured trace's stops at the first differing
 op, with one line (PlanError) naming the likely cause: the optimizer's options for an update op, a
@@ -83,10 +83,9 @@ host-placed gradient's from its copy-out to the end of its copy-in, which is tak
 use of that copy or of one issued after it (one H2D stream: memplan.torch.validate predicts this
 order, `_ORDER_MACHINE`), and an update on the host's temporaries, each from the update op that
 makes it to the end of the last one that reads it (or a version written over it); the copy itself
-is let go at the map's drop point. A recomputed map is
-held from its regeneration to its drop point; a plan with `per_use` recomputation (regenerate for
-every backward use, SuperNeurons' memory-centric mode) is refused with one line, since its peak
-would not be the simulator's.
+is let go at the map's drop point. A recomputed map is held from its regeneration to its drop
+point; a plan with `per_use` recomputation (regenerate for every backward use, SuperNeurons'
+memory-centric mode) is refused with one line, since its peak would not be the simulator's.
 """
 
 import time
