@@ -229,6 +229,27 @@ def test_an_update_on_the_host_reading_a_forward_tensor_is_refused_with_one_line
     assert "\n" not in str(error.value)
 
 
+def test_an_update_on_the_host_after_clipping_is_refused_with_one_line():
+    """clip_grad_norm_ writes the gradients over in place in the update, so they cannot go to the
+    host, and an update on the host would read them on the device: memplan's plan reader says
+    so."""
+    def clipped(model, batch, loss_fn, optimizer):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(*batch[:-1]), batch[-1])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        optimizer.step()
+        return loss
+
+    model, batch, opt, captured = adam_setup("Adam", False)
+    captured = capture(model, batch, F.cross_entropy, opt, step=clipped)
+    plan = host_plan(captured.trace, ("gradient", "optimizer_state"), update="host")
+    with pytest.raises(PlanError, match="on the device: it cannot go to the host: .* is written "
+                       "over in place") as error:
+        apply(model, plan, captured, step=clipped)
+    assert "\n" not in str(error.value)
+
+
 def deep_mlp():
     layers = []
     for _ in range(8):
@@ -268,12 +289,13 @@ def test_search_plan_without_maps_only_is_carried_out(which):
 
 @pytest.mark.parametrize("which,optimizer,memory", [("mlp", "Adam", "40%"),
                                                     ("gpt_block", "AdamW", "60%")])
-def test_search_plan_with_adam_updates_on_the_host(which, optimizer, memory):
+@pytest.mark.parametrize("foreach", [False, True])
+def test_search_plan_with_adam_updates_on_the_host(which, optimizer, memory, foreach):
     """`memplan.search(captured, memory=...)` with Adam (AdamW) under both versions: the search
     moves the update to the host, its temporaries in host memory, and the plan is carried out
     bitwise, both peaks the simulator's."""
     model, batch, loss_fn = search_setup(which)
-    opt = getattr(torch.optim, optimizer)(model.parameters(), lr=1e-3, foreach=False)
+    opt = getattr(torch.optim, optimizer)(model.parameters(), lr=1e-3, foreach=foreach)
     captured = capture(model, batch, loss_fn, opt)
     assert update_temporaries(captured.trace) > 0
     found = memplan.search(captured, memory=memory, time_limit=20, deterministic=True)
