@@ -169,7 +169,8 @@ class Engine::Clock {
   }
 
   /// Host run `index` of the host stream, from `start` to `end`: the temporaries it names first
-  /// are taken at its start, those it names last let go at its end (HostSlot).
+  /// are taken at its start, those it names last let go at its end (HostSlot), once each (an op
+  /// writing over its input names that slot twice).
   void host_temporaries(std::size_t index, const Instruction& in, Nanoseconds start,
                         Nanoseconds end) {
     if (e_.host_first_run_.empty()) return;  // no temporaries
@@ -177,8 +178,14 @@ class Engine::Clock {
     for (std::int32_t k = 0; k < in.operand_count; ++k) {
       const auto slot = sim::index(program_.operand_slot(in, k));
       const Bytes bytes = program_.host_slots[slot].bytes;
-      if (e_.host_first_run_[slot] == run) e_.host_changes_.emplace_back(start, bytes);
-      if (e_.host_last_run_[slot] == run) e_.host_changes_.emplace_back(end, -bytes);
+      if (e_.host_first_run_[slot] == run) {
+        e_.host_changes_.emplace_back(start, bytes);
+        e_.host_first_run_[slot] = -1;
+      }
+      if (e_.host_last_run_[slot] == run) {
+        e_.host_changes_.emplace_back(end, -bytes);
+        e_.host_last_run_[slot] = -1;
+      }
     }
   }
 
@@ -363,7 +370,8 @@ WalkEnd Engine::walk(const Program& program, const Machine& machine, const Engin
 }
 
 // Per host slot, the first and last host runs that name it (indices into the host stream) when
-// some slot is a temporary (HostSlot); else both lists stay empty.
+// some slot is a temporary (HostSlot); else both lists stay empty. The run resets each once it
+// has taken or let go of the slot.
 void Engine::host_temporary_runs(const Program& program) {
   host_first_run_.clear();
   host_last_run_.clear();

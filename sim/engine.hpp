@@ -106,7 +106,7 @@ class Engine {
   std::vector<std::tuple<std::int32_t, Bytes, Bytes>> placed_;
   std::vector<std::pair<Nanoseconds, Bytes>> host_changes_;
   // Per host slot when some are temporaries: the first and last host runs that name it, as
-  // indices into the host stream (-1: none).
+  // indices into the host stream (-1: none, or done with in this run).
   std::vector<std::int64_t> host_first_run_;
   std::vector<std::int64_t> host_last_run_;
   Timeline timeline_;

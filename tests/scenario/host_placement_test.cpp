@@ -275,8 +275,9 @@ namespace {
 //   add_ [op 6]: d -> e[8] (1000, written over d)                      100
 //   addcdiv_ [op 7]: w, m, e     (w updated in place)                  100
 // s, d and e are the update's temporaries (activations an update op writes, as memplan.torch
-// records them).
-Workload adam_layer() {
+// records them). With `unread_e`, nothing reads e: addcdiv_ [op 8] reads t[9] (3000) instead, which
+// mul [op 7] makes from m.
+Workload adam_layer(bool unread_e = false) {
   WorkloadBuilder b;
   const auto x = b.input("x", 100);
   const auto w = b.parameter("w", 1000);
@@ -312,7 +313,13 @@ Workload adam_layer() {
   const TensorId d = update("div", {s}, "d");
   const TensorId e = update("add_", {d}, "e");
   b.workload().tensors[index(e)].in_place_of = d;
-  update("addcdiv_", {w, m, e}, nullptr);
+  if (unread_e) {
+    b.op("mul", "mul", Phase::kUpdate, {m}, {{"t", 3000}}, 100);
+    b.workload().tensors.back().kind = TensorKind::kActivation;
+    update("addcdiv_", {w, m, b.workload().tensors.back().id}, nullptr);
+  } else {
+    update("addcdiv_", {w, m, e}, nullptr);
+  }
   return b.build();
 }
 
@@ -376,6 +383,21 @@ TEST_CASE("adam on the host: its temporaries in host memory from their op to the
   for (const Buffer& buffer : p.buffers) CHECK(buffer.tensor < TensorId{6});
   const auto on_device = memplan::test::simulate(w, with_host(w, {}, false), machine());
   CHECK(on_device.timeline.peak_bytes == 5000);
+}
+
+TEST_CASE("a host temporary written over in place and never read goes once", "[scenario]") {
+  // adam_layer with e read by nothing: addcdiv_ [op 8] reads t[9] (3000 B), which mul [op 7]
+  // makes from m after add_, the last run naming d's slot (twice: d in, e out).
+  const Workload w = adam_layer(true);
+  const auto s = memplan::test::simulate(w, with_host(w, {kGw, kM, kV}, true), machine());
+  REQUIRE(s.timeline.feasible);
+  // As above up to add_ [4100,4300], where d's slot goes: m, v, w's master copy and g_w, 4000.
+  // mul streams m twice and writes t: 5000 B [4300,4800]; t is taken at 4300: 7000, the peak (d's
+  // slot let go twice would leave 6000). addcdiv_ streams w's master and m twice and t: 7000 B
+  // [4800,5500], and t goes at its end.
+  CHECK(span_of(s, w, StreamId::kHost, "mul (host)") == Interval{4300, 4800});
+  CHECK(span_of(s, w, StreamId::kHost, "addcdiv_ (host)") == Interval{4800, 5500});
+  CHECK(s.timeline.peak_host_bytes == 7000);
 }
 
 TEST_CASE("a host update is refused, in one line, where it cannot run", "[scenario]") {
