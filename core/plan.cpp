@@ -385,33 +385,49 @@ std::string host_update_problem(const Plan& plan, const Workload& w) {
   if (!plan.host_update) return "";
   std::vector<bool> host(w.tensors.size(), false);
   for (TensorId t : plan.host_tensors) host[index(t)] = true;
+  // A tensor an update op writes is one of the update's temporaries, in host memory.
+  auto temporary = [&](const Tensor& t) {
+    return t.producer != kNoOp && w.op(t.producer).phase == Phase::kUpdate;
+  };
   bool any = false;
   for (const Op& op : w.ops) {
     if (op.phase != Phase::kUpdate) {
       if (any)
-        return fmt::format("op '{}' runs after the update (a host update ends the step)", op.name);
+        return fmt::format("op '{}' ({}) runs after the update: a host update ends the step",
+                           op.name, to_string(op.phase));
       continue;
     }
     any = true;
-    if (!op.outputs.empty()) {
-      return fmt::format("update op '{}' writes new tensors; a host update runs in-place updates",
-                         op.name);
-    }
     for (TensorId x : op.inputs) {
       const Tensor& t = w.tensor(x);
-      if (t.kind == TensorKind::kParameter) continue;
-      if (t.kind != TensorKind::kGradient && t.kind != TensorKind::kOptimizerState) {
+      if (is_preexisting(t.kind) && t.kind != TensorKind::kOptimizerState) continue;
+      if (temporary(t)) continue;
+      if (t.kind == TensorKind::kOptimizerState || t.kind == TensorKind::kGradient) {
+        if (host[index(x)]) continue;
+        const std::string placement = host_placement_problem(x, w);
         return fmt::format(
-            "update op '{}' reads '{}' of kind {}; a host update reads parameters, "
-            "gradients and optimizer state",
-            op.name, t.name, to_string(t.kind));
+            "update op '{}' runs on the host but reads '{}' ({}) on the device: {}", op.name,
+            t.name, to_string(t.kind),
+            placement.empty() ? "place it on the host" : "it cannot go to the host: " + placement);
       }
-      if (!host[index(x)]) {
-        return fmt::format(
-            "update op '{}' runs on the host but reads '{}' ({}) on the device: place "
-            "it on the host",
-            op.name, t.name, to_string(t.kind));
-      }
+      const std::string from = t.producer == kNoOp ? std::string("from before the step")
+                                                   : fmt::format("written by {} op '{}'",
+                                                                 to_string(w.op(t.producer).phase),
+                                                                 w.op(t.producer).name);
+      return fmt::format(
+          "update op '{}' runs on the host but reads '{}' ({}, {}), which stays on the device: a "
+          "host update reads tensors from before the step, host-placed gradients and what its "
+          "own ops write",
+          op.name, t.name, to_string(t.kind), from);
+    }
+    for (TensorId o : op.outputs) {
+      const Tensor& t = w.tensor(o);
+      if (t.in_place_of == kNoTensor || temporary(w.tensor(t.in_place_of))) continue;
+      const Tensor& base = w.tensor(t.in_place_of);
+      return fmt::format(
+          "update op '{}' writes '{}' over '{}' ({}), which no update op made: a host update "
+          "writes new versions only of its own temporaries",
+          op.name, t.name, base.name, to_string(base.kind));
     }
   }
   return any ? "" : "the workload has no update op";

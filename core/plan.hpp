@@ -75,10 +75,17 @@
 // before is outside the window. An earlier point hides more of the copy and holds the memory
 // longer; the first use itself frees the memory the ops before it need (a batch of 3.45 GiB
 // prefetched one op before its backward use sits beside that op's own 13.3 GiB).
-// host_update: every update-phase op runs on the host stream (kHostRun) over host slots. Each
-// gradient and optimizer state it reads must be host-placed; a parameter it reads that stays on
-// the device gets a host master copy (a slot holding it from the start), and the updated value is
-// copied into its device buffer after the update (ZeRO-Offload's flow).
+// host_update: every update-phase op runs on the host stream (kHostRun) over host slots, where
+// the step issues it: once the compute stream has reached it (optimizer.step() after backward)
+// and every gradient the update reads is copied out. Each gradient and optimizer state it reads
+// must be host-placed; another tensor from before the step that stays on the device gets a host
+// copy (a slot holding it from the start: a parameter's master copy, whose updated value is copied
+// into its device buffer after each update op that reads it, ZeRO-Offload's flow). What update
+// ops write (Adam's sqrt(v), its denominator; the _foreach_ variants' lists) are the update's
+// temporaries: host memory, made by their op and let go after the last update op that reads them
+// (new versions written in place share their base's), never on the device. Any other tensor an
+// update op reads (an activation, a gradient written over in place) stays on the device, and
+// no op but an update op may follow the update: such a plan is refused (host_update_problem).
 // Host-resident slots of parameters and optimizer state are not device memory: the step's device
 // peak at its start and end leaves them out.
 #include <array>

@@ -38,17 +38,18 @@ constexpr bool is_side_stream(StreamId stream) {
 }
 
 enum class InstrKind : std::uint8_t {
-  kRun,        // compute: run `op` on `operands` (inputs, outputs, then workspace if any)
-  kRecompute,  // compute: run `op` again to regenerate a freed tensor; operands as for kRun
-  kEncode,     // compute: encode `buffer` (full map) into `aux` (encoded buffer)
-  kDecode,     // compute: decode `aux` (encoded buffer) into `buffer` (full map)
-  kCopyOut,    // d2h: copy `buffer` to host slot `aux`
-  kCopyIn,     // h2d: copy host slot `aux` into `buffer` (a fresh one, or a parameter's own)
-  kAlloc,      // compute: take `buffer` from the arena (before `op`, for naming)
-  kFree,       // compute: give `buffer` back
-  kRecord,     // any: event `aux` happens when the stream reaches this point
-  kWait,       // any: the stream waits until event `aux` has happened
-  kHostRun,  // host: run `op` on the CPU; `operands` are host slots (its inputs, updated in place)
+  kRun,         // compute: run `op` on `operands` (inputs, outputs, then workspace if any)
+  kRecompute,   // compute: run `op` again to regenerate a freed tensor; operands as for kRun
+  kEncode,      // compute: encode `buffer` (full map) into `aux` (encoded buffer)
+  kDecode,      // compute: decode `aux` (encoded buffer) into `buffer` (full map)
+  kCopyOut,     // d2h: copy `buffer` to host slot `aux`
+  kCopyIn,      // h2d: copy host slot `aux` into `buffer` (a fresh one, or a parameter's own)
+  kAlloc,       // compute: take `buffer` from the arena (before `op`, for naming)
+  kFree,        // compute: give `buffer` back
+  kRecord,      // any: event `aux` happens when the stream reaches this point
+  kWait,        // any: the stream waits until event `aux` has happened
+  kHostRun,     // host: run `op` on the CPU; `operands` are host slots: its inputs (tensors from
+                // before the step updated in place), then its outputs (temporary slots)
   kCollective,  // side stream: run `op`, a collective; `aux` indexes Program::collectives,
                 // `operands` as for kRun, duration_ns its recorded transfer time
 };
@@ -108,15 +109,19 @@ struct Event {
   TensorId tensor = kNoTensor;
 };
 
-/// A host copy of a swapped map or of a host-placed tensor (Note [Host placement] in
-/// core/plan.hpp). A resident slot holds its tensor from the step's start (a parameter, optimizer
-/// state or input whose home is the host, or a parameter's master copy for a host update) and
-/// counts in host memory for the whole step; copies to and from it do not change host memory.
-/// Other slots hold their tensor from the start of its copy-out to the end of its copy-in.
+/// A host copy of a swapped map or of a host-placed tensor, or a host update's temporary (Note
+/// [Host placement] in core/plan.hpp). A resident slot holds its tensor from the step's start (a
+/// parameter, optimizer state or input whose home is the host, or a host copy of one a host update
+/// reads: a parameter's master copy) and counts in host memory for the whole step; copies to and
+/// from it do not change host memory. A temporary slot holds what a host update's op writes: from
+/// the start of the first host run that names it (its op) to the end of the last (the last update
+/// op that reads it or a version written over it). Other slots hold their tensor from the start of
+/// its copy-out to the end of its copy-in.
 struct HostSlot {
   TensorId tensor = kNoTensor;
   Bytes bytes = 0;
   bool resident = false;
+  bool temporary = false;
 };
 
 /// The thread that dispatches the step, as the engine needs it (Note [Host stream] in

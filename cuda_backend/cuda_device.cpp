@@ -275,7 +275,8 @@ void CudaDevice::enqueue_host_op(std::int32_t position) {
   HostCall& call = host_calls_.emplace_back();
   call.workload = workload_;
   call.op = &workload_->op(in.op);
-  for (std::int32_t k = 0; k < in.operand_count; ++k) {
+  // Its inputs' slots (the update ops the host runs make no temporaries: run_host_op).
+  for (std::int32_t k = 0; k < static_cast<std::int32_t>(call.op->inputs.size()); ++k) {
     const auto slot = index(program_->operand_slot(in, k));
     call.operands.push_back(host_store_[slot].data());
   }

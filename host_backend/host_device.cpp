@@ -86,7 +86,8 @@ void StreamWorker::loop() {
 
 HostDevice::HostDevice(sim::Bytes capacity_bytes, std::uint64_t seed, sim::AllocatorModel allocator)
     : ArenaDevice(capacity_bytes, seed, allocator) {
-  for (int s = 0; s < sim::kFixedStreamCount; ++s) workers_.push_back(std::make_unique<StreamWorker>());
+  for (int s = 0; s < sim::kFixedStreamCount; ++s)
+    workers_.push_back(std::make_unique<StreamWorker>());
 }
 
 std::byte* HostDevice::map_segment(sim::Bytes bytes) {
@@ -309,9 +310,11 @@ void HostDevice::enqueue_host_op(std::int32_t position) {
   const sim::Instruction& in =
       program_->stream(sim::StreamId::kHost)[static_cast<std::size_t>(position)];
   const sim::Op& op = workload_->op(in.op);
+  // Its inputs' slots (the update ops the host runs make no temporaries: run_host_op).
+  const auto inputs = static_cast<std::int32_t>(op.inputs.size());
   std::vector<std::size_t> slots;
-  slots.reserve(static_cast<std::size_t>(in.operand_count));
-  for (std::int32_t k = 0; k < in.operand_count; ++k) {
+  slots.reserve(op.inputs.size());
+  for (std::int32_t k = 0; k < inputs; ++k) {
     slots.push_back(index(program_->operand_slot(in, k)));
   }
   worker(sim::StreamId::kHost).enqueue([this, &op, position, slots = std::move(slots)] {

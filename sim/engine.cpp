@@ -105,6 +105,8 @@ class Engine::Clock {
     if (options_.record_spans) {
       tl_.spans.push_back({stream, static_cast<std::int32_t>(index), t, add_ns(t, duration)});
     }
+    if (stream == StreamId::kHost && in.kind == InstrKind::kHostRun)
+      host_temporaries(index, in, t, add_ns(t, duration));
     t = add_ns(t, duration);
     if (stream == StreamId::kHost) tl_.host_ops_ns = add_ns(tl_.host_ops_ns, duration);
     if (kHostStream && stream == StreamId::kCompute && in.kind == InstrKind::kRun &&
@@ -166,8 +168,30 @@ class Engine::Clock {
     return duration;
   }
 
-  /// Host memory a host op streams: it reads every operand and writes back the resident ones
-  /// (parameters and optimizer state, updated in place).
+  /// Host run `index` of the host stream, from `start` to `end`: the temporaries it names first
+  /// are taken at its start, those it names last let go at its end (HostSlot), once each (an op
+  /// writing over its input names that slot twice).
+  void host_temporaries(std::size_t index, const Instruction& in, Nanoseconds start,
+                        Nanoseconds end) {
+    if (e_.host_first_run_.empty()) return;  // no temporaries
+    const auto run = static_cast<std::int64_t>(index);
+    for (std::int32_t k = 0; k < in.operand_count; ++k) {
+      const auto slot = sim::index(program_.operand_slot(in, k));
+      const Bytes bytes = program_.host_slots[slot].bytes;
+      if (e_.host_first_run_[slot] == run) {
+        e_.host_changes_.emplace_back(start, bytes);
+        e_.host_first_run_[slot] = -1;
+      }
+      if (e_.host_last_run_[slot] == run) {
+        e_.host_changes_.emplace_back(end, -bytes);
+        e_.host_last_run_[slot] = -1;
+      }
+    }
+  }
+
+  /// Host memory a host op streams: each operand once (an input read, an output written: a
+  /// temporary), and a resident one twice (read and written back: parameters and optimizer state,
+  /// updated in place).
   Bytes host_op_bytes(const Instruction& in) const {
     Bytes bytes = 0;
     for (std::int32_t k = 0; k < in.operand_count; ++k) {
@@ -317,6 +341,7 @@ const Timeline& Engine::run(const Program& program, const Machine& machine,
   for (const HostSlot& slot : program.host_slots) {
     if (slot.resident) host_changes_.emplace_back(0, slot.bytes);  // held for the whole step
   }
+  host_temporary_runs(program);
   if (options.record_spans) tl.spans.reserve(program.instruction_count());
 
   const WalkEnd end = program.host.active() ? walk<true>(program, machine, options)
@@ -344,9 +369,33 @@ WalkEnd Engine::walk(const Program& program, const Machine& machine, const Engin
   return end;
 }
 
+// Per host slot, the first and last host runs that name it (indices into the host stream) when
+// some slot is a temporary (HostSlot); else both lists stay empty. The run resets each once it
+// has taken or let go of the slot.
+void Engine::host_temporary_runs(const Program& program) {
+  host_first_run_.clear();
+  host_last_run_.clear();
+  const auto& slots = program.host_slots;
+  if (std::none_of(slots.begin(), slots.end(), [](const HostSlot& s) { return s.temporary; }))
+    return;
+  host_first_run_.assign(slots.size(), -1);
+  host_last_run_.assign(slots.size(), -1);
+  const auto& host = program.stream(StreamId::kHost);
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    if (host[i].kind != InstrKind::kHostRun) continue;
+    for (std::int32_t k = 0; k < host[i].operand_count; ++k) {
+      const auto slot = index(program.operand_slot(host[i], k));
+      if (!slots[slot].temporary) continue;
+      if (host_first_run_[slot] < 0) host_first_run_[slot] = static_cast<std::int64_t>(i);
+      host_last_run_[slot] = static_cast<std::int64_t>(i);
+    }
+  }
+}
+
 void Engine::host_peak(const Machine& machine) {
   if (host_changes_.empty()) return;
-  // Releases at a time come before takes at the same time.
+  // Releases at a time come before takes at the same time (a host run that makes or reads a
+  // temporary takes some time: it streams it).
   std::sort(host_changes_.begin(), host_changes_.end());
   Bytes live = 0;
   for (const auto& [time, delta] : host_changes_) {

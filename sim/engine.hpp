@@ -38,6 +38,7 @@
 // the bottleneck the backlog grows every step, by the same once the host's launches no longer
 // reach the device queue's head, and the period is that growth per step.
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -94,6 +95,7 @@ class Engine {
   template <bool kHostStream>
   WalkEnd walk(const Program& program, const Machine& machine, const EngineOptions& options);
 
+  void host_temporary_runs(const Program& program);
   void host_peak(const Machine& machine);
 
   ProgramWalk walk_;
@@ -103,6 +105,10 @@ class Engine {
   /// Per buffer, where its block is (segment, offset, bytes), with record_memory.
   std::vector<std::tuple<std::int32_t, Bytes, Bytes>> placed_;
   std::vector<std::pair<Nanoseconds, Bytes>> host_changes_;
+  // Per host slot when some are temporaries: the first and last host runs that name it, as
+  // indices into the host stream (-1: none, or done with in this run).
+  std::vector<std::int64_t> host_first_run_;
+  std::vector<std::int64_t> host_last_run_;
   Timeline timeline_;
 };
 

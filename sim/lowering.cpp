@@ -611,15 +611,23 @@ void Lowerer::plan_host_placement(const Plan& plan) {
   }
   std::sort(host_prefetches_.begin(), host_prefetches_.end());
   for (const auto& [when, first_use, t] : host_prefetches_) prefetches_.emplace_back(when, t);
+  host_update_gradients_.clear();
   if (plan.host_update) {
     for (std::size_t i = 0; i < op_.size(); ++i) {
       if (op_[i].phase != Phase::kUpdate) continue;
       for (auto k = inputs_.begin[i]; k < inputs_.begin[i + 1]; ++k) {
         const TensorId x = inputs_.items[at(k)];
-        if (state_[index(x)].host == 0 && state_[index(x)].slot == kNoHostSlot)
-          new_slot(x);  // a master copy
+        const TensorState& s = state_[index(x)];
+        if (s.host != 0 && tensor_[index(x)].kind == TensorKind::kGradient)
+          host_update_gradients_.push_back(x);
+        if (s.host == 0 && s.slot == kNoHostSlot && is_preexisting(tensor_[index(x)].kind))
+          new_slot(x);  // a host copy: a parameter's master copy
       }
     }
+    std::sort(host_update_gradients_.begin(), host_update_gradients_.end());
+    host_update_gradients_.erase(
+        std::unique(host_update_gradients_.begin(), host_update_gradients_.end()),
+        host_update_gradients_.end());
   }
   host_drop_at_.build(w_.ops.size(), entries_);
 }
@@ -638,19 +646,37 @@ void Lowerer::host_drop(TensorId t, OpId op) {
 }
 
 // An update op on the host stream over host slots (Note [Host placement]). The compute stream
-// marks where the device has read its parameters for the last time; each parameter that stays on
-// the device gets its updated master copy back after the update.
+// marks where it reaches the op: the device has read its parameters for the last time, and the
+// host run waits for it (the step issues the update after backward); the first run waits for
+// every gradient's copy-out too (the update starts once they are on the host). The run reads its
+// inputs' slots and writes its outputs' (temporaries: a new slot, or the slot of the temporary it
+// writes over); each parameter that stays on the device gets its updated master copy back after
+// the run.
 void Lowerer::emit_host_update(OpId op) {
-  const EventId reads_done = new_event(WaitCause::kProducer, kNoTensor);
-  emit({InstrKind::kRecord, op, kNoBuffer, value(reads_done), 0, 0, 0});
+  const EventId reached = new_event(WaitCause::kProducer, kNoTensor);
+  emit({InstrKind::kRecord, op, kNoBuffer, value(reached), 0, 0, 0});
   auto& host = program_->streams[static_cast<std::size_t>(StreamId::kHost)];
+  host.push_back({InstrKind::kWait, op, kNoBuffer, value(reached), 0, 0, 0});
+  for (TensorId g : host_update_gradients_)
+    host.push_back({InstrKind::kWait, op, kNoBuffer, value(state_[index(g)].out_event), 0, 0, 0});
+  host_update_gradients_.clear();
   const auto begin = static_cast<std::int32_t>(program_->operands.size());
   for (auto k = inputs_.begin[index(op)]; k < inputs_.begin[index(op) + 1]; ++k) {
-    const TensorId x = inputs_.items[at(k)];
-    const TensorState& s = state_[index(x)];
+    const TensorState& s = state_[index(inputs_.items[at(k)])];
     MEMPLAN_CHECK(s.slot != kNoHostSlot, "a host update reads host copies (validate_plan)");
-    if (tensor_[index(x)].kind == TensorKind::kGradient)
-      host.push_back({InstrKind::kWait, op, kNoBuffer, value(s.out_event), 0, 0, 0});
+    program_->operands.push_back(value(s.slot));
+  }
+  for (auto k = outputs_.begin[index(op)]; k < outputs_.begin[index(op) + 1]; ++k) {
+    const TensorId o = outputs_.items[at(k)];
+    const TensorInfo& out = tensor_[index(o)];
+    TensorState& s = state_[index(o)];
+    if (out.in_place_of != kNoTensor) {
+      s.slot = state_[index(out.in_place_of)].slot;
+      MEMPLAN_CHECK(s.slot != kNoHostSlot, "a host update writes over its own temporaries");
+    } else {
+      s.slot = host_slot_id(program_->host_slots.size());
+      program_->host_slots.push_back({o, out.bytes, false, true});
+    }
     program_->operands.push_back(value(s.slot));
   }
   const auto count = static_cast<std::int32_t>(program_->operands.size()) - begin;
@@ -664,7 +690,7 @@ void Lowerer::emit_host_update(OpId op) {
     const TensorState& s = state_[index(x)];
     if (s.host != 0 || tensor_[index(x)].kind != TensorKind::kParameter) continue;
     if (!waited) {
-      h2d.push_back({InstrKind::kWait, op, kNoBuffer, value(reads_done), 0, 0, 0});
+      h2d.push_back({InstrKind::kWait, op, kNoBuffer, value(reached), 0, 0, 0});
       h2d.push_back({InstrKind::kWait, op, kNoBuffer, value(updated), 0, 0, 0});
       waited = true;
     }

@@ -211,6 +211,8 @@ class Lowerer {
   PerOp forward_drop_at_;
   PerOp release_at_;    // swapped maps released before the op (Note [Release point])
   PerOp host_drop_at_;  // host-placed tensors whose device copy goes after the op
+  // A host update's gradients, which its first host run waits for (emptied there).
+  std::vector<TensorId> host_update_gradients_;
   std::vector<BufferId> operand_stack_;  // operands of the ops being emitted, innermost on top
   std::vector<Frame> frames_;            // regenerations in progress
   std::vector<TensorId> regenerated_;    // made resident by recomputes for the op being emitted

@@ -31,8 +31,8 @@ TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
 
 
 def manual_sgd(model, batch, loss_fn, optimizer):
-    """A step whose update is the loop's own (in place, no new tensors): what an update on the
-    host can run under torch 1.13 too, where Optimizer.step's profiler record makes tensors."""
+    """A step whose update is the loop's own, in place: no temporaries (torch.optim's steps make
+    some: torch 1.13's profiler record, Adam's denominator)."""
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model(*batch[:-1]), batch[-1])
     loss.backward()
@@ -120,9 +120,9 @@ def test_an_update_on_the_host_is_bitwise_and_measures_its_peaks(placed):
     assert_carried_out(result)
 
 
-@pytest.mark.skipif(not TORCH_2, reason="torch 1.13's Optimizer.step makes tensors in the update "
-                    "(its profiler record): the simulator runs no such update on the host")
 def test_sgd_with_momentum_updates_on_the_host():
+    """torch.optim's SGD, whose step under torch 1.13 makes a profiler `zeros` and
+    `_record_function_enter`'s handle: temporaries on the host too."""
     model, batch, opt, captured = small_setup()
     plan = host_plan(captured.trace, ("gradient", "optimizer_state"), update="host")
     result = validate(model, batch, F.cross_entropy, opt, plan, captured)
@@ -161,16 +161,92 @@ def test_host_placement_holds_from_step_to_step():
                                                           model.parameters()))
 
 
-def test_an_update_on_the_host_that_makes_tensors_is_refused_with_one_line():
-    """memplan's plan reader refuses it: Adam's update computes new tensors (its denominator)."""
-    torch.manual_seed(0)
+def adam_setup(optimizer, foreach, seed=0):
+    torch.manual_seed(seed)
     model = Tiny()
     batch = (torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,)))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
-    captured = capture(model, batch, F.cross_entropy, opt)
+    opt = getattr(torch.optim, optimizer)(model.parameters(), lr=1e-3, foreach=foreach)
+    return model, batch, opt, capture(model, batch, F.cross_entropy, opt)
+
+
+def update_temporaries(trace):
+    """Bytes of the tensors the trace's update ops make that are not written over another (each
+    its own host slot in an update on the host)."""
+    return sum(t["bytes"] for t in trace["tensors"] if t.get("producer") is not None and
+               trace["ops"][t["producer"]]["phase"] == "update" and t.get("in_place_of") is None)
+
+
+@pytest.mark.parametrize("optimizer", ["Adam", "AdamW"])
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("placed", [("gradient", "optimizer_state"),
+                                    ("parameter", "gradient", "optimizer_state")])
+def test_adam_updates_on_the_host(optimizer, foreach, placed):
+    """Adam's and AdamW's update on the host (ZeRO-Offload's CPU Adam): its temporaries
+    (sqrt(exp_avg_sq), the denominator; the _foreach_ variants' lists) are made on the host's
+    copies, never on the device, and held from their op to the last one that reads them, as the
+    simulator holds their host slots: bitwise, both peaks predicted to the byte."""
+    model, batch, opt, captured = adam_setup(optimizer, foreach)
+    assert update_temporaries(captured.trace) > 0
+    plan = host_plan(captured.trace, placed, update="host")
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
+    assert_carried_out(result)
+
+
+def test_adam_on_the_host_holds_its_temporaries_in_host_memory():
+    """The host peak of single-tensor Adam's update on the host: the host-placed slots
+    (gradients, exp_avg, exp_avg_sq, step) and, at once, the largest parameter's sqrt(exp_avg_sq)
+    and its quotient by the bias correction (fc.weight, 5120 bytes each), the add_ of eps
+    written over the quotient in its slot."""
+    model, batch, opt, captured = adam_setup("Adam", False)
+    trace = captured.trace
+    plan = host_plan(trace, ("gradient", "optimizer_state"), update="host")
+    result = validate(model, batch, F.cross_entropy, opt, plan, captured)
+    assert_carried_out(result)
+    placed = {p["tensor"] for p in plan["tensors"]}
+    slots = sum(trace["tensors"][t]["bytes"] for t in placed)
+    largest = max(t["bytes"] for t in trace["tensors"] if t["kind"] == "parameter")
+    assert largest == 5120
+    assert result["measured_host_peak_bytes"] == slots + 2 * largest
+
+
+def test_an_update_on_the_host_reading_a_forward_tensor_is_refused_with_one_line():
+    """memplan's plan reader refuses it: an update scaled by the loss reads the loss, a forward
+    activation the device holds (what the update writes itself is host memory)."""
+    def scaled_by_loss(model, batch, loss_fn, optimizer):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(*batch[:-1]), batch[-1])
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.sub_(p.grad * loss * 0.01)
+        return loss
+
+    model, batch, opt, captured = small_setup(step=scaled_by_loss)
     plan = host_plan(captured.trace, ("gradient", "optimizer_state"), update="host")
-    with pytest.raises(PlanError, match="update") as error:
+    with pytest.raises(PlanError, match="reads .* written by forward op .* which stays on the "
+                       "device") as error:
         apply(model, plan, captured)
+    assert "\n" not in str(error.value)
+
+
+def test_an_update_on_the_host_after_clipping_is_refused_with_one_line():
+    """clip_grad_norm_ writes the gradients over in place in the update, so they cannot go to the
+    host, and an update on the host would read them on the device: memplan's plan reader says
+    so."""
+    def clipped(model, batch, loss_fn, optimizer):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(*batch[:-1]), batch[-1])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        optimizer.step()
+        return loss
+
+    model, batch, opt, captured = adam_setup("Adam", False)
+    captured = capture(model, batch, F.cross_entropy, opt, step=clipped)
+    plan = host_plan(captured.trace, ("gradient", "optimizer_state"), update="host")
+    with pytest.raises(PlanError, match="on the device: it cannot go to the host: .* is written "
+                       "over in place") as error:
+        apply(model, plan, captured, step=clipped)
     assert "\n" not in str(error.value)
 
 
@@ -183,7 +259,7 @@ def deep_mlp():
 
 def search_setup(which):
     """Sizes where the search finds a plan at 60% of the in-core peak under both PyTorch
-    versions (under 1.13 with the update on the device: see the skip above)."""
+    versions."""
     torch.manual_seed(0)
     if which == "mlp":
         model = deep_mlp()
@@ -207,5 +283,24 @@ def test_search_plan_without_maps_only_is_carried_out(which):
     assert found.feasible
     plan = found.plan.to_dict()
     assert plan.get("tensors"), "the search placed nothing on the host"
+    result = validate(model, batch, loss_fn, opt, found.plan, captured)
+    assert_carried_out(result)
+
+
+@pytest.mark.parametrize("which,optimizer,memory", [("mlp", "Adam", "40%"),
+                                                    ("gpt_block", "AdamW", "60%")])
+@pytest.mark.parametrize("foreach", [False, True])
+def test_search_plan_with_adam_updates_on_the_host(which, optimizer, memory, foreach):
+    """`memplan.search(captured, memory=...)` with Adam (AdamW) under both versions: the search
+    moves the update to the host, its temporaries in host memory, and the plan is carried out
+    bitwise, both peaks the simulator's."""
+    model, batch, loss_fn = search_setup(which)
+    opt = getattr(torch.optim, optimizer)(model.parameters(), lr=1e-3, foreach=foreach)
+    captured = capture(model, batch, loss_fn, opt)
+    assert update_temporaries(captured.trace) > 0
+    found = memplan.search(captured, memory=memory, time_limit=20, deterministic=True)
+    assert found.feasible
+    plan = found.plan.to_dict()
+    assert plan.get("update") == "host", plan.get("update")
     result = validate(model, batch, loss_fn, opt, found.plan, captured)
     assert_carried_out(result)

@@ -57,7 +57,8 @@ struct Version {
 // and stays put while copied; host runs and copy-ins read slots that hold their tensors.
 // `history(b)` is what check_contents tracked for device buffer b.
 template <class History>
-void check_host_slots(const Program& p, const Timeline& tl, const History& history) {
+void check_host_slots(const Workload& w, const Program& p, const Timeline& tl,
+                      const History& history) {
   constexpr Nanoseconds kNever = std::numeric_limits<Nanoseconds>::max();
   const auto& h2d = p.stream(StreamId::kH2D);
   auto slot_content = [&](std::int32_t slot) {
@@ -87,15 +88,24 @@ void check_host_slots(const Program& p, const Timeline& tl, const History& histo
     if (!p.host_slots[static_cast<std::size_t>(in.aux)].resident)
       slot[static_cast<std::size_t>(in.aux)] = {slot_content(in.aux), s.end_ns, kNever};
   }
-  // A host run reads slots that hold their tensors (a gradient's copy-out has ended) and writes
-  // the resident ones (parameters, updated in place).
+  // A host run reads slots that hold its inputs (a gradient's copy-out has ended, a temporary
+  // has been written by an earlier run) and writes the resident ones (parameters, updated in
+  // place) and its outputs' (temporaries, in a slot of their own or their base's).
   for (const Span& s : tl.spans) {
     if (s.stream != StreamId::kHost) continue;
     const Instruction& in = p.stream(StreamId::kHost)[static_cast<std::size_t>(s.index)];
     REQUIRE(in.kind == InstrKind::kHostRun);
+    const Op& op = w.op(in.op);
+    REQUIRE(static_cast<std::size_t>(in.operand_count) == op.inputs.size() + op.outputs.size());
     for (std::int32_t k = 0; k < in.operand_count; ++k) {
       const auto at = index(p.operand_slot(in, k));
-      REQUIRE(slot[at].content.tensor == p.host_slots[at].tensor);
+      const auto n = static_cast<std::size_t>(k);
+      if (n >= op.inputs.size()) {  // an output
+        REQUIRE(p.host_slots[at].temporary);
+        slot[at] = {Content{op.outputs[n - op.inputs.size()], false}, s.end_ns, kNever};
+        continue;
+      }
+      REQUIRE(slot[at].content.tensor == op.inputs[n]);
       REQUIRE(slot[at].from_ns <= s.start_ns);
       for (const auto& [from, to] : writes[at]) REQUIRE(to <= s.start_ns);
       if (p.host_slots[at].resident) writes[at].emplace_back(s.start_ns, s.end_ns);
@@ -118,6 +128,47 @@ void check_host_slots(const Program& p, const Timeline& tl, const History& histo
       REQUIRE((s.start_ns >= w_to || (!write_back && s.end_ns <= w_from)));
     }
   }
+}
+
+// The host peak is the most bytes the host slots hold at once, as HostSlot says they are held
+// (core/program.hpp), read from the spans: a resident slot the whole step, a copy's slot from its
+// copy-out's start to its copy-in's end, a temporary from the start of the first host run that
+// names it to the end of the last; at one time, releases before takes.
+void check_host_peak(const Program& p, const Timeline& tl) {
+  std::vector<std::pair<Nanoseconds, Bytes>> changes;
+  std::vector<std::pair<Nanoseconds, Nanoseconds>> temporary(p.host_slots.size(), {-1, -1});
+  for (const HostSlot& slot : p.host_slots) {
+    if (slot.resident) changes.emplace_back(0, slot.bytes);
+  }
+  for (const Span& s : tl.spans) {
+    const Instruction& in = p.stream(s.stream)[static_cast<std::size_t>(s.index)];
+    if (in.kind == InstrKind::kCopyOut || in.kind == InstrKind::kCopyIn) {
+      const HostSlot& slot = p.host_slots[index(in.slot())];
+      if (slot.resident) continue;
+      if (in.kind == InstrKind::kCopyOut) changes.emplace_back(s.start_ns, slot.bytes);
+      if (in.kind == InstrKind::kCopyIn) changes.emplace_back(s.end_ns, -slot.bytes);
+    } else if (in.kind == InstrKind::kHostRun) {
+      for (std::int32_t k = 0; k < in.operand_count; ++k) {
+        const auto at = index(p.operand_slot(in, k));
+        if (!p.host_slots[at].temporary) continue;
+        if (temporary[at].first < 0) temporary[at].first = s.start_ns;
+        temporary[at].second = s.end_ns;
+      }
+    }
+  }
+  for (std::size_t k = 0; k < p.host_slots.size(); ++k) {
+    if (temporary[k].first < 0) continue;
+    changes.emplace_back(temporary[k].first, p.host_slots[k].bytes);
+    changes.emplace_back(temporary[k].second, -p.host_slots[k].bytes);
+  }
+  std::sort(changes.begin(), changes.end());
+  Bytes live = 0;
+  Bytes peak = 0;
+  for (const auto& [time, delta] : changes) {
+    live += delta;
+    peak = std::max(peak, live);
+  }
+  REQUIRE(peak == tl.peak_host_bytes);
 }
 
 // Replays the program against its timeline and tracks, per device buffer, which tensor it holds
@@ -267,7 +318,7 @@ void check_contents(const Workload& w, const Program& p, const Timeline& tl, std
         break;
     }
   }
-  check_host_slots(p, tl, [&](BufferId b) -> const std::vector<Version>& {
+  check_host_slots(w, p, tl, [&](BufferId b) -> const std::vector<Version>& {
     return buf[static_cast<std::size_t>(b)].history;
   });
 }
@@ -333,6 +384,7 @@ void check_run(const Workload& w, const Program& p, const Timeline& tl, const Ma
     }
   }
   check_contents(w, p, tl, executed);
+  if (tl.feasible) check_host_peak(p, tl);
   // Copies: a copy-out reads a buffer that was written and is not freed before the copy ends; a
   // copy-in lands before any compute instruction reads the buffer.
   for (const Span& s : tl.spans) {
@@ -412,6 +464,7 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   int lossless = 0;
   int host_placed = 0;
   int host_updates = 0;
+  int host_temporaries = 0;
   int moved_host_prefetches = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
@@ -434,6 +487,11 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
     host_placed += plan.host_tensors.empty() ? 0 : 1;
     moved_host_prefetches += plan.host_prefetches.empty() ? 0 : 1;
     host_updates += plan.host_update && first.feasible ? 1 : 0;
+    host_temporaries +=
+        first.feasible && std::any_of(program.host_slots.begin(), program.host_slots.end(),
+                                      [](const HostSlot& s) { return s.temporary; })
+            ? 1
+            : 0;
     for (const Decision& d : plan.decisions) {
       lossless += d.encoding == Encoding::kBinarize || d.encoding == Encoding::kSparse ? 1 : 0;
     }
@@ -500,5 +558,6 @@ TEST_CASE("random graphs and plans keep the engine's promises", "[property]") {
   CHECK(lossless > kCases / 100);              // binarize and sparse maps do occur
   CHECK(host_placed > kCases / 5);             // host placement in about a third of the plans
   CHECK(host_updates > kCases / 50);           // and host updates that run to the end
+  CHECK(host_temporaries > kCases / 100);      // some making temporaries on the host
   CHECK(moved_host_prefetches > kCases / 10);  // and host copies prefetched at other points
 }

@@ -9,6 +9,7 @@
 #include "core/basic_plans.hpp"
 #include "core/feature_maps.hpp"
 #include "core/input_error.hpp"
+#include "core/plan.hpp"
 #include "tests/support/workload_builder.hpp"
 
 namespace memplan::test {
@@ -81,7 +82,32 @@ Workload random_workload(Rng& rng) {
   if (!params.empty()) {
     std::vector<TensorId> reads = params;
     reads.push_back(grad);
-    b.op("update", "sgd", Phase::kUpdate, reads, {}, uniform(rng, 1, 2000));
+    const Nanoseconds update_ns = uniform(rng, 1, 2000);
+    // In half the workloads the update makes temporaries first (Adam's sqrt and denominator),
+    // from a generator of its own so that the draws above and after stay what they were: one or
+    // two chains from the gradient, each op writing over the last in place or making a new one,
+    // some never read, the last of a chain mostly read by the update.
+    Rng temps(workload_fingerprint(b.workload()));
+    if (uniform(temps, 0, 1) == 0) {
+      const int chains = static_cast<int>(uniform(temps, 1, 2));
+      for (int c = 0; c < chains; ++c) {
+        TensorId last = grad;
+        const int count = static_cast<int>(uniform(temps, 1, 4));
+        for (int k = 0; k < count; ++k) {
+          const bool in_place = last != grad && uniform(temps, 0, 1) == 0;
+          const Bytes bytes = in_place ? b.workload().tensor(last).bytes : uniform(temps, 1, 3000);
+          const std::string name = fmt::format("u{}_{}", c, k);
+          b.op(name, "generic", Phase::kUpdate, {last}, {{name + "_out", bytes}},
+               uniform(temps, 1, 500));
+          Tensor& out = b.workload().tensors.back();
+          out.kind = TensorKind::kActivation;  // as memplan.torch records what update ops write
+          if (in_place) out.in_place_of = last;
+          if (in_place || uniform(temps, 0, 2) != 0) last = out.id;  // else never read again
+        }
+        if (last != grad && uniform(temps, 0, 3) != 0) reads.push_back(last);
+      }
+    }
+    b.op("update", "sgd", Phase::kUpdate, reads, {}, update_ns);
   }
   return b.build();
 }

@@ -1,6 +1,8 @@
 // Golden timelines of plans that place parameters, gradients and optimizer state on the host
 // (Note [Host placement] in core/plan.hpp). Links at 1 GB/s (1 byte per ns) without latency, the
 // host update at 10 GB/s (10 bytes per ns); every number is worked out in the comments.
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "core/input_error.hpp"
@@ -9,6 +11,7 @@
 #include "tests/support/workload_builder.hpp"
 
 using namespace memplan::sim;
+using memplan::test::span_labels;
 using memplan::test::span_of;
 using memplan::test::test_machine;
 using memplan::test::WorkloadBuilder;
@@ -258,4 +261,183 @@ TEST_CASE("host placement is validated and round-trips through plan files", "[sc
   const Plan plain = parse_plan(write_plan(in_core_plan(w), w), "plain", w);
   CHECK(plain.host_tensors.empty());
   CHECK_FALSE(plain.host_update);
+}
+
+namespace {
+
+// One linear layer and Adam's update as PyTorch's single-tensor Adam runs it, ids in brackets:
+//   f [op 0]: x[0] (100 B), w[1] (1000) -> y[2] (100)                1000 ns
+//   g [op 1]: y, x, w -> g_w[3] (1000)                                1000 ns
+//   lerp_ [op 2]: m[4], g_w      (m updated in place)                  100 ns on the device
+//   addcmul_ [op 3]: v[5], g_w   (v updated in place)                  100
+//   sqrt [op 4]: v -> s[6] (1000)                                      100
+//   div [op 5]: s -> d[7] (1000)                                       100
+//   add_ [op 6]: d -> e[8] (1000, written over d)                      100
+//   addcdiv_ [op 7]: w, m, e     (w updated in place)                  100
+// s, d and e are the update's temporaries (activations an update op writes, as memplan.torch
+// records them). With `unread_e`, nothing reads e: addcdiv_ [op 8] reads t[9] (3000) instead, which
+// mul [op 7] makes from m.
+Workload adam_layer(bool unread_e = false) {
+  WorkloadBuilder b;
+  const auto x = b.input("x", 100);
+  const auto w = b.parameter("w", 1000);
+  const auto y = b.forward("f", {x, w}, 100, 1000);
+  const auto g_w = b.backward("g", {y, x, w}, 1000, 1000);
+  b.workload().tensors[index(y)].name = "y";
+  b.workload().tensors[index(g_w)].name = "g_w";
+  std::vector<TensorId> state;
+  for (const char* name : {"m", "v"}) {
+    Tensor t;
+    t.id = static_cast<TensorId>(b.workload().tensors.size());
+    t.name = name;
+    t.bytes = 1000;
+    t.kind = TensorKind::kOptimizerState;
+    b.workload().tensors.push_back(t);
+    state.push_back(t.id);
+  }
+  const TensorId m = state[0];
+  const TensorId v = state[1];
+  auto update = [&](const char* name, std::vector<TensorId> inputs, const char* out) {
+    const OpId op = b.op(name, name, Phase::kUpdate, inputs,
+                         out == nullptr ? std::vector<std::pair<std::string, Bytes>>{}
+                                        : std::vector<std::pair<std::string, Bytes>>{{out, 1000}},
+                         100);
+    if (out == nullptr) return kNoTensor;
+    Tensor& t = b.workload().tensors.back();
+    t.kind = TensorKind::kActivation;
+    return b.workload().op(op).outputs.front();
+  };
+  update("lerp_", {m, g_w}, nullptr);
+  update("addcmul_", {v, g_w}, nullptr);
+  const TensorId s = update("sqrt", {v}, "s");
+  const TensorId d = update("div", {s}, "d");
+  const TensorId e = update("add_", {d}, "e");
+  b.workload().tensors[index(e)].in_place_of = d;
+  if (unread_e) {
+    b.op("mul", "mul", Phase::kUpdate, {m}, {{"t", 3000}}, 100);
+    b.workload().tensors.back().kind = TensorKind::kActivation;
+    update("addcdiv_", {w, m, b.workload().tensors.back().id}, nullptr);
+  } else {
+    update("addcdiv_", {w, m, e}, nullptr);
+  }
+  return b.build();
+}
+
+const TensorId kGw{3};
+const TensorId kM{4};
+const TensorId kV{5};
+
+}  // namespace
+
+TEST_CASE("adam on the host: its temporaries in host memory from their op to their last reader",
+          "[scenario]") {
+  const Workload w = adam_layer();
+  const Plan plan = with_host(w, {kGw, kM, kV}, true);
+  const auto s = memplan::test::simulate(w, plan, machine());
+  REQUIRE(s.timeline.feasible);
+  // The device runs f [0,1000] and g [1000,2000]; g_w goes out as it is written: [2000,3000].
+  // Compute reaches the update at 2000 and frees g_w's copy after lerp_ (its first update use),
+  // once its copy-out has ended: 3000.
+  CHECK(span_of(s, w, StreamId::kCompute, "g") == Interval{1000, 2000});
+  CHECK(span_of(s, w, StreamId::kD2H, "copy-out g_w") == Interval{2000, 3000});
+  // The host runs each update op once compute has reached it, the first once g_w is out too,
+  // streaming what it reads (m, v and w's master copy, resident: twice, read and written back; g_w
+  // and the temporaries once) and what it makes, at 10 B/ns: lerp_ m, g_w 3000 B [3000,3300];
+  // addcmul_ v, g_w 3000 [3300,3600]; sqrt v, s 3000 [3600,3900]; div s, d 2000 [3900,4100]; add_ d
+  // and e (d's slot) 2000 [4100,4300]; addcdiv_ w, m, e 5000 [4300,4800].
+  CHECK(span_labels(s, w, StreamId::kHost) ==
+        std::vector<std::string>{"lerp_ (host)", "addcmul_ (host)", "sqrt (host)", "div (host)",
+                                 "add_ (host)", "addcdiv_ (host)"});
+  CHECK(span_of(s, w, StreamId::kHost, "lerp_ (host)") == Interval{3000, 3300});
+  CHECK(span_of(s, w, StreamId::kHost, "sqrt (host)") == Interval{3600, 3900});
+  CHECK(span_of(s, w, StreamId::kHost, "div (host)") == Interval{3900, 4100});
+  CHECK(span_of(s, w, StreamId::kHost, "add_ (host)") == Interval{4100, 4300});
+  CHECK(span_of(s, w, StreamId::kHost, "addcdiv_ (host)") == Interval{4300, 4800});
+  // addcdiv_ updated w's master copy: it goes to w's device buffer after it, [4800,5800].
+  CHECK(span_of(s, w, StreamId::kH2D, "copy-in w") == Interval{4800, 5800});
+  CHECK(s.timeline.iteration_ns == 5800);
+  CHECK(s.timeline.op_compute_ns == 2000);
+  // Host memory: m, v and w's master copy all along (3000); g_w from 2000 (4000); s from sqrt's
+  // start, 3600 (5000); d from div's start, 3900 (6000), the peak; s goes when div ends (4100:
+  // 5000); e is written over d in d's slot, and that slot goes when addcdiv_, its last reader,
+  // ends (4800: 4000).
+  CHECK(s.timeline.peak_host_bytes == 6000);
+  const Program& p = s.program;
+  std::vector<std::string> temporaries;
+  for (const HostSlot& slot : p.host_slots) {
+    if (slot.temporary) temporaries.push_back(w.tensor(slot.tensor).name);
+  }
+  CHECK(temporaries == std::vector<std::string>{"s", "d"});
+  const auto& host = p.stream(StreamId::kHost);
+  const auto add = std::find_if(host.begin(), host.end(), [&](const Instruction& in) {
+    return in.kind == InstrKind::kHostRun && w.op(in.op).name == "add_";
+  });
+  REQUIRE(add != host.end());
+  CHECK(p.operand_slot(*add, 0) == p.operand_slot(*add, 1));  // d in, e out: one slot
+  // Device memory: x and w (1100), y at f (1200), g_w at g: 2200, the peak; then y and x go
+  // (2000) and g_w after lerp_ (1000: w). The temporaries never take a device buffer, nor do m
+  // and v. On the device the same update peaks at 5000: w, m and v (3000) with s and d at div
+  // (g_w went after addcmul_, its last reader), above g's 4200 (x, w, m, v, y, g_w).
+  CHECK(s.timeline.peak_bytes == 2200);
+  CHECK(live_at_end(s.timeline) == 1000);
+  for (const Buffer& buffer : p.buffers) CHECK(buffer.tensor < TensorId{6});
+  const auto on_device = memplan::test::simulate(w, with_host(w, {}, false), machine());
+  CHECK(on_device.timeline.peak_bytes == 5000);
+}
+
+TEST_CASE("a host temporary written over in place and never read goes once", "[scenario]") {
+  // adam_layer with e read by nothing: addcdiv_ [op 8] reads t[9] (3000 B), which mul [op 7]
+  // makes from m after add_, the last run naming d's slot (twice: d in, e out).
+  const Workload w = adam_layer(true);
+  const auto s = memplan::test::simulate(w, with_host(w, {kGw, kM, kV}, true), machine());
+  REQUIRE(s.timeline.feasible);
+  // As above up to add_ [4100,4300], where d's slot goes: m, v, w's master copy and g_w, 4000.
+  // mul streams m twice and writes t: 5000 B [4300,4800]; t is taken at 4300: 7000, the peak (d's
+  // slot let go twice would leave 6000). addcdiv_ streams w's master and m twice and t: 7000 B
+  // [4800,5500], and t goes at its end.
+  CHECK(span_of(s, w, StreamId::kHost, "mul (host)") == Interval{4300, 4800});
+  CHECK(span_of(s, w, StreamId::kHost, "addcdiv_ (host)") == Interval{4800, 5500});
+  CHECK(s.timeline.peak_host_bytes == 7000);
+}
+
+TEST_CASE("a host update is refused, in one line, where it cannot run", "[scenario]") {
+  auto problem = [](const Workload& w, std::vector<TensorId> host) {
+    Plan plan = in_core_plan(w);
+    plan.host_tensors = std::move(host);
+    plan.host_update = true;
+    return host_update_problem(plan, w);
+  };
+  CHECK(problem(adam_layer(), {kGw, kM, kV}).empty());
+  CHECK(problem(adam_layer(), {kGw, kM}) ==
+        "update op 'addcmul_' runs on the host but reads 'v' (optimizer_state) on the device: "
+        "place it on the host");
+  {  // addcdiv_ reads y, a forward activation left on the device
+    Workload w = adam_layer();
+    w.ops[7].inputs.push_back(TensorId{2});
+    CHECK(problem(w, {kGw, kM, kV}) ==
+          "update op 'addcdiv_' runs on the host but reads 'y' (activation, written by forward "
+          "op 'f'), which stays on the device: a host update reads tensors from before the step, "
+          "host-placed gradients and what its own ops write");
+  }
+  {  // div writes over y, a forward activation, in place
+    Workload w = adam_layer();
+    w.tensors[7].in_place_of = TensorId{2};
+    w.ops[5].inputs.push_back(TensorId{2});
+    CHECK(problem(w, {kGw, kM, kV}).find("update op 'div' runs on the host but reads 'y'") == 0);
+    w.ops[5].inputs.pop_back();
+    CHECK(problem(w, {kGw, kM, kV}) ==
+          "update op 'div' writes 'd' over 'y' (activation), which no update op made: a host "
+          "update writes new versions only of its own temporaries");
+  }
+  {  // a backward op after the update
+    WorkloadBuilder b;
+    const auto x = b.input("x", 100);
+    const auto p = b.parameter("p", 100);
+    const auto y = b.forward("f", {x, p}, 100, 10);
+    const auto g = b.backward("g", {y, x}, 100, 10);
+    b.op("sgd", "sgd", Phase::kUpdate, {p, g}, {}, 10);
+    b.op("late", "linear", Phase::kBackward, {y}, {{"z", 100}}, 10);
+    CHECK(problem(b.build(), {g}) ==
+          "op 'late' (backward) runs after the update: a host update ends the step");
+  }
 }

@@ -54,9 +54,12 @@ map autograd saves:
   update op runs on the host's copies: the slots of the gradients and optimizer state (which the
   plan must place there) and of host-placed parameters, and a master copy of each other
   parameter, copied back to the device after each op that reads it (ZeRO-Offload's flow).
-  Parameters and optimizer state stay on the host from step to step (`PlannedModel.restore()`
-  brings them back). A host-placed tensor the step makes during the step (a constant the loss
-  closes over, a GradScaler's state) is carried out in the accounting only.
+  What update ops write (Adam's sqrt and denominator, the _foreach_ variants' lists) are host
+  tensors, made by their op on the host's copies and let go after the last update op that reads
+  them (the update's temporaries). Parameters and optimizer state stay on the host from step to
+  step (`PlannedModel.restore()` brings them back). A host-placed tensor the step makes during
+  the step (a constant the loss closes over, a GradScaler's state) is carried out in the
+  accounting only.
 A step whose parameters, batch shapes or optimizer state are not the captured ones is refused
 before it runs, and one whose ops differ from the captured trace's stops at the first differing
 op, with one line (PlanError) naming the likely cause: the optimizer's options for an update op, a
@@ -78,10 +81,11 @@ among them); `peak_host_bytes`, the most bytes of host slots at once: those of h
 parameters, buffers, optimizer state and batch tensors for the whole step, a swapped map's and a
 host-placed gradient's from its copy-out to the end of its copy-in, which is taken as the first
 use of that copy or of one issued after it (one H2D stream: memplan.torch.validate predicts this
-order, `_ORDER_MACHINE`); the copy itself is let go at the map's drop point. A recomputed map is
-held from its regeneration to its drop point; a plan with `per_use` recomputation (regenerate for
-every backward use, SuperNeurons' memory-centric mode) is refused with one line, since its peak
-would not be the simulator's.
+order, `_ORDER_MACHINE`), and an update on the host's temporaries, each from the update op that
+makes it to the end of the last one that reads it (or a version written over it); the copy itself
+is let go at the map's drop point. A recomputed map is held from its regeneration to its drop
+point; a plan with `per_use` recomputation (regenerate for every backward use, SuperNeurons'
+memory-centric mode) is refused with one line, since its peak would not be the simulator's.
 """
 
 import time
@@ -286,6 +290,34 @@ def _collect_refs(value, out):
             _collect_refs(v, out)
 
 
+def host_temporaries(trace):
+    """The host memory an update on the host's temporaries take (Note [Host placement] in
+    core/plan.hpp: what update ops write, a version written over one in its slot), as the simulator
+    holds their slots (HostSlot in core/program.hpp): {op id: bytes of the temporaries it makes,
+    taken as it starts} and {op id: bytes of those it is the last to make or read, let go when it
+    ends}. A slot has the most bytes of its versions, as validate's `saved_only` sizes it."""
+    tensors = trace["tensors"]
+    slot, size, last = {}, {}, {}  # tensor -> its slot's first tensor; per slot: bytes, last op
+    for op in trace["ops"]:
+        if op["phase"] != "update":
+            continue
+        for t in op["inputs"]:
+            if t in slot:
+                last[slot[t]] = op["id"]
+        for t in op["outputs"]:
+            base = tensors[t].get("in_place_of")
+            first = t if base is None else slot[base]  # a base the update made: the plan reader
+            slot[t] = first
+            size[first] = max(size.get(first, 0), tensors[t]["bytes"])
+            last[first] = op["id"]
+    made, done = {}, {}
+    for first, nbytes in size.items():
+        producer = tensors[first]["producer"]
+        made[producer] = made.get(producer, 0) + nbytes
+        done[last[first]] = done.get(last[first], 0) + nbytes
+    return made, done
+
+
 def regenerate(tid, inputs_of, at_hand, rerun):
     """Re-runs the producer of `tid` (`rerun(tid)`), first regenerating each of its inputs
     (`inputs_of(tid)`, ids) that is not `at_hand`, in argument order and depth first, as a
@@ -359,6 +391,9 @@ class _PlanRecorder(StepRecorder):
         resident = sum(trace["tensors"][t]["bytes"] for t in self.plan.host_tensors
                        if trace["tensors"][t]["producer"] is None)
         self.host_bytes = self.peak_host_bytes = resident
+        # op id -> host bytes of the update's temporaries it makes, and that go after it
+        self.temporaries_made, self.temporaries_done = \
+            host_temporaries(trace) if plan.host_update else ({}, {})
 
     def _new_tensor(self, t, name, kind, producer, in_place_of=None):
         tid = super()._new_tensor(t, name, kind, producer, in_place_of)
@@ -572,9 +607,12 @@ class _PlanRecorder(StepRecorder):
                 self._check_placed_inputs(func, args, kwargs)
         finally:
             self.paused -= 1
-        if host_op:
+        if host_op:  # on the host's copies; its temporaries are host memory while it runs
             self.host_op_ids.add(op_id)
+            self._account_host(self.temporaries_made.get(op_id, 0))
         result = super().dispatch(func, args, kwargs)
+        if host_op:
+            self._account_host(-self.temporaries_done.get(op_id, 0))
         if recipe is not None:
             self.recipes[op_id] = recipe
         forward = self.phase == "forward"

@@ -13,13 +13,14 @@ steps use it, one after the other. The checks:
   (keep, swap, recompute, encode:binarize, encode:sparse) must give; `differing_weights`: the
   state_dict's keys (weights, buffers such as batch-norm statistics) that are not;
 - `measured_saved_peak_bytes`: the saved-bytes peak (memplan.torch.saved_bytes) of the planned
-  step as it ran; `measured_host_peak_bytes`: the swap copies held on the host at most, each from
-  its copy-out to its copy-in (memplan.torch.apply's stats); `sparse_spilled_bytes`: the bytes of
+  step as it ran; `measured_host_peak_bytes`: the host slots held at once at most (swap copies
+  and host-placed tensors, an update on the host's temporaries: memplan.torch.apply's stats);
+  `sparse_spilled_bytes`: the bytes of
   sparse encodings beyond their planned buffers, held in host memory (not in either peak);
 - `predicted_saved_peak_bytes` / `predicted_host_peak_bytes`: the simulator's peaks of the same
   buffers: the plan simulated on a copy of the captured trace in which every tensor but the
-  feature maps (and the buffers they are written over) and the tensors the plan places on the
-  host has 0 bytes and no op has workspace, with unbounded memory, on `_ORDER_MACHINE` (these
+  feature maps (and the buffers they are written over), the tensors the plan places on the host
+  and an update on the host's temporaries has 0 bytes and no op has workspace, with unbounded memory, on `_ORDER_MACHINE` (these
   peaks depend on the order of allocations and copies alone, not on the machine);
   `peaks_match` when both pairs are equal;
 - `gradient_relative_error` (||planned - baseline||_2 / ||baseline||_2 over all gradients) and,
@@ -118,13 +119,16 @@ def _copy(model, optimizer):
 
 
 def saved_only(trace, plan):
-    """`trace` (a memplan.Trace) with every tensor but the feature maps, their buffers' roots and
-    the tensors the plan places on the host at 0 bytes, no workspace and every op taking 1 ns,
-    and `plan` (a memplan.Plan of it) re-addressed to that trace."""
+    """`trace` (a memplan.Trace) with every tensor but the feature maps, their buffers' roots,
+    the tensors the plan places on the host and an update on the host's temporaries at 0 bytes,
+    no workspace and every op taking 1 ns, and `plan` (a memplan.Plan of it) re-addressed to that
+    trace."""
     maps, roots = trace.feature_maps(), trace.storage_roots()
     derived = trace.to_dict()
     placed = host_tensors(plan)
     sized = set(maps) | {roots[t] for t in maps} | set(placed)
+    if plan.to_dict().get("update") == "host":  # the update's temporaries, in host memory
+        sized |= {t for op in derived["ops"] if op["phase"] == "update" for t in op["outputs"]}
     for t in derived["tensors"]:
         if t["id"] not in sized:
             t["bytes"] = 0
