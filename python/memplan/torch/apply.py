@@ -373,13 +373,16 @@ class _MovedMaps:
     # ---- a device tensor over a map's whole storage ---------------------------------------
     def _materialize(self, tid):
         """A device tensor over the whole storage of `tid`: held, brought back or regenerated
-        (a copy brought back waited for: its first use)."""
+        (a copy brought back waited for: its first use, an unpack's or a recomputation's)."""
         if tid in self.device:
             self._wait_copy_in(tid)
-            return self.device[tid]
+            t = self.device[tid]
+            self.copies.wait(t)
+            return t
         if tid in self.host:
             copy = self._copy_in(tid)
             self._wait_copy_in(tid)
+            self.copies.wait(copy)
             return copy
         return self._regenerate(tid)
 
