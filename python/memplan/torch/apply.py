@@ -81,7 +81,9 @@ use of that copy or of one issued after it (one H2D stream: memplan.torch.valida
 order, `_ORDER_MACHINE`); the copy itself is let go at the map's drop point. A recomputed map is
 held from its regeneration to its drop point; a plan with `per_use` recomputation (regenerate for
 every backward use, SuperNeurons' memory-centric mode) is refused with one line, since its peak
-would not be the simulator's.
+would not be the simulator's. A steady step (memplan.torch.steady) measures both peaks as well,
+from its own log; the copies, recomputations, releases and drops of both paths are one class's
+(`_MovedMaps`).
 """
 
 import time
@@ -1047,9 +1049,10 @@ def _rebuild(value, tensors):
 class PlannedModel:
     """`apply`'s result: `step(batch, loss_fn, optimizer)` runs one training step under the plan
     (the captured one: `training_step`, the user's own or memplan.torch.capture.default_step) and
-    returns its loss; `stats` holds what the last step's hooks measured. The first step runs under
-    the recorder; the steps after it run the plan through saved-tensor hooks alone where they can
-    (memplan.torch.steady: `steady`, `steady_steps`, `recorded_steps`, `steady_reason`,
+    returns its loss; `stats` holds what the last step measured (recorded or steady), and
+    `last_step` its saved-bytes log and the trace to walk it on (saved_bytes.curve). The first step
+    runs under the recorder; the steps after it run the plan through saved-tensor hooks alone where
+    they can (memplan.torch.steady: `steady`, `steady_steps`, `recorded_steps`, `steady_reason`,
     `stats["steady"]`).
 
     A plan that places parameters, buffers or optimizer state on the host keeps them there from

@@ -23,10 +23,15 @@ are feature maps, and which tensor allocates each one's buffer, is the simulator
 
 How (measured): `apply` logs the step as it runs it: every op the recorder sees ("op", its id;
 "host_op" for one an update on the host runs on host copies, which reads no device buffer), every
-op a recomputation re-runs ("recompute", what it read and wrote) and every copy it brings to
-the device ("copy_in", before which op). `peak(...)` walks that log once the step is over (the
-backward ops' inputs are complete only when their autograd node has finished): each entry is one
-position; a buffer lives from the position that writes it to the last position that reads it.
+op a recomputation re-runs ("recompute", what it read and wrote), every buffer it holds until a
+point and then lets go ("release": a swapped map's device buffer, a host-placed tensor's device
+copy), every copy it brings to the device ("copy_in", before which op) and every copy it lets go
+of ("drop"). `peak(...)` walks that log once the step is over (the backward ops' inputs are
+complete only when their autograd node has finished): each entry but a copy_in and a drop is one
+position; a buffer lives from the position that writes it to the last position that reads it, or
+to the position of its drop when that comes later. A steady step (memplan.torch.steady) logs its
+copies, recomputations and drops at the points its hooks see, and its log is walked the same way
+among the recorded step's ops.
 """
 
 from memplan.torch.capture import memplan_trace

@@ -6,23 +6,55 @@ recorder's TorchDispatchMode gives every tensor its captured id, checks each op 
 capture and carries out the plan). `SteadyPath` watches that step (`ObservingRecorder`) and
 learns, in the order autograd calls the hooks, what the plan does there: the n-th pack's trace
 tensor, its shape and dtype, and whether the plan keeps, swaps or recomputes it; which held
-tensors (kept maps, parameters, the batch) the recomputations read; and, for each unpack of a map
-the plan does not keep, which copies brought back or regenerated the trace no longer reads by then
-(they go) and which swapped maps the plan brings back by then. The steps after it run without a
-dispatch mode:
+tensors (kept maps, parameters, the batch) the recomputations read; and the op count at each
+point of the step the hooks see: after each pack, before and after each unpack of a map the plan
+does not keep, and where autograd lets go of what a pack returned (the engine lets go of a node's
+saved tensors as soon as the node has run). Each of the plan's drops (`drop_after`) and
+prefetches (`prefetch_before`) is put at one of those points (`_Program.place`). The steps after
+it run without a dispatch mode:
 - a plan that keeps every map and places nothing on the host (in-core) runs the plain step, no
   hooks at all;
 - otherwise the step runs under `torch.autograd.graph.saved_tensors_hooks`. A pack checks that
   the tensor has the learnt shape and dtype, then: keep hands the tensor back (and holds it when a
   recomputation reads it); swap copies its whole storage to host memory (once a map; pinned, on a
   side stream, on a GPU: memplan.torch.apply's `_Copies`) and holds nothing on the device;
-  recompute holds nothing. An unpack first lets go of the copies the trace no longer reads and
-  brings back the swapped maps due by then, then returns the map: a swapped map's copy brought
-  back, a recomputed map regenerated from the recipes the first step recorded (the producing aten
-  op and its arguments as trace ids), recursively, as the recorded path regenerates it
-  (apply.py's `_regenerate`, `_rerun`, `_resolve`), in the saved tensor's own geometry.
+  recompute holds nothing. Where a pack's release is a point of the plan, the pack returns a
+  small object (`_Released`) that makes the point's drops and prefetches when autograd lets go of
+  it. An unpack returns the map: a swapped map's copy brought back, a recomputed map regenerated
+  from the recipes the first step recorded (the producing aten op and its arguments as trace
+  ids), recursively, in the saved tensor's own geometry: the copies and recomputations are the
+  recorded path's own code (memplan.torch.apply's `_MovedMaps`), which a steady step runs with
+  its own state and log.
 So a steady step computes what the recorded step computes, bit for bit, at a cost of a few
 microseconds a pack and unpack of a map the plan moves.
+
+Where the plan acts. A drop after op `d` goes at the first point after op `d`: the recorder
+counts the saved tensors a node unpacked as read by its last op, so `d`, the last op reading a
+copy, is the last op of the last node that unpacks it, and what that node saved is let go right
+after `d` (before the engine adds the node's gradients into the next ones' inputs), on torch 1.13
+and 2 alike. A prefetch before op `p` goes at the first point just before `p` (an unpack at the
+start of the node that runs `p`, or the release after the node before it); where there is none
+(`p` inside a node, as the simulator's default, the op before the first backward reader, often
+is), at the last point before `p`: from its unpacks to its last op a node's ops hold the same maps
+(none is written there or read for the last time before the node's last op), so the copy is
+counted beside what it would be counted beside at `p`. Autograd's Node hooks would give the same
+points, but a steady step's nodes are new objects: reaching the node that runs op `d` would take
+a walk of the graph every step (or torch 2's `_current_autograd_node`, which 1.13 lacks), where a
+release is seen at the cost of one small object per pack whose release is a point. A step that
+keeps its graph (`backward(retain_graph=True)`) lets go of nothing during backward: its drops
+are made at the next point or at the end of the step, and its measured peak says so.
+
+Measured. Each steady step logs what it does (saved_bytes.StepLog: each copy brought in, each
+recomputation's reads and writes, each swapped buffer released at its copy back, each drop), each
+entry at the op count of its point, and `_Program.measure` puts the entries among the recorded
+step's ops and its swapped buffers' releases after their last forward readers (which no hook
+holds, the step's own code lets them go) and walks that log as the recorded step's is walked
+(saved_bytes.peak): the same definition of the saved-bytes peak, to the byte. The walk is made
+again only when the entries differ from the last walked step's (compared entry by entry), so an
+unchanged plan's steady steps walk it once. The host peak is counted as the recorded step counts
+it (a swapped map's copy from its copy-out to the end of its copy-in). `stats` then holds the
+step's own peaks and `last_step` its log; a step that left the learnt path (below) measures none
+(`None`).
 
 Which steps are steady (the rule; `PlannedModel.steady_reason` says why not, `steady_steps` and
 `recorded_steps` count them, `stats["steady"]` says which the last one was): the step after a
@@ -45,13 +77,7 @@ it goes on under the plan or stops with PlanError naming the cause. What the ste
 see is a change that saves tensors of the same shapes in the same order (a module edited between
 steps, a flag the model reads): the recorded path would stop at the differing op, the steady one
 would regenerate the recorded recipe. Set `steady = False` for a model whose code changes from step
-to step.
-
-Not measured on a steady step: the saved-bytes and host peaks (they need the recorder's log);
-`stats` carries the last recorded step's. A steady step holds the same maps, but lets a copy go
-and brings a swapped map back at the next unpack of a moved map after the lowering's op rather
-than at that op, so its device peak may be higher (the copies whose drop points fall between two
-such unpacks are held until the second); docs/torch.md, "What a planned step costs"."""
+to step."""
 
 import bisect
 import time
