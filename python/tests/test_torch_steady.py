@@ -231,6 +231,39 @@ def test_drops_after_the_first_micro_batchs_backward_are_made_there_not_in_the_n
     assert planned.stats["peak_saved_bytes"] == want + held == 12416
 
 
+def retained(model, batch, loss_fn, optimizer):
+    """The default step with `backward(retain_graph=True)`: autograd lets go of no node's saved
+    tensors during backward."""
+    optimizer.zero_grad()
+    loss = loss_fn(model(batch[0]), batch[1])
+    loss.backward(retain_graph=True)
+    optimizer.step()
+    return loss.detach()
+
+
+@pytest.mark.parametrize("make", [gpt, cnn])
+def test_a_step_that_keeps_its_graph_drops_at_the_next_unpack_and_measures_the_prediction(make):
+    """With the graph kept, the recorded step sees no release during backward (the graph goes
+    when the step returns), so the steady steps make their drops at the next unpack of a moved
+    map: within one backward pass nothing is written between two unpacks, and the measured peaks
+    are still the predicted ones."""
+    planned, opt, base, base_opt, batches, loss_fn, plan, captured = planned_setup(
+        make, "swap-all", step=retained, with_plan=True)
+    _, predicted = predict(plan, captured)
+    for i in range(3):
+        batch = batches()
+        base_loss = run_step(base, batch, loss_fn, base_opt, step=retained)
+        assert_same(base, planned.model, base_loss, planned.step(batch, loss_fn, opt))
+        assert planned.stats["steady"] == (i > 0)
+        assert (planned.stats["peak_saved_bytes"], planned.stats["peak_host_bytes"]) == (
+            predicted["predicted_saved_peak_bytes"], predicted["predicted_host_peak_bytes"])
+    # the plan acts at unpacks, and where the graph goes when the step returns
+    program = planned._steady.program
+    assert all(at_release is None or at_release[0] == len(program.ops)
+               for *_, at_release in program.packs)
+    assert any(before or after for _, before, after in program.unpacks)
+
+
 def test_a_step_with_another_batch_shape_is_refused_as_the_recorded_path_refuses_it():
     """check_batch's refusal, not a steady step on the recorded step's recipes; the next step of
     the captured shapes is steady again."""

@@ -356,7 +356,8 @@ class _MovedMaps:
         """The first use of a copy brought in waits for its copy's end, and so for the end of
         every copy issued before it (one H2D stream): the host slots those copies end are let go
         here, as the simulator lets them go when the copy ends (Engine: a copy-in's end)."""
-        if not any(t == tid for t, _ in self.h2d_queue):
+        queue = self.h2d_queue
+        if not queue or not any(t == tid for t, _ in queue):
             return
         while True:
             done, release = self.h2d_queue.pop(0)
