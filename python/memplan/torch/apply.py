@@ -86,6 +86,7 @@ from its own log; the copies, recomputations, releases and drops of both paths a
 (`_MovedMaps`).
 """
 
+import collections
 import time
 
 import torch
@@ -316,8 +317,8 @@ class _MovedMaps:
     storage: what is held), `regenerated` (ids in `device` a recomputation wrote), `host` (id ->
     host copy), `home` (id -> the device a swapped map came from), `host_held` (copies out not
     brought back yet), `releasing` (swapped maps whose device buffer is counted until its release
-    or copy back), `h2d_queue`, `host_bytes`, `peak_host_bytes`, `recompute_ops`, `copies`
-    (`_Copies`), `log`; and, from the recorded step, `tensors` and `ops` (their records: producer,
+    or copy back), `h2d_queue` (a deque) and `h2d_queued` (`_queue_copy_in`), `host_bytes`,
+    `peak_host_bytes`, `recompute_ops`, `copies` (`_Copies`), `log`; and, from the recorded step, `tensors` and `ops` (their records: producer,
     in_place_of, bytes; outputs), `recipes` (op id -> (func, args, kwargs with _Ref, RNG state or
     None, grad mode)), `output_slot`, `persistent` and `weights`."""
 
@@ -349,18 +350,26 @@ class _MovedMaps:
         if tid in self.host_held:  # the simulator's host slot ends with its copy-in's end
             self.host_held.discard(tid)
             release = self.tensors[tid]["bytes"]
-        self.h2d_queue.append((tid, release))
+        self._queue_copy_in(tid, release)
         return copy
+
+    def _queue_copy_in(self, tid, release):
+        """A copy brought in was issued (the H2D stream's queue): its end lets `release` host
+        bytes go."""
+        self.h2d_queue.append((tid, release))
+        self.h2d_queued[tid] = self.h2d_queued.get(tid, 0) + 1
 
     def _wait_copy_in(self, tid):
         """The first use of a copy brought in waits for its copy's end, and so for the end of
         every copy issued before it (one H2D stream): the host slots those copies end are let go
         here, as the simulator lets them go when the copy ends (Engine: a copy-in's end)."""
-        queue = self.h2d_queue
-        if not queue or not any(t == tid for t, _ in queue):
+        if tid not in self.h2d_queued:
             return
         while True:
-            done, release = self.h2d_queue.pop(0)
+            done, release = self.h2d_queue.popleft()
+            left = self.h2d_queued.pop(done) - 1
+            if left:
+                self.h2d_queued[done] = left
             self._account_host(-release)
             if done == tid:
                 return
@@ -492,7 +501,8 @@ class _PlanRecorder(_MovedMaps, StepRecorder):
         self.objects = {}  # tensor id -> a tensor over its storage (host-placed, known)
         self.real_placed = set()  # host-placed tensors whose storage the step empties and fills
         self.resident_placed = set()  # host-placed tensors with a device copy now
-        self.h2d_queue = []  # (tensor id, host bytes its copy's end releases), issue order
+        self.h2d_queue = collections.deque()  # (tensor id, host bytes its copy's end releases)
+        self.h2d_queued = {}  # tensor id -> how many times it is in it
         self.host_op_ids = set()  # ops run on the host's copies
         self.recorder_bytes = {}  # host-placed pre-existing tensor id -> its captured bytes
         # op id -> (func, args, kwargs with _Ref, rng state or None, grad mode), for each forward
@@ -595,7 +605,7 @@ class _PlanRecorder(_MovedMaps, StepRecorder):
         self.log.copy_in(tid, nbytes)
         # a gradient's slot (not one the step starts with) ends with its copy-in
         resident = self.expected["tensors"][tid]["producer"] is None
-        self.h2d_queue.append((tid, 0 if resident else nbytes))
+        self._queue_copy_in(tid, 0 if resident else nbytes)
 
     def _use_placed(self, tid):
         """Host-placed `tid` read on the device now (an op's input, a recomputation's): brought

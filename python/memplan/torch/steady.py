@@ -80,6 +80,7 @@ would regenerate the recorded recipe. Set `steady = False` for a model whose cod
 to step."""
 
 import bisect
+import collections
 import time
 import warnings
 
@@ -377,7 +378,7 @@ class _Step(_MovedMaps):
         self.regenerated = set()
         self.host, self.home, self.host_held = {}, {}, set()
         self.releasing = set(program.released_at_copy_in)
-        self.h2d_queue = []
+        self.h2d_queue, self.h2d_queued = collections.deque(), {}
         self.host_bytes = self.peak_host_bytes = 0
         self.recompute_ops = 0
         self.copies = _Copies(cuda)
