@@ -318,9 +318,10 @@ class _MovedMaps:
     host copy), `home` (id -> the device a swapped map came from), `host_held` (copies out not
     brought back yet), `releasing` (swapped maps whose device buffer is counted until its release
     or copy back), `h2d_queue` (a deque) and `h2d_queued` (`_queue_copy_in`), `host_bytes`,
-    `peak_host_bytes`, `recompute_ops`, `copies` (`_Copies`), `log`; and, from the recorded step, `tensors` and `ops` (their records: producer,
-    in_place_of, bytes; outputs), `recipes` (op id -> (func, args, kwargs with _Ref, RNG state or
-    None, grad mode)), `output_slot`, `persistent` and `weights`."""
+    `peak_host_bytes`, `recompute_ops`, `copies` (`_Copies`), `log`; and, from the recorded step,
+    `tensors` and `ops` (their records: producer, in_place_of, bytes; outputs), `recipes` (op id
+    -> (func, args, kwargs with _Ref, RNG state or None, grad mode)), `output_slot`, `persistent`
+    and `weights`."""
 
     # ---- host copies of swapped maps ------------------------------------------------------
     def _copy_out(self, tid, storage):

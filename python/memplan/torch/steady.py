@@ -248,7 +248,7 @@ class _Program:
         self.released_at_copy_in = frozenset(recorder.released_at_copy_in)
         self.pack_log = [(tid, shape, dtype, _HOLD if how == "keep" and tid in hold else
                           how_code[how]) for tid, shape, dtype, how, _ in recorder.pack_log]
-        self.points = recorder.points
+        self.points = list(recorder.points)  # as of its learning: what goes later is no point
         # what a steady step holds on the device, and so may let go: kept maps recomputations
         # read, copies of moved maps, what recomputations regenerated
         holdable = {tid for tid, how in packed.items() if how != "keep"} | hold
@@ -425,7 +425,8 @@ class _Step(_MovedMaps):
         return t
 
     def _act(self, point):
-        """The plan's drops, then prefetches, at a point (`_Program._points`)."""
+        """The plan's drops, then prefetches, at a point (`_Program.place`), logged at its op
+        count."""
         self.log.gap, drops, prefetches = point
         for tid in drops:
             self._let_go(tid)
