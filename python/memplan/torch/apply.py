@@ -328,7 +328,9 @@ class _MovedMaps:
         self.host[tid] = self.copies.copy_out(storage)
         self.home[tid] = storage.device
         self.host_held.add(tid)
-        self._account_host(self.tensors[tid]["bytes"])
+        self.host_bytes += self.tensors[tid]["bytes"]
+        if self.host_bytes > self.peak_host_bytes:
+            self.peak_host_bytes = self.host_bytes
 
     def _account_host(self, delta):
         self.host_bytes += delta
@@ -343,7 +345,8 @@ class _MovedMaps:
 
     def _copy_in(self, tid):
         """Brings a swapped map back (at its prefetch point, or when first needed)."""
-        self._release(tid)  # the lowering frees the copied-out buffer before the copy back
+        if tid in self.releasing:  # the lowering frees the copied-out buffer before the copy back
+            self._release(tid)
         copy = self.copies.copy_in(self.host[tid], self.home[tid])
         self.device[tid] = copy
         self.log.copy_in(tid, storage_bytes(copy))
@@ -387,10 +390,12 @@ class _MovedMaps:
     def _materialize(self, tid):
         """A device tensor over the whole storage of `tid`: held, brought back or regenerated
         (a copy brought back waited for: its first use, an unpack's or a recomputation's)."""
-        if tid in self.device:
-            self._wait_copy_in(tid)
-            t = self.device[tid]
-            self.copies.wait(t)
+        t = self.device.get(tid)
+        if t is not None:
+            if tid in self.h2d_queued:
+                self._wait_copy_in(tid)
+            if self.copies.cuda:
+                self.copies.wait(t)
             return t
         if tid in self.host:
             copy = self._copy_in(tid)

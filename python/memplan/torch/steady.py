@@ -344,6 +344,13 @@ class _AnchoredLog(StepLog):
     def _add(self, entry):
         self.entries.append((self.gap, entry))
 
+    # the entries a steady step makes most, without `_add`'s call
+    def drop(self, tensor_id):
+        self.entries.append((self.gap, ("drop", tensor_id)))
+
+    def copy_in(self, tensor_id, nbytes):
+        self.entries.append((self.gap, ("copy_in", tensor_id, nbytes)))
+
 
 class _Released:
     """What a steady step's pack returns where the plan acts when autograd lets go of it: the
@@ -461,12 +468,12 @@ class _Step(_MovedMaps):
 
     # a parameter or buffer a recomputation reads: over its storage from its first read
     def _materialize(self, tid):
-        if tid not in self.device and tid in self.objects:
+        if tid in self.objects and tid not in self.device:
             self.device[tid] = _whole_storage(self.objects[tid])
         return super()._materialize(tid)
 
     def _at_hand(self, tid):
-        if tid not in self.device and tid in self.objects:
+        if tid in self.objects and tid not in self.device:
             self.device[tid] = _whole_storage(self.objects[tid])
         return super()._at_hand(tid)
 
