@@ -37,7 +37,8 @@ start of the node that runs `p`, or the release after the node before it); where
 (`p` inside a node, as the simulator's default, the op before the first backward reader, often
 is), at the last point before `p`: from its unpacks to its last op a node's ops hold the same maps
 (none is written there or read for the last time before the node's last op), so the copy is
-counted beside what it would be counted beside at `p`. Autograd's Node hooks would give the same
+counted beside what it would be counted beside at `p` (in device memory it is held beside the
+temporaries of the node's ops before `p` too, which the saved-bytes peak does not count). Autograd's Node hooks would give the same
 points, but a steady step's nodes are new objects: reaching the node that runs op `d` would take
 a walk of the graph every step (or torch 2's `_current_autograd_node`, which 1.13 lacks), where a
 release is seen at the cost of one small object per pack whose release is a point. A step that
