@@ -38,12 +38,13 @@ start of the node that runs `p`, or the release after the node before it); where
 is), at the last point before `p`: from its unpacks to its last op a node's ops hold the same maps
 (none is written there or read for the last time before the node's last op), so the copy is
 counted beside what it would be counted beside at `p` (in device memory it is held beside the
-temporaries of the node's ops before `p` too, which the saved-bytes peak does not count). Autograd's Node hooks would give the same
-points, but a steady step's nodes are new objects: reaching the node that runs op `d` would take
-a walk of the graph every step (or torch 2's `_current_autograd_node`, which 1.13 lacks), where a
-release is seen at the cost of one small object per pack whose release is a point. A step that
-keeps its graph (`backward(retain_graph=True)`) lets go of nothing during backward: its drops
-are made at the next point or at the end of the step, and its measured peak says so.
+temporaries of the node's ops before `p` too, which the saved-bytes peak does not count).
+Autograd's Node hooks would give the same points, but a steady step's nodes are new objects:
+reaching the node that runs op `d` would take a walk of the graph every step (or torch 2's
+`_current_autograd_node`, which 1.13 lacks), where a release is seen at the cost of one small
+object per pack whose release is a point. A step that keeps its graph
+(`backward(retain_graph=True)`) lets go of nothing during backward: its drops are made at the
+next point or at the end of the step, and measured there.
 
 Measured. Each steady step logs what it does (saved_bytes.StepLog: each copy brought in, each
 recomputation's reads and writes, each swapped buffer released at its copy back, each drop), each
