@@ -54,10 +54,11 @@ readers, or the plan's `release_before`: buffers no hook holds, the step's own c
 a release at a copy back is the steady step's own) and walks that log as the recorded step's
 is walked (saved_bytes.peak): the same definition of the saved-bytes peak, to the byte. The walk
 is made again only when the entries differ from the last walked step's (compared entry by
-entry), so an unchanged plan's steady steps walk it once. The host peak is counted as the recorded step counts
-it (a swapped map's copy from its copy-out to the end of its copy-in). An in-core step's log is
-its ops alone, the recorded step's, and so are its peaks. `stats` then holds the step's own peaks
-and `last_step` its log; a step that left the learnt path (below) measures none (`None`).
+entry), so an unchanged plan's steady steps walk it once. The host peak is counted as the
+recorded step counts it (a swapped map's copy from its copy-out to the end of its copy-in). An
+in-core step's log is its ops alone, the recorded step's, and so are its peaks. `stats` then
+holds the step's own peaks and `last_step` its log; a step that left the learnt path (below)
+measures none (`None`).
 
 Which steps are steady (the rule; `PlannedModel.steady_reason` says why not, `steady_steps` and
 `recorded_steps` count them, `stats["steady"]` says which the last one was): the step after a
