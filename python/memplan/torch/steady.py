@@ -258,12 +258,12 @@ class _Program:
         holdable = {tid for tid, how in packed.items() if how != "keep"} | hold
         for op in recorder.reran:
             holdable.update(recorder.ops[op]["outputs"])
-        self.drop_after = {op: [t for t in tids if t in holdable and t not in self.persistent
-                                and tensors[t]["kind"] == "activation"]
-                           for op, tids in plan.drop_after.items()}
-        # those the recorded step let go of (a regenerated intermediate whose drop point was in
-        # forward is held to the end of the step, as the lowering holds it)
+        # of those, the ones the recorded step let go of (a regenerated intermediate whose drop
+        # point was in forward is held to the end of the step, as the lowering holds it)
         self.dropped = {entry[1] for entry in recorder.log.entries if entry[0] == "drop"}
+        self.drop_after = {op: [t for t in tids if t in holdable and t in self.dropped and
+                                t not in self.persistent and tensors[t]["kind"] == "activation"]
+                           for op, tids in plan.drop_after.items()}
         self.prefetch_before = {op: [t for t in tids if packed.get(t) == "swap"]
                                 for op, tids in plan.prefetch_before.items()}
         self.place()
