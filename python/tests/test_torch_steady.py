@@ -2,10 +2,11 @@
 through saved-tensor hooks alone, with no dispatch mode. Each test compares a planned model with
 a copy of it trained by the plain step, bit for bit (loss, gradients, weights and buffers) over
 several steps on other batches of the captured shapes; the steady path is shown taken by a
-dispatch mode that is active in the recorded step and not in the steady ones; plans and steps the
-steady path does not carry out are shown recorded, and a step that takes another path than the
-recorded one is shown to finish with the in-core step's values and hand over to the recorded
-path."""
+dispatch mode that is active in the recorded step and not in the steady ones; a steady step's
+measured saved-bytes and host peaks are shown to be the simulator's, to the byte, from its own
+log; plans and steps the steady path does not carry out are shown recorded, and a step that takes
+another path than the recorded one is shown to finish with the in-core step's values and hand
+over to the recorded path."""
 
 import copy
 import pathlib
@@ -23,7 +24,9 @@ import memplan  # noqa: E402
 from memplan.torch import PlanError, apply, capture  # noqa: E402
 from memplan.torch.capture import memplan_trace, run_step  # noqa: E402
 from memplan.torch.models import GPT  # noqa: E402
-from memplan.torch.steady import SteadyPathWarning  # noqa: E402
+from memplan.torch.saved_bytes import peak  # noqa: E402
+from memplan.torch.steady import _UNPACK, SteadyPathWarning  # noqa: E402
+from memplan.torch.validate import predict  # noqa: E402
 
 STEPS = 4
 
@@ -82,15 +85,41 @@ def cnn():
             F.cross_entropy)
 
 
-def planned_setup(make, policy):
-    """A model captured and planned with `policy`, and a copy of it and its optimizer (taken
-    after the capture's steps) to train by the plain step."""
+def cnn16():
+    """`cnn` on 16 images of 16x16: maps enough beside the parameters for memplan.search to
+    find a plan that swaps some and recomputes others."""
+    model, _, loss_fn = cnn()
+    return model, lambda: (torch.randn(16, 3, 16, 16), torch.randint(0, 10, (16,))), loss_fn
+
+
+def searched(trace):
+    """memplan.search's plan (maps only) at the in-core peak less the first share of the
+    feature-map bytes at which it finds one."""
+    parsed = memplan_trace(trace)
+    info = parsed.info()
+    for share in (0.5, 0.4, 0.3, 0.2, 0.15, 0.1):
+        found = memplan.search(parsed, memory=info.peak_bytes_incore - int(
+            info.feature_map_bytes * share), time_limit=60, rounds=4, deterministic=True,
+            maps_only=True)
+        if found.feasible:
+            return found.plan.to_dict()
+    pytest.fail("no plan found")
+
+
+def planned_setup(make, policy, step=None, with_plan=False):
+    """A model captured (with training step `step`) and planned with `policy` (a policy's name,
+    a plan, or a function of the trace that makes one), and a copy of it and its optimizer (taken
+    after the capture's steps) to train by the plain step; with the plan and the capture too
+    when `with_plan`."""
     model, batches, loss_fn = make()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    captured = capture(model, batches(), loss_fn, opt)
-    plan = policy if isinstance(policy, dict) else policy_plan(captured.trace, policy)
-    planned = apply(model, plan, captured)
+    captured = capture(model, batches(), loss_fn, opt, step=step)
+    plan = policy if isinstance(policy, dict) else policy(captured.trace) if callable(policy) \
+        else policy_plan(captured.trace, policy)
+    planned = apply(model, plan, captured, step=step)
     base, base_opt = copy.deepcopy((model, opt))
+    if with_plan:
+        return planned, opt, base, base_opt, batches, loss_fn, plan, captured
     return planned, opt, base, base_opt, batches, loss_fn
 
 
@@ -133,6 +162,108 @@ def test_steady_steps_are_bitwise_the_in_core_step(make, policy):
     assert planned.stats["peak_saved_bytes"] > 0
 
 
+@pytest.mark.parametrize("make,policy", [
+    (gpt, "swap-all"), (gpt, "recompute-all"), (gpt, "checkpoint-sqrt"), (gpt, searched),
+    (cnn, "swap-all"), (cnn, "recompute-all"), (cnn, "checkpoint-sqrt"), (cnn16, searched)])
+def test_a_steady_step_measures_the_predicted_peaks_from_its_own_log(make, policy):
+    """Every step, recorded or steady, measures the saved-bytes and host peaks the simulator
+    predicts, to the byte; a steady step's from its own log (`last_step`: the copies it brought
+    in, the recomputations it ran and the drops it made, at the points it made them, among the
+    recorded step's ops), not the recorded step's."""
+    planned, opt, base, base_opt, batches, loss_fn, plan, captured = planned_setup(
+        make, policy, with_plan=True)
+    _, predicted = predict(plan, captured)
+    want = (predicted["predicted_saved_peak_bytes"], predicted["predicted_host_peak_bytes"])
+    actions = {m["action"] for m in plan["maps"]}
+    assert actions - {"keep"}
+    recorded_log = None
+    for i in range(STEPS):
+        run_both(planned, opt, base, base_opt, batches(), loss_fn, seed=i)
+        stats = planned.stats
+        assert stats["steady"] == (i > 0)
+        assert (stats["peak_saved_bytes"], stats["peak_host_bytes"]) == want
+        log, trace = planned.last_step
+        assert peak(log, trace) == want[0]
+        if i == 0:
+            recorded_log = log
+            continue
+        assert log is not recorded_log
+        entries = [e[0] for e in log.entries]
+        assert sum(1 for e in log.entries if e[0] == "recompute") == stats["recomputed_ops"]
+        if "swap" in actions:  # each swapped map brought back once
+            assert entries.count("copy_in") == stats["swapped_maps"] > 0
+        assert entries.count("drop") > 0
+    if policy == "recompute-all":
+        assert stats["recomputed_ops"] > 0
+    assert planned.steady_steps == STEPS - 1
+
+
+def test_drops_after_the_first_micro_batchs_backward_are_made_there_not_in_the_next_forward():
+    """Gradient accumulation: the last node of the first micro-batch's backward that unpacks a
+    map the plan moves is its first batch norm's (the convolution before it saves the batch and
+    its weight, which the plan keeps). After it, the convolution's output and the batch norm's
+    mean and inverse deviation (4,096 + 32 + 32 bytes) are read no more. The steady path lets them
+    go when autograd lets go of what that node saved, as the recorded step does after its op. Its
+    first rule made the drops at the next unpack of a moved map, in the second micro-batch's
+    backward: the three were held through the second micro-batch's forward, whose peak is the
+    step's (`_Program.place` with that rule, measured: 4,160 bytes above the prediction)."""
+    planned, opt, base, base_opt, batches, loss_fn, plan, captured = planned_setup(
+        cnn, "swap-all", step=accumulate2, with_plan=True)
+    _, predicted = predict(plan, captured)
+    want = predicted["predicted_saved_peak_bytes"]
+    first = {}
+    for t in captured.trace["tensors"]:
+        first.setdefault(t["name"], t)
+    held = sum(first[name]["bytes"] for name in (
+        "a.0.convolution.out0", "a.1.native_batch_norm.out1", "a.1.native_batch_norm.out2"))
+    assert (want, held) == (8256, 4160)
+    for i in range(2):
+        batch = batches()
+        base_loss = run_step(base, batch, loss_fn, base_opt, step=accumulate2)
+        assert_same(base, planned.model, base_loss, planned.step(batch, loss_fn, opt))
+        assert planned.stats["steady"] == (i == 1)
+        assert planned.stats["peak_saved_bytes"] == want
+    planned._steady.program.place(kinds=(_UNPACK,), early=False)  # the first rule
+    batch = batches()
+    base_loss = run_step(base, batch, loss_fn, base_opt, step=accumulate2)
+    assert_same(base, planned.model, base_loss, planned.step(batch, loss_fn, opt))
+    assert planned.stats["steady"]
+    assert planned.stats["peak_saved_bytes"] == want + held == 12416
+
+
+def retained(model, batch, loss_fn, optimizer):
+    """The default step with `backward(retain_graph=True)`: autograd lets go of no node's saved
+    tensors during backward."""
+    optimizer.zero_grad()
+    loss = loss_fn(model(batch[0]), batch[1])
+    loss.backward(retain_graph=True)
+    optimizer.step()
+    return loss.detach()
+
+
+@pytest.mark.parametrize("make", [gpt, cnn])
+def test_a_step_that_keeps_its_graph_drops_at_the_next_unpack_and_measures_the_prediction(make):
+    """With the graph kept, the recorded step sees no release during backward (the graph goes
+    when the step returns), so the steady steps make their drops at the next unpack of a moved
+    map: within one backward pass nothing is written between two unpacks, and the measured peaks
+    are still the predicted ones."""
+    planned, opt, base, base_opt, batches, loss_fn, plan, captured = planned_setup(
+        make, "swap-all", step=retained, with_plan=True)
+    _, predicted = predict(plan, captured)
+    for i in range(3):
+        batch = batches()
+        base_loss = run_step(base, batch, loss_fn, base_opt, step=retained)
+        assert_same(base, planned.model, base_loss, planned.step(batch, loss_fn, opt))
+        assert planned.stats["steady"] == (i > 0)
+        assert (planned.stats["peak_saved_bytes"], planned.stats["peak_host_bytes"]) == (
+            predicted["predicted_saved_peak_bytes"], predicted["predicted_host_peak_bytes"])
+    # the plan acts at unpacks, and where the graph goes when the step returns
+    program = planned._steady.program
+    assert all(at_release is None or at_release[0] == len(program.ops)
+               for *_, at_release in program.packs)
+    assert any(before or after for _, before, after in program.unpacks)
+
+
 def test_a_step_with_another_batch_shape_is_refused_as_the_recorded_path_refuses_it():
     """check_batch's refusal, not a steady step on the recorded step's recipes; the next step of
     the captured shapes is steady again."""
@@ -160,6 +291,8 @@ def test_a_steady_step_that_takes_another_path_keeps_what_it_saves_and_hands_ove
     with pytest.warns(SteadyPathWarning, match="another path than the recorded one"):
         run_both(planned, opt, base, base_opt, batches(), loss_fn, seed=2)
     assert planned.stats["steady"]
+    # its saved tensors are not the recorded ones from there on: no peak is measured
+    assert planned.stats["peak_saved_bytes"] is None and planned.stats["peak_host_bytes"] is None
     with pytest.raises(PlanError, match="the step's code differs"):
         planned.step(batches(), loss_fn, opt)
     planned.model.pool = base.pool = False

@@ -85,17 +85,20 @@ order, `_ORDER_MACHINE`), and an update on the host's temporaries, each from the
 makes it to the end of the last one that reads it (or a version written over it); the copy itself
 is let go at the map's drop point. A recomputed map is held from its regeneration to its drop
 point; a plan with `per_use` recomputation (regenerate for every backward use, SuperNeurons'
-memory-centric mode) is refused with one line, since its peak would not be the simulator's.
+memory-centric mode) is refused with one line, since its peak would not be the simulator's. A
+steady step (memplan.torch.steady) measures both peaks as well, from its own log; the copies,
+recomputations, releases and drops of both paths are one class's (`_MovedMaps`).
 """
 
+import collections
 import time
 
 import torch
 
 from memplan.torch.capture import run_step, step_module
 from memplan.torch.encodings import decode_map, encode_map
-from memplan.torch.recorder import (_METADATA_READERS, StepRecorder, flat_tensors, op_schema,
-                                    storage_bytes, untyped_storage, written_arguments)
+from memplan.torch.recorder import (_METADATA_READERS, StepRecorder, _call, flat_tensors,
+                                    op_schema, storage_bytes, untyped_storage, written_arguments)
 from memplan.torch.saved_bytes import StepLog, feature_map_buffers, peak
 from memplan.torch.schedule import (PlanError, check_batch, check_model,
                                     check_optimizer_state, plan_schedule)
@@ -334,8 +337,202 @@ def regenerate(tid, inputs_of, at_hand, rerun):
             stack.append((gone, inputs_of(gone)))
 
 
-class _PlanRecorder(StepRecorder):
-    """The capture recorder, checking each op against the captured trace and acting on packs."""
+class _MovedMaps:
+    """The device and host copies of the maps a plan moves, made and let go of as the simulator's
+    lowering makes them; the part of carrying out a plan that the recorded step (`_PlanRecorder`)
+    and the steady one (memplan.torch.steady) share.
+
+    What: a swapped map's whole storage is copied to host memory once (`_copy_out`) and brought
+    back at its prefetch point or at its first use (`_copy_in`); a recomputed map, and each input
+    of its producer that is neither held nor brought back, is regenerated from the recorded step's
+    recipes (`_regenerate`: the producing aten op and its arguments as trace ids, `_rerun`,
+    `_resolve`); a copy is let go at its drop point (`_let_go`). The step's log
+    (saved_bytes.StepLog) gets each copy brought in, each recomputation's reads and writes, each
+    swapped buffer's release and each drop, and the host bytes are counted from a copy-out to the
+    end of its copy-in (the first use of that copy or of one issued after it: one H2D stream).
+
+    Why one class: a copy made or let go at another point, or a recomputation that re-ran other
+    ops, would give the two paths other saved-bytes peaks; here they cannot differ.
+
+    How: a subclass sets, before the step, `device` (tensor id -> a device tensor over its whole
+    storage: what is held), `regenerated` (ids in `device` a recomputation wrote), `host` (id ->
+    host copy), `home` (id -> the device a swapped map came from), `host_held` (copies out not
+    brought back yet), `releasing` (swapped maps whose device buffer is counted until its release
+    or copy back), `h2d_queue` (a deque) and `h2d_queued` (`_queue_copy_in`), `host_bytes`,
+    `peak_host_bytes`, `recompute_ops`, `copies` (`_Copies`), `log`; and, from the recorded step,
+    `tensors` and `ops` (their records: producer, in_place_of, bytes; outputs), `recipes` (op id
+    -> (func, args, kwargs with _Ref, RNG state or None, grad mode)), `output_slot`, `persistent`
+    and `weights`."""
+
+    # ---- host copies of swapped maps ------------------------------------------------------
+    def _copy_out(self, tid, storage):
+        self.host[tid] = self.copies.copy_out(storage)
+        self.home[tid] = storage.device
+        self.host_held.add(tid)
+        self.host_bytes += self.tensors[tid]["bytes"]
+        if self.host_bytes > self.peak_host_bytes:
+            self.peak_host_bytes = self.host_bytes
+
+    def _account_host(self, delta):
+        self.host_bytes += delta
+        self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
+
+    def _release(self, tid):
+        """A swapped map's device buffer goes, once its copy-out has read it (logged as a read:
+        the simulator holds it until it has waited for the copy there)."""
+        if tid in self.releasing:
+            self.releasing.discard(tid)
+            self.log.release(tid)
+
+    def _copy_in(self, tid):
+        """Brings a swapped map back (at its prefetch point, or when first needed)."""
+        if tid in self.releasing:  # the lowering frees the copied-out buffer before the copy back
+            self._release(tid)
+        copy = self.copies.copy_in(self.host[tid], self.home[tid])
+        self.device[tid] = copy
+        self.log.copy_in(tid, storage_bytes(copy))
+        release = 0
+        if tid in self.host_held:  # the simulator's host slot ends with its copy-in's end
+            self.host_held.discard(tid)
+            release = self.tensors[tid]["bytes"]
+        self._queue_copy_in(tid, release)
+        return copy
+
+    def _queue_copy_in(self, tid, release):
+        """A copy brought in was issued (the H2D stream's queue): its end lets `release` host
+        bytes go."""
+        self.h2d_queue.append((tid, release))
+        self.h2d_queued[tid] = self.h2d_queued.get(tid, 0) + 1
+
+    def _wait_copy_in(self, tid):
+        """The first use of a copy brought in waits for its copy's end, and so for the end of
+        every copy issued before it (one H2D stream): the host slots those copies end are let go
+        here, as the simulator lets them go when the copy ends (Engine: a copy-in's end)."""
+        if tid not in self.h2d_queued:
+            return
+        while True:
+            done, release = self.h2d_queue.popleft()
+            left = self.h2d_queued.pop(done) - 1
+            if left:
+                self.h2d_queued[done] = left
+            self._account_host(-release)
+            if done == tid:
+                return
+
+    def _let_go(self, tid):
+        """The drop point of `tid`: its copy on the device (brought back, regenerated, or a kept
+        map held for recomputations) and its host copy go."""
+        if self.device.pop(tid, None) is not None:
+            self.log.drop(tid)
+        self.regenerated.discard(tid)
+        self.host.pop(tid, None)
+
+    # ---- a device tensor over a map's whole storage ---------------------------------------
+    def _materialize(self, tid):
+        """A device tensor over the whole storage of `tid`: held, brought back or regenerated
+        (a copy brought back waited for: its first use, an unpack's or a recomputation's)."""
+        t = self.device.get(tid)
+        if t is not None:
+            if tid in self.h2d_queued:
+                self._wait_copy_in(tid)
+            if self.copies.cuda:
+                self.copies.wait(t)
+            return t
+        if tid in self.host:
+            copy = self._copy_in(tid)
+            self._wait_copy_in(tid)
+            self.copies.wait(copy)
+            return copy
+        return self._regenerate(tid)
+
+    def _at_hand(self, tid):
+        """Whether `tid` is on the device, bringing it back if it can be (as `_materialize`
+        would, at the same point); False when it must be regenerated."""
+        if tid in self.host and tid not in self.device:
+            self._copy_in(tid)
+        if tid in self.device:
+            self._wait_copy_in(tid)
+            return True
+        return False
+
+    def _regenerate(self, tid):
+        """Regenerates `tid` (`regenerate`), an input gone when it is not `_at_hand`."""
+        regenerate(tid, self._inputs_of, self._at_hand, self._rerun)
+        return self.device[tid]
+
+    def _inputs_of(self, tid):
+        """The ids the producer of `tid` reads, in the order `_resolve` reads them."""
+        _, args, kwargs, _, _ = self.recipes[self.tensors[tid]["producer"]]
+        refs = []
+        for value in (args, kwargs):
+            _collect_refs(value, refs)
+        return iter([ref.tid for ref in refs])
+
+    def _rerun(self, tid):
+        """Re-runs the producer of `tid` on its inputs, which are at hand (`_regenerate`), in the
+        grad mode it first ran in (a kernel may look at it: torch 2's CPU LSTM layer,
+        `mkldnn_rnn_layer`, returns the workspace backward needs only with grad enabled) on
+        arguments detached from the graph (`_resolve`), so that it builds none; a random op under
+        the RNG state it first ran with."""
+        producer = self.tensors[tid]["producer"]
+        func, args, kwargs, rng, grad_enabled = self.recipes[producer]
+        written = _written_refs(func, args, kwargs)
+        reads = []
+        real_args = self._resolve(args, written, reads)
+        real_kwargs = self._resolve(kwargs, written, reads)
+        saved_rng = None
+        if rng is not None:
+            saved_rng = _rng_state(self.copies.cuda)
+            _set_rng_state(rng)
+        try:
+            with torch.set_grad_enabled(grad_enabled):
+                result = _call(func, real_args, real_kwargs)
+        finally:
+            if saved_rng is not None:
+                _set_rng_state(saved_rng)
+        self.recompute_ops += 1
+        writes = []
+        for out in self.ops[producer]["outputs"]:
+            where, index = self.output_slot[out]
+            if where == "written":
+                value = written_arguments(func, real_args, real_kwargs)[index]
+            else:
+                value = flat_tensors(result, [])[index]
+            value = _whole_storage(value)
+            held = out not in self.device  # else a temporary copy: the one held stays
+            writes.append((out, storage_bytes(value), self.tensors[out].get("in_place_of"),
+                           held))
+            if held:
+                self.device[out] = value
+                self.regenerated.add(out)
+        self.log.recompute(reads, writes)
+
+    def _resolve(self, value, written, reads):
+        if isinstance(value, _Ref):
+            reads.append(value.tid)
+            whole = self._materialize(value.tid).detach()
+            if id(value) in written and value.tid in self.regenerated:
+                # written over in place: the regenerated tensor becomes the op's output
+                del self.device[value.tid]
+                self.regenerated.discard(value.tid)
+                return whole.as_strided(*value.geometry)
+            base = whole.as_strided(*value.geometry)
+            # Clone what the op writes that is held for another use, and persistent state but the
+            # weights: native_batch_norm updates its running statistics (buffers) without marking
+            # them written; no op writes a weight unmarked, and a clone of each at every re-run
+            # was a good part of a recomputing step's overhead (issue 36).
+            unmarked = value.tid in self.persistent and value.tid not in self.weights
+            return base.clone() if id(value) in written or unmarked else base
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._resolve(v, written, reads) for v in value)
+        if isinstance(value, dict):
+            return {k: self._resolve(v, written, reads) for k, v in value.items()}
+        return value
+
+
+class _PlanRecorder(_MovedMaps, StepRecorder):
+    """The capture recorder, checking each op against the captured trace and acting on packs
+    (the copies of the maps the plan moves: `_MovedMaps`)."""
 
     def __init__(self, model, optimizer, batch, trace, plan, cuda=False, host_state=None):
         self.expected = trace
@@ -351,7 +548,8 @@ class _PlanRecorder(StepRecorder):
         self.objects = {}  # tensor id -> a tensor over its storage (host-placed, known)
         self.real_placed = set()  # host-placed tensors whose storage the step empties and fills
         self.resident_placed = set()  # host-placed tensors with a device copy now
-        self.h2d_queue = []  # (tensor id, host bytes its copy's end releases), issue order
+        self.h2d_queue = collections.deque()  # (tensor id, host bytes its copy's end releases)
+        self.h2d_queued = {}  # tensor id -> how many times it is in it
         self.host_op_ids = set()  # ops run on the host's copies
         self.recorder_bytes = {}  # host-placed pre-existing tensor id -> its captured bytes
         # op id -> (func, args, kwargs with _Ref, rng state or None, grad mode), for each forward
@@ -364,6 +562,7 @@ class _PlanRecorder(StepRecorder):
         self.device = {}
         self.regenerated = set()  # ids in self.device that a recomputation wrote
         self.host = {}  # tensor id -> host copy of its whole storage (swap)
+        self.home = {}  # tensor id -> the device its swapped storage was copied out from
         self.encoded = {}  # tensor id -> its encoded copy on the device (encode:*, Encoded)
         self.spilled_bytes = 0  # sparse encodings' bytes beyond their planned buffers (host)
         self.host_held = set()  # swap copies not brought back yet (the simulator's host slots)
@@ -456,19 +655,7 @@ class _PlanRecorder(StepRecorder):
         self.log.copy_in(tid, nbytes)
         # a gradient's slot (not one the step starts with) ends with its copy-in
         resident = self.expected["tensors"][tid]["producer"] is None
-        self.h2d_queue.append((tid, 0 if resident else nbytes))
-
-    def _wait_copy_in(self, tid):
-        """The first use of a copy brought in waits for its copy's end, and so for the end of
-        every copy issued before it (one H2D stream): the host slots those copies end are let go
-        here, as the simulator lets them go when the copy ends (Engine: a copy-in's end)."""
-        if not any(t == tid for t, _ in self.h2d_queue):
-            return
-        while True:
-            done, release = self.h2d_queue.pop(0)
-            self._account_host(-release)
-            if done == tid:
-                return
+        self._queue_copy_in(tid, 0 if resident else nbytes)
 
     def _use_placed(self, tid):
         """Host-placed `tid` read on the device now (an op's input, a recomputation's): brought
@@ -493,7 +680,7 @@ class _PlanRecorder(StepRecorder):
         self.resident_placed.discard(tid)
         record = self.expected["tensors"][tid]
         if record["producer"] is not None:
-            self.log.recompute([tid], [])
+            self.log.release(tid)
         if tid not in self.real_placed:
             return
         t = self.objects[tid]
@@ -648,10 +835,7 @@ class _PlanRecorder(StepRecorder):
                 self.paused -= 1
         for tid in self.plan.drop_after.get(op_id, ()):  # the trace reads them no more
             if tid not in self.persistent and self.tensors[tid]["kind"] == "activation":
-                self.device.pop(tid, None)
-                self.regenerated.discard(tid)
-                self.host.pop(tid, None)
-                self.encoded.pop(tid, None)
+                self._let_go(tid)
         return result
 
     def _forward_drops(self, op_id, tensors):
@@ -842,15 +1026,6 @@ class _PlanRecorder(StepRecorder):
             self.device[tid] = _whole_storage(t)
         return ("keep", t)
 
-    def _copy_out(self, tid, storage):
-        self.host[tid] = self.copies.copy_out(storage)
-        self.host_held.add(tid)
-        self._account_host(self.tensors[tid]["bytes"])
-
-    def _account_host(self, delta):
-        self.host_bytes += delta
-        self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
-
     def on_unpack(self, payload, tid):
         how, value = payload
         if how == "keep":
@@ -867,41 +1042,28 @@ class _PlanRecorder(StepRecorder):
             self.paused -= 1
         return result
 
-    def _release(self, tid):
-        """A swapped map's device buffer goes, once its copy-out has read it (logged as a read:
-        the simulator holds it until it has waited for the copy there)."""
-        if tid in self.releasing:
-            self.releasing.discard(tid)
-            self.log.recompute([tid], [])
-
-    def _copy_in(self, tid):
-        """Brings a swapped map back (at its prefetch point, or when first needed)."""
-        self._release(tid)  # the lowering frees the copied-out buffer before the copy back
-        copy = self.copies.copy_in(self.host[tid], self.held_device)
-        self.device[tid] = copy
-        self.log.copy_in(tid, storage_bytes(copy))
-        release = 0
-        if tid in self.host_held:  # the simulator's host slot ends with its copy-in's end
-            self.host_held.discard(tid)
-            release = self.tensors[tid]["bytes"]
-        self.h2d_queue.append((tid, release))
-        return copy
+    def _let_go(self, tid):
+        super()._let_go(tid)
+        self.encoded.pop(tid, None)
 
     def _materialize(self, tid):
-        """A device tensor over the whole storage of `tid`: held, brought back or regenerated
-        (a copy brought back waited for: its first use)."""
+        """`_MovedMaps._materialize`, for a host-placed tensor its device copy, and for an
+        encoded map its decoded copy."""
         if tid in self.plan.host_tensors:
             return self._use_placed(tid)
-        if tid in self.device:
-            self._wait_copy_in(tid)
-            return self.device[tid]
-        if tid in self.host:
-            copy = self._copy_in(tid)
-            self._wait_copy_in(tid)
-            return copy
-        if tid in self.encoded:
+        if tid in self.encoded and tid not in self.device:
             return self._decode(tid)
-        return self._regenerate(tid)
+        return super()._materialize(tid)
+
+    def _at_hand(self, tid):
+        """`_MovedMaps._at_hand`, bringing a host-placed tensor in and decoding an encoded
+        map."""
+        if tid in self.plan.host_tensors:
+            self._use_placed(tid)
+            return True
+        if tid in self.encoded and tid not in self.host and tid not in self.device:
+            self._decode(tid)
+        return super()._at_hand(tid)
 
     def _encode(self, tid):
         """Encodes a map on the device as the plan says and lets the float32 buffer go (the
@@ -921,95 +1083,6 @@ class _PlanRecorder(StepRecorder):
         self.device[tid] = full
         self.log.recompute([("encoded", tid)], [(tid, storage_bytes(full), None, True)])
         return full
-
-    def _regenerate(self, tid):
-        """Regenerates `tid` (`regenerate`), an input gone when it is neither held, nor on the
-        host, nor encoded."""
-        regenerate(tid, self._inputs_of, self._at_hand, self._rerun)
-        return self.device[tid]
-
-    def _inputs_of(self, tid):
-        """The ids the producer of `tid` reads, in the order `_resolve` reads them."""
-        _, args, kwargs, _, _ = self.recipes[self.tensors[tid]["producer"]]
-        refs = []
-        for value in (args, kwargs):
-            _collect_refs(value, refs)
-        return iter([ref.tid for ref in refs])
-
-    def _at_hand(self, tid):
-        """Whether `tid` is on the device, bringing it back or decoding it if it can be (as
-        `_materialize` would, at the same point); False when it must be regenerated."""
-        if tid in self.plan.host_tensors:
-            self._use_placed(tid)
-            return True
-        if tid in self.host and tid not in self.device:
-            self._copy_in(tid)
-        elif tid in self.encoded and tid not in self.device:
-            self._decode(tid)
-        if tid in self.device:
-            self._wait_copy_in(tid)
-        return tid in self.device
-
-    def _rerun(self, tid):
-        """Re-runs the producer of `tid` on its inputs, which are at hand (`_regenerate`), in the
-        grad mode it first ran in (a kernel may look at it: torch 2's CPU LSTM layer,
-        `mkldnn_rnn_layer`, returns the workspace backward needs only with grad enabled) on
-        arguments detached from the graph (`_resolve`), so that it builds none."""
-        producer = self.tensors[tid]["producer"]
-        func, args, kwargs, rng, grad_enabled = self.recipes[producer]
-        written = _written_refs(func, args, kwargs)
-        reads = []
-        real_args = self._resolve(args, written, reads)
-        real_kwargs = self._resolve(kwargs, written, reads)
-        saved_rng = None
-        if rng is not None:
-            saved_rng = _rng_state(self.clock.cuda)
-            _set_rng_state(rng)
-        try:
-            with torch.set_grad_enabled(grad_enabled):
-                result = func(*real_args, **real_kwargs)
-        finally:
-            if saved_rng is not None:
-                _set_rng_state(saved_rng)
-        self.recompute_ops += 1
-        writes = []
-        for out in self.ops[producer]["outputs"]:
-            where, index = self.output_slot[out]
-            if where == "written":
-                value = written_arguments(func, real_args, real_kwargs)[index]
-            else:
-                value = flat_tensors(result, [])[index]
-            value = _whole_storage(value)
-            held = out not in self.device  # else a temporary copy: the one held stays
-            writes.append((out, storage_bytes(value), self.tensors[out].get("in_place_of"),
-                           held))
-            if held:
-                self.device[out] = value
-                self.regenerated.add(out)
-        self.log.recompute(reads, writes)
-
-    def _resolve(self, value, written, reads):
-        if isinstance(value, _Ref):
-            reads.append(value.tid)
-            whole = self._materialize(value.tid).detach()
-            if id(value) in written and value.tid in self.regenerated:
-                # written over in place: the regenerated tensor becomes the op's output
-                del self.device[value.tid]
-                self.regenerated.discard(value.tid)
-                return whole.as_strided(*value.geometry)
-            base = whole.as_strided(*value.geometry)
-            # Clone what the op writes that is held for another use, and persistent state but the
-            # weights: native_batch_norm updates its running statistics (buffers) without marking
-            # them written; no op writes a weight unmarked, and a clone of each at every re-run
-            # was a good part of a recomputing step's overhead (issue 36).
-            unmarked = value.tid in self.persistent and value.tid not in self.weights
-            return base.clone() if id(value) in written or unmarked else base
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._resolve(v, written, reads) for v in value)
-        if isinstance(value, dict):
-            return {k: self._resolve(v, written, reads) for k, v in value.items()}
-        return value
-
 
 class HostState:
     """What a plan keeps on the host from step to step (Note [Host placement] in core/plan.hpp):
@@ -1040,9 +1113,10 @@ def _rebuild(value, tensors):
 class PlannedModel:
     """`apply`'s result: `step(batch, loss_fn, optimizer)` runs one training step under the plan
     (the captured one: `training_step`, the user's own or memplan.torch.capture.default_step) and
-    returns its loss; `stats` holds what the last step's hooks measured. The first step runs under
-    the recorder; the steps after it run the plan through saved-tensor hooks alone where they can
-    (memplan.torch.steady: `steady`, `steady_steps`, `recorded_steps`, `steady_reason`,
+    returns its loss; `stats` holds what the last step measured (recorded or steady), and
+    `last_step` its saved-bytes log and the trace to walk it on (saved_bytes.curve). The first step
+    runs under the recorder; the steps after it run the plan through saved-tensor hooks alone where
+    they can (memplan.torch.steady: `steady`, `steady_steps`, `recorded_steps`, `steady_reason`,
     `stats["steady"]`).
 
     A plan that places parameters, buffers or optimizer state on the host keeps them there from

@@ -23,10 +23,15 @@ are feature maps, and which tensor allocates each one's buffer, is the simulator
 
 How (measured): `apply` logs the step as it runs it: every op the recorder sees ("op", its id;
 "host_op" for one an update on the host runs on host copies, which reads no device buffer), every
-op a recomputation re-runs ("recompute", what it read and wrote) and every copy it brings to
-the device ("copy_in", before which op). `peak(...)` walks that log once the step is over (the
-backward ops' inputs are complete only when their autograd node has finished): each entry is one
-position; a buffer lives from the position that writes it to the last position that reads it.
+op a recomputation re-runs ("recompute", what it read and wrote), every buffer it holds until a
+point and then lets go ("release": a swapped map's device buffer, a host-placed tensor's device
+copy), every copy it brings to the device ("copy_in", before which op) and every copy it lets go
+of ("drop"). `peak(...)` walks that log once the step is over (the backward ops' inputs are
+complete only when their autograd node has finished): each entry but a copy_in and a drop is one
+position; a buffer lives from the position that writes it to the last position that reads it, or
+to the position of its drop when that comes later. A steady step (memplan.torch.steady) logs its
+copies, recomputations and drops at the points its hooks see, and its log is walked the same way
+among the recorded step's ops.
 """
 
 from memplan.torch.capture import memplan_trace
@@ -53,21 +58,36 @@ class StepLog:
     def __init__(self):
         self.entries = []
 
+    def _add(self, entry):
+        self.entries.append(entry)
+
     def op(self, op_id):
-        self.entries.append(("op", op_id))
+        self._add(("op", op_id))
 
     def recompute(self, reads, writes):
         """`reads`: tensor ids; `writes`: (tensor id, storage bytes, in_place_of or None, held:
         whether the step keeps what it wrote as the tensor's copy, else it is a temporary)."""
-        self.entries.append(("recompute", list(reads), list(writes)))
+        self._add(("recompute", list(reads), list(writes)))
+
+    def release(self, tensor_id):
+        """A buffer the step holds until here, then lets go (a swapped map's device buffer once
+        its copy-out has read it, a host-placed tensor's device copy): one position reading it."""
+        self._add(("release", tensor_id))
+
+    def drop(self, tensor_id):
+        """The step lets go of its copy of `tensor_id` here (a map brought back or regenerated,
+        a kept map held for recomputations): its buffer is held at least to the last position so
+        far. No position of its own: where the drop follows the last read, as the lowering's
+        does, it changes nothing; a later one holds the buffer longer."""
+        self._add(("drop", tensor_id))
 
     def copy_in(self, tensor_id, nbytes):
-        self.entries.append(("copy_in", tensor_id, nbytes))
+        self._add(("copy_in", tensor_id, nbytes))
 
     def host_op(self, op_id):
         """An op run on the host's copies (an update on the host): one position, reading and
         writing no device buffer."""
-        self.entries.append(("host_op", op_id))
+        self._add(("host_op", op_id))
 
 
 def peak(log, trace, known=None):
@@ -93,17 +113,25 @@ def curve(log, trace, known=None):
         return len(size) - 1
 
     for entry in log.entries:
-        if entry[0] == "copy_in":  # held from the next position on
+        kind = entry[0]
+        if kind == "copy_in":  # held from the next position on
             loc[entry[1]] = new_buffer(entry[2], position + 1)
             continue
-        position += 1
-        if entry[0] == "host_op":
+        if kind == "drop":
+            b = loc.get(entry[1])
+            if b is not None and position > last[b]:
+                last[b] = position
             continue
-        if entry[0] == "op":
+        position += 1
+        if kind == "host_op":
+            continue
+        if kind == "op":
             op = ops[entry[1]]
             reads = op["inputs"]
             writes = [(o, tensors[o]["bytes"], tensors[o].get("in_place_of"), True)
                       for o in op["outputs"]]
+        elif kind == "release":
+            reads, writes = (entry[1],), ()
         else:
             reads, writes = entry[1], entry[2]
         for t in reads:

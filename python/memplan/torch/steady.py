@@ -6,23 +6,59 @@ recorder's TorchDispatchMode gives every tensor its captured id, checks each op 
 capture and carries out the plan). `SteadyPath` watches that step (`ObservingRecorder`) and
 learns, in the order autograd calls the hooks, what the plan does there: the n-th pack's trace
 tensor, its shape and dtype, and whether the plan keeps, swaps or recomputes it; which held
-tensors (kept maps, parameters, the batch) the recomputations read; and, for each unpack of a map
-the plan does not keep, which copies brought back or regenerated the trace no longer reads by then
-(they go) and which swapped maps the plan brings back by then. The steps after it run without a
-dispatch mode:
+tensors (kept maps, parameters, the batch) the recomputations read; and the op count at each
+point of the step the hooks see: after each pack, before and after each unpack of a map the plan
+does not keep, and where autograd lets go of what a pack returned (the engine lets go of a node's
+saved tensors as soon as the node has run). Each of the plan's drops (`drop_after`) and
+prefetches (`prefetch_before`) is put at one of those points (`_Program.place`). The steps after
+it run without a dispatch mode:
 - a plan that keeps every map and places nothing on the host (in-core) runs the plain step, no
   hooks at all;
 - otherwise the step runs under `torch.autograd.graph.saved_tensors_hooks`. A pack checks that
   the tensor has the learnt shape and dtype, then: keep hands the tensor back (and holds it when a
   recomputation reads it); swap copies its whole storage to host memory (once a map; pinned, on a
   side stream, on a GPU: memplan.torch.apply's `_Copies`) and holds nothing on the device;
-  recompute holds nothing. An unpack first lets go of the copies the trace no longer reads and
-  brings back the swapped maps due by then, then returns the map: a swapped map's copy brought
-  back, a recomputed map regenerated from the recipes the first step recorded (the producing aten
-  op and its arguments as trace ids), recursively, as the recorded path regenerates it
-  (apply.py's `_regenerate`, `_rerun`, `_resolve`), in the saved tensor's own geometry.
+  recompute holds nothing. Where a pack's release is a point of the plan, the pack returns a
+  small object (`_Released`) that makes the point's drops and prefetches when autograd lets go of
+  it. An unpack returns the map: a swapped map's copy brought back, a recomputed map regenerated
+  from the recipes the first step recorded (the producing aten op and its arguments as trace
+  ids), recursively, in the saved tensor's own geometry: the copies and recomputations are the
+  recorded path's own code (memplan.torch.apply's `_MovedMaps`), which a steady step runs with
+  its own state and log.
 So a steady step computes what the recorded step computes, bit for bit, at a cost of a few
 microseconds a pack and unpack of a map the plan moves.
+
+Where the plan acts. A drop after op `d` goes at the first point after op `d`: the recorder
+counts the saved tensors a node unpacked as read by its last op, so `d`, the last op reading a
+copy, is the last op of the last node that unpacks it, and what that node saved is let go right
+after `d` (before the engine adds the node's gradients into the next ones' inputs), on torch 1.13
+and 2 alike. A prefetch before op `p` goes at the first point just before `p` (an unpack at the
+start of the node that runs `p`, or the release after the node before it); where there is none
+(`p` inside a node, as the simulator's default, the op before the first backward reader, often
+is), at the last point before `p`: from its unpacks to its last op a node's ops hold the same maps
+(none is written there or read for the last time before the node's last op), so the copy is
+counted beside what it would be counted beside at `p` (in device memory it is held beside the
+temporaries of the node's ops before `p` too, which the saved-bytes peak does not count).
+Autograd's Node hooks would give the same points, but a steady step's nodes are new objects:
+reaching the node that runs op `d` would take a walk of the graph every step (or torch 2's
+`_current_autograd_node`, which 1.13 lacks), where a release is seen at the cost of one small
+object per pack whose release is a point. A step that keeps its graph
+(`backward(retain_graph=True)`) lets go of nothing during backward: its drops are made at the
+next point or at the end of the step, and measured there.
+
+Measured. Each steady step logs what it does (saved_bytes.StepLog: each copy brought in, each
+recomputation's reads and writes, each swapped buffer released at its copy back, each drop), each
+entry at the op count of its point, and `_Program.measure` puts the entries among the recorded
+step's ops and its swapped buffers' releases at their release points (after their last forward
+readers, or the plan's `release_before`: buffers no hook holds, the step's own code lets them go;
+a release at a copy back is the steady step's own) and walks that log as the recorded step's
+is walked (saved_bytes.peak): the same definition of the saved-bytes peak, to the byte. The walk
+is made again only when the entries differ from the last walked step's (compared entry by
+entry), so an unchanged plan's steady steps walk it once. The host peak is counted as the
+recorded step counts it (a swapped map's copy from its copy-out to the end of its copy-in). An
+in-core step's log is its ops alone, the recorded step's, and so are its peaks. `stats` then
+holds the step's own peaks and `last_step` its log; a step that left the learnt path (below)
+measures none (`None`).
 
 Which steps are steady (the rule; `PlannedModel.steady_reason` says why not, `steady_steps` and
 `recorded_steps` count them, `stats["steady"]` says which the last one was): the step after a
@@ -45,47 +81,74 @@ it goes on under the plan or stops with PlanError naming the cause. What the ste
 see is a change that saves tensors of the same shapes in the same order (a module edited between
 steps, a flag the model reads): the recorded path would stop at the differing op, the steady one
 would regenerate the recorded recipe. Set `steady = False` for a model whose code changes from step
-to step.
+to step."""
 
-Not measured on a steady step: the saved-bytes and host peaks (they need the recorder's log);
-`stats` carries the last recorded step's. A steady step holds the same maps, but lets a copy go
-and brings a swapped map back at the next unpack of a moved map after the lowering's op rather
-than at that op, so its device peak may be higher (the copies whose drop points fall between two
-such unpacks are held until the second); docs/torch.md, "What a planned step costs"."""
-
+import bisect
+import collections
 import time
 import warnings
 
 import torch
 
-from memplan.torch.apply import (_VALUE_READS, _Copies, _geometry, _PlanRecorder,
-                                 _Ref, _whole_storage, _written_refs, regenerate)
+from memplan.torch.apply import (_VALUE_READS, _Copies, _geometry, _MovedMaps, _PlanRecorder,
+                                 _Ref, _whole_storage)
 from memplan.torch.capture import run_step
-from memplan.torch.recorder import _call, flat_tensors, op_schema, written_arguments
+from memplan.torch.recorder import flat_tensors, op_schema
+from memplan.torch.saved_bytes import StepLog, peak
 
 __all__ = ["ObservingRecorder", "SteadyPath", "SteadyPathWarning"]
 
-# What a pack does on the steady path (`Program.packs`).
+# What a pack does on the steady path (`_Program.packs`).
 _KEEP, _HOLD, _SWAP, _RECOMPUTE = range(4)
+
+# The points of a step the saved-tensor hooks see (`ObservingRecorder.points`): after the n-th
+# pack, before and after the k-th unpack of a map the plan moves, and when autograd lets go of
+# what the n-th pack returned (a node's saved tensors go as soon as it has run).
+_PACK, _UNPACK, _UNPACKED, _RELEASE = range(4)
 
 
 class SteadyPathWarning(UserWarning):
     """A steady step took another path than the recorded one: the next step is recorded."""
 
 
+class _Observed:
+    """What a recorded step's pack returns, noting in `points` the op count when autograd lets
+    go of it (it refers to the recorder's lists, not to the recorder)."""
+
+    __slots__ = ("payload", "n", "points", "ops")
+
+    def __init__(self, payload, n, points, ops):
+        self.payload, self.n, self.points, self.ops = payload, n, points, ops
+
+    def __del__(self):
+        self.points.append((_RELEASE, self.n, len(self.ops)))
+
+
 class ObservingRecorder(_PlanRecorder):
     """The recorded path's recorder, noting what the steady path needs: each pack's trace id,
-    shape, dtype and action in the order autograd packs; the op count at each unpack of a map the
-    plan does not keep; the producers the recomputations re-ran and every tensor they read that was
-    not regenerated or brought back (`sources`)."""
+    shape, dtype and action in the order autograd packs; the points the saved-tensor hooks see,
+    each with the op count there (`points`); the producers the recomputations re-ran and every
+    tensor they read that was not regenerated or brought back (`sources`); the swapped maps
+    whose device buffers were released by their copy back (`released_at_copy_in`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.pack_log = []  # (tensor id, shape, dtype, how, written later)
-        self.unpack_ops = []  # len(self.ops) at each unpack of a map not kept
+        self.points = []  # (_PACK | _UNPACK | _UNPACKED | _RELEASE, index, op count)
+        self.unpacks = 0  # unpacks of a map not kept so far
         self.reran = set()  # producer op ids re-run
         self.sources = set()  # tensor ids the recomputations read as held
+        self.released_at_copy_in = set()
         self.forward_value_read = None  # a forward op that read a tensor's value into Python
+
+    def _pack(self, t):
+        n = len(self.pack_log)
+        payload = super()._pack(t)
+        self.points.append((_PACK, n, len(self.ops)))
+        return _Observed(payload, n, self.points, self.ops)
+
+    def _unpack(self, packed):
+        return super()._unpack(packed.payload)
 
     def on_pack(self, t, tid):
         later = tid >= len(self.tensors) or (self.current.get(self.storage_key(t)) != tid)
@@ -94,9 +157,19 @@ class ObservingRecorder(_PlanRecorder):
         return payload
 
     def on_unpack(self, payload, tid):
-        if payload[0] != "keep":
-            self.unpack_ops.append(len(self.ops))
-        return super().on_unpack(payload, tid)
+        if payload[0] == "keep":
+            return super().on_unpack(payload, tid)
+        k = self.unpacks
+        self.unpacks += 1
+        self.points.append((_UNPACK, k, len(self.ops)))
+        result = super().on_unpack(payload, tid)
+        self.points.append((_UNPACKED, k, len(self.ops)))
+        return result
+
+    def _copy_in(self, tid):
+        if tid in self.releasing:
+            self.released_at_copy_in.add(tid)
+        return super()._copy_in(tid)
 
     def _record(self, func, *args, **kwargs):
         op = super()._record(func, *args, **kwargs)
@@ -127,15 +200,14 @@ class _Program:
         self.modes = [m.training for m in self.modules]
         self.grad_enabled = torch.is_grad_enabled()
         self.peaks = None  # the recorded step's peaks (SteadyPath.learn)
+        self.measured = None  # (a steady step's log entries, its log, its peak), the last walked
         self.reason = None  # why the steady path cannot run this plan, or None
         plan = recorder.plan
         self.in_core = all(a == "keep" for a in plan.actions.values())
         tensors = trace["tensors"]
-        # the recipes, read through `tensors` (producers) and `outputs_of`, for what is re-run
-        self.recipes = recorder.recipes
-        self.producer = {t["id"]: t["producer"] for t in recorder.tensors}
-        self.outputs_of = {op: recorder.ops[op]["outputs"] for op in self.recipes}
-        self.output_slot = recorder.output_slot
+        # what _MovedMaps reads: the recipes and the records of the ops and tensors they make
+        self.recipes, self.output_slot = recorder.recipes, recorder.output_slot
+        self.tensors, self.ops = recorder.tensors, recorder.ops
         self.persistent, self.weights = recorder.persistent, recorder.weights
         if self.in_core:
             return
@@ -177,53 +249,151 @@ class _Program:
                                "hooks do not reach")
                 return
         how_code = {"keep": _KEEP, "swap": _SWAP, "recompute": _RECOMPUTE}
-        self.packs = [(tid, shape, dtype, _HOLD if how == "keep" and tid in hold
-                       else how_code[how]) for tid, shape, dtype, how, _ in recorder.pack_log]
-        # at each unpack of a moved map: the copies to let go (the trace reads them no more) and
-        # the swapped maps to bring back first, as the recorded step had done by then
-        at = recorder.unpack_ops
-        self.drops = [[] for _ in at]
-        self.prefetches = [[] for _ in at]
-        schedule = recorder.plan
-        for op, tids in schedule.drop_after.items():
-            k = _first(at, lambda c: c > op)
-            if k is not None:
-                self.drops[k].extend(t for t in tids if t not in self.persistent and
-                                     tensors[t]["kind"] == "activation")
-        for op, tids in schedule.prefetch_before.items():
-            k = _first(at, lambda c: c >= op)
-            if k is not None:
-                self.prefetches[k].extend(tids)
+        self.released_at_copy_in = frozenset(recorder.released_at_copy_in)
+        self.pack_log = [(tid, shape, dtype, _HOLD if how == "keep" and tid in hold else
+                          how_code[how]) for tid, shape, dtype, how, _ in recorder.pack_log]
+        self.points = list(recorder.points)  # as of its learning: what goes later is no point
+        # what a steady step holds on the device, and so may let go: kept maps recomputations
+        # read, copies of moved maps, what recomputations regenerated
+        holdable = {tid for tid, how in packed.items() if how != "keep"} | hold
+        for op in recorder.reran:
+            holdable.update(recorder.ops[op]["outputs"])
+        # of those, the ones the recorded step let go of (a regenerated intermediate whose drop
+        # point was in forward is held to the end of the step, as the lowering holds it)
+        self.dropped = {entry[1] for entry in recorder.log.entries if entry[0] == "drop"}
+        self.drop_after = {op: [t for t in tids if t in holdable and t in self.dropped and
+                                t not in self.persistent and tensors[t]["kind"] == "activation"]
+                           for op, tids in plan.drop_after.items()}
+        self.prefetch_before = {op: [t for t in tids if packed.get(t) == "swap"]
+                                for op, tids in plan.prefetch_before.items()}
+        self.place()
+        # the recorded step's log entries a steady step does not make itself: the ops, and the
+        # releases of swapped maps' device buffers at their release points (neither path holds
+        # those buffers: the step's own code lets them go), each with its place (`measure`)
+        self.fixed, gap = [], 0
+        for entry in recorder.log.entries:
+            if entry[0] in ("op", "host_op"):
+                self.fixed.append(((gap, 2), entry))
+                gap += 1
+            elif entry[0] == "release" and entry[1] not in self.released_at_copy_in:
+                self.fixed.append(((gap, 0), entry))
+
+    def place(self, kinds=(_PACK, _UNPACK, _UNPACKED, _RELEASE), early=True):
+        """Puts the plan's drops and prefetches at the points of the step the hooks see where the
+        recorded step made them (`packs`, `unpacks`: each point's op count, drops, prefetches).
+
+        A drop after op `d` goes at the first point after op `d` (where autograd lets go of the
+        saved tensors of the node whose last op `d` is: a map is let go after the last node that
+        unpacks it); a prefetch before op `p` at the first point just before op `p`, else at the
+        last point before it (a node's ops hold the same maps from its unpacks to its last op,
+        so a copy brought in at its start is counted beside what it would be counted beside at
+        op `p`), else at the first after it. `kinds` and `early=False` (prefetches at the first
+        point at or after op `p`) give other rules, for comparison: the steady path's first one
+        acted at unpacks only, late (`kinds=(_UNPACK,)`, `early=False`)."""
+        points = [point for point in self.points if point[0] in kinds]
+        gaps = [gap for _, _, gap in points]
+        actions = {}
+
+        def at(i, which, tids):
+            if i is None or not tids:
+                return
+            kind, index, gap = points[i]
+            entry = actions.setdefault((kind, index), (gap, [], []))
+            entry[which].extend(tids)
+
+        for op in sorted(self.drop_after):
+            i = bisect.bisect_left(gaps, op + 1)
+            if i < len(points):
+                at(i, 1, self.drop_after[op])
+        for op in sorted(self.prefetch_before):
+            i = bisect.bisect_left(gaps, op)
+            if early and (i == len(points) or gaps[i] != op) and i > 0:
+                i -= 1
+            at(i if i < len(points) else None, 2, self.prefetch_before[op])
+        self.packs = [(tid, shape, dtype, how, actions.get((_PACK, n)), actions.get((_RELEASE, n)))
+                      for n, (tid, shape, dtype, how) in enumerate(self.pack_log)]
+        self.unpacks = [(gap, actions.get((_UNPACK, k)), actions.get((_UNPACKED, k)))
+                        for kind, k, gap in self.points if kind == _UNPACK]
+
+    def measure(self, entries):
+        """A steady step's log (`_AnchoredLog.entries`) and saved-bytes peak: its entries put
+        among the recorded step's ops and releases (`fixed`) at their places, walked as the
+        recorded step's log is (saved_bytes.peak). The walk is the last step's again when the
+        entries are the last step's (checked entry by entry): every step of an unchanged plan."""
+        measured = self.measured
+        if measured is not None and measured[0] == entries:
+            return measured[1], measured[2]
+        log = StepLog()
+        out, fixed, i = log.entries, self.fixed, 0
+        for gap, entry in entries:
+            place = (gap, 1)
+            while i < len(fixed) and fixed[i][0] < place:
+                out.append(fixed[i][1])
+                i += 1
+            out.append(entry)
+        out.extend(entry for _, entry in fixed[i:])
+        value = peak(log, self.step_trace, self.buffers)
+        self.measured = (entries, log, value)
+        return log, value
 
 
-def _first(values, predicate):
-    """The index of the first of ascending `values` that satisfies `predicate`, or None."""
-    lo, hi = 0, len(values)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if predicate(values[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo if lo < len(values) else None
+class _AnchoredLog(StepLog):
+    """A steady step's log: each entry with the op count of the point it was made at (`gap`,
+    set by the hooks from what the recorded step counted there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gap = 0
+
+    def _add(self, entry):
+        self.entries.append((self.gap, entry))
+
+    # the entries a steady step makes most, without `_add`'s call
+    def drop(self, tensor_id):
+        self.entries.append((self.gap, ("drop", tensor_id)))
+
+    def copy_in(self, tensor_id, nbytes):
+        self.entries.append((self.gap, ("copy_in", tensor_id, nbytes)))
 
 
-class _Step:
+class _Released:
+    """What a steady step's pack returns where the plan acts when autograd lets go of it: the
+    payload, and the point's drops and prefetches, made when it goes."""
+
+    __slots__ = ("payload", "step", "point")
+
+    def __init__(self, payload, step, point):
+        self.payload, self.step, self.point = payload, step, point
+
+    def __del__(self):
+        self.step.released(self.point)
+
+
+class _Step(_MovedMaps):
     """One steady step's hooks and what they hold (see the module's docstring)."""
 
     def __init__(self, program, batch, cuda):
         self.program = program
         self.packs, self.count = program.packs, len(program.packs)
+        self.unpacks = program.unpacks
         self.n = 0  # packs so far
         self.k = 0  # unpacks of moved maps so far
         self.off = None  # why the step left the learnt path, once it has
-        self.device = {}  # tensor id -> a tensor over its whole storage on the device
-        self.regenerated = set()  # ids in self.device a recomputation wrote
-        self.host = {}  # tensor id -> host copy of a swapped map's whole storage
-        self.home = {}  # tensor id -> the device a swapped map was packed on
-        self.copies = _Copies(cuda)
-        self.cuda = cuda
+        self.done = False
+        self.objects = program.objects
+        # _MovedMaps's state (see its docstring)
+        self.tensors, self.ops = program.tensors, program.ops
+        self.recipes, self.output_slot = program.recipes, program.output_slot
+        self.persistent, self.weights = program.persistent, program.weights
+        self.device = {}
+        self.regenerated = set()
+        self.host, self.home, self.host_held = {}, {}, set()
+        self.releasing = set(program.released_at_copy_in)
+        self.h2d_queue, self.h2d_queued = collections.deque(), {}
+        self.host_bytes = self.peak_host_bytes = 0
         self.recompute_ops = 0
+        self.copies = _Copies(cuda)
+        self.log = _AnchoredLog()
         self.swapped_maps = 0  # maps copied out to host memory
         if program.batch_sources:
             flat = flat_tensors(batch, [])
@@ -235,19 +405,24 @@ class _Step:
         self.n = n + 1
         if n >= self.count or self.off is not None:
             return self._leave(t, n)
-        tid, shape, dtype, how = self.packs[n]
+        tid, shape, dtype, how, at_pack, at_release = self.packs[n]
         if t.shape != shape or t.dtype != dtype:
             return self._leave(t, n)
         if how == _KEEP:
-            return t
-        if how == _HOLD:
+            payload = t
+        elif how == _HOLD:
             self.device[tid] = _whole_storage(t)
-            return t
-        if how == _SWAP and tid not in self.host:
-            self.host[tid] = self.copies.copy_out(_whole_storage(t))
-            self.home[tid] = t.device
-            self.swapped_maps += 1
-        return (tid, _geometry(t))
+            payload = t
+        else:
+            if how == _SWAP and tid not in self.host:
+                self._copy_out(tid, _whole_storage(t))
+                self.swapped_maps += 1
+            payload = (tid, _geometry(t))
+        if at_pack is not None:
+            self._act(at_pack)
+        if at_release is not None:
+            return _Released(payload, self, at_release)
+        return payload
 
     def _leave(self, t, n):
         """A pack off the learnt path: kept from here on (as autograd keeps it)."""
@@ -255,122 +430,69 @@ class _Step:
             if n >= self.count:
                 self.off = f"it packed more than the recorded step's {self.count} saved tensors"
             else:
-                _, shape, dtype, _ = self.packs[n]
+                shape, dtype = self.packs[n][1:3]
                 self.off = (f"its saved tensor #{n} is {list(t.shape)} {t.dtype} where the "
                             f"recorded step's was {list(shape)} {dtype}")
         return t
 
+    def _act(self, point):
+        """The plan's drops, then prefetches, at a point (`_Program.place`), logged at its op
+        count."""
+        self.log.gap, drops, prefetches = point
+        for tid in drops:
+            self._let_go(tid)
+        for tid in prefetches:
+            if tid not in self.device and tid in self.host:
+                self._copy_in(tid)
+
+    def released(self, point):
+        """Autograd let go of a payload whose release is a point of the plan."""
+        if self.off is None and not self.done:
+            self._act(point)
+
     def unpack(self, packed):
+        if type(packed) is _Released:
+            packed = packed.payload
         if not isinstance(packed, tuple):
             return packed
         tid, geometry = packed
         k = self.k
         self.k = k + 1
-        program = self.program
-        if self.off is None and k < len(program.drops):
-            for gone in program.drops[k]:
-                self.device.pop(gone, None)
-                self.regenerated.discard(gone)
-                self.host.pop(gone, None)
-            for due in program.prefetches[k]:
-                if due not in self.device and due in self.host:
-                    self.device[due] = self.copies.copy_in(self.host[due], self.home[due])
-        whole = self._materialize(tid)
-        self.copies.wait(whole)
+        if self.off is None and k < len(self.unpacks):
+            gap, before, after = self.unpacks[k]
+            if before is not None:
+                self._act(before)
+            self.log.gap = gap
+            whole = self._materialize(tid)
+            if after is not None:
+                self._act(after)
+        else:
+            whole = self._materialize(tid)
         return whole.as_strided(*geometry)
 
-    # ---- regeneration: apply.py's _regenerate, _rerun and _resolve without the step's log ----
+    # a parameter or buffer a recomputation reads: over its storage from its first read
     def _materialize(self, tid):
-        t = self.device.get(tid)
-        if t is not None:
-            self.copies.wait(t)  # a copy brought back: its first use waits for it
-            return t
-        if tid in self.host:
-            t = self.device[tid] = self.copies.copy_in(self.host[tid], self.home[tid])
-            self.copies.wait(t)
-            return t
-        obj = self.program.objects.get(tid)
-        if obj is not None:
-            t = self.device[tid] = _whole_storage(obj)
-            return t
-        return self._regenerate(tid)
+        if tid in self.objects and tid not in self.device:
+            self.device[tid] = _whole_storage(self.objects[tid])
+        return super()._materialize(tid)
 
     def _at_hand(self, tid):
-        if tid in self.device or tid in self.program.objects:
-            return True
-        if tid in self.host:
-            self._materialize(tid)
-            return True
-        return False
-
-    def _inputs_of(self, tid):
-        _, args, kwargs, _, _ = self.program.recipes[self.program.producer[tid]]
-        refs = []
-        for value in (args, kwargs):
-            _collect(value, refs)
-        return iter(refs)
-
-    def _regenerate(self, tid):
-        regenerate(tid, self._inputs_of, self._at_hand, self._rerun)
-        return self.device[tid]
-
-    def _rerun(self, tid):
-        program = self.program
-        producer = program.producer[tid]
-        func, args, kwargs, _, grad_enabled = program.recipes[producer]
-        written = _written_refs(func, args, kwargs)
-        real_args = self._resolve(args, written)
-        real_kwargs = self._resolve(kwargs, written)
-        with torch.set_grad_enabled(grad_enabled):
-            result = _call(func, real_args, real_kwargs)
-        self.recompute_ops += 1
-        for out in program.outputs_of[producer]:
-            if out in self.device:
-                continue  # a temporary copy: the one held stays
-            where, index = program.output_slot[out]
-            if where == "written":
-                value = written_arguments(func, real_args, real_kwargs)[index]
-            else:
-                value = flat_tensors(result, [])[index]
-            self.device[out] = _whole_storage(value)
-            self.regenerated.add(out)
-
-    def _resolve(self, value, written):
-        if isinstance(value, _Ref):
-            whole = self._materialize(value.tid).detach()
-            if id(value) in written and value.tid in self.regenerated:
-                del self.device[value.tid]
-                self.regenerated.discard(value.tid)
-                return whole.as_strided(*value.geometry)
-            base = whole.as_strided(*value.geometry)
-            unmarked = value.tid in self.program.persistent and \
-                value.tid not in self.program.weights
-            return base.clone() if id(value) in written or unmarked else base
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._resolve(v, written) for v in value)
-        if isinstance(value, dict):
-            return {k: self._resolve(v, written) for k, v in value.items()}
-        return value
+        if tid in self.objects and tid not in self.device:
+            self.device[tid] = _whole_storage(self.objects[tid])
+        return super()._at_hand(tid)
 
     def finish(self):
         if self.off is None and self.n != self.count:
             self.off = (f"it packed {self.n} saved tensors where the recorded step packed "
                         f"{self.count}")
+        self.done = True
+        if self.off is None:  # a copy the plan lets go of earlier, held to the end (no point came)
+            self.log.gap = len(self.ops)
+            for tid in sorted(self.program.dropped.intersection(self.device)):
+                self.log.drop(tid)
         self.copies.end_of_step()
         self.device.clear()
         self.host.clear()
-
-
-def _collect(value, out):
-    """The trace ids of a recipe's (nested) _Ref arguments, in order."""
-    if isinstance(value, _Ref):
-        out.append(value.tid)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _collect(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _collect(v, out)
 
 
 class SteadyPath:
@@ -404,10 +526,12 @@ class SteadyPath:
         if not isinstance(recorder, ObservingRecorder):
             self.program = None
             return
-        self.program = _Program(recorder, self.planned.trace, self.planned.model, batch,
-                                loss_fn, optimizer)
-        self.program.peaks = {key: self.planned.stats[key] for key in (
+        planned = self.planned
+        self.program = _Program(recorder, planned.trace, planned.model, batch, loss_fn, optimizer)
+        self.program.peaks = {key: planned.stats[key] for key in (
             "peak_saved_bytes", "peak_host_bytes", "sparse_spilled_bytes")}
+        self.program.recorded_log, self.program.step_trace = planned.last_step
+        self.program.buffers = planned._feature_map_buffers
 
     def forget(self):
         self.program = None
@@ -438,7 +562,7 @@ class SteadyPath:
         started = time.perf_counter()
         if program.in_core:
             loss = run_step(model, batch, loss_fn, optimizer, None, training_step)
-            recomputed, swapped, off = 0, 0, None
+            hooks = None
         else:
             hooks = _Step(program, batch, cuda)
             try:
@@ -446,13 +570,24 @@ class SteadyPath:
                     loss = run_step(model, batch, loss_fn, optimizer, None, training_step)
             finally:
                 hooks.finish()
-            recomputed, swapped, off = hooks.recompute_ops, hooks.swapped_maps, hooks.off
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
-        stats = dict(program.peaks or {})
-        stats.update({"steady": True, "recomputed_ops": recomputed, "swapped_maps": swapped,
-                      "step_seconds": seconds})
+        stats = {"steady": True, "step_seconds": seconds, "sparse_spilled_bytes": 0}
+        off = None
+        if hooks is None:  # the plain step: its log is the recorded step's ops
+            stats.update(peak_saved_bytes=program.peaks["peak_saved_bytes"],
+                         peak_host_bytes=program.peaks["peak_host_bytes"],
+                         recomputed_ops=0, swapped_maps=0)
+            self.planned.last_step = (program.recorded_log, program.step_trace)
+        else:
+            off = hooks.off
+            stats.update(recomputed_ops=hooks.recompute_ops, swapped_maps=hooks.swapped_maps,
+                         peak_saved_bytes=None, peak_host_bytes=None)
+            if off is None and hooks.k == len(program.unpacks):
+                log, stats["peak_saved_bytes"] = program.measure(hooks.log.entries)
+                stats["peak_host_bytes"] = hooks.peak_host_bytes
+                self.planned.last_step = (log, program.step_trace)
         self.planned.stats = stats
         if off is not None:
             self.program = None  # the next step is recorded, and checked against the capture
@@ -460,4 +595,3 @@ class SteadyPath:
                           f"one ({off}): it kept what it saved from there on, and the next step "
                           "is recorded", SteadyPathWarning, stacklevel=3)
         return True, loss
-
