@@ -163,8 +163,9 @@ std::int64_t elements(const std::vector<std::int64_t>& shape) {
 // estimate ("flops"), from the shapes of its tensors where the trace has no count: 2 x output
 // elements x the contracted length for a matmul (the length is the last dimension of the first
 // operand whose rows are the output's); 2 x output elements x a weight's elements per output
-// channel for a convolution; 2 x (q's rows) x keys x (query + value width) for attention.
-// nullopt where the shapes do not say.
+// channel for a convolution; 2 x (q's rows) x keys x (query + value width) for attention (q, k
+// and v views of one packed tensor: as many keys as queries, all as wide as the output). nullopt
+// where the shapes do not say.
 std::optional<double> flops_of(const sim::Workload& w, const sim::Op& op) {
   if (op.flops) return op.flops;
   if (op.outputs.empty()) return std::nullopt;
@@ -194,6 +195,21 @@ std::optional<double> flops_of(const sim::Workload& w, const sim::Op& op) {
       }
     }
     return std::nullopt;
+  }
+  const auto packed = [&] {  // q, k and v one tensor of the trace (or fewer inputs listed)
+    const std::size_t n = std::min<std::size_t>(3, op.inputs.size());
+    for (std::size_t i = 1; i < n; ++i) {
+      if (op.inputs[i] != op.inputs.front()) return false;
+    }
+    return n > 0;
+  };
+  if (kind == OpKind::kFusedAttention && packed() && out.size() >= 2) {
+    // q, k and v views of one packed tensor (a self-attention's in-projection, one storage, one
+    // tensor of the trace): the output [..., L, D] says it all, keys as many as queries and as
+    // wide as the values.
+    const auto length = static_cast<double>(out[out.size() - 2]);
+    const auto width = static_cast<double>(out.back());
+    return 2 * (n_out / width) * length * 2 * width;
   }
   if (kind == OpKind::kFusedAttention && op.inputs.size() >= 3) {
     const std::vector<std::int64_t>& q = shape(0);
