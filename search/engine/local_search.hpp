@@ -70,10 +70,14 @@ class LocalSearch {
                                                          const Evaluation& evaluation,
                                                          const std::vector<Move>& moves,
                                                          const std::vector<Evaluation>& scores);
-  // The changes of `plan` that take a map off the device at op `at` (or hold a prefetch back
-  // past it), none to the variables of `fixed`; the largest maps first, at most kRepairWidth.
-  [[nodiscard]] std::vector<Move> relief_moves(const sim::Plan& plan, sim::OpId at,
+  // The changes of `plan` that take a map off the device at the op where `at` ran out (or hold
+  // a prefetch back past it), none to the variables of `fixed`, one per map and action; the maps
+  // that alone make up `at`'s excess first, smallest first, then the largest; at most
+  // kRepairWidth.
+  [[nodiscard]] std::vector<Move> relief_moves(const sim::Plan& plan, const Evaluation& at,
                                                const Move& fixed) const;
+  // The relief a repair chain takes from `scored` (evaluated over `at`).
+  static std::size_t cheapest_relief(const Evaluation& at, const Scored& scored);
 
   const sim::Workload& workload_;
   const NetworkView& view_;
