@@ -42,6 +42,30 @@ Evaluation refused() {
 
 }  // namespace
 
+std::size_t cheapest_relief(const Evaluation& at, const std::vector<Evaluation>& scores) {
+  const std::size_t none = scores.size();
+  std::size_t fits = none;
+  std::size_t pick = none;
+  double pick_cost = 0.0;
+  for (std::size_t k = 0; k < none; ++k) {
+    const Evaluation& e = scores[k];
+    if (e.feasible) {
+      if (fits == none || better(e, scores[fits])) fits = k;
+      continue;
+    }
+    if (e.excess_bytes <= 0 || e.excess_bytes >= at.excess_bytes || e.unlimited_ns <= 0) continue;
+    const double slower =
+        static_cast<double>(std::max<sim::Nanoseconds>(0, e.unlimited_ns - at.unlimited_ns));
+    const double cost = slower / static_cast<double>(at.excess_bytes - e.excess_bytes);
+    if (pick == none || cost < pick_cost ||
+        (cost == pick_cost && e.excess_bytes < scores[pick].excess_bytes)) {
+      pick = k;
+      pick_cost = cost;
+    }
+  }
+  return fits != none ? fits : pick;
+}
+
 LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& machine,
                          const NetworkView& view, const SearchOptions& options, int threads,
                          const Stop& stop, Reporter& report, SearchResult& result,
@@ -315,7 +339,7 @@ std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
       const std::vector<Move> relief = relief_moves(chain, at, fixed);
       if (relief.empty()) break;
       const Scored scored = evaluate_moves(chain, at, relief);
-      const std::size_t pick = cheapest_relief(at, scored);
+      const std::size_t pick = cheapest_relief(at, scored.scores);
       if (pick == relief.size()) break;  // nothing gets it closer to fitting
       chain = with_move(chain, relief[pick], neighbourhood_);
       at = scored.scores[pick];
@@ -328,30 +352,6 @@ std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
     }
   }
   return std::nullopt;
-}
-
-// The relief change a chain takes (Note [Repair chains]): the best that fits, else the one that
-// costs the least time per byte of excess it removes; relief.size() when none removes any.
-std::size_t LocalSearch::cheapest_relief(const Evaluation& at, const Scored& scored) {
-  const std::size_t none = scored.scores.size();
-  if (scored.best < none && scored.scores[scored.best].feasible) return scored.best;
-  std::size_t pick = none;
-  double pick_cost = 0.0;
-  for (std::size_t k = 0; k < none; ++k) {
-    const Evaluation& e = scored.scores[k];
-    if (e.feasible || e.excess_bytes <= 0 || e.excess_bytes >= at.excess_bytes ||
-        e.unlimited_ns <= 0)
-      continue;
-    const double slower = static_cast<double>(std::max<sim::Nanoseconds>(
-        0, e.unlimited_ns - at.unlimited_ns));
-    const double cost = slower / static_cast<double>(at.excess_bytes - e.excess_bytes);
-    if (pick == none || cost < pick_cost ||
-        (cost == pick_cost && e.excess_bytes < scored.scores[pick].excess_bytes)) {
-      pick = k;
-      pick_cost = cost;
-    }
-  }
-  return pick;
 }
 
 std::vector<Move> LocalSearch::relief_moves(const sim::Plan& plan, const Evaluation& at,

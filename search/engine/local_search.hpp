@@ -25,6 +25,13 @@
 
 namespace memplan::search::engine {
 
+// The relief change a repair chain takes (Note [Repair chains] in local_search.cpp), among the
+// `scores` of its candidates over `at`, a plan that does not fit: the best that fits (better()),
+// else the one that costs the least time without a memory limit (Evaluation::unlimited_ns) per
+// byte of excess it removes, ties to the least excess; scores.size() when none fits or removes
+// any excess.
+std::size_t cheapest_relief(const Evaluation& at, const std::vector<Evaluation>& scores);
+
 class LocalSearch {
  public:
   // Improves on `result` (its plan and evaluation: the best seed's), counting rounds there; every
@@ -76,8 +83,6 @@ class LocalSearch {
   // kRepairWidth.
   [[nodiscard]] std::vector<Move> relief_moves(const sim::Plan& plan, const Evaluation& at,
                                                const Move& fixed) const;
-  // The relief a repair chain takes from `scored` (evaluated over `at`).
-  static std::size_t cheapest_relief(const Evaluation& at, const Scored& scored);
 
   const sim::Workload& workload_;
   const NetworkView& view_;
