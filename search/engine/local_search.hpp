@@ -71,6 +71,8 @@ class LocalSearch {
   std::pair<sim::Plan, Evaluation> combine(const sim::Plan& plan, const Evaluation& evaluation,
                                            const std::vector<Move>& moves,
                                            const std::vector<Evaluation>& scores, std::size_t best);
+  // Note [Kicks]: changes to kKickChanges variables of `plan`, drawn by blame.
+  Move kick_move(const sim::Plan& plan, std::mt19937_64& rng);
   // Note [Repair chains]: a plan better than `evaluation` (which fits) made from one of `moves`
   // that does not fit but would run faster, and changes that free memory where it ran out.
   std::optional<std::pair<sim::Plan, Evaluation>> repair(const sim::Plan& plan,
