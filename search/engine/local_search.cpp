@@ -43,6 +43,10 @@ Evaluation refused() {
   return e;
 }
 
+bool was_refused(const Evaluation& e) {
+  return e.oom_bytes_missing == std::numeric_limits<sim::Bytes>::max();
+}
+
 }  // namespace
 
 std::size_t cheapest_relief(const Evaluation& at, const std::vector<Evaluation>& scores) {
@@ -115,7 +119,7 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
     const Move move = kick_move(result_.plan, rng);
     if (move.empty()) break;
     const Scored scored = evaluate_moves(result_.plan, result_.evaluation, {move});
-    if (scored.scores.front().oom_bytes_missing != std::numeric_limits<sim::Bytes>::max() &&
+    if (!was_refused(scored.scores.front()) &&
         !improve(with_move(result_.plan, move, neighbourhood_), scored.scores.front(),
                  kStarts + kick))
       return false;

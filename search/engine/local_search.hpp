@@ -2,7 +2,8 @@
 // The local search of the plan search (Note [Plan search] in plan_search.cpp, rounds, widening
 // and restarts): from one seed after another, rounds of moves drawn from the incumbent's
 // neighbourhood and evaluated in parallel, widened to every single change, pair and triple when a
-// round finds nothing. Internal to the search engine (search/engine/).
+// round finds nothing; then kicks from the best plan in the time left (Note [Kicks]). Internal to
+// the search engine (search/engine/).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
