@@ -110,8 +110,8 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
   }
   // Note [Kicks]: the time the starts left, from the best plan perturbed.
   std::size_t idle = 0;
-  for (std::uint64_t kick = 0; converged && result_.evaluation.feasible && idle < kIdleKicks;
-       ++kick) {
+  for (std::uint64_t kick = 0;
+       options_.kicks && converged && result_.evaluation.feasible && idle < kIdleKicks; ++kick) {
     if (out_of_limits()) return false;
     const Evaluation before = result_.evaluation;
     std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL +
