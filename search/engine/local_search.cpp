@@ -24,6 +24,9 @@ constexpr std::size_t kSweepChunk = 4096;
 constexpr std::size_t kRandomPairRounds = 2;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
+// Note [Kicks]: changes a kick makes, and kicks in a row without a better plan that settle.
+constexpr std::size_t kKickChanges = 6;
+constexpr std::size_t kIdleKicks = 4;
 // Note [Repair chains]: chains per idle round, changes a chain adds at most, and the relief
 // changes evaluated at each of its steps.
 constexpr std::size_t kRepairChains = 4;
@@ -40,7 +43,35 @@ Evaluation refused() {
   return e;
 }
 
+bool was_refused(const Evaluation& e) {
+  return e.oom_bytes_missing == std::numeric_limits<sim::Bytes>::max();
+}
+
 }  // namespace
+
+std::size_t cheapest_relief(const Evaluation& at, const std::vector<Evaluation>& scores) {
+  const std::size_t none = scores.size();
+  std::size_t fits = none;
+  std::size_t pick = none;
+  double pick_cost = 0.0;
+  for (std::size_t k = 0; k < none; ++k) {
+    const Evaluation& e = scores[k];
+    if (e.feasible) {
+      if (fits == none || better(e, scores[fits])) fits = k;
+      continue;
+    }
+    if (e.excess_bytes <= 0 || e.excess_bytes >= at.excess_bytes || e.unlimited_ns <= 0) continue;
+    const double slower =
+        static_cast<double>(std::max<sim::Nanoseconds>(0, e.unlimited_ns - at.unlimited_ns));
+    const double cost = slower / static_cast<double>(at.excess_bytes - e.excess_bytes);
+    if (pick == none || cost < pick_cost ||
+        (cost == pick_cost && e.excess_bytes < scores[pick].excess_bytes)) {
+      pick = k;
+      pick_cost = cost;
+    }
+  }
+  return fits != none ? fits : pick;
+}
 
 LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& machine,
                          const NetworkView& view, const SearchOptions& options, int threads,
@@ -77,7 +108,53 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
     if (!improve(seeds[k].plan, seeds[k].evaluation, k)) converged = false;
     ++starts;
   }
+  // Note [Kicks]: the time the starts left, from the best plan perturbed.
+  std::size_t idle = 0;
+  for (std::uint64_t kick = 0;
+       options_.kicks && converged && result_.evaluation.feasible && idle < kIdleKicks; ++kick) {
+    if (out_of_limits()) return false;
+    const Evaluation before = result_.evaluation;
+    std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL +
+                        (kStarts + kick) * 0xC2B2AE3D27D4EB4FULL);
+    const Move move = kick_move(result_.plan, rng);
+    if (move.empty()) break;
+    const Scored scored = evaluate_moves(result_.plan, result_.evaluation, {move});
+    if (!was_refused(scored.scores.front()) &&
+        !improve(with_move(result_.plan, move, neighbourhood_), scored.scores.front(),
+                 kStarts + kick))
+      return false;
+    idle = better(result_.evaluation, before) ? 0 : idle + 1;
+  }
   return converged;
+}
+
+// Note [Kicks]
+// ~~~~~~~~~~~~
+// The local search often settles long before its time limit (ResNet-50 b128 at 25% of its
+// feature-map bytes: at 16 s of 60; MobileNetV2 b128 at 25%: at 7 to 11 s of 20, where nothing
+// fits to restart from), at a local optimum that depends on the path more than on the moves (the
+// same row ends 173 to 235 ms with seeds 1 to 3). So once every start has settled, the time left
+// goes to iterated local search: the best plan so far with kKickChanges changes to different
+// variables, drawn like a round's moves (weighted by the timeline's blame), is searched from like
+// a seed, until it settles; the best plan any of them reaches is the result. kIdleKicks kicks in a
+// row that find nothing better settle the search. Kicks are drawn by the driving thread from
+// (seed, kick), so determinism is kept.
+Move LocalSearch::kick_move(const sim::Plan& plan, std::mt19937_64& rng) {
+  const std::vector<Change> changes = neighbourhood_.changes(plan);
+  if (changes.empty()) return {};
+  const std::vector<double> score = blame(driver_.timeline(plan), view_, neighbourhood_, plan);
+  std::vector<double> weights;
+  weights.reserve(changes.size());
+  for (const Change& c : changes) weights.push_back(score[static_cast<std::size_t>(c.variable)]);
+  std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
+  Move move;
+  for (std::size_t tries = 0; move.size() < kKickChanges && tries < 16 * kKickChanges; ++tries) {
+    const Change& c = changes[pick(rng)];
+    if (std::none_of(move.begin(), move.end(),
+                     [&](const Change& m) { return m.variable == c.variable; }))
+      move.push_back(c);
+  }
+  return move;
 }
 
 bool LocalSearch::out_of_limits() const {
@@ -268,16 +345,22 @@ std::pair<sim::Plan, Evaluation> LocalSearch::combine(const sim::Plan& plan,
 // pair or triple is one among millions, which sampled pairs rarely meet. A round that improves
 // nothing therefore looks at its own candidates that did not fit but would have run faster than
 // the incumbent without a memory limit (Evaluation::unlimited_ns: memory never changes timing),
-// the kRepairChains fastest, and repairs each greedily: at the op where its memory ran out, the
-// kRepairWidth largest maps that a change takes off the device there (a kept map swapped,
+// the kRepairChains fastest of different variables (a sampled batch may hold a move more than
+// once, and a swap's prefetch points, each a move, often run alike: MobileNetV2 at 25% spent every
+// chain of most idle rounds on one map's prefetches), and repairs each greedily. At the op where
+// its memory ran out, the changes that take a map off the device there (a kept map swapped,
 // recomputed or encoded over its absence; a swapped map prefetched later or recomputed; never a
-// variable of the move being repaired) are tried, and the best of them by better() (the least
-// excess until one fits) is added; up to kRepairDepth changes. A chain stops when no change gets
-// it closer to fitting, when its plan without a limit is no longer faster than the incumbent, or
-// when it fits; a chain that fits faster than the incumbent is the round's move (the first of the
-// chains, in the order they were ranked, that does). So the search still only ever accepts an
-// improvement, and everything is generated by the driving thread from the round's scores, which
-// do not depend on scheduling: determinism is kept.
+// variable of the move being repaired), the first of each map and action, are ranked best fit
+// first: the maps that alone make up the excess, smallest first, then the others, largest first;
+// the first kRepairWidth are tried. The one added is the fastest that fits, else the one that
+// costs the least time without a limit per byte of excess it removes (a knapsack's greedy: the
+// largest map freed the most but was often the dearest, and the chain ended slower than the
+// incumbent); up to kRepairDepth changes. A chain stops when no change gets it closer to fitting,
+// when its plan without a limit is no longer faster than the incumbent, or when it fits; a chain
+// that fits faster than the incumbent is the round's move (the first of the chains, in the order
+// they were ranked, that does). So the search still only ever accepts an improvement, and
+// everything is generated by the driving thread from the round's scores, which do not depend on
+// scheduling: determinism is kept.
 std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
     const sim::Plan& plan, const Evaluation& evaluation, const std::vector<Move>& moves,
     const std::vector<Evaluation>& scores) {
@@ -292,23 +375,28 @@ std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
   std::stable_sort(promising.begin(), promising.end(), [&](std::size_t a, std::size_t b) {
     return scores[a].unlimited_ns < scores[b].unlimited_ns;
   });
-  // A sampled batch may hold a move more than once: each is repaired once.
-  promising.erase(std::unique(promising.begin(), promising.end(),
-                              [&](std::size_t a, std::size_t b) { return moves[a] == moves[b]; }),
-                  promising.end());
+  // One chain per variable (Note [Repair chains]).
+  std::vector<int> seen;
+  std::erase_if(promising, [&](std::size_t i) {
+    const int variable = moves[i].front().variable;
+    if (std::find(seen.begin(), seen.end(), variable) != seen.end()) return true;
+    seen.push_back(variable);
+    return false;
+  });
   if (promising.size() > kRepairChains) promising.resize(kRepairChains);
   for (std::size_t i : promising) {
     sim::Plan chain = with_move(plan, moves[i], neighbourhood_);
     Evaluation at = scores[i];
     Move fixed = moves[i];
     for (std::size_t depth = 0; depth < kRepairDepth && !stop_.due(); ++depth) {
-      const std::vector<Move> relief = relief_moves(chain, at.oom_op, fixed);
+      const std::vector<Move> relief = relief_moves(chain, at, fixed);
       if (relief.empty()) break;
       const Scored scored = evaluate_moves(chain, at, relief);
-      if (scored.best == relief.size()) break;  // nothing gets it closer to fitting
-      chain = with_move(chain, relief[scored.best], neighbourhood_);
-      at = scored.scores[scored.best];
-      fixed.push_back(relief[scored.best].front());
+      const std::size_t pick = cheapest_relief(at, scored.scores);
+      if (pick == relief.size()) break;  // nothing gets it closer to fitting
+      chain = with_move(chain, relief[pick], neighbourhood_);
+      at = scored.scores[pick];
+      fixed.push_back(relief[pick].front());
       if (at.feasible) {
         if (better(at, evaluation)) return std::pair(std::move(chain), at);
         break;
@@ -319,43 +407,56 @@ std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
   return std::nullopt;
 }
 
-std::vector<Move> LocalSearch::relief_moves(const sim::Plan& plan, sim::OpId at,
+std::vector<Move> LocalSearch::relief_moves(const sim::Plan& plan, const Evaluation& at,
                                             const Move& fixed) const {
-  if (at == sim::kNoOp) return {};
+  if (at.oom_op == sim::kNoOp) return {};
+  const sim::OpId op = at.oom_op;
   const std::vector<Change> changes = neighbourhood_.changes(plan);
-  std::vector<std::pair<sim::Bytes, std::size_t>> ranked;  // (bytes, index in changes)
+  // (bytes, index in changes): the first relieving change of each map and action.
+  std::vector<std::pair<sim::Bytes, std::size_t>> ranked;
   for (std::size_t k = 0; k < changes.size(); ++k) {
     const Change& c = changes[k];
     if (c.map < 0 || std::any_of(fixed.begin(), fixed.end(),
                                  [&](const Change& f) { return f.variable == c.variable; }))
       continue;
+    if (!ranked.empty()) {
+      const Change& last = changes[ranked.back().second];
+      if (last.map == c.map && last.action == c.action && last.encoding == c.encoding) continue;
+    }
     const auto m = static_cast<std::size_t>(c.map);
     const sim::Decision& d = plan.decisions[m];
     const sim::FeatureMap& fm = view_.feature_maps()[m];
     const sim::OpId last_forward =
         fm.forward_uses.empty() ? view_.producer(c.map) : fm.forward_uses.back();
     const sim::OpId first_backward = fm.backward_uses.front();
-    if (at <= last_forward || at >= first_backward) continue;  // needed on the device at `at`
+    if (op <= last_forward || op >= first_backward) continue;  // needed on the device at `op`
     // A swap's prefetch: the change's point, or the default; the map is back from there on.
     const sim::OpId prefetch = c.prefetch_before != sim::kNoOp
                                    ? c.prefetch_before
                                    : sim::default_prefetch_point(fm, workload_);
-    const bool away = c.action != sim::Action::kSwap || prefetch > at;
+    const bool away = c.action != sim::Action::kSwap || prefetch > op;
     bool relieves = false;
     if (d.action == sim::Action::kKeep) {
       relieves = away;
     } else if (d.action == sim::Action::kSwap) {
-      // Back on the device at `at` now: its prefetch is issued at or before it.
+      // Back on the device at `op` now: its prefetch is issued at or before it.
       const sim::OpId current = d.prefetch_before != sim::kNoOp
                                     ? d.prefetch_before
                                     : sim::default_prefetch_point(fm, workload_);
-      relieves = current <= at && away && c.action != sim::Action::kKeep &&
+      relieves = current <= op && away && c.action != sim::Action::kKeep &&
                  (c.action != sim::Action::kSwap || c.release_before == d.release_before);
     }
     if (relieves) ranked.emplace_back(view_.map_bytes(c.map), k);
   }
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  // Best fit: the maps that alone make up the excess, smallest first, then the others, largest
+  // first.
+  const sim::Bytes excess = at.excess_bytes;
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+    const bool a_covers = a.first >= excess;
+    const bool b_covers = b.first >= excess;
+    if (a_covers != b_covers) return a_covers;
+    return a_covers ? a.first < b.first : a.first > b.first;
+  });
   std::vector<Move> out;
   for (std::size_t j = 0; j < ranked.size() && out.size() < kRepairWidth; ++j)
     out.push_back({changes[ranked[j].second]});

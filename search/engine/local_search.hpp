@@ -2,7 +2,8 @@
 // The local search of the plan search (Note [Plan search] in plan_search.cpp, rounds, widening
 // and restarts): from one seed after another, rounds of moves drawn from the incumbent's
 // neighbourhood and evaluated in parallel, widened to every single change, pair and triple when a
-// round finds nothing. Internal to the search engine (search/engine/).
+// round finds nothing; then kicks from the best plan in the time left (Note [Kicks]). Internal to
+// the search engine (search/engine/).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -24,6 +25,13 @@
 #include "search/policies/network_view.hpp"
 
 namespace memplan::search::engine {
+
+// The relief change a repair chain takes (Note [Repair chains] in local_search.cpp), among the
+// `scores` of its candidates over `at`, a plan that does not fit: the best that fits (better()),
+// else the one that costs the least time without a memory limit (Evaluation::unlimited_ns) per
+// byte of excess it removes, ties to the least excess; scores.size() when none fits or removes
+// any excess.
+std::size_t cheapest_relief(const Evaluation& at, const std::vector<Evaluation>& scores);
 
 class LocalSearch {
  public:
@@ -64,15 +72,19 @@ class LocalSearch {
   std::pair<sim::Plan, Evaluation> combine(const sim::Plan& plan, const Evaluation& evaluation,
                                            const std::vector<Move>& moves,
                                            const std::vector<Evaluation>& scores, std::size_t best);
+  // Note [Kicks]: changes to kKickChanges variables of `plan`, drawn by blame.
+  Move kick_move(const sim::Plan& plan, std::mt19937_64& rng);
   // Note [Repair chains]: a plan better than `evaluation` (which fits) made from one of `moves`
   // that does not fit but would run faster, and changes that free memory where it ran out.
   std::optional<std::pair<sim::Plan, Evaluation>> repair(const sim::Plan& plan,
                                                          const Evaluation& evaluation,
                                                          const std::vector<Move>& moves,
                                                          const std::vector<Evaluation>& scores);
-  // The changes of `plan` that take a map off the device at op `at` (or hold a prefetch back
-  // past it), none to the variables of `fixed`; the largest maps first, at most kRepairWidth.
-  [[nodiscard]] std::vector<Move> relief_moves(const sim::Plan& plan, sim::OpId at,
+  // The changes of `plan` that take a map off the device at the op where `at` ran out (or hold
+  // a prefetch back past it), none to the variables of `fixed`, one per map and action; the maps
+  // that alone make up `at`'s excess first, smallest first, then the largest; at most
+  // kRepairWidth.
+  [[nodiscard]] std::vector<Move> relief_moves(const sim::Plan& plan, const Evaluation& at,
                                                const Move& fixed) const;
 
   const sim::Workload& workload_;

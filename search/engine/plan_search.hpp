@@ -49,6 +49,10 @@ struct SearchOptions {
   /// improvements] in search/engine/local_search.cpp) and an idle round repairs the faster plans
   /// that do not fit (Note [Repair chains]); off: one move a round (tests compare the two).
   bool compound_moves = true;
+  /// Whether, once every start has settled, the time left goes to local searches from the best
+  /// plan perturbed (Note [Kicks] in search/engine/local_search.cpp); off: the search ends there
+  /// (exact mode's heuristic, whose time is the branch and bound's; tests compare the two).
+  bool kicks = true;
   EncodingOptions encodings;
   /// Called after every seeding policy (from the worker that ran it) and after every round (from
   /// the driving thread); one call at a time.

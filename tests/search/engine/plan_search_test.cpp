@@ -9,6 +9,7 @@
 #include "core/machine.hpp"
 #include "io/trace_io.hpp"
 #include "search/engine/exact.hpp"
+#include "search/engine/local_search.hpp"
 #include "search/engine/plan_search.hpp"
 #include "search/policies/gist.hpp"
 #include "search/studies/comparison.hpp"
@@ -185,6 +186,61 @@ TEST_CASE("compound moves: summed improvements and repaired plans beat one move 
   // Still deterministic: any thread count, the same plan.
   o.threads = 1;
   CHECK(search_plan(w, m, o).plan == compound.plan);
+}
+
+TEST_CASE("a repair chain adds the relief that costs least time per byte of excess removed",
+          "[search][plan_search]") {
+  using memplan::search::engine::cheapest_relief;
+  // A plan 1000 bytes over the device that takes 100 ns without a limit, and its reliefs.
+  auto over = [](Bytes excess, Nanoseconds unlimited) {
+    Evaluation e;
+    e.excess_bytes = excess;
+    e.unlimited_ns = unlimited;
+    return e;
+  };
+  const Evaluation at = over(1000, 100);
+  std::vector<Evaluation> scores{
+      over(600, 140),   // 40 ns for 400 bytes: 0.1 ns a byte
+      over(200, 200),   // 100 ns for 800 bytes: 0.125 (the least excess, the old choice)
+      over(900, 105),   // 5 ns for 100 bytes: 0.05, the cheapest
+      over(1000, 90)};  // removes nothing
+  CHECK(cheapest_relief(at, scores) == 2);
+  // A relief that runs no slower costs nothing: the most excess it removes wins among those.
+  scores.push_back(over(950, 100));
+  scores.push_back(over(700, 95));
+  CHECK(cheapest_relief(at, scores) == 5);
+  // One that fits beats every one that does not; among those that fit, the faster.
+  Evaluation fits;
+  fits.feasible = true;
+  fits.step_ns = fits.iteration_ns = 300;
+  scores.push_back(fits);
+  fits.step_ns = fits.iteration_ns = 250;
+  scores.push_back(fits);
+  CHECK(cheapest_relief(at, scores) == 7);
+  // None removes any excess (or was refused: no excess measured): none.
+  CHECK(cheapest_relief(at, {over(1000, 90), over(1200, 100), Evaluation{}}) == 3);
+}
+
+TEST_CASE("kicks: a settled search goes on from its best plan perturbed, never behind",
+          "[search][plan_search]") {
+  // resnet_tiny at 25,600 bytes settles in well under a second; with kicks (Note [Kicks] in
+  // local_search.cpp) it searches on from its best plan with changes drawn by blame until four
+  // kicks in a row find nothing better. Same seed, deterministic: the kicks start where the
+  // search without them ends, so they can only add.
+  const Workload w = read_trace(source_path("traces/resnet_tiny.json"));
+  const Machine m = test_machine(25600, 16e9, 10000);
+  SearchOptions o = quick(2, true);
+  o.kicks = false;
+  const SearchResult settled = search_plan(w, m, o);
+  o.kicks = true;
+  const SearchResult kicked = search_plan(w, m, o);
+  REQUIRE(settled.converged);
+  REQUIRE(kicked.converged);
+  REQUIRE(!settled.within_gap);
+  CHECK(kicked.rounds > settled.rounds);
+  CHECK_FALSE(better(settled.evaluation, kicked.evaluation));
+  o.threads = 1;
+  CHECK(search_plan(w, m, o).plan == kicked.plan);
 }
 
 TEST_CASE("the search changes an op's algorithm where the optimum needs it",
