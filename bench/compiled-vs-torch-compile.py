@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """What a torch.compile'd model's trace holds against what its compiled step saves (issue 36;
 memplan.torch.compiled): per model and backend, the bytes of the distinct storages the step
-compiled and run by torch.compile itself saves for backward (saved-tensor hooks around its
-second forward, the first compiles; parameters and buffers left out, as capture leaves them out),
+compiled and run by torch.compile itself saves for backward (test_torch_compiled's
+`saved_by_step`: saved-tensor hooks around its second forward, the first compiles; parameters and
+buffers left out, as capture leaves them out),
 the same count for memplan's capture of it, and the eager step's for reference, with the time
 torch.compile's two steps and memplan's capture took. On a GPU inductor pads strides
 (`comprehensive_padding`) and lays convolutions out channels-last: the table shows whether the
@@ -51,23 +52,6 @@ def setup(name, device):
     return model, batch, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
-def saved_by(model, batch, loss_fn, steps):
-    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
-    saved = {}
-
-    def pack(t):
-        if t.untyped_storage().data_ptr() not in own:
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    for _ in range(steps):
-        saved.clear()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = loss_fn(model(*batch[:-1]), batch[-1])
-        loss.backward()
-    return sum(saved.values())
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -82,11 +66,13 @@ def main():
     print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
     warnings.simplefilter("ignore")
     for model_name in args.models.split(","):
-        eager = saved_by(*setup(model_name, device)[:3], steps=1)
+        model, batch, loss_fn, _ = setup(model_name, device)
+        eager = cases.saved_by_step(model, model, batch, loss_fn)
         for backend in args.backends.split(","):
             model, batch, loss_fn, _ = setup(model_name, device)
             start = time.perf_counter()
-            real = saved_by(torch.compile(model, backend=backend), batch, loss_fn, steps=2)
+            real = cases.saved_by_step(model, torch.compile(model, backend=backend), batch,
+                                       loss_fn)
             compiled_s = time.perf_counter() - start
             model, batch, loss_fn, opt = setup(model_name, device)
             start = time.perf_counter()

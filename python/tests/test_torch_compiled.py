@@ -53,10 +53,16 @@ def setup(name):
 
 def saved_by_compiled_step(name, backend, autocast=False, **compile_args):
     """Bytes of the distinct storages the model's step, compiled by torch.compile and run as
-    PyTorch runs it, saves for backward (saved-tensor hooks around its second forward: the first
-    compiles), the model's parameters and buffers left out as capture leaves them out."""
+    PyTorch runs it, saves for backward (`saved_by_step`)."""
     model, batch, loss_fn, _ = setup(name)
     compiled = torch.compile(model, backend=backend, **compile_args)
+    return saved_by_step(model, compiled, batch, loss_fn, autocast)
+
+
+def saved_by_step(model, call, batch, loss_fn, autocast=False):
+    """Bytes of the distinct storages a step calling `call` (the model, or it compiled) saves for
+    backward, counted by saved-tensor hooks around its second forward (the first compiles), the
+    model's parameters and buffers left out as capture leaves them out."""
     own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
     saved = {}
 
@@ -69,7 +75,7 @@ def saved_by_compiled_step(name, backend, autocast=False, **compile_args):
         saved.clear()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
                 torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            loss = loss_fn(compiled(*batch[:-1]), batch[-1])
+            loss = loss_fn(call(*batch[:-1]), batch[-1])
         loss.backward()
     return sum(saved.values())
 
@@ -304,22 +310,10 @@ def test_a_model_whose_blocks_are_compiled_saves_what_their_splits_save(how):
     # Before: the blocks were captured as eager PyTorch runs them, silently: 874,244 B saved,
     # where the compiled step saves 780,036 B.
     model, batch, loss_fn, opt = gpt_with_compiled_blocks(how)
-    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
-    saved = {}
-
-    def pack(t):
-        if t.untyped_storage().data_ptr() not in own:
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    for _ in range(2):  # the first compiles
-        saved.clear()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = loss_fn(model(*batch[:-1]), batch[-1])
-        loss.backward()
+    real = saved_by_step(model, model, batch, loss_fn)
     model, batch, loss_fn, opt = gpt_with_compiled_blocks(how)
     captured = capture(model, batch, loss_fn, opt)
-    assert captured.saved_bytes_hooks == sum(saved.values()) == 780_036
+    assert captured.saved_bytes_hooks == real == 780_036
     simulation = memplan.simulate(memplan_trace(captured.trace), policy="swap-all",
                                   memory="64GiB")
     plan = simulation.plan.to_dict()
