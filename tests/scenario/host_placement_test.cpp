@@ -37,16 +37,7 @@ Workload two_layers() {
   const TensorId d_a{6};
   b.op("g1", "linear", Phase::kBackward, {d_a, x, w1}, {{"g_w1", 1000}}, 1000);
   const TensorId g_w1{7};
-  std::vector<TensorId> momenta;
-  for (const char* name : {"m1", "m2"}) {
-    Tensor m;
-    m.id = static_cast<TensorId>(b.workload().tensors.size());
-    m.name = name;
-    m.bytes = 1000;
-    m.kind = TensorKind::kOptimizerState;
-    b.workload().tensors.push_back(m);
-    momenta.push_back(m.id);
-  }
+  const std::vector<TensorId> momenta{b.optimizer_state("m1", 1000), b.optimizer_state("m2", 1000)};
   b.op("sgd", "sgd", Phase::kUpdate, {w1, w2, g_w1, g_w2, momenta[0], momenta[1]}, {}, 500);
   return b.build();
 }
@@ -285,16 +276,7 @@ Workload adam_layer(bool unread_e = false) {
   const auto g_w = b.backward("g", {y, x, w}, 1000, 1000);
   b.workload().tensors[index(y)].name = "y";
   b.workload().tensors[index(g_w)].name = "g_w";
-  std::vector<TensorId> state;
-  for (const char* name : {"m", "v"}) {
-    Tensor t;
-    t.id = static_cast<TensorId>(b.workload().tensors.size());
-    t.name = name;
-    t.bytes = 1000;
-    t.kind = TensorKind::kOptimizerState;
-    b.workload().tensors.push_back(t);
-    state.push_back(t.id);
-  }
+  const std::vector<TensorId> state{b.optimizer_state("m", 1000), b.optimizer_state("v", 1000)};
   const TensorId m = state[0];
   const TensorId v = state[1];
   auto update = [&](const char* name, std::vector<TensorId> inputs, const char* out) {

@@ -29,6 +29,10 @@ TensorId WorkloadBuilder::parameter(const std::string& name, Bytes bytes) {
   return tensor(name, bytes, TensorKind::kParameter, kNoOp);
 }
 
+TensorId WorkloadBuilder::optimizer_state(const std::string& name, Bytes bytes) {
+  return tensor(name, bytes, TensorKind::kOptimizerState, kNoOp);
+}
+
 OpId WorkloadBuilder::op(const std::string& name, const std::string& layer, Phase phase,
                          const std::vector<TensorId>& inputs,
                          const std::vector<std::pair<std::string, Bytes>>& outputs,

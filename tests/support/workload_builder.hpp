@@ -14,6 +14,8 @@ class WorkloadBuilder {
 
   sim::TensorId input(const std::string& name, sim::Bytes bytes);
   sim::TensorId parameter(const std::string& name, sim::Bytes bytes);
+  /// An optimizer state from before the step (a momentum, Adam's moments).
+  sim::TensorId optimizer_state(const std::string& name, sim::Bytes bytes);
   /// An op of `phase` reading `inputs` and writing one new tensor per entry of `outputs`
   /// (name, bytes); returns the op id. Outputs are activations in forward, gradients otherwise.
   sim::OpId op(const std::string& name, const std::string& layer, sim::Phase phase,
