@@ -22,7 +22,8 @@
 // Across maps: a map kept lossily (binarize, fp16, fp10, fp8) may not be read in forward by an op
 // that regenerating a recomputed map re-runs (ops_rerun_by_recompute): that op would compute from
 // decoded values, not the forward pass's.
-// per_use (recompute only): the lowering forgets the regenerated map after each backward use.
+// per_use (recompute only): the lowering forgets the regenerated map after each backward node
+// that reads it (ends_backward_node).
 // prefetch_before (swap only) must be an op after the map's last forward use and no later than its
 // first backward use.
 // release_before (swap only) must be an op after the map's last forward use and no later than its
@@ -166,8 +167,9 @@ struct Decision {
   /// (Note [Release point]); kNoOp: right after its last forward use.
   OpId release_before = kNoOp;
   /// Recompute only: forget the regenerated map (and what was regenerated to make it) right after
-  /// each backward op that reads it, so the next use regenerates it again (SuperNeurons'
-  /// memory-centric mode). false: regenerate once and keep until the last backward use.
+  /// each backward node that reads it (the node's last op: ends_backward_node), so the next node
+  /// regenerates it again (SuperNeurons' memory-centric mode, per backward layer). false:
+  /// regenerate once and keep until the last backward use.
   bool per_use = false;
 
   friend bool operator==(const Decision&, const Decision&) = default;

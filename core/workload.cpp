@@ -570,6 +570,14 @@ std::optional<Bytes> dtype_bytes(std::string_view dtype) {
   return std::nullopt;
 }
 
+bool ends_backward_node(const Workload& workload, OpId op) {
+  const Op& o = workload.op(op);
+  if (o.phase != Phase::kBackward) return false;
+  if (o.differentiates == kNoOp || index(op) + 1 == workload.ops.size()) return true;
+  const Op& next = workload.op(op + 1);
+  return next.phase != Phase::kBackward || next.differentiates != o.differentiates;
+}
+
 void validate(const Workload& workload, std::string_view source) {
   validate_device(workload.device, source);
   validate_distributed(workload, source);

@@ -204,6 +204,14 @@ struct Workload {
   friend bool operator==(const Workload&, const Workload&) = default;
 };
 
+/// Whether `op` is the last op of its backward node. A backward node is autograd's unit of
+/// backward work: the longest run of consecutive backward ops that differentiate the same forward
+/// op (a recorded step's ops between two node hooks, memplan.torch.recorder; the zoo's one op per
+/// layer). A node unpacks what it saved before its first op and holds it until it returns. A
+/// backward op that differentiates no known forward op is a node of its own; any other op ends
+/// none.
+bool ends_backward_node(const Workload& workload, OpId op);
+
 /// Checks every structural rule of trace formats v1 to v3 (traces/FORMAT.md) and throws InputError
 /// naming `source` and the JSON path of the first problem: ids equal positions, references in
 /// range, sizes and durations sane, producers consistent with outputs, no cycle, no read before a

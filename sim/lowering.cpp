@@ -138,6 +138,7 @@ void Lowerer::start(const Plan& plan, Program& out) {
 }
 
 void Lowerer::lower_ops(const Plan& plan, std::size_t begin, std::size_t end) {
+  node_regenerated_.clear();  // a range starts at a node's first op: 0, or where backward starts
   for (std::size_t i = begin; i < end; ++i) lower_op(plan, op_id(i));
 }
 
@@ -254,7 +255,10 @@ void Lowerer::lower_op(const Plan& plan, OpId op) {
   } else {
     emit_op(op, InstrKind::kRun);
   }
-  if (op_[i].phase == Phase::kBackward) forget_per_use();
+  if (op_[i].phase == Phase::kBackward) {
+    node_regenerated_.insert(node_regenerated_.end(), regenerated_.begin(), regenerated_.end());
+    if (ends_backward_node(w_, op)) forget_per_use();
+  }
   for (auto k = outputs_.begin[i]; k < outputs_.begin[i + 1]; ++k) {
     const TensorId t = outputs_.items[at(k)];
     const Decision* d = state_[index(t)].decision;
@@ -376,20 +380,25 @@ void Lowerer::regenerate(TensorId t) {
   }
 }
 
-// Memory-centric recomputation: when a backward op needed a per-use map regenerated, that map and
-// the intermediates regenerated to make it are forgotten once the op has read them (their buffers
-// are freed after this op), so the next use regenerates them from the checkpoint again. Maps the
-// plan recomputes once (per_use false) that were regenerated on the way stay resident.
+// Memory-centric recomputation: when a backward node (ends_backward_node) needed a per-use map
+// regenerated, that map and the intermediates regenerated to make it are forgotten once the node's
+// last op has read them (their buffers are freed after it), so the next node that reads the map
+// regenerates it from the checkpoint again. Maps the plan recomputes once (per_use false) that
+// were regenerated on the way stay resident. Per node, not per op: autograd unpacks what a node
+// saved before its first op and holds it until the node returns, so the node's ops all read one
+// regenerated copy (memplan.torch.apply carries it out so).
 void Lowerer::forget_per_use() {
-  const bool any = std::any_of(regenerated_.begin(), regenerated_.end(), [&](TensorId t) {
+  const bool any = std::any_of(node_regenerated_.begin(), node_regenerated_.end(), [&](TensorId t) {
     const Decision* d = state_[index(t)].decision;
     return d != nullptr && d->per_use;
   });
-  if (!any) return;
-  for (TensorId t : regenerated_) {
-    const Decision* d = state_[index(t)].decision;
-    if (d == nullptr || d->per_use) state_[index(t)].loc = kNoBuffer;
+  if (any) {
+    for (TensorId t : node_regenerated_) {
+      const Decision* d = state_[index(t)].decision;
+      if (d == nullptr || d->per_use) state_[index(t)].loc = kNoBuffer;
+    }
   }
+  node_regenerated_.clear();
 }
 
 void Lowerer::emit_op(OpId op, InstrKind kind) {

@@ -213,9 +213,10 @@ class Lowerer {
   PerOp host_drop_at_;  // host-placed tensors whose device copy goes after the op
   // A host update's gradients, which its first host run waits for (emptied there).
   std::vector<TensorId> host_update_gradients_;
-  std::vector<BufferId> operand_stack_;  // operands of the ops being emitted, innermost on top
-  std::vector<Frame> frames_;            // regenerations in progress
-  std::vector<TensorId> regenerated_;    // made resident by recomputes for the op being emitted
+  std::vector<BufferId> operand_stack_;     // operands of the ops being emitted, innermost on top
+  std::vector<Frame> frames_;               // regenerations in progress
+  std::vector<TensorId> regenerated_;       // made resident by recomputes for the op being emitted
+  std::vector<TensorId> node_regenerated_;  // and for the backward node's ops before it
   std::uint64_t lowerings_ = 0;
 };
 

@@ -85,6 +85,11 @@ class Trace:
         """Per tensor id, the last op that reads it (None when no op does)."""
         return _core.last_uses(self._workload)
 
+    def backward_node_ends(self):
+        """Ids of the ops that end a backward node (the last of a run of backward ops that
+        differentiate one forward op, or a backward op of unknown origin), ascending."""
+        return _core.backward_node_ends(self._workload)
+
     def saved_activation_bytes(self):
         """The bytes of the distinct buffers backward reads from forward (activations and inputs):
         what PyTorch's saved-tensor hooks count."""

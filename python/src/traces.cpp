@@ -103,6 +103,15 @@ std::vector<std::optional<std::int32_t>> last_uses(const sim::Workload& w) {
   return last;
 }
 
+// The ops that end a backward node (sim::ends_backward_node), ascending.
+std::vector<std::int32_t> backward_node_ends(const sim::Workload& w) {
+  std::vector<std::int32_t> ends;
+  for (const sim::Op& op : w.ops) {
+    if (sim::ends_backward_node(w, op.id)) ends.push_back(sim::value(op.id));
+  }
+  return ends;
+}
+
 }  // namespace
 
 void bind_traces(py::module_& m) {
@@ -161,6 +170,7 @@ void bind_traces(py::module_& m) {
   m.def("feature_maps", &feature_map_ids, py::arg("workload"));
   m.def("storage_roots", &storage_roots, py::arg("workload"));
   m.def("last_uses", &last_uses, py::arg("workload"));
+  m.def("backward_node_ends", &backward_node_ends, py::arg("workload"));
   m.def("saved_activation_bytes", &zoo::saved_activation_bytes, py::arg("workload"));
 
   py::class_<zoo::TransformerOptions>(m, "TransformerOptions")

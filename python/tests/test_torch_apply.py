@@ -154,6 +154,9 @@ def test_random_plans_are_bitwise_lossless(seed):
             default = first_backward - 1 if first_backward - 1 > dropped else first_backward
             entry["release_before"] = rng.randint(dropped + 1,
                                                   entry.get("prefetch_before", default))
+    for entry in plan["maps"]:  # half the recomputations per use
+        if entry["action"] == "recompute" and rng.random() < 0.5:
+            entry["per_use"] = True
     result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.lossless_ok, (actions, result)
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"], plan
@@ -212,17 +215,46 @@ def test_a_plan_for_another_input_shape_is_refused():
     assert "\n" not in str(error.value)
 
 
-def test_per_use_recomputation_is_refused_with_one_line():
-    """per_use (regenerate for every backward use) is not carried out: its peak would not be the
-    simulator's, so apply refuses it rather than run another plan than the one given."""
-    model, batch, opt, captured = tiny_setup()
+class ReluChain(nn.Module):
+    """x -> fc1 -> three ReLUs -> fc2: each ReLU's output is saved by its own autograd node, the
+    last one by fc2's too (for its weight's gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 64), nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(torch.relu(torch.relu(self.fc1(x)))))
+
+
+def test_per_use_recomputation_regenerates_for_every_node_that_reads_a_map():
+    """per_use (SuperNeurons' memory-centric mode; refused before): a map is regenerated for each
+    autograd node that unpacks it, from the checkpoint (fc1's input), and let go with what was
+    regenerated on the way when that node returns (Lowerer::forget_per_use). Recomputing the three
+    ReLU outputs once re-runs fc1's addmm and the three ReLUs (4 ops) when fc2's node first needs
+    the last one and keeps all three; per use, fc2's node and the last ReLU's re-run the 4 ops
+    each, the second ReLU's 3 (addmm, two ReLUs) and the first's 2: 13. The step is still
+    bitwise, the saved-bytes peak is the simulator's to the byte, and it is lower than recompute
+    once's, which holds all three maps once fc2's node has run."""
+    torch.manual_seed(0)
+    model = ReluChain()
+    batch = (torch.randn(4, 16), torch.randint(0, 10, (4,)))
+    opt, captured = capture_setup(model, batch)
     tensors = captured.trace["tensors"]
-    relu = next(t for t in feature_maps(captured.trace) if tensors[t].get("dtype") == "float32")
-    plan = make_plan(captured.trace, {relu: "recompute"})
-    plan["maps"][0]["per_use"] = True
-    with pytest.raises(PlanError, match="per_use") as error:
-        apply(model, plan, captured)
-    assert "\n" not in str(error.value)
+    relus = [t for t in feature_maps(captured.trace) if tensors[t]["name"].startswith("relu")]
+    assert len(relus) == 3
+    results = {}
+    for per_use in (False, True):
+        plan = make_plan(captured.trace, {t: "recompute" for t in relus})
+        for entry in plan["maps"]:
+            entry["per_use"] = per_use
+        result = validate(model, batch, F.cross_entropy, opt, plan, captured)
+        assert result.lossless_ok, result
+        assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"]
+        results[per_use] = result
+    assert results[False]["recomputed_ops"] == 4
+    assert results[True]["recomputed_ops"] == 4 + 4 + 3 + 2
+    assert results[True]["measured_saved_peak_bytes"] < results[False]["measured_saved_peak_bytes"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(),

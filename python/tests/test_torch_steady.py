@@ -347,8 +347,17 @@ def host_plan(trace):
     return plan
 
 
+def per_use_plan(trace):
+    """Every map recomputed per use (SuperNeurons' memory-centric mode)."""
+    plan = policy_plan(trace, "recompute-all")
+    for entry in plan["maps"]:
+        entry["per_use"] = entry["action"] == "recompute"
+    return plan
+
+
 @pytest.mark.parametrize("case,reason", [
     ("dropout", "recomputes random op"),
+    ("per use", "recomputes maps per use"),
     ("value read", "reads a tensor's value into Python"),
     ("encode", "encodes maps"),
     ("host", "places tensors on the host"),
@@ -357,7 +366,8 @@ def test_plans_the_steady_path_does_not_carry_out_record_every_step(case, reason
     """Their steps run on the recorded path, bitwise the plain step's, and say why."""
     make, policy = {"dropout": (lambda: gpt(dropout=0.1), "recompute-all"),
                     "value read": (value_reading_model, "recompute-all"),
-                    "encode": (cnn, encode_plan), "host": (cnn, host_plan)}[case]
+                    "encode": (cnn, encode_plan), "host": (cnn, host_plan),
+                    "per use": (cnn, per_use_plan)}[case]
     model, batches, loss_fn = make()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     captured = capture(model, batches(), loss_fn, opt)

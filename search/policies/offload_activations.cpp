@@ -172,11 +172,7 @@ std::pair<sim::OpId, sim::OpId> first_unpacking_node(const sim::Workload& w,
                                    [&](sim::TensorId t) { return offloaded_save[index(t)]; });
     if (!reads) continue;
     sim::OpId last = op.id;
-    while (op.differentiates != sim::kNoOp && index(last) + 1 < w.ops.size() &&
-           w.op(last + 1).phase == sim::Phase::kBackward &&
-           w.op(last + 1).differentiates == op.differentiates) {
-      last = last + 1;
-    }
+    while (!sim::ends_backward_node(w, last)) ++last;
     return {op.id, last};
   }
   return {sim::kNoOp, sim::kNoOp};

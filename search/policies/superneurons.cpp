@@ -16,8 +16,9 @@
 //   backward op reads, writes and uses as workspace, which every plan must find room for), the
 //   segment is speed-centric: recomputed once and its results kept until backward is done with
 //   them (a plain recompute decision). Otherwise it is memory-centric: its maps are recompute
-//   with `per_use`, so the lowering regenerates them from the checkpoint for every backward use
-//   and forgets them right after (quadratic extra compute, no extra memory).
+//   with `per_use`, so the lowering regenerates them from the checkpoint for every backward node
+//   (layer) that reads them and forgets them right after (quadratic extra compute, no extra
+//   memory).
 // - The tensor pool: the plan is simulated; when an allocation fails at op X, the kept checkpoint
 //   that is resident at X and was used least recently before X is swapped instead, and the plan is
 //   simulated again, until it fits or nothing is left to swap. Victims are taken in batches:

@@ -84,8 +84,10 @@ use of that copy or of one issued after it (one H2D stream: memplan.torch.valida
 order, `_ORDER_MACHINE`), and an update on the host's temporaries, each from the update op that
 makes it to the end of the last one that reads it (or a version written over it); the copy itself
 is let go at the map's drop point. A recomputed map is held from its regeneration to its drop
-point; a plan with `per_use` recomputation (regenerate for every backward use, SuperNeurons'
-memory-centric mode) is refused with one line, since its peak would not be the simulator's. A
+point; one the plan recomputes `per_use` (SuperNeurons' memory-centric mode), with the
+intermediates regenerated to make it, only to the end of the backward node that regenerated it
+(the lowering's `forget_per_use`: autograd holds what a node unpacked until the node returns), so
+the next node that unpacks it regenerates it. A
 steady step (memplan.torch.steady) measures both peaks as well, from its own log; the copies,
 recomputations, releases and drops of both paths are one class's (`_MovedMaps`).
 """
@@ -355,7 +357,9 @@ class _MovedMaps:
     ops, would give the two paths other saved-bytes peaks; here they cannot differ.
 
     How: a subclass sets, before the step, `device` (tensor id -> a device tensor over its whole
-    storage: what is held), `regenerated` (ids in `device` a recomputation wrote), `host` (id ->
+    storage: what is held), `regenerated` (ids in `device` a recomputation wrote),
+    `node_regenerated` (None, or for a plan with per_use recomputation the list `_rerun` adds what
+    it regenerates to, for the recorded step's `_forget_per_use`), `host` (id ->
     host copy), `home` (id -> the device a swapped map came from), `host_held` (copies out not
     brought back yet), `releasing` (swapped maps whose device buffer is counted until its release
     or copy back), `h2d_queue` (a deque) and `h2d_queued` (`_queue_copy_in`), `host_bytes`,
@@ -505,6 +509,8 @@ class _MovedMaps:
             if held:
                 self.device[out] = value
                 self.regenerated.add(out)
+                if self.node_regenerated is not None:
+                    self.node_regenerated.append(out)
         self.log.recompute(reads, writes)
 
     def _resolve(self, value, written, reads):
@@ -561,6 +567,8 @@ class _PlanRecorder(_MovedMaps, StepRecorder):
         # captured trace no longer reads them, as the simulator's lowering drops them).
         self.device = {}
         self.regenerated = set()  # ids in self.device that a recomputation wrote
+        # per_use: what recomputations regenerated since the last backward node ended
+        self.node_regenerated = [] if plan.per_use else None
         self.host = {}  # tensor id -> host copy of its whole storage (swap)
         self.home = {}  # tensor id -> the device its swapped storage was copied out from
         self.encoded = {}  # tensor id -> its encoded copy on the device (encode:*, Encoded)
@@ -836,7 +844,24 @@ class _PlanRecorder(_MovedMaps, StepRecorder):
         for tid in self.plan.drop_after.get(op_id, ()):  # the trace reads them no more
             if tid not in self.persistent and self.tensors[tid]["kind"] == "activation":
                 self._let_go(tid)
+        if self.node_regenerated is not None and op_id in self.plan.node_ends:
+            self._forget_per_use()
         return result
+
+    def _forget_per_use(self):
+        """After a backward node's last op (Lowerer::forget_per_use): when the node regenerated a
+        map the plan recomputes per use, that map and the intermediates regenerated to make it
+        are let go (autograd lets go of the node's unpacked copy as the node returns), so the
+        next node that reads it regenerates it; maps recomputed once stay. No drop is logged:
+        each buffer counts to its last read, as the lowering frees it after its last reference
+        (the node's last op reads the map itself; what was regenerated on the way, the
+        regeneration that read it last)."""
+        regenerated, self.node_regenerated = self.node_regenerated, []
+        if any(tid in self.plan.per_use for tid in regenerated):
+            for tid in regenerated:
+                if tid in self.plan.per_use or tid not in self.plan.actions:
+                    self.device.pop(tid, None)
+                    self.regenerated.discard(tid)
 
     def _forward_drops(self, op_id, tensors):
         """The lowering's forward drops after op `op_id`, in its order: an encoded map (taken

@@ -21,9 +21,8 @@ placement or host update the simulator would not carry out; `memplan._validation
 `memplan._validation.host_points`, `Trace.last_uses`), so the step follows the lowering it is
 compared with rather than a copy of it: a device copy made or dropped at another op than the
 lowering's would change the measured device peak. Refused here, one line each (PlanError), is
-what PyTorch adds to the simulator's rules: ops run with another algorithm, `per_use`
-recomputation (its peak would not be the simulator's), and binarize for a map a backward op reads
-for more than its sign.
+what PyTorch adds to the simulator's rules: ops run with another algorithm, and binarize for a map
+a backward op reads for more than its sign.
 """
 
 import json
@@ -63,6 +62,8 @@ def plan_schedule(plan, trace):
     data = plan.to_dict()
     _refuse_what_torch_does_not_carry_out(data, points, trace)
     schedule = Schedule(points, captured.last_uses())
+    if schedule.per_use:
+        schedule.node_ends = set(captured.backward_node_ends())
     schedule.place_on_host(_validation.host_points(plan), data.get("update") == "host", trace)
     return schedule
 
@@ -80,11 +81,6 @@ def _refuse_what_torch_does_not_carry_out(data, points, trace):
     tensors = trace["tensors"]
     for p in points:
         name = tensors[p.tensor]["name"]
-        if p.per_use:
-            raise PlanError(f"tensor '{name}': per_use recomputation (regenerated for every "
-                            "backward use) is not carried out by memplan.torch.apply; make the "
-                            "plan without it (every policy but superneurons' memory-centric "
-                            "segments does)")
         if p.action == "encode:binarize":
             _check_binarizable(trace, p.tensor, name)
 
@@ -126,6 +122,9 @@ class Schedule:
       read it, an encoded map is encoded and its buffer goes; `encode_at`: encoded map -> that op;
     - `drop_after`: op id -> tensors the trace reads last there (a copy brought back or
       regenerated is let go after it);
+    - `per_use`: the maps recomputed per use, and `node_ends`, the ops that end a backward node
+      (sim::ends_backward_node), after which what a node regenerated for them goes (filled only
+      when `per_use` is not empty);
     - host placement (`place_on_host`; Note [Host placement] in core/plan.hpp): `host_tensors`,
       the tensors placed on the host; `host_update`, whether the update runs there;
       `host_prefetch_before`: op id -> host-placed tensors whose device copy is made before it, in
@@ -150,6 +149,9 @@ class Schedule:
                 self.forward_drops.setdefault(p.last_forward_use, []).append((p.tensor, p.action))
                 if p.action.startswith("encode:"):
                     self.encode_at[p.tensor] = p.last_forward_use
+        # per_use recomputation: its maps, and the ops that end a backward node (plan_schedule)
+        self.per_use = {p.tensor for p in points if p.per_use}
+        self.node_ends = set()
         self.drop_after = {}
         for t, op in enumerate(last_uses):
             if op is not None:

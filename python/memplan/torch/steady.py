@@ -387,6 +387,7 @@ class _Step(_MovedMaps):
         self.persistent, self.weights = program.persistent, program.weights
         self.device = {}
         self.regenerated = set()
+        self.node_regenerated = None  # per_use: recorded steps only
         self.host, self.home, self.host_held = {}, {}, set()
         self.releasing = set(program.released_at_copy_in)
         self.h2d_queue, self.h2d_queued = collections.deque(), {}
@@ -509,6 +510,9 @@ class SteadyPath:
                                   "op)")
         elif any(a.startswith("encode:") for a in schedule.actions.values()):
             self.static_reason = "the plan encodes maps (their points are op by op)"
+        elif schedule.per_use:
+            self.static_reason = ("the plan recomputes maps per use (let go after each backward "
+                                  "node that reads them: op by op)")
 
     @property
     def reason(self):

@@ -1,4 +1,7 @@
 // SuperNeurons' segment modes, and the plan's per-use recomputation they rely on.
+#include <algorithm>
+#include <string>
+
 #include <catch2/catch.hpp>
 
 #include "core/basic_plans.hpp"
@@ -73,6 +76,28 @@ TEST_CASE("per-use recomputation regenerates from the checkpoint for every backw
   const Bytes peak_once = engine.run(once, m).peak_bytes;
   const Bytes peak_per_use = engine.run(per_use, m).peak_bytes;
   CHECK(peak_per_use < peak_once);
+}
+
+TEST_CASE("per-use recomputation regenerates once per backward node, not once per op",
+          "[search][superneurons][lowering]") {
+  // A recorded step's autograd node runs several aten ops, all differentiating its forward op,
+  // and holds what it unpacked until it returns (sim::ends_backward_node). Here r3_bwd and r2_bwd
+  // are made one node (both differentiate r2): r3_bwd's regeneration of r3_out makes r2_out on
+  // the way, which r2_bwd then reads in the same node, so nothing is regenerated for it; the node
+  // forgets both after r2_bwd, and r1_bwd regenerates r1_out from x again.
+  Workload w = relu_chain();
+  auto op_named = [&](const std::string& name) -> Op& {
+    return *std::find_if(w.ops.begin(), w.ops.end(), [&](const Op& o) { return o.name == name; });
+  };
+  op_named("r3_bwd").differentiates = op_named("r2_bwd").differentiates;
+  validate(w, "test");
+  CHECK(!ends_backward_node(w, op_named("r3_bwd").id));
+  CHECK(ends_backward_node(w, op_named("r2_bwd").id));
+  CHECK(ends_backward_node(w, op_named("loss_bwd").id));
+  CHECK(!ends_backward_node(w, op_named("r3").id));
+  CHECK(ops_run(w, lower(w, recompute_relus(w, true))) ==
+        "conv1 r1 r2 r3 loss conv1* r1* r2* r3* loss_bwd conv1* r1* r2* r3* r3_bwd r2_bwd conv1* "
+        "r1* r1_bwd conv1_bwd ");
 }
 
 TEST_CASE("per_use round-trips through plan files and is refused on anything but recompute",
