@@ -34,6 +34,12 @@ constexpr std::size_t kRepairDepth = 8;
 constexpr std::size_t kRepairWidth = 12;
 // Note [Combined improvements]: the combinations of a round's improving moves evaluated, at most.
 constexpr std::size_t kCombined = 8;
+// Note [Repairs in slow descents]: a round whose gain is under this share of the step repairs
+// too; a chain starts only from a candidate that would gain kRepairWorth times the round's gain
+// without a memory limit; a chain that failed is not tried again for kRepairTabuRounds rounds.
+constexpr double kTinyGain = 0.002;
+constexpr sim::Nanoseconds kRepairWorth = 10;
+constexpr std::size_t kRepairTabuRounds = 24;
 
 // The score of a candidate the plan rules refuse (sim::lossy_map_recomputed_from,
 // sim::host_update_problem): it never beats anything.
@@ -184,14 +190,25 @@ bool LocalSearch::improve(sim::Plan plan, Evaluation evaluation, std::uint64_t s
     bool settled = false;
     if (best < moves.size()) {
       if (options_.compound_moves) {
-        std::tie(plan, evaluation) = combine(plan, evaluation, moves, scores, best);
+        auto [next_plan, next] = combine(plan, evaluation, moves, scores, best);
+        // Note [Repairs in slow descents]: a tiny gain; a repair may gain more.
+        const sim::Nanoseconds gain = evaluation.step_ns - next.step_ns;
+        if (evaluation.feasible && next.feasible &&
+            static_cast<double>(gain) < kTinyGain * static_cast<double>(evaluation.step_ns)) {
+          if (auto repaired = repair(plan, next, moves, scores,
+                                     kRepairWorth * std::max<sim::Nanoseconds>(gain, 1))) {
+            std::tie(next_plan, next) = std::move(*repaired);
+          }
+        }
+        plan = std::move(next_plan);
+        evaluation = next;
       } else {
         plan = with_move(plan, moves[best], neighbourhood_);
         evaluation = scores[best];
       }
       sweep = Sweep::kSampled;
       idle_random_pairs = 0;
-    } else if (auto repaired = options_.compound_moves ? repair(plan, evaluation, moves, scores)
+    } else if (auto repaired = options_.compound_moves ? repair(plan, evaluation, moves, scores, 0)
                                                        : std::nullopt) {
       plan = std::move(repaired->first);
       evaluation = repaired->second;
@@ -363,13 +380,13 @@ std::pair<sim::Plan, Evaluation> LocalSearch::combine(const sim::Plan& plan,
 // scheduling: determinism is kept.
 std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
     const sim::Plan& plan, const Evaluation& evaluation, const std::vector<Move>& moves,
-    const std::vector<Evaluation>& scores) {
+    const std::vector<Evaluation>& scores, sim::Nanoseconds min_gain_ns) {
   if (!evaluation.feasible) return std::nullopt;
   std::vector<std::size_t> promising;
   for (std::size_t i = 0; i < moves.size(); ++i) {
     const Evaluation& e = scores[i];
     if (!e.feasible && e.excess_bytes > 0 && e.oom_op != sim::kNoOp && e.unlimited_ns > 0 &&
-        e.unlimited_ns < evaluation.iteration_ns)
+        e.unlimited_ns < evaluation.iteration_ns - min_gain_ns && !tabu(moves[i]))
       promising.push_back(i);
   }
   std::stable_sort(promising.begin(), promising.end(), [&](std::size_t a, std::size_t b) {
@@ -403,8 +420,18 @@ std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
       }
       if (at.unlimited_ns >= evaluation.iteration_ns) break;
     }
+    failed_repairs_.emplace_back(moves[i].front(), result_.rounds);
   }
   return std::nullopt;
+}
+
+// A chain from this move failed in the last kRepairTabuRounds rounds (Note [Repairs in slow
+// descents]); older failures are forgotten.
+bool LocalSearch::tabu(const Move& move) {
+  std::erase_if(failed_repairs_,
+                [&](const auto& f) { return f.second + kRepairTabuRounds <= result_.rounds; });
+  return std::any_of(failed_repairs_.begin(), failed_repairs_.end(),
+                     [&](const auto& f) { return f.first == move.front(); });
 }
 
 std::vector<Move> LocalSearch::relief_moves(const sim::Plan& plan, const Evaluation& at,

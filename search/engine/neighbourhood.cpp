@@ -1,7 +1,10 @@
 #include "search/engine/neighbourhood.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <iterator>
+#include <limits>
 
 #include "core/check.hpp"
 #include "search/policies/policy.hpp"
@@ -505,6 +508,24 @@ std::vector<Move> draw(const std::vector<Change>& changes, const std::vector<dou
   weights.reserve(changes.size());
   for (const Change& c : changes)
     weights.push_back(map_blame[static_cast<std::size_t>(c.variable)]);
+  if (!pairs) {
+    // Singles without replacement (Efraimidis and Spirakis: the `count` largest keys u^(1/w),
+    // as log(u) / w): a batch evaluates no change twice, where one map's stalls used to draw
+    // its few changes over and over (MobileNetV2 b128 at 25%: one map, 52 of 75 ms of stalls).
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    std::vector<std::pair<double, std::size_t>> keys;
+    keys.reserve(changes.size());
+    for (std::size_t i = 0; i < changes.size(); ++i) {
+      const double u = std::max(unit(rng), std::numeric_limits<double>::min());
+      keys.emplace_back(std::log(u) / std::max(weights[i], 1e-300), i);
+    }
+    std::partial_sort(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(count), keys.end(),
+                      [](const auto& a, const auto& b) {
+                        return a.first != b.first ? a.first > b.first : a.second < b.second;
+                      });
+    for (std::size_t i = 0; i < count; ++i) moves.push_back({changes[keys[i].second]});
+    return moves;
+  }
   std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
   std::uniform_int_distribution<std::size_t> any(0, changes.size() - 1);
   for (std::size_t i = 0; i < count; ++i) {
