@@ -40,6 +40,8 @@ constexpr std::size_t kCombined = 8;
 constexpr double kTinyGain = 0.002;
 constexpr sim::Nanoseconds kRepairWorth = 10;
 constexpr std::size_t kRepairTabuRounds = 24;
+// Note [Moves the stalls ask for]: the swapped maps whose stalls a round's moves answer.
+constexpr std::size_t kStallMaps = 4;
 
 // The score of a candidate the plan rules refuse (sim::lossy_map_recomputed_from,
 // sim::host_update_problem): it never beats anything.
@@ -233,10 +235,17 @@ std::vector<Move> LocalSearch::round_moves(const sim::Plan& plan,
   std::vector<Move> moves;
   switch (sweep) {
     case Sweep::kSampled:
-    case Sweep::kRandomPairs:
-      moves = draw(changes, blame(driver_.timeline(plan), view_, neighbourhood_, plan), batch_,
+    case Sweep::kRandomPairs: {
+      const sim::Timeline timeline = driver_.timeline(plan);
+      moves = draw(changes, blame(timeline, view_, neighbourhood_, plan), batch_,
                    sweep == Sweep::kRandomPairs, rng);
+      // Note [Moves the stalls ask for]: after the drawn ones (ties go to the batch's first).
+      if (sweep == Sweep::kSampled) {
+        for (Move& m : neighbourhood_.stall_moves(plan, timeline, kStallMaps))
+          moves.push_back(std::move(m));
+      }
       break;
+    }
     case Sweep::kSingles:
       for (const Change& c : changes) moves.push_back({c});
       break;

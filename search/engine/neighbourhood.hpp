@@ -86,6 +86,12 @@ class Neighbourhood {
   // update on the device: 1e9 among them, by their bytes.
   void blame_states(const sim::Timeline& timeline, const sim::Plan& plan,
                     std::vector<double>& score) const;
+  // Note [Moves the stalls ask for] in local_search.cpp: for the `count` swapped maps of `plan`
+  // whose copies stall its `timeline` the longest, the release point (a copy-out waited for) or
+  // the prefetch point (a copy-in waited for) moved later or earlier by the stall's length in
+  // ops' time, and by half of it; one change a move.
+  [[nodiscard]] std::vector<Move> stall_moves(const sim::Plan& plan, const sim::Timeline& timeline,
+                                              std::size_t count) const;
   [[nodiscard]] const std::vector<sim::OpId>& algorithm_ops() const { return algorithm_ops_; }
   [[nodiscard]] const sim::Workload& workload() const { return view_.workload(); }
 
