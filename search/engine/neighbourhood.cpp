@@ -366,7 +366,7 @@ std::vector<Move> Neighbourhood::stall_moves(const sim::Plan& plan, const sim::T
         Change c = map_change(static_cast<std::size_t>(m), sim::Action::kSwap, sim::Encoding::kNone,
                               d.prefetch_before);
         c.release_before = at;
-        out.push_back({c});
+        if (out.empty() || out.back().front() != c) out.push_back({c});
       } else {
         // Earlier by `want` of the ops' time, after the last forward use.
         sim::OpId at = prefetch;
@@ -378,7 +378,7 @@ std::vector<Move> Neighbourhood::stall_moves(const sim::Plan& plan, const sim::T
         Change c = map_change(static_cast<std::size_t>(m), sim::Action::kSwap, sim::Encoding::kNone,
                               at == default_prefetch(m) ? sim::kNoOp : at);
         if (d.release_before <= at) c.release_before = d.release_before;  // still valid
-        out.push_back({c});
+        if (out.empty() || out.back().front() != c) out.push_back({c});
       }
     }
   }
