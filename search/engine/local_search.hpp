@@ -76,14 +76,12 @@ class LocalSearch {
   Move kick_move(const sim::Plan& plan, std::mt19937_64& rng);
   // Note [Repair chains]: a plan better than `evaluation` (which fits) made from one of `moves`
   // that does not fit but would run faster, and changes that free memory where it ran out.
-  // Only from moves that would gain more than `min_gain_ns` over `evaluation` without a memory
-  // limit, and not tabu().
+  // Never from a move that is tabu().
   std::optional<std::pair<sim::Plan, Evaluation>> repair(const sim::Plan& plan,
                                                          const Evaluation& evaluation,
                                                          const std::vector<Move>& moves,
-                                                         const std::vector<Evaluation>& scores,
-                                                         sim::Nanoseconds min_gain_ns);
-  // Note [Repairs in slow descents]: a chain from `move` failed lately.
+                                                         const std::vector<Evaluation>& scores);
+  // Note [Repair chains]: a chain from `move` failed lately.
   bool tabu(const Move& move);
   // The changes of `plan` that take a map off the device at the op where `at` ran out (or hold
   // a prefetch back past it), none to the variables of `fixed`, one per map and action; the maps

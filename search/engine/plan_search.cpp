@@ -30,12 +30,16 @@
 // state of a GPT where the logits fill the device); and for each group of uses
 // of a host-placed tensor, its prefetch point: earlier or later by 1, 4 or 16 ops within its
 // window, at the first use itself, or back to the default. When the neighbourhood is larger than
-// the batch, a batch is drawn from it with a seeded generator, favouring the variables the
+// the batch, a batch of distinct changes is drawn from it with a seeded generator, without
+// replacement (a map whose stalls dominate the step drew its few changes over and over: most of
+// a batch on MobileNetV2 b128 at 25% of its feature-map bytes), favouring the variables the
 // incumbent's timeline blames (stalls on a map or a host-placed tensor, a map resident, a
-// host-placed tensor's copy resident ahead of its use or an op's workspace where memory ran out).
-// The batch is evaluated in parallel (oneTBB, parallel_each; one Evaluator, hence one Engine, per
-// worker thread) and the best candidate that improves on the incumbent (ties broken by batch
-// position) becomes the new incumbent, and the next round samples again. With compound moves
+// host-placed tensor's copy resident ahead of its use or an op's workspace where memory ran out);
+// to it are added the moves of the copies that stall the incumbent most (Note [Moves the stalls
+// ask for] in local_search.cpp). The batch is evaluated in parallel (oneTBB, parallel_each; one
+// Evaluator, hence one Engine, per worker thread) and the best candidate that improves on the
+// incumbent (ties broken by batch position) becomes the new incumbent, and the next round
+// samples again. With compound moves
 // (SearchOptions::compound_moves) the round's improving moves summed may be taken instead, and a
 // round that improves nothing first repairs its faster candidates that ran out of memory (Notes
 // [Combined improvements] and [Repair chains] in local_search.cpp).
