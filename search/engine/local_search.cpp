@@ -146,8 +146,7 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
 // at 465 ms with them, 517 to 530 ms without). So a search from any start but the first (a
 // restart, or a kick, which starts near the best plan and so rarely meets the rule) whose plan
 // after kRestartCheck rounds is still over kHopeless times the best plan's step gives way, as a
-// settled one does. The rule reads the rounds' plans alone:
-// determinism is kept.
+// settled one does. The rule reads the rounds' plans alone: determinism is kept.
 //
 // Note [Kicks]
 // ~~~~~~~~~~~~

@@ -149,8 +149,8 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
 double combination_count(const std::vector<Change>& changes, int k);
 // Every move of `k` changes to `k` different variables, in a fixed order.
 std::vector<Move> combinations(const std::vector<Change>& changes, int k);
-// Draws `count` moves: singles when `pairs` is false, else pairs; weighted by `map_blame` (per
-// variable, blame()).
+// Draws `count` moves: distinct singles (drawn without replacement) when `pairs` is false, else
+// pairs; weighted by `map_blame` (per variable, blame()).
 std::vector<Move> draw(const std::vector<Change>& changes, const std::vector<double>& map_blame,
                        std::size_t count, bool pairs, std::mt19937_64& rng);
 
