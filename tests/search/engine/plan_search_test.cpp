@@ -279,6 +279,36 @@ TEST_CASE("the moves the stalls ask for: a release point later, a prefetch earli
   CHECK(hood.stall_moves(plan, timeline, 1).size() == 2);
 }
 
+TEST_CASE("a round's singles are distinct, the blamed variable's first in chance",
+          "[search][plan_search]") {
+  using memplan::search::engine::Change;
+  // 40 changes of 10 variables (4 each); variable 3 is blamed a billion times the others.
+  std::vector<Change> changes;
+  for (int v = 0; v < 10; ++v) {
+    for (int k = 0; k < 4; ++k) {
+      Change c;
+      c.variable = c.map = v;
+      c.prefetch_before = op_id(k);
+      changes.push_back(c);
+    }
+  }
+  std::vector<double> blame(10, 1.0);
+  blame[3] = 1e9;
+  for (std::uint64_t seed : {1, 2, 3}) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed);
+    const auto moves = memplan::search::engine::draw(changes, blame, 12, false, rng);
+    REQUIRE(moves.size() == 12);
+    // No change twice (with replacement, variable 3's four changes filled nearly every place).
+    for (std::size_t i = 0; i < moves.size(); ++i) {
+      REQUIRE(moves[i].size() == 1);
+      for (std::size_t j = 0; j < i; ++j) CHECK_FALSE(moves[i].front() == moves[j].front());
+    }
+    // The blamed variable's changes, all four, come first.
+    for (std::size_t i = 0; i < 4; ++i) CHECK(moves[i].front().variable == 3);
+  }
+}
+
 TEST_CASE("kicks: a settled search goes on from its best plan perturbed, never behind",
           "[search][plan_search]") {
   // resnet_tiny at 25,600 bytes settles in well under a second; with kicks (Note [Kicks] in
