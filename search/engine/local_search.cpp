@@ -24,6 +24,10 @@ constexpr std::size_t kSweepChunk = 4096;
 constexpr std::size_t kRandomPairRounds = 2;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
+// Note [Hopeless restarts]: a restart still this much slower than the best plan after this many
+// rounds gives way.
+constexpr std::size_t kRestartCheck = 10;
+constexpr double kHopeless = 1.5;
 // Note [Kicks]: changes a kick makes, and kicks in a row without a better plan that settle.
 constexpr std::size_t kKickChanges = 6;
 constexpr std::size_t kIdleKicks = 4;
@@ -34,6 +38,10 @@ constexpr std::size_t kRepairDepth = 8;
 constexpr std::size_t kRepairWidth = 12;
 // Note [Combined improvements]: the combinations of a round's improving moves evaluated, at most.
 constexpr std::size_t kCombined = 8;
+// Note [Repair chains]: a chain that failed is not started again for this many rounds.
+constexpr std::size_t kRepairTabuRounds = 24;
+// Note [Moves the stalls ask for]: the swapped maps whose stalls a round's moves answer.
+constexpr std::size_t kStallMaps = 4;
 
 // The score of a candidate the plan rules refuse (sim::lossy_map_recomputed_from,
 // sim::host_update_problem): it never beats anything.
@@ -128,6 +136,18 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
   return converged;
 }
 
+// Note [Hopeless restarts]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// A restart from a seed far slower than the best plan so far rarely catches up: ResNet-50 b128 at
+// 25% of its feature-map bytes starts from PoocH's plan (694 ms; settled at 615 ms in 22 rounds),
+// then from two seeds of 1592 and 1628 ms: the first is at 788 ms after 10 rounds and settles at
+// 537 ms, the new best, the second is at 1524 ms after 10 rounds and settles at 1335 ms after 96,
+// a fifth of the rounds 20 s hold on a loaded machine, which the kicks then lacked (the row ended
+// at 465 ms with them, 517 to 530 ms without). So a search from any start but the first (a
+// restart, or a kick, which starts near the best plan and so rarely meets the rule) whose plan
+// after kRestartCheck rounds is still over kHopeless times the best plan's step gives way, as a
+// settled one does. The rule reads the rounds' plans alone: determinism is kept.
+//
 // Note [Kicks]
 // ~~~~~~~~~~~~
 // The local search often settles long before its time limit (ResNet-50 b128 at 25% of its
@@ -206,6 +226,12 @@ bool LocalSearch::improve(sim::Plan plan, Evaluation evaluation, std::uint64_t s
     }
     report_("round", "", result_.rounds, evaluated(), result_.evaluation);
     if (settled) return true;
+    // Note [Hopeless restarts]
+    if (start_index > 0 && round == kRestartCheck && evaluation.feasible &&
+        result_.evaluation.feasible &&
+        static_cast<double>(evaluation.step_ns) >
+            kHopeless * static_cast<double>(result_.evaluation.step_ns))
+      return true;
   }
   return false;
 }
@@ -216,10 +242,17 @@ std::vector<Move> LocalSearch::round_moves(const sim::Plan& plan,
   std::vector<Move> moves;
   switch (sweep) {
     case Sweep::kSampled:
-    case Sweep::kRandomPairs:
-      moves = draw(changes, blame(driver_.timeline(plan), view_, neighbourhood_, plan), batch_,
+    case Sweep::kRandomPairs: {
+      const sim::Timeline timeline = driver_.timeline(plan);
+      moves = draw(changes, blame(timeline, view_, neighbourhood_, plan), batch_,
                    sweep == Sweep::kRandomPairs, rng);
+      // Note [Moves the stalls ask for]: after the drawn ones (ties go to the batch's first).
+      if (sweep == Sweep::kSampled) {
+        for (Move& m : neighbourhood_.stall_moves(plan, timeline, kStallMaps))
+          moves.push_back(std::move(m));
+      }
       break;
+    }
     case Sweep::kSingles:
       for (const Change& c : changes) moves.push_back({c});
       break;
@@ -291,6 +324,21 @@ bool LocalSearch::widen(Sweep& sweep, const std::vector<Change>& changes,
   return false;
 }
 
+// Note [Moves the stalls ask for]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A swapped map's copies stall the step in two places: where its device copy is released, when
+// the copy-out has not finished (compute waits for it to reuse the memory), and where it is first
+// used in backward, when the copy-in has not. The neighbourhood moves a release point by 1, 4 or
+// 16 ops and a prefetch by 1 to 64, and a large map needs other distances (MobileNetV2 b128 at 25%
+// of its feature-map bytes: a 616 MB map whose 38 ms copies cost 29 ms of copy-out and 23 ms of
+// copy-in stalls, of a 173 ms step). So each sampled round adds, for the kStallMaps swapped maps
+// whose copies stalled the incumbent's timeline the longest, the release point moved later, or
+// the prefetch moved earlier, by the stall's length in the ops' own time and by half of it
+// (Neighbourhood::stall_moves): the point where the copy would have been done. Such a move often
+// holds memory the plan does not have; it is then a candidate for the repair chains (Note [Repair
+// chains]), which free memory elsewhere. The moves come from the incumbent's timeline, which the
+// driving thread simulates: determinism is kept.
+//
 // Note [Combined improvements]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A round often holds several improving moves to different variables (early on, one per map that
@@ -358,9 +406,12 @@ std::pair<sim::Plan, Evaluation> LocalSearch::combine(const sim::Plan& plan,
 // incumbent); up to kRepairDepth changes. A chain stops when no change gets it closer to fitting,
 // when its plan without a limit is no longer faster than the incumbent, or when it fits; a chain
 // that fits faster than the incumbent is the round's move (the first of the chains, in the order
-// they were ranked, that does). So the search still only ever accepts an improvement, and
-// everything is generated by the driving thread from the round's scores, which do not depend on
-// scheduling: determinism is kept.
+// they were ranked, that does). A chain that does not is not started again from the same change
+// for kRepairTabuRounds rounds: from an unchanged incumbent (an idle round after an idle round)
+// it fails again change for change, and its place goes to the next candidate. So the search
+// still only ever accepts an improvement, and everything is generated by the driving thread from
+// the round's scores and its count of rounds, which do not depend on scheduling: determinism is
+// kept.
 std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
     const sim::Plan& plan, const Evaluation& evaluation, const std::vector<Move>& moves,
     const std::vector<Evaluation>& scores) {
@@ -369,7 +420,7 @@ std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
   for (std::size_t i = 0; i < moves.size(); ++i) {
     const Evaluation& e = scores[i];
     if (!e.feasible && e.excess_bytes > 0 && e.oom_op != sim::kNoOp && e.unlimited_ns > 0 &&
-        e.unlimited_ns < evaluation.iteration_ns)
+        e.unlimited_ns < evaluation.iteration_ns && !tabu(moves[i]))
       promising.push_back(i);
   }
   std::stable_sort(promising.begin(), promising.end(), [&](std::size_t a, std::size_t b) {
@@ -403,8 +454,18 @@ std::optional<std::pair<sim::Plan, Evaluation>> LocalSearch::repair(
       }
       if (at.unlimited_ns >= evaluation.iteration_ns) break;
     }
+    failed_repairs_.emplace_back(moves[i].front(), result_.rounds);
   }
   return std::nullopt;
+}
+
+// A chain from this move failed in the last kRepairTabuRounds rounds (Note [Repair chains]);
+// older failures are forgotten.
+bool LocalSearch::tabu(const Move& move) {
+  std::erase_if(failed_repairs_,
+                [&](const auto& f) { return f.second + kRepairTabuRounds <= result_.rounds; });
+  return std::any_of(failed_repairs_.begin(), failed_repairs_.end(),
+                     [&](const auto& f) { return f.first == move.front(); });
 }
 
 std::vector<Move> LocalSearch::relief_moves(const sim::Plan& plan, const Evaluation& at,

@@ -76,10 +76,13 @@ class LocalSearch {
   Move kick_move(const sim::Plan& plan, std::mt19937_64& rng);
   // Note [Repair chains]: a plan better than `evaluation` (which fits) made from one of `moves`
   // that does not fit but would run faster, and changes that free memory where it ran out.
+  // Never from a move that is tabu().
   std::optional<std::pair<sim::Plan, Evaluation>> repair(const sim::Plan& plan,
                                                          const Evaluation& evaluation,
                                                          const std::vector<Move>& moves,
                                                          const std::vector<Evaluation>& scores);
+  // Note [Repair chains]: a chain from `move` failed lately.
+  bool tabu(const Move& move);
   // The changes of `plan` that take a map off the device at the op where `at` ran out (or hold
   // a prefetch back past it), none to the variables of `fixed`, one per map and action; the maps
   // that alone make up `at`'s excess first, smallest first, then the largest; at most
@@ -99,6 +102,8 @@ class LocalSearch {
   const Neighbourhood neighbourhood_;
   const std::size_t batch_;
   std::size_t evaluated_in_rounds_ = 0;
+  // The first change of each repair chain that failed, with the round count then.
+  std::vector<std::pair<Change, std::size_t>> failed_repairs_;
   std::optional<sim::Nanoseconds> good_enough_ns_;
 };
 

@@ -86,6 +86,12 @@ class Neighbourhood {
   // update on the device: 1e9 among them, by their bytes.
   void blame_states(const sim::Timeline& timeline, const sim::Plan& plan,
                     std::vector<double>& score) const;
+  // Note [Moves the stalls ask for] in local_search.cpp: for the `count` swapped maps of `plan`
+  // whose copies stall its `timeline` the longest, the release point (a copy-out waited for) or
+  // the prefetch point (a copy-in waited for) moved later or earlier by the stall's length in
+  // ops' time, and by half of it; one change a move.
+  [[nodiscard]] std::vector<Move> stall_moves(const sim::Plan& plan, const sim::Timeline& timeline,
+                                              std::size_t count) const;
   [[nodiscard]] const std::vector<sim::OpId>& algorithm_ops() const { return algorithm_ops_; }
   [[nodiscard]] const sim::Workload& workload() const { return view_.workload(); }
 
@@ -143,8 +149,8 @@ std::vector<double> blame(const sim::Timeline& timeline, const NetworkView& view
 double combination_count(const std::vector<Change>& changes, int k);
 // Every move of `k` changes to `k` different variables, in a fixed order.
 std::vector<Move> combinations(const std::vector<Change>& changes, int k);
-// Draws `count` moves: singles when `pairs` is false, else pairs; weighted by `map_blame` (per
-// variable, blame()).
+// Draws `count` moves: distinct singles (drawn without replacement) when `pairs` is false, else
+// pairs; weighted by `map_blame` (per variable, blame()).
 std::vector<Move> draw(const std::vector<Change>& changes, const std::vector<double>& map_blame,
                        std::size_t count, bool pairs, std::mt19937_64& rng);
 
