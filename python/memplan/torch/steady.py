@@ -64,8 +64,11 @@ Which steps are steady (the rule; `PlannedModel.steady_reason` says why not, `st
 `recorded_steps` count them, `stats["steady"]` says which the last one was): the step after a
 recorded one that matched the capture, with the same loss function and optimizer objects, batch
 tensors of the recorded shapes and dtypes, the same modules in training mode and the same grad
-mode. Recorded instead, every step: a plan that places tensors on the host or encodes maps (their
-points are op by op, which only the recorder sees), one that recomputes a random op (dropout's
+mode. Recorded instead, every step: a plan that places tensors on the host, encodes maps or
+recomputes them per use (their points are op by op, which only the recorder sees), one that
+prefetches a map before a forward op where the hooks see no point (the last point before it
+comes before forward ops that write buffers beside the copy: its peak would not be the
+simulator's), one that recomputes a random op (dropout's
 mask comes from the RNG state the op ran with, which only the recorder catches), one whose
 recomputations read a tensor the hooks do not reach (a constant the step makes, a checkpoint
 block's input torch 1.13 holds outside the saved tensors), a saved tensor forward writes over
@@ -266,6 +269,16 @@ class _Program:
                            for op, tids in plan.drop_after.items()}
         self.prefetch_before = {op: [t for t in tids if packed.get(t) == "swap"]
                                 for op, tids in plan.prefetch_before.items()}
+        # A prefetch before a forward op where the hooks see no point would be made at the last
+        # point before it, before forward ops that write buffers beside the copy (that rule is
+        # exact within a backward node only: `place`), and so measured above the prediction.
+        gaps = {gap for _, _, gap in self.points}
+        for op, tids in sorted(self.prefetch_before.items()):
+            if tids and op not in gaps and trace["ops"][op]["phase"] == "forward":
+                self.reason = (f"the plan prefetches tensor '{tensors[tids[0]]['name']}' before "
+                               f"forward op '{trace['ops'][op]['name']}', where the saved-tensor "
+                               "hooks see no point")
+                return
         self.place()
         # the recorded step's log entries a steady step does not make itself: the ops, and the
         # releases of swapped maps' device buffers at their release points (neither path holds
