@@ -75,7 +75,8 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
       group_of_.push_back(static_cast<std::int32_t>(group));
       first_rerun_sequence_[group] = std::max(first_rerun_sequence_[group], c.sequence + 1);
     }
-    op_.push_back({op.duration_ns, op.workspace_bytes, op.phase, op.stream, collective});
+    op_.push_back({op.duration_ns, op.workspace_bytes, op.phase, op.stream, collective,
+                   ends_backward_node(workload, op.id)});
     if (op.stream != 0) {
       side_index_[index(op.id)] = static_cast<std::int32_t>(side_ops_.size());
       side_ops_.push_back(op.id);
@@ -257,7 +258,7 @@ void Lowerer::lower_op(const Plan& plan, OpId op) {
   }
   if (op_[i].phase == Phase::kBackward) {
     node_regenerated_.insert(node_regenerated_.end(), regenerated_.begin(), regenerated_.end());
-    if (ends_backward_node(w_, op)) forget_per_use();
+    if (op_[i].ends_node) forget_per_use();
   }
   for (auto k = outputs_.begin[i]; k < outputs_.begin[i + 1]; ++k) {
     const TensorId t = outputs_.items[at(k)];

@@ -166,6 +166,7 @@ class Lowerer {
     Phase phase;
     std::int32_t stream;      // the workload's device stream (0: compute)
     std::int32_t collective;  // index into collectives_, or -1
+    bool ends_node;           // ends_backward_node()
   };
   // Side streams (Note [Device streams] in core/workload.hpp): each op on a side stream has two
   // events, made first in every Program, so their ids depend on the workload alone — event
