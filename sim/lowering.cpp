@@ -821,4 +821,55 @@ Program lower(const Workload& workload, const Plan& plan) {
   return program;
 }
 
+std::vector<RegeneratedFree> regenerated_frees(const Workload& workload, const Program& program) {
+  std::vector<bool> is_map(workload.tensors.size(), false);
+  for (const FeatureMap& m : find_feature_maps(workload)) is_map[index(m.tensor)] = true;
+  struct Use {
+    bool regenerated = false;  // its first write was a re-run's
+    bool run = false;          // a run of the step reads or writes it: a map's buffer
+    TensorId tensor = kNoTensor;
+    OpId rerun = kNoOp;
+    std::int32_t occurrence = 0;
+    std::size_t last = 0;  // the instruction, for the order
+  };
+  std::vector<Use> uses(program.buffers.size());
+  std::vector<bool> written(program.buffers.size(), false);
+  std::vector<std::int32_t> reruns(workload.ops.size(), 0);
+  const auto& compute = program.streams[static_cast<std::size_t>(StreamId::kCompute)];
+  for (std::size_t k = 0; k < compute.size(); ++k) {
+    const Instruction& in = compute[k];
+    if (in.kind != InstrKind::kRun && in.kind != InstrKind::kRecompute) continue;
+    const Op& op = workload.op(in.op);
+    const bool rerun = in.kind == InstrKind::kRecompute;
+    const std::int32_t occurrence = rerun ? reruns[index(in.op)]++ : 0;
+    const auto inputs = static_cast<std::int32_t>(op.inputs.size());
+    const auto outputs = static_cast<std::int32_t>(op.outputs.size());
+    for (std::int32_t j = 0; j < in.operand_count && j < inputs + outputs; ++j) {
+      const BufferId b = program.operand_buffer(in, j);
+      if (b == kNoBuffer) continue;
+      Use& u = uses[index(b)];
+      if (j >= inputs) {
+        if (!written[index(b)]) u.regenerated = rerun;
+        written[index(b)] = true;
+        u.tensor = op.outputs[static_cast<std::size_t>(j - inputs)];
+      }
+      if (!rerun) u.run = true;
+      u.rerun = in.op;
+      u.occurrence = occurrence;
+      u.last = k;
+    }
+  }
+  std::vector<std::pair<std::size_t, RegeneratedFree>> found;
+  for (const Use& u : uses) {
+    if (u.regenerated && !u.run && u.tensor != kNoTensor && !is_map[index(u.tensor)])
+      found.push_back({u.last, {u.tensor, u.rerun, u.occurrence}});
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<RegeneratedFree> out;
+  out.reserve(found.size());
+  for (const auto& f : found) out.push_back(f.second);
+  return out;
+}
+
 }  // namespace memplan::sim

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "io/timeline_export.hpp"
 #include "python/src/bindings.hpp"
 #include "runtime/validation.hpp"
+#include "sim/lowering.hpp"
 #include "sim/simulation.hpp"
 
 namespace py = pybind11;
@@ -86,6 +88,16 @@ std::vector<MapPoints> map_points(const sim::Plan& plan, const sim::Workload& wo
     points.push_back(std::move(p));
   }
   return points;
+}
+
+// Per copy regenerated on the way that is no feature map (sim::regenerated_frees): (tensor, op
+// re-run, its occurrence), in the order the lowering frees them.
+std::vector<std::tuple<std::int32_t, std::int32_t, std::int32_t>> regenerated_frees(
+    const sim::Plan& plan, const sim::Workload& workload) {
+  std::vector<std::tuple<std::int32_t, std::int32_t, std::int32_t>> out;
+  for (const sim::RegeneratedFree& f : sim::regenerated_frees(workload, sim::lower(workload, plan)))
+    out.emplace_back(sim::value(f.tensor), sim::value(f.rerun), f.occurrence);
+  return out;
 }
 
 // One group of uses of a host-placed tensor that gets its own device copy (sim::HostUseGroup),
@@ -234,6 +246,7 @@ void bind_validation(py::module_& m) {
       .def_readonly("gradient_drop", &HostPoints::gradient_drop)
       .def_readonly("groups", &HostPoints::groups);
   m.def("host_points", &host_points, py::arg("plan"), py::arg("workload"));
+  m.def("regenerated_frees", &regenerated_frees, py::arg("plan"), py::arg("workload"));
   m.def("encoded_bytes", &encoded_bytes, py::arg("scheme"), py::arg("values"));
   m.def("narrow_format", &narrow_format, py::arg("scheme"));
   m.attr("SPARSE_BLOCK_VALUES") = sim::kSparseBlockValues;

@@ -5,6 +5,7 @@ predicts; plans for another model or input shape, and encodings where their cons
 not hold, are refused with one line; random plans (fixed seeds) hold the same property."""
 
 import gc
+import json
 import math
 import pathlib
 import random
@@ -255,6 +256,31 @@ def test_per_use_recomputation_regenerates_for_every_node_that_reads_a_map():
     assert results[False]["recomputed_ops"] == 4
     assert results[True]["recomputed_ops"] == 4 + 4 + 3 + 2
     assert results[True]["measured_saved_peak_bytes"] < results[False]["measured_saved_peak_bytes"]
+    # fc1's output is no map (addmm's backward reads its input, ReLU's its output): regenerated
+    # on the way to the first ReLU's output, it goes after the re-run that reads it, the first
+    # ReLU's, as the lowering frees it; it was held to the end of the step (16 x 32 floats).
+    for result in results.values():
+        assert result["regenerated_left_bytes"] == 0, result
+
+
+def test_a_copy_regenerated_on_the_way_goes_after_the_rerun_that_reads_it_last():
+    """sim::regenerated_frees on ReluChain, every ReLU output recomputed once: the copy of fc1's
+    output (no map) that the regeneration makes goes after the first ReLU's re-run, the only one
+    that reads it; the ReLU outputs are maps, let go at their own drop points."""
+    torch.manual_seed(0)
+    model = ReluChain()
+    batch = (torch.randn(4, 16), torch.randint(0, 10, (4,)))
+    _, captured = capture_setup(model, batch)
+    tensors, ops = captured.trace["tensors"], captured.trace["ops"]
+    relus = [t for t in feature_maps(captured.trace) if tensors[t]["name"].startswith("relu")]
+    plan = memplan.parse_plan(json.dumps(make_plan(captured.trace, {t: "recompute" for t in relus})),
+                              memplan_trace(captured.trace), "the plan")
+    frees = memplan._validation.regenerated_frees(plan)
+    assert len(frees) == 1, frees
+    tensor, rerun, occurrence = frees[0]
+    assert ops[tensors[tensor]["producer"]]["name"] == "fc1.addmm"
+    assert rerun == tensors[relus[0]]["producer"] and tensor in ops[rerun]["inputs"]
+    assert occurrence == 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(),

@@ -115,3 +115,36 @@ TEST_CASE("recomputing a very deep chain needs no deep recursion", "[sim][loweri
   CHECK(tl.feasible);
   CHECK(tl.stall_ns_by_cause[static_cast<std::size_t>(StallCause::kRecompute)] == kDepth);
 }
+
+TEST_CASE("a copy regenerated on the way is freed after the re-run that reads it last",
+          "[sim][lowering]") {
+  // x -> f1 -> a, read by f2 (-> b) and f3 (-> c) only: a is no map. Recomputing b and c, g3's
+  // regeneration of c re-runs f1 (a comes back) then f3; g2's of b finds a still there and
+  // re-runs f2, a's last reference: its copy is freed after f2's first re-run, which
+  // regenerated_frees says. With an in-place op after f1 (a written over by r1), the buffer's last
+  // version is r1's output, the tensor it names.
+  for (const bool in_place : {false, true}) {
+    CAPTURE(in_place);
+    memplan::test::WorkloadBuilder b;
+    const TensorId x = b.input("x", 1024);
+    TensorId a = b.forward("f1", {x}, 1024, 10);
+    if (in_place) a = b.forward_in_place("r1", a, 10);
+    const TensorId bm = b.forward("f2", {a}, 1024, 10);
+    const OpId f2 = b.last_op();
+    const TensorId c = b.forward("f3", {a}, 1024, 10);
+    const TensorId d = b.forward("f4", {bm, c}, 1024, 10);
+    TensorId g = b.backward("g4", {d}, 1024, 10);
+    g = b.backward("g3", {g, c}, 1024, 10);
+    b.backward("g2", {g, bm}, 1024, 10);
+    const Workload w = b.build();
+    Plan plan = in_core_plan(w);
+    for (Decision& dec : plan.decisions) {
+      if (dec.tensor == bm || dec.tensor == c) dec.action = Action::kRecompute;
+    }
+    const std::vector<RegeneratedFree> frees = regenerated_frees(w, lower(w, plan));
+    REQUIRE(frees.size() == 1);
+    CHECK(frees[0].tensor == a);
+    CHECK(frees[0].rerun == f2);
+    CHECK(frees[0].occurrence == 0);
+  }
+}

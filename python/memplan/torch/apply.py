@@ -348,7 +348,9 @@ class _MovedMaps:
     back at its prefetch point or at its first use (`_copy_in`); a recomputed map, and each input
     of its producer that is neither held nor brought back, is regenerated from the recorded step's
     recipes (`_regenerate`: the producing aten op and its arguments as trace ids, `_rerun`,
-    `_resolve`); a copy is let go at its drop point (`_let_go`). The step's log
+    `_resolve`); a copy is let go at its drop point (`_let_go`), and a copy regenerated on the way
+    that is no map after the re-run that reads or writes it last (`_rerun`), where the lowering
+    frees it, without a drop logged (the log counts it to that re-run). The step's log
     (saved_bytes.StepLog) gets each copy brought in, each recomputation's reads and writes, each
     swapped buffer's release and each drop, and the host bytes are counted from a copy-out to the
     end of its copy-in (the first use of that copy or of one issued after it: one H2D stream).
@@ -363,7 +365,8 @@ class _MovedMaps:
     host copy), `home` (id -> the device a swapped map came from), `host_held` (copies out not
     brought back yet), `releasing` (swapped maps whose device buffer is counted until its release
     or copy back), `h2d_queue` (a deque) and `h2d_queued` (`_queue_copy_in`), `host_bytes`,
-    `peak_host_bytes`, `recompute_ops`, `copies` (`_Copies`), `log`; and, from the recorded step,
+    `peak_host_bytes`, `recompute_ops`, `reruns` (op id -> its re-runs so far), `copies`
+    (`_Copies`), `log`; `regenerated_frees` (`Schedule.regenerated_frees`); and, from the recorded step,
     `tensors` and `ops` (their records: producer, in_place_of, bytes; outputs), `recipes` (op id
     -> (func, args, kwargs with _Ref, RNG state or None, grad mode)), `output_slot`, `persistent`
     and `weights`."""
@@ -430,6 +433,11 @@ class _MovedMaps:
             self.log.drop(tid)
         self.regenerated.discard(tid)
         self.host.pop(tid, None)
+
+    def regenerated_left_bytes(self):
+        """Bytes of the copies recomputations wrote that the step still holds (at its end: 0,
+        each let go where the lowering frees it)."""
+        return sum(storage_bytes(self.device[t]) for t in self.regenerated if t in self.device)
 
     # ---- a device tensor over a map's whole storage ---------------------------------------
     def _materialize(self, tid):
@@ -512,6 +520,12 @@ class _MovedMaps:
                 if self.node_regenerated is not None:
                     self.node_regenerated.append(out)
         self.log.recompute(reads, writes)
+        occurrence = self.reruns.get(producer, 0)
+        self.reruns[producer] = occurrence + 1
+        for tid in self.regenerated_frees.get((producer, occurrence), ()):
+            if tid in self.regenerated:  # the lowering frees its copy after this re-run
+                del self.device[tid]
+                self.regenerated.discard(tid)
 
     def _resolve(self, value, written, reads):
         if isinstance(value, _Ref):
@@ -579,6 +593,8 @@ class _PlanRecorder(_MovedMaps, StepRecorder):
         self.copies = _Copies(cuda)
         self.log = StepLog()
         self.recompute_ops = 0
+        self.reruns = {}
+        self.regenerated_frees = plan.regenerated_frees
         self.prefetched_through = -1  # prefetches issued for the ops up to this one
         self.output_slot = {}  # tensor id -> ("written" | "result", index) in its op's call
         # version -> the version forward writes over it next, in the captured trace
@@ -1261,6 +1277,7 @@ class PlannedModel:
         self.stats = {"peak_saved_bytes": peak(recorder.log, step_trace, self._feature_map_buffers),
                       "peak_host_bytes": recorder.peak_host_bytes,
                       "recomputed_ops": recorder.recompute_ops, "step_seconds": seconds,
+                      "regenerated_left_bytes": recorder.regenerated_left_bytes(),
                       "sparse_spilled_bytes": recorder.spilled_bytes, "steady": False}
         self.recorded_steps += 1
         self._steady.learn(recorder, batch, loss_fn, optimizer)

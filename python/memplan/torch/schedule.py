@@ -62,6 +62,9 @@ def plan_schedule(plan, trace):
     data = plan.to_dict()
     _refuse_what_torch_does_not_carry_out(data, points, trace)
     schedule = Schedule(points, captured.last_uses())
+    if "recompute" in schedule.actions.values():
+        for tid, op, occurrence in _validation.regenerated_frees(plan):
+            schedule.regenerated_frees.setdefault((op, occurrence), []).append(tid)
     if schedule.per_use:
         schedule.node_ends = set(captured.backward_node_ends())
     schedule.place_on_host(_validation.host_points(plan), data.get("update") == "host", trace)
@@ -125,6 +128,8 @@ class Schedule:
     - `per_use`: the maps recomputed per use, and `node_ends`, the ops that end a backward node
       (sim::ends_backward_node), after which what a node regenerated for them goes (filled only
       when `per_use` is not empty);
+    - `regenerated_frees`: (op id, occurrence) -> the tensors, no maps, whose copies regenerated
+      on the way go after that re-run of the op (`_validation.regenerated_frees`);
     - host placement (`place_on_host`; Note [Host placement] in core/plan.hpp): `host_tensors`,
       the tensors placed on the host; `host_update`, whether the update runs there;
       `host_prefetch_before`: op id -> host-placed tensors whose device copy is made before it, in
@@ -152,6 +157,7 @@ class Schedule:
         # per_use recomputation: its maps, and the ops that end a backward node (plan_schedule)
         self.per_use = {p.tensor for p in points if p.per_use}
         self.node_ends = set()
+        self.regenerated_frees = {}
         self.drop_after = {}
         for t, op in enumerate(last_uses):
             if op is not None:

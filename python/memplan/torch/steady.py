@@ -212,6 +212,7 @@ class _Program:
         self.recipes, self.output_slot = recorder.recipes, recorder.output_slot
         self.tensors, self.ops = recorder.tensors, recorder.ops
         self.persistent, self.weights = recorder.persistent, recorder.weights
+        self.regenerated_frees = plan.regenerated_frees
         if self.in_core:
             return
         if any(a.startswith("encode:") for a in plan.actions.values()):
@@ -261,8 +262,8 @@ class _Program:
         holdable = {tid for tid, how in packed.items() if how != "keep"} | hold
         for op in recorder.reran:
             holdable.update(recorder.ops[op]["outputs"])
-        # of those, the ones the recorded step let go of (a regenerated intermediate whose drop
-        # point was in forward is held to the end of the step, as the lowering holds it)
+        # of those, the ones the recorded step let go of at a drop point (a copy regenerated on
+        # the way that is no map goes after its last re-run instead: `_rerun`)
         self.dropped = {entry[1] for entry in recorder.log.entries if entry[0] == "drop"}
         self.drop_after = {op: [t for t in tids if t in holdable and t in self.dropped and
                                 t not in self.persistent and tensors[t]["kind"] == "activation"]
@@ -406,6 +407,7 @@ class _Step(_MovedMaps):
         self.h2d_queue, self.h2d_queued = collections.deque(), {}
         self.host_bytes = self.peak_host_bytes = 0
         self.recompute_ops = 0
+        self.reruns, self.regenerated_frees = {}, program.regenerated_frees
         self.copies = _Copies(cuda)
         self.log = _AnchoredLog()
         self.swapped_maps = 0  # maps copied out to host memory
@@ -505,6 +507,7 @@ class _Step(_MovedMaps):
             for tid in sorted(self.program.dropped.intersection(self.device)):
                 self.log.drop(tid)
         self.copies.end_of_step()
+        self.left_bytes = self.regenerated_left_bytes()
         self.device.clear()
         self.host.clear()
 
@@ -595,11 +598,12 @@ class SteadyPath:
         if hooks is None:  # the plain step: its log is the recorded step's ops
             stats.update(peak_saved_bytes=program.peaks["peak_saved_bytes"],
                          peak_host_bytes=program.peaks["peak_host_bytes"],
-                         recomputed_ops=0, swapped_maps=0)
+                         recomputed_ops=0, swapped_maps=0, regenerated_left_bytes=0)
             self.planned.last_step = (program.recorded_log, program.step_trace)
         else:
             off = hooks.off
             stats.update(recomputed_ops=hooks.recompute_ops, swapped_maps=hooks.swapped_maps,
+                         regenerated_left_bytes=hooks.left_bytes,
                          peak_saved_bytes=None, peak_host_bytes=None)
             if off is None and hooks.k == len(program.unpacks):
                 log, stats["peak_saved_bytes"] = program.measure(hooks.log.entries)

@@ -288,5 +288,6 @@ def validate(model, batch, loss_fn, optimizer, plan, captured, *, step=None, see
         sparse_spilled_bytes=planned.stats["sparse_spilled_bytes"],
         measured_seconds=planned.stats["step_seconds"],
         recomputed_ops=planned.stats["recomputed_ops"],
+        regenerated_left_bytes=planned.stats["regenerated_left_bytes"],
         baseline_cuda_step_peak_bytes=base_cuda,
         measured_cuda_step_peak_bytes=plan_cuda)
