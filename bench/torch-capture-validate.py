@@ -2,14 +2,16 @@
 """Capture and validate in PyTorch (issues 16, 17 and 41): for resnet18, mobilenet_v2 and a GPT block
 (also densenet121 and efficientnet_b0 with --models) on the CPU or, with --device cuda, a GPU, capture
 one step (op counts, saved bytes against the hooks, capture time), then validate a
-swap-heavy plan (swap-all), a recompute-heavy plan (recompute-all), `memplan search`'s plan at
+swap-heavy plan (swap-all), recompute-heavy plans (recompute-all, checkpoint-sqrt: maps made from
+regenerated intermediates), `memplan search`'s plan at
 a memory budget of the in-core peak less 50% of the feature-map bytes (then 45%, 42%, 40% when the
 search finds no plan that fits), and with --encode the in-core plan with Gist's encodings wherever
 their consumer patterns hold (`--encode binarize,sparse`, then fp10, then fp8).
 
 Usage: bench/torch-capture-validate.py [--batch N] [--size S] [--models M,..] [--time-limit S]
                                        [--device cpu|cuda] [--encode] [MEMPLAN_BINARY]
-On a GPU the table adds the step's CUDA memory (torch.cuda.max_memory_allocated above the resident
+A column says what copies the recomputations made the step still held at its end (0: each let go
+where the lowering frees it). On a GPU the table adds the step's CUDA memory (torch.cuda.max_memory_allocated above the resident
 tensors) against the simulator's prediction of the same. MEMPLAN_PYTHON_PATH, when set, is where
 the memplan package is imported from (default: build/release/python).
 Timings depend on the machine's load; they are figures for a report, never a test.
@@ -102,7 +104,7 @@ def main():
         with tempfile.TemporaryDirectory() as folder:
             trace_path = pathlib.Path(folder) / "trace.json"
             result.save(trace_path)
-            hows = [("swap-all",), ("recompute-all",)] + \
+            hows = [("swap-all",), ("recompute-all",), ("checkpoint-sqrt",)] + \
                 [("search", f) for f in (0.5, 0.45, 0.42, 0.4)]
             if args.encode:
                 hows += [("encode", e) for e in ("binarize,sparse", "fp10", "fp8")]
@@ -136,15 +138,15 @@ def main():
                             f"{v['predicted_saved_peak_bytes']:,} | {v['measured_saved_peak_bytes']:,} | "
                             f"{v['predicted_host_peak_bytes']:,} | {v['measured_host_peak_bytes']:,} | "
                             f"{v['predicted_seconds']:.3f} | {v['measured_seconds']:.3f} | "
-                            f"{error:+.0%} |" + cuda_columns(v))
+                            f"{error:+.0%} | {v['regenerated_left_bytes']:,} |" + cuda_columns(v))
                 print(f"  {' '.join(map(str, how))}: validated in "
                       f"{time.perf_counter() - started:.1f} s", flush=True)
     cuda = args.device == "cuda"
     print("\n| model | plan | bitwise (or relative error ≤ bound) | predicted saved peak (B) | "
           "measured saved peak (B) | predicted host peak (B) | measured host peak (B) | "
-          "predicted time (s) | measured time (s) | time error |" +
+          "predicted time (s) | measured time (s) | time error | regenerated, held at the end (B) |" +
           (" predicted step CUDA memory (B) | measured (B) | baseline step's (B) |" if cuda else ""))
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" +
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" +
           (" ---: | ---: | ---: |" if cuda else ""))
     print("\n".join(rows))
 

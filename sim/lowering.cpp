@@ -822,22 +822,31 @@ Program lower(const Workload& workload, const Plan& plan) {
 }
 
 std::vector<RegeneratedFree> regenerated_frees(const Workload& workload, const Program& program) {
-  std::vector<bool> is_map(workload.tensors.size(), false);
-  for (const FeatureMap& m : find_feature_maps(workload)) is_map[index(m.tensor)] = true;
   struct Use {
-    bool regenerated = false;  // its first write was a re-run's
-    bool run = false;          // a run of the step reads or writes it: a map's buffer
-    TensorId tensor = kNoTensor;
+    bool regenerated = false;     // a re-run wrote it first, into no temporary second copy
+    bool run = false;             // a run of the step reads or writes it
+    TensorId tensor = kNoTensor;  // the last version written into it
     OpId rerun = kNoOp;
     std::int32_t occurrence = 0;
-    std::size_t last = 0;  // the instruction, for the order
+    std::size_t last = 0;         // the instruction, for the order
+    std::vector<TensorId> holds;  // the versions written into it
   };
   std::vector<Use> uses(program.buffers.size());
   std::vector<bool> written(program.buffers.size(), false);
+  // Per tensor, the buffer holding it until that buffer is freed: a re-run that writes a tensor
+  // held elsewhere writes a temporary second copy (Lowerer::finish_op), which the carrying out
+  // does not keep either.
+  std::vector<BufferId> holder(workload.tensors.size(), kNoBuffer);
   std::vector<std::int32_t> reruns(workload.ops.size(), 0);
   const auto& compute = program.streams[static_cast<std::size_t>(StreamId::kCompute)];
   for (std::size_t k = 0; k < compute.size(); ++k) {
     const Instruction& in = compute[k];
+    if (in.kind == InstrKind::kFree) {
+      for (TensorId t : uses[index(in.buffer)].holds) {
+        if (holder[index(t)] == in.buffer) holder[index(t)] = kNoBuffer;
+      }
+      continue;
+    }
     if (in.kind != InstrKind::kRun && in.kind != InstrKind::kRecompute) continue;
     const Op& op = workload.op(in.op);
     const bool rerun = in.kind == InstrKind::kRecompute;
@@ -849,9 +858,15 @@ std::vector<RegeneratedFree> regenerated_frees(const Workload& workload, const P
       if (b == kNoBuffer) continue;
       Use& u = uses[index(b)];
       if (j >= inputs) {
-        if (!written[index(b)]) u.regenerated = rerun;
+        const TensorId t = op.outputs[static_cast<std::size_t>(j - inputs)];
+        const bool temporary = holder[index(t)] != kNoBuffer && holder[index(t)] != b;
+        if (!written[index(b)]) u.regenerated = rerun && !temporary;
         written[index(b)] = true;
-        u.tensor = op.outputs[static_cast<std::size_t>(j - inputs)];
+        u.tensor = t;
+        if (!temporary) {
+          holder[index(t)] = b;
+          u.holds.push_back(t);
+        }
       }
       if (!rerun) u.run = true;
       u.rerun = in.op;
@@ -861,7 +876,7 @@ std::vector<RegeneratedFree> regenerated_frees(const Workload& workload, const P
   }
   std::vector<std::pair<std::size_t, RegeneratedFree>> found;
   for (const Use& u : uses) {
-    if (u.regenerated && !u.run && u.tensor != kNoTensor && !is_map[index(u.tensor)])
+    if (u.regenerated && !u.run && u.tensor != kNoTensor)
       found.push_back({u.last, {u.tensor, u.rerun, u.occurrence}});
   }
   std::sort(found.begin(), found.end(),

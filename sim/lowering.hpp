@@ -224,13 +224,14 @@ class Lowerer {
 /// Convenience: lowers one plan with a fresh Lowerer.
 Program lower(const Workload& workload, const Plan& plan);
 
-/// A copy of a tensor that is no feature map, made by a recomputation on the way to a recomputed
-/// map (Lowerer::regenerate: an input of its producer that was gone, or a sibling output), and the
-/// re-run that reads or writes it last, after which the lowering frees its buffer: the
-/// `occurrence`-th re-run (from 0) of op `rerun` in the step. For what carries a plan out
-/// elsewhere (memplan.torch), which must let such a copy go where the lowering frees it, not hold
-/// it to the end of the step. `tensor` is the last version the buffer held (an op that writes
-/// in place puts its output in its input's buffer).
+/// A copy that a recomputation makes and no run of the step reads — an input of a recomputed map's
+/// producer that was gone and is no map (Lowerer::regenerate), or an output of a re-run op that
+/// nothing needs (a sibling; a kept map's after its last use) — and the re-run that reads or
+/// writes it last, after which the lowering frees its buffer: the `occurrence`-th re-run (from 0)
+/// of op `rerun` in the step. For what carries a plan out elsewhere (memplan.torch), which must
+/// let such a copy go where the lowering frees it, not hold it to the end of the step. `tensor`
+/// is the last version the buffer held (an op that writes in place puts its output in its
+/// input's buffer).
 struct RegeneratedFree {
   TensorId tensor = kNoTensor;
   OpId rerun = kNoOp;
@@ -238,8 +239,8 @@ struct RegeneratedFree {
 };
 
 /// Every such copy of `program`, a lowering of a plan of `workload`, in the order of their last
-/// re-runs. A buffer a run of the step reads too is a map's (or in-place version of one), held
-/// and dropped at the map's own points: not listed.
+/// re-runs. A regenerated copy a run of the step reads (a map's, brought back for its backward
+/// use) is held and dropped at the map's own points: not listed.
 std::vector<RegeneratedFree> regenerated_frees(const Workload& workload, const Program& program);
 
 /// Whether the workload records a host side (an op's host side, or the launch cost of the

@@ -148,3 +148,29 @@ TEST_CASE("a copy regenerated on the way is freed after the re-run that reads it
     CHECK(frees[0].occurrence == 0);
   }
 }
+
+TEST_CASE("a kept map a re-run writes again after its last use is freed after that re-run",
+          "[sim][lowering]") {
+  // f1 writes m (recomputed) and k (kept); k's last use, gk, comes before m's, gm. Regenerating m
+  // for gm re-runs f1, which writes k again into a buffer of its own that nothing reads: freed
+  // after that re-run. m's regenerated copy is gm's to read: dropped at m's own point, not listed.
+  memplan::test::WorkloadBuilder b;
+  const TensorId x = b.input("x", 1024);
+  const OpId f1 = b.op("f1", "linear", Phase::kForward, {x}, {{"m", 1024}, {"k", 1024}}, 10);
+  const TensorId m = b.workload().ops[index(f1)].outputs[0];
+  const TensorId k = b.workload().ops[index(f1)].outputs[1];
+  const TensorId y = b.forward("f2", {m, k}, 1024, 10);
+  TensorId g = b.backward("gy", {y}, 1024, 10);
+  g = b.backward("gk", {g, k}, 1024, 10);
+  b.backward("gm", {g, m}, 1024, 10);
+  const Workload w = b.build();
+  Plan plan = in_core_plan(w);
+  for (Decision& dec : plan.decisions) {
+    if (dec.tensor == m) dec.action = Action::kRecompute;
+  }
+  const std::vector<RegeneratedFree> frees = regenerated_frees(w, lower(w, plan));
+  REQUIRE(frees.size() == 1);
+  CHECK(frees[0].tensor == k);
+  CHECK(frees[0].rerun == f1);
+  CHECK(frees[0].occurrence == 0);
+}
