@@ -161,6 +161,7 @@ def test_random_plans_are_bitwise_lossless(seed):
     result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.lossless_ok, (actions, result)
     assert result["measured_saved_peak_bytes"] == result["predicted_saved_peak_bytes"], plan
+    assert result["regenerated_left_bytes"] == 0, plan
     swapped = sum(captured.trace["tensors"][t]["bytes"] for t, a in actions.items() if a == "swap")
     assert result["measured_host_peak_bytes"] <= swapped
 
@@ -671,6 +672,7 @@ def test_random_plans_with_encodings_measure_their_peak_within_the_tolerance(see
     assert {"swap", "recompute"} <= actions and any(a.startswith("encode:") for a in actions)
     result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.within_tolerance and result.peaks_match, (plan, result)
+    assert result["regenerated_left_bytes"] == 0, plan
 
 
 def test_validation_copies_own_their_optimizer_state():
@@ -700,6 +702,7 @@ def test_a_recompute_chain_longer_than_pythons_recursion_limit_is_carried_out():
     result = validate(model, batch, F.cross_entropy, opt, plan, captured)
     assert result.lossless_ok and result.peaks_match, result
     assert result["recomputed_ops"] >= 2 * layers - 2
+    assert result["regenerated_left_bytes"] == 0
 
 
 class PartlyTrained(nn.Module):
