@@ -823,6 +823,7 @@ Program lower(const Workload& workload, const Plan& plan) {
 
 std::vector<RegeneratedFree> regenerated_frees(const Workload& workload, const Program& program) {
   struct Use {
+    bool written = false;
     bool regenerated = false;     // a re-run wrote it first, into no temporary second copy
     bool run = false;             // a run of the step reads or writes it
     TensorId tensor = kNoTensor;  // the last version written into it
@@ -832,7 +833,6 @@ std::vector<RegeneratedFree> regenerated_frees(const Workload& workload, const P
     std::vector<TensorId> holds;  // the versions written into it
   };
   std::vector<Use> uses(program.buffers.size());
-  std::vector<bool> written(program.buffers.size(), false);
   // Per tensor, the buffer holding it until that buffer is freed: a re-run that writes a tensor
   // held elsewhere writes a temporary second copy (Lowerer::finish_op), which the carrying out
   // does not keep either.
@@ -860,8 +860,8 @@ std::vector<RegeneratedFree> regenerated_frees(const Workload& workload, const P
       if (j >= inputs) {
         const TensorId t = op.outputs[static_cast<std::size_t>(j - inputs)];
         const bool temporary = holder[index(t)] != kNoBuffer && holder[index(t)] != b;
-        if (!written[index(b)]) u.regenerated = rerun && !temporary;
-        written[index(b)] = true;
+        if (!u.written) u.regenerated = rerun && !temporary;
+        u.written = true;
         u.tensor = t;
         if (!temporary) {
           holder[index(t)] = b;

@@ -1,7 +1,7 @@
 """validate: a plan run for real on the host backend, against the prediction and in-core; and
 what a plan carried out elsewhere (memplan.torch) takes from the simulator: the tolerance its
-results are held to, where the lowering acts on each map, where it frees a copy regenerated on
-the way, and where it brings each host-placed tensor to the device and lets it go."""
+results are held to, where the lowering acts on each map, where it frees a copy a recomputation
+makes that no op reads, and where it brings each host-placed tensor to the device and lets it go."""
 from memplan import _core, _plans, _simulation, _tables
 from memplan._files import write_output
 from memplan._numbers import whole
@@ -31,10 +31,11 @@ def map_points(plan):
 
 
 def regenerated_frees(plan):
-    """Per copy of a tensor that is no feature map which `plan`'s recomputations regenerate on
-    the way (an input of a producer that was gone, a sibling output), where the lowering frees it
-    (sim::regenerated_frees): (`tensor`, `rerun`, `occurrence`), after the `occurrence`-th re-run
-    (from 0) of op `rerun`, the last that reads or writes it; in that order."""
+    """Per copy that `plan`'s recomputations make and no op of the step reads (an input of a
+    recomputed map's producer that was gone and is no map, an output of a re-run op that nothing
+    needs), where the lowering frees it (sim::regenerated_frees): (`tensor`, `rerun`,
+    `occurrence`), after the `occurrence`-th re-run (from 0) of op `rerun`, the last that reads or
+    writes it; in that order."""
     return _core.regenerated_frees(plan._plan, plan.trace._workload)
 
 

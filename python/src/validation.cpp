@@ -90,8 +90,8 @@ std::vector<MapPoints> map_points(const sim::Plan& plan, const sim::Workload& wo
   return points;
 }
 
-// Per copy regenerated on the way that is no feature map (sim::regenerated_frees): (tensor, op
-// re-run, its occurrence), in the order the lowering frees them.
+// Per copy a recomputation makes that no run reads (sim::regenerated_frees): (tensor, op re-run,
+// its occurrence), in the order the lowering frees them.
 std::vector<std::tuple<std::int32_t, std::int32_t, std::int32_t>> regenerated_frees(
     const sim::Plan& plan, const sim::Workload& workload) {
   std::vector<std::tuple<std::int32_t, std::int32_t, std::int32_t>> out;

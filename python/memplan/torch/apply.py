@@ -348,9 +348,9 @@ class _MovedMaps:
     back at its prefetch point or at its first use (`_copy_in`); a recomputed map, and each input
     of its producer that is neither held nor brought back, is regenerated from the recorded step's
     recipes (`_regenerate`: the producing aten op and its arguments as trace ids, `_rerun`,
-    `_resolve`); a copy is let go at its drop point (`_let_go`), and a copy regenerated on the way
-    that is no map after the re-run that reads or writes it last (`_rerun`), where the lowering
-    frees it, without a drop logged (the log counts it to that re-run). The step's log
+    `_resolve`); a copy is let go at its drop point (`_let_go`), and a copy a recomputation makes
+    that no op of the step reads after the re-run that reads or writes it last (`_rerun`), where
+    the lowering frees it, without a drop logged (the log counts it to that re-run). The step's log
     (saved_bytes.StepLog) gets each copy brought in, each recomputation's reads and writes, each
     swapped buffer's release and each drop, and the host bytes are counted from a copy-out to the
     end of its copy-in (the first use of that copy or of one issued after it: one H2D stream).

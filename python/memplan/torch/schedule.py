@@ -128,8 +128,9 @@ class Schedule:
     - `per_use`: the maps recomputed per use, and `node_ends`, the ops that end a backward node
       (sim::ends_backward_node), after which what a node regenerated for them goes (filled only
       when `per_use` is not empty);
-    - `regenerated_frees`: (op id, occurrence) -> the tensors, no maps, whose copies regenerated
-      on the way go after that re-run of the op (`_validation.regenerated_frees`);
+    - `regenerated_frees`: (op id, occurrence) -> the tensors whose copies, made by
+      recomputations and read by no op of the step, go after that re-run of the op
+      (`_validation.regenerated_frees`);
     - host placement (`place_on_host`; Note [Host placement] in core/plan.hpp): `host_tensors`,
       the tensors placed on the host; `host_update`, whether the update runs there;
       `host_prefetch_before`: op id -> host-placed tensors whose device copy is made before it, in

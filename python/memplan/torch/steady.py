@@ -262,8 +262,8 @@ class _Program:
         holdable = {tid for tid, how in packed.items() if how != "keep"} | hold
         for op in recorder.reran:
             holdable.update(recorder.ops[op]["outputs"])
-        # of those, the ones the recorded step let go of at a drop point (a copy regenerated on
-        # the way that is no map goes after its last re-run instead: `_rerun`)
+        # of those, the ones the recorded step let go of at a drop point (a copy a recomputation
+        # makes that no op reads goes after its last re-run instead: `_rerun`)
         self.dropped = {entry[1] for entry in recorder.log.entries if entry[0] == "drop"}
         self.drop_after = {op: [t for t in tids if t in holdable and t in self.dropped and
                                 t not in self.persistent and tensors[t]["kind"] == "activation"]
