@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
@@ -20,6 +22,17 @@ std::size_t count(const Program& p, StreamId s, InstrKind kind) {
   std::size_t n = 0;
   for (const Instruction& in : p.stream(s)) n += in.kind == kind ? 1 : 0;
   return n;
+}
+
+// regenerated_frees of the in-core plan of `w` with the maps `recomputed` recomputed.
+std::vector<RegeneratedFree> frees_recomputing(const Workload& w,
+                                               const std::vector<TensorId>& recomputed) {
+  Plan plan = in_core_plan(w);
+  for (Decision& d : plan.decisions) {
+    if (std::find(recomputed.begin(), recomputed.end(), d.tensor) != recomputed.end())
+      d.action = Action::kRecompute;
+  }
+  return regenerated_frees(w, lower(w, plan));
 }
 }  // namespace
 
@@ -136,12 +149,7 @@ TEST_CASE("a copy regenerated on the way is freed after the re-run that reads it
     TensorId g = b.backward("g4", {d}, 1024, 10);
     g = b.backward("g3", {g, c}, 1024, 10);
     b.backward("g2", {g, bm}, 1024, 10);
-    const Workload w = b.build();
-    Plan plan = in_core_plan(w);
-    for (Decision& dec : plan.decisions) {
-      if (dec.tensor == bm || dec.tensor == c) dec.action = Action::kRecompute;
-    }
-    const std::vector<RegeneratedFree> frees = regenerated_frees(w, lower(w, plan));
+    const std::vector<RegeneratedFree> frees = frees_recomputing(b.build(), {bm, c});
     REQUIRE(frees.size() == 1);
     CHECK(frees[0].tensor == a);
     CHECK(frees[0].rerun == f2);
@@ -163,12 +171,7 @@ TEST_CASE("a kept map a re-run writes again after its last use is freed after th
   TensorId g = b.backward("gy", {y}, 1024, 10);
   g = b.backward("gk", {g, k}, 1024, 10);
   b.backward("gm", {g, m}, 1024, 10);
-  const Workload w = b.build();
-  Plan plan = in_core_plan(w);
-  for (Decision& dec : plan.decisions) {
-    if (dec.tensor == m) dec.action = Action::kRecompute;
-  }
-  const std::vector<RegeneratedFree> frees = regenerated_frees(w, lower(w, plan));
+  const std::vector<RegeneratedFree> frees = frees_recomputing(b.build(), {m});
   REQUIRE(frees.size() == 1);
   CHECK(frees[0].tensor == k);
   CHECK(frees[0].rerun == f1);
