@@ -434,6 +434,12 @@ class _MovedMaps:
         self.regenerated.discard(tid)
         self.host.pop(tid, None)
 
+    def _forget(self, tid):
+        """A regenerated copy of `tid` goes where the lowering frees its buffer after its last
+        read, so no drop is logged (the log counts it to that read)."""
+        self.device.pop(tid, None)
+        self.regenerated.discard(tid)
+
     def regenerated_left_bytes(self):
         """Bytes of the copies recomputations wrote that the step still holds (at its end: 0,
         each let go where the lowering frees it)."""
@@ -524,8 +530,7 @@ class _MovedMaps:
         self.reruns[producer] = occurrence + 1
         for tid in self.regenerated_frees.get((producer, occurrence), ()):
             if tid in self.regenerated:  # the lowering frees its copy after this re-run
-                del self.device[tid]
-                self.regenerated.discard(tid)
+                self._forget(tid)
 
     def _resolve(self, value, written, reads):
         if isinstance(value, _Ref):
@@ -876,8 +881,7 @@ class _PlanRecorder(_MovedMaps, StepRecorder):
         if any(tid in self.plan.per_use for tid in regenerated):
             for tid in regenerated:
                 if tid in self.plan.per_use or tid not in self.plan.actions:
-                    self.device.pop(tid, None)
-                    self.regenerated.discard(tid)
+                    self._forget(tid)
 
     def _forward_drops(self, op_id, tensors):
         """The lowering's forward drops after op `op_id`, in its order: an encoded map (taken
