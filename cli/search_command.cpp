@@ -74,12 +74,12 @@ nlohmann::json search_json(const sim::Simulation& found, const std::string& poli
 // one.
 void add_bound(nlohmann::json& j, const std::optional<search::LowerBound>& bound,
                const sim::Timeline& timeline) {
-  if (bound) search::add_bound_json(j, *bound, timeline.feasible, timeline.iteration_ns);
+  if (bound) search::add_bound_json(j, *bound, search::bounded_step(timeline));
 }
 void print_bound(std::FILE* report, const std::optional<search::LowerBound>& bound,
                  const sim::Timeline& timeline) {
   if (bound) {
-    fmt::print(report, "{}", search::bound_text(*bound, timeline.feasible, timeline.iteration_ns));
+    fmt::print(report, "{}", search::bound_text(*bound, search::bounded_step(timeline)));
   }
 }
 

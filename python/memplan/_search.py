@@ -1,6 +1,5 @@
 """search (the plan search, with progress and cancellation) and sweep (a grid of cells)."""
 import json
-import os
 
 from memplan import _core, _plans, _simulation, _tables
 from memplan._files import write_output
@@ -13,8 +12,11 @@ class SearchResult:
     it started from (`best_policy`, `best_policy_step_s`, None when that plan does not fit),
     `evaluated` plans, `rounds`, `converged` (stopped because no move improved), `within_gap`
     (stopped because the plan is within the gap asked of the lower bound), `cancelled`
-    (the progress callback stopped it), `search_s`, `lower_bound_s` (no plan that fits is faster;
-    None when none fits) and `gap` (the plan's step alone against it, None when it does not fit).
+    (the progress callback stopped it), `search_s`, `lower_bound_s` (no plan that fits has a
+    shorter step alone; None when none fits), `period_lower_bound_s` (for a step with a host side:
+    none repeats it faster back to back; else None) and `gap` (the plan's step against the bound of
+    the step it is ranked by, back to back where there is a host side, else alone; None when it
+    does not fit).
     `step_s` is the step a training loop sees (the period back to back), what the search
     optimises; `step_alone_s` one step from an idle device."""
 
@@ -33,6 +35,7 @@ class SearchResult:
         self.search_s = outcome.elapsed_s
         bound = json.loads(outcome.bound_json)
         self.lower_bound_s = bound.get("lower_bound_s")
+        self.period_lower_bound_s = bound.get("period_lower_bound_s")
         self.gap = bound.get("gap")
 
     @property
@@ -55,7 +58,8 @@ class SearchResult:
                 "evaluated": self.evaluated, "rounds": self.rounds, "converged": self.converged,
                 "within_gap": self.within_gap, "cancelled": self.cancelled,
                 "search_s": self.search_s,
-                "lower_bound_s": self.lower_bound_s, "gap": self.gap}
+                "lower_bound_s": self.lower_bound_s,
+                "period_lower_bound_s": self.period_lower_bound_s, "gap": self.gap}
 
     def __repr__(self):
         fit = f"step {self.step_s:.6g} s" if self.feasible else "no plan fits"

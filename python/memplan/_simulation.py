@@ -163,8 +163,9 @@ class Comparison(_tables.JsonFields):
     """Every policy on the same trace and machine (`memplan compare`): `data` is the `--json`
     object, whose keys are also attributes: `rows` (a policy's simulate summary plus overhead,
     gap, decide_s, note; rows rank by step_s, the step back to back), `ideal_s` the in-core step
-    with unlimited memory, `lower_bound_s` no plan that fits has a shorter step alone (each row's
-    gap is its step alone against it). For a job, every policy on
+    with unlimited memory, `lower_bound_s` no plan that fits has a shorter step alone,
+    `period_lower_bound_s` (a step with a host side) none repeats it faster back to back (each row's
+    gap is its step against the one of the two its rows are ranked by). For a job, every policy on
     every rank together: each row is the job's simulate summary plus policy, rank (1 is best),
     overhead, wait_s, decide_s, gave_up; and `ideal_slowest_rank`, `world_size`."""
 

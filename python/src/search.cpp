@@ -147,13 +147,14 @@ void bind_search(py::module_& m) {
       .def_property_readonly("within_gap",
                              [](const SearchOutcome& o) { return o.result.within_gap; })
       .def_property_readonly("elapsed_s", [](const SearchOutcome& o) { return o.result.elapsed_s; })
-      .def_property_readonly("bound_json",  // lower_bound_s and gap, as `memplan search --json`
+      .def_property_readonly("bound_json",  // lower_bound_s, period_lower_bound_s and gap, as
+                                            // `memplan search --json`
                              [](const SearchOutcome& o) {
                                nlohmann::json j = nlohmann::json::object();
                                const sim::Timeline& t = o.result.simulation.timeline;
                                if (o.result.lower_bound)
-                                 search::add_bound_json(j, *o.result.lower_bound, t.feasible,
-                                                        t.iteration_ns);
+                                 search::add_bound_json(j, *o.result.lower_bound,
+                                                        search::bounded_step(t));
                                return j.dump();
                              })
       .def_readonly("cancelled", &SearchOutcome::cancelled);

@@ -25,7 +25,8 @@ def test_search_finds_the_plan_memplan_search_finds(tight, tmp_path):
                    "--rounds", 6)
     mine = found.to_dict()
     for key in ("step_s", "step_alone_s", "peak_bytes", "feasible", "best_policy", "best_policy_step_s",
-                "evaluated", "rounds", "converged", "within_gap", "actions", "lower_bound_s", "gap"):
+                "evaluated", "rounds", "converged", "within_gap", "actions", "lower_bound_s",
+                "period_lower_bound_s", "gap"):
         assert mine[key] == cli[key], key
     assert not found.cancelled
     # Never worse than the best policy.
@@ -108,3 +109,17 @@ def test_sweep_refuses_what_is_not_a_trace():
     # Found by fuzz-cli --python: sweep([None]) raised AttributeError ('NoneType' ... 'name').
     with pytest.raises(TypeError, match=r"^expected a memplan.Trace, a memplan.Job"):
         memplan.sweep([None], search=False)
+
+
+def test_a_step_with_a_host_side_is_bounded_back_to_back():
+    # The imported ResNet-50 step is CPU-bound: the gap is of the step back to back, which the
+    # search ranks by, against its own bound (docs/search.md, "How far from optimal").
+    trace = memplan.load_trace(TRACES / "resnet50_b32_v100.json")
+    found = memplan.search(trace, memory="2GiB", time_limit=3, threads=1)
+    assert found.lower_bound_s is not None and found.period_lower_bound_s is not None
+    assert found.period_lower_bound_s <= found.step_s < found.lower_bound_s
+    assert found.gap == pytest.approx(found.step_s / found.period_lower_bound_s - 1, abs=1e-9)
+    compared = memplan.compare(trace, memory="2GiB")
+    assert compared.period_lower_bound_s == found.period_lower_bound_s
+    tiny = memplan.search(memplan.load_trace(TINY), threads=1, deterministic=True, rounds=1)
+    assert tiny.period_lower_bound_s is None  # no host side: the step alone is the step

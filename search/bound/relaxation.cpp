@@ -210,6 +210,10 @@ IdealRun ideal_run(const sim::Workload& w, const sim::Machine& machine) {
   const sim::Timeline& timeline = engine.run(program, unlimited, options);
   IdealRun run;
   run.iteration_ns = timeline.iteration_ns;
+  if (sim::has_host_side(w)) {
+    sim::Engine repeated;
+    run.period_ns = sim::step_period_ns(repeated, program, unlimited, timeline);
+  }
   run.start_ns.assign(w.ops.size(), 0);
   run.end_ns.assign(w.ops.size(), 0);
   const auto& compute = program.stream(sim::StreamId::kCompute);

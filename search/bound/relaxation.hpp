@@ -18,6 +18,8 @@ namespace memplan::search {
 /// No plan's run of an op starts or ends earlier (Note [Lower bound on a plan's time]).
 struct IdealRun {
   sim::Nanoseconds iteration_ns = 0;
+  /// The step back to back (sim::step_period_ns) when the workload has a host side; else 0.
+  sim::Nanoseconds period_ns = 0;
   std::vector<sim::Nanoseconds> start_ns;
   std::vector<sim::Nanoseconds> end_ns;
 };

@@ -79,10 +79,11 @@
 // Stopping within the gap. The lower bound (search/bound/) is computed before the seeding; when the
 // best plan's step is within SearchOptions::gap of it, no plan of the space is more than that
 // faster, and the local search stops at its next round (so a step that fits in core stops after
-// the seeding: its in-core plan is at the bound). The bound is on the step alone, so this holds
-// only for a step without a host side, whose step back to back is its step alone (a host-side
-// step's period can lie below the bound), and not for a rank among fixed peers (no bound). The
-// stop depends on the plans evaluated only, so --deterministic gives the same plan.
+// the seeding: its in-core plan is at the bound). The step the search ranks by is the step back to
+// back: for a step with a host side its own bound (Note [A bound on the step back to back] in
+// search/bound/lower_bound.cpp), for one without the step alone's, which is the same step. None
+// for a rank among fixed peers (no bound). The stop depends on the plans evaluated only, so
+// --deterministic gives the same plan.
 //
 // Composition. The engine's two entry points are this file's, over one driver, solve(): seeding
 // (seeding.cpp), the local search (local_search.cpp, over the moves of neighbourhood.cpp), then
@@ -247,12 +248,12 @@ std::optional<LowerBound> bound_for(const sim::Workload& workload, const sim::Ma
   return lower_bound(workload, machine, bo);
 }
 
-// The step at which the search stops (Stopping within the gap, above); none where the bound does
-// not bound the step the search minimises.
-std::optional<sim::Nanoseconds> good_enough_ns(const sim::Workload& workload,
-                                               const std::optional<LowerBound>& bound, double gap) {
-  if (!bound || !bound->fits || sim::has_host_side(workload)) return std::nullopt;
-  const double ns = static_cast<double>(bound->bound_ns) * (1.0 + gap);
+// The step at which the search stops (Stopping within the gap, above): within `gap` of the bound
+// of the step it ranks plans by, back to back.
+std::optional<sim::Nanoseconds> good_enough_ns(const std::optional<LowerBound>& bound, double gap) {
+  if (!bound || !bound->fits) return std::nullopt;
+  const double ns =
+      static_cast<double>(bound->period_bound_ns.value_or(bound->bound_ns)) * (1.0 + gap);
   if (ns >= static_cast<double>(sim::kMaxNanoseconds)) return sim::kMaxNanoseconds;
   return static_cast<sim::Nanoseconds>(ns);
 }
@@ -264,7 +265,7 @@ SearchResult search_plan(const sim::Workload& workload, const sim::Machine& mach
   const auto start = std::chrono::steady_clock::now();
   const std::optional<LowerBound> bound = bound_for(workload, machine, options);
   SearchResult result = solve(workload, machine, options, Tree::kFallback, {}, start,
-                              good_enough_ns(workload, bound, options.gap))
+                              good_enough_ns(bound, options.gap))
                             .search;
   result.lower_bound = bound;
   result.elapsed_s = seconds_since(start);

@@ -157,8 +157,7 @@ nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload
     }
     j["overhead"] = row.timeline.feasible ? nlohmann::json(row.overhead) : nlohmann::json(nullptr);
     if (comparison.lower_bound) {
-      const auto gap =
-          bound_gap(*comparison.lower_bound, row.timeline.feasible, row.timeline.iteration_ns);
+      const auto gap = bound_gap(*comparison.lower_bound, bounded_step(row.timeline));
       j["gap"] = gap ? nlohmann::json(*gap) : nlohmann::json(nullptr);
     }
     j["decide_s"] = row.decide_s;
@@ -170,6 +169,8 @@ nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload
   if (comparison.lower_bound) {
     const LowerBound& b = *comparison.lower_bound;
     out["lower_bound_s"] = b.fits ? nlohmann::json(sim::to_seconds(b.bound_ns)) : nullptr;
+    out["period_lower_bound_s"] =
+        b.fits && b.period_bound_ns ? nlohmann::json(sim::to_seconds(*b.period_bound_ns)) : nullptr;
   }
   out["rows"] = std::move(rows);
   return out;
@@ -184,12 +185,11 @@ std::string why_not(const ComparisonRow& row, const sim::Workload& workload) {
 
 namespace {
 
-// A row's gap column: its step alone against the lower bound ("-" when it does not fit or there
-// is no bound).
+// A row's gap column: its step against the lower bound, alone or back to back as bound_gap says
+// ("-" when it does not fit or there is no bound).
 std::string gap_cell(const Comparison& comparison, const ComparisonRow& row) {
   if (!comparison.lower_bound) return "-";
-  const auto gap =
-      bound_gap(*comparison.lower_bound, row.timeline.feasible, row.timeline.iteration_ns);
+  const auto gap = bound_gap(*comparison.lower_bound, bounded_step(row.timeline));
   return gap ? fmt::format("{:+.1f}%", *gap * 100) : "-";
 }
 
@@ -202,9 +202,12 @@ std::string comparison_text(const Comparison& comparison, const sim::Workload& w
                   sim::format_bytes(machine.memory_bytes), machine.link.h2d_bytes_per_s / 1e9,
                   machine.link.d2h_bytes_per_s / 1e9, sim::to_seconds(comparison.ideal_ns) * 1e3);
   if (comparison.lower_bound) {
-    out += bound_text(*comparison.lower_bound, false, 0);
-    if (comparison.lower_bound->fits)
-      out += "gap: each plan's step alone against the lower bound\n";
+    out += bound_text(*comparison.lower_bound, {});
+    if (comparison.lower_bound->fits) {
+      out += comparison.lower_bound->period_bound_ns
+                 ? "gap: each plan's step back to back against its lower bound\n"
+                 : "gap: each plan's step alone against the lower bound\n";
+    }
   }
   const bool host = !comparison.rows.empty() && comparison.rows.front().program.host.active();
   if (host) {

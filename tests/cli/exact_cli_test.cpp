@@ -93,6 +93,7 @@ TEST_CASE("memplan search states the lower bound and the plan's gap to it",
     CHECK(bound > 0);
     CHECK(bound <= time);
     CHECK(j.at("gap").get<double>() == Approx(time / bound - 1).margin(1e-9));
+    CHECK(j.at("period_lower_bound_s").is_null());  // no host side: the step alone is the step
     const auto text = run_memplan("search " + trace + memory + mode);
     REQUIRE(text.exit_status == 0);
     CHECK(text.out.find(fmt::format("lower bound {:.3f} ms", bound * 1e3)) != std::string::npos);
@@ -113,4 +114,29 @@ TEST_CASE("memplan search states the lower bound and the plan's gap to it",
   REQUIRE(none.exit_status == 1);
   const auto j = nlohmann::json::parse(none.out);
   CHECK(j.at("gap").is_null());
+}
+
+TEST_CASE("a step with a host side: the gap is of the step back to back, against its own bound",
+          "[search][cli][bound]") {
+  // The imported ResNet-50 step is CPU-bound (about 176 ms back to back, 186 ms alone): its plans
+  // are ranked back to back, and the gap is that step's against the bound back to back (Note [A
+  // bound on the step back to back] in search/bound/lower_bound.cpp), not the step alone's.
+  const std::string trace = fmt::format("'{}'", source_path("traces/resnet50_b32_v100.json"));
+  const auto json =
+      run_memplan("search " + trace + " --memory 2GiB --time-limit 3 --threads 2 --json");
+  REQUIRE(json.exit_status == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  const double period_bound = j.at("period_lower_bound_s").get<double>();
+  const double step = j.at("step_s").get<double>();
+  CHECK(period_bound <= step);
+  CHECK(period_bound < j.at("lower_bound_s").get<double>());  // CPU-bound: well under it
+  CHECK(j.at("gap").get<double>() == Approx(step / period_bound - 1).margin(1e-9));
+  const auto text = run_memplan("search " + trace + " --memory 2GiB --time-limit 3 --threads 2");
+  REQUIRE(text.exit_status == 0);
+  CHECK(text.out.find(fmt::format("{:.3f} ms back to back", period_bound * 1e3)) !=
+        std::string::npos);
+  const auto compare = run_memplan("compare " + trace + " --memory 2GiB");
+  REQUIRE(compare.exit_status == 0);
+  CHECK(compare.out.find("gap: each plan's step back to back against its lower bound") !=
+        std::string::npos);
 }
