@@ -721,7 +721,8 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
   cases.push_back(
       solve_case(relax(workload, machine, options.encodings, options.host_placement, false, ideal),
                  machine, options));
-  if (options.host_placement && host_update_possible(workload)) {
+  const bool host_update = options.host_placement && host_update_possible(workload);
+  if (host_update) {
     const Relaxation host = relax(workload, machine, options.encodings, true, true, ideal);
     // Its program's value is at least its floor: no need to solve it when that is no lower.
     if (!cases.front().fits || host.floor_ns < cases.front().bound_ns) {
@@ -745,7 +746,7 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
   if (sim::has_host_side(workload)) {
     result.ideal_period_ns = ideal.period_ns;
     result.period_bound_ns = ideal.period_ns;
-    if (options.host_placement && host_update_possible(workload)) {
+    if (host_update) {
       sim::Workload free_update = workload;
       for (sim::Op& op : free_update.ops) {
         if (op.phase == sim::Phase::kUpdate) op.duration_ns = 0;
@@ -764,18 +765,22 @@ BoundedStep bounded_step(const sim::Timeline& timeline) {
 
 std::optional<double> bound_gap(const LowerBound& bound, const BoundedStep& step) {
   if (!step.feasible || !bound.fits) return std::nullopt;
-  const Nanoseconds floor = bound.period_bound_ns.value_or(bound.bound_ns);
+  const Nanoseconds floor = bound.ranked_bound_ns();
   const Nanoseconds time = bound.period_bound_ns ? step.period_ns : step.alone_ns;
   if (floor <= 0 || time <= 0) return std::nullopt;
   return static_cast<double>(time) / static_cast<double>(floor) - 1.0;
 }
 
-void add_bound_json(nlohmann::json& j, const LowerBound& bound, const BoundedStep& step) {
+void add_bound_fields(nlohmann::json& j, const LowerBound& bound) {
   const auto seconds = [&](std::optional<Nanoseconds> ns) {
     return bound.fits && ns ? nlohmann::json(sim::to_seconds(*ns)) : nlohmann::json(nullptr);
   };
   j["lower_bound_s"] = seconds(bound.bound_ns);
   j["period_lower_bound_s"] = seconds(bound.period_bound_ns);
+}
+
+void add_bound_json(nlohmann::json& j, const LowerBound& bound, const BoundedStep& step) {
+  add_bound_fields(j, bound);
   const std::optional<double> gap = bound_gap(bound, step);
   j["gap"] = gap ? nlohmann::json(*gap) : nlohmann::json(nullptr);
 }

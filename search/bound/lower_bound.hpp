@@ -53,6 +53,10 @@ struct LowerBound {
   std::optional<sim::Nanoseconds> period_bound_ns;
   /// The ideal step back to back, with period_bound_ns: in core, fastest algorithms, no limit.
   sim::Nanoseconds ideal_period_ns = 0;
+  /// The bound of the step plans are ranked by: back to back where there is one, else alone.
+  [[nodiscard]] sim::Nanoseconds ranked_bound_ns() const {
+    return period_bound_ns.value_or(bound_ns);
+  }
   /// The linear programs' size (both places of the update together) and whether each was solved
   /// to optimality (the bound holds either way; it is only weaker).
   std::size_t points = 0;
@@ -108,9 +112,10 @@ BoundedStep bounded_step(const sim::Timeline& timeline);
 /// plan does not fit or no plan does.
 std::optional<double> bound_gap(const LowerBound& bound, const BoundedStep& step);
 
-/// `lower_bound_s` (the step alone's; null when no plan fits), `period_lower_bound_s` (the step
-/// back to back's; null without a host side) and `gap` (bound_gap's; null when the plan does not
-/// fit) into `j`.
+/// `lower_bound_s` (the step alone's; null when no plan fits) and `period_lower_bound_s` (the
+/// step back to back's; null without a host side) into `j`.
+void add_bound_fields(nlohmann::json& j, const LowerBound& bound);
+/// add_bound_fields and `gap` (bound_gap's; null when the plan does not fit) into `j`.
 void add_bound_json(nlohmann::json& j, const LowerBound& bound, const BoundedStep& step);
 
 /// One line: the bound against the ideal step, both of the step run alone, then for a step with a

@@ -252,8 +252,7 @@ std::optional<LowerBound> bound_for(const sim::Workload& workload, const sim::Ma
 // of the step it ranks plans by, back to back.
 std::optional<sim::Nanoseconds> good_enough_ns(const std::optional<LowerBound>& bound, double gap) {
   if (!bound || !bound->fits) return std::nullopt;
-  const double ns =
-      static_cast<double>(bound->period_bound_ns.value_or(bound->bound_ns)) * (1.0 + gap);
+  const double ns = static_cast<double>(bound->ranked_bound_ns()) * (1.0 + gap);
   if (ns >= static_cast<double>(sim::kMaxNanoseconds)) return sim::kMaxNanoseconds;
   return static_cast<sim::Nanoseconds>(ns);
 }

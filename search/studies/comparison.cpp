@@ -166,12 +166,7 @@ nlohmann::json comparison_json(const Comparison& comparison, const sim::Workload
     rows.push_back(std::move(j));
   }
   nlohmann::json out = {{"ideal_s", sim::to_seconds(comparison.ideal_ns)}};
-  if (comparison.lower_bound) {
-    const LowerBound& b = *comparison.lower_bound;
-    out["lower_bound_s"] = b.fits ? nlohmann::json(sim::to_seconds(b.bound_ns)) : nullptr;
-    out["period_lower_bound_s"] =
-        b.fits && b.period_bound_ns ? nlohmann::json(sim::to_seconds(*b.period_bound_ns)) : nullptr;
-  }
+  if (comparison.lower_bound) add_bound_fields(out, *comparison.lower_bound);
   out["rows"] = std::move(rows);
   return out;
 }

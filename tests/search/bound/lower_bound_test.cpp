@@ -27,8 +27,8 @@ using namespace memplan::test;
 
 namespace {
 
-// Every answer of every Evaluator while it lives: the fastest plan that fits `capacity`, and how
-// many fit.
+// Every answer of every Evaluator while it lives: the fastest plan that fits `capacity` (its step
+// alone; and back to back among those whose step back to back was measured), and how many fit.
 class FittingPlans {
  public:
   explicit FittingPlans(Bytes capacity)
@@ -37,6 +37,9 @@ class FittingPlans {
           const std::lock_guard<std::mutex> lock(mutex_);
           ++count_;
           fastest_ = std::min(fastest_, e.iteration_ns);
+          if (e.step_ns <= 0) return;
+          ++measured_;
+          fastest_step_ = std::min(fastest_step_, e.step_ns);
         }) {
     Evaluator::watch(&watcher_);
   }
@@ -46,12 +49,16 @@ class FittingPlans {
 
   [[nodiscard]] std::size_t count() const { return count_; }
   [[nodiscard]] Nanoseconds fastest() const { return fastest_; }
+  [[nodiscard]] std::size_t measured() const { return measured_; }
+  [[nodiscard]] Nanoseconds fastest_step() const { return fastest_step_; }
 
  private:
   Bytes capacity_;
   std::mutex mutex_;
   std::size_t count_ = 0;
   Nanoseconds fastest_ = std::numeric_limits<Nanoseconds>::max();
+  std::size_t measured_ = 0;
+  Nanoseconds fastest_step_ = std::numeric_limits<Nanoseconds>::max();
   Evaluator::Watcher watcher_;
 };
 
@@ -364,27 +371,17 @@ TEST_CASE("the bound back to back is at most every fitting plan's step back to b
     CHECK(in_core.timeline.period_ns == all.ideal_period_ns);
     CHECK(*all.period_bound_ns < all.bound_ns);  // CPU-bound: back to back well under alone
     // Every plan the search evaluates that fits: its step back to back, the search's ranking.
-    Nanoseconds fastest = std::numeric_limits<Nanoseconds>::max();
-    std::size_t fitting = 0;
-    std::mutex mutex;
-    Evaluator::Watcher watcher = [&](const Machine&, const Evaluation& e) {
-      if (!e.feasible || e.peak_reserved_bytes > memory || e.step_ns <= 0) return;
-      const std::lock_guard<std::mutex> lock(mutex);
-      ++fitting;
-      fastest = std::min(fastest, e.step_ns);
-    };
-    Evaluator::watch(&watcher);
     SearchOptions so;
     so.threads = 2;
     so.deterministic = true;
     so.time_limit_s = 3;
     so.gap = 0;  // not stopped at the bound's first plan within the default gap
+    FittingPlans fitting(memory);
     const SearchResult searched = search_plan(w, m, so);
-    Evaluator::watch(nullptr);
     REQUIRE(searched.evaluation.feasible);
-    REQUIRE(fitting > 0);
-    CAPTURE(fitting, fastest, *all.period_bound_ns);
-    CHECK(*all.period_bound_ns <= fastest);
+    REQUIRE(fitting.measured() > 0);
+    CAPTURE(fitting.measured(), fitting.fastest_step(), *all.period_bound_ns);
+    CHECK(*all.period_bound_ns <= fitting.fastest_step());
   }
   // A step without a host side has none: its step back to back is its step alone.
   CHECK_FALSE(
