@@ -6,6 +6,8 @@
 
 #include <Eigen/Core>
 
+#include "host_backend/matrix_product.hpp"
+
 namespace memplan::host_backend {
 namespace {
 
@@ -93,10 +95,8 @@ void conv_forward(const ConvShape& s, const float* x, const float* w, const floa
   for (std::int64_t n = 0; n < s.batch; ++n) {
     for (std::int64_t g = 0; g < s.groups; ++g) {
       vol2col(s, x + n * e.image_in + g * e.cg * s.in_d * s.in_h * s.in_w, workspace);
-      ConstMap filter(w + g * e.filter_group, e.kg, e.patch);
-      ConstMap col(workspace, e.patch, e.spatial_out);
-      Map out(y + n * e.image_out + g * e.kg * e.spatial_out, e.kg, e.spatial_out);
-      out.noalias() = filter * col;
+      matrix_product({w + g * e.filter_group, e.kg, e.patch}, {workspace, e.patch, e.spatial_out},
+                     y + n * e.image_out + g * e.kg * e.spatial_out);
     }
     if (bias != nullptr) {
       Map out(y + n * e.image_out, s.out_channels, e.spatial_out);
@@ -111,10 +111,9 @@ void conv_backward_data(const ConvShape& s, const float* dy, const float* w, flo
   std::fill(dx, dx + s.input_elements(), 0.0f);
   for (std::int64_t n = 0; n < s.batch; ++n) {
     for (std::int64_t g = 0; g < s.groups; ++g) {
-      ConstMap filter(w + g * e.filter_group, e.kg, e.patch);
-      ConstMap grad(dy + n * e.image_out + g * e.kg * e.spatial_out, e.kg, e.spatial_out);
-      Map col(workspace, e.patch, e.spatial_out);
-      col.noalias() = filter.transpose() * grad;
+      matrix_product({w + g * e.filter_group, e.kg, e.patch, true},
+                     {dy + n * e.image_out + g * e.kg * e.spatial_out, e.kg, e.spatial_out},
+                     workspace);
       col2vol(s, workspace, dx + n * e.image_in + g * e.cg * s.in_d * s.in_h * s.in_w);
     }
   }
@@ -127,10 +126,8 @@ void conv_backward_filter(const ConvShape& s, const float* x, const float* dy, f
   for (std::int64_t n = 0; n < s.batch; ++n) {
     for (std::int64_t g = 0; g < s.groups; ++g) {
       vol2col(s, x + n * e.image_in + g * e.cg * s.in_d * s.in_h * s.in_w, workspace);
-      ConstMap col(workspace, e.patch, e.spatial_out);
-      ConstMap grad(dy + n * e.image_out + g * e.kg * e.spatial_out, e.kg, e.spatial_out);
-      Map filter(dw + g * e.filter_group, e.kg, e.patch);
-      filter.noalias() += grad * col.transpose();
+      matrix_product({dy + n * e.image_out + g * e.kg * e.spatial_out, e.kg, e.spatial_out},
+                     {workspace, e.patch, e.spatial_out, true}, dw + g * e.filter_group, true);
     }
   }
   if (db != nullptr) {

@@ -7,6 +7,8 @@
 
 #include <Eigen/Core>
 
+#include "host_backend/matrix_product.hpp"
+
 namespace memplan::host_backend {
 namespace {
 
@@ -275,16 +277,15 @@ void adaptive_avg_pool_backward(const AdaptivePoolShape& s, const float* dy, flo
 
 void linear_forward(std::int64_t n, std::int64_t in, std::int64_t out, const float* x,
                     const float* w, const float* b, float* y) {
-  Map result(y, n, out);
-  result.noalias() = ConstMap(x, n, in) * ConstMap(w, out, in).transpose();
-  if (b != nullptr) result.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b, out);
+  matrix_product({x, n, in}, {w, out, in, true}, y);
+  if (b != nullptr) Map(y, n, out).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b, out);
 }
 
 void linear_backward(std::int64_t n, std::int64_t in, std::int64_t out, const float* x,
                      const float* w, const float* dy, float* dx, float* dw, float* db) {
   const ConstMap grad(dy, n, out);
-  if (dx != nullptr) Map(dx, n, in).noalias() = grad * ConstMap(w, out, in);
-  Map(dw, out, in).noalias() = grad.transpose() * ConstMap(x, n, in);
+  if (dx != nullptr) matrix_product({dy, n, out}, {w, out, in}, dx);
+  matrix_product({dy, n, out, true}, {x, n, in}, dw);
   if (db != nullptr) Eigen::Map<Eigen::RowVectorXf>(db, out) = grad.colwise().sum();
 }
 
