@@ -25,25 +25,31 @@ const std::filesystem::path kDir = std::filesystem::path(MEMPLAN_SOURCE_DIR) / "
 // positive bytes on a CUDA device) made inside it on their thread.
 std::map<std::string, std::size_t> profiler_attribution(const std::filesystem::path& trace) {
   const nlohmann::json doc = memplan::sim::read_json(trace);
-  std::vector<const nlohmann::json*> ops;
+  struct CpuOp {
+    nlohmann::json tid;
+    double start, end;
+    std::string name;
+  };
+  std::vector<CpuOp> ops;  // read out of the JSON once: the search below is ops x allocations
   std::map<std::string, std::size_t> counts;
   for (const nlohmann::json& e : doc.at("traceEvents")) {
-    if (e.value("ph", "") == "X" && e.value("cat", "") == "cpu_op") ops.push_back(&e);
+    if (e.value("ph", "") == "X" && e.value("cat", "") == "cpu_op") {
+      const double start = e.at("ts").get<double>();
+      ops.push_back({e.at("tid"), start, start + e.at("dur").get<double>(), e.at("name")});
+    }
   }
   for (const nlohmann::json& e : doc.at("traceEvents")) {
     if (e.value("name", "") != "[memory]") continue;
     const nlohmann::json& args = e.at("args");
     if (args.value("Device Type", 0) != 1 || args.value("Bytes", std::int64_t{0}) <= 0) continue;
     const double ts = e.at("ts").get<double>();
-    const nlohmann::json* inner = nullptr;
-    for (const nlohmann::json* op : ops) {
-      const double start = op->at("ts").get<double>();
-      if (op->at("tid") != e.at("tid") || ts < start || ts >= start + op->at("dur").get<double>()) {
-        continue;
-      }
-      if (inner == nullptr || start > inner->at("ts").get<double>()) inner = op;
+    const nlohmann::json& tid = e.at("tid");
+    const CpuOp* inner = nullptr;
+    for (const CpuOp& op : ops) {
+      if (op.tid != tid || ts < op.start || ts >= op.end) continue;
+      if (inner == nullptr || op.start > inner->start) inner = &op;
     }
-    ++counts[inner == nullptr ? std::string("(none)") : inner->at("name").get<std::string>()];
+    ++counts[inner == nullptr ? std::string("(none)") : inner->name];
   }
   return counts;
 }
