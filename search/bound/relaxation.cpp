@@ -347,30 +347,49 @@ void cost_algorithms(const sim::Workload& w, Relaxation& r) {
   }
 }
 
+// An update op's inputs, each once.
+std::vector<TensorId> update_inputs(const sim::Op& op) {
+  std::vector<TensorId> inputs = op.inputs;
+  std::sort(inputs.begin(), inputs.end());
+  inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
+  return inputs;
+}
+
+// An update op's run on the host stream, as the engine prices a host run: streaming its inputs
+// and writing back the parameters and optimizer state (their slots are resident: the tensor's
+// home or a device parameter's master copy).
+Nanoseconds host_run_ns(const sim::Workload& w, const sim::Machine& machine, const sim::Op& op) {
+  Bytes bytes = 0;
+  for (TensorId t : update_inputs(op)) {
+    const sim::Tensor& tensor = w.tensor(t);
+    bytes += sim::is_persistent(tensor.kind) ? 2 * tensor.bytes : tensor.bytes;
+  }
+  return machine.host_op_ns(bytes);
+}
+
+// Whether a gradient an update op reads is written in the step, hence copied out to its host slot
+// under a host update.
+bool copied_out(const sim::Tensor& t) {
+  return t.kind == sim::TensorKind::kGradient && t.producer != sim::kNoOp;
+}
+
 // The floor of plans that update on the host: the compute stream's work, and the host stream's
 // updates in order, each after its gradients' copy-outs (every gradient an update op reads is on
-// the host), each streaming its inputs and writing back the parameters and optimizer state (their
-// slots are resident: the tensor's home or a device parameter's master copy), as the engine
-// prices a host run.
+// the host), each taking its host run.
 Nanoseconds host_update_floor(const sim::Workload& w, const sim::Machine& machine,
                               const Relaxation& r) {
   std::vector<std::pair<Nanoseconds, Nanoseconds>> updates;  // ready, duration
   for (const sim::Op& op : w.ops) {
     if (op.phase != sim::Phase::kUpdate) continue;
-    std::vector<TensorId> inputs = op.inputs;
-    std::sort(inputs.begin(), inputs.end());
-    inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
     Nanoseconds ready = 0;
-    Bytes bytes = 0;
-    for (TensorId t : inputs) {
+    for (TensorId t : update_inputs(op)) {
       const sim::Tensor& tensor = w.tensor(t);
-      bytes += sim::is_persistent(tensor.kind) ? 2 * tensor.bytes : tensor.bytes;
-      if (tensor.kind == sim::TensorKind::kGradient && tensor.producer != sim::kNoOp) {
+      if (copied_out(tensor)) {
         ready = std::max(ready, sim::add_ns(r.end_ns[index(tensor.producer)],
                                             machine.d2h_copy_ns(tensor.bytes)));
       }
     }
-    updates.emplace_back(ready, machine.host_op_ns(bytes));
+    updates.emplace_back(ready, host_run_ns(w, machine, op));
   }
   Nanoseconds floor = r.busy_ns;
   Nanoseconds after = 0;  // the host stream's work from update k on
@@ -382,6 +401,23 @@ Nanoseconds host_update_floor(const sim::Workload& w, const sim::Machine& machin
 }
 
 }  // namespace
+
+HostUpdateWork host_update_work(const sim::Workload& w, const sim::Machine& machine) {
+  HostUpdateWork work;
+  std::vector<TensorId> gradients;
+  for (const sim::Op& op : w.ops) {
+    if (op.phase != sim::Phase::kUpdate) continue;
+    work.host_ns = sim::add_ns(work.host_ns, host_run_ns(w, machine, op));
+    for (TensorId t : update_inputs(op)) {
+      if (copied_out(w.tensor(t))) gradients.push_back(t);
+    }
+  }
+  std::sort(gradients.begin(), gradients.end());
+  gradients.erase(std::unique(gradients.begin(), gradients.end()), gradients.end());
+  for (TensorId g : gradients)
+    work.copy_out_ns = sim::add_ns(work.copy_out_ns, machine.d2h_copy_ns(w.tensor(g).bytes));
+  return work;
+}
 
 Relaxation relax(const sim::Workload& w, const sim::Machine& machine,
                  const EncodingOptions& encodings, bool host_placement, bool host_update,

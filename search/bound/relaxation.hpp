@@ -109,6 +109,15 @@ struct Relaxation {
   sim::Nanoseconds busy_ns = 0;
 };
 
+/// The work a plan that updates on the host gives, each step, to the host stream (every update
+/// op's host run, priced as the engine prices it or lower) and to the device-to-host engine (the
+/// copy-out of every gradient an update op reads and the step writes).
+struct HostUpdateWork {
+  sim::Nanoseconds host_ns = 0;
+  sim::Nanoseconds copy_out_ns = 0;
+};
+HostUpdateWork host_update_work(const sim::Workload& workload, const sim::Machine& machine);
+
 /// The relaxation of the plans that update on the device (`host_update` false) or on the host,
 /// for plans that may use `encodings` and, with `host_placement`, place tensors that are not
 /// feature maps on the host.

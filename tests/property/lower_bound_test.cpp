@@ -4,7 +4,8 @@
 // The plans take every action (swap with random prefetch and release points, recompute, per-use
 // recompute, every encoding) and random algorithms where ops have alternatives, a third place
 // tensors on the host, some update there; the machines have random links, latencies and codec
-// speeds.
+// speeds. A third of the graphs have a host side (each op dispatched after a random host time),
+// where the bound back to back may not exceed a plan's step back to back either.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -92,11 +93,15 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
   int pressure = 0;     // devices below the in-core peak
   int above_ideal = 0;  // bounds (maps only) above the ideal step: the program did some work
   int host_update_bound = 0;
+  int checked_back_to_back = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed));
     Workload w = random_workload(rng);
     add_algorithms(w, rng);
+    if (seed % 3 == 0) {
+      for (Op& op : w.ops) op.host = HostSide{uniform(rng, 0, 3000)};
+    }
     const Machine roomy = random_machine(rng);
     std::vector<std::pair<Plan, Timeline>> runs;
     for (int k = 0; k < kPlansPerCase; ++k) {
@@ -123,14 +128,22 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
         CAPTURE(m, plan.policy, timeline.iteration_ns, bound.bound_ns, bound.ideal_ns,
                 bound.host_update, on_device.bound_ns);
         REQUIRE(bound.bound_ns <= timeline.iteration_ns);
+        REQUIRE(bound.period_bound_ns.has_value() == (seed % 3 == 0));
+        if (bound.period_bound_ns) {
+          CAPTURE(timeline.period_ns, *bound.period_bound_ns);
+          REQUIRE(*bound.period_bound_ns <= timeline.period_ns);
+          ++checked_back_to_back;
+        }
         ++checked;
         if (!plan.host_tensors.empty() || plan.host_update) continue;
         REQUIRE(on_device.fits);
         REQUIRE(on_device.bound_ns <= timeline.iteration_ns);
+        if (on_device.period_bound_ns) REQUIRE(*on_device.period_bound_ns <= timeline.period_ns);
       }
     }
   }
   CHECK(checked > kCases * 3);
+  CHECK(checked_back_to_back > kCases);
   // Not a test of the ideal step alone: about half the devices are below the in-core peak, and a
   // fifth of those need more time than the ideal step (on the others the copies hide).
   CHECK(pressure > kCases);

@@ -308,6 +308,50 @@ TEST_CASE("golden bound: an update on the host can beat the ideal step", "[searc
   CHECK(s.timeline.iteration_ns == 9168);
 }
 
+TEST_CASE(
+    "golden bound: a device too small for the update bounds the step back to back by the "
+    "host's update",
+    "[search][bound]") {
+  // The step above with a host side (100 ns to dispatch each op) and a momentum m of 4 KiB, on a
+  // 4 KiB device: sgd's own tensors (w, gw, m: 6 KiB) do not fit, so every plan that fits updates
+  // on the host, and the host stream's update work bounds its step back to back (Note [A bound on
+  // the step back to back]): each step the host reads w and m and writes them back, and reads gw,
+  // (2 x 1024 + 2 x 4096 + 1024) B at 1 GB/s = 11,264 ns, against 2000 ns of compute (the ideal
+  // step back to back with a free update). ZeRO-Offload's plan repeats at exactly that: the host's
+  // update is its bottleneck.
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1024);
+  const TensorId wt = b.parameter("w", 1024);
+  const TensorId mt = b.parameter("m", 4096);
+  b.workload().tensors[index(mt)].kind = TensorKind::kOptimizerState;
+  const TensorId a = b.forward("f1", {x, wt}, 1024, 1000);
+  const TensorId gw = b.backward("g1", {a}, 1024, 1000);
+  b.op("sgd", "sgd", Phase::kUpdate, {wt, gw, mt}, {}, 8000);
+  for (Op& op : b.workload().ops) op.host = HostSide{100};
+  const Workload w = b.build();
+  Machine m = test_machine(4096, 1e9, 0);
+  m.host_bandwidth_bytes_per_s = 1e9;
+  const LowerBound bound = lower_bound(w, m);
+  REQUIRE(bound.fits);
+  CHECK(bound.host_update);
+  REQUIRE(bound.period_bound_ns);
+  CHECK(*bound.period_bound_ns == 11264);
+  CHECK(bound.ideal_period_ns < 11264);
+  Plan offload = in_core_plan(w);
+  set_host_placement(offload, w, TensorKind::kGradient, true);
+  set_host_placement(offload, w, TensorKind::kOptimizerState, true);
+  offload.host_update = true;
+  const Simulation s = simulate(w, offload, m);
+  REQUIRE(s.timeline.feasible);
+  CHECK(s.timeline.period_ns == 11264);
+  CHECK(*bound_gap(bound, bounded_step(s.timeline)) == 0);
+  CHECK_THAT(bound_text(bound, bounded_step(s.timeline)),
+             Catch::Contains("0.011 ms back to back (over the ideal step back to back, ") &&
+                 Catch::Contains("only a plan that updates on the host fits, and the host's "
+                                 "update work bounds it): within 0.0% of the best possible"));
+  CHECK_FALSE(simulate(w, in_core_plan(w), m).timeline.feasible);
+}
+
 TEST_CASE("the bound's line says which way it lies from the ideal step, and why below it",
           "[search][bound]") {
   // 412.345 ms against an ideal step of 400 ms: +3.1% over it; a plan of 415.644 ms is 0.8% above
