@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 
 #include <fmt/core.h>
 #include <catch2/catch.hpp>
@@ -136,6 +137,22 @@ Workload long_lived_map() {
   const TensorId gc = b.backward("g3", {c}, 1024, 1000);
   const TensorId gb = b.backward("g2", {gc, bb}, 1024, 1000);
   b.backward("g1", {gb, a}, 1024, 1000);
+  return b.build();
+}
+
+// x and parameter w -> f1 (1000 ns) -> a; g1 (1000) reads a and writes w's gradient gw; sgd
+// (8000 ns on the device) reads w, gw and the momentum m (`momentum` bytes, every other tensor
+// 1 KiB); each op with `host` as its host side, if given.
+Workload sgd_step(Bytes momentum, std::optional<HostSide> host = std::nullopt) {
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1024);
+  const TensorId wt = b.parameter("w", 1024);
+  const TensorId mt = b.parameter("m", momentum);
+  b.workload().tensors[index(mt)].kind = TensorKind::kOptimizerState;
+  const TensorId a = b.forward("f1", {x, wt}, 1024, 1000);
+  const TensorId gw = b.backward("g1", {a}, 1024, 1000);
+  b.op("sgd", "sgd", Phase::kUpdate, {wt, gw, mt}, {}, 8000);
+  for (Op& op : b.workload().ops) op.host = host;
   return b.build();
 }
 
@@ -274,18 +291,8 @@ TEST_CASE("golden bound: an op that must run a slower algorithm to fit", "[searc
 }
 
 TEST_CASE("golden bound: an update on the host can beat the ideal step", "[search][bound]") {
-  // x and parameter w -> f1 (1000 ns) -> a; g1 (1000) reads a and writes w's gradient gw; sgd
-  // (8000 ns on the device) reads w, gw and the momentum m. Every tensor 1 KiB; 1 byte per ns
-  // each way, the host's update at 1 GB/s.
-  WorkloadBuilder b;
-  const TensorId x = b.input("x", 1024);
-  const TensorId wt = b.parameter("w", 1024);
-  const TensorId mt = b.parameter("m", 1024);
-  b.workload().tensors[index(mt)].kind = TensorKind::kOptimizerState;
-  const TensorId a = b.forward("f1", {x, wt}, 1024, 1000);
-  const TensorId gw = b.backward("g1", {a}, 1024, 1000);
-  b.op("sgd", "sgd", Phase::kUpdate, {wt, gw, mt}, {}, 8000);
-  const Workload w = b.build();
+  // sgd_step with every tensor 1 KiB; 1 byte per ns each way, the host's update at 1 GB/s.
+  const Workload w = sgd_step(1024);
   Machine m = test_machine(kPlenty, 1e9, 0);
   m.host_bandwidth_bytes_per_s = 1e9;
   const LowerBound bound = lower_bound(w, m);
@@ -319,16 +326,7 @@ TEST_CASE(
   // (2 x 1024 + 2 x 4096 + 1024) B at 1 GB/s = 11,264 ns, against 2000 ns of compute (the ideal
   // step back to back with a free update). ZeRO-Offload's plan repeats at exactly that: the host's
   // update is its bottleneck.
-  WorkloadBuilder b;
-  const TensorId x = b.input("x", 1024);
-  const TensorId wt = b.parameter("w", 1024);
-  const TensorId mt = b.parameter("m", 4096);
-  b.workload().tensors[index(mt)].kind = TensorKind::kOptimizerState;
-  const TensorId a = b.forward("f1", {x, wt}, 1024, 1000);
-  const TensorId gw = b.backward("g1", {a}, 1024, 1000);
-  b.op("sgd", "sgd", Phase::kUpdate, {wt, gw, mt}, {}, 8000);
-  for (Op& op : b.workload().ops) op.host = HostSide{100};
-  const Workload w = b.build();
+  const Workload w = sgd_step(4096, HostSide{100});
   Machine m = test_machine(4096, 1e9, 0);
   m.host_bandwidth_bytes_per_s = 1e9;
   const LowerBound bound = lower_bound(w, m);
