@@ -756,7 +756,7 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
     // update's unless its program found that none fits.
     const bool device_fits = cases.front().fits;
     const bool host_fits = host_update && (cases.size() == 1 || cases.back().fits);
-    if (host_fits && result.fits) {
+    if (host_fits) {
       sim::Workload free_update = workload;
       for (sim::Op& op : free_update.ops) {
         if (op.phase == sim::Phase::kUpdate) op.duration_ns = 0;

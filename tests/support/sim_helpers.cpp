@@ -27,6 +27,14 @@ Plan plan_with(const Workload& w, const std::vector<MapChoice>& choices) {
   return plan;
 }
 
+Plan zero_offload_plan(const Workload& w) {
+  Plan plan = in_core_plan(w);
+  set_host_placement(plan, w, TensorKind::kGradient, true);
+  set_host_placement(plan, w, TensorKind::kOptimizerState, true);
+  plan.host_update = true;
+  return plan;
+}
+
 Machine test_machine(Bytes memory_bytes, double bytes_per_s, Nanoseconds latency_ns) {
   Machine m;
   m.memory_bytes = memory_bytes;

@@ -31,6 +31,10 @@ struct MapChoice {
 /// In-core plan with the given maps changed; validated.
 sim::Plan plan_with(const sim::Workload& w, const std::vector<MapChoice>& choices);
 
+/// ZeRO-Offload's plan: in core, but gradients and optimizer state on the host and the update
+/// there.
+sim::Plan zero_offload_plan(const sim::Workload& w);
+
 /// A machine with the given bandwidth in both directions (bytes per second), latency and memory.
 sim::Machine test_machine(sim::Bytes memory_bytes, double bytes_per_s = 1e9,
                           sim::Nanoseconds latency_ns = 0);

@@ -306,10 +306,7 @@ TEST_CASE("golden bound: an update on the host can beat the ideal step", "[searc
   CHECK(bound.bound_ns == 8144);
   // ZeRO-Offload's plan (gw and m on the host, the update there) takes 9168 ns: the same 8144,
   // then w's updated value copied back into its device buffer (1024 ns).
-  Plan offload = in_core_plan(w);
-  set_host_placement(offload, w, TensorKind::kGradient, true);
-  set_host_placement(offload, w, TensorKind::kOptimizerState, true);
-  offload.host_update = true;
+  const Plan offload = zero_offload_plan(w);
   const Simulation s = simulate(w, offload, m);
   REQUIRE(s.timeline.feasible);
   CHECK(s.timeline.iteration_ns == 9168);
@@ -335,10 +332,7 @@ TEST_CASE(
   REQUIRE(bound.period_bound_ns);
   CHECK(*bound.period_bound_ns == 11264);
   CHECK(bound.ideal_period_ns < 11264);
-  Plan offload = in_core_plan(w);
-  set_host_placement(offload, w, TensorKind::kGradient, true);
-  set_host_placement(offload, w, TensorKind::kOptimizerState, true);
-  offload.host_update = true;
+  const Plan offload = zero_offload_plan(w);
   const Simulation s = simulate(w, offload, m);
   REQUIRE(s.timeline.feasible);
   CHECK(s.timeline.period_ns == 11264);

@@ -434,10 +434,7 @@ TEST_CASE("the search places one optimizer state on the host where moving every 
   CHECK_NOTHROW(validate_plan(r.plan, w, "searched plan"));
   // Every state and gradient on the host with the update there (what the search's placement
   // variables reached before): it fits, and its step is the host update's.
-  Plan offload = in_core_plan(w);
-  set_host_placement(offload, w, TensorKind::kGradient, true);
-  set_host_placement(offload, w, TensorKind::kOptimizerState, true);
-  offload.host_update = true;
+  const Plan offload = zero_offload_plan(w);
   const Simulation slow = simulate(w, offload, m);
   REQUIRE(slow.timeline.feasible);
   CHECK(r.evaluation.iteration_ns * 10 < slow.timeline.iteration_ns);
