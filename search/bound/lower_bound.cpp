@@ -77,10 +77,23 @@
 // the work each step gives the host stream (the update ops' host runs) and the device-to-host
 // engine (the gradients' copy-outs): at the fixed point of the backlog a stream's work fits in
 // the period, since a stream that ends past the host's end starts the next step that much later.
-// The bound is the smaller of the two cases', where each may fit: memory enters there only, by a
-// case whose program finds that none of its plans fits (a device too small for the update's own
-// tensors leaves the host update, and the host's update work bounds the period: ZeRO-Offload's
-// steps); within a case the rows above bound the step alone, not its period.
+// Memory enters in two ways. A case whose program finds that none of its plans fits is out (a
+// device too small for the update's own tensors leaves the host update, and the host's update
+// work bounds the period: ZeRO-Offload's steps). And within a case, its program again with its
+// times from the start of the step's first instruction on the compute stream (TimeOrigin::
+// kComputeStart) bounds the span of that stream's instructions of one step, which the period
+// bounds: the stream runs in order, a step's instructions after the previous step's, and at the
+// fixed point each step starts one period after the one before. Every row there is an order the
+// plan's own program imposes within one step (a swapped map's free waits for its copy-out, its
+// copy-in for its buffer, allocated after the op it was away at; a re-run comes after the op it
+// was away at and before the use; the copy engines and the compute stream run one instruction at
+// a time), so it holds in every step back to back, the backlog of the steps before only delaying
+// it; what is known from the step's start only is left out: the ideal run's times (the compute
+// stream's work before an op is its floor instead, and nothing is known of other streams', which
+// may run before the compute stream starts: a copy-out of what they write enters no release row),
+// and the write-back of a host-placed parameter after a device update (it need only be back before
+// the next step's first use, which may come before that step's compute stream). The bound is the
+// smaller of the two cases', each the largest of its floors.
 #include "search/bound/lower_bound.hpp"
 
 #include <algorithm>
@@ -315,7 +328,8 @@ void CaseProgram::add_copy_cuts(OpId i, int start, const std::vector<Way>& ways)
   std::vector<Nanoseconds> releases, tails, updates;
   for (const Way& w : ways) {
     if (w.kind != Way::kCopy) continue;
-    if (w.absence->copy_out_ns > 0) releases.push_back(w.absence->release_ns);
+    if (w.absence->copy_out_ns > 0 && w.absence->release_ns >= 0)
+      releases.push_back(w.absence->release_ns);
     if (w.absence->copy_in_ns > 0) tails.push_back(r_.tail_ns[index(w.absence->next)]);
     if (w.absence->writeback_ns > 0) updates.push_back(w.absence->writeback_after_ns);
   }
@@ -448,7 +462,9 @@ void CaseProgram::add_step_rows() {
   }
   std::vector<Nanoseconds> releases;
   releases.reserve(outs.size());
-  for (const Way& w : outs) releases.push_back(w.absence->release_ns);
+  for (const Way& w : outs) {
+    if (w.absence->release_ns >= 0) releases.push_back(w.absence->release_ns);
+  }
   for (Nanoseconds a : cuts(releases)) {
     Terms row{{step_, 1.0}};
     Nanoseconds after = sim::kMaxNanoseconds;
@@ -751,20 +767,47 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
   if (sim::has_host_side(workload)) {
     result.ideal_period_ns = ideal.period_ns;
     result.period_bound_ns = ideal.period_ns;
-    // Each case that may fit bounds its plans' period; the host update's unless its program was
-    // not solved (its floor was no lower) or found that none of its plans fits, the device
-    // update's unless its program found that none fits.
+    // Each case that may fit bounds its plans' period (Note [A bound on the step back to back]);
+    // the host update's unless its program was not solved (its floor was no lower) or found that
+    // none of its plans fits, the device update's unless its program found that none fits.
     const bool device_fits = cases.front().fits;
     const bool host_fits = host_update && (cases.size() == 1 || cases.back().fits);
+    using Floor = LowerBound::PeriodFloor;
+    std::vector<std::pair<Nanoseconds, Floor>> periods;
+    // The case's program from the compute stream's start lifts its floor. Its floors are no
+    // higher than the step alone's program's and its rows no more, so it is solved only where
+    // that program (when solved: `alone`) is over the floor.
+    const auto with_memory = [&](std::pair<Nanoseconds, Floor> floor, bool host,
+                                 const CaseBound* alone) {
+      if (alone != nullptr && alone->bound_ns <= floor.first) return floor;
+      const CaseBound b =
+          solve_case(relax(workload, machine, options.encodings, options.host_placement, host,
+                           ideal, TimeOrigin::kComputeStart),
+                     machine, options);
+      result.points += b.points;
+      result.columns += b.columns;
+      result.rows += b.rows;
+      result.optimal = result.optimal && b.optimal;
+      if (b.fits && b.bound_ns > floor.first) return std::pair{b.bound_ns, Floor::kMemory};
+      return floor;
+    };
+    if (device_fits)
+      periods.push_back(with_memory({ideal.period_ns, Floor::kIdealRun}, false, &cases.front()));
     if (host_fits) {
       sim::Workload free_update = workload;
       for (sim::Op& op : free_update.ops) {
         if (op.phase == sim::Phase::kUpdate) op.duration_ns = 0;
       }
+      std::pair floor{ideal_run(free_update, machine).period_ns, Floor::kIdealRun};
       const HostUpdateWork work = host_update_work(workload, machine);
-      const Nanoseconds host_period =
-          std::max({ideal_run(free_update, machine).period_ns, work.host_ns, work.copy_out_ns});
-      result.period_bound_ns = device_fits ? std::min(ideal.period_ns, host_period) : host_period;
+      const Nanoseconds host_work = std::max(work.host_ns, work.copy_out_ns);
+      if (host_work > floor.first) floor = {host_work, Floor::kHostWork};
+      periods.push_back(with_memory(floor, true, cases.size() > 1 ? &cases.back() : nullptr));
+    }
+    if (!periods.empty()) {
+      const auto least = *std::min_element(periods.begin(), periods.end());
+      result.period_bound_ns = least.first;
+      result.period_floor = least.second;
     }
   }
   result.elapsed_s =
@@ -829,6 +872,12 @@ std::string bound_text(const LowerBound& bound, const BoundedStep& step) {
       out += fmt::format(
           ", {:.3f} ms back to back (under the ideal step back to back, {:.3f} ms: a plan that "
           "updates on the host may beat it)",
+          period_ms, ideal_period_ms);
+    } else if (*bound.period_bound_ns > bound.ideal_period_ns &&
+               bound.period_floor == LowerBound::PeriodFloor::kMemory) {
+      out += fmt::format(
+          ", {:.3f} ms back to back (over the ideal step back to back, {:.3f} ms: each step's "
+          "run on the compute stream pays for what the device cannot hold)",
           period_ms, ideal_period_ms);
     } else if (*bound.period_bound_ns > bound.ideal_period_ns) {  // only a host update fits
       out += fmt::format(

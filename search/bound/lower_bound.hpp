@@ -6,6 +6,7 @@
 // linear program (COIN-OR CLP) with a certified value. `memplan search` states its plan's gap to
 // it, `memplan compare` each policy's.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,12 @@ struct LowerBound {
   std::optional<sim::Nanoseconds> period_bound_ns;
   /// The ideal step back to back, with period_bound_ns: in core, fastest algorithms, no limit.
   sim::Nanoseconds ideal_period_ns = 0;
+  /// What sets period_bound_ns, in the case of the update it bounds: that case's ideal run back to
+  /// back (in core; updating on the host, the update ops free on the device), the host's update
+  /// work each step (the host stream's, the device-to-host engine's), or the memory: each step's
+  /// run on the compute stream pays for what the device cannot hold.
+  enum class PeriodFloor : std::uint8_t { kIdealRun, kHostWork, kMemory };
+  PeriodFloor period_floor = PeriodFloor::kIdealRun;
   /// The bound of the step plans are ranked by: back to back where there is one, else alone.
   [[nodiscard]] sim::Nanoseconds ranked_bound_ns() const {
     return period_bound_ns.value_or(bound_ns);

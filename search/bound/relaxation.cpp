@@ -60,9 +60,13 @@ void time_ops(const sim::Workload& w, const IdealRun& ideal, Relaxation& r) {
   }
   for (std::size_t i = 0; i < n; ++i) {
     r.before_ns[i] = i == 0 ? 0 : r.before_ns[i - 1] + r.min_ns[i - 1];
-    // With the update on the host, the ideal run's times hold before the first update op only:
-    // later ops lose the update's work before them.
-    if (!r.host_update || sim::op_id(static_cast<std::int64_t>(i)) < first_update) {
+    if (r.origin == TimeOrigin::kComputeStart) {
+      // From the compute stream's start, its own work before an op is all that is known.
+      r.start_ns[i] = r.on_compute[i] ? r.before_ns[i] : -1;
+      r.end_ns[i] = r.on_compute[i] ? r.before_ns[i] + r.min_ns[i] : -1;
+    } else if (!r.host_update || sim::op_id(static_cast<std::int64_t>(i)) < first_update) {
+      // With the update on the host, the ideal run's times hold before the first update op
+      // only: later ops lose the update's work before them.
       r.start_ns[i] = ideal.start_ns[i];
       r.end_ns[i] = ideal.end_ns[i];
     }
@@ -252,8 +256,11 @@ void relax_host_tensors(const sim::Workload& w, const sim::Machine& machine,
         a.copy_out_ns = machine.d2h_copy_ns(tensor.bytes);
         a.release_ns = r.end_ns[index(tensor.producer)];
       }
-      for (OpId op : u) {  // an update on the device writes it: written back after it
-        if (!sim::is_persistent(kind) || w.op(op).phase != sim::Phase::kUpdate) continue;
+      // An update on the device writes it: written back after it (a row of the step alone).
+      for (OpId op : u) {
+        if (r.origin != TimeOrigin::kStepStart || !sim::is_persistent(kind) ||
+            w.op(op).phase != sim::Phase::kUpdate)
+          continue;
         a.writeback_ns = machine.d2h_copy_ns(tensor.bytes);
         a.writeback_after_ns = std::max(a.writeback_after_ns, r.end_ns[index(op)]);
       }
@@ -421,8 +428,9 @@ HostUpdateWork host_update_work(const sim::Workload& w, const sim::Machine& mach
 
 Relaxation relax(const sim::Workload& w, const sim::Machine& machine,
                  const EncodingOptions& encodings, bool host_placement, bool host_update,
-                 const IdealRun& ideal) {
+                 const IdealRun& ideal, TimeOrigin origin) {
   Relaxation r;
+  r.origin = origin;
   r.host_update = host_update;
   time_ops(w, ideal, r);
   const std::vector<std::vector<OpId>> uses = device_uses(w, r);
@@ -444,7 +452,11 @@ Relaxation relax(const sim::Workload& w, const sim::Machine& machine,
   }
   count_base(w, held, r);
   cost_algorithms(w, r);
-  r.floor_ns = host_update ? host_update_floor(w, machine, r) : ideal.iteration_ns;
+  if (origin == TimeOrigin::kComputeStart) {
+    r.floor_ns = r.busy_ns;
+  } else {
+    r.floor_ns = host_update ? host_update_floor(w, machine, r) : ideal.iteration_ns;
+  }
   return r;
 }
 

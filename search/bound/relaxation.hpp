@@ -4,6 +4,7 @@
 // plan can take off the device, its shortest time on the compute stream and the earliest its run
 // can start; and every stretch of ops over which a plan may take a tensor off the device (an
 // Absence), with what leaving and coming back costs each way.
+#include <cstdint>
 #include <vector>
 
 #include "core/machine.hpp"
@@ -35,14 +36,16 @@ struct Absence {
   sim::OpId last = sim::kNoOp;
   sim::OpId next = sim::kNoOp;
   /// Away by a copy: the copy-out before it leaves (0: its home is the host already), which starts
-  /// no earlier than `release_ns`, and the copy-in before `next` (0 when `next` needs none).
+  /// no earlier than `release_ns` (negative: no such time is known, Relaxation::start_ns), and the
+  /// copy-in before `next` (0 when `next` needs none).
   bool copy = false;
   sim::Nanoseconds copy_out_ns = 0;
   sim::Nanoseconds release_ns = 0;
   sim::Nanoseconds copy_in_ns = 0;
   /// A parameter or optimizer state on the host that an update on the device writes: its copy is
   /// written back after that update (ending no earlier than `writeback_after_ns`), whenever it is
-  /// away anywhere (it is then host-placed).
+  /// away anywhere (it is then host-placed). From the step's start only: back to back it need only
+  /// be back before the next step's first use, which may come before that step's compute stream.
   sim::Nanoseconds writeback_ns = 0;
   sim::Nanoseconds writeback_after_ns = 0;
   /// Away by recomputation: the ops re-run to bring it back when it is away at a forward op
@@ -77,7 +80,15 @@ struct KeptInput {
   sim::OpId last_use = sim::kNoOp;
 };
 
+/// The time a relaxation's times count from (Note [A bound on the step back to back] in
+/// lower_bound.cpp): the step's start, for the step run alone (the ideal run's times are floors,
+/// and its end is the step's); or the start of the step's first instruction on the compute
+/// stream, for the step back to back (only the compute stream's own work is a floor, and its end
+/// is that of the step's last instruction there, which the period bounds).
+enum class TimeOrigin : std::uint8_t { kStepStart, kComputeStart };
+
 struct Relaxation {
+  TimeOrigin origin = TimeOrigin::kStepStart;
   bool host_update = false;
   /// Per op: whether it runs on the device in this case (not an update op run on the host), and
   /// whether on the compute stream (its start and end are the bound's pressure points).
@@ -88,7 +99,9 @@ struct Relaxation {
   std::vector<sim::Nanoseconds> min_ns;
   std::vector<sim::Nanoseconds> before_ns;
   std::vector<sim::Nanoseconds> tail_ns;
-  /// Per op: the earliest its run may start and end in any plan of this case (0 when not known).
+  /// Per op: the earliest its run may start and end in any plan of this case, from the origin (0
+  /// when not known from the step's start; negative when not known from the compute stream's,
+  /// before which an op of another stream may run).
   std::vector<sim::Nanoseconds> start_ns;
   std::vector<sim::Nanoseconds> end_ns;
   /// Per op: the bytes every plan holds on the device at it (the op's own tensors and smallest
@@ -103,7 +116,8 @@ struct Relaxation {
   /// Ops before this one are forward ops at which every regeneration is still to come (all
   /// forward ops come first): Absence::rerun_forward applies there.
   sim::OpId forward_end = sim::OpId{0};
-  /// The floor of this case: no plan of it is faster (the ideal step, or the host update's).
+  /// The floor of this case: no plan of it is faster (the ideal step, or the host update's; from
+  /// the compute stream's start, its work).
   sim::Nanoseconds floor_ns = 0;
   /// The compute stream's work in this case, each op at its shortest.
   sim::Nanoseconds busy_ns = 0;
@@ -120,9 +134,9 @@ HostUpdateWork host_update_work(const sim::Workload& workload, const sim::Machin
 
 /// The relaxation of the plans that update on the device (`host_update` false) or on the host,
 /// for plans that may use `encodings` and, with `host_placement`, place tensors that are not
-/// feature maps on the host.
+/// feature maps on the host; its times from `origin`.
 Relaxation relax(const sim::Workload& workload, const sim::Machine& machine,
                  const EncodingOptions& encodings, bool host_placement, bool host_update,
-                 const IdealRun& ideal);
+                 const IdealRun& ideal, TimeOrigin origin = TimeOrigin::kStepStart);
 
 }  // namespace memplan::search

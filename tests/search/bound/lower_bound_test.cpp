@@ -127,8 +127,9 @@ namespace {
 
 // x -> f1 (5000 ns) -> a -> f2 (1000) -> b -> f3 (1000) -> c; backward g3 (1000) reads c, g2
 // (1000) reads b, g1 (1000) reads a; a is 8 KiB, every other tensor 1 KiB. Ops 0..5 in that
-// order; the ideal step is 10,000 ns with op i starting at 0, 5000, 6000, 7000, 8000, 9000.
-Workload long_lived_map() {
+// order; the ideal step is 10,000 ns with op i starting at 0, 5000, 6000, 7000, 8000, 9000. Each
+// op with `host` as its host side, if given.
+Workload long_lived_map(std::optional<HostSide> host = std::nullopt) {
   WorkloadBuilder b;
   const TensorId x = b.input("x", 1024);
   const TensorId a = b.forward("f1", {x}, 8192, 5000);
@@ -137,6 +138,7 @@ Workload long_lived_map() {
   const TensorId gc = b.backward("g3", {c}, 1024, 1000);
   const TensorId gb = b.backward("g2", {gc, bb}, 1024, 1000);
   b.backward("g1", {gb, a}, 1024, 1000);
+  for (Op& op : b.workload().ops) op.host = host;
   return b.build();
 }
 
@@ -203,6 +205,44 @@ TEST_CASE("golden bound: a map away at the peak, by copy and recomputation at on
   const LowerBound none = lower_bound(w, test_machine(10239, 1e9, 0));
   CHECK_FALSE(none.fits);
   CHECK_FALSE(solve_exact(w, test_machine(10239, 1e9, 0), eo).evaluation.feasible);
+}
+
+TEST_CASE("golden bound: the memory lifts the bound back to back over the ideal step back to back",
+          "[search][bound]") {
+  // long_lived_map with a host side: each op dispatched 100 ns after the one before. The device's
+  // 10,000 ns of work a step, against the host's 600, sets the ideal step back to back: 10,000 ns
+  // (alone 10,100: the first op starts at 100). On the 10 KiB device of the case above its
+  // program bounds the step alone at 10,487 ns (every ideal start 100 ns later than there). Back to
+  // back (Note [A bound on the step back to back]) the same program counts from the start of the
+  // step's first op on the compute stream, the compute stream's work its only floors: op 4 starts
+  // no earlier than 8000 ns after it, and one step's run there takes 10,388.11 ns at least, as
+  // above; each step starts one period after the one before, so the period is no shorter:
+  // 10,387 ns after rounding, 3.9% over the ideal step back to back.
+  const Workload w = long_lived_map(HostSide{100});
+  const Machine m = test_machine(10240, 1e9, 0);
+  const LowerBound bound = lower_bound(w, m);
+  REQUIRE(bound.fits);
+  CHECK(bound.ideal_ns == 10100);
+  CHECK(bound.bound_ns == 10487);
+  CHECK(bound.ideal_period_ns == 10000);
+  REQUIRE(bound.period_bound_ns);
+  CHECK(*bound.period_bound_ns == 10387);
+  CHECK(bound.period_floor == LowerBound::PeriodFloor::kMemory);
+  // The best plan recomputes a: f1 runs twice, 15,000 ns of compute a step, and the device
+  // repeats it back to back at that (the host's 600 ns never hold it up).
+  const Simulation recompute = simulate(w, plan_with(w, {{"f1_out", Action::kRecompute}}), m);
+  REQUIRE(recompute.timeline.feasible);
+  CHECK(recompute.timeline.period_ns == 15000);
+  CHECK(*bound_gap(bound, bounded_step(recompute.timeline)) == Approx(15000.0 / 10387 - 1));
+  CHECK_THAT(bound_text(bound, bounded_step(recompute.timeline)),
+             Catch::Contains("0.010 ms back to back (over the ideal step back to back, 0.010 ms: "
+                             "each step's run on the compute stream pays for what the device "
+                             "cannot hold): within 44.4% of the best possible"));
+  // Without the memory's limit the bound back to back is the ideal one.
+  const LowerBound roomy = lower_bound(w, test_machine(kPlenty, 1e9, 0));
+  REQUIRE(roomy.period_bound_ns);
+  CHECK(*roomy.period_bound_ns == 10000);
+  CHECK(roomy.period_floor == LowerBound::PeriodFloor::kIdealRun);
 }
 
 TEST_CASE("golden bound: the recomputations that relieve two points add up", "[search][bound]") {
@@ -375,6 +415,42 @@ TEST_CASE("the bound's line says which way it lies from the ideal step, and why 
         "lower bound 396.000 ms on the step alone (1.0% under the ideal step alone, 400.000 ms: a "
         "plan that updates on the host may beat it), 170.000 ms back to back (under the ideal step "
         "back to back, 175.894 ms: a plan that updates on the host may beat it)\n");
+}
+
+// Note [A bound on the step back to back], the memory's part: exact mode's random instances with
+// a host side that the device outpaces (10 ns to dispatch each op), so that the device sets the
+// step back to back, up to the fourth whose bound back to back the memory lifts over the ideal
+// one (most instances' copies hide: their bounds alone are the ideal step, and so are those back
+// to back). Every plan that fits among those the heuristic search (host placement on) evaluates
+// repeats the step no faster than the bound back to back.
+TEST_CASE("the bound back to back, lifted by the memory, is at most every fitting plan's step",
+          "[search][bound]") {
+  constexpr int kLifted = 4;
+  int lifted = 0;
+  for (std::uint64_t seed = 1; lifted < kLifted; ++seed) {
+    REQUIRE(seed <= 64);
+    CAPTURE(seed);
+    ExactInstance inst = exact_instance(seed, 4, 9);
+    Workload& w = inst.workload;
+    for (Op& op : w.ops) op.host = HostSide{10};
+    const Machine& m = inst.machine;
+    const LowerBound bound = lower_bound(w, m);
+    REQUIRE(bound.fits);
+    REQUIRE(bound.period_bound_ns);
+    lifted += bound.period_floor == LowerBound::PeriodFloor::kMemory ? 1 : 0;
+    SearchOptions so;
+    so.threads = 2;
+    so.deterministic = true;
+    so.time_limit_s = 30;
+    so.gap = 0;
+    FittingPlans fitting(m.memory_bytes);
+    const SearchResult searched = search_plan(w, m, so);
+    REQUIRE(searched.evaluation.feasible);
+    REQUIRE(fitting.measured() > 0);
+    CAPTURE(fitting.measured(), fitting.fastest_step(), *bound.period_bound_ns,
+            bound.ideal_period_ns);
+    CHECK(*bound.period_bound_ns <= fitting.fastest_step());
+  }
 }
 
 // Note [A bound on the step back to back]: the imported ResNet-50 step has a host side (CPU-bound)
