@@ -86,13 +86,13 @@
 // fixed point each step starts one period after the one before. Every row there is an order the
 // plan's own program imposes within one step (a swapped map's free waits for its copy-out, its
 // copy-in for its buffer, allocated after the op it was away at; a re-run comes after the op it
-// was away at and before the use; the copy engines and the compute stream run one instruction at
-// a time), so it holds in every step back to back, the backlog of the steps before only delaying
-// it; what is known from the step's start only is left out: the ideal run's times (the compute
-// stream's work before an op is its floor instead, and nothing is known of other streams', which
-// may run before the compute stream starts: a copy-out of what they write enters no release row),
-// and the write-back of a host-placed parameter after a device update (it need only be back before
-// the next step's first use, which may come before that step's compute stream). The bound is the
+// was away at and before the use; the compute stream waits for a host-placed state's write-back
+// after a device update to free its copy, Lowerer::host_drop; the copy engines and the compute
+// stream run one instruction at a time), so it holds in every step back to back, the backlog of
+// the steps before only delaying it. What is known from the step's start only is left out: the
+// ideal run's times (the compute stream's work before an op is its floor instead, and nothing is
+// known of other streams', which may run before the compute stream starts: a copy-out of what
+// they write enters no release row, nor a write-back after their update). The bound is the
 // smaller of the two cases', each the largest of its floors.
 #include "search/bound/lower_bound.hpp"
 

@@ -256,10 +256,11 @@ void relax_host_tensors(const sim::Workload& w, const sim::Machine& machine,
         a.copy_out_ns = machine.d2h_copy_ns(tensor.bytes);
         a.release_ns = r.end_ns[index(tensor.producer)];
       }
-      // An update on the device writes it: written back after it (a row of the step alone).
+      // An update on the device writes it: written back after it (when that update's end is known
+      // from the origin), and the compute stream waits for the write-back to free its device copy.
       for (OpId op : u) {
-        if (r.origin != TimeOrigin::kStepStart || !sim::is_persistent(kind) ||
-            w.op(op).phase != sim::Phase::kUpdate)
+        if (!sim::is_persistent(kind) || w.op(op).phase != sim::Phase::kUpdate ||
+            r.end_ns[index(op)] < 0)
           continue;
         a.writeback_ns = machine.d2h_copy_ns(tensor.bytes);
         a.writeback_after_ns = std::max(a.writeback_after_ns, r.end_ns[index(op)]);

@@ -44,8 +44,7 @@ struct Absence {
   sim::Nanoseconds copy_in_ns = 0;
   /// A parameter or optimizer state on the host that an update on the device writes: its copy is
   /// written back after that update (ending no earlier than `writeback_after_ns`), whenever it is
-  /// away anywhere (it is then host-placed). From the step's start only: back to back it need only
-  /// be back before the next step's first use, which may come before that step's compute stream.
+  /// away anywhere (it is then host-placed).
   sim::Nanoseconds writeback_ns = 0;
   sim::Nanoseconds writeback_after_ns = 0;
   /// Away by recomputation: the ops re-run to bring it back when it is away at a forward op
