@@ -241,8 +241,8 @@ CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
                "the same plan for any number of threads");
   cmd.add_option("--gap", flags.gap,
                  "stop once the plan is within this of the lower bound, a fraction or a "
-                 "percentage (default 0.5%; 0: only at the bound; a step with a host side runs "
-                 "on, its period not bounded)")
+                 "percentage (default 0.5%; 0: only at the bound; a step with a host side, of "
+                 "its step back to back; a job's ranks run on, their steps not bounded)")
       ->check(gap_value());
   cmd.add_flag("--exact", flags.exact,
                fmt::format("the optimal plan by branch and bound (at most {} feature maps)",

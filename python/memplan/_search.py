@@ -132,7 +132,7 @@ def search(trace, encode=None, threads=0, time_limit=10.0, rounds=None, seed=1,
     for any thread count; maps_only: plan feature maps only (keep parameters, gradients, optimizer
     state and the input batch on the device); gap: stop once
     the plan is within this of the lower bound (a fraction, 0.005, or a percentage, "0.5%";
-    `memplan search --gap`; a step with a host side runs on). progress(p) is called once for every policy that seeds the search
+    `memplan search --gap`; a step with a host side, of its step back to back). progress(p) is called once for every policy that seeds the search
     (p.stage "seeding", p.policy its name) and after every round (p.stage "round"), with
     p.round, p.evaluated, p.elapsed_s and p.best (feasible, step_ns, iteration_ns: the step alone, peak_bytes); returning
     False stops the search (a seeding policy at its next simulation, the rounds at the next
