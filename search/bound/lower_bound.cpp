@@ -92,8 +92,17 @@
 // the steps before only delaying it. What is known from the step's start only is left out: the
 // ideal run's times (the compute stream's work before an op is its floor instead, and nothing is
 // known of other streams', which may run before the compute stream starts: a copy-out of what
-// they write enters no release row, nor a write-back after their update). The bound is the
-// smaller of the two cases', each the largest of its floors.
+// they write enters no release row, nor a write-back after their update). And where the host
+// waits for the device after an op q of the compute stream (HostSide::synchronizes: the host
+// then waits for every device instruction issued so far), the next step's host starts no earlier
+// than q's end plus the host's own work after the wait (the later ops' dispatch, its tail). Counted
+// from the step's host start, every event of a step back to back is no earlier than in the step
+// alone (its streams start busy with the backlog, and the engine is monotone in its start times),
+// so the ideal run's times are floors again, and the case's program cut at q (`until`: no point
+// after q, no cost due after it) bounds q's end: with the host's work after the wait, the period.
+// A host update synchronizes with nothing (the engine waits after a device run only), so the
+// host update's ideal run back to back takes the update ops' waits off as well as their time.
+// The bound is the smaller of the two cases', each the largest of its floors.
 #include "search/bound/lower_bound.hpp"
 
 #include <algorithm>
@@ -101,6 +110,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
+#include <string>
 
 #include <fmt/core.h>
 
@@ -732,6 +743,28 @@ LowerBound DecidedMapsBound::bound(const std::vector<std::optional<sim::Decision
   return result;
 }
 
+namespace {
+
+// The last op of the compute stream in `r` after whose launch the host waits for the device
+// (HostSide::synchronizes), and the host's own work from that wait to the end of its step: the
+// later ops' dispatch and its tail (kNoOp: none waits).
+struct HostWait {
+  OpId op = sim::kNoOp;
+  Nanoseconds after_ns = 0;
+};
+HostWait last_host_wait(const sim::Workload& w, const Relaxation& r) {
+  HostWait wait;
+  for (const sim::Op& op : w.ops) {
+    if (wait.op != sim::kNoOp && op.host)
+      wait.after_ns = sim::add_ns(wait.after_ns, op.host->dispatch_ns);
+    if (op.host && op.host->synchronizes && r.on_compute[index(op.id)]) wait = {op.id, 0};
+  }
+  if (wait.op != sim::kNoOp) wait.after_ns = sim::add_ns(wait.after_ns, w.host_tail_ns);
+  return wait;
+}
+
+}  // namespace
+
 LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machine,
                        const BoundOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -739,15 +772,16 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
   LowerBound result;
   result.ideal_ns = ideal.iteration_ns;
   std::vector<CaseBound> cases;
-  cases.push_back(
-      solve_case(relax(workload, machine, options.encodings, options.host_placement, false, ideal),
-                 machine, options));
+  const Relaxation device =
+      relax(workload, machine, options.encodings, options.host_placement, false, ideal);
+  cases.push_back(solve_case(device, machine, options));
   const bool host_update = options.host_placement && host_update_possible(workload);
+  std::optional<Relaxation> host;
   if (host_update) {
-    const Relaxation host = relax(workload, machine, options.encodings, true, true, ideal);
+    host = relax(workload, machine, options.encodings, true, true, ideal);
     // Its program's value is at least its floor: no need to solve it when that is no lower.
-    if (!cases.front().fits || host.floor_ns < cases.front().bound_ns) {
-      cases.push_back(solve_case(host, machine, options));
+    if (!cases.front().fits || host->floor_ns < cases.front().bound_ns) {
+      cases.push_back(solve_case(*host, machine, options));
     }
   }
   result.fits = false;
@@ -774,35 +808,50 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
     const bool host_fits = host_update && (cases.size() == 1 || cases.back().fits);
     using Floor = LowerBound::PeriodFloor;
     std::vector<std::pair<Nanoseconds, Floor>> periods;
-    // The case's program from the compute stream's start lifts its floor. Its floors are no
-    // higher than the step alone's program's and its rows no more, so it is solved only where
-    // that program (when solved: `alone`) is over the floor.
-    const auto with_memory = [&](std::pair<Nanoseconds, Floor> floor, bool host,
+    // Two programs of the case lift its floor: from the compute stream's start, one step's run
+    // there; from the host's start, the end of the last op the host waits for, and the host's
+    // work after the wait. Their floors are no higher than the step alone's program's and their
+    // rows no more, so they are solved only where that program's value (when solved: `alone`)
+    // with the host's work after the wait is over the floor.
+    const auto with_memory = [&](std::pair<Nanoseconds, Floor> floor, const Relaxation& r,
                                  const CaseBound* alone) {
-      if (alone != nullptr && alone->bound_ns <= floor.first) return floor;
-      const CaseBound b =
-          solve_case(relax(workload, machine, options.encodings, options.host_placement, host,
-                           ideal, TimeOrigin::kComputeStart),
-                     machine, options);
-      result.points += b.points;
-      result.columns += b.columns;
-      result.rows += b.rows;
-      result.optimal = result.optimal && b.optimal;
-      if (b.fits && b.bound_ns > floor.first) return std::pair{b.bound_ns, Floor::kMemory};
+      const HostWait wait = last_host_wait(workload, r);
+      if (alone != nullptr && sim::add_ns(alone->bound_ns, wait.after_ns) <= floor.first)
+        return floor;
+      const auto lift = [&](const Relaxation& program, Nanoseconds after, Floor why) {
+        const CaseBound b = solve_case(program, machine, options);
+        result.points += b.points;
+        result.columns += b.columns;
+        result.rows += b.rows;
+        result.optimal = result.optimal && b.optimal;
+        const Nanoseconds period = sim::add_ns(b.bound_ns, after);
+        if (b.fits && period > floor.first) floor = {period, why};
+      };
+      lift(relax(workload, machine, options.encodings, options.host_placement, r.host_update, ideal,
+                 TimeOrigin::kComputeStart),
+           0, Floor::kMemory);
+      if (wait.op != sim::kNoOp) {
+        lift(until(r, wait.op), wait.after_ns, Floor::kMemoryWaited);
+        if (floor.second == Floor::kMemoryWaited) result.waited_op = workload.op(wait.op).name;
+      }
       return floor;
     };
     if (device_fits)
-      periods.push_back(with_memory({ideal.period_ns, Floor::kIdealRun}, false, &cases.front()));
+      periods.push_back(with_memory({ideal.period_ns, Floor::kIdealRun}, device, &cases.front()));
     if (host_fits) {
       sim::Workload free_update = workload;
+      // The update ops take no device time, and the host waits for none of them: a host run
+      // synchronizes with nothing (the engine waits for the device after a device run only).
       for (sim::Op& op : free_update.ops) {
-        if (op.phase == sim::Phase::kUpdate) op.duration_ns = 0;
+        if (op.phase != sim::Phase::kUpdate) continue;
+        op.duration_ns = 0;
+        if (op.host) op.host->synchronizes = false;
       }
       std::pair floor{ideal_run(free_update, machine).period_ns, Floor::kIdealRun};
       const HostUpdateWork work = host_update_work(workload, machine);
       const Nanoseconds host_work = std::max(work.host_ns, work.copy_out_ns);
       if (host_work > floor.first) floor = {host_work, Floor::kHostWork};
-      periods.push_back(with_memory(floor, true, cases.size() > 1 ? &cases.back() : nullptr));
+      periods.push_back(with_memory(floor, *host, cases.size() > 1 ? &cases.back() : nullptr));
     }
     if (!periods.empty()) {
       const auto least = *std::min_element(periods.begin(), periods.end());
@@ -873,6 +922,12 @@ std::string bound_text(const LowerBound& bound, const BoundedStep& step) {
           ", {:.3f} ms back to back (under the ideal step back to back, {:.3f} ms: a plan that "
           "updates on the host may beat it)",
           period_ms, ideal_period_ms);
+    } else if (*bound.period_bound_ns > bound.ideal_period_ns &&
+               bound.period_floor == LowerBound::PeriodFloor::kMemoryWaited) {
+      out += fmt::format(
+          ", {:.3f} ms back to back (over the ideal step back to back, {:.3f} ms: the host waits "
+          "each step for '{}', which the device reaches late for what it cannot hold)",
+          period_ms, ideal_period_ms, bound.waited_op);
     } else if (*bound.period_bound_ns > bound.ideal_period_ns &&
                bound.period_floor == LowerBound::PeriodFloor::kMemory) {
       out += fmt::format(

@@ -57,9 +57,11 @@ struct LowerBound {
   /// What sets period_bound_ns, in the case of the update it bounds: that case's ideal run back to
   /// back (in core; updating on the host, the update ops free on the device), the host's update
   /// work each step (the host stream's, the device-to-host engine's), or the memory: each step's
-  /// run on the compute stream pays for what the device cannot hold.
-  enum class PeriodFloor : std::uint8_t { kIdealRun, kHostWork, kMemory };
+  /// run on the compute stream pays for what the device cannot hold, or the host waits each step
+  /// for an op (`waited_op`) that the device reaches late for it.
+  enum class PeriodFloor : std::uint8_t { kIdealRun, kHostWork, kMemory, kMemoryWaited };
   PeriodFloor period_floor = PeriodFloor::kIdealRun;
+  std::string waited_op;
   /// The bound of the step plans are ranked by: back to back where there is one, else alone.
   [[nodiscard]] sim::Nanoseconds ranked_bound_ns() const {
     return period_bound_ns.value_or(bound_ns);

@@ -461,4 +461,33 @@ Relaxation relax(const sim::Workload& w, const sim::Machine& machine,
   return r;
 }
 
+Relaxation until(const Relaxation& r, OpId q) {
+  Relaxation out = r;
+  const std::size_t last = index(q);
+  const Nanoseconds after = r.tail_ns[last + 1];
+  for (std::size_t i = 0; i < out.tail_ns.size(); ++i)
+    out.tail_ns[i] = i <= last ? r.tail_ns[i] - after : 0;
+  for (std::size_t i = last + 1; i < out.min_ns.size(); ++i) {
+    out.on_compute[i] = false;
+    out.min_ns[i] = 0;
+    out.algorithms[i].clear();
+  }
+  out.busy_ns = r.busy_ns - after;
+  out.floor_ns = std::max(r.end_ns[last], out.busy_ns);
+  std::erase_if(out.absences, [&](const Absence& a) { return a.first > q; });
+  for (Absence& a : out.absences) {
+    a.writeback_ns = 0;
+    if (a.next <= q) continue;
+    Absence free;  // back after q: away at no cost until then
+    free.tensor = a.tensor;
+    free.bytes = a.bytes;
+    free.first = a.first;
+    free.last = std::min(a.last, q);
+    free.next = a.next;
+    free.copy = true;
+    a = std::move(free);
+  }
+  return out;
+}
+
 }  // namespace memplan::search

@@ -138,4 +138,10 @@ Relaxation relax(const sim::Workload& workload, const sim::Machine& machine,
                  const EncodingOptions& encodings, bool host_placement, bool host_update,
                  const IdealRun& ideal, TimeOrigin origin = TimeOrigin::kStepStart);
 
+/// The relaxation `r` (its times from the step's start) cut at op `q` of the compute stream: its
+/// program's value bounds the end of q's run (Note [A bound on the step back to back]: a host
+/// that waits for q). Ops after q are no pressure points and add no work; an absence that comes
+/// back after q is away at no cost; no write-back (they follow the update) counts.
+Relaxation until(const Relaxation& r, sim::OpId q);
+
 }  // namespace memplan::search

@@ -243,6 +243,26 @@ TEST_CASE("golden bound: the memory lifts the bound back to back over the ideal 
   REQUIRE(roomy.period_bound_ns);
   CHECK(*roomy.period_bound_ns == 10000);
   CHECK(roomy.period_floor == LowerBound::PeriodFloor::kIdealRun);
+  // When the host waits for g1 each step (HostSide::synchronizes: a loss.item() after it), the
+  // next step's host starts once g1 has ended, and every time of the step counts from its host's
+  // start, where the ideal run's times are floors again (the engine is monotone in its start
+  // times): the program of the step alone, cut at g1, the last op, bounds the period at 10,487
+  // ns. The ideal step back to back is now the step alone, 10,100 ns (the device idles while the
+  // host waits), and the plan that recomputes a repeats at 100 + 15,000 ns.
+  Workload waits = w;
+  waits.ops[5].host->synchronizes = true;
+  const LowerBound waited = lower_bound(waits, m);
+  REQUIRE(waited.period_bound_ns);
+  CHECK(waited.ideal_period_ns == 10100);
+  CHECK(*waited.period_bound_ns == 10487);
+  CHECK(waited.period_floor == LowerBound::PeriodFloor::kMemoryWaited);
+  const Simulation waiting = simulate(waits, plan_with(waits, {{"f1_out", Action::kRecompute}}), m);
+  REQUIRE(waiting.timeline.feasible);
+  CHECK(waiting.timeline.period_ns == 15100);
+  CHECK_THAT(bound_text(waited, bounded_step(waiting.timeline)),
+             Catch::Contains("(over the ideal step back to back, 0.010 ms: the host waits each "
+                             "step for 'g1', which the device reaches late for what it cannot "
+                             "hold): within 44.0% of the best possible"));
 }
 
 TEST_CASE("golden bound: the recomputations that relieve two points add up", "[search][bound]") {
@@ -419,7 +439,8 @@ TEST_CASE("the bound's line says which way it lies from the ideal step, and why 
 
 // Note [A bound on the step back to back], the memory's part: exact mode's random instances with
 // a host side that the device outpaces (10 ns to dispatch each op), so that the device sets the
-// step back to back, up to the fourth whose bound back to back the memory lifts over the ideal
+// step back to back (on every second one the host waits for the last op, a loss.item() after
+// it), up to the fourth whose bound back to back the memory lifts over the ideal
 // one (most instances' copies hide: their bounds alone are the ideal step, and so are those back
 // to back). Every plan that fits among those the heuristic search (host placement on) evaluates
 // repeats the step no faster than the bound back to back.
@@ -433,11 +454,15 @@ TEST_CASE("the bound back to back, lifted by the memory, is at most every fittin
     ExactInstance inst = exact_instance(seed, 4, 9);
     Workload& w = inst.workload;
     for (Op& op : w.ops) op.host = HostSide{10};
+    w.ops.back().host->synchronizes = seed % 2 == 0;  // the host waits for the last op
     const Machine& m = inst.machine;
     const LowerBound bound = lower_bound(w, m);
     REQUIRE(bound.fits);
     REQUIRE(bound.period_bound_ns);
-    lifted += bound.period_floor == LowerBound::PeriodFloor::kMemory ? 1 : 0;
+    lifted += bound.period_floor == LowerBound::PeriodFloor::kMemory ||
+                      bound.period_floor == LowerBound::PeriodFloor::kMemoryWaited
+                  ? 1
+                  : 0;
     SearchOptions so;
     so.threads = 2;
     so.deterministic = true;
