@@ -99,7 +99,8 @@
 // from the step's host start, every event of a step back to back is no earlier than in the step
 // alone (its streams start busy with the backlog, and the engine is monotone in its start times),
 // so the ideal run's times are floors again, and the case's program cut at q (`until`: no point
-// after q, no cost due after it) bounds q's end: with the host's work after the wait, the period.
+// after q, no cost due after it) bounds q's end: with the host's work after the wait, the period
+// (each of the last kHostWaits such ops).
 // A host update synchronizes with nothing (the engine waits after a device run only), so the
 // host update's ideal run back to back takes the update ops' waits off as well as their time.
 // The bound is the smaller of the two cases', each the largest of its floors.
@@ -745,23 +746,40 @@ LowerBound DecidedMapsBound::bound(const std::vector<std::optional<sim::Decision
 
 namespace {
 
-// The last op of the compute stream in `r` after whose launch the host waits for the device
+// The host's waits that bound a step back to back: at most this many, the last ones.
+constexpr std::size_t kHostWaits = 4;
+
+// An op of the compute stream in a relaxation after whose launch the host waits for the device
 // (HostSide::synchronizes), and the host's own work from that wait to the end of its step: the
-// later ops' dispatch and its tail (kNoOp: none waits).
+// later ops' dispatch and its tail.
 struct HostWait {
   OpId op = sim::kNoOp;
   Nanoseconds after_ns = 0;
 };
-HostWait last_host_wait(const sim::Workload& w, const Relaxation& r) {
-  HostWait wait;
+
+// The last kHostWaits of them in `r`, in op order.
+std::vector<HostWait> host_waits(const sim::Workload& w, const Relaxation& r) {
+  std::vector<HostWait> waits;
   for (const sim::Op& op : w.ops) {
-    if (wait.op != sim::kNoOp && op.host)
-      wait.after_ns = sim::add_ns(wait.after_ns, op.host->dispatch_ns);
-    if (op.host && op.host->synchronizes && r.on_compute[index(op.id)]) wait = {op.id, 0};
+    if (op.host) {
+      for (HostWait& h : waits) h.after_ns = sim::add_ns(h.after_ns, op.host->dispatch_ns);
+    }
+    if (op.host && op.host->synchronizes && r.on_compute[index(op.id)]) {
+      waits.push_back({op.id, 0});
+      if (waits.size() > kHostWaits) waits.erase(waits.begin());
+    }
   }
-  if (wait.op != sim::kNoOp) wait.after_ns = sim::add_ns(wait.after_ns, w.host_tail_ns);
-  return wait;
+  for (HostWait& h : waits) h.after_ns = sim::add_ns(h.after_ns, w.host_tail_ns);
+  return waits;
 }
+
+// A bound on a case's step back to back, what sets it, and the op the host waits for when that
+// is what sets it.
+struct PeriodBound {
+  Nanoseconds ns = 0;
+  LowerBound::PeriodFloor floor = LowerBound::PeriodFloor::kIdealRun;
+  OpId waited = sim::kNoOp;
+};
 
 }  // namespace
 
@@ -807,37 +825,33 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
     const bool device_fits = cases.front().fits;
     const bool host_fits = host_update && (cases.size() == 1 || cases.back().fits);
     using Floor = LowerBound::PeriodFloor;
-    std::vector<std::pair<Nanoseconds, Floor>> periods;
-    // Two programs of the case lift its floor: from the compute stream's start, one step's run
-    // there; from the host's start, the end of the last op the host waits for, and the host's
-    // work after the wait. Their floors are no higher than the step alone's program's and their
-    // rows no more, so they are solved only where that program's value (when solved: `alone`)
-    // with the host's work after the wait is over the floor.
-    const auto with_memory = [&](std::pair<Nanoseconds, Floor> floor, const Relaxation& r,
-                                 const CaseBound* alone) {
-      const HostWait wait = last_host_wait(workload, r);
-      if (alone != nullptr && sim::add_ns(alone->bound_ns, wait.after_ns) <= floor.first)
-        return floor;
-      const auto lift = [&](const Relaxation& program, Nanoseconds after, Floor why) {
+    std::vector<PeriodBound> periods;
+    // Programs of the case lift its floor: from the compute stream's start, one step's run there;
+    // from the host's start, the end of each op the host waits for (of the last kHostWaits), and
+    // the host's work after the wait. Their floors are no higher than the step alone's program's
+    // and their rows no more, so they are solved only where that program's value (when solved:
+    // `alone`) with the host's work after a wait is over the floor.
+    const auto with_memory = [&](PeriodBound floor, const Relaxation& r, const CaseBound* alone) {
+      const std::vector<HostWait> waits = host_waits(workload, r);
+      Nanoseconds after = 0;
+      for (const HostWait& h : waits) after = std::max(after, h.after_ns);
+      if (alone != nullptr && sim::add_ns(alone->bound_ns, after) <= floor.ns) return floor;
+      const auto lift = [&](const Relaxation& program, Nanoseconds plus, Floor why, OpId waited) {
         const CaseBound b = solve_case(program, machine, options);
         result.points += b.points;
         result.columns += b.columns;
         result.rows += b.rows;
         result.optimal = result.optimal && b.optimal;
-        const Nanoseconds period = sim::add_ns(b.bound_ns, after);
-        if (b.fits && period > floor.first) floor = {period, why};
+        const Nanoseconds period = sim::add_ns(b.bound_ns, plus);
+        if (b.fits && period > floor.ns) floor = {period, why, waited};
       };
       lift(relax(workload, machine, options.encodings, options.host_placement, r.host_update, ideal,
                  TimeOrigin::kComputeStart),
-           0, Floor::kMemory);
-      if (wait.op != sim::kNoOp) {
-        lift(until(r, wait.op), wait.after_ns, Floor::kMemoryWaited);
-        if (floor.second == Floor::kMemoryWaited) result.waited_op = workload.op(wait.op).name;
-      }
+           0, Floor::kMemory, sim::kNoOp);
+      for (const HostWait& h : waits) lift(until(r, h.op), h.after_ns, Floor::kMemoryWaited, h.op);
       return floor;
     };
-    if (device_fits)
-      periods.push_back(with_memory({ideal.period_ns, Floor::kIdealRun}, device, &cases.front()));
+    if (device_fits) periods.push_back(with_memory({ideal.period_ns}, device, &cases.front()));
     if (host_fits) {
       sim::Workload free_update = workload;
       // The update ops take no device time, and the host waits for none of them: a host run
@@ -847,16 +861,19 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
         op.duration_ns = 0;
         if (op.host) op.host->synchronizes = false;
       }
-      std::pair floor{ideal_run(free_update, machine).period_ns, Floor::kIdealRun};
+      PeriodBound floor{ideal_run(free_update, machine).period_ns};
       const HostUpdateWork work = host_update_work(workload, machine);
       const Nanoseconds host_work = std::max(work.host_ns, work.copy_out_ns);
-      if (host_work > floor.first) floor = {host_work, Floor::kHostWork};
+      if (host_work > floor.ns) floor = {host_work, Floor::kHostWork};
       periods.push_back(with_memory(floor, *host, cases.size() > 1 ? &cases.back() : nullptr));
     }
     if (!periods.empty()) {
-      const auto least = *std::min_element(periods.begin(), periods.end());
-      result.period_bound_ns = least.first;
-      result.period_floor = least.second;
+      const PeriodBound least =
+          *std::min_element(periods.begin(), periods.end(),
+                            [](const PeriodBound& a, const PeriodBound& b) { return a.ns < b.ns; });
+      result.period_bound_ns = least.ns;
+      result.period_floor = least.floor;
+      if (least.waited != sim::kNoOp) result.waited_op = workload.op(least.waited).name;
     }
   }
   result.elapsed_s =
