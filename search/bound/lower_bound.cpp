@@ -781,6 +781,65 @@ struct PeriodBound {
   OpId waited = sim::kNoOp;
 };
 
+// Adds a program's size to the bound's.
+void add_size(const CaseBound& b, LowerBound& result) {
+  result.points += b.points;
+  result.columns += b.columns;
+  result.rows += b.rows;
+  result.optimal = result.optimal && b.optimal;
+}
+
+// The floor back to back of the plans that update on the host: their ideal run back to back, the
+// update ops taking no device time and the host waiting for none of them (a host run synchronizes
+// with nothing: the engine waits for the device after a device run only), or the host's update
+// work each step, if more.
+PeriodBound host_update_period(const sim::Workload& workload, const sim::Machine& machine) {
+  sim::Workload free_update = workload;
+  for (sim::Op& op : free_update.ops) {
+    if (op.phase != sim::Phase::kUpdate) continue;
+    op.duration_ns = 0;
+    if (op.host) op.host->synchronizes = false;
+  }
+  PeriodBound floor{ideal_run(free_update, machine).period_ns};
+  const HostUpdateWork work = host_update_work(workload, machine);
+  const Nanoseconds host_work = std::max(work.host_ns, work.copy_out_ns);
+  if (host_work > floor.ns) floor = {host_work, LowerBound::PeriodFloor::kHostWork};
+  return floor;
+}
+
+// A case's floor back to back lifted by its programs (Note [A bound on the step back to back]):
+// from the compute stream's start, one step's run there; from the host's start, the end of each op
+// the host waits for (of the last kHostWaits), and the host's work after the wait. Their floors
+// are no higher than the step alone's program's and their rows no more, so they are solved only
+// where that program's value (when solved: `alone`) with the host's work after a wait is over the
+// floor. Each program's size counts in `result`'s.
+struct BackToBack {
+  const sim::Workload& workload;
+  const sim::Machine& machine;
+  const BoundOptions& options;
+  const IdealRun& ideal;
+  LowerBound& result;
+
+  PeriodBound lifted(PeriodBound floor, const Relaxation& r, const CaseBound* alone) const {
+    const std::vector<HostWait> waits = host_waits(workload, r);
+    Nanoseconds after = 0;
+    for (const HostWait& h : waits) after = std::max(after, h.after_ns);
+    if (alone != nullptr && sim::add_ns(alone->bound_ns, after) <= floor.ns) return floor;
+    const auto lift = [&](const Relaxation& program, Nanoseconds plus, PeriodBound why) {
+      const CaseBound b = solve_case(program, machine, options);
+      add_size(b, result);
+      why.ns = sim::add_ns(b.bound_ns, plus);
+      if (b.fits && why.ns > floor.ns) floor = why;
+    };
+    lift(relax(workload, machine, options.encodings, options.host_placement, r.host_update, ideal,
+               TimeOrigin::kComputeStart),
+         0, {0, LowerBound::PeriodFloor::kMemory});
+    for (const HostWait& h : waits)
+      lift(until(r, h.op), h.after_ns, {0, LowerBound::PeriodFloor::kMemoryWaited, h.op});
+    return floor;
+  }
+};
+
 }  // namespace
 
 LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machine,
@@ -805,10 +864,7 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
   result.fits = false;
   for (std::size_t c = 0; c < cases.size(); ++c) {
     const CaseBound& b = cases[c];
-    result.points += b.points;
-    result.columns += b.columns;
-    result.rows += b.rows;
-    result.optimal = result.optimal && b.optimal;
+    add_size(b, result);
     if (!b.fits) continue;
     if (!result.fits || b.bound_ns < result.bound_ns) {
       result.bound_ns = b.bound_ns;
@@ -817,56 +873,19 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
     result.fits = true;
   }
   if (sim::has_host_side(workload)) {
-    result.ideal_period_ns = ideal.period_ns;
-    result.period_bound_ns = ideal.period_ns;
     // Each case that may fit bounds its plans' period (Note [A bound on the step back to back]);
     // the host update's unless its program was not solved (its floor was no lower) or found that
     // none of its plans fits, the device update's unless its program found that none fits.
-    const bool device_fits = cases.front().fits;
-    const bool host_fits = host_update && (cases.size() == 1 || cases.back().fits);
-    using Floor = LowerBound::PeriodFloor;
+    const BackToBack b2b{workload, machine, options, ideal, result};
     std::vector<PeriodBound> periods;
-    // Programs of the case lift its floor: from the compute stream's start, one step's run there;
-    // from the host's start, the end of each op the host waits for (of the last kHostWaits), and
-    // the host's work after the wait. Their floors are no higher than the step alone's program's
-    // and their rows no more, so they are solved only where that program's value (when solved:
-    // `alone`) with the host's work after a wait is over the floor.
-    const auto with_memory = [&](PeriodBound floor, const Relaxation& r, const CaseBound* alone) {
-      const std::vector<HostWait> waits = host_waits(workload, r);
-      Nanoseconds after = 0;
-      for (const HostWait& h : waits) after = std::max(after, h.after_ns);
-      if (alone != nullptr && sim::add_ns(alone->bound_ns, after) <= floor.ns) return floor;
-      const auto lift = [&](const Relaxation& program, Nanoseconds plus, Floor why, OpId waited) {
-        const CaseBound b = solve_case(program, machine, options);
-        result.points += b.points;
-        result.columns += b.columns;
-        result.rows += b.rows;
-        result.optimal = result.optimal && b.optimal;
-        const Nanoseconds period = sim::add_ns(b.bound_ns, plus);
-        if (b.fits && period > floor.ns) floor = {period, why, waited};
-      };
-      lift(relax(workload, machine, options.encodings, options.host_placement, r.host_update, ideal,
-                 TimeOrigin::kComputeStart),
-           0, Floor::kMemory, sim::kNoOp);
-      for (const HostWait& h : waits) lift(until(r, h.op), h.after_ns, Floor::kMemoryWaited, h.op);
-      return floor;
-    };
-    if (device_fits) periods.push_back(with_memory({ideal.period_ns}, device, &cases.front()));
-    if (host_fits) {
-      sim::Workload free_update = workload;
-      // The update ops take no device time, and the host waits for none of them: a host run
-      // synchronizes with nothing (the engine waits for the device after a device run only).
-      for (sim::Op& op : free_update.ops) {
-        if (op.phase != sim::Phase::kUpdate) continue;
-        op.duration_ns = 0;
-        if (op.host) op.host->synchronizes = false;
-      }
-      PeriodBound floor{ideal_run(free_update, machine).period_ns};
-      const HostUpdateWork work = host_update_work(workload, machine);
-      const Nanoseconds host_work = std::max(work.host_ns, work.copy_out_ns);
-      if (host_work > floor.ns) floor = {host_work, Floor::kHostWork};
-      periods.push_back(with_memory(floor, *host, cases.size() > 1 ? &cases.back() : nullptr));
+    if (cases.front().fits)
+      periods.push_back(b2b.lifted({ideal.period_ns}, device, &cases.front()));
+    if (host_update && (cases.size() == 1 || cases.back().fits)) {
+      periods.push_back(b2b.lifted(host_update_period(workload, machine), *host,
+                                   cases.size() > 1 ? &cases.back() : nullptr));
     }
+    result.ideal_period_ns = ideal.period_ns;
+    result.period_bound_ns = ideal.period_ns;
     if (!periods.empty()) {
       const PeriodBound least =
           *std::min_element(periods.begin(), periods.end(),
