@@ -926,6 +926,27 @@ void add_bound_json(nlohmann::json& j, const LowerBound& bound, const BoundedSte
   j["gap"] = gap ? nlohmann::json(*gap) : nlohmann::json(nullptr);
 }
 
+namespace {
+
+// Why a bound back to back lies over the ideal step back to back (LowerBound::period_floor).
+std::string over_ideal(const LowerBound& bound) {
+  switch (bound.period_floor) {
+    case LowerBound::PeriodFloor::kMemoryWaited:
+      return fmt::format(
+          "the host waits each step for '{}', which the device reaches late for what it cannot "
+          "hold",
+          bound.waited_op);
+    case LowerBound::PeriodFloor::kMemory:
+      return "each step's run on the compute stream pays for what the device cannot hold";
+    case LowerBound::PeriodFloor::kIdealRun:
+    case LowerBound::PeriodFloor::kHostWork:
+      break;
+  }
+  return "only a plan that updates on the host fits, and the host's update work bounds it";
+}
+
+}  // namespace
+
 std::string bound_text(const LowerBound& bound, const BoundedStep& step) {
   if (!bound.fits) {
     return "lower bound: no plan fits this device (at some op, the bytes no plan can move off "
@@ -958,23 +979,10 @@ std::string bound_text(const LowerBound& bound, const BoundedStep& step) {
           ", {:.3f} ms back to back (under the ideal step back to back, {:.3f} ms: a plan that "
           "updates on the host may beat it)",
           period_ms, ideal_period_ms);
-    } else if (*bound.period_bound_ns > bound.ideal_period_ns &&
-               bound.period_floor == LowerBound::PeriodFloor::kMemoryWaited) {
-      out += fmt::format(
-          ", {:.3f} ms back to back (over the ideal step back to back, {:.3f} ms: the host waits "
-          "each step for '{}', which the device reaches late for what it cannot hold)",
-          period_ms, ideal_period_ms, bound.waited_op);
-    } else if (*bound.period_bound_ns > bound.ideal_period_ns &&
-               bound.period_floor == LowerBound::PeriodFloor::kMemory) {
-      out += fmt::format(
-          ", {:.3f} ms back to back (over the ideal step back to back, {:.3f} ms: each step's "
-          "run on the compute stream pays for what the device cannot hold)",
-          period_ms, ideal_period_ms);
-    } else if (*bound.period_bound_ns > bound.ideal_period_ns) {  // only a host update fits
-      out += fmt::format(
-          ", {:.3f} ms back to back (over the ideal step back to back, {:.3f} ms: only a plan "
-          "that updates on the host fits, and the host's update work bounds it)",
-          period_ms, ideal_period_ms);
+    } else if (*bound.period_bound_ns > bound.ideal_period_ns) {
+      out +=
+          fmt::format(", {:.3f} ms back to back (over the ideal step back to back, {:.3f} ms: {})",
+                      period_ms, ideal_period_ms, over_ideal(bound));
     } else {
       out += fmt::format(", {:.3f} ms back to back (the ideal step back to back)", period_ms);
     }

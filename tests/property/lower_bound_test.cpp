@@ -4,9 +4,10 @@
 // The plans take every action (swap with random prefetch and release points, recompute, per-use
 // recompute, every encoding) and random algorithms where ops have alternatives, a third place
 // tensors on the host, some update there; the machines have random links, latencies and codec
-// speeds. A third of the graphs have a host side (each op dispatched after a random host time),
-// where the bound back to back may not exceed a plan's step back to back either (some of those
-// bounds lifted over the ideal step back to back by the memory).
+// speeds. A third of the graphs have a host side (each op dispatched after a random host time,
+// the host waiting for the device after one op in five), where the bound back to back may not
+// exceed a plan's step back to back either (some of those bounds lifted over the ideal step back
+// to back by the memory).
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -96,7 +97,7 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
   int host_update_bound = 0;
   int checked_back_to_back = 0;
   // Bounds back to back over their ideal runs' by the memory: one step's run on the compute
-  // stream, or the host's wait for the last op it waits for.
+  // stream, or the host's wait for an op.
   int memory_period = 0;
   int waited_period = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
