@@ -47,6 +47,10 @@ struct LowerBound {
   sim::Nanoseconds ideal_ns = 0;
   /// The bound is that of plans updating on the host (below the device update's).
   bool host_update = false;
+  /// With host_update, where what sets the bound is the end of the op whose gradients the host's
+  /// update waits for, late for what the device cannot hold, plus the update's work after it
+  /// (Note [The host update waits for the gradients] in lower_bound.cpp): that op; else empty.
+  std::string update_waits_for;
   /// For a step with a host side (sim::has_host_side), whose plans are ranked by their step back
   /// to back (Timeline::period_ns): no plan that fits repeats it faster (Note [A bound on the step
   /// back to back] in lower_bound.cpp). Nullopt without a host side, where the step back to back

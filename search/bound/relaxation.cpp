@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "core/basic_plans.hpp"
@@ -381,30 +382,47 @@ bool copied_out(const sim::Tensor& t) {
   return t.kind == sim::TensorKind::kGradient && t.producer != sim::kNoOp;
 }
 
-// The floor of plans that update on the host: the compute stream's work, and the host stream's
-// updates in order, each after its gradients' copy-outs (every gradient an update op reads is on
-// the host), each taking its host run.
-Nanoseconds host_update_floor(const sim::Workload& w, const sim::Machine& machine,
-                              const Relaxation& r) {
-  std::vector<std::pair<Nanoseconds, Nanoseconds>> updates;  // ready, duration
+}  // namespace
+
+std::vector<UpdateChain> update_chains(const sim::Workload& w, const sim::Machine& machine) {
+  std::vector<std::pair<std::vector<UpdateChain>, Nanoseconds>> updates;  // gradients, host run
   for (const sim::Op& op : w.ops) {
     if (op.phase != sim::Phase::kUpdate) continue;
-    Nanoseconds ready = 0;
+    std::vector<UpdateChain> gradients;
     for (TensorId t : update_inputs(op)) {
       const sim::Tensor& tensor = w.tensor(t);
-      if (copied_out(tensor)) {
-        ready = std::max(ready, sim::add_ns(r.end_ns[index(tensor.producer)],
-                                            machine.d2h_copy_ns(tensor.bytes)));
-      }
+      if (copied_out(tensor))
+        gradients.push_back({tensor.producer, machine.d2h_copy_ns(tensor.bytes)});
     }
-    updates.emplace_back(ready, host_run_ns(w, machine, op));
+    updates.emplace_back(std::move(gradients), host_run_ns(w, machine, op));
   }
-  Nanoseconds floor = r.busy_ns;
-  Nanoseconds after = 0;  // the host stream's work from update k on
+  // From the last update back: each gradient's copy-out, then the host stream's updates from the
+  // first that reads it on. Per producer, the longest.
+  std::map<OpId, Nanoseconds> longest;
+  Nanoseconds host_after = 0;
   for (std::size_t k = updates.size(); k-- > 0;) {
-    after = sim::add_ns(after, updates[k].second);
-    floor = std::max(floor, sim::add_ns(updates[k].first, after));
+    host_after = sim::add_ns(host_after, updates[k].second);
+    for (const UpdateChain& g : updates[k].first) {
+      Nanoseconds& after = longest[g.producer];
+      after = std::max(after, sim::add_ns(g.after_ns, host_after));
+    }
   }
+  std::vector<UpdateChain> chains;
+  chains.reserve(longest.size());
+  for (const auto& [producer, after] : longest) chains.push_back({producer, after});
+  return chains;
+}
+
+namespace {
+
+// The floor of plans that update on the host: the compute stream's work, and the host stream's
+// updates in order, each after its gradients' copy-outs (every gradient an update op reads is on
+// the host), each taking its host run (update_chains).
+Nanoseconds host_update_floor(const sim::Workload& w, const sim::Machine& machine,
+                              const Relaxation& r) {
+  Nanoseconds floor = std::max(r.busy_ns, host_update_work(w, machine).host_ns);
+  for (const UpdateChain& c : update_chains(w, machine))
+    floor = std::max(floor, sim::add_ns(r.end_ns[index(c.producer)], c.after_ns));
   return floor;
 }
 

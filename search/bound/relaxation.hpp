@@ -131,6 +131,16 @@ struct HostUpdateWork {
 };
 HostUpdateWork host_update_work(const sim::Workload& workload, const sim::Machine& machine);
 
+/// A producer of gradients that a plan updating on the host copies out (`producer`, an op of the
+/// compute stream), and the least time from the end of its run to the end of the host's update
+/// work: a gradient's copy-out, then the host stream's update ops in order from the first that
+/// reads it. One per producer, the longest of its gradients'.
+struct UpdateChain {
+  sim::OpId producer = sim::kNoOp;
+  sim::Nanoseconds after_ns = 0;
+};
+std::vector<UpdateChain> update_chains(const sim::Workload& workload, const sim::Machine& machine);
+
 /// The relaxation of the plans that update on the device (`host_update` false) or on the host,
 /// for plans that may use `encodings` and, with `host_placement`, place tensors that are not
 /// feature maps on the host; its times from `origin`.

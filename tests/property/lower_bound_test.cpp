@@ -3,7 +3,8 @@
 // exactly its reserved peak fits there, so the bound for that device may not exceed its time.
 // The plans take every action (swap with random prefetch and release points, recompute, per-use
 // recompute, every encoding) and random algorithms where ops have alternatives, a third place
-// tensors on the host, some update there; the machines have random links, latencies and codec
+// tensors on the host, some update there (some of those bounds lifted by the memory before the
+// gradients the update waits for); the machines have random links, latencies and codec
 // speeds. A third of the graphs have a host side (each op dispatched after a random host time,
 // the host waiting for the device after one op in five), where the bound back to back may not
 // exceed a plan's step back to back either (some of those bounds lifted over the ideal step back
@@ -95,6 +96,7 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
   int pressure = 0;     // devices below the in-core peak
   int above_ideal = 0;  // bounds (maps only) above the ideal step: the program did some work
   int host_update_bound = 0;
+  int update_waits = 0;  // host update bounds lifted by the update's wait for a late gradient
   int checked_back_to_back = 0;
   // Bounds back to back over their ideal runs' by the memory: one step's run on the compute
   // stream, or the host's wait for an op.
@@ -136,6 +138,7 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
       above_ideal += on_device.bound_ns > on_device.ideal_ns ? 1 : 0;
       pressure += incore_peak(w).bytes > tight.memory_bytes ? 1 : 0;
       host_update_bound += bound.host_update ? 1 : 0;
+      update_waits += bound.update_waits_for.empty() ? 0 : 1;
       memory_period += bound.period_floor == LowerBound::PeriodFloor::kMemory ? 1 : 0;
       waited_period += bound.period_floor == LowerBound::PeriodFloor::kMemoryWaited ? 1 : 0;
       for (const auto& [plan, timeline] : runs) {
@@ -164,6 +167,7 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
   CHECK(pressure > kCases);
   CHECK(above_ideal > kCases / 5);
   CHECK(host_update_bound > 0);
+  CHECK(update_waits > 0);   // 18 of them
   CHECK(memory_period > 0);  // 2 of them
   CHECK(waited_period > 0);  // 3
 }

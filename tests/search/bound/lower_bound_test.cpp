@@ -142,6 +142,23 @@ Workload long_lived_map(std::optional<HostSide> host = std::nullopt) {
   return b.build();
 }
 
+// long_lived_map followed by an update: sgd (8000 ns on the device) reads a parameter w (1 KiB,
+// read by no other op), g1's output ga as w's gradient and a momentum m of 9 KiB. Ops 0..6.
+Workload long_lived_map_updated() {
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1024);
+  const TensorId a = b.forward("f1", {x}, 8192, 5000);
+  const TensorId bb = b.forward("f2", {a}, 1024, 1000);
+  const TensorId c = b.forward("f3", {bb}, 1024, 1000);
+  const TensorId gc = b.backward("g3", {c}, 1024, 1000);
+  const TensorId gb = b.backward("g2", {gc, bb}, 1024, 1000);
+  const TensorId ga = b.backward("g1", {gb, a}, 1024, 1000);
+  const TensorId wt = b.parameter("w", 1024);
+  const TensorId mt = b.optimizer_state("m", 9216);
+  b.op("sgd", "sgd", Phase::kUpdate, {wt, ga, mt}, {}, 8000);
+  return b.build();
+}
+
 // x and parameter w -> f1 (1000 ns) -> a; g1 (1000) reads a and writes w's gradient gw; sgd
 // (8000 ns on the device) reads w, gw and the momentum m (`momentum` bytes, every other tensor
 // 1 KiB); each op with `host` as its host side, if given.
@@ -263,6 +280,55 @@ TEST_CASE("golden bound: the memory lifts the bound back to back over the ideal 
              Catch::Contains("(over the ideal step back to back, 0.010 ms: the host waits each "
                              "step for 'g1', which the device reaches late for what it cannot "
                              "hold): within 44.0% of the best possible"));
+}
+
+TEST_CASE("golden bound: the host's update waits for a gradient the memory makes late",
+          "[search][bound]") {
+  // long_lived_map_updated on the 10 KiB device of the case above (1 byte per ns each way, the
+  // host's update at 1 GB/s). sgd's own tensors (w, ga, m: 11 KiB) do not fit, so every plan that
+  // fits updates on the host: ga is copied out after g1 (1024 ns), then the host streams w and m
+  // twice (read, write back) and ga once, 21 KiB in 21,504 ns: 22,528 ns after g1's end. The
+  // host update's floor puts g1's end at its ideal 10,000 ns: 32,528 ns. But g1 is the step's last
+  // op on the compute stream, and the program cut at it is the whole step's program of the case
+  // above (the same ops, bytes and ideal times before the update), whose value bounds g1's end at
+  // 10,388.11 ns for what the device cannot hold (10,387 after rounding) (Note [The host update
+  // waits for the gradients]): 10,387 + 22,528 = 32,915 ns.
+  const Workload w = long_lived_map_updated();
+  Machine m = test_machine(10240, 1e9, 0);
+  m.host_bandwidth_bytes_per_s = 1e9;
+  const LowerBound bound = lower_bound(w, m);
+  REQUIRE(bound.fits);
+  CHECK(bound.host_update);
+  CHECK(bound.bound_ns == 32915);
+  CHECK(bound.update_waits_for == "g1");
+  // The best plan recomputes a (g1 ends at 15,000) and updates on the host with w, ga and m placed
+  // there (w has no device use): the host's update ends at 15,000 + 22,528 = 37,528 ns, 14.0%
+  // over the bound.
+  Plan plan = plan_with(w, {{"f1_out", Action::kRecompute}});
+  set_host_placement(plan, w, TensorKind::kGradient, true);
+  set_host_placement(plan, w, TensorKind::kOptimizerState, true);
+  set_host_placement(plan, w, TensorKind::kParameter, true);
+  plan.host_update = true;
+  const Simulation s = simulate(w, plan, m);
+  REQUIRE(s.timeline.feasible);
+  CHECK(s.timeline.iteration_ns == 37528);
+  CHECK_THAT(bound_text(bound, bounded_step(s.timeline)),
+             Catch::Contains("the host's update waits for the gradients of 'g1', which the device "
+                             "reaches late for what it cannot hold): within 14.0% of the best "
+                             "possible"));
+  // No plan that fits among those the search evaluates is faster (exact mode plans maps only,
+  // and none of those fits: the update must leave the device).
+  SearchOptions so;
+  so.threads = 2;
+  so.deterministic = true;
+  so.time_limit_s = 30;
+  so.gap = 0;
+  FittingPlans fitting(m.memory_bytes);
+  const SearchResult searched = search_plan(w, m, so);
+  REQUIRE(searched.evaluation.feasible);
+  REQUIRE(fitting.count() > 0);
+  CHECK(fitting.fastest() >= bound.bound_ns);
+  CHECK(searched.evaluation.iteration_ns == 37528);
 }
 
 TEST_CASE("golden bound: the recomputations that relieve two points add up", "[search][bound]") {
