@@ -57,7 +57,7 @@ Neighbourhood::Neighbourhood(const NetworkView& view, const EncodingOptions& enc
 // Sets a placement variable of `plan` (Note [Host placement] in core/plan.hpp); `at_use`: the
 // groups of the tensors it places are prefetched at their first uses, not one op ahead.
 void Neighbourhood::apply(sim::Plan& plan, Placement placement, bool on, bool at_use,
-                          bool states_stay) const {
+                          Stay stay) const {
   const sim::Workload& w = view_.workload();
   switch (placement) {
     case Placement::kParameters:
@@ -65,8 +65,10 @@ void Neighbourhood::apply(sim::Plan& plan, Placement placement, bool on, bool at
       if (on && at_use) prefetch_at_first_uses(plan, sim::TensorKind::kParameter);
       break;
     case Placement::kUpdate:
-      sim::set_host_placement(plan, w, sim::TensorKind::kGradient, on);
-      if (!states_stay) sim::set_host_placement(plan, w, sim::TensorKind::kOptimizerState, on);
+      if (on || stay != Stay::kStatesAndGradients)
+        sim::set_host_placement(plan, w, sim::TensorKind::kGradient, on);
+      if (on || stay == Stay::kNothing)
+        sim::set_host_placement(plan, w, sim::TensorKind::kOptimizerState, on);
       plan.host_update = on;
       sim::drop_stale_host_prefetches(plan, w);  // an update's groups come and go with it
       break;
@@ -145,10 +147,22 @@ std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
       c.at_use = true;
       out.push_back(c);
     }
+    if (c.placement != Placement::kUpdate) continue;
     // The update back on the device with the optimizer states left on the host: from there each
-    // state is a variable of its own (below), so that a plan can move just the ones it must.
-    if (!c.on && c.placement == Placement::kUpdate && !states_.empty()) {
-      c.states_stay = true;
+    // state is a variable of its own (below), so that a plan can move just the ones it must; and
+    // with the gradients left there too. With the update on the device and gradients on the host:
+    // the gradients back (the states as they are).
+    if (!c.on) {
+      c.stay = Stay::kStates;
+      if (!states_.empty()) out.push_back(c);
+      c.stay = Stay::kStatesAndGradients;
+      out.push_back(c);
+    } else if (std::any_of(plan.host_tensors.begin(), plan.host_tensors.end(),
+                           [&](sim::TensorId t) {
+                             return w.tensor(t).kind == sim::TensorKind::kGradient;
+                           })) {
+      c.on = false;
+      c.stay = Stay::kStates;
       out.push_back(c);
     }
   }
@@ -429,7 +443,7 @@ sim::Plan with_move(const sim::Plan& plan, const Move& move, const Neighbourhood
   bool placed = false;
   for (const Change& c : move) {
     if (c.placement != Placement::kNone) {
-      neighbourhood.apply(result, c.placement, c.on, c.at_use, c.states_stay);
+      neighbourhood.apply(result, c.placement, c.on, c.at_use, c.stay);
       placed = true;
       continue;
     }

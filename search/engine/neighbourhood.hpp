@@ -27,6 +27,11 @@ inline constexpr std::int32_t kEveryPrefetchPoint = 32;
 enum class Placement : std::int8_t { kNone = -1, kParameters, kUpdate, kInputs };
 inline constexpr std::size_t kPlacementCount = 3;
 
+// What stays on the host when the update comes back to the device (Placement::kUpdate off): the
+// optimizer states (each then a variable of its own), or the gradients too (copied out when
+// written, back in for the update: what a step whose gradients outgrow the device needs).
+enum class Stay : std::uint8_t { kNothing, kStates, kStatesAndGradients };
+
 // One change to one variable of a plan: a feature map's action (and prefetch point), the
 // algorithm of an op with alternative algorithms (Op::algorithms), a placement, or the prefetch
 // point of a group of uses of a host-placed tensor.
@@ -37,9 +42,8 @@ struct Change {
   Placement placement = Placement::kNone;
   sim::TensorId state = sim::kNoTensor;  // one optimizer state placed (`on`) or not, the update
                                          // on the device
-  bool at_use = false;       // placed with every group of its tensors prefetched at its first use
-  bool states_stay = false;  // the update back on the device, every optimizer state kept on the
-                             // host (each then a variable of its own)
+  bool at_use = false;         // placed with every group of its tensors prefetched at its first use
+  Stay stay = Stay::kNothing;  // with the update back on the device, what stays on the host
   sim::TensorId host_tensor = sim::kNoTensor;  // a host group's tensor
   sim::OpId first_use = sim::kNoOp;            // and its first use
   bool on = false;                             // the placement's new value
@@ -66,7 +70,7 @@ class Neighbourhood {
   // Sets a placement variable of `plan` (Note [Host placement] in core/plan.hpp); `at_use`: the
   // groups of the tensors it places are prefetched at their first uses, not one op ahead.
   void apply(sim::Plan& plan, Placement placement, bool on, bool at_use,
-             bool states_stay = false) const;
+             Stay stay = Stay::kNothing) const;
   // Every single change of `plan`, grouped by variable in variable order.
   [[nodiscard]] std::vector<Change> changes(const sim::Plan& plan) const;
   // Adds to `score` (per variable) the blame of the host groups' prefetch points: the stalls

@@ -23,7 +23,8 @@
 // that has alternatives; and the placement of the tensors that are not feature maps (Note [Host
 // placement] in core/plan.hpp), three variables of two values each: every parameter on the host or
 // none; every gradient and optimizer state on the host with the update on the host, or none (or
-// the update back on the device with the states left on the host); every input batch on the host
+// the update back on the device with the states left on the host, or the gradients too, which
+// then may come back alone); every input batch on the host
 // or none (parameters and inputs are placed with their groups' default prefetch points, or with
 // every group prefetched at its first use); with the update on the device, each optimizer state
 // on its own (brought back for its update op: a plan moves just what it must, the LM head's Adam
@@ -58,7 +59,8 @@
 // Restarts. The local search runs from the best policy's plan, then from the second and third
 // best (those that fit) while the time limit and the round limit allow (a policy's plan that does
 // not fit with the update on the device is offered again with every optimizer state on the host,
-// brought back for its update op: a start where that fits, though no policy's plan); the best plan
+// brought back for its update op, else with every gradient there too: a start where that fits,
+// though no policy's plan); the best plan
 // any of them reaches is the result; a restart still far slower than the best plan after a few
 // rounds gives way (Note [Hopeless restarts] in local_search.cpp). A local optimum reached from one
 // policy's plan is often not one from another's (ResNet-50 batch 512, PCIe 3: from PoocH's plan

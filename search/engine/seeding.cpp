@@ -67,14 +67,20 @@ Seeding seed_with_policies(const sim::Workload& workload, const sim::Machine& ma
           evaluator.measure_step(true);
           e = evaluator.cost(plan);
           if (!e.feasible && options.host_placement && !plan.host_update) {
+            // The optimizer states on the host, brought back for the update; where that does not
+            // fit, the gradients too (copied out when written, back in for the update).
             sim::Plan moved = plan;
-            sim::set_host_placement(moved, workload, sim::TensorKind::kOptimizerState, true);
-            if (moved.host_tensors != plan.host_tensors) {
+            for (const auto& [kind, what] :
+                 {std::pair{sim::TensorKind::kOptimizerState, "state"},
+                  std::pair{sim::TensorKind::kGradient, "state and gradients"}}) {
+              const std::vector<sim::TensorId> before = moved.host_tensors;
+              sim::set_host_placement(moved, workload, kind, true);
+              if (moved.host_tensors == before) continue;
               const Evaluation fits = evaluator.cost(moved);
-              if (fits.feasible) {
-                state_on_host[order[k]] =
-                    Seed{std::move(moved), fits, fmt::format("{}, state on the host", policy.name)};
-              }
+              if (!fits.feasible) continue;
+              state_on_host[order[k]] = Seed{std::move(moved), fits,
+                                             fmt::format("{}, {} on the host", policy.name, what)};
+              break;
             }
           }
           decided[order[k]] = Seed{std::move(plan), e, std::string(policy.name)};

@@ -50,7 +50,8 @@ inline bool ranks_before(const Seed& x, const Seed& y) {
 struct Seeding {
   std::vector<Seed> seeds;  // best first (better()); ties in policies() order
   // Where a policy's plan does not fit and leaves the update on the device: the same plan with
-  // every optimizer state on the host (brought back for its update op), where that fits. Local
+  // every optimizer state on the host (brought back for its update op), where that fits, else
+  // with every gradient there too (copied out once written, back for its update op). Local
   // searches start from them as from the seeds; they are no policy's plan, so never the best
   // policy (Note [Plan search], seeding). In policies() order.
   std::vector<Seed> state_on_host;

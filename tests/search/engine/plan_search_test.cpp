@@ -12,6 +12,7 @@
 #include "search/engine/local_search.hpp"
 #include "search/engine/neighbourhood.hpp"
 #include "search/engine/plan_search.hpp"
+#include "search/engine/seeding.hpp"
 #include "search/policies/gist.hpp"
 #include "search/policies/policy.hpp"
 #include "search/studies/comparison.hpp"
@@ -438,6 +439,68 @@ TEST_CASE("the search places one optimizer state on the host where moving every 
   const Simulation slow = simulate(w, offload, m);
   REQUIRE(slow.timeline.feasible);
   CHECK(r.evaluation.iteration_ns * 10 < slow.timeline.iteration_ns);
+}
+
+TEST_CASE("the search updates on the device with the gradients on the host where they outgrow it",
+          "[search][plan_search]") {
+  // Two layers, each a parameter w (1 KiB) with momentum m (512 B) and a 16 KiB gradient; g2
+  // writes gw2, an activation's backward op follows, then g1 writes gw1 with an 8 KiB workspace,
+  // and both wait on the device for the update, one fused op (a foreach SGD) after the input's
+  // gradient: at g1 both are live beside the workspace, the step's peak. The host updates at
+  // 1 MB/s (over 20 ms against the device's 3 us).
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1024);
+  const TensorId w1 = b.parameter("w1", 1024);
+  const TensorId w2 = b.parameter("w2", 1024);
+  const TensorId m1 = b.optimizer_state("m1", 512);
+  const TensorId m2 = b.optimizer_state("m2", 512);
+  const TensorId a = b.forward("f1", {x, w1}, 1024, 1000);
+  const TensorId y = b.forward("f2", {a, w2}, 1024, 1000);
+  b.op("g2", "linear", Phase::kBackward, {y, a, w2}, {{"gw2", 16384}, {"d_a", 1024}}, 1000);
+  const TensorId gw2 = TensorId{7};
+  const TensorId d_a = TensorId{8};
+  const TensorId d_x = b.backward("act", {d_a, a}, 1024, 1000);
+  const OpId g1 =
+      b.op("g1", "linear", Phase::kBackward, {d_x, x, w1}, {{"gw1", 16384}}, 1000, 8192);
+  const TensorId gw1 = b.workload().ops[index(g1)].outputs.front();
+  b.backward("g0", {d_x}, 1024, 1000);  // the input's gradient, after which the update is issued
+  b.op("sgd", "sgd", Phase::kUpdate, {w1, w2, gw1, gw2, m1, m2}, {}, 1000);
+  const Workload w = b.build();
+  REQUIRE(w.tensor(gw2).name == "gw2");
+  Machine m = test_machine(kPlenty, 1e9, 0);
+  m.host_bandwidth_bytes_per_s = 1e6;
+  // The gradients on the host (each copied out once written, back for its update op) with the
+  // states (what the update on the host needs too) and the update on the device.
+  Plan moved = in_core_plan(w);
+  set_host_placement(moved, w, TensorKind::kGradient, true);
+  set_host_placement(moved, w, TensorKind::kOptimizerState, true);
+  const Simulation fits = simulate(w, moved, m);
+  REQUIRE(fits.timeline.feasible);
+  m.memory_bytes = fits.timeline.peak_reserved_bytes;
+  CAPTURE(m.memory_bytes);
+  // At that device neither the plan in core, nor the states alone on the host, nor any plan of
+  // the maps (1 KiB each) fits; every state and gradient with the update on the host does, slowly.
+  CHECK_FALSE(simulate(w, in_core_plan(w), m).timeline.feasible);
+  Plan states = in_core_plan(w);
+  set_host_placement(states, w, TensorKind::kOptimizerState, true);
+  CHECK_FALSE(simulate(w, states, m).timeline.feasible);
+  const Simulation slow = simulate(w, zero_offload_plan(w), m);
+  REQUIRE(slow.timeline.feasible);
+  const SearchResult r = search_plan(w, m, quick(2, true));
+  REQUIRE(r.evaluation.feasible);
+  CHECK_FALSE(r.plan.host_update);
+  CHECK(std::find(r.plan.host_tensors.begin(), r.plan.host_tensors.end(), gw1) !=
+        r.plan.host_tensors.end());
+  CHECK(r.evaluation.iteration_ns * 10 < slow.timeline.iteration_ns);
+  CHECK_NOTHROW(validate_plan(r.plan, w, "searched plan"));
+  // The seeding offers the in-core plan so moved as a start (Seeding::state_on_host).
+  const SearchOptions options = quick(2, true);
+  engine::Reporter report(options, std::chrono::steady_clock::now());
+  const engine::Seeding seeding =
+      engine::seed_with_policies(w, m, NetworkView(w), options, Stop{}, 10, report);
+  CHECK(std::any_of(seeding.state_on_host.begin(), seeding.state_on_host.end(), [](const auto& s) {
+    return s.policy == "in-core, state and gradients on the host";
+  }));
 }
 
 TEST_CASE("searched plans keep the plan rules across maps (no lossy map read by a re-run op)",
