@@ -132,7 +132,15 @@ std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
       out.push_back(c);
     }
   }
-  // Each placement that the workload offers: the other value.
+  placement_changes(plan, out);
+  host_prefetch_changes(plan, out);
+  state_changes(plan, out);
+  return out;
+}
+
+// Each placement that the workload offers: the other value.
+void Neighbourhood::placement_changes(const sim::Plan& plan, std::vector<Change>& out) const {
+  const sim::Workload& w = view_.workload();
   for (std::size_t k = 0; k < kPlacementCount; ++k) {
     if (!placeable_[k]) continue;
     Change c;
@@ -166,9 +174,6 @@ std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
       out.push_back(c);
     }
   }
-  host_prefetch_changes(plan, out);
-  state_changes(plan, out);
-  return out;
 }
 
 // Each optimizer state on its own, the update on the device: the other value. (With the update on

@@ -114,6 +114,7 @@ class Neighbourhood {
     return view_.feature_maps().size() + algorithm_ops_.size() + kPlacementCount +
            host_groups_.size();
   }
+  void placement_changes(const sim::Plan& plan, std::vector<Change>& out) const;
   [[nodiscard]] bool placed(const sim::Plan& plan, Placement placement) const;
   [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const;
   [[nodiscard]] sim::OpId default_prefetch(int m) const;
