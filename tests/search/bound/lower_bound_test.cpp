@@ -127,32 +127,31 @@ namespace {
 
 // x -> f1 (5000 ns) -> a -> f2 (1000) -> b -> f3 (1000) -> c; backward g3 (1000) reads c, g2
 // (1000) reads b, g1 (1000) reads a; a is 8 KiB, every other tensor 1 KiB. Ops 0..5 in that
-// order; the ideal step is 10,000 ns with op i starting at 0, 5000, 6000, 7000, 8000, 9000. Each
-// op with `host` as its host side, if given.
-Workload long_lived_map(std::optional<HostSide> host = std::nullopt) {
-  WorkloadBuilder b;
+// order; the ideal step is 10,000 ns with op i starting at 0, 5000, 6000, 7000, 8000, 9000. Its
+// ops into `b`; returns g1's output.
+TensorId add_long_lived_map(WorkloadBuilder& b) {
   const TensorId x = b.input("x", 1024);
   const TensorId a = b.forward("f1", {x}, 8192, 5000);
   const TensorId bb = b.forward("f2", {a}, 1024, 1000);
   const TensorId c = b.forward("f3", {bb}, 1024, 1000);
   const TensorId gc = b.backward("g3", {c}, 1024, 1000);
   const TensorId gb = b.backward("g2", {gc, bb}, 1024, 1000);
-  b.backward("g1", {gb, a}, 1024, 1000);
+  return b.backward("g1", {gb, a}, 1024, 1000);
+}
+
+// The step above, each op with `host` as its host side, if given.
+Workload long_lived_map(std::optional<HostSide> host = std::nullopt) {
+  WorkloadBuilder b;
+  add_long_lived_map(b);
   for (Op& op : b.workload().ops) op.host = host;
   return b.build();
 }
 
-// long_lived_map followed by an update: sgd (8000 ns on the device) reads a parameter w (1 KiB,
+// The step above followed by an update: sgd (8000 ns on the device) reads a parameter w (1 KiB,
 // read by no other op), g1's output ga as w's gradient and a momentum m of 9 KiB. Ops 0..6.
 Workload long_lived_map_updated() {
   WorkloadBuilder b;
-  const TensorId x = b.input("x", 1024);
-  const TensorId a = b.forward("f1", {x}, 8192, 5000);
-  const TensorId bb = b.forward("f2", {a}, 1024, 1000);
-  const TensorId c = b.forward("f3", {bb}, 1024, 1000);
-  const TensorId gc = b.backward("g3", {c}, 1024, 1000);
-  const TensorId gb = b.backward("g2", {gc, bb}, 1024, 1000);
-  const TensorId ga = b.backward("g1", {gb, a}, 1024, 1000);
+  const TensorId ga = add_long_lived_map(b);
   const TensorId wt = b.parameter("w", 1024);
   const TensorId mt = b.optimizer_state("m", 9216);
   b.op("sgd", "sgd", Phase::kUpdate, {wt, ga, mt}, {}, 8000);
