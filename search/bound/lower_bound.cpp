@@ -784,6 +784,34 @@ std::vector<HostWait> host_waits(const sim::Workload& w, const Relaxation& r) {
   return waits;
 }
 
+// A bound on a case's step back to back, what sets it, and the op the host waits for when that
+// is what sets it.
+struct PeriodBound {
+  Nanoseconds ns = 0;
+  LowerBound::PeriodFloor floor = LowerBound::PeriodFloor::kIdealRun;
+  OpId waited = sim::kNoOp;
+};
+
+// Adds a program's size to the bound's.
+void add_size(const CaseBound& b, LowerBound& result) {
+  result.points += b.points;
+  result.columns += b.columns;
+  result.rows += b.rows;
+  result.optimal = result.optimal && b.optimal;
+}
+
+// The value of `program` (a case's program cut at an op, or counted from the compute stream's
+// start) plus `plus_ns`, the work that must follow what it bounds; nullopt where it finds that no
+// plan fits. Its size counts in `result`'s.
+std::optional<Nanoseconds> solved_plus(const Relaxation& program, Nanoseconds plus_ns,
+                                       const sim::Machine& machine, const BoundOptions& options,
+                                       LowerBound& result) {
+  const CaseBound b = solve_case(program, machine, options);
+  add_size(b, result);
+  if (!b.fits) return std::nullopt;
+  return sim::add_ns(b.bound_ns, plus_ns);
+}
+
 // Of the gradients' producers on the compute stream, the one whose update chain ends last in the
 // case's ideal times (Note [The host update waits for the gradients]).
 std::optional<UpdateChain> last_chain(const sim::Workload& w, const sim::Machine& machine,
@@ -801,20 +829,19 @@ std::optional<UpdateChain> last_chain(const sim::Workload& w, const sim::Machine
   return last;
 }
 
-// A bound on a case's step back to back, what sets it, and the op the host waits for when that
-// is what sets it.
-struct PeriodBound {
-  Nanoseconds ns = 0;
-  LowerBound::PeriodFloor floor = LowerBound::PeriodFloor::kIdealRun;
-  OpId waited = sim::kNoOp;
-};
-
-// Adds a program's size to the bound's.
-void add_size(const CaseBound& b, LowerBound& result) {
-  result.points += b.points;
-  result.columns += b.columns;
-  result.rows += b.rows;
-  result.optimal = result.optimal && b.optimal;
+// The host update's case `b` (of relaxation `host`) lifted by the update's wait for its last
+// gradient (Note [The host update waits for the gradients]); the producer's name when that is what
+// sets it, else empty.
+std::string lift_by_update(const sim::Workload& workload, const sim::Machine& machine,
+                           const BoundOptions& options, const Relaxation& host, CaseBound& b,
+                           LowerBound& result) {
+  const std::optional<UpdateChain> last = last_chain(workload, machine, host);
+  if (!last) return "";
+  const std::optional<Nanoseconds> lifted =
+      solved_plus(until(host, last->producer), last->after_ns, machine, options, result);
+  if (!lifted || *lifted <= b.bound_ns) return "";
+  b.bound_ns = *lifted;
+  return workload.op(last->producer).name;
 }
 
 // The floor back to back of the plans that update on the host: their ideal run back to back, the
@@ -854,10 +881,10 @@ struct BackToBack {
     for (const HostWait& h : waits) after = std::max(after, h.after_ns);
     if (alone != nullptr && sim::add_ns(alone->bound_ns, after) <= floor.ns) return floor;
     const auto lift = [&](const Relaxation& program, Nanoseconds plus, PeriodBound why) {
-      const CaseBound b = solve_case(program, machine, options);
-      add_size(b, result);
-      why.ns = sim::add_ns(b.bound_ns, plus);
-      if (b.fits && why.ns > floor.ns) floor = why;
+      const std::optional<Nanoseconds> ns = solved_plus(program, plus, machine, options, result);
+      if (!ns || *ns <= floor.ns) return;
+      why.ns = *ns;
+      floor = why;
     };
     lift(relax(workload, machine, options.encodings, options.host_placement, r.host_update, ideal,
                TimeOrigin::kComputeStart),
@@ -892,18 +919,8 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
   // The host update's case, lifted by the update's wait for the gradients when it is the lower.
   std::string update_waits_for;
   if (cases.size() > 1 && cases.back().fits &&
-      (!cases.front().fits || cases.back().bound_ns < cases.front().bound_ns)) {
-    const std::optional<UpdateChain> last = last_chain(workload, machine, *host);
-    if (last) {
-      const CaseBound b = solve_case(until(*host, last->producer), machine, options);
-      add_size(b, result);
-      const Nanoseconds lifted = sim::add_ns(b.bound_ns, last->after_ns);
-      if (b.fits && lifted > cases.back().bound_ns) {
-        cases.back().bound_ns = lifted;
-        update_waits_for = workload.op(last->producer).name;
-      }
-    }
-  }
+      (!cases.front().fits || cases.back().bound_ns < cases.front().bound_ns))
+    update_waits_for = lift_by_update(workload, machine, options, *host, cases.back(), result);
   result.fits = false;
   for (std::size_t c = 0; c < cases.size(); ++c) {
     const CaseBound& b = cases[c];
@@ -972,14 +989,16 @@ void add_bound_json(nlohmann::json& j, const LowerBound& bound, const BoundedSte
 
 namespace {
 
+// An op that something waits for, which the memory delays.
+std::string reached_late(const std::string& op) {
+  return fmt::format("'{}', which the device reaches late for what it cannot hold", op);
+}
+
 // Why a bound back to back lies over the ideal step back to back (LowerBound::period_floor).
 std::string over_ideal(const LowerBound& bound) {
   switch (bound.period_floor) {
     case LowerBound::PeriodFloor::kMemoryWaited:
-      return fmt::format(
-          "the host waits each step for '{}', which the device reaches late for what it cannot "
-          "hold",
-          bound.waited_op);
+      return "the host waits each step for " + reached_late(bound.waited_op);
     case LowerBound::PeriodFloor::kMemory:
       return "each step's run on the compute stream pays for what the device cannot hold";
     case LowerBound::PeriodFloor::kIdealRun:
@@ -1005,20 +1024,19 @@ std::string bound_text(const LowerBound& bound, const BoundedStep& step) {
   const double bound_ms = sim::to_seconds(bound.bound_ns) * 1e3;
   const double ideal_ms = sim::to_seconds(bound.ideal_ns) * 1e3;
   std::string out =
-      over < 0 ? fmt::format(
-                     "lower bound {:.3f} ms on the step alone ({:.1f}% under the ideal "
-                     "step alone, {:.3f} ms{})",
-                     bound_ms, -over * 100, ideal_ms,
-                     bound.host_update ? ": a plan that updates on the host may beat it" : "")
-               : fmt::format(
-                     "lower bound {:.3f} ms on the step alone ({:+.1f}% over the ideal "
-                     "step alone, {:.3f} ms{})",
-                     bound_ms, over * 100, ideal_ms,
-                     bound.update_waits_for.empty()
-                         ? std::string()
-                         : fmt::format(": the host's update waits for the gradients of '{}', "
-                                       "which the device reaches late for what it cannot hold",
-                                       bound.update_waits_for));
+      over < 0
+          ? fmt::format(
+                "lower bound {:.3f} ms on the step alone ({:.1f}% under the ideal "
+                "step alone, {:.3f} ms{})",
+                bound_ms, -over * 100, ideal_ms,
+                bound.host_update ? ": a plan that updates on the host may beat it" : "")
+          : fmt::format(
+                "lower bound {:.3f} ms on the step alone ({:+.1f}% over the ideal "
+                "step alone, {:.3f} ms{})",
+                bound_ms, over * 100, ideal_ms,
+                bound.update_waits_for.empty() ? std::string()
+                                               : ": the host's update waits for the gradients of " +
+                                                     reached_late(bound.update_waits_for));
   // A step with a host side is ranked back to back: its bound there, and the gap of that step.
   if (bound.period_bound_ns) {
     const double period_ms = sim::to_seconds(*bound.period_bound_ns) * 1e3;

@@ -140,7 +140,6 @@ std::vector<Change> Neighbourhood::changes(const sim::Plan& plan) const {
 
 // Each placement that the workload offers: the other value.
 void Neighbourhood::placement_changes(const sim::Plan& plan, std::vector<Change>& out) const {
-  const sim::Workload& w = view_.workload();
   for (std::size_t k = 0; k < kPlacementCount; ++k) {
     if (!placeable_[k]) continue;
     Change c;
@@ -165,10 +164,7 @@ void Neighbourhood::placement_changes(const sim::Plan& plan, std::vector<Change>
       if (!states_.empty()) out.push_back(c);
       c.stay = Stay::kStatesAndGradients;
       out.push_back(c);
-    } else if (std::any_of(plan.host_tensors.begin(), plan.host_tensors.end(),
-                           [&](sim::TensorId t) {
-                             return w.tensor(t).kind == sim::TensorKind::kGradient;
-                           })) {
+    } else if (any_placed(plan, sim::TensorKind::kGradient)) {
       c.on = false;
       c.stay = Stay::kStates;
       out.push_back(c);
@@ -407,8 +403,12 @@ std::vector<Move> Neighbourhood::stall_moves(const sim::Plan& plan, const sim::T
 // Whether the placement variable is on in `plan`.
 bool Neighbourhood::placed(const sim::Plan& plan, Placement placement) const {
   if (placement == Placement::kUpdate) return plan.host_update;
-  const sim::TensorKind kind =
-      placement == Placement::kParameters ? sim::TensorKind::kParameter : sim::TensorKind::kInput;
+  return any_placed(plan, placement == Placement::kParameters ? sim::TensorKind::kParameter
+                                                              : sim::TensorKind::kInput);
+}
+
+// Whether `plan` places some tensor of `kind` on the host.
+bool Neighbourhood::any_placed(const sim::Plan& plan, sim::TensorKind kind) const {
   const sim::Workload& w = view_.workload();
   return std::any_of(plan.host_tensors.begin(), plan.host_tensors.end(),
                      [&](sim::TensorId t) { return w.tensor(t).kind == kind; });

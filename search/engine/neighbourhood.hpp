@@ -116,6 +116,7 @@ class Neighbourhood {
   }
   void placement_changes(const sim::Plan& plan, std::vector<Change>& out) const;
   [[nodiscard]] bool placed(const sim::Plan& plan, Placement placement) const;
+  [[nodiscard]] bool any_placed(const sim::Plan& plan, sim::TensorKind kind) const;
   [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const;
   [[nodiscard]] sim::OpId default_prefetch(int m) const;
   static Change map_change(std::size_t m, sim::Action action, sim::Encoding encoding,
