@@ -255,6 +255,8 @@ std::vector<Move> LocalSearch::round_moves(const sim::Plan& plan,
     }
     case Sweep::kSingles:
       for (const Change& c : changes) moves.push_back({c});
+      // Note [Sibling moves] in neighbourhood.cpp: after every single change.
+      for (Move& m : neighbourhood_.sibling_moves(plan, moves)) moves.push_back(std::move(m));
       break;
     case Sweep::kPairs:
       moves = combinations(changes, 2);

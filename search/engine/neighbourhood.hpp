@@ -96,6 +96,11 @@ class Neighbourhood {
   // ops' time, and by half of it; one change a move.
   [[nodiscard]] std::vector<Move> stall_moves(const sim::Plan& plan, const sim::Timeline& timeline,
                                               std::size_t count) const;
+  // Note [Sibling moves] in neighbourhood.cpp: for each move of `moves` that changes the action
+  // of one map whose producer writes other maps, the same action for those siblings too (those
+  // `plan` gives another action), once per producer and action.
+  [[nodiscard]] std::vector<Move> sibling_moves(const sim::Plan& plan,
+                                                const std::vector<Move>& moves) const;
   [[nodiscard]] const std::vector<sim::OpId>& algorithm_ops() const { return algorithm_ops_; }
   [[nodiscard]] const sim::Workload& workload() const { return view_.workload(); }
 
@@ -126,6 +131,8 @@ class Neighbourhood {
   const NetworkView& view_;
   std::vector<std::pair<sim::Action, sim::Encoding>> actions_;
   std::vector<sim::OpId> algorithm_ops_;
+  // Per map: the other maps its producer writes (Note [Sibling moves]), ascending.
+  std::vector<std::vector<int>> siblings_;
   std::vector<char> side_made_;  // per map: an op of another stream makes it (a re-run overlaps) //
                                  // ops with alternative algorithms, in op order
   std::array<bool, kPlacementCount> placeable_{};

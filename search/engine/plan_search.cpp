@@ -46,9 +46,11 @@
 // [Combined improvements] and [Repair chains] in local_search.cpp).
 //
 // Widening. A round in which nothing improves widens the neighbourhood of the next one: every
-// single change (up to kFullSweepCap), then every pair of changes to two variables, then every
-// triple, as long as there are at most kPairSweepCap pairs and kTripleSweepCap triples; a sweep is
-// evaluated in chunks of kSweepChunk and stops at the first chunk that holds an improvement. A
+// single change (up to kFullSweepCap; then each map's action change again with the maps its op
+// also writes: Note [Sibling moves] in neighbourhood.cpp), then every pair of changes to two
+// variables, then every triple, as long as there are at most kPairSweepCap pairs and
+// kTripleSweepCap triples; a sweep is evaluated in chunks of kSweepChunk and stops at the first
+// chunk that holds an improvement. A
 // local optimum of the exact optimum's small instances is typically two or three coordinated
 // changes away from it (keep one map, recompute its neighbour, move a prefetch by one op), which
 // single moves and sampled pairs rarely reach (docs/search.md). When a sweep finds nothing, the

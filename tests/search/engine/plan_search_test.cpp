@@ -284,6 +284,73 @@ TEST_CASE("the moves the stalls ask for: a release point later, a prefetch earli
   CHECK(hood.stall_moves(plan, timeline, 1).size() == 2);
 }
 
+TEST_CASE("sibling moves: the maps one op writes take a single change's action together",
+          "[search][plan_search]") {
+  using memplan::search::engine::Change;
+  using memplan::search::engine::Move;
+  // A batch norm writes its output and its saved mean and inverse deviation (op 1); an op before
+  // it and one after write one map each; the backward reads every map.
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1000);
+  const TensorId ta = b.forward("a", {x}, 1000, 100);
+  const OpId bn = b.op("bn", "batch_norm", Phase::kForward, {ta},
+                       {{"bn_out", 1000}, {"bn_mean", 512}, {"bn_invstd", 512}}, 100);
+  const std::vector<TensorId> written = b.workload().op(bn).outputs;
+  REQUIRE(written.size() == 3);
+  const TensorId out = written[0];
+  const TensorId mean = written[1];
+  const TensorId invstd = written[2];
+  const TensorId tc = b.forward("c", {out}, 1000, 100);
+  const TensorId gc = b.backward("gc", {tc}, 1000, 100);
+  const TensorId gbn = b.backward("gbn", {gc, out, mean, invstd, ta}, 1000, 100);
+  b.backward("ga", {gbn, x}, 1000, 100);
+  const Workload w = b.build();
+  REQUIRE(w.tensor(mean).producer == bn);
+  REQUIRE(w.tensor(invstd).producer == bn);
+  const NetworkView view(w);
+  const memplan::search::engine::Neighbourhood hood(view, {}, false, true);
+  const auto map = [&](TensorId t) {
+    const int m = view.map_index(t);
+    REQUIRE(m >= 0);
+    return m;
+  };
+  const auto change = [&](TensorId t, Action action) {
+    Change c;
+    c.variable = c.map = map(t);
+    c.action = action;
+    return c;
+  };
+  Plan plan = keep_all(view, "");
+  plan.decisions[static_cast<std::size_t>(map(invstd))].action = Action::kRecompute;
+  // The output recomputed: the mean comes too (the inverse deviation is already); the mean
+  // recomputed as well is the same producer and action, so no second move; a's and c's maps have
+  // no siblings; a swap of the inverse deviation brings the two others to swap; a pair, an
+  // algorithm change and an encoding come back with nothing.
+  Change encoded = change(mean, Action::kEncode);
+  encoded.encoding = Encoding::kFp16;
+  const std::vector<Move> moves = {{change(out, Action::kRecompute)},
+                                   {change(mean, Action::kRecompute)},
+                                   {change(ta, Action::kRecompute)},
+                                   {change(tc, Action::kSwap)},
+                                   {change(invstd, Action::kSwap)},
+                                   {change(out, Action::kSwap), change(ta, Action::kSwap)},
+                                   {encoded}};
+  const std::vector<Move> grown = hood.sibling_moves(plan, moves);
+  REQUIRE(grown.size() == 2);
+  CHECK(grown[0] == Move{change(out, Action::kRecompute), change(mean, Action::kRecompute)});
+  CHECK(grown[1] == Move{change(invstd, Action::kSwap), change(out, Action::kSwap),
+                         change(mean, Action::kSwap)});
+  // Each is a valid plan with the three maps alike.
+  for (const Move& m : grown) {
+    const Plan next = memplan::search::engine::with_move(plan, m, hood);
+    for (TensorId t : {out, mean, invstd}) {
+      const auto k = static_cast<std::size_t>(map(t));
+      CHECK(next.decisions[k].action == m.front().action);
+      CHECK(decision_problem(next.decisions[k], view.feature_maps()[k], w).empty());
+    }
+  }
+}
+
 TEST_CASE("a round's singles are distinct, the blamed variable's first in chance",
           "[search][plan_search]") {
   using memplan::search::engine::Change;
