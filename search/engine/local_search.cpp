@@ -24,6 +24,9 @@ constexpr std::size_t kSweepChunk = 4096;
 constexpr std::size_t kRandomPairRounds = 2;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
+// Note [Passes]: passes at most, and the offset of a pass's draws.
+constexpr std::size_t kPasses = 8;
+constexpr std::uint64_t kPassStride = std::uint64_t{1} << 32;
 // Note [Hopeless restarts]: a restart still this much slower than the best plan after this many
 // rounds gives way.
 constexpr std::size_t kRestartCheck = 10;
@@ -105,15 +108,43 @@ LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& mach
                                    : kBatchPerThread * static_cast<std::size_t>(threads)),
       good_enough_ns_(good_enough_ns) {}
 
-// Searches from each seed in turn; returns false when a limit, not convergence, ended it.
+// Searches from each seed in turn, then again with other draws (Note [Passes]); returns false
+// when a limit, not convergence, ended it.
 bool LocalSearch::run(const std::vector<Seed>& seeds) {
+  const std::size_t passes = options_.kicks ? kPasses : 1;
+  for (std::size_t pass = 0; pass < passes; ++pass) {
+    if (pass > 0 && !sampled_settle_) break;  // every search of the last pass swept to settle
+    if (pass > 0 && out_of_limits()) return false;
+    sampled_settle_ = false;
+    ++result_.passes;
+    if (!run_pass(seeds, pass * kPassStride)) return false;
+  }
+  return true;
+}
+
+// Note [Passes]
+// ~~~~~~~~~~~~~
+// A pass searches from each start, then kicks its best plan until kIdleKicks kicks in a row find
+// nothing better (Note [Kicks]). Where that settles with time left, and some search of the pass
+// settled on sampled pairs (a network too large to sweep every pair: Note [Plan search],
+// widening), the time goes to another pass, whose rounds and kicks draw from other streams of
+// the seed's generator (their index offset by kPassStride per pass), up to kPasses passes. A
+// search that settled on a full sweep of pairs or triples stands where no pair or triple of
+// changes improves; one that settled on sampled pairs may not, and where its local optimum
+// depends on the draws more than on the moves, another trajectory from the same starts is a
+// fresh chance, which
+// more kicks from the same best plan were not (MobileNetV2 b128 at 25% of its feature-map bytes,
+// 20 s, seeds 1 to 4: four idle kicks or unlimited ones, the same plans; with passes,
+// docs/search.md). The best plan of every pass is the result; the first pass is the search as
+// before, so passes only add. Off with the kicks (SearchOptions::kicks).
+bool LocalSearch::run_pass(const std::vector<Seed>& seeds, std::uint64_t first_index) {
   bool converged = true;
   std::size_t starts = 0;
   for (std::size_t k = 0; k < seeds.size() && starts < kStarts; ++k) {
     // Restarts from seeds that fit; while nothing fits, from the next seeds too (fit first).
     if (k > 0 && !seeds[k].evaluation.feasible && result_.evaluation.feasible) break;
     if (k > 0 && out_of_limits()) return false;
-    if (!improve(seeds[k].plan, seeds[k].evaluation, k)) converged = false;
+    if (!improve(seeds[k].plan, seeds[k].evaluation, first_index + k)) converged = false;
     ++starts;
   }
   // Note [Kicks]: the time the starts left, from the best plan perturbed.
@@ -122,14 +153,13 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
        options_.kicks && converged && result_.evaluation.feasible && idle < kIdleKicks; ++kick) {
     if (out_of_limits()) return false;
     const Evaluation before = result_.evaluation;
-    std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL +
-                        (kStarts + kick) * 0xC2B2AE3D27D4EB4FULL);
+    const std::uint64_t index = first_index + kStarts + kick;
+    std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + index * 0xC2B2AE3D27D4EB4FULL);
     const Move move = kick_move(result_.plan, rng);
     if (move.empty()) break;
     const Scored scored = evaluate_moves(result_.plan, result_.evaluation, {move});
     if (!was_refused(scored.scores.front()) &&
-        !improve(with_move(result_.plan, move, neighbourhood_), scored.scores.front(),
-                 kStarts + kick))
+        !improve(with_move(result_.plan, move, neighbourhood_), scored.scores.front(), index))
       return false;
     idle = better(result_.evaluation, before) ? 0 : idle + 1;
   }
@@ -157,8 +187,8 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
 // goes to iterated local search: the best plan so far with kKickChanges changes to different
 // variables, drawn like a round's moves (weighted by the timeline's blame), is searched from like
 // a seed, until it settles; the best plan any of them reaches is the result. kIdleKicks kicks in a
-// row that find nothing better settle the search. Kicks are drawn by the driving thread from
-// (seed, kick), so determinism is kept.
+// row that find nothing better settle the pass (Note [Passes]). Kicks are drawn by the driving
+// thread from (seed, kick), so determinism is kept.
 Move LocalSearch::kick_move(const sim::Plan& plan, std::mt19937_64& rng) {
   const std::vector<Change> changes = neighbourhood_.changes(plan);
   if (changes.empty()) return {};
@@ -225,7 +255,10 @@ bool LocalSearch::improve(sim::Plan plan, Evaluation evaluation, std::uint64_t s
       result_.evaluation = evaluation;
     }
     report_("round", "", result_.rounds, evaluated(), result_.evaluation);
-    if (settled) return true;
+    if (settled) {
+      sampled_settle_ = sampled_settle_ || sweep == Sweep::kRandomPairs;
+      return true;
+    }
     // Note [Hopeless restarts]
     if (start_index > 0 && round == kRestartCheck && evaluation.feasible &&
         result_.evaluation.feasible &&

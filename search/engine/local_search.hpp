@@ -43,8 +43,8 @@ class LocalSearch {
               const SearchOptions& options, int threads, const Stop& stop, Reporter& report,
               SearchResult& result, std::optional<sim::Nanoseconds> good_enough_ns = std::nullopt);
 
-  // Searches from each seed in turn (Note [Plan search], restarts); returns false when a limit,
-  // not convergence, ended it.
+  // Searches from each seed in turn (Note [Plan search], restarts), then again with other draws
+  // (Note [Passes] in local_search.cpp); returns false when a limit, not convergence, ended it.
   bool run(const std::vector<Seed>& seeds);
   // Plans evaluated or simulated by the rounds.
   [[nodiscard]] std::size_t evaluated() const { return driver_.count() + evaluated_in_rounds_; }
@@ -61,6 +61,8 @@ class LocalSearch {
   };
 
   [[nodiscard]] bool out_of_limits() const;
+  // One pass over the seeds and its kicks (Note [Passes]), its draws' indices from first_index.
+  bool run_pass(const std::vector<Seed>& seeds, std::uint64_t first_index);
   bool improve(sim::Plan plan, Evaluation evaluation, std::uint64_t start_index);
   std::vector<Move> round_moves(const sim::Plan& plan, const std::vector<Change>& changes,
                                 Sweep sweep, std::mt19937_64& rng);
@@ -104,6 +106,8 @@ class LocalSearch {
   std::size_t evaluated_in_rounds_ = 0;
   // The first change of each repair chain that failed, with the round count then.
   std::vector<std::pair<Change, std::size_t>> failed_repairs_;
+  // A search of this pass settled on sampled pairs, not on a full sweep (Note [Passes]).
+  bool sampled_settle_ = false;
   std::optional<sim::Nanoseconds> good_enough_ns_;
 };
 

@@ -398,9 +398,34 @@ TEST_CASE("kicks: a settled search goes on from its best plan perturbed, never b
   REQUIRE(kicked.converged);
   REQUIRE(!settled.within_gap);
   CHECK(kicked.rounds > settled.rounds);
+  // Its searches settle on full sweeps of pairs or triples: one pass (Note [Passes]).
+  CHECK(settled.passes == 1);
+  CHECK(kicked.passes == 1);
   CHECK_FALSE(better(settled.evaluation, kicked.evaluation));
   o.threads = 1;
   CHECK(search_plan(w, m, o).plan == kicked.plan);
+}
+
+TEST_CASE("passes: a search that settles on sampled pairs searches its starts again, never behind",
+          "[search][plan_search]") {
+  // A random chain of 60 layers (40 maps) has too many pairs of changes to sweep (Note [Plan
+  // search], widening): its searches settle on sampled pairs, and the time left goes to passes
+  // over the starts with other draws (Note [Passes] in local_search.cpp). With the kicks off (and
+  // so the passes) the search is the first pass without its kicks, where the other's first pass
+  // begins them: it is never better, with fewer rounds.
+  const ExactInstance inst = exact_instance(5, 60, 60);
+  REQUIRE(find_feature_maps(inst.workload).size() == 40);
+  SearchOptions o = quick(2, true);
+  o.gap = 0;  // not stopped by the lower bound
+  const SearchResult passed = search_plan(inst.workload, inst.machine, o);
+  REQUIRE(passed.converged);
+  CHECK(passed.passes > 1);
+  CHECK(passed.passes <= 8);
+  o.kicks = false;
+  const SearchResult one = search_plan(inst.workload, inst.machine, o);
+  CHECK(one.passes == 1);
+  CHECK_FALSE(better(one.evaluation, passed.evaluation));
+  CHECK(passed.rounds > one.rounds);
 }
 
 TEST_CASE("the search changes an op's algorithm where the optimum needs it",
