@@ -130,11 +130,10 @@ class Neighbourhood {
 
   const NetworkView& view_;
   std::vector<std::pair<sim::Action, sim::Encoding>> actions_;
-  std::vector<sim::OpId> algorithm_ops_;
+  std::vector<sim::OpId> algorithm_ops_;  // ops with alternative algorithms, in op order
   // Per map: the other maps its producer writes (Note [Sibling moves]), ascending.
   std::vector<std::vector<int>> siblings_;
-  std::vector<char> side_made_;  // per map: an op of another stream makes it (a re-run overlaps) //
-                                 // ops with alternative algorithms, in op order
+  std::vector<char> side_made_;  // per map: an op of another stream makes it (a re-run overlaps)
   std::array<bool, kPlacementCount> placeable_{};
   bool release_points_ = true;
   std::vector<std::vector<sim::OpId>> readers_;  // per tensor, ascending: with host placement
