@@ -24,8 +24,7 @@ constexpr std::size_t kSweepChunk = 4096;
 constexpr std::size_t kRandomPairRounds = 2;
 // Local searches from this many of the best seeds (Note [Plan search], restarts).
 constexpr std::size_t kStarts = 3;
-// Note [Passes]: passes at most, and the offset of a pass's draws.
-constexpr std::size_t kPasses = 8;
+// Note [Passes]: the offset of a pass's draws.
 constexpr std::uint64_t kPassStride = std::uint64_t{1} << 32;
 // Note [Hopeless restarts]: a restart still this much slower than the best plan after this many
 // rounds gives way.
@@ -111,7 +110,7 @@ LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& mach
 // Searches from each seed in turn, then again with other draws (Note [Passes]); returns false
 // when a limit, not convergence, ended it.
 bool LocalSearch::run(const std::vector<Seed>& seeds) {
-  const std::size_t passes = options_.kicks ? kPasses : 1;
+  const std::size_t passes = options_.kicks ? std::max<std::size_t>(options_.max_passes, 1) : 1;
   for (std::size_t pass = 0; pass < passes; ++pass) {
     if (pass > 0 && !sampled_settle_) break;  // every search of the last pass swept to settle
     if (pass > 0 && out_of_limits()) return false;
@@ -128,13 +127,13 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
 // nothing better (Note [Kicks]). Where that settles with time left, and some search of the pass
 // settled on sampled pairs (a network too large to sweep every pair: Note [Plan search],
 // widening), the time goes to another pass, whose rounds and kicks draw from other streams of
-// the seed's generator (their index offset by kPassStride per pass), up to kPasses passes. A
-// search that settled on a full sweep of pairs or triples stands where no pair or triple of
-// changes improves; one that settled on sampled pairs may not, and where its local optimum
-// depends on the draws more than on the moves, another trajectory from the same starts is a
-// fresh chance, which more kicks from the same best plan were not (MobileNetV2 b128 at 25% of
-// its feature-map bytes, 20 s, seeds 1 to 4: four idle kicks or unlimited ones, the same plans;
-// with passes, docs/search.md). The best plan of every pass is the result; the first pass is the
+// the seed's generator (their index offset by kPassStride per pass), up to
+// SearchOptions::max_passes (8). A search that settled on a full sweep of pairs or triples
+// stands where no pair or triple of changes improves; one that settled on sampled pairs may not,
+// and where its local optimum depends on the draws more than on the moves, another trajectory
+// from the same starts is a fresh chance, which more kicks from the same best plan were not
+// (MobileNetV2 b128 at 25% of its feature-map bytes, 20 s, seeds 1 to 4: four idle kicks or
+// unlimited ones, the same plans; with passes, docs/search.md). The best plan of every pass is the result; the first pass is the
 // search as before, so passes only add. Off with the kicks (SearchOptions::kicks).
 bool LocalSearch::run_pass(const std::vector<Seed>& seeds, std::uint64_t first_index) {
   bool converged = true;

@@ -54,6 +54,8 @@ struct SearchOptions {
   /// starts again with other draws (Note [Passes] there); off: the search ends there
   /// (exact mode's heuristic, whose time is the branch and bound's; tests compare the two).
   bool kicks = true;
+  /// With kicks, the most passes over the starts (Note [Passes]); at least 1.
+  std::size_t max_passes = 8;
   EncodingOptions encodings;
   /// Called after every seeding policy (from the worker that ran it) and after every round (from
   /// the driving thread); one call at a time.
