@@ -416,8 +416,9 @@ TEST_CASE("passes: a search that settles on sampled pairs searches its starts ag
   const ExactInstance inst = exact_instance(5, 60, 60);
   REQUIRE(find_feature_maps(inst.workload).size() == 40);
   SearchOptions o = quick(2, true);
-  o.gap = 0;         // not stopped by the lower bound
-  o.max_passes = 2;  // the second pass is what is checked
+  o.gap = 0;             // not stopped by the lower bound
+  o.max_passes = 2;      // the second pass is what is checked
+  o.time_limit_s = 600;  // converges in 3 s (41 s under ASan): the limit must not end it
   const SearchResult passed = search_plan(inst.workload, inst.machine, o);
   REQUIRE(passed.converged);
   CHECK(passed.passes == 2);
