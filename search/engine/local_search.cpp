@@ -133,8 +133,9 @@ bool LocalSearch::run(const std::vector<Seed>& seeds) {
 // and where its local optimum depends on the draws more than on the moves, another trajectory
 // from the same starts is a fresh chance, which more kicks from the same best plan were not
 // (MobileNetV2 b128 at 25% of its feature-map bytes, 20 s, seeds 1 to 4: four idle kicks or
-// unlimited ones, the same plans; with passes, docs/search.md). The best plan of every pass is the result; the first pass is the
-// search as before, so passes only add. Off with the kicks (SearchOptions::kicks).
+// unlimited ones, the same plans; with passes, docs/search.md). The best plan of every pass is the
+// result; the first pass is the search as before, so passes only add. Off with the kicks
+// (SearchOptions::kicks).
 bool LocalSearch::run_pass(const std::vector<Seed>& seeds, std::uint64_t first_index) {
   bool converged = true;
   std::size_t starts = 0;

@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <iterator>
 #include <limits>
-#include <map>
 #include <tuple>
 
 #include "core/check.hpp"
@@ -23,11 +22,11 @@ Neighbourhood::Neighbourhood(const NetworkView& view, const EncodingOptions& enc
   for (std::size_t m = 0; m < view.feature_maps().size(); ++m)
     side_made_.push_back(view.workload().op(view.producer(static_cast<int>(m))).stream != 0 ? 1
                                                                                             : 0);
-  std::map<sim::OpId, std::vector<int>> written;  // producer -> its maps
+  std::vector<std::vector<int>> written(view.workload().ops.size());  // per op, its maps
   for (std::size_t m = 0; m < view.feature_maps().size(); ++m)
-    written[view.producer(static_cast<int>(m))].push_back(static_cast<int>(m));
+    written[index(view.producer(static_cast<int>(m)))].push_back(static_cast<int>(m));
   siblings_.resize(view.feature_maps().size());
-  for (const auto& [producer, maps] : written) {
+  for (const std::vector<int>& maps : written) {
     if (maps.size() < 2) continue;
     for (int m : maps) {
       for (int o : maps) {

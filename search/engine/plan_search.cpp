@@ -50,10 +50,10 @@
 // also writes: Note [Sibling moves] in neighbourhood.cpp), then every pair of changes to two
 // variables, then every triple, as long as there are at most kPairSweepCap pairs and
 // kTripleSweepCap triples; a sweep is evaluated in chunks of kSweepChunk and stops at the first
-// chunk that holds an improvement. A
-// local optimum of the exact optimum's small instances is typically two or three coordinated
-// changes away from it (keep one map, recompute its neighbour, move a prefetch by one op), which
-// single moves and sampled pairs rarely reach (docs/search.md). When a sweep finds nothing, the
+// chunk that holds an improvement. A local optimum of the exact optimum's small instances is
+// typically two or three coordinated changes away from it (keep one map, recompute its
+// neighbour, move a prefetch by one op), which single moves and sampled pairs rarely reach
+// (docs/search.md). When a sweep finds nothing, the
 // search has settled: no triple of changes improves the plan. When the pairs are too many to
 // sweep (networks of hundreds of maps), pairs are sampled instead, and kRandomPairRounds idle
 // rounds of them settle the search.
