@@ -107,52 +107,61 @@ LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& mach
                                    : kBatchPerThread * static_cast<std::size_t>(threads)),
       good_enough_ns_(good_enough_ns) {}
 
-// Searches from each seed in turn, then again with other draws (Note [Passes]); returns false
-// when a limit, not convergence, ended it.
+// Searches from each seed in turn, then kicks the best plan, in passes (Note [Kicks], Note
+// [Passes]); returns false when a limit, not convergence, ended it.
 bool LocalSearch::run(const std::vector<Seed>& seeds) {
+  ++result_.passes;
+  if (!search_starts(seeds) || !kick(0)) return false;
   const std::size_t passes = options_.kicks ? std::max<std::size_t>(options_.max_passes, 1) : 1;
-  for (std::size_t pass = 0; pass < passes; ++pass) {
-    if (pass > 0 && !sampled_settle_) break;  // every search of the last pass swept to settle
-    if (pass > 0 && out_of_limits()) return false;
+  for (std::size_t pass = 1; pass < passes && sampled_settle_; ++pass) {
+    if (out_of_limits()) return false;
     sampled_settle_ = false;
     ++result_.passes;
-    if (!run_pass(seeds, pass * kPassStride)) return false;
+    if (!kick(pass * kPassStride)) return false;
   }
   return true;
 }
 
-// Note [Passes]
-// ~~~~~~~~~~~~~
-// A pass searches from each start, then kicks its best plan until kIdleKicks kicks in a row find
-// nothing better (Note [Kicks]). Where that settles with time left, and some search of the pass
-// settled on sampled pairs (a network too large to sweep every pair: Note [Plan search],
-// widening), the time goes to another pass, whose rounds and kicks draw from other streams of
-// the seed's generator (their index offset by kPassStride per pass), up to
-// SearchOptions::max_passes (8). A search that settled on a full sweep of pairs or triples
-// stands where no pair or triple of changes improves; one that settled on sampled pairs may not,
-// and where its local optimum depends on the draws more than on the moves, another trajectory
-// from the same starts is a fresh chance, which more kicks from the same best plan were not
-// (MobileNetV2 b128 at 25% of its feature-map bytes, 20 s, seeds 1 to 4: four idle kicks or
-// unlimited ones, the same plans; with passes, docs/search.md). The best plan of every pass is the
-// result; the first pass is the search as before, so passes only add. Off with the kicks
-// (SearchOptions::kicks).
-bool LocalSearch::run_pass(const std::vector<Seed>& seeds, std::uint64_t first_index) {
+// Local searches from the best seeds (Note [Plan search], restarts); false when a limit ended
+// them.
+bool LocalSearch::search_starts(const std::vector<Seed>& seeds) {
   bool converged = true;
   std::size_t starts = 0;
   for (std::size_t k = 0; k < seeds.size() && starts < kStarts; ++k) {
     // Restarts from seeds that fit; while nothing fits, from the next seeds too (fit first).
     if (k > 0 && !seeds[k].evaluation.feasible && result_.evaluation.feasible) break;
     if (k > 0 && out_of_limits()) return false;
-    if (!improve(seeds[k].plan, seeds[k].evaluation, first_index + k)) converged = false;
+    if (!improve(seeds[k].plan, seeds[k].evaluation, k)) converged = false;
     ++starts;
   }
-  // Note [Kicks]: the time the starts left, from the best plan perturbed.
+  return converged;
+}
+
+// Note [Passes]
+// ~~~~~~~~~~~~~
+// A pass is a series of kicks from the best plan (Note [Kicks]) until kIdleKicks kicks in a row
+// find nothing better; the first follows the searches from the starts. Where it settles with time
+// left, and some search of the pass settled on sampled pairs (a network too large to sweep every
+// pair: Note [Plan search], widening), the time goes to another pass, whose kicks draw from other
+// streams of the seed's generator (their index offset by kPassStride per pass), up to
+// SearchOptions::max_passes (8). A search that settled on a full sweep of pairs or triples
+// stands where no pair or triple of changes improves; one that settled on sampled pairs may not,
+// and another series of kicks is another chance to leave its basin. (Until session 35 a later
+// pass first searched from the starts again with other draws. Each of those searches gave way
+// after kRestartCheck rounds (Note [Hopeless restarts]), its plan 2 to 4 times the best plan's
+// step on MobileNetV2 b128 and the H100 GPT-2 at 25% of their feature-map bytes, where every
+// start is far from the best plan: the passes' gains were their kicks'. Let run to settle,
+// measured against the first pass's search from the same start instead of the best plan, they
+// gave the same mean over seeds 1 to 4 at 60 s, a worse one at 20 s: docs/search.md.) The best
+// plan of every pass is the result; the first pass is the search as before, so passes only add.
+// Off with the kicks (SearchOptions::kicks).
+bool LocalSearch::kick(std::uint64_t first_index) {
   std::size_t idle = 0;
-  for (std::uint64_t kick = 0;
-       options_.kicks && converged && result_.evaluation.feasible && idle < kIdleKicks; ++kick) {
+  for (std::uint64_t k = 0; options_.kicks && result_.evaluation.feasible && idle < kIdleKicks;
+       ++k) {
     if (out_of_limits()) return false;
     const Evaluation before = result_.evaluation;
-    const std::uint64_t index = first_index + kStarts + kick;
+    const std::uint64_t index = first_index + kStarts + k;
     std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + index * 0xC2B2AE3D27D4EB4FULL);
     const Move move = kick_move(result_.plan, rng);
     if (move.empty()) break;
@@ -162,7 +171,7 @@ bool LocalSearch::run_pass(const std::vector<Seed>& seeds, std::uint64_t first_i
       return false;
     idle = better(result_.evaluation, before) ? 0 : idle + 1;
   }
-  return converged;
+  return true;
 }
 
 // Note [Hopeless restarts]

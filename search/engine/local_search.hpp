@@ -43,8 +43,9 @@ class LocalSearch {
               const SearchOptions& options, int threads, const Stop& stop, Reporter& report,
               SearchResult& result, std::optional<sim::Nanoseconds> good_enough_ns = std::nullopt);
 
-  // Searches from each seed in turn (Note [Plan search], restarts), then again with other draws
-  // (Note [Passes] in local_search.cpp); returns false when a limit, not convergence, ended it.
+  // Searches from each seed in turn (Note [Plan search], restarts), then kicks the best plan in
+  // passes (Note [Kicks], Note [Passes] in local_search.cpp); returns false when a limit, not
+  // convergence, ended it.
   bool run(const std::vector<Seed>& seeds);
   // Plans evaluated or simulated by the rounds.
   [[nodiscard]] std::size_t evaluated() const { return driver_.count() + evaluated_in_rounds_; }
@@ -61,8 +62,11 @@ class LocalSearch {
   };
 
   [[nodiscard]] bool out_of_limits() const;
-  // One pass over the seeds and its kicks (Note [Passes]), its draws' indices from first_index.
-  bool run_pass(const std::vector<Seed>& seeds, std::uint64_t first_index);
+  // The local searches from the starts; false when a limit ended them.
+  bool search_starts(const std::vector<Seed>& seeds);
+  // One pass of kicks (Note [Passes]), its draws' indices from first_index; false when a limit
+  // ended it.
+  bool kick(std::uint64_t first_index);
   bool improve(sim::Plan plan, Evaluation evaluation, std::uint64_t start_index);
   std::vector<Move> round_moves(const sim::Plan& plan, const std::vector<Change>& changes,
                                 Sweep sweep, std::mt19937_64& rng);

@@ -50,11 +50,11 @@ struct SearchOptions {
   /// that do not fit (Note [Repair chains]); off: one move a round (tests compare the two).
   bool compound_moves = true;
   /// Whether, once every start has settled, the time left goes to local searches from the best
-  /// plan perturbed (Note [Kicks] in search/engine/local_search.cpp), then to passes over the
-  /// starts again with other draws (Note [Passes] there); off: the search ends there
-  /// (exact mode's heuristic, whose time is the branch and bound's; tests compare the two).
+  /// plan perturbed (Note [Kicks] in search/engine/local_search.cpp), in passes of kicks with
+  /// other draws (Note [Passes] there); off: the search ends there (exact mode's heuristic,
+  /// whose time is the branch and bound's; tests compare the two).
   bool kicks = true;
-  /// With kicks, the most passes over the starts (Note [Passes]); at least 1.
+  /// With kicks, the most passes of kicks (Note [Passes]); at least 1.
   std::size_t max_passes = 8;
   EncodingOptions encodings;
   /// Called after every seeding policy (from the worker that ran it) and after every round (from
@@ -96,7 +96,7 @@ struct SearchResult {
   Evaluation best_policy_evaluation;
   std::size_t evaluated = 0;  // plans simulated, policies' own simulations included
   std::size_t rounds = 0;
-  std::size_t passes = 0;              // passes of the local search over its starts (Note [Passes])
+  std::size_t passes = 0;              // passes of the local search's kicks (Note [Passes])
   bool converged = false;              // stopped because no move improved, not because of a limit
   bool within_gap = false;             // stopped because the plan is within SearchOptions::gap
   bool cancelled = false;              // SearchOptions::cancel stopped it
