@@ -88,6 +88,7 @@ LocalSearch::LocalSearch(const sim::Workload& workload, const sim::Machine& mach
                          const Stop& stop, Reporter& report, SearchResult& result,
                          std::optional<sim::Nanoseconds> good_enough_ns)
     : workload_(workload),
+      machine_(machine),
       view_(view),
       options_(options),
       stop_(stop),
@@ -236,9 +237,10 @@ bool LocalSearch::improve(sim::Plan plan, Evaluation evaluation, std::uint64_t s
     std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + start_index * 0x100000001B3ULL +
                         round);
     const std::vector<Change> changes = neighbourhood_.changes(plan);
-    const std::vector<Move> moves = round_moves(plan, changes, sweep, rng);
+    std::size_t first_stage = 0;
+    const std::vector<Move> moves = round_moves(plan, changes, sweep, rng, first_stage);
     if (moves.empty()) return true;
-    const auto [best, scores, swept] = evaluate_moves(plan, evaluation, moves);
+    const auto [best, scores, swept] = evaluate_moves(plan, evaluation, moves, first_stage);
     bool settled = false;
     if (best < moves.size()) {
       if (options_.compound_moves) {
@@ -279,7 +281,7 @@ bool LocalSearch::improve(sim::Plan plan, Evaluation evaluation, std::uint64_t s
 
 std::vector<Move> LocalSearch::round_moves(const sim::Plan& plan,
                                            const std::vector<Change>& changes, Sweep sweep,
-                                           std::mt19937_64& rng) {
+                                           std::mt19937_64& rng, std::size_t& first_stage) {
   std::vector<Move> moves;
   switch (sweep) {
     case Sweep::kSampled:
@@ -296,8 +298,12 @@ std::vector<Move> LocalSearch::round_moves(const sim::Plan& plan,
     }
     case Sweep::kSingles:
       for (const Change& c : changes) moves.push_back({c});
-      // Note [Sibling moves] in neighbourhood.cpp: after every single change.
+      // Note [Sibling moves] in neighbourhood.cpp: after every single change; Note [Timed
+      // swaps] there: evaluated only where none of those improves.
       for (Move& m : neighbourhood_.sibling_moves(plan, moves)) moves.push_back(std::move(m));
+      first_stage = moves.size();
+      for (Move& m : neighbourhood_.timed_swaps(plan, moves, machine_))
+        moves.push_back(std::move(m));
       break;
     case Sweep::kPairs:
       moves = combinations(changes, 2);
@@ -309,18 +315,21 @@ std::vector<Move> LocalSearch::round_moves(const sim::Plan& plan,
   return moves;
 }
 
-// Evaluated in chunks (a fixed size, so any thread count sees the same chunks); the best
-// candidate of the first chunk that holds an improvement is taken.
+// Evaluated in chunks (a fixed size, so any thread count sees the same chunks; the first
+// `first_stage` moves end a chunk of their own); the best candidate of the first chunk that holds
+// an improvement is taken.
 LocalSearch::Scored LocalSearch::evaluate_moves(const sim::Plan& plan, const Evaluation& evaluation,
-                                                const std::vector<Move>& moves) {
+                                                const std::vector<Move>& moves,
+                                                std::size_t first_stage) {
   Scored out{moves.size(), std::vector<Evaluation>(moves.size()), true};
-  for (std::size_t begin = 0; begin < moves.size() && out.best == moves.size();
-       begin += kSweepChunk) {
+  for (std::size_t begin = 0, end = 0; begin < moves.size() && out.best == moves.size();
+       begin = end) {
     if (begin > 0 && stop_.due()) {
       out.swept = false;
       break;
     }
-    const std::size_t end = std::min(moves.size(), begin + kSweepChunk);
+    end = std::min(moves.size(), begin + kSweepChunk);
+    if (begin < first_stage) end = std::min(end, first_stage);
     std::atomic<bool> cut{false};
     arena_.execute([&] {
       parallel_each(begin, end, [&](std::size_t i) {

@@ -68,10 +68,13 @@ class LocalSearch {
   // ended it.
   bool kick(std::uint64_t first_index);
   bool improve(sim::Plan plan, Evaluation evaluation, std::uint64_t start_index);
+  // The moves of a round; `first_stage`: how many of them are evaluated first (0: all alike).
   std::vector<Move> round_moves(const sim::Plan& plan, const std::vector<Change>& changes,
-                                Sweep sweep, std::mt19937_64& rng);
+                                Sweep sweep, std::mt19937_64& rng, std::size_t& first_stage);
+  // The moves' scores over `plan`, and the best improving one: the first `first_stage` first,
+  // the others only where none of those improves.
   Scored evaluate_moves(const sim::Plan& plan, const Evaluation& evaluation,
-                        const std::vector<Move>& moves);
+                        const std::vector<Move>& moves, std::size_t first_stage = 0);
   bool widen(Sweep& sweep, const std::vector<Change>& changes, std::size_t& idle_random_pairs);
   // Note [Combined improvements]: the best of the round's best move (moves[best]) and the sums
   // of its improving moves over `evaluation`, the incumbent's; with its evaluation.
@@ -97,6 +100,7 @@ class LocalSearch {
                                                const Move& fixed) const;
 
   const sim::Workload& workload_;
+  const sim::Machine& machine_;
   const NetworkView& view_;
   const SearchOptions& options_;
   const Stop& stop_;

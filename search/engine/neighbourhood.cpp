@@ -390,6 +390,51 @@ std::vector<Move> Neighbourhood::sibling_moves(const sim::Plan& plan,
   return out;
 }
 
+// Note [Timed swaps]
+// ~~~~~~~~~~~~~~~~~~
+// A map swapped at its default points is released right after its last forward use, where the
+// compute stream waits for its whole copy-out, and prefetched one op before its first backward
+// use, where it waits for most of its copy-in: a large map's swap is then far slower than keeping
+// or recomputing it, and the moves that would hide its copies (Note [Moves the stalls ask for],
+// the release and prefetch points' changes) come only once it is swapped, which it never is. A
+// 12-layer GPT b8 at 60% of its feature-map bytes recomputes eleven attention dropouts (402 MiB
+// each, 1.6 ms a re-run) with its copy engines busy a sixth of the step; each swapped at its
+// default points adds 48 ms of stalls. So the sweep of every single change goes on with each
+// change that swaps a map at its default points made again with its release point where the
+// ops after its last forward use have run for its copy-out's time, and its prefetch point where
+// the ops before its first backward use run for its copy-in's time (the ops' own durations, in
+// op order; within its window, the release no later than the prefetch).
+std::vector<Move> Neighbourhood::timed_swaps(const sim::Plan& plan, const std::vector<Move>& moves,
+                                             const sim::Machine& machine) const {
+  const sim::Workload& w = view_.workload();
+  std::vector<Move> out;
+  for (const Move& move : moves) {
+    if (move.size() != 1 || move.front().map < 0) continue;
+    const Change& c = move.front();
+    const auto m = static_cast<std::size_t>(c.map);
+    if (c.action != sim::Action::kSwap || plan.decisions[m].action == sim::Action::kSwap ||
+        c.prefetch_before != sim::kNoOp || c.release_before != sim::kNoOp)
+      continue;
+    const auto [last_forward, first_backward] = prefetch_window(c.map);
+    const sim::Bytes bytes = view_.map_bytes(c.map);
+    sim::OpId prefetch = first_backward;
+    for (sim::Nanoseconds covered = 0;
+         prefetch - 1 > last_forward && covered < machine.h2d_copy_ns(bytes);) {
+      --prefetch;
+      covered += w.op(prefetch).duration_ns;
+    }
+    sim::OpId release = last_forward + 1;
+    for (sim::Nanoseconds covered = 0; release < prefetch && covered < machine.d2h_copy_ns(bytes);
+         ++release)
+      covered += w.op(release).duration_ns;
+    Change timed = map_change(m, sim::Action::kSwap, sim::Encoding::kNone,
+                              prefetch == default_prefetch(c.map) ? sim::kNoOp : prefetch);
+    if (release_points_ && release > last_forward + 1) timed.release_before = release;
+    if (timed != c) out.push_back({timed});
+  }
+  return out;
+}
+
 std::vector<Move> Neighbourhood::stall_moves(const sim::Plan& plan, const sim::Timeline& timeline,
                                              std::size_t count) const {
   const sim::Workload& w = view_.workload();

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/machine.hpp"
 #include "core/plan.hpp"
 #include "core/workload.hpp"
 #include "search/policies/gist.hpp"
@@ -101,6 +102,11 @@ class Neighbourhood {
   // `plan` gives another action), once per producer and action.
   [[nodiscard]] std::vector<Move> sibling_moves(const sim::Plan& plan,
                                                 const std::vector<Move>& moves) const;
+  // Note [Timed swaps] in neighbourhood.cpp: for each move of `moves` that swaps one map `plan`
+  // does not swap, at its default points, the same swap released and prefetched where the ops'
+  // time covers its copies on `machine`'s link.
+  [[nodiscard]] std::vector<Move> timed_swaps(const sim::Plan& plan, const std::vector<Move>& moves,
+                                              const sim::Machine& machine) const;
   [[nodiscard]] const std::vector<sim::OpId>& algorithm_ops() const { return algorithm_ops_; }
   [[nodiscard]] const sim::Workload& workload() const { return view_.workload(); }
 

@@ -351,6 +351,64 @@ TEST_CASE("sibling moves: the maps one op writes take a single change's action t
   }
 }
 
+TEST_CASE("timed swaps: a swap at its default points comes again with its copies hidden",
+          "[search][plan_search]") {
+  using memplan::search::engine::Change;
+  using memplan::search::engine::Move;
+  // a (1000 bytes) is made by op 0 and read by op 1 in forward and by op 11, the last backward
+  // op; every op takes 300 ns and the link moves 1000 bytes in 1000 ns (no latency). Its
+  // copy-out (1000 ns) is covered by ops 2 to 5 (1200 ns): released before op 6; its copy-in by
+  // ops 7 to 10: prefetched before op 7 (Note [Timed swaps] in neighbourhood.cpp).
+  WorkloadBuilder b;
+  const TensorId x = b.input("x", 1000);
+  const TensorId a = b.forward("a", {x}, 1000, 300);
+  TensorId t = b.forward("b", {a}, 1000, 300);
+  for (const char* name : {"c", "d", "e", "f", "g"}) t = b.forward(name, {t}, 1000, 300);
+  const TensorId t6 = t;  // op 6's output, read by op 7
+  TensorId g = b.backward("g1", {t6}, 1000, 300);
+  for (const char* name : {"g2", "g3", "g4"}) g = b.backward(name, {g}, 1000, 300);
+  b.backward("ga", {g, a}, 1000, 300);
+  const Workload w = b.build();
+  REQUIRE(w.ops.size() == 12);
+  const NetworkView view(w);
+  const memplan::search::engine::Neighbourhood hood(view, {}, false, true);
+  const Machine m = test_machine(Bytes{1} << 20, 1e9, 0);
+  const auto change = [&](TensorId tensor, Action action) {
+    Change c;
+    c.variable = c.map = view.map_index(tensor);
+    REQUIRE(c.map >= 0);
+    c.action = action;
+    return c;
+  };
+  const Plan plan = keep_all(view, "");
+  // a's swap comes again timed; t6's window (op 6, op 7] holds no op to hide a copy behind; a
+  // swap with a point named, a keep and a pair come back with nothing.
+  Change named = change(a, Action::kSwap);
+  named.prefetch_before = OpId{9};
+  const std::vector<Move> moves = {{change(a, Action::kSwap)},
+                                   {change(t6, Action::kSwap)},
+                                   {named},
+                                   {change(a, Action::kRecompute)},
+                                   {change(a, Action::kSwap), change(t6, Action::kSwap)}};
+  const std::vector<Move> timed = hood.timed_swaps(plan, moves, m);
+  REQUIRE(timed.size() == 1);
+  Change expected = change(a, Action::kSwap);
+  expected.prefetch_before = OpId{7};
+  expected.release_before = OpId{6};
+  CHECK(timed[0] == Move{expected});
+  // A map the plan swaps already gets none.
+  const Plan swapped = memplan::search::engine::with_move(plan, moves[0], hood);
+  CHECK(hood.timed_swaps(swapped, {moves[0]}, m).empty());
+  // Timed, the swap costs nothing: the step is the in-core one (12 ops of 300 ns); at its default
+  // points the compute stream waits for both copies.
+  const Plan hidden = memplan::search::engine::with_move(plan, timed[0], hood);
+  CHECK(decision_problem(hidden.decisions[static_cast<std::size_t>(view.map_index(a))],
+                         view.feature_maps()[static_cast<std::size_t>(view.map_index(a))], w)
+            .empty());
+  CHECK(simulate(w, hidden, m).timeline.iteration_ns == 3600);
+  CHECK(simulate(w, swapped, m).timeline.iteration_ns > 3600);
+}
+
 TEST_CASE("a round's singles are distinct, the blamed variable's first in chance",
           "[search][plan_search]") {
   using memplan::search::engine::Change;
