@@ -382,7 +382,7 @@ TEST_CASE("timed swaps: a swap at its default points comes again with its copies
   };
   const Plan plan = keep_all(view, "");
   // a's swap comes again timed; t6's window (op 6, op 7] holds no op to hide a copy behind; a
-  // swap with a point named, a keep and a pair come back with nothing.
+  // swap with a point named, a recomputation and a pair come back with nothing.
   Change named = change(a, Action::kSwap);
   named.prefetch_before = OpId{9};
   const std::vector<Move> moves = {{change(a, Action::kSwap)},
