@@ -130,6 +130,10 @@ class Neighbourhood {
   [[nodiscard]] bool any_placed(const sim::Plan& plan, sim::TensorKind kind) const;
   [[nodiscard]] std::pair<sim::OpId, sim::OpId> prefetch_window(int m) const;
   [[nodiscard]] sim::OpId default_prefetch(int m) const;
+  // Points `ns` of the ops' own time later than `from` (no later than `limit`) or earlier (no
+  // earlier than the op after `after`): the stall moves' and the timed swaps' measure.
+  [[nodiscard]] sim::OpId later_by(sim::OpId from, sim::OpId limit, sim::Nanoseconds ns) const;
+  [[nodiscard]] sim::OpId earlier_by(sim::OpId from, sim::OpId after, sim::Nanoseconds ns) const;
   static Change map_change(std::size_t m, sim::Action action, sim::Encoding encoding,
                            sim::OpId prefetch_before);
   static std::int32_t chosen_algorithm(const sim::Plan& plan, sim::OpId op);

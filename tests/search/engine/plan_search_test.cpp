@@ -45,6 +45,15 @@ SearchOptions quick(int threads, bool deterministic = false) {
   return o;
 }
 
+// The neighbourhood's change of feature map `t` to `action` at its default points.
+memplan::search::engine::Change action_change(const NetworkView& view, TensorId t, Action action) {
+  memplan::search::engine::Change c;
+  c.variable = c.map = view.map_index(t);
+  REQUIRE(c.map >= 0);
+  c.action = action;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("the ranking: fitting beats not fitting, then the step, the step alone, then memory",
@@ -314,12 +323,7 @@ TEST_CASE("sibling moves: the maps one op writes take a single change's action t
     REQUIRE(m >= 0);
     return m;
   };
-  const auto change = [&](TensorId t, Action action) {
-    Change c;
-    c.variable = c.map = map(t);
-    c.action = action;
-    return c;
-  };
+  const auto change = [&](TensorId t, Action action) { return action_change(view, t, action); };
   Plan plan = keep_all(view, "");
   plan.decisions[static_cast<std::size_t>(map(invstd))].action = Action::kRecompute;
   // The output recomputed: the mean comes too (the inverse deviation is already); the mean
@@ -374,11 +378,7 @@ TEST_CASE("timed swaps: a swap at its default points comes again with its copies
   const memplan::search::engine::Neighbourhood hood(view, {}, false, true);
   const Machine m = test_machine(Bytes{1} << 20, 1e9, 0);
   const auto change = [&](TensorId tensor, Action action) {
-    Change c;
-    c.variable = c.map = view.map_index(tensor);
-    REQUIRE(c.map >= 0);
-    c.action = action;
-    return c;
+    return action_change(view, tensor, action);
   };
   const Plan plan = keep_all(view, "");
   // a's swap comes again timed; t6's window (op 6, op 7] holds no op to hide a copy behind; a
