@@ -44,9 +44,9 @@ class Engine::Clock {
         wait(stream, in, t);
         return Step::kNext;
       case InstrKind::kAlloc:
-        return allocate(in, t) ? Step::kNext : Step::kStop;
+        return !options_.device_memory || allocate(in, t) ? Step::kNext : Step::kStop;
       case InstrKind::kFree:
-        release(in, t);
+        if (options_.device_memory) release(in, t);
         return Step::kNext;
       default:
         return timed(stream, index, in, t);
@@ -432,7 +432,9 @@ Nanoseconds step_period_ns(Engine& engine, const Program& program, const Machine
   constexpr int kMaxSteps = 16;
   if (!alone.feasible) return 0;
   if (!program.host.active()) return alone.iteration_ns;
-  EngineOptions options = EngineOptions::totals();
+  // The steps after the first allocate as it did: their times alone (Note [Runs without device
+  // memory]).
+  EngineOptions options = EngineOptions::times();
   options.collective_ready_ns = collective_ready_ns;
   const Timeline* tl = &alone;  // read before each run: `alone` may be the engine's own
   // Absolute times: `start` is the host's start of the step just replayed.

@@ -37,6 +37,17 @@
 // from no backlog until the backlog repeats; the period is then the host's end. When the device is
 // the bottleneck the backlog grows every step, by the same once the host's launches no longer
 // reach the device queue's head, and the period is that growth per step.
+//
+// Note [Runs without device memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Memory never changes timing: an allocation is instantaneous or ends the run, and every alloc and
+// free is a compute-stream instruction, so the allocator sees the same calls in the same order
+// whatever the times. A run that needs only a plan's times can therefore leave the allocator out
+// (EngineOptions::device_memory false): its times are those of the run with memory on a device
+// without a limit, and so of every run with memory that does not run out. The search weighs most
+// candidates so (one slower than the plan it must beat is not better, whether it fits or not:
+// Evaluator::cost with a bar), and the steps step_period_ns replays after a step that fits
+// allocate as that step did.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -66,6 +77,9 @@ struct EngineOptions {
   bool record_spans = true;   // Timeline::spans
   bool record_memory = true;  // Timeline::memory
   bool record_stalls = true;  // Timeline::stalls (the per-cause totals are always kept)
+  /// false: allocations and frees are not placed (Note [Runs without device memory]): the run's
+  /// times are those it takes on a device without a memory limit, and its peaks are zero.
+  bool device_memory = true;
   /// Per Program stream: busy with the previous step's work until then (Note [Step period]);
   /// empty: every stream is idle at the start.
   std::vector<Nanoseconds> stream_ready_ns;
@@ -80,6 +94,12 @@ struct EngineOptions {
     o.record_spans = o.record_memory = o.record_stalls = false;
     return o;
   }
+  /// totals() without device memory: a plan's times alone.
+  static EngineOptions times() {
+    EngineOptions o = totals();
+    o.device_memory = false;
+    return o;
+  }
 };
 
 class Engine {
@@ -87,6 +107,8 @@ class Engine {
   /// Simulates `program`; the result stays valid until the next run on this Engine.
   const Timeline& run(const Program& program, const Machine& machine,
                       const EngineOptions& options = {});
+  /// The last run's timeline (what run() returned), until the next run.
+  [[nodiscard]] const Timeline& last_run() const { return timeline_; }
 
  private:
   // The walk's driver: one run's simulated time (engine.cpp), with or without a host stream.

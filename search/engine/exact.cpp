@@ -41,7 +41,9 @@
 // subtree (at the root: the ideal in-core time). When the bounding plan fits it is offered to the
 // incumbent, and when it also meets the bound it is the subtree's optimum: one simulation solves
 // the subtree. Option 0's child has its parent's bounding plan and inherits its simulation, so no
-// plan is simulated twice. Pruning:
+// plan is simulated twice. The bounding plan is timed first without its memory (Note [Runs
+// without device memory] in sim/engine.hpp); only a node its bound does not cut checks whether
+// that plan fits. Pruning:
 //   - memory: every map is resident from its producer to its drop point and from its first to its
 //     last backward use, whatever the plan; a kept map also in between, a swapped one from its
 //     prefetch point on, an encoded one with its encoded size in between; each op needs at least
@@ -339,13 +341,13 @@ struct Node {
 };
 
 struct Worker {
-  Worker(const sim::Workload& w, const sim::Machine& machine, const sim::Machine& unlimited,
+  Worker(const sim::Workload& w, const sim::Machine& machine,
          const std::vector<sim::Nanoseconds>& ready)
-      : real(w, machine, ready), relaxed(w, unlimited, ready) {
+      : real(w, machine, ready), relaxed(w, machine, ready) {
     real.measure_step(true);  // the winner is weighed against the heuristic's by better()
   }
   Evaluator real;
-  Evaluator relaxed;  // plans on a device without a memory limit: their time
+  Evaluator relaxed;  // relaxed plans' times (Evaluator::time: an unlimited device)
   std::size_t explored = 0, pruned_memory = 0, pruned_time = 0, pruned_lower_bound = 0,
               solved_by_bound = 0, violations = 0;
 };
@@ -360,12 +362,9 @@ class Solver {
         options_(options),
         start_(std::chrono::steady_clock::now()),
         blank_(keep_all(view, "exact")) {
-    sim::Machine unlimited = machine;
-    unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
-    unlimited.host_memory_bytes.reset();
     workers_ = std::make_unique<tbb::enumerable_thread_specific<std::unique_ptr<Worker>>>(
-        [&workload, machine, unlimited, ready = options.collective_ready_ns] {
-          return std::make_unique<Worker>(workload, machine, unlimited, ready);
+        [&workload, machine, ready = options.collective_ready_ns] {
+          return std::make_unique<Worker>(workload, machine, ready);
         });
     producer_maps_.assign(view.workload().ops.size(), {});
     for (std::size_t m = 0; m < view.feature_maps().size(); ++m)
@@ -533,23 +532,25 @@ class Solver {
     if (out_of_time()) return {};
     ++worker.explored;
     const sim::Plan plan = plan_of(n, false);
-    if (!n.simulated) {
-      n.real = worker.real.cost(plan);
-      if (n.real.feasible) {
-        n.complete_ns = n.real.iteration_ns;
-      } else {
-        const Evaluation e = worker.relaxed.cost(plan);
-        n.complete_ns = e.feasible ? e.iteration_ns : std::numeric_limits<sim::Nanoseconds>::max();
-      }
-      n.simulated = true;
+    if (!n.simulated) {  // its time first: a node its bound cuts needs no memory check
+      const Evaluation e = worker.real.time(plan);
+      n.complete_ns = e.feasible ? e.iteration_ns : std::numeric_limits<sim::Nanoseconds>::max();
     }
     sim::Nanoseconds bound = n.complete_ns;
     if (needs_relaxing(n)) {
-      const Evaluation e = worker.relaxed.cost(plan_of(n, true));
+      const Evaluation e = worker.relaxed.time(plan_of(n, true));
       if (e.feasible) bound = std::min(bound, e.iteration_ns);
     }
     if (bound < n.parent_bound) ++worker.violations;
     bound = std::max(bound, n.parent_bound);
+    if (dominated(bound, n.path)) {  // the bounding plan included: no better (time, position)
+      ++worker.pruned_time;
+      return {};
+    }
+    if (!n.simulated) {
+      n.real = worker.real.cost(plan);  // the same lowering as its time's
+      n.simulated = true;
+    }
     // A plan the rules refuse (a lossily kept map read by a re-run op) is no answer, but the
     // bound still holds for the rest of its subtree.
     const bool allowed =
@@ -560,10 +561,6 @@ class Solver {
         ++worker.solved_by_bound;
         return {};
       }
-    }
-    if (dominated(bound, n.path)) {
-      ++worker.pruned_time;
-      return {};
     }
     if (decided_bound_ && space_.subtree_plans(n.path.size()) >= kLowerBoundSubtreePlans &&
         dominated(decided_maps_bound(n), n.path)) {

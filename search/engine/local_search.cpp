@@ -166,7 +166,8 @@ bool LocalSearch::kick(std::uint64_t first_index) {
     std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + index * 0xC2B2AE3D27D4EB4FULL);
     const Move move = kick_move(result_.plan, rng);
     if (move.empty()) break;
-    const Scored scored = evaluate_moves(result_.plan, result_.evaluation, {move});
+    const Scored scored =
+        evaluate_moves(result_.plan, result_.evaluation, {move}, 0, Answers::kFull);
     if (!was_refused(scored.scores.front()) &&
         !improve(with_move(result_.plan, move, neighbourhood_), scored.scores.front(), index))
       return false;
@@ -320,7 +321,7 @@ std::vector<Move> LocalSearch::round_moves(const sim::Plan& plan,
 // an improvement is taken.
 LocalSearch::Scored LocalSearch::evaluate_moves(const sim::Plan& plan, const Evaluation& evaluation,
                                                 const std::vector<Move>& moves,
-                                                std::size_t first_stage) {
+                                                std::size_t first_stage, Answers answers) {
   Scored out{moves.size(), std::vector<Evaluation>(moves.size()), true};
   for (std::size_t begin = 0, end = 0; begin < moves.size() && out.best == moves.size();
        begin = end) {
@@ -345,7 +346,13 @@ LocalSearch::Scored LocalSearch::evaluate_moves(const sim::Plan& plan, const Eva
         const bool invalid =
             sim::lossy_map_recomputed_from(candidate, view_.feature_maps(), workload_) ||
             !sim::host_update_problem(candidate, workload_).empty();
-        out.scores[i] = invalid ? refused() : evaluators_.local()->cost(candidate);
+        // Answering for improvements, a candidate matters only if it beats `evaluation` or,
+        // not fitting, would run faster (Note [Repair chains]): the others are weighed by
+        // their times alone.
+        Evaluator& evaluator = *evaluators_.local();
+        out.scores[i] = invalid                     ? refused()
+                        : answers == Answers::kFull ? evaluator.cost(candidate)
+                                                    : evaluator.cost(candidate, evaluation);
       });
     });
     evaluated_in_rounds_ += end - begin;

@@ -71,10 +71,14 @@ class LocalSearch {
   // The moves of a round; `first_stage`: how many of them are evaluated first (0: all alike).
   std::vector<Move> round_moves(const sim::Plan& plan, const std::vector<Change>& changes,
                                 Sweep sweep, std::mt19937_64& rng, std::size_t& first_stage);
+  // How evaluate_moves answers: every candidate in full (a kick, which goes on from its plan), or
+  // one that cannot beat the incumbent by its times alone (Evaluator::cost with a bar).
+  enum class Answers { kFull, kImprovements };
   // The moves' scores over `plan`, and the best improving one: the first `first_stage` first,
   // the others only where none of those improves.
   Scored evaluate_moves(const sim::Plan& plan, const Evaluation& evaluation,
-                        const std::vector<Move>& moves, std::size_t first_stage = 0);
+                        const std::vector<Move>& moves, std::size_t first_stage = 0,
+                        Answers answers = Answers::kImprovements);
   bool widen(Sweep& sweep, const std::vector<Change>& changes, std::size_t& idle_random_pairs);
   // Note [Combined improvements]: the best of the round's best move (moves[best]) and the sums
   // of its improving moves over `evaluation`, the incumbent's; with its evaluation.

@@ -31,6 +31,9 @@ struct Evaluation {
   /// search repairs the plans it finds faster than its incumbent (Note [Repair chains] in
   /// search/engine/local_search.cpp).
   sim::Nanoseconds unlimited_ns = 0;
+  /// Answered by Evaluator::cost(plan, bar) from the plan's times alone: it is not better than
+  /// bar, and whether it fits was not checked (`feasible` is false).
+  bool slower_than_bar = false;
 };
 
 }  // namespace memplan::search

@@ -94,6 +94,15 @@ bool same_lowering(const sim::Decision& a, const sim::Decision& b) {
   return a.action == b.action && (a.action == sim::Action::kKeep || a == b);
 }
 
+// A run without device memory's answer (Evaluator::time).
+Evaluation times_of(const sim::Timeline& timeline) {
+  Evaluation e;
+  e.feasible = timeline.feasible;
+  e.iteration_ns = timeline.iteration_ns;
+  e.stall_ns = timeline.stall_ns();
+  return e;
+}
+
 }  // namespace
 
 Evaluation summarize(const sim::Timeline& timeline) {
@@ -121,6 +130,11 @@ Evaluator::Evaluator(const sim::Workload& workload, const sim::Machine& machine,
   // timeline()'s: the stalls with the tensor they wait for, no spans or memory curve.
   timeline_ = totals_;
   timeline_.record_stalls = true;
+  times_ = totals_;
+  times_.device_memory = false;
+  unlimited_ = machine_;
+  unlimited_.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
+  unlimited_.host_memory_bytes.reset();
 }
 
 Evaluator::~Evaluator() = default;
@@ -383,6 +397,35 @@ Evaluation Evaluator::cost(const sim::Plan& plan) {
     e.excess_bytes = std::max<sim::Bytes>(1, t.peak_reserved_bytes - machine_.memory_bytes);
     e.unlimited_ns = t.iteration_ns;
   }
+  return e;
+}
+
+Evaluation Evaluator::time(const sim::Plan& plan) {
+  check_stop();
+  lower(plan);
+  ++count_;
+  return times_of(engine_.run(program_, unlimited_, times_));
+}
+
+Evaluation Evaluator::cost(const sim::Plan& plan, const Evaluation& bar) {
+  if (!bar.feasible) return cost(plan);
+  Evaluation e = time(plan);
+  --count_;  // counted once, below or by cost()
+  // Not better than bar whether it fits or not: no shorter step alone (so no plan for the repair
+  // chains either), and no shorter step back to back, measured only then; not both equal (the
+  // peak decides a tie).
+  bool slower = e.feasible && e.iteration_ns >= bar.iteration_ns;
+  if (slower && measure_step_) {  // from the run time() left in the engine
+    e.step_ns = sim::step_period_ns(engine_, program_, unlimited_, engine_.last_run(),
+                                    totals_.collective_ready_ns);
+    slower = e.step_ns < sim::kMaxNanoseconds && e.step_ns >= bar.step_ns;
+  }
+  if (!slower || (e.iteration_ns == bar.iteration_ns && e.step_ns == bar.step_ns))
+    return cost(plan);
+  ++count_;
+  e.feasible = false;
+  e.unlimited_ns = e.iteration_ns;
+  e.slower_than_bar = true;
   return e;
 }
 

@@ -87,6 +87,19 @@ class Evaluator {
   /// (measure_excess). A caller that needs the time only of plans that fit asks fits() first: a
   /// cost() of the plan fits() last lowered runs that lowering. Counts a plan.
   Evaluation cost(const sim::Plan& plan);
+  /// The plan's step alone without its memory (Note [Runs without device memory] in
+  /// sim/engine.hpp): `iteration_ns` and `stall_ns`, those it takes on a device and a host without
+  /// a memory limit; `feasible` unless the run saturates the clock; no peaks, and no step back to
+  /// back (`step_ns` zero). Counts a plan.
+  Evaluation time(const sim::Plan& plan);
+  /// cost(plan) where the plan may be better than `bar`, a plan that fits (better() in
+  /// search/engine/plan_search.hpp: by the step, then the step alone, then the peak); where its
+  /// times alone show that it is not, and that its step alone is no shorter than bar's (what the
+  /// search's repair chains look for among plans that do not fit, Note [Repair chains]), the
+  /// answer is those times (the step back to back measured as cost() does) with `feasible`
+  /// false and `slower_than_bar` set, its memory not checked. For a bar that does not fit,
+  /// cost(plan). Counts a plan.
+  Evaluation cost(const sim::Plan& plan, const Evaluation& bar);
   /// The plan's timeline (stalls with the tensor they wait for; no spans or memory curve), up to
   /// where memory ran out for a plan that does not fit; valid until the next question. Reuses a
   /// lowering as cost() does. Counts a plan.
@@ -187,6 +200,8 @@ class Evaluator {
   sim::Engine engine_;
   sim::EngineOptions totals_;    // cost()'s engine runs, with the collectives' ready times
   sim::EngineOptions timeline_;  // timeline()'s
+  sim::EngineOptions times_;     // time()'s: no device memory
+  sim::Machine unlimited_;       // time()'s machine: machine_ without memory limits
   MemoryReplay replay_;
   std::unique_ptr<Base> own_base_;
   Base* base_ = nullptr;  // own_base_'s, an owner's (share_base), or null

@@ -4,6 +4,7 @@
 // oracle] in search/oracle/evaluator.cpp), against a lowering and an engine run of the plan. A
 // way of answering that disagrees with the full lowering fails here.
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -12,6 +13,7 @@
 #include "core/feature_maps.hpp"
 #include "core/input_error.hpp"
 #include "core/liveness.hpp"
+#include "search/engine/plan_search.hpp"
 #include "search/oracle/evaluator.hpp"
 #include "search/oracle/resumed_lowering.hpp"
 #include "sim/engine.hpp"
@@ -361,4 +363,89 @@ TEST_CASE("the oracle's answers through a base are a lowering's and the engine's
   CHECK(ways.lowered > kCases);
   CHECK(ways.reused > kCases * 4);
   CHECK(infeasible > kCases);
+}
+
+TEST_CASE(
+    "a plan's times without device memory are its run's, and a bar skips only plans that "
+    "cannot beat it",
+    "[property]") {
+  // Note [Runs without device memory] in sim/engine.hpp: time() against an engine run with the
+  // allocator on a device without a limit (and the plan's own run where it fits); cost(plan, bar)
+  // against cost(plan), with a bar from another random plan that fits, and the step back to back
+  // of the plans it finds slower (a third of the graphs have a host side).
+  constexpr int kCases = 300;
+  int skipped = 0;
+  int answered = 0;
+  int back_to_back = 0;
+  for (int seed = 1; seed <= kCases; ++seed) {
+    CAPTURE(seed);
+    Rng rng(static_cast<std::uint64_t>(seed) + 7919);
+    Workload w = random_workload(rng);
+    if (seed % 3 == 0) {
+      for (Op& op : w.ops) {
+        const bool waits = uniform(rng, 0, 4) == 0;
+        op.host = HostSide{uniform(rng, 0, seed % 6 == 0 ? 3000 : 100), waits,
+                           waits ? uniform(rng, 0, 2000) : 0};
+      }
+    }
+    const Bytes peak = incore_peak(w).bytes;
+    Machine m;
+    m.memory_bytes = uniform(rng, peak / 2 + 512, peak * 2 + 4096);
+    if (uniform(rng, 0, 3) == 0) m.allocator = AllocatorModel::kCaching;
+    m.link.h2d_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+    m.link.d2h_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+    Machine unlimited = m;
+    unlimited.memory_bytes = std::int64_t{1} << 50;
+    unlimited.host_memory_bytes.reset();
+    Evaluator oracle(w, m);
+    Evaluator reference(w, m);
+    oracle.measure_step(true);
+    reference.measure_step(true);
+    Lowerer lowerer(w);
+    Engine engine;
+    Program program;
+    std::optional<Evaluation> bar;
+    for (int k = 0; k < 8; ++k) {
+      CAPTURE(k);
+      const Plan plan = random_plan(w, rng);
+      lowerer.lower(plan, program);
+      const Timeline& run = engine.run(program, unlimited, EngineOptions::totals());
+      const Evaluation times = oracle.time(plan);
+      REQUIRE(times.feasible == run.feasible);
+      REQUIRE(times.iteration_ns == run.iteration_ns);
+      REQUIRE(times.stall_ns == run.stall_ns());
+      REQUIRE(times.peak_bytes == 0);
+      REQUIRE(times.step_ns == 0);
+      const Nanoseconds step = run.feasible ? step_period_ns(engine, program, unlimited, run) : 0;
+      const Evaluation full = reference.cost(plan);
+      if (full.feasible) {
+        REQUIRE(times.iteration_ns == full.iteration_ns);
+        REQUIRE(step == full.step_ns);
+      }
+      if (bar) {
+        const Evaluation against = oracle.cost(plan, *bar);
+        if (against.slower_than_bar) {
+          ++skipped;
+          REQUIRE_FALSE(against.feasible);
+          REQUIRE_FALSE(memplan::search::better(full, *bar));
+          REQUIRE(against.iteration_ns == times.iteration_ns);
+          REQUIRE(against.unlimited_ns >= bar->iteration_ns);
+          REQUIRE(against.step_ns == step);
+          back_to_back += program.host.active() && step != times.iteration_ns ? 1 : 0;
+        } else {
+          ++answered;
+          REQUIRE(against.feasible == full.feasible);
+          REQUIRE(against.step_ns == full.step_ns);
+          REQUIRE(against.iteration_ns == full.iteration_ns);
+          REQUIRE(against.peak_reserved_bytes == full.peak_reserved_bytes);
+          REQUIRE(against.oom_op == full.oom_op);
+        }
+      }
+      if (full.feasible && (!bar || uniform(rng, 0, 1) == 0)) bar = full;
+    }
+  }
+  CAPTURE(skipped, answered, back_to_back);
+  CHECK(skipped > kCases);
+  CHECK(answered > kCases);
+  CHECK(back_to_back > kCases / 20);
 }
