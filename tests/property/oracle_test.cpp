@@ -295,6 +295,17 @@ void require_engines_answers(Evaluator& oracle, const Workload& w, const Plan& p
   REQUIRE(got.stalls.size() == want.stalls.size());
 }
 
+// A device of between `least` and `most` bytes (a quarter with the caching allocator) and links of
+// 0.1 to 20 GB/s each way.
+Machine random_machine(Rng& rng, Bytes least, Bytes most) {
+  Machine m;
+  m.memory_bytes = uniform(rng, least, most);
+  if (uniform(rng, 0, 3) == 0) m.allocator = AllocatorModel::kCaching;
+  m.link.h2d_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+  m.link.d2h_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("the oracle's answers through a base are a lowering's and the engine's", "[property]") {
@@ -314,11 +325,7 @@ TEST_CASE("the oracle's answers through a base are a lowering's and the engine's
     const auto kind = static_cast<BaseKind>(uniform(rng, 0, 2));
     const Plan base = base_plan(w, kind, rng);
     const Bytes peak = incore_peak(w).bytes;
-    Machine m;
-    m.memory_bytes = uniform(rng, peak / 3 + 512, peak * 2 + 4096);
-    if (uniform(rng, 0, 3) == 0) m.allocator = AllocatorModel::kCaching;
-    m.link.h2d_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
-    m.link.d2h_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+    const Machine m = random_machine(rng, peak / 3 + 512, peak * 2 + 4096);
     Evaluator oracle(w, m);
     oracle.rebase(base);
     Evaluator helper(w, m);
@@ -389,11 +396,7 @@ TEST_CASE(
       }
     }
     const Bytes peak = incore_peak(w).bytes;
-    Machine m;
-    m.memory_bytes = uniform(rng, peak / 2 + 512, peak * 2 + 4096);
-    if (uniform(rng, 0, 3) == 0) m.allocator = AllocatorModel::kCaching;
-    m.link.h2d_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
-    m.link.d2h_bytes_per_s = static_cast<double>(uniform(rng, 100, 20000)) * 1e6;
+    const Machine m = random_machine(rng, peak / 2 + 512, peak * 2 + 4096);
     Machine unlimited = m;
     unlimited.memory_bytes = std::int64_t{1} << 50;
     unlimited.host_memory_bytes.reset();
