@@ -130,8 +130,8 @@ Evaluator::Evaluator(const sim::Workload& workload, const sim::Machine& machine,
   // timeline()'s: the stalls with the tensor they wait for, no spans or memory curve.
   timeline_ = totals_;
   timeline_.record_stalls = true;
-  times_ = totals_;
-  times_.device_memory = false;
+  times_ = sim::EngineOptions::times();
+  times_.collective_ready_ns = totals_.collective_ready_ns;
   unlimited_ = machine_;
   unlimited_.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
   unlimited_.host_memory_bytes.reset();
@@ -391,9 +391,7 @@ Evaluation Evaluator::cost(const sim::Plan& plan) {
   }
   if (const Watcher* w = watcher.load(std::memory_order_relaxed)) (*w)(machine_, e);
   if (!e.feasible && measure_excess_) {
-    sim::Machine unlimited = machine_;
-    unlimited.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
-    const sim::Timeline& t = engine_.run(program_, unlimited, totals_);
+    const sim::Timeline& t = engine_.run(program_, unlimited_, totals_);
     e.excess_bytes = std::max<sim::Bytes>(1, t.peak_reserved_bytes - machine_.memory_bytes);
     e.unlimited_ns = t.iteration_ns;
   }
@@ -401,21 +399,24 @@ Evaluation Evaluator::cost(const sim::Plan& plan) {
 }
 
 Evaluation Evaluator::time(const sim::Plan& plan) {
+  ++count_;
+  return uncounted_time(plan);
+}
+
+Evaluation Evaluator::uncounted_time(const sim::Plan& plan) {
   check_stop();
   lower(plan);
-  ++count_;
   return times_of(engine_.run(program_, unlimited_, times_));
 }
 
 Evaluation Evaluator::cost(const sim::Plan& plan, const Evaluation& bar) {
   if (!bar.feasible) return cost(plan);
-  Evaluation e = time(plan);
-  --count_;  // counted once, below or by cost()
+  Evaluation e = uncounted_time(plan);
   // Not better than bar whether it fits or not: no shorter step alone (so no plan for the repair
   // chains either), and no shorter step back to back, measured only then; not both equal (the
   // peak decides a tie).
   bool slower = e.feasible && e.iteration_ns >= bar.iteration_ns;
-  if (slower && measure_step_) {  // from the run time() left in the engine
+  if (slower && measure_step_) {  // from the run just made, which the engine holds
     e.step_ns = sim::step_period_ns(engine_, program_, unlimited_, engine_.last_run(),
                                     totals_.collective_ready_ns);
     slower = e.step_ns < sim::kMaxNanoseconds && e.step_ns >= bar.step_ns;

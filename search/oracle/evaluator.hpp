@@ -179,6 +179,8 @@ class Evaluator {
   struct Expected;
 
   void check_stop() const;
+  /// time() without counting a plan: the caller counts it.
+  Evaluation uncounted_time(const sim::Plan& plan);
   static void diff(const sim::Plan& base, const sim::Plan& plan, Change& out);
   bool prepare(const Change& change);
   std::optional<Evaluation> from_base(const sim::Plan& plan, Scratch& scratch,
@@ -201,7 +203,7 @@ class Evaluator {
   sim::EngineOptions totals_;    // cost()'s engine runs, with the collectives' ready times
   sim::EngineOptions timeline_;  // timeline()'s
   sim::EngineOptions times_;     // time()'s: no device memory
-  sim::Machine unlimited_;       // time()'s machine: machine_ without memory limits
+  sim::Machine unlimited_;       // machine_ without memory limits: time()'s, and the excess's
   MemoryReplay replay_;
   std::unique_ptr<Base> own_base_;
   Base* base_ = nullptr;  // own_base_'s, an owner's (share_base), or null
