@@ -118,6 +118,7 @@ int run_exact(const sim::Workload& workload, const sim::Machine& machine,
     j["pruned_memory"] = result.pruned_memory;
     j["pruned_time"] = result.pruned_time;
     j["pruned_lower_bound"] = result.pruned_lower_bound;
+    j["lower_bound_solves"] = result.lower_bound_solves;
     j["solved_by_bound"] = result.solved_by_bound;
     j["bound_violations"] = result.bound_violations;
     j["search_s"] = result.elapsed_s;

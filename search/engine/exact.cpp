@@ -77,6 +77,7 @@
 
 #include "core/check.hpp"
 #include "memory/device_arena.hpp"
+#include "search/engine/cut_odds.hpp"
 #include "search/parallel.hpp"
 #include "search/policies/network_view.hpp"
 #include "search/policies/policy.hpp"
@@ -85,10 +86,6 @@ namespace memplan::search {
 namespace {
 
 constexpr std::size_t kOpenNodesPerThread = 16;
-// The bound of a node's decided maps is a linear program (a fraction of a millisecond and up),
-// where a small step's simulation takes microseconds: it is solved only at a node whose subtree
-// holds at least this many plans, where a cut saves more than it costs.
-constexpr double kLowerBoundSubtreePlans = 256;
 
 // One option of a variable: for a map its action (and encoding or prefetch point); for an op
 // with alternative algorithms the algorithm (-1: the default).
@@ -349,7 +346,8 @@ struct Worker {
   Evaluator real;
   Evaluator relaxed;  // relaxed plans' times (Evaluator::time: an unlimited device)
   std::size_t explored = 0, pruned_memory = 0, pruned_time = 0, pruned_lower_bound = 0,
-              solved_by_bound = 0, violations = 0;
+              solved_by_bound = 0, violations = 0, lower_bound_solves = 0;
+  CutOdds bound_odds;  // where the decided maps' bound is solved
 };
 
 class Solver {
@@ -419,6 +417,7 @@ class Solver {
       result.explored += w->explored;
       result.pruned_memory += w->pruned_memory;
       result.pruned_time += w->pruned_time;
+      result.lower_bound_solves += w->lower_bound_solves;
       result.pruned_lower_bound += w->pruned_lower_bound;
       result.solved_by_bound += w->solved_by_bound;
       result.bound_violations += w->violations;
@@ -562,10 +561,15 @@ class Solver {
         return {};
       }
     }
-    if (decided_bound_ && space_.subtree_plans(n.path.size()) >= kLowerBoundSubtreePlans &&
-        dominated(decided_maps_bound(n), n.path)) {
-      ++worker.pruned_lower_bound;
-      return {};
+    if (decided_bound_ &&
+        worker.bound_odds.worth_solving(n.path.size(), space_.subtree_plans(n.path.size()))) {
+      ++worker.lower_bound_solves;
+      const bool cut = dominated(decided_maps_bound(n), n.path);
+      worker.bound_odds.record(n.path.size(), cut);
+      if (cut) {
+        ++worker.pruned_lower_bound;
+        return {};
+      }
     }
     const std::size_t depth = n.path.size();
     if (depth == space_.variables().size()) return {};
