@@ -59,8 +59,8 @@ struct ExactResult {
   /// Subtrees cut by the lower bound of search/bound/ over the plans with the node's decided maps
   /// (DecidedMapsBound).
   std::size_t pruned_lower_bound = 0;
-  /// How often that bound was solved: at the nodes where it was worth its cost (Note [When the
-  /// decided maps' bound is solved] in exact.cpp).
+  /// How often that bound was solved: at the nodes where it was worth its cost (CutOdds,
+  /// search/engine/cut_odds.hpp).
   std::size_t lower_bound_solves = 0;
   std::size_t solved_by_bound = 0;  // subtrees whose bounding plan fits (hence is their optimum)
   /// Children whose time bound came out below their parent's: the bound's monotonicity failed
