@@ -2,6 +2,9 @@
 
 #include <stdexcept>
 
+#include "core/feature_maps.hpp"
+#include "core/liveness.hpp"
+
 namespace memplan::test {
 
 using namespace memplan::sim;
@@ -42,6 +45,14 @@ Machine test_machine(Bytes memory_bytes, double bytes_per_s, Nanoseconds latency
   m.link.d2h_bytes_per_s = bytes_per_s;
   m.link.latency_ns = latency_ns;
   return m;
+}
+
+Machine keeping_maps(const Workload& w, Bytes kept, Bytes of) {
+  Bytes maps = 0;
+  for (const FeatureMap& fm : find_feature_maps(w)) maps += w.tensor(fm.tensor).bytes;
+  MachineOverrides overrides;
+  overrides.memory_bytes = incore_peak(w).bytes - maps * (of - kept) / of;
+  return make_machine(w.device, overrides);
 }
 
 Simulation simulate(const Workload& w, const Plan& plan, const Machine& machine) {

@@ -39,6 +39,10 @@ sim::Plan zero_offload_plan(const sim::Workload& w);
 sim::Machine test_machine(sim::Bytes memory_bytes, double bytes_per_s = 1e9,
                           sim::Nanoseconds latency_ns = 0);
 
+/// The device of `w` (make_machine) with room for `kept` / `of` of its feature-map bytes: its
+/// in-core peak less the rest of them ("60 / 40 / 25% of the feature-map bytes").
+sim::Machine keeping_maps(const sim::Workload& w, sim::Bytes kept, sim::Bytes of);
+
 using Simulation = sim::Simulation;
 
 /// The sum of every op's duration: a step's device time with nothing overlapped or stalled.

@@ -13,8 +13,6 @@
 
 #include "core/basic_plans.hpp"
 #include "core/input_error.hpp"
-#include "core/liveness.hpp"
-#include "core/machine.hpp"
 #include "io/plan_io.hpp"
 #include "io/trace_io.hpp"
 #include "search/engine/exact.hpp"
@@ -331,11 +329,7 @@ TEST_CASE("exact mode keeps solving the decided maps' bound where it cuts", "[se
   request.device = "v100-16gb";
   request.options.batch = 64;
   const Workload w = memplan::zoo::make_workload(request);
-  Bytes maps = 0;
-  for (const FeatureMap& fm : find_feature_maps(w)) maps += w.tensor(fm.tensor).bytes;
-  MachineOverrides overrides;
-  overrides.memory_bytes = incore_peak(w).bytes - maps / 10;
-  const Machine m = make_machine(w.device, overrides);
+  const Machine m = keeping_maps(w, 9, 10);
   ExactOptions o = exact_options(1);
   o.time_limit_s = 3;
   const ExactResult r = solve_exact(w, m, o);

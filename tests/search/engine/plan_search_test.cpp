@@ -184,11 +184,7 @@ TEST_CASE("compound moves: summed improvements and repaired plans beat one move 
   request.device = "v100-16gb";
   request.options.batch = 16;
   const Workload w = memplan::zoo::make_workload(request);
-  Bytes maps = 0;
-  for (const FeatureMap& fm : find_feature_maps(w)) maps += w.tensor(fm.tensor).bytes;
-  MachineOverrides overrides;
-  overrides.memory_bytes = incore_peak(w).bytes - maps * 3 / 4;
-  const Machine m = make_machine(w.device, overrides);
+  const Machine m = keeping_maps(w, 1, 4);
   SearchOptions o = quick(2, true);
   o.time_limit_s = 600;  // the rounds end it
   o.max_rounds = 30;
