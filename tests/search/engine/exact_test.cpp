@@ -320,9 +320,9 @@ TEST_CASE("random instances: nothing beats the exact optimum, the heuristic is w
 }
 
 // CutOdds (search/engine/cut_odds.hpp): where the bound of the decided maps cuts, exact mode
-// keeps solving it. AlexNet b64 on a V100 at 90% of its
-// feature-map bytes (18 maps): in release it cuts 3 nodes in the first 0.3 s, 240 in 1 s, one
-// solve in five at 1 s; three seconds on one thread leave room for a sanitizer's slowdown.
+// keeps solving it. AlexNet b64 on a V100 at 90% of its feature-map bytes (18 maps): in release
+// it cuts 3 nodes in the first 0.3 s, 240 in 1 s, one solve in five at 1 s; three seconds on one
+// thread leave room for a sanitizer's slowdown.
 TEST_CASE("exact mode keeps solving the decided maps' bound where it cuts", "[search][exact]") {
   memplan::zoo::ZooRequest request;
   request.model = "alexnet";
