@@ -21,7 +21,7 @@ from memplan import _core  # noqa: E402
 from memplan.torch import PlanError, apply, capture, validate  # noqa: E402
 from memplan.torch.capture import memplan_trace, saved_bytes_in_trace  # noqa: E402
 from test_torch_steps import Attention  # noqa: E402
-from torch_support import Tiny  # noqa: E402
+from torch_support import Tiny, with_fixed_durations  # noqa: E402
 
 
 def accumulating_step(micro_batches):
@@ -184,6 +184,7 @@ def test_a_searched_plan_with_host_placement_of_an_accumulating_step_is_bitwise(
     # the host too; each is brought back for every group of its uses, one per phase of each
     # micro-batch (Note [Host placement]).
     model, batch, opt, step, captured = attention_setup(2)
+    with_fixed_durations(captured.trace)
     found = memplan.search(captured, memory="35%", time_limit=30, rounds=4, deterministic=True)
     assert found.feasible
     plan = found.plan.to_dict()

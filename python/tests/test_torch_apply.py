@@ -31,7 +31,7 @@ from memplan.torch.models import GPT  # noqa: E402
 from memplan.torch.recorder import StepRecorder  # noqa: E402
 from memplan.torch.saved_bytes import feature_maps  # noqa: E402
 from memplan.torch.validate import DoesNotFit, validate  # noqa: E402
-from torch_support import Tiny  # noqa: E402
+from torch_support import Tiny, with_fixed_durations  # noqa: E402
 
 
 def capture_setup(model, batch, loss_fn=F.cross_entropy, adam=False):
@@ -408,17 +408,6 @@ def test_host_placement_is_taken_and_a_host_update_the_reader_refuses_is_one_lin
     with pytest.raises(PlanError, match="on the device") as error:
         apply(model, plan, captured)
     assert "\n" not in str(error.value)
-
-
-def with_fixed_durations(trace):
-    """The trace, changed in place (validate reads it too), with every op's duration a function of
-    the bytes it writes (2 us + 1 ns a byte) instead of the CPU time captured: the search's plan
-    then depends on the model alone, not on the machine's load while it was captured (a loaded
-    machine once gave a plan without fp16)."""
-    bytes_of = {t["id"]: t["bytes"] for t in trace["tensors"]}
-    for op in trace["ops"]:
-        op["duration_ns"] = 2000 + sum(bytes_of[t] for t in op["outputs"])
-    return trace
 
 
 def test_gpt_block_search_with_fp16_measures_its_peak_within_the_tolerance():

@@ -25,7 +25,7 @@ from memplan.torch.capture import memplan_trace, run_step  # noqa: E402
 from memplan.torch.models import GPT  # noqa: E402
 from memplan.torch.recorder import storage_bytes  # noqa: E402
 from memplan.torch.validate import validate  # noqa: E402
-from torch_support import Tiny  # noqa: E402
+from torch_support import Tiny, with_fixed_durations  # noqa: E402
 
 TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
 
@@ -279,6 +279,7 @@ def test_search_plan_without_maps_only_is_carried_out(which):
     model, batch, loss_fn = search_setup(which)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)
     captured = capture(model, batch, loss_fn, opt)
+    with_fixed_durations(captured.trace)
     found = memplan.search(captured, memory="60%", time_limit=20, deterministic=True)
     assert found.feasible
     plan = found.plan.to_dict()
@@ -298,6 +299,7 @@ def test_search_plan_with_adam_updates_on_the_host(which, optimizer, memory, for
     opt = getattr(torch.optim, optimizer)(model.parameters(), lr=1e-3, foreach=foreach)
     captured = capture(model, batch, loss_fn, opt)
     assert update_temporaries(captured.trace) > 0
+    with_fixed_durations(captured.trace)
     found = memplan.search(captured, memory=memory, time_limit=20, deterministic=True)
     assert found.feasible
     plan = found.plan.to_dict()

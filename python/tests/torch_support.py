@@ -20,3 +20,14 @@ class Tiny(nn.Module):
         h = F.max_pool2d(F.relu(self.bn1(self.conv1(x)), inplace=True), 2)
         h = F.relu(self.bn2(self.conv2(h)) + h, inplace=True)
         return self.fc(self.drop(h.flatten(1)))
+
+
+def with_fixed_durations(trace):
+    """The trace, changed in place (validate reads it too), with every op's duration a function of
+    the bytes it writes (2 us + 1 ns a byte) instead of the CPU time captured: the search's plan
+    then depends on the model alone, not on the machine's load while it was captured (loaded
+    machines gave a plan without fp16, and one with Adam's update on the device)."""
+    bytes_of = {t["id"]: t["bytes"] for t in trace["tensors"]}
+    for op in trace["ops"]:
+        op["duration_ns"] = 2000 + sum(bytes_of[t] for t in op["outputs"])
+    return trace
