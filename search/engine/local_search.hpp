@@ -102,6 +102,9 @@ class LocalSearch {
   // kRepairWidth.
   [[nodiscard]] std::vector<Move> relief_moves(const sim::Plan& plan, const Evaluation& at,
                                                const Move& fixed) const;
+  // Note [Repair chains]: the first change of each map and action of `plan`, none to the
+  // variables of `fixed`, the largest maps first; at most kPlacementWidth.
+  [[nodiscard]] std::vector<Move> placement_moves(const sim::Plan& plan, const Move& fixed) const;
 
   const sim::Workload& workload_;
   const sim::Machine& machine_;
