@@ -59,15 +59,24 @@ bool was_refused(const Evaluation& e) {
   return e.oom_bytes_missing == std::numeric_limits<sim::Bytes>::max();
 }
 
-// A change to a variable of `fixed` (Note [Repair chains]: a chain changes each once).
-bool changes_fixed(const Change& c, const Move& fixed) {
-  return std::any_of(fixed.begin(), fixed.end(),
-                     [&](const Change& f) { return f.variable == c.variable; });
-}
-
-// The same map, action and encoding: another prefetch or release point of the same change.
-bool same_action(const Change& a, const Change& b) {
-  return a.map == b.map && a.action == b.action && a.encoding == b.encoding;
+// Note [Repair chains]: (bytes of its map, index) of the first change of each map and action
+// among `changes` that `takes`, none to a variable of `fixed` (a chain changes each once).
+template <class Takes>
+std::vector<std::pair<sim::Bytes, std::size_t>> first_of_each_action(
+    const std::vector<Change>& changes, const Move& fixed, const NetworkView& view, Takes takes) {
+  std::vector<std::pair<sim::Bytes, std::size_t>> ranked;
+  for (std::size_t k = 0; k < changes.size(); ++k) {
+    const Change& c = changes[k];
+    if (c.map < 0 || std::any_of(fixed.begin(), fixed.end(),
+                                 [&](const Change& f) { return f.variable == c.variable; }))
+      continue;
+    if (!ranked.empty()) {  // another prefetch or release point of the same action
+      const Change& last = changes[ranked.back().second];
+      if (last.map == c.map && last.action == c.action && last.encoding == c.encoding) continue;
+    }
+    if (takes(c)) ranked.emplace_back(view.map_bytes(c.map), k);
+  }
+  return ranked;
 }
 
 }  // namespace
@@ -555,13 +564,7 @@ bool LocalSearch::tabu(const Move& move) {
 
 std::vector<Move> LocalSearch::placement_moves(const sim::Plan& plan, const Move& fixed) const {
   const std::vector<Change> changes = neighbourhood_.changes(plan);
-  std::vector<std::pair<sim::Bytes, std::size_t>> ranked;
-  for (std::size_t k = 0; k < changes.size(); ++k) {
-    const Change& c = changes[k];
-    if (c.map < 0 || changes_fixed(c, fixed)) continue;
-    if (!ranked.empty() && same_action(changes[ranked.back().second], c)) continue;
-    ranked.emplace_back(view_.map_bytes(c.map), k);
-  }
+  auto ranked = first_of_each_action(changes, fixed, view_, [](const Change&) { return true; });
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<Move> out;
@@ -576,36 +579,28 @@ std::vector<Move> LocalSearch::relief_moves(const sim::Plan& plan, const Evaluat
   const sim::OpId op = at.oom_op;
   const std::vector<Change> changes = neighbourhood_.changes(plan);
   // (bytes, index in changes): the first relieving change of each map and action.
-  std::vector<std::pair<sim::Bytes, std::size_t>> ranked;
-  for (std::size_t k = 0; k < changes.size(); ++k) {
-    const Change& c = changes[k];
-    if (c.map < 0 || changes_fixed(c, fixed)) continue;
-    if (!ranked.empty() && same_action(changes[ranked.back().second], c)) continue;
+  auto ranked = first_of_each_action(changes, fixed, view_, [&](const Change& c) {
     const auto m = static_cast<std::size_t>(c.map);
     const sim::Decision& d = plan.decisions[m];
     const sim::FeatureMap& fm = view_.feature_maps()[m];
     const sim::OpId last_forward =
         fm.forward_uses.empty() ? view_.producer(c.map) : fm.forward_uses.back();
     const sim::OpId first_backward = fm.backward_uses.front();
-    if (op <= last_forward || op >= first_backward) continue;  // needed on the device at `op`
+    if (op <= last_forward || op >= first_backward) return false;  // needed on the device at `op`
     // A swap's prefetch: the change's point, or the default; the map is back from there on.
     const sim::OpId prefetch = c.prefetch_before != sim::kNoOp
                                    ? c.prefetch_before
                                    : sim::default_prefetch_point(fm, workload_);
     const bool away = c.action != sim::Action::kSwap || prefetch > op;
-    bool relieves = false;
-    if (d.action == sim::Action::kKeep) {
-      relieves = away;
-    } else if (d.action == sim::Action::kSwap) {
-      // Back on the device at `op` now: its prefetch is issued at or before it.
-      const sim::OpId current = d.prefetch_before != sim::kNoOp
-                                    ? d.prefetch_before
-                                    : sim::default_prefetch_point(fm, workload_);
-      relieves = current <= op && away && c.action != sim::Action::kKeep &&
-                 (c.action != sim::Action::kSwap || c.release_before == d.release_before);
-    }
-    if (relieves) ranked.emplace_back(view_.map_bytes(c.map), k);
-  }
+    if (d.action == sim::Action::kKeep) return away;
+    if (d.action != sim::Action::kSwap) return false;
+    // Back on the device at `op` now: its prefetch is issued at or before it.
+    const sim::OpId current = d.prefetch_before != sim::kNoOp
+                                  ? d.prefetch_before
+                                  : sim::default_prefetch_point(fm, workload_);
+    return current <= op && away && c.action != sim::Action::kKeep &&
+           (c.action != sim::Action::kSwap || c.release_before == d.release_before);
+  });
   // Best fit: the maps that alone make up the excess, smallest first, then the others, largest
   // first.
   const sim::Bytes excess = at.excess_bytes;
