@@ -489,7 +489,7 @@ std::pair<sim::Plan, Evaluation> LocalSearch::combine(const sim::Plan& plan,
 // bytes, maps only: the fastest algorithm of `features.3_bwd` needs a 284.77 MiB workspace where
 // 335 MiB are free, the largest block 235.89 MiB, and both maps away-able there already are), so
 // the step tries the first change of each other map and action instead, the largest maps first,
-// up to kPlacementWidth: they free no byte at the op but move where blocks are placed before it
+// up to kPlacementWidth: most free no byte at the op but move where blocks are placed before it
 // (there, two maps kept instead of swapped, dead by that op, make the workspace fit: vDNN's plan
 // of 30.83 ms, where the search settled from two seeds of four, becomes 27.78 ms from every
 // seed). Evaluation::excess_bytes is the arena's top, so the same rule picks among them. A
