@@ -1,11 +1,13 @@
 #include "sim/job_simulation.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
 
 #include "core/check.hpp"
+#include "core/basic_plans.hpp"
 #include "sim/lowering.hpp"
 
 namespace memplan::sim {
@@ -230,6 +232,15 @@ JobRun simulate_job(const Job& job, const std::vector<Plan>& plans,
   run.period_ns = job_period_ns(repeated, run.timeline, starts, programs);
   for (Timeline& tl : run.timeline.ranks) tl.period_ns = run.period_ns;
   return run;
+}
+
+JobRun ideal_job_run(const Job& job, const std::vector<Machine>& machines) {
+  std::vector<Machine> unlimited = machines;
+  for (Machine& m : unlimited) m.memory_bytes = std::numeric_limits<Bytes>::max() / 4;
+  std::vector<Plan> plans;
+  plans.reserve(job.ranks.size());
+  for (const Workload& w : job.ranks) plans.push_back(in_core_plan(w));
+  return simulate_job(job, plans, unlimited, EngineOptions::totals());
 }
 
 }  // namespace memplan::sim

@@ -73,4 +73,9 @@ struct JobRun {
 JobRun simulate_job(const Job& job, const std::vector<Plan>& plans,
                     const std::vector<Machine>& machines, const EngineOptions& options = {});
 
+/// The job in core on devices with unlimited memory (each machine's, with no memory limit),
+/// every rank simulated together: the step every plan is measured against, the rank that sets it
+/// and each rank's arrival at its collectives.
+JobRun ideal_job_run(const Job& job, const std::vector<Machine>& machines);
+
 }  // namespace memplan::sim

@@ -921,6 +921,11 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
   if (cases.size() > 1 && cases.back().fits &&
       (!cases.front().fits || cases.back().bound_ns < cases.front().bound_ns))
     update_waits_for = lift_by_update(workload, machine, options, *host, cases.back(), result);
+  if (cases.size() > 1) {
+    if (cases.back().fits) result.host_update_bound_ns = cases.back().bound_ns;
+  } else if (host_update) {
+    result.host_update_bound_ns = host->floor_ns;  // its program's value is at least its floor
+  }
   result.fits = false;
   for (std::size_t c = 0; c < cases.size(); ++c) {
     const CaseBound& b = cases[c];
@@ -944,6 +949,7 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
     if (host_update && (cases.size() == 1 || cases.back().fits)) {
       periods.push_back(b2b.lifted(host_update_period(workload, machine), *host,
                                    cases.size() > 1 ? &cases.back() : nullptr));
+      result.host_update_period_bound_ns = periods.back().ns;
     }
     result.ideal_period_ns = ideal.period_ns;
     result.period_bound_ns = ideal.period_ns;

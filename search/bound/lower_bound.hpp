@@ -66,6 +66,11 @@ struct LowerBound {
   enum class PeriodFloor : std::uint8_t { kIdealRun, kHostWork, kMemory, kMemoryWaited };
   PeriodFloor period_floor = PeriodFloor::kIdealRun;
   std::string waited_op;
+  /// The plans that update on the host, taken apart (a job's bound needs the two places of the
+  /// update apart: job_bound.hpp): none that fits has a shorter step alone, or back to back where
+  /// there is a host side; nullopt when no plan may update on the host or none of them fits.
+  std::optional<sim::Nanoseconds> host_update_bound_ns;
+  std::optional<sim::Nanoseconds> host_update_period_bound_ns;
   /// The bound of the step plans are ranked by: back to back where there is one, else alone.
   [[nodiscard]] sim::Nanoseconds ranked_bound_ns() const {
     return period_bound_ns.value_or(bound_ns);

@@ -70,15 +70,6 @@ std::vector<std::size_t> JobComparison::ranking() const {
   return order;
 }
 
-sim::JobRun ideal_job_run(const sim::Job& job, const std::vector<sim::Machine>& machines) {
-  std::vector<sim::Machine> unlimited = machines;
-  for (sim::Machine& m : unlimited) m.memory_bytes = std::numeric_limits<sim::Bytes>::max() / 4;
-  std::vector<sim::Plan> plans;
-  plans.reserve(job.ranks.size());
-  for (const sim::Workload& w : job.ranks) plans.push_back(sim::in_core_plan(w));
-  return sim::simulate_job(job, plans, unlimited, sim::EngineOptions::totals());
-}
-
 JobComparisonRow run_job_policy(const Policy& policy, const sim::Job& job,
                                 const std::vector<sim::Machine>& machines,
                                 const std::vector<NetworkView>& views,
@@ -108,7 +99,7 @@ JobComparison compare_job_policies(const sim::Job& job, const std::vector<sim::M
                                    const ComparisonOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   JobComparison result;
-  const sim::JobRun ideal = ideal_job_run(job, machines);
+  const sim::JobRun ideal = sim::ideal_job_run(job, machines);
   result.ideal_ns = ideal.period_ns;
   result.ideal_slowest = ideal.timeline.slowest;
   const std::vector<NetworkView> views = views_of(job);
@@ -124,12 +115,18 @@ JobComparison compare_job_policies(const sim::Job& job, const std::vector<sim::M
                    [&](std::size_t a, std::size_t b) { return all[a].cost > all[b].cost; });
   const int threads = options.threads > 0 ? options.threads : tbb::task_arena::automatic;
   tbb::task_arena arena(arena_concurrency(threads));
+  BoundOptions bound;  // every plan the rows may take: any placement, the encodings given
+  bound.encodings = options.encodings;
   arena.execute([&] {
     parallel_each(
-        0, order.size(),
+        0, order.size() + 1,
         [&](std::size_t k) {
-          const std::size_t p = order[k];
           if (stop.due()) return;
+          if (k == order.size()) {  // the lower bound, beside the policies
+            result.lower_bound = job_lower_bound(job, machines, bound);
+            return;
+          }
+          const std::size_t p = order[k];
           try {
             rows[p] = run_job_policy(all[p], job, machines, views, options.encodings,
                                      result.ideal_ns, &stop);
@@ -152,6 +149,17 @@ JobComparison compare_job_policies(const sim::Job& job, const std::vector<sim::M
   result.cancelled = result.rows.size() < all.size();
   return result;
 }
+
+namespace {
+
+// A row's step back to back against the job's lower bound; nullopt when it does not fit or there
+// is no bound.
+std::optional<double> row_gap(const JobComparison& comparison, const JobComparisonRow& row) {
+  if (!comparison.lower_bound) return std::nullopt;
+  return bound_gap(comparison.lower_bound->job, bounded_job_step(row.run));
+}
+
+}  // namespace
 
 nlohmann::json job_comparison_json(const JobComparison& comparison, const sim::Job& job,
                                    const std::vector<sim::Machine>& machines) {
@@ -176,15 +184,19 @@ nlohmann::json job_comparison_json(const JobComparison& comparison, const sim::J
     j["policy"] = row.policy;
     j["rank"] = place[i];
     j["overhead"] = when(row.overhead);
+    const std::optional<double> gap = row_gap(comparison, row);
+    j["gap"] = gap ? nlohmann::json(*gap) : nlohmann::json(nullptr);
     j["wait_s"] = when(sim::to_seconds(row.wait_ns()));
     j["decide_s"] = row.decide_s;
     j["gave_up"] = gave_up;
     rows.push_back(std::move(j));
   }
-  return {{"ideal_s", sim::to_seconds(comparison.ideal_ns)},
-          {"ideal_slowest_rank", job.rank_of(comparison.ideal_slowest)},
-          {"world_size", job.world_size()},
-          {"rows", std::move(rows)}};
+  nlohmann::json out = {{"ideal_s", sim::to_seconds(comparison.ideal_ns)},
+                        {"ideal_slowest_rank", job.rank_of(comparison.ideal_slowest)},
+                        {"world_size", job.world_size()}};
+  if (comparison.lower_bound) add_bound_fields(out, comparison.lower_bound->job);
+  out["rows"] = std::move(rows);
+  return out;
 }
 
 std::string job_why_not(const JobComparisonRow& row, const sim::Job& job) {
@@ -211,24 +223,29 @@ std::string job_comparison_text(const JobComparison& comparison, const sim::Job&
       job.ranks.size(), job.world_size(), d.backend.empty() ? "" : " (" + d.backend + ")",
       sim::format_bytes(m.memory_bytes), m.link.h2d_bytes_per_s / 1e9, m.link.d2h_bytes_per_s / 1e9,
       sim::to_milliseconds(comparison.ideal_ns), job.rank_of(comparison.ideal_slowest));
+  if (comparison.lower_bound) out += job_bound_text(*comparison.lower_bound, job, {});
   out +=
-      "step: the slowest rank's, back to back; wait: what the ranks waited at collectives for a "
-      "later peer, over every rank; peak: the largest rank's; actions: the slowest rank's plan\n";
+      "step: the slowest rank's, back to back; gap: against the lower bound back to back; wait: "
+      "what the ranks waited at collectives for a later peer, over every rank; peak: the largest "
+      "rank's; actions: the slowest rank's plan\n";
   out += fmt::format(
-      "{:<22} {:>4} {:>12} {:>9} {:>7} {:>11} {:>12} {:>5} {:>5} {:>5} {:>5} {:>9}"
+      "{:<22} {:>4} {:>12} {:>9} {:>8} {:>7} {:>11} {:>12} {:>5} {:>5} {:>5} {:>5} {:>9}"
       "  note\n",
-      "policy", "fits", "step", "overhead", "slowest", "wait", "peak", "keep", "swap", "recmp",
-      "enc", "decide");
+      "policy", "fits", "step", "overhead", "gap", "slowest", "wait", "peak", "keep", "swap",
+      "recmp", "enc", "decide");
   for (const std::size_t i : comparison.ranking()) {
     const JobComparisonRow& row = comparison.rows[i];
     const bool fits = row.feasible();
     const std::size_t shown = row.shown_rank();
     const auto counts = row.decisions[shown].plan.action_counts();
+    const std::optional<double> gap = row_gap(comparison, row);
     out += fmt::format(
-        "{:<22} {:>4} {:>12} {:>9} {:>7} {:>11} {:>12} {:>5} {:>5} {:>5} {:>5} {:>8.3f}s  {}\n",
+        "{:<22} {:>4} {:>12} {:>9} {:>8} {:>7} {:>11} {:>12} {:>5} {:>5} {:>5} {:>5} {:>8.3f}s  "
+        "{}\n",
         row.policy, fits ? "yes" : "no",
         fits ? fmt::format("{:.3f} ms", sim::to_milliseconds(row.step_ns())) : "-",
         fits ? fmt::format("{:+.1f}%", row.overhead * 100) : "-",
+        gap ? fmt::format("{:+.1f}%", *gap * 100) : "-",
         fits ? std::to_string(job.rank_of(shown)) : "-",
         fits ? fmt::format("{:.3f} ms", sim::to_milliseconds(row.wait_ns())) : "-",
         fits ? sim::format_bytes(peak_bytes(row.run)) : "-", counts[0], counts[1], counts[2],

@@ -14,6 +14,7 @@
 
 #include "core/job.hpp"
 #include "core/machine.hpp"
+#include "search/bound/job_bound.hpp"
 #include "search/policies/policy.hpp"
 #include "search/studies/comparison.hpp"
 #include "sim/job_simulation.hpp"
@@ -42,6 +43,9 @@ struct JobComparisonRow {
 struct JobComparison {
   sim::Nanoseconds ideal_ns = 0;  // in-core on devices with unlimited memory: the job's step
   std::size_t ideal_slowest = 0;  // the rank that sets that step (an index into the job's ranks)
+  /// No plans that fit every rank run the job faster (search/bound/job_bound.hpp): each row's
+  /// gap is its step back to back against it; nullopt if cancelled before it was solved.
+  std::optional<JobLowerBound> lower_bound;
   std::vector<JobComparisonRow> rows;  // in policies() order; only the finished ones if cancelled
   bool cancelled = false;
 
@@ -49,11 +53,6 @@ struct JobComparison {
   /// policies() order), then the others.
   [[nodiscard]] std::vector<std::size_t> ranking() const;
 };
-
-/// The job in core on devices with unlimited memory (each machine's, with no memory limit),
-/// every rank simulated together: the step every plan is measured against, the rank that sets it
-/// and each rank's arrival at its collectives.
-sim::JobRun ideal_job_run(const sim::Job& job, const std::vector<sim::Machine>& machines);
 
 /// One policy on every rank of `job` (rank r on machines[r], decided on views[r]), the encodings
 /// applied to each plan, the ranks simulated together; the overhead is taken against `ideal_ns`.
@@ -69,11 +68,13 @@ JobComparisonRow run_job_policy(const Policy& policy, const sim::Job& job,
 JobComparison compare_job_policies(const sim::Job& job, const std::vector<sim::Machine>& machines,
                                    const ComparisonOptions& options = {});
 
-/// `{"ideal_s", "ideal_slowest_rank", "world_size", "rows": [...]}`; each row is
+/// `{"ideal_s", "ideal_slowest_rank", "world_size", "lower_bound_s", "period_lower_bound_s",
+/// "rows": [...]}` (the bound's fields as add_bound_fields writes them); each row is
 /// sim::job_summary_json of its run (feasible, step_s, period_s, slowest_rank, "ranks": each
 /// rank's `memplan simulate --json` fields with "rank", "collectives", and the policy's "note"
 /// and "gave_up" there) plus `policy`, `rank` (1 is best, by the step's wall), `wall_s`,
-/// `overhead`, `wait_s` (over every rank), `decide_s`, `gave_up` (on any rank).
+/// `overhead`, `gap` (its step back to back against the bound; null when it does not fit),
+/// `wait_s` (over every rank), `decide_s`, `gave_up` (on any rank).
 nlohmann::json job_comparison_json(const JobComparison& comparison, const sim::Job& job,
                                    const std::vector<sim::Machine>& machines);
 /// One line per policy, in columns, best first (ranking()); why a job does not fit, rank by rank.

@@ -102,7 +102,7 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
                            const SearchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   JobSearchResult result;
-  const sim::JobRun ideal = ideal_job_run(job, machines);
+  const sim::JobRun ideal = sim::ideal_job_run(job, machines);
   result.ideal_ns = ideal.period_ns;
   result.searched = ideal.timeline.slowest;
   result.search = search_rank(job, machines, ideal, result.searched, options);
@@ -127,6 +127,10 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
   result.searched_run = sim::simulate_job(job, result.plans(), machines);
   result.run = result.searched_run;
   adopt_a_better_policy(job, machines, options, result);
+  BoundOptions bound;  // the search's space
+  bound.encodings = options.encodings;
+  bound.host_placement = options.host_placement;
+  result.lower_bound = job_lower_bound(job, machines, bound);
   result.elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
@@ -158,6 +162,7 @@ nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& jo
   j["rounds"] = s.rounds;
   j["converged"] = s.converged;
   j["search_s"] = result.elapsed_s;
+  add_bound_json(j, result.lower_bound.job, bounded_job_step(result.run));
   for (const SkippedPolicy& skipped : s.skipped)
     j["skipped_policies"][skipped.policy] = skipped.reason;
   return j;
@@ -208,6 +213,7 @@ std::string job_search_text(const JobSearchResult& result, const sim::Job& job,
             : std::string("a job that does not fit"));
   }
   out += sim::job_summary_text(result.run, job, machines, "search");
+  out += job_bound_text(result.lower_bound, job, bounded_job_step(result.run));
   out += fmt::format("{} plans evaluated in {:.2f} s over {} rounds on rank {} ({})\n",
                      result.evaluated, result.elapsed_s, s.rounds, searched, stop_reason(s, 0.0));
   return out;

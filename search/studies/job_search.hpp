@@ -21,6 +21,7 @@
 
 #include "core/job.hpp"
 #include "core/machine.hpp"
+#include "search/bound/job_bound.hpp"
 #include "search/engine/plan_search.hpp"
 #include "sim/job_simulation.hpp"
 
@@ -51,6 +52,10 @@ struct JobSearchResult {
   std::string policy;
   std::vector<sim::Plan> policy_plans;  // that policy's plan per rank, in the job's order
   sim::JobRun run;                      // every rank under the answer's plan (plans()) together
+  /// No plans that fit every rank run the job faster (search/bound/job_bound.hpp), over the
+  /// search's space (its encodings and host placement): the answer's gap is its step back to
+  /// back against it.
+  JobLowerBound lower_bound;
   std::size_t evaluated = 0;            // plans the searches simulated, over every rank's search
   double elapsed_s = 0.0;
 
@@ -69,11 +74,13 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
 /// (where the search's plan came from: "searched", "shared", "own search"; or "policy") and "why"
 /// for an own search, and of the searched rank's search "best_policy",
 /// "best_policy_feasible", "best_policy_iteration_s", "searched_iteration_s" (both priced among
-/// fixed peers), "evaluated", "rounds", "converged", "search_s".
+/// fixed peers), "evaluated", "rounds", "converged", "search_s", and the job's bound and the
+/// answer's gap to it ("lower_bound_s", "period_lower_bound_s", "gap": add_bound_json).
 nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& job,
                                const std::vector<sim::Machine>& machines);
 /// The text report: which rank was searched and how, the best policy against the plan found on
-/// it, where each rank's plan came from, then the job's report (sim::job_summary_text).
+/// it, where each rank's plan came from, then the job's report (sim::job_summary_text) and the
+/// job's lower bound with the answer's gap to it (job_bound_text).
 std::string job_search_text(const JobSearchResult& result, const sim::Job& job,
                             const std::vector<sim::Machine>& machines);
 

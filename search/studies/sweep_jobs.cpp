@@ -65,7 +65,7 @@ void fill_job_outcome(SweepRow& row, const sim::JobRun& run, const sim::Job& job
 }  // namespace
 
 sim::Nanoseconds ideal_job_step_ns(const SweepJobPoint& point) {
-  return ideal_job_run(*point.job, point.machines).period_ns;
+  return sim::ideal_job_run(*point.job, point.machines).period_ns;
 }
 
 void run_job_policy_cell(const SweepJobPoint& point, const Policy& policy,
