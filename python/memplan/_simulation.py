@@ -167,7 +167,9 @@ class Comparison(_tables.JsonFields):
     `period_lower_bound_s` (a step with a host side) none repeats it faster back to back (each row's
     gap is its step against the one of the two its rows are ranked by). For a job, every policy on
     every rank together: each row is the job's simulate summary plus policy, rank (1 is best),
-    overhead, wait_s, decide_s, gave_up; and `ideal_slowest_rank`, `world_size`."""
+    overhead, gap, wait_s, decide_s, gave_up; and `ideal_slowest_rank`, `world_size`, and the
+    job's bounds (`lower_bound_s` of its step alone, `period_lower_bound_s` back to back, what its
+    rows are ranked by and each row's gap is taken against)."""
 
     def __init__(self, comparison):
         self._comparison = comparison

@@ -214,6 +214,12 @@ def test_compare_a_job_is_memplan_compare(dlrm):
     cli = cli_json("compare", path, "--memory", "24MiB")
     assert without(c.data, "decide_s") == without(cli, "decide_s")
     assert c.world_size == 8 and c.ideal_slowest_rank == cli["ideal_slowest_rank"]
+    # The job's lower bound (search/bound/job_bound.hpp): every row that fits is at or over it.
+    fitting = [row for row in c.rows if row["feasible"]]
+    assert fitting and c.period_lower_bound_s > 0
+    for row in fitting:
+        assert row["step_s"] >= c.period_lower_bound_s and row["gap"] >= 0
+        assert row["step_alone_s"] >= c.lower_bound_s
     frame = c.to_dataframe()
     status, csv, err = run_cli("compare", path, "--memory", "24MiB", "--csv")
     assert status == 0, err
@@ -236,6 +242,8 @@ def test_search_a_job_is_memplan_search(dlrm, tmp_path):
     assert not mine.pop("cancelled")
     assert without(mine, "search_s") == without(cli, "search_s")
     assert found.ok and found.searched_rank == cli["searched_rank"]
+    assert found.step_s >= found.period_lower_bound_s
+    assert found.gap == pytest.approx(found.step_s / found.period_lower_bound_s - 1)
     # -o writes each rank's plan (a job plan file); read_plan of a Job reads them, and
     # JobSearchResult.write writes the same bytes.
     assert found.plans == memplan.read_plan(tmp_path / "plan.json", job)

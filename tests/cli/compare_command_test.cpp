@@ -246,6 +246,14 @@ TEST_CASE("memplan compare on a job: every policy on every rank, the ranks toget
   // In core f3 does not fit on either rank: a why-not line per rank.
   CHECK(text.out.find("why not: rank 0: out of device memory at op 'f3'") != std::string::npos);
   CHECK(text.out.find("why not: rank 1: out of device memory at op 'f3'") != std::string::npos);
+  // The job's lower bound (tests/search/bound/job_bound_test.cpp: every plan may place x on the
+  // host here) is the job in core, which rank 0's own bound back to back equals, and each row's
+  // gap to it.
+  CHECK(text.out.find("lower bound 0.011 ms on the step alone (+0.0% over the ideal step alone, "
+                      "0.011 ms), 0.009 ms back to back (the ideal step back to back)\n"
+                      "lower bound set by rank 0's own (2 of 2 ranks bounded, each alone)\n") !=
+        std::string::npos);
+  CHECK(text.out.find(" gap slowest ") != std::string::npos);
 
   const auto json = run_memplan("compare --json " + job);
   REQUIRE(json.exit_status == 0);
@@ -253,10 +261,12 @@ TEST_CASE("memplan compare on a job: every policy on every rank, the ranks toget
   CHECK(j.at("ideal_s") == Approx(9300e-9));
   CHECK(j.at("ideal_slowest_rank") == 1);
   CHECK(j.at("world_size") == 2);
+  CHECK(j.at("lower_bound_s") == Approx(11300e-9));
+  CHECK(j.at("period_lower_bound_s") == Approx(9300e-9));
   REQUIRE(j.at("rows").size() == memplan::test::unsharded_policy_count());
   for (const auto& row : j.at("rows")) {
     for (const char* key : {"policy", "rank", "feasible", "step_s", "step_alone_s", "slowest_rank",
-                            "overhead", "wait_s", "decide_s", "gave_up", "ranks"}) {
+                            "overhead", "gap", "wait_s", "decide_s", "gave_up", "ranks"}) {
       CAPTURE(key);
       CHECK(row.contains(key));
     }
@@ -276,6 +286,7 @@ TEST_CASE("memplan compare on a job: every policy on every rank, the ranks toget
   CHECK(best.at("step_s") == Approx(9300e-9));
   CHECK(best.at("step_alone_s").get<double>() >= 11300e-9);  // no faster alone than in core
   CHECK(best.at("slowest_rank") == 1);
+  CHECK(best.at("gap") == 0.0);
 
   const auto csv = run_memplan("compare --csv " + job);
   REQUIRE(csv.exit_status == 0);

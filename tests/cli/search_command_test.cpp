@@ -46,7 +46,7 @@ TEST_CASE("memplan search on a job: the slowest rank's plan shared, or a better 
        {"policy", "plans_from", "searched_plans_step_s", "feasible", "step_s", "step_alone_s",
         "slowest_rank", "searched_rank", "ideal_s", "searched_rank_step_s", "best_policy",
         "best_policy_feasible", "best_policy_rank_step_s", "evaluated", "rounds", "converged",
-        "search_s", "ranks"}) {
+        "search_s", "lower_bound_s", "period_lower_bound_s", "gap", "ranks"}) {
     CAPTURE(key);
     CHECK(j.contains(key));
   }
@@ -59,6 +59,7 @@ TEST_CASE("memplan search on a job: the slowest rank's plan shared, or a better 
   CHECK(j.at("ideal_s") == Approx(9300e-9));
   CHECK(j.at("step_s") == Approx(9300e-9));
   CHECK(j.at("plans_from") != "search");
+  CHECK(j.at("gap") == 0.0);  // the job in core back to back bounds it (job_bound_test)
   REQUIRE(j.at("ranks").size() == 2);
   CHECK(j.at("ranks")[0].at("plan") == "policy");
   // The plans written are the answer's, one per rank: they simulate the job to the same step.
