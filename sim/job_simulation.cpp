@@ -139,14 +139,31 @@ std::vector<RankStart> recorded_starts(const Job& job) {
 /// each rank's next step starts where its host leaves this one (its device end without a host
 /// side), its streams busy with what is left; the ranks stay coupled through their collectives. The
 /// steps repeat until the ranks' relative starts and backlogs repeat; the period is then the
-/// growth of the earliest start per step.
+/// growth of the earliest start per step. Otherwise some device's backlog grows: a rank's
+/// device, or a rank held at its collectives by a slower one, is the bottleneck while a host runs
+/// ahead, and the period is the growth of the job's end (its latest stream's) per step, once it
+/// repeats, else averaged over the steps run. (A host that runs ahead leaves earlier each step,
+/// so the earliest start grows at that host's rate, not the job's.)
 Nanoseconds job_period_ns(JointStep& joint, const JobTimeline& first, std::vector<RankStart> starts,
                           const std::vector<const Program*>& programs) {
   constexpr int kMaxSteps = 16;
   const JobTimeline* step = &first;
   JobTimeline next;
   Nanoseconds grown = 0;  // the earliest start of the step just run, from the first step's
+  Nanoseconds first_end = 0;
+  Nanoseconds end = 0;      // the job's end (its latest stream's) in the step just run
+  Nanoseconds growth = -1;  // of the job's end over the step before
   for (int k = 1; k <= kMaxSteps; ++k) {
+    Nanoseconds ends = 0;
+    for (std::size_t r = 0; r < programs.size(); ++r) {
+      const std::vector<Nanoseconds>& streams = step->ranks[r].stream_end_ns;
+      const Nanoseconds latest =
+          streams.empty() ? 0 : *std::max_element(streams.begin(), streams.end());
+      ends = std::max(ends, add_ns(starts[r].offset_ns, latest));
+    }
+    const Nanoseconds previous_end = end;
+    end = add_ns(grown, ends);
+    if (k == 1) first_end = end;
     std::vector<RankStart> following(programs.size());
     for (std::size_t r = 0; r < programs.size(); ++r) {
       const Timeline& tl = step->ranks[r];
@@ -169,15 +186,22 @@ Nanoseconds job_period_ns(JointStep& joint, const JobTimeline& first, std::vecto
                                                        [](Nanoseconds x) { return x == 0; })));
         });
     if (same) return base;  // the fixed point
+    if (k >= 2 && end < kMaxNanoseconds) {
+      // A backlog grows by the same every step, faster than the earliest start: that device's
+      // rate is the job's.
+      if (end - previous_end == growth && growth > base) return growth;
+      growth = end - previous_end;
+    }
     if (k == kMaxSteps) break;
     starts = std::move(following);
     next = joint.run(starts);
     if (!next.feasible) return 0;
     step = &next;
   }
-  // Still moving: a backlog that grows every step (the device is the bottleneck); the period is
-  // the growth per step, averaged over the steps run.
-  return grown / kMaxSteps;
+  // Still moving: a backlog that grows every step (a device is the bottleneck); the period is
+  // the growth of the job's end per step, averaged over the steps run.
+  if (end >= kMaxNanoseconds) return kMaxNanoseconds;
+  return std::max(grown / kMaxSteps, (end - first_end) / (kMaxSteps - 1));
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 // speeds. A third of the graphs have a host side (each op dispatched after a random host time,
 // the host waiting for the device after one op in five), where the bound back to back may not
 // exceed a plan's step back to back either (some of those bounds lifted over the ideal step back
-// to back by the memory).
+// to back by the memory). The plans that update on the host are held to that case's own bound as
+// well (LowerBound::host_update_bound_ns, host_update_period_bound_ns).
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -98,6 +99,7 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
   int host_update_bound = 0;
   int update_waits = 0;  // host update bounds lifted by the update's wait for a late gradient
   int checked_back_to_back = 0;
+  int checked_host_update = 0;  // plans that update on the host, against their case's bound
   // Bounds back to back over their ideal runs' by the memory: one step's run on the compute
   // stream, or the host's wait for an op.
   int memory_period = 0;
@@ -153,6 +155,16 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
           ++checked_back_to_back;
         }
         ++checked;
+        if (plan.host_update) {
+          // The plans that update on the host, apart (a job's bound takes them so).
+          REQUIRE(bound.host_update_bound_ns);
+          REQUIRE(*bound.host_update_bound_ns <= timeline.iteration_ns);
+          if (bound.period_bound_ns) {
+            REQUIRE(bound.host_update_period_bound_ns);
+            REQUIRE(*bound.host_update_period_bound_ns <= timeline.period_ns);
+          }
+          ++checked_host_update;
+        }
         if (!plan.host_tensors.empty() || plan.host_update) continue;
         REQUIRE(on_device.fits);
         REQUIRE(on_device.bound_ns <= timeline.iteration_ns);
@@ -162,6 +174,7 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
   }
   CHECK(checked > kCases * 3);
   CHECK(checked_back_to_back > kCases);
+  CHECK(checked_host_update > kCases / 10);
   // Not a test of the ideal step alone: about half the devices are below the in-core peak, and a
   // fifth of those need more time than the ideal step (on the others the copies hide).
   CHECK(pressure > kCases);

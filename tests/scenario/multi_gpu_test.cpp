@@ -365,6 +365,27 @@ TEST_CASE("ranks start their step where the job recorded it", "[scenario][job]")
   CHECK(job.period_ns == 4600);
 }
 
+TEST_CASE("back to back, a host that runs ahead does not set the job's period", "[scenario][job]") {
+  // Rank 0 has a host side that launches each op 100 ns after the one before and never waits:
+  // f1 at 100 [100, 1100], f2 [1100, 1200], ag launched at 300 arrives at 1200; its host is done
+  // at 600 (the sixth launch). Rank 1 (f1 3000, no host side) arrives at 3100: ag [3100, 3600] on
+  // both, then f3, g3, g1: both ranks end at 6600, the step alone.
+  std::vector<Workload> ranks{gather_rank(0, 1000), gather_rank(1, 3000)};
+  for (Op& op : ranks[0].ops) op.host = HostSide{100, false, 0};
+  const std::vector<Plan> plans{plan_with(ranks[0], {}), plan_with(ranks[1], {})};
+  const JobRun job = run_job(ranks, plans, test_machine(kPlenty));
+  REQUIRE(job.timeline.feasible);
+  CHECK(job.timeline.ranks[0].host_end_ns == 600);
+  CHECK(job.timeline.step_ns == 6600);
+  CHECK(job.timeline.ranks[0].iteration_ns == 6600);
+  // Back to back rank 0's host starts a step every 600 ns, but its device meets rank 1 at the
+  // gather each step: rank 1 starts its next step at 6600 and arrives at 9700, and rank 0's g1
+  // ends 3500 later, at 13200, 6600 after the first step's end; and so every step. Rank 0's
+  // backlog grows by 6000 a step: the job's period is the growth of its end, 6600, not that of
+  // its earliest start (600, the host running ahead).
+  CHECK(job.period_ns == 6600);
+}
+
 TEST_CASE("a buffer a side stream wrote goes after its last use once the stream was joined",
           "[scenario][streams]") {
   // ag (nccl stream) writes c; f3 waits for ag (it reads c) and is c's last use: the compute stream
