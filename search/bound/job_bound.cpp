@@ -121,6 +121,11 @@ JobLowerBound job_lower_bound(const sim::Job& job, const std::vector<sim::Machin
   return out;
 }
 
+nlohmann::json setting_rank_json(const JobLowerBound& bound, const sim::Job& job) {
+  return bound.setting_rank ? nlohmann::json(job.rank_of(*bound.setting_rank))
+                            : nlohmann::json(nullptr);
+}
+
 std::string job_bound_text(const JobLowerBound& bound, const sim::Job& job,
                            const BoundedStep& step) {
   std::string out = bound_text(bound.job, step);

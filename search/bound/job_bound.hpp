@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/job.hpp"
 #include "core/machine.hpp"
 #include "search/bound/lower_bound.hpp"
@@ -44,6 +46,10 @@ JobLowerBound job_lower_bound(const sim::Job& job, const std::vector<sim::Machin
 
 /// A job's run as the bound measures it: its step alone and back to back.
 BoundedStep bounded_job_step(const sim::JobRun& run);
+
+/// What `--json` says sets the job's bound (`lower_bound_rank`): the global rank whose own bound
+/// sets it back to back, or null where the job in core does.
+nlohmann::json setting_rank_json(const JobLowerBound& bound, const sim::Job& job);
 
 /// bound_text of the job's bound and `step`, then one line on what sets it: "lower bound set by
 /// rank 3's own (4 of 4 ranks bounded, each alone)", or by the job in core.

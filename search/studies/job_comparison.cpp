@@ -194,7 +194,10 @@ nlohmann::json job_comparison_json(const JobComparison& comparison, const sim::J
   nlohmann::json out = {{"ideal_s", sim::to_seconds(comparison.ideal_ns)},
                         {"ideal_slowest_rank", job.rank_of(comparison.ideal_slowest)},
                         {"world_size", job.world_size()}};
-  if (comparison.lower_bound) add_bound_fields(out, comparison.lower_bound->job);
+  if (comparison.lower_bound) {
+    add_bound_fields(out, comparison.lower_bound->job);
+    out["lower_bound_rank"] = setting_rank_json(*comparison.lower_bound, job);
+  }
   out["rows"] = std::move(rows);
   return out;
 }

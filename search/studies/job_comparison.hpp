@@ -69,7 +69,8 @@ JobComparison compare_job_policies(const sim::Job& job, const std::vector<sim::M
                                    const ComparisonOptions& options = {});
 
 /// `{"ideal_s", "ideal_slowest_rank", "world_size", "lower_bound_s", "period_lower_bound_s",
-/// "rows": [...]}` (the bound's fields as add_bound_fields writes them); each row is
+/// "lower_bound_rank", "rows": [...]}` (the bound's fields as add_bound_fields and
+/// setting_rank_json write them); each row is
 /// sim::job_summary_json of its run (feasible, step_s, period_s, slowest_rank, "ranks": each
 /// rank's `memplan simulate --json` fields with "rank", "collectives", and the policy's "note"
 /// and "gave_up" there) plus `policy`, `rank` (1 is best, by the step's wall), `wall_s`,

@@ -163,6 +163,7 @@ nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& jo
   j["converged"] = s.converged;
   j["search_s"] = result.elapsed_s;
   add_bound_json(j, result.lower_bound.job, bounded_job_step(result.run));
+  j["lower_bound_rank"] = setting_rank_json(result.lower_bound, job);
   for (const SkippedPolicy& skipped : s.skipped)
     j["skipped_policies"][skipped.policy] = skipped.reason;
   return j;

@@ -75,7 +75,8 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
 /// for an own search, and of the searched rank's search "best_policy",
 /// "best_policy_feasible", "best_policy_iteration_s", "searched_iteration_s" (both priced among
 /// fixed peers), "evaluated", "rounds", "converged", "search_s", and the job's bound and the
-/// answer's gap to it ("lower_bound_s", "period_lower_bound_s", "gap": add_bound_json).
+/// answer's gap to it ("lower_bound_s", "period_lower_bound_s", "gap": add_bound_json;
+/// "lower_bound_rank": setting_rank_json).
 nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& job,
                                const std::vector<sim::Machine>& machines);
 /// The text report: which rank was searched and how, the best policy against the plan found on

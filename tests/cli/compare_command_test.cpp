@@ -263,6 +263,7 @@ TEST_CASE("memplan compare on a job: every policy on every rank, the ranks toget
   CHECK(j.at("world_size") == 2);
   CHECK(j.at("lower_bound_s") == Approx(11300e-9));
   CHECK(j.at("period_lower_bound_s") == Approx(9300e-9));
+  CHECK(j.at("lower_bound_rank") == 0);
   REQUIRE(j.at("rows").size() == memplan::test::unsharded_policy_count());
   for (const auto& row : j.at("rows")) {
     for (const char* key : {"policy", "rank", "feasible", "step_s", "step_alone_s", "slowest_rank",

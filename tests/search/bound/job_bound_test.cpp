@@ -98,6 +98,7 @@ TEST_CASE("golden job bound: each rank's own bound, and the job in core above th
   CHECK(j.at("lower_bound_s") == Approx(11300e-9));
   CHECK(j.at("period_lower_bound_s") == Approx(9300e-9));
   CHECK(j.at("gap") == 0.0);
+  CHECK(j.at("lower_bound_rank") == 0);
   CHECK_THAT(job_search_text(found, job, machines),
              Catch::Contains("0.009 ms back to back (the ideal step back to back): within 0.0% of "
                              "the best possible\nlower bound set by rank 0's own (2 of 2 ranks "
