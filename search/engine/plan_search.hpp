@@ -77,7 +77,8 @@ struct SearchOptions {
   /// most `gap`, Note [Plan search], stopping within the gap): no plan of the space is more than
   /// that faster. Only where the bound bounds what the search minimises: a step without a host
   /// side (whose step back to back is its step alone), priced alone. 0: stop only on reaching the
-  /// bound itself.
+  /// bound itself; below 0, never. A job's search (search/studies/job_search.hpp) takes it of the
+  /// job's bound.
   double gap = 0.005;
 };
 

@@ -64,28 +64,42 @@ const char* source_name(RankPlan::Source source) {
 // blind to what a shared plan costs a rank that has no wait to hide it in: on late_gather_job the
 // swap that rank 1 hides in its wait at the gather slows rank 0, which sets the job's period
 // back to back (9600 ns), while each rank deciding for itself (a policy in `memplan compare`)
-// gives the ideal 9300 ns. So the job's search ends with compare's rows, each rank its own
-// decision and the ranks together, and takes the best row's plans when they make the job's step
-// (the period, what a training loop sees) shorter. Rows in policies() order break ties, and the
-// search's plans win a tie.
-void adopt_a_better_policy(const sim::Job& job, const std::vector<sim::Machine>& machines,
-                           const SearchOptions& options, JobSearchResult& result) {
+// gives the ideal 9300 ns. So the job's search weighs compare's rows, each rank its own decision
+// and the ranks together, and takes the best row's plans when they make the job's step (the
+// period, what a training loop sees) shorter. Rows in policies() order break ties, and the
+// search's plans win a tie. The rows come first: when the best is within the gap of the job's
+// lower bound (no plans are more than that faster), it is the answer without a search.
+JobComparison compare_first(const sim::Job& job, const std::vector<sim::Machine>& machines,
+                            const SearchOptions& options) {
   ComparisonOptions co;
   co.encodings = options.encodings;
   co.threads = options.threads;
   co.cancel = options.cancel;
-  const JobComparison rows = compare_job_policies(job, machines, co);
-  for (const JobComparisonRow& row : rows.rows) result.evaluated += row.decisions.size();
-  const std::vector<std::size_t> ranking = rows.ranking();
-  if (ranking.empty()) return;
-  const JobComparisonRow& best = rows.rows[ranking.front()];
-  if (!best.feasible()) return;
-  if (result.searched_run.timeline.feasible && best.step_ns() >= result.searched_run.period_ns) {
-    return;
+  // Each row is a policy seeding the search: the progress sees it so (a callback may stop it).
+  if (options.on_progress) {
+    co.on_progress = [&options](const ComparisonProgress& p) {
+      SearchProgress seeded;
+      seeded.stage = "seeding";
+      seeded.policy = p.policy;
+      seeded.evaluated = p.done;
+      seeded.elapsed_s = p.elapsed_s;
+      options.on_progress(seeded);
+    };
   }
-  result.policy = best.policy;
-  for (const PolicyDecision& d : best.decisions) result.policy_plans.push_back(d.plan);
-  result.run = best.run;
+  return compare_job_policies(job, machines, co);
+}
+
+// The best row of `rows` that fits; nullptr when none does.
+const JobComparisonRow* best_row(const JobComparison& rows) {
+  const std::vector<std::size_t> ranking = rows.ranking();
+  if (ranking.empty() || !rows.rows[ranking.front()].feasible()) return nullptr;
+  return &rows.rows[ranking.front()];
+}
+
+void adopt(const JobComparisonRow& row, JobSearchResult& result) {
+  result.policy = row.policy;
+  for (const PolicyDecision& d : row.decisions) result.policy_plans.push_back(d.plan);
+  result.run = row.run;
 }
 
 }  // namespace
@@ -105,8 +119,29 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
   const sim::JobRun ideal = sim::ideal_job_run(job, machines);
   result.ideal_ns = ideal.period_ns;
   result.searched = ideal.timeline.slowest;
+  result.gap = options.gap;
+  BoundOptions bound;  // the search's space
+  bound.encodings = options.encodings;
+  bound.host_placement = options.host_placement;
+  result.lower_bound = job_lower_bound(job, machines, bound);
+  const JobComparison rows = compare_first(job, machines, options);
+  for (const JobComparisonRow& row : rows.rows) result.evaluated += row.decisions.size();
+  const JobComparisonRow* best = best_row(rows);
+  const auto finish = [&] {
+    result.elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  };
+  if (best != nullptr) {
+    const std::optional<double> gap = bound_gap(result.lower_bound.job, bounded_job_step(best->run));
+    if (gap && *gap <= options.gap) {
+      result.within_gap = true;
+      adopt(*best, result);
+      return finish();
+    }
+  }
   result.search = search_rank(job, machines, ideal, result.searched, options);
-  result.evaluated = result.search.evaluated;
+  result.evaluated += result.search.evaluated;
   result.ranks.resize(job.ranks.size());
   for (std::size_t r = 0; r < job.ranks.size(); ++r) {
     RankPlan& rank = result.ranks[r];
@@ -126,22 +161,19 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
   }
   result.searched_run = sim::simulate_job(job, result.plans(), machines);
   result.run = result.searched_run;
-  adopt_a_better_policy(job, machines, options, result);
-  BoundOptions bound;  // the search's space
-  bound.encodings = options.encodings;
-  bound.host_placement = options.host_placement;
-  result.lower_bound = job_lower_bound(job, machines, bound);
-  result.elapsed_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
+  if (best != nullptr && (!result.searched_run.timeline.feasible ||
+                          best->step_ns() < result.searched_run.period_ns))
+    adopt(*best, result);
+  return finish();
 }
 
 nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& job,
                                const std::vector<sim::Machine>& machines) {
   nlohmann::json j = sim::job_summary_json(result.run, job, machines);
-  for (std::size_t r = 0; r < result.ranks.size(); ++r) {
+  for (std::size_t r = 0; r < job.ranks.size(); ++r) {
     j["ranks"][r]["plan"] = result.policy.empty() ? source_name(result.ranks[r].source) : "policy";
-    if (!result.ranks[r].why.empty()) j["ranks"][r]["why"] = result.ranks[r].why;
+    if (r < result.ranks.size() && !result.ranks[r].why.empty())
+      j["ranks"][r]["why"] = result.ranks[r].why;
   }
   const SearchResult& s = result.search;
   const auto seconds = [](const Evaluation& e) {
@@ -149,18 +181,20 @@ nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& jo
   };
   j["policy"] = "search";
   j["plans_from"] = result.policy.empty() ? "search" : result.policy;
-  j["searched_plans_step_s"] = result.searched_run.timeline.feasible
+  j["searched_plans_step_s"] = !result.within_gap && result.searched_run.timeline.feasible
                                    ? nlohmann::json(sim::to_seconds(result.searched_run.period_ns))
                                    : nlohmann::json(nullptr);
   j["searched_rank"] = job.rank_of(result.searched);
   j["ideal_s"] = sim::to_seconds(result.ideal_ns);
   j["searched_rank_step_s"] = seconds(s.evaluation);
-  j["best_policy"] = s.best_policy;
-  j["best_policy_feasible"] = s.best_policy_evaluation.feasible;
+  // Without a search, the best policy is compare's best row, whose plans are the answer.
+  j["best_policy"] = result.within_gap ? result.policy : s.best_policy;
+  j["best_policy_feasible"] = result.within_gap || s.best_policy_evaluation.feasible;
   j["best_policy_rank_step_s"] = seconds(s.best_policy_evaluation);
   j["evaluated"] = result.evaluated;
   j["rounds"] = s.rounds;
   j["converged"] = s.converged;
+  j["within_gap"] = result.within_gap;
   j["search_s"] = result.elapsed_s;
   add_bound_json(j, result.lower_bound.job, bounded_job_step(result.run));
   j["lower_bound_rank"] = setting_rank_json(result.lower_bound, job);
@@ -173,6 +207,16 @@ std::string job_search_text(const JobSearchResult& result, const sim::Job& job,
                             const std::vector<sim::Machine>& machines) {
   const SearchResult& s = result.search;
   const std::int32_t searched = job.rank_of(result.searched);
+  if (result.within_gap) {
+    std::string out = fmt::format(
+        "searched   no rank: {}'s plans, each rank its own decision, are within {:g}% of the "
+        "job's lower bound (no plans are more than that faster)\n",
+        result.policy, result.gap * 100);
+    out += sim::job_summary_text(result.run, job, machines, "search");
+    out += job_bound_text(result.lower_bound, job, bounded_job_step(result.run));
+    return out + fmt::format("{} plans evaluated in {:.2f} s (within {:g}% of the lower bound)\n",
+                             result.evaluated, result.elapsed_s, result.gap * 100);
+  }
   std::string out = fmt::format(
       "searched   on rank {}, the last to end in core (the job's step {:.3f} ms with unlimited "
       "memory), its collectives priced with the other ranks at their in-core arrivals\n",

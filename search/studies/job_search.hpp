@@ -12,7 +12,10 @@
 // search's pricing, is the job's step reported. Last, every policy is run on every rank as
 // `memplan compare` runs it (each rank its own decision, the ranks together): when one's plans
 // make the job's step shorter than the search's, they are the answer (Note [A job's search is
-// never behind a policy] in job_search.cpp), so that search never loses to a row of compare.
+// never behind a policy] in job_search.cpp), so that search never loses to a row of compare. Those
+// rows come first, beside the job's lower bound (search/bound/job_bound.hpp): when the best is
+// within SearchOptions::gap of it already, no plan is more than that faster, and no rank is
+// searched (a job that fits in core answers at once).
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -56,6 +59,10 @@ struct JobSearchResult {
   /// search's space (its encodings and host placement): the answer's gap is its step back to
   /// back against it.
   JobLowerBound lower_bound;
+  /// The best policy's plans were within SearchOptions::gap of the bound before any search: they
+  /// are the answer, and no rank was searched (`search` and `searched_run` are empty).
+  bool within_gap = false;
+  double gap = 0.0;  // the SearchOptions::gap it was given
   std::size_t evaluated = 0;            // plans the searches simulated, over every rank's search
   double elapsed_s = 0.0;
 

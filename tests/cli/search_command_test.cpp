@@ -1,5 +1,5 @@
-// `memplan search` on a job of several ranks (search/studies/job_search.hpp): the plan searched on
-// the slowest rank among its peers, shared, the job simulated together; and its refusals. The
+// `memplan search` on a job of several ranks (search/studies/job_search.hpp): a policy's plans at
+// the job's lower bound, the job simulated together; and its refusals. The
 // job is late_gather_job (tests/support/job_workloads.hpp), under the link its numbers are worked
 // out with (tests/search/studies/job_studies_test.cpp).
 #include <algorithm>
@@ -25,15 +25,19 @@ constexpr const char* kQuick = " --maps-only --deterministic --threads 2 --time-
 
 }  // namespace
 
-TEST_CASE("memplan search on a job: the slowest rank's plan shared, or a better policy's per rank",
+TEST_CASE("memplan search on a job: a policy's plans per rank, at the job's lower bound",
           "[cli][search][job]") {
+  // Each rank deciding for itself, a policy gives the job in core back to back, 9300 ns, which is
+  // the job's lower bound (tests/search/bound/job_bound_test.cpp): within the gap before any
+  // search, so no rank is searched (tests/search/studies/job_studies_test.cpp searches them).
   const std::string dir = temp_dir();
   const std::string job = "'" + memplan::test::write_late_gather_job(dir) + "'";
   const auto text = run_memplan("search " + job + kLink + kQuick);
   REQUIRE(text.exit_status == 0);
-  CHECK(text.out.rfind("searched   on rank 1, the last to end in core (the job's step 0.009 ms",
-                       0) == 0);
-  CHECK(text.out.find("plans      rank 0 shares rank 1's plan") != std::string::npos);
+  CHECK(text.out.rfind("searched   no rank: ", 0) == 0);
+  CHECK(text.out.find("'s plans, each rank its own decision, are within 0.5% of the job's lower "
+                      "bound (no plans are more than that faster)\n") != std::string::npos);
+  CHECK(text.out.find("(within 0.5% of the lower bound)\n") != std::string::npos);
   CHECK(text.out.find("job         2 of 2 ranks (nccl), plan search") != std::string::npos);
   CHECK(text.out.find("ms alone, from the first rank's start to the last rank's end: rank 1)") !=
         std::string::npos);
@@ -46,16 +50,17 @@ TEST_CASE("memplan search on a job: the slowest rank's plan shared, or a better 
        {"policy", "plans_from", "searched_plans_step_s", "feasible", "step_s", "step_alone_s",
         "slowest_rank", "searched_rank", "ideal_s", "searched_rank_step_s", "best_policy",
         "best_policy_feasible", "best_policy_rank_step_s", "evaluated", "rounds", "converged",
-        "search_s", "lower_bound_s", "period_lower_bound_s", "gap", "ranks"}) {
+        "search_s", "within_gap", "lower_bound_s", "period_lower_bound_s", "gap", "ranks"}) {
     CAPTURE(key);
     CHECK(j.contains(key));
   }
   CHECK(j.at("policy") == "search");
   CHECK(j.at("searched_rank") == 1);
-  // The plans searched on rank 1 and shared: 9600 back to back (job_studies_test); a policy's,
-  // each rank deciding for itself, give the ideal step, 9300 (compare_command_test), and are the
-  // answer: search never loses to a row of compare.
-  CHECK(j.at("searched_plans_step_s") == Approx(9600e-9));
+  // No plans were searched; a policy's, each rank deciding for itself, give the ideal step, 9300
+  // (compare_command_test), and are the answer.
+  CHECK(j.at("within_gap") == true);
+  CHECK(j.at("searched_plans_step_s").is_null());
+  CHECK(j.at("rounds") == 0);
   CHECK(j.at("ideal_s") == Approx(9300e-9));
   CHECK(j.at("step_s") == Approx(9300e-9));
   CHECK(j.at("plans_from") != "search");
