@@ -109,6 +109,8 @@ JobLowerBound job_lower_bound(const sim::Job& job, const std::vector<sim::Machin
   out.setting_rank = out.bounded[period_setter];
   if (ideal.timeline.feasible) {
     b.bound_ns = std::max(b.bound_ns, std::min(ideal.timeline.step_ns, host_alone));
+    // Under the job in core only plans that update some rank on the host may be.
+    b.host_update = b.host_update || b.bound_ns < ideal.timeline.step_ns;
     const sim::Nanoseconds in_core = std::min(ideal.period_ns, host_period);
     if (in_core > period) {
       period = in_core;
