@@ -1,6 +1,7 @@
 // `memplan search`: the best plan the search finds, starting from every policy; for a job of
 // several ranks (trace format v3), the plan searched on the slowest rank among its peers and
-// shared by the ranks it applies to (search/studies/job_search.hpp).
+// shared by the ranks it applies to, or a policy's per-rank plans (search/studies/job_search.hpp),
+// with the job's lower bound.
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
@@ -243,7 +244,8 @@ CLI::Option* add_search_flags(CLI::App& cmd, SearchFlags& flags) {
   cmd.add_option("--gap", flags.gap,
                  "stop once the plan is within this of the lower bound, a fraction or a "
                  "percentage (default 0.5%; 0: only at the bound; a step with a host side, of "
-                 "its step back to back; a job's ranks run on, their steps not bounded)")
+                 "its step back to back; a job: no rank is searched when a policy's plans are "
+                 "within it of the job's bound)")
       ->check(gap_value());
   cmd.add_flag("--exact", flags.exact,
                fmt::format("the optimal plan by branch and bound (at most {} feature maps)",

@@ -74,11 +74,12 @@ class JobSearchResult(_tables.JsonFields):
     to (the others get a search of their own); or, when they make the job's step shorter, the
     best policy's plans with each rank its own decision. `data` is the `--json` object, whose
     keys are also attributes (feasible, step_s, plans_from, searched_plans_step_s, slowest_rank,
-    searched_rank, best_policy, evaluated, rounds, converged, search_s, lower_bound_s,
-    period_lower_bound_s and gap as for a step, of the job's step, ranks: each with `plan`,
-    "searched", "shared", "own search" or "policy"); `plans` each rank's (what `-o` and write()
-    write), `plan` the searched rank's, `simulation` the JobSimulation of every rank under its
-    plan, `cancelled` (progress stopped it)."""
+    searched_rank, best_policy, evaluated, rounds, converged, within_gap (a policy's plans were
+    within `gap=` of the job's lower bound: no rank searched), search_s, lower_bound_s,
+    period_lower_bound_s and gap as for a step, of the job's step, lower_bound_rank, ranks: each
+    with `plan`, "searched", "shared", "own search" or "policy"); `plans` each rank's (what `-o`
+    and write() write), `plan` the searched rank's, `simulation` the JobSimulation of every rank
+    under its plan, `cancelled` (progress stopped it)."""
 
     def __init__(self, outcome, job, machines):
         self._outcome = outcome

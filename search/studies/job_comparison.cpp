@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <mutex>
 #include <optional>
 
@@ -10,7 +9,6 @@
 
 #include <fmt/core.h>
 
-#include "core/basic_plans.hpp"
 #include "io/job_report.hpp"
 #include "io/timeline_export.hpp"
 #include "search/parallel.hpp"
