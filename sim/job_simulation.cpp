@@ -6,8 +6,8 @@
 #include <string>
 #include <tuple>
 
-#include "core/check.hpp"
 #include "core/basic_plans.hpp"
+#include "core/check.hpp"
 #include "sim/lowering.hpp"
 
 namespace memplan::sim {

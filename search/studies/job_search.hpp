@@ -62,8 +62,8 @@ struct JobSearchResult {
   /// The best policy's plans were within SearchOptions::gap of the bound before any search: they
   /// are the answer, and no rank was searched (`search` and `searched_run` are empty).
   bool within_gap = false;
-  double gap = 0.0;  // the SearchOptions::gap it was given
-  std::size_t evaluated = 0;            // plans the searches simulated, over every rank's search
+  double gap = 0.0;           // the SearchOptions::gap it was given
+  std::size_t evaluated = 0;  // plans the searches simulated, over every rank's search
   double elapsed_s = 0.0;
 
   /// The answer's plans in the job's order, as sim::simulate_job takes them.

@@ -104,13 +104,14 @@ void run_job_search_cell(const SweepJobPoint& point, const SweepOptions& options
     if (result.ranks[r].source == RankPlan::Source::kOwnSearch)
       own += fmt::format("{}{}", own.empty() ? "" : " ", point.job->rank_of(r));
   }
-  row.note = result.within_gap
-                 ? fmt::format("{}'s plans, within {:g}% of the job's lower bound: no rank searched",
-                               result.policy, result.gap * 100)
-                 : fmt::format("from {}, {} rounds{} on rank {}{}", result.search.best_policy,
-                               result.search.rounds, result.search.converged ? ", converged" : "",
-                               point.job->rank_of(result.searched),
-                               own.empty() ? "" : "; searched on their own: ranks " + own);
+  row.note =
+      result.within_gap
+          ? fmt::format("{}'s plans, within {:g}% of the job's lower bound: no rank searched",
+                        result.policy, result.gap * 100)
+          : fmt::format("from {}, {} rounds{} on rank {}{}", result.search.best_policy,
+                        result.search.rounds, result.search.converged ? ", converged" : "",
+                        point.job->rank_of(result.searched),
+                        own.empty() ? "" : "; searched on their own: ranks " + own);
   fill_job_outcome(row, result.run, *point.job, result.plans());
 }
 

@@ -46,11 +46,28 @@ TEST_CASE("memplan search on a job: a policy's plans per rank, at the job's lowe
   const auto json = run_memplan("search --json -o '" + plan + "' " + job + kLink + kQuick);
   REQUIRE(json.exit_status == 0);
   const auto j = nlohmann::json::parse(json.out);
-  for (const char* key :
-       {"policy", "plans_from", "searched_plans_step_s", "feasible", "step_s", "step_alone_s",
-        "slowest_rank", "searched_rank", "ideal_s", "searched_rank_step_s", "best_policy",
-        "best_policy_feasible", "best_policy_rank_step_s", "evaluated", "rounds", "converged",
-        "search_s", "within_gap", "lower_bound_s", "period_lower_bound_s", "gap", "ranks"}) {
+  for (const char* key : {"policy",
+                          "plans_from",
+                          "searched_plans_step_s",
+                          "feasible",
+                          "step_s",
+                          "step_alone_s",
+                          "slowest_rank",
+                          "searched_rank",
+                          "ideal_s",
+                          "searched_rank_step_s",
+                          "best_policy",
+                          "best_policy_feasible",
+                          "best_policy_rank_step_s",
+                          "evaluated",
+                          "rounds",
+                          "converged",
+                          "search_s",
+                          "within_gap",
+                          "lower_bound_s",
+                          "period_lower_bound_s",
+                          "gap",
+                          "ranks"}) {
     CAPTURE(key);
     CHECK(j.contains(key));
   }

@@ -32,8 +32,8 @@ TEST_CASE("no plan of a random job is faster than the job's lower bound",
     Rng rng(static_cast<std::uint64_t>(seed));
     Job job;
     for (std::int32_t r = 0; r < 2; ++r) {
-      Workload w = memplan::test::late_gather_rank(r, uniform(rng, 100, 3000),
-                                                   uniform(rng, 100, 3000), uniform(rng, 100, 4000));
+      Workload w = memplan::test::late_gather_rank(
+          r, uniform(rng, 100, 3000), uniform(rng, 100, 3000), uniform(rng, 100, 4000));
       w.distributed->step_start_ns = 1000000 + uniform(rng, 0, 5000);
       if (seed % 3 == 0) {
         for (Op& op : w.ops) {

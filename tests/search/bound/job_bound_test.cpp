@@ -128,8 +128,7 @@ TEST_CASE("golden job bound: a rank's start and its own bound over the job in co
   CHECK(roomy.job.bound_ns == 13700);
 }
 
-TEST_CASE("no plan of a job's comparison is faster than the job's bound",
-          "[search][bound][job]") {
+TEST_CASE("no plan of a job's comparison is faster than the job's bound", "[search][bound][job]") {
   const Job job = late_gather_job();
   std::size_t fitting = 0;
   for (const Bytes memory : {Bytes{4096}, Bytes{5120}, Bytes{6144}, Bytes{1} << 20})
@@ -144,9 +143,8 @@ TEST_CASE("no plan of a job's comparison is faster than the job's bound",
     WARN(file.string() << " is not present (../shared beside the repository): skipped");
     return;
   }
-  const Job real = memplan::importers::import_kineto_job(
-                       memplan::importers::read_kineto_job({file}))
-                       .job;
+  const Job real =
+      memplan::importers::import_kineto_job(memplan::importers::read_kineto_job({file})).job;
   std::size_t real_fitting = 0;
   for (const double share : {0.9, 0.7, 0.5}) {
     std::vector<Machine> machines;
