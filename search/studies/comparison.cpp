@@ -74,7 +74,7 @@ Comparison compare_policies(const sim::Workload& workload, const sim::Machine& m
   bound.encodings = options.encodings;
   arena.execute([&] {
     parallel_each(
-        0, order.size() + 1,
+        0, order.size() + (options.lower_bound ? 1 : 0),
         [&](std::size_t k) {
           if (stop.due()) return;
           if (k == order.size()) {  // the lower bound, beside the policies

@@ -67,6 +67,9 @@ struct ComparisonOptions {
   /// When set and it becomes true, the policies being decided stop at their next simulation and
   /// no other starts; the result holds the rows that finished and says `cancelled`.
   const std::atomic<bool>* cancel = nullptr;
+  /// Whether the lower bound is solved beside the rows (off: a caller that solves its own, as a
+  /// job's search does over its space; the rows then have no gap).
+  bool lower_bound = true;
 };
 
 /// Runs every policy of policies() (with the encodings applied to its plan when any is enabled),

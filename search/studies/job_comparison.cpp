@@ -117,7 +117,7 @@ JobComparison compare_job_policies(const sim::Job& job, const std::vector<sim::M
   bound.encodings = options.encodings;
   arena.execute([&] {
     parallel_each(
-        0, order.size() + 1,
+        0, order.size() + (options.lower_bound ? 1 : 0),
         [&](std::size_t k) {
           if (stop.due()) return;
           if (k == order.size()) {  // the lower bound, beside the policies

@@ -75,6 +75,7 @@ JobComparison compare_first(const sim::Job& job, const std::vector<sim::Machine>
   co.encodings = options.encodings;
   co.threads = options.threads;
   co.cancel = options.cancel;
+  co.lower_bound = false;  // the search solves its own, over its space
   // Each row is a policy seeding the search: the progress sees it so (a callback may stop it).
   if (options.on_progress) {
     co.on_progress = [&options](const ComparisonProgress& p) {
@@ -127,17 +128,18 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
   const JobComparison rows = compare_first(job, machines, options);
   for (const JobComparisonRow& row : rows.rows) result.evaluated += row.decisions.size();
   const JobComparisonRow* best = best_row(rows);
-  const auto finish = [&] {
+  const auto stamp = [&] {
     result.elapsed_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return result;
   };
   if (best != nullptr) {
-    const std::optional<double> gap = bound_gap(result.lower_bound.job, bounded_job_step(best->run));
+    const std::optional<double> gap =
+        bound_gap(result.lower_bound.job, bounded_job_step(best->run));
     if (gap && *gap <= options.gap) {
       result.within_gap = true;
       adopt(*best, result);
-      return finish();
+      stamp();
+      return result;
     }
   }
   result.search = search_rank(job, machines, ideal, result.searched, options);
@@ -161,10 +163,11 @@ JobSearchResult search_job(const sim::Job& job, const std::vector<sim::Machine>&
   }
   result.searched_run = sim::simulate_job(job, result.plans(), machines);
   result.run = result.searched_run;
-  if (best != nullptr && (!result.searched_run.timeline.feasible ||
-                          best->step_ns() < result.searched_run.period_ns))
+  if (best != nullptr &&
+      (!result.searched_run.timeline.feasible || best->step_ns() < result.searched_run.period_ns))
     adopt(*best, result);
-  return finish();
+  stamp();
+  return result;
 }
 
 nlohmann::json job_search_json(const JobSearchResult& result, const sim::Job& job,
