@@ -23,6 +23,10 @@
 // So the least of the job in core and those is a floor too, the job in core itself where no rank
 // may update on the host (BoundOptions::host_placement off). Left out: what a rank waits for its
 // peers beyond that (each rank's bound is of the rank alone).
+// Splitting the plans by where each rank updates gains nothing: with D_r and H_r rank r's bounds
+// over its device and host updates, B_r = min(D_r, H_r), A = max_r B_r, H = min_r H_r and I the
+// job in core, the split's floor min(max(I, max_r D_r), max(A, H)) is max(A, min(I, H)), this
+// one: where H <= A both are A; where H > A every B_r is D_r, so max_r D_r = A.
 #include "search/bound/job_bound.hpp"
 
 #include <algorithm>
