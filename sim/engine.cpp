@@ -59,6 +59,17 @@ class Engine::Clock {
     tl_.stream_end_ns = now_;
     const Nanoseconds device = *std::max_element(now_.begin(), now_.end());
     if (!kHostStream) return device;
+    // A host update's runs are the dispatching thread's (Note [Host stream]): it leaves the step
+    // once they are done.
+    const auto host_runs = static_cast<std::size_t>(StreamId::kHost);
+    if (!program_.streams[host_runs].empty() && now_[host_runs] > host_now_) {
+      if (options_.record_spans) {
+        tl_.host_spans.push_back(
+            {HostActivity::kHostUpdate, program_.streams[host_runs].back().op, host_now_,
+             now_[host_runs]});
+      }
+      host_now_ = now_[host_runs];
+    }
     tl_.host_end_ns = add_ns(host_now_, program_.host.tail_ns);
     return std::max(device, tl_.host_end_ns);
   }

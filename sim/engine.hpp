@@ -20,9 +20,14 @@
 // codec where it stands on compute, a copy at the compute-stream record its copy stream waits for
 // (the copy starts no earlier than that launch). After a synchronizing op the host waits until
 // every device instruction issued so far has ended: the compute stream pauses, the copy streams
-// run as far as what has been issued lets them, and the host's clock moves to the latest end. The
-// step's wall time is max(device end, host end + tail). Without a host side the host clock is
-// never read and the engine is the device-only one.
+// run as far as what has been issued lets them, and the host's clock moves to the latest end. A
+// plan's update on the host (kHostRun, Note [Host placement] in core/plan.hpp) runs in this
+// thread too, as PyTorch runs an optimizer's step over CPU tensors in the thread that called it
+// (ZeRO-Offload's and FSDP's CPU offload, memplan.torch's own): the host leaves the step once the
+// last run has ended, so the next step back to back starts after it. (The runs follow the
+// update ops' dispatch, which together take microseconds: the runs are priced as one stretch
+// after it.) The step's wall time is max(device end, host end + tail). Without a host side the
+// host clock is never read and the engine is the device-only one.
 //
 // Note [Step period]
 // ~~~~~~~~~~~~~~~~~~

@@ -24,6 +24,8 @@ std::string_view to_string(HostActivity activity) {
       return "launch";
     case HostActivity::kSynchronize:
       return "synchronize";
+    case HostActivity::kHostUpdate:
+      return "host update";
   }
   return "?";
 }

@@ -28,6 +28,7 @@ enum class HostActivity : std::uint8_t {
                  // for a synchronizing op from its launch to its blocking call (sync_after_ns)
   kLaunch,       // launching an instruction the plan added (copy, recompute, codec)
   kSynchronize,  // waiting for the device after a synchronizing op
+  kHostUpdate,   // a plan's update on the host: its gradients' copy-outs, then its runs (kHostRun)
 };
 std::string_view to_string(HostActivity activity);
 

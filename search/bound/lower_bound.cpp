@@ -893,6 +893,62 @@ struct BackToBack {
       lift(until(r, h.op), h.after_ns, {0, LowerBound::PeriodFloor::kMemoryWaited, h.op});
     return floor;
   }
+
+  // The host update's case `r`: the host leaves each step once its update has run (Note [Host
+  // stream] in sim/engine.hpp), so from its start it waits for the gradients of the update
+  // chain that ends last (Note [The host update waits for the gradients]), runs the update from
+  // the first op that reads them on, and spends its tail; the case's program cut at that
+  // gradients' producer bounds the producer's end.
+  PeriodBound after_update(PeriodBound floor, const Relaxation& r) const {
+    const std::optional<UpdateChain> last = last_chain(workload, machine, r);
+    if (!last) return floor;
+    const Nanoseconds plus = sim::add_ns(last->after_ns, workload.host_tail_ns);
+    const std::optional<Nanoseconds> ns =
+        solved_plus(until(r, last->producer), plus, machine, options, result);
+    if (ns && *ns > floor.ns) floor = {*ns, LowerBound::PeriodFloor::kUpdateWaited, last->producer};
+    return update_cycle(floor, r);
+  }
+
+  // The host update's case `r`, from one step's last host run to the next's: a parameter p the
+  // last update op reads comes back to the device after that run (the compute stream waits for the
+  // master copies after the last update op, Lowerer::emit_host_update; a host-placed p is
+  // prefetched by the next step's host, which starts after the run), so p's first use in the next
+  // step, on the compute stream, starts at least p's copy-in after it; from there the stream runs
+  // every op at least at its fastest to a gradient's producer g, whose update chain then ends
+  // with the last run. So every (p, g) bounds the period: copy-in of p + the compute stream's
+  // work from p's first use to g + g's chain.
+  PeriodBound update_cycle(PeriodBound floor, const Relaxation& r) const {
+    const auto last = std::find_if(workload.ops.rbegin(), workload.ops.rend(),
+                                   [](const sim::Op& op) { return op.phase == sim::Phase::kUpdate; });
+    if (last == workload.ops.rend()) return floor;
+    const std::size_t n = workload.ops.size();
+    std::vector<Nanoseconds> before(n + 1, 0);  // the compute stream's least work before op i
+    for (std::size_t i = 0; i < n; ++i) before[i + 1] = sim::add_ns(before[i], r.min_ns[i]);
+    // Per op: the longest copy-in of a parameter of the last update op first used there.
+    std::vector<Nanoseconds> copy_in(n, -1);
+    for (sim::TensorId t : last->inputs) {
+      if (workload.tensor(t).kind != sim::TensorKind::kParameter) continue;
+      const auto first = std::find_if(workload.ops.begin(), workload.ops.end(), [&](const sim::Op& op) {
+        return op.phase != sim::Phase::kUpdate &&
+               std::find(op.inputs.begin(), op.inputs.end(), t) != op.inputs.end();
+      });
+      if (first == workload.ops.end() || !r.on_compute[index(first->id)]) continue;
+      Nanoseconds& c = copy_in[index(first->id)];
+      c = std::max(c, machine.h2d_copy_ns(workload.tensor(t).bytes));
+    }
+    std::vector<Nanoseconds> after(n, -1);  // per gradients' producer, its update chain
+    for (const UpdateChain& c : update_chains(workload, machine)) after[index(c.producer)] = c.after_ns;
+    std::optional<Nanoseconds> best;  // max over uses so far of copy-in - work before the use
+    for (std::size_t i = 0; i < n; ++i) {
+      if (copy_in[i] >= 0 && (!best || copy_in[i] - before[i] > *best)) best = copy_in[i] - before[i];
+      if (!best || after[i] < 0 || !r.on_compute[i]) continue;
+      const Nanoseconds cycle = sim::add_ns(*best + before[i + 1], after[i]);
+      if (cycle > floor.ns) {
+        floor = {cycle, LowerBound::PeriodFloor::kUpdateCycle, sim::op_id(static_cast<std::int64_t>(i))};
+      }
+    }
+    return floor;
+  }
 };
 
 }  // namespace
@@ -947,8 +1003,10 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
     if (cases.front().fits)
       periods.push_back(b2b.lifted({ideal.period_ns}, device, &cases.front()));
     if (host_update && (cases.size() == 1 || cases.back().fits)) {
-      periods.push_back(b2b.lifted(host_update_period(workload, machine), *host,
-                                   cases.size() > 1 ? &cases.back() : nullptr));
+      periods.push_back(b2b.after_update(
+          b2b.lifted(host_update_period(workload, machine), *host,
+                     cases.size() > 1 ? &cases.back() : nullptr),
+          *host));
       result.host_update_period_bound_ns = periods.back().ns;
     }
     result.ideal_period_ns = ideal.period_ns;
@@ -1005,6 +1063,13 @@ std::string over_ideal(const LowerBound& bound) {
   switch (bound.period_floor) {
     case LowerBound::PeriodFloor::kMemoryWaited:
       return "the host waits each step for " + reached_late(bound.waited_op);
+    case LowerBound::PeriodFloor::kUpdateWaited:
+      return "the host runs the update each step once the gradients of '" + bound.waited_op +
+             "' are copied out";
+    case LowerBound::PeriodFloor::kUpdateCycle:
+      return "each step's device waits for the parameters the host's update writes, and the "
+             "update for the gradients of '" +
+             bound.waited_op + "'";
     case LowerBound::PeriodFloor::kMemory:
       return "each step's run on the compute stream pays for what the device cannot hold";
     case LowerBound::PeriodFloor::kIdealRun:

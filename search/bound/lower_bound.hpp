@@ -62,8 +62,17 @@ struct LowerBound {
   /// back (in core; updating on the host, the update ops free on the device), the host's update
   /// work each step (the host stream's, the device-to-host engine's), or the memory: each step's
   /// run on the compute stream pays for what the device cannot hold, or the host waits each step
-  /// for an op (`waited_op`) that the device reaches late for it.
-  enum class PeriodFloor : std::uint8_t { kIdealRun, kHostWork, kMemory, kMemoryWaited };
+  /// for an op (`waited_op`) that the device reaches late for it; or, updating on the host, the
+  /// host runs the update each step after the gradients of an op (`waited_op`) are copied out,
+  /// from the step's start or (kUpdateCycle) from the copy-in of a parameter the last run wrote.
+  enum class PeriodFloor : std::uint8_t {
+    kIdealRun,
+    kHostWork,
+    kMemory,
+    kMemoryWaited,
+    kUpdateWaited,
+    kUpdateCycle
+  };
   PeriodFloor period_floor = PeriodFloor::kIdealRun;
   std::string waited_op;
   /// The plans that update on the host, taken apart (a job's bound needs the two places of the

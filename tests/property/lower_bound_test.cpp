@@ -104,6 +104,9 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
   // stream, or the host's wait for an op.
   int memory_period = 0;
   int waited_period = 0;
+  // Bounds back to back of plans that update on the host set by the update's wait for its
+  // gradients: the host runs the update before it leaves the step (Note [Host stream]).
+  int update_period = 0;
   for (int seed = 1; seed <= kCases; ++seed) {
     CAPTURE(seed);
     Rng rng(static_cast<std::uint64_t>(seed));
@@ -142,7 +145,11 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
       host_update_bound += bound.host_update ? 1 : 0;
       update_waits += bound.update_waits_for.empty() ? 0 : 1;
       memory_period += bound.period_floor == LowerBound::PeriodFloor::kMemory ? 1 : 0;
-      waited_period += bound.period_floor == LowerBound::PeriodFloor::kMemoryWaited ? 1 : 0;
+      waited_period += bound.period_floor == LowerBound::PeriodFloor::kMemoryWaited ||
+                               on_device.period_floor == LowerBound::PeriodFloor::kMemoryWaited
+                           ? 1
+                           : 0;
+      update_period += bound.period_floor == LowerBound::PeriodFloor::kUpdateWaited ? 1 : 0;
       for (const auto& [plan, timeline] : runs) {
         if (timeline.peak_reserved_bytes > tight.memory_bytes) continue;
         CAPTURE(m, plan.policy, timeline.iteration_ns, bound.bound_ns, bound.ideal_ns,
@@ -181,6 +188,7 @@ TEST_CASE("no random plan that fits is faster than the lower bound", "[property]
   CHECK(above_ideal > kCases / 5);
   CHECK(host_update_bound > 0);
   CHECK(update_waits > 0);   // 18 of them
-  CHECK(memory_period > 0);  // 2 of them
+  CHECK(memory_period > 0);  // 4 of them
   CHECK(waited_period > 0);  // 3
+  CHECK(update_period > 0);  // 60
 }

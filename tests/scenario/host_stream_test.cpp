@@ -255,6 +255,42 @@ TEST_CASE("back to back, a GPU-bound step's period is the GPU's", "[scenario]") 
   CHECK(s.timeline.period_ns == 6000);
 }
 
+TEST_CASE("back to back, the host runs an update on the host before the next step",
+          "[scenario]") {
+  // f1 {x, w} and g1 -> gw, 1000 ns each, then sgd {w, gw, m} on the host (ZeRO-Offload's plan:
+  // gw and m on the host, w's master copy there); 100 ns of host time per op, 1 GB/s everywhere.
+  // The host dispatches f1, g1, sgd by 300; f1 runs 100..1100, g1 1100..2100, gw's copy-out
+  // 2100..3124; the run reads w, m (twice each: read and written back) and gw, 11,264 B at
+  // 1 GB/s: 3124..14,388; w's master comes back 14,388..15,412, which the compute stream waits
+  // for. The dispatching thread runs the update (Note [Host stream]): from 300 it waits for gw,
+  // then runs, and leaves at 14,388. The next step starts there, its f1 dispatched at +100 but
+  // waiting for w until 15,412: the steps repeat every 15,312 ns (the step alone: 15,412).
+  // Before, the host left at 300 and dispatched the next step beside the run: 11,264 a step.
+  WorkloadBuilder b;
+  const auto x = b.input("x", 1024);
+  const auto wt = b.parameter("w", 1024);
+  const auto mt = b.optimizer_state("m", 4096);
+  const auto a = b.forward("f1", {x, wt}, 1024, 1000);
+  const auto gw = b.backward("g1", {a}, 1024, 1000);
+  b.op("sgd", "sgd", Phase::kUpdate, {wt, gw, mt}, {}, 8000);
+  for (Op& op : b.workload().ops) op.host = HostSide{100};
+  const Workload w = b.build();
+  Machine m = test_machine(kPlenty);
+  m.host_bandwidth_bytes_per_s = 1e9;
+  const auto s = memplan::test::simulate(w, memplan::test::zero_offload_plan(w), m);
+  REQUIRE(s.timeline.feasible);
+  CHECK(span_of(s, w, StreamId::kHost, "sgd (host)") == Interval{3124, 14388});
+  CHECK(s.timeline.host_end_ns == 14388);
+  CHECK(s.timeline.iteration_ns == 15412);
+  CHECK(s.timeline.period_ns == 15312);
+  const auto update =
+      std::find_if(s.timeline.host_spans.begin(), s.timeline.host_spans.end(),
+                   [](const HostSpan& h) { return h.activity == HostActivity::kHostUpdate; });
+  REQUIRE(update != s.timeline.host_spans.end());
+  CHECK(update->start_ns == 300);
+  CHECK(update->end_ns == 14388);
+}
+
 TEST_CASE("without a host side the step is the device's alone", "[scenario]") {
   // One op, 1000 ns, no host side recorded: it runs [0,1000] and the host is not modelled.
   WorkloadBuilder b;

@@ -439,15 +439,24 @@ TEST_CASE("golden bound: an update on the host can beat the ideal step", "[searc
 
 TEST_CASE(
     "golden bound: a device too small for the update bounds the step back to back by the "
-    "host's update",
+    "host's update, which the dispatching thread runs",
     "[search][bound]") {
   // The step above with a host side (100 ns to dispatch each op) and a momentum m of 4 KiB, on a
   // 4 KiB device: sgd's own tensors (w, gw, m: 6 KiB) do not fit, so every plan that fits updates
-  // on the host, and the host stream's update work bounds its step back to back (Note [A bound on
-  // the step back to back]): each step the host reads w and m and writes them back, and reads gw,
-  // (2 x 1024 + 2 x 4096 + 1024) B at 1 GB/s = 11,264 ns, against 2000 ns of compute (the ideal
-  // step back to back with a free update). ZeRO-Offload's plan repeats at exactly that: the host's
-  // update is its bottleneck.
+  // on the host. Its run reads w and m and writes them back, and reads gw: (2 x 1024 + 2 x 4096 +
+  // 1024) B at 1 GB/s = 11,264 ns of host work, over the 2000 ns of compute (the ideal step back
+  // to back with a free update). The dispatching thread runs it (Note [Host stream]): it leaves
+  // the step once the run is done, and the run waits for gw's copy-out (1024 B, 1024 ns), after
+  // g1, which ends no earlier than its ideal end, 2100 (f1 dispatched at 100, f1 and g1 1000 ns
+  // each): no plan repeats faster than 2100 + 1024 + 11,264 = 14,388 ns from the host's start
+  // (kUpdateWaited). And from one run to the next: w comes back to the device after the run
+  // (1024 ns: its master copy, which the compute stream waits for at the end of the step, or its
+  // host slot, prefetched once the next step's host starts), then f1 and g1 (2000 ns), gw's
+  // copy-out and the run: 1024 + 2000 + 1024 + 11,264 = 15,312 ns (kUpdateCycle, the larger).
+  // Before the host ran the update, the floor was the host's update work alone, 11,264, which
+  // ZeRO-Offload's plan met, its next step's dispatch beside the run. Now it repeats at exactly
+  // 15,312: the run 3124..14,388, where the next step's host starts, w's copy-in 14,388..15,412,
+  // the next f1 from 15,412 (1024 ns after the step's start, where it was 100).
   const Workload w = sgd_step(4096, HostSide{100});
   Machine m = test_machine(4096, 1e9, 0);
   m.host_bandwidth_bytes_per_s = 1e9;
@@ -455,17 +464,22 @@ TEST_CASE(
   REQUIRE(bound.fits);
   CHECK(bound.host_update);
   REQUIRE(bound.period_bound_ns);
-  CHECK(*bound.period_bound_ns == 11264);
+  CHECK(*bound.period_bound_ns == 15312);
+  CHECK(bound.period_floor == LowerBound::PeriodFloor::kUpdateCycle);
+  CHECK(bound.waited_op == "g1");
   CHECK(bound.ideal_period_ns < 11264);
   const Plan offload = zero_offload_plan(w);
   const Simulation s = simulate(w, offload, m);
   REQUIRE(s.timeline.feasible);
-  CHECK(s.timeline.period_ns == 11264);
+  CHECK(s.timeline.host_end_ns == 14388);
+  CHECK(s.timeline.iteration_ns == 15412);
+  CHECK(s.timeline.period_ns == 15312);
   CHECK(*bound_gap(bound, bounded_step(s.timeline)) == 0);
   CHECK_THAT(bound_text(bound, bounded_step(s.timeline)),
-             Catch::Contains("0.011 ms back to back (over the ideal step back to back, ") &&
-                 Catch::Contains("only a plan that updates on the host fits, and the host's "
-                                 "update work bounds it): within 0.0% of the best possible"));
+             Catch::Contains("0.015 ms back to back (over the ideal step back to back, ") &&
+                 Catch::Contains("each step's device waits for the parameters the host's update "
+                                 "writes, and the update for the gradients of 'g1'): within 0.0% "
+                                 "of the best possible"));
   CHECK_FALSE(simulate(w, in_core_plan(w), m).timeline.feasible);
 }
 
