@@ -77,6 +77,12 @@
 // the work each step gives the host stream (the update ops' host runs) and the device-to-host
 // engine (the gradients' copy-outs): at the fixed point of the backlog a stream's work fits in
 // the period, since a stream that ends past the host's end starts the next step that much later.
+// And the host runs that update itself (Note [Host stream] in sim/engine.hpp), leaving the step
+// after the last run: so the period is at least, from the host's start, the update's wait for the
+// gradients of its last chain (the case's program cut at their producer, below) with the chain and
+// the host's tail (BackToBack::after_update); and, from one step's last run to the next's, the copy
+// back of a parameter the last update op reads, the compute stream's fastest work from its first
+// use to a gradient's producer, and that producer's chain (BackToBack::update_cycle).
 // Memory enters in two ways. A case whose program finds that none of its plans fits is out (a
 // device too small for the update's own tensors leaves the host update, and the host's update
 // work bounds the period: ZeRO-Offload's steps). And within a case, its program again with its
