@@ -64,9 +64,8 @@ class Engine::Clock {
     const auto host_runs = static_cast<std::size_t>(StreamId::kHost);
     if (!program_.streams[host_runs].empty() && now_[host_runs] > host_now_) {
       if (options_.record_spans) {
-        tl_.host_spans.push_back(
-            {HostActivity::kHostUpdate, program_.streams[host_runs].back().op, host_now_,
-             now_[host_runs]});
+        tl_.host_spans.push_back({HostActivity::kHostUpdate, program_.streams[host_runs].back().op,
+                                  host_now_, now_[host_runs]});
       }
       host_now_ = now_[host_runs];
     }

@@ -185,6 +185,7 @@ void Lowerer::start_program(const Plan& plan) {
     }
   }
   state_.assign(w_.tensors.size(), TensorState{});
+  masters_copied_ = kNoEvent;
   // The body is built in the compute stream's own storage and expanded in place by place_frees.
   body_.swap(out.streams[static_cast<std::size_t>(StreamId::kCompute)]);
   body_.clear();

@@ -924,33 +924,40 @@ struct BackToBack {
   // with the last run. So every (p, g) bounds the period: copy-in of p + the compute stream's
   // work from p's first use to g + g's chain.
   PeriodBound update_cycle(PeriodBound floor, const Relaxation& r) const {
-    const auto last = std::find_if(workload.ops.rbegin(), workload.ops.rend(),
-                                   [](const sim::Op& op) { return op.phase == sim::Phase::kUpdate; });
+    const auto last =
+        std::find_if(workload.ops.rbegin(), workload.ops.rend(),
+                     [](const sim::Op& op) { return op.phase == sim::Phase::kUpdate; });
     if (last == workload.ops.rend()) return floor;
     const std::size_t n = workload.ops.size();
     std::vector<Nanoseconds> before(n + 1, 0);  // the compute stream's least work before op i
     for (std::size_t i = 0; i < n; ++i) before[i + 1] = sim::add_ns(before[i], r.min_ns[i]);
     // Per op: the longest copy-in of a parameter of the last update op first used there.
+    std::vector<bool> wanted(workload.tensors.size(), false);
+    for (sim::TensorId t : last->inputs)
+      wanted[index(t)] = workload.tensor(t).kind == sim::TensorKind::kParameter;
     std::vector<Nanoseconds> copy_in(n, -1);
-    for (sim::TensorId t : last->inputs) {
-      if (workload.tensor(t).kind != sim::TensorKind::kParameter) continue;
-      const auto first = std::find_if(workload.ops.begin(), workload.ops.end(), [&](const sim::Op& op) {
-        return op.phase != sim::Phase::kUpdate &&
-               std::find(op.inputs.begin(), op.inputs.end(), t) != op.inputs.end();
-      });
-      if (first == workload.ops.end() || !r.on_compute[index(first->id)]) continue;
-      Nanoseconds& c = copy_in[index(first->id)];
-      c = std::max(c, machine.h2d_copy_ns(workload.tensor(t).bytes));
+    for (const sim::Op& op : workload.ops) {
+      if (op.phase == sim::Phase::kUpdate) continue;
+      for (sim::TensorId t : op.inputs) {
+        if (!wanted[index(t)]) continue;
+        wanted[index(t)] = false;  // its first use
+        if (!r.on_compute[index(op.id)]) continue;
+        Nanoseconds& c = copy_in[index(op.id)];
+        c = std::max(c, machine.h2d_copy_ns(workload.tensor(t).bytes));
+      }
     }
     std::vector<Nanoseconds> after(n, -1);  // per gradients' producer, its update chain
-    for (const UpdateChain& c : update_chains(workload, machine)) after[index(c.producer)] = c.after_ns;
+    for (const UpdateChain& c : update_chains(workload, machine))
+      after[index(c.producer)] = c.after_ns;
     std::optional<Nanoseconds> best;  // max over uses so far of copy-in - work before the use
     for (std::size_t i = 0; i < n; ++i) {
-      if (copy_in[i] >= 0 && (!best || copy_in[i] - before[i] > *best)) best = copy_in[i] - before[i];
+      if (copy_in[i] >= 0 && (!best || copy_in[i] - before[i] > *best))
+        best = copy_in[i] - before[i];
       if (!best || after[i] < 0 || !r.on_compute[i]) continue;
       const Nanoseconds cycle = sim::add_ns(*best + before[i + 1], after[i]);
       if (cycle > floor.ns) {
-        floor = {cycle, LowerBound::PeriodFloor::kUpdateCycle, sim::op_id(static_cast<std::int64_t>(i))};
+        floor = {cycle, LowerBound::PeriodFloor::kUpdateCycle,
+                 sim::op_id(static_cast<std::int64_t>(i))};
       }
     }
     return floor;
@@ -1009,10 +1016,9 @@ LowerBound lower_bound(const sim::Workload& workload, const sim::Machine& machin
     if (cases.front().fits)
       periods.push_back(b2b.lifted({ideal.period_ns}, device, &cases.front()));
     if (host_update && (cases.size() == 1 || cases.back().fits)) {
-      periods.push_back(b2b.after_update(
-          b2b.lifted(host_update_period(workload, machine), *host,
-                     cases.size() > 1 ? &cases.back() : nullptr),
-          *host));
+      periods.push_back(b2b.after_update(b2b.lifted(host_update_period(workload, machine), *host,
+                                                    cases.size() > 1 ? &cases.back() : nullptr),
+                                         *host));
       result.host_update_period_bound_ns = periods.back().ns;
     }
     result.ideal_period_ns = ideal.period_ns;

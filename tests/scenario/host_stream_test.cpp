@@ -255,8 +255,7 @@ TEST_CASE("back to back, a GPU-bound step's period is the GPU's", "[scenario]") 
   CHECK(s.timeline.period_ns == 6000);
 }
 
-TEST_CASE("back to back, the host runs an update on the host before the next step",
-          "[scenario]") {
+TEST_CASE("back to back, the host runs an update on the host before the next step", "[scenario]") {
   // f1 {x, w} and g1 -> gw, 1000 ns each, then sgd {w, gw, m} on the host (ZeRO-Offload's plan:
   // gw and m on the host, w's master copy there); 100 ns of host time per op, 1 GB/s everywhere.
   // The host dispatches f1, g1, sgd by 300; f1 runs 100..1100, g1 1100..2100, gw's copy-out
