@@ -77,10 +77,7 @@ Lowerer::Lowerer(const Workload& workload) : w_(workload), host_(host_program(wo
     }
     op_.push_back({op.duration_ns, op.workspace_bytes, op.phase, op.stream, collective,
                    ends_backward_node(workload, op.id)});
-    if (op.phase == Phase::kUpdate) {
-      if (first_update_op_ == kNoOp) first_update_op_ = op.id;
-      last_update_op_ = op.id;
-    }
+    if (op.phase == Phase::kUpdate) last_update_op_ = op.id;
     if (op.stream != 0) {
       side_index_[index(op.id)] = static_cast<std::int32_t>(side_ops_.size());
       side_ops_.push_back(op.id);
@@ -185,7 +182,6 @@ void Lowerer::start_program(const Plan& plan) {
     }
   }
   state_.assign(w_.tensors.size(), TensorState{});
-  masters_copied_ = kNoEvent;
   // The body is built in the compute stream's own storage and expanded in place by place_frees.
   body_.swap(out.streams[static_cast<std::size_t>(StreamId::kCompute)]);
   body_.clear();
@@ -672,7 +668,6 @@ void Lowerer::host_drop(TensorId t, OpId op) {
 // the run, and the compute stream waits for those copies after the last update op (the next
 // step's reads of the parameters come after them: memplan.torch's end of step).
 void Lowerer::emit_host_update(OpId op) {
-  if (op == first_update_op_) masters_copied_ = kNoEvent;  // a lowering's, or a resumption's
   const EventId reached = new_event(WaitCause::kProducer, kNoTensor);
   emit({InstrKind::kRecord, op, kNoBuffer, value(reached), 0, 0, 0});
   auto& host = program_->streams[static_cast<std::size_t>(StreamId::kHost)];
@@ -716,12 +711,12 @@ void Lowerer::emit_host_update(OpId op) {
     }
     h2d.push_back({InstrKind::kCopyIn, op, s.loc, value(s.slot), 0, 0, 0});
   }
-  if (waited) {
-    masters_copied_ = new_event(WaitCause::kStream, kNoTensor);
-    h2d.push_back({InstrKind::kRecord, op, kNoBuffer, value(masters_copied_), 0, 0, 0});
-  }
-  if (op == last_update_op_ && masters_copied_ != kNoEvent)
-    emit({InstrKind::kWait, op, kNoBuffer, value(masters_copied_), 0, 0, 0});
+  if (op != last_update_op_) return;
+  // The h2d engine runs in order: its end is the last master's copy (the compute stream has
+  // waited for every prefetch before it already).
+  const EventId copied = new_event(WaitCause::kStream, kNoTensor);
+  h2d.push_back({InstrKind::kRecord, op, kNoBuffer, value(copied), 0, 0, 0});
+  emit({InstrKind::kWait, op, kNoBuffer, value(copied), 0, 0, 0});
 }
 
 // Writes the compute stream: the body with each buffer's free right after its last reference.

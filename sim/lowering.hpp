@@ -214,12 +214,9 @@ class Lowerer {
   PerOp host_drop_at_;  // host-placed tensors whose device copy goes after the op
   // A host update's gradients, which its first host run waits for (emptied there).
   std::vector<TensorId> host_update_gradients_;
-  // The update ops first and last in issue order (kNoOp without any), and under a host update the
-  // copy-in of an updated master copy issued last so far, which the compute stream waits for
-  // after the last update op (emit_host_update).
-  OpId first_update_op_ = kNoOp;
+  // The last update op in issue order (kNoOp without any): under a host update the compute
+  // stream waits there for the updated master copies (emit_host_update).
   OpId last_update_op_ = kNoOp;
-  EventId masters_copied_ = kNoEvent;
   std::vector<BufferId> operand_stack_;     // operands of the ops being emitted, innermost on top
   std::vector<Frame> frames_;               // regenerations in progress
   std::vector<TensorId> regenerated_;       // made resident by recomputes for the op being emitted

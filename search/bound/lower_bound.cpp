@@ -820,11 +820,10 @@ std::optional<Nanoseconds> solved_plus(const Relaxation& program, Nanoseconds pl
 
 // Of the gradients' producers on the compute stream, the one whose update chain ends last in the
 // case's ideal times (Note [The host update waits for the gradients]).
-std::optional<UpdateChain> last_chain(const sim::Workload& w, const sim::Machine& machine,
-                                      const Relaxation& r) {
+std::optional<UpdateChain> last_chain(const std::vector<UpdateChain>& chains, const Relaxation& r) {
   std::optional<UpdateChain> last;
   Nanoseconds latest = 0;
-  for (const UpdateChain& c : update_chains(w, machine)) {
+  for (const UpdateChain& c : chains) {
     if (!r.on_compute[index(c.producer)]) continue;
     const Nanoseconds end = sim::add_ns(r.end_ns[index(c.producer)], c.after_ns);
     if (!last || end > latest) {
@@ -841,7 +840,7 @@ std::optional<UpdateChain> last_chain(const sim::Workload& w, const sim::Machine
 std::string lift_by_update(const sim::Workload& workload, const sim::Machine& machine,
                            const BoundOptions& options, const Relaxation& host, CaseBound& b,
                            LowerBound& result) {
-  const std::optional<UpdateChain> last = last_chain(workload, machine, host);
+  const std::optional<UpdateChain> last = last_chain(update_chains(workload, machine), host);
   if (!last) return "";
   const std::optional<Nanoseconds> lifted =
       solved_plus(until(host, last->producer), last->after_ns, machine, options, result);
@@ -906,13 +905,14 @@ struct BackToBack {
   // the first op that reads them on, and spends its tail; the case's program cut at that
   // gradients' producer bounds the producer's end.
   PeriodBound after_update(PeriodBound floor, const Relaxation& r) const {
-    const std::optional<UpdateChain> last = last_chain(workload, machine, r);
+    const std::vector<UpdateChain> chains = update_chains(workload, machine);
+    const std::optional<UpdateChain> last = last_chain(chains, r);
     if (!last) return floor;
     const Nanoseconds plus = sim::add_ns(last->after_ns, workload.host_tail_ns);
     const std::optional<Nanoseconds> ns =
         solved_plus(until(r, last->producer), plus, machine, options, result);
     if (ns && *ns > floor.ns) floor = {*ns, LowerBound::PeriodFloor::kUpdateWaited, last->producer};
-    return update_cycle(floor, r);
+    return update_cycle(floor, r, chains);
   }
 
   // The host update's case `r`, from one step's last host run to the next's: a parameter p the
@@ -923,7 +923,8 @@ struct BackToBack {
   // every op at least at its fastest to a gradient's producer g, whose update chain then ends
   // with the last run. So every (p, g) bounds the period: copy-in of p + the compute stream's
   // work from p's first use to g + g's chain.
-  PeriodBound update_cycle(PeriodBound floor, const Relaxation& r) const {
+  PeriodBound update_cycle(PeriodBound floor, const Relaxation& r,
+                           const std::vector<UpdateChain>& chains) const {
     const auto last =
         std::find_if(workload.ops.rbegin(), workload.ops.rend(),
                      [](const sim::Op& op) { return op.phase == sim::Phase::kUpdate; });
@@ -947,8 +948,7 @@ struct BackToBack {
       }
     }
     std::vector<Nanoseconds> after(n, -1);  // per gradients' producer, its update chain
-    for (const UpdateChain& c : update_chains(workload, machine))
-      after[index(c.producer)] = c.after_ns;
+    for (const UpdateChain& c : chains) after[index(c.producer)] = c.after_ns;
     std::optional<Nanoseconds> best;  // max over uses so far of copy-in - work before the use
     for (std::size_t i = 0; i < n; ++i) {
       if (copy_in[i] >= 0 && (!best || copy_in[i] - before[i] > *best))
